@@ -1,0 +1,127 @@
+// cli.c: the table-driven flag parser.
+#include "cli.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const vt_opt *lookup(const vt_opt *opts, int n, const char *flag, size_t len) {
+  for (int i = 0; i < n; i++)
+    if (strlen(opts[i].flag) == len && strncmp(opts[i].flag, flag, len) == 0) return &opts[i];
+  return NULL;
+}
+
+static int in_choices(const char *choices, const char *v) {
+  size_t n = strlen(v);
+  for (const char *p = choices; *p;) {
+    const char *bar = strchr(p, '|');
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (len == n && strncmp(p, v, n) == 0) return 1;
+    if (!bar) break;
+    p = bar + 1;
+  }
+  return 0;
+}
+
+static vt_status set_value(const vt_opt *o, const char *v, char *err, size_t errlen) {
+  char *end = NULL;
+  errno = 0;
+  if (o->type == VT_OPT_STR) {
+    if (o->choices && !in_choices(o->choices, v)) {
+      snprintf(err, errlen, "%s: '%s' is not one of %s", o->flag, v, o->choices);
+      return VT_ERR_INPUT;
+    }
+    if (strlen(v) >= o->size) {
+      snprintf(err, errlen, "%s: value is longer than %zu characters", o->flag, o->size - 1);
+      return VT_ERR_INPUT;
+    }
+    snprintf((char *)o->dst, o->size, "%s", v);
+    return VT_OK;
+  }
+  double x = 0.0;
+  if (o->type == VT_OPT_FLOAT) {
+    x = strtod(v, &end);
+  } else if (o->type == VT_OPT_U64) {
+    if (v[0] == '-') end = (char *)v;  // strtoull would wrap a negative number
+    else x = (double)strtoull(v, &end, 10);
+  } else {
+    x = (double)strtoll(v, &end, 10);
+  }
+  if (end == v || *end != '\0' || errno == ERANGE || x != x) {
+    snprintf(err, errlen, "%s: '%s' is not a valid %s", o->flag, v,
+             o->type == VT_OPT_FLOAT ? "number" : "whole number");
+    return VT_ERR_INPUT;
+  }
+  if (x < o->min || x > o->max) {
+    snprintf(err, errlen, "%s: %s is out of range; it must be between %g and %g", o->flag, v,
+             o->min, o->max);
+    return VT_ERR_INPUT;
+  }
+  switch (o->type) {
+    case VT_OPT_INT: *(int *)o->dst = (int)x; break;
+    case VT_OPT_I64: *(int64_t *)o->dst = (int64_t)strtoll(v, NULL, 10); break;
+    case VT_OPT_U64: *(uint64_t *)o->dst = (uint64_t)strtoull(v, NULL, 10); break;
+    case VT_OPT_FLOAT: *(float *)o->dst = (float)x; break;
+    default: break;
+  }
+  return VT_OK;
+}
+
+vt_status vt_cli_parse(const vt_opt *opts, int nopts, int argc, char **argv, char *err,
+                       size_t errlen) {
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (strncmp(a, "--", 2) != 0) {
+      snprintf(err, errlen, "unexpected argument '%s' (flags start with --; see --help)", a);
+      return VT_ERR_INPUT;
+    }
+    const char *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    const vt_opt *o = lookup(opts, nopts, a, len);
+    if (!o) {
+      snprintf(err, errlen, "unknown flag '%.*s' (see --help for the flags this command takes)",
+               (int)len, a);
+      return VT_ERR_INPUT;
+    }
+    const char *v = eq ? eq + 1 : NULL;
+    if (!v) {
+      if (i + 1 >= argc) {
+        snprintf(err, errlen, "%s needs a value (%s)", o->flag, o->metavar);
+        return VT_ERR_INPUT;
+      }
+      v = argv[++i];
+    }
+    vt_status st = set_value(o, v, err, errlen);
+    if (st != VT_OK) return st;
+  }
+  return VT_OK;
+}
+
+const char *vt_cli_find(int argc, char **argv, const char *flag) {
+  size_t n = strlen(flag);
+  const char *found = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (strncmp(argv[i], flag, n) != 0) continue;
+    if (argv[i][n] == '=') found = argv[i] + n + 1;
+    else if (argv[i][n] == '\0' && i + 1 < argc) found = argv[i + 1];
+  }
+  return found;
+}
+
+void vt_cli_help(FILE *f, const vt_opt *o, int n) {
+  for (int i = 0; i < n; i++, o++) {
+    char def[160];
+    switch (o->type) {
+      case VT_OPT_INT: snprintf(def, sizeof def, "%d", *(int *)o->dst); break;
+      case VT_OPT_I64: snprintf(def, sizeof def, "%" PRId64, *(int64_t *)o->dst); break;
+      case VT_OPT_U64: snprintf(def, sizeof def, "%" PRIu64, *(uint64_t *)o->dst); break;
+      case VT_OPT_FLOAT: snprintf(def, sizeof def, "%g", *(float *)o->dst); break;
+      default: snprintf(def, sizeof def, "%s", *(char *)o->dst ? (char *)o->dst : "none"); break;
+    }
+    char left[64];
+    snprintf(left, sizeof left, "%s %s", o->flag, o->metavar);
+    fprintf(f, "  %-28s %s [%s]\n", left, o->help, def);
+  }
+}

@@ -1,0 +1,61 @@
+// backend.c: the backend registry, the only place in src/ that knows which backends were
+// compiled in, and the CPU thread setting shared by OpenMP and OpenBLAS.
+#include "vt_backend.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef VT_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+extern const vt_backend vt_cpu_backend;
+#ifdef VT_HAVE_CUDA
+const vt_backend *vt_cuda_backend_get(const char **why);
+#endif
+
+const vt_backend *vt_backend_get(vt_device device, const char **why) {
+  if (device == VT_DEVICE_CPU) return &vt_cpu_backend;
+#ifdef VT_HAVE_CUDA
+  return vt_cuda_backend_get(why);
+#else
+  if (why) *why = "this vit3d was built without CUDA (configure with -DVT_CUDA=ON)";
+  return NULL;
+#endif
+}
+
+static int g_threads = 1;
+
+void vt_backend_set_threads(int threads) {
+  g_threads = threads > 0 ? threads : 1;
+#ifdef _OPENMP
+  omp_set_num_threads(g_threads);
+#endif
+#ifdef VT_HAVE_BLAS
+  openblas_set_num_threads(g_threads);
+#endif
+}
+
+int vt_backend_threads(void) { return g_threads; }
+
+const char *vt_backend_build_info(void) {
+  return "cpu"
+#ifdef VT_HAVE_BLAS
+         "+openblas"
+#else
+         "+loops"
+#endif
+#ifdef _OPENMP
+         "+openmp"
+#endif
+#ifdef VT_HAVE_CUDA
+         " cuda"
+#endif
+#ifdef VT_HAVE_NCCL
+         "+nccl"
+#endif
+#ifdef VT_HAVE_MPI
+         " mpi"
+#endif
+      ;
+}

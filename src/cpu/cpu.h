@@ -1,0 +1,57 @@
+// cpu.h: the CPU backend's functions, one group per src/cpu/<op>.c (each has a cuda/<op>.cu
+// twin with the same shapes). Shapes and semantics are those of src/vt_ops.h.
+// Must not depend on MPI, CUDA or the model.
+#ifndef VT_CPU_H
+#define VT_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// Row-major C = alpha * op(A) @ op(B) + beta * C; op(X) = X or X^T. OpenBLAS when built with
+// VT_BLAS, plain loops otherwise. C is (M, N); op(A) (M, K); op(B) (K, N).
+void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                  int64_t ldc);
+
+// Grow-only scratch memory shared by ops within one thread of control (the step loop). The
+// first call of each size allocates; later steps reuse it.
+float *vt_cpu_scratch(size_t count);
+
+void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
+                       int64_t M, int64_t I, int64_t O);
+void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                       const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
+void vt_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int64_t M, int64_t C);
+void vt_cpu_layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, const float *mean,
+                          const float *rstd, int64_t M, int64_t C);
+void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count);
+void vt_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t count);
+void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, int64_t N,
+                          int64_t H, int64_t D);
+void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att,
+                          int64_t B, int64_t N, int64_t H, int64_t D);
+void vt_cpu_add(float *out, const float *a, const float *b, int64_t count);
+void vt_cpu_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
+void vt_cpu_patchify_bwd(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);
+void vt_cpu_embed_fwd(float *x, const float *patch_out, const float *cls, const float *pos,
+                      int64_t B, int64_t N, int64_t C);
+void vt_cpu_embed_bwd(float *dpatch_out, float *dcls, float *dpos, const float *dx, int64_t B,
+                      int64_t N, int64_t C);
+void vt_cpu_cls_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C);
+void vt_cpu_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
+void vt_cpu_cross_entropy_fwd(float *losses, float *probs, const float *logits,
+                              const int32_t *labels, float smoothing, int64_t B, int64_t K);
+void vt_cpu_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t *labels,
+                              float smoothing, float scale, int64_t B, int64_t K);
+void vt_cpu_adamw(float *param, const float *grad, float *m, float *v, int64_t count, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t);
+double vt_cpu_sumsq(const float *x, int64_t count);
+void vt_cpu_scale(float *x, float alpha, int64_t count);
+
+// Column sums of a (M, C) matrix added into out (C), in a fixed order whatever the thread
+// count (bias and LayerNorm parameter gradients).
+void vt_cpu_colsum_acc(float *out, const float *x, int64_t M, int64_t C);
+
+#endif

@@ -1,0 +1,63 @@
+// cpu_backend.c: the CPU backend's memory functions, its scratch and its table.
+#include <stdlib.h>
+#include <string.h>
+
+#include "../vt_backend.h"
+#include "../vt_error.h"
+#include "cpu.h"
+
+static void *cpu_alloc(size_t nbytes) {
+  size_t n = (nbytes + 63) / 64 * 64;
+  void *p = aligned_alloc(64, n ? n : 64);
+  if (p) memset(p, 0, n);
+  return p;
+}
+static void cpu_free(void *p) { free(p); }
+static void cpu_copy(void *dst, const void *src, size_t nbytes) { memmove(dst, src, nbytes); }
+static void cpu_zero(void *p, size_t nbytes) { memset(p, 0, nbytes); }
+static void cpu_sync(void) {}
+
+static float *g_scratch = NULL;
+static size_t g_scratch_count = 0;
+
+float *vt_cpu_scratch(size_t count) {
+  if (count > g_scratch_count) {
+    free(g_scratch);
+    g_scratch = cpu_alloc(count * sizeof(float));
+    VT_CHECK(g_scratch != NULL, "out of host memory for %zu bytes of scratch", count * 4);
+    g_scratch_count = count;
+  }
+  return g_scratch;
+}
+
+const vt_backend vt_cpu_backend = {
+    .name = "cpu",
+    .device = VT_DEVICE_CPU,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .synchronize = cpu_sync,
+    .linear_fwd = vt_cpu_linear_fwd,
+    .linear_bwd = vt_cpu_linear_bwd,
+    .layernorm_fwd = vt_cpu_layernorm_fwd,
+    .layernorm_bwd = vt_cpu_layernorm_bwd,
+    .gelu_fwd = vt_cpu_gelu_fwd,
+    .gelu_bwd = vt_cpu_gelu_bwd,
+    .attention_fwd = vt_cpu_attention_fwd,
+    .attention_bwd = vt_cpu_attention_bwd,
+    .add = vt_cpu_add,
+    .patchify_fwd = vt_cpu_patchify_fwd,
+    .patchify_bwd = vt_cpu_patchify_bwd,
+    .embed_fwd = vt_cpu_embed_fwd,
+    .embed_bwd = vt_cpu_embed_bwd,
+    .cls_pool_fwd = vt_cpu_cls_pool_fwd,
+    .cls_pool_bwd = vt_cpu_cls_pool_bwd,
+    .cross_entropy_fwd = vt_cpu_cross_entropy_fwd,
+    .cross_entropy_bwd = vt_cpu_cross_entropy_bwd,
+    .adamw = vt_cpu_adamw,
+    .sumsq = vt_cpu_sumsq,
+    .scale = vt_cpu_scale,
+};

@@ -1,0 +1,36 @@
+// cross_entropy.c: softmax cross-entropy with label smoothing, forward and backward.
+#include <math.h>
+
+#include "cpu.h"
+
+void vt_cpu_cross_entropy_fwd(float *losses, float *probs, const float *logits,
+                              const int32_t *labels, float smoothing, int64_t B, int64_t K) {
+  for (int64_t b = 0; b < B; b++) {
+    const float *z = logits + b * K;
+    float *p = probs + b * K;
+    float mx = z[0];
+    for (int64_t k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
+    double sum = 0.0, sumz = 0.0;
+    for (int64_t k = 0; k < K; k++) {
+      p[k] = expf(z[k] - mx);
+      sum += p[k];
+      sumz += z[k];
+    }
+    double lse = mx + log(sum);
+    for (int64_t k = 0; k < K; k++) p[k] = (float)(p[k] / sum);
+    // -log p_y and the mean over classes of -log p_k, mixed by the smoothing.
+    double nll = lse - z[labels[b]], smooth = lse - sumz / (double)K;
+    losses[b] = (float)((1.0 - smoothing) * nll + smoothing * smooth);
+  }
+}
+
+void vt_cpu_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t *labels,
+                              float smoothing, float scale, int64_t B, int64_t K) {
+  const float off = smoothing / (float)K;
+  for (int64_t b = 0; b < B; b++) {
+    const float *p = probs + b * K;
+    float *d = dlogits + b * K;
+    for (int64_t k = 0; k < K; k++) d[k] = scale * (p[k] - off);
+    d[labels[b]] -= scale * (1.0f - smoothing);
+  }
+}

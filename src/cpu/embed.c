@@ -1,0 +1,71 @@
+// embed.c: patchify (the data half of patch embedding), class token plus position embedding,
+// and class-token pooling.
+#include <string.h>
+
+#include "cpu.h"
+
+void vt_cpu_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P) {
+  const int64_t G = S / P, PP = P * P;  // G x G patches per image
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t g = 0; g < G * G; g++) {
+      int64_t gy = g / G, gx = g % G;
+      float *dst = patches + (b * G * G + g) * 3 * PP;
+      for (int64_t ch = 0; ch < 3; ch++)
+        for (int64_t y = 0; y < P; y++)
+          memcpy(dst + ch * PP + y * P, img + ((b * 3 + ch) * S + gy * P + y) * S + gx * P,
+                 (size_t)P * sizeof(float));
+    }
+}
+
+void vt_cpu_patchify_bwd(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P) {
+  // Patches do not overlap, so the backward is the inverse permutation.
+  const int64_t G = S / P, PP = P * P;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t g = 0; g < G * G; g++) {
+      int64_t gy = g / G, gx = g % G;
+      const float *src = dpatches + (b * G * G + g) * 3 * PP;
+      for (int64_t ch = 0; ch < 3; ch++)
+        for (int64_t y = 0; y < P; y++)
+          memcpy(dimg + ((b * 3 + ch) * S + gy * P + y) * S + gx * P, src + ch * PP + y * P,
+                 (size_t)P * sizeof(float));
+    }
+}
+
+void vt_cpu_embed_fwd(float *x, const float *patch_out, const float *cls, const float *pos,
+                      int64_t B, int64_t N, int64_t C) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t n = 0; n < N; n++) {
+      const float *src = n == 0 ? cls : patch_out + (b * (N - 1) + n - 1) * C;
+      float *dst = x + (b * N + n) * C;
+      for (int64_t c = 0; c < C; c++) dst[c] = src[c] + pos[n * C + c];
+    }
+}
+
+void vt_cpu_embed_bwd(float *dpatch_out, float *dcls, float *dpos, const float *dx, int64_t B,
+                      int64_t N, int64_t C) {
+  if (dpatch_out) {
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < B; b++)
+      memcpy(dpatch_out + b * (N - 1) * C, dx + (b * N + 1) * C,
+             (size_t)((N - 1) * C) * sizeof(float));
+  }
+  // Sum over the batch in order, one thread per token row: independent of the thread count.
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t c = 0; c < C; c++) dpos[n * C + c] += dx[(b * N + n) * C + c];
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t c = 0; c < C; c++) dcls[c] += dx[b * N * C + c];
+}
+
+void vt_cpu_cls_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C) {
+  for (int64_t b = 0; b < B; b++) memcpy(out + b * C, x + b * N * C, (size_t)C * sizeof(float));
+}
+
+void vt_cpu_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C) {
+  memset(dx, 0, (size_t)(B * N * C) * sizeof(float));
+  for (int64_t b = 0; b < B; b++) memcpy(dx + b * N * C, dout + b * C, (size_t)C * sizeof(float));
+}

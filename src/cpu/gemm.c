@@ -1,0 +1,49 @@
+// gemm.c: the CPU GEMM (OpenBLAS sgemm, or plain loops when VT_BLAS is off) and the Linear op.
+#include <string.h>
+
+#include "cpu.h"
+#ifdef VT_HAVE_BLAS
+#include <cblas.h>
+#undef I  // OpenBLAS pulls in complex.h, whose I would clash with dimension names
+#endif
+
+void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                  int64_t ldc) {
+#ifdef VT_HAVE_BLAS
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N, (blasint)K, alpha, A,
+              (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+#else
+  // Plain loops, correct for every transpose; i-p-j order keeps the inner loop contiguous in C.
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < M; i++) {
+    float *c = C + i * ldc;
+    for (int64_t j = 0; j < N; j++) c[j] = beta == 0.0f ? 0.0f : beta * c[j];
+    for (int64_t p = 0; p < K; p++) {
+      float a = alpha * (trans_a ? A[p * lda + i] : A[i * lda + p]);
+      if (trans_b)
+        for (int64_t j = 0; j < N; j++) c[j] += a * B[j * ldb + p];
+      else
+        for (int64_t j = 0; j < N; j++) c[j] += a * B[p * ldb + j];
+    }
+  }
+#endif
+}
+
+void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
+                       int64_t M, int64_t In, int64_t O) {
+  // Start from the bias so the GEMM adds into it (beta = 1) instead of a second pass.
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < M; m++) memcpy(out + m * O, bias, (size_t)O * sizeof(float));
+  }
+  vt_cpu_sgemm(0, 1, M, O, In, 1.0f, inp, In, weight, In, bias ? 1.0f : 0.0f, out, O);
+}
+
+void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                       const float *inp, const float *weight, int64_t M, int64_t In, int64_t O) {
+  if (dinp) vt_cpu_sgemm(0, 0, M, In, O, 1.0f, dout, O, weight, In, 0.0f, dinp, In);  // dout @ W
+  vt_cpu_sgemm(1, 0, O, In, M, 1.0f, dout, O, inp, In, 1.0f, dweight, In);          // dout^T @ inp
+  if (dbias) vt_cpu_colsum_acc(dbias, dout, M, O);
+}

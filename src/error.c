@@ -1,0 +1,71 @@
+// error.c: fatal errors, the abort hook and rank-tagged logging. No MPI here: parallel/ installs
+// an abort hook that calls MPI_Abort.
+#include "vt_error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static vt_rank_tag g_tag = {0, -1, -1, -1};
+static vt_abort_hook g_hook = NULL;
+static int g_all_ranks = 0;
+
+void vt_set_rank_tag(vt_rank_tag tag) { g_tag = tag; }
+vt_rank_tag vt_get_rank_tag(void) { return g_tag; }
+void vt_set_abort_hook(vt_abort_hook hook) { g_hook = hook; }
+void vt_log_all_ranks(int on) { g_all_ranks = on; }
+
+static void print_tag(FILE *f) {
+  fprintf(f, "[rank %d", g_tag.world_rank);
+  if (g_tag.tp_rank >= 0) fprintf(f, " tp %d pp %d dp %d", g_tag.tp_rank, g_tag.pp_rank, g_tag.dp_rank);
+  fprintf(f, "] ");
+}
+
+static void vlog(const char *level, const char *fmt, va_list ap) {
+  // One fprintf per line keeps lines of different ranks from interleaving mid-line.
+  char buf[2048];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  char tag[96];
+  if (g_tag.tp_rank >= 0)
+    snprintf(tag, sizeof tag, "[rank %d tp %d pp %d dp %d]", g_tag.world_rank, g_tag.tp_rank,
+             g_tag.pp_rank, g_tag.dp_rank);
+  else
+    snprintf(tag, sizeof tag, "[rank %d]", g_tag.world_rank);
+  fprintf(stderr, "%s %s%s\n", tag, level, buf);
+  fflush(stderr);
+}
+
+void vt_log_info(const char *fmt, ...) {
+  if (g_tag.world_rank != 0 && !g_all_ranks) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog("", fmt, ap);
+  va_end(ap);
+}
+
+void vt_log_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog("warning: ", fmt, ap);
+  va_end(ap);
+}
+
+void vt_log_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog("error: ", fmt, ap);
+  va_end(ap);
+}
+
+void vt_fatal(const char *file, int line, const char *fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  print_tag(stderr);
+  fprintf(stderr, "%s:%d: %s\n", file, line, buf);
+  fflush(stderr);
+  fflush(stdout);
+  if (g_hook) g_hook(1);
+  abort();
+}

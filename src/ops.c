@@ -1,0 +1,182 @@
+// ops.c: argument checks and dispatch of the op API through the backend table. Checks happen
+// here once, so backends assume valid arguments.
+#include "vt_ops.h"
+
+#include "vt_error.h"
+
+#define NEED(be, fn)                                                                       \
+  VT_CHECK((be) != NULL && (be)->fn != NULL, "op %s is not implemented on backend %s", #fn, \
+           (be) ? (be)->name : "(null)")
+#define POS(x) VT_CHECK((x) > 0, "%s must be positive, got %lld", #x, (long long)(x))
+#define PTR(p) VT_CHECK((p) != NULL, "%s must not be NULL", #p)
+
+void vt_linear_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
+                   const float *bias, int64_t M, int64_t I, int64_t O) {
+  NEED(be, linear_fwd);
+  PTR(out); PTR(inp); PTR(weight);
+  POS(M); POS(I); POS(O);
+  be->linear_fwd(out, inp, weight, bias, M, I, O);
+}
+
+void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
+                   const float *dout, const float *inp, const float *weight, int64_t M, int64_t I,
+                   int64_t O) {
+  NEED(be, linear_bwd);
+  PTR(dweight); PTR(dout); PTR(inp);
+  VT_CHECK(dinp == NULL || weight != NULL, "linear_bwd: dinp needs weight");
+  POS(M); POS(I); POS(O);
+  be->linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, I, O);
+}
+
+void vt_layernorm_fwd(const vt_backend *be, float *out, float *mean, float *rstd,
+                      const float *inp, const float *weight, const float *bias, int64_t M,
+                      int64_t C) {
+  NEED(be, layernorm_fwd);
+  PTR(out); PTR(mean); PTR(rstd); PTR(inp); PTR(weight); PTR(bias);
+  POS(M); POS(C);
+  be->layernorm_fwd(out, mean, rstd, inp, weight, bias, M, C);
+}
+
+void vt_layernorm_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
+                      const float *dout, const float *inp, const float *weight, const float *mean,
+                      const float *rstd, int64_t M, int64_t C) {
+  NEED(be, layernorm_bwd);
+  PTR(dinp); PTR(dweight); PTR(dbias); PTR(dout); PTR(inp); PTR(weight); PTR(mean); PTR(rstd);
+  POS(M); POS(C);
+  be->layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, M, C);
+}
+
+void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t count) {
+  NEED(be, gelu_fwd);
+  PTR(out); PTR(inp);
+  POS(count);
+  be->gelu_fwd(out, inp, count);
+}
+
+void vt_gelu_bwd(const vt_backend *be, float *dinp, const float *inp, const float *dout,
+                 int64_t count) {
+  NEED(be, gelu_bwd);
+  PTR(dinp); PTR(inp); PTR(dout);
+  POS(count);
+  be->gelu_bwd(dinp, inp, dout, count);
+}
+
+void vt_attention_fwd(const vt_backend *be, float *out, float *att, const float *qkv, int64_t B,
+                      int64_t N, int64_t H, int64_t D) {
+  NEED(be, attention_fwd);
+  PTR(out); PTR(att); PTR(qkv);
+  POS(B); POS(N); POS(H); POS(D);
+  be->attention_fwd(out, att, qkv, B, N, H, D);
+}
+
+void vt_attention_bwd(const vt_backend *be, float *dqkv, const float *dout, const float *qkv,
+                      const float *att, int64_t B, int64_t N, int64_t H, int64_t D) {
+  NEED(be, attention_bwd);
+  PTR(dqkv); PTR(dout); PTR(qkv); PTR(att);
+  POS(B); POS(N); POS(H); POS(D);
+  be->attention_bwd(dqkv, dout, qkv, att, B, N, H, D);
+}
+
+void vt_add(const vt_backend *be, float *out, const float *a, const float *b, int64_t count) {
+  NEED(be, add);
+  PTR(out); PTR(a); PTR(b);
+  POS(count);
+  be->add(out, a, b, count);
+}
+
+void vt_patchify_fwd(const vt_backend *be, float *patches, const float *img, int64_t B,
+                     int64_t S, int64_t P) {
+  NEED(be, patchify_fwd);
+  PTR(patches); PTR(img);
+  POS(B); POS(S); POS(P);
+  VT_CHECK(S % P == 0, "image size %lld is not a multiple of patch size %lld", (long long)S,
+           (long long)P);
+  be->patchify_fwd(patches, img, B, S, P);
+}
+
+void vt_patchify_bwd(const vt_backend *be, float *dimg, const float *dpatches, int64_t B,
+                     int64_t S, int64_t P) {
+  NEED(be, patchify_bwd);
+  PTR(dimg); PTR(dpatches);
+  POS(B); POS(S); POS(P);
+  VT_CHECK(S % P == 0, "image size %lld is not a multiple of patch size %lld", (long long)S,
+           (long long)P);
+  be->patchify_bwd(dimg, dpatches, B, S, P);
+}
+
+void vt_embed_fwd(const vt_backend *be, float *x, const float *patch_out, const float *cls,
+                  const float *pos, int64_t B, int64_t N, int64_t C) {
+  NEED(be, embed_fwd);
+  PTR(x); PTR(patch_out); PTR(cls); PTR(pos);
+  POS(B); POS(C);
+  VT_CHECK(N >= 2, "embed needs a class token and at least one patch, got N=%lld", (long long)N);
+  be->embed_fwd(x, patch_out, cls, pos, B, N, C);
+}
+
+void vt_embed_bwd(const vt_backend *be, float *dpatch_out, float *dcls, float *dpos,
+                  const float *dx, int64_t B, int64_t N, int64_t C) {
+  NEED(be, embed_bwd);
+  PTR(dcls); PTR(dpos); PTR(dx);
+  POS(B); POS(C);
+  VT_CHECK(N >= 2, "embed needs a class token and at least one patch, got N=%lld", (long long)N);
+  be->embed_bwd(dpatch_out, dcls, dpos, dx, B, N, C);
+}
+
+void vt_cls_pool_fwd(const vt_backend *be, float *out, const float *x, int64_t B, int64_t N,
+                     int64_t C) {
+  NEED(be, cls_pool_fwd);
+  PTR(out); PTR(x);
+  POS(B); POS(N); POS(C);
+  be->cls_pool_fwd(out, x, B, N, C);
+}
+
+void vt_cls_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t B, int64_t N,
+                     int64_t C) {
+  NEED(be, cls_pool_bwd);
+  PTR(dx); PTR(dout);
+  POS(B); POS(N); POS(C);
+  be->cls_pool_bwd(dx, dout, B, N, C);
+}
+
+void vt_cross_entropy_fwd(const vt_backend *be, float *losses, float *probs, const float *logits,
+                          const int32_t *labels, float smoothing, int64_t B, int64_t K) {
+  NEED(be, cross_entropy_fwd);
+  PTR(losses); PTR(probs); PTR(logits); PTR(labels);
+  POS(B); POS(K);
+  VT_CHECK(smoothing >= 0.0f && smoothing < 1.0f, "label smoothing %g not in [0, 1)", smoothing);
+  be->cross_entropy_fwd(losses, probs, logits, labels, smoothing, B, K);
+}
+
+void vt_cross_entropy_bwd(const vt_backend *be, float *dlogits, const float *probs,
+                          const int32_t *labels, float smoothing, float scale, int64_t B,
+                          int64_t K) {
+  NEED(be, cross_entropy_bwd);
+  PTR(dlogits); PTR(probs); PTR(labels);
+  POS(B); POS(K);
+  VT_CHECK(smoothing >= 0.0f && smoothing < 1.0f, "label smoothing %g not in [0, 1)", smoothing);
+  be->cross_entropy_bwd(dlogits, probs, labels, smoothing, scale, B, K);
+}
+
+void vt_adamw(const vt_backend *be, float *param, const float *grad, float *m, float *v,
+              int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
+              int64_t t) {
+  NEED(be, adamw);
+  PTR(param); PTR(grad); PTR(m); PTR(v);
+  POS(count);
+  VT_CHECK(t >= 1, "AdamW step must start at 1, got %lld", (long long)t);
+  be->adamw(param, grad, m, v, count, lr, beta1, beta2, eps, weight_decay, t);
+}
+
+double vt_sumsq(const vt_backend *be, const float *x, int64_t count) {
+  NEED(be, sumsq);
+  PTR(x);
+  if (count <= 0) return 0.0;
+  return be->sumsq(x, count);
+}
+
+void vt_scale(const vt_backend *be, float *x, float alpha, int64_t count) {
+  NEED(be, scale);
+  PTR(x);
+  if (count <= 0) return;
+  be->scale(x, alpha, count);
+}

@@ -1,0 +1,78 @@
+// vt_backend.h: the backend table. A backend owns memory (alloc, copies) and implements every op
+// of vt_ops.h as a function pointer with the same shape as the op. The CPU backend (src/cpu/) is
+// the numerical truth; the CUDA backend (src/cuda/) is its twin. Only backend.c, the registry,
+// knows which backends were compiled. Must not depend on MPI or the model.
+//
+// Conventions for every op: row-major tensors, shapes in the comments (design.md legend:
+// B micro-batch, N tokens, C width, H heads, D head dim, F MLP hidden, K classes; M = rows).
+// Activation gradients (dinp, dqkv, ...) are overwritten; parameter gradients (dweight, dbias,
+// dcls, dpos) are accumulated (+=) so microbatches add up without extra passes.
+#ifndef VT_BACKEND_H
+#define VT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { VT_DEVICE_CPU = 0, VT_DEVICE_CUDA = 1 } vt_device;
+
+typedef struct vt_backend vt_backend;
+struct vt_backend {
+  const char *name;
+  vt_device device;
+
+  // Memory: alloc returns zeroed memory aligned to at least 64 bytes, or NULL.
+  void *(*alloc)(size_t nbytes);
+  void (*free)(void *ptr);
+  void (*to_device)(void *dst, const void *host_src, size_t nbytes);
+  void (*to_host)(void *host_dst, const void *src, size_t nbytes);
+  void (*copy)(void *dst, const void *src, size_t nbytes);
+  void (*zero)(void *ptr, size_t nbytes);
+  void (*synchronize)(void);
+
+  // Ops, in the order of vt_ops.h. NULL means "not on this backend"; vt_ops.c says so clearly.
+  void (*linear_fwd)(float *out, const float *inp, const float *weight, const float *bias,
+                     int64_t M, int64_t I, int64_t O);
+  void (*linear_bwd)(float *dinp, float *dweight, float *dbias, const float *dout,
+                     const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
+  void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp,
+                        const float *weight, const float *bias, int64_t M, int64_t C);
+  void (*layernorm_bwd)(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, const float *mean,
+                        const float *rstd, int64_t M, int64_t C);
+  void (*gelu_fwd)(float *out, const float *inp, int64_t count);
+  void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, int64_t count);
+  void (*attention_fwd)(float *out, float *att, const float *qkv, int64_t B, int64_t N,
+                        int64_t H, int64_t D);
+  void (*attention_bwd)(float *dqkv, const float *dout, const float *qkv, const float *att,
+                        int64_t B, int64_t N, int64_t H, int64_t D);
+  void (*add)(float *out, const float *a, const float *b, int64_t count);
+  void (*patchify_fwd)(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
+  void (*patchify_bwd)(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);
+  void (*embed_fwd)(float *x, const float *patch_out, const float *cls, const float *pos,
+                    int64_t B, int64_t N, int64_t C);
+  void (*embed_bwd)(float *dpatch_out, float *dcls, float *dpos, const float *dx, int64_t B,
+                    int64_t N, int64_t C);
+  void (*cls_pool_fwd)(float *out, const float *x, int64_t B, int64_t N, int64_t C);
+  void (*cls_pool_bwd)(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
+  void (*cross_entropy_fwd)(float *losses, float *probs, const float *logits,
+                            const int32_t *labels, float smoothing, int64_t B, int64_t K);
+  void (*cross_entropy_bwd)(float *dlogits, const float *probs, const int32_t *labels,
+                            float smoothing, float scale, int64_t B, int64_t K);
+  void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t count, float lr,
+                float beta1, float beta2, float eps, float weight_decay, int64_t t);
+  double (*sumsq)(const float *x, int64_t count);
+  void (*scale)(float *x, float alpha, int64_t count);
+};
+
+// The backend for a device, or NULL when it was not compiled in or no device is present (the
+// reason goes to *why, a static string).
+const vt_backend *vt_backend_get(vt_device device, const char **why);
+
+// Threads for the CPU backend's OpenMP and BLAS together (design.md: never more than the cores).
+void vt_backend_set_threads(int threads);
+int vt_backend_threads(void);
+
+// What was compiled in, for --version and the test log.
+const char *vt_backend_build_info(void);
+
+#endif

@@ -1,0 +1,89 @@
+// vt_ops.h: the op API. Each vt_<op>_fwd/_bwd checks its arguments once and dispatches through the
+// backend table (vt_backend.h states the conventions: row-major, activation gradients
+// overwritten, parameter gradients accumulated). Must not depend on MPI or the model.
+#ifndef VT_OPS_H
+#define VT_OPS_H
+
+#include "vt_backend.h"
+
+// out = inp @ weight^T + bias (bias may be NULL): a torch.nn.Linear.
+// out (M, O), inp (M, I), weight (O, I), bias (O)
+void vt_linear_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
+                   const float *bias, int64_t M, int64_t I, int64_t O);
+// dinp (M, I) overwritten unless NULL; dweight (O, I) and dbias (O) accumulated (dbias may be
+// NULL); dout (M, O)
+void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
+                   const float *dout, const float *inp, const float *weight, int64_t M, int64_t I,
+                   int64_t O);
+
+// LayerNorm over the last dim, eps 1e-6 (timm's ViT). out, inp (M, C); mean, rstd (M) saved for
+// the backward; weight, bias (C).
+#define VT_LAYERNORM_EPS 1e-6f
+void vt_layernorm_fwd(const vt_backend *be, float *out, float *mean, float *rstd,
+                      const float *inp, const float *weight, const float *bias, int64_t M,
+                      int64_t C);
+void vt_layernorm_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
+                      const float *dout, const float *inp, const float *weight, const float *mean,
+                      const float *rstd, int64_t M, int64_t C);
+
+// GELU, exact erf form (PyTorch's default): out = x * 0.5 * (1 + erf(x / sqrt 2)).
+void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t count);
+void vt_gelu_bwd(const vt_backend *be, float *dinp, const float *inp, const float *dout,
+                 int64_t count);
+
+// Scaled dot-product attention per head, no mask. qkv (B, N, 3*H*D) laid out as timm's qkv
+// Linear output: [q of all heads | k of all heads | v of all heads], head h at columns h*D.
+// out (B, N, H*D) with head h at columns h*D (timm's transpose-reshape); att (B, H, N, N) the
+// softmax probabilities, saved for the backward. Under TP, H is the local head count.
+void vt_attention_fwd(const vt_backend *be, float *out, float *att, const float *qkv, int64_t B,
+                      int64_t N, int64_t H, int64_t D);
+// dqkv (B, N, 3*H*D) overwritten; dout (B, N, H*D)
+void vt_attention_bwd(const vt_backend *be, float *dqkv, const float *dout, const float *qkv,
+                      const float *att, int64_t B, int64_t N, int64_t H, int64_t D);
+
+// Residual add, out = a + b (out may alias a or b). Its backward passes the gradient to both
+// inputs unchanged, so the model reuses this op to add branch gradients into the stream.
+void vt_add(const vt_backend *be, float *out, const float *a, const float *b, int64_t count);
+
+// Patch embedding, first half: cut images into P x P patches, each flattened as (3, P, P), the
+// order of a Conv2d weight (C, 3, P, P), so patch embedding = patchify + linear.
+// patches (B, (S/P)^2, 3*P*P), img (B, 3, S, S)
+void vt_patchify_fwd(const vt_backend *be, float *patches, const float *img, int64_t B,
+                     int64_t S, int64_t P);
+void vt_patchify_bwd(const vt_backend *be, float *dimg, const float *dpatches, int64_t B,
+                     int64_t S, int64_t P);
+
+// Class token and position embedding: x[b,0] = cls + pos[0], x[b,1+i] = patch_out[b,i] + pos[1+i].
+// x (B, N, C), patch_out (B, N-1, C), cls (C), pos (N, C)
+void vt_embed_fwd(const vt_backend *be, float *x, const float *patch_out, const float *cls,
+                  const float *pos, int64_t B, int64_t N, int64_t C);
+// dpatch_out (B, N-1, C) overwritten; dcls (C), dpos (N, C) accumulated
+void vt_embed_bwd(const vt_backend *be, float *dpatch_out, float *dcls, float *dpos,
+                  const float *dx, int64_t B, int64_t N, int64_t C);
+
+// Class-token pooling: out[b] = x[b, 0]. out (B, C), x (B, N, C). The backward writes the whole
+// dx (zeros but for the class token).
+void vt_cls_pool_fwd(const vt_backend *be, float *out, const float *x, int64_t B, int64_t N,
+                     int64_t C);
+void vt_cls_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t B, int64_t N,
+                     int64_t C);
+
+// Softmax cross-entropy with label smoothing (PyTorch's definition: target (1-s) on the label
+// plus s/K on every class). losses (B) per sample; probs (B, K) saved; labels (B) in [0, K).
+void vt_cross_entropy_fwd(const vt_backend *be, float *losses, float *probs, const float *logits,
+                          const int32_t *labels, float smoothing, int64_t B, int64_t K);
+// dlogits (B, K) = scale * (probs - target); scale is 1 / global batch for a mean loss.
+void vt_cross_entropy_bwd(const vt_backend *be, float *dlogits, const float *probs,
+                          const int32_t *labels, float smoothing, float scale, int64_t B,
+                          int64_t K);
+
+// AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW arithmetic), step t >= 1.
+void vt_adamw(const vt_backend *be, float *param, const float *grad, float *m, float *v,
+              int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
+              int64_t t);
+
+// Sum of squares (accumulated in double) and in-place scaling, for the gradient norm and clipping.
+double vt_sumsq(const vt_backend *be, const float *x, int64_t count);
+void vt_scale(const vt_backend *be, float *x, float alpha, int64_t count);
+
+#endif

@@ -1,0 +1,75 @@
+// config.c: presets (timm's ViT sizes) and validation of a ViT configuration.
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+  const char *name;
+  int img, patch, width, depth, heads, classes;
+} preset;
+
+static const preset PRESETS[] = {
+    {"vit-ti16", 224, 16, 192, 12, 3, 1000},  {"vit-s16", 224, 16, 384, 12, 6, 1000},
+    {"vit-b16", 224, 16, 768, 12, 12, 1000},  {"vit-l16", 224, 16, 1024, 24, 16, 1000},
+    {"vit-h14", 224, 14, 1280, 32, 16, 1000}, {"tiny", 32, 8, 64, 4, 4, 10},
+};
+#define NPRESETS (int)(sizeof PRESETS / sizeof PRESETS[0])
+
+const char *vt_config_preset_names(void) {
+  return "vit-ti16, vit-s16, vit-b16, vit-l16, vit-h14, tiny";
+}
+
+vt_status vt_config_preset(const char *name, vt_vit_config *cfg, char *err, size_t errlen) {
+  for (int i = 0; i < NPRESETS; i++) {
+    if (strcmp(PRESETS[i].name, name) != 0) continue;
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->name, sizeof cfg->name, "%s", name);
+    cfg->img_size = PRESETS[i].img;
+    cfg->patch_size = PRESETS[i].patch;
+    cfg->width = PRESETS[i].width;
+    cfg->depth = PRESETS[i].depth;
+    cfg->heads = PRESETS[i].heads;
+    cfg->mlp_ratio = 4.0f;
+    cfg->num_classes = PRESETS[i].classes;
+    return VT_OK;
+  }
+  snprintf(err, errlen, "unknown model '%s'; known models: %s", name, vt_config_preset_names());
+  return VT_ERR_INPUT;
+}
+
+vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
+  const char *why = NULL;
+  char buf[256];
+  if (c->img_size <= 0 || c->patch_size <= 0 || c->width <= 0 || c->depth <= 0 ||
+      c->heads <= 0 || c->num_classes <= 0 || !(c->mlp_ratio > 0.0f))
+    why = "every size must be positive (img-size, patch-size, width, depth, heads, mlp-ratio, "
+          "num-classes)";
+  else if (c->img_size % c->patch_size != 0) {
+    snprintf(buf, sizeof buf, "img-size %d is not a multiple of patch-size %d", c->img_size,
+             c->patch_size);
+    why = buf;
+  } else if (c->width % c->heads != 0) {
+    snprintf(buf, sizeof buf, "width %d is not a multiple of heads %d", c->width, c->heads);
+    why = buf;
+  } else if (vt_cfg_mlp_hidden(c) <= 0 ||
+             (float)vt_cfg_mlp_hidden(c) != (float)c->width * c->mlp_ratio) {
+    snprintf(buf, sizeof buf, "width %d x mlp-ratio %g is not a whole number", c->width,
+             c->mlp_ratio);
+    why = buf;
+  } else if (c->img_size > 8192 || c->width > 16384 || c->depth > 1024 || c->num_classes > 1000000)
+    why = "a size is implausibly large (limits: img-size 8192, width 16384, depth 1024, "
+          "num-classes 1000000)";
+  if (!why) return VT_OK;
+  snprintf(err, errlen, "bad model configuration: %s", why);
+  return VT_ERR_INPUT;
+}
+
+double vt_config_train_flops(const vt_vit_config *c) {
+  double N = vt_cfg_tokens(c), C = c->width, F = vt_cfg_mlp_hidden(c), Np = vt_cfg_patches(c);
+  double P = c->patch_size;
+  // Per block: qkv 3C^2, proj C^2, fc1+fc2 2CF per token; attention 2 N^2 C (scores and mix).
+  double block = N * (4.0 * C * C + 2.0 * C * F) + 2.0 * N * N * C;
+  double fwd = 2.0 * (c->depth * block + Np * 3.0 * P * P * C + C * c->num_classes);
+  return 3.0 * fwd;
+}

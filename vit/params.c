@@ -1,0 +1,132 @@
+// params.c: building and initialising the parameter table.
+#include "params.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vt_rng.h"
+
+typedef struct {
+  vt_param_table *t;
+  int cap;
+} builder;
+
+static void add(builder *b, int layer, vt_init_kind init, float scale, int decay,
+                vt_tp_split split, int ndim, const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 9, 10)));
+
+static void add(builder *b, int layer, vt_init_kind init, float scale, int decay,
+                vt_tp_split split, int ndim, const int64_t *shape, const char *fmt, ...) {
+  vt_param_table *t = b->t;
+  if (t->count == b->cap) {
+    b->cap = b->cap ? 2 * b->cap : 64;
+    t->p = realloc(t->p, (size_t)b->cap * sizeof *t->p);
+    VT_CHECK(t->p != NULL, "out of memory for the parameter table");
+  }
+  vt_param *p = &t->p[t->count++];
+  memset(p, 0, sizeof *p);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(p->name, sizeof p->name, fmt, ap);
+  va_end(ap);
+  p->ndim = ndim;
+  p->count = 1;
+  for (int i = 0; i < ndim; i++) p->count *= (p->shape[i] = shape[i]);
+  p->offset = t->total;
+  t->total += p->count;
+  p->decay = decay;
+  p->init = init;
+  p->init_scale = scale;
+  p->layer = layer;
+  p->tp_split = split;
+  p->tp_groups = 1;
+}
+
+// A Linear's weight (out, in) and bias (out), timm-initialised: trunc_normal(0.02), zeros.
+// Returns the weight's row index (pointers move when the table grows).
+static int linear(builder *b, int layer, vt_tp_split split, int64_t out, int64_t in,
+                  const char *prefix) {
+  add(b, layer, VT_INIT_TRUNC_NORMAL, 0.02f, 1, split, 2, (int64_t[]){out, in}, "%s.weight",
+      prefix);
+  add(b, layer, VT_INIT_ZEROS, 0.0f, 0, split == VT_TP_ROWS ? VT_TP_ROWS : VT_TP_REPLICATED, 1,
+      (int64_t[]){out}, "%s.bias", prefix);
+  return b->t->count - 2;
+}
+
+static void norm(builder *b, int layer, int64_t C, const char *prefix) {
+  add(b, layer, VT_INIT_ONES, 0.0f, 0, VT_TP_REPLICATED, 1, (int64_t[]){C}, "%s.weight", prefix);
+  add(b, layer, VT_INIT_ZEROS, 0.0f, 0, VT_TP_REPLICATED, 1, (int64_t[]){C}, "%s.bias", prefix);
+}
+
+void vt_params_build(vt_param_table *t, const vt_vit_config *cfg) {
+  memset(t, 0, sizeof *t);
+  builder b = {t, 0};
+  const int64_t C = cfg->width, P = cfg->patch_size, N = vt_cfg_tokens(cfg);
+  const int64_t F = vt_cfg_mlp_hidden(cfg), K = cfg->num_classes;
+  const float conv_bound = 1.0f / sqrtf((float)(3 * P * P));  // PyTorch's Conv2d default
+  add(&b, 0, VT_INIT_NORMAL, 1e-6f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, 1, C}, "cls_token");
+  add(&b, 0, VT_INIT_TRUNC_NORMAL, 0.02f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, N, C},
+      "pos_embed");
+  add(&b, 0, VT_INIT_UNIFORM, conv_bound, 1, VT_TP_REPLICATED, 4, (int64_t[]){C, 3, P, P},
+      "patch_embed.proj.weight");
+  add(&b, 0, VT_INIT_UNIFORM, conv_bound, 0, VT_TP_REPLICATED, 1, (int64_t[]){C},
+      "patch_embed.proj.bias");
+  char pre[48];
+  for (int l = 0; l < cfg->depth; l++) {
+    snprintf(pre, sizeof pre, "blocks.%d.norm1", l);
+    norm(&b, l + 1, C, pre);
+    snprintf(pre, sizeof pre, "blocks.%d.attn.qkv", l);
+    int qkv = linear(&b, l + 1, VT_TP_ROWS, 3 * C, C, pre);
+    t->p[qkv].tp_groups = t->p[qkv + 1].tp_groups = 3;  // weight and bias rows: [q | k | v]
+    snprintf(pre, sizeof pre, "blocks.%d.attn.proj", l);
+    linear(&b, l + 1, VT_TP_COLS, C, C, pre);
+    snprintf(pre, sizeof pre, "blocks.%d.norm2", l);
+    norm(&b, l + 1, C, pre);
+    snprintf(pre, sizeof pre, "blocks.%d.mlp.fc1", l);
+    linear(&b, l + 1, VT_TP_ROWS, F, C, pre);
+    snprintf(pre, sizeof pre, "blocks.%d.mlp.fc2", l);
+    linear(&b, l + 1, VT_TP_COLS, C, F, pre);
+  }
+  norm(&b, cfg->depth + 1, C, "norm");
+  linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, C, "head");
+}
+
+void vt_params_free(vt_param_table *t) {
+  free(t->p);
+  memset(t, 0, sizeof *t);
+}
+
+const vt_param *vt_params_find(const vt_param_table *t, const char *name) {
+  for (int i = 0; i < t->count; i++)
+    if (strcmp(t->p[i].name, name) == 0) return &t->p[i];
+  return NULL;
+}
+
+void vt_params_init(const vt_param_table *t, float *host, uint64_t seed) {
+  for (int i = 0; i < t->count; i++) {
+    const vt_param *p = &t->p[i];
+    float *x = host + p->offset;
+    uint32_t stream = vt_hash_name(p->name);
+    for (int64_t j = 0; j < p->count; j++) {
+      float v = 0.0f;
+      switch (p->init) {
+        case VT_INIT_ZEROS: v = 0.0f; break;
+        case VT_INIT_ONES: v = 1.0f; break;
+        case VT_INIT_NORMAL: v = p->init_scale * vt_rng_normal(seed, stream, 0, (uint64_t)j); break;
+        case VT_INIT_TRUNC_NORMAL:
+          // timm truncates at the absolute values -2 and 2, i.e. 100 std at std 0.02: clamping
+          // a draw there is the same distribution up to an event of probability ~0.
+          v = p->init_scale * vt_rng_normal(seed, stream, 0, (uint64_t)j);
+          v = v < -2.0f ? -2.0f : v > 2.0f ? 2.0f : v;
+          break;
+        case VT_INIT_UNIFORM:
+          v = p->init_scale * (2.0f * vt_rng_uniform(seed, stream, 0, (uint64_t)j) - 1.0f);
+          break;
+      }
+      x[j] = v;
+    }
+  }
+}

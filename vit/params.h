@@ -1,0 +1,55 @@
+// params.h: the parameter table. One row per tensor: timm's name and shape, where it sits in the
+// flat buffers, whether AdamW decays it, how it is initialised, which layer owns it (for
+// pipeline stages) and how tensor parallelism splits it. Allocation, init, optimizer, gradient
+// norm, checkpoints and export all walk this table. Must not depend on MPI or a backend.
+#ifndef VT_PARAMS_H
+#define VT_PARAMS_H
+
+#include <stdint.h>
+
+#include "config.h"
+
+typedef enum {
+  VT_INIT_ZEROS,
+  VT_INIT_ONES,
+  VT_INIT_TRUNC_NORMAL,  // timm trunc_normal_(std, a=-2, b=2): Linear weights, pos_embed
+  VT_INIT_NORMAL,        // normal_(std): cls_token (std 1e-6)
+  VT_INIT_UNIFORM,       // uniform(-bound, bound): Conv2d default (patch_embed), bound 1/sqrt(fan_in)
+} vt_init_kind;
+
+// How tensor parallelism splits a tensor (Megatron style; see design.md).
+typedef enum {
+  VT_TP_REPLICATED,  // every TP rank holds all of it
+  VT_TP_ROWS,        // column-parallel Linear: output rows split (qkv: per q/k/v group)
+  VT_TP_COLS,        // row-parallel Linear: input columns split
+} vt_tp_split;
+
+typedef struct {
+  char name[64];      // timm name, e.g. "blocks.3.attn.qkv.weight"
+  int ndim;
+  int64_t shape[4];   // global (unsharded) shape
+  int64_t count;      // elements
+  int64_t offset;     // first element in the flat parameter/gradient buffers
+  int decay;          // AdamW weight decay applies (not biases, norms, pos_embed, cls_token)
+  vt_init_kind init;
+  float init_scale;   // std or bound
+  int layer;          // 0 = embeddings, 1..depth = blocks, depth+1 = final norm and head
+  vt_tp_split tp_split;
+  int tp_groups;      // qkv: 3 (q, k, v each split by heads); otherwise 1
+} vt_param;
+
+typedef struct {
+  vt_param *p;
+  int count;
+  int64_t total;  // elements over all tensors
+} vt_param_table;
+
+void vt_params_build(vt_param_table *t, const vt_vit_config *cfg);
+void vt_params_free(vt_param_table *t);
+// The row of a name, or NULL.
+const vt_param *vt_params_find(const vt_param_table *t, const char *name);
+// Initialise a host copy of all parameters as timm does, from the counter-based RNG keyed by
+// (seed, parameter name, element): the same values on any rank, thread count or layout.
+void vt_params_init(const vt_param_table *t, float *host, uint64_t seed);
+
+#endif
