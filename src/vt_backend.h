@@ -13,6 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { VT_DEVICE_CPU = 0, VT_DEVICE_CUDA = 1 } vt_device;
 
 typedef struct vt_backend vt_backend;
@@ -74,5 +79,9 @@ int vt_backend_threads(void);
 
 // What was compiled in, for --version and the test log.
 const char *vt_backend_build_info(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

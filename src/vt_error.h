@@ -7,7 +7,18 @@
 #define VT_ERROR_H
 
 #include <stdarg.h>
-#include <stdnoreturn.h>
+
+
+// _Noreturn in C, [[noreturn]] in C++ (the .cu files include this header too).
+#ifdef __cplusplus
+#define VT_NORETURN [[noreturn]]
+#else
+#define VT_NORETURN _Noreturn
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef enum { VT_OK = 0, VT_ERR_INPUT = 1, VT_ERR_IO = 2 } vt_status;
 
@@ -24,7 +35,7 @@ vt_rank_tag vt_get_rank_tag(void);
 typedef void (*vt_abort_hook)(int code);
 void vt_set_abort_hook(vt_abort_hook hook);
 
-noreturn void vt_fatal(const char *file, int line, const char *fmt, ...)
+VT_NORETURN void vt_fatal(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #define VT_CHECK(cond, ...)                              \
@@ -38,5 +49,9 @@ void vt_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vt_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vt_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vt_log_all_ranks(int on);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -6,6 +6,11 @@
 
 #include "vt_backend.h"
 
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // out = inp @ weight^T + bias (bias may be NULL): a torch.nn.Linear.
 // out (M, O), inp (M, I), weight (O, I), bias (O)
 void vt_linear_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
@@ -85,5 +90,9 @@ void vt_adamw(const vt_backend *be, float *param, const float *grad, float *m, f
 // Sum of squares (accumulated in double) and in-place scaling, for the gradient norm and clipping.
 double vt_sumsq(const vt_backend *be, const float *x, int64_t count);
 void vt_scale(const vt_backend *be, float *x, float alpha, int64_t count);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,11 @@
 
 #include <stdint.h>
 
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
   uint32_t v[4];
 } vt_philox_ctr;
@@ -26,5 +31,9 @@ float vt_rng_normal(uint64_t key, uint32_t stream_hi, uint32_t stream_lo, uint64
 
 // A uniform 32-bit integer, for labels and permutations.
 uint32_t vt_rng_u32(uint64_t key, uint32_t stream_hi, uint32_t stream_lo, uint64_t i);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -22,8 +22,8 @@ typedef struct {
 } shape;
 
 static const shape kShapes[] = {
-    {7, 3, 77, 1, 1, 1},       {197, 192, 576, 1, 1, 1}, {1, 1, 1, 1, 1, 1},
-    {33, 65, 17, 0, 0, 0},     {394, 384, 1152, 1, 1, 1}, {5, 1000, 2, 0, 1, 1},
+    {7, 3, 77, 1, 1, 1},   {197, 192, 576, 1, 1, 1},  {1, 1, 1, 1, 1, 1},
+    {33, 65, 17, 0, 0, 0}, {394, 384, 1152, 1, 1, 1}, {5, 1000, 2, 0, 1, 1},
 };
 
 static float *host_random(int64_t count, uint32_t stream) {
@@ -32,7 +32,8 @@ static float *host_random(int64_t count, uint32_t stream) {
     fprintf(stderr, "out of host memory\n");
     exit(1);
   }
-  for (int64_t i = 0; i < count; i++) p[i] = 2.0f * vt_rng_uniform(1234, 77, stream, (uint64_t)i) - 1.0f;
+  for (int64_t i = 0; i < count; i++)
+    p[i] = 2.0f * vt_rng_uniform(1234, 77, stream, (uint64_t)i) - 1.0f;
   return p;
 }
 

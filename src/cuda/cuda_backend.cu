@@ -1,0 +1,124 @@
+// cuda_backend.cu: the CUDA backend's table, its memory functions, and the one stream and cuBLAS
+// handle that every CUDA op runs on. The registry (src/backend.c) calls vt_cuda_backend_get.
+// C-style CUDA, no STL. Must not depend on MPI, NCCL or the model; which GPU this process uses
+// is chosen by the caller (cudaSetDevice) before the first call.
+#include <stdio.h>
+
+#include "cuda_common.h"
+#include "cuda_ops.h"
+
+#include "../vt_backend.h"
+
+static cudaStream_t g_stream = NULL;
+static cublasHandle_t g_cublas = NULL;
+
+cudaStream_t vt_cuda_stream(void) { return g_stream; }
+cublasHandle_t vt_cuda_cublas(void) { return g_cublas; }
+
+static void *cuda_alloc(size_t nbytes) {
+  void *p = NULL;
+  // cudaMalloc(0) succeeds with NULL, which callers would read as failure.
+  if (cudaMalloc(&p, nbytes ? nbytes : 256) != cudaSuccess) {
+    // Out of memory is not sticky; clear it so the next unrelated check does not report it.
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  VT_CUDA_CHECK(cudaMemsetAsync(p, 0, nbytes, g_stream));
+  // The contract is "zeroed memory"; a caller may hand it to another stream (NCCL) right away.
+  VT_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+  return p;
+}
+
+static void cuda_free(void *p) {
+  // cudaFree waits for the device, so work still queued on the stream cannot touch freed memory.
+  if (p) VT_CUDA_CHECK(cudaFree(p));
+}
+
+// Pageable host memory is staged by the driver before cudaMemcpyAsync returns; a pinned host
+// buffer must stay unchanged until the next synchronize.
+static void cuda_to_device(void *dst, const void *host_src, size_t nbytes) {
+  if (nbytes)
+    VT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, g_stream));
+}
+
+static void cuda_to_host(void *host_dst, const void *src, size_t nbytes) {
+  if (nbytes)
+    VT_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost, g_stream));
+  // The caller reads host_dst next; with pinned memory the copy may still be in flight.
+  VT_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+}
+
+static void cuda_copy(void *dst, const void *src, size_t nbytes) {
+  if (nbytes) VT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, g_stream));
+}
+
+static void cuda_zero(void *p, size_t nbytes) {
+  if (nbytes) VT_CUDA_CHECK(cudaMemsetAsync(p, 0, nbytes, g_stream));
+}
+
+static void cuda_sync(void) { VT_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
+
+static vt_backend g_table;
+static int g_state = 0;  // 0 not tried, 1 ready, -1 unusable (reason in g_why)
+static char g_why[256];
+
+// Failing to set up is a normal answer ("no GPU here"), not a fatal error: tests skip and the
+// program falls back or explains, so report instead of aborting.
+static int cuda_init(void) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    snprintf(g_why, sizeof g_why, "no CUDA device is visible (cudaGetDeviceCount: %s)",
+             cudaGetErrorString(err));
+    (void)cudaGetLastError();
+    return -1;
+  }
+  if (count < 1) {
+    snprintf(g_why, sizeof g_why, "no CUDA device is visible (cudaGetDeviceCount found 0)");
+    return -1;
+  }
+  err = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking);
+  if (err != cudaSuccess) {
+    snprintf(g_why, sizeof g_why, "cannot create a CUDA stream (cudaStreamCreateWithFlags: %s)",
+             cudaGetErrorString(err));
+    (void)cudaGetLastError();
+    return -1;
+  }
+  cublasStatus_t st = cublasCreate(&g_cublas);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    snprintf(g_why, sizeof g_why, "cannot create a cuBLAS handle (cublasCreate: status %d)",
+             (int)st);
+    cudaStreamDestroy(g_stream);
+    g_stream = NULL;
+    return -1;
+  }
+  VT_CUBLAS_CHECK(cublasSetStream(g_cublas, g_stream));
+  // Stated, not assumed: fp32 GEMMs stay fp32 (the CPU backend is the reference), so no TF32;
+  // the bf16 paths ask for tensor cores per call.
+  VT_CUBLAS_CHECK(cublasSetMathMode(g_cublas, CUBLAS_DEFAULT_MATH));
+
+  g_table.name = "cuda";
+  g_table.device = VT_DEVICE_CUDA;
+  g_table.alloc = cuda_alloc;
+  g_table.free = cuda_free;
+  g_table.to_device = cuda_to_device;
+  g_table.to_host = cuda_to_host;
+  g_table.copy = cuda_copy;
+  g_table.zero = cuda_zero;
+  g_table.synchronize = cuda_sync;
+  g_table.linear_fwd = vt_cuda_linear_fwd;
+  g_table.linear_bwd = vt_cuda_linear_bwd;
+  // Every other op stays NULL until its kernel exists; src/ops.c names the missing op.
+  return 1;
+}
+
+// Not thread-safe on the first call: the step loop's thread calls it before any other thread
+// could need the backend.
+extern "C" const vt_backend *vt_cuda_backend_get(const char **why) {
+  if (g_state == 0) g_state = cuda_init();
+  if (g_state < 0) {
+    if (why) *why = g_why;
+    return NULL;
+  }
+  return &g_table;
+}

@@ -1,0 +1,124 @@
+// ref_dump.c: runs a small vit3d model for 5 optimizer steps on the CPU backend, exactly as
+// launch/train.c does, and writes everything the PyTorch reference (tests/ref_vit.py) needs to
+// one safetensors file: initial weights, data, step-0 logits/loss/gradients, per-step lr,
+// grad norm and loss, and the final weights. Usage: ref_dump OUT.safetensors
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "optim.h"
+#include "safetensors.h"
+#include "synthetic.h"
+
+enum { STEPS = 5, GLOBAL = 6, MICRO = 3 };
+static const uint64_t SEED = 1234;
+static const float SMOOTHING = 0.1f;
+
+// The output list owns copies of everything, so tensors can be snapshotted at any moment.
+typedef struct {
+  vt_st_tensor t[256];
+  int n;
+} out_list;
+
+static void *push(out_list *o, const char *prefix, const char *name, const char *dtype,
+                  int ndim, const int64_t *shape) {
+  VT_CHECK(o->n < 256, "too many tensors for ref_dump");
+  vt_st_tensor *t = &o->t[o->n++];
+  size_t len = strlen(prefix) + strlen(name) + 1;
+  char *full = malloc(len);
+  int64_t count = 1;
+  for (int i = 0; i < ndim; i++) count *= (t->shape[i] = shape[i]);
+  void *data = calloc((size_t)count, 4);
+  VT_CHECK(full && data, "out of host memory");
+  snprintf(full, len, "%s%s", prefix, name);
+  t->name = full, t->dtype = dtype, t->ndim = ndim, t->data = data;
+  return data;
+}
+
+// One tensor per parameter, copied from a flat backend buffer, under timm's name and shape.
+static void push_params(out_list *o, const vt_model *m, const char *prefix, const float *flat) {
+  for (int i = 0; i < m->table.count; i++) {
+    const vt_param *p = &m->table.p[i];
+    void *dst = push(o, prefix, p->name, "F32", p->ndim, p->shape);
+    m->be->to_host(dst, flat + p->offset, (size_t)p->count * sizeof(float));
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s OUT.safetensors\n", argv[0]);
+    return 2;
+  }
+  const char *why = NULL;
+  const vt_backend *be = vt_backend_get(VT_DEVICE_CPU, &why);
+  VT_CHECK(be != NULL, "no CPU backend: %s", why);
+  vt_backend_set_threads(2);
+
+  vt_vit_config cfg = {.name = "ref", .img_size = 32, .patch_size = 8, .width = 48, .depth = 2,
+                       .heads = 3, .mlp_ratio = 4.0f, .num_classes = 10};
+  char err[256];
+  VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
+  vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,
+                        .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.05f,
+                        .clip_grad = 0.5f};
+  const int S = cfg.img_size, K = cfg.num_classes;
+  const int64_t img_elems = 3 * (int64_t)S * S;
+
+  vt_model m;
+  vt_model_init(&m, &cfg, MICRO, be, SEED);
+  vt_adamw_state opt;
+  vt_adamw_state_init(&opt, be, m.table.total);
+
+  out_list o = {.n = 0};
+  push_params(&o, &m, "init.", m.params);
+  float *images = push(&o, "", "images", "F32", 4, (int64_t[]){STEPS * GLOBAL, 3, S, S});
+  int32_t *labels = push(&o, "", "labels", "I32", 1, (int64_t[]){STEPS * GLOBAL});
+  float *logits0 = push(&o, "", "logits", "F32", 2, (int64_t[]){GLOBAL, K});
+  float *loss0 = push(&o, "", "loss", "F32", 1, (int64_t[]){1});
+  float *lrs = push(&o, "", "lr", "F32", 1, (int64_t[]){STEPS});
+  float *norms = push(&o, "", "grad_norm", "F32", 1, (int64_t[]){STEPS});
+  float *losses = push(&o, "", "loss_per_step", "F32", 1, (int64_t[]){STEPS});
+
+  int clipped = 0;
+  for (int64_t step = 0; step < STEPS; step++) {
+    be->zero(m.grads, (size_t)m.table.total * sizeof(float));
+    double loss_sum = 0.0;
+    for (int mb = 0; mb < GLOBAL / MICRO; mb++) {
+      const int64_t first = step * GLOBAL + (int64_t)mb * MICRO;
+      for (int b = 0; b < MICRO; b++)
+        vt_synthetic_sample(SEED, first + b, S, K, images + (first + b) * img_elems,
+                            &labels[first + b]);
+      be->to_device(m.a.img, images + first * img_elems, (size_t)(MICRO * img_elems) * 4);
+      be->to_device(m.a.labels, labels + first, MICRO * sizeof(int32_t));
+      loss_sum += vt_model_forward(&m, MICRO, SMOOTHING);
+      if (step == 0)
+        be->to_host(logits0 + (int64_t)mb * MICRO * K, m.a.logits, (size_t)MICRO * K * 4);
+      vt_model_backward(&m, MICRO, SMOOTHING, 1.0f / (float)GLOBAL);
+    }
+    const double gnorm = vt_grad_norm(be, &m.table, m.grads);
+    const float lr = vt_lr_at(&oc, step);
+    if (step == 0) {
+      loss0[0] = (float)(loss_sum / GLOBAL);
+      push_params(&o, &m, "grad.", m.grads);  // before vt_optim_step clips them in place
+    }
+    lrs[step] = lr, norms[step] = (float)gnorm, losses[step] = (float)(loss_sum / GLOBAL);
+    clipped += gnorm > oc.clip_grad;
+    printf("step %lld: loss %.6f lr %.3e grad_norm %.6f%s\n", (long long)step,
+           loss_sum / GLOBAL, lr, gnorm, gnorm > oc.clip_grad ? " (clipped)" : "");
+    vt_optim_step(be, &m.table, m.params, m.grads, &opt, &oc, lr, gnorm);
+  }
+  push_params(&o, &m, "final.", m.params);
+  printf("clipping active on %d of %d steps\n", clipped, STEPS);
+  // The reference is only meaningful for clipping if it happened at least once.
+  VT_CHECK(clipped > 0, "clip_grad %.2f never triggered; the reference would not test it",
+           oc.clip_grad);
+
+  vt_status st = vt_safetensors_write(argv[1], o.t, o.n, err, sizeof err);
+  if (st != VT_OK) fprintf(stderr, "ref_dump: %s\n", err);
+  else printf("wrote %d tensors to %s\n", o.n, argv[1]);
+  for (int i = 0; i < o.n; i++) free((void *)o.t[i].name), free((void *)o.t[i].data);
+  vt_adamw_state_free(&opt, be);
+  vt_model_free(&m);
+  return st == VT_OK ? 0 : 1;
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# test_cli.sh VIT3D: bad flags and impossible values are refused with exit code 2 and a message
+# that names the problem; --help explains every flag.
+set -uo pipefail
+vit3d=$1
+fail=0
+refuse() {  # refuse "what the message must contain" args...
+  local want=$1; shift
+  local out rc
+  out=$("$vit3d" "$@" 2>&1); rc=$?
+  if [ $rc -ne 2 ] || ! grep -qF -- "$want" <<<"$out"; then
+    echo "FAIL: vit3d $* -> rc $rc, output: $out (wanted rc 2 and '$want')"; fail=1
+  else
+    echo "ok: vit3d $* -> $out"
+  fi
+}
+refuse "unknown flag '--bogus'" train --bogus 1
+refuse "--lr: 'abc' is not a valid number" train --lr abc
+refuse "--steps: 0 is out of range" train --steps 0
+refuse "--device: 'tpu' is not one of cpu|cuda" train --device tpu
+refuse "not a multiple of --micro-batch-size" train --global-batch-size 10 --micro-batch-size 4
+refuse "width 100 is not a multiple of heads 3" train --width 100
+refuse "img-size 225 is not a multiple of patch-size 16" train --img-size 225
+refuse "unknown model 'vit-q'" train --model vit-q
+refuse "--seed: '-1' is not a valid whole number" train --seed -1
+refuse "needs a value" train --lr
+refuse "unknown command 'trian'" trian
+refuse "--warmup-steps 20 is longer than --steps 10" train --steps 10 --warmup-steps 20
+help=$("$vit3d" train --help)
+for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes \
+            --data --micro-batch-size --global-batch-size --steps --lr --min-lr --warmup-steps \
+            --weight-decay --clip-grad --label-smoothing --seed --device --threads --log-dir; do
+  grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
+done
+"$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }
+exit $fail

@@ -1,0 +1,258 @@
+// test_grad.c: every backward op of the CPU backend against central finite differences, at odd
+// sizes (C = 3 and 77, token counts that are no multiple of any block size). Loss of an op is
+// L = sum(out * R) with a fixed random R, accumulated in double; each input element is nudged
+// by +-EPS. A negative control proves the checker catches a 5% error in one element.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vt_ops.h"
+#include "vt_rng.h"
+
+#define EPS 1e-2f
+#define RTOL 1e-2
+#define ATOL 2e-3
+
+static const vt_backend *be;
+static int failures = 0;
+
+static float *randn(int64_t n, uint32_t stream, float scale) {
+  float *x = malloc((size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++) x[i] = scale * vt_rng_normal(42, stream, 0, (uint64_t)i);
+  return x;
+}
+
+// The op under test: fills out from the current inputs.
+typedef void (*fwd_fn)(void *ctx, float *out);
+
+static double loss(fwd_fn f, void *ctx, float *out, const float *r, int64_t n) {
+  f(ctx, out);
+  double s = 0.0;
+  for (int64_t i = 0; i < n; i++) s += (double)out[i] * r[i];
+  return s;
+}
+
+// Compares the analytic gradient of x with finite differences; returns the worst error ratio
+// (error / allowed), > 1 means failure.
+static double check(const char *what, fwd_fn f, void *ctx, float *out, const float *r,
+                    int64_t nout, float *x, int64_t nx, const float *grad) {
+  double worst = 0.0;
+  int64_t worst_i = 0;
+  for (int64_t i = 0; i < nx; i++) {
+    float keep = x[i];
+    x[i] = keep + EPS;
+    double lp = loss(f, ctx, out, r, nout);
+    x[i] = keep - EPS;
+    double lm = loss(f, ctx, out, r, nout);
+    x[i] = keep;
+    double fd = (lp - lm) / (2.0 * EPS), a = grad[i];
+    double ratio = fabs(a - fd) / (ATOL + RTOL * fmax(fabs(a), fabs(fd)));
+    if (ratio > worst) worst = ratio, worst_i = i;
+  }
+  printf("  %-34s n=%-6lld worst err/tol %.3f at %lld\n", what, (long long)nx, worst,
+         (long long)worst_i);
+  return worst;
+}
+
+static void expect_pass(const char *what, double ratio) {
+  if (ratio > 1.0) {
+    printf("FAIL: %s: the analytic gradient disagrees with finite differences\n", what);
+    failures++;
+  }
+}
+
+// ---- linear ----
+typedef struct { float *inp, *w, *b; int64_t M, I, O; } lin_ctx;
+static void lin_fwd(void *c, float *out) {
+  lin_ctx *k = c;
+  vt_linear_fwd(be, out, k->inp, k->w, k->b, k->M, k->I, k->O);
+}
+static void test_linear(int64_t M, int64_t I, int64_t O) {
+  lin_ctx k = {randn(M * I, 1, 1), randn(O * I, 2, 0.5f), randn(O, 3, 1), M, I, O};
+  float *out = calloc((size_t)(M * O), 4), *r = randn(M * O, 4, 1);
+  float *dinp = calloc((size_t)(M * I), 4), *dw = calloc((size_t)(O * I), 4);
+  float *db = calloc((size_t)O, 4);
+  vt_linear_bwd(be, dinp, dw, db, r, k.inp, k.w, M, I, O);
+  char name[64];
+  snprintf(name, sizeof name, "linear %lldx%lld->%lld dinp", (long long)M, (long long)I, (long long)O);
+  expect_pass(name, check(name, lin_fwd, &k, out, r, M * O, k.inp, M * I, dinp));
+  expect_pass("linear dweight", check("linear dweight", lin_fwd, &k, out, r, M * O, k.w, O * I, dw));
+  expect_pass("linear dbias", check("linear dbias", lin_fwd, &k, out, r, M * O, k.b, O, db));
+  // Negative control: a 5% error in one element of dweight must be caught.
+  dw[O * I / 2] = dw[O * I / 2] * 1.05f + 0.05f;
+  double bad = check("linear dweight (corrupted, must fail)", lin_fwd, &k, out, r, M * O, k.w,
+                     O * I, dw);
+  if (bad <= 1.0) {
+    printf("FAIL: the checker did not notice a corrupted gradient\n");
+    failures++;
+  }
+  free(k.inp), free(k.w), free(k.b), free(out), free(r), free(dinp), free(dw), free(db);
+}
+
+// ---- layernorm ----
+typedef struct { float *inp, *w, *b, *mean, *rstd; int64_t M, C; } ln_ctx;
+static void ln_fwd(void *c, float *out) {
+  ln_ctx *k = c;
+  vt_layernorm_fwd(be, out, k->mean, k->rstd, k->inp, k->w, k->b, k->M, k->C);
+}
+static void test_layernorm(int64_t M, int64_t C) {
+  ln_ctx k = {randn(M * C, 5, 1), randn(C, 6, 1), randn(C, 7, 1), calloc((size_t)M, 4),
+              calloc((size_t)M, 4), M, C};
+  for (int64_t i = 0; i < M * C; i++) k.inp[i] += 0.3f * (float)(i % 5);  // nonzero means
+  float *out = calloc((size_t)(M * C), 4), *r = randn(M * C, 8, 1);
+  float *dinp = calloc((size_t)(M * C), 4), *dw = calloc((size_t)C, 4), *db = calloc((size_t)C, 4);
+  ln_fwd(&k, out);
+  vt_layernorm_bwd(be, dinp, dw, db, r, k.inp, k.w, k.mean, k.rstd, M, C);
+  char name[64];
+  snprintf(name, sizeof name, "layernorm %lldx%lld dinp", (long long)M, (long long)C);
+  expect_pass(name, check(name, ln_fwd, &k, out, r, M * C, k.inp, M * C, dinp));
+  expect_pass("layernorm dweight", check("layernorm dweight", ln_fwd, &k, out, r, M * C, k.w, C, dw));
+  expect_pass("layernorm dbias", check("layernorm dbias", ln_fwd, &k, out, r, M * C, k.b, C, db));
+  free(k.inp), free(k.w), free(k.b), free(k.mean), free(k.rstd), free(out), free(r);
+  free(dinp), free(dw), free(db);
+}
+
+// ---- gelu ----
+typedef struct { float *inp; int64_t n; } gelu_ctx;
+static void gelu_fwd(void *c, float *out) {
+  gelu_ctx *k = c;
+  vt_gelu_fwd(be, out, k->inp, k->n);
+}
+static void test_gelu(int64_t n) {
+  gelu_ctx k = {randn(n, 9, 2), n};
+  float *out = calloc((size_t)n, 4), *r = randn(n, 10, 1), *dinp = calloc((size_t)n, 4);
+  vt_gelu_bwd(be, dinp, k.inp, r, n);
+  expect_pass("gelu", check("gelu dinp", gelu_fwd, &k, out, r, n, k.inp, n, dinp));
+  free(k.inp), free(out), free(r), free(dinp);
+}
+
+// ---- add ----
+typedef struct { float *a, *b; int64_t n; } add_ctx;
+static void add_fwd(void *c, float *out) {
+  add_ctx *k = c;
+  vt_add(be, out, k->a, k->b, k->n);
+}
+static void test_add(int64_t n) {
+  // The backward of out = a + b hands dout to both inputs unchanged.
+  add_ctx k = {randn(n, 11, 1), randn(n, 12, 1), n};
+  float *out = calloc((size_t)n, 4), *r = randn(n, 13, 1);
+  expect_pass("add da", check("add da (= dout)", add_fwd, &k, out, r, n, k.a, n, r));
+  expect_pass("add db", check("add db (= dout)", add_fwd, &k, out, r, n, k.b, n, r));
+  free(k.a), free(k.b), free(out), free(r);
+}
+
+// ---- attention ----
+typedef struct { float *qkv, *att; int64_t B, N, H, D; } att_ctx;
+static void att_fwd(void *c, float *out) {
+  att_ctx *k = c;
+  vt_attention_fwd(be, out, k->att, k->qkv, k->B, k->N, k->H, k->D);
+}
+static void test_attention(int64_t B, int64_t N, int64_t H, int64_t D) {
+  int64_t C = H * D, nq = B * N * 3 * C, no = B * N * C;
+  att_ctx k = {randn(nq, 14, 1), calloc((size_t)(B * H * N * N), 4), B, N, H, D};
+  float *out = calloc((size_t)no, 4), *r = randn(no, 15, 1), *dqkv = calloc((size_t)nq, 4);
+  att_fwd(&k, out);
+  vt_attention_bwd(be, dqkv, r, k.qkv, k.att, B, N, H, D);
+  char name[64];
+  snprintf(name, sizeof name, "attention B%lld N%lld H%lld D%lld", (long long)B, (long long)N,
+           (long long)H, (long long)D);
+  expect_pass(name, check(name, att_fwd, &k, out, r, no, k.qkv, nq, dqkv));
+  free(k.qkv), free(k.att), free(out), free(r), free(dqkv);
+}
+
+// ---- patchify ----
+typedef struct { float *img; int64_t B, S, P; } pat_ctx;
+static void pat_fwd(void *c, float *out) {
+  pat_ctx *k = c;
+  vt_patchify_fwd(be, out, k->img, k->B, k->S, k->P);
+}
+static void test_patchify(int64_t B, int64_t S, int64_t P) {
+  int64_t n = B * 3 * S * S;
+  pat_ctx k = {randn(n, 16, 1), B, S, P};
+  float *out = calloc((size_t)n, 4), *r = randn(n, 17, 1), *dimg = calloc((size_t)n, 4);
+  vt_patchify_bwd(be, dimg, r, B, S, P);
+  expect_pass("patchify", check("patchify dimg", pat_fwd, &k, out, r, n, k.img, n, dimg));
+  free(k.img), free(out), free(r), free(dimg);
+}
+
+// ---- embed ----
+typedef struct { float *patch, *cls, *pos; int64_t B, N, C; } emb_ctx;
+static void emb_fwd(void *c, float *out) {
+  emb_ctx *k = c;
+  vt_embed_fwd(be, out, k->patch, k->cls, k->pos, k->B, k->N, k->C);
+}
+static void test_embed(int64_t B, int64_t N, int64_t C) {
+  emb_ctx k = {randn(B * (N - 1) * C, 18, 1), randn(C, 19, 1), randn(N * C, 20, 1), B, N, C};
+  int64_t no = B * N * C;
+  float *out = calloc((size_t)no, 4), *r = randn(no, 21, 1);
+  float *dp = calloc((size_t)(B * (N - 1) * C), 4), *dc = calloc((size_t)C, 4);
+  float *dpos = calloc((size_t)(N * C), 4);
+  vt_embed_bwd(be, dp, dc, dpos, r, B, N, C);
+  expect_pass("embed dpatch", check("embed dpatch_out", emb_fwd, &k, out, r, no, k.patch, B * (N - 1) * C, dp));
+  expect_pass("embed dcls", check("embed dcls", emb_fwd, &k, out, r, no, k.cls, C, dc));
+  expect_pass("embed dpos", check("embed dpos", emb_fwd, &k, out, r, no, k.pos, N * C, dpos));
+  free(k.patch), free(k.cls), free(k.pos), free(out), free(r), free(dp), free(dc), free(dpos);
+}
+
+// ---- class-token pooling ----
+typedef struct { float *x; int64_t B, N, C; } pool_ctx;
+static void pool_fwd(void *c, float *out) {
+  pool_ctx *k = c;
+  vt_cls_pool_fwd(be, out, k->x, k->B, k->N, k->C);
+}
+static void test_pool(int64_t B, int64_t N, int64_t C) {
+  pool_ctx k = {randn(B * N * C, 22, 1), B, N, C};
+  float *out = calloc((size_t)(B * C), 4), *r = randn(B * C, 23, 1);
+  float *dx = randn(B * N * C, 24, 1);  // garbage: the backward must overwrite all of it
+  vt_cls_pool_bwd(be, dx, r, B, N, C);
+  expect_pass("cls_pool", check("cls_pool dx", pool_fwd, &k, out, r, B * C, k.x, B * N * C, dx));
+  free(k.x), free(out), free(r), free(dx);
+}
+
+// ---- cross-entropy ----
+typedef struct { float *logits, *probs; int32_t *labels; float smoothing; int64_t B, K; } ce_ctx;
+static void ce_fwd(void *c, float *out) {
+  ce_ctx *k = c;
+  vt_cross_entropy_fwd(be, out, k->probs, k->logits, k->labels, k->smoothing, k->B, k->K);
+}
+static void test_cross_entropy(int64_t B, int64_t K, float smoothing) {
+  ce_ctx k = {randn(B * K, 25, 2), calloc((size_t)(B * K), 4), malloc((size_t)B * 4), smoothing, B, K};
+  for (int64_t b = 0; b < B; b++) k.labels[b] = (int32_t)((b * 7 + 3) % K);
+  float *out = calloc((size_t)B, 4), *r = malloc((size_t)B * 4), *d = calloc((size_t)(B * K), 4);
+  const float scale = 0.37f;  // the bwd takes a uniform weight: L = scale * sum(losses)
+  for (int64_t b = 0; b < B; b++) r[b] = scale;
+  ce_fwd(&k, out);
+  vt_cross_entropy_bwd(be, d, k.probs, k.labels, smoothing, scale, B, K);
+  char name[64];
+  snprintf(name, sizeof name, "cross_entropy B%lld K%lld s%.2f", (long long)B, (long long)K, smoothing);
+  expect_pass(name, check(name, ce_fwd, &k, out, r, B, k.logits, B * K, d));
+  free(k.logits), free(k.probs), free(k.labels), free(out), free(r), free(d);
+}
+
+int main(void) {
+  const char *why = NULL;
+  be = vt_backend_get(VT_DEVICE_CPU, &why);
+  vt_backend_set_threads(2);
+  printf("finite differences: eps %g, |analytic - fd| <= %g + %g * max(|analytic|, |fd|)\n",
+         (double)EPS, ATOL, RTOL);
+  test_linear(5, 3, 77);
+  test_linear(13, 77, 3);
+  test_linear(1, 1, 1);
+  test_layernorm(13, 3);
+  test_layernorm(5, 77);
+  test_gelu(1001);
+  test_add(77);
+  test_attention(2, 13, 3, 5);
+  test_attention(1, 5, 1, 3);
+  test_attention(2, 7, 7, 11);
+  test_patchify(2, 6, 3);
+  test_embed(2, 13, 3);
+  test_embed(3, 5, 77);
+  test_pool(3, 5, 7);
+  test_cross_entropy(5, 3, 0.0f);
+  test_cross_entropy(4, 77, 0.1f);
+  if (failures) printf("%d gradient check(s) FAILED\n", failures);
+  else printf("all gradient checks passed\n");
+  return failures ? 1 : 0;
+}

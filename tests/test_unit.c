@@ -1,0 +1,146 @@
+// test_unit.c: unit tests of the pieces below the model: Philox against the published
+// known-answer vectors, the parameter table against timm's parameter counts, the learning-rate
+// schedule, AdamW against a double-precision transcription, and the config checks.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "optim.h"
+#include "params.h"
+#include "vt_ops.h"
+#include "vt_rng.h"
+
+static int failures = 0;
+#define EXPECT(cond, ...)                    \
+  do {                                       \
+    if (!(cond)) {                           \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__);                   \
+      printf("\n");                          \
+      failures++;                            \
+    }                                        \
+  } while (0)
+
+static void test_philox(void) {
+  // Known-answer vectors of Philox4x32-10 (Random123's kat_vectors).
+  struct { uint32_t ctr[4]; uint64_t key; uint32_t out[4]; } kat[] = {
+      {{0, 0, 0, 0}, 0, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, 0xffffffffffffffffull,
+       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, 0x299f31d0a4093822ull,
+       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  for (int i = 0; i < 3; i++) {
+    vt_philox_ctr c = {{kat[i].ctr[0], kat[i].ctr[1], kat[i].ctr[2], kat[i].ctr[3]}};
+    vt_philox_ctr r = vt_philox4x32(c, kat[i].key);
+    EXPECT(memcmp(r.v, kat[i].out, 16) == 0, "philox KAT %d: got %08x %08x %08x %08x", i, r.v[0],
+           r.v[1], r.v[2], r.v[3]);
+  }
+  // Normals: mean ~0, variance ~1 over 1e5 draws; uniforms in [0, 1).
+  double s = 0, ss = 0;
+  for (int i = 0; i < 100000; i++) {
+    double x = vt_rng_normal(7, 1, 2, (uint64_t)i);
+    s += x, ss += x * x;
+    float u = vt_rng_uniform(7, 1, 2, (uint64_t)i);
+    EXPECT(u >= 0.0f && u < 1.0f, "uniform out of range: %g", u);
+  }
+  EXPECT(fabs(s / 1e5) < 0.02 && fabs(ss / 1e5 - 1.0) < 0.02, "normal moments %g %g", s / 1e5,
+         ss / 1e5);
+}
+
+static void test_param_counts(void) {
+  // timm's parameter counts for these models with 1000 classes.
+  struct { const char *name; int64_t count; int tensors; } want[] = {
+      {"vit-ti16", 5717416, 152},  {"vit-s16", 22050664, 152}, {"vit-b16", 86567656, 152},
+      {"vit-l16", 304326632, 296}, {"vit-h14", 632045800, 392},
+  };
+  for (int i = 0; i < 5; i++) {
+    vt_vit_config c;
+    char err[256];
+    EXPECT(vt_config_preset(want[i].name, &c, err, sizeof err) == VT_OK, "%s", err);
+    vt_param_table t;
+    vt_params_build(&t, &c);
+    EXPECT(t.total == want[i].count, "%s: %lld parameters, timm has %lld", want[i].name,
+           (long long)t.total, (long long)want[i].count);
+    EXPECT(t.count == want[i].tensors, "%s: %d tensors, timm has %d", want[i].name, t.count,
+           want[i].tensors);
+    const vt_param *p = vt_params_find(&t, "blocks.0.attn.qkv.weight");
+    EXPECT(p && p->shape[0] == 3 * c.width && p->shape[1] == c.width && p->decay,
+           "qkv weight row wrong");
+    p = vt_params_find(&t, "pos_embed");
+    EXPECT(p && !p->decay && p->shape[1] == vt_cfg_tokens(&c), "pos_embed row wrong");
+    p = vt_params_find(&t, "patch_embed.proj.weight");
+    EXPECT(p && p->ndim == 4 && p->shape[1] == 3 && p->decay, "patch_embed row wrong");
+    vt_params_free(&t);
+  }
+  vt_vit_config c;
+  char err[256];
+  vt_config_preset("vit-b16", &c, err, sizeof err);
+  EXPECT(fabs(vt_config_train_flops(&c) / 1e9 - 105.4) < 0.1, "ViT-B/16 train GFLOP %g",
+         vt_config_train_flops(&c) / 1e9);
+  c.heads = 5;
+  EXPECT(vt_config_validate(&c, err, sizeof err) != VT_OK && strstr(err, "heads"),
+         "width %% heads not refused");
+  EXPECT(vt_config_preset("vit-x", &c, err, sizeof err) != VT_OK && strstr(err, "vit-b16"),
+         "unknown preset not refused with the list");
+}
+
+static void test_init(void) {
+  vt_vit_config c;
+  char err[256];
+  vt_config_preset("tiny", &c, err, sizeof err);
+  vt_param_table t;
+  vt_params_build(&t, &c);
+  static float a[1 << 20], b[1 << 20];
+  vt_params_init(&t, a, 5);
+  vt_params_init(&t, b, 5);
+  EXPECT(memcmp(a, b, (size_t)t.total * 4) == 0, "init is not deterministic");
+  const vt_param *w = vt_params_find(&t, "blocks.1.mlp.fc1.weight");
+  double ss = 0;
+  for (int64_t i = 0; i < w->count; i++) ss += (double)a[w->offset + i] * a[w->offset + i];
+  EXPECT(fabs(sqrt(ss / (double)w->count) - 0.02) < 0.002, "fc1 std %g, want 0.02",
+         sqrt(ss / (double)w->count));
+  const vt_param *n = vt_params_find(&t, "norm.weight");
+  EXPECT(a[n->offset] == 1.0f, "norm weight not 1");
+  vt_params_free(&t);
+}
+
+static void test_schedule(void) {
+  vt_optim_config oc = {.lr = 1.0f, .min_lr = 0.1f, .warmup_steps = 4, .total_steps = 14};
+  EXPECT(fabsf(vt_lr_at(&oc, 0) - 0.25f) < 1e-7f, "warmup start");
+  EXPECT(fabsf(vt_lr_at(&oc, 3) - 1.0f) < 1e-7f, "warmup end");
+  EXPECT(fabsf(vt_lr_at(&oc, 4) - 1.0f) < 1e-6f, "cosine start");
+  EXPECT(fabsf(vt_lr_at(&oc, 9) - 0.55f) < 1e-6f, "cosine middle %g", vt_lr_at(&oc, 9));
+  EXPECT(fabsf(vt_lr_at(&oc, 14) - 0.1f) < 1e-6f, "cosine end");
+}
+
+static void test_adamw(void) {
+  const vt_backend *be = vt_backend_get(VT_DEVICE_CPU, NULL);
+  float p[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.1f, -0.3f, 0.0f}, m[3] = {0}, v[3] = {0};
+  double pd[3] = {1.0, -2.0, 0.5}, md[3] = {0}, vd[3] = {0};
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+  for (int t = 1; t <= 3; t++) {
+    vt_adamw(be, p, g, m, v, 3, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t);
+    for (int i = 0; i < 3; i++) {
+      pd[i] *= 1.0 - lr * wd;
+      md[i] = b1 * md[i] + (1 - b1) * g[i];
+      vd[i] = b2 * vd[i] + (1 - b2) * g[i] * g[i];
+      double mh = md[i] / (1 - pow(b1, t)), vh = vd[i] / (1 - pow(b2, t));
+      pd[i] -= lr * mh / (sqrt(vh) + eps);
+    }
+  }
+  for (int i = 0; i < 3; i++)
+    EXPECT(fabs(p[i] - pd[i]) < 1e-6, "adamw p[%d] %.9g vs %.9g", i, p[i], pd[i]);
+}
+
+int main(void) {
+  test_philox();
+  test_param_counts();
+  test_init();
+  test_schedule();
+  test_adamw();
+  if (failures) printf("%d unit check(s) FAILED\n", failures);
+  else printf("all unit checks passed\n");
+  return failures ? 1 : 0;
+}
