@@ -26,7 +26,7 @@ static void train_defaults(vt_train_options *o) {
   o->micro_batch = 8;
   o->global_batch = 8;
   o->steps = 100;
-  o->optim = (vt_optim_config){.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 10,
+  o->optim = (vt_optim_config){.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = -1,
                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                .weight_decay = 0.05f, .clip_grad = 1.0f};
   o->label_smoothing = 0.1f;
@@ -71,8 +71,8 @@ static int cmd_train(int argc, char **argv) {
       {"--lr", VT_OPT_FLOAT, &o.optim.lr, 0, 0, 10, "LR", "peak learning rate", NULL},
       {"--min-lr", VT_OPT_FLOAT, &o.optim.min_lr, 0, 0, 10, "LR",
        "learning rate at the end of the cosine decay", NULL},
-      {"--warmup-steps", VT_OPT_I64, &o.optim.warmup_steps, 0, 0, BIG, "N",
-       "steps of linear warmup", NULL},
+      {"--warmup-steps", VT_OPT_I64, &o.optim.warmup_steps, 0, -1, BIG, "N",
+       "steps of linear warmup; -1: 5% of --steps", NULL},
       {"--weight-decay", VT_OPT_FLOAT, &o.optim.weight_decay, 0, 0, 10, "WD",
        "AdamW decoupled weight decay (not on biases, norms, pos_embed, cls_token)", NULL},
       {"--clip-grad", VT_OPT_FLOAT, &o.optim.clip_grad, 0, 0, 1e6, "NORM",
@@ -103,6 +103,7 @@ static int cmd_train(int argc, char **argv) {
   }
   o.device = strcmp(device, "cuda") == 0 ? VT_DEVICE_CUDA : VT_DEVICE_CPU;
   o.optim.total_steps = o.steps;
+  if (o.optim.warmup_steps < 0) o.optim.warmup_steps = o.steps / 20;
   if (vt_train_validate(&o, err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d train: %s\n", err);
     return 2;

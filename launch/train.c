@@ -44,9 +44,22 @@ vt_status vt_train_validate(const vt_train_options *o, char *err, size_t errlen)
   return VT_OK;
 }
 
+// mkdir -p: creates dir and its missing parents.
+static int make_dirs(const char *dir) {
+  char path[512];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 static FILE *open_metrics(const char *dir) {
   if (!dir[0]) return NULL;
-  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+  if (make_dirs(dir) != 0) {
     vt_log_error("cannot create --log-dir %s: %s", dir, strerror(errno));
     return NULL;
   }

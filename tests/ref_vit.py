@@ -14,11 +14,13 @@ IMG, PATCH, WIDTH, DEPTH, HEADS, MLP_RATIO, CLASSES = 32, 8, 48, 2, 3, 4, 10
 GLOBAL, STEPS, SMOOTHING = 6, 5, 0.1
 LR, MIN_LR, WARMUP, BETAS, EPS, WD, CLIP = 1e-3, 1e-5, 2, (0.9, 0.999), 1e-8, 0.05, 0.5
 
-# Relative tolerances, ||vit3d - ref|| / ||ref|| per tensor. vit3d runs in fp32, so ~1e-7 per op
-# is expected; these leave ~10x headroom over the measured errors while staying well below the
-# 1e-3 corruption that the self-check plants (see the report for measured values).
-TOL = {"logits": 1e-5, "loss": 1e-5, "grad": 1e-4, "lr": 1e-6, "grad_norm": 1e-5,
-       "loss_per_step": 1e-5, "final": 1e-4}
+# Relative tolerances, ||vit3d - ref|| / ||ref|| per tensor. vit3d runs in fp32: logits, loss and
+# gradients measure ~5e-7, so 1e-5 leaves 20x headroom and still flags the 1e-3 self-check
+# corruption. Final parameters are compared relative to the reference's 5-step update (~3e-3 per
+# element), where fp32 storage alone costs ~4e-5 on LayerNorm weights (ulp(1.0) / update, the
+# same for a float32 PyTorch run), hence 2e-4. "final_kbias" is explained at final_err().
+TOL = {"logits": 1e-5, "loss": 1e-5, "grad": 1e-5, "lr": 1e-6, "grad_norm": 1e-5,
+       "loss_per_step": 1e-5, "final": 2e-4, "final_kbias": 1e-2}
 
 
 def read_safetensors(path):
@@ -114,6 +116,25 @@ def rel_err(mine, ref, base=None):
     return num / den if den > 0 else (0.0 if num == 0 else math.inf)
 
 
+def final_pieces(name, t):
+    """Splits the k third off qkv.bias (see final_err); other tensors are one piece."""
+    if name.endswith("attn.qkv.bias"):
+        q, k, v = t.chunk(3)
+        return {name + "[q,v]": torch.cat([q, v]), name + "[k]": k}
+    return {name: t}
+
+
+def final_err(key, mine, ref, init, lr_sum):
+    """The k bias gets an exactly zero gradient (softmax ignores the per-query constant q.b_k),
+    so vit3d's ~1e-10 roundoff there becomes Adam updates of ~1e-3 lr with random sign: no
+    reference can match them. Check instead that it stayed put: the largest move as a fraction
+    of a real Adam trajectory (sum of lr), which a wrong nonzero gradient would make ~1."""
+    if key.endswith("[k]"):
+        return "final_kbias", (mine.double() - init.double()).abs().max().item() / lr_sum
+    # The update, not the parameter, is what 5 steps change, so errors are relative to it.
+    return "final", rel_err(mine, ref, ref - init)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dump")
@@ -136,10 +157,11 @@ def main():
     assert images.shape == (STEPS * GLOBAL, 3, IMG, IMG) and labels.shape == (STEPS * GLOBAL,)
 
     params = dict(model.named_parameters())
-    decay = [p for n, p in params.items() if p.ndim >= 2 and n not in ("pos_embed", "cls_token")]
-    no_decay = [p for n, p in params.items() if not (p.ndim >= 2 and n not in ("pos_embed", "cls_token"))]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=BETAS, eps=EPS)
+    decays = {n: p.ndim >= 2 and n not in ("pos_embed", "cls_token") for n, p in params.items()}
+    opt = torch.optim.AdamW(
+        [{"params": [p for n, p in params.items() if decays[n]], "weight_decay": WD},
+         {"params": [p for n, p in params.items() if not decays[n]], "weight_decay": 0.0}],
+        lr=LR, betas=BETAS, eps=EPS)
 
     results = []  # (group, name, err, tol)
     ref_lr, ref_norm, ref_loss = [], [], []
@@ -166,23 +188,36 @@ def main():
         for s in range(STEPS):
             results.append((key, f"{key}[{s}]",
                             rel_err(d[key][s:s + 1], torch.tensor([ref[s]])), TOL[key]))
-    # Final parameters move only ~1e-3 from init in 5 steps, so relative to the parameter an
-    # error in the update would vanish; measure it relative to the reference's update instead.
+    final = {}  # piece name -> (vit3d, reference, init)
     for n in names:
-        upd_ref = params[n].detach() - init[n].to(dt)
-        results.append(("final", n, rel_err(d["final." + n], params[n], upd_ref), TOL["final"]))
+        trio = [final_pieces(n, t) for t in (d["final." + n], params[n].detach(), init[n].to(dt))]
+        final.update({k: (trio[0][k], trio[1][k], trio[2][k]) for k in trio[0]})
+    for key, (mine, ref, ini) in final.items():
+        group, err = final_err(key, mine, ref, ini, sum(ref_lr))
+        results.append((group, key, err, TOL[group]))
 
-    # Self-check: the per-tensor comparator must flag a single wrong element in any one tensor.
+    # Self-check: the per-tensor comparator must flag a single wrong element in any one tensor:
+    # 1e-3 of the tensor's norm (gradient, or update for final parameters), or for the k bias a
+    # tenth of one Adam step.
     gen = torch.Generator().manual_seed(1)
-    insensitive = []
-    for prefix, refs, group in (("grad.", ref_grads, "grad"), ("final.", params, "final")):
-        for n in names:
-            base = refs[n] if group == "grad" else params[n].detach() - init[n].to(dt)
-            bad = d[prefix + n].clone().double()
-            i = torch.randint(bad.numel(), (1,), generator=gen).item()
-            bad.view(-1)[i] += 1e-3 * base.norm().item()
-            if rel_err(bad, refs[n], base if group == "final" else None) <= TOL[group]:
-                insensitive.append(prefix + n)
+    insensitive, planted = [], 0
+
+    def corrupt(t, amount):
+        bad = t.clone().double()
+        bad.view(-1)[torch.randint(bad.numel(), (1,), generator=gen).item()] += amount
+        return bad
+
+    for n in names:
+        planted += 1
+        bad = corrupt(d["grad." + n], 1e-3 * ref_grads[n].norm().item())
+        if rel_err(bad, ref_grads[n]) <= TOL["grad"]:
+            insensitive.append("grad." + n)
+    for key, (mine, ref, ini) in final.items():
+        planted += 1
+        amount = 0.1 * LR if key.endswith("[k]") else 1e-3 * (ref - ini).norm().item()
+        group, err = final_err(key, corrupt(mine, amount), ref, ini, sum(ref_lr))
+        if err <= TOL[group]:
+            insensitive.append("final." + key)
 
     failed = [r for r in results if not r[2] <= r[3]]  # "not <=" also catches NaN
     print(f"vit3d vs PyTorch reference ({args.dtype}); clipping active on {clipped}/{STEPS} steps")
@@ -193,8 +228,8 @@ def main():
     print("worst tensors overall:")
     for g, n, e, t in sorted(results, key=lambda r: -(r[2] / r[3]))[:6]:
         print(f"  {g:<14}{n:<32}{e:>10.2e}  ({e / t:.2f} of tol)")
-    print(f"self-check: {len(names)} gradients and {len(names)} final tensors corrupted one "
-          f"element each by 1e-3*||t||; {2 * len(names) - len(insensitive)} flagged")
+    print(f"self-check: {planted} gradient and final tensors corrupted in one element each; "
+          f"{planted - len(insensitive)} flagged")
     if clipped == 0:
         print("FAIL: clipping never triggered, so it was not tested")
     if insensitive:

@@ -1,0 +1,13 @@
+#!/bin/sh
+# ref_run.sh: CTest driver for the `ref` test (label ref): ref_dump writes vit3d's 5-step run,
+# then ref_vit.py checks it against the PyTorch reference. Exits 77 (CTest SKIP_RETURN_CODE)
+# when the Python has no torch, so machines without PyTorch skip instead of failing.
+# Usage: ref_run.sh REF_DUMP REF_VIT_PY WORK_DIR   (VT_REF_PYTHON overrides /usr/bin/python3)
+PY=${VT_REF_PYTHON:-/usr/bin/python3}
+if ! "$PY" -c "import torch, numpy" >/dev/null 2>&1; then
+  echo "SKIP: $PY cannot import torch and numpy (Debian: apt-get install python3-torch)"
+  exit 77
+fi
+mkdir -p "$3" || exit 1
+"$1" "$3/ref_dump.safetensors" || { echo "FAIL: ref_dump exited with $?"; exit 1; }
+exec "$PY" "$2" "$3/ref_dump.safetensors"
