@@ -7,12 +7,17 @@
 
 #define TWO_PI 6.28318530717958647692f
 
+int32_t vt_synthetic_label(uint64_t seed, int64_t index, int K) {
+  return (int32_t)(vt_rng_u32(seed, vt_hash_name("synthetic.label"), 0, (uint64_t)index) %
+                   (uint32_t)K);
+}
+
 void vt_synthetic_sample(uint64_t seed, int64_t index, int S, int K, float *image,
                          int32_t *label) {
   const uint32_t s_label = vt_hash_name("synthetic.label");
   const uint32_t s_class = vt_hash_name("synthetic.class");
   const uint32_t s_noise = vt_hash_name("synthetic.noise");
-  int32_t y = (int32_t)(vt_rng_u32(seed, s_label, 0, (uint64_t)index) % (uint32_t)K);
+  const int32_t y = vt_synthetic_label(seed, index, K);
   *label = y;
   float gain = 0.75f + 0.5f * vt_rng_uniform(seed, s_label, 1, (uint64_t)index);
   for (int ch = 0; ch < 3; ch++) {

@@ -13,4 +13,7 @@
 void vt_synthetic_sample(uint64_t seed, int64_t index, int S, int K, float *image,
                          int32_t *label);
 
+// The label of sample i alone (the last pipeline stage needs labels, not pixels).
+int32_t vt_synthetic_label(uint64_t seed, int64_t index, int K);
+
 #endif

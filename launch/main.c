@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "comm.h"
 #include "train.h"
 
 static void usage(FILE *f) {
@@ -32,12 +33,18 @@ static void train_defaults(vt_train_options *o) {
   o->label_smoothing = 0.1f;
   o->seed = 0;
   o->device = VT_DEVICE_CPU;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  o->threads = cores > 0 ? (int)cores : 1;
+  o->threads = 0;
   o->log_interval = 10;
+  o->tp = o->pp = 1;
+  o->dp = 0;
+  snprintf(o->mesh_order, sizeof o->mesh_order, "tp-dp-pp");
+  snprintf(o->pp_schedule, sizeof o->pp_schedule, "1f1b");
 }
 
-static int cmd_train(int argc, char **argv) {
+// Every rank parses the same arguments and reaches the same verdict, so every rank exits with
+// the same code; only rank 0 prints, so the user reads the message once.
+static int cmd_train(int argc, char **argv, vt_comm *world) {
+  const int rank0 = vt_comm_rank(world) == 0;
   vt_train_options o;
   train_defaults(&o);
   char model[32], device[8] = "cpu", err[512];
@@ -45,7 +52,7 @@ static int cmd_train(int argc, char **argv) {
   // --model picks the preset first; the size flags then override its fields.
   const char *preset = vt_cli_find(argc, argv, "--model");
   if (preset && vt_config_preset(preset, &o.model, err, sizeof err) != VT_OK) {
-    fprintf(stderr, "vit3d train: %s\n", err);
+    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
     return 2;
   }
   const double BIG = 1e9;
@@ -82,8 +89,20 @@ static int cmd_train(int argc, char **argv) {
       {"--seed", VT_OPT_U64, &o.seed, 0, 0, 1.8e19, "N",
        "seed of weights and data (same seed, same run)", NULL},
       {"--device", VT_OPT_STR, device, sizeof device, 0, 0, "DEV", "cpu or cuda", "cpu|cuda"},
-      {"--threads", VT_OPT_INT, &o.threads, 0, 1, 4096, "N",
-       "CPU threads for OpenMP and BLAS together (default: all cores)", NULL},
+      {"--threads", VT_OPT_INT, &o.threads, 0, 0, 4096, "N",
+       "CPU threads per rank for OpenMP and BLAS together; 0: cores / ranks", NULL},
+      {"--tp", VT_OPT_INT, &o.tp, 0, 1, 4096, "N", "tensor-parallel ranks (inside a node)", NULL},
+      {"--pp", VT_OPT_INT, &o.pp, 0, 1, 4096, "N", "pipeline stages (across nodes)", NULL},
+      {"--dp", VT_OPT_INT, &o.dp, 0, 0, 1 << 20, "N",
+       "data-parallel replicas; 0: world size / (tp * pp)", NULL},
+      {"--mesh-order", VT_OPT_STR, o.mesh_order, sizeof o.mesh_order, 0, 0, "ORDER",
+       "how ranks map to the mesh, innermost axis first", "tp-dp-pp|tp-pp-dp"},
+      {"--pp-schedule", VT_OPT_STR, o.pp_schedule, sizeof o.pp_schedule, 0, 0, "KIND",
+       "pipeline schedule", "1f1b|gpipe"},
+      {"--zero", VT_OPT_INT, &o.zero, 0, 0, 1, "N",
+       "1: shard AdamW state over data-parallel ranks (ZeRO-1)", NULL},
+      {"--final-weights", VT_OPT_STR, o.final_weights, sizeof o.final_weights, 0, 0, "FILE",
+       "at the end, write the full unsharded weights (safetensors, timm names)", NULL},
       {"--log-dir", VT_OPT_STR, o.log_dir, sizeof o.log_dir, 0, 0, "DIR",
        "write DIR/metrics.jsonl, one JSON object per step", NULL},
       {"--log-interval", VT_OPT_INT, &o.log_interval, 0, 1, 1 << 30, "N",
@@ -92,23 +111,29 @@ static int cmd_train(int argc, char **argv) {
   const int nopts = (int)(sizeof opts / sizeof opts[0]);
   for (int i = 0; i < argc; i++)
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      if (!rank0) return 0;
       printf("usage: vit3d train [flags]\n\nTrains a ViT and prints a progress line per "
              "--log-interval steps.\n\nflags [default]:\n");
       vt_cli_help(stdout, opts, nopts);
       return 0;
     }
   if (vt_cli_parse(opts, nopts, argc, argv, err, sizeof err) != VT_OK) {
-    fprintf(stderr, "vit3d train: %s\n", err);
+    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
     return 2;
   }
   o.device = strcmp(device, "cuda") == 0 ? VT_DEVICE_CUDA : VT_DEVICE_CPU;
   o.optim.total_steps = o.steps;
   if (o.optim.warmup_steps < 0) o.optim.warmup_steps = o.steps / 20;
-  if (vt_train_validate(&o, err, sizeof err) != VT_OK) {
-    fprintf(stderr, "vit3d train: %s\n", err);
+  if (o.threads == 0) {  // share the cores: ranks of a job on one host must not oversubscribe
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int per = cores > 0 ? (int)cores / vt_comm_size(world) : 1;
+    o.threads = per > 0 ? per : 1;
+  }
+  if (vt_train_validate(&o, vt_comm_size(world), err, sizeof err) != VT_OK) {
+    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
     return 2;
   }
-  return vt_train_run(&o);
+  return vt_train_run(&o, world);
 }
 
 int main(int argc, char **argv) {
@@ -117,7 +142,12 @@ int main(int argc, char **argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  if (strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2);
+  if (strcmp(argv[1], "train") == 0) {
+    vt_comm *world = vt_comm_world_init(&argc, &argv);
+    int rc = cmd_train(argc - 2, argv + 2, world);
+    vt_comm_finalize(world);
+    return rc;
+  }
   if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
     printf("vit3d 0.1 (%s)\n", vt_backend_build_info());
     return 0;

@@ -1,5 +1,7 @@
-// train.c: the single-process training loop: data, forward and backward per micro-batch,
-// gradient norm, clipping, AdamW, progress line and metrics.jsonl.
+// train.c: the training loop on a tp x pp x dp mesh: each rank runs its pipeline stage's
+// schedule (forward and backward per micro-batch, activations and gradients to its neighbours),
+// then the optimizer step reduces gradients over dp and updates. Rank 0 prints the progress line
+// and writes metrics.jsonl with the global loss.
 #include "train.h"
 
 #include <errno.h>
@@ -9,7 +11,11 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "comm.h"
+#include "export.h"
+#include "mesh.h"
 #include "model.h"
+#include "schedule.h"
 #include "synthetic.h"
 
 static double now_s(void) {
@@ -18,29 +24,37 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-vt_status vt_train_validate(const vt_train_options *o, char *err, size_t errlen) {
-  if (vt_config_validate(&o->model, err, errlen) != VT_OK) return VT_ERR_INPUT;
-  if (strcmp(o->data, "synthetic") != 0) {
-    snprintf(err, errlen, "--data %s: only 'synthetic' is available in this version", o->data);
+#define REFUSE(...) return (snprintf(err, errlen, __VA_ARGS__), VT_ERR_INPUT)
+
+vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size_t errlen) {
+  const vt_vit_config *c = &o->model;
+  if (vt_config_validate(c, err, errlen) != VT_OK) return VT_ERR_INPUT;
+  if (strcmp(o->data, "synthetic") != 0)
+    REFUSE("--data %s: only 'synthetic' is available in this version", o->data);
+  vt_mesh_order order;
+  vt_mesh mesh;
+  if (vt_mesh_order_parse(o->mesh_order, &order, err, errlen) != VT_OK) return VT_ERR_INPUT;
+  if (vt_mesh_init(&mesh, o->tp, o->pp, o->dp, order, world_size, err, errlen) != VT_OK)
     return VT_ERR_INPUT;
-  }
-  if (o->global_batch % o->micro_batch != 0) {
-    snprintf(err, errlen,
-             "--global-batch-size %d is not a multiple of --micro-batch-size %d; pick sizes "
-             "where it divides (for example %d)",
-             o->global_batch, o->micro_batch,
-             (o->global_batch / o->micro_batch + 1) * o->micro_batch);
-    return VT_ERR_INPUT;
-  }
-  if (o->optim.warmup_steps > o->steps) {
-    snprintf(err, errlen, "--warmup-steps %lld is longer than --steps %lld",
-             (long long)o->optim.warmup_steps, (long long)o->steps);
-    return VT_ERR_INPUT;
-  }
-  if (o->optim.min_lr > o->optim.lr) {
-    snprintf(err, errlen, "--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
-    return VT_ERR_INPUT;
-  }
+  o->dp = mesh.dp_size;
+  if (c->heads % o->tp != 0)
+    REFUSE("--tp %d does not divide the %d attention heads; use a TP size that divides them",
+           o->tp, c->heads);
+  if (vt_cfg_mlp_hidden(c) % o->tp != 0)
+    REFUSE("--tp %d does not divide the MLP width %d", o->tp, vt_cfg_mlp_hidden(c));
+  if (c->depth < o->pp)
+    REFUSE("--pp %d stages but only %d blocks: every stage needs at least one block", o->pp,
+           c->depth);
+  if (o->global_batch % (o->dp * o->micro_batch) != 0)
+    REFUSE("--global-batch-size %d is not a multiple of dp %d x --micro-batch-size %d = %d",
+           o->global_batch, o->dp, o->micro_batch, o->dp * o->micro_batch);
+  vt_schedule_kind kind;
+  if (vt_schedule_parse(o->pp_schedule, &kind) != VT_OK)
+    REFUSE("--pp-schedule %s: use one of %s", o->pp_schedule, VT_SCHEDULE_NAMES);
+  if (o->optim.warmup_steps > o->steps)
+    REFUSE("--warmup-steps %lld is longer than --steps %lld", (long long)o->optim.warmup_steps,
+           (long long)o->steps);
+  if (o->optim.min_lr > o->optim.lr) REFUSE("--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
   return VT_OK;
 }
 
@@ -58,7 +72,6 @@ static int make_dirs(const char *dir) {
 }
 
 static FILE *open_metrics(const char *dir) {
-  if (!dir[0]) return NULL;
   if (make_dirs(dir) != 0) {
     vt_log_error("cannot create --log-dir %s: %s", dir, strerror(errno));
     return NULL;
@@ -70,66 +83,155 @@ static FILE *open_metrics(const char *dir) {
   return f;
 }
 
-static void print_memory_plan(const vt_model *m, const vt_backend *be) {
-  double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
-  vt_log_info("memory plan (%s): parameters %.1f MiB, gradients %.1f MiB, AdamW state %.1f MiB, "
-              "activations %.1f MiB for micro-batch %d; total %.1f MiB",
-              be->name, p, p, 2 * p, (double)m->act_nbytes * mib, m->max_batch,
-              4 * p + (double)m->act_nbytes * mib);
+// What one rank needs to run its stage's schedule.
+typedef struct {
+  const vt_train_options *o;
+  vt_model *m;
+  vt_comm *pp;
+  int pp_rank, dp_rank, dp_size, B;
+  float *host_img;
+  int32_t *host_labels;
+} stage_ctx;
+
+// Loads micro-batch mb of this DP rank's share of step `step` into a slot. The stream contract
+// (design.md): step s takes samples [s*G, (s+1)*G); DP rank d takes the d-th G/dp of them.
+static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
+  const vt_train_options *o = x->o;
+  const vt_model *m = x->m;
+  const int S = o->model.img_size, K = o->model.num_classes, B = x->B;
+  const int64_t first = step * o->global_batch + (int64_t)x->dp_rank * (o->global_batch / x->dp_size) +
+                        (int64_t)mb * B;
+  const vt_model_slot *sl = &m->slots[slot];
+  if (m->has_embed) {
+    for (int b = 0; b < B; b++)
+      vt_synthetic_sample(o->seed, first + b, S, K, x->host_img + (size_t)b * 3 * S * S,
+                          &x->host_labels[b]);
+    m->be->to_device(sl->img, x->host_img, (size_t)B * 3 * S * S * sizeof(float));
+  }
+  if (m->has_head) {
+    for (int b = 0; b < B; b++) x->host_labels[b] = vt_synthetic_label(o->seed, first + b, K);
+    m->be->to_device(sl->labels, x->host_labels, (size_t)B * sizeof(int32_t));
+  }
 }
 
-int vt_train_run(const vt_train_options *o) {
+// Runs one step's actions in order; returns the sum of this rank's per-sample losses (last
+// stage) or 0.
+static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nacts, int64_t step) {
+  vt_model *m = x->m;
+  const int B = x->B, next = x->pp_rank + 1, prev = x->pp_rank - 1;
+  const int64_t n = (int64_t)B * vt_cfg_tokens(&m->cfg) * m->cfg.width;  // one (B, N, C) tensor
+  const float scale = 1.0f / (float)x->o->global_batch, ls = x->o->label_smoothing;
+  double loss = 0.0;
+  for (int i = 0; i < nacts; i++) {
+    const vt_schedule_action a = acts[i];
+    vt_model_slot *sl = &m->slots[a.mb % m->nslots];
+    vt_model_slot *rs = a.recv_mb >= 0 ? &m->slots[a.recv_mb % m->nslots] : NULL;
+    switch (a.op) {
+      case VT_SCHEDULE_FORWARD:
+        load_batch(x, step, a.mb, a.mb % m->nslots);
+        loss += vt_model_forward(m, a.mb % m->nslots, B, ls);
+        break;
+      case VT_SCHEDULE_BACKWARD: vt_model_backward(m, a.mb % m->nslots, B, ls, scale); break;
+      case VT_SCHEDULE_SEND_ACT: vt_comm_send(x->pp, sl->res[m->nblocks], n, next); break;
+      case VT_SCHEDULE_RECV_ACT: vt_comm_recv(x->pp, sl->res[0], n, prev); break;
+      case VT_SCHEDULE_SEND_GRAD: vt_comm_send(x->pp, sl->dinput, n, prev); break;
+      case VT_SCHEDULE_RECV_GRAD: vt_comm_recv(x->pp, sl->dout, n, next); break;
+      case VT_SCHEDULE_SEND_ACT_RECV_GRAD:
+        vt_comm_sendrecv(x->pp, sl->res[m->nblocks], n, next, rs->dout, n, next);
+        break;
+      case VT_SCHEDULE_SEND_GRAD_RECV_ACT:
+        vt_comm_sendrecv(x->pp, sl->dinput, n, prev, rs->res[0], n, prev);
+        break;
+    }
+  }
+  return loss;
+}
+
+static void print_plan(const vt_model *m, const vt_optimizer *opt, int n_micro) {
+  const double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
+  const double o = (double)vt_optimizer_nbytes(opt) * mib, a = (double)m->act_nbytes * mib;
+  vt_log_all_ranks(1);
+  vt_log_info("memory plan (%s): blocks %d-%d%s%s, parameters %.1f MiB, gradients %.1f MiB, "
+              "optimizer %.1f MiB, activations %.1f MiB (%d of %d micro-batches in flight); "
+              "total %.1f MiB",
+              m->be->name, m->first_block, m->end_block - 1, m->has_embed ? " + embeddings" : "",
+              m->has_head ? " + head" : "", p, p, o, a, m->nslots, n_micro, 2 * p + o + a);
+  vt_log_all_ranks(0);
+}
+
+int vt_train_run(const vt_train_options *o, vt_comm *world) {
   const char *why = NULL;
   const vt_backend *be = vt_backend_get(o->device, &why);
-  if (!be) {
-    vt_log_error("--device %s is not available: %s", o->device == VT_DEVICE_CUDA ? "cuda" : "cpu",
-                 why);
+  const int world_rank = vt_comm_rank(world), world_size = vt_comm_size(world);
+  if (!be) {  // the same on every rank of a homogeneous job, so all return together
+    if (world_rank == 0) vt_log_error("--device cuda is not available: %s", why);
     return 2;
   }
   vt_backend_set_threads(o->threads);
-  const vt_vit_config *c = &o->model;
-  const int S = c->img_size, K = c->num_classes, B = o->micro_batch;
-  const int nmicro = o->global_batch / B;
-  vt_model m;
-  vt_model_init(&m, c, B, be, o->seed);
-  vt_adamw_state opt;
-  vt_adamw_state_init(&opt, be, m.table.total);
-  vt_log_info("model %s: img %d patch %d width %d depth %d heads %d mlp %d classes %d, %lld "
-              "parameters; %s backend, %d threads",
-              c->name, S, c->patch_size, c->width, c->depth, c->heads, vt_cfg_mlp_hidden(c), K,
-              (long long)m.table.total, be->name, o->threads);
-  print_memory_plan(&m, be);
+  vt_mesh mesh;
+  vt_mesh_order order;
+  char err[256];
+  vt_mesh_order_parse(o->mesh_order, &order, err, sizeof err);
+  VT_CHECK(vt_mesh_init(&mesh, o->tp, o->pp, o->dp, order, world_size, err, sizeof err) == VT_OK,
+           "%s", err);
+  vt_comm *tp, *pp, *dp;
+  vt_comm_split_mesh(world, &mesh, o->device, &tp, &pp, &dp);
+  const vt_mesh_coord me = vt_mesh_coords(&mesh, world_rank);
+  const vt_shard shard = {me.tp_rank, mesh.tp_size, me.pp_rank, mesh.pp_size};
+  const int B = o->micro_batch, n_micro = o->global_batch / (mesh.dp_size * B);
+  vt_schedule_kind kind;
+  vt_schedule_parse(o->pp_schedule, &kind);
+  const int cap = vt_schedule_max_actions(n_micro);
+  vt_schedule_action *acts = malloc((size_t)cap * sizeof *acts);
+  VT_CHECK(acts != NULL, "out of host memory for the schedule");
+  const int nacts = vt_schedule_build(kind, mesh.pp_size, me.pp_rank, n_micro, acts, cap);
+  const int nslots = vt_schedule_stage_in_flight(kind, mesh.pp_size, me.pp_rank, n_micro);
 
-  const size_t img_count = (size_t)B * 3 * S * S;
-  float *host_img = malloc(img_count * sizeof(float));
-  int32_t *host_labels = malloc((size_t)B * sizeof(int32_t));
-  VT_CHECK(host_img && host_labels, "out of host memory for a micro-batch of images");
-  FILE *metrics = open_metrics(o->log_dir);
-  if (o->log_dir[0] && !metrics) return 1;
+  const vt_vit_config *c = &o->model;
+  vt_model m;
+  vt_model_init(&m, c, shard, tp, B, nslots, be, o->seed);
+  vt_optimizer opt;
+  vt_optimizer_init(&opt, &o->optim, be, &m.table, mesh.tp_size > 1 ? tp : NULL,
+                    mesh.pp_size > 1 ? pp : NULL, mesh.dp_size > 1 ? dp : NULL, o->zero);
+  if (world_rank == 0) {
+    char table[8192];
+    vt_mesh_format(&mesh, table, sizeof table);
+    vt_log_info("model %s: img %d patch %d width %d depth %d heads %d mlp %d classes %d; "
+                "%s backend, %d threads per rank",
+                c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads,
+                vt_cfg_mlp_hidden(c), c->num_classes, be->name, o->threads);
+    vt_log_info("mesh tp %d x pp %d x dp %d (%s), %s schedule, %d micro-batches of %d per DP "
+                "rank, ZeRO-%d\n%s",
+                mesh.tp_size, mesh.pp_size, mesh.dp_size, o->mesh_order, o->pp_schedule, n_micro,
+                B, opt.zero, table);
+  }
+  print_plan(&m, &opt, n_micro);
+
+  const int S = c->img_size;
+  stage_ctx x = {o, &m, pp, me.pp_rank, me.dp_rank, mesh.dp_size, B,
+                 malloc((size_t)B * 3 * S * S * sizeof(float)), malloc((size_t)B * sizeof(int32_t))};
+  VT_CHECK(x.host_img && x.host_labels, "out of host memory for a micro-batch of images");
+  FILE *metrics = NULL;
+  int ok = 1;
+  if (world_rank == 0 && o->log_dir[0]) ok = (metrics = open_metrics(o->log_dir)) != NULL;
+  double all_ok = ok;  // rank 0's verdict reaches every rank, so all stop together
+  vt_comm_all_reduce_double(world, &all_ok, 1, VT_REDUCE_MIN);
+  if (!all_ok) return 1;
 
   const double t_start = now_s();
   for (int64_t step = 0; step < o->steps; step++) {
     const double t0 = now_s();
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
-    double loss_sum = 0.0;
-    for (int mb = 0; mb < nmicro; mb++) {
-      // Step s consumes global samples [s*G, (s+1)*G) of the stream (design.md).
-      int64_t first = step * o->global_batch + (int64_t)mb * B;
-      for (int b = 0; b < B; b++)
-        vt_synthetic_sample(o->seed, first + b, S, K, host_img + (size_t)b * 3 * S * S,
-                            &host_labels[b]);
-      be->to_device(m.a.img, host_img, img_count * sizeof(float));
-      be->to_device(m.a.labels, host_labels, (size_t)B * sizeof(int32_t));
-      loss_sum += vt_model_forward(&m, B, o->label_smoothing);
-      vt_model_backward(&m, B, o->label_smoothing, 1.0f / (float)o->global_batch);
-    }
-    double loss = loss_sum / o->global_batch;
-    double gnorm = vt_grad_norm(be, &m.table, m.grads);
-    float lr = vt_lr_at(&o->optim, step);
-    vt_optim_step(be, &m.table, m.params, m.grads, &opt, &o->optim, lr, gnorm);
+    double loss = run_schedule(&x, acts, nacts, step);
+    // The global loss: the last stage's TP rank 0 of every DP rank holds a share.
+    if (!(m.has_head && me.tp_rank == 0)) loss = 0.0;
+    vt_comm_all_reduce_double(world, &loss, 1, VT_REDUCE_SUM);
+    loss /= o->global_batch;
+    const float lr = vt_lr_at(&o->optim, step);
+    const double gnorm = vt_optimizer_step(&opt, m.params, m.grads, lr);
     be->synchronize();
-    const double t1 = now_s(), step_ms = 1e3 * (t1 - t0);
-    const double img_s = o->global_batch / (t1 - t0);
+    const double t1 = now_s(), step_ms = 1e3 * (t1 - t0), img_s = o->global_batch / (t1 - t0);
+    if (world_rank != 0) continue;
     if (metrics) {
       fprintf(metrics,
               "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
@@ -147,9 +249,19 @@ int vt_train_run(const vt_train_options *o) {
     }
   }
   if (metrics) fclose(metrics);
-  free(host_img);
-  free(host_labels);
-  vt_adamw_state_free(&opt, be);
+  int rc = 0;
+  if (o->final_weights[0] &&
+      vt_export_safetensors(&m, world, &mesh, o->final_weights, err, sizeof err) != VT_OK) {
+    if (world_rank == 0) vt_log_error("%s", err);
+    rc = 1;
+  }
+  free(x.host_img);
+  free(x.host_labels);
+  free(acts);
+  vt_optimizer_free(&opt);
   vt_model_free(&m);
-  return 0;
+  vt_comm_free(tp);
+  vt_comm_free(pp);
+  vt_comm_free(dp);
+  return rc;
 }

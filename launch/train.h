@@ -1,34 +1,42 @@
-// train.h: the options and the loop of `vit3d train`.
+// train.h: the options and the loop of `vit3d train` on a tp x pp x dp mesh of ranks.
 // Must not depend on the CLI parser (main.c fills the options).
 #ifndef VT_TRAIN_H
 #define VT_TRAIN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
 #include "optim.h"
 #include "vt_backend.h"
 
+typedef struct vt_comm vt_comm;
+
 typedef struct {
   vt_vit_config model;
   char data[256];           // "synthetic" for now
   int micro_batch;          // images per forward/backward
-  int global_batch;         // images per optimizer step (gradient accumulation)
+  int global_batch;         // images per optimizer step, over all DP ranks
   int64_t steps;
   vt_optim_config optim;
   float label_smoothing;
   uint64_t seed;
   vt_device device;
-  int threads;
+  int threads;              // 0: the node's cores / ranks on the node
   char log_dir[512];        // metrics.jsonl goes here when set
   int log_interval;         // progress line every N steps
+  int tp, pp, dp;           // mesh sizes; dp 0 = world / (tp * pp)
+  char mesh_order[16];      // tp-dp-pp | tp-pp-dp
+  char pp_schedule[16];     // 1f1b | gpipe
+  int zero;                 // 0 | 1
+  char final_weights[512];  // write the full, unsharded weights here at the end (safetensors)
 } vt_train_options;
 
-// Cross-checks of options that single flags cannot see. VT_ERR_INPUT with a message.
-vt_status vt_train_validate(const vt_train_options *o, char *err, size_t errlen);
+// Checks of options that single flags cannot see, against the job's world size. Every rank
+// gets the same verdict; the caller prints it on rank 0 only.
+vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size_t errlen);
 
-// Runs the training loop. Returns 0 on success; errors on the way are fatal (VT_CHECK) or
-// reported and returned as a non-zero exit code.
-int vt_train_run(const vt_train_options *o);
+// Runs the training loop on every rank of world. Returns the process exit code.
+int vt_train_run(const vt_train_options *o, vt_comm *world);
 
 #endif

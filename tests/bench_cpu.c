@@ -148,12 +148,12 @@ int main(int argc, char **argv) {
   if (per_op) be = timing_backend(be);
   vt_backend_set_threads(threads);
   vt_model m;
-  vt_model_init(&m, &cfg, B, be, 1234);
-  vt_adamw_state opt;
-  vt_adamw_state_init(&opt, be, m.table.total);
+  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, be, 1234);
   // A large total_steps and no warmup: the schedule does not matter for speed. Clipping on,
   // as in training, so its pass is part of the step (the PyTorch side clips too).
   const vt_optim_config oc = {1e-3f, 1e-5f, 0, 1000000, 0.9f, 0.999f, 1e-8f, 0.05f, 1.0f};
+  vt_optimizer opt;
+  vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
 
   const int S = cfg.img_size, K = cfg.num_classes;
   const size_t img_count = (size_t)B * 3 * S * S;
@@ -161,8 +161,8 @@ int main(int argc, char **argv) {
   int32_t *labels = malloc((size_t)B * sizeof(int32_t));
   if (!img || !labels) return 1;
   for (int b = 0; b < B; b++) vt_synthetic_sample(7, b, S, K, img + (size_t)b * 3 * S * S, &labels[b]);
-  be->to_device(m.a.img, img, img_count * sizeof(float));
-  be->to_device(m.a.labels, labels, (size_t)B * sizeof(int32_t));
+  be->to_device(m.slots[0].img, img, img_count * sizeof(float));
+  be->to_device(m.slots[0].labels, labels, (size_t)B * sizeof(int32_t));
 
   double *step = calloc((size_t)timed, sizeof(double)), *fwd = calloc((size_t)timed, sizeof(double));
   double *bwd = calloc((size_t)timed, sizeof(double)), *upd = calloc((size_t)timed, sizeof(double));
@@ -170,12 +170,11 @@ int main(int argc, char **argv) {
   for (int it = 0; it < warmup + timed; it++) {
     if (it == warmup) memset(g_slots, 0, sizeof g_slots), g_nslots = 0;  // timed steps only
     double t0 = now_s();
-    loss = vt_model_forward(&m, B, 0.0f) / B;
+    loss = vt_model_forward(&m, 0, B, 0.0f) / B;
     double t1 = now_s();
-    vt_model_backward(&m, B, 0.0f, 1.0f / (float)B);
+    vt_model_backward(&m, 0, B, 0.0f, 1.0f / (float)B);
     double t2 = now_s();
-    double gn = vt_grad_norm(be, &m.table, m.grads);
-    vt_optim_step(be, &m.table, m.params, m.grads, &opt, &oc, oc.lr, gn);
+    vt_optimizer_step(&opt, m.params, m.grads, oc.lr);
     // Zeroing belongs to the optimizer phase (optimizer.zero_grad() in PyTorch); it is done
     // after the update so the first step also starts from zeroed gradients.
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
@@ -207,7 +206,7 @@ int main(int argc, char **argv) {
     }
   }
   free(step), free(fwd), free(bwd), free(upd), free(img), free(labels);
-  vt_adamw_state_free(&opt, be);
+  vt_optimizer_free(&opt);
   vt_model_free(&m);
   return 0;
 }

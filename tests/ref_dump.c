@@ -66,9 +66,9 @@ int main(int argc, char **argv) {
   const int64_t img_elems = 3 * (int64_t)S * S;
 
   vt_model m;
-  vt_model_init(&m, &cfg, MICRO, be, SEED);
-  vt_adamw_state opt;
-  vt_adamw_state_init(&opt, be, m.table.total);
+  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, MICRO, 1, be, SEED);
+  vt_optimizer opt;
+  vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
 
   out_list o = {.n = 0};
   push_params(&o, &m, "init.", m.params);
@@ -89,24 +89,23 @@ int main(int argc, char **argv) {
       for (int b = 0; b < MICRO; b++)
         vt_synthetic_sample(SEED, first + b, S, K, images + (first + b) * img_elems,
                             &labels[first + b]);
-      be->to_device(m.a.img, images + first * img_elems, (size_t)(MICRO * img_elems) * 4);
-      be->to_device(m.a.labels, labels + first, MICRO * sizeof(int32_t));
-      loss_sum += vt_model_forward(&m, MICRO, SMOOTHING);
+      be->to_device(m.slots[0].img, images + first * img_elems, (size_t)(MICRO * img_elems) * 4);
+      be->to_device(m.slots[0].labels, labels + first, MICRO * sizeof(int32_t));
+      loss_sum += vt_model_forward(&m, 0, MICRO, SMOOTHING);
       if (step == 0)
-        be->to_host(logits0 + (int64_t)mb * MICRO * K, m.a.logits, (size_t)MICRO * K * 4);
-      vt_model_backward(&m, MICRO, SMOOTHING, 1.0f / (float)GLOBAL);
+        be->to_host(logits0 + (int64_t)mb * MICRO * K, m.slots[0].logits, (size_t)MICRO * K * 4);
+      vt_model_backward(&m, 0, MICRO, SMOOTHING, 1.0f / (float)GLOBAL);
     }
-    const double gnorm = vt_grad_norm(be, &m.table, m.grads);
     const float lr = vt_lr_at(&oc, step);
     if (step == 0) {
       loss0[0] = (float)(loss_sum / GLOBAL);
-      push_params(&o, &m, "grad.", m.grads);  // before vt_optim_step clips them in place
+      push_params(&o, &m, "grad.", m.grads);  // before the optimizer step clips them in place
     }
+    const double gnorm = vt_optimizer_step(&opt, m.params, m.grads, lr);
     lrs[step] = lr, norms[step] = (float)gnorm, losses[step] = (float)(loss_sum / GLOBAL);
     clipped += gnorm > oc.clip_grad;
     printf("step %lld: loss %.6f lr %.3e grad_norm %.6f%s\n", (long long)step,
            loss_sum / GLOBAL, lr, gnorm, gnorm > oc.clip_grad ? " (clipped)" : "");
-    vt_optim_step(be, &m.table, m.params, m.grads, &opt, &oc, lr, gnorm);
   }
   push_params(&o, &m, "final.", m.params);
   printf("clipping active on %d of %d steps\n", clipped, STEPS);
@@ -118,7 +117,7 @@ int main(int argc, char **argv) {
   if (st != VT_OK) fprintf(stderr, "ref_dump: %s\n", err);
   else printf("wrote %d tensors to %s\n", o.n, argv[1]);
   for (int i = 0; i < o.n; i++) free((void *)o.t[i].name), free((void *)o.t[i].data);
-  vt_adamw_state_free(&opt, be);
+  vt_optimizer_free(&opt);
   vt_model_free(&m);
   return st == VT_OK ? 0 : 1;
 }

@@ -60,7 +60,7 @@ static void test_param_counts(void) {
     char err[256];
     EXPECT(vt_config_preset(want[i].name, &c, err, sizeof err) == VT_OK, "%s", err);
     vt_param_table t;
-    vt_params_build(&t, &c);
+    vt_params_build(&t, &c, vt_shard_whole());
     EXPECT(t.total == want[i].count, "%s: %lld parameters, timm has %lld", want[i].name,
            (long long)t.total, (long long)want[i].count);
     EXPECT(t.count == want[i].tensors, "%s: %d tensors, timm has %d", want[i].name, t.count,
@@ -91,7 +91,7 @@ static void test_init(void) {
   char err[256];
   vt_config_preset("tiny", &c, err, sizeof err);
   vt_param_table t;
-  vt_params_build(&t, &c);
+  vt_params_build(&t, &c, vt_shard_whole());
   static float a[1 << 20], b[1 << 20];
   vt_params_init(&t, a, 5);
   vt_params_init(&t, b, 5);

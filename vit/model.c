@@ -1,4 +1,5 @@
-// model.c: ViT forward and backward through the op API (src/vt_ops.h).
+// model.c: one rank's part of the ViT: allocation, the embeddings and the head around the
+// blocks of vit/block.c, forward and backward of one micro-batch slot.
 #include "model.h"
 
 #include <stdio.h>
@@ -19,36 +20,52 @@ static float *take(arena *a, int64_t count) {
   return p;
 }
 
-static void carve_acts(vt_model *m, arena *ar) {
+static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
   const vt_vit_config *c = &m->cfg;
-  const int64_t B = m->max_batch, N = vt_cfg_tokens(c), C = c->width, H = c->heads;
-  const int64_t F = vt_cfg_mlp_hidden(c), K = c->num_classes, S = c->img_size;
+  const int tp = m->shard.tp_size;
+  const int64_t B = m->max_batch, N = vt_cfg_tokens(c), C = c->width, H = c->heads / tp;
+  const int64_t F = vt_cfg_mlp_hidden(c) / tp, K = c->num_classes, S = c->img_size;
   const int64_t P = c->patch_size, Np = N - 1, M = B * N;
-  vt_model_acts *a = &m->a;
-  a->img = take(ar, B * 3 * S * S);
-  a->labels = (int32_t *)take(ar, B);
-  a->patches = take(ar, B * Np * 3 * P * P);
-  a->patch_out = take(ar, B * Np * C);
-  for (int l = 0; l <= c->depth; l++) a->res[l] = take(ar, M * C);
-  for (int l = 0; l < c->depth; l++) {
-    vt_block_acts *b = &a->blocks[l];
+  if (m->has_embed) {
+    sl->img = take(ar, B * 3 * S * S);
+    sl->patches = take(ar, B * Np * 3 * P * P);
+    sl->patch_out = take(ar, B * Np * C);
+  }
+  for (int l = 0; l <= m->nblocks; l++) sl->res[l] = take(ar, M * C);
+  for (int l = 0; l < m->nblocks; l++) {
+    vt_block_acts *b = &sl->blocks[l];
     b->ln1 = take(ar, M * C), b->ln1_mean = take(ar, M), b->ln1_rstd = take(ar, M);
-    b->qkv = take(ar, M * 3 * C);
+    b->qkv = take(ar, M * 3 * C / tp);
     b->att = take(ar, B * H * N * N);
-    b->attn = take(ar, M * C);
+    b->attn = take(ar, M * C / tp);
     b->mid = take(ar, M * C);
     b->ln2 = take(ar, M * C), b->ln2_mean = take(ar, M), b->ln2_rstd = take(ar, M);
     b->fc1 = take(ar, M * F);
     b->gelu = take(ar, M * F);
   }
-  a->pooled = take(ar, B * C);
-  a->lnf = take(ar, B * C), a->lnf_mean = take(ar, B), a->lnf_rstd = take(ar, B);
-  a->logits = take(ar, B * K), a->probs = take(ar, B * K), a->losses = take(ar, B);
-  a->dres = take(ar, M * C), a->dbranch = take(ar, M * C), a->dln = take(ar, M * C);
-  a->dqkv = take(ar, M * 3 * C);
-  a->dgelu = take(ar, M * F), a->dfc1 = take(ar, M * F);
-  a->dpatch_out = take(ar, B * Np * C);
-  a->dpooled = take(ar, B * C), a->dlnf = take(ar, B * C), a->dlogits = take(ar, B * K);
+  if (m->has_head) {
+    sl->labels = (int32_t *)take(ar, B);
+    sl->pooled = take(ar, B * C);
+    sl->lnf = take(ar, B * C), sl->lnf_mean = take(ar, B), sl->lnf_rstd = take(ar, B);
+    sl->logits = take(ar, B * K), sl->probs = take(ar, B * K), sl->losses = take(ar, B);
+  } else {
+    sl->dout = take(ar, M * C);
+  }
+  if (!m->has_embed) sl->dinput = take(ar, M * C);
+}
+
+static void carve(vt_model *m, arena *ar) {
+  const vt_vit_config *c = &m->cfg;
+  const int tp = m->shard.tp_size;
+  const int64_t B = m->max_batch, N = vt_cfg_tokens(c), C = c->width, M = B * N;
+  const int64_t F = vt_cfg_mlp_hidden(c) / tp, K = c->num_classes;
+  for (int i = 0; i < m->nslots; i++) carve_slot(m, &m->slots[i], ar);
+  vt_model_scratch *s = &m->s;
+  s->dres = take(ar, M * C), s->dbranch = take(ar, M * C), s->dln = take(ar, M * C);
+  s->dqkv = take(ar, M * 3 * C / tp);
+  s->dgelu = take(ar, M * F), s->dfc1 = take(ar, M * F);
+  if (m->has_embed) s->dpatch_out = take(ar, B * (N - 1) * C);
+  if (m->has_head) s->dpooled = take(ar, B * C), s->dlnf = take(ar, B * C), s->dlogits = take(ar, B * K);
 }
 
 static float *find(const vt_model *m, float *flat, const char *fmt, int l, const char *suffix) {
@@ -61,12 +78,15 @@ static float *find(const vt_model *m, float *flat, const char *fmt, int l, const
 }
 
 static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
-  t->cls = find(m, flat, "cls_token", 0, "");
-  t->pos = find(m, flat, "pos_embed", 0, "");
-  t->patch_w = find(m, flat, "patch_embed.proj", 0, ".weight");
-  t->patch_b = find(m, flat, "patch_embed.proj", 0, ".bias");
-  for (int l = 0; l < m->cfg.depth; l++) {
-    vt_block_tensors *b = &t->blocks[l];
+  if (m->has_embed) {
+    t->cls = find(m, flat, "cls_token", 0, "");
+    t->pos = find(m, flat, "pos_embed", 0, "");
+    t->patch_w = find(m, flat, "patch_embed.proj", 0, ".weight");
+    t->patch_b = find(m, flat, "patch_embed.proj", 0, ".bias");
+  }
+  for (int i = 0; i < m->nblocks; i++) {
+    vt_block_tensors *b = &t->blocks[i];
+    int l = m->first_block + i;
     b->norm1_w = find(m, flat, "blocks.%d.norm1", l, ".weight");
     b->norm1_b = find(m, flat, "blocks.%d.norm1", l, ".bias");
     b->qkv_w = find(m, flat, "blocks.%d.attn.qkv", l, ".weight");
@@ -80,10 +100,12 @@ static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
     b->fc2_w = find(m, flat, "blocks.%d.mlp.fc2", l, ".weight");
     b->fc2_b = find(m, flat, "blocks.%d.mlp.fc2", l, ".bias");
   }
-  t->norm_w = find(m, flat, "norm", 0, ".weight");
-  t->norm_b = find(m, flat, "norm", 0, ".bias");
-  t->head_w = find(m, flat, "head", 0, ".weight");
-  t->head_b = find(m, flat, "head", 0, ".bias");
+  if (m->has_head) {
+    t->norm_w = find(m, flat, "norm", 0, ".weight");
+    t->norm_b = find(m, flat, "norm", 0, ".bias");
+    t->head_w = find(m, flat, "head", 0, ".weight");
+    t->head_b = find(m, flat, "head", 0, ".bias");
+  }
 }
 
 static void *must_alloc(const vt_backend *be, size_t nbytes, const char *what) {
@@ -93,37 +115,52 @@ static void *must_alloc(const vt_backend *be, size_t nbytes, const char *what) {
   return p;
 }
 
-void vt_model_init(vt_model *m, const vt_vit_config *cfg, int max_batch, const vt_backend *be,
-                   uint64_t seed) {
+static void *must_calloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size);
+  VT_CHECK(p != NULL, "out of host memory for the model's bookkeeping");
+  return p;
+}
+
+void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_comm *tp,
+                   int max_batch, int nslots, const vt_backend *be, uint64_t seed) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
+  m->shard = shard;
+  m->tp = shard.tp_size > 1 ? tp : NULL;
+  VT_CHECK(shard.tp_size == 1 || tp != NULL, "tensor parallelism needs a TP communicator");
+  vt_stage_blocks(cfg->depth, shard.pp_size, shard.pp_rank, &m->first_block, &m->end_block);
+  m->nblocks = m->end_block - m->first_block;
+  m->has_embed = shard.pp_rank == 0;
+  m->has_head = shard.pp_rank == shard.pp_size - 1;
   m->max_batch = max_batch;
+  m->nslots = nslots;
   m->be = be;
-  vt_params_build(&m->table, cfg);
+  vt_params_build(&m->table, cfg, shard);
   const size_t pbytes = (size_t)m->table.total * sizeof(float);
   m->params = must_alloc(be, pbytes, "parameters");
   m->grads = must_alloc(be, pbytes, "gradients");
-  float *host = malloc(pbytes);
-  VT_CHECK(host != NULL, "out of host memory for the initial parameters");
+  float *host = must_calloc((size_t)m->table.total, sizeof(float));
   vt_params_init(&m->table, host, seed);
   be->to_device(m->params, host, pbytes);
+  be->synchronize();
   free(host);
 
-  m->p.blocks = calloc((size_t)cfg->depth, sizeof(vt_block_tensors));
-  m->g.blocks = calloc((size_t)cfg->depth, sizeof(vt_block_tensors));
-  m->a.blocks = calloc((size_t)cfg->depth, sizeof(vt_block_acts));
-  m->a.res = calloc((size_t)cfg->depth + 1, sizeof(float *));
-  m->host_losses = calloc((size_t)max_batch, sizeof(float));
-  VT_CHECK(m->p.blocks && m->g.blocks && m->a.blocks && m->a.res && m->host_losses,
-           "out of host memory for the model");
+  m->p.blocks = must_calloc((size_t)m->nblocks, sizeof(vt_block_tensors));
+  m->g.blocks = must_calloc((size_t)m->nblocks, sizeof(vt_block_tensors));
+  m->slots = must_calloc((size_t)nslots, sizeof(vt_model_slot));
+  for (int i = 0; i < nslots; i++) {
+    m->slots[i].blocks = must_calloc((size_t)m->nblocks, sizeof(vt_block_acts));
+    m->slots[i].res = must_calloc((size_t)m->nblocks + 1, sizeof(float *));
+  }
+  m->host_losses = must_calloc((size_t)max_batch, sizeof(float));
   bind(m, m->params, &m->p);
   bind(m, m->grads, &m->g);
   arena sizing = {NULL, 0};
-  carve_acts(m, &sizing);
+  carve(m, &sizing);
   m->act_nbytes = sizing.off;
   m->act_block = must_alloc(be, m->act_nbytes, "activations");
   arena ar = {m->act_block, 0};
-  carve_acts(m, &ar);
+  carve(m, &ar);
 }
 
 void vt_model_free(vt_model *m) {
@@ -132,90 +169,71 @@ void vt_model_free(vt_model *m) {
     m->be->free(m->grads);
     m->be->free(m->act_block);
   }
+  for (int i = 0; m->slots && i < m->nslots; i++) {
+    free(m->slots[i].blocks);
+    free(m->slots[i].res);
+  }
+  free(m->slots);
   free(m->p.blocks);
   free(m->g.blocks);
-  free(m->a.blocks);
-  free(m->a.res);
   free(m->host_losses);
   vt_params_free(&m->table);
   memset(m, 0, sizeof *m);
 }
 
-double vt_model_forward(vt_model *m, int B, float smoothing) {
+double vt_model_forward(vt_model *m, int slot, int B, float smoothing) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   VT_CHECK(B > 0 && B <= m->max_batch, "micro-batch %d outside 1..%d", B, m->max_batch);
-  const int64_t N = vt_cfg_tokens(c), C = c->width, H = c->heads, D = vt_cfg_head_dim(c);
-  const int64_t F = vt_cfg_mlp_hidden(c), K = c->num_classes, S = c->img_size;
-  const int64_t P = c->patch_size, M = (int64_t)B * N;
-  vt_model_acts *a = &m->a;
-
-  vt_patchify_fwd(be, a->patches, a->img, B, S, P);
-  vt_linear_fwd(be, a->patch_out, a->patches, m->p.patch_w, m->p.patch_b, B * (N - 1), 3 * P * P,
-                C);
-  vt_embed_fwd(be, a->res[0], a->patch_out, m->p.cls, m->p.pos, B, N, C);
-  for (int l = 0; l < c->depth; l++) {
-    const vt_block_tensors *w = &m->p.blocks[l];
-    vt_block_acts *s = &a->blocks[l];
-    vt_layernorm_fwd(be, s->ln1, s->ln1_mean, s->ln1_rstd, a->res[l], w->norm1_w, w->norm1_b, M,
-                     C);
-    vt_linear_fwd(be, s->qkv, s->ln1, w->qkv_w, w->qkv_b, M, C, 3 * C);
-    vt_attention_fwd(be, s->attn, s->att, s->qkv, B, N, H, D);
-    vt_linear_fwd(be, s->mid, s->attn, w->proj_w, w->proj_b, M, C, C);
-    vt_add(be, s->mid, s->mid, a->res[l], M * C);
-    vt_layernorm_fwd(be, s->ln2, s->ln2_mean, s->ln2_rstd, s->mid, w->norm2_w, w->norm2_b, M, C);
-    vt_linear_fwd(be, s->fc1, s->ln2, w->fc1_w, w->fc1_b, M, C, F);
-    vt_gelu_fwd(be, s->gelu, s->fc1, M * F);
-    vt_linear_fwd(be, a->res[l + 1], s->gelu, w->fc2_w, w->fc2_b, M, F, C);
-    vt_add(be, a->res[l + 1], a->res[l + 1], s->mid, M * C);
+  VT_CHECK(slot >= 0 && slot < m->nslots, "slot %d outside 0..%d", slot, m->nslots - 1);
+  const int64_t N = vt_cfg_tokens(c), C = c->width, K = c->num_classes, S = c->img_size;
+  const int64_t P = c->patch_size;
+  vt_model_slot *sl = &m->slots[slot];
+  if (m->has_embed) {
+    vt_patchify_fwd(be, sl->patches, sl->img, B, S, P);
+    vt_linear_fwd(be, sl->patch_out, sl->patches, m->p.patch_w, m->p.patch_b, B * (N - 1),
+                  3 * P * P, C);
+    vt_embed_fwd(be, sl->res[0], sl->patch_out, m->p.cls, m->p.pos, B, N, C);
   }
+  for (int l = 0; l < m->nblocks; l++)
+    vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[l], sl->res[l], sl->res[l + 1], B);
+  if (!m->has_head) return 0.0;
   // timm normalises every token, then pools the class token; LayerNorm is per token, so
   // normalising only the pooled tokens gives the same logits and gradients for less work.
-  vt_cls_pool_fwd(be, a->pooled, a->res[c->depth], B, N, C);
-  vt_layernorm_fwd(be, a->lnf, a->lnf_mean, a->lnf_rstd, a->pooled, m->p.norm_w, m->p.norm_b, B,
-                   C);
-  vt_linear_fwd(be, a->logits, a->lnf, m->p.head_w, m->p.head_b, B, C, K);
-  vt_cross_entropy_fwd(be, a->losses, a->probs, a->logits, a->labels, smoothing, B, K);
-  be->to_host(m->host_losses, a->losses, (size_t)B * sizeof(float));
+  vt_cls_pool_fwd(be, sl->pooled, sl->res[m->nblocks], B, N, C);
+  vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w, m->p.norm_b,
+                   B, C);
+  vt_linear_fwd(be, sl->logits, sl->lnf, m->p.head_w, m->p.head_b, B, C, K);
+  vt_cross_entropy_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, smoothing, B, K);
+  be->to_host(m->host_losses, sl->losses, (size_t)B * sizeof(float));
   double sum = 0.0;
   for (int b = 0; b < B; b++) sum += m->host_losses[b];
   return sum;
 }
 
-void vt_model_backward(vt_model *m, int B, float smoothing, float loss_scale) {
+void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss_scale) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
-  const int64_t N = vt_cfg_tokens(c), C = c->width, H = c->heads, D = vt_cfg_head_dim(c);
-  const int64_t F = vt_cfg_mlp_hidden(c), K = c->num_classes, P = c->patch_size;
-  const int64_t M = (int64_t)B * N;
-  vt_model_acts *a = &m->a;
+  const int64_t N = vt_cfg_tokens(c), C = c->width, K = c->num_classes, P = c->patch_size;
+  vt_model_slot *sl = &m->slots[slot];
+  const vt_model_scratch *s = &m->s;
   vt_model_tensors *g = &m->g;
-
-  vt_cross_entropy_bwd(be, a->dlogits, a->probs, a->labels, smoothing, loss_scale, B, K);
-  vt_linear_bwd(be, a->dlnf, g->head_w, g->head_b, a->dlogits, a->lnf, m->p.head_w, B, C, K);
-  vt_layernorm_bwd(be, a->dpooled, g->norm_w, g->norm_b, a->dlnf, a->pooled, m->p.norm_w,
-                   a->lnf_mean, a->lnf_rstd, B, C);
-  vt_cls_pool_bwd(be, a->dres, a->dpooled, B, N, C);
-  for (int l = c->depth - 1; l >= 0; l--) {
-    const vt_block_tensors *w = &m->p.blocks[l];
-    vt_block_tensors *gw = &g->blocks[l];
-    vt_block_acts *s = &a->blocks[l];
-    // MLP branch; dres holds d(stream after the block).
-    vt_linear_bwd(be, a->dgelu, gw->fc2_w, gw->fc2_b, a->dres, s->gelu, w->fc2_w, M, F, C);
-    vt_gelu_bwd(be, a->dfc1, s->fc1, a->dgelu, M * F);
-    vt_linear_bwd(be, a->dln, gw->fc1_w, gw->fc1_b, a->dfc1, s->ln2, w->fc1_w, M, C, F);
-    vt_layernorm_bwd(be, a->dbranch, gw->norm2_w, gw->norm2_b, a->dln, s->mid, w->norm2_w,
-                     s->ln2_mean, s->ln2_rstd, M, C);
-    vt_add(be, a->dres, a->dres, a->dbranch, M * C);  // now d(stream after attention)
-    // Attention branch.
-    vt_linear_bwd(be, a->dln, gw->proj_w, gw->proj_b, a->dres, s->attn, w->proj_w, M, C, C);
-    vt_attention_bwd(be, a->dqkv, a->dln, s->qkv, s->att, B, N, H, D);
-    vt_linear_bwd(be, a->dln, gw->qkv_w, gw->qkv_b, a->dqkv, s->ln1, w->qkv_w, M, C, 3 * C);
-    vt_layernorm_bwd(be, a->dbranch, gw->norm1_w, gw->norm1_b, a->dln, a->res[l], w->norm1_w,
-                     s->ln1_mean, s->ln1_rstd, M, C);
-    vt_add(be, a->dres, a->dres, a->dbranch, M * C);  // now d(stream entering the block)
+  if (m->has_head) {
+    vt_cross_entropy_bwd(be, s->dlogits, sl->probs, sl->labels, smoothing, loss_scale, B, K);
+    vt_linear_bwd(be, s->dlnf, g->head_w, g->head_b, s->dlogits, sl->lnf, m->p.head_w, B, C, K);
+    vt_layernorm_bwd(be, s->dpooled, g->norm_w, g->norm_b, s->dlnf, sl->pooled, m->p.norm_w,
+                     sl->lnf_mean, sl->lnf_rstd, B, C);
+    vt_cls_pool_bwd(be, s->dres, s->dpooled, B, N, C);
+  } else {
+    be->copy(s->dres, sl->dout, (size_t)B * N * C * sizeof(float));
   }
-  vt_embed_bwd(be, a->dpatch_out, g->cls, g->pos, a->dres, B, N, C);
-  vt_linear_bwd(be, NULL, g->patch_w, g->patch_b, a->dpatch_out, a->patches, m->p.patch_w,
+  for (int l = m->nblocks - 1; l >= 0; l--)
+    vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[l], sl->res[l], s->dres, B);
+  if (!m->has_embed) {
+    be->copy(sl->dinput, s->dres, (size_t)B * N * C * sizeof(float));
+    return;
+  }
+  vt_embed_bwd(be, s->dpatch_out, g->cls, g->pos, s->dres, B, N, C);
+  vt_linear_bwd(be, NULL, g->patch_w, g->patch_b, s->dpatch_out, sl->patches, m->p.patch_w,
                 B * (N - 1), 3 * P * P, C);
 }

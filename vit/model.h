@@ -1,8 +1,9 @@
-// model.h: the ViT forward and backward on one backend, for micro-batches of up to B images.
-// Pre-LN blocks (x += attn(norm1(x)); x += mlp(norm2(x))), class-token pooling, timm's
-// VisionTransformer layout. Memory is allocated once at init: parameters and gradients as two
-// flat buffers laid out by the parameter table, activations as one block (design.md, Memory).
-// Must not depend on MPI.
+// model.h: one rank's part of the ViT (a pipeline stage's blocks, TP-sharded), its forward and
+// backward per micro-batch. Pre-LN blocks (x += attn(norm1(x)); x += mlp(norm2(x))),
+// class-token pooling, timm's VisionTransformer layout. Memory is allocated once at init:
+// parameters and gradients as two flat buffers laid out by the parameter table, activations of
+// every in-flight micro-batch ("slot") plus one backward scratch as one block (design.md).
+// Depends on src/ and parallel/ (the TP all-reduces); knows nothing of MPI itself.
 #ifndef VT_MODEL_H
 #define VT_MODEL_H
 
@@ -10,78 +11,100 @@
 #include "params.h"
 #include "vt_backend.h"
 
-// Views of one block's tensors inside a flat buffer (parameters or gradients).
+typedef struct vt_comm vt_comm;
+
+// Views of one block's tensors inside a flat buffer (parameters or gradients); TP-local shapes.
 typedef struct {
   float *norm1_w, *norm1_b;  // (C)
-  float *qkv_w, *qkv_b;      // (3C, C), (3C)
-  float *proj_w, *proj_b;    // (C, C), (C)
+  float *qkv_w, *qkv_b;      // (3C/tp, C), (3C/tp)
+  float *proj_w, *proj_b;    // (C, C/tp), (C)
   float *norm2_w, *norm2_b;  // (C)
-  float *fc1_w, *fc1_b;      // (F, C), (F)
-  float *fc2_w, *fc2_b;      // (C, F), (C)
+  float *fc1_w, *fc1_b;      // (F/tp, C), (F/tp)
+  float *fc2_w, *fc2_b;      // (C, F/tp), (C)
 } vt_block_tensors;
 
 typedef struct {
-  float *cls, *pos;           // (C), (N, C)
-  float *patch_w, *patch_b;   // (C, 3*P*P), (C)
-  vt_block_tensors *blocks;   // depth entries
-  float *norm_w, *norm_b;     // (C)
-  float *head_w, *head_b;     // (K, C), (K)
+  float *cls, *pos;           // (C), (N, C)            first stage only
+  float *patch_w, *patch_b;   // (C, 3*P*P), (C)        first stage only
+  vt_block_tensors *blocks;   // this stage's blocks, local index 0..nblocks-1
+  float *norm_w, *norm_b;     // (C)                    last stage only
+  float *head_w, *head_b;     // (K, C), (K)            last stage only
 } vt_model_tensors;
 
 // Saved activations of one block for one micro-batch. M = B*N rows.
 typedef struct {
-  float *ln1, *ln1_mean, *ln1_rstd;  // (B, N, C), (B*N), (B*N)
-  float *qkv;                        // (B, N, 3C)
-  float *att;                        // (B, H, N, N)
-  float *attn;                       // (B, N, C) attention output before proj
+  float *ln1, *ln1_mean, *ln1_rstd;  // (B, N, C), (M), (M)
+  float *qkv;                        // (B, N, 3C/tp)
+  float *att;                        // (B, H/tp, N, N)
+  float *attn;                       // (B, N, C/tp) attention output before proj
   float *mid;                        // (B, N, C) stream after the attention branch
-  float *ln2, *ln2_mean, *ln2_rstd;  // (B, N, C), (B*N), (B*N)
-  float *fc1;                        // (B, N, F) before GELU
-  float *gelu;                       // (B, N, F)
+  float *ln2, *ln2_mean, *ln2_rstd;  // (B, N, C), (M), (M)
+  float *fc1;                        // (B, N, F/tp) before GELU
+  float *gelu;                       // (B, N, F/tp)
 } vt_block_acts;
 
+// Everything one in-flight micro-batch keeps between its forward and its backward.
 typedef struct {
-  float *img;                    // (B, 3, S, S) input
-  int32_t *labels;               // (B)
-  float *patches;                // (B, N-1, 3*P*P)
-  float *patch_out;              // (B, N-1, C)
-  float **res;                   // depth+1 entries of (B, N, C): the stream entering each block
-  vt_block_acts *blocks;         // depth entries
-  float *pooled;                 // (B, C)
-  float *lnf, *lnf_mean, *lnf_rstd;  // (B, C), (B), (B)
-  float *logits, *probs, *losses;    // (B, K), (B, K), (B)
-  // Backward scratch, reused by every block.
-  float *dres, *dbranch, *dln;   // (B, N, C)
-  float *dqkv;                   // (B, N, 3C)
-  float *dgelu, *dfc1;           // (B, N, F)
-  float *dpatch_out;             // (B, N-1, C)
-  float *dpooled, *dlnf, *dlogits;  // (B, C), (B, C), (B, K)
-} vt_model_acts;
+  float *img;                        // (B, 3, S, S)  first stage
+  int32_t *labels;                   // (B)           last stage
+  float *patches, *patch_out;        // (B, N-1, 3*P*P), (B, N-1, C)  first stage
+  float **res;                       // nblocks+1 of (B, N, C): res[0] is the stage input,
+                                     // res[nblocks] the stage output
+  vt_block_acts *blocks;             // nblocks
+  float *pooled, *lnf, *lnf_mean, *lnf_rstd;  // (B, C), (B, C), (B), (B)  last stage
+  float *logits, *probs, *losses;             // (B, K), (B, K), (B)     last stage
+  float *dout;                       // (B, N, C) gradient of the stage output (received)
+  float *dinput;                     // (B, N, C) gradient of the stage input (to send)
+} vt_model_slot;
+
+// Backward scratch shared by all slots (one backward runs at a time).
+typedef struct {
+  float *dres, *dbranch, *dln;       // (B, N, C)
+  float *dqkv;                       // (B, N, 3C/tp)
+  float *dgelu, *dfc1;               // (B, N, F/tp)
+  float *dpatch_out;                 // (B, N-1, C)
+  float *dpooled, *dlnf, *dlogits;   // (B, C), (B, C), (B, K)
+} vt_model_scratch;
 
 typedef struct {
   vt_vit_config cfg;
-  int max_batch;
+  vt_shard shard;
+  int first_block, end_block, nblocks;  // this stage's blocks [first, end)
+  int has_embed, has_head;              // first / last pipeline stage
+  int max_batch, nslots;
   const vt_backend *be;
+  vt_comm *tp;            // tensor-parallel group; NULL when tp_size == 1
   vt_param_table table;
   float *params, *grads;  // flat, table.total elements each, backend memory
   vt_model_tensors p, g;  // views into params and grads
-  vt_model_acts a;
+  vt_model_slot *slots;
+  vt_model_scratch s;
   void *act_block;        // the one activation allocation
   size_t act_nbytes;
   float *host_losses;     // (B) host copy of the per-sample losses
 } vt_model;
 
-// Allocates everything for micro-batches of up to max_batch images and initialises the
-// parameters from seed. Fatal (with a message) when memory runs out.
-void vt_model_init(vt_model *m, const vt_vit_config *cfg, int max_batch, const vt_backend *be,
-                   uint64_t seed);
+// Allocates one rank's part for micro-batches of up to max_batch images with nslots
+// micro-batches in flight, and initialises its parameters from seed (the same values as the
+// whole model's, whatever the shard). Fatal (with a message) when memory runs out.
+void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_comm *tp,
+                   int max_batch, int nslots, const vt_backend *be, uint64_t seed);
 void vt_model_free(vt_model *m);
 
-// Forward of B images already in m->a.img / m->a.labels (backend memory); returns the sum of
-// the B per-sample losses (one small device-to-host copy). Logits stay in m->a.logits.
-double vt_model_forward(vt_model *m, int B, float smoothing);
-// Backward of the last forward; adds the gradient of loss_scale * (sum of losses) into m->grads
-// (loss_scale = 1 / global batch for a mean loss).
-void vt_model_backward(vt_model *m, int B, float smoothing, float loss_scale);
+// Forward of B images in a slot. First stage: reads slot->img; others: slot->res[0]. Last
+// stage: reads slot->labels and returns the sum of the B per-sample losses (one small copy to
+// the host); others return 0 and leave the output in slot->res[nblocks].
+double vt_model_forward(vt_model *m, int slot, int B, float smoothing);
+// Backward of that slot's forward; adds the gradient of loss_scale * (sum of losses) into
+// m->grads (loss_scale = 1 / global batch for a mean loss). Last stage starts from the loss,
+// others from slot->dout; all but the first stage leave the input's gradient in slot->dinput.
+void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss_scale);
+
+// Blocks (vit/block.c): one transformer block's forward and backward on M = B*N rows, with the
+// tensor-parallel all-reduces of Megatron's f and g mappings when m->tp is set.
+void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
+                  const float *in, float *out, int B);
+void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
+                  const vt_block_acts *a, const float *in, float *dres, int B);
 
 #endif

@@ -1,9 +1,14 @@
-// optim.c: schedule, clipping and AdamW over the parameter table.
+// optim.c: schedule, gradient reduction, global norm, clipping and AdamW over the table.
 #include "optim.h"
 
 #include <math.h>
 
+#include "comm.h"
 #include "vt_ops.h"
+
+// DP all-reduce bucket: big enough to amortise a collective's latency, small enough to be
+// overlapped with the backward pass one day (GPU); about 16 MiB.
+#define VT_DP_BUCKET_COUNT ((int64_t)1 << 22)
 
 float vt_lr_at(const vt_optim_config *oc, int64_t step) {
   if (step < oc->warmup_steps) return oc->lr * (float)(step + 1) / (float)oc->warmup_steps;
@@ -14,36 +19,120 @@ float vt_lr_at(const vt_optim_config *oc, int64_t step) {
   return (float)(oc->min_lr + 0.5 * (oc->lr - oc->min_lr) * (1.0 + cos(3.14159265358979323846 * progress)));
 }
 
-void vt_adamw_state_init(vt_adamw_state *s, const vt_backend *be, int64_t count) {
-  s->m = be->alloc((size_t)count * sizeof(float));
-  s->v = be->alloc((size_t)count * sizeof(float));
-  VT_CHECK(s->m && s->v, "out of %s memory for %lld MiB of AdamW state", be->name,
-           (long long)(2 * count * 4) >> 20);
-  s->t = 0;
+static float *must_alloc(const vt_backend *be, int64_t count, const char *what) {
+  float *p = be->alloc((size_t)count * sizeof(float));
+  VT_CHECK(p != NULL, "out of %s memory for %lld MiB of %s", be->name,
+           (long long)(count * 4) >> 20, what);
+  return p;
 }
 
-void vt_adamw_state_free(vt_adamw_state *s, const vt_backend *be) {
-  be->free(s->m);
-  be->free(s->v);
-  s->m = s->v = NULL;
-}
-
-double vt_grad_norm(const vt_backend *be, const vt_param_table *t, const float *grads) {
-  double ss = vt_sumsq(be, grads, t->total);
-  return sqrt(ss);
-}
-
-void vt_optim_step(const vt_backend *be, const vt_param_table *t, float *params, float *grads,
-                   vt_adamw_state *s, const vt_optim_config *oc, float lr, double grad_norm) {
-  if (oc->clip_grad > 0.0f) {
-    double coef = oc->clip_grad / (grad_norm + 1e-6);
-    if (coef < 1.0) vt_scale(be, grads, (float)coef, t->total);
+void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_backend *be,
+                       const vt_param_table *table, vt_comm *tp, vt_comm *pp, vt_comm *dp,
+                       int zero) {
+  *o = (vt_optimizer){.cfg = *cfg, .be = be, .table = table, .tp = tp, .pp = pp, .dp = dp};
+  const int dp_size = dp ? vt_comm_size(dp) : 1, dp_rank = dp ? vt_comm_rank(dp) : 0;
+  o->zero = zero && dp_size > 1;
+  int64_t state = table->total;
+  if (o->zero) {
+    o->shard_count = (table->total + dp_size - 1) / dp_size;
+    o->padded = o->shard_count * dp_size;
+    o->shard_lo = (int64_t)dp_rank * o->shard_count;
+    o->flat = must_alloc(be, o->padded, "ZeRO-1 staging");
+    o->shard = must_alloc(be, o->shard_count, "ZeRO-1 gradient shard");
+    state = o->shard_count;
   }
-  s->t++;
-  for (int i = 0; i < t->count; i++) {
-    const vt_param *p = &t->p[i];
-    vt_adamw(be, params + p->offset, grads + p->offset, s->m + p->offset, s->v + p->offset,
-             p->count, lr, oc->beta1, oc->beta2, oc->eps, p->decay ? oc->weight_decay : 0.0f,
-             s->t);
+  o->m = must_alloc(be, state, "AdamW state");
+  o->v = must_alloc(be, state, "AdamW state");
+}
+
+void vt_optimizer_free(vt_optimizer *o) {
+  o->be->free(o->m);
+  o->be->free(o->v);
+  if (o->zero) {
+    o->be->free(o->flat);
+    o->be->free(o->shard);
   }
+  *o = (vt_optimizer){0};
+}
+
+size_t vt_optimizer_nbytes(const vt_optimizer *o) {
+  int64_t n = o->zero ? 2 * o->shard_count + o->padded + o->shard_count : 2 * o->table->total;
+  return (size_t)n * sizeof(float);
+}
+
+// The part of tensor p inside the flat range [lo, hi): *first (flat index) and the count.
+static int64_t piece(const vt_param *p, int64_t lo, int64_t hi, int64_t *first) {
+  int64_t a = p->offset > lo ? p->offset : lo;
+  int64_t b = p->offset + p->local_count < hi ? p->offset + p->local_count : hi;
+  *first = a;
+  return b > a ? b - a : 0;
+}
+
+// Sum of squares of grads over the flat range [lo, hi) (grads points at element lo), counting
+// tensors replicated over TP only on TP rank 0, so the sum over the TP group counts them once.
+static double local_sumsq(const vt_optimizer *o, const float *grads, int64_t lo, int64_t hi) {
+  const int tp_rank = o->tp ? vt_comm_rank(o->tp) : 0;
+  double ss = 0.0;
+  for (int i = 0; i < o->table->count; i++) {
+    const vt_param *p = &o->table->p[i];
+    int64_t first, count = piece(p, lo, hi, &first);
+    if (count > 0 && (p->tp_split != VT_TP_REPLICATED || tp_rank == 0))
+      ss += vt_sumsq(o->be, grads + (first - lo), count);
+  }
+  return ss;
+}
+
+// AdamW on the flat range [lo, hi); params, grads, m and v point at element lo.
+static void adamw_range(vt_optimizer *o, float *params, const float *grads, float *m, float *v,
+                        int64_t lo, int64_t hi, float lr) {
+  const vt_optim_config *c = &o->cfg;
+  for (int i = 0; i < o->table->count; i++) {
+    const vt_param *p = &o->table->p[i];
+    int64_t first, count = piece(p, lo, hi, &first), k = first - lo;
+    if (count > 0)
+      vt_adamw(o->be, params + k, grads + k, m + k, v + k, count, lr, c->beta1, c->beta2,
+               c->eps, p->decay ? c->weight_decay : 0.0f, o->t);
+  }
+}
+
+double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr) {
+  const vt_backend *be = o->be;
+  const int64_t total = o->table->total;
+  float *g = grads;                  // the gradients this rank updates with
+  int64_t lo = 0, hi = total;        // ... covering these flat elements
+  if (o->zero) {
+    // Each DP rank reduces and updates one shard; the padding holds zeros.
+    be->zero(o->flat + total, (size_t)(o->padded - total) * sizeof(float));
+    be->copy(o->flat, grads, (size_t)total * sizeof(float));
+    vt_comm_reduce_scatter(o->dp, o->shard, o->flat, o->shard_count);
+    g = o->shard;
+    lo = o->shard_lo;
+    hi = lo + o->shard_count < total ? lo + o->shard_count : total;
+  } else if (o->dp) {
+    for (int64_t b = 0; b < total; b += VT_DP_BUCKET_COUNT)
+      vt_comm_all_reduce(o->dp, grads + b, total - b < VT_DP_BUCKET_COUNT ? total - b : VT_DP_BUCKET_COUNT);
+  }
+  // One norm over the whole model: TP shards and pipeline stages hold different parameters,
+  // so their sums add; DP ranks hold the same (reduced) gradients unless ZeRO split them.
+  double ss = hi > lo ? local_sumsq(o, g, lo, hi) : 0.0;
+  if (o->tp) vt_comm_all_reduce_double(o->tp, &ss, 1, VT_REDUCE_SUM);
+  if (o->pp) vt_comm_all_reduce_double(o->pp, &ss, 1, VT_REDUCE_SUM);
+  if (o->zero) vt_comm_all_reduce_double(o->dp, &ss, 1, VT_REDUCE_SUM);
+  const double norm = sqrt(ss);
+  if (o->cfg.clip_grad > 0.0f) {  // PyTorch's clip_grad_norm_ rule
+    double coef = o->cfg.clip_grad / (norm + 1e-6);
+    if (coef < 1.0 && hi > lo) vt_scale(be, g, (float)coef, hi - lo);
+  }
+  o->t++;
+  if (!o->zero) {
+    adamw_range(o, params, g, o->m, o->v, 0, total, lr);
+    return norm;
+  }
+  if (hi > lo) {
+    adamw_range(o, params + lo, g, o->m, o->v, lo, hi, lr);
+    be->copy(o->flat + lo, params + lo, (size_t)(hi - lo) * sizeof(float));
+  }
+  vt_comm_all_gather(o->dp, o->flat, o->flat + o->shard_lo, o->shard_count);
+  be->copy(params, o->flat, (size_t)total * sizeof(float));
+  return norm;
 }

@@ -1,5 +1,8 @@
-// optim.h: the learning-rate schedule (linear warmup, then cosine decay to min_lr), gradient
-// clipping by global norm and AdamW over the parameter table. Must not depend on MPI.
+// optim.h: the learning-rate schedule (linear warmup, then cosine decay to min_lr), and the
+// optimizer step of one rank: data-parallel gradient reduction (bucketed all-reduce, or ZeRO-1's
+// reduce-scatter + all-gather), one global gradient norm that counts every parameter once across
+// all three mesh axes, clipping, and AdamW with decay only where the parameter table says so.
+// Depends on src/ and parallel/ (the comm API); knows no MPI.
 #ifndef VT_OPTIM_H
 #define VT_OPTIM_H
 
@@ -7,6 +10,8 @@
 
 #include "params.h"
 #include "vt_backend.h"
+
+typedef struct vt_comm vt_comm;
 
 typedef struct {
   float lr, min_lr;
@@ -20,20 +25,29 @@ typedef struct {
 float vt_lr_at(const vt_optim_config *oc, int64_t step);
 
 typedef struct {
-  float *m, *v;  // backend memory, table.total elements each
-  int64_t t;     // AdamW steps taken
-} vt_adamw_state;
+  vt_optim_config cfg;
+  const vt_backend *be;
+  const vt_param_table *table;
+  vt_comm *tp, *pp, *dp;  // NULL where the axis has size 1
+  int zero;               // 1: ZeRO-1, AdamW state sharded over dp
+  // ZeRO-1: the flat gradient is padded to a multiple of dp and split in equal shards; this
+  // rank owns elements [shard_lo, shard_lo + shard_count) of it.
+  int64_t padded, shard_lo, shard_count;
+  float *m, *v;           // AdamW moments: shard_count (ZeRO-1) or table->total elements
+  float *flat, *shard;    // ZeRO-1 only: padded gradient/parameter staging, reduced shard
+  int64_t t;              // AdamW steps taken
+} vt_optimizer;
 
-void vt_adamw_state_init(vt_adamw_state *s, const vt_backend *be, int64_t count);
-void vt_adamw_state_free(vt_adamw_state *s, const vt_backend *be);
+void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_backend *be,
+                       const vt_param_table *table, vt_comm *tp, vt_comm *pp, vt_comm *dp,
+                       int zero);
+void vt_optimizer_free(vt_optimizer *o);
+// Bytes of optimizer memory on this rank (moments and ZeRO staging), for the memory plan.
+size_t vt_optimizer_nbytes(const vt_optimizer *o);
 
-// The global L2 norm of all gradients.
-double vt_grad_norm(const vt_backend *be, const vt_param_table *t, const float *grads);
-
-// One optimizer step: clips the gradients to oc->clip_grad (PyTorch's clip_grad_norm_ rule:
-// scale by clip / (norm + 1e-6) when that is below 1), then AdamW on every tensor, weight decay
-// only where the table says so. grad_norm is the norm before clipping.
-void vt_optim_step(const vt_backend *be, const vt_param_table *t, float *params, float *grads,
-                   vt_adamw_state *s, const vt_optim_config *oc, float lr, double grad_norm);
+// One step on this rank's parameters and accumulated gradients: reduce the gradients over dp,
+// compute the global norm (returned, before clipping), clip, update with learning rate lr.
+// Collective over every axis: all ranks call it once per step.
+double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr);
 
 #endif

@@ -35,8 +35,9 @@ static void add(builder *b, int layer, vt_init_kind init, float scale, int decay
   p->ndim = ndim;
   p->count = 1;
   for (int i = 0; i < ndim; i++) p->count *= (p->shape[i] = shape[i]);
+  p->local_count = split == VT_TP_REPLICATED ? p->count : p->count / t->shard.tp_size;
   p->offset = t->total;
-  t->total += p->count;
+  t->total += p->local_count;
   p->decay = decay;
   p->init = init;
   p->init_scale = scale;
@@ -61,12 +62,23 @@ static void norm(builder *b, int layer, int64_t C, const char *prefix) {
   add(b, layer, VT_INIT_ZEROS, 0.0f, 0, VT_TP_REPLICATED, 1, (int64_t[]){C}, "%s.bias", prefix);
 }
 
-void vt_params_build(vt_param_table *t, const vt_vit_config *cfg) {
+void vt_stage_blocks(int depth, int pp_size, int pp_rank, int *first, int *end) {
+  int base = depth / pp_size, extra = depth % pp_size, light = pp_size - extra;
+  *first = pp_rank * base + (pp_rank > light ? pp_rank - light : 0);
+  *end = *first + base + (pp_rank >= light ? 1 : 0);
+}
+
+void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard) {
   memset(t, 0, sizeof *t);
+  t->shard = shard;
   builder b = {t, 0};
+  int first, end;
+  vt_stage_blocks(cfg->depth, shard.pp_size, shard.pp_rank, &first, &end);
+  const int first_stage = shard.pp_rank == 0, last_stage = shard.pp_rank == shard.pp_size - 1;
   const int64_t C = cfg->width, P = cfg->patch_size, N = vt_cfg_tokens(cfg);
   const int64_t F = vt_cfg_mlp_hidden(cfg), K = cfg->num_classes;
   const float conv_bound = 1.0f / sqrtf((float)(3 * P * P));  // PyTorch's Conv2d default
+  if (first_stage) {
   add(&b, 0, VT_INIT_NORMAL, 1e-6f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, 1, C}, "cls_token");
   add(&b, 0, VT_INIT_TRUNC_NORMAL, 0.02f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, N, C},
       "pos_embed");
@@ -74,8 +86,9 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg) {
       "patch_embed.proj.weight");
   add(&b, 0, VT_INIT_UNIFORM, conv_bound, 0, VT_TP_REPLICATED, 1, (int64_t[]){C},
       "patch_embed.proj.bias");
+  }
   char pre[48];
-  for (int l = 0; l < cfg->depth; l++) {
+  for (int l = first; l < end; l++) {
     snprintf(pre, sizeof pre, "blocks.%d.norm1", l);
     norm(&b, l + 1, C, pre);
     snprintf(pre, sizeof pre, "blocks.%d.attn.qkv", l);
@@ -90,8 +103,23 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg) {
     snprintf(pre, sizeof pre, "blocks.%d.mlp.fc2", l);
     linear(&b, l + 1, VT_TP_COLS, C, F, pre);
   }
-  norm(&b, cfg->depth + 1, C, "norm");
-  linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, C, "head");
+  if (last_stage) {
+    norm(&b, cfg->depth + 1, C, "norm");
+    linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, C, "head");
+  }
+}
+
+int64_t vt_param_global_index(const vt_param *p, const vt_shard *s, int64_t i) {
+  if (p->tp_split == VT_TP_REPLICATED || s->tp_size == 1) return i;
+  const int64_t rows = p->shape[0], rest = p->count / rows;
+  if (p->tp_split == VT_TP_COLS) {  // (rows, cols): this rank holds a band of columns
+    int64_t lcols = rest / s->tp_size, r = i / lcols, col = i % lcols;
+    return r * rest + s->tp_rank * lcols + col;
+  }
+  // VT_TP_ROWS: each of the tp_groups stripes of rows is split into tp_size parts.
+  int64_t grows = rows / p->tp_groups, lrows = grows / s->tp_size;
+  int64_t lr = i / rest, col = i % rest, group = lr / lrows, within = lr % lrows;
+  return (group * grows + s->tp_rank * lrows + within) * rest + col;
 }
 
 void vt_params_free(vt_param_table *t) {
@@ -110,7 +138,9 @@ void vt_params_init(const vt_param_table *t, float *host, uint64_t seed) {
     const vt_param *p = &t->p[i];
     float *x = host + p->offset;
     uint32_t stream = vt_hash_name(p->name);
-    for (int64_t j = 0; j < p->count; j++) {
+    for (int64_t i = 0; i < p->local_count; i++) {
+      // Values are keyed by the global element, so every layout initialises the same model.
+      int64_t j = vt_param_global_index(p, &t->shard, i);
       float v = 0.0f;
       switch (p->init) {
         case VT_INIT_ZEROS: v = 0.0f; break;
@@ -126,7 +156,7 @@ void vt_params_init(const vt_param_table *t, float *host, uint64_t seed) {
           v = p->init_scale * (2.0f * vt_rng_uniform(seed, stream, 0, (uint64_t)j) - 1.0f);
           break;
       }
-      x[j] = v;
+      x[i] = v;
     }
   }
 }

@@ -28,8 +28,9 @@ typedef struct {
   char name[64];      // timm name, e.g. "blocks.3.attn.qkv.weight"
   int ndim;
   int64_t shape[4];   // global (unsharded) shape
-  int64_t count;      // elements
-  int64_t offset;     // first element in the flat parameter/gradient buffers
+  int64_t count;      // global elements
+  int64_t local_count;  // elements this rank holds (count / tp_size when split by TP)
+  int64_t offset;     // first local element in this rank's flat parameter/gradient buffers
   int decay;          // AdamW weight decay applies (not biases, norms, pos_embed, cls_token)
   vt_init_kind init;
   float init_scale;   // std or bound
@@ -38,18 +39,41 @@ typedef struct {
   int tp_groups;      // qkv: 3 (q, k, v each split by heads); otherwise 1
 } vt_param;
 
+// Which part of the model one rank holds: the blocks of its pipeline stage (plus the embeddings
+// on the first stage, the final norm and head on the last) and its tensor-parallel shard.
+typedef struct {
+  int tp_rank, tp_size;
+  int pp_rank, pp_size;
+} vt_shard;
+
+// The whole model on one rank.
+static inline vt_shard vt_shard_whole(void) { return (vt_shard){0, 1, 0, 1}; }
+
+// Blocks [*first, *end) of a pipeline stage. Blocks are split as evenly as possible; when depth
+// does not divide, the last depth % pp_size stages get one more, so the first stage (which also
+// runs the patch embedding and keeps the most micro-batches in flight under 1F1B) gets fewest.
+void vt_stage_blocks(int depth, int pp_size, int pp_rank, int *first, int *end);
+
 typedef struct {
   vt_param *p;
   int count;
-  int64_t total;  // elements over all tensors
+  int64_t total;  // local elements over all tensors this rank holds
+  vt_shard shard;
 } vt_param_table;
 
-void vt_params_build(vt_param_table *t, const vt_vit_config *cfg);
+// The table of the tensors a rank holds, with local counts and offsets (the whole model for
+// vt_shard_whole()). Rows keep timm's global names and shapes.
+void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard);
 void vt_params_free(vt_param_table *t);
 // The row of a name, or NULL.
 const vt_param *vt_params_find(const vt_param_table *t, const char *name);
 // Initialise a host copy of all parameters as timm does, from the counter-based RNG keyed by
 // (seed, parameter name, element): the same values on any rank, thread count or layout.
 void vt_params_init(const vt_param_table *t, float *host, uint64_t seed);
+
+// The global element index (row-major in the global shape) of local element i of p on the
+// table's TP rank. qkv rows are [q | k | v], each split by heads, so a TP rank's rows are three
+// separate stripes.
+int64_t vt_param_global_index(const vt_param *p, const vt_shard *s, int64_t i);
 
 #endif

@@ -1,0 +1,344 @@
+// comm.c: the comm registry. It checks arguments once, counts traffic per axis and dispatches to
+// a transport (MPI on host buffers, NCCL on device buffers, or "local" for a world of one process
+// built without MPI). The only file of parallel/ that knows, through #ifdef, which were built.
+// Must not depend on the model.
+#include "comm.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct vt_comm {
+  vt_axis axis;
+  int size, rank;
+  const vt_comm_transport *transport;  // float operations
+  void *state;                         // the transport's handle
+  void *mpi;  // MPI communicator for host control (barrier, doubles, NCCL id); NULL without MPI
+};
+
+// ---- The local transport: one process, host buffers ------------------------------------------
+
+static void local_all_reduce(void *s, float *buf, int64_t count) { (void)s, (void)buf, (void)count; }
+static void local_reduce_scatter(void *s, float *out, const float *inp, int64_t out_count) {
+  (void)s;
+  memcpy(out, inp, (size_t)out_count * sizeof(float));
+}
+static void local_all_gather(void *s, float *out, const float *inp, int64_t inp_count) {
+  (void)s;
+  if (out != inp) memcpy(out, inp, (size_t)inp_count * sizeof(float));
+}
+static void local_broadcast(void *s, float *buf, int64_t count, int root) {
+  (void)s, (void)buf, (void)count, (void)root;
+}
+// comm.c refuses a peer equal to the caller, and a comm of one has no other peer.
+static void local_send(void *s, const float *buf, int64_t count, int peer) {
+  (void)s, (void)buf, (void)count;
+  VT_CHECK(0, "send to rank %d in a single-process comm", peer);
+}
+static void local_recv(void *s, float *buf, int64_t count, int peer) {
+  (void)s, (void)buf, (void)count;
+  VT_CHECK(0, "recv from rank %d in a single-process comm", peer);
+}
+static void local_sendrecv(void *s, const float *sendbuf, int64_t send_count, int dst,
+                           float *recvbuf, int64_t recv_count, int src) {
+  (void)s, (void)sendbuf, (void)send_count, (void)recvbuf, (void)recv_count, (void)src;
+  VT_CHECK(0, "sendrecv with rank %d in a single-process comm", dst);
+}
+static void local_free(void *s) { (void)s; }
+
+static const vt_comm_transport k_local_transport = {
+    "local",    local_all_reduce, local_reduce_scatter, local_all_gather, local_broadcast,
+    local_send, local_recv,       local_sendrecv,       local_free};
+
+// ---- Host control over MPI, or nothing to do for a single process ----------------------------
+
+static void host_barrier(vt_comm *c) {
+#ifdef VT_HAVE_MPI
+  vt_comm_mpi_barrier(c->mpi);
+#else
+  (void)c;
+#endif
+}
+
+static void host_all_reduce_double(vt_comm *c, double *buf, int64_t count, vt_reduce_op op) {
+#ifdef VT_HAVE_MPI
+  vt_comm_mpi_all_reduce_double(c->mpi, buf, count, op);
+#else
+  (void)c, (void)buf, (void)count, (void)op;
+#endif
+}
+
+static void *host_split(vt_comm *parent, int color, int key, int *size, int *rank) {
+#ifdef VT_HAVE_MPI
+  return vt_comm_mpi_split(parent->mpi, color, key, size, rank);
+#else
+  (void)parent, (void)color, (void)key;
+  *size = 1, *rank = 0;
+  return NULL;
+#endif
+}
+
+static void host_free(void *mpi) {
+#ifdef VT_HAVE_MPI
+  if (mpi) vt_comm_mpi_transport.free(mpi);
+#else
+  (void)mpi;
+#endif
+}
+
+static void abort_hook(int code) { vt_comm_abort(code); }
+
+void vt_comm_abort(int code) {
+#ifdef VT_HAVE_MPI
+  vt_comm_mpi_abort(code);
+#else
+  exit(code);
+#endif
+}
+
+// ---- Creation --------------------------------------------------------------------------------
+
+vt_comm *vt_comm_world_init(int *argc, char ***argv) {
+  vt_comm *c = calloc(1, sizeof *c);
+  VT_CHECK(c, "out of memory for the world communicator");
+  c->axis = VT_AXIS_WORLD;
+#ifdef VT_HAVE_MPI
+  vt_comm_mpi_world_init(argc, argv, &c->mpi, &c->size, &c->rank);
+  c->transport = &vt_comm_mpi_transport;
+  c->state = c->mpi;
+  vt_set_abort_hook(abort_hook);
+#else
+  (void)argc, (void)argv;
+  c->size = 1, c->rank = 0;
+  c->transport = &k_local_transport;
+  (void)abort_hook;
+#endif
+  vt_rank_tag tag = {c->rank, -1, -1, -1};
+  vt_set_rank_tag(tag);
+  return c;
+}
+
+// The float transport of an axis comm whose host side (c->mpi, size, rank) is already set.
+static void attach_transport(vt_comm *c, vt_device device) {
+  if (device == VT_DEVICE_CUDA) {
+#ifdef VT_HAVE_NCCL
+    const char *why = "";
+    VT_CHECK(vt_backend_get(VT_DEVICE_CUDA, &why), "the NCCL transport needs the CUDA backend: %s",
+             why);
+    unsigned char id[VT_COMM_NCCL_ID_NBYTES];
+    if (c->rank == 0) vt_comm_nccl_unique_id(id);
+#ifdef VT_HAVE_MPI
+    vt_comm_mpi_broadcast_bytes(c->mpi, id, VT_COMM_NCCL_ID_NBYTES, 0);
+#endif
+    c->transport = &vt_comm_nccl_transport;
+    c->state = vt_comm_nccl_init(id, c->size, c->rank);
+    return;
+#else
+    VT_CHECK(0, "comms on device buffers need NCCL, and this vit3d was built without it "
+                "(configure with -DVT_CUDA=ON -DVT_NCCL=ON where libnccl is installed)");
+#endif
+  }
+#ifdef VT_HAVE_MPI
+  c->transport = &vt_comm_mpi_transport;
+  c->state = c->mpi;
+#else
+  c->transport = &k_local_transport;
+  c->state = NULL;
+#endif
+}
+
+static vt_comm *split_axis(vt_comm *world, const vt_mesh *mesh, vt_axis axis, vt_device device) {
+  // Color: the world rank of the group's first member, so every group gets a distinct color.
+  // Key: the coordinate on the axis, so the comm's rank equals the coordinate.
+  vt_mesh_coord me = vt_mesh_coords(mesh, world->rank);
+  vt_mesh_coord first = me;
+  int key = vt_mesh_axis_rank(mesh, world->rank, axis);
+  if (axis == VT_AXIS_TP) first.tp_rank = 0;
+  if (axis == VT_AXIS_PP) first.pp_rank = 0;
+  if (axis == VT_AXIS_DP) first.dp_rank = 0;
+  int color = vt_mesh_world_rank(mesh, first);
+
+  vt_comm *c = calloc(1, sizeof *c);
+  VT_CHECK(c, "out of memory for the %s communicator", vt_axis_name(axis));
+  c->axis = axis;
+  c->mpi = host_split(world, color, key, &c->size, &c->rank);
+  VT_CHECK(c->size == vt_mesh_axis_size(mesh, axis) && c->rank == key,
+           "the %s communicator has rank %d of %d, but the mesh says %d of %d", vt_axis_name(axis),
+           c->rank, c->size, key, vt_mesh_axis_size(mesh, axis));
+  attach_transport(c, device);
+  return c;
+}
+
+void vt_comm_split_mesh(vt_comm *world, const vt_mesh *mesh, vt_device device, vt_comm **tp,
+                        vt_comm **pp, vt_comm **dp) {
+  char err[256];
+  VT_CHECK(vt_mesh_validate(mesh, world->size, err, sizeof err) == VT_OK, "%s", err);
+  // Every rank creates the comms in the same order, as MPI_Comm_split and NCCL init require.
+  *tp = split_axis(world, mesh, VT_AXIS_TP, device);
+  *pp = split_axis(world, mesh, VT_AXIS_PP, device);
+  *dp = split_axis(world, mesh, VT_AXIS_DP, device);
+  vt_mesh_coord me = vt_mesh_coords(mesh, world->rank);
+  vt_rank_tag tag = {world->rank, me.tp_rank, me.pp_rank, me.dp_rank};
+  vt_set_rank_tag(tag);
+}
+
+void vt_comm_free(vt_comm *c) {
+  if (!c) return;
+  if (c->transport != &k_local_transport && c->state != c->mpi) c->transport->free(c->state);
+  host_free(c->mpi);
+  free(c);
+}
+
+void vt_comm_finalize(vt_comm *world) {
+  vt_comm_free(world);
+#ifdef VT_HAVE_MPI
+  vt_comm_mpi_finalize();
+#endif
+}
+
+vt_axis vt_comm_axis(const vt_comm *c) { return c->axis; }
+int vt_comm_size(const vt_comm *c) { return c->size; }
+int vt_comm_rank(const vt_comm *c) { return c->rank; }
+const char *vt_comm_transport_name(const vt_comm *c) { return c->transport->name; }
+
+// ---- Counters --------------------------------------------------------------------------------
+
+// Only the main thread communicates (MPI_THREAD_FUNNELED), so plain counters suffice.
+static vt_comm_counts g_counts[VT_AXIS_COUNT];
+
+static void tally(const vt_comm *c, vt_comm_op op, int64_t nbytes) {
+  vt_comm_counts *k = &g_counts[c->axis];
+  k->calls++, k->nbytes += nbytes;
+  k->op_calls[op]++, k->op_nbytes[op] += nbytes;
+}
+
+vt_comm_counts vt_comm_counts_get(vt_axis axis) {
+  VT_CHECK((int)axis >= 0 && (int)axis < VT_AXIS_COUNT, "unknown axis %d", (int)axis);
+  return g_counts[axis];
+}
+
+void vt_comm_counts_reset(void) { memset(g_counts, 0, sizeof g_counts); }
+
+const char *vt_comm_op_name(vt_comm_op op) {
+  static const char *const names[VT_COMM_OP_COUNT] = {
+      "all_reduce", "reduce_scatter", "all_gather", "broadcast",
+      "send",       "recv",           "barrier",    "reduce_double"};
+  return (int)op >= 0 && op < VT_COMM_OP_COUNT ? names[op] : "?";
+}
+
+void vt_comm_counts_print(FILE *f) {
+  vt_rank_tag t = vt_get_rank_tag();
+  for (int a = 0; a < VT_AXIS_COUNT; a++) {
+    const vt_comm_counts *k = &g_counts[a];
+    if (k->calls == 0) continue;
+    char line[1024];
+    int len = snprintf(line, sizeof line, "comm %-5s %lld calls %lld bytes:", vt_axis_name((vt_axis)a),
+                       (long long)k->calls, (long long)k->nbytes);
+    for (int op = 0; op < VT_COMM_OP_COUNT && len < (int)sizeof line; op++) {
+      if (k->op_calls[op] == 0) continue;
+      len += snprintf(line + len, sizeof line - (size_t)len, " %s %lld/%lld",
+                      vt_comm_op_name((vt_comm_op)op), (long long)k->op_calls[op],
+                      (long long)k->op_nbytes[op]);
+    }
+    // One fprintf per line so lines of different ranks do not interleave mid-line.
+    if (t.tp_rank >= 0)
+      fprintf(f, "[rank %d tp %d pp %d dp %d] %s\n", t.world_rank, t.tp_rank, t.pp_rank,
+              t.dp_rank, line);
+    else
+      fprintf(f, "[rank %d] %s\n", t.world_rank, line);
+  }
+  fflush(f);
+}
+
+// ---- Operations: check once, count, dispatch -------------------------------------------------
+
+static void check_buf(const vt_comm *c, const char *what, const void *buf, int64_t count) {
+  // MPI counts are int; a larger message is a sizing bug long before it is a real need.
+  VT_CHECK(count >= 0 && count <= INT_MAX, "comm %s %s: count %lld is outside [0, %d]",
+           vt_axis_name(c->axis), what, (long long)count, INT_MAX);
+  VT_CHECK(buf || count == 0, "comm %s %s: NULL buffer for %lld elements", vt_axis_name(c->axis),
+           what, (long long)count);
+}
+
+static void check_peer(const vt_comm *c, const char *what, int peer) {
+  VT_CHECK(peer >= 0 && peer < c->size && peer != c->rank,
+           "comm %s %s: peer %d is not another rank of this comm (rank %d of %d)",
+           vt_axis_name(c->axis), what, peer, c->rank, c->size);
+}
+
+void vt_comm_all_reduce(vt_comm *c, float *buf, int64_t count) {
+  check_buf(c, "all_reduce", buf, count);
+  tally(c, VT_COMM_OP_ALL_REDUCE, count * 4);
+  c->transport->all_reduce(c->state, buf, count);
+}
+
+void vt_comm_reduce_scatter(vt_comm *c, float *out, const float *inp, int64_t out_count) {
+  check_buf(c, "reduce_scatter", out, out_count);
+  check_buf(c, "reduce_scatter", inp, out_count);
+  uintptr_t o = (uintptr_t)out, i = (uintptr_t)inp;
+  uintptr_t o_end = o + (uintptr_t)out_count * 4, i_end = i + (uintptr_t)(out_count * c->size) * 4;
+  VT_CHECK(out_count == 0 || o_end <= i || i_end <= o,
+           "comm %s reduce_scatter: out overlaps inp; give it a separate buffer",
+           vt_axis_name(c->axis));
+  tally(c, VT_COMM_OP_REDUCE_SCATTER, out_count * c->size * 4);
+  c->transport->reduce_scatter(c->state, out, inp, out_count);
+}
+
+void vt_comm_all_gather(vt_comm *c, float *out, const float *inp, int64_t inp_count) {
+  check_buf(c, "all_gather", out, inp_count);
+  check_buf(c, "all_gather", inp, inp_count);
+  uintptr_t o = (uintptr_t)out, i = (uintptr_t)inp;
+  uintptr_t o_end = o + (uintptr_t)(inp_count * c->size) * 4, i_end = i + (uintptr_t)inp_count * 4;
+  VT_CHECK(inp_count == 0 || o_end <= i || i_end <= o || inp == out + (int64_t)c->rank * inp_count,
+           "comm %s all_gather: inp overlaps out other than as this rank's shard "
+           "(out + rank * inp_count)", vt_axis_name(c->axis));
+  tally(c, VT_COMM_OP_ALL_GATHER, inp_count * c->size * 4);
+  c->transport->all_gather(c->state, out, inp, inp_count);
+}
+
+void vt_comm_broadcast(vt_comm *c, float *buf, int64_t count, int root) {
+  check_buf(c, "broadcast", buf, count);
+  VT_CHECK(root >= 0 && root < c->size, "comm %s broadcast: root %d is outside [0, %d)",
+           vt_axis_name(c->axis), root, c->size);
+  tally(c, VT_COMM_OP_BROADCAST, count * 4);
+  c->transport->broadcast(c->state, buf, count, root);
+}
+
+void vt_comm_send(vt_comm *c, const float *buf, int64_t count, int peer) {
+  check_buf(c, "send", buf, count);
+  check_peer(c, "send", peer);
+  tally(c, VT_COMM_OP_SEND, count * 4);
+  c->transport->send(c->state, buf, count, peer);
+}
+
+void vt_comm_recv(vt_comm *c, float *buf, int64_t count, int peer) {
+  check_buf(c, "recv", buf, count);
+  check_peer(c, "recv", peer);
+  tally(c, VT_COMM_OP_RECV, count * 4);
+  c->transport->recv(c->state, buf, count, peer);
+}
+
+void vt_comm_sendrecv(vt_comm *c, const float *sendbuf, int64_t send_count, int dst,
+                      float *recvbuf, int64_t recv_count, int src) {
+  check_buf(c, "sendrecv", sendbuf, send_count);
+  check_buf(c, "sendrecv", recvbuf, recv_count);
+  check_peer(c, "sendrecv", dst);
+  check_peer(c, "sendrecv", src);
+  tally(c, VT_COMM_OP_SEND, send_count * 4);
+  tally(c, VT_COMM_OP_RECV, recv_count * 4);
+  c->transport->sendrecv(c->state, sendbuf, send_count, dst, recvbuf, recv_count, src);
+}
+
+void vt_comm_barrier(vt_comm *c) {
+  tally(c, VT_COMM_OP_BARRIER, 0);
+  host_barrier(c);
+}
+
+void vt_comm_all_reduce_double(vt_comm *c, double *buf, int64_t count, vt_reduce_op op) {
+  check_buf(c, "all_reduce_double", buf, count);
+  VT_CHECK(op == VT_REDUCE_SUM || op == VT_REDUCE_MAX || op == VT_REDUCE_MIN,
+           "comm %s all_reduce_double: unknown op %d", vt_axis_name(c->axis), (int)op);
+  tally(c, VT_COMM_OP_REDUCE_DOUBLE, count * 8);
+  host_all_reduce_double(c, buf, count, op);
+}

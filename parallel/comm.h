@@ -1,0 +1,153 @@
+// comm.h: the comm API (design.md "One comm API, two transports"): a communicator per mesh axis,
+// float collectives and point-to-point, host scalar reductions, and per-axis traffic counters.
+// Buffers live where the comm's transport says: host memory for MPI, device memory for NCCL.
+// Must not depend on the model; only comm.c (the registry) knows whether MPI or NCCL were built.
+#ifndef VT_COMM_H
+#define VT_COMM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mesh.h"
+#include "vt_backend.h"
+#include "vt_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vt_comm vt_comm;
+
+typedef enum { VT_REDUCE_SUM = 0, VT_REDUCE_MAX = 1, VT_REDUCE_MIN = 2 } vt_reduce_op;
+
+// ---- Creation --------------------------------------------------------------------------------
+
+// Starts MPI (MPI_Init_thread, funneled: only the main thread communicates) and returns the
+// world communicator (axis WORLD, host buffers). Installs an abort hook so that a VT_CHECK on any
+// rank ends the whole job (MPI_Abort), and tags logs with the world rank. Built without MPI: a
+// world of size 1 whose collectives are local copies, so single-process programs run unchanged.
+vt_comm *vt_comm_world_init(int *argc, char ***argv);
+
+// Splits the world by the mesh's coordinates into one communicator per axis; a comm's rank is
+// the caller's coordinate on that axis and its members are vt_mesh_group's list. Collective over
+// the world. device says where the axis comms' float buffers live: VT_DEVICE_CPU -> MPI on host
+// buffers; VT_DEVICE_CUDA -> NCCL on device buffers, on the CUDA backend's stream (its unique id
+// is broadcast over MPI). A mesh that does not fit the world is fatal: validate it first with
+// vt_mesh_validate at the input boundary. Sets the log tag to "[rank R tp T pp P dp D]".
+void vt_comm_split_mesh(vt_comm *world, const vt_mesh *mesh, vt_device device, vt_comm **tp,
+                        vt_comm **pp, vt_comm **dp);
+
+void vt_comm_free(vt_comm *comm);  // an axis comm (NULL is fine); collective over its members
+void vt_comm_finalize(vt_comm *world);  // frees the world comm and ends MPI
+
+// Ends every rank of the job with `code` (MPI_Abort), or this process without MPI.
+VT_NORETURN void vt_comm_abort(int code);
+
+vt_axis vt_comm_axis(const vt_comm *comm);
+int vt_comm_size(const vt_comm *comm);
+int vt_comm_rank(const vt_comm *comm);
+const char *vt_comm_transport_name(const vt_comm *comm);  // "mpi", "nccl" or "local"
+
+// ---- Float operations (buffers in the transport's memory; count = elements) ------------------
+// Every member calls each collective in the same order with the same count. NCCL transports
+// enqueue on the CUDA stream and return before the data moved; MPI transports return when done.
+
+// buf (count) <- sum over members of buf.
+void vt_comm_all_reduce(vt_comm *comm, float *buf, int64_t count);
+
+// out (out_count) <- sum over members of inp[rank*out_count, (rank+1)*out_count).
+// inp has size*out_count elements; out must not overlap inp.
+void vt_comm_reduce_scatter(vt_comm *comm, float *out, const float *inp, int64_t out_count);
+
+// out[r*inp_count, (r+1)*inp_count) <- inp of member r; out has size*inp_count elements.
+// In place is allowed when inp == out + rank*inp_count (a shard inside the full buffer).
+void vt_comm_all_gather(vt_comm *comm, float *out, const float *inp, int64_t inp_count);
+
+// buf (count) on every member <- buf of member `root`.
+void vt_comm_broadcast(vt_comm *comm, float *buf, int64_t count, int root);
+
+// Point to point; peer is a rank within the comm, never the caller itself. Messages between two
+// members arrive in the order they were sent. Blocking on MPI: pair them so that no two ranks
+// wait to send to each other at once, or use vt_comm_sendrecv.
+void vt_comm_send(vt_comm *comm, const float *buf, int64_t count, int peer);
+void vt_comm_recv(vt_comm *comm, float *buf, int64_t count, int peer);
+// Sends to dst and receives from src in one deadlock-free step (a pipeline stage that passes an
+// activation forward while taking a gradient back). Counted as one send plus one recv.
+void vt_comm_sendrecv(vt_comm *comm, const float *sendbuf, int64_t send_count, int dst,
+                      float *recvbuf, int64_t recv_count, int src);
+
+// ---- Host control (host buffers whatever the transport) --------------------------------------
+
+void vt_comm_barrier(vt_comm *comm);
+// buf (count) <- op over members of buf, in double: gradient norms, verdicts, agreement checks.
+void vt_comm_all_reduce_double(vt_comm *comm, double *buf, int64_t count, vt_reduce_op op);
+
+// ---- Traffic counters ------------------------------------------------------------------------
+// Per process and per axis (all comms of one axis share a row). Payload = bytes of the buffer the
+// caller passes: all_reduce count*4, reduce_scatter its input, all_gather its output, broadcast
+// count*4 (on every member), send bytes sent, recv bytes received, double reductions count*8,
+// barrier 0.
+
+typedef enum {
+  VT_COMM_OP_ALL_REDUCE = 0,
+  VT_COMM_OP_REDUCE_SCATTER,
+  VT_COMM_OP_ALL_GATHER,
+  VT_COMM_OP_BROADCAST,
+  VT_COMM_OP_SEND,
+  VT_COMM_OP_RECV,
+  VT_COMM_OP_BARRIER,
+  VT_COMM_OP_REDUCE_DOUBLE,
+  VT_COMM_OP_COUNT
+} vt_comm_op;
+
+typedef struct {
+  int64_t calls, nbytes;  // all ops together
+  int64_t op_calls[VT_COMM_OP_COUNT], op_nbytes[VT_COMM_OP_COUNT];
+} vt_comm_counts;
+
+vt_comm_counts vt_comm_counts_get(vt_axis axis);
+void vt_comm_counts_reset(void);  // every axis
+const char *vt_comm_op_name(vt_comm_op op);
+// One rank-tagged line per axis that saw traffic: calls, bytes and the split by op.
+void vt_comm_counts_print(FILE *f);
+
+// ---- Transports (for comm.c and the transport files only) ------------------------------------
+// A transport moves float buffers for one communicator; `state` is its own handle. Arguments are
+// already checked by comm.c, counts fit in an int for MPI, and peer/root are ranks in the comm.
+
+typedef struct {
+  const char *name;
+  void (*all_reduce)(void *state, float *buf, int64_t count);
+  void (*reduce_scatter)(void *state, float *out, const float *inp, int64_t out_count);
+  void (*all_gather)(void *state, float *out, const float *inp, int64_t inp_count);
+  void (*broadcast)(void *state, float *buf, int64_t count, int root);
+  void (*send)(void *state, const float *buf, int64_t count, int peer);
+  void (*recv)(void *state, float *buf, int64_t count, int peer);
+  void (*sendrecv)(void *state, const float *sendbuf, int64_t send_count, int dst, float *recvbuf,
+                   int64_t recv_count, int src);
+  void (*free)(void *state);
+} vt_comm_transport;
+
+// comm_mpi.c (built with MPI). States are MPI communicators behind a void pointer so that this
+// header needs no mpi.h.
+extern const vt_comm_transport vt_comm_mpi_transport;
+void vt_comm_mpi_world_init(int *argc, char ***argv, void **world_state, int *size, int *rank);
+void *vt_comm_mpi_split(void *state, int color, int key, int *size, int *rank);
+void vt_comm_mpi_barrier(void *state);
+void vt_comm_mpi_all_reduce_double(void *state, double *buf, int64_t count, vt_reduce_op op);
+void vt_comm_mpi_broadcast_bytes(void *state, void *buf, int64_t nbytes, int root);
+void vt_comm_mpi_finalize(void);
+VT_NORETURN void vt_comm_mpi_abort(int code);
+
+// comm_nccl.cu (built with NCCL): the unique id is opaque bytes, made by rank 0 of the comm and
+// broadcast by the caller, so the CUDA file needs no MPI.
+#define VT_COMM_NCCL_ID_NBYTES 128
+extern const vt_comm_transport vt_comm_nccl_transport;
+void vt_comm_nccl_unique_id(unsigned char id[VT_COMM_NCCL_ID_NBYTES]);
+void *vt_comm_nccl_init(const unsigned char id[VT_COMM_NCCL_ID_NBYTES], int size, int rank);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,148 @@
+// comm_mpi.c: the MPI transport (float operations on host buffers) and the MPI side of the comm
+// registry: start-up, splitting, host control, abort. Built only with MPI, so it needs no #ifdef.
+// Must not depend on CUDA or the model; comm.c is its only caller.
+#include <mpi.h>
+#include <stdlib.h>
+
+#include "comm.h"
+
+// Communicators return errors (set at init) so that a failure prints where and why with the rank
+// tag, and then the abort hook ends every rank.
+#define VT_MPI_CHECK(call)                                                          \
+  do {                                                                              \
+    int vt_rc_ = (call);                                                            \
+    if (vt_rc_ != MPI_SUCCESS) {                                                    \
+      char vt_msg_[MPI_MAX_ERROR_STRING];                                           \
+      int vt_len_ = 0;                                                              \
+      MPI_Error_string(vt_rc_, vt_msg_, &vt_len_);                                  \
+      vt_fatal(__FILE__, __LINE__, "%s failed: %s", #call, vt_msg_);                \
+    }                                                                               \
+  } while (0)
+
+// One tag for all point-to-point traffic: MPI keeps messages between two ranks of a comm in
+// order, which is all the pipeline executor relies on.
+enum { VT_MPI_TAG = 7 };
+
+static int g_we_initialized = 0;
+
+static MPI_Comm comm_of(void *state) { return *(MPI_Comm *)state; }
+
+static void *wrap(MPI_Comm comm) {
+  MPI_Comm *s = malloc(sizeof *s);
+  VT_CHECK(s, "out of memory for an MPI communicator");
+  *s = comm;
+  return s;
+}
+
+void vt_comm_mpi_world_init(int *argc, char ***argv, void **world_state, int *size, int *rank) {
+  int initialized = 0;
+  VT_MPI_CHECK(MPI_Initialized(&initialized));
+  if (!initialized) {
+    // Funneled: the loader and OpenMP threads never communicate; only the main thread does.
+    int provided = 0;
+    VT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    g_we_initialized = 1;
+    if (provided < MPI_THREAD_FUNNELED)
+      vt_log_warn("MPI provides thread level %d, below MPI_THREAD_FUNNELED", provided);
+  }
+  VT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  // Our own copy of the world, so our messages never meet those of another library.
+  MPI_Comm world;
+  VT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+  VT_MPI_CHECK(MPI_Comm_size(world, size));
+  VT_MPI_CHECK(MPI_Comm_rank(world, rank));
+  *world_state = wrap(world);
+}
+
+void *vt_comm_mpi_split(void *state, int color, int key, int *size, int *rank) {
+  MPI_Comm comm;
+  VT_MPI_CHECK(MPI_Comm_split(comm_of(state), color, key, &comm));
+  VT_MPI_CHECK(MPI_Comm_size(comm, size));
+  VT_MPI_CHECK(MPI_Comm_rank(comm, rank));
+  return wrap(comm);
+}
+
+void vt_comm_mpi_barrier(void *state) { VT_MPI_CHECK(MPI_Barrier(comm_of(state))); }
+
+void vt_comm_mpi_all_reduce_double(void *state, double *buf, int64_t count, vt_reduce_op op) {
+  MPI_Op mop = op == VT_REDUCE_MAX ? MPI_MAX : op == VT_REDUCE_MIN ? MPI_MIN : MPI_SUM;
+  VT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_DOUBLE, mop, comm_of(state)));
+}
+
+void vt_comm_mpi_broadcast_bytes(void *state, void *buf, int64_t nbytes, int root) {
+  VT_MPI_CHECK(MPI_Bcast(buf, (int)nbytes, MPI_BYTE, root, comm_of(state)));
+}
+
+void vt_comm_mpi_finalize(void) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (g_we_initialized && !finalized) MPI_Finalize();
+}
+
+void vt_comm_mpi_abort(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
+}
+
+// ---- The transport ---------------------------------------------------------------------------
+
+static void mpi_all_reduce(void *s, float *buf, int64_t count) {
+  VT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, comm_of(s)));
+}
+
+static void mpi_reduce_scatter(void *s, float *out, const float *inp, int64_t out_count) {
+  VT_MPI_CHECK(
+      MPI_Reduce_scatter_block(inp, out, (int)out_count, MPI_FLOAT, MPI_SUM, comm_of(s)));
+}
+
+static void mpi_all_gather(void *s, float *out, const float *inp, int64_t inp_count) {
+  int rank = 0;
+  VT_MPI_CHECK(MPI_Comm_rank(comm_of(s), &rank));
+  // The in-place form (a shard inside the full buffer) must be spelled MPI_IN_PLACE for MPI.
+  const void *send = inp == out + (int64_t)rank * inp_count ? MPI_IN_PLACE : (const void *)inp;
+  VT_MPI_CHECK(MPI_Allgather(send, (int)inp_count, MPI_FLOAT, out, (int)inp_count, MPI_FLOAT,
+                             comm_of(s)));
+}
+
+static void mpi_broadcast(void *s, float *buf, int64_t count, int root) {
+  VT_MPI_CHECK(MPI_Bcast(buf, (int)count, MPI_FLOAT, root, comm_of(s)));
+}
+
+static void mpi_send(void *s, const float *buf, int64_t count, int peer) {
+  VT_MPI_CHECK(MPI_Send(buf, (int)count, MPI_FLOAT, peer, VT_MPI_TAG, comm_of(s)));
+}
+
+// A shorter message than expected means the two sides disagree on a shape: stop right there.
+static void check_received(const MPI_Status *st, int64_t count, int peer) {
+  int got = 0;
+  VT_MPI_CHECK(MPI_Get_count(st, MPI_FLOAT, &got));
+  VT_CHECK(got == count, "recv from comm rank %d: got %d floats, expected %lld", peer, got,
+           (long long)count);
+}
+
+static void mpi_recv(void *s, float *buf, int64_t count, int peer) {
+  MPI_Status st;
+  VT_MPI_CHECK(MPI_Recv(buf, (int)count, MPI_FLOAT, peer, VT_MPI_TAG, comm_of(s), &st));
+  check_received(&st, count, peer);
+}
+
+static void mpi_sendrecv(void *s, const float *sendbuf, int64_t send_count, int dst,
+                         float *recvbuf, int64_t recv_count, int src) {
+  MPI_Status st;
+  VT_MPI_CHECK(MPI_Sendrecv(sendbuf, (int)send_count, MPI_FLOAT, dst, VT_MPI_TAG, recvbuf,
+                            (int)recv_count, MPI_FLOAT, src, VT_MPI_TAG, comm_of(s), &st));
+  check_received(&st, recv_count, src);
+}
+
+static void mpi_free(void *s) {
+  MPI_Comm comm = comm_of(s);
+  VT_MPI_CHECK(MPI_Comm_free(&comm));
+  free(s);
+}
+
+const vt_comm_transport vt_comm_mpi_transport = {
+    "mpi",    mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_broadcast,
+    mpi_send, mpi_recv,       mpi_sendrecv,       mpi_free};

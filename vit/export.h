@@ -1,0 +1,18 @@
+// export.h: the full, unsharded weights of a model spread over a mesh, gathered on world rank 0
+// and written as safetensors with timm's names and shapes (fp32). Depends on parallel/ (the
+// comm API) and dataio/ (the writer); knows no MPI.
+#ifndef VT_EXPORT_H
+#define VT_EXPORT_H
+
+#include <stddef.h>
+
+#include "mesh.h"
+#include "model.h"
+
+// Collective over world: the DP-rank-0 replica of every (tp, pp) shard sends its parameters to
+// world rank 0, which reassembles each tensor by the parameter table and writes path. Every rank
+// returns rank 0's status; the message (rank 0) says what failed.
+vt_status vt_export_safetensors(const vt_model *m, vt_comm *world, const vt_mesh *mesh,
+                                const char *path, char *err, size_t errlen);
+
+#endif
