@@ -19,7 +19,9 @@ struct vt_comm {
 
 // ---- The local transport: one process, host buffers ------------------------------------------
 
-static void local_all_reduce(void *s, float *buf, int64_t count) { (void)s, (void)buf, (void)count; }
+static void local_all_reduce(void *s, float *buf, int64_t count) {
+  (void)s, (void)buf, (void)count;
+}
 static void local_reduce_scatter(void *s, float *out, const float *inp, int64_t out_count) {
   (void)s;
   memcpy(out, inp, (size_t)out_count * sizeof(float));
@@ -233,8 +235,8 @@ void vt_comm_counts_print(FILE *f) {
     const vt_comm_counts *k = &g_counts[a];
     if (k->calls == 0) continue;
     char line[1024];
-    int len = snprintf(line, sizeof line, "comm %-5s %lld calls %lld bytes:", vt_axis_name((vt_axis)a),
-                       (long long)k->calls, (long long)k->nbytes);
+    int len = snprintf(line, sizeof line, "comm %-5s %lld calls %lld bytes:",
+                       vt_axis_name((vt_axis)a), (long long)k->calls, (long long)k->nbytes);
     for (int op = 0; op < VT_COMM_OP_COUNT && len < (int)sizeof line; op++) {
       if (k->op_calls[op] == 0) continue;
       len += snprintf(line + len, sizeof line - (size_t)len, " %s %lld/%lld",

@@ -28,8 +28,10 @@ vt_status vt_mesh_order_parse(const char *s, vt_mesh_order *order, char *err, si
       return VT_OK;
     }
   }
-  snprintf(err, errlen, "unknown mesh order '%s'; use tp-dp-pp (default: pipeline stages outermost, "
-           "across nodes) or tp-pp-dp (data parallel outermost)", s ? s : "(null)");
+  snprintf(err, errlen,
+           "unknown mesh order '%s'; use tp-dp-pp (default: pipeline stages outermost, across "
+           "nodes) or tp-pp-dp (data parallel outermost)",
+           s ? s : "(null)");
   return VT_ERR_INPUT;
 }
 

@@ -14,22 +14,19 @@ vt_rank_tag vt_get_rank_tag(void) { return g_tag; }
 void vt_set_abort_hook(vt_abort_hook hook) { g_hook = hook; }
 void vt_log_all_ranks(int on) { g_all_ranks = on; }
 
-static void print_tag(FILE *f) {
-  fprintf(f, "[rank %d", g_tag.world_rank);
-  if (g_tag.tp_rank >= 0) fprintf(f, " tp %d pp %d dp %d", g_tag.tp_rank, g_tag.pp_rank, g_tag.dp_rank);
-  fprintf(f, "] ");
+static void format_tag(char *tag, size_t n) {
+  if (g_tag.tp_rank >= 0)
+    snprintf(tag, n, "[rank %d tp %d pp %d dp %d]", g_tag.world_rank, g_tag.tp_rank,
+             g_tag.pp_rank, g_tag.dp_rank);
+  else
+    snprintf(tag, n, "[rank %d]", g_tag.world_rank);
 }
 
 static void vlog(const char *level, const char *fmt, va_list ap) {
   // One fprintf per line keeps lines of different ranks from interleaving mid-line.
-  char buf[2048];
+  char buf[2048], tag[96];
   vsnprintf(buf, sizeof buf, fmt, ap);
-  char tag[96];
-  if (g_tag.tp_rank >= 0)
-    snprintf(tag, sizeof tag, "[rank %d tp %d pp %d dp %d]", g_tag.world_rank, g_tag.tp_rank,
-             g_tag.pp_rank, g_tag.dp_rank);
-  else
-    snprintf(tag, sizeof tag, "[rank %d]", g_tag.world_rank);
+  format_tag(tag, sizeof tag);
   fprintf(stderr, "%s %s%s\n", tag, level, buf);
   fflush(stderr);
 }
@@ -57,13 +54,13 @@ void vt_log_error(const char *fmt, ...) {
 }
 
 void vt_fatal(const char *file, int line, const char *fmt, ...) {
-  char buf[2048];
+  char buf[2048], tag[96];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  print_tag(stderr);
-  fprintf(stderr, "%s:%d: %s\n", file, line, buf);
+  format_tag(tag, sizeof tag);
+  fprintf(stderr, "%s %s:%d: %s\n", tag, file, line, buf);
   fflush(stderr);
   fflush(stdout);
   if (g_hook) g_hook(1);

@@ -113,7 +113,8 @@ static void test_validation(void) {
              m.dp_size == 2, "dp default: %s", err);
   EXPECT(vt_mesh_init(&m, 2, 2, 3, VT_MESH_TP_DP_PP, 8, err, sizeof err) == VT_ERR_INPUT, "2x2x3");
   EXPECT(strcmp(err, "tp 2 x pp 2 x dp 3 = 12 ranks, but the job has 8; choose sizes whose "
-                     "product is 8, or let --dp default to world/(tp*pp)") == 0, "message: %s", err);
+                     "product is 8, or let --dp default to world/(tp*pp)") == 0,
+         "message: %s", err);
   EXPECT(vt_mesh_init(&m, 3, 1, 0, VT_MESH_TP_DP_PP, 8, err, sizeof err) == VT_ERR_INPUT &&
              strstr(err, "does not divide") != NULL, "tp 3 of 8: %s", err);
   EXPECT(vt_mesh_init(&m, 0, 2, 2, VT_MESH_TP_DP_PP, 8, err, sizeof err) == VT_ERR_INPUT &&

@@ -1,0 +1,78 @@
+"""compare_runs.py BASE_DIR OTHER_DIR [LABEL]: is a parallel run the same computation as the
+single-rank run? Compares the per-step losses of metrics.jsonl and every parameter of the final
+weights (weights.safetensors) of two run directories; exits 1 naming what differs.
+
+Tolerances (fp32, different summation orders): loss 1e-5 relative per step; every tensor
+||a - b|| / ||a|| <= 5e-5. One slice is special: the k third of each qkv bias has an exactly zero
+gradient in exact arithmetic (softmax ignores a constant added to all keys' scores), so rounding
+noise of 1e-10 reaches AdamW, which turns it into steps of a fraction of lr with random sign. That
+slice is checked to stay put instead: max |a - b| <= 0.25 * sum of the learning rates, where a
+wrong, nonzero gradient would move it by about the full sum.
+"""
+import json
+import struct
+import sys
+
+import numpy as np
+
+
+def load_safetensors(path):
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = t["data_offsets"]
+        out[name] = np.frombuffer(blob[8 + n + lo:8 + n + hi], dtype=np.float32).reshape(t["shape"])
+    return out
+
+
+def load_metrics(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def main():
+    base, other = sys.argv[1], sys.argv[2]
+    label = sys.argv[3] if len(sys.argv) > 3 else other
+    ma, mb = load_metrics(base + "/metrics.jsonl"), load_metrics(other + "/metrics.jsonl")
+    problems = []
+    if len(ma) != len(mb):
+        problems.append(f"{len(ma)} steps vs {len(mb)}")
+    worst_loss = 0.0
+    for ra, rb in zip(ma, mb):
+        rel = abs(ra["loss"] - rb["loss"]) / abs(ra["loss"])
+        worst_loss = max(worst_loss, rel)
+        if rel > 1e-5:
+            problems.append(f"step {ra['step']} loss {ra['loss']:.9g} vs {rb['loss']:.9g}")
+    lr_sum = sum(r["lr"] for r in ma)
+    wa = load_safetensors(base + "/weights.safetensors")
+    wb = load_safetensors(other + "/weights.safetensors")
+    if sorted(wa) != sorted(wb):
+        problems.append("the two runs have different parameter names")
+    worst = (0.0, "")
+    for name in wa:
+        a, b = wa[name].astype(np.float64), wb[name].astype(np.float64)
+        if a.shape != b.shape:
+            problems.append(f"{name}: shape {a.shape} vs {b.shape}")
+            continue
+        if name.endswith("attn.qkv.bias"):
+            c = a.shape[0] // 3
+            k_move = np.abs(a[c:2 * c] - b[c:2 * c]).max()
+            if k_move > 0.25 * lr_sum:
+                problems.append(f"{name}[k]: moved {k_move:.3g} apart, limit {0.25 * lr_sum:.3g}")
+            a, b = np.concatenate([a[:c], a[2 * c:]]), np.concatenate([b[:c], b[2 * c:]])
+        rel = np.linalg.norm(a - b) / max(np.linalg.norm(a), 1e-30)
+        worst = max(worst, (rel, name))
+        if rel > 5e-5:
+            problems.append(f"{name}: relative difference {rel:.3g} > 5e-5")
+    print(f"{label:32s} loss worst rel {worst_loss:.2e} (tol 1e-05), parameters worst rel "
+          f"{worst[0]:.2e} (tol 5e-05) in {worst[1]}: {'FAIL' if problems else 'ok'}")
+    for p in problems[:10]:
+        print("   ", p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

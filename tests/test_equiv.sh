@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# test_equiv.sh VIT3D: every 8-rank layout (tp x pp x dp) computes the same training as one rank:
+# the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
+# tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule and with the tp-pp-dp mesh order.
+# The model has 8 heads and 8 blocks so that tp 8 and pp 8 are possible.
+set -uo pipefail
+vit3d=$1
+py=${VT_REF_PYTHON:-/usr/bin/python3}
+here=$(cd "$(dirname "$0")" && pwd)
+"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: $py cannot import numpy"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+common=(train --model tiny --heads 8 --depth 8 --width 64 --steps 5 --global-batch-size 16
+        --micro-batch-size 2 --lr 1e-3 --warmup-steps 1 --seed 11 --threads 1 --log-interval 5)
+run() {  # run NAME NP flags...
+  local name=$1 np=$2; shift 2
+  if ! timeout 300 mpirun -np "$np" --oversubscribe "$vit3d" "${common[@]}" \
+      --log-dir "$work/$name" --final-weights "$work/$name/weights.safetensors" "$@" \
+      > "$work/$name.log" 2>&1; then
+    echo "FAIL: run $name ($*) did not complete:"; tail -20 "$work/$name.log"; return 1
+  fi
+}
+run base 1 || exit 1
+fail=0
+check() {  # check NAME tp pp dp [flags...]
+  local name=$1 tp=$2 pp=$3 dp=$4; shift 4
+  run "$name" 8 --tp "$tp" --pp "$pp" --dp "$dp" "$@" &&
+    "$py" "$here/compare_runs.py" "$work/base" "$work/$name" "$name $tp x $pp x $dp $*" || fail=1
+}
+check dp8 1 1 8
+check mix222 2 2 2
+check tp2pp4 2 4 1
+check tp4pp2 4 2 1
+check tp8 8 1 1
+check pp8 1 8 1
+check pp2dp4 1 2 4
+check tp2dp4 2 1 4
+check zero 2 2 2 --zero 1
+check gpipe 2 2 2 --pp-schedule gpipe
+check order 2 2 2 --mesh-order tp-pp-dp
+check zero_dp8 1 1 8 --zero 1
+exit $fail
