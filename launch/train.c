@@ -159,6 +159,35 @@ static void print_plan(const vt_model *m, const vt_optimizer *opt, int n_micro) 
   vt_log_all_ranks(0);
 }
 
+// The first step's traffic of this rank per axis and op, with what the formulas need to
+// predict it (tests/test_traffic.py).
+static void write_comm_stats(const vt_train_options *o, const vt_model *m, const vt_optimizer *opt,
+                             vt_mesh_coord me, int world_rank, int n_micro) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/comm.rank%d.json", o->log_dir, world_rank);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    vt_log_warn("cannot write %s: %s", path, strerror(errno));
+    return;
+  }
+  fprintf(f, "{\"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"nblocks\": %d, "
+             "\"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
+             "\"zero_padded\": %lld, \"axes\": {",
+          me.tp_rank, me.pp_rank, me.dp_rank, m->nblocks, n_micro, m->max_batch,
+          vt_cfg_tokens(&m->cfg), m->cfg.width, (long long)m->table.total,
+          (long long)(opt->zero ? opt->padded : 0));
+  for (int a = 0; a < VT_AXIS_COUNT; a++) {
+    vt_comm_counts cc = vt_comm_counts_get((vt_axis)a);
+    fprintf(f, "%s\"%s\": {", a ? ", " : "", vt_axis_name((vt_axis)a));
+    for (int op = 0; op < VT_COMM_OP_COUNT; op++)
+      fprintf(f, "%s\"%s\": [%lld, %lld]", op ? ", " : "", vt_comm_op_name((vt_comm_op)op),
+              (long long)cc.op_calls[op], (long long)cc.op_nbytes[op]);
+    fprintf(f, "}");
+  }
+  fprintf(f, "}}\n");
+  fclose(f);
+}
+
 int vt_train_run(const vt_train_options *o, vt_comm *world) {
   const char *why = NULL;
   const vt_backend *be = vt_backend_get(o->device, &why);
@@ -219,6 +248,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   if (!all_ok) return 1;
 
   const double t_start = now_s();
+  vt_comm_counts_reset();
   for (int64_t step = 0; step < o->steps; step++) {
     const double t0 = now_s();
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
@@ -230,6 +260,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     const float lr = vt_lr_at(&o->optim, step);
     const double gnorm = vt_optimizer_step(&opt, m.params, m.grads, lr);
     be->synchronize();
+    if (step == 0 && o->comm_stats && o->log_dir[0])
+      write_comm_stats(o, &m, &opt, me, world_rank, n_micro);
     const double t1 = now_s(), step_ms = 1e3 * (t1 - t0), img_s = o->global_batch / (t1 - t0);
     if (world_rank != 0) continue;
     if (metrics) {

@@ -30,6 +30,7 @@ typedef struct {
   char pp_schedule[16];     // 1f1b | gpipe
   int zero;                 // 0 | 1
   char final_weights[512];  // write the full, unsharded weights here at the end (safetensors)
+  int comm_stats;           // 1: each rank writes its first step's traffic per axis (log-dir)
 } vt_train_options;
 
 // Checks of options that single flags cannot see, against the job's world size. Every rank
