@@ -91,6 +91,7 @@ typedef struct {
   int pp_rank, dp_rank, dp_size, B;
   float *host_img;
   int32_t *host_labels;
+  double compute_s;  // seconds spent in forward and backward, for the pipeline idle report
 } stage_ctx;
 
 // Loads micro-batch mb of this DP rank's share of step `step` into a slot. The stream contract
@@ -126,12 +127,17 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
     const vt_schedule_action a = acts[i];
     vt_model_slot *sl = &m->slots[a.mb % m->nslots];
     vt_model_slot *rs = a.recv_mb >= 0 ? &m->slots[a.recv_mb % m->nslots] : NULL;
+    const double t0 = now_s();
     switch (a.op) {
       case VT_SCHEDULE_FORWARD:
         load_batch(x, step, a.mb, a.mb % m->nslots);
         loss += vt_model_forward(m, a.mb % m->nslots, B, ls);
+        x->compute_s += now_s() - t0;
         break;
-      case VT_SCHEDULE_BACKWARD: vt_model_backward(m, a.mb % m->nslots, B, ls, scale); break;
+      case VT_SCHEDULE_BACKWARD:
+        vt_model_backward(m, a.mb % m->nslots, B, ls, scale);
+        x->compute_s += now_s() - t0;
+        break;
       case VT_SCHEDULE_SEND_ACT: vt_comm_send(x->pp, sl->res[m->nblocks], n, next); break;
       case VT_SCHEDULE_RECV_ACT: vt_comm_recv(x->pp, sl->res[0], n, prev); break;
       case VT_SCHEDULE_SEND_GRAD: vt_comm_send(x->pp, sl->dinput, n, prev); break;
@@ -188,6 +194,26 @@ static void write_comm_stats(const vt_train_options *o, const vt_model *m, const
   fclose(f);
 }
 
+// Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time, steps after the
+// first) beside the ideal bubble (p-1)/(m+p-1). Collective over world.
+static void report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
+                                 double idle, int n_micro) {
+  const int p = mesh->pp_size;
+  double *per_stage = calloc((size_t)p, sizeof(double));
+  VT_CHECK(per_stage != NULL, "out of host memory");
+  if (me.tp_rank == 0 && me.dp_rank == 0) per_stage[me.pp_rank] = idle;
+  vt_comm_all_reduce_double(world, per_stage, p, VT_REDUCE_SUM);
+  if (vt_comm_rank(world) == 0) {
+    char line[1024];
+    int k = snprintf(line, sizeof line, "pipeline idle fraction per stage:");
+    for (int s = 0; s < p && k < (int)sizeof line; s++)
+      k += snprintf(line + k, sizeof line - (size_t)k, " %.3f", per_stage[s]);
+    vt_log_info("%s; ideal bubble (p-1)/(m+p-1) = %.3f for p %d, m %d", line,
+                (double)(p - 1) / (n_micro + p - 1), p, n_micro);
+  }
+  free(per_stage);
+}
+
 int vt_train_run(const vt_train_options *o, vt_comm *world) {
   const char *why = NULL;
   const vt_backend *be = vt_backend_get(o->device, &why);
@@ -237,8 +263,10 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   print_plan(&m, &opt, n_micro);
 
   const int S = c->img_size;
-  stage_ctx x = {o, &m, pp, me.pp_rank, me.dp_rank, mesh.dp_size, B,
-                 malloc((size_t)B * 3 * S * S * sizeof(float)), malloc((size_t)B * sizeof(int32_t))};
+  stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .dp_rank = me.dp_rank,
+                 .dp_size = mesh.dp_size, .B = B,
+                 .host_img = malloc((size_t)B * 3 * S * S * sizeof(float)),
+                 .host_labels = malloc((size_t)B * sizeof(int32_t))};
   VT_CHECK(x.host_img && x.host_labels, "out of host memory for a micro-batch of images");
   FILE *metrics = NULL;
   int ok = 1;
@@ -248,9 +276,10 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   if (!all_ok) return 1;
 
   const double t_start = now_s();
+  double timed_s = 0.0, timed_compute_s = 0.0;  // steps after the first, for the idle report
   vt_comm_counts_reset();
   for (int64_t step = 0; step < o->steps; step++) {
-    const double t0 = now_s();
+    const double t0 = now_s(), compute0 = x.compute_s;
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
     double loss = run_schedule(&x, acts, nacts, step);
     // The global loss: the last stage's TP rank 0 of every DP rank holds a share.
@@ -263,6 +292,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     if (step == 0 && o->comm_stats && o->log_dir[0])
       write_comm_stats(o, &m, &opt, me, world_rank, n_micro);
     const double t1 = now_s(), step_ms = 1e3 * (t1 - t0), img_s = o->global_batch / (t1 - t0);
+    if (step > 0) timed_s += t1 - t0, timed_compute_s += x.compute_s - compute0;
     if (world_rank != 0) continue;
     if (metrics) {
       fprintf(metrics,
@@ -281,6 +311,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     }
   }
   if (metrics) fclose(metrics);
+  if (mesh.pp_size > 1 && o->steps > 1)
+    report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, n_micro);
   int rc = 0;
   if (o->final_weights[0] &&
       vt_export_safetensors(&m, world, &mesh, o->final_weights, err, sizeof err) != VT_OK) {
