@@ -101,6 +101,9 @@ static int cmd_train(int argc, char **argv, vt_comm *world) {
        "pipeline schedule", "1f1b|gpipe"},
       {"--zero", VT_OPT_INT, &o.zero, 0, 0, 1, "N",
        "1: shard AdamW state over data-parallel ranks (ZeRO-1)", NULL},
+      {"--sequence-parallel", VT_OPT_INT, &o.sequence_parallel, 0, 0, 1, "N",
+       "1: split the stream and LayerNorms by tokens over the TP group (reduce-scatter + "
+       "all-gather instead of all-reduce)", NULL},
       {"--comm-stats", VT_OPT_INT, &o.comm_stats, 0, 0, 1, "N",
        "1: every rank writes its first step's traffic per axis to LOG_DIR/comm.rank<R>.json",
        NULL},

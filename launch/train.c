@@ -120,7 +120,7 @@ static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
 static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nacts, int64_t step) {
   vt_model *m = x->m;
   const int B = x->B, next = x->pp_rank + 1, prev = x->pp_rank - 1;
-  const int64_t n = (int64_t)B * vt_cfg_tokens(&m->cfg) * m->cfg.width;  // one (B, N, C) tensor
+  const int64_t n = vt_model_local_rows(m, B) * m->cfg.width;  // this rank's rows of the stream
   const float scale = 1.0f / (float)x->o->global_batch, ls = x->o->label_smoothing;
   double loss = 0.0;
   for (int i = 0; i < nacts; i++) {
@@ -232,7 +232,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   vt_comm *tp, *pp, *dp;
   vt_comm_split_mesh(world, &mesh, o->device, &tp, &pp, &dp);
   const vt_mesh_coord me = vt_mesh_coords(&mesh, world_rank);
-  const vt_shard shard = {me.tp_rank, mesh.tp_size, me.pp_rank, mesh.pp_size};
+  const vt_shard shard = {me.tp_rank, mesh.tp_size, me.pp_rank, mesh.pp_size,
+                         o->sequence_parallel};
   const int B = o->micro_batch, n_micro = o->global_batch / (mesh.dp_size * B);
   vt_schedule_kind kind;
   vt_schedule_parse(o->pp_schedule, &kind);
@@ -256,9 +257,9 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                 c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads,
                 vt_cfg_mlp_hidden(c), c->num_classes, be->name, o->threads);
     vt_log_info("mesh tp %d x pp %d x dp %d (%s), %s schedule, %d micro-batches of %d per DP "
-                "rank, ZeRO-%d\n%s",
+                "rank, ZeRO-%d, sequence parallel %s\n%s",
                 mesh.tp_size, mesh.pp_size, mesh.dp_size, o->mesh_order, o->pp_schedule, n_micro,
-                B, opt.zero, table);
+                B, opt.zero, m.sp ? "on" : "off", table);
   }
   print_plan(&m, &opt, n_micro);
 

@@ -29,6 +29,7 @@ typedef struct {
   char mesh_order[16];      // tp-dp-pp | tp-pp-dp
   char pp_schedule[16];     // 1f1b | gpipe
   int zero;                 // 0 | 1
+  int sequence_parallel;    // 0 | 1
   char final_weights[512];  // write the full, unsharded weights here at the end (safetensors)
   int comm_stats;           // 1: each rank writes its first step's traffic per axis (log-dir)
 } vt_train_options;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_equiv.sh VIT3D: every 8-rank layout (tp x pp x dp) computes the same training as one rank:
 # the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
-# tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule and with the tp-pp-dp mesh order.
+# tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, with the tp-pp-dp mesh order and
+# with sequence parallelism (and tp 8, where the 34 token rows need padding).
 # The model has 8 heads and 8 blocks so that tp 8 and pp 8 are possible.
 set -uo pipefail
 vit3d=$1
@@ -39,4 +40,6 @@ check zero 2 2 2 --zero 1
 check gpipe 2 2 2 --pp-schedule gpipe
 check order 2 2 2 --mesh-order tp-pp-dp
 check zero_dp8 1 1 8 --zero 1
+check seqpar 2 2 2 --sequence-parallel 1
+check seqpar_tp8 8 1 1 --sequence-parallel 1  # 34 rows over 8 ranks: 6 padding rows
 exit $fail

@@ -40,7 +40,7 @@ vt_status vt_export_safetensors(const vt_model *m, vt_comm *world, const vt_mesh
       if (c.dp_rank != 0) continue;
       vt_param_table t;
       vt_params_build(&t, &m->cfg,
-                      (vt_shard){c.tp_rank, mesh->tp_size, c.pp_rank, mesh->pp_size});
+                      (vt_shard){c.tp_rank, mesh->tp_size, c.pp_rank, mesh->pp_size, 0});
       float *flat = mine;
       if (r != 0) {
         flat = malloc((size_t)t.total * sizeof(float));

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tp.h"
 #include "vt_ops.h"
 
 // Carving one allocation: with base NULL it only measures, so sizing and carving share code.
@@ -26,22 +27,24 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
   const int64_t B = m->max_batch, N = vt_cfg_tokens(c), C = c->width, H = c->heads / tp;
   const int64_t F = vt_cfg_mlp_hidden(c) / tp, K = c->num_classes, S = c->img_size;
   const int64_t P = c->patch_size, Np = N - 1, M = B * N;
+  const int64_t Ml = vt_model_local_rows(m, m->max_batch), Mp = Ml * tp;
   if (m->has_embed) {
     sl->img = take(ar, B * 3 * S * S);
     sl->patches = take(ar, B * Np * 3 * P * P);
     sl->patch_out = take(ar, B * Np * C);
   }
-  for (int l = 0; l <= m->nblocks; l++) sl->res[l] = take(ar, M * C);
+  for (int l = 0; l <= m->nblocks; l++) sl->res[l] = take(ar, Ml * C);
   for (int l = 0; l < m->nblocks; l++) {
     vt_block_acts *b = &sl->blocks[l];
-    b->ln1 = take(ar, M * C), b->ln1_mean = take(ar, M), b->ln1_rstd = take(ar, M);
+    b->ln1 = take(ar, Ml * C), b->ln1_mean = take(ar, Ml), b->ln1_rstd = take(ar, Ml);
     b->qkv = take(ar, M * 3 * C / tp);
     b->att = take(ar, B * H * N * N);
     b->attn = take(ar, M * C / tp);
-    b->mid = take(ar, M * C);
-    b->ln2 = take(ar, M * C), b->ln2_mean = take(ar, M), b->ln2_rstd = take(ar, M);
+    b->mid = take(ar, Ml * C);
+    b->ln2 = take(ar, Ml * C), b->ln2_mean = take(ar, Ml), b->ln2_rstd = take(ar, Ml);
     b->fc1 = take(ar, M * F);
     b->gelu = take(ar, M * F);
+    if (m->sp) b->ln1_full = take(ar, Mp * C), b->ln2_full = take(ar, Mp * C);
   }
   if (m->has_head) {
     sl->labels = (int32_t *)take(ar, B);
@@ -49,9 +52,9 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
     sl->lnf = take(ar, B * C), sl->lnf_mean = take(ar, B), sl->lnf_rstd = take(ar, B);
     sl->logits = take(ar, B * K), sl->probs = take(ar, B * K), sl->losses = take(ar, B);
   } else {
-    sl->dout = take(ar, M * C);
+    sl->dout = take(ar, Ml * C);
   }
-  if (!m->has_embed) sl->dinput = take(ar, M * C);
+  if (!m->has_embed) sl->dinput = take(ar, Ml * C);
 }
 
 static void carve(vt_model *m, arena *ar) {
@@ -59,9 +62,11 @@ static void carve(vt_model *m, arena *ar) {
   const int tp = m->shard.tp_size;
   const int64_t B = m->max_batch, N = vt_cfg_tokens(c), C = c->width, M = B * N;
   const int64_t F = vt_cfg_mlp_hidden(c) / tp, K = c->num_classes;
+  const int64_t Ml = vt_model_local_rows(m, m->max_batch), Mp = m->sp ? Ml * tp : M;
   for (int i = 0; i < m->nslots; i++) carve_slot(m, &m->slots[i], ar);
   vt_model_scratch *s = &m->s;
-  s->dres = take(ar, M * C), s->dbranch = take(ar, M * C), s->dln = take(ar, M * C);
+  s->dres = take(ar, Ml * C), s->dbranch = take(ar, Ml * C), s->dln = take(ar, Mp * C);
+  if (m->sp) s->dln_local = take(ar, Ml * C), s->full = take(ar, Mp * C), s->partial = take(ar, Mp * C);
   s->dqkv = take(ar, M * 3 * C / tp);
   s->dgelu = take(ar, M * F), s->dfc1 = take(ar, M * F);
   if (m->has_embed) s->dpatch_out = take(ar, B * (N - 1) * C);
@@ -127,6 +132,7 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
   m->cfg = *cfg;
   m->shard = shard;
   m->tp = shard.tp_size > 1 ? tp : NULL;
+  m->sp = shard.sequence_parallel && shard.tp_size > 1;
   VT_CHECK(shard.tp_size == 1 || tp != NULL, "tensor parallelism needs a TP communicator");
   vt_stage_blocks(cfg->depth, shard.pp_size, shard.pp_rank, &m->first_block, &m->end_block);
   m->nblocks = m->end_block - m->first_block;
@@ -181,6 +187,16 @@ void vt_model_free(vt_model *m) {
   memset(m, 0, sizeof *m);
 }
 
+// Sequence parallel: this rank's block of rows of a full (B*N, C) tensor into local, with the
+// padding rows past B*N zeroed so they stay inert (zero rows give zero gradients).
+static void take_rows(const vt_model *m, float *local, const float *full, int B) {
+  const int64_t C = m->cfg.width, M = (int64_t)B * vt_cfg_tokens(&m->cfg);
+  const int64_t Ml = vt_model_local_rows(m, B), first = m->shard.tp_rank * Ml;
+  const int64_t real = first >= M ? 0 : (M - first < Ml ? M - first : Ml);
+  if (real > 0) m->be->copy(local, full + first * C, (size_t)(real * C) * sizeof(float));
+  if (real < Ml) m->be->zero(local + real * C, (size_t)((Ml - real) * C) * sizeof(float));
+}
+
 double vt_model_forward(vt_model *m, int slot, int B, float smoothing) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
@@ -193,14 +209,20 @@ double vt_model_forward(vt_model *m, int slot, int B, float smoothing) {
     vt_patchify_fwd(be, sl->patches, sl->img, B, S, P);
     vt_linear_fwd(be, sl->patch_out, sl->patches, m->p.patch_w, m->p.patch_b, B * (N - 1),
                   3 * P * P, C);
-    vt_embed_fwd(be, sl->res[0], sl->patch_out, m->p.cls, m->p.pos, B, N, C);
+    vt_embed_fwd(be, m->sp ? m->s.full : sl->res[0], sl->patch_out, m->p.cls, m->p.pos, B, N, C);
+    if (m->sp) take_rows(m, sl->res[0], m->s.full, B);
   }
   for (int l = 0; l < m->nblocks; l++)
     vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[l], sl->res[l], sl->res[l + 1], B);
   if (!m->has_head) return 0.0;
   // timm normalises every token, then pools the class token; LayerNorm is per token, so
   // normalising only the pooled tokens gives the same logits and gradients for less work.
-  vt_cls_pool_fwd(be, sl->pooled, sl->res[m->nblocks], B, N, C);
+  const float *x = sl->res[m->nblocks];
+  if (m->sp) {  // the class tokens are spread over the TP group's rows
+    vt_tp_sp_gather(m->tp, m->s.full, x, vt_model_local_rows(m, B) * C);
+    x = m->s.full;
+  }
+  vt_cls_pool_fwd(be, sl->pooled, x, B, N, C);
   vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w, m->p.norm_b,
                    B, C);
   vt_linear_fwd(be, sl->logits, sl->lnf, m->p.head_w, m->p.head_b, B, C, K);
@@ -218,22 +240,29 @@ void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss
   vt_model_slot *sl = &m->slots[slot];
   const vt_model_scratch *s = &m->s;
   vt_model_tensors *g = &m->g;
+  const int64_t Ml = vt_model_local_rows(m, B);
   if (m->has_head) {
     vt_cross_entropy_bwd(be, s->dlogits, sl->probs, sl->labels, smoothing, loss_scale, B, K);
     vt_linear_bwd(be, s->dlnf, g->head_w, g->head_b, s->dlogits, sl->lnf, m->p.head_w, B, C, K);
     vt_layernorm_bwd(be, s->dpooled, g->norm_w, g->norm_b, s->dlnf, sl->pooled, m->p.norm_w,
                      sl->lnf_mean, sl->lnf_rstd, B, C);
-    vt_cls_pool_bwd(be, s->dres, s->dpooled, B, N, C);
+    vt_cls_pool_bwd(be, m->sp ? s->full : s->dres, s->dpooled, B, N, C);
+    if (m->sp) take_rows(m, s->dres, s->full, B);
   } else {
-    be->copy(s->dres, sl->dout, (size_t)B * N * C * sizeof(float));
+    be->copy(s->dres, sl->dout, (size_t)Ml * C * sizeof(float));
   }
   for (int l = m->nblocks - 1; l >= 0; l--)
     vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[l], sl->res[l], s->dres, B);
   if (!m->has_embed) {
-    be->copy(sl->dinput, s->dres, (size_t)B * N * C * sizeof(float));
+    be->copy(sl->dinput, s->dres, (size_t)Ml * C * sizeof(float));
     return;
   }
-  vt_embed_bwd(be, s->dpatch_out, g->cls, g->pos, s->dres, B, N, C);
+  const float *dx = s->dres;
+  if (m->sp) {
+    vt_tp_sp_gather(m->tp, s->full, s->dres, Ml * C);
+    dx = s->full;
+  }
+  vt_embed_bwd(be, s->dpatch_out, g->cls, g->pos, dx, B, N, C);
   vt_linear_bwd(be, NULL, g->patch_w, g->patch_b, s->dpatch_out, sl->patches, m->p.patch_w,
                 B * (N - 1), 3 * P * P, C);
 }

@@ -31,14 +31,17 @@ typedef struct {
   float *head_w, *head_b;     // (K, C), (K)            last stage only
 } vt_model_tensors;
 
-// Saved activations of one block for one micro-batch. M = B*N rows.
+// Saved activations of one block for one micro-batch. M = B*N rows; Ml the rows of the stream
+// this rank holds (M, or M/tp rounded up under sequence parallelism); Mp = tp * Ml.
 typedef struct {
-  float *ln1, *ln1_mean, *ln1_rstd;  // (B, N, C), (M), (M)
+  float *ln1, *ln1_mean, *ln1_rstd;  // (Ml, C), (Ml), (Ml)
+  float *ln1_full;                   // (Mp, C) all ranks' ln1 rows (sequence parallel only)
   float *qkv;                        // (B, N, 3C/tp)
   float *att;                        // (B, H/tp, N, N)
   float *attn;                       // (B, N, C/tp) attention output before proj
-  float *mid;                        // (B, N, C) stream after the attention branch
-  float *ln2, *ln2_mean, *ln2_rstd;  // (B, N, C), (M), (M)
+  float *mid;                        // (Ml, C) stream after the attention branch
+  float *ln2, *ln2_mean, *ln2_rstd;  // (Ml, C), (Ml), (Ml)
+  float *ln2_full;                   // (Mp, C) (sequence parallel only)
   float *fc1;                        // (B, N, F/tp) before GELU
   float *gelu;                       // (B, N, F/tp)
 } vt_block_acts;
@@ -48,18 +51,23 @@ typedef struct {
   float *img;                        // (B, 3, S, S)  first stage
   int32_t *labels;                   // (B)           last stage
   float *patches, *patch_out;        // (B, N-1, 3*P*P), (B, N-1, C)  first stage
-  float **res;                       // nblocks+1 of (B, N, C): res[0] is the stage input,
+  float **res;                       // nblocks+1 of (Ml, C): res[0] is the stage input,
                                      // res[nblocks] the stage output
   vt_block_acts *blocks;             // nblocks
   float *pooled, *lnf, *lnf_mean, *lnf_rstd;  // (B, C), (B, C), (B), (B)  last stage
   float *logits, *probs, *losses;             // (B, K), (B, K), (B)     last stage
-  float *dout;                       // (B, N, C) gradient of the stage output (received)
-  float *dinput;                     // (B, N, C) gradient of the stage input (to send)
+  float *dout;                       // (Ml, C) gradient of the stage output (received)
+  float *dinput;                     // (Ml, C) gradient of the stage input (to send)
 } vt_model_slot;
 
-// Backward scratch shared by all slots (one backward runs at a time).
+// Scratch shared by all slots (one forward or backward runs at a time).
 typedef struct {
-  float *dres, *dbranch, *dln;       // (B, N, C)
+  float *dres, *dbranch;             // (Ml, C)
+  float *dln;                        // (Mp, C); rows past M stay zero (reduce-scatter input)
+  float *dln_local;                  // (Ml, C)  sequence parallel only
+  float *full;                       // (Mp, C)  sequence parallel: gathered rows
+  float *partial;                    // (Mp, C)  sequence parallel: row-parallel outputs; rows
+                                     //          past M stay zero
   float *dqkv;                       // (B, N, 3C/tp)
   float *dgelu, *dfc1;               // (B, N, F/tp)
   float *dpatch_out;                 // (B, N-1, C)
@@ -72,6 +80,7 @@ typedef struct {
   int first_block, end_block, nblocks;  // this stage's blocks [first, end)
   int has_embed, has_head;              // first / last pipeline stage
   int max_batch, nslots;
+  int sp;                 // sequence parallelism (tp_size > 1 only)
   const vt_backend *be;
   vt_comm *tp;            // tensor-parallel group; NULL when tp_size == 1
   vt_param_table table;
@@ -99,6 +108,12 @@ double vt_model_forward(vt_model *m, int slot, int B, float smoothing);
 // m->grads (loss_scale = 1 / global batch for a mean loss). Last stage starts from the loss,
 // others from slot->dout; all but the first stage leave the input's gradient in slot->dinput.
 void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss_scale);
+
+// Rows of the (B*N, C) stream this rank holds for a micro-batch of B.
+static inline int64_t vt_model_local_rows(const vt_model *m, int B) {
+  int64_t M = (int64_t)B * vt_cfg_tokens(&m->cfg), tp = m->shard.tp_size;
+  return m->sp ? (M + tp - 1) / tp : M;
+}
 
 // Blocks (vit/block.c): one transformer block's forward and backward on M = B*N rows, with the
 // tensor-parallel all-reduces of Megatron's f and g mappings when m->tp is set.

@@ -98,6 +98,11 @@ static void adamw_range(vt_optimizer *o, float *params, const float *grads, floa
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr) {
   const vt_backend *be = o->be;
   const int64_t total = o->table->total;
+  // Sequence parallelism leaves each TP rank a partial gradient of the block LayerNorms.
+  for (int i = 0; o->tp && i < o->table->count; i++) {
+    const vt_param *p = &o->table->p[i];
+    if (p->tp_partial) vt_comm_all_reduce(o->tp, grads + p->offset, p->local_count);
+  }
   float *g = grads;                  // the gradients this rank updates with
   int64_t lo = 0, hi = total;        // ... covering these flat elements
   if (o->zero) {

@@ -57,9 +57,12 @@ static int linear(builder *b, int layer, vt_tp_split split, int64_t out, int64_t
   return b->t->count - 2;
 }
 
-static void norm(builder *b, int layer, int64_t C, const char *prefix) {
+// A LayerNorm's weight and bias. Inside blocks under sequence parallelism each TP rank
+// normalises only its rows, so its gradients are partial sums.
+static void norm(builder *b, int layer, int64_t C, const char *prefix, int partial) {
   add(b, layer, VT_INIT_ONES, 0.0f, 0, VT_TP_REPLICATED, 1, (int64_t[]){C}, "%s.weight", prefix);
   add(b, layer, VT_INIT_ZEROS, 0.0f, 0, VT_TP_REPLICATED, 1, (int64_t[]){C}, "%s.bias", prefix);
+  b->t->p[b->t->count - 1].tp_partial = b->t->p[b->t->count - 2].tp_partial = partial;
 }
 
 void vt_stage_blocks(int depth, int pp_size, int pp_rank, int *first, int *end) {
@@ -75,6 +78,7 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
   int first, end;
   vt_stage_blocks(cfg->depth, shard.pp_size, shard.pp_rank, &first, &end);
   const int first_stage = shard.pp_rank == 0, last_stage = shard.pp_rank == shard.pp_size - 1;
+  const int sp = shard.sequence_parallel && shard.tp_size > 1;
   const int64_t C = cfg->width, P = cfg->patch_size, N = vt_cfg_tokens(cfg);
   const int64_t F = vt_cfg_mlp_hidden(cfg), K = cfg->num_classes;
   const float conv_bound = 1.0f / sqrtf((float)(3 * P * P));  // PyTorch's Conv2d default
@@ -90,21 +94,21 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
   char pre[48];
   for (int l = first; l < end; l++) {
     snprintf(pre, sizeof pre, "blocks.%d.norm1", l);
-    norm(&b, l + 1, C, pre);
+    norm(&b, l + 1, C, pre, sp);
     snprintf(pre, sizeof pre, "blocks.%d.attn.qkv", l);
     int qkv = linear(&b, l + 1, VT_TP_ROWS, 3 * C, C, pre);
     t->p[qkv].tp_groups = t->p[qkv + 1].tp_groups = 3;  // weight and bias rows: [q | k | v]
     snprintf(pre, sizeof pre, "blocks.%d.attn.proj", l);
     linear(&b, l + 1, VT_TP_COLS, C, C, pre);
     snprintf(pre, sizeof pre, "blocks.%d.norm2", l);
-    norm(&b, l + 1, C, pre);
+    norm(&b, l + 1, C, pre, sp);
     snprintf(pre, sizeof pre, "blocks.%d.mlp.fc1", l);
     linear(&b, l + 1, VT_TP_ROWS, F, C, pre);
     snprintf(pre, sizeof pre, "blocks.%d.mlp.fc2", l);
     linear(&b, l + 1, VT_TP_COLS, C, F, pre);
   }
   if (last_stage) {
-    norm(&b, cfg->depth + 1, C, "norm");
+    norm(&b, cfg->depth + 1, C, "norm", 0);
     linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, C, "head");
   }
 }

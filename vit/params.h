@@ -37,6 +37,8 @@ typedef struct {
   int layer;          // 0 = embeddings, 1..depth = blocks, depth+1 = final norm and head
   vt_tp_split tp_split;
   int tp_groups;      // qkv: 3 (q, k, v each split by heads); otherwise 1
+  int tp_partial;     // replicated, but each TP rank's gradient is a partial sum that the TP
+                      // group must add up (block LayerNorms under sequence parallelism)
 } vt_param;
 
 // Which part of the model one rank holds: the blocks of its pipeline stage (plus the embeddings
@@ -44,10 +46,11 @@ typedef struct {
 typedef struct {
   int tp_rank, tp_size;
   int pp_rank, pp_size;
+  int sequence_parallel;  // the stream between TP regions is split by rows over the TP group
 } vt_shard;
 
 // The whole model on one rank.
-static inline vt_shard vt_shard_whole(void) { return (vt_shard){0, 1, 0, 1}; }
+static inline vt_shard vt_shard_whole(void) { return (vt_shard){0, 1, 0, 1, 0}; }
 
 // Blocks [*first, *end) of a pipeline stage. Blocks are split as evenly as possible; when depth
 // does not divide, the last depth % pp_size stages get one more, so the first stage (which also
