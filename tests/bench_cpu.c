@@ -2,6 +2,9 @@
 // `bench` label (not pass/fail; tests/bench_cpu.sh compares it with PyTorch in the same run).
 // Usage: bench_cpu [batch=64] [threads=cores] [warmup=2] [timed=5]. VT_BENCH_OPS=1 also prints
 // time per op and shape, measured through a timing copy of the backend table.
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L  // clock_gettime under -std=c11 when built outside CMake
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

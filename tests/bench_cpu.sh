@@ -50,6 +50,8 @@ vit=$(summary vit3d)
 vit_med=${vit% *} vit_min=${vit#* }
 echo "== CPU benchmark: ViT-Ti/16, 224 px, fp32, one training step (AdamW, clipping)"
 echo "conditions: cpu='$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)' cores=$(nproc) threads=$threads batch=$batch warmup=$warmup steps=$steps rounds=$rounds build=$build_type load='$(cut -d' ' -f1-3 /proc/loadavg)'"
+# Thread-pool settings change the result a lot (OpenMP spin-waiting against OpenBLAS's threads).
+echo "env: $(env | grep -E '^(OMP_|GOMP_|OPENBLAS_|KMP_)' | sort | tr '\n' ' ')"
 echo "blas: vit3d=$(blas_of "$bin") torch=${torch_lib:+$(blas_of "$torch_lib")}"
 echo "vit3d: median ${vit_med} ms/step, best ${vit_min} ms"
 if [ -n "$torch_why" ]; then

@@ -18,7 +18,7 @@ refuse "unknown flag '--bogus'" train --bogus 1
 refuse "--lr: 'abc' is not a valid number" train --lr abc
 refuse "--steps: 0 is out of range" train --steps 0
 refuse "--device: 'tpu' is not one of cpu|cuda" train --device tpu
-refuse "not a multiple of --micro-batch-size" train --global-batch-size 10 --micro-batch-size 4
+refuse "--global-batch-size 10 is not a multiple of dp 1 x --micro-batch-size 4 = 4" train --global-batch-size 10 --micro-batch-size 4
 refuse "width 100 is not a multiple of heads 3" train --width 100
 refuse "img-size 225 is not a multiple of patch-size 16" train --img-size 225
 refuse "unknown model 'vit-q'" train --model vit-q
