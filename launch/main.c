@@ -25,7 +25,7 @@ static void train_defaults(vt_train_options *o) {
   vt_config_preset("vit-ti16", &o->model, err, sizeof err);
   snprintf(o->data, sizeof o->data, "synthetic");
   o->micro_batch = 8;
-  o->global_batch = 8;
+  o->global_batch = 0;
   o->steps = 100;
   o->optim = (vt_optim_config){.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = -1,
                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
@@ -72,8 +72,9 @@ static int cmd_train(int argc, char **argv, vt_comm *world) {
        "training data: synthetic (a deterministic, learnable image task)", NULL},
       {"--micro-batch-size", VT_OPT_INT, &o.micro_batch, 0, 1, 65536, "B",
        "images per forward/backward pass", NULL},
-      {"--global-batch-size", VT_OPT_INT, &o.global_batch, 0, 1, 1 << 24, "G",
-       "images per optimizer step (a multiple of the micro-batch: gradient accumulation)", NULL},
+      {"--global-batch-size", VT_OPT_INT, &o.global_batch, 0, 0, 1 << 24, "G",
+       "images per optimizer step, a multiple of dp x micro-batch (gradient accumulation); "
+       "0: dp x micro-batch", NULL},
       {"--steps", VT_OPT_I64, &o.steps, 0, 1, BIG, "N", "optimizer steps to run", NULL},
       {"--lr", VT_OPT_FLOAT, &o.optim.lr, 0, 0, 10, "LR", "peak learning rate", NULL},
       {"--min-lr", VT_OPT_FLOAT, &o.optim.min_lr, 0, 0, 10, "LR",
@@ -132,7 +133,7 @@ static int cmd_train(int argc, char **argv, vt_comm *world) {
   if (o.optim.warmup_steps < 0) o.optim.warmup_steps = o.steps / 20;
   if (o.threads == 0) {  // share the cores: ranks of a job on one host must not oversubscribe
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int per = cores > 0 ? (int)cores / vt_comm_size(world) : 1;
+    int per = cores > 0 ? (int)cores / vt_comm_local_size(world) : 1;
     o.threads = per > 0 ? per : 1;
   }
   if (vt_train_validate(&o, vt_comm_size(world), err, sizeof err) != VT_OK) {

@@ -12,6 +12,7 @@
 struct vt_comm {
   vt_axis axis;
   int size, rank;
+  int local_rank, local_size;          // world only: place among the ranks on this host
   const vt_comm_transport *transport;  // float operations
   void *state;                         // the transport's handle
   void *mpi;  // MPI communicator for host control (barrier, doubles, NCCL id); NULL without MPI
@@ -107,12 +108,14 @@ vt_comm *vt_comm_world_init(int *argc, char ***argv) {
   c->axis = VT_AXIS_WORLD;
 #ifdef VT_HAVE_MPI
   vt_comm_mpi_world_init(argc, argv, &c->mpi, &c->size, &c->rank);
+  vt_comm_mpi_node(c->mpi, &c->local_rank, &c->local_size);
   c->transport = &vt_comm_mpi_transport;
   c->state = c->mpi;
   vt_set_abort_hook(abort_hook);
 #else
   (void)argc, (void)argv;
   c->size = 1, c->rank = 0;
+  c->local_rank = 0, c->local_size = 1;
   c->transport = &k_local_transport;
   (void)abort_hook;
 #endif
@@ -198,6 +201,9 @@ void vt_comm_finalize(vt_comm *world) {
   vt_comm_mpi_finalize();
 #endif
 }
+
+int vt_comm_local_rank(const vt_comm *world) { return world->local_rank; }
+int vt_comm_local_size(const vt_comm *world) { return world->local_size; }
 
 vt_axis vt_comm_axis(const vt_comm *c) { return c->axis; }
 int vt_comm_size(const vt_comm *c) { return c->size; }

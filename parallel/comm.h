@@ -47,6 +47,11 @@ vt_axis vt_comm_axis(const vt_comm *comm);
 int vt_comm_size(const vt_comm *comm);
 int vt_comm_rank(const vt_comm *comm);
 const char *vt_comm_transport_name(const vt_comm *comm);  // "mpi", "nccl" or "local"
+// World comm only: this rank's place among the ranks sharing its host (MPI shared-memory
+// groups, not environment variables, which lie under mpirun inside sbatch). Picks the GPU and
+// the share of the host's cores.
+int vt_comm_local_rank(const vt_comm *world);
+int vt_comm_local_size(const vt_comm *world);
 
 // ---- Float operations (buffers in the transport's memory; count = elements) ------------------
 // Every member calls each collective in the same order with the same count. NCCL transports
@@ -133,6 +138,7 @@ typedef struct {
 extern const vt_comm_transport vt_comm_mpi_transport;
 void vt_comm_mpi_world_init(int *argc, char ***argv, void **world_state, int *size, int *rank);
 void *vt_comm_mpi_split(void *state, int color, int key, int *size, int *rank);
+void vt_comm_mpi_node(void *state, int *local_rank, int *local_size);
 void vt_comm_mpi_barrier(void *state);
 void vt_comm_mpi_all_reduce_double(void *state, double *buf, int64_t count, vt_reduce_op op);
 void vt_comm_mpi_broadcast_bytes(void *state, void *buf, int64_t nbytes, int root);

@@ -62,6 +62,14 @@ void *vt_comm_mpi_split(void *state, int color, int key, int *size, int *rank) {
   return wrap(comm);
 }
 
+void vt_comm_mpi_node(void *state, int *local_rank, int *local_size) {
+  MPI_Comm node;
+  VT_MPI_CHECK(MPI_Comm_split_type(comm_of(state), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  VT_MPI_CHECK(MPI_Comm_rank(node, local_rank));
+  VT_MPI_CHECK(MPI_Comm_size(node, local_size));
+  VT_MPI_CHECK(MPI_Comm_free(&node));
+}
+
 void vt_comm_mpi_barrier(void *state) { VT_MPI_CHECK(MPI_Barrier(comm_of(state))); }
 
 void vt_comm_mpi_all_reduce_double(void *state, double *buf, int64_t count, vt_reduce_op op) {
