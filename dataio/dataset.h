@@ -1,0 +1,41 @@
+// dataset.h: the index of a labelled image dataset, from an ImageFolder tree (root/<class>/<file>,
+// classes sorted by name as torchvision does, files sorted by name within a class) or a list
+// file (one "relative/path<TAB>label" per line, paths relative to the list's directory).
+// Must not depend on MPI, a backend or the model.
+#ifndef VT_DATASET_H
+#define VT_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vt_error.h"
+
+typedef struct {
+  int64_t count;        // samples
+  char **paths;         // full paths, count entries
+  int32_t *labels;      // count entries, in [0, num_classes)
+  int num_classes;
+  char **class_names;   // num_classes entries (ImageFolder: folder names; list: "0".."K-1")
+} vt_dataset;
+
+// Opens a directory (ImageFolder) or a file (list). Empty datasets, empty class folders, labels
+// out of range and unreadable paths are VT_ERR_INPUT with a message that says what to fix.
+vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t errlen);
+void vt_dataset_free(vt_dataset *ds);
+
+// The sample stream of the determinism contract (design.md): position p is sample
+// perm(seed, epoch)[p mod n] of epoch p / n, where perm is a permutation of 0..n-1 keyed by
+// (seed, epoch) alone. The sampler caches the permutation of the epochs it was last asked for.
+typedef struct {
+  uint64_t seed;
+  int64_t n;
+  int64_t epoch;    // epoch of perm, -1 before the first call
+  int64_t *perm;    // n entries
+} vt_sampler;
+
+void vt_sampler_init(vt_sampler *s, uint64_t seed, int64_t n);
+void vt_sampler_free(vt_sampler *s);
+// The dataset index at stream position p, and its epoch.
+int64_t vt_sampler_at(vt_sampler *s, int64_t position, int64_t *epoch);
+
+#endif

@@ -1,0 +1,62 @@
+// loader.h: a pool of decoder threads filling a bounded queue of ready micro-batches, returned
+// strictly in order. Which samples micro-batch j holds is a pure function of j (below), and each
+// sample's pixels depend only on (seed, epoch, sample), so the batches are identical for any
+// thread count and a loader restarted at micro-batch j continues exactly. Buffers are plain
+// host memory allocated once (a CUDA build may register them as pinned memory later).
+// Must not depend on MPI, a backend or the model.
+#ifndef VT_LOADER_H
+#define VT_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset.h"
+#include "transform.h"
+#include "vt_error.h"
+
+typedef enum { VT_BAD_SKIP = 0, VT_BAD_FAIL = 1 } vt_bad_policy;
+
+typedef struct {
+  const vt_dataset *ds;
+  int S;                 // output image side
+  int batch;             // images per micro-batch
+  int threads;           // decoder threads, >= 1
+  int prefetch;          // ready micro-batches kept ahead, >= 1
+  uint64_t seed;
+  int train;             // 1: shuffled stream, random crops; 0: dataset order, centre crops
+  int want_pixels;       // 0: labels only (pipeline stages that need no pixels; no threads)
+  int64_t max_pixels;    // larger images are bad (decompression bombs)
+  vt_bad_policy bad_policy;
+  vt_transform_config tc;
+  // Micro-batch j holds stream positions first(j) + [0, batch), where
+  //   first(j) = (j / per_step) * step_stride + offset + (j % per_step) * batch.
+  // Training, DP rank d of dp, G images per step, B per micro-batch:
+  //   per_step = G / (dp * B), step_stride = G, offset = d * G / dp.
+  // Training positions map to samples through vt_sampler (epochs of permutations); evaluation
+  // positions are dataset indices, and positions >= count pad the last batch (valid < batch).
+  int64_t per_step, step_stride, offset;
+} vt_loader_config;
+
+typedef struct {
+  float *images;     // (batch, 3, S, S); NULL when want_pixels is 0
+  int32_t *labels;   // (batch)
+  int valid;         // real samples at the front (evaluation's last batch may be short)
+  int bad;           // samples replaced because their file was bad (skip policy)
+  int64_t epoch;     // epoch of the batch's first sample (training)
+} vt_batch;
+
+typedef struct vt_loader vt_loader;
+
+// Starts the threads at micro-batch first_batch. NULL with a message on bad configuration.
+vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, char *err,
+                            size_t errlen);
+// The next micro-batch, blocking until it is ready. Its buffers stay valid until the next call.
+// Under the skip policy a bad file is replaced by a deterministic other sample of the same class
+// (so labels, which the last pipeline stage computes without decoding, stay right) and a
+// warning names the file; under the fail policy it returns VT_ERR_INPUT naming the file.
+vt_status vt_loader_next(vt_loader *l, vt_batch *out, char *err, size_t errlen);
+// The index of the next micro-batch vt_loader_next will return: the loader's whole state.
+int64_t vt_loader_position(const vt_loader *l);
+void vt_loader_destroy(vt_loader *l);
+
+#endif

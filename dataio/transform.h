@@ -1,0 +1,41 @@
+// transform.h: from a decoded image to a normalised (3, S, S) float tensor. Training: random-
+// resized crop (torchvision's algorithm: area scale and log-uniform aspect ratio, 10 tries, then
+// a centre crop), horizontal flip, bilinear resampling of only the S x S output pixels (the work
+// is O(S^2), whatever the source size), normalisation. Evaluation: resize the shorter side to
+// S / crop_pct and take the centre S x S. Randomness is keyed by (seed, epoch, sample), so a
+// sample's crop does not depend on which thread or rank makes it. No MPI, backend or model.
+#ifndef VT_TRANSFORM_H
+#define VT_TRANSFORM_H
+
+#include <stdint.h>
+
+#include "image.h"
+
+// A region of the source image (pixel units, may be fractional) mapped onto the S x S output.
+typedef struct {
+  float x, y, w, h;
+  int flip;  // mirror left-right
+} vt_crop;
+
+typedef struct {
+  float scale_min, scale_max;  // fraction of the image area, torchvision: 0.08, 1
+  float ratio_min, ratio_max;  // aspect ratio w/h, torchvision: 3/4, 4/3
+  float flip_prob;             // 0.5
+  float mean[3], std[3];       // on [0, 1] pixel values; ImageNet's by default
+  float crop_pct;              // evaluation: 0.875
+} vt_transform_config;
+
+vt_transform_config vt_transform_defaults(void);
+
+// The training crop of sample `index` in `epoch` for a width x height image.
+vt_crop vt_train_crop(const vt_transform_config *tc, int width, int height, uint64_t seed,
+                      int64_t epoch, int64_t index);
+// The evaluation crop: shorter side scaled to S / crop_pct, centre S x S, as a source region.
+vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S);
+
+// Bilinear resampling of the crop to (3, S, S) floats, normalised: out = (v/255 - mean) / std.
+// Sample centres follow align_corners=False (as PyTorch's interpolate), edges clamp.
+void vt_render_crop(const vt_image *img, vt_crop crop, int S, const vt_transform_config *tc,
+                    float *out);
+
+#endif
