@@ -20,12 +20,19 @@ typedef struct {
 
 // Opens a directory (ImageFolder) or a file (list). Empty datasets, empty class folders, labels
 // out of range and unreadable paths are VT_ERR_INPUT with a message that says what to fix.
+// ImageFolder: names starting with '.' are skipped; a class holds the regular files directly in
+// its folder (subfolders are not searched). List: blank lines and '#' comments are allowed,
+// the label follows the last TAB, absolute paths stay as they are, K = largest label + 1; a
+// bad line is named by its number. Files are not opened here: a listed file that is missing
+// or unreadable is a bad image for the loader's policy, not an error of the index.
 vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t errlen);
 void vt_dataset_free(vt_dataset *ds);
 
 // The sample stream of the determinism contract (design.md): position p is sample
 // perm(seed, epoch)[p mod n] of epoch p / n, where perm is a permutation of 0..n-1 keyed by
-// (seed, epoch) alone. The sampler caches the permutation of the epochs it was last asked for.
+// (seed, epoch) alone: Fisher-Yates on vt_rng_u32 draws of stream (seed, "sampler", epoch), with
+// unbiased integers in range. The sampler caches the permutation of the epoch it was last asked
+// for (n int64 entries); it is not thread-safe.
 typedef struct {
   uint64_t seed;
   int64_t n;

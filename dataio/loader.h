@@ -21,7 +21,8 @@ typedef struct {
   int S;                 // output image side
   int batch;             // images per micro-batch
   int threads;           // decoder threads, >= 1
-  int prefetch;          // ready micro-batches kept ahead, >= 1
+  int prefetch;          // ready micro-batches kept ahead, >= 1 (prefetch + 1 buffers: one is
+                         // the batch the caller holds)
   uint64_t seed;
   int train;             // 1: shuffled stream, random crops; 0: dataset order, centre crops
   int want_pixels;       // 0: labels only (pipeline stages that need no pixels; no threads)
@@ -34,29 +35,37 @@ typedef struct {
   //   per_step = G / (dp * B), step_stride = G, offset = d * G / dp.
   // Training positions map to samples through vt_sampler (epochs of permutations); evaluation
   // positions are dataset indices, and positions >= count pad the last batch (valid < batch).
+  // Evaluation, DP rank d of dp, m micro-batches of B per step: per_step = m,
+  //   step_stride = dp * m * B, offset = d * m * B; ceil(count / step_stride) steps cover the
+  //   set, and a rank past the end gets batches with valid = 0.
   int64_t per_step, step_stride, offset;
 } vt_loader_config;
 
 typedef struct {
   float *images;     // (batch, 3, S, S); NULL when want_pixels is 0
-  int32_t *labels;   // (batch)
+  int32_t *labels;   // (batch); padding has label 0 and a zero image
   int valid;         // real samples at the front (evaluation's last batch may be short)
-  int bad;           // samples replaced because their file was bad (skip policy)
+  int bad;           // samples replaced because their file was bad (skip policy; always 0
+                     // without pixels, so count bad files on the decoding ranks)
   int64_t epoch;     // epoch of the batch's first sample (training)
 } vt_batch;
 
 typedef struct vt_loader vt_loader;
 
-// Starts the threads at micro-batch first_batch. NULL with a message on bad configuration.
+// Starts the threads at micro-batch first_batch (none when want_pixels is 0: labels are then
+// computed in vt_loader_next). NULL with a message on bad configuration.
 vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, char *err,
                             size_t errlen);
 // The next micro-batch, blocking until it is ready. Its buffers stay valid until the next call.
 // Under the skip policy a bad file is replaced by a deterministic other sample of the same class
 // (so labels, which the last pipeline stage computes without decoding, stay right) and a
-// warning names the file; under the fail policy it returns VT_ERR_INPUT naming the file.
+// warning names the file (once per loader); under the fail policy it returns VT_ERR_INPUT naming
+// the file. A class whose files are all bad is VT_ERR_INPUT under either policy. After an error
+// the loader stays at that micro-batch (asking again gives the same error): destroy it.
 vt_status vt_loader_next(vt_loader *l, vt_batch *out, char *err, size_t errlen);
 // The index of the next micro-batch vt_loader_next will return: the loader's whole state.
 int64_t vt_loader_position(const vt_loader *l);
+// Stops and joins the threads, also with batches in flight; the last batch's buffers go too.
 void vt_loader_destroy(vt_loader *l);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "comm.h"
+#include "prepare.h"
 #include "train.h"
 
 static void usage(FILE *f) {
@@ -14,6 +15,7 @@ static void usage(FILE *f) {
           "usage: vit3d <command> [flags]\n\n"
           "commands:\n"
           "  train      train a ViT (see vit3d train --help)\n"
+          "  prepare    prepare a dataset: vit3d prepare fashion-mnist OUT_DIR\n"
           "  version    print the version and what this build contains\n\n"
           "example:\n"
           "  vit3d train --model tiny --data synthetic --steps 50 --log-dir runs/demo\n");
@@ -24,6 +26,10 @@ static void train_defaults(vt_train_options *o) {
   char err[256];
   vt_config_preset("vit-ti16", &o->model, err, sizeof err);
   snprintf(o->data, sizeof o->data, "synthetic");
+  o->loader_threads = 0;
+  o->prefetch = 2;
+  o->max_image_pixels = 100000000;
+  o->transform = vt_transform_defaults();
   o->micro_batch = 8;
   o->global_batch = 0;
   o->steps = 100;
@@ -41,13 +47,28 @@ static void train_defaults(vt_train_options *o) {
   snprintf(o->pp_schedule, sizeof o->pp_schedule, "1f1b");
 }
 
+// "a,b,c": three numbers (positive ones when positive is set).
+static vt_status parse_triple(const char *flag, const char *s, float *out, int positive, char *err,
+                              size_t errlen) {
+  char tail;
+  float v[3];
+  if (sscanf(s, "%f,%f,%f%c", &v[0], &v[1], &v[2], &tail) != 3 ||
+      (positive && !(v[0] > 0 && v[1] > 0 && v[2] > 0))) {
+    snprintf(err, errlen, "%s %s: give three %snumbers separated by commas, like 0.5,0.5,0.5",
+             flag, s, positive ? "positive " : "");
+    return VT_ERR_INPUT;
+  }
+  memcpy(out, v, sizeof v);
+  return VT_OK;
+}
+
 // Every rank parses the same arguments and reaches the same verdict, so every rank exits with
 // the same code; only rank 0 prints, so the user reads the message once.
 static int cmd_train(int argc, char **argv, vt_comm *world) {
   const int rank0 = vt_comm_rank(world) == 0;
   vt_train_options o;
   train_defaults(&o);
-  char model[32], device[8] = "cpu", err[512];
+  char model[32], device[8] = "cpu", err[512], bad_image[8] = "skip", mean[64] = "", std[64] = "";
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
   const char *preset = vt_cli_find(argc, argv, "--model");
@@ -69,7 +90,29 @@ static int cmd_train(int argc, char **argv, vt_comm *world) {
        "MLP hidden width / width", NULL},
       {"--num-classes", VT_OPT_INT, &o.model.num_classes, 0, 2, 1000000, "K", "classes", NULL},
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
-       "training data: synthetic (a deterministic, learnable image task)", NULL},
+       "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
+       "directory (root/<class>/<image>) or a list file (path<TAB>label per line)", NULL},
+      {"--val-data", VT_OPT_STR, o.val_data, sizeof o.val_data, 0, 0, "SOURCE",
+       "validation data (same forms), evaluated on the same mesh", NULL},
+      {"--eval-interval", VT_OPT_INT, &o.eval_interval, 0, 0, 1 << 30, "N",
+       "evaluate every N steps; 0: only after the last step", NULL},
+      {"--loader-threads", VT_OPT_INT, &o.loader_threads, 0, 0, 1024, "N",
+       "image decoder threads per rank that needs pixels; 0: as many as --threads", NULL},
+      {"--prefetch", VT_OPT_INT, &o.prefetch, 0, 1, 1024, "N",
+       "ready micro-batches the loader keeps ahead", NULL},
+      {"--max-image-pixels", VT_OPT_I64, &o.max_image_pixels, 0, 1, 1e12, "N",
+       "images with more pixels are bad (decompression bombs)", NULL},
+      {"--bad-image", VT_OPT_STR, bad_image, sizeof bad_image, 0, 0, "POLICY",
+       "unreadable or corrupt images: skip (warn, count, replace by another image of the same "
+       "class) or fail (stop the run)", "skip|fail"},
+      {"--crop-scale-min", VT_OPT_FLOAT, &o.transform.scale_min, 0, 0.001, 1, "F",
+       "random-resized crop: smallest fraction of the image area", NULL},
+      {"--hflip", VT_OPT_FLOAT, &o.transform.flip_prob, 0, 0, 1, "P",
+       "probability of a horizontal flip", NULL},
+      {"--mean", VT_OPT_STR, mean, sizeof mean, 0, 0, "R,G,B",
+       "per-channel mean for normalisation (pixels in [0, 1]; default ImageNet's)", NULL},
+      {"--std", VT_OPT_STR, std, sizeof std, 0, 0, "R,G,B",
+       "per-channel standard deviation for normalisation (default ImageNet's)", NULL},
       {"--micro-batch-size", VT_OPT_INT, &o.micro_batch, 0, 1, 65536, "B",
        "images per forward/backward pass", NULL},
       {"--global-batch-size", VT_OPT_INT, &o.global_batch, 0, 0, 1 << 24, "G",
@@ -129,6 +172,12 @@ static int cmd_train(int argc, char **argv, vt_comm *world) {
     return 2;
   }
   o.device = strcmp(device, "cuda") == 0 ? VT_DEVICE_CUDA : VT_DEVICE_CPU;
+  o.bad_image_fail = strcmp(bad_image, "fail") == 0;
+  if ((mean[0] && parse_triple("--mean", mean, o.transform.mean, 0, err, sizeof err) != VT_OK) ||
+      (std[0] && parse_triple("--std", std, o.transform.std, 1, err, sizeof err) != VT_OK)) {
+    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
+    return 2;
+  }
   o.optim.total_steps = o.steps;
   if (o.optim.warmup_steps < 0) o.optim.warmup_steps = o.steps / 20;
   if (o.threads == 0) {  // share the cores: ranks of a job on one host must not oversubscribe
@@ -136,11 +185,28 @@ static int cmd_train(int argc, char **argv, vt_comm *world) {
     int per = cores > 0 ? (int)cores / vt_comm_local_size(world) : 1;
     o.threads = per > 0 ? per : 1;
   }
+  if (o.loader_threads == 0) o.loader_threads = o.threads;
   if (vt_train_validate(&o, vt_comm_size(world), err, sizeof err) != VT_OK) {
     if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
     return 2;
   }
   return vt_train_run(&o, world);
+}
+
+static int cmd_prepare(int argc, char **argv) {
+  if (argc != 2 || strcmp(argv[0], "fashion-mnist") != 0) {
+    fprintf(stderr, "usage: vit3d prepare fashion-mnist OUT_DIR\n"
+                    "  converts Debian's dataset-fashion-mnist files into OUT_DIR/train and "
+                    "OUT_DIR/val\n  (ImageFolder trees of PNG files, 10 classes)\n");
+    return 2;
+  }
+  char err[512];
+  if (vt_prepare_fashion_mnist(argv[1], err, sizeof err) != VT_OK) {
+    fprintf(stderr, "vit3d prepare: %s\n", err);
+    return 1;
+  }
+  printf("vit3d prepare: Fashion-MNIST is in %s/train and %s/val\n", argv[1], argv[1]);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -155,6 +221,7 @@ int main(int argc, char **argv) {
     vt_comm_finalize(world);
     return rc;
   }
+  if (strcmp(argv[1], "prepare") == 0) return cmd_prepare(argc - 2, argv + 2);
   if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
     printf("vit3d 0.1 (%s)\n", vt_backend_build_info());
     return 0;

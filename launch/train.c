@@ -12,11 +12,12 @@
 #include <time.h>
 
 #include "comm.h"
+#include "data.h"
+#include "eval.h"
 #include "export.h"
 #include "mesh.h"
 #include "model.h"
 #include "schedule.h"
-#include "synthetic.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -29,8 +30,8 @@ static double now_s(void) {
 vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size_t errlen) {
   const vt_vit_config *c = &o->model;
   if (vt_config_validate(c, err, errlen) != VT_OK) return VT_ERR_INPUT;
-  if (strcmp(o->data, "synthetic") != 0)
-    REFUSE("--data %s: only 'synthetic' is available in this version", o->data);
+  if (o->val_data[0] && strcmp(o->data, "synthetic") == 0)
+    REFUSE("--val-data needs an image dataset in --data, not the synthetic task");
   vt_mesh_order order;
   vt_mesh mesh;
   if (vt_mesh_order_parse(o->mesh_order, &order, err, errlen) != VT_OK) return VT_ERR_INPUT;
@@ -89,31 +90,21 @@ typedef struct {
   const vt_train_options *o;
   vt_model *m;
   vt_comm *pp;
-  int pp_rank, dp_rank, dp_size, B;
-  float *host_img;
-  int32_t *host_labels;
+  int pp_rank, B;
+  vt_data *data;
   double compute_s;  // seconds spent in forward and backward, for the pipeline idle report
 } stage_ctx;
 
-// Loads micro-batch mb of this DP rank's share of step `step` into a slot. The stream contract
-// (design.md): step s takes samples [s*G, (s+1)*G); DP rank d takes the d-th G/dp of them.
+// Loads micro-batch mb of this DP rank's share of step `step` into a slot.
 static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
-  const vt_train_options *o = x->o;
   const vt_model *m = x->m;
-  const int S = o->model.img_size, K = o->model.num_classes, B = x->B;
-  const int64_t first = step * o->global_batch + (int64_t)x->dp_rank * (o->global_batch / x->dp_size) +
-                        (int64_t)mb * B;
+  const int S = x->o->model.img_size, B = x->B;
   const vt_model_slot *sl = &m->slots[slot];
-  if (m->has_embed) {
-    for (int b = 0; b < B; b++)
-      vt_synthetic_sample(o->seed, first + b, S, K, x->host_img + (size_t)b * 3 * S * S,
-                          &x->host_labels[b]);
-    m->be->to_device(sl->img, x->host_img, (size_t)B * 3 * S * S * sizeof(float));
-  }
-  if (m->has_head) {
-    for (int b = 0; b < B; b++) x->host_labels[b] = vt_synthetic_label(o->seed, first + b, K);
-    m->be->to_device(sl->labels, x->host_labels, (size_t)B * sizeof(int32_t));
-  }
+  const float *img;
+  const int32_t *labels;
+  vt_data_next(x->data, step, mb, &img, &labels);
+  if (m->has_embed) m->be->to_device(sl->img, img, (size_t)B * 3 * S * S * sizeof(float));
+  if (m->has_head) m->be->to_device(sl->labels, labels, (size_t)B * sizeof(int32_t));
 }
 
 // Runs one step's actions in order; returns the sum of this rank's per-sample losses (last
@@ -264,18 +255,19 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   }
   print_plan(&m, &opt, n_micro);
 
-  const int S = c->img_size;
-  stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .dp_rank = me.dp_rank,
-                 .dp_size = mesh.dp_size, .B = B,
-                 .host_img = malloc((size_t)B * 3 * S * S * sizeof(float)),
-                 .host_labels = malloc((size_t)B * sizeof(int32_t))};
-  VT_CHECK(x.host_img && x.host_labels, "out of host memory for a micro-batch of images");
+  vt_data data;
+  int ok = vt_data_open(&data, o, m.has_embed, m.has_head, me.dp_rank, mesh.dp_size, n_micro, err,
+                        sizeof err) == VT_OK;
+  if (!ok && world_rank == 0) vt_log_error("%s", err);
+  stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .data = &data};
   FILE *metrics = NULL;
-  int ok = 1;
-  if (world_rank == 0 && o->log_dir[0]) ok = (metrics = open_metrics(o->log_dir)) != NULL;
-  double all_ok = ok;  // rank 0's verdict reaches every rank, so all stop together
+  if (ok && world_rank == 0 && o->log_dir[0]) ok = (metrics = open_metrics(o->log_dir)) != NULL;
+  double all_ok = ok;  // every rank learns whether any failed, so all stop together
   vt_comm_all_reduce_double(world, &all_ok, 1, VT_REDUCE_MIN);
-  if (!all_ok) return 1;
+  if (!all_ok) {
+    vt_data_close(&data);
+    return 2;
+  }
 
   const double t_start = now_s();
   double timed_s = 0.0, timed_compute_s = 0.0;  // steps after the first, for the idle report
@@ -283,11 +275,16 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   for (int64_t step = 0; step < o->steps; step++) {
     const double t0 = now_s(), compute0 = x.compute_s;
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
-    double loss = run_schedule(&x, acts, nacts, step);
-    // The global loss: the last stage's TP rank 0 of every DP rank holds a share.
-    if (!(m.has_head && me.tp_rank == 0)) loss = 0.0;
-    vt_comm_all_reduce_double(world, &loss, 1, VT_REDUCE_SUM);
-    loss /= o->global_batch;
+    // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
+    // count: the first stage's TP rank 0 of every DP rank.
+    double sums[2] = {run_schedule(&x, acts, nacts, step), (double)data.bad};
+    if (!(m.has_head && me.tp_rank == 0)) sums[0] = 0.0;
+    if (!(m.has_embed && me.tp_rank == 0)) sums[1] = 0.0;
+    vt_comm_all_reduce_double(world, sums, 2, VT_REDUCE_SUM);
+    const double loss = sums[0] / o->global_batch;
+    vt_eval_result ev = {0};
+    const int eval_now = data.has_val && (step + 1 == o->steps ||
+                                          (o->eval_interval > 0 && (step + 1) % o->eval_interval == 0));
     const float lr = vt_lr_at(&o->optim, step);
     const double gnorm = vt_optimizer_step(&opt, m.params, m.grads, lr);
     be->synchronize();
@@ -295,12 +292,17 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
       write_comm_stats(o, &m, &opt, me, world_rank, n_micro);
     const double t1 = now_s(), step_ms = 1e3 * (t1 - t0), img_s = o->global_batch / (t1 - t0);
     if (step > 0) timed_s += t1 - t0, timed_compute_s += x.compute_s - compute0;
+    if (eval_now) ev = vt_evaluate(&m, &data, world, pp, me);
     if (world_rank != 0) continue;
     if (metrics) {
       fprintf(metrics,
               "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-              "\"img_per_s\": %.3f, \"step_ms\": %.3f}\n",
-              (long long)(step + 1), loss, lr, gnorm, img_s, step_ms);
+              "\"img_per_s\": %.3f, \"step_ms\": %.3f, \"bad_images\": %lld",
+              (long long)(step + 1), loss, lr, gnorm, img_s, step_ms, (long long)sums[1]);
+      if (eval_now)
+        fprintf(metrics, ", \"eval_loss\": %.9g, \"eval_top1\": %.6f, \"eval_top5\": %.6f",
+                ev.loss, ev.top1, ev.top5);
+      fprintf(metrics, "}\n");
       fflush(metrics);
     }
     if ((step + 1) % o->log_interval == 0 || step == 0 || step + 1 == o->steps) {
@@ -311,6 +313,9 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
              (int)eta / 60, (int)eta % 60);
       fflush(stdout);
     }
+    if (eval_now)
+      printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images)\n",
+             (long long)(step + 1), ev.loss, 100 * ev.top1, 100 * ev.top5, (long long)ev.count);
   }
   if (metrics) fclose(metrics);
   if (mesh.pp_size > 1 && o->steps > 1)
@@ -321,8 +326,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     if (world_rank == 0) vt_log_error("%s", err);
     rc = 1;
   }
-  free(x.host_img);
-  free(x.host_labels);
+  vt_data_close(&data);
   free(acts);
   vt_optimizer_free(&opt);
   vt_model_free(&m);

@@ -8,13 +8,21 @@
 
 #include "config.h"
 #include "optim.h"
+#include "transform.h"
 #include "vt_backend.h"
 
 typedef struct vt_comm vt_comm;
 
 typedef struct {
   vt_vit_config model;
-  char data[256];           // "synthetic" for now
+  char data[512];           // "synthetic", an ImageFolder directory or a list file
+  char val_data[512];       // validation set (same forms); empty: none
+  int eval_interval;        // evaluate every N steps (and at the end); 0: only at the end
+  int loader_threads;       // decoder threads per rank that decodes
+  int prefetch;             // ready micro-batches the loader keeps ahead
+  int64_t max_image_pixels; // larger images are refused as bad (decompression bombs)
+  int bad_image_fail;       // 0: skip bad images (replace, warn, count); 1: stop the run
+  vt_transform_config transform;
   int micro_batch;          // images per forward/backward
   int global_batch;         // images per optimizer step, over all DP ranks
   int64_t steps;

@@ -14,8 +14,20 @@ extern const vt_backend vt_cpu_backend;
 const vt_backend *vt_cuda_backend_get(const char **why);
 #endif
 
+static int g_threads = 0;  // 0: not set yet
+
 const vt_backend *vt_backend_get(vt_device device, const char **why) {
-  if (device == VT_DEVICE_CPU) return &vt_cpu_backend;
+  if (device == VT_DEVICE_CPU) {
+    // The thread setting also pins OpenBLAS to one thread; make sure it happened.
+    if (g_threads == 0) {
+#ifdef _OPENMP
+      vt_backend_set_threads(omp_get_max_threads());
+#else
+      vt_backend_set_threads(1);
+#endif
+    }
+    return &vt_cpu_backend;
+  }
 #ifdef VT_HAVE_CUDA
   return vt_cuda_backend_get(why);
 #else
@@ -24,15 +36,17 @@ const vt_backend *vt_backend_get(vt_device device, const char **why) {
 #endif
 }
 
-static int g_threads = 1;
-
 void vt_backend_set_threads(int threads) {
   g_threads = threads > 0 ? threads : 1;
 #ifdef _OPENMP
   omp_set_num_threads(g_threads);
 #endif
 #ifdef VT_HAVE_BLAS
+#ifdef _OPENMP
+  openblas_set_num_threads(1);  // one pool: src/cpu/gemm.c splits GEMMs over OpenMP's threads
+#else
   openblas_set_num_threads(g_threads);
+#endif
 #endif
 }
 

@@ -2,7 +2,6 @@
 # AdamW, gradient clipping) at the same batch and thread count, so bench_cpu.sh can print a ratio.
 # A plain module that mirrors timm's VisionTransformer (no timm on the machine).
 # Usage: bench_torch.py [batch=64] [threads=cores] [warmup=2] [timed=5]; VT_BENCH_OPS=1 adds a profile.
-import math
 import os
 import statistics
 import sys

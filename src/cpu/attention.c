@@ -1,12 +1,33 @@
 // attention.c: softmax(q k^T / sqrt(D)) v per (batch, head), forward and backward, with the
-// GEMMs through vt_cpu_sgemm on strided views of the timm qkv layout (no copies).
+// GEMMs on strided views of the timm qkv layout (no copies). The (batch, head) pairs run in
+// parallel, each with single-threaded GEMMs and its own scratch, so every pair's result is
+// computed the same way whatever the thread count.
 #include <math.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "cpu.h"
 
+static int thread_id(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+static int max_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
 // Softmax of each of the `rows` rows of length N, in place.
 static void softmax_rows(float *s, int64_t rows, int64_t N) {
-#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < rows; i++) {
     float *r = s + i * N, mx = r[0], sum = 0.0f;
     for (int64_t j = 1; j < N; j++) mx = r[j] > mx ? r[j] : mx;
@@ -23,13 +44,14 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
                           int64_t H, int64_t D) {
   const int64_t C = H * D, ld = 3 * C;
   const float scale = 1.0f / sqrtf((float)D);
+#pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
       const float *q = qkv + b * N * ld + h * D, *k = q + C, *v = q + 2 * C;
       float *p = att + (b * H + h) * N * N;
-      vt_cpu_sgemm(0, 1, N, N, D, scale, q, ld, k, ld, 0.0f, p, N);  // (N, N) = q k^T
+      vt_cpu_sgemm_serial(0, 1, N, N, D, scale, q, ld, k, ld, 0.0f, p, N);  // (N, N) = q k^T
       softmax_rows(p, N, N);
-      vt_cpu_sgemm(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, out + b * N * C + h * D, C);
+      vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, out + b * N * C + h * D, C);
     }
 }
 
@@ -37,23 +59,24 @@ void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, cons
                           int64_t B, int64_t N, int64_t H, int64_t D) {
   const int64_t C = H * D, ld = 3 * C;
   const float scale = 1.0f / sqrtf((float)D);
-  float *ds = vt_cpu_scratch((size_t)(N * N));  // (N, N), one head at a time
+  float *scratch = vt_cpu_scratch((size_t)(max_threads() * N * N));  // (N, N) per thread
+#pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
       const float *q = qkv + b * N * ld + h * D, *k = q + C, *v = q + 2 * C;
       const float *p = att + (b * H + h) * N * N, *dy = dout + b * N * C + h * D;
       float *dq = dqkv + b * N * ld + h * D, *dk = dq + C, *dv = dq + 2 * C;
-      vt_cpu_sgemm(1, 0, N, D, N, 1.0f, p, N, dy, C, 0.0f, dv, ld);   // dv = p^T dy
-      vt_cpu_sgemm(0, 1, N, N, D, 1.0f, dy, C, v, ld, 0.0f, ds, N);   // dp = dy v^T
+      float *ds = scratch + (int64_t)thread_id() * N * N;
+      vt_cpu_sgemm_serial(1, 0, N, D, N, 1.0f, p, N, dy, C, 0.0f, dv, ld);  // dv = p^T dy
+      vt_cpu_sgemm_serial(0, 1, N, N, D, 1.0f, dy, C, v, ld, 0.0f, ds, N);  // dp = dy v^T
       // Softmax backward in place: ds = p * (dp - rowsum(p * dp)).
-#pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < N; i++) {
         const float *pr = p + i * N;
         float *r = ds + i * N, dot = 0.0f;
         for (int64_t j = 0; j < N; j++) dot += pr[j] * r[j];
         for (int64_t j = 0; j < N; j++) r[j] = pr[j] * (r[j] - dot);
       }
-      vt_cpu_sgemm(0, 0, N, D, N, scale, ds, N, k, ld, 0.0f, dq, ld);  // dq = scale ds k
-      vt_cpu_sgemm(1, 0, N, D, N, scale, ds, N, q, ld, 0.0f, dk, ld);  // dk = scale ds^T q
+      vt_cpu_sgemm_serial(0, 0, N, D, N, scale, ds, N, k, ld, 0.0f, dq, ld);  // dq = scale ds k
+      vt_cpu_sgemm_serial(1, 0, N, D, N, scale, ds, N, q, ld, 0.0f, dk, ld);  // dk = scale ds^T q
     }
 }

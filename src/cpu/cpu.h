@@ -8,7 +8,11 @@
 #include <stdint.h>
 
 // Row-major C = alpha * op(A) @ op(B) + beta * C; op(X) = X or X^T. OpenBLAS when built with
-// VT_BLAS, plain loops otherwise. C is (M, N); op(A) (M, K); op(B) (K, N).
+// VT_BLAS, plain loops otherwise. C is (M, N); op(A) (M, K); op(B) (K, N). vt_cpu_sgemm splits
+// C over the OpenMP threads; the _serial form runs on the calling thread (inside a parallel loop).
+void vt_cpu_sgemm_serial(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                         float *C, int64_t ldc);
 void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                   int64_t ldc);

@@ -1,4 +1,7 @@
 // gemm.c: the CPU GEMM (OpenBLAS sgemm, or plain loops when VT_BLAS is off) and the Linear op.
+// One thread pool: OpenBLAS runs single-threaded and vt_cpu_sgemm splits the output over the
+// OpenMP threads. Two pools (OpenMP's and OpenBLAS's own pthreads) on the same cores spin
+// against each other after every call; measured 3x slower on 2 cores (tests/bench_cpu.sh).
 #include <string.h>
 
 #include "cpu.h"
@@ -6,17 +9,20 @@
 #include <cblas.h>
 #undef I  // OpenBLAS pulls in complex.h, whose I would clash with dimension names
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
-void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                  const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                  int64_t ldc) {
+void vt_cpu_sgemm_serial(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                         float *C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
 #ifdef VT_HAVE_BLAS
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N, (blasint)K, alpha, A,
               (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
 #else
   // Plain loops, correct for every transpose; i-p-j order keeps the inner loop contiguous in C.
-#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < M; i++) {
     float *c = C + i * ldc;
     for (int64_t j = 0; j < N; j++) c[j] = beta == 0.0f ? 0.0f : beta * c[j];
@@ -29,6 +35,32 @@ void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, flo
     }
   }
 #endif
+}
+
+void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                  int64_t ldc) {
+#ifdef _OPENMP
+  const int threads = omp_get_max_threads();
+  if (threads > 1 && (M >= 2 * threads || N >= 2 * threads) && M * N * K >= (1 << 18)) {
+    // Split the longer side of C into one band per thread (rows of op(A) or columns of op(B)).
+    const int by_rows = M >= N;
+    const int64_t len = by_rows ? M : N, band = (len + threads - 1) / threads;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < threads; t++) {
+      const int64_t lo = t * band, n = lo + band < len ? band : len - lo;
+      if (n <= 0) continue;
+      if (by_rows)
+        vt_cpu_sgemm_serial(trans_a, trans_b, n, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda,
+                            B, ldb, beta, C + lo * ldc, ldc);
+      else
+        vt_cpu_sgemm_serial(trans_a, trans_b, M, n, K, alpha, A, lda,
+                            trans_b ? B + lo * ldb : B + lo, ldb, beta, C + lo, ldc);
+    }
+    return;
+  }
+#endif
+  vt_cpu_sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
@@ -44,6 +76,6 @@ void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const 
 void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                        const float *inp, const float *weight, int64_t M, int64_t In, int64_t O) {
   if (dinp) vt_cpu_sgemm(0, 0, M, In, O, 1.0f, dout, O, weight, In, 0.0f, dinp, In);  // dout @ W
-  vt_cpu_sgemm(1, 0, O, In, M, 1.0f, dout, O, inp, In, 1.0f, dweight, In);          // dout^T @ inp
+  vt_cpu_sgemm(1, 0, O, In, M, 1.0f, dout, O, inp, In, 1.0f, dweight, In);  // dout^T @ inp
   if (dbias) vt_cpu_colsum_acc(dbias, dout, M, O);
 }

@@ -1,0 +1,372 @@
+// loader.c: decoder threads filling a ring of micro-batch buffers, returned strictly in order.
+// Threads take single samples of the oldest open batch, so one batch is decoded by all threads
+// at once and its bytes do not depend on who decoded what. Must not depend on MPI, a backend or
+// the model; randomness only through vt_rng keyed by global identities (design.md).
+#include "loader.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "image.h"
+#include "vt_rng.h"
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_OUT };
+
+// Random replacement picks before an exhaustive scan of the class, which makes the outcome
+// independent of how many bad files the class has (only a fully bad class fails).
+#define REPLACE_TRIES 4
+
+typedef struct {
+  int state;
+  int64_t batch;     // micro-batch held
+  int handed, done;  // samples given to threads, samples finished
+  int bad, valid;
+  int64_t *pos, *idx, *ep;  // per sample: stream position, dataset index (-1: padding), epoch
+  float *images;            // (batch, 3, S, S)
+  int32_t *labels;
+  int err_sample;  // lowest sample whose error is reported, -1 none
+  char err[640];
+} slot;
+
+struct vt_loader {
+  vt_loader_config cfg;
+  const vt_dataset *ds;
+  vt_sampler sampler;  // used under mu only: it caches one epoch and is not thread-safe
+  int nslots;
+  slot *slots;
+  float *pixels;
+  int64_t *members, *class_start;  // samples of class c: members[class_start[c] .. [c+1])
+  atomic_uchar *known_bad;         // a warning was printed for this file
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv, ready_cv;
+  int64_t fill_batch;  // next micro-batch to open for decoding
+  int64_t next_batch;  // next micro-batch vt_loader_next returns (consumer thread only)
+  int out_slot;        // slot the consumer holds, -1 none
+  int stop;
+  int nthreads;
+  pthread_t *threads;
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static int64_t first_position(const vt_loader_config *c, int64_t j) {
+  return (j / c->per_step) * c->step_stride + c->offset + (j % c->per_step) * c->batch;
+}
+
+// Sample indices and labels of micro-batch j: the only use of the sampler.
+static void plan_batch(vt_loader *l, slot *s, int64_t j) {
+  const vt_loader_config *c = &l->cfg;
+  int64_t p0 = first_position(c, j);
+  s->valid = 0;
+  for (int i = 0; i < c->batch; i++) {
+    int64_t p = p0 + i, e = 0, idx;
+    if (c->train) {
+      idx = vt_sampler_at(&l->sampler, p, &e);
+    } else {
+      idx = p < l->ds->count ? p : -1;
+    }
+    s->pos[i] = p;
+    s->idx[i] = idx;
+    s->ep[i] = e;
+    // Padding gets label 0 and a zero image: harmless to any loss code, masked through valid.
+    s->labels[i] = idx >= 0 ? l->ds->labels[idx] : 0;
+    if (idx >= 0) s->valid++;
+  }
+  s->batch = j;
+  s->handed = s->done = s->bad = 0;
+  s->err_sample = -1;
+}
+
+static void warn_once(vt_loader *l, int64_t idx, const char *msg) {
+  if (!atomic_exchange(&l->known_bad[idx], 1))
+    vt_log_warn("bad image skipped, a sample of the same class replaces it: %s", msg);
+}
+
+static vt_image_status load(vt_loader *l, int64_t idx, vt_image *img, char *msg, size_t n) {
+  return vt_image_load(l->ds->paths[idx], l->cfg.max_pixels, img, msg, n);
+}
+
+// Finds a good sample of idx's class into *img. Picks depend only on (seed, position, attempt);
+// skipping files already known bad only saves the work of failing on them again.
+static int replace(vt_loader *l, int64_t idx, int64_t pos, vt_image *img, char *err,
+                   size_t errlen) {
+  int32_t c = l->ds->labels[idx];
+  const int64_t *mem = l->members + l->class_start[c];
+  int64_t m = l->class_start[c + 1] - l->class_start[c];
+  const uint32_t stream = vt_hash_name("loader.replace");
+  char msg[512];
+  for (int t = 0; t < REPLACE_TRIES + 1 && m > 1; t++) {
+    uint64_t r = vt_rng_u32(l->cfg.seed, stream, (uint32_t)t, (uint64_t)pos);
+    if (t < REPLACE_TRIES) {
+      // Multiply-shift: a bias below m / 2^32, irrelevant for picking a stand-in.
+      int64_t k = (int64_t)((r * (uint64_t)(m - 1)) >> 32);
+      int64_t cand = mem[k] == idx ? mem[m - 1] : mem[k];
+      if (atomic_load(&l->known_bad[cand])) continue;
+      if (load(l, cand, img, msg, sizeof(msg)) == VT_IMG_OK) return 1;
+      warn_once(l, cand, msg);
+      continue;
+    }
+    int64_t start = (int64_t)((r * (uint64_t)m) >> 32);
+    for (int64_t u = 0; u < m; u++) {
+      int64_t cand = mem[(start + u) % m];
+      if (cand == idx || atomic_load(&l->known_bad[cand])) continue;
+      if (load(l, cand, img, msg, sizeof(msg)) == VT_IMG_OK) return 1;
+      warn_once(l, cand, msg);
+    }
+  }
+  set_err(err, errlen,
+          "every image of class '%s' is bad (%lld files, e.g. %s): nothing can replace them; "
+          "fix or remove that class folder",
+          l->ds->class_names[c], (long long)m, l->ds->paths[idx]);
+  return 0;
+}
+
+// Decodes sample i of slot s into its place. Returns 0 and fills err on an error to report.
+static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size_t errlen) {
+  const vt_loader_config *c = &l->cfg;
+  size_t plane = (size_t)3 * c->S * c->S;
+  float *out = s->images + (size_t)i * plane;
+  int64_t idx = s->idx[i];
+  *bad = 0;
+  if (idx < 0) {
+    memset(out, 0, plane * sizeof(float));
+    return 1;
+  }
+  vt_image img = {0};
+  char msg[512];
+  vt_image_status st = load(l, idx, &img, msg, sizeof(msg));
+  if (st != VT_IMG_OK) {
+    if (c->bad_policy == VT_BAD_FAIL) {
+      set_err(err, errlen, "%s (bad-image policy: fail)", msg);
+      return 0;
+    }
+    warn_once(l, idx, msg);
+    *bad = 1;
+    if (!replace(l, idx, s->pos[i], &img, err, errlen)) return 0;
+  }
+  // The crop is keyed by the position's own sample, also for a stand-in, so that a replaced
+  // sample does not repeat the stand-in's crop of this epoch.
+  vt_crop crop = c->train ? vt_train_crop(&c->tc, img.width, img.height, c->seed, s->ep[i], idx)
+                          : vt_eval_crop(&c->tc, img.width, img.height, c->S);
+  vt_render_crop(&img, crop, c->S, &c->tc, out);
+  vt_image_free(&img);
+  return 1;
+}
+
+static void *worker(void *arg) {
+  vt_loader *l = arg;
+  const int B = l->cfg.batch;
+  char err[640];
+  pthread_mutex_lock(&l->mu);
+  while (!l->stop) {
+    // Batches open in order and are handed out fully before the next opens, so the only slot
+    // with samples left to hand out is the one of fill_batch - 1.
+    slot *cur = l->fill_batch > 0 ? &l->slots[(l->fill_batch - 1) % l->nslots] : NULL;
+    if (cur && cur->state == SLOT_FILLING && cur->handed < B) {
+      int i = cur->handed++;
+      pthread_mutex_unlock(&l->mu);
+      int bad;
+      int ok = decode_sample(l, cur, i, &bad, err, sizeof(err));
+      pthread_mutex_lock(&l->mu);
+      cur->bad += bad;
+      if (!ok && (cur->err_sample < 0 || i < cur->err_sample)) {
+        cur->err_sample = i;  // the lowest sample, whichever thread finished first
+        memcpy(cur->err, err, sizeof(err));
+      }
+      if (++cur->done == B) {
+        cur->state = SLOT_READY;
+        pthread_cond_broadcast(&l->ready_cv);
+      }
+      continue;
+    }
+    slot *next = &l->slots[l->fill_batch % l->nslots];
+    if (next->state == SLOT_FREE) {
+      plan_batch(l, next, l->fill_batch++);
+      next->state = SLOT_FILLING;
+      pthread_cond_broadcast(&l->work_cv);  // idle threads can share this batch
+      continue;
+    }
+    pthread_cond_wait(&l->work_cv, &l->mu);
+  }
+  pthread_mutex_unlock(&l->mu);
+  return NULL;
+}
+
+static int check_config(const vt_loader_config *c, int64_t first_batch, char *err,
+                        size_t errlen) {
+  const char *why = NULL;
+  if (!c->ds || c->ds->count <= 0) why = "the dataset is empty";
+  else if (c->batch < 1) why = "batch must be at least 1";
+  else if (c->per_step < 1) why = "per_step must be at least 1";
+  else if (c->step_stride < 0 || c->offset < 0) why = "step_stride and offset must be >= 0";
+  else if (first_batch < 0) why = "the first micro-batch must be >= 0";
+  else if (c->want_pixels && (c->S < 1 || c->S > 16384)) why = "image side S must be 1..16384";
+  else if (c->want_pixels && (c->threads < 1 || c->threads > 1024))
+    why = "loader threads must be 1..1024";
+  else if (c->want_pixels && (c->prefetch < 1 || c->prefetch > 1024))
+    why = "prefetch must be 1..1024";
+  else if (c->want_pixels && c->max_pixels < 1) why = "max_pixels must be positive";
+  else if (c->bad_policy != VT_BAD_SKIP && c->bad_policy != VT_BAD_FAIL) why = "bad-image policy";
+  if (why) set_err(err, errlen, "loader configuration: %s", why);
+  return why == NULL;
+}
+
+// Samples grouped by class, for same-class replacements.
+static int index_classes(vt_loader *l) {
+  const vt_dataset *ds = l->ds;
+  int K = ds->num_classes;
+  l->class_start = calloc((size_t)K + 1, sizeof(int64_t));
+  l->members = malloc((size_t)ds->count * sizeof(int64_t));
+  l->known_bad = calloc((size_t)ds->count, sizeof(atomic_uchar));
+  if (!l->class_start || !l->members || !l->known_bad) return 0;
+  for (int64_t i = 0; i < ds->count; i++) l->class_start[ds->labels[i] + 1]++;
+  for (int c = 0; c < K; c++) l->class_start[c + 1] += l->class_start[c];
+  int64_t *fill = malloc(((size_t)K + 1) * sizeof(int64_t));
+  if (!fill) return 0;
+  memcpy(fill, l->class_start, ((size_t)K + 1) * sizeof(int64_t));
+  for (int64_t i = 0; i < ds->count; i++) l->members[fill[ds->labels[i]]++] = i;
+  free(fill);
+  return 1;
+}
+
+vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, char *err,
+                            size_t errlen) {
+  if (!check_config(cfg, first_batch, err, errlen)) return NULL;
+  vt_loader *l = calloc(1, sizeof(*l));
+  if (!l) return set_err(err, errlen, "out of memory for the loader"), NULL;
+  l->cfg = *cfg;
+  l->ds = cfg->ds;
+  l->fill_batch = l->next_batch = first_batch;
+  l->out_slot = -1;
+  for (int64_t i = 0; i < l->ds->count; i++)
+    if (l->ds->labels[i] < 0 || l->ds->labels[i] >= l->ds->num_classes) {
+      set_err(err, errlen, "dataset label %d of %s is outside [0, %d)", l->ds->labels[i],
+              l->ds->paths[i], l->ds->num_classes);
+      free(l);
+      return NULL;
+    }
+  if (cfg->train) vt_sampler_init(&l->sampler, cfg->seed, l->ds->count);
+  // One slot for the batch the consumer holds plus `prefetch` being decoded or ready.
+  l->nslots = cfg->want_pixels ? cfg->prefetch + 1 : 1;
+  l->slots = calloc((size_t)l->nslots, sizeof(slot));
+  int ok = l->slots != NULL;
+  size_t B = (size_t)cfg->batch, plane = cfg->want_pixels ? (size_t)3 * cfg->S * cfg->S : 0;
+  if (ok && cfg->want_pixels) {
+    // One page-aligned block, so a CUDA build can register it as pinned memory in one call.
+    void *p = NULL;
+    ok = posix_memalign(&p, 4096, (size_t)l->nslots * B * plane * sizeof(float)) == 0;
+    l->pixels = p;
+    ok = ok && index_classes(l);
+  }
+  for (int k = 0; ok && k < l->nslots; k++) {
+    slot *s = &l->slots[k];
+    s->pos = malloc(B * sizeof(int64_t));
+    s->idx = malloc(B * sizeof(int64_t));
+    s->ep = malloc(B * sizeof(int64_t));
+    s->labels = malloc(B * sizeof(int32_t));
+    s->images = l->pixels ? l->pixels + (size_t)k * B * plane : NULL;
+    ok = s->pos && s->idx && s->ep && s->labels;
+  }
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->work_cv, NULL);
+  pthread_cond_init(&l->ready_cv, NULL);
+  if (!ok) {
+    set_err(err, errlen, "out of memory for %d loader buffers of %zu images of side %d",
+            l->nslots, B, cfg->S);
+    vt_loader_destroy(l);
+    return NULL;
+  }
+  if (cfg->want_pixels) {
+    l->threads = calloc((size_t)cfg->threads, sizeof(pthread_t));
+    for (int t = 0; l->threads && t < cfg->threads; t++) {
+      if (pthread_create(&l->threads[t], NULL, worker, l) != 0) break;
+      l->nthreads++;
+    }
+    if (l->nthreads < cfg->threads) {
+      set_err(err, errlen, "could not start %d loader threads (started %d)", cfg->threads,
+              l->nthreads);
+      vt_loader_destroy(l);
+      return NULL;
+    }
+  }
+  return l;
+}
+
+vt_status vt_loader_next(vt_loader *l, vt_batch *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof(*out));
+  if (!l->cfg.want_pixels) {
+    // Labels only: the same plan as the decoding ranks, computed here with no threads.
+    slot *s = &l->slots[0];
+    plan_batch(l, s, l->next_batch++);
+    out->labels = s->labels;
+    out->valid = s->valid;
+    out->epoch = s->ep[0];
+    return VT_OK;
+  }
+  pthread_mutex_lock(&l->mu);
+  if (l->out_slot >= 0) {
+    l->slots[l->out_slot].state = SLOT_FREE;
+    l->out_slot = -1;
+    pthread_cond_broadcast(&l->work_cv);
+  }
+  int k = (int)(l->next_batch % l->nslots);
+  slot *s = &l->slots[k];
+  while (!(s->state == SLOT_READY && s->batch == l->next_batch))
+    pthread_cond_wait(&l->ready_cv, &l->mu);
+  if (s->err_sample >= 0) {
+    // The batch stays unreturned: asking again gives the same error.
+    set_err(err, errlen, "%s", s->err);
+    pthread_mutex_unlock(&l->mu);
+    return VT_ERR_INPUT;
+  }
+  s->state = SLOT_OUT;
+  l->out_slot = k;
+  l->next_batch++;
+  pthread_mutex_unlock(&l->mu);
+  out->images = s->images;
+  out->labels = s->labels;
+  out->valid = s->valid;
+  out->bad = s->bad;
+  out->epoch = s->ep[0];
+  return VT_OK;
+}
+
+int64_t vt_loader_position(const vt_loader *l) { return l->next_batch; }
+
+void vt_loader_destroy(vt_loader *l) {
+  if (!l) return;
+  pthread_mutex_lock(&l->mu);
+  l->stop = 1;
+  pthread_cond_broadcast(&l->work_cv);
+  pthread_mutex_unlock(&l->mu);
+  for (int t = 0; t < l->nthreads; t++) pthread_join(l->threads[t], NULL);
+  free(l->threads);
+  pthread_cond_destroy(&l->work_cv);
+  pthread_cond_destroy(&l->ready_cv);
+  pthread_mutex_destroy(&l->mu);
+  for (int k = 0; l->slots && k < l->nslots; k++) {
+    free(l->slots[k].pos);
+    free(l->slots[k].idx);
+    free(l->slots[k].ep);
+    free(l->slots[k].labels);
+  }
+  free(l->slots);
+  free(l->pixels);
+  free(l->members);
+  free(l->class_start);
+  free(l->known_bad);
+  if (l->cfg.train) vt_sampler_free(&l->sampler);
+  free(l);
+}

@@ -1,0 +1,27 @@
+// prepare.h: turns packaged datasets into ImageFolder trees the loader reads. Fashion-MNIST from
+// Debian's dataset-fashion-mnist (IDX files, gzip) becomes OUT/train/<class>/<index>.png and
+// OUT/val/<class>/<index>.png, 8-bit grey. Must not depend on MPI, a backend or the model.
+#ifndef VT_PREPARE_H
+#define VT_PREPARE_H
+
+#include <stddef.h>
+
+#include "vt_error.h"
+
+// Where Debian's dataset-fashion-mnist installs its files.
+#define VT_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+// Class folders "0_tshirt" .. "9_ankle_boot": the digit prefix makes ImageFolder's sorted order
+// the label order. Files are named by their index in the IDX file, zero-padded to 5 digits, so
+// sorted order is file order. Does nothing (VT_OK) when OUT holds a complete copy (a marker file
+// is written last). VT_ERR_INPUT with "apt-get install dataset-fashion-mnist" when the package
+// is missing, VT_ERR_INPUT on malformed IDX files, VT_ERR_IO when writing fails.
+vt_status vt_prepare_fashion_mnist(const char *out_dir, char *err, size_t errlen);
+
+// The same from IDX files in src_dir (any image count and size; labels 0..9), for tests.
+vt_status vt_prepare_fashion_mnist_from(const char *src_dir, const char *out_dir, char *err,
+                                        size_t errlen);
+
+extern const char *const vt_fashion_mnist_classes[10];
+
+#endif

@@ -1,0 +1,158 @@
+// transform.c: crops and resampling from a decoded image to the normalised (3, S, S) input.
+// The crop geometry is torchvision's (RandomResizedCrop.get_params, Resize + CenterCrop); the
+// random numbers are Philox keyed by (seed, epoch, sample), never by thread or rank.
+// Must not depend on MPI, a backend, the model or the image decoders.
+#include "transform.h"
+
+#include <math.h>
+
+#include "vt_rng.h"
+
+// Each sample owns a block of this many counters in the (seed, "transform.train", epoch) stream:
+// 10 tries x 4 draws, and the flip at a fixed slot, so no two samples or epochs share a number.
+#define DRAWS_PER_SAMPLE 64
+#define FLIP_SLOT 63
+#define MAX_TRIES 10
+
+vt_transform_config vt_transform_defaults(void) {
+  vt_transform_config c = {
+      .scale_min = 0.08f, .scale_max = 1.0f,
+      .ratio_min = 3.0f / 4.0f, .ratio_max = 4.0f / 3.0f,
+      .flip_prob = 0.5f,
+      .mean = {0.485f, 0.456f, 0.406f}, .std = {0.229f, 0.224f, 0.225f},
+      .crop_pct = 0.875f,
+  };
+  return c;
+}
+
+typedef struct {
+  uint64_t seed;
+  uint32_t stream, epoch;
+  uint64_t base;
+} draws;
+
+static double draw(const draws *d, int slot) {
+  return vt_rng_uniform(d->seed, d->stream, d->epoch, d->base + (uint64_t)slot);
+}
+
+// torch.randint(0, n): uniform in [0, n).
+static int draw_int(const draws *d, int slot, int n) {
+  int k = (int)floor(draw(d, slot) * n);
+  return k < n - 1 ? k : n - 1;
+}
+
+vt_crop vt_train_crop(const vt_transform_config *tc, int width, int height, uint64_t seed,
+                      int64_t epoch, int64_t index) {
+  // epoch picks the stream, index the block inside it: 2^58 samples before blocks could wrap.
+  draws d = {seed, vt_hash_name("transform.train"), (uint32_t)epoch,
+             (uint64_t)index * DRAWS_PER_SAMPLE};
+  vt_crop c = {0, 0, (float)width, (float)height, 0};
+  c.flip = draw(&d, FLIP_SLOT) < tc->flip_prob;
+  if (width <= 0 || height <= 0) return c;
+
+  const double area = (double)width * height;
+  const double log_rmin = log(tc->ratio_min), log_rmax = log(tc->ratio_max);
+  for (int t = 0; t < MAX_TRIES; t++) {
+    double target = area * (tc->scale_min + (tc->scale_max - tc->scale_min) * draw(&d, 4 * t));
+    double ratio = exp(log_rmin + (log_rmax - log_rmin) * draw(&d, 4 * t + 1));
+    // Python's round() rounds halves to even, as rint() does in the default rounding mode.
+    double w = rint(sqrt(target * ratio)), h = rint(sqrt(target / ratio));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      c.w = (float)w;
+      c.h = (float)h;
+      c.y = (float)draw_int(&d, 4 * t + 2, height - (int)h + 1);
+      c.x = (float)draw_int(&d, 4 * t + 3, width - (int)w + 1);
+      return c;
+    }
+  }
+  // torchvision's fallback: the whole image, or its centre clamped to the ratio range.
+  double in_ratio = (double)width / height, w = width, h = height;
+  if (in_ratio < tc->ratio_min)
+    h = rint(w / tc->ratio_min);
+  else if (in_ratio > tc->ratio_max)
+    w = rint(h * tc->ratio_max);
+  if (w < 1) w = 1;
+  if (h < 1) h = 1;
+  c.w = (float)w;
+  c.h = (float)h;
+  c.x = (float)((width - (int)w) / 2);
+  c.y = (float)((height - (int)h) / 2);
+  return c;
+}
+
+vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S) {
+  vt_crop c = {0, 0, (float)width, (float)height, 0};
+  if (width <= 0 || height <= 0 || S <= 0) return c;
+  // timm's scale_size = floor(S / crop_pct); torchvision's Resize(int) then gives the longer
+  // side int(size * long / short), and CenterCrop's offset is round((side - S) / 2).
+  int64_t R = (int64_t)floor((double)S / tc->crop_pct);
+  if (R < S) R = S;
+  int64_t rw, rh;
+  if (width <= height) {
+    rw = R;
+    rh = R * height / width;
+  } else {
+    rh = R;
+    rw = R * width / height;
+  }
+  double left = rint((double)(rw - S) / 2.0), top = rint((double)(rh - S) / 2.0);
+  // A pixel of the resized image spans width/rw source pixels, so the centre S x S of the
+  // resized image is this region of the source (render_crop's sample centres then coincide
+  // with those of resize-then-crop).
+  double sx = (double)width / rw, sy = (double)height / rh;
+  c.x = (float)(left * sx);
+  c.y = (float)(top * sy);
+  c.w = (float)(S * sx);
+  c.h = (float)(S * sy);
+  return c;
+}
+
+// Output columns are done in tiles whose source positions are tabulated once per tile.
+#define TILE 256
+
+void vt_render_crop(const vt_image *img, vt_crop crop, int S, const vt_transform_config *tc,
+                    float *out) {
+  const int W = img->width, H = img->height;
+  const size_t plane = (size_t)S * S;
+  float scale[3], bias[3];
+  for (int ch = 0; ch < 3; ch++) {  // (v / 255 - mean) / std as one multiply-add
+    scale[ch] = 1.0f / (255.0f * tc->std[ch]);
+    bias[ch] = -tc->mean[ch] / tc->std[ch];
+  }
+  const double step_x = (double)crop.w / S, step_y = (double)crop.h / S;
+  int x0[TILE], x1[TILE];
+  float fx[TILE];
+  for (int i0 = 0; i0 < S; i0 += TILE) {
+    int n = S - i0 < TILE ? S - i0 : TILE;
+    for (int k = 0; k < n; k++) {
+      int col = crop.flip ? S - 1 - (i0 + k) : i0 + k;
+      // align_corners=False: output pixel centres map to source pixel centres; clamped at the
+      // image's edges (not the crop's), so border samples use the real neighbouring pixels.
+      double sx = crop.x + (col + 0.5) * step_x - 0.5;
+      if (sx < 0) sx = 0;
+      if (sx > W - 1) sx = W - 1;
+      int xi = (int)sx;
+      x0[k] = 3 * xi;
+      x1[k] = 3 * (xi < W - 1 ? xi + 1 : xi);
+      fx[k] = (float)(sx - xi);
+    }
+    for (int oy = 0; oy < S; oy++) {
+      double sy = crop.y + (oy + 0.5) * step_y - 0.5;
+      if (sy < 0) sy = 0;
+      if (sy > H - 1) sy = H - 1;
+      int yi = (int)sy;
+      float fy = (float)(sy - yi);
+      const uint8_t *r0 = img->rgb + (size_t)yi * W * 3;
+      const uint8_t *r1 = img->rgb + (size_t)(yi < H - 1 ? yi + 1 : yi) * W * 3;
+      float *o = out + (size_t)oy * S + i0;
+      for (int k = 0; k < n; k++) {
+        for (int ch = 0; ch < 3; ch++) {
+          float a = r0[x0[k] + ch], b = r0[x1[k] + ch];
+          float c = r1[x0[k] + ch], d = r1[x1[k] + ch];
+          float top = a + fx[k] * (b - a), bot = c + fx[k] * (d - c);
+          o[ch * plane + k] = (top + fy * (bot - top)) * scale[ch] + bias[ch];
+        }
+      }
+    }
+  }
+}

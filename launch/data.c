@@ -1,0 +1,113 @@
+// data.c: the rank's batch source (synthetic task or threaded image loader).
+#include "data.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "synthetic.h"
+
+static vt_loader_config base_config(const vt_data *d, const vt_dataset *ds, int want_pixels) {
+  const vt_train_options *o = d->o;
+  vt_loader_config c = {.ds = ds,
+                        .S = o->model.img_size,
+                        .batch = o->micro_batch,
+                        .threads = o->loader_threads,
+                        .prefetch = o->prefetch,
+                        .seed = o->seed,
+                        .train = 1,
+                        .want_pixels = want_pixels,
+                        .max_pixels = o->max_image_pixels,
+                        .bad_policy = o->bad_image_fail ? VT_BAD_FAIL : VT_BAD_SKIP,
+                        .tc = o->transform};
+  return c;
+}
+
+vt_status vt_data_open(vt_data *d, const vt_train_options *o, int need_pixels, int need_labels,
+                       int dp_rank, int dp_size, int n_micro, char *err, size_t errlen) {
+  memset(d, 0, sizeof *d);
+  d->o = o;
+  d->need_pixels = need_pixels, d->need_labels = need_labels;
+  d->dp_rank = dp_rank, d->dp_size = dp_size, d->n_micro = n_micro;
+  d->synthetic = strcmp(o->data, "synthetic") == 0;
+  const int B = o->micro_batch, S = o->model.img_size;
+  d->host_img = malloc((size_t)B * 3 * S * S * sizeof(float));
+  d->host_labels = malloc((size_t)B * sizeof(int32_t));
+  VT_CHECK(d->host_img && d->host_labels, "out of host memory for a micro-batch");
+  if (d->synthetic) return VT_OK;
+  if (vt_dataset_open(o->data, &d->train_ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
+  if (o->val_data[0]) {
+    if (vt_dataset_open(o->val_data, &d->val_ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
+    d->has_val = 1;
+    if (d->val_ds.num_classes != d->train_ds.num_classes) {
+      snprintf(err, errlen, "--val-data %s has %d classes but --data %s has %d", o->val_data,
+               d->val_ds.num_classes, o->data, d->train_ds.num_classes);
+      return VT_ERR_INPUT;
+    }
+  }
+  if (d->train_ds.num_classes != o->model.num_classes) {
+    snprintf(err, errlen, "--data %s has %d classes but the model has %d; pass --num-classes %d",
+             o->data, d->train_ds.num_classes, o->model.num_classes, d->train_ds.num_classes);
+    return VT_ERR_INPUT;
+  }
+  if (!need_pixels && !need_labels) return VT_OK;
+  vt_loader_config c = base_config(d, &d->train_ds, need_pixels);
+  c.per_step = n_micro;
+  c.step_stride = o->global_batch;
+  c.offset = (int64_t)dp_rank * (o->global_batch / dp_size);
+  d->train = vt_loader_create(&c, 0, err, errlen);
+  return d->train ? VT_OK : VT_ERR_INPUT;
+}
+
+void vt_data_close(vt_data *d) {
+  if (d->train) vt_loader_destroy(d->train);
+  if (!d->synthetic && d->o) {
+    vt_dataset_free(&d->train_ds);
+    if (d->has_val) vt_dataset_free(&d->val_ds);
+  }
+  free(d->host_img);
+  free(d->host_labels);
+  memset(d, 0, sizeof *d);
+}
+
+void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int32_t **labels) {
+  const vt_train_options *o = d->o;
+  const int B = o->micro_batch, S = o->model.img_size, K = o->model.num_classes;
+  *img = NULL, *labels = NULL;
+  if (d->synthetic) {
+    // Step s takes samples [s*G, (s+1)*G); DP rank d the d-th G/dp of them (design.md).
+    const int64_t first = step * o->global_batch + (int64_t)d->dp_rank * (o->global_batch / d->dp_size) +
+                          (int64_t)mb * B;
+    for (int b = 0; b < B; b++) {
+      if (d->need_pixels)
+        vt_synthetic_sample(o->seed, first + b, S, K, d->host_img + (size_t)b * 3 * S * S,
+                            &d->host_labels[b]);
+      else
+        d->host_labels[b] = vt_synthetic_label(o->seed, first + b, K);
+    }
+    if (d->need_pixels) *img = d->host_img;
+    if (d->need_labels) *labels = d->host_labels;
+    return;
+  }
+  if (!d->train) return;
+  vt_batch batch;
+  char err[512];
+  if (vt_loader_next(d->train, &batch, err, sizeof err) != VT_OK) {
+    vt_log_error("%s", err);
+    vt_comm_abort(3);
+  }
+  d->bad += batch.bad;
+  *img = batch.images;
+  *labels = batch.labels;
+}
+
+int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pixels) {
+  const int B = d->o->micro_batch;
+  *cfg = base_config(d, &d->val_ds, want_pixels);
+  cfg->train = 0;
+  cfg->per_step = 1;
+  cfg->step_stride = (int64_t)B * d->dp_size;
+  cfg->offset = (int64_t)d->dp_rank * B;
+  return (d->val_ds.count + cfg->step_stride - 1) / cfg->step_stride;
+}

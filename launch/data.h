@@ -1,0 +1,43 @@
+// data.h: where a rank's micro-batches come from: the synthetic task, or an image dataset
+// through the threaded loader. The first pipeline stage needs pixels, the last stage labels,
+// the stages between nothing. Every TP rank of the first stage decodes the same images (tp
+// times the decode work, no extra traffic); the last stage computes labels from the dataset
+// index without decoding. Knows no MPI.
+#ifndef VT_DATA_H
+#define VT_DATA_H
+
+#include <stdint.h>
+
+#include "dataset.h"
+#include "loader.h"
+#include "train.h"
+
+typedef struct {
+  const vt_train_options *o;
+  int need_pixels, need_labels;
+  int dp_rank, dp_size, n_micro;
+  int synthetic;
+  vt_dataset train_ds, val_ds;
+  int has_val;
+  vt_loader *train;       // NULL for synthetic data and for stages that need nothing
+  float *host_img;        // synthetic staging: (B, 3, S, S)
+  int32_t *host_labels;   // (B)
+  int64_t bad;            // bad images replaced so far on this rank
+} vt_data;
+
+// Opens the training (and validation) data for one rank. Errors (missing or empty folders,
+// class counts that do not match the model) are VT_ERR_INPUT with a message.
+vt_status vt_data_open(vt_data *d, const vt_train_options *o, int need_pixels, int need_labels,
+                       int dp_rank, int dp_size, int n_micro, char *err, size_t errlen);
+void vt_data_close(vt_data *d);
+
+// Micro-batch mb of step `step` for this rank: host images (or NULL) and labels (or NULL).
+// Micro-batches must be asked for in order. A bad file under --bad-image fail is fatal for the
+// whole job, with the file named.
+void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int32_t **labels);
+
+// The loader configuration of the validation set for this rank: micro-batch j holds positions
+// j*B*dp + dp_rank*B + [0, B); returns the number of micro-batches that cover the set.
+int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pixels);
+
+#endif

@@ -1,0 +1,72 @@
+// eval.c: forward-only passes over the validation set through the pipeline, scored on the host
+// of the last stage.
+#include "eval.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+
+// Adds the loss, top-1 and top-5 hits of the first `valid` rows of logits (B, K) to acc.
+static void score(const float *logits, const int32_t *labels, int valid, int K, double *acc) {
+  for (int b = 0; b < valid; b++) {
+    const float *z = logits + (size_t)b * K;
+    const float zy = z[labels[b]];
+    double mx = z[0], sum = 0.0;
+    int higher = 0;  // classes scored above the true one: its rank
+    for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
+    for (int k = 0; k < K; k++) {
+      sum += exp(z[k] - mx);
+      higher += z[k] > zy;
+    }
+    acc[0] += mx + log(sum) - zy;
+    acc[1] += higher < 1;
+    acc[2] += higher < 5;
+    acc[3] += 1;
+  }
+}
+
+vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
+                           vt_mesh_coord me) {
+  const vt_backend *be = m->be;
+  const int B = d->o->micro_batch, K = m->cfg.num_classes;
+  const int64_t n = vt_model_local_rows(m, B) * m->cfg.width;
+  double acc[4] = {0, 0, 0, 0};  // loss sum, top-1 hits, top-5 hits, samples
+  vt_loader_config cfg;
+  const int64_t batches = vt_data_val_config(d, &cfg, m->has_embed);
+  vt_loader *loader = NULL;
+  char err[512];
+  if (m->has_embed || m->has_head) {
+    loader = vt_loader_create(&cfg, 0, err, sizeof err);
+    VT_CHECK(loader != NULL, "validation loader: %s", err);
+  }
+  float *logits = m->has_head ? malloc((size_t)B * K * sizeof(float)) : NULL;
+  VT_CHECK(!m->has_head || logits, "out of host memory for logits");
+  vt_model_slot *sl = &m->slots[0];  // training's slots are idle between steps
+  for (int64_t j = 0; j < batches; j++) {
+    vt_batch batch = {0};
+    if (loader && vt_loader_next(loader, &batch, err, sizeof err) != VT_OK) {
+      vt_log_error("validation: %s", err);
+      vt_comm_abort(3);
+    }
+    if (m->has_embed)
+      be->to_device(sl->img, batch.images, (size_t)B * 3 * m->cfg.img_size * m->cfg.img_size * 4);
+    else
+      vt_comm_recv(pp, sl->res[0], n, me.pp_rank - 1);
+    if (m->has_head) be->to_device(sl->labels, batch.labels, (size_t)B * sizeof(int32_t));
+    vt_model_forward(m, 0, B, 0.0f);
+    if (!m->has_head) {
+      vt_comm_send(pp, sl->res[m->nblocks], n, me.pp_rank + 1);
+      continue;
+    }
+    be->to_host(logits, sl->logits, (size_t)B * K * sizeof(float));
+    if (me.tp_rank == 0) score(logits, batch.labels, batch.valid, K, acc);
+  }
+  if (loader) vt_loader_destroy(loader);
+  free(logits);
+  vt_comm_all_reduce_double(world, acc, 4, VT_REDUCE_SUM);
+  vt_eval_result r = {0, 0, 0, (int64_t)acc[3]};
+  if (acc[3] > 0) r.loss = acc[0] / acc[3], r.top1 = acc[1] / acc[3], r.top5 = acc[2] / acc[3];
+  return r;
+}

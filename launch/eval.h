@@ -1,0 +1,20 @@
+// eval.h: evaluation of the validation set on the same mesh: every DP rank takes its share of the
+// set, the micro-batches flow forward through the pipeline stages, and the last stage scores
+// the logits (loss without label smoothing, top-1, top-5) over the real samples only.
+#ifndef VT_EVAL_H
+#define VT_EVAL_H
+
+#include "data.h"
+#include "mesh.h"
+#include "model.h"
+
+typedef struct {
+  double loss, top1, top5;  // means over the validation set
+  int64_t count;            // samples scored
+} vt_eval_result;
+
+// Collective over world. pp is the pipeline comm; me the caller's coordinates.
+vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
+                           vt_mesh_coord me);
+
+#endif

@@ -1,0 +1,79 @@
+#!/bin/bash
+# fuzz.sh: builds the libFuzzer target tests/fuzz_TARGET.c with dataio/image.c straight from the
+# sources (clang -fsanitize=fuzzer,address,undefined), seeds it with `test_image --seeds`, and
+# fuzzes for a bounded time; any crash, leak or broken contract fails. Exits 77 (CTest skip)
+# where clang or libFuzzer is missing. Independent of the CMake build of vt_dataio.
+# Usage: fuzz.sh png|jpeg WORK_DIR TEST_IMAGE [SECONDS]
+# Environment: VT_FUZZ_PNG, VT_FUZZ_STB (ON/OFF as configured), VT_FUZZ_STB_INCLUDE (the folder
+# of stb_image.h), CLANG (default clang), VT_FUZZ_STB_LINK=1 to link libstb instead of compiling
+# stb_image from the installed header (compiled, it is instrumented: libFuzzer sees coverage
+# inside it and ASan its memory accesses; linked, the fuzzer runs blind inside the library).
+# stb_image is compiled in its own unit without UBSan: its integer tricks (shifts of negative
+# values) are not ours to fix, its memory errors are caught by ASan and are.
+set -u
+target=${1:?png or jpeg}
+work=${2:?work dir}
+test_image=${3:?test_image program}
+seconds=${4:-20}
+src=$(cd "$(dirname "$0")/.." && pwd)
+cc=${CLANG:-clang}
+
+skip() { echo "SKIP: $*"; exit 77; }
+on() { case "${1:-}" in ON|on|1|TRUE|true|YES|yes) return 0 ;; esac; return 1; }
+
+command -v "$cc" >/dev/null 2>&1 || skip "no $cc (apt-get install clang libclang-rt-dev)"
+mkdir -p "$work" || exit 1
+printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n);\n%s\n' \
+  'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }' \
+  > "$work/probe.c"
+"$cc" -fsanitize=fuzzer,address "$work/probe.c" -o "$work/probe" >/dev/null 2>&1 ||
+  skip "$cc cannot link -fsanitize=fuzzer,address (apt-get install libclang-rt-dev)"
+
+defs=() libs=()
+if on "${VT_FUZZ_PNG:-ON}"; then
+  defs+=(-DVT_HAVE_PNG $(pkg-config --cflags libpng 2>/dev/null))
+  libs+=($(pkg-config --libs libpng 2>/dev/null || echo -lpng -lz))
+elif [ "$target" = png ]; then
+  skip "built without libpng (VT_PNG=OFF)"
+fi
+if on "${VT_FUZZ_STB:-ON}"; then
+  defs+=(-DVT_HAVE_STB -I"${VT_FUZZ_STB_INCLUDE:-/usr/include/stb}")
+  if [ "${VT_FUZZ_STB_LINK:-0}" = 1 ]; then
+    libs+=(-lstb)
+  else
+    printf '#define STB_IMAGE_IMPLEMENTATION\n#define STBI_NO_STDIO\n#include "stb_image.h"\n' \
+      > "$work/stb_image_impl.c"
+    "$cc" -c -g -O1 -fsanitize=fuzzer-no-link,address -I"${VT_FUZZ_STB_INCLUDE:-/usr/include/stb}" \
+      "$work/stb_image_impl.c" -o "$work/stb_image_impl.o" || { echo "FAIL: stb_image"; exit 1; }
+    libs+=("$work/stb_image_impl.o")
+  fi
+elif [ "$target" = jpeg ]; then
+  skip "built without stb_image (VT_STB=OFF)"
+fi
+
+bin="$work/fuzz_$target"
+echo "building $bin"
+"$cc" -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -Wall -Wextra -Werror \
+  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+  -I"$src/dataio" "${defs[@]}" "$src/tests/fuzz_$target.c" "$src/dataio/image.c" \
+  -o "$bin" "${libs[@]}" -lm || { echo "FAIL: could not build $bin"; exit 1; }
+
+# Seeds: small PNGs of every colour type and JPEGs of several kinds, made now.
+rm -rf "$work/seeds" "$work/corpus_$target"
+mkdir -p "$work/corpus_$target"
+"$test_image" --seeds "$work/seeds" >/dev/null || { echo "FAIL: test_image --seeds"; exit 1; }
+nseeds=$(ls "$work/seeds/$target" | wc -l)
+echo "fuzzing $target for ${seconds}s from $nseeds seeds"
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  -print_final_stats=1 -artifact_prefix="$work/crash_${target}_" \
+  "$work/corpus_$target" "$work/seeds/$target" > "$work/fuzz_$target.log" 2>&1
+rc=$?
+grep -E "^#[0-9]+ *DONE|stat::number_of_executed_units|stat::peak_rss_mb|ERROR|SUMMARY" \
+  "$work/fuzz_$target.log" | head -20
+if [ $rc -ne 0 ]; then
+  tail -60 "$work/fuzz_$target.log"
+  echo "FAIL: fuzz_$target exited with $rc; reproducer: $bin $work/crash_${target}_*"
+  exit 1
+fi
+echo "PASS: fuzz_$target, corpus of $(ls "$work/corpus_$target" | wc -l) inputs"

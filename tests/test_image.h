@@ -1,0 +1,47 @@
+// test_image.h: what the two halves of the test_image program share: the check counter, the
+// temporary folder, PNG writing with libpng and the expected pixels, the embedded JPEG.
+#ifndef VT_TEST_IMAGE_H
+#define VT_TEST_IMAGE_H
+
+#include <png.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "image.h"
+
+extern int failures, checks;
+#define EXPECT(cond, ...)                                \
+  do {                                                   \
+    checks++;                                            \
+    if (!(cond)) {                                       \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);        \
+      printf(__VA_ARGS__);                               \
+      printf("\n");                                      \
+      failures++;                                        \
+    }                                                    \
+  } while (0)
+
+#define LIMIT (1 << 26)  // max_pixels for the tests: 64 Mpixels
+
+extern char dir[64];              // a fresh temporary folder, removed at the end
+extern const uint8_t flat_jpeg[];  // 16x16, the flat colour (200, 100, 50)
+extern const size_t flat_jpeg_len;
+
+typedef struct {
+  int color, depth, w, h, interlace;
+  int trns, extras;  // a tRNS chunk; gAMA + zTXt chunks (both must be ignored)
+} png_case;
+
+extern const int kinds[][2];  // (colour type, bit depth) of every kind PNG has
+extern const int nkinds;
+
+uint8_t *read_all(const char *path, size_t *n);
+void write_all(const char *path, const void *b, size_t n);
+void write_png(const char *path, const png_case *pc);  // several IDAT chunks
+int check_png_pixels(const png_case *pc, const vt_image *im);
+
+void test_bad_inputs(void);  // test_image_bad.c
+void test_threads(void);
+
+#endif

@@ -1,0 +1,571 @@
+// test_loader.c: the dataset index, sampler and threaded loader on small ImageFolder trees of
+// PNGs this test writes: bytes independent of the thread count, every sample once per epoch over
+// DP ranks, exact restart, evaluation padding, bad files under skip and fail, clear errors for
+// empty datasets and bad list files. Skips (77) in builds without libpng (VT_HAVE_PNG).
+#include <stdio.h>
+
+#ifndef VT_HAVE_PNG
+int main(void) {
+  printf("SKIP: built without libpng (VT_HAVE_PNG undefined)\n");
+  return 77;
+}
+#else
+
+#include <dirent.h>
+#include <png.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "dataset.h"
+#include "loader.h"
+#include "prepare.h"
+
+static int failures = 0;
+#define EXPECT(cond, ...)                                 \
+  do {                                                    \
+    if (!(cond)) {                                        \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);         \
+      printf(__VA_ARGS__);                                \
+      printf("\n");                                       \
+      failures++;                                         \
+    }                                                     \
+  } while (0)
+
+static char g_root[64];
+
+// ---- files -----------------------------------------------------------------------------------
+
+static void write_png(const char *path, int w, int h, int seed) {
+  FILE *f = fopen(path, "wb");
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+  png_infop info = png_create_info_struct(png);
+  if (!f || setjmp(png_jmpbuf(png))) {
+    printf("FAIL: cannot write %s\n", path);
+    exit(1);
+  }
+  png_init_io(png, f);
+  png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, PNG_COLOR_TYPE_RGB,
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  unsigned char *row = malloc((size_t)w * 3);
+  for (int y = 0; y < h; y++) {
+    for (int x = 0; x < w; x++)
+      for (int k = 0; k < 3; k++)
+        row[3 * x + k] = (unsigned char)(x * 13 + y * 7 + k * 50 + seed * 31);
+    png_write_row(png, row);
+  }
+  png_write_end(png, NULL);
+  png_destroy_write_struct(&png, &info);
+  free(row);
+  fclose(f);
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f || (n && fwrite(p, 1, n, f) != n)) printf("FAIL: cannot write %s\n", path), exit(1);
+  fclose(f);
+}
+
+// A path under the test's temporary root; a few results stay valid at once.
+static char *at(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *at(const char *fmt, ...) {
+  static char buf[4][512];
+  static int k = 0;
+  char rel[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(rel, sizeof(rel), fmt, ap);
+  va_end(ap);
+  k = (k + 1) & 3;
+  snprintf(buf[k], sizeof(buf[k]), "%s/%s", g_root, rel);
+  return buf[k];
+}
+
+// root/<sub>/<class>/g%02d.png for `per` files per class, sizes varying with the file.
+static void make_folder(const char *sub, const char *const *classes, int nclass, int per) {
+  mkdir(at("%s", sub), 0755);
+  for (int c = 0; c < nclass; c++) {
+    mkdir(at("%s/%s", sub, classes[c]), 0755);
+    for (int i = 0; i < per; i++) {
+      char name[64];
+      snprintf(name, sizeof(name), "%s/g%02d.png", classes[c], i);
+      write_png(at("%s/%s", sub, name), 12 + (i * 5) % 21, 10 + (i * 7) % 25, c * 100 + i);
+    }
+  }
+}
+
+static void rm_tree(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return (void)unlink(path);
+  for (struct dirent *e; (e = readdir(d));) {
+    char p[1024];
+    snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) rm_tree(p);
+  }
+  closedir(d);
+  rmdir(path);
+}
+
+// ---- running loaders -------------------------------------------------------------------------
+
+typedef struct {
+  int nb, B, S;
+  float *img;
+  int32_t *lab;
+  int *valid, *bad;
+  int64_t *epoch;
+  vt_status st;
+  char err[640];
+} run_t;
+
+static vt_loader_config base(const vt_dataset *ds, int train, int threads) {
+  vt_loader_config c = {.ds = ds, .S = 8, .batch = 4, .threads = threads, .prefetch = 2,
+                        .seed = 1234, .train = train, .want_pixels = 1, .max_pixels = 64 * 64,
+                        .bad_policy = VT_BAD_SKIP, .tc = vt_transform_defaults(),
+                        .per_step = 1, .step_stride = 4, .offset = 0};
+  return c;
+}
+
+static run_t run(const vt_loader_config *c, int64_t first, int nb) {
+  run_t r = {.nb = nb, .B = c->batch, .S = c->S, .st = VT_OK};
+  size_t plane = (size_t)3 * c->S * c->S;
+  r.img = calloc((size_t)nb * c->batch * plane, sizeof(float));
+  r.lab = calloc((size_t)nb * c->batch, sizeof(int32_t));
+  r.valid = calloc((size_t)nb, sizeof(int));
+  r.bad = calloc((size_t)nb, sizeof(int));
+  r.epoch = calloc((size_t)nb, sizeof(int64_t));
+  vt_loader *l = vt_loader_create(c, first, r.err, sizeof(r.err));
+  if (!l) {
+    r.st = VT_ERR_INPUT;
+    return r;
+  }
+  for (int j = 0; j < nb; j++) {
+    vt_batch b;
+    EXPECT(vt_loader_position(l) == first + j, "position %lld", (long long)vt_loader_position(l));
+    r.st = vt_loader_next(l, &b, r.err, sizeof(r.err));
+    if (r.st != VT_OK) {
+      r.nb = j;
+      break;
+    }
+    if (c->want_pixels) memcpy(r.img + (size_t)j * c->batch * plane, b.images,
+                               (size_t)c->batch * plane * sizeof(float));
+    memcpy(r.lab + (size_t)j * c->batch, b.labels, (size_t)c->batch * sizeof(int32_t));
+    r.valid[j] = b.valid, r.bad[j] = b.bad, r.epoch[j] = b.epoch;
+  }
+  vt_loader_destroy(l);
+  return r;
+}
+
+static void run_free(run_t *r) {
+  free(r->img), free(r->lab), free(r->valid), free(r->bad), free(r->epoch);
+}
+
+static size_t plane_of(const run_t *r) { return (size_t)3 * r->S * r->S; }
+
+static int same_batches(const run_t *a, int ja, const run_t *b, int jb, int n) {
+  size_t P = plane_of(a) * a->B;
+  return !memcmp(a->img + ja * P, b->img + jb * P, n * P * sizeof(float)) &&
+         !memcmp(a->lab + ja * a->B, b->lab + jb * b->B, (size_t)n * a->B * sizeof(int32_t)) &&
+         !memcmp(a->bad + ja, b->bad + jb, n * sizeof(int));
+}
+
+static int64_t first_pos(const vt_loader_config *c, int64_t j) {
+  return (j / c->per_step) * c->step_stride + c->offset + (j % c->per_step) * c->batch;
+}
+
+// ---- tests -----------------------------------------------------------------------------------
+
+static void test_sampler(void) {
+  int64_t ns[] = {1, 2, 7, 30, 1000};
+  for (int t = 0; t < 5; t++) {
+    int64_t n = ns[t], e;
+    vt_sampler s, s2;
+    vt_sampler_init(&s, 99, n);
+    vt_sampler_init(&s2, 99, n);
+    char *seen = calloc((size_t)n, 1);
+    for (int64_t ep = 0; ep < 3; ep++) {
+      memset(seen, 0, (size_t)n);
+      int64_t moved = 0;
+      for (int64_t i = 0; i < n; i++) {
+        int64_t k = vt_sampler_at(&s, ep * n + i, &e);
+        EXPECT(k >= 0 && k < n && !seen[k] && e == ep, "n %lld epoch %lld: not a permutation",
+               (long long)n, (long long)ep);
+        if (k >= 0 && k < n) seen[k] = 1;
+        moved += k != i;
+        vt_sampler_at(&s2, (2 - ep) * n + i, NULL);  // s2 visits the epochs in another order
+      }
+      if (n >= 30) EXPECT(moved > n / 2, "n %lld: permutation is hardly shuffled", (long long)n);
+    }
+    // Jumping between epochs gives the same answers as walking through them.
+    for (int64_t i = 0; i < 3 * n; i++)
+      EXPECT(vt_sampler_at(&s, i, NULL) == vt_sampler_at(&s2, i, NULL), "sampler differs");
+    free(seen);
+    vt_sampler_free(&s);
+    vt_sampler_free(&s2);
+  }
+  vt_sampler a, b;
+  vt_sampler_init(&a, 1, 1000), vt_sampler_init(&b, 2, 1000);
+  int diff_seed = 0, diff_epoch = 0;
+  for (int64_t i = 0; i < 1000; i++)
+    diff_seed += vt_sampler_at(&a, i, NULL) != vt_sampler_at(&b, i, NULL);
+  int64_t e0[1000];
+  memcpy(e0, a.perm, sizeof(e0));  // a holds epoch 0 of seed 1
+  for (int64_t i = 0; i < 1000; i++) diff_epoch += e0[i] != vt_sampler_at(&a, 1000 + i, NULL);
+  EXPECT(diff_seed > 900 && diff_epoch > 900, "seeds/epochs give similar orders (%d, %d)",
+         diff_seed, diff_epoch);
+  vt_sampler_free(&a), vt_sampler_free(&b);
+  printf("ok - sampler permutations\n");
+}
+
+static void test_folder_and_list(void) {
+  char err[512];
+  vt_dataset ds;
+  // Creation order is not the class order: byte order is ("B" < "a" < "b").
+  const char *cls[] = {"b", "a", "B"};
+  make_folder("ord", cls, 3, 2);
+  write_bytes(at("ord/a/.hidden.png"), "x", 1);
+  mkdir(at("ord/.hiddendir"), 0755);
+  EXPECT(vt_dataset_open(at("ord"), &ds, err, sizeof(err)) == VT_OK, "%s", err);
+  int shape = ds.num_classes == 3 && ds.count == 6;
+  EXPECT(shape, "classes %d count %lld", ds.num_classes, (long long)ds.count);
+  EXPECT(shape && !strcmp(ds.class_names[0], "B") && !strcmp(ds.class_names[1], "a") &&
+         !strcmp(ds.class_names[2], "b"), "class order");
+  EXPECT(shape && ds.labels[2] == 1 && strstr(ds.paths[2], "/ord/a/g00.png") &&
+         strstr(ds.paths[3], "a/g01"), "file order");
+  vt_dataset_free(&ds);
+
+  // Empty root, empty class folder (hidden files do not count), missing path.
+  mkdir(at("empty"), 0755);
+  EXPECT(vt_dataset_open(at("empty"), &ds, err, sizeof(err)) == VT_ERR_INPUT &&
+         strstr(err, "no class folders"), "empty root: %s", err);
+  mkdir(at("ord/zz_empty"), 0755);
+  write_bytes(at("ord/zz_empty/.DS_Store"), "x", 1);
+  EXPECT(vt_dataset_open(at("ord"), &ds, err, sizeof(err)) == VT_ERR_INPUT &&
+         strstr(err, "zz_empty") && strstr(err, "no image files"), "empty class: %s", err);
+  EXPECT(vt_dataset_open(at("nope"), &ds, err, sizeof(err)) == VT_ERR_INPUT &&
+         strstr(err, "nope"), "missing: %s", err);
+
+  // List files: comments, blank lines, CRLF, relative and absolute paths, label gaps.
+  char text[2048];
+  snprintf(text, sizeof(text),
+           "# path<TAB>label\n\nord/a/g00.png\t3\r\n  # indented comment\n%s/ord/b/g01.png\t0\n"
+           "ord/B/g00.png\t 1 \n",
+           g_root);
+  write_bytes(at("list.txt"), text, strlen(text));
+  EXPECT(vt_dataset_open(at("list.txt"), &ds, err, sizeof(err)) == VT_OK, "%s",
+         err);
+  EXPECT(ds.count == 3 && ds.num_classes == 4 && ds.labels[0] == 3 && ds.labels[1] == 0 &&
+         ds.labels[2] == 1 && !strcmp(ds.class_names[3], "3"), "list contents");
+  EXPECT(ds.count == 3 && !strcmp(ds.paths[0], at("ord/a/g00.png")) &&
+         !strcmp(ds.paths[1], at("ord/b/g01.png")), "list paths %s", ds.paths[0]);
+  vt_dataset_free(&ds);
+  const char *bad[][2] = {{"a.png\t1\n\nno_tab_here\n", ":3:"}, {"a.png\t1\nb.png\tcat\n", ":2:"},
+                          {"a.png\t-1\n", ":1:"},              {"a.png\t2x\n", ":1:"},
+                          {"\t1\n", ":1:"},                     {"# nothing\n\n", "no samples"}};
+  for (int i = 0; i < 6; i++) {
+    write_bytes(at("bad.txt"), bad[i][0], strlen(bad[i][0]));
+    EXPECT(vt_dataset_open(at("bad.txt"), &ds, err, sizeof(err)) ==
+           VT_ERR_INPUT && strstr(err, bad[i][1]), "bad list %d: %s", i, err);
+  }
+  printf("ok - ImageFolder order, empty datasets, list files\n");
+}
+
+static void test_determinism(const vt_dataset *ds) {
+  // 20 micro-batches of 4 over 30 samples: crosses two epoch boundaries mid-batch.
+  vt_loader_config c = base(ds, 1, 1);
+  c.per_step = 2, c.step_stride = 8;
+  run_t ref = run(&c, 0, 20);
+  EXPECT(ref.st == VT_OK && ref.nb == 20, "reference run: %s", ref.err);
+  vt_sampler s;
+  vt_sampler_init(&s, c.seed, ds->count);
+  for (int j = 0; j < 20; j++) {
+    int64_t e, p = first_pos(&c, j);
+    for (int i = 0; i < 4; i++)
+      EXPECT(ref.lab[j * 4 + i] == ds->labels[vt_sampler_at(&s, p + i, NULL)], "label %d/%d", j, i);
+    vt_sampler_at(&s, p, &e);
+    EXPECT(ref.epoch[j] == e && ref.valid[j] == 4 && ref.bad[j] == 0, "batch %d meta", j);
+  }
+  vt_sampler_free(&s);
+  int threads[] = {2, 4, 4}, prefetch[] = {1, 3, 8};
+  for (int t = 0; t < 3; t++) {
+    c.threads = threads[t], c.prefetch = prefetch[t];
+    run_t r = run(&c, 0, 20);
+    EXPECT(r.nb == 20 && same_batches(&ref, 0, &r, 0, 20), "threads %d prefetch %d differ",
+           threads[t], prefetch[t]);
+    run_free(&r);
+  }
+  // Restart at j: exactly the rest of the uninterrupted run.
+  int starts[] = {1, 5, 8, 13, 19};
+  for (int k = 0; k < 5; k++) {
+    c.threads = 2, c.prefetch = 2;
+    run_t r = run(&c, starts[k], 20 - starts[k]);
+    EXPECT(r.nb == 20 - starts[k] && same_batches(&ref, starts[k], &r, 0, r.nb),
+           "restart at %d differs", starts[k]);
+    run_free(&r);
+  }
+  // Labels-only (last pipeline stage) agrees with the decoding stage.
+  c.want_pixels = 0, c.threads = 0, c.prefetch = 0;
+  run_t lo = run(&c, 0, 20);
+  EXPECT(lo.nb == 20 && !memcmp(lo.lab, ref.lab, 80 * sizeof(int32_t)), "labels-only differs");
+  run_free(&lo);
+  run_free(&ref);
+  printf("ok - same bytes for 1, 2, 4 threads; restart; labels-only\n");
+}
+
+static void test_dp(const vt_dataset *ds) {
+  // G = 12 per step, B = 3: dp 1, 2, 4 with 4, 2, 1 micro-batches per step; 10 steps = 4 epochs.
+  const int G = 12, B = 3, steps = 10, n = (int)ds->count, epochs = steps * G / n;
+  run_t ref = {0};
+  vt_sampler s;
+  vt_sampler_init(&s, 1234, ds->count);
+  int dps[] = {1, 2, 4};
+  for (int t = 0; t < 3; t++) {
+    int dp = dps[t], m = G / (dp * B);
+    int *uses = calloc((size_t)epochs * n, sizeof(int));
+    for (int d = 0; d < dp; d++) {
+      vt_loader_config c = base(ds, 1, 2);
+      c.batch = B, c.per_step = m, c.step_stride = G, c.offset = (int64_t)d * G / dp;
+      run_t r = run(&c, 0, steps * m);
+      EXPECT(r.nb == steps * m, "dp %d rank %d: %s", dp, d, r.err);
+      size_t P = plane_of(&r);
+      for (int j = 0; j < r.nb; j++)
+        for (int i = 0; i < B; i++) {
+          int64_t p = first_pos(&c, j) + i, e, k = vt_sampler_at(&s, p, &e);
+          if (e < epochs) uses[e * n + k]++;
+          // The same position gives the same image on any layout.
+          if (dp > 1)
+            EXPECT(!memcmp(r.img + ((size_t)j * B + i) * P, ref.img + (size_t)p * P,
+                           P * sizeof(float)) && r.lab[j * B + i] == ref.lab[p],
+                   "dp %d rank %d position %lld differs from dp 1", dp, d, (long long)p);
+        }
+      if (dp == 1) ref = r;
+      else run_free(&r);
+    }
+    int wrong = 0;
+    for (int k = 0; k < epochs * n; k++) wrong += uses[k] != 1;
+    EXPECT(wrong == 0, "dp %d: %d (epoch, sample) pairs not used exactly once", dp, wrong);
+    free(uses);
+  }
+  vt_sampler_free(&s);
+  run_free(&ref);
+  printf("ok - dp 1, 2, 4: every sample once per epoch, same images per position\n");
+}
+
+static void test_eval(const vt_dataset *ds) {
+  // 30 samples, B 4, dp 2: per_step 1, stride 8, offset 4*d; 4 micro-batches per rank.
+  vt_loader_config c = base(ds, 0, 2);
+  c.per_step = 1, c.step_stride = 4;
+  run_t one = run(&c, 0, 8);  // dp 1: positions 0..31
+  EXPECT(one.nb == 8 && one.valid[7] == 2 && one.valid[6] == 4, "eval dp 1 valid %d", one.valid[7]);
+  size_t P = plane_of(&one);
+  int *seen = calloc((size_t)ds->count, sizeof(int));
+  for (int d = 0; d < 2; d++) {
+    c.step_stride = 8, c.offset = 4 * d, c.threads = 1 + 2 * d;
+    run_t r = run(&c, 0, 4);
+    for (int j = 0; j < r.nb; j++) {
+      int64_t p0 = first_pos(&c, j);
+      int want = p0 + 4 <= ds->count ? 4 : (int)(ds->count - p0);
+      EXPECT(r.valid[j] == want, "rank %d batch %d valid %d want %d", d, j, r.valid[j], want);
+      for (int i = 0; i < 4; i++) {
+        int64_t p = p0 + i;
+        const float *img = r.img + ((size_t)j * 4 + i) * P;
+        if (i < r.valid[j]) {
+          seen[p]++;
+          EXPECT(r.lab[j * 4 + i] == ds->labels[p] && !memcmp(img, one.img + p * P, P * 4),
+                 "eval position %lld", (long long)p);
+        } else {
+          float mx = 0;
+          for (size_t q = 0; q < P; q++) mx = img[q] > mx ? img[q] : mx < -img[q] ? -img[q] : mx;
+          EXPECT(r.lab[j * 4 + i] == 0 && mx == 0, "padding not zero");
+        }
+      }
+    }
+    run_free(&r);
+  }
+  for (int64_t k = 0; k < ds->count; k++) EXPECT(seen[k] == 1, "eval sample %lld", (long long)k);
+  free(seen);
+  run_free(&one);
+  printf("ok - evaluation over 2 ranks: padding, valid, every sample once\n");
+}
+
+static void test_bad(void) {
+  // Class a: g00..g05 good, then x_empty, x_text, x_trunc; class b: g00..g04, then x_big.
+  const char *cls[] = {"a", "b"};
+  make_folder("bad", cls, 2, 6);
+  unlink(at("bad/b/g05.png"));
+  write_bytes(at("bad/a/x_empty.png"), "", 0);
+  write_bytes(at("bad/a/x_text.png"), "hello, not a picture\n", 21);
+  FILE *f = fopen(at("bad/a/g00.png"), "rb");
+  unsigned char buf[4096];
+  size_t n = fread(buf, 1, sizeof(buf), f);
+  fclose(f);
+  write_bytes(at("bad/a/x_trunc.png"), buf, n / 2);
+  write_png(at("bad/b/x_big.png"), 100, 80, 7);  // over max_pixels 64*64
+  char err[512];
+  vt_dataset ds;
+  EXPECT(vt_dataset_open(at("bad"), &ds, err, sizeof(err)) == VT_OK, "%s", err);
+  EXPECT(ds.count == 15, "bad dataset count %lld", (long long)ds.count);
+  // Evaluation order: batches of 4 hold indices 4j..4j+3; bad ones are 6, 7, 8 and 14.
+  vt_loader_config c = base(&ds, 0, 3);
+  run_t r = run(&c, 0, 4);
+  int want_bad[] = {0, 2, 1, 1};
+  size_t P = plane_of(&r);
+  for (int j = 0; j < 4 && r.nb == 4; j++)
+    EXPECT(r.bad[j] == want_bad[j], "batch %d bad %d", j, r.bad[j]);
+  for (int k = 6; k < 15 && r.nb == 4; k += (k == 8 ? 6 : 1)) {
+    // A stand-in is a good sample of the same class: its image equals that sample's.
+    int same = 0;
+    for (int g = 0; g < 15; g++)
+      if (ds.labels[g] == ds.labels[k] && g != k && !(g >= 6 && g <= 8) && g != 14)
+        same |= !memcmp(r.img + (size_t)k * P, r.img + (size_t)g * P, P * 4);
+    EXPECT(same && r.lab[k] == ds.labels[k], "bad sample %d not replaced by its class", k);
+  }
+  run_free(&r);
+  // Training under skip: the same bytes and counts for 1 and 4 threads.
+  c = base(&ds, 1, 1);
+  run_t t1 = run(&c, 0, 12);
+  c.threads = 4;
+  run_t t4 = run(&c, 0, 12);
+  vt_sampler s;
+  vt_sampler_init(&s, c.seed, ds.count);
+  for (int j = 0; j < t1.nb; j++) {
+    int want = 0;
+    for (int64_t p = 4 * j; p < 4 * j + 4; p++) {
+      int64_t k = vt_sampler_at(&s, p, NULL);
+      want += (k >= 6 && k <= 8) || k == 14;
+    }
+    EXPECT(t1.bad[j] == want, "training batch %d: %d bad, want %d", j, t1.bad[j], want);
+  }
+  vt_sampler_free(&s);
+  EXPECT(t1.nb == 12 && t4.nb == 12 && same_batches(&t1, 0, &t4, 0, 12),
+         "skip in training: 1 and 4 threads differ, nb %d/%d (%s)", t1.nb, t4.nb, t1.err);
+  run_free(&t1), run_free(&t4);
+  // Fail: the batch with the first bad file stops with that file named, and stays stopped.
+  c = base(&ds, 0, 2);
+  c.bad_policy = VT_BAD_FAIL;
+  vt_loader *l = vt_loader_create(&c, 0, err, sizeof(err));
+  vt_batch b;
+  EXPECT(l && vt_loader_next(l, &b, err, sizeof(err)) == VT_OK, "first batch: %s", err);
+  EXPECT(vt_loader_next(l, &b, err, sizeof(err)) == VT_ERR_INPUT && strstr(err, "x_empty.png"),
+         "fail policy: %s", err);
+  EXPECT(vt_loader_next(l, &b, err, sizeof(err)) == VT_ERR_INPUT && strstr(err, "x_empty.png") &&
+         vt_loader_position(l) == 1, "fail policy again: %s", err);
+  printf("  (fail policy message: %s)\n", err);
+  vt_loader_destroy(l);
+  c.offset = 12;  // a batch of b/g04 and x_big alone (and padding): the too-large file is named
+  l = vt_loader_create(&c, 0, err, sizeof(err));
+  EXPECT(l && vt_loader_next(l, &b, err, sizeof(err)) == VT_ERR_INPUT && strstr(err, "x_big.png"),
+         "too large: %s", err);
+  vt_loader_destroy(l);
+  vt_dataset_free(&ds);
+  // A class whose every file is bad cannot be replaced: a clear error, not a hang.
+  mkdir(at("bad/c"), 0755);
+  write_bytes(at("bad/c/1.png"), "", 0);
+  write_bytes(at("bad/c/2.png"), "text", 4);
+  EXPECT(vt_dataset_open(at("bad"), &ds, err, sizeof(err)) == VT_OK, "%s", err);
+  c = base(&ds, 0, 2);
+  c.offset = 15;
+  run_t rc = run(&c, 0, 1);
+  EXPECT(rc.st == VT_ERR_INPUT && strstr(rc.err, "class 'c'"), "bad class: %s", rc.err);
+  printf("  (whole bad class message: %s)\n", rc.err);
+  run_free(&rc);
+  vt_dataset_free(&ds);
+  printf("ok - bad files: skip replaces with counts, fail names the file\n");
+}
+
+// A gzip IDX file: magic, count (and rows, cols for images), then the bytes.
+static void write_idx(const char *path, uint32_t magic, uint32_t n, int rows, int cols,
+                      const unsigned char *data) {
+  uint32_t hdr[4] = {magic, n, (uint32_t)rows, (uint32_t)cols};
+  unsigned char be[16];
+  for (int i = 0; i < 16; i++) be[i] = (unsigned char)(hdr[i / 4] >> (24 - 8 * (i % 4)));
+  gzFile f = gzopen(path, "wb");
+  gzwrite(f, be, magic == 0x803 ? 16 : 8);
+  gzwrite(f, data, n * (unsigned)(rows * cols));
+  gzclose(f);
+}
+
+static void test_prepare(void) {
+  char err[512];
+  EXPECT(vt_prepare_fashion_mnist_from(at("no_such_dir"), at("fm"), err, sizeof(err)) ==
+         VT_ERR_INPUT && strstr(err, "apt-get install dataset-fashion-mnist"), "missing: %s", err);
+  // Ten 3x4 images per split, one per class, pixel values that name the image.
+  unsigned char pix[10 * 12], lab[10];
+  for (int i = 0; i < 10; i++) {
+    lab[i] = (unsigned char)(9 - i);
+    for (int q = 0; q < 12; q++) pix[i * 12 + q] = (unsigned char)(i * 20 + q);
+  }
+  mkdir(at("idx"), 0755);
+  write_idx(at("idx/train-images-idx3-ubyte.gz"), 0x803, 10, 3, 4, pix);
+  write_idx(at("idx/train-labels-idx1-ubyte.gz"), 0x801, 10, 1, 1, lab);
+  write_idx(at("idx/t10k-images-idx3-ubyte.gz"), 0x803, 10, 3, 4, pix);
+  write_idx(at("idx/t10k-labels-idx1-ubyte.gz"), 0x803, 10, 1, 1, lab);  // wrong magic
+  EXPECT(vt_prepare_fashion_mnist_from(at("idx"), at("fm"), err, sizeof(err)) == VT_ERR_INPUT &&
+         strstr(err, "magic"), "bad magic: %s", err);
+  lab[3] = 10;
+  write_idx(at("idx/t10k-labels-idx1-ubyte.gz"), 0x801, 10, 1, 1, lab);
+  EXPECT(vt_prepare_fashion_mnist_from(at("idx"), at("fm"), err, sizeof(err)) == VT_ERR_INPUT &&
+         strstr(err, "label 10"), "bad label: %s", err);
+  lab[3] = 6;
+  write_idx(at("idx/t10k-labels-idx1-ubyte.gz"), 0x801, 10, 1, 1, lab);
+  EXPECT(vt_prepare_fashion_mnist_from(at("idx"), at("fm"), err, sizeof(err)) == VT_OK, "%s", err);
+  vt_dataset ds;
+  EXPECT(vt_dataset_open(at("fm/val"), &ds, err, sizeof(err)) == VT_OK, "%s", err);
+  int good = ds.count == 10 && ds.num_classes == 10;
+  for (int c = 0; good && c < 10; c++) {
+    // Sorted folders give label order; file c of the sorted list holds image 9 - c.
+    vt_image im;
+    good = !strcmp(ds.class_names[c], vt_fashion_mnist_classes[c]) && ds.labels[c] == c &&
+           vt_image_load(ds.paths[c], 100, &im, err, sizeof(err)) == VT_IMG_OK;
+    for (int q = 0; good && q < 12; q++) good = im.rgb[3 * q] == pix[(9 - c) * 12 + q];
+    if (good) good = im.width == 4 && im.height == 3, vt_image_free(&im);
+  }
+  EXPECT(good, "prepared tree does not match the IDX data");
+  vt_dataset_free(&ds);
+  printf("ok - prepare: missing package, bad IDX files, PNG tree in label order\n");
+}
+
+static void test_lifecycle(const vt_dataset *ds) {
+  char err[256];
+  vt_loader_config c = base(ds, 1, 4);
+  // Destroy while threads are busy and with a batch outstanding: no hang, no leak.
+  for (int k = 0; k < 20; k++) {
+    vt_loader *l = vt_loader_create(&c, k, err, sizeof(err));
+    vt_batch b;
+    if (k & 1) vt_loader_next(l, &b, err, sizeof(err));
+    vt_loader_destroy(l);
+  }
+  c.batch = 0;
+  EXPECT(!vt_loader_create(&c, 0, err, sizeof(err)) && strstr(err, "batch"), "batch 0: %s", err);
+  printf("ok - destroy with work in flight; bad configuration refused\n");
+}
+
+int main(void) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(g_root, sizeof(g_root), "%s/vt_loader_XXXXXX", tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+  if (!mkdtemp(g_root)) return printf("FAIL: mkdtemp %s\n", g_root), 1;
+  test_sampler();
+  test_folder_and_list();
+  const char *cls[] = {"cat", "dog", "emu"};
+  make_folder("main", cls, 3, 10);
+  vt_dataset ds;
+  char err[512];
+  if (vt_dataset_open(at("main"), &ds, err, sizeof(err)) != VT_OK)
+    return printf("FAIL: %s\n", err), 1;
+  test_determinism(&ds);
+  test_dp(&ds);
+  test_eval(&ds);
+  test_lifecycle(&ds);
+  vt_dataset_free(&ds);
+  test_bad();
+  test_prepare();
+  rm_tree(g_root);
+  printf("%s\n", failures ? "FAILED" : "all loader tests passed");
+  return failures ? 1 : 0;
+}
+
+#endif

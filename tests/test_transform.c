@@ -1,0 +1,249 @@
+// test_transform.c (label data): vt_render_crop against a slow bilinear reference in double,
+// resize-then-crop evaluation geometry against torchvision's arithmetic, and vt_train_crop's
+// determinism, bounds and distribution. Needs only dataio's transform code, no image decoder.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transform.h"
+#include "vt_rng.h"
+
+static int failures = 0, checks = 0;
+#define EXPECT(cond, ...)                                \
+  do {                                                   \
+    checks++;                                            \
+    if (!(cond)) {                                       \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);        \
+      printf(__VA_ARGS__);                               \
+      printf("\n");                                      \
+      failures++;                                        \
+    }                                                    \
+  } while (0)
+
+static vt_image random_image(int w, int h, uint32_t salt) {
+  vt_image im = {w, h, malloc((size_t)w * h * 3)};
+  for (size_t i = 0; i < (size_t)w * h * 3; i++)
+    im.rgb[i] = (uint8_t)(vt_rng_u32(99, salt, 0, i) >> 24);
+  return im;
+}
+
+static double pixel(const vt_image *im, int x, int y, int c) {
+  x = x < 0 ? 0 : x >= im->width ? im->width - 1 : x;
+  y = y < 0 ? 0 : y >= im->height ? im->height - 1 : y;
+  return im->rgb[((size_t)y * im->width + x) * 3 + c];
+}
+
+// Bilinear value at source position (sx, sy) in pixel-centre coordinates, clamped to the image.
+static double bilinear(const vt_image *im, double sx, double sy, int c) {
+  sx = fmin(fmax(sx, 0.0), im->width - 1.0);
+  sy = fmin(fmax(sy, 0.0), im->height - 1.0);
+  int x0 = (int)floor(sx), y0 = (int)floor(sy);
+  double fx = sx - x0, fy = sy - y0;
+  return (1 - fy) * ((1 - fx) * pixel(im, x0, y0, c) + fx * pixel(im, x0 + 1, y0, c)) +
+         fy * ((1 - fx) * pixel(im, x0, y0 + 1, c) + fx * pixel(im, x0 + 1, y0 + 1, c));
+}
+
+// The obvious computation: output pixel (i, j) of the crop is the source at the centre of its
+// footprint, x + (i + 0.5) * w / S - 0.5; a flip mirrors the output; then normalise.
+static double reference(const vt_image *im, vt_crop cr, int S, const vt_transform_config *tc,
+                        int c, int oy, int ox) {
+  int col = cr.flip ? S - 1 - ox : ox;
+  double sx = cr.x + (col + 0.5) * (double)cr.w / S - 0.5;
+  double sy = cr.y + (oy + 0.5) * (double)cr.h / S - 0.5;
+  return (bilinear(im, sx, sy, c) / 255.0 - tc->mean[c]) / tc->std[c];
+}
+
+static double max_error(const vt_image *im, vt_crop cr, int S, const vt_transform_config *tc) {
+  float *out = malloc(sizeof(float) * 3 * S * S);
+  vt_render_crop(im, cr, S, tc, out);
+  double worst = 0;
+  for (int c = 0; c < 3; c++)
+    for (int y = 0; y < S; y++)
+      for (int x = 0; x < S; x++) {
+        double d = fabs(out[((size_t)c * S + y) * S + x] - reference(im, cr, S, tc, c, y, x));
+        worst = d > worst ? d : worst;
+      }
+  free(out);
+  return worst;
+}
+
+static void test_render(void) {
+  vt_transform_config tc = vt_transform_defaults();
+  static const int sizes[][2] = {{1, 1}, {2, 3}, {17, 11}, {100, 60}, {7, 300}, {300, 300}};
+  double worst = 0;
+  int cases = 0;
+  for (int s = 0; s < 6; s++) {
+    int W = sizes[s][0], H = sizes[s][1];
+    vt_image im = random_image(W, H, (uint32_t)s);
+    for (int t = 0; t < 40; t++) {
+      uint32_t k = (uint32_t)(s * 100 + t);
+      // Fractional crops, some reaching a little past the image (clamping), up- and downscaled.
+      float w = (float)(W * (0.05 + 1.05 * vt_rng_uniform(5, k, 0, 0)));
+      float h = (float)(H * (0.05 + 1.05 * vt_rng_uniform(5, k, 0, 1)));
+      vt_crop cr = {(float)((W - w) * vt_rng_uniform(5, k, 0, 2)) - 0.3f,
+                    (float)((H - h) * vt_rng_uniform(5, k, 0, 3)) - 0.3f, w, h, t % 2};
+      int S = 1 + (int)(vt_rng_u32(5, k, 0, 4) % 40);
+      if (t == 0) S = 300;  // more than a column tile
+      double e = max_error(&im, cr, S, &tc);
+      worst = e > worst ? e : worst;
+      cases++;
+    }
+    free(im.rgb);
+  }
+  EXPECT(worst < 2e-5, "render vs reference: max error %g", worst);
+  printf("render: %d crops against the double reference, max |error| %.2e\n", cases, worst);
+
+  // Identity: the whole image at its own size is the image, normalised; a flip mirrors it.
+  vt_image im = random_image(37, 37, 77);
+  float *a = malloc(sizeof(float) * 3 * 37 * 37), *b = malloc(sizeof(float) * 3 * 37 * 37);
+  vt_render_crop(&im, (vt_crop){0, 0, 37, 37, 0}, 37, &tc, a);
+  vt_render_crop(&im, (vt_crop){0, 0, 37, 37, 1}, 37, &tc, b);
+  double e_id = 0, e_flip = 0;
+  for (int c = 0; c < 3; c++)
+    for (int y = 0; y < 37; y++)
+      for (int x = 0; x < 37; x++) {
+        double want = (pixel(&im, x, y, c) / 255.0 - tc.mean[c]) / tc.std[c];
+        e_id = fmax(e_id, fabs(a[(c * 37 + y) * 37 + x] - want));
+        e_flip = fmax(e_flip, fabs(b[(c * 37 + y) * 37 + (36 - x)] - a[(c * 37 + y) * 37 + x]));
+      }
+  EXPECT(e_id < 1e-5 && e_flip == 0, "identity %g, flip %g", e_id, e_flip);
+  free(a), free(b), free(im.rgb);
+
+  // A linear ramp is reproduced exactly by bilinear sampling away from the clamped border.
+  vt_image ramp = {64, 64, malloc(64 * 64 * 3)};
+  for (int y = 0; y < 64; y++)
+    for (int x = 0; x < 64; x++)
+      for (int c = 0; c < 3; c++) ramp.rgb[(y * 64 + x) * 3 + c] = (uint8_t)(2 * x + y + c);
+  vt_transform_config raw = tc;
+  for (int c = 0; c < 3; c++) raw.mean[c] = 0, raw.std[c] = 1.0f / 255;
+  float out[3 * 24 * 24];
+  vt_crop cr = {10.25f, 7.5f, 31.7f, 40.3f, 0};
+  vt_render_crop(&ramp, cr, 24, &raw, out);
+  double e_ramp = 0;
+  for (int y = 0; y < 24; y++)
+    for (int x = 0; x < 24; x++) {
+      double sx = cr.x + (x + 0.5) * cr.w / 24 - 0.5, sy = cr.y + (y + 0.5) * cr.h / 24 - 0.5;
+      e_ramp = fmax(e_ramp, fabs(out[y * 24 + x] - (2 * sx + sy)));
+    }
+  EXPECT(e_ramp < 1e-3, "ramp error %g", e_ramp);
+  free(ramp.rgb);
+}
+
+// Evaluation: the crop region equals torchvision's Resize(floor(S / crop_pct)) + CenterCrop(S),
+// and rendering it equals resizing the whole image (bilinear, align_corners=False) and cropping.
+static void test_eval(void) {
+  vt_transform_config tc = vt_transform_defaults();
+  vt_crop c = vt_eval_crop(&tc, 500, 375, 224);  // resized to 341 x 256, offset (58, 16)
+  double sx = 500.0 / 341, sy = 375.0 / 256;
+  EXPECT(fabs(c.x - 58 * sx) < 1e-4 && fabs(c.y - 16 * sy) < 1e-4 && fabs(c.w - 224 * sx) < 1e-4 &&
+             fabs(c.h - 224 * sy) < 1e-4 && !c.flip,
+         "500x375: %g %g %g %g", c.x, c.y, c.w, c.h);
+  c = vt_eval_crop(&tc, 256, 256, 224);
+  EXPECT(c.x == 16 && c.y == 16 && c.w == 224 && c.h == 224, "256x256: %g %g %g %g", c.x, c.y,
+         c.w, c.h);
+  c = vt_eval_crop(&tc, 28, 28, 224);  // upscaled: 256 x 256, centre 224 = source 24.5 px
+  EXPECT(fabs(c.x - 1.75) < 1e-6 && fabs(c.w - 24.5) < 1e-5, "28x28: %g %g", c.x, c.w);
+  c = vt_eval_crop(&tc, 300, 1000, 224);  // resized to 256 x 853, offset (16, 314.5 -> 314)
+  EXPECT(fabs(c.y - 314 * 1000.0 / 853) < 1e-3 && fabs(c.x - 16 * 300.0 / 256) < 1e-4,
+         "300x1000: %g %g", c.x, c.y);
+
+  vt_image im = random_image(90, 61, 5);
+  const int S = 40, R = (int)floor(S / tc.crop_pct);  // 45 x 66 after the resize
+  int rw = R * 90 / 61, rh = R, left = (int)rint((rw - S) / 2.0), top = (int)rint((rh - S) / 2.0);
+  c = vt_eval_crop(&tc, 90, 61, S);
+  float *out = malloc(sizeof(float) * 3 * S * S);
+  vt_render_crop(&im, c, S, &tc, out);
+  double e = 0;
+  for (int ch = 0; ch < 3; ch++)
+    for (int y = 0; y < S; y++)
+      for (int x = 0; x < S; x++) {
+        double src_x = (left + x + 0.5) * 90.0 / rw - 0.5, src_y = (top + y + 0.5) * 61.0 / rh - 0.5;
+        double want = (bilinear(&im, src_x, src_y, ch) / 255.0 - tc.mean[ch]) / tc.std[ch];
+        e = fmax(e, fabs(out[(ch * S + y) * S + x] - want));
+      }
+  EXPECT(e < 1e-4, "eval render vs resize-then-crop: %g", e);
+  printf("eval: geometry of 4 sizes exact, render vs resize-then-crop max |error| %.2e\n", e);
+  free(out), free(im.rgb);
+}
+
+static int same(vt_crop a, vt_crop b) {
+  return a.x == b.x && a.y == b.y && a.w == b.w && a.h == b.h && a.flip == b.flip;
+}
+
+static void test_train(void) {
+  vt_transform_config tc = vt_transform_defaults();
+  // Determinism and independence of the key's parts.
+  int equal_epoch = 0, equal_index = 0, equal_seed = 0, repeat = 0;
+  for (int i = 0; i < 2000; i++) {
+    vt_crop a = vt_train_crop(&tc, 500, 375, 7, 3, i);
+    repeat += same(a, vt_train_crop(&tc, 500, 375, 7, 3, i));
+    equal_epoch += same(a, vt_train_crop(&tc, 500, 375, 7, 4, i));
+    equal_index += same(a, vt_train_crop(&tc, 500, 375, 7, 3, i + 1));
+    equal_seed += same(a, vt_train_crop(&tc, 500, 375, 8, 3, i));
+  }
+  EXPECT(repeat == 2000 && equal_epoch < 3 && equal_index < 3 && equal_seed < 3,
+         "repeat %d, equal across epochs %d, indices %d, seeds %d", repeat, equal_epoch,
+         equal_index, equal_seed);
+
+  // Bounds on many shapes: integer crops inside the image, at least one pixel.
+  static const int shapes[][2] = {{1, 1},   {2, 2},     {1, 100},  {100, 1},   {3, 2},
+                                  {500, 375}, {4096, 4096}, {28, 28}, {10000, 7}, {640, 480}};
+  int outside = 0;
+  for (int s = 0; s < 10; s++)
+    for (int i = 0; i < 3000; i++) {
+      int W = shapes[s][0], H = shapes[s][1];
+      vt_crop c = vt_train_crop(&tc, W, H, 1, i % 5, i);
+      outside += !(c.x >= 0 && c.y >= 0 && c.w >= 1 && c.h >= 1 && c.x + c.w <= W &&
+                   c.y + c.h <= H && c.x == floorf(c.x) && c.y == floorf(c.y) &&
+                   c.w == floorf(c.w) && c.h == floorf(c.h));
+    }
+  EXPECT(outside == 0, "%d crops outside their image or fractional", outside);
+  // torchvision's fallback for shapes no try can fit: the centre, clamped to the ratio range.
+  vt_crop f = vt_train_crop(&tc, 1, 100, 1, 0, 0);
+  EXPECT(f.x == 0 && f.y == 49 && f.w == 1 && f.h == 1, "1x100 fallback %g %g %g %g", f.x, f.y,
+         f.w, f.h);
+  f = vt_train_crop(&tc, 1000, 10, 1, 0, 0);
+  EXPECT(f.x == 493 && f.y == 0 && f.w == 13 && f.h == 10, "1000x10 fallback %g %g %g %g", f.x,
+         f.y, f.w, f.h);
+
+  // Distribution on a large square image (rounding is negligible): area fraction and aspect
+  // ratio within the configured ranges, log-ratio centred, flips half the time, positions
+  // spread over the whole image, and no correlation between neighbouring keys.
+  const int N = 20000, W = 2000, H = 2000;
+  double smin = 1, smax = 0, rmin = 10, rmax = 0, sum_lr = 0, sum_cx = 0, flips = 0;
+  double s1 = 0, s2 = 0, s11 = 0, s22 = 0, s12 = 0;
+  for (int i = 0; i < N; i++) {
+    vt_crop c = vt_train_crop(&tc, W, H, 42, 1, i);
+    double s = (double)c.w * c.h / ((double)W * H), r = (double)c.w / c.h;
+    smin = fmin(smin, s), smax = fmax(smax, s), rmin = fmin(rmin, r), rmax = fmax(rmax, r);
+    sum_lr += log(r);
+    sum_cx += (c.x + c.w / 2) / W;
+    flips += c.flip;
+    vt_crop d = vt_train_crop(&tc, W, H, 42, 2, i);
+    double t = (double)d.w * d.h / ((double)W * H);
+    s1 += s, s2 += t, s11 += s * s, s22 += t * t, s12 += s * t;
+  }
+  double corr = (s12 / N - s1 / N * s2 / N) /
+                sqrt((s11 / N - s1 * s1 / N / N) * (s22 / N - s2 * s2 / N / N));
+  printf("train: area fraction [%.4f, %.4f], ratio [%.4f, %.4f], mean log ratio %.4f, "
+         "flips %.3f, mean centre x %.3f, corr(epoch e, e+1) %.4f\n",
+         smin, smax, rmin, rmax, sum_lr / N, flips / N, sum_cx / N, corr);
+  EXPECT(smin >= 0.0799 && smin < 0.085 && smax <= 1.0 && smax > 0.95, "area range");
+  EXPECT(rmin >= 0.749 && rmin < 0.76 && rmax <= 1.3345 && rmax > 1.32, "ratio range");
+  EXPECT(fabs(sum_lr / N) < 0.01 && fabs(flips / N - 0.5) < 0.015 && fabs(sum_cx / N - 0.5) < 0.01,
+         "centred distributions");
+  EXPECT(fabs(corr) < 0.03, "epochs correlated: %g", corr);
+  tc.flip_prob = 0;
+  int nflip = 0;
+  for (int i = 0; i < 1000; i++) nflip += vt_train_crop(&tc, 50, 50, 1, 0, i).flip;
+  EXPECT(nflip == 0, "flip_prob 0 flipped %d", nflip);
+}
+
+int main(void) {
+  test_render();
+  test_eval();
+  test_train();
+  printf("test_transform: %d checks, %d failures\n", checks, failures);
+  return failures ? 1 : 0;
+}
