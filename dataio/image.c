@@ -53,12 +53,12 @@ static int too_many_pixels(int64_t w, int64_t h, int64_t max_pixels) {
 
 static const uint8_t png_signature[8] = {137, 80, 78, 71, 13, 10, 26, 10};
 
+// ---- PNG through libpng ------------------------------------------------------------------------
+#ifdef VT_HAVE_PNG
 static uint32_t be32(const uint8_t *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-// ---- PNG through libpng ------------------------------------------------------------------------
-#ifdef VT_HAVE_PNG
 typedef struct {
   const uint8_t *bytes;
   size_t nbytes, pos;
@@ -205,6 +205,7 @@ static const char *sniff_format(const uint8_t *b, size_t n) {
   return NULL;
 }
 
+#ifdef VT_HAVE_STB
 // Walks a JPEG's segments as stb_image reads them, to catch what stb_image 2.27 (Debian 12) does
 // not: a cut stream (decoded as if the missing data were zeros, without an error), a Huffman
 // table of more than 256 codes (written past its tables) and a scan that uses a Huffman table the
@@ -265,7 +266,6 @@ static int jpeg_walk(const uint8_t *b, size_t n) {
 #undef AT
 }
 
-#ifdef VT_HAVE_STB
 static vt_image_status stb_decode(const uint8_t *bytes, size_t nbytes, int64_t max_pixels,
                                   vt_image *out, char *err, size_t errlen) {
   const char *fmt = sniff_format(bytes, nbytes);
@@ -361,6 +361,7 @@ vt_image_status vt_image_decode(const uint8_t *bytes, size_t nbytes, int64_t max
 vt_image_status vt_image_load(const char *path, int64_t max_pixels, vt_image *out, char *err,
                               size_t errlen) {
   memset(out, 0, sizeof *out);
+  set_err(err, errlen, "%s", "");
   int fd = open(path, O_RDONLY);
   if (fd < 0) {
     set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
