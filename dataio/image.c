@@ -21,10 +21,10 @@
 
 #ifdef VT_HAVE_STB
 // VT_STB_IMPLEMENTATION: the installed libstb lacks stb_image, so compile it from the system
-// header into this file, private (static) to it. stb's failure reason is thread-local in C11.
+// header into this file (not STB_IMAGE_STATIC: 2.27 then declares a static function it never
+// defines). stb's failure reason is thread-local in C11, as in Debian's libstb.
 #ifdef VT_STB_IMPLEMENTATION
 #define STB_IMAGE_IMPLEMENTATION
-#define STB_IMAGE_STATIC
 #define STBI_NO_STDIO
 #endif
 #pragma GCC diagnostic push
@@ -45,8 +45,9 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-// max_pixels <= 0 means no limit of our own (the libraries keep theirs).
-static int too_many_pixels(int64_t w, int64_t h, int64_t max_pixels) {
+// max_pixels <= 0 means no limit of our own (the libraries keep theirs). Inline: a build with
+// neither decoder does not use it.
+static inline int too_many_pixels(int64_t w, int64_t h, int64_t max_pixels) {
   if (max_pixels <= 0 || w <= 0 || h <= 0) return 0;
   return w > max_pixels / h;  // w * h > max_pixels without overflow (headers reach 2^32 - 1)
 }

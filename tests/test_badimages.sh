@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# test_badimages.sh VIT3D: a corpus of bad files (empty, truncated, corrupt, a text file, an
+# unsupported format, a decompression bomb) inside an ImageFolder passes through one epoch of
+# training on a 2-rank TP mesh under --bad-image skip without a crash, with every bad file counted
+# once in metrics.jsonl; under --bad-image fail the run stops with a message naming a bad file.
+set -uo pipefail
+vit3d=$1
+py=${VT_REF_PYTHON:-/usr/bin/python3}
+"$py" -c "import PIL" 2>/dev/null || { echo "SKIP: $py cannot import PIL"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$py" - "$work/data" <<'PY'
+import os, random, struct, sys, zlib
+from PIL import Image
+root = sys.argv[1]
+random.seed(1)
+for c in ("a_dark", "b_light"):
+    os.makedirs(f"{root}/{c}")
+    for i in range(10):
+        v = 40 if c == "a_dark" else 200
+        img = Image.new("RGB", (16, 16), (v, v, v))
+        img.putpixel((i, i), (255 - v, 0, 0))
+        img.save(f"{root}/{c}/{i:02d}.png" if i % 2 else f"{root}/{c}/{i:02d}.jpg")
+good = open(f"{root}/a_dark/01.png", "rb").read()
+open(f"{root}/a_dark/zz_empty.png", "wb").close()
+open(f"{root}/a_dark/zz_truncated.png", "wb").write(good[: len(good) // 2])
+bad = bytearray(good); bad[60:70] = b"\xff" * 10
+open(f"{root}/b_light/zz_corrupt.png", "wb").write(bytes(bad))
+open(f"{root}/b_light/zz_text.png", "w").write("this is not an image\n")
+open(f"{root}/b_light/zz_format.xyz", "wb").write(b"\x00\x01\x02\x03" * 64)
+# A valid PNG header that claims 60000 x 60000 pixels: refused before any allocation.
+ihdr = struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)
+chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+open(f"{root}/b_light/zz_bomb.png", "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr))
+PY
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+# 26 files: 20 good, 6 bad. 13 steps of 2 images are exactly one epoch.
+args=(train --model tiny --img-size 16 --patch-size 4 --num-classes 2 --data "$work/data"
+      --micro-batch-size 2 --global-batch-size 2 --steps 13 --threads 1 --loader-threads 2
+      --max-image-pixels 1000000 --tp 2)
+fail=0
+timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --log-dir "$work/skip" \
+  > "$work/skip.log" 2>&1 || { echo "FAIL: the skip run did not complete"; tail -20 "$work/skip.log"; fail=1; }
+bad=$("$py" -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])['bad_images'])" \
+      "$work/skip/metrics.jsonl" 2>/dev/null)
+if [ "$bad" != "6" ]; then echo "FAIL: bad_images after one epoch is '$bad', want 6"; fail=1; fi
+for f in zz_empty zz_truncated zz_corrupt zz_text zz_format zz_bomb; do
+  grep -q "$f" "$work/skip.log" || { echo "FAIL: no warning names $f"; fail=1; }
+done
+echo "skip: one epoch, bad_images = $bad; warnings:"; grep -h "zz_" "$work/skip.log" | sort -u | head -12
+timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --bad-image fail \
+  > "$work/fail.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "zz_" "$work/fail.log"; then
+  echo "FAIL: --bad-image fail gave rc $rc; log:"; tail -10 "$work/fail.log"; fail=1
+else
+  echo "fail: stopped with rc $rc: $(grep -h "zz_" "$work/fail.log" | head -1)"
+fi
+exit $fail
