@@ -45,12 +45,13 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-// max_pixels <= 0 means no limit of our own (the libraries keep theirs). Inline: a build with
-// neither decoder does not use it.
-static inline int too_many_pixels(int64_t w, int64_t h, int64_t max_pixels) {
+#if defined(VT_HAVE_PNG) || defined(VT_HAVE_STB)
+// max_pixels <= 0 means no limit of our own (the libraries keep theirs).
+static int too_many_pixels(int64_t w, int64_t h, int64_t max_pixels) {
   if (max_pixels <= 0 || w <= 0 || h <= 0) return 0;
   return w > max_pixels / h;  // w * h > max_pixels without overflow (headers reach 2^32 - 1)
 }
+#endif
 
 static const uint8_t png_signature[8] = {137, 80, 78, 71, 13, 10, 26, 10};
 
