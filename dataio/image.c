@@ -214,13 +214,16 @@ static const char *sniff_format(const uint8_t *b, size_t n) {
 // file never defined (read uninitialised, which trips its assert). The last two are fuzzer finds.
 // Segments are skipped by their length, so an EXIF thumbnail's markers are never seen; entropy-
 // coded data ends at the first marker that is not a stuffed 0xFF00 or a restart marker.
+// It also bounds the scans: each scan of a progressive JPEG walks every block again, so a small
+// file with thousands of scans would take minutes (real encoders write about 10).
 enum { JPEG_COMPLETE = 1, JPEG_CUT = 0, JPEG_BIG_TABLE = -1, JPEG_NO_TABLE = -2 };
+enum { JPEG_TOO_MANY_SCANS = -3, JPEG_MAX_SCANS = 100 };
 
 static int jpeg_walk(const uint8_t *b, size_t n) {
 #define AT(i) ((i) < n ? b[i] : 0)  // stb_image reads zeros past the end
   size_t p = 2;
   unsigned defined = 0;  // bit 4 * class + id: Huffman tables seen so far
-  int progressive = 0;
+  int progressive = 0, scans = 0;
   while (p + 1 < n) {
     if (b[p] != 0xFF || b[p + 1] == 0xFF) {  // fill bytes and garbage between segments
       p++;
@@ -247,6 +250,7 @@ static int jpeg_walk(const uint8_t *b, size_t n) {
       }
     }
     if (m == 0xDA) {  // SOS: (component, DC/AC table) pairs, then spectral range and bits
+      if (++scans > JPEG_MAX_SCANS) return JPEG_TOO_MANY_SCANS;
       int ncomp = AT(p + 4);
       size_t tail = p + 5 + 2 * (size_t)ncomp;
       int ss = AT(tail), ah = AT(tail + 2) >> 4;
@@ -282,9 +286,10 @@ static vt_image_status stb_decode(const uint8_t *bytes, size_t nbytes, int64_t m
   int is_jpeg = strcmp(fmt, "JPEG") == 0;
   int walk = is_jpeg ? jpeg_walk(bytes, nbytes) : JPEG_COMPLETE;
   if (walk < 0) {  // before stb_image sees it, info included
-    set_err(err, errlen, "corrupt JPEG: %s", walk == JPEG_BIG_TABLE
-                ? "a Huffman table of more than 256 codes"
-                : "a scan uses a Huffman table the file does not define");
+    set_err(err, errlen, "corrupt JPEG: %s",
+            walk == JPEG_BIG_TABLE ? "a Huffman table of more than 256 codes"
+            : walk == JPEG_NO_TABLE ? "a scan uses a Huffman table the file does not define"
+                                    : "more than 100 scans");
     return VT_IMG_CORRUPT;
   }
   int w = 0, h = 0, c = 0;

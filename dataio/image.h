@@ -24,8 +24,12 @@ typedef struct {
 } vt_image;
 
 // Decodes bytes (format found from the content, not the name). max_pixels bounds width*height
-// and is checked from the header before any pixel buffer is allocated. On failure *out is empty
-// and err says what is wrong ("truncated PNG: ...").
+// and is checked from the header before any pixel buffer is allocated (<= 0: no limit of ours).
+// On failure *out is empty and err says what is wrong ("truncated PNG: ...").
+// Conversions: alpha and tRNS transparency are dropped (as PIL's convert("RGB")), 16-bit samples
+// become round(v / 257) (libpng's scale_16), grey below 8 bits v * 255 / (2^bits - 1), no gamma.
+// JPEG, GIF (first frame), BMP and binary PNM go through stb_image; TGA, PSD, PIC, HDR and
+// anything else are VT_IMG_UNSUPPORTED. Safe to call from several threads at once.
 vt_image_status vt_image_decode(const uint8_t *bytes, size_t nbytes, int64_t max_pixels,
                                 vt_image *out, char *err, size_t errlen);
 // Reads path and decodes it; messages name the path.

@@ -27,14 +27,17 @@ typedef struct {
 
 vt_transform_config vt_transform_defaults(void);
 
-// The training crop of sample `index` in `epoch` for a width x height image.
+// The training crop of sample `index` in `epoch` for a width x height image: integer x, y, w, h
+// inside the image. Its random numbers are Philox (seed, "transform.train", epoch, 64 * index + k).
 vt_crop vt_train_crop(const vt_transform_config *tc, int width, int height, uint64_t seed,
                       int64_t epoch, int64_t index);
 // The evaluation crop: shorter side scaled to S / crop_pct, centre S x S, as a source region.
 vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S);
 
 // Bilinear resampling of the crop to (3, S, S) floats, normalised: out = (v/255 - mean) / std.
-// Sample centres follow align_corners=False (as PyTorch's interpolate), edges clamp.
+// Sample centres follow align_corners=False (as PyTorch's interpolate): output pixel i samples
+// x + (i + 0.5) * w / S - 0.5, clamped to the image's edges (not the crop's). No antialiasing:
+// a crop much larger than S is point-sampled bilinearly, the price of O(S^2) work.
 void vt_render_crop(const vt_image *img, vt_crop crop, int S, const vt_transform_config *tc,
                     float *out);
 

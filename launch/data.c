@@ -25,7 +25,8 @@ static vt_loader_config base_config(const vt_data *d, const vt_dataset *ds, int 
 }
 
 vt_status vt_data_open(vt_data *d, const vt_train_options *o, int need_pixels, int need_labels,
-                       int dp_rank, int dp_size, int n_micro, char *err, size_t errlen) {
+                       int dp_rank, int dp_size, int n_micro, int64_t start_step, char *err,
+                       size_t errlen) {
   memset(d, 0, sizeof *d);
   d->o = o;
   d->need_pixels = need_pixels, d->need_labels = need_labels;
@@ -56,7 +57,7 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, int need_pixels, i
   c.per_step = n_micro;
   c.step_stride = o->global_batch;
   c.offset = (int64_t)dp_rank * (o->global_batch / dp_size);
-  d->train = vt_loader_create(&c, 0, err, errlen);
+  d->train = vt_loader_create(&c, start_step * n_micro, err, errlen);
   return d->train ? VT_OK : VT_ERR_INPUT;
 }
 

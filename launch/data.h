@@ -27,8 +27,10 @@ typedef struct {
 
 // Opens the training (and validation) data for one rank. Errors (missing or empty folders,
 // class counts that do not match the model) are VT_ERR_INPUT with a message.
+// start_step: steps already done (a resume); the stream continues from there.
 vt_status vt_data_open(vt_data *d, const vt_train_options *o, int need_pixels, int need_labels,
-                       int dp_rank, int dp_size, int n_micro, char *err, size_t errlen);
+                       int dp_rank, int dp_size, int n_micro, int64_t start_step, char *err,
+                       size_t errlen);
 void vt_data_close(vt_data *d);
 
 // Micro-batch mb of step `step` for this rank: host images (or NULL) and labels (or NULL).

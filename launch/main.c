@@ -119,6 +119,9 @@ static int cmd_train(int argc, char **argv, vt_comm *world) {
        "images per optimizer step, a multiple of dp x micro-batch (gradient accumulation); "
        "0: dp x micro-batch", NULL},
       {"--steps", VT_OPT_I64, &o.steps, 0, 1, BIG, "N", "optimizer steps to run", NULL},
+      {"--run-steps", VT_OPT_I64, &o.run_steps, 0, 0, BIG, "N",
+       "stop after N steps of this invocation (the schedule still spans --steps; resume later "
+       "with --resume); 0: run to the end", NULL},
       {"--lr", VT_OPT_FLOAT, &o.optim.lr, 0, 0, 10, "LR", "peak learning rate", NULL},
       {"--min-lr", VT_OPT_FLOAT, &o.optim.min_lr, 0, 0, 10, "LR",
        "learning rate at the end of the cosine decay", NULL},
@@ -148,6 +151,15 @@ static int cmd_train(int argc, char **argv, vt_comm *world) {
       {"--sequence-parallel", VT_OPT_INT, &o.sequence_parallel, 0, 0, 1, "N",
        "1: split the stream and LayerNorms by tokens over the TP group (reduce-scatter + "
        "all-gather instead of all-reduce)", NULL},
+      {"--save", VT_OPT_STR, o.save_dir, sizeof o.save_dir, 0, 0, "DIR",
+       "write checkpoints to DIR (DIR/step-N, DIR/latest); atomic", NULL},
+      {"--save-interval", VT_OPT_INT, &o.save_interval, 0, 0, 1 << 30, "N",
+       "save every N steps and after the last; 0: only after the last", NULL},
+      {"--keep-last", VT_OPT_INT, &o.keep_last, 0, 0, 1 << 20, "K",
+       "keep the K newest checkpoints; 0: keep all", NULL},
+      {"--resume", VT_OPT_STR, o.resume, sizeof o.resume, 0, 0, "auto|DIR",
+       "auto: continue from the newest complete checkpoint in --save (or start fresh); DIR: "
+       "from that checkpoint (on any mesh)", NULL},
       {"--comm-stats", VT_OPT_INT, &o.comm_stats, 0, 0, 1, "N",
        "1: every rank writes its first step's traffic per axis to LOG_DIR/comm.rank<R>.json",
        NULL},

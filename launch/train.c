@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "ckpt.h"
 #include "comm.h"
 #include "data.h"
 #include "eval.h"
@@ -57,6 +58,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--warmup-steps %lld is longer than --steps %lld", (long long)o->optim.warmup_steps,
            (long long)o->steps);
   if (o->optim.min_lr > o->optim.lr) REFUSE("--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
+  if (strcmp(o->resume, "auto") == 0 && !o->save_dir[0])
+    REFUSE("--resume auto looks for checkpoints in --save DIR; give --save too");
   return VT_OK;
 }
 
@@ -255,9 +258,15 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   }
   print_plan(&m, &opt, n_micro);
 
+  int64_t start_step = 0;
+  if (o->resume[0] &&
+      vt_ckpt_resume(o, &m, &opt, world, &mesh, &start_step, err, sizeof err) != VT_OK) {
+    if (world_rank == 0) vt_log_error("cannot resume: %s", err);
+    return 2;
+  }
   vt_data data;
-  int ok = vt_data_open(&data, o, m.has_embed, m.has_head, me.dp_rank, mesh.dp_size, n_micro, err,
-                        sizeof err) == VT_OK;
+  int ok = vt_data_open(&data, o, m.has_embed, m.has_head, me.dp_rank, mesh.dp_size, n_micro,
+                        start_step, err, sizeof err) == VT_OK;
   if (!ok && world_rank == 0) vt_log_error("%s", err);
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .data = &data};
   FILE *metrics = NULL;
@@ -272,7 +281,9 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   const double t_start = now_s();
   double timed_s = 0.0, timed_compute_s = 0.0;  // steps after the first, for the idle report
   vt_comm_counts_reset();
-  for (int64_t step = 0; step < o->steps; step++) {
+  const int64_t end_step =
+      o->run_steps > 0 && start_step + o->run_steps < o->steps ? start_step + o->run_steps : o->steps;
+  for (int64_t step = start_step; step < end_step; step++) {
     const double t0 = now_s(), compute0 = x.compute_s;
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
     // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
@@ -283,7 +294,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     vt_comm_all_reduce_double(world, sums, 2, VT_REDUCE_SUM);
     const double loss = sums[0] / o->global_batch;
     vt_eval_result ev = {0};
-    const int eval_now = data.has_val && (step + 1 == o->steps ||
+    const int eval_now = data.has_val && (step + 1 == end_step ||
                                           (o->eval_interval > 0 && (step + 1) % o->eval_interval == 0));
     const float lr = vt_lr_at(&o->optim, step);
     const double gnorm = vt_optimizer_step(&opt, m.params, m.grads, lr);
@@ -291,8 +302,14 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     if (step == 0 && o->comm_stats && o->log_dir[0])
       write_comm_stats(o, &m, &opt, me, world_rank, n_micro);
     const double t1 = now_s(), step_ms = 1e3 * (t1 - t0), img_s = o->global_batch / (t1 - t0);
-    if (step > 0) timed_s += t1 - t0, timed_compute_s += x.compute_s - compute0;
+    if (step > start_step) timed_s += t1 - t0, timed_compute_s += x.compute_s - compute0;
     if (eval_now) ev = vt_evaluate(&m, &data, world, pp, me);
+    const int save_now = o->save_dir[0] && (step + 1 == end_step ||
+                                            (o->save_interval > 0 && (step + 1) % o->save_interval == 0));
+    if (save_now && vt_ckpt_save(o, &m, &opt, world, &mesh, step + 1, err, sizeof err) != VT_OK &&
+        world_rank == 0)
+      vt_log_error("checkpoint of step %lld failed, the previous one is intact: %s",
+                   (long long)(step + 1), err);
     if (world_rank != 0) continue;
     if (metrics) {
       fprintf(metrics,
@@ -318,7 +335,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
              (long long)(step + 1), ev.loss, 100 * ev.top1, 100 * ev.top5, (long long)ev.count);
   }
   if (metrics) fclose(metrics);
-  if (mesh.pp_size > 1 && o->steps > 1)
+  if (mesh.pp_size > 1 && end_step > start_step + 1)
     report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, n_micro);
   int rc = 0;
   if (o->final_weights[0] &&

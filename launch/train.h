@@ -25,7 +25,8 @@ typedef struct {
   vt_transform_config transform;
   int micro_batch;          // images per forward/backward
   int global_batch;         // images per optimizer step, over all DP ranks
-  int64_t steps;
+  int64_t steps;            // length of the run (the schedule spans it)
+  int64_t run_steps;        // steps to run in this invocation, then stop; 0: until the end
   vt_optim_config optim;
   float label_smoothing;
   uint64_t seed;
@@ -39,6 +40,10 @@ typedef struct {
   int zero;                 // 0 | 1
   int sequence_parallel;    // 0 | 1
   char final_weights[512];  // write the full, unsharded weights here at the end (safetensors)
+  char save_dir[512];       // checkpoints go here (empty: none)
+  int save_interval;        // save every N steps (and after the last); 0: only after the last
+  int keep_last;            // complete checkpoints kept; 0: all
+  char resume[512];         // "auto", a checkpoint directory, or empty
   int comm_stats;           // 1: each rank writes its first step's traffic per axis (log-dir)
 } vt_train_options;
 

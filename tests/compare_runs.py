@@ -1,6 +1,8 @@
-"""compare_runs.py BASE_DIR OTHER_DIR [LABEL]: is a parallel run the same computation as the
-single-rank run? Compares the per-step losses of metrics.jsonl and every parameter of the final
-weights (weights.safetensors) of two run directories; exits 1 naming what differs.
+"""compare_runs.py BASE_DIR OTHER_DIR [LABEL]: is a parallel (or resumed) run the same
+computation as the reference run? Compares the per-step losses of metrics.jsonl (every step the
+other run logged, matched by step number: a resumed run logs only the steps after its resume)
+and every parameter of the final weights (weights.safetensors) of two run directories; exits 1
+naming what differs.
 
 Tolerances (fp32, different summation orders): loss 1e-5 relative per step; every tensor
 ||a - b|| / ||a|| <= 5e-5. One slice is special: the k third of each qkv bias has an exactly zero
@@ -38,10 +40,12 @@ def main():
     label = sys.argv[3] if len(sys.argv) > 3 else other
     ma, mb = load_metrics(base + "/metrics.jsonl"), load_metrics(other + "/metrics.jsonl")
     problems = []
-    if len(ma) != len(mb):
-        problems.append(f"{len(ma)} steps vs {len(mb)}")
+    by_step = {r["step"]: r for r in ma}
+    if not mb or any(r["step"] not in by_step for r in mb):
+        problems.append(f"steps {[r['step'] for r in mb]} are not a subset of {sorted(by_step)}")
     worst_loss = 0.0
-    for ra, rb in zip(ma, mb):
+    for rb in mb:
+        ra = by_step.get(rb["step"], rb)
         rel = abs(ra["loss"] - rb["loss"]) / abs(ra["loss"])
         worst_loss = max(worst_loss, rel)
         if rel > 1e-5:

@@ -29,27 +29,29 @@ printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n);\n%s
 "$cc" -fsanitize=fuzzer,address "$work/probe.c" -o "$work/probe" >/dev/null 2>&1 ||
   skip "$cc cannot link -fsanitize=fuzzer,address (apt-get install libclang-rt-dev)"
 
+# Each target builds only its own decoder: the other path is unreachable through it anyway.
 defs=() libs=()
-if on "${VT_FUZZ_PNG:-ON}"; then
-  defs+=(-DVT_HAVE_PNG $(pkg-config --cflags libpng 2>/dev/null))
-  libs+=($(pkg-config --libs libpng 2>/dev/null || echo -lpng -lz))
-elif [ "$target" = png ]; then
-  skip "built without libpng (VT_PNG=OFF)"
-fi
-if on "${VT_FUZZ_STB:-ON}"; then
-  defs+=(-DVT_HAVE_STB -I"${VT_FUZZ_STB_INCLUDE:-/usr/include/stb}")
-  if [ "${VT_FUZZ_STB_LINK:-0}" = 1 ]; then
-    libs+=(-lstb)
-  else
-    printf '#define STB_IMAGE_IMPLEMENTATION\n#define STBI_NO_STDIO\n#include "stb_image.h"\n' \
-      > "$work/stb_image_impl.c"
-    "$cc" -c -g -O1 -fsanitize=fuzzer-no-link,address -I"${VT_FUZZ_STB_INCLUDE:-/usr/include/stb}" \
-      "$work/stb_image_impl.c" -o "$work/stb_image_impl.o" || { echo "FAIL: stb_image"; exit 1; }
-    libs+=("$work/stb_image_impl.o")
-  fi
-elif [ "$target" = jpeg ]; then
-  skip "built without stb_image (VT_STB=OFF)"
-fi
+case "$target" in
+  png)
+    on "${VT_FUZZ_PNG:-ON}" || skip "built without libpng (VT_PNG=OFF)"
+    defs+=(-DVT_HAVE_PNG $(pkg-config --cflags libpng 2>/dev/null))
+    libs+=($(pkg-config --libs libpng 2>/dev/null || echo -lpng -lz))
+    ;;
+  jpeg)
+    on "${VT_FUZZ_STB:-ON}" || skip "built without stb_image (VT_STB=OFF)"
+    defs+=(-DVT_HAVE_STB -I"${VT_FUZZ_STB_INCLUDE:-/usr/include/stb}")
+    if [ "${VT_FUZZ_STB_LINK:-0}" = 1 ]; then
+      libs+=(-lstb)
+    else
+      printf '#define STB_IMAGE_IMPLEMENTATION\n#define STBI_NO_STDIO\n#include "stb_image.h"\n' \
+        > "$work/stb_image_impl.c"
+      "$cc" -c -g -O1 -fsanitize=fuzzer-no-link,address -I"${VT_FUZZ_STB_INCLUDE:-/usr/include/stb}" \
+        "$work/stb_image_impl.c" -o "$work/stb_image_impl.o" || { echo "FAIL: stb_image"; exit 1; }
+      libs+=("$work/stb_image_impl.o")
+    fi
+    ;;
+  *) echo "FAIL: unknown target $target (png or jpeg)"; exit 1 ;;
+esac
 
 bin="$work/fuzz_$target"
 echo "building $bin"
@@ -69,7 +71,7 @@ ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
   -print_final_stats=1 -artifact_prefix="$work/crash_${target}_" \
   "$work/corpus_$target" "$work/seeds/$target" > "$work/fuzz_$target.log" 2>&1
 rc=$?
-grep -E "^#[0-9]+ *DONE|stat::number_of_executed_units|stat::peak_rss_mb|ERROR|SUMMARY" \
+grep -E "^Done [0-9]+ runs|stat::number_of_executed_units|stat::peak_rss_mb|ERROR|SUMMARY" \
   "$work/fuzz_$target.log" | head -20
 if [ $rc -ne 0 ]; then
   tail -60 "$work/fuzz_$target.log"

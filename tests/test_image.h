@@ -1,5 +1,6 @@
-// test_image.h: what the two halves of the test_image program share: the check counter, the
-// temporary folder, PNG writing with libpng and the expected pixels, the embedded JPEG.
+// test_image.h: what the two halves of the test_image program (test_image.c, test_image_bad.c)
+// share: the check counter, the temporary folder, PNG writing with libpng and the expected
+// pixels, the embedded JPEG. Test code only; needs libpng and dataio/image.h, nothing else.
 #ifndef VT_TEST_IMAGE_H
 #define VT_TEST_IMAGE_H
 

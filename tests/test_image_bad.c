@@ -189,6 +189,17 @@ static void test_other_bad(void) {
   b[sos + 8] = 0x22;  // second component: DC and AC table 2
   EXPECT(vt_image_decode(b, n, LIMIT, &im, err, sizeof err) == VT_IMG_CORRUPT &&
              strstr(err, "does not define"), "undefined Huffman table: %s", err);
+  // A decoding-time bomb: 101 scans (each would walk every block again).
+  size_t scan = n - 2 - sos, nbig = sos + 101 * scan + 2;
+  uint8_t *big = malloc(nbig);
+  memcpy(big, flat_jpeg, sos);
+  for (int k = 0; k < 101; k++) memcpy(big + sos + k * scan, flat_jpeg + sos, scan);
+  memcpy(big + nbig - 2, flat_jpeg + n - 2, 2);
+  EXPECT(vt_image_decode(big, nbig, LIMIT, &im, err, sizeof err) == VT_IMG_CORRUPT &&
+             strstr(err, "100 scans"), "101 scans: %s", err);
+  memcpy(big + sos + 100 * scan, flat_jpeg + n - 2, 2);  // 100 scans are allowed
+  EXPECT(status_of(big, sos + 100 * scan + 2, LIMIT, NULL) == VT_IMG_OK, "100 scans");
+  free(big);
   free(b);
 
   // BMP and GIF headers that claim huge sizes.

@@ -15,4 +15,13 @@
 vt_status vt_export_safetensors(const vt_model *m, vt_comm *world, const vt_mesh *mesh,
                                 const char *path, char *err, size_t errlen);
 
+// The global (whole-model) host buffer on world rank 0, assembled from every rank's local flat
+// host buffer `mine` (laid out by its table); NULL on the other ranks. Collective over world.
+float *vt_gather_global(const vt_model *m, vt_comm *world, const vt_mesh *mesh,
+                        const float *mine);
+// Writes n global buffers into one safetensors file, tensor names prefixed by prefixes[k].
+vt_status vt_write_global(const vt_vit_config *cfg, const float *const *globals,
+                          const char *const *prefixes, int n, const char *path, char *err,
+                          size_t errlen);
+
 #endif

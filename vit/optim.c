@@ -141,3 +141,36 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   be->copy(params, o->flat, (size_t)total * sizeof(float));
   return norm;
 }
+
+void vt_optimizer_get_state(vt_optimizer *o, float *m_host, float *v_host) {
+  const vt_backend *be = o->be;
+  const size_t nbytes = (size_t)o->table->total * sizeof(float);
+  if (!o->zero) {
+    be->to_host(m_host, o->m, nbytes);
+    be->to_host(v_host, o->v, nbytes);
+    return;
+  }
+  vt_comm_all_gather(o->dp, o->flat, o->m, o->shard_count);
+  be->to_host(m_host, o->flat, nbytes);
+  vt_comm_all_gather(o->dp, o->flat, o->v, o->shard_count);
+  be->to_host(v_host, o->flat, nbytes);
+}
+
+void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t) {
+  const vt_backend *be = o->be;
+  const int64_t total = o->table->total;
+  o->t = t;
+  if (!o->zero) {
+    be->to_device(o->m, m_host, (size_t)total * sizeof(float));
+    be->to_device(o->v, v_host, (size_t)total * sizeof(float));
+    return;
+  }
+  // This rank's shard; the padding past the table stays zero.
+  const int64_t lo = o->shard_lo, n = lo + o->shard_count < total ? o->shard_count : total - lo;
+  be->zero(o->m, (size_t)o->shard_count * sizeof(float));
+  be->zero(o->v, (size_t)o->shard_count * sizeof(float));
+  if (n > 0) {
+    be->to_device(o->m, m_host + lo, (size_t)n * sizeof(float));
+    be->to_device(o->v, v_host + lo, (size_t)n * sizeof(float));
+  }
+}

@@ -50,4 +50,9 @@ size_t vt_optimizer_nbytes(const vt_optimizer *o);
 // Collective over every axis: all ranks call it once per step.
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr);
 
+// Checkpoints: the AdamW moments of this rank's whole local table (table->total elements each,
+// host memory). Under ZeRO-1 the shards are gathered over dp (collective over dp) or cut out.
+void vt_optimizer_get_state(vt_optimizer *o, float *m_host, float *v_host);
+void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t);
+
 #endif

@@ -1,0 +1,336 @@
+// checkpoint.c: checkpoint directories, manifests, CRC-32 and the atomic commit (checkpoint.h).
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FAIL(status, ...) return (snprintf(err, errlen, __VA_ARGS__), (status))
+
+uint32_t vt_crc32(uint32_t crc, const void *data, size_t nbytes) {
+  static uint32_t table[256];
+  static int ready = 0;  // filled once; the values are the same whichever thread fills them
+  if (!ready) {
+    for (uint32_t i = 0; i < 256; i++) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      table[i] = c;
+    }
+    ready = 1;
+  }
+  const uint8_t *p = data;
+  crc = ~crc;
+  for (size_t i = 0; i < nbytes; i++) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+vt_status vt_file_crc32(const char *path, int64_t *nbytes, uint32_t *crc, char *err,
+                        size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) FAIL(VT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  const size_t cap = 1 << 20;
+  uint8_t *buf = malloc(cap);
+  if (!buf) {
+    fclose(f);
+    FAIL(VT_ERR_IO, "out of memory reading %s", path);
+  }
+  size_t n;
+  *nbytes = 0, *crc = 0;
+  while ((n = fread(buf, 1, cap, f)) > 0) *crc = vt_crc32(*crc, buf, n), *nbytes += (int64_t)n;
+  int bad = ferror(f);
+  fclose(f);
+  free(buf);
+  if (bad) FAIL(VT_ERR_IO, "cannot read %s", path);
+  return VT_OK;
+}
+
+int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes) {
+  int k = snprintf(buf, nbytes,
+                   "format vit3d-checkpoint-1\nstep %" PRId64 "\nstream_position %" PRId64
+                   "\nglobal_batch %" PRId64 "\nadam_t %" PRId64 "\nseed %" PRIu64
+                   "\nimg_size %d\npatch_size %d\nwidth %d\ndepth %d\nheads %d\nmlp_ratio %.9g"
+                   "\nnum_classes %d\ntp %d\npp %d\ndp %d\nzero %d\nsequence_parallel %d\n",
+                   m->step, m->stream_position, m->global_batch, m->adam_t, m->seed, m->img_size,
+                   m->patch_size, m->width, m->depth, m->heads, (double)m->mlp_ratio,
+                   m->num_classes, m->tp, m->pp, m->dp, m->zero, m->sequence_parallel);
+  for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
+    k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
+                  m->file_nbytes[i], m->file_crc[i]);
+  return k;
+}
+
+// One "key value" line: the value as a whole number in [lo, hi].
+static int int_value(const char *v, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (end == v || *end || errno || x < lo || x > hi) return 0;
+  *out = x;
+  return 1;
+}
+
+vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manifest *m, char *err,
+                                 size_t errlen) {
+  struct { const char *key; int64_t lo, hi; void *dst; int size; int seen; } keys[] = {
+      {"step", 0, INT64_MAX / 2, &m->step, 8, 0},
+      {"stream_position", 0, INT64_MAX / 2, &m->stream_position, 8, 0},
+      {"global_batch", 1, 1 << 30, &m->global_batch, 8, 0},
+      {"adam_t", 0, INT64_MAX / 2, &m->adam_t, 8, 0},
+      {"seed", 0, INT64_MAX, &m->seed, 8, 0},
+      {"img_size", 1, 1 << 16, &m->img_size, 4, 0},
+      {"patch_size", 1, 1 << 16, &m->patch_size, 4, 0},
+      {"width", 1, 1 << 20, &m->width, 4, 0},
+      {"depth", 1, 1 << 16, &m->depth, 4, 0},
+      {"heads", 1, 1 << 16, &m->heads, 4, 0},
+      {"num_classes", 1, 1 << 24, &m->num_classes, 4, 0},
+      {"tp", 1, 1 << 20, &m->tp, 4, 0},
+      {"pp", 1, 1 << 20, &m->pp, 4, 0},
+      {"dp", 1, 1 << 20, &m->dp, 4, 0},
+      {"zero", 0, 1, &m->zero, 4, 0},
+      {"sequence_parallel", 0, 1, &m->sequence_parallel, 4, 0},
+  };
+  const int nkeys = (int)(sizeof keys / sizeof keys[0]);
+  memset(m, 0, sizeof *m);
+  int format = 0, ratio = 0, line_no = 0;
+  const char *p = text, *end = text + nbytes;
+  while (p < end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+    char line[256], key[64], v1[128], v2[64], v3[64], extra[8];
+    line_no++;
+    if (len >= sizeof line) FAIL(VT_ERR_INPUT, "manifest line %d is too long", line_no);
+    memcpy(line, p, len);
+    line[len] = '\0';
+    p += len + (nl != NULL);
+    if (len == 0) continue;
+    int n = sscanf(line, "%63s %127s %63s %63s %7s", key, v1, v2, v3, extra);
+    if (n < 2) FAIL(VT_ERR_INPUT, "manifest line %d: expected 'key value'", line_no);
+    if (strcmp(key, "format") == 0) {
+      if (strcmp(v1, "vit3d-checkpoint-1") != 0)
+        FAIL(VT_ERR_INPUT, "not a vit3d checkpoint manifest (format '%s')", v1);
+      format = 1;
+      continue;
+    }
+    if (strcmp(key, "file") == 0) {
+      int64_t nb;
+      unsigned crc;
+      char *e;
+      if (n != 4 || m->nfiles == VT_CKPT_MAX_FILES || strlen(v1) >= sizeof m->file[0] ||
+          strchr(v1, '/') || v1[0] == '.' || !int_value(v2, 0, INT64_MAX / 2, &nb) ||
+          strlen(v3) != 8 || (crc = (unsigned)strtoul(v3, &e, 16), *e))
+        FAIL(VT_ERR_INPUT, "manifest line %d: malformed file entry", line_no);
+      snprintf(m->file[m->nfiles], sizeof m->file[0], "%s", v1);
+      m->file_nbytes[m->nfiles] = nb;
+      m->file_crc[m->nfiles++] = crc;
+      continue;
+    }
+    if (n != 2) FAIL(VT_ERR_INPUT, "manifest line %d: expected 'key value'", line_no);
+    if (strcmp(key, "mlp_ratio") == 0) {
+      char *e;
+      m->mlp_ratio = strtof(v1, &e);
+      if (*e || !(m->mlp_ratio > 0 && m->mlp_ratio < 1024))
+        FAIL(VT_ERR_INPUT, "manifest line %d: bad mlp_ratio", line_no);
+      ratio = 1;
+      continue;
+    }
+    int k = 0;
+    while (k < nkeys && strcmp(keys[k].key, key) != 0) k++;
+    int64_t x;
+    if (k == nkeys) FAIL(VT_ERR_INPUT, "manifest line %d: unknown key '%s'", line_no, key);
+    if (!int_value(v1, keys[k].lo, keys[k].hi, &x))
+      FAIL(VT_ERR_INPUT, "manifest line %d: bad value '%s' for %s", line_no, v1, key);
+    if (keys[k].size == 8) *(int64_t *)keys[k].dst = x;
+    else *(int *)keys[k].dst = (int)x;
+    keys[k].seen = 1;
+  }
+  if (!format) FAIL(VT_ERR_INPUT, "not a vit3d checkpoint manifest (no format line)");
+  for (int k = 0; k < nkeys; k++)
+    if (!keys[k].seen) FAIL(VT_ERR_INPUT, "manifest lacks '%s'", keys[k].key);
+  if (!ratio) FAIL(VT_ERR_INPUT, "manifest lacks 'mlp_ratio'");
+  if (m->nfiles == 0) FAIL(VT_ERR_INPUT, "manifest lists no files");
+  return VT_OK;
+}
+
+static int mkdir_p(const char *dir) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int sync_path(const char *path) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  char path[1300];
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    remove(path);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+vt_status vt_ckpt_begin(const char *save_dir, int64_t step, char *tmp_dir, size_t tmp_len,
+                        char *err, size_t errlen) {
+  if (mkdir_p(save_dir) != 0) FAIL(VT_ERR_IO, "cannot create --save %s: %s", save_dir, strerror(errno));
+  snprintf(tmp_dir, tmp_len, "%s/.tmp-step-%08" PRId64, save_dir, step);
+  remove_dir(tmp_dir);
+  if (mkdir(tmp_dir, 0755) != 0) FAIL(VT_ERR_IO, "cannot create %s: %s", tmp_dir, strerror(errno));
+  return VT_OK;
+}
+
+void vt_ckpt_abandon(const char *tmp_dir) { remove_dir(tmp_dir); }
+
+// The step-* directories of save_dir, newest first. Returns how many (at most cap).
+static int list_steps(const char *save_dir, int64_t *steps, int cap) {
+  DIR *d = opendir(save_dir);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && n < cap) {
+    int64_t s;
+    char tail;
+    if (sscanf(e->d_name, "step-%" SCNd64 "%c", &s, &tail) == 1 && s >= 0) steps[n++] = s;
+  }
+  closedir(d);
+  for (int i = 1; i < n; i++)  // insertion sort, newest first
+    for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+      int64_t t = steps[j];
+      steps[j] = steps[j - 1], steps[j - 1] = t;
+    }
+  return n;
+}
+
+void vt_ckpt_clean(const char *save_dir) {
+  DIR *d = opendir(save_dir);
+  if (!d) return;
+  struct dirent *e;
+  char path[1300];
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, ".tmp-", 5) != 0) continue;
+    snprintf(path, sizeof path, "%s/%s", save_dir, e->d_name);
+    vt_log_warn("removing %s, left by an interrupted save", path);
+    remove_dir(path);
+  }
+  closedir(d);
+}
+
+vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, vt_ckpt_manifest *m,
+                         const char *const *files, int nfiles, int keep_last, char *err,
+                         size_t errlen) {
+  char path[1300], final_dir[1100], text[4096];
+  m->nfiles = 0;
+  for (int i = 0; i < nfiles && i < VT_CKPT_MAX_FILES; i++) {
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, files[i]);
+    if (sync_path(path) != 0) FAIL(VT_ERR_IO, "cannot sync %s: %s", path, strerror(errno));
+    snprintf(m->file[i], sizeof m->file[0], "%s", files[i]);
+    if (vt_file_crc32(path, &m->file_nbytes[i], &m->file_crc[i], err, errlen) != VT_OK)
+      return VT_ERR_IO;
+    m->nfiles++;
+  }
+  int len = vt_ckpt_manifest_format(m, text, sizeof text);
+  snprintf(path, sizeof path, "%s/manifest.txt", tmp_dir);
+  FILE *f = fopen(path, "wb");
+  if (!f) FAIL(VT_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+  int ok = fwrite(text, 1, (size_t)len, f) == (size_t)len;
+  ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
+  ok = (fclose(f) == 0) && ok;
+  if (!ok) FAIL(VT_ERR_IO, "writing %s failed: %s (is the disk full?)", path, strerror(errno));
+  snprintf(final_dir, sizeof final_dir, "%s/step-%08" PRId64, save_dir, m->step);
+  remove_dir(final_dir);  // a checkpoint of the same step from an earlier attempt
+  if (sync_path(tmp_dir) != 0 || rename(tmp_dir, final_dir) != 0 || sync_path(save_dir) != 0)
+    FAIL(VT_ERR_IO, "cannot move %s into place: %s", tmp_dir, strerror(errno));
+  snprintf(path, sizeof path, "%s/latest.tmp", save_dir);
+  f = fopen(path, "wb");
+  ok = f && fprintf(f, "step-%08" PRId64 "\n", m->step) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  if (f) ok = (fclose(f) == 0) && ok;
+  char latest[1100];
+  snprintf(latest, sizeof latest, "%s/latest", save_dir);
+  if (!ok || rename(path, latest) != 0 || sync_path(save_dir) != 0)
+    FAIL(VT_ERR_IO, "cannot update %s: %s", latest, strerror(errno));
+  if (keep_last > 0) {
+    int64_t steps[4096];
+    int n = list_steps(save_dir, steps, 4096);
+    for (int i = keep_last; i < n; i++) {
+      snprintf(final_dir, sizeof final_dir, "%s/step-%08" PRId64, save_dir, steps[i]);
+      remove_dir(final_dir);
+    }
+  }
+  return VT_OK;
+}
+
+vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen) {
+  char path[1300], text[8192];
+  snprintf(path, sizeof path, "%s/manifest.txt", dir);
+  FILE *f = fopen(path, "rb");
+  if (!f) FAIL(VT_ERR_INPUT, "%s is not a complete checkpoint: no manifest.txt", dir);
+  size_t n = fread(text, 1, sizeof text, f);
+  fclose(f);
+  if (n == sizeof text) FAIL(VT_ERR_INPUT, "%s: manifest.txt is too long", dir);
+  char why[400];
+  if (vt_ckpt_manifest_parse(text, n, m, why, sizeof why) != VT_OK)
+    FAIL(VT_ERR_INPUT, "%s: %s", dir, why);
+  for (int i = 0; i < m->nfiles; i++) {
+    int64_t nb;
+    uint32_t crc;
+    snprintf(path, sizeof path, "%s/%s", dir, m->file[i]);
+    if (vt_file_crc32(path, &nb, &crc, why, sizeof why) != VT_OK)
+      FAIL(VT_ERR_INPUT, "%s is damaged: %s", dir, why);
+    if (nb != m->file_nbytes[i])
+      FAIL(VT_ERR_INPUT, "%s is damaged: %s has %" PRId64 " bytes, the manifest says %" PRId64,
+           dir, m->file[i], nb, m->file_nbytes[i]);
+    if (crc != m->file_crc[i])
+      FAIL(VT_ERR_INPUT, "%s is damaged: %s has CRC-32 %08x, the manifest says %08x", dir,
+           m->file[i], crc, m->file_crc[i]);
+  }
+  return VT_OK;
+}
+
+vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, vt_ckpt_manifest *m) {
+  char err[600], latest[1100], name[128] = "";
+  snprintf(latest, sizeof latest, "%s/latest", save_dir);
+  FILE *f = fopen(latest, "rb");
+  if (f) {
+    if (!fgets(name, sizeof name, f)) name[0] = '\0';
+    fclose(f);
+    name[strcspn(name, "\n")] = '\0';
+  }
+  if (name[0] && !strchr(name, '/')) {
+    snprintf(dir, dir_len, "%s/%s", save_dir, name);
+    if (vt_ckpt_verify(dir, m, err, sizeof err) == VT_OK) return VT_OK;
+    vt_log_warn("%s; trying older checkpoints", err);
+  }
+  int64_t steps[4096];
+  int n = list_steps(save_dir, steps, 4096);
+  for (int i = 0; i < n; i++) {
+    snprintf(dir, dir_len, "%s/step-%08" PRId64, save_dir, steps[i]);
+    if (name[0] && strcmp(dir + strlen(save_dir) + 1, name) == 0) continue;  // tried above
+    if (vt_ckpt_verify(dir, m, err, sizeof err) == VT_OK) {
+      if (name[0]) vt_log_warn("using the previous complete checkpoint %s", dir);
+      return VT_OK;
+    }
+    vt_log_warn("%s; trying older checkpoints", err);
+  }
+  return VT_ERR_INPUT;
+}

@@ -1,0 +1,77 @@
+// checkpoint.h: the on-disk checkpoint directory and its atomic commit, without MPI or a model.
+//
+//   SAVE_DIR/latest                 name of the newest complete checkpoint, replaced by rename
+//   SAVE_DIR/step-00000010/         one complete checkpoint
+//       model.safetensors           full, unsharded parameters, timm names and shapes (fp32)
+//       optim.safetensors           AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>" (fp32)
+//       manifest.txt                "key value" lines: format, step, data position, seeds,
+//                                   model config, the mesh it was saved on, and the size and
+//                                   CRC-32 of every file, written last
+//   SAVE_DIR/.tmp-step-00000010/    a checkpoint being written; never read, removed on start
+//
+// Files are written into the .tmp directory, synced, the directory is renamed into place and
+// synced, then `latest` is replaced by rename. A crash at any moment leaves the previous
+// checkpoint complete and `latest` pointing at a complete one (or at the new one, once whole).
+#ifndef VT_CHECKPOINT_H
+#define VT_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vt_error.h"
+
+#define VT_CKPT_MAX_FILES 4
+
+typedef struct {
+  int64_t step;             // optimizer steps done
+  int64_t stream_position;  // next sample of the data stream (design.md)
+  int64_t global_batch;
+  int64_t adam_t;           // AdamW steps taken
+  uint64_t seed;
+  // model configuration
+  int img_size, patch_size, width, depth, heads, num_classes;
+  float mlp_ratio;
+  // the mesh it was saved on (informational: a checkpoint loads on any mesh)
+  int tp, pp, dp, zero, sequence_parallel;
+  // files: name, bytes, CRC-32
+  int nfiles;
+  char file[VT_CKPT_MAX_FILES][64];
+  int64_t file_nbytes[VT_CKPT_MAX_FILES];
+  uint32_t file_crc[VT_CKPT_MAX_FILES];
+} vt_ckpt_manifest;
+
+// CRC-32 (IEEE, as zlib's crc32) of a buffer, continuing from crc (start with 0).
+uint32_t vt_crc32(uint32_t crc, const void *data, size_t nbytes);
+// Size and CRC-32 of a file.
+vt_status vt_file_crc32(const char *path, int64_t *nbytes, uint32_t *crc, char *err, size_t errlen);
+
+// Manifest text <-> struct. Parsing is strict: unknown format, missing or malformed keys and
+// out-of-range values are VT_ERR_INPUT with the line named.
+int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes);
+vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manifest *m, char *err,
+                                 size_t errlen);
+
+// Creates SAVE_DIR (and parents) and SAVE_DIR/.tmp-step-N for the files of a new checkpoint;
+// returns its path in tmp_dir.
+vt_status vt_ckpt_begin(const char *save_dir, int64_t step, char *tmp_dir, size_t tmp_len,
+                        char *err, size_t errlen);
+// Fills the manifest's file entries from the files already in tmp_dir, writes manifest.txt,
+// syncs everything, renames the directory into place and points `latest` at it. Then removes
+// the oldest complete checkpoints beyond keep_last (0 keeps all).
+vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, vt_ckpt_manifest *m,
+                         const char *const *files, int nfiles, int keep_last, char *err,
+                         size_t errlen);
+// Removes a tmp directory after a failed save.
+void vt_ckpt_abandon(const char *tmp_dir);
+// Removes leftover .tmp-* directories of interrupted saves.
+void vt_ckpt_clean(const char *save_dir);
+
+// Reads dir/manifest.txt and verifies the size and CRC-32 of every file it lists.
+vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen);
+
+// --resume auto: the newest checkpoint under save_dir that verifies, trying `latest` first and
+// then the step-* directories from newest to oldest. Returns VT_OK with its path in dir, or
+// VT_ERR_INPUT when there is none (a fresh start). Each damaged checkpoint skipped is logged.
+vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, vt_ckpt_manifest *m);
+
+#endif

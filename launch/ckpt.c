@@ -1,0 +1,190 @@
+// ckpt.c: checkpoint save and resume on the mesh (ckpt.h).
+#include "ckpt.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "export.h"
+#include "safetensors.h"
+
+// Every rank learns rank 0's status (and rank 0's message stays on rank 0).
+static vt_status agree(vt_comm *world, vt_status st) {
+  double s = st;
+  vt_comm_all_reduce_double(world, &s, 1, VT_REDUCE_MAX);
+  return (vt_status)(int)s;
+}
+
+vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
+                       vt_comm *world, const vt_mesh *mesh, int64_t step, char *err,
+                       size_t errlen) {
+  const int64_t total = m->table.total;
+  float *local[3];
+  for (int k = 0; k < 3; k++) {
+    local[k] = malloc((size_t)total * sizeof(float));
+    VT_CHECK(local[k] != NULL, "out of host memory for a checkpoint");
+  }
+  m->be->to_host(local[0], m->params, (size_t)total * sizeof(float));
+  vt_optimizer_get_state(opt, local[1], local[2]);
+  float *global[3];
+  for (int k = 0; k < 3; k++) global[k] = vt_gather_global(m, world, mesh, local[k]);
+  vt_status st = VT_OK;
+  if (vt_comm_rank(world) == 0) {
+    char tmp[1100], path[1300];
+    st = vt_ckpt_begin(o->save_dir, step, tmp, sizeof tmp, err, errlen);
+    if (st == VT_OK) {
+      snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+      const float *params[1] = {global[0]};
+      const char *none[1] = {""};
+      st = vt_write_global(&m->cfg, params, none, 1, path, err, errlen);
+    }
+    if (st == VT_OK) {
+      snprintf(path, sizeof path, "%s/optim.safetensors", tmp);
+      const float *moments[2] = {global[1], global[2]};
+      const char *prefixes[2] = {"exp_avg.", "exp_avg_sq."};
+      st = vt_write_global(&m->cfg, moments, prefixes, 2, path, err, errlen);
+    }
+    // Test-only fault switch: die between writing the files and committing them.
+    const char *fault = getenv("VT_FAULT_KILL_IN_SAVE");
+    if (fault && atoll(fault) == step) {
+      vt_log_warn("VT_FAULT_KILL_IN_SAVE=%s: killing this rank in the middle of a save", fault);
+      raise(SIGKILL);
+    }
+    if (st == VT_OK) {
+      const vt_vit_config *c = &m->cfg;
+      vt_ckpt_manifest man = {
+          .step = step, .stream_position = step * o->global_batch,
+          .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
+          .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
+          .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
+          .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
+          .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
+      const char *files[2] = {"model.safetensors", "optim.safetensors"};
+      st = vt_ckpt_commit(o->save_dir, tmp, &man, files, 2, o->keep_last, err, errlen);
+    }
+    if (st != VT_OK) vt_ckpt_abandon(tmp);
+  }
+  for (int k = 0; k < 3; k++) free(local[k]), free(global[k]);
+  return agree(world, st);
+}
+
+// This rank's elements of the tensors `prefix`<name> of a checkpoint file, into local (host).
+static vt_status read_local(const vt_st_file *f, const char *file, const vt_param_table *t,
+                            const char *prefix, float *local, char *err, size_t errlen) {
+  char name[256];
+  for (int i = 0; i < t->count; i++) {
+    const vt_param *p = &t->p[i];
+    snprintf(name, sizeof name, "%s%s", prefix, p->name);
+    const vt_st_entry *e = vt_st_find(f, name);
+    int same = e && strcmp(e->dtype, "F32") == 0 && e->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++) same = e->shape[d] == p->shape[d];
+    if (!same) {
+      snprintf(err, errlen, "%s: tensor %s is %s; the model needs F32 of the config's shape",
+               file, name, e ? "of another dtype or shape" : "missing");
+      return VT_ERR_INPUT;
+    }
+    const float *g = vt_st_data(f, e);
+    for (int64_t k = 0; k < p->local_count; k++)
+      local[p->offset + k] = g[vt_param_global_index(p, &t->shard, k)];
+  }
+  return VT_OK;
+}
+
+static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifest *man,
+                                const char *dir, char *err, size_t errlen) {
+  const vt_vit_config *c = &o->model;
+  if (man->img_size != c->img_size || man->patch_size != c->patch_size ||
+      man->width != c->width || man->depth != c->depth || man->heads != c->heads ||
+      man->num_classes != c->num_classes || man->mlp_ratio != c->mlp_ratio) {
+    snprintf(err, errlen,
+             "%s holds a model of img %d patch %d width %d depth %d heads %d mlp-ratio %g "
+             "classes %d; pass the same sizes to resume it",
+             dir, man->img_size, man->patch_size, man->width, man->depth, man->heads,
+             (double)man->mlp_ratio, man->num_classes);
+    return VT_ERR_INPUT;
+  }
+  if (man->global_batch != o->global_batch || man->stream_position != man->step * o->global_batch) {
+    snprintf(err, errlen,
+             "%s was saved with --global-batch-size %" PRId64 "; resume with the same global "
+             "batch so the data stream continues where it stopped",
+             dir, man->global_batch);
+    return VT_ERR_INPUT;
+  }
+  return VT_OK;
+}
+
+vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
+                         vt_comm *world, const vt_mesh *mesh, int64_t *start_step, char *err,
+                         size_t errlen) {
+  (void)mesh;
+  *start_step = 0;
+  const int auto_mode = strcmp(o->resume, "auto") == 0;
+  char dir[1100];
+  vt_ckpt_manifest man;
+  // Rank 0 chooses (and verifies the checksums); the others follow its choice: the step number
+  // names the directory, and AdamW's step count comes along. The others start at -inf so that
+  // the MAX reduction hands everyone rank 0's values.
+  const int rank0 = vt_comm_rank(world) == 0;
+  double found = rank0 ? -1 : -1e300;  // step of the chosen checkpoint; -1: none; -2: refused
+  vt_status st = VT_OK;
+  if (vt_comm_rank(world) == 0) {
+    if (auto_mode) {
+      vt_ckpt_clean(o->save_dir);
+      if (vt_ckpt_find_latest(o->save_dir, dir, sizeof dir, &man) == VT_OK) found = (double)man.step;
+      else vt_log_info("--resume auto: no complete checkpoint in %s; starting from step 0", o->save_dir);
+    } else {
+      snprintf(dir, sizeof dir, "%s", o->resume);
+      st = vt_ckpt_verify(dir, &man, err, errlen);
+      found = st == VT_OK ? (double)man.step : -2;
+    }
+    if (found >= 0 && (st = check_manifest(o, &man, dir, err, errlen)) != VT_OK) found = -2;
+  }
+  double choice[2] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300};
+  vt_comm_all_reduce_double(world, choice, 2, VT_REDUCE_MAX);
+  if (choice[0] == -2) return VT_ERR_INPUT;
+  if (choice[0] < 0) return VT_OK;
+  if (auto_mode) snprintf(dir, sizeof dir, "%s/step-%08" PRId64, o->save_dir, (int64_t)choice[0]);
+  else snprintf(dir, sizeof dir, "%s", o->resume);
+  if (!rank0) {
+    memset(&man, 0, sizeof man);
+    man.step = (int64_t)choice[0];
+    man.adam_t = (int64_t)choice[1];
+    man.stream_position = man.step * o->global_batch;
+  }
+  const int64_t total = m->table.total;
+  float *local[3];
+  for (int k = 0; k < 3; k++) {
+    local[k] = malloc((size_t)total * sizeof(float));
+    VT_CHECK(local[k] != NULL, "out of host memory to load a checkpoint");
+  }
+  char path[1300];
+  vt_st_file f;
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  st = vt_safetensors_read(path, &f, err, errlen);
+  if (st == VT_OK) st = read_local(&f, path, &m->table, "", local[0], err, errlen);
+  vt_safetensors_close(&f);
+  if (st == VT_OK) {
+    snprintf(path, sizeof path, "%s/optim.safetensors", dir);
+    st = vt_safetensors_read(path, &f, err, errlen);
+    if (st == VT_OK) st = read_local(&f, path, &m->table, "exp_avg.", local[1], err, errlen);
+    if (st == VT_OK) st = read_local(&f, path, &m->table, "exp_avg_sq.", local[2], err, errlen);
+    vt_safetensors_close(&f);
+  }
+  double bad = st != VT_OK;
+  vt_comm_all_reduce_double(world, &bad, 1, VT_REDUCE_MAX);
+  if (bad == 0) {
+    m->be->to_device(m->params, local[0], (size_t)total * sizeof(float));
+    vt_optimizer_set_state(opt, local[1], local[2], man.adam_t);
+    *start_step = man.step;
+    vt_log_info("resumed from %s: %" PRId64 " steps done, data stream at sample %" PRId64
+                " (saved on tp %d x pp %d x dp %d)",
+                dir, man.step, man.stream_position, man.tp, man.pp, man.dp);
+  } else if (st == VT_OK) {
+    snprintf(err, errlen, "another rank could not load %s", dir);
+  }
+  for (int k = 0; k < 3; k++) free(local[k]);
+  return bad == 0 ? VT_OK : VT_ERR_INPUT;
+}

@@ -1,0 +1,28 @@
+// ckpt.h: saving and resuming training on a mesh. Saving gathers the parameters and AdamW state
+// of every shard on world rank 0, which writes one checkpoint in the layout of
+// dataio/checkpoint.h (full, unsharded tensors), so a checkpoint loads on any mesh: every rank
+// reads the files and keeps its own shard (the parameter table maps each local element to its
+// global index). The data position and the AdamW step travel in the manifest.
+#ifndef VT_CKPT_H
+#define VT_CKPT_H
+
+#include "checkpoint.h"
+#include "mesh.h"
+#include "model.h"
+#include "optim.h"
+#include "train.h"
+
+// Collective over world: saves the state after `step` steps into o->save_dir. Returns rank 0's
+// status on every rank (an error leaves the previous checkpoint intact).
+vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
+                       vt_comm *world, const vt_mesh *mesh, int64_t step, char *err,
+                       size_t errlen);
+
+// Collective over world: finds the checkpoint to resume from (--resume auto: the newest complete
+// one under --save, or none; --resume PATH: that one), checks it against the options, loads it.
+// *start_step is the number of steps already done (0 for a fresh start).
+vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
+                         vt_comm *world, const vt_mesh *mesh, int64_t *start_step, char *err,
+                         size_t errlen);
+
+#endif

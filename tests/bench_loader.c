@@ -1,0 +1,184 @@
+// bench_loader.c: vit3d's side of the loader benchmark (bench_loader.sh, label `bench`): the
+// training loader (random-resized crop to S, flip, normalise) over an ImageFolder for a few
+// epochs with T decoder threads; prints images/s, per core (T threads = T cores) and per CPU-second.
+// `--stages` instead times one thread's read / decode / crop+resample per image, for profiling.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "dataset.h"
+#include "image.h"
+#include "loader.h"
+#include "transform.h"
+#include "vt_error.h"
+
+static double wall_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// CPU seconds of every thread of this process. The machine is shared, so wall-clock rates move
+// with other people's jobs; CPU time per image is the steadier "per core" figure.
+static double cpu_now(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec +
+         (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
+}
+
+static double thread_cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: bench_loader DATA_DIR THREADS EPOCHS [BATCH=16] [LABEL=-]\n"
+          "       bench_loader --stages DATA_DIR EPOCHS [LABEL=-]\n");
+  exit(2);
+}
+
+static vt_dataset open_or_die(const char *dir) {
+  vt_dataset ds;
+  char err[512];
+  if (vt_dataset_open(dir, &ds, err, sizeof err) != VT_OK) {
+    fprintf(stderr, "bench_loader: %s\n", err);
+    exit(1);
+  }
+  return ds;
+}
+
+// Runs epochs [first_epoch, first_epoch + epochs) of the stream through a fresh loader and
+// returns how many images were delivered; *wall and *cpu get the time from creating the loader
+// to the last batch. Threads may already be decoding samples past the last batch then (at most
+// T - 1 of them): their CPU time is counted against vit3d, which keeps the figure conservative.
+static int64_t run_epochs(const vt_dataset *ds, int threads, int batch, int first_epoch,
+                          int epochs, double *wall, double *cpu) {
+  vt_loader_config c = {0};
+  c.ds = ds;
+  c.S = 224;
+  c.batch = batch;
+  c.threads = threads;
+  c.prefetch = 2;  // as the trainer's default: enough to keep every thread busy
+  c.seed = 1234;
+  c.train = 1;
+  c.want_pixels = 1;
+  c.max_pixels = (int64_t)1 << 28;
+  c.bad_policy = VT_BAD_FAIL;  // a decode failure would make the rate meaningless
+  c.tc = vt_transform_defaults();
+  c.per_step = 1;  // one rank, one micro-batch per step: batch j is positions [j*B, (j+1)*B)
+  c.step_stride = batch;
+  c.offset = 0;
+  const int64_t per_epoch = ds->count / batch;  // the caller made count a multiple of batch
+  char err[640];
+  double w0 = wall_now(), c0 = cpu_now();
+  vt_loader *l = vt_loader_create(&c, (int64_t)first_epoch * per_epoch, err, sizeof err);
+  if (!l) {
+    fprintf(stderr, "bench_loader: %s\n", err);
+    exit(1);
+  }
+  int64_t images = 0;
+  double sink = 0;  // touches each batch, as a consumer would, so no work can be skipped
+  for (int64_t j = 0; j < (int64_t)epochs * per_epoch; j++) {
+    vt_batch b;
+    if (vt_loader_next(l, &b, err, sizeof err) != VT_OK) {
+      fprintf(stderr, "bench_loader: %s\n", err);
+      exit(1);
+    }
+    sink += b.images[0] + b.images[(size_t)batch * 3 * 224 * 224 - 1];
+    images += b.valid;
+  }
+  *wall = wall_now() - w0;
+  *cpu = cpu_now() - c0;
+  vt_loader_destroy(l);
+  if (sink != sink) fprintf(stderr, "bench_loader: NaN in the output\n");
+  return images;
+}
+
+// One thread, the loader's work split into its stages, to see where a sample's time goes:
+// read the file, decode to RGB, choose the crop and resample it to 224 x 224 normalised floats.
+static int stages(const char *dir, int epochs, const char *label) {
+  vt_dataset ds = open_or_die(dir);
+  vt_transform_config tc = vt_transform_defaults();
+  float *out = malloc((size_t)3 * 224 * 224 * sizeof(float));
+  double t_read = 0, t_decode = 0, t_render = 0, bytes = 0;
+  int64_t n = 0;
+  char err[512];
+  vt_image warm;  // untimed: the first decode pays for page faults of fresh allocations
+  if (vt_image_load(ds.paths[0], (int64_t)1 << 28, &warm, err, sizeof err) == VT_IMG_OK)
+    vt_image_free(&warm);
+  for (int e = 0; e < epochs; e++) {
+    for (int64_t i = 0; i < ds.count; i++) {
+      double t0 = thread_cpu_now();
+      FILE *f = fopen(ds.paths[i], "rb");
+      struct stat st;
+      if (!f || fstat(fileno(f), &st) != 0) {
+        fprintf(stderr, "bench_loader: cannot read %s\n", ds.paths[i]);
+        return 1;
+      }
+      uint8_t *buf = malloc((size_t)st.st_size);
+      size_t got = fread(buf, 1, (size_t)st.st_size, f);
+      fclose(f);
+      double t1 = thread_cpu_now();
+      vt_image img;
+      if (vt_image_decode(buf, got, (int64_t)1 << 28, &img, err, sizeof err) != VT_IMG_OK) {
+        fprintf(stderr, "bench_loader: %s: %s\n", ds.paths[i], err);
+        return 1;
+      }
+      double t2 = thread_cpu_now();
+      vt_crop crop = vt_train_crop(&tc, img.width, img.height, 1234, e, i);
+      vt_render_crop(&img, crop, 224, &tc, out);
+      double t3 = thread_cpu_now();
+      t_read += t1 - t0;
+      t_decode += t2 - t1;
+      t_render += t3 - t2;
+      bytes += (double)got;
+      n++;
+      vt_image_free(&img);
+      free(buf);
+    }
+  }
+  double total = t_read + t_decode + t_render;
+  printf("vit3d-stages format=%s images=%lld file_kb=%.0f ms_per_image: read=%.2f decode=%.2f "
+         "crop_resample=%.2f total=%.2f decode_share=%.0f%%\n",
+         label, (long long)n, bytes / n / 1024, 1e3 * t_read / n, 1e3 * t_decode / n,
+         1e3 * t_render / n, 1e3 * total / n, 100 * t_decode / total);
+  free(out);
+  vt_dataset_free(&ds);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "--stages") == 0) {
+    if (argc < 4) usage();
+    return stages(argv[2], atoi(argv[3]), argc > 4 ? argv[4] : "-");
+  }
+  if (argc < 4) usage();
+  const char *dir = argv[1];
+  int threads = atoi(argv[2]), epochs = atoi(argv[3]);
+  int batch = argc > 4 ? atoi(argv[4]) : 16;
+  const char *label = argc > 5 ? argv[5] : "-";
+  if (threads < 1 || epochs < 1 || batch < 1) usage();
+  vt_dataset ds = open_or_die(dir);
+  if (ds.count % batch != 0) {
+    fprintf(stderr, "bench_loader: %lld images is not a multiple of the batch %d\n",
+            (long long)ds.count, batch);
+    return 2;
+  }
+  double wall, cpu;
+  // Epoch 0 warms the page cache and the allocator; only the later epochs are timed.
+  run_epochs(&ds, threads, batch, 0, 1, &wall, &cpu);
+  int64_t images = run_epochs(&ds, threads, batch, 1, epochs, &wall, &cpu);
+  printf("vit3d format=%s mode=threads threads=%d batch=%d images=%lld wall_s=%.3f img_s=%.2f "
+         "img_s_per_core=%.2f cpu_s=%.3f img_per_cpu_s=%.2f\n",
+         label, threads, batch, (long long)images, wall, images / wall, images / wall / threads,
+         cpu, images / cpu);
+  vt_dataset_free(&ds);
+  return 0;
+}

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# test_ckpt.sh VIT3D: checkpoints, end to end, on 8 CPU ranks.
+#  1. exact resume: 2x2x2, 20 steps straight against 10 steps + save + a new process with
+#     --resume auto: byte-identical final weights and identical losses of steps 11-20; also
+#     with --zero 1;
+#  2. resume on another mesh: the step-10 checkpoint of 2x2x2 continued on 1x1x1, 4x2x1, 1x4x2
+#     and 2x1x4 matches an uninterrupted run on that mesh (tests/compare_runs.py tolerances);
+#  3. kill -9 of one rank in the middle of a run and (fault switch) in the middle of a save: a
+#     relaunch with --resume auto completes with the weights of an uninterrupted run.
+#  4. a damaged newest checkpoint: --resume auto falls back to the previous one and says so.
+set -uo pipefail
+vit3d=$1
+here=$(cd "$(dirname "$0")" && pwd)
+py=${VT_REF_PYTHON:-/usr/bin/python3}
+"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: $py cannot import numpy"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+common=(train --model tiny --heads 8 --depth 8 --width 64 --steps 20 --global-batch-size 16
+        --micro-batch-size 2 --lr 1e-3 --warmup-steps 2 --seed 5 --threads 1 --log-interval 10)
+fail=0
+run() {  # run NAME NP flags...: logs to NAME.log, metrics in NAME/, weights NAME/weights.safetensors
+  local name=$1 np=$2; shift 2
+  timeout 300 mpirun -np "$np" --oversubscribe "$vit3d" "${common[@]}" --log-dir "$work/$name" \
+    --final-weights "$work/$name/weights.safetensors" "$@" > "$work/$name.log" 2>&1
+}
+must() { "$@" || { echo "FAIL: $*"; tail -15 "$work/${2}.log" 2>/dev/null; fail=1; }; }
+
+for z in 0 1; do
+  must run straight$z 8 --tp 2 --pp 2 --zero $z
+  must run first$z 8 --tp 2 --pp 2 --zero $z --save "$work/ck$z" --save-interval 10 --run-steps 10
+  must run second$z 8 --tp 2 --pp 2 --zero $z --save "$work/ck$z" --resume auto
+  if cmp -s "$work/straight$z/weights.safetensors" "$work/second$z/weights.safetensors" &&
+     "$py" - "$work/straight$z/metrics.jsonl" "$work/second$z/metrics.jsonl" <<'PY'
+import json, sys
+a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
+b = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
+sys.exit(0 if sorted(b) == list(range(11, 21)) and all(a[s] == b[s] for s in b) else 1)
+PY
+  then echo "ok: exact resume (zero $z): weights byte-identical, losses of steps 11-20 identical"
+  else echo "FAIL: exact resume (zero $z) differs"; fail=1; fi
+done
+
+for mesh in "1 1 1 1" "8 4 2 1" "8 1 4 2" "8 2 1 4"; do
+  read -r np tp pp dp <<<"$mesh"
+  name=m${tp}${pp}${dp}
+  must run ref_$name "$np" --tp "$tp" --pp "$pp" --dp "$dp"
+  must run res_$name "$np" --tp "$tp" --pp "$pp" --dp "$dp" --resume "$work/ck0/step-00000010"
+  "$py" "$here/compare_runs.py" "$work/ref_$name" "$work/res_$name" \
+    "2x2x2 step 10 -> ${tp}x${pp}x${dp}" || fail=1
+done
+
+# kill -9 of one rank in the middle of a run: checkpoints every 5 steps, kill after step 10's.
+timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" --tp 2 --pp 2 \
+  --save "$work/kill" --save-interval 5 > "$work/kill1.log" 2>&1 &
+launcher=$!
+for _ in $(seq 600); do [ -f "$work/kill/step-00000010/manifest.txt" ] && break; sleep 0.1; done
+victim=$(pgrep -f "^$vit3d train" | sed -n 3p)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $launcher
+echo "killed rank pid $victim after step 10's checkpoint; mpirun exited with $?"
+must run kill2 8 --tp 2 --pp 2 --save "$work/kill" --save-interval 5 --resume auto
+cmp -s "$work/straight0/weights.safetensors" "$work/kill2/weights.safetensors" &&
+  echo "ok: relaunch after kill -9 mid-run equals the uninterrupted run" ||
+  { echo "FAIL: relaunch after kill -9 mid-run differs"; fail=1; }
+
+# kill -9 of rank 0 in the middle of the step-15 save (test-only fault switch).
+VT_FAULT_KILL_IN_SAVE=15 timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" \
+  --tp 2 --pp 2 --save "$work/ksave" --save-interval 5 > "$work/ksave1.log" 2>&1
+echo "killed in the middle of the step-15 save: mpirun exited with $?; left: $(ls -A "$work/ksave" | tr '\n' ' ')"
+must run ksave2 8 --tp 2 --pp 2 --save "$work/ksave" --save-interval 5 --resume auto
+grep -q "step-00000010" "$work/ksave2.log" && ! ls -A "$work/ksave" | grep -q tmp &&
+cmp -s "$work/straight0/weights.safetensors" "$work/ksave2/weights.safetensors" &&
+  echo "ok: relaunch after kill -9 mid-save resumed from step 10, cleaned the partial save, equals the uninterrupted run" ||
+  { echo "FAIL: relaunch after kill -9 mid-save"; grep -i "resum\|tmp" "$work/ksave2.log"; fail=1; }
+
+# A damaged newest checkpoint: --resume auto uses the previous one and says so.
+mkdir -p "$work/dmg" && cp -r "$work/kill/step-00000010" "$work/kill/step-00000015" "$work/dmg/" 2>/dev/null
+echo step-00000015 > "$work/dmg/latest"
+printf 'garbage' | dd of="$work/dmg/step-00000015/model.safetensors" bs=1 seek=100 conv=notrunc 2>/dev/null
+must run dmg 8 --tp 2 --pp 2 --save "$work/dmg" --resume auto --run-steps 1
+grep -q "CRC-32" "$work/dmg.log" && grep -q "previous complete checkpoint" "$work/dmg.log" &&
+  grep -q "resumed from .*step-00000010" "$work/dmg.log" &&
+  echo "ok: damaged newest checkpoint refused (CRC), the previous one used" ||
+  { echo "FAIL: damaged checkpoint fallback"; grep -i "damag\|resum" "$work/dmg.log"; fail=1; }
+exit $fail
