@@ -334,3 +334,27 @@ vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, v
   }
   return VT_ERR_INPUT;
 }
+
+vt_status vt_copy_file_atomic(const char *src, const char *dst, char *err, size_t errlen) {
+  char tmp[1100];
+  snprintf(tmp, sizeof tmp, "%s.tmp", dst);
+  FILE *in = fopen(src, "rb"), *out = in ? fopen(tmp, "wb") : NULL;
+  if (!in || !out) {
+    int e = errno;
+    if (in) fclose(in);
+    FAIL(VT_ERR_IO, "cannot %s: %s", in ? "create the output" : "read the checkpoint", strerror(e));
+  }
+  char buf[1 << 16];
+  size_t n;
+  int ok = 1;
+  while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+  ok = ok && !ferror(in) && fflush(out) == 0 && fsync(fileno(out)) == 0;
+  int e = errno;
+  fclose(in);
+  ok = (fclose(out) == 0) && ok;
+  if (!ok || rename(tmp, dst) != 0) {
+    remove(tmp);
+    FAIL(VT_ERR_IO, "writing %s failed: %s (is the disk full?)", dst, strerror(e));
+  }
+  return VT_OK;
+}

@@ -71,28 +71,6 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   return agree(world, st);
 }
 
-// This rank's elements of the tensors `prefix`<name> of a checkpoint file, into local (host).
-static vt_status read_local(const vt_st_file *f, const char *file, const vt_param_table *t,
-                            const char *prefix, float *local, char *err, size_t errlen) {
-  char name[256];
-  for (int i = 0; i < t->count; i++) {
-    const vt_param *p = &t->p[i];
-    snprintf(name, sizeof name, "%s%s", prefix, p->name);
-    const vt_st_entry *e = vt_st_find(f, name);
-    int same = e && strcmp(e->dtype, "F32") == 0 && e->ndim == p->ndim;
-    for (int d = 0; same && d < p->ndim; d++) same = e->shape[d] == p->shape[d];
-    if (!same) {
-      snprintf(err, errlen, "%s: tensor %s is %s; the model needs F32 of the config's shape",
-               file, name, e ? "of another dtype or shape" : "missing");
-      return VT_ERR_INPUT;
-    }
-    const float *g = vt_st_data(f, e);
-    for (int64_t k = 0; k < p->local_count; k++)
-      local[p->offset + k] = g[vt_param_global_index(p, &t->shard, k)];
-  }
-  return VT_OK;
-}
-
 static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifest *man,
                                 const char *dir, char *err, size_t errlen) {
   const vt_vit_config *c = &o->model;
@@ -106,7 +84,8 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
              (double)man->mlp_ratio, man->num_classes);
     return VT_ERR_INPUT;
   }
-  if (man->global_batch != o->global_batch || man->stream_position != man->step * o->global_batch) {
+  if (!o->eval_only &&
+      (man->global_batch != o->global_batch || man->stream_position != man->step * o->global_batch)) {
     snprintf(err, errlen,
              "%s was saved with --global-batch-size %" PRId64 "; resume with the same global "
              "batch so the data stream continues where it stopped",
@@ -164,13 +143,13 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   vt_st_file f;
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   st = vt_safetensors_read(path, &f, err, errlen);
-  if (st == VT_OK) st = read_local(&f, path, &m->table, "", local[0], err, errlen);
+  if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "", local[0], err, errlen);
   vt_safetensors_close(&f);
   if (st == VT_OK) {
     snprintf(path, sizeof path, "%s/optim.safetensors", dir);
     st = vt_safetensors_read(path, &f, err, errlen);
-    if (st == VT_OK) st = read_local(&f, path, &m->table, "exp_avg.", local[1], err, errlen);
-    if (st == VT_OK) st = read_local(&f, path, &m->table, "exp_avg_sq.", local[2], err, errlen);
+    if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "exp_avg.", local[1], err, errlen);
+    if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "exp_avg_sq.", local[2], err, errlen);
     vt_safetensors_close(&f);
   }
   double bad = st != VT_OK;

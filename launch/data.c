@@ -36,17 +36,18 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, int need_pixels, i
   d->host_img = malloc((size_t)B * 3 * S * S * sizeof(float));
   d->host_labels = malloc((size_t)B * sizeof(int32_t));
   VT_CHECK(d->host_img && d->host_labels, "out of host memory for a micro-batch");
-  if (d->synthetic) return VT_OK;
-  if (vt_dataset_open(o->data, &d->train_ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
   if (o->val_data[0]) {
     if (vt_dataset_open(o->val_data, &d->val_ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
     d->has_val = 1;
-    if (d->val_ds.num_classes != d->train_ds.num_classes) {
-      snprintf(err, errlen, "--val-data %s has %d classes but --data %s has %d", o->val_data,
-               d->val_ds.num_classes, o->data, d->train_ds.num_classes);
+    if (d->val_ds.num_classes != o->model.num_classes) {
+      snprintf(err, errlen, "--val-data %s has %d classes but the model has %d; pass "
+               "--num-classes %d", o->val_data, d->val_ds.num_classes, o->model.num_classes,
+               d->val_ds.num_classes);
       return VT_ERR_INPUT;
     }
   }
+  if (d->synthetic || o->eval_only) return VT_OK;
+  if (vt_dataset_open(o->data, &d->train_ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
   if (d->train_ds.num_classes != o->model.num_classes) {
     snprintf(err, errlen, "--data %s has %d classes but the model has %d; pass --num-classes %d",
              o->data, d->train_ds.num_classes, o->model.num_classes, d->train_ds.num_classes);
@@ -63,10 +64,8 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, int need_pixels, i
 
 void vt_data_close(vt_data *d) {
   if (d->train) vt_loader_destroy(d->train);
-  if (!d->synthetic && d->o) {
-    vt_dataset_free(&d->train_ds);
-    if (d->has_val) vt_dataset_free(&d->val_ds);
-  }
+  if (d->train_ds.count) vt_dataset_free(&d->train_ds);
+  if (d->has_val) vt_dataset_free(&d->val_ds);
   free(d->host_img);
   free(d->host_labels);
   memset(d, 0, sizeof *d);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "safetensors.h"
 
 // Adds the loss, top-1 and top-5 hits of the first `valid` rows of logits (B, K) to acc.
 static void score(const float *logits, const int32_t *labels, int valid, int K, double *acc) {
@@ -27,8 +28,18 @@ static void score(const float *logits, const int32_t *labels, int valid, int K, 
   }
 }
 
+// The scored inputs, labels and logits of a one-rank evaluation, for export checks.
+static void write_dump(const char *path, const float *img, const int32_t *labels,
+                       const float *logits, int64_t n, int S, int K) {
+  char err[512];
+  vt_st_tensor t[3] = {{"images", "F32", 4, {n, 3, S, S}, img},
+                       {"labels", "I32", 1, {n}, labels},
+                       {"logits", "F32", 2, {n, K}, logits}};
+  if (vt_safetensors_write(path, t, 3, err, sizeof err) != VT_OK) vt_log_error("%s", err);
+}
+
 vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
-                           vt_mesh_coord me) {
+                           vt_mesh_coord me, const char *dump) {
   const vt_backend *be = m->be;
   const int B = d->o->micro_batch, K = m->cfg.num_classes;
   const int64_t n = vt_model_local_rows(m, B) * m->cfg.width;
@@ -43,6 +54,12 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   }
   float *logits = m->has_head ? malloc((size_t)B * K * sizeof(float)) : NULL;
   VT_CHECK(!m->has_head || logits, "out of host memory for logits");
+  const int S = m->cfg.img_size;
+  const int64_t cap = dump ? batches * B : 0, img_n = (int64_t)3 * S * S;
+  float *all_img = dump ? malloc((size_t)(cap * img_n) * sizeof(float)) : NULL;
+  float *all_logits = dump ? malloc((size_t)(cap * K) * sizeof(float)) : NULL;
+  int32_t *all_labels = dump ? malloc((size_t)cap * sizeof(int32_t)) : NULL;
+  VT_CHECK(!dump || (all_img && all_logits && all_labels), "out of host memory for --logits-out");
   vt_model_slot *sl = &m->slots[0];  // training's slots are idle between steps
   for (int64_t j = 0; j < batches; j++) {
     vt_batch batch = {0};
@@ -61,8 +78,16 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
       continue;
     }
     be->to_host(logits, sl->logits, (size_t)B * K * sizeof(float));
+    if (dump) {  // one rank: it has the images and the logits
+      const int64_t at = (int64_t)acc[3];
+      memcpy(all_img + at * img_n, batch.images, (size_t)(batch.valid * img_n) * sizeof(float));
+      memcpy(all_logits + at * K, logits, (size_t)batch.valid * K * sizeof(float));
+      memcpy(all_labels + at, batch.labels, (size_t)batch.valid * sizeof(int32_t));
+    }
     if (me.tp_rank == 0) score(logits, batch.labels, batch.valid, K, acc);
   }
+  if (dump) write_dump(dump, all_img, all_labels, all_logits, (int64_t)acc[3], S, K);
+  free(all_img), free(all_logits), free(all_labels);
   if (loader) vt_loader_destroy(loader);
   free(logits);
   vt_comm_all_reduce_double(world, acc, 4, VT_REDUCE_SUM);

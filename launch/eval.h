@@ -13,8 +13,9 @@ typedef struct {
   int64_t count;            // samples scored
 } vt_eval_result;
 
-// Collective over world. pp is the pipeline comm; me the caller's coordinates.
+// Collective over world. pp is the pipeline comm; me the caller's coordinates. dump (one rank
+// only, else NULL): write the inputs, labels and logits of every scored sample there.
 vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
-                           vt_mesh_coord me);
+                           vt_mesh_coord me, const char *dump);
 
 #endif

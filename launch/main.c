@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "cli.h"
 #include "comm.h"
 #include "prepare.h"
@@ -15,6 +16,8 @@ static void usage(FILE *f) {
           "usage: vit3d <command> [flags]\n\n"
           "commands:\n"
           "  train      train a ViT (see vit3d train --help)\n"
+          "  eval       evaluate a checkpoint or weights on --val-data (flags of train)\n"
+          "  export     vit3d export --checkpoint DIR --out FILE.safetensors (timm names)\n"
           "  prepare    prepare a dataset: vit3d prepare fashion-mnist OUT_DIR\n"
           "  version    print the version and what this build contains\n\n"
           "example:\n"
@@ -64,10 +67,11 @@ static vt_status parse_triple(const char *flag, const char *s, float *out, int p
 
 // Every rank parses the same arguments and reaches the same verdict, so every rank exits with
 // the same code; only rank 0 prints, so the user reads the message once.
-static int cmd_train(int argc, char **argv, vt_comm *world) {
+static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
   const int rank0 = vt_comm_rank(world) == 0;
   vt_train_options o;
   train_defaults(&o);
+  o.eval_only = eval_only;
   char model[32], device[8] = "cpu", err[512], bad_image[8] = "skip", mean[64] = "", std[64] = "";
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
@@ -160,6 +164,14 @@ static int cmd_train(int argc, char **argv, vt_comm *world) {
       {"--resume", VT_OPT_STR, o.resume, sizeof o.resume, 0, 0, "auto|DIR",
        "auto: continue from the newest complete checkpoint in --save (or start fresh); DIR: "
        "from that checkpoint (on any mesh)", NULL},
+      {"--init-from", VT_OPT_STR, o.init_from, sizeof o.init_from, 0, 0, "FILE",
+       "start from timm-format weights (safetensors); pos_embed resampled and head renewed "
+       "when the image size or class count differ", NULL},
+      {"--logits-out", VT_OPT_STR, o.logits_out, sizeof o.logits_out, 0, 0, "FILE",
+       "vit3d eval on one rank: write the validation inputs, labels and logits (safetensors)",
+       NULL},
+      {"--checkpoint", VT_OPT_STR, o.resume, sizeof o.resume, 0, 0, "DIR",
+       "vit3d eval: the checkpoint to evaluate (the same as --resume DIR)", NULL},
       {"--comm-stats", VT_OPT_INT, &o.comm_stats, 0, 0, 1, "N",
        "1: every rank writes its first step's traffic per axis to LOG_DIR/comm.rank<R>.json",
        NULL},
@@ -205,6 +217,34 @@ static int cmd_train(int argc, char **argv, vt_comm *world) {
   return vt_train_run(&o, world);
 }
 
+// vit3d export --checkpoint DIR --out FILE: the checkpoint's model.safetensors holds the full,
+// unsharded weights with timm's names already; verify the checkpoint and copy it atomically.
+static int cmd_export(int argc, char **argv) {
+  char ckpt[512] = "", out[512] = "", err[768];
+  const vt_opt opts[] = {
+      {"--checkpoint", VT_OPT_STR, ckpt, sizeof ckpt, 0, 0, "DIR", "checkpoint directory", NULL},
+      {"--out", VT_OPT_STR, out, sizeof out, 0, 0, "FILE", "safetensors file to write", NULL},
+  };
+  if (vt_cli_parse(opts, 2, argc, argv, err, sizeof err) != VT_OK || !ckpt[0] || !out[0]) {
+    fprintf(stderr, "%s%susage: vit3d export --checkpoint DIR --out FILE.safetensors\n",
+            ckpt[0] && out[0] ? err : "", ckpt[0] && out[0] ? "\n" : "");
+    return 2;
+  }
+  vt_ckpt_manifest man;
+  if (vt_ckpt_verify(ckpt, &man, err, sizeof err) != VT_OK) {
+    fprintf(stderr, "vit3d export: %s\n", err);
+    return 1;
+  }
+  char src[600];
+  snprintf(src, sizeof src, "%s/model.safetensors", ckpt);
+  if (vt_copy_file_atomic(src, out, err, sizeof err) != VT_OK) {
+    fprintf(stderr, "vit3d export: %s\n", err);
+    return 1;
+  }
+  printf("vit3d export: wrote %s (step %lld, timm names, fp32)\n", out, (long long)man.step);
+  return 0;
+}
+
 static int cmd_prepare(int argc, char **argv) {
   if (argc != 2 || strcmp(argv[0], "fashion-mnist") != 0) {
     fprintf(stderr, "usage: vit3d prepare fashion-mnist OUT_DIR\n"
@@ -229,10 +269,17 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "train") == 0) {
     vt_comm *world = vt_comm_world_init(&argc, &argv);
-    int rc = cmd_train(argc - 2, argv + 2, world);
+    int rc = cmd_train(argc - 2, argv + 2, world, 0);
     vt_comm_finalize(world);
     return rc;
   }
+  if (strcmp(argv[1], "eval") == 0) {
+    vt_comm *world = vt_comm_world_init(&argc, &argv);
+    int rc = cmd_train(argc - 2, argv + 2, world, 1);
+    vt_comm_finalize(world);
+    return rc;
+  }
+  if (strcmp(argv[1], "export") == 0) return cmd_export(argc - 2, argv + 2);
   if (strcmp(argv[1], "prepare") == 0) return cmd_prepare(argc - 2, argv + 2);
   if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
     printf("vit3d 0.1 (%s)\n", vt_backend_build_info());

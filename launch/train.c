@@ -31,8 +31,10 @@ static double now_s(void) {
 vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size_t errlen) {
   const vt_vit_config *c = &o->model;
   if (vt_config_validate(c, err, errlen) != VT_OK) return VT_ERR_INPUT;
-  if (o->val_data[0] && strcmp(o->data, "synthetic") == 0)
-    REFUSE("--val-data needs an image dataset in --data, not the synthetic task");
+  if (o->logits_out[0] && (!o->eval_only || world_size != 1))
+    REFUSE("--logits-out is for vit3d eval on one rank");
+  if (o->eval_only && (!o->val_data[0] || !(o->resume[0] || o->init_from[0])))
+    REFUSE("vit3d eval needs --val-data and the weights: --checkpoint DIR or --init-from FILE");
   vt_mesh_order order;
   vt_mesh mesh;
   if (vt_mesh_order_parse(o->mesh_order, &order, err, errlen) != VT_OK) return VT_ERR_INPUT;
@@ -259,6 +261,10 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   print_plan(&m, &opt, n_micro);
 
   int64_t start_step = 0;
+  if (o->init_from[0] && vt_model_init_from(&m, world, o->init_from, err, sizeof err) != VT_OK) {
+    if (world_rank == 0) vt_log_error("--init-from: %s", err);
+    return 2;
+  }
   if (o->resume[0] &&
       vt_ckpt_resume(o, &m, &opt, world, &mesh, &start_step, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("cannot resume: %s", err);
@@ -281,8 +287,9 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   const double t_start = now_s();
   double timed_s = 0.0, timed_compute_s = 0.0;  // steps after the first, for the idle report
   vt_comm_counts_reset();
-  const int64_t end_step =
+  int64_t end_step =
       o->run_steps > 0 && start_step + o->run_steps < o->steps ? start_step + o->run_steps : o->steps;
+  if (o->eval_only) end_step = start_step;
   for (int64_t step = start_step; step < end_step; step++) {
     const double t0 = now_s(), compute0 = x.compute_s;
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
@@ -303,7 +310,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
       write_comm_stats(o, &m, &opt, me, world_rank, n_micro);
     const double t1 = now_s(), step_ms = 1e3 * (t1 - t0), img_s = o->global_batch / (t1 - t0);
     if (step > start_step) timed_s += t1 - t0, timed_compute_s += x.compute_s - compute0;
-    if (eval_now) ev = vt_evaluate(&m, &data, world, pp, me);
+    if (eval_now) ev = vt_evaluate(&m, &data, world, pp, me, NULL);
     const int save_now = o->save_dir[0] && (step + 1 == end_step ||
                                             (o->save_interval > 0 && (step + 1) % o->save_interval == 0));
     if (save_now && vt_ckpt_save(o, &m, &opt, world, &mesh, step + 1, err, sizeof err) != VT_OK &&
@@ -335,6 +342,13 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
              (long long)(step + 1), ev.loss, 100 * ev.top1, 100 * ev.top5, (long long)ev.count);
   }
   if (metrics) fclose(metrics);
+  if (o->eval_only) {
+    vt_eval_result ev =
+        vt_evaluate(&m, &data, world, pp, me, o->logits_out[0] ? o->logits_out : NULL);
+    if (world_rank == 0)
+      printf("eval: loss %.6f | top-1 %.4f%% | top-5 %.4f%% (%lld images)\n", ev.loss,
+             100 * ev.top1, 100 * ev.top5, (long long)ev.count);
+  }
   if (mesh.pp_size > 1 && end_step > start_step + 1)
     report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, n_micro);
   int rc = 0;

@@ -44,6 +44,9 @@ typedef struct {
   int save_interval;        // save every N steps (and after the last); 0: only after the last
   int keep_last;            // complete checkpoints kept; 0: all
   char resume[512];         // "auto", a checkpoint directory, or empty
+  char init_from[512];      // start from these timm-format weights (safetensors)
+  int eval_only;
+  char logits_out[512];     // vit3d eval on one rank: write the inputs and logits (safetensors)            // `vit3d eval`: load, evaluate --val-data once, stop
   int comm_stats;           // 1: each rank writes its first step's traffic per axis (log-dir)
 } vt_train_options;
 

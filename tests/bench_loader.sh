@@ -77,6 +77,15 @@ median() {
     awk '{ v[NR] = $1 } END { if (!NR) exit 1;
       printf "%.2f\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
+# Median over rounds of vit3d/torchvision for one field, each round's pair divided on its own:
+# the two sides of a round ran seconds apart, so slow changes in the machine's load cancel.
+ratio_median() {
+  grep -E "$1" "$log" | sed -n "s/.* $3=\([0-9.]*\).*/\1/p" >"$tmp/a"
+  grep -E "$2" "$log" | sed -n "s/.* $3=\([0-9.]*\).*/\1/p" >"$tmp/b"
+  paste "$tmp/a" "$tmp/b" | awk 'NF == 2 && $2 > 0 { print $1 / $2 }' | sort -n |
+    awk '{ v[NR] = $1 } END { if (!NR) exit 1;
+      printf "%.2f\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 lib_of() { ldd "$1" 2>/dev/null | awk -v n="$2" '$1 ~ n { print $3; exit }' | xargs -r readlink -f; }
 pyv() { "$py" -c "$1" 2>/dev/null; }
 kb() { du -k "$tmp/data/$1" | tail -n 1 | awk -v n="$images" '{ printf "%.0f", $1 / n }'; }
@@ -96,21 +105,25 @@ echo "torchvision: torch=$(pyv 'import torch; print(torch.__version__)')" \
      "zlib=$(pyv 'from PIL import features; print(features.version("zlib"))')"
 echo "img/s: medians over rounds; /core: img/s divided by T (T threads or workers = T cores);"
 echo "/cpu: images per CPU-second of all the side's threads and processes (steadier while other"
-echo "jobs share the cores); ratio: vit3d / torchvision."
+echo "jobs share the cores); ratio: vit3d / torchvision of the same round, median over rounds."
 printf '%-6s %-2s %-17s %8s %8s %10s %8s %6s | %9s %9s %6s\n' format T torchvision \
        vit3d/s tv/s vit3d/core tv/core ratio vit3d/cpu tv/cpu ratio
 for fmt in png jpeg; do
   for t in $thread_list; do
     for mode in workers single; do
       [ "$mode" = single ] && [ "$t" -ne 1 ] && continue
-      v=$(median "^vit3d format=$fmt mode=threads threads=$t " img_s) || continue
-      vc=$(median "^vit3d format=$fmt mode=threads threads=$t " img_per_cpu_s)
-      tv=$(median "^torchvision format=$fmt mode=$mode threads=$t " img_s) || continue
-      tc=$(median "^torchvision format=$fmt mode=$mode threads=$t " img_per_cpu_s)
+      vp="^vit3d format=$fmt mode=threads threads=$t " tp="^torchvision format=$fmt mode=$mode threads=$t "
+      v=$(median "$vp" img_s) || continue
+      vc=$(median "$vp" img_per_cpu_s)
+      tv=$(median "$tp" img_s) || continue
+      tc=$(median "$tp" img_per_cpu_s)
+      r=$(ratio_median "$vp" "$tp" img_s)
+      rc=$(ratio_median "$vp" "$tp" img_per_cpu_s)
       [ "$mode" = workers ] && how="DataLoader w=$t" || how="1 process, w=0"
-      awk -v f="$fmt" -v t="$t" -v h="$how" -v v="$v" -v tv="$tv" -v vc="$vc" -v tc="$tc" 'BEGIN {
+      awk -v f="$fmt" -v t="$t" -v h="$how" -v v="$v" -v tv="$tv" -v vc="$vc" -v tc="$tc" \
+          -v r="$r" -v rc="$rc" 'BEGIN {
         printf "%-6s %-2s %-17s %8.1f %8.1f %10.1f %8.1f %6.2f | %9.1f %9.1f %6.2f\n",
-               f, t, h, v, tv, v / t, tv / t, v / tv, vc, tc, vc / tc }' | tee -a "$tmp/table"
+               f, t, h, v, tv, v / t, tv / t, r, vc, tc, rc }' | tee -a "$tmp/table"
     done
   done
 done

@@ -84,16 +84,17 @@ class PatchEmbed(nn.Module):
 
 
 class ViT(nn.Module):
-    def __init__(self):
+    def __init__(self, img=IMG, patch=PATCH, width=WIDTH, depth=DEPTH, heads=HEADS,
+                 mlp_ratio=MLP_RATIO, classes=CLASSES):
         super().__init__()
-        n = (IMG // PATCH) ** 2 + 1
-        self.patch_embed = PatchEmbed(PATCH, WIDTH)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, WIDTH))
-        self.pos_embed = nn.Parameter(torch.zeros(1, n, WIDTH))
+        n = (img // patch) ** 2 + 1
+        self.patch_embed = PatchEmbed(patch, width)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, width))
+        self.pos_embed = nn.Parameter(torch.zeros(1, n, width))
         self.blocks = nn.Sequential(
-            *[Block(WIDTH, HEADS, WIDTH * MLP_RATIO) for _ in range(DEPTH)])
-        self.norm = nn.LayerNorm(WIDTH, eps=1e-6)
-        self.head = nn.Linear(WIDTH, CLASSES)
+            *[Block(width, heads, int(width * mlp_ratio)) for _ in range(depth)])
+        self.norm = nn.LayerNorm(width, eps=1e-6)
+        self.head = nn.Linear(width, classes)
 
     def forward(self, img):
         x = self.patch_embed(img)

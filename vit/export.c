@@ -1,6 +1,8 @@
 // export.c: gathering the sharded parameters on rank 0 and writing safetensors.
 #include "export.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,4 +97,106 @@ vt_status vt_export_safetensors(const vt_model *m, vt_comm *world, const vt_mesh
   free(mine);
   vt_comm_all_reduce_double(world, &status, 1, VT_REDUCE_MAX);
   return (vt_status)(int)status;
+}
+
+vt_status vt_params_read_local(const vt_st_file *f, const char *file, const vt_param_table *t,
+                               const char *prefix, float *local, char *err, size_t errlen) {
+  char name[256];
+  for (int i = 0; i < t->count; i++) {
+    const vt_param *p = &t->p[i];
+    snprintf(name, sizeof name, "%s%s", prefix, p->name);
+    const vt_st_entry *e = vt_st_find(f, name);
+    int same = e && strcmp(e->dtype, "F32") == 0 && e->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++) same = e->shape[d] == p->shape[d];
+    if (!same) {
+      snprintf(err, errlen, "%s: tensor %s is %s; the model needs F32 of the config's shape",
+               file, name, e ? "of another dtype or shape" : "missing");
+      return VT_ERR_INPUT;
+    }
+    const float *g = vt_st_data(f, e);
+    for (int64_t k = 0; k < p->local_count; k++)
+      local[p->offset + k] = g[vt_param_global_index(p, &t->shard, k)];
+  }
+  return VT_OK;
+}
+
+// Cubic convolution weight (Keys, a = -0.75, as PyTorch's bicubic).
+static double cubic(double x) {
+  const double a = -0.75;
+  x = fabs(x);
+  if (x <= 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+  return 0;
+}
+
+// pos_embed (1, 1 + g0*g0, C) -> (1, 1 + g1*g1, C): the class token's row kept, the grid
+// resampled bicubically (align_corners=False, edges clamped), as timm's resample_abs_pos_embed
+// does when the image or patch size changes (timm also antialiases when shrinking; this does not).
+static void resample_pos(const float *src, int g0, float *dst, int g1, int C) {
+  memcpy(dst, src, (size_t)C * sizeof(float));
+  const double scale = (double)g0 / g1;
+  for (int y = 0; y < g1; y++)
+    for (int x = 0; x < g1; x++) {
+      double sy = (y + 0.5) * scale - 0.5, sx = (x + 0.5) * scale - 0.5;
+      int iy = (int)floor(sy), ix = (int)floor(sx);
+      float *out = dst + (size_t)(1 + y * g1 + x) * C;
+      for (int c = 0; c < C; c++) out[c] = 0;
+      for (int dy = -1; dy <= 2; dy++)
+        for (int dx = -1; dx <= 2; dx++) {
+          double w = cubic(sy - (iy + dy)) * cubic(sx - (ix + dx));
+          int yy = iy + dy < 0 ? 0 : iy + dy >= g0 ? g0 - 1 : iy + dy;
+          int xx = ix + dx < 0 ? 0 : ix + dx >= g0 ? g0 - 1 : ix + dx;
+          const float *in = src + (size_t)(1 + yy * g0 + xx) * C;
+          for (int c = 0; c < C; c++) out[c] += (float)(w * in[c]);
+        }
+    }
+}
+
+vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char *err,
+                             size_t errlen) {
+  const vt_param_table *t = &m->table;
+  const int C = m->cfg.width, K = m->cfg.num_classes, g1 = m->cfg.img_size / m->cfg.patch_size;
+  float *local = malloc((size_t)t->total * sizeof(float));
+  VT_CHECK(local != NULL, "out of host memory for --init-from");
+  m->be->to_host(local, m->params, (size_t)t->total * sizeof(float));  // the fresh initialisation
+  vt_st_file f;
+  vt_status st = vt_safetensors_read(path, &f, err, errlen);
+  int resampled = 0, new_head = 0;
+  for (int i = 0; st == VT_OK && i < t->count; i++) {
+    const vt_param *p = &t->p[i];
+    const vt_st_entry *e = vt_st_find(&f, p->name);
+    if (strncmp(p->name, "head.", 5) == 0 && e && e->ndim >= 1 && e->shape[0] != K) {
+      new_head = 1;  // another class count: keep the fresh head
+      continue;
+    }
+    if (strcmp(p->name, "pos_embed") == 0 && e && e->ndim == 3 && e->shape[2] == C &&
+        e->shape[1] != p->shape[1] && strcmp(e->dtype, "F32") == 0) {
+      int g0 = (int)lround(sqrt((double)(e->shape[1] - 1)));
+      if ((int64_t)g0 * g0 + 1 != e->shape[1]) {
+        snprintf(err, errlen, "%s: pos_embed of %lld tokens is not a class token plus a square grid",
+                 path, (long long)e->shape[1]);
+        st = VT_ERR_INPUT;
+        break;
+      }
+      resample_pos(vt_st_data(&f, e), g0, local + p->offset, g1, C);
+      resampled = g0;
+      continue;
+    }
+    vt_param_table one = {.p = (vt_param *)p, .count = 1, .total = t->total, .shard = t->shard};
+    st = vt_params_read_local(&f, path, &one, "", local, err, errlen);
+  }
+  vt_safetensors_close(&f);
+  double flags[3] = {st != VT_OK, resampled, new_head};  // the head lives on the last stage only
+  vt_comm_all_reduce_double(world, flags, 3, VT_REDUCE_MAX);
+  const int bad = flags[0] != 0;
+  resampled = (int)flags[1], new_head = (int)flags[2];
+  if (!bad) {
+    m->be->to_device(m->params, local, (size_t)t->total * sizeof(float));
+    if (resampled) vt_log_info("--init-from %s: pos_embed resampled from a %dx%d to a %dx%d patch grid", path, resampled, resampled, g1, g1);
+    if (new_head) vt_log_info("--init-from %s: the head has another class count; it starts fresh", path);
+  } else if (st == VT_OK) {
+    snprintf(err, errlen, "another rank could not read %s", path);
+  }
+  free(local);
+  return bad ? VT_ERR_INPUT : VT_OK;
 }

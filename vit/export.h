@@ -8,6 +8,7 @@
 
 #include "mesh.h"
 #include "model.h"
+#include "safetensors.h"
 
 // Collective over world: the DP-rank-0 replica of every (tp, pp) shard sends its parameters to
 // world rank 0, which reassembles each tensor by the parameter table and writes path. Every rank
@@ -23,5 +24,19 @@ float *vt_gather_global(const vt_model *m, vt_comm *world, const vt_mesh *mesh,
 vt_status vt_write_global(const vt_vit_config *cfg, const float *const *globals,
                           const char *const *prefixes, int n, const char *path, char *err,
                           size_t errlen);
+
+// This rank's elements of the tensors prefix<name> of an open safetensors file, into the host
+// buffer local (laid out by the rank's table). A missing tensor, another dtype than F32 or
+// another shape than the table's is VT_ERR_INPUT naming it.
+vt_status vt_params_read_local(const vt_st_file *f, const char *file,
+                               const vt_param_table *t, const char *prefix, float *local,
+                               char *err, size_t errlen);
+
+// --init-from: this rank's parameters from a timm-format safetensors file (full, unsharded).
+// When the image or patch grid differs, pos_embed is resampled as timm does (bicubic over the
+// patch grid, class token kept); when the class count differs, the head keeps its fresh
+// initialisation. Both are said in the log. Collective over world only through its verdict.
+vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char *err,
+                             size_t errlen);
 
 #endif

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# test_export.sh VIT3D: export and import. Trains a small model on a generated image folder on a
+# 2x2x2 mesh with a checkpoint, exports it (`vit3d export`), and checks that
+#  - PyTorch loads the file into a ViT with timm's parameter names (strict) and reproduces the
+#    validation logits of `vit3d eval` on the same inputs (tests/export_check.py);
+#  - `vit3d eval --init-from` the exported file gives the same evaluation as the checkpoint,
+#    on one rank and on the 2x2x2 mesh;
+#  - --init-from at another image size resamples pos_embed and at another class count renews
+#    the head, and says so.
+set -uo pipefail
+vit3d=$1
+here=$(cd "$(dirname "$0")" && pwd)
+py=${VT_REF_PYTHON:-/usr/bin/python3}
+"$py" -c "import torch, PIL" 2>/dev/null || { echo "SKIP: $py cannot import torch and PIL"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$py" - "$work" <<'PY'
+import os, random, sys
+from PIL import Image
+random.seed(3)
+for split, n in (("train", 24), ("val", 10)):
+    for c in range(3):
+        os.makedirs(f"{sys.argv[1]}/{split}/c{c}")
+        for i in range(n):
+            img = Image.new("RGB", (20, 20), tuple(random.randrange(256) for _ in range(3)))
+            for _ in range(30):
+                img.putpixel((random.randrange(20), random.randrange(20)), (60 * c, 255 - 60 * c, 90))
+            img.save(f"{sys.argv[1]}/{split}/c{c}/{i:03d}.png")
+PY
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+model=(--model tiny --img-size 16 --patch-size 4 --width 32 --heads 4 --depth 4 --num-classes 3)
+fail=0
+step() { echo "== $*"; "$@" > "$work/last.log" 2>&1 || { echo "FAIL: $*"; tail -15 "$work/last.log"; fail=1; }; }
+step timeout 300 mpirun -np 8 --oversubscribe "$vit3d" train "${model[@]}" --tp 2 --pp 2 \
+  --data "$work/train" --micro-batch-size 4 --global-batch-size 16 --steps 8 --threads 1 \
+  --loader-threads 1 --lr 3e-3 --save "$work/ck"
+ck=$work/ck/step-00000008
+step "$vit3d" export --checkpoint "$ck" --out "$work/w.safetensors"
+step timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" --checkpoint "$ck" \
+  --micro-batch-size 4 --logits-out "$work/dump.safetensors"
+grep "^eval:" "$work/last.log" > "$work/eval_ckpt.txt"
+step "$py" "$here/export_check.py" "$work/w.safetensors" "$work/dump.safetensors" 32 4 4
+cat "$work/last.log"
+step timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" \
+  --init-from "$work/w.safetensors" --micro-batch-size 4
+grep "^eval:" "$work/last.log" > "$work/eval_init.txt"
+step timeout 300 mpirun -np 8 --oversubscribe "$vit3d" eval "${model[@]}" --tp 2 --pp 2 \
+  --val-data "$work/val" --init-from "$work/w.safetensors" --micro-batch-size 4 --threads 1
+grep "^eval:" "$work/last.log" > "$work/eval_mesh.txt"
+echo "checkpoint: $(cat "$work/eval_ckpt.txt")"
+echo "init-from:  $(cat "$work/eval_init.txt")"
+echo "2x2x2 mesh: $(cat "$work/eval_mesh.txt")"
+cmp -s "$work/eval_ckpt.txt" "$work/eval_init.txt" ||
+  { echo "FAIL: --init-from evaluates differently from the checkpoint"; fail=1; }
+"$py" - "$work/eval_ckpt.txt" "$work/eval_mesh.txt" <<'PY' || { echo "FAIL: the mesh evaluation differs"; fail=1; }
+import re, sys
+a, b = (list(map(float, re.findall(r"[\d.]+", open(p).read()))) for p in sys.argv[1:])
+sys.exit(0 if len(a) == len(b) and all(abs(x - y) <= 1e-4 * max(1, abs(x)) for x, y in zip(a, b)) else 1)
+PY
+step timeout 300 mpirun -np 1 "$vit3d" train --model tiny --img-size 24 --patch-size 4 --width 32 \
+  --heads 4 --depth 4 --num-classes 5 --steps 1 --micro-batch-size 2 --init-from "$work/w.safetensors"
+grep -q "pos_embed resampled from a 4x4 to a 6x6 patch grid" "$work/last.log" &&
+  grep -q "the head has another class count" "$work/last.log" &&
+  echo "ok: --init-from at 24 px and 5 classes resampled pos_embed and renewed the head" ||
+  { echo "FAIL: --init-from resampling messages"; cat "$work/last.log"; fail=1; }
+exit $fail
