@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# test_ckpt_refuse.sh VIT3D: checkpoints that must not be used are refused clearly:
+#  - resuming with a model config whose shapes differ from the checkpoint's;
+#  - --resume DIR of a damaged checkpoint (bad CRC) stops instead of training;
+#  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted) gives an
+#    error, and the previous checkpoint stays complete and usable.
+set -uo pipefail
+vit3d=$1
+work=$(mktemp -d)
+cleanup() { mountpoint -q "$work/disk" && umount "$work/disk"; rm -rf "$work"; }
+trap cleanup EXIT
+fail=0
+args=(train --model tiny --steps 4 --global-batch-size 8 --micro-batch-size 8 --threads 1)
+"$vit3d" "${args[@]}" --save "$work/ck" > "$work/a.log" 2>&1 || { echo "FAIL: first run"; fail=1; }
+out=$("$vit3d" "${args[@]}" --width 96 --heads 4 --steps 6 --save "$work/ck" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "holds a model of img 32 patch 8 width 64" <<<"$out"; then
+  echo "ok: another width refused: $(grep -o 'holds a model.*' <<<"$out")"
+else echo "FAIL: config mismatch: rc $rc: $out"; fail=1; fi
+cp -r "$work/ck/step-00000004" "$work/bad"
+printf 'xx' | dd of="$work/bad/optim.safetensors" bs=1 seek=300 conv=notrunc 2>/dev/null
+out=$("$vit3d" "${args[@]}" --steps 6 --resume "$work/bad" 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "is damaged: optim.safetensors has CRC-32" <<<"$out"; then
+  echo "ok: damaged --resume DIR refused: $(grep -o 'is damaged.*' <<<"$out")"
+else echo "FAIL: damaged checkpoint: rc $rc: $out"; fail=1; fi
+# Full disk: room for one checkpoint (~2.6 MB) but not two.
+mkdir -p "$work/disk"
+if mount -t tmpfs -o size=4m tmpfs "$work/disk" 2>/dev/null; then
+  out=$("$vit3d" "${args[@]}" --steps 2 --save "$work/disk" --save-interval 1 2>&1)
+  again=$("$vit3d" "${args[@]}" --steps 3 --save "$work/disk" --resume auto --run-steps 1 2>&1)
+  if grep -q "checkpoint of step 2 failed, the previous one is intact" <<<"$out" &&
+     grep -q "disk full\|No space" <<<"$out" &&
+     [ "$(cat "$work/disk/latest")" = "step-00000001" ] && ! ls -A "$work/disk" | grep -q tmp &&
+     grep -q "resumed from .*step-00000001" <<<"$again"; then
+    echo "ok: full disk: $(grep -o 'checkpoint of step 2 failed.*' <<<"$out" | cut -c1-160)"
+  else echo "FAIL: full disk: $out"; ls -la "$work/disk"; fail=1; fi
+else
+  echo "skipped the full-disk case: cannot mount a tmpfs here"
+fi
+exit $fail

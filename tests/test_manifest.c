@@ -1,0 +1,105 @@
+// test_manifest.c: the checkpoint directory without MPI or a model: manifest round trip, every
+// damaged-manifest case refused with a message naming the problem, the atomic commit (files,
+// manifest, `latest`, keep-last), and verification catching truncated and altered files.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint.h"
+
+static int failures = 0;
+#define EXPECT(cond, ...)                         \
+  do {                                            \
+    if (!(cond)) {                                \
+      printf("FAIL line %d: ", __LINE__);         \
+      printf(__VA_ARGS__);                        \
+      printf("\n");                               \
+      failures++;                                 \
+    }                                             \
+  } while (0)
+
+static vt_ckpt_manifest sample(void) {
+  vt_ckpt_manifest m = {.step = 10, .stream_position = 160, .global_batch = 16, .adam_t = 10,
+                        .seed = 5, .img_size = 32, .patch_size = 8, .width = 64, .depth = 8,
+                        .heads = 8, .num_classes = 10, .mlp_ratio = 4.0f, .tp = 2, .pp = 2,
+                        .dp = 2, .nfiles = 1};
+  snprintf(m.file[0], sizeof m.file[0], "model.safetensors");
+  m.file_nbytes[0] = 100, m.file_crc[0] = 0xdeadbeef;
+  return m;
+}
+
+// The manifest text of sample() with line `key ...` replaced by `repl` ("" deletes it).
+static void refuse_edit(const char *key, const char *repl, const char *want) {
+  char text[4096], out[4096] = "", err[512] = "";
+  vt_ckpt_manifest m = sample();
+  vt_ckpt_manifest_format(&m, text, sizeof text);
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    int match = strncmp(line, key, strlen(key)) == 0 && line[strlen(key)] == ' ';
+    strcat(out, match ? repl : line);
+    if (!match || repl[0]) strcat(out, "\n");
+  }
+  vt_status st = vt_ckpt_manifest_parse(out, strlen(out), &m, err, sizeof err);
+  EXPECT(st != VT_OK && strstr(err, want), "editing '%s' to '%s': status %d, message '%s', want '%s'",
+         key, repl, st, err, want);
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  fputs(text, f);
+  fclose(f);
+}
+
+int main(void) {
+  char text[4096], err[512];
+  vt_ckpt_manifest m = sample(), back;
+  int n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK, "%s", err);
+  EXPECT(back.step == 10 && back.width == 64 && back.mlp_ratio == 4.0f && back.nfiles == 1 &&
+         back.file_crc[0] == 0xdeadbeef && !strcmp(back.file[0], "model.safetensors"),
+         "round trip");
+  EXPECT(vt_crc32(0, "123456789", 9) == 0xCBF43926u, "CRC-32 check value");
+  refuse_edit("format", "format something-else", "not a vit3d checkpoint");
+  refuse_edit("format", "", "no format line");
+  refuse_edit("step", "", "lacks 'step'");
+  refuse_edit("step", "step -3", "bad value");
+  refuse_edit("width", "width 12x", "bad value");
+  refuse_edit("zero", "zero 2", "bad value");
+  refuse_edit("mlp_ratio", "mlp_ratio nan", "bad mlp_ratio");
+  refuse_edit("heads", "colour blue", "unknown key");
+  refuse_edit("file", "file ../etc/passwd 10 00000000", "malformed file entry");
+  refuse_edit("file", "file model.safetensors 10 zzzz", "malformed file entry");
+  refuse_edit("file", "", "lists no files");
+  refuse_edit("seed", "seed 1 2", "expected 'key value'");
+
+  // Commit, `latest`, keep-last, verification of damaged files.
+  char dir[] = "/tmp/vt_manifest_XXXXXX", tmp[1100], path[1300], found[1100];
+  if (!mkdtemp(dir)) return 1;
+  for (int step = 1; step <= 3; step++) {
+    EXPECT(vt_ckpt_begin(dir, step, tmp, sizeof tmp, err, sizeof err) == VT_OK, "%s", err);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    write_file(path, "pretend tensors");
+    m.step = step;
+    const char *files[1] = {"model.safetensors"};
+    EXPECT(vt_ckpt_commit(dir, tmp, &m, files, 1, 2, err, sizeof err) == VT_OK, "%s", err);
+  }
+  struct stat st;
+  snprintf(path, sizeof path, "%s/step-00000001", dir);
+  EXPECT(stat(path, &st) != 0, "keep-last 2 left step 1");
+  EXPECT(vt_ckpt_find_latest(dir, found, sizeof found, &back) == VT_OK && back.step == 3, "latest");
+  snprintf(path, sizeof path, "%s/step-00000003/model.safetensors", dir);
+  write_file(path, "pretend tensorz");  // same size, other bytes
+  snprintf(path, sizeof path, "%s/step-00000003", dir);
+  EXPECT(vt_ckpt_verify(path, &back, err, sizeof err) != VT_OK && strstr(err, "CRC-32"), "%s", err);
+  EXPECT(vt_ckpt_find_latest(dir, found, sizeof found, &back) == VT_OK && back.step == 2,
+         "fallback to step 2, got %lld", (long long)back.step);
+  snprintf(path, sizeof path, "%s/step-00000002/model.safetensors", dir);
+  write_file(path, "short");
+  snprintf(path, sizeof path, "%s/step-00000002", dir);
+  EXPECT(vt_ckpt_verify(path, &back, err, sizeof err) != VT_OK && strstr(err, "bytes"), "%s", err);
+  EXPECT(vt_ckpt_find_latest(dir, found, sizeof found, &back) != VT_OK, "no complete checkpoint left");
+  snprintf(path, sizeof path, "rm -rf %s", dir);
+  if (system(path) != 0) printf("could not remove %s\n", dir);
+  printf(failures ? "%d manifest check(s) FAILED\n" : "all manifest checks passed\n", failures);
+  return failures ? 1 : 0;
+}
