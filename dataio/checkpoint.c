@@ -157,7 +157,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   return VT_OK;
 }
 
-static int mkdir_p(const char *dir) {
+int vt_mkdir_p(const char *dir) {
   char path[1024];
   snprintf(path, sizeof path, "%s", dir);
   for (char *p = path + 1; *p; p++) {
@@ -193,7 +193,7 @@ static void remove_dir(const char *dir) {
 
 vt_status vt_ckpt_begin(const char *save_dir, int64_t step, char *tmp_dir, size_t tmp_len,
                         char *err, size_t errlen) {
-  if (mkdir_p(save_dir) != 0) FAIL(VT_ERR_IO, "cannot create --save %s: %s", save_dir, strerror(errno));
+  if (vt_mkdir_p(save_dir) != 0) FAIL(VT_ERR_IO, "cannot create --save %s: %s", save_dir, strerror(errno));
   snprintf(tmp_dir, tmp_len, "%s/.tmp-step-%08" PRId64, save_dir, step);
   remove_dir(tmp_dir);
   if (mkdir(tmp_dir, 0755) != 0) FAIL(VT_ERR_IO, "cannot create %s: %s", tmp_dir, strerror(errno));

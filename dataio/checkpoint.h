@@ -74,6 +74,9 @@ vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t
 // VT_ERR_INPUT when there is none (a fresh start). Each damaged checkpoint skipped is logged.
 vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, vt_ckpt_manifest *m);
 
+// mkdir -p: creates dir and its missing parents; 0 on success, -1 with errno set.
+int vt_mkdir_p(const char *dir);
+
 // Copies src to dst through dst.tmp + fsync + rename, so dst is either the old or the new file.
 vt_status vt_copy_file_atomic(const char *src, const char *dst, char *err, size_t errlen);
 

@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
+#include "checkpoint.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "data.h"
@@ -65,21 +65,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   return VT_OK;
 }
 
-// mkdir -p: creates dir and its missing parents.
-static int make_dirs(const char *dir) {
-  char path[512];
-  snprintf(path, sizeof path, "%s", dir);
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
-    *p = '/';
-  }
-  return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 static FILE *open_metrics(const char *dir) {
-  if (make_dirs(dir) != 0) {
+  if (vt_mkdir_p(dir) != 0) {
     vt_log_error("cannot create --log-dir %s: %s", dir, strerror(errno));
     return NULL;
   }

@@ -23,17 +23,8 @@ int main(void) {
 #include "dataset.h"
 #include "loader.h"
 #include "prepare.h"
+#include "vt_check.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...)                                 \
-  do {                                                    \
-    if (!(cond)) {                                        \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);         \
-      printf(__VA_ARGS__);                                \
-      printf("\n");                                       \
-      failures++;                                         \
-    }                                                     \
-  } while (0)
 
 static char g_root[64];
 

@@ -7,17 +7,8 @@
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "vt_check.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...)                         \
-  do {                                            \
-    if (!(cond)) {                                \
-      printf("FAIL line %d: ", __LINE__);         \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-      failures++;                                 \
-    }                                             \
-  } while (0)
 
 static vt_ckpt_manifest sample(void) {
   vt_ckpt_manifest m = {.step = 10, .stream_position = 160, .global_batch = 16, .adam_t = 10,

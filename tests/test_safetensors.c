@@ -9,18 +9,8 @@
 #include <sys/stat.h>
 
 #include "safetensors.h"
+#include "vt_check.h"
 
-static int failures = 0, checks = 0;
-#define EXPECT(cond, ...)                         \
-  do {                                            \
-    checks++;                                     \
-    if (!(cond)) {                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-      failures++;                                 \
-    }                                             \
-  } while (0)
 
 static char dir[512];
 

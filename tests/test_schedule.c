@@ -8,22 +8,11 @@
 #include <string.h>
 
 #include "schedule.h"
+#include "vt_check.h"
 
 #define MAX_PP 8
 #define MAX_M 16
 
-static int failures = 0;
-static int checks = 0;
-#define EXPECT(cond, ...)                         \
-  do {                                            \
-    checks++;                                     \
-    if (!(cond)) {                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-      failures++;                                 \
-    }                                             \
-  } while (0)
 
 typedef struct {
   int pp, m;

@@ -8,18 +8,8 @@
 
 #include "transform.h"
 #include "vt_rng.h"
+#include "vt_check.h"
 
-static int failures = 0, checks = 0;
-#define EXPECT(cond, ...)                                \
-  do {                                                   \
-    checks++;                                            \
-    if (!(cond)) {                                       \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);        \
-      printf(__VA_ARGS__);                               \
-      printf("\n");                                      \
-      failures++;                                        \
-    }                                                    \
-  } while (0)
 
 static vt_image random_image(int w, int h, uint32_t salt) {
   vt_image im = {w, h, malloc((size_t)w * h * 3)};

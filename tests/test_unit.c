@@ -10,17 +10,8 @@
 #include "params.h"
 #include "vt_ops.h"
 #include "vt_rng.h"
+#include "vt_check.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...)                    \
-  do {                                       \
-    if (!(cond)) {                           \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                   \
-      printf("\n");                          \
-      failures++;                            \
-    }                                        \
-  } while (0)
 
 static void test_philox(void) {
   // Known-answer vectors of Philox4x32-10 (Random123's kat_vectors).
