@@ -125,12 +125,32 @@ static void test_adamw(void) {
     EXPECT(fabs(p[i] - pd[i]) < 1e-6, "adamw p[%d] %.9g vs %.9g", i, p[i], pd[i]);
 }
 
+static void test_gelu(void) {
+  // The vectorised GELU against the erf form in double, over [-12, 12].
+  const vt_backend *be = vt_backend_get(VT_DEVICE_CPU, NULL);
+  enum { n = 24001 };
+  static float x[n], y[n], dy[n], ones[n];
+  for (int i = 0; i < n; i++) x[i] = -12.0f + 0.001f * (float)i, ones[i] = 1.0f;
+  vt_gelu_fwd(be, y, x, n);
+  vt_gelu_bwd(be, dy, x, ones, n);
+  double worst = 0, worst_d = 0;
+  for (int i = 0; i < n; i++) {
+    double v = x[i], cdf = 0.5 * (1 + erf(v / sqrt(2.0)));
+    double pdf = exp(-0.5 * v * v) / sqrt(2 * 3.14159265358979323846);
+    worst = fmax(worst, fabs(y[i] - v * cdf));
+    worst_d = fmax(worst_d, fabs(dy[i] - (cdf + v * pdf)));
+  }
+  EXPECT(worst < 1e-6 && worst_d < 1e-6, "GELU error %.3g, derivative error %.3g", worst, worst_d);
+  printf("GELU on [-12, 12]: max abs error %.3g, derivative %.3g\n", worst, worst_d);
+}
+
 int main(void) {
   test_philox();
   test_param_counts();
   test_init();
   test_schedule();
   test_adamw();
+  test_gelu();
   if (failures) printf("%d unit check(s) FAILED\n", failures);
   else printf("all unit checks passed\n");
   return failures ? 1 : 0;

@@ -1,27 +1,64 @@
-// elementwise.c: GELU (exact erf form), the residual add, sum of squares and scaling.
+// elementwise.c: GELU (the erf form), the residual add, sum of squares and scaling.
+// GELU uses its own branch-free exp and erf so the compiler vectorises the loops: libm's erff
+// and expf are scalar calls, and made GELU 17% of a ViT-Ti step (tests/bench_cpu.sh).
 #include <math.h>
+#include <string.h>
 
 #include "cpu.h"
 
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
 
+// exp(x) for x <= 0: 2^n * e^r with |r| <= ln2/2 and a degree-6 Taylor polynomial (relative
+// error < 2e-7); below -87 it flushes towards 0 instead of going subnormal.
+static inline float exp_nonpos(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = floorf(x * 1.44269504088896341f + 0.5f);
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;  // ln2 in two parts
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// Phi(x) = (1 + erf(x / sqrt 2)) / 2 with erf from Abramowitz & Stegun 7.1.26 (absolute error
+// < 1.5e-7), and phi(x) = exp(-x^2 / 2) / sqrt(2 pi) from the same exponential.
+static inline void normal_cdf_pdf(float x, float *cdf, float *pdf) {
+  const float z = fabsf(x) * INV_SQRT2, e = exp_nonpos(-z * z);
+  const float t = 1.0f / (1.0f + 0.3275911f * z);
+  float q = 1.061405429f;
+  q = q * t - 1.453152027f;
+  q = q * t + 1.421413741f;
+  q = q * t - 0.284496736f;
+  q = q * t + 0.254829592f;
+  const float erf_abs = 1.0f - q * t * e;
+  *cdf = 0.5f + 0.5f * copysignf(erf_abs, x);
+  *pdf = INV_SQRT_2PI * e;
+}
+
 void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < count; i++) {
-    float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + erff(x * INV_SQRT2));
+    float cdf, pdf;
+    normal_cdf_pdf(inp[i], &cdf, &pdf);
+    out[i] = inp[i] * cdf;
   }
 }
 
 void vt_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t count) {
   // d/dx [x * Phi(x)] = Phi(x) + x * phi(x)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < count; i++) {
-    float x = inp[i];
-    float cdf = 0.5f * (1.0f + erff(x * INV_SQRT2));
-    float pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
-    dinp[i] = dout[i] * (cdf + x * pdf);
+    float cdf, pdf;
+    normal_cdf_pdf(inp[i], &cdf, &pdf);
+    dinp[i] = dout[i] * (cdf + inp[i] * pdf);
   }
 }
 
