@@ -24,7 +24,7 @@ bin="$work/fuzz_safetensors"
 echo "building $bin"
 "$cc" -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -Wall -Wextra -Werror \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -I"$src/src" -I"$src/dataio" "$src/tests/fuzz_safetensors.c" "$src/dataio/safetensors.c" \
+  -I"$src/src" -I"$src/dataio" "$src/tests/fuzz_safetensors.c" "$src/dataio/safetensors.c" "$src/dataio/safetensors_header.c" \
   -o "$bin" || { echo "FAIL: could not build $bin"; exit 1; }
 
 # Seeds: valid files written now by the writer under test, bare headers, and the header's words.
