@@ -111,6 +111,9 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
        "class) or fail (stop the run)", "skip|fail"},
       {"--crop-scale-min", VT_OPT_FLOAT, &o.transform.scale_min, 0, 0.001, 1, "F",
        "random-resized crop: smallest fraction of the image area", NULL},
+      {"--eval-crop-pct", VT_OPT_FLOAT, &o.transform.crop_pct, 0, 0.05, 1, "F",
+       "evaluation: resize the shorter side to img-size / F, then centre-crop (1: no zoom, for "
+       "images already at img-size)", NULL},
       {"--hflip", VT_OPT_FLOAT, &o.transform.flip_prob, 0, 0, 1, "P",
        "probability of a horizontal flip", NULL},
       {"--mean", VT_OPT_STR, mean, sizeof mean, 0, 0, "R,G,B",
