@@ -11,18 +11,9 @@
 
 #include "image.h"
 
-// The two files share the counters, so this program keeps its own copy of vt_check.h's macro.
-extern int failures, checks;
-#define EXPECT(cond, ...)                         \
-  do {                                            \
-    checks++;                                     \
-    if (!(cond)) {                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-      failures++;                                 \
-    }                                             \
-  } while (0)
+// The two files share the counters (defined in test_image.c).
+#define VT_CHECK_SHARED
+#include "vt_check.h"
 
 #define LIMIT (1 << 26)  // max_pixels for the tests: 64 Mpixels
 

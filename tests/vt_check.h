@@ -6,8 +6,13 @@
 
 #include <stdio.h>
 
+// A program of several files defines VT_CHECK_SHARED and defines the counters in one of them.
+#ifdef VT_CHECK_SHARED
+extern int checks, failures;
+#else
 static int checks __attribute__((unused)) = 0;
 static int failures = 0;
+#endif
 
 #define EXPECT(cond, ...)                         \
   do {                                            \
