@@ -9,6 +9,7 @@
 
 #include "comm.h"
 #include "export.h"
+#include "fault.h"
 #include "safetensors.h"
 
 // Every rank learns rank 0's status (and rank 0's message stays on rank 0).
@@ -48,9 +49,9 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       st = vt_write_global(&m->cfg, moments, prefixes, 2, path, err, errlen);
     }
     // Test-only fault switch: die between writing the files and committing them.
-    const char *fault = getenv("VT_FAULT_KILL_IN_SAVE");
-    if (fault && atoll(fault) == step) {
-      vt_log_warn("VT_FAULT_KILL_IN_SAVE=%s: killing this rank in the middle of a save", fault);
+    if (vt_fault_at(VT_FAULT_KILL_IN_SAVE, step)) {
+      vt_log_warn("VT_FAULT: killing this rank in the middle of the save of step %lld",
+                  (long long)step);
       raise(SIGKILL);
     }
     if (st == VT_OK) {

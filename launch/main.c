@@ -6,6 +6,8 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "comm.h"
+#include "fault.h"
+#include "health.h"
 #include "prepare.h"
 #include "train.h"
 
@@ -45,6 +47,9 @@ static void train_defaults(vt_train_options *o) {
   o->threads = 0;
   o->log_interval = 10;
   o->tp = o->pp = 1;
+  o->timeout_s = 600;
+  o->max_nonfinite = 5;
+  o->straggler_interval = 100;
   o->dp = 0;
   snprintf(o->mesh_order, sizeof o->mesh_order, "tp-dp-pp");
   snprintf(o->pp_schedule, sizeof o->pp_schedule, "1f1b");
@@ -184,6 +189,17 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
        "write DIR/metrics.jsonl, one JSON object per step", NULL},
       {"--log-interval", VT_OPT_INT, &o.log_interval, 0, 1, 1 << 30, "N",
        "print the progress line every N steps", NULL},
+      {"--timeout-s", VT_OPT_FLOAT, &o.timeout_s, 0, 0, 1e7, "SEC",
+       "watchdog: when a step or a collective takes longer (startup, evaluation and checkpoint "
+       "saves: 10x), every rank stops with a report of where each rank is; 0: off", NULL},
+      {"--max-nonfinite-steps", VT_OPT_INT, &o.max_nonfinite, 0, 1, 1 << 30, "K",
+       "a step with a non-finite loss or gradient norm is skipped; K in a row stop the run", NULL},
+      {"--straggler-interval", VT_OPT_INT, &o.straggler_interval, 0, 0, 1 << 30, "N",
+       "every N steps print each rank's busy time per step and memory, naming ranks slower than "
+       "1.2x the median; 0: never", NULL},
+      {"--peak-tflops", VT_OPT_FLOAT, &o.peak_tflops, 0, 0, 1e6, "TF",
+       "peak TFLOP/s of one rank's device, for MFU in the progress line and metrics; 0: 989 "
+       "(H100/H200 dense bf16) on CUDA, no MFU on CPU", NULL},
   };
   const int nopts = (int)(sizeof opts / sizeof opts[0]);
   for (int i = 0; i < argc; i++)
@@ -198,7 +214,12 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
     if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
     return 2;
   }
+  if (vt_fault_init(vt_comm_rank(world), err, sizeof err) != 0) {
+    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
+    return 2;
+  }
   o.device = strcmp(device, "cuda") == 0 ? VT_DEVICE_CUDA : VT_DEVICE_CPU;
+  if (o.peak_tflops == 0 && o.device == VT_DEVICE_CUDA) o.peak_tflops = 989;
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
   if ((mean[0] && parse_triple("--mean", mean, o.transform.mean, 0, err, sizeof err) != VT_OK) ||
       (std[0] && parse_triple("--std", std, o.transform.std, 1, err, sizeof err) != VT_OK)) {
@@ -265,6 +286,7 @@ static int cmd_prepare(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  vt_health_catch_preemption();  // before anything: an early SIGUSR1 must not kill a rank
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
     usage(argc < 2 ? stderr : stdout);

@@ -5,20 +5,26 @@
 #include "train.h"
 
 #include <errno.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "data.h"
 #include "eval.h"
+#include "fault.h"
+#include "health.h"
 #include "export.h"
 #include "mesh.h"
 #include "model.h"
 #include "schedule.h"
+#include "watchdog.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -198,14 +204,82 @@ static void report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_co
   free(per_stage);
 }
 
+// The progress line and the metrics.jsonl line of one step (rank 0).
+typedef struct {
+  int64_t step;  // 1-based
+  double loss, gnorm, img_s, step_ms;
+  float lr;
+  int64_t bad_images, skipped;
+  int eval_now;
+  vt_eval_result ev;
+  const char *ranks_json;  // per-rank arrays, or ""
+} step_log;
+
+static void log_step(const vt_train_options *o, FILE *metrics, const step_log *l, double t_elapsed,
+                     int64_t steps_done, int world_size) {
+  const double tflops = vt_config_train_flops(&o->model) * l->img_s / 1e12;
+  const double mfu = o->peak_tflops > 0 ? tflops / (o->peak_tflops * world_size) : 0.0;
+  if (metrics) {
+    // JSON has no NaN: a skipped step's loss or norm is null.
+    char loss[32] = "null", gnorm[32] = "null";
+    if (isfinite(l->loss)) snprintf(loss, sizeof loss, "%.9g", l->loss);
+    if (isfinite(l->gnorm)) snprintf(gnorm, sizeof gnorm, "%.9g", l->gnorm);
+    fprintf(metrics,
+            "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
+            "\"img_per_s\": %.3f, \"step_ms\": %.3f, \"model_tflops\": %.6g",
+            (long long)l->step, loss, l->lr, gnorm, l->img_s, l->step_ms, tflops);
+    if (o->peak_tflops > 0) fprintf(metrics, ", \"mfu\": %.6g", mfu);
+    fprintf(metrics, ", \"skipped_steps\": %lld, \"bad_images\": %lld", (long long)l->skipped,
+            (long long)l->bad_images);
+    if (l->eval_now)
+      fprintf(metrics, ", \"eval_loss\": %.9g, \"eval_top1\": %.6f, \"eval_top5\": %.6f",
+              l->ev.loss, l->ev.top1, l->ev.top5);
+    if (l->ranks_json[0]) fprintf(metrics, ", %s", l->ranks_json);
+    fprintf(metrics, "}\n");
+    fflush(metrics);
+  }
+  if (l->step % o->log_interval == 0 || l->step == 1 || l->step == o->steps) {
+    double eta = t_elapsed / (double)steps_done * (double)(o->steps - l->step);
+    char mfu_s[32] = "";
+    if (o->peak_tflops > 0) snprintf(mfu_s, sizeof mfu_s, " | mfu %.1f%%", 100 * mfu);
+    printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f img/s | %.0f ms/step%s"
+           " | eta %dm%02ds\n",
+           (long long)l->step, (long long)o->steps, l->loss, l->lr, l->gnorm, l->img_s,
+           l->step_ms, mfu_s, (int)eta / 60, (int)eta % 60);
+    fflush(stdout);
+  }
+  if (l->eval_now)
+    printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images)\n",
+           (long long)l->step, l->ev.loss, 100 * l->ev.top1, 100 * l->ev.top5,
+           (long long)l->ev.count);
+}
+
+// Every rank: host, world and local rank, mesh coordinates and device, one line each.
+static void log_placement(vt_comm *world, vt_mesh_coord me, const char *device, int threads) {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  vt_log_all_ranks(1);
+  vt_log_info("host %s, pid %ld, world rank %d of %d, local rank %d of %d, tp %d pp %d dp %d, "
+              "device %s, %d CPU threads",
+              host, (long)getpid(), vt_comm_rank(world), vt_comm_size(world),
+              vt_comm_local_rank(world), vt_comm_local_size(world), me.tp_rank, me.pp_rank,
+              me.dp_rank, device, threads);
+  vt_log_all_ranks(0);
+}
+
 int vt_train_run(const vt_train_options *o, vt_comm *world) {
+  const int world_rank = vt_comm_rank(world), world_size = vt_comm_size(world);
+  char device[160];
+  double picked = vt_backend_select(o->device, vt_comm_local_rank(world), device, sizeof device) == 0;
+  if (!picked) vt_log_error("--device %s: %s", o->device == VT_DEVICE_CUDA ? "cuda" : "cpu", device);
+  vt_comm_all_reduce_double(world, &picked, 1, VT_REDUCE_MIN);  // all ranks stop together
+  if (!picked) return VT_EXIT_USAGE;
   const char *why = NULL;
   const vt_backend *be = vt_backend_get(o->device, &why);
-  const int world_rank = vt_comm_rank(world), world_size = vt_comm_size(world);
-  if (!be) {  // the same on every rank of a homogeneous job, so all return together
-    if (world_rank == 0) vt_log_error("--device cuda is not available: %s", why);
-    return 2;
-  }
+  double have = be != NULL;
+  if (!be) vt_log_error("--device cuda is not available: %s", why);
+  vt_comm_all_reduce_double(world, &have, 1, VT_REDUCE_MIN);
+  if (!have) return VT_EXIT_USAGE;
   vt_backend_set_threads(o->threads);
   vt_mesh mesh;
   vt_mesh_order order;
@@ -216,6 +290,12 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   vt_comm *tp, *pp, *dp;
   vt_comm_split_mesh(world, &mesh, o->device, &tp, &pp, &dp);
   const vt_mesh_coord me = vt_mesh_coords(&mesh, world_rank);
+  log_placement(world, me, device, o->threads);
+  // Startup, checkpoint saves and the end of the run (loading, writing whole models) get ten
+  // times the limit of a step.
+  const double slow_limit = 10.0 * o->timeout_s;
+  vt_watchdog_start(world, o->timeout_s, me.tp_rank, me.pp_rank, me.dp_rank, device);
+  vt_watchdog_phase("startup", 0, slow_limit);
   const vt_shard shard = {me.tp_rank, mesh.tp_size, me.pp_rank, mesh.pp_size,
                          o->sequence_parallel};
   const int B = o->micro_batch, n_micro = o->global_batch / (mesh.dp_size * B);
@@ -237,9 +317,10 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     char table[8192];
     vt_mesh_format(&mesh, table, sizeof table);
     vt_log_info("model %s: img %d patch %d width %d depth %d heads %d mlp %d classes %d; "
-                "%s backend, %d threads per rank",
+                "%s backend, %d threads per rank; %.3g GFLOP per training image",
                 c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads,
-                vt_cfg_mlp_hidden(c), c->num_classes, be->name, o->threads);
+                vt_cfg_mlp_hidden(c), c->num_classes, be->name, o->threads,
+                vt_config_train_flops(c) / 1e9);
     vt_log_info("mesh tp %d x pp %d x dp %d (%s), %s schedule, %d micro-batches of %d per DP "
                 "rank, ZeRO-%d, sequence parallel %s\n%s",
                 mesh.tp_size, mesh.pp_size, mesh.dp_size, o->mesh_order, o->pp_schedule, n_micro,
@@ -248,19 +329,21 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   print_plan(&m, &opt, n_micro);
 
   int64_t start_step = 0;
+  int rc = 0;
   if (o->init_from[0] && vt_model_init_from(&m, world, o->init_from, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("--init-from: %s", err);
-    return 2;
+    rc = VT_EXIT_USAGE;
   }
-  if (o->resume[0] &&
+  if (!rc && o->resume[0] &&
       vt_ckpt_resume(o, &m, &opt, world, &mesh, &start_step, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("cannot resume: %s", err);
-    return 2;
+    rc = VT_EXIT_USAGE;
   }
   vt_data data;
-  int ok = vt_data_open(&data, o, m.has_embed, m.has_head, me.dp_rank, mesh.dp_size, n_micro,
-                        start_step, err, sizeof err) == VT_OK;
-  if (!ok && world_rank == 0) vt_log_error("%s", err);
+  memset(&data, 0, sizeof data);
+  int ok = !rc && vt_data_open(&data, o, m.has_embed, m.has_head, me.dp_rank, mesh.dp_size,
+                               n_micro, start_step, err, sizeof err) == VT_OK;
+  if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .data = &data};
   FILE *metrics = NULL;
   if (ok && world_rank == 0 && o->log_dir[0]) ok = (metrics = open_metrics(o->log_dir)) != NULL;
@@ -268,66 +351,116 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   vt_comm_all_reduce_double(world, &all_ok, 1, VT_REDUCE_MIN);
   if (!all_ok) {
     vt_data_close(&data);
-    return 2;
+    rc = rc ? rc : VT_EXIT_USAGE;
+    goto done;
   }
 
   const double t_start = now_s();
   double timed_s = 0.0, timed_compute_s = 0.0;  // steps after the first, for the idle report
+  double busy_s = 0.0;                          // since the last rank report
+  int64_t report_first = start_step + 1, skipped = 0, nonfinite_run = 0;
+  const size_t json_len = 64 + 48 * (size_t)world_size;
+  char *ranks_json = calloc(json_len, 1);
+  VT_CHECK(ranks_json != NULL, "out of host memory");
   vt_comm_counts_reset();
   int64_t end_step =
       o->run_steps > 0 && start_step + o->run_steps < o->steps ? start_step + o->run_steps : o->steps;
   if (o->eval_only) end_step = start_step;
   for (int64_t step = start_step; step < end_step; step++) {
-    const double t0 = now_s(), compute0 = x.compute_s;
+    const int64_t n = step + 1;  // the step's number as printed
+    vt_watchdog_phase("step", n, o->timeout_s);
+    const double t0 = now_s(), compute0 = x.compute_s, comm0 = vt_comm_seconds();
+    vt_fault_step_start(n);
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
     // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
-    // count: the first stage's TP rank 0 of every DP rank.
-    double sums[2] = {run_schedule(&x, acts, nacts, step), (double)data.bad};
+    // count: the first stage's TP rank 0 of every DP rank; a preemption signal: any rank.
+    double sums[3] = {run_schedule(&x, acts, nacts, step), (double)data.bad,
+                      vt_health_preempt_signal() != 0};
+    if (vt_fault_at(VT_FAULT_NAN, n)) {
+      const float nan = NAN;
+      be->to_device(m.grads, &nan, sizeof nan);
+      sums[0] = NAN;
+    }
     if (!(m.has_head && me.tp_rank == 0)) sums[0] = 0.0;
     if (!(m.has_embed && me.tp_rank == 0)) sums[1] = 0.0;
-    vt_comm_all_reduce_double(world, sums, 2, VT_REDUCE_SUM);
+    vt_comm_all_reduce_double(world, sums, 3, VT_REDUCE_SUM);
     const double loss = sums[0] / o->global_batch;
-    vt_eval_result ev = {0};
-    const int eval_now = data.has_val && (step + 1 == end_step ||
-                                          (o->eval_interval > 0 && (step + 1) % o->eval_interval == 0));
+    const int preempt = sums[2] > 0;
     const float lr = vt_lr_at(&o->optim, step);
-    const double gnorm = vt_optimizer_step(&opt, m.params, m.grads, lr);
+    // A non-finite loss or gradient norm (the same verdict on every rank: both are global)
+    // leaves the parameters and the optimizer state as they were.
+    const double gnorm = isfinite(loss) ? vt_optimizer_step(&opt, m.params, m.grads, lr) : NAN;
     be->synchronize();
-    if (step == 0 && o->comm_stats && o->log_dir[0])
+    const int finite = isfinite(loss) && isfinite(gnorm);
+    skipped += !finite;
+    nonfinite_run = finite ? 0 : nonfinite_run + 1;
+    if (!finite && world_rank == 0)
+      vt_log_warn("step %lld: non-finite %s; the step is skipped (%lld in a row, %lld in all; "
+                  "the run stops at %d in a row)",
+                  (long long)n, isfinite(loss) ? "gradient norm" : "loss", (long long)nonfinite_run,
+                  (long long)skipped, o->max_nonfinite);
+    if (step == start_step && o->comm_stats && o->log_dir[0])
       write_comm_stats(o, &m, &opt, me, world_rank, n_micro);
-    const double t1 = now_s(), step_ms = 1e3 * (t1 - t0), img_s = o->global_batch / (t1 - t0);
+    const double t1 = now_s();
+    busy_s += (t1 - t0) - (vt_comm_seconds() - comm0);
     if (step > start_step) timed_s += t1 - t0, timed_compute_s += x.compute_s - compute0;
-    if (eval_now) ev = vt_evaluate(&m, &data, world, pp, me, NULL);
-    const int save_now = o->save_dir[0] && (step + 1 == end_step ||
-                                            (o->save_interval > 0 && (step + 1) % o->save_interval == 0));
-    if (save_now && vt_ckpt_save(o, &m, &opt, world, &mesh, step + 1, err, sizeof err) != VT_OK &&
-        world_rank == 0)
-      vt_log_error("checkpoint of step %lld failed, the previous one is intact: %s",
-                   (long long)(step + 1), err);
-    if (world_rank != 0) continue;
-    if (metrics) {
-      fprintf(metrics,
-              "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-              "\"img_per_s\": %.3f, \"step_ms\": %.3f, \"bad_images\": %lld",
-              (long long)(step + 1), loss, lr, gnorm, img_s, step_ms, (long long)sums[1]);
-      if (eval_now)
-        fprintf(metrics, ", \"eval_loss\": %.9g, \"eval_top1\": %.6f, \"eval_top5\": %.6f",
-                ev.loss, ev.top1, ev.top5);
-      fprintf(metrics, "}\n");
-      fflush(metrics);
+    step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
+                  .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],
+                  .skipped = skipped, .ranks_json = ranks_json};
+    l.eval_now = data.has_val && (n == end_step || (o->eval_interval > 0 && n % o->eval_interval == 0));
+    if (l.eval_now) {
+      vt_watchdog_phase("evaluation", n, slow_limit);
+      l.ev = vt_evaluate(&m, &data, world, pp, me, NULL);
     }
-    if ((step + 1) % o->log_interval == 0 || step == 0 || step + 1 == o->steps) {
-      double eta = (t1 - t_start) / (double)(step + 1) * (double)(o->steps - step - 1);
-      printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f img/s | %.0f ms/step"
-             " | eta %dm%02ds\n",
-             (long long)(step + 1), (long long)o->steps, loss, lr, gnorm, img_s, step_ms,
-             (int)eta / 60, (int)eta % 60);
-      fflush(stdout);
+    const int stop_nonfinite = nonfinite_run >= o->max_nonfinite;
+    const int save_now = o->save_dir[0] && !stop_nonfinite &&
+                         (n == end_step || preempt ||
+                          (o->save_interval > 0 && n % o->save_interval == 0));
+    if (save_now) {
+      vt_watchdog_phase("checkpoint save", n, slow_limit);
+      if (vt_ckpt_save(o, &m, &opt, world, &mesh, n, err, sizeof err) != VT_OK) {
+        if (world_rank == 0)
+          vt_log_error("checkpoint of step %lld failed, the previous one is intact: %s",
+                       (long long)n, err);
+        if (preempt) rc = VT_EXIT_FAILED;
+      }
     }
-    if (eval_now)
-      printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images)\n",
-             (long long)(step + 1), ev.loss, 100 * ev.top1, 100 * ev.top5, (long long)ev.count);
+    char summary[1024] = "";
+    ranks_json[0] = '\0';
+    if (o->straggler_interval > 0 && n % o->straggler_interval == 0) {
+      vt_health_rank_report(world, &mesh, report_first, n,
+                            1e3 * busy_s / (double)(n - report_first + 1),
+                            (double)vt_backend_device_memory_used(o->device) / (1024.0 * 1024.0),
+                            ranks_json, json_len, summary, sizeof summary);
+      busy_s = 0.0, report_first = n + 1;
+    }
+    if (world_rank == 0) log_step(o, metrics, &l, now_s() - t_start, n - start_step, world_size);
+    if (summary[0]) vt_log_info("%s", summary);
+    if (stop_nonfinite) {
+      if (world_rank == 0)
+        vt_log_error("steps %lld-%lld: %lld non-finite steps in a row (--max-nonfinite-steps %d); "
+                     "stopping. The parameters are those after step %lld%s. Lower --lr or "
+                     "--clip-grad, or look for bad data in these steps.",
+                     (long long)(n - nonfinite_run + 1), (long long)n, (long long)nonfinite_run,
+                     o->max_nonfinite, (long long)(n - nonfinite_run),
+                     o->save_dir[0] ? "; resume from the newest checkpoint in --save" : "");
+      rc = VT_EXIT_NONFINITE;
+      break;
+    }
+    if (preempt) {
+      if (world_rank == 0)
+        vt_log_warn("preempted (signal %s on some rank) at step %lld: %s; exiting with %d. "
+                    "Resume with --resume auto.",
+                    vt_health_preempt_signal() == SIGTERM ? "SIGTERM" : "SIGUSR1", (long long)n,
+                    !o->save_dir[0] ? "no --save directory, nothing was saved"
+                    : rc ? "the checkpoint FAILED (see above)" : "checkpoint saved",
+                    rc ? rc : VT_EXIT_PREEMPTED);
+      rc = rc ? rc : VT_EXIT_PREEMPTED;
+      break;
+    }
   }
+  vt_watchdog_phase("end", end_step, slow_limit);
+  free(ranks_json);
   if (metrics) fclose(metrics);
   if (o->eval_only) {
     vt_eval_result ev =
@@ -336,15 +469,16 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
       printf("eval: loss %.6f | top-1 %.4f%% | top-5 %.4f%% (%lld images)\n", ev.loss,
              100 * ev.top1, 100 * ev.top5, (long long)ev.count);
   }
-  if (mesh.pp_size > 1 && end_step > start_step + 1)
+  if (mesh.pp_size > 1 && timed_s > 0)
     report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, n_micro);
-  int rc = 0;
-  if (o->final_weights[0] &&
+  if (!rc && o->final_weights[0] &&
       vt_export_safetensors(&m, world, &mesh, o->final_weights, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("%s", err);
-    rc = 1;
+    rc = VT_EXIT_FAILED;
   }
   vt_data_close(&data);
+done:
+  vt_watchdog_stop();
   free(acts);
   vt_optimizer_free(&opt);
   vt_model_free(&m);

@@ -45,10 +45,24 @@ typedef struct {
   int keep_last;            // complete checkpoints kept; 0: all
   char resume[512];         // "auto", a checkpoint directory, or empty
   char init_from[512];      // start from these timm-format weights (safetensors)
-  int eval_only;
-  char logits_out[512];     // vit3d eval on one rank: write the inputs and logits (safetensors)            // `vit3d eval`: load, evaluate --val-data once, stop
+  int eval_only;            // `vit3d eval`: load, evaluate --val-data once, stop
+  char logits_out[512];     // vit3d eval on one rank: write the inputs and logits (safetensors)
   int comm_stats;           // 1: each rank writes its first step's traffic per axis (log-dir)
+  float timeout_s;          // watchdog: a step or collective may take this long; 0: off
+  int max_nonfinite;        // stop after this many non-finite steps in a row
+  int straggler_interval;   // per-rank step times and memory every N steps; 0: never
+  float peak_tflops;        // per rank, for MFU; 0: no MFU
 } vt_train_options;
+
+// Exit codes of vit3d train and eval (README "Exit codes"); the watchdog's is VT_EXIT_WATCHDOG
+// (3) in watchdog.h.
+enum {
+  VT_EXIT_FAILED = 1,      // a runtime failure (I/O, a failed export)
+  VT_EXIT_USAGE = 2,       // bad flags, configuration, data or checkpoint: nothing ran
+  VT_EXIT_NONFINITE = 4,   // --max-nonfinite-steps non-finite steps in a row
+  VT_EXIT_PREEMPTED = 75,  // SIGUSR1/SIGTERM: checkpoint saved, resume with --resume auto
+};
+
 
 // Checks of options that single flags cannot see, against the job's world size. Every rank
 // gets the same verdict; the caller prints it on rank 0 only.

@@ -8,6 +8,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "watchdog.h"
 
 struct vt_comm {
   vt_axis axis;
@@ -16,7 +19,12 @@ struct vt_comm {
   const vt_comm_transport *transport;  // float operations
   void *state;                         // the transport's handle
   void *mpi;  // MPI communicator for host control (barrier, doubles, NCCL id); NULL without MPI
+  void *side;  // world only: the watchdog's side channel (MPI), or NULL
 };
+
+// Device (NCCL) comms alive in this process, for the watchdog's error polling and abort.
+enum { VT_MAX_DEVICE_COMMS = 16 };
+static void *g_device_comms[VT_MAX_DEVICE_COMMS];
 
 // ---- The local transport: one process, host buffers ------------------------------------------
 
@@ -138,6 +146,11 @@ static void attach_transport(vt_comm *c, vt_device device) {
 #endif
     c->transport = &vt_comm_nccl_transport;
     c->state = vt_comm_nccl_init(id, c->size, c->rank);
+    for (int i = 0; i < VT_MAX_DEVICE_COMMS; i++)
+      if (!g_device_comms[i]) {
+        g_device_comms[i] = c->state;
+        break;
+      }
     return;
 #else
     VT_CHECK(0, "comms on device buffers need NCCL, and this vit3d was built without it "
@@ -190,7 +203,10 @@ void vt_comm_split_mesh(vt_comm *world, const vt_mesh *mesh, vt_device device, v
 
 void vt_comm_free(vt_comm *c) {
   if (!c) return;
+  for (int i = 0; i < VT_MAX_DEVICE_COMMS; i++)
+    if (g_device_comms[i] && g_device_comms[i] == c->state) g_device_comms[i] = NULL;
   if (c->transport != &k_local_transport && c->state != c->mpi) c->transport->free(c->state);
+  host_free(c->side);
   host_free(c->mpi);
   free(c);
 }
@@ -210,16 +226,84 @@ int vt_comm_size(const vt_comm *c) { return c->size; }
 int vt_comm_rank(const vt_comm *c) { return c->rank; }
 const char *vt_comm_transport_name(const vt_comm *c) { return c->transport->name; }
 
+// ---- The watchdog's side channel and device comms -------------------------------------------
+
+int vt_comm_side_open(vt_comm *world) {
+#ifdef VT_HAVE_MPI
+  if (!world->side) world->side = vt_comm_mpi_side_open(world->mpi);
+  return world->side != NULL;
+#else
+  (void)world;
+  return 0;
+#endif
+}
+
+void vt_comm_side_send(vt_comm *world, const void *buf, int nbytes, int dst) {
+#ifdef VT_HAVE_MPI
+  if (world->side) vt_comm_mpi_side_send(world->side, buf, nbytes, dst);
+#else
+  (void)world, (void)buf, (void)nbytes, (void)dst;
+#endif
+}
+
+int vt_comm_side_poll(vt_comm *world, void *buf, int nbytes, int *src) {
+#ifdef VT_HAVE_MPI
+  return world->side ? vt_comm_mpi_side_poll(world->side, buf, nbytes, src) : 0;
+#else
+  (void)world, (void)buf, (void)nbytes, (void)src;
+  return 0;
+#endif
+}
+
+int vt_comm_device_error(char *err, size_t errlen) {
+#ifdef VT_HAVE_NCCL
+  for (int i = 0; i < VT_MAX_DEVICE_COMMS; i++)
+    if (g_device_comms[i] && vt_comm_nccl_async_error(g_device_comms[i], err, errlen)) return 1;
+#else
+  (void)err, (void)errlen;
+#endif
+  return 0;
+}
+
+void vt_comm_device_abort(void) {
+#ifdef VT_HAVE_NCCL
+  for (int i = 0; i < VT_MAX_DEVICE_COMMS; i++)
+    if (g_device_comms[i]) vt_comm_nccl_abort(g_device_comms[i]);
+#endif
+}
+
 // ---- Counters --------------------------------------------------------------------------------
 
-// Only the main thread communicates (MPI_THREAD_FUNNELED), so plain counters suffice.
+// Only the main thread runs these operations, so plain counters suffice.
 static vt_comm_counts g_counts[VT_AXIS_COUNT];
+static int64_t g_seq[VT_AXIS_COUNT];  // operations per axis since start (never reset)
+static double g_seconds;              // time inside operations since start
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static void tally(const vt_comm *c, vt_comm_op op, int64_t nbytes) {
   vt_comm_counts *k = &g_counts[c->axis];
   k->calls++, k->nbytes += nbytes;
   k->op_calls[op]++, k->op_nbytes[op] += nbytes;
 }
+
+// Every operation: counted, numbered on its axis, shown to the watchdog and timed.
+static double op_begin(const vt_comm *c, vt_comm_op op, int64_t nbytes) {
+  tally(c, op, nbytes);
+  vt_watchdog_comm_enter(c->axis, (int)op, ++g_seq[c->axis]);
+  return now_s();
+}
+
+static void op_end(double t0) {
+  g_seconds += now_s() - t0;
+  vt_watchdog_comm_leave();
+}
+
+double vt_comm_seconds(void) { return g_seconds; }
 
 vt_comm_counts vt_comm_counts_get(vt_axis axis) {
   VT_CHECK((int)axis >= 0 && (int)axis < VT_AXIS_COUNT, "unknown axis %d", (int)axis);
@@ -277,8 +361,9 @@ static void check_peer(const vt_comm *c, const char *what, int peer) {
 
 void vt_comm_all_reduce(vt_comm *c, float *buf, int64_t count) {
   check_buf(c, "all_reduce", buf, count);
-  tally(c, VT_COMM_OP_ALL_REDUCE, count * 4);
+  const double t0 = op_begin(c, VT_COMM_OP_ALL_REDUCE, count * 4);
   c->transport->all_reduce(c->state, buf, count);
+  op_end(t0);
 }
 
 void vt_comm_reduce_scatter(vt_comm *c, float *out, const float *inp, int64_t out_count) {
@@ -289,8 +374,9 @@ void vt_comm_reduce_scatter(vt_comm *c, float *out, const float *inp, int64_t ou
   VT_CHECK(out_count == 0 || o_end <= i || i_end <= o,
            "comm %s reduce_scatter: out overlaps inp; give it a separate buffer",
            vt_axis_name(c->axis));
-  tally(c, VT_COMM_OP_REDUCE_SCATTER, out_count * c->size * 4);
+  const double t0 = op_begin(c, VT_COMM_OP_REDUCE_SCATTER, out_count * c->size * 4);
   c->transport->reduce_scatter(c->state, out, inp, out_count);
+  op_end(t0);
 }
 
 void vt_comm_all_gather(vt_comm *c, float *out, const float *inp, int64_t inp_count) {
@@ -301,30 +387,34 @@ void vt_comm_all_gather(vt_comm *c, float *out, const float *inp, int64_t inp_co
   VT_CHECK(inp_count == 0 || o_end <= i || i_end <= o || inp == out + (int64_t)c->rank * inp_count,
            "comm %s all_gather: inp overlaps out other than as this rank's shard "
            "(out + rank * inp_count)", vt_axis_name(c->axis));
-  tally(c, VT_COMM_OP_ALL_GATHER, inp_count * c->size * 4);
+  const double t0 = op_begin(c, VT_COMM_OP_ALL_GATHER, inp_count * c->size * 4);
   c->transport->all_gather(c->state, out, inp, inp_count);
+  op_end(t0);
 }
 
 void vt_comm_broadcast(vt_comm *c, float *buf, int64_t count, int root) {
   check_buf(c, "broadcast", buf, count);
   VT_CHECK(root >= 0 && root < c->size, "comm %s broadcast: root %d is outside [0, %d)",
            vt_axis_name(c->axis), root, c->size);
-  tally(c, VT_COMM_OP_BROADCAST, count * 4);
+  const double t0 = op_begin(c, VT_COMM_OP_BROADCAST, count * 4);
   c->transport->broadcast(c->state, buf, count, root);
+  op_end(t0);
 }
 
 void vt_comm_send(vt_comm *c, const float *buf, int64_t count, int peer) {
   check_buf(c, "send", buf, count);
   check_peer(c, "send", peer);
-  tally(c, VT_COMM_OP_SEND, count * 4);
+  const double t0 = op_begin(c, VT_COMM_OP_SEND, count * 4);
   c->transport->send(c->state, buf, count, peer);
+  op_end(t0);
 }
 
 void vt_comm_recv(vt_comm *c, float *buf, int64_t count, int peer) {
   check_buf(c, "recv", buf, count);
   check_peer(c, "recv", peer);
-  tally(c, VT_COMM_OP_RECV, count * 4);
+  const double t0 = op_begin(c, VT_COMM_OP_RECV, count * 4);
   c->transport->recv(c->state, buf, count, peer);
+  op_end(t0);
 }
 
 void vt_comm_sendrecv(vt_comm *c, const float *sendbuf, int64_t send_count, int dst,
@@ -334,19 +424,22 @@ void vt_comm_sendrecv(vt_comm *c, const float *sendbuf, int64_t send_count, int 
   check_peer(c, "sendrecv", dst);
   check_peer(c, "sendrecv", src);
   tally(c, VT_COMM_OP_SEND, send_count * 4);
-  tally(c, VT_COMM_OP_RECV, recv_count * 4);
+  const double t0 = op_begin(c, VT_COMM_OP_RECV, recv_count * 4);
   c->transport->sendrecv(c->state, sendbuf, send_count, dst, recvbuf, recv_count, src);
+  op_end(t0);
 }
 
 void vt_comm_barrier(vt_comm *c) {
-  tally(c, VT_COMM_OP_BARRIER, 0);
+  const double t0 = op_begin(c, VT_COMM_OP_BARRIER, 0);
   host_barrier(c);
+  op_end(t0);
 }
 
 void vt_comm_all_reduce_double(vt_comm *c, double *buf, int64_t count, vt_reduce_op op) {
   check_buf(c, "all_reduce_double", buf, count);
   VT_CHECK(op == VT_REDUCE_SUM || op == VT_REDUCE_MAX || op == VT_REDUCE_MIN,
            "comm %s all_reduce_double: unknown op %d", vt_axis_name(c->axis), (int)op);
-  tally(c, VT_COMM_OP_REDUCE_DOUBLE, count * 8);
+  const double t0 = op_begin(c, VT_COMM_OP_REDUCE_DOUBLE, count * 8);
   host_all_reduce_double(c, buf, count, op);
+  op_end(t0);
 }

@@ -87,6 +87,24 @@ void vt_comm_barrier(vt_comm *comm);
 // buf (count) <- op over members of buf, in double: gradient norms, verdicts, agreement checks.
 void vt_comm_all_reduce_double(vt_comm *comm, double *buf, int64_t count, vt_reduce_op op);
 
+// ---- For the watchdog (parallel/watchdog.c) ---------------------------------------------------
+
+// The side channel: a duplicate of the world that the watchdog thread uses while the main
+// thread may be stuck in a collective. Open is collective over world; it returns 0 where MPI
+// cannot take calls from a second thread, and without MPI. send does not wait (the caller keeps
+// buf alive); poll receives one waiting message of exactly nbytes, if any (returns 1, *src).
+int vt_comm_side_open(vt_comm *world);
+void vt_comm_side_send(vt_comm *world, const void *buf, int nbytes, int dst);
+int vt_comm_side_poll(vt_comm *world, void *buf, int nbytes, int *src);
+// Device (NCCL) comms: 1 and a message when one reports an asynchronous error; abort them all
+// (any thread; then the job must end).
+int vt_comm_device_error(char *err, size_t errlen);
+void vt_comm_device_abort(void);
+
+// Seconds this process has spent inside comm operations since it started (waiting included):
+// a step's time minus its change is the time the rank was busy, for the straggler report.
+double vt_comm_seconds(void);
+
 // ---- Traffic counters ------------------------------------------------------------------------
 // Per process and per axis (all comms of one axis share a row). Payload = bytes of the buffer the
 // caller passes: all_reduce count*4, reduce_scatter its input, all_gather its output, broadcast
@@ -143,6 +161,9 @@ void vt_comm_mpi_barrier(void *state);
 void vt_comm_mpi_all_reduce_double(void *state, double *buf, int64_t count, vt_reduce_op op);
 void vt_comm_mpi_broadcast_bytes(void *state, void *buf, int64_t nbytes, int root);
 void vt_comm_mpi_finalize(void);
+void *vt_comm_mpi_side_open(void *world_state);  // NULL without MPI_THREAD_MULTIPLE
+void vt_comm_mpi_side_send(void *side, const void *buf, int nbytes, int dst);
+int vt_comm_mpi_side_poll(void *side, void *buf, int nbytes, int *src);
 VT_NORETURN void vt_comm_mpi_abort(int code);
 
 // comm_nccl.cu (built with NCCL): the unique id is opaque bytes, made by rank 0 of the comm and
@@ -151,6 +172,8 @@ VT_NORETURN void vt_comm_mpi_abort(int code);
 extern const vt_comm_transport vt_comm_nccl_transport;
 void vt_comm_nccl_unique_id(unsigned char id[VT_COMM_NCCL_ID_NBYTES]);
 void *vt_comm_nccl_init(const unsigned char id[VT_COMM_NCCL_ID_NBYTES], int size, int rank);
+int vt_comm_nccl_async_error(void *state, char *err, size_t errlen);  // 1: an error, described
+void vt_comm_nccl_abort(void *state);                                 // any thread
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,7 @@
 enum { VT_MPI_TAG = 7 };
 
 static int g_we_initialized = 0;
+static int g_thread_multiple = 0;  // the watchdog's side channel may be used from its thread
 
 static MPI_Comm comm_of(void *state) { return *(MPI_Comm *)state; }
 
@@ -38,12 +39,16 @@ void vt_comm_mpi_world_init(int *argc, char ***argv, void **world_state, int *si
   int initialized = 0;
   VT_MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
-    // Funneled: the loader and OpenMP threads never communicate; only the main thread does.
+    // Multiple: the main thread runs every collective of training, and the watchdog thread
+    // talks on its own side channel while the main thread may be stuck inside one.
     int provided = 0;
-    VT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    VT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     g_we_initialized = 1;
-    if (provided < MPI_THREAD_FUNNELED)
-      vt_log_warn("MPI provides thread level %d, below MPI_THREAD_FUNNELED", provided);
+    g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
+  } else {
+    int provided = 0;
+    VT_MPI_CHECK(MPI_Query_thread(&provided));
+    g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
   }
   VT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   // Our own copy of the world, so our messages never meet those of another library.
@@ -93,6 +98,46 @@ void vt_comm_mpi_abort(int code) {
   MPI_Finalized(&finalized);
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
   exit(code);
+}
+
+// ---- The watchdog's side channel -------------------------------------------------------------
+// A duplicate of the world used only by the watchdog thread: small fixed-size messages, sent
+// without waiting (MPI_Isend, request freed: the caller keeps the buffer alive) and received by
+// polling, so that the thread never blocks behind a stuck main thread.
+
+enum { VT_MPI_SIDE_TAG = 11 };
+
+void *vt_comm_mpi_side_open(void *world_state) {
+  if (!g_thread_multiple) return NULL;
+  MPI_Comm side;
+  VT_MPI_CHECK(MPI_Comm_dup(comm_of(world_state), &side));
+  return wrap(side);
+}
+
+void vt_comm_mpi_side_send(void *side, const void *buf, int nbytes, int dst) {
+  MPI_Request req;
+  if (MPI_Isend(buf, nbytes, MPI_BYTE, dst, VT_MPI_SIDE_TAG, comm_of(side), &req) == MPI_SUCCESS)
+    MPI_Request_free(&req);
+}
+
+int vt_comm_mpi_side_poll(void *side, void *buf, int nbytes, int *src) {
+  int flag = 0;
+  MPI_Status st;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, VT_MPI_SIDE_TAG, comm_of(side), &flag, &st) != MPI_SUCCESS ||
+      !flag)
+    return 0;
+  int got = 0;
+  MPI_Get_count(&st, MPI_BYTE, &got);
+  if (got != nbytes) {  // not ours to read: take it off the queue and ignore it
+    char sink[4096];
+    MPI_Recv(sink, got < (int)sizeof sink ? got : (int)sizeof sink, MPI_BYTE, st.MPI_SOURCE,
+             VT_MPI_SIDE_TAG, comm_of(side), MPI_STATUS_IGNORE);
+    return 0;
+  }
+  MPI_Recv(buf, nbytes, MPI_BYTE, st.MPI_SOURCE, VT_MPI_SIDE_TAG, comm_of(side),
+           MPI_STATUS_IGNORE);
+  *src = st.MPI_SOURCE;
+  return 1;
 }
 
 // ---- The transport ---------------------------------------------------------------------------

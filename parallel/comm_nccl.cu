@@ -3,6 +3,7 @@
 // Must not depend on MPI (comm.c broadcasts the unique id) or the model. Compiled in CI; it runs
 // only where a GPU is present, with one rank per communicator on the single-GPU test machine.
 #include <nccl.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "comm.h"
@@ -35,6 +36,20 @@ extern "C" void *vt_comm_nccl_init(const unsigned char id[VT_COMM_NCCL_ID_NBYTES
   VT_NCCL_CHECK(ncclCommInitRank(&comm, size, uid, rank));
   return (void *)comm;
 }
+
+// For the watchdog thread: NCCL reports network failures and remote aborts asynchronously.
+extern "C" int vt_comm_nccl_async_error(void *state, char *err, size_t errlen) {
+  ncclResult_t st = ncclSuccess;
+  if (ncclCommGetAsyncError(comm_of(state), &st) != ncclSuccess || st == ncclSuccess ||
+      st == ncclInProgress)
+    return 0;
+  snprintf(err, errlen, "NCCL asynchronous error: %s (NCCL result %d); last NCCL message: %s",
+           ncclGetErrorString(st), (int)st, ncclGetLastError(comm_of(state)));
+  return 1;
+}
+
+// Ends the communicator's pending operations so a stream stuck in a collective is released.
+extern "C" void vt_comm_nccl_abort(void *state) { ncclCommAbort(comm_of(state)); }
 
 static void nccl_all_reduce(void *s, float *buf, int64_t count) {
   VT_NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, comm_of(s),

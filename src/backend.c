@@ -2,6 +2,8 @@
 // compiled in, and the CPU thread setting shared by OpenMP and OpenBLAS.
 #include "vt_backend.h"
 
+#include <stdio.h>
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -12,6 +14,8 @@
 extern const vt_backend vt_cpu_backend;
 #ifdef VT_HAVE_CUDA
 const vt_backend *vt_cuda_backend_get(const char **why);
+int vt_cuda_select(int index, char *desc, size_t desclen);
+size_t vt_cuda_memory_used(void);
 #endif
 
 static int g_threads = 0;  // 0: not set yet
@@ -34,6 +38,29 @@ const vt_backend *vt_backend_get(vt_device device, const char **why) {
   if (why) *why = "this vit3d was built without CUDA (configure with -DVT_CUDA=ON)";
   return NULL;
 #endif
+}
+
+int vt_backend_select(vt_device device, int local_rank, char *desc, size_t desclen) {
+  if (device == VT_DEVICE_CPU) {
+    snprintf(desc, desclen, "cpu");
+    return 0;
+  }
+#ifdef VT_HAVE_CUDA
+  return vt_cuda_select(local_rank, desc, desclen);
+#else
+  (void)local_rank;
+  snprintf(desc, desclen, "this vit3d was built without CUDA (configure with -DVT_CUDA=ON)");
+  return 1;
+#endif
+}
+
+size_t vt_backend_device_memory_used(vt_device device) {
+#ifdef VT_HAVE_CUDA
+  if (device == VT_DEVICE_CUDA) return vt_cuda_memory_used();
+#else
+  (void)device;
+#endif
+  return 0;
 }
 
 void vt_backend_set_threads(int threads) {

@@ -73,6 +73,16 @@ struct vt_backend {
 // reason goes to *why, a static string).
 const vt_backend *vt_backend_get(vt_device device, const char **why);
 
+// Picks this process's device before the first vt_backend_get: for CUDA the GPU numbered
+// local_rank on its host (one GPU per rank; its ranks on the host come from MPI, not from the
+// environment). Writes what it picked ("cpu", "cuda:1 NVIDIA H200 139.8 GiB") to desc; returns
+// 0, or 1 with the reason in desc (too few GPUs, none, no CUDA in this build).
+int vt_backend_select(vt_device device, int local_rank, char *desc, size_t desclen);
+
+// Device memory in use on this process's GPU in bytes (what the driver reports: ours and the
+// libraries'), or 0 for the CPU.
+size_t vt_backend_device_memory_used(vt_device device);
+
 // Threads for the CPU backend's OpenMP and BLAS together (design.md: never more than the cores).
 void vt_backend_set_threads(int threads);
 int vt_backend_threads(void);

@@ -65,7 +65,7 @@ cmp -s "$work/straight0/weights.safetensors" "$work/kill2/weights.safetensors" &
   { echo "FAIL: relaunch after kill -9 mid-run differs"; fail=1; }
 
 # kill -9 of rank 0 in the middle of the step-15 save (test-only fault switch).
-VT_FAULT_KILL_IN_SAVE=15 timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" \
+VT_FAULT=kill-in-save@0:15 timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" \
   --tp 2 --pp 2 --save "$work/ksave" --save-interval 5 > "$work/ksave1.log" 2>&1
 echo "killed in the middle of the step-15 save: mpirun exited with $?; left: $(ls -A "$work/ksave" | tr '\n' ' ')"
 must run ksave2 8 --tp 2 --pp 2 --save "$work/ksave" --save-interval 5 --resume auto

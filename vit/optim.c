@@ -70,16 +70,21 @@ static int64_t piece(const vt_param *p, int64_t lo, int64_t hi, int64_t *first) 
 
 // Sum of squares of grads over the flat range [lo, hi) (grads points at element lo), counting
 // tensors replicated over TP only on TP rank 0, so the sum over the TP group counts them once.
+// The other TP ranks still look at their copies: a non-finite value there makes the sum NaN, so
+// that every rank skips the step together.
 static double local_sumsq(const vt_optimizer *o, const float *grads, int64_t lo, int64_t hi) {
   const int tp_rank = o->tp ? vt_comm_rank(o->tp) : 0;
-  double ss = 0.0;
+  double ss = 0.0, copies = 0.0;
   for (int i = 0; i < o->table->count; i++) {
     const vt_param *p = &o->table->p[i];
     int64_t first, count = piece(p, lo, hi, &first);
-    if (count > 0 && (p->tp_split != VT_TP_REPLICATED || tp_rank == 0))
+    if (count <= 0) continue;
+    if (p->tp_split != VT_TP_REPLICATED || tp_rank == 0)
       ss += vt_sumsq(o->be, grads + (first - lo), count);
+    else
+      copies += vt_sumsq(o->be, grads + (first - lo), count);
   }
-  return ss;
+  return isfinite(copies) ? ss : NAN;
 }
 
 // AdamW on the flat range [lo, hi); params, grads, m and v point at element lo.
@@ -124,6 +129,7 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   if (o->pp) vt_comm_all_reduce_double(o->pp, &ss, 1, VT_REDUCE_SUM);
   if (o->zero) vt_comm_all_reduce_double(o->dp, &ss, 1, VT_REDUCE_SUM);
   const double norm = sqrt(ss);
+  if (!isfinite(norm)) return norm;  // every rank sees the same norm: all skip the update
   if (o->cfg.clip_grad > 0.0f) {  // PyTorch's clip_grad_norm_ rule
     double coef = o->cfg.clip_grad / (norm + 1e-6);
     if (coef < 1.0 && hi > lo) vt_scale(be, g, (float)coef, hi - lo);

@@ -47,6 +47,7 @@ size_t vt_optimizer_nbytes(const vt_optimizer *o);
 
 // One step on this rank's parameters and accumulated gradients: reduce the gradients over dp,
 // compute the global norm (returned, before clipping), clip, update with learning rate lr.
+// A non-finite norm (NaN or infinite gradients anywhere) leaves parameters and state unchanged.
 // Collective over every axis: all ranks call it once per step.
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr);
 

@@ -112,6 +112,45 @@ static int cuda_init(void) {
   return 1;
 }
 
+// One GPU per rank: the index-th GPU of the host. Before the first vt_cuda_backend_get, which
+// creates the stream and the cuBLAS handle on the current device.
+extern "C" int vt_cuda_select(int index, char *desc, size_t desclen) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count < 1) {
+    snprintf(desc, desclen, "no CUDA device is visible (cudaGetDeviceCount: %s)",
+             err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    (void)cudaGetLastError();
+    return 1;
+  }
+  if (index >= count) {
+    snprintf(desc, desclen, "this host runs more ranks than it has GPUs: local rank %d, %d GPU%s "
+             "visible; start at most %d ranks per node (one GPU each)", index, count,
+             count == 1 ? "" : "s", count);
+    return 1;
+  }
+  cudaDeviceProp prop;
+  err = cudaSetDevice(index);
+  if (err == cudaSuccess) err = cudaGetDeviceProperties(&prop, index);
+  if (err != cudaSuccess) {
+    snprintf(desc, desclen, "cannot use GPU %d: %s", index, cudaGetErrorString(err));
+    (void)cudaGetLastError();
+    return 1;
+  }
+  snprintf(desc, desclen, "cuda:%d %s %.1f GiB", index, prop.name,
+           (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+  return 0;
+}
+
+extern "C" size_t vt_cuda_memory_used(void) {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return total_b - free_b;
+}
+
 // Not thread-safe on the first call: the step loop's thread calls it before any other thread
 // could need the backend.
 extern "C" const vt_backend *vt_cuda_backend_get(const char **why) {

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# slurm_job.sh: the body of vit3d's Slurm batch jobs (slurm.sbatch, slurm_mpirun.sbatch,
+# aws_pcluster.sbatch exec it); not submitted by itself. It starts one trainer rank per task of
+# the allocation and turns preemption into a checkpoint and a requeue:
+#   1. the trainer always runs with --resume auto, so a requeued job continues from the newest
+#      complete checkpoint in --save (default runs/slurm-<job id>, the same after a requeue);
+#   2. SIGUSR1 (sbatch --signal=B:USR1@SECONDS before the time limit) or SIGTERM reaching this
+#      shell is forwarded to the launcher as SIGUSR1; srun and mpirun pass it to every rank,
+#      the ranks agree at the next step boundary, save a checkpoint and exit 75;
+#   3. on exit 75 this shell runs `scontrol requeue $SLURM_JOB_ID` and exits 0. Other exit
+#      codes of the trainer (README "Exit codes") are passed through.
+# Environment: VIT3D_LAUNCHER=srun (default: srun --mpi=pmix) or mpirun (Open MPI inside the
+# allocation); VIT3D_DIR (default: the submit directory); VIT3D_BIN (default:
+# $VIT3D_DIR/build/vit3d); VIT3D_SRUN_ARGS / MPIRUN_ARGS add launcher flags.
+set -uo pipefail
+: "${SLURM_JOB_ID:?slurm_job.sh runs inside a Slurm job: submit slurm.sbatch with sbatch}"
+dir=${VIT3D_DIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}
+source "$dir/launch/common.sh"
+bin=${VIT3D_BIN:-$dir/build/vit3d}
+args=("$@")
+case " $* " in
+  *" --save "*|*" --save="*) ;;
+  *) args+=(--save "$dir/runs/slurm-$SLURM_JOB_ID") ;;
+esac
+args+=(--resume auto)
+echo "vit3d slurm job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST), $SLURM_NTASKS tasks, restart ${SLURM_RESTART_COUNT:-0}"
+case ${VIT3D_LAUNCHER:-srun} in
+  srun)
+    # shellcheck disable=SC2206
+    extra=(${VIT3D_SRUN_ARGS:-})
+    cmd=(srun --mpi=pmix --kill-on-bad-exit=1 "${extra[@]}" "$bin" train "${args[@]}") ;;
+  mpirun)
+    mapfile -t flags < <(vt_mpirun_flags)
+    # shellcheck disable=SC2206
+    extra=(${MPIRUN_ARGS:-})
+    cmd=(mpirun -np "$SLURM_NTASKS" "${flags[@]}" "${extra[@]}" "$bin" train "${args[@]}") ;;
+  *) echo "slurm_job.sh: VIT3D_LAUNCHER=$VIT3D_LAUNCHER: use srun or mpirun" >&2; exit 2 ;;
+esac
+printf 'vit3d slurm job: '
+printf '%q ' "${cmd[@]}"
+printf '\n'
+
+pid=
+forward() {
+  echo "vit3d slurm job: SIG$1 received; asking the trainer to checkpoint and stop"
+  [ -n "$pid" ] && kill -USR1 "$pid" 2>/dev/null
+}
+trap 'forward USR1' USR1
+trap 'forward TERM' TERM
+"${cmd[@]}" &
+pid=$!
+# A trapped signal interrupts `wait`; wait again until the launcher is really gone.
+while :; do
+  wait "$pid"
+  rc=$?
+  kill -0 "$pid" 2>/dev/null || break
+done
+if [ "$rc" -eq 75 ]; then
+  echo "vit3d slurm job: the trainer saved a checkpoint after the preemption signal; requeueing job $SLURM_JOB_ID"
+  scontrol requeue "$SLURM_JOB_ID" || { echo "vit3d slurm job: scontrol requeue failed; resubmit with the same --save to continue" >&2; exit 75; }
+  exit 0
+fi
+echo "vit3d slurm job: the trainer exited with $rc"
+exit "$rc"

@@ -1,0 +1,257 @@
+// watchdog.c: see watchdog.h. One mutex guards the main thread's position; the watchdog thread
+// copies it, decides, and talks to the other ranks' watchdog threads over the side channel.
+#include "watchdog.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { WD_RECORD = 1, WD_REQUEST = 2 };
+
+// What one rank tells the others: fixed size, sent as bytes between ranks of one build.
+typedef struct {
+  int32_t kind;  // WD_RECORD or WD_REQUEST
+  int32_t world_rank, local_rank, tp, pp, dp;
+  int32_t fired;    // this rank's own limit passed
+  int32_t in_comm;  // inside a collective: axis, op, seq[axis] say which
+  int32_t axis, op;
+  int64_t step;
+  int64_t seq[VT_AXIS_COUNT];  // sequence number of the latest operation per axis
+  double phase_s, comm_s, limit_s;  // seconds in the phase and in the current operation
+  char phase[24];
+  char host[64];
+  char device[24];
+} wd_record;
+
+static const double k_tick_s = 0.2;     // how often the thread looks
+static const double k_collect_s = 5.0;  // rank 0 waits this long for the positions
+static const double k_grace_s = 15.0;   // a rank that fired ends the job itself after this
+
+static struct {
+  int on;
+  double timeout_s;
+  vt_comm *world;
+  int side;  // the side channel is open (MPI with thread support, more than one rank)
+  pthread_t thread;
+  atomic_int stop;
+  pthread_mutex_t mu;
+  // The main thread's position, under mu.
+  const char *phase;
+  int64_t step;
+  double phase_t0, limit_s;
+  int in_comm, axis, op;
+  double comm_t0;
+  int64_t seq[VT_AXIS_COUNT];
+  wd_record me;  // the fixed fields: ranks, host, device
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void vt_watchdog_phase(const char *what, int64_t step, double limit_s) {
+  if (!g.on) return;
+  pthread_mutex_lock(&g.mu);
+  g.phase = what, g.step = step, g.limit_s = limit_s, g.phase_t0 = now_s();
+  pthread_mutex_unlock(&g.mu);
+}
+
+void vt_watchdog_comm_enter(vt_axis axis, int op, int64_t seq) {
+  if (!g.on) return;
+  pthread_mutex_lock(&g.mu);
+  g.in_comm = 1, g.axis = (int)axis, g.op = op, g.comm_t0 = now_s();
+  if ((int)axis >= 0 && axis < VT_AXIS_COUNT) g.seq[axis] = seq;
+  pthread_mutex_unlock(&g.mu);
+}
+
+void vt_watchdog_comm_leave(void) {
+  if (!g.on) return;
+  pthread_mutex_lock(&g.mu);
+  g.in_comm = 0;
+  pthread_mutex_unlock(&g.mu);
+}
+
+static wd_record snapshot(double now) {
+  pthread_mutex_lock(&g.mu);
+  wd_record r = g.me;
+  r.kind = WD_RECORD;
+  r.in_comm = g.in_comm, r.axis = g.axis, r.op = g.op, r.step = g.step;
+  memcpy(r.seq, g.seq, sizeof r.seq);
+  r.phase_s = now - g.phase_t0;
+  r.comm_s = g.in_comm ? now - g.comm_t0 : 0.0;
+  r.limit_s = g.limit_s;
+  snprintf(r.phase, sizeof r.phase, "%s", g.phase ? g.phase : "?");
+  pthread_mutex_unlock(&g.mu);
+  return r;
+}
+
+// The phase outlived its limit (a collective is always inside a phase, so one that outlives the
+// limit makes its phase do so too).
+static int overdue(const wd_record *r) { return r->limit_s > 0 && r->phase_s > r->limit_s; }
+
+// "rank 5 (host h, local rank 1, tp 1 pp 0 dp 1, cpu): step 7 (step), waiting in all_reduce #35
+// on axis dp for 20.3 s" or "...: step 7 (step) for 22.1 s, not in a collective (latest: ...)".
+static void describe(const wd_record *r, char *out, size_t n) {
+  int k = snprintf(out, n, "rank %d (host %s, local rank %d, tp %d pp %d dp %d, %s): step %lld (%s)",
+                   r->world_rank, r->host, r->local_rank, r->tp, r->pp, r->dp, r->device,
+                   (long long)r->step, r->phase);
+  if (k < 0 || (size_t)k >= n) return;
+  if (r->in_comm) {
+    snprintf(out + k, n - (size_t)k, ", waiting in %s #%lld on axis %s for %.1f s",
+             vt_comm_op_name((vt_comm_op)r->op), (long long)r->seq[r->axis],
+             vt_axis_name((vt_axis)r->axis), r->comm_s);
+    return;
+  }
+  int j = snprintf(out + k, n - (size_t)k, " for %.1f s, not in a collective; latest operations:",
+                   r->phase_s);
+  for (int a = 0; a < VT_AXIS_COUNT && j >= 0 && (size_t)(k + j) < n; a++)
+    if (r->seq[a] > 0)
+      j += snprintf(out + k + j, n - (size_t)(k + j), " %s #%lld", vt_axis_name((vt_axis)a),
+                    (long long)r->seq[a]);
+}
+
+// Rank 0: one report from the positions gathered (answered[r] says who replied), then the end.
+VT_NORETURN static void report_and_end(const wd_record *recs, const int *answered, int n,
+                                       const char *reason) {
+  char line[512];
+  fprintf(stderr, "\nwatchdog report (--timeout-s %g): %s. Position of every rank:\n", g.timeout_s,
+          reason);
+  int stalled = 0, silent = 0;
+  for (int r = 0; r < n; r++) {
+    if (!answered[r]) {
+      fprintf(stderr, "  rank %d: no answer within %.0f s (hung hard, stopped or dead)\n", r,
+              k_collect_s);
+      silent++;
+      continue;
+    }
+    describe(&recs[r], line, sizeof line);
+    fprintf(stderr, "  %s\n", line);
+    if (!recs[r].in_comm && overdue(&recs[r])) stalled++;
+  }
+  char names[1024] = "";
+  size_t k = 0;
+  for (int r = 0; r < n && k < sizeof names; r++) {
+    const int bad = !answered[r] || (!recs[r].in_comm && overdue(&recs[r]));
+    if (!bad) continue;
+    int w = answered[r] ? snprintf(names + k, sizeof names - k, "%srank %d (host %s, tp %d pp %d dp %d)",
+                                   k ? ", " : "", r, recs[r].host, recs[r].tp, recs[r].pp, recs[r].dp)
+                        : snprintf(names + k, sizeof names - k, "%srank %d (no answer)", k ? ", " : "", r);
+    if (w > 0) k += (size_t)w;
+  }
+  if (stalled + silent > 0)
+    fprintf(stderr, "watchdog verdict: stalled: %s - outside any collective past the limit while "
+                    "the other ranks wait for it in theirs. Ending the job (exit %d); resume "
+                    "with --resume auto.\n", names, VT_EXIT_WATCHDOG);
+  else
+    fprintf(stderr, "watchdog verdict: every rank is inside a collective: the ranks wait on each "
+                    "other (collectives out of step) or the transport hangs; the operations "
+                    "and sequence numbers above say where. Ending the job (exit %d).\n",
+            VT_EXIT_WATCHDOG);
+  fflush(stderr);
+  vt_comm_device_abort();
+  vt_comm_abort(VT_EXIT_WATCHDOG);
+}
+
+static void *watch(void *arg) {
+  (void)arg;
+  const int rank = vt_comm_rank(g.world), n = vt_comm_size(g.world);
+  wd_record *recs = rank == 0 ? calloc((size_t)n, sizeof *recs) : NULL;
+  int *answered = rank == 0 ? calloc((size_t)n, sizeof *answered) : NULL;
+  VT_CHECK(rank != 0 || (recs && answered), "out of memory for the watchdog");
+  static wd_record out[64];  // send buffers, reused round-robin (sends are never waited on)
+  static const wd_record request = {.kind = WD_REQUEST};
+  int nout = 0, fired = 0, reporting = 0;
+  double fired_at = 0.0, report_t0 = 0.0;
+  char reason[320] = "", line[512], err[256];
+  while (!atomic_load(&g.stop)) {
+    struct timespec ts = {0, (long)(k_tick_s * 1e9)};
+    nanosleep(&ts, NULL);
+    const double now = now_s();
+    wd_record me = snapshot(now);
+    me.fired = fired;
+    if (!fired && vt_comm_device_error(err, sizeof err)) {
+      vt_log_error("watchdog: %s", err);
+      snprintf(reason, sizeof reason, "rank %d: %s", rank, err);
+      me.limit_s = 1e-9, me.phase_s = me.comm_s = 1.0;  // report it as stalled here
+      fired = 1, fired_at = now;
+    }
+    wd_record msg;
+    int src = -1;
+    while (g.side && vt_comm_side_poll(g.world, &msg, (int)sizeof msg, &src)) {
+      if (msg.kind == WD_REQUEST && rank != 0) {
+        out[nout % 64] = me;
+        vt_comm_side_send(g.world, &out[nout++ % 64], (int)sizeof me, 0);
+      } else if (msg.kind == WD_RECORD && rank == 0 && src >= 0 && src < n) {
+        recs[src] = msg, answered[src] = 1;
+        if (!reporting && msg.fired && !reason[0])
+          snprintf(reason, sizeof reason, "the limit passed first on rank %d, at step %lld", src,
+                   (long long)msg.step);
+        if (!reporting) reporting = 1, report_t0 = now;
+      }
+    }
+    if (!fired && overdue(&me)) {
+      fired = 1, fired_at = now;
+      describe(&me, line, sizeof line);
+      vt_log_error("watchdog: past the limit of %.0f s: %s", me.limit_s, line);
+      if (!reason[0])
+        snprintf(reason, sizeof reason, "the limit passed first on rank %d, at step %lld", rank,
+                 (long long)me.step);
+    }
+    me.fired = fired;
+    if (fired && rank != 0 && g.side && fired_at == now) {
+      out[nout % 64] = me;
+      vt_comm_side_send(g.world, &out[nout++ % 64], (int)sizeof me, 0);
+    }
+    if (rank == 0 && fired && !reporting) reporting = 1, report_t0 = now;
+    if (rank == 0 && reporting) {
+      if (report_t0 == now)  // ask everyone once
+        for (int r = 1; g.side && r < n; r++) vt_comm_side_send(g.world, &request, (int)sizeof request, r);
+      recs[0] = me, answered[0] = 1;
+      int all = 1;
+      for (int r = 0; r < n; r++) all &= answered[r];
+      if (all || now - report_t0 > k_collect_s) report_and_end(recs, answered, n, reason);
+    }
+    if (rank != 0 && fired && now - fired_at > (g.side ? k_grace_s : 0.0)) {
+      vt_log_error("watchdog: rank 0 did not end the job within %.0f s of this rank's report; "
+                   "ending it from rank %d (exit %d)", k_grace_s, rank, VT_EXIT_WATCHDOG);
+      vt_comm_device_abort();
+      vt_comm_abort(VT_EXIT_WATCHDOG);
+    }
+  }
+  free(recs);
+  free(answered);
+  return NULL;
+}
+
+void vt_watchdog_start(vt_comm *world, double timeout_s, int tp_rank, int pp_rank, int dp_rank,
+                       const char *device) {
+  if (timeout_s <= 0 || g.on) return;
+  g.world = world, g.timeout_s = timeout_s;
+  g.side = vt_comm_size(world) > 1 && vt_comm_side_open(world);
+  if (vt_comm_size(world) > 1 && !g.side && vt_comm_rank(world) == 0)
+    vt_log_warn("watchdog: this MPI cannot take calls from a second thread; each rank reports "
+                "only its own position when --timeout-s passes");
+  wd_record *me = &g.me;
+  me->world_rank = vt_comm_rank(world), me->local_rank = vt_comm_local_rank(world);
+  me->tp = tp_rank, me->pp = pp_rank, me->dp = dp_rank;
+  if (gethostname(me->host, sizeof me->host) != 0) snprintf(me->host, sizeof me->host, "?");
+  me->host[sizeof me->host - 1] = '\0';
+  snprintf(me->device, sizeof me->device, "%s", device);
+  g.phase = "startup", g.phase_t0 = now_s(), g.limit_s = 0.0;
+  atomic_store(&g.stop, 0);
+  g.on = 1;
+  VT_CHECK(pthread_create(&g.thread, NULL, watch, NULL) == 0, "cannot start the watchdog thread");
+}
+
+void vt_watchdog_stop(void) {
+  if (!g.on) return;
+  atomic_store(&g.stop, 1);
+  pthread_join(g.thread, NULL);
+  g.on = 0;
+}

@@ -1,0 +1,48 @@
+// watchdog.h: turns a hang into a prompt, precise report (design.md "parallel/ ... watchdog").
+// The main thread says where it is: a phase (startup, a training step, an evaluation, a
+// checkpoint save) with a time limit, and - through comm.c - every collective it enters and
+// leaves, with that axis's sequence number. A thread on every rank looks every 0.2 s. When a
+// collective or a phase outlives its limit on some rank, that rank prints its position and tells
+// world rank 0, which asks every rank for its position over a side channel (a duplicate world
+// communicator served by the watchdog threads, so a main thread stuck in a collective does not
+// matter), prints one report - each rank's step, phase, collective, axis and sequence number,
+// the ranks that did not answer, and which ranks stalled - and ends the job with
+// VT_EXIT_WATCHDOG. If rank 0 itself is gone, the first rank whose limit passed ends the job
+// after a grace period. On NCCL comms the thread also polls for asynchronous errors and aborts
+// the device comms before ending the job.
+// Must not depend on the model.
+#ifndef VT_WATCHDOG_H
+#define VT_WATCHDOG_H
+
+#include <stdint.h>
+
+#include "comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Exit code of a job that the watchdog ended (documented in README "Exit codes").
+#define VT_EXIT_WATCHDOG 3
+
+// Starts this rank's watchdog (nothing when timeout_s <= 0). Collective over world (it opens the
+// side channel). device names what this rank computes on, for the report ("cpu", "cuda:1").
+void vt_watchdog_start(vt_comm *world, double timeout_s, int tp_rank, int pp_rank, int dp_rank,
+                       const char *device);
+void vt_watchdog_stop(void);  // joins the thread; call before the comms are freed
+
+// The main thread enters a phase (a static string: "step", "evaluation", "checkpoint save");
+// step is the 1-based step it belongs to; its clock starts now and may run limit_s seconds
+// (0: no limit).
+void vt_watchdog_phase(const char *what, int64_t step, double limit_s);
+
+// comm.c, around every operation of the main thread: op is a vt_comm_op, seq the axis's
+// sequence number of this operation (1, 2, ...).
+void vt_watchdog_comm_enter(vt_axis axis, int op, int64_t seq);
+void vt_watchdog_comm_leave(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

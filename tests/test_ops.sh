@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# test_ops.sh VIT3D: operations, with the test-only fault switch VT_FAULT (launch/fault.h).
+#  1. watchdog, stalled rank: rank 5 of a 2x2x2 mesh stops at step 6; every rank exits within
+#     --timeout-s + 30 s with exit 3 and one report: each rank's step, phase, collective, axis
+#     and sequence number, and the verdict naming rank 5;
+#  2. watchdog, rank hung hard (SIGSTOP, its watchdog thread too): exit 3, "no answer" for it;
+#  3. a crashed rank (abort at step 6) ends the job instead of hanging it;
+#  4. NaN gradients on one rank: the steps are skipped and counted (parameters untouched: the
+#     weights after a skipped step 5 equal those after step 4); K in a row stop the run with
+#     exit 4 and a message naming the steps;
+#  5. stragglers: a rank slowed by 0.3 s per step is named by the rank report, which also puts
+#     per-rank busy times and memory in metrics.jsonl;
+#  6. metrics and plot: mfu, model_tflops, skipped_steps, bad_images in metrics.jsonl of a real
+#     Fashion-MNIST run with evaluation; launch/plot_metrics.py draws it to a PNG.
+set -uo pipefail
+vit3d=$1
+here=$(cd "$(dirname "$0")" && pwd)
+py=${VT_REF_PYTHON:-/usr/bin/python3}
+work=$(mktemp -d)
+trap 'pkill -KILL -f "$work" 2> /dev/null; rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+common=(train --model tiny --steps 40 --micro-batch-size 8 --global-batch-size 32 --threads 1
+        --log-interval 1 --seed 2)
+fail=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+# start NAME NP FAULT flags...: mpirun in the background, log in NAME.log, pid in $launcher.
+start() {
+  local name=$1 np=$2 fault=$3
+  shift 3
+  VT_FAULT=$fault timeout 300 mpirun -np "$np" --oversubscribe "$vit3d" "${common[@]}" "$@" \
+    > "$work/$name.log" 2>&1 &
+  launcher=$!
+}
+wait_for() {  # wait_for FILE PATTERN SECONDS
+  local i
+  for i in $(seq 1 $((2 * $3))); do grep -q "$2" "$1" 2> /dev/null && return 0; sleep 0.5; done
+  return 1
+}
+
+# 1. A stalled rank.
+timeout_s=10
+start stall 8 stall@5:6 --tp 2 --pp 2 --timeout-s $timeout_s
+wait_for "$work/stall.log" "stalling this rank at step 6" 120 || bad "the stall fault never fired"
+t0=$(date +%s)
+wait $launcher
+rc=$?
+elapsed=$(($(date +%s) - t0))
+report=$(sed -n '/^watchdog report/,/^watchdog verdict/p' "$work/stall.log")
+nranks=$(echo "$report" | grep -c "^  rank [0-7] (host .*step 6")
+nwait=$(echo "$report" | grep -c "waiting in [a-z_]* #[0-9]* on axis \(tp\|pp\|dp\|world\)")
+if [ $rc -eq 3 ] && [ $elapsed -le $((timeout_s + 30)) ] && [ "$nranks" -eq 8 ] && [ "$nwait" -eq 7 ] &&
+   echo "$report" | grep -q "^  rank 5 .*not in a collective" &&
+   echo "$report" | grep -q "verdict: stalled: rank 5 (host [^,]*, tp 1 pp 1 dp 0)" &&
+   ! pgrep -f "$vit3d train" > /dev/null; then
+  ok "stalled rank 5: every rank gone ${elapsed} s after the stall (limit ${timeout_s} + 30), exit 3, report of 8 ranks (7 waiting in numbered collectives), verdict names rank 5"
+else
+  bad "stalled rank: rc $rc, ${elapsed} s, $nranks ranks in the report, $nwait waiting"
+  tail -25 "$work/stall.log"
+fi
+echo "$report" | sed 's/^/    /' | head -12
+
+# 2. A rank hung hard: SIGSTOP stops its watchdog thread as well.
+start sigstop 4 "" --tp 2 --steps 400 --timeout-s $timeout_s
+wait_for "$work/sigstop.log" "^step    10/" 120 || bad "the run did not reach step 10"
+pid=$(sed -n 's/.*pid \([0-9]*\), world rank 3 .*/\1/p' "$work/sigstop.log" | head -1)
+kill -STOP "$pid"
+t0=$(date +%s)
+wait $launcher
+rc=$?
+elapsed=$(($(date +%s) - t0))
+if [ $rc -eq 3 ] && [ $elapsed -le $((timeout_s + 30)) ] && grep -q "^  rank 3: no answer" "$work/sigstop.log" &&
+   grep -q "verdict: stalled: rank 3 (no answer)" "$work/sigstop.log"; then
+  ok "rank 3 stopped with SIGSTOP: exit 3 after ${elapsed} s, reported as not answering"
+else
+  bad "SIGSTOP rank: rc $rc after ${elapsed} s"
+  tail -20 "$work/sigstop.log"
+fi
+kill -KILL "$pid" 2> /dev/null
+
+# 3. A crashed rank.
+t0=$(date +%s)
+start crash 8 crash@3:6 --tp 2 --pp 2 --timeout-s 60
+wait $launcher
+rc=$?
+elapsed=$(($(date +%s) - t0))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $elapsed -lt 60 ] && grep -q "crashing this rank at step 6" "$work/crash.log" &&
+   ! pgrep -f "$vit3d train" > /dev/null; then
+  ok "crashed rank 3: the job ended by itself (mpirun exit $rc) after ${elapsed} s, no rank left"
+else
+  bad "crashed rank: rc $rc after ${elapsed} s"
+  tail -20 "$work/crash.log"
+fi
+
+# 4. Non-finite steps.
+run() {  # run NAME NP FAULT flags...
+  local name=$1 np=$2 fault=$3
+  shift 3
+  VT_FAULT=$fault timeout 300 mpirun -np "$np" --oversubscribe "$vit3d" "${common[@]}" "$@" \
+    --log-dir "$work/$name" > "$work/$name.log" 2>&1
+}
+run clean4 4 "" --tp 2 --run-steps 4 --final-weights "$work/clean4.safetensors"
+run nan5 4 nan@3:5 --tp 2 --run-steps 5 --final-weights "$work/nan5.safetensors"
+if cmp -s "$work/clean4.safetensors" "$work/nan5.safetensors" &&
+   grep -q "step 5: non-finite gradient norm; the step is skipped" "$work/nan5.log"; then
+  ok "NaN in rank 3's gradients at step 5 (a TP rank that holds replicated tensors): step skipped, weights equal those after step 4"
+else
+  bad "a skipped step changed the weights or was not reported"
+  tail -8 "$work/nan5.log"
+fi
+run nan3 4 nan@3:5-7 --tp 2
+rc=$?
+skipped=$("$py" -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(r[-1]['skipped_steps'], r[-1]['step'])" "$work/nan3/metrics.jsonl")
+[ $rc -eq 0 ] && [ "$skipped" = "3 40" ] && ok "3 NaN steps skipped and counted (skipped_steps 3), run completed" ||
+  { bad "NaN steps: rc $rc, skipped/last step: $skipped"; tail -5 "$work/nan3.log"; }
+run nank 4 nan@3:5-100 --tp 2 --max-nonfinite-steps 4
+rc=$?
+if [ $rc -eq 4 ] && grep -q "steps 5-8: 4 non-finite steps in a row (--max-nonfinite-steps 4); stopping" "$work/nank.log"; then
+  ok "4 non-finite steps in a row: exit 4, message names steps 5-8"
+else
+  bad "K non-finite steps: rc $rc"
+  tail -5 "$work/nank.log"
+fi
+
+# 5. A straggler.
+run slow 4 slow@2:1-1000 --dp 4 --steps 20 --straggler-interval 10
+if grep -q "ranks over steps 11-20: busy .*slower than 1.2 x median: .*rank 2 (tp 0 pp 0 dp 2)" "$work/slow.log" &&
+   "$py" - "$work/slow/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+r = [x for x in rows if "rank_busy_ms" in x]
+assert [x["step"] for x in r] == [10, 20], r
+b = r[-1]["rank_busy_ms"]
+assert len(b) == 4 and max(range(4), key=lambda i: b[i]) == 2 and b[2] > 250, b
+assert len(r[-1]["rank_host_mib"]) == 4 and min(r[-1]["rank_host_mib"]) > 1, r[-1]
+PY
+then
+  ok "rank 2 slowed by 0.3 s per step: named by the rank report; per-rank busy ms and memory in metrics.jsonl"
+  grep "ranks over steps 11-20" "$work/slow.log" | sed 's/^/    /'
+else
+  bad "straggler report"
+  grep "ranks over" "$work/slow.log"
+fi
+
+# 6. Metrics of a real run and the plot.
+"$vit3d" prepare fashion-mnist "$work/fm" > "$work/prepare.log" 2>&1 ||
+  { echo "SKIP part 6: $(tail -1 "$work/prepare.log")"; echo "test_ops: $([ $fail = 0 ] && echo all passed || echo FAILED)"; exit $fail; }
+run fm 2 "" --dp 2 --img-size 28 --patch-size 7 --width 32 --heads 2 --depth 2 --steps 60 \
+  --micro-batch-size 64 --global-batch-size 128 --lr 3e-3 --data "$work/fm/train" \
+  --val-data "$work/fm/val" --eval-interval 20 --eval-crop-pct 1 --crop-scale-min 1 \
+  --peak-tflops 0.05 --log-interval 20
+if "$py" - "$work/fm/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 60
+for r in rows:
+    for k in ("loss", "img_per_s", "model_tflops", "mfu", "skipped_steps", "bad_images"):
+        assert k in r, (k, r)
+    assert abs(r["mfu"] - r["model_tflops"] / (0.05 * 2)) <= 1e-4 * r["mfu"], r
+ev = [r for r in rows if "eval_top1" in r]
+assert [r["step"] for r in ev] == [20, 40, 60] and ev[-1]["eval_top1"] > 0.3, ev
+PY
+then ok "metrics.jsonl: mfu = model_tflops / (peak x ranks), skipped_steps, bad_images, evaluation"
+else bad "metrics of the Fashion-MNIST run"; tail -5 "$work/fm.log"
+fi
+if "$py" "$here/../launch/plot_metrics.py" "$work/fm/metrics.jsonl" "$work/nan3/metrics.jsonl" -o "$work/curves.png" &&
+   "$py" - "$work/curves.png" <<'PY'
+import sys
+from PIL import Image
+im = Image.open(sys.argv[1]).convert("L")
+assert im.size[0] >= 1000 and im.size[1] >= 400, im.size
+lo, hi = im.getextrema()
+assert hi - lo > 100 and len(set(im.getdata())) > 20  # drawn, not blank
+PY
+then ok "plot_metrics.py wrote a PNG of loss, accuracy and throughput from the run's metrics.jsonl"
+else bad "plot_metrics.py"
+fi
+echo "test_ops: $([ $fail = 0 ] && echo all passed || echo FAILED)"
+exit $fail
