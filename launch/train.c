@@ -448,13 +448,15 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
       break;
     }
     if (preempt) {
+      char what[600];
+      if (!o->save_dir[0]) snprintf(what, sizeof what, "no --save directory, nothing was saved");
+      else if (rc) snprintf(what, sizeof what, "the checkpoint FAILED (see above)");
+      else snprintf(what, sizeof what, "checkpoint step-%08lld saved in %s", (long long)n, o->save_dir);
       if (world_rank == 0)
         vt_log_warn("preempted (signal %s on some rank) at step %lld: %s; exiting with %d. "
                     "Resume with --resume auto.",
                     vt_health_preempt_signal() == SIGTERM ? "SIGTERM" : "SIGUSR1", (long long)n,
-                    !o->save_dir[0] ? "no --save directory, nothing was saved"
-                    : rc ? "the checkpoint FAILED (see above)" : "checkpoint saved",
-                    rc ? rc : VT_EXIT_PREEMPTED);
+                    what, rc ? rc : VT_EXIT_PREEMPTED);
       rc = rc ? rc : VT_EXIT_PREEMPTED;
       break;
     }
