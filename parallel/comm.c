@@ -26,18 +26,24 @@ struct vt_comm {
 enum { VT_MAX_DEVICE_COMMS = 16 };
 static void *g_device_comms[VT_MAX_DEVICE_COMMS];
 
-// ---- The local transport: one process, host buffers ------------------------------------------
+// ---- The local transport: a comm of one process ----------------------------------------------
+// Its state is NULL for host buffers, or the backend whose memory the buffers are in (a device
+// comm of one rank in a build without NCCL), whose copy then moves them.
 
+static void local_copy(void *s, float *out, const float *inp, int64_t count) {
+  if (s)
+    ((const vt_backend *)s)->copy(out, inp, (size_t)count * sizeof(float));
+  else
+    memcpy(out, inp, (size_t)count * sizeof(float));
+}
 static void local_all_reduce(void *s, float *buf, int64_t count) {
   (void)s, (void)buf, (void)count;
 }
 static void local_reduce_scatter(void *s, float *out, const float *inp, int64_t out_count) {
-  (void)s;
-  memcpy(out, inp, (size_t)out_count * sizeof(float));
+  local_copy(s, out, inp, out_count);
 }
 static void local_all_gather(void *s, float *out, const float *inp, int64_t inp_count) {
-  (void)s;
-  if (out != inp) memcpy(out, inp, (size_t)inp_count * sizeof(float));
+  if (out != inp) local_copy(s, out, inp, inp_count);
 }
 static void local_broadcast(void *s, float *buf, int64_t count, int root) {
   (void)s, (void)buf, (void)count, (void)root;
@@ -153,8 +159,15 @@ static void attach_transport(vt_comm *c, vt_device device) {
       }
     return;
 #else
-    VT_CHECK(0, "comms on device buffers need NCCL, and this vit3d was built without it "
-                "(configure with -DVT_CUDA=ON -DVT_NCCL=ON where libnccl is installed)");
+    // One rank needs no transport, only device copies.
+    VT_CHECK(c->size == 1, "comms of several ranks on device buffers need NCCL, and this vit3d "
+             "was built without it (configure with -DVT_CUDA=ON -DVT_NCCL=ON where libnccl is "
+             "installed)");
+    const char *why = "";
+    c->transport = &k_local_transport;
+    c->state = (void *)vt_backend_get(VT_DEVICE_CUDA, &why);
+    VT_CHECK(c->state, "a device comm needs the CUDA backend: %s", why);
+    return;
 #endif
   }
 #ifdef VT_HAVE_MPI

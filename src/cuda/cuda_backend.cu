@@ -1,7 +1,7 @@
-// cuda_backend.cu: the CUDA backend's table, its memory functions, and the one stream and cuBLAS
-// handle that every CUDA op runs on. The registry (src/backend.c) calls vt_cuda_backend_get.
-// C-style CUDA, no STL. Must not depend on MPI, NCCL or the model; which GPU this process uses
-// is chosen by the caller (cudaSetDevice) before the first call.
+// cuda_backend.cu: the CUDA backend's table, its memory functions, and the one stream, cuBLAS
+// handle and grow-only scratch that every CUDA op uses. The registry (src/backend.c) calls
+// vt_cuda_backend_get. C-style CUDA, no STL. Must not depend on MPI, NCCL or the model; which
+// GPU this process uses is chosen by the caller (cudaSetDevice) before the first call.
 #include <stdio.h>
 
 #include "cuda_common.h"
@@ -58,6 +58,25 @@ static void cuda_zero(void *p, size_t nbytes) {
 
 static void cuda_sync(void) { VT_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
 
+static void *g_scratch = NULL;
+static size_t g_scratch_nbytes = 0;
+
+// Grows only, so after the first step no op allocates (design.md: nothing is allocated inside
+// the step loop once it runs).
+void *vt_cuda_scratch(size_t nbytes) {
+  if (nbytes <= g_scratch_nbytes) return g_scratch;
+  // Kernels still queued on the stream may read the old buffer.
+  VT_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+  if (g_scratch) VT_CUDA_CHECK(cudaFree(g_scratch));
+  g_scratch = NULL;
+  g_scratch_nbytes = 0;
+  const cudaError_t err = cudaMalloc(&g_scratch, nbytes);
+  VT_CHECK(err == cudaSuccess, "out of GPU memory for %zu MiB of op scratch (%s); try a smaller "
+           "--micro-batch-size", nbytes >> 20, cudaGetErrorString(err));
+  g_scratch_nbytes = nbytes;
+  return g_scratch;
+}
+
 static vt_backend g_table;
 static int g_state = 0;  // 0 not tried, 1 ready, -1 unusable (reason in g_why)
 static char g_why[256];
@@ -108,7 +127,24 @@ static int cuda_init(void) {
   g_table.synchronize = cuda_sync;
   g_table.linear_fwd = vt_cuda_linear_fwd;
   g_table.linear_bwd = vt_cuda_linear_bwd;
-  // Every other op stays NULL until its kernel exists; src/ops.c names the missing op.
+  g_table.layernorm_fwd = vt_cuda_layernorm_fwd;
+  g_table.layernorm_bwd = vt_cuda_layernorm_bwd;
+  g_table.gelu_fwd = vt_cuda_gelu_fwd;
+  g_table.gelu_bwd = vt_cuda_gelu_bwd;
+  g_table.attention_fwd = vt_cuda_attention_fwd;
+  g_table.attention_bwd = vt_cuda_attention_bwd;
+  g_table.add = vt_cuda_add;
+  g_table.patchify_fwd = vt_cuda_patchify_fwd;
+  g_table.patchify_bwd = vt_cuda_patchify_bwd;
+  g_table.embed_fwd = vt_cuda_embed_fwd;
+  g_table.embed_bwd = vt_cuda_embed_bwd;
+  g_table.cls_pool_fwd = vt_cuda_cls_pool_fwd;
+  g_table.cls_pool_bwd = vt_cuda_cls_pool_bwd;
+  g_table.cross_entropy_fwd = vt_cuda_cross_entropy_fwd;
+  g_table.cross_entropy_bwd = vt_cuda_cross_entropy_bwd;
+  g_table.adamw = vt_cuda_adamw;
+  g_table.sumsq = vt_cuda_sumsq;
+  g_table.scale = vt_cuda_scale;
   return 1;
 }
 

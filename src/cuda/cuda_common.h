@@ -1,11 +1,13 @@
 // cuda_common.h: what every src/cuda/*.cu shares: the fatal-error macros for CUDA and cuBLAS
-// calls, the backend's one stream and cuBLAS handle, and launch-size helpers. CUDA-only (C++
-// as compiled by nvcc); C code includes cuda_ops.h instead. Must not depend on MPI or the model.
+// calls, the backend's one stream, cuBLAS handle and scratch, deterministic warp and block
+// reductions, and launch-size helpers. CUDA-only (C++ as compiled by nvcc); C code includes
+// cuda_ops.h instead. Must not depend on MPI or the model.
 #ifndef VT_CUDA_COMMON_H
 #define VT_CUDA_COMMON_H
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../vt_error.h"
@@ -35,6 +37,53 @@
 // Valid once vt_cuda_backend_get has returned non-NULL.
 cudaStream_t vt_cuda_stream(void);
 cublasHandle_t vt_cuda_cublas(void);
+
+// Grow-only device scratch shared by the ops (attention's score gradients, the partial sums of
+// the two-stage reductions). One stream orders the ops, so an op's use of it ends before the
+// next op's begins; growing it waits for the stream first. Fatal when the GPU is out of memory.
+void *vt_cuda_scratch(size_t nbytes);
+
+// Warp-wide sums and maxima by a butterfly of shuffles: every lane ends with the same value, and
+// the order of additions depends only on the lane numbers, so the result is the same bit for bit
+// on every run (design.md's determinism contract; no atomics). All 32 lanes must take part.
+static __device__ __forceinline__ float vt_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+static __device__ __forceinline__ float vt_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over a block of VT_TREE_THREADS threads through shared memory in a fixed tree order (the
+// same bits every run); every thread gets the total. sh holds VT_TREE_THREADS elements and may
+// be reused after the call returns.
+#define VT_TREE_THREADS 256
+template <typename T>
+static __device__ __forceinline__ T vt_block_sum(T v, T *sh) {
+  const int t = threadIdx.x;
+  sh[t] = v;
+  __syncthreads();
+  for (int s = VT_TREE_THREADS / 2; s > 0; s >>= 1) {
+    if (t < s) sh[t] += sh[t + s];
+    __syncthreads();
+  }
+  const T total = sh[0];
+  __syncthreads();  // sh may be written again right after
+  return total;
+}
+static __device__ __forceinline__ float vt_block_max(float v, float *sh) {
+  const int t = threadIdx.x;
+  sh[t] = v;
+  __syncthreads();
+  for (int s = VT_TREE_THREADS / 2; s > 0; s >>= 1) {
+    if (t < s) sh[t] = fmaxf(sh[t], sh[t + s]);
+    __syncthreads();
+  }
+  const float m = sh[0];
+  __syncthreads();
+  return m;
+}
 
 // Blocks for a grid-stride loop over count elements: enough to fill the GPU, never more than
 // the work needs (count > 0).

@@ -11,14 +11,55 @@
 extern "C" {
 #endif
 
+// gemm.cu
 void vt_cuda_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                         int64_t M, int64_t I, int64_t O);
 void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
 
-// Column sums of a (M, C) matrix added into out (C), in a fixed order whatever the launch
-// (bias and LayerNorm parameter gradients), as vt_cpu_colsum_acc.
+// gemm.cu. Column sums of a (M, C) matrix added into out (C), in a fixed order whatever the
+// launch (bias gradients), as vt_cpu_colsum_acc.
 void vt_cuda_colsum_acc(float *out, const float *x, int64_t M, int64_t C);
+
+// layernorm.cu
+void vt_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, int64_t M, int64_t C);
+void vt_cuda_layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, const float *mean,
+                           const float *rstd, int64_t M, int64_t C);
+
+// elementwise.cu
+void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count);
+void vt_cuda_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t count);
+void vt_cuda_add(float *out, const float *a, const float *b, int64_t count);
+double vt_cuda_sumsq(const float *x, int64_t count);
+void vt_cuda_scale(float *x, float alpha, int64_t count);
+
+// attention.cu
+void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, int64_t B, int64_t N,
+                           int64_t H, int64_t D);
+void vt_cuda_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att,
+                           int64_t B, int64_t N, int64_t H, int64_t D);
+
+// embed.cu
+void vt_cuda_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
+void vt_cuda_patchify_bwd(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);
+void vt_cuda_embed_fwd(float *x, const float *patch_out, const float *cls, const float *pos,
+                       int64_t B, int64_t N, int64_t C);
+void vt_cuda_embed_bwd(float *dpatch_out, float *dcls, float *dpos, const float *dx, int64_t B,
+                       int64_t N, int64_t C);
+void vt_cuda_cls_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C);
+void vt_cuda_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
+
+// cross_entropy.cu
+void vt_cuda_cross_entropy_fwd(float *losses, float *probs, const float *logits,
+                               const int32_t *labels, float smoothing, int64_t B, int64_t K);
+void vt_cuda_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t *labels,
+                               float smoothing, float scale, int64_t B, int64_t K);
+
+// adamw.cu
+void vt_cuda_adamw(float *param, const float *grad, float *m, float *v, int64_t count, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, int64_t t);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,131 @@
+// attention.cu: softmax(q k^T / sqrt(D)) v per (batch, head) on CUDA, forward and backward, twin
+// of src/cpu/attention.c (same qkv layout, same saved probabilities att (B, H, N, N)). fp32
+// cuBLAS strided-batched GEMMs read the heads straight out of the timm qkv layout (no copies):
+// one call per head, batched over the B images, whose q/k/v sit a fixed stride N*3C apart. The
+// softmax and its backward are warp-per-row kernels. C-style CUDA, no STL. Must not depend on
+// MPI, NCCL or the model. The bf16 path (cuDNN fused attention) will be a separate file.
+#include <limits.h>
+#include <math.h>
+
+#include "cuda_common.h"
+#include "cuda_ops.h"
+
+// cuBLAS is column-major: a row-major (R, K) matrix with leading dimension ld is, read
+// column-major, its transpose (K, R) with the same ld. Below, for one head of one image,
+//   Q, K, V (N, D) row-major with ld 3C  ->  Qc = Q^T, Kc = K^T, Vc = V^T (D, N), ld 3C
+//   P, dP, dS (N, N) row-major with ld N ->  Pc = P^T etc. (N, N), ld N
+//   out, dout (N, D) row-major with ld C ->  (D, N), ld C
+// and every row-major product is written as the column-major product of the transposes.
+
+#define SM_WARPS 8  // rows (warps) per block of the softmax kernels
+
+static void check_dims(const char *op, int64_t B, int64_t N, int64_t H, int64_t D) {
+  // The classic cuBLAS API takes int sizes, leading dimensions and batch counts.
+  VT_CHECK(B <= INT_MAX && N <= INT_MAX && 3 * H * D <= INT_MAX,
+           "%s: B=%lld N=%lld H=%lld D=%lld exceed cuBLAS's int sizes", op, (long long)B,
+           (long long)N, (long long)H, (long long)D);
+  VT_CHECK((B * H * N + SM_WARPS - 1) / SM_WARPS <= INT_MAX,
+           "%s: B*H*N=%lld softmax rows are too many for one grid", op, (long long)(B * H * N));
+}
+
+// Softmax of each row of length N, in place (the scores are already scaled by the GEMM).
+static __global__ void softmax_rows_kernel(float *s, int64_t rows, int64_t N) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
+  if (row >= rows) return;  // warp-uniform: the shuffles stay full
+  float *r = s + row * N;
+  float mx = -INFINITY;
+  for (int64_t j = lane; j < N; j += 32) mx = fmaxf(mx, r[j]);
+  mx = vt_warp_max(mx);
+  float sum = 0.0f;
+  for (int64_t j = lane; j < N; j += 32) {
+    const float e = expf(r[j] - mx);
+    r[j] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / vt_warp_sum(sum);
+  for (int64_t j = lane; j < N; j += 32) r[j] *= inv;  // each lane rescales what it wrote
+}
+
+// Softmax backward in place on dp: ds = p * (dp - rowsum(p * dp)).
+static __global__ void softmax_bwd_kernel(float *dp, const float *p, int64_t rows, int64_t N) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  float *d = dp + row * N;
+  const float *pr = p + row * N;
+  float dot = 0.0f;
+  for (int64_t j = lane; j < N; j += 32) dot += pr[j] * d[j];
+  dot = vt_warp_sum(dot);
+  for (int64_t j = lane; j < N; j += 32) d[j] = pr[j] * (d[j] - dot);
+}
+
+static void softmax_launch(float *s, int64_t rows, int64_t N) {
+  softmax_rows_kernel<<<(unsigned)((rows + SM_WARPS - 1) / SM_WARPS), 32 * SM_WARPS, 0,
+                        vt_cuda_stream()>>>(s, rows, N);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+// One strided-batched fp32 GEMM over the B images of one head: C_b = alpha op(A_b) op(B_b) +
+// beta C_b, column-major, with A_b = A + b * sa and so on.
+static void gemm_b(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+                   float alpha, const float *A, int64_t lda, int64_t sa, const float *Bm,
+                   int64_t ldb, int64_t sb, float beta, float *C, int64_t ldc, int64_t sc,
+                   int64_t batch) {
+  VT_CUBLAS_CHECK(cublasSgemmStridedBatched(vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k,
+                                            &alpha, A, (int)lda, (long long)sa, Bm, (int)ldb,
+                                            (long long)sb, &beta, C, (int)ldc, (long long)sc,
+                                            (int)batch));
+}
+
+extern "C" void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, int64_t B,
+                                      int64_t N, int64_t H, int64_t D) {
+  check_dims("attention_fwd", B, N, H, D);
+  const int64_t C = H * D, ld = 3 * C, sqkv = N * ld, satt = H * N * N, sout = N * C;
+  const float scale = 1.0f / sqrtf((float)D);
+  const cublasOperation_t T = CUBLAS_OP_T, O = CUBLAS_OP_N;
+  for (int64_t h = 0; h < H; h++) {
+    const float *q = qkv + h * D, *k = q + C;
+    // S = scale q k^T, i.e. S^T (N, N) = Kc^T Qc.
+    gemm_b(T, O, N, N, D, scale, k, ld, sqkv, q, ld, sqkv, 0.0f, att + h * N * N, N, satt, B);
+  }
+  softmax_launch(att, B * H * N, N);
+  for (int64_t h = 0; h < H; h++) {
+    const float *v = qkv + h * D + 2 * C;
+    // out = P v, i.e. out^T (D, N) = Vc Pc.
+    gemm_b(O, O, D, N, N, 1.0f, v, ld, sqkv, att + h * N * N, N, satt, 0.0f, out + h * D, C,
+           sout, B);
+  }
+}
+
+extern "C" void vt_cuda_attention_bwd(float *dqkv, const float *dout, const float *qkv,
+                                      const float *att, int64_t B, int64_t N, int64_t H,
+                                      int64_t D) {
+  check_dims("attention_bwd", B, N, H, D);
+  const int64_t C = H * D, ld = 3 * C, sqkv = N * ld, satt = H * N * N, sout = N * C;
+  const float scale = 1.0f / sqrtf((float)D);
+  const cublasOperation_t T = CUBLAS_OP_T, O = CUBLAS_OP_N;
+  // dP, then dS in place, for every (image, head) at once, laid out like att so one softmax
+  // backward launch covers them all. Grow-only scratch: allocated on the first step.
+  float *ds = (float *)vt_cuda_scratch((size_t)(B * H * N * N) * sizeof(float));
+  for (int64_t h = 0; h < H; h++) {
+    const float *v = qkv + h * D + 2 * C, *dy = dout + h * D, *p = att + h * N * N;
+    float *dv = dqkv + h * D + 2 * C;
+    // dv = P^T dy, i.e. dv^T (D, N) = dYc Pc^T; beta 0 overwrites.
+    gemm_b(O, T, D, N, N, 1.0f, dy, C, sout, p, N, satt, 0.0f, dv, ld, sqkv, B);
+    // dP = dy v^T, i.e. dP^T (N, N) = Vc^T dYc.
+    gemm_b(T, O, N, N, D, 1.0f, v, ld, sqkv, dy, C, sout, 0.0f, ds + h * N * N, N, satt, B);
+  }
+  const int64_t rows = B * H * N;
+  softmax_bwd_kernel<<<(unsigned)((rows + SM_WARPS - 1) / SM_WARPS), 32 * SM_WARPS, 0,
+                       vt_cuda_stream()>>>(ds, att, rows, N);
+  VT_CUDA_CHECK_LAUNCH();
+  for (int64_t h = 0; h < H; h++) {
+    const float *q = qkv + h * D, *k = q + C, *dsh = ds + h * N * N;
+    float *dq = dqkv + h * D, *dk = dq + C;
+    // dq = scale dS k, i.e. dq^T (D, N) = Kc dSc.
+    gemm_b(O, O, D, N, N, scale, k, ld, sqkv, dsh, N, satt, 0.0f, dq, ld, sqkv, B);
+    // dk = scale dS^T q, i.e. dk^T (D, N) = Qc dSc^T.
+    gemm_b(O, T, D, N, N, scale, q, ld, sqkv, dsh, N, satt, 0.0f, dk, ld, sqkv, B);
+  }
+}

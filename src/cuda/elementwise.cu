@@ -1,0 +1,109 @@
+// elementwise.cu: GELU (the exact erf form), the residual add, sum of squares and scaling on
+// CUDA, twin of src/cpu/elementwise.c. The sum of squares is a two-stage reduction over chunks
+// of a fixed size, in double, with no atomics: the same bits on every run and every GPU.
+// C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
+#include "cuda_common.h"
+#include "cuda_ops.h"
+
+#define THREADS 256
+#define INV_SQRT2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+
+// The CPU twin uses its own vectorisable erf (absolute error < 1.5e-7) and exp; the GPU has
+// full-precision erff and expf (a few ulp), so the two agree to about 1e-7 absolute.
+static __global__ void gelu_fwd_kernel(float *out, const float *inp, int64_t count) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float x = inp[i];
+    out[i] = x * (0.5f + 0.5f * erff(x * INV_SQRT2));
+  }
+}
+
+// d/dx [x Phi(x)] = Phi(x) + x phi(x)
+static __global__ void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout,
+                                       int64_t count) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float x = inp[i];
+    const float cdf = 0.5f + 0.5f * erff(x * INV_SQRT2);
+    const float pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
+    dinp[i] = dout[i] * (cdf + x * pdf);
+  }
+}
+
+// out may alias a or b: each element is read before it is written, by the same thread.
+static __global__ void add_kernel(float *out, const float *a, const float *b, int64_t count) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+static __global__ void scale_kernel(float *x, float alpha, int64_t count) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] *= alpha;
+}
+
+// Sum of squares, stage 1: block k sums elements [k*SUMSQ_CHUNK, (k+1)*SUMSQ_CHUNK) in double
+// (each thread a fixed strided subset, then a fixed tree). The chunk is a constant, not derived
+// from the GPU, so the result does not depend on the machine either. Squares of floats are exact
+// in double (48 significant bits), so only the additions round.
+#define SUMSQ_CHUNK 16384
+static __global__ void sumsq_partial_kernel(double *part, const float *x, int64_t count) {
+  __shared__ double sh[VT_TREE_THREADS];
+  const int64_t i0 = (int64_t)blockIdx.x * SUMSQ_CHUNK;
+  const int64_t i1 = i0 + SUMSQ_CHUNK < count ? i0 + SUMSQ_CHUNK : count;
+  double s = 0.0;
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += VT_TREE_THREADS) s += (double)x[i] * x[i];
+  s = vt_block_sum(s, sh);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+// Stage 2: one block adds the chunk partials (strided per thread, then the tree) into *total.
+static __global__ void sumsq_final_kernel(double *total, const double *part, int64_t nchunk) {
+  __shared__ double sh[VT_TREE_THREADS];
+  double s = 0.0;
+  for (int64_t k = threadIdx.x; k < nchunk; k += VT_TREE_THREADS) s += part[k];
+  s = vt_block_sum(s, sh);
+  if (threadIdx.x == 0) *total = s;
+}
+
+extern "C" void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count) {
+  gelu_fwd_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(out, inp,
+                                                                                   count);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_gelu_bwd(float *dinp, const float *inp, const float *dout,
+                                 int64_t count) {
+  gelu_bwd_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(dinp, inp,
+                                                                                   dout, count);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_add(float *out, const float *a, const float *b, int64_t count) {
+  add_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(out, a, b, count);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_scale(float *x, float alpha, int64_t count) {
+  scale_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(x, alpha, count);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+// The caller needs the value on the host (gradient norm, clipping), so this waits for the stream.
+extern "C" double vt_cuda_sumsq(const float *x, int64_t count) {
+  const int64_t nchunk = (count + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+  VT_CHECK(nchunk <= 0x7fffffff, "sumsq: %lld elements are too many for one grid",
+           (long long)count);
+  cudaStream_t st = vt_cuda_stream();
+  double *part = (double *)vt_cuda_scratch((size_t)(nchunk + 1) * sizeof(double));
+  sumsq_partial_kernel<<<(unsigned)nchunk, VT_TREE_THREADS, 0, st>>>(part, x, count);
+  VT_CUDA_CHECK_LAUNCH();
+  sumsq_final_kernel<<<1, VT_TREE_THREADS, 0, st>>>(part + nchunk, part, nchunk);
+  VT_CUDA_CHECK_LAUNCH();
+  double total = 0.0;
+  VT_CUDA_CHECK(cudaMemcpyAsync(&total, part + nchunk, sizeof total, cudaMemcpyDeviceToHost, st));
+  VT_CUDA_CHECK(cudaStreamSynchronize(st));
+  return total;
+}

@@ -1,0 +1,131 @@
+// embed.cu: patchify (the data half of patch embedding), class token plus position embedding,
+// and class-token pooling on CUDA, twin of src/cpu/embed.c. All but the parameter gradients are
+// permutations or single additions, so they equal the CPU bit for bit; dcls and dpos add the
+// batch in order 0..B-1 onto the old value, exactly as the CPU twin does. C-style CUDA, no STL.
+// Must not depend on MPI, NCCL or the model.
+#include "cuda_common.h"
+#include "cuda_ops.h"
+
+#define THREADS 256
+
+#define GRID_STRIDE(i, count)                                                    \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); \
+       i += (int64_t)gridDim.x * blockDim.x)
+
+// One thread per patch element, in patch order (writes coalesced; the reads are P-float runs of
+// image rows). G x G patches of (3, P, P) per image.
+static __global__ void patchify_fwd_kernel(float *patches, const float *img, int64_t B, int64_t S,
+                                           int64_t P) {
+  const int64_t G = S / P, count = B * G * G * 3 * P * P;
+  GRID_STRIDE(i, count) {
+    int64_t t = i;
+    const int64_t x = t % P; t /= P;
+    const int64_t y = t % P; t /= P;
+    const int64_t ch = t % 3; t /= 3;
+    const int64_t g = t % (G * G), b = t / (G * G);
+    const int64_t gy = g / G, gx = g % G;
+    patches[i] = img[((b * 3 + ch) * S + gy * P + y) * S + gx * P + x];
+  }
+}
+
+// Patches do not overlap and tile the image, so the backward is the inverse permutation: one
+// thread per image element gathers its patch element (writes coalesced, every element written).
+static __global__ void patchify_bwd_kernel(float *dimg, const float *dpatches, int64_t B,
+                                           int64_t S, int64_t P) {
+  const int64_t G = S / P, count = B * 3 * S * S;
+  GRID_STRIDE(i, count) {
+    int64_t t = i;
+    const int64_t col = t % S; t /= S;
+    const int64_t row = t % S; t /= S;
+    const int64_t ch = t % 3, b = t / 3;
+    const int64_t g = (row / P) * G + col / P;
+    dimg[i] = dpatches[((b * G * G + g) * 3 + ch) * P * P + (row % P) * P + col % P];
+  }
+}
+
+// x[b,0] = cls + pos[0], x[b,n] = patch_out[b,n-1] + pos[n]
+static __global__ void embed_fwd_kernel(float *x, const float *patch_out, const float *cls,
+                                        const float *pos, int64_t B, int64_t N, int64_t C) {
+  const int64_t count = B * N * C;
+  GRID_STRIDE(i, count) {
+    const int64_t c = i % C, bn = i / C, n = bn % N, b = bn / N;
+    const float src = n == 0 ? cls[c] : patch_out[(b * (N - 1) + n - 1) * C + c];
+    x[i] = src + pos[n * C + c];
+  }
+}
+
+// dpos[n,c] += dx[0,n,c], += dx[1,n,c], ... one thread per (n, c), batch in order; dcls is the
+// same sum over the class-token rows (n = 0).
+static __global__ void embed_param_kernel(float *dcls, float *dpos, const float *dx, int64_t B,
+                                          int64_t N, int64_t C) {
+  const int64_t count = N * C;
+  GRID_STRIDE(i, count) {
+    float acc = dpos[i];
+    for (int64_t b = 0; b < B; b++) acc += dx[b * N * C + i];
+    dpos[i] = acc;
+    if (i < C) {
+      float a = dcls[i];
+      for (int64_t b = 0; b < B; b++) a += dx[b * N * C + i];
+      dcls[i] = a;
+    }
+  }
+}
+
+// The whole dx: the pooled gradient on the class-token rows, zeros elsewhere (one pass instead
+// of a memset and a copy).
+static __global__ void cls_pool_bwd_kernel(float *dx, const float *dout, int64_t B, int64_t N,
+                                           int64_t C) {
+  const int64_t count = B * N * C;
+  GRID_STRIDE(i, count) {
+    const int64_t c = i % C, bn = i / C, n = bn % N, b = bn / N;
+    dx[i] = n == 0 ? dout[b * C + c] : 0.0f;
+  }
+}
+
+extern "C" void vt_cuda_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S,
+                                     int64_t P) {
+  patchify_fwd_kernel<<<vt_cuda_blocks(B * 3 * S * S, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      patches, img, B, S, P);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_patchify_bwd(float *dimg, const float *dpatches, int64_t B, int64_t S,
+                                     int64_t P) {
+  patchify_bwd_kernel<<<vt_cuda_blocks(B * 3 * S * S, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      dimg, dpatches, B, S, P);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_embed_fwd(float *x, const float *patch_out, const float *cls,
+                                  const float *pos, int64_t B, int64_t N, int64_t C) {
+  embed_fwd_kernel<<<vt_cuda_blocks(B * N * C, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      x, patch_out, cls, pos, B, N, C);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_embed_bwd(float *dpatch_out, float *dcls, float *dpos, const float *dx,
+                                  int64_t B, int64_t N, int64_t C) {
+  cudaStream_t st = vt_cuda_stream();
+  // dpatch_out[b] is rows 1..N-1 of dx[b]: a strided 2D copy (B rows of (N-1)*C floats).
+  if (dpatch_out)
+    VT_CUDA_CHECK(cudaMemcpy2DAsync(dpatch_out, (size_t)((N - 1) * C) * sizeof(float), dx + C,
+                                    (size_t)(N * C) * sizeof(float),
+                                    (size_t)((N - 1) * C) * sizeof(float), (size_t)B,
+                                    cudaMemcpyDeviceToDevice, st));
+  embed_param_kernel<<<vt_cuda_blocks(N * C, THREADS), THREADS, 0, st>>>(dcls, dpos, dx, B, N, C);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_cls_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C) {
+  // out[b] = x[b, 0]: B rows of C floats, N*C apart in x.
+  VT_CUDA_CHECK(cudaMemcpy2DAsync(out, (size_t)C * sizeof(float), x,
+                                  (size_t)(N * C) * sizeof(float), (size_t)C * sizeof(float),
+                                  (size_t)B, cudaMemcpyDeviceToDevice, vt_cuda_stream()));
+}
+
+extern "C" void vt_cuda_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N,
+                                     int64_t C) {
+  cls_pool_bwd_kernel<<<vt_cuda_blocks(B * N * C, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      dx, dout, B, N, C);
+  VT_CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,211 @@
+// bench_gpu.c: time full training steps (forward, backward, clipping, AdamW) of a ViT preset on
+// the CUDA backend with one device-resident batch, so the number is the GPU's and not the host's
+// synthetic-image generator's (which `vit3d train --data synthetic` times inside its step).
+// Prints images/s and MFU by the trainer's own FLOP count (vt_config_train_flops), for
+// tests/gpu/run.sh to compare with timm + PyTorch measured in the same run. Not pass/fail.
+// Usage: bench_gpu [--model vit-b16] [--batch 128] [--warmup 3] [--timed 10]
+//                  [--peak-tflops 989] [--cpu] [--ops]
+// --cpu runs on the CPU backend (to check the program without a GPU); --ops adds time per op,
+// measured with a synchronize around each op (which slows the step). Uses only the public APIs
+// of src/ and vit/; must not depend on CUDA headers or MPI.
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L  // clock_gettime under -std=c11
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model.h"
+#include "optim.h"
+#include "synthetic.h"
+#include "vt_backend.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// ---- Per-op timing (--ops): a copy of the table whose entries synchronize, call the real op,
+// synchronize again and add the wall time to the op's slot.
+typedef struct {
+  const char *name;
+  double s;
+  long calls;
+} slot;
+enum { S_LIN_F, S_LIN_B, S_LN_F, S_LN_B, S_GELU_F, S_GELU_B, S_ATT_F, S_ATT_B, S_ADD, S_ADAMW,
+       S_SUMSQ, NSLOTS };
+static slot g_slots[NSLOTS] = {{"linear_fwd", 0, 0},    {"linear_bwd", 0, 0},
+                               {"layernorm_fwd", 0, 0}, {"layernorm_bwd", 0, 0},
+                               {"gelu_fwd", 0, 0},      {"gelu_bwd", 0, 0},
+                               {"attention_fwd", 0, 0}, {"attention_bwd", 0, 0},
+                               {"add", 0, 0},           {"adamw", 0, 0},
+                               {"sumsq", 0, 0}};
+static vt_backend g_real;
+
+#define TIMED(k, call)             \
+  do {                             \
+    g_real.synchronize();          \
+    const double t0_ = now_s();    \
+    call;                          \
+    g_real.synchronize();          \
+    g_slots[k].s += now_s() - t0_; \
+    g_slots[k].calls++;            \
+  } while (0)
+
+static void t_lin_f(float *o, const float *x, const float *w, const float *b, int64_t M,
+                    int64_t I, int64_t O) {
+  TIMED(S_LIN_F, g_real.linear_fwd(o, x, w, b, M, I, O));
+}
+static void t_lin_b(float *dx, float *dw, float *db, const float *dy, const float *x,
+                    const float *w, int64_t M, int64_t I, int64_t O) {
+  TIMED(S_LIN_B, g_real.linear_bwd(dx, dw, db, dy, x, w, M, I, O));
+}
+static void t_ln_f(float *o, float *mu, float *rs, const float *x, const float *w,
+                   const float *b, int64_t M, int64_t C) {
+  TIMED(S_LN_F, g_real.layernorm_fwd(o, mu, rs, x, w, b, M, C));
+}
+static void t_ln_b(float *dx, float *dw, float *db, const float *dy, const float *x,
+                   const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
+  TIMED(S_LN_B, g_real.layernorm_bwd(dx, dw, db, dy, x, w, mu, rs, M, C));
+}
+static void t_gelu_f(float *o, const float *x, int64_t n) {
+  TIMED(S_GELU_F, g_real.gelu_fwd(o, x, n));
+}
+static void t_gelu_b(float *dx, const float *x, const float *dy, int64_t n) {
+  TIMED(S_GELU_B, g_real.gelu_bwd(dx, x, dy, n));
+}
+static void t_att_f(float *o, float *att, const float *qkv, int64_t B, int64_t N, int64_t H,
+                    int64_t D) {
+  TIMED(S_ATT_F, g_real.attention_fwd(o, att, qkv, B, N, H, D));
+}
+static void t_att_b(float *dqkv, const float *dy, const float *qkv, const float *att, int64_t B,
+                    int64_t N, int64_t H, int64_t D) {
+  TIMED(S_ATT_B, g_real.attention_bwd(dqkv, dy, qkv, att, B, N, H, D));
+}
+static void t_add(float *o, const float *a, const float *b, int64_t n) {
+  TIMED(S_ADD, g_real.add(o, a, b, n));
+}
+static void t_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float b1,
+                    float b2, float eps, float wd, int64_t t) {
+  TIMED(S_ADAMW, g_real.adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t));
+}
+static double t_sumsq(const float *x, int64_t n) {
+  double r;
+  TIMED(S_SUMSQ, r = g_real.sumsq(x, n));
+  return r;
+}
+
+static const vt_backend *timing_backend(const vt_backend *real) {
+  static vt_backend t;
+  g_real = *real;
+  t = *real;
+  t.linear_fwd = t_lin_f, t.linear_bwd = t_lin_b, t.layernorm_fwd = t_ln_f;
+  t.layernorm_bwd = t_ln_b, t.gelu_fwd = t_gelu_f, t.gelu_bwd = t_gelu_b;
+  t.attention_fwd = t_att_f, t.attention_bwd = t_att_b, t.add = t_add, t.adamw = t_adamw;
+  t.sumsq = t_sumsq;
+  return &t;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+  const char *model = "vit-b16";
+  int B = 128, warmup = 3, timed = 10, on_cpu = 0, per_op = 0;
+  double peak = 989.0;  // H100/H200 SXM dense bf16 TFLOP/s, the trainer's default on CUDA
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--cpu")) on_cpu = 1;
+    else if (!strcmp(a, "--ops")) per_op = 1;
+    else if (v && !strcmp(a, "--model")) model = v, i++;
+    else if (v && !strcmp(a, "--batch")) B = atoi(v), i++;
+    else if (v && !strcmp(a, "--warmup")) warmup = atoi(v), i++;
+    else if (v && !strcmp(a, "--timed")) timed = atoi(v), i++;
+    else if (v && !strcmp(a, "--peak-tflops")) peak = atof(v), i++;
+    else {
+      fprintf(stderr, "usage: %s [--model NAME] [--batch B] [--warmup N] [--timed N] "
+                      "[--peak-tflops TF] [--cpu] [--ops]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (B < 1 || warmup < 0 || timed < 1 || timed > 1000) {
+    fprintf(stderr, "bench_gpu: batch >= 1, warmup >= 0, 1 <= timed <= 1000\n");
+    return 2;
+  }
+  vt_vit_config cfg;
+  char err[256], desc[160];
+  if (vt_config_preset(model, &cfg, err, sizeof err) != VT_OK) {
+    fprintf(stderr, "bench_gpu: %s\n", err);
+    return 2;
+  }
+  const vt_device dev = on_cpu ? VT_DEVICE_CPU : VT_DEVICE_CUDA;
+  const char *why = NULL;
+  if (vt_backend_select(dev, 0, desc, sizeof desc) != 0) {
+    printf("SKIP: %s\n", desc);
+    return 77;
+  }
+  const vt_backend *be = vt_backend_get(dev, &why);
+  if (!be) {
+    printf("SKIP: %s\n", why);
+    return 77;
+  }
+  if (per_op) be = timing_backend(be);
+  vt_model m;
+  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, be, 1234);
+  // The trainer's defaults that matter for the work done: clipping on (its norm pass is part of
+  // the step, as clip_grad_norm_ on the PyTorch side), weight decay on.
+  const vt_optim_config oc = {1e-3f, 1e-5f, 0, 1000000, 0.9f, 0.999f, 1e-8f, 0.05f, 1.0f};
+  vt_optimizer opt;
+  vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
+  const int S = cfg.img_size, K = cfg.num_classes;
+  const size_t img_count = (size_t)B * 3 * S * S;
+  float *img = malloc(img_count * sizeof(float));
+  int32_t *labels = malloc((size_t)B * sizeof(int32_t));
+  double *step = calloc((size_t)timed, sizeof(double));
+  if (!img || !labels || !step) return 1;
+  for (int b = 0; b < B; b++)
+    vt_synthetic_sample(7, b, S, K, img + (size_t)b * 3 * S * S, &labels[b]);
+  be->to_device(m.slots[0].img, img, img_count * sizeof(float));
+  be->to_device(m.slots[0].labels, labels, (size_t)B * sizeof(int32_t));
+  be->synchronize();
+
+  double loss = 0.0;
+  for (int it = 0; it < warmup + timed; it++) {
+    if (it == warmup)
+      for (int k = 0; k < NSLOTS; k++) g_slots[k].s = 0, g_slots[k].calls = 0;
+    const double t0 = now_s();
+    be->zero(m.grads, (size_t)m.table.total * sizeof(float));
+    loss = vt_model_forward(&m, 0, B, 0.1f) / B;  // syncs once: the losses come to the host
+    vt_model_backward(&m, 0, B, 0.1f, 1.0f / (float)B);
+    vt_optimizer_step(&opt, m.params, m.grads, oc.lr);  // syncs per tensor (the norm)
+    be->synchronize();
+    if (it >= warmup) step[it - warmup] = now_s() - t0;
+  }
+  qsort(step, (size_t)timed, sizeof *step, cmp_double);
+  const double med = step[timed / 2], img_s = B / med;
+  const double tflops = vt_config_train_flops(&cfg) * img_s / 1e12;
+  printf("vit3d-bench config model=%s batch=%d warmup=%d timed=%d device=%s build=%s "
+         "precision=fp32 loss=%.4f\n",
+         model, B, warmup, timed, desc, vt_backend_build_info(), loss);
+  printf("vit3d-bench step_ms median=%.2f min=%.2f max=%.2f img_per_s=%.1f model_tflops=%.2f "
+         "mfu=%.4f peak_tflops=%g gflop_per_img=%.2f\n",
+         1e3 * med, 1e3 * step[0], 1e3 * step[timed - 1], img_s, tflops, tflops / peak, peak,
+         vt_config_train_flops(&cfg) / 1e9);
+  if (per_op) {
+    double total = 0.0;
+    for (int k = 0; k < NSLOTS; k++) total += g_slots[k].s;
+    for (int k = 0; k < NSLOTS; k++)
+      if (g_slots[k].calls)
+        printf("vit3d-bench op %-14s ms_per_step=%8.2f share=%5.1f%% calls_per_step=%ld\n",
+               g_slots[k].name, 1e3 * g_slots[k].s / timed, 100 * g_slots[k].s / total,
+               g_slots[k].calls / timed);
+  }
+  free(img), free(labels), free(step);
+  vt_optimizer_free(&opt);
+  vt_model_free(&m);
+  return 0;
+}

@@ -1,0 +1,300 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh: the one prepared script for a lent GPU machine (one H200, a few minutes of
+# device time per task; this script plans for 8 minutes at most). Parts, in order, each with its
+# own timeout inside one overall deadline (VT_GPU_BUDGET_S, default 470 s):
+#   1. build vit3d with CUDA for sm_90 (MPI, OpenBLAS, libpng, stb_image only where present;
+#      NCCL from the CUDA toolkit, else from PyTorch's nvidia-nccl wheel)
+#   2. the cuda-labelled tests (ctest -L cuda: every op on CUDA against the CPU backend)
+#   3. 100 training steps of the tiny model on CUDA (twice: the same bits are required) and on
+#      the CPU, same seed and synthetic data; the loss curves compared
+#   4. ViT-B/16 at 224 px, fp32, on CUDA: bench_gpu (one device-resident batch) and the
+#      trainer's own metrics line (images/s, MFU with --peak-tflops 989), against timm's
+#      vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW, same batch), eager and
+#      torch.compile, measured in the same run when python3 imports torch and timm
+#   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
+#   6. a summary (also in $OUT/summary.txt)
+# Logs go to $OUT when set (the device tool brings back at most 8 files: these are exactly 8),
+# else to ./gpu_out. Usage: tests/gpu/run.sh [--cpu-only]
+#   --cpu-only needs no GPU: builds without CUDA, compares two CPU training runs with the same
+#   code, runs bench_gpu --cpu and the torch script on a small model on the CPU (if torch and timm
+#   import): a dry run of this script on a development machine.
+# Env: VT_GPU_BUILD build directory (default /tmp/vt_gpu_build[_cpu]; an existing one is reused),
+#   VT_GPU_BUDGET_S, VT_GPU_SLOW (1; multiplies each part's time limit, for slow dry-run
+#   machines), VT_BENCH_BATCH (128), VT_PYTHON (python3).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cpu_only=0
+[[ ${1:-} == --cpu-only ]] && cpu_only=1
+out=${OUT:-$PWD/gpu_out}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/vt_gpu_run.XXXXXX)
+build=${VT_GPU_BUILD:-/tmp/vt_gpu_build$( ((cpu_only)) && echo _cpu)}
+budget=${VT_GPU_BUDGET_S:-470}
+bb=${VT_BENCH_BATCH:-128}
+py=${VT_PYTHON:-python3}
+slow=${VT_GPU_SLOW:-1}  # multiplies every part's time limit (a slow dry-run machine)
+jobs=$(nproc)
+t_start=$SECONDS
+gdev=cuda
+((cpu_only)) && gdev=cpu  # the "GPU" side of the comparisons in a dry run
+
+left() { echo $((budget - (SECONDS - t_start))); }
+# cap LIMIT [RESERVE]: LIMIT (times VT_GPU_SLOW) seconds, or less so that RESERVE seconds stay
+# for what follows.
+cap() {
+  local l=$(($(left) - ${2:-15})) want=$(($1 * slow))
+  ((l < 1)) && l=1
+  ((l < want)) && echo "$l" || echo "$want"
+}
+summary=()
+note() {
+  summary+=("$*")
+  echo "== $*"
+}
+# Runs "$@" under timeout T, appending to log L; says when it was the timeout that ended it.
+run() {
+  local t=$1 log=$2
+  shift 2
+  echo "\$ $*" >>"$log"
+  timeout -k 5 "$t" "$@" >>"$log" 2>&1
+  local rc=$?
+  ((rc == 124 || rc == 137)) && echo "(timed out after ${t}s)" >>"$log"
+  return $rc
+}
+
+# ---- 0. the machine -----------------------------------------------------------------------------
+blog=$out/build.log
+: >"$blog"
+{
+  echo "run.sh $(date -u +%FT%TZ) cpu_only=$cpu_only budget=${budget}s jobs=$jobs"
+  git -C "$root" log -1 --format='commit %h %s' 2>/dev/null
+  git -C "$root" status --short 2>/dev/null | head -20
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+  command -v nvcc >/dev/null && nvcc --version | tail -1
+  /usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1
+  "$py" -c 'import torch, timm; print("torch", torch.__version__, "timm", timm.__version__)' 2>&1 | tail -1
+} >>"$blog" 2>&1
+if ((!cpu_only)) && ! command -v nvidia-smi >/dev/null; then
+  echo "no nvidia-smi: is this a GPU machine? (use --cpu-only for a dry run)" | tee -a "$blog"
+fi
+
+# ---- 1. build -------------------------------------------------------------------------------------
+args=(-DCMAKE_BUILD_TYPE=Release)
+if ((cpu_only)); then
+  args+=(-DVT_CUDA=OFF)
+else
+  export PATH=$PATH:/usr/local/cuda/bin
+  args+=(-DVT_CUDA=ON -DVT_CUDA_ARCHS=90)
+  # NCCL: the trainer's device comms need it even for one rank (parallel/comm.c). Toolkit first;
+  # else the nvidia-nccl wheel PyTorch brings (its lib has only libnccl.so.2, so name it).
+  if ! ls /usr/local/cuda/include/nccl.h /usr/include/nccl.h >/dev/null 2>&1; then
+    nd=$("$py" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+    lib=$(ls "$nd"/lib/libnccl.so* 2>/dev/null | head -1)
+    if [[ -n $nd && -f $nd/include/nccl.h && -n $lib ]]; then
+      args+=(-DVT_NCCL_INCLUDE="$nd/include" -DVT_NCCL_LIB="$lib")
+      export LD_LIBRARY_PATH=$nd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      echo "NCCL from $nd" >>"$blog"
+    else
+      echo "no NCCL found: vit3d train --device cuda will stop (comm.c needs NCCL)" >>"$blog"
+    fi
+  fi
+fi
+command -v mpicc >/dev/null || args+=(-DVT_MPI=OFF)  # CMake drops BLAS/PNG/STB/JPEG itself
+gen=()
+[[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null && gen=(-G Ninja)
+built=0
+if run "$(cap 60 300)" "$blog" cmake -S "$root" -B "$build" "${gen[@]}" "${args[@]}" &&
+  run "$(cap 300 240)" "$blog" cmake --build "$build" -j "$jobs" --target vit3d test_cuda_ops bench_gpu; then
+  built=1
+  note "build: ok in $((SECONDS - t_start)) s ($(grep -E 'VT_(CUDA|NCCL|MPI|BLAS) ' "$blog" | tail -4 | awk '{printf "%s=%s ", $2, $3}'))"
+else
+  note "build: FAILED (see build.log)"
+  tail -30 "$blog"
+fi
+vit3d=$build/vit3d
+bench=$build/tests/bench_gpu
+
+# ---- 2. the cuda-labelled tests ---------------------------------------------------------------------
+clog=$out/ctest.log
+: >"$clog"
+if ((built)); then
+  sel=(-L cuda)
+  ((cpu_only)) && sel=(-R cuda_ops_harness)
+  # Only cuda_ops was built above; other cuda-labelled tests, if any, need the other targets.
+  if ctest --test-dir "$build" -N "${sel[@]}" | grep -E 'Test +#' | grep -qv 'cuda_ops'; then
+    run "$(cap 120 300)" "$blog" cmake --build "$build" -j "$jobs" || echo "(not every target built)" >>"$blog"
+  fi
+  run "$(cap 150 240)" "$clog" ctest --test-dir "$build" "${sel[@]}" -V --timeout 140
+  crc=$?
+  grep -E "fp32 .*(FAIL|DIFFERS)|checks, .* failed|SKIP:|Not Run|Failed" "$clog" | head -40
+  verdict=$( ((crc == 0)) && echo ok || echo "FAILED (rc $crc)")
+  grep -q "SKIP:" "$clog" && verdict="SKIPPED (no usable GPU: $(grep -m1 -oE 'SKIP:.*' "$clog"))"
+  note "ctest ${sel[*]}: $verdict - $(grep -E 'tests passed|tests failed' "$clog" | tail -1); $(grep -oE '[0-9]+ checks, .* failed.*' "$clog" | tail -1)"
+fi
+
+# ---- 3. training: CUDA twice and CPU, the loss curves compared --------------------------------------
+tlog=$out/train.log
+: >"$tlog"
+if ((built)); then
+  targs=(train --model tiny --data synthetic --steps 100 --global-batch-size 32 --micro-batch-size 16
+         --warmup-steps 5 --lr 2e-3 --seed 7 --log-interval 25 --threads "$jobs")
+  ok=1
+  for r in "$gdev:gpu_a" "$gdev:gpu_b" "cpu:cpu"; do
+    dev=${r%%:*} dir=${r#*:}
+    t0=$SECONDS
+    run "$(cap 100 200)" "$tlog" "$vit3d" "${targs[@]}" --device "$dev" --log-dir "$work/$dir" || ok=0
+    echo "($dir on $dev: $((SECONDS - t0)) s)" >>"$tlog"
+    ((ok)) || break  # the first failure says enough; keep the time for the other parts
+  done
+  cp "$work/gpu_a/metrics.jsonl" "$out/train_cuda.jsonl" 2>/dev/null
+  cp "$work/cpu/metrics.jsonl" "$out/train_cpu.jsonl" 2>/dev/null
+  if ((ok)); then
+    # Tolerances (relative, per step). Step 1: one forward from the same weights and data; only
+    # summation orders differ (about 1e-6). Steps 2-20: rounding differences feed back through
+    # AdamW, which normalises tiny gradient differences (the zero-gradient k bias, see
+    # tests/compare_runs.py), so they grow step by step; 1e-3 is ample for fp32. Steps 21-100:
+    # the curves may drift apart chaotically but must stay on the same path: 2e-2 per step and
+    # 1e-2 on the mean of the last 10 steps. bf16 will need its own, looser bands.
+    "$py" - "$work/gpu_a/metrics.jsonl" "$work/gpu_b/metrics.jsonl" "$work/cpu/metrics.jsonl" \
+      >>"$tlog" 2>&1 <<'PY'
+import json, sys
+a, b, c = [{r["step"]: r for r in map(json.loads, open(p))} for p in sys.argv[1:4]]
+steps = sorted(c)
+bad = []
+if sorted(a) != steps or len(steps) != 100:
+    bad.append(f"steps logged: cuda {len(a)}, cpu {len(c)} (want 100)")
+same = all(a[s]["loss"] == b[s]["loss"] and a[s]["grad_norm"] == b[s]["grad_norm"] for s in steps if s in a and s in b)
+print(f"determinism: two CUDA runs {'identical' if same else 'DIFFER'} (loss and grad norm, every step)")
+if not same:
+    s = next(s for s in steps if a[s]["loss"] != b[s]["loss"] or a[s]["grad_norm"] != b[s]["grad_norm"])
+    bad.append(f"two CUDA runs differ from step {s}: loss {a[s]['loss']!r} vs {b[s]['loss']!r}")
+def v(r, k):  # a skipped (non-finite) step logs null
+    return float("nan") if r[k] is None else r[k]
+def reldiff(x, y):
+    d = abs(x - y) / abs(y) if y else abs(x - y)
+    return float("inf") if d != d else d  # NaN sorts as the worst
+rel = {s: reldiff(v(a[s], "loss"), v(c[s], "loss")) for s in steps if s in a}
+gn = {s: reldiff(v(a[s], "grad_norm"), v(c[s], "grad_norm")) for s in steps if s in a}
+for lo, hi, tol in ((1, 1, 1e-5), (2, 20, 1e-3), (21, 100, 2e-2)):
+    band = [s for s in rel if lo <= s <= hi]
+    if not band:
+        continue
+    worst = max(band, key=lambda s: rel[s])
+    gworst = max(gn[s] for s in band)
+    verdict = "ok" if rel[worst] <= tol else "FAIL"
+    print(f"loss steps {lo}-{hi}: max rel diff cuda vs cpu {rel[worst]:.2e} (step {worst}), tol {tol:.0e} {verdict}; grad norm max rel diff {gworst:.2e}")
+    if verdict != "ok":
+        bad.append(f"loss at step {worst} differs by {rel[worst]:.2e} > {tol:.0e}")
+tail = [s for s in steps[-10:] if s in a]
+ma, mc = sum(v(a[s], "loss") for s in tail) / len(tail), sum(v(c[s], "loss") for s in tail) / len(tail)
+print(f"mean loss of the last 10 steps: cuda {ma:.5f} cpu {mc:.5f} rel {reldiff(ma, mc):.2e} (tol 1e-02)")
+if not reldiff(ma, mc) <= 1e-2:
+    bad.append("mean of the last 10 losses differs by more than 1%")
+for s in (1, 2, 5, 10, 20, 50, 100):
+    if s in a and s in c:
+        print(f"  step {s:3d}: loss cuda {v(a[s], 'loss'):.7f} cpu {v(c[s], 'loss'):.7f} rel {rel[s]:.1e}")
+print("VERDICT", "ok" if not bad else "FAIL: " + "; ".join(bad))
+PY
+    note "training 100 steps $gdev vs cpu: $(grep VERDICT "$tlog" | tail -1 | cut -d' ' -f2-); $(grep -E '^determinism' "$tlog" | tail -1)"
+    grep -E "^(determinism|loss steps|mean loss|  step)" "$tlog"
+  else
+    note "training: a run FAILED (see train.log)"
+    tail -20 "$tlog"
+  fi
+fi
+
+# ---- 4. speed: ViT-B/16 on CUDA against timm + PyTorch ----------------------------------------------
+blog2=$out/bench.log
+plog=$out/torch.log
+: >"$blog2"
+: >"$plog"
+ours="" eager="" compiled=""
+if ((built)); then
+  if ((cpu_only)); then
+    bargs=(--cpu --model tiny --batch 8 --warmup 1 --timed 3)
+  else
+    bargs=(--model vit-b16 --batch "$bb" --warmup 3 --timed 10)
+  fi
+  run "$(cap 150 150)" "$blog2" "$bench" "${bargs[@]}"
+  ours=$(grep -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
+  grep -E '^vit3d-bench' "$blog2"
+  # The trainer end to end: its step includes making the synthetic images on the host (one
+  # thread), so this is below bench_gpu by that much; the metrics line is what users see.
+  mb=$bb model=vit-b16
+  ((cpu_only)) && mb=8 model=tiny
+  run "$(cap 150 150)" "$blog2" "$vit3d" train --device "$gdev" --model "$model" --data synthetic \
+    --steps 8 --warmup-steps 0 --global-batch-size "$mb" --micro-batch-size "$mb" \
+    --peak-tflops 989 --log-dir "$work/bench" --log-interval 1 --threads "$jobs"
+  trainer=$("$py" - "$work/bench/metrics.jsonl" 2>/dev/null <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][2:]  # steps 3.. (first steps warm up)
+print(f"img_per_s={statistics.median(r['img_per_s'] for r in rows):.1f} "
+      f"mfu={statistics.median(r.get('mfu', 0) for r in rows):.4f} "
+      f"model_tflops={statistics.median(r['model_tflops'] for r in rows):.2f}")
+PY
+)
+  echo "trainer metrics (median of steps 3-8): ${trainer:-none}" >>"$blog2"
+  [[ -z $ours ]] && note "bench_gpu: no result ($(grep -m1 -oE 'SKIP:.*' "$blog2" || echo 'see bench.log'))"
+  note "vit3d fp32 $model batch $mb: bench_gpu $(grep -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE '(img_per_s|mfu|step_ms median)=[0-9.]+' | tr '\n' ' ')| trainer ${trainer:-none} (host-made synthetic images inside its step)"
+fi
+if "$py" -c 'import torch, timm' >/dev/null 2>&1; then
+  if ((cpu_only)); then
+    pargs=(--device cpu --model vit_tiny_patch16_224 --batch 2 --warmup 1 --timed 2)
+  else
+    pargs=(--batch "$bb" --warmup 3 --timed 10)
+  fi
+  tb=$root/tests/gpu/bench_torch_gpu.py
+  run "$(cap 120 100)" "$plog" "$py" "$tb" --mode eager "${pargs[@]}"
+  eager=$(grep -oE '^torch-bench mode=eager.*' "$plog" | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
+  # torch.compile of ViT-B forward + backward takes a minute or two on 16 cores.
+  if (($(left) > 150)); then
+    run "$(cap 300 10)" "$plog" "$py" "$tb" --mode compile "${pargs[@]}"
+    compiled=$(grep -oE '^torch-bench mode=compile.*' "$plog" | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
+    [[ -z $compiled ]] && note "torch.compile: no result ($(grep -m1 -oE 'torch-bench SKIP.*' "$plog" || echo 'timed out or failed, see torch.log'))"
+  else
+    note "torch.compile skipped: only $(left) s left of the budget"
+  fi
+  grep -E '^torch-bench' "$plog"
+else
+  note "PyTorch peer skipped: $py cannot import torch and timm"
+fi
+ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }' || echo "n/a"; }
+note "images/s: vit3d fp32 ${ours:-n/a} | torch bf16 eager ${eager:-n/a} (vit3d/torch $(ratio "$ours" "$eager")) | torch bf16 compile ${compiled:-n/a} (vit3d/torch $(ratio "$ours" "$compiled"))"
+
+# ---- 5. memory and race checks, with the time that is left ---------------------------------------
+# No GPU ran these kernels before; compute-sanitizer (works on Firecracker H200 machines) finds
+# out-of-bounds accesses (memcheck, every op) and shared-memory races (racecheck, the ops with
+# block reductions). Appended to ctest.log to stay within 8 files.
+san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+san_verdict() {
+  case $1 in
+    0) echo "clean" ;;
+    9) echo "FOUND ERRORS (see ctest.log)" ;;
+    124 | 137) echo "timed out" ;;
+    *) echo "exit $1 (1: an op check failed; see ctest.log)" ;;
+  esac
+}
+((cpu_only)) || [[ -n $san ]] || note "sanitizers skipped: no compute-sanitizer"
+if ((built)) && ((!cpu_only)) && [[ -n $san ]]; then
+  if (($(left) > 60)); then
+    echo "==== compute-sanitizer memcheck ====" >>"$clog"
+    run "$(cap 120 25)" "$clog" "$san" --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_ops"
+    note "memcheck of every op: $(san_verdict $?)"
+  fi
+  if (($(left) > 40)); then
+    echo "==== compute-sanitizer racecheck ====" >>"$clog"
+    run "$(cap 90 10)" "$clog" "$san" --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_ops" \
+      layernorm_bwd cross_entropy_fwd sumsq linear_bwd
+    note "racecheck (layernorm_bwd, cross_entropy_fwd, sumsq, linear_bwd): $(san_verdict $?)"
+  else
+    note "sanitizers skipped: $(left) s left"
+  fi
+fi
+
+# ---- 6. summary -----------------------------------------------------------------------------------
+{
+  echo
+  echo "==== tests/gpu/run.sh summary ($((SECONDS - t_start)) s of ${budget} s) ===="
+  printf '%s\n' "${summary[@]}"
+} | tee "$out/summary.txt"
+rm -rf "$work"

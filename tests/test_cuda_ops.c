@@ -1,0 +1,522 @@
+// test_cuda_ops.c: every op of the backend table, forward and backward, on the CUDA backend
+// against the CPU backend (the numerical truth) on the same random inputs, over several shapes
+// including odd ones. For each op, shape and output tensor it prints the normwise relative error
+// max|cuda - cpu| / max|cpu| and the op's tolerance, and checks that two runs of the CUDA op give
+// the same bits (design.md's determinism contract). Outputs start poisoned with NaN, so an
+// element the op forgets to write fails; accumulated gradients start from random values, so
+// overwriting instead of adding fails too.
+//
+// Table-driven: one row per op of vt_backend (its tolerance per precision and its shapes), one
+// small runner per row. bf16 adds a column to `tol` and a precision loop in main.
+//
+// Usage: test_cuda_ops [--cpu] [OP...]. Exits 77 (CTest's skip) when no CUDA backend is usable.
+// --cpu compares the CPU backend with itself, so the harness itself is exercised on machines
+// without a GPU (every error is then 0). Only the public op API (vt_ops.h, vt_backend.h); must
+// not depend on CUDA headers, MPI or the model.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vt_backend.h"
+#include "vt_ops.h"
+#include "vt_rng.h"
+
+enum { FP32, NPREC };  // bf16 goes here
+static const char *const kPrecName[NPREC] = {"fp32"};
+
+typedef struct {
+  const vt_backend *cpu, *gpu;
+  int prec;
+  const char *op;
+  char shape[96];
+  double tol;
+  uint32_t stream;  // next random stream
+  int checks, failures;
+  void *host[64], *dev[64];  // this shape's allocations, freed after it
+  int nhost, ndev;
+} tc;
+
+// ---- helpers: memory, random inputs, comparisons -----------------------------------------
+
+static void *track_host(tc *t, size_t nbytes) {
+  void *p = malloc(nbytes ? nbytes : 1);
+  if (!p || t->nhost == 64) {
+    fprintf(stderr, "test_cuda_ops: out of host memory or slots\n");
+    exit(1);
+  }
+  return t->host[t->nhost++] = p;
+}
+
+static float *hnew(tc *t, int64_t n) { return track_host(t, (size_t)n * sizeof(float)); }
+
+static float *hrand(tc *t, int64_t n, float lo, float hi) {
+  float *p = hnew(t, n);
+  const uint32_t s = t->stream++;
+  for (int64_t i = 0; i < n; i++)
+    p[i] = lo + (hi - lo) * vt_rng_uniform(20240607, 7, s, (uint64_t)i);
+  return p;
+}
+
+static float *hcopy(tc *t, const float *src, int64_t n) {
+  return memcpy(hnew(t, n), src, (size_t)n * sizeof(float));
+}
+
+static void *dnew_bytes(tc *t, const void *host, size_t nbytes) {
+  void *d = t->gpu->alloc(nbytes);
+  if (!d || t->ndev == 64) {
+    fprintf(stderr, "test_cuda_ops: %s alloc of %zu bytes failed\n", t->gpu->name, nbytes);
+    exit(1);
+  }
+  if (host) t->gpu->to_device(d, host, nbytes);
+  return t->dev[t->ndev++] = d;
+}
+
+static float *dnew(tc *t, const float *host, int64_t n) {
+  return dnew_bytes(t, host, (size_t)n * sizeof(float));
+}
+
+// A device buffer full of NaN: an output element the op does not write stays NaN and fails.
+static float *dpoison(tc *t, int64_t n) {
+  float *h = hnew(t, n);
+  for (int64_t i = 0; i < n; i++) h[i] = NAN;
+  return dnew(t, h, n);
+}
+
+static void release(tc *t) {
+  t->gpu->synchronize();
+  for (int i = 0; i < t->ndev; i++) t->gpu->free(t->dev[i]);
+  for (int i = 0; i < t->nhost; i++) free(t->host[i]);
+  t->ndev = t->nhost = 0;
+}
+
+static void report(tc *t, const char *what, double err, double tol, int same) {
+  const int ok = err <= tol && same;  // also fails a NaN error
+  t->checks++;
+  t->failures += !ok;
+  printf("  %-4s %-17s %-30s %-8s err %.2e tol %.0e  repeat %s  %s\n", kPrecName[t->prec], t->op,
+         t->shape, what, err, tol, same ? "same bits" : "DIFFERS", ok ? "ok" : "FAIL");
+}
+
+// g[0] and g[1] hold two runs of the op on the device; ref the CPU's result.
+static void check(tc *t, const char *what, float *const g[2], const float *ref, int64_t n) {
+  float *a = hnew(t, n), *b = hnew(t, n);
+  t->gpu->to_host(a, g[0], (size_t)n * sizeof(float));
+  t->gpu->to_host(b, g[1], (size_t)n * sizeof(float));
+  double maxdiff = 0.0, maxref = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    const double d = fabs((double)a[i] - (double)ref[i]);
+    if (!(d <= maxdiff)) maxdiff = d;  // a NaN sticks
+    if (fabs((double)ref[i]) > maxref) maxref = fabs((double)ref[i]);
+  }
+  const double err = maxref > 0 ? maxdiff / maxref : maxdiff;
+  report(t, what, err, t->tol, memcmp(a, b, (size_t)n * sizeof(float)) == 0);
+}
+
+// ---- one runner per op: CPU once, CUDA twice (r = 0, 1) from the same inputs -------------
+// d[] holds the shape; its meaning is the `dims` column of the table.
+
+static void t_linear_fwd(tc *t, const int64_t *d) {
+  const int64_t M = d[0], I = d[1], O = d[2], bias = d[3];
+  float *x = hrand(t, M * I, -1, 1), *w = hrand(t, O * I, -1, 1), *b = hrand(t, O, -1, 1);
+  float *ref = hnew(t, M * O), *g[2];
+  vt_linear_fwd(t->cpu, ref, x, w, bias ? b : NULL, M, I, O);
+  float *dx = dnew(t, x, M * I), *dw = dnew(t, w, O * I), *db = dnew(t, b, O);
+  for (int r = 0; r < 2; r++) {
+    g[r] = dpoison(t, M * O);
+    vt_linear_fwd(t->gpu, g[r], dx, dw, bias ? db : NULL, M, I, O);
+  }
+  check(t, "out", g, ref, M * O);
+}
+
+// d[3] bits: 1 computes dinp, 2 dbias (both optional in the API).
+static void t_linear_bwd(tc *t, const int64_t *d) {
+  const int64_t M = d[0], I = d[1], O = d[2], want_dinp = d[3] & 1, want_dbias = d[3] & 2;
+  float *x = hrand(t, M * I, -1, 1), *w = hrand(t, O * I, -1, 1), *dy = hrand(t, M * O, -1, 1);
+  float *dw0 = hrand(t, O * I, -1, 1), *db0 = hrand(t, O, -1, 1);
+  float *rdx = hnew(t, M * I), *rdw = hcopy(t, dw0, O * I), *rdb = hcopy(t, db0, O);
+  vt_linear_bwd(t->cpu, want_dinp ? rdx : NULL, rdw, want_dbias ? rdb : NULL, dy, x, w, M, I, O);
+  float *gx = dnew(t, x, M * I), *gw = dnew(t, w, O * I), *gdy = dnew(t, dy, M * O);
+  float *gdx[2], *gdw[2], *gdb[2];
+  for (int r = 0; r < 2; r++) {
+    gdx[r] = dpoison(t, M * I), gdw[r] = dnew(t, dw0, O * I), gdb[r] = dnew(t, db0, O);
+    vt_linear_bwd(t->gpu, want_dinp ? gdx[r] : NULL, gdw[r], want_dbias ? gdb[r] : NULL, gdy, gx,
+                  gw, M, I, O);
+  }
+  if (want_dinp) check(t, "dinp", gdx, rdx, M * I);
+  check(t, "dweight", gdw, rdw, O * I);
+  check(t, "dbias", gdb, rdb, O);  // untouched without want_dbias: still db0 on both sides
+}
+
+// The inputs sit around 0.5 with spread 1.5, so the centring matters.
+static void t_layernorm_fwd(tc *t, const int64_t *d) {
+  const int64_t M = d[0], C = d[1];
+  float *x = hrand(t, M * C, -1, 2), *w = hrand(t, C, 0.5f, 1.5f), *b = hrand(t, C, -1, 1);
+  float *ro = hnew(t, M * C), *rm = hnew(t, M), *rr = hnew(t, M);
+  vt_layernorm_fwd(t->cpu, ro, rm, rr, x, w, b, M, C);
+  float *gx = dnew(t, x, M * C), *gw = dnew(t, w, C), *gb = dnew(t, b, C);
+  float *go[2], *gm[2], *gr[2];
+  for (int r = 0; r < 2; r++) {
+    go[r] = dpoison(t, M * C), gm[r] = dpoison(t, M), gr[r] = dpoison(t, M);
+    vt_layernorm_fwd(t->gpu, go[r], gm[r], gr[r], gx, gw, gb, M, C);
+  }
+  check(t, "out", go, ro, M * C);
+  check(t, "mean", gm, rm, M);
+  check(t, "rstd", gr, rr, M);
+}
+
+static void t_layernorm_bwd(tc *t, const int64_t *d) {
+  const int64_t M = d[0], C = d[1];
+  float *x = hrand(t, M * C, -1, 2), *w = hrand(t, C, 0.5f, 1.5f), *b = hrand(t, C, -1, 1);
+  float *dy = hrand(t, M * C, -1, 1), *dw0 = hrand(t, C, -1, 1), *db0 = hrand(t, C, -1, 1);
+  float *out = hnew(t, M * C), *mean = hnew(t, M), *rstd = hnew(t, M);
+  vt_layernorm_fwd(t->cpu, out, mean, rstd, x, w, b, M, C);  // the saved statistics
+  float *rdx = hnew(t, M * C), *rdw = hcopy(t, dw0, C), *rdb = hcopy(t, db0, C);
+  vt_layernorm_bwd(t->cpu, rdx, rdw, rdb, dy, x, w, mean, rstd, M, C);
+  float *gx = dnew(t, x, M * C), *gw = dnew(t, w, C), *gdy = dnew(t, dy, M * C);
+  float *gm = dnew(t, mean, M), *gr = dnew(t, rstd, M), *gdx[2], *gdw[2], *gdb[2];
+  for (int r = 0; r < 2; r++) {
+    gdx[r] = dpoison(t, M * C), gdw[r] = dnew(t, dw0, C), gdb[r] = dnew(t, db0, C);
+    vt_layernorm_bwd(t->gpu, gdx[r], gdw[r], gdb[r], gdy, gx, gw, gm, gr, M, C);
+  }
+  check(t, "dinp", gdx, rdx, M * C);
+  check(t, "dweight", gdw, rdw, C);
+  check(t, "dbias", gdb, rdb, C);
+}
+
+static void t_gelu_fwd(tc *t, const int64_t *d) {
+  const int64_t n = d[0];
+  float *x = hrand(t, n, -6, 6), *ref = hnew(t, n), *g[2];
+  vt_gelu_fwd(t->cpu, ref, x, n);
+  float *gx = dnew(t, x, n);
+  for (int r = 0; r < 2; r++) g[r] = dpoison(t, n), vt_gelu_fwd(t->gpu, g[r], gx, n);
+  check(t, "out", g, ref, n);
+}
+
+static void t_gelu_bwd(tc *t, const int64_t *d) {
+  const int64_t n = d[0];
+  float *x = hrand(t, n, -6, 6), *dy = hrand(t, n, -1, 1), *ref = hnew(t, n), *g[2];
+  vt_gelu_bwd(t->cpu, ref, x, dy, n);
+  float *gx = dnew(t, x, n), *gdy = dnew(t, dy, n);
+  for (int r = 0; r < 2; r++) g[r] = dpoison(t, n), vt_gelu_bwd(t->gpu, g[r], gx, gdy, n);
+  check(t, "dinp", g, ref, n);
+}
+
+// Scores of q, k in [-2, 2] spread the softmax from flat to peaked.
+static void t_attention_fwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D;
+  float *qkv = hrand(t, B * N * 3 * C, -2, 2), *ro = hnew(t, B * N * C);
+  float *ra = hnew(t, B * H * N * N);
+  vt_attention_fwd(t->cpu, ro, ra, qkv, B, N, H, D);
+  float *gq = dnew(t, qkv, B * N * 3 * C), *go[2], *ga[2];
+  for (int r = 0; r < 2; r++) {
+    go[r] = dpoison(t, B * N * C), ga[r] = dpoison(t, B * H * N * N);
+    vt_attention_fwd(t->gpu, go[r], ga[r], gq, B, N, H, D);
+  }
+  check(t, "out", go, ro, B * N * C);
+  check(t, "att", ga, ra, B * H * N * N);
+}
+
+// The backward reads the CPU's saved probabilities on both sides, so only this op is measured.
+static void t_attention_bwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D;
+  float *qkv = hrand(t, B * N * 3 * C, -2, 2), *dy = hrand(t, B * N * C, -1, 1);
+  float *out = hnew(t, B * N * C), *att = hnew(t, B * H * N * N), *ref = hnew(t, B * N * 3 * C);
+  vt_attention_fwd(t->cpu, out, att, qkv, B, N, H, D);
+  vt_attention_bwd(t->cpu, ref, dy, qkv, att, B, N, H, D);
+  float *gq = dnew(t, qkv, B * N * 3 * C), *gdy = dnew(t, dy, B * N * C);
+  float *ga = dnew(t, att, B * H * N * N), *g[2];
+  for (int r = 0; r < 2; r++) {
+    g[r] = dpoison(t, B * N * 3 * C);
+    vt_attention_bwd(t->gpu, g[r], gdy, gq, ga, B, N, H, D);
+  }
+  check(t, "dqkv", g, ref, B * N * 3 * C);
+}
+
+// Run 0 writes a fresh buffer; run 1 writes in place over a copy of a (out aliases a).
+static void t_add(tc *t, const int64_t *d) {
+  const int64_t n = d[0];
+  float *a = hrand(t, n, -1, 1), *b = hrand(t, n, -1, 1), *ref = hnew(t, n), *g[2];
+  vt_add(t->cpu, ref, a, b, n);
+  float *ga = dnew(t, a, n), *gb = dnew(t, b, n);
+  g[0] = dpoison(t, n);
+  vt_add(t->gpu, g[0], ga, gb, n);
+  g[1] = dnew(t, a, n);
+  vt_add(t->gpu, g[1], g[1], gb, n);
+  check(t, "out", g, ref, n);
+}
+
+static void t_patchify_fwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], S = d[1], P = d[2], np = B * (S / P) * (S / P) * 3 * P * P;
+  float *img = hrand(t, B * 3 * S * S, -1, 1), *ref = hnew(t, np), *g[2];
+  vt_patchify_fwd(t->cpu, ref, img, B, S, P);
+  float *gi = dnew(t, img, B * 3 * S * S);
+  for (int r = 0; r < 2; r++) g[r] = dpoison(t, np), vt_patchify_fwd(t->gpu, g[r], gi, B, S, P);
+  check(t, "patches", g, ref, np);
+}
+
+static void t_patchify_bwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], S = d[1], P = d[2], np = B * (S / P) * (S / P) * 3 * P * P;
+  float *dp = hrand(t, np, -1, 1), *ref = hnew(t, B * 3 * S * S), *g[2];
+  vt_patchify_bwd(t->cpu, ref, dp, B, S, P);
+  float *gdp = dnew(t, dp, np);
+  for (int r = 0; r < 2; r++)
+    g[r] = dpoison(t, B * 3 * S * S), vt_patchify_bwd(t->gpu, g[r], gdp, B, S, P);
+  check(t, "dimg", g, ref, B * 3 * S * S);
+}
+
+static void t_embed_fwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], N = d[1], C = d[2];
+  float *po = hrand(t, B * (N - 1) * C, -1, 1), *cls = hrand(t, C, -1, 1);
+  float *pos = hrand(t, N * C, -1, 1), *ref = hnew(t, B * N * C), *g[2];
+  vt_embed_fwd(t->cpu, ref, po, cls, pos, B, N, C);
+  float *gpo = dnew(t, po, B * (N - 1) * C), *gc = dnew(t, cls, C), *gp = dnew(t, pos, N * C);
+  for (int r = 0; r < 2; r++)
+    g[r] = dpoison(t, B * N * C), vt_embed_fwd(t->gpu, g[r], gpo, gc, gp, B, N, C);
+  check(t, "x", g, ref, B * N * C);
+}
+
+// d[3] = 0 leaves dpatch_out NULL (the API allows it).
+static void t_embed_bwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], N = d[1], C = d[2], want = d[3], np = B * (N - 1) * C;
+  float *dx = hrand(t, B * N * C, -1, 1), *dc0 = hrand(t, C, -1, 1), *dp0 = hrand(t, N * C, -1, 1);
+  float *rpo = hnew(t, np), *rc = hcopy(t, dc0, C), *rp = hcopy(t, dp0, N * C);
+  vt_embed_bwd(t->cpu, want ? rpo : NULL, rc, rp, dx, B, N, C);
+  float *gdx = dnew(t, dx, B * N * C), *gpo[2], *gc[2], *gp[2];
+  for (int r = 0; r < 2; r++) {
+    gpo[r] = dpoison(t, np), gc[r] = dnew(t, dc0, C), gp[r] = dnew(t, dp0, N * C);
+    vt_embed_bwd(t->gpu, want ? gpo[r] : NULL, gc[r], gp[r], gdx, B, N, C);
+  }
+  if (want) check(t, "dpatch", gpo, rpo, np);
+  check(t, "dcls", gc, rc, C);
+  check(t, "dpos", gp, rp, N * C);
+}
+
+static void t_cls_pool_fwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], N = d[1], C = d[2];
+  float *x = hrand(t, B * N * C, -1, 1), *ref = hnew(t, B * C), *g[2];
+  vt_cls_pool_fwd(t->cpu, ref, x, B, N, C);
+  float *gx = dnew(t, x, B * N * C);
+  for (int r = 0; r < 2; r++) g[r] = dpoison(t, B * C), vt_cls_pool_fwd(t->gpu, g[r], gx, B, N, C);
+  check(t, "out", g, ref, B * C);
+}
+
+static void t_cls_pool_bwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], N = d[1], C = d[2];
+  float *dy = hrand(t, B * C, -1, 1), *ref = hnew(t, B * N * C), *g[2];
+  vt_cls_pool_bwd(t->cpu, ref, dy, B, N, C);
+  float *gdy = dnew(t, dy, B * C);
+  for (int r = 0; r < 2; r++)
+    g[r] = dpoison(t, B * N * C), vt_cls_pool_bwd(t->gpu, g[r], gdy, B, N, C);
+  check(t, "dx", g, ref, B * N * C);
+}
+
+static int32_t *labels(tc *t, int64_t B, int64_t K) {
+  int32_t *y = track_host(t, (size_t)B * sizeof(int32_t));
+  const uint32_t s = t->stream++;
+  for (int64_t b = 0; b < B; b++) y[b] = (int32_t)(vt_rng_u32(20240607, 8, s, (uint64_t)b) % K);
+  return y;
+}
+
+// d[2] is the label smoothing in thousandths.
+static void t_cross_entropy_fwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], K = d[1];
+  const float s = (float)d[2] / 1000.0f;
+  float *z = hrand(t, B * K, -8, 8), *rl = hnew(t, B), *rp = hnew(t, B * K);
+  int32_t *y = labels(t, B, K);
+  vt_cross_entropy_fwd(t->cpu, rl, rp, z, y, s, B, K);
+  float *gz = dnew(t, z, B * K), *gl[2], *gp[2];
+  int32_t *gy = dnew_bytes(t, y, (size_t)B * sizeof(int32_t));
+  for (int r = 0; r < 2; r++) {
+    gl[r] = dpoison(t, B), gp[r] = dpoison(t, B * K);
+    vt_cross_entropy_fwd(t->gpu, gl[r], gp[r], gz, gy, s, B, K);
+  }
+  check(t, "losses", gl, rl, B);
+  check(t, "probs", gp, rp, B * K);
+}
+
+static void t_cross_entropy_bwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], K = d[1];
+  const float s = (float)d[2] / 1000.0f, scale = 1.0f / (float)(3 * B);
+  float *z = hrand(t, B * K, -8, 8), *loss = hnew(t, B), *p = hnew(t, B * K);
+  int32_t *y = labels(t, B, K);
+  vt_cross_entropy_fwd(t->cpu, loss, p, z, y, s, B, K);
+  float *ref = hnew(t, B * K), *g[2];
+  vt_cross_entropy_bwd(t->cpu, ref, p, y, s, scale, B, K);
+  float *gp = dnew(t, p, B * K);
+  int32_t *gy = dnew_bytes(t, y, (size_t)B * sizeof(int32_t));
+  for (int r = 0; r < 2; r++)
+    g[r] = dpoison(t, B * K), vt_cross_entropy_bwd(t->gpu, g[r], gp, gy, s, scale, B, K);
+  check(t, "dlogits", g, ref, B * K);
+}
+
+// d[1] the step t (bias corrections), d[2] the weight decay in thousandths.
+static void t_adamw(tc *t, const int64_t *d) {
+  const int64_t n = d[0], step = d[1];
+  const float wd = (float)d[2] / 1000.0f, lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  float *p0 = hrand(t, n, -1, 1), *gr = hrand(t, n, -1, 1), *m0 = hrand(t, n, -0.1f, 0.1f);
+  float *v0 = hrand(t, n, 0, 0.01f);
+  float *rp = hcopy(t, p0, n), *rm = hcopy(t, m0, n), *rv = hcopy(t, v0, n);
+  vt_adamw(t->cpu, rp, gr, rm, rv, n, lr, b1, b2, eps, wd, step);
+  float *gg = dnew(t, gr, n), *gp[2], *gm[2], *gv[2];
+  for (int r = 0; r < 2; r++) {
+    gp[r] = dnew(t, p0, n), gm[r] = dnew(t, m0, n), gv[r] = dnew(t, v0, n);
+    vt_adamw(t->gpu, gp[r], gg, gm[r], gv[r], n, lr, b1, b2, eps, wd, step);
+  }
+  check(t, "param", gp, rp, n);
+  check(t, "m", gm, rm, n);
+  check(t, "v", gv, rv, n);
+}
+
+// A double result: relative error of the value, and the two runs' bits.
+static void t_sumsq(tc *t, const int64_t *d) {
+  const int64_t n = d[0];
+  float *x = hrand(t, n, -3, 3);
+  const double ref = vt_sumsq(t->cpu, x, n);
+  float *gx = dnew(t, x, n);
+  const double a = vt_sumsq(t->gpu, gx, n), b = vt_sumsq(t->gpu, gx, n);
+  report(t, "sum", fabs(a - ref) / ref, t->tol, memcmp(&a, &b, sizeof a) == 0);
+}
+
+static void t_scale(tc *t, const int64_t *d) {
+  const int64_t n = d[0];
+  const float alpha = 0.37f;
+  float *x = hrand(t, n, -1, 1), *ref = hcopy(t, x, n), *g[2];
+  vt_scale(t->cpu, ref, alpha, n);
+  for (int r = 0; r < 2; r++) g[r] = dnew(t, x, n), vt_scale(t->gpu, g[r], alpha, n);
+  check(t, "x", g, ref, n);
+}
+
+// ---- the table -----------------------------------------------------------------------------
+// Tolerances are normwise: max|cuda - cpu| / max|cpu| (fp32 unit roundoff u = 6e-8). Both sides
+// are fp32 but sum in different orders (warp butterflies, chunked trees and cuBLAS's blocking
+// against the CPU's sequential loops and OpenBLAS), and nvcc contracts a*b+c into FMAs where gcc
+// in ISO C mode does not. An L-term sum then differs by about sqrt(L) u typically, L u at worst,
+// relative to the sum of magnitudes; each tolerance leaves about 10x over that for the longest
+// reduction of its shapes:
+//   0      pure data movement, or the same single rounding on both sides (patchify, cls_pool,
+//          add, scale, embed: one add, and dcls/dpos add the batch in the CPU's order).
+//   1e-6   element-wise with FMA contraction or library functions: AdamW, cross-entropy bwd
+//          (a few ulp).
+//   2e-6   GELU: the CPU uses its own erf (abs. error 1.5e-7) and exp, CUDA erff and expf.
+//   1e-5   LayerNorm forward (C <= 768 terms), cross-entropy forward (sums in double; exp and
+//          log of up to 1000 classes).
+//   5e-5   LayerNorm backward (dweight sums over up to 1000 rows), attention forward (D = 64
+//          scores, then N = 197 products; exp turns absolute score errors into relative ones).
+//   1e-4   linear (sums of up to 1152 products), attention backward (three chained GEMMs and
+//          the cancelling dP - rowsum(P dP)).
+//   1e-12  sumsq: squares are exact in double; only the order of the double additions differs.
+typedef struct {
+  const char *op, *dims;
+  void (*run)(tc *, const int64_t *);
+  double tol[NPREC];
+  int64_t shapes[8][4];  // a row of zeros ends the list
+} op_test;
+
+static const op_test kTests[] = {
+    {"linear_fwd", "M,I,O,bias", t_linear_fwd, {1e-4},
+     {{7, 3, 77, 1}, {197, 192, 576, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 384, 1152, 1},
+      {5, 1000, 2, 0}}},
+    {"linear_bwd", "M,I,O,dinp+2dbias", t_linear_bwd, {1e-4},
+     {{7, 3, 77, 3}, {197, 192, 576, 3}, {1, 1, 1, 3}, {33, 65, 17, 0}, {394, 384, 1152, 3},
+      {5, 1000, 2, 2}, {1000, 7, 5, 1}}},
+    {"layernorm_fwd", "M,C", t_layernorm_fwd, {1e-5},
+     {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}}},
+    {"layernorm_bwd", "M,C", t_layernorm_bwd, {5e-5},
+     {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}}},
+    {"gelu_fwd", "count", t_gelu_fwd, {2e-6}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
+    {"gelu_bwd", "count", t_gelu_bwd, {2e-6}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
+    {"attention_fwd", "B,N,H,D", t_attention_fwd, {5e-5},
+     {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 17, 2, 8}, {1, 65, 4, 16}, {1, 1, 2, 3},
+      {2, 50, 12, 64}}},
+    {"attention_bwd", "B,N,H,D", t_attention_bwd, {1e-4},
+     {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 17, 2, 8}, {1, 65, 4, 16}, {1, 1, 2, 3},
+      {2, 50, 12, 64}}},
+    {"add", "count", t_add, {0}, {{1}, {1000}, {197 * 192 + 3}}},
+    {"patchify_fwd", "B,S,P", t_patchify_fwd, {0},
+     {{2, 32, 16}, {1, 12, 4}, {3, 30, 5}, {1, 224, 16}, {2, 8, 8}}},
+    {"patchify_bwd", "B,S,P", t_patchify_bwd, {0},
+     {{2, 32, 16}, {1, 12, 4}, {3, 30, 5}, {1, 224, 16}, {2, 8, 8}}},
+    {"embed_fwd", "B,N,C", t_embed_fwd, {0}, {{2, 197, 192}, {1, 5, 7}, {3, 2, 1}, {4, 17, 33}}},
+    {"embed_bwd", "B,N,C,dpatch", t_embed_bwd, {0},
+     {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 1, 0}, {4, 17, 33, 1}, {64, 5, 3, 0}}},
+    {"cls_pool_fwd", "B,N,C", t_cls_pool_fwd, {0}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
+    {"cls_pool_bwd", "B,N,C", t_cls_pool_bwd, {0}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
+    {"cross_entropy_fwd", "B,K,smooth/1000", t_cross_entropy_fwd, {1e-5},
+     {{4, 1000, 100}, {1, 10, 0}, {7, 3, 500}, {64, 1000, 100}, {2, 1, 0}}},
+    {"cross_entropy_bwd", "B,K,smooth/1000", t_cross_entropy_bwd, {1e-6},
+     {{4, 1000, 100}, {1, 10, 0}, {7, 3, 500}, {64, 1000, 100}, {2, 1, 0}}},
+    {"adamw", "count,t,wd/1000", t_adamw, {1e-6},
+     {{1000, 1, 50}, {7, 10, 0}, {100003, 1000, 50}}},
+    {"sumsq", "count", t_sumsq, {1e-12},
+     {{1}, {7}, {16384}, {16385}, {1000003}, {5000000}}},
+    {"scale", "count", t_scale, {0}, {{1}, {1000}, {1000003}}},
+};
+#define NTESTS (int)(sizeof kTests / sizeof kTests[0])
+
+// Every op of the table must exist on the backend under test: one NULL would make training
+// stop at its first use, so say which here instead.
+static int check_table(const vt_backend *be) {
+  const struct {
+    const char *name;
+    const void *fn;
+  } ops[] = {
+#define OP(f) {#f, (const void *)be->f}
+      OP(linear_fwd),        OP(linear_bwd),        OP(layernorm_fwd), OP(layernorm_bwd),
+      OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
+      OP(add),               OP(patchify_fwd),      OP(patchify_bwd),  OP(embed_fwd),
+      OP(embed_bwd),         OP(cls_pool_fwd),      OP(cls_pool_bwd),  OP(cross_entropy_fwd),
+      OP(cross_entropy_bwd), OP(adamw),             OP(sumsq),         OP(scale),
+#undef OP
+  };
+  int missing = 0;
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if (!ops[i].fn) printf("FAIL: backend %s lacks op %s\n", be->name, ops[i].name), missing++;
+  return missing;
+}
+
+static int wanted(const char *op, int argc, char **argv) {
+  int any = 0;
+  for (int i = 1; i < argc; i++) {
+    if (argv[i][0] == '-') continue;
+    any = 1;
+    if (strcmp(argv[i], op) == 0) return 1;
+  }
+  return !any;
+}
+
+int main(int argc, char **argv) {
+  int self = 0;
+  for (int i = 1; i < argc; i++) self |= strcmp(argv[i], "--cpu") == 0;
+  const char *why = NULL;
+  const vt_backend *cpu = vt_backend_get(VT_DEVICE_CPU, NULL);
+  const vt_backend *gpu = self ? cpu : vt_backend_get(VT_DEVICE_CUDA, &why);
+  if (!gpu) {
+    printf("SKIP: %s\n", why ? why : "no CUDA backend");
+    return 77;
+  }
+  printf("test_cuda_ops: %s against %s; error = max|%s - %s| / max|%s| per tensor\n", gpu->name,
+         cpu->name, gpu->name, cpu->name, cpu->name);
+  tc t = {.cpu = cpu, .gpu = gpu};
+  int missing = check_table(gpu);
+  for (t.prec = 0; t.prec < NPREC; t.prec++)
+    for (int i = 0; i < NTESTS; i++) {
+      const op_test *o = &kTests[i];
+      if (!wanted(o->op, argc, argv)) continue;
+      t.op = o->op;
+      t.tol = o->tol[t.prec];
+      for (int s = 0; s < 8 && o->shapes[s][0] > 0; s++) {
+        const int64_t *d = o->shapes[s];
+        int ndims = 1, k = snprintf(t.shape, sizeof t.shape, "%s=", o->dims);
+        for (const char *c = o->dims; *c; c++) ndims += *c == ',';
+        for (int j = 0; j < ndims && j < 4 && k < (int)sizeof t.shape; j++)
+          k += snprintf(t.shape + k, sizeof t.shape - (size_t)k, "%s%lld", j ? "," : "",
+                        (long long)d[j]);
+        o->run(&t, d);
+        release(&t);
+      }
+    }
+  printf("%d checks, %d failed%s; %s\n", t.checks, t.failures,
+         missing ? ", ops missing from the table" : "", t.failures || missing ? "FAIL" : "PASS");
+  return t.failures || missing ? 1 : 0;
+}
