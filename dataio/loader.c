@@ -1,6 +1,7 @@
 // loader.c: decoder threads filling a ring of micro-batch buffers, returned strictly in order.
 // Threads take single samples of the oldest open batch, so one batch is decoded by all threads
-// at once and its bytes do not depend on who decoded what. Must not depend on MPI, a backend or
+// at once and its bytes do not depend on who decoded what: a sample is vt_sample_from_file of
+// its file and its own key (sample.h), a pure function. Must not depend on MPI, a backend or
 // the model; randomness only through vt_rng keyed by global identities (design.md).
 #include "loader.h"
 
@@ -11,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "image.h"
+#include "sample.h"
 #include "vt_rng.h"
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_OUT };
@@ -94,14 +95,20 @@ static void warn_once(vt_loader *l, int64_t idx, const char *msg) {
     vt_log_warn("bad image skipped, a sample of the same class replaces it: %s", msg);
 }
 
-static vt_image_status load(vt_loader *l, int64_t idx, vt_image *img, char *msg, size_t n) {
-  return vt_image_load(l->ds->paths[idx], l->cfg.max_pixels, img, msg, n);
+// Sample i of slot s, keyed by its own (epoch, index), whichever file provides the pixels.
+static vt_sample_spec spec_of(const vt_loader *l, const slot *s, int i) {
+  const vt_loader_config *c = &l->cfg;
+  vt_sample_spec sp = {.tc = &c->tc, .S = c->S, .train = c->train, .seed = c->seed,
+                       .epoch = s->ep[i], .index = s->idx[i], .max_pixels = c->max_pixels};
+  return sp;
 }
 
-// Finds a good sample of idx's class into *img. Picks depend only on (seed, position, attempt);
-// skipping files already known bad only saves the work of failing on them again.
-static int replace(vt_loader *l, int64_t idx, int64_t pos, vt_image *img, char *err,
-                   size_t errlen) {
+// Renders a good sample of idx's class into out, with the crop of sp's key (the crop is keyed by
+// the position's own sample, also for a stand-in, so that a replaced sample does not repeat the
+// stand-in's crop of this epoch). Picks depend only on (seed, position, attempt); skipping files
+// already known bad only saves the work of failing on them again.
+static int replace(vt_loader *l, int64_t idx, int64_t pos, const vt_sample_spec *sp, float *out,
+                   char *err, size_t errlen) {
   int32_t c = l->ds->labels[idx];
   const int64_t *mem = l->members + l->class_start[c];
   int64_t m = l->class_start[c + 1] - l->class_start[c];
@@ -114,7 +121,8 @@ static int replace(vt_loader *l, int64_t idx, int64_t pos, vt_image *img, char *
       int64_t k = (int64_t)((r * (uint64_t)(m - 1)) >> 32);
       int64_t cand = mem[k] == idx ? mem[m - 1] : mem[k];
       if (atomic_load(&l->known_bad[cand])) continue;
-      if (load(l, cand, img, msg, sizeof(msg)) == VT_IMG_OK) return 1;
+      if (vt_sample_from_file(l->ds->paths[cand], sp, out, msg, sizeof(msg)) == VT_IMG_OK)
+        return 1;
       warn_once(l, cand, msg);
       continue;
     }
@@ -122,7 +130,8 @@ static int replace(vt_loader *l, int64_t idx, int64_t pos, vt_image *img, char *
     for (int64_t u = 0; u < m; u++) {
       int64_t cand = mem[(start + u) % m];
       if (cand == idx || atomic_load(&l->known_bad[cand])) continue;
-      if (load(l, cand, img, msg, sizeof(msg)) == VT_IMG_OK) return 1;
+      if (vt_sample_from_file(l->ds->paths[cand], sp, out, msg, sizeof(msg)) == VT_IMG_OK)
+        return 1;
       warn_once(l, cand, msg);
     }
   }
@@ -144,9 +153,9 @@ static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size
     memset(out, 0, plane * sizeof(float));
     return 1;
   }
-  vt_image img = {0};
   char msg[512];
-  vt_image_status st = load(l, idx, &img, msg, sizeof(msg));
+  vt_sample_spec sp = spec_of(l, s, i);
+  vt_image_status st = vt_sample_from_file(l->ds->paths[idx], &sp, out, msg, sizeof(msg));
   if (st != VT_IMG_OK) {
     if (c->bad_policy == VT_BAD_FAIL) {
       set_err(err, errlen, "%s (bad-image policy: fail)", msg);
@@ -154,14 +163,8 @@ static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size
     }
     warn_once(l, idx, msg);
     *bad = 1;
-    if (!replace(l, idx, s->pos[i], &img, err, errlen)) return 0;
+    if (!replace(l, idx, s->pos[i], &sp, out, err, errlen)) return 0;
   }
-  // The crop is keyed by the position's own sample, also for a stand-in, so that a replaced
-  // sample does not repeat the stand-in's crop of this epoch.
-  vt_crop crop = c->train ? vt_train_crop(&c->tc, img.width, img.height, c->seed, s->ep[i], idx)
-                          : vt_eval_crop(&c->tc, img.width, img.height, c->S);
-  vt_render_crop(&img, crop, c->S, &c->tc, out);
-  vt_image_free(&img);
   return 1;
 }
 

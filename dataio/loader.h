@@ -1,7 +1,8 @@
 // loader.h: a pool of decoder threads filling a bounded queue of ready micro-batches, returned
 // strictly in order. Which samples micro-batch j holds is a pure function of j (below), and each
-// sample's pixels depend only on (seed, epoch, sample), so the batches are identical for any
-// thread count and a loader restarted at micro-batch j continues exactly. Buffers are plain
+// sample's pixels depend only on (file, seed, epoch, sample) through vt_sample_from_file
+// (sample.h: probe, crop, reduced decode, render), so the batches are identical for any thread
+// count and a loader restarted at micro-batch j continues exactly. Buffers are plain
 // host memory allocated once (a CUDA build may register them as pinned memory later).
 // Must not depend on MPI, a backend or the model.
 #ifndef VT_LOADER_H

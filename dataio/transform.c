@@ -1,11 +1,12 @@
 // transform.c: crops and resampling from a decoded image to the normalised (3, S, S) input.
 // The crop geometry is torchvision's (RandomResizedCrop.get_params, Resize + CenterCrop); the
 // random numbers are Philox keyed by (seed, epoch, sample), never by thread or rank.
-// Must not depend on MPI, a backend, the model or the image decoders.
+// Must not depend on MPI, a backend, the model or the image decoders (only on image.h's types).
 #include "transform.h"
 
 #include <math.h>
 
+#include "vt_error.h"
 #include "vt_rng.h"
 
 // Each sample owns a block of this many counters in the (seed, "transform.train", epoch) stream:
@@ -110,9 +111,52 @@ vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S
 // Output columns are done in tiles whose source positions are tabulated once per tile.
 #define TILE 256
 
-void vt_render_crop(const vt_image *img, vt_crop crop, int S, const vt_transform_config *tc,
-                    float *out) {
-  const int W = img->width, H = img->height;
+// Where output pixel i of a crop samples, in pixel-centre coordinates of the image reduced to
+// 1/scale: the footprint's centre start + (i + 0.5) * step in full-size pixels, divided by the
+// scale (a reduced pixel k covers full-size pixels [k * scale, (k + 1) * scale)). For scale 1
+// this is start + (i + 0.5) * step - 0.5, bit for bit. One function for the renderer and for
+// vt_crop_window, so the window always holds every pixel the renderer reads.
+static inline double sample_pos(double start, double step, int i, int scale, int n) {
+  double s = (start + (i + 0.5) * step) / scale - 0.5;
+  if (s < 0) s = 0;  // clamped at the image's edges (not the crop's)
+  if (s > n - 1) s = n - 1;
+  return s;
+}
+
+int vt_crop_reduction(vt_crop crop, int S) {
+  double side = crop.w < crop.h ? crop.w : crop.h;
+  int d = 8;
+  while (d > 1 && !(side >= (double)S * d)) d /= 2;
+  return d;
+}
+
+void vt_crop_window(vt_crop crop, int S, int scale, int width, int height, int *x0, int *y0,
+                    int *x1, int *y1) {
+  const double step_x = (double)crop.w / S, step_y = (double)crop.h / S;
+  // Positions grow with i (rounding is monotonic), so the first and last samples bound them;
+  // each sample reads its pixel and the next one (fx = 0 included).
+  int a = (int)sample_pos(crop.x, step_x, 0, scale, width);
+  int b = (int)sample_pos(crop.x, step_x, S - 1, scale, width);
+  *x0 = a;
+  *x1 = b < width - 1 ? b + 1 : b;
+  a = (int)sample_pos(crop.y, step_y, 0, scale, height);
+  b = (int)sample_pos(crop.y, step_y, S - 1, scale, height);
+  *y0 = a;
+  *y1 = b < height - 1 ? b + 1 : b;
+}
+
+void vt_render_crop_part(const vt_image_part *part, vt_crop crop, int S,
+                         const vt_transform_config *tc, float *out) {
+  const int W = part->width, H = part->height, d = part->scale;
+  const int WW = part->win.width, ox = part->x0, oy = part->y0;
+  const uint8_t *rgb = part->win.rgb;
+  // The decoder promised a window holding every pixel read below; a broken promise would read
+  // outside the buffer, so it stops here instead.
+  int x0, y0, x1, y1;
+  vt_crop_window(crop, S, d, W, H, &x0, &y0, &x1, &y1);
+  VT_CHECK(x0 >= ox && y0 >= oy && x1 < ox + WW && y1 < oy + part->win.height,
+           "crop window [%d, %d] x [%d, %d] outside the decoded window %dx%d at (%d, %d)", x0,
+           x1, y0, y1, WW, part->win.height, ox, oy);
   const size_t plane = (size_t)S * S;
   float scale[3], bias[3];
   for (int ch = 0; ch < 3; ch++) {  // (v / 255 - mean) / std as one multiply-add
@@ -120,39 +164,41 @@ void vt_render_crop(const vt_image *img, vt_crop crop, int S, const vt_transform
     bias[ch] = -tc->mean[ch] / tc->std[ch];
   }
   const double step_x = (double)crop.w / S, step_y = (double)crop.h / S;
-  int x0[TILE], x1[TILE];
+  int xa[TILE], xb[TILE];
   float fx[TILE];
   for (int i0 = 0; i0 < S; i0 += TILE) {
     int n = S - i0 < TILE ? S - i0 : TILE;
     for (int k = 0; k < n; k++) {
       int col = crop.flip ? S - 1 - (i0 + k) : i0 + k;
-      // align_corners=False: output pixel centres map to source pixel centres; clamped at the
-      // image's edges (not the crop's), so border samples use the real neighbouring pixels.
-      double sx = crop.x + (col + 0.5) * step_x - 0.5;
-      if (sx < 0) sx = 0;
-      if (sx > W - 1) sx = W - 1;
+      // align_corners=False: output pixel centres map to source pixel centres.
+      double sx = sample_pos(crop.x, step_x, col, d, W);
       int xi = (int)sx;
-      x0[k] = 3 * xi;
-      x1[k] = 3 * (xi < W - 1 ? xi + 1 : xi);
+      xa[k] = 3 * (xi - ox);
+      xb[k] = 3 * ((xi < W - 1 ? xi + 1 : xi) - ox);
       fx[k] = (float)(sx - xi);
     }
-    for (int oy = 0; oy < S; oy++) {
-      double sy = crop.y + (oy + 0.5) * step_y - 0.5;
-      if (sy < 0) sy = 0;
-      if (sy > H - 1) sy = H - 1;
+    for (int oyi = 0; oyi < S; oyi++) {
+      double sy = sample_pos(crop.y, step_y, oyi, d, H);
       int yi = (int)sy;
       float fy = (float)(sy - yi);
-      const uint8_t *r0 = img->rgb + (size_t)yi * W * 3;
-      const uint8_t *r1 = img->rgb + (size_t)(yi < H - 1 ? yi + 1 : yi) * W * 3;
-      float *o = out + (size_t)oy * S + i0;
+      const uint8_t *r0 = rgb + (size_t)(yi - oy) * WW * 3;
+      const uint8_t *r1 = rgb + (size_t)((yi < H - 1 ? yi + 1 : yi) - oy) * WW * 3;
+      float *o = out + (size_t)oyi * S + i0;
       for (int k = 0; k < n; k++) {
         for (int ch = 0; ch < 3; ch++) {
-          float a = r0[x0[k] + ch], b = r0[x1[k] + ch];
-          float c = r1[x0[k] + ch], d = r1[x1[k] + ch];
-          float top = a + fx[k] * (b - a), bot = c + fx[k] * (d - c);
+          float a = r0[xa[k] + ch], b = r0[xb[k] + ch];
+          float c = r1[xa[k] + ch], e = r1[xb[k] + ch];
+          float top = a + fx[k] * (b - a), bot = c + fx[k] * (e - c);
           o[ch * plane + k] = (top + fy * (bot - top)) * scale[ch] + bias[ch];
         }
       }
     }
   }
+}
+
+void vt_render_crop(const vt_image *img, vt_crop crop, int S, const vt_transform_config *tc,
+                    float *out) {
+  vt_image_part whole = {.win = *img, .scale = 1, .width = img->width, .height = img->height,
+                         .full_width = img->width, .full_height = img->height};
+  vt_render_crop_part(&whole, crop, S, tc, out);
 }

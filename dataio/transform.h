@@ -3,7 +3,9 @@
 // a centre crop), horizontal flip, bilinear resampling of only the S x S output pixels (the work
 // is O(S^2), whatever the source size), normalisation. Evaluation: resize the shorter side to
 // S / crop_pct and take the centre S x S. Randomness is keyed by (seed, epoch, sample), so a
-// sample's crop does not depend on which thread or rank makes it. No MPI, backend or model.
+// sample's crop does not depend on which thread or rank makes it. The crop is chosen on the
+// full-size image; rendering can read a reduced, windowed decode of it (vt_image_part: JPEG at
+// 1/2, 1/4, 1/8 by DCT scaling), which sample.h puts together. No MPI, backend or model.
 #ifndef VT_TRANSFORM_H
 #define VT_TRANSFORM_H
 
@@ -37,8 +39,28 @@ vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S
 // Bilinear resampling of the crop to (3, S, S) floats, normalised: out = (v/255 - mean) / std.
 // Sample centres follow align_corners=False (as PyTorch's interpolate): output pixel i samples
 // x + (i + 0.5) * w / S - 0.5, clamped to the image's edges (not the crop's). No antialiasing:
-// a crop much larger than S is point-sampled bilinearly, the price of O(S^2) work.
+// a crop much larger than S is point-sampled bilinearly, the price of O(S^2) work (the reduced
+// decode below is what mostly keeps that from aliasing: at 1/d with vt_crop_reduction's d,
+// output samples are less than 2 source pixels apart, for crops up to 16 S across).
 void vt_render_crop(const vt_image *img, vt_crop crop, int S, const vt_transform_config *tc,
                     float *out);
+
+// The reduction for a crop: the largest d of 1, 2, 4, 8 that leaves the crop at least S pixels
+// across in both directions at 1/d (min(w, h) >= S * d), so the output never has more pixels
+// than the source region it samples and quality does not drop below the output resolution.
+int vt_crop_reduction(vt_crop crop, int S);
+// The pixels [x0, x1] x [y0, y1] (inclusive) that rendering the crop reads from the image
+// reduced to 1/scale, width x height pixels (vt_image_scaled_side of the full size): bilinear
+// taps included, from the same sample positions as the renderer, so a window holding this block
+// is all the renderer needs.
+void vt_crop_window(vt_crop crop, int S, int scale, int width, int height, int *x0, int *y0,
+                    int *x1, int *y1);
+// vt_render_crop from a window of the image reduced to 1/part->scale: the crop (full-size
+// pixels) is mapped to reduced pixels by dividing by the scale (a reduced pixel k covers full-
+// size pixels [k*d, (k+1)*d)), so output pixel i samples (x + (i + 0.5) * w / S) / d - 0.5,
+// clamped to the reduced image's edges. At scale 1 with the whole image as window this is
+// vt_render_crop exactly. The window must hold vt_crop_window's block (checked: VT_CHECK).
+void vt_render_crop_part(const vt_image_part *part, vt_crop crop, int S,
+                         const vt_transform_config *tc, float *out);
 
 #endif

@@ -1,7 +1,9 @@
 // bench_loader.c: vit3d's side of the loader benchmark (bench_loader.sh, label `bench`): the
 // training loader (random-resized crop to S, flip, normalise) over an ImageFolder for a few
 // epochs with T decoder threads; prints images/s, per core (T threads = T cores) and per CPU-second.
-// `--stages` instead times one thread's read / decode / crop+resample per image, for profiling.
+// `--stages` instead times one thread's read and its bytes-to-sample work (vt_sample_from_bytes,
+// the loader's own function: probe, reduced decode, render) per image, beside the full decode
+// + render of the same crops for comparison, and what the reduced decode did (scale, window).
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include "dataset.h"
 #include "image.h"
 #include "loader.h"
+#include "sample.h"
 #include "transform.h"
 #include "vt_error.h"
 
@@ -101,54 +104,68 @@ static int64_t run_epochs(const vt_dataset *ds, int threads, int batch, int firs
   return images;
 }
 
-// One thread, the loader's work split into its stages, to see where a sample's time goes:
-// read the file, decode to RGB, choose the crop and resample it to 224 x 224 normalised floats.
+// One thread, the loader's work split into its stages, to see where a sample's time goes: read
+// the file; bytes to the 224 x 224 normalised floats exactly as the loader does them (reduced
+// decode); and, for comparison, the same crops through a full decode (full_decode = 1).
 static int stages(const char *dir, int epochs, const char *label) {
   vt_dataset ds = open_or_die(dir);
   vt_transform_config tc = vt_transform_defaults();
   float *out = malloc((size_t)3 * 224 * 224 * sizeof(float));
-  double t_read = 0, t_decode = 0, t_render = 0, bytes = 0;
+  double t_read = 0, t_sample = 0, t_full = 0, bytes = 0, scale_sum = 0, win_frac = 0;
   int64_t n = 0;
+  int at_scale[9] = {0};
   char err[512];
-  vt_image warm;  // untimed: the first decode pays for page faults of fresh allocations
-  if (vt_image_load(ds.paths[0], (int64_t)1 << 28, &warm, err, sizeof err) == VT_IMG_OK)
-    vt_image_free(&warm);
+  vt_sample_spec sp = {.tc = &tc, .S = 224, .train = 1, .seed = 1234,
+                       .max_pixels = (int64_t)1 << 28};
   for (int e = 0; e < epochs; e++) {
     for (int64_t i = 0; i < ds.count; i++) {
       double t0 = thread_cpu_now();
-      FILE *f = fopen(ds.paths[i], "rb");
-      struct stat st;
-      if (!f || fstat(fileno(f), &st) != 0) {
-        fprintf(stderr, "bench_loader: cannot read %s\n", ds.paths[i]);
+      uint8_t *buf;
+      size_t got;
+      if (vt_image_read_file(ds.paths[i], sp.max_pixels, &buf, &got, err, sizeof err) !=
+          VT_IMG_OK) {
+        fprintf(stderr, "bench_loader: %s\n", err);
         return 1;
       }
-      uint8_t *buf = malloc((size_t)st.st_size);
-      size_t got = fread(buf, 1, (size_t)st.st_size, f);
-      fclose(f);
       double t1 = thread_cpu_now();
-      vt_image img;
-      if (vt_image_decode(buf, got, (int64_t)1 << 28, &img, err, sizeof err) != VT_IMG_OK) {
+      sp.epoch = e;
+      sp.index = i;
+      sp.full_decode = 0;
+      vt_sample_stats st;
+      if (vt_sample_from_bytes(buf, got, &sp, out, &st, err, sizeof err) != VT_IMG_OK) {
         fprintf(stderr, "bench_loader: %s: %s\n", ds.paths[i], err);
         return 1;
       }
       double t2 = thread_cpu_now();
-      vt_crop crop = vt_train_crop(&tc, img.width, img.height, 1234, e, i);
-      vt_render_crop(&img, crop, 224, &tc, out);
+      sp.full_decode = 1;
+      if (vt_sample_from_bytes(buf, got, &sp, out, NULL, err, sizeof err) != VT_IMG_OK) {
+        fprintf(stderr, "bench_loader: %s: %s\n", ds.paths[i], err);
+        return 1;
+      }
       double t3 = thread_cpu_now();
+      if (e == 0 && i == 0) {  // untimed: the first decode pays for page faults and lazy setup
+        free(buf);
+        continue;
+      }
       t_read += t1 - t0;
-      t_decode += t2 - t1;
-      t_render += t3 - t2;
+      t_sample += t2 - t1;
+      t_full += t3 - t2;
       bytes += (double)got;
+      scale_sum += st.scale;
+      at_scale[st.scale]++;
+      win_frac += (double)st.win_w * st.win_h * st.scale * st.scale /
+                  ((double)st.info.width * st.info.height);
       n++;
-      vt_image_free(&img);
       free(buf);
     }
   }
-  double total = t_read + t_decode + t_render;
-  printf("vit3d-stages format=%s images=%lld file_kb=%.0f ms_per_image: read=%.2f decode=%.2f "
-         "crop_resample=%.2f total=%.2f decode_share=%.0f%%\n",
-         label, (long long)n, bytes / n / 1024, 1e3 * t_read / n, 1e3 * t_decode / n,
-         1e3 * t_render / n, 1e3 * total / n, 100 * t_decode / total);
+  if (n == 0) return 1;
+  printf("vit3d-stages format=%s images=%lld file_kb=%.0f ms_per_image: read=%.2f "
+         "sample=%.2f (full_decode_sample=%.2f) total=%.2f scale_mean=%.2f "
+         "scales_1/2/4/8=%d/%d/%d/%d decoded_area=%.0f%%\n",
+         label, (long long)n, bytes / n / 1024, 1e3 * t_read / n, 1e3 * t_sample / n,
+         1e3 * t_full / n, 1e3 * (t_read + t_sample) / n, scale_sum / n, at_scale[1],
+         at_scale[2], at_scale[4], at_scale[8], 100 * win_frac / n);
   free(out);
   vt_dataset_free(&ds);
   return 0;

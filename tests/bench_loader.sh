@@ -5,7 +5,9 @@
 # Prints both rates, per core, the ratio vit3d/torchvision (target >= 1.5), and the conditions.
 # Usage: bench_loader.sh BENCH_LOADER_BINARY. Env: VT_BENCH_IMAGES (64), VT_BENCH_EPOCHS (2, after
 # one untimed), VT_BENCH_ROUNDS (3), VT_BENCH_BATCH (16), VT_BENCH_THREADS ("1 2"),
-# VT_BENCH_STAGES (1: also a per-stage time split of each side), PYTHON (/usr/bin/python3).
+# VT_BENCH_STAGES (1: also a per-stage time split of each side; vit3d's also gives the time of
+# a full decode of the same crops and the scales its reduced decode used), PYTHON
+# (/usr/bin/python3).
 set -u
 bin=${1:?usage: bench_loader.sh BENCH_LOADER_BINARY}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -97,7 +99,9 @@ echo "conditions: cpu='$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)' core
 echo "files: png ~$(kb png) KB (Pillow, zlib level 6), jpeg ~$(kb jpeg) KB (q90, 4:2:0)"
 stb_header=$(sed -n 's/.*stb_image - \(v[0-9.]*\).*/\1/p' /usr/include/stb/stb_image.h 2>/dev/null | head -n 1)
 echo "vit3d: libpng=$(lib_of "$bin" libpng) zlib=$(lib_of "$bin" libz)" \
-     "stb_image=${stb_header:-?} ($(lib_of "$bin" libstb || true))"
+     "libjpeg=$(lib_of "$bin" libjpeg)" \
+     "stb_image=${stb_header:-?} ($(lib_of "$bin" libstb || true));" \
+     "reduced decode for crops (JPEG at 1/2..1/8, windows, early stop: docs/ARCHITECTURE.md, Data)"
 echo "torchvision: torch=$(pyv 'import torch; print(torch.__version__)')" \
      "torchvision=$(pyv 'import torchvision; print(torchvision.__version__)')" \
      "PIL=$(pyv 'import PIL; print(PIL.__version__)')" \

@@ -35,6 +35,9 @@ void write_png(const char *path, const png_case *pc);  // several IDAT chunks
 int check_png_pixels(const png_case *pc, const vt_image *im);
 
 void test_bad_inputs(void);  // test_image_bad.c
+// Damaged copies of a PNG through vt_sample_from_bytes: the verdict of the whole decode for any
+// crop (test_image_bad.c).
+void chunk_damage_checks(const uint8_t *png, size_t n, int interlaced);
 void test_threads(void);
 
 #endif

@@ -1,7 +1,7 @@
 // test_loader.c: the dataset index, sampler and threaded loader on small ImageFolder trees of
-// PNGs this test writes: bytes independent of the thread count, every sample once per epoch over
-// DP ranks, exact restart, evaluation padding, bad files under skip and fail, clear errors for
-// empty datasets and bad list files. Skips (77) in builds without libpng (VT_HAVE_PNG).
+// PNGs this test writes (and JPEGs through PIL): bytes independent of the thread count, every
+// sample once per epoch over DP ranks, exact restart, evaluation padding, bad files under skip
+// and fail, clear errors for empty datasets and bad list files. Skips (77) in builds without libpng (VT_HAVE_PNG).
 #include <stdio.h>
 
 #ifndef VT_HAVE_PNG
@@ -23,6 +23,7 @@ int main(void) {
 #include "dataset.h"
 #include "loader.h"
 #include "prepare.h"
+#include "sample.h"
 #include "vt_check.h"
 
 
@@ -307,6 +308,70 @@ static void test_determinism(const vt_dataset *ds) {
   printf("ok - same bytes for 1, 2, 4 threads; restart; labels-only\n");
 }
 
+// JPEG files (written by PIL, skipped without it) through the reduced decode (DCT scaling,
+// windows): the same bytes for 1, 2 and 4 threads and after a restart, and each sample equal to
+// vt_sample_from_file's (the function the loader calls, keyed by the sample's own epoch and
+// index, as the benchmark calls it).
+static void test_jpeg_determinism(void) {
+  const char *py = getenv("VT_PYTHON");
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd),
+           "'%s' -c \"import sys, random; from PIL import Image\n"
+           "r = random.Random(5)\n"
+           "for c in ('a', 'b', 'c'):\n"
+           "  for i in range(6):\n"
+           "    w, h = r.randrange(20, 160), r.randrange(20, 160)\n"
+           "    im = Image.new('RGB', (w, h)); im.putdata([(r.randrange(256), (x * 7) %% 256, "
+           "(x * 3 + y) %% 256) for y in range(h) for x in range(w)])\n"
+           "    kw = [dict(quality=90), dict(subsampling=0), dict(progressive=True), dict()][i %% 4]\n"
+           "    (im.convert('L') if i == 5 else im).save(sys.argv[1] + '/' + c + '/%%d.jpg' %% i, **kw)"
+           "\" '%s' 2>/dev/null",
+           py && *py ? py : "/usr/bin/python3", at("jpeg"));
+  mkdir(at("jpeg"), 0755);
+  mkdir(at("jpeg/a"), 0755), mkdir(at("jpeg/b"), 0755), mkdir(at("jpeg/c"), 0755);
+  if (system(cmd) != 0) {
+    printf("ok - (skipped: no PIL to write JPEGs) jpeg determinism\n");
+    return;
+  }
+  vt_dataset ds;
+  char err[512];
+  EXPECT(vt_dataset_open(at("jpeg"), &ds, err, sizeof(err)) == VT_OK && ds.count == 18, "%s", err);
+  vt_loader_config c = base(&ds, 1, 1);
+  c.S = 16, c.max_pixels = 1 << 20;
+  run_t ref = run(&c, 0, 12);
+  EXPECT(ref.st == VT_OK && ref.nb == 12, "jpeg reference run: %s", ref.err);
+  int threads[] = {2, 4};
+  for (int t = 0; t < 2; t++) {
+    c.threads = threads[t];
+    run_t r = run(&c, 0, 12);
+    EXPECT(r.nb == 12 && same_batches(&ref, 0, &r, 0, 12), "jpeg: %d threads differ", threads[t]);
+    run_free(&r);
+  }
+  c.threads = 2;
+  run_t r = run(&c, 5, 7);
+  EXPECT(r.nb == 7 && same_batches(&ref, 5, &r, 0, 7), "jpeg: restart at 5 differs");
+  run_free(&r);
+  vt_sampler s;
+  vt_sampler_init(&s, c.seed, ds.count);
+  size_t P = plane_of(&ref);
+  float *one = malloc(P * sizeof(float));
+  int same = 0;
+  for (int64_t p = 0; p < 48; p++) {
+    int64_t e, k = vt_sampler_at(&s, p, &e);
+    vt_sample_spec sp = {.tc = &c.tc, .S = c.S, .train = 1, .seed = c.seed, .epoch = e,
+                         .index = k, .max_pixels = c.max_pixels};
+    same += vt_sample_from_file(ds.paths[k], &sp, one, err, sizeof(err)) == VT_IMG_OK &&
+            !memcmp(one, ref.img + (size_t)p * P, P * sizeof(float));
+  }
+  EXPECT(same == 48, "jpeg: %d of 48 loader samples equal vt_sample_from_file's", same);
+  free(one);
+  vt_sampler_free(&s);
+  run_free(&ref);
+  vt_dataset_free(&ds);
+  printf("ok - jpeg (reduced decode): same bytes for 1, 2, 4 threads and a restart; samples are "
+         "vt_sample_from_file's\n");
+}
+
 static void test_dp(const vt_dataset *ds) {
   // G = 12 per step, B = 3: dp 1, 2, 4 with 4, 2, 1 micro-batches per step; 10 steps = 4 epochs.
   const int G = 12, B = 3, steps = 10, n = (int)ds->count, epochs = steps * G / n;
@@ -553,6 +618,7 @@ int main(void) {
   test_lifecycle(&ds);
   vt_dataset_free(&ds);
   test_bad();
+  test_jpeg_determinism();
   test_prepare();
   rm_tree(g_root);
   printf("%s\n", failures ? "FAILED" : "all loader tests passed");

@@ -1,6 +1,7 @@
 // test_transform.c (label data): vt_render_crop against a slow bilinear reference in double,
-// resize-then-crop evaluation geometry against torchvision's arithmetic, and vt_train_crop's
-// determinism, bounds and distribution. Needs only dataio's transform code, no image decoder.
+// resize-then-crop evaluation geometry against torchvision's arithmetic, vt_train_crop's
+// determinism, bounds and distribution, and renders from windows of reduced images
+// (vt_crop_reduction, vt_crop_window, vt_render_crop_part). Needs only dataio's transform code, no image decoder.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,10 +231,80 @@ static void test_train(void) {
   EXPECT(nflip == 0, "flip_prob 0 flipped %d", nflip);
 }
 
+// Reduced renders (vt_render_crop_part): the reduction rule, the window of taps, and that a
+// window of a reduced image renders exactly as the whole reduced image does, which itself
+// matches the double reference with sample positions divided by the scale.
+static void test_part(void) {
+  vt_transform_config tc = vt_transform_defaults();
+  struct { float w, h; int S, d; } red[] = {{1024, 1024, 224, 4}, {448, 500, 224, 2},
+                                           {447, 900, 224, 1}, {1792, 1800, 224, 8},
+                                           {5000, 4000, 224, 8}, {10, 10, 224, 1},
+                                           {895.9f, 2000, 224, 2}, {64, 64, 8, 8}};
+  for (int k = 0; k < 8; k++) {
+    vt_crop c = {0, 0, red[k].w, red[k].h, 0};
+    EXPECT(vt_crop_reduction(c, red[k].S) == red[k].d, "reduction of %gx%g for %d: %d, want %d",
+           red[k].w, red[k].h, red[k].S, vt_crop_reduction(c, red[k].S), red[k].d);
+  }
+  double worst = 0;
+  int cases = 0, loose = 0, exact = 0;
+  for (int t = 0; t < 300; t++) {
+    uint32_t k = (uint32_t)t;
+    int W = 1 + (int)(vt_rng_u32(9, k, 0, 0) % 400), H = 1 + (int)(vt_rng_u32(9, k, 0, 1) % 400);
+    int d = 1 << (vt_rng_u32(9, k, 0, 2) % 4), S = 1 + (int)(vt_rng_u32(9, k, 0, 3) % 64);
+    float w = (float)(W * (0.02 + 1.1 * vt_rng_uniform(9, k, 0, 4)));
+    float h = (float)(H * (0.02 + 1.1 * vt_rng_uniform(9, k, 0, 5)));
+    vt_crop cr = {(float)((W - w) * vt_rng_uniform(9, k, 0, 6)) - 0.4f,
+                  (float)((H - h) * vt_rng_uniform(9, k, 0, 7)) - 0.4f, w, h, t % 2};
+    int sw = vt_image_scaled_side(W, d), sh = vt_image_scaled_side(H, d);
+    vt_image red_img = random_image(sw, sh, 1000 + k);  // stands for the image at 1/d
+    int x0, y0, x1, y1;
+    vt_crop_window(cr, S, d, sw, sh, &x0, &y0, &x1, &y1);
+    // Tight and complete: the reference's taps span exactly the window.
+    int tx0 = sw, tx1 = -1, ty0 = sh, ty1 = -1;
+    for (int i = 0; i < S; i++) {
+      double sx = fmin(fmax((cr.x + (i + 0.5) * (double)cr.w / S) / d - 0.5, 0), sw - 1.0);
+      double sy = fmin(fmax((cr.y + (i + 0.5) * (double)cr.h / S) / d - 0.5, 0), sh - 1.0);
+      int xi = (int)sx, yi = (int)sy;
+      tx0 = xi < tx0 ? xi : tx0, ty0 = yi < ty0 ? yi : ty0;
+      int xn = xi < sw - 1 ? xi + 1 : xi, yn = yi < sh - 1 ? yi + 1 : yi;
+      tx1 = xn > tx1 ? xn : tx1, ty1 = yn > ty1 ? yn : ty1;
+    }
+    loose += !(x0 == tx0 && x1 == tx1 && y0 == ty0 && y1 == ty1);
+    // The window alone, copied out, renders as the whole reduced image.
+    vt_image win = {x1 - x0 + 1, y1 - y0 + 1, malloc((size_t)(x1 - x0 + 1) * (y1 - y0 + 1) * 3)};
+    for (int y = y0; y <= y1; y++)
+      memcpy(win.rgb + (size_t)(y - y0) * win.width * 3, red_img.rgb + ((size_t)y * sw + x0) * 3,
+             (size_t)win.width * 3);
+    vt_image_part whole = {red_img, 0, 0, d, sw, sh, W, H}, part = {win, x0, y0, d, sw, sh, W, H};
+    float *a = malloc(sizeof(float) * 3 * S * S), *b = malloc(sizeof(float) * 3 * S * S);
+    vt_render_crop_part(&whole, cr, S, &tc, a);
+    vt_render_crop_part(&part, cr, S, &tc, b);
+    exact += !memcmp(a, b, sizeof(float) * 3 * S * S);
+    for (int c = 0; c < 3; c++)
+      for (int oy = 0; oy < S; oy++)
+        for (int ox = 0; ox < S; ox++) {
+          int col = cr.flip ? S - 1 - ox : ox;
+          double sx = (cr.x + (col + 0.5) * (double)cr.w / S) / d - 0.5;
+          double sy = (cr.y + (oy + 0.5) * (double)cr.h / S) / d - 0.5;
+          double want = (bilinear(&red_img, sx, sy, c) / 255.0 - tc.mean[c]) / tc.std[c];
+          worst = fmax(worst, fabs(a[((size_t)c * S + oy) * S + ox] - want));
+        }
+    cases++;
+    free(a), free(b), free(win.rgb), free(red_img.rgb);
+  }
+  EXPECT(loose == 0, "%d of %d windows not exactly the span of the taps", loose, cases);
+  EXPECT(exact == cases, "%d of %d window renders differ from the whole image's", cases - exact,
+         cases);
+  EXPECT(worst < 2e-5, "reduced render vs reference: %g", worst);
+  printf("part: reduction rule on 8 crops; %d windows exactly the taps' span, renders from them "
+         "identical to the whole image's, max |error| %.2e vs the reference\n", cases, worst);
+}
+
 int main(void) {
   test_render();
   test_eval();
   test_train();
+  test_part();
   printf("test_transform: %d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }

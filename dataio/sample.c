@@ -1,0 +1,61 @@
+// sample.c: bytes of one image file to the normalised (3, S, S) input of one sample: probe,
+// crop, reduced decode, render (sample.h). Must not depend on MPI, a backend or the model.
+#include "sample.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const vt_sample_spec *sp,
+                                     float *out, vt_sample_stats *stats, char *err,
+                                     size_t errlen) {
+  vt_image_info info;
+  vt_image_status st = vt_image_probe(bytes, nbytes, sp->max_pixels, &info, err, errlen);
+  if (st != VT_IMG_OK) return st;
+  // The crop is chosen on the full-size image, whatever is decoded afterwards.
+  vt_crop crop = sp->train ? vt_train_crop(sp->tc, info.width, info.height, sp->seed, sp->epoch,
+                                           sp->index)
+                           : vt_eval_crop(sp->tc, info.width, info.height, sp->S);
+  vt_image_region r = {1, 0, 0, INT32_MAX, INT32_MAX};
+  if (!sp->full_decode) {
+    int d = vt_crop_reduction(crop, sp->S);
+    r.scale = d < info.max_scale ? d : info.max_scale;
+    vt_crop_window(crop, sp->S, r.scale, vt_image_scaled_side(info.width, r.scale),
+                   vt_image_scaled_side(info.height, r.scale), &r.x0, &r.y0, &r.x1, &r.y1);
+  }
+  vt_image_part part;
+  st = vt_image_decode_part(bytes, nbytes, sp->max_pixels, &r, &part, err, errlen);
+  if (st != VT_IMG_OK) return st;
+  if (part.full_width != info.width || part.full_height != info.height) {
+    // The probe and the decoder read the same header; a difference would be a decoder bug,
+    // and the crop would not fit the pixels.
+    if (err && errlen)
+      snprintf(err, errlen, "corrupt image: header says %dx%d, decoder %dx%d", info.width,
+               info.height, part.full_width, part.full_height);
+    vt_image_part_free(&part);
+    return VT_IMG_CORRUPT;
+  }
+  vt_render_crop_part(&part, crop, sp->S, sp->tc, out);
+  if (stats) {
+    stats->info = info;
+    stats->crop = crop;
+    stats->scale = part.scale;
+    stats->win_w = part.win.width;
+    stats->win_h = part.win.height;
+  }
+  vt_image_part_free(&part);
+  return VT_IMG_OK;
+}
+
+vt_image_status vt_sample_from_file(const char *path, const vt_sample_spec *sp, float *out,
+                                    char *err, size_t errlen) {
+  uint8_t *buf;
+  size_t n;
+  vt_image_status st = vt_image_read_file(path, sp->max_pixels, &buf, &n, err, errlen);
+  if (st != VT_IMG_OK) return st;
+  char why[256];
+  st = vt_sample_from_bytes(buf, n, sp, out, NULL, why, sizeof why);
+  free(buf);
+  if (st != VT_IMG_OK && err && errlen) snprintf(err, errlen, "%s: %s", path, why);
+  return st;
+}
