@@ -61,31 +61,48 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   int32_t *all_labels = dump ? malloc((size_t)cap * sizeof(int32_t)) : NULL;
   VT_CHECK(!dump || (all_img && all_logits && all_labels), "out of host memory for --logits-out");
   vt_model_slot *sl = &m->slots[0];  // training's slots are idle between steps
+  const int passes = d->o->eval_hflip ? 2 : 1;
+  float *mirror = passes > 1 && m->has_embed ? malloc((size_t)(B * img_n) * sizeof(float)) : NULL;
+  float *mean = passes > 1 && m->has_head ? malloc((size_t)B * K * sizeof(float)) : NULL;
+  VT_CHECK(passes == 1 || ((mirror || !m->has_embed) && (mean || !m->has_head)),
+           "out of host memory for --eval-hflip");
   for (int64_t j = 0; j < batches; j++) {
     vt_batch batch = {0};
     if (loader && vt_loader_next(loader, &batch, err, sizeof err) != VT_OK) {
       vt_log_error("validation: %s", err);
       vt_comm_abort(3);
     }
-    if (m->has_embed)
-      be->to_device(sl->img, batch.images, (size_t)B * 3 * m->cfg.img_size * m->cfg.img_size * 4);
-    else
-      vt_comm_recv(pp, sl->res[0], n, me.pp_rank - 1);
-    if (m->has_head) be->to_device(sl->labels, batch.labels, (size_t)B * sizeof(int32_t));
-    vt_model_forward(m, 0, B, 0.0f);
-    if (!m->has_head) {
-      vt_comm_send(pp, sl->res[m->nblocks], n, me.pp_rank + 1);
-      continue;
+    if (mirror)  // every row of every channel reversed: the image seen in a mirror
+      for (int64_t r = 0; r < (int64_t)B * 3 * S; r++)
+        for (int x = 0; x < S; x++) mirror[r * S + x] = batch.images[r * S + (S - 1 - x)];
+    for (int pass = 0; pass < passes; pass++) {
+      if (m->has_embed)
+        be->to_device(sl->img, pass ? mirror : batch.images, (size_t)(B * img_n) * sizeof(float));
+      else
+        vt_comm_recv(pp, sl->res[0], n, me.pp_rank - 1);
+      if (m->has_head) be->to_device(sl->labels, batch.labels, (size_t)B * sizeof(int32_t));
+      vt_model_forward(m, 0, B, 0.0f);
+      if (!m->has_head) {
+        vt_comm_send(pp, sl->res[m->nblocks], n, me.pp_rank + 1);
+        continue;
+      }
+      be->to_host(logits, sl->logits, (size_t)B * K * sizeof(float));
+      if (passes > 1) {  // the mean of the two passes' logits, summed in a fixed order
+        for (int64_t i = 0; i < (int64_t)B * K; i++)
+          mean[i] = pass ? 0.5f * (mean[i] + logits[i]) : logits[i];
+      }
     }
-    be->to_host(logits, sl->logits, (size_t)B * K * sizeof(float));
+    if (!m->has_head) continue;
+    const float *z = passes > 1 ? mean : logits;
     if (dump) {  // one rank: it has the images and the logits
       const int64_t at = (int64_t)acc[3];
       memcpy(all_img + at * img_n, batch.images, (size_t)(batch.valid * img_n) * sizeof(float));
-      memcpy(all_logits + at * K, logits, (size_t)batch.valid * K * sizeof(float));
+      memcpy(all_logits + at * K, z, (size_t)batch.valid * K * sizeof(float));
       memcpy(all_labels + at, batch.labels, (size_t)batch.valid * sizeof(int32_t));
     }
-    if (me.tp_rank == 0) score(logits, batch.labels, batch.valid, K, acc);
+    if (me.tp_rank == 0) score(z, batch.labels, batch.valid, K, acc);
   }
+  free(mirror), free(mean);
   if (dump) write_dump(dump, all_img, all_labels, all_logits, (int64_t)acc[3], S, K);
   free(all_img), free(all_logits), free(all_labels);
   if (loader) vt_loader_destroy(loader);

@@ -119,6 +119,9 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
       {"--eval-crop-pct", VT_OPT_FLOAT, &o.transform.crop_pct, 0, 0.05, 1, "F",
        "evaluation: resize the shorter side to img-size / F, then centre-crop (1: no zoom, for "
        "images already at img-size)", NULL},
+      {"--eval-hflip", VT_OPT_INT, &o.eval_hflip, 0, 0, 1, "N",
+       "1: evaluation scores the mean logits of each image and its mirror image (test-time "
+       "flip; twice the evaluation cost)", NULL},
       {"--hflip", VT_OPT_FLOAT, &o.transform.flip_prob, 0, 0, 1, "P",
        "probability of a horizontal flip", NULL},
       {"--mean", VT_OPT_STR, mean, sizeof mean, 0, 0, "R,G,B",

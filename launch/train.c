@@ -249,9 +249,9 @@ static void log_step(const vt_train_options *o, FILE *metrics, const step_log *l
     fflush(stdout);
   }
   if (l->eval_now)
-    printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images)\n",
+    printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images%s)\n",
            (long long)l->step, l->ev.loss, 100 * l->ev.top1, 100 * l->ev.top5,
-           (long long)l->ev.count);
+           (long long)l->ev.count, o->eval_hflip ? ", each with its mirror" : "");
 }
 
 // Every rank: host, world and local rank, mesh coordinates and device, one line each.
@@ -468,8 +468,9 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     vt_eval_result ev =
         vt_evaluate(&m, &data, world, pp, me, o->logits_out[0] ? o->logits_out : NULL);
     if (world_rank == 0)
-      printf("eval: loss %.6f | top-1 %.4f%% | top-5 %.4f%% (%lld images)\n", ev.loss,
-             100 * ev.top1, 100 * ev.top5, (long long)ev.count);
+      printf("eval: loss %.6f | top-1 %.4f%% | top-5 %.4f%% (%lld images%s)\n", ev.loss,
+             100 * ev.top1, 100 * ev.top5, (long long)ev.count,
+             o->eval_hflip ? ", each with its mirror" : "");
   }
   if (mesh.pp_size > 1 && timed_s > 0)
     report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, n_micro);

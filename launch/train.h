@@ -18,6 +18,7 @@ typedef struct {
   char data[512];           // "synthetic", an ImageFolder directory or a list file
   char val_data[512];       // validation set (same forms); empty: none
   int eval_interval;        // evaluate every N steps (and at the end); 0: only at the end
+  int eval_hflip;           // 1: score the mean logits of each image and its mirror image
   int loader_threads;       // decoder threads per rank that decodes
   int prefetch;             // ready micro-batches the loader keeps ahead
   int64_t max_image_pixels; // larger images are refused as bad (decompression bombs)

@@ -1,8 +1,9 @@
-"""export_check.py WEIGHTS.safetensors DUMP.safetensors WIDTH DEPTH HEADS: loads vit3d's
+"""export_check.py WEIGHTS.safetensors DUMP.safetensors WIDTH DEPTH HEADS [--hflip]: loads vit3d's
 exported weights into the independent PyTorch ViT of ref_vit.py (timm's parameter names,
 load_state_dict strict=True) and checks that it reproduces the validation logits vit3d wrote
 with `vit3d eval --logits-out` on the same inputs: max |diff| / max |logit| <= 1e-5 (fp32, the
-reference runs in float64). Exit 0 = pass.
+reference runs in float64). With --hflip the dump comes from `vit3d eval --eval-hflip 1`, and
+the reference is the mean of the logits of each image and of its mirror image. Exit 0 = pass.
 """
 import os
 import sys
@@ -24,7 +25,10 @@ def main():
     model.load_state_dict({k: torch.as_tensor(v).double() for k, v in weights.items()},
                           strict=True)
     with torch.no_grad():
-        ref = model(torch.as_tensor(dump["images"]).double())
+        x = torch.as_tensor(dump["images"]).double()
+        ref = model(x)
+        if "--hflip" in sys.argv[6:]:
+            ref = 0.5 * (ref + model(x.flip(-1)))
     mine = torch.as_tensor(dump["logits"]).double()
     err = ((mine - ref).abs().max() / ref.abs().max()).item()
     agree = (mine.argmax(1) == ref.argmax(1)).double().mean().item()

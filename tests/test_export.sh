@@ -3,6 +3,8 @@
 # 2x2x2 mesh with a checkpoint, exports it (`vit3d export`), and checks that
 #  - PyTorch loads the file into a ViT with timm's parameter names (strict) and reproduces the
 #    validation logits of `vit3d eval` on the same inputs (tests/export_check.py);
+#  - with --eval-hflip 1 the logits are the mean over each image and its mirror image, on one
+#    rank (against PyTorch) and on the 2x2x2 mesh (the same figures);
 #  - `vit3d eval --init-from` the exported file gives the same evaluation as the checkpoint,
 #    on one rank and on the 2x2x2 mesh;
 #  - --init-from at another image size resamples pos_embed and at another class count renews
@@ -41,6 +43,14 @@ step timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val"
 grep "^eval:" "$work/last.log" > "$work/eval_ckpt.txt"
 step "$py" "$here/export_check.py" "$work/w.safetensors" "$work/dump.safetensors" 32 4 4
 cat "$work/last.log"
+step timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" --checkpoint "$ck" \
+  --micro-batch-size 4 --eval-hflip 1 --logits-out "$work/dump_flip.safetensors"
+grep "^eval:" "$work/last.log" > "$work/eval_flip.txt"
+step "$py" "$here/export_check.py" "$work/w.safetensors" "$work/dump_flip.safetensors" 32 4 4 --hflip
+cat "$work/last.log"
+step timeout 300 mpirun -np 8 --oversubscribe "$vit3d" eval "${model[@]}" --tp 2 --pp 2 \
+  --val-data "$work/val" --checkpoint "$ck" --micro-batch-size 4 --threads 1 --eval-hflip 1
+grep "^eval:" "$work/last.log" > "$work/eval_flip_mesh.txt"
 step timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" \
   --init-from "$work/w.safetensors" --micro-batch-size 4
 grep "^eval:" "$work/last.log" > "$work/eval_init.txt"
@@ -50,9 +60,18 @@ grep "^eval:" "$work/last.log" > "$work/eval_mesh.txt"
 echo "checkpoint: $(cat "$work/eval_ckpt.txt")"
 echo "init-from:  $(cat "$work/eval_init.txt")"
 echo "2x2x2 mesh: $(cat "$work/eval_mesh.txt")"
+echo "mirror, 1 rank:     $(cat "$work/eval_flip.txt")"
+echo "mirror, 2x2x2 mesh: $(cat "$work/eval_flip_mesh.txt")"
+grep -q "each with its mirror" "$work/eval_flip.txt" && ! cmp -s "$work/eval_flip.txt" "$work/eval_ckpt.txt" ||
+  { echo "FAIL: --eval-hflip 1 did not change the evaluation"; fail=1; }
 cmp -s "$work/eval_ckpt.txt" "$work/eval_init.txt" ||
   { echo "FAIL: --init-from evaluates differently from the checkpoint"; fail=1; }
 "$py" - "$work/eval_ckpt.txt" "$work/eval_mesh.txt" <<'PY' || { echo "FAIL: the mesh evaluation differs"; fail=1; }
+import re, sys
+a, b = (list(map(float, re.findall(r"[\d.]+", open(p).read()))) for p in sys.argv[1:])
+sys.exit(0 if len(a) == len(b) and all(abs(x - y) <= 1e-4 * max(1, abs(x)) for x, y in zip(a, b)) else 1)
+PY
+"$py" - "$work/eval_flip.txt" "$work/eval_flip_mesh.txt" <<'PY' || { echo "FAIL: the mesh evaluation with mirrors differs"; fail=1; }
 import re, sys
 a, b = (list(map(float, re.findall(r"[\d.]+", open(p).read()))) for p in sys.argv[1:])
 sys.exit(0 if len(a) == len(b) and all(abs(x - y) <= 1e-4 * max(1, abs(x)) for x, y in zip(a, b)) else 1)
