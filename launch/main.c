@@ -77,7 +77,7 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
   vt_train_options o;
   train_defaults(&o);
   o.eval_only = eval_only;
-  char model[32], device[8] = "cpu", err[512], bad_image[8] = "skip", mean[64] = "", std[64] = "";
+  char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip", mean[64] = "", std[64] = "";
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
   const char *preset = vt_cli_find(argc, argv, "--model");
@@ -151,6 +151,10 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
       {"--seed", VT_OPT_U64, &o.seed, 0, 0, 1.8e19, "N",
        "seed of weights and data (same seed, same run)", NULL},
       {"--device", VT_OPT_STR, device, sizeof device, 0, 0, "DEV", "cpu or cuda", "cpu|cuda"},
+      {"--precision", VT_OPT_STR, precision, sizeof precision, 0, 0, "P",
+       "GEMM precision: bf16 (operands rounded to bfloat16, fp32 sums; LayerNorm, softmax, "
+       "gradients and AdamW's master weights stay fp32) or fp32; default bf16 on cuda, fp32 on "
+       "cpu", "bf16|fp32"},
       {"--threads", VT_OPT_INT, &o.threads, 0, 0, 4096, "N",
        "CPU threads per rank for OpenMP and BLAS together; 0: cores / ranks", NULL},
       {"--tp", VT_OPT_INT, &o.tp, 0, 1, 4096, "N", "tensor-parallel ranks (inside a node)", NULL},
@@ -223,6 +227,10 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
   }
   o.device = strcmp(device, "cuda") == 0 ? VT_DEVICE_CUDA : VT_DEVICE_CPU;
   if (o.peak_tflops == 0 && o.device == VT_DEVICE_CUDA) o.peak_tflops = 989;
+  o.precision = strcmp(precision, "bf16") == 0 ||
+                        (!precision[0] && o.device == VT_DEVICE_CUDA)
+                    ? VT_PRECISION_BF16
+                    : VT_PRECISION_FP32;
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
   if ((mean[0] && parse_triple("--mean", mean, o.transform.mean, 0, err, sizeof err) != VT_OK) ||
       (std[0] && parse_triple("--std", std, o.transform.std, 1, err, sizeof err) != VT_OK)) {

@@ -281,6 +281,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   vt_comm_all_reduce_double(world, &have, 1, VT_REDUCE_MIN);
   if (!have) return VT_EXIT_USAGE;
   vt_backend_set_threads(o->threads);
+  be->set_precision(o->precision);
   vt_mesh mesh;
   vt_mesh_order order;
   char err[256];
@@ -317,9 +318,10 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     char table[8192];
     vt_mesh_format(&mesh, table, sizeof table);
     vt_log_info("model %s: img %d patch %d width %d depth %d heads %d mlp %d classes %d; "
-                "%s backend, %d threads per rank; %.3g GFLOP per training image",
+                "%s backend, %s GEMMs, %d threads per rank; %.3g GFLOP per training image",
                 c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads,
-                vt_cfg_mlp_hidden(c), c->num_classes, be->name, o->threads,
+                vt_cfg_mlp_hidden(c), c->num_classes, be->name,
+                o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32", o->threads,
                 vt_config_train_flops(c) / 1e9);
     vt_log_info("mesh tp %d x pp %d x dp %d (%s), %s schedule, %d micro-batches of %d per DP "
                 "rank, ZeRO-%d, sequence parallel %s\n%s",

@@ -32,6 +32,7 @@ typedef struct {
   float label_smoothing;
   uint64_t seed;
   vt_device device;
+  vt_precision precision;   // GEMM precision (vt_backend.h); bf16 by default on CUDA, fp32 on CPU
   int threads;              // 0: the node's cores / ranks on the node
   char log_dir[512];        // metrics.jsonl goes here when set
   int log_interval;         // progress line every N steps

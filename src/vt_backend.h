@@ -20,6 +20,14 @@ extern "C" {
 
 typedef enum { VT_DEVICE_CPU = 0, VT_DEVICE_CUDA = 1 } vt_device;
 
+// Precision of the GEMMs (linear and the two products of attention). fp32: fp32 operands. bf16:
+// every GEMM operand is rounded to bfloat16 (round to nearest even) and the products are summed
+// in fp32 into fp32 outputs, as tensor cores do; everything else (LayerNorm, softmax, GELU, the
+// residual stream, gradients, AdamW's master weights and moments) stays fp32. The CPU backend
+// implements bf16 by rounding copies of the operands before its fp32 GEMM, which makes it the
+// exact reference of the CUDA backend's bf16 GEMMs up to the order of the fp32 additions.
+typedef enum { VT_PRECISION_FP32 = 0, VT_PRECISION_BF16 = 1 } vt_precision;
+
 typedef struct vt_backend vt_backend;
 struct vt_backend {
   const char *name;
@@ -33,6 +41,8 @@ struct vt_backend {
   void (*copy)(void *dst, const void *src, size_t nbytes);
   void (*zero)(void *ptr, size_t nbytes);
   void (*synchronize)(void);
+  // Sets the GEMM precision of every later op call (a process-wide mode of this backend).
+  void (*set_precision)(vt_precision precision);
 
   // Ops, in the order of vt_ops.h. NULL means "not on this backend"; vt_ops.c says so clearly.
   void (*linear_fwd)(float *out, const float *inp, const float *weight, const float *bias,

@@ -44,6 +44,16 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
                           int64_t H, int64_t D) {
   const int64_t C = H * D, ld = 3 * C;
   const float scale = 1.0f / sqrtf((float)D);
+  // bf16 (vt_backend.h): both GEMMs read rounded copies of q, k, v and of the probabilities;
+  // att keeps the fp32 probabilities (the softmax backward's input).
+  const int bf16 = vt_cpu_bf16();
+  float *rq = NULL, *rp = NULL;
+  if (bf16) {
+    rq = vt_cpu_scratch((size_t)(B * N * ld + max_threads() * N * N));
+    rp = rq + B * N * ld;  // (N, N) per thread
+    vt_cpu_round_bf16(rq, qkv, B * N * ld);
+    qkv = rq;
+  }
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
@@ -51,31 +61,55 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
       float *p = att + (b * H + h) * N * N;
       vt_cpu_sgemm_serial(0, 1, N, N, D, scale, q, ld, k, ld, 0.0f, p, N);  // (N, N) = q k^T
       softmax_rows(p, N, N);
-      vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, out + b * N * C + h * D, C);
+      const float *pv = p;
+      if (bf16) {
+        float *r = rp + (int64_t)thread_id() * N * N;
+        for (int64_t i = 0; i < N * N; i++) r[i] = vt_bf16_round(p[i]);
+        pv = r;
+      }
+      vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, pv, N, v, ld, 0.0f, out + b * N * C + h * D, C);
     }
 }
 
 void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att,
                           int64_t B, int64_t N, int64_t H, int64_t D) {
-  const int64_t C = H * D, ld = 3 * C;
+  const int64_t C = H * D, ld = 3 * C, T = max_threads();
   const float scale = 1.0f / sqrtf((float)D);
-  float *scratch = vt_cpu_scratch((size_t)(max_threads() * N * N));  // (N, N) per thread
+  // Per thread: dS (N, N), and in bf16 the rounded probabilities (N, N); in bf16 also rounded
+  // copies of qkv and dout for every (image, head), made once up front.
+  const int bf16 = vt_cpu_bf16();
+  const int64_t per = bf16 ? 2 * N * N : N * N;
+  float *scratch = vt_cpu_scratch((size_t)(T * per + (bf16 ? B * N * (ld + C) : 0)));
+  if (bf16) {
+    float *rq = scratch + T * per, *rd = rq + B * N * ld;
+    vt_cpu_round_bf16(rq, qkv, B * N * ld);
+    vt_cpu_round_bf16(rd, dout, B * N * C);
+    qkv = rq, dout = rd;
+  }
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
       const float *q = qkv + b * N * ld + h * D, *k = q + C, *v = q + 2 * C;
       const float *p = att + (b * H + h) * N * N, *dy = dout + b * N * C + h * D;
       float *dq = dqkv + b * N * ld + h * D, *dk = dq + C, *dv = dq + 2 * C;
-      float *ds = scratch + (int64_t)thread_id() * N * N;
-      vt_cpu_sgemm_serial(1, 0, N, D, N, 1.0f, p, N, dy, C, 0.0f, dv, ld);  // dv = p^T dy
-      vt_cpu_sgemm_serial(0, 1, N, N, D, 1.0f, dy, C, v, ld, 0.0f, ds, N);  // dp = dy v^T
-      // Softmax backward in place: ds = p * (dp - rowsum(p * dp)).
+      float *ds = scratch + (int64_t)thread_id() * per;
+      const float *pv = p;
+      if (bf16) {
+        float *r = ds + N * N;
+        for (int64_t i = 0; i < N * N; i++) r[i] = vt_bf16_round(p[i]);
+        pv = r;
+      }
+      vt_cpu_sgemm_serial(1, 0, N, D, N, 1.0f, pv, N, dy, C, 0.0f, dv, ld);  // dv = p^T dy
+      vt_cpu_sgemm_serial(0, 1, N, N, D, 1.0f, dy, C, v, ld, 0.0f, ds, N);   // dp = dy v^T
+      // Softmax backward in place: ds = p * (dp - rowsum(p * dp)), with the fp32 p.
       for (int64_t i = 0; i < N; i++) {
         const float *pr = p + i * N;
         float *r = ds + i * N, dot = 0.0f;
         for (int64_t j = 0; j < N; j++) dot += pr[j] * r[j];
         for (int64_t j = 0; j < N; j++) r[j] = pr[j] * (r[j] - dot);
       }
+      if (bf16)
+        for (int64_t i = 0; i < N * N; i++) ds[i] = vt_bf16_round(ds[i]);
       vt_cpu_sgemm_serial(0, 0, N, D, N, scale, ds, N, k, ld, 0.0f, dq, ld);  // dq = scale ds k
       vt_cpu_sgemm_serial(1, 0, N, D, N, scale, ds, N, q, ld, 0.0f, dk, ld);  // dk = scale ds^T q
     }

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../vt_backend.h"
+
 // Row-major C = alpha * op(A) @ op(B) + beta * C; op(X) = X or X^T. OpenBLAS when built with
 // VT_BLAS, plain loops otherwise. C is (M, N); op(A) (M, K); op(B) (K, N). vt_cpu_sgemm splits
 // C over the OpenMP threads; the _serial form runs on the calling thread (inside a parallel loop).
@@ -16,6 +18,25 @@ void vt_cpu_sgemm_serial(int trans_a, int trans_b, int64_t M, int64_t N, int64_t
 void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                   int64_t ldc);
+
+// bfloat16 rounding of a float (round to nearest, ties to even; NaN stays NaN, overflow goes to
+// infinity), kept in a float: the value a bf16 tensor core operand has.
+static inline float vt_bf16_round(float x) {
+  union { float f; uint32_t u; } v = {x};
+  if ((v.u & 0x7f800000u) == 0x7f800000u && (v.u & 0x007fffffu))
+    v.u |= 0x00400000u;  // a NaN: keep it quiet, whatever bits the mantissa's tail had
+  else
+    v.u += 0x7fffu + ((v.u >> 16) & 1u);
+  v.u &= 0xffff0000u;
+  return v.f;
+}
+
+// The GEMM precision set through the backend table (vt_backend.h); fp32 until set.
+void vt_cpu_set_precision(vt_precision precision);
+int vt_cpu_bf16(void);
+
+// dst[i] = vt_bf16_round(src[i]) for n elements (OpenMP-parallel, elementwise).
+void vt_cpu_round_bf16(float *dst, const float *src, int64_t n);
 
 // Grow-only scratch memory shared by ops within one thread of control (the step loop). The
 // first call of each size allocates; later steps reuse it.

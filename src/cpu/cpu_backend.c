@@ -17,6 +17,15 @@ static void cpu_copy(void *dst, const void *src, size_t nbytes) { memmove(dst, s
 static void cpu_zero(void *p, size_t nbytes) { memset(p, 0, nbytes); }
 static void cpu_sync(void) {}
 
+static vt_precision g_precision = VT_PRECISION_FP32;
+void vt_cpu_set_precision(vt_precision precision) { g_precision = precision; }
+int vt_cpu_bf16(void) { return g_precision == VT_PRECISION_BF16; }
+
+void vt_cpu_round_bf16(float *dst, const float *src, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; i++) dst[i] = vt_bf16_round(src[i]);
+}
+
 static float *g_scratch = NULL;
 static size_t g_scratch_count = 0;
 
@@ -40,6 +49,7 @@ const vt_backend vt_cpu_backend = {
     .copy = cpu_copy,
     .zero = cpu_zero,
     .synchronize = cpu_sync,
+    .set_precision = vt_cpu_set_precision,
     .linear_fwd = vt_cpu_linear_fwd,
     .linear_bwd = vt_cpu_linear_bwd,
     .layernorm_fwd = vt_cpu_layernorm_fwd,

@@ -65,6 +65,12 @@ void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, flo
 
 void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                        int64_t M, int64_t In, int64_t O) {
+  if (vt_cpu_bf16()) {  // the GEMM on bf16-rounded copies of its operands (vt_backend.h)
+    float *x = vt_cpu_scratch((size_t)((M + O) * In)), *w = x + M * In;
+    vt_cpu_round_bf16(x, inp, M * In);
+    vt_cpu_round_bf16(w, weight, O * In);
+    inp = x, weight = w;
+  }
   // Start from the bias so the GEMM adds into it (beta = 1) instead of a second pass.
   if (bias) {
 #pragma omp parallel for schedule(static)
@@ -75,6 +81,15 @@ void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const 
 
 void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                        const float *inp, const float *weight, int64_t M, int64_t In, int64_t O) {
+  if (vt_cpu_bf16()) {  // bias gradient from the fp32 dout; the GEMMs on rounded copies
+    if (dbias) vt_cpu_colsum_acc(dbias, dout, M, O);
+    dbias = NULL;
+    float *dy = vt_cpu_scratch((size_t)(M * O + (M + O) * In)), *x = dy + M * O, *w = x + M * In;
+    vt_cpu_round_bf16(dy, dout, M * O);
+    vt_cpu_round_bf16(x, inp, M * In);
+    vt_cpu_round_bf16(w, weight, O * In);
+    dout = dy, inp = x, weight = w;
+  }
   if (dinp) vt_cpu_sgemm(0, 0, M, In, O, 1.0f, dout, O, weight, In, 0.0f, dinp, In);  // dout @ W
   vt_cpu_sgemm(1, 0, O, In, M, 1.0f, dout, O, inp, In, 1.0f, dweight, In);  // dout^T @ inp
   if (dbias) vt_cpu_colsum_acc(dbias, dout, M, O);

@@ -1,9 +1,10 @@
 // attention.cu: softmax(q k^T / sqrt(D)) v per (batch, head) on CUDA, forward and backward, twin
-// of src/cpu/attention.c (same qkv layout, same saved probabilities att (B, H, N, N)). fp32
-// cuBLAS strided-batched GEMMs read the heads straight out of the timm qkv layout (no copies):
+// of src/cpu/attention.c (same qkv layout, same saved probabilities att (B, H, N, N)). cuBLAS
+// strided-batched GEMMs (fp32, or bf16 copies with fp32 accumulation in vt_backend.h's bf16
+// precision) read the heads straight out of the timm qkv layout (no per-head copies):
 // one call per head, batched over the B images, whose q/k/v sit a fixed stride N*3C apart. The
 // softmax and its backward are warp-per-row kernels. C-style CUDA, no STL. Must not depend on
-// MPI, NCCL or the model. The bf16 path (cuDNN fused attention) will be a separate file.
+// MPI, NCCL or the model. A fused (flash) attention that never stores P is not written yet.
 #include <limits.h>
 #include <math.h>
 
@@ -66,16 +67,29 @@ static void softmax_launch(float *s, int64_t rows, int64_t N) {
   VT_CUDA_CHECK_LAUNCH();
 }
 
-// One strided-batched fp32 GEMM over the B images of one head: C_b = alpha op(A_b) op(B_b) +
-// beta C_b, column-major, with A_b = A + b * sa and so on.
+// One strided-batched GEMM over the B images of one head: C_b = alpha op(A_b) op(B_b) + beta C_b,
+// column-major, with A_b = A + b * sa and so on (strides and offsets in elements). fp32 C always;
+// A and B fp32, or bf16 (vt_backend.h's bf16 precision) read with fp32 accumulation.
 static void gemm_b(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-                   float alpha, const float *A, int64_t lda, int64_t sa, const float *Bm,
+                   float alpha, const void *A, int64_t lda, int64_t sa, const void *Bm,
                    int64_t ldb, int64_t sb, float beta, float *C, int64_t ldc, int64_t sc,
-                   int64_t batch) {
-  VT_CUBLAS_CHECK(cublasSgemmStridedBatched(vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k,
-                                            &alpha, A, (int)lda, (long long)sa, Bm, (int)ldb,
-                                            (long long)sb, &beta, C, (int)ldc, (long long)sc,
-                                            (int)batch));
+                   int64_t batch, int bf16) {
+  if (!bf16) {
+    VT_CUBLAS_CHECK(cublasSgemmStridedBatched(
+        vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k, &alpha, (const float *)A, (int)lda,
+        (long long)sa, (const float *)Bm, (int)ldb, (long long)sb, &beta, C, (int)ldc,
+        (long long)sc, (int)batch));
+    return;
+  }
+  VT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k, &alpha, A, CUDA_R_16BF, (int)lda,
+      (long long)sa, Bm, CUDA_R_16BF, (int)ldb, (long long)sb, &beta, C, CUDA_R_32F, (int)ldc,
+      (long long)sc, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// The element at offset `at` of a tensor of fp32 (bf16 = 0) or bf16 elements.
+static const void *elem(const void *base, int64_t at, int bf16) {
+  return (const char *)base + at * (bf16 ? (int64_t)sizeof(__nv_bfloat16) : (int64_t)sizeof(float));
 }
 
 extern "C" void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, int64_t B,
@@ -84,17 +98,30 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, 
   const int64_t C = H * D, ld = 3 * C, sqkv = N * ld, satt = H * N * N, sout = N * C;
   const float scale = 1.0f / sqrtf((float)D);
   const cublasOperation_t T = CUBLAS_OP_T, O = CUBLAS_OP_N;
+  // bf16: both GEMMs read bf16 copies of qkv and of the probabilities; att keeps the fp32
+  // probabilities (the CPU twin's rounding points exactly).
+  const int bf16 = vt_cuda_bf16();
+  const void *x = qkv, *pv = att;
+  __nv_bfloat16 *pb = NULL;
+  if (bf16) {
+    size_t end = 0;
+    const size_t at_x = vt_cuda_carve(&end, (size_t)(B * sqkv) * sizeof(__nv_bfloat16));
+    const size_t at_p = vt_cuda_carve(&end, (size_t)(B * satt) * sizeof(__nv_bfloat16));
+    char *base = (char *)vt_cuda_scratch(end);
+    vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_x), qkv, B * sqkv);
+    x = base + at_x, pb = (__nv_bfloat16 *)(base + at_p), pv = pb;
+  }
   for (int64_t h = 0; h < H; h++) {
-    const float *q = qkv + h * D, *k = q + C;
     // S = scale q k^T, i.e. S^T (N, N) = Kc^T Qc.
-    gemm_b(T, O, N, N, D, scale, k, ld, sqkv, q, ld, sqkv, 0.0f, att + h * N * N, N, satt, B);
+    gemm_b(T, O, N, N, D, scale, elem(x, h * D + C, bf16), ld, sqkv, elem(x, h * D, bf16), ld,
+           sqkv, 0.0f, att + h * N * N, N, satt, B, bf16);
   }
   softmax_launch(att, B * H * N, N);
+  if (bf16) vt_cuda_to_bf16(pb, att, B * satt);
   for (int64_t h = 0; h < H; h++) {
-    const float *v = qkv + h * D + 2 * C;
     // out = P v, i.e. out^T (D, N) = Vc Pc.
-    gemm_b(O, O, D, N, N, 1.0f, v, ld, sqkv, att + h * N * N, N, satt, 0.0f, out + h * D, C,
-           sout, B);
+    gemm_b(O, O, D, N, N, 1.0f, elem(x, h * D + 2 * C, bf16), ld, sqkv, elem(pv, h * N * N, bf16),
+           N, satt, 0.0f, out + h * D, C, sout, B, bf16);
   }
 }
 
@@ -105,27 +132,47 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, const float *dout, const floa
   const int64_t C = H * D, ld = 3 * C, sqkv = N * ld, satt = H * N * N, sout = N * C;
   const float scale = 1.0f / sqrtf((float)D);
   const cublasOperation_t T = CUBLAS_OP_T, O = CUBLAS_OP_N;
+  const int bf16 = vt_cuda_bf16();
   // dP, then dS in place, for every (image, head) at once, laid out like att so one softmax
-  // backward launch covers them all. Grow-only scratch: allocated on the first step.
-  float *ds = (float *)vt_cuda_scratch((size_t)(B * H * N * N) * sizeof(float));
+  // backward launch covers them all; in bf16 also copies of qkv, dout, P and dS. Grow-only
+  // scratch: allocated on the first step.
+  const size_t h2 = sizeof(__nv_bfloat16);
+  size_t end = 0;
+  const size_t at_ds = vt_cuda_carve(&end, (size_t)(B * satt) * sizeof(float));
+  const size_t at_x = bf16 ? vt_cuda_carve(&end, (size_t)(B * sqkv) * h2) : 0;
+  const size_t at_dy = bf16 ? vt_cuda_carve(&end, (size_t)(B * sout) * h2) : 0;
+  const size_t at_p = bf16 ? vt_cuda_carve(&end, (size_t)(B * satt) * h2) : 0;
+  const size_t at_dsb = bf16 ? vt_cuda_carve(&end, (size_t)(B * satt) * h2) : 0;
+  char *base = (char *)vt_cuda_scratch(end);
+  float *ds = (float *)(base + at_ds);
+  const void *x = qkv, *dyv = dout, *pv = att, *dsv = ds;
+  if (bf16) {
+    vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_x), qkv, B * sqkv);
+    vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_dy), dout, B * sout);
+    vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_p), att, B * satt);
+    x = base + at_x, dyv = base + at_dy, pv = base + at_p, dsv = base + at_dsb;
+  }
   for (int64_t h = 0; h < H; h++) {
-    const float *v = qkv + h * D + 2 * C, *dy = dout + h * D, *p = att + h * N * N;
+    const void *v = elem(x, h * D + 2 * C, bf16), *dy = elem(dyv, h * D, bf16);
     float *dv = dqkv + h * D + 2 * C;
     // dv = P^T dy, i.e. dv^T (D, N) = dYc Pc^T; beta 0 overwrites.
-    gemm_b(O, T, D, N, N, 1.0f, dy, C, sout, p, N, satt, 0.0f, dv, ld, sqkv, B);
+    gemm_b(O, T, D, N, N, 1.0f, dy, C, sout, elem(pv, h * N * N, bf16), N, satt, 0.0f, dv, ld,
+           sqkv, B, bf16);
     // dP = dy v^T, i.e. dP^T (N, N) = Vc^T dYc.
-    gemm_b(T, O, N, N, D, 1.0f, v, ld, sqkv, dy, C, sout, 0.0f, ds + h * N * N, N, satt, B);
+    gemm_b(T, O, N, N, D, 1.0f, v, ld, sqkv, dy, C, sout, 0.0f, ds + h * N * N, N, satt, B, bf16);
   }
   const int64_t rows = B * H * N;
   softmax_bwd_kernel<<<(unsigned)((rows + SM_WARPS - 1) / SM_WARPS), 32 * SM_WARPS, 0,
-                       vt_cuda_stream()>>>(ds, att, rows, N);
+                       vt_cuda_stream()>>>(ds, att, rows, N);  // with the fp32 P
   VT_CUDA_CHECK_LAUNCH();
+  if (bf16) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_dsb), ds, B * satt);
   for (int64_t h = 0; h < H; h++) {
-    const float *q = qkv + h * D, *k = q + C, *dsh = ds + h * N * N;
+    const void *q = elem(x, h * D, bf16), *k = elem(x, h * D + C, bf16);
+    const void *dsh = elem(dsv, h * N * N, bf16);
     float *dq = dqkv + h * D, *dk = dq + C;
     // dq = scale dS k, i.e. dq^T (D, N) = Kc dSc.
-    gemm_b(O, O, D, N, N, scale, k, ld, sqkv, dsh, N, satt, 0.0f, dq, ld, sqkv, B);
+    gemm_b(O, O, D, N, N, scale, k, ld, sqkv, dsh, N, satt, 0.0f, dq, ld, sqkv, B, bf16);
     // dk = scale dS^T q, i.e. dk^T (D, N) = Qc dSc^T.
-    gemm_b(O, T, D, N, N, scale, q, ld, sqkv, dsh, N, satt, 0.0f, dk, ld, sqkv, B);
+    gemm_b(O, T, D, N, N, scale, q, ld, sqkv, dsh, N, satt, 0.0f, dk, ld, sqkv, B, bf16);
   }
 }

@@ -6,6 +6,7 @@
 #define VT_CUDA_COMMON_H
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,6 +43,21 @@ cublasHandle_t vt_cuda_cublas(void);
 // the two-stage reductions). One stream orders the ops, so an op's use of it ends before the
 // next op's begins; growing it waits for the stream first. Fatal when the GPU is out of memory.
 void *vt_cuda_scratch(size_t nbytes);
+
+// Byte offsets of consecutive regions in the op scratch: each region starts 256-byte aligned
+// (what cuBLAS wants of its operands). Returns the offset of a region of nbytes placed at *end,
+// and moves *end past it.
+static inline size_t vt_cuda_carve(size_t *end, size_t nbytes) {
+  const size_t at = (*end + 255) / 256 * 256;
+  *end = at + nbytes;
+  return at;
+}
+
+// 1 when the GEMMs run in bf16 (vt_backend.h, vt_precision), set through the backend table.
+int vt_cuda_bf16(void);
+
+// dst[i] = src[i] rounded to bfloat16 (round to nearest even: the CPU's vt_bf16_round).
+void vt_cuda_to_bf16(__nv_bfloat16 *dst, const float *src, int64_t n);
 
 // Warp-wide sums and maxima by a butterfly of shuffles: every lane ends with the same value, and
 // the order of additions depends only on the lane numbers, so the result is the same bit for bit

@@ -1,5 +1,5 @@
 // elementwise.cu: GELU (the exact erf form), the residual add, sum of squares and scaling on
-// CUDA, twin of src/cpu/elementwise.c. The sum of squares is a two-stage reduction over chunks
+// CUDA, twin of src/cpu/elementwise.c, and the bf16 rounding of GEMM operands. The sum of squares is a two-stage reduction over chunks
 // of a fixed size, in double, with no atomics: the same bits on every run and every GPU.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
 #include "cuda_common.h"
@@ -106,4 +106,16 @@ extern "C" double vt_cuda_sumsq(const float *x, int64_t count) {
   VT_CUDA_CHECK(cudaMemcpyAsync(&total, part + nchunk, sizeof total, cudaMemcpyDeviceToHost, st));
   VT_CUDA_CHECK(cudaStreamSynchronize(st));
   return total;
+}
+
+static __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+void vt_cuda_to_bf16(__nv_bfloat16 *dst, const float *src, int64_t n) {
+  if (n <= 0) return;
+  to_bf16_kernel<<<vt_cuda_blocks(n, 256), 256, 0, vt_cuda_stream()>>>(dst, src, n);
+  VT_CUDA_CHECK_LAUNCH();
 }

@@ -1,5 +1,6 @@
-// gemm.cu: the Linear op on CUDA, twin of src/cpu/gemm.c: fp32 cuBLAS GEMMs on the backend's
-// stream plus two small kernels (bias broadcast, deterministic column sum). C-style CUDA, no STL.
+// gemm.cu: the Linear op on CUDA, twin of src/cpu/gemm.c: cuBLAS GEMMs on the backend's stream,
+// fp32 or (vt_backend.h's bf16 precision) bf16 operands with fp32 accumulation and fp32 outputs
+// on the tensor cores, plus two small kernels (bias broadcast, deterministic column sum). C-style CUDA, no STL.
 // Must not depend on MPI, NCCL or the model.
 #include <limits.h>
 
@@ -53,6 +54,39 @@ extern "C" void vt_cuda_colsum_acc(float *out, const float *x, int64_t M, int64_
   VT_CUDA_CHECK_LAUNCH();
 }
 
+// One column-major GEMM C = A op B with fp32 C: fp32 operands as they are, or bf16 copies made
+// by the caller (vt_cuda_to_bf16) read with fp32 accumulation (CUBLAS_COMPUTE_32F).
+static void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+                 const float *alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+                 const float *beta, float *C, int64_t ldc, int bf16) {
+  if (!bf16) {
+    VT_CUBLAS_CHECK(cublasSgemm(vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k, alpha,
+                                (const float *)A, (int)lda, (const float *)B, (int)ldb, beta, C,
+                                (int)ldc));
+    return;
+  }
+  VT_CUBLAS_CHECK(cublasGemmEx(vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k, alpha, A,
+                               CUDA_R_16BF, (int)lda, B, CUDA_R_16BF, (int)ldb, beta, C,
+                               CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// bf16 copies of up to three fp32 tensors in the op scratch (NULL sources skipped); the copies
+// go to out[0..2]. In fp32 the sources themselves.
+static void operands(int bf16, const float *a, int64_t na, const float *b, int64_t nb,
+                     const float *c, int64_t nc, const void *out[3]) {
+  out[0] = a, out[1] = b, out[2] = c;
+  if (!bf16) return;
+  const int64_t n[3] = {a ? na : 0, b ? nb : 0, c ? nc : 0};
+  size_t end = 0, at[3];
+  for (int i = 0; i < 3; i++) at[i] = vt_cuda_carve(&end, (size_t)n[i] * sizeof(__nv_bfloat16));
+  char *base = (char *)vt_cuda_scratch(end);
+  for (int i = 0; i < 3; i++) {
+    if (!n[i]) continue;
+    vt_cuda_to_bf16((__nv_bfloat16 *)(base + at[i]), (const float *)out[i], n[i]);
+    out[i] = base + at[i];
+  }
+}
+
 extern "C" void vt_cuda_linear_fwd(float *out, const float *inp, const float *weight,
                                    const float *bias, int64_t M, int64_t I, int64_t O) {
   check_dims("linear_fwd", M, I, O);
@@ -62,10 +96,12 @@ extern "C" void vt_cuda_linear_fwd(float *out, const float *inp, const float *we
                                                                                     O);
     VT_CUDA_CHECK_LAUNCH();
   }
+  const int bf16 = vt_cuda_bf16();
+  const void *op[3];
+  operands(bf16, inp, M * I, weight, O * I, NULL, 0, op);
   // out^T (O, M) = W (O, I) @ inp^T (I, M); W read column-major is W^T, hence OP_T.
-  VT_CUBLAS_CHECK(cublasSgemm(vt_cuda_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, (int)O, (int)M, (int)I,
-                              &one, weight, (int)I, inp, (int)I, bias ? &one : &zero, out,
-                              (int)O));
+  gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, &one, op[1], I, op[0], I, bias ? &one : &zero, out, O,
+       bf16);
 }
 
 extern "C" void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -73,14 +109,13 @@ extern "C" void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, co
                                    int64_t O) {
   check_dims("linear_bwd", M, I, O);
   const float one = 1.0f, zero = 0.0f;
-  cublasHandle_t h = vt_cuda_cublas();
+  const int bf16 = vt_cuda_bf16();
+  if (dbias) vt_cuda_colsum_acc(dbias, dout, M, O);  // from the fp32 dout in both precisions
+  const void *op[3];  // dout, inp, weight
+  operands(bf16, dout, M * O, inp, M * I, dinp ? weight : NULL, O * I, op);
   // dinp = dout @ W, i.e. dinp^T (I, M) = W^T (I, O) @ dout^T (O, M); beta 0 overwrites.
-  if (dinp)
-    VT_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)I, (int)M, (int)O, &one, weight,
-                                (int)I, dout, (int)O, &zero, dinp, (int)I));
+  if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, M, O, &one, op[2], I, op[0], O, &zero, dinp, I, bf16);
   // dweight += dout^T @ inp, i.e. dweight^T (I, O) += inp^T (I, M) @ dout (M, O); beta 1 keeps
   // the gradient of earlier microbatches.
-  VT_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, (int)I, (int)O, (int)M, &one, inp,
-                              (int)I, dout, (int)O, &one, dweight, (int)I));
-  if (dbias) vt_cuda_colsum_acc(dbias, dout, M, O);
+  gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, M, &one, op[1], I, op[0], O, &one, dweight, I, bf16);
 }

@@ -4,7 +4,8 @@
 // Prints images/s and MFU by the trainer's own FLOP count (vt_config_train_flops), for
 // tests/gpu/run.sh to compare with timm + PyTorch measured in the same run. Not pass/fail.
 // Usage: bench_gpu [--model vit-b16] [--batch 128] [--warmup 3] [--timed 10]
-//                  [--peak-tflops 989] [--cpu] [--ops]
+//                  [--peak-tflops 989] [--precision bf16|fp32] [--cpu] [--ops]
+// --precision: the GEMM precision (vt_backend.h), bf16 by default on CUDA and fp32 with --cpu.
 // --cpu runs on the CPU backend (to check the program without a GPU); --ops adds time per op,
 // measured with a synchronize around each op (which slows the step). Uses only the public APIs
 // of src/ and vit/; must not depend on CUDA headers or MPI.
@@ -115,6 +116,7 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   const char *model = "vit-b16";
+  const char *precision = NULL;
   int B = 128, warmup = 3, timed = 10, on_cpu = 0, per_op = 0;
   double peak = 989.0;  // H100/H200 SXM dense bf16 TFLOP/s, the trainer's default on CUDA
   for (int i = 1; i < argc; i++) {
@@ -126,11 +128,17 @@ int main(int argc, char **argv) {
     else if (v && !strcmp(a, "--warmup")) warmup = atoi(v), i++;
     else if (v && !strcmp(a, "--timed")) timed = atoi(v), i++;
     else if (v && !strcmp(a, "--peak-tflops")) peak = atof(v), i++;
+    else if (v && !strcmp(a, "--precision")) precision = v, i++;
     else {
       fprintf(stderr, "usage: %s [--model NAME] [--batch B] [--warmup N] [--timed N] "
-                      "[--peak-tflops TF] [--cpu] [--ops]\n", argv[0]);
+                      "[--peak-tflops TF] [--precision bf16|fp32] [--cpu] [--ops]\n", argv[0]);
       return 2;
     }
+  }
+  if (!precision) precision = on_cpu ? "fp32" : "bf16";
+  if (strcmp(precision, "bf16") && strcmp(precision, "fp32")) {
+    fprintf(stderr, "bench_gpu: --precision %s: bf16 or fp32\n", precision);
+    return 2;
   }
   if (B < 1 || warmup < 0 || timed < 1 || timed > 1000) {
     fprintf(stderr, "bench_gpu: batch >= 1, warmup >= 0, 1 <= timed <= 1000\n");
@@ -153,6 +161,7 @@ int main(int argc, char **argv) {
     printf("SKIP: %s\n", why);
     return 77;
   }
+  be->set_precision(strcmp(precision, "bf16") ? VT_PRECISION_FP32 : VT_PRECISION_BF16);
   if (per_op) be = timing_backend(be);
   vt_model m;
   vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, be, 1234);
@@ -189,8 +198,8 @@ int main(int argc, char **argv) {
   const double med = step[timed / 2], img_s = B / med;
   const double tflops = vt_config_train_flops(&cfg) * img_s / 1e12;
   printf("vit3d-bench config model=%s batch=%d warmup=%d timed=%d device=%s build=%s "
-         "precision=fp32 loss=%.4f\n",
-         model, B, warmup, timed, desc, vt_backend_build_info(), loss);
+         "precision=%s loss=%.4f\n",
+         model, B, warmup, timed, desc, vt_backend_build_info(), precision, loss);
   printf("vit3d-bench step_ms median=%.2f min=%.2f max=%.2f img_per_s=%.1f model_tflops=%.2f "
          "mfu=%.4f peak_tflops=%g gflop_per_img=%.2f\n",
          1e3 * med, 1e3 * step[0], 1e3 * step[timed - 1], img_s, tflops, tflops / peak, peak,

@@ -5,9 +5,11 @@
 #   1. build vit3d with CUDA for sm_90 (MPI, OpenBLAS, libpng, stb_image only where present;
 #      NCCL from the CUDA toolkit, else from PyTorch's nvidia-nccl wheel)
 #   2. the cuda-labelled tests (ctest -L cuda: every op on CUDA against the CPU backend)
-#   3. 100 training steps of the tiny model on CUDA (twice: the same bits are required) and on
-#      the CPU, same seed and synthetic data; the loss curves compared
-#   4. ViT-B/16 at 224 px, fp32, on CUDA: bench_gpu (one device-resident batch) and the
+#   3. 100 training steps of the tiny model, same seed and synthetic data: on CUDA in bf16 (twice:
+#      the same bits are required) and fp32, on the CPU in bf16 (the twin) and fp32; the loss
+#      curves compared (tests/compare_curves.py)
+#   4. ViT-B/16 at 224 px, bf16 (and fp32 when time allows), on CUDA: bench_gpu (one
+#      device-resident batch) and the
 #      trainer's own metrics line (images/s, MFU with --peak-tflops 989), against timm's
 #      vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW, same batch), eager and
 #      torch.compile, measured in the same run when python3 imports torch and timm
@@ -126,77 +128,54 @@ if ((built)); then
   fi
   run "$(cap 150 240)" "$clog" ctest --test-dir "$build" "${sel[@]}" -V --timeout 140
   crc=$?
-  grep -E "fp32 .*(FAIL|DIFFERS)|checks, .* failed|SKIP:|Not Run|Failed" "$clog" | head -40
+  grep -E "(fp32|bf16) .*(FAIL|DIFFERS)|checks, .* failed|SKIP:|Not Run|Failed" "$clog" | head -40
   verdict=$( ((crc == 0)) && echo ok || echo "FAILED (rc $crc)")
   grep -q "SKIP:" "$clog" && verdict="SKIPPED (no usable GPU: $(grep -m1 -oE 'SKIP:.*' "$clog"))"
   note "ctest ${sel[*]}: $verdict - $(grep -E 'tests passed|tests failed' "$clog" | tail -1); $(grep -oE '[0-9]+ checks, .* failed.*' "$clog" | tail -1)"
 fi
 
-# ---- 3. training: CUDA twice and CPU, the loss curves compared --------------------------------------
+# ---- 3. training: CUDA and CPU in both precisions, the loss curves compared ------------------------
 tlog=$out/train.log
 : >"$tlog"
 if ((built)); then
   targs=(train --model tiny --data synthetic --steps 100 --global-batch-size 32 --micro-batch-size 16
          --warmup-steps 5 --lr 2e-3 --seed 7 --log-interval 25 --threads "$jobs")
   ok=1
-  for r in "$gdev:gpu_a" "$gdev:gpu_b" "cpu:cpu"; do
-    dev=${r%%:*} dir=${r#*:}
+  for r in "$gdev:bf16:gpu_bf16" "$gdev:bf16:gpu_bf16_again" "$gdev:fp32:gpu_fp32" \
+           "cpu:bf16:cpu_bf16" "cpu:fp32:cpu_fp32"; do
+    IFS=: read -r dev prec dir <<<"$r"
     t0=$SECONDS
-    run "$(cap 100 200)" "$tlog" "$vit3d" "${targs[@]}" --device "$dev" --log-dir "$work/$dir" || ok=0
+    run "$(cap 100 200)" "$tlog" "$vit3d" "${targs[@]}" --device "$dev" --precision "$prec" \
+      --log-dir "$work/$dir" || ok=0
     echo "($dir on $dev: $((SECONDS - t0)) s)" >>"$tlog"
     ((ok)) || break  # the first failure says enough; keep the time for the other parts
   done
-  cp "$work/gpu_a/metrics.jsonl" "$out/train_cuda.jsonl" 2>/dev/null
-  cp "$work/cpu/metrics.jsonl" "$out/train_cpu.jsonl" 2>/dev/null
+  cp "$work/gpu_bf16/metrics.jsonl" "$out/train_cuda.jsonl" 2>/dev/null
+  cp "$work/cpu_fp32/metrics.jsonl" "$out/train_cpu.jsonl" 2>/dev/null
   if ((ok)); then
-    # Tolerances (relative, per step). Step 1: one forward from the same weights and data; only
-    # summation orders differ (about 1e-6). Steps 2-20: rounding differences feed back through
-    # AdamW, which normalises tiny gradient differences (the zero-gradient k bias, see
-    # tests/compare_runs.py), so they grow step by step; 1e-3 is ample for fp32. Steps 21-100:
-    # the curves may drift apart chaotically but must stay on the same path: 2e-2 per step and
-    # 1e-2 on the mean of the last 10 steps. bf16 will need its own, looser bands.
-    "$py" - "$work/gpu_a/metrics.jsonl" "$work/gpu_b/metrics.jsonl" "$work/cpu/metrics.jsonl" \
-      >>"$tlog" 2>&1 <<'PY'
-import json, sys
-a, b, c = [{r["step"]: r for r in map(json.loads, open(p))} for p in sys.argv[1:4]]
-steps = sorted(c)
-bad = []
-if sorted(a) != steps or len(steps) != 100:
-    bad.append(f"steps logged: cuda {len(a)}, cpu {len(c)} (want 100)")
-same = all(a[s]["loss"] == b[s]["loss"] and a[s]["grad_norm"] == b[s]["grad_norm"] for s in steps if s in a and s in b)
-print(f"determinism: two CUDA runs {'identical' if same else 'DIFFER'} (loss and grad norm, every step)")
-if not same:
-    s = next(s for s in steps if a[s]["loss"] != b[s]["loss"] or a[s]["grad_norm"] != b[s]["grad_norm"])
-    bad.append(f"two CUDA runs differ from step {s}: loss {a[s]['loss']!r} vs {b[s]['loss']!r}")
-def v(r, k):  # a skipped (non-finite) step logs null
-    return float("nan") if r[k] is None else r[k]
-def reldiff(x, y):
-    d = abs(x - y) / abs(y) if y else abs(x - y)
-    return float("inf") if d != d else d  # NaN sorts as the worst
-rel = {s: reldiff(v(a[s], "loss"), v(c[s], "loss")) for s in steps if s in a}
-gn = {s: reldiff(v(a[s], "grad_norm"), v(c[s], "grad_norm")) for s in steps if s in a}
-for lo, hi, tol in ((1, 1, 1e-5), (2, 20, 1e-3), (21, 100, 2e-2)):
-    band = [s for s in rel if lo <= s <= hi]
-    if not band:
-        continue
-    worst = max(band, key=lambda s: rel[s])
-    gworst = max(gn[s] for s in band)
-    verdict = "ok" if rel[worst] <= tol else "FAIL"
-    print(f"loss steps {lo}-{hi}: max rel diff cuda vs cpu {rel[worst]:.2e} (step {worst}), tol {tol:.0e} {verdict}; grad norm max rel diff {gworst:.2e}")
-    if verdict != "ok":
-        bad.append(f"loss at step {worst} differs by {rel[worst]:.2e} > {tol:.0e}")
-tail = [s for s in steps[-10:] if s in a]
-ma, mc = sum(v(a[s], "loss") for s in tail) / len(tail), sum(v(c[s], "loss") for s in tail) / len(tail)
-print(f"mean loss of the last 10 steps: cuda {ma:.5f} cpu {mc:.5f} rel {reldiff(ma, mc):.2e} (tol 1e-02)")
-if not reldiff(ma, mc) <= 1e-2:
-    bad.append("mean of the last 10 losses differs by more than 1%")
-for s in (1, 2, 5, 10, 20, 50, 100):
-    if s in a and s in c:
-        print(f"  step {s:3d}: loss cuda {v(a[s], 'loss'):.7f} cpu {v(c[s], 'loss'):.7f} rel {rel[s]:.1e}")
-print("VERDICT", "ok" if not bad else "FAIL: " + "; ".join(bad))
-PY
-    note "training 100 steps $gdev vs cpu: $(grep VERDICT "$tlog" | tail -1 | cut -d' ' -f2-); $(grep -E '^determinism' "$tlog" | tail -1)"
-    grep -E "^(determinism|loss steps|mean loss|  step)" "$tlog"
+    # Relative loss tolerances per band of steps (tests/compare_curves.py). Step 1 is one forward
+    # from the same weights and data. fp32: only summation orders differ (about 1e-6); steps
+    # 2-20: the differences feed back through AdamW, which normalises tiny gradient differences
+    # (the zero-gradient k bias, see tests/compare_runs.py), 1e-3; later the curves may drift
+    # apart chaotically but must stay on the same path, 2e-2. bf16 against the CPU's bf16 twin:
+    # the same, but a computed value next to a bf16 rounding boundary may round the other way
+    # (tests/test_cuda_ops.c), so 1e-4 at step 1 and 2e-3 to step 20. bf16 against fp32 (the
+    # issue's "within bf16 tolerance"): the bands of tests/test_train.sh, where the CPU's bf16
+    # stays within 5e-4 of fp32 over 100 steps.
+    cc=$root/tests/compare_curves.py
+    verdicts=""
+    for cmp in "gpu_fp32|cpu_fp32|$gdev fp32 vs cpu fp32|1-1:1e-5,2-20:1e-3,21-100:2e-2|" \
+               "gpu_bf16|cpu_bf16|$gdev bf16 vs cpu bf16|1-1:1e-4,2-20:2e-3,21-100:2e-2|gpu_bf16_again" \
+               "gpu_bf16|cpu_fp32|$gdev bf16 vs cpu fp32|1-1:1e-3,2-20:1e-2,21-100:3e-2|"; do
+      IFS='|' read -r x y label bands same <<<"$cmp"
+      extra=()
+      [[ -n $same ]] && extra=(--same "$work/$same/metrics.jsonl")
+      "$py" "$cc" "$work/$x/metrics.jsonl" "$work/$y/metrics.jsonl" --label "$label" \
+        --bands "$bands" --tail-tol 1e-2 "${extra[@]}" >>"$tlog" 2>&1
+      verdicts+="$label: $(grep "^$label: VERDICT" "$tlog" | tail -1 | sed 's/.*VERDICT //'); "
+    done
+    note "training 100 steps: $verdicts$(grep -E 'determinism' "$tlog" | tail -1 | sed 's/.*determinism: //')"
+    grep -E "(determinism|loss steps|mean loss)" "$tlog"
   else
     note "training: a run FAILED (see train.log)"
     tail -20 "$tlog"
@@ -215,8 +194,14 @@ if ((built)); then
   else
     bargs=(--model vit-b16 --batch "$bb" --warmup 3 --timed 10)
   fi
-  run "$(cap 150 150)" "$blog2" "$bench" "${bargs[@]}"
+  run "$(cap 150 150)" "$blog2" "$bench" "${bargs[@]}" --precision bf16
   ours=$(grep -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
+  # fp32 for comparison (what the bf16 GEMMs gained), when the budget allows it.
+  if (($(left) > 300)); then
+    run "$(cap 100 200)" "$blog2" "$bench" "${bargs[@]}" --precision fp32
+    ours32=$(grep -oE '^vit3d-bench step_ms.*' "$blog2" | sed -n 2p | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
+    note "bench_gpu fp32: ${ours32:-n/a} images/s (bf16: ${ours:-n/a})"
+  fi
   grep -E '^vit3d-bench' "$blog2"
   # The trainer end to end: its step includes making the synthetic images on the host (one
   # thread), so this is below bench_gpu by that much; the metrics line is what users see.
@@ -224,7 +209,7 @@ if ((built)); then
   ((cpu_only)) && mb=8 model=tiny
   run "$(cap 150 150)" "$blog2" "$vit3d" train --device "$gdev" --model "$model" --data synthetic \
     --steps 8 --warmup-steps 0 --global-batch-size "$mb" --micro-batch-size "$mb" \
-    --peak-tflops 989 --log-dir "$work/bench" --log-interval 1 --threads "$jobs"
+    --peak-tflops 989 --log-dir "$work/bench" --log-interval 1 --threads "$jobs" --precision bf16
   trainer=$("$py" - "$work/bench/metrics.jsonl" 2>/dev/null <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]  # steps 3.. (first steps warm up)
@@ -235,7 +220,7 @@ PY
 )
   echo "trainer metrics (median of steps 3-8): ${trainer:-none}" >>"$blog2"
   [[ -z $ours ]] && note "bench_gpu: no result ($(grep -m1 -oE 'SKIP:.*' "$blog2" || echo 'see bench.log'))"
-  note "vit3d fp32 $model batch $mb: bench_gpu $(grep -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE '(img_per_s|mfu|step_ms median)=[0-9.]+' | tr '\n' ' ')| trainer ${trainer:-none} (host-made synthetic images inside its step)"
+  note "vit3d bf16 $model batch $mb: bench_gpu $(grep -m1 -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE '(img_per_s|mfu|step_ms median)=[0-9.]+' | tr '\n' ' ')| trainer ${trainer:-none} (host-made synthetic images inside its step)"
 fi
 if "$py" -c 'import torch, timm' >/dev/null 2>&1; then
   if ((cpu_only)); then
@@ -259,7 +244,7 @@ else
   note "PyTorch peer skipped: $py cannot import torch and timm"
 fi
 ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }' || echo "n/a"; }
-note "images/s: vit3d fp32 ${ours:-n/a} | torch bf16 eager ${eager:-n/a} (vit3d/torch $(ratio "$ours" "$eager")) | torch bf16 compile ${compiled:-n/a} (vit3d/torch $(ratio "$ours" "$compiled"))"
+note "images/s: vit3d bf16 ${ours:-n/a} | torch bf16 eager ${eager:-n/a} (vit3d/torch $(ratio "$ours" "$eager")) | torch bf16 compile ${compiled:-n/a} (vit3d/torch $(ratio "$ours" "$compiled"))"
 
 # ---- 5. memory and race checks, with the time that is left ---------------------------------------
 # No GPU ran these kernels before; compute-sanitizer (works on Firecracker H200 machines) finds

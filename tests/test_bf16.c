@@ -1,0 +1,273 @@
+// test_bf16.c: the CPU backend's bf16 precision (vt_backend.h), the reference for the CUDA
+// backend's bf16 GEMMs.
+//  1. vt_bf16_round against an independent rounding: the nearer of the two bfloat16 neighbours
+//     of x, ties to the even one, on special values and 2^22 random bit patterns.
+//  2. linear forward and backward in bf16 against float64 sums of the rounded operands (so only
+//     the fp32 accumulation differs), and far enough from the fp32 op to show rounding happened.
+//  3. attention forward and backward in bf16 against float64 with the same rounding points: q,
+//     k, v, the probabilities of the P v product and dout rounded; dS rounded (where a value
+//     near a rounding boundary may round the other way: 1e-4 for dq and dk, against the 1.5e-3
+//     to 2.8e-3 measured with dS left unrounded).
+// Exit 0 = pass. Must not depend on MPI, CUDA or the model.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu.h"
+#include "vt_backend.h"
+#include "vt_ops.h"
+#include "vt_rng.h"
+
+static int g_checks, g_fail;
+
+static void expect(int ok, const char *what, double err, double tol) {
+  g_checks++;
+  g_fail += !ok;
+  printf("  %-44s err %.2e tol %.1e  %s\n", what, err, tol, ok ? "ok" : "FAIL");
+}
+
+static uint32_t bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static float from_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+// The bf16 value nearest to x, ties to even, computed from its two neighbours in double: lo (x
+// cut toward zero) and hi (one bf16 step further out; past the largest bf16 that step is
+// infinity, which "sits" at 2^128 for the distance, as IEEE overflow rounding has it).
+static float ref_round(float x) {
+  if (isnan(x) || isinf(x)) return x;
+  const uint32_t lo = bits(x) & 0xffff0000u, hi = lo + 0x10000u;
+  const int hi_inf = (hi & 0x7f800000u) == 0x7f800000u;
+  const double ax = fabs((double)x), dl = ax - fabs((double)from_bits(lo));
+  const double dh = (hi_inf ? ldexp(1.0, 128) : fabs((double)from_bits(hi))) - ax;
+  if (dl != dh) return from_bits(dl < dh ? lo : hi);
+  return from_bits(((lo >> 16) & 1) ? hi : lo);  // a tie: the even one
+}
+
+static void test_rounding(void) {
+  printf("rounding:\n");
+  // (input bits, expected bits)
+  static const uint32_t cases[][2] = {
+      {0x00000000u, 0x00000000u}, {0x80000000u, 0x80000000u},  // +-0
+      {0x3f800000u, 0x3f800000u}, {0xbf800000u, 0xbf800000u},  // +-1
+      {0x3f808000u, 0x3f800000u},  // 1 + 2^-8: a tie, to the even 1
+      {0x3f818000u, 0x3f820000u},  // 1 + 3 2^-8: a tie, to the even 1 + 2^-6
+      {0x3f808001u, 0x3f810000u},  // just above the tie: up
+      {0xbf808000u, 0xbf800000u},  // negative tie
+      {0x00800000u, 0x00800000u},  // FLT_MIN
+      {0x00000001u, 0x00000000u},  // smallest denormal: to 0
+      {0x00008000u, 0x00000000u},  // denormal tie: to the even 0
+      {0x00018000u, 0x00020000u},  // denormal tie: to the even neighbour above
+      {0x7f7f0000u, 0x7f7f0000u},  // the largest bf16
+      {0x7f7f7fffu, 0x7f7f0000u},  // below half a step over it: stays
+      {0x7f7f8000u, 0x7f800000u},  // half a step over it: a tie, to the "even" infinity
+      {0x7f7fffffu, 0x7f800000u},  // FLT_MAX: infinity
+      {0xff7fffffu, 0xff800000u},  // -FLT_MAX
+      {0x7f800000u, 0x7f800000u}, {0xff800000u, 0xff800000u},  // +-inf
+  };
+  int bad = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const float x = from_bits(cases[i][0]), r = vt_bf16_round(x), w = ref_round(x);
+    if (bits(r) != cases[i][1] || bits(w) != cases[i][1]) {
+      printf("  %08x: vt_bf16_round %08x, reference %08x, want %08x\n", cases[i][0], bits(r),
+             bits(w), cases[i][1]);
+      bad++;
+    }
+  }
+  bad += !isnan(vt_bf16_round(NAN)) + !isnan(vt_bf16_round(from_bits(0x7f800001u))) +
+         !isnan(vt_bf16_round(from_bits(0xffc00001u)));
+  expect(bad == 0, "special values (ties, overflow, NaN, denormal)", bad, 0);
+  int64_t mismatch = 0;
+  for (uint64_t i = 0; i < (1u << 22); i++) {
+    const uint32_t u = (uint32_t)(vt_rng_uniform(99, 1, 0, i) * 4294967296.0);
+    const float x = from_bits(u);
+    if (isnan(x)) continue;
+    const float r = vt_bf16_round(x), w = ref_round(x);
+    if (bits(r) != bits(w)) {
+      if (mismatch < 5) printf("  vt_bf16_round(%a) = %a, want %a\n", x, r, w);
+      mismatch++;
+    }
+  }
+  expect(mismatch == 0, "2^22 random bit patterns", (double)mismatch, 0);
+}
+
+// ---- helpers ----------------------------------------------------------------------------
+
+static float *rnd(int64_t n, uint32_t stream) {
+  float *p = malloc((size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++) p[i] = 2.0f * vt_rng_uniform(7, 3, stream, (uint64_t)i) - 1.0f;
+  return p;
+}
+static float *rounded(const float *x, int64_t n) {
+  float *p = malloc((size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++) p[i] = vt_bf16_round(x[i]);
+  return p;
+}
+// max|a - b| / max|b|
+static double nerr(const float *a, const double *b, int64_t n) {
+  double md = 0, mb = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double d = fabs(a[i] - b[i]);
+    if (!(d <= md)) md = d;
+    if (fabs(b[i]) > mb) mb = fabs(b[i]);
+  }
+  return mb > 0 ? md / mb : md;
+}
+static double nerr_f(const float *a, const float *b, int64_t n) {
+  double *d = malloc((size_t)n * sizeof(double));
+  for (int64_t i = 0; i < n; i++) d[i] = b[i];
+  const double e = nerr(a, d, n);
+  free(d);
+  return e;
+}
+
+// ---- linear --------------------------------------------------------------------------------
+
+static void test_linear(const vt_backend *be, int64_t M, int64_t I, int64_t O) {
+  char what[96];
+  float *x = rnd(M * I, 1), *w = rnd(O * I, 2), *b = rnd(O, 3), *dy = rnd(M * O, 4);
+  float *rx = rounded(x, M * I), *rw = rounded(w, O * I), *rdy = rounded(dy, M * O);
+  float *y = malloc((size_t)(M * O) * 4), *y32 = malloc((size_t)(M * O) * 4);
+  float *dx = malloc((size_t)(M * I) * 4), *dw = calloc((size_t)(O * I), 4);
+  float *db = calloc((size_t)O, 4);
+  double *ry = malloc((size_t)(M * O) * 8), *rdx = calloc((size_t)(M * I), 8);
+  double *rdw = calloc((size_t)(O * I), 8), *rdb = calloc((size_t)O, 8);
+  be->set_precision(VT_PRECISION_FP32);
+  vt_linear_fwd(be, y32, x, w, b, M, I, O);
+  be->set_precision(VT_PRECISION_BF16);
+  vt_linear_fwd(be, y, x, w, b, M, I, O);
+  vt_linear_bwd(be, dx, dw, db, dy, x, w, M, I, O);
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t o = 0; o < O; o++) {
+      double s = b[o];
+      for (int64_t i = 0; i < I; i++) s += (double)rx[m * I + i] * rw[o * I + i];
+      ry[m * O + o] = s;
+      rdb[o] += dy[m * O + o];  // the bias gradient sums the fp32 dout
+      for (int64_t i = 0; i < I; i++) {
+        rdx[m * I + i] += (double)rdy[m * O + o] * rw[o * I + i];
+        rdw[o * I + i] += (double)rdy[m * O + o] * rx[m * I + i];
+      }
+    }
+  snprintf(what, sizeof what, "linear M,I,O=%lld,%lld,%lld out", (long long)M, (long long)I,
+           (long long)O);
+  double e = nerr(y, ry, M * O);
+  expect(e <= 1e-5, what, e, 1e-5);
+  e = nerr_f(y32, y, M * O);
+  snprintf(what, sizeof what, "  ... differs from fp32 (rounding happened)");
+  expect(e >= 3e-4, what, e, 3e-4);
+  e = nerr(dx, rdx, M * I);
+  expect(e <= 1e-5, "  ... dinp", e, 1e-5);
+  e = nerr(dw, rdw, O * I);
+  expect(e <= 1e-5, "  ... dweight", e, 1e-5);
+  e = nerr(db, rdb, O);
+  expect(e <= 1e-5, "  ... dbias (fp32 dout)", e, 1e-5);
+  be->set_precision(VT_PRECISION_FP32);
+  free(x), free(w), free(b), free(dy), free(rx), free(rw), free(rdy), free(y), free(y32);
+  free(dx), free(dw), free(db), free(ry), free(rdx), free(rdw), free(rdb);
+}
+
+// ---- attention -----------------------------------------------------------------------------
+
+static void test_attention(const vt_backend *be, int64_t B, int64_t N, int64_t H, int64_t D) {
+  const int64_t C = H * D, ld = 3 * C, nq = B * N * ld, no = B * N * C, na = B * H * N * N;
+  const double scale = 1.0 / sqrt((double)D);
+  char what[96];
+  float *qkv = rnd(nq, 5), *dy = rnd(no, 6);
+  for (int64_t i = 0; i < nq; i++) qkv[i] *= 3.0f;  // sharper softmax rows
+  float *out = malloc((size_t)no * 4), *out32 = malloc((size_t)no * 4);
+  float *att = malloc((size_t)na * 4), *att32 = malloc((size_t)na * 4);
+  float *dqkv = malloc((size_t)nq * 4);
+  be->set_precision(VT_PRECISION_FP32);
+  vt_attention_fwd(be, out32, att32, qkv, B, N, H, D);
+  be->set_precision(VT_PRECISION_BF16);
+  vt_attention_fwd(be, out, att, qkv, B, N, H, D);
+  vt_attention_bwd(be, dqkv, dy, qkv, att, B, N, H, D);
+  be->set_precision(VT_PRECISION_FP32);
+  float *rq = rounded(qkv, nq), *rdy = rounded(dy, no), *rp = rounded(att, na);
+  double *ratt = malloc((size_t)na * 8), *rout = calloc((size_t)no, 8);
+  double *rdq = calloc((size_t)nq, 8), *dp = malloc((size_t)(N * N) * 8);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      const float *q = rq + b * N * ld + h * D, *k = q + C, *v = q + 2 * C;
+      const float *y = rdy + b * N * C + h * D, *P = att + (b * H + h) * N * N;
+      const float *Pr = rp + (b * H + h) * N * N;
+      double *S = ratt + (b * H + h) * N * N, *o = rout + b * N * C + h * D;
+      double *gq = rdq + b * N * ld + h * D, *gk = gq + C, *gv = gq + 2 * C;
+      for (int64_t i = 0; i < N; i++) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < N; j++) {
+          double s = 0;
+          for (int64_t d = 0; d < D; d++) s += (double)q[i * ld + d] * k[j * ld + d];
+          S[i * N + j] = s * scale;
+          mx = fmax(mx, S[i * N + j]);
+        }
+        for (int64_t j = 0; j < N; j++) sum += S[i * N + j] = exp(S[i * N + j] - mx);
+        for (int64_t j = 0; j < N; j++) S[i * N + j] /= sum;
+        // out from the op's own probabilities, rounded as the op rounds them
+        for (int64_t j = 0; j < N; j++)
+          for (int64_t d = 0; d < D; d++) o[i * C + d] += (double)Pr[i * N + j] * v[j * ld + d];
+      }
+      // backward from the op's fp32 probabilities (its input), with the bf16 rounding points
+      for (int64_t i = 0; i < N; i++) {
+        double dot = 0;
+        for (int64_t j = 0; j < N; j++) {
+          double s = 0;
+          for (int64_t d = 0; d < D; d++) s += (double)y[i * C + d] * v[j * ld + d];
+          dp[i * N + j] = s;
+          dot += (double)P[i * N + j] * s;
+        }
+        for (int64_t j = 0; j < N; j++) {
+          const double ds = vt_bf16_round((float)(P[i * N + j] * (dp[i * N + j] - dot)));
+          for (int64_t d = 0; d < D; d++) {
+            gq[i * ld + d] += scale * ds * k[j * ld + d];
+            gk[j * ld + d] += scale * ds * q[i * ld + d];
+            gv[j * ld + d] += (double)Pr[i * N + j] * y[i * C + d];
+          }
+        }
+      }
+    }
+  snprintf(what, sizeof what, "attention B,N,H,D=%lld,%lld,%lld,%lld probs", (long long)B,
+           (long long)N, (long long)H, (long long)D);
+  double e = nerr(att, ratt, na);
+  expect(e <= 1e-5, what, e, 1e-5);
+  e = nerr(out, rout, no);
+  expect(e <= 1e-5, "  ... out", e, 1e-5);
+  e = nerr_f(out32, out, no);
+  expect(e >= 3e-4, "  ... out differs from fp32 (rounding happened)", e, 3e-4);
+  // dv, then dq and dk separately: dS is rounded from values the reference computes in double.
+  double *part = malloc((size_t)nq * 8);
+  float *pf = malloc((size_t)nq * 4);
+  for (int w = 0; w < 3; w++) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < B * N; r++)
+      for (int64_t c = w * C; c < (w + 1) * C; c++, n++)
+        part[n] = rdq[r * ld + c], pf[n] = dqkv[r * ld + c];
+    const double tol = w == 2 ? 1e-5 : 1e-4;
+    e = nerr(pf, part, n);
+    expect(e <= tol, w == 0 ? "  ... dq (dS rounded)" : w == 1 ? "  ... dk (dS rounded)" : "  ... dv",
+           e, tol);
+  }
+  free(part), free(pf), free(qkv), free(dy), free(out), free(out32), free(att), free(att32);
+  free(dqkv), free(rq), free(rdy), free(rp), free(ratt), free(rout), free(rdq), free(dp);
+}
+
+int main(void) {
+  const vt_backend *be = vt_backend_get(VT_DEVICE_CPU, NULL);
+  test_rounding();
+  printf("ops in bf16 against float64 on the rounded operands:\n");
+  test_linear(be, 7, 3, 5);
+  test_linear(be, 197, 192, 576);
+  test_linear(be, 33, 1000, 17);
+  test_attention(be, 2, 17, 3, 8);
+  test_attention(be, 1, 65, 2, 32);
+  test_attention(be, 2, 5, 1, 7);
+  printf("%d checks, %d failed: %s\n", g_checks, g_fail, g_fail ? "FAIL" : "PASS");
+  return g_fail != 0;
+}
