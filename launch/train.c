@@ -143,15 +143,42 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
   return loss;
 }
 
-static void print_plan(const vt_model *m, const vt_optimizer *opt, int n_micro) {
+static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
+  const double p = (double)m->table.total * 4;  // parameters, and as many gradients
+  return (2 * p + (double)vt_optimizer_nbytes(opt) + (double)m->act_nbytes) / (1 << 20);
+}
+
+// base: device memory in use before the model was allocated (CUDA context, cuBLAS, NCCL).
+static void print_plan(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base) {
   const double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
   const double o = (double)vt_optimizer_nbytes(opt) * mib, a = (double)m->act_nbytes * mib;
+  char extra[160] = "";
+  if (m->be->device != VT_DEVICE_CPU)
+    snprintf(extra, sizeof extra, "; the GPU held %.0f MiB before (context, libraries, "
+             "communicators); op scratch comes on the first step", (double)base * mib);
   vt_log_all_ranks(1);
   vt_log_info("memory plan (%s): blocks %d-%d%s%s, parameters %.1f MiB, gradients %.1f MiB, "
               "optimizer %.1f MiB, activations %.1f MiB (%d of %d micro-batches in flight); "
-              "total %.1f MiB",
+              "total %.1f MiB%s",
               m->be->name, m->first_block, m->end_block - 1, m->has_embed ? " + embeddings" : "",
-              m->has_head ? " + head" : "", p, p, o, a, m->nslots, n_micro, 2 * p + o + a);
+              m->has_head ? " + head" : "", p, p, o, a, m->nslots, n_micro, plan_mib(m, opt),
+              extra);
+  vt_log_all_ranks(0);
+}
+
+// After the first step on a GPU: what the device reports against the plan (issue: within 10%).
+static void report_memory(const vt_model *m, const vt_optimizer *opt, vt_device device,
+                          size_t base) {
+  if (device == VT_DEVICE_CPU) return;
+  const double mib = 1.0 / (1 << 20), used = (double)vt_backend_device_memory_used(device) * mib;
+  const double plan = plan_mib(m, opt), scratch = (double)m->be->scratch_bytes() * mib;
+  const double mine = used - (double)base * mib;  // what this process allocated since
+  vt_log_all_ranks(1);
+  vt_log_info("memory after the first step (%s): %.0f MiB in use, %.0f MiB of it since start-up "
+              "against the plan's %.0f MiB (%+.1f%%); op scratch %.0f MiB of that, the rest "
+              "allocator and library overhead",
+              m->be->name, used, mine, plan, plan > 0 ? 100.0 * (mine - plan) / plan : 0.0,
+              scratch);
   vt_log_all_ranks(0);
 }
 
@@ -290,6 +317,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
            "%s", err);
   vt_comm *tp, *pp, *dp;
   vt_comm_split_mesh(world, &mesh, o->device, &tp, &pp, &dp);
+  // Device memory held before the model: the CUDA context, cuBLAS, NCCL's communicators.
+  const size_t mem_base = vt_backend_device_memory_used(o->device);
   const vt_mesh_coord me = vt_mesh_coords(&mesh, world_rank);
   log_placement(world, me, device, o->threads);
   // Startup, checkpoint saves and the end of the run (loading, writing whole models) get ten
@@ -328,7 +357,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                 mesh.tp_size, mesh.pp_size, mesh.dp_size, o->mesh_order, o->pp_schedule, n_micro,
                 B, opt.zero, m.sp ? "on" : "off", table);
   }
-  print_plan(&m, &opt, n_micro);
+  print_plan(&m, &opt, n_micro, mem_base);
 
   int64_t start_step = 0;
   int rc = 0;
@@ -403,6 +432,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                   (long long)skipped, o->max_nonfinite);
     if (step == start_step && o->comm_stats && o->log_dir[0])
       write_comm_stats(o, &m, &opt, me, world_rank, n_micro);
+    if (step == start_step) report_memory(&m, &opt, o->device, mem_base);
     const double t1 = now_s();
     busy_s += (t1 - t0) - (vt_comm_seconds() - comm0);
     if (step > start_step) timed_s += t1 - t0, timed_compute_s += x.compute_s - compute0;

@@ -43,6 +43,9 @@ struct vt_backend {
   void (*synchronize)(void);
   // Sets the GEMM precision of every later op call (a process-wide mode of this backend).
   void (*set_precision)(vt_precision precision);
+  // Bytes the ops' grow-only scratch holds now (attention's score gradients, bf16 operand
+  // copies, reduction partials): its high-water mark once a step has run.
+  size_t (*scratch_bytes)(void);
 
   // Ops, in the order of vt_ops.h. NULL means "not on this backend"; vt_ops.c says so clearly.
   void (*linear_fwd)(float *out, const float *inp, const float *weight, const float *bias,

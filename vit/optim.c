@@ -71,32 +71,58 @@ static int64_t piece(const vt_param *p, int64_t lo, int64_t hi, int64_t *first) 
 // Sum of squares of grads over the flat range [lo, hi) (grads points at element lo), counting
 // tensors replicated over TP only on TP rank 0, so the sum over the TP group counts them once.
 // The other TP ranks still look at their copies: a non-finite value there makes the sum NaN, so
-// that every rank skips the step together.
+// that every rank skips the step together. Adjacent tensors of the same kind go to vt_sumsq as
+// one range: on a GPU each call waits for the device, so one rank without TP makes one call.
 static double local_sumsq(const vt_optimizer *o, const float *grads, int64_t lo, int64_t hi) {
   const int tp_rank = o->tp ? vt_comm_rank(o->tp) : 0;
-  double ss = 0.0, copies = 0.0;
-  for (int i = 0; i < o->table->count; i++) {
-    const vt_param *p = &o->table->p[i];
-    int64_t first, count = piece(p, lo, hi, &first);
-    if (count <= 0) continue;
-    if (p->tp_split != VT_TP_REPLICATED || tp_rank == 0)
-      ss += vt_sumsq(o->be, grads + (first - lo), count);
-    else
-      copies += vt_sumsq(o->be, grads + (first - lo), count);
+  double sums[2] = {0.0, 0.0};  // [0] counted, [1] copies
+  int64_t run_first = 0, run_end = -1;
+  int run_kind = 0;
+  for (int i = 0; i <= o->table->count; i++) {
+    int64_t first = 0, count = 0;
+    int kind = 0;
+    if (i < o->table->count) {
+      const vt_param *p = &o->table->p[i];
+      count = piece(p, lo, hi, &first);
+      if (count <= 0) continue;
+      kind = p->tp_split == VT_TP_REPLICATED && tp_rank != 0;
+      if (first == run_end && kind == run_kind) {  // extends the current run
+        run_end += count;
+        continue;
+      }
+    }
+    if (run_end > run_first)
+      sums[run_kind] += vt_sumsq(o->be, grads + (run_first - lo), run_end - run_first);
+    run_first = first, run_end = first + count, run_kind = kind;
   }
-  return isfinite(copies) ? ss : NAN;
+  return isfinite(sums[1]) ? sums[0] : NAN;
 }
 
-// AdamW on the flat range [lo, hi); params, grads, m and v point at element lo.
+// AdamW on the flat range [lo, hi); params, grads, m and v point at element lo. Adjacent tensors
+// with the same weight decay go to one vt_adamw call (element-wise: the same bits either way).
 static void adamw_range(vt_optimizer *o, float *params, const float *grads, float *m, float *v,
                         int64_t lo, int64_t hi, float lr) {
   const vt_optim_config *c = &o->cfg;
-  for (int i = 0; i < o->table->count; i++) {
-    const vt_param *p = &o->table->p[i];
-    int64_t first, count = piece(p, lo, hi, &first), k = first - lo;
-    if (count > 0)
-      vt_adamw(o->be, params + k, grads + k, m + k, v + k, count, lr, c->beta1, c->beta2,
-               c->eps, p->decay ? c->weight_decay : 0.0f, o->t);
+  int64_t run_first = 0, run_end = -1;
+  int run_decay = 0;
+  for (int i = 0; i <= o->table->count; i++) {
+    int64_t first = 0, count = 0;
+    int decay = 0;
+    if (i < o->table->count) {
+      const vt_param *p = &o->table->p[i];
+      count = piece(p, lo, hi, &first);
+      if (count <= 0) continue;
+      decay = p->decay != 0;
+      if (first == run_end && decay == run_decay) {
+        run_end += count;
+        continue;
+      }
+    }
+    const int64_t k = run_first - lo;
+    if (run_end > run_first)
+      vt_adamw(o->be, params + k, grads + k, m + k, v + k, run_end - run_first, lr, c->beta1,
+               c->beta2, c->eps, run_decay ? c->weight_decay : 0.0f, o->t);
+    run_first = first, run_end = first + count, run_decay = decay;
   }
 }
 

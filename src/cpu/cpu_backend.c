@@ -39,6 +39,8 @@ float *vt_cpu_scratch(size_t count) {
   return g_scratch;
 }
 
+static size_t cpu_scratch_bytes(void) { return g_scratch_count * sizeof(float); }
+
 const vt_backend vt_cpu_backend = {
     .name = "cpu",
     .device = VT_DEVICE_CPU,
@@ -50,6 +52,7 @@ const vt_backend vt_cpu_backend = {
     .zero = cpu_zero,
     .synchronize = cpu_sync,
     .set_precision = vt_cpu_set_precision,
+    .scratch_bytes = cpu_scratch_bytes,
     .linear_fwd = vt_cpu_linear_fwd,
     .linear_bwd = vt_cpu_linear_bwd,
     .layernorm_fwd = vt_cpu_layernorm_fwd,

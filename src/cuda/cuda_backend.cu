@@ -81,6 +81,8 @@ void *vt_cuda_scratch(size_t nbytes) {
   return g_scratch;
 }
 
+static size_t cuda_scratch_bytes(void) { return g_scratch_nbytes; }
+
 static vt_backend g_table;
 static int g_state = 0;  // 0 not tried, 1 ready, -1 unusable (reason in g_why)
 static char g_why[256];
@@ -130,6 +132,7 @@ static int cuda_init(void) {
   g_table.zero = cuda_zero;
   g_table.synchronize = cuda_sync;
   g_table.set_precision = cuda_set_precision;
+  g_table.scratch_bytes = cuda_scratch_bytes;
   g_table.linear_fwd = vt_cuda_linear_fwd;
   g_table.linear_bwd = vt_cuda_linear_bwd;
   g_table.layernorm_fwd = vt_cuda_layernorm_fwd;

@@ -219,6 +219,9 @@ print(f"img_per_s={statistics.median(r['img_per_s'] for r in rows):.1f} "
 PY
 )
   echo "trainer metrics (median of steps 3-8): ${trainer:-none}" >>"$blog2"
+  # The issue's check 3: the start-up memory plan against what the GPU reports after step 1.
+  mem=$(grep -m1 -oE 'memory after the first step.*' "$blog2")
+  note "memory plan vs GPU (ViT-B/16 batch $mb, bf16): ${mem:-no report (see bench.log)}"
   [[ -z $ours ]] && note "bench_gpu: no result ($(grep -m1 -oE 'SKIP:.*' "$blog2" || echo 'see bench.log'))"
   note "vit3d bf16 $model batch $mb: bench_gpu $(grep -m1 -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE '(img_per_s|mfu|step_ms median)=[0-9.]+' | tr '\n' ' ')| trainer ${trainer:-none} (host-made synthetic images inside its step)"
 fi
