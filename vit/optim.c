@@ -68,62 +68,93 @@ static int64_t piece(const vt_param *p, int64_t lo, int64_t hi, int64_t *first) 
   return b > a ? b - a : 0;
 }
 
+// Calls fn once per run of adjacent tensors (within the flat range [lo, hi)) that share the
+// same key, with the run's first flat index and length: fewer, longer calls (on a GPU each
+// vt_sumsq waits for the device, and every call is a launch).
+typedef struct {
+  const vt_optimizer *o;
+  int64_t lo;
+  int (*key)(const vt_optimizer *o, const vt_param *p);
+  void (*fn)(void *ctx, int64_t first, int64_t count, int key);
+  void *ctx;
+} run_walk;
+
+static void for_each_run(const run_walk *w, int64_t hi) {
+  int64_t run_first = 0, run_end = -1;
+  int run_key = 0;
+  for (int i = 0; i <= w->o->table->count; i++) {
+    int64_t first = 0, count = 0;
+    int key = 0;
+    if (i < w->o->table->count) {
+      const vt_param *p = &w->o->table->p[i];
+      count = piece(p, w->lo, hi, &first);
+      if (count <= 0) continue;
+      key = w->key(w->o, p);
+      if (first == run_end && key == run_key) {  // extends the current run
+        run_end += count;
+        continue;
+      }
+    }
+    if (run_end > run_first) w->fn(w->ctx, run_first, run_end - run_first, run_key);
+    run_first = first, run_end = first + count, run_key = key;
+  }
+}
+
+// 1 for a TP-replicated tensor on a TP rank other than 0: a copy, not counted in the norm.
+static int copy_key(const vt_optimizer *o, const vt_param *p) {
+  return p->tp_split == VT_TP_REPLICATED && o->tp && vt_comm_rank(o->tp) != 0;
+}
+static int decay_key(const vt_optimizer *o, const vt_param *p) {
+  (void)o;
+  return p->decay != 0;
+}
+
+typedef struct {
+  const vt_optimizer *o;
+  const float *grads;  // element lo
+  int64_t lo;
+  double sums[2];  // [0] counted, [1] copies
+} sumsq_ctx;
+
+static void sumsq_run(void *ctx, int64_t first, int64_t count, int key) {
+  sumsq_ctx *c = ctx;
+  c->sums[key] += vt_sumsq(c->o->be, c->grads + (first - c->lo), count);
+}
+
 // Sum of squares of grads over the flat range [lo, hi) (grads points at element lo), counting
 // tensors replicated over TP only on TP rank 0, so the sum over the TP group counts them once.
 // The other TP ranks still look at their copies: a non-finite value there makes the sum NaN, so
-// that every rank skips the step together. Adjacent tensors of the same kind go to vt_sumsq as
-// one range: on a GPU each call waits for the device, so one rank without TP makes one call.
+// that every rank skips the step together. Without TP this is one vt_sumsq call.
 static double local_sumsq(const vt_optimizer *o, const float *grads, int64_t lo, int64_t hi) {
-  const int tp_rank = o->tp ? vt_comm_rank(o->tp) : 0;
-  double sums[2] = {0.0, 0.0};  // [0] counted, [1] copies
-  int64_t run_first = 0, run_end = -1;
-  int run_kind = 0;
-  for (int i = 0; i <= o->table->count; i++) {
-    int64_t first = 0, count = 0;
-    int kind = 0;
-    if (i < o->table->count) {
-      const vt_param *p = &o->table->p[i];
-      count = piece(p, lo, hi, &first);
-      if (count <= 0) continue;
-      kind = p->tp_split == VT_TP_REPLICATED && tp_rank != 0;
-      if (first == run_end && kind == run_kind) {  // extends the current run
-        run_end += count;
-        continue;
-      }
-    }
-    if (run_end > run_first)
-      sums[run_kind] += vt_sumsq(o->be, grads + (run_first - lo), run_end - run_first);
-    run_first = first, run_end = first + count, run_kind = kind;
-  }
-  return isfinite(sums[1]) ? sums[0] : NAN;
+  sumsq_ctx c = {o, grads, lo, {0.0, 0.0}};
+  const run_walk w = {o, lo, copy_key, sumsq_run, &c};
+  for_each_run(&w, hi);
+  return isfinite(c.sums[1]) ? c.sums[0] : NAN;
+}
+
+typedef struct {
+  vt_optimizer *o;
+  float *params, *m, *v;  // element lo
+  const float *grads;
+  int64_t lo;
+  float lr;
+} adamw_ctx;
+
+static void adamw_run(void *ctx, int64_t first, int64_t count, int decay) {
+  const adamw_ctx *a = ctx;
+  const vt_optim_config *c = &a->o->cfg;
+  const int64_t k = first - a->lo;
+  vt_adamw(a->o->be, a->params + k, a->grads + k, a->m + k, a->v + k, count, a->lr, c->beta1,
+           c->beta2, c->eps, decay ? c->weight_decay : 0.0f, a->o->t);
 }
 
 // AdamW on the flat range [lo, hi); params, grads, m and v point at element lo. Adjacent tensors
-// with the same weight decay go to one vt_adamw call (element-wise: the same bits either way).
+// with the same weight decay share a call (element-wise: the same bits either way).
 static void adamw_range(vt_optimizer *o, float *params, const float *grads, float *m, float *v,
                         int64_t lo, int64_t hi, float lr) {
-  const vt_optim_config *c = &o->cfg;
-  int64_t run_first = 0, run_end = -1;
-  int run_decay = 0;
-  for (int i = 0; i <= o->table->count; i++) {
-    int64_t first = 0, count = 0;
-    int decay = 0;
-    if (i < o->table->count) {
-      const vt_param *p = &o->table->p[i];
-      count = piece(p, lo, hi, &first);
-      if (count <= 0) continue;
-      decay = p->decay != 0;
-      if (first == run_end && decay == run_decay) {
-        run_end += count;
-        continue;
-      }
-    }
-    const int64_t k = run_first - lo;
-    if (run_end > run_first)
-      vt_adamw(o->be, params + k, grads + k, m + k, v + k, run_end - run_first, lr, c->beta1,
-               c->beta2, c->eps, run_decay ? c->weight_decay : 0.0f, o->t);
-    run_first = first, run_end = first + count, run_decay = decay;
-  }
+  adamw_ctx a = {o, params, m, v, grads, lo, lr};
+  const run_walk w = {o, lo, decay_key, adamw_run, &a};
+  for_each_run(&w, hi);
 }
 
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr) {
