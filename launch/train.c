@@ -90,8 +90,14 @@ typedef struct {
   vt_comm *pp;
   int pp_rank, B;
   vt_data *data;
+  vt_optimizer *opt;  // starts each layer's DP reduction during the step's last backward
   double compute_s;  // seconds spent in forward and backward, for the pipeline idle report
 } stage_ctx;
+
+static void grads_ready(void *ctx, int layer) {
+  stage_ctx *x = ctx;
+  vt_optimizer_grads_ready(x->opt, x->m->grads, layer);
+}
 
 // Loads micro-batch mb of this DP rank's share of step `step` into a slot.
 static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
@@ -113,6 +119,9 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
   const int64_t n = vt_model_local_rows(m, B) * m->cfg.width;  // this rank's rows of the stream
   const float scale = 1.0f / (float)x->o->global_batch, ls = x->o->label_smoothing;
   double loss = 0.0;
+  int last_backward = -1;  // its layers' gradients are final as it goes
+  for (int i = 0; i < nacts; i++)
+    if (acts[i].op == VT_SCHEDULE_BACKWARD) last_backward = i;
   for (int i = 0; i < nacts; i++) {
     const vt_schedule_action a = acts[i];
     vt_model_slot *sl = &m->slots[a.mb % m->nslots];
@@ -125,7 +134,10 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
         x->compute_s += now_s() - t0;
         break;
       case VT_SCHEDULE_BACKWARD:
+        m->grads_ready = i == last_backward && x->opt->overlap ? grads_ready : NULL;
+        m->grads_ready_ctx = x;
         vt_model_backward(m, a.mb % m->nslots, B, ls, scale);
+        m->grads_ready = NULL;
         x->compute_s += now_s() - t0;
         break;
       case VT_SCHEDULE_SEND_ACT: vt_comm_send(x->pp, sl->res[m->nblocks], n, next); break;
@@ -195,10 +207,12 @@ static void write_comm_stats(const vt_train_options *o, const vt_model *m, const
   }
   fprintf(f, "{\"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"nblocks\": %d, "
              "\"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
-             "\"zero_padded\": %lld, \"axes\": {",
+             "\"zero_padded\": %lld, \"dp_overlap\": %d, \"dp_layers\": %d, "
+             "\"dp_started_in_backward\": %d, \"axes\": {",
           me.tp_rank, me.pp_rank, me.dp_rank, m->nblocks, n_micro, m->max_batch,
           vt_cfg_tokens(&m->cfg), m->cfg.width, (long long)m->table.total,
-          (long long)(opt->zero ? opt->padded : 0));
+          (long long)(opt->zero ? opt->padded : 0), opt->overlap, opt->layers_here,
+          opt->started_early);
   for (int a = 0; a < VT_AXIS_COUNT; a++) {
     vt_comm_counts cc = vt_comm_counts_get((vt_axis)a);
     fprintf(f, "%s\"%s\": {", a ? ", " : "", vt_axis_name((vt_axis)a));
@@ -375,7 +389,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   int ok = !rc && vt_data_open(&data, o, m.has_embed, m.has_head, me.dp_rank, mesh.dp_size,
                                n_micro, start_step, err, sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
-  stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .data = &data};
+  stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .data = &data,
+                 .opt = &opt};
   FILE *metrics = NULL;
   if (ok && world_rank == 0 && o->log_dir[0]) ok = (metrics = open_metrics(o->log_dir)) != NULL;
   double all_ok = ok;  // every rank learns whether any failed, so all stop together
@@ -403,15 +418,18 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     const double t0 = now_s(), compute0 = x.compute_s, comm0 = vt_comm_seconds();
     vt_fault_step_start(n);
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
+    // A NaN planted before the backward passes add into it, so it reaches the DP reduction
+    // like a real one (which starts during the last backward).
+    const int plant_nan = vt_fault_at(VT_FAULT_NAN, n);
+    if (plant_nan) {
+      const float nan = NAN;
+      be->to_device(m.grads, &nan, sizeof nan);
+    }
     // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
     // count: the first stage's TP rank 0 of every DP rank; a preemption signal: any rank.
     double sums[3] = {run_schedule(&x, acts, nacts, step), (double)data.bad,
                       vt_health_preempt_signal() != 0};
-    if (vt_fault_at(VT_FAULT_NAN, n)) {
-      const float nan = NAN;
-      be->to_device(m.grads, &nan, sizeof nan);
-      sums[0] = NAN;
-    }
+    if (plant_nan) sums[0] = NAN;
     if (!(m.has_head && me.tp_rank == 0)) sums[0] = 0.0;
     if (!(m.has_embed && me.tp_rank == 0)) sums[1] = 0.0;
     vt_comm_all_reduce_double(world, sums, 3, VT_REDUCE_SUM);

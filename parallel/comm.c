@@ -66,7 +66,8 @@ static void local_free(void *s) { (void)s; }
 
 static const vt_comm_transport k_local_transport = {
     "local",    local_all_reduce, local_reduce_scatter, local_all_gather, local_broadcast,
-    local_send, local_recv,       local_sendrecv,       local_free};
+    local_send, local_recv,       local_sendrecv,       local_free,       NULL,
+    NULL};
 
 // ---- Host control over MPI, or nothing to do for a single process ----------------------------
 
@@ -376,6 +377,25 @@ void vt_comm_all_reduce(vt_comm *c, float *buf, int64_t count) {
   check_buf(c, "all_reduce", buf, count);
   const double t0 = op_begin(c, VT_COMM_OP_ALL_REDUCE, count * 4);
   c->transport->all_reduce(c->state, buf, count);
+  op_end(t0);
+}
+
+void vt_comm_all_reduce_start(vt_comm *c, float *buf, int64_t count) {
+  check_buf(c, "all_reduce_start", buf, count);
+  const double t0 = op_begin(c, VT_COMM_OP_ALL_REDUCE, count * 4);
+  if (c->transport->all_reduce_start)
+    c->transport->all_reduce_start(c->state, buf, count);
+  else
+    c->transport->all_reduce(c->state, buf, count);
+  op_end(t0);
+}
+
+void vt_comm_wait_all(vt_comm *c) {
+  if (!c->transport->wait_all) return;
+  // Shown to the watchdog as the axis's last operation, which a stuck rank is waiting for.
+  vt_watchdog_comm_enter(c->axis, (int)VT_COMM_OP_ALL_REDUCE, g_seq[c->axis]);
+  const double t0 = now_s();
+  c->transport->wait_all(c->state);
   op_end(t0);
 }
 

@@ -68,6 +68,16 @@ void vt_comm_reduce_scatter(vt_comm *comm, float *out, const float *inp, int64_t
 // In place is allowed when inp == out + rank*inp_count (a shard inside the full buffer).
 void vt_comm_all_gather(vt_comm *comm, float *out, const float *inp, int64_t inp_count);
 
+// Overlap (DP gradients reduced while the backward pass goes on): starts buf (count) <- sum over
+// members and returns; buf must not be read or written until vt_comm_wait_all(comm). NCCL: on
+// the comm's own stream, after the work already queued on the backend's stream, so it runs
+// beside later ops; MPI: MPI_Iallreduce; one rank: nothing to do. Every member starts the same
+// operations in the same order; blocking operations on the same comm may come in between.
+void vt_comm_all_reduce_start(vt_comm *comm, float *buf, int64_t count);
+// Completes every operation started on comm. NCCL: the backend's stream waits for them (the host
+// does not); MPI: the host waits.
+void vt_comm_wait_all(vt_comm *comm);
+
 // buf (count) on every member <- buf of member `root`.
 void vt_comm_broadcast(vt_comm *comm, float *buf, int64_t count, int root);
 
@@ -149,6 +159,9 @@ typedef struct {
   void (*sendrecv)(void *state, const float *sendbuf, int64_t send_count, int dst, float *recvbuf,
                    int64_t recv_count, int src);
   void (*free)(void *state);
+  // Optional (NULL: comm.c runs all_reduce at start and wait_all does nothing).
+  void (*all_reduce_start)(void *state, float *buf, int64_t count);
+  void (*wait_all)(void *state);
 } vt_comm_transport;
 
 // comm_mpi.c (built with MPI). States are MPI communicators behind a void pointer so that this

@@ -26,12 +26,19 @@ enum { VT_MPI_TAG = 7 };
 static int g_we_initialized = 0;
 static int g_thread_multiple = 0;  // the watchdog's side channel may be used from its thread
 
-static MPI_Comm comm_of(void *state) { return *(MPI_Comm *)state; }
+// A communicator and the requests of its operations started but not yet waited for.
+typedef struct {
+  MPI_Comm comm;
+  MPI_Request *req;
+  int npending, cap;
+} mpi_state;
+
+static MPI_Comm comm_of(void *state) { return ((mpi_state *)state)->comm; }
 
 static void *wrap(MPI_Comm comm) {
-  MPI_Comm *s = malloc(sizeof *s);
+  mpi_state *s = calloc(1, sizeof *s);
   VT_CHECK(s, "out of memory for an MPI communicator");
-  *s = comm;
+  s->comm = comm;
   return s;
 }
 
@@ -190,12 +197,35 @@ static void mpi_sendrecv(void *s, const float *sendbuf, int64_t send_count, int 
   check_received(&st, recv_count, src);
 }
 
+static void mpi_all_reduce_start(void *s, float *buf, int64_t count) {
+  mpi_state *st = s;
+  if (st->npending == st->cap) {
+    const int cap = st->cap ? 2 * st->cap : 64;
+    MPI_Request *r = realloc(st->req, (size_t)cap * sizeof *r);
+    VT_CHECK(r, "out of memory for %d MPI requests", cap);
+    st->req = r, st->cap = cap;
+  }
+  VT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, st->comm,
+                              &st->req[st->npending]));
+  st->npending++;
+}
+
+static void mpi_wait_all(void *s) {
+  mpi_state *st = s;
+  if (st->npending) VT_MPI_CHECK(MPI_Waitall(st->npending, st->req, MPI_STATUSES_IGNORE));
+  st->npending = 0;
+}
+
 static void mpi_free(void *s) {
-  MPI_Comm comm = comm_of(s);
-  VT_MPI_CHECK(MPI_Comm_free(&comm));
-  free(s);
+  mpi_state *st = s;
+  VT_CHECK(st->npending == 0, "an MPI communicator freed with %d operations in flight",
+           st->npending);
+  VT_MPI_CHECK(MPI_Comm_free(&st->comm));
+  free(st->req);
+  free(st);
 }
 
 const vt_comm_transport vt_comm_mpi_transport = {
-    "mpi",    mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather, mpi_broadcast,
-    mpi_send, mpi_recv,       mpi_sendrecv,       mpi_free};
+    "mpi",    mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather,       mpi_broadcast,
+    mpi_send, mpi_recv,       mpi_sendrecv,       mpi_free,             mpi_all_reduce_start,
+    mpi_wait_all};

@@ -1,9 +1,11 @@
 // comm_nccl.cu: the NCCL transport: float operations on device buffers, enqueued on the CUDA
-// backend's one stream so they are ordered with the ops without host syncs. Built only with NCCL.
+// backend's one stream so they are ordered with the ops without host syncs, except the overlap
+// all-reduces, which run on a side stream ordered by events. Built only with NCCL.
 // Must not depend on MPI (comm.c broadcasts the unique id) or the model. Compiled in CI; it runs
 // only where a GPU is present, with one rank per communicator on the single-GPU test machine.
 #include <nccl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
@@ -20,7 +22,16 @@
 static_assert(sizeof(ncclUniqueId) == VT_COMM_NCCL_ID_NBYTES,
               "VT_COMM_NCCL_ID_NBYTES must match NCCL_UNIQUE_ID_BYTES");
 
-static ncclComm_t comm_of(void *state) { return (ncclComm_t)state; }
+// A communicator, and the side stream (made on first use) that runs the operations started for
+// overlap beside the backend's stream, with the events that order the two.
+typedef struct {
+  ncclComm_t comm;
+  cudaStream_t side;
+  cudaEvent_t ready, done;  // ready: recorded on the backend's stream; done: on the side stream
+  int pending;              // operations started since the last wait_all
+} nccl_state;
+
+static ncclComm_t comm_of(void *state) { return ((nccl_state *)state)->comm; }
 
 extern "C" void vt_comm_nccl_unique_id(unsigned char id[VT_COMM_NCCL_ID_NBYTES]) {
   ncclUniqueId uid;
@@ -32,9 +43,10 @@ extern "C" void *vt_comm_nccl_init(const unsigned char id[VT_COMM_NCCL_ID_NBYTES
                                    int rank) {
   ncclUniqueId uid;
   memcpy(&uid, id, sizeof uid);
-  ncclComm_t comm;
-  VT_NCCL_CHECK(ncclCommInitRank(&comm, size, uid, rank));
-  return (void *)comm;
+  nccl_state *st = (nccl_state *)calloc(1, sizeof *st);
+  VT_CHECK(st != NULL, "out of memory for an NCCL communicator");
+  VT_NCCL_CHECK(ncclCommInitRank(&st->comm, size, uid, rank));
+  return st;
 }
 
 // For the watchdog thread: NCCL reports network failures and remote aborts asynchronously.
@@ -91,13 +103,46 @@ static void nccl_sendrecv(void *s, const float *sendbuf, int64_t send_count, int
   VT_NCCL_CHECK(ncclGroupEnd());
 }
 
+// The side stream waits for everything queued on the backend's stream so far (the gradients it
+// reduces), then reduces while later ops run.
+static void nccl_all_reduce_start(void *s, float *buf, int64_t count) {
+  nccl_state *st = (nccl_state *)s;
+  if (!st->side) {
+    VT_CUDA_CHECK(cudaStreamCreateWithFlags(&st->side, cudaStreamNonBlocking));
+    VT_CUDA_CHECK(cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming));
+    VT_CUDA_CHECK(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
+  }
+  VT_CUDA_CHECK(cudaEventRecord(st->ready, vt_cuda_stream()));
+  VT_CUDA_CHECK(cudaStreamWaitEvent(st->side, st->ready, 0));
+  VT_NCCL_CHECK(
+      ncclAllReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, st->comm, st->side));
+  st->pending++;
+}
+
+// The backend's stream waits for the side stream; the host goes on.
+static void nccl_wait_all(void *s) {
+  nccl_state *st = (nccl_state *)s;
+  if (!st->pending) return;
+  VT_CUDA_CHECK(cudaEventRecord(st->done, st->side));
+  VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->done, 0));
+  st->pending = 0;
+}
+
 // Finalize first: it waits for operations still queued on the stream, which Destroy alone may
 // cut short.
 static void nccl_free(void *s) {
-  VT_NCCL_CHECK(ncclCommFinalize(comm_of(s)));
-  VT_NCCL_CHECK(ncclCommDestroy(comm_of(s)));
+  nccl_state *st = (nccl_state *)s;
+  VT_NCCL_CHECK(ncclCommFinalize(st->comm));
+  VT_NCCL_CHECK(ncclCommDestroy(st->comm));
+  if (st->side) {
+    VT_CUDA_CHECK(cudaStreamDestroy(st->side));
+    VT_CUDA_CHECK(cudaEventDestroy(st->ready));
+    VT_CUDA_CHECK(cudaEventDestroy(st->done));
+  }
+  free(st);
 }
 
 extern "C" const vt_comm_transport vt_comm_nccl_transport = {
-    "nccl",    nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
-    nccl_send, nccl_recv,       nccl_sendrecv,       nccl_free};
+    "nccl",    nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather,       nccl_broadcast,
+    nccl_send, nccl_recv,       nccl_sendrecv,       nccl_free,             nccl_all_reduce_start,
+    nccl_wait_all};

@@ -4,7 +4,9 @@ training step (DIR/comm.rank<R>.json, written by vit3d --comm-stats 1) against t
   PP  send = recv: one activation (forward) and one gradient (backward) of b*N*C floats per
       stage boundary per micro-batch
   DP  all-reduce of the rank's gradient elements once per step; ZeRO-1: a reduce-scatter and
-      an all-gather of the (padded) gradient elements instead
+      an all-gather of the (padded) gradient elements instead. Without ZeRO, one all-reduce per
+      layer of the stage (embeddings, each block, head), every one started during the step's
+      last backward pass (overlap), none left for the optimizer step to start
 Prints each rank's counts beside the formulas and exits 1 on any difference.
 """
 import glob
@@ -31,6 +33,15 @@ for path in ranks:
         ("dp", "all_gather"): r["zero_padded"] * 4 if dp > 1 and zero else 0,
     }
     cells = []
+    if dp > 1 and not zero:
+        layers = r["nblocks"] + (r["pp_rank"] == 0) + (r["pp_rank"] == pp - 1)
+        calls = r["axes"]["dp"]["all_reduce"][0]
+        ok = r["dp_overlap"] == 1 and r["dp_layers"] == layers == calls and \
+            r["dp_started_in_backward"] == layers
+        bad += not ok
+        cells.append(f"dp overlap: {r['dp_started_in_backward']} of {r['dp_layers']} layers "
+                     f"started in backward, {calls} all-reduces|{layers}"
+                     f"{'' if ok else ' MISMATCH'}")
     for (axis, op), w in want.items():
         got = r["axes"][axis][op][1]
         ok = got == w

@@ -1,5 +1,6 @@
 // test_comm.c: the comm API on CPU ranks (label mpi, 8 ranks under mpirun): for two mesh shapes,
-// every collective on every axis gives exact values (integers as floats), send/recv along pp, and
+// every collective on every axis gives exact values (integers as floats), started (overlapped)
+// all-reduces with several in flight, send/recv along pp, and
 // the traffic counters match the calls made. Each rank computes its verdict; the verdicts are
 // reduced so every rank exits with the same code. Must not depend on the model or on CUDA.
 #include <stdio.h>
@@ -50,6 +51,28 @@ static void check_collectives(vt_comm *c, const int *group, int w) {
   expect_op(axis, VT_COMM_OP_ALL_REDUCE, 5 * 4);
   for (int i = 0; i < 5; i++)
     EXPECT(buf[i] == (float)(100 * sum_group + n * i), "%s all_reduce[%d] = %g", name, i, buf[i]);
+
+  // Overlap: three reductions in flight at once, a blocking one in between, then the wait.
+  float a1[7], a2[MAXN], a3[1];
+  for (int i = 0; i < 7; i++) a1[i] = (float)(w + i);
+  for (int i = 0; i < MAXN; i++) a2[i] = (float)(2 * w - i);
+  a3[0] = 1.0f;
+  vt_comm_all_reduce_start(c, a1, 7);
+  vt_comm_all_reduce_start(c, a2, MAXN);
+  buf[0] = (float)w;
+  vt_comm_all_reduce(c, buf, 1);
+  vt_comm_all_reduce_start(c, a3, 1);
+  vt_comm_wait_all(c);
+  const int64_t started_nbytes[4] = {7 * 4, MAXN * 4, 4, 4};
+  for (int i = 0; i < 4; i++) expect_op(axis, VT_COMM_OP_ALL_REDUCE, started_nbytes[i]);
+  EXPECT(buf[0] == (float)sum_group, "%s all_reduce between started ones = %g", name, buf[0]);
+  for (int i = 0; i < 7; i++)
+    EXPECT(a1[i] == (float)(sum_group + n * i), "%s all_reduce_start a1[%d] = %g", name, i, a1[i]);
+  for (int i = 0; i < MAXN; i++)
+    EXPECT(a2[i] == (float)(2 * sum_group - n * i), "%s all_reduce_start a2[%d] = %g", name, i,
+           a2[i]);
+  EXPECT(a3[0] == (float)n, "%s all_reduce_start a3 = %g", name, a3[0]);
+  vt_comm_wait_all(c);  // nothing in flight: returns
 
   for (int j = 0; j < n * K; j++) buf[j] = (float)(w * 1000 + j);
   vt_comm_reduce_scatter(c, out, buf, K);

@@ -248,11 +248,14 @@ void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss
                      sl->lnf_mean, sl->lnf_rstd, B, C);
     vt_cls_pool_bwd(be, m->sp ? s->full : s->dres, s->dpooled, B, N, C);
     if (m->sp) take_rows(m, s->dres, s->full, B);
+    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, c->depth + 1);
   } else {
     be->copy(s->dres, sl->dout, (size_t)Ml * C * sizeof(float));
   }
-  for (int l = m->nblocks - 1; l >= 0; l--)
+  for (int l = m->nblocks - 1; l >= 0; l--) {
     vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[l], sl->res[l], s->dres, B);
+    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, m->first_block + l + 1);
+  }
   if (!m->has_embed) {
     be->copy(sl->dinput, s->dres, (size_t)Ml * C * sizeof(float));
     return;
@@ -265,4 +268,5 @@ void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss
   vt_embed_bwd(be, s->dpatch_out, g->cls, g->pos, dx, B, N, C);
   vt_linear_bwd(be, NULL, g->patch_w, g->patch_b, s->dpatch_out, sl->patches, m->p.patch_w,
                 B * (N - 1), 3 * P * P, C);
+  if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, 0);
 }

@@ -91,6 +91,12 @@ typedef struct {
   void *act_block;        // the one activation allocation
   size_t act_nbytes;
   float *host_losses;     // (B) host copy of the per-sample losses
+  // When set, vt_model_backward calls it as soon as the gradients of a layer's parameters are
+  // complete (vt_param.layer numbering: the head first, then the blocks backwards, embeddings
+  // last). The trainer sets it for a step's last backward only, to start their DP reduction
+  // while the backward pass goes on.
+  void (*grads_ready)(void *ctx, int layer);
+  void *grads_ready_ctx;
 } vt_model;
 
 // Allocates one rank's part for micro-batches of up to max_batch images with nslots

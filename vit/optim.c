@@ -2,12 +2,15 @@
 #include "optim.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "comm.h"
 #include "vt_ops.h"
 
-// DP all-reduce bucket: big enough to amortise a collective's latency, small enough to be
-// overlapped with the backward pass one day (GPU); about 16 MiB.
+// DP all-reduce bucket where the layers cannot be reduced one by one (see vt_optimizer_init):
+// big enough to amortise a collective's latency; about 16 MiB.
 #define VT_DP_BUCKET_COUNT ((int64_t)1 << 22)
 
 float vt_lr_at(const vt_optim_config *oc, int64_t step) {
@@ -43,9 +46,46 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   }
   o->m = must_alloc(be, state, "AdamW state");
   o->v = must_alloc(be, state, "AdamW state");
+  if (!dp || o->zero) return;
+  // Overlap needs each layer's tensors to sit together in the flat buffer (params.c lays them
+  // out layer by layer); otherwise the step reduces in fixed buckets as before.
+  int nl = 0;
+  for (int i = 0; i < table->count; i++)
+    if (table->p[i].layer + 1 > nl) nl = table->p[i].layer + 1;
+  o->nlayers = nl;
+  o->layer_lo = calloc((size_t)nl, sizeof(int64_t));
+  o->layer_hi = calloc((size_t)nl, sizeof(int64_t));
+  o->started = calloc((size_t)nl, 1);
+  int64_t *sum = calloc((size_t)nl, sizeof(int64_t));
+  VT_CHECK(o->layer_lo && o->layer_hi && o->started && sum, "out of host memory");
+  for (int l = 0; l < nl; l++) o->layer_lo[l] = INT64_MAX, o->layer_hi[l] = 0;
+  for (int i = 0; i < table->count; i++) {
+    const vt_param *p = &table->p[i];
+    if (p->local_count <= 0) continue;
+    const int l = p->layer;
+    o->layer_lo[l] = p->offset < o->layer_lo[l] ? p->offset : o->layer_lo[l];
+    const int64_t end = p->offset + p->local_count;
+    o->layer_hi[l] = end > o->layer_hi[l] ? end : o->layer_hi[l];
+    sum[l] += p->local_count;
+  }
+  o->overlap = 1;
+  for (int l = 0; l < nl; l++) {
+    o->layers_here += sum[l] > 0;
+    if (o->layer_hi[l] == 0) o->layer_lo[l] = 0;  // no tensor of this layer here
+    if (o->layer_hi[l] - o->layer_lo[l] != sum[l] || sum[l] > INT32_MAX) o->overlap = 0;
+  }
+  free(sum);
+}
+
+void vt_optimizer_grads_ready(vt_optimizer *o, float *grads, int layer) {
+  if (!o->overlap || layer < 0 || layer >= o->nlayers || o->started[layer]) return;
+  o->started[layer] = 1;
+  const int64_t lo = o->layer_lo[layer], n = o->layer_hi[layer] - lo;
+  if (n > 0) vt_comm_all_reduce_start(o->dp, grads + lo, n);
 }
 
 void vt_optimizer_free(vt_optimizer *o) {
+  free(o->layer_lo), free(o->layer_hi), free(o->started);
   o->be->free(o->m);
   o->be->free(o->v);
   if (o->zero) {
@@ -160,6 +200,17 @@ static void adamw_range(vt_optimizer *o, float *params, const float *grads, floa
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr) {
   const vt_backend *be = o->be;
   const int64_t total = o->table->total;
+  if (o->overlap) {
+    int early = 0;
+    for (int l = 0; l < o->nlayers; l++) early += o->started[l] && o->layer_hi[l] > o->layer_lo[l];
+    // Layers whose reduction the backward pass did not start (all of them when nobody called
+    // vt_optimizer_grads_ready), in layer order; then wait for every one. First, because the
+    // TP sum below reads gradients that may still be in flight.
+    for (int l = 0; l < o->nlayers; l++) vt_optimizer_grads_ready(o, grads, l);
+    vt_comm_wait_all(o->dp);
+    memset(o->started, 0, (size_t)o->nlayers);
+    o->started_early = early;
+  }
   // Sequence parallelism leaves each TP rank a partial gradient of the block LayerNorms.
   for (int i = 0; o->tp && i < o->table->count; i++) {
     const vt_param *p = &o->table->p[i];
@@ -175,7 +226,7 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
     g = o->shard;
     lo = o->shard_lo;
     hi = lo + o->shard_count < total ? lo + o->shard_count : total;
-  } else if (o->dp) {
+  } else if (o->dp && !o->overlap) {
     for (int64_t b = 0; b < total; b += VT_DP_BUCKET_COUNT)
       vt_comm_all_reduce(o->dp, grads + b, total - b < VT_DP_BUCKET_COUNT ? total - b : VT_DP_BUCKET_COUNT);
   }

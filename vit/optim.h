@@ -36,6 +36,14 @@ typedef struct {
   float *m, *v;           // AdamW moments: shard_count (ZeRO-1) or table->total elements
   float *flat, *shard;    // ZeRO-1 only: padded gradient/parameter staging, reduced shard
   int64_t t;              // AdamW steps taken
+  // Overlap (DP without ZeRO): the flat range [layer_lo, layer_hi) of each layer's parameters
+  // (vt_param.layer, 0..depth+1; empty where this rank holds none), reduced over dp as one
+  // asynchronous all-reduce each, started by vt_optimizer_grads_ready or else by the step.
+  int overlap, nlayers;
+  int64_t *layer_lo, *layer_hi;
+  unsigned char *started;
+  int layers_here;         // layers with parameters on this rank
+  int started_early;       // of those, started by vt_optimizer_grads_ready in the last step
 } vt_optimizer;
 
 void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_backend *be,
@@ -44,6 +52,11 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
 void vt_optimizer_free(vt_optimizer *o);
 // Bytes of optimizer memory on this rank (moments and ZeRO staging), for the memory plan.
 size_t vt_optimizer_nbytes(const vt_optimizer *o);
+
+// The gradients of `layer` (vt_param.layer) are final for this step: start their DP reduction
+// (overlap with the rest of the backward pass). Does nothing without overlap or when started.
+// Every DP rank calls it for the same layers in the same order (vt_model.grads_ready).
+void vt_optimizer_grads_ready(vt_optimizer *o, float *grads, int layer);
 
 // One step on this rank's parameters and accumulated gradients: reduce the gradients over dp,
 // compute the global norm (returned, before clipping), clip, update with learning rate lr.
