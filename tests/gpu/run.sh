@@ -203,8 +203,9 @@ if ((built)); then
     note "bench_gpu fp32: ${ours32:-n/a} images/s (bf16: ${ours:-n/a})"
   fi
   grep -E '^vit3d-bench' "$blog2"
-  # The trainer end to end: its step includes making the synthetic images on the host (one
-  # thread), so this is below bench_gpu by that much; the metrics line is what users see.
+  # The trainer end to end: its step includes making the synthetic images on the host (the
+  # rank's threads share them), so this is below bench_gpu by that much; the metrics line is
+  # what users see.
   mb=$bb model=vit-b16
   ((cpu_only)) && mb=8 model=tiny
   run "$(cap 150 150)" "$blog2" "$vit3d" train --device "$gdev" --model "$model" --data synthetic \
@@ -223,7 +224,7 @@ PY
   mem=$(grep -m1 -oE 'memory after the first step.*' "$blog2")
   note "memory plan vs GPU (ViT-B/16 batch $mb, bf16): ${mem:-no report (see bench.log)}"
   [[ -z $ours ]] && note "bench_gpu: no result ($(grep -m1 -oE 'SKIP:.*' "$blog2" || echo 'see bench.log'))"
-  note "vit3d bf16 $model batch $mb: bench_gpu $(grep -m1 -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE '(img_per_s|mfu|step_ms median)=[0-9.]+' | tr '\n' ' ')| trainer ${trainer:-none} (host-made synthetic images inside its step)"
+  note "vit3d bf16 $model batch $mb: bench_gpu $(grep -m1 -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE '(img_per_s|mfu|step_ms median)=[0-9.]+' | tr '\n' ' ')| trainer ${trainer:-none} (synthetic images made on the host's threads inside its step)"
 fi
 if "$py" -c 'import torch, timm' >/dev/null 2>&1; then
   if ((cpu_only)); then
