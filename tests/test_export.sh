@@ -8,7 +8,9 @@
 #  - `vit3d eval --init-from` the exported file gives the same evaluation as the checkpoint,
 #    on one rank and on the 2x2x2 mesh;
 #  - --init-from at another image size resamples pos_embed and at another class count renews
-#    the head, and says so.
+#    the head, and says so; the resampled pos_embed equals timm's resample_abs_pos_embed
+#    (PyTorch bicubic interpolation with antialias=True) for a larger, a smaller and a
+#    non-integer-ratio grid (4x4 to 6x6, 2x2, 3x3).
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -82,4 +84,32 @@ grep -q "pos_embed resampled from a 4x4 to a 6x6 patch grid" "$work/last.log" &&
   grep -q "the head has another class count" "$work/last.log" &&
   echo "ok: --init-from at 24 px and 5 classes resampled pos_embed and renewed the head" ||
   { echo "FAIL: --init-from resampling messages"; cat "$work/last.log"; fail=1; }
+# The resampled pos_embed itself: lr 0 keeps the weights as --init-from made them.
+for px in 24 8 12; do
+  step timeout 300 mpirun -np 1 "$vit3d" train --model tiny --img-size $px --patch-size 4 --width 32 \
+    --heads 4 --depth 4 --num-classes 3 --steps 1 --lr 0 --min-lr 0 --micro-batch-size 2 \
+    --init-from "$work/w.safetensors" --final-weights "$work/pos$px.safetensors"
+done
+"$py" - "$work" "$here" <<'PY' || fail=1
+import sys
+import torch
+import torch.nn.functional as F
+sys.path.insert(0, sys.argv[2])
+from ref_vit import read_safetensors
+src = torch.as_tensor(read_safetensors(sys.argv[1] + "/w.safetensors")["pos_embed"]).double()
+C, g0 = src.shape[2], 4
+bad = 0
+for px in (24, 8, 12):
+    g1 = px // 4
+    got = torch.as_tensor(read_safetensors(f"{sys.argv[1]}/pos{px}.safetensors")["pos_embed"]).double()
+    grid = src[:, 1:].reshape(1, g0, g0, C).permute(0, 3, 1, 2)
+    want = F.interpolate(grid, size=(g1, g1), mode="bicubic", align_corners=False, antialias=True)
+    want = torch.cat([src[:, :1], want.permute(0, 2, 3, 1).reshape(1, g1 * g1, C)], dim=1)
+    err = ((got - want).abs().max() / want.abs().max()).item()
+    ok = got.shape == want.shape and err <= 1e-5
+    bad += not ok
+    print(f"pos_embed {g0}x{g0} -> {g1}x{g1}: max |vit3d - torch antialiased bicubic| / max = "
+          f"{err:.2e} (tol 1e-05) {'ok' if ok else 'FAIL'}")
+sys.exit(1 if bad else 0)
+PY
 exit $fail

@@ -120,36 +120,59 @@ vt_status vt_params_read_local(const vt_st_file *f, const char *file, const vt_p
   return VT_OK;
 }
 
-// Cubic convolution weight (Keys, a = -0.75, as PyTorch's bicubic).
-static double cubic(double x) {
-  const double a = -0.75;
+// PyTorch's antialiased bicubic filter (Keys' cubic convolution with a = -0.5, as PIL).
+static double aa_cubic(double x) {
+  const double a = -0.5;
   x = fabs(x);
-  if (x <= 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
   if (x < 2) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
   return 0;
 }
 
+// Weights of output index i along an axis resized from n_in to n_out, as PyTorch's
+// interpolate(mode="bicubic", antialias=True, align_corners=False) computes them: the filter
+// is stretched by the scale when shrinking, its window is cut at the borders and the weights
+// are renormalised to sum to 1. Writes w[0..count) for inputs first, first+1, ...
+static int aa_weights(int n_in, int n_out, int i, int *first, double *w, int wmax) {
+  const double scale = (double)n_in / n_out, support = scale >= 1 ? 2 * scale : 2.0;
+  const double inv = scale >= 1 ? 1 / scale : 1.0, center = scale * (i + 0.5);
+  int lo = (int)(center - support + 0.5), hi = (int)(center + support + 0.5);
+  lo = lo < 0 ? 0 : lo;
+  hi = hi > n_in ? n_in : hi;
+  int count = hi - lo < wmax ? hi - lo : wmax;
+  double total = 0;
+  for (int j = 0; j < count; j++) total += w[j] = aa_cubic((lo + j - center + 0.5) * inv);
+  for (int j = 0; j < count && total != 0; j++) w[j] /= total;
+  *first = lo;
+  return count;
+}
+
 // pos_embed (1, 1 + g0*g0, C) -> (1, 1 + g1*g1, C): the class token's row kept, the grid
-// resampled bicubically (align_corners=False, edges clamped), as timm's resample_abs_pos_embed
-// does when the image or patch size changes (timm also antialiases when shrinking; this does not).
+// resampled as timm's resample_abs_pos_embed does when the image or patch size changes
+// (bicubic, antialias=True; checked against PyTorch by tests/test_export.sh, up and down).
 static void resample_pos(const float *src, int g0, float *dst, int g1, int C) {
   memcpy(dst, src, (size_t)C * sizeof(float));
-  const double scale = (double)g0 / g1;
-  for (int y = 0; y < g1; y++)
+  // At most g0 taps per axis (the window never leaves the input).
+  double *wy = malloc((size_t)g0 * sizeof(double)), *wx = malloc((size_t)g0 * sizeof(double));
+  double *acc = malloc((size_t)C * sizeof(double));
+  VT_CHECK(wy && wx && acc, "out of host memory");
+  for (int y = 0; y < g1; y++) {
+    int y0, x0;
+    const int ny = aa_weights(g0, g1, y, &y0, wy, g0);
     for (int x = 0; x < g1; x++) {
-      double sy = (y + 0.5) * scale - 0.5, sx = (x + 0.5) * scale - 0.5;
-      int iy = (int)floor(sy), ix = (int)floor(sx);
-      float *out = dst + (size_t)(1 + y * g1 + x) * C;
-      for (int c = 0; c < C; c++) out[c] = 0;
-      for (int dy = -1; dy <= 2; dy++)
-        for (int dx = -1; dx <= 2; dx++) {
-          double w = cubic(sy - (iy + dy)) * cubic(sx - (ix + dx));
-          int yy = iy + dy < 0 ? 0 : iy + dy >= g0 ? g0 - 1 : iy + dy;
-          int xx = ix + dx < 0 ? 0 : ix + dx >= g0 ? g0 - 1 : ix + dx;
-          const float *in = src + (size_t)(1 + yy * g0 + xx) * C;
-          for (int c = 0; c < C; c++) out[c] += (float)(w * in[c]);
+      const int nx = aa_weights(g0, g1, x, &x0, wx, g0);
+      for (int c = 0; c < C; c++) acc[c] = 0;
+      for (int i = 0; i < ny; i++)
+        for (int j = 0; j < nx; j++) {
+          const double w = wy[i] * wx[j];
+          const float *in = src + (size_t)(1 + (y0 + i) * g0 + x0 + j) * C;
+          for (int c = 0; c < C; c++) acc[c] += w * in[c];
         }
+      float *out = dst + (size_t)(1 + y * g1 + x) * C;
+      for (int c = 0; c < C; c++) out[c] = (float)acc[c];
     }
+  }
+  free(wy), free(wx), free(acc);
 }
 
 vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char *err,
