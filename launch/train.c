@@ -91,6 +91,11 @@ typedef struct {
   int pp_rank, B;
   vt_data *data;
   vt_optimizer *opt;  // starts each layer's DP reduction during the step's last backward
+  int n_micro;
+  // Last stage: every micro-batch's per-sample losses, (n_micro, B) in device memory, brought
+  // to the host once per step (not once per micro-batch, which would make the host wait for
+  // the device after every forward), and their host copy.
+  float *step_losses, *host_step_losses;
   double compute_s;  // seconds spent in forward and backward, for the pipeline idle report
 } stage_ctx;
 
@@ -130,7 +135,9 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
     switch (a.op) {
       case VT_SCHEDULE_FORWARD:
         load_batch(x, step, a.mb, a.mb % m->nslots);
-        loss += vt_model_forward(m, a.mb % m->nslots, B, ls);
+        vt_model_forward(m, a.mb % m->nslots, B, ls);
+        if (m->has_head)
+          m->be->copy(x->step_losses + (int64_t)a.mb * B, sl->losses, (size_t)B * sizeof(float));
         x->compute_s += now_s() - t0;
         break;
       case VT_SCHEDULE_BACKWARD:
@@ -150,6 +157,14 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
       case VT_SCHEDULE_SEND_GRAD_RECV_ACT:
         vt_comm_sendrecv(x->pp, sl->dinput, n, prev, rs->res[0], n, prev);
         break;
+    }
+  }
+  if (m->has_head) {  // summed per micro-batch in order, in double
+    m->be->to_host(x->host_step_losses, x->step_losses, (size_t)x->n_micro * B * sizeof(float));
+    for (int mb = 0; mb < x->n_micro; mb++) {
+      double sum = 0.0;
+      for (int b = 0; b < B; b++) sum += x->host_step_losses[(int64_t)mb * B + b];
+      loss += sum;
     }
   }
   return loss;
@@ -390,13 +405,20 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                                n_micro, start_step, err, sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .data = &data,
-                 .opt = &opt};
+                 .opt = &opt, .n_micro = n_micro};
+  if (m.has_head) {
+    x.step_losses = be->alloc((size_t)n_micro * B * sizeof(float));
+    x.host_step_losses = malloc((size_t)n_micro * B * sizeof(float));
+    VT_CHECK(x.step_losses && x.host_step_losses, "out of memory for %d x %d losses", n_micro, B);
+  }
   FILE *metrics = NULL;
   if (ok && world_rank == 0 && o->log_dir[0]) ok = (metrics = open_metrics(o->log_dir)) != NULL;
   double all_ok = ok;  // every rank learns whether any failed, so all stop together
   vt_comm_all_reduce_double(world, &all_ok, 1, VT_REDUCE_MIN);
   if (!all_ok) {
     vt_data_close(&data);
+    if (x.step_losses) be->free(x.step_losses);
+    free(x.host_step_losses);
     rc = rc ? rc : VT_EXIT_USAGE;
     goto done;
   }
@@ -530,6 +552,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     rc = VT_EXIT_FAILED;
   }
   vt_data_close(&data);
+  if (x.step_losses) be->free(x.step_losses);
+  free(x.host_step_losses);
 done:
   vt_watchdog_stop();
   free(acts);

@@ -91,7 +91,8 @@ int main(int argc, char **argv) {
                             &labels[first + b]);
       be->to_device(m.slots[0].img, images + first * img_elems, (size_t)(MICRO * img_elems) * 4);
       be->to_device(m.slots[0].labels, labels + first, MICRO * sizeof(int32_t));
-      loss_sum += vt_model_forward(&m, 0, MICRO, SMOOTHING);
+      vt_model_forward(&m, 0, MICRO, SMOOTHING);
+      loss_sum += vt_model_loss_sum(&m, 0, MICRO);
       if (step == 0)
         be->to_host(logits0 + (int64_t)mb * MICRO * K, m.slots[0].logits, (size_t)MICRO * K * 4);
       vt_model_backward(&m, 0, MICRO, SMOOTHING, 1.0f / (float)GLOBAL);

@@ -197,7 +197,7 @@ static void take_rows(const vt_model *m, float *local, const float *full, int B)
   if (real < Ml) m->be->zero(local + real * C, (size_t)((Ml - real) * C) * sizeof(float));
 }
 
-double vt_model_forward(vt_model *m, int slot, int B, float smoothing) {
+void vt_model_forward(vt_model *m, int slot, int B, float smoothing) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   VT_CHECK(B > 0 && B <= m->max_batch, "micro-batch %d outside 1..%d", B, m->max_batch);
@@ -214,7 +214,7 @@ double vt_model_forward(vt_model *m, int slot, int B, float smoothing) {
   }
   for (int l = 0; l < m->nblocks; l++)
     vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[l], sl->res[l], sl->res[l + 1], B);
-  if (!m->has_head) return 0.0;
+  if (!m->has_head) return;
   // timm normalises every token, then pools the class token; LayerNorm is per token, so
   // normalising only the pooled tokens gives the same logits and gradients for less work.
   const float *x = sl->res[m->nblocks];
@@ -227,7 +227,11 @@ double vt_model_forward(vt_model *m, int slot, int B, float smoothing) {
                    B, C);
   vt_linear_fwd(be, sl->logits, sl->lnf, m->p.head_w, m->p.head_b, B, C, K);
   vt_cross_entropy_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, smoothing, B, K);
-  be->to_host(m->host_losses, sl->losses, (size_t)B * sizeof(float));
+}
+
+double vt_model_loss_sum(vt_model *m, int slot, int B) {
+  if (!m->has_head) return 0.0;
+  m->be->to_host(m->host_losses, m->slots[slot].losses, (size_t)B * sizeof(float));
   double sum = 0.0;
   for (int b = 0; b < B; b++) sum += m->host_losses[b];
   return sum;

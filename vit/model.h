@@ -107,9 +107,12 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
 void vt_model_free(vt_model *m);
 
 // Forward of B images in a slot. First stage: reads slot->img; others: slot->res[0]. Last
-// stage: reads slot->labels and returns the sum of the B per-sample losses (one small copy to
-// the host); others return 0 and leave the output in slot->res[nblocks].
-double vt_model_forward(vt_model *m, int slot, int B, float smoothing);
+// stage: reads slot->labels and leaves the B per-sample losses in slot->losses (device memory);
+// others leave the output in slot->res[nblocks]. Does not wait for the device.
+void vt_model_forward(vt_model *m, int slot, int B, float smoothing);
+// Last stage: the sum of the B per-sample losses of the slot's last forward, in double (copies
+// them to the host, so it waits for the device); 0 on other stages.
+double vt_model_loss_sum(vt_model *m, int slot, int B);
 // Backward of that slot's forward; adds the gradient of loss_scale * (sum of losses) into
 // m->grads (loss_scale = 1 / global batch for a mean loss). Last stage starts from the loss,
 // others from slot->dout; all but the first stage leave the input's gradient in slot->dinput.
