@@ -46,6 +46,24 @@ void vt_layernorm_bwd(const vt_backend *be, float *dinp, float *dweight, float *
   be->layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, M, C);
 }
 
+void vt_add_layernorm_fwd(const vt_backend *be, float *sum, float *out, float *mean, float *rstd,
+                          const float *a, const float *b, const float *weight, const float *bias,
+                          int64_t M, int64_t C) {
+  NEED(be, add_layernorm_fwd);
+  PTR(sum); PTR(out); PTR(mean); PTR(rstd); PTR(a); PTR(b); PTR(weight); PTR(bias);
+  POS(M); POS(C);
+  be->add_layernorm_fwd(sum, out, mean, rstd, a, b, weight, bias, M, C);
+}
+
+void vt_layernorm_bwd_add(const vt_backend *be, float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight,
+                          const float *mean, const float *rstd, int64_t M, int64_t C) {
+  NEED(be, layernorm_bwd_add);
+  PTR(dinp); PTR(dweight); PTR(dbias); PTR(dout); PTR(inp); PTR(weight); PTR(mean); PTR(rstd);
+  POS(M); POS(C);
+  be->layernorm_bwd_add(dinp, dweight, dbias, dout, inp, weight, mean, rstd, M, C);
+}
+
 void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t count) {
   NEED(be, gelu_fwd);
   PTR(out); PTR(inp);

@@ -57,6 +57,12 @@ struct vt_backend {
   void (*layernorm_bwd)(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int64_t M, int64_t C);
+  void (*add_layernorm_fwd)(float *sum, float *out, float *mean, float *rstd, const float *a,
+                            const float *b, const float *weight, const float *bias, int64_t M,
+                            int64_t C);
+  void (*layernorm_bwd_add)(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, int64_t M, int64_t C);
   void (*gelu_fwd)(float *out, const float *inp, int64_t count);
   void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, int64_t count);
   void (*attention_fwd)(float *out, float *att, const float *qkv, int64_t B, int64_t N,

@@ -30,6 +30,17 @@ void vt_layernorm_fwd(const vt_backend *be, float *out, float *mean, float *rstd
 void vt_layernorm_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
                       const float *dout, const float *inp, const float *weight, const float *mean,
                       const float *rstd, int64_t M, int64_t C);
+// The residual add fused with the LayerNorm that reads its result (one pass over the stream
+// fewer): sum = a + b (sum may alias a or b), then layernorm_fwd of sum. The same bits as
+// vt_add followed by vt_layernorm_fwd.
+void vt_add_layernorm_fwd(const vt_backend *be, float *sum, float *out, float *mean, float *rstd,
+                          const float *a, const float *b, const float *weight, const float *bias,
+                          int64_t M, int64_t C);
+// layernorm_bwd that adds its input gradient into dinp (the residual stream's gradient) instead
+// of overwriting it: the same bits as vt_layernorm_bwd into a scratch and vt_add.
+void vt_layernorm_bwd_add(const vt_backend *be, float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight,
+                          const float *mean, const float *rstd, int64_t M, int64_t C);
 
 // GELU, exact erf form (PyTorch's default): out = x * 0.5 * (1 + erf(x / sqrt 2)).
 void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t count);

@@ -75,6 +75,17 @@ static void t_ln_bwd(float *dx, float *dw, float *db, const float *dy, const flo
                      const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
   TIMED("layernorm_bwd", 0, 0, 0, 0, g_real.layernorm_bwd(dx, dw, db, dy, x, w, mu, rs, M, C));
 }
+static void t_add_ln_fwd(float *sum, float *o, float *mu, float *rs, const float *a,
+                         const float *b, const float *w, const float *bias, int64_t M,
+                         int64_t C) {
+  TIMED("add_layernorm_fwd", 0, 0, 0, 0,
+        g_real.add_layernorm_fwd(sum, o, mu, rs, a, b, w, bias, M, C));
+}
+static void t_ln_bwd_add(float *dx, float *dw, float *db, const float *dy, const float *x,
+                         const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
+  TIMED("layernorm_bwd_add", 0, 0, 0, 0,
+        g_real.layernorm_bwd_add(dx, dw, db, dy, x, w, mu, rs, M, C));
+}
 static void t_gelu_fwd(float *o, const float *x, int64_t n) {
   TIMED("gelu_fwd", 0, 0, 0, 0, g_real.gelu_fwd(o, x, n));
 }
@@ -113,6 +124,7 @@ static const vt_backend *timing_backend(const vt_backend *real) {
   t.gelu_fwd = t_gelu_fwd, t.gelu_bwd = t_gelu_bwd;
   t.attention_fwd = t_att_fwd, t.attention_bwd = t_att_bwd;
   t.add = t_add, t.adamw = t_adamw, t.sumsq = t_sumsq;
+  t.add_layernorm_fwd = t_add_ln_fwd, t.layernorm_bwd_add = t_ln_bwd_add;
   return &t;
 }
 

@@ -167,23 +167,55 @@ static void t_layernorm_fwd(tc *t, const int64_t *d) {
   check(t, "rstd", gr, rr, M);
 }
 
-static void t_layernorm_bwd(tc *t, const int64_t *d) {
+// LayerNorm backward; with add, the fused form that adds into dinp (which then starts from
+// random values) against the CPU's unfused vt_layernorm_bwd then vt_add.
+static void layernorm_bwd_case(tc *t, const int64_t *d, int add) {
   const int64_t M = d[0], C = d[1];
   float *x = hrand(t, M * C, -1, 2), *w = hrand(t, C, 0.5f, 1.5f), *b = hrand(t, C, -1, 1);
   float *dy = hrand(t, M * C, -1, 1), *dw0 = hrand(t, C, -1, 1), *db0 = hrand(t, C, -1, 1);
+  float *dx0 = hrand(t, M * C, -1, 1);
   float *out = hnew(t, M * C), *mean = hnew(t, M), *rstd = hnew(t, M);
   vt_layernorm_fwd(t->cpu, out, mean, rstd, x, w, b, M, C);  // the saved statistics
   float *rdx = hnew(t, M * C), *rdw = hcopy(t, dw0, C), *rdb = hcopy(t, db0, C);
   vt_layernorm_bwd(t->cpu, rdx, rdw, rdb, dy, x, w, mean, rstd, M, C);
+  if (add) vt_add(t->cpu, rdx, dx0, rdx, M * C);
   float *gx = dnew(t, x, M * C), *gw = dnew(t, w, C), *gdy = dnew(t, dy, M * C);
   float *gm = dnew(t, mean, M), *gr = dnew(t, rstd, M), *gdx[2], *gdw[2], *gdb[2];
   for (int r = 0; r < 2; r++) {
-    gdx[r] = dpoison(t, M * C), gdw[r] = dnew(t, dw0, C), gdb[r] = dnew(t, db0, C);
-    vt_layernorm_bwd(t->gpu, gdx[r], gdw[r], gdb[r], gdy, gx, gw, gm, gr, M, C);
+    gdx[r] = add ? dnew(t, dx0, M * C) : dpoison(t, M * C);
+    gdw[r] = dnew(t, dw0, C), gdb[r] = dnew(t, db0, C);
+    if (add)
+      vt_layernorm_bwd_add(t->gpu, gdx[r], gdw[r], gdb[r], gdy, gx, gw, gm, gr, M, C);
+    else
+      vt_layernorm_bwd(t->gpu, gdx[r], gdw[r], gdb[r], gdy, gx, gw, gm, gr, M, C);
   }
   check(t, "dinp", gdx, rdx, M * C);
   check(t, "dweight", gdw, rdw, C);
   check(t, "dbias", gdb, rdb, C);
+}
+static void t_layernorm_bwd(tc *t, const int64_t *d) { layernorm_bwd_case(t, d, 0); }
+static void t_layernorm_bwd_add(tc *t, const int64_t *d) { layernorm_bwd_case(t, d, 1); }
+
+// The fused residual add + LayerNorm in place (sum aliases a, as the block uses it) against
+// the CPU's unfused vt_add then vt_layernorm_fwd.
+static void t_add_layernorm_fwd(tc *t, const int64_t *d) {
+  const int64_t M = d[0], C = d[1];
+  float *a = hrand(t, M * C, -1, 2), *b = hrand(t, M * C, -1, 1);
+  float *w = hrand(t, C, 0.5f, 1.5f), *bias = hrand(t, C, -1, 1);
+  float *rs = hnew(t, M * C), *ro = hnew(t, M * C), *rm = hnew(t, M), *rr = hnew(t, M);
+  vt_add(t->cpu, rs, a, b, M * C);
+  vt_layernorm_fwd(t->cpu, ro, rm, rr, rs, w, bias, M, C);
+  float *gb = dnew(t, b, M * C), *gw = dnew(t, w, C), *gbias = dnew(t, bias, C);
+  float *gs[2], *go[2], *gm[2], *gr[2];
+  for (int r = 0; r < 2; r++) {
+    gs[r] = dnew(t, a, M * C);
+    go[r] = dpoison(t, M * C), gm[r] = dpoison(t, M), gr[r] = dpoison(t, M);
+    vt_add_layernorm_fwd(t->gpu, gs[r], go[r], gm[r], gr[r], gs[r], gb, gw, gbias, M, C);
+  }
+  check(t, "sum", gs, rs, M * C);
+  check(t, "out", go, ro, M * C);
+  check(t, "mean", gm, rm, M);
+  check(t, "rstd", gr, rr, M);
 }
 
 static void t_gelu_fwd(tc *t, const int64_t *d) {
@@ -432,6 +464,10 @@ static const op_test kTests[] = {
      {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}}},
     {"layernorm_bwd", "M,C", t_layernorm_bwd, {5e-5, -1},
      {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}}},
+    {"add_layernorm_fwd", "M,C", t_add_layernorm_fwd, {1e-5, -1},
+     {{197, 192}, {5, 7}, {1, 1}, {394, 768}, {300, 33}}},
+    {"layernorm_bwd_add", "M,C", t_layernorm_bwd_add, {5e-5, -1},
+     {{197, 192}, {5, 7}, {1, 1}, {394, 768}, {300, 33}}},
     {"gelu_fwd", "count", t_gelu_fwd, {2e-6, -1}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
     {"gelu_bwd", "count", t_gelu_bwd, {2e-6, -1}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
     {"attention_fwd", "B,N,H,D", t_attention_fwd, {5e-5, 5e-4},
@@ -472,6 +508,7 @@ static int check_table(const vt_backend *be) {
   } ops[] = {
 #define OP(f) {#f, (const void *)be->f}
       OP(linear_fwd),        OP(linear_bwd),        OP(layernorm_fwd), OP(layernorm_bwd),
+      OP(add_layernorm_fwd), OP(layernorm_bwd_add),
       OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
       OP(add),               OP(patchify_fwd),      OP(patchify_bwd),  OP(embed_fwd),
       OP(embed_bwd),         OP(cls_pool_fwd),      OP(cls_pool_bwd),  OP(cross_entropy_fwd),

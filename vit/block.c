@@ -56,10 +56,10 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   vt_attention_fwd(be, a->attn, a->att, a->qkv, B, N, H, D);
   vt_linear_fwd(be, partial, a->attn, w->proj_w, proj_b, M, H * D, C);
   g_fwd(m, a->mid, partial, Ml * C);
-  vt_add(be, a->mid, a->mid, in, Ml * C);
-  // MLP branch: mid -> out
+  // MLP branch: mid = in + attention branch, its LayerNorm in the same pass; mid -> out
+  vt_add_layernorm_fwd(be, a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, in, w->norm2_w,
+                       w->norm2_b, Ml, C);
   partial = m->sp ? m->s.partial : out;
-  vt_layernorm_fwd(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->norm2_w, w->norm2_b, Ml, C);
   const float *x2 = f_fwd(m, a->ln2_full, a->ln2, Ml * C);
   vt_linear_fwd(be, a->fc1, x2, w->fc1_w, w->fc1_b, M, C, F);
   vt_gelu_fwd(be, a->gelu, a->fc1, M * F);
@@ -84,9 +84,8 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   vt_gelu_bwd(be, s->dfc1, a->fc1, s->dgelu, M * F);
   vt_linear_bwd(be, s->dln, gw->fc1_w, gw->fc1_b, s->dfc1, x2, w->fc1_w, M, C, F);
   const float *dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
-  vt_layernorm_bwd(be, s->dbranch, gw->norm2_w, gw->norm2_b, dx, a->mid, w->norm2_w,
-                   a->ln2_mean, a->ln2_rstd, Ml, C);
-  vt_add(be, dres, dres, s->dbranch, Ml * C);
+  vt_layernorm_bwd_add(be, dres, gw->norm2_w, gw->norm2_b, dx, a->mid, w->norm2_w, a->ln2_mean,
+                       a->ln2_rstd, Ml, C);  // dres += the MLP branch's input gradient
   // Attention branch. The attention output's gradient borrows the first M*C/tp of dln, which
   // leaves dln's rows past M untouched (zero).
   dy = g_bwd(m, s->full, dres, Ml * C);
@@ -94,7 +93,6 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   vt_attention_bwd(be, s->dqkv, s->dln, a->qkv, a->att, B, N, H, D);
   vt_linear_bwd(be, s->dln, gw->qkv_w, gw->qkv_b, s->dqkv, x1, w->qkv_w, M, C, 3 * H * D);
   dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
-  vt_layernorm_bwd(be, s->dbranch, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,
-                   a->ln1_rstd, Ml, C);
-  vt_add(be, dres, dres, s->dbranch, Ml * C);
+  vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,
+                       a->ln1_rstd, Ml, C);
 }

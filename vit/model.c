@@ -65,7 +65,7 @@ static void carve(vt_model *m, arena *ar) {
   const int64_t Ml = vt_model_local_rows(m, m->max_batch), Mp = m->sp ? Ml * tp : M;
   for (int i = 0; i < m->nslots; i++) carve_slot(m, &m->slots[i], ar);
   vt_model_scratch *s = &m->s;
-  s->dres = take(ar, Ml * C), s->dbranch = take(ar, Ml * C), s->dln = take(ar, Mp * C);
+  s->dres = take(ar, Ml * C), s->dln = take(ar, Mp * C);
   if (m->sp) s->dln_local = take(ar, Ml * C), s->full = take(ar, Mp * C), s->partial = take(ar, Mp * C);
   s->dqkv = take(ar, M * 3 * C / tp);
   s->dgelu = take(ar, M * F), s->dfc1 = take(ar, M * F);

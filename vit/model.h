@@ -62,7 +62,7 @@ typedef struct {
 
 // Scratch shared by all slots (one forward or backward runs at a time).
 typedef struct {
-  float *dres, *dbranch;             // (Ml, C)
+  float *dres;                       // (Ml, C) the stream's gradient
   float *dln;                        // (Mp, C); rows past M stay zero (reduce-scatter input)
   float *dln_local;                  // (Ml, C)  sequence parallel only
   float *full;                       // (Mp, C)  sequence parallel: gathered rows

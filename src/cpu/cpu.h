@@ -51,6 +51,12 @@ void vt_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp
 void vt_cpu_layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, const float *mean,
                           const float *rstd, int64_t M, int64_t C);
+void vt_cpu_add_layernorm_fwd(float *sum, float *out, float *mean, float *rstd, const float *a,
+                              const float *b, const float *weight, const float *bias, int64_t M,
+                              int64_t C);
+void vt_cpu_layernorm_bwd_add(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *weight, const float *mean,
+                              const float *rstd, int64_t M, int64_t C);
 void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count);
 void vt_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t count);
 void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, int64_t N,

@@ -1,5 +1,5 @@
-// layernorm.c: LayerNorm forward and backward over the last dimension, and the column-sum
-// helper shared with the Linear bias gradient.
+// layernorm.c: LayerNorm forward and backward over the last dimension, their forms fused with
+// the residual add, and the column-sum helper shared with the Linear bias gradient.
 #include <math.h>
 
 #include "../vt_ops.h"
@@ -19,27 +19,42 @@ void vt_cpu_colsum_acc(float *out, const float *x, int64_t M, int64_t C) {
   }
 }
 
+// One row: y = (x - mean) * rstd * weight + bias, mean and rstd saved.
+static void ln_row(float *y, float *mean, float *rstd, const float *x, const float *weight,
+                   const float *bias, int64_t C) {
+  float s = 0.0f;
+  for (int64_t c = 0; c < C; c++) s += x[c];
+  float mu = s / (float)C, var = 0.0f;
+  for (int64_t c = 0; c < C; c++) var += (x[c] - mu) * (x[c] - mu);
+  float r = 1.0f / sqrtf(var / (float)C + VT_LAYERNORM_EPS);
+  for (int64_t c = 0; c < C; c++) y[c] = (x[c] - mu) * r * weight[c] + bias[c];
+  *mean = mu;
+  *rstd = r;
+}
+
 void vt_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int64_t M, int64_t C) {
 #pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; m++)
+    ln_row(out + m * C, mean + m, rstd + m, inp + m * C, weight, bias, C);
+}
+
+void vt_cpu_add_layernorm_fwd(float *sum, float *out, float *mean, float *rstd, const float *a,
+                              const float *b, const float *weight, const float *bias, int64_t M,
+                              int64_t C) {
+#pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; m++) {
-    const float *x = inp + m * C;
-    float s = 0.0f;
-    for (int64_t c = 0; c < C; c++) s += x[c];
-    float mu = s / (float)C, var = 0.0f;
-    for (int64_t c = 0; c < C; c++) var += (x[c] - mu) * (x[c] - mu);
-    float r = 1.0f / sqrtf(var / (float)C + VT_LAYERNORM_EPS);
-    float *y = out + m * C;
-    for (int64_t c = 0; c < C; c++) y[c] = (x[c] - mu) * r * weight[c] + bias[c];
-    mean[m] = mu;
-    rstd[m] = r;
+    float *x = sum + m * C;
+    for (int64_t c = 0; c < C; c++) x[c] = a[m * C + c] + b[m * C + c];
+    ln_row(out + m * C, mean + m, rstd + m, x, weight, bias, C);
   }
 }
 
-void vt_cpu_layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp, const float *weight, const float *mean,
-                          const float *rstd, int64_t M, int64_t C) {
-  // dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight.
+// dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight, written or (add)
+// added; then the parameter gradients.
+static void ln_bwd(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                   const float *weight, const float *mean, const float *rstd, int64_t M,
+                   int64_t C, int add) {
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; m++) {
     const float *x = inp + m * C, *dy = dout + m * C;
@@ -52,7 +67,10 @@ void vt_cpu_layernorm_bwd(float *dinp, float *dweight, float *dbias, const float
     sg /= (float)C;
     sgx /= (float)C;
     float *dx = dinp + m * C;
-    for (int64_t c = 0; c < C; c++) dx[c] = r * (dy[c] * weight[c] - sg - (x[c] - mu) * r * sgx);
+    for (int64_t c = 0; c < C; c++) {
+      const float v = r * (dy[c] * weight[c] - sg - (x[c] - mu) * r * sgx);
+      dx[c] = add ? dx[c] + v : v;
+    }
   }
   // Parameter gradients: column sums of dout * xhat and dout, in fixed order (see colsum).
   const int64_t blk = 16, nblk = (C + blk - 1) / blk;
@@ -73,4 +91,16 @@ void vt_cpu_layernorm_bwd(float *dinp, float *dweight, float *dbias, const float
       dbias[c] += ab[c - c0];
     }
   }
+}
+
+void vt_cpu_layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, const float *mean,
+                          const float *rstd, int64_t M, int64_t C) {
+  ln_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, M, C, 0);
+}
+
+void vt_cpu_layernorm_bwd_add(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *weight, const float *mean,
+                              const float *rstd, int64_t M, int64_t C) {
+  ln_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, M, C, 1);
 }

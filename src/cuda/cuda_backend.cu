@@ -137,6 +137,8 @@ static int cuda_init(void) {
   g_table.linear_bwd = vt_cuda_linear_bwd;
   g_table.layernorm_fwd = vt_cuda_layernorm_fwd;
   g_table.layernorm_bwd = vt_cuda_layernorm_bwd;
+  g_table.add_layernorm_fwd = vt_cuda_add_layernorm_fwd;
+  g_table.layernorm_bwd_add = vt_cuda_layernorm_bwd_add;
   g_table.gelu_fwd = vt_cuda_gelu_fwd;
   g_table.gelu_bwd = vt_cuda_gelu_bwd;
   g_table.attention_fwd = vt_cuda_attention_fwd;

@@ -28,6 +28,13 @@ void vt_cuda_layernorm_bwd(float *dinp, float *dweight, float *dbias, const floa
                            const float *inp, const float *weight, const float *mean,
                            const float *rstd, int64_t M, int64_t C);
 
+void vt_cuda_add_layernorm_fwd(float *sum, float *out, float *mean, float *rstd, const float *a,
+                               const float *b, const float *weight, const float *bias, int64_t M,
+                               int64_t C);
+void vt_cuda_layernorm_bwd_add(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int64_t M, int64_t C);
+
 // elementwise.cu
 void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count);
 void vt_cuda_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t count);

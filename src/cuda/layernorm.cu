@@ -1,5 +1,6 @@
-// layernorm.cu: LayerNorm forward and backward over the last dimension on CUDA, twin of
-// src/cpu/layernorm.c (fp32, eps VT_LAYERNORM_EPS, mean and rstd saved for the backward).
+// layernorm.cu: LayerNorm forward and backward over the last dimension on CUDA, and their forms
+// fused with the residual add, twin of src/cpu/layernorm.c (fp32, eps VT_LAYERNORM_EPS, mean and
+// rstd saved for the backward).
 // Rows are independent, so a warp owns a row; the parameter gradients are column sums over all
 // rows, done in two fixed-order stages (no float atomics) so they are the same bits every run.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
@@ -19,16 +20,30 @@ static unsigned row_blocks(int64_t M) {
 }
 
 // Two passes over the row (mean, then the centred variance) as the CPU twin does: the one-pass
-// E[x^2] - E[x]^2 loses digits when the mean is large against the spread.
+// E[x^2] - E[x]^2 loses digits when the mean is large against the spread. With add (the fused
+// residual add), the row is inp + add, written to sum during the first pass (each lane reads
+// back only what it wrote) and normalised from there; sum may alias inp.
 static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd,
-                                            const float *inp, const float *weight,
-                                            const float *bias, int64_t M, int64_t C) {
+                                            const float *inp, const float *add, float *sum,
+                                            const float *weight, const float *bias, int64_t M,
+                                            int64_t C) {
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
   if (row >= M) return;  // row is the same for the whole warp: the shuffles below stay full
   const float *x = inp + row * C;
   float s = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) s += x[c];
+  if (add) {
+    float *xs = sum + row * C;
+    const float *b = add + row * C;
+    for (int64_t c = lane; c < C; c += 32) {
+      const float v = x[c] + b[c];
+      xs[c] = v;
+      s += v;
+    }
+    x = xs;
+  } else {
+    for (int64_t c = lane; c < C; c += 32) s += x[c];
+  }
   const float mu = vt_warp_sum(s) / (float)C;
   float var = 0.0f;
   for (int64_t c = lane; c < C; c += 32) {
@@ -45,10 +60,11 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
   }
 }
 
-// dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight, per row.
+// dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight, per row; written,
+// or with add added to what dinp holds (the fused residual gradient).
 static __global__ void layernorm_dinp_kernel(float *dinp, const float *dout, const float *inp,
                                              const float *weight, const float *mean,
-                                             const float *rstd, int64_t M, int64_t C) {
+                                             const float *rstd, int64_t M, int64_t C, int add) {
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
   if (row >= M) return;
@@ -63,8 +79,10 @@ static __global__ void layernorm_dinp_kernel(float *dinp, const float *dout, con
   sg = vt_warp_sum(sg) / (float)C;
   sgx = vt_warp_sum(sgx) / (float)C;
   float *dx = dinp + row * C;
-  for (int64_t c = lane; c < C; c += 32)
-    dx[c] = r * (dy[c] * weight[c] - sg - (x[c] - mu) * r * sgx);
+  for (int64_t c = lane; c < C; c += 32) {
+    const float v = r * (dy[c] * weight[c] - sg - (x[c] - mu) * r * sgx);
+    dx[c] = add ? dx[c] + v : v;
+  }
 }
 
 // Parameter gradients, stage 1: the rows are cut into chunks of LN_CHUNK (a constant, so the
@@ -112,17 +130,24 @@ extern "C" void vt_cuda_layernorm_fwd(float *out, float *mean, float *rstd, cons
                                       const float *weight, const float *bias, int64_t M,
                                       int64_t C) {
   layernorm_fwd_kernel<<<row_blocks(M), 32 * LN_WARPS, 0, vt_cuda_stream()>>>(
-      out, mean, rstd, inp, weight, bias, M, C);
+      out, mean, rstd, inp, NULL, NULL, weight, bias, M, C);
   VT_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void vt_cuda_layernorm_bwd(float *dinp, float *dweight, float *dbias,
-                                      const float *dout, const float *inp, const float *weight,
-                                      const float *mean, const float *rstd, int64_t M,
-                                      int64_t C) {
+extern "C" void vt_cuda_add_layernorm_fwd(float *sum, float *out, float *mean, float *rstd,
+                                          const float *a, const float *b, const float *weight,
+                                          const float *bias, int64_t M, int64_t C) {
+  layernorm_fwd_kernel<<<row_blocks(M), 32 * LN_WARPS, 0, vt_cuda_stream()>>>(
+      out, mean, rstd, a, b, sum, weight, bias, M, C);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, const float *mean,
+                          const float *rstd, int64_t M, int64_t C, int add) {
   cudaStream_t st = vt_cuda_stream();
   layernorm_dinp_kernel<<<row_blocks(M), 32 * LN_WARPS, 0, st>>>(dinp, dout, inp, weight, mean,
-                                                                  rstd, M, C);
+                                                                  rstd, M, C, add);
   VT_CUDA_CHECK_LAUNCH();
   const int64_t nchunk = (M + LN_CHUNK - 1) / LN_CHUNK, xblocks = (C + 31) / 32;
   VT_CHECK(nchunk <= 65535 && xblocks <= INT_MAX,
@@ -136,4 +161,18 @@ extern "C" void vt_cuda_layernorm_bwd(float *dinp, float *dweight, float *dbias,
   layernorm_param_final_kernel<<<(unsigned)((C + 255) / 256), 256, 0, st>>>(dweight, dbias, pw,
                                                                            pb, nchunk, C);
   VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_layernorm_bwd(float *dinp, float *dweight, float *dbias,
+                                      const float *dout, const float *inp, const float *weight,
+                                      const float *mean, const float *rstd, int64_t M,
+                                      int64_t C) {
+  layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, M, C, 0);
+}
+
+extern "C" void vt_cuda_layernorm_bwd_add(float *dinp, float *dweight, float *dbias,
+                                          const float *dout, const float *inp,
+                                          const float *weight, const float *mean,
+                                          const float *rstd, int64_t M, int64_t C) {
+  layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, M, C, 1);
 }

@@ -35,10 +35,11 @@ typedef struct {
   double s;
   long calls;
 } slot;
-enum { S_LIN_F, S_LIN_B, S_LN_F, S_LN_B, S_GELU_F, S_GELU_B, S_ATT_F, S_ATT_B, S_ADD, S_ADAMW,
-       S_SUMSQ, NSLOTS };
+enum { S_LIN_F, S_LIN_B, S_LN_F, S_LN_B, S_ADD_LN_F, S_LN_B_ADD, S_GELU_F, S_GELU_B, S_ATT_F,
+       S_ATT_B, S_ADD, S_ADAMW, S_SUMSQ, NSLOTS };
 static slot g_slots[NSLOTS] = {{"linear_fwd", 0, 0},    {"linear_bwd", 0, 0},
                                {"layernorm_fwd", 0, 0}, {"layernorm_bwd", 0, 0},
+                               {"add_layernorm_fwd", 0, 0}, {"layernorm_bwd_add", 0, 0},
                                {"gelu_fwd", 0, 0},      {"gelu_bwd", 0, 0},
                                {"attention_fwd", 0, 0}, {"attention_bwd", 0, 0},
                                {"add", 0, 0},           {"adamw", 0, 0},
@@ -70,6 +71,14 @@ static void t_ln_f(float *o, float *mu, float *rs, const float *x, const float *
 static void t_ln_b(float *dx, float *dw, float *db, const float *dy, const float *x,
                    const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
   TIMED(S_LN_B, g_real.layernorm_bwd(dx, dw, db, dy, x, w, mu, rs, M, C));
+}
+static void t_add_ln_f(float *sum, float *o, float *mu, float *rs, const float *a,
+                       const float *b, const float *w, const float *bias, int64_t M, int64_t C) {
+  TIMED(S_ADD_LN_F, g_real.add_layernorm_fwd(sum, o, mu, rs, a, b, w, bias, M, C));
+}
+static void t_ln_b_add(float *dx, float *dw, float *db, const float *dy, const float *x,
+                       const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
+  TIMED(S_LN_B_ADD, g_real.layernorm_bwd_add(dx, dw, db, dy, x, w, mu, rs, M, C));
 }
 static void t_gelu_f(float *o, const float *x, int64_t n) {
   TIMED(S_GELU_F, g_real.gelu_fwd(o, x, n));
@@ -105,7 +114,7 @@ static const vt_backend *timing_backend(const vt_backend *real) {
   t.linear_fwd = t_lin_f, t.linear_bwd = t_lin_b, t.layernorm_fwd = t_ln_f;
   t.layernorm_bwd = t_ln_b, t.gelu_fwd = t_gelu_f, t.gelu_bwd = t_gelu_b;
   t.attention_fwd = t_att_f, t.attention_bwd = t_att_b, t.add = t_add, t.adamw = t_adamw;
-  t.sumsq = t_sumsq;
+  t.sumsq = t_sumsq, t.add_layernorm_fwd = t_add_ln_f, t.layernorm_bwd_add = t_ln_b_add;
   return &t;
 }
 
