@@ -222,7 +222,7 @@ PY
   echo "trainer metrics (median of steps 3-8): ${trainer:-none}" >>"$blog2"
   # The issue's check 3: the start-up memory plan against what the GPU reports after step 1.
   mem=$(grep -m1 -oE 'memory after the first step.*' "$blog2")
-  note "memory plan vs GPU (ViT-B/16 batch $mb, bf16): ${mem:-no report (see bench.log)}"
+  note "memory plan vs GPU ($model batch $mb, bf16): ${mem:-no report (only on a GPU; see bench.log)}"
   [[ -z $ours ]] && note "bench_gpu: no result ($(grep -m1 -oE 'SKIP:.*' "$blog2" || echo 'see bench.log'))"
   note "vit3d bf16 $model batch $mb: bench_gpu $(grep -m1 -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE '(img_per_s|mfu|step_ms median)=[0-9.]+' | tr '\n' ' ')| trainer ${trainer:-none} (synthetic images made on the host's threads inside its step)"
 fi
