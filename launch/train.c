@@ -460,7 +460,11 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     const float lr = vt_lr_at(&o->optim, step);
     // A non-finite loss or gradient norm (the same verdict on every rank: both are global)
     // leaves the parameters and the optimizer state as they were.
-    const double gnorm = isfinite(loss) ? vt_optimizer_step(&opt, m.params, m.grads, lr) : NAN;
+    double gnorm = NAN;
+    if (isfinite(loss))
+      gnorm = vt_optimizer_step(&opt, m.params, m.grads, lr);
+    else
+      vt_optimizer_skip(&opt);
     be->synchronize();
     const int finite = isfinite(loss) && isfinite(gnorm);
     skipped += !finite;

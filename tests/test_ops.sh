@@ -109,6 +109,18 @@ else
   bad "a skipped step changed the weights or was not reported"
   tail -8 "$work/nan5.log"
 fi
+# A NaN loss (rank 0 holds a share of it) skips the step before the optimizer: the DP reductions
+# its backward started must still complete, and the next step must reduce as usual, so its
+# weights equal those of a run whose step 5 was skipped for a NaN gradient.
+run nanloss6 4 nan@0:5 --tp 2 --run-steps 6 --final-weights "$work/nanloss6.safetensors"
+run nangrad6 4 nan@3:5 --tp 2 --run-steps 6 --final-weights "$work/nangrad6.safetensors"
+if cmp -s "$work/nanloss6.safetensors" "$work/nangrad6.safetensors" &&
+   grep -q "step 5: non-finite loss; the step is skipped" "$work/nanloss6.log"; then
+  ok "NaN loss at step 5: step skipped before the optimizer, step 6 as after a skipped NaN-gradient step (same weights)"
+else
+  bad "a NaN loss step: weights after step 6 differ from the NaN-gradient run, or no report"
+  tail -8 "$work/nanloss6.log"
+fi
 run nan3 4 nan@3:5-7 --tp 2
 rc=$?
 skipped=$("$py" -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(r[-1]['skipped_steps'], r[-1]['step'])" "$work/nan3/metrics.jsonl")

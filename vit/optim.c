@@ -84,6 +84,12 @@ void vt_optimizer_grads_ready(vt_optimizer *o, float *grads, int layer) {
   if (n > 0) vt_comm_all_reduce_start(o->dp, grads + lo, n);
 }
 
+void vt_optimizer_skip(vt_optimizer *o) {
+  if (!o->overlap) return;
+  vt_comm_wait_all(o->dp);
+  memset(o->started, 0, (size_t)o->nlayers);
+}
+
 void vt_optimizer_free(vt_optimizer *o) {
   free(o->layer_lo), free(o->layer_hi), free(o->started);
   o->be->free(o->m);

@@ -58,6 +58,11 @@ size_t vt_optimizer_nbytes(const vt_optimizer *o);
 // Every DP rank calls it for the same layers in the same order (vt_model.grads_ready).
 void vt_optimizer_grads_ready(vt_optimizer *o, float *grads, int layer);
 
+// A step that is skipped without vt_optimizer_step (its loss was not finite): waits for the
+// reductions its backward pass started (collectives cannot be withdrawn) and forgets them.
+// Every rank skips the same steps, so all wait for the same operations.
+void vt_optimizer_skip(vt_optimizer *o);
+
 // One step on this rank's parameters and accumulated gradients: reduce the gradients over dp,
 // compute the global norm (returned, before clipping), clip, update with learning rate lr.
 // A non-finite norm (NaN or infinite gradients anywhere) leaves parameters and state unchanged.
