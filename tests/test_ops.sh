@@ -100,27 +100,29 @@ run() {  # run NAME NP FAULT flags...
   VT_FAULT=$fault timeout 300 mpirun -np "$np" --oversubscribe "$vit3d" "${common[@]}" "$@" \
     --log-dir "$work/$name" > "$work/$name.log" 2>&1
 }
+# same_weights A B RUN PATTERN OK-MESSAGE FAIL-MESSAGE: the final weights of runs A and B are
+# byte-identical and RUN's log has PATTERN.
+same_weights() {
+  if cmp -s "$work/$1.safetensors" "$work/$2.safetensors" && grep -q "$4" "$work/$3.log"; then
+    ok "$5"
+  else
+    bad "$6"
+    tail -8 "$work/$3.log"
+  fi
+}
 run clean4 4 "" --tp 2 --run-steps 4 --final-weights "$work/clean4.safetensors"
 run nan5 4 nan@3:5 --tp 2 --run-steps 5 --final-weights "$work/nan5.safetensors"
-if cmp -s "$work/clean4.safetensors" "$work/nan5.safetensors" &&
-   grep -q "step 5: non-finite gradient norm; the step is skipped" "$work/nan5.log"; then
-  ok "NaN in rank 3's gradients at step 5 (a TP rank that holds replicated tensors): step skipped, weights equal those after step 4"
-else
-  bad "a skipped step changed the weights or was not reported"
-  tail -8 "$work/nan5.log"
-fi
+same_weights clean4 nan5 nan5 "step 5: non-finite gradient norm; the step is skipped" \
+  "NaN in rank 3's gradients at step 5 (a TP rank that holds replicated tensors): step skipped, weights equal those after step 4" \
+  "a skipped step changed the weights or was not reported"
 # A NaN loss (rank 0 holds a share of it) skips the step before the optimizer: the DP reductions
 # its backward started must still complete, and the next step must reduce as usual, so its
 # weights equal those of a run whose step 5 was skipped for a NaN gradient.
 run nanloss6 4 nan@0:5 --tp 2 --run-steps 6 --final-weights "$work/nanloss6.safetensors"
 run nangrad6 4 nan@3:5 --tp 2 --run-steps 6 --final-weights "$work/nangrad6.safetensors"
-if cmp -s "$work/nanloss6.safetensors" "$work/nangrad6.safetensors" &&
-   grep -q "step 5: non-finite loss; the step is skipped" "$work/nanloss6.log"; then
-  ok "NaN loss at step 5: step skipped before the optimizer, step 6 as after a skipped NaN-gradient step (same weights)"
-else
-  bad "a NaN loss step: weights after step 6 differ from the NaN-gradient run, or no report"
-  tail -8 "$work/nanloss6.log"
-fi
+same_weights nanloss6 nangrad6 nanloss6 "step 5: non-finite loss; the step is skipped" \
+  "NaN loss at step 5: step skipped before the optimizer, step 6 as after a skipped NaN-gradient step (same weights)" \
+  "a NaN loss step: weights after step 6 differ from the NaN-gradient run, or no report"
 run nan3 4 nan@3:5-7 --tp 2
 rc=$?
 skipped=$("$py" -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(r[-1]['skipped_steps'], r[-1]['step'])" "$work/nan3/metrics.jsonl")
