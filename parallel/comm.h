@@ -72,7 +72,8 @@ void vt_comm_all_gather(vt_comm *comm, float *out, const float *inp, int64_t inp
 // members and returns; buf must not be read or written until vt_comm_wait_all(comm). NCCL: on
 // the comm's own stream, after the work already queued on the backend's stream, so it runs
 // beside later ops; MPI: MPI_Iallreduce; one rank: nothing to do. Every member starts the same
-// operations in the same order; blocking operations on the same comm may come in between.
+// operations in the same order; other operations on the same comm may come in between (NCCL
+// runs them after the started ones).
 void vt_comm_all_reduce_start(vt_comm *comm, float *buf, int64_t count);
 // Completes every operation started on comm. NCCL: the backend's stream waits for them (the host
 // does not); MPI: the host waits.

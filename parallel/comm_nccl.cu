@@ -33,6 +33,17 @@ typedef struct {
 
 static ncclComm_t comm_of(void *state) { return ((nccl_state *)state)->comm; }
 
+// The backend's stream waits for the operations started on the side stream (the host goes on).
+// Every other operation of the communicator calls it first: NCCL wants one communicator's
+// operations to run one after another, not on two streams at once.
+static void join_side(void *s) {
+  nccl_state *st = (nccl_state *)s;
+  if (!st->pending) return;
+  VT_CUDA_CHECK(cudaEventRecord(st->done, st->side));
+  VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->done, 0));
+  st->pending = 0;
+}
+
 extern "C" void vt_comm_nccl_unique_id(unsigned char id[VT_COMM_NCCL_ID_NBYTES]) {
   ncclUniqueId uid;
   VT_NCCL_CHECK(ncclGetUniqueId(&uid));
@@ -64,37 +75,44 @@ extern "C" int vt_comm_nccl_async_error(void *state, char *err, size_t errlen) {
 extern "C" void vt_comm_nccl_abort(void *state) { ncclCommAbort(comm_of(state)); }
 
 static void nccl_all_reduce(void *s, float *buf, int64_t count) {
+  join_side(s);
   VT_NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, comm_of(s),
                               vt_cuda_stream()));
 }
 
 static void nccl_reduce_scatter(void *s, float *out, const float *inp, int64_t out_count) {
+  join_side(s);
   VT_NCCL_CHECK(ncclReduceScatter(inp, out, (size_t)out_count, ncclFloat, ncclSum, comm_of(s),
                                   vt_cuda_stream()));
 }
 
 // NCCL's in-place form is exactly comm.c's (inp == out + rank * inp_count): no special case.
 static void nccl_all_gather(void *s, float *out, const float *inp, int64_t inp_count) {
+  join_side(s);
   VT_NCCL_CHECK(
       ncclAllGather(inp, out, (size_t)inp_count, ncclFloat, comm_of(s), vt_cuda_stream()));
 }
 
 static void nccl_broadcast(void *s, float *buf, int64_t count, int root) {
+  join_side(s);
   VT_NCCL_CHECK(ncclBroadcast(buf, buf, (size_t)count, ncclFloat, root, comm_of(s),
                               vt_cuda_stream()));
 }
 
 static void nccl_send(void *s, const float *buf, int64_t count, int peer) {
+  join_side(s);
   VT_NCCL_CHECK(ncclSend(buf, (size_t)count, ncclFloat, peer, comm_of(s), vt_cuda_stream()));
 }
 
 static void nccl_recv(void *s, float *buf, int64_t count, int peer) {
+  join_side(s);
   VT_NCCL_CHECK(ncclRecv(buf, (size_t)count, ncclFloat, peer, comm_of(s), vt_cuda_stream()));
 }
 
 // A group lets NCCL progress both directions at once, which is what makes the pair deadlock-free.
 static void nccl_sendrecv(void *s, const float *sendbuf, int64_t send_count, int dst,
                           float *recvbuf, int64_t recv_count, int src) {
+  join_side(s);
   VT_NCCL_CHECK(ncclGroupStart());
   VT_NCCL_CHECK(
       ncclSend(sendbuf, (size_t)send_count, ncclFloat, dst, comm_of(s), vt_cuda_stream()));
@@ -119,14 +137,7 @@ static void nccl_all_reduce_start(void *s, float *buf, int64_t count) {
   st->pending++;
 }
 
-// The backend's stream waits for the side stream; the host goes on.
-static void nccl_wait_all(void *s) {
-  nccl_state *st = (nccl_state *)s;
-  if (!st->pending) return;
-  VT_CUDA_CHECK(cudaEventRecord(st->done, st->side));
-  VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->done, 0));
-  st->pending = 0;
-}
+static void nccl_wait_all(void *s) { join_side(s); }
 
 // Finalize first: it waits for operations still queued on the stream, which Destroy alone may
 // cut short.
