@@ -288,8 +288,8 @@ static void log_step(const vt_train_options *o, FILE *metrics, const step_log *l
     fprintf(metrics, ", \"skipped_steps\": %lld, \"bad_images\": %lld", (long long)l->skipped,
             (long long)l->bad_images);
     if (l->eval_now)
-      fprintf(metrics, ", \"eval_loss\": %.9g, \"eval_top1\": %.6f, \"eval_top5\": %.6f",
-              l->ev.loss, l->ev.top1, l->ev.top5);
+      fprintf(metrics, ", \"eval_loss\": %.9g, \"eval_top1\": %.6f, \"eval_top5\": %.6f, "
+              "\"eval_views\": %d", l->ev.loss, l->ev.top1, l->ev.top5, o->eval_hflip ? 2 : 1);
     if (l->ranks_json[0]) fprintf(metrics, ", %s", l->ranks_json);
     fprintf(metrics, "}\n");
     fflush(metrics);
