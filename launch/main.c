@@ -77,7 +77,8 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
   vt_train_options o;
   train_defaults(&o);
   o.eval_only = eval_only;
-  char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip", mean[64] = "", std[64] = "";
+  char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip";
+  char mean[64] = "", std[64] = "";
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
   const char *preset = vt_cli_find(argc, argv, "--model");

@@ -1,7 +1,7 @@
 // gemm.cu: the Linear op on CUDA, twin of src/cpu/gemm.c: cuBLAS GEMMs on the backend's stream,
 // fp32 or (vt_backend.h's bf16 precision) bf16 operands with fp32 accumulation and fp32 outputs
-// on the tensor cores, plus two small kernels (bias broadcast, deterministic column sum). C-style CUDA, no STL.
-// Must not depend on MPI, NCCL or the model.
+// on the tensor cores, plus two small kernels (bias broadcast, deterministic column sum).
+// C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
 #include <limits.h>
 
 #include "cuda_common.h"
