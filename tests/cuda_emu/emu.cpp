@@ -1,0 +1,271 @@
+// emu.cpp: a CPU emulation of the part of the CUDA runtime and cuBLAS that src/cuda uses, so that
+// tests/test_cuda_ops.c can run the CUDA kernels' logic on a machine without a GPU (CI). Each CUDA
+// thread is a ucontext fiber; the blocks of a grid run one after another; __syncthreads and warp
+// shuffles are barriers of a small scheduler that aborts on a deadlock or a warp that diverges at
+// a shuffle. One in-order stream: streams and events are no-ops. cuBLAS is a plain column-major
+// GEMM with fp32 sums in k order; bf16 operands are widened exactly.
+// What it cannot find: data races (threads run in a fixed order), real launch and resource limits,
+// cuBLAS's own summation order and FMA contraction. tests/gpu/run.sh on a real GPU checks those.
+#include <ucontext.h>
+
+#include "cublas_v2.h"
+#include "cuda_runtime.h"
+#include "cuda_bf16.h"
+
+namespace vt_emu {
+
+struct fiber {
+  ucontext_t ctx;
+  dim3 tid;
+  int linear, warp, lane;
+  int state;  // 0 runnable, 1 at block barrier, 2 at warp barrier, 3 done
+};
+
+fiber *g_cur;
+dim3 g_block_idx, g_block_dim, g_grid_dim;
+static ucontext_t g_sched;
+static fiber *g_fibers;
+static char *g_stacks;
+static int g_nthreads;
+static const size_t kStack = 256 * 1024;
+static void (*g_body)(void *);
+static void *g_arg;
+static float g_slots_f[32][32];
+static double g_slots_d[32][32];
+
+const dim3 &tid_of(fiber *f) { return f->tid; }
+int lane_of() { return g_cur->lane; }
+float *warp_slots_f() { return g_slots_f[g_cur->warp]; }
+double *warp_slots_d() { return g_slots_d[g_cur->warp]; }
+
+void sync_block() {
+  g_cur->state = 1;
+  swapcontext(&g_cur->ctx, &g_sched);
+}
+void sync_warp() {
+  g_cur->state = 2;
+  swapcontext(&g_cur->ctx, &g_sched);
+}
+
+static void trampoline() {
+  g_body(g_arg);
+  g_cur->state = 3;
+  swapcontext(&g_cur->ctx, &g_sched);
+}
+
+static void run_block() {
+  const int n = g_nthreads;
+  for (int i = 0; i < n; i++) {
+    fiber *f = &g_fibers[i];
+    f->linear = i;
+    f->tid = dim3(i % g_block_dim.x, (i / g_block_dim.x) % g_block_dim.y,
+                  i / (g_block_dim.x * g_block_dim.y));
+    f->warp = i / 32, f->lane = i % 32;
+    f->state = 0;
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = g_stacks + (size_t)i * kStack;
+    f->ctx.uc_stack.ss_size = kStack;
+    f->ctx.uc_link = NULL;
+    makecontext(&f->ctx, trampoline, 0);
+  }
+  for (;;) {
+    int progressed = 0, live = 0;
+    for (int i = 0; i < n; i++) {
+      fiber *f = &g_fibers[i];
+      if (f->state != 0) continue;
+      g_cur = f;
+      swapcontext(&g_sched, &f->ctx);
+      progressed = 1;
+    }
+    for (int i = 0; i < n; i++) live += g_fibers[i].state != 3;
+    if (!live) return;
+    // Release warp barriers where every live lane of the warp waits at one.
+    int released = 0;
+    for (int w = 0; w * 32 < n; w++) {
+      int wl = 0, wait = 0;
+      for (int i = w * 32; i < n && i < w * 32 + 32; i++) {
+        wl += g_fibers[i].state != 3;
+        wait += g_fibers[i].state == 2;
+      }
+      if (wl && wait == wl) {
+        for (int i = w * 32; i < n && i < w * 32 + 32; i++)
+          if (g_fibers[i].state == 2) g_fibers[i].state = 0;
+        released = 1;
+      } else if (wait && wait != wl) {
+        // some lanes at a shuffle, others elsewhere: check none are runnable
+        int runnable = 0;
+        for (int i = w * 32; i < n && i < w * 32 + 32; i++) runnable += g_fibers[i].state == 0;
+        if (!runnable) {
+          fprintf(stderr, "emu: warp %d diverged at a shuffle (block %u)\n", w, g_block_idx.x);
+          abort();
+        }
+      }
+    }
+    if (!released) {
+      int wait = 0;
+      for (int i = 0; i < n; i++) wait += g_fibers[i].state == 1;
+      if (wait == live) {
+        for (int i = 0; i < n; i++)
+          if (g_fibers[i].state == 1) g_fibers[i].state = 0;
+        released = 1;
+      }
+    }
+    if (!released && !progressed) {
+      fprintf(stderr, "emu: deadlock in block %u\n", g_block_idx.x);
+      abort();
+    }
+  }
+}
+
+void run_grid(dim3 grid, dim3 block, void (*body)(void *), void *arg) {
+  const int n = (int)(block.x * block.y * block.z);
+  if (n <= 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.x > 2147483647u ||
+      grid.y > 65535 || grid.z > 65535) {
+    fprintf(stderr, "emu: bad launch grid (%u,%u,%u) block (%u,%u,%u)\n", grid.x, grid.y, grid.z,
+            block.x, block.y, block.z);
+    abort();
+  }
+  if (n % 32) {
+    fprintf(stderr, "emu: block of %d threads is not whole warps\n", n);
+  }
+  if (!g_fibers) {
+    g_fibers = new fiber[1024];
+    g_stacks = (char *)malloc(1024 * kStack);
+  }
+  g_nthreads = n;
+  g_body = body, g_arg = arg;
+  g_block_dim = block, g_grid_dim = grid;
+  for (unsigned z = 0; z < grid.z; z++)
+    for (unsigned y = 0; y < grid.y; y++)
+      for (unsigned x = 0; x < grid.x; x++) {
+        g_block_idx = dim3(x, y, z);
+        run_block();
+      }
+}
+}  // namespace vt_emu
+
+// ---- runtime ----
+static size_t g_used = 0;
+cudaError_t cudaMalloc(void **p, size_t n) {
+  *p = aligned_alloc(256, (n + 255) / 256 * 256);
+  if (!*p) return cudaErrorMemoryAllocation;
+  memset(*p, 0xff, n);  // NaN in every float: a kernel that reads memory nobody wrote shows it
+  g_used += n;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+  free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t) {
+  memmove(d, s, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy2DAsync(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h,
+                              cudaMemcpyKind, cudaStream_t) {
+  if (w > dp || w > sp) return 1;
+  for (size_t r = 0; r < h; r++) memmove((char *)d + r * dp, (const char *)s + r * sp, w);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
+  memset(p, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+static int g_stream_obj;
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned) {
+  *st = (cudaStream_t)&g_stream_obj;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaGetDeviceCount(int *n) {
+  *n = getenv("EMU_NO_GPU") ? 0 : 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+  snprintf(p->name, sizeof p->name, "CPU-emulated GPU");
+  p->totalGlobalMem = (size_t)8 << 30;
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *f, size_t *t) {
+  *t = (size_t)8 << 30;
+  *f = *t - g_used;
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorString(cudaError_t) { return "emulated error"; }
+const char *cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
+
+// ---- cuBLAS: one column-major GEMM, fp32 sums in k order, bf16 operands widened exactly ----
+cublasStatus_t cublasCreate(cublasHandle_t *h) {
+  static int obj;
+  *h = (cublasHandle_t)&obj;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+
+static float load(const void *p, cudaDataType t, size_t i) {
+  return t == CUDA_R_16BF ? __bfloat162float(((const __nv_bfloat16 *)p)[i]) : ((const float *)p)[i];
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
+                                          cublasOperation_t tb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType at,
+                                          int lda, long long sa, const void *B, cudaDataType bt,
+                                          int ldb, long long sb, const void *beta, void *C,
+                                          cudaDataType ct, int ldc, long long sc, int batch,
+                                          cublasComputeType_t, cublasGemmAlgo_t) {
+  if (ct != CUDA_R_32F || m < 0 || n < 0 || k < 0 || batch < 0 || ldc < m ||
+      lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const float al = *(const float *)alpha, be = *(const float *)beta;
+  for (long long b = 0; b < batch; b++)
+    for (int j = 0; j < n; j++)
+      for (int i = 0; i < m; i++) {
+        float s = 0.0f;
+        for (int p = 0; p < k; p++) {
+          const size_t ia = ta == CUBLAS_OP_N ? i + (size_t)p * lda : p + (size_t)i * lda;
+          const size_t ib = tb == CUBLAS_OP_N ? p + (size_t)j * ldb : j + (size_t)p * ldb;
+          s += load(A, at, b * sa + ia) * load(B, bt, b * sb + ib);
+        }
+        float *c = (float *)C + b * sc + i + (size_t)j * ldc;
+        *c = be == 0.0f ? al * s : al * s + be * *c;  // beta 0 ignores C (it may hold NaN)
+      }
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *A, cudaDataType at,
+                            int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
+                            void *C, cudaDataType ct, int ldc, cublasComputeType_t c32,
+                            cublasGemmAlgo_t algo) {
+  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta,
+                                    C, ct, ldc, 0, 1, c32, algo);
+}
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
+                                         cublasOperation_t tb, int m, int n, int k,
+                                         const float *alpha, const float *A, int lda,
+                                         long long sa, const float *B, int ldb, long long sb,
+                                         const float *beta, float *C, int ldc, long long sc,
+                                         int batch) {
+  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, sa, B,
+                                    CUDA_R_32F, ldb, sb, beta, C, CUDA_R_32F, ldc, sc, batch,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, const float *alpha, const float *A, int lda,
+                           const float *B, int ldb, const float *beta, float *C, int ldc) {
+  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
+                                   0, 1);
+}
+
+// ---- events: one in-order stream, so ordering between streams holds by construction ----
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+  static int obj;
+  *e = (cudaEvent_t)&obj;
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }

@@ -1,0 +1,107 @@
+// cuda_runtime.h of the CPU emulation (tests/cuda_emu/emu.cpp): the types, launch syntax
+// (gen.py rewrites k<<<g, b, shm, st>>>(args) as vt_emu::launch(k, g, b, shm, st)(args)), thread
+// indices, barriers and runtime calls that src/cuda uses. Compiled as C++ by the host compiler.
+#pragma once
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int cudaError_t;
+enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+typedef struct emu_stream *cudaStream_t;
+typedef struct emu_event *cudaEvent_t;
+#define cudaEventDisableTiming 2
+#define cudaStreamNonBlocking 1
+typedef enum {
+  cudaMemcpyHostToHost,
+  cudaMemcpyHostToDevice,
+  cudaMemcpyDeviceToHost,
+  cudaMemcpyDeviceToDevice
+} cudaMemcpyKind;
+struct dim3 {
+  unsigned x, y, z;
+  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+typedef struct {
+  char name[256];
+  size_t totalGlobalMem;
+} cudaDeviceProp;
+
+namespace vt_emu {
+struct fiber;
+extern fiber *g_cur;
+extern dim3 g_block_idx, g_block_dim, g_grid_dim;
+const dim3 &tid_of(fiber *f);
+void sync_block();
+void sync_warp();
+float *warp_slots_f();
+double *warp_slots_d();
+int lane_of();
+void run_grid(dim3 grid, dim3 block, void (*body)(void *), void *arg);
+template <class F>
+struct launcher;
+template <class... P>
+struct launcher<void(P...)> {
+  void (*k)(P...);
+  dim3 grid, block;
+  void operator()(P... a) {
+    auto fn = [&]() { k(a...); };
+    run_grid(grid, block, [](void *p) { (*(decltype(fn) *)p)(); }, &fn);
+  }
+};
+template <class F>
+launcher<F> launch(F *k, dim3 g, dim3 b, size_t = 0, cudaStream_t = 0) {
+  return launcher<F>{k, g, b};
+}
+template <class T>
+T shfl_xor(T v, int o) {
+  T *s = (T *)(sizeof(T) == 4 ? (void *)warp_slots_f() : (void *)warp_slots_d());
+  const int lane = lane_of();
+  s[lane] = v;
+  sync_warp();
+  T r = s[lane ^ o];
+  sync_warp();
+  return r;
+}
+}  // namespace vt_emu
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define threadIdx (vt_emu::tid_of(vt_emu::g_cur))
+#define blockIdx (vt_emu::g_block_idx)
+#define blockDim (vt_emu::g_block_dim)
+#define gridDim (vt_emu::g_grid_dim)
+#define __syncthreads() vt_emu::sync_block()
+#define __shfl_xor_sync(mask, v, o) vt_emu::shfl_xor((v), (o))
+
+cudaError_t cudaMalloc(void **p, size_t n);
+template <class T>
+cudaError_t cudaMalloc(T **p, size_t n) {
+  return cudaMalloc((void **)p, n);
+}
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st);
+cudaError_t cudaMemcpy2DAsync(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h,
+                              cudaMemcpyKind k, cudaStream_t st);
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st);
+cudaError_t cudaStreamSynchronize(cudaStream_t st);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned f);
+cudaError_t cudaStreamDestroy(cudaStream_t st);
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaSetDevice(int i);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int i);
+cudaError_t cudaMemGetInfo(size_t *f, size_t *t);
+cudaError_t cudaGetLastError(void);
+const char *cudaGetErrorString(cudaError_t e);
+const char *cudaGetErrorName(cudaError_t e);
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f);
