@@ -79,6 +79,11 @@ void vt_gelu_bwd(const vt_backend *be, float *dinp, const float *inp, const floa
   be->gelu_bwd(dinp, inp, dout, count);
 }
 
+int64_t vt_attention_att_floats(const vt_backend *be, int64_t B, int64_t H, int64_t N) {
+  const int64_t n = B * H * N * N;
+  return be->precision() == VT_PRECISION_BF16 ? (n + 1) / 2 : n;
+}
+
 void vt_attention_fwd(const vt_backend *be, float *out, float *att, const float *qkv, int64_t B,
                       int64_t N, int64_t H, int64_t D) {
   NEED(be, attention_fwd);

@@ -43,6 +43,7 @@ struct vt_backend {
   void (*synchronize)(void);
   // Sets the GEMM precision of every later op call (a process-wide mode of this backend).
   void (*set_precision)(vt_precision precision);
+  vt_precision (*precision)(void);
   // Bytes the ops' grow-only scratch holds now (attention's score gradients, bf16 operand
   // copies, reduction partials): its high-water mark once a step has run.
   size_t (*scratch_bytes)(void);

@@ -51,6 +51,10 @@ void vt_gelu_bwd(const vt_backend *be, float *dinp, const float *inp, const floa
 // Linear output: [q of all heads | k of all heads | v of all heads], head h at columns h*D.
 // out (B, N, H*D) with head h at columns h*D (timm's transpose-reshape); att (B, H, N, N) the
 // softmax probabilities, saved for the backward. Under TP, H is the local head count.
+// att's storage follows the backend's precision (vt_backend.h): fp32, or in bf16 bfloat16 bits
+// (2 bytes per probability, the values the products P v and P^T dy read), so its size in floats
+// comes from vt_attention_att_floats; the backward's softmax gradient uses the same stored values.
+int64_t vt_attention_att_floats(const vt_backend *be, int64_t B, int64_t H, int64_t N);
 void vt_attention_fwd(const vt_backend *be, float *out, float *att, const float *qkv, int64_t B,
                       int64_t N, int64_t H, int64_t D);
 // dqkv (B, N, 3*H*D) overwritten; dout (B, N, H*D)

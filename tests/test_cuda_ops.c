@@ -15,6 +15,7 @@
 // without a GPU (every error is then 0). Only the public op API (vt_ops.h, vt_backend.h); must
 // not depend on CUDA headers, MPI or the model.
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,11 +101,9 @@ static void report(tc *t, const char *what, double err, double tol, int same) {
          t->shape, what, err, tol, same ? "same bits" : "DIFFERS", ok ? "ok" : "FAIL");
 }
 
-// g[0] and g[1] hold two runs of the op on the device; ref the CPU's result.
-static void check(tc *t, const char *what, float *const g[2], const float *ref, int64_t n) {
-  float *a = hnew(t, n), *b = hnew(t, n);
-  t->gpu->to_host(a, g[0], (size_t)n * sizeof(float));
-  t->gpu->to_host(b, g[1], (size_t)n * sizeof(float));
+// a and b: two runs of the op (host copies); ref the CPU's result.
+static void compare(tc *t, const char *what, const float *a, const float *b, const float *ref,
+                    int64_t n) {
   double maxdiff = 0.0, maxref = 0.0;
   for (int64_t i = 0; i < n; i++) {
     const double d = fabs((double)a[i] - (double)ref[i]);
@@ -113,6 +112,31 @@ static void check(tc *t, const char *what, float *const g[2], const float *ref, 
   }
   const double err = maxref > 0 ? maxdiff / maxref : maxdiff;
   report(t, what, err, t->tol, memcmp(a, b, (size_t)n * sizeof(float)) == 0);
+}
+
+// g[0] and g[1] hold two runs of the op on the device; ref the CPU's result.
+static void check(tc *t, const char *what, float *const g[2], const float *ref, int64_t n) {
+  float *a = hnew(t, n), *b = hnew(t, n);
+  t->gpu->to_host(a, g[0], (size_t)n * sizeof(float));
+  t->gpu->to_host(b, g[1], (size_t)n * sizeof(float));
+  compare(t, what, a, b, ref, n);
+}
+
+// The same for n bfloat16 values (a bf16 tensor in a float buffer); ref_bits the CPU's.
+static void check_bf16(tc *t, const char *what, float *const g[2], const float *ref_bits,
+                       int64_t n) {
+  uint16_t *raw = (uint16_t *)hnew(t, n);
+  const uint16_t *rb = (const uint16_t *)ref_bits;
+  float *w[3] = {hnew(t, n), hnew(t, n), hnew(t, n)};
+  for (int r = 0; r < 3; r++) {
+    if (r < 2) t->gpu->to_host(raw, g[r], (size_t)n * sizeof(uint16_t));
+    const uint16_t *src = r < 2 ? raw : rb;
+    for (int64_t i = 0; i < n; i++) {
+      const uint32_t u = (uint32_t)src[i] << 16;
+      memcpy(&w[r][i], &u, sizeof u);
+    }
+  }
+  compare(t, what, w[0], w[1], w[2], n);
 }
 
 // ---- one runner per op: CPU once, CUDA twice (r = 0, 1) from the same inputs -------------
@@ -248,7 +272,8 @@ static void t_attention_fwd(tc *t, const int64_t *d) {
     vt_attention_fwd(t->gpu, go[r], ga[r], gq, B, N, H, D);
   }
   check(t, "out", go, ro, B * N * C);
-  check(t, "att", ga, ra, B * H * N * N);
+  if (kPrec[t->prec] == VT_PRECISION_BF16) check_bf16(t, "att", ga, ra, B * H * N * N);
+  else check(t, "att", ga, ra, B * H * N * N);
 }
 
 // The backward reads the CPU's saved probabilities on both sides, so only this op is measured.
@@ -459,7 +484,7 @@ static const op_test kTests[] = {
       {5, 1000, 2, 0}}},
     {"linear_bwd", "M,I,O,dinp+2dbias", t_linear_bwd, {1e-4, 1e-4},
      {{7, 3, 77, 3}, {197, 192, 576, 3}, {1, 1, 1, 3}, {33, 65, 17, 0}, {394, 384, 1152, 3},
-      {5, 1000, 2, 2}, {1000, 7, 5, 1}}},
+      {5, 1000, 2, 2}, {1000, 7, 5, 1}, {1100, 9, 40, 3}}},  // 1100: three column-sum chunks
     {"layernorm_fwd", "M,C", t_layernorm_fwd, {1e-5, -1},
      {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}}},
     {"layernorm_bwd", "M,C", t_layernorm_bwd, {5e-5, -1},

@@ -38,7 +38,7 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
     vt_block_acts *b = &sl->blocks[l];
     b->ln1 = take(ar, Ml * C), b->ln1_mean = take(ar, Ml), b->ln1_rstd = take(ar, Ml);
     b->qkv = take(ar, M * 3 * C / tp);
-    b->att = take(ar, B * H * N * N);
+    b->att = take(ar, vt_attention_att_floats(m->be, B, H, N));
     b->attn = take(ar, M * C / tp);
     b->mid = take(ar, Ml * C);
     b->ln2 = take(ar, Ml * C), b->ln2_mean = take(ar, Ml), b->ln2_rstd = take(ar, Ml);
@@ -141,6 +141,7 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
   m->max_batch = max_batch;
   m->nslots = nslots;
   m->be = be;
+  m->precision = be->precision();
   vt_params_build(&m->table, cfg, shard);
   const size_t pbytes = (size_t)m->table.total * sizeof(float);
   m->params = must_alloc(be, pbytes, "parameters");
@@ -202,6 +203,9 @@ void vt_model_forward(vt_model *m, int slot, int B, float smoothing) {
   const vt_vit_config *c = &m->cfg;
   VT_CHECK(B > 0 && B <= m->max_batch, "micro-batch %d outside 1..%d", B, m->max_batch);
   VT_CHECK(slot >= 0 && slot < m->nslots, "slot %d outside 0..%d", slot, m->nslots - 1);
+  VT_CHECK(be->precision() == m->precision,
+           "the backend's precision changed after the model was allocated (its activations are "
+           "sized for the precision at vt_model_init)");
   const int64_t N = vt_cfg_tokens(c), C = c->width, K = c->num_classes, S = c->img_size;
   const int64_t P = c->patch_size;
   vt_model_slot *sl = &m->slots[slot];

@@ -44,13 +44,14 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
                           int64_t H, int64_t D) {
   const int64_t C = H * D, ld = 3 * C;
   const float scale = 1.0f / sqrtf((float)D);
-  // bf16 (vt_backend.h): both GEMMs read rounded copies of q, k, v and of the probabilities;
-  // att keeps the fp32 probabilities (the softmax backward's input).
+  // bf16 (vt_backend.h, vt_ops.h): both GEMMs read rounded copies of q, k, v and of the
+  // probabilities, which att stores as bfloat16; each thread's probabilities are made in fp32 in
+  // its own (N, N) scratch first.
   const int bf16 = vt_cpu_bf16();
   float *rq = NULL, *rp = NULL;
   if (bf16) {
     rq = vt_cpu_scratch((size_t)(B * N * ld + max_threads() * N * N));
-    rp = rq + B * N * ld;  // (N, N) per thread
+    rp = rq + B * N * ld;
     vt_cpu_round_bf16(rq, qkv, B * N * ld);
     qkv = rq;
   }
@@ -58,16 +59,15 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
       const float *q = qkv + b * N * ld + h * D, *k = q + C, *v = q + 2 * C;
-      float *p = att + (b * H + h) * N * N;
+      const int64_t at = (b * H + h) * N * N;
+      float *p = bf16 ? rp + (int64_t)thread_id() * N * N : att + at;
       vt_cpu_sgemm_serial(0, 1, N, N, D, scale, q, ld, k, ld, 0.0f, p, N);  // (N, N) = q k^T
       softmax_rows(p, N, N);
-      const float *pv = p;
       if (bf16) {
-        float *r = rp + (int64_t)thread_id() * N * N;
-        for (int64_t i = 0; i < N * N; i++) r[i] = vt_bf16_round(p[i]);
-        pv = r;
+        uint16_t *pb = (uint16_t *)att + at;
+        for (int64_t i = 0; i < N * N; i++) pb[i] = vt_bf16_bits(p[i]), p[i] = vt_bf16_widen(pb[i]);
       }
-      vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, pv, N, v, ld, 0.0f, out + b * N * C + h * D, C);
+      vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, out + b * N * C + h * D, C);
     }
 }
 
@@ -75,8 +75,8 @@ void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, cons
                           int64_t B, int64_t N, int64_t H, int64_t D) {
   const int64_t C = H * D, ld = 3 * C, T = max_threads();
   const float scale = 1.0f / sqrtf((float)D);
-  // Per thread: dS (N, N), and in bf16 the rounded probabilities (N, N); in bf16 also rounded
-  // copies of qkv and dout for every (image, head), made once up front.
+  // Per thread: dS (N, N), and in bf16 the stored probabilities widened to fp32 (N, N); in bf16
+  // also rounded copies of qkv and dout for every (image, head), made once up front.
   const int bf16 = vt_cpu_bf16();
   const int64_t per = bf16 ? 2 * N * N : N * N;
   float *scratch = vt_cpu_scratch((size_t)(T * per + (bf16 ? B * N * (ld + C) : 0)));
@@ -90,18 +90,20 @@ void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, cons
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
       const float *q = qkv + b * N * ld + h * D, *k = q + C, *v = q + 2 * C;
-      const float *p = att + (b * H + h) * N * N, *dy = dout + b * N * C + h * D;
+      const float *dy = dout + b * N * C + h * D;
+      const int64_t at = (b * H + h) * N * N;
       float *dq = dqkv + b * N * ld + h * D, *dk = dq + C, *dv = dq + 2 * C;
       float *ds = scratch + (int64_t)thread_id() * per;
-      const float *pv = p;
+      const float *p = att + at;
       if (bf16) {
-        float *r = ds + N * N;
-        for (int64_t i = 0; i < N * N; i++) r[i] = vt_bf16_round(p[i]);
-        pv = r;
+        float *w = ds + N * N;
+        const uint16_t *pb = (const uint16_t *)att + at;
+        for (int64_t i = 0; i < N * N; i++) w[i] = vt_bf16_widen(pb[i]);
+        p = w;
       }
-      vt_cpu_sgemm_serial(1, 0, N, D, N, 1.0f, pv, N, dy, C, 0.0f, dv, ld);  // dv = p^T dy
-      vt_cpu_sgemm_serial(0, 1, N, N, D, 1.0f, dy, C, v, ld, 0.0f, ds, N);   // dp = dy v^T
-      // Softmax backward in place: ds = p * (dp - rowsum(p * dp)), with the fp32 p.
+      vt_cpu_sgemm_serial(1, 0, N, D, N, 1.0f, p, N, dy, C, 0.0f, dv, ld);  // dv = p^T dy
+      vt_cpu_sgemm_serial(0, 1, N, N, D, 1.0f, dy, C, v, ld, 0.0f, ds, N);  // dp = dy v^T
+      // Softmax backward in place: ds = p * (dp - rowsum(p * dp)), with the stored p.
       for (int64_t i = 0; i < N; i++) {
         const float *pr = p + i * N;
         float *r = ds + i * N, dot = 0.0f;

@@ -31,6 +31,16 @@ static inline float vt_bf16_round(float x) {
   return v.f;
 }
 
+// The bits of vt_bf16_round(x) as a bfloat16 (what a bf16 tensor stores), and back.
+static inline uint16_t vt_bf16_bits(float x) {
+  union { float f; uint32_t u; } v = {vt_bf16_round(x)};
+  return (uint16_t)(v.u >> 16);
+}
+static inline float vt_bf16_widen(uint16_t b) {
+  union { uint32_t u; float f; } v = {(uint32_t)b << 16};
+  return v.f;
+}
+
 // The GEMM precision set through the backend table (vt_backend.h); fp32 until set.
 void vt_cpu_set_precision(vt_precision precision);
 int vt_cpu_bf16(void);

@@ -20,6 +20,7 @@ static void cpu_sync(void) {}
 static vt_precision g_precision = VT_PRECISION_FP32;
 void vt_cpu_set_precision(vt_precision precision) { g_precision = precision; }
 int vt_cpu_bf16(void) { return g_precision == VT_PRECISION_BF16; }
+static vt_precision cpu_precision(void) { return g_precision; }
 
 void vt_cpu_round_bf16(float *dst, const float *src, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= (1 << 16))
@@ -52,6 +53,7 @@ const vt_backend vt_cpu_backend = {
     .zero = cpu_zero,
     .synchronize = cpu_sync,
     .set_precision = vt_cpu_set_precision,
+    .precision = cpu_precision,
     .scratch_bytes = cpu_scratch_bytes,
     .linear_fwd = vt_cpu_linear_fwd,
     .linear_bwd = vt_cpu_linear_bwd,

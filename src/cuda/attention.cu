@@ -1,9 +1,10 @@
 // attention.cu: softmax(q k^T / sqrt(D)) v per (batch, head) on CUDA, forward and backward, twin
-// of src/cpu/attention.c (same qkv layout, same saved probabilities att (B, H, N, N)). cuBLAS
-// strided-batched GEMMs (fp32, or bf16 copies with fp32 accumulation in vt_backend.h's bf16
-// precision) read the heads straight out of the timm qkv layout (no per-head copies):
-// one call per head, batched over the B images, whose q/k/v sit a fixed stride N*3C apart. The
-// softmax and its backward are warp-per-row kernels. C-style CUDA, no STL. Must not depend on
+// of src/cpu/attention.c (same qkv layout, same saved probabilities att (B, H, N, N), fp32 or
+// bf16 as vt_ops.h says). cuBLAS strided-batched GEMMs (fp32, or bf16 operands with fp32
+// accumulation in vt_backend.h's bf16 precision) read the heads straight out of the timm qkv
+// layout (no per-head copies): one call per head, batched over the B images, whose q/k/v sit a
+// fixed stride N*3C apart. The softmax and its backward are warp-per-row kernels; in bf16 they
+// write the GEMM operands P and dS as bf16 directly. C-style CUDA, no STL. Must not depend on
 // MPI, NCCL or the model. A fused (flash) attention that never stores P is not written yet.
 #include <limits.h>
 #include <math.h>
@@ -29,8 +30,10 @@ static void check_dims(const char *op, int64_t B, int64_t N, int64_t H, int64_t 
            "%s: B*H*N=%lld softmax rows are too many for one grid", op, (long long)(B * H * N));
 }
 
-// Softmax of each row of length N, in place (the scores are already scaled by the GEMM).
-static __global__ void softmax_rows_kernel(float *s, int64_t rows, int64_t N) {
+// Softmax of each row of length N (the scores are already scaled by the GEMM): in place, or with
+// pb set written to pb as bf16 instead (s is then only read: the exponentials are recomputed,
+// the same values, rather than stored and read back).
+static __global__ void softmax_rows_kernel(float *s, __nv_bfloat16 *pb, int64_t rows, int64_t N) {
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
   if (row >= rows) return;  // warp-uniform: the shuffles stay full
@@ -41,31 +44,39 @@ static __global__ void softmax_rows_kernel(float *s, int64_t rows, int64_t N) {
   float sum = 0.0f;
   for (int64_t j = lane; j < N; j += 32) {
     const float e = expf(r[j] - mx);
-    r[j] = e;
+    if (!pb) r[j] = e;
     sum += e;
   }
   const float inv = 1.0f / vt_warp_sum(sum);
-  for (int64_t j = lane; j < N; j += 32) r[j] *= inv;  // each lane rescales what it wrote
+  if (!pb) {
+    for (int64_t j = lane; j < N; j += 32) r[j] *= inv;  // each lane rescales what it wrote
+    return;
+  }
+  __nv_bfloat16 *o = pb + row * N;
+  for (int64_t j = lane; j < N; j += 32) o[j] = __float2bfloat16_rn(expf(r[j] - mx) * inv);
 }
 
-// Softmax backward in place on dp: ds = p * (dp - rowsum(p * dp)).
-static __global__ void softmax_bwd_kernel(float *dp, const float *p, int64_t rows, int64_t N) {
+// Softmax backward: ds = p * (dp - rowsum(p * dp)), with p fp32 (p) or stored bf16 (pb); ds in
+// place over dp, or with dsb set written to dsb as bf16 (the GEMM operand) instead.
+static __global__ void softmax_bwd_kernel(float *dp, const float *p, const __nv_bfloat16 *pb,
+                                          __nv_bfloat16 *dsb, int64_t rows, int64_t N) {
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
   if (row >= rows) return;
   float *d = dp + row * N;
-  const float *pr = p + row * N;
   float dot = 0.0f;
-  for (int64_t j = lane; j < N; j += 32) dot += pr[j] * d[j];
+  for (int64_t j = lane; j < N; j += 32)
+    dot += (pb ? __bfloat162float(pb[row * N + j]) : p[row * N + j]) * d[j];
   dot = vt_warp_sum(dot);
-  for (int64_t j = lane; j < N; j += 32) d[j] = pr[j] * (d[j] - dot);
+  for (int64_t j = lane; j < N; j += 32) {
+    const float pj = pb ? __bfloat162float(pb[row * N + j]) : p[row * N + j];
+    const float ds = pj * (d[j] - dot);
+    if (dsb) dsb[row * N + j] = __float2bfloat16_rn(ds);
+    else d[j] = ds;
+  }
 }
 
-static void softmax_launch(float *s, int64_t rows, int64_t N) {
-  softmax_rows_kernel<<<(unsigned)((rows + SM_WARPS - 1) / SM_WARPS), 32 * SM_WARPS, 0,
-                        vt_cuda_stream()>>>(s, rows, N);
-  VT_CUDA_CHECK_LAUNCH();
-}
+static unsigned softmax_blocks(int64_t rows) { return (unsigned)((rows + SM_WARPS - 1) / SM_WARPS); }
 
 // One strided-batched GEMM over the B images of one head: C_b = alpha op(A_b) op(B_b) + beta C_b,
 // column-major, with A_b = A + b * sa and so on (strides and offsets in elements). fp32 C always;
@@ -98,26 +109,29 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, 
   const int64_t C = H * D, ld = 3 * C, sqkv = N * ld, satt = H * N * N, sout = N * C;
   const float scale = 1.0f / sqrtf((float)D);
   const cublasOperation_t T = CUBLAS_OP_T, O = CUBLAS_OP_N;
-  // bf16: both GEMMs read bf16 copies of qkv and of the probabilities; att keeps the fp32
-  // probabilities (the CPU twin's rounding points exactly).
+  // bf16 (vt_ops.h): the GEMMs read a bf16 copy of qkv; the scores go to an fp32 scratch and the
+  // softmax writes the probabilities straight to att as bf16, the operand of P v (the CPU twin's
+  // rounding points exactly). fp32: scores and probabilities in place in att.
   const int bf16 = vt_cuda_bf16();
   const void *x = qkv, *pv = att;
-  __nv_bfloat16 *pb = NULL;
+  float *sc = att;
   if (bf16) {
     size_t end = 0;
     const size_t at_x = vt_cuda_carve(&end, (size_t)(B * sqkv) * sizeof(__nv_bfloat16));
-    const size_t at_p = vt_cuda_carve(&end, (size_t)(B * satt) * sizeof(__nv_bfloat16));
+    const size_t at_s = vt_cuda_carve(&end, (size_t)(B * satt) * sizeof(float));
     char *base = (char *)vt_cuda_scratch(end);
     vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_x), qkv, B * sqkv);
-    x = base + at_x, pb = (__nv_bfloat16 *)(base + at_p), pv = pb;
+    x = base + at_x, sc = (float *)(base + at_s);
   }
   for (int64_t h = 0; h < H; h++) {
     // S = scale q k^T, i.e. S^T (N, N) = Kc^T Qc.
     gemm_b(T, O, N, N, D, scale, elem(x, h * D + C, bf16), ld, sqkv, elem(x, h * D, bf16), ld,
-           sqkv, 0.0f, att + h * N * N, N, satt, B, bf16);
+           sqkv, 0.0f, sc + h * N * N, N, satt, B, bf16);
   }
-  softmax_launch(att, B * H * N, N);
-  if (bf16) vt_cuda_to_bf16(pb, att, B * satt);
+  const int64_t rows = B * H * N;
+  softmax_rows_kernel<<<softmax_blocks(rows), 32 * SM_WARPS, 0, vt_cuda_stream()>>>(
+      sc, bf16 ? (__nv_bfloat16 *)att : NULL, rows, N);
+  VT_CUDA_CHECK_LAUNCH();
   for (int64_t h = 0; h < H; h++) {
     // out = P v, i.e. out^T (D, N) = Vc Pc.
     gemm_b(O, O, D, N, N, 1.0f, elem(x, h * D + 2 * C, bf16), ld, sqkv, elem(pv, h * N * N, bf16),
@@ -133,39 +147,37 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, const float *dout, const floa
   const float scale = 1.0f / sqrtf((float)D);
   const cublasOperation_t T = CUBLAS_OP_T, O = CUBLAS_OP_N;
   const int bf16 = vt_cuda_bf16();
-  // dP, then dS in place, for every (image, head) at once, laid out like att so one softmax
-  // backward launch covers them all; in bf16 also copies of qkv, dout, P and dS. Grow-only
-  // scratch: allocated on the first step.
+  // dP for every (image, head) at once, laid out like att so one softmax backward launch covers
+  // them all; dS in place over it (fp32) or, in bf16, written as bf16 next to the bf16 copies of
+  // qkv and dout (att already holds bf16 P). Grow-only scratch: allocated on the first step.
   const size_t h2 = sizeof(__nv_bfloat16);
   size_t end = 0;
-  const size_t at_ds = vt_cuda_carve(&end, (size_t)(B * satt) * sizeof(float));
+  const size_t at_dp = vt_cuda_carve(&end, (size_t)(B * satt) * sizeof(float));
   const size_t at_x = bf16 ? vt_cuda_carve(&end, (size_t)(B * sqkv) * h2) : 0;
   const size_t at_dy = bf16 ? vt_cuda_carve(&end, (size_t)(B * sout) * h2) : 0;
-  const size_t at_p = bf16 ? vt_cuda_carve(&end, (size_t)(B * satt) * h2) : 0;
-  const size_t at_dsb = bf16 ? vt_cuda_carve(&end, (size_t)(B * satt) * h2) : 0;
+  const size_t at_ds = bf16 ? vt_cuda_carve(&end, (size_t)(B * satt) * h2) : 0;
   char *base = (char *)vt_cuda_scratch(end);
-  float *ds = (float *)(base + at_ds);
-  const void *x = qkv, *dyv = dout, *pv = att, *dsv = ds;
+  float *dp = (float *)(base + at_dp);
+  const void *x = qkv, *dyv = dout, *dsv = dp;
   if (bf16) {
     vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_x), qkv, B * sqkv);
     vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_dy), dout, B * sout);
-    vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_p), att, B * satt);
-    x = base + at_x, dyv = base + at_dy, pv = base + at_p, dsv = base + at_dsb;
+    x = base + at_x, dyv = base + at_dy, dsv = base + at_ds;
   }
   for (int64_t h = 0; h < H; h++) {
     const void *v = elem(x, h * D + 2 * C, bf16), *dy = elem(dyv, h * D, bf16);
     float *dv = dqkv + h * D + 2 * C;
     // dv = P^T dy, i.e. dv^T (D, N) = dYc Pc^T; beta 0 overwrites.
-    gemm_b(O, T, D, N, N, 1.0f, dy, C, sout, elem(pv, h * N * N, bf16), N, satt, 0.0f, dv, ld,
+    gemm_b(O, T, D, N, N, 1.0f, dy, C, sout, elem(att, h * N * N, bf16), N, satt, 0.0f, dv, ld,
            sqkv, B, bf16);
     // dP = dy v^T, i.e. dP^T (N, N) = Vc^T dYc.
-    gemm_b(T, O, N, N, D, 1.0f, v, ld, sqkv, dy, C, sout, 0.0f, ds + h * N * N, N, satt, B, bf16);
+    gemm_b(T, O, N, N, D, 1.0f, v, ld, sqkv, dy, C, sout, 0.0f, dp + h * N * N, N, satt, B, bf16);
   }
   const int64_t rows = B * H * N;
-  softmax_bwd_kernel<<<(unsigned)((rows + SM_WARPS - 1) / SM_WARPS), 32 * SM_WARPS, 0,
-                       vt_cuda_stream()>>>(ds, att, rows, N);  // with the fp32 P
+  softmax_bwd_kernel<<<softmax_blocks(rows), 32 * SM_WARPS, 0, vt_cuda_stream()>>>(
+      dp, bf16 ? NULL : att, bf16 ? (const __nv_bfloat16 *)att : NULL,
+      bf16 ? (__nv_bfloat16 *)(base + at_ds) : NULL, rows, N);
   VT_CUDA_CHECK_LAUNCH();
-  if (bf16) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_dsb), ds, B * satt);
   for (int64_t h = 0; h < H; h++) {
     const void *q = elem(x, h * D, bf16), *k = elem(x, h * D + C, bf16);
     const void *dsh = elem(dsv, h * N * N, bf16);

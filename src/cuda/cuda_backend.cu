@@ -61,6 +61,7 @@ static void cuda_sync(void) { VT_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
 static vt_precision g_precision = VT_PRECISION_FP32;
 static void cuda_set_precision(vt_precision precision) { g_precision = precision; }
 int vt_cuda_bf16(void) { return g_precision == VT_PRECISION_BF16; }
+static vt_precision cuda_precision(void) { return g_precision; }
 
 static void *g_scratch = NULL;
 static size_t g_scratch_nbytes = 0;
@@ -132,6 +133,7 @@ static int cuda_init(void) {
   g_table.zero = cuda_zero;
   g_table.synchronize = cuda_sync;
   g_table.set_precision = cuda_set_precision;
+  g_table.precision = cuda_precision;
   g_table.scratch_bytes = cuda_scratch_bytes;
   g_table.linear_fwd = vt_cuda_linear_fwd;
   g_table.linear_bwd = vt_cuda_linear_bwd;

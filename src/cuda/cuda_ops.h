@@ -17,10 +17,6 @@ void vt_cuda_linear_fwd(float *out, const float *inp, const float *weight, const
 void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
 
-// gemm.cu. Column sums of a (M, C) matrix added into out (C), in a fixed order whatever the
-// launch (bias gradients), as vt_cpu_colsum_acc.
-void vt_cuda_colsum_acc(float *out, const float *x, int64_t M, int64_t C);
-
 // layernorm.cu
 void vt_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int64_t M, int64_t C);
