@@ -79,9 +79,8 @@ void vt_gelu_bwd(const vt_backend *be, float *dinp, const float *inp, const floa
   be->gelu_bwd(dinp, inp, dout, count);
 }
 
-int64_t vt_attention_att_floats(const vt_backend *be, int64_t B, int64_t H, int64_t N) {
-  const int64_t n = B * H * N * N;
-  return be->precision() == VT_PRECISION_BF16 ? (n + 1) / 2 : n;
+int64_t vt_act_floats(const vt_backend *be, int64_t count) {
+  return be->precision() == VT_PRECISION_BF16 ? (count + 1) / 2 : count;
 }
 
 void vt_attention_fwd(const vt_backend *be, float *out, float *att, const float *qkv, int64_t B,

@@ -22,9 +22,10 @@ typedef enum { VT_DEVICE_CPU = 0, VT_DEVICE_CUDA = 1 } vt_device;
 
 // Precision of the GEMMs (linear and the two products of attention). fp32: fp32 operands. bf16:
 // every GEMM operand is rounded to bfloat16 (round to nearest even) and the products are summed
-// in fp32 into fp32 outputs, as tensor cores do; everything else (LayerNorm, softmax, GELU, the
-// residual stream, gradients, AdamW's master weights and moments) stays fp32. The CPU backend
-// implements bf16 by rounding copies of the operands before its fp32 GEMM, which makes it the
+// in fp32 into fp32 outputs, as tensor cores do; the activations that only feed GEMMs are
+// stored in bf16, rounded where they are made (vt_ops.h); everything else (LayerNorm, softmax
+// and GELU arithmetic, the residual stream, gradients, AdamW's master weights and moments) stays
+// fp32. The CPU backend rounds at the same points before its fp32 GEMM, which makes it the
 // exact reference of the CUDA backend's bf16 GEMMs up to the order of the fp32 additions.
 typedef enum { VT_PRECISION_FP32 = 0, VT_PRECISION_BF16 = 1 } vt_precision;
 
@@ -43,7 +44,7 @@ struct vt_backend {
   void (*synchronize)(void);
   // Sets the GEMM precision of every later op call (a process-wide mode of this backend).
   void (*set_precision)(vt_precision precision);
-  vt_precision (*precision)(void);
+  vt_precision (*precision)(void);  // the one set (fp32 until set)
   // Bytes the ops' grow-only scratch holds now (attention's score gradients, bf16 operand
   // copies, reduction partials): its high-water mark once a step has run.
   size_t (*scratch_bytes)(void);

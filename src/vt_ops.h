@@ -11,6 +11,14 @@
 extern "C" {
 #endif
 
+// bf16 activations. In bf16 precision (vt_backend.h) the activations that only ever feed GEMMs
+// are stored as bfloat16, 2 bytes per element, in float * buffers of vt_act_floats(be, count)
+// floats: linear's inp, the out of patchify_fwd, layernorm_fwd, add_layernorm_fwd (not its sum),
+// gelu_fwd and attention_fwd, and attention's saved probabilities att. The GEMMs rounded exactly
+// these values to bf16 anyway, so storing them rounded changes no result; it halves their
+// memory and traffic and the GEMMs read them as they are. Everything else stays fp32.
+int64_t vt_act_floats(const vt_backend *be, int64_t count);
+
 // out = inp @ weight^T + bias (bias may be NULL): a torch.nn.Linear.
 // out (M, O), inp (M, I), weight (O, I), bias (O)
 void vt_linear_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
@@ -50,11 +58,8 @@ void vt_gelu_bwd(const vt_backend *be, float *dinp, const float *inp, const floa
 // Scaled dot-product attention per head, no mask. qkv (B, N, 3*H*D) laid out as timm's qkv
 // Linear output: [q of all heads | k of all heads | v of all heads], head h at columns h*D.
 // out (B, N, H*D) with head h at columns h*D (timm's transpose-reshape); att (B, H, N, N) the
-// softmax probabilities, saved for the backward. Under TP, H is the local head count.
-// att's storage follows the backend's precision (vt_backend.h): fp32, or in bf16 bfloat16 bits
-// (2 bytes per probability, the values the products P v and P^T dy read), so its size in floats
-// comes from vt_attention_att_floats; the backward's softmax gradient uses the same stored values.
-int64_t vt_attention_att_floats(const vt_backend *be, int64_t B, int64_t H, int64_t N);
+// softmax probabilities, saved for the backward (whose softmax gradient uses the stored, in bf16
+// rounded, values). Under TP, H is the local head count.
 void vt_attention_fwd(const vt_backend *be, float *out, float *att, const float *qkv, int64_t B,
                       int64_t N, int64_t H, int64_t D);
 // dqkv (B, N, 3*H*D) overwritten; dout (B, N, H*D)

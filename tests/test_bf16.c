@@ -110,6 +110,17 @@ static float *rounded(const float *x, int64_t n) {
   for (int64_t i = 0; i < n; i++) p[i] = vt_bf16_round(x[i]);
   return p;
 }
+// x as a bf16 tensor (vt_bf16_bits of each element), and a bf16 tensor's values.
+static void *bits_of(const float *x, int64_t n) {
+  uint16_t *b = malloc((size_t)n * sizeof(uint16_t));
+  for (int64_t i = 0; i < n; i++) b[i] = vt_bf16_bits(x[i]);
+  return b;
+}
+static float *widened(const void *b, int64_t n) {
+  float *x = malloc((size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++) x[i] = vt_bf16_widen(((const uint16_t *)b)[i]);
+  return x;
+}
 // max|a - b| / max|b|
 static double nerr(const float *a, const double *b, int64_t n) {
   double md = 0, mb = 0;
@@ -141,9 +152,11 @@ static void test_linear(const vt_backend *be, int64_t M, int64_t I, int64_t O) {
   double *rdw = calloc((size_t)(O * I), 8), *rdb = calloc((size_t)O, 8);
   be->set_precision(VT_PRECISION_FP32);
   vt_linear_fwd(be, y32, x, w, b, M, I, O);
-  be->set_precision(VT_PRECISION_BF16);
-  vt_linear_fwd(be, y, x, w, b, M, I, O);
-  vt_linear_bwd(be, dx, dw, db, dy, x, w, M, I, O);
+  be->set_precision(VT_PRECISION_BF16);  // inp is a bf16 activation (vt_ops.h)
+  float *xb = bits_of(x, M * I);
+  vt_linear_fwd(be, y, xb, w, b, M, I, O);
+  vt_linear_bwd(be, dx, dw, db, dy, xb, w, M, I, O);
+  free(xb);
   for (int64_t m = 0; m < M; m++)
     for (int64_t o = 0; o < O; o++) {
       double s = b[o];
@@ -181,17 +194,18 @@ static void test_attention(const vt_backend *be, int64_t B, int64_t N, int64_t H
   char what[96];
   float *qkv = rnd(nq, 5), *dy = rnd(no, 6);
   for (int64_t i = 0; i < nq; i++) qkv[i] *= 3.0f;  // sharper softmax rows
-  float *out = malloc((size_t)no * 4), *out32 = malloc((size_t)no * 4);
-  float *att = malloc((size_t)na * 4), *att32 = malloc((size_t)na * 4);  // bf16 att: half used
+  float *outb = malloc((size_t)no * 4), *out32 = malloc((size_t)no * 4);  // bf16 out, att: half
+  float *att = malloc((size_t)na * 4), *att32 = malloc((size_t)na * 4);   // of them used
   float *dqkv = malloc((size_t)nq * 4);
   be->set_precision(VT_PRECISION_FP32);
   vt_attention_fwd(be, out32, att32, qkv, B, N, H, D);
   be->set_precision(VT_PRECISION_BF16);
-  expect(vt_attention_att_floats(be, B, H, N) == (na + 1) / 2, "bf16 att takes half the floats",
+  expect(vt_act_floats(be, na) == (na + 1) / 2, "bf16 att takes half the floats",
          0, 0);
-  vt_attention_fwd(be, out, att, qkv, B, N, H, D);
+  vt_attention_fwd(be, outb, att, qkv, B, N, H, D);
   vt_attention_bwd(be, dqkv, dy, qkv, att, B, N, H, D);
   be->set_precision(VT_PRECISION_FP32);
+  float *out = widened(outb, no);
   // att holds the probabilities as bfloat16; rp: their values
   float *rq = rounded(qkv, nq), *rdy = rounded(dy, no), *rp = malloc((size_t)na * 4);
   for (int64_t i = 0; i < na; i++) rp[i] = vt_bf16_widen(((const uint16_t *)att)[i]);
@@ -239,11 +253,11 @@ static void test_attention(const vt_backend *be, int64_t B, int64_t N, int64_t H
     }
   snprintf(what, sizeof what, "attention B,N,H,D=%lld,%lld,%lld,%lld probs", (long long)B,
            (long long)N, (long long)H, (long long)D);
-  // stored in bf16: within half a bf16 step (2^-9 relative) of the exact probabilities
+  // stored in bf16: within half a bf16 step (at most 2^-8 relative) of the exact probabilities
   double e = nerr(rp, ratt, na);
-  expect(e <= 2e-3, what, e, 2e-3);
-  e = nerr(out, rout, no);
-  expect(e <= 1e-5, "  ... out", e, 1e-5);
+  expect(e <= 4e-3, what, e, 4e-3);
+  e = nerr(out, rout, no);  // stored in bf16: half a bf16 step, at most 2^-8 relative
+  expect(e <= 4e-3, "  ... out (bf16)", e, 4e-3);
   e = nerr_f(out32, out, no);
   expect(e >= 3e-4, "  ... out differs from fp32 (rounding happened)", e, 3e-4);
   // dv, then dq and dk separately: dS is rounded from values the reference computes in double.
@@ -259,7 +273,8 @@ static void test_attention(const vt_backend *be, int64_t B, int64_t N, int64_t H
     expect(e <= tol, w == 0 ? "  ... dq (dS rounded)" : w == 1 ? "  ... dk (dS rounded)" : "  ... dv",
            e, tol);
   }
-  free(part), free(pf), free(qkv), free(dy), free(out), free(out32), free(att), free(att32);
+  free(part), free(pf), free(qkv), free(dy), free(out), free(outb), free(out32), free(att);
+  free(att32);
   free(dqkv), free(rq), free(rdy), free(rp), free(ratt), free(rout), free(rdq), free(dp);
 }
 

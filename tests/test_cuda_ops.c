@@ -122,21 +122,62 @@ static void check(tc *t, const char *what, float *const g[2], const float *ref, 
   compare(t, what, a, b, ref, n);
 }
 
-// The same for n bfloat16 values (a bf16 tensor in a float buffer); ref_bits the CPU's.
+// bf16 activations (vt_ops.h) are the fp32 results rounded to bf16 on each side. The fp32
+// values differ by the few ulp the fp32 column allows, and one that sits next to a bf16 rounding
+// boundary rounds the other way: one bf16 ulp, 2^-8 to 2^-7 of that element. So a bf16 output may
+// differ normwise by up to 2^-7 (7.8e-3), and in at most 1% of the elements that are not tiny
+// (|x| >= 1% of the largest; on tiny ones fp32 differences are relatively large: GELU's far left
+// tail, near-zero sums): an op that skips its rounding, rounds another way or writes fp32 fails.
+// Its fp32 accuracy is the fp32 column's business.
+static float bf16_value(uint16_t b) {
+  const uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
 static void check_bf16(tc *t, const char *what, float *const g[2], const float *ref_bits,
                        int64_t n) {
-  uint16_t *raw = (uint16_t *)hnew(t, n);
+  uint16_t *a = (uint16_t *)hnew(t, n), *b = (uint16_t *)hnew(t, n);
   const uint16_t *rb = (const uint16_t *)ref_bits;
-  float *w[3] = {hnew(t, n), hnew(t, n), hnew(t, n)};
-  for (int r = 0; r < 3; r++) {
-    if (r < 2) t->gpu->to_host(raw, g[r], (size_t)n * sizeof(uint16_t));
-    const uint16_t *src = r < 2 ? raw : rb;
-    for (int64_t i = 0; i < n; i++) {
-      const uint32_t u = (uint32_t)src[i] << 16;
-      memcpy(&w[r][i], &u, sizeof u);
-    }
+  t->gpu->to_host(a, g[0], (size_t)n * sizeof(uint16_t));
+  t->gpu->to_host(b, g[1], (size_t)n * sizeof(uint16_t));
+  double maxdiff = 0.0, maxref = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    const double r = bf16_value(rb[i]), d = fabs((double)bf16_value(a[i]) - r);
+    if (!(d <= maxdiff)) maxdiff = d;  // a NaN sticks
+    if (fabs(r) > maxref) maxref = fabs(r);
   }
-  compare(t, what, w[0], w[1], w[2], n);
+  int64_t apart = 0, large = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (fabs((double)bf16_value(rb[i])) >= 1e-2 * maxref) large++, apart += a[i] != rb[i];
+  const double err = maxref > 0 ? maxdiff / maxref : maxdiff;
+  const double frac = large ? (double)apart / (double)large : 0.0;
+  char label[32];
+  snprintf(label, sizeof label, "%s/bf16", what);
+  // Reported: the normwise error, or the share of differing elements when that is too high.
+  report(t, label, frac > 1e-2 ? INFINITY : err, 7.9e-3,
+         memcmp(a, b, (size_t)n * sizeof(uint16_t)) == 0);
+}
+
+static int bf16_run(const tc *t) { return kPrec[t->prec] == VT_PRECISION_BF16; }
+
+// An op output that is a bf16 activation in bf16 precision (vt_ops.h).
+static void check_act(tc *t, const char *what, float *const g[2], const float *ref, int64_t n) {
+  if (bf16_run(t)) check_bf16(t, what, g, ref, n);
+  else check(t, what, g, ref, n);
+}
+
+// An op input that is a bf16 activation in bf16 precision: x as bf16 bits (a new buffer), else x.
+static float *act_in(tc *t, const float *x, int64_t n) {
+  if (!bf16_run(t)) return (float *)x;
+  uint16_t *b = (uint16_t *)hnew(t, n);
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);  // nearest even (the inputs are finite)
+    b[i] = (uint16_t)(u >> 16);
+  }
+  return (float *)b;
 }
 
 // ---- one runner per op: CPU once, CUDA twice (r = 0, 1) from the same inputs -------------
@@ -144,8 +185,8 @@ static void check_bf16(tc *t, const char *what, float *const g[2], const float *
 
 static void t_linear_fwd(tc *t, const int64_t *d) {
   const int64_t M = d[0], I = d[1], O = d[2], bias = d[3];
-  float *x = hrand(t, M * I, -1, 1), *w = hrand(t, O * I, -1, 1), *b = hrand(t, O, -1, 1);
-  float *ref = hnew(t, M * O), *g[2];
+  float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
+  float *b = hrand(t, O, -1, 1), *ref = hnew(t, M * O), *g[2];
   vt_linear_fwd(t->cpu, ref, x, w, bias ? b : NULL, M, I, O);
   float *dx = dnew(t, x, M * I), *dw = dnew(t, w, O * I), *db = dnew(t, b, O);
   for (int r = 0; r < 2; r++) {
@@ -158,8 +199,8 @@ static void t_linear_fwd(tc *t, const int64_t *d) {
 // d[3] bits: 1 computes dinp, 2 dbias (both optional in the API).
 static void t_linear_bwd(tc *t, const int64_t *d) {
   const int64_t M = d[0], I = d[1], O = d[2], want_dinp = d[3] & 1, want_dbias = d[3] & 2;
-  float *x = hrand(t, M * I, -1, 1), *w = hrand(t, O * I, -1, 1), *dy = hrand(t, M * O, -1, 1);
-  float *dw0 = hrand(t, O * I, -1, 1), *db0 = hrand(t, O, -1, 1);
+  float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
+  float *dy = hrand(t, M * O, -1, 1), *dw0 = hrand(t, O * I, -1, 1), *db0 = hrand(t, O, -1, 1);
   float *rdx = hnew(t, M * I), *rdw = hcopy(t, dw0, O * I), *rdb = hcopy(t, db0, O);
   vt_linear_bwd(t->cpu, want_dinp ? rdx : NULL, rdw, want_dbias ? rdb : NULL, dy, x, w, M, I, O);
   float *gx = dnew(t, x, M * I), *gw = dnew(t, w, O * I), *gdy = dnew(t, dy, M * O);
@@ -186,7 +227,7 @@ static void t_layernorm_fwd(tc *t, const int64_t *d) {
     go[r] = dpoison(t, M * C), gm[r] = dpoison(t, M), gr[r] = dpoison(t, M);
     vt_layernorm_fwd(t->gpu, go[r], gm[r], gr[r], gx, gw, gb, M, C);
   }
-  check(t, "out", go, ro, M * C);
+  check_act(t, "out", go, ro, M * C);
   check(t, "mean", gm, rm, M);
   check(t, "rstd", gr, rr, M);
 }
@@ -237,7 +278,7 @@ static void t_add_layernorm_fwd(tc *t, const int64_t *d) {
     vt_add_layernorm_fwd(t->gpu, gs[r], go[r], gm[r], gr[r], gs[r], gb, gw, gbias, M, C);
   }
   check(t, "sum", gs, rs, M * C);
-  check(t, "out", go, ro, M * C);
+  check_act(t, "out", go, ro, M * C);
   check(t, "mean", gm, rm, M);
   check(t, "rstd", gr, rr, M);
 }
@@ -248,7 +289,7 @@ static void t_gelu_fwd(tc *t, const int64_t *d) {
   vt_gelu_fwd(t->cpu, ref, x, n);
   float *gx = dnew(t, x, n);
   for (int r = 0; r < 2; r++) g[r] = dpoison(t, n), vt_gelu_fwd(t->gpu, g[r], gx, n);
-  check(t, "out", g, ref, n);
+  check_act(t, "out", g, ref, n);
 }
 
 static void t_gelu_bwd(tc *t, const int64_t *d) {
@@ -271,9 +312,8 @@ static void t_attention_fwd(tc *t, const int64_t *d) {
     go[r] = dpoison(t, B * N * C), ga[r] = dpoison(t, B * H * N * N);
     vt_attention_fwd(t->gpu, go[r], ga[r], gq, B, N, H, D);
   }
-  check(t, "out", go, ro, B * N * C);
-  if (kPrec[t->prec] == VT_PRECISION_BF16) check_bf16(t, "att", ga, ra, B * H * N * N);
-  else check(t, "att", ga, ra, B * H * N * N);
+  check_act(t, "out", go, ro, B * N * C);
+  check_act(t, "att", ga, ra, B * H * N * N);
 }
 
 // The backward reads the CPU's saved probabilities on both sides, so only this op is measured.
@@ -311,7 +351,7 @@ static void t_patchify_fwd(tc *t, const int64_t *d) {
   vt_patchify_fwd(t->cpu, ref, img, B, S, P);
   float *gi = dnew(t, img, B * 3 * S * S);
   for (int r = 0; r < 2; r++) g[r] = dpoison(t, np), vt_patchify_fwd(t->gpu, g[r], gi, B, S, P);
-  check(t, "patches", g, ref, np);
+  check_act(t, "patches", g, ref, np);
 }
 
 static void t_patchify_bwd(tc *t, const int64_t *d) {
@@ -470,7 +510,9 @@ static void t_scale(tc *t, const int64_t *d) {
 // computed (the probabilities, dS), which differ between the sides by a few ulp of fp32; one
 // that sits next to a bf16 rounding boundary then rounds the other way, an error of 2^-8 of that
 // element, a few 1e-6 normwise in tests/test_bf16.c; 5e-4 allows for that and still fails an
-// operand left unrounded (1.5e-3 to 2.8e-3 measured there).
+// operand left unrounded (1.5e-3 to 2.8e-3 measured there). Outputs that bf16 precision stores
+// as bf16 (vt_ops.h: layernorm, gelu, patchify, attention's out and att) have their own rule
+// (check_bf16); the column then applies to the op's fp32 outputs (mean, rstd, sum).
 typedef struct {
   const char *op, *dims;
   void (*run)(tc *, const int64_t *);
@@ -485,15 +527,15 @@ static const op_test kTests[] = {
     {"linear_bwd", "M,I,O,dinp+2dbias", t_linear_bwd, {1e-4, 1e-4},
      {{7, 3, 77, 3}, {197, 192, 576, 3}, {1, 1, 1, 3}, {33, 65, 17, 0}, {394, 384, 1152, 3},
       {5, 1000, 2, 2}, {1000, 7, 5, 1}, {1100, 9, 40, 3}}},  // 1100: three column-sum chunks
-    {"layernorm_fwd", "M,C", t_layernorm_fwd, {1e-5, -1},
+    {"layernorm_fwd", "M,C", t_layernorm_fwd, {1e-5, 1e-5},
      {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}}},
     {"layernorm_bwd", "M,C", t_layernorm_bwd, {5e-5, -1},
      {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}}},
-    {"add_layernorm_fwd", "M,C", t_add_layernorm_fwd, {1e-5, -1},
+    {"add_layernorm_fwd", "M,C", t_add_layernorm_fwd, {1e-5, 1e-5},
      {{197, 192}, {5, 7}, {1, 1}, {394, 768}, {300, 33}}},
     {"layernorm_bwd_add", "M,C", t_layernorm_bwd_add, {5e-5, -1},
      {{197, 192}, {5, 7}, {1, 1}, {394, 768}, {300, 33}}},
-    {"gelu_fwd", "count", t_gelu_fwd, {2e-6, -1}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
+    {"gelu_fwd", "count", t_gelu_fwd, {2e-6, 2e-6}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
     {"gelu_bwd", "count", t_gelu_bwd, {2e-6, -1}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
     {"attention_fwd", "B,N,H,D", t_attention_fwd, {5e-5, 5e-4},
      {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 17, 2, 8}, {1, 65, 4, 16}, {1, 1, 2, 3},
@@ -502,7 +544,7 @@ static const op_test kTests[] = {
      {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 17, 2, 8}, {1, 65, 4, 16}, {1, 1, 2, 3},
       {2, 50, 12, 64}}},
     {"add", "count", t_add, {0, -1}, {{1}, {1000}, {197 * 192 + 3}}},
-    {"patchify_fwd", "B,S,P", t_patchify_fwd, {0, -1},
+    {"patchify_fwd", "B,S,P", t_patchify_fwd, {0, 0},
      {{2, 32, 16}, {1, 12, 4}, {3, 30, 5}, {1, 224, 16}, {2, 8, 8}}},
     {"patchify_bwd", "B,S,P", t_patchify_bwd, {0, -1},
      {{2, 32, 16}, {1, 12, 4}, {3, 30, 5}, {1, 224, 16}, {2, 8, 8}}},

@@ -8,10 +8,12 @@
 #include "tp.h"
 #include "vt_ops.h"
 
-// f forward: the rows a column-parallel layer reads (all of them).
+// f forward: the rows a column-parallel layer reads (all of them). They are a LayerNorm's output,
+// a bf16 activation in bf16 precision (vt_ops.h): gathered as the floats of their storage, which
+// vt_model_init keeps whole (C even).
 static const float *f_fwd(const vt_model *m, float *full, const float *local, int64_t count) {
   if (!m->sp) return local;
-  vt_tp_sp_gather(m->tp, full, local, count);
+  vt_tp_sp_gather(m->tp, full, local, vt_act_floats(m->be, count));
   return full;
 }
 

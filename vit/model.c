@@ -21,6 +21,11 @@ static float *take(arena *a, int64_t count) {
   return p;
 }
 
+// An activation that bf16 precision stores as bfloat16 (vt_ops.h).
+static float *take_act(vt_model *m, arena *a, int64_t count) {
+  return take(a, vt_act_floats(m->be, count));
+}
+
 static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
   const vt_vit_config *c = &m->cfg;
   const int tp = m->shard.tp_size;
@@ -30,26 +35,26 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
   const int64_t Ml = vt_model_local_rows(m, m->max_batch), Mp = Ml * tp;
   if (m->has_embed) {
     sl->img = take(ar, B * 3 * S * S);
-    sl->patches = take(ar, B * Np * 3 * P * P);
+    sl->patches = take_act(m, ar, B * Np * 3 * P * P);
     sl->patch_out = take(ar, B * Np * C);
   }
   for (int l = 0; l <= m->nblocks; l++) sl->res[l] = take(ar, Ml * C);
   for (int l = 0; l < m->nblocks; l++) {
     vt_block_acts *b = &sl->blocks[l];
-    b->ln1 = take(ar, Ml * C), b->ln1_mean = take(ar, Ml), b->ln1_rstd = take(ar, Ml);
+    b->ln1 = take_act(m, ar, Ml * C), b->ln1_mean = take(ar, Ml), b->ln1_rstd = take(ar, Ml);
     b->qkv = take(ar, M * 3 * C / tp);
-    b->att = take(ar, vt_attention_att_floats(m->be, B, H, N));
-    b->attn = take(ar, M * C / tp);
+    b->att = take_act(m, ar, B * H * N * N);
+    b->attn = take_act(m, ar, M * C / tp);
     b->mid = take(ar, Ml * C);
-    b->ln2 = take(ar, Ml * C), b->ln2_mean = take(ar, Ml), b->ln2_rstd = take(ar, Ml);
+    b->ln2 = take_act(m, ar, Ml * C), b->ln2_mean = take(ar, Ml), b->ln2_rstd = take(ar, Ml);
     b->fc1 = take(ar, M * F);
-    b->gelu = take(ar, M * F);
-    if (m->sp) b->ln1_full = take(ar, Mp * C), b->ln2_full = take(ar, Mp * C);
+    b->gelu = take_act(m, ar, M * F);
+    if (m->sp) b->ln1_full = take_act(m, ar, Mp * C), b->ln2_full = take_act(m, ar, Mp * C);
   }
   if (m->has_head) {
     sl->labels = (int32_t *)take(ar, B);
     sl->pooled = take(ar, B * C);
-    sl->lnf = take(ar, B * C), sl->lnf_mean = take(ar, B), sl->lnf_rstd = take(ar, B);
+    sl->lnf = take_act(m, ar, B * C), sl->lnf_mean = take(ar, B), sl->lnf_rstd = take(ar, B);
     sl->logits = take(ar, B * K), sl->probs = take(ar, B * K), sl->losses = take(ar, B);
   } else {
     sl->dout = take(ar, Ml * C);
@@ -142,6 +147,9 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
   m->nslots = nslots;
   m->be = be;
   m->precision = be->precision();
+  VT_CHECK(!m->sp || m->precision != VT_PRECISION_BF16 || cfg->width % 2 == 0,
+           "sequence parallelism in bf16 gathers bf16 rows as floats: it needs an even width "
+           "(have %d)", cfg->width);
   vt_params_build(&m->table, cfg, shard);
   const size_t pbytes = (size_t)m->table.total * sizeof(float);
   m->params = must_alloc(be, pbytes, "parameters");

@@ -32,29 +32,30 @@ typedef struct {
 } vt_model_tensors;
 
 // Saved activations of one block for one micro-batch. M = B*N rows; Ml the rows of the stream
-// this rank holds (M, or M/tp rounded up under sequence parallelism); Mp = tp * Ml.
+// this rank holds (M, or M/tp rounded up under sequence parallelism); Mp = tp * Ml. [bf16]: a
+// bfloat16 tensor in bf16 precision (vt_ops.h), half the floats.
 typedef struct {
-  float *ln1, *ln1_mean, *ln1_rstd;  // (Ml, C), (Ml), (Ml)
-  float *ln1_full;                   // (Mp, C) all ranks' ln1 rows (sequence parallel only)
+  float *ln1, *ln1_mean, *ln1_rstd;  // (Ml, C) [bf16], (Ml), (Ml)
+  float *ln1_full;                   // (Mp, C) [bf16] all ranks' ln1 rows (sequence parallel)
   float *qkv;                        // (B, N, 3C/tp)
-  float *att;                        // (B, H/tp, N, N)
-  float *attn;                       // (B, N, C/tp) attention output before proj
+  float *att;                        // (B, H/tp, N, N) [bf16]
+  float *attn;                       // (B, N, C/tp) [bf16] attention output before proj
   float *mid;                        // (Ml, C) stream after the attention branch
-  float *ln2, *ln2_mean, *ln2_rstd;  // (Ml, C), (Ml), (Ml)
-  float *ln2_full;                   // (Mp, C) (sequence parallel only)
+  float *ln2, *ln2_mean, *ln2_rstd;  // (Ml, C) [bf16], (Ml), (Ml)
+  float *ln2_full;                   // (Mp, C) [bf16] (sequence parallel only)
   float *fc1;                        // (B, N, F/tp) before GELU
-  float *gelu;                       // (B, N, F/tp)
+  float *gelu;                       // (B, N, F/tp) [bf16]
 } vt_block_acts;
 
 // Everything one in-flight micro-batch keeps between its forward and its backward.
 typedef struct {
   float *img;                        // (B, 3, S, S)  first stage
   int32_t *labels;                   // (B)           last stage
-  float *patches, *patch_out;        // (B, N-1, 3*P*P), (B, N-1, C)  first stage
+  float *patches, *patch_out;        // (B, N-1, 3*P*P) [bf16], (B, N-1, C)  first stage
   float **res;                       // nblocks+1 of (Ml, C): res[0] is the stage input,
                                      // res[nblocks] the stage output
   vt_block_acts *blocks;             // nblocks
-  float *pooled, *lnf, *lnf_mean, *lnf_rstd;  // (B, C), (B, C), (B), (B)  last stage
+  float *pooled, *lnf, *lnf_mean, *lnf_rstd;  // (B, C), (B, C) [bf16], (B), (B)  last stage
   float *logits, *probs, *losses;             // (B, K), (B, K), (B)     last stage
   float *dout;                       // (Ml, C) gradient of the stage output (received)
   float *dinput;                     // (Ml, C) gradient of the stage input (to send)

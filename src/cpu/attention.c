@@ -45,12 +45,13 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
   const int64_t C = H * D, ld = 3 * C;
   const float scale = 1.0f / sqrtf((float)D);
   // bf16 (vt_backend.h, vt_ops.h): both GEMMs read rounded copies of q, k, v and of the
-  // probabilities, which att stores as bfloat16; each thread's probabilities are made in fp32 in
-  // its own (N, N) scratch first.
+  // probabilities, which att stores as bfloat16, as out is; each thread makes its probabilities
+  // (N, N) and its head's output (N, D) in fp32 in its own scratch first.
   const int bf16 = vt_cpu_bf16();
+  const int64_t per = N * N + N * D;
   float *rq = NULL, *rp = NULL;
   if (bf16) {
-    rq = vt_cpu_scratch((size_t)(B * N * ld + max_threads() * N * N));
+    rq = vt_cpu_scratch((size_t)(B * N * ld + max_threads() * per));
     rp = rq + B * N * ld;
     vt_cpu_round_bf16(rq, qkv, B * N * ld);
     qkv = rq;
@@ -60,14 +61,21 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
     for (int64_t h = 0; h < H; h++) {
       const float *q = qkv + b * N * ld + h * D, *k = q + C, *v = q + 2 * C;
       const int64_t at = (b * H + h) * N * N;
-      float *p = bf16 ? rp + (int64_t)thread_id() * N * N : att + at;
+      float *p = bf16 ? rp + (int64_t)thread_id() * per : att + at;
       vt_cpu_sgemm_serial(0, 1, N, N, D, scale, q, ld, k, ld, 0.0f, p, N);  // (N, N) = q k^T
       softmax_rows(p, N, N);
       if (bf16) {
         uint16_t *pb = (uint16_t *)att + at;
         for (int64_t i = 0; i < N * N; i++) pb[i] = vt_bf16_bits(p[i]), p[i] = vt_bf16_widen(pb[i]);
       }
-      vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, out + b * N * C + h * D, C);
+      if (!bf16) {
+        vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, out + b * N * C + h * D, C);
+        continue;
+      }
+      float *o = p + N * N;
+      vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, o, D);
+      for (int64_t i = 0; i < N; i++)
+        for (int64_t d = 0; d < D; d++) vt_cpu_put(out, b * N * C + i * C + h * D + d, o[i * D + d], 1);
     }
 }
 

@@ -41,6 +41,15 @@ static inline float vt_bf16_widen(uint16_t b) {
   return v.f;
 }
 
+// Stores v as element i of an activation that bf16 precision keeps as bfloat16 (vt_ops.h).
+static inline void vt_cpu_put(float *out, int64_t i, float v, int bf16) {
+  if (bf16) ((uint16_t *)out)[i] = vt_bf16_bits(v);
+  else out[i] = v;
+}
+
+// dst[i] = the value of the bf16 element src[i], for n elements (OpenMP-parallel).
+void vt_cpu_widen_bf16(float *dst, const void *src, int64_t n);
+
 // The GEMM precision set through the backend table (vt_backend.h); fp32 until set.
 void vt_cpu_set_precision(vt_precision precision);
 int vt_cpu_bf16(void);

@@ -22,6 +22,12 @@ void vt_cpu_set_precision(vt_precision precision) { g_precision = precision; }
 int vt_cpu_bf16(void) { return g_precision == VT_PRECISION_BF16; }
 static vt_precision cpu_precision(void) { return g_precision; }
 
+void vt_cpu_widen_bf16(float *dst, const void *src, int64_t n) {
+  const uint16_t *s = src;
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; i++) dst[i] = vt_bf16_widen(s[i]);
+}
+
 void vt_cpu_round_bf16(float *dst, const float *src, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= (1 << 16))
   for (int64_t i = 0; i < n; i++) dst[i] = vt_bf16_round(src[i]);

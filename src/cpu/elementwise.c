@@ -44,6 +44,15 @@ static inline void normal_cdf_pdf(float x, float *cdf, float *pdf) {
 }
 
 void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count) {
+  if (vt_cpu_bf16()) {  // out is a bf16 activation (vt_ops.h)
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < count; i++) {
+      float cdf, pdf;
+      normal_cdf_pdf(inp[i], &cdf, &pdf);
+      vt_cpu_put(out, i, inp[i] * cdf, 1);
+    }
+    return;
+  }
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < count; i++) {
     float cdf, pdf;

@@ -6,15 +6,21 @@
 
 void vt_cpu_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P) {
   const int64_t G = S / P, PP = P * P;  // G x G patches per image
+  const int bf16 = vt_cpu_bf16();         // patches: a bf16 activation (vt_ops.h)
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t g = 0; g < G * G; g++) {
       int64_t gy = g / G, gx = g % G;
-      float *dst = patches + (b * G * G + g) * 3 * PP;
+      const int64_t at = (b * G * G + g) * 3 * PP;
       for (int64_t ch = 0; ch < 3; ch++)
-        for (int64_t y = 0; y < P; y++)
-          memcpy(dst + ch * PP + y * P, img + ((b * 3 + ch) * S + gy * P + y) * S + gx * P,
-                 (size_t)P * sizeof(float));
+        for (int64_t y = 0; y < P; y++) {
+          const float *src = img + ((b * 3 + ch) * S + gy * P + y) * S + gx * P;
+          if (!bf16) {
+            memcpy(patches + at + ch * PP + y * P, src, (size_t)P * sizeof(float));
+            continue;
+          }
+          for (int64_t x = 0; x < P; x++) vt_cpu_put(patches, at + ch * PP + y * P + x, src[x], 1);
+        }
     }
 }
 

@@ -65,9 +65,9 @@ void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, flo
 
 void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                        int64_t M, int64_t In, int64_t O) {
-  if (vt_cpu_bf16()) {  // the GEMM on bf16-rounded copies of its operands (vt_backend.h)
+  if (vt_cpu_bf16()) {  // the GEMM on fp32 copies of the bf16 operands (vt_backend.h, vt_ops.h)
     float *x = vt_cpu_scratch((size_t)((M + O) * In)), *w = x + M * In;
-    vt_cpu_round_bf16(x, inp, M * In);
+    vt_cpu_widen_bf16(x, inp, M * In);
     vt_cpu_round_bf16(w, weight, O * In);
     inp = x, weight = w;
   }
@@ -86,7 +86,7 @@ void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *d
     dbias = NULL;
     float *dy = vt_cpu_scratch((size_t)(M * O + (M + O) * In)), *x = dy + M * O, *w = x + M * In;
     vt_cpu_round_bf16(dy, dout, M * O);
-    vt_cpu_round_bf16(x, inp, M * In);
+    vt_cpu_widen_bf16(x, inp, M * In);
     vt_cpu_round_bf16(w, weight, O * In);
     dout = dy, inp = x, weight = w;
   }

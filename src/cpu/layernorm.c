@@ -19,34 +19,36 @@ void vt_cpu_colsum_acc(float *out, const float *x, int64_t M, int64_t C) {
   }
 }
 
-// One row: y = (x - mean) * rstd * weight + bias, mean and rstd saved.
-static void ln_row(float *y, float *mean, float *rstd, const float *x, const float *weight,
-                   const float *bias, int64_t C) {
+// Row m: y = (x - mean) * rstd * weight + bias (bf16 storage in bf16 precision), mean and rstd
+// saved.
+static void ln_row(float *out, int64_t m, float *mean, float *rstd, const float *x,
+                   const float *weight, const float *bias, int64_t C, int bf16) {
   float s = 0.0f;
   for (int64_t c = 0; c < C; c++) s += x[c];
   float mu = s / (float)C, var = 0.0f;
   for (int64_t c = 0; c < C; c++) var += (x[c] - mu) * (x[c] - mu);
   float r = 1.0f / sqrtf(var / (float)C + VT_LAYERNORM_EPS);
-  for (int64_t c = 0; c < C; c++) y[c] = (x[c] - mu) * r * weight[c] + bias[c];
-  *mean = mu;
-  *rstd = r;
+  for (int64_t c = 0; c < C; c++) vt_cpu_put(out, m * C + c, (x[c] - mu) * r * weight[c] + bias[c], bf16);
+  mean[m] = mu;
+  rstd[m] = r;
 }
 
 void vt_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int64_t M, int64_t C) {
+  const int bf16 = vt_cpu_bf16();
 #pragma omp parallel for schedule(static)
-  for (int64_t m = 0; m < M; m++)
-    ln_row(out + m * C, mean + m, rstd + m, inp + m * C, weight, bias, C);
+  for (int64_t m = 0; m < M; m++) ln_row(out, m, mean, rstd, inp + m * C, weight, bias, C, bf16);
 }
 
 void vt_cpu_add_layernorm_fwd(float *sum, float *out, float *mean, float *rstd, const float *a,
                               const float *b, const float *weight, const float *bias, int64_t M,
                               int64_t C) {
+  const int bf16 = vt_cpu_bf16();
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; m++) {
     float *x = sum + m * C;
     for (int64_t c = 0; c < C; c++) x[c] = a[m * C + c] + b[m * C + c];
-    ln_row(out + m * C, mean + m, rstd + m, x, weight, bias, C);
+    ln_row(out, m, mean, rstd, x, weight, bias, C, bf16);
   }
 }
 

@@ -79,23 +79,25 @@ static __global__ void softmax_bwd_kernel(float *dp, const float *p, const __nv_
 static unsigned softmax_blocks(int64_t rows) { return (unsigned)((rows + SM_WARPS - 1) / SM_WARPS); }
 
 // One strided-batched GEMM over the B images of one head: C_b = alpha op(A_b) op(B_b) + beta C_b,
-// column-major, with A_b = A + b * sa and so on (strides and offsets in elements). fp32 C always;
-// A and B fp32, or bf16 (vt_backend.h's bf16 precision) read with fp32 accumulation.
+// column-major, with A_b = A + b * sa and so on (strides and offsets in elements). A and B fp32,
+// or bf16 (vt_backend.h's bf16 precision) read with fp32 accumulation; C fp32, or with c_bf16
+// the fp32 result rounded to bf16.
 static void gemm_b(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
                    float alpha, const void *A, int64_t lda, int64_t sa, const void *Bm,
-                   int64_t ldb, int64_t sb, float beta, float *C, int64_t ldc, int64_t sc,
-                   int64_t batch, int bf16) {
+                   int64_t ldb, int64_t sb, float beta, void *C, int64_t ldc, int64_t sc,
+                   int64_t batch, int bf16, int c_bf16) {
   if (!bf16) {
     VT_CUBLAS_CHECK(cublasSgemmStridedBatched(
         vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k, &alpha, (const float *)A, (int)lda,
-        (long long)sa, (const float *)Bm, (int)ldb, (long long)sb, &beta, C, (int)ldc,
+        (long long)sa, (const float *)Bm, (int)ldb, (long long)sb, &beta, (float *)C, (int)ldc,
         (long long)sc, (int)batch));
     return;
   }
   VT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k, &alpha, A, CUDA_R_16BF, (int)lda,
-      (long long)sa, Bm, CUDA_R_16BF, (int)ldb, (long long)sb, &beta, C, CUDA_R_32F, (int)ldc,
-      (long long)sc, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      (long long)sa, Bm, CUDA_R_16BF, (int)ldb, (long long)sb, &beta, C,
+      c_bf16 ? CUDA_R_16BF : CUDA_R_32F, (int)ldc, (long long)sc, (int)batch, CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 // The element at offset `at` of a tensor of fp32 (bf16 = 0) or bf16 elements.
@@ -126,7 +128,7 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, 
   for (int64_t h = 0; h < H; h++) {
     // S = scale q k^T, i.e. S^T (N, N) = Kc^T Qc.
     gemm_b(T, O, N, N, D, scale, elem(x, h * D + C, bf16), ld, sqkv, elem(x, h * D, bf16), ld,
-           sqkv, 0.0f, sc + h * N * N, N, satt, B, bf16);
+           sqkv, 0.0f, sc + h * N * N, N, satt, B, bf16, 0);
   }
   const int64_t rows = B * H * N;
   softmax_rows_kernel<<<softmax_blocks(rows), 32 * SM_WARPS, 0, vt_cuda_stream()>>>(
@@ -135,7 +137,7 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, 
   for (int64_t h = 0; h < H; h++) {
     // out = P v, i.e. out^T (D, N) = Vc Pc.
     gemm_b(O, O, D, N, N, 1.0f, elem(x, h * D + 2 * C, bf16), ld, sqkv, elem(pv, h * N * N, bf16),
-           N, satt, 0.0f, out + h * D, C, sout, B, bf16);
+           N, satt, 0.0f, (void *)elem(out, h * D, bf16), C, sout, B, bf16, bf16);
   }
 }
 
@@ -169,9 +171,10 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, const float *dout, const floa
     float *dv = dqkv + h * D + 2 * C;
     // dv = P^T dy, i.e. dv^T (D, N) = dYc Pc^T; beta 0 overwrites.
     gemm_b(O, T, D, N, N, 1.0f, dy, C, sout, elem(att, h * N * N, bf16), N, satt, 0.0f, dv, ld,
-           sqkv, B, bf16);
+           sqkv, B, bf16, 0);
     // dP = dy v^T, i.e. dP^T (N, N) = Vc^T dYc.
-    gemm_b(T, O, N, N, D, 1.0f, v, ld, sqkv, dy, C, sout, 0.0f, dp + h * N * N, N, satt, B, bf16);
+    gemm_b(T, O, N, N, D, 1.0f, v, ld, sqkv, dy, C, sout, 0.0f, dp + h * N * N, N, satt, B, bf16,
+           0);
   }
   const int64_t rows = B * H * N;
   softmax_bwd_kernel<<<softmax_blocks(rows), 32 * SM_WARPS, 0, vt_cuda_stream()>>>(
@@ -183,8 +186,8 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, const float *dout, const floa
     const void *dsh = elem(dsv, h * N * N, bf16);
     float *dq = dqkv + h * D, *dk = dq + C;
     // dq = scale dS k, i.e. dq^T (D, N) = Kc dSc.
-    gemm_b(O, O, D, N, N, scale, k, ld, sqkv, dsh, N, satt, 0.0f, dq, ld, sqkv, B, bf16);
+    gemm_b(O, O, D, N, N, scale, k, ld, sqkv, dsh, N, satt, 0.0f, dq, ld, sqkv, B, bf16, 0);
     // dk = scale dS^T q, i.e. dk^T (D, N) = Qc dSc^T.
-    gemm_b(O, T, D, N, N, scale, q, ld, sqkv, dsh, N, satt, 0.0f, dk, ld, sqkv, B, bf16);
+    gemm_b(O, T, D, N, N, scale, q, ld, sqkv, dsh, N, satt, 0.0f, dk, ld, sqkv, B, bf16, 0);
   }
 }

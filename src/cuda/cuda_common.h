@@ -59,6 +59,13 @@ int vt_cuda_bf16(void);
 // dst[i] = src[i] rounded to bfloat16 (round to nearest even: the CPU's vt_bf16_round).
 void vt_cuda_to_bf16(__nv_bfloat16 *dst, const float *src, int64_t n);
 
+// Stores v as element i of an activation that is bfloat16 when bf16 is set (vt_ops.h: the bf16
+// activations of bf16 precision), else fp32.
+static __device__ __forceinline__ void vt_put(float *out, int64_t i, float v, int bf16) {
+  if (bf16) ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(v);
+  else out[i] = v;
+}
+
 // Warp-wide sums and maxima by a butterfly of shuffles: every lane ends with the same value, and
 // the order of additions depends only on the lane numbers, so the result is the same bit for bit
 // on every run (design.md's determinism contract; no atomics). All 32 lanes must take part.

@@ -12,11 +12,12 @@
 
 // The CPU twin uses its own vectorisable erf (absolute error < 1.5e-7) and exp; the GPU has
 // full-precision erff and expf (a few ulp), so the two agree to about 1e-7 absolute.
-static __global__ void gelu_fwd_kernel(float *out, const float *inp, int64_t count) {
+// out: a bf16 activation in bf16 precision (vt_ops.h).
+static __global__ void gelu_fwd_kernel(float *out, const float *inp, int64_t count, int bf16) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x) {
     const float x = inp[i];
-    out[i] = x * (0.5f + 0.5f * erff(x * INV_SQRT2));
+    vt_put(out, i, x * (0.5f + 0.5f * erff(x * INV_SQRT2)), bf16);
   }
 }
 
@@ -70,8 +71,8 @@ static __global__ void sumsq_final_kernel(double *total, const double *part, int
 }
 
 extern "C" void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count) {
-  gelu_fwd_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(out, inp,
-                                                                                   count);
+  gelu_fwd_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      out, inp, count, vt_cuda_bf16());
   VT_CUDA_CHECK_LAUNCH();
 }
 

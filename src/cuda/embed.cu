@@ -14,8 +14,9 @@
 
 // One thread per patch element, in patch order (writes coalesced; the reads are P-float runs of
 // image rows). G x G patches of (3, P, P) per image.
+// patches: a bf16 activation in bf16 precision (vt_ops.h).
 static __global__ void patchify_fwd_kernel(float *patches, const float *img, int64_t B, int64_t S,
-                                           int64_t P) {
+                                           int64_t P, int bf16) {
   const int64_t G = S / P, count = B * G * G * 3 * P * P;
   GRID_STRIDE(i, count) {
     int64_t t = i;
@@ -24,7 +25,7 @@ static __global__ void patchify_fwd_kernel(float *patches, const float *img, int
     const int64_t ch = t % 3; t /= 3;
     const int64_t g = t % (G * G), b = t / (G * G);
     const int64_t gy = g / G, gx = g % G;
-    patches[i] = img[((b * 3 + ch) * S + gy * P + y) * S + gx * P + x];
+    vt_put(patches, i, img[((b * 3 + ch) * S + gy * P + y) * S + gx * P + x], bf16);
   }
 }
 
@@ -85,7 +86,7 @@ static __global__ void cls_pool_bwd_kernel(float *dx, const float *dout, int64_t
 extern "C" void vt_cuda_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S,
                                      int64_t P) {
   patchify_fwd_kernel<<<vt_cuda_blocks(B * 3 * S * S, THREADS), THREADS, 0, vt_cuda_stream()>>>(
-      patches, img, B, S, P);
+      patches, img, B, S, P, vt_cuda_bf16());
   VT_CUDA_CHECK_LAUNCH();
 }
 

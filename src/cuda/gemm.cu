@@ -2,7 +2,11 @@
 // fp32 or (vt_backend.h's bf16 precision) bf16 operands with fp32 accumulation and fp32 outputs
 // on the tensor cores, plus small kernels (bias broadcast, deterministic two-stage column sum).
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
+#include <cublasLt.h>
 #include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_common.h"
 #include "cuda_ops.h"
@@ -99,19 +103,18 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t 
                                CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// bf16 copies of up to three fp32 tensors in the op scratch (NULL sources skipped), placed from
-// *end on; the copies go to out[0..2]. In fp32 the sources themselves. With cast_first 0 the
+// bf16 copies of up to two fp32 tensors in the op scratch (NULL sources skipped), placed from
+// *end on; the copies go to out[0..1]. In fp32 the sources themselves. With cast_first 0 the
 // first copy's place is only reserved (its caller fills it).
 static void operands(int bf16, const float *a, int64_t na, const float *b, int64_t nb,
-                     const float *c, int64_t nc, int cast_first, size_t *end, char **base,
-                     const void *out[3]) {
-  out[0] = a, out[1] = b, out[2] = c;
+                     int cast_first, size_t *end, char **base, const void *out[2]) {
+  out[0] = a, out[1] = b;
   if (!bf16) return;
-  const int64_t n[3] = {a ? na : 0, b ? nb : 0, c ? nc : 0};
-  size_t at[3];
-  for (int i = 0; i < 3; i++) at[i] = vt_cuda_carve(end, (size_t)n[i] * sizeof(__nv_bfloat16));
+  const int64_t n[2] = {a ? na : 0, b ? nb : 0};
+  size_t at[2];
+  for (int i = 0; i < 2; i++) at[i] = vt_cuda_carve(end, (size_t)n[i] * sizeof(__nv_bfloat16));
   *base = (char *)vt_cuda_scratch(*end);
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 2; i++) {
     if (!n[i]) continue;
     if (i || cast_first)
       vt_cuda_to_bf16((__nv_bfloat16 *)(*base + at[i]), (const float *)out[i], n[i]);
@@ -119,23 +122,148 @@ static void operands(int bf16, const float *a, int64_t na, const float *b, int64
   }
 }
 
+// ---- cuBLASLt: the bf16 forward GEMM with the bias added in its epilogue ---------------------
+// out^T (O, M) = W^T (read from W (O, I) column-major) @ inp^T (I, M) + bias broadcast along M,
+// in one kernel (CUBLASLT_EPILOGUE_BIAS, bias of length O = the rows of D): no broadcast pass and
+// no read of C. One plan per shape and operand alignment (descriptors and the heuristic's first
+// algorithm, chosen for the alignments the pointers really have), made on first use. fp32, a
+// shape or alignment cuBLASLt has no algorithm for, a bias not 16-byte aligned, a failed call
+// (the plan is then dropped, said once on stderr) or VT_CUBLASLT=0 take the cuBLAS path
+// (broadcast, then beta = 1). The workspace is carved from the op scratch.
+#define LT_PLANS 64
+#define LT_WORKSPACE ((size_t)32 << 20)
+typedef struct {
+  int64_t M, I, O;
+  unsigned align_x, align_out;  // bytes: the largest power of two up to 256 dividing the address
+  int ok;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, d;
+  cublasLtMatmulAlgo_t algo;
+  size_t workspace;
+} lt_plan;
+static lt_plan g_plans[LT_PLANS];
+static int g_nplans = 0;
+static cublasLtHandle_t g_lt = NULL;
+
+static int lt_enabled(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("VT_CUBLASLT");
+    on = !(e && strcmp(e, "0") == 0);
+    if (on && cublasLtCreate(&g_lt) != CUBLAS_STATUS_SUCCESS) on = 0;
+  }
+  return on;
+}
+
+static unsigned alignment(const void *p) {
+  unsigned a = 256;
+  while (a > 1 && (uintptr_t)p % a) a /= 2;
+  return a;
+}
+
+// Builds the plan's descriptors and asks for an algorithm; ok 0 when any step fails.
+static void lt_make(lt_plan *p) {
+  const cudaDataType t = CUDA_R_16BF, bias_t = CUDA_R_32F;
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  const uint32_t al_w = 256, al_x = p->align_x, al_out = p->align_out;  // W: the op scratch
+  const size_t ws = LT_WORKSPACE;
+  const uint64_t M = (uint64_t)p->M, I = (uint64_t)p->I, O = (uint64_t)p->O;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  cublasLtMatmulDesc_t d = NULL;
+  p->ok = cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F) == 0;
+  p->desc = d;
+#define LT_OK(call) (p->ok = p->ok && (call) == CUBLAS_STATUS_SUCCESS)
+  LT_OK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  LT_OK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  LT_OK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  LT_OK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t,
+                                       sizeof bias_t));
+  LT_OK(cublasLtMatrixLayoutCreate(&p->a, t, I, O, (int64_t)I));  // W^T stored (I, O)
+  LT_OK(cublasLtMatrixLayoutCreate(&p->b, t, I, M, (int64_t)I));  // inp^T stored (I, M)
+  LT_OK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, O, M, (int64_t)O));
+  LT_OK(cublasLtMatmulPreferenceCreate(&pref));
+  LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws));
+  LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                             &al_w, sizeof al_w));
+  LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                             &al_x, sizeof al_x));
+  LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                             &al_out, sizeof al_out));
+  LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                             &al_out, sizeof al_out));
+  LT_OK(cublasLtMatmulAlgoGetHeuristic(g_lt, d, p->a, p->b, p->d, p->d, pref, 1, &res, &found));
+#undef LT_OK
+  p->ok = p->ok && found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (p->ok) p->algo = res.algo, p->workspace = res.workspaceSize;
+}
+
+// The plan for this call, or NULL when cuBLASLt is off or has no algorithm for it.
+static lt_plan *lt_plan_for(const void *inp, const float *out, const float *bias, int64_t M,
+                            int64_t I, int64_t O) {
+  if (!lt_enabled() || alignment(bias) < 16) return NULL;
+  const unsigned ax = alignment(inp), ao = alignment(out);
+  for (int i = 0; i < g_nplans; i++) {
+    lt_plan *p = &g_plans[i];
+    if (p->M == M && p->I == I && p->O == O && p->align_x == ax && p->align_out == ao)
+      return p->ok ? p : NULL;
+  }
+  if (g_nplans == LT_PLANS) return NULL;
+  lt_plan *p = &g_plans[g_nplans++];
+  memset(p, 0, sizeof *p);
+  p->M = M, p->I = I, p->O = O, p->align_x = ax, p->align_out = ao;
+  lt_make(p);
+  return p->ok ? p : NULL;
+}
+
+// out = inp W^T + bias with the plan (ws: p->workspace bytes of device memory); 0 when the call
+// failed (nothing written), which drops the plan.
+static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w,
+                         const float *bias, void *ws) {
+  const float one = 1.0f, zero = 0.0f;
+  cublasStatus_t st = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &bias, sizeof bias);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmul(g_lt, p->desc, &one, w, p->a, inp, p->b, &zero, out, p->d, out, p->d,
+                        &p->algo, ws, p->workspace, vt_cuda_stream());
+  if (st == CUBLAS_STATUS_SUCCESS) return 1;
+  fprintf(stderr, "vit3d: cublasLtMatmul (M=%lld I=%lld O=%lld) failed with status %d; this "
+          "shape uses cuBLAS from now on\n", (long long)p->M, (long long)p->I, (long long)p->O,
+          (int)st);
+  p->ok = 0;
+  return 0;
+}
+
+// In bf16 precision inp is a bf16 activation (vt_ops.h), read by the GEMMs as it is; the weight
+// and dout are cast into the op scratch.
 extern "C" void vt_cuda_linear_fwd(float *out, const float *inp, const float *weight,
                                    const float *bias, int64_t M, int64_t I, int64_t O) {
   check_dims("linear_fwd", M, I, O);
   const float one = 1.0f, zero = 0.0f;
+  const int bf16 = vt_cuda_bf16();
+  // bf16: the weight's bf16 copy, then cuBLASLt's workspace, in the op scratch.
+  lt_plan *lt = bias && bf16 ? lt_plan_for(inp, out, bias, M, I, O) : NULL;
+  size_t end = 0;
+  const size_t at_w = vt_cuda_carve(&end, bf16 ? (size_t)(O * I) * sizeof(__nv_bfloat16) : 0);
+  const size_t at_ws = vt_cuda_carve(&end, lt ? lt->workspace : 0);
+  const void *w = weight;
+  if (bf16) {
+    char *base = (char *)vt_cuda_scratch(end);
+    vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
+    w = base + at_w;
+    if (lt && lt_linear_fwd(lt, out, inp, w, bias, base + at_ws)) return;
+  }
   if (bias) {
     bias_broadcast_kernel<<<vt_cuda_blocks(M * O, 256), 256, 0, vt_cuda_stream()>>>(out, bias, M,
                                                                                     O);
     VT_CUDA_CHECK_LAUNCH();
   }
-  const int bf16 = vt_cuda_bf16();
-  const void *op[3];
-  size_t end = 0;
-  char *base = NULL;
-  operands(bf16, inp, M * I, weight, O * I, NULL, 0, 1, &end, &base, op);
   // out^T (O, M) = W (O, I) @ inp^T (I, M); W read column-major is W^T, hence OP_T.
-  gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, &one, op[1], I, op[0], I, bias ? &one : &zero, out, O,
-       bf16);
+  gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, &one, w, I, inp, I, bias ? &one : &zero, out, O, bf16);
 }
 
 extern "C" void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -149,13 +277,14 @@ extern "C" void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, co
   size_t end = 0;
   const size_t at_part = dbias ? vt_cuda_carve(&end, (size_t)(colsum_chunks(M) * O) * 4) : 0;
   char *base = (char *)vt_cuda_scratch(end);
-  const void *op[3];  // dout, inp, weight
-  operands(bf16, dout, M * O, inp, M * I, dinp ? weight : NULL, O * I, !dbias, &end, &base, op);
+  const void *op[2];  // dout, weight
+  operands(bf16, dout, M * O, dinp ? weight : NULL, O * I, !dbias, &end, &base, op);
+  const void *dy = op[0], *w = op[1];
   if (dbias)
-    colsum_acc(dbias, bf16 ? (__nv_bfloat16 *)op[0] : NULL, dout, (float *)(base + at_part), M, O);
+    colsum_acc(dbias, bf16 ? (__nv_bfloat16 *)dy : NULL, dout, (float *)(base + at_part), M, O);
   // dinp = dout @ W, i.e. dinp^T (I, M) = W^T (I, O) @ dout^T (O, M); beta 0 overwrites.
-  if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, M, O, &one, op[2], I, op[0], O, &zero, dinp, I, bf16);
+  if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, M, O, &one, w, I, dy, O, &zero, dinp, I, bf16);
   // dweight += dout^T @ inp, i.e. dweight^T (I, O) += inp^T (I, M) @ dout (M, O); beta 1 keeps
   // the gradient of earlier microbatches.
-  gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, M, &one, op[1], I, op[0], O, &one, dweight, I, bf16);
+  gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, M, &one, inp, I, dy, O, &one, dweight, I, bf16);
 }

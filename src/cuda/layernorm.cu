@@ -19,6 +19,7 @@ static unsigned row_blocks(int64_t M) {
   return (unsigned)b;
 }
 
+// out is a bf16 activation in bf16 precision (vt_ops.h).
 // Two passes over the row (mean, then the centred variance) as the CPU twin does: the one-pass
 // E[x^2] - E[x]^2 loses digits when the mean is large against the spread. With add (the fused
 // residual add), the row is inp + add, written to sum during the first pass (each lane reads
@@ -26,7 +27,7 @@ static unsigned row_blocks(int64_t M) {
 static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd,
                                             const float *inp, const float *add, float *sum,
                                             const float *weight, const float *bias, int64_t M,
-                                            int64_t C) {
+                                            int64_t C, int bf16) {
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
   if (row >= M) return;  // row is the same for the whole warp: the shuffles below stay full
@@ -52,8 +53,8 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
   }
   var = vt_warp_sum(var);
   const float r = 1.0f / sqrtf(var / (float)C + VT_LAYERNORM_EPS);
-  float *y = out + row * C;
-  for (int64_t c = lane; c < C; c += 32) y[c] = (x[c] - mu) * r * weight[c] + bias[c];
+  for (int64_t c = lane; c < C; c += 32)
+    vt_put(out, row * C + c, (x[c] - mu) * r * weight[c] + bias[c], bf16);
   if (lane == 0) {
     mean[row] = mu;
     rstd[row] = r;
@@ -130,7 +131,7 @@ extern "C" void vt_cuda_layernorm_fwd(float *out, float *mean, float *rstd, cons
                                       const float *weight, const float *bias, int64_t M,
                                       int64_t C) {
   layernorm_fwd_kernel<<<row_blocks(M), 32 * LN_WARPS, 0, vt_cuda_stream()>>>(
-      out, mean, rstd, inp, NULL, NULL, weight, bias, M, C);
+      out, mean, rstd, inp, NULL, NULL, weight, bias, M, C, vt_cuda_bf16());
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -138,7 +139,7 @@ extern "C" void vt_cuda_add_layernorm_fwd(float *sum, float *out, float *mean, f
                                           const float *a, const float *b, const float *weight,
                                           const float *bias, int64_t M, int64_t C) {
   layernorm_fwd_kernel<<<row_blocks(M), 32 * LN_WARPS, 0, vt_cuda_stream()>>>(
-      out, mean, rstd, a, b, sum, weight, bias, M, C);
+      out, mean, rstd, a, b, sum, weight, bias, M, C, vt_cuda_bf16());
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,6 +8,7 @@
 // cuBLAS's own summation order and FMA contraction. tests/gpu/run.sh on a real GPU checks those.
 #include <ucontext.h>
 
+#include "cublasLt.h"
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "cuda_bf16.h"
@@ -197,7 +198,8 @@ cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t) { return "emulated error"; }
 const char *cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
 
-// ---- cuBLAS: one column-major GEMM, fp32 sums in k order, bf16 operands widened exactly ----
+// ---- cuBLAS: one column-major GEMM, fp32 sums in k order, bf16 operands widened exactly, a bf16
+// C rounded to nearest even ----
 cublasStatus_t cublasCreate(cublasHandle_t *h) {
   static int obj;
   *h = (cublasHandle_t)&obj;
@@ -217,7 +219,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
                                           int ldb, long long sb, const void *beta, void *C,
                                           cudaDataType ct, int ldc, long long sc, int batch,
                                           cublasComputeType_t, cublasGemmAlgo_t) {
-  if (ct != CUDA_R_32F || m < 0 || n < 0 || k < 0 || batch < 0 || ldc < m ||
+  if (m < 0 || n < 0 || k < 0 || batch < 0 || ldc < m ||
       lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n))
     return CUBLAS_STATUS_INVALID_VALUE;
   const float al = *(const float *)alpha, be = *(const float *)beta;
@@ -230,8 +232,10 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
           const size_t ib = tb == CUBLAS_OP_N ? p + (size_t)j * ldb : j + (size_t)p * ldb;
           s += load(A, at, b * sa + ia) * load(B, bt, b * sb + ib);
         }
-        float *c = (float *)C + b * sc + i + (size_t)j * ldc;
-        *c = be == 0.0f ? al * s : al * s + be * *c;  // beta 0 ignores C (it may hold NaN)
+        const size_t ic = b * sc + i + (size_t)j * ldc;
+        const float r = be == 0.0f ? al * s : al * s + be * load(C, ct, ic);  // beta 0: C unread
+        if (ct == CUDA_R_16BF) ((__nv_bfloat16 *)C)[ic] = __float2bfloat16_rn(r);
+        else ((float *)C)[ic] = r;
       }
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -258,6 +262,113 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            const float *B, int ldb, const float *beta, float *C, int ldc) {
   return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
                                    0, 1);
+}
+
+// ---- cuBLASLt: descriptors as structs; the matmul is the GEMM above plus the bias epilogue ----
+struct emu_lt_desc {
+  cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  const float *bias = nullptr;
+  cudaDataType bias_t = CUDA_R_32F;
+};
+struct emu_lt_layout {
+  cudaDataType t;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+struct emu_lt_pref {
+  size_t ws = 0;
+};
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+  static int obj;
+  *h = (cublasLtHandle_t)&obj;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType) {
+  *d = new emu_lt_desc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t a, const void *buf,
+                                              size_t n) {
+  switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: memcpy(&d->ta, buf, n); break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: memcpy(&d->tb, buf, n); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: memcpy(&d->epi, buf, n); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&d->bias, buf, n); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: memcpy(&d->bias_t, buf, n); break;
+    default: return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+  if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;
+  *l = new emu_lt_layout{t, rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+  *p = new emu_lt_pref;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t a,
+                                                    const void *buf, size_t n) {
+  if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && n == sizeof p->ws) {
+    memcpy(&p->ws, buf, n);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  const bool align = a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES &&
+                     a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES;
+  return align && n == sizeof(uint32_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatmulPreference_t p, int want,
+                                              cublasLtMatmulHeuristicResult_t *res, int *found) {
+  if (want < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  memset(res, 0, sizeof *res);
+  res->workspaceSize = p->ws < 4096 ? p->ws : 4096;  // some workspace, within the limit
+  res->state = CUBLAS_STATUS_SUCCESS;
+  *found = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t a, const void *B,
+                              cublasLtMatrixLayout_t b, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dl,
+                              const cublasLtMatmulAlgo_t *, void *ws, size_t wsn, cudaStream_t) {
+  // op(A) is m x k and op(B) k x n as stored; D (and C, which must be D here) m x n.
+  const uint64_t m = d->ta == CUBLAS_OP_N ? a->rows : a->cols;
+  const uint64_t k = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
+  const uint64_t kb = d->tb == CUBLAS_OP_N ? b->rows : b->cols;
+  const uint64_t n = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
+  if (k != kb || dl->rows != m || dl->cols != n || C != D || c->ld != dl->ld ||
+      (wsn && !ws) || (d->epi == CUBLASLT_EPILOGUE_BIAS && (!d->bias || d->bias_t != CUDA_R_32F)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (wsn) memset(ws, 0x5a, wsn);  // the workspace is scribbled on, as a real kernel may
+  const cublasStatus_t st = cublasGemmStridedBatchedEx(
+      nullptr, d->ta, d->tb, (int)m, (int)n, (int)k, alpha, A, a->t, (int)a->ld, 0, B, b->t,
+      (int)b->ld, 0, beta, D, dl->t, (int)dl->ld, 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (st || d->epi != CUBLASLT_EPILOGUE_BIAS) return st;
+  if (dl->t != CUDA_R_32F) return CUBLAS_STATUS_INVALID_VALUE;
+  for (uint64_t j = 0; j < n; j++)
+    for (uint64_t i = 0; i < m; i++) ((float *)D)[i + j * dl->ld] += d->bias[i];
+  (void)h;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 // ---- events: one in-order stream, so ordering between streams holds by construction ----
