@@ -18,6 +18,14 @@ void vt_linear_fwd(const vt_backend *be, float *out, const float *inp, const flo
   be->linear_fwd(out, inp, weight, bias, M, I, O);
 }
 
+void vt_linear_act_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
+                       const float *bias, int64_t M, int64_t I, int64_t O) {
+  NEED(be, linear_act_fwd);
+  PTR(out); PTR(inp); PTR(weight);
+  POS(M); POS(I); POS(O);
+  be->linear_act_fwd(out, inp, weight, bias, M, I, O);
+}
+
 void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
                    const float *dout, const float *inp, const float *weight, int64_t M, int64_t I,
                    int64_t O) {

@@ -14,7 +14,8 @@ extern "C" {
 // bf16 activations. In bf16 precision (vt_backend.h) the activations that only ever feed GEMMs
 // are stored as bfloat16, 2 bytes per element, in float * buffers of vt_act_floats(be, count)
 // floats: linear's inp, the out of patchify_fwd, layernorm_fwd, add_layernorm_fwd (not its sum),
-// gelu_fwd and attention_fwd, and attention's saved probabilities att. The GEMMs rounded exactly
+// gelu_fwd, attention_fwd and linear_act_fwd, attention's qkv input and its saved probabilities
+// att. The GEMMs rounded exactly
 // these values to bf16 anyway, so storing them rounded changes no result; it halves their
 // memory and traffic and the GEMMs read them as they are. Everything else stays fp32.
 int64_t vt_act_floats(const vt_backend *be, int64_t count);
@@ -23,6 +24,10 @@ int64_t vt_act_floats(const vt_backend *be, int64_t count);
 // out (M, O), inp (M, I), weight (O, I), bias (O)
 void vt_linear_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
                    const float *bias, int64_t M, int64_t I, int64_t O);
+// linear_fwd whose out is a bf16 activation in bf16 precision (above): the fp32 result, bias
+// included, rounded once. For a Linear whose output only feeds GEMMs (qkv feeds attention).
+void vt_linear_act_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
+                       const float *bias, int64_t M, int64_t I, int64_t O);
 // dinp (M, I) overwritten unless NULL; dweight (O, I) and dbias (O) accumulated (dbias may be
 // NULL); dout (M, O)
 void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,

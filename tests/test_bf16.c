@@ -156,7 +156,13 @@ static void test_linear(const vt_backend *be, int64_t M, int64_t I, int64_t O) {
   float *xb = bits_of(x, M * I);
   vt_linear_fwd(be, y, xb, w, b, M, I, O);
   vt_linear_bwd(be, dx, dw, db, dy, xb, w, M, I, O);
-  free(xb);
+  // linear_act_fwd: the same result rounded once to a bf16 activation
+  uint16_t *yb = malloc((size_t)(M * O) * sizeof(uint16_t));
+  vt_linear_act_fwd(be, (float *)yb, xb, w, b, M, I, O);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < M * O; i++) differ += yb[i] != vt_bf16_bits(y[i]);
+  expect(differ == 0, "  ... linear_act_fwd = out rounded (elements differing)", (double)differ, 0);
+  free(xb), free(yb);
   for (int64_t m = 0; m < M; m++)
     for (int64_t o = 0; o < O; o++) {
       double s = b[o];
@@ -202,8 +208,10 @@ static void test_attention(const vt_backend *be, int64_t B, int64_t N, int64_t H
   be->set_precision(VT_PRECISION_BF16);
   expect(vt_act_floats(be, na) == (na + 1) / 2, "bf16 att takes half the floats",
          0, 0);
-  vt_attention_fwd(be, outb, att, qkv, B, N, H, D);
-  vt_attention_bwd(be, dqkv, dy, qkv, att, B, N, H, D);
+  void *qb = bits_of(qkv, nq);  // qkv: a bf16 activation (vt_ops.h)
+  vt_attention_fwd(be, outb, att, qb, B, N, H, D);
+  vt_attention_bwd(be, dqkv, dy, qb, att, B, N, H, D);
+  free(qb);
   be->set_precision(VT_PRECISION_FP32);
   float *out = widened(outb, no);
   // att holds the probabilities as bfloat16; rp: their values

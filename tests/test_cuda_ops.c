@@ -196,6 +196,20 @@ static void t_linear_fwd(tc *t, const int64_t *d) {
   check(t, "out", g, ref, M * O);
 }
 
+// linear_act_fwd: out is a bf16 activation in bf16 precision.
+static void t_linear_act_fwd(tc *t, const int64_t *d) {
+  const int64_t M = d[0], I = d[1], O = d[2], bias = d[3];
+  float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
+  float *b = hrand(t, O, -1, 1), *ref = hnew(t, M * O), *g[2];
+  vt_linear_act_fwd(t->cpu, ref, x, w, bias ? b : NULL, M, I, O);
+  float *dx = dnew(t, x, M * I), *dw = dnew(t, w, O * I), *db = dnew(t, b, O);
+  for (int r = 0; r < 2; r++) {
+    g[r] = dpoison(t, M * O);
+    vt_linear_act_fwd(t->gpu, g[r], dx, dw, bias ? db : NULL, M, I, O);
+  }
+  check_act(t, "out", g, ref, M * O);
+}
+
 // d[3] bits: 1 computes dinp, 2 dbias (both optional in the API).
 static void t_linear_bwd(tc *t, const int64_t *d) {
   const int64_t M = d[0], I = d[1], O = d[2], want_dinp = d[3] & 1, want_dbias = d[3] & 2;
@@ -304,7 +318,7 @@ static void t_gelu_bwd(tc *t, const int64_t *d) {
 // Scores of q, k in [-2, 2] spread the softmax from flat to peaked.
 static void t_attention_fwd(tc *t, const int64_t *d) {
   const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D;
-  float *qkv = hrand(t, B * N * 3 * C, -2, 2), *ro = hnew(t, B * N * C);
+  float *qkv = act_in(t, hrand(t, B * N * 3 * C, -2, 2), B * N * 3 * C), *ro = hnew(t, B * N * C);
   float *ra = hnew(t, B * H * N * N);
   vt_attention_fwd(t->cpu, ro, ra, qkv, B, N, H, D);
   float *gq = dnew(t, qkv, B * N * 3 * C), *go[2], *ga[2];
@@ -319,7 +333,8 @@ static void t_attention_fwd(tc *t, const int64_t *d) {
 // The backward reads the CPU's saved probabilities on both sides, so only this op is measured.
 static void t_attention_bwd(tc *t, const int64_t *d) {
   const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D;
-  float *qkv = hrand(t, B * N * 3 * C, -2, 2), *dy = hrand(t, B * N * C, -1, 1);
+  float *qkv = act_in(t, hrand(t, B * N * 3 * C, -2, 2), B * N * 3 * C);
+  float *dy = hrand(t, B * N * C, -1, 1);
   float *out = hnew(t, B * N * C), *att = hnew(t, B * H * N * N), *ref = hnew(t, B * N * 3 * C);
   vt_attention_fwd(t->cpu, out, att, qkv, B, N, H, D);
   vt_attention_bwd(t->cpu, ref, dy, qkv, att, B, N, H, D);
@@ -524,6 +539,8 @@ static const op_test kTests[] = {
     {"linear_fwd", "M,I,O,bias", t_linear_fwd, {1e-4, 1e-4},
      {{7, 3, 77, 1}, {197, 192, 576, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 384, 1152, 1},
       {5, 1000, 2, 0}}},
+    {"linear_act_fwd", "M,I,O,bias", t_linear_act_fwd, {1e-4, 1e-4},
+     {{7, 3, 77, 1}, {197, 192, 576, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 384, 1152, 1}}},
     {"linear_bwd", "M,I,O,dinp+2dbias", t_linear_bwd, {1e-4, 1e-4},
      {{7, 3, 77, 3}, {197, 192, 576, 3}, {1, 1, 1, 3}, {33, 65, 17, 0}, {394, 384, 1152, 3},
       {5, 1000, 2, 2}, {1000, 7, 5, 1}, {1100, 9, 40, 3}}},  // 1100: three column-sum chunks
@@ -574,7 +591,7 @@ static int check_table(const vt_backend *be) {
     const void *fn;
   } ops[] = {
 #define OP(f) {#f, (const void *)be->f}
-      OP(linear_fwd),        OP(linear_bwd),        OP(layernorm_fwd), OP(layernorm_bwd),
+      OP(linear_fwd),        OP(linear_act_fwd),    OP(linear_bwd),        OP(layernorm_fwd), OP(layernorm_bwd),
       OP(add_layernorm_fwd), OP(layernorm_bwd_add),
       OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
       OP(add),               OP(patchify_fwd),      OP(patchify_bwd),  OP(embed_fwd),

@@ -54,7 +54,7 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   // Attention branch: in -> mid (Ml rows)
   vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C);
   const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
-  vt_linear_fwd(be, a->qkv, x1, w->qkv_w, w->qkv_b, M, C, 3 * H * D);
+  vt_linear_act_fwd(be, a->qkv, x1, w->qkv_w, w->qkv_b, M, C, 3 * H * D);
   vt_attention_fwd(be, a->attn, a->att, a->qkv, B, N, H, D);
   vt_linear_fwd(be, partial, a->attn, w->proj_w, proj_b, M, H * D, C);
   g_fwd(m, a->mid, partial, Ml * C);

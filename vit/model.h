@@ -37,7 +37,7 @@ typedef struct {
 typedef struct {
   float *ln1, *ln1_mean, *ln1_rstd;  // (Ml, C) [bf16], (Ml), (Ml)
   float *ln1_full;                   // (Mp, C) [bf16] all ranks' ln1 rows (sequence parallel)
-  float *qkv;                        // (B, N, 3C/tp)
+  float *qkv;                        // (B, N, 3C/tp) [bf16]
   float *att;                        // (B, H/tp, N, N) [bf16]
   float *attn;                       // (B, N, C/tp) [bf16] attention output before proj
   float *mid;                        // (Ml, C) stream after the attention branch

@@ -53,7 +53,7 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
   if (bf16) {
     rq = vt_cpu_scratch((size_t)(B * N * ld + max_threads() * per));
     rp = rq + B * N * ld;
-    vt_cpu_round_bf16(rq, qkv, B * N * ld);
+    vt_cpu_widen_bf16(rq, qkv, B * N * ld);  // qkv: a bf16 activation (vt_ops.h)
     qkv = rq;
   }
 #pragma omp parallel for collapse(2) schedule(static)
@@ -90,7 +90,7 @@ void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, cons
   float *scratch = vt_cpu_scratch((size_t)(T * per + (bf16 ? B * N * (ld + C) : 0)));
   if (bf16) {
     float *rq = scratch + T * per, *rd = rq + B * N * ld;
-    vt_cpu_round_bf16(rq, qkv, B * N * ld);
+    vt_cpu_widen_bf16(rq, qkv, B * N * ld);  // qkv: a bf16 activation (vt_ops.h)
     vt_cpu_round_bf16(rd, dout, B * N * C);
     qkv = rq, dout = rd;
   }

@@ -61,6 +61,8 @@ void vt_cpu_round_bf16(float *dst, const float *src, int64_t n);
 // first call of each size allocates; later steps reuse it.
 float *vt_cpu_scratch(size_t count);
 
+void vt_cpu_linear_act_fwd(float *out, const float *inp, const float *weight, const float *bias,
+                           int64_t M, int64_t In, int64_t O);
 void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                        int64_t M, int64_t I, int64_t O);
 void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,

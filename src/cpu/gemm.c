@@ -63,13 +63,18 @@ void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, flo
   vt_cpu_sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
-                       int64_t M, int64_t In, int64_t O) {
+// out_act: out is a bf16 activation in bf16 precision (vt_ops.h), made in fp32 in the scratch
+// and rounded once.
+static void linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
+                       int64_t M, int64_t In, int64_t O, int out_act) {
+  float *final = NULL;
   if (vt_cpu_bf16()) {  // the GEMM on fp32 copies of the bf16 operands (vt_backend.h, vt_ops.h)
-    float *x = vt_cpu_scratch((size_t)((M + O) * In)), *w = x + M * In;
+    float *x = vt_cpu_scratch((size_t)((M + O) * In + (out_act ? M * O : 0)));
+    float *w = x + M * In;
     vt_cpu_widen_bf16(x, inp, M * In);
     vt_cpu_round_bf16(w, weight, O * In);
     inp = x, weight = w;
+    if (out_act) final = out, out = w + O * In;
   }
   // Start from the bias so the GEMM adds into it (beta = 1) instead of a second pass.
   if (bias) {
@@ -77,6 +82,20 @@ void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const 
     for (int64_t m = 0; m < M; m++) memcpy(out + m * O, bias, (size_t)O * sizeof(float));
   }
   vt_cpu_sgemm(0, 1, M, O, In, 1.0f, inp, In, weight, In, bias ? 1.0f : 0.0f, out, O);
+  if (!final) return;
+  uint16_t *o = (uint16_t *)final;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < M * O; i++) o[i] = vt_bf16_bits(out[i]);
+}
+
+void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
+                       int64_t M, int64_t In, int64_t O) {
+  linear_fwd(out, inp, weight, bias, M, In, O, 0);
+}
+
+void vt_cpu_linear_act_fwd(float *out, const float *inp, const float *weight, const float *bias,
+                           int64_t M, int64_t In, int64_t O) {
+  linear_fwd(out, inp, weight, bias, M, In, O, 1);
 }
 
 void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -1,6 +1,6 @@
 // attention.cu: softmax(q k^T / sqrt(D)) v per (batch, head) on CUDA, forward and backward, twin
-// of src/cpu/attention.c (same qkv layout, same saved probabilities att (B, H, N, N), fp32 or
-// bf16 as vt_ops.h says). cuBLAS strided-batched GEMMs (fp32, or bf16 operands with fp32
+// of src/cpu/attention.c (same qkv layout, same saved probabilities att (B, H, N, N); qkv, out
+// and att fp32 or bf16 as vt_ops.h says). cuBLAS strided-batched GEMMs (fp32, or bf16 operands with fp32
 // accumulation in vt_backend.h's bf16 precision) read the heads straight out of the timm qkv
 // layout (no per-head copies): one call per head, batched over the B images, whose q/k/v sit a
 // fixed stride N*3C apart. The softmax and its backward are warp-per-row kernels; in bf16 they
@@ -111,20 +111,14 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, 
   const int64_t C = H * D, ld = 3 * C, sqkv = N * ld, satt = H * N * N, sout = N * C;
   const float scale = 1.0f / sqrtf((float)D);
   const cublasOperation_t T = CUBLAS_OP_T, O = CUBLAS_OP_N;
-  // bf16 (vt_ops.h): the GEMMs read a bf16 copy of qkv; the scores go to an fp32 scratch and the
-  // softmax writes the probabilities straight to att as bf16, the operand of P v (the CPU twin's
-  // rounding points exactly). fp32: scores and probabilities in place in att.
+  // bf16 (vt_ops.h): qkv is a bf16 activation, read by the GEMMs as it is; the scores go to an
+  // fp32 scratch and the softmax writes the probabilities straight to att as bf16, the operand of
+  // P v, whose bf16 result is out (the CPU twin's rounding points exactly). fp32: scores and
+  // probabilities in place in att.
   const int bf16 = vt_cuda_bf16();
   const void *x = qkv, *pv = att;
   float *sc = att;
-  if (bf16) {
-    size_t end = 0;
-    const size_t at_x = vt_cuda_carve(&end, (size_t)(B * sqkv) * sizeof(__nv_bfloat16));
-    const size_t at_s = vt_cuda_carve(&end, (size_t)(B * satt) * sizeof(float));
-    char *base = (char *)vt_cuda_scratch(end);
-    vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_x), qkv, B * sqkv);
-    x = base + at_x, sc = (float *)(base + at_s);
-  }
+  if (bf16) sc = (float *)vt_cuda_scratch((size_t)(B * satt) * sizeof(float));
   for (int64_t h = 0; h < H; h++) {
     // S = scale q k^T, i.e. S^T (N, N) = Kc^T Qc.
     gemm_b(T, O, N, N, D, scale, elem(x, h * D + C, bf16), ld, sqkv, elem(x, h * D, bf16), ld,
@@ -150,21 +144,20 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, const float *dout, const floa
   const cublasOperation_t T = CUBLAS_OP_T, O = CUBLAS_OP_N;
   const int bf16 = vt_cuda_bf16();
   // dP for every (image, head) at once, laid out like att so one softmax backward launch covers
-  // them all; dS in place over it (fp32) or, in bf16, written as bf16 next to the bf16 copies of
-  // qkv and dout (att already holds bf16 P). Grow-only scratch: allocated on the first step.
+  // them all; dS in place over it (fp32) or, in bf16, written as bf16 next to the bf16 copy of
+  // dout (qkv and att's P are bf16 activations already). Grow-only scratch: allocated on the
+  // first step.
   const size_t h2 = sizeof(__nv_bfloat16);
   size_t end = 0;
   const size_t at_dp = vt_cuda_carve(&end, (size_t)(B * satt) * sizeof(float));
-  const size_t at_x = bf16 ? vt_cuda_carve(&end, (size_t)(B * sqkv) * h2) : 0;
   const size_t at_dy = bf16 ? vt_cuda_carve(&end, (size_t)(B * sout) * h2) : 0;
   const size_t at_ds = bf16 ? vt_cuda_carve(&end, (size_t)(B * satt) * h2) : 0;
   char *base = (char *)vt_cuda_scratch(end);
   float *dp = (float *)(base + at_dp);
   const void *x = qkv, *dyv = dout, *dsv = dp;
   if (bf16) {
-    vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_x), qkv, B * sqkv);
     vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_dy), dout, B * sout);
-    x = base + at_x, dyv = base + at_dy, dsv = base + at_ds;
+    dyv = base + at_dy, dsv = base + at_ds;
   }
   for (int64_t h = 0; h < H; h++) {
     const void *v = elem(x, h * D + 2 * C, bf16), *dy = elem(dyv, h * D, bf16);

@@ -12,6 +12,8 @@ extern "C" {
 #endif
 
 // gemm.cu
+void vt_cuda_linear_act_fwd(float *out, const float *inp, const float *weight, const float *bias,
+                            int64_t M, int64_t I, int64_t O);
 void vt_cuda_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                         int64_t M, int64_t I, int64_t O);
 void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -135,7 +135,7 @@ static void operands(int bf16, const float *a, int64_t na, const float *b, int64
 typedef struct {
   int64_t M, I, O;
   unsigned align_x, align_out;  // bytes: the largest power of two up to 256 dividing the address
-  int ok;
+  int out_bf16, ok;             // D fp32, or bf16 (linear_act_fwd)
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, d;
   cublasLtMatmulAlgo_t algo;
@@ -183,7 +183,7 @@ static void lt_make(lt_plan *p) {
                                        sizeof bias_t));
   LT_OK(cublasLtMatrixLayoutCreate(&p->a, t, I, O, (int64_t)I));  // W^T stored (I, O)
   LT_OK(cublasLtMatrixLayoutCreate(&p->b, t, I, M, (int64_t)I));  // inp^T stored (I, M)
-  LT_OK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, O, M, (int64_t)O));
+  LT_OK(cublasLtMatrixLayoutCreate(&p->d, p->out_bf16 ? t : CUDA_R_32F, O, M, (int64_t)O));
   LT_OK(cublasLtMatmulPreferenceCreate(&pref));
   LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                              sizeof ws));
@@ -204,18 +204,19 @@ static void lt_make(lt_plan *p) {
 
 // The plan for this call, or NULL when cuBLASLt is off or has no algorithm for it.
 static lt_plan *lt_plan_for(const void *inp, const float *out, const float *bias, int64_t M,
-                            int64_t I, int64_t O) {
+                            int64_t I, int64_t O, int out_bf16) {
   if (!lt_enabled() || alignment(bias) < 16) return NULL;
   const unsigned ax = alignment(inp), ao = alignment(out);
   for (int i = 0; i < g_nplans; i++) {
     lt_plan *p = &g_plans[i];
-    if (p->M == M && p->I == I && p->O == O && p->align_x == ax && p->align_out == ao)
+    if (p->M == M && p->I == I && p->O == O && p->align_x == ax && p->align_out == ao &&
+        p->out_bf16 == out_bf16)
       return p->ok ? p : NULL;
   }
   if (g_nplans == LT_PLANS) return NULL;
   lt_plan *p = &g_plans[g_nplans++];
   memset(p, 0, sizeof *p);
-  p->M = M, p->I = I, p->O = O, p->align_x = ax, p->align_out = ao;
+  p->M = M, p->I = I, p->O = O, p->align_x = ax, p->align_out = ao, p->out_bf16 = out_bf16;
   lt_make(p);
   return p->ok ? p : NULL;
 }
@@ -239,31 +240,47 @@ static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w,
 }
 
 // In bf16 precision inp is a bf16 activation (vt_ops.h), read by the GEMMs as it is; the weight
-// and dout are cast into the op scratch.
-extern "C" void vt_cuda_linear_fwd(float *out, const float *inp, const float *weight,
-                                   const float *bias, int64_t M, int64_t I, int64_t O) {
+// and dout are cast into the op scratch. out_act (linear_act_fwd): in bf16 out is a bf16
+// activation too, the fp32 result with its bias rounded once: cuBLASLt's bf16 D, or without a
+// plan the fp32 result in the op scratch, then the cast kernel.
+static void linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
+                       int64_t M, int64_t I, int64_t O, int out_act) {
   check_dims("linear_fwd", M, I, O);
   const float one = 1.0f, zero = 0.0f;
-  const int bf16 = vt_cuda_bf16();
-  // bf16: the weight's bf16 copy, then cuBLASLt's workspace, in the op scratch.
-  lt_plan *lt = bias && bf16 ? lt_plan_for(inp, out, bias, M, I, O) : NULL;
+  const int bf16 = vt_cuda_bf16(), out_bf16 = bf16 && out_act;
+  // bf16: the weight's bf16 copy, then cuBLASLt's workspace or the fp32 result, in the scratch.
+  lt_plan *lt = bias && bf16 ? lt_plan_for(inp, out, bias, M, I, O, out_bf16) : NULL;
   size_t end = 0;
   const size_t at_w = vt_cuda_carve(&end, bf16 ? (size_t)(O * I) * sizeof(__nv_bfloat16) : 0);
   const size_t at_ws = vt_cuda_carve(&end, lt ? lt->workspace : 0);
+  const size_t at_f = vt_cuda_carve(&end, out_bf16 ? (size_t)(M * O) * sizeof(float) : 0);
   const void *w = weight;
+  float *res = out;  // where the fp32 result goes
   if (bf16) {
     char *base = (char *)vt_cuda_scratch(end);
     vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
     w = base + at_w;
     if (lt && lt_linear_fwd(lt, out, inp, w, bias, base + at_ws)) return;
+    if (out_bf16) res = (float *)(base + at_f);
   }
   if (bias) {
-    bias_broadcast_kernel<<<vt_cuda_blocks(M * O, 256), 256, 0, vt_cuda_stream()>>>(out, bias, M,
+    bias_broadcast_kernel<<<vt_cuda_blocks(M * O, 256), 256, 0, vt_cuda_stream()>>>(res, bias, M,
                                                                                     O);
     VT_CUDA_CHECK_LAUNCH();
   }
   // out^T (O, M) = W (O, I) @ inp^T (I, M); W read column-major is W^T, hence OP_T.
-  gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, &one, w, I, inp, I, bias ? &one : &zero, out, O, bf16);
+  gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, &one, w, I, inp, I, bias ? &one : &zero, res, O, bf16);
+  if (res != out) vt_cuda_to_bf16((__nv_bfloat16 *)out, res, M * O);
+}
+
+extern "C" void vt_cuda_linear_fwd(float *out, const float *inp, const float *weight,
+                                   const float *bias, int64_t M, int64_t I, int64_t O) {
+  linear_fwd(out, inp, weight, bias, M, I, O, 0);
+}
+
+extern "C" void vt_cuda_linear_act_fwd(float *out, const float *inp, const float *weight,
+                                       const float *bias, int64_t M, int64_t I, int64_t O) {
+  linear_fwd(out, inp, weight, bias, M, I, O, 1);
 }
 
 extern "C" void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -360,15 +360,24 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
       (wsn && !ws) || (d->epi == CUBLASLT_EPILOGUE_BIAS && (!d->bias || d->bias_t != CUDA_R_32F)))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (wsn) memset(ws, 0x5a, wsn);  // the workspace is scribbled on, as a real kernel may
-  const cublasStatus_t st = cublasGemmStridedBatchedEx(
+  // The fp32 result (plus beta C, plus the bias) into a temporary, then stored as D's type.
+  float *acc = (float *)malloc(m * n * sizeof(float));
+  const float zero = 0.0f;
+  cublasStatus_t st = cublasGemmStridedBatchedEx(
       nullptr, d->ta, d->tb, (int)m, (int)n, (int)k, alpha, A, a->t, (int)a->ld, 0, B, b->t,
-      (int)b->ld, 0, beta, D, dl->t, (int)dl->ld, 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  if (st || d->epi != CUBLASLT_EPILOGUE_BIAS) return st;
-  if (dl->t != CUDA_R_32F) return CUBLAS_STATUS_INVALID_VALUE;
-  for (uint64_t j = 0; j < n; j++)
-    for (uint64_t i = 0; i < m; i++) ((float *)D)[i + j * dl->ld] += d->bias[i];
+      (int)b->ld, 0, &zero, acc, CUDA_R_32F, (int)m, 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  const float be = *(const float *)beta;
+  for (uint64_t j = 0; st == CUBLAS_STATUS_SUCCESS && j < n; j++)
+    for (uint64_t i = 0; i < m; i++) {
+      float r = acc[i + j * m];
+      if (be != 0.0f) r += be * load(C, c->t, i + j * c->ld);
+      if (d->epi == CUBLASLT_EPILOGUE_BIAS) r += d->bias[i];
+      if (dl->t == CUDA_R_16BF) ((__nv_bfloat16 *)D)[i + j * dl->ld] = __float2bfloat16_rn(r);
+      else ((float *)D)[i + j * dl->ld] = r;
+    }
+  free(acc);
   (void)h;
-  return CUBLAS_STATUS_SUCCESS;
+  return st;
 }
 
 // ---- events: one in-order stream, so ordering between streams holds by construction ----
