@@ -183,32 +183,24 @@ static float *act_in(tc *t, const float *x, int64_t n) {
 // ---- one runner per op: CPU once, CUDA twice (r = 0, 1) from the same inputs -------------
 // d[] holds the shape; its meaning is the `dims` column of the table.
 
-static void t_linear_fwd(tc *t, const int64_t *d) {
+// act: linear_act_fwd, whose out is a bf16 activation in bf16 precision.
+static void linear_fwd_case(tc *t, const int64_t *d, int act) {
   const int64_t M = d[0], I = d[1], O = d[2], bias = d[3];
+  void (*op)(const vt_backend *, float *, const float *, const float *, const float *, int64_t,
+             int64_t, int64_t) = act ? vt_linear_act_fwd : vt_linear_fwd;
   float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
   float *b = hrand(t, O, -1, 1), *ref = hnew(t, M * O), *g[2];
-  vt_linear_fwd(t->cpu, ref, x, w, bias ? b : NULL, M, I, O);
+  op(t->cpu, ref, x, w, bias ? b : NULL, M, I, O);
   float *dx = dnew(t, x, M * I), *dw = dnew(t, w, O * I), *db = dnew(t, b, O);
   for (int r = 0; r < 2; r++) {
     g[r] = dpoison(t, M * O);
-    vt_linear_fwd(t->gpu, g[r], dx, dw, bias ? db : NULL, M, I, O);
+    op(t->gpu, g[r], dx, dw, bias ? db : NULL, M, I, O);
   }
-  check(t, "out", g, ref, M * O);
+  if (act) check_act(t, "out", g, ref, M * O);
+  else check(t, "out", g, ref, M * O);
 }
-
-// linear_act_fwd: out is a bf16 activation in bf16 precision.
-static void t_linear_act_fwd(tc *t, const int64_t *d) {
-  const int64_t M = d[0], I = d[1], O = d[2], bias = d[3];
-  float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
-  float *b = hrand(t, O, -1, 1), *ref = hnew(t, M * O), *g[2];
-  vt_linear_act_fwd(t->cpu, ref, x, w, bias ? b : NULL, M, I, O);
-  float *dx = dnew(t, x, M * I), *dw = dnew(t, w, O * I), *db = dnew(t, b, O);
-  for (int r = 0; r < 2; r++) {
-    g[r] = dpoison(t, M * O);
-    vt_linear_act_fwd(t->gpu, g[r], dx, dw, bias ? db : NULL, M, I, O);
-  }
-  check_act(t, "out", g, ref, M * O);
-}
+static void t_linear_fwd(tc *t, const int64_t *d) { linear_fwd_case(t, d, 0); }
+static void t_linear_act_fwd(tc *t, const int64_t *d) { linear_fwd_case(t, d, 1); }
 
 // d[3] bits: 1 computes dinp, 2 dbias (both optional in the API).
 static void t_linear_bwd(tc *t, const int64_t *d) {
