@@ -86,8 +86,9 @@ struct vt_backend {
                             const int32_t *labels, float smoothing, int64_t B, int64_t K);
   void (*cross_entropy_bwd)(float *dlogits, const float *probs, const int32_t *labels,
                             float smoothing, float scale, int64_t B, int64_t K);
-  void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t count, float lr,
-                float beta1, float beta2, float eps, float weight_decay, int64_t t);
+  void (*adamw)(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
+                int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
+                int64_t t);
   double (*sumsq)(const float *x, int64_t count);
   void (*scale)(float *x, float alpha, int64_t count);
 };

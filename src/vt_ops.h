@@ -107,10 +107,13 @@ void vt_cross_entropy_bwd(const vt_backend *be, float *dlogits, const float *pro
                           const int32_t *labels, float smoothing, float scale, int64_t B,
                           int64_t K);
 
-// AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW arithmetic), step t >= 1.
+// AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW arithmetic), step t >= 1, over any
+// number of tensors at once (one launch for a whole model): element i decays with weight_decay
+// where decay[i] is nonzero (decay: count bytes of backend memory), or everywhere when decay is
+// NULL; elsewhere it has no weight decay.
 void vt_adamw(const vt_backend *be, float *param, const float *grad, float *m, float *v,
-              int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
-              int64_t t);
+              const uint8_t *decay, int64_t count, float lr, float beta1, float beta2, float eps,
+              float weight_decay, int64_t t);
 
 // Sum of squares (accumulated in double) and in-place scaling, for the gradient norm and clipping.
 double vt_sumsq(const vt_backend *be, const float *x, int64_t count);

@@ -112,7 +112,7 @@ static void test_adamw(void) {
   double pd[3] = {1.0, -2.0, 0.5}, md[3] = {0}, vd[3] = {0};
   const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
   for (int t = 1; t <= 3; t++) {
-    vt_adamw(be, p, g, m, v, 3, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t);
+    vt_adamw(be, p, g, m, v, NULL, 3, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t);
     for (int i = 0; i < 3; i++) {
       pd[i] *= 1.0 - lr * wd;
       md[i] = b1 * md[i] + (1 - b1) * g[i];

@@ -46,6 +46,17 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   }
   o->m = must_alloc(be, state, "AdamW state");
   o->v = must_alloc(be, state, "AdamW state");
+  // The weight-decay mask, so that one AdamW call updates every tensor (vt_ops.h).
+  uint8_t *mask = calloc((size_t)table->total + 1, 1);
+  o->decay = be->alloc((size_t)table->total + 1);
+  VT_CHECK(mask && o->decay, "out of memory for the %lld-byte weight-decay mask",
+           (long long)table->total);
+  for (int i = 0; i < table->count; i++)
+    if (table->p[i].local_count > 0 && table->p[i].decay)
+      memset(mask + table->p[i].offset, 1, (size_t)table->p[i].local_count);
+  be->to_device(o->decay, mask, (size_t)table->total);
+  be->synchronize();
+  free(mask);
   if (!dp || o->zero) return;
   // Overlap needs each layer's tensors to sit together in the flat buffer (params.c lays them
   // out layer by layer); otherwise the step reduces in fixed buckets as before.
@@ -94,6 +105,7 @@ void vt_optimizer_free(vt_optimizer *o) {
   free(o->layer_lo), free(o->layer_hi), free(o->started);
   o->be->free(o->m);
   o->be->free(o->v);
+  o->be->free(o->decay);
   if (o->zero) {
     o->be->free(o->flat);
     o->be->free(o->shard);
@@ -103,7 +115,7 @@ void vt_optimizer_free(vt_optimizer *o) {
 
 size_t vt_optimizer_nbytes(const vt_optimizer *o) {
   int64_t n = o->zero ? 2 * o->shard_count + o->padded + o->shard_count : 2 * o->table->total;
-  return (size_t)n * sizeof(float);
+  return (size_t)n * sizeof(float) + (size_t)o->table->total;  // + the weight-decay mask
 }
 
 // The part of tensor p inside the flat range [lo, hi): *first (flat index) and the count.
@@ -150,11 +162,6 @@ static void for_each_run(const run_walk *w, int64_t hi) {
 static int copy_key(const vt_optimizer *o, const vt_param *p) {
   return p->tp_split == VT_TP_REPLICATED && o->tp && vt_comm_rank(o->tp) != 0;
 }
-static int decay_key(const vt_optimizer *o, const vt_param *p) {
-  (void)o;
-  return p->decay != 0;
-}
-
 typedef struct {
   const vt_optimizer *o;
   const float *grads;  // element lo
@@ -178,29 +185,13 @@ static double local_sumsq(const vt_optimizer *o, const float *grads, int64_t lo,
   return isfinite(c.sums[1]) ? c.sums[0] : NAN;
 }
 
-typedef struct {
-  vt_optimizer *o;
-  float *params, *m, *v;  // element lo
-  const float *grads;
-  int64_t lo;
-  float lr;
-} adamw_ctx;
-
-static void adamw_run(void *ctx, int64_t first, int64_t count, int decay) {
-  const adamw_ctx *a = ctx;
-  const vt_optim_config *c = &a->o->cfg;
-  const int64_t k = first - a->lo;
-  vt_adamw(a->o->be, a->params + k, a->grads + k, a->m + k, a->v + k, count, a->lr, c->beta1,
-           c->beta2, c->eps, decay ? c->weight_decay : 0.0f, a->o->t);
-}
-
-// AdamW on the flat range [lo, hi); params, grads, m and v point at element lo. Adjacent tensors
-// with the same weight decay share a call (element-wise: the same bits either way).
+// AdamW on the flat range [lo, hi); params, grads, m and v point at element lo. One call: the
+// weight-decay mask says which elements decay.
 static void adamw_range(vt_optimizer *o, float *params, const float *grads, float *m, float *v,
                         int64_t lo, int64_t hi, float lr) {
-  adamw_ctx a = {o, params, m, v, grads, lo, lr};
-  const run_walk w = {o, lo, decay_key, adamw_run, &a};
-  for_each_run(&w, hi);
+  const vt_optim_config *c = &o->cfg;
+  vt_adamw(o->be, params, grads, m, v, o->decay + lo, hi - lo, lr, c->beta1, c->beta2, c->eps,
+           c->weight_decay, o->t);
 }
 
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr) {

@@ -34,6 +34,7 @@ typedef struct {
   // rank owns elements [shard_lo, shard_lo + shard_count) of it.
   int64_t padded, shard_lo, shard_count;
   float *m, *v;           // AdamW moments: shard_count (ZeRO-1) or table->total elements
+  uint8_t *decay;         // table->total bytes, backend memory: 1 where weight decay applies
   float *flat, *shard;    // ZeRO-1 only: padded gradient/parameter staging, reduced shard
   int64_t t;              // AdamW steps taken
   // Overlap (DP without ZeRO): the flat range [layer_lo, layer_hi) of each layer's parameters

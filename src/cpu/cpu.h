@@ -97,8 +97,9 @@ void vt_cpu_cross_entropy_fwd(float *losses, float *probs, const float *logits,
                               const int32_t *labels, float smoothing, int64_t B, int64_t K);
 void vt_cpu_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t *labels,
                               float smoothing, float scale, int64_t B, int64_t K);
-void vt_cpu_adamw(float *param, const float *grad, float *m, float *v, int64_t count, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int64_t t);
+void vt_cpu_adamw(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
+                  int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  int64_t t);
 double vt_cpu_sumsq(const float *x, int64_t count);
 void vt_cpu_scale(float *x, float alpha, int64_t count);
 

@@ -63,8 +63,9 @@ void vt_cuda_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t
                                float smoothing, float scale, int64_t B, int64_t K);
 
 // adamw.cu
-void vt_cuda_adamw(float *param, const float *grad, float *m, float *v, int64_t count, float lr,
-                   float beta1, float beta2, float eps, float weight_decay, int64_t t);
+void vt_cuda_adamw(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
+                   int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
+                   int64_t t);
 
 #ifdef __cplusplus
 }
