@@ -12,7 +12,8 @@
 #      device-resident batch) and the
 #      trainer's own metrics line (images/s, MFU with --peak-tflops 989), against timm's
 #      vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW, same batch), eager and
-#      torch.compile, measured in the same run when python3 imports torch and timm
+#      torch.compile, measured in the same run when python3 imports torch and timm; then
+#      ViT-L/16 (bench_gpu against timm's vit_large_patch16_224, eager) when time is left
 #   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
 #   6. a summary (also in $OUT/summary.txt)
 # Logs go to $OUT when set (the device tool brings back at most 8 files: these are exactly 8),
@@ -22,7 +23,7 @@
 #   import): a dry run of this script on a development machine.
 # Env: VT_GPU_BUILD build directory (default /tmp/vt_gpu_build[_cpu]; an existing one is reused),
 #   VT_GPU_BUDGET_S, VT_GPU_SLOW (1; multiplies each part's time limit, for slow dry-run
-#   machines), VT_BENCH_BATCH (128), VT_PYTHON (python3).
+#   machines), VT_BENCH_BATCH (128), VT_BENCH_BATCH_L (64, ViT-L), VT_PYTHON (python3).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cpu_only=0
@@ -260,6 +261,24 @@ else
 fi
 ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }' || echo "n/a"; }
 note "images/s: vit3d bf16 ${ours:-n/a} | torch bf16 eager ${eager:-n/a} (vit3d/torch $(ratio "$ours" "$eager")) | torch bf16 compile ${compiled:-n/a} (vit3d/torch $(ratio "$ours" "$compiled"))"
+# ViT-L/16 (the issue's second model), bf16, against timm's vit_large_patch16_224 in eager mode,
+# with what the budget leaves (torch.compile of ViT-L takes minutes: not here).
+lb=${VT_BENCH_BATCH_L:-64}
+if ((built && !cpu_only)) && (($(left) > 150)); then
+  run "$(cap 90 60)" "$blog2" "$bench" --model vit-l16 --batch "$lb" --warmup 2 --timed 6 \
+    --precision bf16
+  oursl=$(grep -oE '^vit3d-bench step_ms.*' "$blog2" | tail -1 | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
+  mful=$(grep -oE '^vit3d-bench step_ms.*' "$blog2" | tail -1 | grep -oE 'mfu=[0-9.]+' | cut -d= -f2)
+  eagerl=""
+  if "$py" -c 'import torch, timm' >/dev/null 2>&1 && (($(left) > 60)); then
+    run "$(cap 90 10)" "$plog" "$py" "$tb" --mode eager --model vit_large_patch16_224 \
+      --batch "$lb" --warmup 2 --timed 6
+    eagerl=$(grep -oE '^torch-bench mode=eager.*' "$plog" | tail -1 | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
+  fi
+  note "ViT-L/16 batch $lb images/s: vit3d bf16 ${oursl:-n/a} (mfu ${mful:-n/a}) | torch bf16 eager ${eagerl:-n/a} (vit3d/torch $(ratio "$oursl" "$eagerl"))"
+elif ((built && !cpu_only)); then
+  note "ViT-L/16 skipped: $(left) s left of the budget"
+fi
 
 # ---- 5. memory and race checks, with the time that is left ---------------------------------------
 # No GPU ran these kernels before; compute-sanitizer (works on Firecracker H200 machines) finds
