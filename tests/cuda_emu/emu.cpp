@@ -1,11 +1,14 @@
-// emu.cpp: a CPU emulation of the part of the CUDA runtime and cuBLAS that src/cuda uses, so that
-// tests/test_cuda_ops.c can run the CUDA kernels' logic on a machine without a GPU (CI). Each CUDA
-// thread is a ucontext fiber; the blocks of a grid run one after another; __syncthreads and warp
-// shuffles are barriers of a small scheduler that aborts on a deadlock or a warp that diverges at
-// a shuffle. One in-order stream: streams and events are no-ops. cuBLAS is a plain column-major
-// GEMM with fp32 sums in k order; bf16 operands are widened exactly.
-// What it cannot find: data races (threads run in a fixed order), real launch and resource limits,
-// cuBLAS's own summation order and FMA contraction. tests/gpu/run.sh on a real GPU checks those.
+// emu.cpp: a CPU emulation of the part of the CUDA runtime, cuBLAS and cuBLASLt that src/cuda
+// uses, so that tests/test_cuda_ops.c can run the CUDA kernels' logic on a machine without a GPU
+// (CI). Each CUDA thread is a ucontext fiber; the blocks of a grid run one after another;
+// __syncthreads and warp shuffles are barriers of a small scheduler that aborts on a deadlock or
+// a warp that diverges at a shuffle, and runs the threads between barriers in a random order.
+// One in-order stream: streams and events are no-ops. cuBLAS is a plain column-major GEMM with
+// fp32 sums in k order; bf16 operands are widened exactly, a bf16 C rounded to nearest even.
+// What it finds of data races: those whose outcome depends on the order of threads within a
+// block (two runs then differ). Not found: races between blocks (they run one after another),
+// real launch and resource limits, cuBLAS's own summation order and FMA contraction;
+// tests/gpu/run.sh on a real GPU checks those.
 #include <ucontext.h>
 
 #include "cublasLt.h"
@@ -54,6 +57,13 @@ static void trampoline() {
   swapcontext(&g_cur->ctx, &g_sched);
 }
 
+// xorshift64*: the scheduling order below; the same sequence in every process.
+static uint64_t next_random() {
+  static uint64_t x = 0x9e3779b97f4a7c15ull;
+  x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+  return x * 0x2545f4914f6cdd1dull;
+}
+
 static void run_block() {
   const int n = g_nthreads;
   for (int i = 0; i < n; i++) {
@@ -71,8 +81,18 @@ static void run_block() {
   }
   for (;;) {
     int progressed = 0, live = 0;
-    for (int i = 0; i < n; i++) {
-      fiber *f = &g_fibers[i];
+    // Runnable threads go in a fresh random order every round (a round ends at barriers), so a
+    // kernel that reads another thread's write without a barrier between them sees different
+    // orders in different launches: test_cuda_ops's two runs of an op then differ ("repeat
+    // DIFFERS"), or disagree with the CPU.
+    static int order[1024];
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+      const int j = (int)(next_random() % (uint64_t)(i + 1)), t = order[i];
+      order[i] = order[j], order[j] = t;
+    }
+    for (int k = 0; k < n; k++) {
+      fiber *f = &g_fibers[order[k]];
       if (f->state != 0) continue;
       g_cur = f;
       swapcontext(&g_sched, &f->ctx);
