@@ -587,8 +587,8 @@ static int check_table(const vt_backend *be) {
     const void *fn;
   } ops[] = {
 #define OP(f) {#f, (const void *)be->f}
-      OP(linear_fwd),        OP(linear_act_fwd),    OP(linear_bwd),        OP(layernorm_fwd), OP(layernorm_bwd),
-      OP(add_layernorm_fwd), OP(layernorm_bwd_add),
+      OP(linear_fwd),        OP(linear_act_fwd),    OP(linear_bwd),    OP(layernorm_fwd),
+      OP(layernorm_bwd),     OP(add_layernorm_fwd), OP(layernorm_bwd_add),
       OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
       OP(add),               OP(patchify_fwd),      OP(patchify_bwd),  OP(embed_fwd),
       OP(embed_bwd),         OP(cls_pool_fwd),      OP(cls_pool_bwd),  OP(cross_entropy_fwd),

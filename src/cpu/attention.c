@@ -66,7 +66,8 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
       softmax_rows(p, N, N);
       if (bf16) {
         uint16_t *pb = (uint16_t *)att + at;
-        for (int64_t i = 0; i < N * N; i++) pb[i] = vt_bf16_bits(p[i]), p[i] = vt_bf16_widen(pb[i]);
+        for (int64_t i = 0; i < N * N; i++)
+          pb[i] = vt_bf16_bits(p[i]), p[i] = vt_bf16_widen(pb[i]);
       }
       if (!bf16) {
         vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, out + b * N * C + h * D, C);
@@ -74,8 +75,9 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
       }
       float *o = p + N * N;
       vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, o, D);
+      const int64_t at_out = b * N * C + h * D;
       for (int64_t i = 0; i < N; i++)
-        for (int64_t d = 0; d < D; d++) vt_cpu_put(out, b * N * C + i * C + h * D + d, o[i * D + d], 1);
+        for (int64_t d = 0; d < D; d++) vt_cpu_put(out, at_out + i * C + d, o[i * D + d], 1);
     }
 }
 

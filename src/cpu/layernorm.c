@@ -28,7 +28,8 @@ static void ln_row(float *out, int64_t m, float *mean, float *rstd, const float 
   float mu = s / (float)C, var = 0.0f;
   for (int64_t c = 0; c < C; c++) var += (x[c] - mu) * (x[c] - mu);
   float r = 1.0f / sqrtf(var / (float)C + VT_LAYERNORM_EPS);
-  for (int64_t c = 0; c < C; c++) vt_cpu_put(out, m * C + c, (x[c] - mu) * r * weight[c] + bias[c], bf16);
+  for (int64_t c = 0; c < C; c++)
+    vt_cpu_put(out, m * C + c, (x[c] - mu) * r * weight[c] + bias[c], bf16);
   mean[m] = mu;
   rstd[m] = r;
 }

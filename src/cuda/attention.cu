@@ -1,11 +1,11 @@
-// attention.cu: softmax(q k^T / sqrt(D)) v per (batch, head) on CUDA, forward and backward, twin
-// of src/cpu/attention.c (same qkv layout, same saved probabilities att (B, H, N, N); qkv, out
-// and att fp32 or bf16 as vt_ops.h says). cuBLAS strided-batched GEMMs (fp32, or bf16 operands with fp32
-// accumulation in vt_backend.h's bf16 precision) read the heads straight out of the timm qkv
-// layout (no per-head copies): one call per head, batched over the B images, whose q/k/v sit a
-// fixed stride N*3C apart. The softmax and its backward are warp-per-row kernels; in bf16 they
-// write the GEMM operands P and dS as bf16 directly. C-style CUDA, no STL. Must not depend on
-// MPI, NCCL or the model. A fused (flash) attention that never stores P is not written yet.
+// attention.cu: softmax(q k^T / sqrt(D)) v per (batch, head) on CUDA, forward and backward, twin of
+// src/cpu/attention.c (same qkv layout, same saved probabilities att (B, H, N, N); qkv, out and att
+// fp32 or bf16 as vt_ops.h says). cuBLAS strided-batched GEMMs (fp32, or bf16 operands with fp32
+// accumulation in vt_backend.h's bf16 precision) read the heads straight out of the timm qkv layout
+// (no per-head copies): one call per head, batched over the B images, whose q/k/v sit a fixed
+// stride N*3C apart. The softmax and its backward are warp-per-row kernels; in bf16 they write the
+// GEMM operands P and dS as bf16 directly. C-style CUDA, no STL. Must not depend on MPI, NCCL or
+// the model. A fused (flash) attention that never stores P is not written yet.
 #include <limits.h>
 #include <math.h>
 
@@ -76,7 +76,9 @@ static __global__ void softmax_bwd_kernel(float *dp, const float *p, const __nv_
   }
 }
 
-static unsigned softmax_blocks(int64_t rows) { return (unsigned)((rows + SM_WARPS - 1) / SM_WARPS); }
+static unsigned softmax_blocks(int64_t rows) {
+  return (unsigned)((rows + SM_WARPS - 1) / SM_WARPS);
+}
 
 // One strided-batched GEMM over the B images of one head: C_b = alpha op(A_b) op(B_b) + beta C_b,
 // column-major, with A_b = A + b * sa and so on (strides and offsets in elements). A and B fp32,

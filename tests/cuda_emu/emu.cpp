@@ -304,7 +304,8 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
   *h = (cublasLtHandle_t)&obj;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType) {
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t,
+                                        cudaDataType) {
   *d = new emu_lt_desc;
   return CUBLAS_STATUS_SUCCESS;
 }
