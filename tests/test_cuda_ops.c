@@ -81,8 +81,10 @@ static float *dnew(tc *t, const float *host, int64_t n) {
 
 // A device buffer full of NaN: an output element the op does not write stays NaN and fails.
 static float *dpoison(tc *t, int64_t n) {
+  // 0x7fc07fc0: a NaN read as one float and as two bf16 halves (bf16 outputs use the buffer too)
+  const uint32_t nan2 = 0x7fc07fc0u;
   float *h = hnew(t, n);
-  for (int64_t i = 0; i < n; i++) h[i] = NAN;
+  for (int64_t i = 0; i < n; i++) memcpy(&h[i], &nan2, sizeof nan2);
   return dnew(t, h, n);
 }
 
