@@ -118,13 +118,12 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, 
   // P v, whose bf16 result is out (the CPU twin's rounding points exactly). fp32: scores and
   // probabilities in place in att.
   const int bf16 = vt_cuda_bf16();
-  const void *x = qkv, *pv = att;
   float *sc = att;
   if (bf16) sc = (float *)vt_cuda_scratch((size_t)(B * satt) * sizeof(float));
   for (int64_t h = 0; h < H; h++) {
     // S = scale q k^T, i.e. S^T (N, N) = Kc^T Qc.
-    gemm_b(T, O, N, N, D, scale, elem(x, h * D + C, bf16), ld, sqkv, elem(x, h * D, bf16), ld,
-           sqkv, 0.0f, sc + h * N * N, N, satt, B, bf16, 0);
+    gemm_b(T, O, N, N, D, scale, elem(qkv, h * D + C, bf16), ld, sqkv, elem(qkv, h * D, bf16),
+           ld, sqkv, 0.0f, sc + h * N * N, N, satt, B, bf16, 0);
   }
   const int64_t rows = B * H * N;
   softmax_rows_kernel<<<softmax_blocks(rows), 32 * SM_WARPS, 0, vt_cuda_stream()>>>(
@@ -132,8 +131,9 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, 
   VT_CUDA_CHECK_LAUNCH();
   for (int64_t h = 0; h < H; h++) {
     // out = P v, i.e. out^T (D, N) = Vc Pc.
-    gemm_b(O, O, D, N, N, 1.0f, elem(x, h * D + 2 * C, bf16), ld, sqkv, elem(pv, h * N * N, bf16),
-           N, satt, 0.0f, (void *)elem(out, h * D, bf16), C, sout, B, bf16, bf16);
+    gemm_b(O, O, D, N, N, 1.0f, elem(qkv, h * D + 2 * C, bf16), ld, sqkv,
+           elem(att, h * N * N, bf16), N, satt, 0.0f, (void *)elem(out, h * D, bf16), C, sout, B,
+           bf16, bf16);
   }
 }
 
@@ -156,13 +156,13 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, const float *dout, const floa
   const size_t at_ds = bf16 ? vt_cuda_carve(&end, (size_t)(B * satt) * h2) : 0;
   char *base = (char *)vt_cuda_scratch(end);
   float *dp = (float *)(base + at_dp);
-  const void *x = qkv, *dyv = dout, *dsv = dp;
+  const void *dyv = dout, *dsv = dp;
   if (bf16) {
     vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_dy), dout, B * sout);
     dyv = base + at_dy, dsv = base + at_ds;
   }
   for (int64_t h = 0; h < H; h++) {
-    const void *v = elem(x, h * D + 2 * C, bf16), *dy = elem(dyv, h * D, bf16);
+    const void *v = elem(qkv, h * D + 2 * C, bf16), *dy = elem(dyv, h * D, bf16);
     float *dv = dqkv + h * D + 2 * C;
     // dv = P^T dy, i.e. dv^T (D, N) = dYc Pc^T; beta 0 overwrites.
     gemm_b(O, T, D, N, N, 1.0f, dy, C, sout, elem(att, h * N * N, bf16), N, satt, 0.0f, dv, ld,
@@ -177,7 +177,7 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, const float *dout, const floa
       bf16 ? (__nv_bfloat16 *)(base + at_ds) : NULL, rows, N);
   VT_CUDA_CHECK_LAUNCH();
   for (int64_t h = 0; h < H; h++) {
-    const void *q = elem(x, h * D, bf16), *k = elem(x, h * D + C, bf16);
+    const void *q = elem(qkv, h * D, bf16), *k = elem(qkv, h * D + C, bf16);
     const void *dsh = elem(dsv, h * N * N, bf16);
     float *dq = dqkv + h * D, *dk = dq + C;
     // dq = scale dS k, i.e. dq^T (D, N) = Kc dSc.

@@ -103,25 +103,6 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t 
                                CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// bf16 copies of up to two fp32 tensors in the op scratch (NULL sources skipped), placed from
-// *end on; the copies go to out[0..1]. In fp32 the sources themselves. With cast_first 0 the
-// first copy's place is only reserved (its caller fills it).
-static void operands(int bf16, const float *a, int64_t na, const float *b, int64_t nb,
-                     int cast_first, size_t *end, char **base, const void *out[2]) {
-  out[0] = a, out[1] = b;
-  if (!bf16) return;
-  const int64_t n[2] = {a ? na : 0, b ? nb : 0};
-  size_t at[2];
-  for (int i = 0; i < 2; i++) at[i] = vt_cuda_carve(end, (size_t)n[i] * sizeof(__nv_bfloat16));
-  *base = (char *)vt_cuda_scratch(*end);
-  for (int i = 0; i < 2; i++) {
-    if (!n[i]) continue;
-    if (i || cast_first)
-      vt_cuda_to_bf16((__nv_bfloat16 *)(*base + at[i]), (const float *)out[i], n[i]);
-    out[i] = *base + at[i];
-  }
-}
-
 // ---- cuBLASLt: the bf16 forward GEMM with the bias added in its epilogue ---------------------
 // out^T (O, M) = W^T (read from W (O, I) column-major) @ inp^T (I, M) + bias broadcast along M,
 // in one kernel (CUBLASLT_EPILOGUE_BIAS, bias of length O = the rows of D): no broadcast pass and
@@ -289,16 +270,27 @@ extern "C" void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, co
   check_dims("linear_bwd", M, I, O);
   const float one = 1.0f, zero = 0.0f;
   const int bf16 = vt_cuda_bf16();
-  // The bias gradient sums the fp32 dout in both precisions; in bf16 the same pass writes the
-  // bf16 copy of dout (the scratch: the column sum's partials, then the bf16 operands).
+  // The op scratch: the bias gradient's chunk partials, then in bf16 the copies of dout and of
+  // the weight. The bias gradient sums the fp32 dout in both precisions; in bf16 the same pass
+  // writes dout's copy.
+  const size_t h2 = sizeof(__nv_bfloat16);
   size_t end = 0;
-  const size_t at_part = dbias ? vt_cuda_carve(&end, (size_t)(colsum_chunks(M) * O) * 4) : 0;
+  const size_t at_part = vt_cuda_carve(&end, dbias ? (size_t)(colsum_chunks(M) * O) * 4 : 0);
+  const size_t at_dy = vt_cuda_carve(&end, bf16 ? (size_t)(M * O) * h2 : 0);
+  const size_t at_w = vt_cuda_carve(&end, bf16 && dinp ? (size_t)(O * I) * h2 : 0);
   char *base = (char *)vt_cuda_scratch(end);
-  const void *op[2];  // dout, weight
-  operands(bf16, dout, M * O, dinp ? weight : NULL, O * I, !dbias, &end, &base, op);
-  const void *dy = op[0], *w = op[1];
+  const void *dy = dout, *w = weight;
+  if (bf16) {
+    dy = base + at_dy;
+    if (!dbias) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_dy), dout, M * O);
+    if (dinp) {
+      vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
+      w = base + at_w;
+    }
+  }
   if (dbias)
-    colsum_acc(dbias, bf16 ? (__nv_bfloat16 *)dy : NULL, dout, (float *)(base + at_part), M, O);
+    colsum_acc(dbias, bf16 ? (__nv_bfloat16 *)(base + at_dy) : NULL, dout,
+               (float *)(base + at_part), M, O);
   // dinp = dout @ W, i.e. dinp^T (I, M) = W^T (I, O) @ dout^T (O, M); beta 0 overwrites.
   if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, M, O, &one, w, I, dy, O, &zero, dinp, I, bf16);
   // dweight += dout^T @ inp, i.e. dweight^T (I, O) += inp^T (I, M) @ dout (M, O); beta 1 keeps
