@@ -91,20 +91,21 @@ int64_t vt_act_floats(const vt_backend *be, int64_t count) {
   return be->precision() == VT_PRECISION_BF16 ? (count + 1) / 2 : count;
 }
 
-void vt_attention_fwd(const vt_backend *be, float *out, float *att, const float *qkv, int64_t B,
+void vt_attention_fwd(const vt_backend *be, float *out, float *lse, const float *qkv, int64_t B,
                       int64_t N, int64_t H, int64_t D) {
   NEED(be, attention_fwd);
-  PTR(out); PTR(att); PTR(qkv);
+  PTR(out); PTR(lse); PTR(qkv);
   POS(B); POS(N); POS(H); POS(D);
-  be->attention_fwd(out, att, qkv, B, N, H, D);
+  be->attention_fwd(out, lse, qkv, B, N, H, D);
 }
 
 void vt_attention_bwd(const vt_backend *be, float *dqkv, const float *dout, const float *qkv,
-                      const float *att, int64_t B, int64_t N, int64_t H, int64_t D) {
+                      const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
+                      int64_t D) {
   NEED(be, attention_bwd);
-  PTR(dqkv); PTR(dout); PTR(qkv); PTR(att);
+  PTR(dqkv); PTR(dout); PTR(qkv); PTR(out); PTR(lse);
   POS(B); POS(N); POS(H); POS(D);
-  be->attention_bwd(dqkv, dout, qkv, att, B, N, H, D);
+  be->attention_bwd(dqkv, dout, qkv, out, lse, B, N, H, D);
 }
 
 void vt_add(const vt_backend *be, float *out, const float *a, const float *b, int64_t count) {

@@ -14,8 +14,7 @@ extern "C" {
 // bf16 activations. In bf16 precision (vt_backend.h) the activations that only ever feed GEMMs
 // are stored as bfloat16, 2 bytes per element, in float * buffers of vt_act_floats(be, count)
 // floats: linear's inp, the out of patchify_fwd, layernorm_fwd, add_layernorm_fwd (not its sum),
-// gelu_fwd, attention_fwd and linear_act_fwd, attention's qkv input and its saved probabilities
-// att. The GEMMs rounded exactly
+// gelu_fwd, attention_fwd and linear_act_fwd, attention's qkv input. The GEMMs rounded exactly
 // these values to bf16 anyway, so storing them rounded changes no result; it halves their
 // memory and traffic and the GEMMs read them as they are. Everything else stays fp32.
 int64_t vt_act_floats(const vt_backend *be, int64_t count);
@@ -60,16 +59,24 @@ void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t cou
 void vt_gelu_bwd(const vt_backend *be, float *dinp, const float *inp, const float *dout,
                  int64_t count);
 
-// Scaled dot-product attention per head, no mask. qkv (B, N, 3*H*D) laid out as timm's qkv
-// Linear output: [q of all heads | k of all heads | v of all heads], head h at columns h*D.
-// out (B, N, H*D) with head h at columns h*D (timm's transpose-reshape); att (B, H, N, N) the
-// softmax probabilities, saved for the backward (whose softmax gradient uses the stored, in bf16
-// rounded, values). Under TP, H is the local head count.
-void vt_attention_fwd(const vt_backend *be, float *out, float *att, const float *qkv, int64_t B,
+// Scaled dot-product attention per head, no mask, in the fused (flash) form: the probabilities
+// are never stored. qkv (B, N, 3*H*D) laid out as timm's qkv Linear output: [q of all heads |
+// k of all heads | v of all heads], head h at columns h*D. out (B, N, H*D) with head h at
+// columns h*D (timm's transpose-reshape). lse (B, H, N) fp32, saved for the backward: per query
+// row i the log of the softmax denominator, lse_i = log sum_j exp(s_ij), s = q k^T / sqrt(D).
+// Both backends compute the same values with the same rounding points (only summation orders
+// differ): p_ij = exp(s_ij - lse_i); out_i = sum_j p_ij v_j, with p rounded to bf16 in bf16
+// precision. Under TP, H is the local head count.
+void vt_attention_fwd(const vt_backend *be, float *out, float *lse, const float *qkv, int64_t B,
                       int64_t N, int64_t H, int64_t D);
-// dqkv (B, N, 3*H*D) overwritten; dout (B, N, H*D)
+// dqkv (B, N, 3*H*D) overwritten; dout (B, N, H*D); out and lse as attention_fwd left them.
+// The probabilities are recomputed from q, k and lse; the softmax gradient is
+// ds_ij = p_ij (dp_ij - delta_i), dp = dout v^T, delta_i = sum_d dout_id out_id (which equals
+// sum_j p_ij dp_ij). In bf16 the GEMMs read dout and ds rounded to bf16 and p as above; delta
+// uses the fp32 dout.
 void vt_attention_bwd(const vt_backend *be, float *dqkv, const float *dout, const float *qkv,
-                      const float *att, int64_t B, int64_t N, int64_t H, int64_t D);
+                      const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
+                      int64_t D);
 
 // Residual add, out = a + b (out may alias a or b). Its backward passes the gradient to both
 // inputs unchanged, so the model reuses this op to add branch gradients into the stream.

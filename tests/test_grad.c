@@ -143,22 +143,22 @@ static void test_add(int64_t n) {
 }
 
 // ---- attention ----
-typedef struct { float *qkv, *att; int64_t B, N, H, D; } att_ctx;
+typedef struct { float *qkv, *lse; int64_t B, N, H, D; } att_ctx;
 static void att_fwd(void *c, float *out) {
   att_ctx *k = c;
-  vt_attention_fwd(be, out, k->att, k->qkv, k->B, k->N, k->H, k->D);
+  vt_attention_fwd(be, out, k->lse, k->qkv, k->B, k->N, k->H, k->D);
 }
 static void test_attention(int64_t B, int64_t N, int64_t H, int64_t D) {
   int64_t C = H * D, nq = B * N * 3 * C, no = B * N * C;
-  att_ctx k = {randn(nq, 14, 1), calloc((size_t)(B * H * N * N), 4), B, N, H, D};
+  att_ctx k = {randn(nq, 14, 1), calloc((size_t)(B * H * N), 4), B, N, H, D};
   float *out = calloc((size_t)no, 4), *r = randn(no, 15, 1), *dqkv = calloc((size_t)nq, 4);
   att_fwd(&k, out);
-  vt_attention_bwd(be, dqkv, r, k.qkv, k.att, B, N, H, D);
+  vt_attention_bwd(be, dqkv, r, k.qkv, out, k.lse, B, N, H, D);
   char name[64];
   snprintf(name, sizeof name, "attention B%lld N%lld H%lld D%lld", (long long)B, (long long)N,
            (long long)H, (long long)D);
   expect_pass(name, check(name, att_fwd, &k, out, r, no, k.qkv, nq, dqkv));
-  free(k.qkv), free(k.att), free(out), free(r), free(dqkv);
+  free(k.qkv), free(k.lse), free(out), free(r), free(dqkv);
 }
 
 // ---- patchify ----

@@ -55,7 +55,7 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C);
   const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
   vt_linear_act_fwd(be, a->qkv, x1, w->qkv_w, w->qkv_b, M, C, 3 * H * D);
-  vt_attention_fwd(be, a->attn, a->att, a->qkv, B, N, H, D);
+  vt_attention_fwd(be, a->attn, a->lse, a->qkv, B, N, H, D);
   vt_linear_fwd(be, partial, a->attn, w->proj_w, proj_b, M, H * D, C);
   g_fwd(m, a->mid, partial, Ml * C);
   // MLP branch: mid = in + attention branch, its LayerNorm in the same pass; mid -> out
@@ -92,7 +92,7 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   // leaves dln's rows past M untouched (zero).
   dy = g_bwd(m, s->full, dres, Ml * C);
   vt_linear_bwd(be, s->dln, gw->proj_w, gw->proj_b, dy, a->attn, w->proj_w, M, H * D, C);
-  vt_attention_bwd(be, s->dqkv, s->dln, a->qkv, a->att, B, N, H, D);
+  vt_attention_bwd(be, s->dqkv, s->dln, a->qkv, a->attn, a->lse, B, N, H, D);
   vt_linear_bwd(be, s->dln, gw->qkv_w, gw->qkv_b, s->dqkv, x1, w->qkv_w, M, C, 3 * H * D);
   dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,

@@ -43,7 +43,7 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
     vt_block_acts *b = &sl->blocks[l];
     b->ln1 = take_act(m, ar, Ml * C), b->ln1_mean = take(ar, Ml), b->ln1_rstd = take(ar, Ml);
     b->qkv = take_act(m, ar, M * 3 * C / tp);
-    b->att = take_act(m, ar, B * H * N * N);
+    b->lse = take(ar, B * H * N);
     b->attn = take_act(m, ar, M * C / tp);
     b->mid = take(ar, Ml * C);
     b->ln2 = take_act(m, ar, Ml * C), b->ln2_mean = take(ar, Ml), b->ln2_rstd = take(ar, Ml);

@@ -38,7 +38,7 @@ typedef struct {
   float *ln1, *ln1_mean, *ln1_rstd;  // (Ml, C) [bf16], (Ml), (Ml)
   float *ln1_full;                   // (Mp, C) [bf16] all ranks' ln1 rows (sequence parallel)
   float *qkv;                        // (B, N, 3C/tp) [bf16]
-  float *att;                        // (B, H/tp, N, N) [bf16]
+  float *lse;                        // (B, H/tp, N) softmax log-denominators (vt_ops.h)
   float *attn;                       // (B, N, C/tp) [bf16] attention output before proj
   float *mid;                        // (Ml, C) stream after the attention branch
   float *ln2, *ln2_mean, *ln2_rstd;  // (Ml, C) [bf16], (Ml), (Ml)

@@ -1,7 +1,10 @@
-// attention.c: softmax(q k^T / sqrt(D)) v per (batch, head), forward and backward, with the
-// GEMMs on strided views of the timm qkv layout (no copies). The (batch, head) pairs run in
-// parallel, each with single-threaded GEMMs and its own scratch, so every pair's result is
-// computed the same way whatever the thread count.
+// attention.c: softmax(q k^T / sqrt(D)) v per (batch, head), forward and backward, in the fused
+// (flash) form of vt_ops.h: the forward saves only each row's log-denominator lse, the backward
+// recomputes the probabilities. The reference of src/cuda/attention.cu: the same values and
+// rounding points, computed here a whole (N, N) head at a time. GEMMs on strided views of the
+// timm qkv layout (no copies). The (batch, head) pairs run in parallel, each with
+// single-threaded GEMMs and its own scratch, so every pair's result is computed the same way
+// whatever the thread count.
 #include <math.h>
 
 #ifdef _OPENMP
@@ -26,33 +29,29 @@ static int max_threads(void) {
 #endif
 }
 
-// Softmax of each of the `rows` rows of length N, in place.
-static void softmax_rows(float *s, int64_t rows, int64_t N) {
-  for (int64_t i = 0; i < rows; i++) {
+// Each of the N rows of the scores s (N, N): lse = log sum_j exp(s_j), then s_j = exp(s_j - lse)
+// in place (the probabilities).
+static void softmax_rows(float *s, float *lse, int64_t N) {
+  for (int64_t i = 0; i < N; i++) {
     float *r = s + i * N, mx = r[0], sum = 0.0f;
     for (int64_t j = 1; j < N; j++) mx = r[j] > mx ? r[j] : mx;
-    for (int64_t j = 0; j < N; j++) {
-      r[j] = expf(r[j] - mx);
-      sum += r[j];
-    }
-    float inv = 1.0f / sum;
-    for (int64_t j = 0; j < N; j++) r[j] *= inv;
+    for (int64_t j = 0; j < N; j++) sum += expf(r[j] - mx);
+    lse[i] = mx + logf(sum);
+    for (int64_t j = 0; j < N; j++) r[j] = expf(r[j] - lse[i]);
   }
 }
 
-void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, int64_t N,
+void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                           int64_t H, int64_t D) {
   const int64_t C = H * D, ld = 3 * C;
   const float scale = 1.0f / sqrtf((float)D);
   // bf16 (vt_backend.h, vt_ops.h): both GEMMs read rounded copies of q, k, v and of the
-  // probabilities, which att stores as bfloat16, as out is; each thread makes its probabilities
-  // (N, N) and its head's output (N, D) in fp32 in its own scratch first.
+  // probabilities; out is stored as bfloat16, made in fp32 in each thread's scratch first.
   const int bf16 = vt_cpu_bf16();
-  const int64_t per = N * N + N * D;
-  float *rq = NULL, *rp = NULL;
+  const int64_t per = N * N + (bf16 ? N * D : 0);
+  float *scratch = vt_cpu_scratch((size_t)(max_threads() * per + (bf16 ? B * N * ld : 0)));
   if (bf16) {
-    rq = vt_cpu_scratch((size_t)(B * N * ld + max_threads() * per));
-    rp = rq + B * N * ld;
+    float *rq = scratch + max_threads() * per;
     vt_cpu_widen_bf16(rq, qkv, B * N * ld);  // qkv: a bf16 activation (vt_ops.h)
     qkv = rq;
   }
@@ -60,19 +59,14 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
       const float *q = qkv + b * N * ld + h * D, *k = q + C, *v = q + 2 * C;
-      const int64_t at = (b * H + h) * N * N;
-      float *p = bf16 ? rp + (int64_t)thread_id() * per : att + at;
+      float *p = scratch + (int64_t)thread_id() * per;
       vt_cpu_sgemm_serial(0, 1, N, N, D, scale, q, ld, k, ld, 0.0f, p, N);  // (N, N) = q k^T
-      softmax_rows(p, N, N);
-      if (bf16) {
-        uint16_t *pb = (uint16_t *)att + at;
-        for (int64_t i = 0; i < N * N; i++)
-          pb[i] = vt_bf16_bits(p[i]), p[i] = vt_bf16_widen(pb[i]);
-      }
+      softmax_rows(p, lse + (b * H + h) * N, N);
       if (!bf16) {
         vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, out + b * N * C + h * D, C);
         continue;
       }
+      for (int64_t i = 0; i < N * N; i++) p[i] = vt_bf16_round(p[i]);
       float *o = p + N * N;
       vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, o, D);
       const int64_t at_out = b * N * C + h * D;
@@ -81,48 +75,49 @@ void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, i
     }
 }
 
-void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att,
-                          int64_t B, int64_t N, int64_t H, int64_t D) {
+void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, int64_t B, int64_t N, int64_t H, int64_t D) {
   const int64_t C = H * D, ld = 3 * C, T = max_threads();
   const float scale = 1.0f / sqrtf((float)D);
-  // Per thread: dS (N, N), and in bf16 the stored probabilities widened to fp32 (N, N); in bf16
-  // also rounded copies of qkv and dout for every (image, head), made once up front.
+  // Per thread: the probabilities and dS (N, N each) and delta (N). In bf16 also, made once up
+  // front: qkv and out widened (bf16 activations), dout rounded for the GEMMs (the fp32 dout
+  // stays for delta).
   const int bf16 = vt_cpu_bf16();
-  const int64_t per = bf16 ? 2 * N * N : N * N;
-  float *scratch = vt_cpu_scratch((size_t)(T * per + (bf16 ? B * N * (ld + C) : 0)));
+  const int64_t per = 2 * N * N + N;
+  float *scratch = vt_cpu_scratch((size_t)(T * per + (bf16 ? B * N * (ld + 2 * C) : 0)));
+  const float *dy_all = dout, *out_all = out;
   if (bf16) {
-    float *rq = scratch + T * per, *rd = rq + B * N * ld;
-    vt_cpu_widen_bf16(rq, qkv, B * N * ld);  // qkv: a bf16 activation (vt_ops.h)
+    float *rq = scratch + T * per, *rd = rq + B * N * ld, *ro = rd + B * N * C;
+    vt_cpu_widen_bf16(rq, qkv, B * N * ld);
     vt_cpu_round_bf16(rd, dout, B * N * C);
-    qkv = rq, dout = rd;
+    vt_cpu_widen_bf16(ro, out, B * N * C);
+    qkv = rq, dy_all = rd, out_all = ro;
   }
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
       const float *q = qkv + b * N * ld + h * D, *k = q + C, *v = q + 2 * C;
-      const float *dy = dout + b * N * C + h * D;
-      const int64_t at = (b * H + h) * N * N;
+      const int64_t at = b * N * C + h * D;
+      const float *dy = dy_all + at, *l = lse + (b * H + h) * N;
       float *dq = dqkv + b * N * ld + h * D, *dk = dq + C, *dv = dq + 2 * C;
-      float *ds = scratch + (int64_t)thread_id() * per;
-      const float *p = att + at;
-      if (bf16) {
-        float *w = ds + N * N;
-        const uint16_t *pb = (const uint16_t *)att + at;
-        for (int64_t i = 0; i < N * N; i++) w[i] = vt_bf16_widen(pb[i]);
-        p = w;
-      }
-      vt_cpu_sgemm_serial(1, 0, N, D, N, 1.0f, p, N, dy, C, 0.0f, dv, ld);  // dv = p^T dy
-      vt_cpu_sgemm_serial(0, 1, N, N, D, 1.0f, dy, C, v, ld, 0.0f, ds, N);  // dp = dy v^T
-      // Softmax backward in place: ds = p * (dp - rowsum(p * dp)), with the stored p.
+      float *p = scratch + (int64_t)thread_id() * per, *ds = p + N * N, *delta = ds + N * N;
       for (int64_t i = 0; i < N; i++) {
-        const float *pr = p + i * N;
-        float *r = ds + i * N, dot = 0.0f;
-        for (int64_t j = 0; j < N; j++) dot += pr[j] * r[j];
-        for (int64_t j = 0; j < N; j++) r[j] = pr[j] * (r[j] - dot);
+        float s = 0.0f;
+        for (int64_t d = 0; d < D; d++) s += dout[at + i * C + d] * out_all[at + i * C + d];
+        delta[i] = s;
       }
-      if (bf16)
-        for (int64_t i = 0; i < N * N; i++) ds[i] = vt_bf16_round(ds[i]);
-      vt_cpu_sgemm_serial(0, 0, N, D, N, scale, ds, N, k, ld, 0.0f, dq, ld);  // dq = scale ds k
-      vt_cpu_sgemm_serial(1, 0, N, D, N, scale, ds, N, q, ld, 0.0f, dk, ld);  // dk = scale ds^T q
+      vt_cpu_sgemm_serial(0, 1, N, N, D, scale, q, ld, k, ld, 0.0f, p, N);  // s = scale q k^T
+      vt_cpu_sgemm_serial(0, 1, N, N, D, 1.0f, dy, C, v, ld, 0.0f, ds, N);  // dp = dy v^T
+      // p = exp(s - lse); ds = p (dp - delta) in place over dp; then p as the dv GEMM reads it.
+      for (int64_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < N; j++) {
+          const float pij = expf(p[i * N + j] - l[i]);
+          const float g = pij * (ds[i * N + j] - delta[i]);
+          ds[i * N + j] = bf16 ? vt_bf16_round(g) : g;
+          p[i * N + j] = bf16 ? vt_bf16_round(pij) : pij;
+        }
+      vt_cpu_sgemm_serial(1, 0, N, D, N, 1.0f, p, N, dy, C, 0.0f, dv, ld);      // dv = p^T dy
+      vt_cpu_sgemm_serial(0, 0, N, D, N, scale, ds, N, k, ld, 0.0f, dq, ld);    // dq = scale ds k
+      vt_cpu_sgemm_serial(1, 0, N, D, N, scale, ds, N, q, ld, 0.0f, dk, ld);    // dk = scale ds^T q
     }
 }

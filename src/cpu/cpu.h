@@ -80,10 +80,10 @@ void vt_cpu_layernorm_bwd_add(float *dinp, float *dweight, float *dbias, const f
                               const float *rstd, int64_t M, int64_t C);
 void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count);
 void vt_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t count);
-void vt_cpu_attention_fwd(float *out, float *att, const float *qkv, int64_t B, int64_t N,
+void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                           int64_t H, int64_t D);
-void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att,
-                          int64_t B, int64_t N, int64_t H, int64_t D);
+void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, int64_t B, int64_t N, int64_t H, int64_t D);
 void vt_cpu_add(float *out, const float *a, const float *b, int64_t count);
 void vt_cpu_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
 void vt_cpu_patchify_bwd(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);

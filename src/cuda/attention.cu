@@ -1,188 +1,452 @@
-// attention.cu: softmax(q k^T / sqrt(D)) v per (batch, head) on CUDA, forward and backward, twin of
-// src/cpu/attention.c (same qkv layout, same saved probabilities att (B, H, N, N); qkv, out and att
-// fp32 or bf16 as vt_ops.h says). cuBLAS strided-batched GEMMs (fp32, or bf16 operands with fp32
-// accumulation in vt_backend.h's bf16 precision) read the heads straight out of the timm qkv layout
-// (no per-head copies): one call per head, batched over the B images, whose q/k/v sit a fixed
-// stride N*3C apart. The softmax and its backward are warp-per-row kernels; in bf16 they write the
-// GEMM operands P and dS as bf16 directly. C-style CUDA, no STL. Must not depend on MPI, NCCL or
-// the model. A fused (flash) attention that never stores P is not written yet.
+// attention.cu: softmax(q k^T / sqrt(D)) v per (batch, head) on CUDA, forward and backward, as
+// fused (flash) kernels that never store the (N, N) scores or probabilities: twin of
+// src/cpu/attention.c, with vt_ops.h's contract (the forward saves the row log-denominators lse,
+// the backward recomputes p = exp(s - lse) tile by tile). Tiles of 64 queries x 64 keys in
+// shared memory; each of a block's 4 warps owns 16 of its 64 rows. The tile products are
+// warp-level: tensor cores (WMMA, 16x16x16, bf16 operands, fp32 accumulators) in bf16
+// precision, plain fp32 FMAs in fp32 precision; both read the same shared-memory tiles, so one
+// kernel body serves both. Deterministic: no atomics; the backward runs one kernel for dq (per
+// query tile, over the key tiles) and one for dk and dv (per key tile, over the query tiles).
+// The forward makes two passes over the keys (row maxima and sums, then p v with the final lse),
+// so that p is rounded at the CPU twin's point (one extra q k^T, ~2% of a ViT block's FLOPs).
+// Reads the heads straight out of the timm qkv layout. C-style CUDA, no STL. Must not depend on
+// MPI, NCCL or the model.
 #include <limits.h>
 #include <math.h>
+#include <mma.h>
 
 #include "cuda_common.h"
 #include "cuda_ops.h"
 
-// cuBLAS is column-major: a row-major (R, K) matrix with leading dimension ld is, read
-// column-major, its transpose (K, R) with the same ld. Below, for one head of one image,
-//   Q, K, V (N, D) row-major with ld 3C  ->  Qc = Q^T, Kc = K^T, Vc = V^T (D, N), ld 3C
-//   P, dP, dS (N, N) row-major with ld N ->  Pc = P^T etc. (N, N), ld N
-//   out, dout (N, D) row-major with ld C ->  (D, N), ld C
-// and every row-major product is written as the column-major product of the transposes.
+#define FA_TILE 64               // queries (or keys) per block and keys (or queries) per step
+#define FA_WARPS (FA_TILE / 16)  // one warp per 16 rows of a tile
+#define FA_THREADS (32 * FA_WARPS)
 
-#define SM_WARPS 8  // rows (warps) per block of the softmax kernels
+// ---- element types: fp32, or bf16 as stored by bf16 precision ----------------------------------
 
-static void check_dims(const char *op, int64_t B, int64_t N, int64_t H, int64_t D) {
-  // The classic cuBLAS API takes int sizes, leading dimensions and batch counts.
-  VT_CHECK(B <= INT_MAX && N <= INT_MAX && 3 * H * D <= INT_MAX,
-           "%s: B=%lld N=%lld H=%lld D=%lld exceed cuBLAS's int sizes", op, (long long)B,
+static __device__ __forceinline__ float widen(float v) { return v; }
+static __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+static __device__ __forceinline__ T narrow(float v);
+template <>
+__device__ __forceinline__ float narrow<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// ---- warp tile products ------------------------------------------------------------------------
+// c (16 x 16 fp32, row-major, ldc) = [c +] a (16 x K, row-major, lda) b (K x 16), K a multiple of
+// 16; b is row-major (ldb) or, with BT, given as its transpose: rows of bm are b's columns. All
+// operands in shared memory; the caller syncs the warp before and after (other lanes' elements).
+
+template <bool BT>
+static __device__ __forceinline__ void warp_mma(float *c, int ldc, const __nv_bfloat16 *a, int lda,
+                                                const __nv_bfloat16 *bm, int ldb, int K,
+                                                bool accumulate) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  if (accumulate) wmma::load_matrix_sync(acc, c, ldc, wmma::mem_row_major);
+  else wmma::fill_fragment(acc, 0.0f);
+  for (int k = 0; k < K; k += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::load_matrix_sync(fa, a + k, lda);
+    if (BT) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+      wmma::load_matrix_sync(fb, bm + k, ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    } else {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+      wmma::load_matrix_sync(fb, bm + (int64_t)k * ldb, ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+  }
+  wmma::store_matrix_sync(c, acc, ldc, wmma::mem_row_major);
+}
+
+template <bool BT>
+static __device__ __forceinline__ void warp_mma(float *c, int ldc, const float *a, int lda,
+                                                const float *bm, int ldb, int K, bool accumulate) {
+  for (int e = threadIdx.x & 31; e < 256; e += 32) {  // 8 elements per lane
+    const int r = e >> 4, n = e & 15;
+    float s = accumulate ? c[r * ldc + n] : 0.0f;
+    for (int k = 0; k < K; k++) s += a[r * lda + k] * (BT ? bm[n * ldb + k] : bm[k * ldb + n]);
+    c[r * ldc + n] = s;
+  }
+}
+
+// c (16 x 64) = a (16 x K) b^T, b given as 64 rows of K (bm row-major, ldb): 16 rows of scores.
+template <typename T>
+static __device__ __forceinline__ void warp_scores(float *c, int ldc, const T *a, int lda,
+                                                   const T *bm, int ldb, int K) {
+  for (int n = 0; n < FA_TILE; n += 16)
+    warp_mma<true>(c + n, ldc, a, lda, bm + n * ldb, ldb, K, false);
+}
+
+// c (16 x Dp) += a (16 x 64) b, b (64 x Dp) row-major: 16 rows of an output accumulator.
+template <typename T>
+static __device__ __forceinline__ void warp_accumulate(float *c, int ldc, const T *a, int lda,
+                                                       const T *bm, int ldb, int Dp) {
+  for (int n = 0; n < Dp; n += 16) warp_mma<false>(c + n, ldc, a, lda, bm + n, ldb, FA_TILE, true);
+}
+
+// ---- shared memory -----------------------------------------------------------------------------
+// Every tile has 64 rows. A row of D values is padded with zeros to Dp (D rounded up to 16, the
+// WMMA k step) and the leading dimensions add 16 bytes against bank conflicts, which keeps them
+// multiples of 16 bytes and every 16-row or 16-column tile start 32-byte aligned, as WMMA needs.
+typedef struct {
+  int Dp;   // D rounded up to 16
+  int ldt;  // (64, Dp) tiles of T: Q, K, V, dO
+  int ldp;  // (64, 64) tiles of T: P, dS
+  int lds;  // (64, 64) fp32 tiles: S, dP
+  int ldo;  // (64, Dp) fp32 accumulators: O, dQ, dK, dV
+} fa_dims;
+
+static __host__ __device__ fa_dims fa_dims_of(int D, int esize) {
+  fa_dims d;
+  d.Dp = (D + 15) / 16 * 16;
+  d.ldt = d.Dp + 16 / esize, d.ldp = FA_TILE + 16 / esize;
+  d.lds = FA_TILE + 4, d.ldo = d.Dp + 4;
+  return d;
+}
+
+// A kernel's shared memory: nt (64, Dp) tiles of T, ns (64, 64) fp32 tiles, np (64, 64) tiles of
+// T, no (64, Dp) fp32 accumulators and nr rows of 64 floats, in that order, each region 128-byte
+// aligned. fa_bytes sizes what fa_carve hands out, so the two cannot disagree.
+typedef struct {
+  int nt, ns, np, no, nr;
+} fa_counts;
+static __host__ __device__ fa_counts fa_counts_of(int nt, int ns, int np, int no, int nr) {
+  fa_counts c = {nt, ns, np, no, nr};
+  return c;
+}
+#define FA_FWD_SMEM fa_counts_of(3, 1, 1, 1, 0)  // Q K V; S; P; O
+#define FA_DQ_SMEM fa_counts_of(4, 2, 1, 1, 2)   // Q dO K V; S dP; dS; dQ; lse delta
+#define FA_DKV_SMEM fa_counts_of(4, 2, 2, 2, 2)  // K V Q dO; S^T dP^T; P^T dS^T; dK dV; lse delta
+
+static __host__ __device__ size_t fa_round(size_t n) { return (n + 127) / 128 * 128; }
+static __host__ __device__ size_t fa_bytes(fa_dims d, int es, fa_counts c) {
+  return c.nt * fa_round((size_t)FA_TILE * d.ldt * es) +
+         c.ns * fa_round((size_t)FA_TILE * d.lds * 4) +
+         c.np * fa_round((size_t)FA_TILE * d.ldp * es) +
+         c.no * fa_round((size_t)FA_TILE * d.ldo * 4) + c.nr * fa_round((size_t)FA_TILE * 4);
+}
+
+template <typename T>
+struct fa_smem {
+  T *t[4];
+  float *s[2];
+  T *p[2];
+  float *o[2], *r[2];
+};
+
+template <typename T>
+static __device__ __forceinline__ fa_smem<T> fa_carve(unsigned char *base, fa_dims d, fa_counts c) {
+  // Fully unrolled with constant indices, so the pointers stay in registers.
+  fa_smem<T> m = {};
+  const int es = sizeof(T);
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+    if (i < c.nt) m.t[i] = (T *)base, base += fa_round((size_t)FA_TILE * d.ldt * es);
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+    if (i < c.ns) m.s[i] = (float *)base, base += fa_round((size_t)FA_TILE * d.lds * 4);
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+    if (i < c.np) m.p[i] = (T *)base, base += fa_round((size_t)FA_TILE * d.ldp * es);
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+    if (i < c.no) m.o[i] = (float *)base, base += fa_round((size_t)FA_TILE * d.ldo * 4);
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+    if (i < c.nr) m.r[i] = (float *)base, base += fa_round((size_t)FA_TILE * 4);
+  return m;
+}
+
+// Rows r0 .. r0+63 of an (N, D) matrix at src (row stride ld, elements S) into a (64, Dp) tile of
+// T (row stride ldt), zero past row N and column D. By the whole block.
+template <typename T, typename S>
+static __device__ __forceinline__ void load_tile(T *dst, int ldt, const S *src, int64_t ld, int r0,
+                                                 int N, int D, int Dp) {
+  for (int i = threadIdx.x; i < FA_TILE * Dp; i += FA_THREADS) {
+    const int r = i / Dp, c = i - r * Dp;
+    const float v = (r0 + r < N && c < D) ? widen(src[(int64_t)(r0 + r) * ld + c]) : 0.0f;
+    dst[r * ldt + c] = narrow<T>(v);
+  }
+}
+
+// Zeroes this warp's 16 rows of a (64, Dp) fp32 accumulator.
+static __device__ __forceinline__ void zero_rows(float *acc, int ldo, int Dp) {
+  const int w = threadIdx.x >> 5;
+  for (int i = threadIdx.x & 31; i < 16 * Dp; i += 32) acc[(16 * w + i / Dp) * ldo + i % Dp] = 0.0f;
+}
+
+// ---- forward -----------------------------------------------------------------------------------
+// Block (b*H + h, query tile). Each lane handles half of one row of the warp's 16: row
+// 16w + lane/2, columns (lane & 1) * 32 .. +31 of each 64-key step.
+template <typename T>
+static __global__ void __launch_bounds__(FA_THREADS)
+    flash_fwd_kernel(T *out, float *lse, const T *qkv, int N, int H, int D, float scale) {
+  extern __shared__ __align__(128) unsigned char fa_shared[];
+  const fa_dims d = fa_dims_of(D, sizeof(T));
+  const fa_smem<T> sm = fa_carve<T>(fa_shared, d, FA_FWD_SMEM);
+  T *sQ = sm.t[0], *sK = sm.t[1], *sV = sm.t[2], *sP = sm.p[0];
+  float *sS = sm.s[0], *sO = sm.o[0];
+  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * FA_TILE;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, rr = lane >> 1, c0 = (lane & 1) * 32;
+  const int64_t C = (int64_t)H * D, ld = 3 * C;
+  const T *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
+  float *sSw = sS + 16 * w * d.lds, *sOw = sO + 16 * w * d.ldo;
+  T *sPw = sP + 16 * w * d.ldp;
+  const T *sQw = sQ + 16 * w * d.ldt;
+  load_tile(sQ, d.ldt, qb, ld, q0, N, D, d.Dp);
+  // Pass 1: running maximum m and sum l of exp(s - m) over this lane's columns.
+  float m = -INFINITY, l = 0.0f;
+  for (int k0 = 0; k0 < N; k0 += FA_TILE) {
+    __syncthreads();  // everyone is done with the previous K tile (and sQ is loaded)
+    load_tile(sK, d.ldt, kb, ld, k0, N, D, d.Dp);
+    __syncthreads();
+    warp_scores(sSw, d.lds, sQw, d.ldt, sK, d.ldt, d.Dp);
+    __syncwarp();
+    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE;
+    float mt = -INFINITY;
+    for (int c = c0; c < c0 + 32 && c < kn; c++) mt = fmaxf(mt, sSw[rr * d.lds + c] * scale);
+    if (c0 < kn) {
+      const float mn = fmaxf(m, mt);
+      float sum = 0.0f;
+      for (int c = c0; c < c0 + 32 && c < kn; c++) sum += expf(sSw[rr * d.lds + c] * scale - mn);
+      l = l * expf(m - mn) + sum;  // m = -inf at first: l is 0 then
+      m = mn;
+    }
+    __syncwarp();  // the scores are read before the next step overwrites them
+  }
+  // The two lanes of a row combine; a lane that saw no column (N <= 32) has m = -inf, l = 0.
+  const float mo = __shfl_xor_sync(0xffffffffu, m, 1), lo = __shfl_xor_sync(0xffffffffu, l, 1);
+  const float mm = fmaxf(m, mo);
+  const float L = mm + logf((m > -INFINITY ? l * expf(m - mm) : 0.0f) +
+                            (mo > -INFINITY ? lo * expf(mo - mm) : 0.0f));
+  const int row = 16 * w + rr;
+  if ((lane & 1) == 0 && q0 + row < N) lse[(int64_t)bh * N + q0 + row] = L;
+  // Pass 2: O = sum over key tiles of p v, p = exp(s - L) as T (bf16: rounded, the CPU's point).
+  zero_rows(sO, d.ldo, d.Dp);
+  for (int k0 = 0; k0 < N; k0 += FA_TILE) {
+    __syncthreads();
+    load_tile(sK, d.ldt, kb, ld, k0, N, D, d.Dp);
+    load_tile(sV, d.ldt, vb, ld, k0, N, D, d.Dp);
+    __syncthreads();
+    warp_scores(sSw, d.lds, sQw, d.ldt, sK, d.ldt, d.Dp);
+    __syncwarp();
+    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE;
+    for (int c = c0; c < c0 + 32; c++)
+      sPw[rr * d.ldp + c] = narrow<T>(c < kn ? expf(sSw[rr * d.lds + c] * scale - L) : 0.0f);
+    __syncwarp();
+    warp_accumulate(sOw, d.ldo, sPw, d.ldp, sV, d.ldt, d.Dp);
+    __syncwarp();
+  }
+  for (int i = lane; i < 16 * D; i += 32) {
+    const int r = i / D, c = i - r * D;
+    if (q0 + 16 * w + r < N)
+      out[((int64_t)b * N + q0 + 16 * w + r) * C + (int64_t)h * D + c] =
+          narrow<T>(sOw[r * d.ldo + c]);
+  }
+}
+
+// ---- backward: dq (and delta) ------------------------------------------------------------------
+// Block (b*H + h, query tile): delta_i = sum_d dout_id out_id for its rows (also written to
+// delta for the dk/dv kernel), then over the key tiles dS = p (dP - delta), dQ += dS K.
+template <typename T>
+static __global__ void __launch_bounds__(FA_THREADS)
+    flash_dq_kernel(float *dqkv, float *delta, const float *dout, const T *qkv, const T *out,
+                    const float *lse, int N, int H, int D, float scale) {
+  extern __shared__ __align__(128) unsigned char fa_shared[];
+  const fa_dims d = fa_dims_of(D, sizeof(T));
+  const fa_smem<T> sm = fa_carve<T>(fa_shared, d, FA_DQ_SMEM);
+  T *sQ = sm.t[0], *sdO = sm.t[1], *sK = sm.t[2], *sV = sm.t[3], *sdS = sm.p[0];
+  float *sS = sm.s[0], *sdP = sm.s[1], *sdQ = sm.o[0], *sL = sm.r[0], *sD = sm.r[1];
+  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * FA_TILE;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, rr = lane >> 1, c0 = (lane & 1) * 32;
+  const int64_t C = (int64_t)H * D, ld = 3 * C;
+  const T *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
+  const int64_t at = (int64_t)b * N * C + (int64_t)h * D;  // this head's columns of out, dout
+  load_tile(sQ, d.ldt, qb, ld, q0, N, D, d.Dp);
+  load_tile(sdO, d.ldt, dout + at, C, q0, N, D, d.Dp);  // bf16: rounded, the GEMM operand
+  for (int r = 0; r < 16; r++) {  // the warp's rows, one warp sum each (the fp32 dout)
+    const int q = q0 + 16 * w + r;
+    float s = 0.0f;
+    if (q < N)
+      for (int c = lane; c < D; c += 32)
+        s += dout[at + (int64_t)q * C + c] * widen(out[at + (int64_t)q * C + c]);
+    s = vt_warp_sum(s);
+    if (lane == 0) {
+      sD[16 * w + r] = s, sL[16 * w + r] = q < N ? lse[(int64_t)bh * N + q] : 0.0f;
+      if (q < N) delta[(int64_t)bh * N + q] = s;
+    }
+  }
+  zero_rows(sdQ, d.ldo, d.Dp);
+  float *sSw = sS + 16 * w * d.lds, *sdPw = sdP + 16 * w * d.lds, *sdQw = sdQ + 16 * w * d.ldo;
+  T *sdSw = sdS + 16 * w * d.ldp;
+  const T *sQw = sQ + 16 * w * d.ldt, *sdOw = sdO + 16 * w * d.ldt;
+  for (int k0 = 0; k0 < N; k0 += FA_TILE) {
+    __syncthreads();
+    load_tile(sK, d.ldt, kb, ld, k0, N, D, d.Dp);
+    load_tile(sV, d.ldt, vb, ld, k0, N, D, d.Dp);
+    __syncthreads();  // also makes sL, sD and the first step's sQ, sdO visible
+    warp_scores(sSw, d.lds, sQw, d.ldt, sK, d.ldt, d.Dp);    // s / scale
+    warp_scores(sdPw, d.lds, sdOw, d.ldt, sV, d.ldt, d.Dp);  // dP = dO V^T
+    __syncwarp();
+    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE;
+    const float L = sL[16 * w + rr], dl = sD[16 * w + rr];
+    for (int c = c0; c < c0 + 32; c++) {
+      const float pij = c < kn ? expf(sSw[rr * d.lds + c] * scale - L) : 0.0f;
+      sdSw[rr * d.ldp + c] = narrow<T>(pij * (sdPw[rr * d.lds + c] - dl));
+    }
+    __syncwarp();
+    warp_accumulate(sdQw, d.ldo, sdSw, d.ldp, sK, d.ldt, d.Dp);
+    __syncwarp();
+  }
+  float *dqb = dqkv + (int64_t)b * N * ld + (int64_t)h * D;
+  for (int i = lane; i < 16 * D; i += 32) {
+    const int r = i / D, c = i - r * D;
+    if (q0 + 16 * w + r < N) dqb[(int64_t)(q0 + 16 * w + r) * ld + c] = scale * sdQw[r * d.ldo + c];
+  }
+}
+
+// ---- backward: dk, dv --------------------------------------------------------------------------
+// Block (b*H + h, key tile); each warp owns 16 keys and makes the transposed tiles S^T, dP^T,
+// P^T, dS^T for them (rows: its keys, columns: the step's 64 queries), so dV += P^T dO and
+// dK += dS^T Q read them row-major. Lane: key row 16w + lane/2, query columns (lane & 1)*32..+31.
+template <typename T>
+static __global__ void __launch_bounds__(FA_THREADS)
+    flash_dkv_kernel(float *dqkv, const float *dout, const T *qkv, const float *lse,
+                     const float *delta, int N, int H, int D, float scale) {
+  extern __shared__ __align__(128) unsigned char fa_shared[];
+  const fa_dims d = fa_dims_of(D, sizeof(T));
+  const fa_smem<T> sm = fa_carve<T>(fa_shared, d, FA_DKV_SMEM);
+  T *sK = sm.t[0], *sV = sm.t[1], *sQ = sm.t[2], *sdO = sm.t[3], *sP = sm.p[0], *sdS = sm.p[1];
+  float *sS = sm.s[0], *sdP = sm.s[1], *sdK = sm.o[0], *sdV = sm.o[1], *sL = sm.r[0], *sD = sm.r[1];
+  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, k0 = blockIdx.y * FA_TILE;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, rr = lane >> 1, c0 = (lane & 1) * 32;
+  const int64_t C = (int64_t)H * D, ld = 3 * C;
+  const T *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
+  const float *dob = dout + (int64_t)b * N * C + (int64_t)h * D;
+  load_tile(sK, d.ldt, kb, ld, k0, N, D, d.Dp);
+  load_tile(sV, d.ldt, vb, ld, k0, N, D, d.Dp);
+  zero_rows(sdK, d.ldo, d.Dp);
+  zero_rows(sdV, d.ldo, d.Dp);
+  float *sSw = sS + 16 * w * d.lds, *sdPw = sdP + 16 * w * d.lds;
+  float *sdKw = sdK + 16 * w * d.ldo, *sdVw = sdV + 16 * w * d.ldo;
+  T *sPw = sP + 16 * w * d.ldp, *sdSw = sdS + 16 * w * d.ldp;
+  const T *sKw = sK + 16 * w * d.ldt, *sVw = sV + 16 * w * d.ldt;
+  for (int q0 = 0; q0 < N; q0 += FA_TILE) {
+    __syncthreads();
+    load_tile(sQ, d.ldt, qb, ld, q0, N, D, d.Dp);
+    load_tile(sdO, d.ldt, dob, C, q0, N, D, d.Dp);  // bf16: rounded, the GEMM operand
+    for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
+      const bool in = q0 + i < N;
+      sL[i] = in ? lse[(int64_t)bh * N + q0 + i] : 0.0f;
+      sD[i] = in ? delta[(int64_t)bh * N + q0 + i] : 0.0f;
+    }
+    __syncthreads();
+    warp_scores(sSw, d.lds, sKw, d.ldt, sQ, d.ldt, d.Dp);    // S^T / scale
+    warp_scores(sdPw, d.lds, sVw, d.ldt, sdO, d.ldt, d.Dp);  // dP^T = V dO^T
+    __syncwarp();
+    const int qn = N - q0 < FA_TILE ? N - q0 : FA_TILE;
+    for (int c = c0; c < c0 + 32; c++) {
+      const float pij = c < qn ? expf(sSw[rr * d.lds + c] * scale - sL[c]) : 0.0f;
+      sPw[rr * d.ldp + c] = narrow<T>(pij);
+      sdSw[rr * d.ldp + c] = narrow<T>(pij * (sdPw[rr * d.lds + c] - sD[c]));
+    }
+    __syncwarp();
+    warp_accumulate(sdVw, d.ldo, sPw, d.ldp, sdO, d.ldt, d.Dp);
+    warp_accumulate(sdKw, d.ldo, sdSw, d.ldp, sQ, d.ldt, d.Dp);
+    __syncwarp();
+  }
+  float *dkb = dqkv + (int64_t)b * N * ld + (int64_t)h * D + C, *dvb = dkb + C;
+  for (int i = lane; i < 16 * D; i += 32) {
+    const int r = i / D, c = i - r * D, key = k0 + 16 * w + r;
+    if (key < N) {
+      dkb[(int64_t)key * ld + c] = scale * sdKw[r * d.ldo + c];
+      dvb[(int64_t)key * ld + c] = sdVw[r * d.ldo + c];
+    }
+  }
+}
+
+// ---- host side -------------------------------------------------------------------------------
+
+// The grid of a kernel over (image, head) pairs and tiles of N, and a check that its shared
+// memory fits: asks the device once and allows the kernel to use that much (past the default
+// 48 KiB) once per kernel.
+static dim3 fa_grid(const char *op, int64_t B, int64_t N, int64_t H, int64_t D) {
+  VT_CHECK(B * H <= INT_MAX && (N + FA_TILE - 1) / FA_TILE <= 65535 && 3 * H * D <= INT_MAX,
+           "%s: B=%lld N=%lld H=%lld D=%lld are too large for one grid", op, (long long)B,
            (long long)N, (long long)H, (long long)D);
-  VT_CHECK((B * H * N + SM_WARPS - 1) / SM_WARPS <= INT_MAX,
-           "%s: B*H*N=%lld softmax rows are too many for one grid", op, (long long)(B * H * N));
+  return dim3((unsigned)(B * H), (unsigned)((N + FA_TILE - 1) / FA_TILE));
 }
 
-// Softmax of each row of length N (the scores are already scaled by the GEMM): in place, or with
-// pb set written to pb as bf16 instead (s is then only read: the exponentials are recomputed,
-// the same values, rather than stored and read back).
-static __global__ void softmax_rows_kernel(float *s, __nv_bfloat16 *pb, int64_t rows, int64_t N) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = (int64_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
-  if (row >= rows) return;  // warp-uniform: the shuffles stay full
-  float *r = s + row * N;
-  float mx = -INFINITY;
-  for (int64_t j = lane; j < N; j += 32) mx = fmaxf(mx, r[j]);
-  mx = vt_warp_max(mx);
-  float sum = 0.0f;
-  for (int64_t j = lane; j < N; j += 32) {
-    const float e = expf(r[j] - mx);
-    if (!pb) r[j] = e;
-    sum += e;
+static void fa_smem_allow(const char *op, const void *kernel, size_t need, int64_t D,
+                          int *allowed) {
+  static int optin = -1;
+  if (optin < 0) {
+    int dev = 0;
+    VT_CUDA_CHECK(cudaGetDevice(&dev));
+    VT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   }
-  const float inv = 1.0f / vt_warp_sum(sum);
-  if (!pb) {
-    for (int64_t j = lane; j < N; j += 32) r[j] *= inv;  // each lane rescales what it wrote
-    return;
-  }
-  __nv_bfloat16 *o = pb + row * N;
-  for (int64_t j = lane; j < N; j += 32) o[j] = __float2bfloat16_rn(expf(r[j] - mx) * inv);
-}
-
-// Softmax backward: ds = p * (dp - rowsum(p * dp)), with p fp32 (p) or stored bf16 (pb); ds in
-// place over dp, or with dsb set written to dsb as bf16 (the GEMM operand) instead.
-static __global__ void softmax_bwd_kernel(float *dp, const float *p, const __nv_bfloat16 *pb,
-                                          __nv_bfloat16 *dsb, int64_t rows, int64_t N) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = (int64_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  float *d = dp + row * N;
-  float dot = 0.0f;
-  for (int64_t j = lane; j < N; j += 32)
-    dot += (pb ? __bfloat162float(pb[row * N + j]) : p[row * N + j]) * d[j];
-  dot = vt_warp_sum(dot);
-  for (int64_t j = lane; j < N; j += 32) {
-    const float pj = pb ? __bfloat162float(pb[row * N + j]) : p[row * N + j];
-    const float ds = pj * (d[j] - dot);
-    if (dsb) dsb[row * N + j] = __float2bfloat16_rn(ds);
-    else d[j] = ds;
+  VT_CHECK(need <= (size_t)optin,
+           "%s: head dim D=%lld needs %zu bytes of shared memory per block in %s precision, "
+           "more than this GPU's %d (on an H100/H200 the fused attention takes D up to 128 in "
+           "bf16, 96 in fp32): use more heads of a smaller dim, or bf16",
+           op, (long long)D, need, vt_cuda_bf16() ? "bf16" : "fp32", optin);
+  if ((size_t)*allowed < need) {
+    VT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
+    *allowed = (int)need;
   }
 }
 
-static unsigned softmax_blocks(int64_t rows) {
-  return (unsigned)((rows + SM_WARPS - 1) / SM_WARPS);
-}
-
-// One strided-batched GEMM over the B images of one head: C_b = alpha op(A_b) op(B_b) + beta C_b,
-// column-major, with A_b = A + b * sa and so on (strides and offsets in elements). A and B fp32,
-// or bf16 (vt_backend.h's bf16 precision) read with fp32 accumulation; C fp32, or with c_bf16
-// the fp32 result rounded to bf16.
-static void gemm_b(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-                   float alpha, const void *A, int64_t lda, int64_t sa, const void *Bm,
-                   int64_t ldb, int64_t sb, float beta, void *C, int64_t ldc, int64_t sc,
-                   int64_t batch, int bf16, int c_bf16) {
-  if (!bf16) {
-    VT_CUBLAS_CHECK(cublasSgemmStridedBatched(
-        vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k, &alpha, (const float *)A, (int)lda,
-        (long long)sa, (const float *)Bm, (int)ldb, (long long)sb, &beta, (float *)C, (int)ldc,
-        (long long)sc, (int)batch));
-    return;
-  }
-  VT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k, &alpha, A, CUDA_R_16BF, (int)lda,
-      (long long)sa, Bm, CUDA_R_16BF, (int)ldb, (long long)sb, &beta, C,
-      c_bf16 ? CUDA_R_16BF : CUDA_R_32F, (int)ldc, (long long)sc, (int)batch, CUBLAS_COMPUTE_32F,
-      CUBLAS_GEMM_DEFAULT));
-}
-
-// The element at offset `at` of a tensor of fp32 (bf16 = 0) or bf16 elements.
-static const void *elem(const void *base, int64_t at, int bf16) {
-  return (const char *)base + at * (bf16 ? (int64_t)sizeof(__nv_bfloat16) : (int64_t)sizeof(float));
-}
-
-extern "C" void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, int64_t B,
-                                      int64_t N, int64_t H, int64_t D) {
-  check_dims("attention_fwd", B, N, H, D);
-  const int64_t C = H * D, ld = 3 * C, sqkv = N * ld, satt = H * N * N, sout = N * C;
-  const float scale = 1.0f / sqrtf((float)D);
-  const cublasOperation_t T = CUBLAS_OP_T, O = CUBLAS_OP_N;
-  // bf16 (vt_ops.h): qkv is a bf16 activation, read by the GEMMs as it is; the scores go to an
-  // fp32 scratch and the softmax writes the probabilities straight to att as bf16, the operand of
-  // P v, whose bf16 result is out (the CPU twin's rounding points exactly). fp32: scores and
-  // probabilities in place in att.
-  const int bf16 = vt_cuda_bf16();
-  float *sc = att;
-  if (bf16) sc = (float *)vt_cuda_scratch((size_t)(B * satt) * sizeof(float));
-  for (int64_t h = 0; h < H; h++) {
-    // S = scale q k^T, i.e. S^T (N, N) = Kc^T Qc.
-    gemm_b(T, O, N, N, D, scale, elem(qkv, h * D + C, bf16), ld, sqkv, elem(qkv, h * D, bf16),
-           ld, sqkv, 0.0f, sc + h * N * N, N, satt, B, bf16, 0);
-  }
-  const int64_t rows = B * H * N;
-  softmax_rows_kernel<<<softmax_blocks(rows), 32 * SM_WARPS, 0, vt_cuda_stream()>>>(
-      sc, bf16 ? (__nv_bfloat16 *)att : NULL, rows, N);
+template <typename T>
+static void fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
+                int64_t D) {
+  static int allowed;
+  const dim3 grid = fa_grid("attention_fwd", B, N, H, D);
+  const size_t smem = fa_bytes(fa_dims_of((int)D, sizeof(T)), sizeof(T), FA_FWD_SMEM);
+  fa_smem_allow("attention_fwd", (const void *)flash_fwd_kernel<T>, smem, D, &allowed);
+  flash_fwd_kernel<T><<<grid, FA_THREADS, smem, vt_cuda_stream()>>>(
+      (T *)out, lse, (const T *)qkv, (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D));
   VT_CUDA_CHECK_LAUNCH();
-  for (int64_t h = 0; h < H; h++) {
-    // out = P v, i.e. out^T (D, N) = Vc Pc.
-    gemm_b(O, O, D, N, N, 1.0f, elem(qkv, h * D + 2 * C, bf16), ld, sqkv,
-           elem(att, h * N * N, bf16), N, satt, 0.0f, (void *)elem(out, h * D, bf16), C, sout, B,
-           bf16, bf16);
-  }
+}
+
+template <typename T>
+static void bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                const float *lse, int64_t B, int64_t N, int64_t H, int64_t D) {
+  static int allowed_dq, allowed_dkv;
+  const dim3 grid = fa_grid("attention_bwd", B, N, H, D);
+  const fa_dims d = fa_dims_of((int)D, sizeof(T));
+  const size_t smem_dq = fa_bytes(d, sizeof(T), FA_DQ_SMEM),
+               smem_dkv = fa_bytes(d, sizeof(T), FA_DKV_SMEM);
+  fa_smem_allow("attention_bwd", (const void *)flash_dq_kernel<T>, smem_dq, D, &allowed_dq);
+  fa_smem_allow("attention_bwd", (const void *)flash_dkv_kernel<T>, smem_dkv, D, &allowed_dkv);
+  const float scale = 1.0f / sqrtf((float)D);
+  float *delta = (float *)vt_cuda_scratch((size_t)(B * H * N) * sizeof(float));
+  flash_dq_kernel<T><<<grid, FA_THREADS, smem_dq, vt_cuda_stream()>>>(
+      dqkv, delta, dout, (const T *)qkv, (const T *)out, lse, (int)N, (int)H, (int)D, scale);
+  VT_CUDA_CHECK_LAUNCH();
+  flash_dkv_kernel<T><<<grid, FA_THREADS, smem_dkv, vt_cuda_stream()>>>(
+      dqkv, dout, (const T *)qkv, lse, delta, (int)N, (int)H, (int)D, scale);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int64_t B,
+                                      int64_t N, int64_t H, int64_t D) {
+  // bf16 (vt_ops.h): qkv and out are bf16 activations; fp32: fp32 tensors.
+  if (vt_cuda_bf16()) fwd<__nv_bfloat16>(out, lse, qkv, B, N, H, D);
+  else fwd<float>(out, lse, qkv, B, N, H, D);
 }
 
 extern "C" void vt_cuda_attention_bwd(float *dqkv, const float *dout, const float *qkv,
-                                      const float *att, int64_t B, int64_t N, int64_t H,
-                                      int64_t D) {
-  check_dims("attention_bwd", B, N, H, D);
-  const int64_t C = H * D, ld = 3 * C, sqkv = N * ld, satt = H * N * N, sout = N * C;
-  const float scale = 1.0f / sqrtf((float)D);
-  const cublasOperation_t T = CUBLAS_OP_T, O = CUBLAS_OP_N;
-  const int bf16 = vt_cuda_bf16();
-  // dP for every (image, head) at once, laid out like att so one softmax backward launch covers
-  // them all; dS in place over it (fp32) or, in bf16, written as bf16 next to the bf16 copy of
-  // dout (qkv and att's P are bf16 activations already). Grow-only scratch: allocated on the
-  // first step.
-  const size_t h2 = sizeof(__nv_bfloat16);
-  size_t end = 0;
-  const size_t at_dp = vt_cuda_carve(&end, (size_t)(B * satt) * sizeof(float));
-  const size_t at_dy = bf16 ? vt_cuda_carve(&end, (size_t)(B * sout) * h2) : 0;
-  const size_t at_ds = bf16 ? vt_cuda_carve(&end, (size_t)(B * satt) * h2) : 0;
-  char *base = (char *)vt_cuda_scratch(end);
-  float *dp = (float *)(base + at_dp);
-  const void *dyv = dout, *dsv = dp;
-  if (bf16) {
-    vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_dy), dout, B * sout);
-    dyv = base + at_dy, dsv = base + at_ds;
-  }
-  for (int64_t h = 0; h < H; h++) {
-    const void *v = elem(qkv, h * D + 2 * C, bf16), *dy = elem(dyv, h * D, bf16);
-    float *dv = dqkv + h * D + 2 * C;
-    // dv = P^T dy, i.e. dv^T (D, N) = dYc Pc^T; beta 0 overwrites.
-    gemm_b(O, T, D, N, N, 1.0f, dy, C, sout, elem(att, h * N * N, bf16), N, satt, 0.0f, dv, ld,
-           sqkv, B, bf16, 0);
-    // dP = dy v^T, i.e. dP^T (N, N) = Vc^T dYc.
-    gemm_b(T, O, N, N, D, 1.0f, v, ld, sqkv, dy, C, sout, 0.0f, dp + h * N * N, N, satt, B, bf16,
-           0);
-  }
-  const int64_t rows = B * H * N;
-  softmax_bwd_kernel<<<softmax_blocks(rows), 32 * SM_WARPS, 0, vt_cuda_stream()>>>(
-      dp, bf16 ? NULL : att, bf16 ? (const __nv_bfloat16 *)att : NULL,
-      bf16 ? (__nv_bfloat16 *)(base + at_ds) : NULL, rows, N);
-  VT_CUDA_CHECK_LAUNCH();
-  for (int64_t h = 0; h < H; h++) {
-    const void *q = elem(qkv, h * D, bf16), *k = elem(qkv, h * D + C, bf16);
-    const void *dsh = elem(dsv, h * N * N, bf16);
-    float *dq = dqkv + h * D, *dk = dq + C;
-    // dq = scale dS k, i.e. dq^T (D, N) = Kc dSc.
-    gemm_b(O, O, D, N, N, scale, k, ld, sqkv, dsh, N, satt, 0.0f, dq, ld, sqkv, B, bf16, 0);
-    // dk = scale dS^T q, i.e. dk^T (D, N) = Qc dSc^T.
-    gemm_b(O, T, D, N, N, scale, q, ld, sqkv, dsh, N, satt, 0.0f, dk, ld, sqkv, B, bf16, 0);
-  }
+                                      const float *out, const float *lse, int64_t B, int64_t N,
+                                      int64_t H, int64_t D) {
+  if (vt_cuda_bf16()) bwd<__nv_bfloat16>(dqkv, dout, qkv, out, lse, B, N, H, D);
+  else bwd<float>(dqkv, dout, qkv, out, lse, B, N, H, D);
 }

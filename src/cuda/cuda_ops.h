@@ -41,10 +41,10 @@ double vt_cuda_sumsq(const float *x, int64_t count);
 void vt_cuda_scale(float *x, float alpha, int64_t count);
 
 // attention.cu
-void vt_cuda_attention_fwd(float *out, float *att, const float *qkv, int64_t B, int64_t N,
+void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                            int64_t H, int64_t D);
-void vt_cuda_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att,
-                           int64_t B, int64_t N, int64_t H, int64_t D);
+void vt_cuda_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int64_t B, int64_t N, int64_t H, int64_t D);
 
 // embed.cu
 void vt_cuda_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P);

@@ -3,6 +3,7 @@
 // (CI). Each CUDA thread is a ucontext fiber; the blocks of a grid run one after another;
 // __syncthreads and warp shuffles are barriers of a small scheduler that aborts on a deadlock or
 // a warp that diverges at a shuffle, and runs the threads between barriers in a random order.
+// Dynamic shared memory is a buffer per launch, NaN for every block; WMMA is include/mma.h.
 // One in-order stream: streams and events are no-ops. cuBLAS is a plain column-major GEMM with
 // fp32 sums in k order; bf16 operands are widened exactly, a bf16 C rounded to nearest even.
 // What it finds of data races: those whose outcome depends on the order of threads within a
@@ -138,7 +139,30 @@ static void run_block() {
   }
 }
 
-void run_grid(dim3 grid, dim3 block, void (*body)(void *), void *arg) {
+// Dynamic shared memory: the launch's size, refilled with NaN for every block (a kernel that
+// reads shared memory nobody wrote shows it). More than the default 48 KiB needs the kernel's
+// cudaFuncSetAttribute(MaxDynamicSharedMemorySize) first, as on a GPU; sm_90 allows 227 KiB.
+static const int kSmemOptin = 232448;
+static unsigned char *g_dyn;
+static size_t g_dyn_size;
+static struct { const void *k; int bytes; } g_smem_attr[64];
+unsigned char *dyn_smem() { return g_dyn; }
+
+void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body)(void *),
+              void *arg) {
+  if (shm > 48 * 1024) {
+    int allowed = 0;
+    for (auto &a : g_smem_attr)
+      if (a.k == kernel) allowed = a.bytes;
+    if (shm > (size_t)allowed) {
+      fprintf(stderr, "emu: launch with %zu bytes of dynamic shared memory, more than 48 KiB, "
+              "without cudaFuncSetAttribute allowing it (allowed: %d)\n", shm, allowed);
+      abort();
+    }
+  }
+  free(g_dyn);
+  g_dyn = shm ? (unsigned char *)aligned_alloc(128, (shm + 127) / 128 * 128) : nullptr;
+  g_dyn_size = shm;
   const int n = (int)(block.x * block.y * block.z);
   if (n <= 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.x > 2147483647u ||
       grid.y > 65535 || grid.z > 65535) {
@@ -160,6 +184,7 @@ void run_grid(dim3 grid, dim3 block, void (*body)(void *), void *arg) {
     for (unsigned y = 0; y < grid.y; y++)
       for (unsigned x = 0; x < grid.x; x++) {
         g_block_idx = dim3(x, y, z);
+        if (g_dyn) memset(g_dyn, 0xff, g_dyn_size);
         run_block();
       }
 }
@@ -215,6 +240,25 @@ cudaError_t cudaMemGetInfo(size_t *f, size_t *t) {
   return cudaSuccess;
 }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaGetDevice(int *i) {
+  *i = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
+  if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return 1;
+  *v = vt_emu::kSmemOptin;
+  return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v) {
+  if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > vt_emu::kSmemOptin)
+    return 1;
+  for (auto &s : vt_emu::g_smem_attr)
+    if (s.k == f || !s.k) {
+      s.k = f, s.bytes = v;
+      return cudaSuccess;
+    }
+  return 1;
+}
 const char *cudaGetErrorString(cudaError_t) { return "emulated error"; }
 const char *cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
 

@@ -86,13 +86,13 @@ static void t_gelu_f(float *o, const float *x, int64_t n) {
 static void t_gelu_b(float *dx, const float *x, const float *dy, int64_t n) {
   TIMED(S_GELU_B, g_real.gelu_bwd(dx, x, dy, n));
 }
-static void t_att_f(float *o, float *att, const float *qkv, int64_t B, int64_t N, int64_t H,
+static void t_att_f(float *o, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
                     int64_t D) {
-  TIMED(S_ATT_F, g_real.attention_fwd(o, att, qkv, B, N, H, D));
+  TIMED(S_ATT_F, g_real.attention_fwd(o, lse, qkv, B, N, H, D));
 }
-static void t_att_b(float *dqkv, const float *dy, const float *qkv, const float *att, int64_t B,
-                    int64_t N, int64_t H, int64_t D) {
-  TIMED(S_ATT_B, g_real.attention_bwd(dqkv, dy, qkv, att, B, N, H, D));
+static void t_att_b(float *dqkv, const float *dy, const float *qkv, const float *o,
+                    const float *lse, int64_t B, int64_t N, int64_t H, int64_t D) {
+  TIMED(S_ATT_B, g_real.attention_bwd(dqkv, dy, qkv, o, lse, B, N, H, D));
 }
 static void t_add(float *o, const float *a, const float *b, int64_t n) {
   TIMED(S_ADD, g_real.add(o, a, b, n));

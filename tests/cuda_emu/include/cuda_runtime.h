@@ -1,5 +1,6 @@
 // cuda_runtime.h of the CPU emulation (tests/cuda_emu/emu.cpp): the types, launch syntax
-// (gen.py rewrites k<<<g, b, shm, st>>>(args) as vt_emu::launch(k, g, b, shm, st)(args)), thread
+// (gen.py rewrites k<<<g, b, shm, st>>>(args) as vt_emu::launch(k, g, b, shm, st)(args), and
+// an extern __shared__ array as a pointer to the launch's dynamic shared memory), thread
 // indices, barriers and runtime calls that src/cuda uses. Compiled as C++ by the host compiler.
 #pragma once
 #include <math.h>
@@ -29,6 +30,8 @@ typedef struct {
   char name[256];
   size_t totalGlobalMem;
 } cudaDeviceProp;
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 
 namespace vt_emu {
 struct fiber;
@@ -40,21 +43,24 @@ void sync_warp();
 float *warp_slots_f();
 double *warp_slots_d();
 int lane_of();
-void run_grid(dim3 grid, dim3 block, void (*body)(void *), void *arg);
+void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body)(void *),
+              void *arg);
+unsigned char *dyn_smem();
 template <class F>
 struct launcher;
 template <class... P>
 struct launcher<void(P...)> {
   void (*k)(P...);
   dim3 grid, block;
+  size_t shm;
   void operator()(P... a) {
     auto fn = [&]() { k(a...); };
-    run_grid(grid, block, [](void *p) { (*(decltype(fn) *)p)(); }, &fn);
+    run_grid(grid, block, shm, (const void *)k, [](void *p) { (*(decltype(fn) *)p)(); }, &fn);
   }
 };
 template <class F>
-launcher<F> launch(F *k, dim3 g, dim3 b, size_t = 0, cudaStream_t = 0) {
-  return launcher<F>{k, g, b};
+launcher<F> launch(F *k, dim3 g, dim3 b, size_t shm = 0, cudaStream_t = 0) {
+  return launcher<F>{k, g, b, shm};
 }
 template <class T>
 T shfl_xor(T v, int o) {
@@ -72,13 +78,16 @@ T shfl_xor(T v, int o) {
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 #define threadIdx (vt_emu::tid_of(vt_emu::g_cur))
 #define blockIdx (vt_emu::g_block_idx)
 #define blockDim (vt_emu::g_block_dim)
 #define gridDim (vt_emu::g_grid_dim)
 #define __syncthreads() vt_emu::sync_block()
 #define __shfl_xor_sync(mask, v, o) vt_emu::shfl_xor((v), (o))
+#define __syncwarp(...) vt_emu::sync_warp()
 
 cudaError_t cudaMalloc(void **p, size_t n);
 template <class T>
@@ -98,6 +107,13 @@ cudaError_t cudaSetDevice(int i);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int i);
 cudaError_t cudaMemGetInfo(size_t *f, size_t *t);
 cudaError_t cudaGetLastError(void);
+cudaError_t cudaGetDevice(int *i);
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int dev);
+cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v);
+template <class F>
+cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute a, int v) {
+  return cudaFuncSetAttribute((const void *)f, a, v);
+}
 const char *cudaGetErrorString(cudaError_t e);
 const char *cudaGetErrorName(cudaError_t e);
 
