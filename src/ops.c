@@ -36,6 +36,15 @@ void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbi
   be->linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, I, O);
 }
 
+void vt_linear_act_bwd(const vt_backend *be, float *dinp, float *dweight, const float *dout,
+                       const float *inp, const float *weight, int64_t M, int64_t I, int64_t O) {
+  NEED(be, linear_act_bwd);
+  PTR(dweight); PTR(dout); PTR(inp);
+  VT_CHECK(dinp == NULL || weight != NULL, "linear_act_bwd: dinp needs weight");
+  POS(M); POS(I); POS(O);
+  be->linear_act_bwd(dinp, dweight, dout, inp, weight, M, I, O);
+}
+
 void vt_layernorm_fwd(const vt_backend *be, float *out, float *mean, float *rstd,
                       const float *inp, const float *weight, const float *bias, int64_t M,
                       int64_t C) {
@@ -79,12 +88,12 @@ void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t cou
   be->gelu_fwd(out, inp, count);
 }
 
-void vt_gelu_bwd(const vt_backend *be, float *dinp, const float *inp, const float *dout,
-                 int64_t count) {
+void vt_gelu_bwd(const vt_backend *be, float *dinp, float *dbias, const float *inp,
+                 const float *dout, int64_t M, int64_t F) {
   NEED(be, gelu_bwd);
   PTR(dinp); PTR(inp); PTR(dout);
-  POS(count);
-  be->gelu_bwd(dinp, inp, dout, count);
+  POS(M); POS(F);
+  be->gelu_bwd(dinp, dbias, inp, dout, M, F);
 }
 
 int64_t vt_act_floats(const vt_backend *be, int64_t count) {

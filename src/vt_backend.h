@@ -56,6 +56,8 @@ struct vt_backend {
                          int64_t M, int64_t I, int64_t O);
   void (*linear_bwd)(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
+  void (*linear_act_bwd)(float *dinp, float *dweight, const float *dout, const float *inp,
+                         const float *weight, int64_t M, int64_t I, int64_t O);
   void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp,
                         const float *weight, const float *bias, int64_t M, int64_t C);
   void (*layernorm_bwd)(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -68,7 +70,8 @@ struct vt_backend {
                             const float *inp, const float *weight, const float *mean,
                             const float *rstd, int64_t M, int64_t C);
   void (*gelu_fwd)(float *out, const float *inp, int64_t count);
-  void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, int64_t count);
+  void (*gelu_bwd)(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
+                   int64_t F);
   void (*attention_fwd)(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                         int64_t H, int64_t D);
   void (*attention_bwd)(float *dqkv, const float *dout, const float *qkv, const float *out,

@@ -14,7 +14,8 @@ extern "C" {
 // bf16 activations. In bf16 precision (vt_backend.h) the activations that only ever feed GEMMs
 // are stored as bfloat16, 2 bytes per element, in float * buffers of vt_act_floats(be, count)
 // floats: linear's inp, the out of patchify_fwd, layernorm_fwd, add_layernorm_fwd (not its sum),
-// gelu_fwd, attention_fwd and linear_act_fwd, attention's qkv input. The GEMMs rounded exactly
+// gelu_fwd, attention_fwd and linear_act_fwd, attention's qkv input, and gelu_bwd's dinp (as
+// linear_act_bwd's dout). The GEMMs rounded exactly
 // these values to bf16 anyway, so storing them rounded changes no result; it halves their
 // memory and traffic and the GEMMs read them as they are. Everything else stays fp32.
 int64_t vt_act_floats(const vt_backend *be, int64_t count);
@@ -32,6 +33,11 @@ void vt_linear_act_fwd(const vt_backend *be, float *out, const float *inp, const
 void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
                    const float *dout, const float *inp, const float *weight, int64_t M, int64_t I,
                    int64_t O);
+// linear_bwd whose dout is a bf16 activation in bf16 precision (gelu_bwd's dinp), with no bias
+// gradient (gelu_bwd summed it from the fp32 values): the same bits as linear_bwd on that
+// fp32 dout, which rounded it to bf16 for its GEMMs anyway, without the pass that did.
+void vt_linear_act_bwd(const vt_backend *be, float *dinp, float *dweight, const float *dout,
+                       const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
 
 // LayerNorm over the last dim, eps 1e-6 (timm's ViT). out, inp (M, C); mean, rstd (M) saved for
 // the backward; weight, bias (C).
@@ -56,8 +62,12 @@ void vt_layernorm_bwd_add(const vt_backend *be, float *dinp, float *dweight, flo
 
 // GELU, exact erf form (PyTorch's default): out = x * 0.5 * (1 + erf(x / sqrt 2)).
 void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t count);
-void vt_gelu_bwd(const vt_backend *be, float *dinp, const float *inp, const float *dout,
-                 int64_t count);
+// The backward, fused with the bias gradient of the Linear that made GELU's input (fc1): dinp
+// (M, F) = dout * GELU'(inp), a bf16 activation in bf16 precision (it only feeds that Linear's
+// GEMMs, through linear_act_bwd); dbias (F) += the column sums of the fp32 dinp, in the same pass
+// (dbias may be NULL). inp, dout (M, F).
+void vt_gelu_bwd(const vt_backend *be, float *dinp, float *dbias, const float *inp,
+                 const float *dout, int64_t M, int64_t F);
 
 // Scaled dot-product attention per head, no mask, in the fused (flash) form: the probabilities
 // are never stored. qkv (B, N, 3*H*D) laid out as timm's qkv Linear output: [q of all heads |

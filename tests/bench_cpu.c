@@ -67,6 +67,15 @@ static void t_linear_bwd(float *dx, float *dw, float *db, const float *dy, const
   TIMED("linear_bwd", M, I, O, (dx ? 4.0 : 2.0) * M * I * O,
         g_real.linear_bwd(dx, dw, db, dy, x, w, M, I, O));
 }
+static void t_linear_act_fwd(float *o, const float *x, const float *w, const float *b, int64_t M,
+                             int64_t I, int64_t O) {
+  TIMED("linear_fwd", M, I, O, 2.0 * M * I * O, g_real.linear_act_fwd(o, x, w, b, M, I, O));
+}
+static void t_linear_act_bwd(float *dx, float *dw, const float *dy, const float *x,
+                             const float *w, int64_t M, int64_t I, int64_t O) {
+  TIMED("linear_bwd", M, I, O, (dx ? 4.0 : 2.0) * M * I * O,
+        g_real.linear_act_bwd(dx, dw, dy, x, w, M, I, O));
+}
 static void t_ln_fwd(float *o, float *mu, float *rs, const float *x, const float *w,
                      const float *b, int64_t M, int64_t C) {
   TIMED("layernorm_fwd", 0, 0, 0, 0, g_real.layernorm_fwd(o, mu, rs, x, w, b, M, C));
@@ -89,8 +98,9 @@ static void t_ln_bwd_add(float *dx, float *dw, float *db, const float *dy, const
 static void t_gelu_fwd(float *o, const float *x, int64_t n) {
   TIMED("gelu_fwd", 0, 0, 0, 0, g_real.gelu_fwd(o, x, n));
 }
-static void t_gelu_bwd(float *dx, const float *x, const float *dy, int64_t n) {
-  TIMED("gelu_bwd", 0, 0, 0, 0, g_real.gelu_bwd(dx, x, dy, n));
+static void t_gelu_bwd(float *dx, float *db, const float *x, const float *dy, int64_t M,
+                       int64_t F) {
+  TIMED("gelu_bwd", 0, 0, 0, 0, g_real.gelu_bwd(dx, db, x, dy, M, F));
 }
 static void t_att_fwd(float *o, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
                       int64_t D) {
@@ -120,6 +130,7 @@ static const vt_backend *timing_backend(const vt_backend *real) {
   g_real = *real;
   t = *real;
   t.linear_fwd = t_linear_fwd, t.linear_bwd = t_linear_bwd;
+  t.linear_act_fwd = t_linear_act_fwd, t.linear_act_bwd = t_linear_act_bwd;
   t.layernorm_fwd = t_ln_fwd, t.layernorm_bwd = t_ln_bwd;
   t.gelu_fwd = t_gelu_fwd, t.gelu_bwd = t_gelu_bwd;
   t.attention_fwd = t_att_fwd, t.attention_bwd = t_att_bwd;

@@ -4,7 +4,9 @@
 //     of x, ties to the even one, on special values and 2^22 random bit patterns.
 //  2. linear forward and backward in bf16 against float64 sums of the rounded operands (so only
 //     the fp32 accumulation differs), and far enough from the fp32 op to show rounding happened.
-//  3. attention forward and backward in bf16 against float64 with the same rounding points: q,
+//  3. the MLP backward fused (gelu_bwd with fc1's bias gradient, linear_act_bwd) gives the very
+//     bits of the unfused ops.
+//  4. attention forward and backward in bf16 against float64 with the same rounding points: q,
 //     k, v, the probabilities of the P v and P^T dout products, and dout rounded; dS rounded
 //     (where a value near a rounding boundary may round the other way: 1e-4 for dq and dk,
 //     against the 1.5e-3 to 2.8e-3 measured with dS left unrounded).
@@ -192,6 +194,40 @@ static void test_linear(const vt_backend *be, int64_t M, int64_t I, int64_t O) {
   free(dx), free(dw), free(db), free(ry), free(rdx), free(rdw), free(rdb);
 }
 
+// ---- the MLP backward: gelu_bwd (with fc1's bias gradient) + linear_act_bwd -----------------
+// Fused, the GELU backward stores bf16 values and sums the bias gradient itself; unfused, it
+// stores fp32 values and linear_bwd sums them and rounds them for its GEMMs. The same bits.
+
+static void test_mlp_fusion(const vt_backend *be, int64_t M, int64_t I, int64_t F) {
+  float *fc1 = rnd(M * F, 7), *dy = rnd(M * F, 8), *x = rnd(M * I, 9), *w = rnd(F * I, 10);
+  float *g32 = malloc((size_t)(M * F) * 4), *gb = malloc((size_t)(M * F) * 4);
+  float *dx[2], *dw[2], *db[2];
+  for (int k = 0; k < 2; k++) {
+    dx[k] = malloc((size_t)(M * I) * 4), dw[k] = calloc((size_t)(F * I), 4);
+    db[k] = calloc((size_t)F, 4);
+  }
+  for (int64_t i = 0; i < M * F; i++) fc1[i] *= 3.0f;
+  void *xb = bits_of(x, M * I);
+  be->set_precision(VT_PRECISION_FP32);
+  vt_gelu_bwd(be, g32, NULL, fc1, dy, M, F);
+  be->set_precision(VT_PRECISION_BF16);
+  vt_linear_bwd(be, dx[0], dw[0], db[0], g32, xb, w, M, I, F);
+  vt_gelu_bwd(be, gb, db[1], fc1, dy, M, F);
+  vt_linear_act_bwd(be, dx[1], dw[1], gb, xb, w, M, I, F);
+  be->set_precision(VT_PRECISION_FP32);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < M * F; i++) differ += ((uint16_t *)gb)[i] != vt_bf16_bits(g32[i]);
+  for (int64_t i = 0; i < M * I; i++) differ += bits(dx[0][i]) != bits(dx[1][i]);
+  for (int64_t i = 0; i < F * I; i++) differ += bits(dw[0][i]) != bits(dw[1][i]);
+  for (int64_t i = 0; i < F; i++) differ += bits(db[0][i]) != bits(db[1][i]);
+  char what[96];
+  snprintf(what, sizeof what, "MLP bwd M,I,F=%lld,%lld,%lld fused = unfused (differing)",
+           (long long)M, (long long)I, (long long)F);
+  expect(differ == 0, what, (double)differ, 0);
+  free(xb), free(fc1), free(dy), free(x), free(w), free(g32), free(gb);
+  for (int k = 0; k < 2; k++) free(dx[k]), free(dw[k]), free(db[k]);
+}
+
 // ---- attention -----------------------------------------------------------------------------
 
 static void test_attention(const vt_backend *be, int64_t B, int64_t N, int64_t H, int64_t D) {
@@ -288,6 +324,8 @@ int main(void) {
   test_linear(be, 7, 3, 5);
   test_linear(be, 197, 192, 576);
   test_linear(be, 33, 1000, 17);
+  test_mlp_fusion(be, 7, 5, 12);
+  test_mlp_fusion(be, 197, 64, 256);
   test_attention(be, 2, 17, 3, 8);
   test_attention(be, 1, 65, 2, 32);
   test_attention(be, 2, 5, 1, 7);

@@ -223,6 +223,23 @@ static void t_linear_bwd(tc *t, const int64_t *d) {
   check(t, "dbias", gdb, rdb, O);  // untouched without want_dbias: still db0 on both sides
 }
 
+// dout is a bf16 activation in bf16 (gelu_bwd's dinp), like x.
+static void t_linear_act_bwd(tc *t, const int64_t *d) {
+  const int64_t M = d[0], I = d[1], O = d[2], want_dinp = d[3];
+  float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
+  float *dy = act_in(t, hrand(t, M * O, -1, 1), M * O), *dw0 = hrand(t, O * I, -1, 1);
+  float *rdx = hnew(t, M * I), *rdw = hcopy(t, dw0, O * I);
+  vt_linear_act_bwd(t->cpu, want_dinp ? rdx : NULL, rdw, dy, x, w, M, I, O);
+  float *gx = dnew(t, x, M * I), *gw = dnew(t, w, O * I), *gdy = dnew(t, dy, M * O);
+  float *gdx[2], *gdw[2];
+  for (int r = 0; r < 2; r++) {
+    gdx[r] = dpoison(t, M * I), gdw[r] = dnew(t, dw0, O * I);
+    vt_linear_act_bwd(t->gpu, want_dinp ? gdx[r] : NULL, gdw[r], gdy, gx, gw, M, I, O);
+  }
+  if (want_dinp) check(t, "dinp", gdx, rdx, M * I);
+  check(t, "dweight", gdw, rdw, O * I);
+}
+
 // The inputs sit around 0.5 with spread 1.5, so the centring matters.
 static void t_layernorm_fwd(tc *t, const int64_t *d) {
   const int64_t M = d[0], C = d[1];
@@ -300,13 +317,19 @@ static void t_gelu_fwd(tc *t, const int64_t *d) {
   check_act(t, "out", g, ref, n);
 }
 
+// dinp is a bf16 activation in bf16 (vt_ops.h); dbias starts from random values (accumulated).
 static void t_gelu_bwd(tc *t, const int64_t *d) {
-  const int64_t n = d[0];
+  const int64_t M = d[0], F = d[1], n = M * F, want_dbias = d[2];
   float *x = hrand(t, n, -6, 6), *dy = hrand(t, n, -1, 1), *ref = hnew(t, n), *g[2];
-  vt_gelu_bwd(t->cpu, ref, x, dy, n);
+  float *db0 = hrand(t, F, -1, 1), *rdb = hcopy(t, db0, F), *gdb[2];
+  vt_gelu_bwd(t->cpu, ref, want_dbias ? rdb : NULL, x, dy, M, F);
   float *gx = dnew(t, x, n), *gdy = dnew(t, dy, n);
-  for (int r = 0; r < 2; r++) g[r] = dpoison(t, n), vt_gelu_bwd(t->gpu, g[r], gx, gdy, n);
-  check(t, "dinp", g, ref, n);
+  for (int r = 0; r < 2; r++) {
+    g[r] = dpoison(t, n), gdb[r] = dnew(t, db0, F);
+    vt_gelu_bwd(t->gpu, g[r], want_dbias ? gdb[r] : NULL, gx, gdy, M, F);
+  }
+  check_act(t, "dinp", g, ref, n);
+  check(t, "dbias", gdb, rdb, F);  // untouched without want_dbias: still db0 on both sides
 }
 
 // Scores of q, k in [-2, 2] spread the softmax from flat to peaked.
@@ -512,7 +535,8 @@ static void t_scale(tc *t, const int64_t *d) {
 //          (a few ulp).
 //   2e-6   GELU: the CPU uses its own erf (abs. error 1.5e-7) and exp, CUDA erff and expf.
 //   1e-5   LayerNorm forward (C <= 768 terms), cross-entropy forward (sums in double; exp and
-//          log of up to 1000 classes).
+//          log of up to 1000 classes), GELU backward (its fused bias gradient sums up to 1100
+//          rows of GELU derivatives, each a few 1e-7 apart).
 //   5e-5   LayerNorm backward (dweight sums over up to 1000 rows), attention forward (D = 64
 //          scores, then N = 197 products; exp turns absolute score errors into relative ones;
 //          lse's row sums run in tiles of 64 on CUDA, in one pass on the CPU).
@@ -543,6 +567,8 @@ static const op_test kTests[] = {
     {"linear_bwd", "M,I,O,dinp+2dbias", t_linear_bwd, {1e-4, 1e-4},
      {{7, 3, 77, 3}, {197, 192, 576, 3}, {1, 1, 1, 3}, {33, 65, 17, 0}, {394, 384, 1152, 3},
       {5, 1000, 2, 2}, {1000, 7, 5, 1}, {1100, 9, 40, 3}}},  // 1100: three column-sum chunks
+    {"linear_act_bwd", "M,I,O,dinp", t_linear_act_bwd, {1e-4, 1e-4},
+     {{7, 3, 77, 1}, {197, 192, 576, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 384, 1152, 1}}},
     {"layernorm_fwd", "M,C", t_layernorm_fwd, {1e-5, 1e-5},
      {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}}},
     {"layernorm_bwd", "M,C", t_layernorm_bwd, {5e-5, -1},
@@ -552,7 +578,8 @@ static const op_test kTests[] = {
     {"layernorm_bwd_add", "M,C", t_layernorm_bwd_add, {5e-5, -1},
      {{197, 192}, {5, 7}, {1, 1}, {394, 768}, {300, 33}}},
     {"gelu_fwd", "count", t_gelu_fwd, {2e-6, 2e-6}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
-    {"gelu_bwd", "count", t_gelu_bwd, {2e-6, -1}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
+    {"gelu_bwd", "M,F,dbias", t_gelu_bwd, {1e-5, 1e-5},
+     {{1, 1, 1}, {1, 7, 0}, {1000, 3, 1}, {197, 768, 1}, {1100, 9, 1}, {5, 1000, 0}}},
     {"attention_fwd", "B,N,H,D", t_attention_fwd, {5e-5, 5e-4},
      {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 17, 2, 8}, {1, 65, 4, 16}, {1, 1, 2, 3},
       {2, 50, 12, 64}, {1, 70, 2, 80}, {1, 40, 1, 96}}},  // 80: ViT-H/14; 96: fp32's largest
@@ -590,8 +617,8 @@ static int check_table(const vt_backend *be) {
     const void *fn;
   } ops[] = {
 #define OP(f) {#f, (const void *)be->f}
-      OP(linear_fwd),        OP(linear_act_fwd),    OP(linear_bwd),    OP(layernorm_fwd),
-      OP(layernorm_bwd),     OP(add_layernorm_fwd), OP(layernorm_bwd_add),
+      OP(linear_fwd),        OP(linear_act_fwd),    OP(linear_bwd),    OP(linear_act_bwd),
+      OP(layernorm_fwd),     OP(layernorm_bwd),     OP(add_layernorm_fwd), OP(layernorm_bwd_add),
       OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
       OP(add),               OP(patchify_fwd),      OP(patchify_bwd),  OP(embed_fwd),
       OP(embed_bwd),         OP(cls_pool_fwd),      OP(cls_pool_bwd),  OP(cross_entropy_fwd),

@@ -122,9 +122,29 @@ static void gelu_fwd(void *c, float *out) {
 static void test_gelu(int64_t n) {
   gelu_ctx k = {randn(n, 9, 2), n};
   float *out = calloc((size_t)n, 4), *r = randn(n, 10, 1), *dinp = calloc((size_t)n, 4);
-  vt_gelu_bwd(be, dinp, k.inp, r, n);
+  vt_gelu_bwd(be, dinp, NULL, k.inp, r, 1, n);
   expect_pass("gelu", check("gelu dinp", gelu_fwd, &k, out, r, n, k.inp, n, dinp));
   free(k.inp), free(out), free(r), free(dinp);
+}
+
+// gelu_bwd's fused bias gradient: out = gelu(inp + bias) with bias (F) broadcast over M rows,
+// the fc1 bias whose gradient the MLP's GELU backward accumulates.
+typedef struct { float *inp, *bias, *sum; int64_t M, F; } gelu_bias_ctx;
+static void gelu_bias_fwd(void *c, float *out) {
+  gelu_bias_ctx *k = c;
+  for (int64_t i = 0; i < k->M * k->F; i++) k->sum[i] = k->inp[i] + k->bias[i % k->F];
+  vt_gelu_fwd(be, out, k->sum, k->M * k->F);
+}
+static void test_gelu_bias(int64_t M, int64_t F) {
+  const int64_t n = M * F;
+  gelu_bias_ctx k = {randn(n, 16, 2), randn(F, 17, 1), calloc((size_t)n, 4), M, F};
+  float *out = calloc((size_t)n, 4), *r = randn(n, 18, 1), *dinp = calloc((size_t)n, 4);
+  float *dbias = calloc((size_t)F, 4);
+  gelu_bias_fwd(&k, out);
+  vt_gelu_bwd(be, dinp, dbias, k.sum, r, M, F);
+  expect_pass("gelu dbias", check("gelu dbias (fused)", gelu_bias_fwd, &k, out, r, n, k.bias, F,
+                                  dbias));
+  free(k.inp), free(k.bias), free(k.sum), free(out), free(r), free(dinp), free(dbias);
 }
 
 // ---- add ----
@@ -242,6 +262,7 @@ int main(void) {
   test_layernorm(13, 3);
   test_layernorm(5, 77);
   test_gelu(1001);
+  test_gelu_bias(37, 11);
   test_add(77);
   test_attention(2, 13, 3, 5);
   test_attention(1, 5, 1, 3);

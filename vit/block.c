@@ -83,8 +83,8 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   // MLP branch; dres holds d(block output) and becomes d(mid), then d(in).
   const float *dy = g_bwd(m, s->full, dres, Ml * C);
   vt_linear_bwd(be, s->dgelu, gw->fc2_w, gw->fc2_b, dy, a->gelu, w->fc2_w, M, F, C);
-  vt_gelu_bwd(be, s->dfc1, a->fc1, s->dgelu, M * F);
-  vt_linear_bwd(be, s->dln, gw->fc1_w, gw->fc1_b, s->dfc1, x2, w->fc1_w, M, C, F);
+  vt_gelu_bwd(be, s->dfc1, gw->fc1_b, a->fc1, s->dgelu, M, F);  // and fc1's bias gradient
+  vt_linear_act_bwd(be, s->dln, gw->fc1_w, s->dfc1, x2, w->fc1_w, M, C, F);
   const float *dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm2_w, gw->norm2_b, dx, a->mid, w->norm2_w, a->ln2_mean,
                        a->ln2_rstd, Ml, C);  // dres += the MLP branch's input gradient

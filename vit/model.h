@@ -70,7 +70,7 @@ typedef struct {
   float *partial;                    // (Mp, C)  sequence parallel: row-parallel outputs; rows
                                      //          past M stay zero
   float *dqkv;                       // (B, N, 3C/tp)
-  float *dgelu, *dfc1;               // (B, N, F/tp)
+  float *dgelu, *dfc1;               // (B, N, F/tp), dfc1 [bf16] (gelu_bwd)
   float *dpatch_out;                 // (B, N-1, C)
   float *dpooled, *dlnf, *dlogits;   // (B, C), (B, C), (B, K)
 } vt_model_scratch;

@@ -63,6 +63,8 @@ float *vt_cpu_scratch(size_t count);
 
 void vt_cpu_linear_act_fwd(float *out, const float *inp, const float *weight, const float *bias,
                            int64_t M, int64_t In, int64_t O);
+void vt_cpu_linear_act_bwd(float *dinp, float *dweight, const float *dout, const float *inp,
+                           const float *weight, int64_t M, int64_t In, int64_t O);
 void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                        int64_t M, int64_t I, int64_t O);
 void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -79,7 +81,8 @@ void vt_cpu_layernorm_bwd_add(float *dinp, float *dweight, float *dbias, const f
                               const float *inp, const float *weight, const float *mean,
                               const float *rstd, int64_t M, int64_t C);
 void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count);
-void vt_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t count);
+void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
+                     int64_t F);
 void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                           int64_t H, int64_t D);
 void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,

@@ -63,6 +63,7 @@ const vt_backend vt_cpu_backend = {
     .scratch_bytes = cpu_scratch_bytes,
     .linear_fwd = vt_cpu_linear_fwd,
     .linear_act_fwd = vt_cpu_linear_act_fwd,
+    .linear_act_bwd = vt_cpu_linear_act_bwd,
     .linear_bwd = vt_cpu_linear_bwd,
     .layernorm_fwd = vt_cpu_layernorm_fwd,
     .layernorm_bwd = vt_cpu_layernorm_bwd,

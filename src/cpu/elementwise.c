@@ -61,14 +61,23 @@ void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count) {
   }
 }
 
-void vt_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t count) {
-  // d/dx [x * Phi(x)] = Phi(x) + x * phi(x)
+void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
+                     int64_t F) {
+  // d/dx [x * Phi(x)] = Phi(x) + x * phi(x). In bf16 dinp is a bf16 activation (vt_ops.h): the
+  // fp32 values go to the scratch first, for the bias gradient.
+  const int64_t count = M * F;
+  const int bf16 = vt_cpu_bf16();
+  float *d = bf16 ? vt_cpu_scratch((size_t)count) : dinp;
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < count; i++) {
     float cdf, pdf;
     normal_cdf_pdf(inp[i], &cdf, &pdf);
-    dinp[i] = dout[i] * (cdf + inp[i] * pdf);
+    d[i] = dout[i] * (cdf + inp[i] * pdf);
   }
+  if (dbias) vt_cpu_colsum_acc(dbias, d, M, F);
+  if (!bf16) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i++) vt_cpu_put(dinp, i, d[i], 1);
 }
 
 void vt_cpu_add(float *out, const float *a, const float *b, int64_t count) {

@@ -98,13 +98,17 @@ void vt_cpu_linear_act_fwd(float *out, const float *inp, const float *weight, co
   linear_fwd(out, inp, weight, bias, M, In, O, 1);
 }
 
-void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
-                       const float *inp, const float *weight, int64_t M, int64_t In, int64_t O) {
+// linear_bwd, and with dout_act linear_act_bwd (vt_ops.h: dout a bf16 activation in bf16
+// precision, no dbias).
+static void linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                       const float *inp, const float *weight, int64_t M, int64_t In, int64_t O,
+                       int dout_act) {
   if (vt_cpu_bf16()) {  // bias gradient from the fp32 dout; the GEMMs on rounded copies
     if (dbias) vt_cpu_colsum_acc(dbias, dout, M, O);
     dbias = NULL;
     float *dy = vt_cpu_scratch((size_t)(M * O + (M + O) * In)), *x = dy + M * O, *w = x + M * In;
-    vt_cpu_round_bf16(dy, dout, M * O);
+    if (dout_act) vt_cpu_widen_bf16(dy, dout, M * O);
+    else vt_cpu_round_bf16(dy, dout, M * O);
     vt_cpu_widen_bf16(x, inp, M * In);
     vt_cpu_round_bf16(w, weight, O * In);
     dout = dy, inp = x, weight = w;
@@ -112,4 +116,14 @@ void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *d
   if (dinp) vt_cpu_sgemm(0, 0, M, In, O, 1.0f, dout, O, weight, In, 0.0f, dinp, In);  // dout @ W
   vt_cpu_sgemm(1, 0, O, In, M, 1.0f, dout, O, inp, In, 1.0f, dweight, In);  // dout^T @ inp
   if (dbias) vt_cpu_colsum_acc(dbias, dout, M, O);
+}
+
+void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                       const float *inp, const float *weight, int64_t M, int64_t In, int64_t O) {
+  linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, In, O, 0);
+}
+
+void vt_cpu_linear_act_bwd(float *dinp, float *dweight, const float *dout, const float *inp,
+                           const float *weight, int64_t M, int64_t In, int64_t O) {
+  linear_bwd(dinp, dweight, NULL, dout, inp, weight, M, In, O, 1);
 }

@@ -137,6 +137,7 @@ static int cuda_init(void) {
   g_table.scratch_bytes = cuda_scratch_bytes;
   g_table.linear_fwd = vt_cuda_linear_fwd;
   g_table.linear_act_fwd = vt_cuda_linear_act_fwd;
+  g_table.linear_act_bwd = vt_cuda_linear_act_bwd;
   g_table.linear_bwd = vt_cuda_linear_bwd;
   g_table.layernorm_fwd = vt_cuda_layernorm_fwd;
   g_table.layernorm_bwd = vt_cuda_layernorm_bwd;

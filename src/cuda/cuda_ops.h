@@ -14,6 +14,8 @@ extern "C" {
 // gemm.cu
 void vt_cuda_linear_act_fwd(float *out, const float *inp, const float *weight, const float *bias,
                             int64_t M, int64_t I, int64_t O);
+void vt_cuda_linear_act_bwd(float *dinp, float *dweight, const float *dout, const float *inp,
+                            const float *weight, int64_t M, int64_t I, int64_t O);
 void vt_cuda_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                         int64_t M, int64_t I, int64_t O);
 void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -35,7 +37,8 @@ void vt_cuda_layernorm_bwd_add(float *dinp, float *dweight, float *dbias, const 
 
 // elementwise.cu
 void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count);
-void vt_cuda_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t count);
+void vt_cuda_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
+                      int64_t F);
 void vt_cuda_add(float *out, const float *a, const float *b, int64_t count);
 double vt_cuda_sumsq(const float *x, int64_t count);
 void vt_cuda_scale(float *x, float alpha, int64_t count);

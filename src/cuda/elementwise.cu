@@ -3,6 +3,7 @@
 // squares is a two-stage reduction over chunks of a fixed size, in double, with no atomics: the
 // same bits on every run and every GPU.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
+#include "colsum.cuh"
 #include "cuda_common.h"
 #include "cuda_ops.h"
 
@@ -21,16 +22,22 @@ static __global__ void gelu_fwd_kernel(float *out, const float *inp, int64_t cou
   }
 }
 
-// d/dx [x Phi(x)] = Phi(x) + x phi(x)
-static __global__ void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout,
-                                       int64_t count) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const float x = inp[i];
-    const float cdf = 0.5f + 0.5f * erff(x * INV_SQRT2);
-    const float pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
-    dinp[i] = dout[i] * (cdf + x * pdf);
+// The GELU backward's values: dout * d/dx [x Phi(x)] = dout * (Phi(x) + x phi(x)).
+struct gelu_grad_src {
+  const float *x, *dout;
+  __device__ __forceinline__ float operator()(int64_t i) const {
+    const float v = x[i];
+    const float cdf = 0.5f + 0.5f * erff(v * INV_SQRT2);
+    const float pdf = INV_SQRT_2PI * expf(-0.5f * v * v);
+    return dout[i] * (cdf + v * pdf);
   }
+};
+
+// dinp: a bf16 activation in bf16 precision (vt_ops.h).
+static __global__ void gelu_bwd_kernel(float *dinp, gelu_grad_src src, int64_t count, int bf16) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x)
+    vt_put(dinp, i, src(i), bf16);
 }
 
 // out may alias a or b: each element is read before it is written, by the same thread.
@@ -76,10 +83,18 @@ extern "C" void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count) {
   VT_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void vt_cuda_gelu_bwd(float *dinp, const float *inp, const float *dout,
-                                 int64_t count) {
-  gelu_bwd_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(dinp, inp,
-                                                                                   dout, count);
+extern "C" void vt_cuda_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout,
+                                 int64_t M, int64_t F) {
+  const gelu_grad_src src = {inp, dout};
+  const int bf16 = vt_cuda_bf16();
+  if (dbias) {  // the bias gradient sums the fp32 values in the pass that stores them
+    float *part = (float *)vt_cuda_scratch((size_t)(colsum_chunks(M) * F) * sizeof(float));
+    colsum_acc(dbias, dinp, bf16, src, part, M, F);
+    return;
+  }
+  const int64_t count = M * F;
+  gelu_bwd_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(dinp, src,
+                                                                                   count, bf16);
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "colsum.cuh"
 #include "cuda_common.h"
 #include "cuda_ops.h"
 
@@ -28,63 +29,6 @@ static __global__ void bias_broadcast_kernel(float *out, const float *bias, int6
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x)
     out[i] = bias[i % O];
-}
-
-// Column sums without atomics, so the result is the same bit for bit on every run, in two
-// stages with enough blocks to fill the GPU: a block owns COLSUM_X adjacent columns of a chunk of
-// COLSUM_ROWS rows (a constant, never derived from the GPU); its COLSUM_Y lanes per column walk
-// the chunk's rows y, y+COLSUM_Y, ... in order, one thread adds the lane partials in lane order
-// into the chunk's partial sums; then each column adds its chunks in order. In bf16 the first
-// stage also writes the bf16 copy of x that the GEMMs read, so x is read once.
-#define COLSUM_X 32
-#define COLSUM_Y 16
-#define COLSUM_ROWS 512
-static __global__ void colsum_partial_kernel(float *part, __nv_bfloat16 *xb, const float *x,
-                                             int64_t M, int64_t C) {
-  __shared__ float lanes[COLSUM_Y][COLSUM_X + 1];  // +1: no bank conflicts on the column read
-  const int64_t c = (int64_t)blockIdx.x * COLSUM_X + threadIdx.x;
-  const int64_t m0 = (int64_t)blockIdx.y * COLSUM_ROWS;
-  const int64_t m1 = m0 + COLSUM_ROWS < M ? m0 + COLSUM_ROWS : M;
-  float acc = 0.0f;
-  if (c < C)
-    for (int64_t m = m0 + threadIdx.y; m < m1; m += COLSUM_Y) {
-      const float v = x[m * C + c];
-      acc += v;
-      if (xb) xb[m * C + c] = __float2bfloat16_rn(v);
-    }
-  lanes[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float s = 0.0f;
-    for (int y = 0; y < COLSUM_Y; y++) s += lanes[y][threadIdx.x];
-    part[blockIdx.y * C + c] = s;
-  }
-}
-
-static __global__ void colsum_final_kernel(float *out, const float *part, int64_t nchunk,
-                                           int64_t C) {
-  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float s = 0.0f;
-  for (int64_t k = 0; k < nchunk; k++) s += part[k * C + c];
-  out[c] += s;
-}
-
-static int64_t colsum_chunks(int64_t M) { return (M + COLSUM_ROWS - 1) / COLSUM_ROWS; }
-
-// out (C) += the column sums of x (M, C); with xb set, also xb = x in bf16. part: scratch of
-// colsum_chunks(M) * C floats.
-static void colsum_acc(float *out, __nv_bfloat16 *xb, const float *x, float *part, int64_t M,
-                       int64_t C) {
-  const int64_t nchunk = colsum_chunks(M), bx = (C + COLSUM_X - 1) / COLSUM_X;
-  VT_CHECK(bx <= INT_MAX && nchunk <= 65535,
-           "column sum: (%lld, %lld) is too large for one grid", (long long)M, (long long)C);
-  if (nchunk == 0) return;
-  colsum_partial_kernel<<<dim3((unsigned)bx, (unsigned)nchunk), dim3(COLSUM_X, COLSUM_Y), 0,
-                          vt_cuda_stream()>>>(part, xb, x, M, C);
-  VT_CUDA_CHECK_LAUNCH();
-  colsum_final_kernel<<<vt_cuda_blocks(C, 256), 256, 0, vt_cuda_stream()>>>(out, part, nchunk, C);
-  VT_CUDA_CHECK_LAUNCH();
 }
 
 // One column-major GEMM C = A op B with fp32 C: fp32 operands as they are, or bf16 copies made
@@ -264,36 +208,50 @@ extern "C" void vt_cuda_linear_act_fwd(float *out, const float *inp, const float
   linear_fwd(out, inp, weight, bias, M, I, O, 1);
 }
 
-extern "C" void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
-                                   const float *inp, const float *weight, int64_t M, int64_t I,
-                                   int64_t O) {
+// linear_bwd, and with dout_act linear_act_bwd (vt_ops.h: dout a bf16 activation in bf16
+// precision, no dbias).
+static void linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                       const float *inp, const float *weight, int64_t M, int64_t I, int64_t O,
+                       int dout_act) {
   check_dims("linear_bwd", M, I, O);
   const float one = 1.0f, zero = 0.0f;
   const int bf16 = vt_cuda_bf16();
-  // The op scratch: the bias gradient's chunk partials, then in bf16 the copies of dout and of
-  // the weight. The bias gradient sums the fp32 dout in both precisions; in bf16 the same pass
-  // writes dout's copy.
+  // The op scratch: the bias gradient's chunk partials, then in bf16 the copies of dout (unless
+  // it is one already) and of the weight. The bias gradient sums the fp32 dout in both
+  // precisions; in bf16 the same pass writes dout's copy.
   const size_t h2 = sizeof(__nv_bfloat16);
   size_t end = 0;
   const size_t at_part = vt_cuda_carve(&end, dbias ? (size_t)(colsum_chunks(M) * O) * 4 : 0);
-  const size_t at_dy = vt_cuda_carve(&end, bf16 ? (size_t)(M * O) * h2 : 0);
+  const size_t at_dy = vt_cuda_carve(&end, bf16 && !dout_act ? (size_t)(M * O) * h2 : 0);
   const size_t at_w = vt_cuda_carve(&end, bf16 && dinp ? (size_t)(O * I) * h2 : 0);
   char *base = (char *)vt_cuda_scratch(end);
   const void *dy = dout, *w = weight;
   if (bf16) {
-    dy = base + at_dy;
-    if (!dbias) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_dy), dout, M * O);
+    if (!dout_act) dy = base + at_dy;
+    if (!dout_act && !dbias) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_dy), dout, M * O);
     if (dinp) {
       vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
       w = base + at_w;
     }
   }
   if (dbias)
-    colsum_acc(dbias, bf16 ? (__nv_bfloat16 *)(base + at_dy) : NULL, dout,
+    colsum_acc(dbias, bf16 ? (float *)(base + at_dy) : NULL, 1, vt_src_plain{dout},
                (float *)(base + at_part), M, O);
   // dinp = dout @ W, i.e. dinp^T (I, M) = W^T (I, O) @ dout^T (O, M); beta 0 overwrites.
   if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, M, O, &one, w, I, dy, O, &zero, dinp, I, bf16);
   // dweight += dout^T @ inp, i.e. dweight^T (I, O) += inp^T (I, M) @ dout (M, O); beta 1 keeps
   // the gradient of earlier microbatches.
   gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, M, &one, inp, I, dy, O, &one, dweight, I, bf16);
+}
+
+extern "C" void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                                   const float *inp, const float *weight, int64_t M, int64_t I,
+                                   int64_t O) {
+  linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, I, O, 0);
+}
+
+extern "C" void vt_cuda_linear_act_bwd(float *dinp, float *dweight, const float *dout,
+                                       const float *inp, const float *weight, int64_t M,
+                                       int64_t I, int64_t O) {
+  linear_bwd(dinp, dweight, NULL, dout, inp, weight, M, I, O, 1);
 }

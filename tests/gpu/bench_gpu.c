@@ -64,6 +64,14 @@ static void t_lin_b(float *dx, float *dw, float *db, const float *dy, const floa
                     const float *w, int64_t M, int64_t I, int64_t O) {
   TIMED(S_LIN_B, g_real.linear_bwd(dx, dw, db, dy, x, w, M, I, O));
 }
+static void t_lin_act_f(float *o, const float *x, const float *w, const float *b, int64_t M,
+                        int64_t I, int64_t O) {
+  TIMED(S_LIN_F, g_real.linear_act_fwd(o, x, w, b, M, I, O));
+}
+static void t_lin_act_b(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                        int64_t M, int64_t I, int64_t O) {
+  TIMED(S_LIN_B, g_real.linear_act_bwd(dx, dw, dy, x, w, M, I, O));
+}
 static void t_ln_f(float *o, float *mu, float *rs, const float *x, const float *w,
                    const float *b, int64_t M, int64_t C) {
   TIMED(S_LN_F, g_real.layernorm_fwd(o, mu, rs, x, w, b, M, C));
@@ -83,8 +91,9 @@ static void t_ln_b_add(float *dx, float *dw, float *db, const float *dy, const f
 static void t_gelu_f(float *o, const float *x, int64_t n) {
   TIMED(S_GELU_F, g_real.gelu_fwd(o, x, n));
 }
-static void t_gelu_b(float *dx, const float *x, const float *dy, int64_t n) {
-  TIMED(S_GELU_B, g_real.gelu_bwd(dx, x, dy, n));
+static void t_gelu_b(float *dx, float *db, const float *x, const float *dy, int64_t M,
+                     int64_t F) {
+  TIMED(S_GELU_B, g_real.gelu_bwd(dx, db, x, dy, M, F));
 }
 static void t_att_f(float *o, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
                     int64_t D) {
@@ -112,6 +121,7 @@ static const vt_backend *timing_backend(const vt_backend *real) {
   g_real = *real;
   t = *real;
   t.linear_fwd = t_lin_f, t.linear_bwd = t_lin_b, t.layernorm_fwd = t_ln_f;
+  t.linear_act_fwd = t_lin_act_f, t.linear_act_bwd = t_lin_act_b;
   t.layernorm_bwd = t_ln_b, t.gelu_fwd = t_gelu_f, t.gelu_bwd = t_gelu_b;
   t.attention_fwd = t_att_f, t.attention_bwd = t_att_b, t.add = t_add, t.adamw = t_adamw;
   t.sumsq = t_sumsq, t.add_layernorm_fwd = t_add_ln_f, t.layernorm_bwd_add = t_ln_b_add;

@@ -29,15 +29,27 @@ struct fragment {
 static inline float emu_widen(float v) { return v; }
 static inline float emu_widen(__nv_bfloat16 v) { return __bfloat162float(v); }
 static inline bool owns(int e) { return e % 32 == vt_emu::lane_of(); }
+// What the CUDA programming guide requires of a load or store: a 256-bit aligned pointer and a
+// leading dimension that is a multiple of 16 bytes. A GPU faults or misreads otherwise.
+template <class T>
+void check_operand(const T *p, unsigned ldm) {
+  if ((uintptr_t)p % 32 || (ldm * sizeof(T)) % 16) {
+    fprintf(stderr, "emu: WMMA operand %p with ldm %u is not 32-byte aligned or ldm is not a "
+            "multiple of 16 bytes\n", (const void *)p, ldm);
+    abort();
+  }
+}
 
 template <class Use, class T, class Layout>
 void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const T *p, unsigned ldm) {
+  check_operand(p, ldm);
   const bool row = std::is_same<Layout, row_major>::value;
   for (int r = 0; r < 16; r++)
     for (int c = 0; c < 16; c++) f.x[r * 16 + c] = emu_widen(row ? p[r * ldm + c] : p[c * ldm + r]);
 }
 static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
                                     unsigned ldm, layout_t l) {
+  check_operand(p, ldm);
   for (int e = 0; e < 256; e++) {
     const int r = e / 16, c = e % 16;
     if (owns(e)) f.x[e] = l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
@@ -45,6 +57,7 @@ static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f,
 }
 static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
                                      unsigned ldm, layout_t l) {
+  check_operand(p, ldm);
   for (int e = 0; e < 256; e++) {
     const int r = e / 16, c = e % 16;
     if (owns(e)) (l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[e];

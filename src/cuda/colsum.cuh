@@ -1,0 +1,78 @@
+// colsum.cuh: deterministic column sums on CUDA for the bias gradients (gemm.cu's linear_bwd,
+// elementwise.cu's GELU backward fused with fc1's bias gradient). The summed values come from a
+// source functor, so the pass that makes them (a bf16 copy, the GELU derivative) can store them
+// too and nothing is read twice. CUDA-only; included by .cu files. Must not depend on MPI or the
+// model.
+#ifndef VT_COLSUM_CUH
+#define VT_COLSUM_CUH
+
+#include <limits.h>
+
+#include "cuda_common.h"
+
+// Sources: element i of the (M, C) matrix being summed.
+struct vt_src_plain {  // x as it is
+  const float *x;
+  __device__ __forceinline__ float operator()(int64_t i) const { return x[i]; }
+};
+
+// Column sums without atomics, so the result is the same bit for bit on every run, in two
+// stages with enough blocks to fill the GPU: a block owns COLSUM_X adjacent columns of a chunk of
+// COLSUM_ROWS rows (a constant, never derived from the GPU); its COLSUM_Y lanes per column walk
+// the chunk's rows y, y+COLSUM_Y, ... in order, one thread adds the lane partials in lane order
+// into the chunk's partial sums; then each column adds its chunks in order. With y set, the first
+// stage also stores each value in y (as bf16 with y_bf16: vt_put), so the source is read once.
+#define COLSUM_X 32
+#define COLSUM_Y 16
+#define COLSUM_ROWS 512
+template <class Src>
+static __global__ void colsum_partial_kernel(float *part, float *y, int y_bf16, Src src,
+                                             int64_t M, int64_t C) {
+  __shared__ float lanes[COLSUM_Y][COLSUM_X + 1];  // +1: no bank conflicts on the column read
+  const int64_t c = (int64_t)blockIdx.x * COLSUM_X + threadIdx.x;
+  const int64_t m0 = (int64_t)blockIdx.y * COLSUM_ROWS;
+  const int64_t m1 = m0 + COLSUM_ROWS < M ? m0 + COLSUM_ROWS : M;
+  float acc = 0.0f;
+  if (c < C)
+    for (int64_t m = m0 + threadIdx.y; m < m1; m += COLSUM_Y) {
+      const float v = src(m * C + c);
+      acc += v;
+      if (y) vt_put(y, m * C + c, v, y_bf16);
+    }
+  lanes[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float s = 0.0f;
+    for (int k = 0; k < COLSUM_Y; k++) s += lanes[k][threadIdx.x];
+    part[blockIdx.y * C + c] = s;
+  }
+}
+
+static __global__ void colsum_final_kernel(float *out, const float *part, int64_t nchunk,
+                                           int64_t C) {
+  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.0f;
+  for (int64_t k = 0; k < nchunk; k++) s += part[k * C + c];
+  out[c] += s;
+}
+
+static inline int64_t colsum_chunks(int64_t M) { return (M + COLSUM_ROWS - 1) / COLSUM_ROWS; }
+
+// out (C) += the column sums of src over (M, C); with y set, also y = the values (bf16 with
+// y_bf16). part: scratch of colsum_chunks(M) * C floats.
+template <class Src>
+static void colsum_acc(float *out, float *y, int y_bf16, Src src, float *part, int64_t M,
+                       int64_t C) {
+  const int64_t nchunk = colsum_chunks(M), bx = (C + COLSUM_X - 1) / COLSUM_X;
+  VT_CHECK(bx <= INT_MAX && nchunk <= 65535,
+           "column sum: (%lld, %lld) is too large for one grid", (long long)M, (long long)C);
+  if (nchunk == 0) return;
+  colsum_partial_kernel<Src><<<dim3((unsigned)bx, (unsigned)nchunk), dim3(COLSUM_X, COLSUM_Y), 0,
+                               vt_cuda_stream()>>>(part, y, y_bf16, src, M, C);
+  VT_CUDA_CHECK_LAUNCH();
+  colsum_final_kernel<<<vt_cuda_blocks(C, 256), 256, 0, vt_cuda_stream()>>>(out, part, nchunk, C);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+#endif
