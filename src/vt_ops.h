@@ -14,10 +14,13 @@ extern "C" {
 // bf16 activations. In bf16 precision (vt_backend.h) the activations that only ever feed GEMMs
 // are stored as bfloat16, 2 bytes per element, in float * buffers of vt_act_floats(be, count)
 // floats: linear's inp, the out of patchify_fwd, layernorm_fwd, add_layernorm_fwd (not its sum),
-// gelu_fwd, attention_fwd and linear_act_fwd, attention's qkv input, and gelu_bwd's dinp (as
-// linear_act_bwd's dout). The GEMMs rounded exactly
-// these values to bf16 anyway, so storing them rounded changes no result; it halves their
-// memory and traffic and the GEMMs read them as they are. Everything else stays fp32.
+// gelu_fwd, attention_fwd and linear_act_fwd, attention's qkv input, gelu_bwd's dinp (as
+// linear_act_bwd's dout), and GELU's input (fc1's output, made by linear_act_fwd). The GEMMs
+// rounded exactly these values to bf16 anyway, so storing them rounded changes no result; it
+// halves their memory and traffic and the GEMMs read them as they are. The one exception is
+// GELU's input, which no GEMM reads: it is rounded as PyTorch's bf16 autocast rounds the fc1
+// output, and GELU and its derivative are computed in fp32 at the rounded value. Everything else
+// stays fp32.
 int64_t vt_act_floats(const vt_backend *be, int64_t count);
 
 // out = inp @ weight^T + bias (bias may be NULL): a torch.nn.Linear.
@@ -25,7 +28,8 @@ int64_t vt_act_floats(const vt_backend *be, int64_t count);
 void vt_linear_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
                    const float *bias, int64_t M, int64_t I, int64_t O);
 // linear_fwd whose out is a bf16 activation in bf16 precision (above): the fp32 result, bias
-// included, rounded once. For a Linear whose output only feeds GEMMs (qkv feeds attention).
+// included, rounded once. For a Linear whose output only feeds GEMMs (qkv feeds attention) or
+// GELU (fc1).
 void vt_linear_act_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
                        const float *bias, int64_t M, int64_t I, int64_t O);
 // dinp (M, I) overwritten unless NULL; dweight (O, I) and dbias (O) accumulated (dbias may be
@@ -60,12 +64,13 @@ void vt_layernorm_bwd_add(const vt_backend *be, float *dinp, float *dweight, flo
                           const float *dout, const float *inp, const float *weight,
                           const float *mean, const float *rstd, int64_t M, int64_t C);
 
-// GELU, exact erf form (PyTorch's default): out = x * 0.5 * (1 + erf(x / sqrt 2)).
+// GELU, exact erf form (PyTorch's default): out = x * 0.5 * (1 + erf(x / sqrt 2)). inp and out
+// are bf16 activations in bf16 precision.
 void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t count);
 // The backward, fused with the bias gradient of the Linear that made GELU's input (fc1): dinp
 // (M, F) = dout * GELU'(inp), a bf16 activation in bf16 precision (it only feeds that Linear's
 // GEMMs, through linear_act_bwd); dbias (F) += the column sums of the fp32 dinp, in the same pass
-// (dbias may be NULL). inp, dout (M, F).
+// (dbias may be NULL). inp (M, F) as gelu_fwd read it (bf16 in bf16 precision), dout (M, F).
 void vt_gelu_bwd(const vt_backend *be, float *dinp, float *dbias, const float *inp,
                  const float *dout, int64_t M, int64_t F);
 

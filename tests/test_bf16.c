@@ -207,12 +207,13 @@ static void test_mlp_fusion(const vt_backend *be, int64_t M, int64_t I, int64_t 
     db[k] = calloc((size_t)F, 4);
   }
   for (int64_t i = 0; i < M * F; i++) fc1[i] *= 3.0f;
-  void *xb = bits_of(x, M * I);
+  void *xb = bits_of(x, M * I), *fb = bits_of(fc1, M * F);  // bf16 activations
+  float *fr = rounded(fc1, M * F);  // their values, for the fp32 op
   be->set_precision(VT_PRECISION_FP32);
-  vt_gelu_bwd(be, g32, NULL, fc1, dy, M, F);
+  vt_gelu_bwd(be, g32, NULL, fr, dy, M, F);
   be->set_precision(VT_PRECISION_BF16);
   vt_linear_bwd(be, dx[0], dw[0], db[0], g32, xb, w, M, I, F);
-  vt_gelu_bwd(be, gb, db[1], fc1, dy, M, F);
+  vt_gelu_bwd(be, gb, db[1], fb, dy, M, F);
   vt_linear_act_bwd(be, dx[1], dw[1], gb, xb, w, M, I, F);
   be->set_precision(VT_PRECISION_FP32);
   int64_t differ = 0;
@@ -224,7 +225,7 @@ static void test_mlp_fusion(const vt_backend *be, int64_t M, int64_t I, int64_t 
   snprintf(what, sizeof what, "MLP bwd M,I,F=%lld,%lld,%lld fused = unfused (differing)",
            (long long)M, (long long)I, (long long)F);
   expect(differ == 0, what, (double)differ, 0);
-  free(xb), free(fc1), free(dy), free(x), free(w), free(g32), free(gb);
+  free(xb), free(fb), free(fr), free(fc1), free(dy), free(x), free(w), free(g32), free(gb);
   for (int k = 0; k < 2; k++) free(dx[k]), free(dw[k]), free(db[k]);
 }
 

@@ -308,19 +308,21 @@ static void t_add_layernorm_fwd(tc *t, const int64_t *d) {
   check(t, "rstd", gr, rr, M);
 }
 
+// inp and out are bf16 activations in bf16 (vt_ops.h).
 static void t_gelu_fwd(tc *t, const int64_t *d) {
   const int64_t n = d[0];
-  float *x = hrand(t, n, -6, 6), *ref = hnew(t, n), *g[2];
+  float *x = act_in(t, hrand(t, n, -6, 6), n), *ref = hnew(t, n), *g[2];
   vt_gelu_fwd(t->cpu, ref, x, n);
   float *gx = dnew(t, x, n);
   for (int r = 0; r < 2; r++) g[r] = dpoison(t, n), vt_gelu_fwd(t->gpu, g[r], gx, n);
   check_act(t, "out", g, ref, n);
 }
 
-// dinp is a bf16 activation in bf16 (vt_ops.h); dbias starts from random values (accumulated).
+// inp and dinp are bf16 activations in bf16 (vt_ops.h); dbias starts from random values
+// (accumulated).
 static void t_gelu_bwd(tc *t, const int64_t *d) {
   const int64_t M = d[0], F = d[1], n = M * F, want_dbias = d[2];
-  float *x = hrand(t, n, -6, 6), *dy = hrand(t, n, -1, 1), *ref = hnew(t, n), *g[2];
+  float *x = act_in(t, hrand(t, n, -6, 6), n), *dy = hrand(t, n, -1, 1), *ref = hnew(t, n), *g[2];
   float *db0 = hrand(t, F, -1, 1), *rdb = hcopy(t, db0, F), *gdb[2];
   vt_gelu_bwd(t->cpu, ref, want_dbias ? rdb : NULL, x, dy, M, F);
   float *gx = dnew(t, x, n), *gdy = dnew(t, dy, n);

@@ -63,7 +63,7 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
                        w->norm2_b, Ml, C);
   partial = m->sp ? m->s.partial : out;
   const float *x2 = f_fwd(m, a->ln2_full, a->ln2, Ml * C);
-  vt_linear_fwd(be, a->fc1, x2, w->fc1_w, w->fc1_b, M, C, F);
+  vt_linear_act_fwd(be, a->fc1, x2, w->fc1_w, w->fc1_b, M, C, F);
   vt_gelu_fwd(be, a->gelu, a->fc1, M * F);
   vt_linear_fwd(be, partial, a->gelu, w->fc2_w, fc2_b, M, F, C);
   g_fwd(m, out, partial, Ml * C);

@@ -47,7 +47,7 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
     b->attn = take_act(m, ar, M * C / tp);
     b->mid = take(ar, Ml * C);
     b->ln2 = take_act(m, ar, Ml * C), b->ln2_mean = take(ar, Ml), b->ln2_rstd = take(ar, Ml);
-    b->fc1 = take(ar, M * F);
+    b->fc1 = take_act(m, ar, M * F);
     b->gelu = take_act(m, ar, M * F);
     if (m->sp) b->ln1_full = take_act(m, ar, Mp * C), b->ln2_full = take_act(m, ar, Mp * C);
   }

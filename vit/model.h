@@ -43,7 +43,7 @@ typedef struct {
   float *mid;                        // (Ml, C) stream after the attention branch
   float *ln2, *ln2_mean, *ln2_rstd;  // (Ml, C) [bf16], (Ml), (Ml)
   float *ln2_full;                   // (Mp, C) [bf16] (sequence parallel only)
-  float *fc1;                        // (B, N, F/tp) before GELU
+  float *fc1;                        // (B, N, F/tp) [bf16] before GELU
   float *gelu;                       // (B, N, F/tp) [bf16]
 } vt_block_acts;
 

@@ -44,12 +44,14 @@ static inline void normal_cdf_pdf(float x, float *cdf, float *pdf) {
 }
 
 void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count) {
-  if (vt_cpu_bf16()) {  // out is a bf16 activation (vt_ops.h)
+  if (vt_cpu_bf16()) {  // inp and out are bf16 activations (vt_ops.h)
+    const uint16_t *xb = (const uint16_t *)inp;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < count; i++) {
       float cdf, pdf;
-      normal_cdf_pdf(inp[i], &cdf, &pdf);
-      vt_cpu_put(out, i, inp[i] * cdf, 1);
+      const float x = vt_bf16_widen(xb[i]);
+      normal_cdf_pdf(x, &cdf, &pdf);
+      vt_cpu_put(out, i, x * cdf, 1);
     }
     return;
   }
@@ -63,16 +65,18 @@ void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count) {
 
 void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
                      int64_t F) {
-  // d/dx [x * Phi(x)] = Phi(x) + x * phi(x). In bf16 dinp is a bf16 activation (vt_ops.h): the
-  // fp32 values go to the scratch first, for the bias gradient.
+  // d/dx [x * Phi(x)] = Phi(x) + x * phi(x). In bf16 inp and dinp are bf16 activations
+  // (vt_ops.h): the fp32 values go to the scratch first, for the bias gradient.
   const int64_t count = M * F;
   const int bf16 = vt_cpu_bf16();
   float *d = bf16 ? vt_cpu_scratch((size_t)count) : dinp;
+  const uint16_t *xb = (const uint16_t *)inp;
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < count; i++) {
     float cdf, pdf;
-    normal_cdf_pdf(inp[i], &cdf, &pdf);
-    d[i] = dout[i] * (cdf + inp[i] * pdf);
+    const float x = bf16 ? vt_bf16_widen(xb[i]) : inp[i];
+    normal_cdf_pdf(x, &cdf, &pdf);
+    d[i] = dout[i] * (cdf + x * pdf);
   }
   if (dbias) vt_cpu_colsum_acc(dbias, d, M, F);
   if (!bf16) return;

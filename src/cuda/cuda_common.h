@@ -66,6 +66,11 @@ static __device__ __forceinline__ void vt_put(float *out, int64_t i, float v, in
   else out[i] = v;
 }
 
+// Element i of an activation that is bfloat16 when bf16 is set, else fp32, as a float.
+static __device__ __forceinline__ float vt_get(const float *x, int64_t i, int bf16) {
+  return bf16 ? __bfloat162float(((const __nv_bfloat16 *)x)[i]) : x[i];
+}
+
 // Warp-wide sums and maxima by a butterfly of shuffles: every lane ends with the same value, and
 // the order of additions depends only on the lane numbers, so the result is the same bit for bit
 // on every run (design.md's determinism contract; no atomics). All 32 lanes must take part.

@@ -13,20 +13,22 @@
 
 // The CPU twin uses its own vectorisable erf (absolute error < 1.5e-7) and exp; the GPU has
 // full-precision erff and expf (a few ulp), so the two agree to about 1e-7 absolute.
-// out: a bf16 activation in bf16 precision (vt_ops.h).
+// inp, out: bf16 activations in bf16 precision (vt_ops.h).
 static __global__ void gelu_fwd_kernel(float *out, const float *inp, int64_t count, int bf16) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x) {
-    const float x = inp[i];
+    const float x = vt_get(inp, i, bf16);
     vt_put(out, i, x * (0.5f + 0.5f * erff(x * INV_SQRT2)), bf16);
   }
 }
 
-// The GELU backward's values: dout * d/dx [x Phi(x)] = dout * (Phi(x) + x phi(x)).
+// The GELU backward's values: dout * d/dx [x Phi(x)] = dout * (Phi(x) + x phi(x)), x a bf16
+// activation with x_bf16.
 struct gelu_grad_src {
   const float *x, *dout;
+  int x_bf16;
   __device__ __forceinline__ float operator()(int64_t i) const {
-    const float v = x[i];
+    const float v = vt_get(x, i, x_bf16);
     const float cdf = 0.5f + 0.5f * erff(v * INV_SQRT2);
     const float pdf = INV_SQRT_2PI * expf(-0.5f * v * v);
     return dout[i] * (cdf + v * pdf);
@@ -85,8 +87,8 @@ extern "C" void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count) {
 
 extern "C" void vt_cuda_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout,
                                  int64_t M, int64_t F) {
-  const gelu_grad_src src = {inp, dout};
   const int bf16 = vt_cuda_bf16();
+  const gelu_grad_src src = {inp, dout, bf16};
   if (dbias) {  // the bias gradient sums the fp32 values in the pass that stores them
     float *part = (float *)vt_cuda_scratch((size_t)(colsum_chunks(M) * F) * sizeof(float));
     colsum_acc(dbias, dinp, bf16, src, part, M, F);
