@@ -108,13 +108,13 @@ void vt_attention_fwd(const vt_backend *be, float *out, float *lse, const float 
   be->attention_fwd(out, lse, qkv, B, N, H, D);
 }
 
-void vt_attention_bwd(const vt_backend *be, float *dqkv, const float *dout, const float *qkv,
-                      const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
-                      int64_t D) {
+void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const float *dout,
+                      const float *qkv, const float *out, const float *lse, int64_t B, int64_t N,
+                      int64_t H, int64_t D) {
   NEED(be, attention_bwd);
   PTR(dqkv); PTR(dout); PTR(qkv); PTR(out); PTR(lse);
   POS(B); POS(N); POS(H); POS(D);
-  be->attention_bwd(dqkv, dout, qkv, out, lse, B, N, H, D);
+  be->attention_bwd(dqkv, dbias, dout, qkv, out, lse, B, N, H, D);
 }
 
 void vt_add(const vt_backend *be, float *out, const float *a, const float *b, int64_t count) {

@@ -74,8 +74,9 @@ struct vt_backend {
                    int64_t F);
   void (*attention_fwd)(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                         int64_t H, int64_t D);
-  void (*attention_bwd)(float *dqkv, const float *dout, const float *qkv, const float *out,
-                        const float *lse, int64_t B, int64_t N, int64_t H, int64_t D);
+  void (*attention_bwd)(float *dqkv, float *dbias, const float *dout, const float *qkv,
+                        const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
+                        int64_t D);
   void (*add)(float *out, const float *a, const float *b, int64_t count);
   void (*patchify_fwd)(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
   void (*patchify_bwd)(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);

@@ -14,8 +14,8 @@ extern "C" {
 // bf16 activations. In bf16 precision (vt_backend.h) the activations that only ever feed GEMMs
 // are stored as bfloat16, 2 bytes per element, in float * buffers of vt_act_floats(be, count)
 // floats: linear's inp, the out of patchify_fwd, layernorm_fwd, add_layernorm_fwd (not its sum),
-// gelu_fwd, attention_fwd and linear_act_fwd, attention's qkv input, gelu_bwd's dinp (as
-// linear_act_bwd's dout), and GELU's input (fc1's output, made by linear_act_fwd). The GEMMs
+// gelu_fwd, attention_fwd and linear_act_fwd, attention's qkv input, gelu_bwd's dinp and
+// attention_bwd's dqkv (as linear_act_bwd's dout), and GELU's input (fc1's output, made by linear_act_fwd). The GEMMs
 // rounded exactly these values to bf16 anyway, so storing them rounded changes no result; it
 // halves their memory and traffic and the GEMMs read them as they are. The one exception is
 // GELU's input, which no GEMM reads: it is rounded as PyTorch's bf16 autocast rounds the fc1
@@ -37,9 +37,10 @@ void vt_linear_act_fwd(const vt_backend *be, float *out, const float *inp, const
 void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
                    const float *dout, const float *inp, const float *weight, int64_t M, int64_t I,
                    int64_t O);
-// linear_bwd whose dout is a bf16 activation in bf16 precision (gelu_bwd's dinp), with no bias
-// gradient (gelu_bwd summed it from the fp32 values): the same bits as linear_bwd on that
-// fp32 dout, which rounded it to bf16 for its GEMMs anyway, without the pass that did.
+// linear_bwd whose dout is a bf16 activation in bf16 precision (gelu_bwd's dinp, attention_bwd's
+// dqkv), with no bias gradient (their maker summed it from the fp32 values): the same bits as
+// linear_bwd on that fp32 dout, which rounded it to bf16 for its GEMMs anyway, without the pass
+// that did.
 void vt_linear_act_bwd(const vt_backend *be, float *dinp, float *dweight, const float *dout,
                        const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
 
@@ -84,14 +85,17 @@ void vt_gelu_bwd(const vt_backend *be, float *dinp, float *dbias, const float *i
 // precision. Under TP, H is the local head count.
 void vt_attention_fwd(const vt_backend *be, float *out, float *lse, const float *qkv, int64_t B,
                       int64_t N, int64_t H, int64_t D);
-// dqkv (B, N, 3*H*D) overwritten; dout (B, N, H*D); out and lse as attention_fwd left them.
+// dqkv (B, N, 3*H*D) overwritten, a bf16 activation in bf16 precision (it only feeds the qkv
+// Linear's GEMMs, through linear_act_bwd); dbias (3*H*D) += the column sums of the fp32 dqkv, the
+// qkv bias gradient, made here from the values before rounding (may be NULL); dout (B, N, H*D);
+// out and lse as attention_fwd left them.
 // The probabilities are recomputed from q, k and lse; the softmax gradient is
 // ds_ij = p_ij (dp_ij - delta_i), dp = dout v^T, delta_i = sum_d dout_id out_id (which equals
 // sum_j p_ij dp_ij). In bf16 the GEMMs read dout and ds rounded to bf16 and p as above; delta
 // uses the fp32 dout.
-void vt_attention_bwd(const vt_backend *be, float *dqkv, const float *dout, const float *qkv,
-                      const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
-                      int64_t D);
+void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const float *dout,
+                      const float *qkv, const float *out, const float *lse, int64_t B, int64_t N,
+                      int64_t H, int64_t D);
 
 // Residual add, out = a + b (out may alias a or b). Its backward passes the gradient to both
 // inputs unchanged, so the model reuses this op to add branch gradients into the stream.

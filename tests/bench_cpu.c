@@ -107,10 +107,10 @@ static void t_att_fwd(float *o, float *lse, const float *qkv, int64_t B, int64_t
   TIMED("attention_fwd", 0, 0, 0, 4.0 * B * H * N * N * D,
         g_real.attention_fwd(o, lse, qkv, B, N, H, D));
 }
-static void t_att_bwd(float *dqkv, const float *dy, const float *qkv, const float *o,
+static void t_att_bwd(float *dqkv, float *db, const float *dy, const float *qkv, const float *o,
                       const float *lse, int64_t B, int64_t N, int64_t H, int64_t D) {
   TIMED("attention_bwd", 0, 0, 0, 8.0 * B * H * N * N * D,
-        g_real.attention_bwd(dqkv, dy, qkv, o, lse, B, N, H, D));
+        g_real.attention_bwd(dqkv, db, dy, qkv, o, lse, B, N, H, D));
 }
 static void t_add(float *o, const float *a, const float *b, int64_t n) {
   TIMED("add", 0, 0, 0, 0, g_real.add(o, a, b, n));

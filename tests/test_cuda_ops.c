@@ -349,21 +349,24 @@ static void t_attention_fwd(tc *t, const int64_t *d) {
   check(t, "lse", gl, rl, B * H * N);
 }
 
-// The backward reads the CPU's out and lse on both sides, so only this op is measured.
+// The backward reads the CPU's out and lse on both sides, so only this op is measured. dqkv is
+// a bf16 activation in bf16; the qkv bias gradient (d[4] set) starts from random values.
 static void t_attention_bwd(tc *t, const int64_t *d) {
-  const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D;
+  const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D, want_dbias = d[4];
   float *qkv = act_in(t, hrand(t, B * N * 3 * C, -2, 2), B * N * 3 * C);
-  float *dy = hrand(t, B * N * C, -1, 1);
+  float *dy = hrand(t, B * N * C, -1, 1), *db0 = hrand(t, 3 * C, -1, 1);
   float *out = hnew(t, B * N * C), *lse = hnew(t, B * H * N), *ref = hnew(t, B * N * 3 * C);
+  float *rdb = hcopy(t, db0, 3 * C), *gdb[2];
   vt_attention_fwd(t->cpu, out, lse, qkv, B, N, H, D);
-  vt_attention_bwd(t->cpu, ref, dy, qkv, out, lse, B, N, H, D);
+  vt_attention_bwd(t->cpu, ref, want_dbias ? rdb : NULL, dy, qkv, out, lse, B, N, H, D);
   float *gq = dnew(t, qkv, B * N * 3 * C), *gdy = dnew(t, dy, B * N * C);
   float *gout = dnew(t, out, B * N * C), *gl = dnew(t, lse, B * H * N), *g[2];
   for (int r = 0; r < 2; r++) {
-    g[r] = dpoison(t, B * N * 3 * C);
-    vt_attention_bwd(t->gpu, g[r], gdy, gq, gout, gl, B, N, H, D);
+    g[r] = dpoison(t, B * N * 3 * C), gdb[r] = dnew(t, db0, 3 * C);
+    vt_attention_bwd(t->gpu, g[r], want_dbias ? gdb[r] : NULL, gdy, gq, gout, gl, B, N, H, D);
   }
-  check(t, "dqkv", g, ref, B * N * 3 * C);
+  check_act(t, "dqkv", g, ref, B * N * 3 * C);
+  check(t, "dbias", gdb, rdb, 3 * C);  // untouched without want_dbias: still db0 on both sides
 }
 
 // Run 0 writes a fresh buffer; run 1 writes in place over a copy of a (out aliases a).
@@ -557,7 +560,7 @@ typedef struct {
   const char *op, *dims;
   void (*run)(tc *, const int64_t *);
   double tol[NPREC];
-  int64_t shapes[8][4];  // a row of zeros ends the list
+  int64_t shapes[8][5];  // a row of zeros ends the list
 } op_test;
 
 static const op_test kTests[] = {
@@ -585,9 +588,9 @@ static const op_test kTests[] = {
     {"attention_fwd", "B,N,H,D", t_attention_fwd, {5e-5, 5e-4},
      {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 17, 2, 8}, {1, 65, 4, 16}, {1, 1, 2, 3},
       {2, 50, 12, 64}, {1, 70, 2, 80}, {1, 40, 1, 96}}},  // 80: ViT-H/14; 96: fp32's largest
-    {"attention_bwd", "B,N,H,D", t_attention_bwd, {1e-4, 5e-4},
-     {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 17, 2, 8}, {1, 65, 4, 16}, {1, 1, 2, 3},
-      {2, 50, 12, 64}, {1, 70, 2, 80}, {1, 40, 1, 96}}},  // 80: ViT-H/14; 96: fp32's largest
+    {"attention_bwd", "B,N,H,D,dbias", t_attention_bwd, {1e-4, 5e-4},
+     {{2, 197, 3, 64, 1}, {1, 5, 1, 7, 0}, {3, 17, 2, 8, 1}, {1, 65, 4, 16, 1}, {1, 1, 2, 3, 1},
+      {2, 50, 12, 64, 0}, {1, 70, 2, 80, 1}, {1, 40, 1, 96, 1}}},  // 80: ViT-H/14; 96: fp32's largest
     {"add", "count", t_add, {0, -1}, {{1}, {1000}, {197 * 192 + 3}}},
     {"patchify_fwd", "B,S,P", t_patchify_fwd, {0, 0},
      {{2, 32, 16}, {1, 12, 4}, {3, 30, 5}, {1, 224, 16}, {2, 8, 8}}},
@@ -669,7 +672,7 @@ int main(int argc, char **argv) {
         const int64_t *d = o->shapes[s];
         int ndims = 1, k = snprintf(t.shape, sizeof t.shape, "%s=", o->dims);
         for (const char *c = o->dims; *c; c++) ndims += *c == ',';
-        for (int j = 0; j < ndims && j < 4 && k < (int)sizeof t.shape; j++)
+        for (int j = 0; j < ndims && j < 5 && k < (int)sizeof t.shape; j++)
           k += snprintf(t.shape + k, sizeof t.shape - (size_t)k, "%s%lld", j ? "," : "",
                         (long long)d[j]);
         o->run(&t, d);

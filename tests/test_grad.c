@@ -173,12 +173,34 @@ static void test_attention(int64_t B, int64_t N, int64_t H, int64_t D) {
   att_ctx k = {randn(nq, 14, 1), calloc((size_t)(B * H * N), 4), B, N, H, D};
   float *out = calloc((size_t)no, 4), *r = randn(no, 15, 1), *dqkv = calloc((size_t)nq, 4);
   att_fwd(&k, out);
-  vt_attention_bwd(be, dqkv, r, k.qkv, out, k.lse, B, N, H, D);
+  vt_attention_bwd(be, dqkv, NULL, r, k.qkv, out, k.lse, B, N, H, D);
   char name[64];
   snprintf(name, sizeof name, "attention B%lld N%lld H%lld D%lld", (long long)B, (long long)N,
            (long long)H, (long long)D);
   expect_pass(name, check(name, att_fwd, &k, out, r, no, k.qkv, nq, dqkv));
   free(k.qkv), free(k.lse), free(out), free(r), free(dqkv);
+}
+
+// attention_bwd's fused qkv bias gradient: out = attention(qkv + bias), bias (3HD) broadcast
+// over the B*N rows (timm's qkv Linear bias).
+typedef struct { float *qkv, *bias, *sum, *lse; int64_t B, N, H, D; } att_bias_ctx;
+static void att_bias_fwd(void *c, float *out) {
+  att_bias_ctx *k = c;
+  const int64_t ld = 3 * k->H * k->D;
+  for (int64_t i = 0; i < k->B * k->N * ld; i++) k->sum[i] = k->qkv[i] + k->bias[i % ld];
+  vt_attention_fwd(be, out, k->lse, k->sum, k->B, k->N, k->H, k->D);
+}
+static void test_attention_bias(int64_t B, int64_t N, int64_t H, int64_t D) {
+  const int64_t ld = 3 * H * D, nq = B * N * ld, no = B * N * H * D;
+  att_bias_ctx k = {randn(nq, 19, 1), randn(ld, 20, 1), calloc((size_t)nq, 4),
+                    calloc((size_t)(B * H * N), 4), B, N, H, D};
+  float *out = calloc((size_t)no, 4), *r = randn(no, 21, 1), *dqkv = calloc((size_t)nq, 4);
+  float *dbias = calloc((size_t)ld, 4);
+  att_bias_fwd(&k, out);
+  vt_attention_bwd(be, dqkv, dbias, r, k.sum, out, k.lse, B, N, H, D);
+  expect_pass("attention dbias", check("attention dbias (fused)", att_bias_fwd, &k, out, r, no,
+                                       k.bias, ld, dbias));
+  free(k.qkv), free(k.bias), free(k.sum), free(k.lse), free(out), free(r), free(dqkv), free(dbias);
 }
 
 // ---- patchify ----
@@ -267,6 +289,7 @@ int main(void) {
   test_attention(2, 13, 3, 5);
   test_attention(1, 5, 1, 3);
   test_attention(2, 7, 7, 11);
+  test_attention_bias(2, 9, 2, 4);
   test_patchify(2, 6, 3);
   test_embed(2, 13, 3);
   test_embed(3, 5, 77);

@@ -92,8 +92,8 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   // leaves dln's rows past M untouched (zero).
   dy = g_bwd(m, s->full, dres, Ml * C);
   vt_linear_bwd(be, s->dln, gw->proj_w, gw->proj_b, dy, a->attn, w->proj_w, M, H * D, C);
-  vt_attention_bwd(be, s->dqkv, s->dln, a->qkv, a->attn, a->lse, B, N, H, D);
-  vt_linear_bwd(be, s->dln, gw->qkv_w, gw->qkv_b, s->dqkv, x1, w->qkv_w, M, C, 3 * H * D);
+  vt_attention_bwd(be, s->dqkv, gw->qkv_b, s->dln, a->qkv, a->attn, a->lse, B, N, H, D);
+  vt_linear_act_bwd(be, s->dln, gw->qkv_w, s->dqkv, x1, w->qkv_w, M, C, 3 * H * D);
   dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,
                        a->ln1_rstd, Ml, C);

@@ -69,7 +69,7 @@ typedef struct {
   float *full;                       // (Mp, C)  sequence parallel: gathered rows
   float *partial;                    // (Mp, C)  sequence parallel: row-parallel outputs; rows
                                      //          past M stay zero
-  float *dqkv;                       // (B, N, 3C/tp)
+  float *dqkv;                       // (B, N, 3C/tp) [bf16] (attention_bwd)
   float *dgelu, *dfc1;               // (B, N, F/tp), dfc1 [bf16] (gelu_bwd)
   float *dpatch_out;                 // (B, N-1, C)
   float *dpooled, *dlnf, *dlogits;   // (B, C), (B, C), (B, K)

@@ -75,23 +75,25 @@ void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, i
     }
 }
 
-void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                          const float *lse, int64_t B, int64_t N, int64_t H, int64_t D) {
+void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
+                          const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
+                          int64_t D) {
   const int64_t C = H * D, ld = 3 * C, T = max_threads();
   const float scale = 1.0f / sqrtf((float)D);
   // Per thread: the probabilities and dS (N, N each) and delta (N). In bf16 also, made once up
   // front: qkv and out widened (bf16 activations), dout rounded for the GEMMs (the fp32 dout
-  // stays for delta).
+  // stays for delta); and the fp32 dqkv, for the bias gradient before it is stored as bf16.
   const int bf16 = vt_cpu_bf16();
   const int64_t per = 2 * N * N + N;
-  float *scratch = vt_cpu_scratch((size_t)(T * per + (bf16 ? B * N * (ld + 2 * C) : 0)));
+  float *scratch = vt_cpu_scratch((size_t)(T * per + (bf16 ? B * N * (2 * ld + 2 * C) : 0)));
   const float *dy_all = dout, *out_all = out;
+  float *dst = dqkv;
   if (bf16) {
     float *rq = scratch + T * per, *rd = rq + B * N * ld, *ro = rd + B * N * C;
     vt_cpu_widen_bf16(rq, qkv, B * N * ld);
     vt_cpu_round_bf16(rd, dout, B * N * C);
     vt_cpu_widen_bf16(ro, out, B * N * C);
-    qkv = rq, dy_all = rd, out_all = ro;
+    qkv = rq, dy_all = rd, out_all = ro, dst = ro + B * N * C;
   }
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
@@ -99,7 +101,7 @@ void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, cons
       const float *q = qkv + b * N * ld + h * D, *k = q + C, *v = q + 2 * C;
       const int64_t at = b * N * C + h * D;
       const float *dy = dy_all + at, *l = lse + (b * H + h) * N;
-      float *dq = dqkv + b * N * ld + h * D, *dk = dq + C, *dv = dq + 2 * C;
+      float *dq = dst + b * N * ld + h * D, *dk = dq + C, *dv = dq + 2 * C;
       float *p = scratch + (int64_t)thread_id() * per, *ds = p + N * N, *delta = ds + N * N;
       for (int64_t i = 0; i < N; i++) {
         float s = 0.0f;
@@ -120,4 +122,8 @@ void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, cons
       vt_cpu_sgemm_serial(0, 0, N, D, N, scale, ds, N, k, ld, 0.0f, dq, ld);    // dq = scale ds k
       vt_cpu_sgemm_serial(1, 0, N, D, N, scale, ds, N, q, ld, 0.0f, dk, ld);    // dk = scale ds^T q
     }
+  if (dbias) vt_cpu_colsum_acc(dbias, dst, B * N, ld);  // the qkv bias gradient, from fp32
+  if (!bf16) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < B * N * ld; i++) vt_cpu_put(dqkv, i, dst[i], 1);
 }

@@ -85,8 +85,9 @@ void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *d
                      int64_t F);
 void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                           int64_t H, int64_t D);
-void vt_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                          const float *lse, int64_t B, int64_t N, int64_t H, int64_t D);
+void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
+                          const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
+                          int64_t D);
 void vt_cpu_add(float *out, const float *a, const float *b, int64_t count);
 void vt_cpu_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
 void vt_cpu_patchify_bwd(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);

@@ -6,7 +6,8 @@
 // warp-level: tensor cores (WMMA, 16x16x16, bf16 operands, fp32 accumulators) in bf16
 // precision, plain fp32 FMAs in fp32 precision; both read the same shared-memory tiles, so one
 // kernel body serves both. Deterministic: no atomics; the backward runs one kernel for dq (per
-// query tile, over the key tiles) and one for dk and dv (per key tile, over the query tiles).
+// query tile, over the key tiles) and one for dk and dv (per key tile, over the query tiles),
+// which also make the qkv bias gradient's per-tile column sums (summed in order afterwards).
 // The forward makes two passes over the keys (row maxima and sums, then p v with the final lse),
 // so that p is rounded at the CPU twin's point (one extra q k^T, ~2% of a ViT block's FLOPs).
 // Reads the heads straight out of the timm qkv layout. C-style CUDA, no STL. Must not depend on
@@ -15,6 +16,7 @@
 #include <math.h>
 #include <mma.h>
 
+#include "colsum.cuh"
 #include "cuda_common.h"
 #include "cuda_ops.h"
 
@@ -183,6 +185,27 @@ static __device__ __forceinline__ void zero_rows(float *acc, int ldo, int Dp) {
   for (int i = threadIdx.x & 31; i < 16 * Dp; i += 32) acc[(16 * w + i / Dp) * ldo + i % Dp] = 0.0f;
 }
 
+// The block's (64, D) fp32 accumulator acc (rows r0.., ldo) times alpha into the rows of dst
+// that start at element `at` (row stride ld; bf16 with bf16 set, vt_put: offsets in elements),
+// rows < N only; with part set, also the column sums of those fp32 values over the tile's rows,
+// in row order, into part[0 .. D): this tile's partial of the qkv bias gradient. By the whole
+// block.
+static __device__ __forceinline__ void store_rows(float *dst, int64_t at, int64_t ld,
+                                                  const float *acc, int ldo, float alpha, int r0,
+                                                  int N, int D, int bf16, float *part) {
+  __syncthreads();  // every warp's rows of acc are final
+  for (int i = threadIdx.x; i < FA_TILE * D; i += FA_THREADS) {
+    const int r = i / D, c = i - r * D;
+    if (r0 + r < N) vt_put(dst, at + (int64_t)(r0 + r) * ld + c, alpha * acc[r * ldo + c], bf16);
+  }
+  if (part)
+    for (int c = threadIdx.x; c < D; c += FA_THREADS) {
+      float s = 0.0f;
+      for (int r = 0; r < FA_TILE && r0 + r < N; r++) s += alpha * acc[r * ldo + c];
+      part[c] = s;
+    }
+}
+
 // ---- forward -----------------------------------------------------------------------------------
 // Block (b*H + h, query tile). Each lane handles half of one row of the warp's 16: row
 // 16w + lane/2, columns (lane & 1) * 32 .. +31 of each 64-key step.
@@ -258,8 +281,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // delta for the dk/dv kernel), then over the key tiles dS = p (dP - delta), dQ += dS K.
 template <typename T>
 static __global__ void __launch_bounds__(FA_THREADS)
-    flash_dq_kernel(float *dqkv, float *delta, const float *dout, const T *qkv, const T *out,
-                    const float *lse, int N, int H, int D, float scale) {
+    flash_dq_kernel(float *dqkv, float *part, float *delta, const float *dout, const T *qkv,
+                    const T *out, const float *lse, int N, int H, int D, float scale) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
   const fa_dims d = fa_dims_of(D, sizeof(T));
   const fa_smem<T> sm = fa_carve<T>(fa_shared, d, FA_DQ_SMEM);
@@ -306,11 +329,9 @@ static __global__ void __launch_bounds__(FA_THREADS)
     warp_accumulate(sdQw, d.ldo, sdSw, d.ldp, sK, d.ldt, d.Dp);
     __syncwarp();
   }
-  float *dqb = dqkv + (int64_t)b * N * ld + (int64_t)h * D;
-  for (int i = lane; i < 16 * D; i += 32) {
-    const int r = i / D, c = i - r * D;
-    if (q0 + 16 * w + r < N) dqb[(int64_t)(q0 + 16 * w + r) * ld + c] = scale * sdQw[r * d.ldo + c];
-  }
+  const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;  // this tile's bias partials
+  store_rows(dqkv, (int64_t)b * N * ld + (int64_t)h * D, ld, sdQ, d.ldo, scale, q0, N, D,
+             sizeof(T) == 2, part ? part + chunk * ld + (int64_t)h * D : NULL);
 }
 
 // ---- backward: dk, dv --------------------------------------------------------------------------
@@ -319,7 +340,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // dK += dS^T Q read them row-major. Lane: key row 16w + lane/2, query columns (lane & 1)*32..+31.
 template <typename T>
 static __global__ void __launch_bounds__(FA_THREADS)
-    flash_dkv_kernel(float *dqkv, const float *dout, const T *qkv, const float *lse,
+    flash_dkv_kernel(float *dqkv, float *part, const float *dout, const T *qkv, const float *lse,
                      const float *delta, int N, int H, int D, float scale) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
   const fa_dims d = fa_dims_of(D, sizeof(T));
@@ -363,14 +384,11 @@ static __global__ void __launch_bounds__(FA_THREADS)
     warp_accumulate(sdKw, d.ldo, sdSw, d.ldp, sQ, d.ldt, d.Dp);
     __syncwarp();
   }
-  float *dkb = dqkv + (int64_t)b * N * ld + (int64_t)h * D + C, *dvb = dkb + C;
-  for (int i = lane; i < 16 * D; i += 32) {
-    const int r = i / D, c = i - r * D, key = k0 + 16 * w + r;
-    if (key < N) {
-      dkb[(int64_t)key * ld + c] = scale * sdKw[r * d.ldo + c];
-      dvb[(int64_t)key * ld + c] = sdVw[r * d.ldo + c];
-    }
-  }
+  const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;
+  const int64_t at = (int64_t)b * N * ld + (int64_t)h * D;
+  float *pk = part ? part + chunk * ld + C + (int64_t)h * D : NULL;
+  store_rows(dqkv, at + C, ld, sdK, d.ldo, scale, k0, N, D, sizeof(T) == 2, pk);
+  store_rows(dqkv, at + 2 * C, ld, sdV, d.ldo, 1.0f, k0, N, D, sizeof(T) == 2, pk ? pk + C : NULL);
 }
 
 // ---- host side -------------------------------------------------------------------------------
@@ -418,7 +436,7 @@ static void fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N, 
 }
 
 template <typename T>
-static void bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, const float *out,
                 const float *lse, int64_t B, int64_t N, int64_t H, int64_t D) {
   static int allowed_dq, allowed_dkv;
   const dim3 grid = fa_grid("attention_bwd", B, N, H, D);
@@ -428,13 +446,26 @@ static void bwd(float *dqkv, const float *dout, const float *qkv, const float *o
   fa_smem_allow("attention_bwd", (const void *)flash_dq_kernel<T>, smem_dq, D, &allowed_dq);
   fa_smem_allow("attention_bwd", (const void *)flash_dkv_kernel<T>, smem_dkv, D, &allowed_dkv);
   const float scale = 1.0f / sqrtf((float)D);
-  float *delta = (float *)vt_cuda_scratch((size_t)(B * H * N) * sizeof(float));
+  // Op scratch: delta (B, H, N), and with dbias the bias partials, one row of 3HD per (image,
+  // tile): each block writes its head's columns of its row; then the rows are summed in order.
+  const int64_t nchunk = B * grid.y, ld = 3 * H * D;
+  size_t end = 0;
+  const size_t at_delta = vt_cuda_carve(&end, (size_t)(B * H * N) * sizeof(float));
+  const size_t at_part = vt_cuda_carve(&end, dbias ? (size_t)(nchunk * ld) * sizeof(float) : 0);
+  char *base = (char *)vt_cuda_scratch(end);
+  float *delta = (float *)(base + at_delta), *part = dbias ? (float *)(base + at_part) : NULL;
   flash_dq_kernel<T><<<grid, FA_THREADS, smem_dq, vt_cuda_stream()>>>(
-      dqkv, delta, dout, (const T *)qkv, (const T *)out, lse, (int)N, (int)H, (int)D, scale);
+      dqkv, part, delta, dout, (const T *)qkv, (const T *)out, lse, (int)N, (int)H, (int)D,
+      scale);
   VT_CUDA_CHECK_LAUNCH();
   flash_dkv_kernel<T><<<grid, FA_THREADS, smem_dkv, vt_cuda_stream()>>>(
-      dqkv, dout, (const T *)qkv, lse, delta, (int)N, (int)H, (int)D, scale);
+      dqkv, part, dout, (const T *)qkv, lse, delta, (int)N, (int)H, (int)D, scale);
   VT_CUDA_CHECK_LAUNCH();
+  if (dbias) {
+    colsum_final_kernel<<<vt_cuda_blocks(ld, 256), 256, 0, vt_cuda_stream()>>>(dbias, part,
+                                                                              nchunk, ld);
+    VT_CUDA_CHECK_LAUNCH();
+  }
 }
 
 extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int64_t B,
@@ -444,9 +475,10 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, 
   else fwd<float>(out, lse, qkv, B, N, H, D);
 }
 
-extern "C" void vt_cuda_attention_bwd(float *dqkv, const float *dout, const float *qkv,
-                                      const float *out, const float *lse, int64_t B, int64_t N,
-                                      int64_t H, int64_t D) {
-  if (vt_cuda_bf16()) bwd<__nv_bfloat16>(dqkv, dout, qkv, out, lse, B, N, H, D);
-  else bwd<float>(dqkv, dout, qkv, out, lse, B, N, H, D);
+extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *dout,
+                                      const float *qkv, const float *out, const float *lse,
+                                      int64_t B, int64_t N, int64_t H, int64_t D) {
+  // bf16 (vt_ops.h): dqkv is a bf16 activation as well.
+  if (vt_cuda_bf16()) bwd<__nv_bfloat16>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D);
+  else bwd<float>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D);
 }

@@ -46,8 +46,9 @@ void vt_cuda_scale(float *x, float alpha, int64_t count);
 // attention.cu
 void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                            int64_t H, int64_t D);
-void vt_cuda_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                           const float *lse, int64_t B, int64_t N, int64_t H, int64_t D);
+void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
+                           const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
+                           int64_t D);
 
 // embed.cu
 void vt_cuda_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
