@@ -39,7 +39,9 @@ struct vt_loader {
   vt_sampler sampler;  // used under mu only: it caches one epoch and is not thread-safe
   int nslots;
   slot *slots;
-  float *pixels;
+  float *pixels;      // every slot's images, one block
+  int32_t *label_block;  // every slot's labels, one block
+  void (*host_free)(void *ptr);
   int64_t *members, *class_start;  // samples of class c: members[class_start[c] .. [c+1])
   atomic_uchar *known_bad;         // a warning was printed for this file
   pthread_mutex_t mu;
@@ -222,6 +224,7 @@ static int check_config(const vt_loader_config *c, int64_t first_batch, char *er
     why = "prefetch must be 1..1024";
   else if (c->want_pixels && c->max_pixels < 1) why = "max_pixels must be positive";
   else if (c->bad_policy != VT_BAD_SKIP && c->bad_policy != VT_BAD_FAIL) why = "bad-image policy";
+  else if (!c->host_alloc != !c->host_free) why = "host_alloc and host_free come together";
   if (why) set_err(err, errlen, "loader configuration: %s", why);
   return why == NULL;
 }
@@ -242,6 +245,13 @@ static int index_classes(vt_loader *l) {
   for (int64_t i = 0; i < ds->count; i++) l->members[fill[ds->labels[i]]++] = i;
   free(fill);
   return 1;
+}
+
+// A block of host memory from cfg->host_alloc, or page-aligned malloc without one.
+static void *host_block(const vt_loader_config *cfg, size_t nbytes) {
+  if (cfg->host_alloc) return cfg->host_alloc(nbytes);
+  void *p = NULL;
+  return posix_memalign(&p, 4096, nbytes ? nbytes : 1) == 0 ? p : NULL;
 }
 
 vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, char *err,
@@ -266,21 +276,22 @@ vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, ch
   l->slots = calloc((size_t)l->nslots, sizeof(slot));
   int ok = l->slots != NULL;
   size_t B = (size_t)cfg->batch, plane = cfg->want_pixels ? (size_t)3 * cfg->S * cfg->S : 0;
+  // What the caller uploads (images, labels) lives in two blocks from cfg->host_alloc.
+  l->host_free = cfg->host_alloc ? cfg->host_free : free;
+  l->label_block = host_block(cfg, (size_t)l->nslots * B * sizeof(int32_t));
+  ok = ok && l->label_block;
   if (ok && cfg->want_pixels) {
-    // One page-aligned block, so a CUDA build can register it as pinned memory in one call.
-    void *p = NULL;
-    ok = posix_memalign(&p, 4096, (size_t)l->nslots * B * plane * sizeof(float)) == 0;
-    l->pixels = p;
-    ok = ok && index_classes(l);
+    l->pixels = host_block(cfg, (size_t)l->nslots * B * plane * sizeof(float));
+    ok = l->pixels && index_classes(l);
   }
   for (int k = 0; ok && k < l->nslots; k++) {
     slot *s = &l->slots[k];
     s->pos = malloc(B * sizeof(int64_t));
     s->idx = malloc(B * sizeof(int64_t));
     s->ep = malloc(B * sizeof(int64_t));
-    s->labels = malloc(B * sizeof(int32_t));
+    s->labels = l->label_block + (size_t)k * B;
     s->images = l->pixels ? l->pixels + (size_t)k * B * plane : NULL;
-    ok = s->pos && s->idx && s->ep && s->labels;
+    ok = s->pos && s->idx && s->ep;
   }
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->work_cv, NULL);
@@ -363,10 +374,10 @@ void vt_loader_destroy(vt_loader *l) {
     free(l->slots[k].pos);
     free(l->slots[k].idx);
     free(l->slots[k].ep);
-    free(l->slots[k].labels);
   }
   free(l->slots);
-  free(l->pixels);
+  if (l->pixels) l->host_free(l->pixels);
+  if (l->label_block) l->host_free(l->label_block);
   free(l->members);
   free(l->class_start);
   free(l->known_bad);

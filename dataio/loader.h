@@ -2,8 +2,8 @@
 // strictly in order. Which samples micro-batch j holds is a pure function of j (below), and each
 // sample's pixels depend only on (file, seed, epoch, sample) through vt_sample_from_file
 // (sample.h: probe, crop, reduced decode, render), so the batches are identical for any thread
-// count and a loader restarted at micro-batch j continues exactly. Buffers are plain
-// host memory allocated once (a CUDA build may register them as pinned memory later).
+// count and a loader restarted at micro-batch j continues exactly. Buffers are allocated once,
+// by the caller's allocator when it gives one (pinned memory on CUDA).
 // Must not depend on MPI, a backend or the model.
 #ifndef VT_LOADER_H
 #define VT_LOADER_H
@@ -30,6 +30,11 @@ typedef struct {
   int64_t max_pixels;    // larger images are bad (decompression bombs)
   vt_bad_policy bad_policy;
   vt_transform_config tc;
+  // Where the images and labels handed out live: blocks from host_alloc(nbytes), released with
+  // host_free (a backend's pinned memory, so the caller's uploads need not wait for the device);
+  // NULL: page-aligned malloc and free.
+  void *(*host_alloc)(size_t nbytes);
+  void (*host_free)(void *ptr);
   // Micro-batch j holds stream positions first(j) + [0, batch), where
   //   first(j) = (j / per_step) * step_stride + offset + (j % per_step) * batch.
   // Training, DP rank d of dp, G images per step, B per micro-batch:

@@ -24,18 +24,22 @@ static vt_loader_config base_config(const vt_data *d, const vt_dataset *ds, int 
   return c;
 }
 
-vt_status vt_data_open(vt_data *d, const vt_train_options *o, int need_pixels, int need_labels,
-                       int dp_rank, int dp_size, int n_micro, int64_t start_step, char *err,
-                       size_t errlen) {
+vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *be,
+                       int need_pixels, int need_labels, int dp_rank, int dp_size, int n_micro,
+                       int64_t start_step, char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
-  d->o = o;
+  d->o = o, d->be = be;
   d->need_pixels = need_pixels, d->need_labels = need_labels;
   d->dp_rank = dp_rank, d->dp_size = dp_size, d->n_micro = n_micro;
   d->synthetic = strcmp(o->data, "synthetic") == 0;
   const int B = o->micro_batch, S = o->model.img_size;
-  d->host_img = malloc((size_t)B * 3 * S * S * sizeof(float));
-  d->host_labels = malloc((size_t)B * sizeof(int32_t));
-  VT_CHECK(d->host_img && d->host_labels, "out of host memory for a micro-batch");
+  if (d->synthetic) {  // the staging the synthetic task renders into
+    if (need_pixels) d->host_img = be->host_alloc((size_t)B * 3 * S * S * sizeof(float));
+    d->host_labels = be->host_alloc((size_t)B * sizeof(int32_t));
+    VT_CHECK((d->host_img || !need_pixels) && d->host_labels,
+             "out of %shost memory for a micro-batch of %d images of side %d",
+             be->device == VT_DEVICE_CUDA ? "pinned " : "", B, S);
+  }
   if (o->val_data[0]) {
     if (vt_dataset_open(o->val_data, &d->val_ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
     d->has_val = 1;
@@ -58,6 +62,7 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, int need_pixels, i
   c.per_step = n_micro;
   c.step_stride = o->global_batch;
   c.offset = (int64_t)dp_rank * (o->global_batch / dp_size);
+  c.host_alloc = be->host_alloc, c.host_free = be->host_free;
   d->train = vt_loader_create(&c, start_step * n_micro, err, errlen);
   return d->train ? VT_OK : VT_ERR_INPUT;
 }
@@ -66,8 +71,8 @@ void vt_data_close(vt_data *d) {
   if (d->train) vt_loader_destroy(d->train);
   if (d->train_ds.count) vt_dataset_free(&d->train_ds);
   if (d->has_val) vt_dataset_free(&d->val_ds);
-  free(d->host_img);
-  free(d->host_labels);
+  if (d->host_img) d->be->host_free(d->host_img);
+  if (d->host_labels) d->be->host_free(d->host_labels);
   memset(d, 0, sizeof *d);
 }
 

@@ -11,6 +11,7 @@
 #include "dataset.h"
 #include "loader.h"
 #include "train.h"
+#include "vt_backend.h"
 
 typedef struct {
   const vt_train_options *o;
@@ -19,6 +20,7 @@ typedef struct {
   int synthetic;
   vt_dataset train_ds, val_ds;
   int has_val;
+  const vt_backend *be;   // its host_alloc holds what the training step uploads
   vt_loader *train;       // NULL for synthetic data and for stages that need nothing
   float *host_img;        // synthetic staging: (B, 3, S, S)
   int32_t *host_labels;   // (B)
@@ -27,13 +29,15 @@ typedef struct {
 
 // Opens the training (and validation) data for one rank. Errors (missing or empty folders,
 // class counts that do not match the model) are VT_ERR_INPUT with a message.
-// start_step: steps already done (a resume); the stream continues from there.
-vt_status vt_data_open(vt_data *d, const vt_train_options *o, int need_pixels, int need_labels,
-                       int dp_rank, int dp_size, int n_micro, int64_t start_step, char *err,
-                       size_t errlen);
+// start_step: steps already done (a resume); the stream continues from there. The training
+// micro-batches live in be's host_alloc memory (pinned on CUDA: upload them with be->upload).
+vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *be,
+                       int need_pixels, int need_labels, int dp_rank, int dp_size, int n_micro,
+                       int64_t start_step, char *err, size_t errlen);
 void vt_data_close(vt_data *d);
 
-// Micro-batch mb of step `step` for this rank: host images (or NULL) and labels (or NULL).
+// Micro-batch mb of step `step` for this rank: host images (or NULL) and labels (or NULL),
+// valid until the next call (wait for their uploads before it: be->upload_wait).
 // Micro-batches must be asked for in order. A bad file under --bad-image fail is fatal for the
 // whole job, with the file named.
 void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int32_t **labels);

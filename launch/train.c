@@ -111,9 +111,12 @@ static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
   const vt_model_slot *sl = &m->slots[slot];
   const float *img;
   const int32_t *labels;
+  // The previous micro-batch's host buffers go back to the loader with the next call: its
+  // uploads must be done (they normally are: the host runs a micro-batch ahead of the device).
+  m->be->upload_wait();
   vt_data_next(x->data, step, mb, &img, &labels);
-  if (m->has_embed) m->be->to_device(sl->img, img, (size_t)B * 3 * S * S * sizeof(float));
-  if (m->has_head) m->be->to_device(sl->labels, labels, (size_t)B * sizeof(int32_t));
+  if (m->has_embed) m->be->upload(sl->img, img, (size_t)B * 3 * S * S * sizeof(float));
+  if (m->has_head) m->be->upload(sl->labels, labels, (size_t)B * sizeof(int32_t));
 }
 
 // Runs one step's actions in order; returns the sum of this rank's per-sample losses (last
@@ -401,7 +404,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   }
   vt_data data;
   memset(&data, 0, sizeof data);
-  int ok = !rc && vt_data_open(&data, o, m.has_embed, m.has_head, me.dp_rank, mesh.dp_size,
+  int ok = !rc && vt_data_open(&data, o, be, m.has_embed, m.has_head, me.dp_rank, mesh.dp_size,
                                n_micro, start_step, err, sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .data = &data,
@@ -555,6 +558,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     if (world_rank == 0) vt_log_error("%s", err);
     rc = VT_EXIT_FAILED;
   }
+  be->upload_wait();  // no copy may still read the loader's buffers when they are freed
   vt_data_close(&data);
   if (x.step_losses) be->free(x.step_losses);
   free(x.host_step_losses);

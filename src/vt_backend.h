@@ -42,6 +42,16 @@ struct vt_backend {
   void (*copy)(void *dst, const void *src, size_t nbytes);
   void (*zero)(void *ptr, size_t nbytes);
   void (*synchronize)(void);
+  // Host memory for what each step uploads (the loader's batches): page-locked (pinned) on CUDA,
+  // so upload needs no staging and does not wait for the device; page-aligned on the CPU. NULL
+  // when out of memory.
+  void *(*host_alloc)(size_t nbytes);
+  void (*host_free)(void *ptr);
+  // Copies host_alloc memory to the device in stream order and returns at once (to_device may
+  // wait for the device when the source is pageable). The source must stay unchanged until
+  // upload_wait() returns, which waits for every upload issued before it.
+  void (*upload)(void *dst, const void *host_src, size_t nbytes);
+  void (*upload_wait)(void);
   // Sets the GEMM precision of every later op call (a process-wide mode of this backend).
   void (*set_precision)(vt_precision precision);
   vt_precision (*precision)(void);  // the one set (fp32 until set)

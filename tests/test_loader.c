@@ -585,6 +585,50 @@ static void test_prepare(void) {
   printf("ok - prepare: missing package, bad IDX files, PNG tree in label order\n");
 }
 
+// A caller's allocator (the trainer passes the backend's pinned host memory): the loader's
+// images and labels live in its blocks, which go back to it, and the batches do not change.
+static int g_blocks_out;
+static void *g_block[2];
+static size_t g_block_n[2];
+static void *count_alloc(size_t n) {
+  void *p = malloc(n);
+  if (p && g_blocks_out < 2) g_block[g_blocks_out] = p, g_block_n[g_blocks_out] = n;
+  g_blocks_out++;
+  return p;
+}
+static void count_free(void *p) {
+  g_blocks_out--;
+  free(p);
+}
+static int inside(const void *p, size_t nbytes, int k) {  // [p, p + nbytes) in block k
+  const char *b = g_block[k];
+  return b && (const char *)p >= b && (const char *)p + nbytes <= b + g_block_n[k];
+}
+
+static void test_allocator(const vt_dataset *ds) {
+  char err[256];
+  vt_loader_config c = base(ds, 1, 2);
+  run_t plain = run(&c, 0, 6);
+  c.host_alloc = count_alloc, c.host_free = count_free;
+  run_t mine = run(&c, 0, 6);
+  EXPECT(plain.st == VT_OK && mine.st == VT_OK && same_batches(&plain, 0, &mine, 0, 6),
+         "batches from the caller's allocator differ (%s)", mine.err);
+  EXPECT(g_blocks_out == 0, "%d blocks of the caller's allocator not given back", g_blocks_out);
+  vt_loader *l = vt_loader_create(&c, 0, err, sizeof(err));
+  vt_batch b;
+  EXPECT(l && g_blocks_out == 2 && vt_loader_next(l, &b, err, sizeof(err)) == VT_OK &&
+             inside(b.labels, (size_t)c.batch * sizeof(int32_t), 0) &&
+             inside(b.images, (size_t)c.batch * 3 * c.S * c.S * sizeof(float), 1),
+         "the batch is not in the caller's blocks (%d blocks; %s)", g_blocks_out, err);
+  vt_loader_destroy(l);
+  EXPECT(g_blocks_out == 0, "%d blocks not given back after a destroy", g_blocks_out);
+  c.host_free = NULL;
+  EXPECT(!vt_loader_create(&c, 0, err, sizeof(err)) && strstr(err, "host_free"),
+         "host_alloc without host_free: %s", err);
+  run_free(&plain), run_free(&mine);
+  printf("ok - the caller's host allocator holds the batches, every block returned\n");
+}
+
 static void test_lifecycle(const vt_dataset *ds) {
   char err[256];
   vt_loader_config c = base(ds, 1, 4);
@@ -616,6 +660,7 @@ int main(void) {
   test_dp(&ds);
   test_eval(&ds);
   test_lifecycle(&ds);
+  test_allocator(&ds);
   vt_dataset_free(&ds);
   test_bad();
   test_jpeg_determinism();

@@ -16,6 +16,13 @@ static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t nbytes) { memmove(dst, src, nbytes); }
 static void cpu_zero(void *p, size_t nbytes) { memset(p, 0, nbytes); }
 static void cpu_sync(void) {}
+// Host memory is the device's: page-aligned (as the loader's buffers always were), uploads are
+// plain copies.
+static void *cpu_host_alloc(size_t nbytes) {
+  void *p = NULL;
+  return posix_memalign(&p, 4096, nbytes ? nbytes : 1) == 0 ? p : NULL;
+}
+static void cpu_upload_wait(void) {}
 
 static vt_precision g_precision = VT_PRECISION_FP32;
 void vt_cpu_set_precision(vt_precision precision) { g_precision = precision; }
@@ -58,6 +65,10 @@ const vt_backend vt_cpu_backend = {
     .copy = cpu_copy,
     .zero = cpu_zero,
     .synchronize = cpu_sync,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_free,
+    .upload = cpu_copy,
+    .upload_wait = cpu_upload_wait,
     .set_precision = vt_cpu_set_precision,
     .precision = cpu_precision,
     .scratch_bytes = cpu_scratch_bytes,

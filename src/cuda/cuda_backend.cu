@@ -58,6 +58,34 @@ static void cuda_zero(void *p, size_t nbytes) {
 
 static void cuda_sync(void) { VT_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
 
+// Pinned host memory for the step's uploads. From pinned memory cudaMemcpyAsync is a DMA queued
+// on the stream; from pageable memory the driver stages the copy and may first wait for the
+// stream, which would make the host wait for the device at every micro-batch. An event after
+// the latest upload says when its source may change.
+static cudaEvent_t g_upload_event = NULL;
+static int g_upload_pending = 0;
+static void *cuda_host_alloc(size_t nbytes) {
+  void *p = NULL;
+  if (cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+    (void)cudaGetLastError();  // out of page-locked memory: the caller reports NULL
+    return NULL;
+  }
+  return p;
+}
+static void cuda_host_free(void *p) {
+  if (p) VT_CUDA_CHECK(cudaFreeHost(p));
+}
+static void cuda_upload(void *dst, const void *host_src, size_t nbytes) {
+  if (!nbytes) return;
+  VT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, g_stream));
+  VT_CUDA_CHECK(cudaEventRecord(g_upload_event, g_stream));
+  g_upload_pending = 1;
+}
+static void cuda_upload_wait(void) {
+  if (g_upload_pending) VT_CUDA_CHECK(cudaEventSynchronize(g_upload_event));
+  g_upload_pending = 0;
+}
+
 static vt_precision g_precision = VT_PRECISION_FP32;
 static void cuda_set_precision(vt_precision precision) { g_precision = precision; }
 int vt_cuda_bf16(void) { return g_precision == VT_PRECISION_BF16; }
@@ -119,6 +147,7 @@ static int cuda_init(void) {
     return -1;
   }
   VT_CUBLAS_CHECK(cublasSetStream(g_cublas, g_stream));
+  VT_CUDA_CHECK(cudaEventCreateWithFlags(&g_upload_event, cudaEventDisableTiming));
   // Stated, not assumed: fp32 GEMMs stay fp32 (the CPU backend is the reference), so no TF32;
   // the bf16 paths ask for tensor cores per call.
   VT_CUBLAS_CHECK(cublasSetMathMode(g_cublas, CUBLAS_DEFAULT_MATH));
@@ -132,6 +161,10 @@ static int cuda_init(void) {
   g_table.copy = cuda_copy;
   g_table.zero = cuda_zero;
   g_table.synchronize = cuda_sync;
+  g_table.host_alloc = cuda_host_alloc;
+  g_table.host_free = cuda_host_free;
+  g_table.upload = cuda_upload;
+  g_table.upload_wait = cuda_upload_wait;
   g_table.set_precision = cuda_set_precision;
   g_table.precision = cuda_precision;
   g_table.scratch_bytes = cuda_scratch_bytes;
