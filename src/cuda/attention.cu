@@ -126,7 +126,7 @@ static __host__ __device__ fa_counts fa_counts_of(int nt, int ns, int np, int no
 }
 #define FA_FWD_SMEM fa_counts_of(3, 1, 1, 1, 0)  // Q K V; S; P; O
 #define FA_DQ_SMEM fa_counts_of(4, 2, 1, 1, 2)   // Q dO K V; S dP; dS; dQ; lse delta
-#define FA_DKV_SMEM fa_counts_of(4, 2, 2, 2, 2)  // K V Q dO; S^T dP^T; P^T dS^T; dK dV; lse delta
+#define FA_DKV_SMEM fa_counts_of(4, 2, 0, 2, 2)  // K V Q dO; S^T dP^T (then P^T dS^T); dK dV; lse delta
 
 static __host__ __device__ size_t fa_round(size_t n) { return (n + 127) / 128 * 128; }
 static __host__ __device__ size_t fa_bytes(fa_dims d, int es, fa_counts c) {
@@ -345,7 +345,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
   extern __shared__ __align__(128) unsigned char fa_shared[];
   const fa_dims d = fa_dims_of(D, sizeof(T));
   const fa_smem<T> sm = fa_carve<T>(fa_shared, d, FA_DKV_SMEM);
-  T *sK = sm.t[0], *sV = sm.t[1], *sQ = sm.t[2], *sdO = sm.t[3], *sP = sm.p[0], *sdS = sm.p[1];
+  T *sK = sm.t[0], *sV = sm.t[1], *sQ = sm.t[2], *sdO = sm.t[3];
   float *sS = sm.s[0], *sdP = sm.s[1], *sdK = sm.o[0], *sdV = sm.o[1], *sL = sm.r[0], *sD = sm.r[1];
   const int bh = blockIdx.x, b = bh / H, h = bh - b * H, k0 = blockIdx.y * FA_TILE;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, rr = lane >> 1, c0 = (lane & 1) * 32;
@@ -358,7 +358,9 @@ static __global__ void __launch_bounds__(FA_THREADS)
   zero_rows(sdV, d.ldo, d.Dp);
   float *sSw = sS + 16 * w * d.lds, *sdPw = sdP + 16 * w * d.lds;
   float *sdKw = sdK + 16 * w * d.ldo, *sdVw = sdV + 16 * w * d.ldo;
-  T *sPw = sP + 16 * w * d.ldp, *sdSw = sdS + 16 * w * d.ldp;
+  // P^T and dS^T take the place of S^T and dP^T once these are read (16 rows of ldp T fit in 16
+  // rows of lds floats): 18 KiB less shared memory, two blocks per SM instead of one at D=64.
+  T *sPw = (T *)sSw, *sdSw = (T *)sdPw;
   const T *sKw = sK + 16 * w * d.ldt, *sVw = sV + 16 * w * d.ldt;
   for (int q0 = 0; q0 < N; q0 += FA_TILE) {
     __syncthreads();
@@ -374,11 +376,17 @@ static __global__ void __launch_bounds__(FA_THREADS)
     warp_scores(sdPw, d.lds, sVw, d.ldt, sdO, d.ldt, d.Dp);  // dP^T = V dO^T
     __syncwarp();
     const int qn = N - q0 < FA_TILE ? N - q0 : FA_TILE;
-    for (int c = c0; c < c0 + 32; c++) {
-      const float pij = c < qn ? expf(sSw[rr * d.lds + c] * scale - sL[c]) : 0.0f;
-      sPw[rr * d.ldp + c] = narrow<T>(pij);
-      sdSw[rr * d.ldp + c] = narrow<T>(pij * (sdPw[rr * d.lds + c] - sD[c]));
+    float pv[32], dv[32];  // this lane's half row, read in full before any lane overwrites
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+      const int c = c0 + j;
+      pv[j] = c < qn ? expf(sSw[rr * d.lds + c] * scale - sL[c]) : 0.0f;
+      dv[j] = pv[j] * (sdPw[rr * d.lds + c] - sD[c]);
     }
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < 32; j++)
+      sPw[rr * d.ldp + c0 + j] = narrow<T>(pv[j]), sdSw[rr * d.ldp + c0 + j] = narrow<T>(dv[j]);
     __syncwarp();
     warp_accumulate(sdVw, d.ldo, sPw, d.ldp, sdO, d.ldt, d.Dp);
     warp_accumulate(sdKw, d.ldo, sdSw, d.ldp, sQ, d.ldt, d.Dp);
