@@ -3,6 +3,7 @@
 // vt_cuda_backend_get. C-style CUDA, no STL. Must not depend on MPI, NCCL or the model; which
 // GPU this process uses is chosen by the caller (cudaSetDevice) before the first call.
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda_common.h"
 #include "cuda_ops.h"
@@ -66,14 +67,28 @@ static cudaEvent_t g_upload_event = NULL;
 static int g_upload_pending = 0;
 static void *cuda_host_alloc(size_t nbytes) {
   void *p = NULL;
-  if (cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocDefault) != cudaSuccess) {
-    (void)cudaGetLastError();  // out of page-locked memory: the caller reports NULL
-    return NULL;
-  }
-  return p;
+  const cudaError_t err = cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocDefault);
+  if (err == cudaSuccess) return p;
+  (void)cudaGetLastError();
+  // Page-locked memory is limited (ulimit -l, container limits): pageable memory still works,
+  // with uploads that may wait for the device.
+  static int warned;
+  if (!warned++)
+    vt_log_warn("cannot pin host memory for the input batches (cudaHostAlloc of %zu bytes: %s); "
+                "using pageable memory, whose uploads may wait for the GPU: raise the "
+                "locked-memory limit (ulimit -l) or lower --prefetch or --micro-batch-size",
+                nbytes, cudaGetErrorString(err));
+  return posix_memalign(&p, 4096, nbytes ? nbytes : 1) == 0 ? p : NULL;
 }
 static void cuda_host_free(void *p) {
-  if (p) VT_CUDA_CHECK(cudaFreeHost(p));
+  if (!p) return;
+  unsigned flags = 0;
+  if (cudaHostGetFlags(&flags, p) == cudaSuccess) {  // pinned by cudaHostAlloc
+    VT_CUDA_CHECK(cudaFreeHost(p));
+    return;
+  }
+  (void)cudaGetLastError();
+  free(p);  // the pageable fallback
 }
 static void cuda_upload(void *dst, const void *host_src, size_t nbytes) {
   if (!nbytes) return;

@@ -454,12 +454,31 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
 cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+// "Pinned" host memory is remembered, so cudaHostGetFlags tells it from other memory;
+// EMU_NO_PINNED=1 makes cudaHostAlloc fail, as a low locked-memory limit does.
+static void *g_pinned[64];
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) {
-  *p = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  *p = NULL;
+  if (getenv("EMU_NO_PINNED")) return cudaErrorMemoryAllocation;
+  for (auto &slot : g_pinned)
+    if (!slot) {
+      *p = slot = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
+      return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    }
+  return cudaErrorMemoryAllocation;
+}
+cudaError_t cudaHostGetFlags(unsigned *flags, void *p) {
+  for (auto &slot : g_pinned)
+    if (slot && slot == p) return *flags = 0, cudaSuccess;
+  return 1;  // not memory from cudaHostAlloc
 }
 cudaError_t cudaFreeHost(void *p) {
-  free(p);
-  return cudaSuccess;
+  for (auto &slot : g_pinned)
+    if (slot && slot == p) {
+      free(p);
+      slot = NULL;
+      return cudaSuccess;
+    }
+  return 1;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }

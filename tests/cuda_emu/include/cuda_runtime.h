@@ -124,4 +124,5 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e);
 #define cudaHostAllocDefault 0
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags);
 cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaHostGetFlags(unsigned *flags, void *p);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f);
