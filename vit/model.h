@@ -91,7 +91,7 @@ typedef struct {
   vt_model_scratch s;
   void *act_block;        // the one activation allocation
   size_t act_nbytes;
-  vt_precision precision;  // the backend's at init: the saved attention probabilities' storage
+  vt_precision precision;  // the backend's at init: it sized the bf16 activations
   float *host_losses;     // (B) host copy of the per-sample losses
   // When set, vt_model_backward calls it as soon as the gradients of a layer's parameters are
   // complete (vt_param.layer numbering: the head first, then the blocks backwards, embeddings
