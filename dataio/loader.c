@@ -39,9 +39,8 @@ struct vt_loader {
   vt_sampler sampler;  // used under mu only: it caches one epoch and is not thread-safe
   int nslots;
   slot *slots;
-  float *pixels;      // every slot's images, one block
-  int32_t *label_block;  // every slot's labels, one block
-  void (*host_free)(void *ptr);
+  float *pixels;         // every slot's images, one block (cfg.host_alloc)
+  int32_t *label_block;  // every slot's labels, one block (cfg.host_alloc)
   int64_t *members, *class_start;  // samples of class c: members[class_start[c] .. [c+1])
   atomic_uchar *known_bad;         // a warning was printed for this file
   pthread_mutex_t mu;
@@ -277,7 +276,6 @@ vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, ch
   int ok = l->slots != NULL;
   size_t B = (size_t)cfg->batch, plane = cfg->want_pixels ? (size_t)3 * cfg->S * cfg->S : 0;
   // What the caller uploads (images, labels) lives in two blocks from cfg->host_alloc.
-  l->host_free = cfg->host_alloc ? cfg->host_free : free;
   l->label_block = host_block(cfg, (size_t)l->nslots * B * sizeof(int32_t));
   ok = ok && l->label_block;
   if (ok && cfg->want_pixels) {
@@ -376,8 +374,9 @@ void vt_loader_destroy(vt_loader *l) {
     free(l->slots[k].ep);
   }
   free(l->slots);
-  if (l->pixels) l->host_free(l->pixels);
-  if (l->label_block) l->host_free(l->label_block);
+  void (*release)(void *) = l->cfg.host_free ? l->cfg.host_free : free;  // host_block's pair
+  if (l->pixels) release(l->pixels);
+  if (l->label_block) release(l->label_block);
   free(l->members);
   free(l->class_start);
   free(l->known_bad);

@@ -62,9 +62,8 @@ static void cuda_sync(void) { VT_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
 // Pinned host memory for the step's uploads. From pinned memory cudaMemcpyAsync is a DMA queued
 // on the stream; from pageable memory the driver stages the copy and may first wait for the
 // stream, which would make the host wait for the device at every micro-batch. An event after
-// the latest upload says when its source may change.
+// the latest upload says when its source may change (one never recorded counts as complete).
 static cudaEvent_t g_upload_event = NULL;
-static int g_upload_pending = 0;
 static void *cuda_host_alloc(size_t nbytes) {
   void *p = NULL;
   const cudaError_t err = cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocDefault);
@@ -94,12 +93,8 @@ static void cuda_upload(void *dst, const void *host_src, size_t nbytes) {
   if (!nbytes) return;
   VT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, g_stream));
   VT_CUDA_CHECK(cudaEventRecord(g_upload_event, g_stream));
-  g_upload_pending = 1;
 }
-static void cuda_upload_wait(void) {
-  if (g_upload_pending) VT_CUDA_CHECK(cudaEventSynchronize(g_upload_event));
-  g_upload_pending = 0;
-}
+static void cuda_upload_wait(void) { VT_CUDA_CHECK(cudaEventSynchronize(g_upload_event)); }
 
 static vt_precision g_precision = VT_PRECISION_FP32;
 static void cuda_set_precision(vt_precision precision) { g_precision = precision; }
