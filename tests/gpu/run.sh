@@ -283,7 +283,8 @@ fi
 # ---- 5. memory and race checks, with the time that is left ---------------------------------------
 # No GPU ran these kernels before; compute-sanitizer (works on Firecracker H200 machines) finds
 # out-of-bounds accesses (memcheck, every op) and shared-memory races (racecheck, the ops with
-# block reductions). Appended to ctest.log to stay within 8 files.
+# block reductions and the flash attention kernels' tiles). Appended to ctest.log to stay within
+# 8 files.
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 san_verdict() {
   case $1 in
@@ -300,13 +301,21 @@ if ((built)) && ((!cpu_only)) && [[ -n $san ]]; then
     run "$(cap 120 25)" "$clog" "$san" --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_ops"
     note "memcheck of every op: $(san_verdict $?)"
   fi
+  # Two racecheck runs: the reductions first (quick), then the attention kernels (many shared-
+  # memory accesses per thread: slow under racecheck) with whatever time is left.
   if (($(left) > 40)); then
     echo "==== compute-sanitizer racecheck ====" >>"$clog"
-    run "$(cap 90 10)" "$clog" "$san" --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_ops" \
-      layernorm_bwd cross_entropy_fwd sumsq linear_bwd
-    note "racecheck (layernorm_bwd, cross_entropy_fwd, sumsq, linear_bwd): $(san_verdict $?)"
+    run "$(cap 60 30)" "$clog" "$san" --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_ops" \
+      layernorm_bwd cross_entropy_fwd sumsq linear_bwd gelu_bwd
+    note "racecheck (layernorm_bwd, cross_entropy_fwd, sumsq, linear_bwd, gelu_bwd): $(san_verdict $?)"
+  fi
+  if (($(left) > 30)); then
+    echo "==== compute-sanitizer racecheck, attention ====" >>"$clog"
+    run "$(cap 120 5)" "$clog" "$san" --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_ops" \
+      attention_fwd attention_bwd
+    note "racecheck (attention_fwd, attention_bwd): $(san_verdict $?)"
   else
-    note "sanitizers skipped: $(left) s left"
+    note "racecheck skipped: $(left) s left"
   fi
 fi
 
