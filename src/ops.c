@@ -36,6 +36,15 @@ void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbi
   be->linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, I, O);
 }
 
+void vt_linear_bwd_act(const vt_backend *be, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight, int64_t M,
+                       int64_t I, int64_t O) {
+  NEED(be, linear_bwd_act);
+  PTR(dinp); PTR(dweight); PTR(dout); PTR(inp); PTR(weight);
+  POS(M); POS(I); POS(O);
+  be->linear_bwd_act(dinp, dweight, dbias, dout, inp, weight, M, I, O);
+}
+
 void vt_linear_act_bwd(const vt_backend *be, float *dinp, float *dweight, const float *dout,
                        const float *inp, const float *weight, int64_t M, int64_t I, int64_t O) {
   NEED(be, linear_act_bwd);

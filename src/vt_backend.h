@@ -66,6 +66,8 @@ struct vt_backend {
                          int64_t M, int64_t I, int64_t O);
   void (*linear_bwd)(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
+  void (*linear_bwd_act)(float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
   void (*linear_act_bwd)(float *dinp, float *dweight, const float *dout, const float *inp,
                          const float *weight, int64_t M, int64_t I, int64_t O);
   void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp,

@@ -15,12 +15,14 @@ extern "C" {
 // are stored as bfloat16, 2 bytes per element, in float * buffers of vt_act_floats(be, count)
 // floats: linear's inp, the out of patchify_fwd, layernorm_fwd, add_layernorm_fwd (not its sum),
 // gelu_fwd, attention_fwd and linear_act_fwd, attention's qkv input, gelu_bwd's dinp and
-// attention_bwd's dqkv (as linear_act_bwd's dout), and GELU's input (fc1's output, made by linear_act_fwd). The GEMMs
-// rounded exactly these values to bf16 anyway, so storing them rounded changes no result; it
-// halves their memory and traffic and the GEMMs read them as they are. The one exception is
-// GELU's input, which no GEMM reads: it is rounded as PyTorch's bf16 autocast rounds the fc1
-// output, and GELU and its derivative are computed in fp32 at the rounded value. Everything else
-// stays fp32.
+// attention_bwd's dqkv (as linear_act_bwd's dout). The GEMMs rounded exactly these values to
+// bf16 anyway, so storing them rounded changes no result; it halves their memory and traffic
+// and the GEMMs read them as they are. Two kinds are rounded where PyTorch's bf16 autocast
+// rounds them, which changes results within bf16's precision: GELU's input (fc1's output, made
+// by linear_act_fwd; GELU and its derivative are computed in fp32 at the rounded value), and the
+// input gradients of the Linears after GELU and attention (linear_bwd_act's dinp, read as
+// gelu_bwd's and attention_bwd's dout), which autocast's bf16 GEMMs make in bf16. Everything
+// else stays fp32.
 int64_t vt_act_floats(const vt_backend *be, int64_t count);
 
 // out = inp @ weight^T + bias (bias may be NULL): a torch.nn.Linear.
@@ -37,6 +39,13 @@ void vt_linear_act_fwd(const vt_backend *be, float *out, const float *inp, const
 void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
                    const float *dout, const float *inp, const float *weight, int64_t M, int64_t I,
                    int64_t O);
+// linear_bwd whose dinp (not NULL) is a bf16 activation in bf16 precision: the fp32 GEMM result
+// rounded once. For a Linear whose input gradient only feeds an op that reads it as such (fc2's
+// goes to gelu_bwd, proj's to attention_bwd; both Linears are row-parallel under TP, so the
+// gradient needs no reduction over TP ranks first).
+void vt_linear_bwd_act(const vt_backend *be, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight, int64_t M,
+                       int64_t I, int64_t O);
 // linear_bwd whose dout is a bf16 activation in bf16 precision (gelu_bwd's dinp, attention_bwd's
 // dqkv), with no bias gradient (their maker summed it from the fp32 values): the same bits as
 // linear_bwd on that fp32 dout, which rounded it to bf16 for its GEMMs anyway, without the pass
@@ -71,7 +80,8 @@ void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t cou
 // The backward, fused with the bias gradient of the Linear that made GELU's input (fc1): dinp
 // (M, F) = dout * GELU'(inp), a bf16 activation in bf16 precision (it only feeds that Linear's
 // GEMMs, through linear_act_bwd); dbias (F) += the column sums of the fp32 dinp, in the same pass
-// (dbias may be NULL). inp (M, F) as gelu_fwd read it (bf16 in bf16 precision), dout (M, F).
+// (dbias may be NULL). inp (M, F) as gelu_fwd read it and dout (M, F) as linear_bwd_act made it
+// (both bf16 in bf16 precision).
 void vt_gelu_bwd(const vt_backend *be, float *dinp, float *dbias, const float *inp,
                  const float *dout, int64_t M, int64_t F);
 
@@ -87,12 +97,12 @@ void vt_attention_fwd(const vt_backend *be, float *out, float *lse, const float 
                       int64_t N, int64_t H, int64_t D);
 // dqkv (B, N, 3*H*D) overwritten, a bf16 activation in bf16 precision (it only feeds the qkv
 // Linear's GEMMs, through linear_act_bwd); dbias (3*H*D) += the column sums of the fp32 dqkv, the
-// qkv bias gradient, made here from the values before rounding (may be NULL); dout (B, N, H*D);
-// out and lse as attention_fwd left them.
+// qkv bias gradient, made here from the values before rounding (may be NULL); dout (B, N, H*D)
+// as linear_bwd_act made it (a bf16 activation in bf16 precision); out and lse as attention_fwd
+// left them.
 // The probabilities are recomputed from q, k and lse; the softmax gradient is
 // ds_ij = p_ij (dp_ij - delta_i), dp = dout v^T, delta_i = sum_d dout_id out_id (which equals
-// sum_j p_ij dp_ij). In bf16 the GEMMs read dout and ds rounded to bf16 and p as above; delta
-// uses the fp32 dout.
+// sum_j p_ij dp_ij). In bf16 the GEMMs read ds rounded to bf16 and p as above.
 void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const float *dout,
                       const float *qkv, const float *out, const float *lse, int64_t B, int64_t N,
                       int64_t H, int64_t D);

@@ -204,24 +204,31 @@ static void linear_fwd_case(tc *t, const int64_t *d, int act) {
 static void t_linear_fwd(tc *t, const int64_t *d) { linear_fwd_case(t, d, 0); }
 static void t_linear_act_fwd(tc *t, const int64_t *d) { linear_fwd_case(t, d, 1); }
 
-// d[3] bits: 1 computes dinp, 2 dbias (both optional in the API).
-static void t_linear_bwd(tc *t, const int64_t *d) {
-  const int64_t M = d[0], I = d[1], O = d[2], want_dinp = d[3] & 1, want_dbias = d[3] & 2;
+// d[3] bits: 1 computes dinp, 2 dbias (both optional in linear_bwd). act: linear_bwd_act, whose
+// dinp (always computed) is a bf16 activation in bf16 precision.
+static void linear_bwd_case(tc *t, const int64_t *d, int act) {
+  const int64_t M = d[0], I = d[1], O = d[2], want_dinp = act || (d[3] & 1);
+  const int64_t want_dbias = d[3] & 2;
+  void (*op)(const vt_backend *, float *, float *, float *, const float *, const float *,
+             const float *, int64_t, int64_t, int64_t) = act ? vt_linear_bwd_act : vt_linear_bwd;
   float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
   float *dy = hrand(t, M * O, -1, 1), *dw0 = hrand(t, O * I, -1, 1), *db0 = hrand(t, O, -1, 1);
   float *rdx = hnew(t, M * I), *rdw = hcopy(t, dw0, O * I), *rdb = hcopy(t, db0, O);
-  vt_linear_bwd(t->cpu, want_dinp ? rdx : NULL, rdw, want_dbias ? rdb : NULL, dy, x, w, M, I, O);
+  op(t->cpu, want_dinp ? rdx : NULL, rdw, want_dbias ? rdb : NULL, dy, x, w, M, I, O);
   float *gx = dnew(t, x, M * I), *gw = dnew(t, w, O * I), *gdy = dnew(t, dy, M * O);
   float *gdx[2], *gdw[2], *gdb[2];
   for (int r = 0; r < 2; r++) {
     gdx[r] = dpoison(t, M * I), gdw[r] = dnew(t, dw0, O * I), gdb[r] = dnew(t, db0, O);
-    vt_linear_bwd(t->gpu, want_dinp ? gdx[r] : NULL, gdw[r], want_dbias ? gdb[r] : NULL, gdy, gx,
-                  gw, M, I, O);
+    op(t->gpu, want_dinp ? gdx[r] : NULL, gdw[r], want_dbias ? gdb[r] : NULL, gdy, gx, gw, M, I,
+       O);
   }
-  if (want_dinp) check(t, "dinp", gdx, rdx, M * I);
+  if (act) check_act(t, "dinp", gdx, rdx, M * I);
+  else if (want_dinp) check(t, "dinp", gdx, rdx, M * I);
   check(t, "dweight", gdw, rdw, O * I);
   check(t, "dbias", gdb, rdb, O);  // untouched without want_dbias: still db0 on both sides
 }
+static void t_linear_bwd(tc *t, const int64_t *d) { linear_bwd_case(t, d, 0); }
+static void t_linear_bwd_act(tc *t, const int64_t *d) { linear_bwd_case(t, d, 1); }
 
 // dout is a bf16 activation in bf16 (gelu_bwd's dinp), like x.
 static void t_linear_act_bwd(tc *t, const int64_t *d) {
@@ -318,11 +325,12 @@ static void t_gelu_fwd(tc *t, const int64_t *d) {
   check_act(t, "out", g, ref, n);
 }
 
-// inp and dinp are bf16 activations in bf16 (vt_ops.h); dbias starts from random values
+// inp, dout and dinp are bf16 activations in bf16 (vt_ops.h); dbias starts from random values
 // (accumulated).
 static void t_gelu_bwd(tc *t, const int64_t *d) {
   const int64_t M = d[0], F = d[1], n = M * F, want_dbias = d[2];
-  float *x = act_in(t, hrand(t, n, -6, 6), n), *dy = hrand(t, n, -1, 1), *ref = hnew(t, n), *g[2];
+  float *x = act_in(t, hrand(t, n, -6, 6), n), *dy = act_in(t, hrand(t, n, -1, 1), n);
+  float *ref = hnew(t, n), *g[2];
   float *db0 = hrand(t, F, -1, 1), *rdb = hcopy(t, db0, F), *gdb[2];
   vt_gelu_bwd(t->cpu, ref, want_dbias ? rdb : NULL, x, dy, M, F);
   float *gx = dnew(t, x, n), *gdy = dnew(t, dy, n);
@@ -349,12 +357,12 @@ static void t_attention_fwd(tc *t, const int64_t *d) {
   check(t, "lse", gl, rl, B * H * N);
 }
 
-// The backward reads the CPU's out and lse on both sides, so only this op is measured. dqkv is
-// a bf16 activation in bf16; the qkv bias gradient (d[4] set) starts from random values.
+// The backward reads the CPU's out and lse on both sides, so only this op is measured. dout and
+// dqkv are bf16 activations in bf16; the qkv bias gradient (d[4] set) starts from random values.
 static void t_attention_bwd(tc *t, const int64_t *d) {
   const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D, want_dbias = d[4];
   float *qkv = act_in(t, hrand(t, B * N * 3 * C, -2, 2), B * N * 3 * C);
-  float *dy = hrand(t, B * N * C, -1, 1), *db0 = hrand(t, 3 * C, -1, 1);
+  float *dy = act_in(t, hrand(t, B * N * C, -1, 1), B * N * C), *db0 = hrand(t, 3 * C, -1, 1);
   float *out = hnew(t, B * N * C), *lse = hnew(t, B * H * N), *ref = hnew(t, B * N * 3 * C);
   float *rdb = hcopy(t, db0, 3 * C), *gdb[2];
   vt_attention_fwd(t->cpu, out, lse, qkv, B, N, H, D);
@@ -572,6 +580,8 @@ static const op_test kTests[] = {
     {"linear_bwd", "M,I,O,dinp+2dbias", t_linear_bwd, {1e-4, 1e-4},
      {{7, 3, 77, 3}, {197, 192, 576, 3}, {1, 1, 1, 3}, {33, 65, 17, 0}, {394, 384, 1152, 3},
       {5, 1000, 2, 2}, {1000, 7, 5, 1}, {1100, 9, 40, 3}}},  // 1100: three column-sum chunks
+    {"linear_bwd_act", "M,I,O,2dbias", t_linear_bwd_act, {1e-4, 1e-4},
+     {{7, 3, 77, 2}, {197, 768, 192, 2}, {1, 1, 1, 2}, {33, 65, 17, 0}, {1100, 9, 40, 2}}},
     {"linear_act_bwd", "M,I,O,dinp", t_linear_act_bwd, {1e-4, 1e-4},
      {{7, 3, 77, 1}, {197, 192, 576, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 384, 1152, 1}}},
     {"layernorm_fwd", "M,C", t_layernorm_fwd, {1e-5, 1e-5},
@@ -623,6 +633,7 @@ static int check_table(const vt_backend *be) {
   } ops[] = {
 #define OP(f) {#f, (const void *)be->f}
       OP(linear_fwd),        OP(linear_act_fwd),    OP(linear_bwd),    OP(linear_act_bwd),
+      OP(linear_bwd_act),
       OP(layernorm_fwd),     OP(layernorm_bwd),     OP(add_layernorm_fwd), OP(layernorm_bwd_add),
       OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
       OP(add),               OP(patchify_fwd),      OP(patchify_bwd),  OP(embed_fwd),
@@ -634,6 +645,14 @@ static int check_table(const vt_backend *be) {
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
     if (!ops[i].fn) printf("FAIL: backend %s lacks op %s\n", be->name, ops[i].name), missing++;
   return missing;
+}
+
+// FNV-1a: the random inputs of a row depend on its op and shape only, not on which ops ran
+// before (a run of one op sees the inputs of the full run).
+static uint32_t name_hash(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+  return h;
 }
 
 static int wanted(const char *op, int argc, char **argv) {
@@ -675,6 +694,7 @@ int main(int argc, char **argv) {
         for (int j = 0; j < ndims && j < 5 && k < (int)sizeof t.shape; j++)
           k += snprintf(t.shape + k, sizeof t.shape - (size_t)k, "%s%lld", j ? "," : "",
                         (long long)d[j]);
+        t.stream = name_hash(o->op) + 1000u * (uint32_t)s;  // the inputs: this op and shape's own
         o->run(&t, d);
         release(&t);
       }

@@ -80,19 +80,20 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   const int64_t F = vt_cfg_mlp_hidden(c) / tp, M = (int64_t)B * N;
   const int64_t Ml = vt_model_local_rows(m, B);
   const float *x1 = m->sp ? a->ln1_full : a->ln1, *x2 = m->sp ? a->ln2_full : a->ln2;
-  // MLP branch; dres holds d(block output) and becomes d(mid), then d(in).
+  // MLP branch; dres holds d(block output) and becomes d(mid), then d(in). The row-parallel
+  // Linears' input gradients (dact) are bf16 activations in bf16 precision, as autocast makes them.
   const float *dy = g_bwd(m, s->full, dres, Ml * C);
-  vt_linear_bwd(be, s->dgelu, gw->fc2_w, gw->fc2_b, dy, a->gelu, w->fc2_w, M, F, C);
-  vt_gelu_bwd(be, s->dfc1, gw->fc1_b, a->fc1, s->dgelu, M, F);  // and fc1's bias gradient
+  vt_linear_bwd_act(be, s->dact, gw->fc2_w, gw->fc2_b, dy, a->gelu, w->fc2_w, M, F, C);
+  vt_gelu_bwd(be, s->dfc1, gw->fc1_b, a->fc1, s->dact, M, F);  // and fc1's bias gradient
   vt_linear_act_bwd(be, s->dln, gw->fc1_w, s->dfc1, x2, w->fc1_w, M, C, F);
   const float *dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm2_w, gw->norm2_b, dx, a->mid, w->norm2_w, a->ln2_mean,
                        a->ln2_rstd, Ml, C);  // dres += the MLP branch's input gradient
-  // Attention branch. The attention output's gradient borrows the first M*C/tp of dln, which
-  // leaves dln's rows past M untouched (zero).
+  // Attention branch. The attention output's gradient takes dact's place (fc2's input gradient
+  // is used up); dln's rows past M stay untouched (zero).
   dy = g_bwd(m, s->full, dres, Ml * C);
-  vt_linear_bwd(be, s->dln, gw->proj_w, gw->proj_b, dy, a->attn, w->proj_w, M, H * D, C);
-  vt_attention_bwd(be, s->dqkv, gw->qkv_b, s->dln, a->qkv, a->attn, a->lse, B, N, H, D);
+  vt_linear_bwd_act(be, s->dact, gw->proj_w, gw->proj_b, dy, a->attn, w->proj_w, M, H * D, C);
+  vt_attention_bwd(be, s->dqkv, gw->qkv_b, s->dact, a->qkv, a->attn, a->lse, B, N, H, D);
   vt_linear_act_bwd(be, s->dln, gw->qkv_w, s->dqkv, x1, w->qkv_w, M, C, 3 * H * D);
   dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,

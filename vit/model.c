@@ -73,7 +73,7 @@ static void carve(vt_model *m, arena *ar) {
   s->dres = take(ar, Ml * C), s->dln = take(ar, Mp * C);
   if (m->sp) s->dln_local = take(ar, Ml * C), s->full = take(ar, Mp * C), s->partial = take(ar, Mp * C);
   s->dqkv = take_act(m, ar, M * 3 * C / tp);
-  s->dgelu = take(ar, M * F), s->dfc1 = take_act(m, ar, M * F);
+  s->dact = take_act(m, ar, M * F), s->dfc1 = take_act(m, ar, M * F);
   if (m->has_embed) s->dpatch_out = take(ar, B * (N - 1) * C);
   if (m->has_head) s->dpooled = take(ar, B * C), s->dlnf = take(ar, B * C), s->dlogits = take(ar, B * K);
 }

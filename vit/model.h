@@ -70,7 +70,9 @@ typedef struct {
   float *partial;                    // (Mp, C)  sequence parallel: row-parallel outputs; rows
                                      //          past M stay zero
   float *dqkv;                       // (B, N, 3C/tp) [bf16] (attention_bwd)
-  float *dgelu, *dfc1;               // (B, N, F/tp), dfc1 [bf16] (gelu_bwd)
+  float *dact;                       // (B, N, F/tp) [bf16] (linear_bwd_act): the input
+                                     //          gradient of fc2, then of proj ((B, N, C/tp))
+  float *dfc1;                       // (B, N, F/tp) [bf16] (gelu_bwd)
   float *dpatch_out;                 // (B, N-1, C)
   float *dpooled, *dlnf, *dlogits;   // (B, C), (B, C), (B, K)
 } vt_model_scratch;

@@ -81,8 +81,8 @@ void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const fl
   const int64_t C = H * D, ld = 3 * C, T = max_threads();
   const float scale = 1.0f / sqrtf((float)D);
   // Per thread: the probabilities and dS (N, N each) and delta (N). In bf16 also, made once up
-  // front: qkv and out widened (bf16 activations), dout rounded for the GEMMs (the fp32 dout
-  // stays for delta); and the fp32 dqkv, for the bias gradient before it is stored as bf16.
+  // front: qkv, dout and out widened (bf16 activations); and the fp32 dqkv, for the bias
+  // gradient before it is stored as bf16.
   const int bf16 = vt_cpu_bf16();
   const int64_t per = 2 * N * N + N;
   float *scratch = vt_cpu_scratch((size_t)(T * per + (bf16 ? B * N * (2 * ld + 2 * C) : 0)));
@@ -91,7 +91,7 @@ void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const fl
   if (bf16) {
     float *rq = scratch + T * per, *rd = rq + B * N * ld, *ro = rd + B * N * C;
     vt_cpu_widen_bf16(rq, qkv, B * N * ld);
-    vt_cpu_round_bf16(rd, dout, B * N * C);
+    vt_cpu_widen_bf16(rd, dout, B * N * C);
     vt_cpu_widen_bf16(ro, out, B * N * C);
     qkv = rq, dy_all = rd, out_all = ro, dst = ro + B * N * C;
   }
@@ -105,7 +105,7 @@ void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const fl
       float *p = scratch + (int64_t)thread_id() * per, *ds = p + N * N, *delta = ds + N * N;
       for (int64_t i = 0; i < N; i++) {
         float s = 0.0f;
-        for (int64_t d = 0; d < D; d++) s += dout[at + i * C + d] * out_all[at + i * C + d];
+        for (int64_t d = 0; d < D; d++) s += dy[i * C + d] * out_all[at + i * C + d];
         delta[i] = s;
       }
       vt_cpu_sgemm_serial(0, 1, N, N, D, scale, q, ld, k, ld, 0.0f, p, N);  // s = scale q k^T

@@ -69,6 +69,9 @@ void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const 
                        int64_t M, int64_t I, int64_t O);
 void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                        const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
+void vt_cpu_linear_bwd_act(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, int64_t M, int64_t I,
+                           int64_t O);
 void vt_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int64_t M, int64_t C);
 void vt_cpu_layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,

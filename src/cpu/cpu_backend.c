@@ -76,6 +76,7 @@ const vt_backend vt_cpu_backend = {
     .linear_act_fwd = vt_cpu_linear_act_fwd,
     .linear_act_bwd = vt_cpu_linear_act_bwd,
     .linear_bwd = vt_cpu_linear_bwd,
+    .linear_bwd_act = vt_cpu_linear_bwd_act,
     .layernorm_fwd = vt_cpu_layernorm_fwd,
     .layernorm_bwd = vt_cpu_layernorm_bwd,
     .add_layernorm_fwd = vt_cpu_add_layernorm_fwd,

@@ -65,18 +65,19 @@ void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count) {
 
 void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
                      int64_t F) {
-  // d/dx [x * Phi(x)] = Phi(x) + x * phi(x). In bf16 inp and dinp are bf16 activations
+  // d/dx [x * Phi(x)] = Phi(x) + x * phi(x). In bf16 inp, dout and dinp are bf16 activations
   // (vt_ops.h): the fp32 values go to the scratch first, for the bias gradient.
   const int64_t count = M * F;
   const int bf16 = vt_cpu_bf16();
   float *d = bf16 ? vt_cpu_scratch((size_t)count) : dinp;
-  const uint16_t *xb = (const uint16_t *)inp;
+  const uint16_t *xb = (const uint16_t *)inp, *gb = (const uint16_t *)dout;
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < count; i++) {
     float cdf, pdf;
     const float x = bf16 ? vt_bf16_widen(xb[i]) : inp[i];
+    const float g = bf16 ? vt_bf16_widen(gb[i]) : dout[i];
     normal_cdf_pdf(x, &cdf, &pdf);
-    d[i] = dout[i] * (cdf + x * pdf);
+    d[i] = g * (cdf + x * pdf);
   }
   if (dbias) vt_cpu_colsum_acc(dbias, d, M, F);
   if (!bf16) return;

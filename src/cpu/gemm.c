@@ -98,32 +98,45 @@ void vt_cpu_linear_act_fwd(float *out, const float *inp, const float *weight, co
   linear_fwd(out, inp, weight, bias, M, In, O, 1);
 }
 
-// linear_bwd, and with dout_act linear_act_bwd (vt_ops.h: dout a bf16 activation in bf16
-// precision, no dbias).
+// linear_bwd; with dout_act linear_act_bwd (dout a bf16 activation in bf16 precision, no dbias),
+// with dinp_act linear_bwd_act (dinp a bf16 activation in bf16 precision); vt_ops.h.
 static void linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                        const float *inp, const float *weight, int64_t M, int64_t In, int64_t O,
-                       int dout_act) {
+                       int dout_act, int dinp_act) {
+  float *final = NULL;
   if (vt_cpu_bf16()) {  // bias gradient from the fp32 dout; the GEMMs on rounded copies
     if (dbias) vt_cpu_colsum_acc(dbias, dout, M, O);
     dbias = NULL;
-    float *dy = vt_cpu_scratch((size_t)(M * O + (M + O) * In)), *x = dy + M * O, *w = x + M * In;
+    float *dy = vt_cpu_scratch((size_t)(M * O + (M + O) * In + (dinp_act ? M * In : 0)));
+    float *x = dy + M * O, *w = x + M * In;
     if (dout_act) vt_cpu_widen_bf16(dy, dout, M * O);
     else vt_cpu_round_bf16(dy, dout, M * O);
     vt_cpu_widen_bf16(x, inp, M * In);
     vt_cpu_round_bf16(w, weight, O * In);
     dout = dy, inp = x, weight = w;
+    if (dinp_act) final = dinp, dinp = w + O * In;  // the fp32 result, rounded at the end
   }
   if (dinp) vt_cpu_sgemm(0, 0, M, In, O, 1.0f, dout, O, weight, In, 0.0f, dinp, In);  // dout @ W
   vt_cpu_sgemm(1, 0, O, In, M, 1.0f, dout, O, inp, In, 1.0f, dweight, In);  // dout^T @ inp
   if (dbias) vt_cpu_colsum_acc(dbias, dout, M, O);
+  if (!final) return;
+  uint16_t *o = (uint16_t *)final;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < M * In; i++) o[i] = vt_bf16_bits(dinp[i]);
 }
 
 void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                        const float *inp, const float *weight, int64_t M, int64_t In, int64_t O) {
-  linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, In, O, 0);
+  linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, In, O, 0, 0);
+}
+
+void vt_cpu_linear_bwd_act(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, int64_t M, int64_t In,
+                           int64_t O) {
+  linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, In, O, 0, 1);
 }
 
 void vt_cpu_linear_act_bwd(float *dinp, float *dweight, const float *dout, const float *inp,
                            const float *weight, int64_t M, int64_t In, int64_t O) {
-  linear_bwd(dinp, dweight, NULL, dout, inp, weight, M, In, O, 1);
+  linear_bwd(dinp, dweight, NULL, dout, inp, weight, M, In, O, 1, 0);
 }

@@ -281,7 +281,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // delta for the dk/dv kernel), then over the key tiles dS = p (dP - delta), dQ += dS K.
 template <typename T>
 static __global__ void __launch_bounds__(FA_THREADS)
-    flash_dq_kernel(float *dqkv, float *part, float *delta, const float *dout, const T *qkv,
+    flash_dq_kernel(float *dqkv, float *part, float *delta, const T *dout, const T *qkv,
                     const T *out, const float *lse, int N, int H, int D, float scale) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
   const fa_dims d = fa_dims_of(D, sizeof(T));
@@ -294,13 +294,13 @@ static __global__ void __launch_bounds__(FA_THREADS)
   const T *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
   const int64_t at = (int64_t)b * N * C + (int64_t)h * D;  // this head's columns of out, dout
   load_tile(sQ, d.ldt, qb, ld, q0, N, D, d.Dp);
-  load_tile(sdO, d.ldt, dout + at, C, q0, N, D, d.Dp);  // bf16: rounded, the GEMM operand
-  for (int r = 0; r < 16; r++) {  // the warp's rows, one warp sum each (the fp32 dout)
+  load_tile(sdO, d.ldt, dout + at, C, q0, N, D, d.Dp);
+  for (int r = 0; r < 16; r++) {  // the warp's rows, one warp sum each
     const int q = q0 + 16 * w + r;
     float s = 0.0f;
     if (q < N)
       for (int c = lane; c < D; c += 32)
-        s += dout[at + (int64_t)q * C + c] * widen(out[at + (int64_t)q * C + c]);
+        s += widen(dout[at + (int64_t)q * C + c]) * widen(out[at + (int64_t)q * C + c]);
     s = vt_warp_sum(s);
     if (lane == 0) {
       sD[16 * w + r] = s, sL[16 * w + r] = q < N ? lse[(int64_t)bh * N + q] : 0.0f;
@@ -340,7 +340,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // dK += dS^T Q read them row-major. Lane: key row 16w + lane/2, query columns (lane & 1)*32..+31.
 template <typename T>
 static __global__ void __launch_bounds__(FA_THREADS)
-    flash_dkv_kernel(float *dqkv, float *part, const float *dout, const T *qkv, const float *lse,
+    flash_dkv_kernel(float *dqkv, float *part, const T *dout, const T *qkv, const float *lse,
                      const float *delta, int N, int H, int D, float scale) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
   const fa_dims d = fa_dims_of(D, sizeof(T));
@@ -351,7 +351,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, rr = lane >> 1, c0 = (lane & 1) * 32;
   const int64_t C = (int64_t)H * D, ld = 3 * C;
   const T *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
-  const float *dob = dout + (int64_t)b * N * C + (int64_t)h * D;
+  const T *dob = dout + (int64_t)b * N * C + (int64_t)h * D;
   load_tile(sK, d.ldt, kb, ld, k0, N, D, d.Dp);
   load_tile(sV, d.ldt, vb, ld, k0, N, D, d.Dp);
   zero_rows(sdK, d.ldo, d.Dp);
@@ -365,7 +365,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
   for (int q0 = 0; q0 < N; q0 += FA_TILE) {
     __syncthreads();
     load_tile(sQ, d.ldt, qb, ld, q0, N, D, d.Dp);
-    load_tile(sdO, d.ldt, dob, C, q0, N, D, d.Dp);  // bf16: rounded, the GEMM operand
+    load_tile(sdO, d.ldt, dob, C, q0, N, D, d.Dp);
     for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
       const bool in = q0 + i < N;
       sL[i] = in ? lse[(int64_t)bh * N + q0 + i] : 0.0f;
@@ -463,11 +463,11 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
   char *base = (char *)vt_cuda_scratch(end);
   float *delta = (float *)(base + at_delta), *part = dbias ? (float *)(base + at_part) : NULL;
   flash_dq_kernel<T><<<grid, FA_THREADS, smem_dq, vt_cuda_stream()>>>(
-      dqkv, part, delta, dout, (const T *)qkv, (const T *)out, lse, (int)N, (int)H, (int)D,
-      scale);
+      dqkv, part, delta, (const T *)dout, (const T *)qkv, (const T *)out, lse, (int)N, (int)H,
+      (int)D, scale);
   VT_CUDA_CHECK_LAUNCH();
   flash_dkv_kernel<T><<<grid, FA_THREADS, smem_dkv, vt_cuda_stream()>>>(
-      dqkv, part, dout, (const T *)qkv, lse, delta, (int)N, (int)H, (int)D, scale);
+      dqkv, part, (const T *)dout, (const T *)qkv, lse, delta, (int)N, (int)H, (int)D, scale);
   VT_CUDA_CHECK_LAUNCH();
   if (dbias) {
     colsum_final_kernel<<<vt_cuda_blocks(ld, 256), 256, 0, vt_cuda_stream()>>>(dbias, part,
@@ -486,7 +486,7 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, 
 extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *dout,
                                       const float *qkv, const float *out, const float *lse,
                                       int64_t B, int64_t N, int64_t H, int64_t D) {
-  // bf16 (vt_ops.h): dqkv is a bf16 activation as well.
+  // bf16 (vt_ops.h): dout and dqkv are bf16 activations as well.
   if (vt_cuda_bf16()) bwd<__nv_bfloat16>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D);
   else bwd<float>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D);
 }

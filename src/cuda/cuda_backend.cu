@@ -182,6 +182,7 @@ static int cuda_init(void) {
   g_table.linear_act_fwd = vt_cuda_linear_act_fwd;
   g_table.linear_act_bwd = vt_cuda_linear_act_bwd;
   g_table.linear_bwd = vt_cuda_linear_bwd;
+  g_table.linear_bwd_act = vt_cuda_linear_bwd_act;
   g_table.layernorm_fwd = vt_cuda_layernorm_fwd;
   g_table.layernorm_bwd = vt_cuda_layernorm_bwd;
   g_table.add_layernorm_fwd = vt_cuda_add_layernorm_fwd;

@@ -20,6 +20,8 @@ void vt_cuda_linear_fwd(float *out, const float *inp, const float *weight, const
                         int64_t M, int64_t I, int64_t O);
 void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
+void vt_cuda_linear_bwd_act(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
 
 // layernorm.cu
 void vt_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,

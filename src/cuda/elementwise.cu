@@ -22,16 +22,16 @@ static __global__ void gelu_fwd_kernel(float *out, const float *inp, int64_t cou
   }
 }
 
-// The GELU backward's values: dout * d/dx [x Phi(x)] = dout * (Phi(x) + x phi(x)), x a bf16
-// activation with x_bf16.
+// The GELU backward's values: dout * d/dx [x Phi(x)] = dout * (Phi(x) + x phi(x)), x and dout
+// bf16 activations with bf16.
 struct gelu_grad_src {
   const float *x, *dout;
-  int x_bf16;
+  int bf16;
   __device__ __forceinline__ float operator()(int64_t i) const {
-    const float v = vt_get(x, i, x_bf16);
+    const float v = vt_get(x, i, bf16);
     const float cdf = 0.5f + 0.5f * erff(v * INV_SQRT2);
     const float pdf = INV_SQRT_2PI * expf(-0.5f * v * v);
-    return dout[i] * (cdf + v * pdf);
+    return vt_get(dout, i, bf16) * (cdf + v * pdf);
   }
 };
 

@@ -1,6 +1,7 @@
 // gemm.cu: the Linear op on CUDA, twin of src/cpu/gemm.c: cuBLAS GEMMs on the backend's stream,
-// fp32 or (vt_backend.h's bf16 precision) bf16 operands with fp32 accumulation and fp32 outputs
-// on the tensor cores, plus small kernels (bias broadcast, deterministic two-stage column sum).
+// fp32 or (vt_backend.h's bf16 precision) bf16 operands with fp32 accumulation on the tensor
+// cores and fp32 outputs (bf16 ones for the bf16 activations of vt_ops.h), plus small kernels
+// (bias broadcast, deterministic two-stage column sum).
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
 #include <cublasLt.h>
 #include <limits.h>
@@ -31,20 +32,22 @@ static __global__ void bias_broadcast_kernel(float *out, const float *bias, int6
     out[i] = bias[i % O];
 }
 
-// One column-major GEMM C = A op B with fp32 C: fp32 operands as they are, or bf16 copies made
-// by the caller (vt_cuda_to_bf16) read with fp32 accumulation (CUBLAS_COMPUTE_32F).
+// One column-major GEMM C = A op B: fp32 operands as they are, or bf16 copies made by the
+// caller (vt_cuda_to_bf16) read with fp32 accumulation (CUBLAS_COMPUTE_32F), into an fp32 C or,
+// with c_bf16 (bf16 operands only), a bf16 C: the fp32 result rounded once.
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
                  const float *alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
-                 const float *beta, float *C, int64_t ldc, int bf16) {
+                 const float *beta, void *C, int64_t ldc, int bf16, int c_bf16) {
   if (!bf16) {
     VT_CUBLAS_CHECK(cublasSgemm(vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k, alpha,
-                                (const float *)A, (int)lda, (const float *)B, (int)ldb, beta, C,
-                                (int)ldc));
+                                (const float *)A, (int)lda, (const float *)B, (int)ldb, beta,
+                                (float *)C, (int)ldc));
     return;
   }
   VT_CUBLAS_CHECK(cublasGemmEx(vt_cuda_cublas(), ta, tb, (int)m, (int)n, (int)k, alpha, A,
                                CUDA_R_16BF, (int)lda, B, CUDA_R_16BF, (int)ldb, beta, C,
-                               CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                               c_bf16 ? CUDA_R_16BF : CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
 }
 
 // ---- cuBLASLt: the bf16 forward GEMM with the bias added in its epilogue ---------------------
@@ -194,7 +197,8 @@ static void linear_fwd(float *out, const float *inp, const float *weight, const 
     VT_CUDA_CHECK_LAUNCH();
   }
   // out^T (O, M) = W (O, I) @ inp^T (I, M); W read column-major is W^T, hence OP_T.
-  gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, &one, w, I, inp, I, bias ? &one : &zero, res, O, bf16);
+  gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, &one, w, I, inp, I, bias ? &one : &zero, res, O, bf16,
+       0);
   if (res != out) vt_cuda_to_bf16((__nv_bfloat16 *)out, res, M * O);
 }
 
@@ -208,11 +212,12 @@ extern "C" void vt_cuda_linear_act_fwd(float *out, const float *inp, const float
   linear_fwd(out, inp, weight, bias, M, I, O, 1);
 }
 
-// linear_bwd, and with dout_act linear_act_bwd (vt_ops.h: dout a bf16 activation in bf16
-// precision, no dbias).
+// linear_bwd; with dout_act linear_act_bwd (dout a bf16 activation in bf16 precision, no dbias),
+// with dinp_act linear_bwd_act (dinp a bf16 activation in bf16 precision: the dinp GEMM's C is
+// bf16); vt_ops.h.
 static void linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                        const float *inp, const float *weight, int64_t M, int64_t I, int64_t O,
-                       int dout_act) {
+                       int dout_act, int dinp_act) {
   check_dims("linear_bwd", M, I, O);
   const float one = 1.0f, zero = 0.0f;
   const int bf16 = vt_cuda_bf16();
@@ -238,20 +243,28 @@ static void linear_bwd(float *dinp, float *dweight, float *dbias, const float *d
     colsum_acc(dbias, bf16 ? (float *)(base + at_dy) : NULL, 1, vt_src_plain{dout},
                (float *)(base + at_part), M, O);
   // dinp = dout @ W, i.e. dinp^T (I, M) = W^T (I, O) @ dout^T (O, M); beta 0 overwrites.
-  if (dinp) gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, M, O, &one, w, I, dy, O, &zero, dinp, I, bf16);
+  if (dinp)
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, M, O, &one, w, I, dy, O, &zero, dinp, I, bf16,
+         bf16 && dinp_act);
   // dweight += dout^T @ inp, i.e. dweight^T (I, O) += inp^T (I, M) @ dout (M, O); beta 1 keeps
   // the gradient of earlier microbatches.
-  gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, M, &one, inp, I, dy, O, &one, dweight, I, bf16);
+  gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, M, &one, inp, I, dy, O, &one, dweight, I, bf16, 0);
 }
 
 extern "C" void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                                    const float *inp, const float *weight, int64_t M, int64_t I,
                                    int64_t O) {
-  linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, I, O, 0);
+  linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, I, O, 0, 0);
+}
+
+extern "C" void vt_cuda_linear_bwd_act(float *dinp, float *dweight, float *dbias,
+                                       const float *dout, const float *inp, const float *weight,
+                                       int64_t M, int64_t I, int64_t O) {
+  linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, I, O, 0, 1);
 }
 
 extern "C" void vt_cuda_linear_act_bwd(float *dinp, float *dweight, const float *dout,
                                        const float *inp, const float *weight, int64_t M,
                                        int64_t I, int64_t O) {
-  linear_bwd(dinp, dweight, NULL, dout, inp, weight, M, I, O, 1);
+  linear_bwd(dinp, dweight, NULL, dout, inp, weight, M, I, O, 1, 0);
 }
