@@ -83,6 +83,11 @@ static FILE *open_metrics(const char *dir) {
   return f;
 }
 
+// Whether the validation set is evaluated after step n (numbered from 1).
+static int eval_due(const vt_train_options *o, const vt_data *d, int64_t n, int64_t end_step) {
+  return d->has_val && (n == end_step || (o->eval_interval > 0 && n % o->eval_interval == 0));
+}
+
 // What one rank needs to run its stage's schedule.
 typedef struct {
   const vt_train_options *o;
@@ -97,6 +102,13 @@ typedef struct {
   // the device after every forward), and their host copy.
   float *step_losses, *host_step_losses;
   double compute_s;  // seconds spent in forward and backward, for the pipeline idle report
+  // The next step's first micro-batch is loaded at the end of this step (the loop sets
+  // prefetch_next when nothing uses the slots in between), so that its images upload during
+  // the step's last backward and the optimizer instead of after them; ahead_step/ahead_mb name
+  // the micro-batch already in its slot (ahead_step -1: none).
+  int prefetch_next;
+  int64_t ahead_step;
+  int ahead_mb;
 } stage_ctx;
 
 static void grads_ready(void *ctx, int layer) {
@@ -104,8 +116,15 @@ static void grads_ready(void *ctx, int layer) {
   vt_optimizer_grads_ready(x->opt, x->m->grads, layer);
 }
 
-// Loads micro-batch mb of this DP rank's share of step `step` into a slot.
+// Loads micro-batch mb of this DP rank's share of step `step` into a slot, unless it is there
+// already. The images go up with upload_ahead: only the forward reads them, and every forward
+// issued so far is followed by inputs_read, so the copy need not wait for the backward passes
+// queued since. The labels, read by the backward too, go up in stream order.
 static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
+  if (x->ahead_step == step && x->ahead_mb == mb) {
+    x->ahead_step = -1;
+    return;
+  }
   const vt_model *m = x->m;
   const int S = x->o->model.img_size, B = x->B;
   const vt_model_slot *sl = &m->slots[slot];
@@ -115,7 +134,7 @@ static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
   // uploads must be done (they normally are: the host runs a micro-batch ahead of the device).
   m->be->upload_wait();
   vt_data_next(x->data, step, mb, &img, &labels);
-  if (m->has_embed) m->be->upload(sl->img, img, (size_t)B * 3 * S * S * sizeof(float));
+  if (m->has_embed) m->be->upload_ahead(sl->img, img, (size_t)B * 3 * S * S * sizeof(float));
   if (m->has_head) m->be->upload(sl->labels, labels, (size_t)B * sizeof(int32_t));
 }
 
@@ -127,9 +146,11 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
   const int64_t n = vt_model_local_rows(m, B) * m->cfg.width;  // this rank's rows of the stream
   const float scale = 1.0f / (float)x->o->global_batch, ls = x->o->label_smoothing;
   double loss = 0.0;
-  int last_backward = -1;  // its layers' gradients are final as it goes
-  for (int i = 0; i < nacts; i++)
+  int last_backward = -1, first_mb = -1;  // its layers' gradients are final as it goes
+  for (int i = 0; i < nacts; i++) {
     if (acts[i].op == VT_SCHEDULE_BACKWARD) last_backward = i;
+    if (acts[i].op == VT_SCHEDULE_FORWARD && first_mb < 0) first_mb = acts[i].mb;
+  }
   for (int i = 0; i < nacts; i++) {
     const vt_schedule_action a = acts[i];
     vt_model_slot *sl = &m->slots[a.mb % m->nslots];
@@ -139,6 +160,7 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
       case VT_SCHEDULE_FORWARD:
         load_batch(x, step, a.mb, a.mb % m->nslots);
         vt_model_forward(m, a.mb % m->nslots, B, ls);
+        m->be->inputs_read();
         if (m->has_head)
           m->be->copy(x->step_losses + (int64_t)a.mb * B, sl->losses, (size_t)B * sizeof(float));
         x->compute_s += now_s() - t0;
@@ -161,6 +183,10 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
         vt_comm_sendrecv(x->pp, sl->dinput, n, prev, rs->res[0], n, prev);
         break;
     }
+  }
+  if (x->prefetch_next && first_mb >= 0) {  // after every backward: the labels' slot is free
+    load_batch(x, step + 1, first_mb, first_mb % m->nslots);
+    x->ahead_step = step + 1, x->ahead_mb = first_mb;
   }
   if (m->has_head) {  // summed per micro-batch in order, in double
     m->be->to_host(x->host_step_losses, x->step_losses, (size_t)x->n_micro * B * sizeof(float));
@@ -408,7 +434,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                                n_micro, start_step, err, sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .data = &data,
-                 .opt = &opt, .n_micro = n_micro};
+                 .opt = &opt, .n_micro = n_micro, .ahead_step = -1};
   if (m.has_head) {
     x.step_losses = be->alloc((size_t)n_micro * B * sizeof(float));
     x.host_step_losses = malloc((size_t)n_micro * B * sizeof(float));
@@ -452,6 +478,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     }
     // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
     // count: the first stage's TP rank 0 of every DP rank; a preemption signal: any rank.
+    // Evaluation uses the training slots between steps: no prefetch into them before one.
+    x.prefetch_next = n < end_step && !eval_due(o, &data, n, end_step);
     double sums[3] = {run_schedule(&x, acts, nacts, step), (double)data.bad,
                       vt_health_preempt_signal() != 0};
     if (plant_nan) sums[0] = NAN;
@@ -486,7 +514,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
                   .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],
                   .skipped = skipped, .ranks_json = ranks_json};
-    l.eval_now = data.has_val && (n == end_step || (o->eval_interval > 0 && n % o->eval_interval == 0));
+    l.eval_now = eval_due(o, &data, n, end_step);
     if (l.eval_now) {
       vt_watchdog_phase("evaluation", n, slow_limit);
       l.ev = vt_evaluate(&m, &data, world, pp, me, NULL);

@@ -47,10 +47,18 @@ struct vt_backend {
   // when out of memory.
   void *(*host_alloc)(size_t nbytes);
   void (*host_free)(void *ptr);
-  // Copies host_alloc memory to the device in stream order and returns at once (to_device may
-  // wait for the device when the source is pageable). The source must stay unchanged until
-  // upload_wait() returns, which waits for every upload issued before it.
+  // Copies host_alloc memory to the device and returns at once (to_device may wait for the
+  // device when the source is pageable): after every op issued before it, before every op issued
+  // after it. The source must stay unchanged until upload_wait() returns, which waits for every
+  // upload (and upload_ahead) issued before it.
   void (*upload)(void *dst, const void *host_src, size_t nbytes);
+  // upload that may run ahead of the ops already issued: it waits only for those issued before
+  // the latest inputs_read() call, so it must only write a buffer that no op issued after that
+  // point reads (a micro-batch's images, read by its forward only). On CUDA the copy runs on a
+  // stream of its own, overlapping those ops (a backward pass, the optimizer); ops issued after
+  // it still see the copied data.
+  void (*upload_ahead)(void *dst, const void *host_src, size_t nbytes);
+  void (*inputs_read)(void);
   void (*upload_wait)(void);
   // Sets the GEMM precision of every later op call (a process-wide mode of this backend).
   void (*set_precision)(vt_precision precision);

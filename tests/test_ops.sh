@@ -178,6 +178,19 @@ PY
 then ok "metrics.jsonl: mfu = model_tflops / (peak x ranks), skipped_steps, bad_images, evaluation"
 else bad "metrics of the Fashion-MNIST run"; tail -5 "$work/fm.log"
 fi
+# Evaluation between steps uses the training slots, so the next step's batch is not loaded
+# ahead into them then (launch/train.c): the same run without --val-data logs the same losses.
+run fm_noval 2 "" --dp 2 --img-size 28 --patch-size 7 --width 32 --heads 2 --depth 2 --steps 60 \
+  --micro-batch-size 64 --global-batch-size 128 --lr 3e-3 --data "$work/fm/train" \
+  --eval-crop-pct 1 --crop-scale-min 1 --peak-tflops 0.05 --log-interval 20
+if "$py" - "$work/fm/metrics.jsonl" "$work/fm_noval/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
+assert len(a) == len(b) == 60 and a == b, [(i + 1, x, y) for i, (x, y) in enumerate(zip(a, b)) if x != y][:3]
+PY
+then ok "evaluations every 20 steps leave the training losses unchanged (60 steps, bitwise)"
+else bad "the run with evaluations logs other losses than the run without"
+fi
 if "$py" "$here/../launch/plot_metrics.py" "$work/fm/metrics.jsonl" "$work/nan3/metrics.jsonl" -o "$work/curves.png" &&
    "$py" - "$work/curves.png" <<'PY'
 import sys

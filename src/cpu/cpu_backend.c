@@ -17,12 +17,12 @@ static void cpu_copy(void *dst, const void *src, size_t nbytes) { memmove(dst, s
 static void cpu_zero(void *p, size_t nbytes) { memset(p, 0, nbytes); }
 static void cpu_sync(void) {}
 // Host memory is the device's: page-aligned (as the loader's buffers always were), uploads are
-// plain copies.
+// plain copies, done when they return.
 static void *cpu_host_alloc(size_t nbytes) {
   void *p = NULL;
   return posix_memalign(&p, 4096, nbytes ? nbytes : 1) == 0 ? p : NULL;
 }
-static void cpu_upload_wait(void) {}
+static void cpu_nothing(void) {}
 
 static vt_precision g_precision = VT_PRECISION_FP32;
 void vt_cpu_set_precision(vt_precision precision) { g_precision = precision; }
@@ -68,7 +68,9 @@ const vt_backend vt_cpu_backend = {
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_free,
     .upload = cpu_copy,
-    .upload_wait = cpu_upload_wait,
+    .upload_ahead = cpu_copy,
+    .inputs_read = cpu_nothing,
+    .upload_wait = cpu_nothing,
     .set_precision = vt_cpu_set_precision,
     .precision = cpu_precision,
     .scratch_bytes = cpu_scratch_bytes,

@@ -1,5 +1,5 @@
-// cuda_backend.cu: the CUDA backend's table, its memory functions, and the one stream, cuBLAS
-// handle and grow-only scratch that every CUDA op uses. The registry (src/backend.c) calls
+// cuda_backend.cu: the CUDA backend's table, its memory functions (with the uploads' copy
+// stream), and the one stream, cuBLAS handle and grow-only scratch that every CUDA op uses. The registry (src/backend.c) calls
 // vt_cuda_backend_get. C-style CUDA, no STL. Must not depend on MPI, NCCL or the model; which
 // GPU this process uses is chosen by the caller (cudaSetDevice) before the first call.
 #include <stdio.h>
@@ -60,10 +60,16 @@ static void cuda_zero(void *p, size_t nbytes) {
 static void cuda_sync(void) { VT_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
 
 // Pinned host memory for the step's uploads. From pinned memory cudaMemcpyAsync is a DMA queued
-// on the stream; from pageable memory the driver stages the copy and may first wait for the
-// stream, which would make the host wait for the device at every micro-batch. An event after
-// the latest upload says when its source may change (one never recorded counts as complete).
-static cudaEvent_t g_upload_event = NULL;
+// on a stream; from pageable memory the driver stages the copy and may first wait for the
+// stream, which would make the host wait for the device at every micro-batch. The uploads run
+// on a copy stream of their own, each after an event of the compute stream (recorded at the
+// call for upload, at the latest inputs_read for upload_ahead), and the compute stream waits for
+// the copy: so an upload_ahead of the next micro-batch's images overlaps the backward pass
+// queued before it instead of queueing behind it. g_upload_event, after the latest copy, says
+// when the sources may change (an event never recorded counts as complete, as does a wait on
+// one).
+static cudaStream_t g_copy_stream = NULL;
+static cudaEvent_t g_upload_event = NULL, g_issued_event = NULL, g_read_event = NULL;
 static void *cuda_host_alloc(size_t nbytes) {
   void *p = NULL;
   const cudaError_t err = cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocDefault);
@@ -89,11 +95,21 @@ static void cuda_host_free(void *p) {
   (void)cudaGetLastError();
   free(p);  // the pageable fallback
 }
-static void cuda_upload(void *dst, const void *host_src, size_t nbytes) {
+static void upload_after(cudaEvent_t after, void *dst, const void *host_src, size_t nbytes) {
   if (!nbytes) return;
-  VT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, g_stream));
-  VT_CUDA_CHECK(cudaEventRecord(g_upload_event, g_stream));
+  VT_CUDA_CHECK(cudaStreamWaitEvent(g_copy_stream, after, 0));
+  VT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, g_copy_stream));
+  VT_CUDA_CHECK(cudaEventRecord(g_upload_event, g_copy_stream));
+  VT_CUDA_CHECK(cudaStreamWaitEvent(g_stream, g_upload_event, 0));
 }
+static void cuda_upload(void *dst, const void *host_src, size_t nbytes) {
+  VT_CUDA_CHECK(cudaEventRecord(g_issued_event, g_stream));
+  upload_after(g_issued_event, dst, host_src, nbytes);
+}
+static void cuda_upload_ahead(void *dst, const void *host_src, size_t nbytes) {
+  upload_after(g_read_event, dst, host_src, nbytes);
+}
+static void cuda_inputs_read(void) { VT_CUDA_CHECK(cudaEventRecord(g_read_event, g_stream)); }
 static void cuda_upload_wait(void) { VT_CUDA_CHECK(cudaEventSynchronize(g_upload_event)); }
 
 static vt_precision g_precision = VT_PRECISION_FP32;
@@ -157,7 +173,10 @@ static int cuda_init(void) {
     return -1;
   }
   VT_CUBLAS_CHECK(cublasSetStream(g_cublas, g_stream));
+  VT_CUDA_CHECK(cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking));
   VT_CUDA_CHECK(cudaEventCreateWithFlags(&g_upload_event, cudaEventDisableTiming));
+  VT_CUDA_CHECK(cudaEventCreateWithFlags(&g_issued_event, cudaEventDisableTiming));
+  VT_CUDA_CHECK(cudaEventCreateWithFlags(&g_read_event, cudaEventDisableTiming));
   // Stated, not assumed: fp32 GEMMs stay fp32 (the CPU backend is the reference), so no TF32;
   // the bf16 paths ask for tensor cores per call.
   VT_CUBLAS_CHECK(cublasSetMathMode(g_cublas, CUBLAS_DEFAULT_MATH));
@@ -174,6 +193,8 @@ static int cuda_init(void) {
   g_table.host_alloc = cuda_host_alloc;
   g_table.host_free = cuda_host_free;
   g_table.upload = cuda_upload;
+  g_table.upload_ahead = cuda_upload_ahead;
+  g_table.inputs_read = cuda_inputs_read;
   g_table.upload_wait = cuda_upload_wait;
   g_table.set_precision = cuda_set_precision;
   g_table.precision = cuda_precision;

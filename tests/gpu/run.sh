@@ -14,6 +14,7 @@
 #      vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW, same batch), eager and
 #      torch.compile, measured in the same run when python3 imports torch and timm; then
 #      ViT-L/16 (bench_gpu against timm's vit_large_patch16_224, eager) when time is left
+#      and the time per op (bench_gpu --ops) when time allows
 #   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
 #   6. a summary (also in $OUT/summary.txt)
 # Logs go to $OUT when set (the device tool brings back at most 8 files: these are exactly 8),
@@ -278,6 +279,16 @@ if ((built && !cpu_only)) && (($(left) > 150)); then
   note "ViT-L/16 batch $lb images/s: vit3d bf16 ${oursl:-n/a} (mfu ${mful:-n/a}) | torch bf16 eager ${eagerl:-n/a} (vit3d/torch $(ratio "$oursl" "$eagerl"))"
 elif ((built && !cpu_only)); then
   note "ViT-L/16 skipped: $(left) s left of the budget"
+fi
+
+# Time per op (bench_gpu --ops: a synchronize around each op, so the sum exceeds a plain step),
+# the list of what to speed up next. After every figure above is parsed from bench.log.
+if ((built)) && (($(left) > 90)); then
+  echo "==== per-op times ====" >>"$blog2"
+  run "$(cap 60 60)" "$blog2" "$bench" "${bargs[@]}" --precision bf16 --ops
+  top=$(grep -E '^vit3d-bench op ' "$blog2" | sort -k5 -g -r | head -6 |
+        awk '{printf "%s %s ms (%s), ", $3, $5, $7}')
+  note "per-op ms per step, bf16 $model batch $mb, largest first (synchronized): ${top:-none (see bench.log)}"
 fi
 
 # ---- 5. memory and race checks, with the time that is left ---------------------------------------
