@@ -18,6 +18,16 @@ void vt_linear_fwd(const vt_backend *be, float *out, const float *inp, const flo
   be->linear_fwd(out, inp, weight, bias, M, I, O);
 }
 
+void vt_linear_residual_fwd(const vt_backend *be, float *out, const float *inp,
+                            const float *weight, const float *bias, const float *res, int64_t M,
+                            int64_t I, int64_t O) {
+  NEED(be, linear_residual_fwd);
+  PTR(out); PTR(inp); PTR(weight); PTR(res);
+  POS(M); POS(I); POS(O);
+  VT_CHECK(out != res, "linear_residual_fwd: out must not alias res");
+  be->linear_residual_fwd(out, inp, weight, bias, res, M, I, O);
+}
+
 void vt_linear_act_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
                        const float *bias, int64_t M, int64_t I, int64_t O) {
   NEED(be, linear_act_fwd);

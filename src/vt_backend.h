@@ -70,6 +70,9 @@ struct vt_backend {
   // Ops, in the order of vt_ops.h. NULL means "not on this backend"; vt_ops.c says so clearly.
   void (*linear_fwd)(float *out, const float *inp, const float *weight, const float *bias,
                      int64_t M, int64_t I, int64_t O);
+  void (*linear_residual_fwd)(float *out, const float *inp, const float *weight,
+                              const float *bias, const float *res, int64_t M, int64_t I,
+                              int64_t O);
   void (*linear_act_fwd)(float *out, const float *inp, const float *weight, const float *bias,
                          int64_t M, int64_t I, int64_t O);
   void (*linear_bwd)(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -72,6 +72,11 @@ static void t_linear_bwd_act(float *dx, float *dw, float *db, const float *dy, c
   TIMED("linear_bwd", M, I, O, 4.0 * M * I * O,
         g_real.linear_bwd_act(dx, dw, db, dy, x, w, M, I, O));
 }
+static void t_linear_residual_fwd(float *o, const float *x, const float *w, const float *b,
+                                  const float *res, int64_t M, int64_t I, int64_t O) {
+  TIMED("linear_fwd", M, I, O, 2.0 * M * I * O,
+        g_real.linear_residual_fwd(o, x, w, b, res, M, I, O));
+}
 static void t_linear_act_fwd(float *o, const float *x, const float *w, const float *b, int64_t M,
                              int64_t I, int64_t O) {
   TIMED("linear_fwd", M, I, O, 2.0 * M * I * O, g_real.linear_act_fwd(o, x, w, b, M, I, O));
@@ -136,7 +141,7 @@ static const vt_backend *timing_backend(const vt_backend *real) {
   t = *real;
   t.linear_fwd = t_linear_fwd, t.linear_bwd = t_linear_bwd;
   t.linear_act_fwd = t_linear_act_fwd, t.linear_act_bwd = t_linear_act_bwd;
-  t.linear_bwd_act = t_linear_bwd_act;
+  t.linear_bwd_act = t_linear_bwd_act, t.linear_residual_fwd = t_linear_residual_fwd;
   t.layernorm_fwd = t_ln_fwd, t.layernorm_bwd = t_ln_bwd;
   t.gelu_fwd = t_gelu_fwd, t.gelu_bwd = t_gelu_bwd;
   t.attention_fwd = t_att_fwd, t.attention_bwd = t_att_bwd;

@@ -202,6 +202,21 @@ static void linear_fwd_case(tc *t, const int64_t *d, int act) {
   else check(t, "out", g, ref, M * O);
 }
 static void t_linear_fwd(tc *t, const int64_t *d) { linear_fwd_case(t, d, 0); }
+
+// out = res + linear: res random, so an op that ignores it (or adds it twice) fails.
+static void t_linear_residual_fwd(tc *t, const int64_t *d) {
+  const int64_t M = d[0], I = d[1], O = d[2], bias = d[3];
+  float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
+  float *b = hrand(t, O, -1, 1), *res = hrand(t, M * O, -2, 2), *ref = hnew(t, M * O), *g[2];
+  vt_linear_residual_fwd(t->cpu, ref, x, w, bias ? b : NULL, res, M, I, O);
+  float *dx = dnew(t, x, M * I), *dw = dnew(t, w, O * I), *db = dnew(t, b, O);
+  float *dres = dnew(t, res, M * O);
+  for (int r = 0; r < 2; r++) {
+    g[r] = dpoison(t, M * O);
+    vt_linear_residual_fwd(t->gpu, g[r], dx, dw, bias ? db : NULL, dres, M, I, O);
+  }
+  check(t, "out", g, ref, M * O);
+}
 static void t_linear_act_fwd(tc *t, const int64_t *d) { linear_fwd_case(t, d, 1); }
 
 // d[3] bits: 1 computes dinp, 2 dbias (both optional in linear_bwd). act: linear_bwd_act, whose
@@ -575,6 +590,8 @@ static const op_test kTests[] = {
     {"linear_fwd", "M,I,O,bias", t_linear_fwd, {1e-4, 1e-4},
      {{7, 3, 77, 1}, {197, 192, 576, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 384, 1152, 1},
       {5, 1000, 2, 0}}},
+    {"linear_residual_fwd", "M,I,O,bias", t_linear_residual_fwd, {1e-4, 1e-4},
+     {{7, 3, 77, 1}, {197, 768, 192, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 3072, 768, 1}}},
     {"linear_act_fwd", "M,I,O,bias", t_linear_act_fwd, {1e-4, 1e-4},
      {{7, 3, 77, 1}, {197, 192, 576, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 384, 1152, 1}}},
     {"linear_bwd", "M,I,O,dinp+2dbias", t_linear_bwd, {1e-4, 1e-4},
@@ -633,7 +650,7 @@ static int check_table(const vt_backend *be) {
   } ops[] = {
 #define OP(f) {#f, (const void *)be->f}
       OP(linear_fwd),        OP(linear_act_fwd),    OP(linear_bwd),    OP(linear_act_bwd),
-      OP(linear_bwd_act),
+      OP(linear_bwd_act),    OP(linear_residual_fwd),
       OP(layernorm_fwd),     OP(layernorm_bwd),     OP(add_layernorm_fwd), OP(layernorm_bwd_add),
       OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
       OP(add),               OP(patchify_fwd),      OP(patchify_bwd),  OP(embed_fwd),

@@ -67,6 +67,9 @@ void vt_cpu_linear_act_bwd(float *dinp, float *dweight, const float *dout, const
                            const float *weight, int64_t M, int64_t In, int64_t O);
 void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                        int64_t M, int64_t I, int64_t O);
+void vt_cpu_linear_residual_fwd(float *out, const float *inp, const float *weight,
+                                const float *bias, const float *res, int64_t M, int64_t I,
+                                int64_t O);
 void vt_cpu_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                        const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
 void vt_cpu_linear_bwd_act(float *dinp, float *dweight, float *dbias, const float *dout,

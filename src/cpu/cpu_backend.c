@@ -77,6 +77,7 @@ const vt_backend vt_cpu_backend = {
     .linear_fwd = vt_cpu_linear_fwd,
     .linear_act_fwd = vt_cpu_linear_act_fwd,
     .linear_act_bwd = vt_cpu_linear_act_bwd,
+    .linear_residual_fwd = vt_cpu_linear_residual_fwd,
     .linear_bwd = vt_cpu_linear_bwd,
     .linear_bwd_act = vt_cpu_linear_bwd_act,
     .layernorm_fwd = vt_cpu_layernorm_fwd,

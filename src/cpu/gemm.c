@@ -93,6 +93,15 @@ void vt_cpu_linear_fwd(float *out, const float *inp, const float *weight, const 
   linear_fwd(out, inp, weight, bias, M, In, O, 0);
 }
 
+// The unfused order (linear, then out + res), so a model that fuses computes the bits it did
+// before on the CPU.
+void vt_cpu_linear_residual_fwd(float *out, const float *inp, const float *weight,
+                                const float *bias, const float *res, int64_t M, int64_t In,
+                                int64_t O) {
+  linear_fwd(out, inp, weight, bias, M, In, O, 0);
+  vt_cpu_add(out, out, res, M * O);
+}
+
 void vt_cpu_linear_act_fwd(float *out, const float *inp, const float *weight, const float *bias,
                            int64_t M, int64_t In, int64_t O) {
   linear_fwd(out, inp, weight, bias, M, In, O, 1);

@@ -1,7 +1,8 @@
 // cuda_backend.cu: the CUDA backend's table, its memory functions (with the uploads' copy
-// stream), and the one stream, cuBLAS handle and grow-only scratch that every CUDA op uses. The registry (src/backend.c) calls
-// vt_cuda_backend_get. C-style CUDA, no STL. Must not depend on MPI, NCCL or the model; which
-// GPU this process uses is chosen by the caller (cudaSetDevice) before the first call.
+// stream), and the one stream, cuBLAS handle and grow-only scratch that every CUDA op uses. The
+// registry (src/backend.c) calls vt_cuda_backend_get. C-style CUDA, no STL. Must not depend on
+// MPI, NCCL or the model; which GPU this process uses is chosen by the caller (cudaSetDevice)
+// before the first call.
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -202,6 +203,7 @@ static int cuda_init(void) {
   g_table.linear_fwd = vt_cuda_linear_fwd;
   g_table.linear_act_fwd = vt_cuda_linear_act_fwd;
   g_table.linear_act_bwd = vt_cuda_linear_act_bwd;
+  g_table.linear_residual_fwd = vt_cuda_linear_residual_fwd;
   g_table.linear_bwd = vt_cuda_linear_bwd;
   g_table.linear_bwd_act = vt_cuda_linear_bwd_act;
   g_table.layernorm_fwd = vt_cuda_layernorm_fwd;

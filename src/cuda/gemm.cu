@@ -24,12 +24,14 @@ static void check_dims(const char *op, int64_t M, int64_t I, int64_t O) {
            (long long)O);
 }
 
-// out (M, O) row r = bias: the GEMM then adds into it with beta = 1, as the CPU twin does.
-static __global__ void bias_broadcast_kernel(float *out, const float *bias, int64_t M, int64_t O) {
+// out (M, O) row r = bias (as the CPU twin starts), or with res (linear_residual_fwd) res's row
+// r + bias (bias may then be NULL): the GEMM then adds into it with beta = 1.
+static __global__ void bias_broadcast_kernel(float *out, const float *bias, const float *res,
+                                             int64_t M, int64_t O) {
   const int64_t count = M * O;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = bias[i % O];
+    out[i] = (res ? res[i] : 0.0f) + (bias ? bias[i % O] : 0.0f);
 }
 
 // One column-major GEMM C = A op B: fp32 operands as they are, or bf16 copies made by the
@@ -53,7 +55,8 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t 
 // ---- cuBLASLt: the bf16 forward GEMM with the bias added in its epilogue ---------------------
 // out^T (O, M) = W^T (read from W (O, I) column-major) @ inp^T (I, M) + bias broadcast along M,
 // in one kernel (CUBLASLT_EPILOGUE_BIAS, bias of length O = the rows of D): no broadcast pass and
-// no read of C. One plan per shape and operand alignment (descriptors and the heuristic's first
+// no read of C; or, for linear_residual_fwd, + res as C with beta = 1 (D = A B + C, then the
+// bias). One plan per shape and operand alignment (descriptors and the heuristic's first
 // algorithm, chosen for the alignments the pointers really have), made on first use. fp32, a
 // shape or alignment cuBLASLt has no algorithm for, a bias not 16-byte aligned, a failed call
 // (the plan is then dropped, said once on stderr) or VT_CUBLASLT=0 take the cuBLAS path
@@ -63,6 +66,7 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t 
 typedef struct {
   int64_t M, I, O;
   unsigned align_x, align_out;  // bytes: the largest power of two up to 256 dividing the address
+  unsigned align_res;           // res's (C's), or 0 without one (C is then D, beta 0)
   int out_bf16, ok;             // D fp32, or bf16 (linear_act_fwd)
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, d;
@@ -95,6 +99,7 @@ static void lt_make(lt_plan *p) {
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
   const uint32_t al_w = 256, al_x = p->align_x, al_out = p->align_out;  // W: the op scratch
+  const uint32_t al_c = p->align_res ? p->align_res : al_out;
   const size_t ws = LT_WORKSPACE;
   const uint64_t M = (uint64_t)p->M, I = (uint64_t)p->I, O = (uint64_t)p->O;
   cublasLtMatmulPreference_t pref = NULL;
@@ -120,7 +125,7 @@ static void lt_make(lt_plan *p) {
   LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                              &al_x, sizeof al_x));
   LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                             &al_out, sizeof al_out));
+                                             &al_c, sizeof al_c));
   LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                              &al_out, sizeof al_out));
   LT_OK(cublasLtMatmulAlgoGetHeuristic(g_lt, d, p->a, p->b, p->d, p->d, pref, 1, &res, &found));
@@ -131,34 +136,37 @@ static void lt_make(lt_plan *p) {
 }
 
 // The plan for this call, or NULL when cuBLASLt is off or has no algorithm for it.
-static lt_plan *lt_plan_for(const void *inp, const float *out, const float *bias, int64_t M,
-                            int64_t I, int64_t O, int out_bf16) {
+static lt_plan *lt_plan_for(const void *inp, const float *out, const float *bias,
+                            const float *res, int64_t M, int64_t I, int64_t O, int out_bf16) {
   if (!lt_enabled() || alignment(bias) < 16) return NULL;
-  const unsigned ax = alignment(inp), ao = alignment(out);
+  const unsigned ax = alignment(inp), ao = alignment(out), ac = res ? alignment(res) : 0;
   for (int i = 0; i < g_nplans; i++) {
     lt_plan *p = &g_plans[i];
     if (p->M == M && p->I == I && p->O == O && p->align_x == ax && p->align_out == ao &&
-        p->out_bf16 == out_bf16)
+        p->align_res == ac && p->out_bf16 == out_bf16)
       return p->ok ? p : NULL;
   }
   if (g_nplans == LT_PLANS) return NULL;
   lt_plan *p = &g_plans[g_nplans++];
   memset(p, 0, sizeof *p);
-  p->M = M, p->I = I, p->O = O, p->align_x = ax, p->align_out = ao, p->out_bf16 = out_bf16;
+  p->M = M, p->I = I, p->O = O, p->align_x = ax, p->align_out = ao, p->align_res = ac;
+  p->out_bf16 = out_bf16;
   lt_make(p);
   return p->ok ? p : NULL;
 }
 
-// out = inp W^T + bias with the plan (ws: p->workspace bytes of device memory); 0 when the call
-// failed (nothing written), which drops the plan.
+// out = inp W^T + bias [+ res] with the plan (ws: p->workspace bytes of device memory); 0 when
+// the call failed (nothing written), which drops the plan.
 static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w,
-                         const float *bias, void *ws) {
+                         const float *bias, const float *res, void *ws) {
   const float one = 1.0f, zero = 0.0f;
   cublasStatus_t st = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &bias, sizeof bias);
+  // C has D's layout (fp32 (O, M)); with res it is read (beta 1), else it is D, unread.
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmul(g_lt, p->desc, &one, w, p->a, inp, p->b, &zero, out, p->d, out, p->d,
-                        &p->algo, ws, p->workspace, vt_cuda_stream());
+    st = cublasLtMatmul(g_lt, p->desc, &one, w, p->a, inp, p->b, res ? &one : &zero,
+                        res ? (const void *)res : out, p->d, out, p->d, &p->algo, ws,
+                        p->workspace, vt_cuda_stream());
   if (st == CUBLAS_STATUS_SUCCESS) return 1;
   fprintf(stderr, "vit3d: cublasLtMatmul (M=%lld I=%lld O=%lld) failed with status %d; this "
           "shape uses cuBLAS from now on\n", (long long)p->M, (long long)p->I, (long long)p->O,
@@ -170,46 +178,53 @@ static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w,
 // In bf16 precision inp is a bf16 activation (vt_ops.h), read by the GEMMs as it is; the weight
 // and dout are cast into the op scratch. out_act (linear_act_fwd): in bf16 out is a bf16
 // activation too, the fp32 result with its bias rounded once: cuBLASLt's bf16 D, or without a
-// plan the fp32 result in the op scratch, then the cast kernel.
+// plan the fp32 result in the op scratch, then the cast kernel. res (linear_residual_fwd, fp32
+// out only): added as cuBLASLt's C, or the GEMM adds into res + bias.
 static void linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
-                       int64_t M, int64_t I, int64_t O, int out_act) {
+                       const float *res, int64_t M, int64_t I, int64_t O, int out_act) {
   check_dims("linear_fwd", M, I, O);
   const float one = 1.0f, zero = 0.0f;
   const int bf16 = vt_cuda_bf16(), out_bf16 = bf16 && out_act;
   // bf16: the weight's bf16 copy, then cuBLASLt's workspace or the fp32 result, in the scratch.
-  lt_plan *lt = bias && bf16 ? lt_plan_for(inp, out, bias, M, I, O, out_bf16) : NULL;
+  lt_plan *lt = bias && bf16 ? lt_plan_for(inp, out, bias, res, M, I, O, out_bf16) : NULL;
   size_t end = 0;
   const size_t at_w = vt_cuda_carve(&end, bf16 ? (size_t)(O * I) * sizeof(__nv_bfloat16) : 0);
   const size_t at_ws = vt_cuda_carve(&end, lt ? lt->workspace : 0);
   const size_t at_f = vt_cuda_carve(&end, out_bf16 ? (size_t)(M * O) * sizeof(float) : 0);
   const void *w = weight;
-  float *res = out;  // where the fp32 result goes
+  float *dst = out;  // where the fp32 result goes
   if (bf16) {
     char *base = (char *)vt_cuda_scratch(end);
     vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
     w = base + at_w;
-    if (lt && lt_linear_fwd(lt, out, inp, w, bias, base + at_ws)) return;
-    if (out_bf16) res = (float *)(base + at_f);
+    if (lt && lt_linear_fwd(lt, out, inp, w, bias, res, base + at_ws)) return;
+    if (out_bf16) dst = (float *)(base + at_f);
   }
-  if (bias) {
-    bias_broadcast_kernel<<<vt_cuda_blocks(M * O, 256), 256, 0, vt_cuda_stream()>>>(res, bias, M,
-                                                                                    O);
+  if (bias || res) {
+    bias_broadcast_kernel<<<vt_cuda_blocks(M * O, 256), 256, 0, vt_cuda_stream()>>>(dst, bias,
+                                                                                    res, M, O);
     VT_CUDA_CHECK_LAUNCH();
   }
   // out^T (O, M) = W (O, I) @ inp^T (I, M); W read column-major is W^T, hence OP_T.
-  gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, &one, w, I, inp, I, bias ? &one : &zero, res, O, bf16,
-       0);
-  if (res != out) vt_cuda_to_bf16((__nv_bfloat16 *)out, res, M * O);
+  gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, &one, w, I, inp, I, bias || res ? &one : &zero, dst, O,
+       bf16, 0);
+  if (dst != out) vt_cuda_to_bf16((__nv_bfloat16 *)out, dst, M * O);
 }
 
 extern "C" void vt_cuda_linear_fwd(float *out, const float *inp, const float *weight,
                                    const float *bias, int64_t M, int64_t I, int64_t O) {
-  linear_fwd(out, inp, weight, bias, M, I, O, 0);
+  linear_fwd(out, inp, weight, bias, NULL, M, I, O, 0);
+}
+
+extern "C" void vt_cuda_linear_residual_fwd(float *out, const float *inp, const float *weight,
+                                            const float *bias, const float *res, int64_t M,
+                                            int64_t I, int64_t O) {
+  linear_fwd(out, inp, weight, bias, res, M, I, O, 0);
 }
 
 extern "C" void vt_cuda_linear_act_fwd(float *out, const float *inp, const float *weight,
                                        const float *bias, int64_t M, int64_t I, int64_t O) {
-  linear_fwd(out, inp, weight, bias, M, I, O, 1);
+  linear_fwd(out, inp, weight, bias, NULL, M, I, O, 1);
 }
 
 // linear_bwd; with dout_act linear_act_bwd (dout a bf16 activation in bf16 precision, no dbias),

@@ -416,12 +416,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cublasLtMatrixLayout_t b, const void *beta, const void *C,
                               cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dl,
                               const cublasLtMatmulAlgo_t *, void *ws, size_t wsn, cudaStream_t) {
-  // op(A) is m x k and op(B) k x n as stored; D (and C, which must be D here) m x n.
+  // op(A) is m x k and op(B) k x n as stored; D and C m x n, of one type and leading dimension
+  // (C may be D; with beta 0 it is not read).
   const uint64_t m = d->ta == CUBLAS_OP_N ? a->rows : a->cols;
   const uint64_t k = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
   const uint64_t kb = d->tb == CUBLAS_OP_N ? b->rows : b->cols;
   const uint64_t n = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
-  if (k != kb || dl->rows != m || dl->cols != n || C != D || c->ld != dl->ld ||
+  if (k != kb || dl->rows != m || dl->cols != n || c->t != dl->t || c->ld != dl->ld ||
       (wsn && !ws) || (d->epi == CUBLASLT_EPILOGUE_BIAS && (!d->bias || d->bias_t != CUDA_R_32F)))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (wsn) memset(ws, 0x5a, wsn);  // the workspace is scribbled on, as a real kernel may

@@ -60,6 +60,10 @@ static void t_lin_f(float *o, const float *x, const float *w, const float *b, in
                     int64_t I, int64_t O) {
   TIMED(S_LIN_F, g_real.linear_fwd(o, x, w, b, M, I, O));
 }
+static void t_lin_res_f(float *o, const float *x, const float *w, const float *b,
+                        const float *res, int64_t M, int64_t I, int64_t O) {
+  TIMED(S_LIN_F, g_real.linear_residual_fwd(o, x, w, b, res, M, I, O));
+}
 static void t_lin_b(float *dx, float *dw, float *db, const float *dy, const float *x,
                     const float *w, int64_t M, int64_t I, int64_t O) {
   TIMED(S_LIN_B, g_real.linear_bwd(dx, dw, db, dy, x, w, M, I, O));
@@ -126,6 +130,7 @@ static const vt_backend *timing_backend(const vt_backend *real) {
   t = *real;
   t.linear_fwd = t_lin_f, t.linear_bwd = t_lin_b, t.layernorm_fwd = t_ln_f;
   t.linear_act_fwd = t_lin_act_f, t.linear_act_bwd = t_lin_act_b, t.linear_bwd_act = t_lin_b_act;
+  t.linear_residual_fwd = t_lin_res_f;
   t.layernorm_bwd = t_ln_b, t.gelu_fwd = t_gelu_f, t.gelu_bwd = t_gelu_b;
   t.attention_fwd = t_att_f, t.attention_bwd = t_att_b, t.add = t_add, t.adamw = t_adamw;
   t.sumsq = t_sumsq, t.add_layernorm_fwd = t_add_ln_f, t.layernorm_bwd_add = t_ln_b_add;

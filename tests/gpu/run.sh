@@ -137,7 +137,7 @@ if ((built)); then
   # The bf16 linear with a bias goes through cuBLASLt (src/cuda/gemm.cu); when its rows fail, one
   # rerun on the cuBLAS path says whether cuBLASLt is the cause, and if so the rest of this script
   # runs without it, so the training and benchmark figures still come.
-  if ((crc != 0 && !cpu_only)) && grep -qE "bf16 linear(_act)?_fwd .*FAIL" "$clog"; then
+  if ((crc != 0 && !cpu_only)) && grep -qE "bf16 linear(_act|_residual)?_fwd .*FAIL" "$clog"; then
     if run "$(cap 60 200)" "$clog" env VT_CUBLASLT=0 "$build/tests/test_cuda_ops"; then
       export VT_CUBLASLT=0
       note "the op test passes with VT_CUBLASLT=0: cuBLASLt's bias epilogue is wrong here; the rest runs without it"
