@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# test_cuda_train_emu.sh VIT3D_EMU VIT3D: `vit3d train --device cuda` built on the CUDA emulation
+# (tests/cuda_emu, one-rank NCCL) follows the CPU run, in fp32 and in bf16. It runs the trainer's
+# device paths where no GPU is: the CUDA ops in the model, pinned host memory and the uploads
+# (upload_ahead within a step and the next step's first micro-batch loaded ahead), the NCCL
+# transport, the memory report. Tolerances: fp32 1e-5 at step 1 (one forward from the same
+# weights; only summation orders differ), then 1e-3; bf16 against the CPU's bf16 twin 1e-4, then
+# 2e-3 (tests/gpu/run.sh's bands for a real GPU). Not seen here: concurrency between streams (the
+# emulation runs everything in order) and real speed; tests/gpu/run.sh on a GPU checks those.
+set -euo pipefail
+emu=$1 vit3d=$2
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+args=(train --model tiny --img-size 32 --patch-size 8 --data synthetic --steps 3
+      --global-batch-size 8 --micro-batch-size 4 --warmup-steps 1 --lr 2e-3 --seed 7
+      --threads 2 --log-interval 1)
+fail=0
+for p in fp32 bf16; do
+  "$vit3d" "${args[@]}" --device cpu --precision "$p" --log-dir "$work/cpu_$p" > "$work/cpu_$p.log" 2>&1 ||
+    { echo "FAIL: the CPU run ($p)"; tail -5 "$work/cpu_$p.log"; exit 1; }
+  if ! "$emu" "${args[@]}" --device cuda --precision "$p" --log-dir "$work/emu_$p" > "$work/emu_$p.log" 2>&1; then
+    echo "FAIL: the emulated CUDA run ($p)"
+    tail -10 "$work/emu_$p.log"
+    exit 1
+  fi
+  grep -q "memory after the first step (cuda)" "$work/emu_$p.log" ||
+    { echo "FAIL: no memory report after the first step ($p)"; fail=1; }
+  bands="1-1:1e-5,2-3:1e-3"
+  [[ $p == bf16 ]] && bands="1-1:1e-4,2-3:2e-3"
+  python3 "$here/compare_curves.py" "$work/emu_$p/metrics.jsonl" "$work/cpu_$p/metrics.jsonl" \
+    --label "emulated cuda $p vs cpu $p" --bands "$bands" --tail-tol 1e-2 || fail=1
+done
+grep -m1 "memory after the first step" "$work/emu_bf16.log" || true
+echo "test_cuda_train_emu: $([ $fail = 0 ] && echo passed || echo FAILED)"
+exit $fail
