@@ -46,6 +46,10 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   double acc[4] = {0, 0, 0, 0};  // loss sum, top-1 hits, top-5 hits, samples
   vt_loader_config cfg;
   const int64_t batches = vt_data_val_config(d, &cfg, m->has_embed);
+  // Pinned host buffers on CUDA (the backend's host_alloc), uploaded with `upload`: in stream
+  // order, without the driver's staging of pageable memory. Each batch's uploads are waited for
+  // before its buffers go back to the loader (upload_wait at the top of the loop).
+  cfg.host_alloc = be->host_alloc, cfg.host_free = be->host_free;
   vt_loader *loader = NULL;
   char err[512];
   if (m->has_embed || m->has_head) {
@@ -62,12 +66,14 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   VT_CHECK(!dump || (all_img && all_logits && all_labels), "out of host memory for --logits-out");
   vt_model_slot *sl = &m->slots[0];  // training's slots are idle between steps
   const int passes = d->o->eval_hflip ? 2 : 1;
-  float *mirror = passes > 1 && m->has_embed ? malloc((size_t)(B * img_n) * sizeof(float)) : NULL;
+  float *mirror = passes > 1 && m->has_embed ? be->host_alloc((size_t)(B * img_n) * sizeof(float))
+                                             : NULL;
   float *mean = passes > 1 && m->has_head ? malloc((size_t)B * K * sizeof(float)) : NULL;
   VT_CHECK(passes == 1 || ((mirror || !m->has_embed) && (mean || !m->has_head)),
            "out of host memory for --eval-hflip");
   for (int64_t j = 0; j < batches; j++) {
     vt_batch batch = {0};
+    be->upload_wait();
     if (loader && vt_loader_next(loader, &batch, err, sizeof err) != VT_OK) {
       vt_log_error("validation: %s", err);
       vt_comm_abort(3);
@@ -77,10 +83,10 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
         for (int x = 0; x < S; x++) mirror[r * S + x] = batch.images[r * S + (S - 1 - x)];
     for (int pass = 0; pass < passes; pass++) {
       if (m->has_embed)
-        be->to_device(sl->img, pass ? mirror : batch.images, (size_t)(B * img_n) * sizeof(float));
+        be->upload(sl->img, pass ? mirror : batch.images, (size_t)(B * img_n) * sizeof(float));
       else
         vt_comm_recv(pp, sl->res[0], n, me.pp_rank - 1);
-      if (m->has_head) be->to_device(sl->labels, batch.labels, (size_t)B * sizeof(int32_t));
+      if (m->has_head) be->upload(sl->labels, batch.labels, (size_t)B * sizeof(int32_t));
       vt_model_forward(m, 0, B, 0.0f);
       if (!m->has_head) {
         vt_comm_send(pp, sl->res[m->nblocks], n, me.pp_rank + 1);
@@ -102,7 +108,9 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
     }
     if (me.tp_rank == 0) score(z, batch.labels, batch.valid, K, acc);
   }
-  free(mirror), free(mean);
+  be->upload_wait();  // before the loader and the mirror go
+  if (mirror) be->host_free(mirror);
+  free(mean);
   if (dump) write_dump(dump, all_img, all_labels, all_logits, (int64_t)acc[3], S, K);
   free(all_img), free(all_logits), free(all_labels);
   if (loader) vt_loader_destroy(loader);
