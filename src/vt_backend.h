@@ -55,9 +55,9 @@ struct vt_backend {
   // upload that may run ahead of the ops already issued: it waits only for those issued before
   // the latest inputs_read() call, so it must only write a buffer that no op issued after that
   // point reads (a micro-batch's images, read by its forward only: the trainer and evaluation
-  // call inputs_read after every forward). On CUDA the copy runs on a
-  // stream of its own, overlapping those ops (a backward pass, the optimizer); ops issued after
-  // it still see the copied data.
+  // call inputs_read after every forward). On CUDA the copy runs on a stream of its own,
+  // overlapping those ops (a backward pass, the optimizer); ops issued after it still see the
+  // copied data.
   void (*upload_ahead)(void *dst, const void *host_src, size_t nbytes);
   void (*inputs_read)(void);
   void (*upload_wait)(void);

@@ -30,8 +30,8 @@ int64_t vt_act_floats(const vt_backend *be, int64_t count);
 void vt_linear_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
                    const float *bias, int64_t M, int64_t I, int64_t O);
 // linear_fwd plus a residual: out = res + (inp @ weight^T + bias), the Linear at the end of a
-// residual branch with the add fused in (one pass over the stream instead of three: the GEMM
-// reads res as its C). res (M, O) fp32, not aliasing out; bias may be NULL. The same value as
+// residual branch with the add fused in (the branch's output is neither stored nor read back:
+// the GEMM reads res as its C). res (M, O) fp32, not aliasing out; bias may be NULL. The same value as
 // linear_fwd then add up to fp32 rounding: the CPU computes exactly that, CUDA adds res in the
 // GEMM (or starts from res + bias) before the products.
 void vt_linear_residual_fwd(const vt_backend *be, float *out, const float *inp,
