@@ -1,16 +1,25 @@
 // emu.cpp: a CPU emulation of the part of the CUDA runtime, cuBLAS and cuBLASLt that src/cuda
-// uses, so that tests/test_cuda_ops.c can run the CUDA kernels' logic on a machine without a GPU
-// (CI). Each CUDA thread is a ucontext fiber; the blocks of a grid run one after another;
+// uses, so that tests/test_cuda_ops.c and vit3d itself (vit3d_emu, with nccl_emu.cpp) can run
+// the CUDA code's logic on a machine without a GPU (CI). Each CUDA thread is a ucontext fiber; the blocks of a grid run one after another;
 // __syncthreads and warp shuffles are barriers of a small scheduler that aborts on a deadlock or
 // a warp that diverges at a shuffle, and runs the threads between barriers in a random order.
 // Dynamic shared memory is a buffer per launch, NaN for every block; WMMA is include/mma.h.
-// One in-order stream: streams and events are no-ops. cuBLAS is a plain column-major GEMM with
+// Streams: kernels and library calls run when launched, after the copies and memsets queued on
+// their stream; asynchronous copies and memsets wait in their stream's queue until something
+// needs them (a kernel on that stream, a wait on an event recorded after them, a synchronize),
+// as late as a real GPU may run them. So a kernel that does not wait for a copy on another
+// stream reads stale data. Kernels themselves run at once, so a GPU that lags the host (a host
+// buffer reused before its copy ran) is not shown. cuBLAS is a plain column-major GEMM with
 // fp32 sums in k order; bf16 operands are widened exactly, a bf16 C rounded to nearest even.
 // What it finds of data races: those whose outcome depends on the order of threads within a
 // block (two runs then differ). Not found: races between blocks (they run one after another),
 // real launch and resource limits, cuBLAS's own summation order and FMA contraction;
 // tests/gpu/run.sh on a real GPU checks those.
 #include <ucontext.h>
+
+#include <deque>
+#include <functional>
+#include <vector>
 
 #include "cublasLt.h"
 #include "cublas_v2.h"
@@ -190,6 +199,55 @@ void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body
 }
 }  // namespace vt_emu
 
+// ---- streams and events ----
+struct emu_stream {
+  std::deque<std::function<void()>> q;  // queued copies and memsets, oldest first
+  uint64_t issued = 0, done = 0;        // how many were queued and run
+};
+struct emu_event {
+  emu_stream *s = nullptr;  // where it was last recorded (none: complete)
+  uint64_t seq = 0;         // the stream's work queued before the record
+};
+static emu_stream g_null_stream;
+static std::vector<emu_stream *> g_streams;
+static emu_stream *stream_of(cudaStream_t s) { return s ? s : &g_null_stream; }
+static void run_until(emu_stream *s, uint64_t seq) {
+  while (s->done < seq) {
+    std::function<void()> f = std::move(s->q.front());
+    s->q.pop_front();
+    f();
+    s->done++;
+  }
+}
+static void enqueue(cudaStream_t st, std::function<void()> f) {
+  emu_stream *s = stream_of(st);
+  s->q.push_back(std::move(f));
+  s->issued++;
+}
+namespace vt_emu {
+void flush_stream(cudaStream_t st) {
+  emu_stream *s = stream_of(st);
+  run_until(s, s->issued);
+}
+}  // namespace vt_emu
+static void flush_all() {
+  vt_emu::flush_stream(nullptr);
+  for (emu_stream *s : g_streams) vt_emu::flush_stream(s);
+}
+// "Pinned" host memory is remembered, so cudaHostGetFlags tells it from other memory and a copy
+// from it can wait in its queue (from pageable memory the source is read at the call, as the
+// driver stages it); EMU_NO_PINNED=1 makes cudaHostAlloc fail, as a low locked-memory limit does.
+static struct {
+  void *p;
+  size_t n;
+} g_pinned[64];
+static bool is_pinned(const void *p) {
+  for (auto &a : g_pinned)
+    if (a.p && (const char *)p >= (const char *)a.p && (const char *)p < (const char *)a.p + a.n)
+      return true;
+  return false;
+}
+
 // ---- runtime ----
 static size_t g_used = 0;
 cudaError_t cudaMalloc(void **p, size_t n) {
@@ -200,30 +258,52 @@ cudaError_t cudaMalloc(void **p, size_t n) {
   return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
+  flush_all();  // cudaFree waits for the device
   free(p);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t) {
-  memmove(d, s, n);
+// Device to pageable host memory returns when done (CUDA's rule); from pageable host memory the
+// source is read now; everything else waits in the stream's queue.
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) {
+  if (k == cudaMemcpyDeviceToHost && !is_pinned(d)) {
+    vt_emu::flush_stream(st);
+    memmove(d, s, n);
+  } else if (k == cudaMemcpyHostToDevice && !is_pinned(s)) {
+    std::vector<char> staged((const char *)s, (const char *)s + n);
+    enqueue(st, [d, staged]() { memcpy(d, staged.data(), staged.size()); });
+  } else {
+    enqueue(st, [d, s, n]() { memmove(d, s, n); });
+  }
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy2DAsync(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h,
-                              cudaMemcpyKind, cudaStream_t) {
+                              cudaMemcpyKind, cudaStream_t st) {
   if (w > dp || w > sp) return 1;
-  for (size_t r = 0; r < h; r++) memmove((char *)d + r * dp, (const char *)s + r * sp, w);
+  enqueue(st, [=]() {
+    for (size_t r = 0; r < h; r++) memmove((char *)d + r * dp, (const char *)s + r * sp, w);
+  });
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
-  memset(p, v, n);
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) {
+  enqueue(st, [=]() { memset(p, v, n); });
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-static int g_stream_obj;
+cudaError_t cudaStreamSynchronize(cudaStream_t st) {
+  vt_emu::flush_stream(st);
+  return cudaSuccess;
+}
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned) {
-  *st = (cudaStream_t)&g_stream_obj;
+  *st = new emu_stream;
+  g_streams.push_back(*st);
   return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t st) {
+  vt_emu::flush_stream(st);
+  for (size_t i = 0; i < g_streams.size(); i++)
+    if (g_streams[i] == st) g_streams.erase(g_streams.begin() + (long)i);
+  delete st;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceCount(int *n) {
   *n = getenv("EMU_NO_GPU") ? 0 : 1;
   return cudaSuccess;
@@ -269,7 +349,11 @@ cublasStatus_t cublasCreate(cublasHandle_t *h) {
   *h = (cublasHandle_t)&obj;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+static cudaStream_t g_cublas_stream = nullptr;  // one handle in vit3d
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t st) {
+  g_cublas_stream = st;
+  return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
 
 static float load(const void *p, cudaDataType t, size_t i) {
@@ -286,6 +370,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
   if (m < 0 || n < 0 || k < 0 || batch < 0 || ldc < m ||
       lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n))
     return CUBLAS_STATUS_INVALID_VALUE;
+  vt_emu::flush_stream(g_cublas_stream);
   const float al = *(const float *)alpha, be = *(const float *)beta;
   for (long long b = 0; b < batch; b++)
     for (int j = 0; j < n; j++)
@@ -415,7 +500,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               const void *A, cublasLtMatrixLayout_t a, const void *B,
                               cublasLtMatrixLayout_t b, const void *beta, const void *C,
                               cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dl,
-                              const cublasLtMatmulAlgo_t *, void *ws, size_t wsn, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t *, void *ws, size_t wsn,
+                              cudaStream_t stream) {
+  vt_emu::flush_stream(stream);
   // op(A) is m x k and op(B) k x n as stored; D and C m x n, of one type and leading dimension
   // (C may be D; with beta 0 it is not read).
   const uint64_t m = d->ta == CUBLAS_OP_N ? a->rows : a->cols;
@@ -446,40 +533,53 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   return st;
 }
 
-// ---- events: one in-order stream, so ordering between streams holds by construction ----
+// ---- events: a record marks its stream's queue; waiting for it runs the queue up to there (a
+// stream that waits runs nothing before its next launch anyway, so running the work now is the
+// latest point that keeps the order) ----
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
-  static int obj;
-  *e = (cudaEvent_t)&obj;
+  *e = new emu_event;
   return cudaSuccess;
 }
-cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-// "Pinned" host memory is remembered, so cudaHostGetFlags tells it from other memory;
-// EMU_NO_PINNED=1 makes cudaHostAlloc fail, as a low locked-memory limit does.
-static void *g_pinned[64];
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
+  e->s = stream_of(st);
+  e->seq = e->s->issued;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (e->s) run_until(e->s, e->seq);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
+  return cudaEventSynchronize(e);
+}
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) {
   *p = NULL;
   if (getenv("EMU_NO_PINNED")) return cudaErrorMemoryAllocation;
-  for (auto &slot : g_pinned)
-    if (!slot) {
-      *p = slot = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
+  for (auto &a : g_pinned)
+    if (!a.p) {
+      const size_t rounded = (n + 4095) / 4096 * 4096;
+      *p = a.p = aligned_alloc(4096, rounded);
+      a.n = a.p ? rounded : 0;
       return *p ? cudaSuccess : cudaErrorMemoryAllocation;
     }
   return cudaErrorMemoryAllocation;
 }
 cudaError_t cudaHostGetFlags(unsigned *flags, void *p) {
-  for (auto &slot : g_pinned)
-    if (slot && slot == p) return *flags = 0, cudaSuccess;
+  for (auto &a : g_pinned)
+    if (a.p && a.p == p) return *flags = 0, cudaSuccess;
   return 1;  // not memory from cudaHostAlloc
 }
 cudaError_t cudaFreeHost(void *p) {
-  for (auto &slot : g_pinned)
-    if (slot && slot == p) {
+  flush_all();  // as cudaFree, it waits for the device
+  for (auto &a : g_pinned)
+    if (a.p && a.p == p) {
       free(p);
-      slot = NULL;
+      a.p = NULL, a.n = 0;
       return cudaSuccess;
     }
   return 1;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }

@@ -10,7 +10,9 @@ struct emu_nccl {
   int rank;
 };
 
-static ncclResult_t copy(const void *send, void *recv, size_t count) {
+// Runs at the call, after the work queued on its stream (tests/cuda_emu/emu.cpp).
+static ncclResult_t copy(const void *send, void *recv, size_t count, cudaStream_t st) {
+  vt_emu::flush_stream(st);
   if (send != recv) memmove(recv, send, count * sizeof(float));
   return ncclSuccess;
 }
@@ -25,20 +27,20 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId, int ra
   return ncclSuccess;
 }
 ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t, ncclRedOp_t,
-                           ncclComm_t, cudaStream_t) {
-  return copy(s, r, n);
+                           ncclComm_t, cudaStream_t st) {
+  return copy(s, r, n, st);
 }
 ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t, ncclRedOp_t,
-                               ncclComm_t, cudaStream_t) {
-  return copy(s, r, n);
+                               ncclComm_t, cudaStream_t st) {
+  return copy(s, r, n, st);
 }
 ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t, ncclComm_t,
-                           cudaStream_t) {
-  return copy(s, r, n);
+                           cudaStream_t st) {
+  return copy(s, r, n, st);
 }
 ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t, int, ncclComm_t,
-                           cudaStream_t) {
-  return copy(s, r, n);
+                           cudaStream_t st) {
+  return copy(s, r, n, st);
 }
 ncclResult_t ncclSend(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
   return ncclInvalidUsage;  // no peer

@@ -46,6 +46,9 @@ int lane_of();
 void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body)(void *),
               void *arg);
 unsigned char *dyn_smem();
+// Runs the copies and memsets queued on stream st (emu.cpp): a kernel or library call on st
+// comes after them.
+void flush_stream(cudaStream_t st);
 template <class F>
 struct launcher;
 template <class... P>
@@ -53,14 +56,16 @@ struct launcher<void(P...)> {
   void (*k)(P...);
   dim3 grid, block;
   size_t shm;
+  cudaStream_t st;
   void operator()(P... a) {
+    flush_stream(st);
     auto fn = [&]() { k(a...); };
     run_grid(grid, block, shm, (const void *)k, [](void *p) { (*(decltype(fn) *)p)(); }, &fn);
   }
 };
 template <class F>
-launcher<F> launch(F *k, dim3 g, dim3 b, size_t shm = 0, cudaStream_t = 0) {
-  return launcher<F>{k, g, b, shm};
+launcher<F> launch(F *k, dim3 g, dim3 b, size_t shm = 0, cudaStream_t st = 0) {
+  return launcher<F>{k, g, b, shm, st};
 }
 template <class T>
 T shfl_xor(T v, int o) {
