@@ -17,9 +17,10 @@ args=(train --model tiny --img-size 32 --patch-size 8 --data synthetic --steps 3
       --threads 2 --log-interval 1)
 fail=0
 for p in fp32 bf16; do
-  "$vit3d" "${args[@]}" --device cpu --precision "$p" --log-dir "$work/cpu_$p" > "$work/cpu_$p.log" 2>&1 ||
-    { echo "FAIL: the CPU run ($p)"; tail -5 "$work/cpu_$p.log"; exit 1; }
-  if ! "$emu" "${args[@]}" --device cuda --precision "$p" --log-dir "$work/emu_$p" > "$work/emu_$p.log" 2>&1; then
+  "$vit3d" "${args[@]}" --device cpu --precision "$p" --log-dir "$work/cpu_$p" \
+    > "$work/cpu_$p.log" 2>&1 || { echo "FAIL: the CPU run ($p)"; tail -5 "$work/cpu_$p.log"; exit 1; }
+  if ! "$emu" "${args[@]}" --device cuda --precision "$p" --log-dir "$work/emu_$p" \
+    > "$work/emu_$p.log" 2>&1; then
     echo "FAIL: the emulated CUDA run ($p)"
     tail -10 "$work/emu_$p.log"
     exit 1

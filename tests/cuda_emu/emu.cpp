@@ -1,8 +1,9 @@
 // emu.cpp: a CPU emulation of the part of the CUDA runtime, cuBLAS and cuBLASLt that src/cuda
 // uses, so that tests/test_cuda_ops.c and vit3d itself (vit3d_emu, with nccl_emu.cpp) can run
-// the CUDA code's logic on a machine without a GPU (CI). Each CUDA thread is a ucontext fiber; the blocks of a grid run one after another;
-// __syncthreads and warp shuffles are barriers of a small scheduler that aborts on a deadlock or
-// a warp that diverges at a shuffle, and runs the threads between barriers in a random order.
+// the CUDA code's logic on a machine without a GPU (CI). Each CUDA thread is a ucontext fiber;
+// the blocks of a grid run one after another; __syncthreads and warp shuffles are barriers of a
+// small scheduler that aborts on a deadlock or a warp that diverges at a shuffle, and runs the
+// threads between barriers in a random order.
 // Dynamic shared memory is a buffer per launch, NaN for every block; WMMA is include/mma.h.
 // Streams: kernels and library calls run when launched, after the copies and memsets queued on
 // their stream; asynchronous copies and memsets wait in their stream's queue until something
