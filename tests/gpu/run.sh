@@ -287,7 +287,7 @@ if ((built)) && (($(left) > 90)); then
   echo "==== per-op times ====" >>"$blog2"
   run "$(cap 60 60)" "$blog2" "$bench" "${bargs[@]}" --precision bf16 --ops
   top=$(grep -E '^vit3d-bench op ' "$blog2" | sort -k5 -g -r | head -6 |
-        awk '{printf "%s %s ms (%s), ", $3, $5, $7}')
+        awk '{printf "%s%s %s ms (%s)", (NR > 1 ? ", " : ""), $3, $5, $7}')
   note "per-op ms per step, bf16 $model batch $mb, largest first (synchronized): ${top:-none (see bench.log)}"
 fi
 
