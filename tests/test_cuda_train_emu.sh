@@ -5,8 +5,9 @@
 # (upload_ahead within a step and the next step's first micro-batch loaded ahead), the NCCL
 # transport, the memory report. Tolerances: fp32 1e-5 at step 1 (one forward from the same
 # weights; only summation orders differ), then 1e-3; bf16 against the CPU's bf16 twin 1e-4, then
-# 2e-3 (tests/gpu/run.sh's bands for a real GPU). Not seen here: concurrency between streams (the
-# emulation runs everything in order) and real speed; tests/gpu/run.sh on a GPU checks those.
+# 2e-3 (tests/gpu/run.sh's bands for a real GPU). The emulation holds copies until something
+# waits for them, so a missing wait between streams shows; not seen here: a GPU that lags the
+# host (emulated kernels run at once) and real speed; tests/gpu/run.sh on a GPU checks those.
 set -euo pipefail
 emu=$1 vit3d=$2
 here=$(cd "$(dirname "$0")" && pwd)
