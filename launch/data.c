@@ -117,5 +117,6 @@ int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pix
   cfg->per_step = 1;
   cfg->step_stride = (int64_t)B * d->dp_size;
   cfg->offset = (int64_t)d->dp_rank * B;
+  cfg->host_alloc = d->be->host_alloc, cfg->host_free = d->be->host_free;
   return (d->val_ds.count + cfg->step_stride - 1) / cfg->step_stride;
 }

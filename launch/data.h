@@ -30,7 +30,8 @@ typedef struct {
 // Opens the training (and validation) data for one rank. Errors (missing or empty folders,
 // class counts that do not match the model) are VT_ERR_INPUT with a message.
 // start_step: steps already done (a resume); the stream continues from there. The training
-// micro-batches live in be's host_alloc memory (pinned on CUDA: upload them with be->upload).
+// micro-batches live in be's host_alloc memory (pinned on CUDA: upload them with be->upload or
+// be->upload_ahead).
 vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *be,
                        int need_pixels, int need_labels, int dp_rank, int dp_size, int n_micro,
                        int64_t start_step, char *err, size_t errlen);
@@ -43,7 +44,8 @@ void vt_data_close(vt_data *d);
 void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int32_t **labels);
 
 // The loader configuration of the validation set for this rank: micro-batch j holds positions
-// j*B*dp + dp_rank*B + [0, B); returns the number of micro-batches that cover the set.
+// j*B*dp + dp_rank*B + [0, B), its buffers from the backend's host_alloc; returns the number of
+// micro-batches that cover the set.
 int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pixels);
 
 #endif

@@ -45,11 +45,9 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   const int64_t n = vt_model_local_rows(m, B) * m->cfg.width;
   double acc[4] = {0, 0, 0, 0};  // loss sum, top-1 hits, top-5 hits, samples
   vt_loader_config cfg;
+  // Its buffers are the backend's host_alloc memory (pinned on CUDA), uploaded with `upload`; each
+  // batch's uploads are waited for before its buffers go back to the loader (the loop's top).
   const int64_t batches = vt_data_val_config(d, &cfg, m->has_embed);
-  // Pinned host buffers on CUDA (the backend's host_alloc), uploaded with `upload`: in stream
-  // order, without the driver's staging of pageable memory. Each batch's uploads are waited for
-  // before its buffers go back to the loader (upload_wait at the top of the loop).
-  cfg.host_alloc = be->host_alloc, cfg.host_free = be->host_free;
   vt_loader *loader = NULL;
   char err[512];
   if (m->has_embed || m->has_head) {

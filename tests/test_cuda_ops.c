@@ -185,39 +185,37 @@ static float *act_in(tc *t, const float *x, int64_t n) {
 // ---- one runner per op: CPU once, CUDA twice (r = 0, 1) from the same inputs -------------
 // d[] holds the shape; its meaning is the `dims` column of the table.
 
-// act: linear_act_fwd, whose out is a bf16 activation in bf16 precision.
-static void linear_fwd_case(tc *t, const int64_t *d, int act) {
+// The forward Linears: linear_fwd; linear_act_fwd, whose out is a bf16 activation in bf16
+// precision; linear_residual_fwd, out = res + linear, res random, so an op that ignores it (or
+// adds it twice) fails.
+enum { LIN_PLAIN, LIN_ACT, LIN_RESIDUAL };
+static void linear_fwd_run(const vt_backend *be, int kind, float *out, const float *x,
+                           const float *w, const float *b, const float *res, int64_t M, int64_t I,
+                           int64_t O) {
+  if (kind == LIN_ACT) vt_linear_act_fwd(be, out, x, w, b, M, I, O);
+  else if (kind == LIN_RESIDUAL) vt_linear_residual_fwd(be, out, x, w, b, res, M, I, O);
+  else vt_linear_fwd(be, out, x, w, b, M, I, O);
+}
+static void linear_fwd_case(tc *t, const int64_t *d, int kind) {
   const int64_t M = d[0], I = d[1], O = d[2], bias = d[3];
-  void (*op)(const vt_backend *, float *, const float *, const float *, const float *, int64_t,
-             int64_t, int64_t) = act ? vt_linear_act_fwd : vt_linear_fwd;
   float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
   float *b = hrand(t, O, -1, 1), *ref = hnew(t, M * O), *g[2];
-  op(t->cpu, ref, x, w, bias ? b : NULL, M, I, O);
+  float *res = kind == LIN_RESIDUAL ? hrand(t, M * O, -2, 2) : NULL;
+  linear_fwd_run(t->cpu, kind, ref, x, w, bias ? b : NULL, res, M, I, O);
   float *dx = dnew(t, x, M * I), *dw = dnew(t, w, O * I), *db = dnew(t, b, O);
+  float *dres = res ? dnew(t, res, M * O) : NULL;
   for (int r = 0; r < 2; r++) {
     g[r] = dpoison(t, M * O);
-    op(t->gpu, g[r], dx, dw, bias ? db : NULL, M, I, O);
+    linear_fwd_run(t->gpu, kind, g[r], dx, dw, bias ? db : NULL, dres, M, I, O);
   }
-  if (act) check_act(t, "out", g, ref, M * O);
+  if (kind == LIN_ACT) check_act(t, "out", g, ref, M * O);
   else check(t, "out", g, ref, M * O);
 }
-static void t_linear_fwd(tc *t, const int64_t *d) { linear_fwd_case(t, d, 0); }
-
-// out = res + linear: res random, so an op that ignores it (or adds it twice) fails.
+static void t_linear_fwd(tc *t, const int64_t *d) { linear_fwd_case(t, d, LIN_PLAIN); }
+static void t_linear_act_fwd(tc *t, const int64_t *d) { linear_fwd_case(t, d, LIN_ACT); }
 static void t_linear_residual_fwd(tc *t, const int64_t *d) {
-  const int64_t M = d[0], I = d[1], O = d[2], bias = d[3];
-  float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
-  float *b = hrand(t, O, -1, 1), *res = hrand(t, M * O, -2, 2), *ref = hnew(t, M * O), *g[2];
-  vt_linear_residual_fwd(t->cpu, ref, x, w, bias ? b : NULL, res, M, I, O);
-  float *dx = dnew(t, x, M * I), *dw = dnew(t, w, O * I), *db = dnew(t, b, O);
-  float *dres = dnew(t, res, M * O);
-  for (int r = 0; r < 2; r++) {
-    g[r] = dpoison(t, M * O);
-    vt_linear_residual_fwd(t->gpu, g[r], dx, dw, bias ? db : NULL, dres, M, I, O);
-  }
-  check(t, "out", g, ref, M * O);
+  linear_fwd_case(t, d, LIN_RESIDUAL);
 }
-static void t_linear_act_fwd(tc *t, const int64_t *d) { linear_fwd_case(t, d, 1); }
 
 // d[3] bits: 1 computes dinp, 2 dbias (both optional in linear_bwd). act: linear_bwd_act, whose
 // dinp (always computed) is a bf16 activation in bf16 precision.
