@@ -76,14 +76,18 @@ void vt_data_close(vt_data *d) {
   memset(d, 0, sizeof *d);
 }
 
+int64_t vt_data_position(const vt_data *d, int64_t step, int mb) {
+  const vt_train_options *o = d->o;
+  return step * o->global_batch + (int64_t)d->dp_rank * (o->global_batch / d->dp_size) +
+         (int64_t)mb * o->micro_batch;
+}
+
 void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int32_t **labels) {
   const vt_train_options *o = d->o;
   const int B = o->micro_batch, S = o->model.img_size, K = o->model.num_classes;
   *img = NULL, *labels = NULL;
   if (d->synthetic) {
-    // Step s takes samples [s*G, (s+1)*G); DP rank d the d-th G/dp of them (design.md).
-    const int64_t first = step * o->global_batch + (int64_t)d->dp_rank * (o->global_batch / d->dp_size) +
-                          (int64_t)mb * B;
+    const int64_t first = vt_data_position(d, step, mb);
     // Each sample is a pure function of (seed, index): the rank's threads share the work
     // (about 4 ms per 224 px image on one core, which would otherwise dominate a GPU step).
 #pragma omp parallel for schedule(static) if (d->need_pixels && B > 1)

@@ -37,6 +37,11 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
                        int64_t start_step, char *err, size_t errlen);
 void vt_data_close(vt_data *d);
 
+// The data stream position of micro-batch mb of step `step` on this rank: its images are
+// positions first .. first + B - 1 (design.md: step s takes [s*G, (s+1)*G), DP rank d the d-th
+// G/dp of them, in micro-batches of B). Valid on every pipeline stage.
+int64_t vt_data_position(const vt_data *d, int64_t step, int mb);
+
 // Micro-batch mb of step `step` for this rank: host images (or NULL) and labels (or NULL),
 // valid until the next call (wait for their uploads before it: be->upload_wait).
 // Micro-batches must be asked for in order. A bad file under --bad-image fail is fatal for the

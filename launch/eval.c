@@ -85,7 +85,7 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
       else
         vt_comm_recv(pp, sl->res[0], n, me.pp_rank - 1);
       if (m->has_head) be->upload(sl->labels, batch.labels, (size_t)B * sizeof(int32_t));
-      vt_model_forward(m, 0, B, 0.0f);
+      vt_model_forward(m, 0, B, 0.0f, -1);  // no drop path
       be->inputs_read();  // the training step after this may upload_ahead into the slot
       if (!m->has_head) {
         vt_comm_send(pp, sl->res[m->nblocks], n, me.pp_rank + 1);

@@ -149,6 +149,9 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
        "clip gradients to this global norm; 0 turns clipping off", NULL},
       {"--label-smoothing", VT_OPT_FLOAT, &o.label_smoothing, 0, 0, 0.999, "S",
        "label smoothing of the cross-entropy", NULL},
+      {"--drop-path", VT_OPT_FLOAT, &o.drop_path, 0, 0, 0.99, "RATE",
+       "stochastic depth as timm's drop_path_rate: block i of D drops each residual branch per "
+       "image with probability RATE * i / (D - 1), keyed by the image's stream position", NULL},
       {"--seed", VT_OPT_U64, &o.seed, 0, 0, 1.8e19, "N",
        "seed of weights and data (same seed, same run)", NULL},
       {"--device", VT_OPT_STR, device, sizeof device, 0, 0, "DEV", "cpu or cuda", "cpu|cuda"},

@@ -59,6 +59,10 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->global_batch % (o->dp * o->micro_batch) != 0)
     REFUSE("--global-batch-size %d is not a multiple of dp %d x --micro-batch-size %d = %d",
            o->global_batch, o->dp, o->micro_batch, o->dp * o->micro_batch);
+  if (o->drop_path > 0 && o->micro_batch > VT_DROP_PATH_MAX_SAMPLES)
+    REFUSE("--drop-path works on micro-batches of at most %d images (have %d); lower "
+           "--micro-batch-size and raise the accumulation instead", VT_DROP_PATH_MAX_SAMPLES,
+           o->micro_batch);
   vt_schedule_kind kind;
   if (vt_schedule_parse(o->pp_schedule, &kind) != VT_OK)
     REFUSE("--pp-schedule %s: use one of %s", o->pp_schedule, VT_SCHEDULE_NAMES);
@@ -159,7 +163,7 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
     switch (a.op) {
       case VT_SCHEDULE_FORWARD:
         load_batch(x, step, a.mb, a.mb % m->nslots);
-        vt_model_forward(m, a.mb % m->nslots, B, ls);
+        vt_model_forward(m, a.mb % m->nslots, B, ls, vt_data_position(x->data, step, a.mb));
         m->be->inputs_read();
         if (m->has_head)
           m->be->copy(x->step_losses + (int64_t)a.mb * B, sl->losses, (size_t)B * sizeof(float));
@@ -398,6 +402,10 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   const vt_vit_config *c = &o->model;
   vt_model m;
   vt_model_init(&m, c, shard, tp, B, nslots, be, o->seed);
+  m.drop_path = o->drop_path;
+  if (world_rank == 0 && o->drop_path > 0)
+    vt_log_info("drop path: each residual branch of block i of %d dropped per image with "
+                "probability %g * i / %d", c->depth, o->drop_path, c->depth > 1 ? c->depth - 1 : 1);
   vt_optimizer opt;
   vt_optimizer_init(&opt, &o->optim, be, &m.table, mesh.tp_size > 1 ? tp : NULL,
                     mesh.pp_size > 1 ? pp : NULL, mesh.dp_size > 1 ? dp : NULL, o->zero);

@@ -30,6 +30,7 @@ typedef struct {
   int64_t run_steps;        // steps to run in this invocation, then stop; 0: until the end
   vt_optim_config optim;
   float label_smoothing;
+  float drop_path;          // stochastic depth rate of the last block (timm's drop_path_rate)
   uint64_t seed;
   vt_device device;
   vt_precision precision;   // GEMM precision (vt_backend.h); bf16 by default on CUDA, fp32 on CPU

@@ -143,6 +143,16 @@ void vt_add(const vt_backend *be, float *out, const float *a, const float *b, in
   be->add(out, a, b, count);
 }
 
+void vt_drop_path(const vt_backend *be, float *out, const float *x, const float *res,
+                  int64_t rows, int64_t cols, const vt_drop_mask *mask) {
+  NEED(be, drop_path);
+  PTR(out); PTR(x); PTR(mask);
+  POS(rows); POS(cols); POS(mask->rows_per_sample);
+  VT_CHECK(mask->row0 >= 0 && mask->scale >= 1.0f, "drop_path: row0 %lld, scale %g",
+           (long long)mask->row0, (double)mask->scale);
+  be->drop_path(out, x, res, rows, cols, mask);
+}
+
 void vt_patchify_fwd(const vt_backend *be, float *patches, const float *img, int64_t B,
                      int64_t S, int64_t P) {
   NEED(be, patchify_fwd);

@@ -29,6 +29,16 @@ typedef enum { VT_DEVICE_CPU = 0, VT_DEVICE_CUDA = 1 } vt_device;
 // exact reference of the CUDA backend's bf16 GEMMs up to the order of the fp32 additions.
 typedef enum { VT_PRECISION_FP32 = 0, VT_PRECISION_BF16 = 1 } vt_precision;
 
+// Which samples of a micro-batch keep a residual branch under drop path (stochastic depth,
+// vt_ops.h's vt_drop_path). Small enough to travel by value into a CUDA kernel's arguments.
+#define VT_DROP_PATH_MAX_SAMPLES 4096
+typedef struct {
+  float scale;              // a kept branch's factor, fl(1 / keep probability) as timm's DropPath
+  int64_t row0;             // the first row's index among the micro-batch's B*N rows
+  int64_t rows_per_sample;  // N
+  uint32_t keep[VT_DROP_PATH_MAX_SAMPLES / 32];  // bit b % 32 of word b / 32: sample b is kept
+} vt_drop_mask;
+
 typedef struct vt_backend vt_backend;
 struct vt_backend {
   const char *name;
@@ -102,6 +112,8 @@ struct vt_backend {
                         const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
                         int64_t D);
   void (*add)(float *out, const float *a, const float *b, int64_t count);
+  void (*drop_path)(float *out, const float *x, const float *res, int64_t rows, int64_t cols,
+                    const vt_drop_mask *mask);
   void (*patchify_fwd)(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
   void (*patchify_bwd)(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);
   void (*embed_fwd)(float *x, const float *patch_out, const float *cls, const float *pos,

@@ -119,6 +119,15 @@ void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const flo
 // inputs unchanged, so the model reuses this op to add branch gradients into the stream.
 void vt_add(const vt_backend *be, float *out, const float *a, const float *b, int64_t count);
 
+// Drop path (stochastic depth, timm's DropPath) of a residual branch: per sample, the branch is
+// kept and scaled by mask->scale or dropped. out (rows, cols) = res + x * scale where the row's
+// sample is kept, res where it is dropped (both rounded once, in fp32); with res NULL, x * scale
+// or 0, which is also the backward (the branch's gradient from the stream's, same mask). Row i
+// belongs to sample (mask->row0 + i) / mask->rows_per_sample; samples past the mask's words
+// count as dropped (the padding rows of sequence parallelism). out may alias x or res.
+void vt_drop_path(const vt_backend *be, float *out, const float *x, const float *res,
+                  int64_t rows, int64_t cols, const vt_drop_mask *mask);
+
 // Patch embedding, first half: cut images into P x P patches, each flattened as (3, P, P), the
 // order of a Conv2d weight (C, 3, P, P), so patch embedding = patchify + linear.
 // patches (B, (S/P)^2, 3*P*P), img (B, 3, S, S)

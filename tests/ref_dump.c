@@ -14,6 +14,9 @@
 enum { STEPS = 5, GLOBAL = 6, MICRO = 3 };
 static const uint64_t SEED = 1234;
 static const float SMOOTHING = 0.1f;
+// Drop path: with depth 3, block 0 keeps both branches (the fused residual GEMMs), blocks 1 and 2
+// drop them with probability 0.25 and 0.5 (the PyTorch side draws its own masks, tests/ref_vit.py).
+static const float DROP_PATH = 0.5f;
 
 // The output list owns copies of everything, so tensors can be snapshotted at any moment.
 typedef struct {
@@ -55,7 +58,7 @@ int main(int argc, char **argv) {
   VT_CHECK(be != NULL, "no CPU backend: %s", why);
   vt_backend_set_threads(2);
 
-  vt_vit_config cfg = {.name = "ref", .img_size = 32, .patch_size = 8, .width = 48, .depth = 2,
+  vt_vit_config cfg = {.name = "ref", .img_size = 32, .patch_size = 8, .width = 48, .depth = 3,
                        .heads = 3, .mlp_ratio = 4.0f, .num_classes = 10};
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
@@ -67,6 +70,7 @@ int main(int argc, char **argv) {
 
   vt_model m;
   vt_model_init(&m, &cfg, vt_shard_whole(), NULL, MICRO, 1, be, SEED);
+  m.drop_path = DROP_PATH;
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
 
@@ -91,7 +95,7 @@ int main(int argc, char **argv) {
                             &labels[first + b]);
       be->to_device(m.slots[0].img, images + first * img_elems, (size_t)(MICRO * img_elems) * 4);
       be->to_device(m.slots[0].labels, labels + first, MICRO * sizeof(int32_t));
-      vt_model_forward(&m, 0, MICRO, SMOOTHING);
+      vt_model_forward(&m, 0, MICRO, SMOOTHING, first);
       loss_sum += vt_model_loss_sum(&m, 0, MICRO);
       if (step == 0)
         be->to_host(logits0 + (int64_t)mb * MICRO * K, m.slots[0].logits, (size_t)MICRO * K * 4);

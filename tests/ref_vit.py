@@ -10,8 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # Must match tests/ref_dump.c; the shapes read from the file are checked against them.
-IMG, PATCH, WIDTH, DEPTH, HEADS, MLP_RATIO, CLASSES = 32, 8, 48, 2, 3, 4, 10
-GLOBAL, STEPS, SMOOTHING = 6, 5, 0.1
+IMG, PATCH, WIDTH, DEPTH, HEADS, MLP_RATIO, CLASSES = 32, 8, 48, 3, 3, 4, 10
+GLOBAL, STEPS, SMOOTHING, DROP_PATH, SEED = 6, 5, 0.1, 0.5, 1234
 LR, MIN_LR, WARMUP, BETAS, EPS, WD, CLIP = 1e-3, 1e-5, 2, (0.9, 0.999), 1e-8, 0.05, 0.5
 
 # Relative tolerances, ||vit3d - ref|| / ||ref|| per tensor. vit3d runs in fp32: logits, loss and
@@ -37,6 +37,50 @@ def read_safetensors(path):
                             offset=8 + hlen + a)
         out[name] = torch.from_numpy(arr.reshape(info["shape"]).copy())
     return out
+
+
+# Drop path's masks, drawn as vit3d documents them (vit/model.h, src/vt_rng.h), written here from
+# the Philox paper (Salmon et al., SC'11) and not from vit3d's C: sample at stream position p
+# keeps branch j (0 attention, 1 MLP) of block l when uniform number p of the stream
+# (SEED, fnv1a("drop_path"), 2l + j) is below the keep probability.
+M32 = 0xFFFFFFFF
+
+
+def philox4x32_10(ctr, key):
+    k0, k1 = key & M32, key >> 32 & M32
+    c0, c1, c2, c3 = ctr
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & M32, (p0 >> 32) ^ c3 ^ k1, p0 & M32
+        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+    return c0, c1, c2, c3
+
+
+def fnv1a(name):
+    h = 2166136261
+    for ch in name.encode():
+        h = ((h ^ ch) * 16777619) & M32
+    return h
+
+
+def uniform(key, hi, lo, i):
+    """Number i of stream (key, hi, lo): lane i % 4 of the block at counter (i // 4, lo, hi)."""
+    blk = i >> 2
+    return (philox4x32_10((blk & M32, blk >> 32, lo, hi), key)[i & 3] >> 8) / 2.0**24
+
+
+def drop_masks(positions, keep_probs):
+    """(DEPTH, 2, len(positions)) of 0/1: which samples keep each branch of each block."""
+    stream = fnv1a("drop_path")
+    return torch.tensor([[[float(uniform(SEED, stream, 2 * l + j, p) < keep) for p in positions]
+                          for j in range(2)] for l, keep in enumerate(keep_probs)])
+
+
+def drop_path(x, mask, keep):
+    """timm's DropPath in training: x * (bernoulli(keep) / keep) per sample."""
+    if keep == 1.0:
+        return x
+    return x * (mask.to(x.dtype) / keep).reshape(-1, 1, 1)
 
 
 class Attention(nn.Module):
@@ -69,9 +113,11 @@ class Block(nn.Module):
         self.norm1, self.attn = nn.LayerNorm(dim, eps=1e-6), Attention(dim, heads)
         self.norm2, self.mlp = nn.LayerNorm(dim, eps=1e-6), Mlp(dim, hidden)
 
-    def forward(self, x):
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+    def forward(self, x, masks=None, keep=1.0):
+        if masks is None:
+            masks, keep = torch.ones(2, x.shape[0]), 1.0
+        x = x + drop_path(self.attn(self.norm1(x)), masks[0], keep)
+        return x + drop_path(self.mlp(self.norm2(x)), masks[1], keep)
 
 
 class PatchEmbed(nn.Module):
@@ -95,12 +141,17 @@ class ViT(nn.Module):
             *[Block(width, heads, int(width * mlp_ratio)) for _ in range(depth)])
         self.norm = nn.LayerNorm(width, eps=1e-6)
         self.head = nn.Linear(width, classes)
+        # timm's stochastic depth ramp: drop_path_rate * i / (depth - 1) for block i
+        self.keep = [1.0 - r.item() for r in torch.linspace(0, DROP_PATH, depth)]
 
-    def forward(self, img):
+    def forward(self, img, positions):
         x = self.patch_embed(img)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
-        x = self.norm(self.blocks(x))  # timm normalises all tokens, then pools
-        return self.head(x[:, 0])
+        masks = drop_masks(positions, self.keep)
+        for l, block in enumerate(self.blocks):
+            x = block(x, masks[l], self.keep[l])
+        x = self.norm(x)  # timm normalises all tokens, then pools
+        return self.head(x[:, 0]), masks
 
 
 def lr_at(s):
@@ -166,13 +217,17 @@ def main():
 
     results = []  # (group, name, err, tol)
     ref_lr, ref_norm, ref_loss = [], [], []
+    dropped = dropped0 = 0
     for s in range(STEPS):
         lr = lr_at(s)
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
         batch = slice(s * GLOBAL, (s + 1) * GLOBAL)
-        logits = model(images[batch])
+        logits, masks = model(images[batch], range(batch.start, batch.stop))
+        dropped += masks.numel() - masks.sum().item()
+        if s == 0:
+            dropped0 = masks.numel() - masks.sum().item()
         loss = F.cross_entropy(logits, labels[batch], label_smoothing=SMOOTHING)
         loss.backward()
         if s == 0:
@@ -221,7 +276,9 @@ def main():
             insensitive.append("final." + key)
 
     failed = [r for r in results if not r[2] <= r[3]]  # "not <=" also catches NaN
-    print(f"vit3d vs PyTorch reference ({args.dtype}); clipping active on {clipped}/{STEPS} steps")
+    print(f"vit3d vs PyTorch reference ({args.dtype}); clipping active on {clipped}/{STEPS} steps;"
+          f" drop path dropped {dropped:.0f} of {STEPS * GLOBAL * 2 * (DEPTH - 1)} branch passes"
+          f" of blocks 1-{DEPTH - 1} ({dropped0:.0f} in step 0)")
     print(f"{'group':<14}{'tensors':>8}{'worst rel':>12}{'tol':>9}  worst tensor")
     for group in TOL:
         rs = sorted((r for r in results if r[0] == group), key=lambda r: -r[2])
@@ -233,11 +290,14 @@ def main():
           f"{planted - len(insensitive)} flagged")
     if clipped == 0:
         print("FAIL: clipping never triggered, so it was not tested")
+    kept0 = GLOBAL * 2 * (DEPTH - 1) - dropped0
+    if not (dropped0 > 0 and kept0 > 0):
+        print("FAIL: step 0 (the gradient check) did not both keep and drop branches")
     if insensitive:
         print("FAIL: comparator missed corrupted tensors: " + ", ".join(insensitive))
     if failed:
         print("FAIL: " + ", ".join(f"{g}:{n} ({e:.2e} > {t:.0e})" for g, n, e, t in failed))
-    ok = not failed and not insensitive and clipped > 0
+    ok = not failed and not insensitive and clipped > 0 and dropped0 > 0 and kept0 > 0
     print("PASS" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -403,6 +403,24 @@ static void t_add(tc *t, const int64_t *d) {
   check(t, "out", g, ref, n);
 }
 
+// Drop path on rows row0 .. row0 + rows - 1 of samples of N rows, every third sample dropped;
+// with res the forward, without it the backward. Run 0 writes a fresh buffer; run 1 in place
+// over a copy of x (out aliases x, as the block uses it).
+static void t_drop_path(tc *t, const int64_t *d) {
+  const int64_t rows = d[0], cols = d[1], n = rows * cols;
+  vt_drop_mask mask = {.scale = 1.0f / 0.8f, .row0 = d[2], .rows_per_sample = d[3]};
+  for (int b = 0; b < VT_DROP_PATH_MAX_SAMPLES; b++)
+    if (b % 3 != 1) mask.keep[b >> 5] |= 1u << (b & 31);
+  float *x = hrand(t, n, -1, 1), *res = d[4] ? hrand(t, n, -1, 1) : NULL, *ref = hnew(t, n), *g[2];
+  vt_drop_path(t->cpu, ref, x, res, rows, cols, &mask);
+  float *gx = dnew(t, x, n), *gres = res ? dnew(t, res, n) : NULL;
+  g[0] = dpoison(t, n);
+  vt_drop_path(t->gpu, g[0], gx, gres, rows, cols, &mask);
+  g[1] = dnew(t, x, n);
+  vt_drop_path(t->gpu, g[1], g[1], gres, rows, cols, &mask);
+  check(t, "out", g, ref, n);
+}
+
 static void t_patchify_fwd(tc *t, const int64_t *d) {
   const int64_t B = d[0], S = d[1], P = d[2], np = B * (S / P) * (S / P) * 3 * P * P;
   float *img = hrand(t, B * 3 * S * S, -1, 1), *ref = hnew(t, np), *g[2];
@@ -556,7 +574,8 @@ static void t_scale(tc *t, const int64_t *d) {
 // relative to the sum of magnitudes; each tolerance leaves about 10x over that for the longest
 // reduction of its shapes:
 //   0      pure data movement, or the same single rounding on both sides (patchify, cls_pool,
-//          add, scale, embed: one add, and dcls/dpos add the batch in the CPU's order).
+//          add, drop_path, scale, embed: one add, and dcls/dpos add the batch in the CPU's
+//          order).
 //   1e-6   element-wise with FMA contraction or library functions: AdamW, cross-entropy bwd
 //          (a few ulp).
 //   2e-6   GELU: the CPU uses its own erf (abs. error 1.5e-7) and exp, CUDA erff and expf.
@@ -617,6 +636,9 @@ static const op_test kTests[] = {
      {{2, 197, 3, 64, 1}, {1, 5, 1, 7, 0}, {3, 300, 2, 8, 1}, {1, 65, 4, 16, 1}, {1, 1, 2, 3, 1},
       {2, 50, 12, 64, 0}, {1, 70, 2, 80, 1}, {1, 40, 1, 96, 1}}},  // 80: ViT-H/14; 96: fp32's largest
     {"add", "count", t_add, {0, -1}, {{1}, {1000}, {197 * 192 + 3}}},
+    {"drop_path", "rows,cols,row0,N,res", t_drop_path, {0, -1},
+     {{1, 1, 0, 1, 1}, {394, 192, 0, 197, 1}, {394, 192, 0, 197, 0}, {99, 77, 197, 50, 1},
+      {4000, 3, 200, 1, 0}}},  // samples 200..4199 of one row: past 4095 they count as dropped
     {"patchify_fwd", "B,S,P", t_patchify_fwd, {0, 0},
      {{2, 32, 16}, {1, 12, 4}, {3, 30, 5}, {1, 224, 16}, {2, 8, 8}}},
     {"patchify_bwd", "B,S,P", t_patchify_bwd, {0, -1},
@@ -651,9 +673,10 @@ static int check_table(const vt_backend *be) {
       OP(linear_bwd_act),    OP(linear_residual_fwd),
       OP(layernorm_fwd),     OP(layernorm_bwd),     OP(add_layernorm_fwd), OP(layernorm_bwd_add),
       OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
-      OP(add),               OP(patchify_fwd),      OP(patchify_bwd),  OP(embed_fwd),
-      OP(embed_bwd),         OP(cls_pool_fwd),      OP(cls_pool_bwd),  OP(cross_entropy_fwd),
-      OP(cross_entropy_bwd), OP(adamw),             OP(sumsq),         OP(scale),
+      OP(add),               OP(drop_path),         OP(patchify_fwd),  OP(patchify_bwd),
+      OP(embed_fwd),         OP(embed_bwd),         OP(cls_pool_fwd),  OP(cls_pool_bwd),
+      OP(cross_entropy_fwd), OP(cross_entropy_bwd), OP(adamw),         OP(sumsq),
+      OP(scale),
 #undef OP
   };
   int missing = 0;

@@ -3,9 +3,10 @@
 # (tests/cuda_emu, one-rank NCCL) follows the CPU run, in fp32 and in bf16. It runs the trainer's
 # device paths where no GPU is: the CUDA ops in the model, pinned host memory and the uploads
 # (upload_ahead within a step and the next step's first micro-batch loaded ahead), the NCCL
-# transport, the memory report. Tolerances: fp32 1e-5 at step 1 (one forward from the same
-# weights; only summation orders differ), then 1e-3; bf16 against the CPU's bf16 twin 1e-4, then
-# 2e-3 (tests/gpu/run.sh's bands for a real GPU). The emulation holds copies until something
+# transport, the memory report; the bf16 runs also drop paths (--drop-path 0.3). Tolerances:
+# fp32 1e-5 at step 1 (one forward from the same weights; only summation orders differ), then
+# 1e-3; bf16 against the CPU's bf16 twin 1e-4, then 2e-3 (tests/gpu/run.sh's bands for a real
+# GPU). The emulation holds copies until something
 # waits for them, so a missing wait between streams shows; not seen here: a GPU that lags the
 # host (emulated kernels run at once) and real speed; tests/gpu/run.sh on a GPU checks those.
 set -euo pipefail
@@ -18,9 +19,11 @@ args=(train --model tiny --img-size 32 --patch-size 8 --data synthetic --steps 3
       --threads 2 --log-interval 1)
 fail=0
 for p in fp32 bf16; do
-  "$vit3d" "${args[@]}" --device cpu --precision "$p" --log-dir "$work/cpu_$p" \
+  extra=()  # the bf16 runs with drop path: the unfused residual adds and the masks on CUDA
+  [[ $p == bf16 ]] && extra=(--drop-path 0.3)
+  "$vit3d" "${args[@]}" "${extra[@]}" --device cpu --precision "$p" --log-dir "$work/cpu_$p" \
     > "$work/cpu_$p.log" 2>&1 || { echo "FAIL: the CPU run ($p)"; tail -5 "$work/cpu_$p.log"; exit 1; }
-  if ! "$emu" "${args[@]}" --device cuda --precision "$p" --log-dir "$work/emu_$p" \
+  if ! "$emu" "${args[@]}" "${extra[@]}" --device cuda --precision "$p" --log-dir "$work/emu_$p" \
     > "$work/emu_$p.log" 2>&1; then
     echo "FAIL: the emulated CUDA run ($p)"
     tail -10 "$work/emu_$p.log"

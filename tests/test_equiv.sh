@@ -2,7 +2,8 @@
 # test_equiv.sh VIT3D: every 8-rank layout (tp x pp x dp) computes the same training as one rank:
 # the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
 # tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, with the tp-pp-dp mesh order and
-# with sequence parallelism (and tp 8, where the 34 token rows need padding). Then bf16
+# with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
+# with drop path against one rank with drop path. Then bf16
 # (--precision bf16, the CPU twin of the CUDA bf16 GEMMs): a pipeline computes every sample as
 # one rank does, so pp 8 must log the very same losses and gradient norms; the 2x2x2 mesh sums
 # the row-parallel GEMMs in another order, and an fp32 difference next to a bf16 rounding
@@ -48,6 +49,26 @@ check order 2 2 2 --mesh-order tp-pp-dp
 check zero_dp8 1 1 8 --zero 1
 check seqpar 2 2 2 --sequence-parallel 1
 check seqpar_tp8 8 1 1 --sequence-parallel 1  # 34 rows over 8 ranks: 6 padding rows
+# Drop path keys each sample's masks by its stream position and global block, so every layout
+# drops the same branches as one rank: a pipeline splits the blocks, DP and the micro-batches
+# split the samples, TP with sequence parallelism splits a sample's rows (and pads them).
+if run base_drop 1 --drop-path 0.3; then
+  "$py" - "$work/base/metrics.jsonl" "$work/base_drop/metrics.jsonl" <<'PY' || fail=1
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
+assert a[0] != b[0] and a[-1] != b[-1], "--drop-path 0.3 left the losses unchanged"
+print(f"drop path 0.3 changes the run: step-5 loss {b[-1]:.6f} (without: {a[-1]:.6f})")
+PY
+  for layout in "drop_mix222 2 2 2" "drop_pp2dp4 1 2 4" "drop_seqpar_tp8 8 1 1 --sequence-parallel 1"; do
+    set -- $layout
+    name=$1 tp=$2 pp=$3 dp=$4; shift 4
+    run "$name" 8 --tp "$tp" --pp "$pp" --dp "$dp" --drop-path 0.3 "$@" &&
+      "$py" "$here/compare_runs.py" "$work/base_drop" "$work/$name" \
+        "$name $tp x $pp x $dp --drop-path 0.3 $*" || fail=1
+  done
+else
+  fail=1
+fi
 cc=$here/compare_curves.py
 if run base_bf16 1 --precision bf16 && run pp8_bf16 8 --pp 8 --precision bf16 &&
    run mix_bf16 8 --tp 2 --pp 2 --dp 2 --precision bf16 &&

@@ -162,6 +162,25 @@ static void test_add(int64_t n) {
   free(k.a), free(k.b), free(out), free(r);
 }
 
+// ---- drop path ----
+typedef struct { float *x, *res; int64_t rows, cols; vt_drop_mask mask; } drop_ctx;
+static void drop_fwd(void *c, float *out) {
+  drop_ctx *k = c;
+  vt_drop_path(be, out, k->x, k->res, k->rows, k->cols, &k->mask);
+}
+static void test_drop_path(int64_t rows, int64_t cols, int64_t row0, int64_t N) {
+  // out = res + x * scale for the kept samples' rows; the backward is the same op on dout
+  // without res (dx), and dout itself for res. Samples 0, 2, 3 of the rows' 5 are kept.
+  drop_ctx k = {randn(rows * cols, 14, 1), randn(rows * cols, 15, 1), rows, cols,
+                {.scale = 1.0f / 0.7f, .row0 = row0, .rows_per_sample = N, .keep = {0x0d}}};
+  const int64_t n = rows * cols;
+  float *out = calloc((size_t)n, 4), *r = randn(n, 16, 1), *dx = calloc((size_t)n, 4);
+  vt_drop_path(be, dx, r, NULL, rows, cols, &k.mask);
+  expect_pass("drop_path dx", check("drop_path dx", drop_fwd, &k, out, r, n, k.x, n, dx));
+  expect_pass("drop_path dres", check("drop_path dres (= dout)", drop_fwd, &k, out, r, n, k.res, n, r));
+  free(k.x), free(k.res), free(out), free(r), free(dx);
+}
+
 // ---- attention ----
 typedef struct { float *qkv, *lse; int64_t B, N, H, D; } att_ctx;
 static void att_fwd(void *c, float *out) {
@@ -286,6 +305,7 @@ int main(void) {
   test_gelu(1001);
   test_gelu_bias(37, 11);
   test_add(77);
+  test_drop_path(31, 3, 4, 7);  // rows 4..34: samples 0..4, the first and last in part
   test_attention(2, 13, 3, 5);
   test_attention(1, 5, 1, 3);
   test_attention(2, 7, 7, 11);

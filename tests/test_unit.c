@@ -1,11 +1,13 @@
 // test_unit.c: unit tests of the pieces below the model: Philox against the published
 // known-answer vectors, the parameter table against timm's parameter counts, the learning-rate
-// schedule, AdamW against a double-precision transcription, and the config checks.
+// schedule, AdamW against a double-precision transcription, the drop-path masks, and the
+// config checks.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "config.h"
+#include "model.h"
 #include "optim.h"
 #include "params.h"
 #include "vt_ops.h"
@@ -144,8 +146,46 @@ static void test_gelu(void) {
   printf("GELU on [-12, 12]: max abs error %.3g, derivative %.3g\n", worst, worst_d);
 }
 
+static int kept(const vt_drop_mask *m, int b) { return (int)(m->keep[b >> 5] >> (b & 31) & 1u); }
+
+static void test_drop_path_masks(void) {
+  // timm's ramp torch.linspace(0, rate, depth): nothing drops in block 0, rate in the last.
+  EXPECT(vt_drop_path_keep(0.2f, 0, 12) == 1.0, "block 0 keeps everything");
+  EXPECT(fabs(vt_drop_path_keep(0.2f, 11, 12) - 0.8) < 1e-7, "last block drops at the rate");
+  EXPECT(fabs(vt_drop_path_keep(0.2f, 4, 11) - 0.92) < 1e-7, "block 4 of 11 drops 0.08");
+  EXPECT(vt_drop_path_keep(0.2f, 0, 1) == 1.0, "one block: linspace(0, r, 1) = [0]");
+  // Bernoulli(keep) per sample: the kept fraction of 4096 samples within 4 sigma, for branches
+  // of several blocks; the (layer, branch) streams differ from each other.
+  enum { B = VT_DROP_PATH_MAX_SAMPLES };
+  static vt_drop_mask m[4], part;
+  const double keep = 0.7;
+  for (int i = 0; i < 4; i++) {
+    vt_drop_path_mask(&m[i], 5, 3 + i / 2, i % 2, keep, 1000, B, 197);
+    int n = 0;
+    for (int b = 0; b < B; b++) n += kept(&m[i], b);
+    const double sigma = sqrt(B * keep * (1 - keep));
+    EXPECT(fabs(n - B * keep) < 4 * sigma, "mask %d keeps %d of %d (expected %.0f)", i, n, B,
+           B * keep);
+    EXPECT(m[i].scale == 1.0f / 0.7f && m[i].rows_per_sample == 197 && m[i].row0 == 0,
+           "mask %d: scale %g, rows %lld, row0 %lld", i, m[i].scale,
+           (long long)m[i].rows_per_sample, (long long)m[i].row0);
+  }
+  for (int i = 0; i < 4; i++)
+    for (int j = i + 1; j < 4; j++)
+      EXPECT(memcmp(m[i].keep, m[j].keep, sizeof m[i].keep) != 0, "masks %d and %d equal", i, j);
+  // A sample's decision depends on its stream position only: a micro-batch that starts 100
+  // positions later sees the same bits shifted, so any split into micro-batches and DP ranks
+  // drops the same branches.
+  vt_drop_path_mask(&part, 5, 3, 0, keep, 1100, 50, 197);
+  int same = 1;
+  for (int b = 0; b < 50; b++) same &= kept(&part, b) == kept(&m[0], 100 + b);
+  for (int b = 50; b < B; b++) same &= !kept(&part, b);
+  EXPECT(same, "a micro-batch at position 1100 disagrees with the same positions at 1000");
+}
+
 int main(void) {
   test_philox();
+  test_drop_path_masks();
   test_param_counts();
   test_init();
   test_schedule();

@@ -3,7 +3,9 @@
 // so each branch crosses the TP group once forward (mapping g) and once backward (mapping f).
 // Under sequence parallelism the stream and the LayerNorms hold only this rank's rows, f
 // gathers the rows and g reduce-scatters them (parallel/tp.h). The row-parallel biases are
-// added by TP rank 0 only, before the reduction, so they count once.
+// added by TP rank 0 only, before the reduction, so they count once. Under drop path (drop, the
+// masks of the attention and the MLP branch, else NULL) a branch's output reaches the stream
+// only for the samples that keep it, scaled (vt_drop_path).
 #include "model.h"
 #include "tp.h"
 #include "vt_ops.h"
@@ -41,7 +43,7 @@ static const float *f_bwd(const vt_model *m, float *local, float *partial, int64
 }
 
 void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
-                  const float *in, float *out, int B) {
+                  const float *in, float *out, int B, const vt_drop_mask *drop) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const int tp = m->shard.tp_size;
@@ -58,32 +60,49 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   vt_attention_fwd(be, a->attn, a->lse, a->qkv, B, N, H, D);
   // Without TP nothing comes between a branch's last GEMM and its residual add, so the GEMM
   // adds it (linear_residual_fwd: the same bits on the CPU, less traffic on a GPU).
-  if (tp == 1) {
+  if (tp == 1 && !drop) {
     vt_linear_residual_fwd(be, a->mid, a->attn, w->proj_w, proj_b, in, M, H * D, C);
     vt_layernorm_fwd(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->norm2_w, w->norm2_b, M, C);
   } else {
     vt_linear_fwd(be, partial, a->attn, w->proj_w, proj_b, M, H * D, C);
     g_fwd(m, a->mid, partial, Ml * C);
-    // mid = in + attention branch, its LayerNorm in the same pass
-    vt_add_layernorm_fwd(be, a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, in, w->norm2_w,
-                         w->norm2_b, Ml, C);
+    if (drop) {  // mid = in + the attention branch where its sample keeps it
+      vt_drop_path(be, a->mid, a->mid, in, Ml, C, &drop[0]);
+      vt_layernorm_fwd(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->norm2_w, w->norm2_b, Ml,
+                       C);
+    } else {  // mid = in + attention branch, its LayerNorm in the same pass
+      vt_add_layernorm_fwd(be, a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, in, w->norm2_w,
+                           w->norm2_b, Ml, C);
+    }
   }
   // MLP branch: mid -> out
   partial = m->sp ? m->s.partial : out;
   const float *x2 = f_fwd(m, a->ln2_full, a->ln2, Ml * C);
   vt_linear_act_fwd(be, a->fc1, x2, w->fc1_w, w->fc1_b, M, C, F);
   vt_gelu_fwd(be, a->gelu, a->fc1, M * F);
-  if (tp == 1) {
+  if (tp == 1 && !drop) {
     vt_linear_residual_fwd(be, out, a->gelu, w->fc2_w, fc2_b, a->mid, M, F, C);
     return;
   }
   vt_linear_fwd(be, partial, a->gelu, w->fc2_w, fc2_b, M, F, C);
   g_fwd(m, out, partial, Ml * C);
-  vt_add(be, out, out, a->mid, Ml * C);
+  if (drop) vt_drop_path(be, out, out, a->mid, Ml, C, &drop[1]);
+  else vt_add(be, out, out, a->mid, Ml * C);
+}
+
+// The gradient of a residual branch's output: the stream's, dres, or under drop path dres *
+// scale where the branch's sample kept it and 0 where it was dropped, made in dln (free until
+// the branch's first input gradient; its rows past M, which must stay zero, lie beyond these Ml).
+static const float *branch_dout(const vt_model *m, const float *dres, const vt_drop_mask *mask,
+                                int64_t Ml) {
+  if (!mask) return dres;
+  vt_drop_path(m->be, m->s.dln, dres, NULL, Ml, m->cfg.width, mask);
+  return m->s.dln;
 }
 
 void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
-                  const vt_block_acts *a, const float *in, float *dres, int B) {
+                  const vt_block_acts *a, const float *in, float *dres, int B,
+                  const vt_drop_mask *drop) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const vt_model_scratch *s = &m->s;
@@ -94,7 +113,7 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   const float *x1 = m->sp ? a->ln1_full : a->ln1, *x2 = m->sp ? a->ln2_full : a->ln2;
   // MLP branch; dres holds d(block output) and becomes d(mid), then d(in). The row-parallel
   // Linears' input gradients (dact) are bf16 activations in bf16 precision, as autocast makes them.
-  const float *dy = g_bwd(m, s->full, dres, Ml * C);
+  const float *dy = g_bwd(m, s->full, branch_dout(m, dres, drop ? &drop[1] : NULL, Ml), Ml * C);
   vt_linear_bwd_act(be, s->dact, gw->fc2_w, gw->fc2_b, dy, a->gelu, w->fc2_w, M, F, C);
   vt_gelu_bwd(be, s->dfc1, gw->fc1_b, a->fc1, s->dact, M, F);  // and fc1's bias gradient
   vt_linear_act_bwd(be, s->dln, gw->fc1_w, s->dfc1, x2, w->fc1_w, M, C, F);
@@ -103,7 +122,7 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
                        a->ln2_rstd, Ml, C);  // dres += the MLP branch's input gradient
   // Attention branch. The attention output's gradient takes dact's place (fc2's input gradient
   // is used up); dln's rows past M stay untouched (zero).
-  dy = g_bwd(m, s->full, dres, Ml * C);
+  dy = g_bwd(m, s->full, branch_dout(m, dres, drop ? &drop[0] : NULL, Ml), Ml * C);
   vt_linear_bwd_act(be, s->dact, gw->proj_w, gw->proj_b, dy, a->attn, w->proj_w, M, H * D, C);
   vt_attention_bwd(be, s->dqkv, gw->qkv_b, s->dact, a->qkv, a->attn, a->lse, B, N, H, D);
   vt_linear_act_bwd(be, s->dln, gw->qkv_w, s->dqkv, x1, w->qkv_w, M, C, 3 * H * D);

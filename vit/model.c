@@ -8,6 +8,7 @@
 
 #include "tp.h"
 #include "vt_ops.h"
+#include "vt_rng.h"
 
 // Carving one allocation: with base NULL it only measures, so sizing and carving share code.
 typedef struct {
@@ -147,6 +148,7 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
   m->nslots = nslots;
   m->be = be;
   m->precision = be->precision();
+  m->seed = seed;
   VT_CHECK(!m->sp || m->precision != VT_PRECISION_BF16 || cfg->width % 2 == 0,
            "sequence parallelism in bf16 gathers bf16 rows as floats: it needs an even width "
            "(have %d)", cfg->width);
@@ -206,7 +208,40 @@ static void take_rows(const vt_model *m, float *local, const float *full, int B)
   if (real < Ml) m->be->zero(local + real * C, (size_t)((Ml - real) * C) * sizeof(float));
 }
 
-void vt_model_forward(vt_model *m, int slot, int B, float smoothing) {
+double vt_drop_path_keep(float rate, int layer, int depth) {
+  return depth > 1 ? 1.0 - (double)rate * layer / (depth - 1) : 1.0;
+}
+
+void vt_drop_path_mask(vt_drop_mask *mask, uint64_t seed, int layer, int branch, double keep,
+                       int64_t sample0, int B, int64_t N) {
+  VT_CHECK(B <= VT_DROP_PATH_MAX_SAMPLES && keep > 0.0,
+           "drop path: micro-batch %d (at most %d), keep probability %g", B,
+           VT_DROP_PATH_MAX_SAMPLES, keep);
+  memset(mask, 0, sizeof *mask);
+  mask->scale = 1.0f / (float)keep;
+  mask->rows_per_sample = N;
+  const uint32_t stream = vt_hash_name("drop_path");
+  for (int b = 0; b < B; b++)
+    if (vt_rng_uniform(seed, stream, (uint32_t)(2 * layer + branch), (uint64_t)(sample0 + b)) < keep)
+      mask->keep[b >> 5] |= 1u << (b & 31);
+}
+
+// The drop-path masks of a block of this stage (local index l) for a slot's micro-batch, in
+// drop[0..1]; NULL when nothing drops there (rate 0, the first block, evaluation).
+static const vt_drop_mask *block_drop(const vt_model *m, int l, const vt_model_slot *sl, int B,
+                                      vt_drop_mask drop[2]) {
+  const int layer = m->first_block + l;
+  const double keep = vt_drop_path_keep(m->drop_path, layer, m->cfg.depth);
+  if (sl->sample0 < 0 || keep >= 1.0) return NULL;
+  for (int branch = 0; branch < 2; branch++) {
+    vt_drop_path_mask(&drop[branch], m->seed, layer, branch, keep, sl->sample0, B,
+                      vt_cfg_tokens(&m->cfg));
+    drop[branch].row0 = m->sp ? m->shard.tp_rank * vt_model_local_rows(m, B) : 0;
+  }
+  return drop;
+}
+
+void vt_model_forward(vt_model *m, int slot, int B, float smoothing, int64_t sample0) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   VT_CHECK(B > 0 && B <= m->max_batch, "micro-batch %d outside 1..%d", B, m->max_batch);
@@ -217,6 +252,7 @@ void vt_model_forward(vt_model *m, int slot, int B, float smoothing) {
   const int64_t N = vt_cfg_tokens(c), C = c->width, K = c->num_classes, S = c->img_size;
   const int64_t P = c->patch_size;
   vt_model_slot *sl = &m->slots[slot];
+  sl->sample0 = sample0;
   if (m->has_embed) {
     vt_patchify_fwd(be, sl->patches, sl->img, B, S, P);
     vt_linear_fwd(be, sl->patch_out, sl->patches, m->p.patch_w, m->p.patch_b, B * (N - 1),
@@ -224,8 +260,11 @@ void vt_model_forward(vt_model *m, int slot, int B, float smoothing) {
     vt_embed_fwd(be, m->sp ? m->s.full : sl->res[0], sl->patch_out, m->p.cls, m->p.pos, B, N, C);
     if (m->sp) take_rows(m, sl->res[0], m->s.full, B);
   }
-  for (int l = 0; l < m->nblocks; l++)
-    vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[l], sl->res[l], sl->res[l + 1], B);
+  for (int l = 0; l < m->nblocks; l++) {
+    vt_drop_mask drop[2];
+    vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[l], sl->res[l], sl->res[l + 1], B,
+                 block_drop(m, l, sl, B, drop));
+  }
   if (!m->has_head) return;
   // timm normalises every token, then pools the class token; LayerNorm is per token, so
   // normalising only the pooled tokens gives the same logits and gradients for less work.
@@ -269,7 +308,9 @@ void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss
     be->copy(s->dres, sl->dout, (size_t)Ml * C * sizeof(float));
   }
   for (int l = m->nblocks - 1; l >= 0; l--) {
-    vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[l], sl->res[l], s->dres, B);
+    vt_drop_mask drop[2];
+    vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[l], sl->res[l], s->dres, B,
+                 block_drop(m, l, sl, B, drop));
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, m->first_block + l + 1);
   }
   if (!m->has_embed) {

@@ -59,6 +59,7 @@ typedef struct {
   float *logits, *probs, *losses;             // (B, K), (B, K), (B)     last stage
   float *dout;                       // (Ml, C) gradient of the stage output (received)
   float *dinput;                     // (Ml, C) gradient of the stage input (to send)
+  int64_t sample0;                   // the forward's first stream position (drop path), or -1
 } vt_model_slot;
 
 // Scratch shared by all slots (one forward or backward runs at a time).
@@ -94,6 +95,10 @@ typedef struct {
   void *act_block;        // the one activation allocation
   size_t act_nbytes;
   vt_precision precision;  // the backend's at init: it sized the bf16 activations
+  uint64_t seed;           // vt_model_init's: it also keys the drop-path masks
+  // Drop path (stochastic depth) rate of the last block; 0 (vt_model_init's) turns it off. Set
+  // before the first forward.
+  float drop_path;
   float *host_losses;     // (B) host copy of the per-sample losses
   // When set, vt_model_backward calls it as soon as the gradients of a layer's parameters are
   // complete (vt_param.layer numbering: the head first, then the blocks backwards, embeddings
@@ -112,8 +117,11 @@ void vt_model_free(vt_model *m);
 
 // Forward of B images in a slot. First stage: reads slot->img; others: slot->res[0]. Last
 // stage: reads slot->labels and leaves the B per-sample losses in slot->losses (device memory);
-// others leave the output in slot->res[nblocks]. Does not wait for the device.
-void vt_model_forward(vt_model *m, int slot, int B, float smoothing);
+// others leave the output in slot->res[nblocks]. sample0 is the data stream position of the
+// first image (the micro-batch holds sample0 .. sample0 + B - 1), which keys the drop-path
+// masks, so that every layout drops the same branches; negative: no drop path (evaluation).
+// Does not wait for the device.
+void vt_model_forward(vt_model *m, int slot, int B, float smoothing, int64_t sample0);
 // Last stage: the sum of the B per-sample losses of the slot's last forward, in double (copies
 // them to the host, so it waits for the device); 0 on other stages.
 double vt_model_loss_sum(vt_model *m, int slot, int B);
@@ -128,11 +136,24 @@ static inline int64_t vt_model_local_rows(const vt_model *m, int B) {
   return m->sp ? (M + tp - 1) / tp : M;
 }
 
+// Drop path as timm's VisionTransformer(drop_path_rate=rate) has it: block `layer` (0-based, of
+// depth) drops each branch of each sample with probability rate * layer / (depth - 1), the
+// ramp of torch.linspace(0, rate, depth); returns the keep probability, 1 when nothing drops.
+double vt_drop_path_keep(float rate, int layer, int depth);
+// The mask of branch `branch` (0 attention, 1 MLP) of block `layer` for stream positions
+// sample0 .. sample0 + B - 1 (B <= VT_DROP_PATH_MAX_SAMPLES): sample b keeps it when the
+// uniform vt_rng_uniform(seed, vt_hash_name("drop_path"), 2 * layer + branch, sample0 + b) is
+// below keep; a kept branch is scaled by fl(1 / fl(keep)). Rows: row0 0, N per sample.
+void vt_drop_path_mask(vt_drop_mask *mask, uint64_t seed, int layer, int branch, double keep,
+                       int64_t sample0, int B, int64_t N);
+
 // Blocks (vit/block.c): one transformer block's forward and backward on M = B*N rows, with the
-// tensor-parallel all-reduces of Megatron's f and g mappings when m->tp is set.
+// tensor-parallel all-reduces of Megatron's f and g mappings when m->tp is set. drop: the masks
+// of its two branches (attention, MLP), or NULL for none.
 void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
-                  const float *in, float *out, int B);
+                  const float *in, float *out, int B, const vt_drop_mask *drop);
 void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
-                  const vt_block_acts *a, const float *in, float *dres, int B);
+                  const vt_block_acts *a, const float *in, float *dres, int B,
+                  const vt_drop_mask *drop);
 
 #endif

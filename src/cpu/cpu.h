@@ -95,6 +95,8 @@ void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const fl
                           const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
                           int64_t D);
 void vt_cpu_add(float *out, const float *a, const float *b, int64_t count);
+void vt_cpu_drop_path(float *out, const float *x, const float *res, int64_t rows, int64_t cols,
+                      const vt_drop_mask *mask);
 void vt_cpu_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
 void vt_cpu_patchify_bwd(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);
 void vt_cpu_embed_fwd(float *x, const float *patch_out, const float *cls, const float *pos,

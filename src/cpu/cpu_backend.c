@@ -89,6 +89,7 @@ const vt_backend vt_cpu_backend = {
     .attention_fwd = vt_cpu_attention_fwd,
     .attention_bwd = vt_cpu_attention_bwd,
     .add = vt_cpu_add,
+    .drop_path = vt_cpu_drop_path,
     .patchify_fwd = vt_cpu_patchify_fwd,
     .patchify_bwd = vt_cpu_patchify_bwd,
     .embed_fwd = vt_cpu_embed_fwd,

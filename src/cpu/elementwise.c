@@ -1,4 +1,4 @@
-// elementwise.c: GELU (the erf form), the residual add, sum of squares and scaling.
+// elementwise.c: GELU (the erf form), the residual add, drop path, sum of squares and scaling.
 // GELU uses its own branch-free exp and erf so the compiler vectorises the loops: libm's erff
 // and expf are scalar calls, and made GELU 17% of a ViT-Ti step (tests/bench_cpu.sh).
 #include <math.h>
@@ -88,6 +88,22 @@ void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *d
 void vt_cpu_add(float *out, const float *a, const float *b, int64_t count) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; i++) out[i] = a[i] + b[i];
+}
+
+void vt_cpu_drop_path(float *out, const float *x, const float *res, int64_t rows, int64_t cols,
+                      const vt_drop_mask *mask) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t b = (mask->row0 + r) / mask->rows_per_sample;
+    const int kept = b < VT_DROP_PATH_MAX_SAMPLES && (mask->keep[b >> 5] >> (b & 31) & 1u);
+    const float s = mask->scale;
+    float *o = out + r * cols;
+    const float *xr = x + r * cols, *rr = res ? res + r * cols : NULL;
+    for (int64_t c = 0; c < cols; c++) {
+      const float branch = kept ? xr[c] * s : 0.0f;
+      o[c] = rr ? (kept ? rr[c] + branch : rr[c]) : branch;
+    }
+  }
 }
 
 double vt_cpu_sumsq(const float *x, int64_t count) {

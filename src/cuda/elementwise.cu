@@ -1,5 +1,5 @@
-// elementwise.cu: GELU (the exact erf form), the residual add, sum of squares and scaling on
-// CUDA, twin of src/cpu/elementwise.c, and the bf16 rounding of GEMM operands. The sum of
+// elementwise.cu: GELU (the exact erf form), the residual add, drop path, sum of squares and
+// scaling on CUDA, twin of src/cpu/elementwise.c, and the bf16 rounding of GEMM operands. The sum of
 // squares is a two-stage reduction over chunks of a fixed size, in double, with no atomics: the
 // same bits on every run and every GPU.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
@@ -47,6 +47,20 @@ static __global__ void add_kernel(float *out, const float *a, const float *b, in
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x)
     out[i] = a[i] + b[i];
+}
+
+// The mask travels by value (about 0.5 KiB of kernel arguments). __fmul_rn keeps the product
+// its own rounding, as on the CPU, instead of letting nvcc fuse it into the add (an FMA).
+static __global__ void drop_path_kernel(float *out, const float *x, const float *res,
+                                        int64_t rows, int64_t cols, const vt_drop_mask mask) {
+  const int64_t count = rows * cols;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t b = (mask.row0 + i / cols) / mask.rows_per_sample;
+    const bool kept = b < VT_DROP_PATH_MAX_SAMPLES && (mask.keep[b >> 5] >> (b & 31) & 1u);
+    const float branch = kept ? __fmul_rn(x[i], mask.scale) : 0.0f;
+    out[i] = res ? (kept ? res[i] + branch : res[i]) : branch;
+  }
 }
 
 static __global__ void scale_kernel(float *x, float alpha, int64_t count) {
@@ -102,6 +116,14 @@ extern "C" void vt_cuda_gelu_bwd(float *dinp, float *dbias, const float *inp, co
 
 extern "C" void vt_cuda_add(float *out, const float *a, const float *b, int64_t count) {
   add_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(out, a, b, count);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_drop_path(float *out, const float *x, const float *res, int64_t rows,
+                                  int64_t cols, const vt_drop_mask *mask) {
+  const int64_t count = rows * cols;
+  drop_path_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      out, x, res, rows, cols, *mask);
   VT_CUDA_CHECK_LAUNCH();
 }
 

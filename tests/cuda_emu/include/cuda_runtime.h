@@ -93,6 +93,8 @@ T shfl_xor(T v, int o) {
 #define __syncthreads() vt_emu::sync_block()
 #define __shfl_xor_sync(mask, v, o) vt_emu::shfl_xor((v), (o))
 #define __syncwarp(...) vt_emu::sync_warp()
+// A product rounded on its own (the host compiler of the emulation fuses nothing anyway).
+static inline float __fmul_rn(float a, float b) { return a * b; }
 
 cudaError_t cudaMalloc(void **p, size_t n);
 template <class T>
