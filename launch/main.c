@@ -152,6 +152,10 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
       {"--drop-path", VT_OPT_FLOAT, &o.drop_path, 0, 0, 0.99, "RATE",
        "stochastic depth as timm's drop_path_rate: block i of D drops each residual branch per "
        "image with probability RATE * i / (D - 1), keyed by the image's stream position", NULL},
+      {"--recompute-blocks", VT_OPT_INT, &o.recompute_blocks, 0, 0, 1000000, "N",
+       "activation recompute: the first N blocks of each pipeline stage keep only their input and "
+       "run their forward again in the backward (the same results, less memory, about a third "
+       "more compute for them); N >= the stage's blocks: all", NULL},
       {"--seed", VT_OPT_U64, &o.seed, 0, 0, 1.8e19, "N",
        "seed of weights and data (same seed, same run)", NULL},
       {"--device", VT_OPT_STR, device, sizeof device, 0, 0, "DEV", "cpu or cuda", "cpu|cuda"},

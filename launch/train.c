@@ -212,17 +212,20 @@ static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
 static void print_plan(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base) {
   const double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
   const double o = (double)vt_optimizer_nbytes(opt) * mib, a = (double)m->act_nbytes * mib;
-  char extra[160] = "";
+  char extra[160] = "", recompute[64] = "";
+  if (m->recompute)
+    snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed", m->recompute,
+             m->nblocks);
   if (m->be->device != VT_DEVICE_CPU)
     snprintf(extra, sizeof extra, "; the GPU held %.0f MiB before (context, libraries, "
              "communicators); op scratch comes on the first step", (double)base * mib);
   vt_log_all_ranks(1);
   vt_log_info("memory plan (%s): blocks %d-%d%s%s, parameters %.1f MiB, gradients %.1f MiB, "
-              "optimizer %.1f MiB, activations %.1f MiB (%d of %d micro-batches in flight); "
+              "optimizer %.1f MiB, activations %.1f MiB (%d of %d micro-batches in flight%s); "
               "total %.1f MiB%s",
               m->be->name, m->first_block, m->end_block - 1, m->has_embed ? " + embeddings" : "",
-              m->has_head ? " + head" : "", p, p, o, a, m->nslots, n_micro, plan_mib(m, opt),
-              extra);
+              m->has_head ? " + head" : "", p, p, o, a, m->nslots, n_micro, recompute,
+              plan_mib(m, opt), extra);
   vt_log_all_ranks(0);
 }
 
@@ -401,7 +404,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
 
   const vt_vit_config *c = &o->model;
   vt_model m;
-  vt_model_init(&m, c, shard, tp, B, nslots, be, o->seed);
+  vt_model_init(&m, c, shard, tp, B, nslots, o->recompute_blocks, be, o->seed);
   m.drop_path = o->drop_path;
   if (world_rank == 0 && o->drop_path > 0)
     vt_log_info("drop path: each residual branch of block i of %d dropped per image with "

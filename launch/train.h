@@ -31,6 +31,7 @@ typedef struct {
   vt_optim_config optim;
   float label_smoothing;
   float drop_path;          // stochastic depth rate of the last block (timm's drop_path_rate)
+  int recompute_blocks;     // activation recompute of each stage's first N blocks (vt_model_init)
   uint64_t seed;
   vt_device device;
   vt_precision precision;   // GEMM precision (vt_backend.h); bf16 by default on CUDA, fp32 on CPU

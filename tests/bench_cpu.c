@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
   if (per_op) be = timing_backend(be);
   vt_backend_set_threads(threads);
   vt_model m;
-  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, be, 1234);
+  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, be, 1234);
   // A large total_steps and no warmup: the schedule does not matter for speed. Clipping on,
   // as in training, so its pass is part of the step (the PyTorch side clips too).
   const vt_optim_config oc = {1e-3f, 1e-5f, 0, 1000000, 0.9f, 0.999f, 1e-8f, 0.05f, 1.0f};

@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
   const int64_t img_elems = 3 * (int64_t)S * S;
 
   vt_model m;
-  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, MICRO, 1, be, SEED);
+  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, MICRO, 1, 0, be, SEED);
   m.drop_path = DROP_PATH;
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);

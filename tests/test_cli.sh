@@ -31,7 +31,7 @@ refuse "--drop-path works on micro-batches of at most 4096 images (have 5000)" t
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes \
             --data --micro-batch-size --global-batch-size --steps --lr --min-lr --warmup-steps \
-            --weight-decay --clip-grad --label-smoothing --drop-path --seed --device --threads --log-dir; do
+            --weight-decay --clip-grad --label-smoothing --drop-path --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
 "$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }

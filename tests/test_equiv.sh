@@ -3,7 +3,8 @@
 # the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
 # tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, with the tp-pp-dp mesh order and
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
-# with drop path against one rank with drop path. Then bf16
+# with drop path against one rank with drop path; activation recompute (all blocks or some, 1 rank,
+# 2x2x2, 8x1x1 sequence parallel, bf16) bit for bit against the same run without. Then bf16
 # (--precision bf16, the CPU twin of the CUDA bf16 GEMMs): a pipeline computes every sample as
 # one rank does, so pp 8 must log the very same losses and gradient norms; the 2x2x2 mesh sums
 # the row-parallel GEMMs in another order, and an fp32 difference next to a bf16 rounding
@@ -69,8 +70,29 @@ PY
 else
   fail=1
 fi
+# Activation recompute runs the very same forward again, so a run with it must log the very
+# numbers and end with the very bytes of the same run without; its plan holds fewer activations.
+same_run() {  # same_run A B LABEL
+  local acts_a acts_b
+  acts_a=$(grep -om1 "activations [0-9.]* MiB" "$work/$1.log")
+  acts_b=$(grep -om1 "activations [0-9.]* MiB" "$work/$2.log")
+  if cmp -s "$work/$1/weights.safetensors" "$work/$2/weights.safetensors" &&
+     cmp -s <(sed 's/"img_per_s.*//' "$work/$1/metrics.jsonl") \
+            <(sed 's/"img_per_s.*//' "$work/$2/metrics.jsonl") &&
+     [ "${acts_a% MiB}" != "${acts_b% MiB}" ]; then
+    echo "$3: the same losses, norms and final weights, bit for bit ($acts_a without, $acts_b with)"
+  else
+    echo "FAIL: $3 differs from the run without recompute ($acts_a, $acts_b)"; fail=1
+  fi
+}
+run rc_base_drop 1 --drop-path 0.3 --recompute-blocks 8 && same_run base_drop rc_base_drop "recompute all 8 blocks, 1 rank, drop path" || fail=1
+run rc_mix222 8 --tp 2 --pp 2 --dp 2 --drop-path 0.3 --recompute-blocks 8 &&
+  same_run drop_mix222 rc_mix222 "recompute, 2x2x2 (1F1B: two micro-batches in flight share the recomputed set), drop path" || fail=1
+run rc_seqpar_tp8 8 --tp 8 --sequence-parallel 1 --recompute-blocks 3 &&
+  same_run seqpar_tp8 rc_seqpar_tp8 "recompute of the first 3 of 8 blocks, 8x1x1 sequence parallel" || fail=1
 cc=$here/compare_curves.py
-if run base_bf16 1 --precision bf16 && run pp8_bf16 8 --pp 8 --precision bf16 &&
+if run base_bf16 1 --precision bf16 && run rc_base_bf16 1 --precision bf16 --recompute-blocks 8 &&
+   same_run base_bf16 rc_base_bf16 "recompute, 1 rank, bf16" && run pp8_bf16 8 --pp 8 --precision bf16 &&
    run mix_bf16 8 --tp 2 --pp 2 --dp 2 --precision bf16 &&
    run seqpar_bf16 8 --tp 2 --pp 2 --dp 2 --sequence-parallel 1 --precision bf16; then
   "$py" "$cc" "$work/pp8_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" --label "bf16 1x8x1" \

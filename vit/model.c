@@ -27,31 +27,38 @@ static float *take_act(vt_model *m, arena *a, int64_t count) {
   return take(a, vt_act_floats(m->be, count));
 }
 
-static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
+static void carve_block(vt_model *m, vt_block_acts *b, arena *ar) {
   const vt_vit_config *c = &m->cfg;
   const int tp = m->shard.tp_size;
   const int64_t B = m->max_batch, N = vt_cfg_tokens(c), C = c->width, H = c->heads / tp;
-  const int64_t F = vt_cfg_mlp_hidden(c) / tp, K = c->num_classes, S = c->img_size;
-  const int64_t P = c->patch_size, Np = N - 1, M = B * N;
+  const int64_t F = vt_cfg_mlp_hidden(c) / tp, M = B * N;
   const int64_t Ml = vt_model_local_rows(m, m->max_batch), Mp = Ml * tp;
+  b->ln1 = take_act(m, ar, Ml * C), b->ln1_mean = take(ar, Ml), b->ln1_rstd = take(ar, Ml);
+  b->qkv = take_act(m, ar, M * 3 * C / tp);
+  b->lse = take(ar, B * H * N);
+  b->attn = take_act(m, ar, M * C / tp);
+  b->mid = take(ar, Ml * C);
+  b->ln2 = take_act(m, ar, Ml * C), b->ln2_mean = take(ar, Ml), b->ln2_rstd = take(ar, Ml);
+  b->fc1 = take_act(m, ar, M * F);
+  b->gelu = take_act(m, ar, M * F);
+  if (m->sp) b->ln1_full = take_act(m, ar, Mp * C), b->ln2_full = take_act(m, ar, Mp * C);
+}
+
+static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
+  const vt_vit_config *c = &m->cfg;
+  const int64_t B = m->max_batch, N = vt_cfg_tokens(c), C = c->width;
+  const int64_t K = c->num_classes, S = c->img_size, P = c->patch_size, Np = N - 1;
+  const int64_t Ml = vt_model_local_rows(m, m->max_batch);
   if (m->has_embed) {
     sl->img = take(ar, B * 3 * S * S);
     sl->patches = take_act(m, ar, B * Np * 3 * P * P);
     sl->patch_out = take(ar, B * Np * C);
   }
   for (int l = 0; l <= m->nblocks; l++) sl->res[l] = take(ar, Ml * C);
-  for (int l = 0; l < m->nblocks; l++) {
-    vt_block_acts *b = &sl->blocks[l];
-    b->ln1 = take_act(m, ar, Ml * C), b->ln1_mean = take(ar, Ml), b->ln1_rstd = take(ar, Ml);
-    b->qkv = take_act(m, ar, M * 3 * C / tp);
-    b->lse = take(ar, B * H * N);
-    b->attn = take_act(m, ar, M * C / tp);
-    b->mid = take(ar, Ml * C);
-    b->ln2 = take_act(m, ar, Ml * C), b->ln2_mean = take(ar, Ml), b->ln2_rstd = take(ar, Ml);
-    b->fc1 = take_act(m, ar, M * F);
-    b->gelu = take_act(m, ar, M * F);
-    if (m->sp) b->ln1_full = take_act(m, ar, Mp * C), b->ln2_full = take_act(m, ar, Mp * C);
-  }
+  // The recomputed blocks share the scratch's one set (carve); only their inputs stay here.
+  for (int l = 0; l < m->nblocks; l++)
+    if (l < m->recompute) sl->blocks[l] = m->s.recompute;
+    else carve_block(m, &sl->blocks[l], ar);
   if (m->has_head) {
     sl->labels = (int32_t *)take(ar, B);
     sl->pooled = take(ar, B * C);
@@ -69,8 +76,9 @@ static void carve(vt_model *m, arena *ar) {
   const int64_t B = m->max_batch, N = vt_cfg_tokens(c), C = c->width, M = B * N;
   const int64_t F = vt_cfg_mlp_hidden(c) / tp, K = c->num_classes;
   const int64_t Ml = vt_model_local_rows(m, m->max_batch), Mp = m->sp ? Ml * tp : M;
-  for (int i = 0; i < m->nslots; i++) carve_slot(m, &m->slots[i], ar);
   vt_model_scratch *s = &m->s;
+  if (m->recompute > 0) carve_block(m, &s->recompute, ar), s->recompute_out = take(ar, Ml * C);
+  for (int i = 0; i < m->nslots; i++) carve_slot(m, &m->slots[i], ar);
   s->dres = take(ar, Ml * C), s->dln = take(ar, Mp * C);
   if (m->sp) s->dln_local = take(ar, Ml * C), s->full = take(ar, Mp * C), s->partial = take(ar, Mp * C);
   s->dqkv = take_act(m, ar, M * 3 * C / tp);
@@ -133,7 +141,8 @@ static void *must_calloc(size_t n, size_t size) {
 }
 
 void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_comm *tp,
-                   int max_batch, int nslots, const vt_backend *be, uint64_t seed) {
+                   int max_batch, int nslots, int recompute, const vt_backend *be,
+                   uint64_t seed) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
   m->shard = shard;
@@ -142,6 +151,7 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
   VT_CHECK(shard.tp_size == 1 || tp != NULL, "tensor parallelism needs a TP communicator");
   vt_stage_blocks(cfg->depth, shard.pp_size, shard.pp_rank, &m->first_block, &m->end_block);
   m->nblocks = m->end_block - m->first_block;
+  m->recompute = recompute < m->nblocks ? (recompute > 0 ? recompute : 0) : m->nblocks;
   m->has_embed = shard.pp_rank == 0;
   m->has_head = shard.pp_rank == shard.pp_size - 1;
   m->max_batch = max_batch;
@@ -309,8 +319,10 @@ void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss
   }
   for (int l = m->nblocks - 1; l >= 0; l--) {
     vt_drop_mask drop[2];
-    vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[l], sl->res[l], s->dres, B,
-                 block_drop(m, l, sl, B, drop));
+    const vt_drop_mask *d = block_drop(m, l, sl, B, drop);
+    if (l < m->recompute)  // the same forward again (deterministic: the same bits), its output aside
+      vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[l], sl->res[l], s->recompute_out, B, d);
+    vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[l], sl->res[l], s->dres, B, d);
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, m->first_block + l + 1);
   }
   if (!m->has_embed) {

@@ -76,6 +76,8 @@ typedef struct {
   float *dfc1;                       // (B, N, F/tp) [bf16] (gelu_bwd)
   float *dpatch_out;                 // (B, N-1, C)
   float *dpooled, *dlnf, *dlogits;   // (B, C), (B, C), (B, K)
+  vt_block_acts recompute;           // the recomputed blocks' activations (one set for all)
+  float *recompute_out;              // (Ml, C) their recomputed outputs (not needed)
 } vt_model_scratch;
 
 typedef struct {
@@ -84,6 +86,7 @@ typedef struct {
   int first_block, end_block, nblocks;  // this stage's blocks [first, end)
   int has_embed, has_head;              // first / last pipeline stage
   int max_batch, nslots;
+  int recompute;          // this stage's first `recompute` blocks keep only their input
   int sp;                 // sequence parallelism (tp_size > 1 only)
   const vt_backend *be;
   vt_comm *tp;            // tensor-parallel group; NULL when tp_size == 1
@@ -110,9 +113,13 @@ typedef struct {
 
 // Allocates one rank's part for micro-batches of up to max_batch images with nslots
 // micro-batches in flight, and initialises its parameters from seed (the same values as the
-// whole model's, whatever the shard). Fatal (with a message) when memory runs out.
+// whole model's, whatever the shard). Activation recompute: the stage's first `recompute`
+// blocks (all of them when it is at least the stage's count; 0: none) keep only their input
+// per micro-batch, and the backward runs their forward again into one shared set of
+// activations just before their backward. Fatal (with a message) when memory runs out.
 void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_comm *tp,
-                   int max_batch, int nslots, const vt_backend *be, uint64_t seed);
+                   int max_batch, int nslots, int recompute, const vt_backend *be,
+                   uint64_t seed);
 void vt_model_free(vt_model *m);
 
 // Forward of B images in a slot. First stage: reads slot->img; others: slot->res[0]. Last
