@@ -33,6 +33,10 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
   d->dp_rank = dp_rank, d->dp_size = dp_size, d->n_micro = n_micro;
   d->synthetic = strcmp(o->data, "synthetic") == 0;
   const int B = o->micro_batch, S = o->model.img_size;
+  if (need_labels && vt_mix_enabled(&o->mix)) {
+    d->host_mix = be->host_alloc((size_t)B * sizeof *d->host_mix);
+    VT_CHECK(d->host_mix, "out of host memory for %d mixed targets", B);
+  }
   if (d->synthetic) {  // the staging the synthetic task renders into
     if (need_pixels) d->host_img = be->host_alloc((size_t)B * 3 * S * S * sizeof(float));
     d->host_labels = be->host_alloc((size_t)B * sizeof(int32_t));
@@ -73,6 +77,7 @@ void vt_data_close(vt_data *d) {
   if (d->has_val) vt_dataset_free(&d->val_ds);
   if (d->host_img) d->be->host_free(d->host_img);
   if (d->host_labels) d->be->host_free(d->host_labels);
+  if (d->host_mix) d->be->host_free(d->host_mix);
   memset(d, 0, sizeof *d);
 }
 
@@ -82,10 +87,13 @@ int64_t vt_data_position(const vt_data *d, int64_t step, int mb) {
          (int64_t)mb * o->micro_batch;
 }
 
-void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int32_t **labels) {
+void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int32_t **labels,
+                  const vt_mix_target **mix) {
   const vt_train_options *o = d->o;
   const int B = o->micro_batch, S = o->model.img_size, K = o->model.num_classes;
-  *img = NULL, *labels = NULL;
+  float *pixels = NULL;
+  int32_t *targets = NULL;
+  *img = NULL, *labels = NULL, *mix = NULL;
   if (d->synthetic) {
     const int64_t first = vt_data_position(d, step, mb);
     // Each sample is a pure function of (seed, index): the rank's threads share the work
@@ -98,20 +106,25 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
       else
         d->host_labels[b] = vt_synthetic_label(o->seed, first + b, K);
     }
-    if (d->need_pixels) *img = d->host_img;
-    if (d->need_labels) *labels = d->host_labels;
-    return;
+    if (d->need_pixels) pixels = d->host_img;
+    if (d->need_labels) targets = d->host_labels;
+  } else {
+    if (!d->train) return;
+    vt_batch batch;
+    char err[512];
+    if (vt_loader_next(d->train, &batch, err, sizeof err) != VT_OK) {
+      vt_log_error("%s", err);
+      vt_comm_abort(3);
+    }
+    d->bad += batch.bad;
+    pixels = batch.images, targets = batch.labels;
   }
-  if (!d->train) return;
-  vt_batch batch;
-  char err[512];
-  if (vt_loader_next(d->train, &batch, err, sizeof err) != VT_OK) {
-    vt_log_error("%s", err);
-    vt_comm_abort(3);
+  if (vt_mix_enabled(&o->mix)) {  // in place: the batch is ours until the next call
+    vt_mix_batch(&o->mix, o->seed, vt_data_position(d, step, mb), B, S, pixels, targets,
+                 d->need_labels ? d->host_mix : NULL);
+    if (d->need_labels) *mix = d->host_mix;
   }
-  d->bad += batch.bad;
-  *img = batch.images;
-  *labels = batch.labels;
+  *img = pixels, *labels = targets;
 }
 
 int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pixels) {

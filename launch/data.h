@@ -24,6 +24,7 @@ typedef struct {
   vt_loader *train;       // NULL for synthetic data and for stages that need nothing
   float *host_img;        // synthetic staging: (B, 3, S, S)
   int32_t *host_labels;   // (B)
+  vt_mix_target *host_mix;  // (B) Mixup/CutMix targets (last stage, mixing on)
   int64_t bad;            // bad images replaced so far on this rank
 } vt_data;
 
@@ -42,11 +43,13 @@ void vt_data_close(vt_data *d);
 // G/dp of them, in micro-batches of B). Valid on every pipeline stage.
 int64_t vt_data_position(const vt_data *d, int64_t step, int mb);
 
-// Micro-batch mb of step `step` for this rank: host images (or NULL) and labels (or NULL),
-// valid until the next call (wait for their uploads before it: be->upload_wait).
+// Micro-batch mb of step `step` for this rank: host images (or NULL), labels (or NULL) and, with
+// Mixup/CutMix on, the mixed targets (or NULL; the images come mixed: dataio/mix.h), valid until
+// the next call (wait for their uploads before it: be->upload_wait).
 // Micro-batches must be asked for in order. A bad file under --bad-image fail is fatal for the
 // whole job, with the file named.
-void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int32_t **labels);
+void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int32_t **labels,
+                  const vt_mix_target **mix);
 
 // The loader configuration of the validation set for this rank: micro-batch j holds positions
 // j*B*dp + dp_rank*B + [0, B), its buffers from the backend's host_alloc; returns the number of

@@ -42,6 +42,7 @@ static void train_defaults(vt_train_options *o) {
                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                .weight_decay = 0.05f, .clip_grad = 1.0f};
   o->label_smoothing = 0.1f;
+  o->mix = (vt_mix_config){.mixup_alpha = 0, .cutmix_alpha = 0, .prob = 1, .switch_prob = 0.5f};
   o->seed = 0;
   o->device = VT_DEVICE_CPU;
   o->threads = 0;
@@ -152,6 +153,16 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
       {"--drop-path", VT_OPT_FLOAT, &o.drop_path, 0, 0, 0.99, "RATE",
        "stochastic depth as timm's drop_path_rate: block i of D drops each residual branch per "
        "image with probability RATE * i / (D - 1), keyed by the image's stream position", NULL},
+      {"--mixup", VT_OPT_FLOAT, &o.mix.mixup_alpha, 0, 0, 100, "ALPHA",
+       "Mixup: blend each pair of images (stream positions 2k, 2k+1) and their targets with "
+       "lam ~ Beta(ALPHA, ALPHA) (DeiT: 0.8); 0: off", NULL},
+      {"--cutmix", VT_OPT_FLOAT, &o.mix.cutmix_alpha, 0, 0, 100, "ALPHA",
+       "CutMix: swap a box between the images of each pair, lam ~ Beta(ALPHA, ALPHA) (DeiT: 1.0); "
+       "0: off", NULL},
+      {"--mix-prob", VT_OPT_FLOAT, &o.mix.prob, 0, 0, 1, "P",
+       "probability that a pair is mixed (Mixup or CutMix)", NULL},
+      {"--mix-switch-prob", VT_OPT_FLOAT, &o.mix.switch_prob, 0, 0, 1, "P",
+       "with both --mixup and --cutmix: probability of CutMix for a pair", NULL},
       {"--recompute-blocks", VT_OPT_INT, &o.recompute_blocks, 0, 0, 1000000, "N",
        "activation recompute: the first N blocks of each pipeline stage keep only their input and "
        "run their forward again in the backward (the same results, less memory, about a third "

@@ -59,6 +59,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->global_batch % (o->dp * o->micro_batch) != 0)
     REFUSE("--global-batch-size %d is not a multiple of dp %d x --micro-batch-size %d = %d",
            o->global_batch, o->dp, o->micro_batch, o->dp * o->micro_batch);
+  if (vt_mix_enabled(&o->mix) && o->micro_batch % 2 != 0)
+    REFUSE("--mixup and --cutmix mix pairs of images (stream positions 2k and 2k+1), so "
+           "--micro-batch-size must be even (have %d)", o->micro_batch);
   if (o->drop_path > 0 && o->micro_batch > VT_DROP_PATH_MAX_SAMPLES)
     REFUSE("--drop-path works on micro-batches of at most %d images (have %d); lower "
            "--micro-batch-size and raise the accumulation instead", VT_DROP_PATH_MAX_SAMPLES,
@@ -134,12 +137,14 @@ static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
   const vt_model_slot *sl = &m->slots[slot];
   const float *img;
   const int32_t *labels;
+  const vt_mix_target *mix;
   // The previous micro-batch's host buffers go back to the loader with the next call: its
   // uploads must be done (they normally are: the host runs a micro-batch ahead of the device).
   m->be->upload_wait();
-  vt_data_next(x->data, step, mb, &img, &labels);
+  vt_data_next(x->data, step, mb, &img, &labels, &mix);
   if (m->has_embed) m->be->upload_ahead(sl->img, img, (size_t)B * 3 * S * S * sizeof(float));
   if (m->has_head) m->be->upload(sl->labels, labels, (size_t)B * sizeof(int32_t));
+  if (m->has_head && mix) m->be->upload(sl->mix, mix, (size_t)B * sizeof *mix);
 }
 
 // Runs one step's actions in order; returns the sum of this rank's per-sample losses (last
@@ -406,9 +411,17 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   vt_model m;
   vt_model_init(&m, c, shard, tp, B, nslots, o->recompute_blocks, be, o->seed);
   m.drop_path = o->drop_path;
+  m.mix = vt_mix_enabled(&o->mix);
   if (world_rank == 0 && o->drop_path > 0)
     vt_log_info("drop path: each residual branch of block i of %d dropped per image with "
                 "probability %g * i / %d", c->depth, o->drop_path, c->depth > 1 ? c->depth - 1 : 1);
+  if (world_rank == 0 && m.mix) {
+    const vt_mix_config *x = &o->mix;
+    const double cut = x->cutmix_alpha <= 0 ? 0 : (x->mixup_alpha <= 0 ? 1 : x->switch_prob);
+    vt_log_info("mixing pairs of images (stream positions 2k, 2k+1) with probability %g: CutMix "
+                "(alpha %g) for %g of them, Mixup (alpha %g) for the rest", x->prob,
+                x->cutmix_alpha, cut, x->mixup_alpha);
+  }
   vt_optimizer opt;
   vt_optimizer_init(&opt, &o->optim, be, &m.table, mesh.tp_size > 1 ? tp : NULL,
                     mesh.pp_size > 1 ? pp : NULL, mesh.dp_size > 1 ? dp : NULL, o->zero);

@@ -208,22 +208,23 @@ void vt_cls_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t
 }
 
 void vt_cross_entropy_fwd(const vt_backend *be, float *losses, float *probs, const float *logits,
-                          const int32_t *labels, float smoothing, int64_t B, int64_t K) {
+                          const int32_t *labels, const vt_mix_target *mix, float smoothing,
+                          int64_t B, int64_t K) {
   NEED(be, cross_entropy_fwd);
   PTR(losses); PTR(probs); PTR(logits); PTR(labels);
   POS(B); POS(K);
   VT_CHECK(smoothing >= 0.0f && smoothing < 1.0f, "label smoothing %g not in [0, 1)", smoothing);
-  be->cross_entropy_fwd(losses, probs, logits, labels, smoothing, B, K);
+  be->cross_entropy_fwd(losses, probs, logits, labels, mix, smoothing, B, K);
 }
 
 void vt_cross_entropy_bwd(const vt_backend *be, float *dlogits, const float *probs,
-                          const int32_t *labels, float smoothing, float scale, int64_t B,
-                          int64_t K) {
+                          const int32_t *labels, const vt_mix_target *mix, float smoothing,
+                          float scale, int64_t B, int64_t K) {
   NEED(be, cross_entropy_bwd);
   PTR(dlogits); PTR(probs); PTR(labels);
   POS(B); POS(K);
   VT_CHECK(smoothing >= 0.0f && smoothing < 1.0f, "label smoothing %g not in [0, 1)", smoothing);
-  be->cross_entropy_bwd(dlogits, probs, labels, smoothing, scale, B, K);
+  be->cross_entropy_bwd(dlogits, probs, labels, mix, smoothing, scale, B, K);
 }
 
 void vt_adamw(const vt_backend *be, float *param, const float *grad, float *m, float *v,

@@ -39,6 +39,13 @@ typedef struct {
   uint32_t keep[VT_DROP_PATH_MAX_SAMPLES / 32];  // bit b % 32 of word b / 32: sample b is kept
 } vt_drop_mask;
 
+// A Mixup/CutMix training target (dataio/mix.h): lam of the sample's own label and 1 - lam of
+// its partner's, each label-smoothed (timm's mixup_target).
+typedef struct {
+  int32_t partner;  // the partner's label, in [0, K)
+  float lam;
+} vt_mix_target;
+
 typedef struct vt_backend vt_backend;
 struct vt_backend {
   const char *name;
@@ -123,9 +130,11 @@ struct vt_backend {
   void (*cls_pool_fwd)(float *out, const float *x, int64_t B, int64_t N, int64_t C);
   void (*cls_pool_bwd)(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
   void (*cross_entropy_fwd)(float *losses, float *probs, const float *logits,
-                            const int32_t *labels, float smoothing, int64_t B, int64_t K);
+                            const int32_t *labels, const vt_mix_target *mix, float smoothing,
+                            int64_t B, int64_t K);
   void (*cross_entropy_bwd)(float *dlogits, const float *probs, const int32_t *labels,
-                            float smoothing, float scale, int64_t B, int64_t K);
+                            const vt_mix_target *mix, float smoothing, float scale, int64_t B,
+                            int64_t K);
   void (*adamw)(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
                 int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
                 int64_t t);

@@ -153,12 +153,17 @@ void vt_cls_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t
 
 // Softmax cross-entropy with label smoothing (PyTorch's definition: target (1-s) on the label
 // plus s/K on every class). losses (B) per sample; probs (B, K) saved; labels (B) in [0, K).
+// mix (B) or NULL: Mixup/CutMix targets, lam times the smoothed target of labels[b] plus
+// (1 - lam) times that of mix[b].partner, so loss = (1-s) (lam nll(label) + (1-lam)
+// nll(partner)) + s mean_k(-log p_k).
 void vt_cross_entropy_fwd(const vt_backend *be, float *losses, float *probs, const float *logits,
-                          const int32_t *labels, float smoothing, int64_t B, int64_t K);
-// dlogits (B, K) = scale * (probs - target); scale is 1 / global batch for a mean loss.
+                          const int32_t *labels, const vt_mix_target *mix, float smoothing,
+                          int64_t B, int64_t K);
+// dlogits (B, K) = scale * (probs - target); scale is 1 / global batch for a mean loss. With mix,
+// the label's class loses scale (1-s) lam and the partner's scale (1-s) (1-lam), in that order.
 void vt_cross_entropy_bwd(const vt_backend *be, float *dlogits, const float *probs,
-                          const int32_t *labels, float smoothing, float scale, int64_t B,
-                          int64_t K);
+                          const int32_t *labels, const vt_mix_target *mix, float smoothing,
+                          float scale, int64_t B, int64_t K);
 
 // AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW arithmetic), step t >= 1, over any
 // number of tensors at once (one launch for a whole model): element i decays with weight_decay

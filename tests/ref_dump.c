@@ -1,22 +1,28 @@
 // ref_dump.c: runs a small vit3d model for 5 optimizer steps on the CPU backend, exactly as
-// launch/train.c does, and writes everything the PyTorch reference (tests/ref_vit.py) needs to
-// one safetensors file: initial weights, data, step-0 logits/loss/gradients, per-step lr,
-// grad norm and loss, and the final weights. Usage: ref_dump OUT.safetensors
+// launch/train.c does (with drop path, Mixup and CutMix), and writes everything the PyTorch
+// reference (tests/ref_vit.py) needs to one safetensors file: initial weights, data (raw and
+// mixed images, each pair's mixing), step-0 logits/loss/gradients, per-step lr, grad norm and
+// loss, and the final weights. Usage: ref_dump OUT.safetensors
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mix.h"
 #include "model.h"
 #include "optim.h"
 #include "safetensors.h"
 #include "synthetic.h"
 
-enum { STEPS = 5, GLOBAL = 6, MICRO = 3 };
+enum { STEPS = 5, GLOBAL = 6, MICRO = 2 };
 static const uint64_t SEED = 1234;
 static const float SMOOTHING = 0.1f;
 // Drop path: with depth 3, block 0 keeps both branches (the fused residual GEMMs), blocks 1 and 2
 // drop them with probability 0.25 and 0.5 (the PyTorch side draws its own masks, tests/ref_vit.py).
 static const float DROP_PATH = 0.5f;
+// Mixup and CutMix of pairs (2k, 2k+1); the reference mixes the raw images itself from each pair's
+// lam and box and builds timm's mixed, smoothed targets.
+static const vt_mix_config MIX = {.mixup_alpha = 0.8f, .cutmix_alpha = 1.0f, .prob = 0.8f,
+                                  .switch_prob = 0.5f};
 
 // The output list owns copies of everything, so tensors can be snapshotted at any moment.
 typedef struct {
@@ -71,12 +77,17 @@ int main(int argc, char **argv) {
   vt_model m;
   vt_model_init(&m, &cfg, vt_shard_whole(), NULL, MICRO, 1, 0, be, SEED);
   m.drop_path = DROP_PATH;
+  m.mix = 1;
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
 
   out_list o = {.n = 0};
   push_params(&o, &m, "init.", m.params);
   float *images = push(&o, "", "images", "F32", 4, (int64_t[]){STEPS * GLOBAL, 3, S, S});
+  float *raw = push(&o, "", "images_raw", "F32", 4, (int64_t[]){STEPS * GLOBAL, 3, S, S});
+  float *mix_lam = push(&o, "", "mix_lam", "F32", 1, (int64_t[]){STEPS * GLOBAL / 2});
+  int32_t *mix_box = push(&o, "", "mix_box", "I32", 2, (int64_t[]){STEPS * GLOBAL / 2, 5});
+  vt_mix_target targets[MICRO];
   int32_t *labels = push(&o, "", "labels", "I32", 1, (int64_t[]){STEPS * GLOBAL});
   float *logits0 = push(&o, "", "logits", "F32", 2, (int64_t[]){GLOBAL, K});
   float *loss0 = push(&o, "", "loss", "F32", 1, (int64_t[]){1});
@@ -93,8 +104,19 @@ int main(int argc, char **argv) {
       for (int b = 0; b < MICRO; b++)
         vt_synthetic_sample(SEED, first + b, S, K, images + (first + b) * img_elems,
                             &labels[first + b]);
+      memcpy(raw + first * img_elems, images + first * img_elems, MICRO * img_elems * 4);
+      vt_mix_batch(&MIX, SEED, first, MICRO, S, images + first * img_elems, labels + first,
+                   targets);
+      for (int b = 0; b < MICRO; b += 2) {
+        vt_mix_pair p;
+        const int64_t k = (first + b) / 2;
+        vt_mix_pair_params(&MIX, SEED, k, S, &p);
+        mix_lam[k] = p.lam;
+        memcpy(mix_box + 5 * k, (int32_t[]){p.cutmix, p.y0, p.y1, p.x0, p.x1}, 20);
+      }
       be->to_device(m.slots[0].img, images + first * img_elems, (size_t)(MICRO * img_elems) * 4);
       be->to_device(m.slots[0].labels, labels + first, MICRO * sizeof(int32_t));
+      be->to_device(m.slots[0].mix, targets, sizeof targets);
       vt_model_forward(&m, 0, MICRO, SMOOTHING, first);
       loss_sum += vt_model_loss_sum(&m, 0, MICRO);
       if (step == 0)

@@ -1,6 +1,8 @@
 # ref_vit.py: checks vit3d's whole model against an independent PyTorch ViT (timm's layout and
 # parameter names). Reads the file written by tests/ref_dump.c, then compares logits, loss, every
-# gradient and 5 AdamW steps (schedule, clipping, weight decay), one tensor at a time.
+# gradient and 5 AdamW steps (schedule, clipping, weight decay), one tensor at a time. Training
+# as timm does it: drop path (masks drawn here), Mixup and CutMix in pair mode (the images mixed
+# here from the raw ones and each pair's lam and box; targets by timm's mixup_target).
 # Usage: python3 ref_vit.py DUMP.safetensors [--dtype float64|float32]   Exit 0 = all pass.
 import argparse, json, math, struct, sys
 
@@ -144,14 +146,41 @@ class ViT(nn.Module):
         # timm's stochastic depth ramp: drop_path_rate * i / (depth - 1) for block i
         self.keep = [1.0 - r.item() for r in torch.linspace(0, DROP_PATH, depth)]
 
-    def forward(self, img, positions):
+    def forward(self, img, positions=None):
+        """Training with the images' stream positions (drop path's masks, kept in self.masks),
+        evaluation without."""
         x = self.patch_embed(img)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
-        masks = drop_masks(positions, self.keep)
+        self.masks = None if positions is None else drop_masks(positions, self.keep)
         for l, block in enumerate(self.blocks):
-            x = block(x, masks[l], self.keep[l])
+            x = block(x) if positions is None else block(x, self.masks[l], self.keep[l])
         x = self.norm(x)  # timm normalises all tokens, then pools
-        return self.head(x[:, 0]), masks
+        return self.head(x[:, 0])
+
+
+def mix_pairs(raw, lam, box):
+    """timm's Mixup in pair mode for pairs (2k, 2k+1), from each pair's lam and CutMix box
+    (cutmix, y0, y1, x0, x1): the images as vit3d should have trained on them."""
+    x = raw.clone()
+    for k in range(raw.shape[0] // 2):
+        i, j = 2 * k, 2 * k + 1
+        cut, y0, y1, x0, x1 = box[k].tolist()
+        if cut:
+            x[i, :, y0:y1, x0:x1] = raw[j, :, y0:y1, x0:x1]
+            x[j, :, y0:y1, x0:x1] = raw[i, :, y0:y1, x0:x1]
+        elif lam[k] < 1:
+            x[i] = raw[i] * lam[k] + raw[j] * (1 - lam[k])
+            x[j] = raw[j] * lam[k] + raw[i] * (1 - lam[k])
+    return x
+
+
+def mixed_targets(labels, lam):
+    """timm's mixup_target: lam smooth_one_hot(y) + (1 - lam) smooth_one_hot(partner's y)."""
+    def smooth(y):
+        return F.one_hot(y, CLASSES).double() * (1 - SMOOTHING) + SMOOTHING / CLASSES
+    partner = labels.view(-1, 2).flip(1).reshape(-1)
+    lam_each = lam.double().repeat_interleave(2).unsqueeze(1)
+    return lam_each * smooth(labels) + (1 - lam_each) * smooth(partner)
 
 
 def lr_at(s):
@@ -206,6 +235,12 @@ def main():
         got = sorted(n[len(prefix):] for n in d if n.startswith(prefix))
         assert got == sorted(names), f"{prefix}* tensors do not match the model's parameters"
     images, labels = d["images"].to(dt), d["labels"].long()
+    lam, box = d["mix_lam"], d["mix_box"]
+    mix_err = (mix_pairs(d["images_raw"], lam, box) - d["images"]).abs().max().item()
+    n_cut = int(box[:, 0].sum())
+    n_mixup = int(((lam < 1) & (box[:, 0] == 0)).sum())
+    n_plain = lam.numel() - n_cut - n_mixup
+    targets = mixed_targets(labels, lam).to(dt)
     assert images.shape == (STEPS * GLOBAL, 3, IMG, IMG) and labels.shape == (STEPS * GLOBAL,)
 
     params = dict(model.named_parameters())
@@ -224,11 +259,12 @@ def main():
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
         batch = slice(s * GLOBAL, (s + 1) * GLOBAL)
-        logits, masks = model(images[batch], range(batch.start, batch.stop))
+        logits = model(images[batch], range(batch.start, batch.stop))
+        masks = model.masks
         dropped += masks.numel() - masks.sum().item()
         if s == 0:
             dropped0 = masks.numel() - masks.sum().item()
-        loss = F.cross_entropy(logits, labels[batch], label_smoothing=SMOOTHING)
+        loss = -(targets[batch] * F.log_softmax(logits, dim=-1)).sum(-1).mean()
         loss.backward()
         if s == 0:
             results.append(("logits", "logits", rel_err(d["logits"], logits), TOL["logits"]))
@@ -290,6 +326,11 @@ def main():
           f"{planted - len(insensitive)} flagged")
     if clipped == 0:
         print("FAIL: clipping never triggered, so it was not tested")
+    print(f"mixing: {n_mixup} Mixup, {n_cut} CutMix, {n_plain} unmixed pairs; images against "
+          f"timm's pair mode from the raw images: max abs difference {mix_err:.2e} (tol 1e-6)")
+    mix_ok = mix_err <= 1e-6 and n_mixup > 0 and n_cut > 0 and n_plain > 0
+    if not mix_ok:
+        print("FAIL: the mixed images differ, or the run lacks a Mixup, a CutMix or a plain pair")
     kept0 = GLOBAL * 2 * (DEPTH - 1) - dropped0
     if not (dropped0 > 0 and kept0 > 0):
         print("FAIL: step 0 (the gradient check) did not both keep and drop branches")
@@ -297,7 +338,7 @@ def main():
         print("FAIL: comparator missed corrupted tensors: " + ", ".join(insensitive))
     if failed:
         print("FAIL: " + ", ".join(f"{g}:{n} ({e:.2e} > {t:.0e})" for g, n, e, t in failed))
-    ok = not failed and not insensitive and clipped > 0 and dropped0 > 0 and kept0 > 0
+    ok = not failed and not insensitive and clipped > 0 and dropped0 > 0 and kept0 > 0 and mix_ok
     print("PASS" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -2,7 +2,7 @@
 # test_ckpt.sh VIT3D: checkpoints, end to end, on 8 CPU ranks.
 #  1. exact resume: 2x2x2, 20 steps straight against 10 steps + save + a new process with
 #     --resume auto: byte-identical final weights and identical losses of steps 11-20; also
-#     with --zero 1 and drop path;
+#     with --zero 1, drop path, Mixup and CutMix;
 #  2. resume on another mesh: the step-10 checkpoint of 2x2x2 continued on 1x1x1, 4x2x1, 1x4x2
 #     and 2x1x4 matches an uninterrupted run on that mesh (tests/compare_runs.py tolerances);
 #  3. kill -9 of one rank in the middle of a run and (fault switch) in the middle of a save: a
@@ -28,7 +28,8 @@ must() { "$@" || { echo "FAIL: $*"; tail -15 "$work/${2}.log" 2>/dev/null; fail=
 
 for z in 0 1; do
   extra=()
-  [ $z = 1 ] && extra=(--drop-path 0.2)  # its masks are keyed by step and sample: resumable
+  # drop path's masks and the mixing are keyed by stream position: resumable
+  [ $z = 1 ] && extra=(--drop-path 0.2 --mixup 0.8 --cutmix 1.0)
   must run straight$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}"
   must run first$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}" --save "$work/ck$z" --save-interval 10 \
     --run-steps 10

@@ -493,18 +493,29 @@ static int32_t *labels(tc *t, int64_t B, int64_t K) {
   return y;
 }
 
-// d[2] is the label smoothing in thousandths.
+// Mixup/CutMix targets (d[3] 1) for B samples of K classes: random partners and lam, on the host.
+static vt_mix_target *mix_targets(tc *t, int64_t B, int64_t K) {
+  vt_mix_target *m = track_host(t, (size_t)B * sizeof *m);
+  const int32_t *partner = labels(t, B, K);
+  const float *lam = hrand(t, B, 0, 1);
+  for (int64_t b = 0; b < B; b++) m[b] = (vt_mix_target){partner[b], lam[b]};
+  return m;
+}
+
+// d[2] is the label smoothing in thousandths, d[3] 1 for Mixup/CutMix targets.
 static void t_cross_entropy_fwd(tc *t, const int64_t *d) {
   const int64_t B = d[0], K = d[1];
   const float s = (float)d[2] / 1000.0f;
   float *z = hrand(t, B * K, -8, 8), *rl = hnew(t, B), *rp = hnew(t, B * K);
   int32_t *y = labels(t, B, K);
-  vt_cross_entropy_fwd(t->cpu, rl, rp, z, y, s, B, K);
+  vt_mix_target *mix = d[3] ? mix_targets(t, B, K) : NULL;
+  vt_cross_entropy_fwd(t->cpu, rl, rp, z, y, mix, s, B, K);
   float *gz = dnew(t, z, B * K), *gl[2], *gp[2];
   int32_t *gy = dnew_bytes(t, y, (size_t)B * sizeof(int32_t));
+  vt_mix_target *gm = mix ? dnew_bytes(t, mix, (size_t)B * sizeof *mix) : NULL;
   for (int r = 0; r < 2; r++) {
     gl[r] = dpoison(t, B), gp[r] = dpoison(t, B * K);
-    vt_cross_entropy_fwd(t->gpu, gl[r], gp[r], gz, gy, s, B, K);
+    vt_cross_entropy_fwd(t->gpu, gl[r], gp[r], gz, gy, gm, s, B, K);
   }
   check(t, "losses", gl, rl, B);
   check(t, "probs", gp, rp, B * K);
@@ -515,13 +526,15 @@ static void t_cross_entropy_bwd(tc *t, const int64_t *d) {
   const float s = (float)d[2] / 1000.0f, scale = 1.0f / (float)(3 * B);
   float *z = hrand(t, B * K, -8, 8), *loss = hnew(t, B), *p = hnew(t, B * K);
   int32_t *y = labels(t, B, K);
-  vt_cross_entropy_fwd(t->cpu, loss, p, z, y, s, B, K);
+  vt_mix_target *mix = d[3] ? mix_targets(t, B, K) : NULL;
+  vt_cross_entropy_fwd(t->cpu, loss, p, z, y, mix, s, B, K);
   float *ref = hnew(t, B * K), *g[2];
-  vt_cross_entropy_bwd(t->cpu, ref, p, y, s, scale, B, K);
+  vt_cross_entropy_bwd(t->cpu, ref, p, y, mix, s, scale, B, K);
   float *gp = dnew(t, p, B * K);
   int32_t *gy = dnew_bytes(t, y, (size_t)B * sizeof(int32_t));
+  vt_mix_target *gm = mix ? dnew_bytes(t, mix, (size_t)B * sizeof *mix) : NULL;
   for (int r = 0; r < 2; r++)
-    g[r] = dpoison(t, B * K), vt_cross_entropy_bwd(t->gpu, g[r], gp, gy, s, scale, B, K);
+    g[r] = dpoison(t, B * K), vt_cross_entropy_bwd(t->gpu, g[r], gp, gy, gm, s, scale, B, K);
   check(t, "dlogits", g, ref, B * K);
 }
 
@@ -649,10 +662,12 @@ static const op_test kTests[] = {
      {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 1, 0}, {4, 17, 33, 1}, {64, 5, 3, 0}}},
     {"cls_pool_fwd", "B,N,C", t_cls_pool_fwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
     {"cls_pool_bwd", "B,N,C", t_cls_pool_bwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
-    {"cross_entropy_fwd", "B,K,smooth/1000", t_cross_entropy_fwd, {1e-5, -1},
-     {{4, 1000, 100}, {1, 10, 0}, {7, 3, 500}, {64, 1000, 100}, {2, 1, 0}}},
-    {"cross_entropy_bwd", "B,K,smooth/1000", t_cross_entropy_bwd, {1e-6, -1},
-     {{4, 1000, 100}, {1, 10, 0}, {7, 3, 500}, {64, 1000, 100}, {2, 1, 0}}},
+    {"cross_entropy_fwd", "B,K,smooth/1000,mix", t_cross_entropy_fwd, {1e-5, -1},
+     {{4, 1000, 100, 0}, {1, 10, 0, 0}, {7, 3, 500, 0}, {64, 1000, 100, 0}, {2, 1, 0, 0},
+      {64, 1000, 100, 1}, {7, 3, 0, 1}}},
+    {"cross_entropy_bwd", "B,K,smooth/1000,mix", t_cross_entropy_bwd, {1e-6, -1},
+     {{4, 1000, 100, 0}, {1, 10, 0, 0}, {7, 3, 500, 0}, {64, 1000, 100, 0}, {2, 1, 0, 0},
+      {64, 1000, 100, 1}, {7, 3, 0, 1}}},
     {"adamw", "count,t,wd/1000,mask", t_adamw, {1e-6, -1},
      {{1000, 1, 50, 0}, {7, 10, 0, 0}, {100003, 1000, 50, 0}, {100003, 3, 100, 1}}},
     {"sumsq", "count", t_sumsq, {1e-12, -1},

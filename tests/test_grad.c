@@ -272,23 +272,38 @@ static void test_pool(int64_t B, int64_t N, int64_t C) {
 }
 
 // ---- cross-entropy ----
-typedef struct { float *logits, *probs; int32_t *labels; float smoothing; int64_t B, K; } ce_ctx;
+typedef struct {
+  float *logits, *probs;
+  int32_t *labels;
+  vt_mix_target *mix;
+  float smoothing;
+  int64_t B, K;
+} ce_ctx;
 static void ce_fwd(void *c, float *out) {
   ce_ctx *k = c;
-  vt_cross_entropy_fwd(be, out, k->probs, k->logits, k->labels, k->smoothing, k->B, k->K);
+  vt_cross_entropy_fwd(be, out, k->probs, k->logits, k->labels, k->mix, k->smoothing, k->B, k->K);
 }
-static void test_cross_entropy(int64_t B, int64_t K, float smoothing) {
-  ce_ctx k = {randn(B * K, 25, 2), calloc((size_t)(B * K), 4), malloc((size_t)B * 4), smoothing, B, K};
+// With mixed targets: sample b's partner label (b * 5 + 1) % K (sometimes its own label) and
+// lam from 0.1 to 0.9.
+static void test_cross_entropy(int64_t B, int64_t K, float smoothing, int mixed) {
+  ce_ctx k = {randn(B * K, 25, 2), calloc((size_t)(B * K), 4), malloc((size_t)B * 4), NULL,
+              smoothing, B, K};
   for (int64_t b = 0; b < B; b++) k.labels[b] = (int32_t)((b * 7 + 3) % K);
+  if (mixed) {
+    k.mix = malloc((size_t)B * sizeof *k.mix);
+    for (int64_t b = 0; b < B; b++)
+      k.mix[b] = (vt_mix_target){(int32_t)((b * 5 + 1) % K), 0.1f + 0.8f * (float)b / (float)B};
+  }
   float *out = calloc((size_t)B, 4), *r = malloc((size_t)B * 4), *d = calloc((size_t)(B * K), 4);
   const float scale = 0.37f;  // the bwd takes a uniform weight: L = scale * sum(losses)
   for (int64_t b = 0; b < B; b++) r[b] = scale;
   ce_fwd(&k, out);
-  vt_cross_entropy_bwd(be, d, k.probs, k.labels, smoothing, scale, B, K);
+  vt_cross_entropy_bwd(be, d, k.probs, k.labels, k.mix, smoothing, scale, B, K);
   char name[64];
-  snprintf(name, sizeof name, "cross_entropy B%lld K%lld s%.2f", (long long)B, (long long)K, smoothing);
+  snprintf(name, sizeof name, "cross_entropy B%lld K%lld s%.2f%s", (long long)B, (long long)K,
+           smoothing, mixed ? " mixed" : "");
   expect_pass(name, check(name, ce_fwd, &k, out, r, B, k.logits, B * K, d));
-  free(k.logits), free(k.probs), free(k.labels), free(out), free(r), free(d);
+  free(k.logits), free(k.probs), free(k.labels), free(k.mix), free(out), free(r), free(d);
 }
 
 int main(void) {
@@ -314,8 +329,10 @@ int main(void) {
   test_embed(2, 13, 3);
   test_embed(3, 5, 77);
   test_pool(3, 5, 7);
-  test_cross_entropy(5, 3, 0.0f);
-  test_cross_entropy(4, 77, 0.1f);
+  test_cross_entropy(5, 3, 0.0f, 0);
+  test_cross_entropy(4, 77, 0.1f, 0);
+  test_cross_entropy(6, 3, 0.1f, 1);
+  test_cross_entropy(5, 77, 0.0f, 1);
   if (failures) printf("%d gradient check(s) FAILED\n", failures);
   else printf("all gradient checks passed\n");
   return failures ? 1 : 0;

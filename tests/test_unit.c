@@ -1,12 +1,13 @@
 // test_unit.c: unit tests of the pieces below the model: Philox against the published
 // known-answer vectors, the parameter table against timm's parameter counts, the learning-rate
-// schedule, AdamW against a double-precision transcription, the drop-path masks, and the
-// config checks.
+// schedule, AdamW against a double-precision transcription, the drop-path masks, Mixup/CutMix
+// pair parameters, and the config checks.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "config.h"
+#include "mix.h"
 #include "model.h"
 #include "optim.h"
 #include "params.h"
@@ -183,8 +184,69 @@ static void test_drop_path_masks(void) {
   EXPECT(same, "a micro-batch at position 1100 disagrees with the same positions at 1000");
 }
 
+static void test_mix(void) {
+  // Mixup alone, alpha 0.8: lam ~ Beta(0.8, 0.8), mean 1/2, variance 1 / (4 (2 alpha + 1)).
+  enum { P = 20000, S = 32 };
+  vt_mix_config mixup = {.mixup_alpha = 0.8f, .prob = 1, .switch_prob = 0.5f};
+  double sum = 0, sumsq = 0;
+  for (int64_t k = 0; k < P; k++) {
+    vt_mix_pair p;
+    vt_mix_pair_params(&mixup, 3, k, S, &p);
+    EXPECT(!p.cutmix && p.lam >= 0 && p.lam <= 1, "pair %lld: cutmix %d lam %g", (long long)k,
+           p.cutmix, p.lam);
+    sum += p.lam, sumsq += (double)p.lam * p.lam;
+  }
+  const double mean = sum / P, var = sumsq / P - mean * mean, want = 1.0 / (4 * 2.6);
+  // standard errors: sqrt(var / P) = 0.0022 for the mean, about 0.0006 for the variance
+  EXPECT(fabs(mean - 0.5) < 0.01 && fabs(var - want) < 0.004,
+         "Beta(0.8, 0.8): mean %.4f (0.5), variance %.4f (%.4f)", mean, var, want);
+  printf("Mixup lam over %d pairs: mean %.4f (Beta: 0.5), variance %.4f (%.4f)\n", P, mean, var,
+         want);
+  // Both, switch 0.5, prob 0.6: 40% unmixed, the rest half CutMix; CutMix boxes inside the
+  // image with lam their exact complement.
+  vt_mix_config both = {.mixup_alpha = 0.8f, .cutmix_alpha = 1.0f, .prob = 0.6f, .switch_prob = 0.5f};
+  int unmixed = 0, cut = 0, box_ok = 1;
+  for (int64_t k = 0; k < P; k++) {
+    vt_mix_pair p;
+    vt_mix_pair_params(&both, 3, k, S, &p);
+    unmixed += p.lam == 1.0f && !p.cutmix;
+    if (!p.cutmix) continue;
+    cut++;
+    const int area = (p.y1 - p.y0) * (p.x1 - p.x0);
+    box_ok &= p.y0 >= 0 && p.y0 <= p.y1 && p.y1 <= S && p.x0 >= 0 && p.x0 <= p.x1 &&
+              p.x1 <= S && p.lam == (float)(1.0 - area / (double)(S * S));
+  }
+  EXPECT(fabs(unmixed / (double)P - 0.4) < 0.015 && fabs(cut / (double)P - 0.3) < 0.015 && box_ok,
+         "prob 0.6, switch 0.5: %d unmixed, %d CutMix of %d; boxes %s", unmixed, cut, P,
+         box_ok ? "ok" : "WRONG");
+  // A micro-batch's mixing depends on its stream positions only: positions 100..107 mixed on
+  // their own equal the same positions inside a batch from 96; Mixup keeps a pair's sum,
+  // CutMix swaps pixels; each target names the partner's label.
+  enum { B = 12, n = 3 * S * S };
+  static float big[B * n], small[8 * n], raw[B * n];
+  int32_t labels[B];
+  vt_mix_target tb[B], ts[8];
+  for (int i = 0; i < B * n; i++) raw[i] = big[i] = vt_rng_uniform(9, 9, 9, (uint64_t)i);
+  for (int b = 0; b < B; b++) labels[b] = b;
+  memcpy(small, big + 4 * n, sizeof small);
+  vt_mix_batch(&both, 3, 96, B, S, big, labels, tb);
+  vt_mix_batch(&both, 3, 100, 8, S, small, labels + 4, ts);
+  EXPECT(memcmp(small, big + 4 * n, sizeof small) == 0 && memcmp(ts, tb + 4, sizeof ts) == 0,
+         "a micro-batch at position 100 mixes otherwise than the same positions at 96");
+  double worst = 0;
+  for (int b = 0; b < B; b += 2) {
+    EXPECT(tb[b].partner == b + 1 && tb[b + 1].partner == b && tb[b].lam == tb[b + 1].lam,
+           "pair %d: partners %d %d", b / 2, tb[b].partner, tb[b + 1].partner);
+    for (int i = 0; i < n; i++)
+      worst = fmax(worst, fabs((big[b * n + i] + big[(b + 1) * n + i]) -
+                               (raw[b * n + i] + raw[(b + 1) * n + i])));
+  }
+  EXPECT(worst < 1e-6, "mixing changed a pair's pixel sum by %g", worst);
+}
+
 int main(void) {
   test_philox();
+  test_mix();
   test_drop_path_masks();
   test_param_counts();
   test_init();

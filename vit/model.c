@@ -61,6 +61,7 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
     else carve_block(m, &sl->blocks[l], ar);
   if (m->has_head) {
     sl->labels = (int32_t *)take(ar, B);
+    sl->mix = (vt_mix_target *)take(ar, 2 * B);
     sl->pooled = take(ar, B * C);
     sl->lnf = take_act(m, ar, B * C), sl->lnf_mean = take(ar, B), sl->lnf_rstd = take(ar, B);
     sl->logits = take(ar, B * K), sl->probs = take(ar, B * K), sl->losses = take(ar, B);
@@ -251,6 +252,11 @@ static const vt_drop_mask *block_drop(const vt_model *m, int l, const vt_model_s
   return drop;
 }
 
+// The slot's Mixup/CutMix targets, or NULL (none, or an evaluation forward).
+static const vt_mix_target *slot_mix(const vt_model *m, const vt_model_slot *sl) {
+  return m->mix && sl->sample0 >= 0 ? sl->mix : NULL;
+}
+
 void vt_model_forward(vt_model *m, int slot, int B, float smoothing, int64_t sample0) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
@@ -287,7 +293,8 @@ void vt_model_forward(vt_model *m, int slot, int B, float smoothing, int64_t sam
   vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w, m->p.norm_b,
                    B, C);
   vt_linear_fwd(be, sl->logits, sl->lnf, m->p.head_w, m->p.head_b, B, C, K);
-  vt_cross_entropy_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, smoothing, B, K);
+  vt_cross_entropy_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, slot_mix(m, sl),
+                       smoothing, B, K);
 }
 
 double vt_model_loss_sum(vt_model *m, int slot, int B) {
@@ -307,7 +314,8 @@ void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss
   vt_model_tensors *g = &m->g;
   const int64_t Ml = vt_model_local_rows(m, B);
   if (m->has_head) {
-    vt_cross_entropy_bwd(be, s->dlogits, sl->probs, sl->labels, smoothing, loss_scale, B, K);
+    vt_cross_entropy_bwd(be, s->dlogits, sl->probs, sl->labels, slot_mix(m, sl), smoothing,
+                         loss_scale, B, K);
     vt_linear_bwd(be, s->dlnf, g->head_w, g->head_b, s->dlogits, sl->lnf, m->p.head_w, B, C, K);
     vt_layernorm_bwd(be, s->dpooled, g->norm_w, g->norm_b, s->dlnf, sl->pooled, m->p.norm_w,
                      sl->lnf_mean, sl->lnf_rstd, B, C);

@@ -51,6 +51,7 @@ typedef struct {
 typedef struct {
   float *img;                        // (B, 3, S, S)  first stage
   int32_t *labels;                   // (B)           last stage
+  vt_mix_target *mix;                // (B)           last stage: Mixup/CutMix targets
   float *patches, *patch_out;        // (B, N-1, 3*P*P) [bf16], (B, N-1, C)  first stage
   float **res;                       // nblocks+1 of (Ml, C): res[0] is the stage input,
                                      // res[nblocks] the stage output
@@ -102,6 +103,8 @@ typedef struct {
   // Drop path (stochastic depth) rate of the last block; 0 (vt_model_init's) turns it off. Set
   // before the first forward.
   float drop_path;
+  // Training batches come with Mixup/CutMix targets in slot->mix (dataio/mix.h); 0 by default.
+  int mix;
   float *host_losses;     // (B) host copy of the per-sample losses
   // When set, vt_model_backward calls it as soon as the gradients of a layer's parameters are
   // complete (vt_param.layer numbering: the head first, then the blocks backwards, embeddings
@@ -126,7 +129,8 @@ void vt_model_free(vt_model *m);
 // stage: reads slot->labels and leaves the B per-sample losses in slot->losses (device memory);
 // others leave the output in slot->res[nblocks]. sample0 is the data stream position of the
 // first image (the micro-batch holds sample0 .. sample0 + B - 1), which keys the drop-path
-// masks, so that every layout drops the same branches; negative: no drop path (evaluation).
+// masks, so that every layout drops the same branches; negative: evaluation (no drop path,
+// and the loss against slot->labels alone even with m->mix).
 // Does not wait for the device.
 void vt_model_forward(vt_model *m, int slot, int B, float smoothing, int64_t sample0);
 // Last stage: the sum of the B per-sample losses of the slot's last forward, in double (copies

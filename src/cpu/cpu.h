@@ -106,9 +106,11 @@ void vt_cpu_embed_bwd(float *dpatch_out, float *dcls, float *dpos, const float *
 void vt_cpu_cls_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C);
 void vt_cpu_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
 void vt_cpu_cross_entropy_fwd(float *losses, float *probs, const float *logits,
-                              const int32_t *labels, float smoothing, int64_t B, int64_t K);
+                              const int32_t *labels, const vt_mix_target *mix, float smoothing,
+                              int64_t B, int64_t K);
 void vt_cpu_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t *labels,
-                              float smoothing, float scale, int64_t B, int64_t K);
+                              const vt_mix_target *mix, float smoothing, float scale, int64_t B,
+                              int64_t K);
 void vt_cpu_adamw(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
                   int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
                   int64_t t);

@@ -1,10 +1,12 @@
-// cross_entropy.c: softmax cross-entropy with label smoothing, forward and backward.
+// cross_entropy.c: softmax cross-entropy with label smoothing (and Mixup/CutMix targets), forward
+// and backward.
 #include <math.h>
 
 #include "cpu.h"
 
 void vt_cpu_cross_entropy_fwd(float *losses, float *probs, const float *logits,
-                              const int32_t *labels, float smoothing, int64_t B, int64_t K) {
+                              const int32_t *labels, const vt_mix_target *mix, float smoothing,
+                              int64_t B, int64_t K) {
   for (int64_t b = 0; b < B; b++) {
     const float *z = logits + b * K;
     float *p = probs + b * K;
@@ -20,17 +22,25 @@ void vt_cpu_cross_entropy_fwd(float *losses, float *probs, const float *logits,
     for (int64_t k = 0; k < K; k++) p[k] = (float)(p[k] / sum);
     // -log p_y and the mean over classes of -log p_k, mixed by the smoothing.
     double nll = lse - z[labels[b]], smooth = lse - sumz / (double)K;
+    if (mix) nll = mix[b].lam * nll + (1.0 - mix[b].lam) * (lse - z[mix[b].partner]);
     losses[b] = (float)((1.0 - smoothing) * nll + smoothing * smooth);
   }
 }
 
 void vt_cpu_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t *labels,
-                              float smoothing, float scale, int64_t B, int64_t K) {
+                              const vt_mix_target *mix, float smoothing, float scale, int64_t B,
+                              int64_t K) {
   const float off = smoothing / (float)K;
   for (int64_t b = 0; b < B; b++) {
     const float *p = probs + b * K;
     float *d = dlogits + b * K;
     for (int64_t k = 0; k < K; k++) d[k] = scale * (p[k] - off);
-    d[labels[b]] -= scale * (1.0f - smoothing);
+    if (!mix) {
+      d[labels[b]] -= scale * (1.0f - smoothing);
+      continue;
+    }
+    const float on = scale * (1.0f - smoothing);
+    d[labels[b]] -= on * mix[b].lam;
+    d[mix[b].partner] -= on * (1.0f - mix[b].lam);
   }
 }

@@ -1,8 +1,8 @@
-// cross_entropy.cu: softmax cross-entropy with label smoothing on CUDA, forward and backward,
-// twin of src/cpu/cross_entropy.c (PyTorch's definition: target 1 - s on the label plus s/K on
-// every class; probabilities saved for the backward). The forward's sums are in double, as on
-// the CPU, through a fixed block tree: the same bits every run. C-style CUDA, no STL. Must not
-// depend on MPI, NCCL or the model.
+// cross_entropy.cu: softmax cross-entropy with label smoothing (and Mixup/CutMix targets) on
+// CUDA, forward and backward, twin of src/cpu/cross_entropy.c (PyTorch's definition: target
+// 1 - s on the label plus s/K on every class; probabilities saved for the backward). The
+// forward's sums are in double, as on the CPU, through a fixed block tree: the same bits every
+// run. C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
 #include <limits.h>
 #include <math.h>
 
@@ -12,8 +12,8 @@
 // One block per sample: K is at most a million classes and B a micro-batch, so a row is the
 // natural unit of work and the block's tree gives a fixed summation order.
 static __global__ void cross_entropy_fwd_kernel(float *losses, float *probs, const float *logits,
-                                                const int32_t *labels, float smoothing,
-                                                int64_t K) {
+                                                const int32_t *labels, const vt_mix_target *mix,
+                                                float smoothing, int64_t K) {
   __shared__ float shf[VT_TREE_THREADS];
   __shared__ double shd[VT_TREE_THREADS];
   const int64_t b = blockIdx.x;
@@ -36,40 +36,49 @@ static __global__ void cross_entropy_fwd_kernel(float *losses, float *probs, con
   if (threadIdx.x == 0) {
     // -log p_y and the mean over classes of -log p_k, mixed by the smoothing.
     const double lse = mx + log(sum);
-    const double nll = lse - z[labels[b]], smooth = lse - sumz / (double)K;
+    double nll = lse - z[labels[b]];
+    const double smooth = lse - sumz / (double)K;
+    if (mix) nll = mix[b].lam * nll + (1.0 - mix[b].lam) * (lse - z[mix[b].partner]);
     losses[b] = (float)((1.0 - smoothing) * nll + smoothing * smooth);
   }
 }
 
 // dlogits = scale * (probs - target), in the CPU twin's order of float operations.
 static __global__ void cross_entropy_bwd_kernel(float *dlogits, const float *probs,
-                                                const int32_t *labels, float smoothing,
-                                                float scale, int64_t B, int64_t K) {
+                                                const int32_t *labels, const vt_mix_target *mix,
+                                                float smoothing, float scale, int64_t B,
+                                                int64_t K) {
   const float off = smoothing / (float)K;
   const int64_t count = B * K;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t b = i / K, k = i - b * K;
     float d = scale * (probs[i] - off);
-    if (k == labels[b]) d -= scale * (1.0f - smoothing);
+    if (!mix) {
+      if (k == labels[b]) d -= scale * (1.0f - smoothing);
+    } else {
+      const float on = scale * (1.0f - smoothing);
+      if (k == labels[b]) d -= on * mix[b].lam;
+      if (k == mix[b].partner) d -= on * (1.0f - mix[b].lam);
+    }
     dlogits[i] = d;
   }
 }
 
 extern "C" void vt_cuda_cross_entropy_fwd(float *losses, float *probs, const float *logits,
-                                          const int32_t *labels, float smoothing, int64_t B,
-                                          int64_t K) {
+                                          const int32_t *labels, const vt_mix_target *mix,
+                                          float smoothing, int64_t B, int64_t K) {
   VT_CHECK(B <= INT_MAX, "cross_entropy_fwd: B=%lld is too many rows for one grid",
            (long long)B);
   cross_entropy_fwd_kernel<<<(unsigned)B, VT_TREE_THREADS, 0, vt_cuda_stream()>>>(
-      losses, probs, logits, labels, smoothing, K);
+      losses, probs, logits, labels, mix, smoothing, K);
   VT_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void vt_cuda_cross_entropy_bwd(float *dlogits, const float *probs,
-                                          const int32_t *labels, float smoothing, float scale,
-                                          int64_t B, int64_t K) {
+                                          const int32_t *labels, const vt_mix_target *mix,
+                                          float smoothing, float scale, int64_t B, int64_t K) {
   cross_entropy_bwd_kernel<<<vt_cuda_blocks(B * K, 256), 256, 0, vt_cuda_stream()>>>(
-      dlogits, probs, labels, smoothing, scale, B, K);
+      dlogits, probs, labels, mix, smoothing, scale, B, K);
   VT_CUDA_CHECK_LAUNCH();
 }

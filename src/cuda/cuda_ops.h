@@ -71,9 +71,11 @@ void vt_cuda_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, in
 
 // cross_entropy.cu
 void vt_cuda_cross_entropy_fwd(float *losses, float *probs, const float *logits,
-                               const int32_t *labels, float smoothing, int64_t B, int64_t K);
+                               const int32_t *labels, const vt_mix_target *mix, float smoothing,
+                               int64_t B, int64_t K);
 void vt_cuda_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t *labels,
-                               float smoothing, float scale, int64_t B, int64_t K);
+                               const vt_mix_target *mix, float smoothing, float scale, int64_t B,
+                               int64_t K);
 
 // adamw.cu
 void vt_cuda_adamw(float *param, const float *grad, float *m, float *v, const uint8_t *decay,

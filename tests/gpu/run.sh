@@ -5,9 +5,9 @@
 #   1. build vit3d with CUDA for sm_90 (MPI, OpenBLAS, libpng, stb_image only where present;
 #      NCCL from the CUDA toolkit, else from PyTorch's nvidia-nccl wheel)
 #   2. the cuda-labelled tests (ctest -L cuda: every op on CUDA against the CPU backend)
-#   3. 100 training steps of the tiny model, same seed and synthetic data: on CUDA in bf16 (twice:
-#      the same bits are required) and fp32, on the CPU in bf16 (the twin) and fp32; the loss
-#      curves compared (tests/compare_curves.py)
+#   3. 100 training steps of the tiny model with drop path, same seed and synthetic data: on
+#      CUDA in bf16 (twice: the same bits are required) and fp32, on the CPU in bf16 (the twin)
+#      and fp32; the loss curves compared (tests/compare_curves.py)
 #   4. ViT-B/16 at 224 px, bf16 (and fp32 when time allows), on CUDA: bench_gpu (one
 #      device-resident batch) and the
 #      trainer's own metrics line (images/s, MFU with --peak-tflops 989), against timm's
@@ -152,7 +152,7 @@ tlog=$out/train.log
 : >"$tlog"
 if ((built)); then
   targs=(train --model tiny --data synthetic --steps 100 --global-batch-size 32 --micro-batch-size 16
-         --warmup-steps 5 --lr 2e-3 --seed 7 --log-interval 25 --threads "$jobs")
+         --warmup-steps 5 --lr 2e-3 --seed 7 --log-interval 25 --threads "$jobs" --drop-path 0.1)
   ok=1
   for r in "$gdev:bf16:gpu_bf16" "$gdev:bf16:gpu_bf16_again" "$gdev:fp32:gpu_fp32" \
            "cpu:bf16:cpu_bf16" "cpu:fp32:cpu_fp32"; do
