@@ -40,7 +40,7 @@ static void train_defaults(vt_train_options *o) {
   o->steps = 100;
   o->optim = (vt_optim_config){.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = -1,
                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                               .weight_decay = 0.05f, .clip_grad = 1.0f};
+                               .weight_decay = 0.05f, .clip_grad = 1.0f, .layer_decay = 1.0f};
   o->label_smoothing = 0.1f;
   o->mix = (vt_mix_config){.mixup_alpha = 0, .cutmix_alpha = 0, .prob = 1, .switch_prob = 0.5f};
   o->seed = 0;
@@ -146,6 +146,9 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
        "steps of linear warmup; -1: 5% of --steps", NULL},
       {"--weight-decay", VT_OPT_FLOAT, &o.optim.weight_decay, 0, 0, 10, "WD",
        "AdamW decoupled weight decay (not on biases, norms, pos_embed, cls_token)", NULL},
+      {"--layer-decay", VT_OPT_FLOAT, &o.optim.layer_decay, 0, 0.01, 1, "D",
+       "layer-wise lr decay (BEiT/MAE fine-tuning): block i of D steps with lr * D^(depth - i), "
+       "the embeddings with lr * D^(depth + 1), the final norm and head with lr; 1: off", NULL},
       {"--clip-grad", VT_OPT_FLOAT, &o.optim.clip_grad, 0, 0, 1e6, "NORM",
        "clip gradients to this global norm; 0 turns clipping off", NULL},
       {"--label-smoothing", VT_OPT_FLOAT, &o.label_smoothing, 0, 0, 0.999, "S",

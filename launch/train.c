@@ -208,6 +208,28 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
   return loss;
 }
 
+// The training recipe's options that are off by default, when on: one line each.
+static void log_recipe(const vt_train_options *o, const vt_optim_config *oc) {
+  const int depth = o->model.depth;
+  if (o->drop_path > 0)
+    vt_log_info("drop path: each residual branch of block i of %d dropped per image with "
+                "probability %g * i / %d", depth, o->drop_path, depth > 1 ? depth - 1 : 1);
+  if (vt_layer_lr_scale(oc, 0) < 1.0)
+    vt_log_info("layer-wise lr decay %g: the head and final norm step with lr, block i with lr * "
+                "%g^(%d - i), the embeddings with lr * %.3g", oc->layer_decay, oc->layer_decay,
+                depth, vt_layer_lr_scale(oc, 0));
+  if (vt_mix_enabled(&o->mix)) {
+    const vt_mix_config *x = &o->mix;
+    const double cut = x->cutmix_alpha <= 0 ? 0 : (x->mixup_alpha <= 0 ? 1 : x->switch_prob);
+    vt_log_info("mixing pairs of images (stream positions 2k, 2k+1) with probability %g: CutMix "
+                "(alpha %g) for %g of them, Mixup (alpha %g) for the rest", x->prob,
+                x->cutmix_alpha, cut, x->mixup_alpha);
+  }
+  if (o->recompute_blocks > 0)
+    vt_log_info("activation recompute: the first %d blocks of each pipeline stage",
+                o->recompute_blocks);
+}
+
 static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
   const double p = (double)m->table.total * 4;  // parameters, and as many gradients
   return (2 * p + (double)vt_optimizer_nbytes(opt) + (double)m->act_nbytes) / (1 << 20);
@@ -412,18 +434,11 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   vt_model_init(&m, c, shard, tp, B, nslots, o->recompute_blocks, be, o->seed);
   m.drop_path = o->drop_path;
   m.mix = vt_mix_enabled(&o->mix);
-  if (world_rank == 0 && o->drop_path > 0)
-    vt_log_info("drop path: each residual branch of block i of %d dropped per image with "
-                "probability %g * i / %d", c->depth, o->drop_path, c->depth > 1 ? c->depth - 1 : 1);
-  if (world_rank == 0 && m.mix) {
-    const vt_mix_config *x = &o->mix;
-    const double cut = x->cutmix_alpha <= 0 ? 0 : (x->mixup_alpha <= 0 ? 1 : x->switch_prob);
-    vt_log_info("mixing pairs of images (stream positions 2k, 2k+1) with probability %g: CutMix "
-                "(alpha %g) for %g of them, Mixup (alpha %g) for the rest", x->prob,
-                x->cutmix_alpha, cut, x->mixup_alpha);
-  }
+  vt_optim_config oc = o->optim;
+  oc.depth = c->depth;  // for --layer-decay
+  if (world_rank == 0) log_recipe(o, &oc);
   vt_optimizer opt;
-  vt_optimizer_init(&opt, &o->optim, be, &m.table, mesh.tp_size > 1 ? tp : NULL,
+  vt_optimizer_init(&opt, &oc, be, &m.table, mesh.tp_size > 1 ? tp : NULL,
                     mesh.pp_size > 1 ? pp : NULL, mesh.dp_size > 1 ? dp : NULL, o->zero);
   if (world_rank == 0) {
     char table[8192];

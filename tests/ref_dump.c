@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,
                         .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.05f,
-                        .clip_grad = 0.5f};
+                        .clip_grad = 0.5f, .layer_decay = 0.75f, .depth = 3};
   const int S = cfg.img_size, K = cfg.num_classes;
   const int64_t img_elems = 3 * (int64_t)S * S;
 

@@ -1,6 +1,7 @@
 # ref_vit.py: checks vit3d's whole model against an independent PyTorch ViT (timm's layout and
 # parameter names). Reads the file written by tests/ref_dump.c, then compares logits, loss, every
-# gradient and 5 AdamW steps (schedule, clipping, weight decay), one tensor at a time. Training
+# gradient and 5 AdamW steps (schedule, clipping, weight decay, layer-wise lr decay), one tensor
+# at a time. Training
 # as timm does it: drop path (masks drawn here), Mixup and CutMix in pair mode (the images mixed
 # here from the raw ones and each pair's lam and box; targets by timm's mixup_target).
 # Usage: python3 ref_vit.py DUMP.safetensors [--dtype float64|float32]   Exit 0 = all pass.
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 
 # Must match tests/ref_dump.c; the shapes read from the file are checked against them.
 IMG, PATCH, WIDTH, DEPTH, HEADS, MLP_RATIO, CLASSES = 32, 8, 48, 3, 3, 4, 10
-GLOBAL, STEPS, SMOOTHING, DROP_PATH, SEED = 6, 5, 0.1, 0.5, 1234
+GLOBAL, STEPS, SMOOTHING, DROP_PATH, SEED, LAYER_DECAY = 6, 5, 0.1, 0.5, 1234, 0.75
 LR, MIN_LR, WARMUP, BETAS, EPS, WD, CLIP = 1e-3, 1e-5, 2, (0.9, 0.999), 1e-8, 0.05, 0.5
 
 # Relative tolerances, ||vit3d - ref|| / ||ref|| per tensor. vit3d runs in fp32: logits, loss and
@@ -245,10 +246,19 @@ def main():
 
     params = dict(model.named_parameters())
     decays = {n: p.ndim >= 2 and n not in ("pos_embed", "cls_token") for n, p in params.items()}
-    opt = torch.optim.AdamW(
-        [{"params": [p for n, p in params.items() if decays[n]], "weight_decay": WD},
-         {"params": [p for n, p in params.items() if not decays[n]], "weight_decay": 0.0}],
-        lr=LR, betas=BETAS, eps=EPS)
+    # Layer-wise lr decay as MAE's lrd.param_groups_lrd: layer 0 the embeddings, i + 1 block i,
+    # DEPTH + 1 the rest; one group per (layer, weight decay or not) with lr_scale.
+    def layer_id(n):
+        if n.startswith(("cls_token", "pos_embed", "patch_embed")):
+            return 0
+        return int(n.split(".")[1]) + 1 if n.startswith("blocks.") else DEPTH + 1
+    groups = {}
+    for n, p in params.items():
+        key = (layer_id(n), decays[n])
+        groups.setdefault(key, {"params": [], "weight_decay": WD if decays[n] else 0.0,
+                                "lr_scale": LAYER_DECAY ** (DEPTH + 1 - key[0])})
+        groups[key]["params"].append(p)
+    opt = torch.optim.AdamW(list(groups.values()), lr=LR, betas=BETAS, eps=EPS)
 
     results = []  # (group, name, err, tol)
     ref_lr, ref_norm, ref_loss = [], [], []
@@ -256,7 +266,7 @@ def main():
     for s in range(STEPS):
         lr = lr_at(s)
         for g in opt.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g["lr_scale"]
         opt.zero_grad(set_to_none=True)
         batch = slice(s * GLOBAL, (s + 1) * GLOBAL)
         logits = model(images[batch], range(batch.start, batch.stop))

@@ -3,7 +3,8 @@
 # the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
 # tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, with the tp-pp-dp mesh order and
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
-# with drop path against one rank with drop path, two with Mixup and CutMix; activation recompute (all blocks or some, 1 rank,
+# with drop path against one rank with drop path, two with Mixup and CutMix, two with ZeRO-1
+# and layer-wise lr decay; activation recompute (all blocks or some, 1 rank,
 # 2x2x2, 8x1x1 sequence parallel, bf16) bit for bit against the same run without. Then bf16
 # (--precision bf16, the CPU twin of the CUDA bf16 GEMMs): a pipeline computes every sample as
 # one rank does, so pp 8 must log the very same losses and gradient norms; the 2x2x2 mesh sums
@@ -90,12 +91,24 @@ PY
 else
   fail=1
 fi
+# Layer-wise lr decay scales each layer's AdamW step by its global layer: the same under a
+# pipeline (stages hold other layers) and ZeRO-1 (a shard cuts through layers).
+if run base_lrd 1 --layer-decay 0.7; then
+  for layout in "lrd_zero222 2 2 2" "lrd_zero_dp8 1 1 8"; do
+    set -- $layout
+    run "$1" 8 --tp "$2" --pp "$3" --dp "$4" --zero 1 --layer-decay 0.7 &&
+      "$py" "$here/compare_runs.py" "$work/base_lrd" "$work/$1" "$1 $2 x $3 x $4 --zero 1 --layer-decay 0.7" ||
+      fail=1
+  done
+else
+  fail=1
+fi
 # Activation recompute runs the very same forward again, so a run with it must log the very
 # numbers and end with the very bytes of the same run without; its plan holds fewer activations.
 same_run() {  # same_run A B LABEL
   local acts_a acts_b
-  acts_a=$(grep -om1 "activations [0-9.]* MiB" "$work/$1.log")
-  acts_b=$(grep -om1 "activations [0-9.]* MiB" "$work/$2.log")
+  acts_a=$(grep -m1 "^\[rank 0 .*memory plan" "$work/$1.log" | grep -o "activations [0-9.]* MiB")
+  acts_b=$(grep -m1 "^\[rank 0 .*memory plan" "$work/$2.log" | grep -o "activations [0-9.]* MiB")
   if cmp -s "$work/$1/weights.safetensors" "$work/$2/weights.safetensors" &&
      cmp -s <(sed 's/"img_per_s.*//' "$work/$1/metrics.jsonl") \
             <(sed 's/"img_per_s.*//' "$work/$2/metrics.jsonl") &&

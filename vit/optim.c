@@ -185,13 +185,40 @@ static double local_sumsq(const vt_optimizer *o, const float *grads, int64_t lo,
   return isfinite(c.sums[1]) ? c.sums[0] : NAN;
 }
 
-// AdamW on the flat range [lo, hi); params, grads, m and v point at element lo. One call: the
+double vt_layer_lr_scale(const vt_optim_config *cfg, int layer) {
+  if (!(cfg->layer_decay > 0.0f && cfg->layer_decay < 1.0f)) return 1.0;
+  return pow(cfg->layer_decay, cfg->depth + 1 - layer);
+}
+
+// With layer decay, runs of tensors are cut where the layer (and so the learning rate) changes.
+static int layer_key(const vt_optimizer *o, const vt_param *p) {
+  return vt_layer_lr_scale(&o->cfg, 0) < 1.0 ? p->layer : 0;
+}
+typedef struct {
+  vt_optimizer *o;
+  float *params, *m, *v;  // element lo
+  const float *grads;     // element lo
+  int64_t lo;
+  float lr;
+} adamw_ctx;
+
+static void adamw_run(void *ctx, int64_t first, int64_t count, int layer) {
+  adamw_ctx *c = ctx;
+  const vt_optim_config *oc = &c->o->cfg;
+  const int64_t at = first - c->lo;
+  const float lr = (float)(c->lr * vt_layer_lr_scale(oc, layer));
+  vt_adamw(c->o->be, c->params + at, c->grads + at, c->m + at, c->v + at, c->o->decay + first,
+           count, lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, c->o->t);
+}
+
+// AdamW on the tensors in the flat range [lo, hi); params, grads, m and v point at element lo.
+// One call per run of adjacent tensors (one for the whole range without layer decay): the
 // weight-decay mask says which elements decay.
 static void adamw_range(vt_optimizer *o, float *params, const float *grads, float *m, float *v,
                         int64_t lo, int64_t hi, float lr) {
-  const vt_optim_config *c = &o->cfg;
-  vt_adamw(o->be, params, grads, m, v, o->decay + lo, hi - lo, lr, c->beta1, c->beta2, c->eps,
-           c->weight_decay, o->t);
+  adamw_ctx c = {o, params, m, v, grads, lo, lr};
+  const run_walk w = {o, lo, layer_key, adamw_run, &c};
+  for_each_run(&w, hi);
 }
 
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr) {

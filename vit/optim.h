@@ -18,7 +18,15 @@ typedef struct {
   int64_t warmup_steps, total_steps;
   float beta1, beta2, eps, weight_decay;
   float clip_grad;  // max global gradient norm; 0 turns clipping off
+  // Layer-wise learning-rate decay (BEiT, MAE fine-tuning): the tensors of layer l (vt_param.layer:
+  // 0 embeddings, 1..depth blocks, depth+1 final norm and head) step with lr * layer_decay^(depth +
+  // 1 - l), their weight decay too (as AdamW's per-group lr). 0 or 1: off.
+  float layer_decay;
+  int depth;        // the model's blocks, for layer_decay
 } vt_optim_config;
+
+// The learning-rate factor of layer l (vt_param.layer) under cfg's layer decay.
+double vt_layer_lr_scale(const vt_optim_config *cfg, int layer);
 
 // Learning rate of step s (0-based): lr * (s+1)/warmup during warmup, then a half cosine from
 // lr at the end of warmup down to min_lr at total_steps.

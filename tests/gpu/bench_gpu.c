@@ -195,7 +195,9 @@ int main(int argc, char **argv) {
   vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, be, 1234);
   // The trainer's defaults that matter for the work done: clipping on (its norm pass is part of
   // the step, as clip_grad_norm_ on the PyTorch side), weight decay on.
-  const vt_optim_config oc = {1e-3f, 1e-5f, 0, 1000000, 0.9f, 0.999f, 1e-8f, 0.05f, 1.0f};
+  const vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 0,
+                              .total_steps = 1000000, .beta1 = 0.9f, .beta2 = 0.999f,
+                              .eps = 1e-8f, .weight_decay = 0.05f, .clip_grad = 1.0f};
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
   const int S = cfg.img_size, K = cfg.num_classes;
