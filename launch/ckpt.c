@@ -23,15 +23,16 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
                        vt_comm *world, const vt_mesh *mesh, int64_t step, char *err,
                        size_t errlen) {
   const int64_t total = m->table.total;
-  float *local[3];
-  for (int k = 0; k < 3; k++) {
+  const int n = opt->ema ? 4 : 3;  // weights, the two moments, the EMA
+  float *local[4] = {NULL}, *global[4] = {NULL};
+  for (int k = 0; k < n; k++) {
     local[k] = malloc((size_t)total * sizeof(float));
     VT_CHECK(local[k] != NULL, "out of host memory for a checkpoint");
   }
   m->be->to_host(local[0], m->params, (size_t)total * sizeof(float));
   vt_optimizer_get_state(opt, local[1], local[2]);
-  float *global[3];
-  for (int k = 0; k < 3; k++) global[k] = vt_gather_global(m, world, mesh, local[k]);
+  if (opt->ema) m->be->to_host(local[3], opt->ema, (size_t)total * sizeof(float));
+  for (int k = 0; k < n; k++) global[k] = vt_gather_global(m, world, mesh, local[k]);
   vt_status st = VT_OK;
   if (vt_comm_rank(world) == 0) {
     char tmp[1100], path[1300];
@@ -48,6 +49,12 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       const char *prefixes[2] = {"exp_avg.", "exp_avg_sq."};
       st = vt_write_global(&m->cfg, moments, prefixes, 2, path, err, errlen);
     }
+    if (st == VT_OK && opt->ema) {  // timm names, like model.safetensors
+      snprintf(path, sizeof path, "%s/ema.safetensors", tmp);
+      const float *ema[1] = {global[3]};
+      const char *none[1] = {""};
+      st = vt_write_global(&m->cfg, ema, none, 1, path, err, errlen);
+    }
     // Test-only fault switch: die between writing the files and committing them.
     if (vt_fault_at(VT_FAULT_KILL_IN_SAVE, step)) {
       vt_log_warn("VT_FAULT: killing this rank in the middle of the save of step %lld",
@@ -63,12 +70,12 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
           .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
           .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
           .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
-      const char *files[2] = {"model.safetensors", "optim.safetensors"};
-      st = vt_ckpt_commit(o->save_dir, tmp, &man, files, 2, o->keep_last, err, errlen);
+      const char *files[3] = {"model.safetensors", "optim.safetensors", "ema.safetensors"};
+      st = vt_ckpt_commit(o->save_dir, tmp, &man, files, n - 1, o->keep_last, err, errlen);
     }
     if (st != VT_OK) vt_ckpt_abandon(tmp);
   }
-  for (int k = 0; k < 3; k++) free(local[k]), free(global[k]);
+  for (int k = 0; k < n; k++) free(local[k]), free(global[k]);
   return agree(world, st);
 }
 
@@ -122,8 +129,13 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     }
     if (found >= 0 && (st = check_manifest(o, &man, dir, err, errlen)) != VT_OK) found = -2;
   }
-  double choice[2] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300};
-  vt_comm_all_reduce_double(world, choice, 2, VT_REDUCE_MAX);
+  int has_ema = 0;  // saved with --model-ema
+  for (int i = 0; rank0 && found >= 0 && i < man.nfiles; i++)
+    has_ema |= strcmp(man.file[i], "ema.safetensors") == 0;
+  double choice[3] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
+                      rank0 ? has_ema : -1e300};
+  vt_comm_all_reduce_double(world, choice, 3, VT_REDUCE_MAX);
+  has_ema = choice[2] > 0;
   if (choice[0] == -2) return VT_ERR_INPUT;
   if (choice[0] < 0) return VT_OK;
   if (auto_mode) snprintf(dir, sizeof dir, "%s/step-%08" PRId64, o->save_dir, (int64_t)choice[0]);
@@ -134,18 +146,30 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     man.adam_t = (int64_t)choice[1];
     man.stream_position = man.step * o->global_batch;
   }
+  if (o->use_ema && !has_ema) {
+    snprintf(err, errlen, "%s has no EMA weights (it was saved without --model-ema)", dir);
+    return VT_ERR_INPUT;
+  }
   const int64_t total = m->table.total;
-  float *local[3];
-  for (int k = 0; k < 3; k++) {
+  const int load_ema = opt->ema && has_ema && !o->eval_only;
+  float *local[4] = {NULL};
+  for (int k = 0; k < 3 + load_ema; k++) {
     local[k] = malloc((size_t)total * sizeof(float));
     VT_CHECK(local[k] != NULL, "out of host memory to load a checkpoint");
   }
   char path[1300];
   vt_st_file f;
-  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  // The weights: vit3d eval --use-ema 1 evaluates the EMA in their place.
+  snprintf(path, sizeof path, "%s/%s.safetensors", dir, o->use_ema ? "ema" : "model");
   st = vt_safetensors_read(path, &f, err, errlen);
   if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "", local[0], err, errlen);
   vt_safetensors_close(&f);
+  if (st == VT_OK && load_ema) {
+    snprintf(path, sizeof path, "%s/ema.safetensors", dir);
+    st = vt_safetensors_read(path, &f, err, errlen);
+    if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "", local[3], err, errlen);
+    vt_safetensors_close(&f);
+  }
   if (st == VT_OK) {
     snprintf(path, sizeof path, "%s/optim.safetensors", dir);
     st = vt_safetensors_read(path, &f, err, errlen);
@@ -158,6 +182,14 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   if (bad == 0) {
     m->be->to_device(m->params, local[0], (size_t)total * sizeof(float));
     vt_optimizer_set_state(opt, local[1], local[2], man.adam_t);
+    if (load_ema) {
+      m->be->to_device(opt->ema, local[3], (size_t)total * sizeof(float));
+    } else if (opt->ema) {
+      vt_optimizer_ema_reset(opt, m->params);
+      vt_log_info("%s has no EMA weights: the EMA starts from its weights", dir);
+    } else if (has_ema && !o->eval_only) {
+      vt_log_info("%s has EMA weights; without --model-ema they are not kept", dir);
+    }
     *start_step = man.step;
     vt_log_info("resumed from %s: %" PRId64 " steps done, data stream at sample %" PRId64
                 " (saved on tp %d x pp %d x dp %d)",
@@ -165,6 +197,6 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   } else if (st == VT_OK) {
     snprintf(err, errlen, "another rank could not load %s", dir);
   }
-  for (int k = 0; k < 3; k++) free(local[k]);
+  for (int k = 0; k < 4; k++) free(local[k]);
   return bad == 0 ? VT_OK : VT_ERR_INPUT;
 }

@@ -19,7 +19,7 @@ static void usage(FILE *f) {
           "commands:\n"
           "  train      train a ViT (see vit3d train --help)\n"
           "  eval       evaluate a checkpoint or weights on --val-data (flags of train)\n"
-          "  export     vit3d export --checkpoint DIR --out FILE.safetensors (timm names)\n"
+          "  export     vit3d export --checkpoint DIR --out FILE.safetensors [--use-ema 1] (timm names)\n"
           "  prepare    prepare a dataset: vit3d prepare fashion-mnist OUT_DIR\n"
           "  version    print the version and what this build contains\n\n"
           "example:\n"
@@ -209,6 +209,14 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
        NULL},
       {"--checkpoint", VT_OPT_STR, o.resume, sizeof o.resume, 0, 0, "DIR",
        "vit3d eval: the checkpoint to evaluate (the same as --resume DIR)", NULL},
+      {"--use-ema", VT_OPT_INT, &o.use_ema, 0, 0, 1, "N",
+       "vit3d eval: 1 evaluates the checkpoint's EMA weights (saved with --model-ema)", NULL},
+      {"--model-ema", VT_OPT_FLOAT, &o.optim.ema_decay, 0, 0, 0.999999, "DECAY",
+       "keep an exponential moving average of the weights (timm's ModelEmaV2, e.g. 0.9998): "
+       "updated after every step, saved in checkpoints (ema.safetensors), evaluated beside the "
+       "weights; 0: off", NULL},
+      {"--final-ema", VT_OPT_STR, o.final_ema, sizeof o.final_ema, 0, 0, "FILE",
+       "at the end, write the EMA weights like --final-weights (needs --model-ema)", NULL},
       {"--comm-stats", VT_OPT_INT, &o.comm_stats, 0, 0, 1, "N",
        "1: every rank writes its first step's traffic per axis to LOG_DIR/comm.rank<R>.json",
        NULL},
@@ -278,12 +286,16 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
 // unsharded weights with timm's names already; verify the checkpoint and copy it atomically.
 static int cmd_export(int argc, char **argv) {
   char ckpt[512] = "", out[512] = "", err[768];
+  int use_ema = 0;
   const vt_opt opts[] = {
       {"--checkpoint", VT_OPT_STR, ckpt, sizeof ckpt, 0, 0, "DIR", "checkpoint directory", NULL},
       {"--out", VT_OPT_STR, out, sizeof out, 0, 0, "FILE", "safetensors file to write", NULL},
+      {"--use-ema", VT_OPT_INT, &use_ema, 0, 0, 1, "N",
+       "1: the EMA weights (saved with --model-ema) instead of the weights", NULL},
   };
-  if (vt_cli_parse(opts, 2, argc, argv, err, sizeof err) != VT_OK || !ckpt[0] || !out[0]) {
-    fprintf(stderr, "%s%susage: vit3d export --checkpoint DIR --out FILE.safetensors\n",
+  if (vt_cli_parse(opts, 3, argc, argv, err, sizeof err) != VT_OK || !ckpt[0] || !out[0]) {
+    fprintf(stderr,
+            "%s%susage: vit3d export --checkpoint DIR --out FILE.safetensors [--use-ema 1]\n",
             ckpt[0] && out[0] ? err : "", ckpt[0] && out[0] ? "\n" : "");
     return 2;
   }
@@ -292,13 +304,22 @@ static int cmd_export(int argc, char **argv) {
     fprintf(stderr, "vit3d export: %s\n", err);
     return 1;
   }
+  const char *file = use_ema ? "ema.safetensors" : "model.safetensors";
+  int listed = 0;
+  for (int i = 0; i < man.nfiles; i++) listed |= strcmp(man.file[i], file) == 0;
+  if (!listed) {
+    fprintf(stderr, "vit3d export: %s has no EMA weights (it was saved without --model-ema)\n",
+            ckpt);
+    return 1;
+  }
   char src[600];
-  snprintf(src, sizeof src, "%s/model.safetensors", ckpt);
+  snprintf(src, sizeof src, "%s/%s", ckpt, file);
   if (vt_copy_file_atomic(src, out, err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d export: %s\n", err);
     return 1;
   }
-  printf("vit3d export: wrote %s (step %lld, timm names, fp32)\n", out, (long long)man.step);
+  printf("vit3d export: wrote %s (step %lld%s, timm names, fp32)\n", out, (long long)man.step,
+         use_ema ? ", EMA weights" : "");
   return 0;
 }
 

@@ -73,6 +73,11 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--warmup-steps %lld is longer than --steps %lld", (long long)o->optim.warmup_steps,
            (long long)o->steps);
   if (o->optim.min_lr > o->optim.lr) REFUSE("--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
+  if (o->final_ema[0] && o->optim.ema_decay <= 0)
+    REFUSE("--final-ema writes the weights' EMA: give --model-ema DECAY too");
+  if (o->use_ema && (!o->eval_only || !o->resume[0]))
+    REFUSE("--use-ema is for vit3d eval --checkpoint DIR (training keeps an EMA with "
+           "--model-ema)");
   if (strcmp(o->resume, "auto") == 0 && !o->save_dir[0])
     REFUSE("--resume auto looks for checkpoints in --save DIR; give --save too");
   return VT_OK;
@@ -329,8 +334,8 @@ typedef struct {
   double loss, gnorm, img_s, step_ms;
   float lr;
   int64_t bad_images, skipped;
-  int eval_now;
-  vt_eval_result ev;
+  int eval_now, eval_ema;
+  vt_eval_result ev, ev_ema;  // the weights, and their EMA (eval_ema)
   const char *ranks_json;  // per-rank arrays, or ""
 } step_log;
 
@@ -353,6 +358,9 @@ static void log_step(const vt_train_options *o, FILE *metrics, const step_log *l
     if (l->eval_now)
       fprintf(metrics, ", \"eval_loss\": %.9g, \"eval_top1\": %.6f, \"eval_top5\": %.6f, "
               "\"eval_views\": %d", l->ev.loss, l->ev.top1, l->ev.top5, o->eval_hflip ? 2 : 1);
+    if (l->eval_ema)
+      fprintf(metrics, ", \"eval_ema_loss\": %.9g, \"eval_ema_top1\": %.6f, "
+              "\"eval_ema_top5\": %.6f", l->ev_ema.loss, l->ev_ema.top1, l->ev_ema.top5);
     if (l->ranks_json[0]) fprintf(metrics, ", %s", l->ranks_json);
     fprintf(metrics, "}\n");
     fflush(metrics);
@@ -371,6 +379,9 @@ static void log_step(const vt_train_options *o, FILE *metrics, const step_log *l
     printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images%s)\n",
            (long long)l->step, l->ev.loss, 100 * l->ev.top1, 100 * l->ev.top5,
            (long long)l->ev.count, o->eval_hflip ? ", each with its mirror" : "");
+  if (l->eval_ema)
+    printf("eval after step %lld, EMA weights: loss %.4f | top-1 %.2f%% | top-5 %.2f%%\n",
+           (long long)l->step, l->ev_ema.loss, 100 * l->ev_ema.top1, 100 * l->ev_ema.top5);
 }
 
 // Every rank: host, world and local rank, mesh coordinates and device, one line each.
@@ -462,6 +473,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     if (world_rank == 0) vt_log_error("--init-from: %s", err);
     rc = VT_EXIT_USAGE;
   }
+  vt_optimizer_ema_reset(&opt, m.params);  // the EMA starts at the initial weights
   if (!rc && o->resume[0] &&
       vt_ckpt_resume(o, &m, &opt, world, &mesh, &start_step, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("cannot resume: %s", err);
@@ -557,6 +569,14 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     if (l.eval_now) {
       vt_watchdog_phase("evaluation", n, slow_limit);
       l.ev = vt_evaluate(&m, &data, world, pp, me, NULL);
+      if (opt.ema) {  // the EMA in the weights' place; the gradients hold the weights meanwhile
+        const size_t nbytes = (size_t)m.table.total * sizeof(float);
+        be->copy(m.grads, m.params, nbytes);
+        be->copy(m.params, opt.ema, nbytes);
+        l.ev_ema = vt_evaluate(&m, &data, world, pp, me, NULL);
+        be->copy(m.params, m.grads, nbytes);
+        l.eval_ema = 1;
+      }
     }
     const int stop_nonfinite = nonfinite_run >= o->max_nonfinite;
     const int save_now = o->save_dir[0] && !stop_nonfinite &&
@@ -621,7 +641,13 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   if (mesh.pp_size > 1 && timed_s > 0)
     report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, n_micro);
   if (!rc && o->final_weights[0] &&
-      vt_export_safetensors(&m, world, &mesh, o->final_weights, err, sizeof err) != VT_OK) {
+      vt_export_safetensors(&m, m.params, world, &mesh, o->final_weights, err, sizeof err) !=
+          VT_OK) {
+    if (world_rank == 0) vt_log_error("%s", err);
+    rc = VT_EXIT_FAILED;
+  }
+  if (!rc && o->final_ema[0] &&
+      vt_export_safetensors(&m, opt.ema, world, &mesh, o->final_ema, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("%s", err);
     rc = VT_EXIT_FAILED;
   }

@@ -46,6 +46,8 @@ typedef struct {
   int zero;                 // 0 | 1
   int sequence_parallel;    // 0 | 1
   char final_weights[512];  // write the full, unsharded weights here at the end (safetensors)
+  char final_ema[512];      // ... and their EMA (--model-ema) here
+  int use_ema;              // vit3d eval: the checkpoint's EMA weights instead of its weights
   char save_dir[512];       // checkpoints go here (empty: none)
   int save_interval;        // save every N steps (and after the last); 0: only after the last
   int keep_last;            // complete checkpoints kept; 0: all

@@ -244,6 +244,14 @@ double vt_sumsq(const vt_backend *be, const float *x, int64_t count) {
   return be->sumsq(x, count);
 }
 
+void vt_ema(const vt_backend *be, float *ema, const float *param, float decay, int64_t count) {
+  NEED(be, ema);
+  PTR(ema); PTR(param);
+  POS(count);
+  VT_CHECK(decay >= 0.0f && decay < 1.0f, "ema: decay %g not in [0, 1)", decay);
+  be->ema(ema, param, decay, count);
+}
+
 void vt_scale(const vt_backend *be, float *x, float alpha, int64_t count) {
   NEED(be, scale);
   PTR(x);

@@ -138,6 +138,7 @@ struct vt_backend {
   void (*adamw)(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
                 int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
                 int64_t t);
+  void (*ema)(float *ema, const float *param, float decay, int64_t count);
   double (*sumsq)(const float *x, int64_t count);
   void (*scale)(float *x, float alpha, int64_t count);
 };

@@ -173,6 +173,10 @@ void vt_adamw(const vt_backend *be, float *param, const float *grad, float *m, f
               const uint8_t *decay, int64_t count, float lr, float beta1, float beta2, float eps,
               float weight_decay, int64_t t);
 
+// Exponential moving average of the weights (timm's ModelEmaV2): ema = ema * decay +
+// param * (1 - decay), each product rounded on its own, then the sum.
+void vt_ema(const vt_backend *be, float *ema, const float *param, float decay, int64_t count);
+
 // Sum of squares (accumulated in double) and in-place scaling, for the gradient norm and clipping.
 double vt_sumsq(const vt_backend *be, const float *x, int64_t count);
 void vt_scale(const vt_backend *be, float *x, float alpha, int64_t count);

@@ -1,8 +1,8 @@
 // ref_dump.c: runs a small vit3d model for 5 optimizer steps on the CPU backend, exactly as
-// launch/train.c does (with drop path, Mixup and CutMix), and writes everything the PyTorch
-// reference (tests/ref_vit.py) needs to one safetensors file: initial weights, data (raw and
-// mixed images, each pair's mixing), step-0 logits/loss/gradients, per-step lr, grad norm and
-// loss, and the final weights. Usage: ref_dump OUT.safetensors
+// launch/train.c does (with drop path, Mixup and CutMix, layer-wise lr decay, the weights' EMA),
+// and writes everything the PyTorch reference (tests/ref_vit.py) needs to one safetensors file:
+// initial weights, data (raw and mixed images, each pair's mixing), step-0 logits/loss/gradients,
+// per-step lr, grad norm and loss, the final weights and their EMA. Usage: ref_dump OUT.safetensors
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +70,8 @@ int main(int argc, char **argv) {
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,
                         .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.05f,
-                        .clip_grad = 0.5f, .layer_decay = 0.75f, .depth = 3};
+                        .clip_grad = 0.5f, .layer_decay = 0.75f, .depth = 3,
+                        .ema_decay = 0.9f};
   const int S = cfg.img_size, K = cfg.num_classes;
   const int64_t img_elems = 3 * (int64_t)S * S;
 
@@ -80,6 +81,7 @@ int main(int argc, char **argv) {
   m.mix = 1;
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
+  vt_optimizer_ema_reset(&opt, m.params);
 
   out_list o = {.n = 0};
   push_params(&o, &m, "init.", m.params);
@@ -135,6 +137,7 @@ int main(int argc, char **argv) {
            loss_sum / GLOBAL, lr, gnorm, gnorm > oc.clip_grad ? " (clipped)" : "");
   }
   push_params(&o, &m, "final.", m.params);
+  push_params(&o, &m, "ema.", opt.ema);
   printf("clipping active on %d of %d steps\n", clipped, STEPS);
   // The reference is only meaningful for clipping if it happened at least once.
   VT_CHECK(clipped > 0, "clip_grad %.2f never triggered; the reference would not test it",

@@ -14,16 +14,19 @@ import torch.nn.functional as F
 
 # Must match tests/ref_dump.c; the shapes read from the file are checked against them.
 IMG, PATCH, WIDTH, DEPTH, HEADS, MLP_RATIO, CLASSES = 32, 8, 48, 3, 3, 4, 10
-GLOBAL, STEPS, SMOOTHING, DROP_PATH, SEED, LAYER_DECAY = 6, 5, 0.1, 0.5, 1234, 0.75
+GLOBAL, STEPS, SMOOTHING, DROP_PATH, SEED, LAYER_DECAY, EMA = 6, 5, 0.1, 0.5, 1234, 0.75, 0.9
 LR, MIN_LR, WARMUP, BETAS, EPS, WD, CLIP = 1e-3, 1e-5, 2, (0.9, 0.999), 1e-8, 0.05, 0.5
 
 # Relative tolerances, ||vit3d - ref|| / ||ref|| per tensor. vit3d runs in fp32: logits, loss and
 # gradients measure ~5e-7, so 1e-5 leaves 20x headroom and still flags the 1e-3 self-check
 # corruption. Final parameters are compared relative to the reference's 5-step update (~3e-3 per
 # element), where fp32 storage alone costs ~4e-5 on LayerNorm weights (ulp(1.0) / update, the
-# same for a float32 PyTorch run), hence 2e-4. "final_kbias" is explained at final_err().
+# same for a float32 PyTorch run), hence 2e-4. "final_kbias" is explained at final_err(). The
+# weights' EMA moves less than they do (0.9^5 of its start remains) and rounds at every step
+# itself: LayerNorm weights of block 0, whose lr layer decay scales by 0.42, measure 2.6e-4, so
+# 1e-3 for "ema" (its self-check plants 1e-2).
 TOL = {"logits": 1e-5, "loss": 1e-5, "grad": 1e-5, "lr": 1e-6, "grad_norm": 1e-5,
-       "loss_per_step": 1e-5, "final": 2e-4, "final_kbias": 1e-2}
+       "loss_per_step": 1e-5, "final": 2e-4, "final_kbias": 1e-2, "ema": 1e-3, "ema_kbias": 1e-2}
 
 
 def read_safetensors(path):
@@ -262,6 +265,7 @@ def main():
 
     results = []  # (group, name, err, tol)
     ref_lr, ref_norm, ref_loss = [], [], []
+    ema = {n: init[n].to(dt).clone() for n in names}
     dropped = dropped0 = 0
     for s in range(STEPS):
         lr = lr_at(s)
@@ -284,6 +288,9 @@ def main():
                 results.append(("grad", n, rel_err(d["grad." + n], ref_grads[n]), TOL["grad"]))
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=CLIP)
         opt.step()
+        with torch.no_grad():  # timm's ModelEmaV2: ema * decay + (1 - decay) * weights
+            for n, p in params.items():
+                ema[n] = ema[n] * EMA + (1.0 - EMA) * p.detach()
         ref_lr.append(lr), ref_norm.append(norm.item()), ref_loss.append(loss.item())
     clipped = sum(n > CLIP for n in ref_norm)
     for key, ref in (("lr", ref_lr), ("grad_norm", ref_norm), ("loss_per_step", ref_loss)):
@@ -297,6 +304,14 @@ def main():
     for key, (mine, ref, ini) in final.items():
         group, err = final_err(key, mine, ref, ini, sum(ref_lr))
         results.append((group, key, err, TOL[group]))
+    emas = {}  # piece name -> (vit3d, reference, init)
+    for n in names:  # the EMA of the weights, measured like them against its own movement
+        trio = [final_pieces(n, t) for t in (d["ema." + n], ema[n], init[n].to(dt))]
+        emas.update({k: (trio[0][k], trio[1][k], trio[2][k]) for k in trio[0]})
+    for key, (mine, ref, ini) in emas.items():
+        group, err = final_err(key, mine, ref, ini, sum(ref_lr))
+        group = group.replace("final", "ema")
+        results.append((group, "ema." + key, err, TOL[group]))
 
     # Self-check: the per-tensor comparator must flag a single wrong element in any one tensor:
     # 1e-3 of the tensor's norm (gradient, or update for final parameters), or for the k bias a
@@ -320,6 +335,12 @@ def main():
         group, err = final_err(key, corrupt(mine, amount), ref, ini, sum(ref_lr))
         if err <= TOL[group]:
             insensitive.append("final." + key)
+    for key, (mine, ref, ini) in emas.items():
+        planted += 1
+        amount = 0.1 * LR if key.endswith("[k]") else 1e-2 * (ref - ini).norm().item()
+        group, err = final_err(key, corrupt(mine, amount), ref, ini, sum(ref_lr))
+        if err <= TOL[group.replace("final", "ema")]:
+            insensitive.append("ema." + key)
 
     failed = [r for r in results if not r[2] <= r[3]]  # "not <=" also catches NaN
     print(f"vit3d vs PyTorch reference ({args.dtype}); clipping active on {clipped}/{STEPS} steps;"
@@ -332,7 +353,7 @@ def main():
     print("worst tensors overall:")
     for g, n, e, t in sorted(results, key=lambda r: -(r[2] / r[3]))[:6]:
         print(f"  {g:<14}{n:<32}{e:>10.2e}  ({e / t:.2f} of tol)")
-    print(f"self-check: {planted} gradient and final tensors corrupted in one element each; "
+    print(f"self-check: {planted} gradient, final and EMA tensors corrupted in one element each; "
           f"{planted - len(insensitive)} flagged")
     if clipped == 0:
         print("FAIL: clipping never triggered, so it was not tested")

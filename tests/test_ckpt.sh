@@ -2,7 +2,9 @@
 # test_ckpt.sh VIT3D: checkpoints, end to end, on 8 CPU ranks.
 #  1. exact resume: 2x2x2, 20 steps straight against 10 steps + save + a new process with
 #     --resume auto: byte-identical final weights and identical losses of steps 11-20; also
-#     with --zero 1, drop path, Mixup and CutMix;
+#     with --zero 1, drop path, Mixup, CutMix and the weights' EMA (also byte-identical; its
+#     export from the checkpoint equals the run's --final-ema, and a checkpoint without one is
+#     refused by export --use-ema);
 #  2. resume on another mesh: the step-10 checkpoint of 2x2x2 continued on 1x1x1, 4x2x1, 1x4x2
 #     and 2x1x4 matches an uninterrupted run on that mesh (tests/compare_runs.py tolerances);
 #  3. kill -9 of one rank in the middle of a run and (fault switch) in the middle of a save: a
@@ -28,22 +30,34 @@ must() { "$@" || { echo "FAIL: $*"; tail -15 "$work/${2}.log" 2>/dev/null; fail=
 
 for z in 0 1; do
   extra=()
-  # drop path's masks and the mixing are keyed by stream position: resumable
-  [ $z = 1 ] && extra=(--drop-path 0.2 --mixup 0.8 --cutmix 1.0)
-  must run straight$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}"
+  # drop path's masks and the mixing are keyed by stream position: resumable; the weights' EMA
+  # is saved (ema.safetensors) and restored
+  [ $z = 1 ] && extra=(--drop-path 0.2 --mixup 0.8 --cutmix 1.0 --model-ema 0.99)
+  must run straight$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}" ${extra:+--final-ema "$work/ema_straight.st"}
   must run first$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}" --save "$work/ck$z" --save-interval 10 \
     --run-steps 10
-  must run second$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}" --save "$work/ck$z" --resume auto
+  must run second$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}" --save "$work/ck$z" --resume auto \
+    ${extra:+--final-ema "$work/ema_second.st"}
   if cmp -s "$work/straight$z/weights.safetensors" "$work/second$z/weights.safetensors" &&
+     { [ $z = 0 ] || cmp -s "$work/ema_straight.st" "$work/ema_second.st"; } &&
      "$py" - "$work/straight$z/metrics.jsonl" "$work/second$z/metrics.jsonl" <<'PY'
 import json, sys
 a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
 b = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
 sys.exit(0 if sorted(b) == list(range(11, 21)) and all(a[s] == b[s] for s in b) else 1)
 PY
-  then echo "ok: exact resume (zero $z ${extra[*]}): weights byte-identical, losses of steps 11-20 identical"
+  then echo "ok: exact resume (zero $z ${extra[*]}): weights$([ $z = 1 ] && echo " and EMA") byte-identical, losses of steps 11-20 identical"
   else echo "FAIL: exact resume (zero $z ${extra[*]}) differs"; fail=1; fi
 done
+# The EMA from the checkpoint (export --use-ema 1) is the run's final EMA; without one, refused.
+if "$vit3d" export --checkpoint "$work/ck1/step-00000020" --out "$work/ema_export.st" \
+     --use-ema 1 > /dev/null && cmp -s "$work/ema_export.st" "$work/ema_second.st" &&
+   ! out=$("$vit3d" export --checkpoint "$work/ck0/step-00000020" --out "$work/x.st" --use-ema 1 2>&1) &&
+   grep -q "has no EMA weights (it was saved without --model-ema)" <<<"$out"; then
+  echo "ok: export --use-ema 1 writes the checkpoint's EMA (the run's --final-ema); refused without one"
+else
+  echo "FAIL: export --use-ema 1"; fail=1
+fi
 
 for mesh in "1 1 1 1" "8 4 2 1" "8 1 4 2" "8 2 1 4"; do
   read -r np tp pp dp <<<"$mesh"

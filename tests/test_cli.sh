@@ -28,12 +28,14 @@ refuse "unknown command 'trian'" trian
 refuse "--warmup-steps 20 is longer than --steps 10" train --steps 10 --warmup-steps 20
 refuse "--drop-path: 1 is out of range" train --drop-path 1
 refuse "--layer-decay: 0 is out of range" train --layer-decay 0
+refuse "--final-ema writes the weights' EMA: give --model-ema DECAY too" train --final-ema x.safetensors
+refuse "--use-ema is for vit3d eval --checkpoint DIR" train --use-ema 1
 refuse "--micro-batch-size must be even (have 3)" train --mixup 0.8 --micro-batch-size 3 --global-batch-size 6
 refuse "--drop-path works on micro-batches of at most 4096 images (have 5000)" train --drop-path 0.1 --micro-batch-size 5000
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes \
             --data --micro-batch-size --global-batch-size --steps --lr --min-lr --warmup-steps \
-            --weight-decay --clip-grad --label-smoothing --drop-path --layer-decay --mixup --cutmix --mix-prob --mix-switch-prob --recompute-blocks --seed --device --threads --log-dir; do
+            --weight-decay --clip-grad --label-smoothing --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
 "$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }

@@ -570,6 +570,17 @@ static void t_sumsq(tc *t, const int64_t *d) {
   report(t, "sum", fabs(a - ref) / ref, t->tol, memcmp(&a, &b, sizeof a) == 0);
 }
 
+// d[1]: 1 - decay in millionths.
+static void t_ema(tc *t, const int64_t *d) {
+  const int64_t n = d[0];
+  const float decay = 1.0f - (float)d[1] * 1e-6f;
+  float *e = hrand(t, n, -1, 1), *p = hrand(t, n, -1, 1), *ref = hcopy(t, e, n), *g[2];
+  vt_ema(t->cpu, ref, p, decay, n);
+  float *gp = dnew(t, p, n);
+  for (int r = 0; r < 2; r++) g[r] = dnew(t, e, n), vt_ema(t->gpu, g[r], gp, decay, n);
+  check(t, "ema", g, ref, n);
+}
+
 static void t_scale(tc *t, const int64_t *d) {
   const int64_t n = d[0];
   const float alpha = 0.37f;
@@ -587,8 +598,8 @@ static void t_scale(tc *t, const int64_t *d) {
 // relative to the sum of magnitudes; each tolerance leaves about 10x over that for the longest
 // reduction of its shapes:
 //   0      pure data movement, or the same single rounding on both sides (patchify, cls_pool,
-//          add, drop_path, scale, embed: one add, and dcls/dpos add the batch in the CPU's
-//          order).
+//          add, drop_path, scale, ema, embed: one add, and dcls/dpos add the batch in the
+//          CPU's order).
 //   1e-6   element-wise with FMA contraction or library functions: AdamW, cross-entropy bwd
 //          (a few ulp).
 //   2e-6   GELU: the CPU uses its own erf (abs. error 1.5e-7) and exp, CUDA erff and expf.
@@ -673,6 +684,7 @@ static const op_test kTests[] = {
     {"sumsq", "count", t_sumsq, {1e-12, -1},
      {{1}, {7}, {16384}, {16385}, {1000003}, {5000000}}},
     {"scale", "count", t_scale, {0, -1}, {{1}, {1000}, {1000003}}},
+    {"ema", "count,(1-decay)*1e6", t_ema, {0, -1}, {{1, 100}, {1000, 1000}, {1000003, 200}}},
 };
 #define NTESTS (int)(sizeof kTests / sizeof kTests[0])
 
@@ -691,7 +703,7 @@ static int check_table(const vt_backend *be) {
       OP(add),               OP(drop_path),         OP(patchify_fwd),  OP(patchify_bwd),
       OP(embed_fwd),         OP(embed_bwd),         OP(cls_pool_fwd),  OP(cls_pool_bwd),
       OP(cross_entropy_fwd), OP(cross_entropy_bwd), OP(adamw),         OP(sumsq),
-      OP(scale),
+      OP(scale),             OP(ema),
 #undef OP
   };
   int missing = 0;

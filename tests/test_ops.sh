@@ -11,7 +11,8 @@
 #  5. stragglers: a rank slowed by 0.3 s per step is named by the rank report, which also puts
 #     per-rank busy times and memory in metrics.jsonl;
 #  6. metrics and plot: mfu, model_tflops, skipped_steps, bad_images in metrics.jsonl of a real
-#     Fashion-MNIST run with evaluation; launch/plot_metrics.py draws it to a PNG.
+#     Fashion-MNIST run with evaluation (of the weights and of their EMA; vit3d eval --use-ema 1
+#     of its checkpoint agrees); launch/plot_metrics.py draws it to a PNG.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -163,7 +164,7 @@ fi
 run fm 2 "" --dp 2 --img-size 28 --patch-size 7 --width 32 --heads 2 --depth 2 --steps 60 \
   --micro-batch-size 64 --global-batch-size 128 --lr 3e-3 --data "$work/fm/train" \
   --val-data "$work/fm/val" --eval-interval 20 --eval-crop-pct 1 --crop-scale-min 1 \
-  --peak-tflops 0.05 --log-interval 20
+  --peak-tflops 0.05 --log-interval 20 --model-ema 0.95 --save "$work/fm_ck" --save-interval 60
 if "$py" - "$work/fm/metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -174,15 +175,32 @@ for r in rows:
     assert abs(r["mfu"] - r["model_tflops"] / (0.05 * 2)) <= 1e-4 * r["mfu"], r
 ev = [r for r in rows if "eval_top1" in r]
 assert [r["step"] for r in ev] == [20, 40, 60] and ev[-1]["eval_top1"] > 0.3, ev
+assert all(r["eval_ema_top1"] > 0.2 and r["eval_ema_top1"] != r["eval_top1"] for r in ev), ev
 PY
-then ok "metrics.jsonl: mfu = model_tflops / (peak x ranks), skipped_steps, bad_images, evaluation"
+then ok "metrics.jsonl: mfu = model_tflops / (peak x ranks), skipped_steps, bad_images, evaluation of the weights and of their EMA"
 else bad "metrics of the Fashion-MNIST run"; tail -5 "$work/fm.log"
 fi
+# The EMA saved with the checkpoint of step 60, evaluated by vit3d eval on one rank, scores as
+# the run's own evaluation of its EMA after step 60.
+"$vit3d" eval --model tiny --img-size 28 --patch-size 7 --width 32 --heads 2 --depth 2 \
+  --micro-batch-size 64 --checkpoint "$work/fm_ck/step-00000060" --use-ema 1 \
+  --val-data "$work/fm/val" --eval-crop-pct 1 --threads 1 > "$work/fm_ema_eval.log" 2>&1
+if "$py" - "$work/fm/metrics.jsonl" "$work/fm_ema_eval.log" <<'PY'
+import json, re, sys
+want = [json.loads(l) for l in open(sys.argv[1])][-1]["eval_ema_top1"]
+got = float(re.search(r"^eval: .*top-1 ([0-9.]+)%", open(sys.argv[2]).read(), re.M).group(1))
+assert abs(got - 100 * want) < 1e-3, (got, 100 * want)
+print(f"    EMA top-1 {got:.2f}% from the checkpoint, {100 * want:.2f}% in the run")
+PY
+then ok "vit3d eval --use-ema 1 of the step-60 checkpoint scores as the run's EMA evaluation"
+else bad "vit3d eval --use-ema 1"; tail -3 "$work/fm_ema_eval.log"
+fi
 # Evaluation between steps uses the training slots, so the next step's batch is not loaded
-# ahead into them then (launch/train.c): the same run without --val-data logs the same losses.
+# ahead into them then (launch/train.c): the same run without --val-data logs the same losses
+# (the EMA, evaluated there by swapping it into the weights, changes nothing either).
 run fm_noval 2 "" --dp 2 --img-size 28 --patch-size 7 --width 32 --heads 2 --depth 2 --steps 60 \
   --micro-batch-size 64 --global-batch-size 128 --lr 3e-3 --data "$work/fm/train" \
-  --eval-crop-pct 1 --crop-scale-min 1 --peak-tflops 0.05 --log-interval 20
+  --eval-crop-pct 1 --crop-scale-min 1 --peak-tflops 0.05 --log-interval 20 --model-ema 0.95
 if "$py" - "$work/fm/metrics.jsonl" "$work/fm_noval/metrics.jsonl" <<'PY'
 import json, sys
 a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])

@@ -81,11 +81,11 @@ vt_status vt_write_global(const vt_vit_config *cfg, const float *const *globals,
   return st;
 }
 
-vt_status vt_export_safetensors(const vt_model *m, vt_comm *world, const vt_mesh *mesh,
-                                const char *path, char *err, size_t errlen) {
+vt_status vt_export_safetensors(const vt_model *m, const float *flat, vt_comm *world,
+                                const vt_mesh *mesh, const char *path, char *err, size_t errlen) {
   float *mine = malloc((size_t)m->table.total * sizeof(float));
   VT_CHECK(mine != NULL, "out of host memory for the exported parameters");
-  m->be->to_host(mine, m->params, (size_t)m->table.total * sizeof(float));
+  m->be->to_host(mine, flat, (size_t)m->table.total * sizeof(float));
   float *global = vt_gather_global(m, world, mesh, mine);
   double status = VT_OK;
   if (global) {

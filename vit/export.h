@@ -10,11 +10,12 @@
 #include "model.h"
 #include "safetensors.h"
 
-// Collective over world: the DP-rank-0 replica of every (tp, pp) shard sends its parameters to
-// world rank 0, which reassembles each tensor by the parameter table and writes path. Every rank
-// returns rank 0's status; the message (rank 0) says what failed.
-vt_status vt_export_safetensors(const vt_model *m, vt_comm *world, const vt_mesh *mesh,
-                                const char *path, char *err, size_t errlen);
+// Collective over world: the DP-rank-0 replica of every (tp, pp) shard sends its weights (flat:
+// backend memory laid out by the rank's table, m->params or the optimizer's EMA) to world rank
+// 0, which reassembles each tensor by the parameter table and writes path. Every rank returns
+// rank 0's status; the message (rank 0) says what failed.
+vt_status vt_export_safetensors(const vt_model *m, const float *flat, vt_comm *world,
+                                const vt_mesh *mesh, const char *path, char *err, size_t errlen);
 
 // The global (whole-model) host buffer on world rank 0, assembled from every rank's local flat
 // host buffer `mine` (laid out by its table); NULL on the other ranks. Collective over world.

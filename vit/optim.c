@@ -46,6 +46,7 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   }
   o->m = must_alloc(be, state, "AdamW state");
   o->v = must_alloc(be, state, "AdamW state");
+  if (cfg->ema_decay > 0) o->ema = must_alloc(be, table->total, "the weights' EMA");
   // The weight-decay mask, so that one AdamW call updates every tensor (vt_ops.h).
   uint8_t *mask = calloc((size_t)table->total + 1, 1);
   o->decay = be->alloc((size_t)table->total + 1);
@@ -106,6 +107,7 @@ void vt_optimizer_free(vt_optimizer *o) {
   o->be->free(o->m);
   o->be->free(o->v);
   o->be->free(o->decay);
+  if (o->ema) o->be->free(o->ema);
   if (o->zero) {
     o->be->free(o->flat);
     o->be->free(o->shard);
@@ -115,6 +117,7 @@ void vt_optimizer_free(vt_optimizer *o) {
 
 size_t vt_optimizer_nbytes(const vt_optimizer *o) {
   int64_t n = o->zero ? 2 * o->shard_count + o->padded + o->shard_count : 2 * o->table->total;
+  if (o->ema) n += o->table->total;
   return (size_t)n * sizeof(float) + (size_t)o->table->total;  // + the weight-decay mask
 }
 
@@ -269,15 +272,20 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   o->t++;
   if (!o->zero) {
     adamw_range(o, params, g, o->m, o->v, 0, total, lr);
-    return norm;
+  } else {
+    if (hi > lo) {
+      adamw_range(o, params + lo, g, o->m, o->v, lo, hi, lr);
+      be->copy(o->flat + lo, params + lo, (size_t)(hi - lo) * sizeof(float));
+    }
+    vt_comm_all_gather(o->dp, o->flat, o->flat + o->shard_lo, o->shard_count);
+    be->copy(params, o->flat, (size_t)total * sizeof(float));
   }
-  if (hi > lo) {
-    adamw_range(o, params + lo, g, o->m, o->v, lo, hi, lr);
-    be->copy(o->flat + lo, params + lo, (size_t)(hi - lo) * sizeof(float));
-  }
-  vt_comm_all_gather(o->dp, o->flat, o->flat + o->shard_lo, o->shard_count);
-  be->copy(params, o->flat, (size_t)total * sizeof(float));
+  if (o->ema) vt_ema(be, o->ema, params, o->cfg.ema_decay, total);
   return norm;
+}
+
+void vt_optimizer_ema_reset(vt_optimizer *o, const float *params) {
+  if (o->ema) o->be->copy(o->ema, params, (size_t)o->table->total * sizeof(float));
 }
 
 void vt_optimizer_get_state(vt_optimizer *o, float *m_host, float *v_host) {

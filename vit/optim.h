@@ -23,6 +23,9 @@ typedef struct {
   // 1 - l), their weight decay too (as AdamW's per-group lr). 0 or 1: off.
   float layer_decay;
   int depth;        // the model's blocks, for layer_decay
+  // The weights' exponential moving average (timm's ModelEmaV2), updated after every step that
+  // is not skipped: ema = ema * ema_decay + params * (1 - ema_decay). 0: none.
+  float ema_decay;
 } vt_optim_config;
 
 // The learning-rate factor of layer l (vt_param.layer) under cfg's layer decay.
@@ -42,6 +45,7 @@ typedef struct {
   // rank owns elements [shard_lo, shard_lo + shard_count) of it.
   int64_t padded, shard_lo, shard_count;
   float *m, *v;           // AdamW moments: shard_count (ZeRO-1) or table->total elements
+  float *ema;             // table->total elements (cfg.ema_decay > 0), else NULL
   uint8_t *decay;         // table->total bytes, backend memory: 1 where weight decay applies
   float *flat, *shard;    // ZeRO-1 only: padded gradient/parameter staging, reduced shard
   int64_t t;              // AdamW steps taken
@@ -59,8 +63,11 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
                        const vt_param_table *table, vt_comm *tp, vt_comm *pp, vt_comm *dp,
                        int zero);
 void vt_optimizer_free(vt_optimizer *o);
-// Bytes of optimizer memory on this rank (moments and ZeRO staging), for the memory plan.
+// Bytes of optimizer memory on this rank (moments, ZeRO staging, the EMA), for the memory plan.
 size_t vt_optimizer_nbytes(const vt_optimizer *o);
+// Starts the weights' EMA at params (this rank's table->total elements, backend memory): at the
+// start of a run, or on a resume from a checkpoint without one. Does nothing without EMA.
+void vt_optimizer_ema_reset(vt_optimizer *o, const float *params);
 
 // The gradients of `layer` (vt_param.layer) are final for this step: start their DP reduction
 // (overlap with the rest of the backward pass). Does nothing without overlap or when started.

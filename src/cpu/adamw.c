@@ -1,6 +1,7 @@
 // adamw.c: AdamW with decoupled weight decay, in the order of torch.optim.AdamW's single-tensor
 // path (decay, moments, bias corrections, addcdiv) so the reference test can be tight; one call
-// covers many tensors, the weight decay per element from a mask (vt_ops.h).
+// covers many tensors, the weight decay per element from a mask (vt_ops.h). Also the weights'
+// exponential moving average.
 #include <math.h>
 
 #include "cpu.h"
@@ -20,4 +21,10 @@ void vt_cpu_adamw(float *param, const float *grad, float *m, float *v, const uin
     v[i] = vi;
     param[i] = param[i] * keep - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
   }
+}
+
+void vt_cpu_ema(float *ema, const float *param, float decay, int64_t count) {
+  const float rest = 1.0f - decay;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i++) ema[i] = ema[i] * decay + param[i] * rest;
 }

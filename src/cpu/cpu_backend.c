@@ -99,6 +99,7 @@ const vt_backend vt_cpu_backend = {
     .cross_entropy_fwd = vt_cpu_cross_entropy_fwd,
     .cross_entropy_bwd = vt_cpu_cross_entropy_bwd,
     .adamw = vt_cpu_adamw,
+    .ema = vt_cpu_ema,
     .sumsq = vt_cpu_sumsq,
     .scale = vt_cpu_scale,
 };
