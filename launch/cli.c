@@ -1,6 +1,7 @@
 // cli.c: the table-driven flag parser.
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -124,4 +125,82 @@ void vt_cli_help(FILE *f, const vt_opt *o, int n) {
     snprintf(left, sizeof left, "%s %s", o->flag, o->metavar);
     fprintf(f, "  %-28s %s [%s]\n", left, o->help, def);
   }
+}
+
+// Appends a copy of word to the growing list (*v, *n, *cap).
+static void push_word(char ***v, int *n, int *cap, const char *word, size_t len) {
+  if (*n + 2 > *cap) {
+    *cap = *cap ? 2 * *cap : 64;
+    *v = realloc(*v, (size_t)*cap * sizeof **v);
+    VT_CHECK(*v != NULL, "out of host memory for the arguments");
+  }
+  char *w = malloc(len + 1);
+  VT_CHECK(w != NULL, "out of host memory for the arguments");
+  memcpy(w, word, len);
+  w[len] = 0;
+  (*v)[(*n)++] = w;
+  (*v)[*n] = NULL;
+}
+
+// The whole of a text file, NUL-terminated (free it), or NULL with errno set.
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  size_t len = 0, cap = 4096;
+  char *buf = malloc(cap);
+  size_t got;
+  while (buf && (got = fread(buf + len, 1, cap - 1 - len, f)) > 0) {
+    len += got;
+    if (len + 1 == cap) {
+      char *bigger = realloc(buf, cap *= 2);
+      if (!bigger) free(buf);
+      buf = bigger;
+    }
+  }
+  const int failed = ferror(f), why = errno;  // a directory opens, then fails to read
+  fclose(f);
+  if (buf && failed) free(buf), buf = NULL, errno = why;
+  else if (buf) buf[len] = 0;
+  else errno = ENOMEM;
+  return buf;
+}
+
+vt_status vt_cli_expand(int argc, char **argv, int *out_argc, char ***out_argv, char *err,
+                        size_t errlen) {
+  int n = 0, cap = 1;
+  char **v = malloc(sizeof *v);
+  VT_CHECK(v != NULL, "out of host memory for the arguments");
+  v[0] = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (argv[i][0] != '@' || !argv[i][1]) {
+      push_word(&v, &n, &cap, argv[i], strlen(argv[i]));
+      continue;
+    }
+    char *text = read_text(argv[i] + 1);
+    if (!text) {
+      snprintf(err, errlen, "arguments file %s: %s", argv[i] + 1, strerror(errno));
+      vt_cli_free(n, v);
+      return VT_ERR_INPUT;
+    }
+    int comment = 0;
+    for (char *p = text; *p;) {
+      if (*p == '\n') comment = 0;
+      if (*p == '#') comment = 1;
+      if (comment || isspace((unsigned char)*p)) {
+        p++;
+        continue;
+      }
+      const char *start = p;
+      while (*p && *p != '#' && !isspace((unsigned char)*p)) p++;
+      push_word(&v, &n, &cap, start, (size_t)(p - start));
+    }
+    free(text);
+  }
+  *out_argc = n, *out_argv = v;
+  return VT_OK;
+}
+
+void vt_cli_free(int argc, char **argv) {
+  for (int i = 0; argv && i < argc; i++) free(argv[i]);
+  free(argv);
 }

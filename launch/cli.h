@@ -28,6 +28,14 @@ typedef struct {
 vt_status vt_cli_parse(const vt_opt *opts, int nopts, int argc, char **argv, char *err,
                        size_t errlen);
 
+// Arguments files: every "@FILE" in argv[0..argc) is replaced by the whitespace-separated words
+// of FILE ('#' comments to the end of a line; no quoting, so no value may contain a space; no
+// nesting). *out_argv (NULL-terminated) and its words are new copies: free with vt_cli_free.
+// An unreadable file is VT_ERR_INPUT naming it.
+vt_status vt_cli_expand(int argc, char **argv, int *out_argc, char ***out_argv, char *err,
+                        size_t errlen);
+void vt_cli_free(int argc, char **argv);
+
 // The value given for flag in argv, or NULL (used to read --model before the overrides).
 const char *vt_cli_find(int argc, char **argv, const char *flag);
 

@@ -119,7 +119,10 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
     d->bad += batch.bad;
     pixels = batch.images, targets = batch.labels;
   }
-  if (vt_mix_enabled(&o->mix)) {  // in place: the batch is ours until the next call
+  // In place (the batch is ours until the next call), in timm's order: erasing, then mixing.
+  if (pixels && o->erase.prob > 0)
+    vt_erase_batch(&o->erase, o->seed, vt_data_position(d, step, mb), B, S, pixels);
+  if (vt_mix_enabled(&o->mix)) {
     vt_mix_batch(&o->mix, o->seed, vt_data_position(d, step, mb), B, S, pixels, targets,
                  d->need_labels ? d->host_mix : NULL);
     if (d->need_labels) *mix = d->host_mix;

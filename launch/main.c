@@ -19,7 +19,8 @@ static void usage(FILE *f) {
           "commands:\n"
           "  train      train a ViT (see vit3d train --help)\n"
           "  eval       evaluate a checkpoint or weights on --val-data (flags of train)\n"
-          "  export     vit3d export --checkpoint DIR --out FILE.safetensors [--use-ema 1] (timm names)\n"
+          "  export     vit3d export --checkpoint DIR --out FILE.safetensors [--use-ema 1]\n"
+          "             (timm names)\n"
           "  prepare    prepare a dataset: vit3d prepare fashion-mnist OUT_DIR\n"
           "  version    print the version and what this build contains\n\n"
           "example:\n"
@@ -73,12 +74,13 @@ static vt_status parse_triple(const char *flag, const char *s, float *out, int p
 
 // Every rank parses the same arguments and reaches the same verdict, so every rank exits with
 // the same code; only rank 0 prints, so the user reads the message once.
-static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
+static int run_train(int argc, char **argv, vt_comm *world, int eval_only) {
   const int rank0 = vt_comm_rank(world) == 0;
   vt_train_options o;
   train_defaults(&o);
   o.eval_only = eval_only;
   char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip";
+  char remode[8] = "pixel";
   char mean[64] = "", std[64] = "";
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
@@ -166,6 +168,12 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
        "probability that a pair is mixed (Mixup or CutMix)", NULL},
       {"--mix-switch-prob", VT_OPT_FLOAT, &o.mix.switch_prob, 0, 0, 1, "P",
        "with both --mixup and --cutmix: probability of CutMix for a pair", NULL},
+      {"--reprob", VT_OPT_FLOAT, &o.erase.prob, 0, 0, 1, "P",
+       "random erasing: with probability P a box of 2% to 1/3 of a training image is filled "
+       "(DeiT: 0.25); 0: off", NULL},
+      {"--remode", VT_OPT_STR, remode, sizeof remode, 0, 0, "MODE",
+       "random erasing's fill: pixel (a normal value per element), rand (per channel) or const "
+       "(zeros)", "pixel|rand|const"},
       {"--recompute-blocks", VT_OPT_INT, &o.recompute_blocks, 0, 0, 1000000, "N",
        "activation recompute: the first N blocks of each pipeline stage keep only their input and "
        "run their forward again in the backward (the same results, less memory, about a third "
@@ -242,8 +250,10 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
   for (int i = 0; i < argc; i++)
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       if (!rank0) return 0;
-      printf("usage: vit3d train [flags]\n\nTrains a ViT and prints a progress line per "
-             "--log-interval steps.\n\nflags [default]:\n");
+      printf("usage: vit3d train [flags] [@FILE ...]\n\nTrains a ViT and prints a progress line "
+             "per --log-interval steps. @FILE reads flags from FILE (words separated by spaces "
+             "or lines, '#' comments; a recipe in docs/recipes.md); later flags win.\n\n"
+             "flags [default]:\n");
       vt_cli_help(stdout, opts, nopts);
       return 0;
     }
@@ -262,6 +272,9 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
                     ? VT_PRECISION_BF16
                     : VT_PRECISION_FP32;
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
+  o.erase.mode = strcmp(remode, "const") == 0  ? VT_ERASE_CONST
+                 : strcmp(remode, "rand") == 0 ? VT_ERASE_RAND
+                                               : VT_ERASE_PIXEL;
   if ((mean[0] && parse_triple("--mean", mean, o.transform.mean, 0, err, sizeof err) != VT_OK) ||
       (std[0] && parse_triple("--std", std, o.transform.std, 1, err, sizeof err) != VT_OK)) {
     if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
@@ -280,6 +293,20 @@ static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
     return 2;
   }
   return vt_train_run(&o, world);
+}
+
+// Arguments files (@FILE) are expanded first, so a recipe's flags can live in a file.
+static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
+  int n;
+  char **v, err[600];
+  if (vt_cli_expand(argc, argv, &n, &v, err, sizeof err) != VT_OK) {
+    if (vt_comm_rank(world) == 0)
+      fprintf(stderr, "vit3d %s: %s\n", eval_only ? "eval" : "train", err);
+    return 2;
+  }
+  const int rc = run_train(n, v, world, eval_only);
+  vt_cli_free(n, v);
+  return rc;
 }
 
 // vit3d export --checkpoint DIR --out FILE: the checkpoint's model.safetensors holds the full,

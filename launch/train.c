@@ -223,6 +223,11 @@ static void log_recipe(const vt_train_options *o, const vt_optim_config *oc) {
     vt_log_info("layer-wise lr decay %g: the head and final norm step with lr, block i with lr * "
                 "%g^(%d - i), the embeddings with lr * %.3g", oc->layer_decay, oc->layer_decay,
                 depth, vt_layer_lr_scale(oc, 0));
+  if (o->erase.prob > 0)
+    vt_log_info("random erasing: probability %g, fill %s", o->erase.prob,
+                o->erase.mode == VT_ERASE_PIXEL  ? "a normal value per element"
+                : o->erase.mode == VT_ERASE_RAND ? "a normal value per channel"
+                                                 : "zeros");
   if (vt_mix_enabled(&o->mix)) {
     const vt_mix_config *x = &o->mix;
     const double cut = x->cutmix_alpha <= 0 ? 0 : (x->mixup_alpha <= 0 ? 1 : x->switch_prob);
@@ -230,6 +235,9 @@ static void log_recipe(const vt_train_options *o, const vt_optim_config *oc) {
                 "(alpha %g) for %g of them, Mixup (alpha %g) for the rest", x->prob,
                 x->cutmix_alpha, cut, x->mixup_alpha);
   }
+  if (oc->ema_decay > 0)
+    vt_log_info("the weights' EMA: decay %g per step, evaluated beside the weights",
+                oc->ema_decay);
   if (o->recompute_blocks > 0)
     vt_log_info("activation recompute: the first %d blocks of each pipeline stage",
                 o->recompute_blocks);

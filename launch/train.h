@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "erase.h"
 #include "mix.h"
 #include "optim.h"
 #include "transform.h"
@@ -33,6 +34,7 @@ typedef struct {
   float label_smoothing;
   float drop_path;          // stochastic depth rate of the last block (timm's drop_path_rate)
   vt_mix_config mix;        // Mixup/CutMix of pairs of the stream (dataio/mix.h)
+  vt_erase_config erase;    // random erasing of training images (dataio/erase.h)
   int recompute_blocks;     // activation recompute of each stage's first N blocks (vt_model_init)
   uint64_t seed;
   vt_device device;

@@ -2,7 +2,7 @@
 # test_ckpt.sh VIT3D: checkpoints, end to end, on 8 CPU ranks.
 #  1. exact resume: 2x2x2, 20 steps straight against 10 steps + save + a new process with
 #     --resume auto: byte-identical final weights and identical losses of steps 11-20; also
-#     with --zero 1, drop path, Mixup, CutMix and the weights' EMA (also byte-identical; its
+#     with --zero 1, drop path, Mixup, CutMix, random erasing and the weights' EMA (also byte-identical; its
 #     export from the checkpoint equals the run's --final-ema, and a checkpoint without one is
 #     refused by export --use-ema);
 #  2. resume on another mesh: the step-10 checkpoint of 2x2x2 continued on 1x1x1, 4x2x1, 1x4x2
@@ -32,7 +32,7 @@ for z in 0 1; do
   extra=()
   # drop path's masks and the mixing are keyed by stream position: resumable; the weights' EMA
   # is saved (ema.safetensors) and restored
-  [ $z = 1 ] && extra=(--drop-path 0.2 --mixup 0.8 --cutmix 1.0 --model-ema 0.99)
+  [ $z = 1 ] && extra=(--drop-path 0.2 --mixup 0.8 --cutmix 1.0 --reprob 0.25 --model-ema 0.99)
   must run straight$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}" ${extra:+--final-ema "$work/ema_straight.st"}
   must run first$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}" --save "$work/ck$z" --save-interval 10 \
     --run-steps 10

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_cli.sh VIT3D: bad flags and impossible values are refused with exit code 2 and a message
-# that names the problem; --help explains every flag.
+# that names the problem; --help explains every flag; @FILE arguments files.
 set -uo pipefail
 vit3d=$1
 fail=0
@@ -32,10 +32,29 @@ refuse "--final-ema writes the weights' EMA: give --model-ema DECAY too" train -
 refuse "--use-ema is for vit3d eval --checkpoint DIR" train --use-ema 1
 refuse "--micro-batch-size must be even (have 3)" train --mixup 0.8 --micro-batch-size 3 --global-batch-size 6
 refuse "--drop-path works on micro-batches of at most 4096 images (have 5000)" train --drop-path 0.1 --micro-batch-size 5000
+refuse "arguments file /nonexistent/recipe.args: No such file or directory" train @/nonexistent/recipe.args
+# An arguments file: its words are flags (comments and line breaks aside); later flags win.
+args=$(mktemp)
+printf -- '# tiny recipe\n--model tiny --steps 2   # overridden below\n--micro-batch-size 2\n--global-batch-size 2 --log-interval 1\n' > "$args"
+out=$("$vit3d" train @"$args" --steps 3 --threads 1 2>&1)
+if grep -q "^step     3/3" <<<"$out" && grep -q "model tiny" <<<"$out"; then
+  echo "ok: vit3d train @FILE --steps 3: the file's flags, the later --steps"
+else
+  echo "FAIL: vit3d train @FILE: $out"; fail=1
+fi
+rm -f "$args"
+# The recipes of launch/recipes parse and train (their model, data and length overridden).
+for recipe in "$(dirname "$0")"/../launch/recipes/*.args; do
+  out=$("$vit3d" train @"$recipe" --model tiny --num-classes 10 --img-size 32 --patch-size 8 \
+        --data synthetic --micro-batch-size 4 --global-batch-size 8 --steps 2 --warmup-steps 1 \
+        --log-interval 1 --threads 1 2>&1)
+  if grep -q "^step     2/2" <<<"$out"; then echo "ok: recipe $(basename "$recipe") trains"
+  else echo "FAIL: recipe $recipe: $out"; fail=1; fi
+done
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes \
             --data --micro-batch-size --global-batch-size --steps --lr --min-lr --warmup-steps \
-            --weight-decay --clip-grad --label-smoothing --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --recompute-blocks --seed --device --threads --log-dir; do
+            --weight-decay --clip-grad --label-smoothing --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
 "$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }

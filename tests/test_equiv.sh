@@ -3,9 +3,9 @@
 # the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
 # tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, with the tp-pp-dp mesh order and
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
-# with drop path against one rank with drop path, two with Mixup and CutMix, two with ZeRO-1
-# and layer-wise lr decay; activation recompute (all blocks or some, 1 rank,
-# 2x2x2, 8x1x1 sequence parallel, bf16) bit for bit against the same run without. Then bf16
+# with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, two
+# with ZeRO-1 and layer-wise lr decay; activation recompute (all blocks or some, 1 rank, 2x2x2,
+# 8x1x1 sequence parallel, bf16) bit for bit against the same run without. Then bf16
 # (--precision bf16, the CPU twin of the CUDA bf16 GEMMs): a pipeline computes every sample as
 # one rank does, so pp 8 must log the very same losses and gradient norms; the 2x2x2 mesh sums
 # the row-parallel GEMMs in another order, and an fp32 difference next to a bf16 rounding
@@ -73,14 +73,15 @@ else
 fi
 # Mixup and CutMix mix the images at stream positions 2k and 2k+1, keyed by k: the first
 # pipeline stage mixes the pixels and the last the targets, each on its own; DP ranks and
-# micro-batches (of 2 here: one pair each) split the stream between pairs.
-mixing=(--mixup 0.8 --cutmix 1.0 --mix-prob 0.9)
+# micro-batches (of 2 here: one pair each) split the stream between pairs. Random erasing
+# before them is keyed by position too.
+mixing=(--mixup 0.8 --cutmix 1.0 --mix-prob 0.9 --reprob 0.5)
 if run base_mix 1 "${mixing[@]}"; then
   "$py" - "$work/base/metrics.jsonl" "$work/base_mix/metrics.jsonl" <<'PY' || fail=1
 import json, sys
 a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
 assert a[0] != b[0] and a[-1] != b[-1], "mixing left the losses unchanged"
-print(f"Mixup/CutMix change the run: step-5 loss {b[-1]:.6f} (without: {a[-1]:.6f})")
+print(f"Mixup/CutMix/erasing change the run: step-5 loss {b[-1]:.6f} (without: {a[-1]:.6f})")
 PY
   for layout in "mix_mix222 2 2 2" "mix_dp8 1 1 8"; do
     set -- $layout

@@ -1,12 +1,13 @@
 // test_unit.c: unit tests of the pieces below the model: Philox against the published
 // known-answer vectors, the parameter table against timm's parameter counts, the learning-rate
 // schedule, AdamW against a double-precision transcription, the drop-path masks, Mixup/CutMix
-// pair parameters, and the config checks.
+// pair parameters, random erasing, and the config checks.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "config.h"
+#include "erase.h"
 #include "mix.h"
 #include "model.h"
 #include "optim.h"
@@ -244,9 +245,57 @@ static void test_mix(void) {
   EXPECT(worst < 1e-6, "mixing changed a pair's pixel sum by %g", worst);
 }
 
+static void test_erase(void) {
+  // Probability 0.25 over 20000 images of 32 x 32: the erased fraction, and every box inside the
+  // image with timm's area (2% to 1/3) and aspect ratio (0.3 to 1/0.3) up to the rounding of
+  // its sides to whole pixels.
+  enum { P = 20000, S = 32 };
+  const vt_erase_config c = {.prob = 0.25f, .mode = VT_ERASE_PIXEL};
+  int erased = 0, boxes_ok = 1;
+  for (int64_t pos = 0; pos < P; pos++) {
+    int y0, y1, x0, x1;
+    if (!vt_erase_box(&c, 4, pos, S, &y0, &y1, &x0, &x1)) continue;
+    erased++;
+    const double h = y1 - y0, w = x1 - x0;
+    boxes_ok &= y0 >= 0 && y1 <= S && x0 >= 0 && x1 <= S && h >= 1 && w >= 1 &&
+                (h - 0.5) * (w - 0.5) <= S * S / 3.0 && (h + 0.5) * (w + 0.5) >= 0.02 * S * S &&
+                (h + 0.5) / (w - 0.5) >= 0.3 && (h - 0.5) / (w + 0.5) <= 1 / 0.3;
+  }
+  EXPECT(fabs(erased / (double)P - 0.25) < 0.01 && boxes_ok, "%d of %d erased; boxes %s", erased,
+         P, boxes_ok ? "ok" : "WRONG");
+  // Pixel fill: normal values in the box, everything else untouched; a micro-batch at position
+  // 100 erases as the same positions inside one at 96.
+  enum { B = 12, n = 3 * S * S };
+  static float big[B * n], small[4 * n], raw[B * n];
+  for (int i = 0; i < B * n; i++) raw[i] = big[i] = 7.0f;  // no normal draw is exactly 7
+  memcpy(small, big + 4 * n, sizeof small);
+  const vt_erase_config all = {.prob = 1, .mode = VT_ERASE_PIXEL};
+  vt_erase_batch(&all, 4, 96, B, S, big);
+  vt_erase_batch(&all, 4, 100, 4, S, small);
+  EXPECT(memcmp(small, big + 4 * n, sizeof small) == 0,
+         "a micro-batch at position 100 erases otherwise than the same positions at 96");
+  double sum = 0, sumsq = 0;
+  int64_t count = 0, stray = 0;
+  for (int b = 0; b < B; b++) {
+    int y0, y1, x0, x1;
+    const int boxed = vt_erase_box(&all, 4, 96 + b, S, &y0, &y1, &x0, &x1);
+    for (int i = 0; i < n; i++) {
+      const int y = i / S % S, x = i % S;
+      const int in = boxed && y >= y0 && y < y1 && x >= x0 && x < x1;
+      if (!in) stray += big[b * n + i] != raw[b * n + i];
+      else sum += big[b * n + i], sumsq += (double)big[b * n + i] * big[b * n + i], count++;
+    }
+  }
+  const double mean = sum / count, sd = sqrt(sumsq / count - mean * mean);
+  EXPECT(stray == 0 && count > 1000 && fabs(mean) < 0.05 && fabs(sd - 1) < 0.05,
+         "pixel fill: %lld values outside the boxes changed; %lld inside, mean %.3f sd %.3f",
+         (long long)stray, (long long)count, mean, sd);
+}
+
 int main(void) {
   test_philox();
   test_mix();
+  test_erase();
   test_drop_path_masks();
   test_param_counts();
   test_init();
