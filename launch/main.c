@@ -9,6 +9,7 @@
 #include "fault.h"
 #include "health.h"
 #include "prepare.h"
+#include "plan.h"
 #include "train.h"
 
 static void usage(FILE *f) {
@@ -19,6 +20,8 @@ static void usage(FILE *f) {
           "commands:\n"
           "  train      train a ViT (see vit3d train --help)\n"
           "  eval       evaluate a checkpoint or weights on --val-data (flags of train)\n"
+          "  plan       print each pipeline stage's memory plan for the mesh and batch of the\n"
+          "             flags of train (--tp, --pp, --dp, ...), allocating nothing\n"
           "  export     vit3d export --checkpoint DIR --out FILE.safetensors [--use-ema 1]\n"
           "             (timm names)\n"
           "  prepare    prepare a dataset: vit3d prepare fashion-mnist OUT_DIR\n"
@@ -74,11 +77,14 @@ static vt_status parse_triple(const char *flag, const char *s, float *out, int p
 
 // Every rank parses the same arguments and reaches the same verdict, so every rank exits with
 // the same code; only rank 0 prints, so the user reads the message once.
-static int run_train(int argc, char **argv, vt_comm *world, int eval_only) {
+enum { RUN_TRAIN, RUN_EVAL, RUN_PLAN };  // the commands that take the flags of train
+static const char *const kRunNames[] = {"train", "eval", "plan"};
+
+static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   const int rank0 = vt_comm_rank(world) == 0;
   vt_train_options o;
   train_defaults(&o);
-  o.eval_only = eval_only;
+  o.eval_only = mode == RUN_EVAL;
   char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip";
   char remode[8] = "pixel";
   char mean[64] = "", std[64] = "";
@@ -288,23 +294,25 @@ static int run_train(int argc, char **argv, vt_comm *world, int eval_only) {
     o.threads = per > 0 ? per : 1;
   }
   if (o.loader_threads == 0) o.loader_threads = o.threads;
-  if (vt_train_validate(&o, vt_comm_size(world), err, sizeof err) != VT_OK) {
-    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
+  // vit3d plan sizes the mesh the flags describe, whatever this process's world.
+  const int world_size = mode == RUN_PLAN ? o.tp * o.pp * (o.dp > 0 ? o.dp : 1) : vt_comm_size(world);
+  if (vt_train_validate(&o, world_size, err, sizeof err) != VT_OK) {
+    if (rank0) fprintf(stderr, "vit3d %s: %s\n", kRunNames[mode], err);
     return 2;
   }
+  if (mode == RUN_PLAN) return rank0 ? vt_plan_run(&o) : 0;
   return vt_train_run(&o, world);
 }
 
 // Arguments files (@FILE) are expanded first, so a recipe's flags can live in a file.
-static int cmd_train(int argc, char **argv, vt_comm *world, int eval_only) {
+static int cmd_train(int argc, char **argv, vt_comm *world, int mode) {
   int n;
   char **v, err[600];
   if (vt_cli_expand(argc, argv, &n, &v, err, sizeof err) != VT_OK) {
-    if (vt_comm_rank(world) == 0)
-      fprintf(stderr, "vit3d %s: %s\n", eval_only ? "eval" : "train", err);
+    if (vt_comm_rank(world) == 0) fprintf(stderr, "vit3d %s: %s\n", kRunNames[mode], err);
     return 2;
   }
-  const int rc = run_train(n, v, world, eval_only);
+  const int rc = run_train(n, v, world, mode);
   vt_cli_free(n, v);
   return rc;
 }
@@ -375,13 +383,19 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "train") == 0) {
     vt_comm *world = vt_comm_world_init(&argc, &argv);
-    int rc = cmd_train(argc - 2, argv + 2, world, 0);
+    int rc = cmd_train(argc - 2, argv + 2, world, RUN_TRAIN);
     vt_comm_finalize(world);
     return rc;
   }
   if (strcmp(argv[1], "eval") == 0) {
     vt_comm *world = vt_comm_world_init(&argc, &argv);
-    int rc = cmd_train(argc - 2, argv + 2, world, 1);
+    int rc = cmd_train(argc - 2, argv + 2, world, RUN_EVAL);
+    vt_comm_finalize(world);
+    return rc;
+  }
+  if (strcmp(argv[1], "plan") == 0) {
+    vt_comm *world = vt_comm_world_init(&argc, &argv);
+    int rc = cmd_train(argc - 2, argv + 2, world, RUN_PLAN);
     vt_comm_finalize(world);
     return rc;
   }

@@ -5,7 +5,7 @@
         -o curves.png [--smooth 20]
 
 Three panels over the step: loss (training, smoothed, and evaluation), accuracy (evaluation
-top-1 and top-5) and throughput (images per second, smoothed, with MFU on a second axis when
+top-1 and top-5, and the EMA weights' top-1 with --model-ema) and throughput (images per second, smoothed, with MFU on a second axis when
 the run had --peak-tflops). Several files are drawn side by side in each panel (one colour per
 run, labelled by the file's directory), so runs can be compared. Needs matplotlib (Debian's
 python3-matplotlib). A line that is not JSON is reported with its number and skipped.
@@ -83,6 +83,9 @@ def main():
             ax_acc.plot(es, [100 * v for v in top1], "o-", color=color, label=f"{label} top-1")
             _, top5 = series(rows, "eval_top5")
             ax_acc.plot(es, [100 * v for v in top5], "s:", color=color, label=f"{label} top-5")
+        es, top1 = series(rows, "eval_ema_top1")  # --model-ema
+        if es:
+            ax_acc.plot(es, [100 * v for v in top1], "^-.", color=color, label=f"{label} EMA top-1")
         ts, ips = series(rows, "img_per_s")
         ax_tput.plot(ts, smooth(ips, args.smooth), color=color, label=f"{label} images/s")
         ms, mfu = series(rows, "mfu")

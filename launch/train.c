@@ -23,6 +23,8 @@
 #include "export.h"
 #include "mesh.h"
 #include "model.h"
+#include "plan.h"
+#include "report.h"
 #include "schedule.h"
 #include "watchdog.h"
 
@@ -81,18 +83,6 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (strcmp(o->resume, "auto") == 0 && !o->save_dir[0])
     REFUSE("--resume auto looks for checkpoints in --save DIR; give --save too");
   return VT_OK;
-}
-
-static FILE *open_metrics(const char *dir) {
-  if (vt_mkdir_p(dir) != 0) {
-    vt_log_error("cannot create --log-dir %s: %s", dir, strerror(errno));
-    return NULL;
-  }
-  char path[600];
-  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-  FILE *f = fopen(path, "w");
-  if (!f) vt_log_error("cannot write %s: %s", path, strerror(errno));
-  return f;
 }
 
 // Whether the validation set is evaluated after step n (numbered from 1).
@@ -213,198 +203,6 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
   return loss;
 }
 
-// The training recipe's options that are off by default, when on: one line each.
-static void log_recipe(const vt_train_options *o, const vt_optim_config *oc) {
-  const int depth = o->model.depth;
-  if (o->drop_path > 0)
-    vt_log_info("drop path: each residual branch of block i of %d dropped per image with "
-                "probability %g * i / %d", depth, o->drop_path, depth > 1 ? depth - 1 : 1);
-  if (vt_layer_lr_scale(oc, 0) < 1.0)
-    vt_log_info("layer-wise lr decay %g: the head and final norm step with lr, block i with lr * "
-                "%g^(%d - i), the embeddings with lr * %.3g", oc->layer_decay, oc->layer_decay,
-                depth, vt_layer_lr_scale(oc, 0));
-  if (o->erase.prob > 0)
-    vt_log_info("random erasing: probability %g, fill %s", o->erase.prob,
-                o->erase.mode == VT_ERASE_PIXEL  ? "a normal value per element"
-                : o->erase.mode == VT_ERASE_RAND ? "a normal value per channel"
-                                                 : "zeros");
-  if (vt_mix_enabled(&o->mix)) {
-    const vt_mix_config *x = &o->mix;
-    const double cut = x->cutmix_alpha <= 0 ? 0 : (x->mixup_alpha <= 0 ? 1 : x->switch_prob);
-    vt_log_info("mixing pairs of images (stream positions 2k, 2k+1) with probability %g: CutMix "
-                "(alpha %g) for %g of them, Mixup (alpha %g) for the rest", x->prob,
-                x->cutmix_alpha, cut, x->mixup_alpha);
-  }
-  if (oc->ema_decay > 0)
-    vt_log_info("the weights' EMA: decay %g per step, evaluated beside the weights",
-                oc->ema_decay);
-  if (o->recompute_blocks > 0)
-    vt_log_info("activation recompute: the first %d blocks of each pipeline stage",
-                o->recompute_blocks);
-}
-
-static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
-  const double p = (double)m->table.total * 4;  // parameters, and as many gradients
-  return (2 * p + (double)vt_optimizer_nbytes(opt) + (double)m->act_nbytes) / (1 << 20);
-}
-
-// base: device memory in use before the model was allocated (CUDA context, cuBLAS, NCCL).
-static void print_plan(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base) {
-  const double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
-  const double o = (double)vt_optimizer_nbytes(opt) * mib, a = (double)m->act_nbytes * mib;
-  char extra[160] = "", recompute[64] = "";
-  if (m->recompute)
-    snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed", m->recompute,
-             m->nblocks);
-  if (m->be->device != VT_DEVICE_CPU)
-    snprintf(extra, sizeof extra, "; the GPU held %.0f MiB before (context, libraries, "
-             "communicators); op scratch comes on the first step", (double)base * mib);
-  vt_log_all_ranks(1);
-  vt_log_info("memory plan (%s): blocks %d-%d%s%s, parameters %.1f MiB, gradients %.1f MiB, "
-              "optimizer %.1f MiB, activations %.1f MiB (%d of %d micro-batches in flight%s); "
-              "total %.1f MiB%s",
-              m->be->name, m->first_block, m->end_block - 1, m->has_embed ? " + embeddings" : "",
-              m->has_head ? " + head" : "", p, p, o, a, m->nslots, n_micro, recompute,
-              plan_mib(m, opt), extra);
-  vt_log_all_ranks(0);
-}
-
-// After the first step on a GPU: what the device reports against the plan (issue: within 10%).
-static void report_memory(const vt_model *m, const vt_optimizer *opt, vt_device device,
-                          size_t base) {
-  if (device == VT_DEVICE_CPU) return;
-  const double mib = 1.0 / (1 << 20), used = (double)vt_backend_device_memory_used(device) * mib;
-  const double plan = plan_mib(m, opt), scratch = (double)m->be->scratch_bytes() * mib;
-  const double mine = used - (double)base * mib;  // what this process allocated since
-  vt_log_all_ranks(1);
-  vt_log_info("memory after the first step (%s): %.0f MiB in use, %.0f MiB of it since start-up "
-              "against the plan's %.0f MiB (%+.1f%%); op scratch %.0f MiB of that, the rest "
-              "allocator and library overhead",
-              m->be->name, used, mine, plan, plan > 0 ? 100.0 * (mine - plan) / plan : 0.0,
-              scratch);
-  vt_log_all_ranks(0);
-}
-
-// The first step's traffic of this rank per axis and op, with what the formulas need to
-// predict it (tests/test_traffic.py).
-static void write_comm_stats(const vt_train_options *o, const vt_model *m, const vt_optimizer *opt,
-                             vt_mesh_coord me, int world_rank, int n_micro) {
-  char path[600];
-  snprintf(path, sizeof path, "%s/comm.rank%d.json", o->log_dir, world_rank);
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    vt_log_warn("cannot write %s: %s", path, strerror(errno));
-    return;
-  }
-  fprintf(f, "{\"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"nblocks\": %d, "
-             "\"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
-             "\"zero_padded\": %lld, \"dp_overlap\": %d, \"dp_layers\": %d, "
-             "\"dp_started_in_backward\": %d, \"axes\": {",
-          me.tp_rank, me.pp_rank, me.dp_rank, m->nblocks, n_micro, m->max_batch,
-          vt_cfg_tokens(&m->cfg), m->cfg.width, (long long)m->table.total,
-          (long long)(opt->zero ? opt->padded : 0), opt->overlap, opt->layers_here,
-          opt->started_early);
-  for (int a = 0; a < VT_AXIS_COUNT; a++) {
-    vt_comm_counts cc = vt_comm_counts_get((vt_axis)a);
-    fprintf(f, "%s\"%s\": {", a ? ", " : "", vt_axis_name((vt_axis)a));
-    for (int op = 0; op < VT_COMM_OP_COUNT; op++)
-      fprintf(f, "%s\"%s\": [%lld, %lld]", op ? ", " : "", vt_comm_op_name((vt_comm_op)op),
-              (long long)cc.op_calls[op], (long long)cc.op_nbytes[op]);
-    fprintf(f, "}");
-  }
-  fprintf(f, "}}\n");
-  fclose(f);
-}
-
-// Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time, steps after the
-// first) beside the ideal bubble (p-1)/(m+p-1). Collective over world.
-static void report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
-                                 double idle, int n_micro) {
-  const int p = mesh->pp_size;
-  double *per_stage = calloc((size_t)p, sizeof(double));
-  VT_CHECK(per_stage != NULL, "out of host memory");
-  if (me.tp_rank == 0 && me.dp_rank == 0) per_stage[me.pp_rank] = idle;
-  vt_comm_all_reduce_double(world, per_stage, p, VT_REDUCE_SUM);
-  if (vt_comm_rank(world) == 0) {
-    char line[1024];
-    int k = snprintf(line, sizeof line, "pipeline idle fraction per stage:");
-    for (int s = 0; s < p && k < (int)sizeof line; s++)
-      k += snprintf(line + k, sizeof line - (size_t)k, " %.3f", per_stage[s]);
-    vt_log_info("%s; ideal bubble (p-1)/(m+p-1) = %.3f for p %d, m %d", line,
-                (double)(p - 1) / (n_micro + p - 1), p, n_micro);
-  }
-  free(per_stage);
-}
-
-// The progress line and the metrics.jsonl line of one step (rank 0).
-typedef struct {
-  int64_t step;  // 1-based
-  double loss, gnorm, img_s, step_ms;
-  float lr;
-  int64_t bad_images, skipped;
-  int eval_now, eval_ema;
-  vt_eval_result ev, ev_ema;  // the weights, and their EMA (eval_ema)
-  const char *ranks_json;  // per-rank arrays, or ""
-} step_log;
-
-static void log_step(const vt_train_options *o, FILE *metrics, const step_log *l, double t_elapsed,
-                     int64_t steps_done, int world_size) {
-  const double tflops = vt_config_train_flops(&o->model) * l->img_s / 1e12;
-  const double mfu = o->peak_tflops > 0 ? tflops / (o->peak_tflops * world_size) : 0.0;
-  if (metrics) {
-    // JSON has no NaN: a skipped step's loss or norm is null.
-    char loss[32] = "null", gnorm[32] = "null";
-    if (isfinite(l->loss)) snprintf(loss, sizeof loss, "%.9g", l->loss);
-    if (isfinite(l->gnorm)) snprintf(gnorm, sizeof gnorm, "%.9g", l->gnorm);
-    fprintf(metrics,
-            "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
-            "\"img_per_s\": %.3f, \"step_ms\": %.3f, \"model_tflops\": %.6g",
-            (long long)l->step, loss, l->lr, gnorm, l->img_s, l->step_ms, tflops);
-    if (o->peak_tflops > 0) fprintf(metrics, ", \"mfu\": %.6g", mfu);
-    fprintf(metrics, ", \"skipped_steps\": %lld, \"bad_images\": %lld", (long long)l->skipped,
-            (long long)l->bad_images);
-    if (l->eval_now)
-      fprintf(metrics, ", \"eval_loss\": %.9g, \"eval_top1\": %.6f, \"eval_top5\": %.6f, "
-              "\"eval_views\": %d", l->ev.loss, l->ev.top1, l->ev.top5, o->eval_hflip ? 2 : 1);
-    if (l->eval_ema)
-      fprintf(metrics, ", \"eval_ema_loss\": %.9g, \"eval_ema_top1\": %.6f, "
-              "\"eval_ema_top5\": %.6f", l->ev_ema.loss, l->ev_ema.top1, l->ev_ema.top5);
-    if (l->ranks_json[0]) fprintf(metrics, ", %s", l->ranks_json);
-    fprintf(metrics, "}\n");
-    fflush(metrics);
-  }
-  if (l->step % o->log_interval == 0 || l->step == 1 || l->step == o->steps) {
-    double eta = t_elapsed / (double)steps_done * (double)(o->steps - l->step);
-    char mfu_s[32] = "";
-    if (o->peak_tflops > 0) snprintf(mfu_s, sizeof mfu_s, " | mfu %.1f%%", 100 * mfu);
-    printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f img/s | %.0f ms/step%s"
-           " | eta %dm%02ds\n",
-           (long long)l->step, (long long)o->steps, l->loss, l->lr, l->gnorm, l->img_s,
-           l->step_ms, mfu_s, (int)eta / 60, (int)eta % 60);
-    fflush(stdout);
-  }
-  if (l->eval_now)
-    printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images%s)\n",
-           (long long)l->step, l->ev.loss, 100 * l->ev.top1, 100 * l->ev.top5,
-           (long long)l->ev.count, o->eval_hflip ? ", each with its mirror" : "");
-  if (l->eval_ema)
-    printf("eval after step %lld, EMA weights: loss %.4f | top-1 %.2f%% | top-5 %.2f%%\n",
-           (long long)l->step, l->ev_ema.loss, 100 * l->ev_ema.top1, 100 * l->ev_ema.top5);
-}
-
-// Every rank: host, world and local rank, mesh coordinates and device, one line each.
-static void log_placement(vt_comm *world, vt_mesh_coord me, const char *device, int threads) {
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
-  vt_log_all_ranks(1);
-  vt_log_info("host %s, pid %ld, world rank %d of %d, local rank %d of %d, tp %d pp %d dp %d, "
-              "device %s, %d CPU threads",
-              host, (long)getpid(), vt_comm_rank(world), vt_comm_size(world),
-              vt_comm_local_rank(world), vt_comm_local_size(world), me.tp_rank, me.pp_rank,
-              me.dp_rank, device, threads);
-  vt_log_all_ranks(0);
-}
-
 int vt_train_run(const vt_train_options *o, vt_comm *world) {
   const int world_rank = vt_comm_rank(world), world_size = vt_comm_size(world);
   char device[160];
@@ -431,7 +229,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   // Device memory held before the model: the CUDA context, cuBLAS, NCCL's communicators.
   const size_t mem_base = vt_backend_device_memory_used(o->device);
   const vt_mesh_coord me = vt_mesh_coords(&mesh, world_rank);
-  log_placement(world, me, device, o->threads);
+  vt_report_placement(world, me, device, o->threads);
   // Startup, checkpoint saves and the end of the run (loading, writing whole models) get ten
   // times the limit of a step.
   const double slow_limit = 10.0 * o->timeout_s;
@@ -455,7 +253,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   m.mix = vt_mix_enabled(&o->mix);
   vt_optim_config oc = o->optim;
   oc.depth = c->depth;  // for --layer-decay
-  if (world_rank == 0) log_recipe(o, &oc);
+  if (world_rank == 0) vt_report_recipe(o, &oc);
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, mesh.tp_size > 1 ? tp : NULL,
                     mesh.pp_size > 1 ? pp : NULL, mesh.dp_size > 1 ? dp : NULL, o->zero);
@@ -473,7 +271,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                 mesh.tp_size, mesh.pp_size, mesh.dp_size, o->mesh_order, o->pp_schedule, n_micro,
                 B, opt.zero, m.sp ? "on" : "off", table);
   }
-  print_plan(&m, &opt, n_micro, mem_base);
+  vt_plan_print(&m, &opt, n_micro, mem_base);
 
   int64_t start_step = 0;
   int rc = 0;
@@ -500,7 +298,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     VT_CHECK(x.step_losses && x.host_step_losses, "out of memory for %d x %d losses", n_micro, B);
   }
   FILE *metrics = NULL;
-  if (ok && world_rank == 0 && o->log_dir[0]) ok = (metrics = open_metrics(o->log_dir)) != NULL;
+  if (ok && world_rank == 0 && o->log_dir[0]) ok = (metrics = vt_report_open_metrics(o->log_dir)) != NULL;
   double all_ok = ok;  // every rank learns whether any failed, so all stop together
   vt_comm_all_reduce_double(world, &all_ok, 1, VT_REDUCE_MIN);
   if (!all_ok) {
@@ -565,12 +363,12 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                   (long long)n, isfinite(loss) ? "gradient norm" : "loss", (long long)nonfinite_run,
                   (long long)skipped, o->max_nonfinite);
     if (step == start_step && o->comm_stats && o->log_dir[0])
-      write_comm_stats(o, &m, &opt, me, world_rank, n_micro);
-    if (step == start_step) report_memory(&m, &opt, o->device, mem_base);
+      vt_report_comm_stats(o, &m, &opt, me, world_rank, n_micro);
+    if (step == start_step) vt_plan_report_memory(&m, &opt, o->device, mem_base);
     const double t1 = now_s();
     busy_s += (t1 - t0) - (vt_comm_seconds() - comm0);
     if (step > start_step) timed_s += t1 - t0, timed_compute_s += x.compute_s - compute0;
-    step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
+    vt_step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
                   .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],
                   .skipped = skipped, .ranks_json = ranks_json};
     l.eval_now = eval_due(o, &data, n, end_step);
@@ -608,7 +406,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                             ranks_json, json_len, summary, sizeof summary);
       busy_s = 0.0, report_first = n + 1;
     }
-    if (world_rank == 0) log_step(o, metrics, &l, now_s() - t_start, n - start_step, world_size);
+    if (world_rank == 0) vt_report_step(o, metrics, &l, now_s() - t_start, n - start_step, world_size);
     if (summary[0]) vt_log_info("%s", summary);
     if (stop_nonfinite) {
       if (world_rank == 0)
@@ -647,7 +445,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
              o->eval_hflip ? ", each with its mirror" : "");
   }
   if (mesh.pp_size > 1 && timed_s > 0)
-    report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, n_micro);
+    vt_report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, n_micro);
   if (!rc && o->final_weights[0] &&
       vt_export_safetensors(&m, m.params, world, &mesh, o->final_weights, err, sizeof err) !=
           VT_OK) {

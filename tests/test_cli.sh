@@ -32,6 +32,7 @@ refuse "--final-ema writes the weights' EMA: give --model-ema DECAY too" train -
 refuse "--use-ema is for vit3d eval --checkpoint DIR" train --use-ema 1
 refuse "--micro-batch-size must be even (have 3)" train --mixup 0.8 --micro-batch-size 3 --global-batch-size 6
 refuse "--drop-path works on micro-batches of at most 4096 images (have 5000)" train --drop-path 0.1 --micro-batch-size 5000
+refuse "vit3d plan: --tp 3 does not divide the 4 attention heads" plan --model tiny --tp 3
 refuse "arguments file /nonexistent/recipe.args: No such file or directory" train @/nonexistent/recipe.args
 # An arguments file: its words are flags (comments and line breaks aside); later flags win.
 args=$(mktemp)

@@ -46,6 +46,22 @@ check pp8 1 8 1
 check pp2dp4 1 2 4
 check tp2dp4 2 1 4
 check zero 2 2 2 --zero 1
+# vit3d plan, from one process, must size every stage as the ranks of that 2x2x2 ZeRO-1 run did.
+"$vit3d" plan "${common[@]:1}" --tp 2 --pp 2 --dp 2 --zero 1 > "$work/plan.txt" 2>&1
+"$py" - "$work/plan.txt" "$work/zero.log" <<'PY' || fail=1
+import re, sys
+# a plan row: stage, blocks, in flight, recomputed, parameters, gradients, optimizer, activations,
+# total; a rank's line: the same amounts in MiB
+rows = [l.split() for l in open(sys.argv[1]) if re.match(r"\s+\d+\s+\d+-", l)]
+plan = {int(r[0]): [float(x) for x in (r[4], r[6], r[7], r[8])] for r in rows}
+ranks = re.findall(r"pp (\d+) dp \d+\] memory plan .*parameters ([0-9.]+) MiB, gradients "
+                   r"[0-9.]+ MiB, optimizer ([0-9.]+) MiB, activations ([0-9.]+) MiB .*total "
+                   r"([0-9.]+) MiB", open(sys.argv[2]).read())
+assert len(plan) == 2 and len(ranks) == 8, (plan, ranks)
+assert all(plan[int(r[0])] == [float(x) for x in r[1:]] for r in ranks), (plan, ranks)
+print(f"vit3d plan: parameters, optimizer, activations and total per stage {plan} (MiB) as the "
+      f"8 ranks of the 2x2x2 ZeRO-1 run printed them")
+PY
 check gpipe 2 2 2 --pp-schedule gpipe
 check order 2 2 2 --mesh-order tp-pp-dp
 check zero_dp8 1 1 8 --zero 1

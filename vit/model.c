@@ -141,15 +141,14 @@ static void *must_calloc(size_t n, size_t size) {
   return p;
 }
 
-void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_comm *tp,
-                   int max_batch, int nslots, int recompute, const vt_backend *be,
-                   uint64_t seed) {
+// What sizes a rank's part, without backend memory: the fields and the slots' host arrays that
+// carve() fills in (vt_model_init and vt_model_act_nbytes).
+static void describe(vt_model *m, const vt_vit_config *cfg, vt_shard shard, int max_batch,
+                     int nslots, int recompute, const vt_backend *be) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
   m->shard = shard;
-  m->tp = shard.tp_size > 1 ? tp : NULL;
   m->sp = shard.sequence_parallel && shard.tp_size > 1;
-  VT_CHECK(shard.tp_size == 1 || tp != NULL, "tensor parallelism needs a TP communicator");
   vt_stage_blocks(cfg->depth, shard.pp_size, shard.pp_rank, &m->first_block, &m->end_block);
   m->nblocks = m->end_block - m->first_block;
   m->recompute = recompute < m->nblocks ? (recompute > 0 ? recompute : 0) : m->nblocks;
@@ -159,6 +158,38 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
   m->nslots = nslots;
   m->be = be;
   m->precision = be->precision();
+  m->slots = must_calloc((size_t)nslots, sizeof(vt_model_slot));
+  for (int i = 0; i < nslots; i++) {
+    m->slots[i].blocks = must_calloc((size_t)m->nblocks, sizeof(vt_block_acts));
+    m->slots[i].res = must_calloc((size_t)m->nblocks + 1, sizeof(float *));
+  }
+}
+
+static void free_slots(vt_model *m) {
+  for (int i = 0; m->slots && i < m->nslots; i++) {
+    free(m->slots[i].blocks);
+    free(m->slots[i].res);
+  }
+  free(m->slots);
+  m->slots = NULL;
+}
+
+size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_batch, int nslots,
+                           int recompute, const vt_backend *be) {
+  vt_model m;
+  describe(&m, cfg, shard, max_batch, nslots, recompute, be);
+  arena sizing = {NULL, 0};
+  carve(&m, &sizing);
+  free_slots(&m);
+  return sizing.off;
+}
+
+void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_comm *tp,
+                   int max_batch, int nslots, int recompute, const vt_backend *be,
+                   uint64_t seed) {
+  VT_CHECK(shard.tp_size == 1 || tp != NULL, "tensor parallelism needs a TP communicator");
+  describe(m, cfg, shard, max_batch, nslots, recompute, be);
+  m->tp = shard.tp_size > 1 ? tp : NULL;
   m->seed = seed;
   VT_CHECK(!m->sp || m->precision != VT_PRECISION_BF16 || cfg->width % 2 == 0,
            "sequence parallelism in bf16 gathers bf16 rows as floats: it needs an even width "
@@ -175,11 +206,6 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
 
   m->p.blocks = must_calloc((size_t)m->nblocks, sizeof(vt_block_tensors));
   m->g.blocks = must_calloc((size_t)m->nblocks, sizeof(vt_block_tensors));
-  m->slots = must_calloc((size_t)nslots, sizeof(vt_model_slot));
-  for (int i = 0; i < nslots; i++) {
-    m->slots[i].blocks = must_calloc((size_t)m->nblocks, sizeof(vt_block_acts));
-    m->slots[i].res = must_calloc((size_t)m->nblocks + 1, sizeof(float *));
-  }
   m->host_losses = must_calloc((size_t)max_batch, sizeof(float));
   bind(m, m->params, &m->p);
   bind(m, m->grads, &m->g);
@@ -197,11 +223,7 @@ void vt_model_free(vt_model *m) {
     m->be->free(m->grads);
     m->be->free(m->act_block);
   }
-  for (int i = 0; m->slots && i < m->nslots; i++) {
-    free(m->slots[i].blocks);
-    free(m->slots[i].res);
-  }
-  free(m->slots);
+  free_slots(m);
   free(m->p.blocks);
   free(m->g.blocks);
   free(m->host_losses);

@@ -124,6 +124,10 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
                    int max_batch, int nslots, int recompute, const vt_backend *be,
                    uint64_t seed);
 void vt_model_free(vt_model *m);
+// The activation block vt_model_init would allocate (bytes), without allocating it: for
+// `vit3d plan`. The backend's precision sizes the bf16 activations.
+size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_batch, int nslots,
+                           int recompute, const vt_backend *be);
 
 // Forward of B images in a slot. First stage: reads slot->img; others: slot->res[0]. Last
 // stage: reads slot->labels and leaves the B per-sample losses in slot->losses (device memory);

@@ -115,10 +115,17 @@ void vt_optimizer_free(vt_optimizer *o) {
   *o = (vt_optimizer){0};
 }
 
+size_t vt_optimizer_plan_nbytes(int64_t total, int dp_size, int zero, int ema) {
+  const int64_t shard = (total + dp_size - 1) / dp_size;
+  // ZeRO-1: moments of a shard, the padded staging and the reduced shard
+  int64_t n = zero && dp_size > 1 ? 2 * shard + shard * dp_size + shard : 2 * total;
+  if (ema) n += total;
+  return (size_t)n * sizeof(float) + (size_t)total;  // + the weight-decay mask
+}
+
 size_t vt_optimizer_nbytes(const vt_optimizer *o) {
-  int64_t n = o->zero ? 2 * o->shard_count + o->padded + o->shard_count : 2 * o->table->total;
-  if (o->ema) n += o->table->total;
-  return (size_t)n * sizeof(float) + (size_t)o->table->total;  // + the weight-decay mask
+  const int dp_size = o->dp ? vt_comm_size(o->dp) : 1;
+  return vt_optimizer_plan_nbytes(o->table->total, dp_size, o->zero, o->ema != NULL);
 }
 
 // The part of tensor p inside the flat range [lo, hi): *first (flat index) and the count.

@@ -65,6 +65,8 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
 void vt_optimizer_free(vt_optimizer *o);
 // Bytes of optimizer memory on this rank (moments, ZeRO staging, the EMA), for the memory plan.
 size_t vt_optimizer_nbytes(const vt_optimizer *o);
+// The same for a rank holding `total` parameter elements, before any allocation (vit3d plan).
+size_t vt_optimizer_plan_nbytes(int64_t total, int dp_size, int zero, int ema);
 // Starts the weights' EMA at params (this rank's table->total elements, backend memory): at the
 // start of a run, or on a resume from a checkpoint without one. Does nothing without EMA.
 void vt_optimizer_ema_reset(vt_optimizer *o, const float *params);

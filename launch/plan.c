@@ -1,0 +1,93 @@
+// plan.c: memory plans (plan.h).
+#include "plan.h"
+
+#include <stdio.h>
+
+#include "schedule.h"
+
+static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
+  const double p = (double)m->table.total * 4;  // parameters, and as many gradients
+  return (2 * p + (double)vt_optimizer_nbytes(opt) + (double)m->act_nbytes) / (1 << 20);
+}
+
+void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base) {
+  const double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
+  const double o = (double)vt_optimizer_nbytes(opt) * mib, a = (double)m->act_nbytes * mib;
+  char extra[160] = "", recompute[64] = "";
+  if (m->recompute)
+    snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed", m->recompute,
+             m->nblocks);
+  if (m->be->device != VT_DEVICE_CPU)
+    snprintf(extra, sizeof extra, "; the GPU held %.0f MiB before (context, libraries, "
+             "communicators); op scratch comes on the first step", (double)base * mib);
+  vt_log_all_ranks(1);
+  vt_log_info("memory plan (%s): blocks %d-%d%s%s, parameters %.1f MiB, gradients %.1f MiB, "
+              "optimizer %.1f MiB, activations %.1f MiB (%d of %d micro-batches in flight%s); "
+              "total %.1f MiB%s",
+              m->be->name, m->first_block, m->end_block - 1, m->has_embed ? " + embeddings" : "",
+              m->has_head ? " + head" : "", p, p, o, a, m->nslots, n_micro, recompute,
+              plan_mib(m, opt), extra);
+  vt_log_all_ranks(0);
+}
+
+void vt_plan_report_memory(const vt_model *m, const vt_optimizer *opt, vt_device device,
+                           size_t base) {
+  if (device == VT_DEVICE_CPU) return;
+  const double mib = 1.0 / (1 << 20), used = (double)vt_backend_device_memory_used(device) * mib;
+  const double plan = plan_mib(m, opt), scratch = (double)m->be->scratch_bytes() * mib;
+  const double mine = used - (double)base * mib;  // what this process allocated since
+  vt_log_all_ranks(1);
+  vt_log_info("memory after the first step (%s): %.0f MiB in use, %.0f MiB of it since start-up "
+              "against the plan's %.0f MiB (%+.1f%%); op scratch %.0f MiB of that, the rest "
+              "allocator and library overhead",
+              m->be->name, used, mine, plan, plan > 0 ? 100.0 * (mine - plan) / plan : 0.0,
+              scratch);
+  vt_log_all_ranks(0);
+}
+
+
+int vt_plan_run(const vt_train_options *o) {
+  const vt_vit_config *c = &o->model;
+  const vt_backend *be = vt_backend_get(VT_DEVICE_CPU, NULL);
+  VT_CHECK(be != NULL, "no CPU backend");
+  be->set_precision(o->precision);  // it sizes the bf16 activations as the device would
+  vt_schedule_kind kind;
+  VT_CHECK(vt_schedule_parse(o->pp_schedule, &kind) == VT_OK, "schedule %s", o->pp_schedule);
+  const int B = o->micro_batch, n_micro = o->global_batch / (o->dp * B);
+  const double mib = 1.0 / (1 << 20);
+  printf("memory plan of %s (img %d patch %d width %d depth %d heads %d, %d classes), %s, "
+         "tp %d x pp %d x dp %d, %s, %d micro-batches of %d per DP rank%s%s%s\n",
+         c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads, c->num_classes,
+         o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32", o->tp, o->pp, o->dp,
+         o->pp_schedule, n_micro, B, o->zero && o->dp > 1 ? ", ZeRO-1" : "",
+         o->sequence_parallel && o->tp > 1 ? ", sequence parallel" : "",
+         o->optim.ema_decay > 0 ? ", EMA" : "");
+  printf("stage  blocks  in flight  recomputed  parameters  gradients  optimizer  activations  "
+         "total (MiB per rank)\n");
+  double worst = 0;
+  int worst_stage = 0;
+  for (int p = 0; p < o->pp; p++) {
+    const vt_shard shard = {0, o->tp, p, o->pp, o->sequence_parallel};
+    vt_param_table t;
+    vt_params_build(&t, c, shard);
+    int first, end;
+    vt_stage_blocks(c->depth, o->pp, p, &first, &end);
+    const int nslots = vt_schedule_stage_in_flight(kind, o->pp, p, n_micro);
+    const int rc = o->recompute_blocks < end - first ? o->recompute_blocks : end - first;
+    const double params = (double)t.total * 4 * mib;
+    const double opt = (double)vt_optimizer_plan_nbytes(t.total, o->dp, o->zero,
+                                                        o->optim.ema_decay > 0) * mib;
+    const double acts = (double)vt_model_act_nbytes(c, shard, B, nslots, o->recompute_blocks,
+                                                    be) * mib;
+    const double total = 2 * params + opt + acts;
+    printf("%5d  %2d-%-3d  %9d  %10d  %10.1f  %9.1f  %9.1f  %11.1f  %.1f\n", p, first, end - 1,
+           nslots, rc, params, params, opt, acts, total);
+    if (total > worst) worst = total, worst_stage = p;
+    vt_params_free(&t);
+  }
+  printf("largest: stage %d, %.2f GiB per rank. Not in the plan: on a GPU the CUDA context, "
+         "cuBLAS, cuDNN and NCCL (their size is printed at start-up) and the ops' grow-only "
+         "scratch (after the first step the run reports what the GPU holds against this "
+         "plan); on the CPU the loader's prefetched batches.\n", worst_stage, worst / 1024);
+  return 0;
+}

@@ -1,0 +1,27 @@
+// plan.h: memory plans. Every rank prints its own at start-up (vt_plan_print) and, on a GPU,
+// what the device holds after the first step against it (vt_plan_report_memory); `vit3d plan`
+// prints every pipeline stage's plan for a mesh of any size from one process, allocating
+// nothing, so a job can be sized before it is queued. Knows no MPI.
+#ifndef VT_PLAN_H
+#define VT_PLAN_H
+
+#include <stddef.h>
+
+#include "model.h"
+#include "optim.h"
+#include "train.h"
+
+// One rank's plan: its blocks, parameters, gradients, optimizer state and activations. base:
+// device memory in use before the model was allocated (CUDA context, cuBLAS, NCCL).
+void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base);
+
+// After the first step on a GPU: what the device reports against the plan (issue: within 10%).
+void vt_plan_report_memory(const vt_model *m, const vt_optimizer *opt, vt_device device,
+                           size_t base);
+
+// vit3d plan: the options of vit3d train, validated for the world tp x pp x dp (dp 1 when not
+// given); prints each stage's plan (tensor-parallel ranks of a stage hold the same amounts) and
+// returns 0.
+int vt_plan_run(const vt_train_options *o);
+
+#endif

@@ -1,0 +1,165 @@
+// report.c: what a training run tells its user (report.h).
+#include "report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "comm.h"
+
+FILE *vt_report_open_metrics(const char *dir) {
+  if (vt_mkdir_p(dir) != 0) {
+    vt_log_error("cannot create --log-dir %s: %s", dir, strerror(errno));
+    return NULL;
+  }
+  char path[600];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) vt_log_error("cannot write %s: %s", path, strerror(errno));
+  return f;
+}
+
+// The training recipe's options that are off by default, when on: one line each.
+void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
+  const int depth = o->model.depth;
+  if (o->drop_path > 0)
+    vt_log_info("drop path: each residual branch of block i of %d dropped per image with "
+                "probability %g * i / %d", depth, o->drop_path, depth > 1 ? depth - 1 : 1);
+  if (vt_layer_lr_scale(oc, 0) < 1.0)
+    vt_log_info("layer-wise lr decay %g: the head and final norm step with lr, block i with lr * "
+                "%g^(%d - i), the embeddings with lr * %.3g", oc->layer_decay, oc->layer_decay,
+                depth, vt_layer_lr_scale(oc, 0));
+  if (o->erase.prob > 0)
+    vt_log_info("random erasing: probability %g, fill %s", o->erase.prob,
+                o->erase.mode == VT_ERASE_PIXEL  ? "a normal value per element"
+                : o->erase.mode == VT_ERASE_RAND ? "a normal value per channel"
+                                                 : "zeros");
+  if (vt_mix_enabled(&o->mix)) {
+    const vt_mix_config *x = &o->mix;
+    const double cut = x->cutmix_alpha <= 0 ? 0 : (x->mixup_alpha <= 0 ? 1 : x->switch_prob);
+    vt_log_info("mixing pairs of images (stream positions 2k, 2k+1) with probability %g: CutMix "
+                "(alpha %g) for %g of them, Mixup (alpha %g) for the rest", x->prob,
+                x->cutmix_alpha, cut, x->mixup_alpha);
+  }
+  if (oc->ema_decay > 0)
+    vt_log_info("the weights' EMA: decay %g per step, evaluated beside the weights",
+                oc->ema_decay);
+  if (o->recompute_blocks > 0)
+    vt_log_info("activation recompute: the first %d blocks of each pipeline stage",
+                o->recompute_blocks);
+}
+
+// The first step's traffic of this rank per axis and op, with what the formulas need to
+// predict it (tests/test_traffic.py).
+void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt_optimizer *opt,
+                          vt_mesh_coord me, int world_rank, int n_micro) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/comm.rank%d.json", o->log_dir, world_rank);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    vt_log_warn("cannot write %s: %s", path, strerror(errno));
+    return;
+  }
+  fprintf(f, "{\"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"nblocks\": %d, "
+             "\"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
+             "\"zero_padded\": %lld, \"dp_overlap\": %d, \"dp_layers\": %d, "
+             "\"dp_started_in_backward\": %d, \"axes\": {",
+          me.tp_rank, me.pp_rank, me.dp_rank, m->nblocks, n_micro, m->max_batch,
+          vt_cfg_tokens(&m->cfg), m->cfg.width, (long long)m->table.total,
+          (long long)(opt->zero ? opt->padded : 0), opt->overlap, opt->layers_here,
+          opt->started_early);
+  for (int a = 0; a < VT_AXIS_COUNT; a++) {
+    vt_comm_counts cc = vt_comm_counts_get((vt_axis)a);
+    fprintf(f, "%s\"%s\": {", a ? ", " : "", vt_axis_name((vt_axis)a));
+    for (int op = 0; op < VT_COMM_OP_COUNT; op++)
+      fprintf(f, "%s\"%s\": [%lld, %lld]", op ? ", " : "", vt_comm_op_name((vt_comm_op)op),
+              (long long)cc.op_calls[op], (long long)cc.op_nbytes[op]);
+    fprintf(f, "}");
+  }
+  fprintf(f, "}}\n");
+  fclose(f);
+}
+
+// Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time, steps after the
+// first) beside the ideal bubble (p-1)/(m+p-1). Collective over world.
+void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
+                             double idle, int n_micro) {
+  const int p = mesh->pp_size;
+  double *per_stage = calloc((size_t)p, sizeof(double));
+  VT_CHECK(per_stage != NULL, "out of host memory");
+  if (me.tp_rank == 0 && me.dp_rank == 0) per_stage[me.pp_rank] = idle;
+  vt_comm_all_reduce_double(world, per_stage, p, VT_REDUCE_SUM);
+  if (vt_comm_rank(world) == 0) {
+    char line[1024];
+    int k = snprintf(line, sizeof line, "pipeline idle fraction per stage:");
+    for (int s = 0; s < p && k < (int)sizeof line; s++)
+      k += snprintf(line + k, sizeof line - (size_t)k, " %.3f", per_stage[s]);
+    vt_log_info("%s; ideal bubble (p-1)/(m+p-1) = %.3f for p %d, m %d", line,
+                (double)(p - 1) / (n_micro + p - 1), p, n_micro);
+  }
+  free(per_stage);
+}
+
+// The progress line every --log-interval steps and the step's metrics.jsonl line.
+void vt_report_step(const vt_train_options *o, FILE *metrics, const vt_step_log *l,
+                    double t_elapsed, int64_t steps_done, int world_size) {
+  const double tflops = vt_config_train_flops(&o->model) * l->img_s / 1e12;
+  const double mfu = o->peak_tflops > 0 ? tflops / (o->peak_tflops * world_size) : 0.0;
+  if (metrics) {
+    // JSON has no NaN: a skipped step's loss or norm is null.
+    char loss[32] = "null", gnorm[32] = "null";
+    if (isfinite(l->loss)) snprintf(loss, sizeof loss, "%.9g", l->loss);
+    if (isfinite(l->gnorm)) snprintf(gnorm, sizeof gnorm, "%.9g", l->gnorm);
+    fprintf(metrics,
+            "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
+            "\"img_per_s\": %.3f, \"step_ms\": %.3f, \"model_tflops\": %.6g",
+            (long long)l->step, loss, l->lr, gnorm, l->img_s, l->step_ms, tflops);
+    if (o->peak_tflops > 0) fprintf(metrics, ", \"mfu\": %.6g", mfu);
+    fprintf(metrics, ", \"skipped_steps\": %lld, \"bad_images\": %lld", (long long)l->skipped,
+            (long long)l->bad_images);
+    if (l->eval_now)
+      fprintf(metrics, ", \"eval_loss\": %.9g, \"eval_top1\": %.6f, \"eval_top5\": %.6f, "
+              "\"eval_views\": %d", l->ev.loss, l->ev.top1, l->ev.top5, o->eval_hflip ? 2 : 1);
+    if (l->eval_ema)
+      fprintf(metrics, ", \"eval_ema_loss\": %.9g, \"eval_ema_top1\": %.6f, "
+              "\"eval_ema_top5\": %.6f", l->ev_ema.loss, l->ev_ema.top1, l->ev_ema.top5);
+    if (l->ranks_json[0]) fprintf(metrics, ", %s", l->ranks_json);
+    fprintf(metrics, "}\n");
+    fflush(metrics);
+  }
+  if (l->step % o->log_interval == 0 || l->step == 1 || l->step == o->steps) {
+    double eta = t_elapsed / (double)steps_done * (double)(o->steps - l->step);
+    char mfu_s[32] = "";
+    if (o->peak_tflops > 0) snprintf(mfu_s, sizeof mfu_s, " | mfu %.1f%%", 100 * mfu);
+    printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f img/s | %.0f ms/step%s"
+           " | eta %dm%02ds\n",
+           (long long)l->step, (long long)o->steps, l->loss, l->lr, l->gnorm, l->img_s,
+           l->step_ms, mfu_s, (int)eta / 60, (int)eta % 60);
+    fflush(stdout);
+  }
+  if (l->eval_now)
+    printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images%s)\n",
+           (long long)l->step, l->ev.loss, 100 * l->ev.top1, 100 * l->ev.top5,
+           (long long)l->ev.count, o->eval_hflip ? ", each with its mirror" : "");
+  if (l->eval_ema)
+    printf("eval after step %lld, EMA weights: loss %.4f | top-1 %.2f%% | top-5 %.2f%%\n",
+           (long long)l->step, l->ev_ema.loss, 100 * l->ev_ema.top1, 100 * l->ev_ema.top5);
+}
+
+// Every rank: host, world and local rank, mesh coordinates and device, one line each.
+void vt_report_placement(vt_comm *world, vt_mesh_coord me, const char *device, int threads) {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  vt_log_all_ranks(1);
+  vt_log_info("host %s, pid %ld, world rank %d of %d, local rank %d of %d, tp %d pp %d dp %d, "
+              "device %s, %d CPU threads",
+              host, (long)getpid(), vt_comm_rank(world), vt_comm_size(world),
+              vt_comm_local_rank(world), vt_comm_local_size(world), me.tp_rank, me.pp_rank,
+              me.dp_rank, device, threads);
+  vt_log_all_ranks(0);
+}
+

@@ -1,0 +1,45 @@
+// report.h: what a training run tells its user: the recipe's extra options at start-up, where
+// each rank runs, the progress line and metrics.jsonl per step, the first step's traffic per
+// axis, the pipeline's idle fractions. Knows no MPI (the comm API only).
+#ifndef VT_REPORT_H
+#define VT_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "eval.h"
+#include "mesh.h"
+#include "model.h"
+#include "optim.h"
+#include "train.h"
+
+// The progress line and the metrics.jsonl line of one step (rank 0).
+typedef struct {
+  int64_t step;  // 1-based
+  double loss, gnorm, img_s, step_ms;
+  float lr;
+  int64_t bad_images, skipped;
+  int eval_now, eval_ema;
+  vt_eval_result ev, ev_ema;  // the weights, and their EMA (eval_ema)
+  const char *ranks_json;  // per-rank arrays, or ""
+} vt_step_log;
+
+// metrics.jsonl in dir (created), or NULL with the error logged.
+FILE *vt_report_open_metrics(const char *dir);
+// Rank 0: the recipe's options that are off by default, when on, one line each.
+void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc);
+// Every rank: host, world and local rank, mesh coordinates and device, one line each.
+void vt_report_placement(vt_comm *world, vt_mesh_coord me, const char *device, int threads);
+// Rank 0: the progress line every --log-interval steps and the step's metrics.jsonl line.
+void vt_report_step(const vt_train_options *o, FILE *metrics, const vt_step_log *l,
+                    double t_elapsed, int64_t steps_done, int world_size);
+// This rank's first-step traffic per axis and op to LOG_DIR/comm.rank<R>.json, with what the
+// formulas need to predict it (tests/test_traffic.py).
+void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt_optimizer *opt,
+                          vt_mesh_coord me, int world_rank, int n_micro);
+// Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time) beside the ideal
+// bubble (p-1)/(m+p-1). Collective over world.
+void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
+                             double idle, int n_micro);
+
+#endif
