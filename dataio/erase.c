@@ -26,6 +26,19 @@ int vt_erase_box(const vt_erase_config *c, uint64_t seed, int64_t pos, int S, in
   return 0;
 }
 
+// Four standard normals from one Philox block (two Box-Muller pairs, in float): the pixel
+// fill's numbers e .. e+3 of an image come from block e / 4 of its stream.
+static void normals4(uint64_t seed, uint32_t stream, uint32_t lo, uint64_t block, float out[4]) {
+  const vt_philox_ctr c = {{(uint32_t)block, (uint32_t)(block >> 32), lo, stream}};
+  const vt_philox_ctr r = vt_philox4x32(c, seed);
+  for (int k = 0; k < 2; k++) {
+    const float u1 = ((float)(r.v[2 * k] >> 8) + 0.5f) * (1.0f / 16777216.0f);  // (0, 1)
+    const float u2 = (float)(r.v[2 * k + 1] >> 8) * (1.0f / 16777216.0f);
+    const float rad = sqrtf(-2.0f * logf(u1)), ang = 6.28318530717958648f * u2;
+    out[2 * k] = rad * cosf(ang), out[2 * k + 1] = rad * sinf(ang);
+  }
+}
+
 void vt_erase_batch(const vt_erase_config *c, uint64_t seed, int64_t first, int B, int S,
                     float *images) {
   const int64_t n = 3 * (int64_t)S * S;
@@ -36,16 +49,26 @@ void vt_erase_batch(const vt_erase_config *c, uint64_t seed, int64_t first, int 
     int y0, y1, x0, x1;
     if (!vt_erase_box(c, seed, pos, S, &y0, &y1, &x0, &x1)) continue;
     float *img = images + b * n;
+    const int w = x1 - x0;
     for (int ch = 0; ch < 3; ch++) {
       const float channel_value =
           c->mode == VT_ERASE_RAND ? vt_rng_normal(seed, fill, 1, 3 * (uint64_t)pos + ch) : 0.0f;
-      for (int y = y0; y < y1; y++)
-        for (int x = x0; x < x1; x++) {
-          const int64_t e = ((int64_t)ch * S + y) * S + x;
-          img[e] = c->mode == VT_ERASE_PIXEL
-                       ? vt_rng_normal(seed, fill, 0, (uint64_t)pos * (uint64_t)n + (uint64_t)e)
-                       : channel_value;
+      for (int y = y0; y < y1; y++) {
+        float *row = img + ((int64_t)ch * S + y) * S + x0;
+        if (c->mode != VT_ERASE_PIXEL) {
+          for (int x = 0; x < w; x++) row[x] = channel_value;
+          continue;
         }
+        // The box row's values, four per Philox block, from blocks of its own: the row
+        // (image, channel, y) owns ceil(S / 4) of them.
+        const uint64_t row_id = ((uint64_t)pos * 3 + (uint64_t)ch) * (uint64_t)S + (uint64_t)y;
+        const uint64_t block0 = row_id * (uint64_t)((S + 3) / 4);
+        for (int x = 0; x < w; x += 4) {
+          float v[4];
+          normals4(seed, fill, 0, block0 + (uint64_t)x / 4, v);
+          for (int k = 0; k < 4 && x + k < w; k++) row[x + k] = v[k];
+        }
+      }
     }
   }
 }

@@ -23,8 +23,10 @@ int vt_erase_box(const vt_erase_config *c, uint64_t seed, int64_t pos, int S, in
                  int *x0, int *x1);
 
 // Erases the images (B, 3, S, S) at stream positions first .. first + B - 1 in place. The fill
-// values: normals (seed, "erase.fill", 0, pos * 3 S S + element) in pixel mode, (seed,
-// "erase.fill", 1, 3 pos + channel) in rand mode.
+// values are normals keyed by (seed, "erase.fill"): in pixel mode four per Philox block (two
+// Box-Muller pairs in float), value k of the box's row y of channel c of image pos from block
+// ((3 pos + c) S + y) ceil(S / 4) + k / 4 of stream 0; in rand mode vt_rng_normal number
+// 3 pos + c of stream 1.
 void vt_erase_batch(const vt_erase_config *c, uint64_t seed, int64_t first, int B, int S,
                     float *images);
 
