@@ -155,8 +155,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--weight-decay", VT_OPT_FLOAT, &o.optim.weight_decay, 0, 0, 10, "WD",
        "AdamW decoupled weight decay (not on biases, norms, pos_embed, cls_token)", NULL},
       {"--layer-decay", VT_OPT_FLOAT, &o.optim.layer_decay, 0, 0.01, 1, "D",
-       "layer-wise lr decay (BEiT/MAE fine-tuning): block i of D steps with lr * D^(depth - i), "
-       "the embeddings with lr * D^(depth + 1), the final norm and head with lr; 1: off", NULL},
+       "layer-wise lr decay (BEiT/MAE fine-tuning): block i (from 0) steps with lr * "
+       "D^(depth - i), the embeddings with lr * D^(depth + 1), the final norm and head with lr; "
+       "1: off", NULL},
       {"--clip-grad", VT_OPT_FLOAT, &o.optim.clip_grad, 0, 0, 1e6, "NORM",
        "clip gradients to this global norm; 0 turns clipping off", NULL},
       {"--label-smoothing", VT_OPT_FLOAT, &o.label_smoothing, 0, 0, 0.999, "S",
