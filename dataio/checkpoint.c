@@ -280,6 +280,12 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, vt_ckpt_mani
   return VT_OK;
 }
 
+int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file) {
+  for (int i = 0; i < m->nfiles; i++)
+    if (strcmp(m->file[i], file) == 0) return 1;
+  return 0;
+}
+
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen) {
   char path[1300], text[8192];
   snprintf(path, sizeof path, "%s/manifest.txt", dir);

@@ -66,6 +66,9 @@ void vt_ckpt_abandon(const char *tmp_dir);
 // Removes leftover .tmp-* directories of interrupted saves.
 void vt_ckpt_clean(const char *save_dir);
 
+// Whether the manifest lists file (its checksum then verified by vt_ckpt_verify).
+int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file);
+
 // Reads dir/manifest.txt and verifies the size and CRC-32 of every file it lists.
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen);
 

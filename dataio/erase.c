@@ -29,8 +29,7 @@ int vt_erase_box(const vt_erase_config *c, uint64_t seed, int64_t pos, int S, in
 // Four standard normals from one Philox block (two Box-Muller pairs, in float): the pixel
 // fill's numbers e .. e+3 of an image come from block e / 4 of its stream.
 static void normals4(uint64_t seed, uint32_t stream, uint32_t lo, uint64_t block, float out[4]) {
-  const vt_philox_ctr c = {{(uint32_t)block, (uint32_t)(block >> 32), lo, stream}};
-  const vt_philox_ctr r = vt_philox4x32(c, seed);
+  const vt_philox_ctr r = vt_rng_block(seed, stream, lo, block);
   for (int k = 0; k < 2; k++) {
     const float u1 = ((float)(r.v[2 * k] >> 8) + 0.5f) * (1.0f / 16777216.0f);  // (0, 1)
     const float u2 = (float)(r.v[2 * k + 1] >> 8) * (1.0f / 16777216.0f);

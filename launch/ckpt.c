@@ -129,9 +129,8 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     }
     if (found >= 0 && (st = check_manifest(o, &man, dir, err, errlen)) != VT_OK) found = -2;
   }
-  int has_ema = 0;  // saved with --model-ema
-  for (int i = 0; rank0 && found >= 0 && i < man.nfiles; i++)
-    has_ema |= strcmp(man.file[i], "ema.safetensors") == 0;
+  // saved with --model-ema
+  int has_ema = rank0 && found >= 0 && vt_ckpt_manifest_lists(&man, "ema.safetensors");
   double choice[3] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
                       rank0 ? has_ema : -1e300};
   vt_comm_all_reduce_double(world, choice, 3, VT_REDUCE_MAX);

@@ -130,7 +130,7 @@ void vt_cli_help(FILE *f, const vt_opt *o, int n) {
 // Appends a copy of word to the growing list (*v, *n, *cap).
 static void push_word(char ***v, int *n, int *cap, const char *word, size_t len) {
   if (*n + 2 > *cap) {
-    *cap = *cap ? 2 * *cap : 64;
+    *cap *= 2;
     *v = realloc(*v, (size_t)*cap * sizeof **v);
     VT_CHECK(*v != NULL, "out of host memory for the arguments");
   }

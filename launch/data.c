@@ -91,11 +91,11 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
                   const vt_mix_target **mix) {
   const vt_train_options *o = d->o;
   const int B = o->micro_batch, S = o->model.img_size, K = o->model.num_classes;
+  const int64_t first = vt_data_position(d, step, mb);
   float *pixels = NULL;
   int32_t *targets = NULL;
   *img = NULL, *labels = NULL, *mix = NULL;
   if (d->synthetic) {
-    const int64_t first = vt_data_position(d, step, mb);
     // Each sample is a pure function of (seed, index): the rank's threads share the work
     // (about 4 ms per 224 px image on one core, which would otherwise dominate a GPU step).
 #pragma omp parallel for schedule(static) if (d->need_pixels && B > 1)
@@ -121,9 +121,9 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
   }
   // In place (the batch is ours until the next call), in timm's order: erasing, then mixing.
   if (pixels && o->erase.prob > 0)
-    vt_erase_batch(&o->erase, o->seed, vt_data_position(d, step, mb), B, S, pixels);
+    vt_erase_batch(&o->erase, o->seed, first, B, S, pixels);
   if (vt_mix_enabled(&o->mix)) {
-    vt_mix_batch(&o->mix, o->seed, vt_data_position(d, step, mb), B, S, pixels, targets,
+    vt_mix_batch(&o->mix, o->seed, first, B, S, pixels, targets,
                  d->need_labels ? d->host_mix : NULL);
     if (d->need_labels) *mix = d->host_mix;
   }

@@ -341,9 +341,7 @@ static int cmd_export(int argc, char **argv) {
     return 1;
   }
   const char *file = use_ema ? "ema.safetensors" : "model.safetensors";
-  int listed = 0;
-  for (int i = 0; i < man.nfiles; i++) listed |= strcmp(man.file[i], file) == 0;
-  if (!listed) {
+  if (!vt_ckpt_manifest_lists(&man, file)) {
     fprintf(stderr, "vit3d export: %s has no EMA weights (it was saved without --model-ema)\n",
             ckpt);
     return 1;

@@ -35,7 +35,7 @@ uint32_t vt_hash_name(const char *name) {
   return h;
 }
 
-static vt_philox_ctr block(uint64_t key, uint32_t hi, uint32_t lo, uint64_t blk) {
+vt_philox_ctr vt_rng_block(uint64_t key, uint32_t hi, uint32_t lo, uint64_t blk) {
   vt_philox_ctr c = {{(uint32_t)blk, (uint32_t)(blk >> 32), lo, hi}};
   return vt_philox4x32(c, key);
 }
@@ -44,7 +44,7 @@ static vt_philox_ctr block(uint64_t key, uint32_t hi, uint32_t lo, uint64_t blk)
 static inline float u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
 uint32_t vt_rng_u32(uint64_t key, uint32_t stream_hi, uint32_t stream_lo, uint64_t i) {
-  return block(key, stream_hi, stream_lo, i >> 2).v[i & 3];
+  return vt_rng_block(key, stream_hi, stream_lo, i >> 2).v[i & 3];
 }
 
 float vt_rng_uniform(uint64_t key, uint32_t stream_hi, uint32_t stream_lo, uint64_t i) {
@@ -53,7 +53,7 @@ float vt_rng_uniform(uint64_t key, uint32_t stream_hi, uint32_t stream_lo, uint6
 
 float vt_rng_normal(uint64_t key, uint32_t stream_hi, uint32_t stream_lo, uint64_t i) {
   // Element i uses the block of pair i/2: cosine for even i, sine for odd i.
-  vt_philox_ctr r = block(key, stream_hi, stream_lo, i >> 1);
+  vt_philox_ctr r = vt_rng_block(key, stream_hi, stream_lo, i >> 1);
   int second = (int)(i & 1);
   double u1 = ((double)(r.v[0] >> 8) + 0.5) / 16777216.0;  // in (0, 1): log is finite
   double u2 = (double)(r.v[1] >> 8) / 16777216.0;

@@ -19,6 +19,10 @@ typedef struct {
 // The Philox4x32-10 block function: four 32-bit outputs for a 128-bit counter and 64-bit key.
 vt_philox_ctr vt_philox4x32(vt_philox_ctr ctr, uint64_t key);
 
+// Block blk of stream (key, stream_hi, stream_lo): the four 32-bit numbers 4 blk .. 4 blk + 3
+// that vt_rng_u32 hands out one at a time.
+vt_philox_ctr vt_rng_block(uint64_t key, uint32_t stream_hi, uint32_t stream_lo, uint64_t blk);
+
 // A stable 32-bit name hash (FNV-1a), used to key streams by parameter name.
 uint32_t vt_hash_name(const char *name);
 
