@@ -275,10 +275,12 @@ static uint64_t uniform_below(draw_state *d, uint64_t bound) {
   return x % bound;
 }
 
-void vt_sampler_init(vt_sampler *s, uint64_t seed, int64_t n) {
+void vt_sampler_init(vt_sampler *s, uint64_t seed, int64_t n, int repeats) {
   VT_CHECK(n > 0, "sampler over an empty dataset (n = %lld)", (long long)n);
+  VT_CHECK(repeats >= 1, "sampler with %d repeats", repeats);
   s->seed = seed;
   s->n = n;
+  s->repeats = repeats;
   s->epoch = -1;
   s->perm = malloc((size_t)n * sizeof(int64_t));
   VT_CHECK(s->perm, "out of memory for a %lld-sample permutation", (long long)n);
@@ -289,6 +291,15 @@ void vt_sampler_free(vt_sampler *s) {
   s->perm = NULL;
   s->n = 0;
   s->epoch = -1;
+}
+
+// Where position q of an epoch reads perm, and which copy it is (dataset.h's windows).
+static int64_t slot_of(const vt_sampler *s, int64_t q, int64_t *copy) {
+  const int64_t R = s->repeats, L = VT_REPEAT_WINDOW, W = R * L;
+  const int64_t w = q / W, r = q % W, len = s->n - w * W < W ? s->n - w * W : W;
+  const int64_t held = len == W ? L : (len + R - 1) / R;  // samples in this window
+  *copy = r / held;
+  return w * L + r % held;
 }
 
 int64_t vt_sampler_at(vt_sampler *s, int64_t position, int64_t *epoch) {
@@ -307,5 +318,12 @@ int64_t vt_sampler_at(vt_sampler *s, int64_t position, int64_t *epoch) {
     s->epoch = e;
   }
   if (epoch) *epoch = e;
-  return s->perm[position % s->n];
+  int64_t copy;
+  return s->perm[slot_of(s, position % s->n, &copy)];
+}
+
+int64_t vt_sampler_key(const vt_sampler *s, int64_t position, int64_t index) {
+  int64_t copy;
+  slot_of(s, position % s->n, &copy);
+  return index * s->repeats + copy;
 }

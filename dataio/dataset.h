@@ -28,21 +28,35 @@ typedef struct {
 vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t errlen);
 void vt_dataset_free(vt_dataset *ds);
 
-// The sample stream of the determinism contract (design.md): position p is sample
-// perm(seed, epoch)[p mod n] of epoch p / n, where perm is a permutation of 0..n-1 keyed by
+// The sample stream of the determinism contract (design.md): position p belongs to epoch
+// p / n, and epoch e's positions are filled from perm(seed, e), a permutation of 0..n-1 keyed by
 // (seed, epoch) alone: Fisher-Yates on vt_rng_u32 draws of stream (seed, "sampler", epoch), with
-// unbiased integers in range. The sampler caches the permutation of the epoch it was last asked
-// for (n int64 entries); it is not thread-safe.
+// unbiased integers in range. Without repeats, position p is sample perm[p mod n].
+// Repeated augmentation (Hoffer et al. 2020; DeiT's, timm's --aug-repeats R): an epoch still
+// has n positions, but they hold the first ceil(n / R) samples of perm, each R times. The
+// epoch is cut into windows of R * VT_REPEAT_WINDOW positions (the last one shorter); a window
+// holds L = VT_REPEAT_WINDOW samples (the last ceil(its length / R)), and its position r is copy
+// r / L of the window's sample r mod L. So an image's copies lie within one window (of the same
+// step when the global batch is a few windows long), and Mixup's pairs (2k, 2k + 1) never pair
+// an image with its own copy. Each copy is augmented by its own key (vt_sampler_key).
+// The sampler caches the permutation of the epoch it was last asked for (n int64 entries); it
+// is not thread-safe.
+#define VT_REPEAT_WINDOW 128
+
 typedef struct {
   uint64_t seed;
   int64_t n;
+  int repeats;      // R >= 1
   int64_t epoch;    // epoch of perm, -1 before the first call
   int64_t *perm;    // n entries
 } vt_sampler;
 
-void vt_sampler_init(vt_sampler *s, uint64_t seed, int64_t n);
+void vt_sampler_init(vt_sampler *s, uint64_t seed, int64_t n, int repeats);
 void vt_sampler_free(vt_sampler *s);
 // The dataset index at stream position p, and its epoch.
 int64_t vt_sampler_at(vt_sampler *s, int64_t position, int64_t *epoch);
+// The augmentation key of position p's image within its epoch: index * R + its copy number
+// (the index itself without repeats), so that every copy gets its own crop and RandAugment.
+int64_t vt_sampler_key(const vt_sampler *s, int64_t position, int64_t index);
 
 #endif

@@ -27,6 +27,7 @@ typedef struct {
   int handed, done;  // samples given to threads, samples finished
   int bad, valid;
   int64_t *pos, *idx, *ep;  // per sample: stream position, dataset index (-1: padding), epoch
+  int64_t *key;             // per sample: its augmentation key (vt_sampler_key)
   float *images;            // (batch, 3, S, S)
   int32_t *labels;
   int err_sample;  // lowest sample whose error is reported, -1 none
@@ -82,6 +83,7 @@ static void plan_batch(vt_loader *l, slot *s, int64_t j) {
     s->pos[i] = p;
     s->idx[i] = idx;
     s->ep[i] = e;
+    s->key[i] = c->train && idx >= 0 ? vt_sampler_key(&l->sampler, p, idx) : idx;
     // Padding gets label 0 and a zero image: harmless to any loss code, masked through valid.
     s->labels[i] = idx >= 0 ? l->ds->labels[idx] : 0;
     if (idx >= 0) s->valid++;
@@ -100,7 +102,7 @@ static void warn_once(vt_loader *l, int64_t idx, const char *msg) {
 static vt_sample_spec spec_of(const vt_loader *l, const slot *s, int i) {
   const vt_loader_config *c = &l->cfg;
   vt_sample_spec sp = {.tc = &c->tc, .S = c->S, .train = c->train, .seed = c->seed,
-                       .epoch = s->ep[i], .index = s->idx[i], .max_pixels = c->max_pixels};
+                       .epoch = s->ep[i], .index = s->key[i], .max_pixels = c->max_pixels};
   return sp;
 }
 
@@ -216,6 +218,7 @@ static int check_config(const vt_loader_config *c, int64_t first_batch, char *er
   else if (c->per_step < 1) why = "per_step must be at least 1";
   else if (c->step_stride < 0 || c->offset < 0) why = "step_stride and offset must be >= 0";
   else if (first_batch < 0) why = "the first micro-batch must be >= 0";
+  else if (c->repeats < 0 || c->repeats > 64) why = "repeats must be 0..64";
   else if (c->want_pixels && (c->S < 1 || c->S > 16384)) why = "image side S must be 1..16384";
   else if (c->want_pixels && (c->threads < 1 || c->threads > 1024))
     why = "loader threads must be 1..1024";
@@ -269,7 +272,8 @@ vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, ch
       free(l);
       return NULL;
     }
-  if (cfg->train) vt_sampler_init(&l->sampler, cfg->seed, l->ds->count);
+  if (cfg->train)
+    vt_sampler_init(&l->sampler, cfg->seed, l->ds->count, cfg->repeats > 1 ? cfg->repeats : 1);
   // One slot for the batch the consumer holds plus `prefetch` being decoded or ready.
   l->nslots = cfg->want_pixels ? cfg->prefetch + 1 : 1;
   l->slots = calloc((size_t)l->nslots, sizeof(slot));
@@ -287,9 +291,10 @@ vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, ch
     s->pos = malloc(B * sizeof(int64_t));
     s->idx = malloc(B * sizeof(int64_t));
     s->ep = malloc(B * sizeof(int64_t));
+    s->key = malloc(B * sizeof(int64_t));
     s->labels = l->label_block + (size_t)k * B;
     s->images = l->pixels ? l->pixels + (size_t)k * B * plane : NULL;
-    ok = s->pos && s->idx && s->ep;
+    ok = s->pos && s->idx && s->ep && s->key;
   }
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->work_cv, NULL);
@@ -372,6 +377,7 @@ void vt_loader_destroy(vt_loader *l) {
     free(l->slots[k].pos);
     free(l->slots[k].idx);
     free(l->slots[k].ep);
+    free(l->slots[k].key);
   }
   free(l->slots);
   void (*release)(void *) = l->cfg.host_free ? l->cfg.host_free : free;  // host_block's pair

@@ -26,6 +26,8 @@ typedef struct {
                          // the batch the caller holds)
   uint64_t seed;
   int train;             // 1: shuffled stream, random crops; 0: dataset order, centre crops
+  int repeats;           // training: repeated augmentation, each image R times an epoch
+                         // (vt_sampler, dataset.h); 0 or 1: none
   int want_pixels;       // 0: labels only (pipeline stages that need no pixels; no threads)
   int64_t max_pixels;    // larger images are bad (decompression bombs)
   vt_bad_policy bad_policy;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vt_error.h"
+
 vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const vt_sample_spec *sp,
                                      float *out, vt_sample_stats *stats, char *err,
                                      size_t errlen) {
@@ -35,7 +37,20 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
     vt_image_part_free(&part);
     return VT_IMG_CORRUPT;
   }
-  vt_render_crop_part(&part, crop, sp->S, sp->tc, out);
+  if (sp->train && sp->tc->ra.layers > 0) {
+    // RandAugment works on the 8-bit crop, as timm's does on the PIL image after the crop.
+    const size_t n = (size_t)sp->S * sp->S * 3;
+    uint8_t *rgb = malloc(2 * n);
+    VT_CHECK(rgb, "out of memory for a %dx%d crop", sp->S, sp->S);
+    vt_randaug_plan plan;
+    vt_randaug_draw(&sp->tc->ra, sp->seed, sp->epoch, sp->index, &plan);
+    vt_render_crop_part_u8(&part, crop, sp->S, rgb);
+    vt_randaug_run(&sp->tc->ra, &plan, rgb, sp->S, rgb + n);
+    vt_normalize_u8(sp->tc, rgb, sp->S, out);
+    free(rgb);
+  } else {
+    vt_render_crop_part(&part, crop, sp->S, sp->tc, out);
+  }
   if (stats) {
     stats->info = info;
     stats->crop = crop;

@@ -16,7 +16,8 @@
 typedef struct {
   const vt_transform_config *tc;
   int S;               // output side
-  int train;           // 1: random-resized crop + flip keyed by (seed, epoch, index); 0: centre
+  int train;           // 1: random-resized crop + flip (+ RandAugment when tc->ra is on) keyed
+                       // by (seed, epoch, index); 0: centre crop
   uint64_t seed;
   int64_t epoch;       // the sample's key: a stand-in for a bad file keeps the key of the
   int64_t index;       // sample it replaces, so its crop is not the stand-in's own crop

@@ -23,6 +23,7 @@ vt_transform_config vt_transform_defaults(void) {
       .mean = {0.485f, 0.456f, 0.406f}, .std = {0.229f, 0.224f, 0.225f},
       .crop_pct = 0.875f,
   };
+  c.ra = vt_randaug_defaults(c.mean);
   return c;
 }
 
@@ -145,8 +146,10 @@ void vt_crop_window(vt_crop crop, int S, int scale, int width, int height, int *
   *y1 = b < height - 1 ? b + 1 : b;
 }
 
-void vt_render_crop_part(const vt_image_part *part, vt_crop crop, int S,
-                         const vt_transform_config *tc, float *out) {
+// The renderer of both outputs: normalised planes (out, with scale and bias per channel) or
+// 8-bit RGB rounded to nearest (rgb8, when out is NULL).
+static void render(const vt_image_part *part, vt_crop crop, int S, const float scale[3],
+                   const float bias[3], float *out, uint8_t *rgb8) {
   const int W = part->width, H = part->height, d = part->scale;
   const int WW = part->win.width, ox = part->x0, oy = part->y0;
   const uint8_t *rgb = part->win.rgb;
@@ -158,11 +161,6 @@ void vt_render_crop_part(const vt_image_part *part, vt_crop crop, int S,
            "crop window [%d, %d] x [%d, %d] outside the decoded window %dx%d at (%d, %d)", x0,
            x1, y0, y1, WW, part->win.height, ox, oy);
   const size_t plane = (size_t)S * S;
-  float scale[3], bias[3];
-  for (int ch = 0; ch < 3; ch++) {  // (v / 255 - mean) / std as one multiply-add
-    scale[ch] = 1.0f / (255.0f * tc->std[ch]);
-    bias[ch] = -tc->mean[ch] / tc->std[ch];
-  }
   const double step_x = (double)crop.w / S, step_y = (double)crop.h / S;
   int xa[TILE], xb[TILE];
   float fx[TILE];
@@ -183,17 +181,48 @@ void vt_render_crop_part(const vt_image_part *part, vt_crop crop, int S,
       float fy = (float)(sy - yi);
       const uint8_t *r0 = rgb + (size_t)(yi - oy) * WW * 3;
       const uint8_t *r1 = rgb + (size_t)((yi < H - 1 ? yi + 1 : yi) - oy) * WW * 3;
-      float *o = out + (size_t)oyi * S + i0;
       for (int k = 0; k < n; k++) {
         for (int ch = 0; ch < 3; ch++) {
           float a = r0[xa[k] + ch], b = r0[xb[k] + ch];
           float c = r1[xa[k] + ch], e = r1[xb[k] + ch];
           float top = a + fx[k] * (b - a), bot = c + fx[k] * (e - c);
-          o[ch * plane + k] = (top + fy * (bot - top)) * scale[ch] + bias[ch];
+          float v = top + fy * (bot - top);
+          if (out)
+            out[ch * plane + (size_t)oyi * S + i0 + k] = v * scale[ch] + bias[ch];
+          else  // v lies between its four taps, so in [0, 255]
+            rgb8[((size_t)oyi * S + i0 + k) * 3 + ch] = (uint8_t)(v + 0.5f);
         }
       }
     }
   }
+}
+
+// (v / 255 - mean) / std as one multiply-add per channel.
+static void normaliser(const vt_transform_config *tc, float scale[3], float bias[3]) {
+  for (int ch = 0; ch < 3; ch++) {
+    scale[ch] = 1.0f / (255.0f * tc->std[ch]);
+    bias[ch] = -tc->mean[ch] / tc->std[ch];
+  }
+}
+
+void vt_render_crop_part(const vt_image_part *part, vt_crop crop, int S,
+                         const vt_transform_config *tc, float *out) {
+  float scale[3], bias[3];
+  normaliser(tc, scale, bias);
+  render(part, crop, S, scale, bias, out, NULL);
+}
+
+void vt_render_crop_part_u8(const vt_image_part *part, vt_crop crop, int S, uint8_t *rgb) {
+  const float none[3] = {0, 0, 0};
+  render(part, crop, S, none, none, NULL, rgb);
+}
+
+void vt_normalize_u8(const vt_transform_config *tc, const uint8_t *rgb, int S, float *out) {
+  float scale[3], bias[3];
+  normaliser(tc, scale, bias);
+  const size_t plane = (size_t)S * S;
+  for (size_t i = 0; i < plane; i++)
+    for (int ch = 0; ch < 3; ch++) out[ch * plane + i] = rgb[3 * i + ch] * scale[ch] + bias[ch];
 }
 
 void vt_render_crop(const vt_image *img, vt_crop crop, int S, const vt_transform_config *tc,

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "image.h"
+#include "randaug.h"
 
 // A region of the source image (pixel units, may be fractional) mapped onto the S x S output.
 typedef struct {
@@ -25,6 +26,7 @@ typedef struct {
   float flip_prob;             // 0.5
   float mean[3], std[3];       // on [0, 1] pixel values; ImageNet's by default
   float crop_pct;              // evaluation: 0.875
+  vt_randaug_config ra;        // RandAugment of training crops (randaug.h); off by default
 } vt_transform_config;
 
 vt_transform_config vt_transform_defaults(void);
@@ -62,5 +64,9 @@ void vt_crop_window(vt_crop crop, int S, int scale, int width, int height, int *
 // vt_render_crop exactly. The window must hold vt_crop_window's block (checked: VT_CHECK).
 void vt_render_crop_part(const vt_image_part *part, vt_crop crop, int S,
                          const vt_transform_config *tc, float *out);
+// The same samples as 8-bit RGB (S, S, 3), each rounded to nearest, for RandAugment (which, as
+// in timm, works on the 8-bit crop); vt_normalize_u8 then makes the (3, S, S) input of it.
+void vt_render_crop_part_u8(const vt_image_part *part, vt_crop crop, int S, uint8_t *rgb);
+void vt_normalize_u8(const vt_transform_config *tc, const uint8_t *rgb, int S, float *out);
 
 #endif

@@ -17,6 +17,7 @@ static vt_loader_config base_config(const vt_data *d, const vt_dataset *ds, int 
                         .prefetch = o->prefetch,
                         .seed = o->seed,
                         .train = 1,
+                        .repeats = o->aug_repeats,
                         .want_pixels = want_pixels,
                         .max_pixels = o->max_image_pixels,
                         .bad_policy = o->bad_image_fail ? VT_BAD_FAIL : VT_BAD_SKIP,

@@ -39,6 +39,7 @@ static void train_defaults(vt_train_options *o) {
   o->prefetch = 2;
   o->max_image_pixels = 100000000;
   o->transform = vt_transform_defaults();
+  o->aug_repeats = 1;
   o->micro_batch = 8;
   o->global_batch = 0;
   o->steps = 100;
@@ -85,8 +86,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   vt_train_options o;
   train_defaults(&o);
   o.eval_only = mode == RUN_EVAL;
+  o.plan_only = mode == RUN_PLAN;
   char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip";
-  char remode[8] = "pixel";
+  char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic";
   char mean[64] = "", std[64] = "";
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
@@ -181,6 +183,15 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--remode", VT_OPT_STR, remode, sizeof remode, 0, 0, "MODE",
        "random erasing's fill: pixel (a normal value per element), rand (per channel) or const "
        "(zeros)", "pixel|rand|const"},
+      {"--aa", VT_OPT_STR, aa, sizeof aa, 0, 0, "SPEC",
+       "RandAugment of the 8-bit training crop, timm's config string (DeiT: "
+       "rand-m9-mstd0.5-inc1; keys m, n, mstd, mmax, inc, p); empty: off", NULL},
+      {"--aa-interpolation", VT_OPT_STR, aa_interp, sizeof aa_interp, 0, 0, "MODE",
+       "resampling of RandAugment's Rotate, Shear and Translate (DeiT: bicubic)",
+       "bicubic|bilinear"},
+      {"--aug-repeats", VT_OPT_INT, &o.aug_repeats, 0, 1, 64, "R",
+       "repeated augmentation: an epoch holds a 1/R of the images, each R times with its own "
+       "augmentation, the copies within 128 R stream positions (DeiT: 3); 1: off", NULL},
       {"--recompute-blocks", VT_OPT_INT, &o.recompute_blocks, 0, 0, 1000000, "N",
        "activation recompute: the first N blocks of each pipeline stage keep only their input and "
        "run their forward again in the backward (the same results, less memory, about a third "
@@ -284,6 +295,13 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                                                : VT_ERASE_PIXEL;
   if ((mean[0] && parse_triple("--mean", mean, o.transform.mean, 0, err, sizeof err) != VT_OK) ||
       (std[0] && parse_triple("--std", std, o.transform.std, 1, err, sizeof err) != VT_OK)) {
+    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
+    return 2;
+  }
+  // RandAugment's fill is the dataset's mean colour, as timm's img_mean.
+  o.transform.ra = vt_randaug_defaults(o.transform.mean);
+  o.transform.ra.interp = strcmp(aa_interp, "bilinear") == 0 ? VT_RA_BILINEAR : VT_RA_BICUBIC;
+  if (aa[0] && vt_randaug_parse(aa, &o.transform.ra, err, sizeof err) != VT_OK) {
     if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
     return 2;
   }

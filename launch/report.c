@@ -33,6 +33,16 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
     vt_log_info("layer-wise lr decay %g: the head and final norm step with lr, block i with lr * "
                 "%g^(%d - i), the embeddings with lr * %.3g", oc->layer_decay, oc->layer_decay,
                 depth, vt_layer_lr_scale(oc, 0));
+  if (o->transform.ra.layers > 0) {
+    char spec[96];
+    vt_randaug_describe(&o->transform.ra, spec, sizeof spec);
+    vt_log_info("RandAugment %s: %d of timm's 15 operations per training crop, each with "
+                "probability %g, %s resampling", spec, o->transform.ra.layers, o->transform.ra.prob,
+                o->transform.ra.interp == VT_RA_BICUBIC ? "bicubic" : "bilinear");
+  }
+  if (o->aug_repeats > 1)
+    vt_log_info("repeated augmentation: each epoch holds %d-fold copies of 1/%d of the images, "
+                "each copy augmented on its own", o->aug_repeats, o->aug_repeats);
   if (o->erase.prob > 0)
     vt_log_info("random erasing: probability %g, fill %s", o->erase.prob,
                 o->erase.mode == VT_ERASE_PIXEL  ? "a normal value per element"

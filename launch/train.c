@@ -61,6 +61,10 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->global_batch % (o->dp * o->micro_batch) != 0)
     REFUSE("--global-batch-size %d is not a multiple of dp %d x --micro-batch-size %d = %d",
            o->global_batch, o->dp, o->micro_batch, o->dp * o->micro_batch);
+  if (!o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0 &&
+      (o->transform.ra.layers > 0 || o->aug_repeats > 1))
+    REFUSE("--aa and --aug-repeats act on the image loader's crops; --data synthetic has none: "
+           "give --data DIR");
   if (vt_mix_enabled(&o->mix) && o->micro_batch % 2 != 0)
     REFUSE("--mixup and --cutmix mix pairs of images (stream positions 2k and 2k+1), so "
            "--micro-batch-size must be even (have %d)", o->micro_batch);

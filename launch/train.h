@@ -25,7 +25,8 @@ typedef struct {
   int prefetch;             // ready micro-batches the loader keeps ahead
   int64_t max_image_pixels; // larger images are refused as bad (decompression bombs)
   int bad_image_fail;       // 0: skip bad images (replace, warn, count); 1: stop the run
-  vt_transform_config transform;
+  vt_transform_config transform;  // crops, flips, RandAugment (transform.ra), normalisation
+  int aug_repeats;          // repeated augmentation: each image R times an epoch (dataset.h)
   int micro_batch;          // images per forward/backward
   int global_batch;         // images per optimizer step, over all DP ranks
   int64_t steps;            // length of the run (the schedule spans it)
@@ -56,6 +57,7 @@ typedef struct {
   char resume[512];         // "auto", a checkpoint directory, or empty
   char init_from[512];      // start from these timm-format weights (safetensors)
   int eval_only;            // `vit3d eval`: load, evaluate --val-data once, stop
+  int plan_only;            // `vit3d plan`: size the memory, run nothing
   char logits_out[512];     // vit3d eval on one rank: write the inputs and logits (safetensors)
   int comm_stats;           // 1: each rank writes its first step's traffic per axis (log-dir)
   float timeout_s;          // watchdog: a step or collective may take this long; 0: off

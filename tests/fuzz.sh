@@ -82,7 +82,7 @@ echo "building $bin"
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -I"$src/dataio" -I"$src/src" "${defs[@]}" "$src/tests/fuzz_image.c" \
   "$src/dataio/image.c" "$src/dataio/image_png.c" "$src/dataio/image_jpeg.c" \
-  "$src/dataio/transform.c" "$src/dataio/sample.c" "$src/src/rng.c" "$src/src/error.c" \
+  "$src/dataio/transform.c" "$src/dataio/randaug.c" "$src/dataio/sample.c" "$src/src/rng.c" "$src/src/error.c" \
   -o "$bin" "${libs[@]}" -lm || { echo "FAIL: could not build $bin"; exit 1; }
 
 # Seeds: small PNGs of every colour type and JPEGs of several kinds, made now.

@@ -87,8 +87,14 @@ static void fuzz_one(const uint8_t *buf, size_t size) {
   }
   vt_image_free(&im);
 
-  // A whole training or evaluation sample, as the loader makes it.
+  // A whole training or evaluation sample, as the loader makes it (half of the training
+  // samples with RandAugment at up to 3 operations, magnitude up to 12, always applied).
   vt_transform_config tc = vt_transform_defaults();
+  if ((h >> 20) & 1) {
+    tc.ra.layers = 1 + (int)((h >> 21) % 3);
+    tc.ra.magnitude = (float)((h >> 23) % 13), tc.ra.magnitude_max = 12, tc.ra.prob = 1;
+    tc.ra.interp = (h >> 27) & 1 ? VT_RA_BICUBIC : VT_RA_BILINEAR;
+  }
   vt_sample_spec sp = {&tc, 1 + (int)((h >> 48) % 40), (int)(h >> 47) & 1, h >> 13,
                        (int64_t)(h >> 58), (int64_t)((h >> 24) % 1000), max_pixels, 0};
   float out[3 * 40 * 40];

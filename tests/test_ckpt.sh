@@ -4,7 +4,8 @@
 #     --resume auto: byte-identical final weights and identical losses of steps 11-20; also
 #     with --zero 1, drop path, Mixup, CutMix, random erasing and the weights' EMA (also byte-identical; its
 #     export from the checkpoint equals the run's --final-ema, and a checkpoint without one is
-#     refused by export --use-ema);
+#     refused by export --use-ema); and on an image folder with RandAugment and repeated
+#     augmentation;
 #  2. resume on another mesh: the step-10 checkpoint of 2x2x2 continued on 1x1x1, 4x2x1, 1x4x2
 #     and 2x1x4 matches an uninterrupted run on that mesh (tests/compare_runs.py tolerances);
 #  3. kill -9 of one rank in the middle of a run and (fault switch) in the middle of a save: a
@@ -49,6 +50,20 @@ PY
   then echo "ok: exact resume (zero $z ${extra[*]}): weights$([ $z = 1 ] && echo " and EMA") byte-identical, losses of steps 11-20 identical"
   else echo "FAIL: exact resume (zero $z ${extra[*]}) differs"; fail=1; fi
 done
+# RandAugment and repeated augmentation on an image folder: the loader's state is the stream
+# position, its draws keyed by (epoch, image, copy); 20 steps of 16 cross four epochs of 64.
+if "$py" "$here/make_images.py" "$work/imgs" 4 16 32; then
+  aug=(--tp 2 --pp 2 --data "$work/imgs" --num-classes 4 --loader-threads 1 --aa rand-m9-mstd0.5-inc1
+       --aug-repeats 3)
+  must run aug_straight 8 "${aug[@]}"
+  must run aug_first 8 "${aug[@]}" --save "$work/ck_aug" --save-interval 10 --run-steps 10
+  must run aug_second 8 "${aug[@]}" --save "$work/ck_aug" --resume auto
+  if cmp -s "$work/aug_straight/weights.safetensors" "$work/aug_second/weights.safetensors"; then
+    echo "ok: exact resume with RandAugment and repeated augmentation: weights byte-identical"
+  else echo "FAIL: exact resume with RandAugment and repeated augmentation differs"; fail=1; fi
+else
+  echo "FAIL: tests/make_images.py"; fail=1
+fi
 # The EMA from the checkpoint (export --use-ema 1) is the run's final EMA; without one, refused.
 if "$vit3d" export --checkpoint "$work/ck1/step-00000020" --out "$work/ema_export.st" \
      --use-ema 1 > /dev/null && cmp -s "$work/ema_export.st" "$work/ema_second.st" &&

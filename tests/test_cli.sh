@@ -32,6 +32,11 @@ refuse "--final-ema writes the weights' EMA: give --model-ema DECAY too" train -
 refuse "--use-ema is for vit3d eval --checkpoint DIR" train --use-ema 1
 refuse "--micro-batch-size must be even (have 3)" train --mixup 0.8 --micro-batch-size 3 --global-batch-size 6
 refuse "--drop-path works on micro-batches of at most 4096 images (have 5000)" train --drop-path 0.1 --micro-batch-size 5000
+refuse "--aa 'rand-m9-w0': unknown key 'w0'" train --aa rand-m9-w0
+refuse "--aa 'autoaug': only RandAugment is built" train --aa autoaug
+refuse "--aa and --aug-repeats act on the image loader's crops; --data synthetic has none" train --aa rand-m9
+refuse "--aug-repeats: 0 is out of range" train --aug-repeats 0
+refuse "--aa-interpolation: 'nearest' is not one of bicubic|bilinear" train --aa-interpolation nearest
 refuse "vit3d plan: --tp 3 does not divide the 4 attention heads" plan --model tiny --tp 3
 refuse "arguments file /nonexistent/recipe.args: No such file or directory" train @/nonexistent/recipe.args
 # An arguments file: its words are flags (comments and line breaks aside); later flags win.
@@ -44,18 +49,27 @@ else
   echo "FAIL: vit3d train @FILE: $out"; fail=1
 fi
 rm -f "$args"
-# The recipes of launch/recipes parse and train (their model, data and length overridden).
+# The recipes of launch/recipes parse and train (their model, data and length overridden; a
+# small image folder, as their RandAugment needs the image loader).
+imgs=$(mktemp -d)
+trap 'rm -rf "$imgs"' EXIT
+${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/make_images.py" "$imgs" 4 4 40 ||
+  { echo "FAIL: tests/make_images.py"; fail=1; }
 for recipe in "$(dirname "$0")"/../launch/recipes/*.args; do
-  out=$("$vit3d" train @"$recipe" --model tiny --num-classes 10 --img-size 32 --patch-size 8 \
-        --data synthetic --micro-batch-size 4 --global-batch-size 8 --steps 2 --warmup-steps 1 \
-        --log-interval 1 --threads 1 2>&1)
+  out=$("$vit3d" train @"$recipe" --model tiny --num-classes 4 --img-size 32 --patch-size 8 \
+        --data "$imgs" --micro-batch-size 4 --global-batch-size 8 --steps 2 --warmup-steps 1 \
+        --log-interval 1 --threads 1 --loader-threads 1 2>&1)
   if grep -q "^step     2/2" <<<"$out"; then echo "ok: recipe $(basename "$recipe") trains"
   else echo "FAIL: recipe $recipe: $out"; fail=1; fi
+  # vit3d plan takes a recipe as it stands (its data flags do not matter to a plan)
+  if out=$("$vit3d" plan @"$recipe" --tp 2 --pp 2 --dp 2 --micro-batch-size 8 2>&1) &&
+     grep -q "^largest: stage" <<<"$out"; then echo "ok: vit3d plan @$(basename "$recipe")"
+  else echo "FAIL: vit3d plan @$recipe: $out"; fail=1; fi
 done
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes \
             --data --micro-batch-size --global-batch-size --steps --lr --min-lr --warmup-steps \
-            --weight-decay --clip-grad --label-smoothing --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --recompute-blocks --seed --device --threads --log-dir; do
+            --weight-decay --clip-grad --label-smoothing --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
 "$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }

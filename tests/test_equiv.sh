@@ -4,7 +4,8 @@
 # tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, with the tp-pp-dp mesh order and
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
 # with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, two
-# with ZeRO-1 and layer-wise lr decay; activation recompute (all blocks or some, 1 rank, 2x2x2,
+# with RandAugment and repeated augmentation on an image folder, two with ZeRO-1 and layer-wise
+# lr decay; activation recompute (all blocks or some, 1 rank, 2x2x2,
 # 8x1x1 sequence parallel, bf16) bit for bit against the same run without. Then bf16
 # (--precision bf16, the CPU twin of the CUDA bf16 GEMMs): a pipeline computes every sample as
 # one rank does, so pp 8 must log the very same losses and gradient norms; the 2x2x2 mesh sums
@@ -97,22 +98,40 @@ fi
 # pipeline stage mixes the pixels and the last the targets, each on its own; DP ranks and
 # micro-batches (of 2 here: one pair each) split the stream between pairs. Random erasing
 # before them is keyed by position too.
-mixing=(--mixup 0.8 --cutmix 1.0 --mix-prob 0.9 --reprob 0.5)
-if run base_mix 1 "${mixing[@]}"; then
-  "$py" - "$work/base/metrics.jsonl" "$work/base_mix/metrics.jsonl" <<'PY' || fail=1
+# variant PLAIN NAME WHAT FLAGS...: one rank with FLAGS (run NAME) must log other losses than
+# run PLAIN (WHAT changes the run), then 2x2x2 and 1x1x8 with FLAGS must compute it.
+variant() {
+  local plain=$1 name=$2 what=$3
+  shift 3
+  run "$name" 1 "$@" || { fail=1; return; }
+  "$py" - "$work/$plain/metrics.jsonl" "$work/$name/metrics.jsonl" "$what" <<'PY' || fail=1
 import json, sys
 a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
-assert a[0] != b[0] and a[-1] != b[-1], "mixing left the losses unchanged"
-print(f"Mixup/CutMix/erasing change the run: step-5 loss {b[-1]:.6f} (without: {a[-1]:.6f})")
+assert a[0] != b[0] and a[-1] != b[-1], f"{sys.argv[3]} left the losses unchanged"
+print(f"{sys.argv[3]} change the run: step-5 loss {b[-1]:.6f} (without: {a[-1]:.6f})")
 PY
-  for layout in "mix_mix222 2 2 2" "mix_dp8 1 1 8"; do
-    set -- $layout
-    run "$1" 8 --tp "$2" --pp "$3" --dp "$4" "${mixing[@]}" &&
-      "$py" "$here/compare_runs.py" "$work/base_mix" "$work/$1" "$1 $2 x $3 x $4 ${mixing[*]}" ||
+  local layout
+  for layout in "222 2 2 2" "dp8 1 1 8"; do
+    set -- $layout "$@"
+    local lname=${name}_$1 tp=$2 pp=$3 dp=$4
+    shift 4
+    run "$lname" 8 --tp "$tp" --pp "$pp" --dp "$dp" "$@" &&
+      "$py" "$here/compare_runs.py" "$work/$name" "$work/$lname" "$lname $tp x $pp x $dp $*" ||
       fail=1
   done
+}
+variant base base_mix "Mixup/CutMix/erasing" --mixup 0.8 --cutmix 1.0 --mix-prob 0.9 --reprob 0.5
+# RandAugment and repeated augmentation act in the image loader of the first stage's ranks,
+# keyed by (seed, epoch, image, copy): any layout decodes the same pixels. On a small
+# ImageFolder (tests/make_images.py), with Mixup on top (whose pairs must not be an image and
+# its copy).
+if "$py" "$here/make_images.py" "$work/imgs" 4 16 32; then
+  images=(--data "$work/imgs" --num-classes 4 --loader-threads 1 --mixup 0.8)
+  run base_img 1 "${images[@]}" &&
+    variant base_img base_aug "RandAugment + repeats" "${images[@]}" --aa rand-m9-mstd0.5-inc1 \
+      --aug-repeats 3 || fail=1
 else
-  fail=1
+  echo "FAIL: tests/make_images.py"; fail=1
 fi
 # Layer-wise lr decay scales each layer's AdamW step by its global layer: the same under a
 # pipeline (stages hold other layers) and ZeRO-1 (a shard cuts through layers).

@@ -176,8 +176,8 @@ static void test_sampler(void) {
   for (int t = 0; t < 5; t++) {
     int64_t n = ns[t], e;
     vt_sampler s, s2;
-    vt_sampler_init(&s, 99, n);
-    vt_sampler_init(&s2, 99, n);
+    vt_sampler_init(&s, 99, n, 1);
+    vt_sampler_init(&s2, 99, n, 1);
     char *seen = calloc((size_t)n, 1);
     for (int64_t ep = 0; ep < 3; ep++) {
       memset(seen, 0, (size_t)n);
@@ -200,7 +200,7 @@ static void test_sampler(void) {
     vt_sampler_free(&s2);
   }
   vt_sampler a, b;
-  vt_sampler_init(&a, 1, 1000), vt_sampler_init(&b, 2, 1000);
+  vt_sampler_init(&a, 1, 1000, 1), vt_sampler_init(&b, 2, 1000, 1);
   int diff_seed = 0, diff_epoch = 0;
   for (int64_t i = 0; i < 1000; i++)
     diff_seed += vt_sampler_at(&a, i, NULL) != vt_sampler_at(&b, i, NULL);
@@ -211,6 +211,56 @@ static void test_sampler(void) {
          diff_seed, diff_epoch);
   vt_sampler_free(&a), vt_sampler_free(&b);
   printf("ok - sampler permutations\n");
+}
+
+// Repeated augmentation: an epoch of n positions holds the first ceil(n / R) samples of the
+// permutation R times each (the last ones R - 1 times when R does not divide n), the copies in
+// one window of R * VT_REPEAT_WINDOW positions, the pairs (2k, 2k + 1) never an image and its
+// copy, and every position of an epoch its own augmentation key.
+static void test_sampler_repeats(void) {
+  const int64_t ns[] = {7, 300, 1000, 1001};
+  const int Rs[] = {2, 3, 4};
+  for (int t = 0; t < 4; t++)
+    for (int u = 0; u < 3; u++) {
+      const int64_t n = ns[t];
+      const int R = Rs[u];
+      vt_sampler s, plain;
+      vt_sampler_init(&s, 7, n, R);
+      vt_sampler_init(&plain, 7, n, 1);
+      int *count = calloc((size_t)n, sizeof(int));
+      int64_t *first = malloc((size_t)n * sizeof(int64_t));
+      char *key_seen = calloc((size_t)n * R, 1);
+      const int64_t unique = (n + R - 1) / R, W = (int64_t)R * VT_REPEAT_WINDOW;
+      int bad = 0;
+      for (int64_t ep = 1; ep < 3; ep++) {
+        memset(count, 0, (size_t)n * sizeof(int)), memset(key_seen, 0, (size_t)n * R);
+        for (int64_t q = 0; q < n; q++) {
+          int64_t e, k = vt_sampler_at(&s, ep * n + q, &e), key = vt_sampler_key(&s, ep * n + q, k);
+          if (e != ep || k < 0 || k >= n || key < k * R || key >= (k + 1) * R || key_seen[key]) {
+            bad++;
+            continue;
+          }
+          key_seen[key] = 1;
+          if (count[k]++ == 0) first[k] = q;
+          else if (first[k] / W != q / W) bad++;  // a copy outside its first's window
+          if (q % 2 == 1 && q / W == (q - 1) / W && n - q / W * W >= 2 * R &&
+              k == vt_sampler_at(&s, ep * n + q - 1, NULL))
+            bad++;  // a pair of an image and its copy
+        }
+        // Which samples: the first `unique` of the epoch's permutation, R or R - 1 times.
+        int64_t held = 0;
+        for (int64_t q = 0; q < unique; q++) {
+          int64_t k = vt_sampler_at(&plain, ep * n + q, NULL);
+          held += count[k];
+          if (count[k] < R - 1 || count[k] > R) bad++;
+        }
+        if (held != n) bad++;
+      }
+      EXPECT(!bad, "n %lld R %d: %d violations of the repeated stream", (long long)n, R, bad);
+      free(count), free(first), free(key_seen);
+      vt_sampler_free(&s), vt_sampler_free(&plain);
+    }
+  printf("ok - repeated augmentation: R copies of 1/R of each epoch, in windows, own keys\n");
 }
 
 static void test_folder_and_list(void) {
@@ -273,7 +323,7 @@ static void test_determinism(const vt_dataset *ds) {
   run_t ref = run(&c, 0, 20);
   EXPECT(ref.st == VT_OK && ref.nb == 20, "reference run: %s", ref.err);
   vt_sampler s;
-  vt_sampler_init(&s, c.seed, ds->count);
+  vt_sampler_init(&s, c.seed, ds->count, 1);
   for (int j = 0; j < 20; j++) {
     int64_t e, p = first_pos(&c, j);
     for (int i = 0; i < 4; i++)
@@ -306,6 +356,63 @@ static void test_determinism(const vt_dataset *ds) {
   run_free(&lo);
   run_free(&ref);
   printf("ok - same bytes for 1, 2, 4 threads; restart; labels-only\n");
+}
+
+// RandAugment and repeated augmentation through the loader: the same bytes for 1 and 3 threads
+// and after a restart, each sample vt_sample_from_file's under its own key (so the copies of an
+// image differ), and the operations change the pixels.
+static void test_augmented(const vt_dataset *ds) {
+  vt_loader_config c = base(ds, 1, 1);
+  c.S = 16, c.per_step = 2, c.step_stride = 8, c.repeats = 3;
+  char err[256];
+  EXPECT(vt_randaug_parse("rand-m9-mstd0.5-inc1", &c.tc.ra, err, sizeof err) == VT_OK, "%s", err);
+  c.tc.ra.prob = 1;  // every drawn operation applied, so that each image changes
+  run_t ref = run(&c, 0, 16);
+  EXPECT(ref.st == VT_OK && ref.nb == 16, "augmented run: %s", ref.err);
+  c.threads = 3;
+  run_t r = run(&c, 0, 16), late = run(&c, 7, 9);
+  EXPECT(r.nb == 16 && same_batches(&ref, 0, &r, 0, 16), "3 threads differ from 1");
+  EXPECT(late.nb == 9 && same_batches(&ref, 7, &late, 0, 9), "restart at 7 differs");
+  run_free(&r), run_free(&late);
+
+  vt_sampler s;
+  vt_sampler_init(&s, c.seed, ds->count, c.repeats);
+  const size_t plane = plane_of(&ref);
+  float *one = malloc(plane * sizeof(float));
+  int mismatch = 0, copies = 0, copies_equal = 0;
+  for (int j = 0; j < 16; j++)
+    for (int i = 0; i < 4; i++) {
+      int64_t e, p = first_pos(&c, j) + i, k = vt_sampler_at(&s, p, &e);
+      vt_sample_spec sp = {.tc = &c.tc, .S = c.S, .train = 1, .seed = c.seed, .epoch = e,
+                           .index = vt_sampler_key(&s, p, k), .max_pixels = c.max_pixels};
+      EXPECT(vt_sample_from_file(ds->paths[k], &sp, one, err, sizeof err) == VT_IMG_OK, "%s", err);
+      const float *got = ref.img + (size_t)(j * 4 + i) * plane;
+      mismatch += memcmp(one, got, plane * sizeof(float)) != 0;
+      // Another position of this window holding the same image: a copy of it.
+      for (int j2 = 0; j2 < 16; j2++)
+        for (int i2 = 0; i2 < 4; i2++) {
+          int64_t p2 = first_pos(&c, j2) + i2;
+          if (p2 <= p || vt_sampler_at(&s, p2, NULL) != k || p2 / ds->count != p / ds->count)
+            continue;
+          copies++;
+          copies_equal += !memcmp(got, ref.img + (size_t)(j2 * 4 + i2) * plane, plane * sizeof(float));
+        }
+    }
+  EXPECT(!mismatch, "%d samples differ from vt_sample_from_file under their keys", mismatch);
+  EXPECT(copies > 10 && copies_equal == 0, "%d of %d copies of an image have the same pixels",
+         copies_equal, copies);
+  // Without RandAugment the crops stay; with it the pixels change.
+  c.tc.ra.layers = 0, c.threads = 1;
+  run_t plain = run(&c, 0, 16);
+  int changed = 0;
+  for (int b = 0; b < 64; b++)
+    changed += memcmp(plain.img + b * plane, ref.img + b * plane, plane * sizeof(float)) != 0;
+  EXPECT(changed >= 56, "RandAugment changed only %d of 64 images", changed);
+  run_free(&plain), run_free(&ref);
+  vt_sampler_free(&s);
+  free(one);
+  printf("ok - RandAugment and repeats: threads, restart, own keys (%d copies), %d/64 changed\n",
+         copies, changed);
 }
 
 // JPEG files (written by PIL, skipped without it) through the reduced decode (DCT scaling,
@@ -352,7 +459,7 @@ static void test_jpeg_determinism(void) {
   EXPECT(r.nb == 7 && same_batches(&ref, 5, &r, 0, 7), "jpeg: restart at 5 differs");
   run_free(&r);
   vt_sampler s;
-  vt_sampler_init(&s, c.seed, ds.count);
+  vt_sampler_init(&s, c.seed, ds.count, 1);
   size_t P = plane_of(&ref);
   float *one = malloc(P * sizeof(float));
   int same = 0;
@@ -377,7 +484,7 @@ static void test_dp(const vt_dataset *ds) {
   const int G = 12, B = 3, steps = 10, n = (int)ds->count, epochs = steps * G / n;
   run_t ref = {0};
   vt_sampler s;
-  vt_sampler_init(&s, 1234, ds->count);
+  vt_sampler_init(&s, 1234, ds->count, 1);
   int dps[] = {1, 2, 4};
   for (int t = 0; t < 3; t++) {
     int dp = dps[t], m = G / (dp * B);
@@ -487,7 +594,7 @@ static void test_bad(void) {
   c.threads = 4;
   run_t t4 = run(&c, 0, 12);
   vt_sampler s;
-  vt_sampler_init(&s, c.seed, ds.count);
+  vt_sampler_init(&s, c.seed, ds.count, 1);
   for (int j = 0; j < t1.nb; j++) {
     int want = 0;
     for (int64_t p = 4 * j; p < 4 * j + 4; p++) {
@@ -649,6 +756,7 @@ int main(void) {
   snprintf(g_root, sizeof(g_root), "%s/vt_loader_XXXXXX", tmp && strlen(tmp) < 40 ? tmp : "/tmp");
   if (!mkdtemp(g_root)) return printf("FAIL: mkdtemp %s\n", g_root), 1;
   test_sampler();
+  test_sampler_repeats();
   test_folder_and_list();
   const char *cls[] = {"cat", "dog", "emu"};
   make_folder("main", cls, 3, 10);
@@ -657,6 +765,7 @@ int main(void) {
   if (vt_dataset_open(at("main"), &ds, err, sizeof(err)) != VT_OK)
     return printf("FAIL: %s\n", err), 1;
   test_determinism(&ds);
+  test_augmented(&ds);
   test_dp(&ds);
   test_eval(&ds);
   test_lifecycle(&ds);

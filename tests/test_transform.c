@@ -1,7 +1,8 @@
 // test_transform.c (label data): vt_render_crop against a slow bilinear reference in double,
 // resize-then-crop evaluation geometry against torchvision's arithmetic, vt_train_crop's
-// determinism, bounds and distribution, and renders from windows of reduced images
-// (vt_crop_reduction, vt_crop_window, vt_render_crop_part). Needs only dataio's transform code, no image decoder.
+// determinism, bounds and distribution, renders from windows of reduced images
+// (vt_crop_reduction, vt_crop_window, vt_render_crop_part), the 8-bit render, and RandAugment's
+// draws and config strings. Needs only dataio's transform code, no image decoder.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,7 +301,89 @@ static void test_part(void) {
          "identical to the whole image's, max |error| %.2e vs the reference\n", cases, worst);
 }
 
+// RandAugment's draws: timm's distribution (operations uniform with replacement, each applied
+// with probability p, magnitude N(m, mstd) clipped, signs even), keyed by (seed, epoch, key);
+// the config string's parser; the 8-bit render against the float one.
+static void test_randaug(void) {
+  const float mean[3] = {0.485f, 0.456f, 0.406f};
+  vt_randaug_config c = vt_randaug_defaults(mean);
+  char err[256];
+  EXPECT(c.fill[0] == 124 && c.fill[1] == 116 && c.fill[2] == 104, "fill %d %d %d", c.fill[0],
+         c.fill[1], c.fill[2]);
+  EXPECT(vt_randaug_parse("rand-m9-mstd0.5-inc1", &c, err, sizeof err) == VT_OK, "%s", err);
+  EXPECT(c.layers == 2 && c.magnitude == 9 && c.magnitude_std == 0.5f && c.increasing == 1 &&
+         c.prob == 0.5f && c.magnitude_max == 10, "parsed rand-m9-mstd0.5-inc1 wrong");
+  const char *bad[] = {"auto", "rand-m9-w0", "rand-mx", "rand-n0", "rand-n9", "rand-inc2",
+                       "rand-p1.5", "rand-m9-", "original-mstd0.5"};
+  for (int i = 0; i < 9; i++) {
+    vt_randaug_config d = c;
+    EXPECT(vt_randaug_parse(bad[i], &d, err, sizeof err) == VT_ERR_INPUT && strstr(err, "--aa"),
+           "'%s' accepted", bad[i]);
+  }
+  vt_randaug_config u = c;
+  EXPECT(vt_randaug_parse("rand-m7-n3-mstd101-mmax12-inc0-p0.25", &u, err, sizeof err) == VT_OK &&
+             u.layers == 3 && isinf(u.magnitude_std) && u.magnitude_max == 12 && !u.increasing &&
+             u.prob == 0.25f, "long form: %s", err);
+
+  enum { N = 60000 };
+  int ops[VT_RA_NUM_OPS] = {0}, applied = 0, neg = 0, rot = 0, same_key = 0, same_epoch = 0;
+  double sm = 0, sm2 = 0;
+  for (int k = 0; k < N; k++) {
+    vt_randaug_plan p, q, r, again;
+    vt_randaug_draw(&c, 5, 2, k, &p);
+    vt_randaug_draw(&c, 5, 2, k, &again);
+    vt_randaug_draw(&c, 5, 3, k, &q);
+    vt_randaug_draw(&c, 5, 2, k + N, &r);
+    EXPECT(!memcmp(&p, &again, sizeof p), "draw %d is not a function of its key", k);
+    same_epoch += !memcmp(&p, &q, sizeof p);
+    same_key += !memcmp(&p, &r, sizeof p);
+    for (int i = 0; i < p.n; i++) {
+      ops[p.op[i]]++;
+      applied += p.apply[i];
+      sm += p.magnitude[i], sm2 += (double)p.magnitude[i] * p.magnitude[i];
+      if (p.op[i] == VT_RA_ROTATE) rot++, neg += p.arg[i] < 0;
+    }
+  }
+  const double draws = 2.0 * N, expect = draws / VT_RA_NUM_OPS, sd = sqrt(expect);
+  int worst = 0;
+  for (int o = 0; o < VT_RA_NUM_OPS; o++)
+    if (fabs(ops[o] - expect) > fabs(ops[worst] - expect)) worst = o;
+  EXPECT(fabs(ops[worst] - expect) < 5 * sd, "%s drawn %d times of %.0f expected",
+         vt_randaug_op_name((vt_ra_op)worst), ops[worst], expect);
+  EXPECT(fabs(applied / draws - 0.5) < 5 * sqrt(0.25 / draws), "applied %g", applied / draws);
+  EXPECT(fabs(neg / (double)rot - 0.5) < 5 * sqrt(0.25 / rot), "negative rotations %g",
+         neg / (double)rot);
+  // N(9, 0.5) clipped at 10: mean 8.9956, sd 0.4897 (numpy, 1e7 draws).
+  const double mm = sm / draws, msd = sqrt(sm2 / draws - mm * mm);
+  EXPECT(fabs(mm - 8.9956) < 0.01 && fabs(msd - 0.4897) < 0.01, "magnitude mean %g sd %g", mm,
+         msd);
+  EXPECT(same_epoch < 10 && same_key < 10, "plans repeat across epochs (%d) or keys (%d)",
+         same_epoch, same_key);
+
+  // The 8-bit render is the float render's value rounded: normalising it again lands within
+  // half a level of the float path.
+  vt_image im = random_image(97, 61, 3);
+  vt_transform_config tc = vt_transform_defaults();
+  const int S = 40;
+  vt_crop cr = vt_train_crop(&tc, im.width, im.height, 1, 0, 9);
+  float *f = malloc(sizeof(float) * 3 * S * S), *g = malloc(sizeof(float) * 3 * S * S);
+  uint8_t *rgb = malloc(3 * S * S);
+  vt_image_part whole = {.win = im, .scale = 1, .width = im.width, .height = im.height,
+                         .full_width = im.width, .full_height = im.height};
+  vt_render_crop_part(&whole, cr, S, &tc, f);
+  vt_render_crop_part_u8(&whole, cr, S, rgb);
+  vt_normalize_u8(&tc, rgb, S, g);
+  double e = 0;
+  for (int i = 0; i < 3 * S * S; i++) {
+    const int ch = i / (S * S);
+    e = fmax(e, fabs(f[i] - g[i]) * 255.0 * tc.std[ch]);
+  }
+  EXPECT(e <= 0.5 + 1e-3, "8-bit render off by %g levels", e);
+  free(f), free(g), free(rgb), free(im.rgb);
+}
+
 int main(void) {
+  test_randaug();
   test_render();
   test_eval();
   test_train();

@@ -1,0 +1,57 @@
+// randaug_dump: applies RandAugment operations to a raw 8-bit RGB image for tests/randaug_pil.py,
+// which runs the same operations through Pillow and compares. Usage:
+//   randaug_dump IN.rgb W H OUT.rgb < cases
+// Each line of cases is "OP ARG INTERP" (OP a vt_ra_op number, INTERP 0 bilinear, 1 bicubic);
+// OUT.rgb receives each case's W x H x 3 result, in order, each from the input image.
+// The fill colour is timm's for ImageNet's mean, (124, 116, 104).
+//   randaug_dump --levels
+// prints "INC OP M NEGATE ARG" for every operation, magnitude 0, 0.5, .., 12 and sign, with
+// increasing levels off and on (vt_randaug_arg, translate_pct 0.45).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "randaug.h"
+
+static int levels(void) {
+  const float mean[3] = {0.485f, 0.456f, 0.406f};
+  vt_randaug_config c = vt_randaug_defaults(mean);
+  for (c.increasing = 0; c.increasing <= 1; c.increasing++)
+    for (int op = 0; op < VT_RA_NUM_OPS; op++)
+      for (int k = 0; k <= 24; k++)
+        for (int neg = 0; neg <= 1; neg++)
+          printf("%d %d %.9g %d %.9g\n", c.increasing, op, 0.5 * k, neg,
+                 vt_randaug_arg(&c, (vt_ra_op)op, 0.5f * k, neg));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--levels") == 0) return levels();
+  if (argc != 5) {
+    fprintf(stderr, "usage: %s IN.rgb W H OUT.rgb < cases\n", argv[0]);
+    return 2;
+  }
+  const int w = atoi(argv[2]), h = atoi(argv[3]);
+  const size_t n = (size_t)w * h * 3;
+  uint8_t *in = malloc(n), *img = malloc(n), *scratch = malloc(n);
+  FILE *f = fopen(argv[1], "rb");
+  if (w <= 0 || h <= 0 || !in || !img || !scratch || !f || fread(in, 1, n, f) != n) {
+    fprintf(stderr, "cannot read %dx%d RGB from %s\n", w, h, argv[1]);
+    return 1;
+  }
+  fclose(f);
+  FILE *out = fopen(argv[4], "wb");
+  if (!out) return 1;
+  const uint8_t fill[3] = {124, 116, 104};
+  int op, interp;
+  float arg;
+  while (scanf("%d %f %d", &op, &arg, &interp) == 3) {
+    if (op < 0 || op >= VT_RA_NUM_OPS) return 1;
+    memcpy(img, in, n);
+    vt_randaug_op((vt_ra_op)op, arg, (vt_ra_interp)interp, fill, img, w, h, scratch);
+    if (fwrite(img, 1, n, out) != n) return 1;
+  }
+  fclose(out);
+  free(in), free(img), free(scratch);
+  return 0;
+}
