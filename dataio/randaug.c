@@ -329,12 +329,20 @@ static void affine(const double m[6], vt_ra_interp interp, const uint8_t fill[3]
         rows[k] = src + (size_t)clampi(yi - 1 + k, h - 1) * w * 3;
       }
       for (int ch = 0; ch < 3; ch++) {
-        double v[4];
-        for (int k = 0; k < 4; k++) {
-          const uint8_t *r = rows[k] + ch;
-          v[k] = cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
+        // cubic(a, b, c, d, 0) is b exactly, so an offset of 0 (every column of Shear Y and
+        // Translate Y, every row of Shear X and Translate X) needs one cubic, not five.
+        double s;
+        if (dy == 0.0) {
+          const uint8_t *r = rows[1] + ch;
+          s = cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
+        } else {
+          double v[4];
+          for (int k = 0; k < 4; k++) {
+            const uint8_t *r = rows[k] + ch;
+            v[k] = dx == 0.0 ? r[xs[1]] : cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
+          }
+          s = cubic(v[0], v[1], v[2], v[3], dy);
         }
-        const double s = cubic(v[0], v[1], v[2], v[3], dy);
         out[ch] = s <= 0.0 ? 0 : s >= 255.0 ? 255 : (uint8_t)s;
       }
     }
