@@ -30,6 +30,7 @@ typedef struct {
   uint64_t seed;
   // model configuration
   int img_size, patch_size, width, depth, heads, num_classes;
+  int global_pool;  // vt_vit_config's (0 when the manifest predates it)
   float mlp_ratio;
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;

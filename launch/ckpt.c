@@ -68,7 +68,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
           .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
           .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
           .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
-          .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
+          .global_pool = c->global_pool, .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
           .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
       const char *files[3] = {"model.safetensors", "optim.safetensors", "ema.safetensors"};
       st = vt_ckpt_commit(o->save_dir, tmp, &man, files, n - 1, o->keep_last, err, errlen);
@@ -90,6 +90,12 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
              "classes %d; pass the same sizes to resume it",
              dir, man->img_size, man->patch_size, man->width, man->depth, man->heads,
              (double)man->mlp_ratio, man->num_classes);
+    return VT_ERR_INPUT;
+  }
+  if (man->global_pool != c->global_pool) {
+    snprintf(err, errlen, "%s holds a model with the %s head; resume it with --global-pool %s",
+             dir, man->global_pool ? "mean-pooled (fc_norm)" : "class-token",
+             man->global_pool ? "avg" : "token");
     return VT_ERR_INPUT;
   }
   if (!o->eval_only &&

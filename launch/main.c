@@ -88,7 +88,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   o.eval_only = mode == RUN_EVAL;
   o.plan_only = mode == RUN_PLAN;
   char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip";
-  char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic";
+  char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic", pool[8] = "token";
   char mean[64] = "", std[64] = "";
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
@@ -110,6 +110,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--mlp-ratio", VT_OPT_FLOAT, &o.model.mlp_ratio, 0, 0.01, 64, "R",
        "MLP hidden width / width", NULL},
       {"--num-classes", VT_OPT_INT, &o.model.num_classes, 0, 2, 1000000, "K", "classes", NULL},
+      {"--global-pool", VT_OPT_STR, pool, sizeof pool, 0, 0, "POOL",
+       "what the head sees: token (the class token after `norm`, timm's default) or avg (the "
+       "mean of the patch tokens after `fc_norm`: MAE's fine-tuning head, timm's "
+       "global_pool='avg')", "token|avg"},
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
        "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
        "directory (root/<class>/<image>) or a list file (path<TAB>label per line)", NULL},
@@ -290,6 +294,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                     ? VT_PRECISION_BF16
                     : VT_PRECISION_FP32;
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
+  o.model.global_pool = strcmp(pool, "avg") == 0;
   o.erase.mode = strcmp(remode, "const") == 0  ? VT_ERASE_CONST
                  : strcmp(remode, "rand") == 0 ? VT_ERASE_RAND
                                                : VT_ERASE_PIXEL;

@@ -264,10 +264,11 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   if (world_rank == 0) {
     char table[8192];
     vt_mesh_format(&mesh, table, sizeof table);
-    vt_log_info("model %s: img %d patch %d width %d depth %d heads %d mlp %d classes %d; "
+    vt_log_info("model %s: img %d patch %d width %d depth %d heads %d mlp %d classes %d%s; "
                 "%s backend, %s GEMMs, %d threads per rank; %.3g GFLOP per training image",
                 c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads,
-                vt_cfg_mlp_hidden(c), c->num_classes, be->name,
+                vt_cfg_mlp_hidden(c), c->num_classes,
+                c->global_pool ? ", mean-pooled patch tokens (fc_norm)" : "", be->name,
                 o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32", o->threads,
                 vt_config_train_flops(c) / 1e9);
     vt_log_info("mesh tp %d x pp %d x dp %d (%s), %s schedule, %d micro-batches of %d per DP "

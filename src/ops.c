@@ -207,6 +207,24 @@ void vt_cls_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t
   be->cls_pool_bwd(dx, dout, B, N, C);
 }
 
+void vt_mean_pool_fwd(const vt_backend *be, float *out, const float *x, int64_t B, int64_t N,
+                      int64_t C) {
+  NEED(be, mean_pool_fwd);
+  PTR(out); PTR(x);
+  POS(B); POS(C);
+  VT_CHECK(N >= 2, "mean_pool needs a class token and at least one patch, got N=%lld", (long long)N);
+  be->mean_pool_fwd(out, x, B, N, C);
+}
+
+void vt_mean_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t B, int64_t N,
+                      int64_t C) {
+  NEED(be, mean_pool_bwd);
+  PTR(dx); PTR(dout);
+  POS(B); POS(C);
+  VT_CHECK(N >= 2, "mean_pool needs a class token and at least one patch, got N=%lld", (long long)N);
+  be->mean_pool_bwd(dx, dout, B, N, C);
+}
+
 void vt_cross_entropy_fwd(const vt_backend *be, float *losses, float *probs, const float *logits,
                           const int32_t *labels, const vt_mix_target *mix, float smoothing,
                           int64_t B, int64_t K) {

@@ -129,6 +129,8 @@ struct vt_backend {
                     int64_t N, int64_t C);
   void (*cls_pool_fwd)(float *out, const float *x, int64_t B, int64_t N, int64_t C);
   void (*cls_pool_bwd)(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
+  void (*mean_pool_fwd)(float *out, const float *x, int64_t B, int64_t N, int64_t C);
+  void (*mean_pool_bwd)(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
   void (*cross_entropy_fwd)(float *losses, float *probs, const float *logits,
                             const int32_t *labels, const vt_mix_target *mix, float smoothing,
                             int64_t B, int64_t K);

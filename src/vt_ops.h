@@ -150,6 +150,13 @@ void vt_cls_pool_fwd(const vt_backend *be, float *out, const float *x, int64_t B
                      int64_t C);
 void vt_cls_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t B, int64_t N,
                      int64_t C);
+// Mean pooling of the patch tokens (timm's global_pool='avg'): out[b] = the mean of x[b, 1..N-1]
+// (a float sum in token order, divided by N - 1). The backward writes the whole dx: zeros on
+// the class token, dout[b] / (N - 1) on every patch token.
+void vt_mean_pool_fwd(const vt_backend *be, float *out, const float *x, int64_t B, int64_t N,
+                      int64_t C);
+void vt_mean_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t B, int64_t N,
+                      int64_t C);
 
 // Softmax cross-entropy with label smoothing (PyTorch's definition: target (1-s) on the label
 // plus s/K on every class). losses (B) per sample; probs (B, K) saved; labels (B) in [0, K).

@@ -55,8 +55,8 @@ static void push_params(out_list *o, const vt_model *m, const char *prefix, cons
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: %s OUT.safetensors\n", argv[0]);
+  if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "avg") != 0)) {
+    fprintf(stderr, "usage: %s OUT.safetensors [avg]   (avg: the mean-pooled head)\n", argv[0]);
     return 2;
   }
   const char *why = NULL;
@@ -65,7 +65,8 @@ int main(int argc, char **argv) {
   vt_backend_set_threads(2);
 
   vt_vit_config cfg = {.name = "ref", .img_size = 32, .patch_size = 8, .width = 48, .depth = 3,
-                       .heads = 3, .mlp_ratio = 4.0f, .num_classes = 10};
+                       .heads = 3, .mlp_ratio = 4.0f, .num_classes = 10,
+                       .global_pool = argc == 3};
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,

@@ -9,5 +9,8 @@ if ! "$PY" -c "import torch, numpy" >/dev/null 2>&1; then
   exit 77
 fi
 mkdir -p "$3" || exit 1
+# The class-token head, then the mean-pooled one (timm's global_pool='avg').
 "$1" "$3/ref_dump.safetensors" || { echo "FAIL: ref_dump exited with $?"; exit 1; }
-exec "$PY" "$2" "$3/ref_dump.safetensors"
+"$PY" "$2" "$3/ref_dump.safetensors" || exit 1
+"$1" "$3/ref_dump_avg.safetensors" avg || { echo "FAIL: ref_dump avg exited with $?"; exit 1; }
+exec "$PY" "$2" "$3/ref_dump_avg.safetensors"

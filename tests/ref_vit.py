@@ -137,15 +137,20 @@ class PatchEmbed(nn.Module):
 
 class ViT(nn.Module):
     def __init__(self, img=IMG, patch=PATCH, width=WIDTH, depth=DEPTH, heads=HEADS,
-                 mlp_ratio=MLP_RATIO, classes=CLASSES):
+                 mlp_ratio=MLP_RATIO, classes=CLASSES, global_pool=False):
         super().__init__()
+        self.global_pool = global_pool
         n = (img // patch) ** 2 + 1
         self.patch_embed = PatchEmbed(patch, width)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, width))
         self.pos_embed = nn.Parameter(torch.zeros(1, n, width))
         self.blocks = nn.Sequential(
             *[Block(width, heads, int(width * mlp_ratio)) for _ in range(depth)])
-        self.norm = nn.LayerNorm(width, eps=1e-6)
+        # timm: global_pool='avg' replaces `norm` by fc_norm after the pooling
+        if global_pool:
+            self.fc_norm = nn.LayerNorm(width, eps=1e-6)
+        else:
+            self.norm = nn.LayerNorm(width, eps=1e-6)
         self.head = nn.Linear(width, classes)
         # timm's stochastic depth ramp: drop_path_rate * i / (depth - 1) for block i
         self.keep = [1.0 - r.item() for r in torch.linspace(0, DROP_PATH, depth)]
@@ -158,6 +163,8 @@ class ViT(nn.Module):
         self.masks = None if positions is None else drop_masks(positions, self.keep)
         for l, block in enumerate(self.blocks):
             x = block(x) if positions is None else block(x, self.masks[l], self.keep[l])
+        if self.global_pool:  # the mean of the patch tokens, then fc_norm
+            return self.head(self.fc_norm(x[:, 1:].mean(dim=1)))
         x = self.norm(x)  # timm normalises all tokens, then pools
         return self.head(x[:, 0])
 
@@ -231,7 +238,7 @@ def main():
     torch.set_num_threads(2)
     d = read_safetensors(args.dump)
 
-    model = ViT().to(dt)
+    model = ViT(global_pool="init.fc_norm.weight" in d).to(dt)
     names = [n for n, _ in model.named_parameters()]
     init = {n[5:]: t for n, t in d.items() if n.startswith("init.")}
     model.load_state_dict({n: t.to(dt) for n, t in init.items()}, strict=True)
@@ -343,7 +350,8 @@ def main():
             insensitive.append("ema." + key)
 
     failed = [r for r in results if not r[2] <= r[3]]  # "not <=" also catches NaN
-    print(f"vit3d vs PyTorch reference ({args.dtype}); clipping active on {clipped}/{STEPS} steps;"
+    print(f"vit3d vs PyTorch reference ({args.dtype}, head: "
+          f"{'mean of the patch tokens, fc_norm' if model.global_pool else 'class token'}); clipping active on {clipped}/{STEPS} steps;"
           f" drop path dropped {dropped:.0f} of {STEPS * GLOBAL * 2 * (DEPTH - 1)} branch passes"
           f" of blocks 1-{DEPTH - 1} ({dropped0:.0f} in step 0)")
     print(f"{'group':<14}{'tensors':>8}{'worst rel':>12}{'tol':>9}  worst tensor")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_ckpt_refuse.sh VIT3D: checkpoints that must not be used are refused clearly:
-#  - resuming with a model config whose shapes differ from the checkpoint's;
+#  - resuming with a model config whose shapes or head (--global-pool) differ from the
+#    checkpoint's;
 #  - --resume DIR of a damaged checkpoint (bad CRC) stops instead of training;
 #  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted) gives an
 #    error, and the previous checkpoint stays complete and usable.
@@ -17,6 +18,11 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "holds a model of img 32 patch 8 width 64" <<<"$out"; then
   echo "ok: another width refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: config mismatch: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --global-pool avg --steps 6 --save "$work/ck" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "holds a model with the class-token head; resume it with --global-pool token" <<<"$out"; then
+  echo "ok: another head refused: $(grep -o 'holds a model.*' <<<"$out")"
+else echo "FAIL: head mismatch: rc $rc: $out"; fail=1; fi
 cp -r "$work/ck/step-00000004" "$work/bad"
 printf 'xx' | dd of="$work/bad/optim.safetensors" bs=1 seek=300 conv=notrunc 2>/dev/null
 out=$("$vit3d" "${args[@]}" --steps 6 --resume "$work/bad" 2>&1)

@@ -67,7 +67,7 @@ for recipe in "$(dirname "$0")"/../launch/recipes/*.args; do
   else echo "FAIL: vit3d plan @$recipe: $out"; fail=1; fi
 done
 help=$("$vit3d" train --help)
-for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes \
+for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes --global-pool \
             --data --micro-batch-size --global-batch-size --steps --lr --min-lr --warmup-steps \
             --weight-decay --clip-grad --label-smoothing --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }

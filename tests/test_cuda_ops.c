@@ -467,24 +467,32 @@ static void t_embed_bwd(tc *t, const int64_t *d) {
   check(t, "dpos", gp, rp, N * C);
 }
 
-static void t_cls_pool_fwd(tc *t, const int64_t *d) {
+// The poolings (class token, mean of the patch tokens): (B, N, C) -> (B, C) and back.
+typedef void (*pool_op)(const vt_backend *be, float *out, const float *in, int64_t B, int64_t N,
+                        int64_t C);
+
+static void pool_fwd_case(tc *t, const int64_t *d, pool_op op) {
   const int64_t B = d[0], N = d[1], C = d[2];
   float *x = hrand(t, B * N * C, -1, 1), *ref = hnew(t, B * C), *g[2];
-  vt_cls_pool_fwd(t->cpu, ref, x, B, N, C);
+  op(t->cpu, ref, x, B, N, C);
   float *gx = dnew(t, x, B * N * C);
-  for (int r = 0; r < 2; r++) g[r] = dpoison(t, B * C), vt_cls_pool_fwd(t->gpu, g[r], gx, B, N, C);
+  for (int r = 0; r < 2; r++) g[r] = dpoison(t, B * C), op(t->gpu, g[r], gx, B, N, C);
   check(t, "out", g, ref, B * C);
 }
 
-static void t_cls_pool_bwd(tc *t, const int64_t *d) {
+static void pool_bwd_case(tc *t, const int64_t *d, pool_op op) {
   const int64_t B = d[0], N = d[1], C = d[2];
   float *dy = hrand(t, B * C, -1, 1), *ref = hnew(t, B * N * C), *g[2];
-  vt_cls_pool_bwd(t->cpu, ref, dy, B, N, C);
+  op(t->cpu, ref, dy, B, N, C);
   float *gdy = dnew(t, dy, B * C);
-  for (int r = 0; r < 2; r++)
-    g[r] = dpoison(t, B * N * C), vt_cls_pool_bwd(t->gpu, g[r], gdy, B, N, C);
+  for (int r = 0; r < 2; r++) g[r] = dpoison(t, B * N * C), op(t->gpu, g[r], gdy, B, N, C);
   check(t, "dx", g, ref, B * N * C);
 }
+
+static void t_cls_pool_fwd(tc *t, const int64_t *d) { pool_fwd_case(t, d, vt_cls_pool_fwd); }
+static void t_cls_pool_bwd(tc *t, const int64_t *d) { pool_bwd_case(t, d, vt_cls_pool_bwd); }
+static void t_mean_pool_fwd(tc *t, const int64_t *d) { pool_fwd_case(t, d, vt_mean_pool_fwd); }
+static void t_mean_pool_bwd(tc *t, const int64_t *d) { pool_bwd_case(t, d, vt_mean_pool_bwd); }
 
 static int32_t *labels(tc *t, int64_t B, int64_t K) {
   int32_t *y = track_host(t, (size_t)B * sizeof(int32_t));
@@ -597,7 +605,8 @@ static void t_scale(tc *t, const int64_t *d) {
 // in ISO C mode does not. An L-term sum then differs by about sqrt(L) u typically, L u at worst,
 // relative to the sum of magnitudes; each tolerance leaves about 10x over that for the longest
 // reduction of its shapes:
-//   0      pure data movement, or the same single rounding on both sides (patchify, cls_pool,
+//   0      pure data movement, or the same roundings in the same order on both sides (patchify,
+//          cls_pool, mean_pool: its token sum in order and one division,
 //          add, drop_path, scale, ema, embed: one add, and dcls/dpos add the batch in the
 //          CPU's order).
 //   1e-6   element-wise with FMA contraction or library functions: AdamW, cross-entropy bwd
@@ -673,6 +682,8 @@ static const op_test kTests[] = {
      {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 1, 0}, {4, 17, 33, 1}, {64, 5, 3, 0}}},
     {"cls_pool_fwd", "B,N,C", t_cls_pool_fwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
     {"cls_pool_bwd", "B,N,C", t_cls_pool_bwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
+    {"mean_pool_fwd", "B,N,C", t_mean_pool_fwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 2, 4}}},
+    {"mean_pool_bwd", "B,N,C", t_mean_pool_bwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 2, 4}}},
     {"cross_entropy_fwd", "B,K,smooth/1000,mix", t_cross_entropy_fwd, {1e-5, -1},
      {{4, 1000, 100, 0}, {1, 10, 0, 0}, {7, 3, 500, 0}, {64, 1000, 100, 0}, {2, 1, 0, 0},
       {64, 1000, 100, 1}, {7, 3, 0, 1}}},
@@ -702,6 +713,7 @@ static int check_table(const vt_backend *be) {
       OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
       OP(add),               OP(drop_path),         OP(patchify_fwd),  OP(patchify_bwd),
       OP(embed_fwd),         OP(embed_bwd),         OP(cls_pool_fwd),  OP(cls_pool_bwd),
+      OP(mean_pool_fwd),     OP(mean_pool_bwd),
       OP(cross_entropy_fwd), OP(cross_entropy_bwd), OP(adamw),         OP(sumsq),
       OP(scale),             OP(ema),
 #undef OP

@@ -3,8 +3,8 @@
 # the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
 # tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, with the tp-pp-dp mesh order and
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
-# with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, two
-# with RandAugment and repeated augmentation on an image folder, two with ZeRO-1 and layer-wise
+# with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, three
+# with the mean-pooled head (one sequence parallel), two with RandAugment and repeated augmentation on an image folder, two with ZeRO-1 and layer-wise
 # lr decay; activation recompute (all blocks or some, 1 rank, 2x2x2,
 # 8x1x1 sequence parallel, bf16) bit for bit against the same run without. Then bf16
 # (--precision bf16, the CPU twin of the CUDA bf16 GEMMs): a pipeline computes every sample as
@@ -108,7 +108,7 @@ variant() {
 import json, sys
 a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
 assert a[0] != b[0] and a[-1] != b[-1], f"{sys.argv[3]} left the losses unchanged"
-print(f"{sys.argv[3]} change the run: step-5 loss {b[-1]:.6f} (without: {a[-1]:.6f})")
+print(f"with {sys.argv[3]}: step-5 loss {b[-1]:.6f} (without: {a[-1]:.6f}), another run")
 PY
   local layout
   for layout in "222 2 2 2" "dp8 1 1 8"; do
@@ -121,6 +121,12 @@ PY
   done
 }
 variant base base_mix "Mixup/CutMix/erasing" --mixup 0.8 --cutmix 1.0 --mix-prob 0.9 --reprob 0.5
+# The mean-pooled head (--global-pool avg, fc_norm) pools the tokens the last stage gathers from
+# its TP group under sequence parallelism, so also 4x2x1 with it.
+variant base base_avg "the mean-pooled head" --global-pool avg
+run avg_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 --global-pool avg &&
+  "$py" "$here/compare_runs.py" "$work/base_avg" "$work/avg_sp" "avg_sp 4 x 2 x 1 SP --global-pool avg" ||
+  fail=1
 # RandAugment and repeated augmentation act in the image loader of the first stage's ranks,
 # keyed by (seed, epoch, image, copy): any layout decodes the same pixels. On a small
 # ImageFolder (tests/make_images.py), with Mixup on top (whose pairs must not be an image and

@@ -84,6 +84,49 @@ grep -q "pos_embed resampled from a 4x4 to a 6x6 patch grid" "$work/last.log" &&
   grep -q "the head has another class count" "$work/last.log" &&
   echo "ok: --init-from at 24 px and 5 classes resampled pos_embed and renewed the head" ||
   { echo "FAIL: --init-from resampling messages"; cat "$work/last.log"; fail=1; }
+# A pretraining checkpoint (MAE's: no head, and no fc_norm for the mean-pooled head) starts its
+# head and fc_norm fresh and takes the rest (lr 0 keeps the weights as --init-from made them);
+# a file missing any other tensor is refused.
+"$py" - "$work/w.safetensors" "$work" "$here" <<'PY' || { echo "FAIL: writing the stripped files"; fail=1; }
+import json, struct, sys
+import numpy as np
+sys.path.insert(0, sys.argv[3])
+from ref_vit import read_safetensors
+def write(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        b = np.ascontiguousarray(t, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+w = {n: np.asarray(t) for n, t in read_safetensors(sys.argv[1]).items()}
+write(sys.argv[2] + "/pretrain.safetensors", {n: t for n, t in w.items() if not n.startswith("head.")})
+write(sys.argv[2] + "/holed.safetensors", {n: t for n, t in w.items() if n != "blocks.1.norm1.weight"})
+PY
+step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --global-pool avg --steps 1 --lr 0 \
+  --min-lr 0 --micro-batch-size 2 --init-from "$work/pretrain.safetensors" \
+  --final-weights "$work/finetune0.safetensors"
+grep -q "has no head or fc_norm; they start fresh" "$work/last.log" ||
+  { echo "FAIL: --init-from of a pretraining checkpoint did not say the head starts fresh"; fail=1; }
+"$py" - "$work/pretrain.safetensors" "$work/finetune0.safetensors" "$here" <<'PY' || fail=1
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[3])
+from ref_vit import read_safetensors
+src, got = (read_safetensors(p) for p in sys.argv[1:3])
+same = all(np.array_equal(np.asarray(src[n]), np.asarray(got[n])) for n in got if n in src)
+fresh = (np.all(np.asarray(got["fc_norm.weight"]) == 1) and np.all(np.asarray(got["fc_norm.bias"]) == 0)
+         and "norm.weight" not in got and "head.weight" in got)
+print(f"--init-from a pretraining checkpoint with --global-pool avg: shared tensors equal {same}, "
+      f"fc_norm fresh and no norm {fresh}")
+sys.exit(0 if same and fresh else 1)
+PY
+out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
+      --init-from "$work/holed.safetensors" 2>&1)
+if grep -q "blocks.1.norm1.weight" <<<"$out"; then echo "ok: a missing block tensor is refused: $(grep -m1 blocks.1.norm1 <<<"$out")"
+else echo "FAIL: a file without blocks.1.norm1.weight was not refused: $out"; fail=1; fi
 # The resampled pos_embed itself: lr 0 keeps the weights as --init-from made them.
 for px in 24 8 12; do
   step timeout 300 mpirun -np 1 "$vit3d" train --model tiny --img-size $px --patch-size 4 --width 32 \

@@ -256,18 +256,20 @@ static void test_embed(int64_t B, int64_t N, int64_t C) {
   free(k.patch), free(k.cls), free(k.pos), free(out), free(r), free(dp), free(dc), free(dpos);
 }
 
-// ---- class-token pooling ----
-typedef struct { float *x; int64_t B, N, C; } pool_ctx;
+// ---- class-token and mean pooling ----
+typedef struct { float *x; int64_t B, N, C; int avg; } pool_ctx;
 static void pool_fwd(void *c, float *out) {
   pool_ctx *k = c;
-  vt_cls_pool_fwd(be, out, k->x, k->B, k->N, k->C);
+  (k->avg ? vt_mean_pool_fwd : vt_cls_pool_fwd)(be, out, k->x, k->B, k->N, k->C);
 }
-static void test_pool(int64_t B, int64_t N, int64_t C) {
-  pool_ctx k = {randn(B * N * C, 22, 1), B, N, C};
+static void test_pool(int64_t B, int64_t N, int64_t C, int avg) {
+  pool_ctx k = {randn(B * N * C, 22, 1), B, N, C, avg};
   float *out = calloc((size_t)(B * C), 4), *r = randn(B * C, 23, 1);
   float *dx = randn(B * N * C, 24, 1);  // garbage: the backward must overwrite all of it
-  vt_cls_pool_bwd(be, dx, r, B, N, C);
-  expect_pass("cls_pool", check("cls_pool dx", pool_fwd, &k, out, r, B * C, k.x, B * N * C, dx));
+  (avg ? vt_mean_pool_bwd : vt_cls_pool_bwd)(be, dx, r, B, N, C);
+  const char *name = avg ? "mean_pool" : "cls_pool";
+  expect_pass(name, check(avg ? "mean_pool dx" : "cls_pool dx", pool_fwd, &k, out, r, B * C, k.x,
+                          B * N * C, dx));
   free(k.x), free(out), free(r), free(dx);
 }
 
@@ -328,7 +330,9 @@ int main(void) {
   test_patchify(2, 6, 3);
   test_embed(2, 13, 3);
   test_embed(3, 5, 77);
-  test_pool(3, 5, 7);
+  test_pool(3, 5, 7, 0);
+  test_pool(3, 5, 7, 1);
+  test_pool(2, 2, 3, 1);
   test_cross_entropy(5, 3, 0.0f, 0);
   test_cross_entropy(4, 77, 0.1f, 0);
   test_cross_entropy(6, 3, 0.1f, 1);

@@ -62,6 +62,18 @@ int main(void) {
   refuse_edit("file", "file model.safetensors 10 zzzz", "malformed file entry");
   refuse_edit("file", "", "lists no files");
   refuse_edit("seed", "seed 1 2", "expected 'key value'");
+  refuse_edit("global_pool", "global_pool 2", "bad value");
+  // A manifest written before global_pool existed reads as the class-token head.
+  m.global_pool = 1;
+  n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
+             back.global_pool == 1, "global_pool round trip");
+  char *gp = strstr(text, "global_pool 1\n");
+  EXPECT(gp != NULL, "global_pool line");
+  if (gp) memmove(gp, gp + 14, strlen(gp + 14) + 1);
+  EXPECT(vt_ckpt_manifest_parse(text, strlen(text), &back, err, sizeof err) == VT_OK &&
+             back.global_pool == 0, "a manifest without global_pool: %s", err);
+  m.global_pool = 0;
 
   // Commit, `latest`, keep-last, verification of damaged files.
   char dir[] = "/tmp/vt_manifest_XXXXXX", tmp[1100], path[1300], found[1100];

@@ -17,6 +17,9 @@ typedef struct {
   int heads;        // H
   float mlp_ratio;  // F = C * mlp_ratio
   int num_classes;  // K
+  int global_pool;  // 0: the class token, normalised by `norm` (timm's 'token'); 1: the mean of
+                    // the patch tokens, normalised by `fc_norm` (timm's 'avg', MAE's
+                    // fine-tuning head; timm then has no `norm`)
 } vt_vit_config;
 
 // Derived sizes.

@@ -184,10 +184,15 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
   m->be->to_host(local, m->params, (size_t)t->total * sizeof(float));  // the fresh initialisation
   vt_st_file f;
   vt_status st = vt_safetensors_read(path, &f, err, errlen);
-  int resampled = 0, new_head = 0;
+  int resampled = 0, new_head = 0, fresh_top = 0;
   for (int i = 0; st == VT_OK && i < t->count; i++) {
     const vt_param *p = &t->p[i];
     const vt_st_entry *e = vt_st_find(&f, p->name);
+    const int top = strncmp(p->name, "head.", 5) == 0 || strncmp(p->name, "fc_norm.", 8) == 0;
+    if (top && !e) {  // a pretraining checkpoint (MAE's has neither): they start fresh
+      fresh_top = 1;
+      continue;
+    }
     if (strncmp(p->name, "head.", 5) == 0 && e && e->ndim >= 1 && e->shape[0] != K) {
       new_head = 1;  // another class count: keep the fresh head
       continue;
@@ -209,14 +214,19 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
     st = vt_params_read_local(&f, path, &one, "", local, err, errlen);
   }
   vt_safetensors_close(&f);
-  double flags[3] = {st != VT_OK, resampled, new_head};  // the head lives on the last stage only
-  vt_comm_all_reduce_double(world, flags, 3, VT_REDUCE_MAX);
+  // the head lives on the last stage only
+  double flags[4] = {st != VT_OK, resampled, new_head, fresh_top};
+  vt_comm_all_reduce_double(world, flags, 4, VT_REDUCE_MAX);
   const int bad = flags[0] != 0;
-  resampled = (int)flags[1], new_head = (int)flags[2];
+  resampled = (int)flags[1], new_head = (int)flags[2], fresh_top = (int)flags[3];
   if (!bad) {
     m->be->to_device(m->params, local, (size_t)t->total * sizeof(float));
     if (resampled) vt_log_info("--init-from %s: pos_embed resampled from a %dx%d to a %dx%d patch grid", path, resampled, resampled, g1, g1);
     if (new_head) vt_log_info("--init-from %s: the head has another class count; it starts fresh", path);
+    if (fresh_top)
+      vt_log_info("--init-from %s: has no %s; %s fresh (a pretraining checkpoint)", path,
+                  m->cfg.global_pool ? "head or fc_norm" : "head",
+                  m->cfg.global_pool ? "they start" : "it starts");
   } else if (st == VT_OK) {
     snprintf(err, errlen, "another rank could not read %s", path);
   }

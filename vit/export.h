@@ -36,7 +36,8 @@ vt_status vt_params_read_local(const vt_st_file *f, const char *file,
 // --init-from: this rank's parameters from a timm-format safetensors file (full, unsharded).
 // When the image or patch grid differs, pos_embed is resampled as timm does (bicubic over the
 // patch grid, class token kept); when the class count differs, the head keeps its fresh
-// initialisation. Both are said in the log. Collective over world only through its verdict.
+// initialisation; a file without `head` or `fc_norm` (a pretraining checkpoint, MAE's) leaves
+// them fresh (any other missing tensor is an error). Each is said in the log. Collective over world only through its verdict.
 vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char *err,
                              size_t errlen);
 

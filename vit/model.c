@@ -121,8 +121,9 @@ static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
     b->fc2_b = find(m, flat, "blocks.%d.mlp.fc2", l, ".bias");
   }
   if (m->has_head) {
-    t->norm_w = find(m, flat, "norm", 0, ".weight");
-    t->norm_b = find(m, flat, "norm", 0, ".bias");
+    const char *norm = m->cfg.global_pool ? "fc_norm" : "norm";
+    t->norm_w = find(m, flat, norm, 0, ".weight");
+    t->norm_b = find(m, flat, norm, 0, ".bias");
     t->head_w = find(m, flat, "head", 0, ".weight");
     t->head_b = find(m, flat, "head", 0, ".bias");
   }
@@ -304,14 +305,15 @@ void vt_model_forward(vt_model *m, int slot, int B, float smoothing, int64_t sam
                  block_drop(m, l, sl, B, drop));
   }
   if (!m->has_head) return;
-  // timm normalises every token, then pools the class token; LayerNorm is per token, so
-  // normalising only the pooled tokens gives the same logits and gradients for less work.
+  // Class token: timm normalises every token, then pools the class token; LayerNorm is per
+  // token, so normalising only the pooled tokens gives the same logits and gradients for less
+  // work. Average: timm pools the patch tokens, then normalises (fc_norm).
   const float *x = sl->res[m->nblocks];
-  if (m->sp) {  // the class tokens are spread over the TP group's rows
+  if (m->sp) {  // the tokens are spread over the TP group's rows
     vt_tp_sp_gather(m->tp, m->s.full, x, vt_model_local_rows(m, B) * C);
     x = m->s.full;
   }
-  vt_cls_pool_fwd(be, sl->pooled, x, B, N, C);
+  (c->global_pool ? vt_mean_pool_fwd : vt_cls_pool_fwd)(be, sl->pooled, x, B, N, C);
   vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w, m->p.norm_b,
                    B, C);
   vt_linear_fwd(be, sl->logits, sl->lnf, m->p.head_w, m->p.head_b, B, C, K);
@@ -341,7 +343,8 @@ void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss
     vt_linear_bwd(be, s->dlnf, g->head_w, g->head_b, s->dlogits, sl->lnf, m->p.head_w, B, C, K);
     vt_layernorm_bwd(be, s->dpooled, g->norm_w, g->norm_b, s->dlnf, sl->pooled, m->p.norm_w,
                      sl->lnf_mean, sl->lnf_rstd, B, C);
-    vt_cls_pool_bwd(be, m->sp ? s->full : s->dres, s->dpooled, B, N, C);
+    (c->global_pool ? vt_mean_pool_bwd : vt_cls_pool_bwd)(be, m->sp ? s->full : s->dres,
+                                                          s->dpooled, B, N, C);
     if (m->sp) take_rows(m, s->dres, s->full, B);
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, c->depth + 1);
   } else {

@@ -108,7 +108,7 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
     linear(&b, l + 1, VT_TP_COLS, C, F, pre);
   }
   if (last_stage) {
-    norm(&b, cfg->depth + 1, C, "norm", 0);
+    norm(&b, cfg->depth + 1, C, cfg->global_pool ? "fc_norm" : "norm", 0);
     linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, C, "head");
   }
 }

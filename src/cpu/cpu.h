@@ -105,6 +105,8 @@ void vt_cpu_embed_bwd(float *dpatch_out, float *dcls, float *dpos, const float *
                       int64_t N, int64_t C);
 void vt_cpu_cls_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C);
 void vt_cpu_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
+void vt_cpu_mean_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C);
+void vt_cpu_mean_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
 void vt_cpu_cross_entropy_fwd(float *losses, float *probs, const float *logits,
                               const int32_t *labels, const vt_mix_target *mix, float smoothing,
                               int64_t B, int64_t K);

@@ -75,3 +75,22 @@ void vt_cpu_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int
   memset(dx, 0, (size_t)(B * N * C) * sizeof(float));
   for (int64_t b = 0; b < B; b++) memcpy(dx + b * N * C, dout + b * C, (size_t)C * sizeof(float));
 }
+
+// Each (b, c) sums its tokens in order, one float at a time: the CUDA twin's order too.
+void vt_cpu_mean_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t c = 0; c < C; c++) {
+      float acc = 0.0f;
+      for (int64_t n = 1; n < N; n++) acc += x[(b * N + n) * C + c];
+      out[b * C + c] = acc / (float)(N - 1);
+    }
+}
+
+void vt_cpu_mean_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t c = 0; c < C; c++)
+        dx[(b * N + n) * C + c] = n == 0 ? 0.0f : dout[b * C + c] / (float)(N - 1);
+}

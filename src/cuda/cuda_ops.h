@@ -68,6 +68,8 @@ void vt_cuda_embed_bwd(float *dpatch_out, float *dcls, float *dpos, const float 
                        int64_t N, int64_t C);
 void vt_cuda_cls_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C);
 void vt_cuda_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
+void vt_cuda_mean_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C);
+void vt_cuda_mean_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
 
 // cross_entropy.cu
 void vt_cuda_cross_entropy_fwd(float *losses, float *probs, const float *logits,

@@ -83,6 +83,27 @@ static __global__ void cls_pool_bwd_kernel(float *dx, const float *dout, int64_t
   }
 }
 
+// One thread per (b, c), its tokens summed in order (the CPU op's order: the same bits).
+static __global__ void mean_pool_fwd_kernel(float *out, const float *x, int64_t B, int64_t N,
+                                            int64_t C) {
+  const int64_t count = B * C;
+  GRID_STRIDE(i, count) {
+    const int64_t b = i / C, c = i % C;
+    float acc = 0.0f;
+    for (int64_t n = 1; n < N; n++) acc += x[(b * N + n) * C + c];
+    out[i] = acc / (float)(N - 1);
+  }
+}
+
+static __global__ void mean_pool_bwd_kernel(float *dx, const float *dout, int64_t B, int64_t N,
+                                            int64_t C) {
+  const int64_t count = B * N * C;
+  GRID_STRIDE(i, count) {
+    const int64_t c = i % C, bn = i / C, n = bn % N, b = bn / N;
+    dx[i] = n == 0 ? 0.0f : dout[b * C + c] / (float)(N - 1);
+  }
+}
+
 extern "C" void vt_cuda_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S,
                                      int64_t P) {
   patchify_fwd_kernel<<<vt_cuda_blocks(B * 3 * S * S, THREADS), THREADS, 0, vt_cuda_stream()>>>(
@@ -127,6 +148,20 @@ extern "C" void vt_cuda_cls_pool_fwd(float *out, const float *x, int64_t B, int6
 extern "C" void vt_cuda_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N,
                                      int64_t C) {
   cls_pool_bwd_kernel<<<vt_cuda_blocks(B * N * C, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      dx, dout, B, N, C);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_mean_pool_fwd(float *out, const float *x, int64_t B, int64_t N,
+                                      int64_t C) {
+  mean_pool_fwd_kernel<<<vt_cuda_blocks(B * C, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      out, x, B, N, C);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_mean_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N,
+                                      int64_t C) {
+  mean_pool_bwd_kernel<<<vt_cuda_blocks(B * N * C, THREADS), THREADS, 0, vt_cuda_stream()>>>(
       dx, dout, B, N, C);
   VT_CUDA_CHECK_LAUNCH();
 }
