@@ -31,7 +31,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   }
   m->be->to_host(local[0], m->params, (size_t)total * sizeof(float));
   vt_optimizer_get_state(opt, local[1], local[2]);
-  if (opt->ema) m->be->to_host(local[3], opt->ema, (size_t)total * sizeof(float));
+  if (opt->ema) vt_optimizer_get_ema(opt, local[3]);
   for (int k = 0; k < n; k++) global[k] = vt_gather_global(m, world, mesh, local[k]);
   vt_status st = VT_OK;
   if (vt_comm_rank(world) == 0) {
@@ -188,7 +188,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     m->be->to_device(m->params, local[0], (size_t)total * sizeof(float));
     vt_optimizer_set_state(opt, local[1], local[2], man.adam_t);
     if (load_ema) {
-      m->be->to_device(opt->ema, local[3], (size_t)total * sizeof(float));
+      vt_optimizer_set_ema(opt, local[3]);
     } else if (opt->ema) {
       vt_optimizer_ema_reset(opt, m->params);
       vt_log_info("%s has no EMA weights: the EMA starts from its weights", dir);

@@ -1,8 +1,8 @@
-"""compare_runs.py BASE_DIR OTHER_DIR [LABEL]: is a parallel (or resumed) run the same
+"""compare_runs.py BASE_DIR OTHER_DIR [LABEL [FILE]]: is a parallel (or resumed) run the same
 computation as the reference run? Compares the per-step losses of metrics.jsonl (every step the
 other run logged, matched by step number: a resumed run logs only the steps after its resume)
-and every parameter of the final weights (weights.safetensors) of two run directories; exits 1
-naming what differs.
+and every parameter of the final weights (weights.safetensors, or FILE: ema.safetensors for the
+weights' EMA, which the same tolerances fit) of two run directories; exits 1 naming what differs.
 
 Tolerances (fp32, different summation orders): loss 1e-5 relative per step; every tensor
 ||a - b|| / ||a|| <= 5e-5. One slice is special: the k third of each qkv bias has an exactly zero
@@ -43,6 +43,7 @@ def load_metrics(path):
 def main():
     base, other = sys.argv[1], sys.argv[2]
     label = sys.argv[3] if len(sys.argv) > 3 else other
+    file = sys.argv[4] if len(sys.argv) > 4 else "weights.safetensors"
     ma, mb = load_metrics(base + "/metrics.jsonl"), load_metrics(other + "/metrics.jsonl")
     problems = []
     by_step = {r["step"]: r for r in ma}
@@ -56,8 +57,8 @@ def main():
         if rel > 1e-5:
             problems.append(f"step {ra['step']} loss {ra['loss']:.9g} vs {rb['loss']:.9g}")
     lr_sum = sum(r["lr"] for r in ma)
-    wa = load_safetensors(base + "/weights.safetensors")
-    wb = load_safetensors(other + "/weights.safetensors")
+    wa = load_safetensors(f"{base}/{file}")
+    wb = load_safetensors(f"{other}/{file}")
     if sorted(wa) != sorted(wb):
         problems.append("the two runs have different parameter names")
     worst = (0.0, "")

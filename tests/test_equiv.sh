@@ -4,8 +4,9 @@
 # tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, with the tp-pp-dp mesh order and
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
 # with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, three
-# with the mean-pooled head (one sequence parallel), two with RandAugment and repeated augmentation on an image folder, two with ZeRO-1 and layer-wise
-# lr decay; activation recompute (all blocks or some, 1 rank, 2x2x2,
+# with the mean-pooled head (one sequence parallel), two with RandAugment and repeated
+# augmentation on an image folder, two with ZeRO-1 and layer-wise lr decay, two whose EMA
+# (sharded under ZeRO-1) must be one rank's; activation recompute (all blocks or some, 1 rank, 2x2x2,
 # 8x1x1 sequence parallel, bf16) bit for bit against the same run without. Then bf16
 # (--precision bf16, the CPU twin of the CUDA bf16 GEMMs): a pipeline computes every sample as
 # one rank does, so pp 8 must log the very same losses and gradient norms; the 2x2x2 mesh sums
@@ -120,6 +121,19 @@ PY
       fail=1
   done
 }
+# The weights' EMA: under ZeRO-1 each DP rank keeps the EMA of the shard it updates; gathered
+# for the export (--final-ema), it must be one rank's EMA.
+ema=(--model-ema 0.9)
+if run base_ema 1 "${ema[@]}" --final-ema "$work/base_ema/ema.safetensors"; then
+  for layout in "ema_zero222 2 2 2" "ema_zero_dp8 1 1 8"; do
+    set -- $layout
+    run "$1" 8 --tp "$2" --pp "$3" --dp "$4" --zero 1 "${ema[@]}" --final-ema "$work/$1/ema.safetensors" &&
+      "$py" "$here/compare_runs.py" "$work/base_ema" "$work/$1" "$1 $2 x $3 x $4 --zero 1 EMA" ema.safetensors ||
+      fail=1
+  done
+else
+  fail=1
+fi
 variant base base_mix "Mixup/CutMix/erasing" --mixup 0.8 --cutmix 1.0 --mix-prob 0.9 --reprob 0.5
 # The mean-pooled head (--global-pool avg, fc_norm) pools the tokens the last stage gathers from
 # its TP group under sequence parallelism, so also 4x2x1 with it.

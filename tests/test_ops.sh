@@ -161,7 +161,7 @@ fi
 # 6. Metrics of a real run and the plot.
 "$vit3d" prepare fashion-mnist "$work/fm" > "$work/prepare.log" 2>&1 ||
   { echo "SKIP part 6: $(tail -1 "$work/prepare.log")"; echo "test_ops: $([ $fail = 0 ] && echo all passed || echo FAILED)"; exit $fail; }
-run fm 2 "" --dp 2 --img-size 28 --patch-size 7 --width 32 --heads 2 --depth 2 --steps 60 \
+run fm 2 "" --dp 2 --zero 1 --img-size 28 --patch-size 7 --width 32 --heads 2 --depth 2 --steps 60 \
   --micro-batch-size 64 --global-batch-size 128 --lr 3e-3 --data "$work/fm/train" \
   --val-data "$work/fm/val" --eval-interval 20 --eval-crop-pct 1 --crop-scale-min 1 \
   --peak-tflops 0.05 --log-interval 20 --model-ema 0.95 --save "$work/fm_ck" --save-interval 60
@@ -181,7 +181,8 @@ then ok "metrics.jsonl: mfu = model_tflops / (peak x ranks), skipped_steps, bad_
 else bad "metrics of the Fashion-MNIST run"; tail -5 "$work/fm.log"
 fi
 # The EMA saved with the checkpoint of step 60, evaluated by vit3d eval on one rank, scores as
-# the run's own evaluation of its EMA after step 60.
+# the run's own evaluation of its EMA after step 60 (under ZeRO-1 each rank holds half of the
+# EMA: the evaluation and the checkpoint gather it).
 "$vit3d" eval --model tiny --img-size 28 --patch-size 7 --width 32 --heads 2 --depth 2 \
   --micro-batch-size 64 --checkpoint "$work/fm_ck/step-00000060" --use-ema 1 \
   --val-data "$work/fm/val" --eval-crop-pct 1 --threads 1 > "$work/fm_ema_eval.log" 2>&1
@@ -198,7 +199,7 @@ fi
 # Evaluation between steps uses the training slots, so the next step's batch is not loaded
 # ahead into them then (launch/train.c): the same run without --val-data logs the same losses
 # (the EMA, evaluated there by swapping it into the weights, changes nothing either).
-run fm_noval 2 "" --dp 2 --img-size 28 --patch-size 7 --width 32 --heads 2 --depth 2 --steps 60 \
+run fm_noval 2 "" --dp 2 --zero 1 --img-size 28 --patch-size 7 --width 32 --heads 2 --depth 2 --steps 60 \
   --micro-batch-size 64 --global-batch-size 128 --lr 3e-3 --data "$work/fm/train" \
   --eval-crop-pct 1 --crop-scale-min 1 --peak-tflops 0.05 --log-interval 20 --model-ema 0.95
 if "$py" - "$work/fm/metrics.jsonl" "$work/fm_noval/metrics.jsonl" <<'PY'

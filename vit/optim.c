@@ -46,7 +46,7 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   }
   o->m = must_alloc(be, state, "AdamW state");
   o->v = must_alloc(be, state, "AdamW state");
-  if (cfg->ema_decay > 0) o->ema = must_alloc(be, table->total, "the weights' EMA");
+  if (cfg->ema_decay > 0) o->ema = must_alloc(be, state, "the weights' EMA");
   // The weight-decay mask, so that one AdamW call updates every tensor (vt_ops.h).
   uint8_t *mask = calloc((size_t)table->total + 1, 1);
   o->decay = be->alloc((size_t)table->total + 1);
@@ -119,7 +119,7 @@ size_t vt_optimizer_plan_nbytes(int64_t total, int dp_size, int zero, int ema) {
   const int64_t shard = (total + dp_size - 1) / dp_size;
   // ZeRO-1: moments of a shard, the padded staging and the reduced shard
   int64_t n = zero && dp_size > 1 ? 2 * shard + shard * dp_size + shard : 2 * total;
-  if (ema) n += total;
+  if (ema) n += zero && dp_size > 1 ? shard : total;
   return (size_t)n * sizeof(float) + (size_t)total;  // + the weight-decay mask
 }
 
@@ -287,12 +287,56 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
     vt_comm_all_gather(o->dp, o->flat, o->flat + o->shard_lo, o->shard_count);
     be->copy(params, o->flat, (size_t)total * sizeof(float));
   }
-  if (o->ema) vt_ema(be, o->ema, params, o->cfg.ema_decay, total);
+  if (o->ema && hi > lo) vt_ema(be, o->ema, params + lo, o->cfg.ema_decay, hi - lo);
   return norm;
 }
 
+// This rank's part of the flat parameters under ZeRO-1: [shard_lo, shard_lo + n), n possibly 0
+// for the last ranks when the padding is large.
+static int64_t shard_len(const vt_optimizer *o) {
+  const int64_t total = o->table->total, lo = o->shard_lo;
+  return lo >= total ? 0 : (lo + o->shard_count < total ? o->shard_count : total - lo);
+}
+
 void vt_optimizer_ema_reset(vt_optimizer *o, const float *params) {
-  if (o->ema) o->be->copy(o->ema, params, (size_t)o->table->total * sizeof(float));
+  if (!o->ema) return;
+  if (!o->zero) {
+    o->be->copy(o->ema, params, (size_t)o->table->total * sizeof(float));
+    return;
+  }
+  o->be->zero(o->ema, (size_t)o->shard_count * sizeof(float));
+  const int64_t n = shard_len(o);
+  if (n > 0) o->be->copy(o->ema, params + o->shard_lo, (size_t)n * sizeof(float));
+}
+
+void vt_optimizer_ema_full(vt_optimizer *o, float *dst) {
+  const size_t nbytes = (size_t)o->table->total * sizeof(float);
+  if (!o->zero) {
+    o->be->copy(dst, o->ema, nbytes);
+    return;
+  }
+  vt_comm_all_gather(o->dp, o->flat, o->ema, o->shard_count);
+  o->be->copy(dst, o->flat, nbytes);
+}
+
+void vt_optimizer_get_ema(vt_optimizer *o, float *host) {
+  const size_t nbytes = (size_t)o->table->total * sizeof(float);
+  if (!o->zero) {
+    o->be->to_host(host, o->ema, nbytes);
+    return;
+  }
+  vt_comm_all_gather(o->dp, o->flat, o->ema, o->shard_count);
+  o->be->to_host(host, o->flat, nbytes);
+}
+
+void vt_optimizer_set_ema(vt_optimizer *o, const float *host) {
+  if (!o->zero) {
+    o->be->to_device(o->ema, host, (size_t)o->table->total * sizeof(float));
+    return;
+  }
+  o->be->zero(o->ema, (size_t)o->shard_count * sizeof(float));
+  const int64_t n = shard_len(o);
+  if (n > 0) o->be->to_device(o->ema, host + o->shard_lo, (size_t)n * sizeof(float));
 }
 
 void vt_optimizer_get_state(vt_optimizer *o, float *m_host, float *v_host) {
@@ -319,7 +363,7 @@ void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v
     return;
   }
   // This rank's shard; the padding past the table stays zero.
-  const int64_t lo = o->shard_lo, n = lo + o->shard_count < total ? o->shard_count : total - lo;
+  const int64_t lo = o->shard_lo, n = shard_len(o);
   be->zero(o->m, (size_t)o->shard_count * sizeof(float));
   be->zero(o->v, (size_t)o->shard_count * sizeof(float));
   if (n > 0) {

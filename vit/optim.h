@@ -45,7 +45,9 @@ typedef struct {
   // rank owns elements [shard_lo, shard_lo + shard_count) of it.
   int64_t padded, shard_lo, shard_count;
   float *m, *v;           // AdamW moments: shard_count (ZeRO-1) or table->total elements
-  float *ema;             // table->total elements (cfg.ema_decay > 0), else NULL
+  float *ema;             // the weights' EMA (cfg.ema_decay > 0), else NULL: table->total
+                          // elements, or under ZeRO-1 this rank's shard (shard_count), updated
+                          // from the shard of the weights it updates
   uint8_t *decay;         // table->total bytes, backend memory: 1 where weight decay applies
   float *flat, *shard;    // ZeRO-1 only: padded gradient/parameter staging, reduced shard
   int64_t t;              // AdamW steps taken
@@ -70,6 +72,13 @@ size_t vt_optimizer_plan_nbytes(int64_t total, int dp_size, int zero, int ema);
 // Starts the weights' EMA at params (this rank's table->total elements, backend memory): at the
 // start of a run, or on a resume from a checkpoint without one. Does nothing without EMA.
 void vt_optimizer_ema_reset(vt_optimizer *o, const float *params);
+// The whole EMA of this rank's table->total elements into dst (backend memory), for evaluation
+// and export; under ZeRO-1 an all-gather over dp (every DP rank must call it).
+void vt_optimizer_ema_full(vt_optimizer *o, float *dst);
+// The same into host memory (checkpoints), and back: set takes this rank's table->total
+// elements and keeps its shard under ZeRO-1.
+void vt_optimizer_get_ema(vt_optimizer *o, float *host);
+void vt_optimizer_set_ema(vt_optimizer *o, const float *host);
 
 // The gradients of `layer` (vt_param.layer) are final for this step: start their DP reduction
 // (overlap with the rest of the backward pass). Does nothing without overlap or when started.
