@@ -309,24 +309,19 @@ void vt_optimizer_ema_reset(vt_optimizer *o, const float *params) {
   if (n > 0) o->be->copy(o->ema, params + o->shard_lo, (size_t)n * sizeof(float));
 }
 
-void vt_optimizer_ema_full(vt_optimizer *o, float *dst) {
-  const size_t nbytes = (size_t)o->table->total * sizeof(float);
-  if (!o->zero) {
-    o->be->copy(dst, o->ema, nbytes);
-    return;
-  }
+// The whole EMA: itself, or under ZeRO-1 the shards gathered into the staging buffer.
+static const float *whole_ema(vt_optimizer *o) {
+  if (!o->zero) return o->ema;
   vt_comm_all_gather(o->dp, o->flat, o->ema, o->shard_count);
-  o->be->copy(dst, o->flat, nbytes);
+  return o->flat;
+}
+
+void vt_optimizer_ema_full(vt_optimizer *o, float *dst) {
+  o->be->copy(dst, whole_ema(o), (size_t)o->table->total * sizeof(float));
 }
 
 void vt_optimizer_get_ema(vt_optimizer *o, float *host) {
-  const size_t nbytes = (size_t)o->table->total * sizeof(float);
-  if (!o->zero) {
-    o->be->to_host(host, o->ema, nbytes);
-    return;
-  }
-  vt_comm_all_gather(o->dp, o->flat, o->ema, o->shard_count);
-  o->be->to_host(host, o->flat, nbytes);
+  o->be->to_host(host, whole_ema(o), (size_t)o->table->total * sizeof(float));
 }
 
 void vt_optimizer_set_ema(vt_optimizer *o, const float *host) {
