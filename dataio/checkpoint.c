@@ -55,11 +55,11 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    "format vit3d-checkpoint-1\nstep %" PRId64 "\nstream_position %" PRId64
                    "\nglobal_batch %" PRId64 "\nadam_t %" PRId64 "\nseed %" PRIu64
                    "\nimg_size %d\npatch_size %d\nwidth %d\ndepth %d\nheads %d\nmlp_ratio %.9g"
-                   "\nnum_classes %d\nglobal_pool %d\ntp %d\npp %d\ndp %d\nzero %d"
-                   "\nsequence_parallel %d\n",
+                   "\nnum_classes %d\nglobal_pool %d\naug_repeats %d\ntp %d\npp %d\ndp %d"
+                   "\nzero %d\nsequence_parallel %d\n",
                    m->step, m->stream_position, m->global_batch, m->adam_t, m->seed, m->img_size,
                    m->patch_size, m->width, m->depth, m->heads, (double)m->mlp_ratio,
-                   m->num_classes, m->global_pool, m->tp, m->pp, m->dp, m->zero,
+                   m->num_classes, m->global_pool, m->aug_repeats > 1 ? m->aug_repeats : 1, m->tp, m->pp, m->dp, m->zero,
                    m->sequence_parallel);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
     k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
@@ -92,6 +92,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"heads", 1, 1 << 16, &m->heads, 4, 0},
       {"num_classes", 1, 1 << 24, &m->num_classes, 4, 0},
       {"global_pool", 0, 1, &m->global_pool, 4, 0},  // absent before it existed: 0
+      {"aug_repeats", 1, 64, &m->aug_repeats, 4, 0},  // absent before it existed: 1
       {"tp", 1, 1 << 20, &m->tp, 4, 0},
       {"pp", 1, 1 << 20, &m->pp, 4, 0},
       {"dp", 1, 1 << 20, &m->dp, 4, 0},
@@ -100,6 +101,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   };
   const int nkeys = (int)(sizeof keys / sizeof keys[0]);
   memset(m, 0, sizeof *m);
+  m->aug_repeats = 1;
   int format = 0, ratio = 0, line_no = 0;
   const char *p = text, *end = text + nbytes;
   while (p < end) {
@@ -154,7 +156,8 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   }
   if (!format) FAIL(VT_ERR_INPUT, "not a vit3d checkpoint manifest (no format line)");
   for (int k = 0; k < nkeys; k++)
-    if (!keys[k].seen && strcmp(keys[k].key, "global_pool") != 0) FAIL(VT_ERR_INPUT, "manifest lacks '%s'", keys[k].key);
+    if (!keys[k].seen && strcmp(keys[k].key, "global_pool") != 0 &&
+        strcmp(keys[k].key, "aug_repeats") != 0) FAIL(VT_ERR_INPUT, "manifest lacks '%s'", keys[k].key);
   if (!ratio) FAIL(VT_ERR_INPUT, "manifest lacks 'mlp_ratio'");
   if (m->nfiles == 0) FAIL(VT_ERR_INPUT, "manifest lists no files");
   return VT_OK;

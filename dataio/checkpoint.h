@@ -31,6 +31,7 @@ typedef struct {
   // model configuration
   int img_size, patch_size, width, depth, heads, num_classes;
   int global_pool;  // vt_vit_config's (0 when the manifest predates it)
+  int aug_repeats;  // the data stream's repeated augmentation (1 when the manifest predates it)
   float mlp_ratio;
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;

@@ -68,7 +68,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
           .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
           .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
           .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
-          .global_pool = c->global_pool, .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
+          .global_pool = c->global_pool, .aug_repeats = o->aug_repeats, .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
           .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
       const char *files[3] = {"model.safetensors", "optim.safetensors", "ema.safetensors"};
       st = vt_ckpt_commit(o->save_dir, tmp, &man, files, n - 1, o->keep_last, err, errlen);
@@ -134,6 +134,14 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       found = st == VT_OK ? (double)man.step : -2;
     }
     if (found >= 0 && (st = check_manifest(o, &man, dir, err, errlen)) != VT_OK) found = -2;
+    // Allowed (reshuffling after a loss spike is a known remedy), but no longer the same run.
+    if (found >= 0 && !o->eval_only && man.seed != o->seed)
+      vt_log_warn("%s was saved by a run with --seed %" PRIu64 " and this one has --seed %" PRIu64
+                  ": from here the data order and the augmentations differ from that run's",
+                  dir, man.seed, o->seed);
+    if (found >= 0 && !o->eval_only && man.aug_repeats != o->aug_repeats)
+      vt_log_warn("%s was saved by a run with --aug-repeats %d and this one has %d: the data "
+                  "stream holds other images from here", dir, man.aug_repeats, o->aug_repeats);
   }
   // saved with --model-ema
   int has_ema = rank0 && found >= 0 && vt_ckpt_manifest_lists(&man, "ema.safetensors");

@@ -2,6 +2,7 @@
 # test_ckpt_refuse.sh VIT3D: checkpoints that must not be used are refused clearly:
 #  - resuming with a model config whose shapes or head (--global-pool) differ from the
 #    checkpoint's;
+#  - another --seed is allowed but warned about;
 #  - --resume DIR of a damaged checkpoint (bad CRC) stops instead of training;
 #  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted) gives an
 #    error, and the previous checkpoint stays complete and usable.
@@ -23,6 +24,12 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "holds a model with the class-token head; resume it with --global-pool token" <<<"$out"; then
   echo "ok: another head refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: head mismatch: rc $rc: $out"; fail=1; fi
+# Another seed or --aug-repeats: allowed (reshuffling after a loss spike), but said.
+out=$("$vit3d" "${args[@]}" --seed 9 --steps 5 --save "$work/ck_seed" --resume "$work/ck/step-00000004" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "was saved by a run with --seed 0 and this one has --seed 9" <<<"$out"; then
+  echo "ok: another seed warned: $(grep -o 'was saved by a run with --seed.*' <<<"$out")"
+else echo "FAIL: seed change: rc $rc: $out"; fail=1; fi
 cp -r "$work/ck/step-00000004" "$work/bad"
 printf 'xx' | dd of="$work/bad/optim.safetensors" bs=1 seek=300 conv=notrunc 2>/dev/null
 out=$("$vit3d" "${args[@]}" --steps 6 --resume "$work/bad" 2>&1)

@@ -63,7 +63,9 @@ int main(void) {
   refuse_edit("file", "", "lists no files");
   refuse_edit("seed", "seed 1 2", "expected 'key value'");
   refuse_edit("global_pool", "global_pool 2", "bad value");
-  // A manifest written before global_pool existed reads as the class-token head.
+  refuse_edit("aug_repeats", "aug_repeats 0", "bad value");
+  // A manifest written before global_pool and aug_repeats existed reads as the class-token head
+  // and no repeats.
   m.global_pool = 1;
   n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
@@ -71,8 +73,12 @@ int main(void) {
   char *gp = strstr(text, "global_pool 1\n");
   EXPECT(gp != NULL, "global_pool line");
   if (gp) memmove(gp, gp + 14, strlen(gp + 14) + 1);
+  char *ar = strstr(text, "aug_repeats 1\n");
+  EXPECT(ar != NULL, "aug_repeats line");
+  if (ar) memmove(ar, ar + 14, strlen(ar + 14) + 1);
   EXPECT(vt_ckpt_manifest_parse(text, strlen(text), &back, err, sizeof err) == VT_OK &&
-             back.global_pool == 0, "a manifest without global_pool: %s", err);
+             back.global_pool == 0 && back.aug_repeats == 1,
+         "a manifest without global_pool and aug_repeats: %s", err);
   m.global_pool = 0;
 
   // Commit, `latest`, keep-last, verification of damaged files.
