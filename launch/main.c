@@ -218,7 +218,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--pp-schedule", VT_OPT_STR, o.pp_schedule, sizeof o.pp_schedule, 0, 0, "KIND",
        "pipeline schedule", "1f1b|gpipe"},
       {"--zero", VT_OPT_INT, &o.zero, 0, 0, 1, "N",
-       "1: shard AdamW state over data-parallel ranks (ZeRO-1)", NULL},
+       "1: shard AdamW state (and the weights' EMA) over data-parallel ranks (ZeRO-1)", NULL},
       {"--sequence-parallel", VT_OPT_INT, &o.sequence_parallel, 0, 0, 1, "N",
        "1: split the stream and LayerNorms by tokens over the TP group (reduce-scatter + "
        "all-gather instead of all-reduce)", NULL},
