@@ -24,4 +24,4 @@ cmd=(mpirun -np 8 --oversubscribe "$root/build/vit3d" train --tp 2 --pp 2 --dp 2
      --log-interval 100 --loader-threads 1 --log-dir "$root/runs/quickstart" "$@")
 echo "quickstart: ${cmd[*]}"
 "${cmd[@]}"
-echo "quickstart: done; per-step metrics in runs/quickstart/metrics.jsonl"
+echo "quickstart: done; per-step metrics in metrics.jsonl of the --log-dir (runs/quickstart unless given)"

@@ -7,9 +7,15 @@
 //   randaug_dump --levels
 // prints "INC OP M NEGATE ARG" for every operation, magnitude 0, 0.5, .., 12 and sign, with
 // increasing levels off and on (vt_randaug_arg, translate_pct 0.45).
+//   randaug_dump --bench IN.rgb S REPS SPEC < cases
+// times each case (as above) on the S x S image, REPS calls each from a fresh copy of it, and
+// then the whole policy SPEC ("rand-m9-mstd0.5-inc1") over REPS images (draws and operations),
+// printing "OP ARG INTERP MS" and "policy SPEC MS" in milliseconds per image
+// (tests/bench_randaug.py).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "randaug.h"
 
@@ -25,8 +31,55 @@ static int levels(void) {
   return 0;
 }
 
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int bench(const char *path, int S, int reps, const char *spec) {
+  const size_t n = (size_t)S * S * 3;
+  uint8_t *in = malloc(n), *img = malloc(n), *scratch = malloc(n);
+  FILE *f = fopen(path, "rb");
+  if (S <= 0 || reps <= 0 || !in || !img || !scratch || !f || fread(in, 1, n, f) != n) {
+    fprintf(stderr, "cannot read %dx%d RGB from %s\n", S, S, path);
+    return 1;
+  }
+  fclose(f);
+  const float mean[3] = {0.485f, 0.456f, 0.406f};
+  vt_randaug_config c = vt_randaug_defaults(mean);
+  char err[256];
+  if (vt_randaug_parse(spec, &c, err, sizeof err) != VT_OK) {
+    fprintf(stderr, "%s\n", err);
+    return 1;
+  }
+  int op, interp;
+  float arg;
+  while (scanf("%d %f %d", &op, &arg, &interp) == 3) {
+    if (op < 0 || op >= VT_RA_NUM_OPS) return 1;
+    const double t0 = now();
+    for (int r = 0; r < reps; r++) {
+      memcpy(img, in, n);
+      vt_randaug_op((vt_ra_op)op, arg, (vt_ra_interp)interp, c.fill, img, S, S, scratch);
+    }
+    printf("%d %.9g %d %.6f\n", op, arg, interp, (now() - t0) / reps * 1e3);
+  }
+  const double t0 = now();
+  for (int r = 0; r < reps; r++) {
+    vt_randaug_plan p;
+    memcpy(img, in, n);
+    vt_randaug_draw(&c, 1, 0, r, &p);
+    vt_randaug_run(&c, &p, img, S, scratch);
+  }
+  printf("policy %s %.6f\n", spec, (now() - t0) / reps * 1e3);
+  free(in), free(img), free(scratch);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--levels") == 0) return levels();
+  if (argc == 6 && strcmp(argv[1], "--bench") == 0)
+    return bench(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);
   if (argc != 5) {
     fprintf(stderr, "usage: %s IN.rgb W H OUT.rgb < cases\n", argv[0]);
     return 2;

@@ -17,7 +17,6 @@ except ImportError as e:
     print(f"SKIP: {e} (Debian: apt-get install python3-numpy python3-pil)")
     sys.exit(77)
 
-DUMP, WORK = sys.argv[1], sys.argv[2]
 FILL = (124, 116, 104)  # timm's img_mean for ImageNet's mean
 OPS = ["AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "SolarizeAdd",
        "Color", "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateXRel",
@@ -76,7 +75,7 @@ def timm_level(op, m, negate, increasing):
     return 0.0
 
 
-def main():
+def main(DUMP, WORK):
     os.makedirs(WORK, exist_ok=True)
     failures = 0
 
@@ -131,4 +130,5 @@ def main():
     print("PASS: every operation equals Pillow's byte for byte, every level timm's")
 
 
-main()
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
