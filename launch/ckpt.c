@@ -68,7 +68,8 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
           .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
           .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
           .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
-          .global_pool = c->global_pool, .aug_repeats = o->aug_repeats, .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
+          .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
+          .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
           .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
       const char *files[3] = {"model.safetensors", "optim.safetensors", "ema.safetensors"};
       st = vt_ckpt_commit(o->save_dir, tmp, &man, files, n - 1, o->keep_last, err, errlen);

@@ -194,7 +194,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "resampling of RandAugment's Rotate, Shear and Translate (DeiT: bicubic)",
        "bicubic|bilinear"},
       {"--aug-repeats", VT_OPT_INT, &o.aug_repeats, 0, 1, 64, "R",
-       "repeated augmentation: an epoch holds a 1/R of the images, each R times with its own "
+       "repeated augmentation: an epoch holds 1/R of the images, each R times with its own "
        "augmentation, the copies within 128 R stream positions (DeiT: 3); 1: off", NULL},
       {"--recompute-blocks", VT_OPT_INT, &o.recompute_blocks, 0, 0, 1000000, "N",
        "activation recompute: the first N blocks of each pipeline stage keep only their input and "
