@@ -291,78 +291,53 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   return norm;
 }
 
-// This rank's part of the flat parameters under ZeRO-1: [shard_lo, shard_lo + n), n possibly 0
-// for the last ranks when the padding is large.
-static int64_t shard_len(const vt_optimizer *o) {
+// Fills one buffer of this rank's optimizer state (moments, EMA) from values of the whole
+// table: all of them, or under ZeRO-1 the rank's shard, the padding past the table zero (the
+// last ranks may hold padding only). move: the backend's copy or to_device.
+static void load_state(const vt_optimizer *o, float *state, const float *src,
+                       void (*move)(void *dst, const void *src, size_t nbytes)) {
   const int64_t total = o->table->total, lo = o->shard_lo;
-  return lo >= total ? 0 : (lo + o->shard_count < total ? o->shard_count : total - lo);
-}
-
-void vt_optimizer_ema_reset(vt_optimizer *o, const float *params) {
-  if (!o->ema) return;
   if (!o->zero) {
-    o->be->copy(o->ema, params, (size_t)o->table->total * sizeof(float));
+    move(state, src, (size_t)total * sizeof(float));
     return;
   }
-  o->be->zero(o->ema, (size_t)o->shard_count * sizeof(float));
-  const int64_t n = shard_len(o);
-  if (n > 0) o->be->copy(o->ema, params + o->shard_lo, (size_t)n * sizeof(float));
+  o->be->zero(state, (size_t)o->shard_count * sizeof(float));
+  const int64_t n = lo >= total ? 0 : (lo + o->shard_count < total ? o->shard_count : total - lo);
+  if (n > 0) move(state, src + lo, (size_t)n * sizeof(float));
 }
 
-// The whole EMA: itself, or under ZeRO-1 the shards gathered into the staging buffer.
-static const float *whole_ema(vt_optimizer *o) {
-  if (!o->zero) return o->ema;
-  vt_comm_all_gather(o->dp, o->flat, o->ema, o->shard_count);
+// The whole table's values of one state buffer: itself, or under ZeRO-1 the shards gathered
+// into the staging buffer (collective over dp).
+static const float *whole_state(vt_optimizer *o, const float *state) {
+  if (!o->zero) return state;
+  vt_comm_all_gather(o->dp, o->flat, state, o->shard_count);
   return o->flat;
 }
 
+void vt_optimizer_ema_reset(vt_optimizer *o, const float *params) {
+  if (o->ema) load_state(o, o->ema, params, o->be->copy);
+}
+
 void vt_optimizer_ema_full(vt_optimizer *o, float *dst) {
-  o->be->copy(dst, whole_ema(o), (size_t)o->table->total * sizeof(float));
+  o->be->copy(dst, whole_state(o, o->ema), (size_t)o->table->total * sizeof(float));
 }
 
 void vt_optimizer_get_ema(vt_optimizer *o, float *host) {
-  o->be->to_host(host, whole_ema(o), (size_t)o->table->total * sizeof(float));
+  o->be->to_host(host, whole_state(o, o->ema), (size_t)o->table->total * sizeof(float));
 }
 
 void vt_optimizer_set_ema(vt_optimizer *o, const float *host) {
-  if (!o->zero) {
-    o->be->to_device(o->ema, host, (size_t)o->table->total * sizeof(float));
-    return;
-  }
-  o->be->zero(o->ema, (size_t)o->shard_count * sizeof(float));
-  const int64_t n = shard_len(o);
-  if (n > 0) o->be->to_device(o->ema, host + o->shard_lo, (size_t)n * sizeof(float));
+  load_state(o, o->ema, host, o->be->to_device);
 }
 
 void vt_optimizer_get_state(vt_optimizer *o, float *m_host, float *v_host) {
-  const vt_backend *be = o->be;
   const size_t nbytes = (size_t)o->table->total * sizeof(float);
-  if (!o->zero) {
-    be->to_host(m_host, o->m, nbytes);
-    be->to_host(v_host, o->v, nbytes);
-    return;
-  }
-  vt_comm_all_gather(o->dp, o->flat, o->m, o->shard_count);
-  be->to_host(m_host, o->flat, nbytes);
-  vt_comm_all_gather(o->dp, o->flat, o->v, o->shard_count);
-  be->to_host(v_host, o->flat, nbytes);
+  o->be->to_host(m_host, whole_state(o, o->m), nbytes);
+  o->be->to_host(v_host, whole_state(o, o->v), nbytes);
 }
 
 void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t) {
-  const vt_backend *be = o->be;
-  const int64_t total = o->table->total;
   o->t = t;
-  if (!o->zero) {
-    be->to_device(o->m, m_host, (size_t)total * sizeof(float));
-    be->to_device(o->v, v_host, (size_t)total * sizeof(float));
-    return;
-  }
-  // This rank's shard; the padding past the table stays zero.
-  const int64_t lo = o->shard_lo, n = shard_len(o);
-  be->zero(o->m, (size_t)o->shard_count * sizeof(float));
-  be->zero(o->v, (size_t)o->shard_count * sizeof(float));
-  if (n > 0) {
-    be->to_device(o->m, m_host + lo, (size_t)n * sizeof(float));
-    be->to_device(o->v, v_host + lo, (size_t)n * sizeof(float));
-  }
+  load_state(o, o->m, m_host, o->be->to_device);
+  load_state(o, o->v, v_host, o->be->to_device);
 }
