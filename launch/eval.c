@@ -41,7 +41,7 @@ static void write_dump(const char *path, const float *img, const int32_t *labels
 vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
                            vt_mesh_coord me, const char *dump) {
   const vt_backend *be = m->be;
-  const int B = d->o->micro_batch, K = m->cfg.num_classes;
+  const int B = d->o->micro_batch, K = m->cfg.num_classes, p = m->shard.pp_size;
   const int64_t n = vt_model_local_rows(m, B) * m->cfg.width;
   double acc[4] = {0, 0, 0, 0};  // loss sum, top-1 hits, top-5 hits, samples
   vt_loader_config cfg;
@@ -80,17 +80,20 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
       for (int64_t r = 0; r < (int64_t)B * 3 * S; r++)
         for (int x = 0; x < S; x++) mirror[r * S + x] = batch.images[r * S + (S - 1 - x)];
     for (int pass = 0; pass < passes; pass++) {
-      if (m->has_embed)
-        be->upload(sl->img, pass ? mirror : batch.images, (size_t)(B * img_n) * sizeof(float));
-      else
-        vt_comm_recv(pp, sl->res[0], n, me.pp_rank - 1);
       if (m->has_head) be->upload(sl->labels, batch.labels, (size_t)B * sizeof(int32_t));
-      vt_model_forward(m, 0, B, 0.0f, -1);  // no drop path
-      be->inputs_read();  // the training step after this may upload_ahead into the slot
-      if (!m->has_head) {
-        vt_comm_send(pp, sl->res[m->nblocks], n, me.pp_rank + 1);
-        continue;
+      // Through every chunk in turn (the interleaved layout: after this rank's chunk c the batch
+      // goes round the ring of pipeline ranks before chunk c + 1), one batch at a time.
+      for (int c = 0; c < m->nchunks; c++) {
+        if (m->has_embed && c == 0)
+          be->upload(sl->img, pass ? mirror : batch.images, (size_t)(B * img_n) * sizeof(float));
+        else
+          vt_comm_recv(pp, sl->res[0], n, (me.pp_rank + p - 1) % p);
+        vt_model_forward(m, c, 0, B, 0.0f, -1);  // no drop path
+        be->inputs_read();  // the training step after this may upload_ahead into the slot
+        if (!(m->has_head && c == m->nchunks - 1))
+          vt_comm_send(pp, vt_model_chunk_output(m, c, 0), n, (me.pp_rank + 1) % p);
       }
+      if (!m->has_head) continue;
       be->to_host(logits, sl->logits, (size_t)B * K * sizeof(float));
       if (passes > 1) {  // the mean of the two passes' logits, summed in a fixed order
         for (int64_t i = 0; i < (int64_t)B * K; i++)

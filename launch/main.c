@@ -216,7 +216,12 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--mesh-order", VT_OPT_STR, o.mesh_order, sizeof o.mesh_order, 0, 0, "ORDER",
        "how ranks map to the mesh, innermost axis first", "tp-dp-pp|tp-pp-dp"},
       {"--pp-schedule", VT_OPT_STR, o.pp_schedule, sizeof o.pp_schedule, 0, 0, "KIND",
-       "pipeline schedule", "1f1b|gpipe"},
+       "pipeline schedule: 1f1b, gpipe, or interleaved (1F1B over --pp-chunks model chunks per "
+       "stage: idle (p-1)/(v*m+p-1) instead of (p-1)/(m+p-1), more activations in flight; "
+       "micro-batches per step a multiple of --pp)", "1f1b|gpipe|interleaved"},
+      {"--pp-chunks", VT_OPT_INT, &o.pp_chunks, 0, 0, 64, "V",
+       "interleaved schedule: model chunks per pipeline stage (stage s holds virtual stages s, "
+       "s + pp, ...); 0: 2 with interleaved, 1 otherwise", NULL},
       {"--zero", VT_OPT_INT, &o.zero, 0, 0, 1, "N",
        "1: shard AdamW state (and the weights' EMA) over data-parallel ranks (ZeRO-1)", NULL},
       {"--sequence-parallel", VT_OPT_INT, &o.sequence_parallel, 0, 0, 1, "N",

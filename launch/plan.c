@@ -5,6 +5,17 @@
 
 #include "schedule.h"
 
+// A rank's blocks as ranges, "0-3" or, with chunks, "0-1,4-5".
+static void blocks_str(int depth, const vt_shard *s, char *buf, size_t size) {
+  size_t k = 0;
+  buf[0] = '\0';
+  for (int c = 0; c < s->pp_chunks && k < size; c++) {
+    int first, end;
+    vt_chunk_blocks(depth, s, c, &first, &end);
+    k += (size_t)snprintf(buf + k, size - k, "%s%d-%d", c ? "," : "", first, end - 1);
+  }
+}
+
 static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
   const double p = (double)m->table.total * 4;  // parameters, and as many gradients
   return (2 * p + (double)vt_optimizer_nbytes(opt) + (double)m->act_nbytes) / (1 << 20);
@@ -13,19 +24,21 @@ static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
 void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base) {
   const double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
   const double o = (double)vt_optimizer_nbytes(opt) * mib, a = (double)m->act_nbytes * mib;
-  char extra[160] = "", recompute[64] = "";
+  char extra[160] = "", recompute[96] = "", blocks[256];
+  blocks_str(m->cfg.depth, &m->shard, blocks, sizeof blocks);
   if (m->recompute)
-    snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed", m->recompute,
-             m->nblocks);
+    snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed%s", m->recompute,
+             m->slot_blocks, m->nchunks > 1 ? " in each chunk" : "");
   if (m->be->device != VT_DEVICE_CPU)
     snprintf(extra, sizeof extra, "; the GPU held %.0f MiB before (context, libraries, "
              "communicators); op scratch comes on the first step", (double)base * mib);
   vt_log_all_ranks(1);
-  vt_log_info("memory plan (%s): blocks %d-%d%s%s, parameters %.1f MiB, gradients %.1f MiB, "
-              "optimizer %.1f MiB, activations %.1f MiB (%d of %d micro-batches in flight%s); "
+  vt_log_info("memory plan (%s): blocks %s%s%s, parameters %.1f MiB, gradients %.1f MiB, "
+              "optimizer %.1f MiB, activations %.1f MiB (%d of %d %s in flight%s); "
               "total %.1f MiB%s",
-              m->be->name, m->first_block, m->end_block - 1, m->has_embed ? " + embeddings" : "",
-              m->has_head ? " + head" : "", p, p, o, a, m->nslots, n_micro, recompute,
+              m->be->name, blocks, m->has_embed ? " + embeddings" : "",
+              m->has_head ? " + head" : "", p, p, o, a, m->nslots, n_micro * m->nchunks,
+              m->nchunks > 1 ? "(micro-batch, chunk) units" : "micro-batches", recompute,
               plan_mib(m, opt), extra);
   vt_log_all_ranks(0);
 }
@@ -54,12 +67,14 @@ int vt_plan_run(const vt_train_options *o) {
   vt_schedule_kind kind;
   VT_CHECK(vt_schedule_parse(o->pp_schedule, &kind) == VT_OK, "schedule %s", o->pp_schedule);
   const int B = o->micro_batch, n_micro = o->global_batch / (o->dp * B);
+  const vt_schedule_spec spec = {kind, o->pp, n_micro, o->pp_chunks};
   const double mib = 1.0 / (1 << 20);
   printf("memory plan of %s (img %d patch %d width %d depth %d heads %d, %d classes), %s, "
-         "tp %d x pp %d x dp %d, %s, %d micro-batches of %d per DP rank%s%s%s\n",
+         "tp %d x pp %d x dp %d, %s%s, %d micro-batches of %d per DP rank%s%s%s\n",
          c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads, c->num_classes,
          o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32", o->tp, o->pp, o->dp,
-         o->pp_schedule, n_micro, B, o->zero && o->dp > 1 ? ", ZeRO-1" : "",
+         o->pp_schedule, o->pp_chunks > 1 ? " (model chunks per stage: see blocks)" : "",
+         n_micro, B, o->zero && o->dp > 1 ? ", ZeRO-1" : "",
          o->sequence_parallel && o->tp > 1 ? ", sequence parallel" : "",
          o->optim.ema_decay > 0 ? ", EMA" : "");
   printf("stage  blocks  in flight  recomputed  parameters  gradients  optimizer  activations  "
@@ -67,21 +82,26 @@ int vt_plan_run(const vt_train_options *o) {
   double worst = 0;
   int worst_stage = 0;
   for (int p = 0; p < o->pp; p++) {
-    const vt_shard shard = {0, o->tp, p, o->pp, o->sequence_parallel};
+    const vt_shard shard = {0, o->tp, p, o->pp, o->sequence_parallel, o->pp_chunks};
     vt_param_table t;
     vt_params_build(&t, c, shard);
-    int first, end;
-    vt_stage_blocks(c->depth, o->pp, p, &first, &end);
-    const int nslots = vt_schedule_stage_in_flight(kind, o->pp, p, n_micro);
-    const int rc = o->recompute_blocks < end - first ? o->recompute_blocks : end - first;
+    int first, end, most = 0;  // the largest chunk's blocks
+    for (int ch = 0; ch < o->pp_chunks; ch++) {
+      vt_chunk_blocks(c->depth, &shard, ch, &first, &end);
+      most = end - first > most ? end - first : most;
+    }
+    char blocks[256];
+    blocks_str(c->depth, &shard, blocks, sizeof blocks);
+    const int nslots = vt_schedule_stage_in_flight(&spec, p);
+    const int rc = o->recompute_blocks < most ? o->recompute_blocks : most;
     const double params = (double)t.total * 4 * mib;
     const double opt = (double)vt_optimizer_plan_nbytes(t.total, o->dp, o->zero,
                                                         o->optim.ema_decay > 0) * mib;
     const double acts = (double)vt_model_act_nbytes(c, shard, B, nslots, o->recompute_blocks,
                                                     be) * mib;
     const double total = 2 * params + opt + acts;
-    printf("%5d  %2d-%-3d  %9d  %10d  %10.1f  %9.1f  %9.1f  %11.1f  %.1f\n", p, first, end - 1,
-           nslots, rc, params, params, opt, acts, total);
+    printf("%5d  %-6s  %9d  %10d  %10.1f  %9.1f  %9.1f  %11.1f  %.1f\n", p, blocks, nslots, rc,
+           params, params, opt, acts, total);
     if (total > worst) worst = total, worst_stage = p;
     vt_params_free(&t);
   }

@@ -95,9 +95,9 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
 }
 
 // Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time, steps after the
-// first) beside the ideal bubble (p-1)/(m+p-1). Collective over world.
+// first) beside the ideal bubble (p-1)/(v*m+p-1). Collective over world.
 void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
-                             double idle, int n_micro) {
+                             double idle, const vt_schedule_spec *spec) {
   const int p = mesh->pp_size;
   double *per_stage = calloc((size_t)p, sizeof(double));
   VT_CHECK(per_stage != NULL, "out of host memory");
@@ -108,8 +108,9 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
     int k = snprintf(line, sizeof line, "pipeline idle fraction per stage:");
     for (int s = 0; s < p && k < (int)sizeof line; s++)
       k += snprintf(line + k, sizeof line - (size_t)k, " %.3f", per_stage[s]);
-    vt_log_info("%s; ideal bubble (p-1)/(m+p-1) = %.3f for p %d, m %d", line,
-                (double)(p - 1) / (n_micro + p - 1), p, n_micro);
+    vt_log_info("%s; ideal bubble (p-1)/(v*m+p-1) = %.3f for p %d, m %d, v %d (%s)", line,
+                vt_schedule_bubble_formula(spec), p, spec->n_micro, spec->chunks,
+                vt_schedule_name(spec->kind));
   }
   free(per_stage);
 }

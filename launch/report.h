@@ -11,6 +11,7 @@
 #include "mesh.h"
 #include "model.h"
 #include "optim.h"
+#include "schedule.h"
 #include "train.h"
 
 // The progress line and the metrics.jsonl line of one step (rank 0).
@@ -38,8 +39,8 @@ void vt_report_step(const vt_train_options *o, FILE *metrics, const vt_step_log 
 void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt_optimizer *opt,
                           vt_mesh_coord me, int world_rank, int n_micro);
 // Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time) beside the ideal
-// bubble (p-1)/(m+p-1). Collective over world.
+// bubble (p-1)/(v*m+p-1). Collective over world.
 void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
-                             double idle, int n_micro);
+                             double idle, const vt_schedule_spec *spec);
 
 #endif

@@ -55,12 +55,23 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            o->tp, c->heads);
   if (vt_cfg_mlp_hidden(c) % o->tp != 0)
     REFUSE("--tp %d does not divide the MLP width %d", o->tp, vt_cfg_mlp_hidden(c));
-  if (c->depth < o->pp)
-    REFUSE("--pp %d stages but only %d blocks: every stage needs at least one block", o->pp,
-           c->depth);
   if (o->global_batch % (o->dp * o->micro_batch) != 0)
     REFUSE("--global-batch-size %d is not a multiple of dp %d x --micro-batch-size %d = %d",
            o->global_batch, o->dp, o->micro_batch, o->dp * o->micro_batch);
+  vt_schedule_kind kind;
+  if (vt_schedule_parse(o->pp_schedule, &kind) != VT_OK)
+    REFUSE("--pp-schedule %s: use one of %s", o->pp_schedule, VT_SCHEDULE_NAMES);
+  if (o->pp_chunks == 0) o->pp_chunks = kind == VT_SCHEDULE_INTERLEAVED ? 2 : 1;
+  const vt_schedule_spec spec = {kind, o->pp, o->global_batch / (o->dp * o->micro_batch),
+                                 o->pp_chunks};
+  char why[400];
+  if (vt_schedule_verify(&spec, why, sizeof why) != VT_OK)
+    REFUSE("--pp-schedule %s with --pp %d, --pp-chunks %d and %d micro-batches per step "
+           "(--global-batch-size / (dp x --micro-batch-size)): %s", o->pp_schedule, o->pp,
+           o->pp_chunks, spec.n_micro, why);
+  if (c->depth < o->pp * o->pp_chunks)
+    REFUSE("--pp %d x --pp-chunks %d = %d pipeline stages but only %d blocks: every stage "
+           "needs at least one block", o->pp, o->pp_chunks, o->pp * o->pp_chunks, c->depth);
   if (!o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0 &&
       (o->transform.ra.layers > 0 || o->aug_repeats > 1))
     REFUSE("--aa and --aug-repeats act on the image loader's crops; --data synthetic has none: "
@@ -72,9 +83,6 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--drop-path works on micro-batches of at most %d images (have %d); lower "
            "--micro-batch-size and raise the accumulation instead", VT_DROP_PATH_MAX_SAMPLES,
            o->micro_batch);
-  vt_schedule_kind kind;
-  if (vt_schedule_parse(o->pp_schedule, &kind) != VT_OK)
-    REFUSE("--pp-schedule %s: use one of %s", o->pp_schedule, VT_SCHEDULE_NAMES);
   if (o->optim.warmup_steps > o->steps)
     REFUSE("--warmup-steps %lld is longer than --steps %lld", (long long)o->optim.warmup_steps,
            (long long)o->steps);
@@ -100,6 +108,13 @@ typedef struct {
   vt_model *m;
   vt_comm *pp;
   int pp_rank, B;
+  vt_schedule_spec spec;
+  // Each unit's slot for the whole step, unit_slot[chunk * n_micro + mb]
+  // (vt_schedule_assign_slots): the same every step.
+  int *unit_slot;
+  // The chunk whose forward takes the micro-batch's data: the head's on the last stage (its
+  // labels), else chunk 0 (the first stage's images; other stages load nothing).
+  int data_chunk;
   vt_data *data;
   vt_optimizer *opt;  // starts each layer's DP reduction during the step's last backward
   int n_micro;
@@ -146,54 +161,71 @@ static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
   if (m->has_head && mix) m->be->upload(sl->mix, mix, (size_t)B * sizeof *mix);
 }
 
+static int slot_of(const stage_ctx *x, int mb, int chunk) {
+  return x->unit_slot[chunk * x->n_micro + mb];
+}
+
+// The buffer a transfer half reads (send) or fills (recv), in the unit's slot.
+static vt_comm_p2p transfer_op(const stage_ctx *x, int is_send, vt_schedule_xfer t, int64_t n) {
+  const int slot = slot_of(x, t.mb, t.chunk);
+  const vt_model_slot *sl = &x->m->slots[slot];
+  float *buf;
+  if (t.kind == VT_XFER_ACT) buf = is_send ? vt_model_chunk_output(x->m, t.chunk, slot) : sl->res[0];
+  else buf = is_send ? sl->dinput : sl->dout;
+  const int peer = is_send ? vt_schedule_send_peer(&x->spec, x->pp_rank, t.kind)
+                           : vt_schedule_recv_peer(&x->spec, x->pp_rank, t.kind);
+  return (vt_comm_p2p){!is_send, buf, n, peer};
+}
+
 // Runs one step's actions in order; returns the sum of this rank's per-sample losses (last
-// stage) or 0.
+// stage) or 0. A transfer action posts its sends and receives together (vt_comm_exchange). A slot
+// freed by a backward may take the next unit's input in the very action that sends that
+// backward's input gradient: res[0] and dinput are separate buffers.
 static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nacts, int64_t step) {
   vt_model *m = x->m;
-  const int B = x->B, next = x->pp_rank + 1, prev = x->pp_rank - 1;
+  const int B = x->B;
   const int64_t n = vt_model_local_rows(m, B) * m->cfg.width;  // this rank's rows of the stream
   const float scale = 1.0f / (float)x->o->global_batch, ls = x->o->label_smoothing;
   double loss = 0.0;
-  int last_backward = -1, first_mb = -1;  // its layers' gradients are final as it goes
+  // A chunk's layers' gradients are final as its last backward goes; the first forward of the
+  // data chunk is the micro-batch loaded ahead for the next step.
+  int last_backward[VT_SCHEDULE_MAX_CHUNKS], first_mb = -1;
+  for (int c = 0; c < m->nchunks; c++) last_backward[c] = -1;
   for (int i = 0; i < nacts; i++) {
-    if (acts[i].op == VT_SCHEDULE_BACKWARD) last_backward = i;
-    if (acts[i].op == VT_SCHEDULE_FORWARD && first_mb < 0) first_mb = acts[i].mb;
+    if (acts[i].op == VT_SCHEDULE_BACKWARD) last_backward[acts[i].chunk] = i;
+    if (acts[i].op == VT_SCHEDULE_FORWARD && acts[i].chunk == x->data_chunk && first_mb < 0)
+      first_mb = acts[i].mb;
   }
   for (int i = 0; i < nacts; i++) {
     const vt_schedule_action a = acts[i];
-    vt_model_slot *sl = &m->slots[a.mb % m->nslots];
-    vt_model_slot *rs = a.recv_mb >= 0 ? &m->slots[a.recv_mb % m->nslots] : NULL;
     const double t0 = now_s();
-    switch (a.op) {
-      case VT_SCHEDULE_FORWARD:
-        load_batch(x, step, a.mb, a.mb % m->nslots);
-        vt_model_forward(m, a.mb % m->nslots, B, ls, vt_data_position(x->data, step, a.mb));
-        m->be->inputs_read();
-        if (m->has_head)
-          m->be->copy(x->step_losses + (int64_t)a.mb * B, sl->losses, (size_t)B * sizeof(float));
-        x->compute_s += now_s() - t0;
-        break;
-      case VT_SCHEDULE_BACKWARD:
-        m->grads_ready = i == last_backward && x->opt->overlap ? grads_ready : NULL;
-        m->grads_ready_ctx = x;
-        vt_model_backward(m, a.mb % m->nslots, B, ls, scale);
-        m->grads_ready = NULL;
-        x->compute_s += now_s() - t0;
-        break;
-      case VT_SCHEDULE_SEND_ACT: vt_comm_send(x->pp, sl->res[m->nblocks], n, next); break;
-      case VT_SCHEDULE_RECV_ACT: vt_comm_recv(x->pp, sl->res[0], n, prev); break;
-      case VT_SCHEDULE_SEND_GRAD: vt_comm_send(x->pp, sl->dinput, n, prev); break;
-      case VT_SCHEDULE_RECV_GRAD: vt_comm_recv(x->pp, sl->dout, n, next); break;
-      case VT_SCHEDULE_SEND_ACT_RECV_GRAD:
-        vt_comm_sendrecv(x->pp, sl->res[m->nblocks], n, next, rs->dout, n, next);
-        break;
-      case VT_SCHEDULE_SEND_GRAD_RECV_ACT:
-        vt_comm_sendrecv(x->pp, sl->dinput, n, prev, rs->res[0], n, prev);
-        break;
+    if (a.op == VT_SCHEDULE_FORWARD) {
+      const int slot = slot_of(x, a.mb, a.chunk);
+      if (a.chunk == x->data_chunk) load_batch(x, step, a.mb, slot);
+      vt_model_forward(m, a.chunk, slot, B, ls, vt_data_position(x->data, step, a.mb));
+      m->be->inputs_read();
+      if (m->has_head && a.chunk == m->nchunks - 1)
+        m->be->copy(x->step_losses + (int64_t)a.mb * B, m->slots[slot].losses,
+                    (size_t)B * sizeof(float));
+      x->compute_s += now_s() - t0;
+    } else if (a.op == VT_SCHEDULE_BACKWARD) {
+      m->grads_ready = i == last_backward[a.chunk] && x->opt->overlap ? grads_ready : NULL;
+      m->grads_ready_ctx = x;
+      vt_model_backward(m, a.chunk, slot_of(x, a.mb, a.chunk), B, ls, scale);
+      m->grads_ready = NULL;
+      x->compute_s += now_s() - t0;
+    } else {
+      vt_comm_p2p ops[4];
+      int k = 0;
+      for (int h = 0; h < a.nsend; h++) ops[k++] = transfer_op(x, 1, a.send[h], n);
+      for (int h = 0; h < a.nrecv; h++) ops[k++] = transfer_op(x, 0, a.recv[h], n);
+      if (k == 1 && ops[0].recv) vt_comm_recv(x->pp, ops[0].buf, n, ops[0].peer);
+      else if (k == 1) vt_comm_send(x->pp, ops[0].buf, n, ops[0].peer);
+      else vt_comm_exchange(x->pp, ops, k);
     }
   }
   if (x->prefetch_next && first_mb >= 0) {  // after every backward: the labels' slot is free
-    load_batch(x, step + 1, first_mb, first_mb % m->nslots);
+    load_batch(x, step + 1, first_mb, slot_of(x, first_mb, x->data_chunk));
     x->ahead_step = step + 1, x->ahead_mb = first_mb;
   }
   if (m->has_head) {  // summed per micro-batch in order, in double
@@ -240,15 +272,17 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   vt_watchdog_start(world, o->timeout_s, me.tp_rank, me.pp_rank, me.dp_rank, device);
   vt_watchdog_phase("startup", 0, slow_limit);
   const vt_shard shard = {me.tp_rank, mesh.tp_size, me.pp_rank, mesh.pp_size,
-                         o->sequence_parallel};
+                         o->sequence_parallel, o->pp_chunks};
   const int B = o->micro_batch, n_micro = o->global_batch / (mesh.dp_size * B);
   vt_schedule_kind kind;
   vt_schedule_parse(o->pp_schedule, &kind);
-  const int cap = vt_schedule_max_actions(n_micro);
+  const vt_schedule_spec spec = {kind, mesh.pp_size, n_micro, o->pp_chunks};
+  const int cap = vt_schedule_max_actions(&spec);
   vt_schedule_action *acts = malloc((size_t)cap * sizeof *acts);
-  VT_CHECK(acts != NULL, "out of host memory for the schedule");
-  const int nacts = vt_schedule_build(kind, mesh.pp_size, me.pp_rank, n_micro, acts, cap);
-  const int nslots = vt_schedule_stage_in_flight(kind, mesh.pp_size, me.pp_rank, n_micro);
+  int *unit_slot = malloc((size_t)n_micro * o->pp_chunks * sizeof *unit_slot);
+  VT_CHECK(acts && unit_slot, "out of host memory for the schedule");
+  const int nacts = vt_schedule_build(&spec, me.pp_rank, acts, cap);
+  const int nslots = vt_schedule_assign_slots(&spec, acts, nacts, unit_slot);
 
   const vt_vit_config *c = &o->model;
   vt_model m;
@@ -271,10 +305,10 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                 c->global_pool ? ", mean-pooled patch tokens (fc_norm)" : "", be->name,
                 o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32", o->threads,
                 vt_config_train_flops(c) / 1e9);
-    vt_log_info("mesh tp %d x pp %d x dp %d (%s), %s schedule, %d micro-batches of %d per DP "
-                "rank, ZeRO-%d, sequence parallel %s\n%s",
-                mesh.tp_size, mesh.pp_size, mesh.dp_size, o->mesh_order, o->pp_schedule, n_micro,
-                B, opt.zero, m.sp ? "on" : "off", table);
+    vt_log_info("mesh tp %d x pp %d x dp %d (%s), %s schedule (%d model chunks per stage), %d "
+                "micro-batches of %d per DP rank, ZeRO-%d, sequence parallel %s\n%s",
+                mesh.tp_size, mesh.pp_size, mesh.dp_size, o->mesh_order, o->pp_schedule,
+                o->pp_chunks, n_micro, B, opt.zero, m.sp ? "on" : "off", table);
   }
   vt_plan_print(&m, &opt, n_micro, mem_base);
 
@@ -295,8 +329,9 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   int ok = !rc && vt_data_open(&data, o, be, m.has_embed, m.has_head, me.dp_rank, mesh.dp_size,
                                n_micro, start_step, err, sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
-  stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .data = &data,
-                 .opt = &opt, .n_micro = n_micro, .ahead_step = -1};
+  stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .spec = spec,
+                 .unit_slot = unit_slot, .data_chunk = m.has_head ? m.nchunks - 1 : 0,
+                 .data = &data, .opt = &opt, .n_micro = n_micro, .ahead_step = -1};
   if (m.has_head) {
     x.step_losses = be->alloc((size_t)n_micro * B * sizeof(float));
     x.host_step_losses = malloc((size_t)n_micro * B * sizeof(float));
@@ -450,7 +485,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
              o->eval_hflip ? ", each with its mirror" : "");
   }
   if (mesh.pp_size > 1 && timed_s > 0)
-    vt_report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, n_micro);
+    vt_report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, &spec);
   if (!rc && o->final_weights[0] &&
       vt_export_safetensors(&m, m.params, world, &mesh, o->final_weights, err, sizeof err) !=
           VT_OK) {
@@ -470,6 +505,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
 done:
   vt_watchdog_stop();
   free(acts);
+  free(unit_slot);
   vt_optimizer_free(&opt);
   vt_model_free(&m);
   vt_comm_free(tp);

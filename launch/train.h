@@ -45,7 +45,8 @@ typedef struct {
   int log_interval;         // progress line every N steps
   int tp, pp, dp;           // mesh sizes; dp 0 = world / (tp * pp)
   char mesh_order[16];      // tp-dp-pp | tp-pp-dp
-  char pp_schedule[16];     // 1f1b | gpipe
+  char pp_schedule[16];     // 1f1b | gpipe | interleaved
+  int pp_chunks;            // model chunks per pipeline rank (interleaved); 0: 2 there, else 1
   int zero;                 // 0 | 1
   int sequence_parallel;    // 0 | 1
   char final_weights[512];  // write the full, unsharded weights here at the end (safetensors)

@@ -57,16 +57,15 @@ static void local_recv(void *s, float *buf, int64_t count, int peer) {
   (void)s, (void)buf, (void)count;
   VT_CHECK(0, "recv from rank %d in a single-process comm", peer);
 }
-static void local_sendrecv(void *s, const float *sendbuf, int64_t send_count, int dst,
-                           float *recvbuf, int64_t recv_count, int src) {
-  (void)s, (void)sendbuf, (void)send_count, (void)recvbuf, (void)recv_count, (void)src;
-  VT_CHECK(0, "sendrecv with rank %d in a single-process comm", dst);
+static void local_exchange(void *s, const vt_comm_p2p *ops, int n) {
+  (void)s, (void)n;
+  VT_CHECK(0, "exchange with rank %d in a single-process comm", ops[0].peer);
 }
 static void local_free(void *s) { (void)s; }
 
 static const vt_comm_transport k_local_transport = {
     "local",    local_all_reduce, local_reduce_scatter, local_all_gather, local_broadcast,
-    local_send, local_recv,       local_sendrecv,       local_free,       NULL,
+    local_send, local_recv,       local_exchange,       local_free,       NULL,
     NULL};
 
 // ---- Host control over MPI, or nothing to do for a single process ----------------------------
@@ -450,16 +449,25 @@ void vt_comm_recv(vt_comm *c, float *buf, int64_t count, int peer) {
   op_end(t0);
 }
 
+void vt_comm_exchange(vt_comm *c, const vt_comm_p2p *ops, int n) {
+  VT_CHECK(n >= 1 && n <= VT_COMM_MAX_P2P, "comm %s exchange: %d messages (1 to %d)",
+           vt_axis_name(c->axis), n, VT_COMM_MAX_P2P);
+  for (int i = 0; i < n; i++) {
+    check_buf(c, "exchange", ops[i].buf, ops[i].count);
+    check_peer(c, "exchange", ops[i].peer);
+    if (i + 1 < n) tally(c, ops[i].recv ? VT_COMM_OP_RECV : VT_COMM_OP_SEND, ops[i].count * 4);
+  }
+  const vt_comm_p2p *last = &ops[n - 1];
+  const double t0 = op_begin(c, last->recv ? VT_COMM_OP_RECV : VT_COMM_OP_SEND, last->count * 4);
+  c->transport->exchange(c->state, ops, n);
+  op_end(t0);
+}
+
 void vt_comm_sendrecv(vt_comm *c, const float *sendbuf, int64_t send_count, int dst,
                       float *recvbuf, int64_t recv_count, int src) {
-  check_buf(c, "sendrecv", sendbuf, send_count);
-  check_buf(c, "sendrecv", recvbuf, recv_count);
-  check_peer(c, "sendrecv", dst);
-  check_peer(c, "sendrecv", src);
-  tally(c, VT_COMM_OP_SEND, send_count * 4);
-  const double t0 = op_begin(c, VT_COMM_OP_RECV, recv_count * 4);
-  c->transport->sendrecv(c->state, sendbuf, send_count, dst, recvbuf, recv_count, src);
-  op_end(t0);
+  const vt_comm_p2p ops[2] = {{0, (float *)sendbuf, send_count, dst},
+                              {1, recvbuf, recv_count, src}};
+  vt_comm_exchange(c, ops, 2);
 }
 
 void vt_comm_barrier(vt_comm *c) {

@@ -92,6 +92,21 @@ void vt_comm_recv(vt_comm *comm, float *buf, int64_t count, int peer);
 void vt_comm_sendrecv(vt_comm *comm, const float *sendbuf, int64_t send_count, int dst,
                       float *recvbuf, int64_t recv_count, int src);
 
+// One message of vt_comm_exchange: a send of buf (count floats; only read) to peer, or a
+// receive into buf from peer.
+typedef struct {
+  int recv;
+  float *buf;
+  int64_t count;
+  int peer;
+} vt_comm_p2p;
+#define VT_COMM_MAX_P2P 8
+// Posts up to VT_COMM_MAX_P2P sends and receives together, in array order, and returns when all
+// are done (MPI: non-blocking calls and one wait; NCCL: one group): the interleaved pipeline's
+// step, which sends to and receives from both neighbours at once. Messages between a pair are
+// matched in posting order. Counted as one op per message.
+void vt_comm_exchange(vt_comm *comm, const vt_comm_p2p *ops, int n);
+
 // ---- Host control (host buffers whatever the transport) --------------------------------------
 
 void vt_comm_barrier(vt_comm *comm);
@@ -157,8 +172,7 @@ typedef struct {
   void (*broadcast)(void *state, float *buf, int64_t count, int root);
   void (*send)(void *state, const float *buf, int64_t count, int peer);
   void (*recv)(void *state, float *buf, int64_t count, int peer);
-  void (*sendrecv)(void *state, const float *sendbuf, int64_t send_count, int dst, float *recvbuf,
-                   int64_t recv_count, int src);
+  void (*exchange)(void *state, const vt_comm_p2p *ops, int n);
   void (*free)(void *state);
   // Optional (NULL: comm.c runs all_reduce at start and wait_all does nothing).
   void (*all_reduce_start)(void *state, float *buf, int64_t count);

@@ -189,12 +189,19 @@ static void mpi_recv(void *s, float *buf, int64_t count, int peer) {
   check_received(&st, count, peer);
 }
 
-static void mpi_sendrecv(void *s, const float *sendbuf, int64_t send_count, int dst,
-                         float *recvbuf, int64_t recv_count, int src) {
-  MPI_Status st;
-  VT_MPI_CHECK(MPI_Sendrecv(sendbuf, (int)send_count, MPI_FLOAT, dst, VT_MPI_TAG, recvbuf,
-                            (int)recv_count, MPI_FLOAT, src, VT_MPI_TAG, comm_of(s), &st));
-  check_received(&st, recv_count, src);
+static void mpi_exchange(void *s, const vt_comm_p2p *ops, int n) {
+  MPI_Request req[VT_COMM_MAX_P2P];
+  MPI_Status st[VT_COMM_MAX_P2P];
+  for (int i = 0; i < n; i++)
+    if (ops[i].recv)
+      VT_MPI_CHECK(MPI_Irecv(ops[i].buf, (int)ops[i].count, MPI_FLOAT, ops[i].peer, VT_MPI_TAG,
+                             comm_of(s), &req[i]));
+    else
+      VT_MPI_CHECK(MPI_Isend(ops[i].buf, (int)ops[i].count, MPI_FLOAT, ops[i].peer, VT_MPI_TAG,
+                             comm_of(s), &req[i]));
+  VT_MPI_CHECK(MPI_Waitall(n, req, st));
+  for (int i = 0; i < n; i++)
+    if (ops[i].recv) check_received(&st[i], ops[i].count, ops[i].peer);
 }
 
 static void mpi_all_reduce_start(void *s, float *buf, int64_t count) {
@@ -227,5 +234,5 @@ static void mpi_free(void *s) {
 
 const vt_comm_transport vt_comm_mpi_transport = {
     "mpi",    mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather,       mpi_broadcast,
-    mpi_send, mpi_recv,       mpi_sendrecv,       mpi_free,             mpi_all_reduce_start,
+    mpi_send, mpi_recv,       mpi_exchange,       mpi_free,             mpi_all_reduce_start,
     mpi_wait_all};

@@ -109,15 +109,18 @@ static void nccl_recv(void *s, float *buf, int64_t count, int peer) {
   VT_NCCL_CHECK(ncclRecv(buf, (size_t)count, ncclFloat, peer, comm_of(s), vt_cuda_stream()));
 }
 
-// A group lets NCCL progress both directions at once, which is what makes the pair deadlock-free.
-static void nccl_sendrecv(void *s, const float *sendbuf, int64_t send_count, int dst,
-                          float *recvbuf, int64_t recv_count, int src) {
+// A group lets NCCL progress every message at once, which is what makes a pipeline step that
+// sends and receives in both directions deadlock-free.
+static void nccl_exchange(void *s, const vt_comm_p2p *ops, int n) {
   join_side(s);
   VT_NCCL_CHECK(ncclGroupStart());
-  VT_NCCL_CHECK(
-      ncclSend(sendbuf, (size_t)send_count, ncclFloat, dst, comm_of(s), vt_cuda_stream()));
-  VT_NCCL_CHECK(
-      ncclRecv(recvbuf, (size_t)recv_count, ncclFloat, src, comm_of(s), vt_cuda_stream()));
+  for (int i = 0; i < n; i++)
+    if (ops[i].recv)
+      VT_NCCL_CHECK(ncclRecv(ops[i].buf, (size_t)ops[i].count, ncclFloat, ops[i].peer,
+                             comm_of(s), vt_cuda_stream()));
+    else
+      VT_NCCL_CHECK(ncclSend(ops[i].buf, (size_t)ops[i].count, ncclFloat, ops[i].peer,
+                             comm_of(s), vt_cuda_stream()));
   VT_NCCL_CHECK(ncclGroupEnd());
 }
 
@@ -155,5 +158,5 @@ static void nccl_free(void *s) {
 
 extern "C" const vt_comm_transport vt_comm_nccl_transport = {
     "nccl",    nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather,       nccl_broadcast,
-    nccl_send, nccl_recv,       nccl_sendrecv,       nccl_free,             nccl_all_reduce_start,
+    nccl_send, nccl_recv,       nccl_exchange,       nccl_free,             nccl_all_reduce_start,
     nccl_wait_all};

@@ -1,10 +1,12 @@
-// schedule.h: pipeline schedules (GPipe, 1F1B) as pure functions that give one stage's ordered
-// list of compute and point-to-point actions, which the executor runs literally; plus a printer
-// and a rendezvous simulator so the lists can be proven deadlock-free without any communication.
+// schedule.h: pipeline schedules (GPipe, 1F1B, interleaved 1F1B) as pure functions that give one
+// pipeline rank's ordered list of compute and point-to-point actions, which the executor runs
+// literally; plus a printer, a message-order check and a rendezvous simulator, so that every
+// list is proven deadlock-free and correctly paired without any communication.
 // Must not depend on MPI, NCCL, CUDA or the model: it only computes lists of integers.
 #ifndef VT_SCHEDULE_H
 #define VT_SCHEDULE_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 #include "vt_error.h"
@@ -13,89 +15,153 @@
 extern "C" {
 #endif
 
-// GPIPE: all forwards (microbatch 0..m-1), then all backwards in FORWARD order (0..m-1), so every
-// stage accumulates weight gradients in the same microbatch order as 1F1B and as a pp=1 run; the
+// Model chunks and virtual stages: with `chunks` = v model chunks per rank (interleaved only;
+// 1 otherwise) the model is cut into p * v virtual stages; rank r holds chunks c = 0..v-1, which
+// are virtual stages c * p + r. Activations flow from virtual stage s to s + 1: to the next rank,
+// and from the last rank back to rank 0 (its next chunk), so the pipeline ranks form a ring.
+//
+// GPIPE: all forwards (micro-batch 0..m-1), then all backwards in FORWARD order (0..m-1), so every
+// stage accumulates weight gradients in the same micro-batch order as 1F1B and as a pp=1 run; the
 // gpipe and 1f1b runs then differ only in timing, not in floating-point summation order.
 // ONE_F_ONE_B: non-interleaved 1F1B (PipeDream-flush): stage s runs w = min(pp-s-1, m) warmup
 // forwards, then m-w steps of (forward w+k, backward k), then w cooldown backwards.
-typedef enum { VT_SCHEDULE_GPIPE = 0, VT_SCHEDULE_1F1B = 1 } vt_schedule_kind;
-
-// "ACT" travels from stage s to s+1 (activations), "GRAD" from s+1 to s (their gradients).
-// Stage 0 never receives ACT or sends GRAD; the last stage never sends ACT or receives GRAD.
-// A receive sits immediately before the compute that consumes it, a send immediately after the
-// compute that produced it.
-//
-// Combined actions: whenever a send would be immediately followed by a receive from the SAME
-// neighbour, the two are fused into one action that the executor must run as a single
-// MPI_Sendrecv (or isend + irecv + wait both; NCCL: one group with send and recv). Without this,
-// 1F1B's steady state deadlocks under rendezvous sends: stage s sends ACT(w+k) to s+1 while s+1
-// sends GRAD(k) to s, both blocking. Fusing is always safe: posting a receive earlier can only
-// let more transfers complete. The peer may face a fused action with a fused action or with a
-// plain receive and a plain send, in either order; both complete.
+// INTERLEAVED: 1F1B over (micro-batch, chunk) units (Megatron's virtual pipeline): forwards take
+// micro-batches in groups of p (m must be a multiple of p), each group through chunk 0, then chunk 1, ...; backwards the same
+// with the chunks reversed; rank r runs (p - r - 1) * 2 + (v - 1) * p warmup forwards (all of
+// them when that reaches m * v), then alternates forward and backward, then cools down. The idle
+// fraction falls from (p-1)/(m+p-1) to (p-1)/(v*m+p-1), for about (1 + (p-1)/(p*v)) times the
+// activation memory of 1F1B on rank 0. Every chunk still sums its weight gradients over the
+// micro-batches in increasing order, as one rank does.
 typedef enum {
-  VT_SCHEDULE_FORWARD = 0,          // forward of microbatch mb
-  VT_SCHEDULE_BACKWARD,             // backward of microbatch mb
-  VT_SCHEDULE_SEND_ACT,             // output activation of mb to stage+1
-  VT_SCHEDULE_RECV_ACT,             // input activation of mb from stage-1
-  VT_SCHEDULE_SEND_GRAD,            // gradient w.r.t. this stage's input of mb to stage-1
-  VT_SCHEDULE_RECV_GRAD,            // gradient w.r.t. this stage's output of mb from stage+1
-  VT_SCHEDULE_SEND_ACT_RECV_GRAD,   // one Sendrecv with stage+1: send ACT(mb), recv GRAD(recv_mb)
-  VT_SCHEDULE_SEND_GRAD_RECV_ACT,   // one Sendrecv with stage-1: send GRAD(mb), recv ACT(recv_mb)
+  VT_SCHEDULE_GPIPE = 0,
+  VT_SCHEDULE_1F1B = 1,
+  VT_SCHEDULE_INTERLEAVED = 2,
+} vt_schedule_kind;
+
+#define VT_SCHEDULE_MAX_CHUNKS 64  // the message in schedule.c names it
+
+typedef struct {
+  vt_schedule_kind kind;
+  int pp_size;  // p >= 1
+  int n_micro;  // m >= 1 micro-batches per step
+  int chunks;   // v: 1 for gpipe and 1f1b, 2..VT_SCHEDULE_MAX_CHUNKS for interleaved
+} vt_schedule_spec;
+
+// A list holds compute actions (the forward or backward of one unit: micro-batch `mb` through
+// chunk `chunk`) and transfer actions. A transfer action holds up to two sends and two receives
+// and runs as one call that posts them all and returns when all are done (a blocking send or
+// receive, MPI_Sendrecv, or non-blocking MPI calls and a wait / one NCCL group), issued sends
+// first, in array order. GPipe and 1F1B are built in "plain" order, a unit's receive right
+// before its compute and its send right after, and every send directly followed by a receive is
+// fused into one action: without that, 1F1B's steady state deadlocks under rendezvous sends
+// (stage s sends ACT(w+k) to s+1 while s+1 sends GRAD(k) to s, both blocking). Fusing never
+// removes progress: posting a receive earlier can only let more transfers complete. Interleaved
+// runs in lockstep like Megatron's: after each forward (warmup), each forward-backward pair
+// (steady state) or backward (cooldown) one action sends what they produced and receives the
+// inputs of the next forward and the next backward; plain order would deadlock there (two ranks
+// each sending the other a gradient first).
+typedef enum {
+  VT_SCHEDULE_FORWARD = 0,   // forward of (mb, chunk)
+  VT_SCHEDULE_BACKWARD = 1,  // backward of (mb, chunk)
+  VT_SCHEDULE_TRANSFER = 2,  // send[0..nsend) and recv[0..nrecv)
 } vt_schedule_op;
+
+// What travels: ACT, the output activation of a unit (to the next virtual stage), or GRAD, the
+// gradient of a unit's input (to the previous one).
+typedef enum { VT_XFER_ACT = 1, VT_XFER_GRAD = 2 } vt_schedule_xfer_kind;
+
+// The unit named is always this rank's own: a sent ACT is the output of (mb, chunk), a received
+// ACT the input of (mb, chunk); a sent GRAD the gradient of (mb, chunk)'s input, a received GRAD
+// that of its output. ACT goes to the next rank (ring), GRAD to the previous one.
+typedef struct {
+  vt_schedule_xfer_kind kind;
+  int mb, chunk;
+} vt_schedule_xfer;
 
 typedef struct {
   vt_schedule_op op;
-  int mb;       // the microbatch computed, sent, or received (for combined ops: the one SENT)
-  int recv_mb;  // combined ops only: the microbatch RECEIVED; -1 for every other op
+  int mb, chunk;  // FORWARD and BACKWARD
+  int nsend, nrecv;
+  vt_schedule_xfer send[2], recv[2];  // TRANSFER
 } vt_schedule_action;
 
 // Names accepted by vt_schedule_parse, for CLI messages.
-#define VT_SCHEDULE_NAMES "gpipe|1f1b"
+#define VT_SCHEDULE_NAMES "gpipe|1f1b|interleaved"
 
-// "gpipe" or "1f1b" (exact, lowercase). VT_ERR_INPUT for anything else, *kind untouched.
+// "gpipe", "1f1b" or "interleaved" (exact, lowercase). VT_ERR_INPUT otherwise, *kind untouched.
 vt_status vt_schedule_parse(const char *name, vt_schedule_kind *kind);
 const char *vt_schedule_name(vt_schedule_kind kind);
 
-// Upper bound on the list length of any stage, any kind: size the action buffer with it.
-int vt_schedule_max_actions(int n_micro);
+// VT_OK when the spec can be built (p, m, v >= 1; v == 1 unless interleaved; interleaved needs
+// p >= 2, v >= 2 and m a multiple of p, as Megatron's), else VT_ERR_INPUT with the reason in err. Says nothing about deadlock:
+// vt_schedule_verify does.
+vt_status vt_schedule_spec_check(const vt_schedule_spec *spec, char *err, size_t size);
 
-// Writes stage pp_rank's list into actions[0..count) and returns count. Fatal (VT_CHECK) on
-// pp_size < 1, pp_rank outside [0, pp_size), n_micro < 1 or capacity too small.
-int vt_schedule_build(vt_schedule_kind kind, int pp_size, int pp_rank, int n_micro,
-                      vt_schedule_action *actions, int capacity);
+// Upper bound on the list length of any rank: size the action buffer with it.
+int vt_schedule_max_actions(const vt_schedule_spec *spec);
 
-// Peak number of microbatches forwarded but not yet backwarded in a list: the number of
-// activation sets the stage must keep, for the memory plan. 1F1B: min(pp_size - pp_rank, m);
-// GPipe: m.
+// Writes rank pp_rank's list into actions[0..count) and returns count. Fatal (VT_CHECK) on a
+// spec that vt_schedule_spec_check refuses, pp_rank outside [0, p) or capacity too small.
+int vt_schedule_build(const vt_schedule_spec *spec, int pp_rank, vt_schedule_action *actions,
+                      int capacity);
+
+// The ranks a transfer of this kind goes to (send) or comes from (recv) on rank pp_rank.
+int vt_schedule_send_peer(const vt_schedule_spec *spec, int pp_rank, vt_schedule_xfer_kind kind);
+int vt_schedule_recv_peer(const vt_schedule_spec *spec, int pp_rank, vt_schedule_xfer_kind kind);
+
+// Peak number of units in flight in a list, from their first use (the receive of their input, or
+// their forward) to their backward: the number of activation sets ("slots") the rank must keep.
+// 1F1B: min(p - r, m); GPipe: m; interleaved: the warmup count + 1 (at most m * v).
 int vt_schedule_max_in_flight(const vt_schedule_action *actions, int count);
-int vt_schedule_stage_in_flight(vt_schedule_kind kind, int pp_size, int pp_rank, int n_micro);
+int vt_schedule_stage_in_flight(const vt_schedule_spec *spec, int pp_rank);
+// Gives each unit a slot for the whole step: at its first use the lowest slot free then, freed
+// after its backward. unit_slot[chunk * n_micro + mb] (m * v entries); returns the number of
+// slots used, which is vt_schedule_max_in_flight.
+int vt_schedule_assign_slots(const vt_schedule_spec *spec, const vt_schedule_action *actions,
+                             int count, int *unit_slot);
 
-// (p-1)/(m+p-1): the idle fraction of an ideal GPipe or 1F1B step with equal stages.
-double vt_schedule_bubble_formula(int pp_size, int n_micro);
+// (p-1)/(v*m+p-1): the idle fraction of an ideal step with equal stages (v = 1: GPipe, 1F1B).
+double vt_schedule_bubble_formula(const vt_schedule_spec *spec);
 
-// Short token: F3 B3 SA3 RA3 SG3 RG3, combined SA3+RG1 and SG1+RA4. Returns buf.
+// Short token: F3 B3 (chunk 0) or F3.1 B3.1 (chunk 1); transfers SA3 RA3 SG3 RG3 (with .c
+// likewise), joined by + in one action: SA3+RG1. Returns buf.
 const char *vt_schedule_action_str(vt_schedule_action action, char *buf, size_t size);
 // One line "stage s (n actions): tokens...".
 void vt_schedule_print_stage(FILE *f, int pp_rank, const vt_schedule_action *actions, int count);
-// Every stage of a schedule, one line each, under a header line.
-void vt_schedule_print(FILE *f, vt_schedule_kind kind, int pp_size, int n_micro);
+// Every rank's list, one line each, under a header line.
+void vt_schedule_print(FILE *f, const vt_schedule_spec *spec);
 
-// Simulates all stages at once under blocking rendezvous semantics: a send half completes only
-// when the peer's current action has the matching receive half (same direction and microbatch),
-// at the later of the two arrival times; a combined action posts both halves together and
-// finishes when both are done. Compute takes t_fwd or t_bwd, transfers take no time.
+// Simulates all ranks at once under blocking rendezvous semantics: a send half completes only
+// when the peer's current action has the matching receive half (the same message: kind,
+// micro-batch and virtual-stage boundary), at the later of the two arrival times; a transfer
+// action posts all its halves together and finishes when all are done. A compute takes t_fwd or t_bwd
+// (per unit: divide a stage's time by v for equal chunks), transfers take no time.
 typedef struct {
-  int completed;    // 1 when every stage reached the end of its list
-  int stuck_stage;  // deadlock: the lowest stage that did not finish, else -1
+  int completed;    // 1 when every rank reached the end of its list
+  int stuck_stage;  // deadlock: the lowest rank that did not finish, else -1
   int stuck_index;  // the index of the action it is blocked on, else -1
-  double makespan;  // time at which the last stage finished (when completed)
+  double makespan;  // time at which the last rank finished (when completed)
 } vt_schedule_sim_result;
 
-// lists[s], counts[s]: stage s's list. busy (pp_size entries, may be NULL) receives each
-// stage's compute time, so its idle fraction is 1 - busy[s] / makespan.
-vt_schedule_sim_result vt_schedule_simulate(int pp_size, const vt_schedule_action *const *lists,
+// lists[r], counts[r]: rank r's list. busy (p entries, may be NULL) receives each rank's compute
+// time, so its idle fraction is 1 - busy[r] / makespan.
+vt_schedule_sim_result vt_schedule_simulate(const vt_schedule_spec *spec,
+                                            const vt_schedule_action *const *lists,
                                             const int *counts, double t_fwd, double t_bwd,
                                             double *busy);
+
+// Per ordered pair of ranks (a -> b), the messages a sends to b, in a's list order, must be the
+// messages b receives from a, in b's order: MPI (one tag) and NCCL (no tags) match a pair's
+// messages in posting order, so any other order would pair the wrong buffers. VT_OK, or
+// VT_ERR_INPUT with the first difference in err.
+vt_status vt_schedule_check_pairs(const vt_schedule_spec *spec,
+                                  const vt_schedule_action *const *lists, const int *counts,
+                                  char *err, size_t size);
+
+// Builds every rank's list and checks it: pairs in order and a rendezvous simulation that
+// completes. The trainer runs it on every rank before the first step, so a schedule that could
+// hang is refused with a message instead. VT_OK, or VT_ERR_INPUT with the reason in err.
+vt_status vt_schedule_verify(const vt_schedule_spec *spec, char *err, size_t size);
 
 #ifdef __cplusplus
 }

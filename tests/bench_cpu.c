@@ -209,10 +209,10 @@ int main(int argc, char **argv) {
   for (int it = 0; it < warmup + timed; it++) {
     if (it == warmup) memset(g_slots, 0, sizeof g_slots), g_nslots = 0;  // timed steps only
     double t0 = now_s();
-    vt_model_forward(&m, 0, B, 0.0f, -1);
+    vt_model_forward(&m, 0, 0, B, 0.0f, -1);
     loss = vt_model_loss_sum(&m, 0, B) / B;
     double t1 = now_s();
-    vt_model_backward(&m, 0, B, 0.0f, 1.0f / (float)B);
+    vt_model_backward(&m, 0, 0, B, 0.0f, 1.0f / (float)B);
     double t2 = now_s();
     vt_optimizer_step(&opt, m.params, m.grads, oc.lr);
     // Zeroing belongs to the optimizer phase (optimizer.zero_grad() in PyTorch); it is done

@@ -120,11 +120,11 @@ int main(int argc, char **argv) {
       be->to_device(m.slots[0].img, images + first * img_elems, (size_t)(MICRO * img_elems) * 4);
       be->to_device(m.slots[0].labels, labels + first, MICRO * sizeof(int32_t));
       be->to_device(m.slots[0].mix, targets, sizeof targets);
-      vt_model_forward(&m, 0, MICRO, SMOOTHING, first);
+      vt_model_forward(&m, 0, 0, MICRO, SMOOTHING, first);
       loss_sum += vt_model_loss_sum(&m, 0, MICRO);
       if (step == 0)
         be->to_host(logits0 + (int64_t)mb * MICRO * K, m.slots[0].logits, (size_t)MICRO * K * 4);
-      vt_model_backward(&m, 0, MICRO, SMOOTHING, 1.0f / (float)GLOBAL);
+      vt_model_backward(&m, 0, 0, MICRO, SMOOTHING, 1.0f / (float)GLOBAL);
     }
     const float lr = vt_lr_at(&oc, step);
     if (step == 0) {

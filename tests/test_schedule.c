@@ -1,7 +1,7 @@
-// test_schedule.c: the GPipe and 1F1B action lists without any communication: every stage's list
-// is well formed, neighbours' sends and receives pair up in order, a rendezvous simulation of all
-// stages completes, and the simulated bubble is printed beside (p-1)/(m+p-1).
-// Must not depend on MPI or the model (label unit).
+// test_schedule.c: the GPipe, 1F1B and interleaved action lists without any communication: every
+// rank's list is well formed, each pair's messages are posted in the same order on both sides, a
+// rendezvous simulation of all ranks completes, and the simulated bubble is printed beside
+// (p-1)/(v*m+p-1). Must not depend on MPI or the model (label unit).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,180 +12,203 @@
 
 #define MAX_PP 8
 #define MAX_M 16
-
+#define MAX_V 4
 
 typedef struct {
-  int pp, m;
-  vt_schedule_kind kind;
+  vt_schedule_spec spec;
   vt_schedule_action *lists[MAX_PP];
   int counts[MAX_PP];
 } schedule_set;
 
-static void build_set(schedule_set *set, vt_schedule_kind kind, int pp, int m) {
-  set->pp = pp;
-  set->m = m;
-  set->kind = kind;
-  int cap = vt_schedule_max_actions(m);
+static void build_set(schedule_set *set, vt_schedule_kind kind, int pp, int m, int v) {
+  set->spec = (vt_schedule_spec){kind, pp, m, v};
+  const int cap = vt_schedule_max_actions(&set->spec);
   for (int s = 0; s < pp; s++) {
     set->lists[s] = malloc((size_t)cap * sizeof(vt_schedule_action));
-    set->counts[s] = vt_schedule_build(kind, pp, s, m, set->lists[s], cap);
+    set->counts[s] = vt_schedule_build(&set->spec, s, set->lists[s], cap);
   }
 }
 
 static void free_set(schedule_set *set) {
-  for (int s = 0; s < set->pp; s++) free(set->lists[s]);
+  for (int s = 0; s < set->spec.pp_size; s++) free(set->lists[s]);
 }
 
-static int is_compute(vt_schedule_op op) {
-  return op == VT_SCHEDULE_FORWARD || op == VT_SCHEDULE_BACKWARD;
+static const vt_schedule_action *const *lists_of(const schedule_set *set) {
+  return (const vt_schedule_action *const *)set->lists;
 }
 
-// Which compute a receive half feeds, and which compute a send half needs before it: this is
-// the "receive right before its consumer, send right after its producer" rule.
-static int recv_act_mb(vt_schedule_action a) {
-  if (a.op == VT_SCHEDULE_RECV_ACT) return a.mb;
-  if (a.op == VT_SCHEDULE_SEND_GRAD_RECV_ACT) return a.recv_mb;
-  return -1;
-}
-static int recv_grad_mb(vt_schedule_action a) {
-  if (a.op == VT_SCHEDULE_RECV_GRAD) return a.mb;
-  if (a.op == VT_SCHEDULE_SEND_ACT_RECV_GRAD) return a.recv_mb;
-  return -1;
-}
-static int send_act_mb(vt_schedule_action a) {
-  return a.op == VT_SCHEDULE_SEND_ACT || a.op == VT_SCHEDULE_SEND_ACT_RECV_GRAD ? a.mb : -1;
-}
-static int send_grad_mb(vt_schedule_action a) {
-  return a.op == VT_SCHEDULE_SEND_GRAD || a.op == VT_SCHEDULE_SEND_GRAD_RECV_ACT ? a.mb : -1;
-}
+#define NAME_FMT "%s pp %d m %d v %d"
+#define NAME_ARGS(sp) vt_schedule_name((sp)->kind), (sp)->pp_size, (sp)->n_micro, (sp)->chunks
+
+// Where each unit's compute and transfers sit in a rank's list (-1: absent; -2: more than once).
+typedef struct {
+  int fwd, bwd, recv_act, send_act, recv_grad, send_grad;
+} unit_pos;
+
+static void note(int *slot, int i) { *slot = *slot == -1 ? i : -2; }
 
 static void check_stage(const schedule_set *set, int s) {
-  const char *kn = vt_schedule_name(set->kind);
-  int pp = set->pp, m = set->m, n = set->counts[s];
+  const vt_schedule_spec *sp = &set->spec;
+  const int p = sp->pp_size, m = sp->n_micro, v = sp->chunks, n = set->counts[s];
   const vt_schedule_action *a = set->lists[s];
-  int first = s == 0, last = s == pp - 1;
-  int fwd_at[MAX_M], bwd_at[MAX_M], fwd_n[MAX_M] = {0}, bwd_n[MAX_M] = {0};
-  int bad_neighbour = 0, bad_place = 0, bad_mb = 0;
+  unit_pos pos[MAX_M][MAX_V];
+  memset(pos, 0xff, sizeof pos);  // -1
+  int bad_index = 0, bad_transfer = 0, last_mb[MAX_V], bwd_order = 1;
+  for (int c = 0; c < v; c++) last_mb[c] = -1;
   for (int i = 0; i < n; i++) {
-    vt_schedule_action x = a[i];
-    int mbs[2] = {x.mb, x.recv_mb};
-    for (int k = 0; k < 2; k++)
-      if (mbs[k] < -1 || mbs[k] >= m || (k == 0 && mbs[k] < 0)) bad_mb++;
-    if (bad_mb) break;
-    if (x.op == VT_SCHEDULE_FORWARD) fwd_at[x.mb] = i, fwd_n[x.mb]++;
-    if (x.op == VT_SCHEDULE_BACKWARD) bwd_at[x.mb] = i, bwd_n[x.mb]++;
-    int ra = recv_act_mb(x), rg = recv_grad_mb(x), sa = send_act_mb(x), sg = send_grad_mb(x);
-    if ((first && (ra >= 0 || sg >= 0)) || (last && (sa >= 0 || rg >= 0))) bad_neighbour++;
-    // Receives feed the very next action; sends follow the very action that produced them.
-    const vt_schedule_action *next = i + 1 < n ? &a[i + 1] : NULL;
-    const vt_schedule_action *prev = i > 0 ? &a[i - 1] : NULL;
-    if (ra >= 0 && !(next && next->op == VT_SCHEDULE_FORWARD && next->mb == ra)) bad_place++;
-    if (rg >= 0 && !(next && next->op == VT_SCHEDULE_BACKWARD && next->mb == rg)) bad_place++;
-    if (sa >= 0 && !(prev && prev->op == VT_SCHEDULE_FORWARD && prev->mb == sa)) bad_place++;
-    if (sg >= 0 && !(prev && prev->op == VT_SCHEDULE_BACKWARD && prev->mb == sg)) bad_place++;
-    // Conversely, every compute that needs or produces a transfer has it next to it.
-    if (x.op == VT_SCHEDULE_FORWARD && !first && !(prev && recv_act_mb(*prev) == x.mb)) bad_place++;
-    if (x.op == VT_SCHEDULE_FORWARD && !last && !(next && send_act_mb(*next) == x.mb)) bad_place++;
-    if (x.op == VT_SCHEDULE_BACKWARD && !last && !(prev && recv_grad_mb(*prev) == x.mb)) bad_place++;
-    if (x.op == VT_SCHEDULE_BACKWARD && !first && !(next && send_grad_mb(*next) == x.mb)) bad_place++;
-    if (!is_compute(x.op) && x.op > VT_SCHEDULE_SEND_GRAD_RECV_ACT) bad_place++;
+    const vt_schedule_action x = a[i];
+    if (x.op != VT_SCHEDULE_TRANSFER) {
+      if (x.mb < 0 || x.mb >= m || x.chunk < 0 || x.chunk >= v) { bad_index++; continue; }
+      unit_pos *u = &pos[x.mb][x.chunk];
+      note(x.op == VT_SCHEDULE_FORWARD ? &u->fwd : &u->bwd, i);
+      if (x.op == VT_SCHEDULE_BACKWARD) {  // every chunk sums its micro-batches in order
+        if (x.mb < last_mb[x.chunk]) bwd_order = 0;
+        last_mb[x.chunk] = x.mb;
+      }
+      continue;
+    }
+    if (x.nsend + x.nrecv == 0 || x.nsend > 2 || x.nrecv > 2) bad_transfer++;
+    for (int h = 0; h < x.nsend + x.nrecv; h++) {
+      const int is_send = h < x.nsend;
+      const vt_schedule_xfer y = is_send ? x.send[h] : x.recv[h - x.nsend];
+      if (y.mb < 0 || y.mb >= m || y.chunk < 0 || y.chunk >= v) { bad_index++; continue; }
+      unit_pos *u = &pos[y.mb][y.chunk];
+      if (y.kind == VT_XFER_ACT) note(is_send ? &u->send_act : &u->recv_act, i);
+      else if (y.kind == VT_XFER_GRAD) note(is_send ? &u->send_grad : &u->recv_grad, i);
+      else bad_transfer++;
+    }
   }
-  EXPECT(!bad_mb, "%s pp %d m %d stage %d: microbatch index out of range", kn, pp, m, s);
-  if (bad_mb) return;
-  EXPECT(!bad_neighbour, "%s pp %d m %d stage %d: transfer with a stage that does not exist", kn,
-         pp, m, s);
-  EXPECT(!bad_place, "%s pp %d m %d stage %d: %d transfers not next to their compute", kn, pp, m,
-         s, bad_place);
-  int once = 1, ordered = 1;
-  for (int i = 0; i < m; i++) {
-    if (fwd_n[i] != 1 || bwd_n[i] != 1) once = 0;
-    else if (fwd_at[i] > bwd_at[i]) ordered = 0;
+  EXPECT(!bad_index, NAME_FMT " stage %d: %d micro-batch or chunk indices out of range",
+         NAME_ARGS(sp), s, bad_index);
+  EXPECT(!bad_transfer, NAME_FMT " stage %d: %d malformed transfer actions", NAME_ARGS(sp), s,
+         bad_transfer);
+  EXPECT(bwd_order, NAME_FMT " stage %d: a chunk's backwards not in micro-batch order",
+         NAME_ARGS(sp), s);
+  int once = 1, ordered = 1, transfers = 1;
+  for (int mb = 0; mb < m; mb++)
+    for (int c = 0; c < v; c++) {
+      const unit_pos *u = &pos[mb][c];
+      const int vs = c * p + s, first = vs == 0, last = vs == p * v - 1;
+      if (u->fwd < 0 || u->bwd < 0) { once = 0; continue; }
+      if (u->fwd > u->bwd) ordered = 0;
+      // A transfer exists exactly where a virtual-stage boundary does; a receive comes before
+      // the compute that reads it (a gradient after the unit's forward, whose slot holds it), a
+      // send after the compute that made it.
+      if (first ? u->recv_act != -1 : !(u->recv_act >= 0 && u->recv_act < u->fwd)) transfers = 0;
+      if (last ? u->send_act != -1 : !(u->send_act > u->fwd)) transfers = 0;
+      if (last ? u->recv_grad != -1 : !(u->recv_grad > u->fwd && u->recv_grad < u->bwd))
+        transfers = 0;
+      if (first ? u->send_grad != -1 : !(u->send_grad > u->bwd)) transfers = 0;
+    }
+  EXPECT(once, NAME_FMT " stage %d: a unit not run exactly once each way", NAME_ARGS(sp), s);
+  EXPECT(ordered, NAME_FMT " stage %d: a backward before its forward", NAME_ARGS(sp), s);
+  EXPECT(transfers, NAME_FMT " stage %d: a transfer missing, repeated or out of place",
+         NAME_ARGS(sp), s);
+  const int peak = vt_schedule_max_in_flight(a, n);
+  int want = m;  // GPipe
+  if (sp->kind == VT_SCHEDULE_1F1B) want = p - s < m ? p - s : m;
+  if (sp->kind == VT_SCHEDULE_INTERLEAVED) {
+    const int warmup = 2 * (p - s - 1) + (v - 1) * p;
+    want = warmup < m * v ? warmup + 1 : m * v;
   }
-  EXPECT(once, "%s pp %d m %d stage %d: a microbatch not run exactly once each way", kn, pp, m, s);
-  EXPECT(ordered, "%s pp %d m %d stage %d: a backward before its forward", kn, pp, m, s);
-  int peak = vt_schedule_max_in_flight(a, n);
-  int want = set->kind == VT_SCHEDULE_1F1B ? (pp - s < m ? pp - s : m) : m;
-  EXPECT(peak == want, "%s pp %d m %d stage %d: %d in flight, want %d", kn, pp, m, s, peak, want);
-  if (set->kind == VT_SCHEDULE_1F1B)
-    EXPECT(peak <= pp - s && peak <= pp, "1f1b pp %d m %d stage %d: %d in flight > %d", pp, m, s,
-           peak, pp - s);
-}
-
-// The sequence of microbatches sent on one channel by one stage must equal the sequence its
-// peer receives: MPI matches messages between a pair in posting order, whatever the tag.
-static void check_channels(const schedule_set *set) {
-  const char *kn = vt_schedule_name(set->kind);
-  for (int s = 0; s + 1 < set->pp; s++) {
-    int sent[MAX_M * 2], recvd[MAX_M * 2], ns = 0, nr = 0;
-    for (int i = 0; i < set->counts[s]; i++) {
-      int mb = send_act_mb(set->lists[s][i]);
-      if (mb >= 0 && ns < MAX_M * 2) sent[ns++] = mb;
+  EXPECT(peak == want, NAME_FMT " stage %d: %d in flight, want %d", NAME_ARGS(sp), s, peak, want);
+  EXPECT(peak == vt_schedule_stage_in_flight(sp, s), NAME_FMT " stage %d: stage_in_flight",
+         NAME_ARGS(sp), s);
+  // Slots: as many as the peak, and two units share one only when their lives (first use to
+  // backward) do not overlap.
+  int unit_slot[MAX_M * MAX_V], clash = 0;
+  const int used = vt_schedule_assign_slots(sp, a, n, unit_slot);
+  EXPECT(used == peak, NAME_FMT " stage %d: %d slots for %d in flight", NAME_ARGS(sp), s, used,
+         peak);
+  for (int u = 0; u < m * v; u++)
+    for (int w = u + 1; w < m * v; w++) {
+      const unit_pos *x = &pos[u % m][u / m], *y = &pos[w % m][w / m];
+      const int x0 = x->recv_act >= 0 ? x->recv_act : x->fwd;
+      const int y0 = y->recv_act >= 0 ? y->recv_act : y->fwd;
+      if (unit_slot[u] < 0 || unit_slot[u] >= used || unit_slot[w] < 0) clash++;
+      else if (unit_slot[u] == unit_slot[w] && x0 < y->bwd && y0 < x->bwd) clash++;
     }
-    for (int i = 0; i < set->counts[s + 1]; i++) {
-      int mb = recv_act_mb(set->lists[s + 1][i]);
-      if (mb >= 0 && nr < MAX_M * 2) recvd[nr++] = mb;
-    }
-    EXPECT(ns == set->m && nr == ns && memcmp(sent, recvd, (size_t)ns * sizeof(int)) == 0,
-           "%s pp %d m %d: activations %d->%d do not pair up in order", kn, set->pp, set->m, s,
-           s + 1);
-    ns = nr = 0;
-    for (int i = 0; i < set->counts[s + 1]; i++) {
-      int mb = send_grad_mb(set->lists[s + 1][i]);
-      if (mb >= 0 && ns < MAX_M * 2) sent[ns++] = mb;
-    }
-    for (int i = 0; i < set->counts[s]; i++) {
-      int mb = recv_grad_mb(set->lists[s][i]);
-      if (mb >= 0 && nr < MAX_M * 2) recvd[nr++] = mb;
-    }
-    EXPECT(ns == set->m && nr == ns && memcmp(sent, recvd, (size_t)ns * sizeof(int)) == 0,
-           "%s pp %d m %d: gradients %d->%d do not pair up in order", kn, set->pp, set->m, s + 1,
-           s);
-  }
+  EXPECT(!clash, NAME_FMT " stage %d: %d slot clashes", NAME_ARGS(sp), s, clash);
 }
 
 static double simulate_bubble(const schedule_set *set, double tf, double tb, int *ok) {
   double busy[MAX_PP];
-  vt_schedule_sim_result r = vt_schedule_simulate(
-      set->pp, (const vt_schedule_action *const *)set->lists, set->counts, tf, tb, busy);
+  const vt_schedule_spec *sp = &set->spec;
+  // A stage's forward takes tf in all: each of its v chunks takes tf / v.
+  vt_schedule_sim_result r =
+      vt_schedule_simulate(sp, lists_of(set), set->counts, tf / sp->chunks, tb / sp->chunks, busy);
   *ok = r.completed;
-  EXPECT(r.completed, "%s pp %d m %d (tf %g tb %g): deadlock at stage %d action %d",
-         vt_schedule_name(set->kind), set->pp, set->m, tf, tb, r.stuck_stage, r.stuck_index);
+  EXPECT(r.completed, NAME_FMT " (tf %g tb %g): deadlock at stage %d action %d", NAME_ARGS(sp),
+         tf, tb, r.stuck_stage, r.stuck_index);
   if (!r.completed) return -1.0;
   double idle = 0.0;
-  for (int s = 0; s < set->pp; s++) idle += 1.0 - busy[s] / r.makespan;
-  return idle / set->pp;
+  for (int s = 0; s < sp->pp_size; s++) idle += 1.0 - busy[s] / r.makespan;
+  return idle / sp->pp_size;
 }
 
-// The reason the combined actions exist: split every one back into send-then-receive and the
-// simulator must find the classic 1F1B steady-state deadlock.
-static void test_unfused_deadlocks(void) {
+// Why the fused and lockstep actions exist: split each back into its sends, then its receives,
+// one action each, and the simulator must find the deadlock (1F1B: the classic steady state;
+// interleaved: two ranks sending each other a gradient first).
+static void test_split_deadlocks(vt_schedule_kind kind, int pp, int m, int v) {
   schedule_set set;
-  build_set(&set, VT_SCHEDULE_1F1B, 2, 2);
-  vt_schedule_action *split[2];
-  int counts[2];
-  for (int s = 0; s < 2; s++) {
-    split[s] = malloc((size_t)set.counts[s] * 2 * sizeof(vt_schedule_action));
+  build_set(&set, kind, pp, m, v);
+  vt_schedule_action *split[MAX_PP];
+  int counts[MAX_PP];
+  for (int s = 0; s < pp; s++) {
+    split[s] = malloc((size_t)set.counts[s] * 4 * sizeof(vt_schedule_action));
     counts[s] = 0;
     for (int i = 0; i < set.counts[s]; i++) {
-      vt_schedule_action x = set.lists[s][i];
-      if (x.op == VT_SCHEDULE_SEND_ACT_RECV_GRAD) {
-        split[s][counts[s]++] = (vt_schedule_action){VT_SCHEDULE_SEND_ACT, x.mb, -1};
-        split[s][counts[s]++] = (vt_schedule_action){VT_SCHEDULE_RECV_GRAD, x.recv_mb, -1};
-      } else if (x.op == VT_SCHEDULE_SEND_GRAD_RECV_ACT) {
-        split[s][counts[s]++] = (vt_schedule_action){VT_SCHEDULE_SEND_GRAD, x.mb, -1};
-        split[s][counts[s]++] = (vt_schedule_action){VT_SCHEDULE_RECV_ACT, x.recv_mb, -1};
-      } else {
+      const vt_schedule_action x = set.lists[s][i];
+      if (x.op != VT_SCHEDULE_TRANSFER) {
         split[s][counts[s]++] = x;
+        continue;
+      }
+      for (int h = 0; h < x.nsend + x.nrecv; h++) {
+        vt_schedule_action y = x;
+        y.nsend = h < x.nsend, y.nrecv = h >= x.nsend;
+        if (h < x.nsend) y.send[0] = x.send[h];
+        else y.recv[0] = x.recv[h - x.nsend];
+        split[s][counts[s]++] = y;
       }
     }
   }
-  vt_schedule_sim_result r =
-      vt_schedule_simulate(2, (const vt_schedule_action *const *)split, counts, 1.0, 2.0, NULL);
-  EXPECT(!r.completed, "1f1b pp 2 m 2 without combined actions should deadlock");
-  printf("unfused 1f1b pp 2 m 2: %s (stage %d blocked at action %d)\n",
-         r.completed ? "completed (unexpected)" : "deadlock, as expected", r.stuck_stage,
-         r.stuck_index);
-  for (int s = 0; s < 2; s++) free(split[s]);
+  vt_schedule_sim_result r = vt_schedule_simulate(
+      &set.spec, (const vt_schedule_action *const *)split, counts, 1.0, 2.0, NULL);
+  EXPECT(!r.completed, NAME_FMT " with every transfer on its own should deadlock",
+         NAME_ARGS(&set.spec));
+  printf(NAME_FMT " with every transfer on its own: %s (stage %d blocked at action %d)\n",
+         NAME_ARGS(&set.spec), r.completed ? "completed (unexpected)" : "deadlock, as expected",
+         r.stuck_stage, r.stuck_index);
+  for (int s = 0; s < pp; s++) free(split[s]);
+  free_set(&set);
+}
+
+// Swapping two of a rank's sends to the same peer (in different actions) must be caught by the
+// pair check: MPI and NCCL would hand each buffer to the other's receive.
+static void test_pair_order_caught(void) {
+  schedule_set set;
+  build_set(&set, VT_SCHEDULE_INTERLEAVED, 2, 4, 2);
+  char err[256] = "";
+  EXPECT(vt_schedule_check_pairs(&set.spec, lists_of(&set), set.counts, err, sizeof err) == VT_OK,
+         "interleaved pp 2 m 4 v 2: pairs in order (%s)", err);
+  int first = -1, second = -1;
+  for (int i = 0; i < set.counts[1] && second < 0; i++) {
+    const vt_schedule_action *x = &set.lists[1][i];
+    if (x->op == VT_SCHEDULE_TRANSFER && x->nsend == 1 && x->send[0].kind == VT_XFER_ACT) {
+      if (first < 0) first = i;
+      else second = i;
+    }
+  }
+  EXPECT(first >= 0 && second >= 0, "stage 1 has two activation sends");
+  if (second >= 0) {
+    const vt_schedule_xfer t = set.lists[1][first].send[0];
+    set.lists[1][first].send[0] = set.lists[1][second].send[0];
+    set.lists[1][second].send[0] = t;
+    EXPECT(vt_schedule_check_pairs(&set.spec, lists_of(&set), set.counts, err, sizeof err) ==
+               VT_ERR_INPUT,
+           "two swapped sends pass the pair check");
+    printf("two swapped activation sends on stage 1: %s\n", err);
+  }
   free_set(&set);
 }
 
@@ -193,83 +216,144 @@ static void test_parse(void) {
   vt_schedule_kind k = VT_SCHEDULE_GPIPE;
   EXPECT(vt_schedule_parse("1f1b", &k) == VT_OK && k == VT_SCHEDULE_1F1B, "parse 1f1b");
   EXPECT(vt_schedule_parse("gpipe", &k) == VT_OK && k == VT_SCHEDULE_GPIPE, "parse gpipe");
-  EXPECT(vt_schedule_parse("GPipe", &k) == VT_ERR_INPUT && k == VT_SCHEDULE_GPIPE, "parse GPipe");
+  EXPECT(vt_schedule_parse("interleaved", &k) == VT_OK && k == VT_SCHEDULE_INTERLEAVED,
+         "parse interleaved");
+  EXPECT(vt_schedule_parse("GPipe", &k) == VT_ERR_INPUT && k == VT_SCHEDULE_INTERLEAVED,
+         "parse GPipe");
   EXPECT(vt_schedule_parse("", &k) == VT_ERR_INPUT, "parse empty");
   EXPECT(vt_schedule_parse(NULL, &k) == VT_ERR_INPUT, "parse NULL");
   EXPECT(strcmp(vt_schedule_name(VT_SCHEDULE_1F1B), "1f1b") == 0, "name 1f1b");
   EXPECT(strcmp(vt_schedule_name(VT_SCHEDULE_GPIPE), "gpipe") == 0, "name gpipe");
+  EXPECT(strcmp(vt_schedule_name(VT_SCHEDULE_INTERLEAVED), "interleaved") == 0, "name");
+  const vt_schedule_spec bad[] = {
+      {VT_SCHEDULE_1F1B, 4, 8, 2},         // chunks without interleaving
+      {VT_SCHEDULE_INTERLEAVED, 1, 8, 2},  // one rank
+      {VT_SCHEDULE_INTERLEAVED, 4, 8, 1},  // one chunk
+      {VT_SCHEDULE_INTERLEAVED, 4, 6, 2},  // m not a multiple of p
+      {VT_SCHEDULE_GPIPE, 0, 8, 1},
+      {VT_SCHEDULE_GPIPE, 2, 0, 1},
+  };
+  char err[256];
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err[0] = '\0';
+    EXPECT(vt_schedule_spec_check(&bad[i], err, sizeof err) == VT_ERR_INPUT && err[0],
+           "spec %zu refused", i);
+    EXPECT(vt_schedule_verify(&bad[i], err, sizeof err) == VT_ERR_INPUT, "spec %zu unverified", i);
+    printf("refused: %s\n", err);
+  }
 }
 
-// A hand-written expectation, so the generators are checked against more than their own rules.
-static void test_known_list(void) {
-  vt_schedule_action a[64];
-  char buf[1024] = "", tok[32];
-  int n = vt_schedule_build(VT_SCHEDULE_1F1B, 4, 1, 4, a, 64);
+static void expect_list(vt_schedule_kind kind, int pp, int m, int v, int stage, const char *want) {
+  const vt_schedule_spec sp = {kind, pp, m, v};
+  vt_schedule_action a[256];
+  char buf[2048] = "", tok[48];
+  const int n = vt_schedule_build(&sp, stage, a, 256);
   for (int i = 0; i < n; i++) {
     strcat(buf, i ? " " : "");
     strcat(buf, vt_schedule_action_str(a[i], tok, sizeof tok));
   }
-  const char *want = "RA0 F0 SA0 RA1 F1 SA1 RA2 F2 SA2+RG0 B0 SG0+RA3 F3 SA3+RG1 B1 SG1 RG2 B2 "
-                     "SG2 RG3 B3 SG3";
-  EXPECT(strcmp(buf, want) == 0, "1f1b pp 4 m 4 stage 1:\n got  %s\n want %s", buf, want);
-  EXPECT(vt_schedule_stage_in_flight(VT_SCHEDULE_1F1B, 4, 0, 16) == 4, "1f1b stage 0 in flight");
-  EXPECT(vt_schedule_stage_in_flight(VT_SCHEDULE_GPIPE, 4, 3, 16) == 16, "gpipe in flight");
+  EXPECT(strcmp(buf, want) == 0, NAME_FMT " stage %d:\n got  %s\n want %s", NAME_ARGS(&sp), stage,
+         buf, want);
+}
+
+// Hand-written expectations, so the generators are checked against more than their own rules.
+static void test_known_lists(void) {
+  expect_list(VT_SCHEDULE_1F1B, 4, 4, 1, 1,
+              "RA0 F0 SA0+RA1 F1 SA1+RA2 F2 SA2+RG0 B0 SG0+RA3 F3 SA3+RG1 B1 SG1+RG2 B2 "
+              "SG2+RG3 B3 SG3");
+  // pp 2, v 2 (derived by hand from schedule.h's rules): virtual stages 0 (rank 0 chunk 0), 1
+  // (rank 1 chunk 0), 2 (rank 0 chunk 1), 3 (rank 1 chunk 1, the head). Forward units in order
+  // (mb.chunk) 0 1 0.1 1.1 2 3 2.1 3.1, backwards 0.1 1.1 0 1 2.1 3.1 2 3. Warmup: rank 0
+  // 2 * 1 + 2 = 4 forwards, rank 1 2; the last warmup action also takes the first backward's
+  // gradient; then each forward-backward pair ends with one action.
+  expect_list(VT_SCHEDULE_INTERLEAVED, 2, 4, 2, 0,
+              "F0 SA0 F1 SA1+RA0.1 F0.1 SA0.1+RA1.1 F1.1 SA1.1+RG0.1 F2 B0.1 SA2+SG0.1+RG1.1 "
+              "F3 B1.1 SA3+SG1.1+RA2.1+RG0 F2.1 B0 SA2.1+RA3.1+RG1 F3.1 B1 SA3.1+RG2.1 B2.1 "
+              "SG2.1+RG3.1 B3.1 SG3.1+RG2 B2 RG3 B3");
+  expect_list(VT_SCHEDULE_INTERLEAVED, 2, 4, 2, 1,
+              "RA0 F0 SA0+RA1 F1 SA1+RA0.1 F0.1 B0.1 SG0.1+RA1.1 F1.1 B1.1 SG1.1+RA2+RG0 F2 B0 "
+              "SA2+SG0+RA3+RG1 F3 B1 SA3+SG1+RA2.1 F2.1 B2.1 SG2.1+RA3.1 F3.1 B3.1 SG3.1+RG2 B2 "
+              "SG2+RG3 B3 SG3");
+  const vt_schedule_spec a = {VT_SCHEDULE_1F1B, 4, 16, 1}, g = {VT_SCHEDULE_GPIPE, 4, 16, 1};
+  const vt_schedule_spec il = {VT_SCHEDULE_INTERLEAVED, 4, 16, 2};
+  EXPECT(vt_schedule_stage_in_flight(&a, 0) == 4, "1f1b stage 0 in flight");
+  EXPECT(vt_schedule_stage_in_flight(&g, 3) == 16, "gpipe in flight");
+  EXPECT(vt_schedule_stage_in_flight(&il, 0) == 11 && vt_schedule_stage_in_flight(&il, 3) == 5,
+         "interleaved in flight: 2*3+4+1 on stage 0, 4+1 on stage 3");
 }
 
 int main(void) {
   test_parse();
-  test_known_list();
-  const vt_schedule_kind kinds[2] = {VT_SCHEDULE_GPIPE, VT_SCHEDULE_1F1B};
+  test_known_lists();
+  const vt_schedule_kind kinds[3] = {VT_SCHEDULE_GPIPE, VT_SCHEDULE_1F1B, VT_SCHEDULE_INTERLEAVED};
   const double costs[2][2] = {{1.0, 2.0}, {1.0, 1.0}};
-  int sims = 0, sim_ok = 0;
+  int sims = 0, sim_ok = 0, lists = 0;
   double worst_gap = 0.0;
-  for (int k = 0; k < 2; k++)
-    for (int pp = 1; pp <= MAX_PP; pp++)
-      for (int m = 1; m <= MAX_M; m++) {
-        schedule_set set;
-        build_set(&set, kinds[k], pp, m);
-        for (int s = 0; s < pp; s++) check_stage(&set, s);
-        check_channels(&set);
-        for (int c = 0; c < 2; c++) {
-          int ok;
-          double bubble = simulate_bubble(&set, costs[c][0], costs[c][1], &ok);
-          sims++;
-          sim_ok += ok;
-          double gap = fabs(bubble - vt_schedule_bubble_formula(pp, m));
-          if (ok && gap > worst_gap) worst_gap = gap;
-          // Equal stages and free transfers: rendezvous sends must add no stall beyond the
-          // textbook bubble, or the list order makes a stage wait on a neighbour needlessly.
-          EXPECT(!ok || gap < 1e-9, "%s pp %d m %d (tf %g tb %g): bubble %.6f, formula %.6f",
-                 vt_schedule_name(kinds[k]), pp, m, costs[c][0], costs[c][1], bubble,
-                 vt_schedule_bubble_formula(pp, m));
+  for (int k = 0; k < 3; k++)
+    for (int v = 1; v <= MAX_V; v++)
+      for (int pp = 1; pp <= MAX_PP; pp++)
+        for (int m = 1; m <= MAX_M; m++) {
+          const vt_schedule_spec sp = {kinds[k], pp, m, v};
+          if (vt_schedule_spec_check(&sp, NULL, 0) != VT_OK) continue;
+          schedule_set set;
+          build_set(&set, kinds[k], pp, m, v);
+          lists++;
+          for (int s = 0; s < pp; s++) check_stage(&set, s);
+          char err[256] = "";
+          EXPECT(vt_schedule_check_pairs(&sp, lists_of(&set), set.counts, err, sizeof err) ==
+                     VT_OK,
+                 NAME_FMT ": %s", NAME_ARGS(&sp), err);
+          EXPECT(vt_schedule_verify(&sp, err, sizeof err) == VT_OK, NAME_FMT ": %s",
+                 NAME_ARGS(&sp), err);
+          for (int c = 0; c < 2; c++) {
+            int ok;
+            const double bubble = simulate_bubble(&set, costs[c][0], costs[c][1], &ok);
+            sims++;
+            sim_ok += ok;
+            const double gap = fabs(bubble - vt_schedule_bubble_formula(&sp));
+            if (ok && gap > worst_gap) worst_gap = gap;
+            // Equal stages and free transfers: rendezvous sends must add no stall beyond the
+            // textbook bubble, or the list order makes a rank wait on a neighbour needlessly.
+            EXPECT(!ok || gap < 1e-9, NAME_FMT " (tf %g tb %g): bubble %.6f, formula %.6f",
+                   NAME_ARGS(&sp), costs[c][0], costs[c][1], bubble,
+                   vt_schedule_bubble_formula(&sp));
+          }
+          free_set(&set);
         }
-        free_set(&set);
-      }
-  printf("lists checked: 2 kinds x pp 1..%d x m 1..%d; rendezvous simulations completed: %d/%d\n",
-         MAX_PP, MAX_M, sim_ok, sims);
-  printf("largest |simulated bubble - (p-1)/(m+p-1)| over all of them: %.3g\n", worst_gap);
+  printf("lists checked: %d (gpipe, 1f1b: pp 1..%d x m 1..%d; interleaved: v 2..%d, pp 2..%d, m "
+         "a multiple of pp up to %d); rendezvous simulations completed: %d/%d\n",
+         lists, MAX_PP, MAX_M, MAX_V, MAX_PP, MAX_M, sim_ok, sims);
+  printf("largest |simulated bubble - (p-1)/(v*m+p-1)| over all of them: %.3g\n", worst_gap);
 
-  printf("\nbubble (idle fraction of the step, mean over stages), simulated vs (p-1)/(m+p-1)\n");
-  printf("%-6s %3s %3s  %12s %12s  %10s\n", "kind", "p", "m", "sim F1 B2", "sim F1 B1", "formula");
-  const int show_p[] = {2, 4, 8}, show_m[] = {1, 4, 8, 16};
-  for (int k = 0; k < 2; k++)
+  printf("\nbubble (idle fraction of the step, mean over stages), simulated vs (p-1)/(v*m+p-1)\n");
+  printf("%-12s %3s %3s %3s  %12s %12s  %10s  %s\n", "kind", "p", "m", "v", "sim F1 B2",
+         "sim F1 B1", "formula", "in flight on stage 0 (units)");
+  const int show_p[] = {2, 4, 8}, show_m[] = {8, 16};
+  for (int k = 0; k < 3; k++)
     for (int i = 0; i < 3; i++)
-      for (int j = 0; j < 4; j++) {
+      for (int j = 0; j < 2; j++) {
         schedule_set set;
         int ok;
-        build_set(&set, kinds[k], show_p[i], show_m[j]);
-        double b12 = simulate_bubble(&set, 1.0, 2.0, &ok);
-        double b11 = simulate_bubble(&set, 1.0, 1.0, &ok);
-        printf("%-6s %3d %3d  %12.4f %12.4f  %10.4f\n", vt_schedule_name(kinds[k]), show_p[i],
-               show_m[j], b12, b11, vt_schedule_bubble_formula(show_p[i], show_m[j]));
+        const int v = kinds[k] == VT_SCHEDULE_INTERLEAVED ? 2 : 1;
+        build_set(&set, kinds[k], show_p[i], show_m[j], v);
+        const double b12 = simulate_bubble(&set, 1.0, 2.0, &ok);
+        const double b11 = simulate_bubble(&set, 1.0, 1.0, &ok);
+        printf("%-12s %3d %3d %3d  %12.4f %12.4f  %10.4f  %d\n", vt_schedule_name(kinds[k]),
+               show_p[i], show_m[j], v, b12, b11, vt_schedule_bubble_formula(&set.spec),
+               vt_schedule_max_in_flight(set.lists[0], set.counts[0]));
         free_set(&set);
       }
 
   printf("\n");
-  test_unfused_deadlocks();
+  test_split_deadlocks(VT_SCHEDULE_1F1B, 2, 2, 1);
+  test_split_deadlocks(VT_SCHEDULE_INTERLEAVED, 2, 4, 2);
+  test_split_deadlocks(VT_SCHEDULE_INTERLEAVED, 4, 8, 2);
+  test_pair_order_caught();
   printf("\n");
-  vt_schedule_print(stdout, VT_SCHEDULE_1F1B, 4, 6);
-  vt_schedule_print(stdout, VT_SCHEDULE_GPIPE, 3, 3);
+  const vt_schedule_spec show[] = {{VT_SCHEDULE_1F1B, 4, 6, 1},
+                                   {VT_SCHEDULE_GPIPE, 3, 3, 1},
+                                   {VT_SCHEDULE_INTERLEAVED, 4, 4, 2}};
+  for (int i = 0; i < 3; i++) vt_schedule_print(stdout, &show[i]);
 
   printf("\n%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;

@@ -37,7 +37,8 @@ float *vt_gather_global(const vt_model *m, vt_comm *world, const vt_mesh *mesh,
     vt_mesh_coord c = vt_mesh_coords(mesh, r);
     if (c.dp_rank != 0) continue;
     vt_param_table t;
-    vt_params_build(&t, &m->cfg, (vt_shard){c.tp_rank, mesh->tp_size, c.pp_rank, mesh->pp_size, 0});
+    vt_params_build(&t, &m->cfg, (vt_shard){c.tp_rank, mesh->tp_size, c.pp_rank, mesh->pp_size,
+                                            0, m->shard.pp_chunks});
     const float *flat = mine;
     float *recv = NULL;
     if (r != 0) {

@@ -54,9 +54,9 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
     sl->patches = take_act(m, ar, B * Np * 3 * P * P);
     sl->patch_out = take(ar, B * Np * C);
   }
-  for (int l = 0; l <= m->nblocks; l++) sl->res[l] = take(ar, Ml * C);
+  for (int l = 0; l <= m->slot_blocks; l++) sl->res[l] = take(ar, Ml * C);
   // The recomputed blocks share the scratch's one set (carve); only their inputs stay here.
-  for (int l = 0; l < m->nblocks; l++)
+  for (int l = 0; l < m->slot_blocks; l++)
     if (l < m->recompute) sl->blocks[l] = m->s.recompute;
     else carve_block(m, &sl->blocks[l], ar);
   if (m->has_head) {
@@ -65,10 +65,11 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
     sl->pooled = take(ar, B * C);
     sl->lnf = take_act(m, ar, B * C), sl->lnf_mean = take(ar, B), sl->lnf_rstd = take(ar, B);
     sl->logits = take(ar, B * K), sl->probs = take(ar, B * K), sl->losses = take(ar, B);
-  } else {
-    sl->dout = take(ar, Ml * C);
   }
-  if (!m->has_embed) sl->dinput = take(ar, Ml * C);
+  // A chunk other than the head's receives its output's gradient; one other than the
+  // embedding's sends its input's.
+  if (!m->has_head || m->nchunks > 1) sl->dout = take(ar, Ml * C);
+  if (!m->has_embed || m->nchunks > 1) sl->dinput = take(ar, Ml * C);
 }
 
 static void carve(vt_model *m, arena *ar) {
@@ -106,7 +107,7 @@ static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
   }
   for (int i = 0; i < m->nblocks; i++) {
     vt_block_tensors *b = &t->blocks[i];
-    int l = m->first_block + i;
+    const int l = m->block_id[i];
     b->norm1_w = find(m, flat, "blocks.%d.norm1", l, ".weight");
     b->norm1_b = find(m, flat, "blocks.%d.norm1", l, ".bias");
     b->qkv_w = find(m, flat, "blocks.%d.attn.qkv", l, ".weight");
@@ -150,9 +151,17 @@ static void describe(vt_model *m, const vt_vit_config *cfg, vt_shard shard, int 
   m->cfg = *cfg;
   m->shard = shard;
   m->sp = shard.sequence_parallel && shard.tp_size > 1;
-  vt_stage_blocks(cfg->depth, shard.pp_size, shard.pp_rank, &m->first_block, &m->end_block);
-  m->nblocks = m->end_block - m->first_block;
-  m->recompute = recompute < m->nblocks ? (recompute > 0 ? recompute : 0) : m->nblocks;
+  m->nchunks = shard.pp_chunks;
+  m->chunk_start = must_calloc((size_t)m->nchunks + 1, sizeof(int));
+  m->block_id = must_calloc((size_t)cfg->depth, sizeof(int));
+  for (int c = 0; c < m->nchunks; c++) {
+    int first, end;
+    vt_chunk_blocks(cfg->depth, &shard, c, &first, &end);
+    for (int l = first; l < end; l++) m->block_id[m->nblocks++] = l;
+    m->chunk_start[c + 1] = m->nblocks;
+    if (end - first > m->slot_blocks) m->slot_blocks = end - first;
+  }
+  m->recompute = recompute < m->slot_blocks ? (recompute > 0 ? recompute : 0) : m->slot_blocks;
   m->has_embed = shard.pp_rank == 0;
   m->has_head = shard.pp_rank == shard.pp_size - 1;
   m->max_batch = max_batch;
@@ -161,18 +170,21 @@ static void describe(vt_model *m, const vt_vit_config *cfg, vt_shard shard, int 
   m->precision = be->precision();
   m->slots = must_calloc((size_t)nslots, sizeof(vt_model_slot));
   for (int i = 0; i < nslots; i++) {
-    m->slots[i].blocks = must_calloc((size_t)m->nblocks, sizeof(vt_block_acts));
-    m->slots[i].res = must_calloc((size_t)m->nblocks + 1, sizeof(float *));
+    m->slots[i].blocks = must_calloc((size_t)m->slot_blocks, sizeof(vt_block_acts));
+    m->slots[i].res = must_calloc((size_t)m->slot_blocks + 1, sizeof(float *));
   }
 }
 
-static void free_slots(vt_model *m) {
+// What describe() allocated on the host.
+static void free_description(vt_model *m) {
   for (int i = 0; m->slots && i < m->nslots; i++) {
     free(m->slots[i].blocks);
     free(m->slots[i].res);
   }
   free(m->slots);
-  m->slots = NULL;
+  free(m->chunk_start);
+  free(m->block_id);
+  m->slots = NULL, m->chunk_start = m->block_id = NULL;
 }
 
 size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_batch, int nslots,
@@ -181,7 +193,7 @@ size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_bat
   describe(&m, cfg, shard, max_batch, nslots, recompute, be);
   arena sizing = {NULL, 0};
   carve(&m, &sizing);
-  free_slots(&m);
+  free_description(&m);
   return sizing.off;
 }
 
@@ -224,7 +236,7 @@ void vt_model_free(vt_model *m) {
     m->be->free(m->grads);
     m->be->free(m->act_block);
   }
-  free_slots(m);
+  free_description(m);
   free(m->p.blocks);
   free(m->g.blocks);
   free(m->host_losses);
@@ -260,11 +272,11 @@ void vt_drop_path_mask(vt_drop_mask *mask, uint64_t seed, int layer, int branch,
       mask->keep[b >> 5] |= 1u << (b & 31);
 }
 
-// The drop-path masks of a block of this stage (local index l) for a slot's micro-batch, in
+// The drop-path masks of a block of this rank (local index l) for a slot's micro-batch, in
 // drop[0..1]; NULL when nothing drops there (rate 0, the first block, evaluation).
 static const vt_drop_mask *block_drop(const vt_model *m, int l, const vt_model_slot *sl, int B,
                                       vt_drop_mask drop[2]) {
-  const int layer = m->first_block + l;
+  const int layer = m->block_id[l];
   const double keep = vt_drop_path_keep(m->drop_path, layer, m->cfg.depth);
   if (sl->sample0 < 0 || keep >= 1.0) return NULL;
   for (int branch = 0; branch < 2; branch++) {
@@ -280,11 +292,16 @@ static const vt_mix_target *slot_mix(const vt_model *m, const vt_model_slot *sl)
   return m->mix && sl->sample0 >= 0 ? sl->mix : NULL;
 }
 
-void vt_model_forward(vt_model *m, int slot, int B, float smoothing, int64_t sample0) {
+float *vt_model_chunk_output(const vt_model *m, int chunk, int slot) {
+  return m->slots[slot].res[m->chunk_start[chunk + 1] - m->chunk_start[chunk]];
+}
+
+void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, int64_t sample0) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   VT_CHECK(B > 0 && B <= m->max_batch, "micro-batch %d outside 1..%d", B, m->max_batch);
   VT_CHECK(slot >= 0 && slot < m->nslots, "slot %d outside 0..%d", slot, m->nslots - 1);
+  VT_CHECK(chunk >= 0 && chunk < m->nchunks, "chunk %d outside 0..%d", chunk, m->nchunks - 1);
   VT_CHECK(be->precision() == m->precision,
            "the backend's precision changed after the model was allocated (its activations are "
            "sized for the precision at vt_model_init)");
@@ -292,23 +309,24 @@ void vt_model_forward(vt_model *m, int slot, int B, float smoothing, int64_t sam
   const int64_t P = c->patch_size;
   vt_model_slot *sl = &m->slots[slot];
   sl->sample0 = sample0;
-  if (m->has_embed) {
+  const int b0 = m->chunk_start[chunk], nb = m->chunk_start[chunk + 1] - b0;
+  if (m->has_embed && chunk == 0) {
     vt_patchify_fwd(be, sl->patches, sl->img, B, S, P);
     vt_linear_fwd(be, sl->patch_out, sl->patches, m->p.patch_w, m->p.patch_b, B * (N - 1),
                   3 * P * P, C);
     vt_embed_fwd(be, m->sp ? m->s.full : sl->res[0], sl->patch_out, m->p.cls, m->p.pos, B, N, C);
     if (m->sp) take_rows(m, sl->res[0], m->s.full, B);
   }
-  for (int l = 0; l < m->nblocks; l++) {
+  for (int j = 0; j < nb; j++) {  // local block b0 + j, slot block j
     vt_drop_mask drop[2];
-    vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[l], sl->res[l], sl->res[l + 1], B,
-                 block_drop(m, l, sl, B, drop));
+    vt_block_fwd(m, &m->p.blocks[b0 + j], &sl->blocks[j], sl->res[j], sl->res[j + 1], B,
+                 block_drop(m, b0 + j, sl, B, drop));
   }
-  if (!m->has_head) return;
+  if (!(m->has_head && chunk == m->nchunks - 1)) return;
   // Class token: timm normalises every token, then pools the class token; LayerNorm is per
   // token, so normalising only the pooled tokens gives the same logits and gradients for less
   // work. Average: timm pools the patch tokens, then normalises (fc_norm).
-  const float *x = sl->res[m->nblocks];
+  const float *x = sl->res[nb];
   if (m->sp) {  // the tokens are spread over the TP group's rows
     vt_tp_sp_gather(m->tp, m->s.full, x, vt_model_local_rows(m, B) * C);
     x = m->s.full;
@@ -329,7 +347,7 @@ double vt_model_loss_sum(vt_model *m, int slot, int B) {
   return sum;
 }
 
-void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss_scale) {
+void vt_model_backward(vt_model *m, int chunk, int slot, int B, float smoothing, float loss_scale) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const int64_t N = vt_cfg_tokens(c), C = c->width, K = c->num_classes, P = c->patch_size;
@@ -337,7 +355,9 @@ void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss
   const vt_model_scratch *s = &m->s;
   vt_model_tensors *g = &m->g;
   const int64_t Ml = vt_model_local_rows(m, B);
-  if (m->has_head) {
+  VT_CHECK(chunk >= 0 && chunk < m->nchunks, "chunk %d outside 0..%d", chunk, m->nchunks - 1);
+  const int b0 = m->chunk_start[chunk], nb = m->chunk_start[chunk + 1] - b0;
+  if (m->has_head && chunk == m->nchunks - 1) {
     vt_cross_entropy_bwd(be, s->dlogits, sl->probs, sl->labels, slot_mix(m, sl), smoothing,
                          loss_scale, B, K);
     vt_linear_bwd(be, s->dlnf, g->head_w, g->head_b, s->dlogits, sl->lnf, m->p.head_w, B, C, K);
@@ -350,15 +370,16 @@ void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss
   } else {
     be->copy(s->dres, sl->dout, (size_t)Ml * C * sizeof(float));
   }
-  for (int l = m->nblocks - 1; l >= 0; l--) {
+  for (int j = nb - 1; j >= 0; j--) {  // local block b0 + j, slot block j
+    const int l = b0 + j;
     vt_drop_mask drop[2];
     const vt_drop_mask *d = block_drop(m, l, sl, B, drop);
-    if (l < m->recompute)  // the same forward again (deterministic: the same bits), its output aside
-      vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[l], sl->res[l], s->recompute_out, B, d);
-    vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[l], sl->res[l], s->dres, B, d);
-    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, m->first_block + l + 1);
+    if (j < m->recompute)  // the same forward again (deterministic: the same bits), its output aside
+      vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[j], sl->res[j], s->recompute_out, B, d);
+    vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[j], sl->res[j], s->dres, B, d);
+    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, m->block_id[l] + 1);
   }
-  if (!m->has_embed) {
+  if (!(m->has_embed && chunk == 0)) {
     be->copy(sl->dinput, s->dres, (size_t)Ml * C * sizeof(float));
     return;
   }

@@ -26,7 +26,7 @@ typedef struct {
 typedef struct {
   float *cls, *pos;           // (C), (N, C)            first stage only
   float *patch_w, *patch_b;   // (C, 3*P*P), (C)        first stage only
-  vt_block_tensors *blocks;   // this stage's blocks, local index 0..nblocks-1
+  vt_block_tensors *blocks;   // this rank's blocks (all chunks), local index 0..nblocks-1
   float *norm_w, *norm_b;     // (C)                    last stage only
   float *head_w, *head_b;     // (K, C), (K)            last stage only
 } vt_model_tensors;
@@ -47,19 +47,20 @@ typedef struct {
   float *gelu;                       // (B, N, F/tp) [bf16]
 } vt_block_acts;
 
-// Everything one in-flight micro-batch keeps between its forward and its backward.
+// Everything one in-flight unit (a micro-batch through one chunk) keeps between its forward and
+// its backward. The embedding and head tensors serve chunk 0 and the last chunk.
 typedef struct {
   float *img;                        // (B, 3, S, S)  first stage
   int32_t *labels;                   // (B)           last stage
   vt_mix_target *mix;                // (B)           last stage: Mixup/CutMix targets
   float *patches, *patch_out;        // (B, N-1, 3*P*P) [bf16], (B, N-1, C)  first stage
-  float **res;                       // nblocks+1 of (Ml, C): res[0] is the stage input,
-                                     // res[nblocks] the stage output
-  vt_block_acts *blocks;             // nblocks
+  float **res;                       // n+1 of (Ml, C) for a chunk of n blocks: res[0] is the
+                                     // chunk's input, res[n] its output (slot_blocks+1 held)
+  vt_block_acts *blocks;             // slot_blocks
   float *pooled, *lnf, *lnf_mean, *lnf_rstd;  // (B, C), (B, C) [bf16], (B), (B)  last stage
   float *logits, *probs, *losses;             // (B, K), (B, K), (B)     last stage
-  float *dout;                       // (Ml, C) gradient of the stage output (received)
-  float *dinput;                     // (Ml, C) gradient of the stage input (to send)
+  float *dout;                       // (Ml, C) gradient of the chunk's output (received)
+  float *dinput;                     // (Ml, C) gradient of the chunk's input (to send)
   int64_t sample0;                   // the forward's first stream position (drop path), or -1
 } vt_model_slot;
 
@@ -84,10 +85,15 @@ typedef struct {
 typedef struct {
   vt_vit_config cfg;
   vt_shard shard;
-  int first_block, end_block, nblocks;  // this stage's blocks [first, end)
-  int has_embed, has_head;              // first / last pipeline stage
+  int nblocks;             // this rank's blocks, over all its chunks
+  int nchunks;             // model chunks: 1, or v under the interleaved schedule (params.h)
+  int *chunk_start;        // nchunks + 1: chunk c is local blocks [chunk_start[c], chunk_start[c+1])
+  int *block_id;           // nblocks: each local block's index in the whole model
+  int slot_blocks;         // blocks a slot keeps activations for: the largest chunk's
+  int has_embed, has_head;  // first / last pipeline rank: its chunk 0 embeds, its last chunk
+                            // ends in the head
   int max_batch, nslots;
-  int recompute;          // this stage's first `recompute` blocks keep only their input
+  int recompute;          // each chunk's first `recompute` blocks keep only their input
   int sp;                 // sequence parallelism (tp_size > 1 only)
   const vt_backend *be;
   vt_comm *tp;            // tensor-parallel group; NULL when tp_size == 1
@@ -114,12 +120,12 @@ typedef struct {
   void *grads_ready_ctx;
 } vt_model;
 
-// Allocates one rank's part for micro-batches of up to max_batch images with nslots
-// micro-batches in flight, and initialises its parameters from seed (the same values as the
-// whole model's, whatever the shard). Activation recompute: the stage's first `recompute`
-// blocks (all of them when it is at least the stage's count; 0: none) keep only their input
-// per micro-batch, and the backward runs their forward again into one shared set of
-// activations just before their backward. Fatal (with a message) when memory runs out.
+// Allocates one rank's part (shard.pp_chunks chunks) for micro-batches of up to max_batch images
+// with nslots units (micro-batch, chunk) in flight, and initialises its parameters from seed (the
+// same values as the whole model's, whatever the shard). Activation recompute: each chunk's first
+// `recompute` blocks (all of them when it is at least the chunk's count; 0: none) keep only their
+// input per unit, and the backward runs their forward again into one shared set of activations
+// just before their backward. Fatal (with a message) when memory runs out.
 void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_comm *tp,
                    int max_batch, int nslots, int recompute, const vt_backend *be,
                    uint64_t seed);
@@ -129,21 +135,25 @@ void vt_model_free(vt_model *m);
 size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_batch, int nslots,
                            int recompute, const vt_backend *be);
 
-// Forward of B images in a slot. First stage: reads slot->img; others: slot->res[0]. Last
-// stage: reads slot->labels and leaves the B per-sample losses in slot->losses (device memory);
-// others leave the output in slot->res[nblocks]. sample0 is the data stream position of the
+// Forward of B images through one chunk, in a slot. Chunk 0 of the first stage: reads
+// slot->img; others: slot->res[0]. The last chunk of the last stage: reads slot->labels and
+// leaves the B per-sample losses in slot->losses (device memory); others leave the output in
+// vt_model_chunk_output. sample0 is the data stream position of the
 // first image (the micro-batch holds sample0 .. sample0 + B - 1), which keys the drop-path
 // masks, so that every layout drops the same branches; negative: evaluation (no drop path,
 // and the loss against slot->labels alone even with m->mix).
 // Does not wait for the device.
-void vt_model_forward(vt_model *m, int slot, int B, float smoothing, int64_t sample0);
+void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, int64_t sample0);
+// Where a chunk's forward leaves its output in a slot (the activation sent downstream).
+float *vt_model_chunk_output(const vt_model *m, int chunk, int slot);
 // Last stage: the sum of the B per-sample losses of the slot's last forward, in double (copies
 // them to the host, so it waits for the device); 0 on other stages.
 double vt_model_loss_sum(vt_model *m, int slot, int B);
-// Backward of that slot's forward; adds the gradient of loss_scale * (sum of losses) into
-// m->grads (loss_scale = 1 / global batch for a mean loss). Last stage starts from the loss,
-// others from slot->dout; all but the first stage leave the input's gradient in slot->dinput.
-void vt_model_backward(vt_model *m, int slot, int B, float smoothing, float loss_scale);
+// Backward of that slot's forward (the same chunk); adds the gradient of loss_scale * (sum of
+// losses) into m->grads (loss_scale = 1 / global batch for a mean loss). The head's chunk starts
+// from the loss, others from slot->dout; all but the embedding's chunk leave the input's
+// gradient in slot->dinput.
+void vt_model_backward(vt_model *m, int chunk, int slot, int B, float smoothing, float loss_scale);
 
 // Rows of the (B*N, C) stream this rank holds for a micro-batch of B.
 static inline int64_t vt_model_local_rows(const vt_model *m, int B) {

@@ -71,41 +71,55 @@ void vt_stage_blocks(int depth, int pp_size, int pp_rank, int *first, int *end) 
   *end = *first + base + (pp_rank >= light ? 1 : 0);
 }
 
+// Block l's tensors, of layer l + 1.
+static void block(builder *b, int l, int64_t C, int64_t F, int sp) {
+  vt_param_table *t = b->t;
+  char pre[48];
+  snprintf(pre, sizeof pre, "blocks.%d.norm1", l);
+  norm(b, l + 1, C, pre, sp);
+  snprintf(pre, sizeof pre, "blocks.%d.attn.qkv", l);
+  const int qkv = linear(b, l + 1, VT_TP_ROWS, 3 * C, C, pre);
+  t->p[qkv].tp_groups = t->p[qkv + 1].tp_groups = 3;  // weight and bias rows: [q | k | v]
+  snprintf(pre, sizeof pre, "blocks.%d.attn.proj", l);
+  linear(b, l + 1, VT_TP_COLS, C, C, pre);
+  snprintf(pre, sizeof pre, "blocks.%d.norm2", l);
+  norm(b, l + 1, C, pre, sp);
+  snprintf(pre, sizeof pre, "blocks.%d.mlp.fc1", l);
+  linear(b, l + 1, VT_TP_ROWS, F, C, pre);
+  snprintf(pre, sizeof pre, "blocks.%d.mlp.fc2", l);
+  linear(b, l + 1, VT_TP_COLS, C, F, pre);
+}
+
+void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *end) {
+  const int v = s->pp_chunks;
+  VT_CHECK(v >= 1 && chunk >= 0 && chunk < v, "chunk %d of %d", chunk, v);
+  vt_stage_blocks(depth, s->pp_size * v, chunk * s->pp_size + s->pp_rank, first, end);
+}
+
 void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard) {
+  VT_CHECK(shard.pp_chunks >= 1, "a shard needs at least one model chunk (have %d)",
+           shard.pp_chunks);
   memset(t, 0, sizeof *t);
   t->shard = shard;
   builder b = {t, 0};
-  int first, end;
-  vt_stage_blocks(cfg->depth, shard.pp_size, shard.pp_rank, &first, &end);
   const int first_stage = shard.pp_rank == 0, last_stage = shard.pp_rank == shard.pp_size - 1;
   const int sp = shard.sequence_parallel && shard.tp_size > 1;
   const int64_t C = cfg->width, P = cfg->patch_size, N = vt_cfg_tokens(cfg);
   const int64_t F = vt_cfg_mlp_hidden(cfg), K = cfg->num_classes;
   const float conv_bound = 1.0f / sqrtf((float)(3 * P * P));  // PyTorch's Conv2d default
   if (first_stage) {
-  add(&b, 0, VT_INIT_NORMAL, 1e-6f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, 1, C}, "cls_token");
-  add(&b, 0, VT_INIT_TRUNC_NORMAL, 0.02f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, N, C},
-      "pos_embed");
-  add(&b, 0, VT_INIT_UNIFORM, conv_bound, 1, VT_TP_REPLICATED, 4, (int64_t[]){C, 3, P, P},
-      "patch_embed.proj.weight");
-  add(&b, 0, VT_INIT_UNIFORM, conv_bound, 0, VT_TP_REPLICATED, 1, (int64_t[]){C},
-      "patch_embed.proj.bias");
+    add(&b, 0, VT_INIT_NORMAL, 1e-6f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, 1, C}, "cls_token");
+    add(&b, 0, VT_INIT_TRUNC_NORMAL, 0.02f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, N, C},
+        "pos_embed");
+    add(&b, 0, VT_INIT_UNIFORM, conv_bound, 1, VT_TP_REPLICATED, 4, (int64_t[]){C, 3, P, P},
+        "patch_embed.proj.weight");
+    add(&b, 0, VT_INIT_UNIFORM, conv_bound, 0, VT_TP_REPLICATED, 1, (int64_t[]){C},
+        "patch_embed.proj.bias");
   }
-  char pre[48];
-  for (int l = first; l < end; l++) {
-    snprintf(pre, sizeof pre, "blocks.%d.norm1", l);
-    norm(&b, l + 1, C, pre, sp);
-    snprintf(pre, sizeof pre, "blocks.%d.attn.qkv", l);
-    int qkv = linear(&b, l + 1, VT_TP_ROWS, 3 * C, C, pre);
-    t->p[qkv].tp_groups = t->p[qkv + 1].tp_groups = 3;  // weight and bias rows: [q | k | v]
-    snprintf(pre, sizeof pre, "blocks.%d.attn.proj", l);
-    linear(&b, l + 1, VT_TP_COLS, C, C, pre);
-    snprintf(pre, sizeof pre, "blocks.%d.norm2", l);
-    norm(&b, l + 1, C, pre, sp);
-    snprintf(pre, sizeof pre, "blocks.%d.mlp.fc1", l);
-    linear(&b, l + 1, VT_TP_ROWS, F, C, pre);
-    snprintf(pre, sizeof pre, "blocks.%d.mlp.fc2", l);
-    linear(&b, l + 1, VT_TP_COLS, C, F, pre);
+  for (int c = 0; c < shard.pp_chunks; c++) {
+    int first, end;
+    vt_chunk_blocks(cfg->depth, &shard, c, &first, &end);
+    for (int l = first; l < end; l++) block(&b, l, C, F, sp);
   }
   if (last_stage) {
     norm(&b, cfg->depth + 1, C, cfg->global_pool ? "fc_norm" : "norm", 0);
