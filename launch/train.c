@@ -62,16 +62,19 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (vt_schedule_parse(o->pp_schedule, &kind) != VT_OK)
     REFUSE("--pp-schedule %s: use one of %s", o->pp_schedule, VT_SCHEDULE_NAMES);
   if (o->pp_chunks == 0) o->pp_chunks = kind == VT_SCHEDULE_INTERLEAVED ? 2 : 1;
-  const vt_schedule_spec spec = {kind, o->pp, o->global_batch / (o->dp * o->micro_batch),
-                                 o->pp_chunks};
+  vt_schedule_spec spec = {kind, o->pp, o->global_batch / (o->dp * o->micro_batch), o->pp_chunks};
+  if (o->eval_only) spec.n_micro = o->pp;  // evaluation runs no schedule, only the chunks' layout
   char why[400];
   if (vt_schedule_verify(&spec, why, sizeof why) != VT_OK)
     REFUSE("--pp-schedule %s with --pp %d, --pp-chunks %d and %d micro-batches per step "
            "(--global-batch-size / (dp x --micro-batch-size)): %s", o->pp_schedule, o->pp,
            o->pp_chunks, spec.n_micro, why);
+  if (c->depth < o->pp * o->pp_chunks && o->pp_chunks == 1)
+    REFUSE("--pp %d stages but only %d blocks: every stage needs at least one block", o->pp,
+           c->depth);
   if (c->depth < o->pp * o->pp_chunks)
-    REFUSE("--pp %d x --pp-chunks %d = %d pipeline stages but only %d blocks: every stage "
-           "needs at least one block", o->pp, o->pp_chunks, o->pp * o->pp_chunks, c->depth);
+    REFUSE("--pp %d x --pp-chunks %d = %d virtual pipeline stages but only %d blocks: every "
+           "one needs at least one block", o->pp, o->pp_chunks, o->pp * o->pp_chunks, c->depth);
   if (!o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0 &&
       (o->transform.ra.layers > 0 || o->aug_repeats > 1))
     REFUSE("--aa and --aug-repeats act on the image loader's crops; --data synthetic has none: "
@@ -276,13 +279,16 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   const int B = o->micro_batch, n_micro = o->global_batch / (mesh.dp_size * B);
   vt_schedule_kind kind;
   vt_schedule_parse(o->pp_schedule, &kind);
-  const vt_schedule_spec spec = {kind, mesh.pp_size, n_micro, o->pp_chunks};
+  // vit3d eval runs no schedule (vt_train_validate checked the chunks' layout), only slot 0.
+  const vt_schedule_spec spec = {kind, mesh.pp_size, o->eval_only ? mesh.pp_size : n_micro,
+                                 o->pp_chunks};
   const int cap = vt_schedule_max_actions(&spec);
   vt_schedule_action *acts = malloc((size_t)cap * sizeof *acts);
-  int *unit_slot = malloc((size_t)n_micro * o->pp_chunks * sizeof *unit_slot);
+  int *unit_slot = malloc((size_t)spec.n_micro * spec.chunks * sizeof *unit_slot);
   VT_CHECK(acts && unit_slot, "out of host memory for the schedule");
   const int nacts = vt_schedule_build(&spec, me.pp_rank, acts, cap);
-  const int nslots = vt_schedule_assign_slots(&spec, acts, nacts, unit_slot);
+  const int assigned = vt_schedule_assign_slots(&spec, acts, nacts, unit_slot);
+  const int nslots = o->eval_only ? 1 : assigned;
 
   const vt_vit_config *c = &o->model;
   vt_model m;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_badconfig.sh VIT3D: every bad mesh configuration is refused under mpirun with 8 ranks by
 # one clear message (printed once, by rank 0) and a clean exit of every rank with code 2, never
-# a hang (each run has a time limit).
+# a hang (each run has a time limit). Here tp 1, pp P and dp 8 / P unless the flags say.
 set -uo pipefail
 vit3d=$1
 fail=0
@@ -27,6 +27,11 @@ refuse "--tp 4 does not divide the MLP width 258" --tp 4 --heads 4 --mlp-ratio 4
 refuse "--pp 8 stages but only 4 blocks" --pp 8 --depth 4
 refuse "--global-batch-size 12 is not a multiple of dp 8 x --micro-batch-size 2 = 16" \
        --global-batch-size 12
-refuse "--pp-schedule: 'zb' is not one of 1f1b|gpipe" --pp-schedule zb
+refuse "--pp-schedule: 'zb' is not one of 1f1b|gpipe|interleaved" --pp-schedule zb
+# The interleaved schedule takes micro-batches in groups of pp: 12 / (2 x 2) = 3 over 4 stages.
+refuse "needs the micro-batches per step to be a multiple of the pipeline ranks" \
+       --pp 4 --pp-schedule interleaved --global-batch-size 12
+refuse "--pp 4 x --pp-chunks 4 = 16 virtual pipeline stages but only 8 blocks" \
+       --pp 4 --pp-schedule interleaved --pp-chunks 4
 refuse "--mesh-order" --mesh-order pp-dp-tp
 exit $fail

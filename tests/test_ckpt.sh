@@ -6,8 +6,9 @@
 #     export from the checkpoint equals the run's --final-ema, and a checkpoint without one is
 #     refused by export --use-ema); and on an image folder with RandAugment and repeated
 #     augmentation;
-#  2. resume on another mesh: the step-10 checkpoint of 2x2x2 continued on 1x1x1, 4x2x1, 1x4x2
-#     and 2x1x4 matches an uninterrupted run on that mesh (tests/compare_runs.py tolerances);
+#  2. resume on another mesh: the step-10 checkpoint of 2x2x2 continued on 1x1x1, 4x2x1, 1x4x2,
+#     2x1x4 and 2x2x2 with the interleaved schedule (other blocks per stage) matches an
+#     uninterrupted run on that mesh (tests/compare_runs.py tolerances);
 #  3. kill -9 of one rank in the middle of a run and (fault switch) in the middle of a save: a
 #     relaunch with --resume auto completes with the weights of an uninterrupted run.
 #  4. a damaged newest checkpoint: --resume auto falls back to the previous one and says so.
@@ -74,13 +75,14 @@ else
   echo "FAIL: export --use-ema 1"; fail=1
 fi
 
-for mesh in "1 1 1 1" "8 4 2 1" "8 1 4 2" "8 2 1 4"; do
-  read -r np tp pp dp <<<"$mesh"
-  name=m${tp}${pp}${dp}
-  must run ref_$name "$np" --tp "$tp" --pp "$pp" --dp "$dp"
-  must run res_$name "$np" --tp "$tp" --pp "$pp" --dp "$dp" --resume "$work/ck0/step-00000010"
+for mesh in "1 1 1 1" "8 4 2 1" "8 1 4 2" "8 2 1 4" "8 2 2 2 interleaved"; do
+  read -r np tp pp dp sched <<<"$mesh"
+  name=m${tp}${pp}${dp}${sched}
+  flags=(--tp "$tp" --pp "$pp" --dp "$dp" --pp-schedule "${sched:-1f1b}")
+  must run ref_$name "$np" "${flags[@]}"
+  must run res_$name "$np" "${flags[@]}" --resume "$work/ck0/step-00000010"
   "$py" "$here/compare_runs.py" "$work/ref_$name" "$work/res_$name" \
-    "2x2x2 step 10 -> ${tp}x${pp}x${dp}" || fail=1
+    "2x2x2 step 10 -> ${tp}x${pp}x${dp} ${sched}" || fail=1
 done
 
 # kill -9 of one rank in the middle of a run: checkpoints every 5 steps, kill after step 10's.

@@ -38,6 +38,8 @@ refuse "--aa and --aug-repeats act on the image loader's crops; --data synthetic
 refuse "--aug-repeats: 0 is out of range" train --aug-repeats 0
 refuse "--aa-interpolation: 'nearest' is not one of bicubic|bilinear" train --aa-interpolation nearest
 refuse "vit3d plan: --tp 3 does not divide the 4 attention heads" plan --model tiny --tp 3
+refuse "more than one model chunk per pipeline rank needs the interleaved schedule" plan --model tiny --pp 2 --pp-chunks 2
+refuse "the interleaved schedule needs at least 2 pipeline ranks" train --pp-schedule interleaved
 refuse "arguments file /nonexistent/recipe.args: No such file or directory" train @/nonexistent/recipe.args
 # An arguments file: its words are flags (comments and line breaks aside); later flags win.
 args=$(mktemp)

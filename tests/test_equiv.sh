@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_equiv.sh VIT3D: every 8-rank layout (tp x pp x dp) computes the same training as one rank:
 # the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
-# tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, with the tp-pp-dp mesh order and
+# tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, three layouts with the interleaved
+# schedule (one with drop path, one in bf16), with the tp-pp-dp mesh order and
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
 # with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, three
 # with the mean-pooled head (one sequence parallel), two with RandAugment and repeated
@@ -12,7 +13,8 @@
 # one rank does, so pp 8 must log the very same losses and gradient norms; the 2x2x2 mesh sums
 # the row-parallel GEMMs in another order, and an fp32 difference next to a bf16 rounding
 # boundary rounds the other way (measured: step-1 loss 1.5e-6, later steps <= 1.7e-4 once AdamW
-# has turned small gradient differences into update differences), so it gets bf16 bands; with
+# has turned small gradient differences into update differences), so it gets bf16 bands (pp 4
+# interleaved, like pp 8, must log the very numbers); with
 # sequence parallelism (its gathers move bf16 rows) it logs the very numbers of 2x2x2 without.
 # The model has 8 heads and 8 blocks so that tp 8 and pp 8 are possible.
 set -uo pipefail
@@ -57,20 +59,27 @@ plan_matches() {
   "$py" - "$work/plan_$name.txt" "$work/$name.log" "$label" <<'PY' || fail=1
 import re, sys
 # a plan row: stage, blocks, in flight, recomputed, parameters, gradients, optimizer, activations,
-# total; a rank's line: the same amounts in MiB
+# total; a rank's line: the same blocks and amounts in MiB
 rows = [l.split() for l in open(sys.argv[1]) if re.match(r"\s+\d+\s+\d+-", l)]
-plan = {int(r[0]): [float(x) for x in (r[4], r[6], r[7], r[8])] for r in rows}
-ranks = re.findall(r"pp (\d+) dp \d+\] memory plan .*parameters ([0-9.]+) MiB, gradients "
-                   r"[0-9.]+ MiB, optimizer ([0-9.]+) MiB, activations ([0-9.]+) MiB .*total "
-                   r"([0-9.]+) MiB", open(sys.argv[2]).read())
+plan = {int(r[0]): [r[1]] + [float(x) for x in (r[4], r[6], r[7], r[8])] for r in rows}
+ranks = re.findall(r"pp (\d+) dp \d+\] memory plan \(\w+\): blocks ([0-9,-]+).*parameters "
+                   r"([0-9.]+) MiB, gradients [0-9.]+ MiB, optimizer ([0-9.]+) MiB, activations "
+                   r"([0-9.]+) MiB .*total ([0-9.]+) MiB", open(sys.argv[2]).read())
 assert len(plan) == 2 and len(ranks) == 8, (plan, ranks)
-assert all(plan[int(r[0])] == [float(x) for x in r[1:]] for r in ranks), (plan, ranks)
-print(f"vit3d plan of {sys.argv[3]}: parameters, optimizer, activations and total per stage "
-      f"{plan} (MiB), as its 8 ranks printed them")
+assert all(plan[int(r[0])] == [r[1]] + [float(x) for x in r[2:]] for r in ranks), (plan, ranks)
+print(f"vit3d plan of {sys.argv[3]}: blocks, parameters, optimizer, activations and total per "
+      f"stage {plan} (MiB), as its 8 ranks printed them")
 PY
 }
 plan_matches zero "2x2x2 ZeRO-1" --tp 2 --pp 2 --dp 2 --zero 1
 check gpipe 2 2 2 --pp-schedule gpipe
+# The interleaved schedule: each stage holds 2 (or 4) model chunks of the 8 blocks, activations go
+# round the ring of stages once per chunk; every chunk still sums its micro-batches in order.
+check il222 2 2 2 --pp-schedule interleaved
+check il_tp2pp4 2 4 1 --pp-schedule interleaved
+check il_pp2dp4 1 2 4 --pp-schedule interleaved --pp-chunks 4
+plan_matches il222 "2x2x2 interleaved (blocks 0-1,4-5 and 2-3,6-7)" --tp 2 --pp 2 --dp 2 \
+  --pp-schedule interleaved
 check order 2 2 2 --mesh-order tp-pp-dp
 check zero_dp8 1 1 8 --zero 1
 check seqpar 2 2 2 --sequence-parallel 1
@@ -85,7 +94,8 @@ a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
 assert a[0] != b[0] and a[-1] != b[-1], "--drop-path 0.3 left the losses unchanged"
 print(f"drop path 0.3 changes the run: step-5 loss {b[-1]:.6f} (without: {a[-1]:.6f})")
 PY
-  for layout in "drop_mix222 2 2 2" "drop_pp2dp4 1 2 4" "drop_seqpar_tp8 8 1 1 --sequence-parallel 1"; do
+  for layout in "drop_mix222 2 2 2" "drop_pp2dp4 1 2 4" "drop_seqpar_tp8 8 1 1 --sequence-parallel 1" \
+                "drop_il_pp4dp2 1 4 2 --pp-schedule interleaved"; do
     set -- $layout
     name=$1 tp=$2 pp=$3 dp=$4; shift 4
     run "$name" 8 --tp "$tp" --pp "$pp" --dp "$dp" --drop-path 0.3 "$@" &&
@@ -191,10 +201,14 @@ run rc_seqpar_tp8 8 --tp 8 --sequence-parallel 1 --recompute-blocks 3 &&
 cc=$here/compare_curves.py
 if run base_bf16 1 --precision bf16 && run rc_base_bf16 1 --precision bf16 --recompute-blocks 8 &&
    same_run base_bf16 rc_base_bf16 "recompute, 1 rank, bf16" && run pp8_bf16 8 --pp 8 --precision bf16 &&
+   run il_pp4_bf16 4 --pp 4 --pp-schedule interleaved --precision bf16 &&
    run mix_bf16 8 --tp 2 --pp 2 --dp 2 --precision bf16 &&
    run seqpar_bf16 8 --tp 2 --pp 2 --dp 2 --sequence-parallel 1 --precision bf16; then
   "$py" "$cc" "$work/pp8_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" --label "bf16 1x8x1" \
     --same "$work/base_bf16/metrics.jsonl" --bands 1-5:0 --tail-tol 0 | grep -E "determinism|VERDICT" || fail=1
+  "$py" "$cc" "$work/il_pp4_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" \
+    --label "bf16 1x4x1 interleaved" --same "$work/base_bf16/metrics.jsonl" --bands 1-5:0 \
+    --tail-tol 0 | grep -E "determinism|VERDICT" || fail=1
   "$py" "$cc" "$work/mix_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" --label "bf16 2x2x2" \
     --bands 1-1:1e-4,2-5:2e-3 --tail-tol 2e-3 | grep -E "loss steps|VERDICT" || fail=1
   # Sequence parallelism gathers the LayerNorm outputs as bf16 (vt_ops.h); the sums are those of

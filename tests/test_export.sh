@@ -59,25 +59,32 @@ grep "^eval:" "$work/last.log" > "$work/eval_init.txt"
 step timeout 300 mpirun -np 8 --oversubscribe "$vit3d" eval "${model[@]}" --tp 2 --pp 2 \
   --val-data "$work/val" --init-from "$work/w.safetensors" --micro-batch-size 4 --threads 1
 grep "^eval:" "$work/last.log" > "$work/eval_mesh.txt"
+# The interleaved layout: each stage holds 2 chunks of the 4 blocks; a batch goes round the ring
+# of stages twice.
+step timeout 300 mpirun -np 8 --oversubscribe "$vit3d" eval "${model[@]}" --tp 2 --pp 2 \
+  --pp-schedule interleaved --val-data "$work/val" --init-from "$work/w.safetensors" \
+  --micro-batch-size 4 --threads 1
+grep "^eval:" "$work/last.log" > "$work/eval_mesh_il.txt"
 echo "checkpoint: $(cat "$work/eval_ckpt.txt")"
 echo "init-from:  $(cat "$work/eval_init.txt")"
 echo "2x2x2 mesh: $(cat "$work/eval_mesh.txt")"
+echo "2x2x2 mesh, interleaved: $(cat "$work/eval_mesh_il.txt")"
 echo "mirror, 1 rank:     $(cat "$work/eval_flip.txt")"
 echo "mirror, 2x2x2 mesh: $(cat "$work/eval_flip_mesh.txt")"
 grep -q "each with its mirror" "$work/eval_flip.txt" && ! cmp -s "$work/eval_flip.txt" "$work/eval_ckpt.txt" ||
   { echo "FAIL: --eval-hflip 1 did not change the evaluation"; fail=1; }
 cmp -s "$work/eval_ckpt.txt" "$work/eval_init.txt" ||
   { echo "FAIL: --init-from evaluates differently from the checkpoint"; fail=1; }
-"$py" - "$work/eval_ckpt.txt" "$work/eval_mesh.txt" <<'PY' || { echo "FAIL: the mesh evaluation differs"; fail=1; }
+same_eval() {  # same_eval A B WHAT: the eval lines of A and B agree to 1e-4
+  "$py" - "$work/$1" "$work/$2" <<'PY' || { echo "FAIL: $3 differs"; fail=1; }
 import re, sys
 a, b = (list(map(float, re.findall(r"[\d.]+", open(p).read()))) for p in sys.argv[1:])
 sys.exit(0 if len(a) == len(b) and all(abs(x - y) <= 1e-4 * max(1, abs(x)) for x, y in zip(a, b)) else 1)
 PY
-"$py" - "$work/eval_flip.txt" "$work/eval_flip_mesh.txt" <<'PY' || { echo "FAIL: the mesh evaluation with mirrors differs"; fail=1; }
-import re, sys
-a, b = (list(map(float, re.findall(r"[\d.]+", open(p).read()))) for p in sys.argv[1:])
-sys.exit(0 if len(a) == len(b) and all(abs(x - y) <= 1e-4 * max(1, abs(x)) for x, y in zip(a, b)) else 1)
-PY
+}
+same_eval eval_ckpt.txt eval_mesh.txt "the mesh evaluation"
+same_eval eval_ckpt.txt eval_mesh_il.txt "the interleaved mesh evaluation"
+same_eval eval_flip.txt eval_flip_mesh.txt "the mesh evaluation with mirrors"
 step timeout 300 mpirun -np 1 "$vit3d" train --model tiny --img-size 24 --patch-size 4 --width 32 \
   --heads 4 --depth 4 --num-classes 5 --steps 1 --micro-batch-size 2 --init-from "$work/w.safetensors"
 grep -q "pos_embed resampled from a 4x4 to a 6x6 patch grid" "$work/last.log" &&
