@@ -44,7 +44,8 @@ vt_status vt_schedule_spec_check(const vt_schedule_spec *s, char *err, size_t si
 }
 
 // Each unit (m * v of them) has one forward and one backward, each with at most one receive
-// before and one send after; fusing only shrinks the list.
+// before and one send after (plain order; fusing only shrinks the list) or one transfer action
+// after it (lockstep), plus the first receive.
 int vt_schedule_max_actions(const vt_schedule_spec *s) {
   const int units = (s->n_micro > 0 ? s->n_micro : 0) * (s->chunks > 0 ? s->chunks : 1);
   return 6 * units;
@@ -113,9 +114,8 @@ static void unit(builder *b, const vt_schedule_spec *s, int r, int backward, int
   if (backward ? !first : !last) push_xfer(b, 1, backward ? VT_XFER_GRAD : VT_XFER_ACT, mb, chunk);
 }
 
-// The k-th forward (or backward) unit of a rank: micro-batches in groups of p, each group through
-// every chunk in turn; backwards visit the chunks in reverse. GPipe and 1F1B (v 1): unit k is
-// micro-batch k.
+// Interleaved: the k-th forward (or backward) unit of a rank: micro-batches in groups of p, each
+// group through every chunk in turn; backwards visit the chunks in reverse.
 static void nth_unit(const vt_schedule_spec *s, int k, int backward, int *mb, int *chunk) {
   const int p = s->pp_size, v = s->chunks, within = k % (p * v);
   *mb = k / (p * v) * p + within % p;

@@ -1,16 +1,54 @@
 #!/usr/bin/env bash
-# bench_pipeline.sh VIT3D: pipeline bubble, measured. Runs 4 pipeline stages (1F1B) with
-# m = 4, 8 and 16 micro-batches per step and prints each stage's idle fraction (1 - time in
-# forward/backward / step time, steps after the first) beside the ideal (p-1)/(m+p-1).
-# Conditions matter: with more ranks than cores, a stage also waits for a core, so the measured
-# idle is an upper bound there; the script says how many cores it had.
+# bench_pipeline.sh VIT3D [ROUNDS]: the pipeline bubble, measured, 1F1B against the interleaved
+# schedule (2 model chunks per stage) in the same run. For p = 2 and 4 stages and m = 8 and 16
+# micro-batches per step, the two schedules run alternately ROUNDS times (default 3) on the same
+# model, data and seed (they compute the same losses); printed per schedule: the ideal idle
+# (p-1)/(v*m+p-1), the measured idle (1 - time in forward/backward / step time, mean over stages,
+# steps after the first; median over rounds) and the median step time, then the step-time ratio
+# interleaved / 1F1B. The measured idle also holds what is not a bubble (the optimizer step,
+# transfers, the loss's trip to the host), the same for both schedules.
+# Conditions matter: with more ranks than cores (p 4 on a 2-core machine) a stage also waits for a
+# core, so there the idle is an upper bound and the ratio is noise; the script says so.
 set -uo pipefail
 vit3d=$1
+rounds=${2:-3}
+py=${VT_REF_PYTHON:-/usr/bin/python3}
 cores=$(nproc)
-echo "bench_pipeline: 4 ranks (pp 4, 1F1B), 1 thread each, $cores cores; model tiny, depth 8"
-[ "$cores" -lt 4 ] && echo "bench_pipeline: fewer cores than ranks: stages also wait for a core"
-for m in 4 8 16; do
-  mpirun -np 4 --oversubscribe "$vit3d" train --model tiny --depth 8 --pp 4 \
-    --micro-batch-size 4 --global-batch-size $((4 * m)) --steps 8 --threads 1 2>&1 |
-    grep "pipeline idle" | sed 's/^\[[^]]*\] //'
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+model=(--model tiny --depth 8 --width 128 --heads 4 --img-size 64 --micro-batch-size 4
+       --steps 10 --threads 1 --log-interval 100)
+echo "bench_pipeline: model tiny, depth 8, width 128, 64 px, micro-batch 4, 10 steps, 1 thread" \
+     "per rank, $cores cores, $rounds rounds per schedule"
+for p in 2 4; do
+  [ "$p" -gt "$cores" ] && echo "p $p: more ranks than the $cores cores: the stages also wait" \
+    "for a core; the idle below is an upper bound and the ratio noise"
+  for m in 8 16; do
+    for r in $(seq "$rounds"); do
+      for s in 1f1b interleaved; do
+        out=$work/p${p}m${m}_${s}_$r
+        mpirun -np "$p" --oversubscribe "$vit3d" train "${model[@]}" --pp "$p" \
+          --global-batch-size $((4 * m)) --pp-schedule "$s" --log-dir "$out" > "$out.log" 2>&1 ||
+          { echo "FAIL: p $p m $m $s"; tail -5 "$out.log"; exit 1; }
+      done
+    done
+    "$py" - "$work" "$p" "$m" "$rounds" <<'PY'
+import json, re, statistics, sys
+work, p, m, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+res = {}
+for s in ("1f1b", "interleaved"):
+    idle, ms = [], []
+    for r in range(1, rounds + 1):
+        base = f"{work}/p{p}m{m}_{s}_{r}"
+        line = re.search(r"per stage:([ 0-9.]+); ideal bubble \S+ = ([0-9.]+)", open(base + ".log").read())
+        idle.append(statistics.mean(float(x) for x in line.group(1).split()))
+        ideal = float(line.group(2))
+        ms.append(statistics.median(json.loads(l)["step_ms"] for l in list(open(base + "/metrics.jsonl"))[1:]))
+    res[s] = statistics.median(ms)
+    print(f"p {p} m {m:2d} {s:11s}: ideal idle {ideal:.3f}, measured {statistics.median(idle):.3f} "
+          f"(rounds {' '.join(f'{x:.3f}' for x in idle)}), step {res[s]:.1f} ms")
+print(f"p {p} m {m:2d} step time interleaved / 1f1b = {res['interleaved'] / res['1f1b']:.3f} "
+      f"(ideal {(2 * m + p - 1) / (2 * m) / ((m + p - 1) / m):.3f} with equal stages and free transfers)")
+PY
+  done
 done
