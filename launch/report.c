@@ -59,8 +59,8 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
     vt_log_info("the weights' EMA: decay %g per step, evaluated beside the weights",
                 oc->ema_decay);
   if (o->recompute_blocks > 0)
-    vt_log_info("activation recompute: the first %d blocks of each pipeline stage",
-                o->recompute_blocks);
+    vt_log_info("activation recompute: the first %d blocks of each pipeline stage%s",
+                o->recompute_blocks, o->pp_chunks > 1 ? "'s model chunks" : "");
 }
 
 // The first step's traffic of this rank per axis and op, with what the formulas need to
@@ -75,10 +75,10 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
     return;
   }
   fprintf(f, "{\"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"nblocks\": %d, "
-             "\"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
+             "\"chunks\": %d, \"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
              "\"zero_padded\": %lld, \"dp_overlap\": %d, \"dp_layers\": %d, "
              "\"dp_started_in_backward\": %d, \"axes\": {",
-          me.tp_rank, me.pp_rank, me.dp_rank, m->nblocks, n_micro, m->max_batch,
+          me.tp_rank, me.pp_rank, me.dp_rank, m->nblocks, m->nchunks, n_micro, m->max_batch,
           vt_cfg_tokens(&m->cfg), m->cfg.width, (long long)m->table.total,
           (long long)(opt->zero ? opt->padded : 0), opt->overlap, opt->layers_here,
           opt->started_early);

@@ -2,7 +2,8 @@
 training step (DIR/comm.rank<R>.json, written by vit3d --comm-stats 1) against the formulas:
   TP  all-reduce: 4 x b*N*C floats per block per micro-batch (two forward, two backward)
   PP  send = recv: one activation (forward) and one gradient (backward) of b*N*C floats per
-      stage boundary per micro-batch
+      stage boundary per micro-batch; with model chunks (interleaved), per boundary of each
+      chunk's virtual stage c * pp + pp_rank
   DP  all-reduce of the rank's gradient elements once per step; ZeRO-1: a reduce-scatter and
       an all-gather of the (padded) gradient elements instead. Without ZeRO, one all-reduce per
       layer of the stage (embeddings, each block, head), every one started during the step's
@@ -23,7 +24,9 @@ for path in ranks:
     r = json.load(open(path))
     act = r["B"] * r["N"] * r["C"] * 4
     m, nb = r["micro_batches"], r["nblocks"]
-    boundaries = (r["pp_rank"] > 0) + (r["pp_rank"] < pp - 1)
+    v = r.get("chunks", 1)
+    stages = [c * pp + r["pp_rank"] for c in range(v)]  # this rank's virtual stages
+    boundaries = sum((s > 0) + (s < pp * v - 1) for s in stages)
     want = {
         ("tp", "all_reduce"): 4 * nb * m * act if tp > 1 else 0,
         ("pp", "send"): boundaries * m * act,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_traffic.sh VIT3D: the bytes every rank moves per axis in one step equal the formulas of
-# tests/check_traffic.py, on 2x2x2, 2x2x2 with ZeRO-1 and 1x4x2.
+# tests/check_traffic.py, on 2x2x2, 2x2x2 with ZeRO-1, 1x4x2 and 1x4x2 with the interleaved
+# schedule.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -8,16 +9,18 @@ py=${VT_REF_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
-measure() {  # measure NAME TP PP DP ZERO
-  local name=$1
+measure() {  # measure NAME TP PP DP ZERO [flags...]
+  local name=$1 tp=$2 pp=$3 dp=$4 zero=$5
+  shift 5
   mkdir -p "$work/$name"
   timeout 300 mpirun -np 8 --oversubscribe "$vit3d" train --model tiny --heads 8 --depth 8 \
-    --global-batch-size 16 --micro-batch-size 2 --steps 1 --threads 1 --tp "$2" --pp "$3" \
-    --dp "$4" --zero "$5" --log-dir "$work/$name" --comm-stats 1 > "$work/$name.log" 2>&1 ||
+    --global-batch-size 16 --micro-batch-size 2 --steps 1 --threads 1 --tp "$tp" --pp "$pp" \
+    --dp "$dp" --zero "$zero" --log-dir "$work/$name" --comm-stats 1 "$@" > "$work/$name.log" 2>&1 ||
     { echo "FAIL: run $name"; tail "$work/$name.log"; fail=1; return; }
-  "$py" "$here/check_traffic.py" "$work/$name" "$2" "$3" "$4" "$5" || fail=1
+  "$py" "$here/check_traffic.py" "$work/$name" "$tp" "$pp" "$dp" "$zero" || fail=1
 }
 measure m222 2 2 2 0
 measure zero 2 2 2 1
 measure m142 1 4 2 0
+measure il142 1 4 2 0 --pp-schedule interleaved  # chunks 0-0,4-4 ... 3-3,7-7: a ring
 exit $fail
