@@ -114,6 +114,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "what the head sees: token (the class token after `norm`, timm's default) or avg (the "
        "mean of the patch tokens after `fc_norm`: MAE's fine-tuning head, timm's "
        "global_pool='avg')", "token|avg"},
+      {"--head-init-std", VT_OPT_FLOAT, &o.model.head_init_std, 0, 0, 1, "S",
+       "std of the head weight's truncated normal initialisation, also of a head --init-from "
+       "starts fresh (MAE's fine-tuning: 2e-5); 0: timm's 0.02", NULL},
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
        "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
        "directory (root/<class>/<image>) or a list file (path<TAB>label per line)", NULL},

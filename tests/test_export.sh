@@ -92,8 +92,8 @@ grep -q "pos_embed resampled from a 4x4 to a 6x6 patch grid" "$work/last.log" &&
   echo "ok: --init-from at 24 px and 5 classes resampled pos_embed and renewed the head" ||
   { echo "FAIL: --init-from resampling messages"; cat "$work/last.log"; fail=1; }
 # A pretraining checkpoint (MAE's: no head, and no fc_norm for the mean-pooled head) starts its
-# head and fc_norm fresh and takes the rest (lr 0 keeps the weights as --init-from made them);
-# a file missing any other tensor is refused.
+# head (here with MAE's --head-init-std 2e-5) and fc_norm fresh and takes the rest (lr 0 keeps the
+# weights as --init-from made them); a file missing any other tensor is refused.
 "$py" - "$work/w.safetensors" "$work" "$here" <<'PY' || { echo "FAIL: writing the stripped files"; fail=1; }
 import json, struct, sys
 import numpy as np
@@ -113,7 +113,7 @@ write(sys.argv[2] + "/pretrain.safetensors", {n: t for n, t in w.items() if not 
 write(sys.argv[2] + "/holed.safetensors", {n: t for n, t in w.items() if n != "blocks.1.norm1.weight"})
 PY
 step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --global-pool avg --steps 1 --lr 0 \
-  --min-lr 0 --micro-batch-size 2 --init-from "$work/pretrain.safetensors" \
+  --min-lr 0 --micro-batch-size 2 --init-from "$work/pretrain.safetensors" --head-init-std 2e-5 \
   --final-weights "$work/finetune0.safetensors"
 grep -q "has no head or fc_norm; they start fresh" "$work/last.log" ||
   { echo "FAIL: --init-from of a pretraining checkpoint did not say the head starts fresh"; fail=1; }
@@ -126,9 +126,11 @@ src, got = (read_safetensors(p) for p in sys.argv[1:3])
 same = all(np.array_equal(np.asarray(src[n]), np.asarray(got[n])) for n in got if n in src)
 fresh = (np.all(np.asarray(got["fc_norm.weight"]) == 1) and np.all(np.asarray(got["fc_norm.bias"]) == 0)
          and "norm.weight" not in got and "head.weight" in got)
+hw = np.asarray(got["head.weight"], dtype=np.float64)  # 96 draws of N(0, 2e-5)
+head = 1.4e-5 < hw.std() < 2.6e-5 and abs(hw.mean()) < 1e-5 and np.all(np.asarray(got["head.bias"]) == 0)
 print(f"--init-from a pretraining checkpoint with --global-pool avg: shared tensors equal {same}, "
-      f"fc_norm fresh and no norm {fresh}")
-sys.exit(0 if same and fresh else 1)
+      f"fc_norm fresh and no norm {fresh}, fresh head std {hw.std():.3g} (--head-init-std 2e-5) {head}")
+sys.exit(0 if same and fresh and head else 1)
 PY
 out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
       --init-from "$work/holed.safetensors" 2>&1)

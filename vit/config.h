@@ -20,6 +20,8 @@ typedef struct {
   int global_pool;  // 0: the class token, normalised by `norm` (timm's 'token'); 1: the mean of
                     // the patch tokens, normalised by `fc_norm` (timm's 'avg', MAE's
                     // fine-tuning head; timm then has no `norm`)
+  float head_init_std;  // std of the head weight's truncated normal initialisation; 0: timm's
+                        // 0.02 (MAE's fine-tuning: 2e-5)
 } vt_vit_config;
 
 // Derived sizes.

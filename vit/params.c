@@ -123,7 +123,8 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
   }
   if (last_stage) {
     norm(&b, cfg->depth + 1, C, cfg->global_pool ? "fc_norm" : "norm", 0);
-    linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, C, "head");
+    const int head = linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, C, "head");
+    if (cfg->head_init_std > 0) t->p[head].init_scale = cfg->head_init_std;
   }
 }
 
