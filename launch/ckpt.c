@@ -2,6 +2,7 @@
 #include "ckpt.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,9 +20,90 @@ static vt_status agree(vt_comm *world, vt_status st) {
   return (vt_status)(int)s;
 }
 
+// Rank 0's writer of one gathered checkpoint: its inputs, then its result. At most one exists
+// at a time (the next save, or vt_ckpt_wait, finishes the one before).
+typedef struct {
+  pthread_t thread;
+  int running;  // written on a background thread that has not been joined yet
+  char save_dir[512];
+  int keep_last, n;  // n: files (weights, moments, EMA)
+  vt_vit_config cfg;
+  vt_ckpt_manifest man;
+  float *global[4];
+  vt_status st;
+  char err[1024];
+} ckpt_writer;
+
+static ckpt_writer g_writer;
+
+// Writes the files into a temporary directory and commits it (rank 0; on the main thread, or on
+// the writer's own).
+static void *write_checkpoint(void *arg) {
+  ckpt_writer *w = arg;
+  const int64_t step = w->man.step;
+  char tmp[1100], path[1300];
+  vt_status st = vt_ckpt_begin(w->save_dir, step, tmp, sizeof tmp, w->err, sizeof w->err);
+  if (st == VT_OK) {
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    const float *params[1] = {w->global[0]};
+    const char *none[1] = {""};
+    st = vt_write_global(&w->cfg, params, none, 1, path, w->err, sizeof w->err);
+  }
+  if (st == VT_OK) {
+    snprintf(path, sizeof path, "%s/optim.safetensors", tmp);
+    const float *moments[2] = {w->global[1], w->global[2]};
+    const char *prefixes[2] = {"exp_avg.", "exp_avg_sq."};
+    st = vt_write_global(&w->cfg, moments, prefixes, 2, path, w->err, sizeof w->err);
+  }
+  if (st == VT_OK && w->n > 3) {  // timm names, like model.safetensors
+    snprintf(path, sizeof path, "%s/ema.safetensors", tmp);
+    const float *ema[1] = {w->global[3]};
+    const char *none[1] = {""};
+    st = vt_write_global(&w->cfg, ema, none, 1, path, w->err, sizeof w->err);
+  }
+  // Test-only fault switch: die between writing the files and committing them.
+  if (vt_fault_at(VT_FAULT_KILL_IN_SAVE, step)) {
+    vt_log_warn("VT_FAULT: killing this rank in the middle of the save of step %lld",
+                (long long)step);
+    raise(SIGKILL);
+  }
+  if (st == VT_OK) {
+    const char *files[3] = {"model.safetensors", "optim.safetensors", "ema.safetensors"};
+    st = vt_ckpt_commit(w->save_dir, tmp, &w->man, files, w->n - 1, w->keep_last, w->err,
+                        sizeof w->err);
+  }
+  if (st != VT_OK) vt_ckpt_abandon(tmp);
+  w->st = st;
+  return NULL;
+}
+
+static void release(ckpt_writer *w) {
+  for (int k = 0; k < 4; k++) free(w->global[k]), w->global[k] = NULL;
+}
+
+// Collective: joins a checkpoint being written in the background (rank 0), says on rank 0 when
+// it failed, and returns its agreed status (VT_OK when there was none).
+static vt_status finish_background(vt_comm *world) {
+  ckpt_writer *w = &g_writer;
+  vt_status st = VT_OK;
+  if (w->running) {
+    pthread_join(w->thread, NULL);
+    w->running = 0;
+    st = w->st;
+    if (st != VT_OK)
+      vt_log_error("checkpoint of step %lld (written in the background) failed, the previous "
+                   "one is intact: %s", (long long)w->man.step, w->err);
+    release(w);
+  }
+  return agree(world, st);
+}
+
+vt_status vt_ckpt_wait(vt_comm *world) { return finish_background(world); }
+
 vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
-                       vt_comm *world, const vt_mesh *mesh, int64_t step, char *err,
+                       vt_comm *world, const vt_mesh *mesh, int64_t step, int wait, char *err,
                        size_t errlen) {
+  finish_background(world);  // its failure is said there; this save goes on regardless
   const int64_t total = m->table.total;
   const int n = opt->ema ? 4 : 3;  // weights, the two moments, the EMA
   float *local[4] = {NULL}, *global[4] = {NULL};
@@ -33,51 +115,35 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   vt_optimizer_get_state(opt, local[1], local[2]);
   if (opt->ema) vt_optimizer_get_ema(opt, local[3]);
   for (int k = 0; k < n; k++) global[k] = vt_gather_global(m, world, mesh, local[k]);
+  for (int k = 0; k < n; k++) free(local[k]);
   vt_status st = VT_OK;
   if (vt_comm_rank(world) == 0) {
-    char tmp[1100], path[1300];
-    st = vt_ckpt_begin(o->save_dir, step, tmp, sizeof tmp, err, errlen);
-    if (st == VT_OK) {
-      snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-      const float *params[1] = {global[0]};
-      const char *none[1] = {""};
-      st = vt_write_global(&m->cfg, params, none, 1, path, err, errlen);
+    ckpt_writer *w = &g_writer;
+    memset(w, 0, sizeof *w);
+    snprintf(w->save_dir, sizeof w->save_dir, "%s", o->save_dir);
+    w->keep_last = o->keep_last, w->n = n, w->cfg = m->cfg;
+    for (int k = 0; k < n; k++) w->global[k] = global[k];
+    const vt_vit_config *c = &m->cfg;
+    w->man = (vt_ckpt_manifest){
+        .step = step, .stream_position = step * o->global_batch,
+        .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
+        .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
+        .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
+        .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
+        .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
+        .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
+    // The snapshot is rank 0's own now: training may go on while it is written.
+    if (!wait && o->async_save && pthread_create(&w->thread, NULL, write_checkpoint, w) == 0) {
+      w->running = 1;
+    } else {
+      write_checkpoint(w);
+      st = w->st;
+      if (st != VT_OK) snprintf(err, errlen, "%s", w->err);
+      release(w);
     }
-    if (st == VT_OK) {
-      snprintf(path, sizeof path, "%s/optim.safetensors", tmp);
-      const float *moments[2] = {global[1], global[2]};
-      const char *prefixes[2] = {"exp_avg.", "exp_avg_sq."};
-      st = vt_write_global(&m->cfg, moments, prefixes, 2, path, err, errlen);
-    }
-    if (st == VT_OK && opt->ema) {  // timm names, like model.safetensors
-      snprintf(path, sizeof path, "%s/ema.safetensors", tmp);
-      const float *ema[1] = {global[3]};
-      const char *none[1] = {""};
-      st = vt_write_global(&m->cfg, ema, none, 1, path, err, errlen);
-    }
-    // Test-only fault switch: die between writing the files and committing them.
-    if (vt_fault_at(VT_FAULT_KILL_IN_SAVE, step)) {
-      vt_log_warn("VT_FAULT: killing this rank in the middle of the save of step %lld",
-                  (long long)step);
-      raise(SIGKILL);
-    }
-    if (st == VT_OK) {
-      const vt_vit_config *c = &m->cfg;
-      vt_ckpt_manifest man = {
-          .step = step, .stream_position = step * o->global_batch,
-          .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
-          .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
-          .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
-          .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
-          .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
-          .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
-      const char *files[3] = {"model.safetensors", "optim.safetensors", "ema.safetensors"};
-      st = vt_ckpt_commit(o->save_dir, tmp, &man, files, n - 1, o->keep_last, err, errlen);
-    }
-    if (st != VT_OK) vt_ckpt_abandon(tmp);
   }
-  for (int k = 0; k < n; k++) free(local[k]), free(global[k]);
-  return agree(world, st);
+  if (wait || !o->async_save) return agree(world, st);
+  return VT_OK;  // rank 0 writes in the background; the next save or vt_ckpt_wait says how it went
 }
 
 static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifest *man,

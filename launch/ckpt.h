@@ -12,11 +12,19 @@
 #include "optim.h"
 #include "train.h"
 
-// Collective over world: saves the state after `step` steps into o->save_dir. Returns rank 0's
-// status on every rank (an error leaves the previous checkpoint intact).
+// Collective over world: saves the state after `step` steps into o->save_dir. The snapshot (the
+// weights, AdamW's moments and the EMA gathered on world rank 0) is taken now; rank 0 writes and
+// commits it in place, or with o->async_save and not `wait` on a background thread while
+// training goes on (at most one: a save first finishes the one before, and vt_ckpt_wait does at
+// the end). Returns rank 0's status on every rank for a checkpoint written in place, VT_OK for
+// one started in the background; a failure, said on rank 0 with its step (in the background:
+// when it is joined), leaves the previous checkpoint intact.
 vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
-                       vt_comm *world, const vt_mesh *mesh, int64_t step, char *err,
+                       vt_comm *world, const vt_mesh *mesh, int64_t step, int wait, char *err,
                        size_t errlen);
+// Collective over world: waits for a checkpoint being written in the background; its status on
+// every rank (VT_OK when there is none).
+vt_status vt_ckpt_wait(vt_comm *world);
 
 // Collective over world: finds the checkpoint to resume from (--resume auto: the newest complete
 // one under --save, or none; --resume PATH: that one), checks it against the options, loads it.

@@ -54,6 +54,7 @@ static void train_defaults(vt_train_options *o) {
   o->log_interval = 10;
   o->tp = o->pp = 1;
   o->timeout_s = 600;
+  o->async_save = 1;
   o->max_nonfinite = 5;
   o->straggler_interval = 100;
   o->dp = 0;
@@ -236,6 +237,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "save every N steps and after the last; 0: only after the last", NULL},
       {"--keep-last", VT_OPT_INT, &o.keep_last, 0, 0, 1 << 20, "K",
        "keep the K newest checkpoints; 0: keep all", NULL},
+      {"--async-save", VT_OPT_INT, &o.async_save, 0, 0, 1, "N",
+       "1: rank 0 writes each checkpoint but the last (and a preemption's) on a background "
+       "thread while training goes on, from a snapshot taken at its step; 0: every save in "
+       "place", NULL},
       {"--resume", VT_OPT_STR, o.resume, sizeof o.resume, 0, 0, "auto|DIR",
        "auto: continue from the newest complete checkpoint in --save (or start fresh); DIR: "
        "from that checkpoint (on any mesh)", NULL},

@@ -436,7 +436,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                           (o->save_interval > 0 && n % o->save_interval == 0));
     if (save_now) {
       vt_watchdog_phase("checkpoint save", n, slow_limit);
-      if (vt_ckpt_save(o, &m, &opt, world, &mesh, n, err, sizeof err) != VT_OK) {
+      if (vt_ckpt_save(o, &m, &opt, world, &mesh, n, n == end_step || preempt, err,
+                       sizeof err) != VT_OK) {
         if (world_rank == 0)
           vt_log_error("checkpoint of step %lld failed, the previous one is intact: %s",
                        (long long)n, err);
@@ -480,6 +481,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     }
   }
   vt_watchdog_phase("end", end_step, slow_limit);
+  // A run stopped early (non-finite steps) may leave a checkpoint being written: finish it.
+  if (o->save_dir[0] && vt_ckpt_wait(world) != VT_OK && !rc) rc = VT_EXIT_FAILED;
   free(ranks_json);
   if (metrics) fclose(metrics);
   if (o->eval_only) {

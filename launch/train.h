@@ -54,6 +54,7 @@ typedef struct {
   int use_ema;              // vit3d eval: the checkpoint's EMA weights instead of its weights
   char save_dir[512];       // checkpoints go here (empty: none)
   int save_interval;        // save every N steps (and after the last); 0: only after the last
+  int async_save;           // 1: rank 0 writes checkpoints other than the last on a thread
   int keep_last;            // complete checkpoints kept; 0: all
   char resume[512];         // "auto", a checkpoint directory, or empty
   char init_from[512];      // start from these timm-format weights (safetensors)

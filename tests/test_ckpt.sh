@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_ckpt.sh VIT3D: checkpoints, end to end, on 8 CPU ranks.
 #  1. exact resume: 2x2x2, 20 steps straight against 10 steps + save + a new process with
-#     --resume auto: byte-identical final weights and identical losses of steps 11-20; also
+#     --resume auto: byte-identical final weights and identical losses of steps 11-20; also from
+#     a checkpoint written in the background (--async-save); also
 #     with --zero 1, drop path, Mixup, CutMix, random erasing and the weights' EMA (also byte-identical; its
 #     export from the checkpoint equals the run's --final-ema, and a checkpoint without one is
 #     refused by export --use-ema); and on an image folder with RandAugment and repeated
@@ -51,6 +52,15 @@ PY
   then echo "ok: exact resume (zero $z ${extra[*]}): weights$([ $z = 1 ] && echo " and EMA") byte-identical, losses of steps 11-20 identical"
   else echo "FAIL: exact resume (zero $z ${extra[*]}) differs"; fail=1; fi
 done
+# A checkpoint written in the background (--async-save 1, the default: steps 3, 6 and 9 here; 10,
+# the run's last, in place) holds its step's state although training went on while it was
+# written: resumed from step 9 it continues as the straight run.
+must run async_first 8 --tp 2 --pp 2 --save "$work/ck_async" --save-interval 3 --run-steps 10
+must run async_second 8 --tp 2 --pp 2 --save "$work/ck_async2" --resume "$work/ck_async/step-00000009"
+if cmp -s "$work/straight0/weights.safetensors" "$work/async_second/weights.safetensors" &&
+   [ "$(cat "$work/ck_async/latest")" = step-00000010 ] && ls "$work/ck_async" | grep -q step-00000003; then
+  echo "ok: resume from a checkpoint written in the background (step 9): weights byte-identical"
+else echo "FAIL: resume from a checkpoint written in the background"; ls "$work/ck_async"; fail=1; fi
 # RandAugment and repeated augmentation on an image folder: the loader's state is the stream
 # position, its draws keyed by (epoch, image, copy); 20 steps of 16 cross four epochs of 64.
 if "$py" "$here/make_images.py" "$work/imgs" 4 16 32; then

@@ -4,8 +4,8 @@
 #    checkpoint's;
 #  - another --seed is allowed but warned about;
 #  - --resume DIR of a damaged checkpoint (bad CRC) stops instead of training;
-#  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted) gives an
-#    error, and the previous checkpoint stays complete and usable.
+#  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted), in place or in
+#    the background, gives an error, and the previous checkpoint stays complete and usable.
 set -uo pipefail
 vit3d=$1
 work=$(mktemp -d)
@@ -48,6 +48,15 @@ if mount -t tmpfs -o size=4m tmpfs "$work/disk" 2>/dev/null; then
      grep -q "resumed from .*step-00000001" <<<"$again"; then
     echo "ok: full disk: $(grep -o 'checkpoint of step 2 failed.*' <<<"$out" | cut -c1-160)"
   else echo "FAIL: full disk: $out"; ls -la "$work/disk"; fail=1; fi
+  # Written in the background (--async-save, the default), step 2's failure is said when step
+  # 3's save joins it; step 3's own, in place as the last, fails too; step 1 stays the newest.
+  umount "$work/disk" && mount -t tmpfs -o size=4m tmpfs "$work/disk"
+  out=$("$vit3d" "${args[@]}" --steps 3 --save "$work/disk" --save-interval 1 2>&1)
+  if grep -q "checkpoint of step 2 (written in the background) failed, the previous one is intact" <<<"$out" &&
+     grep -q "checkpoint of step 3 failed, the previous one is intact" <<<"$out" &&
+     [ "$(cat "$work/disk/latest")" = "step-00000001" ] && ! ls -A "$work/disk" | grep -q tmp; then
+    echo "ok: full disk in the background: $(grep -o 'checkpoint of step 2 (written.*' <<<"$out" | cut -c1-160)"
+  else echo "FAIL: full disk in the background: $out"; ls -la "$work/disk"; fail=1; fi
 else
   echo "skipped the full-disk case: cannot mount a tmpfs here"
 fi
