@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,20 +14,39 @@
 
 #define FAIL(status, ...) return (snprintf(err, errlen, __VA_ARGS__), (status))
 
-uint32_t vt_crc32(uint32_t crc, const void *data, size_t nbytes) {
-  static uint32_t table[256];
-  static int ready = 0;  // filled once; the values are the same whichever thread fills them
-  if (!ready) {
-    for (uint32_t i = 0; i < 256; i++) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      table[i] = c;
-    }
-    ready = 1;
+// CRC-32 (zlib's, reflected polynomial 0xEDB88320) eight bytes per step ("slicing by 8"):
+// t[0] is the byte-at-a-time table, t[k][i] the CRC of byte i followed by k zero bytes, so the
+// eight bytes of a step are looked up independently and XORed. Several times the speed of the
+// byte loop, which was most of a checkpoint's CPU time (0.78 of 2.2 s for 260 MB).
+static uint32_t g_crc_table[8][256];
+
+static void crc_tables(void) {
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    g_crc_table[0][i] = c;
   }
+  for (int k = 1; k < 8; k++)
+    for (int i = 0; i < 256; i++) {
+      const uint32_t c = g_crc_table[k - 1][i];
+      g_crc_table[k][i] = g_crc_table[0][c & 0xFF] ^ (c >> 8);
+    }
+}
+
+uint32_t vt_crc32(uint32_t crc, const void *data, size_t nbytes) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;  // the save thread may be the first caller
+  pthread_once(&once, crc_tables);
+  const uint32_t(*t)[256] = (const uint32_t(*)[256])g_crc_table;
   const uint8_t *p = data;
   crc = ~crc;
-  for (size_t i = 0; i < nbytes; i++) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  for (; nbytes >= 8; p += 8, nbytes -= 8) {
+    // The bytes in stream order, so this holds on any byte order.
+    const uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                               (uint32_t)p[3] << 24);
+    crc = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
+          t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
+  }
+  for (; nbytes > 0; p++, nbytes--) crc = t[0][(crc ^ *p) & 0xFF] ^ (crc >> 8);
   return ~crc;
 }
 

@@ -4,6 +4,7 @@
 // pair parameters, random erasing, and the config checks.
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -79,6 +80,48 @@ static void test_param_counts(void) {
          "width %% heads not refused");
   EXPECT(vt_config_preset("vit-x", &c, err, sizeof err) != VT_OK && strstr(err, "vit-b16"),
          "unknown preset not refused with the list");
+}
+
+// vt_param_run: inside every run the global indices of a shard's elements are consecutive, for
+// each TP split (qkv's three stripes too) and TP rank, also with chunks; and the TP ranks'
+// shards together hold every global element once.
+static void test_param_runs(void) {
+  vt_vit_config c;
+  char err[256];
+  vt_config_preset("tiny", &c, err, sizeof err);
+  c.heads = 8, c.width = 64, c.depth = 4;
+  int bad = 0, covered_bad = 0, checked = 0;
+  for (int tp = 1; tp <= 4; tp *= 2)
+    for (int pp_rank = 0; pp_rank < 2; pp_rank++) {
+      vt_param_table t[4];
+      for (int r = 0; r < tp; r++)
+        vt_params_build(&t[r], &c, (vt_shard){r, tp, pp_rank, 2, 0, 2});
+      for (int i = 0; i < t[0].count; i++) {
+        const int64_t count = t[0].p[i].count;
+        unsigned char *seen = calloc((size_t)count, 1);
+        for (int r = 0; r < tp; r++) {
+          const vt_param *p = &t[r].p[i];
+          const int64_t run = vt_param_run(p, &t[r].shard);
+          const int replicated = p->tp_split == VT_TP_REPLICATED;
+          if (run < 1 || p->local_count % run) {
+            bad++;
+            continue;
+          }
+          for (int64_t k = 0; k < p->local_count; k++) {
+            const int64_t g = vt_param_global_index(p, &t[r].shard, k);
+            bad += g != vt_param_global_index(p, &t[r].shard, k - k % run) + k % run;
+            if (!replicated || r == 0) seen[g]++;
+          }
+          checked++;
+        }
+        for (int64_t g = 0; g < count; g++) covered_bad += seen[g] != 1;
+        free(seen);
+      }
+      for (int r = 0; r < tp; r++) vt_params_free(&t[r]);
+    }
+  EXPECT(bad == 0, "vt_param_run: %d elements out of their run's order", bad);
+  EXPECT(covered_bad == 0, "TP shards: %d global elements not held exactly once", covered_bad);
+  EXPECT(checked > 100, "vt_param_run: only %d shards checked", checked);
 }
 
 static void test_init(void) {
@@ -298,6 +341,7 @@ int main(void) {
   test_erase();
   test_drop_path_masks();
   test_param_counts();
+  test_param_runs();
   test_init();
   test_schedule();
   test_adamw();

@@ -16,8 +16,10 @@ static void scatter_shard(const vt_param_table *local, const float *flat,
     const vt_param *p = &local->p[i];
     const vt_param *g = vt_params_find(whole, p->name);
     VT_CHECK(g != NULL, "parameter %s is missing from the whole model's table", p->name);
-    for (int64_t k = 0; k < p->local_count; k++)
-      global[g->offset + vt_param_global_index(p, &local->shard, k)] = flat[p->offset + k];
+    const int64_t run = vt_param_run(p, &local->shard);
+    for (int64_t k = 0; k < p->local_count; k += run)
+      memcpy(global + g->offset + vt_param_global_index(p, &local->shard, k), flat + p->offset + k,
+             (size_t)run * sizeof(float));
   }
 }
 
@@ -115,8 +117,10 @@ vt_status vt_params_read_local(const vt_st_file *f, const char *file, const vt_p
       return VT_ERR_INPUT;
     }
     const float *g = vt_st_data(f, e);
-    for (int64_t k = 0; k < p->local_count; k++)
-      local[p->offset + k] = g[vt_param_global_index(p, &t->shard, k)];
+    const int64_t run = vt_param_run(p, &t->shard);
+    for (int64_t k = 0; k < p->local_count; k += run)
+      memcpy(local + p->offset + k, g + vt_param_global_index(p, &t->shard, k),
+             (size_t)run * sizeof(float));
   }
   return VT_OK;
 }

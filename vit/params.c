@@ -141,6 +141,12 @@ int64_t vt_param_global_index(const vt_param *p, const vt_shard *s, int64_t i) {
   return (group * grows + s->tp_rank * lrows + within) * rest + col;
 }
 
+int64_t vt_param_run(const vt_param *p, const vt_shard *s) {
+  if (p->tp_split == VT_TP_REPLICATED || s->tp_size == 1) return p->local_count;
+  const int64_t rest = p->count / p->shape[0];
+  return p->tp_split == VT_TP_COLS ? rest / s->tp_size : rest;
+}
+
 void vt_params_free(vt_param_table *t) {
   free(t->p);
   memset(t, 0, sizeof *t);

@@ -84,5 +84,10 @@ void vt_params_init(const vt_param_table *t, float *host, uint64_t seed);
 // table's TP rank. qkv rows are [q | k | v], each split by heads, so a TP rank's rows are three
 // separate stripes.
 int64_t vt_param_global_index(const vt_param *p, const vt_shard *s, int64_t i);
+// The length of the runs of local elements (starting at 0 and every multiple of it) that sit one
+// after another in the global tensor too: the whole tensor unless TP splits it, a row of a
+// column-parallel (VT_TP_ROWS) tensor, a row's band of a row-parallel one. Copying run by run
+// from vt_param_global_index of each run's first element moves whole rows instead of elements.
+int64_t vt_param_run(const vt_param *p, const vt_shard *s);
 
 #endif
