@@ -105,6 +105,13 @@ int vt_plan_run(const vt_train_options *o) {
     if (total > worst) worst = total, worst_stage = p;
     vt_params_free(&t);
   }
+  if (o->pp > 1) {  // what the activations in flight buy: the ideal idle fraction of a step
+    const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, o->pp, n_micro, 1};
+    printf("pipeline: %s schedule, ideal idle fraction (p-1)/(v*m+p-1) = %.3f with equal stages "
+           "and free transfers (1f1b and gpipe: %.3f); measured at the end of a run\n",
+           vt_schedule_name(kind), vt_schedule_bubble_formula(&spec),
+           vt_schedule_bubble_formula(&plain));
+  }
   printf("largest: stage %d, %.2f GiB per rank. Not in the plan: on a GPU the CUDA context, "
          "cuBLAS, cuDNN and NCCL (their size is printed at start-up) and the ops' grow-only "
          "scratch (after the first step the run reports what the GPU holds against this "

@@ -40,6 +40,12 @@ refuse "--aa-interpolation: 'nearest' is not one of bicubic|bilinear" train --aa
 refuse "vit3d plan: --tp 3 does not divide the 4 attention heads" plan --model tiny --tp 3
 refuse "more than one model chunk per pipeline rank needs the interleaved schedule" plan --model tiny --pp 2 --pp-chunks 2
 refuse "the interleaved schedule needs at least 2 pipeline ranks" train --pp-schedule interleaved
+# The plan says what a schedule's activations buy: pp 4, m 16 (global 128 / 8): 3/35 against 3/19.
+out=$("$vit3d" plan --model tiny --depth 8 --pp 4 --micro-batch-size 8 --global-batch-size 128 \
+      --pp-schedule interleaved 2>&1)
+if grep -q "pipeline: interleaved schedule, ideal idle fraction (p-1)/(v\*m+p-1) = 0.086 .*(1f1b and gpipe: 0.158)" <<<"$out"; then
+  echo "ok: vit3d plan --pp-schedule interleaved: $(grep '^pipeline:' <<<"$out")"
+else echo "FAIL: vit3d plan's pipeline line: $out"; fail=1; fi
 refuse "arguments file /nonexistent/recipe.args: No such file or directory" train @/nonexistent/recipe.args
 # An arguments file: its words are flags (comments and line breaks aside); later flags win.
 args=$(mktemp)
