@@ -99,25 +99,26 @@ static int int_value(const char *v, int64_t lo, int64_t hi, int64_t *out) {
 
 vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manifest *m, char *err,
                                  size_t errlen) {
-  struct { const char *key; int64_t lo, hi; void *dst; int size; int seen; } keys[] = {
-      {"step", 0, INT64_MAX / 2, &m->step, 8, 0},
-      {"stream_position", 0, INT64_MAX / 2, &m->stream_position, 8, 0},
-      {"global_batch", 1, 1 << 30, &m->global_batch, 8, 0},
-      {"adam_t", 0, INT64_MAX / 2, &m->adam_t, 8, 0},
-      {"seed", 0, INT64_MAX, &m->seed, 8, 0},
-      {"img_size", 1, 1 << 16, &m->img_size, 4, 0},
-      {"patch_size", 1, 1 << 16, &m->patch_size, 4, 0},
-      {"width", 1, 1 << 20, &m->width, 4, 0},
-      {"depth", 1, 1 << 16, &m->depth, 4, 0},
-      {"heads", 1, 1 << 16, &m->heads, 4, 0},
-      {"num_classes", 1, 1 << 24, &m->num_classes, 4, 0},
-      {"global_pool", 0, 1, &m->global_pool, 4, 0},  // absent before it existed: 0
-      {"aug_repeats", 1, 64, &m->aug_repeats, 4, 0},  // absent before it existed: 1
-      {"tp", 1, 1 << 20, &m->tp, 4, 0},
-      {"pp", 1, 1 << 20, &m->pp, 4, 0},
-      {"dp", 1, 1 << 20, &m->dp, 4, 0},
-      {"zero", 0, 1, &m->zero, 4, 0},
-      {"sequence_parallel", 0, 1, &m->sequence_parallel, 4, 0},
+  // optional: a key added after the format (older manifests lack it; the default stands).
+  struct { const char *key; int64_t lo, hi; void *dst; int size, optional, seen; } keys[] = {
+      {"step", 0, INT64_MAX / 2, &m->step, 8, 0, 0},
+      {"stream_position", 0, INT64_MAX / 2, &m->stream_position, 8, 0, 0},
+      {"global_batch", 1, 1 << 30, &m->global_batch, 8, 0, 0},
+      {"adam_t", 0, INT64_MAX / 2, &m->adam_t, 8, 0, 0},
+      {"seed", 0, INT64_MAX, &m->seed, 8, 0, 0},
+      {"img_size", 1, 1 << 16, &m->img_size, 4, 0, 0},
+      {"patch_size", 1, 1 << 16, &m->patch_size, 4, 0, 0},
+      {"width", 1, 1 << 20, &m->width, 4, 0, 0},
+      {"depth", 1, 1 << 16, &m->depth, 4, 0, 0},
+      {"heads", 1, 1 << 16, &m->heads, 4, 0, 0},
+      {"num_classes", 1, 1 << 24, &m->num_classes, 4, 0, 0},
+      {"global_pool", 0, 1, &m->global_pool, 4, 1, 0},  // absent: 0
+      {"aug_repeats", 1, 64, &m->aug_repeats, 4, 1, 0},  // absent: 1
+      {"tp", 1, 1 << 20, &m->tp, 4, 0, 0},
+      {"pp", 1, 1 << 20, &m->pp, 4, 0, 0},
+      {"dp", 1, 1 << 20, &m->dp, 4, 0, 0},
+      {"zero", 0, 1, &m->zero, 4, 0, 0},
+      {"sequence_parallel", 0, 1, &m->sequence_parallel, 4, 0, 0},
   };
   const int nkeys = (int)(sizeof keys / sizeof keys[0]);
   memset(m, 0, sizeof *m);
@@ -176,8 +177,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   }
   if (!format) FAIL(VT_ERR_INPUT, "not a vit3d checkpoint manifest (no format line)");
   for (int k = 0; k < nkeys; k++)
-    if (!keys[k].seen && strcmp(keys[k].key, "global_pool") != 0 &&
-        strcmp(keys[k].key, "aug_repeats") != 0) FAIL(VT_ERR_INPUT, "manifest lacks '%s'", keys[k].key);
+    if (!keys[k].seen && !keys[k].optional) FAIL(VT_ERR_INPUT, "manifest lacks '%s'", keys[k].key);
   if (!ratio) FAIL(VT_ERR_INPUT, "manifest lacks 'mlp_ratio'");
   if (m->nfiles == 0) FAIL(VT_ERR_INPUT, "manifest lists no files");
   return VT_OK;

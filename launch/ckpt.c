@@ -26,7 +26,7 @@ typedef struct {
   pthread_t thread;
   int running;  // written on a background thread that has not been joined yet
   char save_dir[512];
-  int keep_last, n;  // n: files (weights, moments, EMA)
+  int keep_last, n;  // n: buffers in global (weights, two moments, EMA), one file fewer
   vt_vit_config cfg;
   vt_ckpt_manifest man;
   float *global[4];
@@ -41,25 +41,17 @@ static ckpt_writer g_writer;
 static void *write_checkpoint(void *arg) {
   ckpt_writer *w = arg;
   const int64_t step = w->man.step;
+  // The files and what each holds: the weights, AdamW's two moments, the EMA (timm names like
+  // the weights); w->global is in this order.
+  static const char *const files[3] = {"model.safetensors", "optim.safetensors", "ema.safetensors"};
+  static const char *const prefixes[3][2] = {{""}, {"exp_avg.", "exp_avg_sq."}, {""}};
+  static const int tensors[3] = {1, 2, 1};
   char tmp[1100], path[1300];
   vt_status st = vt_ckpt_begin(w->save_dir, step, tmp, sizeof tmp, w->err, sizeof w->err);
-  if (st == VT_OK) {
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    const float *params[1] = {w->global[0]};
-    const char *none[1] = {""};
-    st = vt_write_global(&w->cfg, params, none, 1, path, w->err, sizeof w->err);
-  }
-  if (st == VT_OK) {
-    snprintf(path, sizeof path, "%s/optim.safetensors", tmp);
-    const float *moments[2] = {w->global[1], w->global[2]};
-    const char *prefixes[2] = {"exp_avg.", "exp_avg_sq."};
-    st = vt_write_global(&w->cfg, moments, prefixes, 2, path, w->err, sizeof w->err);
-  }
-  if (st == VT_OK && w->n > 3) {  // timm names, like model.safetensors
-    snprintf(path, sizeof path, "%s/ema.safetensors", tmp);
-    const float *ema[1] = {w->global[3]};
-    const char *none[1] = {""};
-    st = vt_write_global(&w->cfg, ema, none, 1, path, w->err, sizeof w->err);
+  for (int f = 0, g = 0; st == VT_OK && f < w->n - 1; g += tensors[f++]) {
+    snprintf(path, sizeof path, "%s/%s", tmp, files[f]);
+    st = vt_write_global(&w->cfg, (const float *const *)w->global + g, prefixes[f], tensors[f],
+                         path, w->err, sizeof w->err);
   }
   // Test-only fault switch: die between writing the files and committing them.
   if (vt_fault_at(VT_FAULT_KILL_IN_SAVE, step)) {
@@ -67,11 +59,9 @@ static void *write_checkpoint(void *arg) {
                 (long long)step);
     raise(SIGKILL);
   }
-  if (st == VT_OK) {
-    const char *files[3] = {"model.safetensors", "optim.safetensors", "ema.safetensors"};
+  if (st == VT_OK)
     st = vt_ckpt_commit(w->save_dir, tmp, &w->man, files, w->n - 1, w->keep_last, w->err,
                         sizeof w->err);
-  }
   if (st != VT_OK) vt_ckpt_abandon(tmp);
   w->st = st;
   return NULL;

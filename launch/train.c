@@ -222,9 +222,7 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
       int k = 0;
       for (int h = 0; h < a.nsend; h++) ops[k++] = transfer_op(x, 1, a.send[h], n);
       for (int h = 0; h < a.nrecv; h++) ops[k++] = transfer_op(x, 0, a.recv[h], n);
-      if (k == 1 && ops[0].recv) vt_comm_recv(x->pp, ops[0].buf, n, ops[0].peer);
-      else if (k == 1) vt_comm_send(x->pp, ops[0].buf, n, ops[0].peer);
-      else vt_comm_exchange(x->pp, ops, k);
+      vt_comm_exchange(x->pp, ops, k);
     }
   }
   if (x->prefetch_next && first_mb >= 0) {  // after every backward: the labels' slot is free

@@ -49,9 +49,9 @@ typedef struct {
 
 // A list holds compute actions (the forward or backward of one unit: micro-batch `mb` through
 // chunk `chunk`) and transfer actions. A transfer action holds up to two sends and two receives
-// and runs as one call that posts them all and returns when all are done (a blocking send or
-// receive, MPI_Sendrecv, or non-blocking MPI calls and a wait / one NCCL group), issued sends
-// first, in array order. GPipe and 1F1B are built in "plain" order, a unit's receive right
+// and runs as one call that posts them all and returns when all are done (the executor's
+// vt_comm_exchange: non-blocking MPI calls and a wait, or one NCCL group), issued sends first, in
+// array order. GPipe and 1F1B are built in "plain" order, a unit's receive right
 // before its compute and its send right after, and every send directly followed by a receive is
 // fused into one action: without that, 1F1B's steady state deadlocks under rendezvous sends
 // (stage s sends ACT(w+k) to s+1 while s+1 sends GRAD(k) to s, both blocking). Fusing never
