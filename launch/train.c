@@ -62,6 +62,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (vt_schedule_parse(o->pp_schedule, &kind) != VT_OK)
     REFUSE("--pp-schedule %s: use one of %s", o->pp_schedule, VT_SCHEDULE_NAMES);
   if (o->pp_chunks == 0) o->pp_chunks = kind == VT_SCHEDULE_INTERLEAVED ? 2 : 1;
+  if (kind == VT_SCHEDULE_ZB_H1)  // parallel/schedule.h builds it; the executor is not there yet
+    REFUSE("--pp-schedule zb-h1: the trainer does not run it yet; use 1f1b or interleaved");
   vt_schedule_spec spec = {kind, o->pp, o->global_batch / (o->dp * o->micro_batch), o->pp_chunks};
   if (o->eval_only) spec.n_micro = o->pp;  // evaluation runs no schedule, only the chunks' layout
   char why[400];

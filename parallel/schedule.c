@@ -1,4 +1,4 @@
-// schedule.c: GPipe, 1F1B and interleaved 1F1B action lists, their printer, the message-order
+// schedule.c: GPipe, 1F1B, interleaved 1F1B and ZB-H1 action lists, their printer, the message-order
 // check and the rendezvous simulator that the trainer, the tests and the pipeline benchmark use to
 // prove the lists deadlock-free and to predict the bubble.
 // Must not depend on MPI, NCCL, CUDA or the model: the executor in launch/ does the transfers.
@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const g_names[] = {"gpipe", "1f1b", "interleaved"};
+static const char *const g_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+#define NKINDS 4
 
 vt_status vt_schedule_parse(const char *name, vt_schedule_kind *kind) {
-  for (int k = 0; name && k < 3; k++)
+  for (int k = 0; name && k < NKINDS; k++)
     if (strcmp(name, g_names[k]) == 0) {
       *kind = (vt_schedule_kind)k;
       return VT_OK;
@@ -19,8 +20,10 @@ vt_status vt_schedule_parse(const char *name, vt_schedule_kind *kind) {
 }
 
 const char *vt_schedule_name(vt_schedule_kind kind) {
-  return (int)kind >= 0 && (int)kind < 3 ? g_names[kind] : "?";
+  return (int)kind >= 0 && (int)kind < NKINDS ? g_names[kind] : "?";
 }
+
+int vt_schedule_splits_backward(vt_schedule_kind kind) { return kind == VT_SCHEDULE_ZB_H1; }
 
 vt_status vt_schedule_spec_check(const vt_schedule_spec *s, char *err, size_t size) {
   const char *why = NULL;
@@ -28,7 +31,7 @@ vt_status vt_schedule_spec_check(const vt_schedule_spec *s, char *err, size_t si
     why = "pipeline ranks, micro-batches and chunks must each be at least 1";
   else if (s->chunks > VT_SCHEDULE_MAX_CHUNKS)
     why = "too many model chunks per pipeline rank (at most 64)";
-  else if ((int)s->kind < 0 || (int)s->kind > 2)
+  else if ((int)s->kind < 0 || (int)s->kind >= NKINDS)
     why = "unknown schedule kind";
   else if (s->kind != VT_SCHEDULE_INTERLEAVED && s->chunks != 1)
     why = "more than one model chunk per pipeline rank needs the interleaved schedule";
@@ -45,10 +48,10 @@ vt_status vt_schedule_spec_check(const vt_schedule_spec *s, char *err, size_t si
 
 // Each unit (m * v of them) has one forward and one backward, each with at most one receive
 // before and one send after (plain order; fusing only shrinks the list) or one transfer action
-// after it (lockstep), plus the first receive.
+// after it (lockstep), plus the first receive; ZB-H1 adds a weight action per unit.
 int vt_schedule_max_actions(const vt_schedule_spec *s) {
   const int units = (s->n_micro > 0 ? s->n_micro : 0) * (s->chunks > 0 ? s->chunks : 1);
-  return 6 * units;
+  return 7 * units;
 }
 
 int vt_schedule_send_peer(const vt_schedule_spec *s, int r, vt_schedule_xfer_kind kind) {
@@ -63,15 +66,21 @@ int vt_schedule_recv_peer(const vt_schedule_spec *s, int r, vt_schedule_xfer_kin
 typedef struct {
   vt_schedule_action *out;
   int count, capacity;
+  int weights;  // ZB-H1: weight passes placed so far (micro-batches 0..weights-1)
 } builder;
+
+static vt_schedule_action compute(vt_schedule_op op, int mb, int chunk) {
+  return (vt_schedule_action){op, mb, chunk, 0, 0, {{0}}, {{0}}};
+}
 
 static void push(builder *b, vt_schedule_action a) {
   VT_CHECK(b->count < b->capacity, "schedule: action buffer of %d is too small", b->capacity);
   b->out[b->count++] = a;
 }
 
-static vt_schedule_action compute(vt_schedule_op op, int mb, int chunk) {
-  return (vt_schedule_action){op, mb, chunk, 0, 0, {{0}}, {{0}}};
+// ZB-H1: the weight passes of micro-batches up to `upto`, in order.
+static void weights_upto(builder *b, int upto) {
+  for (; b->weights <= upto; b->weights++) push(b, compute(VT_SCHEDULE_WEIGHT, b->weights, 0));
 }
 
 static vt_schedule_action transfer(void) { return compute(VT_SCHEDULE_TRANSFER, -1, -1); }
@@ -156,7 +165,7 @@ int vt_schedule_build(const vt_schedule_spec *s, int r, vt_schedule_action *acti
   char err[160];
   VT_CHECK(vt_schedule_spec_check(s, err, sizeof err) == VT_OK, "schedule: %s", err);
   VT_CHECK(r >= 0 && r < s->pp_size, "schedule: pp_rank %d outside [0, %d)", r, s->pp_size);
-  builder b = {actions, 0, capacity};
+  builder b = {actions, 0, capacity, 0};
   const int p = s->pp_size, m = s->n_micro, units = m * s->chunks;
   int mb, chunk;
   if (s->kind == VT_SCHEDULE_GPIPE) {
@@ -168,15 +177,23 @@ int vt_schedule_build(const vt_schedule_spec *s, int r, vt_schedule_action *acti
   // downstream just as this rank has finished forward w+k. Interleaved: the first backward is of
   // the last chunk, which the first (v - 1) * p forwards lead up to, and each rank downstream
   // both forwards and backwards before its gradient comes back, hence twice (p - r - 1).
-  int warmup = s->kind == VT_SCHEDULE_1F1B ? p - r - 1 : 2 * (p - r - 1) + (s->chunks - 1) * p;
+  const int plain = s->kind != VT_SCHEDULE_INTERLEAVED;  // 1F1B, ZB-H1
+  int warmup = plain ? p - r - 1 : 2 * (p - r - 1) + (s->chunks - 1) * p;
   if (warmup > units) warmup = units;
-  if (s->kind == VT_SCHEDULE_1F1B) {
+  if (plain) {
+    // ZB-H1: rank r runs the weight pass of micro-batch k after the backward of k + r
+    const int lag = vt_schedule_splits_backward(s->kind) ? r : units;
     for (int k = 0; k < warmup; k++) unit(&b, s, r, 0, k, 0);
     for (int k = 0; k < units - warmup; k++) {
       unit(&b, s, r, 0, warmup + k, 0);
       unit(&b, s, r, 1, k, 0);
+      weights_upto(&b, k - lag);
     }
-    for (int k = units - warmup; k < units; k++) unit(&b, s, r, 1, k, 0);
+    for (int k = units - warmup; k < units; k++) {
+      unit(&b, s, r, 1, k, 0);
+      weights_upto(&b, k - lag);
+    }
+    if (vt_schedule_splits_backward(s->kind)) weights_upto(&b, units - 1);
     return b.count;
   }
   nth_unit(s, 0, 0, &mb, &chunk);
@@ -193,15 +210,18 @@ int vt_schedule_build(const vt_schedule_spec *s, int r, vt_schedule_action *acti
 }
 
 // Calls fn(ctx, mb, chunk, +1) at each unit's first use (the receive of its input, or its
-// forward) and (.., -1) at its backward.
+// forward) and (.., -1) at its backward, or at its weight action in a list that has them.
 static void walk_lifetimes(const vt_schedule_action *actions, int count,
                            void (*fn)(void *ctx, int mb, int chunk, int delta), void *ctx) {
   int mmax = 1, vmax = 1;  // micro-batches and chunks the list names (any list works)
-  for (int i = 0; i < count; i++)
+  vt_schedule_op last = VT_SCHEDULE_BACKWARD;
+  for (int i = 0; i < count; i++) {
+    if (actions[i].op == VT_SCHEDULE_WEIGHT) last = VT_SCHEDULE_WEIGHT;
     if (actions[i].op == VT_SCHEDULE_FORWARD) {
       if (actions[i].mb + 1 > mmax) mmax = actions[i].mb + 1;
       if (actions[i].chunk + 1 > vmax) vmax = actions[i].chunk + 1;
     }
+  }
   const int stride = mmax;
   unsigned char *started = calloc((size_t)vmax * mmax, 1);
   VT_CHECK(started != NULL, "schedule: out of memory");
@@ -217,7 +237,7 @@ static void walk_lifetimes(const vt_schedule_action *actions, int count,
       started[a->chunk * stride + a->mb] = 1;
       fn(ctx, a->mb, a->chunk, +1);
     }
-    if (a->op == VT_SCHEDULE_BACKWARD) fn(ctx, a->mb, a->chunk, -1);
+    if (a->op == last) fn(ctx, a->mb, a->chunk, -1);
   }
   free(started);
 }
@@ -269,6 +289,31 @@ int vt_schedule_assign_slots(const vt_schedule_spec *spec, const vt_schedule_act
   return s.used;
 }
 
+int vt_schedule_assign_weight_sets(const vt_schedule_spec *spec, const vt_schedule_action *actions,
+                                   int count, int *unit_set) {
+  const int units = spec->n_micro * spec->chunks;
+  unsigned char *busy = calloc((size_t)units + 1, 1);
+  VT_CHECK(busy != NULL, "schedule: out of memory");
+  int used = 0;
+  for (int u = 0; u < units; u++) unit_set[u] = -1;
+  for (int i = 0; i < count; i++) {
+    const vt_schedule_action *a = &actions[i];
+    if (a->op != VT_SCHEDULE_BACKWARD && a->op != VT_SCHEDULE_WEIGHT) continue;
+    int *u = &unit_set[a->chunk * spec->n_micro + a->mb];
+    if (a->op == VT_SCHEDULE_WEIGHT) {
+      if (*u >= 0) busy[*u] = 0;
+      continue;
+    }
+    if (!vt_schedule_splits_backward(spec->kind)) continue;
+    int k = 0;
+    while (busy[k]) k++;
+    busy[k] = 1, *u = k;
+    if (k + 1 > used) used = k + 1;
+  }
+  free(busy);
+  return used;
+}
+
 // Every rank's list, allocated together (lists[r] points into one block); free(lists[0]) and
 // free(lists) release them.
 static vt_schedule_action **build_all(const vt_schedule_spec *s, int *counts) {
@@ -299,6 +344,8 @@ int vt_schedule_stage_in_flight(const vt_schedule_spec *s, int r) {
 
 double vt_schedule_bubble_formula(const vt_schedule_spec *s) {
   const int p = s->pp_size, v = s->kind == VT_SCHEDULE_INTERLEAVED ? s->chunks : 1;
+  // ZB-H1's steps are counted in passes (F, B, W each one), the others' in forward-backward pairs
+  if (s->kind == VT_SCHEDULE_ZB_H1) return (double)(p - 1) / (double)(3 * s->n_micro + p - 1);
   return (double)(p - 1) / (double)(v * s->n_micro + p - 1);
 }
 
@@ -309,8 +356,8 @@ static void xfer_str(char *buf, size_t size, int is_send, vt_schedule_xfer x) {
 }
 
 const char *vt_schedule_action_str(vt_schedule_action a, char *buf, size_t size) {
-  if (a.op == VT_SCHEDULE_FORWARD || a.op == VT_SCHEDULE_BACKWARD) {
-    const char *t = a.op == VT_SCHEDULE_FORWARD ? "F" : "B";
+  if (a.op != VT_SCHEDULE_TRANSFER) {
+    const char *t = a.op == VT_SCHEDULE_FORWARD ? "F" : a.op == VT_SCHEDULE_BACKWARD ? "B" : "W";
     if (a.chunk > 0) snprintf(buf, size, "%s%d.%d", t, a.mb, a.chunk);
     else snprintf(buf, size, "%s%d", t, a.mb);
     return buf;
@@ -411,82 +458,141 @@ vt_status vt_schedule_check_pairs(const vt_schedule_spec *s,
   return VT_OK;
 }
 
+// A send posted by a deferred-send transfer (the executor's MPI_Isend), from its posting until the
+// rank waits for it (the executor's vt_comm_wait_all).
+typedef struct {
+  message msg;
+  int slot;        // the slot of the unit whose buffer it reads
+  double posted;   // when it was posted
+  double matched;  // when the receiver took it, or -1
+} sim_send;
+
 typedef struct {
   int pc;
   double arrive;  // when the rank reached its current action
   double done;    // latest completion among the current action's finished halves
   int pending;    // halves of the current action not yet matched: bit h (send 0, 1, recv 0, 1)
+  sim_send *out;  // deferred sends not waited for yet
+  int nout;
+  int *unit_slot;  // vt_schedule_assign_slots of the rank's list
 } sim_rank;
 
-static void enter(sim_rank *st, const vt_schedule_action *list, int count) {
+// Enters the current action: a transfer's halves become pending, or with deferred sends its sends
+// are posted and only its receives are pending.
+static void enter(const vt_schedule_spec *s, int r, sim_rank *st, const vt_schedule_action *list,
+                  int count, int deferred) {
   st->done = st->arrive;
   st->pending = 0;
   if (st->pc >= count || list[st->pc].op != VT_SCHEDULE_TRANSFER) return;
   const vt_schedule_action *x = &list[st->pc];
-  for (int h = 0; h < 4; h++)
-    if (h < 2 ? h < x->nsend : h - 2 < x->nrecv) st->pending |= 1 << h;
+  for (int h = 0; h < x->nsend; h++)
+    if (deferred)
+      st->out[st->nout++] = (sim_send){message_of(s, r, 1, x->send[h]),
+                                       st->unit_slot[x->send[h].chunk * s->n_micro + x->send[h].mb],
+                                       st->arrive, -1.0};
+    else
+      st->pending |= 1 << h;
+  for (int h = 0; h < x->nrecv; h++) st->pending |= 1 << (2 + h);
 }
+
+// The executor's wait for its deferred sends from one slot (slot -1: all of them, at the end): 0
+// while one is not yet received, else 1 with arrive moved past them and the sends retired.
+static int wait_sends(sim_rank *st, int slot) {
+  double t = st->arrive;
+  for (int i = 0; i < st->nout; i++) {
+    if (slot >= 0 && st->out[i].slot != slot) continue;
+    if (st->out[i].matched < 0) return 0;
+    if (st->out[i].matched > t) t = st->out[i].matched;
+  }
+  st->arrive = t;
+  int kept = 0;
+  for (int i = 0; i < st->nout; i++)
+    if (slot >= 0 && st->out[i].slot != slot) st->out[kept++] = st->out[i];
+  st->nout = kept;
+  return 1;
+}
+
+static double later(double a, double b) { return a > b ? a : b; }
 
 vt_schedule_sim_result vt_schedule_simulate(const vt_schedule_spec *s,
                                             const vt_schedule_action *const *lists,
-                                            const int *counts, double t_fwd, double t_bwd,
-                                            double *busy) {
-  const int p = s->pp_size;
+                                            const int *counts, vt_schedule_costs costs,
+                                            int deferred_sends, double *busy) {
+  const int p = s->pp_size, units = s->n_micro * s->chunks;
   sim_rank *st = calloc((size_t)p, sizeof *st);
   VT_CHECK(st != NULL, "schedule sim: out of memory");
   for (int r = 0; r < p; r++) {
-    enter(&st[r], lists[r], counts[r]);
+    st[r].out = malloc((size_t)(2 * units + 1) * sizeof *st[r].out);
+    st[r].unit_slot = malloc((size_t)units * sizeof(int));
+    VT_CHECK(st[r].out && st[r].unit_slot, "schedule sim: out of memory");
+    vt_schedule_assign_slots(s, lists[r], counts[r], st[r].unit_slot);
+    enter(s, r, &st[r], lists[r], counts[r], deferred_sends);
     if (busy) busy[r] = 0.0;
   }
   int progress = 1;
   while (progress) {
     progress = 0;
-    // Match every pending send half against the peer's current action. A rank only ever offers
-    // its current action, which is exactly what blocking calls allow.
-    for (int r = 0; r < p; r++)
-      for (int h = 0; h < 2; h++) {
-        if (!(st[r].pending & 1 << h)) continue;
-        const vt_schedule_xfer x = lists[r][st[r].pc].send[h];
-        const int q = vt_schedule_send_peer(s, r, x.kind);
-        for (int g = 0; g < 2; g++) {
-          if (!(st[q].pending & 1 << (2 + g))) continue;
-          const vt_schedule_xfer y = lists[q][st[q].pc].recv[g];
-          if (vt_schedule_recv_peer(s, q, y.kind) != r ||
-              !same_message(message_of(s, r, 1, x), message_of(s, q, 0, y)))
+    // Match every pending receive half against the sender: blocking, its current action (a rank
+    // only ever offers its current action, which is exactly what blocking calls allow); deferred,
+    // the sends it has posted.
+    for (int q = 0; q < p; q++)
+      for (int g = 0; g < 2; g++) {
+        if (!(st[q].pending & 1 << (2 + g))) continue;
+        const vt_schedule_xfer y = lists[q][st[q].pc].recv[g];
+        const int r = vt_schedule_recv_peer(s, q, y.kind);
+        const message want = message_of(s, q, 0, y);
+        double t = -1.0;
+        for (int i = 0; deferred_sends && i < st[r].nout && t < 0; i++)
+          if (st[r].out[i].matched < 0 && same_message(st[r].out[i].msg, want))
+            t = st[r].out[i].matched = later(st[r].out[i].posted, st[q].arrive);
+        for (int h = 0; !deferred_sends && h < 2 && t < 0; h++) {
+          if (!(st[r].pending & 1 << h)) continue;
+          const vt_schedule_xfer x = lists[r][st[r].pc].send[h];
+          if (vt_schedule_send_peer(s, r, x.kind) != q || !same_message(message_of(s, r, 1, x), want))
             continue;
-          const double t = st[r].arrive > st[q].arrive ? st[r].arrive : st[q].arrive;
+          t = later(st[r].arrive, st[q].arrive);
           st[r].pending &= ~(1 << h);
-          st[q].pending &= ~(1 << (2 + g));
-          if (t > st[r].done) st[r].done = t;
-          if (t > st[q].done) st[q].done = t;
-          progress = 1;
-          break;
+          st[r].done = later(st[r].done, t);
         }
+        if (t < 0) continue;
+        st[q].pending &= ~(1 << (2 + g));
+        st[q].done = later(st[q].done, t);
+        progress = 1;
       }
     for (int r = 0; r < p; r++) {
       while (st[r].pc < counts[r] && !st[r].pending) {
-        const vt_schedule_op op = lists[r][st[r].pc].op;
-        if (op == VT_SCHEDULE_FORWARD || op == VT_SCHEDULE_BACKWARD) {
-          const double d = op == VT_SCHEDULE_FORWARD ? t_fwd : t_bwd;
+        const vt_schedule_action *a = &lists[r][st[r].pc];
+        if (a->op != VT_SCHEDULE_TRANSFER) {
+          // A forward or backward writes its slot's buffers that earlier units sent from.
+          if (a->op != VT_SCHEDULE_WEIGHT &&
+              !wait_sends(&st[r], st[r].unit_slot[a->chunk * s->n_micro + a->mb]))
+            break;
+          const double d = a->op == VT_SCHEDULE_FORWARD  ? costs.f
+                           : a->op == VT_SCHEDULE_WEIGHT ? costs.w
+                           : vt_schedule_splits_backward(s->kind) ? costs.b
+                                                                  : costs.b + costs.w;
           st[r].arrive += d;
           if (busy) busy[r] += d;
         } else {
           st[r].arrive = st[r].done;
         }
         st[r].pc++;
-        enter(&st[r], lists[r], counts[r]);
+        enter(s, r, &st[r], lists[r], counts[r], deferred_sends);
         progress = 1;
       }
+      if (st[r].pc == counts[r] && st[r].nout > 0 && wait_sends(&st[r], -1)) progress = 1;
     }
   }
   vt_schedule_sim_result res = {1, -1, -1, 0.0};
   for (int r = 0; r < p; r++) {
-    if (st[r].pc < counts[r] && res.completed) {
+    if ((st[r].pc < counts[r] || st[r].nout > 0) && res.completed) {
       res.completed = 0;
       res.stuck_stage = r;
       res.stuck_index = st[r].pc;
     }
     if (st[r].arrive > res.makespan) res.makespan = st[r].arrive;
+    free(st[r].out);
+    free(st[r].unit_slot);
   }
   if (!res.completed) res.makespan = 0.0;
   free(st);
@@ -501,13 +607,17 @@ vt_status vt_schedule_verify(const vt_schedule_spec *s, char *err, size_t size) 
   const vt_schedule_action *const *cl = (const vt_schedule_action *const *)lists;
   vt_status rc = vt_schedule_check_pairs(s, cl, counts, err, size);
   if (rc == VT_OK) {
-    const vt_schedule_sim_result r = vt_schedule_simulate(s, cl, counts, 1.0, 2.0, NULL);
-    if (!r.completed) {
-      if (err)
-        snprintf(err, size, "%s schedule (pp %d, %d micro-batches, %d chunks) would deadlock: "
-                 "rank %d waits forever at action %d", vt_schedule_name(s->kind), s->pp_size,
-                 s->n_micro, s->chunks, r.stuck_stage, r.stuck_index);
-      rc = VT_ERR_INPUT;
+    const vt_schedule_costs unit = {1.0, 1.0, 1.0};
+    for (int deferred = 0; deferred < 2 && rc == VT_OK; deferred++) {
+      const vt_schedule_sim_result r = vt_schedule_simulate(s, cl, counts, unit, deferred, NULL);
+      if (!r.completed) {
+        if (err)
+          snprintf(err, size, "%s schedule (pp %d, %d micro-batches, %d chunks) would deadlock "
+                   "with %s sends: rank %d waits forever at action %d", vt_schedule_name(s->kind),
+                   s->pp_size, s->n_micro, s->chunks, deferred ? "deferred" : "blocking",
+                   r.stuck_stage, r.stuck_index);
+        rc = VT_ERR_INPUT;
+      }
     }
   }
   free_all(lists);

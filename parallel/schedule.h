@@ -1,4 +1,4 @@
-// schedule.h: pipeline schedules (GPipe, 1F1B, interleaved 1F1B) as pure functions that give one
+// schedule.h: pipeline schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1) as pure functions that give one
 // pipeline rank's ordered list of compute and point-to-point actions, which the executor runs
 // literally; plus a printer, a message-order check and a rendezvous simulator, so that every
 // list is proven deadlock-free and correctly paired without any communication.
@@ -32,10 +32,20 @@ extern "C" {
 // fraction falls from (p-1)/(m+p-1) to (p-1)/(v*m+p-1), for about (1 + (p-1)/(p*v)) times the
 // activation memory of 1F1B on rank 0. Every chunk still sums its weight gradients over the
 // micro-batches in increasing order, as one rank does.
+// ZB_H1: zero-bubble 1F1B (Qi et al. 2023, "ZB-H1"): 1F1B's order of forwards and backwards with
+// each backward split in two, B (the input gradient, on the critical path: its gradient is sent
+// as soon as B ends) and W (the weight gradients, which nothing downstream waits for), and rank r
+// running the W of micro-batch k after the B of k + r, so the W's fill the time rank r would
+// otherwise wait for gradients in the cooldown. With equal F, B and W and m >= p the idle fraction
+// falls from (p-1)/(m+p-1) to (p-1)/(3m+p-1). Memory: every rank keeps up to p units' activations
+// (1F1B: p - r; the same peak, rank 0's) plus r + 1 units' weight-pass inputs. It needs deferred
+// sends (vt_schedule_simulate): with blocking ones a rank's send waits for its neighbour's next
+// step and ZB-H1 idles more than 1F1B.
 typedef enum {
   VT_SCHEDULE_GPIPE = 0,
   VT_SCHEDULE_1F1B = 1,
   VT_SCHEDULE_INTERLEAVED = 2,
+  VT_SCHEDULE_ZB_H1 = 3,
 } vt_schedule_kind;
 
 #define VT_SCHEDULE_MAX_CHUNKS 64  // the message in schedule.c names it
@@ -62,8 +72,10 @@ typedef struct {
 // each sending the other a gradient first).
 typedef enum {
   VT_SCHEDULE_FORWARD = 0,   // forward of (mb, chunk)
-  VT_SCHEDULE_BACKWARD = 1,  // backward of (mb, chunk)
+  VT_SCHEDULE_BACKWARD = 1,  // backward of (mb, chunk); in a list with WEIGHT actions (ZB-H1)
+                             // only its input gradient (B)
   VT_SCHEDULE_TRANSFER = 2,  // send[0..nsend) and recv[0..nrecv)
+  VT_SCHEDULE_WEIGHT = 3,    // the weight gradients of (mb, chunk) (W), after its BACKWARD
 } vt_schedule_op;
 
 // What travels: ACT, the output activation of a unit (to the next virtual stage), or GRAD, the
@@ -86,9 +98,9 @@ typedef struct {
 } vt_schedule_action;
 
 // Names accepted by vt_schedule_parse, for CLI messages.
-#define VT_SCHEDULE_NAMES "gpipe|1f1b|interleaved"
+#define VT_SCHEDULE_NAMES "gpipe|1f1b|interleaved|zb-h1"
 
-// "gpipe", "1f1b" or "interleaved" (exact, lowercase). VT_ERR_INPUT otherwise, *kind untouched.
+// "gpipe", "1f1b", "interleaved" or "zb-h1" (exact, lowercase). VT_ERR_INPUT otherwise, *kind untouched.
 vt_status vt_schedule_parse(const char *name, vt_schedule_kind *kind);
 const char *vt_schedule_name(vt_schedule_kind kind);
 
@@ -109,21 +121,34 @@ int vt_schedule_build(const vt_schedule_spec *spec, int pp_rank, vt_schedule_act
 int vt_schedule_send_peer(const vt_schedule_spec *spec, int pp_rank, vt_schedule_xfer_kind kind);
 int vt_schedule_recv_peer(const vt_schedule_spec *spec, int pp_rank, vt_schedule_xfer_kind kind);
 
+// Whether the schedule splits the backward into BACKWARD (B) and WEIGHT (W) actions (ZB-H1).
+int vt_schedule_splits_backward(vt_schedule_kind kind);
+
 // Peak number of units in flight in a list, from their first use (the receive of their input, or
-// their forward) to their backward: the number of activation sets ("slots") the rank must keep.
-// 1F1B: min(p - r, m); GPipe: m; interleaved: the warmup count + 1 (at most m * v).
+// their forward) to their backward (to their WEIGHT action where the list has them): the number
+// of activation sets ("slots") the rank must keep. 1F1B: min(p - r, m); ZB-H1: min(p, m) where
+// m >= p; GPipe: m; interleaved: the warmup count + 1 (at most m * v).
 int vt_schedule_max_in_flight(const vt_schedule_action *actions, int count);
 int vt_schedule_stage_in_flight(const vt_schedule_spec *spec, int pp_rank);
 // Gives each unit a slot for the whole step: at its first use the lowest slot free then, freed
-// after its backward. unit_slot[chunk * n_micro + mb] (m * v entries); returns the number of
+// after its backward (its WEIGHT action). unit_slot[chunk * n_micro + mb] (m * v entries); returns the number of
 // slots used, which is vt_schedule_max_in_flight.
 int vt_schedule_assign_slots(const vt_schedule_spec *spec, const vt_schedule_action *actions,
                              int count, int *unit_slot);
+// ZB-H1: a unit keeps the inputs of its weight pass (the output gradients of its Linears) from its
+// BACKWARD to its WEIGHT action, in a "weight set"; gives each unit the lowest set free at its
+// BACKWARD (unit_set[chunk * n_micro + mb]) and returns the number used: min(r + 1, m) on rank r,
+// whose weight pass of micro-batch k follows the backward of k + r. 0 (all -1) for a schedule that
+// does not split its backwards.
+int vt_schedule_assign_weight_sets(const vt_schedule_spec *spec, const vt_schedule_action *actions,
+                                   int count, int *unit_set);
 
-// (p-1)/(v*m+p-1): the idle fraction of an ideal step with equal stages (v = 1: GPipe, 1F1B).
+// The idle fraction of an ideal step with equal stages: (p-1)/(v*m+p-1) (v = 1: GPipe, 1F1B);
+// ZB-H1 (p-1)/(3m+p-1), with a unit's forward, input-gradient and weight-gradient passes equal,
+// deferred sends and m >= p (fewer micro-batches idle more, still less than 1F1B).
 double vt_schedule_bubble_formula(const vt_schedule_spec *spec);
 
-// Short token: F3 B3 (chunk 0) or F3.1 B3.1 (chunk 1); transfers SA3 RA3 SG3 RG3 (with .c
+// Short token: F3 B3 W3 (chunk 0) or F3.1 B3.1 (chunk 1); transfers SA3 RA3 SG3 RG3 (with .c
 // likewise), joined by + in one action: SA3+RG1. Returns buf.
 const char *vt_schedule_action_str(vt_schedule_action action, char *buf, size_t size);
 // One line "stage s (n actions): tokens...".
@@ -131,11 +156,15 @@ void vt_schedule_print_stage(FILE *f, int pp_rank, const vt_schedule_action *act
 // Every rank's list, one line each, under a header line.
 void vt_schedule_print(FILE *f, const vt_schedule_spec *spec);
 
-// Simulates all ranks at once under blocking rendezvous semantics: a send half completes only
-// when the peer's current action has the matching receive half (the same message: kind,
-// micro-batch and virtual-stage boundary), at the later of the two arrival times; a transfer
-// action posts all its halves together and finishes when all are done. A compute takes t_fwd or t_bwd
-// (per unit: divide a stage's time by v for equal chunks), transfers take no time.
+// Simulates all ranks at once under rendezvous semantics: a message passes when the receiver's
+// current action has its receive half (the same message: kind, micro-batch and virtual-stage
+// boundary) and the sender has posted the send, at the later of the two times. Blocking sends
+// (deferred_sends 0; NCCL, where a group completes as one): a transfer action posts all its
+// halves together and finishes when all are done. Deferred sends (MPI's executor): a transfer
+// action posts its sends and finishes when its receives are done; before a forward or backward
+// the rank waits for the sends that read from its unit's slot (vt_schedule_assign_slots; a weight
+// pass writes nothing that is sent), and for all of them at the end of its list. Computes take the times
+// in costs (per unit: divide a stage's time by v for equal chunks), transfers take no time.
 typedef struct {
   int completed;    // 1 when every rank reached the end of its list
   int stuck_stage;  // deadlock: the lowest rank that did not finish, else -1
@@ -143,12 +172,18 @@ typedef struct {
   double makespan;  // time at which the last rank finished (when completed)
 } vt_schedule_sim_result;
 
+// A unit's forward, input-gradient (B) and weight-gradient (W) times; a BACKWARD in a list
+// without WEIGHT actions does both, b + w.
+typedef struct {
+  double f, b, w;
+} vt_schedule_costs;
+
 // lists[r], counts[r]: rank r's list. busy (p entries, may be NULL) receives each rank's compute
 // time, so its idle fraction is 1 - busy[r] / makespan.
 vt_schedule_sim_result vt_schedule_simulate(const vt_schedule_spec *spec,
                                             const vt_schedule_action *const *lists,
-                                            const int *counts, double t_fwd, double t_bwd,
-                                            double *busy);
+                                            const int *counts, vt_schedule_costs costs,
+                                            int deferred_sends, double *busy);
 
 // Per ordered pair of ranks (a -> b), the messages a sends to b, in a's list order, must be the
 // messages b receives from a, in b's order: MPI (one tag) and NCCL (no tags) match a pair's
@@ -158,8 +193,8 @@ vt_status vt_schedule_check_pairs(const vt_schedule_spec *spec,
                                   const vt_schedule_action *const *lists, const int *counts,
                                   char *err, size_t size);
 
-// Builds every rank's list and checks it: pairs in order and a rendezvous simulation that
-// completes. The trainer runs it on every rank before the first step, so a schedule that could
+// Builds every rank's list and checks it: pairs in order and rendezvous simulations that complete,
+// with blocking and with deferred sends. The trainer runs it on every rank before the first step, so a schedule that could
 // hang is refused with a message instead. VT_OK, or VT_ERR_INPUT with the reason in err.
 vt_status vt_schedule_verify(const vt_schedule_spec *spec, char *err, size_t size);
 

@@ -40,8 +40,10 @@ void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbi
                    const float *dout, const float *inp, const float *weight, int64_t M, int64_t I,
                    int64_t O) {
   NEED(be, linear_bwd);
-  PTR(dweight); PTR(dout); PTR(inp);
+  PTR(dout);
+  VT_CHECK(dinp || dweight, "linear_bwd: neither dinp nor dweight asked for");
   VT_CHECK(dinp == NULL || weight != NULL, "linear_bwd: dinp needs weight");
+  VT_CHECK(dweight == NULL || inp != NULL, "linear_bwd: dweight needs inp");
   POS(M); POS(I); POS(O);
   be->linear_bwd(dinp, dweight, dbias, dout, inp, weight, M, I, O);
 }
@@ -50,7 +52,8 @@ void vt_linear_bwd_act(const vt_backend *be, float *dinp, float *dweight, float 
                        const float *dout, const float *inp, const float *weight, int64_t M,
                        int64_t I, int64_t O) {
   NEED(be, linear_bwd_act);
-  PTR(dinp); PTR(dweight); PTR(dout); PTR(inp); PTR(weight);
+  PTR(dinp); PTR(dout); PTR(weight);
+  VT_CHECK(dweight == NULL || inp != NULL, "linear_bwd_act: dweight needs inp");
   POS(M); POS(I); POS(O);
   be->linear_bwd_act(dinp, dweight, dbias, dout, inp, weight, M, I, O);
 }
@@ -58,8 +61,10 @@ void vt_linear_bwd_act(const vt_backend *be, float *dinp, float *dweight, float 
 void vt_linear_act_bwd(const vt_backend *be, float *dinp, float *dweight, const float *dout,
                        const float *inp, const float *weight, int64_t M, int64_t I, int64_t O) {
   NEED(be, linear_act_bwd);
-  PTR(dweight); PTR(dout); PTR(inp);
+  PTR(dout);
+  VT_CHECK(dinp || dweight, "linear_act_bwd: neither dinp nor dweight asked for");
   VT_CHECK(dinp == NULL || weight != NULL, "linear_act_bwd: dinp needs weight");
+  VT_CHECK(dweight == NULL || inp != NULL, "linear_act_bwd: dweight needs inp");
   POS(M); POS(I); POS(O);
   be->linear_act_bwd(dinp, dweight, dout, inp, weight, M, I, O);
 }

@@ -42,8 +42,10 @@ void vt_linear_residual_fwd(const vt_backend *be, float *out, const float *inp,
 // GELU (fc1).
 void vt_linear_act_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
                        const float *bias, int64_t M, int64_t I, int64_t O);
-// dinp (M, I) overwritten unless NULL; dweight (O, I) and dbias (O) accumulated (dbias may be
-// NULL); dout (M, O)
+// dinp (M, I) overwritten unless NULL; dweight (O, I) and dbias (O) accumulated unless NULL (one
+// of dinp and dweight must be given; inp is read only for dweight, weight only for dinp); dout
+// (M, O). Computing dinp and dweight in two calls gives the same bits as in one (ZB-H1's split
+// backward).
 void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
                    const float *dout, const float *inp, const float *weight, int64_t M, int64_t I,
                    int64_t O);

@@ -217,44 +217,48 @@ static void t_linear_residual_fwd(tc *t, const int64_t *d) {
   linear_fwd_case(t, d, LIN_RESIDUAL);
 }
 
-// d[3] bits: 1 computes dinp, 2 dbias (both optional in linear_bwd). act: linear_bwd_act, whose
-// dinp (always computed) is a bf16 activation in bf16 precision.
+// d[3] bits: 1 computes dinp, 2 dbias (both optional in linear_bwd), 4 leaves dweight out (the
+// input-gradient half of a split backward). act: linear_bwd_act, whose dinp (always computed) is
+// a bf16 activation in bf16 precision.
 static void linear_bwd_case(tc *t, const int64_t *d, int act) {
   const int64_t M = d[0], I = d[1], O = d[2], want_dinp = act || (d[3] & 1);
-  const int64_t want_dbias = d[3] & 2;
+  const int64_t want_dbias = d[3] & 2, want_dw = !(d[3] & 4);
   void (*op)(const vt_backend *, float *, float *, float *, const float *, const float *,
              const float *, int64_t, int64_t, int64_t) = act ? vt_linear_bwd_act : vt_linear_bwd;
   float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
   float *dy = hrand(t, M * O, -1, 1), *dw0 = hrand(t, O * I, -1, 1), *db0 = hrand(t, O, -1, 1);
   float *rdx = hnew(t, M * I), *rdw = hcopy(t, dw0, O * I), *rdb = hcopy(t, db0, O);
-  op(t->cpu, want_dinp ? rdx : NULL, rdw, want_dbias ? rdb : NULL, dy, x, w, M, I, O);
+  op(t->cpu, want_dinp ? rdx : NULL, want_dw ? rdw : NULL, want_dbias ? rdb : NULL, dy, x, w, M,
+     I, O);
   float *gx = dnew(t, x, M * I), *gw = dnew(t, w, O * I), *gdy = dnew(t, dy, M * O);
   float *gdx[2], *gdw[2], *gdb[2];
   for (int r = 0; r < 2; r++) {
     gdx[r] = dpoison(t, M * I), gdw[r] = dnew(t, dw0, O * I), gdb[r] = dnew(t, db0, O);
-    op(t->gpu, want_dinp ? gdx[r] : NULL, gdw[r], want_dbias ? gdb[r] : NULL, gdy, gx, gw, M, I,
-       O);
+    op(t->gpu, want_dinp ? gdx[r] : NULL, want_dw ? gdw[r] : NULL, want_dbias ? gdb[r] : NULL,
+       gdy, gx, gw, M, I, O);
   }
   if (act) check_act(t, "dinp", gdx, rdx, M * I);
   else if (want_dinp) check(t, "dinp", gdx, rdx, M * I);
-  check(t, "dweight", gdw, rdw, O * I);
+  check(t, "dweight", gdw, rdw, O * I);  // untouched without want_dw: dw0 on both sides
   check(t, "dbias", gdb, rdb, O);  // untouched without want_dbias: still db0 on both sides
 }
 static void t_linear_bwd(tc *t, const int64_t *d) { linear_bwd_case(t, d, 0); }
 static void t_linear_bwd_act(tc *t, const int64_t *d) { linear_bwd_case(t, d, 1); }
 
-// dout is a bf16 activation in bf16 (gelu_bwd's dinp), like x.
+// dout is a bf16 activation in bf16 (gelu_bwd's dinp), like x. d[3] bits: 1 dinp, 2 leaves
+// dweight out.
 static void t_linear_act_bwd(tc *t, const int64_t *d) {
-  const int64_t M = d[0], I = d[1], O = d[2], want_dinp = d[3];
+  const int64_t M = d[0], I = d[1], O = d[2], want_dinp = d[3] & 1, want_dw = !(d[3] & 2);
   float *x = act_in(t, hrand(t, M * I, -1, 1), M * I), *w = hrand(t, O * I, -1, 1);
   float *dy = act_in(t, hrand(t, M * O, -1, 1), M * O), *dw0 = hrand(t, O * I, -1, 1);
   float *rdx = hnew(t, M * I), *rdw = hcopy(t, dw0, O * I);
-  vt_linear_act_bwd(t->cpu, want_dinp ? rdx : NULL, rdw, dy, x, w, M, I, O);
+  vt_linear_act_bwd(t->cpu, want_dinp ? rdx : NULL, want_dw ? rdw : NULL, dy, x, w, M, I, O);
   float *gx = dnew(t, x, M * I), *gw = dnew(t, w, O * I), *gdy = dnew(t, dy, M * O);
   float *gdx[2], *gdw[2];
   for (int r = 0; r < 2; r++) {
     gdx[r] = dpoison(t, M * I), gdw[r] = dnew(t, dw0, O * I);
-    vt_linear_act_bwd(t->gpu, want_dinp ? gdx[r] : NULL, gdw[r], gdy, gx, gw, M, I, O);
+    vt_linear_act_bwd(t->gpu, want_dinp ? gdx[r] : NULL, want_dw ? gdw[r] : NULL, gdy, gx, gw, M,
+                      I, O);
   }
   if (want_dinp) check(t, "dinp", gdx, rdx, M * I);
   check(t, "dweight", gdw, rdw, O * I);
@@ -633,7 +637,7 @@ typedef struct {
   const char *op, *dims;
   void (*run)(tc *, const int64_t *);
   double tol[NPREC];
-  int64_t shapes[8][5];  // a row of zeros ends the list
+  int64_t shapes[12][5];  // a row of zeros ends the list
 } op_test;
 
 static const op_test kTests[] = {
@@ -644,13 +648,16 @@ static const op_test kTests[] = {
      {{7, 3, 77, 1}, {197, 768, 192, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 3072, 768, 1}}},
     {"linear_act_fwd", "M,I,O,bias", t_linear_act_fwd, {1e-4, 1e-4},
      {{7, 3, 77, 1}, {197, 192, 576, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 384, 1152, 1}}},
-    {"linear_bwd", "M,I,O,dinp+2dbias", t_linear_bwd, {1e-4, 1e-4},
+    {"linear_bwd", "M,I,O,dinp+2dbias+4nodw", t_linear_bwd, {1e-4, 1e-4},
      {{7, 3, 77, 3}, {197, 192, 576, 3}, {1, 1, 1, 3}, {33, 65, 17, 0}, {394, 384, 1152, 3},
-      {5, 1000, 2, 2}, {1000, 7, 5, 1}, {1100, 9, 40, 3}}},  // 1100: three column-sum chunks
-    {"linear_bwd_act", "M,I,O,2dbias", t_linear_bwd_act, {1e-4, 1e-4},
-     {{7, 3, 77, 2}, {197, 768, 192, 2}, {1, 1, 1, 2}, {33, 65, 17, 0}, {1100, 9, 40, 2}}},
-    {"linear_act_bwd", "M,I,O,dinp", t_linear_act_bwd, {1e-4, 1e-4},
-     {{7, 3, 77, 1}, {197, 192, 576, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 384, 1152, 1}}},
+      {5, 1000, 2, 2}, {1000, 7, 5, 1}, {1100, 9, 40, 3},  // 1100: three column-sum chunks
+      {197, 192, 576, 7}, {33, 65, 17, 5}}},
+    {"linear_bwd_act", "M,I,O,2dbias+4nodw", t_linear_bwd_act, {1e-4, 1e-4},
+     {{7, 3, 77, 2}, {197, 768, 192, 2}, {1, 1, 1, 2}, {33, 65, 17, 0}, {1100, 9, 40, 2},
+      {197, 768, 192, 6}, {33, 65, 17, 4}}},
+    {"linear_act_bwd", "M,I,O,dinp+2nodw", t_linear_act_bwd, {1e-4, 1e-4},
+     {{7, 3, 77, 1}, {197, 192, 576, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 384, 1152, 1},
+      {197, 192, 576, 3}}},
     {"layernorm_fwd", "M,C", t_layernorm_fwd, {1e-5, 1e-5},
      {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}}},
     {"layernorm_bwd", "M,C", t_layernorm_bwd, {5e-5, -1},
@@ -764,7 +771,7 @@ int main(int argc, char **argv) {
       if (!wanted(o->op, argc, argv) || o->tol[t.prec] < 0) continue;
       t.op = o->op;
       t.tol = o->tol[t.prec];
-      for (int s = 0; s < 8 && o->shapes[s][0] > 0; s++) {
+      for (int s = 0; s < 12 && o->shapes[s][0] > 0; s++) {
         const int64_t *d = o->shapes[s];
         int ndims = 1, k = snprintf(t.shape, sizeof t.shape, "%s=", o->dims);
         for (const char *c = o->dims; *c; c++) ndims += *c == ',';

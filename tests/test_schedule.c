@@ -1,7 +1,7 @@
-// test_schedule.c: the GPipe, 1F1B and interleaved action lists without any communication: every
-// rank's list is well formed, each pair's messages are posted in the same order on both sides, a
-// rendezvous simulation of all ranks completes, and the simulated bubble is printed beside
-// (p-1)/(v*m+p-1). Must not depend on MPI or the model (label unit).
+// test_schedule.c: the GPipe, 1F1B, interleaved and ZB-H1 action lists without any
+// communication: every rank's list is well formed, each pair's messages are posted in the same
+// order on both sides, a rendezvous simulation of all ranks completes, and the simulated bubble is
+// printed beside its formula. Must not depend on MPI or the model (label unit).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +42,7 @@ static const vt_schedule_action *const *lists_of(const schedule_set *set) {
 
 // Where each unit's compute and transfers sit in a rank's list (-1: absent; -2: more than once).
 typedef struct {
-  int fwd, bwd, recv_act, send_act, recv_grad, send_grad;
+  int fwd, bwd, wgt, recv_act, send_act, recv_grad, send_grad;
 } unit_pos;
 
 static void note(int *slot, int i) { *slot = *slot == -1 ? i : -2; }
@@ -53,17 +53,21 @@ static void check_stage(const schedule_set *set, int s) {
   const vt_schedule_action *a = set->lists[s];
   unit_pos pos[MAX_M][MAX_V];
   memset(pos, 0xff, sizeof pos);  // -1
-  int bad_index = 0, bad_transfer = 0, last_mb[MAX_V], bwd_order = 1;
-  for (int c = 0; c < v; c++) last_mb[c] = -1;
+  const int split = vt_schedule_splits_backward(sp->kind);
+  int bad_index = 0, bad_transfer = 0, last_mb[2][MAX_V], bwd_order = 1, bad_op = 0;
+  for (int c = 0; c < v; c++) last_mb[0][c] = last_mb[1][c] = -1;
   for (int i = 0; i < n; i++) {
     const vt_schedule_action x = a[i];
+    if (x.op == VT_SCHEDULE_WEIGHT && !split) bad_op++;
     if (x.op != VT_SCHEDULE_TRANSFER) {
       if (x.mb < 0 || x.mb >= m || x.chunk < 0 || x.chunk >= v) { bad_index++; continue; }
       unit_pos *u = &pos[x.mb][x.chunk];
-      note(x.op == VT_SCHEDULE_FORWARD ? &u->fwd : &u->bwd, i);
-      if (x.op == VT_SCHEDULE_BACKWARD) {  // every chunk sums its micro-batches in order
-        if (x.mb < last_mb[x.chunk]) bwd_order = 0;
-        last_mb[x.chunk] = x.mb;
+      note(x.op == VT_SCHEDULE_FORWARD ? &u->fwd : x.op == VT_SCHEDULE_BACKWARD ? &u->bwd : &u->wgt,
+           i);
+      if (x.op != VT_SCHEDULE_FORWARD) {  // every chunk sums its micro-batches in order
+        const int w = x.op == VT_SCHEDULE_WEIGHT;
+        if (x.mb < last_mb[w][x.chunk]) bwd_order = 0;
+        last_mb[w][x.chunk] = x.mb;
       }
       continue;
     }
@@ -84,13 +88,18 @@ static void check_stage(const schedule_set *set, int s) {
          bad_transfer);
   EXPECT(bwd_order, NAME_FMT " stage %d: a chunk's backwards not in micro-batch order",
          NAME_ARGS(sp), s);
-  int once = 1, ordered = 1, transfers = 1;
+  EXPECT(!bad_op, NAME_FMT " stage %d: weight actions in a list that does not split backwards",
+         NAME_ARGS(sp), s);
+  int once = 1, ordered = 1, transfers = 1, weights = 1;
   for (int mb = 0; mb < m; mb++)
     for (int c = 0; c < v; c++) {
-      const unit_pos *u = &pos[mb][c];
+      unit_pos *u = &pos[mb][c];
       const int vs = c * p + s, first = vs == 0, last = vs == p * v - 1;
-      if (u->fwd < 0 || u->bwd < 0) { once = 0; continue; }
+      if (u->fwd < 0 || u->bwd < 0 || (split && u->wgt < 0)) { once = 0; continue; }
       if (u->fwd > u->bwd) ordered = 0;
+      // ZB-H1: the weight pass after the input gradient left
+      if (split && (u->wgt < u->bwd || (!first && u->wgt < u->send_grad))) weights = 0;
+      if (!split) u->wgt = u->bwd;  // a unit's life ends with its last backward action
       // A transfer exists exactly where a virtual-stage boundary does; a receive comes before
       // the compute that reads it (a gradient after the unit's forward, whose slot holds it), a
       // send after the compute that made it.
@@ -104,9 +113,11 @@ static void check_stage(const schedule_set *set, int s) {
   EXPECT(ordered, NAME_FMT " stage %d: a backward before its forward", NAME_ARGS(sp), s);
   EXPECT(transfers, NAME_FMT " stage %d: a transfer missing, repeated or out of place",
          NAME_ARGS(sp), s);
+  EXPECT(weights, NAME_FMT " stage %d: a weight pass before its gradient left", NAME_ARGS(sp), s);
   const int peak = vt_schedule_max_in_flight(a, n);
   int want = m;  // GPipe
   if (sp->kind == VT_SCHEDULE_1F1B) want = p - s < m ? p - s : m;
+  if (split && m >= p) want = p;
   if (sp->kind == VT_SCHEDULE_INTERLEAVED) {
     const int warmup = 2 * (p - s - 1) + (v - 1) * p;
     want = warmup < m * v ? warmup + 1 : m * v;
@@ -115,7 +126,7 @@ static void check_stage(const schedule_set *set, int s) {
   EXPECT(peak == vt_schedule_stage_in_flight(sp, s), NAME_FMT " stage %d: stage_in_flight",
          NAME_ARGS(sp), s);
   // Slots: as many as the peak, and two units share one only when their lives (first use to
-  // backward) do not overlap.
+  // last backward action) do not overlap.
   int unit_slot[MAX_M * MAX_V], clash = 0;
   const int used = vt_schedule_assign_slots(sp, a, n, unit_slot);
   EXPECT(used == peak, NAME_FMT " stage %d: %d slots for %d in flight", NAME_ARGS(sp), s, used,
@@ -126,20 +137,37 @@ static void check_stage(const schedule_set *set, int s) {
       const int x0 = x->recv_act >= 0 ? x->recv_act : x->fwd;
       const int y0 = y->recv_act >= 0 ? y->recv_act : y->fwd;
       if (unit_slot[u] < 0 || unit_slot[u] >= used || unit_slot[w] < 0) clash++;
-      else if (unit_slot[u] == unit_slot[w] && x0 < y->bwd && y0 < x->bwd) clash++;
+      else if (unit_slot[u] == unit_slot[w] && x0 < y->wgt && y0 < x->wgt) clash++;
     }
   EXPECT(!clash, NAME_FMT " stage %d: %d slot clashes", NAME_ARGS(sp), s, clash);
+  // Weight sets (ZB-H1): from a unit's backward to its weight pass, no two units share one.
+  int unit_set[MAX_M * MAX_V];
+  const int sets = vt_schedule_assign_weight_sets(sp, a, n, unit_set);
+  EXPECT(sets == (split ? (s + 1 < m ? s + 1 : m) : 0), NAME_FMT " stage %d: %d weight sets",
+         NAME_ARGS(sp), s, sets);
+  clash = 0;
+  for (int u = 0; split && u < m * v; u++)
+    for (int w = u + 1; w < m * v; w++) {
+      const unit_pos *x = &pos[u % m][u / m], *y = &pos[w % m][w / m];
+      if (unit_set[u] < 0 || unit_set[u] >= sets || unit_set[w] < 0) clash++;
+      else if (unit_set[u] == unit_set[w] && x->bwd < y->wgt && y->bwd < x->wgt) clash++;
+    }
+  EXPECT(!clash, NAME_FMT " stage %d: %d weight set clashes", NAME_ARGS(sp), s, clash);
 }
 
-static double simulate_bubble(const schedule_set *set, double tf, double tb, int *ok) {
+static double simulate_bubble(const schedule_set *set, vt_schedule_costs c, int deferred,
+                              int *ok) {
   double busy[MAX_PP];
   const vt_schedule_spec *sp = &set->spec;
-  // A stage's forward takes tf in all: each of its v chunks takes tf / v.
+  // A stage's passes take c in all: each of its v chunks a v-th of that.
+  const double v = sp->chunks;
+  const vt_schedule_costs per_unit = {c.f / v, c.b / v, c.w / v};
   vt_schedule_sim_result r =
-      vt_schedule_simulate(sp, lists_of(set), set->counts, tf / sp->chunks, tb / sp->chunks, busy);
+      vt_schedule_simulate(sp, lists_of(set), set->counts, per_unit, deferred, busy);
   *ok = r.completed;
-  EXPECT(r.completed, NAME_FMT " (tf %g tb %g): deadlock at stage %d action %d", NAME_ARGS(sp),
-         tf, tb, r.stuck_stage, r.stuck_index);
+  EXPECT(r.completed, NAME_FMT " (F %g B %g W %g, %s sends): deadlock at stage %d action %d",
+         NAME_ARGS(sp), c.f, c.b, c.w, deferred ? "deferred" : "blocking", r.stuck_stage,
+         r.stuck_index);
   if (!r.completed) return -1.0;
   double idle = 0.0;
   for (int s = 0; s < sp->pp_size; s++) idle += 1.0 - busy[s] / r.makespan;
@@ -172,8 +200,9 @@ static void test_split_deadlocks(vt_schedule_kind kind, int pp, int m, int v) {
       }
     }
   }
-  vt_schedule_sim_result r = vt_schedule_simulate(
-      &set.spec, (const vt_schedule_action *const *)split, counts, 1.0, 2.0, NULL);
+  const vt_schedule_costs unit = {1.0, 1.0, 1.0};
+  vt_schedule_sim_result r =
+      vt_schedule_simulate(&set.spec, (const vt_schedule_action *const *)split, counts, unit, 0, NULL);
   EXPECT(!r.completed, NAME_FMT " with every transfer on its own should deadlock",
          NAME_ARGS(&set.spec));
   printf(NAME_FMT " with every transfer on its own: %s (stage %d blocked at action %d)\n",
@@ -225,11 +254,14 @@ static void test_parse(void) {
   EXPECT(strcmp(vt_schedule_name(VT_SCHEDULE_1F1B), "1f1b") == 0, "name 1f1b");
   EXPECT(strcmp(vt_schedule_name(VT_SCHEDULE_GPIPE), "gpipe") == 0, "name gpipe");
   EXPECT(strcmp(vt_schedule_name(VT_SCHEDULE_INTERLEAVED), "interleaved") == 0, "name");
+  EXPECT(vt_schedule_parse("zb-h1", &k) == VT_OK && k == VT_SCHEDULE_ZB_H1, "parse zb-h1");
+  EXPECT(strcmp(vt_schedule_name(VT_SCHEDULE_ZB_H1), "zb-h1") == 0, "name zb-h1");
   const vt_schedule_spec bad[] = {
       {VT_SCHEDULE_1F1B, 4, 8, 2},         // chunks without interleaving
       {VT_SCHEDULE_INTERLEAVED, 1, 8, 2},  // one rank
       {VT_SCHEDULE_INTERLEAVED, 4, 8, 1},  // one chunk
       {VT_SCHEDULE_INTERLEAVED, 4, 6, 2},  // m not a multiple of p
+      {VT_SCHEDULE_ZB_H1, 4, 8, 2},        // chunks without interleaving
       {VT_SCHEDULE_GPIPE, 0, 8, 1},
       {VT_SCHEDULE_GPIPE, 2, 0, 1},
   };
@@ -274,6 +306,15 @@ static void test_known_lists(void) {
               "RA0 F0 SA0+RA1 F1 SA1+RA0.1 F0.1 B0.1 SG0.1+RA1.1 F1.1 B1.1 SG1.1+RA2+RG0 F2 B0 "
               "SA2+SG0+RA3+RG1 F3 B1 SA3+SG1+RA2.1 F2.1 B2.1 SG2.1+RA3.1 F3.1 B3.1 SG3.1+RG2 B2 "
               "SG2+RG3 B3 SG3");
+  // ZB-H1: 1F1B's order; each backward's gradient leaves before its weight pass, so the send is
+  // no longer fused with the next receive.
+  // ZB-H1: 1F1B's order of F and B; rank r runs W(k) after B(k + r): rank 1 of 4 after B(k+1)
+  // (its first weight pass splits the send of B1's gradient from the next receive), rank 0 right
+  // after each B.
+  expect_list(VT_SCHEDULE_ZB_H1, 4, 4, 1, 1,
+              "RA0 F0 SA0+RA1 F1 SA1+RA2 F2 SA2+RG0 B0 SG0+RA3 F3 SA3+RG1 B1 SG1 W0 RG2 B2 SG2 W1 "
+              "RG3 B3 SG3 W2 W3");
+  expect_list(VT_SCHEDULE_ZB_H1, 2, 3, 1, 0, "F0 SA0 F1 SA1+RG0 B0 W0 F2 SA2+RG1 B1 W1 RG2 B2 W2");
   const vt_schedule_spec a = {VT_SCHEDULE_1F1B, 4, 16, 1}, g = {VT_SCHEDULE_GPIPE, 4, 16, 1};
   const vt_schedule_spec il = {VT_SCHEDULE_INTERLEAVED, 4, 16, 2};
   EXPECT(vt_schedule_stage_in_flight(&a, 0) == 4, "1f1b stage 0 in flight");
@@ -285,11 +326,13 @@ static void test_known_lists(void) {
 int main(void) {
   test_parse();
   test_known_lists();
-  const vt_schedule_kind kinds[3] = {VT_SCHEDULE_GPIPE, VT_SCHEDULE_1F1B, VT_SCHEDULE_INTERLEAVED};
-  const double costs[2][2] = {{1.0, 2.0}, {1.0, 1.0}};
+  const vt_schedule_kind kinds[4] = {VT_SCHEDULE_GPIPE, VT_SCHEDULE_1F1B, VT_SCHEDULE_INTERLEAVED,
+                                     VT_SCHEDULE_ZB_H1};
+  // F B W: backward twice the forward (the ZB-H1 formula's case), then as long as the forward
+  const vt_schedule_costs costs[2] = {{1.0, 1.0, 1.0}, {1.0, 0.5, 0.5}};
   int sims = 0, sim_ok = 0, lists = 0;
   double worst_gap = 0.0;
-  for (int k = 0; k < 3; k++)
+  for (int k = 0; k < 4; k++)
     for (int v = 1; v <= MAX_V; v++)
       for (int pp = 1; pp <= MAX_PP; pp++)
         for (int m = 1; m <= MAX_M; m++) {
@@ -305,42 +348,60 @@ int main(void) {
                  NAME_FMT ": %s", NAME_ARGS(&sp), err);
           EXPECT(vt_schedule_verify(&sp, err, sizeof err) == VT_OK, NAME_FMT ": %s",
                  NAME_ARGS(&sp), err);
-          for (int c = 0; c < 2; c++) {
-            int ok;
-            const double bubble = simulate_bubble(&set, costs[c][0], costs[c][1], &ok);
-            sims++;
-            sim_ok += ok;
-            const double gap = fabs(bubble - vt_schedule_bubble_formula(&sp));
-            if (ok && gap > worst_gap) worst_gap = gap;
-            // Equal stages and free transfers: rendezvous sends must add no stall beyond the
-            // textbook bubble, or the list order makes a rank wait on a neighbour needlessly.
-            EXPECT(!ok || gap < 1e-9, NAME_FMT " (tf %g tb %g): bubble %.6f, formula %.6f",
-                   NAME_ARGS(&sp), costs[c][0], costs[c][1], bubble,
-                   vt_schedule_bubble_formula(&sp));
-          }
+          for (int c = 0; c < 2; c++)
+            for (int deferred = 0; deferred < 2; deferred++) {
+              int ok;
+              const double bubble = simulate_bubble(&set, costs[c], deferred, &ok);
+              sims++;
+              sim_ok += ok;
+              // ZB-H1 needs deferred sends (a blocking send ties its sender to the receiver's
+              // next step); its formula assumes equal F, B and W, otherwise it must still beat
+              // 1F1B's.
+              const int zb = kinds[k] == VT_SCHEDULE_ZB_H1;
+              if (zb && !deferred) continue;
+              const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, pp, m, 1};
+              const int zb_other = zb && (c == 1 || m < pp);
+              const double formula = vt_schedule_bubble_formula(zb_other ? &plain : &sp);
+              const double gap = zb_other ? bubble - formula : fabs(bubble - formula);
+              if (ok && !zb_other && gap > worst_gap) worst_gap = gap;
+              // Equal stages and free transfers: rendezvous sends must add no stall beyond the
+              // textbook bubble, or the list order makes a rank wait on a neighbour needlessly.
+              EXPECT(!ok || gap < (zb_other && pp > 1 ? -1e-9 : 1e-9),
+                     NAME_FMT " (F %g B %g W %g, %s sends): bubble %.6f, %s %.6f", NAME_ARGS(&sp),
+                     costs[c].f, costs[c].b, costs[c].w, deferred ? "deferred" : "blocking",
+                     bubble, zb_other ? "1f1b's formula" : "formula", formula);
+            }
           free_set(&set);
         }
-  printf("lists checked: %d (gpipe, 1f1b: pp 1..%d x m 1..%d; interleaved: v 2..%d, pp 2..%d, m "
-         "a multiple of pp up to %d); rendezvous simulations completed: %d/%d\n",
+  printf("lists checked: %d (gpipe, 1f1b, zb-h1: pp 1..%d x m 1..%d; interleaved: v 2..%d, pp "
+         "2..%d, m a multiple of pp up to %d); rendezvous simulations (blocking and deferred "
+         "sends) completed: %d/%d\n",
          lists, MAX_PP, MAX_M, MAX_V, MAX_PP, MAX_M, sim_ok, sims);
-  printf("largest |simulated bubble - (p-1)/(v*m+p-1)| over all of them: %.3g\n", worst_gap);
+  printf("largest |simulated bubble - formula| over all of them (zb-h1: deferred sends, F = B = "
+         "W): %.3g\n",
+         worst_gap);
 
-  printf("\nbubble (idle fraction of the step, mean over stages), simulated vs (p-1)/(v*m+p-1)\n");
-  printf("%-12s %3s %3s %3s  %12s %12s  %10s  %s\n", "kind", "p", "m", "v", "sim F1 B2",
-         "sim F1 B1", "formula", "in flight on stage 0 (units)");
+  printf("\nbubble (idle fraction of the step, mean over stages), simulated vs the formula "
+         "(p-1)/(v*m+p-1), zb-h1 (p-1)/(3m+p-1)\n");
+  printf("%-12s %3s %3s %3s  %14s %14s %14s  %8s  %s\n", "kind", "p", "m", "v", "F1 B1 W1 block",
+         "F1 B1 W1 defer", "F1 B.5 W.5 def", "formula", "in flight on stage 0, p-1 (units)");
   const int show_p[] = {2, 4, 8}, show_m[] = {8, 16};
-  for (int k = 0; k < 3; k++)
+  for (int k = 0; k < 4; k++)
     for (int i = 0; i < 3; i++)
       for (int j = 0; j < 2; j++) {
         schedule_set set;
         int ok;
         const int v = kinds[k] == VT_SCHEDULE_INTERLEAVED ? 2 : 1;
         build_set(&set, kinds[k], show_p[i], show_m[j], v);
-        const double b12 = simulate_bubble(&set, 1.0, 2.0, &ok);
-        const double b11 = simulate_bubble(&set, 1.0, 1.0, &ok);
-        printf("%-12s %3d %3d %3d  %12.4f %12.4f  %10.4f  %d\n", vt_schedule_name(kinds[k]),
-               show_p[i], show_m[j], v, b12, b11, vt_schedule_bubble_formula(&set.spec),
-               vt_schedule_max_in_flight(set.lists[0], set.counts[0]));
+        const double blocking = simulate_bubble(&set, costs[0], 0, &ok);
+        const double b12 = simulate_bubble(&set, costs[0], 1, &ok);
+        const double b11 = simulate_bubble(&set, costs[1], 1, &ok);
+        const int last = show_p[i] - 1;
+        printf("%-12s %3d %3d %3d  %14.4f %14.4f %14.4f  %8.4f  %d, %d\n",
+               vt_schedule_name(kinds[k]), show_p[i], show_m[j], v, blocking, b12, b11,
+               vt_schedule_bubble_formula(&set.spec),
+               vt_schedule_max_in_flight(set.lists[0], set.counts[0]),
+               vt_schedule_max_in_flight(set.lists[last], set.counts[last]));
         free_set(&set);
       }
 
@@ -348,12 +409,14 @@ int main(void) {
   test_split_deadlocks(VT_SCHEDULE_1F1B, 2, 2, 1);
   test_split_deadlocks(VT_SCHEDULE_INTERLEAVED, 2, 4, 2);
   test_split_deadlocks(VT_SCHEDULE_INTERLEAVED, 4, 8, 2);
+  test_split_deadlocks(VT_SCHEDULE_ZB_H1, 2, 2, 1);
   test_pair_order_caught();
   printf("\n");
   const vt_schedule_spec show[] = {{VT_SCHEDULE_1F1B, 4, 6, 1},
                                    {VT_SCHEDULE_GPIPE, 3, 3, 1},
-                                   {VT_SCHEDULE_INTERLEAVED, 4, 4, 2}};
-  for (int i = 0; i < 3; i++) vt_schedule_print(stdout, &show[i]);
+                                   {VT_SCHEDULE_INTERLEAVED, 4, 4, 2},
+                                   {VT_SCHEDULE_ZB_H1, 4, 6, 1}};
+  for (int i = 0; i < 4; i++) vt_schedule_print(stdout, &show[i]);
 
   printf("\n%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;

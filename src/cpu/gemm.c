@@ -120,13 +120,13 @@ static void linear_bwd(float *dinp, float *dweight, float *dbias, const float *d
     float *x = dy + M * O, *w = x + M * In;
     if (dout_act) vt_cpu_widen_bf16(dy, dout, M * O);
     else vt_cpu_round_bf16(dy, dout, M * O);
-    vt_cpu_widen_bf16(x, inp, M * In);
-    vt_cpu_round_bf16(w, weight, O * In);
+    if (dweight) vt_cpu_widen_bf16(x, inp, M * In);
+    if (dinp) vt_cpu_round_bf16(w, weight, O * In);
     dout = dy, inp = x, weight = w;
     if (dinp_act) final = dinp, dinp = w + O * In;  // the fp32 result, rounded at the end
   }
   if (dinp) vt_cpu_sgemm(0, 0, M, In, O, 1.0f, dout, O, weight, In, 0.0f, dinp, In);  // dout @ W
-  vt_cpu_sgemm(1, 0, O, In, M, 1.0f, dout, O, inp, In, 1.0f, dweight, In);  // dout^T @ inp
+  if (dweight) vt_cpu_sgemm(1, 0, O, In, M, 1.0f, dout, O, inp, In, 1.0f, dweight, In);  // dout^T @ inp
   if (dbias) vt_cpu_colsum_acc(dbias, dout, M, O);
   if (!final) return;
   uint16_t *o = (uint16_t *)final;

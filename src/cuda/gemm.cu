@@ -263,7 +263,8 @@ static void linear_bwd(float *dinp, float *dweight, float *dbias, const float *d
          bf16 && dinp_act);
   // dweight += dout^T @ inp, i.e. dweight^T (I, O) += inp^T (I, M) @ dout (M, O); beta 1 keeps
   // the gradient of earlier microbatches.
-  gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, M, &one, inp, I, dy, O, &one, dweight, I, bf16, 0);
+  if (dweight)
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, M, &one, inp, I, dy, O, &one, dweight, I, bf16, 0);
 }
 
 extern "C" void vt_cuda_linear_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
