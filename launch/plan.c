@@ -24,8 +24,10 @@ static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
 void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base) {
   const double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
   const double o = (double)vt_optimizer_nbytes(opt) * mib, a = (double)m->act_nbytes * mib;
-  char extra[160] = "", recompute[96] = "", blocks[256];
+  char extra[160] = "", recompute[96] = "", blocks[256], wsets[64] = "";
   blocks_str(m->cfg.depth, &m->shard, blocks, sizeof blocks);
+  if (m->nwsets)
+    snprintf(wsets, sizeof wsets, " and %d weight-pass input sets", m->nwsets);
   if (m->recompute)
     snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed%s", m->recompute,
              m->slot_blocks, m->nchunks > 1 ? " in each chunk" : "");
@@ -34,11 +36,11 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
              "communicators); op scratch comes on the first step", (double)base * mib);
   vt_log_all_ranks(1);
   vt_log_info("memory plan (%s): blocks %s%s%s, parameters %.1f MiB, gradients %.1f MiB, "
-              "optimizer %.1f MiB, activations %.1f MiB (%d of %d %s in flight%s); "
+              "optimizer %.1f MiB, activations %.1f MiB (%d of %d %s in flight%s%s); "
               "total %.1f MiB%s",
               m->be->name, blocks, m->has_embed ? " + embeddings" : "",
               m->has_head ? " + head" : "", p, p, o, a, m->nslots, n_micro * m->nchunks,
-              m->nchunks > 1 ? "(micro-batch, chunk) units" : "micro-batches", recompute,
+              m->nchunks > 1 ? "(micro-batch, chunk) units" : "micro-batches", wsets, recompute,
               plan_mib(m, opt), extra);
   vt_log_all_ranks(0);
 }
@@ -92,25 +94,29 @@ int vt_plan_run(const vt_train_options *o) {
     }
     char blocks[256];
     blocks_str(c->depth, &shard, blocks, sizeof blocks);
-    const int nslots = vt_schedule_stage_in_flight(&spec, p);
+    int nwsets;
+    const int nslots = vt_schedule_stage_in_flight(&spec, p, &nwsets);
     const int rc = o->recompute_blocks < most ? o->recompute_blocks : most;
     const double params = (double)t.total * 4 * mib;
     const double opt = (double)vt_optimizer_plan_nbytes(t.total, o->dp, o->zero,
                                                         o->optim.ema_decay > 0) * mib;
-    const double acts = (double)vt_model_act_nbytes(c, shard, B, nslots, o->recompute_blocks,
-                                                    be) * mib;
+    const double acts = (double)vt_model_act_nbytes(c, shard, B, nslots, nwsets,
+                                                    o->recompute_blocks, be) * mib;
     const double total = 2 * params + opt + acts;
-    printf("%5d  %-6s  %9d  %10d  %10.1f  %9.1f  %9.1f  %11.1f  %.1f\n", p, blocks, nslots, rc,
+    char inflight[32];
+    snprintf(inflight, sizeof inflight, nwsets ? "%d+%dw" : "%d", nslots, nwsets);
+    printf("%5d  %-6s  %9s  %10d  %10.1f  %9.1f  %9.1f  %11.1f  %.1f\n", p, blocks, inflight, rc,
            params, params, opt, acts, total);
     if (total > worst) worst = total, worst_stage = p;
     vt_params_free(&t);
   }
   if (o->pp > 1) {  // what the activations in flight buy: the ideal idle fraction of a step
     const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, o->pp, n_micro, 1};
-    printf("pipeline: %s schedule, ideal idle fraction (p-1)/(v*m+p-1) = %.3f with equal stages "
-           "and free transfers (1f1b and gpipe: %.3f); measured at the end of a run\n",
-           vt_schedule_name(kind), vt_schedule_bubble_formula(&spec),
-           vt_schedule_bubble_formula(&plain));
+    printf("pipeline: %s schedule, ideal idle fraction %s = %.3f with equal stages and free "
+           "transfers (1f1b and gpipe: %.3f); measured at the end of a run\n",
+           vt_schedule_name(kind),
+           vt_schedule_bubble_formula_text(kind),
+           vt_schedule_bubble_formula(&spec), vt_schedule_bubble_formula(&plain));
   }
   printf("largest: stage %d, %.2f GiB per rank. Not in the plan: on a GPU the CUDA context, "
          "cuBLAS, cuDNN and NCCL (their size is printed at start-up) and the ops' grow-only "

@@ -108,8 +108,9 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
     int k = snprintf(line, sizeof line, "pipeline idle fraction per stage:");
     for (int s = 0; s < p && k < (int)sizeof line; s++)
       k += snprintf(line + k, sizeof line - (size_t)k, " %.3f", per_stage[s]);
-    vt_log_info("%s; ideal bubble (p-1)/(v*m+p-1) = %.3f for p %d, m %d, v %d (%s)", line,
-                vt_schedule_bubble_formula(spec), p, spec->n_micro, spec->chunks,
+    vt_log_info("%s; ideal bubble %s = %.3f for p %d, m %d, v %d (%s)", line,
+                vt_schedule_bubble_formula_text(spec->kind), vt_schedule_bubble_formula(spec), p,
+                spec->n_micro, spec->chunks,
                 vt_schedule_name(spec->kind));
   }
   free(per_stage);

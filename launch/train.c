@@ -62,8 +62,14 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (vt_schedule_parse(o->pp_schedule, &kind) != VT_OK)
     REFUSE("--pp-schedule %s: use one of %s", o->pp_schedule, VT_SCHEDULE_NAMES);
   if (o->pp_chunks == 0) o->pp_chunks = kind == VT_SCHEDULE_INTERLEAVED ? 2 : 1;
-  if (kind == VT_SCHEDULE_ZB_H1)  // parallel/schedule.h builds it; the executor is not there yet
-    REFUSE("--pp-schedule zb-h1: the trainer does not run it yet; use 1f1b or interleaved");
+  if (kind == VT_SCHEDULE_ZB_H1 && o->device == VT_DEVICE_CUDA)
+    REFUSE("--pp-schedule zb-h1 needs sends that complete in the background (the MPI transport); "
+           "NCCL completes a transfer's sends with its receives, where ZB-H1 idles more than "
+           "1F1B: use --pp-schedule 1f1b or interleaved on --device cuda");
+  if (kind == VT_SCHEDULE_ZB_H1 && o->recompute_blocks > 0)
+    REFUSE("--pp-schedule zb-h1 splits the backward into input and weight gradients, whose "
+           "weight pass reads the stored activations again: it does not go with "
+           "--recompute-blocks; use one or the other");
   vt_schedule_spec spec = {kind, o->pp, o->global_batch / (o->dp * o->micro_batch), o->pp_chunks};
   if (o->eval_only) spec.n_micro = o->pp;  // evaluation runs no schedule, only the chunks' layout
   char why[400];
@@ -115,8 +121,9 @@ typedef struct {
   int pp_rank, B;
   vt_schedule_spec spec;
   // Each unit's slot for the whole step, unit_slot[chunk * n_micro + mb]
-  // (vt_schedule_assign_slots): the same every step.
-  int *unit_slot;
+  // (vt_schedule_assign_slots), and under ZB-H1 its weight set (vt_schedule_assign_weight_sets;
+  // else all -1): the same every step.
+  int *unit_slot, *unit_wset;
   // The chunk whose forward takes the micro-batch's data: the head's on the last stage (its
   // labels), else chunk 0 (the first stage's images; other stages load nothing).
   int data_chunk;
@@ -170,7 +177,13 @@ static int slot_of(const stage_ctx *x, int mb, int chunk) {
   return x->unit_slot[chunk * x->n_micro + mb];
 }
 
-// The buffer a transfer half reads (send) or fills (recv), in the unit's slot.
+static int wset_of(const stage_ctx *x, int mb, int chunk) {
+  return x->unit_wset[chunk * x->n_micro + mb];
+}
+
+// The buffer a transfer half reads (send) or fills (recv), in the unit's slot. Sends are
+// deferred under the slot's key (slot + 1): the next forward or backward in that slot, which
+// writes the buffers sent from it, waits for them first (vt_comm_wait_sends).
 static vt_comm_p2p transfer_op(const stage_ctx *x, int is_send, vt_schedule_xfer t, int64_t n) {
   const int slot = slot_of(x, t.mb, t.chunk);
   const vt_model_slot *sl = &x->m->slots[slot];
@@ -179,7 +192,7 @@ static vt_comm_p2p transfer_op(const stage_ctx *x, int is_send, vt_schedule_xfer
   else buf = is_send ? sl->dinput : sl->dout;
   const int peer = is_send ? vt_schedule_send_peer(&x->spec, x->pp_rank, t.kind)
                            : vt_schedule_recv_peer(&x->spec, x->pp_rank, t.kind);
-  return (vt_comm_p2p){!is_send, buf, n, peer};
+  return (vt_comm_p2p){!is_send, buf, n, peer, is_send ? slot + 1 : 0};
 }
 
 // Runs one step's actions in order; returns the sum of this rank's per-sample losses (last
@@ -192,18 +205,22 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
   const int64_t n = vt_model_local_rows(m, B) * m->cfg.width;  // this rank's rows of the stream
   const float scale = 1.0f / (float)x->o->global_batch, ls = x->o->label_smoothing;
   double loss = 0.0;
-  // A chunk's layers' gradients are final as its last backward goes; the first forward of the
-  // data chunk is the micro-batch loaded ahead for the next step.
-  int last_backward[VT_SCHEDULE_MAX_CHUNKS], first_mb = -1;
-  for (int c = 0; c < m->nchunks; c++) last_backward[c] = -1;
+  // A chunk's layers' gradients are final as its last backward goes (the head's and embedding's)
+  // and its last weight pass under ZB-H1 (the blocks'); the first forward of the data chunk is
+  // the micro-batch loaded ahead for the next step.
+  int last_backward[VT_SCHEDULE_MAX_CHUNKS], last_weight[VT_SCHEDULE_MAX_CHUNKS], first_mb = -1;
+  for (int c = 0; c < m->nchunks; c++) last_backward[c] = last_weight[c] = -1;
   for (int i = 0; i < nacts; i++) {
     if (acts[i].op == VT_SCHEDULE_BACKWARD) last_backward[acts[i].chunk] = i;
+    if (acts[i].op == VT_SCHEDULE_WEIGHT) last_weight[acts[i].chunk] = i;
     if (acts[i].op == VT_SCHEDULE_FORWARD && acts[i].chunk == x->data_chunk && first_mb < 0)
       first_mb = acts[i].mb;
   }
   for (int i = 0; i < nacts; i++) {
     const vt_schedule_action a = acts[i];
     const double t0 = now_s();
+    if (a.op == VT_SCHEDULE_FORWARD || a.op == VT_SCHEDULE_BACKWARD)
+      vt_comm_wait_sends(x->pp, slot_of(x, a.mb, a.chunk) + 1);
     if (a.op == VT_SCHEDULE_FORWARD) {
       const int slot = slot_of(x, a.mb, a.chunk);
       if (a.chunk == x->data_chunk) load_batch(x, step, a.mb, slot);
@@ -216,7 +233,14 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
     } else if (a.op == VT_SCHEDULE_BACKWARD) {
       m->grads_ready = i == last_backward[a.chunk] && x->opt->overlap ? grads_ready : NULL;
       m->grads_ready_ctx = x;
-      vt_model_backward(m, a.chunk, slot_of(x, a.mb, a.chunk), B, ls, scale);
+      vt_model_backward(m, a.chunk, slot_of(x, a.mb, a.chunk), wset_of(x, a.mb, a.chunk), B, ls,
+                        scale);
+      m->grads_ready = NULL;
+      x->compute_s += now_s() - t0;
+    } else if (a.op == VT_SCHEDULE_WEIGHT) {
+      m->grads_ready = i == last_weight[a.chunk] && x->opt->overlap ? grads_ready : NULL;
+      vt_model_backward_weight(m, a.chunk, slot_of(x, a.mb, a.chunk), wset_of(x, a.mb, a.chunk),
+                               B);
       m->grads_ready = NULL;
       x->compute_s += now_s() - t0;
     } else {
@@ -227,6 +251,7 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
       vt_comm_exchange(x->pp, ops, k);
     }
   }
+  vt_comm_wait_sends(x->pp, 0);
   if (x->prefetch_next && first_mb >= 0) {  // after every backward: the labels' slot is free
     load_batch(x, step + 1, first_mb, slot_of(x, first_mb, x->data_chunk));
     x->ahead_step = step + 1, x->ahead_mb = first_mb;
@@ -285,14 +310,17 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   const int cap = vt_schedule_max_actions(&spec);
   vt_schedule_action *acts = malloc((size_t)cap * sizeof *acts);
   int *unit_slot = malloc((size_t)spec.n_micro * spec.chunks * sizeof *unit_slot);
-  VT_CHECK(acts && unit_slot, "out of host memory for the schedule");
+  int *unit_wset = malloc((size_t)spec.n_micro * spec.chunks * sizeof *unit_wset);
+  VT_CHECK(acts && unit_slot && unit_wset, "out of host memory for the schedule");
   const int nacts = vt_schedule_build(&spec, me.pp_rank, acts, cap);
   const int assigned = vt_schedule_assign_slots(&spec, acts, nacts, unit_slot);
   const int nslots = o->eval_only ? 1 : assigned;
+  const int wsets = vt_schedule_assign_weight_sets(&spec, acts, nacts, unit_wset);
+  const int nwsets = o->eval_only ? 0 : wsets;
 
   const vt_vit_config *c = &o->model;
   vt_model m;
-  vt_model_init(&m, c, shard, tp, B, nslots, o->recompute_blocks, be, o->seed);
+  vt_model_init(&m, c, shard, tp, B, nslots, nwsets, o->recompute_blocks, be, o->seed);
   m.drop_path = o->drop_path;
   m.mix = vt_mix_enabled(&o->mix);
   vt_optim_config oc = o->optim;
@@ -336,7 +364,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                                n_micro, start_step, err, sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .spec = spec,
-                 .unit_slot = unit_slot, .data_chunk = m.has_head ? m.nchunks - 1 : 0,
+                 .unit_slot = unit_slot, .unit_wset = unit_wset, .data_chunk = m.has_head ? m.nchunks - 1 : 0,
                  .data = &data, .opt = &opt, .n_micro = n_micro, .ahead_step = -1};
   if (m.has_head) {
     x.step_losses = be->alloc((size_t)n_micro * B * sizeof(float));
@@ -515,6 +543,7 @@ done:
   vt_watchdog_stop();
   free(acts);
   free(unit_slot);
+  free(unit_wset);
   vt_optimizer_free(&opt);
   vt_model_free(&m);
   vt_comm_free(tp);

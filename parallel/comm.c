@@ -66,7 +66,7 @@ static void local_free(void *s) { (void)s; }
 static const vt_comm_transport k_local_transport = {
     "local",    local_all_reduce, local_reduce_scatter, local_all_gather, local_broadcast,
     local_send, local_recv,       local_exchange,       local_free,       NULL,
-    NULL};
+    NULL,       NULL};
 
 // ---- Host control over MPI, or nothing to do for a single process ----------------------------
 
@@ -463,10 +463,18 @@ void vt_comm_exchange(vt_comm *c, const vt_comm_p2p *ops, int n) {
   op_end(t0);
 }
 
+void vt_comm_wait_sends(vt_comm *c, int key) {
+  if (!c->transport->wait_sends) return;
+  vt_watchdog_comm_enter(c->axis, (int)VT_COMM_OP_SEND, g_seq[c->axis]);
+  const double t0 = now_s();
+  c->transport->wait_sends(c->state, key);
+  op_end(t0);
+}
+
 void vt_comm_sendrecv(vt_comm *c, const float *sendbuf, int64_t send_count, int dst,
                       float *recvbuf, int64_t recv_count, int src) {
-  const vt_comm_p2p ops[2] = {{0, (float *)sendbuf, send_count, dst},
-                              {1, recvbuf, recv_count, src}};
+  const vt_comm_p2p ops[2] = {{0, (float *)sendbuf, send_count, dst, 0},
+                              {1, recvbuf, recv_count, src, 0}};
   vt_comm_exchange(c, ops, 2);
 }
 

@@ -93,19 +93,25 @@ void vt_comm_sendrecv(vt_comm *comm, const float *sendbuf, int64_t send_count, i
                       float *recvbuf, int64_t recv_count, int src);
 
 // One message of vt_comm_exchange: a send of buf (count floats; only read) to peer, or a
-// receive into buf from peer.
+// receive into buf from peer. defer (sends only): 0, the send is complete when the call returns;
+// k > 0, it may still be in flight (MPI) until vt_comm_wait_sends(comm, k or 0): buf must stay
+// unchanged until then.
 typedef struct {
   int recv;
   float *buf;
   int64_t count;
   int peer;
+  int defer;
 } vt_comm_p2p;
 #define VT_COMM_MAX_P2P 8
 // Posts up to VT_COMM_MAX_P2P sends and receives together, in array order, and returns when all
-// are done (MPI: non-blocking calls and one wait; NCCL: one group): the interleaved pipeline's
-// step, which sends to and receives from both neighbours at once. Messages between a pair are
-// matched in posting order. Counted as one op per message.
+// are done but the deferred sends (MPI: non-blocking calls and one wait; NCCL: one group, which
+// completes deferred sends too): the pipeline's step, which sends to and receives from both
+// neighbours at once. Messages between a pair are matched in posting order. Counted as one op per
+// message.
 void vt_comm_exchange(vt_comm *comm, const vt_comm_p2p *ops, int n);
+// Completes the deferred sends posted under key (0: all of them).
+void vt_comm_wait_sends(vt_comm *comm, int key);
 
 // ---- Host control (host buffers whatever the transport) --------------------------------------
 
@@ -177,6 +183,8 @@ typedef struct {
   // Optional (NULL: comm.c runs all_reduce at start and wait_all does nothing).
   void (*all_reduce_start)(void *state, float *buf, int64_t count);
   void (*wait_all)(void *state);
+  // Optional (NULL: exchange completes deferred sends too).
+  void (*wait_sends)(void *state, int key);
 } vt_comm_transport;
 
 // comm_mpi.c (built with MPI). States are MPI communicators behind a void pointer so that this

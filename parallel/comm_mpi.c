@@ -26,11 +26,15 @@ enum { VT_MPI_TAG = 7 };
 static int g_we_initialized = 0;
 static int g_thread_multiple = 0;  // the watchdog's side channel may be used from its thread
 
-// A communicator and the requests of its operations started but not yet waited for.
+// A communicator and the requests of its operations started but not yet waited for: collectives
+// (vt_comm_all_reduce_start) and deferred sends with their keys.
 typedef struct {
   MPI_Comm comm;
   MPI_Request *req;
   int npending, cap;
+  MPI_Request *sreq;
+  int *skey;
+  int nsends, scap;
 } mpi_state;
 
 static MPI_Comm comm_of(void *state) { return ((mpi_state *)state)->comm; }
@@ -190,18 +194,46 @@ static void mpi_recv(void *s, float *buf, int64_t count, int peer) {
 }
 
 static void mpi_exchange(void *s, const vt_comm_p2p *ops, int n) {
+  mpi_state *ms = s;
   MPI_Request req[VT_COMM_MAX_P2P];
   MPI_Status st[VT_COMM_MAX_P2P];
-  for (int i = 0; i < n; i++)
+  int waited[VT_COMM_MAX_P2P], nw = 0;  // the ops this call completes
+  for (int i = 0; i < n; i++) {
+    MPI_Request r;
     if (ops[i].recv)
       VT_MPI_CHECK(MPI_Irecv(ops[i].buf, (int)ops[i].count, MPI_FLOAT, ops[i].peer, VT_MPI_TAG,
-                             comm_of(s), &req[i]));
+                             ms->comm, &r));
     else
       VT_MPI_CHECK(MPI_Isend(ops[i].buf, (int)ops[i].count, MPI_FLOAT, ops[i].peer, VT_MPI_TAG,
-                             comm_of(s), &req[i]));
-  VT_MPI_CHECK(MPI_Waitall(n, req, st));
-  for (int i = 0; i < n; i++)
-    if (ops[i].recv) check_received(&st[i], ops[i].count, ops[i].peer);
+                             ms->comm, &r));
+    if (ops[i].recv || ops[i].defer <= 0) {
+      waited[nw] = i, req[nw++] = r;
+      continue;
+    }
+    if (ms->nsends == ms->scap) {
+      const int cap = ms->scap ? 2 * ms->scap : 16;
+      MPI_Request *q = realloc(ms->sreq, (size_t)cap * sizeof *q);
+      int *k = q ? realloc(ms->skey, (size_t)cap * sizeof *k) : NULL;
+      VT_CHECK(q && k, "out of memory for %d deferred MPI sends", cap);
+      ms->sreq = q, ms->skey = k, ms->scap = cap;
+    }
+    ms->sreq[ms->nsends] = r, ms->skey[ms->nsends++] = ops[i].defer;
+  }
+  VT_MPI_CHECK(MPI_Waitall(nw, req, st));
+  for (int j = 0; j < nw; j++)
+    if (ops[waited[j]].recv) check_received(&st[j], ops[waited[j]].count, ops[waited[j]].peer);
+}
+
+static void mpi_wait_sends(void *s, int key) {
+  mpi_state *ms = s;
+  int kept = 0;
+  for (int i = 0; i < ms->nsends; i++) {
+    if (key == 0 || ms->skey[i] == key)
+      VT_MPI_CHECK(MPI_Wait(&ms->sreq[i], MPI_STATUS_IGNORE));
+    else
+      ms->sreq[kept] = ms->sreq[i], ms->skey[kept++] = ms->skey[i];
+  }
+  ms->nsends = kept;
 }
 
 static void mpi_all_reduce_start(void *s, float *buf, int64_t count) {
@@ -225,14 +257,16 @@ static void mpi_wait_all(void *s) {
 
 static void mpi_free(void *s) {
   mpi_state *st = s;
-  VT_CHECK(st->npending == 0, "an MPI communicator freed with %d operations in flight",
-           st->npending);
+  VT_CHECK(st->npending == 0 && st->nsends == 0,
+           "an MPI communicator freed with %d operations in flight", st->npending + st->nsends);
   VT_MPI_CHECK(MPI_Comm_free(&st->comm));
   free(st->req);
+  free(st->sreq);
+  free(st->skey);
   free(st);
 }
 
 const vt_comm_transport vt_comm_mpi_transport = {
     "mpi",    mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather,       mpi_broadcast,
     mpi_send, mpi_recv,       mpi_exchange,       mpi_free,             mpi_all_reduce_start,
-    mpi_wait_all};
+    mpi_wait_all,  mpi_wait_sends};

@@ -159,4 +159,4 @@ static void nccl_free(void *s) {
 extern "C" const vt_comm_transport vt_comm_nccl_transport = {
     "nccl",    nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather,       nccl_broadcast,
     nccl_send, nccl_recv,       nccl_exchange,       nccl_free,             nccl_all_reduce_start,
-    nccl_wait_all};
+    nccl_wait_all,  NULL};

@@ -333,12 +333,16 @@ static void free_all(vt_schedule_action **lists) {
   free(lists);
 }
 
-int vt_schedule_stage_in_flight(const vt_schedule_spec *s, int r) {
+int vt_schedule_stage_in_flight(const vt_schedule_spec *s, int r, int *weight_sets) {
   const int cap = vt_schedule_max_actions(s);
   vt_schedule_action *a = malloc((size_t)cap * sizeof *a);
-  VT_CHECK(a != NULL, "schedule: out of memory for %d actions", cap);
-  const int peak = vt_schedule_max_in_flight(a, vt_schedule_build(s, r, a, cap));
+  int *unit_set = malloc((size_t)s->n_micro * s->chunks * sizeof *unit_set);
+  VT_CHECK(a && unit_set, "schedule: out of memory for %d actions", cap);
+  const int n = vt_schedule_build(s, r, a, cap);
+  const int peak = vt_schedule_max_in_flight(a, n);
+  if (weight_sets) *weight_sets = vt_schedule_assign_weight_sets(s, a, n, unit_set);
   free(a);
+  free(unit_set);
   return peak;
 }
 
@@ -347,6 +351,10 @@ double vt_schedule_bubble_formula(const vt_schedule_spec *s) {
   // ZB-H1's steps are counted in passes (F, B, W each one), the others' in forward-backward pairs
   if (s->kind == VT_SCHEDULE_ZB_H1) return (double)(p - 1) / (double)(3 * s->n_micro + p - 1);
   return (double)(p - 1) / (double)(v * s->n_micro + p - 1);
+}
+
+const char *vt_schedule_bubble_formula_text(vt_schedule_kind kind) {
+  return kind == VT_SCHEDULE_ZB_H1 ? "(p-1)/(3m+p-1)" : "(p-1)/(v*m+p-1)";
 }
 
 static void xfer_str(char *buf, size_t size, int is_send, vt_schedule_xfer x) {

@@ -129,7 +129,9 @@ int vt_schedule_splits_backward(vt_schedule_kind kind);
 // of activation sets ("slots") the rank must keep. 1F1B: min(p - r, m); ZB-H1: min(p, m) where
 // m >= p; GPipe: m; interleaved: the warmup count + 1 (at most m * v).
 int vt_schedule_max_in_flight(const vt_schedule_action *actions, int count);
-int vt_schedule_stage_in_flight(const vt_schedule_spec *spec, int pp_rank);
+// The same for rank pp_rank's list; *weight_sets (may be NULL) receives the weight sets it needs
+// (vt_schedule_assign_weight_sets).
+int vt_schedule_stage_in_flight(const vt_schedule_spec *spec, int pp_rank, int *weight_sets);
 // Gives each unit a slot for the whole step: at its first use the lowest slot free then, freed
 // after its backward (its WEIGHT action). unit_slot[chunk * n_micro + mb] (m * v entries); returns the number of
 // slots used, which is vt_schedule_max_in_flight.
@@ -147,6 +149,8 @@ int vt_schedule_assign_weight_sets(const vt_schedule_spec *spec, const vt_schedu
 // ZB-H1 (p-1)/(3m+p-1), with a unit's forward, input-gradient and weight-gradient passes equal,
 // deferred sends and m >= p (fewer micro-batches idle more, still less than 1F1B).
 double vt_schedule_bubble_formula(const vt_schedule_spec *spec);
+// That formula as text: "(p-1)/(v*m+p-1)" or "(p-1)/(3m+p-1)".
+const char *vt_schedule_bubble_formula_text(vt_schedule_kind kind);
 
 // Short token: F3 B3 W3 (chunk 0) or F3.1 B3.1 (chunk 1); transfers SA3 RA3 SG3 RG3 (with .c
 // likewise), joined by + in one action: SA3+RG1. Returns buf.

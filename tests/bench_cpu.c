@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
   if (per_op) be = timing_backend(be);
   vt_backend_set_threads(threads);
   vt_model m;
-  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, be, 1234);
+  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, 0, be, 1234);
   // A large total_steps and no warmup: the schedule does not matter for speed. Clipping on,
   // as in training, so its pass is part of the step (the PyTorch side clips too).
   const vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 0,
@@ -212,7 +212,7 @@ int main(int argc, char **argv) {
     vt_model_forward(&m, 0, 0, B, 0.0f, -1);
     loss = vt_model_loss_sum(&m, 0, B) / B;
     double t1 = now_s();
-    vt_model_backward(&m, 0, 0, B, 0.0f, 1.0f / (float)B);
+    vt_model_backward(&m, 0, 0, -1, B, 0.0f, 1.0f / (float)B);
     double t2 = now_s();
     vt_optimizer_step(&opt, m.params, m.grads, oc.lr);
     // Zeroing belongs to the optimizer phase (optimizer.zero_grad() in PyTorch); it is done

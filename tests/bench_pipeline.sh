@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # bench_pipeline.sh VIT3D [ROUNDS]: the pipeline bubble, measured, 1F1B against the interleaved
-# schedule (2 model chunks per stage) in the same run. For p = 2 and 4 stages and m = 8 and 16
-# micro-batches per step, the two schedules run alternately ROUNDS times (default 3) on the same
-# model, data and seed (they compute the same losses); printed per schedule: the ideal idle
-# (p-1)/(v*m+p-1), the measured idle (1 - time in forward/backward / step time, mean over stages,
-# steps after the first; median over rounds) and the median step time, then the step-time ratio
-# interleaved / 1F1B. The measured idle also holds what is not a bubble (the optimizer step,
+# schedule (2 model chunks per stage) and ZB-H1 in the same run. For p = 2 and 4 stages and m = 8
+# and 16 micro-batches per step, the three schedules run in turn ROUNDS times (default 3) on the
+# same model, data and seed (they compute the same losses); printed per schedule: the ideal idle
+# ((p-1)/(v*m+p-1); ZB-H1 (p-1)/(3m+p-1)), the measured idle (1 - time in forward/backward / step
+# time, mean over stages, steps after the first; median over rounds) and the median step time,
+# then the step-time ratios interleaved / 1F1B and zb-h1 / 1F1B. The measured idle also holds what is not a bubble (the optimizer step,
 # transfers, the loss's trip to the host), the same for both schedules.
 # Conditions matter: with more ranks than cores (p 4 on a 2-core machine) a stage also waits for a
 # core, so there the idle is an upper bound and the ratio is noise; the script says so.
@@ -25,7 +25,7 @@ for p in 2 4; do
     "for a core; the idle below is an upper bound and the ratio noise"
   for m in 8 16; do
     for r in $(seq "$rounds"); do
-      for s in 1f1b interleaved; do
+      for s in 1f1b interleaved zb-h1; do
         out=$work/p${p}m${m}_${s}_$r
         mpirun -np "$p" --oversubscribe "$vit3d" train "${model[@]}" --pp "$p" \
           --global-batch-size $((4 * m)) --pp-schedule "$s" --log-dir "$out" > "$out.log" 2>&1 ||
@@ -36,7 +36,7 @@ for p in 2 4; do
 import json, re, statistics, sys
 work, p, m, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 res = {}
-for s in ("1f1b", "interleaved"):
+for s in ("1f1b", "interleaved", "zb-h1"):
     idle, ms = [], []
     for r in range(1, rounds + 1):
         base = f"{work}/p{p}m{m}_{s}_{r}"
@@ -47,8 +47,9 @@ for s in ("1f1b", "interleaved"):
     res[s] = statistics.median(ms)
     print(f"p {p} m {m:2d} {s:11s}: ideal idle {ideal:.3f}, measured {statistics.median(idle):.3f} "
           f"(rounds {' '.join(f'{x:.3f}' for x in idle)}), step {res[s]:.1f} ms")
-print(f"p {p} m {m:2d} step time interleaved / 1f1b = {res['interleaved'] / res['1f1b']:.3f} "
-      f"(ideal {(2 * m + p - 1) / (2 * m) / ((m + p - 1) / m):.3f} with equal stages and free transfers)")
+for s, k in (("interleaved", 2 * m), ("zb-h1", 3 * m)):  # k: the formula's passes per stage
+    print(f"p {p} m {m:2d} step time {s} / 1f1b = {res[s] / res['1f1b']:.3f} (ideal "
+          f"{(k + p - 1) / k / ((m + p - 1) / m):.3f} with equal stages and free transfers)")
 PY
   done
 done

@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
   const int64_t img_elems = 3 * (int64_t)S * S;
 
   vt_model m;
-  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, MICRO, 1, 0, be, SEED);
+  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, MICRO, 1, 0, 0, be, SEED);
   m.drop_path = DROP_PATH;
   m.mix = 1;
   vt_optimizer opt;
@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
       loss_sum += vt_model_loss_sum(&m, 0, MICRO);
       if (step == 0)
         be->to_host(logits0 + (int64_t)mb * MICRO * K, m.slots[0].logits, (size_t)MICRO * K * 4);
-      vt_model_backward(&m, 0, 0, MICRO, SMOOTHING, 1.0f / (float)GLOBAL);
+      vt_model_backward(&m, 0, 0, -1, MICRO, SMOOTHING, 1.0f / (float)GLOBAL);
     }
     const float lr = vt_lr_at(&oc, step);
     if (step == 0) {

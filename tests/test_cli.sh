@@ -46,6 +46,15 @@ out=$("$vit3d" plan --model tiny --depth 8 --pp 4 --micro-batch-size 8 --global-
 if grep -q "pipeline: interleaved schedule, ideal idle fraction (p-1)/(v\*m+p-1) = 0.086 .*(1f1b and gpipe: 0.158)" <<<"$out"; then
   echo "ok: vit3d plan --pp-schedule interleaved: $(grep '^pipeline:' <<<"$out")"
 else echo "FAIL: vit3d plan's pipeline line: $out"; fail=1; fi
+# ZB-H1: 3/51 against 3/19; it refuses what it cannot run well or at all.
+out=$("$vit3d" plan --model tiny --depth 8 --pp 4 --micro-batch-size 8 --global-batch-size 128 \
+      --pp-schedule zb-h1 2>&1)
+if grep -q "pipeline: zb-h1 schedule, ideal idle fraction (p-1)/(3m+p-1) = 0.059 .*(1f1b and gpipe: 0.158)" <<<"$out" &&
+   grep -qE "^ +3 +6-7 +4\+4w " <<<"$out"; then
+  echo "ok: vit3d plan --pp-schedule zb-h1: $(grep '^pipeline:' <<<"$out"); stage 3 keeps 4 units and 4 weight-pass input sets"
+else echo "FAIL: vit3d plan's zb-h1 lines: $out"; fail=1; fi
+refuse "it does not go with --recompute-blocks" train --pp-schedule zb-h1 --recompute-blocks 2
+refuse "use --pp-schedule 1f1b or interleaved on --device cuda" train --pp-schedule zb-h1 --device cuda
 refuse "arguments file /nonexistent/recipe.args: No such file or directory" train @/nonexistent/recipe.args
 # An arguments file: its words are flags (comments and line breaks aside); later flags win.
 args=$(mktemp)

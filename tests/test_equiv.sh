@@ -2,7 +2,8 @@
 # test_equiv.sh VIT3D: every 8-rank layout (tp x pp x dp) computes the same training as one rank:
 # the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
 # tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, three layouts with the interleaved
-# schedule (one with drop path, one in bf16), with the tp-pp-dp mesh order and
+# schedule (one with drop path, one in bf16), ZB-H1 bit for bit as 1F1B (four layouts, one more in
+# bf16 as one rank), with the tp-pp-dp mesh order and
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
 # with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, three
 # with the mean-pooled head (one sequence parallel), two with RandAugment and repeated
@@ -177,14 +178,16 @@ else
 fi
 # Activation recompute runs the very same forward again, so a run with it must log the very
 # numbers and end with the very bytes of the same run without; its plan holds fewer activations.
+same_bits() {  # same_bits A B: the same logged numbers and final weights, bit for bit
+  cmp -s "$work/$1/weights.safetensors" "$work/$2/weights.safetensors" &&
+    cmp -s <(sed 's/"img_per_s.*//' "$work/$1/metrics.jsonl") \
+           <(sed 's/"img_per_s.*//' "$work/$2/metrics.jsonl")
+}
 same_run() {  # same_run A B LABEL
   local acts_a acts_b
   acts_a=$(grep -m1 "^\[rank 0 .*memory plan" "$work/$1.log" | grep -o "activations [0-9.]* MiB")
   acts_b=$(grep -m1 "^\[rank 0 .*memory plan" "$work/$2.log" | grep -o "activations [0-9.]* MiB")
-  if cmp -s "$work/$1/weights.safetensors" "$work/$2/weights.safetensors" &&
-     cmp -s <(sed 's/"img_per_s.*//' "$work/$1/metrics.jsonl") \
-            <(sed 's/"img_per_s.*//' "$work/$2/metrics.jsonl") &&
-     [ "${acts_a% MiB}" != "${acts_b% MiB}" ]; then
+  if same_bits "$1" "$2" && [ "${acts_a% MiB}" != "${acts_b% MiB}" ]; then
     echo "$3: the same losses, norms and final weights, bit for bit ($acts_a without, $acts_b with)"
   else
     echo "FAIL: $3 differs from the run without recompute ($acts_a, $acts_b)"; fail=1
@@ -198,16 +201,37 @@ run rc_mix222 8 "${rc_flags[@]}" &&
   plan_matches rc_mix222 "2x2x2 with recompute and EMA" "${rc_flags[@]}" || fail=1
 run rc_seqpar_tp8 8 --tp 8 --sequence-parallel 1 --recompute-blocks 3 &&
   same_run seqpar_tp8 rc_seqpar_tp8 "recompute of the first 3 of 8 blocks, 8x1x1 sequence parallel" || fail=1
+# ZB-H1 runs 1F1B's forwards and backwards with each backward split into the input gradients (sent
+# at once) and the weight gradients (later); every weight gradient still sums the micro-batches in
+# order, with the same GEMMs, so it must end with the very bytes of 1F1B on the same mesh: 2x2x2,
+# 1x8x1 (8 micro-batches, every stage deferring weight passes), with drop path, with sequence
+# parallelism (whose weight pass reads the gathered LayerNorm rows).
+for pair in "mix222 zb222 2 2 2" "pp8 zb_pp8 1 8 1" "drop_mix222 zb_drop222 2 2 2 --drop-path 0.3" \
+            "seqpar zb_seqpar 2 2 2 --sequence-parallel 1"; do
+  set -- $pair
+  plain=$1 name=$2 tp=$3 pp=$4 dp=$5; shift 5
+  if run "$name" 8 --tp "$tp" --pp "$pp" --dp "$dp" --pp-schedule zb-h1 "$@" &&
+     same_bits "$plain" "$name"; then
+    echo "$name: zb-h1 $tp x $pp x $dp $* logs the numbers and ends with the weights of 1f1b, bit for bit"
+  else
+    echo "FAIL: $name (zb-h1 $tp x $pp x $dp $*) differs from 1f1b's $plain"; fail=1
+  fi
+done
+plan_matches zb222 "2x2x2 zb-h1 (weight-pass input sets)" --tp 2 --pp 2 --dp 2 --pp-schedule zb-h1
 cc=$here/compare_curves.py
 if run base_bf16 1 --precision bf16 && run rc_base_bf16 1 --precision bf16 --recompute-blocks 8 &&
    same_run base_bf16 rc_base_bf16 "recompute, 1 rank, bf16" && run pp8_bf16 8 --pp 8 --precision bf16 &&
    run il_pp4_bf16 4 --pp 4 --pp-schedule interleaved --precision bf16 &&
+   run zb_pp4_bf16 4 --pp 4 --pp-schedule zb-h1 --precision bf16 &&
    run mix_bf16 8 --tp 2 --pp 2 --dp 2 --precision bf16 &&
    run seqpar_bf16 8 --tp 2 --pp 2 --dp 2 --sequence-parallel 1 --precision bf16; then
   "$py" "$cc" "$work/pp8_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" --label "bf16 1x8x1" \
     --same "$work/base_bf16/metrics.jsonl" --bands 1-5:0 --tail-tol 0 | grep -E "determinism|VERDICT" || fail=1
   "$py" "$cc" "$work/il_pp4_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" \
     --label "bf16 1x4x1 interleaved" --same "$work/base_bf16/metrics.jsonl" --bands 1-5:0 \
+    --tail-tol 0 | grep -E "determinism|VERDICT" || fail=1
+  "$py" "$cc" "$work/zb_pp4_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" \
+    --label "bf16 1x4x1 zb-h1" --same "$work/base_bf16/metrics.jsonl" --bands 1-5:0 \
     --tail-tol 0 | grep -E "determinism|VERDICT" || fail=1
   "$py" "$cc" "$work/mix_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" --label "bf16 2x2x2" \
     --bands 1-1:1e-4,2-5:2e-3 --tail-tol 2e-3 | grep -E "loss steps|VERDICT" || fail=1

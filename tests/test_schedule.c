@@ -123,7 +123,7 @@ static void check_stage(const schedule_set *set, int s) {
     want = warmup < m * v ? warmup + 1 : m * v;
   }
   EXPECT(peak == want, NAME_FMT " stage %d: %d in flight, want %d", NAME_ARGS(sp), s, peak, want);
-  EXPECT(peak == vt_schedule_stage_in_flight(sp, s), NAME_FMT " stage %d: stage_in_flight",
+  EXPECT(peak == vt_schedule_stage_in_flight(sp, s, NULL), NAME_FMT " stage %d: stage_in_flight",
          NAME_ARGS(sp), s);
   // Slots: as many as the peak, and two units share one only when their lives (first use to
   // last backward action) do not overlap.
@@ -317,9 +317,9 @@ static void test_known_lists(void) {
   expect_list(VT_SCHEDULE_ZB_H1, 2, 3, 1, 0, "F0 SA0 F1 SA1+RG0 B0 W0 F2 SA2+RG1 B1 W1 RG2 B2 W2");
   const vt_schedule_spec a = {VT_SCHEDULE_1F1B, 4, 16, 1}, g = {VT_SCHEDULE_GPIPE, 4, 16, 1};
   const vt_schedule_spec il = {VT_SCHEDULE_INTERLEAVED, 4, 16, 2};
-  EXPECT(vt_schedule_stage_in_flight(&a, 0) == 4, "1f1b stage 0 in flight");
-  EXPECT(vt_schedule_stage_in_flight(&g, 3) == 16, "gpipe in flight");
-  EXPECT(vt_schedule_stage_in_flight(&il, 0) == 11 && vt_schedule_stage_in_flight(&il, 3) == 5,
+  EXPECT(vt_schedule_stage_in_flight(&a, 0, NULL) == 4, "1f1b stage 0 in flight");
+  EXPECT(vt_schedule_stage_in_flight(&g, 3, NULL) == 16, "gpipe in flight");
+  EXPECT(vt_schedule_stage_in_flight(&il, 0, NULL) == 11 && vt_schedule_stage_in_flight(&il, 3, NULL) == 5,
          "interleaved in flight: 2*3+4+1 on stage 0, 4+1 on stage 3");
 }
 

@@ -100,9 +100,17 @@ static const float *branch_dout(const vt_model *m, const float *dres, const vt_d
   return m->s.dln;
 }
 
+// Split backward: a Linear's output gradient kept for the weight pass (dy is scratch that later
+// steps overwrite).
+static const float *keep(const vt_model *m, float *kept, const float *dy, int64_t count) {
+  if (!kept) return dy;
+  m->be->copy(kept, dy, (size_t)count * sizeof(float));
+  return kept;
+}
+
 void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
                   const vt_block_acts *a, const float *in, float *dres, int B,
-                  const vt_drop_mask *drop) {
+                  const vt_drop_mask *drop, vt_block_wgrad *wg) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const vt_model_scratch *s = &m->s;
@@ -113,20 +121,39 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   const float *x1 = m->sp ? a->ln1_full : a->ln1, *x2 = m->sp ? a->ln2_full : a->ln2;
   // MLP branch; dres holds d(block output) and becomes d(mid), then d(in). The row-parallel
   // Linears' input gradients (dact) are bf16 activations in bf16 precision, as autocast makes them.
+  // Split: the weight-matrix GEMMs wait for vt_block_bwd_weight, their output gradients in wg.
+  float *dfc1 = wg ? wg->dfc1 : s->dfc1, *dqkv = wg ? wg->dqkv : s->dqkv;
   const float *dy = g_bwd(m, s->full, branch_dout(m, dres, drop ? &drop[1] : NULL, Ml), Ml * C);
-  vt_linear_bwd_act(be, s->dact, gw->fc2_w, gw->fc2_b, dy, a->gelu, w->fc2_w, M, F, C);
-  vt_gelu_bwd(be, s->dfc1, gw->fc1_b, a->fc1, s->dact, M, F);  // and fc1's bias gradient
-  vt_linear_act_bwd(be, s->dln, gw->fc1_w, s->dfc1, x2, w->fc1_w, M, C, F);
+  dy = keep(m, wg ? wg->dfc2 : NULL, dy, M * C);
+  vt_linear_bwd_act(be, s->dact, wg ? NULL : gw->fc2_w, gw->fc2_b, dy, a->gelu, w->fc2_w, M, F, C);
+  vt_gelu_bwd(be, dfc1, gw->fc1_b, a->fc1, s->dact, M, F);  // and fc1's bias gradient
+  vt_linear_act_bwd(be, s->dln, wg ? NULL : gw->fc1_w, dfc1, x2, w->fc1_w, M, C, F);
   const float *dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm2_w, gw->norm2_b, dx, a->mid, w->norm2_w, a->ln2_mean,
                        a->ln2_rstd, Ml, C);  // dres += the MLP branch's input gradient
   // Attention branch. The attention output's gradient takes dact's place (fc2's input gradient
   // is used up); dln's rows past M stay untouched (zero).
   dy = g_bwd(m, s->full, branch_dout(m, dres, drop ? &drop[0] : NULL, Ml), Ml * C);
-  vt_linear_bwd_act(be, s->dact, gw->proj_w, gw->proj_b, dy, a->attn, w->proj_w, M, H * D, C);
-  vt_attention_bwd(be, s->dqkv, gw->qkv_b, s->dact, a->qkv, a->attn, a->lse, B, N, H, D);
-  vt_linear_act_bwd(be, s->dln, gw->qkv_w, s->dqkv, x1, w->qkv_w, M, C, 3 * H * D);
+  dy = keep(m, wg ? wg->dproj : NULL, dy, M * C);
+  vt_linear_bwd_act(be, s->dact, wg ? NULL : gw->proj_w, gw->proj_b, dy, a->attn, w->proj_w, M,
+                    H * D, C);
+  vt_attention_bwd(be, dqkv, gw->qkv_b, s->dact, a->qkv, a->attn, a->lse, B, N, H, D);
+  vt_linear_act_bwd(be, s->dln, wg ? NULL : gw->qkv_w, dqkv, x1, w->qkv_w, M, C, 3 * H * D);
   dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,
                        a->ln1_rstd, Ml, C);
+}
+
+void vt_block_bwd_weight(const vt_model *m, vt_block_tensors *gw, const vt_block_acts *a,
+                         const vt_block_wgrad *wg, int B) {
+  const vt_backend *be = m->be;
+  const vt_vit_config *c = &m->cfg;
+  const int tp = m->shard.tp_size;
+  const int64_t N = vt_cfg_tokens(c), C = c->width, HD = c->heads / tp * vt_cfg_head_dim(c);
+  const int64_t F = vt_cfg_mlp_hidden(c) / tp, M = (int64_t)B * N;
+  const float *x1 = m->sp ? a->ln1_full : a->ln1, *x2 = m->sp ? a->ln2_full : a->ln2;
+  vt_linear_bwd(be, NULL, gw->fc2_w, NULL, wg->dfc2, a->gelu, NULL, M, F, C);
+  vt_linear_act_bwd(be, NULL, gw->fc1_w, wg->dfc1, x2, NULL, M, C, F);
+  vt_linear_bwd(be, NULL, gw->proj_w, NULL, wg->dproj, a->attn, NULL, M, HD, C);
+  vt_linear_act_bwd(be, NULL, gw->qkv_w, wg->dqkv, x1, NULL, M, C, 3 * HD);
 }

@@ -72,6 +72,15 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
   if (!m->has_embed || m->nchunks > 1) sl->dinput = take(ar, Ml * C);
 }
 
+static void carve_wgrad(vt_model *m, vt_block_wgrad *w, arena *ar) {
+  const vt_vit_config *c = &m->cfg;
+  const int tp = m->shard.tp_size;
+  const int64_t M = (int64_t)m->max_batch * vt_cfg_tokens(c), C = c->width;
+  w->dfc2 = take(ar, M * C), w->dproj = take(ar, M * C);
+  w->dfc1 = take_act(m, ar, M * (vt_cfg_mlp_hidden(c) / tp));
+  w->dqkv = take_act(m, ar, M * 3 * C / tp);
+}
+
 static void carve(vt_model *m, arena *ar) {
   const vt_vit_config *c = &m->cfg;
   const int tp = m->shard.tp_size;
@@ -81,6 +90,8 @@ static void carve(vt_model *m, arena *ar) {
   vt_model_scratch *s = &m->s;
   if (m->recompute > 0) carve_block(m, &s->recompute, ar), s->recompute_out = take(ar, Ml * C);
   for (int i = 0; i < m->nslots; i++) carve_slot(m, &m->slots[i], ar);
+  for (int i = 0; i < m->nwsets; i++)
+    for (int l = 0; l < m->slot_blocks; l++) carve_wgrad(m, &m->wsets[i][l], ar);
   s->dres = take(ar, Ml * C), s->dln = take(ar, Mp * C);
   if (m->sp) s->dln_local = take(ar, Ml * C), s->full = take(ar, Mp * C), s->partial = take(ar, Mp * C);
   s->dqkv = take_act(m, ar, M * 3 * C / tp);
@@ -146,7 +157,7 @@ static void *must_calloc(size_t n, size_t size) {
 // What sizes a rank's part, without backend memory: the fields and the slots' host arrays that
 // carve() fills in (vt_model_init and vt_model_act_nbytes).
 static void describe(vt_model *m, const vt_vit_config *cfg, vt_shard shard, int max_batch,
-                     int nslots, int recompute, const vt_backend *be) {
+                     int nslots, int nwsets, int recompute, const vt_backend *be) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
   m->shard = shard;
@@ -173,6 +184,10 @@ static void describe(vt_model *m, const vt_vit_config *cfg, vt_shard shard, int 
     m->slots[i].blocks = must_calloc((size_t)m->slot_blocks, sizeof(vt_block_acts));
     m->slots[i].res = must_calloc((size_t)m->slot_blocks + 1, sizeof(float *));
   }
+  m->nwsets = nwsets > 0 ? nwsets : 0;
+  m->wsets = must_calloc((size_t)m->nwsets, sizeof(vt_block_wgrad *));
+  for (int i = 0; i < m->nwsets; i++)
+    m->wsets[i] = must_calloc((size_t)m->slot_blocks, sizeof(vt_block_wgrad));
 }
 
 // What describe() allocated on the host.
@@ -182,15 +197,18 @@ static void free_description(vt_model *m) {
     free(m->slots[i].res);
   }
   free(m->slots);
+  for (int i = 0; m->wsets && i < m->nwsets; i++) free(m->wsets[i]);
+  free(m->wsets);
+  m->wsets = NULL;
   free(m->chunk_start);
   free(m->block_id);
   m->slots = NULL, m->chunk_start = m->block_id = NULL;
 }
 
 size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_batch, int nslots,
-                           int recompute, const vt_backend *be) {
+                           int nwsets, int recompute, const vt_backend *be) {
   vt_model m;
-  describe(&m, cfg, shard, max_batch, nslots, recompute, be);
+  describe(&m, cfg, shard, max_batch, nslots, nwsets, recompute, be);
   arena sizing = {NULL, 0};
   carve(&m, &sizing);
   free_description(&m);
@@ -198,10 +216,13 @@ size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_bat
 }
 
 void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_comm *tp,
-                   int max_batch, int nslots, int recompute, const vt_backend *be,
+                   int max_batch, int nslots, int nwsets, int recompute, const vt_backend *be,
                    uint64_t seed) {
   VT_CHECK(shard.tp_size == 1 || tp != NULL, "tensor parallelism needs a TP communicator");
-  describe(m, cfg, shard, max_batch, nslots, recompute, be);
+  VT_CHECK(nwsets == 0 || recompute == 0,
+           "activation recompute and a split backward do not go together: the weight pass "
+           "reads the activations the recompute shares between blocks");
+  describe(m, cfg, shard, max_batch, nslots, nwsets, recompute, be);
   m->tp = shard.tp_size > 1 ? tp : NULL;
   m->seed = seed;
   VT_CHECK(!m->sp || m->precision != VT_PRECISION_BF16 || cfg->width % 2 == 0,
@@ -347,7 +368,8 @@ double vt_model_loss_sum(vt_model *m, int slot, int B) {
   return sum;
 }
 
-void vt_model_backward(vt_model *m, int chunk, int slot, int B, float smoothing, float loss_scale) {
+void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float smoothing,
+                       float loss_scale) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const int64_t N = vt_cfg_tokens(c), C = c->width, K = c->num_classes, P = c->patch_size;
@@ -356,7 +378,9 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int B, float smoothing,
   vt_model_tensors *g = &m->g;
   const int64_t Ml = vt_model_local_rows(m, B);
   VT_CHECK(chunk >= 0 && chunk < m->nchunks, "chunk %d outside 0..%d", chunk, m->nchunks - 1);
+  VT_CHECK(wset >= -1 && wset < m->nwsets, "weight set %d outside -1..%d", wset, m->nwsets - 1);
   const int b0 = m->chunk_start[chunk], nb = m->chunk_start[chunk + 1] - b0;
+  vt_block_wgrad *wg = wset >= 0 ? m->wsets[wset] : NULL;
   if (m->has_head && chunk == m->nchunks - 1) {
     vt_cross_entropy_bwd(be, s->dlogits, sl->probs, sl->labels, slot_mix(m, sl), smoothing,
                          loss_scale, B, K);
@@ -376,8 +400,9 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int B, float smoothing,
     const vt_drop_mask *d = block_drop(m, l, sl, B, drop);
     if (j < m->recompute)  // the same forward again (deterministic: the same bits), its output aside
       vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[j], sl->res[j], s->recompute_out, B, d);
-    vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[j], sl->res[j], s->dres, B, d);
-    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, m->block_id[l] + 1);
+    vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[j], sl->res[j], s->dres, B, d,
+                 wg ? &wg[j] : NULL);
+    if (m->grads_ready && !wg) m->grads_ready(m->grads_ready_ctx, m->block_id[l] + 1);
   }
   if (!(m->has_embed && chunk == 0)) {
     be->copy(sl->dinput, s->dres, (size_t)Ml * C * sizeof(float));
@@ -392,4 +417,15 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int B, float smoothing,
   vt_linear_bwd(be, NULL, g->patch_w, g->patch_b, s->dpatch_out, sl->patches, m->p.patch_w,
                 B * (N - 1), 3 * P * P, C);
   if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, 0);
+}
+
+void vt_model_backward_weight(vt_model *m, int chunk, int slot, int wset, int B) {
+  VT_CHECK(chunk >= 0 && chunk < m->nchunks, "chunk %d outside 0..%d", chunk, m->nchunks - 1);
+  VT_CHECK(wset >= 0 && wset < m->nwsets, "weight set %d outside 0..%d", wset, m->nwsets - 1);
+  const int b0 = m->chunk_start[chunk], nb = m->chunk_start[chunk + 1] - b0;
+  for (int j = nb - 1; j >= 0; j--) {  // the whole backward's order
+    const int l = b0 + j;
+    vt_block_bwd_weight(m, &m->g.blocks[l], &m->slots[slot].blocks[j], &m->wsets[wset][j], B);
+    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, m->block_id[l] + 1);
+  }
 }

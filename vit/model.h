@@ -47,6 +47,16 @@ typedef struct {
   float *gelu;                       // (B, N, F/tp) [bf16]
 } vt_block_acts;
 
+// The inputs of one block's weight pass when the backward is split (ZB-H1): the output gradients
+// of its four Linears, kept from the input-gradient pass. M = B*N rows (all of them under
+// sequence parallelism, as the GEMMs read them). [bf16] as above.
+typedef struct {
+  float *dfc2;   // (M, C)
+  float *dfc1;   // (B, N, F/tp) [bf16]
+  float *dproj;  // (M, C)
+  float *dqkv;   // (B, N, 3C/tp) [bf16]
+} vt_block_wgrad;
+
 // Everything one in-flight unit (a micro-batch through one chunk) keeps between its forward and
 // its backward. The embedding and head tensors serve chunk 0 and the last chunk.
 typedef struct {
@@ -93,6 +103,8 @@ typedef struct {
   int has_embed, has_head;  // first / last pipeline rank: its chunk 0 embeds, its last chunk
                             // ends in the head
   int max_batch, nslots;
+  int nwsets;             // weight sets (split backward, ZB-H1), 0: backwards are whole
+  vt_block_wgrad **wsets;  // nwsets of slot_blocks
   int recompute;          // each chunk's first `recompute` blocks keep only their input
   int sp;                 // sequence parallelism (tp_size > 1 only)
   const vt_backend *be;
@@ -121,19 +133,21 @@ typedef struct {
 } vt_model;
 
 // Allocates one rank's part (shard.pp_chunks chunks) for micro-batches of up to max_batch images
-// with nslots units (micro-batch, chunk) in flight, and initialises its parameters from seed (the
-// same values as the whole model's, whatever the shard). Activation recompute: each chunk's first
+// with nslots units (micro-batch, chunk) in flight and nwsets weight sets (units between their
+// input-gradient and weight passes, ZB-H1; 0: whole backwards only), and initialises its
+// parameters from seed (the same values as the whole model's, whatever the shard). Activation recompute: each chunk's first
 // `recompute` blocks (all of them when it is at least the chunk's count; 0: none) keep only their
 // input per unit, and the backward runs their forward again into one shared set of activations
-// just before their backward. Fatal (with a message) when memory runs out.
+// just before their backward (not with weight sets: the weight pass reads the activations again).
+// Fatal (with a message) when memory runs out.
 void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_comm *tp,
-                   int max_batch, int nslots, int recompute, const vt_backend *be,
+                   int max_batch, int nslots, int nwsets, int recompute, const vt_backend *be,
                    uint64_t seed);
 void vt_model_free(vt_model *m);
 // The activation block vt_model_init would allocate (bytes), without allocating it: for
 // `vit3d plan`. The backend's precision sizes the bf16 activations.
 size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_batch, int nslots,
-                           int recompute, const vt_backend *be);
+                           int nwsets, int recompute, const vt_backend *be);
 
 // Forward of B images through one chunk, in a slot. Chunk 0 of the first stage: reads
 // slot->img; others: slot->res[0]. The last chunk of the last stage: reads slot->labels and
@@ -152,8 +166,15 @@ double vt_model_loss_sum(vt_model *m, int slot, int B);
 // Backward of that slot's forward (the same chunk); adds the gradient of loss_scale * (sum of
 // losses) into m->grads (loss_scale = 1 / global batch for a mean loss). The head's chunk starts
 // from the loss, others from slot->dout; all but the embedding's chunk leave the input's
-// gradient in slot->dinput.
-void vt_model_backward(vt_model *m, int chunk, int slot, int B, float smoothing, float loss_scale);
+// gradient in slot->dinput. wset -1: the whole backward. wset >= 0 (split backward): the input
+// gradients, the head's, the embedding's and the blocks' bias and LayerNorm gradients; the
+// blocks' four weight-matrix gradients wait in weight set wset for vt_model_backward_weight.
+void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float smoothing,
+                       float loss_scale);
+// The blocks' weight-matrix gradients of that split backward (the same chunk, slot, wset and B),
+// added into m->grads: the same bits as the whole backward. Reads the slot's activations, writes
+// nothing that is sent or received. Calls grads_ready for each block.
+void vt_model_backward_weight(vt_model *m, int chunk, int slot, int wset, int B);
 
 // Rows of the (B*N, C) stream this rank holds for a micro-batch of B.
 static inline int64_t vt_model_local_rows(const vt_model *m, int B) {
@@ -177,8 +198,12 @@ void vt_drop_path_mask(vt_drop_mask *mask, uint64_t seed, int layer, int branch,
 // of its two branches (attention, MLP), or NULL for none.
 void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
                   const float *in, float *out, int B, const vt_drop_mask *drop);
+// wg NULL: the whole backward; else the weight-matrix gradients are left out and their inputs
+// kept in wg for vt_block_bwd_weight.
 void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
                   const vt_block_acts *a, const float *in, float *dres, int B,
-                  const vt_drop_mask *drop);
+                  const vt_drop_mask *drop, vt_block_wgrad *wg);
+void vt_block_bwd_weight(const vt_model *m, vt_block_tensors *gw, const vt_block_acts *a,
+                         const vt_block_wgrad *wg, int B);
 
 #endif

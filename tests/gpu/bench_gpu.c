@@ -192,7 +192,7 @@ int main(int argc, char **argv) {
   be->set_precision(strcmp(precision, "bf16") ? VT_PRECISION_FP32 : VT_PRECISION_BF16);
   if (per_op) be = timing_backend(be);
   vt_model m;
-  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, be, 1234);
+  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, 0, be, 1234);
   // The trainer's defaults that matter for the work done: clipping on (its norm pass is part of
   // the step, as clip_grad_norm_ on the PyTorch side), weight decay on.
   const vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 0,
@@ -219,7 +219,7 @@ int main(int argc, char **argv) {
     const double t0 = now_s();
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
     vt_model_forward(&m, 0, 0, B, 0.1f, -1);
-    vt_model_backward(&m, 0, 0, B, 0.1f, 1.0f / (float)B);
+    vt_model_backward(&m, 0, 0, -1, B, 0.1f, 1.0f / (float)B);
     vt_optimizer_step(&opt, m.params, m.grads, oc.lr);  // syncs once (the norm)
     loss = vt_model_loss_sum(&m, 0, B) / B;             // and the losses come to the host
     be->synchronize();
