@@ -467,7 +467,7 @@ vt_status vt_schedule_check_pairs(const vt_schedule_spec *s,
 }
 
 // A send posted by a deferred-send transfer (the executor's MPI_Isend), from its posting until the
-// rank waits for it (the executor's vt_comm_wait_all).
+// rank waits for it (the executor's vt_comm_wait_sends).
 typedef struct {
   message msg;
   int slot;        // the slot of the unit whose buffer it reads
