@@ -95,23 +95,37 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
 }
 
 // Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time, steps after the
-// first) beside the ideal bubble (p-1)/(v*m+p-1). Collective over world.
+// first) beside the ideal bubble and the simulated one. Collective over world.
 void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
-                             double idle, const vt_schedule_spec *spec) {
+                             double idle, const double pass_ms[3], const vt_schedule_spec *spec,
+                             int deferred_sends) {
   const int p = mesh->pp_size;
-  double *per_stage = calloc((size_t)p, sizeof(double));
+  double *per_stage = calloc((size_t)p * 4, sizeof(double));  // idle, then F, B, W per stage
   VT_CHECK(per_stage != NULL, "out of host memory");
-  if (me.tp_rank == 0 && me.dp_rank == 0) per_stage[me.pp_rank] = idle;
-  vt_comm_all_reduce_double(world, per_stage, p, VT_REDUCE_SUM);
+  if (me.tp_rank == 0 && me.dp_rank == 0) {
+    per_stage[me.pp_rank] = idle;
+    for (int k = 0; k < 3; k++) per_stage[p + 3 * me.pp_rank + k] = pass_ms[k];
+  }
+  vt_comm_all_reduce_double(world, per_stage, 4 * p, VT_REDUCE_SUM);
   if (vt_comm_rank(world) == 0) {
     char line[1024];
     int k = snprintf(line, sizeof line, "pipeline idle fraction per stage:");
     for (int s = 0; s < p && k < (int)sizeof line; s++)
       k += snprintf(line + k, sizeof line - (size_t)k, " %.3f", per_stage[s]);
-    vt_log_info("%s; ideal bubble %s = %.3f for p %d, m %d, v %d (%s)", line,
-                vt_schedule_bubble_formula_text(spec->kind), vt_schedule_bubble_formula(spec), p,
-                spec->n_micro, spec->chunks,
-                vt_schedule_name(spec->kind));
+    double c[3] = {0, 0, 0};  // mean pass times over stages
+    for (int s = 0; s < p; s++)
+      for (int k = 0; k < 3; k++) c[k] += per_stage[p + 3 * s + k] / p;
+    const vt_schedule_costs costs = {c[0], c[1], c[2]};
+    char passes[96];
+    snprintf(passes, sizeof passes, "forward %.2f ms, backward %.2f ms", c[0], c[1]);
+    if (vt_schedule_splits_backward(spec->kind))
+      snprintf(passes + strlen(passes), sizeof passes - strlen(passes), " + weight %.2f ms", c[2]);
+    vt_log_info("%s; ideal bubble %s = %.3f for p %d, m %d, v %d (%s); simulated idle %.3f at "
+                "this run's mean pass times per unit (%s)",
+                line, vt_schedule_bubble_formula_text(spec->kind),
+                vt_schedule_bubble_formula(spec), p, spec->n_micro, spec->chunks,
+                vt_schedule_name(spec->kind),
+                vt_schedule_simulated_idle(spec, costs, deferred_sends), passes);
   }
   free(per_stage);
 }

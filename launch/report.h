@@ -39,8 +39,11 @@ void vt_report_step(const vt_train_options *o, FILE *metrics, const vt_step_log 
 void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt_optimizer *opt,
                           vt_mesh_coord me, int world_rank, int n_micro);
 // Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time) beside the ideal
-// bubble (p-1)/(v*m+p-1). Collective over world.
+// bubble (vt_schedule_bubble_formula) and the idle the schedule simulator predicts from this
+// run's pass times: pass_ms, this rank's mean forward, backward and weight pass (ZB-H1; else 0)
+// per unit, averaged over stages. deferred_sends: the transport's (MPI). Collective over world.
 void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
-                             double idle, const vt_schedule_spec *spec);
+                             double idle, const double pass_ms[3], const vt_schedule_spec *spec,
+                             int deferred_sends);
 
 #endif

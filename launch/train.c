@@ -135,6 +135,8 @@ typedef struct {
   // the device after every forward), and their host copy.
   float *step_losses, *host_step_losses;
   double compute_s;  // seconds spent in forward and backward, for the pipeline idle report
+  // ... of it per pass (forward, backward, weight) and the passes, steps after the first
+  double pass_s[3], passes[3];
   // The next step's first micro-batch is loaded at the end of this step (the loop sets
   // prefetch_next when nothing uses the slots in between), so that its images upload during
   // the step's last backward and the optimizer instead of after them; ahead_step/ahead_mb name
@@ -175,6 +177,11 @@ static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
 
 static int slot_of(const stage_ctx *x, int mb, int chunk) {
   return x->unit_slot[chunk * x->n_micro + mb];
+}
+
+static void count_pass(stage_ctx *x, int pass, double seconds) {
+  x->compute_s += seconds;
+  x->pass_s[pass] += seconds, x->passes[pass] += 1;
 }
 
 static int wset_of(const stage_ctx *x, int mb, int chunk) {
@@ -219,6 +226,7 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
   for (int i = 0; i < nacts; i++) {
     const vt_schedule_action a = acts[i];
     const double t0 = now_s();
+    const int pass = a.op == VT_SCHEDULE_FORWARD ? 0 : a.op == VT_SCHEDULE_BACKWARD ? 1 : 2;
     if (a.op == VT_SCHEDULE_FORWARD || a.op == VT_SCHEDULE_BACKWARD)
       vt_comm_wait_sends(x->pp, slot_of(x, a.mb, a.chunk) + 1);
     if (a.op == VT_SCHEDULE_FORWARD) {
@@ -229,20 +237,20 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
       if (m->has_head && a.chunk == m->nchunks - 1)
         m->be->copy(x->step_losses + (int64_t)a.mb * B, m->slots[slot].losses,
                     (size_t)B * sizeof(float));
-      x->compute_s += now_s() - t0;
+      count_pass(x, pass, now_s() - t0);
     } else if (a.op == VT_SCHEDULE_BACKWARD) {
       m->grads_ready = i == last_backward[a.chunk] && x->opt->overlap ? grads_ready : NULL;
       m->grads_ready_ctx = x;
       vt_model_backward(m, a.chunk, slot_of(x, a.mb, a.chunk), wset_of(x, a.mb, a.chunk), B, ls,
                         scale);
       m->grads_ready = NULL;
-      x->compute_s += now_s() - t0;
+      count_pass(x, pass, now_s() - t0);
     } else if (a.op == VT_SCHEDULE_WEIGHT) {
       m->grads_ready = i == last_weight[a.chunk] && x->opt->overlap ? grads_ready : NULL;
       vt_model_backward_weight(m, a.chunk, slot_of(x, a.mb, a.chunk), wset_of(x, a.mb, a.chunk),
                                B);
       m->grads_ready = NULL;
-      x->compute_s += now_s() - t0;
+      count_pass(x, pass, now_s() - t0);
     } else {
       vt_comm_p2p ops[4];
       int k = 0;
@@ -442,6 +450,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     const double t1 = now_s();
     busy_s += (t1 - t0) - (vt_comm_seconds() - comm0);
     if (step > start_step) timed_s += t1 - t0, timed_compute_s += x.compute_s - compute0;
+    if (step == start_step) memset(x.pass_s, 0, sizeof x.pass_s), memset(x.passes, 0, sizeof x.passes);
     vt_step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
                   .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],
                   .skipped = skipped, .ranks_json = ranks_json};
@@ -521,8 +530,12 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
              100 * ev.top1, 100 * ev.top5, (long long)ev.count,
              o->eval_hflip ? ", each with its mirror" : "");
   }
-  if (mesh.pp_size > 1 && timed_s > 0)
-    vt_report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, &spec);
+  if (mesh.pp_size > 1 && timed_s > 0) {
+    double pass_ms[3];
+    for (int k = 0; k < 3; k++) pass_ms[k] = x.passes[k] > 0 ? 1e3 * x.pass_s[k] / x.passes[k] : 0;
+    vt_report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, pass_ms, &spec,
+                            o->device == VT_DEVICE_CPU);
+  }
   if (!rc && o->final_weights[0] &&
       vt_export_safetensors(&m, m.params, world, &mesh, o->final_weights, err, sizeof err) !=
           VT_OK) {

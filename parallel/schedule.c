@@ -607,6 +607,25 @@ vt_schedule_sim_result vt_schedule_simulate(const vt_schedule_spec *s,
   return res;
 }
 
+double vt_schedule_simulated_idle(const vt_schedule_spec *s, vt_schedule_costs costs,
+                                  int deferred_sends) {
+  int *counts = malloc((size_t)s->pp_size * sizeof *counts);
+  double *busy = malloc((size_t)s->pp_size * sizeof *busy);
+  VT_CHECK(counts && busy, "schedule: out of memory");
+  vt_schedule_action **lists = build_all(s, counts);
+  const vt_schedule_sim_result r = vt_schedule_simulate(
+      s, (const vt_schedule_action *const *)lists, counts, costs, deferred_sends, busy);
+  double idle = -1.0;
+  if (r.completed && r.makespan > 0) {
+    idle = 0.0;
+    for (int k = 0; k < s->pp_size; k++) idle += (1.0 - busy[k] / r.makespan) / s->pp_size;
+  }
+  free_all(lists);
+  free(counts);
+  free(busy);
+  return idle;
+}
+
 vt_status vt_schedule_verify(const vt_schedule_spec *s, char *err, size_t size) {
   if (vt_schedule_spec_check(s, err, size) != VT_OK) return VT_ERR_INPUT;
   int *counts = malloc((size_t)s->pp_size * sizeof *counts);

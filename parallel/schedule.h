@@ -189,6 +189,11 @@ vt_schedule_sim_result vt_schedule_simulate(const vt_schedule_spec *spec,
                                             const int *counts, vt_schedule_costs costs,
                                             int deferred_sends, double *busy);
 
+// The mean idle fraction over ranks (1 - busy / makespan) of the whole schedule simulated with
+// these per-unit costs; -1 if it does not complete.
+double vt_schedule_simulated_idle(const vt_schedule_spec *spec, vt_schedule_costs costs,
+                                  int deferred_sends);
+
 // Per ordered pair of ranks (a -> b), the messages a sends to b, in a's list order, must be the
 // messages b receives from a, in b's order: MPI (one tag) and NCCL (no tags) match a pair's
 // messages in posting order, so any other order would pair the wrong buffers. VT_OK, or

@@ -3,10 +3,12 @@
 # schedule (2 model chunks per stage) and ZB-H1 in the same run. For p = 2 and 4 stages and m = 8
 # and 16 micro-batches per step, the three schedules run in turn ROUNDS times (default 3) on the
 # same model, data and seed (they compute the same losses); printed per schedule: the ideal idle
-# ((p-1)/(v*m+p-1); ZB-H1 (p-1)/(3m+p-1)), the measured idle (1 - time in forward/backward / step
-# time, mean over stages, steps after the first; median over rounds) and the median step time,
-# then the step-time ratios interleaved / 1F1B and zb-h1 / 1F1B. The measured idle also holds what is not a bubble (the optimizer step,
-# transfers, the loss's trip to the host), the same for both schedules.
+# ((p-1)/(v*m+p-1); ZB-H1 (p-1)/(3m+p-1)), the idle the schedule simulator predicts from the run's
+# own mean pass times (ZB-H1 gains less where the weight pass is short), the measured idle (1 -
+# time in forward/backward / step time, mean over stages, steps after the first; median over
+# rounds) and the median step time, then the step-time ratios interleaved / 1F1B and zb-h1 /
+# 1F1B. The measured idle also holds what is not a bubble (the optimizer step, transfers, the
+# loss's trip to the host), the same for every schedule.
 # Conditions matter: with more ranks than cores (p 4 on a 2-core machine) a stage also waits for a
 # core, so there the idle is an upper bound and the ratio is noise; the script says so.
 set -uo pipefail
@@ -37,15 +39,18 @@ import json, re, statistics, sys
 work, p, m, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 res = {}
 for s in ("1f1b", "interleaved", "zb-h1"):
-    idle, ms = [], []
+    idle, ms, sim = [], [], []
     for r in range(1, rounds + 1):
         base = f"{work}/p{p}m{m}_{s}_{r}"
-        line = re.search(r"per stage:([ 0-9.]+); ideal bubble \S+ = ([0-9.]+)", open(base + ".log").read())
+        line = re.search(r"per stage:([ 0-9.]+); ideal bubble \S+ = ([0-9.]+).*simulated idle "
+                         r"([0-9.]+)", open(base + ".log").read())
         idle.append(statistics.mean(float(x) for x in line.group(1).split()))
         ideal = float(line.group(2))
+        sim.append(float(line.group(3)))
         ms.append(statistics.median(json.loads(l)["step_ms"] for l in list(open(base + "/metrics.jsonl"))[1:]))
     res[s] = statistics.median(ms)
-    print(f"p {p} m {m:2d} {s:11s}: ideal idle {ideal:.3f}, measured {statistics.median(idle):.3f} "
+    print(f"p {p} m {m:2d} {s:11s}: ideal idle {ideal:.3f}, simulated at the measured pass times "
+          f"{statistics.median(sim):.3f}, measured {statistics.median(idle):.3f} "
           f"(rounds {' '.join(f'{x:.3f}' for x in idle)}), step {res[s]:.1f} ms")
 for s, k in (("interleaved", 2 * m), ("zb-h1", 3 * m)):  # k: the formula's passes per stage
     print(f"p {p} m {m:2d} step time {s} / 1f1b = {res[s] / res['1f1b']:.3f} (ideal "
