@@ -37,7 +37,7 @@ for p in 2 4; do
     "$py" - "$work" "$p" "$m" "$rounds" <<'PY'
 import json, re, statistics, sys
 work, p, m, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-res = {}
+res, sims = {}, {}
 for s in ("1f1b", "interleaved", "zb-h1"):
     idle, ms, sim = [], [], []
     for r in range(1, rounds + 1):
@@ -49,12 +49,14 @@ for s in ("1f1b", "interleaved", "zb-h1"):
         sim.append(float(line.group(3)))
         ms.append(statistics.median(json.loads(l)["step_ms"] for l in list(open(base + "/metrics.jsonl"))[1:]))
     res[s] = statistics.median(ms)
+    sims[s] = statistics.median(sim)
     print(f"p {p} m {m:2d} {s:11s}: ideal idle {ideal:.3f}, simulated at the measured pass times "
           f"{statistics.median(sim):.3f}, measured {statistics.median(idle):.3f} "
           f"(rounds {' '.join(f'{x:.3f}' for x in idle)}), step {res[s]:.1f} ms")
 for s, k in (("interleaved", 2 * m), ("zb-h1", 3 * m)):  # k: the formula's passes per stage
     print(f"p {p} m {m:2d} step time {s} / 1f1b = {res[s] / res['1f1b']:.3f} (ideal "
-          f"{(k + p - 1) / k / ((m + p - 1) / m):.3f} with equal stages and free transfers)")
+          f"{(k + p - 1) / k / ((m + p - 1) / m):.3f} with equal stages and free transfers, "
+          f"{(1 - sims['1f1b']) / (1 - sims[s]):.3f} at the measured pass times)")
 PY
   done
 done
