@@ -530,11 +530,14 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
              100 * ev.top1, 100 * ev.top5, (long long)ev.count,
              o->eval_hflip ? ", each with its mirror" : "");
   }
-  if (mesh.pp_size > 1 && timed_s > 0) {
+  if (mesh.pp_size > 1 && timed_s > 0 && o->device != VT_DEVICE_CPU && world_rank == 0)
+    vt_log_info("pipeline idle fraction: not measured on a GPU (the host queues the passes "
+                "without waiting for the device)");
+  if (mesh.pp_size > 1 && timed_s > 0 && o->device == VT_DEVICE_CPU) {
     double pass_ms[3];
     for (int k = 0; k < 3; k++) pass_ms[k] = x.passes[k] > 0 ? 1e3 * x.pass_s[k] / x.passes[k] : 0;
     vt_report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, pass_ms, &spec,
-                            o->device == VT_DEVICE_CPU);
+                            1);  // CPU ranks talk over MPI: deferred sends
   }
   if (!rc && o->final_weights[0] &&
       vt_export_safetensors(&m, m.params, world, &mesh, o->final_weights, err, sizeof err) !=
