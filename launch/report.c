@@ -97,8 +97,7 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
 // Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time, steps after the
 // first) beside the ideal bubble and the simulated one. Collective over world.
 void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
-                             double idle, const double pass_ms[3], const vt_schedule_spec *spec,
-                             int deferred_sends) {
+                             double idle, const double pass_ms[3], const vt_schedule_spec *spec) {
   const int p = mesh->pp_size;
   double *per_stage = calloc((size_t)p * 4, sizeof(double));  // idle, then F, B, W per stage
   VT_CHECK(per_stage != NULL, "out of host memory");
@@ -125,7 +124,7 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
                 line, vt_schedule_bubble_formula_text(spec->kind),
                 vt_schedule_bubble_formula(spec), p, spec->n_micro, spec->chunks,
                 vt_schedule_name(spec->kind),
-                vt_schedule_simulated_idle(spec, costs, deferred_sends), passes);
+                vt_schedule_simulated_idle(spec, costs, 1), passes);
   }
   free(per_stage);
 }

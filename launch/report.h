@@ -41,9 +41,9 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
 // Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time) beside the ideal
 // bubble (vt_schedule_bubble_formula) and the idle the schedule simulator predicts from this
 // run's pass times: pass_ms, this rank's mean forward, backward and weight pass (ZB-H1; else 0)
-// per unit, averaged over stages. deferred_sends: the transport's (MPI). Collective over world.
+// per unit, averaged over stages. CPU ranks only (their passes are timed on the host; they talk
+// over MPI, whose sends are deferred). Collective over world.
 void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
-                             double idle, const double pass_ms[3], const vt_schedule_spec *spec,
-                             int deferred_sends);
+                             double idle, const double pass_ms[3], const vt_schedule_spec *spec);
 
 #endif

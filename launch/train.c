@@ -134,8 +134,8 @@ typedef struct {
   // to the host once per step (not once per micro-batch, which would make the host wait for
   // the device after every forward), and their host copy.
   float *step_losses, *host_step_losses;
-  double compute_s;  // seconds spent in forward and backward, for the pipeline idle report
-  // ... of it per pass (forward, backward, weight) and the passes, steps after the first
+  // Seconds spent in each pass (forward, backward, weight) and the passes run, steps after the
+  // first, for the pipeline idle report.
   double pass_s[3], passes[3];
   // The next step's first micro-batch is loaded at the end of this step (the loop sets
   // prefetch_next when nothing uses the slots in between), so that its images upload during
@@ -180,7 +180,6 @@ static int slot_of(const stage_ctx *x, int mb, int chunk) {
 }
 
 static void count_pass(stage_ctx *x, int pass, double seconds) {
-  x->compute_s += seconds;
   x->pass_s[pass] += seconds, x->passes[pass] += 1;
 }
 
@@ -372,7 +371,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                                n_micro, start_step, err, sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .spec = spec,
-                 .unit_slot = unit_slot, .unit_wset = unit_wset, .data_chunk = m.has_head ? m.nchunks - 1 : 0,
+                 .unit_slot = unit_slot, .unit_wset = unit_wset,
+                 .data_chunk = m.has_head ? m.nchunks - 1 : 0,
                  .data = &data, .opt = &opt, .n_micro = n_micro, .ahead_step = -1};
   if (m.has_head) {
     x.step_losses = be->alloc((size_t)n_micro * B * sizeof(float));
@@ -392,7 +392,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   }
 
   const double t_start = now_s();
-  double timed_s = 0.0, timed_compute_s = 0.0;  // steps after the first, for the idle report
+  double timed_s = 0.0;  // steps after the first, for the idle report
   double busy_s = 0.0;                          // since the last rank report
   int64_t report_first = start_step + 1, skipped = 0, nonfinite_run = 0;
   const size_t json_len = 64 + 48 * (size_t)world_size;
@@ -405,7 +405,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   for (int64_t step = start_step; step < end_step; step++) {
     const int64_t n = step + 1;  // the step's number as printed
     vt_watchdog_phase("step", n, o->timeout_s);
-    const double t0 = now_s(), compute0 = x.compute_s, comm0 = vt_comm_seconds();
+    const double t0 = now_s(), comm0 = vt_comm_seconds();
     vt_fault_step_start(n);
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
     // A NaN planted before the backward passes add into it, so it reaches the DP reduction
@@ -449,8 +449,11 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     if (step == start_step) vt_plan_report_memory(&m, &opt, o->device, mem_base);
     const double t1 = now_s();
     busy_s += (t1 - t0) - (vt_comm_seconds() - comm0);
-    if (step > start_step) timed_s += t1 - t0, timed_compute_s += x.compute_s - compute0;
-    if (step == start_step) memset(x.pass_s, 0, sizeof x.pass_s), memset(x.passes, 0, sizeof x.passes);
+    if (step > start_step) timed_s += t1 - t0;
+    if (step == start_step) {  // the idle report counts the steps after the first
+      memset(x.pass_s, 0, sizeof x.pass_s);
+      memset(x.passes, 0, sizeof x.passes);
+    }
     vt_step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
                   .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],
                   .skipped = skipped, .ranks_json = ranks_json};
@@ -534,10 +537,12 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     vt_log_info("pipeline idle fraction: not measured on a GPU (the host queues the passes "
                 "without waiting for the device)");
   if (mesh.pp_size > 1 && timed_s > 0 && o->device == VT_DEVICE_CPU) {
-    double pass_ms[3];
-    for (int k = 0; k < 3; k++) pass_ms[k] = x.passes[k] > 0 ? 1e3 * x.pass_s[k] / x.passes[k] : 0;
-    vt_report_pipeline_idle(world, &mesh, me, 1.0 - timed_compute_s / timed_s, pass_ms, &spec,
-                            1);  // CPU ranks talk over MPI: deferred sends
+    double pass_ms[3], compute_s = 0.0;
+    for (int k = 0; k < 3; k++) {
+      pass_ms[k] = x.passes[k] > 0 ? 1e3 * x.pass_s[k] / x.passes[k] : 0;
+      compute_s += x.pass_s[k];
+    }
+    vt_report_pipeline_idle(world, &mesh, me, 1.0 - compute_s / timed_s, pass_ms, &spec);
   }
   if (!rc && o->final_weights[0] &&
       vt_export_safetensors(&m, m.params, world, &mesh, o->final_weights, err, sizeof err) !=
