@@ -1,6 +1,7 @@
-// dataset.c: the dataset index (ImageFolder tree or list file) and the per-epoch sampler of the
-// determinism contract. Only names and labels here: no file is decoded, so opening ImageNet costs
-// one stat per file. Must not depend on MPI, a backend, the model or an image decoder.
+// dataset.c: the dataset index (ImageFolder tree, list file or tar shards) and the per-epoch
+// sampler of the determinism contract. Only names and labels here: no file is decoded, so
+// opening ImageNet costs one stat per file (shards: one 512-byte read per member and one per
+// label). Must not depend on MPI, a backend, the model or an image decoder.
 #include "dataset.h"
 
 #include <dirent.h>
@@ -9,24 +10,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "tar.h"
 #include "vt_rng.h"
 
 // Class labels beyond this are almost certainly a misparsed column, not a real dataset.
 #define VT_MAX_LIST_LABEL 10000000
-
-static vt_status fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static vt_status fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return VT_ERR_INPUT;
-}
 
 static char *join(const char *a, const char *b) {
   size_t na = strlen(a), nb = strlen(b);
@@ -80,7 +74,7 @@ static int cmp_str(const void *a, const void *b) {
 // following symbolic links as torchvision does; sorted.
 static vt_status list_dir(const char *dir, int want_dir, strlist *out, char *err, size_t errlen) {
   DIR *d = opendir(dir);
-  if (!d) return fail(err, errlen, "cannot read folder %s: %s", dir, strerror(errno));
+  if (!d) return vt_fail_input(err, errlen, "cannot read folder %s: %s", dir, strerror(errno));
   struct dirent *e;
   vt_status st = VT_OK;
   while ((e = readdir(d))) {
@@ -92,7 +86,7 @@ static vt_status list_dir(const char *dir, int want_dir, strlist *out, char *err
     if (!ok) continue;  // a dangling link is not a sample; a real file always stats
     if (want_dir ? !S_ISDIR(sb.st_mode) : !S_ISREG(sb.st_mode)) continue;
     if (!strlist_push(out, strdup(e->d_name), 0)) {
-      st = fail(err, errlen, "out of memory listing %s", dir);
+      st = vt_fail_input(err, errlen, "out of memory listing %s", dir);
       break;
     }
   }
@@ -106,24 +100,25 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
   strlist classes = {0};
   vt_status st = list_dir(root, 1, &classes, err, errlen);
   if (st == VT_OK && classes.n == 0)
-    st = fail(err, errlen,
-              "no class folders in %s: an ImageFolder dataset is ROOT/<class>/<image> "
-              "(or pass a list file of 'relative/path<TAB>label' lines)",
-              root);
-  if (st == VT_OK && classes.n > INT32_MAX) st = fail(err, errlen, "too many classes in %s", root);
+    st = vt_fail_input(err, errlen,
+                       "no class folders in %s: an ImageFolder dataset is ROOT/<class>/<image> "
+                       "(or pass a list file of 'relative/path<TAB>label' lines)",
+                       root);
+  if (st == VT_OK && classes.n > INT32_MAX)
+    st = vt_fail_input(err, errlen, "too many classes in %s", root);
   for (int64_t c = 0; st == VT_OK && c < classes.n; c++) {
     char *cdir = join(root, classes.s[c]);
     strlist files = {0};
     st = cdir ? list_dir(cdir, 0, &files, err, errlen)
-              : fail(err, errlen, "out of memory listing %s", root);
+              : vt_fail_input(err, errlen, "out of memory listing %s", root);
     if (st == VT_OK && files.n == 0)
-      st = fail(err, errlen,
-                "class folder %s has no image files: add images or remove the folder "
-                "(every folder under %s is a class)",
-                cdir, root);
+      st = vt_fail_input(err, errlen,
+                         "class folder %s has no image files: add images or remove the folder "
+                         "(every folder under %s is a class)",
+                         cdir, root);
     for (int64_t i = 0; st == VT_OK && i < files.n; i++)
       if (!strlist_push(samples, join(cdir, files.s[i]), (int32_t)c))
-        st = fail(err, errlen, "out of memory listing %s", cdir);
+        st = vt_fail_input(err, errlen, "out of memory listing %s", cdir);
     strlist_free(&files);
     free(cdir);
   }
@@ -143,17 +138,31 @@ static int blank(const char *s) {
   return 1;
 }
 
+// Classes named "0".."max_label": labels may have gaps (a class no sample uses); the model still
+// needs max + 1 outputs.
+static vt_status number_classes(vt_dataset *ds, int32_t max_label, char *err, size_t errlen) {
+  ds->num_classes = max_label + 1;
+  ds->class_names = calloc((size_t)ds->num_classes, sizeof(char *));
+  if (!ds->class_names) return vt_fail_input(err, errlen, "out of memory");
+  for (int c = 0; c < ds->num_classes; c++) {
+    char name[16];
+    snprintf(name, sizeof(name), "%d", c);
+    if (!(ds->class_names[c] = strdup(name))) return vt_fail_input(err, errlen, "out of memory");
+  }
+  return VT_OK;
+}
+
 static vt_status open_list(const char *file, vt_dataset *ds, strlist *samples, char *err,
                            size_t errlen) {
   FILE *f = fopen(file, "r");
-  if (!f) return fail(err, errlen, "cannot read list file %s: %s", file, strerror(errno));
+  if (!f) return vt_fail_input(err, errlen, "cannot read list file %s: %s", file, strerror(errno));
   // Paths are relative to the list's folder, so a dataset can be moved as a whole.
   char *dir = strdup(file);
   char *slash = dir ? strrchr(dir, '/') : NULL;
   if (slash) slash[1] = '\0';
   else if (dir) strcpy(dir, "./");
 
-  vt_status st = dir ? VT_OK : fail(err, errlen, "out of memory");
+  vt_status st = dir ? VT_OK : vt_fail_input(err, errlen, "out of memory");
   char *line = NULL;
   size_t cap = 0;
   long lineno = 0;
@@ -162,7 +171,7 @@ static vt_status open_list(const char *file, vt_dataset *ds, strlist *samples, c
     errno = 0;
     ssize_t len = getline(&line, &cap, f);
     if (len < 0) {
-      if (ferror(f)) st = fail(err, errlen, "error reading %s: %s", file, strerror(errno));
+      if (ferror(f)) st = vt_fail_input(err, errlen, "error reading %s: %s", file, strerror(errno));
       break;
     }
     lineno++;
@@ -173,8 +182,8 @@ static vt_status open_list(const char *file, vt_dataset *ds, strlist *samples, c
     // The label is after the last TAB, so paths may hold spaces (but not TABs).
     char *tab = strrchr(line, '\t');
     if (!tab || tab == line) {
-      st = fail(err, errlen, "%s:%ld: expected 'relative/path<TAB>label', got '%.80s'", file,
-                lineno, line);
+      st = vt_fail_input(err, errlen, "%s:%ld: expected 'relative/path<TAB>label', got '%.80s'",
+                         file, lineno, line);
       break;
     }
     *tab = '\0';
@@ -183,44 +192,254 @@ static vt_status open_list(const char *file, vt_dataset *ds, strlist *samples, c
     long lab = strtol(tab + 1, &end, 10);
     while (*end == ' ') end++;
     if (end == tab + 1 || *end || errno || lab < 0 || lab >= VT_MAX_LIST_LABEL) {
-      st = fail(err, errlen, "%s:%ld: label '%.40s' is not an integer in [0, %d)", file, lineno,
-                tab + 1, VT_MAX_LIST_LABEL);
+      st = vt_fail_input(err, errlen, "%s:%ld: label '%.40s' is not an integer in [0, %d)", file,
+                         lineno, tab + 1, VT_MAX_LIST_LABEL);
       break;
     }
     if (lab > max_label) max_label = (int32_t)lab;
     if (!strlist_push(samples, line[0] == '/' ? strdup(line) : join(dir, line), (int32_t)lab))
-      st = fail(err, errlen, "out of memory reading %s", file);
+      st = vt_fail_input(err, errlen, "out of memory reading %s", file);
   }
   free(line);
   free(dir);
   fclose(f);
   if (st == VT_OK && samples->n == 0)
-    st = fail(err, errlen, "list file %s has no samples (lines are 'relative/path<TAB>label')",
-              file);
+    st = vt_fail_input(err, errlen,
+                       "list file %s has no samples (lines are 'relative/path<TAB>label')", file);
   if (st != VT_OK) return st;
-  // Labels may have gaps (a class no line uses); the model still needs max+1 outputs.
-  ds->num_classes = max_label + 1;
-  ds->class_names = calloc((size_t)ds->num_classes, sizeof(char *));
-  if (!ds->class_names) return fail(err, errlen, "out of memory");
-  for (int c = 0; c < ds->num_classes; c++) {
-    char name[16];
-    snprintf(name, sizeof(name), "%d", c);
-    if (!(ds->class_names[c] = strdup(name))) return fail(err, errlen, "out of memory");
+  return number_classes(ds, max_label, err, errlen);
+}
+
+// ---- tar shards (webdataset's layout) -------------------------------------------------------
+
+static int has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n > k && !strcmp(s + n - k, suffix);
+}
+
+// One "{A..B}" range of decimal numbers in pattern, each number padded with zeros to A's width.
+static vt_status expand_range(const char *pattern, strlist *out, char *err, size_t errlen) {
+  const char *open = strchr(pattern, '{'), *close = open ? strchr(open, '}') : NULL;
+  const char *dots = open ? strstr(open, "..") : NULL;
+  char *e1, *e2;
+  long long a = -1, b = -1;
+  if (open && close && dots && dots < close) {
+    a = strtoll(open + 1, &e1, 10);
+    b = strtoll(dots + 2, &e2, 10);
+    if (e1 != dots || e2 != close || open[1] == '-' || dots[2] == '-') a = -1;
+  }
+  if (a < 0 || b < a || strchr(close, '{'))
+    return vt_fail_input(err, errlen,
+                         "dataset %s: no such file or folder, and not a shard pattern with "
+                         "one numbered range such as train-{000000..000146}.tar",
+                         pattern);
+  if (b - a >= 1000000)
+    return vt_fail_input(err, errlen, "dataset %s: %lld shards, more than 1000000", pattern,
+                         b - a + 1);
+  const int width = (int)(dots - open - 1);
+  for (long long k = a; k <= b; k++) {
+    size_t len = strlen(pattern) + 32;
+    char *p = malloc(len);
+    if (p)
+      snprintf(p, len, "%.*s%0*lld%s", (int)(open - pattern), pattern, width, k, close + 1);
+    if (!strlist_push(out, p, 0)) return vt_fail_input(err, errlen, "out of memory");
   }
   return VT_OK;
 }
 
+// Where a member's sample key ends: at the first '.' of its base name (webdataset's rule:
+// "a/b.c.png" is key "a/b", kind "c.png"). NULL for a name without one.
+static const char *member_kind(const char *name, size_t *keylen) {
+  const char *base = strrchr(name, '/');
+  const char *dot = strchr(base ? base + 1 : name, '.');
+  if (!dot || dot == (base ? base + 1 : name)) return NULL;
+  *keylen = (size_t)(dot - name);
+  return dot + 1;
+}
+
+static int is_image_kind(const char *k) {
+  return !strcasecmp(k, "jpg") || !strcasecmp(k, "jpeg") || !strcasecmp(k, "png");
+}
+
+// Per-sample shard, offset and size, grown beside the strlist of names.
+typedef struct {
+  int32_t *shard;
+  int64_t *off, *size, cap;
+} shard_refs;
+
+static int refs_push(shard_refs *r, int64_t i, int32_t shard, int64_t off, int64_t size) {
+  if (i >= r->cap) {
+    int64_t cap = r->cap ? 2 * r->cap : 256;
+    int32_t *s = realloc(r->shard, (size_t)cap * sizeof *s);
+    if (s) r->shard = s;
+    int64_t *o = realloc(r->off, (size_t)cap * sizeof *o);
+    if (o) r->off = o;
+    int64_t *z = realloc(r->size, (size_t)cap * sizeof *z);
+    if (z) r->size = z;
+    if (!s || !o || !z) return 0;
+    r->cap = cap;
+  }
+  r->shard[i] = shard, r->off[i] = off, r->size[i] = size;
+  return 1;
+}
+
+static vt_status read_label(int fd, const char *shard, const vt_tar_member *cls, int32_t *label,
+                            char *err, size_t errlen) {
+  char text[33] = {0};
+  ssize_t got = cls->size <= 32 ? pread(fd, text, (size_t)cls->size, (off_t)cls->offset) : -1;
+  char *end;
+  errno = 0;
+  long v = got == cls->size ? strtol(text, &end, 10) : -1;
+  if (v >= 0) {
+    while (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t') end++;
+    if (end == text || *end || errno) v = -1;
+  }
+  if (v < 0 || v >= VT_MAX_LIST_LABEL)
+    return vt_fail_input(err, errlen, "%s: %s holds '%.32s', not a class number in [0, %d)", shard,
+                         cls->name, got > 0 ? text : "", VT_MAX_LIST_LABEL);
+  *label = (int32_t)v;
+  return VT_OK;
+}
+
+// The samples of shard s: runs of adjacent members with one key, each with one image and its
+// .cls (other kinds are ignored; a run without either is not a sample).
+static vt_status index_shard(vt_dataset *ds, int s, strlist *samples, shard_refs *refs,
+                             int32_t *max_label, char *err, size_t errlen) {
+  const char *path = ds->shard_paths[s];
+  vt_tar_member *m;
+  int64_t n;
+  vt_status st = vt_tar_list(ds->shard_fds[s], path, &m, &n, err, errlen);
+  for (int64_t i = 0, j; st == VT_OK && i < n; i = j) {
+    size_t klen, kl;
+    const char *kind = member_kind(m[i].name, &klen);
+    int64_t img = -1, cls = -1;
+    for (j = i; j < n; j++) {
+      const char *k = kind ? member_kind(m[j].name, &kl) : NULL;
+      if (!k || kl != klen || memcmp(m[j].name, m[i].name, klen)) break;
+      int64_t *slot = is_image_kind(k) ? &img : !strcmp(k, "cls") ? &cls : NULL;
+      if (slot && *slot >= 0) {
+        st = vt_fail_input(err, errlen,
+                           "%s: sample '%.*s' has two %s members (%s and %s): a sample is "
+                           "one image and its .cls",
+                           path, (int)klen, m[i].name, slot == &img ? "image" : ".cls",
+                           m[*slot].name, m[j].name);
+        break;
+      }
+      if (slot) *slot = j;
+    }
+    if (j == i) j = i + 1;  // a member without a kind is no part of a sample
+    if (st != VT_OK || (img < 0 && cls < 0)) continue;
+    if (img < 0 || cls < 0) {
+      st = vt_fail_input(
+          err, errlen,
+          "%s: sample '%.*s' has %s: each sample is KEY.jpg (or .jpeg, .png) "
+          "with KEY.cls holding its class number, next to each other in the shard",
+          path, (int)klen, m[i].name,
+          img < 0 ? "a .cls but no .jpg, .jpeg or .png image" : "no .cls label member");
+      break;
+    }
+    int32_t label = 0;
+    st = read_label(ds->shard_fds[s], path, &m[cls], &label, err, errlen);
+    if (st != VT_OK) break;
+    size_t len = strlen(path) + strlen(m[img].name) + 2;
+    char *name = malloc(len);
+    if (name) snprintf(name, len, "%s:%s", path, m[img].name);
+    int ok = name && refs_push(refs, samples->n, (int32_t)s, m[img].offset, m[img].size);
+    if (ok) ok = strlist_push(samples, name, label);  // which frees name when it fails
+    else free(name);
+    if (!ok) {
+      st = vt_fail_input(err, errlen, "out of memory indexing %s", path);
+      break;
+    }
+    if (label > *max_label) *max_label = label;
+  }
+  vt_tar_free_members(m, n);
+  return st;
+}
+
+// Opens and indexes the shards (ownership of the names moves to the dataset).
+static vt_status open_shards(const char *what, strlist *shards, vt_dataset *ds, strlist *samples,
+                             char *err, size_t errlen) {
+  ds->nshards = (int)shards->n;
+  ds->shard_paths = shards->s;
+  shards->s = NULL;
+  free(shards->lab);
+  memset(shards, 0, sizeof *shards);
+  ds->shard_fds = malloc((size_t)ds->nshards * sizeof(int));
+  if (!ds->shard_fds) return vt_fail_input(err, errlen, "out of memory");
+  for (int s = 0; s < ds->nshards; s++) ds->shard_fds[s] = -1;
+  // Every shard stays open for the run: lift the soft limit on open files to the hard one.
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max &&
+      rl.rlim_cur < (rlim_t)ds->nshards + 256) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  shard_refs refs = {0};
+  int32_t max_label = -1;
+  vt_status st = VT_OK;
+  for (int s = 0; st == VT_OK && s < ds->nshards; s++) {
+    ds->shard_fds[s] = open(ds->shard_paths[s], O_RDONLY | O_CLOEXEC);
+    if (ds->shard_fds[s] < 0)
+      st = vt_fail_input(err, errlen, "cannot open shard %s: %s%s", ds->shard_paths[s],
+                         strerror(errno),
+                         errno == EMFILE ? " (every shard stays open: raise ulimit -n)" : "");
+    else
+      st = index_shard(ds, s, samples, &refs, &max_label, err, errlen);
+  }
+  ds->shard_of = refs.shard, ds->offset = refs.off, ds->size = refs.size;
+  if (st == VT_OK && samples->n == 0)
+    st = vt_fail_input(err, errlen,
+                       "no samples in the %d shard(s) of %s: a sample is KEY.jpg (or .jpeg, "
+                       ".png) with KEY.cls holding its class number, next to each other in a shard "
+                       "(webdataset's layout)",
+                       ds->nshards, what);
+  return st == VT_OK ? number_classes(ds, max_label, err, errlen) : st;
+}
+
+// The .tar files directly in dir, sorted; none when it has none. A folder with both .tar files
+// and subfolders is refused: neither reading of it is safe to guess.
+static vt_status list_shards(const char *dir, strlist *out, char *err, size_t errlen) {
+  strlist files = {0}, dirs = {0};
+  vt_status st = list_dir(dir, 0, &files, err, errlen);
+  for (int64_t i = 0; st == VT_OK && i < files.n; i++)
+    if (has_suffix(files.s[i], ".tar") && !strlist_push(out, join(dir, files.s[i]), 0))
+      st = vt_fail_input(err, errlen, "out of memory listing %s", dir);
+  if (st == VT_OK && out->n) st = list_dir(dir, 1, &dirs, err, errlen);
+  if (st == VT_OK && dirs.n)
+    st = vt_fail_input(err, errlen,
+                       "%s holds both .tar shards (%s) and folders (%s): pass the shards "
+                       "(a pattern or a folder of only shards) or the ImageFolder root",
+                       dir, out->s[0], dirs.s[0]);
+  strlist_free(&files);
+  strlist_free(&dirs);
+  return st;
+}
+
 vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t errlen) {
   memset(ds, 0, sizeof(*ds));
-  if (!path || !*path) return fail(err, errlen, "no dataset path given");
+  if (!path || !*path) return vt_fail_input(err, errlen, "no dataset path given");
   struct stat sb;
-  if (stat(path, &sb) != 0)
-    return fail(err, errlen, "dataset %s: %s", path, strerror(errno));
-  strlist samples = {0};
-  vt_status st;
-  if (S_ISDIR(sb.st_mode)) st = open_folder(path, ds, &samples, err, errlen);
-  else if (S_ISREG(sb.st_mode)) st = open_list(path, ds, &samples, err, errlen);
-  else st = fail(err, errlen, "dataset %s is neither a folder nor a list file", path);
+  memset(&sb, 0, sizeof sb);
+  strlist samples = {0}, shards = {0};
+  vt_status st = VT_OK;
+  if (stat(path, &sb) != 0) {
+    if (errno != ENOENT || !strchr(path, '{'))
+      return vt_fail_input(err, errlen, "dataset %s: %s", path, strerror(errno));
+    st = expand_range(path, &shards, err, errlen);  // train-{000..146}.tar
+  } else if (S_ISDIR(sb.st_mode)) {
+    st = list_shards(path, &shards, err, errlen);
+  } else if (S_ISREG(sb.st_mode) && has_suffix(path, ".tar")) {
+    if (!strlist_push(&shards, strdup(path), 0)) st = vt_fail_input(err, errlen, "out of memory");
+  } else if (!S_ISREG(sb.st_mode)) {
+    st = vt_fail_input(err, errlen, "dataset %s is neither a folder nor a list file", path);
+  }
+  if (st == VT_OK) {
+    if (shards.n) st = open_shards(path, &shards, ds, &samples, err, errlen);
+    else if (S_ISDIR(sb.st_mode)) st = open_folder(path, ds, &samples, err, errlen);
+    else st = open_list(path, ds, &samples, err, errlen);
+  }
+  strlist_free(&shards);
   if (st != VT_OK) {
     strlist_free(&samples);
     vt_dataset_free(ds);
@@ -238,6 +457,15 @@ void vt_dataset_free(vt_dataset *ds) {
     for (int64_t i = 0; i < ds->count; i++) free(ds->paths[i]);
   if (ds->class_names)
     for (int c = 0; c < ds->num_classes; c++) free(ds->class_names[c]);
+  for (int s = 0; s < ds->nshards; s++) {
+    if (ds->shard_fds && ds->shard_fds[s] >= 0) close(ds->shard_fds[s]);
+    if (ds->shard_paths) free(ds->shard_paths[s]);
+  }
+  free(ds->shard_paths);
+  free(ds->shard_fds);
+  free(ds->shard_of);
+  free(ds->offset);
+  free(ds->size);
   free(ds->paths);
   free(ds->labels);
   free(ds->class_names);

@@ -1,7 +1,9 @@
 // dataset.h: the index of a labelled image dataset, from an ImageFolder tree (root/<class>/<file>,
-// classes sorted by name as torchvision does, files sorted by name within a class) or a list
-// file (one "relative/path<TAB>label" per line, paths relative to the list's directory).
-// Must not depend on MPI, a backend or the model.
+// classes sorted by name as torchvision does, files sorted by name within a class), a list
+// file (one "relative/path<TAB>label" per line, paths relative to the list's directory) or tar
+// shards in webdataset's layout (a sample is KEY.jpg, KEY.jpeg or KEY.png with KEY.cls holding
+// its class number as text, next to each other in one shard; indexed from the tar headers, read
+// with one pread per image, nothing unpacked). Must not depend on MPI, a backend or the model.
 #ifndef VT_DATASET_H
 #define VT_DATASET_H
 
@@ -12,10 +14,17 @@
 
 typedef struct {
   int64_t count;        // samples
-  char **paths;         // full paths, count entries
+  char **paths;         // full paths, count entries (shards: "SHARD.tar:MEMBER", for messages)
   int32_t *labels;      // count entries, in [0, num_classes)
   int num_classes;
-  char **class_names;   // num_classes entries (ImageFolder: folder names; list: "0".."K-1")
+  char **class_names;   // num_classes entries (ImageFolder: folder names; else "0".."K-1")
+  // Tar shards (nshards 0 otherwise): sample i's image is bytes [offset[i], offset[i] + size[i])
+  // of shard shard_of[i], whose file stays open on shard_fds (pread: any thread may read).
+  int nshards;
+  char **shard_paths;
+  int *shard_fds;
+  int32_t *shard_of;
+  int64_t *offset, *size;
 } vt_dataset;
 
 // Opens a directory (ImageFolder) or a file (list). Empty datasets, empty class folders, labels
@@ -25,6 +34,12 @@ typedef struct {
 // the label follows the last TAB, absolute paths stay as they are, K = largest label + 1; a
 // bad line is named by its number. Files are not opened here: a listed file that is missing
 // or unreadable is a bad image for the loader's policy, not an error of the index.
+// Shards: a file ending in .tar, a folder holding .tar files (sorted by name; it may not also
+// hold class folders) or a pattern with one numbered range, "train-{000000..000146}.tar" (every
+// number from the first to the last, padded to the first's width). Samples are in shard order,
+// then archive order; K = largest label + 1. A damaged or cut tar, an image without its .cls
+// (or the reverse), two images under one key and a label that is not a number are VT_ERR_INPUT
+// naming the shard and the sample; members of other kinds (.json, .txt, ...) are ignored.
 vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t errlen);
 void vt_dataset_free(vt_dataset *ds);
 

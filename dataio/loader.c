@@ -1,8 +1,9 @@
 // loader.c: decoder threads filling a ring of micro-batch buffers, returned strictly in order.
 // Threads take single samples of the oldest open batch, so one batch is decoded by all threads
-// at once and its bytes do not depend on who decoded what: a sample is vt_sample_from_file of
-// its file and its own key (sample.h), a pure function. Must not depend on MPI, a backend or
-// the model; randomness only through vt_rng keyed by global identities (design.md).
+// at once and its bytes do not depend on who decoded what: a sample is vt_sample_from_dataset of
+// its file (or shard member) and its own key (sample.h), a pure function. Must not depend on
+// MPI, a backend or the model; randomness only through vt_rng keyed by global identities
+// (design.md).
 #include "loader.h"
 
 #include <pthread.h>
@@ -124,7 +125,7 @@ static int replace(vt_loader *l, int64_t idx, int64_t pos, const vt_sample_spec 
       int64_t k = (int64_t)((r * (uint64_t)(m - 1)) >> 32);
       int64_t cand = mem[k] == idx ? mem[m - 1] : mem[k];
       if (atomic_load(&l->known_bad[cand])) continue;
-      if (vt_sample_from_file(l->ds->paths[cand], sp, out, msg, sizeof(msg)) == VT_IMG_OK)
+      if (vt_sample_from_dataset(l->ds, cand, sp, out, msg, sizeof(msg)) == VT_IMG_OK)
         return 1;
       warn_once(l, cand, msg);
       continue;
@@ -133,7 +134,7 @@ static int replace(vt_loader *l, int64_t idx, int64_t pos, const vt_sample_spec 
     for (int64_t u = 0; u < m; u++) {
       int64_t cand = mem[(start + u) % m];
       if (cand == idx || atomic_load(&l->known_bad[cand])) continue;
-      if (vt_sample_from_file(l->ds->paths[cand], sp, out, msg, sizeof(msg)) == VT_IMG_OK)
+      if (vt_sample_from_dataset(l->ds, cand, sp, out, msg, sizeof(msg)) == VT_IMG_OK)
         return 1;
       warn_once(l, cand, msg);
     }
@@ -158,7 +159,7 @@ static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size
   }
   char msg[512];
   vt_sample_spec sp = spec_of(l, s, i);
-  vt_image_status st = vt_sample_from_file(l->ds->paths[idx], &sp, out, msg, sizeof(msg));
+  vt_image_status st = vt_sample_from_dataset(l->ds, idx, &sp, out, msg, sizeof(msg));
   if (st != VT_IMG_OK) {
     if (c->bad_policy == VT_BAD_FAIL) {
       set_err(err, errlen, "%s (bad-image policy: fail)", msg);

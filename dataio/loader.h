@@ -1,6 +1,6 @@
 // loader.h: a pool of decoder threads filling a bounded queue of ready micro-batches, returned
 // strictly in order. Which samples micro-batch j holds is a pure function of j (below), and each
-// sample's pixels depend only on (file, seed, epoch, sample) through vt_sample_from_file
+// sample's pixels depend only on (file, seed, epoch, sample) through vt_sample_from_dataset
 // (sample.h: probe, crop, reduced decode, render), so the batches are identical for any thread
 // count and a loader restarted at micro-batch j continues exactly. Buffers are allocated once,
 // by the caller's allocator when it gives one (pinned memory on CUDA).

@@ -2,9 +2,11 @@
 // crop, reduced decode, render (sample.h). Must not depend on MPI, a backend or the model.
 #include "sample.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "vt_error.h"
 
@@ -62,15 +64,67 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
   return VT_IMG_OK;
 }
 
+// Decodes bytes read for name (which messages give).
+static vt_image_status from_read(vt_image_status st, uint8_t *buf, size_t n, const char *name,
+                                 const vt_sample_spec *sp, float *out, char *err, size_t errlen) {
+  if (st != VT_IMG_OK) return st;
+  char why[256];
+  st = vt_sample_from_bytes(buf, n, sp, out, NULL, why, sizeof why);
+  free(buf);
+  if (st != VT_IMG_OK && err && errlen) snprintf(err, errlen, "%s: %s", name, why);
+  return st;
+}
+
 vt_image_status vt_sample_from_file(const char *path, const vt_sample_spec *sp, float *out,
                                     char *err, size_t errlen) {
   uint8_t *buf;
   size_t n;
   vt_image_status st = vt_image_read_file(path, sp->max_pixels, &buf, &n, err, errlen);
-  if (st != VT_IMG_OK) return st;
-  char why[256];
-  st = vt_sample_from_bytes(buf, n, sp, out, NULL, why, sizeof why);
-  free(buf);
-  if (st != VT_IMG_OK && err && errlen) snprintf(err, errlen, "%s: %s", path, why);
-  return st;
+  return from_read(st, buf, n, path, sp, out, err, errlen);
+}
+
+vt_image_status vt_dataset_read(const vt_dataset *ds, int64_t i, int64_t max_pixels,
+                                uint8_t **bytes, size_t *nbytes, char *err, size_t errlen) {
+  if (!ds->nshards) return vt_image_read_file(ds->paths[i], max_pixels, bytes, nbytes, err, errlen);
+  *bytes = NULL;
+  *nbytes = 0;
+  const char *name = ds->paths[i];
+  const int64_t size = ds->size[i];
+  const int64_t cap = max_pixels > 0 ? 16 * max_pixels + (64 << 20) : INT64_MAX;  // as files
+  if (size == 0) {
+    if (err && errlen) snprintf(err, errlen, "%s: empty member", name);
+    return VT_IMG_EMPTY;
+  }
+  uint8_t *buf = size > cap ? NULL : malloc((size_t)size);
+  if (!buf) {
+    if (err && errlen)
+      snprintf(err, errlen, "%s: member of %lld bytes is over what %s", name, (long long)size,
+               size > cap ? "--max-image-pixels allows" : "the free memory holds");
+    return VT_IMG_TOO_LARGE;
+  }
+  const int fd = ds->shard_fds[ds->shard_of[i]];
+  int64_t got = 0;
+  while (got < size) {
+    ssize_t r = pread(fd, buf + got, (size_t)(size - got), (off_t)(ds->offset[i] + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (err && errlen)
+        snprintf(err, errlen, "%s: %s", name, r < 0 ? strerror(errno)
+                 : "the shard ends before this member: was it changed after the run started?");
+      free(buf);
+      return VT_IMG_UNREADABLE;
+    }
+    got += r;
+  }
+  *bytes = buf;
+  *nbytes = (size_t)size;
+  return VT_IMG_OK;
+}
+
+vt_image_status vt_sample_from_dataset(const vt_dataset *ds, int64_t i, const vt_sample_spec *sp,
+                                       float *out, char *err, size_t errlen) {
+  uint8_t *buf;
+  size_t n;
+  vt_image_status st = vt_dataset_read(ds, i, sp->max_pixels, &buf, &n, err, errlen);
+  return from_read(st, buf, n, ds->paths[i], sp, out, err, errlen);
 }

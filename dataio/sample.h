@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dataset.h"
 #include "image.h"
 #include "transform.h"
 
@@ -48,5 +49,13 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
 // Reads path (vt_image_read_file) and decodes it; messages name the path.
 vt_image_status vt_sample_from_file(const char *path, const vt_sample_spec *sp, float *out,
                                     char *err, size_t errlen);
+// The bytes of dataset sample i (dataset.h): its file (vt_image_read_file), or its member of a
+// tar shard in one pread, with the same refusals (empty, over what max_pixels allows, short
+// read). *bytes is malloc'd; messages name the sample (ds->paths[i]).
+vt_image_status vt_dataset_read(const vt_dataset *ds, int64_t i, int64_t max_pixels,
+                                uint8_t **bytes, size_t *nbytes, char *err, size_t errlen);
+// vt_dataset_read, then vt_sample_from_bytes: what the loader decodes for sample i.
+vt_image_status vt_sample_from_dataset(const vt_dataset *ds, int64_t i, const vt_sample_spec *sp,
+                                       float *out, char *err, size_t errlen);
 
 #endif

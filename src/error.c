@@ -66,3 +66,13 @@ void vt_fatal(const char *file, int line, const char *fmt, ...) {
   if (g_hook) g_hook(1);
   abort();
 }
+
+vt_status vt_fail_input(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return VT_ERR_INPUT;
+}

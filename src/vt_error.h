@@ -7,6 +7,7 @@
 #define VT_ERROR_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 
 // _Noreturn in C, [[noreturn]] in C++ (the .cu files include this header too).
@@ -49,6 +50,11 @@ void vt_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vt_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vt_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vt_log_all_ranks(int on);
+
+// For input boundaries: writes the message into err (when err and errlen are given) and returns
+// VT_ERR_INPUT, so a check reads `return vt_fail_input(err, errlen, "...", ...);`.
+vt_status vt_fail_input(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #ifdef __cplusplus
 }

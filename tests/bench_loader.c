@@ -122,8 +122,7 @@ static int stages(const char *dir, int epochs, const char *label) {
       double t0 = thread_cpu_now();
       uint8_t *buf;
       size_t got;
-      if (vt_image_read_file(ds.paths[i], sp.max_pixels, &buf, &got, err, sizeof err) !=
-          VT_IMG_OK) {
+      if (vt_dataset_read(&ds, i, sp.max_pixels, &buf, &got, err, sizeof err) != VT_IMG_OK) {
         fprintf(stderr, "bench_loader: %s\n", err);
         return 1;
       }

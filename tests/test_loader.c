@@ -1,7 +1,8 @@
 // test_loader.c: the dataset index, sampler and threaded loader on small ImageFolder trees of
 // PNGs this test writes (and JPEGs through PIL): bytes independent of the thread count, every
 // sample once per epoch over DP ranks, exact restart, evaluation padding, bad files under skip
-// and fail, clear errors for empty datasets and bad list files. Skips (77) in builds without libpng (VT_HAVE_PNG).
+// and fail, clear errors for empty datasets and bad list files, tar shards (the folder's very
+// batches; damaged shards and bad samples refused). Skips (77) in builds without libpng (VT_HAVE_PNG).
 #include <stdio.h>
 
 #ifndef VT_HAVE_PNG
@@ -12,6 +13,7 @@ int main(void) {
 #else
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <png.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@ int main(void) {
 #include "loader.h"
 #include "prepare.h"
 #include "sample.h"
+#include "tar.h"
 #include "vt_check.h"
 
 
@@ -712,6 +715,193 @@ static int inside(const void *p, size_t nbytes, int k) {  // [p, p + nbytes) in 
   return b && (const char *)p >= b && (const char *)p + nbytes <= b + g_block_n[k];
 }
 
+// ---- tar shards --------------------------------------------------------------------------------
+
+static uint8_t *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) printf("FAIL: cannot read %s\n", path), exit(1);
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *p = malloc(*n + 1);
+  if (!p || fread(p, 1, *n, f) != *n) printf("FAIL: cannot read %s\n", path), exit(1);
+  fclose(f);
+  return p;
+}
+
+// A tar of string members {name, text} made by vt_tar_write_member.
+typedef struct {
+  const char *name, *text;
+} member_t;
+
+static void write_tar(const char *path, const member_t *m, int n) {
+  FILE *f = fopen(path, "wb");
+  for (int i = 0; f && i < n; i++)
+    if (vt_tar_write_member(f, m[i].name, m[i].text, strlen(m[i].text)) != 0) f = NULL;
+  if (!f || vt_tar_finish(f) != 0) printf("FAIL: cannot write %s\n", path), exit(1);
+  fclose(f);
+}
+
+// ds's files as shards dir/part-NNN.tar of `per` samples each, in ds's order: kNNNNN.png and
+// kNNNNN.cls, and for every third sample a .json member before them (ignored by the reader).
+static int write_shards(const vt_dataset *ds, const char *dir, int per) {
+  mkdir(at("%s", dir), 0755);
+  int shards = 0;
+  for (int64_t i = 0; i < ds->count; i += per, shards++) {
+    FILE *f = fopen(at("%s/part-%03d.tar", dir, shards), "wb");
+    for (int64_t k = i; f && k < i + per && k < ds->count; k++) {
+      size_t n;
+      uint8_t *png = slurp(ds->paths[k], &n);
+      char name[32], cls[16];
+      snprintf(cls, sizeof cls, "%d\n", ds->labels[k]);
+      snprintf(name, sizeof name, "k%05lld.json", (long long)k);
+      if (k % 3 == 0 && vt_tar_write_member(f, name, "{}", 2) != 0) f = NULL;
+      snprintf(name, sizeof name, "k%05lld.png", (long long)k);
+      if (f && vt_tar_write_member(f, name, png, n) != 0) f = NULL;
+      snprintf(name, sizeof name, "k%05lld.cls", (long long)k);
+      if (f && vt_tar_write_member(f, name, cls, strlen(cls)) != 0) f = NULL;
+      free(png);
+    }
+    if (!f || vt_tar_finish(f) != 0) printf("FAIL: cannot write shard %d\n", shards), exit(1);
+    fclose(f);
+  }
+  return shards;
+}
+
+// Opening path fails with a message holding want.
+static void expect_refused(const char *path, const char *want, const char *what) {
+  vt_dataset ds;
+  char err[512] = "";
+  vt_status st = vt_dataset_open(path, &ds, err, sizeof err);
+  EXPECT(st == VT_ERR_INPUT && strstr(err, want), "%s: want '%s', got: %s", what, want, err);
+  if (st == VT_OK) vt_dataset_free(&ds);
+}
+
+static void test_shards(const vt_dataset *folder) {
+  char err[512];
+  vt_dataset sh;
+  // 30 samples in shards of 7: the loader must give the very batches of the ImageFolder.
+  EXPECT(write_shards(folder, "shards", 7) == 5, "five shards");
+  EXPECT(vt_dataset_open(at("shards"), &sh, err, sizeof err) == VT_OK, "%s", err);
+  int shape = sh.count == folder->count && sh.num_classes == folder->num_classes &&
+              sh.nshards == 5;
+  EXPECT(shape, "shards: %lld samples, %d classes", (long long)sh.count, sh.num_classes);
+  for (int64_t i = 0; shape && i < sh.count; i++)
+    EXPECT(sh.labels[i] == folder->labels[i], "label %lld", (long long)i);
+  EXPECT(shape && !strcmp(sh.paths[8], at("shards/part-001.tar:k00008.png")), "name %s",
+         shape ? sh.paths[8] : "");
+  for (int train = 0; shape && train < 2; train++) {
+    vt_loader_config c = base(folder, train, 3);
+    run_t a = run(&c, 0, 12);
+    c.ds = &sh;
+    run_t b = run(&c, 0, 12);
+    EXPECT(a.st == VT_OK && b.st == VT_OK && a.nb == 12 && b.nb == 12 &&
+           same_batches(&a, 0, &b, 0, 12), "%s batches from shards differ from the folder's",
+           train ? "training" : "evaluation");
+    run_free(&a), run_free(&b);
+  }
+  vt_dataset_free(&sh);
+
+  // A numbered range and a single shard name the same files.
+  EXPECT(vt_dataset_open(at("shards/part-{000..004}.tar"), &sh, err, sizeof err) == VT_OK &&
+         sh.count == 30 && sh.nshards == 5, "pattern: %s", err);
+  vt_dataset_free(&sh);
+  EXPECT(vt_dataset_open(at("shards/part-004.tar"), &sh, err, sizeof err) == VT_OK &&
+         sh.count == 2 && sh.labels[1] == 2, "one shard: %s", err);
+  vt_dataset_free(&sh);
+  expect_refused(at("shards/part-{000..005}.tar"), "part-005.tar", "a missing shard");
+  expect_refused(at("shards/part-{004..000}.tar"), "numbered range", "a backwards range");
+
+  // Damaged shards: every refusal names the shard and says what is wrong.
+  size_t n;
+  uint8_t *good = slurp(at("shards/part-000.tar"), &n);  // k00000.json (header at 0), .png at 1024
+  mkdir(at("dmg"), 0755);
+  struct {
+    size_t cut;      // keep this many bytes (0: all)
+    long flip;       // xor this byte with 1 (-1: none)
+    const char *want;
+  } damage[] = {{0, 3, "header at byte 0 is damaged (checksum)"},
+                {0, 1024 + 125, "header at byte 1024 is damaged"},  // the .png's size digits
+                {1024 + 100, -1, "cut inside a tar header at byte 1024"},
+                {1024 + 512 + 10, -1, "is cut short: member 'k00000.png'"}};
+  for (int i = 0; i < 4; i++) {
+    uint8_t *b = malloc(n);
+    memcpy(b, good, n);
+    if (damage[i].flip >= 0) b[damage[i].flip] ^= 1;
+    write_bytes(at("dmg/d.tar"), b, damage[i].cut ? damage[i].cut : n);
+    expect_refused(at("dmg/d.tar"), damage[i].want, "damaged shard");
+    free(b);
+  }
+  char text[1024];
+  memset(text, 'A', sizeof text);
+  write_bytes(at("dmg/d.tar"), text, sizeof text);
+  expect_refused(at("dmg/d.tar"), "or this is not a tar file", "not a tar");
+  // Ends right after a member, without the end-of-archive blocks: accepted, as GNU tar does.
+  write_bytes(at("dmg/d.tar"), good, n - 1024);
+  EXPECT(vt_dataset_open(at("dmg/d.tar"), &sh, err, sizeof err) == VT_OK && sh.count == 7,
+         "a shard without its end blocks: %s", err);
+  vt_dataset_free(&sh);
+  free(good);
+
+  const member_t no_cls[] = {{"a.jpg", "x"}, {"b.jpg", "x"}, {"b.cls", "1"}};
+  const member_t no_img[] = {{"a.cls", "1"}};
+  const member_t two[] = {{"a.png", "x"}, {"a.jpg", "x"}, {"a.cls", "0"}};
+  const member_t word[] = {{"a.png", "x"}, {"a.cls", "cat"}};
+  const member_t neg[] = {{"a.png", "x"}, {"a.cls", "-1"}};
+  const member_t none[] = {{"meta.json", "{}"}, {"README", "x"}};
+  struct {
+    const member_t *m;
+    int n;
+    const char *want;
+  } bad[] = {{no_cls, 3, "sample 'a' has no .cls label member"},
+             {no_img, 1, "sample 'a' has a .cls but no .jpg"},
+             {two, 3, "two image members (a.png and a.jpg)"},
+             {word, 2, "a.cls holds 'cat', not a class number"},
+             {neg, 2, "a.cls holds '-1'"},
+             {none, 2, "no samples in the 1 shard(s)"}};
+  for (int i = 0; i < 6; i++) {
+    write_tar(at("dmg/d.tar"), bad[i].m, bad[i].n);
+    expect_refused(at("dmg/d.tar"), bad[i].want, "bad sample");
+  }
+  mkdir(at("dmg/sub"), 0755);
+  expect_refused(at("dmg"), "holds both .tar shards", "shards beside folders");
+
+  // Keys in folders, upper-case kinds; a key ends at the first dot of the base name, so
+  // "n02.seg.png" is of kind "seg.png", not an image (webdataset's rule). An image no decoder
+  // reads is a bad image for the loader's policy, named by shard and member.
+  const member_t odd[] = {{"x/n01.PNG", "not a png"},     {"x/n01.cls", " 1 \n"},
+                          {"x/n02.seg.png", "not an image"}, {"x/n02.jpeg", "not a jpeg"},
+                          {"x/n02.cls", "0"}};
+  write_tar(at("dmg/d.tar"), odd, 5);
+  EXPECT(vt_dataset_open(at("dmg/d.tar"), &sh, err, sizeof err) == VT_OK && sh.count == 2 &&
+         sh.labels[0] == 1 && sh.num_classes == 2, "keys with dots and folders: %s", err);
+  if (sh.count == 2) {
+    vt_loader_config c = base(&sh, 0, 1);
+    c.bad_policy = VT_BAD_FAIL;
+    run_t r = run(&c, 0, 1);
+    EXPECT(r.st != VT_OK && strstr(r.err, "d.tar:x/n01.PNG"), "bad member: %s", r.err);
+    run_free(&r);
+  }
+  vt_dataset_free(&sh);
+
+  // The writer splits a long name at a '/' (ustar prefix); the reader joins it again.
+  char longname[200];
+  snprintf(longname, sizeof longname, "%0120d/k.png", 7);
+  FILE *f = fopen(at("dmg/long.tar"), "wb");
+  EXPECT(f && vt_tar_write_member(f, longname, "x", 1) == 0 && vt_tar_finish(f) == 0, "write");
+  if (f) fclose(f);
+  vt_tar_member *m = NULL;
+  int64_t nm = 0;
+  int fd = open(at("dmg/long.tar"), O_RDONLY);
+  EXPECT(vt_tar_list(fd, "long.tar", &m, &nm, err, sizeof err) == VT_OK && nm == 1 &&
+         !strcmp(m[0].name, longname) && m[0].offset == 512 && m[0].size == 1,
+         "long name: %s", nm ? m[0].name : err);
+  vt_tar_free_members(m, nm);
+  close(fd);
+  printf("ok - tar shards: the folder's batches, patterns, damaged shards and bad samples "
+         "refused with their names\n");
+}
+
 static void test_allocator(const vt_dataset *ds) {
   char err[256];
   vt_loader_config c = base(ds, 1, 2);
@@ -770,6 +960,7 @@ int main(void) {
   test_eval(&ds);
   test_lifecycle(&ds);
   test_allocator(&ds);
+  test_shards(&ds);
   vt_dataset_free(&ds);
   test_bad();
   test_jpeg_determinism();
