@@ -1,10 +1,12 @@
 // prepare.h: turns packaged datasets into ImageFolder trees the loader reads. Fashion-MNIST from
 // Debian's dataset-fashion-mnist (IDX files, gzip) becomes OUT/train/<class>/<index>.png and
-// OUT/val/<class>/<index>.png, 8-bit grey. Must not depend on MPI, a backend or the model.
+// OUT/val/<class>/<index>.png, 8-bit grey. Any dataset becomes tar shards.
+// Must not depend on MPI, a backend or the model.
 #ifndef VT_PREPARE_H
 #define VT_PREPARE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "vt_error.h"
 
@@ -23,5 +25,15 @@ vt_status vt_prepare_fashion_mnist_from(const char *src_dir, const char *out_dir
                                         size_t errlen);
 
 extern const char *const vt_fashion_mnist_classes[10];
+
+// Any dataset vt_dataset_open reads (folder, list or shards), rewritten into out_dir as tar
+// shards in webdataset's layout (dataset.h): shard-000000.tar, ... of per_shard samples each,
+// sample i of the source as "%08d.png" or "%08d.jpg" (by its bytes' signature) with "%08d.cls",
+// in one fixed shuffled order (so that streaming readers do not see classes in runs), and
+// out_dir/classes.txt ("label<TAB>name" lines). Each shard is written under a temporary name and
+// renamed when whole. An unreadable source file, one that is neither PNG nor JPEG, and an
+// out_dir that already holds .tar files are VT_ERR_INPUT with a message naming them.
+vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_shard,
+                            int64_t *samples, int *shards, char *err, size_t errlen);
 
 #endif

@@ -1,5 +1,6 @@
 // main.c: the vit3d program: subcommand dispatch and the flags of `vit3d train`.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -24,7 +25,8 @@ static void usage(FILE *f) {
           "             flags of train (--tp, --pp, --dp, ...), allocating nothing\n"
           "  export     vit3d export --checkpoint DIR --out FILE.safetensors [--use-ema 1]\n"
           "             (timm names)\n"
-          "  prepare    prepare a dataset: vit3d prepare fashion-mnist OUT_DIR\n"
+          "  prepare    prepare a dataset: vit3d prepare fashion-mnist OUT_DIR, or\n"
+          "             vit3d prepare shards SRC OUT_DIR [SAMPLES_PER_SHARD] (tar shards)\n"
           "  version    print the version and what this build contains\n\n"
           "example:\n"
           "  vit3d train --model tiny --data synthetic --steps 50 --log-dir runs/demo\n");
@@ -396,19 +398,35 @@ static int cmd_export(int argc, char **argv) {
 }
 
 static int cmd_prepare(int argc, char **argv) {
-  if (argc != 2 || strcmp(argv[0], "fashion-mnist") != 0) {
-    fprintf(stderr, "usage: vit3d prepare fashion-mnist OUT_DIR\n"
-                    "  converts Debian's dataset-fashion-mnist files into OUT_DIR/train and "
-                    "OUT_DIR/val\n  (ImageFolder trees of PNG files, 10 classes)\n");
-    return 2;
+  char err[1024];
+  if (argc == 2 && strcmp(argv[0], "fashion-mnist") == 0) {
+    if (vt_prepare_fashion_mnist(argv[1], err, sizeof err) != VT_OK) {
+      fprintf(stderr, "vit3d prepare: %s\n", err);
+      return 1;
+    }
+    printf("vit3d prepare: Fashion-MNIST is in %s/train and %s/val\n", argv[1], argv[1]);
+    return 0;
   }
-  char err[512];
-  if (vt_prepare_fashion_mnist(argv[1], err, sizeof err) != VT_OK) {
-    fprintf(stderr, "vit3d prepare: %s\n", err);
-    return 1;
+  char *end = NULL;
+  long long per = argc == 4 ? strtoll(argv[3], &end, 10) : 5000;
+  if ((argc == 3 || argc == 4) && strcmp(argv[0], "shards") == 0 && (!end || !*end) && per > 0) {
+    int64_t samples;
+    int shards;
+    if (vt_prepare_shards(argv[1], argv[2], per, &samples, &shards, err, sizeof err) != VT_OK) {
+      fprintf(stderr, "vit3d prepare: %s\n", err);
+      return 1;
+    }
+    printf("vit3d prepare: %lld samples in %d shards in %s (class names in %s/classes.txt); "
+           "train with --data %s\n", (long long)samples, shards, argv[2], argv[2], argv[2]);
+    return 0;
   }
-  printf("vit3d prepare: Fashion-MNIST is in %s/train and %s/val\n", argv[1], argv[1]);
-  return 0;
+  fprintf(stderr, "usage: vit3d prepare fashion-mnist OUT_DIR\n"
+                  "  converts Debian's dataset-fashion-mnist files into OUT_DIR/train and "
+                  "OUT_DIR/val\n  (ImageFolder trees of PNG files, 10 classes)\n"
+                  "usage: vit3d prepare shards SRC OUT_DIR [SAMPLES_PER_SHARD]\n"
+                  "  rewrites the dataset SRC (a class folder tree, a list file or shards) as "
+                  "tar shards in\n  webdataset's layout, 5000 samples each by default\n");
+  return 2;
 }
 
 int main(int argc, char **argv) {

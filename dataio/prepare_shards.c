@@ -1,0 +1,110 @@
+// prepare_shards.c: any dataset vit3d reads, rewritten as tar shards in webdataset's layout
+// (prepare.h). Must not depend on MPI, a backend or the model.
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dataset.h"
+#include "prepare.h"
+#include "sample.h"
+#include "tar.h"
+
+// The image kind of bytes, by their signature: "png", "jpg" or NULL.
+static const char *image_kind(const uint8_t *b, size_t n) {
+  if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
+  if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff) return "jpg";
+  return NULL;
+}
+
+static int holds_shards(const char *dir) {
+  DIR *d = opendir(dir);
+  int found = 0;
+  for (struct dirent *e; d && !found && (e = readdir(d));) {
+    size_t n = strlen(e->d_name);
+    found = n > 4 && !strcmp(e->d_name + n - 4, ".tar");
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+// Writes shard s (samples order[first, end)) as OUT/shard-NNNNNN.tar through a temporary name.
+static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t first,
+                             int64_t end, const char *out_dir, int s, char *err, size_t errlen) {
+  char path[4096], tmp[4112];
+  snprintf(path, sizeof path, "%s/shard-%06d.tar", out_dir, s);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return vt_fail_input(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+  vt_status st = VT_OK;
+  for (int64_t p = first; st == VT_OK && p < end; p++) {
+    const int64_t i = order[p];
+    uint8_t *bytes;
+    size_t n;
+    char why[600], image[64], label[64], cls[16];
+    if (vt_dataset_read(ds, i, 0, &bytes, &n, why, sizeof why) != VT_IMG_OK) {
+      st = vt_fail_input(err, errlen, "%s (fix or remove it, then run prepare again)", why);
+      break;
+    }
+    const char *kind = image_kind(bytes, n);
+    snprintf(image, sizeof image, "%08lld.%s", (long long)i, kind ? kind : "");
+    snprintf(label, sizeof label, "%08lld.cls", (long long)i);
+    snprintf(cls, sizeof cls, "%d\n", ds->labels[i]);
+    if (!kind)
+      st = vt_fail_input(err, errlen, "%s is not a PNG or JPEG file, the kinds a shard holds: "
+                         "convert or remove it, then run prepare again", ds->paths[i]);
+    else if (vt_tar_write_member(f, image, bytes, n) != 0 ||
+             vt_tar_write_member(f, label, cls, strlen(cls)) != 0)
+      st = vt_fail_input(err, errlen, "writing %s: %s", tmp, strerror(errno));
+    free(bytes);
+  }
+  if (st == VT_OK && vt_tar_finish(f) != 0)
+    st = vt_fail_input(err, errlen, "writing %s: %s", tmp, strerror(errno));
+  if (fclose(f) != 0 && st == VT_OK)
+    st = vt_fail_input(err, errlen, "writing %s: %s", tmp, strerror(errno));
+  if (st == VT_OK && rename(tmp, path) != 0)
+    st = vt_fail_input(err, errlen, "renaming %s: %s", tmp, strerror(errno));
+  if (st != VT_OK) remove(tmp);
+  return st;
+}
+
+vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_shard,
+                            int64_t *samples, int *shards, char *err, size_t errlen) {
+  if (per_shard < 1) return vt_fail_input(err, errlen, "samples per shard must be at least 1");
+  if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+    return vt_fail_input(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
+  if (holds_shards(out_dir))
+    return vt_fail_input(err, errlen, "%s holds .tar files already: remove them or choose "
+                         "another folder", out_dir);
+  vt_dataset ds;
+  if (vt_dataset_open(src, &ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
+  // A fixed shuffle (Philox, seed 0): shards that a streaming reader takes in order are not
+  // sorted by class. vit3d itself samples across all shards, so order does not matter to it.
+  int64_t *order = malloc((size_t)ds.count * sizeof *order);
+  vt_status st = order ? VT_OK : vt_fail_input(err, errlen, "out of memory");
+  if (order) {
+    vt_sampler s;
+    vt_sampler_init(&s, 0, ds.count, 1);
+    for (int64_t p = 0; p < ds.count; p++) order[p] = vt_sampler_at(&s, p, NULL);
+    vt_sampler_free(&s);
+  }
+  int n = 0;
+  for (int64_t first = 0; st == VT_OK && first < ds.count; first += per_shard, n++) {
+    int64_t end = first + per_shard < ds.count ? first + per_shard : ds.count;
+    st = write_shard(&ds, order, first, end, out_dir, n, err, errlen);
+  }
+  // The class names, for people: the shards hold only numbers.
+  char path[4096];
+  snprintf(path, sizeof path, "%s/classes.txt", out_dir);
+  FILE *f = st == VT_OK ? fopen(path, "w") : NULL;
+  for (int c = 0; f && c < ds.num_classes; c++) fprintf(f, "%d\t%s\n", c, ds.class_names[c]);
+  if (st == VT_OK && (!f || fclose(f) != 0))
+    st = vt_fail_input(err, errlen, "writing %s: %s", path, strerror(errno));
+  if (samples) *samples = ds.count;
+  if (shards) *shards = n;
+  free(order);
+  vt_dataset_free(&ds);
+  return st;
+}

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# test_shards.sh VIT3D: datasets in tar shards end to end. Python's tarfile (a writer independent
+# of vit3d's) packs a small ImageFolder into three shards, in GNU (long names), pax (long and
+# non-ASCII names) and ustar (folder entries) formats, with other members beside the samples.
+# Training on them (a numbered pattern, and a folder of shards for --val-data) on a 2-rank DP mesh
+# logs the very losses, norms and validation figures of the run on the folder and ends with the
+# same weights, byte for byte. `vit3d prepare shards` writes shards that Python's tarfile reads
+# back to the source's bytes and labels, each sample once. A damaged shard stops every rank at
+# start with exit 2 and a message naming the shard and the byte.
+set -uo pipefail
+vit3d=$1
+here=$(cd "$(dirname "$0")" && pwd)
+py=${VT_REF_PYTHON:-/usr/bin/python3}
+"$py" -c "import PIL, numpy" 2>/dev/null || { echo "SKIP: $py cannot import PIL and numpy"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$py" "$here/make_images.py" "$work/folder" 3 12 32  # 36 images, every third one a JPEG
+"$py" - "$work" <<'PY'
+import io, os, sys, tarfile
+root = sys.argv[1]
+src = f"{root}/folder"
+classes = sorted(os.listdir(src))
+samples = [(f"{src}/{c}/{f}", k) for k, c in enumerate(classes) for f in sorted(os.listdir(f"{src}/{c}"))]
+os.makedirs(f"{root}/shards")
+def add(tf, name, data):
+    ti = tarfile.TarInfo(name)
+    ti.size = len(data)
+    tf.addfile(ti, io.BytesIO(data))
+formats = [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT]
+per = 12
+for s in range(3):
+    with tarfile.open(f"{root}/shards/train-{s:02d}.tar", "w", format=formats[s]) as tf:
+        if s == 2:
+            d = tarfile.TarInfo("d")
+            d.type = tarfile.DIRTYPE
+            tf.addfile(d)
+        for i, (path, label) in enumerate(samples[s * per:(s + 1) * per]):
+            key = ["long/" + "x" * 120, "p\u00e4x/" + "y" * 150, "d"][s] + f"/{i:04d}"
+            if i % 4 == 0:
+                add(tf, key + ".json", b"{}")
+            add(tf, f"{key}.{path.rsplit('.', 1)[1]}", open(path, "rb").read())
+            add(tf, key + ".cls", str(label).encode())
+PY
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+fail=0
+args=(train --model tiny --img-size 32 --patch-size 8 --num-classes 3 --micro-batch-size 2
+      --global-batch-size 8 --steps 12 --threads 1 --loader-threads 2 --eval-interval 6
+      --seed 3 --log-interval 6)
+for r in "folder|$work/folder|$work/folder" "shards|$work/shards/train-{00..02}.tar|$work/shards"; do
+  IFS='|' read -r name data val <<<"$r"
+  if ! timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --data "$data" \
+      --val-data "$val" --log-dir "$work/run_$name" --final-weights "$work/run_$name/w.safetensors" \
+      > "$work/run_$name.log" 2>&1; then
+    echo "FAIL: the run on the $name did not complete"; tail -15 "$work/run_$name.log"; fail=1
+  fi
+done
+# Every logged figure but the timings; then the weights.
+"$py" - "$work/run_folder/metrics.jsonl" "$work/run_shards/metrics.jsonl" <<'PY' || fail=1
+import json, sys
+timing = ("img_per_s", "step_ms", "model_tflops", "mfu")
+rows = [[{k: v for k, v in json.loads(l).items() if k not in timing and not k.startswith("rank")}
+         for l in open(p)] for p in sys.argv[1:]]
+if len(rows[0]) != 12 or rows[0] != rows[1]:
+    print("FAIL: the runs on the folder and on the shards logged different figures")
+    for a, b in zip(*rows):
+        if a != b: print(" folder", a, "\n shards", b); break
+    sys.exit(1)
+val = [k for k in rows[0][-1] if k.startswith("eval")]
+print(f"shards = folder: 12 steps, loss {rows[0][-1]['loss']}, {', '.join(f'{k} {rows[0][-1][k]}' for k in val)}")
+if not val:
+    print("FAIL: no validation figures logged"); sys.exit(1)
+PY
+cmp -s "$work/run_folder/w.safetensors" "$work/run_shards/w.safetensors" ||
+  { echo "FAIL: the final weights differ"; fail=1; }
+
+# vit3d prepare shards, read back by Python's tarfile.
+if ! "$vit3d" prepare shards "$work/folder" "$work/prep" 10 > "$work/prep.log" 2>&1; then
+  echo "FAIL: vit3d prepare shards"; cat "$work/prep.log"; fail=1
+fi
+"$py" - "$work/folder" "$work/prep" <<'PY' || fail=1
+import glob, os, sys, tarfile
+src, out = sys.argv[1:]
+classes = sorted(os.listdir(src))
+samples = [(f"{src}/{c}/{f}", k) for k, c in enumerate(classes) for f in sorted(os.listdir(f"{src}/{c}"))]
+names = [l.rstrip("\n").split("\t") for l in open(f"{out}/classes.txt")]
+assert names == [[str(k), c] for k, c in enumerate(classes)], names
+seen, order = {}, []
+for shard in sorted(glob.glob(f"{out}/*.tar")):
+    with tarfile.open(shard) as tf:
+        for m in tf.getmembers():
+            key, kind = m.name.split(".", 1)
+            data = tf.extractfile(m).read()
+            i = int(key)
+            if kind == "cls":
+                assert int(data) == samples[i][1], (m.name, data)
+                continue
+            assert kind == ("jpg" if samples[i][0].endswith(".jpg") else "png"), m.name
+            assert data == open(samples[i][0], "rb").read(), m.name
+            assert i not in seen, m.name
+            seen[i] = 1
+            order.append(i)
+shards = len(glob.glob(f"{out}/*.tar"))
+assert len(seen) == len(samples) and shards == 4, (len(seen), shards)
+assert order != sorted(order), "not shuffled"
+print(f"prepare shards: {len(seen)} samples in {shards} shards, bytes and labels as the source's")
+PY
+"$vit3d" train --model tiny --img-size 32 --patch-size 8 --num-classes 3 --data "$work/prep" \
+  --micro-batch-size 4 --global-batch-size 4 --steps 2 --threads 1 > "$work/prep_train.log" 2>&1 ||
+  { echo "FAIL: training on prepared shards"; tail -5 "$work/prep_train.log"; fail=1; }
+
+# A damaged shard: every rank stops at start with exit 2 and says which shard and where.
+mkdir "$work/bad"
+"$py" -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[1536 + 10] ^= 1; open(sys.argv[2], 'wb').write(b)" \
+  "$work/shards/train-02.tar" "$work/bad/train-02.tar"
+timeout 120 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --data "$work/bad" > "$work/bad.log" 2>&1
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "train-02.tar: the tar header at byte 1536 is damaged" "$work/bad.log"; then
+  echo "FAIL: a damaged shard gave rc $rc:"; tail -5 "$work/bad.log"; fail=1
+else
+  echo "damaged shard: rc 2, $(grep -m1 -o 'train-02.tar: the tar header.*' "$work/bad.log")"
+fi
+exit $fail
