@@ -122,7 +122,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "starts fresh (MAE's fine-tuning: 2e-5); 0: timm's 0.02", NULL},
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
        "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
-       "directory (root/<class>/<image>) or a list file (path<TAB>label per line)", NULL},
+       "directory (root/<class>/<image>), a list file (path<TAB>label per line) or tar shards "
+       "in webdataset's layout (KEY.jpg or .png with KEY.cls: a .tar file, a folder of them or "
+       "a numbered range 'train-{000..146}.tar')", NULL},
       {"--val-data", VT_OPT_STR, o.val_data, sizeof o.val_data, 0, 0, "SOURCE",
        "validation data (same forms), evaluated on the same mesh", NULL},
       {"--eval-interval", VT_OPT_INT, &o.eval_interval, 0, 0, 1 << 30, "N",
