@@ -100,7 +100,7 @@ timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" --tp 2 --pp 2 \
   --save "$work/kill" --save-interval 5 > "$work/kill1.log" 2>&1 &
 launcher=$!
 for _ in $(seq 600); do [ -f "$work/kill/step-00000010/manifest.txt" ] && break; sleep 0.1; done
-victim=$(pgrep -f "^$vit3d train" | sed -n 3p)
+victim=$(pgrep -f "^$vit3d train.*$work/kill" | sed -n 3p)  # not another test's rank (ctest -j)
 [ -n "$victim" ] && kill -9 "$victim"
 wait $launcher
 echo "killed rank pid $victim after step 10's checkpoint; mpirun exited with $?"

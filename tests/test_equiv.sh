@@ -15,8 +15,8 @@
 # the row-parallel GEMMs in another order, and an fp32 difference next to a bf16 rounding
 # boundary rounds the other way (measured: step-1 loss 1.5e-6, later steps <= 1.7e-4 once AdamW
 # has turned small gradient differences into update differences), so it gets bf16 bands (pp 4
-# interleaved, like pp 8, must log the very numbers); with
-# sequence parallelism (its gathers move bf16 rows) it logs the very numbers of 2x2x2 without.
+# interleaved, like pp 8, must log the very numbers); with sequence parallelism (its gathers
+# move bf16 rows) it logs the step-1 loss of 2x2x2 without and stays within 1e-5 after.
 # The model has 8 heads and 8 blocks so that tp 8 and pp 8 are possible.
 set -uo pipefail
 vit3d=$1
@@ -235,11 +235,14 @@ if run base_bf16 1 --precision bf16 && run rc_base_bf16 1 --precision bf16 --rec
     --tail-tol 0 | grep -E "determinism|VERDICT" || fail=1
   "$py" "$cc" "$work/mix_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" --label "bf16 2x2x2" \
     --bands 1-1:1e-4,2-5:2e-3 --tail-tol 2e-3 | grep -E "loss steps|VERDICT" || fail=1
-  # Sequence parallelism gathers the LayerNorm outputs as bf16 (vt_ops.h); the sums are those of
-  # the same mesh without it, so the very same losses.
+  # Sequence parallelism gathers the LayerNorm outputs as bf16 (vt_ops.h), so step 1 (one
+  # forward from the same weights) has the very loss of the same mesh without it. The LayerNorms'
+  # parameter gradients are then summed over each TP rank's rows and over TP, another order of
+  # the same sums, so later steps may differ by rounding (seen on a Sapphire Rapids CPU: grad norm
+  # 2.5e-8 apart at step 5): fp32's per-step tolerance.
   "$py" "$cc" "$work/seqpar_bf16/metrics.jsonl" "$work/mix_bf16/metrics.jsonl" \
-    --label "bf16 2x2x2 sequence parallel vs without" --same "$work/mix_bf16/metrics.jsonl" \
-    --bands 1-5:0 --tail-tol 0 | grep -E "determinism|VERDICT" || fail=1
+    --label "bf16 2x2x2 sequence parallel vs without" --bands 1-1:0,2-5:1e-5 --tail-tol 1e-5 |
+    grep -E "loss steps|VERDICT" || fail=1
 else
   fail=1
 fi

@@ -27,13 +27,15 @@ ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
 
 # start NAME NP FAULT flags...: mpirun in the background, log in NAME.log, pid in $launcher.
+# The ranks' --log-dir under $work tells them from other tests' ranks (ctest -j): mine().
 start() {
   local name=$1 np=$2 fault=$3
   shift 3
   VT_FAULT=$fault timeout 300 mpirun -np "$np" --oversubscribe "$vit3d" "${common[@]}" "$@" \
-    > "$work/$name.log" 2>&1 &
+    --log-dir "$work/$name" > "$work/$name.log" 2>&1 &
   launcher=$!
 }
+mine() { pgrep -f "^$vit3d train.*$work/" "$@"; }  # this test's ranks still running
 wait_for() {  # wait_for FILE PATTERN SECONDS
   local i
   for i in $(seq 1 $((2 * $3))); do grep -q "$2" "$1" 2> /dev/null && return 0; sleep 0.5; done
@@ -54,7 +56,7 @@ nwait=$(echo "$report" | grep -c "waiting in [a-z_]* #[0-9]* on axis \(tp\|pp\|d
 if [ $rc -eq 3 ] && [ $elapsed -le $((timeout_s + 30)) ] && [ "$nranks" -eq 8 ] && [ "$nwait" -eq 7 ] &&
    echo "$report" | grep -q "^  rank 5 .*not in a collective" &&
    echo "$report" | grep -q "verdict: stalled: rank 5 (host [^,]*, tp 1 pp 1 dp 0)" &&
-   ! pgrep -f "$vit3d train" > /dev/null; then
+   ! mine > /dev/null; then
   ok "stalled rank 5: every rank gone ${elapsed} s after the stall (limit ${timeout_s} + 30), exit 3, report of 8 ranks (7 waiting in numbered collectives), verdict names rank 5"
 else
   bad "stalled rank: rc $rc, ${elapsed} s, $nranks ranks in the report, $nwait waiting"
@@ -89,7 +91,7 @@ elapsed=$(($(date +%s) - t0))
 # mpirun may return while the ranks it killed are still being torn down: give them 10 s to go.
 left=1
 for i in $(seq 20); do
-  pgrep -f "$vit3d train" > /dev/null || { left=0; break; }
+  mine > /dev/null || { left=0; break; }
   sleep 0.5
 done
 said=0
@@ -98,7 +100,7 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $elapsed -lt 60 ] && [ $said -eq 1 ] &&
   ok "crashed rank 3: the job ended by itself (mpirun exit $rc) after ${elapsed} s, no rank left"
 else
   bad "crashed rank: rc $rc after ${elapsed} s, crash announced: $said, ranks still there 10 s later: $left"
-  pgrep -af "$vit3d train" | head -5
+  mine -a | head -5
   tail -20 "$work/crash.log"
 fi
 
