@@ -20,12 +20,18 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
   vt_crop crop = sp->train ? vt_train_crop(sp->tc, info.width, info.height, sp->seed, sp->epoch,
                                            sp->index)
                            : vt_eval_crop(sp->tc, info.width, info.height, sp->S);
+  const vt_interp interp = sp->train ? sp->tc->train_interp : sp->tc->eval_interp;
   vt_image_region r = {1, 0, 0, INT32_MAX, INT32_MAX};
   if (!sp->full_decode) {
     int d = vt_crop_reduction(crop, sp->S);
     r.scale = d < info.max_scale ? d : info.max_scale;
-    vt_crop_window(crop, sp->S, r.scale, vt_image_scaled_side(info.width, r.scale),
-                   vt_image_scaled_side(info.height, r.scale), &r.x0, &r.y0, &r.x1, &r.y1);
+    const int w = vt_image_scaled_side(info.width, r.scale);
+    const int h = vt_image_scaled_side(info.height, r.scale);
+    if (interp == VT_INTERP_SAMPLE)
+      vt_crop_window(crop, sp->S, r.scale, w, h, &r.x0, &r.y0, &r.x1, &r.y1);
+    else
+      vt_filtered_window(sp->tc, crop, sp->train, sp->S, r.scale, w, h, info.width, info.height,
+                         &r.x0, &r.y0, &r.x1, &r.y1);
   }
   vt_image_part part;
   st = vt_image_decode_part(bytes, nbytes, sp->max_pixels, &r, &part, err, errlen);
@@ -39,15 +45,20 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
     vt_image_part_free(&part);
     return VT_IMG_CORRUPT;
   }
-  if (sp->train && sp->tc->ra.layers > 0) {
-    // RandAugment works on the 8-bit crop, as timm's does on the PIL image after the crop.
+  const int randaug = sp->train && sp->tc->ra.layers > 0;
+  if (randaug || interp != VT_INTERP_SAMPLE) {
+    // The 8-bit crop, as PIL's image after torchvision's resize; RandAugment works on it, as
+    // timm's does.
     const size_t n = (size_t)sp->S * sp->S * 3;
     uint8_t *rgb = malloc(2 * n);
     VT_CHECK(rgb, "out of memory for a %dx%d crop", sp->S, sp->S);
-    vt_randaug_plan plan;
-    vt_randaug_draw(&sp->tc->ra, sp->seed, sp->epoch, sp->index, &plan);
-    vt_render_crop_part_u8(&part, crop, sp->S, rgb);
-    vt_randaug_run(&sp->tc->ra, &plan, rgb, sp->S, rgb + n);
+    if (interp == VT_INTERP_SAMPLE) vt_render_crop_part_u8(&part, crop, sp->S, rgb);
+    else vt_render_filtered_u8(&part, crop, sp->train, sp->S, sp->tc, rgb);
+    if (randaug) {
+      vt_randaug_plan plan;
+      vt_randaug_draw(&sp->tc->ra, sp->seed, sp->epoch, sp->index, &plan);
+      vt_randaug_run(&sp->tc->ra, &plan, rgb, sp->S, rgb + n);
+    }
     vt_normalize_u8(sp->tc, rgb, sp->S, out);
     free(rgb);
   } else {

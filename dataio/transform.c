@@ -6,6 +6,7 @@
 
 #include <math.h>
 
+#include "resample.h"
 #include "vt_error.h"
 #include "vt_rng.h"
 
@@ -82,22 +83,29 @@ vt_crop vt_train_crop(const vt_transform_config *tc, int width, int height, uint
   return c;
 }
 
+// Evaluation's resize: timm's scale_size = floor(S / crop_pct); torchvision's Resize(int) then
+// gives the longer side int(size * long / short), and CenterCrop's offset is
+// round((side - S) / 2).
+static void eval_geometry(const vt_transform_config *tc, int width, int height, int S,
+                          int64_t *rw, int64_t *rh, double *left, double *top) {
+  int64_t R = (int64_t)floor((double)S / tc->crop_pct);
+  if (R < S) R = S;
+  if (width <= height) {
+    *rw = R;
+    *rh = R * height / width;
+  } else {
+    *rh = R;
+    *rw = R * width / height;
+  }
+  *left = rint((double)(*rw - S) / 2.0), *top = rint((double)(*rh - S) / 2.0);
+}
+
 vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S) {
   vt_crop c = {0, 0, (float)width, (float)height, 0};
   if (width <= 0 || height <= 0 || S <= 0) return c;
-  // timm's scale_size = floor(S / crop_pct); torchvision's Resize(int) then gives the longer
-  // side int(size * long / short), and CenterCrop's offset is round((side - S) / 2).
-  int64_t R = (int64_t)floor((double)S / tc->crop_pct);
-  if (R < S) R = S;
   int64_t rw, rh;
-  if (width <= height) {
-    rw = R;
-    rh = R * height / width;
-  } else {
-    rh = R;
-    rw = R * width / height;
-  }
-  double left = rint((double)(rw - S) / 2.0), top = rint((double)(rh - S) / 2.0);
+  double left, top;
+  eval_geometry(tc, width, height, S, &rw, &rh, &left, &top);
   // A pixel of the resized image spans width/rw source pixels, so the centre S x S of the
   // resized image is this region of the source (render_crop's sample centres then coincide
   // with those of resize-then-crop).
@@ -215,6 +223,69 @@ void vt_render_crop_part(const vt_image_part *part, vt_crop crop, int S,
 void vt_render_crop_part_u8(const vt_image_part *part, vt_crop crop, int S, uint8_t *rgb) {
   const float none[3] = {0, 0, 0};
   render(part, crop, S, none, none, NULL, rgb);
+}
+
+// ---- filtered renders (Pillow's resize, resample.h) -------------------------------------------
+
+// The resize along one axis, in pixels of the image reduced to 1/d (reduced pixels, full pixels
+// full), and where the image it resizes starts (*first). Training: the crop [pos, pos + size)
+// as an image of its own, to S pixels; at 1/d the whole reduced pixels it touches, with the
+// crop's box inside them. Evaluation: the whole image to out_size pixels, of which [o0, o0 + S).
+static vt_resample_axis filtered_axis(int train, double pos, double size, int S, int d,
+                                      int reduced, int full, int64_t out_size, double o0,
+                                      int *first) {
+  if (train) {
+    const double a = pos / d, b = (pos + size) / d;
+    int lo = (int)floor(a), hi = (int)ceil(b);
+    if (hi > reduced) hi = reduced;
+    if (lo > hi - 1) lo = hi - 1;
+    *first = lo;
+    return (vt_resample_axis){hi - lo, (float)(a - lo), (float)(b - lo), S, 0, S};
+  }
+  *first = 0;
+  return (vt_resample_axis){reduced, 0.0f, (float)((double)full / d), (int)out_size, (int)o0, S};
+}
+
+static void filtered_axes(const vt_transform_config *tc, vt_crop crop, int train, int S, int d,
+                          int width, int height, int full_w, int full_h, vt_resample_axis *ax,
+                          vt_resample_axis *ay, int *fx, int *fy) {
+  int64_t rw = 0, rh = 0;
+  double left = 0, top = 0;
+  if (!train) eval_geometry(tc, full_w, full_h, S, &rw, &rh, &left, &top);
+  *ax = filtered_axis(train, crop.x, crop.w, S, d, width, full_w, rw, left, fx);
+  *ay = filtered_axis(train, crop.y, crop.h, S, d, height, full_h, rh, top, fy);
+}
+
+static vt_filter filter_of(const vt_transform_config *tc, int train) {
+  return (train ? tc->train_interp : tc->eval_interp) == VT_INTERP_BILINEAR ? VT_FILTER_BILINEAR
+                                                                             : VT_FILTER_BICUBIC;
+}
+
+void vt_filtered_window(const vt_transform_config *tc, vt_crop crop, int train, int S,
+                        int scale, int width, int height, int full_w, int full_h, int *x0,
+                        int *y0, int *x1, int *y1) {
+  vt_resample_axis ax, ay;
+  int fx, fy;
+  filtered_axes(tc, crop, train, S, scale, width, height, full_w, full_h, &ax, &ay, &fx, &fy);
+  vt_resample_span(&ax, filter_of(tc, train), x0, x1);
+  vt_resample_span(&ay, filter_of(tc, train), y0, y1);
+  *x0 += fx, *x1 += fx, *y0 += fy, *y1 += fy;
+}
+
+void vt_render_filtered_u8(const vt_image_part *part, vt_crop crop, int train, int S,
+                           const vt_transform_config *tc, uint8_t *rgb) {
+  vt_resample_axis ax, ay;
+  int fx, fy, x0, y0, x1, y1;
+  filtered_axes(tc, crop, train, S, part->scale, part->width, part->height, part->full_width,
+                part->full_height, &ax, &ay, &fx, &fy);
+  vt_filtered_window(tc, crop, train, S, part->scale, part->width, part->height,
+                     part->full_width, part->full_height, &x0, &y0, &x1, &y1);
+  VT_CHECK(x0 >= part->x0 && y0 >= part->y0 && x1 < part->x0 + part->win.width &&
+               y1 < part->y0 + part->win.height,
+           "resize window [%d, %d] x [%d, %d] outside the decoded window %dx%d at (%d, %d)", x0,
+           x1, y0, y1, part->win.width, part->win.height, part->x0, part->y0);
+  vt_resample_rgb8(part->win.rgb, (size_t)part->win.width * 3, part->x0 - fx, part->y0 - fy,
+                   &ax, &ay, filter_of(tc, train), train && crop.flip, rgb);
 }
 
 void vt_normalize_u8(const vt_transform_config *tc, const uint8_t *rgb, int S, float *out) {

@@ -20,12 +20,20 @@ typedef struct {
   int flip;  // mirror left-right
 } vt_crop;
 
+// How the crop becomes S x S pixels. SAMPLE: bilinear samples at the S x S output positions
+// only (O(S^2) work, no antialiasing beyond the reduced decode); BILINEAR, BICUBIC: Pillow's
+// antialiased resize (resample.h), torchvision's transforms on PIL images byte for byte on a
+// full-size decode: training crops the image, then resizes the crop to S x S; evaluation
+// resizes the whole image (shorter side to S / crop_pct), then takes the centre S x S.
+typedef enum { VT_INTERP_SAMPLE = 0, VT_INTERP_BILINEAR = 1, VT_INTERP_BICUBIC = 2 } vt_interp;
+
 typedef struct {
   float scale_min, scale_max;  // fraction of the image area, torchvision: 0.08, 1
   float ratio_min, ratio_max;  // aspect ratio w/h, torchvision: 3/4, 4/3
   float flip_prob;             // 0.5
   float mean[3], std[3];       // on [0, 1] pixel values; ImageNet's by default
   float crop_pct;              // evaluation: 0.875
+  vt_interp train_interp, eval_interp;  // SAMPLE by default
   vt_randaug_config ra;        // RandAugment of training crops (randaug.h); off by default
 } vt_transform_config;
 
@@ -67,6 +75,16 @@ void vt_render_crop_part(const vt_image_part *part, vt_crop crop, int S,
 // The same samples as 8-bit RGB (S, S, 3), each rounded to nearest, for RandAugment (which, as
 // in timm, works on the 8-bit crop); vt_normalize_u8 then makes the (3, S, S) input of it.
 void vt_render_crop_part_u8(const vt_image_part *part, vt_crop crop, int S, uint8_t *rgb);
+// The filtered renders (interp BILINEAR or BICUBIC): the pixels [x0, x1] x [y0, y1] of the image
+// reduced to 1/scale (width x height; full_w x full_h at full size) that rendering the crop
+// (vt_train_crop's when train, else vt_eval_crop's) reads, and the render itself, 8-bit RGB
+// (S, S, 3), mirrored when the training crop says so. At scale 1 this is Pillow's result; at
+// 1/d the same resize of the reduced image (the crop's box divided by d).
+void vt_filtered_window(const vt_transform_config *tc, vt_crop crop, int train, int S,
+                        int scale, int width, int height, int full_w, int full_h, int *x0,
+                        int *y0, int *x1, int *y1);
+void vt_render_filtered_u8(const vt_image_part *part, vt_crop crop, int train, int S,
+                           const vt_transform_config *tc, uint8_t *rgb);
 void vt_normalize_u8(const vt_transform_config *tc, const uint8_t *rgb, int S, float *out);
 
 #endif

@@ -84,6 +84,12 @@ static vt_status parse_triple(const char *flag, const char *s, float *out, int p
 enum { RUN_TRAIN, RUN_EVAL, RUN_PLAN };  // the commands that take the flags of train
 static const char *const kRunNames[] = {"train", "eval", "plan"};
 
+static vt_interp interp_of(const char *name) {
+  return !strcmp(name, "bicubic")    ? VT_INTERP_BICUBIC
+         : !strcmp(name, "bilinear") ? VT_INTERP_BILINEAR
+                                     : VT_INTERP_SAMPLE;
+}
+
 static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   const int rank0 = vt_comm_rank(world) == 0;
   vt_train_options o;
@@ -92,6 +98,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   o.plan_only = mode == RUN_PLAN;
   char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip";
   char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic", pool[8] = "token";
+  char train_interp[12] = "sample", eval_interp[12] = "sample";
   char mean[64] = "", std[64] = "";
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
@@ -198,6 +205,14 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--aa", VT_OPT_STR, aa, sizeof aa, 0, 0, "SPEC",
        "RandAugment of the 8-bit training crop, timm's config string (DeiT: "
        "rand-m9-mstd0.5-inc1; keys m, n, mstd, mmax, inc, p); empty: off", NULL},
+      {"--train-interpolation", VT_OPT_STR, train_interp, sizeof train_interp, 0, 0, "MODE",
+       "how a training crop becomes the S x S input: sample (bilinear at the output pixels "
+       "only, the fastest), or bilinear or bicubic (Pillow's antialiased resize of the crop, as "
+       "torchvision's on PIL images; DeiT's and timm's ViT recipes: bicubic)",
+       "sample|bilinear|bicubic"},
+      {"--eval-interpolation", VT_OPT_STR, eval_interp, sizeof eval_interp, 0, 0, "MODE",
+       "the same for evaluation's resize of the whole image before the centre crop (timm's "
+       "ViT models: bicubic)", "sample|bilinear|bicubic"},
       {"--aa-interpolation", VT_OPT_STR, aa_interp, sizeof aa_interp, 0, 0, "MODE",
        "resampling of RandAugment's Rotate, Shear and Translate (DeiT: bicubic)",
        "bicubic|bilinear"},
@@ -322,6 +337,8 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
     if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
     return 2;
   }
+  o.transform.train_interp = interp_of(train_interp);
+  o.transform.eval_interp = interp_of(eval_interp);
   // RandAugment's fill is the dataset's mean colour, as timm's img_mean.
   o.transform.ra = vt_randaug_defaults(o.transform.mean);
   o.transform.ra.interp = strcmp(aa_interp, "bilinear") == 0 ? VT_RA_BILINEAR : VT_RA_BICUBIC;

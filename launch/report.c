@@ -33,6 +33,11 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
     vt_log_info("layer-wise lr decay %g: the head and final norm step with lr, block i with lr * "
                 "%g^(%d - i), the embeddings with lr * %.3g", oc->layer_decay, oc->layer_decay,
                 depth, vt_layer_lr_scale(oc, 0));
+  static const char *const interp[] = {"sample", "bilinear", "bicubic"};
+  if (o->transform.train_interp || o->transform.eval_interp)
+    vt_log_info("interpolation: training crops %s, evaluation resize %s (bilinear, bicubic: "
+                "Pillow's antialiased resize)", interp[o->transform.train_interp],
+                interp[o->transform.eval_interp]);
   if (o->transform.ra.layers > 0) {
     char spec[96];
     vt_randaug_describe(&o->transform.ra, spec, sizeof spec);

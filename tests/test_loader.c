@@ -2,7 +2,8 @@
 // PNGs this test writes (and JPEGs through PIL): bytes independent of the thread count, every
 // sample once per epoch over DP ranks, exact restart, evaluation padding, bad files under skip
 // and fail, clear errors for empty datasets and bad list files, tar shards (the folder's very
-// batches; damaged shards and bad samples refused). Skips (77) in builds without libpng (VT_HAVE_PNG).
+// batches; damaged shards and bad samples refused), the filtered resizes. Skips (77) in builds
+// without libpng (VT_HAVE_PNG).
 #include <stdio.h>
 
 #ifndef VT_HAVE_PNG
@@ -902,6 +903,27 @@ static void test_shards(const vt_dataset *folder) {
          "refused with their names\n");
 }
 
+// The filtered resizes (Pillow's, tests/resample_pil.py checks their bytes) through the loader:
+// the same batches for any thread count and after a restart, and not the default render's.
+static void test_filtered(const vt_dataset *ds) {
+  for (int interp = VT_INTERP_BILINEAR; interp <= VT_INTERP_BICUBIC; interp++)
+    for (int train = 0; train < 2; train++) {
+      vt_loader_config c = base(ds, train, 1);
+      c.S = 16;
+      run_t plain = run(&c, 0, 6);
+      c.tc.train_interp = c.tc.eval_interp = (vt_interp)interp;
+      run_t one = run(&c, 0, 6);
+      c.threads = 3;
+      run_t three = run(&c, 0, 6), later = run(&c, 3, 3);
+      EXPECT(one.nb == 6 && three.nb == 6 && later.nb == 3 && same_batches(&one, 0, &three, 0, 6) &&
+                 same_batches(&one, 3, &later, 0, 3) && !same_batches(&one, 0, &plain, 0, 6),
+             "%s %s: batches depend on threads or restart, or equal the default render's",
+             interp == VT_INTERP_BICUBIC ? "bicubic" : "bilinear", train ? "train" : "eval");
+      run_free(&plain), run_free(&one), run_free(&three), run_free(&later);
+    }
+  printf("ok - bilinear and bicubic resizes: same batches for 1 and 3 threads and a restart\n");
+}
+
 static void test_allocator(const vt_dataset *ds) {
   char err[256];
   vt_loader_config c = base(ds, 1, 2);
@@ -961,6 +983,7 @@ int main(void) {
   test_lifecycle(&ds);
   test_allocator(&ds);
   test_shards(&ds);
+  test_filtered(&ds);
   vt_dataset_free(&ds);
   test_bad();
   test_jpeg_determinism();
