@@ -106,12 +106,15 @@ static int64_t run_epochs(const vt_dataset *ds, int threads, int batch, int firs
 
 // One thread, the loader's work split into its stages, to see where a sample's time goes: read
 // the file; bytes to the 224 x 224 normalised floats exactly as the loader does them (reduced
-// decode); and, for comparison, the same crops through a full decode (full_decode = 1).
+// decode); and, for comparison, the same crops through a full decode (full_decode = 1) and
+// through the reduced decode with Pillow's bicubic resize (--train-interpolation bicubic).
 static int stages(const char *dir, int epochs, const char *label) {
   vt_dataset ds = open_or_die(dir);
-  vt_transform_config tc = vt_transform_defaults();
+  vt_transform_config tc = vt_transform_defaults(), tc_bicubic = tc;
+  tc_bicubic.train_interp = VT_INTERP_BICUBIC;
   float *out = malloc((size_t)3 * 224 * 224 * sizeof(float));
-  double t_read = 0, t_sample = 0, t_full = 0, bytes = 0, scale_sum = 0, win_frac = 0;
+  double t_read = 0, t_sample = 0, t_full = 0, t_bicubic = 0, bytes = 0, scale_sum = 0,
+         win_frac = 0;
   int64_t n = 0;
   int at_scale[9] = {0};
   char err[512];
@@ -142,6 +145,14 @@ static int stages(const char *dir, int epochs, const char *label) {
         return 1;
       }
       double t3 = thread_cpu_now();
+      vt_sample_spec sb = sp;
+      sb.full_decode = 0;
+      sb.tc = &tc_bicubic;
+      if (vt_sample_from_bytes(buf, got, &sb, out, NULL, err, sizeof err) != VT_IMG_OK) {
+        fprintf(stderr, "bench_loader: %s: %s\n", ds.paths[i], err);
+        return 1;
+      }
+      double t4 = thread_cpu_now();
       if (e == 0 && i == 0) {  // untimed: the first decode pays for page faults and lazy setup
         free(buf);
         continue;
@@ -149,6 +160,7 @@ static int stages(const char *dir, int epochs, const char *label) {
       t_read += t1 - t0;
       t_sample += t2 - t1;
       t_full += t3 - t2;
+      t_bicubic += t4 - t3;
       bytes += (double)got;
       scale_sum += st.scale;
       at_scale[st.scale]++;
@@ -160,10 +172,11 @@ static int stages(const char *dir, int epochs, const char *label) {
   }
   if (n == 0) return 1;
   printf("vit3d-stages format=%s images=%lld file_kb=%.0f ms_per_image: read=%.2f "
-         "sample=%.2f (full_decode_sample=%.2f) total=%.2f scale_mean=%.2f "
-         "scales_1/2/4/8=%d/%d/%d/%d decoded_area=%.0f%%\n",
+         "sample=%.2f (full_decode_sample=%.2f bicubic_sample=%.2f, %.2fx) total=%.2f "
+         "scale_mean=%.2f scales_1/2/4/8=%d/%d/%d/%d decoded_area=%.0f%%\n",
          label, (long long)n, bytes / n / 1024, 1e3 * t_read / n, 1e3 * t_sample / n,
-         1e3 * t_full / n, 1e3 * (t_read + t_sample) / n, scale_sum / n, at_scale[1],
+         1e3 * t_full / n, 1e3 * t_bicubic / n, t_bicubic / t_sample,
+         1e3 * (t_read + t_sample) / n, scale_sum / n, at_scale[1],
          at_scale[2], at_scale[4], at_scale[8], 100 * win_frac / n);
   free(out);
   vt_dataset_free(&ds);
