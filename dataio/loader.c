@@ -90,7 +90,8 @@ static void plan_batch(vt_loader *l, slot *s, int64_t j) {
     if (idx >= 0) s->valid++;
   }
   s->batch = j;
-  s->handed = s->done = s->bad = 0;
+  s->handed = c->pixel_first;  // samples are handed out from the first this loader decodes
+  s->done = s->bad = 0;
   s->err_sample = -1;
 }
 
@@ -174,14 +175,14 @@ static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size
 
 static void *worker(void *arg) {
   vt_loader *l = arg;
-  const int B = l->cfg.batch;
+  const int end = l->cfg.pixel_first + l->cfg.pixel_count, count = l->cfg.pixel_count;
   char err[640];
   pthread_mutex_lock(&l->mu);
   while (!l->stop) {
     // Batches open in order and are handed out fully before the next opens, so the only slot
     // with samples left to hand out is the one of fill_batch - 1.
     slot *cur = l->fill_batch > 0 ? &l->slots[(l->fill_batch - 1) % l->nslots] : NULL;
-    if (cur && cur->state == SLOT_FILLING && cur->handed < B) {
+    if (cur && cur->state == SLOT_FILLING && cur->handed < end) {
       int i = cur->handed++;
       pthread_mutex_unlock(&l->mu);
       int bad;
@@ -192,7 +193,7 @@ static void *worker(void *arg) {
         cur->err_sample = i;  // the lowest sample, whichever thread finished first
         memcpy(cur->err, err, sizeof(err));
       }
-      if (++cur->done == B) {
+      if (++cur->done == count) {
         cur->state = SLOT_READY;
         pthread_cond_broadcast(&l->ready_cv);
       }
@@ -227,6 +228,9 @@ static int check_config(const vt_loader_config *c, int64_t first_batch, char *er
     why = "prefetch must be 1..1024";
   else if (c->want_pixels && c->max_pixels < 1) why = "max_pixels must be positive";
   else if (c->bad_policy != VT_BAD_SKIP && c->bad_policy != VT_BAD_FAIL) why = "bad-image policy";
+  else if (c->pixel_first < 0 || c->pixel_count < 0 || c->pixel_first + c->pixel_count > c->batch ||
+           (c->pixel_count == 0 && c->pixel_first != 0))
+    why = "the decoded samples must lie inside the batch";
   else if (!c->host_alloc != !c->host_free) why = "host_alloc and host_free come together";
   if (why) set_err(err, errlen, "loader configuration: %s", why);
   return why == NULL;
@@ -263,6 +267,7 @@ vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, ch
   vt_loader *l = calloc(1, sizeof(*l));
   if (!l) return set_err(err, errlen, "out of memory for the loader"), NULL;
   l->cfg = *cfg;
+  if (!l->cfg.pixel_count) l->cfg.pixel_count = cfg->batch;
   l->ds = cfg->ds;
   l->fill_batch = l->next_batch = first_batch;
   l->out_slot = -1;

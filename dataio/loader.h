@@ -29,6 +29,10 @@ typedef struct {
   int repeats;           // training: repeated augmentation, each image R times an epoch
                          // (vt_sampler, dataset.h); 0 or 1: none
   int want_pixels;       // 0: labels only (pipeline stages that need no pixels; no threads)
+  // Pixels of samples [pixel_first, pixel_first + pixel_count) of each batch only (a TP rank's
+  // share, the others decode the rest); the other images are left as they are, every label is
+  // there. pixel_count 0: the whole batch.
+  int pixel_first, pixel_count;
   int64_t max_pixels;    // larger images are bad (decompression bombs)
   vt_bad_policy bad_policy;
   vt_transform_config tc;
@@ -54,7 +58,8 @@ typedef struct {
   int32_t *labels;   // (batch); padding has label 0 and a zero image
   int valid;         // real samples at the front (evaluation's last batch may be short)
   int bad;           // samples replaced because their file was bad (skip policy; always 0
-                     // without pixels, so count bad files on the decoding ranks)
+                     // without pixels, so count bad files on the decoding ranks), among the
+                     // samples this loader decodes
   int64_t epoch;     // epoch of the batch's first sample (training)
 } vt_batch;
 

@@ -25,15 +25,26 @@ static vt_loader_config base_config(const vt_data *d, const vt_dataset *ds, int 
   return c;
 }
 
+int vt_data_split(const vt_train_options *o, int need_pixels, int tp_size) {
+  const int B = o->micro_batch, share = tp_size > 0 ? B / tp_size : B;
+  return o->decode_split && need_pixels && tp_size > 1 && B % tp_size == 0 &&
+         (!vt_mix_enabled(&o->mix) || share % 2 == 0);
+}
+
 vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *be,
-                       int need_pixels, int need_labels, int dp_rank, int dp_size, int n_micro,
-                       int64_t start_step, char *err, size_t errlen) {
+                       int need_pixels, int need_labels, int tp_rank, int tp_size, int dp_rank,
+                       int dp_size, int n_micro, int64_t start_step, char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
   d->o = o, d->be = be;
   d->need_pixels = need_pixels, d->need_labels = need_labels;
   d->dp_rank = dp_rank, d->dp_size = dp_size, d->n_micro = n_micro;
   d->synthetic = strcmp(o->data, "synthetic") == 0;
   const int B = o->micro_batch, S = o->model.img_size;
+  d->pixel_first = 0, d->pixel_count = B;
+  if (vt_data_split(o, need_pixels, tp_size)) {
+    d->pixel_count = B / tp_size;
+    d->pixel_first = tp_rank * d->pixel_count;
+  }
   if (need_labels && vt_mix_enabled(&o->mix)) {
     d->host_mix = be->host_alloc((size_t)B * sizeof *d->host_mix);
     VT_CHECK(d->host_mix, "out of host memory for %d mixed targets", B);
@@ -67,6 +78,7 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
   c.per_step = n_micro;
   c.step_stride = o->global_batch;
   c.offset = (int64_t)dp_rank * (o->global_batch / dp_size);
+  c.pixel_first = d->pixel_first, c.pixel_count = d->pixel_count;
   c.host_alloc = be->host_alloc, c.host_free = be->host_free;
   d->train = vt_loader_create(&c, start_step * n_micro, err, errlen);
   return d->train ? VT_OK : VT_ERR_INPUT;
@@ -101,7 +113,7 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
     // (about 4 ms per 224 px image on one core, which would otherwise dominate a GPU step).
 #pragma omp parallel for schedule(static) if (d->need_pixels && B > 1)
     for (int b = 0; b < B; b++) {
-      if (d->need_pixels)
+      if (d->need_pixels && b >= d->pixel_first && b < d->pixel_first + d->pixel_count)
         vt_synthetic_sample(o->seed, first + b, S, K, d->host_img + (size_t)b * 3 * S * S,
                             &d->host_labels[b]);
       else
@@ -120,12 +132,16 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
     d->bad += batch.bad;
     pixels = batch.images, targets = batch.labels;
   }
-  // In place (the batch is ours until the next call), in timm's order: erasing, then mixing.
-  if (pixels && o->erase.prob > 0)
-    vt_erase_batch(&o->erase, o->seed, first, B, S, pixels);
+  // In place (the batch is ours until the next call), in timm's order: erasing, then mixing,
+  // of this rank's images; the targets of the whole micro-batch.
+  const int p0 = d->pixel_first, pn = d->pixel_count;
+  float *mine = pixels ? pixels + (size_t)p0 * 3 * S * S : NULL;
+  if (mine && o->erase.prob > 0) vt_erase_batch(&o->erase, o->seed, first + p0, pn, S, mine);
   if (vt_mix_enabled(&o->mix)) {
-    vt_mix_batch(&o->mix, o->seed, first, B, S, pixels, targets,
-                 d->need_labels ? d->host_mix : NULL);
+    if (mine && pn < B) vt_mix_batch(&o->mix, o->seed, first + p0, pn, S, mine, NULL, NULL);
+    if (pn == B || d->need_labels)
+      vt_mix_batch(&o->mix, o->seed, first, B, S, pn < B ? NULL : pixels, targets,
+                   d->need_labels ? d->host_mix : NULL);
     if (d->need_labels) *mix = d->host_mix;
   }
   *img = pixels, *labels = targets;

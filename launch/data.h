@@ -1,8 +1,12 @@
 // data.h: where a rank's micro-batches come from: the synthetic task, or an image dataset
 // through the threaded loader. The first pipeline stage needs pixels, the last stage labels,
-// the stages between nothing. Every TP rank of the first stage decodes the same images (tp
-// times the decode work, no extra traffic); the last stage computes labels from the dataset
-// index without decoding. Knows no MPI.
+// the stages between nothing. The first stage's TP ranks share the images of a micro-batch:
+// rank r makes (decodes, augments, erases, mixes) samples [r B/tp, (r+1) B/tp) and the images
+// are all-gathered over TP after the upload (--decode-split 1, when tp divides B and, with
+// Mixup/CutMix, B/tp is even so that no mixed pair straddles two shares), so the decode work is
+// not done tp times; every image is a pure function of its stream position, so the bytes are
+// those of one rank making them all. The last stage computes labels from the dataset index
+// without decoding. Knows no MPI.
 #ifndef VT_DATA_H
 #define VT_DATA_H
 
@@ -25,7 +29,10 @@ typedef struct {
   float *host_img;        // synthetic staging: (B, 3, S, S)
   int32_t *host_labels;   // (B)
   vt_mix_target *host_mix;  // (B) Mixup/CutMix targets (last stage, mixing on)
-  int64_t bad;            // bad images replaced so far on this rank
+  int64_t bad;            // bad images replaced so far on this rank (among those it made)
+  // The images this rank makes: samples [pixel_first, pixel_first + pixel_count) of each
+  // micro-batch (all B without a split); the rest come from its TP group (data.h).
+  int pixel_first, pixel_count;
 } vt_data;
 
 // Opens the training (and validation) data for one rank. Errors (missing or empty folders,
@@ -34,16 +41,19 @@ typedef struct {
 // micro-batches live in be's host_alloc memory (pinned on CUDA: upload them with be->upload or
 // be->upload_ahead).
 vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *be,
-                       int need_pixels, int need_labels, int dp_rank, int dp_size, int n_micro,
-                       int64_t start_step, char *err, size_t errlen);
+                       int need_pixels, int need_labels, int tp_rank, int tp_size, int dp_rank,
+                       int dp_size, int n_micro, int64_t start_step, char *err, size_t errlen);
 void vt_data_close(vt_data *d);
+// Whether a rank of a TP group of tp_size that needs pixels makes only its share (data.h).
+int vt_data_split(const vt_train_options *o, int need_pixels, int tp_size);
 
 // The data stream position of micro-batch mb of step `step` on this rank: its images are
 // positions first .. first + B - 1 (design.md: step s takes [s*G, (s+1)*G), DP rank d the d-th
 // G/dp of them, in micro-batches of B). Valid on every pipeline stage.
 int64_t vt_data_position(const vt_data *d, int64_t step, int mb);
 
-// Micro-batch mb of step `step` for this rank: host images (or NULL), labels (or NULL) and, with
+// Micro-batch mb of step `step` for this rank: host images (or NULL; of them only this rank's
+// samples [pixel_first, pixel_first + pixel_count) are made), labels (or NULL) and, with
 // Mixup/CutMix on, the mixed targets (or NULL; the images come mixed: dataio/mix.h), valid until
 // the next call (wait for their uploads before it: be->upload_wait).
 // Micro-batches must be asked for in order. A bad file under --bad-image fail is fatal for the

@@ -38,6 +38,7 @@ static void train_defaults(vt_train_options *o) {
   vt_config_preset("vit-ti16", &o->model, err, sizeof err);
   snprintf(o->data, sizeof o->data, "synthetic");
   o->loader_threads = 0;
+  o->decode_split = 1;
   o->prefetch = 2;
   o->max_image_pixels = 100000000;
   o->transform = vt_transform_defaults();
@@ -136,6 +137,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "validation data (same forms), evaluated on the same mesh", NULL},
       {"--eval-interval", VT_OPT_INT, &o.eval_interval, 0, 0, 1 << 30, "N",
        "evaluate every N steps; 0: only after the last step", NULL},
+      {"--decode-split", VT_OPT_INT, &o.decode_split, 0, 0, 1, "0|1",
+       "1: the first pipeline stage's TP ranks each decode 1/tp of every micro-batch and "
+       "all-gather the images (when tp divides the micro-batch, and with Mixup or CutMix "
+       "into even shares); 0: every TP rank decodes the whole micro-batch", NULL},
       {"--loader-threads", VT_OPT_INT, &o.loader_threads, 0, 0, 1024, "N",
        "image decoder threads per rank that needs pixels; 0: as many as --threads", NULL},
       {"--prefetch", VT_OPT_INT, &o.prefetch, 0, 1, 1024, "N",

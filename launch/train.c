@@ -170,7 +170,15 @@ static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
   // uploads must be done (they normally are: the host runs a micro-batch ahead of the device).
   m->be->upload_wait();
   vt_data_next(x->data, step, mb, &img, &labels, &mix);
-  if (m->has_embed) m->be->upload_ahead(sl->img, img, (size_t)B * 3 * S * S * sizeof(float));
+  if (m->has_embed) {
+    // This rank's share of the images goes up; with a split (data.h) the TP group then
+    // all-gathers the shares in place, in stream order after the upload.
+    const vt_data *d = x->data;
+    const size_t plane = (size_t)3 * S * S, first = (size_t)d->pixel_first * plane;
+    m->be->upload_ahead(sl->img + first, img + first, d->pixel_count * plane * sizeof(float));
+    if (d->pixel_count < B)
+      vt_comm_all_gather(m->tp, sl->img, sl->img + first, (int64_t)d->pixel_count * plane);
+  }
   if (m->has_head) m->be->upload(sl->labels, labels, (size_t)B * sizeof(int32_t));
   if (m->has_head && mix) m->be->upload(sl->mix, mix, (size_t)B * sizeof *mix);
 }
@@ -367,8 +375,9 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   }
   vt_data data;
   memset(&data, 0, sizeof data);
-  int ok = !rc && vt_data_open(&data, o, be, m.has_embed, m.has_head, me.dp_rank, mesh.dp_size,
-                               n_micro, start_step, err, sizeof err) == VT_OK;
+  int ok = !rc && vt_data_open(&data, o, be, m.has_embed, m.has_head, me.tp_rank, mesh.tp_size,
+                               me.dp_rank, mesh.dp_size, n_micro, start_step, err,
+                               sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .spec = spec,
                  .unit_slot = unit_slot, .unit_wset = unit_wset,
@@ -416,14 +425,15 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
       be->to_device(m.grads, &nan, sizeof nan);
     }
     // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
-    // count: the first stage's TP rank 0 of every DP rank; a preemption signal: any rank.
+    // count: the first stage's TP rank 0 of every DP rank, or each of its TP ranks when they
+    // split the decoding (each counts its share); a preemption signal: any rank.
     // Evaluation uses the training slots between steps: no prefetch into them before one.
     x.prefetch_next = n < end_step && !eval_due(o, &data, n, end_step);
     double sums[3] = {run_schedule(&x, acts, nacts, step), (double)data.bad,
                       vt_health_preempt_signal() != 0};
     if (plant_nan) sums[0] = NAN;
     if (!(m.has_head && me.tp_rank == 0)) sums[0] = 0.0;
-    if (!(m.has_embed && me.tp_rank == 0)) sums[1] = 0.0;
+    if (!(m.has_embed && (me.tp_rank == 0 || data.pixel_count < B))) sums[1] = 0.0;
     vt_comm_all_reduce_double(world, sums, 3, VT_REDUCE_SUM);
     const double loss = sums[0] / o->global_batch;
     const int preempt = sums[2] > 0;

@@ -22,6 +22,8 @@ typedef struct {
   int eval_interval;        // evaluate every N steps (and at the end); 0: only at the end
   int eval_hflip;           // 1: score the mean logits of each image and its mirror image
   int loader_threads;       // decoder threads per rank that decodes
+  int decode_split;         // 1: the first stage's TP ranks each make 1/tp of a micro-batch's
+                            // images and all-gather them (data.h); 0: each makes them all
   int prefetch;             // ready micro-batches the loader keeps ahead
   int64_t max_image_pixels; // larger images are refused as bad (decompression bombs)
   int bad_image_fail;       // 0: skip bad images (replace, warn, count); 1: stop the run

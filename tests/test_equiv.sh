@@ -7,7 +7,9 @@
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
 # with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, three
 # with the mean-pooled head (one sequence parallel), two with RandAugment and repeated
-# augmentation on an image folder, two with ZeRO-1 and layer-wise lr decay, two whose EMA
+# augmentation on an image folder, the first stage's TP ranks decoding their shares of the
+# images bit for bit as each decoding all (two cases), two with ZeRO-1 and layer-wise lr decay,
+# two whose EMA
 # (sharded under ZeRO-1) must be one rank's; activation recompute (all blocks or some, 1 rank, 2x2x2,
 # 8x1x1 sequence parallel, bf16) bit for bit against the same run without. Then bf16
 # (--precision bf16, the CPU twin of the CUDA bf16 GEMMs): a pipeline computes every sample as
@@ -183,6 +185,23 @@ same_bits() {  # same_bits A B: the same logged numbers and final weights, bit f
     cmp -s <(sed 's/"img_per_s.*//' "$work/$1/metrics.jsonl") \
            <(sed 's/"img_per_s.*//' "$work/$2/metrics.jsonl")
 }
+# --decode-split 1 (the default): the first stage's TP ranks each make their share of a
+# micro-batch's images and all-gather them; the bytes must be those of each rank making all of
+# them (--decode-split 0): 2x2x2 with RandAugment, repeats and erasing (shares of one image), and
+# with Mixup/CutMix at micro-batch 4 (shares of two: a mixed pair stays in one share).
+for case in "split_aug --aa rand-m9-mstd0.5-inc1 --aug-repeats 3 --reprob 0.5" \
+            "split_mix --micro-batch-size 4 --mixup 0.8 --cutmix 1.0 --reprob 0.5"; do
+  set -- $case
+  name=$1
+  shift
+  flags=(--tp 2 --pp 2 --dp 2 --data "$work/imgs" --num-classes 4 --loader-threads 1 "$@")
+  if run "$name" 8 "${flags[@]}" && run "${name}_whole" 8 "${flags[@]}" --decode-split 0 &&
+     same_bits "$name" "${name}_whole"; then
+    echo "$name: TP ranks decoding their shares ($*) log the numbers and end with the weights of each decoding all, bit for bit"
+  else
+    echo "FAIL: $name: --decode-split 1 differs from 0 ($*)"; fail=1
+  fi
+done
 same_run() {  # same_run A B LABEL
   local acts_a acts_b
   acts_a=$(grep -m1 "^\[rank 0 .*memory plan" "$work/$1.log" | grep -o "activations [0-9.]* MiB")

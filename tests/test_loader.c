@@ -924,6 +924,31 @@ static void test_filtered(const vt_dataset *ds) {
   printf("ok - bilinear and bicubic resizes: same batches for 1 and 3 threads and a restart\n");
 }
 
+// A loader that decodes only samples [pixel_first, pixel_first + pixel_count) of each batch (a TP
+// rank's share): those images are the whole loader's, every label is there.
+static void test_share(const vt_dataset *ds) {
+  vt_loader_config c = base(ds, 1, 2);
+  run_t whole = run(&c, 0, 5);
+  const size_t P = plane_of(&whole);
+  int ok = whole.nb == 5;
+  for (int r = 0; r < 2; r++) {
+    c.pixel_first = 2 * r, c.pixel_count = 2;
+    run_t part = run(&c, 0, 5);
+    ok = ok && part.nb == 5 &&
+         !memcmp(part.lab, whole.lab, (size_t)5 * whole.B * sizeof(int32_t));
+    for (int j = 0; ok && j < 5; j++)
+      ok = !memcmp(part.img + (j * whole.B + 2 * r) * P, whole.img + (j * whole.B + 2 * r) * P,
+                   2 * P * sizeof(float));
+    run_free(&part);
+  }
+  EXPECT(ok, "a loader's share of each batch differs from the whole loader's");
+  char err[256];
+  c.pixel_first = 3, c.pixel_count = 2;  // past the batch of 4
+  EXPECT(!vt_loader_create(&c, 0, err, sizeof err) && strstr(err, "inside the batch"), "%s", err);
+  run_free(&whole);
+  printf("ok - a loader decoding its share of each batch: those images, every label\n");
+}
+
 static void test_allocator(const vt_dataset *ds) {
   char err[256];
   vt_loader_config c = base(ds, 1, 2);
@@ -984,6 +1009,7 @@ int main(void) {
   test_allocator(&ds);
   test_shards(&ds);
   test_filtered(&ds);
+  test_share(&ds);
   vt_dataset_free(&ds);
   test_bad();
   test_jpeg_determinism();
