@@ -41,6 +41,7 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
   d->synthetic = strcmp(o->data, "synthetic") == 0;
   const int B = o->micro_batch, S = o->model.img_size;
   d->pixel_first = 0, d->pixel_count = B;
+  d->tp_rank = tp_rank, d->tp_size = tp_size;
   if (vt_data_split(o, need_pixels, tp_size)) {
     d->pixel_count = B / tp_size;
     d->pixel_first = tp_rank * d->pixel_count;
@@ -154,6 +155,10 @@ int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pix
   cfg->per_step = 1;
   cfg->step_stride = (int64_t)B * d->dp_size;
   cfg->offset = (int64_t)d->dp_rank * B;
+  if (d->o->decode_split && want_pixels && d->tp_size > 1 && B % d->tp_size == 0) {
+    cfg->pixel_count = B / d->tp_size;  // no mixing in evaluation: any share will do
+    cfg->pixel_first = d->tp_rank * cfg->pixel_count;
+  }
   cfg->host_alloc = d->be->host_alloc, cfg->host_free = d->be->host_free;
   return (d->val_ds.count + cfg->step_stride - 1) / cfg->step_stride;
 }

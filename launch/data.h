@@ -33,6 +33,7 @@ typedef struct {
   // The images this rank makes: samples [pixel_first, pixel_first + pixel_count) of each
   // micro-batch (all B without a split); the rest come from its TP group (data.h).
   int pixel_first, pixel_count;
+  int tp_rank, tp_size;
 } vt_data;
 
 // Opens the training (and validation) data for one rank. Errors (missing or empty folders,
@@ -62,8 +63,10 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
                   const vt_mix_target **mix);
 
 // The loader configuration of the validation set for this rank: micro-batch j holds positions
-// j*B*dp + dp_rank*B + [0, B), its buffers from the backend's host_alloc; returns the number of
-// micro-batches that cover the set.
+// j*B*dp + dp_rank*B + [0, B), its buffers from the backend's host_alloc, and with
+// --decode-split on the first stage's TP ranks (tp dividing B) only this rank's share decoded
+// (pixel_first, pixel_count; the images are all-gathered over TP after the upload); returns the
+// number of micro-batches that cover the set.
 int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pixels);
 
 #endif

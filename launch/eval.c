@@ -58,6 +58,8 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   VT_CHECK(!m->has_head || logits, "out of host memory for logits");
   const int S = m->cfg.img_size;
   const int64_t cap = dump ? batches * B : 0, img_n = (int64_t)3 * S * S;
+  // This rank's share of the images (all of them without a split: data.h).
+  const int64_t share = cfg.pixel_count ? cfg.pixel_count : B, first = cfg.pixel_first * img_n;
   float *all_img = dump ? malloc((size_t)(cap * img_n) * sizeof(float)) : NULL;
   float *all_logits = dump ? malloc((size_t)(cap * K) * sizeof(float)) : NULL;
   int32_t *all_labels = dump ? malloc((size_t)cap * sizeof(int32_t)) : NULL;
@@ -77,17 +79,20 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
       vt_comm_abort(3);
     }
     if (mirror)  // every row of every channel reversed: the image seen in a mirror
-      for (int64_t r = 0; r < (int64_t)B * 3 * S; r++)
+      for (int64_t r = first / S; r < (first + share * img_n) / S; r++)
         for (int x = 0; x < S; x++) mirror[r * S + x] = batch.images[r * S + (S - 1 - x)];
     for (int pass = 0; pass < passes; pass++) {
       if (m->has_head) be->upload(sl->labels, batch.labels, (size_t)B * sizeof(int32_t));
       // Through every chunk in turn (the interleaved layout: after this rank's chunk c the batch
       // goes round the ring of pipeline ranks before chunk c + 1), one batch at a time.
       for (int c = 0; c < m->nchunks; c++) {
-        if (m->has_embed && c == 0)
-          be->upload(sl->img, pass ? mirror : batch.images, (size_t)(B * img_n) * sizeof(float));
-        else
+        if (m->has_embed && c == 0) {
+          be->upload(sl->img + first, (pass ? mirror : batch.images) + first,
+                     (size_t)(share * img_n) * sizeof(float));
+          if (share < B) vt_comm_all_gather(m->tp, sl->img, sl->img + first, share * img_n);
+        } else {
           vt_comm_recv(pp, sl->res[0], n, (me.pp_rank + p - 1) % p);
+        }
         vt_model_forward(m, c, 0, B, 0.0f, -1);  // no drop path
         be->inputs_read();  // the training step after this may upload_ahead into the slot
         if (!(m->has_head && c == m->nchunks - 1))

@@ -187,9 +187,10 @@ same_bits() {  # same_bits A B: the same logged numbers and final weights, bit f
 }
 # --decode-split 1 (the default): the first stage's TP ranks each make their share of a
 # micro-batch's images and all-gather them; the bytes must be those of each rank making all of
-# them (--decode-split 0): 2x2x2 with RandAugment, repeats and erasing (shares of one image), and
-# with Mixup/CutMix at micro-batch 4 (shares of two: a mixed pair stays in one share).
-for case in "split_aug --aa rand-m9-mstd0.5-inc1 --aug-repeats 3 --reprob 0.5" \
+# them (--decode-split 0): 2x2x2 with RandAugment, repeats and erasing (shares of one image) and
+# an evaluation with mirrored images, and with Mixup/CutMix at micro-batch 4 (shares of two: a
+# mixed pair stays in one share).
+for case in "split_aug --aa rand-m9-mstd0.5-inc1 --aug-repeats 3 --reprob 0.5 --val-data $work/imgs --eval-hflip 1" \
             "split_mix --micro-batch-size 4 --mixup 0.8 --cutmix 1.0 --reprob 0.5"; do
   set -- $case
   name=$1
