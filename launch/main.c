@@ -141,6 +141,12 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "1: the first pipeline stage's TP ranks each decode 1/tp of every micro-batch and "
        "all-gather the images (when tp divides the micro-batch, and with Mixup or CutMix "
        "into even shares); 0: every TP rank decodes the whole micro-batch", NULL},
+      {"--check-log", VT_OPT_STR, o.check_log, sizeof o.check_log, 0, 0, "FILE",
+       "compare each step's loss and grad norm with FILE, an earlier run's metrics.jsonl (after "
+       "a resume, on another mesh or machine): the first differences are logged, and the run "
+       "ends with exit code 5 if a step differed or none was in FILE", NULL},
+      {"--check-tol", VT_OPT_FLOAT, &o.check_tol, 0, 0, 1, "T",
+       "--check-log's relative tolerance; 0: the same figures as metrics.jsonl prints them", NULL},
       {"--loader-threads", VT_OPT_INT, &o.loader_threads, 0, 0, 1024, "N",
        "image decoder threads per rank that needs pixels; 0: as many as --threads", NULL},
       {"--prefetch", VT_OPT_INT, &o.prefetch, 0, 1, 1024, "N",

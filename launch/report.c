@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checklog.h"
 #include "checkpoint.h"
 #include "comm.h"
 
@@ -141,9 +142,9 @@ void vt_report_step(const vt_train_options *o, FILE *metrics, const vt_step_log 
   const double mfu = o->peak_tflops > 0 ? tflops / (o->peak_tflops * world_size) : 0.0;
   if (metrics) {
     // JSON has no NaN: a skipped step's loss or norm is null.
-    char loss[32] = "null", gnorm[32] = "null";
-    if (isfinite(l->loss)) snprintf(loss, sizeof loss, "%.9g", l->loss);
-    if (isfinite(l->gnorm)) snprintf(gnorm, sizeof gnorm, "%.9g", l->gnorm);
+    char loss[32], gnorm[32];
+    vt_format_figure(loss, sizeof loss, l->loss);
+    vt_format_figure(gnorm, sizeof gnorm, l->gnorm);
     fprintf(metrics,
             "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
             "\"img_per_s\": %.3f, \"step_ms\": %.3f, \"model_tflops\": %.6g",

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "checklog.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "data.h"
@@ -390,9 +391,17 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   }
   FILE *metrics = NULL;
   if (ok && world_rank == 0 && o->log_dir[0]) ok = (metrics = vt_report_open_metrics(o->log_dir)) != NULL;
+  vt_checklog check = {0};
+  if (ok && world_rank == 0 && o->check_log[0] &&
+      vt_checklog_open(&check, o->check_log, o->check_tol, err, sizeof err) != VT_OK) {
+    vt_log_error("%s", err);
+    ok = 0;
+  }
   double all_ok = ok;  // every rank learns whether any failed, so all stop together
   vt_comm_all_reduce_double(world, &all_ok, 1, VT_REDUCE_MIN);
   if (!all_ok) {
+    vt_checklog_free(&check);
+    if (metrics) fclose(metrics);
     vt_data_close(&data);
     if (x.step_losses) be->free(x.step_losses);
     free(x.host_step_losses);
@@ -504,6 +513,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
       busy_s = 0.0, report_first = n + 1;
     }
     if (world_rank == 0) vt_report_step(o, metrics, &l, now_s() - t_start, n - start_step, world_size);
+    if (world_rank == 0 && o->check_log[0]) vt_checklog_step(&check, n, l.loss, l.gnorm);
     if (summary[0]) vt_log_info("%s", summary);
     if (stop_nonfinite) {
       if (world_rank == 0)
@@ -535,6 +545,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   if (o->save_dir[0] && vt_ckpt_wait(world) != VT_OK && !rc) rc = VT_EXIT_FAILED;
   free(ranks_json);
   if (metrics) fclose(metrics);
+  if (world_rank == 0 && o->check_log[0] && vt_checklog_finish(&check) && !rc) rc = VT_EXIT_CHECK;
+  vt_checklog_free(&check);
   if (o->eval_only) {
     vt_eval_result ev =
         vt_evaluate(&m, &data, world, pp, me, o->logits_out[0] ? o->logits_out : NULL);

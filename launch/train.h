@@ -44,6 +44,8 @@ typedef struct {
   vt_precision precision;   // GEMM precision (vt_backend.h); bf16 by default on CUDA, fp32 on CPU
   int threads;              // 0: the node's cores / ranks on the node
   char log_dir[512];        // metrics.jsonl goes here when set
+  char check_log[512];      // an earlier run's metrics.jsonl each step is compared with
+  float check_tol;          // 0: the same printed figures; else this relative difference
   int log_interval;         // progress line every N steps
   int tp, pp, dp;           // mesh sizes; dp 0 = world / (tp * pp)
   char mesh_order[16];      // tp-dp-pp | tp-pp-dp
@@ -76,6 +78,7 @@ enum {
   VT_EXIT_FAILED = 1,      // a runtime failure (I/O, a failed export)
   VT_EXIT_USAGE = 2,       // bad flags, configuration, data or checkpoint: nothing ran
   VT_EXIT_NONFINITE = 4,   // --max-nonfinite-steps non-finite steps in a row
+  VT_EXIT_CHECK = 5,       // --check-log: a step differed from the reference (or none compared)
   VT_EXIT_PREEMPTED = 75,  // SIGUSR1/SIGTERM: checkpoint saved, resume with --resume auto
 };
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_train.sh VIT3D: `vit3d train --data synthetic` on a small model lowers the loss clearly
 # within 50 steps, and two runs with the same seed write identical losses to metrics.jsonl.
+# --check-log (end of the file) compares runs with a logged one.
 # Then --precision bf16 (the CPU twin of the CUDA bf16 GEMMs): two runs identical, and the loss
 # curve follows the fp32 run's (relative difference per step: 1e-3 at step 1, one forward from the
 # same weights where only the GEMM operands' rounding differs (measured 2e-5); 1e-2 for steps
@@ -39,3 +40,30 @@ python3 "$here/compare_curves.py" "$work/c/metrics.jsonl" "$work/a/metrics.jsonl
 cmp -s <(grep -o '"loss": [^,]*' "$work/a/metrics.jsonl") <(grep -o '"loss": [^,]*' "$work/c/metrics.jsonl") &&
   { echo "FAIL: --precision bf16 logged the very losses of fp32: no rounding happened"; exit 1; }
 echo "bf16 losses differ from fp32 ones, within the bands"
+
+# --check-log: a run resumed at step 30 repeats the first run's steps 31-50 bit for bit as
+# printed (exit 0, 20 steps compared); a run with another seed differs (exit 5, the first step
+# named); another precision stays within --check-tol 3e-2 (the bf16 bands above); a reference
+# that is not a metrics log stops the run before it starts (exit 2).
+"$vit3d" "${args[@]}" --save "$work/ck" --save-interval 30 --run-steps 30 > /dev/null 2>&1
+"$vit3d" "${args[@]}" --resume "$work/ck/step-00000030" --check-log "$work/a/metrics.jsonl" > "$work/e.log" 2>&1 ||
+  { echo "FAIL: the resumed run with --check-log exited $?"; tail -5 "$work/e.log"; exit 1; }
+grep -q -- "--check-log: 20 steps equal .* bit for bit" "$work/e.log" ||
+  { echo "FAIL: no verdict of 20 equal steps"; grep -- "--check-log" "$work/e.log"; exit 1; }
+set +e
+"$vit3d" "${args[@]}" --seed 8 --steps 3 --warmup-steps 1 --check-log "$work/a/metrics.jsonl" > "$work/f.log" 2>&1
+rc_seed=$?
+"$vit3d" "${args[@]}" --precision bf16 --check-log "$work/a/metrics.jsonl" --check-tol 3e-2 \
+  > "$work/g.log" 2>&1
+rc_tol=$?
+printf 'not a metrics line\n' > "$work/junk.jsonl"
+"$vit3d" "${args[@]}" --check-log "$work/junk.jsonl" > "$work/h.log" 2>&1
+rc_junk=$?
+set -e
+[ $rc_seed -eq 5 ] && grep -q -- "--check-log: 3 of 3 steps differ .* the first at step 1" "$work/f.log" ||
+  { echo "FAIL: another seed gave rc $rc_seed"; grep -- "--check-log" "$work/f.log"; exit 1; }
+[ $rc_tol -eq 0 ] && grep -q -- "--check-log: 50 steps equal .* within --check-tol" "$work/g.log" ||
+  { echo "FAIL: bf16 within 3e-2 gave rc $rc_tol"; grep -- "--check-log" "$work/g.log"; exit 1; }
+[ $rc_junk -eq 2 ] && grep -q "junk.jsonl:1: not a metrics.jsonl line" "$work/h.log" ||
+  { echo "FAIL: a junk reference gave rc $rc_junk"; tail -3 "$work/h.log"; exit 1; }
+echo "check-log: a resume repeats steps 31-50 bit for bit; another seed exits 5 at step 1; bf16 within 3e-2; a junk reference exits 2"

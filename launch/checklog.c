@@ -1,0 +1,142 @@
+// checklog.c: comparing a run's steps with an earlier run's metrics.jsonl (checklog.h).
+#include "checklog.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void vt_format_figure(char *buf, size_t size, double v) {
+  if (isfinite(v)) snprintf(buf, size, "%.9g", v);
+  else snprintf(buf, size, "null");
+}
+
+// The text of "key": VALUE in a metrics line, up to the next ',' or '}'; 0 when absent.
+static int field(const char *line, const char *key, char *out, size_t size) {
+  char pat[48];
+  snprintf(pat, sizeof pat, "\"%s\": ", key);
+  const char *p = strstr(line, pat);
+  if (!p) return 0;
+  p += strlen(pat);
+  size_t k = strcspn(p, ",}");
+  if (k == 0 || k >= size) return 0;
+  memcpy(out, p, k);
+  out[k] = '\0';
+  return 1;
+}
+
+static int by_step(const void *a, const void *b) {
+  const struct vt_checklog_line *x = a, *y = b;
+  if (x->step != y->step) return x->step < y->step ? -1 : 1;
+  return x->line < y->line ? -1 : x->line > y->line;
+}
+
+vt_status vt_checklog_open(vt_checklog *c, const char *path, double tol, char *err,
+                           size_t errlen) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->path, sizeof c->path, "%s", path);
+  c->tol = tol;
+  c->first_differ = -1;
+  FILE *f = fopen(path, "r");
+  if (!f) return vt_fail_input(err, errlen, "--check-log %s: %s", path, strerror(errno));
+  char *line = NULL;
+  size_t cap = 0;
+  int64_t alloc = 0, lineno = 0;
+  vt_status st = VT_OK;
+  while (st == VT_OK && getline(&line, &cap, f) >= 0) {
+    lineno++;
+    char step[32], loss[32], gnorm[32];
+    if (!field(line, "step", step, sizeof step) || !field(line, "loss", loss, sizeof loss) ||
+        !field(line, "grad_norm", gnorm, sizeof gnorm)) {
+      st = vt_fail_input(err, errlen, "--check-log %s:%lld: not a metrics.jsonl line of vit3d "
+                         "(no step, loss and grad_norm)", path, (long long)lineno);
+      break;
+    }
+    if (c->n == alloc) {
+      alloc = alloc ? 2 * alloc : 1024;
+      struct vt_checklog_line *l = realloc(c->lines, (size_t)alloc * sizeof *l);
+      if (!l) {
+        st = vt_fail_input(err, errlen, "out of memory reading %s", path);
+        break;
+      }
+      c->lines = l;
+    }
+    struct vt_checklog_line *l = &c->lines[c->n];
+    l->step = strtoll(step, NULL, 10), l->line = c->n++;
+    snprintf(l->fig[0], sizeof l->fig[0], "%s", loss);
+    snprintf(l->fig[1], sizeof l->fig[1], "%s", gnorm);
+  }
+  free(line);
+  fclose(f);
+  if (st == VT_OK && c->n) qsort(c->lines, (size_t)c->n, sizeof *c->lines, by_step);
+  if (st == VT_OK && c->n == 0)
+    st = vt_fail_input(err, errlen, "--check-log %s has no steps", path);
+  if (st != VT_OK) vt_checklog_free(c);
+  return st;
+}
+
+// Relative difference of two printed figures; "null" equals only "null".
+static double differ_by(const char *a, const char *b) {
+  const int na = !strcmp(a, "null"), nb = !strcmp(b, "null");
+  if (na || nb) return na && nb ? 0.0 : INFINITY;
+  const double x = strtod(a, NULL), y = strtod(b, NULL);
+  return x == y ? 0.0 : fabs(x - y) / (fabs(y) > 0 ? fabs(y) : 1.0);
+}
+
+void vt_checklog_step(vt_checklog *c, int64_t step, double loss, double gnorm) {
+  // The reference's last line of that step (a log continued after a resume may repeat steps):
+  // the first entry past the step, minus one.
+  int64_t lo = 0, hi = c->n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (c->lines[mid].step <= step) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo == 0 || c->lines[lo - 1].step != step) {
+    c->absent++;
+    return;
+  }
+  const char(*ref)[32] = c->lines[lo - 1].fig;
+  char mine[2][32];
+  vt_format_figure(mine[0], sizeof mine[0], loss);
+  vt_format_figure(mine[1], sizeof mine[1], gnorm);
+  c->compared++;
+  int bad = 0;
+  for (int j = 0; j < 2; j++) {
+    const double d = differ_by(mine[j], ref[j]);
+    if (d > c->worst) c->worst = d;
+    bad |= c->tol > 0 ? !(d <= c->tol) : strcmp(mine[j], ref[j]) != 0;
+  }
+  if (!bad) return;
+  if (c->differ++ == 0) c->first_differ = step;
+  if (c->differ <= 5)
+    vt_log_error("--check-log: step %lld: loss %s, grad norm %s; %s logged %s, %s%s",
+                 (long long)step, mine[0], mine[1], c->path, ref[0], ref[1],
+                 c->tol > 0 ? " (beyond --check-tol)" : "");
+}
+
+int vt_checklog_finish(vt_checklog *c) {
+  const char *how = c->tol > 0 ? "within --check-tol" : "bit for bit as printed";
+  if (c->compared == 0) {
+    vt_log_error("--check-log: no step of this run is in %s (%lld steps there): nothing was "
+                 "compared", c->path, (long long)c->n);
+    return 1;
+  }
+  if (c->differ) {
+    vt_log_error("--check-log: %lld of %lld steps differ from %s, the first at step %lld "
+                 "(largest relative difference %.3g); %lld steps not in it", (long long)c->differ,
+                 (long long)c->compared, c->path, (long long)c->first_differ, c->worst,
+                 (long long)c->absent);
+    return 1;
+  }
+  vt_log_info("--check-log: %lld steps equal %s's loss and grad norm %s (largest relative "
+              "difference %.3g); %lld steps not in it", (long long)c->compared, c->path, how,
+              c->worst, (long long)c->absent);
+  return 0;
+}
+
+void vt_checklog_free(vt_checklog *c) {
+  free(c->lines);
+  c->lines = NULL, c->n = 0;
+}
