@@ -33,7 +33,12 @@ def read_metrics(path):
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
                 print(f"plot_metrics: {path}:{n}: not JSON ({e}); line skipped", file=sys.stderr)
-    return rows
+    # A log continued after a resume repeats the steps since the checkpoint: the last line of a
+    # step is the one that counts.
+    last = {}
+    for r in rows:
+        last[r.get("step")] = r
+    return sorted(last.values(), key=lambda r: r.get("step") or 0)
 
 
 def smooth(values, window):

@@ -12,15 +12,31 @@
 #include "checkpoint.h"
 #include "comm.h"
 
-FILE *vt_report_open_metrics(const char *dir) {
+FILE *vt_report_open_metrics(const char *dir, int64_t resumed_at) {
   if (vt_mkdir_p(dir) != 0) {
     vt_log_error("cannot create --log-dir %s: %s", dir, strerror(errno));
     return NULL;
   }
   char path[600];
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-  FILE *f = fopen(path, "w");
+  if (resumed_at > 0) {
+    // A resumed run continues the log. A line the previous run was cut in the middle of (a
+    // killed rank, a full disk) is dropped first, so that every line stays a JSON object.
+    FILE *old = fopen(path, "r+");
+    if (old && fseek(old, 0, SEEK_END) == 0) {
+      long end = ftell(old), keep = end;
+      while (keep > 0 && fseek(old, keep - 1, SEEK_SET) == 0 && fgetc(old) != '\n') keep--;
+      if (keep < end && ftruncate(fileno(old), keep) != 0)
+        vt_log_warn("cannot drop the cut last line of %s: %s", path, strerror(errno));
+    }
+    if (old) fclose(old);
+  }
+  FILE *f = fopen(path, resumed_at > 0 ? "a" : "w");
   if (!f) vt_log_error("cannot write %s: %s", path, strerror(errno));
+  else if (resumed_at > 0)
+    vt_log_info("%s: resumed at step %lld, appending (steps after it logged before the resume "
+                "appear again; the last line of a step is the one that counts)", path,
+                (long long)resumed_at);
   return f;
 }
 

@@ -25,8 +25,9 @@ typedef struct {
   const char *ranks_json;  // per-rank arrays, or ""
 } vt_step_log;
 
-// metrics.jsonl in dir (created), or NULL with the error logged.
-FILE *vt_report_open_metrics(const char *dir);
+// metrics.jsonl in dir (created), or NULL with the error logged. A run resumed at step
+// resumed_at > 0 appends to it (after dropping a cut last line), a new run starts it afresh.
+FILE *vt_report_open_metrics(const char *dir, int64_t resumed_at);
 // Rank 0: the recipe's options that are off by default, when on, one line each.
 void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc);
 // Every rank: host, world and local rank, mesh coordinates and device, one line each.

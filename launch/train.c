@@ -389,14 +389,16 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     x.host_step_losses = malloc((size_t)n_micro * B * sizeof(float));
     VT_CHECK(x.step_losses && x.host_step_losses, "out of memory for %d x %d losses", n_micro, B);
   }
-  FILE *metrics = NULL;
-  if (ok && world_rank == 0 && o->log_dir[0]) ok = (metrics = vt_report_open_metrics(o->log_dir)) != NULL;
+  // The reference first: it may be this run's own log, which a fresh start truncates.
   vt_checklog check = {0};
   if (ok && world_rank == 0 && o->check_log[0] &&
       vt_checklog_open(&check, o->check_log, o->check_tol, err, sizeof err) != VT_OK) {
     vt_log_error("%s", err);
     ok = 0;
   }
+  FILE *metrics = NULL;
+  if (ok && world_rank == 0 && o->log_dir[0])
+    ok = (metrics = vt_report_open_metrics(o->log_dir, start_step)) != NULL;
   double all_ok = ok;  // every rank learns whether any failed, so all stop together
   vt_comm_all_reduce_double(world, &all_ok, 1, VT_REDUCE_MIN);
   if (!all_ok) {

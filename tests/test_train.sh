@@ -44,12 +44,24 @@ echo "bf16 losses differ from fp32 ones, within the bands"
 # --check-log: a run resumed at step 30 repeats the first run's steps 31-50 bit for bit as
 # printed (exit 0, 20 steps compared); a run with another seed differs (exit 5, the first step
 # named); another precision stays within --check-tol 3e-2 (the bf16 bands above); a reference
-# that is not a metrics log stops the run before it starts (exit 2).
-"$vit3d" "${args[@]}" --save "$work/ck" --save-interval 30 --run-steps 30 > /dev/null 2>&1
-"$vit3d" "${args[@]}" --resume "$work/ck/step-00000030" --check-log "$work/a/metrics.jsonl" > "$work/e.log" 2>&1 ||
+# that is not a metrics log stops the run before it starts (exit 2). The resumed run appends to
+# its --log-dir's metrics.jsonl, after dropping a line cut in the middle (as a killed run leaves
+# it): the file then holds the 50 steps of the uninterrupted run.
+"$vit3d" "${args[@]}" --save "$work/ck" --save-interval 30 --run-steps 30 --log-dir "$work/r" \
+  > /dev/null 2>&1
+printf '{"step": 31, "loss": 2.' >> "$work/r/metrics.jsonl"
+"$vit3d" "${args[@]}" --resume "$work/ck/step-00000030" --check-log "$work/a/metrics.jsonl" \
+  --log-dir "$work/r" > "$work/e.log" 2>&1 ||
   { echo "FAIL: the resumed run with --check-log exited $?"; tail -5 "$work/e.log"; exit 1; }
 grep -q -- "--check-log: 20 steps equal .* bit for bit" "$work/e.log" ||
   { echo "FAIL: no verdict of 20 equal steps"; grep -- "--check-log" "$work/e.log"; exit 1; }
+python3 - "$work/a/metrics.jsonl" "$work/r/metrics.jsonl" <<'PY'
+import json, sys
+a, r = ([{k: v for k, v in json.loads(l).items() if k in ("step", "loss", "grad_norm", "lr")}
+         for l in open(p)] for p in sys.argv[1:])
+if a != r:
+    sys.exit(f"FAIL: the resumed run's appended log ({len(r)} lines) is not the uninterrupted run's")
+PY
 set +e
 "$vit3d" "${args[@]}" --seed 8 --steps 3 --warmup-steps 1 --check-log "$work/a/metrics.jsonl" > "$work/f.log" 2>&1
 rc_seed=$?
@@ -66,4 +78,4 @@ set -e
   { echo "FAIL: bf16 within 3e-2 gave rc $rc_tol"; grep -- "--check-log" "$work/g.log"; exit 1; }
 [ $rc_junk -eq 2 ] && grep -q "junk.jsonl:1: not a metrics.jsonl line" "$work/h.log" ||
   { echo "FAIL: a junk reference gave rc $rc_junk"; tail -3 "$work/h.log"; exit 1; }
-echo "check-log: a resume repeats steps 31-50 bit for bit; another seed exits 5 at step 1; bf16 within 3e-2; a junk reference exits 2"
+echo "check-log: a resume repeats steps 31-50 bit for bit and completes the log; another seed exits 5 at step 1; bf16 within 3e-2; a junk reference exits 2"
