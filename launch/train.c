@@ -547,7 +547,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   if (o->save_dir[0] && vt_ckpt_wait(world) != VT_OK && !rc) rc = VT_EXIT_FAILED;
   free(ranks_json);
   if (metrics) fclose(metrics);
-  if (world_rank == 0 && o->check_log[0] && vt_checklog_finish(&check) && !rc) rc = VT_EXIT_CHECK;
+  // Rank 0's verdict sets the exit code only at the end: the exports below are collective.
+  const int check_failed = world_rank == 0 && o->check_log[0] && vt_checklog_finish(&check);
   vt_checklog_free(&check);
   if (o->eval_only) {
     vt_eval_result ev =
@@ -580,6 +581,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     if (world_rank == 0) vt_log_error("%s", err);
     rc = VT_EXIT_FAILED;
   }
+  if (check_failed && !rc) rc = VT_EXIT_CHECK;
   be->upload_wait();  // no copy may still read the loader's buffers when they are freed
   vt_data_close(&data);
   if (x.step_losses) be->free(x.step_losses);

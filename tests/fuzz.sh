@@ -1,7 +1,8 @@
 #!/bin/bash
 # fuzz.sh: builds the libFuzzer target tests/fuzz_image.c for TARGET with dataio's image decoders
-# (image.c, image_png.c, image_jpeg.c), transforms and sample function (transform.c, sample.c,
-# src/rng.c, src/error.c) straight from the sources (clang -fsanitize=fuzzer,address,undefined),
+# (image.c, image_png.c, image_jpeg.c), transforms and sample function (transform.c,
+# resample.c, sample.c, src/rng.c, src/error.c) straight from the sources (clang
+# -fsanitize=fuzzer,address,undefined),
 # seeds it with `test_image --seeds`, and fuzzes for a bounded time; any crash, leak or broken
 # contract fails. Exits 77 (CTest skip) where clang or libFuzzer is missing. Independent of the
 # CMake build of vt_dataio, except that the JPEG decoder is the one TEST_IMAGE was built with
@@ -82,7 +83,8 @@ echo "building $bin"
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -I"$src/dataio" -I"$src/src" "${defs[@]}" "$src/tests/fuzz_image.c" \
   "$src/dataio/image.c" "$src/dataio/image_png.c" "$src/dataio/image_jpeg.c" \
-  "$src/dataio/transform.c" "$src/dataio/randaug.c" "$src/dataio/sample.c" "$src/src/rng.c" "$src/src/error.c" \
+  "$src/dataio/transform.c" "$src/dataio/resample.c" "$src/dataio/randaug.c" \
+  "$src/dataio/sample.c" "$src/src/rng.c" "$src/src/error.c" \
   -o "$bin" "${libs[@]}" -lm || { echo "FAIL: could not build $bin"; exit 1; }
 
 # Seeds: small PNGs of every colour type and JPEGs of several kinds, made now.

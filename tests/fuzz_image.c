@@ -88,8 +88,10 @@ static void fuzz_one(const uint8_t *buf, size_t size) {
   vt_image_free(&im);
 
   // A whole training or evaluation sample, as the loader makes it (half of the training
-  // samples with RandAugment at up to 3 operations, magnitude up to 12, always applied).
+  // samples with RandAugment at up to 3 operations, magnitude up to 12, always applied; a third
+  // of all samples each with the default render, Pillow's bilinear and its bicubic resize).
   vt_transform_config tc = vt_transform_defaults();
+  tc.train_interp = tc.eval_interp = (vt_interp)((h >> 30) % 3);
   if ((h >> 20) & 1) {
     tc.ra.layers = 1 + (int)((h >> 21) % 3);
     tc.ra.magnitude = (float)((h >> 23) % 13), tc.ra.magnitude_max = 12, tc.ra.prob = 1;

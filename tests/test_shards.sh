@@ -4,7 +4,8 @@
 # non-ASCII names) and ustar (folder entries) formats, with other members beside the samples.
 # Training on them (a numbered pattern, and a folder of shards for --val-data) on a 2-rank DP mesh
 # logs the very losses, norms and validation figures of the run on the folder and ends with the
-# same weights, byte for byte. `vit3d prepare shards` writes shards that Python's tarfile reads
+# same weights, byte for byte, which --check-log also confirms on 2 ranks (and exits 5 for a run
+# of another seed, after its export). `vit3d prepare shards` writes shards that Python's tarfile reads
 # back to the source's bytes and labels, each sample once. A damaged shard stops every rank at
 # start with exit 2 and a message naming the shard and the byte.
 set -uo pipefail
@@ -72,6 +73,25 @@ if not val:
 PY
 cmp -s "$work/run_folder/w.safetensors" "$work/run_shards/w.safetensors" ||
   { echo "FAIL: the final weights differ"; fail=1; }
+
+# --check-log on 2 ranks: the shard run repeats the folder run's log bit for bit (exit 0); a run
+# of another seed differs (exit 5) and still writes its final weights (a collective export).
+if ! timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --data "$work/shards" \
+    --check-log "$work/run_folder/metrics.jsonl" > "$work/check_same.log" 2>&1 ||
+   ! grep -q -- "--check-log: 12 steps equal" "$work/check_same.log"; then
+  echo "FAIL: --check-log of the shard run against the folder run"
+  grep -- "--check-log" "$work/check_same.log" | head -3; fail=1
+fi
+timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --data "$work/shards" --seed 4 \
+  --check-log "$work/run_folder/metrics.jsonl" --final-weights "$work/seed4.safetensors" \
+  > "$work/check_seed.log" 2>&1
+rc=$?
+if [ $rc -ne 5 ] || [ ! -s "$work/seed4.safetensors" ]; then
+  echo "FAIL: --check-log of another seed on 2 ranks gave rc $rc (want 5) or no final weights"
+  tail -5 "$work/check_seed.log"; fail=1
+else
+  echo "check-log on 2 ranks: the shard run equals the folder run's 12 steps; another seed exits 5 after its export"
+fi
 
 # vit3d prepare shards, read back by Python's tarfile.
 if ! "$vit3d" prepare shards "$work/folder" "$work/prep" 10 > "$work/prep.log" 2>&1; then

@@ -63,7 +63,8 @@ if a != r:
     sys.exit(f"FAIL: the resumed run's appended log ({len(r)} lines) is not the uninterrupted run's")
 PY
 set +e
-"$vit3d" "${args[@]}" --seed 8 --steps 3 --warmup-steps 1 --check-log "$work/a/metrics.jsonl" > "$work/f.log" 2>&1
+"$vit3d" "${args[@]}" --seed 8 --steps 3 --warmup-steps 1 --check-log "$work/a/metrics.jsonl" \
+  --final-weights "$work/f.safetensors" > "$work/f.log" 2>&1
 rc_seed=$?
 "$vit3d" "${args[@]}" --precision bf16 --check-log "$work/a/metrics.jsonl" --check-tol 3e-2 \
   > "$work/g.log" 2>&1
@@ -72,7 +73,8 @@ printf 'not a metrics line\n' > "$work/junk.jsonl"
 "$vit3d" "${args[@]}" --check-log "$work/junk.jsonl" > "$work/h.log" 2>&1
 rc_junk=$?
 set -e
-[ $rc_seed -eq 5 ] && grep -q -- "--check-log: 3 of 3 steps differ .* the first at step 1" "$work/f.log" ||
+[ $rc_seed -eq 5 ] && grep -q -- "--check-log: 3 of 3 steps differ .* the first at step 1" "$work/f.log" &&
+  [ -s "$work/f.safetensors" ] ||
   { echo "FAIL: another seed gave rc $rc_seed"; grep -- "--check-log" "$work/f.log"; exit 1; }
 [ $rc_tol -eq 0 ] && grep -q -- "--check-log: 50 steps equal .* within --check-tol" "$work/g.log" ||
   { echo "FAIL: bf16 within 3e-2 gave rc $rc_tol"; grep -- "--check-log" "$work/g.log"; exit 1; }
