@@ -5,8 +5,8 @@
 # Training on them (a numbered pattern, and a folder of shards for --val-data) on a 2-rank DP mesh
 # logs the very losses, norms and validation figures of the run on the folder and ends with the
 # same weights, byte for byte, which --check-log also confirms on 2 ranks (and exits 5 for a run
-# of another seed, after its export). `vit3d prepare shards` writes shards that Python's tarfile reads
-# back to the source's bytes and labels, each sample once. A damaged shard stops every rank at
+# of another seed, after its export). `vit3d prepare shards` writes shards that Python's tarfile
+# reads back to the source's bytes and labels, each sample once. A damaged shard stops every rank at
 # start with exit 2 and a message naming the shard and the byte.
 set -uo pipefail
 vit3d=$1
