@@ -2,6 +2,7 @@
 #include "plan.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "schedule.h"
 
@@ -21,9 +22,19 @@ static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
   return (2 * p + (double)vt_optimizer_nbytes(opt) + (double)m->act_nbytes) / (1 << 20);
 }
 
-void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base) {
+double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval) {
+  if (!has_embed) return 0.0;
+  const double batch = (double)o->micro_batch * 3 * o->model.img_size * o->model.img_size * 4;
+  const int synthetic = strcmp(o->data, "synthetic") == 0;
+  const double batches = eval ? (o->val_data[0] ? o->prefetch + 1 + (o->eval_hflip != 0) : 0)
+                              : (synthetic ? 1 : o->prefetch + 1);
+  return batches * batch / (1 << 20);
+}
+
+void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base,
+                   const vt_train_options *o) {
   const double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
-  const double o = (double)vt_optimizer_nbytes(opt) * mib, a = (double)m->act_nbytes * mib;
+  const double om = (double)vt_optimizer_nbytes(opt) * mib, a = (double)m->act_nbytes * mib;
   char extra[160] = "", recompute[96] = "", blocks[256], wsets[64] = "";
   blocks_str(m->cfg.depth, &m->shard, blocks, sizeof blocks);
   if (m->nwsets)
@@ -34,14 +45,23 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
   if (m->be->device != VT_DEVICE_CPU)
     snprintf(extra, sizeof extra, "; the GPU held %.0f MiB before (context, libraries, "
              "communicators); op scratch comes on the first step", (double)base * mib);
+  char host[160] = "";
+  const double in = vt_plan_input_mib(o, m->has_embed, 0);
+  const double ev = vt_plan_input_mib(o, m->has_embed, 1);
+  if (in > 0)
+    snprintf(host, sizeof host, "; on the host%s: input batches %.1f MiB",
+             m->be->device != VT_DEVICE_CPU ? " (pinned)" : "", in);
+  if (ev > 0)
+    snprintf(host + strlen(host), sizeof host - strlen(host), ", %.1f MiB more while evaluating",
+             ev);
   vt_log_all_ranks(1);
   vt_log_info("memory plan (%s): blocks %s%s%s, parameters %.1f MiB, gradients %.1f MiB, "
               "optimizer %.1f MiB, activations %.1f MiB (%d of %d %s in flight%s%s); "
-              "total %.1f MiB%s",
+              "total %.1f MiB%s%s",
               m->be->name, blocks, m->has_embed ? " + embeddings" : "",
-              m->has_head ? " + head" : "", p, p, o, a, m->nslots, n_micro * m->nchunks,
+              m->has_head ? " + head" : "", p, p, om, a, m->nslots, n_micro * m->nchunks,
               m->nchunks > 1 ? "(micro-batch, chunk) units" : "micro-batches", wsets, recompute,
-              plan_mib(m, opt), extra);
+              plan_mib(m, opt), extra, host);
   vt_log_all_ranks(0);
 }
 
@@ -110,6 +130,14 @@ int vt_plan_run(const vt_train_options *o) {
     if (total > worst) worst = total, worst_stage = p;
     vt_params_free(&t);
   }
+  const double in = vt_plan_input_mib(o, 1, 0), ev = vt_plan_input_mib(o, 1, 1);
+  const int synthetic = strcmp(o->data, "synthetic") == 0;
+  printf("host memory for input batches: stage 0's ranks %.1f MiB (%d micro-batch%s of %d "
+         "images: %s%s)", in, synthetic ? 1 : o->prefetch + 1, synthetic ? "" : "es", B,
+         synthetic ? "synthetic data" : "--prefetch + 1",
+         o->device == VT_DEVICE_CUDA ? ", pinned" : "");
+  if (ev > 0) printf(", %.1f MiB more while evaluating", ev);
+  printf("; the other stages' labels need a few bytes\n");
   if (o->pp > 1) {  // what the activations in flight buy: the ideal idle fraction of a step
     const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, o->pp, n_micro, 1};
     printf("pipeline: %s schedule, ideal idle fraction %s = %.3f with equal stages and free "
@@ -121,6 +149,6 @@ int vt_plan_run(const vt_train_options *o) {
   printf("largest: stage %d, %.2f GiB per rank. Not in the plan: on a GPU the CUDA context, "
          "cuBLAS, cuDNN and NCCL (their size is printed at start-up) and the ops' grow-only "
          "scratch (after the first step the run reports what the GPU holds against this "
-         "plan); on the CPU the loader's prefetched batches.\n", worst_stage, worst / 1024);
+         "plan); the input batches above.\n", worst_stage, worst / 1024);
   return 0;
 }

@@ -13,7 +13,14 @@
 
 // One rank's plan: its blocks, parameters, gradients, optimizer state and activations. base:
 // device memory in use before the model was allocated (CUDA context, cuBLAS, NCCL).
-void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base);
+void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base,
+                   const vt_train_options *o);
+
+// Host memory a rank keeps for its input batches (pinned on CUDA; not in the device plan): the
+// first stage's training loader, (prefetch + 1) micro-batches of B images (synthetic data: one),
+// and its evaluation loader with --val-data (while it runs; with --eval-hflip one more batch
+// for the mirror images). 0 for other stages (their labels are a few bytes).
+double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval);
 
 // After the first step on a GPU: what the device reports against the plan (issue: within 10%).
 void vt_plan_report_memory(const vt_model *m, const vt_optimizer *opt, vt_device device,

@@ -360,7 +360,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                 mesh.tp_size, mesh.pp_size, mesh.dp_size, o->mesh_order, o->pp_schedule,
                 o->pp_chunks, n_micro, B, opt.zero, m.sp ? "on" : "off", table);
   }
-  vt_plan_print(&m, &opt, n_micro, mem_base);
+  vt_plan_print(&m, &opt, n_micro, mem_base, o);
 
   int64_t start_step = 0;
   int rc = 0;
