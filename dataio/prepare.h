@@ -32,7 +32,8 @@ extern const char *const vt_fashion_mnist_classes[10];
 // in one fixed shuffled order (so that streaming readers do not see classes in runs), and
 // out_dir/classes.txt ("label<TAB>name" lines). Each shard is written under a temporary name and
 // renamed when whole. An unreadable source file, one that is neither PNG nor JPEG, and an
-// out_dir that already holds .tar files are VT_ERR_INPUT with a message naming them.
+// out_dir that already holds .tar files are VT_ERR_INPUT with a message naming them; a call that
+// fails removes the shards it wrote, so it can be run again.
 vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_shard,
                             int64_t *samples, int *shards, char *err, size_t errlen);
 

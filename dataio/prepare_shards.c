@@ -102,6 +102,11 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
   for (int c = 0; f && c < ds.num_classes; c++) fprintf(f, "%d\t%s\n", c, ds.class_names[c]);
   if (st == VT_OK && (!f || fclose(f) != 0))
     st = vt_fail_input(err, errlen, "writing %s: %s", path, strerror(errno));
+  if (st != VT_OK)  // no half-made set that a rerun would refuse: remove what this call wrote
+    for (int k = 0; k < n; k++) {
+      snprintf(path, sizeof path, "%s/shard-%06d.tar", out_dir, k);
+      remove(path);
+    }
   if (samples) *samples = ds.count;
   if (shards) *shards = n;
   free(order);

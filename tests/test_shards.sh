@@ -128,6 +128,20 @@ PY
   --micro-batch-size 4 --global-batch-size 4 --steps 2 --threads 1 > "$work/prep_train.log" 2>&1 ||
   { echo "FAIL: training on prepared shards"; tail -5 "$work/prep_train.log"; fail=1; }
 
+# prepare shards of a source with a file that is no image: exit 1 naming it, no shard left
+# behind (the rerun after the fix must not be refused).
+cp -r "$work/folder" "$work/folder_bad"
+echo "not an image" > "$work/folder_bad/c1/zz.png"
+"$vit3d" prepare shards "$work/folder_bad" "$work/prep_bad" 10 > "$work/prep_bad.log" 2>&1
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q "folder_bad/c1/zz.png" "$work/prep_bad.log" ||
+   ls "$work/prep_bad"/*.tar > /dev/null 2>&1; then
+  echo "FAIL: prepare shards of a bad source: rc $rc, or shards left:"; cat "$work/prep_bad.log"
+  ls "$work/prep_bad"; fail=1
+else
+  echo "prepare shards refused a bad source file, no shard left: $(cat "$work/prep_bad.log")"
+fi
+
 # A damaged shard: every rank stops at start with exit 2 and says which shard and where.
 mkdir "$work/bad"
 "$py" -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[1536 + 10] ^= 1; open(sys.argv[2], 'wb').write(b)" \
