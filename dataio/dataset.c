@@ -357,6 +357,17 @@ static vt_status index_shard(vt_dataset *ds, int s, strlist *samples, shard_refs
   return st;
 }
 
+// Every shard stays open for the run: lifts the soft limit on open files to the hard one when
+// the shards need more than it leaves.
+static void raise_file_limit(int nshards) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max &&
+      rl.rlim_cur < (rlim_t)nshards + 256) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
 // Opens and indexes the shards (ownership of the names moves to the dataset).
 static vt_status open_shards(const char *what, strlist *shards, vt_dataset *ds, strlist *samples,
                              char *err, size_t errlen) {
@@ -368,13 +379,7 @@ static vt_status open_shards(const char *what, strlist *shards, vt_dataset *ds, 
   ds->shard_fds = malloc((size_t)ds->nshards * sizeof(int));
   if (!ds->shard_fds) return vt_fail_input(err, errlen, "out of memory");
   for (int s = 0; s < ds->nshards; s++) ds->shard_fds[s] = -1;
-  // Every shard stays open for the run: lift the soft limit on open files to the hard one.
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max &&
-      rl.rlim_cur < (rlim_t)ds->nshards + 256) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
+  raise_file_limit(ds->nshards);
   shard_refs refs = {0};
   int32_t max_label = -1;
   vt_status st = VT_OK;
@@ -470,6 +475,123 @@ void vt_dataset_free(vt_dataset *ds) {
   free(ds->labels);
   free(ds->class_names);
   memset(ds, 0, sizeof(*ds));
+}
+
+// ---- the index as bytes ---------------------------------------------------------------------
+
+#define PACK_MAGIC 0x76743364737431ULL  // "vt3dst1"
+
+// Strings one after another, each with its NUL.
+static size_t strings_nbytes(char *const *s, int64_t n) {
+  size_t k = 0;
+  for (int64_t i = 0; i < n; i++) k += strlen(s[i]) + 1;
+  return k;
+}
+
+static uint8_t *put(uint8_t *p, const void *src, size_t n) {
+  if (n) memcpy(p, src, n);
+  return p + n;
+}
+
+static uint8_t *put_strings(uint8_t *p, char *const *s, int64_t n) {
+  for (int64_t i = 0; i < n; i++) p = put(p, s[i], strlen(s[i]) + 1);
+  return p;
+}
+
+vt_status vt_dataset_pack(const vt_dataset *ds, uint8_t **bytes, size_t *nbytes, char *err,
+                          size_t errlen) {
+  const int64_t head[7] = {(int64_t)PACK_MAGIC, ds->count, ds->num_classes, ds->nshards,
+                           (int64_t)strings_nbytes(ds->paths, ds->count),
+                           (int64_t)strings_nbytes(ds->class_names, ds->num_classes),
+                           (int64_t)strings_nbytes(ds->shard_paths, ds->nshards)};
+  const size_t per = sizeof(int32_t) + (ds->nshards ? sizeof(int32_t) + 2 * sizeof(int64_t) : 0);
+  const size_t n = sizeof head + (size_t)ds->count * per + (size_t)(head[4] + head[5] + head[6]);
+  uint8_t *b = malloc(n ? n : 1), *p = b;
+  if (!b)
+    return vt_fail_input(err, errlen, "out of memory packing the dataset index (%zu bytes)", n);
+  p = put(p, head, sizeof head);
+  p = put(p, ds->labels, (size_t)ds->count * sizeof(int32_t));
+  if (ds->nshards) {
+    p = put(p, ds->shard_of, (size_t)ds->count * sizeof(int32_t));
+    p = put(p, ds->offset, (size_t)ds->count * sizeof(int64_t));
+    p = put(p, ds->size, (size_t)ds->count * sizeof(int64_t));
+  }
+  p = put_strings(p, ds->paths, ds->count);
+  p = put_strings(p, ds->class_names, ds->num_classes);
+  p = put_strings(p, ds->shard_paths, ds->nshards);
+  *bytes = b, *nbytes = (size_t)(p - b);
+  return VT_OK;
+}
+
+// n NUL-terminated strings from [*p, end) into a new array.
+static char **take_strings(const uint8_t **p, const uint8_t *end, int64_t n) {
+  char **s = calloc((size_t)(n ? n : 1), sizeof(char *));
+  for (int64_t i = 0; s && i < n; i++) {
+    const uint8_t *z = memchr(*p, 0, (size_t)(end - *p));
+    if (!z || !(s[i] = strdup((const char *)*p))) {
+      for (int64_t k = 0; k < i; k++) free(s[k]);
+      free(s);
+      return NULL;
+    }
+    *p = z + 1;
+  }
+  return s;
+}
+
+static int take(const uint8_t **p, const uint8_t *end, void *dst, size_t n) {
+  if ((size_t)(end - *p) < n) return 0;
+  if (n) memcpy(dst, *p, n);
+  *p += n;
+  return 1;
+}
+
+vt_status vt_dataset_unpack(const uint8_t *bytes, size_t nbytes, vt_dataset *ds, char *err,
+                            size_t errlen) {
+  memset(ds, 0, sizeof *ds);
+  const uint8_t *p = bytes, *end = bytes + nbytes;
+  int64_t head[7];
+  if (!take(&p, end, head, sizeof head) || head[0] != (int64_t)PACK_MAGIC || head[1] < 0 ||
+      head[2] < 0 || head[2] > INT32_MAX || head[3] < 0 || head[3] > INT32_MAX ||
+      head[1] > (int64_t)(nbytes / sizeof(int32_t)))
+    return vt_fail_input(err, errlen, "the dataset index received is not one (%zu bytes)", nbytes);
+  const int64_t count = head[1];
+  ds->count = count, ds->num_classes = (int)head[2], ds->nshards = (int)head[3];
+  int ok = (ds->labels = malloc((size_t)(count ? count : 1) * sizeof(int32_t))) &&
+           take(&p, end, ds->labels, (size_t)count * sizeof(int32_t));
+  if (ok && ds->nshards) {
+    ds->shard_of = malloc((size_t)(count ? count : 1) * sizeof(int32_t));
+    ds->offset = malloc((size_t)(count ? count : 1) * sizeof(int64_t));
+    ds->size = malloc((size_t)(count ? count : 1) * sizeof(int64_t));
+    ok = ds->shard_of && ds->offset && ds->size &&
+         take(&p, end, ds->shard_of, (size_t)count * sizeof(int32_t)) &&
+         take(&p, end, ds->offset, (size_t)count * sizeof(int64_t)) &&
+         take(&p, end, ds->size, (size_t)count * sizeof(int64_t));
+  }
+  ok = ok && (ds->paths = take_strings(&p, end, count)) &&
+       (ds->class_names = take_strings(&p, end, ds->num_classes)) &&
+       (ds->shard_paths = take_strings(&p, end, ds->nshards)) && p == end;
+  if (ok && ds->nshards) ok = (ds->shard_fds = malloc((size_t)ds->nshards * sizeof(int))) != NULL;
+  if (!ok) {
+    if (!ds->paths) ds->count = 0;  // nothing to free past what was taken
+    if (!ds->class_names) ds->num_classes = 0;
+    if (!ds->shard_paths) ds->nshards = 0;
+    vt_dataset_free(ds);
+    return vt_fail_input(err, errlen, "the dataset index received is not one (%zu bytes)", nbytes);
+  }
+  for (int s = 0; s < ds->nshards; s++) ds->shard_fds[s] = -1;
+  raise_file_limit(ds->nshards);
+  for (int s = 0; s < ds->nshards; s++) {
+    ds->shard_fds[s] = open(ds->shard_paths[s], O_RDONLY | O_CLOEXEC);
+    if (ds->shard_fds[s] < 0) {
+      vt_status st = vt_fail_input(err, errlen, "cannot open shard %s: %s%s", ds->shard_paths[s],
+                                   strerror(errno),
+                                   errno == EMFILE ? " (every shard stays open: raise ulimit -n)"
+                                                   : "");
+      vt_dataset_free(ds);
+      return st;
+    }
+  }
+  return VT_OK;
 }
 
 // ---- sampler --------------------------------------------------------------------------------

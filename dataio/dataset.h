@@ -43,6 +43,15 @@ typedef struct {
 vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t errlen);
 void vt_dataset_free(vt_dataset *ds);
 
+// The index as one block of bytes (for this build on this kind of machine: host byte order), so
+// that one process reads the file system and sends the index to the others: *bytes malloc'd.
+vt_status vt_dataset_pack(const vt_dataset *ds, uint8_t **bytes, size_t *nbytes, char *err,
+                          size_t errlen);
+// The index from vt_dataset_pack's bytes; tar shards are opened here (not read). A block that
+// is not one (a truncated or foreign buffer) or a shard that will not open is VT_ERR_INPUT.
+vt_status vt_dataset_unpack(const uint8_t *bytes, size_t nbytes, vt_dataset *ds, char *err,
+                            size_t errlen);
+
 // The sample stream of the determinism contract (design.md): position p belongs to epoch
 // p / n, and epoch e's positions are filled from perm(seed, e), a permutation of 0..n-1 keyed by
 // (seed, epoch) alone: Fisher-Yates on vt_rng_u32 draws of stream (seed, "sampler", epoch), with

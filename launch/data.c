@@ -25,6 +25,45 @@ static vt_loader_config base_config(const vt_data *d, const vt_dataset *ds, int 
   return c;
 }
 
+// World rank 0 reads the dataset index (a folder tree's listing, a list file, the shards'
+// headers) and sends it to every rank, so that the file system sees one reader, not one per
+// rank. Rank 0's error is the caller's to report; another rank that cannot use the index (a
+// shard that will not open there) reports its own, and then every rank returns the error.
+static vt_status open_dataset(vt_comm *world, const char *path, vt_dataset *ds, char *err,
+                              size_t errlen) {
+  const int root = vt_comm_rank(world) == 0;
+  uint8_t *bytes = NULL;
+  size_t n = 0;
+  int64_t head[2] = {VT_ERR_INPUT, 0};  // status, index bytes
+  if (root) {
+    head[0] = vt_dataset_open(path, ds, err, errlen);
+    if (head[0] == VT_OK) {
+      head[0] = vt_dataset_pack(ds, &bytes, &n, err, errlen);
+      head[1] = (int64_t)n;
+      if (head[0] != VT_OK) vt_dataset_free(ds);
+    }
+  }
+  vt_comm_broadcast_bytes(world, head, sizeof head, 0);
+  if (head[0] != VT_OK) {
+    if (!root) snprintf(err, errlen, "world rank 0 could not open the dataset %s", path);
+    return VT_ERR_INPUT;
+  }
+  if (!root) bytes = malloc((size_t)head[1]);
+  VT_CHECK(bytes, "out of memory for the dataset index of %s (%lld bytes)", path,
+           (long long)head[1]);
+  vt_comm_broadcast_bytes(world, bytes, head[1], 0);
+  vt_status st = root ? VT_OK : vt_dataset_unpack(bytes, (size_t)head[1], ds, err, errlen);
+  if (st != VT_OK) vt_log_error("%s", err);
+  free(bytes);
+  double failed = st != VT_OK;  // every rank goes on only if all can (the next step is collective)
+  vt_comm_all_reduce_double(world, &failed, 1, VT_REDUCE_MAX);
+  if (failed && st == VT_OK) {
+    vt_dataset_free(ds);
+    snprintf(err, errlen, "a rank could not open the shards of %s (see its message)", path);
+  }
+  return failed ? VT_ERR_INPUT : VT_OK;
+}
+
 int vt_data_split(const vt_train_options *o, int need_pixels, int tp_size) {
   const int B = o->micro_batch, share = tp_size > 0 ? B / tp_size : B;
   return o->decode_split && need_pixels && tp_size > 1 && B % tp_size == 0 &&
@@ -32,8 +71,9 @@ int vt_data_split(const vt_train_options *o, int need_pixels, int tp_size) {
 }
 
 vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *be,
-                       int need_pixels, int need_labels, int tp_rank, int tp_size, int dp_rank,
-                       int dp_size, int n_micro, int64_t start_step, char *err, size_t errlen) {
+                       vt_comm *world, int need_pixels, int need_labels, int tp_rank, int tp_size,
+                       int dp_rank, int dp_size, int n_micro, int64_t start_step, char *err,
+                       size_t errlen) {
   memset(d, 0, sizeof *d);
   d->o = o, d->be = be;
   d->need_pixels = need_pixels, d->need_labels = need_labels;
@@ -58,7 +98,7 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
              be->device == VT_DEVICE_CUDA ? "pinned " : "", B, S);
   }
   if (o->val_data[0]) {
-    if (vt_dataset_open(o->val_data, &d->val_ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
+    if (open_dataset(world, o->val_data, &d->val_ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
     d->has_val = 1;
     if (d->val_ds.num_classes != o->model.num_classes) {
       snprintf(err, errlen, "--val-data %s has %d classes but the model has %d; pass "
@@ -68,7 +108,7 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
     }
   }
   if (d->synthetic || o->eval_only) return VT_OK;
-  if (vt_dataset_open(o->data, &d->train_ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
+  if (open_dataset(world, o->data, &d->train_ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
   if (d->train_ds.num_classes != o->model.num_classes) {
     snprintf(err, errlen, "--data %s has %d classes but the model has %d; pass --num-classes %d",
              o->data, d->train_ds.num_classes, o->model.num_classes, d->train_ds.num_classes);

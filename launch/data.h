@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "comm.h"
 #include "dataset.h"
 #include "loader.h"
 #include "train.h"
@@ -36,14 +37,16 @@ typedef struct {
   int tp_rank, tp_size;
 } vt_data;
 
-// Opens the training (and validation) data for one rank. Errors (missing or empty folders,
-// class counts that do not match the model) are VT_ERR_INPUT with a message.
+// Opens the training (and validation) data for one rank; every rank of world calls it (world
+// rank 0 reads each dataset's index and broadcasts it). Errors (missing or empty folders, class
+// counts that do not match the model) are VT_ERR_INPUT with a message.
 // start_step: steps already done (a resume); the stream continues from there. The training
 // micro-batches live in be's host_alloc memory (pinned on CUDA: upload them with be->upload or
 // be->upload_ahead).
 vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *be,
-                       int need_pixels, int need_labels, int tp_rank, int tp_size, int dp_rank,
-                       int dp_size, int n_micro, int64_t start_step, char *err, size_t errlen);
+                       vt_comm *world, int need_pixels, int need_labels, int tp_rank, int tp_size,
+                       int dp_rank, int dp_size, int n_micro, int64_t start_step, char *err,
+                       size_t errlen);
 void vt_data_close(vt_data *d);
 // Whether a rank of a TP group of tp_size that needs pixels makes only its share (data.h).
 int vt_data_split(const vt_train_options *o, int need_pixels, int tp_size);

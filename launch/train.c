@@ -376,8 +376,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   }
   vt_data data;
   memset(&data, 0, sizeof data);
-  int ok = !rc && vt_data_open(&data, o, be, m.has_embed, m.has_head, me.tp_rank, mesh.tp_size,
-                               me.dp_rank, mesh.dp_size, n_micro, start_step, err,
+  int ok = !rc && vt_data_open(&data, o, be, world, m.has_embed, m.has_head, me.tp_rank,
+                               mesh.tp_size, me.dp_rank, mesh.dp_size, n_micro, start_step, err,
                                sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .spec = spec,

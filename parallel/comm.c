@@ -484,6 +484,21 @@ void vt_comm_barrier(vt_comm *c) {
   op_end(t0);
 }
 
+void vt_comm_broadcast_bytes(vt_comm *c, void *buf, int64_t nbytes, int root) {
+  VT_CHECK(root >= 0 && root < c->size, "comm %s broadcast_bytes: root %d is outside [0, %d)",
+           vt_axis_name(c->axis), root, c->size);
+  VT_CHECK(nbytes >= 0 && (buf || nbytes == 0), "comm %s broadcast_bytes: %lld bytes at %p",
+           vt_axis_name(c->axis), (long long)nbytes, buf);
+  const double t0 = op_begin(c, VT_COMM_OP_BROADCAST, nbytes);
+#ifdef VT_HAVE_MPI
+  const int64_t chunk = (int64_t)1 << 30;  // MPI counts are int
+  for (int64_t at = 0; c->size > 1 && at < nbytes; at += chunk)
+    vt_comm_mpi_broadcast_bytes(c->mpi, (char *)buf + at, nbytes - at < chunk ? nbytes - at : chunk,
+                                root);
+#endif
+  op_end(t0);
+}
+
 void vt_comm_all_reduce_double(vt_comm *c, double *buf, int64_t count, vt_reduce_op op) {
   check_buf(c, "all_reduce_double", buf, count);
   VT_CHECK(op == VT_REDUCE_SUM || op == VT_REDUCE_MAX || op == VT_REDUCE_MIN,

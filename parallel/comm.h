@@ -81,6 +81,9 @@ void vt_comm_wait_all(vt_comm *comm);
 
 // buf (count) on every member <- buf of member `root`.
 void vt_comm_broadcast(vt_comm *comm, float *buf, int64_t count, int root);
+// The same for nbytes of host memory, on the host side of any comm (MPI; one member: nothing to
+// do): what one rank read for all of them, as the dataset index.
+void vt_comm_broadcast_bytes(vt_comm *comm, void *buf, int64_t nbytes, int root);
 
 // Point to point; peer is a rank within the comm, never the caller itself. Messages between two
 // members arrive in the order they were sent. Blocking on MPI: pair them so that no two ranks

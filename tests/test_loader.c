@@ -949,6 +949,46 @@ static void test_share(const vt_dataset *ds) {
   printf("ok - a loader decoding its share of each batch: those images, every label\n");
 }
 
+// The index as bytes (one rank reads the file system and sends it to the others): unpacked it is
+// the same index, shards included; a cut or foreign block is refused.
+static int same_index(const vt_dataset *a, const vt_dataset *b) {
+  int ok = a->count == b->count && a->num_classes == b->num_classes && a->nshards == b->nshards &&
+           !memcmp(a->labels, b->labels, (size_t)a->count * sizeof(int32_t));
+  for (int64_t i = 0; ok && i < a->count; i++) ok = !strcmp(a->paths[i], b->paths[i]);
+  for (int c = 0; ok && c < a->num_classes; c++) ok = !strcmp(a->class_names[c], b->class_names[c]);
+  for (int s = 0; ok && s < a->nshards; s++)
+    ok = !strcmp(a->shard_paths[s], b->shard_paths[s]) && b->shard_fds[s] >= 0;
+  if (ok && a->nshards)
+    ok = !memcmp(a->shard_of, b->shard_of, (size_t)a->count * sizeof(int32_t)) &&
+         !memcmp(a->offset, b->offset, (size_t)a->count * sizeof(int64_t)) &&
+         !memcmp(a->size, b->size, (size_t)a->count * sizeof(int64_t));
+  return ok;
+}
+
+static void test_pack(const vt_dataset *folder) {
+  char err[512];
+  vt_dataset sh, back;
+  EXPECT(vt_dataset_open(at("shards"), &sh, err, sizeof err) == VT_OK, "%s", err);
+  const vt_dataset *both[2] = {folder, &sh};
+  for (int k = 0; k < 2; k++) {
+    uint8_t *b;
+    size_t n;
+    EXPECT(vt_dataset_pack(both[k], &b, &n, err, sizeof err) == VT_OK, "%s", err);
+    EXPECT(vt_dataset_unpack(b, n, &back, err, sizeof err) == VT_OK && same_index(both[k], &back),
+           "%s index: unpacked differs (%s)", k ? "shard" : "folder", err);
+    vt_dataset_free(&back);
+    for (size_t cut = 0; cut < n; cut += n / 7 + 1)
+      EXPECT(vt_dataset_unpack(b, cut, &back, err, sizeof err) == VT_ERR_INPUT &&
+                 strstr(err, "is not one"),
+             "a block cut to %zu of %zu bytes: %s", cut, n, err);
+    b[0] ^= 1;
+    EXPECT(vt_dataset_unpack(b, n, &back, err, sizeof err) == VT_ERR_INPUT, "a foreign block");
+    free(b);
+  }
+  vt_dataset_free(&sh);
+  printf("ok - the index as bytes: the same folder and shard index unpacked, cut blocks refused\n");
+}
+
 static void test_allocator(const vt_dataset *ds) {
   char err[256];
   vt_loader_config c = base(ds, 1, 2);
@@ -1008,6 +1048,7 @@ int main(void) {
   test_lifecycle(&ds);
   test_allocator(&ds);
   test_shards(&ds);
+  test_pack(&ds);
   test_filtered(&ds);
   test_share(&ds);
   vt_dataset_free(&ds);
