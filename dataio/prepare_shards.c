@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "checkpoint.h"
 #include "dataset.h"
 #include "prepare.h"
 #include "sample.h"
@@ -73,7 +73,7 @@ static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t
 vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_shard,
                             int64_t *samples, int *shards, char *err, size_t errlen) {
   if (per_shard < 1) return vt_fail_input(err, errlen, "samples per shard must be at least 1");
-  if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+  if (vt_mkdir_p(out_dir) != 0)
     return vt_fail_input(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
   if (holds_shards(out_dir))
     return vt_fail_input(err, errlen, "%s holds .tar files already: remove them or choose "

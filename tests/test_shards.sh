@@ -94,7 +94,8 @@ else
 fi
 
 # vit3d prepare shards, read back by Python's tarfile.
-if ! "$vit3d" prepare shards "$work/folder" "$work/prep" 10 > "$work/prep.log" 2>&1; then
+if ! "$vit3d" prepare shards "$work/folder" "$work/out/prep" 10 > "$work/prep.log" 2>&1 ||
+   ! mv "$work/out/prep" "$work/prep"; then  # (parent folders made as needed)
   echo "FAIL: vit3d prepare shards"; cat "$work/prep.log"; fail=1
 fi
 "$py" - "$work/folder" "$work/prep" <<'PY' || fail=1
