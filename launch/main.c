@@ -446,8 +446,9 @@ static int cmd_prepare(int argc, char **argv) {
       fprintf(stderr, "vit3d prepare: %s\n", err);
       return 1;
     }
-    printf("vit3d prepare: %lld samples in %d shards in %s (class names in %s/classes.txt); "
-           "train with --data %s\n", (long long)samples, shards, argv[2], argv[2], argv[2]);
+    printf("vit3d prepare: %lld samples in %d shard%s in %s (class names in %s/classes.txt); "
+           "train with --data %s\n", (long long)samples, shards, shards == 1 ? "" : "s", argv[2],
+           argv[2], argv[2]);
     return 0;
   }
   fprintf(stderr, "usage: vit3d prepare fashion-mnist OUT_DIR\n"
