@@ -36,6 +36,16 @@ start() {
   launcher=$!
 }
 mine() { pgrep -f "^$vit3d train.*$work/" "$@"; }  # this test's ranks still running
+# mpirun may return while the ranks it killed are still being torn down: 0 when none of this
+# test's ranks is left within 10 s.
+all_gone() {
+  local i
+  for i in $(seq 20); do
+    mine > /dev/null || return 0
+    sleep 0.5
+  done
+  return 1
+}
 wait_for() {  # wait_for FILE PATTERN SECONDS
   local i
   for i in $(seq 1 $((2 * $3))); do grep -q "$2" "$1" 2> /dev/null && return 0; sleep 0.5; done
@@ -55,11 +65,10 @@ nranks=$(echo "$report" | grep -c "^  rank [0-7] (host .*step 6")
 nwait=$(echo "$report" | grep -c "waiting in [a-z_]* #[0-9]* on axis \(tp\|pp\|dp\|world\)")
 if [ $rc -eq 3 ] && [ $elapsed -le $((timeout_s + 30)) ] && [ "$nranks" -eq 8 ] && [ "$nwait" -eq 7 ] &&
    echo "$report" | grep -q "^  rank 5 .*not in a collective" &&
-   echo "$report" | grep -q "verdict: stalled: rank 5 (host [^,]*, tp 1 pp 1 dp 0)" &&
-   ! mine > /dev/null; then
+   echo "$report" | grep -q "verdict: stalled: rank 5 (host [^,]*, tp 1 pp 1 dp 0)" && all_gone; then
   ok "stalled rank 5: every rank gone ${elapsed} s after the stall (limit ${timeout_s} + 30), exit 3, report of 8 ranks (7 waiting in numbered collectives), verdict names rank 5"
 else
-  bad "stalled rank: rc $rc, ${elapsed} s, $nranks ranks in the report, $nwait waiting"
+  bad "stalled rank: rc $rc, ${elapsed} s, $nranks ranks in the report, $nwait waiting, ranks left 10 s later: $(mine | wc -l)"
   tail -25 "$work/stall.log"
 fi
 echo "$report" | sed 's/^/    /' | head -12
@@ -88,12 +97,8 @@ start crash 8 crash@3:6 --tp 2 --pp 2 --timeout-s 60
 wait $launcher
 rc=$?
 elapsed=$(($(date +%s) - t0))
-# mpirun may return while the ranks it killed are still being torn down: give them 10 s to go.
 left=1
-for i in $(seq 20); do
-  mine > /dev/null || { left=0; break; }
-  sleep 0.5
-done
+all_gone && left=0
 said=0
 grep -q "crashing this rank at step 6" "$work/crash.log" && said=1
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $elapsed -lt 60 ] && [ $said -eq 1 ] && [ $left -eq 0 ]; then
