@@ -12,6 +12,12 @@ void vt_format_figure(char *buf, size_t size, double v) {
   else snprintf(buf, size, "null");
 }
 
+void vt_format_eval(char out[3][32], double loss, double top1, double top5) {
+  snprintf(out[0], 32, "%.9g", loss);
+  snprintf(out[1], 32, "%.6f", top1);
+  snprintf(out[2], 32, "%.6f", top5);
+}
+
 // The text of "key": VALUE in a metrics line, up to the next ',' or '}'; 0 when absent.
 static int field(const char *line, const char *key, char *out, size_t size) {
   char pat[48];
@@ -66,6 +72,10 @@ vt_status vt_checklog_open(vt_checklog *c, const char *path, double tol, char *e
     l->step = strtoll(step, NULL, 10), l->line = c->n++;
     snprintf(l->fig[0], sizeof l->fig[0], "%s", loss);
     snprintf(l->fig[1], sizeof l->fig[1], "%s", gnorm);
+    if (!field(line, "eval_loss", l->ev[0], sizeof l->ev[0]) ||
+        !field(line, "eval_top1", l->ev[1], sizeof l->ev[1]) ||
+        !field(line, "eval_top5", l->ev[2], sizeof l->ev[2]))
+      l->ev[0][0] = '\0';
   }
   free(line);
   fclose(f);
@@ -84,7 +94,8 @@ static double differ_by(const char *a, const char *b) {
   return x == y ? 0.0 : fabs(x - y) / (fabs(y) > 0 ? fabs(y) : 1.0);
 }
 
-void vt_checklog_step(vt_checklog *c, int64_t step, double loss, double gnorm) {
+void vt_checklog_step(vt_checklog *c, int64_t step, double loss, double gnorm,
+                      const double *ev) {
   // The reference's last line of that step (a log continued after a resume may repeat steps):
   // the first entry past the step, minus one.
   int64_t lo = 0, hi = c->n;
@@ -97,23 +108,33 @@ void vt_checklog_step(vt_checklog *c, int64_t step, double loss, double gnorm) {
     c->absent++;
     return;
   }
-  const char(*ref)[32] = c->lines[lo - 1].fig;
-  char mine[2][32];
-  vt_format_figure(mine[0], sizeof mine[0], loss);
-  vt_format_figure(mine[1], sizeof mine[1], gnorm);
+  const struct vt_checklog_line *r = &c->lines[lo - 1];
+  // Figures 0-1: loss and grad norm; 2-4: the evaluation's, where both runs evaluated.
+  char fig[2][32], evf[3][32] = {"", "", ""};
+  const char *ref[5] = {r->fig[0], r->fig[1], r->ev[0], r->ev[1], r->ev[2]};
+  const char *mine[5] = {fig[0], fig[1], evf[0], evf[1], evf[2]};
+  vt_format_figure(fig[0], sizeof fig[0], loss);
+  vt_format_figure(fig[1], sizeof fig[1], gnorm);
+  const int n = ev && r->ev[0][0] ? 5 : 2;
+  if (n == 5) vt_format_eval(evf, ev[0], ev[1], ev[2]);
   c->compared++;
+  c->evals += n == 5;
   int bad = 0;
-  for (int j = 0; j < 2; j++) {
+  for (int j = 0; j < n; j++) {
     const double d = differ_by(mine[j], ref[j]);
     if (d > c->worst) c->worst = d;
     bad |= c->tol > 0 ? !(d <= c->tol) : strcmp(mine[j], ref[j]) != 0;
   }
   if (!bad) return;
   if (c->differ++ == 0) c->first_differ = step;
-  if (c->differ <= 5)
-    vt_log_error("--check-log: step %lld: loss %s, grad norm %s; %s logged %s, %s%s",
-                 (long long)step, mine[0], mine[1], c->path, ref[0], ref[1],
-                 c->tol > 0 ? " (beyond --check-tol)" : "");
+  if (c->differ > 5) return;
+  char evals[256] = "";
+  if (n == 5)
+    snprintf(evals, sizeof evals, "; evaluation loss %s, top-1 %s, top-5 %s against %s, %s, %s",
+             mine[2], mine[3], mine[4], ref[2], ref[3], ref[4]);
+  vt_log_error("--check-log: step %lld: loss %s, grad norm %s; %s logged %s, %s%s%s",
+               (long long)step, mine[0], mine[1], c->path, ref[0], ref[1], evals,
+               c->tol > 0 ? " (beyond --check-tol)" : "");
 }
 
 int vt_checklog_finish(vt_checklog *c) {
@@ -130,9 +151,10 @@ int vt_checklog_finish(vt_checklog *c) {
                  (long long)c->absent);
     return 1;
   }
-  vt_log_info("--check-log: %lld steps equal %s's loss and grad norm %s (largest relative "
-              "difference %.3g); %lld steps not in it", (long long)c->compared, c->path, how,
-              c->worst, (long long)c->absent);
+  vt_log_info("--check-log: %lld steps equal %s's loss and grad norm %s, %lld of them with "
+              "their evaluation (largest relative difference %.3g); %lld steps not in it",
+              (long long)c->compared, c->path, how, (long long)c->evals, c->worst,
+              (long long)c->absent);
   return 0;
 }
 

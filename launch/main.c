@@ -142,7 +142,8 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "all-gather the images (when tp divides the micro-batch, and with Mixup or CutMix "
        "into even shares); 0: every TP rank decodes the whole micro-batch", NULL},
       {"--check-log", VT_OPT_STR, o.check_log, sizeof o.check_log, 0, 0, "FILE",
-       "compare each step's loss and grad norm with FILE, an earlier run's metrics.jsonl (after "
+       "compare each step's loss and grad norm (and evaluation figures) with FILE, an earlier "
+       "run's metrics.jsonl (after "
        "a resume, on another mesh or machine): the first differences are logged, and the run "
        "ends with exit code 5 if a step differed or none was in FILE", NULL},
       {"--check-tol", VT_OPT_FLOAT, &o.check_tol, 0, 0, 1, "T",

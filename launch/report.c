@@ -168,9 +168,11 @@ void vt_report_step(const vt_train_options *o, FILE *metrics, const vt_step_log 
     if (o->peak_tflops > 0) fprintf(metrics, ", \"mfu\": %.6g", mfu);
     fprintf(metrics, ", \"skipped_steps\": %lld, \"bad_images\": %lld", (long long)l->skipped,
             (long long)l->bad_images);
+    char ev[3][32];
+    vt_format_eval(ev, l->ev.loss, l->ev.top1, l->ev.top5);
     if (l->eval_now)
-      fprintf(metrics, ", \"eval_loss\": %.9g, \"eval_top1\": %.6f, \"eval_top5\": %.6f, "
-              "\"eval_views\": %d", l->ev.loss, l->ev.top1, l->ev.top5, o->eval_hflip ? 2 : 1);
+      fprintf(metrics, ", \"eval_loss\": %s, \"eval_top1\": %s, \"eval_top5\": %s, "
+              "\"eval_views\": %d", ev[0], ev[1], ev[2], o->eval_hflip ? 2 : 1);
     if (l->eval_ema)
       fprintf(metrics, ", \"eval_ema_loss\": %.9g, \"eval_ema_top1\": %.6f, "
               "\"eval_ema_top5\": %.6f", l->ev_ema.loss, l->ev_ema.top1, l->ev_ema.top5);

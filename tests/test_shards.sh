@@ -74,11 +74,14 @@ PY
 cmp -s "$work/run_folder/w.safetensors" "$work/run_shards/w.safetensors" ||
   { echo "FAIL: the final weights differ"; fail=1; }
 
-# --check-log on 2 ranks: the shard run repeats the folder run's log bit for bit (exit 0); a run
-# of another seed differs (exit 5) and still writes its final weights (a collective export).
+# --check-log on 2 ranks: the shard run repeats the folder run's log bit for bit, its two
+# evaluations included (exit 0); a run of another seed differs (exit 5) and still writes its
+# final weights (a collective export).
 if ! timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --data "$work/shards" \
-    --check-log "$work/run_folder/metrics.jsonl" > "$work/check_same.log" 2>&1 ||
-   ! grep -q -- "--check-log: 12 steps equal" "$work/check_same.log"; then
+    --val-data "$work/shards" --check-log "$work/run_folder/metrics.jsonl" \
+    > "$work/check_same.log" 2>&1 ||
+   ! grep -q -- "--check-log: 12 steps equal .* 2 of them with their evaluation" \
+     "$work/check_same.log"; then
   echo "FAIL: --check-log of the shard run against the folder run"
   grep -- "--check-log" "$work/check_same.log" | head -3; fail=1
 fi
