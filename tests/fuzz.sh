@@ -23,19 +23,8 @@ target=${1:?png or jpeg}
 work=${2:?work dir}
 test_image=${3:?test_image program}
 seconds=${4:-20}
-src=$(cd "$(dirname "$0")/.." && pwd)
-cc=${CLANG:-clang}
-
-skip() { echo "SKIP: $*"; exit 77; }
+source "$(dirname "$0")/fuzz_lib.sh"
 on() { case "${1:-}" in ON|on|1|TRUE|true|YES|yes) return 0 ;; esac; return 1; }
-
-command -v "$cc" >/dev/null 2>&1 || skip "no $cc (apt-get install clang libclang-rt-dev)"
-mkdir -p "$work" || exit 1
-printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n);\n%s\n' \
-  'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }' \
-  > "$work/probe.c"
-"$cc" -fsanitize=fuzzer,address "$work/probe.c" -o "$work/probe" >/dev/null 2>&1 ||
-  skip "$cc cannot link -fsanitize=fuzzer,address (apt-get install libclang-rt-dev)"
 
 # Each target builds only its own decoder: the other path is unreachable through it anyway.
 defs=() libs=()

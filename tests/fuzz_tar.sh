@@ -7,26 +7,12 @@
 set -u
 work=${1:?work dir}
 seconds=${2:-15}
-src=$(cd "$(dirname "$0")/.." && pwd)
-cc=${CLANG:-clang}
 py=${VT_REF_PYTHON:-/usr/bin/python3}
-
-skip() { echo "SKIP: $*"; exit 77; }
-command -v "$cc" >/dev/null 2>&1 || skip "no $cc (apt-get install clang libclang-rt-dev)"
+source "$(dirname "$0")/fuzz_lib.sh"
 command -v "$py" >/dev/null 2>&1 || skip "no $py for the seeds"
-mkdir -p "$work" || exit 1
-printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n);\n%s\n' \
-  'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }' \
-  > "$work/probe.c"
-"$cc" -fsanitize=fuzzer,address "$work/probe.c" -o "$work/probe" >/dev/null 2>&1 ||
-  skip "$cc cannot link -fsanitize=fuzzer,address (apt-get install libclang-rt-dev)"
 
 bin="$work/fuzz_tar"
-echo "building $bin"
-"$cc" -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -Wall -Wextra -Werror \
-  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -I"$src/src" -I"$src/dataio" "$src/tests/fuzz_tar.c" "$src/dataio/tar.c" "$src/src/error.c" \
-  -o "$bin" || { echo "FAIL: could not build $bin"; exit 1; }
+fuzz_build "$bin" "$src/tests/fuzz_tar.c" "$src/dataio/tar.c" "$src/src/error.c"
 
 rm -rf "$work/seeds" "$work/corpus"
 mkdir -p "$work/seeds" "$work/corpus"
@@ -47,17 +33,4 @@ for k, fmt in enumerate([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_F
 PY
 printf '"ustar\\x0000"\n"ustar  \\x00"\n"././@LongLink"\n" path="\n" size="\n"30 path=x\\x0a"\n' \
   > "$work/tar.dict"
-echo "fuzzing tar headers for ${seconds}s from $(ls "$work/seeds" | wc -l) seeds"
-ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=64 \
-  -max_len=16384 -dict="$work/tar.dict" -print_final_stats=1 -artifact_prefix="$work/crash_tar_" \
-  "$work/corpus" "$work/seeds" > "$work/fuzz_tar.log" 2>&1
-rc=$?
-grep -E "^#[0-9]+ *DONE|stat::number_of_executed_units|stat::peak_rss_mb|ERROR|SUMMARY" \
-  "$work/fuzz_tar.log" | head -20
-if [ $rc -ne 0 ]; then
-  tail -60 "$work/fuzz_tar.log"
-  echo "FAIL: fuzz_tar exited with $rc; reproducer: $bin $work/crash_tar_*"
-  exit 1
-fi
-echo "PASS: fuzz_tar, corpus of $(ls "$work/corpus" | wc -l) inputs"
+fuzz_run tar "$bin" "$work/tar.dict" "$seconds"
