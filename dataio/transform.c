@@ -261,15 +261,22 @@ static vt_filter filter_of(const vt_transform_config *tc, int train) {
                                                                              : VT_FILTER_BICUBIC;
 }
 
+// The reduced image's pixels the resize of the axes reads (the images they resize start at fx,
+// fy).
+static void axes_window(const vt_resample_axis *ax, const vt_resample_axis *ay, int fx, int fy,
+                        vt_filter f, int *x0, int *y0, int *x1, int *y1) {
+  vt_resample_span(ax, f, x0, x1);
+  vt_resample_span(ay, f, y0, y1);
+  *x0 += fx, *x1 += fx, *y0 += fy, *y1 += fy;
+}
+
 void vt_filtered_window(const vt_transform_config *tc, vt_crop crop, int train, int S,
                         int scale, int width, int height, int full_w, int full_h, int *x0,
                         int *y0, int *x1, int *y1) {
   vt_resample_axis ax, ay;
   int fx, fy;
   filtered_axes(tc, crop, train, S, scale, width, height, full_w, full_h, &ax, &ay, &fx, &fy);
-  vt_resample_span(&ax, filter_of(tc, train), x0, x1);
-  vt_resample_span(&ay, filter_of(tc, train), y0, y1);
-  *x0 += fx, *x1 += fx, *y0 += fy, *y1 += fy;
+  axes_window(&ax, &ay, fx, fy, filter_of(tc, train), x0, y0, x1, y1);
 }
 
 void vt_render_filtered_u8(const vt_image_part *part, vt_crop crop, int train, int S,
@@ -278,8 +285,7 @@ void vt_render_filtered_u8(const vt_image_part *part, vt_crop crop, int train, i
   int fx, fy, x0, y0, x1, y1;
   filtered_axes(tc, crop, train, S, part->scale, part->width, part->height, part->full_width,
                 part->full_height, &ax, &ay, &fx, &fy);
-  vt_filtered_window(tc, crop, train, S, part->scale, part->width, part->height,
-                     part->full_width, part->full_height, &x0, &y0, &x1, &y1);
+  axes_window(&ax, &ay, fx, fy, filter_of(tc, train), &x0, &y0, &x1, &y1);
   VT_CHECK(x0 >= part->x0 && y0 >= part->y0 && x1 < part->x0 + part->win.width &&
                y1 < part->y0 + part->win.height,
            "resize window [%d, %d] x [%d, %d] outside the decoded window %dx%d at (%d, %d)", x0,

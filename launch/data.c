@@ -64,10 +64,13 @@ static vt_status open_dataset(vt_comm *world, const char *path, vt_dataset *ds, 
   return failed ? VT_ERR_INPUT : VT_OK;
 }
 
-int vt_data_split(const vt_train_options *o, int need_pixels, int tp_size) {
-  const int B = o->micro_batch, share = tp_size > 0 ? B / tp_size : B;
-  return o->decode_split && need_pixels && tp_size > 1 && B % tp_size == 0 &&
-         (!vt_mix_enabled(&o->mix) || share % 2 == 0);
+// The images a TP rank of the first stage makes of each micro-batch (data.h): B / tp when the
+// ranks split them (pairs: the shares must hold whole mixed pairs), else all B.
+static int share_of(const vt_train_options *o, int need_pixels, int tp_size, int pairs) {
+  const int B = o->micro_batch;
+  const int split = o->decode_split && need_pixels && tp_size > 1 && B % tp_size == 0 &&
+                    (!pairs || (B / tp_size) % 2 == 0);
+  return split ? B / tp_size : B;
 }
 
 vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *be,
@@ -80,12 +83,9 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
   d->dp_rank = dp_rank, d->dp_size = dp_size, d->n_micro = n_micro;
   d->synthetic = strcmp(o->data, "synthetic") == 0;
   const int B = o->micro_batch, S = o->model.img_size;
-  d->pixel_first = 0, d->pixel_count = B;
   d->tp_rank = tp_rank, d->tp_size = tp_size;
-  if (vt_data_split(o, need_pixels, tp_size)) {
-    d->pixel_count = B / tp_size;
-    d->pixel_first = tp_rank * d->pixel_count;
-  }
+  d->pixel_count = share_of(o, need_pixels, tp_size, vt_mix_enabled(&o->mix));
+  d->pixel_first = d->pixel_count < B ? tp_rank * d->pixel_count : 0;
   if (need_labels && vt_mix_enabled(&o->mix)) {
     d->host_mix = be->host_alloc((size_t)B * sizeof *d->host_mix);
     VT_CHECK(d->host_mix, "out of host memory for %d mixed targets", B);
@@ -195,10 +195,8 @@ int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pix
   cfg->per_step = 1;
   cfg->step_stride = (int64_t)B * d->dp_size;
   cfg->offset = (int64_t)d->dp_rank * B;
-  if (d->o->decode_split && want_pixels && d->tp_size > 1 && B % d->tp_size == 0) {
-    cfg->pixel_count = B / d->tp_size;  // no mixing in evaluation: any share will do
-    cfg->pixel_first = d->tp_rank * cfg->pixel_count;
-  }
+  const int share = share_of(d->o, want_pixels, d->tp_size, 0);  // evaluation mixes nothing
+  if (share < B) cfg->pixel_count = share, cfg->pixel_first = d->tp_rank * share;
   cfg->host_alloc = d->be->host_alloc, cfg->host_free = d->be->host_free;
   return (d->val_ds.count + cfg->step_stride - 1) / cfg->step_stride;
 }

@@ -48,8 +48,6 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
                        int dp_rank, int dp_size, int n_micro, int64_t start_step, char *err,
                        size_t errlen);
 void vt_data_close(vt_data *d);
-// Whether a rank of a TP group of tp_size that needs pixels makes only its share (data.h).
-int vt_data_split(const vt_train_options *o, int need_pixels, int tp_size);
 
 // The data stream position of micro-batch mb of step `step` on this rank: its images are
 // positions first .. first + B - 1 (design.md: step s takes [s*G, (s+1)*G), DP rank d the d-th
