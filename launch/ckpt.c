@@ -120,6 +120,8 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
         .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
         .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
         .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
+        .layer_scale = c->layer_scale > 0, .no_embed_class = c->no_embed_class,
+        .reg_tokens = c->reg_tokens,
         .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
         .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
     // The snapshot is rank 0's own now: training may go on while it is written.
@@ -153,6 +155,18 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
     snprintf(err, errlen, "%s holds a model with the %s head; resume it with --global-pool %s",
              dir, man->global_pool ? "mean-pooled (fc_norm)" : "class-token",
              man->global_pool ? "avg" : "token");
+    return VT_ERR_INPUT;
+  }
+  if (man->layer_scale != (c->layer_scale > 0) || man->no_embed_class != c->no_embed_class ||
+      man->reg_tokens != c->reg_tokens) {
+    snprintf(err, errlen,
+             "%s holds a model %s LayerScale, with %d register tokens and positions on %s; "
+             "resume it with %s--reg-tokens %d --no-embed-class %d",
+             dir, man->layer_scale ? "with" : "without", man->reg_tokens,
+             man->no_embed_class ? "the patch tokens only" : "every token",
+             man->layer_scale ? "--layer-scale G (any G > 0: the gammas are loaded) "
+                              : "--layer-scale 0 ",
+             man->reg_tokens, man->no_embed_class);
     return VT_ERR_INPUT;
   }
   if (!o->eval_only &&

@@ -128,6 +128,16 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--head-init-std", VT_OPT_FLOAT, &o.model.head_init_std, 0, 0, 1, "S",
        "std of the head weight's truncated normal initialisation, also of a head --init-from "
        "starts fresh (MAE's fine-tuning: 2e-5); 0: timm's 0.02", NULL},
+      {"--layer-scale", VT_OPT_FLOAT, &o.model.layer_scale, 0, 0, 1e6, "G",
+       "LayerScale (timm's init_values; CaiT, DeiT III 1e-6, DINOv2 1e-5): each block scales "
+       "its attention and MLP outputs per channel by learned gammas (blocks.i.ls1.gamma, "
+       "ls2.gamma) that start at G; 0: off", NULL},
+      {"--no-embed-class", VT_OPT_INT, &o.model.no_embed_class, 0, 0, 1, "0|1",
+       "1: pos_embed covers the patch tokens only, not the class and register tokens (timm's "
+       "no_embed_class: DeiT III, DINOv2)", NULL},
+      {"--reg-tokens", VT_OPT_INT, &o.model.reg_tokens, 0, 0, 256, "R",
+       "register tokens after the class token (timm's reg_tokens, DINOv2 with registers: 4); "
+       "mean pooling skips them", NULL},
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
        "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
        "directory (root/<class>/<image>), a list file (path<TAB>label per line) or tar shards "

@@ -346,13 +346,13 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   vt_optimizer_init(&opt, &oc, be, &m.table, mesh.tp_size > 1 ? tp : NULL,
                     mesh.pp_size > 1 ? pp : NULL, mesh.dp_size > 1 ? dp : NULL, o->zero);
   if (world_rank == 0) {
-    char table[8192];
+    char table[8192], extras[256];
     vt_mesh_format(&mesh, table, sizeof table);
+    vt_config_extras(c, extras, sizeof extras);
     vt_log_info("model %s: img %d patch %d width %d depth %d heads %d mlp %d classes %d%s; "
                 "%s backend, %s GEMMs, %d threads per rank; %.3g GFLOP per training image",
                 c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads,
-                vt_cfg_mlp_hidden(c), c->num_classes,
-                c->global_pool ? ", mean-pooled patch tokens (fc_norm)" : "", be->name,
+                vt_cfg_mlp_hidden(c), c->num_classes, extras, be->name,
                 o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32", o->threads,
                 vt_config_train_flops(c) / 1e9);
     vt_log_info("mesh tp %d x pp %d x dp %d (%s), %s schedule (%d model chunks per stage), %d "

@@ -178,22 +178,29 @@ void vt_patchify_bwd(const vt_backend *be, float *dimg, const float *dpatches, i
   be->patchify_bwd(dimg, dpatches, B, S, P);
 }
 
-void vt_embed_fwd(const vt_backend *be, float *x, const float *patch_out, const float *cls,
-                  const float *pos, int64_t B, int64_t N, int64_t C) {
+// Prefix tokens (class, registers) and patches: at least one of each; positions from token 0 or
+// from the first patch token.
+#define EMBED_SHAPE(op)                                                                      \
+  VT_CHECK(T >= 1 && N > T && (pos0 == 0 || pos0 == T),                                      \
+           op ": N=%lld tokens, T=%lld prefix tokens, positions from %lld (0 or T)",          \
+           (long long)N, (long long)T, (long long)pos0)
+
+void vt_embed_fwd(const vt_backend *be, float *x, const float *patch_out, const float *prefix,
+                  const float *pos, int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C) {
   NEED(be, embed_fwd);
-  PTR(x); PTR(patch_out); PTR(cls); PTR(pos);
+  PTR(x); PTR(patch_out); PTR(prefix); PTR(pos);
   POS(B); POS(C);
-  VT_CHECK(N >= 2, "embed needs a class token and at least one patch, got N=%lld", (long long)N);
-  be->embed_fwd(x, patch_out, cls, pos, B, N, C);
+  EMBED_SHAPE("embed");
+  be->embed_fwd(x, patch_out, prefix, pos, B, N, T, pos0, C);
 }
 
-void vt_embed_bwd(const vt_backend *be, float *dpatch_out, float *dcls, float *dpos,
-                  const float *dx, int64_t B, int64_t N, int64_t C) {
+void vt_embed_bwd(const vt_backend *be, float *dpatch_out, float *dprefix, float *dpos,
+                  const float *dx, int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C) {
   NEED(be, embed_bwd);
-  PTR(dcls); PTR(dpos); PTR(dx);
+  PTR(dprefix); PTR(dpos); PTR(dx);
   POS(B); POS(C);
-  VT_CHECK(N >= 2, "embed needs a class token and at least one patch, got N=%lld", (long long)N);
-  be->embed_bwd(dpatch_out, dcls, dpos, dx, B, N, C);
+  EMBED_SHAPE("embed");
+  be->embed_bwd(dpatch_out, dprefix, dpos, dx, B, N, T, pos0, C);
 }
 
 void vt_cls_pool_fwd(const vt_backend *be, float *out, const float *x, int64_t B, int64_t N,
@@ -213,21 +220,40 @@ void vt_cls_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t
 }
 
 void vt_mean_pool_fwd(const vt_backend *be, float *out, const float *x, int64_t B, int64_t N,
-                      int64_t C) {
+                      int64_t T, int64_t C) {
   NEED(be, mean_pool_fwd);
   PTR(out); PTR(x);
   POS(B); POS(C);
-  VT_CHECK(N >= 2, "mean_pool needs a class token and at least one patch, got N=%lld", (long long)N);
-  be->mean_pool_fwd(out, x, B, N, C);
+  VT_CHECK(T >= 1 && N > T, "mean_pool: N=%lld tokens with T=%lld prefix tokens has no patch",
+           (long long)N, (long long)T);
+  be->mean_pool_fwd(out, x, B, N, T, C);
 }
 
 void vt_mean_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t B, int64_t N,
-                      int64_t C) {
+                      int64_t T, int64_t C) {
   NEED(be, mean_pool_bwd);
   PTR(dx); PTR(dout);
   POS(B); POS(C);
-  VT_CHECK(N >= 2, "mean_pool needs a class token and at least one patch, got N=%lld", (long long)N);
-  be->mean_pool_bwd(dx, dout, B, N, C);
+  VT_CHECK(T >= 1 && N > T, "mean_pool: N=%lld tokens with T=%lld prefix tokens has no patch",
+           (long long)N, (long long)T);
+  be->mean_pool_bwd(dx, dout, B, N, T, C);
+}
+
+void vt_layer_scale_fwd(const vt_backend *be, float *out, const float *x, const float *gamma,
+                        int64_t rows, int64_t cols) {
+  NEED(be, layer_scale_fwd);
+  PTR(out); PTR(x); PTR(gamma);
+  POS(rows); POS(cols);
+  be->layer_scale_fwd(out, x, gamma, rows, cols);
+}
+
+void vt_layer_scale_bwd(const vt_backend *be, float *dx, float *dgamma, const float *dout,
+                        const float *x, const float *gamma, int64_t rows, int64_t cols) {
+  NEED(be, layer_scale_bwd);
+  PTR(dx); PTR(dgamma); PTR(dout); PTR(x); PTR(gamma);
+  POS(rows); POS(cols);
+  VT_CHECK(x != dx, "layer_scale_bwd: dx must not alias x");
+  be->layer_scale_bwd(dx, dgamma, dout, x, gamma, rows, cols);
 }
 
 void vt_cross_entropy_fwd(const vt_backend *be, float *losses, float *probs, const float *logits,

@@ -123,14 +123,19 @@ struct vt_backend {
                     const vt_drop_mask *mask);
   void (*patchify_fwd)(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
   void (*patchify_bwd)(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);
-  void (*embed_fwd)(float *x, const float *patch_out, const float *cls, const float *pos,
-                    int64_t B, int64_t N, int64_t C);
-  void (*embed_bwd)(float *dpatch_out, float *dcls, float *dpos, const float *dx, int64_t B,
-                    int64_t N, int64_t C);
+  void (*embed_fwd)(float *x, const float *patch_out, const float *prefix, const float *pos,
+                    int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C);
+  void (*embed_bwd)(float *dpatch_out, float *dprefix, float *dpos, const float *dx, int64_t B,
+                    int64_t N, int64_t T, int64_t pos0, int64_t C);
   void (*cls_pool_fwd)(float *out, const float *x, int64_t B, int64_t N, int64_t C);
   void (*cls_pool_bwd)(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
-  void (*mean_pool_fwd)(float *out, const float *x, int64_t B, int64_t N, int64_t C);
-  void (*mean_pool_bwd)(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
+  void (*mean_pool_fwd)(float *out, const float *x, int64_t B, int64_t N, int64_t T, int64_t C);
+  void (*mean_pool_bwd)(float *dx, const float *dout, int64_t B, int64_t N, int64_t T,
+                        int64_t C);
+  void (*layer_scale_fwd)(float *out, const float *x, const float *gamma, int64_t rows,
+                          int64_t cols);
+  void (*layer_scale_bwd)(float *dx, float *dgamma, const float *dout, const float *x,
+                          const float *gamma, int64_t rows, int64_t cols);
   void (*cross_entropy_fwd)(float *losses, float *probs, const float *logits,
                             const int32_t *labels, const vt_mix_target *mix, float smoothing,
                             int64_t B, int64_t K);

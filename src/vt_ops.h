@@ -138,13 +138,17 @@ void vt_patchify_fwd(const vt_backend *be, float *patches, const float *img, int
 void vt_patchify_bwd(const vt_backend *be, float *dimg, const float *dpatches, int64_t B,
                      int64_t S, int64_t P);
 
-// Class token and position embedding: x[b,0] = cls + pos[0], x[b,1+i] = patch_out[b,i] + pos[1+i].
-// x (B, N, C), patch_out (B, N-1, C), cls (C), pos (N, C)
-void vt_embed_fwd(const vt_backend *be, float *x, const float *patch_out, const float *cls,
-                  const float *pos, int64_t B, int64_t N, int64_t C);
-// dpatch_out (B, N-1, C) overwritten; dcls (C), dpos (N, C) accumulated
-void vt_embed_bwd(const vt_backend *be, float *dpatch_out, float *dcls, float *dpos,
-                  const float *dx, int64_t B, int64_t N, int64_t C);
+// Prefix tokens and position embedding (timm's _pos_embed): token n < T of every image is
+// prefix[n] (the class token, then T - 1 register tokens), token T + i is patch_out[b, i]; tokens
+// from pos0 on add pos[n - pos0]: pos0 = 0 gives every token a position (timm's default),
+// pos0 = T only the patch tokens (timm's no_embed_class, DeiT III and DINOv2).
+// x (B, N, C), patch_out (B, N-T, C), prefix (T, C), pos (N-pos0, C)
+void vt_embed_fwd(const vt_backend *be, float *x, const float *patch_out, const float *prefix,
+                  const float *pos, int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C);
+// dpatch_out (B, N-T, C) overwritten (may be NULL); dprefix (T, C), dpos (N-pos0, C)
+// accumulated, each adding the batch in order 0..B-1 onto its old value.
+void vt_embed_bwd(const vt_backend *be, float *dpatch_out, float *dprefix, float *dpos,
+                  const float *dx, int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C);
 
 // Class-token pooling: out[b] = x[b, 0]. out (B, C), x (B, N, C). The backward writes the whole
 // dx (zeros but for the class token).
@@ -152,13 +156,21 @@ void vt_cls_pool_fwd(const vt_backend *be, float *out, const float *x, int64_t B
                      int64_t C);
 void vt_cls_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t B, int64_t N,
                      int64_t C);
-// Mean pooling of the patch tokens (timm's global_pool='avg'): out[b] = the mean of x[b, 1..N-1]
-// (a float sum in token order, divided by N - 1). The backward writes the whole dx: zeros on
-// the class token, dout[b] / (N - 1) on every patch token.
+// Mean pooling of the patch tokens (timm's global_pool='avg'): out[b] = the mean of x[b, T..N-1]
+// (a float sum in token order, divided by N - T), T the prefix tokens (class and registers). The
+// backward writes the whole dx: zeros on the prefix tokens, dout[b] / (N - T) on every patch token.
 void vt_mean_pool_fwd(const vt_backend *be, float *out, const float *x, int64_t B, int64_t N,
-                      int64_t C);
+                      int64_t T, int64_t C);
 void vt_mean_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t B, int64_t N,
-                      int64_t C);
+                      int64_t T, int64_t C);
+
+// LayerScale (timm's ls1 and ls2: CaiT, DeiT III, DINOv2): out (rows, cols) = x * gamma, gamma
+// per column (out may alias x). The backward: dx = dout * gamma (dx may alias dout); dgamma
+// (cols) += the column sums of dout * x (each product rounded, then summed in a fixed order).
+void vt_layer_scale_fwd(const vt_backend *be, float *out, const float *x, const float *gamma,
+                        int64_t rows, int64_t cols);
+void vt_layer_scale_bwd(const vt_backend *be, float *dx, float *dgamma, const float *dout,
+                        const float *x, const float *gamma, int64_t rows, int64_t cols);
 
 // Softmax cross-entropy with label smoothing (PyTorch's definition: target (1-s) on the label
 // plus s/K on every class). losses (B) per sample; probs (B, K) saved; labels (B) in [0, K).

@@ -2,7 +2,10 @@
 // launch/train.c does (with drop path, Mixup and CutMix, layer-wise lr decay, the weights' EMA),
 // and writes everything the PyTorch reference (tests/ref_vit.py) needs to one safetensors file:
 // initial weights, data (raw and mixed images, each pair's mixing), step-0 logits/loss/gradients,
-// per-step lr, grad norm and loss, the final weights and their EMA. Usage: ref_dump OUT.safetensors
+// per-step lr, grad norm and loss, the final weights and their EMA.
+// Usage: ref_dump OUT.safetensors [avg|ls|reg]: avg the mean-pooled head; ls LayerScale, 2
+// register tokens, positions on the patch tokens only and the mean-pooled head (DeiT III and
+// DINOv2's options); reg 3 register tokens with positions, the class-token head.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,8 +58,10 @@ static void push_params(out_list *o, const vt_model *m, const char *prefix, cons
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "avg") != 0)) {
-    fprintf(stderr, "usage: %s OUT.safetensors [avg]   (avg: the mean-pooled head)\n", argv[0]);
+  const char *variant = argc == 3 ? argv[2] : "";
+  if (argc < 2 || argc > 3 ||
+      (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg"))) {
+    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg]\n", argv[0]);
     return 2;
   }
   const char *why = NULL;
@@ -66,7 +71,10 @@ int main(int argc, char **argv) {
 
   vt_vit_config cfg = {.name = "ref", .img_size = 32, .patch_size = 8, .width = 48, .depth = 3,
                        .heads = 3, .mlp_ratio = 4.0f, .num_classes = 10,
-                       .global_pool = argc == 3};
+                       .global_pool = !strcmp(variant, "avg") || !strcmp(variant, "ls")};
+  if (!strcmp(variant, "ls"))  // gammas well away from 0, so each branch weighs in the check
+    cfg.layer_scale = 0.3f, cfg.reg_tokens = 2, cfg.no_embed_class = 1;
+  if (!strcmp(variant, "reg")) cfg.reg_tokens = 3;
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,

@@ -113,17 +113,29 @@ class Mlp(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))  # exact erf GELU, PyTorch's default
 
 
+class LayerScale(nn.Module):
+    """timm's LayerScale (CaiT, DeiT III): x * gamma per channel."""
+    def __init__(self, dim):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * self.gamma
+
+
 class Block(nn.Module):
-    def __init__(self, dim, heads, hidden):
+    def __init__(self, dim, heads, hidden, layer_scale=False):
         super().__init__()
         self.norm1, self.attn = nn.LayerNorm(dim, eps=1e-6), Attention(dim, heads)
         self.norm2, self.mlp = nn.LayerNorm(dim, eps=1e-6), Mlp(dim, hidden)
+        self.ls1 = LayerScale(dim) if layer_scale else nn.Identity()
+        self.ls2 = LayerScale(dim) if layer_scale else nn.Identity()
 
     def forward(self, x, masks=None, keep=1.0):
         if masks is None:
             masks, keep = torch.ones(2, x.shape[0]), 1.0
-        x = x + drop_path(self.attn(self.norm1(x)), masks[0], keep)
-        return x + drop_path(self.mlp(self.norm2(x)), masks[1], keep)
+        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), masks[0], keep)
+        return x + drop_path(self.ls2(self.mlp(self.norm2(x))), masks[1], keep)
 
 
 class PatchEmbed(nn.Module):
@@ -137,15 +149,18 @@ class PatchEmbed(nn.Module):
 
 class ViT(nn.Module):
     def __init__(self, img=IMG, patch=PATCH, width=WIDTH, depth=DEPTH, heads=HEADS,
-                 mlp_ratio=MLP_RATIO, classes=CLASSES, global_pool=False):
+                 mlp_ratio=MLP_RATIO, classes=CLASSES, global_pool=False, layer_scale=False,
+                 reg_tokens=0, no_embed_class=False):
         super().__init__()
-        self.global_pool = global_pool
-        n = (img // patch) ** 2 + 1
+        self.global_pool, self.no_embed_class = global_pool, no_embed_class
+        self.prefix = 1 + reg_tokens  # timm's num_prefix_tokens: class token, then registers
+        n = (img // patch) ** 2 + (0 if no_embed_class else self.prefix)
         self.patch_embed = PatchEmbed(patch, width)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, width))
+        self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, width)) if reg_tokens else None
         self.pos_embed = nn.Parameter(torch.zeros(1, n, width))
         self.blocks = nn.Sequential(
-            *[Block(width, heads, int(width * mlp_ratio)) for _ in range(depth)])
+            *[Block(width, heads, int(width * mlp_ratio), layer_scale) for _ in range(depth)])
         # timm: global_pool='avg' replaces `norm` by fc_norm after the pooling
         if global_pool:
             self.fc_norm = nn.LayerNorm(width, eps=1e-6)
@@ -159,12 +174,18 @@ class ViT(nn.Module):
         """Training with the images' stream positions (drop path's masks, kept in self.masks),
         evaluation without."""
         x = self.patch_embed(img)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        prefix = [self.cls_token.expand(x.shape[0], -1, -1)]
+        if self.reg_token is not None:
+            prefix.append(self.reg_token.expand(x.shape[0], -1, -1))
+        if self.no_embed_class:  # timm's _pos_embed: positions on the patches, then the prefix
+            x = torch.cat(prefix + [x + self.pos_embed], dim=1)
+        else:
+            x = torch.cat(prefix + [x], dim=1) + self.pos_embed
         self.masks = None if positions is None else drop_masks(positions, self.keep)
         for l, block in enumerate(self.blocks):
             x = block(x) if positions is None else block(x, self.masks[l], self.keep[l])
         if self.global_pool:  # the mean of the patch tokens, then fc_norm
-            return self.head(self.fc_norm(x[:, 1:].mean(dim=1)))
+            return self.head(self.fc_norm(x[:, self.prefix:].mean(dim=1)))
         x = self.norm(x)  # timm normalises all tokens, then pools
         return self.head(x[:, 0])
 
@@ -238,7 +259,10 @@ def main():
     torch.set_num_threads(2)
     d = read_safetensors(args.dump)
 
-    model = ViT(global_pool="init.fc_norm.weight" in d).to(dt)
+    regs = d["init.reg_token"].shape[1] if "init.reg_token" in d else 0
+    no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2
+    model = ViT(global_pool="init.fc_norm.weight" in d, layer_scale="init.blocks.0.ls1.gamma" in d,
+                reg_tokens=regs, no_embed_class=no_embed_class).to(dt)
     names = [n for n, _ in model.named_parameters()]
     init = {n[5:]: t for n, t in d.items() if n.startswith("init.")}
     model.load_state_dict({n: t.to(dt) for n, t in init.items()}, strict=True)
@@ -255,11 +279,14 @@ def main():
     assert images.shape == (STEPS * GLOBAL, 3, IMG, IMG) and labels.shape == (STEPS * GLOBAL,)
 
     params = dict(model.named_parameters())
-    decays = {n: p.ndim >= 2 and n not in ("pos_embed", "cls_token") for n, p in params.items()}
+    # timm decays every tensor of 2 or more dimensions but pos_embed and cls_token (and
+    # reg_token); vit3d keeps reg_token undecayed, as the class token (vit/params.c)
+    decays = {n: p.ndim >= 2 and n not in ("pos_embed", "cls_token", "reg_token")
+              for n, p in params.items()}
     # Layer-wise lr decay as MAE's lrd.param_groups_lrd: layer 0 the embeddings, i + 1 block i,
     # DEPTH + 1 the rest; one group per (layer, weight decay or not) with lr_scale.
     def layer_id(n):
-        if n.startswith(("cls_token", "pos_embed", "patch_embed")):
+        if n.startswith(("cls_token", "reg_token", "pos_embed", "patch_embed")):
             return 0
         return int(n.split(".")[1]) + 1 if n.startswith("blocks.") else DEPTH + 1
     groups = {}
@@ -350,8 +377,12 @@ def main():
             insensitive.append("ema." + key)
 
     failed = [r for r in results if not r[2] <= r[3]]  # "not <=" also catches NaN
+    variant = ((", LayerScale" if "init.blocks.0.ls1.gamma" in d else "") +
+               (f", {regs} register tokens" if regs else "") +
+               (", positions on the patch tokens only" if no_embed_class else ""))
     print(f"vit3d vs PyTorch reference ({args.dtype}, head: "
-          f"{'mean of the patch tokens, fc_norm' if model.global_pool else 'class token'}); clipping active on {clipped}/{STEPS} steps;"
+          f"{'mean of the patch tokens, fc_norm' if model.global_pool else 'class token'}"
+          f"{variant}); clipping active on {clipped}/{STEPS} steps;"
           f" drop path dropped {dropped:.0f} of {STEPS * GLOBAL * 2 * (DEPTH - 1)} branch passes"
           f" of blocks 1-{DEPTH - 1} ({dropped0:.0f} in step 0)")
     print(f"{'group':<14}{'tensors':>8}{'worst rel':>12}{'tol':>9}  worst tensor")

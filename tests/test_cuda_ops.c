@@ -444,59 +444,86 @@ static void t_patchify_bwd(tc *t, const int64_t *d) {
   check(t, "dimg", g, ref, B * 3 * S * S);
 }
 
+// T prefix tokens; d[4] bit 1: positions only on the patch tokens (pos0 = T, no_embed_class).
 static void t_embed_fwd(tc *t, const int64_t *d) {
-  const int64_t B = d[0], N = d[1], C = d[2];
-  float *po = hrand(t, B * (N - 1) * C, -1, 1), *cls = hrand(t, C, -1, 1);
-  float *pos = hrand(t, N * C, -1, 1), *ref = hnew(t, B * N * C), *g[2];
-  vt_embed_fwd(t->cpu, ref, po, cls, pos, B, N, C);
-  float *gpo = dnew(t, po, B * (N - 1) * C), *gc = dnew(t, cls, C), *gp = dnew(t, pos, N * C);
+  const int64_t B = d[0], N = d[1], C = d[2], T = d[3], pos0 = d[4] & 2 ? T : 0;
+  float *po = hrand(t, B * (N - T) * C, -1, 1), *pre = hrand(t, T * C, -1, 1);
+  float *pos = hrand(t, (N - pos0) * C, -1, 1), *ref = hnew(t, B * N * C), *g[2];
+  vt_embed_fwd(t->cpu, ref, po, pre, pos, B, N, T, pos0, C);
+  float *gpo = dnew(t, po, B * (N - T) * C), *gc = dnew(t, pre, T * C);
+  float *gp = dnew(t, pos, (N - pos0) * C);
   for (int r = 0; r < 2; r++)
-    g[r] = dpoison(t, B * N * C), vt_embed_fwd(t->gpu, g[r], gpo, gc, gp, B, N, C);
+    g[r] = dpoison(t, B * N * C), vt_embed_fwd(t->gpu, g[r], gpo, gc, gp, B, N, T, pos0, C);
   check(t, "x", g, ref, B * N * C);
 }
 
-// d[3] = 0 leaves dpatch_out NULL (the API allows it).
+// d[4] bit 0: dpatch_out asked for (the API allows NULL); bit 1 as above.
 static void t_embed_bwd(tc *t, const int64_t *d) {
-  const int64_t B = d[0], N = d[1], C = d[2], want = d[3], np = B * (N - 1) * C;
-  float *dx = hrand(t, B * N * C, -1, 1), *dc0 = hrand(t, C, -1, 1), *dp0 = hrand(t, N * C, -1, 1);
-  float *rpo = hnew(t, np), *rc = hcopy(t, dc0, C), *rp = hcopy(t, dp0, N * C);
-  vt_embed_bwd(t->cpu, want ? rpo : NULL, rc, rp, dx, B, N, C);
+  const int64_t B = d[0], N = d[1], C = d[2], T = d[3], want = d[4] & 1;
+  const int64_t pos0 = d[4] & 2 ? T : 0, np = B * (N - T) * C, npos = (N - pos0) * C;
+  float *dx = hrand(t, B * N * C, -1, 1), *dc0 = hrand(t, T * C, -1, 1);
+  float *dp0 = hrand(t, npos, -1, 1);
+  float *rpo = hnew(t, np), *rc = hcopy(t, dc0, T * C), *rp = hcopy(t, dp0, npos);
+  vt_embed_bwd(t->cpu, want ? rpo : NULL, rc, rp, dx, B, N, T, pos0, C);
   float *gdx = dnew(t, dx, B * N * C), *gpo[2], *gc[2], *gp[2];
   for (int r = 0; r < 2; r++) {
-    gpo[r] = dpoison(t, np), gc[r] = dnew(t, dc0, C), gp[r] = dnew(t, dp0, N * C);
-    vt_embed_bwd(t->gpu, want ? gpo[r] : NULL, gc[r], gp[r], gdx, B, N, C);
+    gpo[r] = dpoison(t, np), gc[r] = dnew(t, dc0, T * C), gp[r] = dnew(t, dp0, npos);
+    vt_embed_bwd(t->gpu, want ? gpo[r] : NULL, gc[r], gp[r], gdx, B, N, T, pos0, C);
   }
   if (want) check(t, "dpatch", gpo, rpo, np);
-  check(t, "dcls", gc, rc, C);
-  check(t, "dpos", gp, rp, N * C);
+  check(t, "dprefix", gc, rc, T * C);
+  check(t, "dpos", gp, rp, npos);
 }
 
-// The poolings (class token, mean of the patch tokens): (B, N, C) -> (B, C) and back.
-typedef void (*pool_op)(const vt_backend *be, float *out, const float *in, int64_t B, int64_t N,
-                        int64_t C);
-
-static void pool_fwd_case(tc *t, const int64_t *d, pool_op op) {
-  const int64_t B = d[0], N = d[1], C = d[2];
-  float *x = hrand(t, B * N * C, -1, 1), *ref = hnew(t, B * C), *g[2];
-  op(t->cpu, ref, x, B, N, C);
-  float *gx = dnew(t, x, B * N * C);
-  for (int r = 0; r < 2; r++) g[r] = dpoison(t, B * C), op(t->gpu, g[r], gx, B, N, C);
-  check(t, "out", g, ref, B * C);
+// The poolings (class token, mean of the patch tokens after T prefix tokens): (B, N, C) ->
+// (B, C) and back. The class token's ops take no T (d[3], 1 in their rows).
+static void pool_op(const vt_backend *be, int avg, int bwd, float *out, const float *in,
+                    const int64_t *d) {
+  const int64_t B = d[0], N = d[1], C = d[2], T = d[3];
+  if (avg) (bwd ? vt_mean_pool_bwd : vt_mean_pool_fwd)(be, out, in, B, N, T, C);
+  else (bwd ? vt_cls_pool_bwd : vt_cls_pool_fwd)(be, out, in, B, N, C);
 }
 
-static void pool_bwd_case(tc *t, const int64_t *d, pool_op op) {
-  const int64_t B = d[0], N = d[1], C = d[2];
-  float *dy = hrand(t, B * C, -1, 1), *ref = hnew(t, B * N * C), *g[2];
-  op(t->cpu, ref, dy, B, N, C);
-  float *gdy = dnew(t, dy, B * C);
-  for (int r = 0; r < 2; r++) g[r] = dpoison(t, B * N * C), op(t->gpu, g[r], gdy, B, N, C);
-  check(t, "dx", g, ref, B * N * C);
+static void pool_case(tc *t, const int64_t *d, int avg, int bwd) {
+  const int64_t B = d[0], N = d[1], C = d[2], nin = bwd ? B * C : B * N * C;
+  const int64_t nout = bwd ? B * N * C : B * C;
+  float *x = hrand(t, nin, -1, 1), *ref = hnew(t, nout), *g[2];
+  pool_op(t->cpu, avg, bwd, ref, x, d);
+  float *gx = dnew(t, x, nin);
+  for (int r = 0; r < 2; r++) g[r] = dpoison(t, nout), pool_op(t->gpu, avg, bwd, g[r], gx, d);
+  check(t, bwd ? "dx" : "out", g, ref, nout);
 }
 
-static void t_cls_pool_fwd(tc *t, const int64_t *d) { pool_fwd_case(t, d, vt_cls_pool_fwd); }
-static void t_cls_pool_bwd(tc *t, const int64_t *d) { pool_bwd_case(t, d, vt_cls_pool_bwd); }
-static void t_mean_pool_fwd(tc *t, const int64_t *d) { pool_fwd_case(t, d, vt_mean_pool_fwd); }
-static void t_mean_pool_bwd(tc *t, const int64_t *d) { pool_bwd_case(t, d, vt_mean_pool_bwd); }
+static void t_cls_pool_fwd(tc *t, const int64_t *d) { pool_case(t, d, 0, 0); }
+static void t_cls_pool_bwd(tc *t, const int64_t *d) { pool_case(t, d, 0, 1); }
+static void t_mean_pool_fwd(tc *t, const int64_t *d) { pool_case(t, d, 1, 0); }
+static void t_mean_pool_bwd(tc *t, const int64_t *d) { pool_case(t, d, 1, 1); }
+
+// LayerScale: run 0 writes fresh buffers; run 1 in place (out over x; dx over dout), as the block
+// uses them. The backward adds dgamma onto random old values.
+static void t_layer_scale_fwd(tc *t, const int64_t *d) {
+  const int64_t rows = d[0], cols = d[1], n = rows * cols;
+  float *x = hrand(t, n, -1, 1), *gamma = hrand(t, cols, -1, 1), *ref = hnew(t, n), *g[2];
+  vt_layer_scale_fwd(t->cpu, ref, x, gamma, rows, cols);
+  float *gx = dnew(t, x, n), *gg = dnew(t, gamma, cols);
+  g[0] = dpoison(t, n), vt_layer_scale_fwd(t->gpu, g[0], gx, gg, rows, cols);
+  g[1] = dnew(t, x, n), vt_layer_scale_fwd(t->gpu, g[1], g[1], gg, rows, cols);
+  check(t, "out", g, ref, n);
+}
+
+static void t_layer_scale_bwd(tc *t, const int64_t *d) {
+  const int64_t rows = d[0], cols = d[1], n = rows * cols;
+  float *dy = hrand(t, n, -1, 1), *x = hrand(t, n, -1, 1), *gamma = hrand(t, cols, -1, 1);
+  float *dg0 = hrand(t, cols, -1, 1), *rdx = hnew(t, n), *rdg = hcopy(t, dg0, cols);
+  vt_layer_scale_bwd(t->cpu, rdx, rdg, dy, x, gamma, rows, cols);
+  float *gx = dnew(t, x, n), *gg = dnew(t, gamma, cols), *gdy = dnew(t, dy, n), *gdx[2], *gdg[2];
+  gdx[0] = dpoison(t, n), gdg[0] = dnew(t, dg0, cols);
+  vt_layer_scale_bwd(t->gpu, gdx[0], gdg[0], gdy, gx, gg, rows, cols);
+  gdx[1] = dnew(t, dy, n), gdg[1] = dnew(t, dg0, cols);
+  vt_layer_scale_bwd(t->gpu, gdx[1], gdg[1], gdx[1], gx, gg, rows, cols);
+  check(t, "dx", gdx, rdx, n);
+  check(t, "dgamma", gdg, rdg, cols);
+}
 
 static int32_t *labels(tc *t, int64_t B, int64_t K) {
   int32_t *y = track_host(t, (size_t)B * sizeof(int32_t));
@@ -611,14 +638,15 @@ static void t_scale(tc *t, const int64_t *d) {
 // reduction of its shapes:
 //   0      pure data movement, or the same roundings in the same order on both sides (patchify,
 //          cls_pool, mean_pool: its token sum in order and one division,
-//          add, drop_path, scale, ema, embed: one add, and dcls/dpos add the batch in the
-//          CPU's order).
+//          add, drop_path, scale, ema, embed: one add, and dprefix/dpos add the batch in the
+//          CPU's order; layer_scale_fwd: one product).
 //   1e-6   element-wise with FMA contraction or library functions: AdamW, cross-entropy bwd
 //          (a few ulp).
 //   2e-6   GELU: the CPU uses its own erf (abs. error 1.5e-7) and exp, CUDA erff and expf.
 //   1e-5   LayerNorm forward (C <= 768 terms), cross-entropy forward (sums in double; exp and
 //          log of up to 1000 classes), GELU backward (its fused bias gradient sums up to 1100
-//          rows of GELU derivatives, each a few 1e-7 apart).
+//          rows of GELU derivatives, each a few 1e-7 apart), LayerScale backward (dgamma sums
+//          up to 1100 rows of products, in chunks on CUDA).
 //   5e-5   LayerNorm backward (dweight sums over up to 1000 rows), attention forward (D = 64
 //          scores, then N = 197 products; exp turns absolute score errors into relative ones;
 //          lse's row sums run in tiles of 64 on CUDA, in one pass on the CPU).
@@ -683,14 +711,22 @@ static const op_test kTests[] = {
      {{2, 32, 16}, {1, 12, 4}, {3, 30, 5}, {1, 224, 16}, {2, 8, 8}}},
     {"patchify_bwd", "B,S,P", t_patchify_bwd, {0, -1},
      {{2, 32, 16}, {1, 12, 4}, {3, 30, 5}, {1, 224, 16}, {2, 8, 8}}},
-    {"embed_fwd", "B,N,C", t_embed_fwd, {0, -1},
-     {{2, 197, 192}, {1, 5, 7}, {3, 2, 1}, {4, 17, 33}}},
-    {"embed_bwd", "B,N,C,dpatch", t_embed_bwd, {0, -1},
-     {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 1, 0}, {4, 17, 33, 1}, {64, 5, 3, 0}}},
+    {"embed_fwd", "B,N,C,T,2pos_patches", t_embed_fwd, {0, -1},
+     {{2, 197, 192, 1, 0}, {1, 5, 7, 1, 0}, {3, 2, 1, 1, 0}, {4, 17, 33, 1, 0},
+      {2, 201, 192, 5, 2}, {2, 201, 192, 5, 0}, {3, 6, 7, 5, 2}, {2, 197, 192, 1, 2}}},
+    {"embed_bwd", "B,N,C,T,dpatch+2pos_patches", t_embed_bwd, {0, -1},
+     {{2, 197, 192, 1, 1}, {1, 5, 7, 1, 1}, {3, 2, 1, 1, 0}, {4, 17, 33, 1, 1}, {64, 5, 3, 1, 0},
+      {2, 201, 192, 5, 3}, {2, 201, 192, 5, 1}, {3, 6, 7, 5, 2}, {2, 197, 192, 1, 3}}},
     {"cls_pool_fwd", "B,N,C", t_cls_pool_fwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
     {"cls_pool_bwd", "B,N,C", t_cls_pool_bwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
-    {"mean_pool_fwd", "B,N,C", t_mean_pool_fwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 2, 4}}},
-    {"mean_pool_bwd", "B,N,C", t_mean_pool_bwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 2, 4}}},
+    {"mean_pool_fwd", "B,N,C,T", t_mean_pool_fwd, {0, -1},
+     {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 4, 1}, {2, 201, 192, 5}, {3, 6, 4, 5}}},
+    {"mean_pool_bwd", "B,N,C,T", t_mean_pool_bwd, {0, -1},
+     {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 4, 1}, {2, 201, 192, 5}, {3, 6, 4, 5}}},
+    {"layer_scale_fwd", "rows,cols", t_layer_scale_fwd, {0, -1},
+     {{1, 1}, {394, 192}, {99, 77}, {1100, 9}}},
+    {"layer_scale_bwd", "rows,cols", t_layer_scale_bwd, {1e-5, -1},
+     {{1, 1}, {394, 192}, {99, 77}, {1100, 9}, {1000, 64}}},
     {"cross_entropy_fwd", "B,K,smooth/1000,mix", t_cross_entropy_fwd, {1e-5, -1},
      {{4, 1000, 100, 0}, {1, 10, 0, 0}, {7, 3, 500, 0}, {64, 1000, 100, 0}, {2, 1, 0, 0},
       {64, 1000, 100, 1}, {7, 3, 0, 1}}},
@@ -720,7 +756,7 @@ static int check_table(const vt_backend *be) {
       OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
       OP(add),               OP(drop_path),         OP(patchify_fwd),  OP(patchify_bwd),
       OP(embed_fwd),         OP(embed_bwd),         OP(cls_pool_fwd),  OP(cls_pool_bwd),
-      OP(mean_pool_fwd),     OP(mean_pool_bwd),
+      OP(mean_pool_fwd),     OP(mean_pool_bwd),     OP(layer_scale_fwd), OP(layer_scale_bwd),
       OP(cross_entropy_fwd), OP(cross_entropy_bwd), OP(adamw),         OP(sumsq),
       OP(scale),             OP(ema),
 #undef OP

@@ -237,40 +237,64 @@ static void test_patchify(int64_t B, int64_t S, int64_t P) {
   free(k.img), free(out), free(r), free(dimg);
 }
 
-// ---- embed ----
-typedef struct { float *patch, *cls, *pos; int64_t B, N, C; } emb_ctx;
+// ---- embed (T prefix tokens, positions from token pos0) ----
+typedef struct { float *patch, *prefix, *pos; int64_t B, N, T, pos0, C; } emb_ctx;
 static void emb_fwd(void *c, float *out) {
   emb_ctx *k = c;
-  vt_embed_fwd(be, out, k->patch, k->cls, k->pos, k->B, k->N, k->C);
+  vt_embed_fwd(be, out, k->patch, k->prefix, k->pos, k->B, k->N, k->T, k->pos0, k->C);
 }
-static void test_embed(int64_t B, int64_t N, int64_t C) {
-  emb_ctx k = {randn(B * (N - 1) * C, 18, 1), randn(C, 19, 1), randn(N * C, 20, 1), B, N, C};
-  int64_t no = B * N * C;
+static void test_embed(int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C) {
+  const int64_t np = B * (N - T) * C, npos = (N - pos0) * C, no = B * N * C;
+  emb_ctx k = {randn(np, 18, 1), randn(T * C, 19, 1), randn(npos, 20, 1), B, N, T, pos0, C};
   float *out = calloc((size_t)no, 4), *r = randn(no, 21, 1);
-  float *dp = calloc((size_t)(B * (N - 1) * C), 4), *dc = calloc((size_t)C, 4);
-  float *dpos = calloc((size_t)(N * C), 4);
-  vt_embed_bwd(be, dp, dc, dpos, r, B, N, C);
-  expect_pass("embed dpatch", check("embed dpatch_out", emb_fwd, &k, out, r, no, k.patch, B * (N - 1) * C, dp));
-  expect_pass("embed dcls", check("embed dcls", emb_fwd, &k, out, r, no, k.cls, C, dc));
-  expect_pass("embed dpos", check("embed dpos", emb_fwd, &k, out, r, no, k.pos, N * C, dpos));
-  free(k.patch), free(k.cls), free(k.pos), free(out), free(r), free(dp), free(dc), free(dpos);
+  float *dp = calloc((size_t)np, 4), *dc = calloc((size_t)(T * C), 4);
+  float *dpos = calloc((size_t)npos, 4);
+  vt_embed_bwd(be, dp, dc, dpos, r, B, N, T, pos0, C);
+  char what[3][64];
+  snprintf(what[0], 64, "embed T%lld pos0 %lld dpatch_out", (long long)T, (long long)pos0);
+  snprintf(what[1], 64, "embed T%lld pos0 %lld dprefix", (long long)T, (long long)pos0);
+  snprintf(what[2], 64, "embed T%lld pos0 %lld dpos", (long long)T, (long long)pos0);
+  expect_pass(what[0], check(what[0], emb_fwd, &k, out, r, no, k.patch, np, dp));
+  expect_pass(what[1], check(what[1], emb_fwd, &k, out, r, no, k.prefix, T * C, dc));
+  expect_pass(what[2], check(what[2], emb_fwd, &k, out, r, no, k.pos, npos, dpos));
+  free(k.patch), free(k.prefix), free(k.pos), free(out), free(r), free(dp), free(dc), free(dpos);
 }
 
-// ---- class-token and mean pooling ----
-typedef struct { float *x; int64_t B, N, C; int avg; } pool_ctx;
+// ---- class-token and mean pooling (the mean over the tokens after T prefix tokens) ----
+typedef struct { float *x; int64_t B, N, T, C; int avg; } pool_ctx;
 static void pool_fwd(void *c, float *out) {
   pool_ctx *k = c;
-  (k->avg ? vt_mean_pool_fwd : vt_cls_pool_fwd)(be, out, k->x, k->B, k->N, k->C);
+  if (k->avg) vt_mean_pool_fwd(be, out, k->x, k->B, k->N, k->T, k->C);
+  else vt_cls_pool_fwd(be, out, k->x, k->B, k->N, k->C);
 }
-static void test_pool(int64_t B, int64_t N, int64_t C, int avg) {
-  pool_ctx k = {randn(B * N * C, 22, 1), B, N, C, avg};
+static void test_pool(int64_t B, int64_t N, int64_t C, int avg, int64_t T) {
+  pool_ctx k = {randn(B * N * C, 22, 1), B, N, T, C, avg};
   float *out = calloc((size_t)(B * C), 4), *r = randn(B * C, 23, 1);
   float *dx = randn(B * N * C, 24, 1);  // garbage: the backward must overwrite all of it
-  (avg ? vt_mean_pool_bwd : vt_cls_pool_bwd)(be, dx, r, B, N, C);
-  const char *name = avg ? "mean_pool" : "cls_pool";
-  expect_pass(name, check(avg ? "mean_pool dx" : "cls_pool dx", pool_fwd, &k, out, r, B * C, k.x,
-                          B * N * C, dx));
+  if (avg) vt_mean_pool_bwd(be, dx, r, B, N, T, C);
+  else vt_cls_pool_bwd(be, dx, r, B, N, C);
+  char name[64];
+  snprintf(name, sizeof name, avg ? "mean_pool T%lld dx" : "cls_pool dx", (long long)T);
+  expect_pass(name, check(name, pool_fwd, &k, out, r, B * C, k.x, B * N * C, dx));
   free(k.x), free(out), free(r), free(dx);
+}
+
+// ---- LayerScale ----
+typedef struct { float *x, *gamma; int64_t rows, cols; } ls_ctx;
+static void ls_fwd(void *c, float *out) {
+  ls_ctx *k = c;
+  vt_layer_scale_fwd(be, out, k->x, k->gamma, k->rows, k->cols);
+}
+static void test_layer_scale(int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  ls_ctx k = {randn(n, 40, 1), randn(cols, 41, 1), rows, cols};
+  float *out = calloc((size_t)n, 4), *r = randn(n, 42, 1), *dx = calloc((size_t)n, 4);
+  float *dg = calloc((size_t)cols, 4);
+  vt_layer_scale_bwd(be, dx, dg, r, k.x, k.gamma, rows, cols);
+  expect_pass("layer_scale dx", check("layer_scale dx", ls_fwd, &k, out, r, n, k.x, n, dx));
+  expect_pass("layer_scale dgamma",
+              check("layer_scale dgamma", ls_fwd, &k, out, r, n, k.gamma, cols, dg));
+  free(k.x), free(k.gamma), free(out), free(r), free(dx), free(dg);
 }
 
 // ---- cross-entropy ----
@@ -328,11 +352,17 @@ int main(void) {
   test_attention(2, 7, 7, 11);
   test_attention_bias(2, 9, 2, 4);
   test_patchify(2, 6, 3);
-  test_embed(2, 13, 3);
-  test_embed(3, 5, 77);
-  test_pool(3, 5, 7, 0);
-  test_pool(3, 5, 7, 1);
-  test_pool(2, 2, 3, 1);
+  test_embed(2, 13, 1, 0, 3);
+  test_embed(3, 5, 1, 0, 77);
+  test_embed(2, 9, 3, 0, 5);  // class token and 2 registers, each with a position
+  test_embed(2, 9, 3, 3, 5);  // positions on the patch tokens only (no_embed_class)
+  test_embed(2, 4, 1, 1, 3);
+  test_pool(3, 5, 7, 0, 1);
+  test_pool(3, 5, 7, 1, 1);
+  test_pool(2, 2, 3, 1, 1);
+  test_pool(2, 9, 3, 1, 4);  // 3 registers, 5 patch tokens
+  test_layer_scale(13, 3);
+  test_layer_scale(5, 77);
   test_cross_entropy(5, 3, 0.0f, 0);
   test_cross_entropy(4, 77, 0.1f, 0);
   test_cross_entropy(6, 3, 0.1f, 1);

@@ -89,6 +89,8 @@ int main(void) {
   refuse_edit("seed", "seed 1 2", "expected 'key value'");
   refuse_edit("global_pool", "global_pool 2", "bad value");
   refuse_edit("aug_repeats", "aug_repeats 0", "bad value");
+  refuse_edit("layer_scale", "layer_scale 2", "bad value");
+  refuse_edit("reg_tokens", "reg_tokens -1", "bad value");
   // A manifest written before global_pool and aug_repeats existed reads as the class-token head
   // and no repeats.
   m.global_pool = 1;
@@ -105,6 +107,23 @@ int main(void) {
              back.global_pool == 0 && back.aug_repeats == 1,
          "a manifest without global_pool and aug_repeats: %s", err);
   m.global_pool = 0;
+  // LayerScale, registers and no_embed_class round trip; a manifest from before them reads as
+  // timm's default ViT.
+  m.layer_scale = 1, m.reg_tokens = 4, m.no_embed_class = 1;
+  n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
+             back.layer_scale == 1 && back.reg_tokens == 4 && back.no_embed_class == 1,
+         "layer_scale, reg_tokens, no_embed_class round trip: %s", err);
+  const char *gone[] = {"layer_scale 1\n", "reg_tokens 4\n", "no_embed_class 1\n"};
+  for (int i = 0; i < 3; i++) {
+    char *at = strstr(text, gone[i]);
+    EXPECT(at != NULL, "%s line", gone[i]);
+    if (at) memmove(at, at + strlen(gone[i]), strlen(at + strlen(gone[i])) + 1);
+  }
+  EXPECT(vt_ckpt_manifest_parse(text, strlen(text), &back, err, sizeof err) == VT_OK &&
+             back.layer_scale == 0 && back.reg_tokens == 0 && back.no_embed_class == 0,
+         "a manifest without layer_scale, reg_tokens, no_embed_class: %s", err);
+  m.layer_scale = m.reg_tokens = m.no_embed_class = 0;
 
   // Commit, `latest`, keep-last, verification of damaged files.
   char dir[] = "/tmp/vt_manifest_XXXXXX", tmp[1100], path[1300], found[1100];

@@ -5,7 +5,8 @@
 // gathers the rows and g reduce-scatters them (parallel/tp.h). The row-parallel biases are
 // added by TP rank 0 only, before the reduction, so they count once. Under drop path (drop, the
 // masks of the attention and the MLP branch, else NULL) a branch's output reaches the stream
-// only for the samples that keep it, scaled (vt_drop_path).
+// only for the samples that keep it, scaled (vt_drop_path). With LayerScale each branch's
+// output is multiplied by its gamma per channel before that (timm: x + drop_path(ls(branch))).
 #include "model.h"
 #include "tp.h"
 #include "vt_ops.h"
@@ -52,20 +53,25 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   const int64_t Ml = vt_model_local_rows(m, B);
   const float *proj_b = m->shard.tp_rank == 0 ? w->proj_b : NULL;
   const float *fc2_b = m->shard.tp_rank == 0 ? w->fc2_b : NULL;
-  float *partial = m->sp ? m->s.partial : a->mid;
-  // Attention branch: in -> mid (Ml rows)
+  // Without TP, drop path and LayerScale nothing comes between a branch's last GEMM and its
+  // residual add, so the GEMM adds it (linear_residual_fwd: the same bits on the CPU, less
+  // traffic on a GPU).
+  const int fused = tp == 1 && !drop && !w->ls1;
+  // Attention branch: in -> mid (Ml rows). Its output y (kept for LayerScale's backward, else
+  // made in mid) becomes y * gamma in mid.
+  float *y = w->ls1 ? a->ls1 : a->mid;
+  float *partial = m->sp ? m->s.partial : y;
   vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C);
   const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
   vt_linear_act_fwd(be, a->qkv, x1, w->qkv_w, w->qkv_b, M, C, 3 * H * D);
   vt_attention_fwd(be, a->attn, a->lse, a->qkv, B, N, H, D);
-  // Without TP nothing comes between a branch's last GEMM and its residual add, so the GEMM
-  // adds it (linear_residual_fwd: the same bits on the CPU, less traffic on a GPU).
-  if (tp == 1 && !drop) {
+  if (fused) {
     vt_linear_residual_fwd(be, a->mid, a->attn, w->proj_w, proj_b, in, M, H * D, C);
     vt_layernorm_fwd(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->norm2_w, w->norm2_b, M, C);
   } else {
     vt_linear_fwd(be, partial, a->attn, w->proj_w, proj_b, M, H * D, C);
-    g_fwd(m, a->mid, partial, Ml * C);
+    g_fwd(m, y, partial, Ml * C);
+    if (w->ls1) vt_layer_scale_fwd(be, a->mid, y, w->ls1, Ml, C);
     if (drop) {  // mid = in + the attention branch where its sample keeps it
       vt_drop_path(be, a->mid, a->mid, in, Ml, C, &drop[0]);
       vt_layernorm_fwd(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->norm2_w, w->norm2_b, Ml,
@@ -75,28 +81,37 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
                            w->norm2_b, Ml, C);
     }
   }
-  // MLP branch: mid -> out
-  partial = m->sp ? m->s.partial : out;
+  // MLP branch: mid -> out, its output y in out or, with LayerScale, in ls2
+  y = w->ls2 ? a->ls2 : out;
+  partial = m->sp ? m->s.partial : y;
   const float *x2 = f_fwd(m, a->ln2_full, a->ln2, Ml * C);
   vt_linear_act_fwd(be, a->fc1, x2, w->fc1_w, w->fc1_b, M, C, F);
   vt_gelu_fwd(be, a->gelu, a->fc1, M * F);
-  if (tp == 1 && !drop) {
+  if (fused) {
     vt_linear_residual_fwd(be, out, a->gelu, w->fc2_w, fc2_b, a->mid, M, F, C);
     return;
   }
   vt_linear_fwd(be, partial, a->gelu, w->fc2_w, fc2_b, M, F, C);
-  g_fwd(m, out, partial, Ml * C);
+  g_fwd(m, y, partial, Ml * C);
+  if (w->ls2) vt_layer_scale_fwd(be, out, y, w->ls2, Ml, C);
   if (drop) vt_drop_path(be, out, out, a->mid, Ml, C, &drop[1]);
   else vt_add(be, out, out, a->mid, Ml * C);
 }
 
-// The gradient of a residual branch's output: the stream's, dres, or under drop path dres *
-// scale where the branch's sample kept it and 0 where it was dropped, made in dln (free until
-// the branch's first input gradient; its rows past M, which must stay zero, lie beyond these Ml).
+// The gradient of a residual branch's output y: the stream's, dres, or under drop path dres *
+// scale where the branch's sample kept it and 0 where it was dropped, times LayerScale's gamma
+// (whose gradient, the column sums of that times y, goes to dgamma); made in dln when it is not
+// dres itself (dln is free until the branch's first input gradient; its rows past M, which must
+// stay zero, lie beyond these Ml).
 static const float *branch_dout(const vt_model *m, const float *dres, const vt_drop_mask *mask,
-                                int64_t Ml) {
-  if (!mask) return dres;
-  vt_drop_path(m->be, m->s.dln, dres, NULL, Ml, m->cfg.width, mask);
+                                const float *gamma, float *dgamma, const float *y, int64_t Ml) {
+  const float *d = dres;
+  if (mask) {
+    vt_drop_path(m->be, m->s.dln, dres, NULL, Ml, m->cfg.width, mask);
+    d = m->s.dln;
+  }
+  if (!gamma) return d;
+  vt_layer_scale_bwd(m->be, m->s.dln, dgamma, d, y, gamma, Ml, m->cfg.width);
   return m->s.dln;
 }
 
@@ -123,7 +138,9 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   // Linears' input gradients (dact) are bf16 activations in bf16 precision, as autocast makes them.
   // Split: the weight-matrix GEMMs wait for vt_block_bwd_weight, their output gradients in wg.
   float *dfc1 = wg ? wg->dfc1 : s->dfc1, *dqkv = wg ? wg->dqkv : s->dqkv;
-  const float *dy = g_bwd(m, s->full, branch_dout(m, dres, drop ? &drop[1] : NULL, Ml), Ml * C);
+  const float *dy = g_bwd(
+      m, s->full, branch_dout(m, dres, drop ? &drop[1] : NULL, w->ls2, gw->ls2, a->ls2, Ml),
+      Ml * C);
   dy = keep(m, wg ? wg->dfc2 : NULL, dy, M * C);
   vt_linear_bwd_act(be, s->dact, wg ? NULL : gw->fc2_w, gw->fc2_b, dy, a->gelu, w->fc2_w, M, F, C);
   vt_gelu_bwd(be, dfc1, gw->fc1_b, a->fc1, s->dact, M, F);  // and fc1's bias gradient
@@ -133,7 +150,8 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
                        a->ln2_rstd, Ml, C);  // dres += the MLP branch's input gradient
   // Attention branch. The attention output's gradient takes dact's place (fc2's input gradient
   // is used up); dln's rows past M stay untouched (zero).
-  dy = g_bwd(m, s->full, branch_dout(m, dres, drop ? &drop[0] : NULL, Ml), Ml * C);
+  dy = g_bwd(m, s->full,
+             branch_dout(m, dres, drop ? &drop[0] : NULL, w->ls1, gw->ls1, a->ls1, Ml), Ml * C);
   dy = keep(m, wg ? wg->dproj : NULL, dy, M * C);
   vt_linear_bwd_act(be, s->dact, wg ? NULL : gw->proj_w, gw->proj_b, dy, a->attn, w->proj_w, M,
                     H * D, C);

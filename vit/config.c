@@ -57,12 +57,28 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
     snprintf(buf, sizeof buf, "width %d x mlp-ratio %g is not a whole number", c->width,
              c->mlp_ratio);
     why = buf;
-  } else if (c->img_size > 8192 || c->width > 16384 || c->depth > 1024 || c->num_classes > 1000000)
+  } else if (!(c->layer_scale >= 0.0f && c->layer_scale <= 1e6f))
+    why = "layer-scale must be 0 (off) or a positive initial gamma";
+  else if (c->reg_tokens < 0 || c->reg_tokens > 256)
+    why = "reg-tokens must be 0 to 256";
+  else if (c->no_embed_class != 0 && c->no_embed_class != 1)
+    why = "no-embed-class must be 0 or 1";
+  else if (c->img_size > 8192 || c->width > 16384 || c->depth > 1024 || c->num_classes > 1000000)
     why = "a size is implausibly large (limits: img-size 8192, width 16384, depth 1024, "
           "num-classes 1000000)";
   if (!why) return VT_OK;
   snprintf(err, errlen, "bad model configuration: %s", why);
   return VT_ERR_INPUT;
+}
+
+void vt_config_extras(const vt_vit_config *c, char *buf, size_t nbytes) {
+  int k = snprintf(buf, nbytes, "%s", c->global_pool ? ", mean-pooled patch tokens (fc_norm)" : "");
+  if (c->layer_scale > 0 && k >= 0 && (size_t)k < nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, ", LayerScale %g", (double)c->layer_scale);
+  if (c->reg_tokens > 0 && k >= 0 && (size_t)k < nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, ", %d register tokens", c->reg_tokens);
+  if (c->no_embed_class && k >= 0 && (size_t)k < nbytes)
+    snprintf(buf + k, nbytes - (size_t)k, ", positions on the patch tokens only");
 }
 
 double vt_config_train_flops(const vt_vit_config *c) {

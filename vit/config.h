@@ -22,13 +22,32 @@ typedef struct {
                     // fine-tuning head; timm then has no `norm`)
   float head_init_std;  // std of the head weight's truncated normal initialisation; 0: timm's
                         // 0.02 (MAE's fine-tuning: 2e-5)
+  float layer_scale;    // LayerScale's initial gamma (timm's init_values: CaiT, DeiT III 1e-6,
+                        // DINOv2 1e-5): each branch's output is scaled per channel by a learned
+                        // gamma (blocks.i.ls1.gamma, ls2.gamma); 0: no LayerScale
+  int no_embed_class;   // 1: pos_embed covers the patch tokens only (timm's no_embed_class: DeiT
+                        // III, DINOv2); 0: every token, the class token's row first
+  int reg_tokens;       // register tokens after the class token (timm's reg_tokens, "Vision
+                        // Transformers Need Registers"): reg_token (1, R, C)
 } vt_vit_config;
 
 // Derived sizes.
 static inline int vt_cfg_patches(const vt_vit_config *c) {
   return (c->img_size / c->patch_size) * (c->img_size / c->patch_size);
 }
-static inline int vt_cfg_tokens(const vt_vit_config *c) { return vt_cfg_patches(c) + 1; }
+// Prefix tokens: the class token and the registers, ahead of the patch tokens.
+static inline int vt_cfg_prefix_tokens(const vt_vit_config *c) { return 1 + c->reg_tokens; }
+static inline int vt_cfg_tokens(const vt_vit_config *c) {
+  return vt_cfg_patches(c) + vt_cfg_prefix_tokens(c);
+}
+// The first token with a position embedding (0, or the first patch token with no_embed_class)
+// and pos_embed's rows.
+static inline int vt_cfg_pos_first(const vt_vit_config *c) {
+  return c->no_embed_class ? vt_cfg_prefix_tokens(c) : 0;
+}
+static inline int vt_cfg_pos_tokens(const vt_vit_config *c) {
+  return vt_cfg_tokens(c) - vt_cfg_pos_first(c);
+}
 static inline int vt_cfg_head_dim(const vt_vit_config *c) { return c->width / c->heads; }
 static inline int vt_cfg_mlp_hidden(const vt_vit_config *c) {
   return (int)((float)c->width * c->mlp_ratio);
@@ -41,6 +60,10 @@ vt_status vt_config_preset(const char *name, vt_vit_config *cfg, char *err, size
 
 // Checks that the sizes fit together (image divisible by patch, width by heads, ...).
 vt_status vt_config_validate(const vt_vit_config *cfg, char *err, size_t errlen);
+
+// The options that change timm's default ViT, for logs: ", mean-pooled patch tokens (fc_norm),
+// LayerScale 1e-06, 4 register tokens, positions on the patch tokens only" (empty when none).
+void vt_config_extras(const vt_vit_config *cfg, char *buf, size_t nbytes);
 
 // Names of the presets, for --help.
 const char *vt_config_preset_names(void);

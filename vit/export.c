@@ -152,11 +152,12 @@ static int aa_weights(int n_in, int n_out, int i, int *first, double *w, int wma
   return count;
 }
 
-// pos_embed (1, 1 + g0*g0, C) -> (1, 1 + g1*g1, C): the class token's row kept, the grid
-// resampled as timm's resample_abs_pos_embed does when the image or patch size changes
-// (bicubic, antialias=True; checked against PyTorch by tests/test_export.sh, up and down).
-static void resample_pos(const float *src, int g0, float *dst, int g1, int C) {
-  memcpy(dst, src, (size_t)C * sizeof(float));
+// pos_embed (1, pr + g0*g0, C) -> (1, pr + g1*g1, C): the pr rows of the prefix tokens (the
+// class token and registers, none with no_embed_class) kept, the grid resampled as timm's
+// resample_abs_pos_embed does when the image or patch size changes (bicubic, antialias=True;
+// checked against PyTorch by tests/test_export.sh, up and down).
+static void resample_pos(const float *src, int g0, float *dst, int g1, int pr, int C) {
+  memcpy(dst, src, (size_t)pr * C * sizeof(float));
   // At most g0 taps per axis (the window never leaves the input).
   double *wy = malloc((size_t)g0 * sizeof(double)), *wx = malloc((size_t)g0 * sizeof(double));
   double *acc = malloc((size_t)C * sizeof(double));
@@ -170,14 +171,38 @@ static void resample_pos(const float *src, int g0, float *dst, int g1, int C) {
       for (int i = 0; i < ny; i++)
         for (int j = 0; j < nx; j++) {
           const double w = wy[i] * wx[j];
-          const float *in = src + (size_t)(1 + (y0 + i) * g0 + x0 + j) * C;
+          const float *in = src + (size_t)(pr + (y0 + i) * g0 + x0 + j) * C;
           for (int c = 0; c < C; c++) acc[c] += w * in[c];
         }
-      float *out = dst + (size_t)(1 + y * g1 + x) * C;
+      float *out = dst + (size_t)(pr + y * g1 + x) * C;
       for (int c = 0; c < C; c++) out[c] = (float)acc[c];
     }
   }
   free(wy), free(wx), free(acc);
+}
+
+// A file made for another kind of ViT than the configuration: LayerScale gammas or register
+// tokens on one side only. Loading the rest would silently drop what the file learned, so it is
+// refused with the flag that matches the file.
+static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, const char *path,
+                               char *err, size_t errlen) {
+  const int file_ls = vt_st_find(f, "blocks.0.ls1.gamma") != NULL;
+  const vt_st_entry *reg = vt_st_find(f, "reg_token");
+  const int file_regs = reg && reg->ndim == 3 ? (int)reg->shape[1] : 0;
+  if (file_ls != (c->layer_scale > 0)) {
+    snprintf(err, errlen,
+             "%s %s LayerScale gammas (blocks.N.ls1.gamma: DeiT III, CaiT, DINOv2); %s", path,
+             file_ls ? "has" : "has no",
+             file_ls ? "pass --layer-scale G (any G > 0: the gammas are loaded)"
+                     : "pass --layer-scale 0");
+    return VT_ERR_INPUT;
+  }
+  if (file_regs != c->reg_tokens) {
+    snprintf(err, errlen, "%s has %d register tokens (reg_token); pass --reg-tokens %d", path,
+             file_regs, file_regs);
+    return VT_ERR_INPUT;
+  }
+  return VT_OK;
 }
 
 vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char *err,
@@ -189,6 +214,9 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
   m->be->to_host(local, m->params, (size_t)t->total * sizeof(float));  // the fresh initialisation
   vt_st_file f;
   vt_status st = vt_safetensors_read(path, &f, err, errlen);
+  if (st == VT_OK) st = check_variant(&f, &m->cfg, path, err, errlen);
+  // pos_embed's rows before the patch grid: the prefix tokens', unless no_embed_class
+  const int pr = vt_cfg_pos_first(&m->cfg) ? 0 : vt_cfg_prefix_tokens(&m->cfg);
   int resampled = 0, new_head = 0, fresh_top = 0;
   for (int i = 0; st == VT_OK && i < t->count; i++) {
     const vt_param *p = &t->p[i];
@@ -204,14 +232,17 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
     }
     if (strcmp(p->name, "pos_embed") == 0 && e && e->ndim == 3 && e->shape[2] == C &&
         e->shape[1] != p->shape[1] && strcmp(e->dtype, "F32") == 0) {
-      int g0 = (int)lround(sqrt((double)(e->shape[1] - 1)));
-      if ((int64_t)g0 * g0 + 1 != e->shape[1]) {
-        snprintf(err, errlen, "%s: pos_embed of %lld tokens is not a class token plus a square grid",
-                 path, (long long)e->shape[1]);
+      int g0 = (int)lround(sqrt((double)(e->shape[1] - pr)));
+      if (e->shape[1] <= pr || (int64_t)g0 * g0 + pr != e->shape[1]) {
+        snprintf(err, errlen,
+                 "%s: pos_embed of %lld tokens is not %d prefix token%s plus a square grid; "
+                 "if its positions %s the class token, pass --no-embed-class %d",
+                 path, (long long)e->shape[1], pr, pr == 1 ? "" : "s",
+                 pr ? "skip" : "include", pr ? 1 : 0);
         st = VT_ERR_INPUT;
         break;
       }
-      resample_pos(vt_st_data(&f, e), g0, local + p->offset, g1, C);
+      resample_pos(vt_st_data(&f, e), g0, local + p->offset, g1, pr, C);
       resampled = g0;
       continue;
     }

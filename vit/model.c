@@ -41,13 +41,14 @@ static void carve_block(vt_model *m, vt_block_acts *b, arena *ar) {
   b->ln2 = take_act(m, ar, Ml * C), b->ln2_mean = take(ar, Ml), b->ln2_rstd = take(ar, Ml);
   b->fc1 = take_act(m, ar, M * F);
   b->gelu = take_act(m, ar, M * F);
+  if (c->layer_scale > 0) b->ls1 = take(ar, Ml * C), b->ls2 = take(ar, Ml * C);
   if (m->sp) b->ln1_full = take_act(m, ar, Mp * C), b->ln2_full = take_act(m, ar, Mp * C);
 }
 
 static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
   const vt_vit_config *c = &m->cfg;
-  const int64_t B = m->max_batch, N = vt_cfg_tokens(c), C = c->width;
-  const int64_t K = c->num_classes, S = c->img_size, P = c->patch_size, Np = N - 1;
+  const int64_t B = m->max_batch, C = c->width;
+  const int64_t K = c->num_classes, S = c->img_size, P = c->patch_size, Np = vt_cfg_patches(c);
   const int64_t Ml = vt_model_local_rows(m, m->max_batch);
   if (m->has_embed) {
     sl->img = take(ar, B * 3 * S * S);
@@ -96,7 +97,7 @@ static void carve(vt_model *m, arena *ar) {
   if (m->sp) s->dln_local = take(ar, Ml * C), s->full = take(ar, Mp * C), s->partial = take(ar, Mp * C);
   s->dqkv = take_act(m, ar, M * 3 * C / tp);
   s->dact = take_act(m, ar, M * F), s->dfc1 = take_act(m, ar, M * F);
-  if (m->has_embed) s->dpatch_out = take(ar, B * (N - 1) * C);
+  if (m->has_embed) s->dpatch_out = take(ar, B * vt_cfg_patches(c) * C);
   if (m->has_head) s->dpooled = take(ar, B * C), s->dlnf = take(ar, B * C), s->dlogits = take(ar, B * K);
 }
 
@@ -111,7 +112,10 @@ static float *find(const vt_model *m, float *flat, const char *fmt, int l, const
 
 static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
   if (m->has_embed) {
-    t->cls = find(m, flat, "cls_token", 0, "");
+    t->prefix = find(m, flat, "cls_token", 0, "");
+    VT_CHECK(m->cfg.reg_tokens == 0 ||
+                 find(m, flat, "reg_token", 0, "") == t->prefix + m->cfg.width,
+             "reg_token must follow cls_token in the parameter table");
     t->pos = find(m, flat, "pos_embed", 0, "");
     t->patch_w = find(m, flat, "patch_embed.proj", 0, ".weight");
     t->patch_b = find(m, flat, "patch_embed.proj", 0, ".bias");
@@ -131,6 +135,10 @@ static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
     b->fc1_b = find(m, flat, "blocks.%d.mlp.fc1", l, ".bias");
     b->fc2_w = find(m, flat, "blocks.%d.mlp.fc2", l, ".weight");
     b->fc2_b = find(m, flat, "blocks.%d.mlp.fc2", l, ".bias");
+    if (m->cfg.layer_scale > 0) {
+      b->ls1 = find(m, flat, "blocks.%d.ls1", l, ".gamma");
+      b->ls2 = find(m, flat, "blocks.%d.ls2", l, ".gamma");
+    }
   }
   if (m->has_head) {
     const char *norm = m->cfg.global_pool ? "fc_norm" : "norm";
@@ -327,15 +335,16 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
            "the backend's precision changed after the model was allocated (its activations are "
            "sized for the precision at vt_model_init)");
   const int64_t N = vt_cfg_tokens(c), C = c->width, K = c->num_classes, S = c->img_size;
-  const int64_t P = c->patch_size;
+  const int64_t P = c->patch_size, T = vt_cfg_prefix_tokens(c);
   vt_model_slot *sl = &m->slots[slot];
   sl->sample0 = sample0;
   const int b0 = m->chunk_start[chunk], nb = m->chunk_start[chunk + 1] - b0;
   if (m->has_embed && chunk == 0) {
     vt_patchify_fwd(be, sl->patches, sl->img, B, S, P);
-    vt_linear_fwd(be, sl->patch_out, sl->patches, m->p.patch_w, m->p.patch_b, B * (N - 1),
+    vt_linear_fwd(be, sl->patch_out, sl->patches, m->p.patch_w, m->p.patch_b, B * (N - T),
                   3 * P * P, C);
-    vt_embed_fwd(be, m->sp ? m->s.full : sl->res[0], sl->patch_out, m->p.cls, m->p.pos, B, N, C);
+    vt_embed_fwd(be, m->sp ? m->s.full : sl->res[0], sl->patch_out, m->p.prefix, m->p.pos, B, N,
+                 T, vt_cfg_pos_first(c), C);
     if (m->sp) take_rows(m, sl->res[0], m->s.full, B);
   }
   for (int j = 0; j < nb; j++) {  // local block b0 + j, slot block j
@@ -352,7 +361,8 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     vt_tp_sp_gather(m->tp, m->s.full, x, vt_model_local_rows(m, B) * C);
     x = m->s.full;
   }
-  (c->global_pool ? vt_mean_pool_fwd : vt_cls_pool_fwd)(be, sl->pooled, x, B, N, C);
+  if (c->global_pool) vt_mean_pool_fwd(be, sl->pooled, x, B, N, T, C);
+  else vt_cls_pool_fwd(be, sl->pooled, x, B, N, C);
   vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w, m->p.norm_b,
                    B, C);
   vt_linear_fwd(be, sl->logits, sl->lnf, m->p.head_w, m->p.head_b, B, C, K);
@@ -373,6 +383,7 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const int64_t N = vt_cfg_tokens(c), C = c->width, K = c->num_classes, P = c->patch_size;
+  const int64_t T = vt_cfg_prefix_tokens(c);
   vt_model_slot *sl = &m->slots[slot];
   const vt_model_scratch *s = &m->s;
   vt_model_tensors *g = &m->g;
@@ -387,8 +398,9 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
     vt_linear_bwd(be, s->dlnf, g->head_w, g->head_b, s->dlogits, sl->lnf, m->p.head_w, B, C, K);
     vt_layernorm_bwd(be, s->dpooled, g->norm_w, g->norm_b, s->dlnf, sl->pooled, m->p.norm_w,
                      sl->lnf_mean, sl->lnf_rstd, B, C);
-    (c->global_pool ? vt_mean_pool_bwd : vt_cls_pool_bwd)(be, m->sp ? s->full : s->dres,
-                                                          s->dpooled, B, N, C);
+    float *dx = m->sp ? s->full : s->dres;
+    if (c->global_pool) vt_mean_pool_bwd(be, dx, s->dpooled, B, N, T, C);
+    else vt_cls_pool_bwd(be, dx, s->dpooled, B, N, C);
     if (m->sp) take_rows(m, s->dres, s->full, B);
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, c->depth + 1);
   } else {
@@ -413,9 +425,9 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
     vt_tp_sp_gather(m->tp, s->full, s->dres, Ml * C);
     dx = s->full;
   }
-  vt_embed_bwd(be, s->dpatch_out, g->cls, g->pos, dx, B, N, C);
+  vt_embed_bwd(be, s->dpatch_out, g->prefix, g->pos, dx, B, N, T, vt_cfg_pos_first(c), C);
   vt_linear_bwd(be, NULL, g->patch_w, g->patch_b, s->dpatch_out, sl->patches, m->p.patch_w,
-                B * (N - 1), 3 * P * P, C);
+                B * (N - T), 3 * P * P, C);
   if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, 0);
 }
 

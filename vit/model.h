@@ -1,6 +1,7 @@
 // model.h: one rank's part of the ViT (a pipeline stage's blocks, TP-sharded), its forward and
-// backward per micro-batch. Pre-LN blocks (x += attn(norm1(x)); x += mlp(norm2(x))),
-// class-token pooling, timm's VisionTransformer layout. Memory is allocated once at init:
+// backward per micro-batch. Pre-LN blocks (x += attn(norm1(x)); x += mlp(norm2(x)), each branch
+// optionally scaled by LayerScale), T = 1 + R prefix tokens (class, registers), class-token or
+// mean pooling, timm's VisionTransformer layout. Memory is allocated once at init:
 // parameters and gradients as two flat buffers laid out by the parameter table, activations of
 // every in-flight micro-batch ("slot") plus one backward scratch as one block (design.md).
 // Depends on src/ and parallel/ (the TP all-reduces); knows nothing of MPI itself.
@@ -21,10 +22,12 @@ typedef struct {
   float *norm2_w, *norm2_b;  // (C)
   float *fc1_w, *fc1_b;      // (F/tp, C), (F/tp)
   float *fc2_w, *fc2_b;      // (C, F/tp), (C)
+  float *ls1, *ls2;          // (C) LayerScale gammas, NULL without LayerScale
 } vt_block_tensors;
 
 typedef struct {
-  float *cls, *pos;           // (C), (N, C)            first stage only
+  float *prefix, *pos;        // (T, C): cls_token then reg_token, adjacent in the table;
+                              // (N - pos0, C)          first stage only
   float *patch_w, *patch_b;   // (C, 3*P*P), (C)        first stage only
   vt_block_tensors *blocks;   // this rank's blocks (all chunks), local index 0..nblocks-1
   float *norm_w, *norm_b;     // (C)                    last stage only
@@ -45,6 +48,8 @@ typedef struct {
   float *ln2_full;                   // (Mp, C) [bf16] (sequence parallel only)
   float *fc1;                        // (B, N, F/tp) [bf16] before GELU
   float *gelu;                       // (B, N, F/tp) [bf16]
+  float *ls1, *ls2;                  // (Ml, C) each branch's output before its LayerScale
+                                     // (LayerScale only)
 } vt_block_acts;
 
 // The inputs of one block's weight pass when the backward is split (ZB-H1): the output gradients
@@ -63,7 +68,7 @@ typedef struct {
   float *img;                        // (B, 3, S, S)  first stage
   int32_t *labels;                   // (B)           last stage
   vt_mix_target *mix;                // (B)           last stage: Mixup/CutMix targets
-  float *patches, *patch_out;        // (B, N-1, 3*P*P) [bf16], (B, N-1, C)  first stage
+  float *patches, *patch_out;        // (B, N-T, 3*P*P) [bf16], (B, N-T, C)  first stage
   float **res;                       // n+1 of (Ml, C) for a chunk of n blocks: res[0] is the
                                      // chunk's input, res[n] its output (slot_blocks+1 held)
   vt_block_acts *blocks;             // slot_blocks
@@ -86,7 +91,7 @@ typedef struct {
   float *dact;                       // (B, N, F/tp) [bf16] (linear_bwd_act): the input
                                      //          gradient of fc2, then of proj ((B, N, C/tp))
   float *dfc1;                       // (B, N, F/tp) [bf16] (gelu_bwd)
-  float *dpatch_out;                 // (B, N-1, C)
+  float *dpatch_out;                 // (B, N-T, C)
   float *dpooled, *dlnf, *dlogits;   // (B, C), (B, C), (B, K)
   vt_block_acts recompute;           // the recomputed blocks' activations (one set for all)
   float *recompute_out;              // (Ml, C) their recomputed outputs (not needed)

@@ -71,8 +71,15 @@ void vt_stage_blocks(int depth, int pp_size, int pp_rank, int *first, int *end) 
   *end = *first + base + (pp_rank >= light ? 1 : 0);
 }
 
-// Block l's tensors, of layer l + 1.
-static void block(builder *b, int l, int64_t C, int64_t F, int sp) {
+// LayerScale's gamma (C): replicated; under sequence parallelism each TP rank scales only its
+// rows, so its gradient is a partial sum, as a LayerNorm's.
+static void layer_scale(builder *b, int layer, int64_t C, float init, const char *prefix, int sp) {
+  add(b, layer, VT_INIT_CONST, init, 0, VT_TP_REPLICATED, 1, (int64_t[]){C}, "%s.gamma", prefix);
+  b->t->p[b->t->count - 1].tp_partial = sp;
+}
+
+// Block l's tensors, of layer l + 1, in timm's order.
+static void block(builder *b, int l, int64_t C, int64_t F, float ls, int sp) {
   vt_param_table *t = b->t;
   char pre[48];
   snprintf(pre, sizeof pre, "blocks.%d.norm1", l);
@@ -82,12 +89,16 @@ static void block(builder *b, int l, int64_t C, int64_t F, int sp) {
   t->p[qkv].tp_groups = t->p[qkv + 1].tp_groups = 3;  // weight and bias rows: [q | k | v]
   snprintf(pre, sizeof pre, "blocks.%d.attn.proj", l);
   linear(b, l + 1, VT_TP_COLS, C, C, pre);
+  snprintf(pre, sizeof pre, "blocks.%d.ls1", l);
+  if (ls > 0) layer_scale(b, l + 1, C, ls, pre, sp);
   snprintf(pre, sizeof pre, "blocks.%d.norm2", l);
   norm(b, l + 1, C, pre, sp);
   snprintf(pre, sizeof pre, "blocks.%d.mlp.fc1", l);
   linear(b, l + 1, VT_TP_ROWS, F, C, pre);
   snprintf(pre, sizeof pre, "blocks.%d.mlp.fc2", l);
   linear(b, l + 1, VT_TP_COLS, C, F, pre);
+  snprintf(pre, sizeof pre, "blocks.%d.ls2", l);
+  if (ls > 0) layer_scale(b, l + 1, C, ls, pre, sp);
 }
 
 void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *end) {
@@ -104,13 +115,20 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
   builder b = {t, 0};
   const int first_stage = shard.pp_rank == 0, last_stage = shard.pp_rank == shard.pp_size - 1;
   const int sp = shard.sequence_parallel && shard.tp_size > 1;
-  const int64_t C = cfg->width, P = cfg->patch_size, N = vt_cfg_tokens(cfg);
+  const int64_t C = cfg->width, P = cfg->patch_size, R = cfg->reg_tokens;
   const int64_t F = vt_cfg_mlp_hidden(cfg), K = cfg->num_classes;
   const float conv_bound = 1.0f / sqrtf((float)(3 * P * P));  // PyTorch's Conv2d default
   if (first_stage) {
+    // cls_token and reg_token stay adjacent: the embedding reads them as one (1 + R, C) block.
+    // reg_token is initialised as timm does (normal, std 1e-6) and, like the class token, not
+    // decayed (timm's no_weight_decay names only pos_embed, cls_token and dist_token, so timm
+    // decays it; here it counts as the token embedding it is).
     add(&b, 0, VT_INIT_NORMAL, 1e-6f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, 1, C}, "cls_token");
-    add(&b, 0, VT_INIT_TRUNC_NORMAL, 0.02f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, N, C},
-        "pos_embed");
+    if (R > 0)
+      add(&b, 0, VT_INIT_NORMAL, 1e-6f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, R, C},
+          "reg_token");
+    add(&b, 0, VT_INIT_TRUNC_NORMAL, 0.02f, 0, VT_TP_REPLICATED, 3,
+        (int64_t[]){1, vt_cfg_pos_tokens(cfg), C}, "pos_embed");
     add(&b, 0, VT_INIT_UNIFORM, conv_bound, 1, VT_TP_REPLICATED, 4, (int64_t[]){C, 3, P, P},
         "patch_embed.proj.weight");
     add(&b, 0, VT_INIT_UNIFORM, conv_bound, 0, VT_TP_REPLICATED, 1, (int64_t[]){C},
@@ -119,7 +137,7 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
   for (int c = 0; c < shard.pp_chunks; c++) {
     int first, end;
     vt_chunk_blocks(cfg->depth, &shard, c, &first, &end);
-    for (int l = first; l < end; l++) block(&b, l, C, F, sp);
+    for (int l = first; l < end; l++) block(&b, l, C, F, cfg->layer_scale, sp);
   }
   if (last_stage) {
     norm(&b, cfg->depth + 1, C, cfg->global_pool ? "fc_norm" : "norm", 0);
@@ -170,6 +188,7 @@ void vt_params_init(const vt_param_table *t, float *host, uint64_t seed) {
       switch (p->init) {
         case VT_INIT_ZEROS: v = 0.0f; break;
         case VT_INIT_ONES: v = 1.0f; break;
+        case VT_INIT_CONST: v = p->init_scale; break;
         case VT_INIT_NORMAL: v = p->init_scale * vt_rng_normal(seed, stream, 0, (uint64_t)j); break;
         case VT_INIT_TRUNC_NORMAL:
           // timm truncates at the absolute values -2 and 2, i.e. 100 std at std 0.02: clamping

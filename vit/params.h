@@ -15,6 +15,7 @@ typedef enum {
   VT_INIT_TRUNC_NORMAL,  // timm trunc_normal_(std, a=-2, b=2): Linear weights, pos_embed
   VT_INIT_NORMAL,        // normal_(std): cls_token (std 1e-6)
   VT_INIT_UNIFORM,       // uniform(-bound, bound): Conv2d default (patch_embed), bound 1/sqrt(fan_in)
+  VT_INIT_CONST,         // every element init_scale: LayerScale's gamma (init_values)
 } vt_init_kind;
 
 // How tensor parallelism splits a tensor (Megatron style; see design.md).
@@ -31,14 +32,16 @@ typedef struct {
   int64_t count;      // global elements
   int64_t local_count;  // elements this rank holds (count / tp_size when split by TP)
   int64_t offset;     // first local element in this rank's flat parameter/gradient buffers
-  int decay;          // AdamW weight decay applies (not biases, norms, pos_embed, cls_token)
+  int decay;          // AdamW weight decay applies (not biases, norms, LayerScale, pos_embed,
+                      // cls_token, reg_token)
   vt_init_kind init;
   float init_scale;   // std or bound
   int layer;          // 0 = embeddings, 1..depth = blocks, depth+1 = final norm and head
   vt_tp_split tp_split;
   int tp_groups;      // qkv: 3 (q, k, v each split by heads); otherwise 1
   int tp_partial;     // replicated, but each TP rank's gradient is a partial sum that the TP
-                      // group must add up (block LayerNorms under sequence parallelism)
+                      // group must add up (block LayerNorms and LayerScales under sequence
+                      // parallelism)
 } vt_param;
 
 // Which part of the model one rank holds: the blocks of its pipeline stage (plus the embeddings

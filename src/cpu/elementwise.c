@@ -106,6 +106,26 @@ void vt_cpu_drop_path(float *out, const float *x, const float *res, int64_t rows
   }
 }
 
+void vt_cpu_layer_scale_fwd(float *out, const float *x, const float *gamma, int64_t rows,
+                            int64_t cols) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) out[r * cols + c] = x[r * cols + c] * gamma[c];
+}
+
+void vt_cpu_layer_scale_bwd(float *dx, float *dgamma, const float *dout, const float *x,
+                            const float *gamma, int64_t rows, int64_t cols) {
+  // dgamma first: dx may alias dout.
+  const int64_t count = rows * cols;
+  float *prod = vt_cpu_scratch((size_t)count);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i++) prod[i] = dout[i] * x[i];
+  vt_cpu_colsum_acc(dgamma, prod, rows, cols);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) dx[r * cols + c] = dout[r * cols + c] * gamma[c];
+}
+
 double vt_cpu_sumsq(const float *x, int64_t count) {
   // Fixed chunks summed in order: the same result for any thread count.
   const int64_t chunk = 1 << 16, nchunk = (count + chunk - 1) / chunk;

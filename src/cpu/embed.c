@@ -1,5 +1,5 @@
-// embed.c: patchify (the data half of patch embedding), class token plus position embedding,
-// and class-token pooling.
+// embed.c: patchify (the data half of patch embedding), prefix tokens (class, registers) plus
+// position embedding, class-token and mean pooling.
 #include <string.h>
 
 #include "cpu.h"
@@ -39,32 +39,38 @@ void vt_cpu_patchify_bwd(float *dimg, const float *dpatches, int64_t B, int64_t 
     }
 }
 
-void vt_cpu_embed_fwd(float *x, const float *patch_out, const float *cls, const float *pos,
-                      int64_t B, int64_t N, int64_t C) {
+void vt_cpu_embed_fwd(float *x, const float *patch_out, const float *prefix, const float *pos,
+                      int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t n = 0; n < N; n++) {
-      const float *src = n == 0 ? cls : patch_out + (b * (N - 1) + n - 1) * C;
+      const float *src = n < T ? prefix + n * C : patch_out + (b * (N - T) + n - T) * C;
       float *dst = x + (b * N + n) * C;
-      for (int64_t c = 0; c < C; c++) dst[c] = src[c] + pos[n * C + c];
+      if (n < pos0) {
+        memcpy(dst, src, (size_t)C * sizeof(float));
+        continue;
+      }
+      const float *p = pos + (n - pos0) * C;
+      for (int64_t c = 0; c < C; c++) dst[c] = src[c] + p[c];
     }
 }
 
-void vt_cpu_embed_bwd(float *dpatch_out, float *dcls, float *dpos, const float *dx, int64_t B,
-                      int64_t N, int64_t C) {
+void vt_cpu_embed_bwd(float *dpatch_out, float *dprefix, float *dpos, const float *dx, int64_t B,
+                      int64_t N, int64_t T, int64_t pos0, int64_t C) {
   if (dpatch_out) {
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < B; b++)
-      memcpy(dpatch_out + b * (N - 1) * C, dx + (b * N + 1) * C,
-             (size_t)((N - 1) * C) * sizeof(float));
+      memcpy(dpatch_out + b * (N - T) * C, dx + (b * N + T) * C,
+             (size_t)((N - T) * C) * sizeof(float));
   }
   // Sum over the batch in order, one thread per token row: independent of the thread count.
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; n++)
+  for (int64_t n = pos0; n < N; n++)
     for (int64_t b = 0; b < B; b++)
-      for (int64_t c = 0; c < C; c++) dpos[n * C + c] += dx[(b * N + n) * C + c];
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t c = 0; c < C; c++) dcls[c] += dx[b * N * C + c];
+      for (int64_t c = 0; c < C; c++) dpos[(n - pos0) * C + c] += dx[(b * N + n) * C + c];
+  for (int64_t n = 0; n < T; n++)
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t c = 0; c < C; c++) dprefix[n * C + c] += dx[(b * N + n) * C + c];
 }
 
 void vt_cpu_cls_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C) {
@@ -77,20 +83,21 @@ void vt_cpu_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int
 }
 
 // Each (b, c) sums its tokens in order, one float at a time: the CUDA twin's order too.
-void vt_cpu_mean_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C) {
+void vt_cpu_mean_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t T, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t c = 0; c < C; c++) {
       float acc = 0.0f;
-      for (int64_t n = 1; n < N; n++) acc += x[(b * N + n) * C + c];
-      out[b * C + c] = acc / (float)(N - 1);
+      for (int64_t n = T; n < N; n++) acc += x[(b * N + n) * C + c];
+      out[b * C + c] = acc / (float)(N - T);
     }
 }
 
-void vt_cpu_mean_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C) {
+void vt_cpu_mean_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t T,
+                          int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < B; b++)
     for (int64_t n = 0; n < N; n++)
       for (int64_t c = 0; c < C; c++)
-        dx[(b * N + n) * C + c] = n == 0 ? 0.0f : dout[b * C + c] / (float)(N - 1);
+        dx[(b * N + n) * C + c] = n < T ? 0.0f : dout[b * C + c] / (float)(N - T);
 }

@@ -62,14 +62,20 @@ void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *dout, const f
 // embed.cu
 void vt_cuda_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
 void vt_cuda_patchify_bwd(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);
-void vt_cuda_embed_fwd(float *x, const float *patch_out, const float *cls, const float *pos,
-                       int64_t B, int64_t N, int64_t C);
-void vt_cuda_embed_bwd(float *dpatch_out, float *dcls, float *dpos, const float *dx, int64_t B,
-                       int64_t N, int64_t C);
+void vt_cuda_embed_fwd(float *x, const float *patch_out, const float *prefix, const float *pos,
+                       int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C);
+void vt_cuda_embed_bwd(float *dpatch_out, float *dprefix, float *dpos, const float *dx,
+                       int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C);
 void vt_cuda_cls_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C);
 void vt_cuda_cls_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
-void vt_cuda_mean_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t C);
-void vt_cuda_mean_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t C);
+void vt_cuda_mean_pool_fwd(float *out, const float *x, int64_t B, int64_t N, int64_t T,
+                           int64_t C);
+void vt_cuda_mean_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N, int64_t T,
+                           int64_t C);
+void vt_cuda_layer_scale_fwd(float *out, const float *x, const float *gamma, int64_t rows,
+                             int64_t cols);
+void vt_cuda_layer_scale_bwd(float *dx, float *dgamma, const float *dout, const float *x,
+                             const float *gamma, int64_t rows, int64_t cols);
 
 // cross_entropy.cu
 void vt_cuda_cross_entropy_fwd(float *losses, float *probs, const float *logits,

@@ -1,5 +1,5 @@
-// elementwise.cu: GELU (the exact erf form), the residual add, drop path, sum of squares and
-// scaling on CUDA, twin of src/cpu/elementwise.c, and the bf16 rounding of GEMM operands. The sum of
+// elementwise.cu: GELU (the exact erf form), the residual add, drop path, LayerScale, sum of
+// squares and scaling on CUDA, twin of src/cpu/elementwise.c, and the bf16 rounding of GEMM operands. The sum of
 // squares is a two-stage reduction over chunks of a fixed size, in double, with no atomics: the
 // same bits on every run and every GPU.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
@@ -63,6 +63,21 @@ static __global__ void drop_path_kernel(float *out, const float *x, const float 
   }
 }
 
+// out = x * gamma per column; out may alias x (each element read, then written, by one thread).
+static __global__ void layer_scale_kernel(float *out, const float *x, const float *gamma,
+                                          int64_t count, int64_t cols) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = x[i] * gamma[i % cols];
+}
+
+// LayerScale's gamma gradient: the products dout * x, summed by colsum_acc; __fmul_rn rounds
+// each product on its own, as the CPU does, where nvcc would fuse it into the sum (an FMA).
+struct layer_scale_grad_src {
+  const float *dout, *x;
+  __device__ __forceinline__ float operator()(int64_t i) const { return __fmul_rn(dout[i], x[i]); }
+};
+
 static __global__ void scale_kernel(float *x, float alpha, int64_t count) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x)
@@ -125,6 +140,24 @@ extern "C" void vt_cuda_drop_path(float *out, const float *x, const float *res, 
   drop_path_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(
       out, x, res, rows, cols, *mask);
   VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_layer_scale_fwd(float *out, const float *x, const float *gamma,
+                                        int64_t rows, int64_t cols) {
+  const int64_t count = rows * cols;
+  layer_scale_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      out, x, gamma, count, cols);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_layer_scale_bwd(float *dx, float *dgamma, const float *dout,
+                                        const float *x, const float *gamma, int64_t rows,
+                                        int64_t cols) {
+  // dgamma first: dx may alias dout.
+  const layer_scale_grad_src src = {dout, x};
+  float *part = (float *)vt_cuda_scratch((size_t)(colsum_chunks(rows) * cols) * sizeof(float));
+  colsum_acc(dgamma, (float *)NULL, 0, src, part, rows, cols);
+  vt_cuda_layer_scale_fwd(dx, dout, gamma, rows, cols);
 }
 
 extern "C" void vt_cuda_scale(float *x, float alpha, int64_t count) {

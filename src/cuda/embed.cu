@@ -1,7 +1,8 @@
-// embed.cu: patchify (the data half of patch embedding), class token plus position embedding,
-// and class-token pooling on CUDA, twin of src/cpu/embed.c. All but the parameter gradients are
-// permutations or single additions, so they equal the CPU bit for bit; dcls and dpos add the
-// batch in order 0..B-1 onto the old value, exactly as the CPU twin does. C-style CUDA, no STL.
+// embed.cu: patchify (the data half of patch embedding), prefix tokens (class, registers) plus
+// position embedding, class-token and mean pooling on CUDA, twin of src/cpu/embed.c. Each output
+// is a permutation, a single addition or a sum in the CPU twin's order, so they equal the CPU bit
+// for bit; dprefix and dpos add the batch in order 0..B-1 onto the old value, exactly as the CPU
+// twin does. C-style CUDA, no STL.
 // Must not depend on MPI, NCCL or the model.
 #include "cuda_common.h"
 #include "cuda_ops.h"
@@ -44,30 +45,34 @@ static __global__ void patchify_bwd_kernel(float *dimg, const float *dpatches, i
   }
 }
 
-// x[b,0] = cls + pos[0], x[b,n] = patch_out[b,n-1] + pos[n]
-static __global__ void embed_fwd_kernel(float *x, const float *patch_out, const float *cls,
-                                        const float *pos, int64_t B, int64_t N, int64_t C) {
+// x[b,n] = prefix[n] (n < T) or patch_out[b,n-T], plus pos[n-pos0] from token pos0 on
+static __global__ void embed_fwd_kernel(float *x, const float *patch_out, const float *prefix,
+                                        const float *pos, int64_t B, int64_t N, int64_t T,
+                                        int64_t pos0, int64_t C) {
   const int64_t count = B * N * C;
   GRID_STRIDE(i, count) {
     const int64_t c = i % C, bn = i / C, n = bn % N, b = bn / N;
-    const float src = n == 0 ? cls[c] : patch_out[(b * (N - 1) + n - 1) * C + c];
-    x[i] = src + pos[n * C + c];
+    const float src = n < T ? prefix[n * C + c] : patch_out[(b * (N - T) + n - T) * C + c];
+    x[i] = n < pos0 ? src : src + pos[(n - pos0) * C + c];
   }
 }
 
-// dpos[n,c] += dx[0,n,c], += dx[1,n,c], ... one thread per (n, c), batch in order; dcls is the
-// same sum over the class-token rows (n = 0).
-static __global__ void embed_param_kernel(float *dcls, float *dpos, const float *dx, int64_t B,
-                                          int64_t N, int64_t C) {
+// dpos[n-pos0,c] += dx[0,n,c], += dx[1,n,c], ... one thread per (n, c), batch in order; dprefix
+// is the same sum over the prefix rows (n < T), each onto its own old value.
+static __global__ void embed_param_kernel(float *dprefix, float *dpos, const float *dx, int64_t B,
+                                          int64_t N, int64_t T, int64_t pos0, int64_t C) {
   const int64_t count = N * C;
   GRID_STRIDE(i, count) {
-    float acc = dpos[i];
-    for (int64_t b = 0; b < B; b++) acc += dx[b * N * C + i];
-    dpos[i] = acc;
-    if (i < C) {
-      float a = dcls[i];
+    const int64_t n = i / C;
+    if (n >= pos0) {
+      float acc = dpos[i - pos0 * C];
+      for (int64_t b = 0; b < B; b++) acc += dx[b * N * C + i];
+      dpos[i - pos0 * C] = acc;
+    }
+    if (n < T) {
+      float a = dprefix[i];
       for (int64_t b = 0; b < B; b++) a += dx[b * N * C + i];
-      dcls[i] = a;
+      dprefix[i] = a;
     }
   }
 }
@@ -83,24 +88,24 @@ static __global__ void cls_pool_bwd_kernel(float *dx, const float *dout, int64_t
   }
 }
 
-// One thread per (b, c), its tokens summed in order (the CPU op's order: the same bits).
+// One thread per (b, c), its patch tokens summed in order (the CPU op's order: the same bits).
 static __global__ void mean_pool_fwd_kernel(float *out, const float *x, int64_t B, int64_t N,
-                                            int64_t C) {
+                                            int64_t T, int64_t C) {
   const int64_t count = B * C;
   GRID_STRIDE(i, count) {
     const int64_t b = i / C, c = i % C;
     float acc = 0.0f;
-    for (int64_t n = 1; n < N; n++) acc += x[(b * N + n) * C + c];
-    out[i] = acc / (float)(N - 1);
+    for (int64_t n = T; n < N; n++) acc += x[(b * N + n) * C + c];
+    out[i] = acc / (float)(N - T);
   }
 }
 
 static __global__ void mean_pool_bwd_kernel(float *dx, const float *dout, int64_t B, int64_t N,
-                                            int64_t C) {
+                                            int64_t T, int64_t C) {
   const int64_t count = B * N * C;
   GRID_STRIDE(i, count) {
     const int64_t c = i % C, bn = i / C, n = bn % N, b = bn / N;
-    dx[i] = n == 0 ? 0.0f : dout[b * C + c] / (float)(N - 1);
+    dx[i] = n < T ? 0.0f : dout[b * C + c] / (float)(N - T);
   }
 }
 
@@ -118,23 +123,25 @@ extern "C" void vt_cuda_patchify_bwd(float *dimg, const float *dpatches, int64_t
   VT_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void vt_cuda_embed_fwd(float *x, const float *patch_out, const float *cls,
-                                  const float *pos, int64_t B, int64_t N, int64_t C) {
+extern "C" void vt_cuda_embed_fwd(float *x, const float *patch_out, const float *prefix,
+                                  const float *pos, int64_t B, int64_t N, int64_t T, int64_t pos0,
+                                  int64_t C) {
   embed_fwd_kernel<<<vt_cuda_blocks(B * N * C, THREADS), THREADS, 0, vt_cuda_stream()>>>(
-      x, patch_out, cls, pos, B, N, C);
+      x, patch_out, prefix, pos, B, N, T, pos0, C);
   VT_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void vt_cuda_embed_bwd(float *dpatch_out, float *dcls, float *dpos, const float *dx,
-                                  int64_t B, int64_t N, int64_t C) {
+extern "C" void vt_cuda_embed_bwd(float *dpatch_out, float *dprefix, float *dpos, const float *dx,
+                                  int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C) {
   cudaStream_t st = vt_cuda_stream();
-  // dpatch_out[b] is rows 1..N-1 of dx[b]: a strided 2D copy (B rows of (N-1)*C floats).
+  // dpatch_out[b] is rows T..N-1 of dx[b]: a strided 2D copy (B rows of (N-T)*C floats).
   if (dpatch_out)
-    VT_CUDA_CHECK(cudaMemcpy2DAsync(dpatch_out, (size_t)((N - 1) * C) * sizeof(float), dx + C,
-                                    (size_t)(N * C) * sizeof(float),
-                                    (size_t)((N - 1) * C) * sizeof(float), (size_t)B,
+    VT_CUDA_CHECK(cudaMemcpy2DAsync(dpatch_out, (size_t)((N - T) * C) * sizeof(float),
+                                    dx + T * C, (size_t)(N * C) * sizeof(float),
+                                    (size_t)((N - T) * C) * sizeof(float), (size_t)B,
                                     cudaMemcpyDeviceToDevice, st));
-  embed_param_kernel<<<vt_cuda_blocks(N * C, THREADS), THREADS, 0, st>>>(dcls, dpos, dx, B, N, C);
+  embed_param_kernel<<<vt_cuda_blocks(N * C, THREADS), THREADS, 0, st>>>(dprefix, dpos, dx, B, N,
+                                                                         T, pos0, C);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -153,15 +160,15 @@ extern "C" void vt_cuda_cls_pool_bwd(float *dx, const float *dout, int64_t B, in
 }
 
 extern "C" void vt_cuda_mean_pool_fwd(float *out, const float *x, int64_t B, int64_t N,
-                                      int64_t C) {
+                                      int64_t T, int64_t C) {
   mean_pool_fwd_kernel<<<vt_cuda_blocks(B * C, THREADS), THREADS, 0, vt_cuda_stream()>>>(
-      out, x, B, N, C);
+      out, x, B, N, T, C);
   VT_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void vt_cuda_mean_pool_bwd(float *dx, const float *dout, int64_t B, int64_t N,
-                                      int64_t C) {
+                                      int64_t T, int64_t C) {
   mean_pool_bwd_kernel<<<vt_cuda_blocks(B * N * C, THREADS), THREADS, 0, vt_cuda_stream()>>>(
-      dx, dout, B, N, C);
+      dx, dout, B, N, T, C);
   VT_CUDA_CHECK_LAUNCH();
 }
