@@ -10,7 +10,11 @@
 #  - --init-from at another image size resamples pos_embed and at another class count renews
 #    the head, and says so; the resampled pos_embed equals timm's resample_abs_pos_embed
 #    (PyTorch bicubic interpolation with antialias=True) for a larger, a smaller and a
-#    non-integer-ratio grid (4x4 to 6x6, 2x2, 3x3).
+#    non-integer-ratio grid (4x4 to 6x6, 2x2, 3x3);
+#  - with LayerScale and 2 register tokens (positions on every token, then on the patch tokens
+#    only) --init-from keeps every tensor at the same size and resamples the grid behind the
+#    prefix rows at another; a file of another variant (LayerScale, registers, positions) is
+#    refused naming the flag that matches it.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -164,4 +168,60 @@ for px in (24, 8, 12):
           f"{err:.2e} (tol 1e-05) {'ok' if ok else 'FAIL'}")
 sys.exit(1 if bad else 0)
 PY
+# LayerScale and register tokens: pos_embed holds the 3 prefix tokens' rows (none with
+# --no-embed-class 1) ahead of the grid. The same size loads every tensor as it is; 24 px
+# resamples the grid behind them.
+variant=(--model tiny --img-size 16 --patch-size 4 --width 32 --heads 4 --depth 4 --num-classes 3
+         --layer-scale 0.1 --reg-tokens 2)
+for nec in 0 1; do
+  step timeout 300 mpirun -np 1 "$vit3d" train "${variant[@]}" --no-embed-class $nec --steps 2 \
+    --micro-batch-size 2 --final-weights "$work/ls$nec.safetensors"
+  for px in 16 24; do
+    step timeout 300 mpirun -np 1 "$vit3d" train "${variant[@]}" --img-size $px --no-embed-class $nec \
+      --steps 1 --lr 0 --min-lr 0 --micro-batch-size 2 --init-from "$work/ls$nec.safetensors" \
+      --final-weights "$work/ls${nec}_$px.safetensors"
+  done
+done
+"$py" - "$work" "$here" <<'PY' || fail=1
+import sys
+import numpy as np
+import torch
+import torch.nn.functional as F
+sys.path.insert(0, sys.argv[2])
+from ref_vit import read_safetensors
+bad = 0
+for nec in (0, 1):
+    src = read_safetensors(f"{sys.argv[1]}/ls{nec}.safetensors")
+    same = read_safetensors(f"{sys.argv[1]}/ls{nec}_16.safetensors")
+    big = read_safetensors(f"{sys.argv[1]}/ls{nec}_24.safetensors")
+    equal = sorted(src) == sorted(same) and all(np.array_equal(src[n], same[n]) for n in src)
+    pr = 0 if nec else 3
+    pos = torch.as_tensor(src["pos_embed"]).double()
+    grid = pos[:, pr:].reshape(1, 4, 4, -1).permute(0, 3, 1, 2)
+    want = F.interpolate(grid, size=(6, 6), mode="bicubic", align_corners=False, antialias=True)
+    want = torch.cat([pos[:, :pr], want.permute(0, 2, 3, 1).reshape(1, 36, -1)], dim=1)
+    got = torch.as_tensor(big["pos_embed"]).double()
+    err = ((got - want).abs().max() / want.abs().max()).item() if got.shape == want.shape else 1.0
+    rest = all(np.array_equal(src[n], big[n]) for n in src if n != "pos_embed")
+    ok = equal and err <= 1e-5 and rest and "blocks.3.ls2.gamma" in src and src["reg_token"].shape == (1, 2, 32)
+    bad += not ok
+    print(f"LayerScale, 2 registers, no_embed_class {nec}: same size loads every tensor as it is "
+          f"{equal}; 24 px: pos_embed ({pr} prefix rows kept, 4x4 -> 6x6) vs torch {err:.2e} "
+          f"(tol 1e-05), the other tensors as they are {rest}: {'ok' if ok else 'FAIL'}")
+sys.exit(1 if bad else 0)
+PY
+refused() {  # refused FILE HINT FLAGS...: --init-from FILE with FLAGS exits 2 naming HINT
+  local file=$1 hint=$2
+  shift 2
+  out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
+        --init-from "$work/$file" "$@" 2>&1)
+  local rc=$?
+  if [ $rc -eq 2 ] && grep -q -- "$hint" <<<"$out"; then echo "ok: refused: $(grep -m1 -- "$hint" <<<"$out")"
+  else echo "FAIL: --init-from $file $* was not refused naming $hint (rc $rc): $out"; fail=1; fi
+}
+refused ls0.safetensors "pass --layer-scale G"
+refused ls0.safetensors "pass --reg-tokens 2" --layer-scale 1e-6
+refused w.safetensors "pass --layer-scale 0" --layer-scale 1e-6
+refused ls0.safetensors "pass --no-embed-class 0" --layer-scale 1e-6 --reg-tokens 2 --no-embed-class 1
+refused ls1.safetensors "pass --no-embed-class 1" --layer-scale 1e-6 --reg-tokens 2
 exit $fail
