@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for five variants
+# of timm's VisionTransformer (defaults; the mean-pooled head; DeiT III's LayerScale with
+# positions on the patch tokens only; 2 registers with LayerScale; 3 registers with class
+# positions and the mean-pooled head) timm's random weights go in through --init-from and
+# `vit3d eval --logits-out` must give timm's logits on the same inputs.
+# timm: an importable one, else timm 1.0.9 from PyPI unpacked once into CACHE_DIR (pure Python,
+# --no-deps; it needs Debian's python3-torchvision). Exits 77 (skip) when neither is possible,
+# saying why.
+set -uo pipefail
+vit3d=$1
+cache=$2
+here=$(cd "$(dirname "$0")" && pwd)
+py=${VT_REF_PYTHON:-/usr/bin/python3}
+skip() { echo "SKIP: $*"; exit 77; }
+"$py" -c "import torch, torchvision, numpy, PIL" 2>/dev/null ||
+  skip "$py cannot import torch, torchvision, numpy and PIL (Debian: python3-torch python3-torchvision)"
+if ! "$py" -c "import timm" 2>/dev/null; then
+  if [ ! -f "$cache/timm/__init__.py" ]; then
+    dl=$(mktemp -d)
+    for pip in "python3 -m pip" "$py -m pip"; do
+      timeout 120 $pip download --no-deps --quiet timm==1.0.9 -d "$dl" >/dev/null 2>&1 && break
+    done
+    whl=$(ls "$dl"/timm-*.whl 2>/dev/null | head -n 1)
+    [ -n "$whl" ] || { rm -rf "$dl"; skip "timm is not installed and PyPI gave no timm 1.0.9 wheel"; }
+    mkdir -p "$cache" && "$py" -m zipfile -e "$whl" "$cache" || { rm -rf "$dl"; skip "cannot unpack $whl"; }
+    rm -rf "$dl"
+  fi
+  export PYTHONPATH="$cache${PYTHONPATH:+:$PYTHONPATH}"
+  "$py" -c "import timm" 2>/dev/null || skip "timm from $cache does not import: $("$py" -c 'import timm' 2>&1 | tail -n 1)"
+fi
+echo "timm $("$py" -c 'import timm; print(timm.__version__, timm.__file__)')"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$py" "$here/make_images.py" "$work/val" 10 3 40 || { echo "FAIL: make_images.py"; exit 1; }
+fail=0
+for v in vit avg deit3 reg reg_avg; do
+  mapfile -t flags < <("$py" "$here/timm_check.py" flags $v)
+  if ! "$py" "$here/timm_check.py" write $v "$work/$v.safetensors"; then
+    echo "FAIL: timm could not build variant $v"; fail=1; continue
+  fi
+  if ! "$vit3d" eval --model tiny "${flags[@]}" --val-data "$work/val" --init-from "$work/$v.safetensors" \
+      --micro-batch-size 8 --threads 1 --logits-out "$work/$v.dump.safetensors" > "$work/$v.log" 2>&1; then
+    echo "FAIL: vit3d eval of $v:"; tail -5 "$work/$v.log"; fail=1; continue
+  fi
+  "$py" "$here/timm_check.py" check $v "$work/$v.safetensors" "$work/$v.dump.safetensors" || fail=1
+done
+exit $fail

@@ -1,0 +1,92 @@
+"""timm_check.py: vit3d's ViT against timm's own VisionTransformer, not a copy of it: timm builds
+each variant with random weights, they go to vit3d through --init-from, and the logits vit3d's
+evaluation writes (--logits-out) must be timm's on the same inputs. Covers the names, shapes and
+semantics of the plain ViT, the mean-pooled head, DeiT III's LayerScale with positions on the
+patch tokens only, and register tokens with and without class positions.
+
+  timm_check.py flags VARIANT           the vit3d model flags of a variant (one per line)
+  timm_check.py write VARIANT OUT       timm's weights (perturbed, so no bias or gamma is its
+                                        initial constant) as safetensors
+  timm_check.py check VARIANT W DUMP    timm (float64) on DUMP's inputs against its logits:
+                                        max |diff| / max |logit| <= 1e-5; exit 0 = pass
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ref_vit import read_safetensors  # noqa: E402
+
+# A small ViT: 32 px, patch 8 (16 patches), width 48, 3 blocks of 3 heads, 10 classes.
+BASE = dict(img_size=32, patch_size=8, embed_dim=48, depth=3, num_heads=3, num_classes=10)
+BASE_FLAGS = ["--img-size", "32", "--patch-size", "8", "--width", "48", "--depth", "3",
+              "--heads", "3", "--num-classes", "10"]
+# variant: (timm's VisionTransformer keywords, vit3d's flags)
+VARIANTS = {
+    "vit": ({}, []),
+    "avg": ({"global_pool": "avg"}, ["--global-pool", "avg"]),
+    "deit3": ({"init_values": 0.3, "no_embed_class": True},
+              ["--layer-scale", "0.3", "--no-embed-class", "1"]),
+    "reg": ({"init_values": 0.3, "reg_tokens": 2, "no_embed_class": True},
+            ["--layer-scale", "0.3", "--reg-tokens", "2", "--no-embed-class", "1"]),
+    "reg_avg": ({"reg_tokens": 3, "global_pool": "avg"},
+                ["--reg-tokens", "3", "--global-pool", "avg"]),
+}
+
+
+def build(variant):
+    from timm.models.vision_transformer import VisionTransformer
+    torch.manual_seed(7)
+    model = VisionTransformer(**BASE, **VARIANTS[variant][0])
+    with torch.no_grad():  # every tensor off its initial constant (zero biases, gamma = 0.3)
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model.eval()
+
+
+def write(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        b = np.ascontiguousarray(t.detach().numpy(), dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def check(variant, weights_path, dump_path):
+    model = build(variant)
+    weights = read_safetensors(weights_path)
+    model.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()}, strict=True)
+    model = model.double()
+    dump = read_safetensors(dump_path)
+    with torch.no_grad():
+        ref = model(torch.as_tensor(dump["images"]).double())
+    mine = torch.as_tensor(dump["logits"]).double()
+    err = ((mine - ref).abs().max() / ref.abs().max()).item() if mine.shape == ref.shape else 1.0
+    names = len(weights)
+    print(f"{variant:8s} ({' '.join(VARIANTS[variant][1]) or 'timm defaults'}): {names} tensors "
+          f"loaded strictly into timm; {len(mine)} images: max |vit3d - timm| / max |logit| = "
+          f"{err:.2e} (tol 1e-05) {'ok' if err <= 1e-5 else 'FAIL'}")
+    return 0 if err <= 1e-5 else 1
+
+
+def main():
+    cmd, variant = sys.argv[1], sys.argv[2]
+    if cmd == "flags":
+        print("\n".join(BASE_FLAGS + VARIANTS[variant][1]))
+        return 0
+    if cmd == "write":
+        write(sys.argv[3], build(variant).state_dict())
+        return 0
+    return check(variant, sys.argv[3], sys.argv[4])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
