@@ -76,12 +76,13 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    "\nglobal_batch %" PRId64 "\nadam_t %" PRId64 "\nseed %" PRIu64
                    "\nimg_size %d\npatch_size %d\nwidth %d\ndepth %d\nheads %d\nmlp_ratio %.9g"
                    "\nnum_classes %d\nglobal_pool %d\naug_repeats %d\nlayer_scale %d"
-                   "\nno_embed_class %d\nreg_tokens %d\ntp %d\npp %d\ndp %d"
+                   "\nno_embed_class %d\nreg_tokens %d\nqk_norm %d\nqkv_bias %d\ntp %d\npp %d\ndp %d"
                    "\nzero %d\nsequence_parallel %d\n",
                    m->step, m->stream_position, m->global_batch, m->adam_t, m->seed, m->img_size,
                    m->patch_size, m->width, m->depth, m->heads, (double)m->mlp_ratio,
                    m->num_classes, m->global_pool, m->aug_repeats > 1 ? m->aug_repeats : 1,
-                   m->layer_scale, m->no_embed_class, m->reg_tokens, m->tp, m->pp, m->dp, m->zero,
+                   m->layer_scale, m->no_embed_class, m->reg_tokens, m->qk_norm, m->qkv_bias, m->tp,
+                   m->pp, m->dp, m->zero,
                    m->sequence_parallel);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
     k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
@@ -119,6 +120,8 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"layer_scale", 0, 1, &m->layer_scale, 4, 1, 0},  // absent: 0
       {"no_embed_class", 0, 1, &m->no_embed_class, 4, 1, 0},
       {"reg_tokens", 0, 256, &m->reg_tokens, 4, 1, 0},
+      {"qk_norm", 0, 1, &m->qk_norm, 4, 1, 0},
+      {"qkv_bias", 0, 1, &m->qkv_bias, 4, 1, 0},  // absent: 1
       {"tp", 1, 1 << 20, &m->tp, 4, 0, 0},
       {"pp", 1, 1 << 20, &m->pp, 4, 0, 0},
       {"dp", 1, 1 << 20, &m->dp, 4, 0, 0},
@@ -127,7 +130,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   };
   const int nkeys = (int)(sizeof keys / sizeof keys[0]);
   memset(m, 0, sizeof *m);
-  m->aug_repeats = 1;
+  m->aug_repeats = 1, m->qkv_bias = 1;
   int format = 0, ratio = 0, line_no = 0;
   const char *p = text, *end = text + nbytes;
   while (p < end) {

@@ -101,6 +101,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic", pool[8] = "token";
   char train_interp[12] = "sample", eval_interp[12] = "sample";
   char mean[64] = "", std[64] = "";
+  int qkv_bias = 1;
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
   const char *preset = vt_cli_find(argc, argv, "--model");
@@ -138,6 +139,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--reg-tokens", VT_OPT_INT, &o.model.reg_tokens, 0, 0, 256, "R",
        "register tokens after the class token (timm's reg_tokens, DINOv2 with registers: 4); "
        "mean pooling skips them", NULL},
+      {"--qk-norm", VT_OPT_INT, &o.model.qk_norm, 0, 0, 1, "0|1",
+       "1: LayerNorm over each head's queries and keys before attention (timm's qk_norm, "
+       "ViT-22B): blocks.i.attn.q_norm and k_norm", NULL},
+      {"--qkv-bias", VT_OPT_INT, &qkv_bias, 0, 0, 1, "0|1",
+       "0: the qkv Linear has no bias (timm's qkv_bias=False, ViT-22B)", NULL},
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
        "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
        "directory (root/<class>/<image>), a list file (path<TAB>label per line) or tar shards "
@@ -351,6 +357,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                     : VT_PRECISION_FP32;
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
   o.model.global_pool = strcmp(pool, "avg") == 0;
+  o.model.no_qkv_bias = !qkv_bias;
   o.erase.mode = strcmp(remode, "const") == 0  ? VT_ERASE_CONST
                  : strcmp(remode, "rand") == 0 ? VT_ERASE_RAND
                                                : VT_ERASE_PIXEL;

@@ -141,6 +141,28 @@ void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const flo
   be->attention_bwd(dqkv, dbias, dout, qkv, out, lse, B, N, H, D);
 }
 
+void vt_qk_norm_fwd(const vt_backend *be, float *out, float *mean, float *rstd, const float *qkv,
+                    const float *qw, const float *qb, const float *kw, const float *kb,
+                    int64_t M, int64_t H, int64_t D) {
+  NEED(be, qk_norm_fwd);
+  PTR(out); PTR(mean); PTR(rstd); PTR(qkv); PTR(qw); PTR(qb); PTR(kw); PTR(kb);
+  POS(M); POS(H); POS(D);
+  VT_CHECK(out != qkv, "qk_norm_fwd: out must not alias qkv");
+  be->qk_norm_fwd(out, mean, rstd, qkv, qw, qb, kw, kb, M, H, D);
+}
+
+void vt_qk_norm_bwd(const vt_backend *be, float *dqkv, float *dqw, float *dqb, float *dkw,
+                    float *dkb, float *dbias, const float *dout, const float *qkv,
+                    const float *qw, const float *kw, const float *mean, const float *rstd,
+                    int64_t M, int64_t H, int64_t D) {
+  NEED(be, qk_norm_bwd);
+  PTR(dqkv); PTR(dqw); PTR(dqb); PTR(dkw); PTR(dkb); PTR(dout); PTR(qkv); PTR(qw); PTR(kw);
+  PTR(mean); PTR(rstd);
+  POS(M); POS(H); POS(D);
+  VT_CHECK(dqkv != dout && dqkv != qkv, "qk_norm_bwd: dqkv must not alias dout or qkv");
+  be->qk_norm_bwd(dqkv, dqw, dqb, dkw, dkb, dbias, dout, qkv, qw, kw, mean, rstd, M, H, D);
+}
+
 void vt_add(const vt_backend *be, float *out, const float *a, const float *b, int64_t count) {
   NEED(be, add);
   PTR(out); PTR(a); PTR(b);

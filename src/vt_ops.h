@@ -117,6 +117,23 @@ void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const flo
                       const float *qkv, const float *out, const float *lse, int64_t B, int64_t N,
                       int64_t H, int64_t D);
 
+// QK-norm (timm's qk_norm, ViT-22B): a LayerNorm (eps VT_LAYERNORM_EPS) over each head's D
+// values of q and of k, the q heads sharing the weights qw, qb (D), the k heads kw, kb. qkv and
+// out (M, 3*H*D) in attention's layout (vt_attention_fwd); out holds the normalised q and k and v
+// as it is; both are bf16 activations in bf16 precision. mean, rstd (M, 2H): each row's
+// statistics, q heads then k heads (fp32). Under TP, H is the local head count.
+void vt_qk_norm_fwd(const vt_backend *be, float *out, float *mean, float *rstd, const float *qkv,
+                    const float *qw, const float *qb, const float *kw, const float *kb,
+                    int64_t M, int64_t H, int64_t D);
+// dqkv (M, 3HD) overwritten (a bf16 activation in bf16 precision): the LayerNorm backward of
+// dout's q and k parts, dout's v part as it is (dout: attention_bwd's dqkv of out, a bf16
+// activation in bf16); dqw, dqb, dkw, dkb (D) += their column sums over the M*H rows of each;
+// dbias (3HD) += the column sums of the fp32 dqkv, qkv's bias gradient (may be NULL).
+void vt_qk_norm_bwd(const vt_backend *be, float *dqkv, float *dqw, float *dqb, float *dkw,
+                    float *dkb, float *dbias, const float *dout, const float *qkv,
+                    const float *qw, const float *kw, const float *mean, const float *rstd,
+                    int64_t M, int64_t H, int64_t D);
+
 // Residual add, out = a + b (out may alias a or b). Its backward passes the gradient to both
 // inputs unchanged, so the model reuses this op to add branch gradients into the stream.
 void vt_add(const vt_backend *be, float *out, const float *a, const float *b, int64_t count);

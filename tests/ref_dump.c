@@ -5,7 +5,8 @@
 // per-step lr, grad norm and loss, the final weights and their EMA.
 // Usage: ref_dump OUT.safetensors [avg|ls|reg]: avg the mean-pooled head; ls LayerScale, 2
 // register tokens, positions on the patch tokens only and the mean-pooled head (DeiT III and
-// DINOv2's options); reg 3 register tokens with positions, the class-token head.
+// DINOv2's options); reg 3 register tokens with positions, the class-token head; qk QK-norm
+// without the qkv bias (ViT-22B's attention) and LayerScale.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,8 +61,9 @@ static void push_params(out_list *o, const vt_model *m, const char *prefix, cons
 int main(int argc, char **argv) {
   const char *variant = argc == 3 ? argv[2] : "";
   if (argc < 2 || argc > 3 ||
-      (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg"))) {
-    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg]\n", argv[0]);
+      (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg") &&
+       strcmp(variant, "qk"))) {
+    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk]\n", argv[0]);
     return 2;
   }
   const char *why = NULL;
@@ -75,6 +77,7 @@ int main(int argc, char **argv) {
   if (!strcmp(variant, "ls"))  // gammas well away from 0, so each branch weighs in the check
     cfg.layer_scale = 0.3f, cfg.reg_tokens = 2, cfg.no_embed_class = 1;
   if (!strcmp(variant, "reg")) cfg.reg_tokens = 3;
+  if (!strcmp(variant, "qk")) cfg.qk_norm = 1, cfg.no_qkv_bias = 1, cfg.layer_scale = 0.5f;
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,

@@ -90,16 +90,20 @@ def drop_path(x, mask, keep):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, heads):
+    def __init__(self, dim, heads, qk_norm=False, qkv_bias=True):
         super().__init__()
         self.heads, self.scale = heads, (dim // heads) ** -0.5
-        self.qkv = nn.Linear(dim, 3 * dim)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        # timm's qk_norm: a LayerNorm over each head's dim, shared by the heads
+        self.q_norm = nn.LayerNorm(dim // heads, eps=1e-6) if qk_norm else nn.Identity()
+        self.k_norm = nn.LayerNorm(dim // heads, eps=1e-6) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim)
 
     def forward(self, x):
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
+        q, k = self.q_norm(q), self.k_norm(k)
         att = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
         return self.proj((att @ v).transpose(1, 2).reshape(B, N, C))
 
@@ -124,9 +128,10 @@ class LayerScale(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, hidden, layer_scale=False):
+    def __init__(self, dim, heads, hidden, layer_scale=False, qk_norm=False, qkv_bias=True):
         super().__init__()
-        self.norm1, self.attn = nn.LayerNorm(dim, eps=1e-6), Attention(dim, heads)
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, heads, qk_norm, qkv_bias)
         self.norm2, self.mlp = nn.LayerNorm(dim, eps=1e-6), Mlp(dim, hidden)
         self.ls1 = LayerScale(dim) if layer_scale else nn.Identity()
         self.ls2 = LayerScale(dim) if layer_scale else nn.Identity()
@@ -150,7 +155,7 @@ class PatchEmbed(nn.Module):
 class ViT(nn.Module):
     def __init__(self, img=IMG, patch=PATCH, width=WIDTH, depth=DEPTH, heads=HEADS,
                  mlp_ratio=MLP_RATIO, classes=CLASSES, global_pool=False, layer_scale=False,
-                 reg_tokens=0, no_embed_class=False):
+                 reg_tokens=0, no_embed_class=False, qk_norm=False, qkv_bias=True):
         super().__init__()
         self.global_pool, self.no_embed_class = global_pool, no_embed_class
         self.prefix = 1 + reg_tokens  # timm's num_prefix_tokens: class token, then registers
@@ -160,7 +165,8 @@ class ViT(nn.Module):
         self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, width)) if reg_tokens else None
         self.pos_embed = nn.Parameter(torch.zeros(1, n, width))
         self.blocks = nn.Sequential(
-            *[Block(width, heads, int(width * mlp_ratio), layer_scale) for _ in range(depth)])
+            *[Block(width, heads, int(width * mlp_ratio), layer_scale, qk_norm, qkv_bias)
+              for _ in range(depth)])
         # timm: global_pool='avg' replaces `norm` by fc_norm after the pooling
         if global_pool:
             self.fc_norm = nn.LayerNorm(width, eps=1e-6)
@@ -230,15 +236,25 @@ def rel_err(mine, ref, base=None):
 
 
 def final_pieces(name, t):
-    """Splits the k third off qkv.bias (see final_err); other tensors are one piece."""
+    """Splits the k third off qkv.bias (see final_err); QK-norm's k bias is all such a piece;
+    other tensors are one piece."""
     if name.endswith("attn.qkv.bias"):
         q, k, v = t.chunk(3)
         return {name + "[q,v]": torch.cat([q, v]), name + "[k]": k}
+    if name.endswith("attn.k_norm.bias"):
+        return {name + "[k]": t}
     return {name: t}
 
 
+def grad_base(name, grads):
+    """What a gradient's error is relative to: its own norm, but for QK-norm's k bias (an
+    exactly zero gradient, see final_err) that of the k norm's weight."""
+    return grads[name.replace("k_norm.bias", "k_norm.weight")]
+
+
 def final_err(key, mine, ref, init, lr_sum):
-    """The k bias gets an exactly zero gradient (softmax ignores the per-query constant q.b_k),
+    """The k bias (of qkv, or of QK-norm's k LayerNorm) gets an exactly zero gradient (softmax
+    ignores the per-query constant q.b_k),
     so vit3d's ~1e-10 roundoff there becomes Adam updates of ~1e-3 lr with random sign: no
     reference can match them. Check instead that it stayed put: the largest move as a fraction
     of a real Adam trajectory (sum of lr), which a wrong nonzero gradient would make ~1."""
@@ -261,8 +277,10 @@ def main():
 
     regs = d["init.reg_token"].shape[1] if "init.reg_token" in d else 0
     no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2
+    qk_norm, qkv_bias = "init.blocks.0.attn.q_norm.weight" in d, "init.blocks.0.attn.qkv.bias" in d
     model = ViT(global_pool="init.fc_norm.weight" in d, layer_scale="init.blocks.0.ls1.gamma" in d,
-                reg_tokens=regs, no_embed_class=no_embed_class).to(dt)
+                reg_tokens=regs, no_embed_class=no_embed_class, qk_norm=qk_norm,
+                qkv_bias=qkv_bias).to(dt)
     names = [n for n, _ in model.named_parameters()]
     init = {n[5:]: t for n, t in d.items() if n.startswith("init.")}
     model.load_state_dict({n: t.to(dt) for n, t in init.items()}, strict=True)
@@ -319,7 +337,8 @@ def main():
             results.append(("loss", "loss", rel_err(d["loss"], loss.reshape(1)), TOL["loss"]))
             ref_grads = {n: p.grad.clone() for n, p in params.items()}  # before clipping
             for n in names:
-                results.append(("grad", n, rel_err(d["grad." + n], ref_grads[n]), TOL["grad"]))
+                results.append(("grad", n, rel_err(d["grad." + n], ref_grads[n],
+                                                   grad_base(n, ref_grads)), TOL["grad"]))
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=CLIP)
         opt.step()
         with torch.no_grad():  # timm's ModelEmaV2: ema * decay + (1 - decay) * weights
@@ -360,8 +379,9 @@ def main():
 
     for n in names:
         planted += 1
-        bad = corrupt(d["grad." + n], 1e-3 * ref_grads[n].norm().item())
-        if rel_err(bad, ref_grads[n]) <= TOL["grad"]:
+        base = grad_base(n, ref_grads)
+        bad = corrupt(d["grad." + n], 1e-3 * base.norm().item())
+        if rel_err(bad, ref_grads[n], base) <= TOL["grad"]:
             insensitive.append("grad." + n)
     for key, (mine, ref, ini) in final.items():
         planted += 1
@@ -379,7 +399,8 @@ def main():
     failed = [r for r in results if not r[2] <= r[3]]  # "not <=" also catches NaN
     variant = ((", LayerScale" if "init.blocks.0.ls1.gamma" in d else "") +
                (f", {regs} register tokens" if regs else "") +
-               (", positions on the patch tokens only" if no_embed_class else ""))
+               (", positions on the patch tokens only" if no_embed_class else "") +
+               (", QK-norm" if qk_norm else "") + ("" if qkv_bias else ", no qkv bias"))
     print(f"vit3d vs PyTorch reference ({args.dtype}, head: "
           f"{'mean of the patch tokens, fc_norm' if model.global_pool else 'class token'}"
           f"{variant}); clipping active on {clipped}/{STEPS} steps;"

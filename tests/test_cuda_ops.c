@@ -499,6 +499,51 @@ static void t_cls_pool_bwd(tc *t, const int64_t *d) { pool_case(t, d, 0, 1); }
 static void t_mean_pool_fwd(tc *t, const int64_t *d) { pool_case(t, d, 1, 0); }
 static void t_mean_pool_bwd(tc *t, const int64_t *d) { pool_case(t, d, 1, 1); }
 
+// QK-norm on (M, 3HD); the backward adds onto random old parameter gradients, with and
+// without qkv's bias gradient (d[3]).
+static void t_qk_norm_fwd(tc *t, const int64_t *d) {
+  const int64_t M = d[0], H = d[1], D = d[2], n = M * 3 * H * D, ns = 2 * M * H;
+  float *x = act_in(t, hrand(t, n, -1, 2), n), *w[4], *gw[4], *ref = hnew(t, n), *rm = hnew(t, ns);
+  float *rr = hnew(t, ns), *g[2], *gm[2], *gr[2];
+  for (int i = 0; i < 4; i++) w[i] = hrand(t, D, -1, 1);
+  vt_qk_norm_fwd(t->cpu, ref, rm, rr, x, w[0], w[1], w[2], w[3], M, H, D);
+  float *gx = dnew(t, x, n);
+  for (int i = 0; i < 4; i++) gw[i] = dnew(t, w[i], D);
+  for (int r = 0; r < 2; r++) {
+    g[r] = dpoison(t, n), gm[r] = dpoison(t, ns), gr[r] = dpoison(t, ns);
+    vt_qk_norm_fwd(t->gpu, g[r], gm[r], gr[r], gx, gw[0], gw[1], gw[2], gw[3], M, H, D);
+  }
+  check_act(t, "out", g, ref, n);
+  check(t, "mean", gm, rm, ns);
+  check(t, "rstd", gr, rr, ns);
+}
+
+static void t_qk_norm_bwd(tc *t, const int64_t *d) {
+  const int64_t M = d[0], H = d[1], D = d[2], W = 3 * H * D, n = M * W, ns = 2 * M * H;
+  float *x = act_in(t, hrand(t, n, -1, 2), n), *dy = act_in(t, hrand(t, n, -1, 1), n);
+  float *w[4], *g0[5], *rg[5];
+  for (int i = 0; i < 4; i++) w[i] = hrand(t, D, -1, 1);
+  for (int i = 0; i < 5; i++) g0[i] = hrand(t, i < 4 ? D : W, -1, 1);
+  // the statistics the forward saves
+  float *junk = hnew(t, n), *mean = hnew(t, ns), *rstd = hnew(t, ns), *rdx = hnew(t, n);
+  vt_qk_norm_fwd(t->cpu, junk, mean, rstd, x, w[0], w[1], w[2], w[3], M, H, D);
+  for (int i = 0; i < 5; i++) rg[i] = hcopy(t, g0[i], i < 4 ? D : W);
+  vt_qk_norm_bwd(t->cpu, rdx, rg[0], rg[1], rg[2], rg[3], d[3] ? rg[4] : NULL, dy, x, w[0],
+                 w[2], mean, rstd, M, H, D);
+  float *gx = dnew(t, x, n), *gdy = dnew(t, dy, n);
+  float *gqw = dnew(t, w[0], D), *gkw = dnew(t, w[2], D), *gm = dnew(t, mean, ns);
+  float *gr = dnew(t, rstd, ns), *gdx[2], *gg[5][2];
+  for (int r = 0; r < 2; r++) {
+    gdx[r] = dpoison(t, n);
+    for (int i = 0; i < 5; i++) gg[i][r] = dnew(t, g0[i], i < 4 ? D : W);
+    vt_qk_norm_bwd(t->gpu, gdx[r], gg[0][r], gg[1][r], gg[2][r], gg[3][r], d[3] ? gg[4][r] : NULL,
+                   gdy, gx, gqw, gkw, gm, gr, M, H, D);
+  }
+  check_act(t, "dqkv", gdx, rdx, n);
+  const char *names[5] = {"dqw", "dqb", "dkw", "dkb", "dbias"};
+  for (int i = 0; i < (d[3] ? 5 : 4); i++) check(t, names[i], gg[i], rg[i], i < 4 ? D : W);
+}
+
 // LayerScale: run 0 writes fresh buffers; run 1 in place (out over x; dx over dout), as the block
 // uses them. The backward adds dgamma onto random old values.
 static void t_layer_scale_fwd(tc *t, const int64_t *d) {
@@ -723,6 +768,11 @@ static const op_test kTests[] = {
      {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 4, 1}, {2, 201, 192, 5}, {3, 6, 4, 5}}},
     {"mean_pool_bwd", "B,N,C,T", t_mean_pool_bwd, {0, -1},
      {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 4, 1}, {2, 201, 192, 5}, {3, 6, 4, 5}}},
+    {"qk_norm_fwd", "M,H,D", t_qk_norm_fwd, {1e-5, 1e-5},
+     {{197, 3, 64}, {5, 1, 7}, {1, 1, 1}, {300, 2, 33}, {50, 12, 64}}},
+    {"qk_norm_bwd", "M,H,D,dbias", t_qk_norm_bwd, {5e-5, 5e-5},
+     {{197, 3, 64, 1}, {5, 1, 7, 0}, {1, 1, 1, 1}, {300, 2, 33, 1}, {50, 12, 64, 0},
+      {1100, 1, 9, 1}}},
     {"layer_scale_fwd", "rows,cols", t_layer_scale_fwd, {0, -1},
      {{1, 1}, {394, 192}, {99, 77}, {1100, 9}}},
     {"layer_scale_bwd", "rows,cols", t_layer_scale_bwd, {1e-5, -1},
@@ -757,6 +807,7 @@ static int check_table(const vt_backend *be) {
       OP(add),               OP(drop_path),         OP(patchify_fwd),  OP(patchify_bwd),
       OP(embed_fwd),         OP(embed_bwd),         OP(cls_pool_fwd),  OP(cls_pool_bwd),
       OP(mean_pool_fwd),     OP(mean_pool_bwd),     OP(layer_scale_fwd), OP(layer_scale_bwd),
+      OP(qk_norm_fwd),       OP(qk_norm_bwd),
       OP(cross_entropy_fwd), OP(cross_entropy_bwd), OP(adamw),         OP(sumsq),
       OP(scale),             OP(ema),
 #undef OP

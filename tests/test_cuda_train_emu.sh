@@ -3,8 +3,10 @@
 # (tests/cuda_emu, one-rank NCCL) follows the CPU run, in fp32 and in bf16. It runs the trainer's
 # device paths where no GPU is: the CUDA ops in the model, pinned host memory and the uploads
 # (upload_ahead within a step and the next step's first micro-batch loaded ahead), the NCCL
-# transport, the memory report; the bf16 runs also drop paths and mix pairs (Mixup, CutMix), the
-# fp32 CUDA run recomputes activations (--recompute-blocks 2; the CPU run does not). Tolerances:
+# transport, the memory report; the bf16 runs also drop paths and mix pairs (Mixup, CutMix) in
+# timm's DeiT III / DINOv2 / ViT-22B variants (LayerScale, 2 registers, positions on the patch
+# tokens only, QK-norm without qkv bias), the fp32 CUDA run recomputes activations
+# (--recompute-blocks 2; the CPU run does not). Tolerances:
 # fp32 1e-5 at step 1 (one forward from the same weights; only summation orders differ), then
 # 1e-3; bf16 against the CPU's bf16 twin 1e-4, then 2e-3 (tests/gpu/run.sh's bands for a real
 # GPU). The emulation holds copies until something
@@ -23,7 +25,8 @@ for p in fp32 bf16; do
   # bf16 with drop path (the unfused residual adds, the masks on CUDA) and Mixup/CutMix (the
   # mixed targets' upload and loss); the CUDA fp32 run recomputes its first 2 blocks.
   extra=() emu_extra=()
-  [[ $p == bf16 ]] && extra=(--drop-path 0.3 --mixup 0.8 --cutmix 1.0)
+  [[ $p == bf16 ]] && extra=(--drop-path 0.3 --mixup 0.8 --cutmix 1.0 --layer-scale 0.2
+                            --reg-tokens 2 --no-embed-class 1 --qk-norm 1 --qkv-bias 0)
   [[ $p == fp32 ]] && emu_extra=(--recompute-blocks 2)
   "$vit3d" "${args[@]}" "${extra[@]}" --device cpu --precision "$p" --log-dir "$work/cpu_$p" \
     > "$work/cpu_$p.log" 2>&1 || { echo "FAIL: the CPU run ($p)"; tail -5 "$work/cpu_$p.log"; exit 1; }

@@ -7,7 +7,7 @@
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
 # with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, three
 # with the mean-pooled head (one sequence parallel), three with LayerScale, register tokens,
-# no_embed_class and drop path (one sequence parallel), two with RandAugment and repeated
+# no_embed_class, QK-norm without qkv bias and drop path (one sequence parallel), two with RandAugment and repeated
 # augmentation on an image folder, the first stage's TP ranks decoding their shares of the
 # images bit for bit as each decoding all (two cases), two with ZeRO-1 and layer-wise lr decay,
 # two whose EMA
@@ -155,12 +155,13 @@ variant base base_avg "the mean-pooled head" --global-pool avg
 run avg_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 --global-pool avg &&
   "$py" "$here/compare_runs.py" "$work/base_avg" "$work/avg_sp" "avg_sp 4 x 2 x 1 SP --global-pool avg" ||
   fail=1
-# LayerScale, register tokens and positions on the patch tokens only (DeiT III, DINOv2), with
-# drop path on top: the gammas are replicated over TP, and under sequence parallelism each TP
-# rank's gamma gradient covers only its rows (summed over TP like the LayerNorms'), so also
-# 4x2x1 with it.
-ls=(--layer-scale 0.2 --reg-tokens 2 --no-embed-class 1 --drop-path 0.2)
-variant base base_ls "LayerScale, registers, no_embed_class, drop path" "${ls[@]}"
+# LayerScale, register tokens and positions on the patch tokens only (DeiT III, DINOv2), QK-norm
+# without the qkv bias (ViT-22B), with drop path on top: the gammas are replicated over TP, and
+# under sequence parallelism each TP rank's gamma gradient covers only its rows (summed over TP
+# like the LayerNorms'), so also 4x2x1 with it; QK-norm's weights are shared by the heads that
+# TP splits, so their gradients are summed over TP in every TP layout.
+ls=(--layer-scale 0.2 --reg-tokens 2 --no-embed-class 1 --qk-norm 1 --qkv-bias 0 --drop-path 0.2)
+variant base base_ls "LayerScale, registers, no_embed_class, QK-norm, drop path" "${ls[@]}"
 run ls_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${ls[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_ls" "$work/ls_sp" "ls_sp 4 x 2 x 1 SP ${ls[*]}" ||
   fail=1

@@ -13,8 +13,8 @@
 #    non-integer-ratio grid (4x4 to 6x6, 2x2, 3x3);
 #  - with LayerScale and 2 register tokens (positions on every token, then on the patch tokens
 #    only) --init-from keeps every tensor at the same size and resamples the grid behind the
-#    prefix rows at another; a file of another variant (LayerScale, registers, positions) is
-#    refused naming the flag that matches it.
+#    prefix rows at another; a file of another variant (LayerScale, registers, positions,
+#    QK-norm) is refused naming the flag that matches it.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -224,4 +224,5 @@ refused ls0.safetensors "pass --reg-tokens 2" --layer-scale 1e-6
 refused w.safetensors "pass --layer-scale 0" --layer-scale 1e-6
 refused ls0.safetensors "pass --no-embed-class 0" --layer-scale 1e-6 --reg-tokens 2 --no-embed-class 1
 refused ls1.safetensors "pass --no-embed-class 1" --layer-scale 1e-6 --reg-tokens 2
+refused ls0.safetensors "pass --qk-norm 0 --qkv-bias 1" --layer-scale 1e-6 --reg-tokens 2 --qk-norm 1
 exit $fail

@@ -237,6 +237,48 @@ static void test_patchify(int64_t B, int64_t S, int64_t P) {
   free(k.img), free(out), free(r), free(dimg);
 }
 
+// ---- QK-norm: LayerNorm per head of q and k inside qkv (M, 3HD), v passed through ----
+typedef struct { float *qkv, *qw, *qb, *kw, *kb, *mean, *rstd; int64_t M, H, D; } qkn_ctx;
+static void qkn_fwd(void *c, float *out) {
+  qkn_ctx *k = c;
+  vt_qk_norm_fwd(be, out, k->mean, k->rstd, k->qkv, k->qw, k->qb, k->kw, k->kb, k->M, k->H, k->D);
+}
+static void test_qk_norm(int64_t M, int64_t H, int64_t D) {
+  const int64_t W = 3 * H * D, n = M * W;
+  qkn_ctx k = {randn(n, 50, 2), randn(D, 51, 1), randn(D, 52, 1), randn(D, 53, 1),
+               randn(D, 54, 1), calloc((size_t)(2 * M * H), 4), calloc((size_t)(2 * M * H), 4),
+               M, H, D};
+  for (int64_t i = 0; i < n; i++) k.qkv[i] += 0.5f;  // a mean to take out
+  float *out = calloc((size_t)n, 4), *r = randn(n, 55, 1), *dx = calloc((size_t)n, 4);
+  float *g[4], *dbias = calloc((size_t)W, 4);
+  for (int i = 0; i < 4; i++) g[i] = calloc((size_t)D, 4);
+  qkn_fwd(&k, out);
+  vt_qk_norm_bwd(be, dx, g[0], g[1], g[2], g[3], dbias, r, k.qkv, k.qw, k.kw, k.mean, k.rstd, M,
+                 H, D);
+  char what[5][64];
+  const char *names[5] = {"dqkv", "dq_norm.weight", "dq_norm.bias", "dk_norm.weight",
+                          "dk_norm.bias"};
+  for (int i = 0; i < 5; i++)
+    snprintf(what[i], 64, "qk_norm M%lld H%lld D%lld %s", (long long)M, (long long)H,
+             (long long)D, names[i]);
+  expect_pass(what[0], check(what[0], qkn_fwd, &k, out, r, n, k.qkv, n, dx));
+  float *p[4] = {k.qw, k.qb, k.kw, k.kb};
+  for (int i = 0; i < 4; i++)
+    expect_pass(what[i + 1], check(what[i + 1], qkn_fwd, &k, out, r, n, p[i], D, g[i]));
+  double worst = 0.0;  // dbias: the column sums of dqkv
+  for (int64_t c = 0; c < W; c++) {
+    double s = 0.0;
+    for (int64_t m = 0; m < M; m++) s += dx[m * W + c];
+    worst = fmax(worst, fabs(s - dbias[c]) / (1e-5 + 1e-5 * fabs(s)));
+  }
+  printf("  %-34s n=%-6lld worst err/tol %.3f\n", "qk_norm dbias = colsum(dqkv)", (long long)W,
+         worst);
+  expect_pass("qk_norm dbias", worst);
+  free(k.qkv), free(k.qw), free(k.qb), free(k.kw), free(k.kb), free(k.mean), free(k.rstd);
+  free(out), free(r), free(dx), free(dbias);
+  for (int i = 0; i < 4; i++) free(g[i]);
+}
+
 // ---- embed (T prefix tokens, positions from token pos0) ----
 typedef struct { float *patch, *prefix, *pos; int64_t B, N, T, pos0, C; } emb_ctx;
 static void emb_fwd(void *c, float *out) {
@@ -361,6 +403,8 @@ int main(void) {
   test_pool(3, 5, 7, 1, 1);
   test_pool(2, 2, 3, 1, 1);
   test_pool(2, 9, 3, 1, 4);  // 3 registers, 5 patch tokens
+  test_qk_norm(5, 2, 3);
+  test_qk_norm(3, 1, 33);  // more than a warp's 32 lanes per row on CUDA
   test_layer_scale(13, 3);
   test_layer_scale(5, 77);
   test_cross_entropy(5, 3, 0.0f, 0);

@@ -2,7 +2,8 @@
 each variant with random weights, they go to vit3d through --init-from, and the logits vit3d's
 evaluation writes (--logits-out) must be timm's on the same inputs. Covers the names, shapes and
 semantics of the plain ViT, the mean-pooled head, DeiT III's LayerScale with positions on the
-patch tokens only, and register tokens with and without class positions.
+patch tokens only, register tokens with and without class positions, and QK-norm without the
+qkv bias (ViT-22B's attention).
 
   timm_check.py flags VARIANT           the vit3d model flags of a variant (one per line)
   timm_check.py write VARIANT OUT       timm's weights (perturbed, so no bias or gamma is its
@@ -35,6 +36,8 @@ VARIANTS = {
             ["--layer-scale", "0.3", "--reg-tokens", "2", "--no-embed-class", "1"]),
     "reg_avg": ({"reg_tokens": 3, "global_pool": "avg"},
                 ["--reg-tokens", "3", "--global-pool", "avg"]),
+    "qk_norm": ({"qk_norm": True, "qkv_bias": False, "init_values": 0.3},
+                ["--qk-norm", "1", "--qkv-bias", "0", "--layer-scale", "0.3"]),
 }
 
 

@@ -64,7 +64,10 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C);
   const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
   vt_linear_act_fwd(be, a->qkv, x1, w->qkv_w, w->qkv_b, M, C, 3 * H * D);
-  vt_attention_fwd(be, a->attn, a->lse, a->qkv, B, N, H, D);
+  if (w->qn_w)
+    vt_qk_norm_fwd(be, a->qkn, a->qk_mean, a->qk_rstd, a->qkv, w->qn_w, w->qn_b, w->kn_w,
+                   w->kn_b, M, H, D);
+  vt_attention_fwd(be, a->attn, a->lse, w->qn_w ? a->qkn : a->qkv, B, N, H, D);
   if (fused) {
     vt_linear_residual_fwd(be, a->mid, a->attn, w->proj_w, proj_b, in, M, H * D, C);
     vt_layernorm_fwd(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->norm2_w, w->norm2_b, M, C);
@@ -155,7 +158,14 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   dy = keep(m, wg ? wg->dproj : NULL, dy, M * C);
   vt_linear_bwd_act(be, s->dact, wg ? NULL : gw->proj_w, gw->proj_b, dy, a->attn, w->proj_w, M,
                     H * D, C);
-  vt_attention_bwd(be, dqkv, gw->qkv_b, s->dact, a->qkv, a->attn, a->lse, B, N, H, D);
+  if (w->qn_w) {  // attention's gradient is that of the normalised q and k; QK-norm's backward
+                  // makes qkv's (and its bias gradient)
+    vt_attention_bwd(be, s->dqkn, NULL, s->dact, a->qkn, a->attn, a->lse, B, N, H, D);
+    vt_qk_norm_bwd(be, dqkv, gw->qn_w, gw->qn_b, gw->kn_w, gw->kn_b, gw->qkv_b, s->dqkn, a->qkv,
+                   w->qn_w, w->kn_w, a->qk_mean, a->qk_rstd, M, H, D);
+  } else {
+    vt_attention_bwd(be, dqkv, gw->qkv_b, s->dact, a->qkv, a->attn, a->lse, B, N, H, D);
+  }
   vt_linear_act_bwd(be, s->dln, wg ? NULL : gw->qkv_w, dqkv, x1, w->qkv_w, M, C, 3 * H * D);
   dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,

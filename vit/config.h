@@ -29,6 +29,9 @@ typedef struct {
                         // III, DINOv2); 0: every token, the class token's row first
   int reg_tokens;       // register tokens after the class token (timm's reg_tokens, "Vision
                         // Transformers Need Registers"): reg_token (1, R, C)
+  int qk_norm;          // 1: LayerNorm over each head's q and k (timm's qk_norm, ViT-22B):
+                        // blocks.i.attn.q_norm and k_norm, weights (D) shared by the heads
+  int no_qkv_bias;      // 1: the qkv Linear has no bias (timm's qkv_bias=False, ViT-22B)
 } vt_vit_config;
 
 // Derived sizes.
@@ -62,7 +65,8 @@ vt_status vt_config_preset(const char *name, vt_vit_config *cfg, char *err, size
 vt_status vt_config_validate(const vt_vit_config *cfg, char *err, size_t errlen);
 
 // The options that change timm's default ViT, for logs: ", mean-pooled patch tokens (fc_norm),
-// LayerScale 1e-06, 4 register tokens, positions on the patch tokens only" (empty when none).
+// LayerScale 1e-06, 4 register tokens, positions on the patch tokens only, QK-norm, no qkv bias"
+// (empty when none).
 void vt_config_extras(const vt_vit_config *cfg, char *buf, size_t nbytes);
 
 // Names of the presets, for --help.

@@ -181,8 +181,8 @@ static void resample_pos(const float *src, int g0, float *dst, int g1, int pr, i
   free(wy), free(wx), free(acc);
 }
 
-// A file made for another kind of ViT than the configuration: LayerScale gammas or register
-// tokens on one side only. Loading the rest would silently drop what the file learned, so it is
+// A file made for another kind of ViT than the configuration: LayerScale gammas, QK-norm, the
+// qkv bias or register tokens on one side only. Loading the rest would silently drop what the file learned, so it is
 // refused with the flag that matches the file.
 static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, const char *path,
                                char *err, size_t errlen) {
@@ -195,6 +195,14 @@ static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, cons
              file_ls ? "has" : "has no",
              file_ls ? "pass --layer-scale G (any G > 0: the gammas are loaded)"
                      : "pass --layer-scale 0");
+    return VT_ERR_INPUT;
+  }
+  const int file_qkn = vt_st_find(f, "blocks.0.attn.q_norm.weight") != NULL;
+  const int file_bias = vt_st_find(f, "blocks.0.attn.qkv.bias") != NULL;
+  if (file_qkn != c->qk_norm || file_bias != !c->no_qkv_bias) {
+    snprintf(err, errlen, "%s has %s QK-norm (blocks.N.attn.q_norm) and %s qkv bias; pass "
+             "--qk-norm %d --qkv-bias %d", path, file_qkn ? "a" : "no",
+             file_bias ? "a" : "no", file_qkn, file_bias);
     return VT_ERR_INPUT;
   }
   if (file_regs != c->reg_tokens) {

@@ -35,6 +35,9 @@ static void carve_block(vt_model *m, vt_block_acts *b, arena *ar) {
   const int64_t Ml = vt_model_local_rows(m, m->max_batch), Mp = Ml * tp;
   b->ln1 = take_act(m, ar, Ml * C), b->ln1_mean = take(ar, Ml), b->ln1_rstd = take(ar, Ml);
   b->qkv = take_act(m, ar, M * 3 * C / tp);
+  if (c->qk_norm)
+    b->qkn = take_act(m, ar, M * 3 * C / tp), b->qk_mean = take(ar, M * 2 * H),
+    b->qk_rstd = take(ar, M * 2 * H);
   b->lse = take(ar, B * H * N);
   b->attn = take_act(m, ar, M * C / tp);
   b->mid = take(ar, Ml * C);
@@ -96,6 +99,7 @@ static void carve(vt_model *m, arena *ar) {
   s->dres = take(ar, Ml * C), s->dln = take(ar, Mp * C);
   if (m->sp) s->dln_local = take(ar, Ml * C), s->full = take(ar, Mp * C), s->partial = take(ar, Mp * C);
   s->dqkv = take_act(m, ar, M * 3 * C / tp);
+  if (c->qk_norm) s->dqkn = take_act(m, ar, M * 3 * C / tp);
   s->dact = take_act(m, ar, M * F), s->dfc1 = take_act(m, ar, M * F);
   if (m->has_embed) s->dpatch_out = take(ar, B * vt_cfg_patches(c) * C);
   if (m->has_head) s->dpooled = take(ar, B * C), s->dlnf = take(ar, B * C), s->dlogits = take(ar, B * K);
@@ -126,7 +130,13 @@ static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
     b->norm1_w = find(m, flat, "blocks.%d.norm1", l, ".weight");
     b->norm1_b = find(m, flat, "blocks.%d.norm1", l, ".bias");
     b->qkv_w = find(m, flat, "blocks.%d.attn.qkv", l, ".weight");
-    b->qkv_b = find(m, flat, "blocks.%d.attn.qkv", l, ".bias");
+    b->qkv_b = m->cfg.no_qkv_bias ? NULL : find(m, flat, "blocks.%d.attn.qkv", l, ".bias");
+    if (m->cfg.qk_norm) {
+      b->qn_w = find(m, flat, "blocks.%d.attn.q_norm", l, ".weight");
+      b->qn_b = find(m, flat, "blocks.%d.attn.q_norm", l, ".bias");
+      b->kn_w = find(m, flat, "blocks.%d.attn.k_norm", l, ".weight");
+      b->kn_b = find(m, flat, "blocks.%d.attn.k_norm", l, ".bias");
+    }
     b->proj_w = find(m, flat, "blocks.%d.attn.proj", l, ".weight");
     b->proj_b = find(m, flat, "blocks.%d.attn.proj", l, ".bias");
     b->norm2_w = find(m, flat, "blocks.%d.norm2", l, ".weight");

@@ -17,7 +17,9 @@ typedef struct vt_comm vt_comm;
 // Views of one block's tensors inside a flat buffer (parameters or gradients); TP-local shapes.
 typedef struct {
   float *norm1_w, *norm1_b;  // (C)
-  float *qkv_w, *qkv_b;      // (3C/tp, C), (3C/tp)
+  float *qkv_w, *qkv_b;      // (3C/tp, C), (3C/tp) or NULL (no qkv bias)
+  float *qn_w, *qn_b;        // (D) QK-norm of q, NULL without QK-norm
+  float *kn_w, *kn_b;        // (D) QK-norm of k
   float *proj_w, *proj_b;    // (C, C/tp), (C)
   float *norm2_w, *norm2_b;  // (C)
   float *fc1_w, *fc1_b;      // (F/tp, C), (F/tp)
@@ -41,6 +43,8 @@ typedef struct {
   float *ln1, *ln1_mean, *ln1_rstd;  // (Ml, C) [bf16], (Ml), (Ml)
   float *ln1_full;                   // (Mp, C) [bf16] all ranks' ln1 rows (sequence parallel)
   float *qkv;                        // (B, N, 3C/tp) [bf16]
+  float *qkn;                        // (B, N, 3C/tp) [bf16] qkv after QK-norm (QK-norm only)
+  float *qk_mean, *qk_rstd;          // (B, N, 2H/tp) its statistics (QK-norm only)
   float *lse;                        // (B, H/tp, N) softmax log-denominators (vt_ops.h)
   float *attn;                       // (B, N, C/tp) [bf16] attention output before proj
   float *mid;                        // (Ml, C) stream after the attention branch
@@ -88,6 +92,8 @@ typedef struct {
   float *partial;                    // (Mp, C)  sequence parallel: row-parallel outputs; rows
                                      //          past M stay zero
   float *dqkv;                       // (B, N, 3C/tp) [bf16] (attention_bwd)
+  float *dqkn;                       // (B, N, 3C/tp) [bf16] attention_bwd's, before QK-norm's
+                                     //          backward (QK-norm only)
   float *dact;                       // (B, N, F/tp) [bf16] (linear_bwd_act): the input
                                      //          gradient of fc2, then of proj ((B, N, C/tp))
   float *dfc1;                       // (B, N, F/tp) [bf16] (gelu_bwd)

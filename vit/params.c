@@ -46,15 +46,22 @@ static void add(builder *b, int layer, vt_init_kind init, float scale, int decay
   p->tp_groups = 1;
 }
 
-// A Linear's weight (out, in) and bias (out), timm-initialised: trunc_normal(0.02), zeros.
-// Returns the weight's row index (pointers move when the table grows).
-static int linear(builder *b, int layer, vt_tp_split split, int64_t out, int64_t in,
-                  const char *prefix) {
+// A Linear's weight (out, in) and bias (out, unless no_bias), timm-initialised:
+// trunc_normal(0.02), zeros. Returns the weight's row index (pointers move when the table grows).
+static int linear_bias(builder *b, int layer, vt_tp_split split, int64_t out, int64_t in,
+                       const char *prefix, int no_bias) {
   add(b, layer, VT_INIT_TRUNC_NORMAL, 0.02f, 1, split, 2, (int64_t[]){out, in}, "%s.weight",
       prefix);
-  add(b, layer, VT_INIT_ZEROS, 0.0f, 0, split == VT_TP_ROWS ? VT_TP_ROWS : VT_TP_REPLICATED, 1,
-      (int64_t[]){out}, "%s.bias", prefix);
-  return b->t->count - 2;
+  const int row = b->t->count - 1;
+  if (!no_bias)
+    add(b, layer, VT_INIT_ZEROS, 0.0f, 0, split == VT_TP_ROWS ? VT_TP_ROWS : VT_TP_REPLICATED, 1,
+        (int64_t[]){out}, "%s.bias", prefix);
+  return row;
+}
+
+static int linear(builder *b, int layer, vt_tp_split split, int64_t out, int64_t in,
+                  const char *prefix) {
+  return linear_bias(b, layer, split, out, in, prefix, 0);
 }
 
 // A LayerNorm's weight and bias. Inside blocks under sequence parallelism each TP rank
@@ -79,14 +86,23 @@ static void layer_scale(builder *b, int layer, int64_t C, float init, const char
 }
 
 // Block l's tensors, of layer l + 1, in timm's order.
-static void block(builder *b, int l, int64_t C, int64_t F, float ls, int sp) {
+static void block(builder *b, int l, const vt_vit_config *cfg, int sp, int tp_size) {
+  const int64_t C = cfg->width, F = vt_cfg_mlp_hidden(cfg), D = vt_cfg_head_dim(cfg);
+  const float ls = cfg->layer_scale;
   vt_param_table *t = b->t;
   char pre[48];
   snprintf(pre, sizeof pre, "blocks.%d.norm1", l);
   norm(b, l + 1, C, pre, sp);
   snprintf(pre, sizeof pre, "blocks.%d.attn.qkv", l);
-  const int qkv = linear(b, l + 1, VT_TP_ROWS, 3 * C, C, pre);
-  t->p[qkv].tp_groups = t->p[qkv + 1].tp_groups = 3;  // weight and bias rows: [q | k | v]
+  const int qkv = linear_bias(b, l + 1, VT_TP_ROWS, 3 * C, C, pre, cfg->no_qkv_bias);
+  t->p[qkv].tp_groups = 3;  // weight and bias rows: [q | k | v]
+  if (!cfg->no_qkv_bias) t->p[qkv + 1].tp_groups = 3;
+  // QK-norm's weights are shared by the heads, which TP splits: each TP rank's gradient covers
+  // its heads only.
+  snprintf(pre, sizeof pre, "blocks.%d.attn.q_norm", l);
+  if (cfg->qk_norm) norm(b, l + 1, D, pre, tp_size > 1);
+  snprintf(pre, sizeof pre, "blocks.%d.attn.k_norm", l);
+  if (cfg->qk_norm) norm(b, l + 1, D, pre, tp_size > 1);
   snprintf(pre, sizeof pre, "blocks.%d.attn.proj", l);
   linear(b, l + 1, VT_TP_COLS, C, C, pre);
   snprintf(pre, sizeof pre, "blocks.%d.ls1", l);
@@ -116,7 +132,7 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
   const int first_stage = shard.pp_rank == 0, last_stage = shard.pp_rank == shard.pp_size - 1;
   const int sp = shard.sequence_parallel && shard.tp_size > 1;
   const int64_t C = cfg->width, P = cfg->patch_size, R = cfg->reg_tokens;
-  const int64_t F = vt_cfg_mlp_hidden(cfg), K = cfg->num_classes;
+  const int64_t K = cfg->num_classes;
   const float conv_bound = 1.0f / sqrtf((float)(3 * P * P));  // PyTorch's Conv2d default
   if (first_stage) {
     // cls_token and reg_token stay adjacent: the embedding reads them as one (1 + R, C) block.
@@ -137,7 +153,7 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
   for (int c = 0; c < shard.pp_chunks; c++) {
     int first, end;
     vt_chunk_blocks(cfg->depth, &shard, c, &first, &end);
-    for (int l = first; l < end; l++) block(&b, l, C, F, cfg->layer_scale, sp);
+    for (int l = first; l < end; l++) block(&b, l, cfg, sp, shard.tp_size);
   }
   if (last_stage) {
     norm(&b, cfg->depth + 1, C, cfg->global_pool ? "fc_norm" : "norm", 0);

@@ -86,6 +86,12 @@ void vt_cpu_add_layernorm_fwd(float *sum, float *out, float *mean, float *rstd, 
 void vt_cpu_layernorm_bwd_add(float *dinp, float *dweight, float *dbias, const float *dout,
                               const float *inp, const float *weight, const float *mean,
                               const float *rstd, int64_t M, int64_t C);
+void vt_cpu_qk_norm_fwd(float *out, float *mean, float *rstd, const float *qkv, const float *qw,
+                        const float *qb, const float *kw, const float *kb, int64_t M, int64_t H,
+                        int64_t D);
+void vt_cpu_qk_norm_bwd(float *dqkv, float *dqw, float *dqb, float *dkw, float *dkb, float *dbias,
+                        const float *dout, const float *qkv, const float *qw, const float *kw,
+                        const float *mean, const float *rstd, int64_t M, int64_t H, int64_t D);
 void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count);
 void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
                      int64_t F);

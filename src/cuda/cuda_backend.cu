@@ -214,6 +214,8 @@ static int cuda_init(void) {
   g_table.gelu_bwd = vt_cuda_gelu_bwd;
   g_table.attention_fwd = vt_cuda_attention_fwd;
   g_table.attention_bwd = vt_cuda_attention_bwd;
+  g_table.qk_norm_fwd = vt_cuda_qk_norm_fwd;
+  g_table.qk_norm_bwd = vt_cuda_qk_norm_bwd;
   g_table.add = vt_cuda_add;
   g_table.drop_path = vt_cuda_drop_path;
   g_table.patchify_fwd = vt_cuda_patchify_fwd;
