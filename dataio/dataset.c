@@ -456,6 +456,65 @@ vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t er
   return VT_OK;
 }
 
+// One fingerprint line per source: "path<TAB>size<TAB>seconds.nanoseconds of mtime".
+static int fingerprint_line(strlist *out, const char *path, char *err, size_t errlen) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    vt_fail_input(err, errlen, "dataset %s: %s", path, strerror(errno));
+    return 0;
+  }
+  char line[64];
+  snprintf(line, sizeof line, "\t%lld\t%lld.%09ld\n", (long long)sb.st_size,
+           (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec);
+  char *s = malloc(strlen(path) + strlen(line) + 1);
+  if (s) strcat(strcpy(s, path), line);
+  if (!strlist_push(out, s, 0)) {  // frees s when it fails
+    vt_fail_input(err, errlen, "out of memory");
+    return 0;
+  }
+  return 1;
+}
+
+vt_status vt_dataset_fingerprint(const char *path, char **text, char *err, size_t errlen) {
+  *text = NULL;
+  struct stat sb;
+  strlist sources = {0}, lines = {0};
+  vt_status st = VT_OK;
+  if (!path || !*path) return vt_fail_input(err, errlen, "no dataset path given");
+  if (stat(path, &sb) != 0) {
+    if (errno != ENOENT || !strchr(path, '{'))
+      return vt_fail_input(err, errlen, "dataset %s: %s", path, strerror(errno));
+    st = expand_range(path, &sources, err, errlen);
+  } else if (S_ISDIR(sb.st_mode)) {
+    st = list_shards(path, &sources, err, errlen);
+    if (st == VT_OK && sources.n == 0) {  // an ImageFolder: the root and its class folders
+      strlist classes = {0};
+      st = list_dir(path, 1, &classes, err, errlen);
+      if (st == VT_OK && !strlist_push(&sources, strdup(path), 0))
+        st = vt_fail_input(err, errlen, "out of memory");
+      for (int64_t c = 0; st == VT_OK && c < classes.n; c++)
+        if (!strlist_push(&sources, join(path, classes.s[c]), 0))
+          st = vt_fail_input(err, errlen, "out of memory");
+      strlist_free(&classes);
+    }
+  } else if (!strlist_push(&sources, strdup(path), 0)) {  // a .tar or a list file
+    st = vt_fail_input(err, errlen, "out of memory");
+  }
+  size_t total = 1;
+  for (int64_t i = 0; st == VT_OK && i < sources.n; i++)
+    if (!fingerprint_line(&lines, sources.s[i], err, errlen)) st = VT_ERR_INPUT;
+  for (int64_t i = 0; st == VT_OK && i < lines.n; i++) total += strlen(lines.s[i]);
+  if (st == VT_OK && !(*text = malloc(total))) st = vt_fail_input(err, errlen, "out of memory");
+  if (st == VT_OK) {
+    char *p = *text;
+    for (int64_t i = 0; i < lines.n; i++) p = stpcpy(p, lines.s[i]);
+    *p = '\0';
+  }
+  strlist_free(&sources);
+  strlist_free(&lines);
+  return st;
+}
+
 void vt_dataset_free(vt_dataset *ds) {
   if (!ds) return;
   if (ds->paths)

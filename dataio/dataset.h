@@ -43,6 +43,12 @@ typedef struct {
 vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t errlen);
 void vt_dataset_free(vt_dataset *ds);
 
+// What the index of path was made from, as text that changes when the index may have: a line
+// "path<TAB>size<TAB>mtime" per shard (shards), for the root and each class folder (ImageFolder:
+// a file added, removed or renamed changes its folder's time) or for the list file. One stat
+// per shard or class, none per image. *text malloc'd. For the index cache (index_cache.h).
+vt_status vt_dataset_fingerprint(const char *path, char **text, char *err, size_t errlen);
+
 // The index as one block of bytes (for this build on this kind of machine: host byte order), so
 // that one process reads the file system and sends the index to the others: *bytes malloc'd.
 vt_status vt_dataset_pack(const vt_dataset *ds, uint8_t **bytes, size_t *nbytes, char *err,

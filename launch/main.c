@@ -151,6 +151,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "a numbered range 'train-{000..146}.tar')", NULL},
       {"--val-data", VT_OPT_STR, o.val_data, sizeof o.val_data, 0, 0, "SOURCE",
        "validation data (same forms), evaluated on the same mesh", NULL},
+      {"--index-cache", VT_OPT_STR, o.index_cache, sizeof o.index_cache, 0, 0, "DIR",
+       "keep the datasets' indexes in DIR between runs: a start then stats each shard, class "
+       "folder or list file instead of listing every image or reading every tar header (for "
+       "large datasets on network file systems); an entry is rebuilt when its sources changed "
+       "size or time", NULL},
       {"--eval-interval", VT_OPT_INT, &o.eval_interval, 0, 0, 1 << 30, "N",
        "evaluate every N steps; 0: only after the last step", NULL},
       {"--decode-split", VT_OPT_INT, &o.decode_split, 0, 0, 1, "0|1",

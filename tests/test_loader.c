@@ -2,7 +2,7 @@
 // PNGs this test writes (and JPEGs through PIL): bytes independent of the thread count, every
 // sample once per epoch over DP ranks, exact restart, evaluation padding, bad files under skip
 // and fail, clear errors for empty datasets and bad list files, tar shards (the folder's very
-// batches; damaged shards and bad samples refused), the filtered resizes. Skips (77) in builds
+// batches; damaged shards and bad samples refused), the index cache, the filtered resizes. Skips (77) in builds
 // without libpng (VT_HAVE_PNG).
 #include <stdio.h>
 
@@ -24,6 +24,7 @@ int main(void) {
 #include <zlib.h>
 
 #include "dataset.h"
+#include "index_cache.h"
 #include "loader.h"
 #include "prepare.h"
 #include "sample.h"
@@ -989,6 +990,74 @@ static void test_pack(const vt_dataset *folder) {
   printf("ok - the index as bytes: the same folder and shard index unpacked, cut blocks refused\n");
 }
 
+// The index cache: an entry gives back the very index; a touched class folder, a shard of
+// another size, a damaged entry or another path's entry is not used.
+static int cached(const char *path, const vt_dataset *fresh, char *why, size_t whylen) {
+  char err[512], file[1200], *fp = NULL;
+  uint8_t *b = NULL;
+  size_t n = 0;
+  vt_index_cache_file(at("cache"), path, file, sizeof file);
+  EXPECT(vt_dataset_fingerprint(path, &fp, err, sizeof err) == VT_OK, "fingerprint: %s", err);
+  int hit = fp && vt_index_cache_load(file, path, fp, &b, &n, why, whylen);
+  if (hit && fresh) {
+    vt_dataset back;
+    EXPECT(vt_dataset_unpack(b, n, &back, err, sizeof err) == VT_OK && same_index(fresh, &back),
+           "%s: the cached index differs from the one read (%s)", path, err);
+    vt_dataset_free(&back);
+  }
+  free(b), free(fp);
+  return hit;
+}
+
+static void store(const char *path, const vt_dataset *ds) {
+  char err[512], file[1200], *fp = NULL;
+  uint8_t *b = NULL;
+  size_t n = 0;
+  vt_index_cache_file(at("cache"), path, file, sizeof file);
+  EXPECT(vt_dataset_fingerprint(path, &fp, err, sizeof err) == VT_OK &&
+             vt_dataset_pack(ds, &b, &n, err, sizeof err) == VT_OK &&
+             vt_index_cache_store(file, path, fp, b, n, err, sizeof err) == VT_OK,
+         "storing %s: %s", path, err);
+  free(b), free(fp);
+}
+
+static void test_index_cache(const vt_dataset *folder) {
+  char err[512], why[1400], file[1200];
+  vt_dataset sh;
+  EXPECT(vt_dataset_open(at("shards"), &sh, err, sizeof err) == VT_OK, "%s", err);
+  EXPECT(!cached(at("main"), NULL, why, sizeof why) && strstr(why, "no entry"), "empty: %s", why);
+  store(at("main"), folder);
+  store(at("shards"), &sh);
+  EXPECT(cached(at("main"), folder, why, sizeof why), "folder entry not used: %s", why);
+  EXPECT(cached(at("shards"), &sh, why, sizeof why), "shard entry not used: %s", why);
+  // A class folder whose contents changed (its time moves), a shard that grew.
+  struct timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};
+  EXPECT(utimensat(AT_FDCWD, at("main/dog"), later, 0) == 0, "utimensat");
+  EXPECT(!cached(at("main"), NULL, why, sizeof why) && strstr(why, "stale"), "touched: %s", why);
+  store(at("main"), folder);
+  EXPECT(cached(at("main"), folder, why, sizeof why), "rewritten entry not used: %s", why);
+  FILE *f = fopen(sh.shard_paths[1], "ab");
+  EXPECT(f && fwrite("\0", 1, 1, f) == 1 && fclose(f) == 0, "growing a shard");
+  EXPECT(!cached(at("shards"), NULL, why, sizeof why) && strstr(why, "stale"), "grown: %s", why);
+  // A damaged entry: any flipped byte fails the CRC.
+  vt_index_cache_file(at("cache"), at("main"), file, sizeof file);
+  int fd = open(file, O_RDWR);
+  char c = 0;
+  EXPECT(fd >= 0 && pread(fd, &c, 1, 40) == 1, "reading the entry");
+  c ^= 4;
+  EXPECT(pwrite(fd, &c, 1, 40) == 1 && close(fd) == 0, "damaging the entry");
+  EXPECT(!cached(at("main"), NULL, why, sizeof why) && strstr(why, "damaged"), "damaged: %s", why);
+  // Another path's entry under this name (two paths whose hashes collide) is not used.
+  char other[1200];
+  vt_index_cache_file(at("cache"), at("shards"), other, sizeof other);
+  EXPECT(rename(other, file) == 0, "renaming an entry");
+  EXPECT(!cached(at("main"), NULL, why, sizeof why) && strstr(why, "another dataset path"),
+         "another path: %s", why);
+  vt_dataset_free(&sh);
+  printf("ok - the index cache: an entry gives the very index back; a touched class folder, a "
+         "grown shard, a damaged entry or another path's entry is not used\n");
+}
+
 static void test_allocator(const vt_dataset *ds) {
   char err[256];
   vt_loader_config c = base(ds, 1, 2);
@@ -1049,6 +1118,7 @@ int main(void) {
   test_allocator(&ds);
   test_shards(&ds);
   test_pack(&ds);
+  test_index_cache(&ds);
   test_filtered(&ds);
   test_share(&ds);
   vt_dataset_free(&ds);

@@ -5,7 +5,8 @@
 # Training on them (a numbered pattern, and a folder of shards for --val-data) on a 2-rank DP mesh
 # logs the very losses, norms and validation figures of the run on the folder and ends with the
 # same weights, byte for byte, which --check-log also confirms on 2 ranks (and exits 5 for a run
-# of another seed, after its export). `vit3d prepare shards` writes shards that Python's tarfile
+# of another seed, after its export), also with both indexes read from an --index-cache entry.
+# `vit3d prepare shards` writes shards that Python's tarfile
 # reads back to the source's bytes and labels, each sample once. A damaged shard stops every rank at
 # start with exit 2 and a message naming the shard and the byte.
 set -uo pipefail
@@ -76,14 +77,26 @@ cmp -s "$work/run_folder/w.safetensors" "$work/run_shards/w.safetensors" ||
 
 # --check-log on 2 ranks: the shard run repeats the folder run's log bit for bit, its two
 # evaluations included (exit 0); a run of another seed differs (exit 5) and still writes its
-# final weights (a collective export).
-if ! timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --data "$work/shards" \
-    --val-data "$work/shards" --check-log "$work/run_folder/metrics.jsonl" \
-    > "$work/check_same.log" 2>&1 ||
-   ! grep -q -- "--check-log: 12 steps equal .* 2 of them with their evaluation" \
-     "$work/check_same.log"; then
-  echo "FAIL: --check-log of the shard run against the folder run"
-  grep -- "--check-log" "$work/check_same.log" | head -3; fail=1
+# final weights (a collective export). The first writes both shard indexes to an index cache;
+# a second run reads them from it (world rank 0 unpacks the entry as the others do) and logs the
+# same steps again.
+for k in 1 2; do
+  if ! timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --data "$work/shards" \
+      --val-data "$work/shards/train-{00..02}.tar" --check-log "$work/run_folder/metrics.jsonl" \
+      --index-cache "$work/cache" > "$work/check_same$k.log" 2>&1 ||
+     ! grep -q -- "--check-log: 12 steps equal .* 2 of them with their evaluation" \
+       "$work/check_same$k.log"; then
+    echo "FAIL: --check-log of the shard run ($k) against the folder run"
+    grep -- "--check-log" "$work/check_same$k.log" | head -3; fail=1
+  fi
+done
+hits=$(grep -c "index from the cache" "$work/check_same2.log")
+writes=$(grep -c "written to the cache" "$work/check_same1.log")
+if [ "$hits" -ne 2 ] || [ "$writes" -ne 2 ]; then
+  echo "FAIL: the index cache: $writes entries written by the first run (want 2), $hits read by the second (want 2)"
+  grep "dataset" "$work/check_same1.log" "$work/check_same2.log"; fail=1
+else
+  echo "index cache: the first run wrote both shard indexes, the second read them and logged the same 12 steps"
 fi
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --data "$work/shards" --seed 4 \
   --check-log "$work/run_folder/metrics.jsonl" --final-weights "$work/seed4.safetensors" \
