@@ -14,7 +14,9 @@
 #  - with LayerScale and 2 register tokens (positions on every token, then on the patch tokens
 #    only) --init-from keeps every tensor at the same size and resamples the grid behind the
 #    prefix rows at another; a file of another variant (LayerScale, registers, positions,
-#    QK-norm) is refused naming the flag that matches it.
+#    QK-norm) is refused naming the flag that matches it;
+#  - --init-from reads F16 and BF16 files (widened exactly) and F64 (rounded); an integer tensor
+#    is refused.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -225,4 +227,54 @@ refused w.safetensors "pass --layer-scale 0" --layer-scale 1e-6
 refused ls0.safetensors "pass --no-embed-class 0" --layer-scale 1e-6 --reg-tokens 2 --no-embed-class 1
 refused ls1.safetensors "pass --no-embed-class 1" --layer-scale 1e-6 --reg-tokens 2
 refused ls0.safetensors "pass --qk-norm 0 --qkv-bias 1" --layer-scale 1e-6 --reg-tokens 2 --qk-norm 1
+# Half-precision and double files (as published weights often are): --init-from widens F16 and
+# BF16 exactly and rounds F64; lr 0 keeps the weights as loaded. An integer tensor is refused.
+"$py" - "$work/w.safetensors" "$work" "$here" <<'PY' || { echo "FAIL: writing F16/BF16/F64 files"; fail=1; }
+import json, struct, sys
+import numpy as np
+sys.path.insert(0, sys.argv[3])
+from ref_vit import read_safetensors
+w = {n: np.asarray(t, dtype=np.float32) for n, t in read_safetensors(sys.argv[1]).items()}
+def bf16_bits(a):  # round to nearest even, as torch does
+    u = a.view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+ENCODE = {"F16": lambda t: t.astype("<f2").tobytes(), "BF16": lambda t: bf16_bits(t).astype("<u2").tobytes(),
+          "F64": lambda t: t.astype("<f8").tobytes(), "I32": lambda t: t.astype("<i4").tobytes()}
+def write(path, dtype):  # "I32": the sixth tensor an integer one, the others F64
+    header, blobs, off = {}, [], 0
+    for i, (name, t) in enumerate(w.items()):
+        kind = ("I32" if i == 5 else "F64") if dtype == "I32" else dtype
+        b = ENCODE[kind](t)
+        header[name] = {"dtype": kind, "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+for d in ("F16", "BF16", "F64", "I32"):
+    write(f"{sys.argv[2]}/w_{d}.safetensors", d)
+PY
+for d in F16 BF16 F64; do
+  step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --lr 0 --min-lr 0 \
+    --micro-batch-size 2 --init-from "$work/w_$d.safetensors" --final-weights "$work/got_$d.safetensors"
+done
+"$py" - "$work" "$here" <<'PY' || fail=1
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from ref_vit import read_safetensors
+src = {n: np.asarray(t, dtype=np.float32) for n, t in read_safetensors(sys.argv[1] + "/w.safetensors").items()}
+def bf16(a):
+    u = a.view(np.uint32).astype(np.uint64)
+    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+want = {"F16": lambda a: a.astype(np.float16).astype(np.float32), "BF16": bf16, "F64": lambda a: a}
+bad = 0
+for d, conv in want.items():
+    got = read_safetensors(f"{sys.argv[1]}/got_{d}.safetensors")
+    same = all(np.array_equal(np.asarray(got[n]), conv(src[n])) for n in src)
+    bad += not same
+    print(f"--init-from a {d} file: every tensor as the file's values widened to F32: {same}")
+sys.exit(1 if bad else 0)
+PY
+refused w_I32.safetensors "of another dtype; the model needs the config's shape in F32, F16, BF16 or F64"
 exit $fail
+

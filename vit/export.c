@@ -102,6 +102,50 @@ vt_status vt_export_safetensors(const vt_model *m, const float *flat, vt_comm *w
   return (vt_status)(int)status;
 }
 
+// IEEE half to float, exactly (every half is a float): subnormals scaled, inf and NaN kept.
+static float half_to_float(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, ex = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  uint32_t bits;
+  if (ex == 0x1fu) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else if (ex != 0) {
+    bits = sign | (ex + 112) << 23 | man << 13;
+  } else {  // zero or subnormal: man * 2^-24
+    const float v = (float)man * 5.9604644775390625e-8f;
+    memcpy(&bits, &v, sizeof bits);
+    bits |= sign;
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// A tensor's values as floats: F32 as stored (*owned NULL); F16 and BF16 widened exactly, F64
+// rounded to nearest, into a new buffer (*owned, to free). NULL for other dtypes.
+static const float *entry_floats(const vt_st_file *f, const vt_st_entry *e, float **owned) {
+  const uint8_t *src = vt_st_data(f, e);
+  *owned = NULL;
+  if (strcmp(e->dtype, "F32") == 0) return (const float *)src;
+  const int size = vt_st_dtype_size(e->dtype);
+  const int kind = !strcmp(e->dtype, "F16") ? 1 : !strcmp(e->dtype, "BF16") ? 2
+                 : !strcmp(e->dtype, "F64") ? 3 : 0;
+  if (!kind) return NULL;
+  const int64_t n = (e->end - e->begin) / size;
+  float *dst = malloc((size_t)(n ? n : 1) * sizeof(float));
+  VT_CHECK(dst != NULL, "out of host memory converting %s", e->name);
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t h;
+    double d;
+    if (kind == 3) memcpy(&d, src + 8 * i, 8), dst[i] = (float)d;
+    else if (memcpy(&h, src + 2 * i, 2), kind == 1) dst[i] = half_to_float(h);
+    else {
+      const uint32_t bits = (uint32_t)h << 16;
+      memcpy(&dst[i], &bits, sizeof bits);
+    }
+  }
+  return *owned = dst;
+}
+
 vt_status vt_params_read_local(const vt_st_file *f, const char *file, const vt_param_table *t,
                                const char *prefix, float *local, char *err, size_t errlen) {
   char name[256];
@@ -109,18 +153,21 @@ vt_status vt_params_read_local(const vt_st_file *f, const char *file, const vt_p
     const vt_param *p = &t->p[i];
     snprintf(name, sizeof name, "%s%s", prefix, p->name);
     const vt_st_entry *e = vt_st_find(f, name);
-    int same = e && strcmp(e->dtype, "F32") == 0 && e->ndim == p->ndim;
+    int same = e && e->ndim == p->ndim;
     for (int d = 0; same && d < p->ndim; d++) same = e->shape[d] == p->shape[d];
-    if (!same) {
-      snprintf(err, errlen, "%s: tensor %s is %s; the model needs F32 of the config's shape",
-               file, name, e ? "of another dtype or shape" : "missing");
+    float *owned = NULL;
+    const float *g = same ? entry_floats(f, e, &owned) : NULL;
+    if (!g) {
+      snprintf(err, errlen,
+               "%s: tensor %s is %s; the model needs the config's shape in F32, F16, BF16 or F64",
+               file, name, !e ? "missing" : same ? "of another dtype" : "of another shape");
       return VT_ERR_INPUT;
     }
-    const float *g = vt_st_data(f, e);
     const int64_t run = vt_param_run(p, &t->shard);
     for (int64_t k = 0; k < p->local_count; k += run)
       memcpy(local + p->offset + k, g + vt_param_global_index(p, &t->shard, k),
              (size_t)run * sizeof(float));
+    free(owned);
   }
   return VT_OK;
 }
@@ -238,8 +285,10 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
       new_head = 1;  // another class count: keep the fresh head
       continue;
     }
+    float *owned = NULL;
+    const float *pos = NULL;
     if (strcmp(p->name, "pos_embed") == 0 && e && e->ndim == 3 && e->shape[2] == C &&
-        e->shape[1] != p->shape[1] && strcmp(e->dtype, "F32") == 0) {
+        e->shape[1] != p->shape[1] && (pos = entry_floats(&f, e, &owned)) != NULL) {
       int g0 = (int)lround(sqrt((double)(e->shape[1] - pr)));
       if (e->shape[1] <= pr || (int64_t)g0 * g0 + pr != e->shape[1]) {
         snprintf(err, errlen,
@@ -248,9 +297,11 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
                  path, (long long)e->shape[1], pr, pr == 1 ? "" : "s",
                  pr ? "skip" : "include", pr ? 1 : 0);
         st = VT_ERR_INPUT;
+        free(owned);
         break;
       }
-      resample_pos(vt_st_data(&f, e), g0, local + p->offset, g1, pr, C);
+      resample_pos(pos, g0, local + p->offset, g1, pr, C);
+      free(owned);
       resampled = g0;
       continue;
     }
