@@ -76,12 +76,14 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    "\nglobal_batch %" PRId64 "\nadam_t %" PRId64 "\nseed %" PRIu64
                    "\nimg_size %d\npatch_size %d\nwidth %d\ndepth %d\nheads %d\nmlp_ratio %.9g"
                    "\nnum_classes %d\nglobal_pool %d\naug_repeats %d\nlayer_scale %d"
-                   "\nno_embed_class %d\nreg_tokens %d\nqk_norm %d\nqkv_bias %d\ntp %d\npp %d\ndp %d"
+                   "\nno_embed_class %d\nreg_tokens %d\nqk_norm %d\nqkv_bias %d\nparallel %d"
+                   "\ntp %d\npp %d\ndp %d"
                    "\nzero %d\nsequence_parallel %d\n",
                    m->step, m->stream_position, m->global_batch, m->adam_t, m->seed, m->img_size,
                    m->patch_size, m->width, m->depth, m->heads, (double)m->mlp_ratio,
                    m->num_classes, m->global_pool, m->aug_repeats > 1 ? m->aug_repeats : 1,
-                   m->layer_scale, m->no_embed_class, m->reg_tokens, m->qk_norm, m->qkv_bias, m->tp,
+                   m->layer_scale, m->no_embed_class, m->reg_tokens, m->qk_norm, m->qkv_bias,
+                   m->parallel, m->tp,
                    m->pp, m->dp, m->zero,
                    m->sequence_parallel);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
@@ -122,6 +124,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"reg_tokens", 0, 256, &m->reg_tokens, 4, 1, 0},
       {"qk_norm", 0, 1, &m->qk_norm, 4, 1, 0},
       {"qkv_bias", 0, 1, &m->qkv_bias, 4, 1, 0},  // absent: 1
+      {"parallel", 0, 1, &m->parallel, 4, 1, 0},
       {"tp", 1, 1 << 20, &m->tp, 4, 0, 0},
       {"pp", 1, 1 << 20, &m->pp, 4, 0, 0},
       {"dp", 1, 1 << 20, &m->dp, 4, 0, 0},

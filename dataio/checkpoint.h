@@ -36,6 +36,7 @@ typedef struct {
   int no_embed_class, reg_tokens;  // vt_vit_config's (0 when the manifest predates them)
   int qk_norm;                     // vt_vit_config's (0 when the manifest predates it)
   int qkv_bias;                    // 0: no qkv bias (1 when the manifest predates it)
+  int parallel;                    // parallel blocks (0 when the manifest predates them)
   float mlp_ratio;
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;

@@ -122,6 +122,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
         .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
         .layer_scale = c->layer_scale > 0, .no_embed_class = c->no_embed_class,
         .reg_tokens = c->reg_tokens, .qk_norm = c->qk_norm, .qkv_bias = !c->no_qkv_bias,
+        .parallel = c->parallel,
         .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
         .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
     // The snapshot is rank 0's own now: training may go on while it is written.
@@ -169,10 +170,13 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
              man->reg_tokens, man->no_embed_class);
     return VT_ERR_INPUT;
   }
-  if (man->qk_norm != c->qk_norm || man->qkv_bias != !c->no_qkv_bias) {
-    snprintf(err, errlen, "%s holds a model %s QK-norm and %s qkv bias; resume it with "
-             "--qk-norm %d --qkv-bias %d", dir, man->qk_norm ? "with" : "without",
-             man->qkv_bias ? "with a" : "without a", man->qk_norm, man->qkv_bias);
+  if (man->qk_norm != c->qk_norm || man->qkv_bias != !c->no_qkv_bias ||
+      man->parallel != c->parallel) {
+    snprintf(err, errlen, "%s holds a model %s QK-norm, %s qkv bias and %s blocks; resume it "
+             "with --qk-norm %d --qkv-bias %d --parallel-blocks %d", dir,
+             man->qk_norm ? "with" : "without", man->qkv_bias ? "with a" : "without a",
+             man->parallel ? "parallel" : "sequential", man->qk_norm, man->qkv_bias,
+             man->parallel);
     return VT_ERR_INPUT;
   }
   if (!o->eval_only &&

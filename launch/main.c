@@ -144,6 +144,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "ViT-22B): blocks.i.attn.q_norm and k_norm", NULL},
       {"--qkv-bias", VT_OPT_INT, &qkv_bias, 0, 0, 1, "0|1",
        "0: the qkv Linear has no bias (timm's qkv_bias=False, ViT-22B)", NULL},
+      {"--parallel-blocks", VT_OPT_INT, &o.model.parallel, 0, 0, 1, "0|1",
+       "1: each block adds attention and MLP of one LayerNorm's output, x + attn(n) + mlp(n) "
+       "(ViT-22B, timm's ParallelScalingBlock; no norm2, one LayerScale blocks.i.ls.gamma and "
+       "one drop path on the sum): one tensor-parallel all-reduce per block each way instead of "
+       "two", NULL},
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
        "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
        "directory (root/<class>/<image>), a list file (path<TAB>label per line) or tar shards "

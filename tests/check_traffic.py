@@ -1,6 +1,7 @@
 """check_traffic.py DIR TP PP DP ZERO: the payload bytes each rank counted per axis over one
 training step (DIR/comm.rank<R>.json, written by vit3d --comm-stats 1) against the formulas:
-  TP  all-reduce: 4 x b*N*C floats per block per micro-batch (two forward, two backward)
+  TP  all-reduce: 4 x b*N*C floats per block per micro-batch (two forward, two backward); with
+      parallel blocks 2 x (one each way: both branches share the gathered input and one sum)
   PP  send = recv: one activation (forward) and one gradient (backward) of b*N*C floats per
       stage boundary per micro-batch; with model chunks (interleaved), per boundary of each
       chunk's virtual stage c * pp + pp_rank
@@ -28,7 +29,7 @@ for path in ranks:
     stages = [c * pp + r["pp_rank"] for c in range(v)]  # this rank's virtual stages
     boundaries = sum((s > 0) + (s < pp * v - 1) for s in stages)
     want = {
-        ("tp", "all_reduce"): 4 * nb * m * act if tp > 1 else 0,
+        ("tp", "all_reduce"): (2 if r.get("parallel_blocks") else 4) * nb * m * act if tp > 1 else 0,
         ("pp", "send"): boundaries * m * act,
         ("pp", "recv"): boundaries * m * act,
         ("dp", "all_reduce"): r["params"] * 4 if dp > 1 and not zero else 0,

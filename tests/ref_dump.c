@@ -6,7 +6,8 @@
 // Usage: ref_dump OUT.safetensors [avg|ls|reg]: avg the mean-pooled head; ls LayerScale, 2
 // register tokens, positions on the patch tokens only and the mean-pooled head (DeiT III and
 // DINOv2's options); reg 3 register tokens with positions, the class-token head; qk QK-norm
-// without the qkv bias (ViT-22B's attention) and LayerScale.
+// without the qkv bias (ViT-22B's attention) and LayerScale; par parallel blocks (ViT-22B) with
+// LayerScale.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,8 +63,8 @@ int main(int argc, char **argv) {
   const char *variant = argc == 3 ? argv[2] : "";
   if (argc < 2 || argc > 3 ||
       (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg") &&
-       strcmp(variant, "qk"))) {
-    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk]\n", argv[0]);
+       strcmp(variant, "qk") && strcmp(variant, "par"))) {
+    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par]\n", argv[0]);
     return 2;
   }
   const char *why = NULL;
@@ -78,6 +79,7 @@ int main(int argc, char **argv) {
     cfg.layer_scale = 0.3f, cfg.reg_tokens = 2, cfg.no_embed_class = 1;
   if (!strcmp(variant, "reg")) cfg.reg_tokens = 3;
   if (!strcmp(variant, "qk")) cfg.qk_norm = 1, cfg.no_qkv_bias = 1, cfg.layer_scale = 0.5f;
+  if (!strcmp(variant, "par")) cfg.parallel = 1, cfg.layer_scale = 0.4f;
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,

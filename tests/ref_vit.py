@@ -143,6 +143,23 @@ class Block(nn.Module):
         return x + drop_path(self.ls2(self.mlp(self.norm2(x))), masks[1], keep)
 
 
+class ParallelBlock(nn.Module):
+    """ViT-22B's parallel block: x + drop_path(ls(attn(n) + mlp(n))), n = norm1(x); timm's
+    ParallelScalingBlock computes the same with its own tensor names."""
+    def __init__(self, dim, heads, hidden, layer_scale=False, qk_norm=False, qkv_bias=True):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, heads, qk_norm, qkv_bias)
+        self.mlp = Mlp(dim, hidden)
+        self.ls = LayerScale(dim) if layer_scale else nn.Identity()
+
+    def forward(self, x, masks=None, keep=1.0):
+        if masks is None:
+            masks, keep = torch.ones(2, x.shape[0]), 1.0
+        n = self.norm1(x)
+        return x + drop_path(self.ls(self.attn(n) + self.mlp(n)), masks[0], keep)
+
+
 class PatchEmbed(nn.Module):
     def __init__(self, patch, dim):
         super().__init__()
@@ -155,7 +172,8 @@ class PatchEmbed(nn.Module):
 class ViT(nn.Module):
     def __init__(self, img=IMG, patch=PATCH, width=WIDTH, depth=DEPTH, heads=HEADS,
                  mlp_ratio=MLP_RATIO, classes=CLASSES, global_pool=False, layer_scale=False,
-                 reg_tokens=0, no_embed_class=False, qk_norm=False, qkv_bias=True):
+                 reg_tokens=0, no_embed_class=False, qk_norm=False, qkv_bias=True,
+                 parallel=False):
         super().__init__()
         self.global_pool, self.no_embed_class = global_pool, no_embed_class
         self.prefix = 1 + reg_tokens  # timm's num_prefix_tokens: class token, then registers
@@ -165,7 +183,8 @@ class ViT(nn.Module):
         self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, width)) if reg_tokens else None
         self.pos_embed = nn.Parameter(torch.zeros(1, n, width))
         self.blocks = nn.Sequential(
-            *[Block(width, heads, int(width * mlp_ratio), layer_scale, qk_norm, qkv_bias)
+            *[(ParallelBlock if parallel else Block)(width, heads, int(width * mlp_ratio),
+                                                     layer_scale, qk_norm, qkv_bias)
               for _ in range(depth)])
         # timm: global_pool='avg' replaces `norm` by fc_norm after the pooling
         if global_pool:
@@ -278,9 +297,11 @@ def main():
     regs = d["init.reg_token"].shape[1] if "init.reg_token" in d else 0
     no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2
     qk_norm, qkv_bias = "init.blocks.0.attn.q_norm.weight" in d, "init.blocks.0.attn.qkv.bias" in d
-    model = ViT(global_pool="init.fc_norm.weight" in d, layer_scale="init.blocks.0.ls1.gamma" in d,
+    parallel = "init.blocks.0.norm2.weight" not in d
+    layer_scale = "init.blocks.0.ls1.gamma" in d or "init.blocks.0.ls.gamma" in d
+    model = ViT(global_pool="init.fc_norm.weight" in d, layer_scale=layer_scale,
                 reg_tokens=regs, no_embed_class=no_embed_class, qk_norm=qk_norm,
-                qkv_bias=qkv_bias).to(dt)
+                qkv_bias=qkv_bias, parallel=parallel).to(dt)
     names = [n for n, _ in model.named_parameters()]
     init = {n[5:]: t for n, t in d.items() if n.startswith("init.")}
     model.load_state_dict({n: t.to(dt) for n, t in init.items()}, strict=True)
@@ -397,7 +418,7 @@ def main():
             insensitive.append("ema." + key)
 
     failed = [r for r in results if not r[2] <= r[3]]  # "not <=" also catches NaN
-    variant = ((", LayerScale" if "init.blocks.0.ls1.gamma" in d else "") +
+    variant = ((", parallel blocks" if parallel else "") + (", LayerScale" if layer_scale else "") +
                (f", {regs} register tokens" if regs else "") +
                (", positions on the patch tokens only" if no_embed_class else "") +
                (", QK-norm" if qk_norm else "") + ("" if qkv_bias else ", no qkv bias"))

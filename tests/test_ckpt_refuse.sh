@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_ckpt_refuse.sh VIT3D: checkpoints that must not be used are refused clearly:
 #  - resuming with a model config whose shapes, head (--global-pool), LayerScale, register
-#    tokens or QK-norm differ from the checkpoint's;
+#    tokens, QK-norm or parallel blocks differ from the checkpoint's;
 #  - another --seed is allowed but warned about;
 #  - --resume DIR of a damaged checkpoint (bad CRC) stops instead of training;
 #  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted), in place or in
@@ -31,9 +31,14 @@ if [ $rc -eq 2 ] && grep -q "holds a model without LayerScale, with 0 register t
 else echo "FAIL: LayerScale mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --qk-norm 1 --qkv-bias 0 --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
-if [ $rc -eq 2 ] && grep -q "holds a model without QK-norm and with a qkv bias; resume it with --qk-norm 0 --qkv-bias 1" <<<"$out"; then
+if [ $rc -eq 2 ] && grep -q "holds a model without QK-norm, with a qkv bias and sequential blocks; resume it with --qk-norm 0 --qkv-bias 1 --parallel-blocks 0" <<<"$out"; then
   echo "ok: QK-norm refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: QK-norm mismatch: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --parallel-blocks 1 --steps 6 --save "$work/ck" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "and sequential blocks; resume it with .* --parallel-blocks 0" <<<"$out"; then
+  echo "ok: parallel blocks refused: $(grep -o 'holds a model.*' <<<"$out")"
+else echo "FAIL: parallel blocks mismatch: rc $rc: $out"; fail=1; fi
 # Another seed or --aug-repeats: allowed (reshuffling after a loss spike), but said.
 out=$("$vit3d" "${args[@]}" --seed 9 --steps 5 --save "$work/ck_seed" --resume "$work/ck/step-00000004" 2>&1)
 rc=$?

@@ -7,7 +7,8 @@
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
 # with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, three
 # with the mean-pooled head (one sequence parallel), three with LayerScale, register tokens,
-# no_embed_class, QK-norm without qkv bias and drop path (one sequence parallel), two with RandAugment and repeated
+# no_embed_class, QK-norm without qkv bias and drop path (one sequence parallel), three with
+# parallel blocks (one sequence parallel, and ZB-H1 bit for bit as 1F1B), two with RandAugment and repeated
 # augmentation on an image folder, the first stage's TP ranks decoding their shares of the
 # images bit for bit as each decoding all (two cases), two with ZeRO-1 and layer-wise lr decay,
 # two whose EMA
@@ -165,6 +166,15 @@ variant base base_ls "LayerScale, registers, no_embed_class, QK-norm, drop path"
 run ls_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${ls[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_ls" "$work/ls_sp" "ls_sp 4 x 2 x 1 SP ${ls[*]}" ||
   fail=1
+# Parallel blocks (ViT-22B): one TP reduction per block each way, the branches' input gradients
+# added before it; with LayerScale on the sum, QK-norm and drop path (one mask per block); also
+# 4x2x1 with sequence parallelism, and ZB-H1 bit for bit as 1F1B below (its weight pass reads
+# the one output gradient both branches share).
+par=(--parallel-blocks 1 --layer-scale 0.2 --qk-norm 1 --drop-path 0.2)
+variant base base_par "parallel blocks, LayerScale, QK-norm, drop path" "${par[@]}"
+run par_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${par[@]}" &&
+  "$py" "$here/compare_runs.py" "$work/base_par" "$work/par_sp" "par_sp 4 x 2 x 1 SP ${par[*]}" ||
+  fail=1
 # RandAugment and repeated augmentation act in the image loader of the first stage's ranks,
 # keyed by (seed, epoch, image, copy): any layout decodes the same pixels. On a small
 # ImageFolder (tests/make_images.py), with Mixup on top (whose pairs must not be an image and
@@ -238,7 +248,8 @@ run rc_seqpar_tp8 8 --tp 8 --sequence-parallel 1 --recompute-blocks 3 &&
 # 1x8x1 (8 micro-batches, every stage deferring weight passes), with drop path, with sequence
 # parallelism (whose weight pass reads the gathered LayerNorm rows).
 for pair in "mix222 zb222 2 2 2" "pp8 zb_pp8 1 8 1" "drop_mix222 zb_drop222 2 2 2 --drop-path 0.3" \
-            "seqpar zb_seqpar 2 2 2 --sequence-parallel 1"; do
+            "seqpar zb_seqpar 2 2 2 --sequence-parallel 1" \
+            "base_par_222 zb_par222 2 2 2 ${par[*]}"; do
   set -- $pair
   plain=$1 name=$2 tp=$3 pp=$4 dp=$5; shift 5
   if run "$name" 8 --tp "$tp" --pp "$pp" --dp "$dp" --pp-schedule zb-h1 "$@" &&

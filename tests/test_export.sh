@@ -14,7 +14,7 @@
 #  - with LayerScale and 2 register tokens (positions on every token, then on the patch tokens
 #    only) --init-from keeps every tensor at the same size and resamples the grid behind the
 #    prefix rows at another; a file of another variant (LayerScale, registers, positions,
-#    QK-norm) is refused naming the flag that matches it;
+#    QK-norm, parallel blocks) is refused naming the flag that matches it;
 #  - --init-from reads F16 and BF16 files (widened exactly) and F64 (rounded); an integer tensor
 #    is refused.
 set -uo pipefail
@@ -227,6 +227,10 @@ refused w.safetensors "pass --layer-scale 0" --layer-scale 1e-6
 refused ls0.safetensors "pass --no-embed-class 0" --layer-scale 1e-6 --reg-tokens 2 --no-embed-class 1
 refused ls1.safetensors "pass --no-embed-class 1" --layer-scale 1e-6 --reg-tokens 2
 refused ls0.safetensors "pass --qk-norm 0 --qkv-bias 1" --layer-scale 1e-6 --reg-tokens 2 --qk-norm 1
+step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --parallel-blocks 1 --steps 1 \
+  --micro-batch-size 2 --final-weights "$work/par.safetensors"
+refused par.safetensors "holds parallel blocks (norm1 but no norm2); pass --parallel-blocks 1"
+refused w.safetensors "holds sequential blocks (norm1 and norm2); pass --parallel-blocks 0" --parallel-blocks 1
 # Half-precision and double files (as published weights often are): --init-from widens F16 and
 # BF16 exactly and rounds F64; lr 0 keeps the weights as loaded. An integer tensor is refused.
 "$py" - "$work/w.safetensors" "$work" "$here" <<'PY' || { echo "FAIL: writing F16/BF16/F64 files"; fail=1; }

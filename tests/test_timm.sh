@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for six variants
+# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for seven variants
 # of timm's VisionTransformer (defaults; the mean-pooled head; DeiT III's LayerScale with
 # positions on the patch tokens only; 2 registers with LayerScale; 3 registers with class
-# positions and the mean-pooled head; QK-norm without the qkv bias) timm's random weights go in through --init-from and
+# positions and the mean-pooled head; QK-norm without the qkv bias; ParallelScalingBlock, renamed) timm's random weights go in through --init-from and
 # `vit3d eval --logits-out` must give timm's logits on the same inputs.
 # timm: an importable one, else timm 1.0.9 from PyPI unpacked once into CACHE_DIR (pure Python,
 # --no-deps; it needs Debian's python3-torchvision). Exits 77 (skip) when neither is possible,
@@ -34,7 +34,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$py" "$here/make_images.py" "$work/val" 10 3 40 || { echo "FAIL: make_images.py"; exit 1; }
 fail=0
-for v in vit avg deit3 reg reg_avg qk_norm; do
+for v in vit avg deit3 reg reg_avg qk_norm parallel; do
   mapfile -t flags < <("$py" "$here/timm_check.py" flags $v)
   if ! "$py" "$here/timm_check.py" write $v "$work/$v.safetensors"; then
     echo "FAIL: timm could not build variant $v"; fail=1; continue

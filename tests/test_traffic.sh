@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_traffic.sh VIT3D: the bytes every rank moves per axis in one step equal the formulas of
-# tests/check_traffic.py, on 2x2x2, 2x2x2 with ZeRO-1, 1x4x2 and 1x4x2 with the interleaved
-# schedule.
+# tests/check_traffic.py, on 2x2x2, 2x2x2 with ZeRO-1, 1x4x2, 1x4x2 with the interleaved
+# schedule and 2x2x2 with parallel blocks (half the TP bytes).
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,4 +23,5 @@ measure m222 2 2 2 0
 measure zero 2 2 2 1
 measure m142 1 4 2 0
 measure il142 1 4 2 0 --pp-schedule interleaved  # chunks 0-0,4-4 ... 3-3,7-7: a ring
+measure par222 2 2 2 0 --parallel-blocks 1  # half the TP traffic of m222
 exit $fail

@@ -2,8 +2,9 @@
 each variant with random weights, they go to vit3d through --init-from, and the logits vit3d's
 evaluation writes (--logits-out) must be timm's on the same inputs. Covers the names, shapes and
 semantics of the plain ViT, the mean-pooled head, DeiT III's LayerScale with positions on the
-patch tokens only, register tokens with and without class positions, and QK-norm without the
-qkv bias (ViT-22B's attention).
+patch tokens only, register tokens with and without class positions, QK-norm without the qkv
+bias (ViT-22B's attention), and timm's ParallelScalingBlock (ViT-22B's parallel block, its
+tensors renamed to vit3d's: in_proj's rows split into fc1 and qkv).
 
   timm_check.py flags VARIANT           the vit3d model flags of a variant (one per line)
   timm_check.py write VARIANT OUT       timm's weights (perturbed, so no bias or gamma is its
@@ -38,13 +39,54 @@ VARIANTS = {
                 ["--reg-tokens", "3", "--global-pool", "avg"]),
     "qk_norm": ({"qk_norm": True, "qkv_bias": False, "init_values": 0.3},
                 ["--qk-norm", "1", "--qkv-bias", "0", "--layer-scale", "0.3"]),
+    # timm's ParallelScalingBlock (ViT-22B) under its own names, converted (to_vit3d)
+    "parallel": ({"block": "ParallelScalingBlock", "qkv_bias": True, "qk_norm": True,
+                  "init_values": 0.3},
+                 ["--parallel-blocks", "1", "--qk-norm", "1", "--layer-scale", "0.3"]),
 }
+
+# ParallelScalingBlock's tensors -> vit3d's parallel block: in_norm is norm1, in_proj's rows are
+# [fc1 | qkv] (its output splits as x_mlp, q, k, v), the out projections are proj and fc2.
+RENAME = {"in_norm": "norm1", "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
+          "attn_out_proj": "attn.proj", "mlp_out_proj": "mlp.fc2"}
+
+
+def to_vit3d(sd, hidden):
+    out = {}
+    for name, t in sd.items():
+        parts = name.split(".")
+        if len(parts) < 4 or parts[0] != "blocks":
+            out[name] = t
+        elif parts[2] == "in_proj":
+            pre = ".".join(parts[:2])
+            out[f"{pre}.mlp.fc1.{parts[3]}"], out[f"{pre}.attn.qkv.{parts[3]}"] = t[:hidden], t[hidden:]
+        else:
+            out[".".join(parts[:2] + [RENAME.get(parts[2], parts[2])] + parts[3:])] = t
+    return out
+
+
+def to_timm(sd):
+    out, back = {}, {v: k for k, v in RENAME.items()}
+    for name, t in sd.items():
+        parts = name.split(".")
+        if name.startswith("blocks.") and ".mlp.fc1." in name:
+            pre, kind = ".".join(parts[:2]), parts[-1]
+            out[f"{pre}.in_proj.{kind}"] = torch.cat([t, sd[f"{pre}.attn.qkv.{kind}"]])
+        elif name.startswith("blocks.") and ".attn.qkv." not in name:
+            mid = ".".join(parts[2:-1])
+            out[".".join(parts[:2] + [back.get(mid, mid), parts[-1]])] = t
+        elif not name.startswith("blocks."):
+            out[name] = t
+    return out
 
 
 def build(variant):
-    from timm.models.vision_transformer import VisionTransformer
+    from timm.models import vision_transformer as vt
     torch.manual_seed(7)
-    model = VisionTransformer(**BASE, **VARIANTS[variant][0])
+    kw = dict(VARIANTS[variant][0])
+    if "block" in kw:
+        kw["block_fn"] = getattr(vt, kw.pop("block"))
+    model = vt.VisionTransformer(**BASE, **kw)
     with torch.no_grad():  # every tensor off its initial constant (zero biases, gamma = 0.3)
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -65,8 +107,10 @@ def write(path, tensors):
 
 def check(variant, weights_path, dump_path):
     model = build(variant)
-    weights = read_safetensors(weights_path)
-    model.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()}, strict=True)
+    weights = {k: torch.as_tensor(v) for k, v in read_safetensors(weights_path).items()}
+    if "block" in VARIANTS[variant][0]:
+        weights = to_timm(weights)
+    model.load_state_dict(weights, strict=True)
     model = model.double()
     dump = read_safetensors(dump_path)
     with torch.no_grad():
@@ -86,7 +130,10 @@ def main():
         print("\n".join(BASE_FLAGS + VARIANTS[variant][1]))
         return 0
     if cmd == "write":
-        write(sys.argv[3], build(variant).state_dict())
+        sd = build(variant).state_dict()
+        if "block" in VARIANTS[variant][0]:
+            sd = to_vit3d(sd, int(BASE["embed_dim"] * 4))
+        write(sys.argv[3], sd)
         return 0
     return check(variant, sys.argv[3], sys.argv[4])
 

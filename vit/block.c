@@ -7,6 +7,8 @@
 // masks of the attention and the MLP branch, else NULL) a branch's output reaches the stream
 // only for the samples that keep it, scaled (vt_drop_path). With LayerScale each branch's
 // output is multiplied by its gamma per channel before that (timm: x + drop_path(ls(branch))).
+// Parallel blocks (cfg.parallel) run both branches from one LayerNorm and add their outputs
+// before one reduction: one f and one g per block.
 #include "model.h"
 #include "tp.h"
 #include "vt_ops.h"
@@ -43,8 +45,55 @@ static const float *f_bwd(const vt_model *m, float *local, float *partial, int64
   return local;
 }
 
+// qkv (QK-norm) and attention of the rows x1 (all M of them): a->attn.
+static void attention_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
+                          const float *x1, int B) {
+  const vt_backend *be = m->be;
+  const vt_vit_config *c = &m->cfg;
+  const int64_t N = vt_cfg_tokens(c), C = c->width, H = c->heads / m->shard.tp_size;
+  const int64_t D = vt_cfg_head_dim(c), M = (int64_t)B * N;
+  vt_linear_act_fwd(be, a->qkv, x1, w->qkv_w, w->qkv_b, M, C, 3 * H * D);
+  if (w->qn_w)
+    vt_qk_norm_fwd(be, a->qkn, a->qk_mean, a->qk_rstd, a->qkv, w->qn_w, w->qn_b, w->kn_w,
+                   w->kn_b, M, H, D);
+  vt_attention_fwd(be, a->attn, a->lse, w->qn_w ? a->qkn : a->qkv, B, N, H, D);
+}
+
+// A parallel block (ViT-22B, timm's ParallelScalingBlock): x + drop_path(ls(attn(n) + mlp(n)))
+// with n = norm1(x). Both branches read the one gathered n (f once) and their row-parallel
+// outputs are added before the one reduction (g once): one TP collective each way per block
+// instead of two.
+static void parallel_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
+                         const float *in, float *out, int B, const vt_drop_mask *drop) {
+  const vt_backend *be = m->be;
+  const vt_vit_config *c = &m->cfg;
+  const int tp = m->shard.tp_size;
+  const int64_t N = vt_cfg_tokens(c), C = c->width, HD = c->heads / tp * vt_cfg_head_dim(c);
+  const int64_t F = vt_cfg_mlp_hidden(c) / tp, M = (int64_t)B * N;
+  const int64_t Ml = vt_model_local_rows(m, B);
+  const int first = m->shard.tp_rank == 0;  // row-parallel biases once
+  vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C);
+  const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
+  attention_fwd(m, w, a, x1, B);
+  vt_linear_act_fwd(be, a->fc1, x1, w->fc1_w, w->fc1_b, M, C, F);
+  vt_gelu_fwd(be, a->gelu, a->fc1, M * F);
+  // y: the reduced sum of the branches (kept for LayerScale's backward, else made in out)
+  float *y = w->ls2 ? a->ls2 : out, *sum = m->sp ? m->s.partial : y;
+  vt_linear_fwd(be, m->s.branch, a->attn, w->proj_w, first ? w->proj_b : NULL, M, HD, C);
+  vt_linear_residual_fwd(be, sum, a->gelu, w->fc2_w, first ? w->fc2_b : NULL, m->s.branch, M, F,
+                         C);
+  g_fwd(m, y, sum, Ml * C);
+  if (w->ls2) vt_layer_scale_fwd(be, out, y, w->ls2, Ml, C);
+  if (drop) vt_drop_path(be, out, out, in, Ml, C, &drop[0]);
+  else vt_add(be, out, out, in, Ml * C);
+}
+
 void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
                   const float *in, float *out, int B, const vt_drop_mask *drop) {
+  if (m->cfg.parallel) {
+    parallel_fwd(m, w, a, in, out, B, drop);
+    return;
+  }
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const int tp = m->shard.tp_size;
@@ -63,11 +112,7 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   float *partial = m->sp ? m->s.partial : y;
   vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C);
   const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
-  vt_linear_act_fwd(be, a->qkv, x1, w->qkv_w, w->qkv_b, M, C, 3 * H * D);
-  if (w->qn_w)
-    vt_qk_norm_fwd(be, a->qkn, a->qk_mean, a->qk_rstd, a->qkv, w->qn_w, w->qn_b, w->kn_w,
-                   w->kn_b, M, H, D);
-  vt_attention_fwd(be, a->attn, a->lse, w->qn_w ? a->qkn : a->qkv, B, N, H, D);
+  attention_fwd(m, w, a, x1, B);
   if (fused) {
     vt_linear_residual_fwd(be, a->mid, a->attn, w->proj_w, proj_b, in, M, H * D, C);
     vt_layernorm_fwd(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->norm2_w, w->norm2_b, M, C);
@@ -126,28 +171,90 @@ static const float *keep(const vt_model *m, float *kept, const float *dy, int64_
   return kept;
 }
 
-void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
-                  const vt_block_acts *a, const float *in, float *dres, int B,
-                  const vt_drop_mask *drop, vt_block_wgrad *wg) {
+// The attention branch's backward from proj's output gradient dy (all M rows) to the gradient
+// of its input rows x1, dx1 (M rows): proj, attention (and QK-norm), qkv. Uses dact.
+static void attention_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
+                          const vt_block_acts *a, const float *dy, const float *x1, float *dqkv,
+                          float *dx1, int weights, int B) {
+  const vt_backend *be = m->be;
+  const vt_vit_config *c = &m->cfg;
+  const int64_t N = vt_cfg_tokens(c), C = c->width, H = c->heads / m->shard.tp_size;
+  const int64_t D = vt_cfg_head_dim(c), M = (int64_t)B * N;
+  float *dact = m->s.dact;
+  vt_linear_bwd_act(be, dact, weights ? gw->proj_w : NULL, gw->proj_b, dy, a->attn, w->proj_w, M,
+                    H * D, C);
+  if (w->qn_w) {  // attention's gradient is that of the normalised q and k; QK-norm's backward
+                  // makes qkv's (and its bias gradient)
+    vt_attention_bwd(be, m->s.dqkn, NULL, dact, a->qkn, a->attn, a->lse, B, N, H, D);
+    vt_qk_norm_bwd(be, dqkv, gw->qn_w, gw->qn_b, gw->kn_w, gw->kn_b, gw->qkv_b, m->s.dqkn, a->qkv,
+                   w->qn_w, w->kn_w, a->qk_mean, a->qk_rstd, M, H, D);
+  } else {
+    vt_attention_bwd(be, dqkv, gw->qkv_b, dact, a->qkv, a->attn, a->lse, B, N, H, D);
+  }
+  vt_linear_act_bwd(be, dx1, weights ? gw->qkv_w : NULL, dqkv, x1, w->qkv_w, M, C, 3 * H * D);
+}
+
+// The MLP branch's backward from fc2's output gradient dy (all M rows) to the gradient of its
+// input rows x2, dx2 (M rows). The row-parallel Linear's input gradient (dact) is a bf16
+// activation in bf16 precision, as autocast makes it; gelu_bwd also makes fc1's bias gradient.
+static void mlp_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
+                    const vt_block_acts *a, const float *dy, const float *x2, float *dfc1,
+                    float *dx2, int weights, int B) {
+  const vt_backend *be = m->be;
+  const int64_t C = m->cfg.width, F = vt_cfg_mlp_hidden(&m->cfg) / m->shard.tp_size;
+  const int64_t M = (int64_t)B * vt_cfg_tokens(&m->cfg);
+  vt_linear_bwd_act(be, m->s.dact, weights ? gw->fc2_w : NULL, gw->fc2_b, dy, a->gelu, w->fc2_w,
+                    M, F, C);
+  vt_gelu_bwd(be, dfc1, gw->fc1_b, a->fc1, m->s.dact, M, F);
+  vt_linear_act_bwd(be, dx2, weights ? gw->fc1_w : NULL, dfc1, x2, w->fc1_w, M, C, F);
+}
+
+// The parallel block's backward: one gradient dY of the branches' sum feeds both (kept once
+// for a split backward, in dfc2), their input gradients are added (dln += dln2) and cross the
+// TP group once.
+static void parallel_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
+                         const vt_block_acts *a, const float *in, float *dres, int B,
+                         const vt_drop_mask *drop, vt_block_wgrad *wg) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const vt_model_scratch *s = &m->s;
-  const int tp = m->shard.tp_size;
-  const int64_t N = vt_cfg_tokens(c), C = c->width, H = c->heads / tp, D = vt_cfg_head_dim(c);
-  const int64_t F = vt_cfg_mlp_hidden(c) / tp, M = (int64_t)B * N;
+  const int64_t C = c->width;
+  const int64_t M = (int64_t)B * vt_cfg_tokens(c), Ml = vt_model_local_rows(m, B);
+  const float *x1 = m->sp ? a->ln1_full : a->ln1;
+  float *dfc1 = wg ? wg->dfc1 : s->dfc1, *dqkv = wg ? wg->dqkv : s->dqkv;
+  const float *dy = g_bwd(
+      m, s->full, branch_dout(m, dres, drop ? &drop[0] : NULL, w->ls2, gw->ls2, a->ls2, Ml),
+      Ml * C);
+  dy = keep(m, wg ? wg->dfc2 : NULL, dy, M * C);
+  mlp_bwd(m, w, gw, a, dy, x1, dfc1, s->dln2, !wg, B);
+  attention_bwd(m, w, gw, a, dy, x1, dqkv, s->dln, !wg, B);
+  vt_add(be, s->dln, s->dln, s->dln2, M * C);  // dln's rows past M stay untouched (zero)
+  const float *dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
+  vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,
+                       a->ln1_rstd, Ml, C);
+}
+
+void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
+                  const vt_block_acts *a, const float *in, float *dres, int B,
+                  const vt_drop_mask *drop, vt_block_wgrad *wg) {
+  if (m->cfg.parallel) {
+    parallel_bwd(m, w, gw, a, in, dres, B, drop, wg);
+    return;
+  }
+  const vt_backend *be = m->be;
+  const vt_vit_config *c = &m->cfg;
+  const vt_model_scratch *s = &m->s;
+  const int64_t M = (int64_t)B * vt_cfg_tokens(c), C = c->width;
   const int64_t Ml = vt_model_local_rows(m, B);
   const float *x1 = m->sp ? a->ln1_full : a->ln1, *x2 = m->sp ? a->ln2_full : a->ln2;
-  // MLP branch; dres holds d(block output) and becomes d(mid), then d(in). The row-parallel
-  // Linears' input gradients (dact) are bf16 activations in bf16 precision, as autocast makes them.
-  // Split: the weight-matrix GEMMs wait for vt_block_bwd_weight, their output gradients in wg.
+  // MLP branch; dres holds d(block output) and becomes d(mid), then d(in). Split: the
+  // weight-matrix GEMMs wait for vt_block_bwd_weight, their output gradients in wg.
   float *dfc1 = wg ? wg->dfc1 : s->dfc1, *dqkv = wg ? wg->dqkv : s->dqkv;
   const float *dy = g_bwd(
       m, s->full, branch_dout(m, dres, drop ? &drop[1] : NULL, w->ls2, gw->ls2, a->ls2, Ml),
       Ml * C);
   dy = keep(m, wg ? wg->dfc2 : NULL, dy, M * C);
-  vt_linear_bwd_act(be, s->dact, wg ? NULL : gw->fc2_w, gw->fc2_b, dy, a->gelu, w->fc2_w, M, F, C);
-  vt_gelu_bwd(be, dfc1, gw->fc1_b, a->fc1, s->dact, M, F);  // and fc1's bias gradient
-  vt_linear_act_bwd(be, s->dln, wg ? NULL : gw->fc1_w, dfc1, x2, w->fc1_w, M, C, F);
+  mlp_bwd(m, w, gw, a, dy, x2, dfc1, s->dln, !wg, B);
   const float *dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm2_w, gw->norm2_b, dx, a->mid, w->norm2_w, a->ln2_mean,
                        a->ln2_rstd, Ml, C);  // dres += the MLP branch's input gradient
@@ -156,17 +263,7 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   dy = g_bwd(m, s->full,
              branch_dout(m, dres, drop ? &drop[0] : NULL, w->ls1, gw->ls1, a->ls1, Ml), Ml * C);
   dy = keep(m, wg ? wg->dproj : NULL, dy, M * C);
-  vt_linear_bwd_act(be, s->dact, wg ? NULL : gw->proj_w, gw->proj_b, dy, a->attn, w->proj_w, M,
-                    H * D, C);
-  if (w->qn_w) {  // attention's gradient is that of the normalised q and k; QK-norm's backward
-                  // makes qkv's (and its bias gradient)
-    vt_attention_bwd(be, s->dqkn, NULL, s->dact, a->qkn, a->attn, a->lse, B, N, H, D);
-    vt_qk_norm_bwd(be, dqkv, gw->qn_w, gw->qn_b, gw->kn_w, gw->kn_b, gw->qkv_b, s->dqkn, a->qkv,
-                   w->qn_w, w->kn_w, a->qk_mean, a->qk_rstd, M, H, D);
-  } else {
-    vt_attention_bwd(be, dqkv, gw->qkv_b, s->dact, a->qkv, a->attn, a->lse, B, N, H, D);
-  }
-  vt_linear_act_bwd(be, s->dln, wg ? NULL : gw->qkv_w, dqkv, x1, w->qkv_w, M, C, 3 * H * D);
+  attention_bwd(m, w, gw, a, dy, x1, dqkv, s->dln, !wg, B);
   dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,
                        a->ln1_rstd, Ml, C);
@@ -179,9 +276,11 @@ void vt_block_bwd_weight(const vt_model *m, vt_block_tensors *gw, const vt_block
   const int tp = m->shard.tp_size;
   const int64_t N = vt_cfg_tokens(c), C = c->width, HD = c->heads / tp * vt_cfg_head_dim(c);
   const int64_t F = vt_cfg_mlp_hidden(c) / tp, M = (int64_t)B * N;
-  const float *x1 = m->sp ? a->ln1_full : a->ln1, *x2 = m->sp ? a->ln2_full : a->ln2;
+  const float *x1 = m->sp ? a->ln1_full : a->ln1;
+  const float *x2 = c->parallel ? x1 : m->sp ? a->ln2_full : a->ln2;  // fc1's input
   vt_linear_bwd(be, NULL, gw->fc2_w, NULL, wg->dfc2, a->gelu, NULL, M, F, C);
   vt_linear_act_bwd(be, NULL, gw->fc1_w, wg->dfc1, x2, NULL, M, C, F);
-  vt_linear_bwd(be, NULL, gw->proj_w, NULL, wg->dproj, a->attn, NULL, M, HD, C);
+  vt_linear_bwd(be, NULL, gw->proj_w, NULL, c->parallel ? wg->dfc2 : wg->dproj, a->attn, NULL, M,
+                HD, C);
   vt_linear_act_bwd(be, NULL, gw->qkv_w, wg->dqkv, x1, NULL, M, C, 3 * HD);
 }

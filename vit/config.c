@@ -63,8 +63,9 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
     why = "reg-tokens must be 0 to 256";
   else if (c->no_embed_class != 0 && c->no_embed_class != 1)
     why = "no-embed-class must be 0 or 1";
-  else if ((c->qk_norm != 0 && c->qk_norm != 1) || (c->no_qkv_bias != 0 && c->no_qkv_bias != 1))
-    why = "qk-norm and qkv-bias must be 0 or 1";
+  else if ((c->qk_norm != 0 && c->qk_norm != 1) || (c->no_qkv_bias != 0 && c->no_qkv_bias != 1) ||
+           (c->parallel != 0 && c->parallel != 1))
+    why = "qk-norm, qkv-bias and parallel-blocks must be 0 or 1";
   else if (c->img_size > 8192 || c->width > 16384 || c->depth > 1024 || c->num_classes > 1000000)
     why = "a size is implausibly large (limits: img-size 8192, width 16384, depth 1024, "
           "num-classes 1000000)";
@@ -84,7 +85,9 @@ void vt_config_extras(const vt_vit_config *c, char *buf, size_t nbytes) {
   if (c->qk_norm && k >= 0 && (size_t)k < nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, ", QK-norm");
   if (c->no_qkv_bias && k >= 0 && (size_t)k < nbytes)
-    snprintf(buf + k, nbytes - (size_t)k, ", no qkv bias");
+    k += snprintf(buf + k, nbytes - (size_t)k, ", no qkv bias");
+  if (c->parallel && k >= 0 && (size_t)k < nbytes)
+    snprintf(buf + k, nbytes - (size_t)k, ", parallel blocks");
 }
 
 double vt_config_train_flops(const vt_vit_config *c) {

@@ -32,6 +32,9 @@ typedef struct {
   int qk_norm;          // 1: LayerNorm over each head's q and k (timm's qk_norm, ViT-22B):
                         // blocks.i.attn.q_norm and k_norm, weights (D) shared by the heads
   int no_qkv_bias;      // 1: the qkv Linear has no bias (timm's qkv_bias=False, ViT-22B)
+  int parallel;         // 1: parallel blocks (ViT-22B, timm's ParallelScalingBlock):
+                        // x + attn(norm1(x)) + mlp(norm1(x)), one LayerNorm, one LayerScale
+                        // (blocks.i.ls.gamma) and one drop path on the sum; no norm2
 } vt_vit_config;
 
 // Derived sizes.
@@ -65,8 +68,8 @@ vt_status vt_config_preset(const char *name, vt_vit_config *cfg, char *err, size
 vt_status vt_config_validate(const vt_vit_config *cfg, char *err, size_t errlen);
 
 // The options that change timm's default ViT, for logs: ", mean-pooled patch tokens (fc_norm),
-// LayerScale 1e-06, 4 register tokens, positions on the patch tokens only, QK-norm, no qkv bias"
-// (empty when none).
+// LayerScale 1e-06, 4 register tokens, positions on the patch tokens only, QK-norm, no qkv bias,
+// parallel blocks" (empty when none).
 void vt_config_extras(const vt_vit_config *cfg, char *buf, size_t nbytes);
 
 // Names of the presets, for --help.

@@ -228,12 +228,20 @@ static void resample_pos(const float *src, int g0, float *dst, int g1, int pr, i
   free(wy), free(wx), free(acc);
 }
 
-// A file made for another kind of ViT than the configuration: LayerScale gammas, QK-norm, the
-// qkv bias or register tokens on one side only. Loading the rest would silently drop what the file learned, so it is
+// A file made for another kind of ViT than the configuration: parallel blocks, LayerScale
+// gammas, QK-norm, the qkv bias or register tokens on one side only. Loading the rest would silently drop what the file learned, so it is
 // refused with the flag that matches the file.
 static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, const char *path,
                                char *err, size_t errlen) {
-  const int file_ls = vt_st_find(f, "blocks.0.ls1.gamma") != NULL;
+  const int file_ls = vt_st_find(f, "blocks.0.ls1.gamma") || vt_st_find(f, "blocks.0.ls.gamma");
+  const int file_parallel = vt_st_find(f, "blocks.0.norm1.weight") &&
+                            !vt_st_find(f, "blocks.0.norm2.weight");
+  if (file_parallel != c->parallel) {
+    snprintf(err, errlen, "%s holds %s blocks (%s); pass --parallel-blocks %d", path,
+             file_parallel ? "parallel" : "sequential",
+             file_parallel ? "norm1 but no norm2" : "norm1 and norm2", file_parallel);
+    return VT_ERR_INPUT;
+  }
   const vt_st_entry *reg = vt_st_find(f, "reg_token");
   const int file_regs = reg && reg->ndim == 3 ? (int)reg->shape[1] : 0;
   if (file_ls != (c->layer_scale > 0)) {

@@ -40,12 +40,16 @@ static void carve_block(vt_model *m, vt_block_acts *b, arena *ar) {
     b->qk_rstd = take(ar, M * 2 * H);
   b->lse = take(ar, B * H * N);
   b->attn = take_act(m, ar, M * C / tp);
-  b->mid = take(ar, Ml * C);
-  b->ln2 = take_act(m, ar, Ml * C), b->ln2_mean = take(ar, Ml), b->ln2_rstd = take(ar, Ml);
+  if (!c->parallel) {  // a parallel block has no second LayerNorm and no mid-block stream
+    b->mid = take(ar, Ml * C);
+    b->ln2 = take_act(m, ar, Ml * C), b->ln2_mean = take(ar, Ml), b->ln2_rstd = take(ar, Ml);
+    if (c->layer_scale > 0) b->ls1 = take(ar, Ml * C);
+    if (m->sp) b->ln2_full = take_act(m, ar, Mp * C);
+  }
   b->fc1 = take_act(m, ar, M * F);
   b->gelu = take_act(m, ar, M * F);
-  if (c->layer_scale > 0) b->ls1 = take(ar, Ml * C), b->ls2 = take(ar, Ml * C);
-  if (m->sp) b->ln1_full = take_act(m, ar, Mp * C), b->ln2_full = take_act(m, ar, Mp * C);
+  if (c->layer_scale > 0) b->ls2 = take(ar, Ml * C);
+  if (m->sp) b->ln1_full = take_act(m, ar, Mp * C);
 }
 
 static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
@@ -80,7 +84,8 @@ static void carve_wgrad(vt_model *m, vt_block_wgrad *w, arena *ar) {
   const vt_vit_config *c = &m->cfg;
   const int tp = m->shard.tp_size;
   const int64_t M = (int64_t)m->max_batch * vt_cfg_tokens(c), C = c->width;
-  w->dfc2 = take(ar, M * C), w->dproj = take(ar, M * C);
+  w->dfc2 = take(ar, M * C);
+  if (!c->parallel) w->dproj = take(ar, M * C);  // a parallel block's is dfc2
   w->dfc1 = take_act(m, ar, M * (vt_cfg_mlp_hidden(c) / tp));
   w->dqkv = take_act(m, ar, M * 3 * C / tp);
 }
@@ -100,6 +105,7 @@ static void carve(vt_model *m, arena *ar) {
   if (m->sp) s->dln_local = take(ar, Ml * C), s->full = take(ar, Mp * C), s->partial = take(ar, Mp * C);
   s->dqkv = take_act(m, ar, M * 3 * C / tp);
   if (c->qk_norm) s->dqkn = take_act(m, ar, M * 3 * C / tp);
+  if (c->parallel) s->branch = take(ar, M * C), s->dln2 = take(ar, M * C);
   s->dact = take_act(m, ar, M * F), s->dfc1 = take_act(m, ar, M * F);
   if (m->has_embed) s->dpatch_out = take(ar, B * vt_cfg_patches(c) * C);
   if (m->has_head) s->dpooled = take(ar, B * C), s->dlnf = take(ar, B * C), s->dlogits = take(ar, B * K);
@@ -139,13 +145,17 @@ static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
     }
     b->proj_w = find(m, flat, "blocks.%d.attn.proj", l, ".weight");
     b->proj_b = find(m, flat, "blocks.%d.attn.proj", l, ".bias");
-    b->norm2_w = find(m, flat, "blocks.%d.norm2", l, ".weight");
-    b->norm2_b = find(m, flat, "blocks.%d.norm2", l, ".bias");
+    if (!m->cfg.parallel) {
+      b->norm2_w = find(m, flat, "blocks.%d.norm2", l, ".weight");
+      b->norm2_b = find(m, flat, "blocks.%d.norm2", l, ".bias");
+    }
     b->fc1_w = find(m, flat, "blocks.%d.mlp.fc1", l, ".weight");
     b->fc1_b = find(m, flat, "blocks.%d.mlp.fc1", l, ".bias");
     b->fc2_w = find(m, flat, "blocks.%d.mlp.fc2", l, ".weight");
     b->fc2_b = find(m, flat, "blocks.%d.mlp.fc2", l, ".bias");
-    if (m->cfg.layer_scale > 0) {
+    if (m->cfg.layer_scale > 0 && m->cfg.parallel) {
+      b->ls2 = find(m, flat, "blocks.%d.ls", l, ".gamma");  // the one gamma of the sum
+    } else if (m->cfg.layer_scale > 0) {
       b->ls1 = find(m, flat, "blocks.%d.ls1", l, ".gamma");
       b->ls2 = find(m, flat, "blocks.%d.ls2", l, ".gamma");
     }

@@ -24,7 +24,8 @@ typedef struct {
   float *norm2_w, *norm2_b;  // (C)
   float *fc1_w, *fc1_b;      // (F/tp, C), (F/tp)
   float *fc2_w, *fc2_b;      // (C, F/tp), (C)
-  float *ls1, *ls2;          // (C) LayerScale gammas, NULL without LayerScale
+  float *ls1, *ls2;          // (C) LayerScale gammas, NULL without LayerScale (a parallel
+                             // block's one gamma in ls2)
 } vt_block_tensors;
 
 typedef struct {
@@ -47,13 +48,14 @@ typedef struct {
   float *qk_mean, *qk_rstd;          // (B, N, 2H/tp) its statistics (QK-norm only)
   float *lse;                        // (B, H/tp, N) softmax log-denominators (vt_ops.h)
   float *attn;                       // (B, N, C/tp) [bf16] attention output before proj
-  float *mid;                        // (Ml, C) stream after the attention branch
+  float *mid;                        // (Ml, C) stream after the attention branch (not in
+                                     // parallel blocks, nor ln2 and ln2_full)
   float *ln2, *ln2_mean, *ln2_rstd;  // (Ml, C) [bf16], (Ml), (Ml)
   float *ln2_full;                   // (Mp, C) [bf16] (sequence parallel only)
   float *fc1;                        // (B, N, F/tp) [bf16] before GELU
   float *gelu;                       // (B, N, F/tp) [bf16]
   float *ls1, *ls2;                  // (Ml, C) each branch's output before its LayerScale
-                                     // (LayerScale only)
+                                     // (LayerScale only; a parallel block's sum in ls2)
 } vt_block_acts;
 
 // The inputs of one block's weight pass when the backward is split (ZB-H1): the output gradients
@@ -62,7 +64,7 @@ typedef struct {
 typedef struct {
   float *dfc2;   // (M, C)
   float *dfc1;   // (B, N, F/tp) [bf16]
-  float *dproj;  // (M, C)
+  float *dproj;  // (M, C); parallel blocks: none (dfc2 is also proj's output gradient)
   float *dqkv;   // (B, N, 3C/tp) [bf16]
 } vt_block_wgrad;
 
@@ -94,6 +96,8 @@ typedef struct {
   float *dqkv;                       // (B, N, 3C/tp) [bf16] (attention_bwd)
   float *dqkn;                       // (B, N, 3C/tp) [bf16] attention_bwd's, before QK-norm's
                                      //          backward (QK-norm only)
+  float *branch;                     // (M, C) parallel blocks: the attention branch's output
+  float *dln2;                       // (M, C) parallel blocks: norm1's gradient from attention
   float *dact;                       // (B, N, F/tp) [bf16] (linear_bwd_act): the input
                                      //          gradient of fc2, then of proj ((B, N, C/tp))
   float *dfc1;                       // (B, N, F/tp) [bf16] (gelu_bwd)

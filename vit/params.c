@@ -105,15 +105,17 @@ static void block(builder *b, int l, const vt_vit_config *cfg, int sp, int tp_si
   if (cfg->qk_norm) norm(b, l + 1, D, pre, tp_size > 1);
   snprintf(pre, sizeof pre, "blocks.%d.attn.proj", l);
   linear(b, l + 1, VT_TP_COLS, C, C, pre);
-  snprintf(pre, sizeof pre, "blocks.%d.ls1", l);
-  if (ls > 0) layer_scale(b, l + 1, C, ls, pre, sp);
-  snprintf(pre, sizeof pre, "blocks.%d.norm2", l);
-  norm(b, l + 1, C, pre, sp);
+  if (!cfg->parallel) {  // a parallel block's branches share norm1 and one LayerScale (below)
+    snprintf(pre, sizeof pre, "blocks.%d.ls1", l);
+    if (ls > 0) layer_scale(b, l + 1, C, ls, pre, sp);
+    snprintf(pre, sizeof pre, "blocks.%d.norm2", l);
+    norm(b, l + 1, C, pre, sp);
+  }
   snprintf(pre, sizeof pre, "blocks.%d.mlp.fc1", l);
   linear(b, l + 1, VT_TP_ROWS, F, C, pre);
   snprintf(pre, sizeof pre, "blocks.%d.mlp.fc2", l);
   linear(b, l + 1, VT_TP_COLS, C, F, pre);
-  snprintf(pre, sizeof pre, "blocks.%d.ls2", l);
+  snprintf(pre, sizeof pre, cfg->parallel ? "blocks.%d.ls" : "blocks.%d.ls2", l);
   if (ls > 0) layer_scale(b, l + 1, C, ls, pre, sp);
 }
 
