@@ -134,11 +134,17 @@ static const float *entry_floats(const vt_st_file *f, const vt_st_entry *e, floa
   float *dst = malloc((size_t)(n ? n : 1) * sizeof(float));
   VT_CHECK(dst != NULL, "out of host memory converting %s", e->name);
   for (int64_t i = 0; i < n; i++) {
+    if (kind == 3) {
+      double d;
+      memcpy(&d, src + 8 * i, sizeof d);
+      dst[i] = (float)d;
+      continue;
+    }
     uint16_t h;
-    double d;
-    if (kind == 3) memcpy(&d, src + 8 * i, 8), dst[i] = (float)d;
-    else if (memcpy(&h, src + 2 * i, 2), kind == 1) dst[i] = half_to_float(h);
-    else {
+    memcpy(&h, src + 2 * i, sizeof h);
+    if (kind == 1) {
+      dst[i] = half_to_float(h);
+    } else {  // bfloat16: the high half of a float
       const uint32_t bits = (uint32_t)h << 16;
       memcpy(&dst[i], &bits, sizeof bits);
     }
@@ -229,8 +235,8 @@ static void resample_pos(const float *src, int g0, float *dst, int g1, int pr, i
 }
 
 // A file made for another kind of ViT than the configuration: parallel blocks, LayerScale
-// gammas, QK-norm, the qkv bias or register tokens on one side only. Loading the rest would silently drop what the file learned, so it is
-// refused with the flag that matches the file.
+// gammas, QK-norm, the qkv bias or register tokens on one side only. Loading the rest would
+// silently drop what the file learned, so it is refused with the flag that matches the file.
 static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, const char *path,
                                char *err, size_t errlen) {
   const int file_ls = vt_st_find(f, "blocks.0.ls1.gamma") || vt_st_find(f, "blocks.0.ls.gamma");
