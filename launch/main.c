@@ -221,6 +221,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "clip gradients to this global norm; 0 turns clipping off", NULL},
       {"--label-smoothing", VT_OPT_FLOAT, &o.label_smoothing, 0, 0, 0.999, "S",
        "label smoothing of the cross-entropy", NULL},
+      {"--bce-loss", VT_OPT_INT, &o.bce_loss, 0, 0, 1, "0|1",
+       "1: train with binary cross-entropy over the classes against the same (smoothed, mixed) "
+       "targets, averaged over classes and images (timm's --bce-loss: DeiT III, ResNet strikes "
+       "back); evaluation reports the softmax cross-entropy", NULL},
       {"--drop-path", VT_OPT_FLOAT, &o.drop_path, 0, 0, 0.99, "RATE",
        "stochastic depth as timm's drop_path_rate: block i of D drops each residual branch per "
        "image with probability RATE * i / (D - 1), keyed by the image's stream position", NULL},

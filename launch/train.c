@@ -339,6 +339,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   vt_model_init(&m, c, shard, tp, B, nslots, nwsets, o->recompute_blocks, be, o->seed);
   m.drop_path = o->drop_path;
   m.mix = vt_mix_enabled(&o->mix);
+  m.bce = o->bce_loss;
   vt_optim_config oc = o->optim;
   oc.depth = c->depth;  // for --layer-decay
   if (world_rank == 0) vt_report_recipe(o, &oc);

@@ -288,6 +288,17 @@ void vt_cross_entropy_fwd(const vt_backend *be, float *losses, float *probs, con
   be->cross_entropy_fwd(losses, probs, logits, labels, mix, smoothing, B, K);
 }
 
+void vt_bce_fwd(const vt_backend *be, float *losses, float *probs, const float *logits,
+                const int32_t *labels, const vt_mix_target *mix, float smoothing, int64_t B,
+                int64_t K) {
+  NEED(be, bce_fwd);
+  PTR(losses); PTR(probs); PTR(logits); PTR(labels);
+  POS(B); POS(K);
+  VT_CHECK(smoothing >= 0.0f && smoothing < 1.0f, "bce: smoothing %g not in [0, 1)",
+           (double)smoothing);
+  be->bce_fwd(losses, probs, logits, labels, mix, smoothing, B, K);
+}
+
 void vt_cross_entropy_bwd(const vt_backend *be, float *dlogits, const float *probs,
                           const int32_t *labels, const vt_mix_target *mix, float smoothing,
                           float scale, int64_t B, int64_t K) {

@@ -145,6 +145,8 @@ struct vt_backend {
   void (*cross_entropy_fwd)(float *losses, float *probs, const float *logits,
                             const int32_t *labels, const vt_mix_target *mix, float smoothing,
                             int64_t B, int64_t K);
+  void (*bce_fwd)(float *losses, float *probs, const float *logits, const int32_t *labels,
+                  const vt_mix_target *mix, float smoothing, int64_t B, int64_t K);
   void (*cross_entropy_bwd)(float *dlogits, const float *probs, const int32_t *labels,
                             const vt_mix_target *mix, float smoothing, float scale, int64_t B,
                             int64_t K);

@@ -203,6 +203,16 @@ void vt_cross_entropy_bwd(const vt_backend *be, float *dlogits, const float *pro
                           const int32_t *labels, const vt_mix_target *mix, float smoothing,
                           float scale, int64_t B, int64_t K);
 
+// Binary cross-entropy with logits over the classes (timm's BinaryCrossEntropy, DeiT III and
+// "ResNet strikes back"), with the same (smoothed, mixed) targets t as cross_entropy: losses[b] =
+// mean over k of softplus(z_k) - z_k t_k (softplus(z) = max(z, 0) + log1p(exp(-|z|)), sums in
+// double), so the mean over samples is PyTorch's binary_cross_entropy_with_logits(reduction=
+// 'mean'). probs (B, K) = sigmoid(z), saved: the backward is cross_entropy_bwd's
+// scale * (probs - target) with scale divided by K.
+void vt_bce_fwd(const vt_backend *be, float *losses, float *probs, const float *logits,
+                const int32_t *labels, const vt_mix_target *mix, float smoothing, int64_t B,
+                int64_t K);
+
 // AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW arithmetic), step t >= 1, over any
 // number of tensors at once (one launch for a whole model): element i decays with weight_decay
 // where decay[i] is nonzero (decay: count bytes of backend memory), or everywhere when decay is

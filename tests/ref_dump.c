@@ -3,11 +3,11 @@
 // and writes everything the PyTorch reference (tests/ref_vit.py) needs to one safetensors file:
 // initial weights, data (raw and mixed images, each pair's mixing), step-0 logits/loss/gradients,
 // per-step lr, grad norm and loss, the final weights and their EMA.
-// Usage: ref_dump OUT.safetensors [avg|ls|reg]: avg the mean-pooled head; ls LayerScale, 2
+// Usage: ref_dump OUT.safetensors [VARIANT]: avg the mean-pooled head; ls LayerScale, 2
 // register tokens, positions on the patch tokens only and the mean-pooled head (DeiT III and
 // DINOv2's options); reg 3 register tokens with positions, the class-token head; qk QK-norm
 // without the qkv bias (ViT-22B's attention) and LayerScale; par parallel blocks (ViT-22B) with
-// LayerScale.
+// LayerScale; bce binary cross-entropy (timm's --bce-loss) instead of the softmax one.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +63,8 @@ int main(int argc, char **argv) {
   const char *variant = argc == 3 ? argv[2] : "";
   if (argc < 2 || argc > 3 ||
       (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg") &&
-       strcmp(variant, "qk") && strcmp(variant, "par"))) {
-    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par]\n", argv[0]);
+       strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce"))) {
+    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce]\n", argv[0]);
     return 2;
   }
   const char *why = NULL;
@@ -93,6 +93,7 @@ int main(int argc, char **argv) {
   vt_model_init(&m, &cfg, vt_shard_whole(), NULL, MICRO, 1, 0, 0, be, SEED);
   m.drop_path = DROP_PATH;
   m.mix = 1;
+  m.bce = !strcmp(variant, "bce");
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
   vt_optimizer_ema_reset(&opt, m.params);
@@ -110,6 +111,7 @@ int main(int argc, char **argv) {
   float *lrs = push(&o, "", "lr", "F32", 1, (int64_t[]){STEPS});
   float *norms = push(&o, "", "grad_norm", "F32", 1, (int64_t[]){STEPS});
   float *losses = push(&o, "", "loss_per_step", "F32", 1, (int64_t[]){STEPS});
+  if (m.bce) *(float *)push(&o, "", "bce", "F32", 1, (int64_t[]){1}) = 1.0f;  // the marker
 
   int clipped = 0;
   for (int64_t step = 0; step < STEPS; step++) {

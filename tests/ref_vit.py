@@ -298,6 +298,7 @@ def main():
     no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2
     qk_norm, qkv_bias = "init.blocks.0.attn.q_norm.weight" in d, "init.blocks.0.attn.qkv.bias" in d
     parallel = "init.blocks.0.norm2.weight" not in d
+    bce = "bce" in d  # ref_dump's marker: trained with binary cross-entropy
     layer_scale = "init.blocks.0.ls1.gamma" in d or "init.blocks.0.ls.gamma" in d
     model = ViT(global_pool="init.fc_norm.weight" in d, layer_scale=layer_scale,
                 reg_tokens=regs, no_embed_class=no_embed_class, qk_norm=qk_norm,
@@ -351,7 +352,10 @@ def main():
         dropped += masks.numel() - masks.sum().item()
         if s == 0:
             dropped0 = masks.numel() - masks.sum().item()
-        loss = -(targets[batch] * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+        if bce:  # timm's BinaryCrossEntropy: the mean over images and classes
+            loss = F.binary_cross_entropy_with_logits(logits, targets[batch])
+        else:
+            loss = -(targets[batch] * F.log_softmax(logits, dim=-1)).sum(-1).mean()
         loss.backward()
         if s == 0:
             results.append(("logits", "logits", rel_err(d["logits"], logits), TOL["logits"]))
@@ -418,7 +422,9 @@ def main():
             insensitive.append("ema." + key)
 
     failed = [r for r in results if not r[2] <= r[3]]  # "not <=" also catches NaN
-    variant = ((", parallel blocks" if parallel else "") + (", LayerScale" if layer_scale else "") +
+    variant = ((", binary cross-entropy" if bce else "") +
+               (", parallel blocks" if parallel else "") +
+               (", LayerScale" if layer_scale else "") +
                (f", {regs} register tokens" if regs else "") +
                (", positions on the patch tokens only" if no_embed_class else "") +
                (", QK-norm" if qk_norm else "") + ("" if qkv_bias else ", no qkv bias"))

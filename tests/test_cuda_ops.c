@@ -587,23 +587,28 @@ static vt_mix_target *mix_targets(tc *t, int64_t B, int64_t K) {
 }
 
 // d[2] is the label smoothing in thousandths, d[3] 1 for Mixup/CutMix targets.
-static void t_cross_entropy_fwd(tc *t, const int64_t *d) {
+static void loss_fwd_case(tc *t, const int64_t *d, int bce) {
   const int64_t B = d[0], K = d[1];
   const float s = (float)d[2] / 1000.0f;
   float *z = hrand(t, B * K, -8, 8), *rl = hnew(t, B), *rp = hnew(t, B * K);
   int32_t *y = labels(t, B, K);
   vt_mix_target *mix = d[3] ? mix_targets(t, B, K) : NULL;
-  vt_cross_entropy_fwd(t->cpu, rl, rp, z, y, mix, s, B, K);
+  (bce ? vt_bce_fwd : vt_cross_entropy_fwd)(t->cpu, rl, rp, z, y, mix, s, B, K);
   float *gz = dnew(t, z, B * K), *gl[2], *gp[2];
   int32_t *gy = dnew_bytes(t, y, (size_t)B * sizeof(int32_t));
   vt_mix_target *gm = mix ? dnew_bytes(t, mix, (size_t)B * sizeof *mix) : NULL;
   for (int r = 0; r < 2; r++) {
     gl[r] = dpoison(t, B), gp[r] = dpoison(t, B * K);
-    vt_cross_entropy_fwd(t->gpu, gl[r], gp[r], gz, gy, gm, s, B, K);
+    (bce ? vt_bce_fwd : vt_cross_entropy_fwd)(t->gpu, gl[r], gp[r], gz, gy, gm, s, B, K);
   }
   check(t, "losses", gl, rl, B);
   check(t, "probs", gp, rp, B * K);
 }
+
+static void t_cross_entropy_fwd(tc *t, const int64_t *d) { loss_fwd_case(t, d, 0); }
+// Binary cross-entropy: sigmoids saved, softplus summed in double (its backward is
+// cross_entropy_bwd's).
+static void t_bce_fwd(tc *t, const int64_t *d) { loss_fwd_case(t, d, 1); }
 
 static void t_cross_entropy_bwd(tc *t, const int64_t *d) {
   const int64_t B = d[0], K = d[1];
@@ -780,6 +785,8 @@ static const op_test kTests[] = {
     {"cross_entropy_fwd", "B,K,smooth/1000,mix", t_cross_entropy_fwd, {1e-5, -1},
      {{4, 1000, 100, 0}, {1, 10, 0, 0}, {7, 3, 500, 0}, {64, 1000, 100, 0}, {2, 1, 0, 0},
       {64, 1000, 100, 1}, {7, 3, 0, 1}}},
+    {"bce_fwd", "B,K,smooth/1000,mix", t_bce_fwd, {1e-5, -1},
+     {{4, 1000, 100, 0}, {1, 10, 0, 0}, {7, 3, 500, 0}, {64, 1000, 100, 1}, {2, 1, 0, 0}}},
     {"cross_entropy_bwd", "B,K,smooth/1000,mix", t_cross_entropy_bwd, {1e-6, -1},
      {{4, 1000, 100, 0}, {1, 10, 0, 0}, {7, 3, 500, 0}, {64, 1000, 100, 0}, {2, 1, 0, 0},
       {64, 1000, 100, 1}, {7, 3, 0, 1}}},
@@ -808,7 +815,8 @@ static int check_table(const vt_backend *be) {
       OP(embed_fwd),         OP(embed_bwd),         OP(cls_pool_fwd),  OP(cls_pool_bwd),
       OP(mean_pool_fwd),     OP(mean_pool_bwd),     OP(layer_scale_fwd), OP(layer_scale_bwd),
       OP(qk_norm_fwd),       OP(qk_norm_bwd),
-      OP(cross_entropy_fwd), OP(cross_entropy_bwd), OP(adamw),         OP(sumsq),
+      OP(cross_entropy_fwd), OP(cross_entropy_bwd), OP(bce_fwd),       OP(adamw),
+      OP(sumsq),
       OP(scale),             OP(ema),
 #undef OP
   };

@@ -386,8 +386,8 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
   vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w, m->p.norm_b,
                    B, C);
   vt_linear_fwd(be, sl->logits, sl->lnf, m->p.head_w, m->p.head_b, B, C, K);
-  vt_cross_entropy_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, slot_mix(m, sl),
-                       smoothing, B, K);
+  (m->bce && sample0 >= 0 ? vt_bce_fwd : vt_cross_entropy_fwd)(
+      be, sl->losses, sl->probs, sl->logits, sl->labels, slot_mix(m, sl), smoothing, B, K);
 }
 
 double vt_model_loss_sum(vt_model *m, int slot, int B) {
@@ -413,8 +413,9 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
   const int b0 = m->chunk_start[chunk], nb = m->chunk_start[chunk + 1] - b0;
   vt_block_wgrad *wg = wset >= 0 ? m->wsets[wset] : NULL;
   if (m->has_head && chunk == m->nchunks - 1) {
+    // Binary cross-entropy averages over the classes too: the same backward with scale / K.
     vt_cross_entropy_bwd(be, s->dlogits, sl->probs, sl->labels, slot_mix(m, sl), smoothing,
-                         loss_scale, B, K);
+                         m->bce ? loss_scale / (float)K : loss_scale, B, K);
     vt_linear_bwd(be, s->dlnf, g->head_w, g->head_b, s->dlogits, sl->lnf, m->p.head_w, B, C, K);
     vt_layernorm_bwd(be, s->dpooled, g->norm_w, g->norm_b, s->dlnf, sl->pooled, m->p.norm_w,
                      sl->lnf_mean, sl->lnf_rstd, B, C);

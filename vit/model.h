@@ -138,6 +138,9 @@ typedef struct {
   float drop_path;
   // Training batches come with Mixup/CutMix targets in slot->mix (dataio/mix.h); 0 by default.
   int mix;
+  // 1: training forwards use binary cross-entropy over the classes (vt_bce_fwd) instead of
+  // the softmax cross-entropy; evaluation keeps the softmax one (timm's validate). 0 by default.
+  int bce;
   float *host_losses;     // (B) host copy of the per-sample losses
   // When set, vt_model_backward calls it as soon as the gradients of a layer's parameters are
   // complete (vt_param.layer numbering: the head first, then the blocks backwards, embeddings

@@ -121,6 +121,8 @@ void vt_cpu_layer_scale_bwd(float *dx, float *dgamma, const float *dout, const f
 void vt_cpu_cross_entropy_fwd(float *losses, float *probs, const float *logits,
                               const int32_t *labels, const vt_mix_target *mix, float smoothing,
                               int64_t B, int64_t K);
+void vt_cpu_bce_fwd(float *losses, float *probs, const float *logits, const int32_t *labels,
+                    const vt_mix_target *mix, float smoothing, int64_t B, int64_t K);
 void vt_cpu_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t *labels,
                               const vt_mix_target *mix, float smoothing, float scale, int64_t B,
                               int64_t K);

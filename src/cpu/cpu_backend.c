@@ -104,6 +104,7 @@ const vt_backend vt_cpu_backend = {
     .layer_scale_bwd = vt_cpu_layer_scale_bwd,
     .cross_entropy_fwd = vt_cpu_cross_entropy_fwd,
     .cross_entropy_bwd = vt_cpu_cross_entropy_bwd,
+    .bce_fwd = vt_cpu_bce_fwd,
     .adamw = vt_cpu_adamw,
     .ema = vt_cpu_ema,
     .sumsq = vt_cpu_sumsq,

@@ -1,5 +1,6 @@
 // cross_entropy.c: softmax cross-entropy with label smoothing (and Mixup/CutMix targets), forward
-// and backward.
+// and backward; binary cross-entropy's forward with the same targets (its backward is the
+// softmax one's with sigmoids for probabilities).
 #include <math.h>
 
 #include "cpu.h"
@@ -42,5 +43,25 @@ void vt_cpu_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t 
     const float on = scale * (1.0f - smoothing);
     d[labels[b]] -= on * mix[b].lam;
     d[mix[b].partner] -= on * (1.0f - mix[b].lam);
+  }
+}
+
+void vt_cpu_bce_fwd(float *losses, float *probs, const float *logits, const int32_t *labels,
+                    const vt_mix_target *mix, float smoothing, int64_t B, int64_t K) {
+  const double off = smoothing / (double)K;
+  for (int64_t b = 0; b < B; b++) {
+    const float *z = logits + b * K;
+    float *p = probs + b * K;
+    double soft = 0.0, sumz = 0.0;
+    for (int64_t k = 0; k < K; k++) {
+      const float e = expf(-fabsf(z[k]));  // stable for either sign
+      p[k] = z[k] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+      soft += (double)fmaxf(z[k], 0.0f) + (double)log1pf(e);
+      sumz += z[k];
+    }
+    // sum_k z_k t_k: s/K on every class plus 1 - s on the label (lam and 1 - lam when mixed)
+    double zy = z[labels[b]];
+    if (mix) zy = mix[b].lam * zy + (1.0 - mix[b].lam) * z[mix[b].partner];
+    losses[b] = (float)((soft - off * sumz - (1.0 - smoothing) * zy) / (double)K);
   }
 }

@@ -1,5 +1,5 @@
 // cross_entropy.cu: softmax cross-entropy with label smoothing (and Mixup/CutMix targets) on
-// CUDA, forward and backward, twin of src/cpu/cross_entropy.c (PyTorch's definition: target
+// CUDA, forward and backward, and binary cross-entropy's forward, twin of src/cpu/cross_entropy.c (PyTorch's definition: target
 // 1 - s on the label plus s/K on every class; probabilities saved for the backward). The
 // forward's sums are in double, as on the CPU, through a fixed block tree: the same bits every
 // run. C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
@@ -43,6 +43,31 @@ static __global__ void cross_entropy_fwd_kernel(float *losses, float *probs, con
   }
 }
 
+// Binary cross-entropy: one block per sample, sigmoids saved, softplus and z summed in double
+// through the block tree.
+static __global__ void bce_fwd_kernel(float *losses, float *probs, const float *logits,
+                                      const int32_t *labels, const vt_mix_target *mix,
+                                      float smoothing, int64_t K) {
+  __shared__ double shd[VT_TREE_THREADS];
+  const int64_t b = blockIdx.x;
+  const float *z = logits + b * K;
+  float *p = probs + b * K;
+  double soft = 0.0, sumz = 0.0;
+  for (int64_t k = threadIdx.x; k < K; k += VT_TREE_THREADS) {
+    const float e = expf(-fabsf(z[k]));
+    p[k] = z[k] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+    soft += (double)fmaxf(z[k], 0.0f) + (double)log1pf(e);
+    sumz += z[k];
+  }
+  soft = vt_block_sum(soft, shd);
+  sumz = vt_block_sum(sumz, shd);
+  if (threadIdx.x == 0) {
+    double zy = z[labels[b]];
+    if (mix) zy = mix[b].lam * zy + (1.0 - mix[b].lam) * z[mix[b].partner];
+    losses[b] = (float)((soft - smoothing / (double)K * sumz - (1.0 - smoothing) * zy) / (double)K);
+  }
+}
+
 // dlogits = scale * (probs - target), in the CPU twin's order of float operations.
 static __global__ void cross_entropy_bwd_kernel(float *dlogits, const float *probs,
                                                 const int32_t *labels, const vt_mix_target *mix,
@@ -80,5 +105,14 @@ extern "C" void vt_cuda_cross_entropy_bwd(float *dlogits, const float *probs,
                                           float smoothing, float scale, int64_t B, int64_t K) {
   cross_entropy_bwd_kernel<<<vt_cuda_blocks(B * K, 256), 256, 0, vt_cuda_stream()>>>(
       dlogits, probs, labels, mix, smoothing, scale, B, K);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_bce_fwd(float *losses, float *probs, const float *logits,
+                                const int32_t *labels, const vt_mix_target *mix, float smoothing,
+                                int64_t B, int64_t K) {
+  VT_CHECK(B <= INT_MAX, "bce_fwd: B=%lld is too many rows for one grid", (long long)B);
+  bce_fwd_kernel<<<(unsigned)B, VT_TREE_THREADS, 0, vt_cuda_stream()>>>(losses, probs, logits,
+                                                                        labels, mix, smoothing, K);
   VT_CUDA_CHECK_LAUNCH();
 }

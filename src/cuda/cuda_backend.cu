@@ -230,6 +230,7 @@ static int cuda_init(void) {
   g_table.layer_scale_bwd = vt_cuda_layer_scale_bwd;
   g_table.cross_entropy_fwd = vt_cuda_cross_entropy_fwd;
   g_table.cross_entropy_bwd = vt_cuda_cross_entropy_bwd;
+  g_table.bce_fwd = vt_cuda_bce_fwd;
   g_table.adamw = vt_cuda_adamw;
   g_table.ema = vt_cuda_ema;
   g_table.sumsq = vt_cuda_sumsq;

@@ -88,6 +88,8 @@ void vt_cuda_layer_scale_bwd(float *dx, float *dgamma, const float *dout, const 
 void vt_cuda_cross_entropy_fwd(float *losses, float *probs, const float *logits,
                                const int32_t *labels, const vt_mix_target *mix, float smoothing,
                                int64_t B, int64_t K);
+void vt_cuda_bce_fwd(float *losses, float *probs, const float *logits, const int32_t *labels,
+                     const vt_mix_target *mix, float smoothing, int64_t B, int64_t K);
 void vt_cuda_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t *labels,
                                const vt_mix_target *mix, float smoothing, float scale, int64_t B,
                                int64_t K);

@@ -7,7 +7,8 @@
 #   2. the cuda-labelled tests (ctest -L cuda: every op on CUDA against the CPU backend)
 #   3. 100 training steps of the tiny model with drop path, same seed and synthetic data: on
 #      CUDA in bf16 (twice: the same bits are required) and fp32, on the CPU in bf16 (the twin)
-#      and fp32; the loss curves compared (tests/compare_curves.py)
+#      and fp32; the loss curves compared (tests/compare_curves.py); then 20 bf16 steps of the
+#      model variants (LayerScale, registers, QK-norm, no qkv bias; parallel blocks) on both
 #   4. ViT-B/16 at 224 px, bf16 (and fp32 when time allows), on CUDA: bench_gpu (one
 #      device-resident batch) and the
 #      trainer's own metrics line (images/s, MFU with --peak-tflops 989), against timm's
@@ -193,6 +194,31 @@ if ((built)); then
     note "training: a run FAILED (see train.log)"
     tail -20 "$tlog"
   fi
+  # The model variants (LayerScale, registers, patch-only positions, QK-norm without qkv bias;
+  # then with parallel blocks) for 20 steps in bf16, CUDA against the CPU twin: their ops
+  # (layer_scale, qk_norm, embed with prefix tokens) inside a training step on the GPU.
+  vargs=(--steps 20 --precision bf16 --layer-scale 0.2 --reg-tokens 2 --no-embed-class 1
+         --qk-norm 1 --qkv-bias 0)
+  vverdicts=""
+  for v in "seq|" "par|--parallel-blocks 1"; do
+    IFS='|' read -r vn vflags <<<"$v"
+    vok=1
+    for side in "gpu|$gdev" "cpu|cpu"; do
+      IFS='|' read -r sname dev <<<"$side"
+      run "$(cap 40 100)" "$tlog" "$vit3d" "${targs[@]}" "${vargs[@]}" $vflags --device "$dev" \
+        --log-dir "$work/var_${vn}_$sname" || vok=0
+    done
+    label="$gdev bf16 vs cpu bf16, variants $vn"
+    if ((vok)); then
+      "$py" "$root/tests/compare_curves.py" "$work/var_${vn}_gpu/metrics.jsonl" \
+        "$work/var_${vn}_cpu/metrics.jsonl" --label "$label" --bands "1-1:1e-4,2-20:2e-3" \
+        --tail-tol 1e-2 >>"$tlog" 2>&1
+      vverdicts+="$vn: $(grep "^$label: VERDICT" "$tlog" | tail -1 | sed 's/.*VERDICT //'); "
+    else
+      vverdicts+="$vn: a run FAILED (see train.log); "
+    fi
+  done
+  note "training 20 steps with the model variants: $vverdicts"
 fi
 
 # ---- 4. speed: ViT-B/16 on CUDA against timm + PyTorch ----------------------------------------------
