@@ -29,7 +29,7 @@ typedef struct {
   int bad, valid;
   int64_t *pos, *idx, *ep;  // per sample: stream position, dataset index (-1: padding), epoch
   int64_t *key;             // per sample: its augmentation key (vt_sampler_key)
-  float *images;            // (batch, 3, S, S)
+  float *images;            // (pixel_count, 3, S, S): the share this loader decodes
   int32_t *labels;
   int err_sample;  // lowest sample whose error is reported, -1 none
   char err[640];
@@ -151,7 +151,7 @@ static int replace(vt_loader *l, int64_t idx, int64_t pos, const vt_sample_spec 
 static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size_t errlen) {
   const vt_loader_config *c = &l->cfg;
   size_t plane = (size_t)3 * c->S * c->S;
-  float *out = s->images + (size_t)i * plane;
+  float *out = s->images + (size_t)(i - c->pixel_first) * plane;  // images hold the share
   int64_t idx = s->idx[i];
   *bad = 0;
   if (idx < 0) {
@@ -285,11 +285,12 @@ vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, ch
   l->slots = calloc((size_t)l->nslots, sizeof(slot));
   int ok = l->slots != NULL;
   size_t B = (size_t)cfg->batch, plane = cfg->want_pixels ? (size_t)3 * cfg->S * cfg->S : 0;
+  const size_t share = (size_t)l->cfg.pixel_count;  // the images a batch holds
   // What the caller uploads (images, labels) lives in two blocks from cfg->host_alloc.
   l->label_block = host_block(cfg, (size_t)l->nslots * B * sizeof(int32_t));
   ok = ok && l->label_block;
   if (ok && cfg->want_pixels) {
-    l->pixels = host_block(cfg, (size_t)l->nslots * B * plane * sizeof(float));
+    l->pixels = host_block(cfg, (size_t)l->nslots * share * plane * sizeof(float));
     ok = l->pixels && index_classes(l);
   }
   for (int k = 0; ok && k < l->nslots; k++) {
@@ -299,7 +300,7 @@ vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, ch
     s->ep = malloc(B * sizeof(int64_t));
     s->key = malloc(B * sizeof(int64_t));
     s->labels = l->label_block + (size_t)k * B;
-    s->images = l->pixels ? l->pixels + (size_t)k * B * plane : NULL;
+    s->images = l->pixels ? l->pixels + (size_t)k * share * plane : NULL;
     ok = s->pos && s->idx && s->ep && s->key;
   }
   pthread_mutex_init(&l->mu, NULL);

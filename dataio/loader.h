@@ -30,8 +30,8 @@ typedef struct {
                          // (vt_sampler, dataset.h); 0 or 1: none
   int want_pixels;       // 0: labels only (pipeline stages that need no pixels; no threads)
   // Pixels of samples [pixel_first, pixel_first + pixel_count) of each batch only (a TP rank's
-  // share, the others decode the rest); the other images are left as they are, every label is
-  // there. pixel_count 0: the whole batch.
+  // share, the others decode the rest): vt_batch.images holds just those (pixel_count images,
+  // sample pixel_first first), every label is there. pixel_count 0: the whole batch.
   int pixel_first, pixel_count;
   int64_t max_pixels;    // larger images are bad (decompression bombs)
   vt_bad_policy bad_policy;
@@ -54,7 +54,8 @@ typedef struct {
 } vt_loader_config;
 
 typedef struct {
-  float *images;     // (batch, 3, S, S); NULL when want_pixels is 0
+  float *images;     // (pixel_count, 3, S, S): samples pixel_first.. (the whole batch without a
+                     // share); NULL when want_pixels is 0
   int32_t *labels;   // (batch); padding has label 0 and a zero image
   int valid;         // real samples at the front (evaluation's last batch may be short)
   int bad;           // samples replaced because their file was bad (skip policy; always 0

@@ -94,9 +94,8 @@ static vt_status open_dataset(vt_comm *world, const char *path, const char *cach
   return failed ? VT_ERR_INPUT : VT_OK;
 }
 
-// The images a TP rank of the first stage makes of each micro-batch (data.h): B / tp when the
-// ranks split them (pairs: the shares must hold whole mixed pairs), else all B.
-static int share_of(const vt_train_options *o, int need_pixels, int tp_size, int pairs) {
+// B / tp when the ranks split them (pairs: the shares must hold whole mixed pairs), else all B.
+int vt_data_share(const vt_train_options *o, int need_pixels, int tp_size, int pairs) {
   const int B = o->micro_batch;
   const int split = o->decode_split && need_pixels && tp_size > 1 && B % tp_size == 0 &&
                     (!pairs || (B / tp_size) % 2 == 0);
@@ -114,14 +113,15 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
   d->synthetic = strcmp(o->data, "synthetic") == 0;
   const int B = o->micro_batch, S = o->model.img_size;
   d->tp_rank = tp_rank, d->tp_size = tp_size;
-  d->pixel_count = share_of(o, need_pixels, tp_size, vt_mix_enabled(&o->mix));
+  d->pixel_count = vt_data_share(o, need_pixels, tp_size, vt_mix_enabled(&o->mix));
   d->pixel_first = d->pixel_count < B ? tp_rank * d->pixel_count : 0;
   if (need_labels && vt_mix_enabled(&o->mix)) {
     d->host_mix = be->host_alloc((size_t)B * sizeof *d->host_mix);
     VT_CHECK(d->host_mix, "out of host memory for %d mixed targets", B);
   }
   if (d->synthetic) {  // the staging the synthetic task renders into
-    if (need_pixels) d->host_img = be->host_alloc((size_t)B * 3 * S * S * sizeof(float));
+    if (need_pixels)  // the share this rank makes
+      d->host_img = be->host_alloc((size_t)d->pixel_count * 3 * S * S * sizeof(float));
     d->host_labels = be->host_alloc((size_t)B * sizeof(int32_t));
     VT_CHECK((d->host_img || !need_pixels) && d->host_labels,
              "out of %shost memory for a micro-batch of %d images of side %d",
@@ -187,7 +187,8 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
 #pragma omp parallel for schedule(static) if (d->need_pixels && B > 1)
     for (int b = 0; b < B; b++) {
       if (d->need_pixels && b >= d->pixel_first && b < d->pixel_first + d->pixel_count)
-        vt_synthetic_sample(o->seed, first + b, S, K, d->host_img + (size_t)b * 3 * S * S,
+        vt_synthetic_sample(o->seed, first + b, S, K,
+                            d->host_img + (size_t)(b - d->pixel_first) * 3 * S * S,
                             &d->host_labels[b]);
       else
         d->host_labels[b] = vt_synthetic_label(o->seed, first + b, K);
@@ -206,12 +207,11 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
     pixels = batch.images, targets = batch.labels;
   }
   // In place (the batch is ours until the next call), in timm's order: erasing, then mixing,
-  // of this rank's images; the targets of the whole micro-batch.
+  // of this rank's images (pixels holds just its share); the targets of the whole micro-batch.
   const int p0 = d->pixel_first, pn = d->pixel_count;
-  float *mine = pixels ? pixels + (size_t)p0 * 3 * S * S : NULL;
-  if (mine && o->erase.prob > 0) vt_erase_batch(&o->erase, o->seed, first + p0, pn, S, mine);
+  if (pixels && o->erase.prob > 0) vt_erase_batch(&o->erase, o->seed, first + p0, pn, S, pixels);
   if (vt_mix_enabled(&o->mix)) {
-    if (mine && pn < B) vt_mix_batch(&o->mix, o->seed, first + p0, pn, S, mine, NULL, NULL);
+    if (pixels && pn < B) vt_mix_batch(&o->mix, o->seed, first + p0, pn, S, pixels, NULL, NULL);
     if (pn == B || d->need_labels)
       vt_mix_batch(&o->mix, o->seed, first, B, S, pn < B ? NULL : pixels, targets,
                    d->need_labels ? d->host_mix : NULL);
@@ -227,7 +227,7 @@ int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pix
   cfg->per_step = 1;
   cfg->step_stride = (int64_t)B * d->dp_size;
   cfg->offset = (int64_t)d->dp_rank * B;
-  const int share = share_of(d->o, want_pixels, d->tp_size, 0);  // evaluation mixes nothing
+  const int share = vt_data_share(d->o, want_pixels, d->tp_size, 0);  // evaluation mixes nothing
   if (share < B) cfg->pixel_count = share, cfg->pixel_first = d->tp_rank * share;
   cfg->host_alloc = d->be->host_alloc, cfg->host_free = d->be->host_free;
   return (d->val_ds.count + cfg->step_stride - 1) / cfg->step_stride;

@@ -27,7 +27,7 @@ typedef struct {
   int has_val;
   const vt_backend *be;   // its host_alloc holds what the training step uploads
   vt_loader *train;       // NULL for synthetic data and for stages that need nothing
-  float *host_img;        // synthetic staging: (B, 3, S, S)
+  float *host_img;        // synthetic staging: (pixel_count, 3, S, S), this rank's share
   int32_t *host_labels;   // (B)
   vt_mix_target *host_mix;  // (B) Mixup/CutMix targets (last stage, mixing on)
   int64_t bad;            // bad images replaced so far on this rank (among those it made)
@@ -54,14 +54,19 @@ void vt_data_close(vt_data *d);
 // G/dp of them, in micro-batches of B). Valid on every pipeline stage.
 int64_t vt_data_position(const vt_data *d, int64_t step, int mb);
 
-// Micro-batch mb of step `step` for this rank: host images (or NULL; of them only this rank's
-// samples [pixel_first, pixel_first + pixel_count) are made), labels (or NULL) and, with
+// Micro-batch mb of step `step` for this rank: host images (or NULL): this rank's samples
+// [pixel_first, pixel_first + pixel_count) only, pixel_count images), labels (or NULL) and, with
 // Mixup/CutMix on, the mixed targets (or NULL; the images come mixed: dataio/mix.h), valid until
 // the next call (wait for their uploads before it: be->upload_wait).
 // Micro-batches must be asked for in order. A bad file under --bad-image fail is fatal for the
 // whole job, with the file named.
 void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int32_t **labels,
                   const vt_mix_target **mix);
+
+// The images a TP rank of the first stage makes of each micro-batch: B / tp_size when
+// --decode-split splits them (tp_size dividing B; with pairs, Mixup/CutMix, into even shares),
+// else all B. vit3d plan sizes the host input batches by it.
+int vt_data_share(const vt_train_options *o, int need_pixels, int tp_size, int pairs);
 
 // The loader configuration of the validation set for this rank: micro-batch j holds positions
 // j*B*dp + dp_rank*B + [0, B), its buffers from the backend's host_alloc, and with

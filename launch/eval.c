@@ -66,8 +66,9 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   VT_CHECK(!dump || (all_img && all_logits && all_labels), "out of host memory for --logits-out");
   vt_model_slot *sl = &m->slots[0];  // training's slots are idle between steps
   const int passes = d->o->eval_hflip ? 2 : 1;
-  float *mirror = passes > 1 && m->has_embed ? be->host_alloc((size_t)(B * img_n) * sizeof(float))
-                                             : NULL;
+  float *mirror = passes > 1 && m->has_embed
+                      ? be->host_alloc((size_t)(share * img_n) * sizeof(float))
+                      : NULL;
   float *mean = passes > 1 && m->has_head ? malloc((size_t)B * K * sizeof(float)) : NULL;
   VT_CHECK(passes == 1 || ((mirror || !m->has_embed) && (mean || !m->has_head)),
            "out of host memory for --eval-hflip");
@@ -79,7 +80,7 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
       vt_comm_abort(3);
     }
     if (mirror)  // every row of every channel reversed: the image seen in a mirror
-      for (int64_t r = first / S; r < (first + share * img_n) / S; r++)
+      for (int64_t r = 0; r < share * img_n / S; r++)  // the share's rows (batch.images)
         for (int x = 0; x < S; x++) mirror[r * S + x] = batch.images[r * S + (S - 1 - x)];
     for (int pass = 0; pass < passes; pass++) {
       if (m->has_head) be->upload(sl->labels, batch.labels, (size_t)B * sizeof(int32_t));
@@ -87,7 +88,7 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
       // goes round the ring of pipeline ranks before chunk c + 1), one batch at a time.
       for (int c = 0; c < m->nchunks; c++) {
         if (m->has_embed && c == 0) {
-          be->upload(sl->img + first, (pass ? mirror : batch.images) + first,
+          be->upload(sl->img + first, pass ? mirror : batch.images,
                      (size_t)(share * img_n) * sizeof(float));
           if (share < B) vt_comm_all_gather(m->tp, sl->img, sl->img + first, share * img_n);
         } else {

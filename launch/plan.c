@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "data.h"
+#include "mix.h"
 #include "schedule.h"
 
 // A rank's blocks as ranges, "0-3" or, with chunks, "0-1,4-5".
@@ -24,7 +26,9 @@ static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
 
 double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval) {
   if (!has_embed) return 0.0;
-  const double batch = (double)o->micro_batch * 3 * o->model.img_size * o->model.img_size * 4;
+  // The rank's share of each micro-batch (all of it without the TP decode split)
+  const int share = vt_data_share(o, 1, o->tp, eval ? 0 : vt_mix_enabled(&o->mix));
+  const double batch = (double)share * 3 * o->model.img_size * o->model.img_size * 4;
   const int synthetic = strcmp(o->data, "synthetic") == 0;
   const double batches = eval ? (o->val_data[0] ? o->prefetch + 1 + (o->eval_hflip != 0) : 0)
                               : (synthetic ? 1 : o->prefetch + 1);
@@ -134,8 +138,11 @@ int vt_plan_run(const vt_train_options *o) {
   }
   const double in = vt_plan_input_mib(o, 1, 0), ev = vt_plan_input_mib(o, 1, 1);
   const int synthetic = strcmp(o->data, "synthetic") == 0;
-  printf("host memory for input batches: stage 0's ranks %.1f MiB (%d micro-batch%s of %d "
-         "images: %s%s)", in, synthetic ? 1 : o->prefetch + 1, synthetic ? "" : "es", B,
+  const int share = vt_data_share(o, 1, o->tp, vt_mix_enabled(&o->mix));
+  char of[64] = "";
+  if (share < B) snprintf(of, sizeof of, " (each TP rank's share of %d)", B);
+  printf("host memory for input batches: stage 0's ranks %.1f MiB (%d micro-batch%s of %d%s "
+         "images: %s%s)", in, synthetic ? 1 : o->prefetch + 1, synthetic ? "" : "es", share, of,
          synthetic ? "synthetic data" : "--prefetch + 1",
          o->device == VT_DEVICE_CUDA ? ", pinned" : "");
   if (ev > 0) printf(", %.1f MiB more while evaluating", ev);

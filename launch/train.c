@@ -176,7 +176,7 @@ static void load_batch(stage_ctx *x, int64_t step, int mb, int slot) {
     // all-gathers the shares in place, in stream order after the upload.
     const vt_data *d = x->data;
     const size_t plane = (size_t)3 * S * S, first = (size_t)d->pixel_first * plane;
-    m->be->upload_ahead(sl->img + first, img + first, d->pixel_count * plane * sizeof(float));
+    m->be->upload_ahead(sl->img + first, img, d->pixel_count * plane * sizeof(float));
     if (d->pixel_count < B)
       vt_comm_all_gather(m->tp, sl->img, sl->img + first, (int64_t)d->pixel_count * plane);
   }

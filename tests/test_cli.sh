@@ -54,12 +54,19 @@ if grep -q "pipeline: zb-h1 schedule, ideal idle fraction (p-1)/(3m+p-1) = 0.059
   echo "ok: vit3d plan --pp-schedule zb-h1: $(grep '^pipeline:' <<<"$out"); stage 3 keeps 4 units and 4 weight-pass input sets"
 else echo "FAIL: vit3d plan's zb-h1 lines: $out"; fail=1; fi
 # The host memory of the input batches: ViT-B's 128 images of 224 px are 73.5 MiB; the training
-# loader keeps --prefetch 2 + 1 of them, the evaluation loader as many and one more mirrored.
+# loader keeps --prefetch 2 + 1 of them, the evaluation loader as many and one more mirrored;
+# with the TP decode split a rank holds only its share.
 out=$("$vit3d" plan --model vit-b16 --micro-batch-size 128 --global-batch-size 128 --device cuda \
       --data train_dir --val-data val_dir --eval-hflip 1 2>&1)
 if grep -q "^host memory for input batches: stage 0's ranks 220.5 MiB (3 micro-batches of 128 images: --prefetch + 1, pinned), 294.0 MiB more while evaluating" <<<"$out"; then
   echo "ok: vit3d plan's host input batches: $(grep '^host memory' <<<"$out")"
 else echo "FAIL: vit3d plan's host memory line: $out"; fail=1; fi
+# With TP 4 (and --decode-split 1, the default) each first-stage rank holds its quarter.
+out=$("$vit3d" plan --model vit-b16 --micro-batch-size 128 --global-batch-size 128 --device cuda \
+      --data train_dir --val-data val_dir --eval-hflip 1 --tp 4 2>&1)
+if grep -q "^host memory for input batches: stage 0's ranks 55.1 MiB (3 micro-batches of 32 (each TP rank's share of 128) images: --prefetch + 1, pinned), 73.5 MiB more while evaluating" <<<"$out"; then
+  echo "ok: vit3d plan's host input batches with TP 4: $(grep '^host memory' <<<"$out")"
+else echo "FAIL: vit3d plan's host memory line with TP 4: $out"; fail=1; fi
 refuse "it does not go with --recompute-blocks" train --pp-schedule zb-h1 --recompute-blocks 2
 refuse "use --pp-schedule 1f1b or interleaved on --device cuda" train --pp-schedule zb-h1 --device cuda
 refuse "arguments file /nonexistent/recipe.args: No such file or directory" train @/nonexistent/recipe.args
