@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "fault.h"
 #include "health.h"
+#include "inspect.h"
 #include "prepare.h"
 #include "plan.h"
 #include "train.h"
@@ -25,6 +26,8 @@ static void usage(FILE *f) {
           "             flags of train (--tp, --pp, --dp, ...), allocating nothing\n"
           "  export     vit3d export --checkpoint DIR --out FILE.safetensors [--use-ema 1]\n"
           "             (timm names)\n"
+          "  inspect    vit3d inspect DIR: what a checkpoint (or a --save folder's newest) holds\n"
+          "             and the model flags that resume it\n"
           "  prepare    prepare a dataset: vit3d prepare fashion-mnist OUT_DIR, or\n"
           "             vit3d prepare shards SRC OUT_DIR [SAMPLES_PER_SHARD] (tar shards)\n"
           "  version    print the version and what this build contains\n\n"
@@ -518,6 +521,13 @@ int main(int argc, char **argv) {
     return rc;
   }
   if (strcmp(argv[1], "export") == 0) return cmd_export(argc - 2, argv + 2);
+  if (strcmp(argv[1], "inspect") == 0) {
+    if (argc != 3) {
+      fprintf(stderr, "usage: vit3d inspect DIR   (a checkpoint, or a --save folder: its newest)\n");
+      return 2;
+    }
+    return vt_inspect_run(argv[2]);
+  }
   if (strcmp(argv[1], "prepare") == 0) return cmd_prepare(argc - 2, argv + 2);
   if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
     printf("vit3d 0.1 (%s)\n", vt_backend_build_info());

@@ -2,6 +2,7 @@
 # test_ckpt_refuse.sh VIT3D: checkpoints that must not be used are refused clearly:
 #  - resuming with a model config whose shapes, head (--global-pool), LayerScale, register
 #    tokens, QK-norm or parallel blocks differ from the checkpoint's;
+#  - vit3d inspect prints the flags that resume a checkpoint (and they do);
 #  - another --seed is allowed but warned about;
 #  - --resume DIR of a damaged checkpoint (bad CRC) stops instead of training;
 #  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted), in place or in
@@ -39,6 +40,19 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "and sequential blocks; resume it with .* --parallel-blocks 0" <<<"$out"; then
   echo "ok: parallel blocks refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: parallel blocks mismatch: rc $rc: $out"; fail=1; fi
+# vit3d inspect prints the flags that resume a checkpoint: with them even another --model preset
+# resumes it; a folder without a checkpoint is refused.
+flags=$("$vit3d" inspect "$work/ck" 2>&1 | sed -n 's/^resume with: //p')
+if [ -n "$flags" ] &&
+   "$vit3d" train --model vit-ti16 $flags --steps 5 --micro-batch-size 8 --threads 1 \
+     > "$work/inspect.log" 2>&1 && grep -q "resumed from" "$work/inspect.log"; then
+  echo "ok: vit3d inspect's flags resume the checkpoint (even after --model vit-ti16): $flags"
+else echo "FAIL: resuming with vit3d inspect's flags ($flags):"; tail -5 "$work/inspect.log"; fail=1; fi
+out=$("$vit3d" inspect "$work" 2>&1)
+rc=$?
+if [ $rc -eq 1 ] && grep -q "holds no complete checkpoint" <<<"$out"; then
+  echo "ok: vit3d inspect of a folder without a checkpoint: $out"
+else echo "FAIL: vit3d inspect of a folder without a checkpoint: rc $rc: $out"; fail=1; fi
 # Another seed or --aug-repeats: allowed (reshuffling after a loss spike), but said.
 out=$("$vit3d" "${args[@]}" --seed 9 --steps 5 --save "$work/ck_seed" --resume "$work/ck/step-00000004" 2>&1)
 rc=$?
