@@ -76,6 +76,10 @@ vt_status vt_checklog_open(vt_checklog *c, const char *path, double tol, char *e
         !field(line, "eval_top1", l->ev[1], sizeof l->ev[1]) ||
         !field(line, "eval_top5", l->ev[2], sizeof l->ev[2]))
       l->ev[0][0] = '\0';
+    if (!field(line, "eval_ema_loss", l->ema[0], sizeof l->ema[0]) ||
+        !field(line, "eval_ema_top1", l->ema[1], sizeof l->ema[1]) ||
+        !field(line, "eval_ema_top5", l->ema[2], sizeof l->ema[2]))
+      l->ema[0][0] = '\0';
   }
   free(line);
   fclose(f);
@@ -94,8 +98,8 @@ static double differ_by(const char *a, const char *b) {
   return x == y ? 0.0 : fabs(x - y) / (fabs(y) > 0 ? fabs(y) : 1.0);
 }
 
-void vt_checklog_step(vt_checklog *c, int64_t step, double loss, double gnorm,
-                      const double *ev) {
+void vt_checklog_step(vt_checklog *c, int64_t step, double loss, double gnorm, const double *ev,
+                      const double *ema) {
   // The reference's last line of that step (a log continued after a resume may repeat steps):
   // the first entry past the step, minus one.
   int64_t lo = 0, hi = c->n;
@@ -109,18 +113,23 @@ void vt_checklog_step(vt_checklog *c, int64_t step, double loss, double gnorm,
     return;
   }
   const struct vt_checklog_line *r = &c->lines[lo - 1];
-  // Figures 0-1: loss and grad norm; 2-4: the evaluation's, where both runs evaluated.
-  char fig[2][32], evf[3][32] = {"", "", ""};
-  const char *ref[5] = {r->fig[0], r->fig[1], r->ev[0], r->ev[1], r->ev[2]};
-  const char *mine[5] = {fig[0], fig[1], evf[0], evf[1], evf[2]};
+  // Figures 0-1: loss and grad norm; 2-4: the evaluation's, where both runs evaluated; 5-7:
+  // the EMA's evaluation, where both evaluated it.
+  char fig[2][32], evf[3][32] = {"", "", ""}, emaf[3][32] = {"", "", ""};
+  const char *ref[8] = {r->fig[0], r->fig[1], r->ev[0], r->ev[1], r->ev[2],
+                        r->ema[0], r->ema[1], r->ema[2]};
+  const char *mine[8] = {fig[0], fig[1], evf[0], evf[1], evf[2], emaf[0], emaf[1], emaf[2]};
   vt_format_figure(fig[0], sizeof fig[0], loss);
   vt_format_figure(fig[1], sizeof fig[1], gnorm);
-  const int n = ev && r->ev[0][0] ? 5 : 2;
-  if (n == 5) vt_format_eval(evf, ev[0], ev[1], ev[2]);
+  const int with_ev = ev && r->ev[0][0], with_ema = ema && r->ema[0][0];
+  if (with_ev) vt_format_eval(evf, ev[0], ev[1], ev[2]);
+  if (with_ema) vt_format_eval(emaf, ema[0], ema[1], ema[2]);
   c->compared++;
-  c->evals += n == 5;
+  c->evals += with_ev;
+  c->ema_evals += with_ema;
   int bad = 0;
-  for (int j = 0; j < n; j++) {
+  for (int j = 0; j < 8; j++) {
+    if ((j >= 2 && j < 5 && !with_ev) || (j >= 5 && !with_ema)) continue;
     const double d = differ_by(mine[j], ref[j]);
     if (d > c->worst) c->worst = d;
     bad |= c->tol > 0 ? !(d <= c->tol) : strcmp(mine[j], ref[j]) != 0;
@@ -128,12 +137,15 @@ void vt_checklog_step(vt_checklog *c, int64_t step, double loss, double gnorm,
   if (!bad) return;
   if (c->differ++ == 0) c->first_differ = step;
   if (c->differ > 5) return;
-  char evals[256] = "";
-  if (n == 5)
+  char evals[256] = "", emas[256] = "";
+  if (with_ev)
     snprintf(evals, sizeof evals, "; evaluation loss %s, top-1 %s, top-5 %s against %s, %s, %s",
              mine[2], mine[3], mine[4], ref[2], ref[3], ref[4]);
-  vt_log_error("--check-log: step %lld: loss %s, grad norm %s; %s logged %s, %s%s%s",
-               (long long)step, mine[0], mine[1], c->path, ref[0], ref[1], evals,
+  if (with_ema)
+    snprintf(emas, sizeof emas, "; EMA evaluation loss %s, top-1 %s, top-5 %s against %s, %s, %s",
+             mine[5], mine[6], mine[7], ref[5], ref[6], ref[7]);
+  vt_log_error("--check-log: step %lld: loss %s, grad norm %s; %s logged %s, %s%s%s%s",
+               (long long)step, mine[0], mine[1], c->path, ref[0], ref[1], evals, emas,
                c->tol > 0 ? " (beyond --check-tol)" : "");
 }
 
@@ -152,9 +164,10 @@ int vt_checklog_finish(vt_checklog *c) {
     return 1;
   }
   vt_log_info("--check-log: %lld steps equal %s's loss and grad norm %s, %lld of them with "
-              "their evaluation (largest relative difference %.3g); %lld steps not in it",
-              (long long)c->compared, c->path, how, (long long)c->evals, c->worst,
-              (long long)c->absent);
+              "their evaluation and %lld with the EMA's (largest relative difference %.3g); "
+              "%lld steps not in it",
+              (long long)c->compared, c->path, how, (long long)c->evals,
+              (long long)c->ema_evals, c->worst, (long long)c->absent);
   return 0;
 }
 

@@ -517,8 +517,10 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     }
     if (world_rank == 0) vt_report_step(o, metrics, &l, now_s() - t_start, n - start_step, world_size);
     const double ev[3] = {l.ev.loss, l.ev.top1, l.ev.top5};
+    const double ema[3] = {l.ev_ema.loss, l.ev_ema.top1, l.ev_ema.top5};
     if (world_rank == 0 && o->check_log[0])
-      vt_checklog_step(&check, n, l.loss, l.gnorm, l.eval_now ? ev : NULL);
+      vt_checklog_step(&check, n, l.loss, l.gnorm, l.eval_now ? ev : NULL,
+                       l.eval_ema ? ema : NULL);
     if (summary[0]) vt_log_info("%s", summary);
     if (stop_nonfinite) {
       if (world_rank == 0)

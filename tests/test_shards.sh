@@ -98,6 +98,26 @@ if [ "$hits" -ne 2 ] || [ "$writes" -ne 2 ]; then
 else
   echo "index cache: the first run wrote both shard indexes, the second read them and logged the same 12 steps"
 fi
+# The weights' EMA evaluations too: another EMA decay trains the same steps (loss and grad norm
+# equal) but evaluates other averaged weights, which --check-log names (exit 5); the same decay
+# repeats them (exit 0).
+for run in "ref 0.9" "other 0.8" "same 0.9"; do
+  set -- $run
+  check=()
+  [ "$1" != ref ] && check=(--check-log "$work/ema_ref/metrics.jsonl")
+  timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --data "$work/shards" \
+    --val-data "$work/shards" --model-ema "$2" --log-dir "$work/ema_$1" "${check[@]}" \
+    > "$work/ema_$1.log" 2>&1
+  echo "$1 $?" >> "$work/ema_rc"
+done
+if [ "$(tr '\n' ' ' < "$work/ema_rc")" = "ref 0 other 5 same 0 " ] &&
+   grep -q "EMA evaluation loss .* against" "$work/ema_other.log" &&
+   grep -q "2 of them with their evaluation and 2 with the EMA's" "$work/ema_same.log"; then
+  echo "check-log of EMA evaluations: another --model-ema decay exits 5 at its EMA evaluation, the same decay repeats both"
+else
+  echo "FAIL: --check-log of EMA evaluations: exit codes $(tr '\n' ' ' < "$work/ema_rc")"
+  grep -- "--check-log" "$work/ema_other.log" "$work/ema_same.log" | head -6; fail=1
+fi
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --data "$work/shards" --seed 4 \
   --check-log "$work/run_folder/metrics.jsonl" --final-weights "$work/seed4.safetensors" \
   > "$work/check_seed.log" 2>&1
