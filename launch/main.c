@@ -523,7 +523,8 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "export") == 0) return cmd_export(argc - 2, argv + 2);
   if (strcmp(argv[1], "inspect") == 0) {
     if (argc != 3) {
-      fprintf(stderr, "usage: vit3d inspect DIR   (a checkpoint, or a --save folder: its newest)\n");
+      fprintf(stderr,
+              "usage: vit3d inspect DIR   (a checkpoint, or a --save folder: its newest)\n");
       return 2;
     }
     return vt_inspect_run(argv[2]);
