@@ -274,7 +274,8 @@ void vt_ckpt_clean(const char *save_dir) {
 }
 
 vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, vt_ckpt_manifest *m,
-                         const char *const *files, int nfiles, int keep_last, char *err,
+                         const char *const *files, int nfiles, int keep_last, int64_t keep_every,
+                         char *err,
                          size_t errlen) {
   char path[1300], final_dir[1100], text[4096];
   m->nfiles = 0;
@@ -310,6 +311,7 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, vt_ckpt_mani
     int64_t steps[4096];
     int n = list_steps(save_dir, steps, 4096);
     for (int i = keep_last; i < n; i++) {
+      if (keep_every > 0 && steps[i] % keep_every == 0) continue;  // a milestone stays
       snprintf(final_dir, sizeof final_dir, "%s/step-%08" PRId64, save_dir, steps[i]);
       remove_dir(final_dir);
     }

@@ -64,10 +64,11 @@ vt_status vt_ckpt_begin(const char *save_dir, int64_t step, char *tmp_dir, size_
                         char *err, size_t errlen);
 // Fills the manifest's file entries from the files already in tmp_dir, writes manifest.txt,
 // syncs everything, renames the directory into place and points `latest` at it. Then removes
-// the oldest complete checkpoints beyond keep_last (0 keeps all).
+// the oldest complete checkpoints beyond keep_last (0 keeps all), except those whose step is a
+// multiple of keep_every (milestones; 0: none).
 vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, vt_ckpt_manifest *m,
-                         const char *const *files, int nfiles, int keep_last, char *err,
-                         size_t errlen);
+                         const char *const *files, int nfiles, int keep_last, int64_t keep_every,
+                         char *err, size_t errlen);
 // Removes a tmp directory after a failed save.
 void vt_ckpt_abandon(const char *tmp_dir);
 // Removes leftover .tmp-* directories of interrupted saves.

@@ -27,6 +27,7 @@ typedef struct {
   int running;  // written on a background thread that has not been joined yet
   char save_dir[512];
   int keep_last, n;  // n: buffers in global (weights, two moments, EMA), one file fewer
+  int64_t keep_every;
   vt_vit_config cfg;
   vt_ckpt_manifest man;
   float *global[4];
@@ -60,8 +61,8 @@ static void *write_checkpoint(void *arg) {
     raise(SIGKILL);
   }
   if (st == VT_OK)
-    st = vt_ckpt_commit(w->save_dir, tmp, &w->man, files, w->n - 1, w->keep_last, w->err,
-                        sizeof w->err);
+    st = vt_ckpt_commit(w->save_dir, tmp, &w->man, files, w->n - 1, w->keep_last, w->keep_every,
+                        w->err, sizeof w->err);
   if (st != VT_OK) vt_ckpt_abandon(tmp);
   w->st = st;
   return NULL;
@@ -111,7 +112,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
     ckpt_writer *w = &g_writer;
     memset(w, 0, sizeof *w);
     snprintf(w->save_dir, sizeof w->save_dir, "%s", o->save_dir);
-    w->keep_last = o->keep_last, w->n = n, w->cfg = m->cfg;
+    w->keep_last = o->keep_last, w->keep_every = o->keep_every, w->n = n, w->cfg = m->cfg;
     for (int k = 0; k < n; k++) w->global[k] = global[k];
     const vt_vit_config *c = &m->cfg;
     w->man = (vt_ckpt_manifest){

@@ -303,6 +303,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "save every N steps and after the last; 0: only after the last", NULL},
       {"--keep-last", VT_OPT_INT, &o.keep_last, 0, 0, 1 << 20, "K",
        "keep the K newest checkpoints; 0: keep all", NULL},
+      {"--keep-every", VT_OPT_I64, &o.keep_every, 0, 0, 1e15, "N",
+       "with --keep-last: also keep every checkpoint whose step is a multiple of N (milestones "
+       "for later evaluation or a restart from an earlier point); 0: none", NULL},
       {"--async-save", VT_OPT_INT, &o.async_save, 0, 0, 1, "N",
        "1: rank 0 writes each checkpoint but the last (and a preemption's) on a background "
        "thread while training goes on, from a snapshot taken at its step; 0: every save in "

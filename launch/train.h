@@ -62,6 +62,7 @@ typedef struct {
   int save_interval;        // save every N steps (and after the last); 0: only after the last
   int async_save;           // 1: rank 0 writes checkpoints other than the last on a thread
   int keep_last;            // complete checkpoints kept; 0: all
+  int64_t keep_every;       // with keep_last: checkpoints of steps that are multiples are kept too
   char resume[512];         // "auto", a checkpoint directory, or empty
   char init_from[512];      // start from these timm-format weights (safetensors)
   int eval_only;            // `vit3d eval`: load, evaluate --val-data once, stop

@@ -1,6 +1,7 @@
 // test_manifest.c: the checkpoint directory without MPI or a model: manifest round trip, every
 // damaged-manifest case refused with a message naming the problem, the atomic commit (files,
-// manifest, `latest`, keep-last), and verification catching truncated and altered files.
+// manifest, `latest`, keep-last with keep-every's milestones), and verification catching
+// truncated and altered files.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,7 +142,7 @@ int main(void) {
     write_file(path, "pretend tensors");
     m.step = step;
     const char *files[1] = {"model.safetensors"};
-    EXPECT(vt_ckpt_commit(dir, tmp, &m, files, 1, 2, err, sizeof err) == VT_OK, "%s", err);
+    EXPECT(vt_ckpt_commit(dir, tmp, &m, files, 1, 2, 0, err, sizeof err) == VT_OK, "%s", err);
   }
   struct stat st;
   snprintf(path, sizeof path, "%s/step-00000001", dir);
@@ -158,6 +159,22 @@ int main(void) {
   snprintf(path, sizeof path, "%s/step-00000002", dir);
   EXPECT(vt_ckpt_verify(path, &back, err, sizeof err) != VT_OK && strstr(err, "bytes"), "%s", err);
   EXPECT(vt_ckpt_find_latest(dir, found, sizeof found, &back) != VT_OK, "no complete checkpoint left");
+  // Milestones: with keep-last 2 and keep-every 3, steps 4..9 leave the newest two (9, 8) and the
+  // multiples of 3 (6; and 3, whose damage is no reason to remove it).
+  for (int step = 4; step <= 9; step++) {
+    EXPECT(vt_ckpt_begin(dir, step, tmp, sizeof tmp, err, sizeof err) == VT_OK, "%s", err);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    write_file(path, "pretend tensors");
+    m.step = step;
+    const char *files[1] = {"model.safetensors"};
+    EXPECT(vt_ckpt_commit(dir, tmp, &m, files, 1, 2, 3, err, sizeof err) == VT_OK, "%s", err);
+  }
+  for (int step = 1; step <= 9; step++) {
+    snprintf(path, sizeof path, "%s/step-%08d", dir, step);
+    const int kept = stat(path, &st) == 0, want = step >= 8 || step % 3 == 0;
+    EXPECT(kept == want, "keep-last 2, keep-every 3: step %d %s", step,
+           kept ? "kept" : "removed");
+  }
   snprintf(path, sizeof path, "rm -rf %s", dir);
   if (system(path) != 0) printf("could not remove %s\n", dir);
   printf(failures ? "%d manifest check(s) FAILED\n" : "all manifest checks passed\n", failures);
