@@ -2,7 +2,9 @@
 // of the last stage.
 #include "eval.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +30,53 @@ static void score(const float *logits, const int32_t *labels, int valid, int K, 
   }
 }
 
+// A CSV field: as it is, or quoted with its quotes doubled when it holds a comma, a quote or a
+// line break (RFC 4180).
+static void csv_field(FILE *f, const char *s) {
+  if (!strpbrk(s, ",\"\r\n")) {
+    fputs(s, f);
+    return;
+  }
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"') fputc('"', f);
+    fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+// The prediction lines of the first `valid` rows of logits (B, K), dataset indices first..:
+// index, path, label, then the 5 most probable classes (fewer with fewer classes), highest
+// first (ties: the lower class), with their softmax probabilities.
+static void write_predictions(FILE *f, const vt_dataset *ds, int64_t first, const float *logits,
+                              int valid, int K) {
+  for (int b = 0; b < valid; b++) {
+    const float *z = logits + (size_t)b * K;
+    double mx = z[0], sum = 0.0;
+    for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
+    for (int k = 0; k < K; k++) sum += exp(z[k] - mx);
+    const int64_t i = first + b;
+    fprintf(f, "%lld,", (long long)i);
+    csv_field(f, ds->paths[i]);
+    fputc(',', f);
+    csv_field(f, ds->class_names[ds->labels[i]]);
+    int top[5], n = K < 5 ? K : 5;
+    for (int r = 0; r < n; r++) {  // selection: the best class not taken yet
+      int best = -1;
+      for (int k = 0; k < K; k++) {
+        int taken = 0;
+        for (int q = 0; q < r; q++) taken |= top[q] == k;
+        if (!taken && (best < 0 || z[k] > z[best])) best = k;
+      }
+      top[r] = best;
+      fputc(',', f);
+      csv_field(f, ds->class_names[best]);
+      fprintf(f, ",%.6f", exp(z[best] - mx) / sum);
+    }
+    fputc('\n', f);
+  }
+}
+
 // The scored inputs, labels and logits of a one-rank evaluation, for export checks.
 static void write_dump(const char *path, const float *img, const int32_t *labels,
                        const float *logits, int64_t n, int S, int K) {
@@ -39,7 +88,7 @@ static void write_dump(const char *path, const float *img, const int32_t *labels
 }
 
 vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
-                           vt_mesh_coord me, const char *dump) {
+                           vt_mesh_coord me, const char *dump, const char *predictions) {
   const vt_backend *be = m->be;
   const int B = d->o->micro_batch, K = m->cfg.num_classes, p = m->shard.pp_size;
   const int64_t n = vt_model_local_rows(m, B) * m->cfg.width;
@@ -72,6 +121,14 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   float *mean = passes > 1 && m->has_head ? malloc((size_t)B * K * sizeof(float)) : NULL;
   VT_CHECK(passes == 1 || ((mirror || !m->has_embed) && (mean || !m->has_head)),
            "out of host memory for --eval-hflip");
+  char pred_tmp[600] = "";
+  FILE *pred = NULL;
+  if (predictions && m->has_head && me.tp_rank == 0) {
+    snprintf(pred_tmp, sizeof pred_tmp, "%s.tmp", predictions);
+    pred = fopen(pred_tmp, "w");
+    if (!pred) vt_log_error("--predictions: cannot write %s: %s", pred_tmp, strerror(errno));
+    else fputs("index,path,label,top1,p1,top2,p2,top3,p3,top4,p4,top5,p5\n", pred);
+  }
   for (int64_t j = 0; j < batches; j++) {
     vt_batch batch = {0};
     be->upload_wait();
@@ -115,6 +172,14 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
       memcpy(all_labels + at, batch.labels, (size_t)batch.valid * sizeof(int32_t));
     }
     if (me.tp_rank == 0) score(z, batch.labels, batch.valid, K, acc);
+    if (pred)  // the batch's dataset indices start at j * stride + offset (vt_loader_config)
+      write_predictions(pred, &d->val_ds, j * cfg.step_stride + cfg.offset, z, batch.valid, K);
+  }
+  if (pred) {  // written whole, then renamed: a reader never sees half a file
+    const int ok = fflush(pred) == 0 && !ferror(pred);
+    if (fclose(pred) != 0 || !ok || rename(pred_tmp, predictions) != 0)
+      vt_log_error("--predictions: writing %s failed: %s", predictions, strerror(errno));
+    else vt_log_info("--predictions: %lld images in %s", (long long)acc[3], predictions);
   }
   be->upload_wait();  // before the loader and the mirror go
   if (mirror) be->host_free(mirror);

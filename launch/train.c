@@ -50,6 +50,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (vt_mesh_init(&mesh, o->tp, o->pp, o->dp, order, world_size, err, errlen) != VT_OK)
     return VT_ERR_INPUT;
   o->dp = mesh.dp_size;
+  if (o->predictions[0] && (!o->eval_only || o->dp != 1))
+    REFUSE("--predictions is for vit3d eval with one data-parallel replica (--dp 1; --tp and "
+           "--pp may split the model)");
   if (o->global_batch == 0) o->global_batch = o->dp * o->micro_batch;
   if (c->heads % o->tp != 0)
     REFUSE("--tp %d does not divide the %d attention heads; use a TP size that divides them",
@@ -482,12 +485,12 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     l.eval_now = eval_due(o, &data, n, end_step);
     if (l.eval_now) {
       vt_watchdog_phase("evaluation", n, slow_limit);
-      l.ev = vt_evaluate(&m, &data, world, pp, me, NULL);
+      l.ev = vt_evaluate(&m, &data, world, pp, me, NULL, NULL);
       if (opt.ema) {  // the EMA in the weights' place; the gradients hold the weights meanwhile
         const size_t nbytes = (size_t)m.table.total * sizeof(float);
         be->copy(m.grads, m.params, nbytes);
         vt_optimizer_ema_full(&opt, m.params);
-        l.ev_ema = vt_evaluate(&m, &data, world, pp, me, NULL);
+        l.ev_ema = vt_evaluate(&m, &data, world, pp, me, NULL, NULL);
         be->copy(m.params, m.grads, nbytes);
         l.eval_ema = 1;
       }
@@ -557,7 +560,8 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   vt_checklog_free(&check);
   if (o->eval_only) {
     vt_eval_result ev =
-        vt_evaluate(&m, &data, world, pp, me, o->logits_out[0] ? o->logits_out : NULL);
+        vt_evaluate(&m, &data, world, pp, me, o->logits_out[0] ? o->logits_out : NULL,
+                    o->predictions[0] ? o->predictions : NULL);
     if (world_rank == 0)
       printf("eval: loss %.6f | top-1 %.4f%% | top-5 %.4f%% (%lld images%s)\n", ev.loss,
              100 * ev.top1, 100 * ev.top5, (long long)ev.count,

@@ -68,6 +68,7 @@ typedef struct {
   int eval_only;            // `vit3d eval`: load, evaluate --val-data once, stop
   int plan_only;            // `vit3d plan`: size the memory, run nothing
   char logits_out[512];     // vit3d eval on one rank: write the inputs and logits (safetensors)
+  char predictions[512];    // vit3d eval with one DP replica: each image's top-5 (CSV)
   int comm_stats;           // 1: each rank writes its first step's traffic per axis (log-dir)
   float timeout_s;          // watchdog: a step or collective may take this long; 0: off
   int max_nonfinite;        // stop after this many non-finite steps in a row
