@@ -420,24 +420,31 @@ static vt_status list_shards(const char *dir, strlist *out, char *err, size_t er
   return st;
 }
 
-vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t errlen) {
-  memset(ds, 0, sizeof(*ds));
+// What path names: tar shards (a numbered pattern, a folder of .tar files or one .tar: their
+// paths in *shards), else a folder (ImageFolder) or a list file, told apart by *sb.
+static vt_status resolve(const char *path, struct stat *sb, strlist *shards, char *err,
+                         size_t errlen) {
+  memset(sb, 0, sizeof *sb);
   if (!path || !*path) return vt_fail_input(err, errlen, "no dataset path given");
-  struct stat sb;
-  memset(&sb, 0, sizeof sb);
-  strlist samples = {0}, shards = {0};
-  vt_status st = VT_OK;
-  if (stat(path, &sb) != 0) {
+  if (stat(path, sb) != 0) {
     if (errno != ENOENT || !strchr(path, '{'))
       return vt_fail_input(err, errlen, "dataset %s: %s", path, strerror(errno));
-    st = expand_range(path, &shards, err, errlen);  // train-{000..146}.tar
-  } else if (S_ISDIR(sb.st_mode)) {
-    st = list_shards(path, &shards, err, errlen);
-  } else if (S_ISREG(sb.st_mode) && has_suffix(path, ".tar")) {
-    if (!strlist_push(&shards, strdup(path), 0)) st = vt_fail_input(err, errlen, "out of memory");
-  } else if (!S_ISREG(sb.st_mode)) {
-    st = vt_fail_input(err, errlen, "dataset %s is neither a folder nor a list file", path);
+    return expand_range(path, shards, err, errlen);  // train-{000..146}.tar
   }
+  if (S_ISDIR(sb->st_mode)) return list_shards(path, shards, err, errlen);
+  if (S_ISREG(sb->st_mode) && has_suffix(path, ".tar"))
+    return strlist_push(shards, strdup(path), 0) ? VT_OK
+                                                 : vt_fail_input(err, errlen, "out of memory");
+  if (!S_ISREG(sb->st_mode))
+    return vt_fail_input(err, errlen, "dataset %s is neither a folder nor a list file", path);
+  return VT_OK;
+}
+
+vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t errlen) {
+  memset(ds, 0, sizeof(*ds));
+  struct stat sb;
+  strlist samples = {0}, shards = {0};
+  vt_status st = resolve(path, &sb, &shards, err, errlen);
   if (st == VT_OK) {
     if (shards.n) st = open_shards(path, &shards, ds, &samples, err, errlen);
     else if (S_ISDIR(sb.st_mode)) st = open_folder(path, ds, &samples, err, errlen);
@@ -477,27 +484,19 @@ static int fingerprint_line(strlist *out, const char *path, char *err, size_t er
 vt_status vt_dataset_fingerprint(const char *path, char **text, char *err, size_t errlen) {
   *text = NULL;
   struct stat sb;
-  strlist sources = {0}, lines = {0};
-  vt_status st = VT_OK;
-  if (!path || !*path) return vt_fail_input(err, errlen, "no dataset path given");
-  if (stat(path, &sb) != 0) {
-    if (errno != ENOENT || !strchr(path, '{'))
-      return vt_fail_input(err, errlen, "dataset %s: %s", path, strerror(errno));
-    st = expand_range(path, &sources, err, errlen);
-  } else if (S_ISDIR(sb.st_mode)) {
-    st = list_shards(path, &sources, err, errlen);
-    if (st == VT_OK && sources.n == 0) {  // an ImageFolder: the root and its class folders
-      strlist classes = {0};
-      st = list_dir(path, 1, &classes, err, errlen);
-      if (st == VT_OK && !strlist_push(&sources, strdup(path), 0))
+  strlist sources = {0}, lines = {0};  // the shards, else what is listed below
+  vt_status st = resolve(path, &sb, &sources, err, errlen);
+  if (st == VT_OK && sources.n == 0 && S_ISDIR(sb.st_mode)) {  // the root and its class folders
+    strlist classes = {0};
+    st = list_dir(path, 1, &classes, err, errlen);
+    if (st == VT_OK && !strlist_push(&sources, strdup(path), 0))
+      st = vt_fail_input(err, errlen, "out of memory");
+    for (int64_t c = 0; st == VT_OK && c < classes.n; c++)
+      if (!strlist_push(&sources, join(path, classes.s[c]), 0))
         st = vt_fail_input(err, errlen, "out of memory");
-      for (int64_t c = 0; st == VT_OK && c < classes.n; c++)
-        if (!strlist_push(&sources, join(path, classes.s[c]), 0))
-          st = vt_fail_input(err, errlen, "out of memory");
-      strlist_free(&classes);
-    }
-  } else if (!strlist_push(&sources, strdup(path), 0)) {  // a .tar or a list file
-    st = vt_fail_input(err, errlen, "out of memory");
+    strlist_free(&classes);
+  } else if (st == VT_OK && sources.n == 0 && !strlist_push(&sources, strdup(path), 0)) {
+    st = vt_fail_input(err, errlen, "out of memory");  // a list file
   }
   size_t total = 1;
   for (int64_t i = 0; st == VT_OK && i < sources.n; i++)

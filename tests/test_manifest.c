@@ -66,6 +66,22 @@ static void test_crc32(void) {
   EXPECT(bad == 0, "CRC-32: %d of 2709 lengths, offsets and cuts differ from the bitwise CRC", bad);
 }
 
+// Saves pretend checkpoints of steps first..last into dir, each committed with keep_last and
+// keep_every.
+static void commit_steps(const char *dir, vt_ckpt_manifest *m, int first, int last, int keep_last,
+                         int64_t keep_every) {
+  char tmp[1100], path[1300], err[512];
+  for (int step = first; step <= last; step++) {
+    EXPECT(vt_ckpt_begin(dir, step, tmp, sizeof tmp, err, sizeof err) == VT_OK, "%s", err);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    write_file(path, "pretend tensors");
+    m->step = step;
+    const char *files[1] = {"model.safetensors"};
+    EXPECT(vt_ckpt_commit(dir, tmp, m, files, 1, keep_last, keep_every, err, sizeof err) == VT_OK,
+           "%s", err);
+  }
+}
+
 int main(void) {
   char text[4096], err[512];
   test_crc32();
@@ -134,16 +150,9 @@ int main(void) {
   m.layer_scale = m.reg_tokens = m.no_embed_class = m.qk_norm = m.parallel = 0, m.qkv_bias = 1;
 
   // Commit, `latest`, keep-last, verification of damaged files.
-  char dir[] = "/tmp/vt_manifest_XXXXXX", tmp[1100], path[1300], found[1100];
+  char dir[] = "/tmp/vt_manifest_XXXXXX", path[1300], found[1100];
   if (!mkdtemp(dir)) return 1;
-  for (int step = 1; step <= 3; step++) {
-    EXPECT(vt_ckpt_begin(dir, step, tmp, sizeof tmp, err, sizeof err) == VT_OK, "%s", err);
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    write_file(path, "pretend tensors");
-    m.step = step;
-    const char *files[1] = {"model.safetensors"};
-    EXPECT(vt_ckpt_commit(dir, tmp, &m, files, 1, 2, 0, err, sizeof err) == VT_OK, "%s", err);
-  }
+  commit_steps(dir, &m, 1, 3, 2, 0);
   struct stat st;
   snprintf(path, sizeof path, "%s/step-00000001", dir);
   EXPECT(stat(path, &st) != 0, "keep-last 2 left step 1");
@@ -161,14 +170,7 @@ int main(void) {
   EXPECT(vt_ckpt_find_latest(dir, found, sizeof found, &back) != VT_OK, "no complete checkpoint left");
   // Milestones: with keep-last 2 and keep-every 3, steps 4..9 leave the newest two (9, 8) and the
   // multiples of 3 (6; and 3, whose damage is no reason to remove it).
-  for (int step = 4; step <= 9; step++) {
-    EXPECT(vt_ckpt_begin(dir, step, tmp, sizeof tmp, err, sizeof err) == VT_OK, "%s", err);
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    write_file(path, "pretend tensors");
-    m.step = step;
-    const char *files[1] = {"model.safetensors"};
-    EXPECT(vt_ckpt_commit(dir, tmp, &m, files, 1, 2, 3, err, sizeof err) == VT_OK, "%s", err);
-  }
+  commit_steps(dir, &m, 4, 9, 2, 3);
   for (int step = 1; step <= 9; step++) {
     snprintf(path, sizeof path, "%s/step-%08d", dir, step);
     const int kept = stat(path, &st) == 0, want = step >= 8 || step % 3 == 0;

@@ -45,6 +45,17 @@ static const float *f_bwd(const vt_model *m, float *local, float *partial, int64
   return local;
 }
 
+// out = res + the branch output y (Ml rows, reduced over TP) times LayerScale's gamma, where its
+// sample keeps the branch under drop path. y is out itself unless gamma is set (LayerScale keeps
+// y for its backward).
+static void branch_add(const vt_model *m, float *out, const float *y, const float *gamma,
+                       const float *res, const vt_drop_mask *mask, int64_t Ml) {
+  const int64_t C = m->cfg.width;
+  if (gamma) vt_layer_scale_fwd(m->be, out, y, gamma, Ml, C);
+  if (mask) vt_drop_path(m->be, out, out, res, Ml, C, mask);
+  else vt_add(m->be, out, out, res, Ml * C);
+}
+
 // qkv (QK-norm) and attention of the rows x1 (all M of them): a->attn.
 static void attention_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
                           const float *x1, int B) {
@@ -83,9 +94,7 @@ static void parallel_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_
   vt_linear_residual_fwd(be, sum, a->gelu, w->fc2_w, first ? w->fc2_b : NULL, m->s.branch, M, F,
                          C);
   g_fwd(m, y, sum, Ml * C);
-  if (w->ls2) vt_layer_scale_fwd(be, out, y, w->ls2, Ml, C);
-  if (drop) vt_drop_path(be, out, out, in, Ml, C, &drop[0]);
-  else vt_add(be, out, out, in, Ml * C);
+  branch_add(m, out, y, w->ls2, in, drop ? &drop[0] : NULL, Ml);
 }
 
 void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
@@ -141,9 +150,7 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   }
   vt_linear_fwd(be, partial, a->gelu, w->fc2_w, fc2_b, M, F, C);
   g_fwd(m, y, partial, Ml * C);
-  if (w->ls2) vt_layer_scale_fwd(be, out, y, w->ls2, Ml, C);
-  if (drop) vt_drop_path(be, out, out, a->mid, Ml, C, &drop[1]);
-  else vt_add(be, out, out, a->mid, Ml * C);
+  branch_add(m, out, y, w->ls2, a->mid, drop ? &drop[1] : NULL, Ml);
 }
 
 // The gradient of a residual branch's output y: the stream's, dres, or under drop path dres *
@@ -163,11 +170,16 @@ static const float *branch_dout(const vt_model *m, const float *dres, const vt_d
   return m->s.dln;
 }
 
-// Split backward: a Linear's output gradient kept for the weight pass (dy is scratch that later
-// steps overwrite).
-static const float *keep(const vt_model *m, float *kept, const float *dy, int64_t count) {
+// The gradient of a branch's output over all M rows (gathered under sequence parallelism) from
+// the stream's, dres (branch_dout), kept in `kept` for the split backward's weight pass when set
+// (the gathered rows are scratch that later steps overwrite).
+static const float *branch_dy(const vt_model *m, const float *dres, const vt_drop_mask *mask,
+                              const float *gamma, float *dgamma, const float *y, float *kept,
+                              int B) {
+  const int64_t Ml = vt_model_local_rows(m, B), C = m->cfg.width;
+  const float *dy = g_bwd(m, m->s.full, branch_dout(m, dres, mask, gamma, dgamma, y, Ml), Ml * C);
   if (!kept) return dy;
-  m->be->copy(kept, dy, (size_t)count * sizeof(float));
+  m->be->copy(kept, dy, (size_t)((int64_t)B * vt_cfg_tokens(&m->cfg) * C) * sizeof(float));
   return kept;
 }
 
@@ -222,10 +234,8 @@ static void parallel_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_
   const int64_t M = (int64_t)B * vt_cfg_tokens(c), Ml = vt_model_local_rows(m, B);
   const float *x1 = m->sp ? a->ln1_full : a->ln1;
   float *dfc1 = wg ? wg->dfc1 : s->dfc1, *dqkv = wg ? wg->dqkv : s->dqkv;
-  const float *dy = g_bwd(
-      m, s->full, branch_dout(m, dres, drop ? &drop[0] : NULL, w->ls2, gw->ls2, a->ls2, Ml),
-      Ml * C);
-  dy = keep(m, wg ? wg->dfc2 : NULL, dy, M * C);
+  const float *dy = branch_dy(m, dres, drop ? &drop[0] : NULL, w->ls2, gw->ls2, a->ls2,
+                              wg ? wg->dfc2 : NULL, B);
   mlp_bwd(m, w, gw, a, dy, x1, dfc1, s->dln2, !wg, B);
   attention_bwd(m, w, gw, a, dy, x1, dqkv, s->dln, !wg, B);
   vt_add(be, s->dln, s->dln, s->dln2, M * C);  // dln's rows past M stay untouched (zero)
@@ -244,25 +254,21 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const vt_model_scratch *s = &m->s;
-  const int64_t M = (int64_t)B * vt_cfg_tokens(c), C = c->width;
-  const int64_t Ml = vt_model_local_rows(m, B);
+  const int64_t C = c->width, Ml = vt_model_local_rows(m, B);
   const float *x1 = m->sp ? a->ln1_full : a->ln1, *x2 = m->sp ? a->ln2_full : a->ln2;
   // MLP branch; dres holds d(block output) and becomes d(mid), then d(in). Split: the
   // weight-matrix GEMMs wait for vt_block_bwd_weight, their output gradients in wg.
   float *dfc1 = wg ? wg->dfc1 : s->dfc1, *dqkv = wg ? wg->dqkv : s->dqkv;
-  const float *dy = g_bwd(
-      m, s->full, branch_dout(m, dres, drop ? &drop[1] : NULL, w->ls2, gw->ls2, a->ls2, Ml),
-      Ml * C);
-  dy = keep(m, wg ? wg->dfc2 : NULL, dy, M * C);
+  const float *dy = branch_dy(m, dres, drop ? &drop[1] : NULL, w->ls2, gw->ls2, a->ls2,
+                              wg ? wg->dfc2 : NULL, B);
   mlp_bwd(m, w, gw, a, dy, x2, dfc1, s->dln, !wg, B);
   const float *dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm2_w, gw->norm2_b, dx, a->mid, w->norm2_w, a->ln2_mean,
                        a->ln2_rstd, Ml, C);  // dres += the MLP branch's input gradient
   // Attention branch. The attention output's gradient takes dact's place (fc2's input gradient
   // is used up); dln's rows past M stay untouched (zero).
-  dy = g_bwd(m, s->full,
-             branch_dout(m, dres, drop ? &drop[0] : NULL, w->ls1, gw->ls1, a->ls1, Ml), Ml * C);
-  dy = keep(m, wg ? wg->dproj : NULL, dy, M * C);
+  dy = branch_dy(m, dres, drop ? &drop[0] : NULL, w->ls1, gw->ls1, a->ls1,
+                 wg ? wg->dproj : NULL, B);
   attention_bwd(m, w, gw, a, dy, x1, dqkv, s->dln, !wg, B);
   dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,

@@ -47,6 +47,12 @@ static inline void vt_cpu_put(float *out, int64_t i, float v, int bf16) {
   else out[i] = v;
 }
 
+// Element i of an activation that bf16 precision keeps as bfloat16, as a float (vt_cpu_put's
+// reverse; the CUDA twin is cuda_common.h's vt_get).
+static inline float vt_cpu_get(const float *x, int64_t i, int bf16) {
+  return bf16 ? vt_bf16_widen(((const uint16_t *)x)[i]) : x[i];
+}
+
 // dst[i] = the value of the bf16 element src[i], for n elements (OpenMP-parallel).
 void vt_cpu_widen_bf16(float *dst, const void *src, int64_t n);
 

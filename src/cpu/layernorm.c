@@ -111,10 +111,6 @@ void vt_cpu_layernorm_bwd_add(float *dinp, float *dweight, float *dbias, const f
 
 // QK-norm: rows of D values inside qkv (M, 3HD): row j of token m (j < H: q head j, else k head
 // j - H) starts at m * 3HD + j * D. The same two passes and rounding points as ln_row.
-static inline float get(const float *x, int64_t i, int bf16) {
-  return bf16 ? vt_bf16_widen(((const uint16_t *)x)[i]) : x[i];
-}
-
 void vt_cpu_qk_norm_fwd(float *out, float *mean, float *rstd, const float *qkv, const float *qw,
                         const float *qb, const float *kw, const float *kb, int64_t M, int64_t H,
                         int64_t D) {
@@ -126,19 +122,20 @@ void vt_cpu_qk_norm_fwd(float *out, float *mean, float *rstd, const float *qkv, 
       const int64_t at = m * W + j * D, row = m * 2 * H + j;
       const float *w = j < H ? qw : kw, *b = j < H ? qb : kb;
       float s = 0.0f;
-      for (int64_t d = 0; d < D; d++) s += get(qkv, at + d, bf16);
+      for (int64_t d = 0; d < D; d++) s += vt_cpu_get(qkv, at + d, bf16);
       float mu = s / (float)D, var = 0.0f;
       for (int64_t d = 0; d < D; d++) {
-        const float x = get(qkv, at + d, bf16);
+        const float x = vt_cpu_get(qkv, at + d, bf16);
         var += (x - mu) * (x - mu);
       }
       const float r = 1.0f / sqrtf(var / (float)D + VT_LAYERNORM_EPS);
       for (int64_t d = 0; d < D; d++)
-        vt_cpu_put(out, at + d, (get(qkv, at + d, bf16) - mu) * r * w[d] + b[d], bf16);
+        vt_cpu_put(out, at + d, (vt_cpu_get(qkv, at + d, bf16) - mu) * r * w[d] + b[d], bf16);
       mean[row] = mu;
       rstd[row] = r;
     }
-    for (int64_t c = 2 * H * D; c < W; c++) vt_cpu_put(out, m * W + c, get(qkv, m * W + c, bf16), bf16);
+    for (int64_t c = 2 * H * D; c < W; c++)  // v as it is
+      vt_cpu_put(out, m * W + c, vt_cpu_get(qkv, m * W + c, bf16), bf16);
   }
 }
 
@@ -157,17 +154,17 @@ void vt_cpu_qk_norm_bwd(float *dqkv, float *dqw, float *dqb, float *dkw, float *
       const float mu = mean[row], r = rstd[row];
       float sg = 0.0f, sgx = 0.0f;
       for (int64_t d = 0; d < D; d++) {
-        const float g = get(dout, at + d, bf16) * w[d];
+        const float g = vt_cpu_get(dout, at + d, bf16) * w[d];
         sg += g;
-        sgx += g * (get(qkv, at + d, bf16) - mu) * r;
+        sgx += g * (vt_cpu_get(qkv, at + d, bf16) - mu) * r;
       }
       sg /= (float)D;
       sgx /= (float)D;
       for (int64_t d = 0; d < D; d++)
-        dx[at + d] = r * (get(dout, at + d, bf16) * w[d] - sg -
-                          (get(qkv, at + d, bf16) - mu) * r * sgx);
+        dx[at + d] = r * (vt_cpu_get(dout, at + d, bf16) * w[d] - sg -
+                          (vt_cpu_get(qkv, at + d, bf16) - mu) * r * sgx);
     }
-    for (int64_t c = 2 * H * D; c < W; c++) dx[m * W + c] = get(dout, m * W + c, bf16);
+    for (int64_t c = 2 * H * D; c < W; c++) dx[m * W + c] = vt_cpu_get(dout, m * W + c, bf16);
   }
   if (dbias) vt_cpu_colsum_acc(dbias, dx, M, W);
   if (bf16) {
@@ -182,8 +179,8 @@ void vt_cpu_qk_norm_bwd(float *dqkv, float *dqw, float *dqb, float *dkw, float *
     for (int64_t m = 0; m < M; m++)
       for (int64_t h = 0; h < H; h++) {
         const int64_t j = part * H + h, i = m * W + j * D + d, row = m * 2 * H + j;
-        const float dy = get(dout, i, bf16);
-        aw += dy * (get(qkv, i, bf16) - mean[row]) * rstd[row];
+        const float dy = vt_cpu_get(dout, i, bf16);
+        aw += dy * (vt_cpu_get(qkv, i, bf16) - mean[row]) * rstd[row];
         ab += dy;
       }
     (part ? dkw : dqw)[d] += aw;
