@@ -73,13 +73,14 @@ vt_status vt_file_crc32(const char *path, int64_t *nbytes, uint32_t *crc, char *
 int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes) {
   int k = snprintf(buf, nbytes,
                    "format vit3d-checkpoint-1\nstep %" PRId64 "\nstream_position %" PRId64
-                   "\nglobal_batch %" PRId64 "\nadam_t %" PRId64 "\nseed %" PRIu64
+                   "\nglobal_batch %" PRId64 "\nadam_t %" PRId64 "\nlamb %d\nseed %" PRIu64
                    "\nimg_size %d\npatch_size %d\nwidth %d\ndepth %d\nheads %d\nmlp_ratio %.9g"
                    "\nnum_classes %d\nglobal_pool %d\naug_repeats %d\nlayer_scale %d"
                    "\nno_embed_class %d\nreg_tokens %d\nqk_norm %d\nqkv_bias %d\nparallel %d"
                    "\ntp %d\npp %d\ndp %d"
                    "\nzero %d\nsequence_parallel %d\n",
-                   m->step, m->stream_position, m->global_batch, m->adam_t, m->seed, m->img_size,
+                   m->step, m->stream_position, m->global_batch, m->adam_t, m->lamb, m->seed,
+                   m->img_size,
                    m->patch_size, m->width, m->depth, m->heads, (double)m->mlp_ratio,
                    m->num_classes, m->global_pool, m->aug_repeats > 1 ? m->aug_repeats : 1,
                    m->layer_scale, m->no_embed_class, m->reg_tokens, m->qk_norm, m->qkv_bias,
@@ -110,6 +111,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"stream_position", 0, INT64_MAX / 2, &m->stream_position, 8, 0, 0},
       {"global_batch", 1, 1 << 30, &m->global_batch, 8, 0, 0},
       {"adam_t", 0, INT64_MAX / 2, &m->adam_t, 8, 0, 0},
+      {"lamb", 0, 1, &m->lamb, 4, 1, 0},  // absent: 0 (AdamW)
       {"seed", 0, INT64_MAX, &m->seed, 8, 0, 0},
       {"img_size", 1, 1 << 16, &m->img_size, 4, 0, 0},
       {"patch_size", 1, 1 << 16, &m->patch_size, 4, 0, 0},

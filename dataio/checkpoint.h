@@ -3,7 +3,7 @@
 //   SAVE_DIR/latest                 name of the newest complete checkpoint, replaced by rename
 //   SAVE_DIR/step-00000010/         one complete checkpoint
 //       model.safetensors           full, unsharded parameters, timm names and shapes (fp32)
-//       optim.safetensors           AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>" (fp32)
+//       optim.safetensors           Adam moments "exp_avg.<name>", "exp_avg_sq.<name>" (fp32)
 //       manifest.txt                "key value" lines: format, step, data position, seeds,
 //                                   model config, the mesh it was saved on, and the size and
 //                                   CRC-32 of every file, written last
@@ -26,7 +26,8 @@ typedef struct {
   int64_t step;             // optimizer steps done
   int64_t stream_position;  // next sample of the data stream (design.md)
   int64_t global_batch;
-  int64_t adam_t;           // AdamW steps taken
+  int64_t adam_t;           // optimizer steps taken (Adam's bias corrections)
+  int lamb;                 // 1: trained with LAMB, 0: AdamW (0 when the manifest predates it)
   uint64_t seed;
   // model configuration
   int img_size, patch_size, width, depth, heads, num_classes;

@@ -235,11 +235,6 @@ static inline uint8_t blend(int degenerate, int v, float f) {
   return t <= 0.0f ? 0 : t >= 255.0f ? 255 : (uint8_t)t;
 }
 
-// RGB to L as Pillow converts it: ITU-R 601-2 weights in 16-bit fixed point, rounded.
-static inline int luma(const uint8_t *p) {
-  return (p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16;
-}
-
 // ImageFilter.SMOOTH (1 1 1 / 1 5 1 / 1 1 1, divided by 13) as Pillow's 3 x 3 filter runs it:
 // float kernel, sum started at 0.5 and truncated; the border rows and columns are copied.
 static void smooth(const uint8_t *src, uint8_t *dst, int w, int h) {
@@ -267,14 +262,14 @@ static void enhance(vt_ra_op op, float f, uint8_t *rgb, int w, int h, uint8_t *s
   const size_t npix = (size_t)w * h;
   if (op == VT_RA_CONTRAST) {  // towards the mean grey level, int(mean + 0.5)
     int64_t sum = 0;
-    for (size_t i = 0; i < npix; i++) sum += luma(rgb + 3 * i);
+    for (size_t i = 0; i < npix; i++) sum += vt_pil_luma(rgb + 3 * i);
     const int mean = (int)((double)sum / (double)npix + 0.5);
     for (size_t i = 0; i < 3 * npix; i++) rgb[i] = blend(mean, rgb[i], f);
   } else if (op == VT_RA_BRIGHTNESS) {  // towards black
     for (size_t i = 0; i < 3 * npix; i++) rgb[i] = blend(0, rgb[i], f);
   } else if (op == VT_RA_COLOR) {  // towards the pixel's grey
     for (size_t i = 0; i < npix; i++) {
-      const int g = luma(rgb + 3 * i);
+      const int g = vt_pil_luma(rgb + 3 * i);
       for (int ch = 0; ch < 3; ch++) rgb[3 * i + ch] = blend(g, rgb[3 * i + ch], f);
     }
   } else {  // Sharpness: towards the smoothed image

@@ -67,6 +67,11 @@ void vt_randaug_draw(const vt_randaug_config *c, uint64_t seed, int64_t epoch, i
 // The argument of op at magnitude m (0..10 scale) with sign negate (timm's _LEVEL_TO_ARG).
 float vt_randaug_arg(const vt_randaug_config *c, vt_ra_op op, float m, int negate);
 
+// RGB to L as Pillow converts it: ITU-R 601-2 weights in 16-bit fixed point, rounded.
+static inline int vt_pil_luma(const uint8_t *p) {
+  return (p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16;
+}
+
 // One operation in place on an 8-bit RGB image (h, w, 3); scratch holds w * h * 3 bytes.
 void vt_randaug_op(vt_ra_op op, float arg, vt_ra_interp interp, const uint8_t fill[3],
                    uint8_t *rgb, int w, int h, uint8_t *scratch);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "threeaug.h"
 #include "vt_error.h"
 
 vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const vt_sample_spec *sp,
@@ -46,11 +47,12 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
     return VT_IMG_CORRUPT;
   }
   const int randaug = sp->train && sp->tc->ra.layers > 0;
-  if (randaug || interp != VT_INTERP_SAMPLE) {
-    // The 8-bit crop, as PIL's image after torchvision's resize; RandAugment works on it, as
-    // timm's does.
+  const int three_aug = sp->train && sp->tc->three_aug;
+  if (randaug || three_aug || interp != VT_INTERP_SAMPLE) {
+    // The 8-bit crop, as PIL's image after torchvision's resize; RandAugment and 3-Augment work
+    // on it, as timm's and DeiT III's do.
     const size_t n = (size_t)sp->S * sp->S * 3;
-    uint8_t *rgb = malloc(2 * n);
+    uint8_t *rgb = malloc(2 * n + 6 * (size_t)sp->S);  // the crop, then the operations' scratch
     VT_CHECK(rgb, "out of memory for a %dx%d crop", sp->S, sp->S);
     if (interp == VT_INTERP_SAMPLE) vt_render_crop_part_u8(&part, crop, sp->S, rgb);
     else vt_render_filtered_u8(&part, crop, sp->train, sp->S, sp->tc, rgb);
@@ -58,6 +60,11 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
       vt_randaug_plan plan;
       vt_randaug_draw(&sp->tc->ra, sp->seed, sp->epoch, sp->index, &plan);
       vt_randaug_run(&sp->tc->ra, &plan, rgb, sp->S, rgb + n);
+    }
+    if (three_aug) {
+      vt_threeaug_plan plan;
+      vt_threeaug_draw(sp->tc->color_jitter, sp->seed, sp->epoch, sp->index, &plan);
+      vt_threeaug_run(&plan, rgb, sp->S, rgb + n);
     }
     vt_normalize_u8(sp->tc, rgb, sp->S, out);
     free(rgb);

@@ -23,6 +23,7 @@ vt_transform_config vt_transform_defaults(void) {
       .flip_prob = 0.5f,
       .mean = {0.485f, 0.456f, 0.406f}, .std = {0.229f, 0.224f, 0.225f},
       .crop_pct = 0.875f,
+      .color_jitter = 0.3f,
   };
   c.ra = vt_randaug_defaults(c.mean);
   return c;

@@ -35,6 +35,8 @@ typedef struct {
   float crop_pct;              // evaluation: 0.875
   vt_interp train_interp, eval_interp;  // SAMPLE by default
   vt_randaug_config ra;        // RandAugment of training crops (randaug.h); off by default
+  int three_aug;               // 1: 3-Augment of training crops (threeaug.h) instead; 0 off
+  float color_jitter;          // 3-Augment's colour jitter strength (DeiT III: 0.3); 0: none
 } vt_transform_config;
 
 vt_transform_config vt_transform_defaults(void);

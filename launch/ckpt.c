@@ -118,6 +118,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
     w->man = (vt_ckpt_manifest){
         .step = step, .stream_position = step * o->global_batch,
         .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
+        .lamb = opt->cfg.kind == VT_OPT_LAMB,
         .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
         .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
         .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
@@ -178,6 +179,12 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
              man->qk_norm ? "with" : "without", man->qkv_bias ? "with a" : "without a",
              man->parallel ? "parallel" : "sequential", man->qk_norm, man->qkv_bias,
              man->parallel);
+    return VT_ERR_INPUT;
+  }
+  if (!o->eval_only && man->lamb != (o->optim.kind == VT_OPT_LAMB)) {
+    snprintf(err, errlen, "%s was trained with %s; resume it with --opt %s (another optimizer "
+             "would go on from its moments as a different run)", dir,
+             man->lamb ? "LAMB" : "AdamW", man->lamb ? "lamb" : "adamw");
     return VT_ERR_INPUT;
   }
   if (!o->eval_only &&

@@ -103,7 +103,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip";
   char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic", pool[8] = "token";
   char train_interp[12] = "sample", eval_interp[12] = "sample";
-  char mean[64] = "", std[64] = "";
+  char mean[64] = "", std[64] = "", opt_name[8] = "adamw";
   int qkv_bias = 1;
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
@@ -209,13 +209,20 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--run-steps", VT_OPT_I64, &o.run_steps, 0, 0, BIG, "N",
        "stop after N steps of this invocation (the schedule still spans --steps; resume later "
        "with --resume); 0: run to the end", NULL},
+      {"--opt", VT_OPT_STR, opt_name, sizeof opt_name, 0, 0, "NAME",
+       "optimizer: adamw (torch.optim.AdamW) or lamb (timm's Lamb, DeiT III and large batches: "
+       "Adam's direction plus weight decay, scaled per tensor by ||weights|| / ||direction||; "
+       "tensors without weight decay take Adam's step)", "adamw|lamb"},
+      {"--opt-eps", VT_OPT_FLOAT, &o.optim.eps, 0, 1e-12, 1, "EPS",
+       "the optimizer's epsilon (timm's --opt-eps)", NULL},
       {"--lr", VT_OPT_FLOAT, &o.optim.lr, 0, 0, 10, "LR", "peak learning rate", NULL},
       {"--min-lr", VT_OPT_FLOAT, &o.optim.min_lr, 0, 0, 10, "LR",
        "learning rate at the end of the cosine decay", NULL},
       {"--warmup-steps", VT_OPT_I64, &o.optim.warmup_steps, 0, -1, BIG, "N",
        "steps of linear warmup; -1: 5% of --steps", NULL},
       {"--weight-decay", VT_OPT_FLOAT, &o.optim.weight_decay, 0, 0, 10, "WD",
-       "AdamW decoupled weight decay (not on biases, norms, pos_embed, cls_token)", NULL},
+       "decoupled weight decay (not on biases, norms, LayerScale, pos_embed, cls_token, "
+       "reg_token)", NULL},
       {"--layer-decay", VT_OPT_FLOAT, &o.optim.layer_decay, 0, 0.01, 1, "D",
        "layer-wise lr decay (BEiT/MAE fine-tuning): block i (from 0) steps with lr * "
        "D^(depth - i), the embeddings with lr * D^(depth + 1), the final norm and head with lr; "
@@ -258,6 +265,13 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--eval-interpolation", VT_OPT_STR, eval_interp, sizeof eval_interp, 0, 0, "MODE",
        "the same for evaluation's resize of the whole image before the centre crop (timm's "
        "ViT models: bicubic)", "sample|bilinear|bicubic"},
+      {"--three-augment", VT_OPT_INT, &o.transform.three_aug, 0, 0, 1, "0|1",
+       "1: 3-Augment (DeiT III) of the 8-bit training crop instead of RandAugment: one of "
+       "grayscale, solarize (128) and a Gaussian blur (radius 0.1 to 2), then the colour jitter, "
+       "as Pillow and torchvision do them", NULL},
+      {"--color-jitter", VT_OPT_FLOAT, &o.transform.color_jitter, 0, 0, 1, "J",
+       "3-Augment's colour jitter: brightness, contrast and saturation factors in [1 - J, 1 + "
+       "J], in a random order (DeiT III: 0.3); 0: none", NULL},
       {"--aa-interpolation", VT_OPT_STR, aa_interp, sizeof aa_interp, 0, 0, "MODE",
        "resampling of RandAugment's Rotate, Shear and Translate (DeiT: bicubic)",
        "bicubic|bilinear"},
@@ -379,6 +393,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                     ? VT_PRECISION_BF16
                     : VT_PRECISION_FP32;
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
+  o.optim.kind = strcmp(opt_name, "lamb") == 0 ? VT_OPT_LAMB : VT_OPT_ADAMW;
   o.model.global_pool = strcmp(pool, "avg") == 0;
   o.model.no_qkv_bias = !qkv_bias;
   o.erase.mode = strcmp(remode, "const") == 0  ? VT_ERASE_CONST

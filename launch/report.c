@@ -43,6 +43,10 @@ FILE *vt_report_open_metrics(const char *dir, int64_t resumed_at) {
 // The training recipe's options that are off by default, when on: one line each.
 void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
   const int depth = o->model.depth;
+  if (oc->kind == VT_OPT_LAMB)
+    vt_log_info("optimizer LAMB: each tensor with weight decay steps by lr * ||w|| / ||u|| along "
+                "u = Adam's direction + %g * w; the others by lr along Adam's direction",
+                oc->weight_decay);
   if (o->drop_path > 0)
     vt_log_info("drop path: each residual branch of block i of %d dropped per image with "
                 "probability %g * i / %d", depth, o->drop_path, depth > 1 ? depth - 1 : 1);
@@ -62,6 +66,10 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
                 "probability %g, %s resampling", spec, o->transform.ra.layers, o->transform.ra.prob,
                 o->transform.ra.interp == VT_RA_BICUBIC ? "bicubic" : "bilinear");
   }
+  if (o->transform.three_aug)
+    vt_log_info("3-Augment: grayscale, solarize or a Gaussian blur per training crop, then colour "
+                "jitter %g (brightness, contrast and saturation in a random order; 0: none)",
+                o->transform.color_jitter);
   if (o->aug_repeats > 1)
     vt_log_info("repeated augmentation: each epoch holds %d-fold copies of 1/%d of the images, "
                 "each copy augmented on its own", o->aug_repeats, o->aug_repeats);

@@ -88,9 +88,12 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--pp %d x --pp-chunks %d = %d virtual pipeline stages but only %d blocks: every "
            "one needs at least one block", o->pp, o->pp_chunks, o->pp * o->pp_chunks, c->depth);
   if (!o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0 &&
-      (o->transform.ra.layers > 0 || o->aug_repeats > 1))
-    REFUSE("--aa and --aug-repeats act on the image loader's crops; --data synthetic has none: "
-           "give --data DIR");
+      (o->transform.ra.layers > 0 || o->transform.three_aug || o->aug_repeats > 1))
+    REFUSE("--aa, --three-augment and --aug-repeats act on the image loader's crops; --data "
+           "synthetic has none: give --data DIR");
+  if (o->transform.ra.layers > 0 && o->transform.three_aug)
+    REFUSE("--aa and --three-augment are two augmentation policies (DeiT III's 3-Augment "
+           "replaces RandAugment): pick one");
   if (vt_mix_enabled(&o->mix) && o->micro_batch % 2 != 0)
     REFUSE("--mixup and --cutmix mix pairs of images (stream positions 2k and 2k+1), so "
            "--micro-batch-size must be even (have %d)", o->micro_batch);

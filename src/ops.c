@@ -319,6 +319,24 @@ void vt_adamw(const vt_backend *be, float *param, const float *grad, float *m, f
   be->adamw(param, grad, m, v, decay, count, lr, beta1, beta2, eps, weight_decay, t);
 }
 
+void vt_lamb_moments(const vt_backend *be, float *update, const float *param, const float *grad,
+                     float *m, float *v, const uint8_t *decay, int64_t count, float beta1,
+                     float beta2, float eps, float weight_decay, int64_t t) {
+  NEED(be, lamb_moments);
+  PTR(update); PTR(param); PTR(grad); PTR(m); PTR(v);
+  POS(count);
+  VT_CHECK(t >= 1, "LAMB step must start at 1, got %lld", (long long)t);
+  be->lamb_moments(update, param, grad, m, v, decay, count, beta1, beta2, eps, weight_decay, t);
+}
+
+void vt_lamb_apply(const vt_backend *be, float *param, const float *update, int64_t count,
+                   float lr, float trust) {
+  NEED(be, lamb_apply);
+  PTR(param); PTR(update);
+  POS(count);
+  be->lamb_apply(param, update, count, lr, trust);
+}
+
 double vt_sumsq(const vt_backend *be, const float *x, int64_t count) {
   NEED(be, sumsq);
   PTR(x);

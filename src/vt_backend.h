@@ -153,6 +153,10 @@ struct vt_backend {
   void (*adamw)(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
                 int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
                 int64_t t);
+  void (*lamb_moments)(float *update, const float *param, const float *grad, float *m, float *v,
+                       const uint8_t *decay, int64_t count, float beta1, float beta2, float eps,
+                       float weight_decay, int64_t t);
+  void (*lamb_apply)(float *param, const float *update, int64_t count, float lr, float trust);
   void (*ema)(float *ema, const float *param, float decay, int64_t count);
   double (*sumsq)(const float *x, int64_t count);
   void (*scale)(float *x, float alpha, int64_t count);

@@ -221,6 +221,17 @@ void vt_adamw(const vt_backend *be, float *param, const float *grad, float *m, f
               const uint8_t *decay, int64_t count, float lr, float beta1, float beta2, float eps,
               float weight_decay, int64_t t);
 
+// LAMB (You et al. 2019, in timm's Lamb arithmetic), in two ops around the per-tensor norms
+// that the optimizer sums over its ranks. lamb_moments updates the Adam moments m and v (step
+// t >= 1) and writes the Adam direction update = (m / bc1) / (sqrt(v) / sqrt(bc2) + eps), plus
+// weight_decay * param where decay[i] is nonzero (NULL: everywhere); update may be grad itself.
+// lamb_apply steps param -= lr * (update * trust), trust being the tensor's ||param|| / ||update||.
+void vt_lamb_moments(const vt_backend *be, float *update, const float *param, const float *grad,
+                     float *m, float *v, const uint8_t *decay, int64_t count, float beta1,
+                     float beta2, float eps, float weight_decay, int64_t t);
+void vt_lamb_apply(const vt_backend *be, float *param, const float *update, int64_t count,
+                   float lr, float trust);
+
 // Exponential moving average of the weights (timm's ModelEmaV2): ema = ema * decay +
 // param * (1 - decay), each product rounded on its own, then the sum.
 void vt_ema(const vt_backend *be, float *ema, const float *param, float decay, int64_t count);

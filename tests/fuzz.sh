@@ -73,6 +73,7 @@ echo "building $bin"
   -I"$src/dataio" -I"$src/src" "${defs[@]}" "$src/tests/fuzz_image.c" \
   "$src/dataio/image.c" "$src/dataio/image_png.c" "$src/dataio/image_jpeg.c" \
   "$src/dataio/transform.c" "$src/dataio/resample.c" "$src/dataio/randaug.c" \
+  "$src/dataio/threeaug.c" \
   "$src/dataio/sample.c" "$src/src/rng.c" "$src/src/error.c" \
   -o "$bin" "${libs[@]}" -lm || { echo "FAIL: could not build $bin"; exit 1; }
 

@@ -7,7 +7,8 @@
 // register tokens, positions on the patch tokens only and the mean-pooled head (DeiT III and
 // DINOv2's options); reg 3 register tokens with positions, the class-token head; qk QK-norm
 // without the qkv bias (ViT-22B's attention) and LayerScale; par parallel blocks (ViT-22B) with
-// LayerScale; bce binary cross-entropy (timm's --bce-loss) instead of the softmax one.
+// LayerScale; bce binary cross-entropy (timm's --bce-loss) instead of the softmax one; lamb the
+// LAMB optimizer (timm's Lamb) instead of AdamW.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +64,9 @@ int main(int argc, char **argv) {
   const char *variant = argc == 3 ? argv[2] : "";
   if (argc < 2 || argc > 3 ||
       (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg") &&
-       strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce"))) {
-    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce]\n", argv[0]);
+       strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce") &&
+       strcmp(variant, "lamb"))) {
+    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|lamb]\n", argv[0]);
     return 2;
   }
   const char *why = NULL;
@@ -85,7 +87,8 @@ int main(int argc, char **argv) {
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,
                         .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.05f,
                         .clip_grad = 0.5f, .layer_decay = 0.75f, .depth = 3,
-                        .ema_decay = 0.9f};
+                        .ema_decay = 0.9f,
+                        .kind = !strcmp(variant, "lamb") ? VT_OPT_LAMB : VT_OPT_ADAMW};
   const int S = cfg.img_size, K = cfg.num_classes;
   const int64_t img_elems = 3 * (int64_t)S * S;
 
@@ -112,6 +115,7 @@ int main(int argc, char **argv) {
   float *norms = push(&o, "", "grad_norm", "F32", 1, (int64_t[]){STEPS});
   float *losses = push(&o, "", "loss_per_step", "F32", 1, (int64_t[]){STEPS});
   if (m.bce) *(float *)push(&o, "", "bce", "F32", 1, (int64_t[]){1}) = 1.0f;  // the marker
+  if (oc.kind == VT_OPT_LAMB) *(float *)push(&o, "", "lamb", "F32", 1, (int64_t[]){1}) = 1.0f;
 
   int clipped = 0;
   for (int64_t step = 0; step < STEPS; step++) {

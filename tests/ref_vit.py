@@ -1,7 +1,7 @@
 # ref_vit.py: checks vit3d's whole model against an independent PyTorch ViT (timm's layout and
 # parameter names). Reads the file written by tests/ref_dump.c, then compares logits, loss, every
-# gradient and 5 AdamW steps (schedule, clipping, weight decay, layer-wise lr decay), one tensor
-# at a time. Training
+# gradient and 5 AdamW (or LAMB) steps (schedule, clipping, weight decay, layer-wise lr decay),
+# one tensor at a time. Training
 # as timm does it: drop path (masks drawn here), Mixup and CutMix in pair mode (the images mixed
 # here from the raw ones and each pair's lam and box; targets by timm's mixup_target).
 # Usage: python3 ref_vit.py DUMP.safetensors [--dtype float64|float32]   Exit 0 = all pass.
@@ -240,6 +240,36 @@ def mixed_targets(labels, lam):
     return lam_each * smooth(labels) + (1 - lam_each) * smooth(partner)
 
 
+class Lamb(torch.optim.Optimizer):
+    """LAMB (You et al., "Large Batch Optimization for Deep Learning", 2019) with timm's Lamb
+    choices: Adam's bias-corrected direction plus weight_decay * w, scaled by the trust ratio
+    ||w|| / ||direction|| (1 where either is 0) only in groups with weight decay; no clipping of
+    its own (clip_grad_norm_ runs before it) and no clamp of the ratio."""
+
+    def __init__(self, params, lr, betas, eps, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            b1, b2 = g["betas"]
+            for p in g["params"]:
+                st = self.state[p]
+                if not st:
+                    st.update(t=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
+                st["t"] += 1
+                t, m, v = st["t"], st["m"], st["v"]
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                u = (m / (1 - b1 ** t)) / (v.sqrt() / math.sqrt(1 - b2 ** t) + g["eps"])
+                if g["weight_decay"] != 0:
+                    u = u + g["weight_decay"] * p
+                    w_norm, u_norm = p.norm(), u.norm()
+                    if w_norm > 0 and u_norm > 0:
+                        u = u * (w_norm / u_norm)
+                p.add_(u, alpha=-g["lr"])
+
+
 def lr_at(s):
     if s < WARMUP:
         return LR * (s + 1) / WARMUP
@@ -299,6 +329,7 @@ def main():
     qk_norm, qkv_bias = "init.blocks.0.attn.q_norm.weight" in d, "init.blocks.0.attn.qkv.bias" in d
     parallel = "init.blocks.0.norm2.weight" not in d
     bce = "bce" in d  # ref_dump's marker: trained with binary cross-entropy
+    lamb = "lamb" in d  # ... with LAMB
     layer_scale = "init.blocks.0.ls1.gamma" in d or "init.blocks.0.ls.gamma" in d
     model = ViT(global_pool="init.fc_norm.weight" in d, layer_scale=layer_scale,
                 reg_tokens=regs, no_embed_class=no_embed_class, qk_norm=qk_norm,
@@ -335,7 +366,7 @@ def main():
         groups.setdefault(key, {"params": [], "weight_decay": WD if decays[n] else 0.0,
                                 "lr_scale": LAYER_DECAY ** (DEPTH + 1 - key[0])})
         groups[key]["params"].append(p)
-    opt = torch.optim.AdamW(list(groups.values()), lr=LR, betas=BETAS, eps=EPS)
+    opt = (Lamb if lamb else torch.optim.AdamW)(list(groups.values()), lr=LR, betas=BETAS, eps=EPS)
 
     results = []  # (group, name, err, tol)
     ref_lr, ref_norm, ref_loss = [], [], []

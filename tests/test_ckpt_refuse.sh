@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_ckpt_refuse.sh VIT3D: checkpoints that must not be used are refused clearly:
 #  - resuming with a model config whose shapes, head (--global-pool), LayerScale, register
-#    tokens, QK-norm or parallel blocks differ from the checkpoint's;
+#    tokens, QK-norm or parallel blocks differ from the checkpoint's, or with another optimizer;
+#  - a LAMB run resumed with --opt lamb goes on as the uninterrupted run (--check-log);
 #  - vit3d inspect prints the flags that resume a checkpoint (and they do);
 #  - another --seed is allowed but warned about;
 #  - --resume DIR of a damaged checkpoint (bad CRC) stops instead of training;
@@ -40,6 +41,20 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "and sequential blocks; resume it with .* --parallel-blocks 0" <<<"$out"; then
   echo "ok: parallel blocks refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: parallel blocks mismatch: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --opt lamb --steps 6 --save "$work/ck" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "was trained with AdamW; resume it with --opt adamw" <<<"$out"; then
+  echo "ok: another optimizer refused: $(grep -o 'was trained with.*' <<<"$out")"
+else echo "FAIL: optimizer mismatch: rc $rc: $out"; fail=1; fi
+lamb=(train --model tiny --steps 6 --global-batch-size 8 --micro-batch-size 4 --threads 1
+      --opt lamb --lr 5e-3 --warmup-steps 1)
+if "$vit3d" "${lamb[@]}" --log-dir "$work/lamb_all" > "$work/lamb_all.log" 2>&1 &&
+   "$vit3d" "${lamb[@]}" --run-steps 3 --save "$work/ck_lamb" > "$work/lamb_a.log" 2>&1 &&
+   "$vit3d" "${lamb[@]}" --save "$work/ck_lamb" --resume auto \
+     --check-log "$work/lamb_all/metrics.jsonl" > "$work/lamb_b.log" 2>&1 &&
+   grep -q "resumed from" "$work/lamb_b.log"; then
+  echo "ok: LAMB resumed at step 3 logs the uninterrupted run's steps 4-6 (--check-log)"
+else echo "FAIL: LAMB resume:"; tail -5 "$work/lamb_b.log"; fail=1; fi
 # vit3d inspect prints the flags that resume a checkpoint: with them even another --model preset
 # resumes it; a folder without a checkpoint is refused.
 flags=$("$vit3d" inspect "$work/ck" 2>&1 | sed -n 's/^resume with: //p')

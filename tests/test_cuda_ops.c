@@ -649,6 +649,41 @@ static void t_adamw(tc *t, const int64_t *d) {
   check(t, "v", gv, rv, n);
 }
 
+// d[1] the step t, d[2] the weight decay in thousandths, d[3] 1 for a weight-decay mask as
+// t_adamw's, d[4] 1 to write the direction over the gradient (as the optimizer does).
+static void t_lamb_moments(tc *t, const int64_t *d) {
+  const int64_t n = d[0], step = d[1];
+  const float wd = (float)d[2] / 1000.0f, b1 = 0.9f, b2 = 0.999f, eps = 1e-6f;
+  float *p = hrand(t, n, -1, 1), *gr = hrand(t, n, -1, 1), *m0 = hrand(t, n, -0.1f, 0.1f);
+  float *v0 = hrand(t, n, 0, 0.01f), *u = hrand(t, n / 97 + 1, 0, 1);
+  uint8_t *mask = d[3] ? (uint8_t *)hnew(t, n / 4 + 1) : NULL;
+  for (int64_t i = 0; mask && i < n; i++) mask[i] = u[i / 97] < 0.7f;
+  float *rm = hcopy(t, m0, n), *rv = hcopy(t, v0, n), *rg = hcopy(t, gr, n);
+  float *ru = d[4] ? rg : hcopy(t, gr, n);
+  vt_lamb_moments(t->cpu, ru, p, rg, rm, rv, mask, n, b1, b2, eps, wd, step);
+  const uint8_t *gmask = mask ? dnew_bytes(t, mask, (size_t)n) : NULL;
+  float *gp = dnew(t, p, n), *gu[2], *gm[2], *gv[2];
+  for (int r = 0; r < 2; r++) {
+    float *gg = dnew(t, gr, n);
+    gu[r] = d[4] ? gg : dpoison(t, n), gm[r] = dnew(t, m0, n), gv[r] = dnew(t, v0, n);
+    vt_lamb_moments(t->gpu, gu[r], gp, gg, gm[r], gv[r], gmask, n, b1, b2, eps, wd, step);
+  }
+  check(t, "update", gu, ru, n);
+  check(t, "m", gm, rm, n);
+  check(t, "v", gv, rv, n);
+}
+
+// d[1]: the trust ratio in thousandths.
+static void t_lamb_apply(tc *t, const int64_t *d) {
+  const int64_t n = d[0];
+  const float lr = 3e-3f, trust = (float)d[1] / 1000.0f;
+  float *p = hrand(t, n, -1, 1), *u = hrand(t, n, -2, 2), *ref = hcopy(t, p, n), *g[2];
+  vt_lamb_apply(t->cpu, ref, u, n, lr, trust);
+  float *gu = dnew(t, u, n);
+  for (int r = 0; r < 2; r++) g[r] = dnew(t, p, n), vt_lamb_apply(t->gpu, g[r], gu, n, lr, trust);
+  check(t, "param", g, ref, n);
+}
+
 // A double result: relative error of the value, and the two runs' bits.
 static void t_sumsq(tc *t, const int64_t *d) {
   const int64_t n = d[0];
@@ -792,6 +827,10 @@ static const op_test kTests[] = {
       {64, 1000, 100, 1}, {7, 3, 0, 1}}},
     {"adamw", "count,t,wd/1000,mask", t_adamw, {1e-6, -1},
      {{1000, 1, 50, 0}, {7, 10, 0, 0}, {100003, 1000, 50, 0}, {100003, 3, 100, 1}}},
+    {"lamb_moments", "count,t,wd/1000,mask,in_place", t_lamb_moments, {0, -1},
+     {{1000, 1, 50, 0, 0}, {7, 10, 0, 0, 1}, {100003, 1000, 50, 0, 1}, {100003, 3, 100, 1, 1}}},
+    {"lamb_apply", "count,trust*1000", t_lamb_apply, {0, -1},
+     {{1, 1000}, {1000, 2345}, {1000003, 17}}},
     {"sumsq", "count", t_sumsq, {1e-12, -1},
      {{1}, {7}, {16384}, {16385}, {1000003}, {5000000}}},
     {"scale", "count", t_scale, {0, -1}, {{1}, {1000}, {1000003}}},
@@ -816,7 +855,7 @@ static int check_table(const vt_backend *be) {
       OP(mean_pool_fwd),     OP(mean_pool_bwd),     OP(layer_scale_fwd), OP(layer_scale_bwd),
       OP(qk_norm_fwd),       OP(qk_norm_bwd),
       OP(cross_entropy_fwd), OP(cross_entropy_bwd), OP(bce_fwd),       OP(adamw),
-      OP(sumsq),
+      OP(lamb_moments),      OP(lamb_apply),        OP(sumsq),
       OP(scale),             OP(ema),
 #undef OP
   };

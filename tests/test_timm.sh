@@ -3,7 +3,8 @@
 # of timm's VisionTransformer (defaults; the mean-pooled head; DeiT III's LayerScale with
 # positions on the patch tokens only; 2 registers with LayerScale; 3 registers with class
 # positions and the mean-pooled head; QK-norm without the qkv bias; ParallelScalingBlock, renamed) timm's random weights go in through --init-from and
-# `vit3d eval --logits-out` must give timm's logits on the same inputs.
+# `vit3d eval --logits-out` must give timm's logits on the same inputs. Also ref_vit.py's LAMB,
+# which the ref test holds vit3d's to, against timm.optim.Lamb.
 # timm: an importable one, else timm 1.0.9 from PyPI unpacked once into CACHE_DIR (pure Python,
 # --no-deps; it needs Debian's python3-torchvision). Exits 77 (skip) when neither is possible,
 # saying why.
@@ -45,4 +46,5 @@ for v in vit avg deit3 reg reg_avg qk_norm parallel; do
   fi
   "$py" "$here/timm_check.py" check $v "$work/$v.safetensors" "$work/$v.dump.safetensors" || fail=1
 done
+"$py" "$here/timm_check.py" lamb || fail=1  # the reference's LAMB (the ref test's) is timm's
 exit $fail

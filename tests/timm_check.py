@@ -11,6 +11,9 @@ tensors renamed to vit3d's: in_proj's rows split into fc1 and qkv).
                                         initial constant) as safetensors
   timm_check.py check VARIANT W DUMP    timm (float64) on DUMP's inputs against its logits:
                                         max |diff| / max |logit| <= 1e-5; exit 0 = pass
+  timm_check.py lamb                    the reference's LAMB (tests/ref_vit.py, which checks
+                                        vit3d's) against timm.optim.Lamb: 8 steps of random
+                                        gradients, groups with and without weight decay
 """
 import json
 import os
@@ -21,7 +24,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ref_vit import read_safetensors  # noqa: E402
+from ref_vit import Lamb, read_safetensors  # noqa: E402
 
 # A small ViT: 32 px, patch 8 (16 patches), width 48, 3 blocks of 3 heads, 10 classes.
 BASE = dict(img_size=32, patch_size=8, embed_dim=48, depth=3, num_heads=3, num_classes=10)
@@ -124,7 +127,37 @@ def check(variant, weights_path, dump_path):
     return 0 if err <= 1e-5 else 1
 
 
+def lamb():
+    """ref_vit's Lamb and timm's on the same float64 tensors and gradients: timm's own global
+    clipping off (vit3d clips before the optimizer, as ref_vit does with clip_grad_norm_)."""
+    from timm.optim import Lamb as TimmLamb
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(12, 8), (8,), (5, 3, 2), (1, 4, 6), (7,)]
+    init = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
+    init[4].zero_()  # a zero tensor: the trust ratio's ||w|| = 0 case
+    runs = []
+    for cls, extra in ((Lamb, {}), (TimmLamb, {"max_grad_norm": 1e30})):
+        ps = [torch.nn.Parameter(t.clone()) for t in init]
+        groups = [{"params": [ps[0], ps[2], ps[4]], "weight_decay": 0.05, "lr": 2e-3},
+                  {"params": [ps[1], ps[3]], "weight_decay": 0.0, "lr": 1e-3}]
+        opt = cls(groups, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, **extra)
+        g = torch.Generator().manual_seed(4)
+        for _ in range(8):
+            for p in ps:
+                p.grad = torch.randn(p.shape, generator=g, dtype=torch.float64)
+            opt.step()
+        runs.append([p.detach() for p in ps])
+    err = max(((a - b).norm() / (a - i).norm().clamp_min(1e-300)).item()
+              for a, b, i in zip(*runs, init))
+    ok = err <= 1e-12
+    print(f"lamb     ref_vit's Lamb against timm.optim.Lamb, 8 steps of 5 tensors: largest "
+          f"|difference| / |update| = {err:.2e} (tol 1e-12) {'ok' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1] == "lamb":
+        return lamb()
     cmd, variant = sys.argv[1], sys.argv[2]
     if cmd == "flags":
         print("\n".join(BASE_FLAGS + VARIANTS[variant][1]))

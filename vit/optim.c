@@ -1,4 +1,4 @@
-// optim.c: schedule, gradient reduction, global norm, clipping and AdamW over the table.
+// optim.c: schedule, gradient reduction, global norm, clipping, AdamW and LAMB over the table.
 #include "optim.h"
 
 #include <math.h>
@@ -47,6 +47,10 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   o->m = must_alloc(be, state, "AdamW state");
   o->v = must_alloc(be, state, "AdamW state");
   if (cfg->ema_decay > 0) o->ema = must_alloc(be, state, "the weights' EMA");
+  if (cfg->kind == VT_OPT_LAMB) {
+    o->norms = calloc(2 * (size_t)table->count + 1, sizeof(double));
+    VT_CHECK(o->norms != NULL, "out of host memory for LAMB's norms");
+  }
   // The weight-decay mask, so that one AdamW call updates every tensor (vt_ops.h).
   uint8_t *mask = calloc((size_t)table->total + 1, 1);
   o->decay = be->alloc((size_t)table->total + 1);
@@ -103,7 +107,7 @@ void vt_optimizer_skip(vt_optimizer *o) {
 }
 
 void vt_optimizer_free(vt_optimizer *o) {
-  free(o->layer_lo), free(o->layer_hi), free(o->started);
+  free(o->layer_lo), free(o->layer_hi), free(o->started), free(o->norms);
   o->be->free(o->m);
   o->be->free(o->v);
   o->be->free(o->decay);
@@ -231,6 +235,41 @@ static void adamw_range(vt_optimizer *o, float *params, const float *grads, floa
   for_each_run(&w, hi);
 }
 
+// LAMB (timm's Lamb) on the flat range [lo, hi) as adamw_range, g holding the clipped gradients
+// of that range, which the Adam direction overwrites. A tensor's trust ratio needs its whole
+// norms: each rank sums the squares of its piece (a TP-replicated tensor on TP rank 0 only, as
+// the gradient norm), the TP group adds the pieces of split tensors, ZeRO-1's DP group those of
+// cut ones; pipeline stages hold disjoint tensors. Tensors without weight decay step without a
+// trust ratio, as in timm (whose Lamb adapts only where weight_decay != 0).
+static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int64_t hi, float lr) {
+  const vt_backend *be = o->be;
+  const vt_optim_config *oc = &o->cfg;
+  const vt_param_table *t = o->table;
+  if (hi > lo)
+    vt_lamb_moments(be, g, params, g, o->m, o->v, o->decay + lo, hi - lo, oc->beta1, oc->beta2,
+                    oc->eps, oc->weight_decay, o->t);
+  const int adapt = oc->weight_decay != 0.0f;
+  double *ss = o->norms;
+  memset(ss, 0, 2 * (size_t)t->count * sizeof(double));
+  for (int i = 0; adapt && i < t->count; i++) {
+    int64_t first, count = piece(&t->p[i], lo, hi, &first);
+    if (count <= 0 || !t->p[i].decay || copy_key(o, &t->p[i])) continue;
+    ss[2 * i] = vt_sumsq(be, params + (first - lo), count);
+    ss[2 * i + 1] = vt_sumsq(be, g + (first - lo), count);
+  }
+  if (adapt && o->tp) vt_comm_all_reduce_double(o->tp, ss, 2 * t->count, VT_REDUCE_SUM);
+  if (adapt && o->zero) vt_comm_all_reduce_double(o->dp, ss, 2 * t->count, VT_REDUCE_SUM);
+  for (int i = 0; i < t->count; i++) {
+    int64_t first, count = piece(&t->p[i], lo, hi, &first);
+    if (count <= 0) continue;
+    double trust = 1.0;  // timm: ||w|| / ||update|| where both are positive, else 1
+    if (adapt && t->p[i].decay && ss[2 * i] > 0.0 && ss[2 * i + 1] > 0.0)
+      trust = sqrt(ss[2 * i]) / sqrt(ss[2 * i + 1]);
+    const float lr_i = (float)(lr * vt_layer_lr_scale(oc, t->p[i].layer));
+    vt_lamb_apply(be, params + (first - lo), g + (first - lo), count, lr_i, (float)trust);
+  }
+}
+
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr) {
   const vt_backend *be = o->be;
   const int64_t total = o->table->total;
@@ -277,13 +316,12 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
     if (coef < 1.0 && hi > lo) vt_scale(be, g, (float)coef, hi - lo);
   }
   o->t++;
-  if (!o->zero) {
-    adamw_range(o, params, g, o->m, o->v, 0, total, lr);
-  } else {
-    if (hi > lo) {
-      adamw_range(o, params + lo, g, o->m, o->v, lo, hi, lr);
-      be->copy(o->flat + lo, params + lo, (size_t)(hi - lo) * sizeof(float));
-    }
+  if (o->cfg.kind == VT_OPT_LAMB)  // every rank: the norms are reduced over ranks
+    lamb_range(o, params + lo, g, lo, hi > lo ? hi : lo, lr);
+  else if (hi > lo)
+    adamw_range(o, params + lo, g, o->m, o->v, lo, hi, lr);
+  if (o->zero) {  // each DP rank updated its shard; all gather the whole
+    if (hi > lo) be->copy(o->flat + lo, params + lo, (size_t)(hi - lo) * sizeof(float));
     vt_comm_all_gather(o->dp, o->flat, o->flat + o->shard_lo, o->shard_count);
     be->copy(params, o->flat, (size_t)total * sizeof(float));
   }

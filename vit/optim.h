@@ -1,7 +1,8 @@
 // optim.h: the learning-rate schedule (linear warmup, then cosine decay to min_lr), and the
 // optimizer step of one rank: data-parallel gradient reduction (bucketed all-reduce, or ZeRO-1's
 // reduce-scatter + all-gather), one global gradient norm that counts every parameter once across
-// all three mesh axes, clipping, and AdamW with decay only where the parameter table says so.
+// all three mesh axes, clipping, and AdamW or LAMB with decay only where the parameter table
+// says so.
 // Depends on src/ and parallel/ (the comm API); knows no MPI.
 #ifndef VT_OPTIM_H
 #define VT_OPTIM_H
@@ -13,7 +14,14 @@
 
 typedef struct vt_comm vt_comm;
 
+typedef enum {
+  VT_OPT_ADAMW,  // torch.optim.AdamW
+  VT_OPT_LAMB,   // timm's Lamb: Adam's direction plus weight decay, scaled per tensor by the
+                 // trust ratio ||w|| / ||direction|| (tensors without weight decay: plain Adam)
+} vt_opt_kind;
+
 typedef struct {
+  vt_opt_kind kind;
   float lr, min_lr;
   int64_t warmup_steps, total_steps;
   float beta1, beta2, eps, weight_decay;
@@ -40,17 +48,18 @@ typedef struct {
   const vt_backend *be;
   const vt_param_table *table;
   vt_comm *tp, *pp, *dp;  // NULL where the axis has size 1
-  int zero;               // 1: ZeRO-1, AdamW state sharded over dp
+  int zero;               // 1: ZeRO-1, Adam moments sharded over dp
   // ZeRO-1: the flat gradient is padded to a multiple of dp and split in equal shards; this
   // rank owns elements [shard_lo, shard_lo + shard_count) of it.
   int64_t padded, shard_lo, shard_count;
-  float *m, *v;           // AdamW moments: shard_count (ZeRO-1) or table->total elements
+  float *m, *v;           // Adam moments: shard_count (ZeRO-1) or table->total elements
   float *ema;             // the weights' EMA (cfg.ema_decay > 0), else NULL: table->total
                           // elements, or under ZeRO-1 this rank's shard (shard_count), updated
                           // from the shard of the weights it updates
   uint8_t *decay;         // table->total bytes, backend memory: 1 where weight decay applies
+  double *norms;          // LAMB: per table row, sums of squares of the weights and direction
   float *flat, *shard;    // ZeRO-1 only: padded gradient/parameter staging, reduced shard
-  int64_t t;              // AdamW steps taken
+  int64_t t;              // optimizer steps taken (Adam's bias corrections)
   // Overlap (DP without ZeRO): the flat range [layer_lo, layer_hi) of each layer's parameters
   // (vt_param.layer, 0..depth+1; empty where this rank holds none), reduced over dp as one
   // asynchronous all-reduce each, started by vt_optimizer_grads_ready or else by the step.
@@ -96,7 +105,7 @@ void vt_optimizer_skip(vt_optimizer *o);
 // Collective over every axis: all ranks call it once per step.
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr);
 
-// Checkpoints: the AdamW moments of this rank's whole local table (table->total elements each,
+// Checkpoints: the Adam moments (AdamW's or LAMB's) of this rank's whole local table (table->total elements each,
 // host memory). Under ZeRO-1 the shards are gathered over dp (collective over dp) or cut out.
 void vt_optimizer_get_state(vt_optimizer *o, float *m_host, float *v_host);
 void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t);

@@ -1,6 +1,7 @@
-// adamw.c: AdamW with decoupled weight decay, in the order of torch.optim.AdamW's single-tensor
-// path (decay, moments, bias corrections, addcdiv) so the reference test can be tight; one call
-// covers many tensors, the weight decay per element from a mask (vt_ops.h). Also the weights'
+// adamw.c: the optimizers' element-wise arithmetic. AdamW with decoupled weight decay, in the
+// order of torch.optim.AdamW's single-tensor path (decay, moments, bias corrections, addcdiv) so
+// the reference test can be tight; one call covers many tensors, the weight decay per element
+// from a mask (vt_ops.h). LAMB's two halves in the order of timm's Lamb. Also the weights'
 // exponential moving average.
 #include <math.h>
 
@@ -21,6 +22,28 @@ void vt_cpu_adamw(float *param, const float *grad, float *m, float *v, const uin
     v[i] = vi;
     param[i] = param[i] * keep - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
   }
+}
+
+void vt_cpu_lamb_moments(float *update, const float *param, const float *grad, float *m, float *v,
+                         const uint8_t *decay, int64_t count, float beta1, float beta2, float eps,
+                         float weight_decay, int64_t t) {
+  const float bc1 = 1.0f - powf(beta1, (float)t), bc2_sqrt = sqrtf(1.0f - powf(beta2, (float)t));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i++) {
+    const float g = grad[i];
+    const float mi = m[i] * beta1 + (1.0f - beta1) * g;
+    const float vi = v[i] * beta2 + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float u = (mi / bc1) / (sqrtf(vi) / bc2_sqrt + eps);
+    if (!decay || decay[i]) u += weight_decay * param[i];
+    update[i] = u;
+  }
+}
+
+void vt_cpu_lamb_apply(float *param, const float *update, int64_t count, float lr, float trust) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i++) param[i] -= lr * (update[i] * trust);
 }
 
 void vt_cpu_ema(float *ema, const float *param, float decay, int64_t count) {

@@ -1,8 +1,10 @@
 // adamw.cu: AdamW with decoupled weight decay on CUDA, twin of src/cpu/adamw.c: the same order
 // of operations as torch.optim.AdamW's single-tensor path (decay, moments, bias corrections,
 // addcdiv), with the bias corrections computed once on the host exactly as the CPU twin does.
-// One launch covers many tensors (a per-element weight-decay mask, vt_ops.h). Also the weights'
-// exponential moving average. Element-wise, so deterministic. C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
+// One launch covers many tensors (a per-element weight-decay mask, vt_ops.h). LAMB's two halves
+// as the CPU's, each product rounded on its own (no FMA): the same bits. Also the weights'
+// exponential moving average. Element-wise, so deterministic. C-style CUDA, no STL. Must not
+// depend on MPI, NCCL or the model.
 #include <math.h>
 
 #include "cuda_common.h"
@@ -31,6 +33,47 @@ extern "C" void vt_cuda_adamw(float *param, const float *grad, float *m, float *
   const float step_size = lr / bc1, bc2_sqrt = sqrtf(bc2), with = 1.0f - lr * weight_decay;
   adamw_kernel<<<vt_cuda_blocks(count, 256), 256, 0, vt_cuda_stream()>>>(
       param, grad, m, v, decay, count, beta1, beta2, eps, step_size, bc2_sqrt, with);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+static __global__ void lamb_moments_kernel(float *update, const float *param, const float *grad,
+                                           float *m, float *v, const uint8_t *mask, int64_t count,
+                                           float beta1, float beta2, float eps, float bc1,
+                                           float bc2_sqrt, float weight_decay) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float g = grad[i];
+    const float mi = __fmul_rn(m[i], beta1) + __fmul_rn(1.0f - beta1, g);
+    const float vi = __fmul_rn(v[i], beta2) + __fmul_rn(__fmul_rn(1.0f - beta2, g), g);
+    m[i] = mi;
+    v[i] = vi;
+    float u = (mi / bc1) / (sqrtf(vi) / bc2_sqrt + eps);  // IEEE division and root (nvcc's default)
+    if (!mask || mask[i]) u += __fmul_rn(weight_decay, param[i]);
+    update[i] = u;
+  }
+}
+
+extern "C" void vt_cuda_lamb_moments(float *update, const float *param, const float *grad,
+                                     float *m, float *v, const uint8_t *decay, int64_t count,
+                                     float beta1, float beta2, float eps, float weight_decay,
+                                     int64_t t) {
+  const float bc1 = 1.0f - powf(beta1, (float)t), bc2_sqrt = sqrtf(1.0f - powf(beta2, (float)t));
+  lamb_moments_kernel<<<vt_cuda_blocks(count, 256), 256, 0, vt_cuda_stream()>>>(
+      update, param, grad, m, v, decay, count, beta1, beta2, eps, bc1, bc2_sqrt, weight_decay);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+static __global__ void lamb_apply_kernel(float *param, const float *update, int64_t count,
+                                         float lr, float trust) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x)
+    param[i] -= __fmul_rn(lr, __fmul_rn(update[i], trust));
+}
+
+extern "C" void vt_cuda_lamb_apply(float *param, const float *update, int64_t count, float lr,
+                                   float trust) {
+  lamb_apply_kernel<<<vt_cuda_blocks(count, 256), 256, 0, vt_cuda_stream()>>>(param, update,
+                                                                              count, lr, trust);
   VT_CUDA_CHECK_LAUNCH();
 }
 

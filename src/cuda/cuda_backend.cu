@@ -232,6 +232,8 @@ static int cuda_init(void) {
   g_table.cross_entropy_bwd = vt_cuda_cross_entropy_bwd;
   g_table.bce_fwd = vt_cuda_bce_fwd;
   g_table.adamw = vt_cuda_adamw;
+  g_table.lamb_moments = vt_cuda_lamb_moments;
+  g_table.lamb_apply = vt_cuda_lamb_apply;
   g_table.ema = vt_cuda_ema;
   g_table.sumsq = vt_cuda_sumsq;
   g_table.scale = vt_cuda_scale;

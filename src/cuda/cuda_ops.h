@@ -98,6 +98,10 @@ void vt_cuda_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t
 void vt_cuda_adamw(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
                    int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
                    int64_t t);
+void vt_cuda_lamb_moments(float *update, const float *param, const float *grad, float *m, float *v,
+                          const uint8_t *decay, int64_t count, float beta1, float beta2, float eps,
+                          float weight_decay, int64_t t);
+void vt_cuda_lamb_apply(float *param, const float *update, int64_t count, float lr, float trust);
 void vt_cuda_ema(float *ema, const float *param, float decay, int64_t count);
 
 #ifdef __cplusplus
