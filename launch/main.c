@@ -53,6 +53,7 @@ static void train_defaults(vt_train_options *o) {
                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                .weight_decay = 0.05f, .clip_grad = 1.0f, .layer_decay = 1.0f};
   o->label_smoothing = 0.1f;
+  o->bce_thresh = -1.0f;  // soft BCE targets
   o->mix = (vt_mix_config){.mixup_alpha = 0, .cutmix_alpha = 0, .prob = 1, .switch_prob = 0.5f};
   o->seed = 0;
   o->device = VT_DEVICE_CPU;
@@ -220,6 +221,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "learning rate at the end of the cosine decay", NULL},
       {"--warmup-steps", VT_OPT_I64, &o.optim.warmup_steps, 0, -1, BIG, "N",
        "steps of linear warmup; -1: 5% of --steps", NULL},
+      {"--warmup-lr", VT_OPT_FLOAT, &o.optim.warmup_lr, 0, 0, 10, "LR",
+       "the warmup's learning rate at step 0, rising linearly to --lr (timm's --warmup-lr, "
+       "DeiT: 1e-6); 0: step s of W takes lr * (s + 1) / W", NULL},
       {"--weight-decay", VT_OPT_FLOAT, &o.optim.weight_decay, 0, 0, 10, "WD",
        "decoupled weight decay (not on biases, norms, LayerScale, pos_embed, cls_token, "
        "reg_token)", NULL},
@@ -235,6 +239,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "1: train with binary cross-entropy over the classes against the same (smoothed, mixed) "
        "targets, averaged over classes and images (timm's --bce-loss: DeiT III, ResNet strikes "
        "back); evaluation reports the softmax cross-entropy", NULL},
+      {"--bce-target-thresh", VT_OPT_FLOAT, &o.bce_thresh, 0, -1, 0.999, "T",
+       "with --bce-loss: targets of 1 where the (smoothed, mixed) target exceeds T, else 0 "
+       "(timm's --bce-target-thresh; DeiT III: 0, both images of a mixed pair count fully); "
+       "negative: the soft targets", NULL},
       {"--drop-path", VT_OPT_FLOAT, &o.drop_path, 0, 0, 0.99, "RATE",
        "stochastic depth as timm's drop_path_rate: block i of D drops each residual branch per "
        "image with probability RATE * i / (D - 1), keyed by the image's stream position", NULL},

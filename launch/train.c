@@ -94,6 +94,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->transform.ra.layers > 0 && o->transform.three_aug)
     REFUSE("--aa and --three-augment are two augmentation policies (DeiT III's 3-Augment "
            "replaces RandAugment): pick one");
+  if (o->bce_thresh >= 0 && !o->bce_loss)
+    REFUSE("--bce-target-thresh %g makes binary targets for --bce-loss 1, which is off",
+           (double)o->bce_thresh);
   if (vt_mix_enabled(&o->mix) && o->micro_batch % 2 != 0)
     REFUSE("--mixup and --cutmix mix pairs of images (stream positions 2k and 2k+1), so "
            "--micro-batch-size must be even (have %d)", o->micro_batch);
@@ -105,6 +108,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--warmup-steps %lld is longer than --steps %lld", (long long)o->optim.warmup_steps,
            (long long)o->steps);
   if (o->optim.min_lr > o->optim.lr) REFUSE("--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
+  if (o->optim.warmup_lr > o->optim.lr)
+    REFUSE("--warmup-lr %g is above --lr %g (the warmup climbs to --lr)", o->optim.warmup_lr,
+           o->optim.lr);
   if (o->final_ema[0] && o->optim.ema_decay <= 0)
     REFUSE("--final-ema writes the weights' EMA: give --model-ema DECAY too");
   if (o->use_ema && (!o->eval_only || !o->resume[0]))
@@ -346,6 +352,7 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
   m.drop_path = o->drop_path;
   m.mix = vt_mix_enabled(&o->mix);
   m.bce = o->bce_loss;
+  if (o->bce_loss) m.bce_thresh = o->bce_thresh;
   vt_optim_config oc = o->optim;
   oc.depth = c->depth;  // for --layer-decay
   if (world_rank == 0) vt_report_recipe(o, &oc);

@@ -289,24 +289,26 @@ void vt_cross_entropy_fwd(const vt_backend *be, float *losses, float *probs, con
 }
 
 void vt_bce_fwd(const vt_backend *be, float *losses, float *probs, const float *logits,
-                const int32_t *labels, const vt_mix_target *mix, float smoothing, int64_t B,
-                int64_t K) {
+                const int32_t *labels, const vt_mix_target *mix, float smoothing, float thresh,
+                int64_t B, int64_t K) {
   NEED(be, bce_fwd);
   PTR(losses); PTR(probs); PTR(logits); PTR(labels);
   POS(B); POS(K);
   VT_CHECK(smoothing >= 0.0f && smoothing < 1.0f, "bce: smoothing %g not in [0, 1)",
            (double)smoothing);
-  be->bce_fwd(losses, probs, logits, labels, mix, smoothing, B, K);
+  VT_CHECK(thresh < 1.0f, "bce: target threshold %g >= 1 leaves no target", (double)thresh);
+  be->bce_fwd(losses, probs, logits, labels, mix, smoothing, thresh, B, K);
 }
 
 void vt_cross_entropy_bwd(const vt_backend *be, float *dlogits, const float *probs,
                           const int32_t *labels, const vt_mix_target *mix, float smoothing,
-                          float scale, int64_t B, int64_t K) {
+                          float thresh, float scale, int64_t B, int64_t K) {
   NEED(be, cross_entropy_bwd);
   PTR(dlogits); PTR(probs); PTR(labels);
   POS(B); POS(K);
   VT_CHECK(smoothing >= 0.0f && smoothing < 1.0f, "label smoothing %g not in [0, 1)", smoothing);
-  be->cross_entropy_bwd(dlogits, probs, labels, mix, smoothing, scale, B, K);
+  VT_CHECK(thresh < 1.0f, "target threshold %g >= 1 leaves no target", (double)thresh);
+  be->cross_entropy_bwd(dlogits, probs, labels, mix, smoothing, thresh, scale, B, K);
 }
 
 void vt_adamw(const vt_backend *be, float *param, const float *grad, float *m, float *v,

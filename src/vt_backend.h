@@ -146,10 +146,10 @@ struct vt_backend {
                             const int32_t *labels, const vt_mix_target *mix, float smoothing,
                             int64_t B, int64_t K);
   void (*bce_fwd)(float *losses, float *probs, const float *logits, const int32_t *labels,
-                  const vt_mix_target *mix, float smoothing, int64_t B, int64_t K);
+                  const vt_mix_target *mix, float smoothing, float thresh, int64_t B, int64_t K);
   void (*cross_entropy_bwd)(float *dlogits, const float *probs, const int32_t *labels,
-                            const vt_mix_target *mix, float smoothing, float scale, int64_t B,
-                            int64_t K);
+                            const vt_mix_target *mix, float smoothing, float thresh, float scale,
+                            int64_t B, int64_t K);
   void (*adamw)(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
                 int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
                 int64_t t);

@@ -199,19 +199,24 @@ void vt_cross_entropy_fwd(const vt_backend *be, float *losses, float *probs, con
                           int64_t B, int64_t K);
 // dlogits (B, K) = scale * (probs - target); scale is 1 / global batch for a mean loss. With mix,
 // the label's class loses scale (1-s) lam and the partner's scale (1-s) (1-lam), in that order.
+// thresh >= 0 (binary cross-entropy's binary targets, vt_bce_fwd): the target is 1 where the
+// soft one, s/K + (1-s) (lam on the label, 1 - lam on the partner) in float, exceeds thresh,
+// else 0; negative: the soft targets.
 void vt_cross_entropy_bwd(const vt_backend *be, float *dlogits, const float *probs,
                           const int32_t *labels, const vt_mix_target *mix, float smoothing,
-                          float scale, int64_t B, int64_t K);
+                          float thresh, float scale, int64_t B, int64_t K);
 
 // Binary cross-entropy with logits over the classes (timm's BinaryCrossEntropy, DeiT III and
 // "ResNet strikes back"), with the same (smoothed, mixed) targets t as cross_entropy: losses[b] =
 // mean over k of softplus(z_k) - z_k t_k (softplus(z) = max(z, 0) + log1p(exp(-|z|)), sums in
 // double), so the mean over samples is PyTorch's binary_cross_entropy_with_logits(reduction=
 // 'mean'). probs (B, K) = sigmoid(z), saved: the backward is cross_entropy_bwd's
-// scale * (probs - target) with scale divided by K.
+// scale * (probs - target) with scale divided by K. thresh >= 0: binary targets, 1 where the soft
+// target exceeds thresh (timm's target_threshold; DeiT III's targets.gt(0)), as cross_entropy_bwd
+// makes them; negative: the soft targets.
 void vt_bce_fwd(const vt_backend *be, float *losses, float *probs, const float *logits,
-                const int32_t *labels, const vt_mix_target *mix, float smoothing, int64_t B,
-                int64_t K);
+                const int32_t *labels, const vt_mix_target *mix, float smoothing, float thresh,
+                int64_t B, int64_t K);
 
 // AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW arithmetic), step t >= 1, over any
 // number of tensors at once (one launch for a whole model): element i decays with weight_decay

@@ -7,7 +7,8 @@
 // register tokens, positions on the patch tokens only and the mean-pooled head (DeiT III and
 // DINOv2's options); reg 3 register tokens with positions, the class-token head; qk QK-norm
 // without the qkv bias (ViT-22B's attention) and LayerScale; par parallel blocks (ViT-22B) with
-// LayerScale; bce binary cross-entropy (timm's --bce-loss) instead of the softmax one; lamb the
+// LayerScale; bce binary cross-entropy (timm's --bce-loss) instead of the softmax one, bcet the
+// same with binary targets (those over 0.3, timm's --bce-target-thresh); lamb the
 // LAMB optimizer (timm's Lamb) instead of AdamW.
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,8 +66,8 @@ int main(int argc, char **argv) {
   if (argc < 2 || argc > 3 ||
       (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg") &&
        strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce") &&
-       strcmp(variant, "lamb"))) {
-    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|lamb]\n", argv[0]);
+       strcmp(variant, "bcet") && strcmp(variant, "lamb"))) {
+    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb]\n", argv[0]);
     return 2;
   }
   const char *why = NULL;
@@ -96,7 +97,8 @@ int main(int argc, char **argv) {
   vt_model_init(&m, &cfg, vt_shard_whole(), NULL, MICRO, 1, 0, 0, be, SEED);
   m.drop_path = DROP_PATH;
   m.mix = 1;
-  m.bce = !strcmp(variant, "bce");
+  m.bce = !strcmp(variant, "bce") || !strcmp(variant, "bcet");
+  if (!strcmp(variant, "bcet")) m.bce_thresh = 0.3f;
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
   vt_optimizer_ema_reset(&opt, m.params);
@@ -114,7 +116,8 @@ int main(int argc, char **argv) {
   float *lrs = push(&o, "", "lr", "F32", 1, (int64_t[]){STEPS});
   float *norms = push(&o, "", "grad_norm", "F32", 1, (int64_t[]){STEPS});
   float *losses = push(&o, "", "loss_per_step", "F32", 1, (int64_t[]){STEPS});
-  if (m.bce) *(float *)push(&o, "", "bce", "F32", 1, (int64_t[]){1}) = 1.0f;  // the marker
+  if (m.bce)  // the marker, holding the binary targets' threshold (negative: soft targets)
+    *(float *)push(&o, "", "bce", "F32", 1, (int64_t[]){1}) = m.bce_thresh;
   if (oc.kind == VT_OPT_LAMB) *(float *)push(&o, "", "lamb", "F32", 1, (int64_t[]){1}) = 1.0f;
 
   int clipped = 0;

@@ -329,6 +329,7 @@ def main():
     qk_norm, qkv_bias = "init.blocks.0.attn.q_norm.weight" in d, "init.blocks.0.attn.qkv.bias" in d
     parallel = "init.blocks.0.norm2.weight" not in d
     bce = "bce" in d  # ref_dump's marker: trained with binary cross-entropy
+    bce_thresh = float(d["bce"][0]) if bce else -1.0  # >= 0: binary targets
     lamb = "lamb" in d  # ... with LAMB
     layer_scale = "init.blocks.0.ls1.gamma" in d or "init.blocks.0.ls.gamma" in d
     model = ViT(global_pool="init.fc_norm.weight" in d, layer_scale=layer_scale,
@@ -384,7 +385,10 @@ def main():
         if s == 0:
             dropped0 = masks.numel() - masks.sum().item()
         if bce:  # timm's BinaryCrossEntropy: the mean over images and classes
-            loss = F.binary_cross_entropy_with_logits(logits, targets[batch])
+            target = targets[batch]
+            if bce_thresh >= 0:  # its target_threshold: 1 where the soft target exceeds it
+                target = target.gt(bce_thresh).to(dt)
+            loss = F.binary_cross_entropy_with_logits(logits, target)
         else:
             loss = -(targets[batch] * F.log_softmax(logits, dim=-1)).sum(-1).mean()
         loss.backward()
@@ -454,6 +458,8 @@ def main():
 
     failed = [r for r in results if not r[2] <= r[3]]  # "not <=" also catches NaN
     variant = ((", binary cross-entropy" if bce else "") +
+               (f" with targets over {bce_thresh:g}" if bce_thresh >= 0 else "") +
+               (", LAMB" if lamb else "") +
                (", parallel blocks" if parallel else "") +
                (", LayerScale" if layer_scale else "") +
                (f", {regs} register tokens" if regs else "") +

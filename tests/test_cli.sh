@@ -26,6 +26,7 @@ refuse "--seed: '-1' is not a valid whole number" train --seed -1
 refuse "needs a value" train --lr
 refuse "unknown command 'trian'" trian
 refuse "--warmup-steps 20 is longer than --steps 10" train --steps 10 --warmup-steps 20
+refuse "--warmup-lr 0.01 is above --lr 0.001" train --warmup-lr 0.01 --lr 1e-3
 refuse "--drop-path: 1 is out of range" train --drop-path 1
 refuse "--layer-decay: 0 is out of range" train --layer-decay 0
 refuse "--final-ema writes the weights' EMA: give --model-ema DECAY too" train --final-ema x.safetensors
@@ -37,6 +38,7 @@ refuse "--aa 'autoaug': only RandAugment is built" train --aa autoaug
 refuse "--aa, --three-augment and --aug-repeats act on the image loader's crops; --data synthetic has none" train --aa rand-m9
 refuse "--aa and --three-augment are two augmentation policies" train --aa rand-m9 --three-augment 1 --data /tmp
 refuse "--opt: 'sgd' is not one of adamw|lamb" train --opt sgd
+refuse "--bce-target-thresh 0 makes binary targets for --bce-loss 1, which is off" train --bce-target-thresh 0
 refuse "--aug-repeats: 0 is out of range" train --aug-repeats 0
 refuse "--aa-interpolation: 'nearest' is not one of bicubic|bilinear" train --aa-interpolation nearest
 refuse "vit3d plan: --tp 3 does not divide the 4 attention heads" plan --model tiny --tp 3
@@ -101,8 +103,8 @@ for recipe in "$(dirname "$0")"/../launch/recipes/*.args; do
 done
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes --global-pool \
-            --data --micro-batch-size --global-batch-size --steps --lr --min-lr --warmup-steps \
-            --opt --opt-eps --weight-decay --clip-grad --label-smoothing --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
+            --data --micro-batch-size --global-batch-size --steps --lr --min-lr --warmup-steps --warmup-lr \
+            --opt --opt-eps --weight-decay --clip-grad --label-smoothing --bce-target-thresh --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
 "$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }

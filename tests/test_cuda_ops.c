@@ -586,20 +586,30 @@ static vt_mix_target *mix_targets(tc *t, int64_t B, int64_t K) {
   return m;
 }
 
-// d[2] is the label smoothing in thousandths, d[3] 1 for Mixup/CutMix targets.
+// The loss forward of one backend: binary cross-entropy (binary targets where thresh >= 0) or
+// the softmax one.
+static void loss_fwd(const vt_backend *be, int bce, float thresh, float *losses, float *probs,
+                     const float *z, const int32_t *y, const vt_mix_target *mix, float s,
+                     int64_t B, int64_t K) {
+  if (bce) vt_bce_fwd(be, losses, probs, z, y, mix, s, thresh, B, K);
+  else vt_cross_entropy_fwd(be, losses, probs, z, y, mix, s, B, K);
+}
+
+// d[2] is the label smoothing in thousandths, d[3] 1 for Mixup/CutMix targets, d[4] (bce only)
+// the binary targets' threshold in thousandths, -1 for soft targets.
 static void loss_fwd_case(tc *t, const int64_t *d, int bce) {
   const int64_t B = d[0], K = d[1];
-  const float s = (float)d[2] / 1000.0f;
+  const float s = (float)d[2] / 1000.0f, thresh = bce ? (float)d[4] / 1000.0f : -1.0f;
   float *z = hrand(t, B * K, -8, 8), *rl = hnew(t, B), *rp = hnew(t, B * K);
   int32_t *y = labels(t, B, K);
   vt_mix_target *mix = d[3] ? mix_targets(t, B, K) : NULL;
-  (bce ? vt_bce_fwd : vt_cross_entropy_fwd)(t->cpu, rl, rp, z, y, mix, s, B, K);
+  loss_fwd(t->cpu, bce, thresh, rl, rp, z, y, mix, s, B, K);
   float *gz = dnew(t, z, B * K), *gl[2], *gp[2];
   int32_t *gy = dnew_bytes(t, y, (size_t)B * sizeof(int32_t));
   vt_mix_target *gm = mix ? dnew_bytes(t, mix, (size_t)B * sizeof *mix) : NULL;
   for (int r = 0; r < 2; r++) {
     gl[r] = dpoison(t, B), gp[r] = dpoison(t, B * K);
-    (bce ? vt_bce_fwd : vt_cross_entropy_fwd)(t->gpu, gl[r], gp[r], gz, gy, gm, s, B, K);
+    loss_fwd(t->gpu, bce, thresh, gl[r], gp[r], gz, gy, gm, s, B, K);
   }
   check(t, "losses", gl, rl, B);
   check(t, "probs", gp, rp, B * K);
@@ -610,20 +620,23 @@ static void t_cross_entropy_fwd(tc *t, const int64_t *d) { loss_fwd_case(t, d, 0
 // cross_entropy_bwd's).
 static void t_bce_fwd(tc *t, const int64_t *d) { loss_fwd_case(t, d, 1); }
 
+// d[4]: the binary targets' threshold in thousandths, -1 for soft targets.
 static void t_cross_entropy_bwd(tc *t, const int64_t *d) {
   const int64_t B = d[0], K = d[1];
   const float s = (float)d[2] / 1000.0f, scale = 1.0f / (float)(3 * B);
+  const float thresh = (float)d[4] / 1000.0f;
   float *z = hrand(t, B * K, -8, 8), *loss = hnew(t, B), *p = hnew(t, B * K);
   int32_t *y = labels(t, B, K);
   vt_mix_target *mix = d[3] ? mix_targets(t, B, K) : NULL;
   vt_cross_entropy_fwd(t->cpu, loss, p, z, y, mix, s, B, K);
   float *ref = hnew(t, B * K), *g[2];
-  vt_cross_entropy_bwd(t->cpu, ref, p, y, mix, s, scale, B, K);
+  vt_cross_entropy_bwd(t->cpu, ref, p, y, mix, s, thresh, scale, B, K);
   float *gp = dnew(t, p, B * K);
   int32_t *gy = dnew_bytes(t, y, (size_t)B * sizeof(int32_t));
   vt_mix_target *gm = mix ? dnew_bytes(t, mix, (size_t)B * sizeof *mix) : NULL;
   for (int r = 0; r < 2; r++)
-    g[r] = dpoison(t, B * K), vt_cross_entropy_bwd(t->gpu, g[r], gp, gy, gm, s, scale, B, K);
+    g[r] = dpoison(t, B * K),
+    vt_cross_entropy_bwd(t->gpu, g[r], gp, gy, gm, s, thresh, scale, B, K);
   check(t, "dlogits", g, ref, B * K);
 }
 
@@ -820,11 +833,13 @@ static const op_test kTests[] = {
     {"cross_entropy_fwd", "B,K,smooth/1000,mix", t_cross_entropy_fwd, {1e-5, -1},
      {{4, 1000, 100, 0}, {1, 10, 0, 0}, {7, 3, 500, 0}, {64, 1000, 100, 0}, {2, 1, 0, 0},
       {64, 1000, 100, 1}, {7, 3, 0, 1}}},
-    {"bce_fwd", "B,K,smooth/1000,mix", t_bce_fwd, {1e-5, -1},
-     {{4, 1000, 100, 0}, {1, 10, 0, 0}, {7, 3, 500, 0}, {64, 1000, 100, 1}, {2, 1, 0, 0}}},
-    {"cross_entropy_bwd", "B,K,smooth/1000,mix", t_cross_entropy_bwd, {1e-6, -1},
-     {{4, 1000, 100, 0}, {1, 10, 0, 0}, {7, 3, 500, 0}, {64, 1000, 100, 0}, {2, 1, 0, 0},
-      {64, 1000, 100, 1}, {7, 3, 0, 1}}},
+    {"bce_fwd", "B,K,smooth/1000,mix,thresh/1000", t_bce_fwd, {1e-5, -1},
+     {{4, 1000, 100, 0, -1}, {1, 10, 0, 0, -1}, {7, 3, 500, 0, -1}, {64, 1000, 100, 1, -1},
+      {2, 1, 0, 0, -1}, {64, 1000, 0, 1, 0}, {64, 1000, 100, 1, 300}, {7, 3, 500, 0, 100}}},
+    {"cross_entropy_bwd", "B,K,smooth/1000,mix,thresh/1000", t_cross_entropy_bwd, {1e-6, -1},
+     {{4, 1000, 100, 0, -1}, {1, 10, 0, 0, -1}, {7, 3, 500, 0, -1}, {64, 1000, 100, 0, -1},
+      {2, 1, 0, 0, -1}, {64, 1000, 100, 1, -1}, {7, 3, 0, 1, -1}, {64, 1000, 0, 1, 0},
+      {64, 1000, 100, 1, 300}, {7, 3, 500, 0, 100}}},
     {"adamw", "count,t,wd/1000,mask", t_adamw, {1e-6, -1},
      {{1000, 1, 50, 0}, {7, 10, 0, 0}, {100003, 1000, 50, 0}, {100003, 3, 100, 1}}},
     {"lamb_moments", "count,t,wd/1000,mask,in_place", t_lamb_moments, {0, -1},

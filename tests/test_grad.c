@@ -346,18 +346,24 @@ typedef struct {
   vt_mix_target *mix;
   float smoothing;
   int64_t B, K;
-  int bce;  // binary cross-entropy (vt_bce_fwd; its backward: scale / K)
+  int bce;      // binary cross-entropy (vt_bce_fwd; its backward: scale / K)
+  float thresh;  // its binary targets' threshold; negative: soft targets
 } ce_ctx;
 static void ce_fwd(void *c, float *out) {
   ce_ctx *k = c;
-  (k->bce ? vt_bce_fwd : vt_cross_entropy_fwd)(be, out, k->probs, k->logits, k->labels, k->mix,
-                                                k->smoothing, k->B, k->K);
+  if (k->bce)
+    vt_bce_fwd(be, out, k->probs, k->logits, k->labels, k->mix, k->smoothing, k->thresh, k->B,
+               k->K);
+  else
+    vt_cross_entropy_fwd(be, out, k->probs, k->logits, k->labels, k->mix, k->smoothing, k->B,
+                         k->K);
 }
 // With mixed targets: sample b's partner label (b * 5 + 1) % K (sometimes its own label) and
-// lam from 0.1 to 0.9.
-static void test_cross_entropy(int64_t B, int64_t K, float smoothing, int mixed, int bce) {
+// lam from 0.1 to 0.9. thresh >= 0 (bce only): binary targets.
+static void test_cross_entropy(int64_t B, int64_t K, float smoothing, int mixed, int bce,
+                               float thresh) {
   ce_ctx k = {randn(B * K, 25, 2), calloc((size_t)(B * K), 4), malloc((size_t)B * 4), NULL,
-              smoothing, B, K, bce};
+              smoothing, B, K, bce, thresh};
   for (int64_t b = 0; b < B; b++) k.labels[b] = (int32_t)((b * 7 + 3) % K);
   if (mixed) {
     k.mix = malloc((size_t)B * sizeof *k.mix);
@@ -368,11 +374,12 @@ static void test_cross_entropy(int64_t B, int64_t K, float smoothing, int mixed,
   const float scale = 0.37f;  // the bwd takes a uniform weight: L = scale * sum(losses)
   for (int64_t b = 0; b < B; b++) r[b] = scale;
   ce_fwd(&k, out);
-  vt_cross_entropy_bwd(be, d, k.probs, k.labels, k.mix, smoothing,
+  vt_cross_entropy_bwd(be, d, k.probs, k.labels, k.mix, smoothing, thresh,
                        bce ? scale / (float)K : scale, B, K);
-  char name[64];
-  snprintf(name, sizeof name, "%s B%lld K%lld s%.2f%s", bce ? "bce" : "cross_entropy",
-           (long long)B, (long long)K, smoothing, mixed ? " mixed" : "");
+  char name[80];
+  snprintf(name, sizeof name, "%s B%lld K%lld s%.2f%s%s", bce ? "bce" : "cross_entropy",
+           (long long)B, (long long)K, smoothing, mixed ? " mixed" : "",
+           thresh >= 0 ? " binary targets" : "");
   expect_pass(name, check(name, ce_fwd, &k, out, r, B, k.logits, B * K, d));
   free(k.logits), free(k.probs), free(k.labels), free(k.mix), free(out), free(r), free(d);
 }
@@ -411,11 +418,16 @@ int main(void) {
   test_layer_scale(13, 3);
   test_layer_scale(5, 77);
   for (int bce = 0; bce < 2; bce++) {
-    test_cross_entropy(5, 3, 0.0f, 0, bce);
-    test_cross_entropy(4, 77, 0.1f, 0, bce);
-    test_cross_entropy(6, 3, 0.1f, 1, bce);
-    test_cross_entropy(5, 77, 0.0f, 1, bce);
+    test_cross_entropy(5, 3, 0.0f, 0, bce, -1.0f);
+    test_cross_entropy(4, 77, 0.1f, 0, bce, -1.0f);
+    test_cross_entropy(6, 3, 0.1f, 1, bce, -1.0f);
+    test_cross_entropy(5, 77, 0.0f, 1, bce, -1.0f);
   }
+  // Binary targets: DeiT III's (label and partner 1), some lam on either side of 0.3, and a
+  // smoothing whose s/K exceeds the threshold (every class 1).
+  test_cross_entropy(6, 3, 0.0f, 1, 1, 0.0f);
+  test_cross_entropy(6, 77, 0.1f, 1, 1, 0.3f);
+  test_cross_entropy(4, 5, 0.3f, 0, 1, 0.05f);
   if (failures) printf("%d gradient check(s) FAILED\n", failures);
   else printf("all gradient checks passed\n");
   return failures ? 1 : 0;

@@ -151,6 +151,10 @@ static void test_schedule(void) {
   EXPECT(fabsf(vt_lr_at(&oc, 4) - 1.0f) < 1e-6f, "cosine start");
   EXPECT(fabsf(vt_lr_at(&oc, 9) - 0.55f) < 1e-6f, "cosine middle %g", vt_lr_at(&oc, 9));
   EXPECT(fabsf(vt_lr_at(&oc, 14) - 0.1f) < 1e-6f, "cosine end");
+  oc.warmup_lr = 0.2f;  // timm's --warmup-lr: from it at step 0, linearly, then the same cosine
+  EXPECT(fabsf(vt_lr_at(&oc, 0) - 0.2f) < 1e-7f, "warmup-lr start %g", vt_lr_at(&oc, 0));
+  EXPECT(fabsf(vt_lr_at(&oc, 2) - 0.6f) < 1e-7f, "warmup-lr middle %g", vt_lr_at(&oc, 2));
+  EXPECT(fabsf(vt_lr_at(&oc, 4) - 1.0f) < 1e-6f, "warmup-lr then the cosine start");
 }
 
 static void test_adamw(void) {

@@ -253,6 +253,7 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
   describe(m, cfg, shard, max_batch, nslots, nwsets, recompute, be);
   m->tp = shard.tp_size > 1 ? tp : NULL;
   m->seed = seed;
+  m->bce_thresh = -1.0f;
   VT_CHECK(!m->sp || m->precision != VT_PRECISION_BF16 || cfg->width % 2 == 0,
            "sequence parallelism in bf16 gathers bf16 rows as floats: it needs an even width "
            "(have %d)", cfg->width);
@@ -386,8 +387,12 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
   vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w, m->p.norm_b,
                    B, C);
   vt_linear_fwd(be, sl->logits, sl->lnf, m->p.head_w, m->p.head_b, B, C, K);
-  (m->bce && sample0 >= 0 ? vt_bce_fwd : vt_cross_entropy_fwd)(
-      be, sl->losses, sl->probs, sl->logits, sl->labels, slot_mix(m, sl), smoothing, B, K);
+  if (m->bce && sample0 >= 0)
+    vt_bce_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, slot_mix(m, sl), smoothing,
+               m->bce_thresh, B, K);
+  else
+    vt_cross_entropy_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, slot_mix(m, sl),
+                         smoothing, B, K);
 }
 
 double vt_model_loss_sum(vt_model *m, int slot, int B) {
@@ -415,6 +420,7 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
   if (m->has_head && chunk == m->nchunks - 1) {
     // Binary cross-entropy averages over the classes too: the same backward with scale / K.
     vt_cross_entropy_bwd(be, s->dlogits, sl->probs, sl->labels, slot_mix(m, sl), smoothing,
+                         m->bce ? m->bce_thresh : -1.0f,
                          m->bce ? loss_scale / (float)K : loss_scale, B, K);
     vt_linear_bwd(be, s->dlnf, g->head_w, g->head_b, s->dlogits, sl->lnf, m->p.head_w, B, C, K);
     vt_layernorm_bwd(be, s->dpooled, g->norm_w, g->norm_b, s->dlnf, sl->pooled, m->p.norm_w,

@@ -141,6 +141,9 @@ typedef struct {
   // 1: training forwards use binary cross-entropy over the classes (vt_bce_fwd) instead of
   // the softmax cross-entropy; evaluation keeps the softmax one (timm's validate). 0 by default.
   int bce;
+  // With bce: targets of 1 where the soft target exceeds it, else 0 (timm's target_threshold,
+  // DeiT III's 0); negative (vt_model_init's -1): the soft targets.
+  float bce_thresh;
   float *host_losses;     // (B) host copy of the per-sample losses
   // When set, vt_model_backward calls it as soon as the gradients of a layer's parameters are
   // complete (vt_param.layer numbering: the head first, then the blocks backwards, embeddings

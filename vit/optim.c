@@ -14,6 +14,8 @@
 #define VT_DP_BUCKET_COUNT ((int64_t)1 << 22)
 
 float vt_lr_at(const vt_optim_config *oc, int64_t step) {
+  if (step < oc->warmup_steps && oc->warmup_lr > 0)
+    return oc->warmup_lr + (oc->lr - oc->warmup_lr) * (float)step / (float)oc->warmup_steps;
   if (step < oc->warmup_steps) return oc->lr * (float)(step + 1) / (float)oc->warmup_steps;
   int64_t span = oc->total_steps - oc->warmup_steps;
   if (span <= 0) return oc->lr;
@@ -44,8 +46,8 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
     o->shard = must_alloc(be, o->shard_count, "ZeRO-1 gradient shard");
     state = o->shard_count;
   }
-  o->m = must_alloc(be, state, "AdamW state");
-  o->v = must_alloc(be, state, "AdamW state");
+  o->m = must_alloc(be, state, "Adam moments");
+  o->v = must_alloc(be, state, "Adam moments");
   if (cfg->ema_decay > 0) o->ema = must_alloc(be, state, "the weights' EMA");
   if (cfg->kind == VT_OPT_LAMB) {
     o->norms = calloc(2 * (size_t)table->count + 1, sizeof(double));

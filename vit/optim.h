@@ -24,6 +24,7 @@ typedef struct {
   vt_opt_kind kind;
   float lr, min_lr;
   int64_t warmup_steps, total_steps;
+  float warmup_lr;  // > 0: the warmup climbs from it at step 0 (timm's --warmup-lr); 0: from lr/W
   float beta1, beta2, eps, weight_decay;
   float clip_grad;  // max global gradient norm; 0 turns clipping off
   // Layer-wise learning-rate decay (BEiT, MAE fine-tuning): the tensors of layer l (vt_param.layer:
@@ -39,8 +40,9 @@ typedef struct {
 // The learning-rate factor of layer l (vt_param.layer) under cfg's layer decay.
 double vt_layer_lr_scale(const vt_optim_config *cfg, int layer);
 
-// Learning rate of step s (0-based): lr * (s+1)/warmup during warmup, then a half cosine from
-// lr at the end of warmup down to min_lr at total_steps.
+// Learning rate of step s (0-based): lr * (s+1)/warmup during warmup (with warmup_lr > 0:
+// warmup_lr + s (lr - warmup_lr) / warmup, timm's), then a half cosine from lr at the end of
+// warmup down to min_lr at total_steps.
 float vt_lr_at(const vt_optim_config *oc, int64_t step);
 
 typedef struct {

@@ -128,16 +128,17 @@ void vt_cpu_cross_entropy_fwd(float *losses, float *probs, const float *logits,
                               const int32_t *labels, const vt_mix_target *mix, float smoothing,
                               int64_t B, int64_t K);
 void vt_cpu_bce_fwd(float *losses, float *probs, const float *logits, const int32_t *labels,
-                    const vt_mix_target *mix, float smoothing, int64_t B, int64_t K);
+                    const vt_mix_target *mix, float smoothing, float thresh, int64_t B,
+                    int64_t K);
 void vt_cpu_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t *labels,
-                              const vt_mix_target *mix, float smoothing, float scale, int64_t B,
-                              int64_t K);
+                              const vt_mix_target *mix, float smoothing, float thresh,
+                              float scale, int64_t B, int64_t K);
 void vt_cpu_adamw(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
                   int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
                   int64_t t);
-void vt_cpu_lamb_moments(float *update, const float *param, const float *grad, float *m, float *v,
-                         const uint8_t *decay, int64_t count, float beta1, float beta2, float eps,
-                         float weight_decay, int64_t t);
+void vt_cpu_lamb_moments(float *update, const float *param, const float *grad, float *m,
+                         float *v, const uint8_t *decay, int64_t count, float beta1, float beta2,
+                         float eps, float weight_decay, int64_t t);
 void vt_cpu_lamb_apply(float *param, const float *update, int64_t count, float lr, float trust);
 void vt_cpu_ema(float *ema, const float *param, float decay, int64_t count);
 double vt_cpu_sumsq(const float *x, int64_t count);
