@@ -18,13 +18,20 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
   vt_image_status st = vt_image_probe(bytes, nbytes, sp->max_pixels, &info, err, errlen);
   if (st != VT_IMG_OK) return st;
   // The crop is chosen on the full-size image, whatever is decoded afterwards.
-  vt_crop crop = sp->train ? vt_train_crop(sp->tc, info.width, info.height, sp->seed, sp->epoch,
-                                           sp->index)
-                           : vt_eval_crop(sp->tc, info.width, info.height, sp->S);
+  const int simple = sp->train && sp->tc->simple_crop;
+  vt_crop crop = !sp->train ? vt_eval_crop(sp->tc, info.width, info.height, sp->S)
+                 : simple   ? vt_simple_crop(sp->tc, info.width, info.height, sp->S, sp->seed,
+                                             sp->epoch, sp->index)
+                            : vt_train_crop(sp->tc, info.width, info.height, sp->seed, sp->epoch,
+                                            sp->index);
   const vt_interp interp = sp->train ? sp->tc->train_interp : sp->tc->eval_interp;
+  VT_CHECK(!simple || interp != VT_INTERP_SAMPLE,
+           "the simple random crop resizes the whole image (a filtered interpolation)");
   vt_image_region r = {1, 0, 0, INT32_MAX, INT32_MAX};
   if (!sp->full_decode) {
-    int d = vt_crop_reduction(crop, sp->S);
+    // (The simple crop's pixels are in the resized image's units: its resize decides.)
+    int d = vt_crop_reduction(
+        simple ? vt_simple_crop_region(sp->tc, info.width, info.height, sp->S) : crop, sp->S);
     r.scale = d < info.max_scale ? d : info.max_scale;
     const int w = vt_image_scaled_side(info.width, r.scale);
     const int h = vt_image_scaled_side(info.height, r.scale);

@@ -5,6 +5,8 @@
 #include "transform.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "resample.h"
 #include "vt_error.h"
@@ -87,9 +89,9 @@ vt_crop vt_train_crop(const vt_transform_config *tc, int width, int height, uint
 // Evaluation's resize: timm's scale_size = floor(S / crop_pct); torchvision's Resize(int) then
 // gives the longer side int(size * long / short), and CenterCrop's offset is
 // round((side - S) / 2).
-static void eval_geometry(const vt_transform_config *tc, int width, int height, int S,
-                          int64_t *rw, int64_t *rh, double *left, double *top) {
-  int64_t R = (int64_t)floor((double)S / tc->crop_pct);
+static void eval_geometry(float crop_pct, int width, int height, int S, int64_t *rw,
+                          int64_t *rh, double *left, double *top) {
+  int64_t R = (int64_t)floor((double)S / crop_pct);
   if (R < S) R = S;
   if (width <= height) {
     *rw = R;
@@ -106,7 +108,7 @@ vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S
   if (width <= 0 || height <= 0 || S <= 0) return c;
   int64_t rw, rh;
   double left, top;
-  eval_geometry(tc, width, height, S, &rw, &rh, &left, &top);
+  eval_geometry(tc->crop_pct, width, height, S, &rw, &rh, &left, &top);
   // A pixel of the resized image spans width/rw source pixels, so the centre S x S of the
   // resized image is this region of the source (render_crop's sample centres then coincide
   // with those of resize-then-crop).
@@ -115,6 +117,27 @@ vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S
   c.y = (float)(top * sy);
   c.w = (float)(S * sx);
   c.h = (float)(S * sy);
+  return c;
+}
+
+vt_crop vt_simple_crop_region(const vt_transform_config *tc, int width, int height, int S) {
+  vt_transform_config whole = *tc;
+  whole.crop_pct = 1.0f;  // Resize(S): the shorter side becomes S
+  return vt_eval_crop(&whole, width, height, S);
+}
+
+vt_crop vt_simple_crop(const vt_transform_config *tc, int width, int height, int S,
+                       uint64_t seed, int64_t epoch, int64_t index) {
+  draws d = {seed, vt_hash_name("transform.train"), (uint32_t)epoch,
+             (uint64_t)index * DRAWS_PER_SAMPLE};
+  vt_crop c = {0, 0, (float)S, (float)S, draw(&d, FLIP_SLOT) < tc->flip_prob};
+  if (width <= 0 || height <= 0 || S <= 0) return c;
+  int64_t rw, rh;
+  double left, top;
+  eval_geometry(1.0f, width, height, S, &rw, &rh, &left, &top);
+  // RandomCrop.get_params on the padded image: i (rows) first, then j.
+  c.y = (float)(draw_int(&d, 0, (int)(rh + 2 * VT_SIMPLE_CROP_PAD - S + 1)) - VT_SIMPLE_CROP_PAD);
+  c.x = (float)(draw_int(&d, 1, (int)(rw + 2 * VT_SIMPLE_CROP_PAD - S + 1)) - VT_SIMPLE_CROP_PAD);
   return c;
 }
 
@@ -247,14 +270,47 @@ static vt_resample_axis filtered_axis(int train, double pos, double size, int S,
   return (vt_resample_axis){reduced, 0.0f, (float)((double)full / d), (int)out_size, (int)o0, S};
 }
 
+// The simple crop along one axis: the whole image (reduced, full pixels full) resized to
+// out_size pixels, of which those of the window [start, start + S) that lie inside it; the rest
+// of the window is the reflected padding (vt_render_filtered_u8).
+static vt_resample_axis simple_axis(int start, int S, int d, int reduced, int full,
+                                   int64_t out_size, int *first) {
+  const int o0 = start < 0 ? 0 : start;
+  const int end = (int64_t)start + S < out_size ? start + S : (int)out_size;
+  *first = 0;
+  return (vt_resample_axis){reduced, 0.0f, (float)((double)full / d), (int)out_size, o0, end - o0};
+}
+
 static void filtered_axes(const vt_transform_config *tc, vt_crop crop, int train, int S, int d,
                           int width, int height, int full_w, int full_h, vt_resample_axis *ax,
                           vt_resample_axis *ay, int *fx, int *fy) {
   int64_t rw = 0, rh = 0;
   double left = 0, top = 0;
-  if (!train) eval_geometry(tc, full_w, full_h, S, &rw, &rh, &left, &top);
+  if (train && tc->simple_crop) {
+    eval_geometry(1.0f, full_w, full_h, S, &rw, &rh, &left, &top);
+    *ax = simple_axis((int)crop.x, S, d, width, full_w, rw, fx);
+    *ay = simple_axis((int)crop.y, S, d, height, full_h, rh, fy);
+    return;
+  }
+  if (!train) eval_geometry(tc->crop_pct, full_w, full_h, S, &rw, &rh, &left, &top);
   *ax = filtered_axis(train, crop.x, crop.w, S, d, width, full_w, rw, left, fx);
   *ay = filtered_axis(train, crop.y, crop.h, S, d, height, full_h, rh, top, fy);
+}
+
+// numpy's reflect padding: index i of a line of n pixels, the edge pixel not repeated.
+static int reflect(int i, int n) { return i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i; }
+
+// The simple crop's S x S window from the resized pixels its axes rendered (in: ax->n x ay->n,
+// starting at resized pixel (ax->o0, ay->o0)): the padding mirrored in, then the flip.
+static void simple_window(const uint8_t *in, const vt_resample_axis *ax,
+                          const vt_resample_axis *ay, vt_crop crop, int S, uint8_t *rgb) {
+  for (int oy = 0; oy < S; oy++) {
+    const int sy = reflect((int)crop.y + oy, ay->out_size) - ay->o0;
+    for (int ox = 0; ox < S; ox++) {
+      const int sx = reflect((int)crop.x + (crop.flip ? S - 1 - ox : ox), ax->out_size) - ax->o0;
+      memcpy(rgb + 3 * ((size_t)oy * S + ox), in + 3 * ((size_t)sy * ax->n + sx), 3);
+    }
+  }
 }
 
 static vt_filter filter_of(const vt_transform_config *tc, int train) {
@@ -291,8 +347,17 @@ void vt_render_filtered_u8(const vt_image_part *part, vt_crop crop, int train, i
                y1 < part->y0 + part->win.height,
            "resize window [%d, %d] x [%d, %d] outside the decoded window %dx%d at (%d, %d)", x0,
            x1, y0, y1, part->win.width, part->win.height, part->x0, part->y0);
+  if (!(train && tc->simple_crop)) {
+    vt_resample_rgb8(part->win.rgb, (size_t)part->win.width * 3, part->x0 - fx, part->y0 - fy,
+                     &ax, &ay, filter_of(tc, train), train && crop.flip, rgb);
+    return;
+  }
+  uint8_t *inside = malloc((size_t)ax.n * ay.n * 3);
+  VT_CHECK(inside != NULL, "out of memory for a %dx%d crop", ax.n, ay.n);
   vt_resample_rgb8(part->win.rgb, (size_t)part->win.width * 3, part->x0 - fx, part->y0 - fy,
-                   &ax, &ay, filter_of(tc, train), train && crop.flip, rgb);
+                   &ax, &ay, filter_of(tc, train), 0, inside);
+  simple_window(inside, &ax, &ay, crop, S, rgb);
+  free(inside);
 }
 
 void vt_normalize_u8(const vt_transform_config *tc, const uint8_t *rgb, int S, float *out) {

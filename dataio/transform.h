@@ -14,6 +14,9 @@
 #include "image.h"
 #include "randaug.h"
 
+// The simple random crop's reflected padding on each side, in resized pixels (DeiT III's 4).
+#define VT_SIMPLE_CROP_PAD 4
+
 // A region of the source image (pixel units, may be fractional) mapped onto the S x S output.
 typedef struct {
   float x, y, w, h;
@@ -35,6 +38,8 @@ typedef struct {
   float crop_pct;              // evaluation: 0.875
   vt_interp train_interp, eval_interp;  // SAMPLE by default
   vt_randaug_config ra;        // RandAugment of training crops (randaug.h); off by default
+  int simple_crop;             // 1: training crops are DeiT III's simple random crop
+                               // (vt_simple_crop) instead of the random-resized crop
   int three_aug;               // 1: 3-Augment of training crops (threeaug.h) instead; 0 off
   float color_jitter;          // 3-Augment's colour jitter strength (DeiT III: 0.3); 0: none
 } vt_transform_config;
@@ -47,6 +52,18 @@ vt_crop vt_train_crop(const vt_transform_config *tc, int width, int height, uint
                       int64_t epoch, int64_t index);
 // The evaluation crop: shorter side scaled to S / crop_pct, centre S x S, as a source region.
 vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S);
+// DeiT III's simple random crop (its --src: torchvision's Resize(S), RandomCrop(S, padding=4,
+// padding_mode='reflect'), RandomHorizontalFlip) of sample `index`: the image resized to the
+// shorter side S, padded by 4 mirrored pixels (numpy's reflect: the edge pixel not repeated),
+// and the S x S window at a uniform offset. Unlike the others this crop is in pixels of the
+// resized image: x, y the window's start (-4 up to the resized side - S + 4), w = h = S. Its
+// random numbers are vt_train_crop's (two offsets and the flip). Needs a filtered interpolation
+// (the resize is Pillow's).
+vt_crop vt_simple_crop(const vt_transform_config *tc, int width, int height, int S,
+                       uint64_t seed, int64_t epoch, int64_t index);
+// The source region whose reduction (vt_crop_reduction) fits the simple crop's resize: the
+// centre S x S of the image resized to the shorter side S.
+vt_crop vt_simple_crop_region(const vt_transform_config *tc, int width, int height, int S);
 
 // Bilinear resampling of the crop to (3, S, S) floats, normalised: out = (v/255 - mean) / std.
 // Sample centres follow align_corners=False (as PyTorch's interpolate): output pixel i samples
@@ -79,8 +96,8 @@ void vt_render_crop_part(const vt_image_part *part, vt_crop crop, int S,
 void vt_render_crop_part_u8(const vt_image_part *part, vt_crop crop, int S, uint8_t *rgb);
 // The filtered renders (interp BILINEAR or BICUBIC): the pixels [x0, x1] x [y0, y1] of the image
 // reduced to 1/scale (width x height; full_w x full_h at full size) that rendering the crop
-// (vt_train_crop's when train, else vt_eval_crop's) reads, and the render itself, 8-bit RGB
-// (S, S, 3), mirrored when the training crop says so. At scale 1 this is Pillow's result; at
+// (vt_train_crop's, or vt_simple_crop's with tc->simple_crop, when train, else vt_eval_crop's)
+// reads, and the render itself, 8-bit RGB (S, S, 3), mirrored when the training crop says so. At scale 1 this is Pillow's result; at
 // 1/d the same resize of the reduced image (the crop's box divided by d).
 void vt_filtered_window(const vt_transform_config *tc, vt_crop crop, int train, int S,
                         int scale, int width, int height, int full_w, int full_h, int *x0,

@@ -273,6 +273,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--eval-interpolation", VT_OPT_STR, eval_interp, sizeof eval_interp, 0, 0, "MODE",
        "the same for evaluation's resize of the whole image before the centre crop (timm's "
        "ViT models: bicubic)", "sample|bilinear|bicubic"},
+      {"--simple-crop", VT_OPT_INT, &o.transform.simple_crop, 0, 0, 1, "0|1",
+       "1: training crops are DeiT III's simple random crop (its --src: the shorter side resized "
+       "to --img-size, 4 mirrored pixels of padding, a random square of it, the flip) instead "
+       "of the random-resized crop; needs --train-interpolation bilinear or bicubic", NULL},
       {"--three-augment", VT_OPT_INT, &o.transform.three_aug, 0, 0, 1, "0|1",
        "1: 3-Augment (DeiT III) of the 8-bit training crop instead of RandAugment: one of "
        "grayscale, solarize (128) and a Gaussian blur (radius 0.1 to 2), then the colour jitter, "

@@ -88,9 +88,16 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--pp %d x --pp-chunks %d = %d virtual pipeline stages but only %d blocks: every "
            "one needs at least one block", o->pp, o->pp_chunks, o->pp * o->pp_chunks, c->depth);
   if (!o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0 &&
-      (o->transform.ra.layers > 0 || o->transform.three_aug || o->aug_repeats > 1))
-    REFUSE("--aa, --three-augment and --aug-repeats act on the image loader's crops; --data "
-           "synthetic has none: give --data DIR");
+      (o->transform.ra.layers > 0 || o->transform.three_aug || o->transform.simple_crop ||
+       o->aug_repeats > 1))
+    REFUSE("--aa, --three-augment, --simple-crop and --aug-repeats act on the image loader's "
+           "crops; --data synthetic has none: give --data DIR");
+  if (o->transform.simple_crop && o->transform.train_interp == VT_INTERP_SAMPLE)
+    REFUSE("--simple-crop resizes the whole image as torchvision's Resize does: it needs "
+           "--train-interpolation bilinear or bicubic");
+  if (o->transform.simple_crop && c->img_size < 2 * VT_SIMPLE_CROP_PAD + 1)
+    REFUSE("--simple-crop pads by %d mirrored pixels: it needs --img-size %d or more",
+           VT_SIMPLE_CROP_PAD, 2 * VT_SIMPLE_CROP_PAD + 1);
   if (o->transform.ra.layers > 0 && o->transform.three_aug)
     REFUSE("--aa and --three-augment are two augmentation policies (DeiT III's 3-Augment "
            "replaces RandAugment): pick one");

@@ -1,6 +1,6 @@
 // resample_dump.c: samples made by vt_sample_from_bytes with a filtered interpolation, for
-// tests/resample_pil.py. Usage: resample_dump FILE S train|eval bilinear|bicubic N full|reduced
-// OUT. Writes N samples (seed 5, epoch 0, index k) to OUT: per sample a text line
+// tests/resample_pil.py. Usage: resample_dump FILE S train|src|eval bilinear|bicubic N
+// full|reduced OUT (src: training with the simple random crop). Writes N samples (seed 5, epoch 0, index k) to OUT: per sample a text line
 // "x y w h flip scale" (the crop in full-size pixels and the decode's reduction) on stdout, and
 // its (3, S, S) floats to OUT, with the ImageNet mean and std.
 #include <stdio.h>
@@ -12,7 +12,8 @@
 
 int main(int argc, char **argv) {
   if (argc != 8) {
-    fprintf(stderr, "usage: resample_dump FILE S train|eval bilinear|bicubic N full|reduced OUT\n");
+    fprintf(stderr, "usage: resample_dump FILE S train|src|eval bilinear|bicubic N full|reduced "
+                    "OUT\n");
     return 2;
   }
   uint8_t *bytes;
@@ -22,8 +23,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "resample_dump: %s\n", err);
     return 1;
   }
-  const int S = atoi(argv[2]), train = !strcmp(argv[3], "train"), count = atoi(argv[5]);
+  const int S = atoi(argv[2]), count = atoi(argv[5]);
+  const int train = !strcmp(argv[3], "train") || !strcmp(argv[3], "src");
   vt_transform_config tc = vt_transform_defaults();
+  tc.simple_crop = !strcmp(argv[3], "src");
   tc.train_interp = tc.eval_interp =
       !strcmp(argv[4], "bilinear") ? VT_INTERP_BILINEAR : VT_INTERP_BICUBIC;
   FILE *out = fopen(argv[7], "wb");

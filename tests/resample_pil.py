@@ -3,7 +3,9 @@ dataio/resample.c) against Pillow, which torchvision's transforms call on PIL im
 
 Usage: resample_pil.py RESAMPLE_DUMP WORK_DIR. On PNG images of several sizes (downscaled by up
 to 10x, and upscaled), each training sample must equal Pillow's img.crop(box).resize((S, S), f)
-(mirrored when the crop says so) and each evaluation sample Pillow's resize of the whole image,
+(mirrored when the crop says so), each simple random crop (DeiT III's --src) torchvision's
+Resize(S) (Pillow's resize, shorter side to S), numpy's reflect padding by 4, the S x S window at
+the crop's offset and the flip, and each evaluation sample Pillow's resize of the whole image,
 shorter side to floor(S / 0.875), then the centre S x S (torchvision's Resize + CenterCrop), byte
 for byte (the samples are normalised floats: the bytes are recovered from them). A JPEG decoded
 in full must match too; decoded reduced (DCT scaling) it must stay close. Exits 77 (skip)
@@ -39,6 +41,14 @@ def picture(w, h, seed):
 
 
 def reference(img, mode, f, crop):
+    if mode == "src":  # x, y: the window's start in the resized image, -4 at the padding's edge
+        x, y, _, _, flip = crop
+        w, h = img.size
+        rw, rh = (S, int(S * h / w)) if w <= h else (int(S * w / h), S)
+        padded = np.pad(np.asarray(img.resize((rw, rh), FILTERS[f])), ((4, 4), (4, 4), (0, 0)),
+                        mode="reflect")
+        out = Image.fromarray(padded[int(y) + 4:int(y) + 4 + S, int(x) + 4:int(x) + 4 + S])
+        return out.transpose(Image.FLIP_LEFT_RIGHT) if flip else out
     if mode == "train":
         x, y, w, h, flip = crop
         out = img.crop((int(x), int(y), int(x + w), int(y + h))).resize((S, S), FILTERS[f])
@@ -71,7 +81,7 @@ for w, h, kind in cases:
     picture(w, h, w * h).save(path, quality=92) if kind == "jpg" else picture(w, h, w * h).save(path)
     img = Image.open(path).convert("RGB")
     for f in FILTERS:
-        for mode in ("train", "eval"):
+        for mode in ("train", "src", "eval"):
             for decode in (("full", "reduced") if kind == "jpg" else ("reduced",)):
                 got, crops, off = ours(path, mode, f, decode)
                 want = np.stack([np.asarray(reference(img, mode, f, c), np.float64) for c in crops])

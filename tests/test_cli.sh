@@ -35,7 +35,8 @@ refuse "--micro-batch-size must be even (have 3)" train --mixup 0.8 --micro-batc
 refuse "--drop-path works on micro-batches of at most 4096 images (have 5000)" train --drop-path 0.1 --micro-batch-size 5000
 refuse "--aa 'rand-m9-w0': unknown key 'w0'" train --aa rand-m9-w0
 refuse "--aa 'autoaug': only RandAugment is built" train --aa autoaug
-refuse "--aa, --three-augment and --aug-repeats act on the image loader's crops; --data synthetic has none" train --aa rand-m9
+refuse "--aa, --three-augment, --simple-crop and --aug-repeats act on the image loader's crops; --data synthetic has none" train --aa rand-m9
+refuse "--simple-crop resizes the whole image as torchvision's Resize does: it needs --train-interpolation bilinear or bicubic" train --simple-crop 1 --data /tmp
 refuse "--aa and --three-augment are two augmentation policies" train --aa rand-m9 --three-augment 1 --data /tmp
 refuse "--opt: 'sgd' is not one of adamw|lamb" train --opt sgd
 refuse "--bce-target-thresh 0 makes binary targets for --bce-loss 1, which is off" train --bce-target-thresh 0
@@ -104,7 +105,7 @@ done
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes --global-pool \
             --data --micro-batch-size --global-batch-size --steps --lr --min-lr --warmup-steps --warmup-lr \
-            --opt --opt-eps --weight-decay --clip-grad --label-smoothing --bce-target-thresh --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
+            --opt --opt-eps --weight-decay --clip-grad --label-smoothing --bce-target-thresh --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
 "$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }

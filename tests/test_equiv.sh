@@ -9,7 +9,7 @@
 # with the mean-pooled head (one sequence parallel), three with LayerScale, register tokens,
 # no_embed_class, QK-norm without qkv bias and drop path (one sequence parallel), three with
 # parallel blocks (one sequence parallel, and ZB-H1 bit for bit as 1F1B), two with RandAugment and repeated
-# augmentation on an image folder, two with 3-Augment, the first stage's TP ranks decoding their
+# augmentation on an image folder, two with 3-Augment and the simple random crop, the first stage's TP ranks decoding their
 # shares of the images bit for bit as each decoding all (two cases), two with ZeRO-1 and
 # layer-wise lr decay, three with LAMB (one ZeRO-1 with sequence parallelism), two whose EMA
 # (sharded under ZeRO-1) must be one rank's; activation recompute (all blocks or some, 1 rank, 2x2x2,
@@ -186,7 +186,8 @@ if "$py" "$here/make_images.py" "$work/imgs" 4 16 32; then
   run base_img 1 "${images[@]}" || fail=1
   variant base_img base_aug "RandAugment + repeats" "${images[@]}" --aa rand-m9-mstd0.5-inc1 \
     --aug-repeats 3
-  variant base_img base_3aug "3-Augment" "${images[@]}" --three-augment 1
+  variant base_img base_3aug "3-Augment, simple random crop" "${images[@]}" --three-augment 1 \
+    --simple-crop 1 --train-interpolation bicubic
 else
   echo "FAIL: tests/make_images.py"; fail=1
 fi
