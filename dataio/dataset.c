@@ -301,9 +301,9 @@ static vt_status read_label(int fd, const char *shard, const vt_tar_member *cls,
 }
 
 // The samples of shard s: runs of adjacent members with one key, each with one image and its
-// .cls (other kinds are ignored; a run without either is not a sample).
-static vt_status index_shard(vt_dataset *ds, int s, strlist *samples, shard_refs *refs,
-                             int32_t *max_label, char *err, size_t errlen) {
+// label member KEY.<label_key> (other kinds are ignored; a run without either is not a sample).
+static vt_status index_shard(vt_dataset *ds, int s, const char *label_key, strlist *samples,
+                             shard_refs *refs, int32_t *max_label, char *err, size_t errlen) {
   const char *path = ds->shard_paths[s];
   vt_tar_member *m;
   int64_t n;
@@ -315,13 +315,13 @@ static vt_status index_shard(vt_dataset *ds, int s, strlist *samples, shard_refs
     for (j = i; j < n; j++) {
       const char *k = kind ? member_kind(m[j].name, &kl) : NULL;
       if (!k || kl != klen || memcmp(m[j].name, m[i].name, klen)) break;
-      int64_t *slot = is_image_kind(k) ? &img : !strcmp(k, "cls") ? &cls : NULL;
+      int64_t *slot = is_image_kind(k) ? &img : !strcmp(k, label_key) ? &cls : NULL;
       if (slot && *slot >= 0) {
         st = vt_fail_input(err, errlen,
                            "%s: sample '%.*s' has two %s members (%s and %s): a sample is "
-                           "one image and its .cls",
-                           path, (int)klen, m[i].name, slot == &img ? "image" : ".cls",
-                           m[*slot].name, m[j].name);
+                           "one image and its .%s",
+                           path, (int)klen, m[i].name, slot == &img ? "image" : "label",
+                           m[*slot].name, m[j].name, label_key);
         break;
       }
       if (slot) *slot = j;
@@ -331,10 +331,12 @@ static vt_status index_shard(vt_dataset *ds, int s, strlist *samples, shard_refs
     if (img < 0 || cls < 0) {
       st = vt_fail_input(
           err, errlen,
-          "%s: sample '%.*s' has %s: each sample is KEY.jpg (or .jpeg, .png) "
-          "with KEY.cls holding its class number, next to each other in the shard",
-          path, (int)klen, m[i].name,
-          img < 0 ? "a .cls but no .jpg, .jpeg or .png image" : "no .cls label member");
+          "%s: sample '%.*s' has %s .%s%s: each sample is KEY.jpg (or .jpeg, .png) "
+          "with KEY.%s holding its class number, next to each other in the shard",
+          path, (int)klen, m[i].name, img < 0 ? "a" : "no", label_key,
+          img < 0 ? " but no .jpg, .jpeg or .png image"
+                  : " label member (labels in another member: --label-key KIND)",
+          label_key);
       break;
     }
     int32_t label = 0;
@@ -368,8 +370,8 @@ static void raise_file_limit(int nshards) {
 }
 
 // Opens and indexes the shards (ownership of the names moves to the dataset).
-static vt_status open_shards(const char *what, strlist *shards, vt_dataset *ds, strlist *samples,
-                             char *err, size_t errlen) {
+static vt_status open_shards(const char *what, const char *label_key, strlist *shards,
+                             vt_dataset *ds, strlist *samples, char *err, size_t errlen) {
   ds->nshards = (int)shards->n;
   ds->shard_paths = shards->s;
   shards->s = NULL;
@@ -389,15 +391,15 @@ static vt_status open_shards(const char *what, strlist *shards, vt_dataset *ds, 
                          strerror(errno),
                          errno == EMFILE ? " (every shard stays open: raise ulimit -n)" : "");
     else
-      st = index_shard(ds, s, samples, &refs, &max_label, err, errlen);
+      st = index_shard(ds, s, label_key, samples, &refs, &max_label, err, errlen);
   }
   ds->shard_of = refs.shard, ds->offset = refs.off, ds->size = refs.size;
   if (st == VT_OK && samples->n == 0)
     st = vt_fail_input(err, errlen,
                        "no samples in the %d shard(s) of %s: a sample is KEY.jpg (or .jpeg, "
-                       ".png) with KEY.cls holding its class number, next to each other in a shard "
-                       "(webdataset's layout)",
-                       ds->nshards, what);
+                       ".png) with KEY.%s holding its class number, next to each other in a "
+                       "shard (webdataset's layout; another label member: --label-key)",
+                       ds->nshards, what, label_key);
   return st == VT_OK ? number_classes(ds, max_label, err, errlen) : st;
 }
 
@@ -441,12 +443,17 @@ static vt_status resolve(const char *path, struct stat *sb, strlist *shards, cha
 }
 
 vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t errlen) {
+  return vt_dataset_open_keyed(path, VT_LABEL_KEY, ds, err, errlen);
+}
+
+vt_status vt_dataset_open_keyed(const char *path, const char *label_key, vt_dataset *ds,
+                                char *err, size_t errlen) {
   memset(ds, 0, sizeof(*ds));
   struct stat sb;
   strlist samples = {0}, shards = {0};
   vt_status st = resolve(path, &sb, &shards, err, errlen);
   if (st == VT_OK) {
-    if (shards.n) st = open_shards(path, &shards, ds, &samples, err, errlen);
+    if (shards.n) st = open_shards(path, label_key, &shards, ds, &samples, err, errlen);
     else if (S_ISDIR(sb.st_mode)) st = open_folder(path, ds, &samples, err, errlen);
     else st = open_list(path, ds, &samples, err, errlen);
   }
@@ -481,11 +488,17 @@ static int fingerprint_line(strlist *out, const char *path, char *err, size_t er
   return 1;
 }
 
-vt_status vt_dataset_fingerprint(const char *path, char **text, char *err, size_t errlen) {
+vt_status vt_dataset_fingerprint(const char *path, const char *label_key, char **text, char *err,
+                                 size_t errlen) {
   *text = NULL;
   struct stat sb;
   strlist sources = {0}, lines = {0};  // the shards, else what is listed below
   vt_status st = resolve(path, &sb, &sources, err, errlen);
+  if (st == VT_OK && sources.n) {  // shards: their labels depend on the label member's kind
+    char *line = malloc(strlen(label_key) + 16);
+    if (line) sprintf(line, "label key\t%s\n", label_key);
+    if (!strlist_push(&lines, line, 0)) st = vt_fail_input(err, errlen, "out of memory");
+  }
   if (st == VT_OK && sources.n == 0 && S_ISDIR(sb.st_mode)) {  // the root and its class folders
     strlist classes = {0};
     st = list_dir(path, 1, &classes, err, errlen);

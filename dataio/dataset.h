@@ -1,9 +1,9 @@
 // dataset.h: the index of a labelled image dataset, from an ImageFolder tree (root/<class>/<file>,
 // classes sorted by name as torchvision does, files sorted by name within a class), a list
 // file (one "relative/path<TAB>label" per line, paths relative to the list's directory) or tar
-// shards in webdataset's layout (a sample is KEY.jpg, KEY.jpeg or KEY.png with KEY.cls holding
-// its class number as text, next to each other in one shard; indexed from the tar headers, read
-// with one pread per image, nothing unpacked). Must not depend on MPI, a backend or the model.
+// shards in webdataset's layout (a sample is KEY.jpg, KEY.jpeg or KEY.png with KEY.cls, or
+// another label member, holding its class number as text, next to each other in one shard;
+// indexed from the tar headers, read with one pread per image, nothing unpacked). Must not depend on MPI, a backend or the model.
 #ifndef VT_DATASET_H
 #define VT_DATASET_H
 
@@ -41,13 +41,21 @@ typedef struct {
 // (or the reverse), two images under one key and a label that is not a number are VT_ERR_INPUT
 // naming the shard and the sample; members of other kinds (.json, .txt, ...) are ignored.
 vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t errlen);
+// The label member's kind in tar shards by default (webdataset's and timm's "cls").
+#define VT_LABEL_KEY "cls"
+// The same with the shards' labels in KEY.<label_key> ("cls", "label", "target", ...; its text a
+// class number) instead of KEY.cls.
+vt_status vt_dataset_open_keyed(const char *path, const char *label_key, vt_dataset *ds,
+                                char *err, size_t errlen);
 void vt_dataset_free(vt_dataset *ds);
 
 // What the index of path was made from, as text that changes when the index may have: a line
-// "path<TAB>size<TAB>mtime" per shard (shards), for the root and each class folder (ImageFolder:
-// a file added, removed or renamed changes its folder's time) or for the list file. One stat
-// per shard or class, none per image. *text malloc'd. For the index cache (index_cache.h).
-vt_status vt_dataset_fingerprint(const char *path, char **text, char *err, size_t errlen);
+// "path<TAB>size<TAB>mtime" per shard (shards, after a "label key<TAB>KEY" line), for the root
+// and each class folder (ImageFolder: a file added, removed or renamed changes its folder's
+// time) or for the list file. One stat per shard or class, none per image. *text malloc'd. For
+// the index cache (index_cache.h).
+vt_status vt_dataset_fingerprint(const char *path, const char *label_key, char **text, char *err,
+                                 size_t errlen);
 
 // The index as one block of bytes (for this build on this kind of machine: host byte order), so
 // that one process reads the file system and sends the index to the others: *bytes malloc'd.

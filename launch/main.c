@@ -7,6 +7,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "comm.h"
+#include "dataset.h"
 #include "fault.h"
 #include "health.h"
 #include "inspect.h"
@@ -53,6 +54,7 @@ static void train_defaults(vt_train_options *o) {
                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                .weight_decay = 0.05f, .clip_grad = 1.0f, .layer_decay = 1.0f};
   o->label_smoothing = 0.1f;
+  snprintf(o->label_key, sizeof o->label_key, "%s", VT_LABEL_KEY);
   o->bce_thresh = -1.0f;  // soft BCE targets
   o->mix = (vt_mix_config){.mixup_alpha = 0, .cutmix_alpha = 0, .prob = 1, .switch_prob = 0.5f};
   o->seed = 0;
@@ -156,10 +158,13 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
        "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
        "directory (root/<class>/<image>), a list file (path<TAB>label per line) or tar shards "
-       "in webdataset's layout (KEY.jpg or .png with KEY.cls: a .tar file, a folder of them or "
-       "a numbered range 'train-{000..146}.tar')", NULL},
+       "in webdataset's layout (KEY.jpg or .png with KEY.cls, or --label-key's member: a .tar "
+       "file, a folder of them or a numbered range 'train-{000..146}.tar')", NULL},
       {"--val-data", VT_OPT_STR, o.val_data, sizeof o.val_data, 0, 0, "SOURCE",
        "validation data (same forms), evaluated on the same mesh", NULL},
+      {"--label-key", VT_OPT_STR, o.label_key, sizeof o.label_key, 0, 0, "KIND",
+       "tar shards: the member that holds a sample's class number, KEY.KIND (timm's and "
+       "webdataset's cls; e.g. label, target)", NULL},
       {"--index-cache", VT_OPT_STR, o.index_cache, sizeof o.index_cache, 0, 0, "DIR",
        "keep the datasets' indexes in DIR between runs: a start then stats each shard, class "
        "folder or list file instead of listing every image or reading every tar header (for "

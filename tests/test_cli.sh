@@ -39,6 +39,7 @@ refuse "--aa, --three-augment, --simple-crop and --aug-repeats act on the image 
 refuse "--simple-crop resizes the whole image as torchvision's Resize does: it needs --train-interpolation bilinear or bicubic" train --simple-crop 1 --data /tmp
 refuse "--aa and --three-augment are two augmentation policies" train --aa rand-m9 --three-augment 1 --data /tmp
 refuse "--opt: 'sgd' is not one of adamw|lamb" train --opt sgd
+refuse "--label-key '.cls': give the label member's extension without its dot" train --label-key .cls
 refuse "--bce-target-thresh 0 makes binary targets for --bce-loss 1, which is off" train --bce-target-thresh 0
 refuse "--aug-repeats: 0 is out of range" train --aug-repeats 0
 refuse "--aa-interpolation: 'nearest' is not one of bicubic|bilinear" train --aa-interpolation nearest
@@ -104,7 +105,7 @@ for recipe in "$(dirname "$0")"/../launch/recipes/*.args; do
 done
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes --global-pool \
-            --data --micro-batch-size --global-batch-size --steps --lr --min-lr --warmup-steps --warmup-lr \
+            --data --label-key --micro-batch-size --global-batch-size --steps --lr --min-lr --warmup-steps --warmup-lr \
             --opt --opt-eps --weight-decay --clip-grad --label-smoothing --bce-target-thresh --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done

@@ -1001,7 +1001,7 @@ static int cached(const char *path, const vt_dataset *fresh, char *why, size_t w
   uint8_t *b = NULL;
   size_t n = 0;
   vt_index_cache_file(at("cache"), path, file, sizeof file);
-  EXPECT(vt_dataset_fingerprint(path, &fp, err, sizeof err) == VT_OK, "fingerprint: %s", err);
+  EXPECT(vt_dataset_fingerprint(path, VT_LABEL_KEY, &fp, err, sizeof err) == VT_OK, "fingerprint: %s", err);
   int hit = fp && vt_index_cache_load(file, path, fp, &b, &n, why, whylen);
   if (hit && fresh) {
     vt_dataset back;
@@ -1018,7 +1018,7 @@ static void store(const char *path, const vt_dataset *ds) {
   uint8_t *b = NULL;
   size_t n = 0;
   vt_index_cache_file(at("cache"), path, file, sizeof file);
-  EXPECT(vt_dataset_fingerprint(path, &fp, err, sizeof err) == VT_OK &&
+  EXPECT(vt_dataset_fingerprint(path, VT_LABEL_KEY, &fp, err, sizeof err) == VT_OK &&
              vt_dataset_pack(ds, &b, &n, err, sizeof err) == VT_OK &&
              vt_index_cache_store(file, path, fp, b, n, err, sizeof err) == VT_OK,
          "storing %s: %s", path, err);

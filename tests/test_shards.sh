@@ -6,6 +6,9 @@
 # logs the very losses, norms and validation figures of the run on the folder and ends with the
 # same weights, byte for byte, which --check-log also confirms on 2 ranks (and exits 5 for a run
 # of another seed, after its export), also with both indexes read from an --index-cache entry.
+# Shards whose labels are in KEY.label (beside a decoy KEY.target of other classes) are refused
+# without --label-key, naming the flag, and with --label-key label log the folder run's figures
+# bit for bit; an index cache keeps the two keys' indexes apart (--label-key target is another run).
 # `vit3d prepare shards` writes shards that Python's tarfile
 # reads back to the source's bytes and labels, each sample once. A damaged shard stops every rank at
 # start with exit 2 and a message naming the shard and the byte.
@@ -127,6 +130,41 @@ if [ $rc -ne 5 ] || [ ! -s "$work/seed4.safetensors" ]; then
   tail -5 "$work/check_seed.log"; fail=1
 else
   echo "check-log on 2 ranks: the shard run equals the folder run's 12 steps; another seed exits 5 after its export"
+fi
+
+# --label-key: the shards again with each label in KEY.label and a decoy KEY.target.
+"$py" - "$work/shards" "$work/shards_lbl" <<'PY'
+import io, os, sys, tarfile
+src, out = sys.argv[1:]
+os.makedirs(out)
+for name in sorted(os.listdir(src)):
+    with tarfile.open(f"{src}/{name}") as tin, tarfile.open(f"{out}/{name}", "w") as tout:
+        for m in tin.getmembers():
+            data = tin.extractfile(m).read() if m.isfile() else None
+            if m.name.endswith(".cls"):
+                for kind, text in (("label", data), ("target", str((int(data) + 1) % 3).encode())):
+                    ti = tarfile.TarInfo(m.name[:-3] + kind)
+                    ti.size = len(text)
+                    tout.addfile(ti, io.BytesIO(text))
+            else:
+                tout.addfile(m, io.BytesIO(data) if data is not None else None)
+PY
+lbl=("${args[@]}" --data "$work/shards_lbl" --val-data "$work/folder" --index-cache "$work/cache_lbl")
+timeout 120 mpirun -np 2 --oversubscribe "$vit3d" "${lbl[@]}" > "$work/lbl_none.log" 2>&1
+rc_none=$?
+timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${lbl[@]}" --label-key label \
+  --check-log "$work/run_folder/metrics.jsonl" > "$work/lbl_label.log" 2>&1
+rc_label=$?
+timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${lbl[@]}" --label-key target \
+  --check-log "$work/run_folder/metrics.jsonl" > "$work/lbl_target.log" 2>&1
+rc_target=$?
+if [ $rc_none -eq 2 ] && grep -q "has no .cls label member.*--label-key" "$work/lbl_none.log" &&
+   [ $rc_label -eq 0 ] && grep -q -- "--check-log: 12 steps equal" "$work/lbl_label.log" &&
+   [ $rc_target -eq 5 ] && ! grep -q "shards_lbl: index from the cache" "$work/lbl_target.log"; then
+  echo "label key: KEY.label shards refused without --label-key, with it the folder run's 12 steps; --label-key target (not from the label index's cache entry) another run"
+else
+  echo "FAIL: --label-key: rc $rc_none (want 2), $rc_label (want 0), $rc_target (want 5)"
+  grep -h "label member\|check-log\|cache" "$work"/lbl_*.log | head -8; fail=1
 fi
 
 # vit3d prepare shards, read back by Python's tarfile.
