@@ -97,6 +97,15 @@ static vt_interp interp_of(const char *name) {
                                      : VT_INTERP_SAMPLE;
 }
 
+// Where flag last appears in argv (as "--flag VALUE" or "--flag=VALUE"), or -1.
+static int last_at(int argc, char **argv, const char *flag) {
+  const size_t n = strlen(flag);
+  int at = -1;
+  for (int i = 0; i < argc; i++)
+    if (strncmp(argv[i], flag, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '=')) at = i;
+  return at;
+}
+
 static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   const int rank0 = vt_comm_rank(world) == 0;
   vt_train_options o;
@@ -107,6 +116,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic", pool[8] = "token";
   char train_interp[12] = "sample", eval_interp[12] = "sample";
   char mean[64] = "", std[64] = "", opt_name[8] = "adamw";
+  float epochs = 0, warmup_epochs = 0;
   int qkv_bias = 1;
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
@@ -212,6 +222,13 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "images per optimizer step, a multiple of dp x micro-batch (gradient accumulation); "
        "0: dp x micro-batch", NULL},
       {"--steps", VT_OPT_I64, &o.steps, 0, 1, BIG, "N", "optimizer steps to run", NULL},
+      {"--epochs", VT_OPT_FLOAT, &epochs, 0, 0, 1e6, "E",
+       "the run's length in passes over the training set: round(E x images / global batch) "
+       "steps, known once the dataset is open (so a recipe fits any copy of its dataset); of "
+       "--epochs and --steps the later one counts", NULL},
+      {"--warmup-epochs", VT_OPT_FLOAT, &warmup_epochs, 0, 0, 1e6, "E",
+       "the warmup in passes over the training set; of it and --warmup-steps the later one "
+       "counts", NULL},
       {"--run-steps", VT_OPT_I64, &o.run_steps, 0, 0, BIG, "N",
        "stop after N steps of this invocation (the schedule still spans --steps; resume later "
        "with --resume); 0: run to the end", NULL},
@@ -430,8 +447,15 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
     if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
     return 2;
   }
+  // A length in epochs and one in steps: the later flag wins, as flags after an @FILE do.
+  o.epochs = last_at(argc, argv, "--epochs") > last_at(argc, argv, "--steps") ? epochs : 0;
+  o.warmup_epochs = last_at(argc, argv, "--warmup-epochs") > last_at(argc, argv, "--warmup-steps")
+                        ? warmup_epochs
+                        : 0;
+  // With --epochs the steps (and the default warmup) follow once the dataset is open.
   o.optim.total_steps = o.steps;
-  if (o.optim.warmup_steps < 0) o.optim.warmup_steps = o.steps / 20;
+  if (o.optim.warmup_steps < 0 && o.epochs <= 0 && o.warmup_epochs <= 0)
+    o.optim.warmup_steps = o.steps / 20;
   if (o.threads == 0) {  // share the cores: ranks of a job on one host must not oversubscribe
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int per = cores > 0 ? (int)cores / vt_comm_local_size(world) : 1;

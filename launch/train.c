@@ -117,9 +117,13 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--drop-path works on micro-batches of at most %d images (have %d); lower "
            "--micro-batch-size and raise the accumulation instead", VT_DROP_PATH_MAX_SAMPLES,
            o->micro_batch);
-  if (o->optim.warmup_steps > o->steps)
+  if (o->optim.warmup_steps > o->steps && o->epochs <= 0)  // (with --epochs: once resolved)
     REFUSE("--warmup-steps %lld is longer than --steps %lld", (long long)o->optim.warmup_steps,
            (long long)o->steps);
+  if ((o->epochs > 0 || o->warmup_epochs > 0) && !o->eval_only && !o->plan_only &&
+      strcmp(o->data, "synthetic") == 0)
+    REFUSE("--epochs and --warmup-epochs count passes over a dataset; --data synthetic has no "
+           "size: give --steps and --warmup-steps");
   if (o->optim.min_lr > o->optim.lr) REFUSE("--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
   if (o->optim.warmup_lr > o->optim.lr)
     REFUSE("--warmup-lr %g is above --lr %g (the warmup climbs to --lr)", o->optim.warmup_lr,
@@ -308,7 +312,27 @@ static double run_schedule(stage_ctx *x, const vt_schedule_action *acts, int nac
   return loss;
 }
 
-int vt_train_run(const vt_train_options *o, vt_comm *world) {
+// --epochs and --warmup-epochs in steps, from the training set's n images (every rank has the
+// index): round(epochs * n / global batch), the default warmup 5% of the steps as with --steps.
+static vt_status resolve_epochs(vt_train_options *o, int64_t n, char *err, size_t errlen) {
+  const double per_epoch = (double)n / (double)o->global_batch;
+  if (o->epochs > 0) o->steps = (int64_t)llround(o->epochs * per_epoch);
+  if (o->warmup_epochs > 0) o->optim.warmup_steps = (int64_t)llround(o->warmup_epochs * per_epoch);
+  else if (o->optim.warmup_steps < 0) o->optim.warmup_steps = o->steps / 20;
+  o->optim.total_steps = o->steps;
+  if (o->steps < 1)
+    REFUSE("--epochs %g of %lld images at %d per step is no step: give more epochs",
+           o->epochs, (long long)n, o->global_batch);
+  if (o->optim.warmup_steps > o->steps)
+    REFUSE("the warmup (%lld steps) is longer than the run (%lld steps)",
+           (long long)o->optim.warmup_steps, (long long)o->steps);
+  return VT_OK;
+}
+
+int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
+  // A copy, so that --epochs can become steps once the dataset's size is known.
+  vt_train_options own = *o_given;
+  const vt_train_options *o = &own;
   const int world_rank = vt_comm_rank(world), world_size = vt_comm_size(world);
   char device[160];
   double picked = vt_backend_select(o->device, vt_comm_local_rank(world), device, sizeof device) == 0;
@@ -407,6 +431,18 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
                                mesh.tp_size, me.dp_rank, mesh.dp_size, n_micro, start_step, err,
                                sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
+  if (ok && !o->eval_only && (own.epochs > 0 || own.warmup_epochs > 0)) {
+    // Every rank holds the index, so every rank reaches the same verdict.
+    ok = resolve_epochs(&own, data.train_ds.count, err, sizeof err) == VT_OK;
+    if (!ok && world_rank == 0) vt_log_error("%s", err);
+    opt.cfg.total_steps = own.optim.total_steps, opt.cfg.warmup_steps = own.optim.warmup_steps;
+    if (ok && world_rank == 0)
+      vt_log_info("%g epochs of %lld images at %d per step: %lld steps, %lld of warmup",
+                  own.epochs > 0 ? own.epochs : (double)own.steps * own.global_batch /
+                                                    (double)data.train_ds.count,
+                  (long long)data.train_ds.count, own.global_batch, (long long)own.steps,
+                  (long long)own.optim.warmup_steps);
+  }
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .spec = spec,
                  .unit_slot = unit_slot, .unit_wset = unit_wset,
                  .data_chunk = m.has_head ? m.nchunks - 1 : 0,
@@ -560,10 +596,11 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
       break;
     }
     if (preempt) {
-      char what[600];
+      char what[sizeof o->save_dir + 64];
       if (!o->save_dir[0]) snprintf(what, sizeof what, "no --save directory, nothing was saved");
       else if (rc) snprintf(what, sizeof what, "the checkpoint FAILED (see above)");
-      else snprintf(what, sizeof what, "checkpoint step-%08lld saved in %s", (long long)n, o->save_dir);
+      else snprintf(what, sizeof what, "checkpoint step-%08lld saved in %.*s", (long long)n,
+                    (int)sizeof o->save_dir, o->save_dir);
       if (world_rank == 0)
         vt_log_warn("preempted (signal %s on some rank) at step %lld: %s; exiting with %d. "
                     "Resume with --resume auto.",
