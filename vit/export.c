@@ -330,6 +330,7 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
   resampled = (int)flags[1], new_head = (int)flags[2], fresh_top = (int)flags[3];
   if (!bad) {
     m->be->to_device(m->params, local, (size_t)t->total * sizeof(float));
+    vt_log_info("--init-from %s: the model's weights loaded", path);
     if (resampled) vt_log_info("--init-from %s: pos_embed resampled from a %dx%d to a %dx%d patch grid", path, resampled, resampled, g1, g1);
     if (new_head) vt_log_info("--init-from %s: the head has another class count; it starts fresh", path);
     if (fresh_top)

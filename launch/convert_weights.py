@@ -1,0 +1,179 @@
+"""convert_weights.py IN OUT.safetensors: a published ViT checkpoint as the timm-named
+safetensors that `vit3d train|eval --init-from` reads, and the vit3d flags its layout needs.
+
+IN is a PyTorch file (.pth, .pt, .bin: loaded with weights_only where this PyTorch has it, so
+a pickle cannot run code) or safetensors, holding the weights directly or under "model",
+"state_dict", "module", "model_ema" or "teacher" (DINO/DINOv2 training checkpoints). Names are
+made timm's:
+  - prefixes of wrappers dropped: "module." (DDP), "_orig_mod." (torch.compile), "backbone."
+  - DeiT III (the deit repository's models_v2): blocks.i.gamma_1 / gamma_2 -> ls1.gamma / ls2.gamma
+  - DINOv2: register_tokens -> reg_token; FSDP-chunked blocks.c.i. -> blocks.i.; with registers
+    its class token's position (its registers have none) is added into cls_token, leaving
+    pos_embed for the patches (timm's no_embed_class layout, --no-embed-class 1)
+  - parts no classifier uses dropped: MAE's decoder (decoder_*), mask_token, DINO's heads
+Every other tensor must be one vit3d builds (blocks' norm1, attn.qkv, attn.q_norm/k_norm,
+attn.proj, ls1/ls2/ls, norm2, mlp.fc1/fc2; cls_token, reg_token, pos_embed, patch_embed.proj,
+norm, fc_norm, head): anything else (SwiGLU, relative position biases, a distillation token) is
+refused by name. Tensors are written as float32. Exit 0 converted, 1 refused, 2 usage.
+Needs numpy and, for PyTorch files, torch (Debian: python3-numpy python3-torch).
+"""
+import json
+import math
+import re
+import struct
+import sys
+
+import numpy as np
+
+# vit3d's tensor names (vit/params.c), as patterns.
+KNOWN = [r"cls_token", r"reg_token", r"pos_embed", r"patch_embed\.proj\.(weight|bias)",
+         r"(norm|fc_norm|head)\.(weight|bias)",
+         r"blocks\.\d+\.(norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)"
+         r"\.(weight|bias)",
+         r"blocks\.\d+\.(ls1|ls2|ls)\.gamma"]
+DROPPED = re.compile(r"^(decoder|mask_token|dino_head|ibot_head|head_drop)")
+WRAPPERS = ("model", "state_dict", "module", "model_ema", "teacher")
+
+
+def read_safetensors(path):
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    kinds = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = t["data_offsets"]
+        raw = blob[8 + n + lo:8 + n + hi]
+        if t["dtype"] == "BF16":  # the upper halves of float32s
+            a = np.frombuffer(raw, np.uint16).astype(np.uint32) << 16
+            out[name] = a.view(np.float32).reshape(t["shape"])
+        elif t["dtype"] in kinds:
+            out[name] = np.frombuffer(raw, kinds[t["dtype"]]).reshape(t["shape"])
+        else:
+            sys.exit(f"convert_weights: {path}: tensor {name} is {t['dtype']}, not a float")
+    return out
+
+
+def read_torch(path):
+    import torch
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except TypeError:  # a PyTorch without weights_only
+        obj = torch.load(path, map_location="cpu")
+    except Exception as e:  # a pickle with more than tensors (an optimizer, args objects)
+        sys.exit(f"convert_weights: {path}: not loadable as plain tensors ({e}); load it in "
+                 "PyTorch yourself and save its model's state_dict")
+    while isinstance(obj, dict):
+        inner = next((obj[k] for k in WRAPPERS if isinstance(obj.get(k), dict)), None)
+        if inner is None:
+            break
+        obj = inner
+    if not isinstance(obj, dict):
+        sys.exit(f"convert_weights: {path} holds no dictionary of tensors")
+    return {k: v.detach().float().numpy() for k, v in obj.items() if hasattr(v, "detach")}
+
+
+def timm_name(k):
+    for prefix in ("module.", "_orig_mod.", "backbone."):
+        while k.startswith(prefix):
+            k = k[len(prefix):]
+    k = re.sub(r"^blocks\.\d+\.(\d+)\.", r"blocks.\1.", k)  # DINOv2's FSDP chunks
+    k = re.sub(r"^(blocks\.\d+)\.gamma_([12])$", r"\1.ls\2.gamma", k)  # DeiT III
+    return "reg_token" if k == "register_tokens" else k
+
+
+def is_square(n):
+    return n >= 0 and math.isqrt(n) ** 2 == n
+
+
+def fold_class_position(sd):
+    """DINOv2 with registers: pos_embed holds the class token's position and the patches', none
+    for the registers; a position of a token that is always the same is part of it."""
+    if "reg_token" not in sd or "pos_embed" not in sd or "cls_token" not in sd:
+        return False
+    R, T = sd["reg_token"].shape[1], sd["pos_embed"].shape[1]
+    if not is_square(T - 1) or is_square(T - 1 - R):
+        return False
+    sd["cls_token"] = sd["cls_token"] + sd["pos_embed"][:, :1]
+    sd["pos_embed"] = np.ascontiguousarray(sd["pos_embed"][:, 1:])
+    return True
+
+
+def flags_for(sd):
+    """The vit3d flags of the layout these tensors describe (heads are not in the weights)."""
+    w = sd["patch_embed.proj.weight"]
+    C, P = w.shape[0], w.shape[2]
+    depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
+    F = sd["blocks.0.mlp.fc1.weight"].shape[0]
+    R = sd["reg_token"].shape[1] if "reg_token" in sd else 0
+    T = sd["pos_embed"].shape[1]
+    grid, no_embed_class = math.isqrt(T - 1 - R), 0
+    if not is_square(T - 1 - R):  # positions on the patch tokens only
+        grid, no_embed_class = math.isqrt(T), 1
+    f = [f"--img-size {grid * P}", f"--patch-size {P}", f"--width {C}", f"--depth {depth}",
+         f"--mlp-ratio {F / C:g}"]
+    if "head.weight" in sd:
+        f.append(f"--num-classes {sd['head.weight'].shape[0]}")
+    f.append(f"--global-pool {'avg' if 'fc_norm.weight' in sd else 'token'}")
+    if any(k.endswith(".gamma") for k in sd):
+        f.append("--layer-scale 1e-6")  # any positive value: the gammas are loaded
+    if R:
+        f.append(f"--reg-tokens {R}")
+    if no_embed_class:
+        f.append("--no-embed-class 1")
+    if "blocks.0.attn.q_norm.weight" in sd:
+        f.append("--qk-norm 1")
+    if "blocks.0.attn.qkv.bias" not in sd:
+        f.append("--qkv-bias 0")
+    if "blocks.0.norm2.weight" not in sd:
+        f.append("--parallel-blocks 1")
+    return " ".join(f)
+
+
+def write_safetensors(path, tensors):
+    header, blobs, at = {}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], np.float32)
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + a.nbytes]}
+        blobs.append(a.tobytes())
+        at += a.nbytes
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def main():
+    if len(sys.argv) != 3 or not sys.argv[2].endswith(".safetensors"):
+        print(__doc__.split("\n\n")[0], file=sys.stderr)
+        return 2
+    src, dst = sys.argv[1:]
+    raw = read_safetensors(src) if src.endswith(".safetensors") else read_torch(src)
+    sd, dropped = {}, []
+    for k, v in raw.items():
+        name = timm_name(k)
+        if DROPPED.match(name):
+            dropped.append(name)
+        else:
+            sd[name] = v
+    folded = fold_class_position(sd)
+    unknown = [k for k in sd if not any(re.fullmatch(p, k) for p in KNOWN)]
+    if unknown or "patch_embed.proj.weight" not in sd or "blocks.0.mlp.fc1.weight" not in sd:
+        what = ", ".join(sorted(unknown)[:8]) or "no patch_embed.proj or blocks.0.mlp.fc1"
+        print(f"convert_weights: {src} is not a ViT layout vit3d builds: {what}", file=sys.stderr)
+        return 1
+    write_safetensors(dst, sd)
+    if folded:
+        print("the class token's position added into cls_token (registers without positions)")
+    print(f"wrote {len(sd)} tensors to {dst}" +
+          (f" (dropped {len(dropped)}: {', '.join(sorted(dropped)[:4])}"
+           f"{', ...' if len(dropped) > 4 else ''})" if dropped else ""))
+    print(f"vit3d flags: {flags_for(sd)} --heads H (not in the weights: the model's, e.g. "
+          "ViT-S 6, ViT-B 12, ViT-L 16)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test_convert.sh VIT3D: launch/convert_weights.py against checkpoints written in other projects'
+# conventions. vit3d trains two small layouts one step (DeiT III's: LayerScale, positions on the
+# patch tokens; DINOv2's: LayerScale and 2 register tokens) and exports them; Python rewrites each
+# export as the checkpoint another project saves (DeiT III: {"model": ...} with gamma_1/gamma_2;
+# DINOv2: {"teacher": ...} with "backbone." names, register_tokens, mask_token and a DINO head,
+# and with registers as its repository lays them out (the class token's position in pos_embed);
+# MAE: {"model": ...} beside a decoder; a DDP {"state_dict": ...} with "module." names and a
+# torch.compile "_orig_mod." layer) with torch.save. The conversion must give back the export
+# bit for bit, print the flags of the layout, and the file must start a vit3d run through
+# --init-from. A SwiGLU block is refused by name.
+set -uo pipefail
+vit3d=$1
+here=$(cd "$(dirname "$0")" && pwd)
+py=${VT_REF_PYTHON:-/usr/bin/python3}
+conv="$here/../launch/convert_weights.py"
+"$py" -c "import torch, numpy" 2>/dev/null || { echo "SKIP: $py cannot import torch and numpy"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+base=(train --model tiny --img-size 32 --patch-size 8 --num-classes 5 --steps 1 --threads 1
+      --global-batch-size 4 --micro-batch-size 4)
+deit3=(--layer-scale 0.1 --no-embed-class 1)
+dino=(--layer-scale 0.1 --reg-tokens 2)
+dinoreg=(--layer-scale 0.1 --reg-tokens 2 --no-embed-class 1)
+"$vit3d" "${base[@]}" "${deit3[@]}" --final-weights "$work/deit3.safetensors" > "$work/a.log" 2>&1 &&
+  "$vit3d" "${base[@]}" "${dino[@]}" --final-weights "$work/dino.safetensors" > "$work/b.log" 2>&1 &&
+  "$vit3d" "${base[@]}" "${dinoreg[@]}" --final-weights "$work/dinoreg.safetensors" > "$work/c.log" 2>&1 ||
+  { echo "FAIL: the exports"; tail -3 "$work/a.log" "$work/b.log"; exit 1; }
+"$py" - "$work" "$here" <<'PY' || exit 1
+import sys, torch
+work, here = sys.argv[1:]
+sys.path.insert(0, here)
+from ref_vit import read_safetensors
+t = lambda d: {k: torch.as_tensor(v).clone() for k, v in d.items()}
+d3, dn = t(read_safetensors(f"{work}/deit3.safetensors")), t(read_safetensors(f"{work}/dino.safetensors"))
+# DeiT III (models_v2): LayerScale as gamma_1 / gamma_2, under "model".
+deit3 = {k.replace(".ls1.gamma", ".gamma_1").replace(".ls2.gamma", ".gamma_2"): v for k, v in d3.items()}
+torch.save({"model": deit3, "epoch": 799}, f"{work}/deit3.pth")
+# DINOv2 training checkpoint: the teacher's backbone, its registers, mask token and DINO head.
+dino = {("backbone." + k.replace("reg_token", "register_tokens")): v for k, v in dn.items()}
+dino["backbone.mask_token"] = torch.zeros(1, 64)
+dino["dino_head.mlp.0.weight"] = torch.zeros(8, 64)
+torch.save({"teacher": dino, "iteration": 5}, f"{work}/dino.pth")
+# DINOv2 with registers as its repository saves it: positions for the class token and the
+# patches, none for the registers (the class token's here is the class token itself, the
+# saved class token zero, so that adding them back is exact).
+dr = t(read_safetensors(f"{work}/dinoreg.safetensors"))
+dr["pos_embed"] = torch.cat([dr["cls_token"], dr["pos_embed"]], 1)
+dr["cls_token"] = torch.zeros_like(dr["cls_token"])
+dr["register_tokens"] = dr.pop("reg_token")
+torch.save({"model": dr}, f"{work}/dinoreg.pth")
+# MAE pre-training: the encoder beside a decoder and the mask token.
+mae = dict(d3)
+mae.update({"mask_token": torch.zeros(1, 1, 32), "decoder_embed.weight": torch.zeros(32, 64),
+            "decoder_blocks.0.norm1.weight": torch.ones(32)})
+torch.save({"model": mae}, f"{work}/mae.pth")
+# DDP and torch.compile wrappers.
+torch.save({"state_dict": {"module._orig_mod." + k: v for k, v in d3.items()}}, f"{work}/ddp.pth")
+# SwiGLU's fused MLP: not a layout vit3d builds.
+bad = dict(d3)
+bad["blocks.0.mlp.w12.weight"] = torch.zeros(4, 4)
+torch.save(bad, f"{work}/swiglu.pth")
+PY
+for c in "deit3|deit3|--layer-scale 1e-6 --no-embed-class 1" "dino|dino|--reg-tokens 2" \
+         "dinoreg|dinoreg|--reg-tokens 2 --no-embed-class 1" \
+         "mae|deit3|--no-embed-class 1" "ddp|deit3|--no-embed-class 1"; do
+  IFS='|' read -r name ref want <<<"$c"
+  out=$("$py" "$conv" "$work/$name.pth" "$work/$name.conv.safetensors" 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q -- "--img-size 32 --patch-size 8 --width 64 --depth 4 --mlp-ratio 4 --num-classes 5 .*$want" <<<"$out" ||
+     ! "$py" - "$work/$name.conv.safetensors" "$work/$ref.safetensors" "$here" <<'PY'; then
+import sys
+sys.path.insert(0, sys.argv[3])
+from ref_vit import read_safetensors
+a, b = read_safetensors(sys.argv[1]), read_safetensors(sys.argv[2])
+assert sorted(a) == sorted(b), (sorted(set(a) ^ set(b)))
+assert all((a[k] == b[k]).all() for k in a), [k for k in a if not (a[k] == b[k]).all()]
+PY
+    echo "FAIL: converting the $name checkpoint (rc $rc): $out"; fail=1
+  else
+    echo "ok: $name checkpoint -> the export bit for bit; $(tail -1 <<<"$out")"
+  fi
+done
+flags=$("$py" "$conv" "$work/dino.pth" "$work/x.safetensors" | sed -n 's/^vit3d flags: \(.*\) --heads.*/\1/p')
+if "$vit3d" train --model tiny $flags --steps 1 --threads 1 --global-batch-size 4 --micro-batch-size 4 \
+     --init-from "$work/dino.conv.safetensors" > "$work/init.log" 2>&1 &&
+   grep -q "init-from .*dino.conv.safetensors: the model's weights loaded" "$work/init.log"; then
+  echo "ok: vit3d starts from the converted DINOv2 checkpoint with the printed flags ($flags)"
+else echo "FAIL: --init-from the converted file with $flags:"; tail -3 "$work/init.log"; fail=1; fi
+out=$("$py" "$conv" "$work/swiglu.pth" "$work/bad.safetensors" 2>&1)
+rc=$?
+if [ $rc -eq 1 ] && grep -q "not a ViT layout vit3d builds: blocks.0.mlp.w12.weight" <<<"$out" &&
+   [ ! -e "$work/bad.safetensors" ]; then
+  echo "ok: a SwiGLU block refused: $out"
+else echo "FAIL: the SwiGLU checkpoint: rc $rc: $out"; fail=1; fi
+exit $fail
