@@ -116,7 +116,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic", pool[8] = "token";
   char train_interp[12] = "sample", eval_interp[12] = "sample";
   char mean[64] = "", std[64] = "", opt_name[8] = "adamw";
-  float epochs = 0, warmup_epochs = 0;
+  float epochs = 0, warmup_epochs = 0, eval_epochs = 0, save_epochs = 0;
   int qkv_bias = 1;
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
@@ -228,6 +228,12 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "--epochs and --steps the later one counts", NULL},
       {"--warmup-epochs", VT_OPT_FLOAT, &warmup_epochs, 0, 0, 1e6, "E",
        "the warmup in passes over the training set; of it and --warmup-steps the later one "
+       "counts", NULL},
+      {"--eval-epochs", VT_OPT_FLOAT, &eval_epochs, 0, 0, 1e6, "E",
+       "evaluate every E passes over the training set (at least every step); of it and "
+       "--eval-interval the later one counts", NULL},
+      {"--save-epochs", VT_OPT_FLOAT, &save_epochs, 0, 0, 1e6, "E",
+       "save every E passes over the training set; of it and --save-interval the later one "
        "counts", NULL},
       {"--run-steps", VT_OPT_I64, &o.run_steps, 0, 0, BIG, "N",
        "stop after N steps of this invocation (the schedule still spans --steps; resume later "
@@ -452,6 +458,12 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   o.warmup_epochs = last_at(argc, argv, "--warmup-epochs") > last_at(argc, argv, "--warmup-steps")
                         ? warmup_epochs
                         : 0;
+  o.eval_epochs = last_at(argc, argv, "--eval-epochs") > last_at(argc, argv, "--eval-interval")
+                      ? eval_epochs
+                      : 0;
+  o.save_epochs = last_at(argc, argv, "--save-epochs") > last_at(argc, argv, "--save-interval")
+                      ? save_epochs
+                      : 0;
   // With --epochs the steps (and the default warmup) follow once the dataset is open.
   o.optim.total_steps = o.steps;
   if (o.optim.warmup_steps < 0 && o.epochs <= 0 && o.warmup_epochs <= 0)

@@ -120,10 +120,10 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->optim.warmup_steps > o->steps && o->epochs <= 0)  // (with --epochs: once resolved)
     REFUSE("--warmup-steps %lld is longer than --steps %lld", (long long)o->optim.warmup_steps,
            (long long)o->steps);
-  if ((o->epochs > 0 || o->warmup_epochs > 0) && !o->eval_only && !o->plan_only &&
-      strcmp(o->data, "synthetic") == 0)
-    REFUSE("--epochs and --warmup-epochs count passes over a dataset; --data synthetic has no "
-           "size: give --steps and --warmup-steps");
+  if ((o->epochs > 0 || o->warmup_epochs > 0 || o->eval_epochs > 0 || o->save_epochs > 0) &&
+      !o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0)
+    REFUSE("--epochs, --warmup-epochs, --eval-epochs and --save-epochs count passes over a "
+           "dataset; --data synthetic has no size: give steps");
   if (o->optim.min_lr > o->optim.lr) REFUSE("--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
   if (o->optim.warmup_lr > o->optim.lr)
     REFUSE("--warmup-lr %g is above --lr %g (the warmup climbs to --lr)", o->optim.warmup_lr,
@@ -319,6 +319,11 @@ static vt_status resolve_epochs(vt_train_options *o, int64_t n, char *err, size_
   if (o->epochs > 0) o->steps = (int64_t)llround(o->epochs * per_epoch);
   if (o->warmup_epochs > 0) o->optim.warmup_steps = (int64_t)llround(o->warmup_epochs * per_epoch);
   else if (o->optim.warmup_steps < 0) o->optim.warmup_steps = o->steps / 20;
+  // (intervals of at least one step; an interval past the run means at its end only)
+  if (o->eval_epochs > 0)
+    o->eval_interval = (int)fmin(fmax(llround(o->eval_epochs * per_epoch), 1), 1 << 30);
+  if (o->save_epochs > 0)
+    o->save_interval = (int)fmin(fmax(llround(o->save_epochs * per_epoch), 1), 1 << 30);
   o->optim.total_steps = o->steps;
   if (o->steps < 1)
     REFUSE("--epochs %g of %lld images at %d per step is no step: give more epochs",
@@ -431,17 +436,19 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
                                mesh.tp_size, me.dp_rank, mesh.dp_size, n_micro, start_step, err,
                                sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
-  if (ok && !o->eval_only && (own.epochs > 0 || own.warmup_epochs > 0)) {
+  if (ok && !o->eval_only &&
+      (own.epochs > 0 || own.warmup_epochs > 0 || own.eval_epochs > 0 || own.save_epochs > 0)) {
     // Every rank holds the index, so every rank reaches the same verdict.
     ok = resolve_epochs(&own, data.train_ds.count, err, sizeof err) == VT_OK;
     if (!ok && world_rank == 0) vt_log_error("%s", err);
     opt.cfg.total_steps = own.optim.total_steps, opt.cfg.warmup_steps = own.optim.warmup_steps;
     if (ok && world_rank == 0)
-      vt_log_info("%g epochs of %lld images at %d per step: %lld steps, %lld of warmup",
+      vt_log_info("%g epochs of %lld images at %d per step: %lld steps, %lld of warmup; "
+                  "evaluation every %d, saves every %d (0: at the end)",
                   own.epochs > 0 ? own.epochs : (double)own.steps * own.global_batch /
                                                     (double)data.train_ds.count,
                   (long long)data.train_ds.count, own.global_batch, (long long)own.steps,
-                  (long long)own.optim.warmup_steps);
+                  (long long)own.optim.warmup_steps, own.eval_interval, own.save_interval);
   }
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .spec = spec,
                  .unit_slot = unit_slot, .unit_wset = unit_wset,

@@ -34,9 +34,10 @@ typedef struct {
   int micro_batch;          // images per forward/backward
   int global_batch;         // images per optimizer step, over all DP ranks
   int64_t steps;            // length of the run (the schedule spans it)
-  // > 0: steps (and with warmup_epochs the warmup) from the training set's size, once it is
-  // open: round(epochs * images / global batch) (vt_train_run)
-  double epochs, warmup_epochs;
+  // > 0: steps (and with warmup_epochs the warmup, with eval_epochs and save_epochs the
+  // intervals) from the training set's size, once it is open: round(E * images / global batch)
+  // (vt_train_run)
+  double epochs, warmup_epochs, eval_epochs, save_epochs;
   int64_t run_steps;        // steps to run in this invocation, then stop; 0: until the end
   vt_optim_config optim;
   float label_smoothing;

@@ -39,7 +39,7 @@ refuse "--aa, --three-augment, --simple-crop and --aug-repeats act on the image 
 refuse "--simple-crop resizes the whole image as torchvision's Resize does: it needs --train-interpolation bilinear or bicubic" train --simple-crop 1 --data /tmp
 refuse "--aa and --three-augment are two augmentation policies" train --aa rand-m9 --three-augment 1 --data /tmp
 refuse "--opt: 'sgd' is not one of adamw|lamb" train --opt sgd
-refuse "--epochs and --warmup-epochs count passes over a dataset; --data synthetic has no size" train --epochs 3
+refuse "--epochs, --warmup-epochs, --eval-epochs and --save-epochs count passes over a dataset; --data synthetic has no size" train --epochs 3
 refuse "--label-key '.cls': give the label member's extension without its dot" train --label-key .cls
 refuse "--bce-target-thresh 0 makes binary targets for --bce-loss 1, which is off" train --bce-target-thresh 0
 refuse "--aug-repeats: 0 is out of range" train --aug-repeats 0
@@ -108,15 +108,15 @@ done
 # length in epochs and one in steps the later flag counts (a recipe's epochs, then --steps).
 small=(train --model tiny --num-classes 4 --img-size 32 --patch-size 8 --data "$imgs"
        --micro-batch-size 8 --global-batch-size 8 --threads 1 --loader-threads 1 --log-interval 1)
-out=$("$vit3d" "${small[@]}" --epochs 1.5 --warmup-epochs 0.5 2>&1)
-if grep -q "1.5 epochs of 16 images at 8 per step: 3 steps, 1 of warmup" <<<"$out" &&
-   grep -q "^step     3/3" <<<"$out" &&
+out=$("$vit3d" "${small[@]}" --epochs 1.5 --warmup-epochs 0.5 --eval-epochs 0.5 --val-data "$imgs" 2>&1)
+if grep -q "1.5 epochs of 16 images at 8 per step: 3 steps, 1 of warmup; evaluation every 1," <<<"$out" &&
+   grep -q "^step     3/3" <<<"$out" && [ "$(grep -c "^eval after step" <<<"$out")" = 3 ] &&
    "$vit3d" "${small[@]}" --epochs 1.5 --steps 2 2>&1 | grep -q "^step     2/2"; then
-  echo "ok: --epochs 1.5 --warmup-epochs 0.5 of 16 images at 8 per step: 3 steps, 1 of warmup; --epochs then --steps 2: 2 steps"
+  echo "ok: --epochs 1.5 --warmup-epochs 0.5 --eval-epochs 0.5 of 16 images at 8 per step: 3 steps, 1 of warmup, 3 evaluations; --epochs then --steps 2: 2 steps"
 else echo "FAIL: --epochs: $out"; fail=1; fi
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes --global-pool \
-            --data --label-key --micro-batch-size --global-batch-size --steps --epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr \
+            --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr \
             --opt --opt-eps --weight-decay --clip-grad --label-smoothing --bce-target-thresh --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
