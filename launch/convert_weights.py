@@ -1,8 +1,10 @@
-"""convert_weights.py IN OUT.safetensors: a published ViT checkpoint as the timm-named
-safetensors that `vit3d train|eval --init-from` reads, and the vit3d flags its layout needs.
+"""convert_weights.py [--unsafe-pickle] IN OUT.safetensors: a published ViT checkpoint as the
+timm-named safetensors that `vit3d train|eval --init-from` reads, and the vit3d flags its layout
+needs.
 
 IN is a PyTorch file (.pth, .pt, .bin: loaded with weights_only where this PyTorch has it, so
-a pickle cannot run code) or safetensors, holding the weights directly or under "model",
+a pickle cannot run code; a training checkpoint that also pickles other objects, as MAE's and
+DeiT's argparse arguments, needs --unsafe-pickle: only for a file you trust) or safetensors, holding the weights directly or under "model",
 "state_dict", "module", "model_ema" or "teacher" (DINO/DINOv2 training checkpoints). Names are
 made timm's:
   - prefixes of wrappers dropped: "module." (DDP), "_orig_mod." (torch.compile), "backbone."
@@ -56,15 +58,15 @@ def read_safetensors(path):
     return out
 
 
-def read_torch(path):
+def read_torch(path, unsafe):
     import torch
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(path, map_location="cpu", weights_only=not unsafe)
     except TypeError:  # a PyTorch without weights_only
         obj = torch.load(path, map_location="cpu")
     except Exception as e:  # a pickle with more than tensors (an optimizer, args objects)
-        sys.exit(f"convert_weights: {path}: not loadable as plain tensors ({e}); load it in "
-                 "PyTorch yourself and save its model's state_dict")
+        sys.exit(f"convert_weights: {path} pickles objects other than tensors ({str(e)[:120]}); "
+                 "if you trust the file, rerun with --unsafe-pickle")
     while isinstance(obj, dict):
         inner = next((obj[k] for k in WRAPPERS if isinstance(obj.get(k), dict)), None)
         if inner is None:
@@ -146,11 +148,14 @@ def write_safetensors(path, tensors):
 
 
 def main():
-    if len(sys.argv) != 3 or not sys.argv[2].endswith(".safetensors"):
+    args = sys.argv[1:]
+    unsafe = "--unsafe-pickle" in args
+    args = [a for a in args if a != "--unsafe-pickle"]
+    if len(args) != 2 or not args[1].endswith(".safetensors"):
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         return 2
-    src, dst = sys.argv[1:]
-    raw = read_safetensors(src) if src.endswith(".safetensors") else read_torch(src)
+    src, dst = args
+    raw = read_safetensors(src) if src.endswith(".safetensors") else read_torch(src, unsafe)
     sd, dropped = {}, []
     for k, v in raw.items():
         name = timm_name(k)

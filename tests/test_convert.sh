@@ -50,11 +50,14 @@ dr["pos_embed"] = torch.cat([dr["cls_token"], dr["pos_embed"]], 1)
 dr["cls_token"] = torch.zeros_like(dr["cls_token"])
 dr["register_tokens"] = dr.pop("reg_token")
 torch.save({"model": dr}, f"{work}/dinoreg.pth")
-# MAE pre-training: the encoder beside a decoder and the mask token.
+# MAE pre-training: the encoder beside a decoder and the mask token; its training checkpoint
+# also pickles the run's argparse arguments.
+import argparse
 mae = dict(d3)
 mae.update({"mask_token": torch.zeros(1, 1, 32), "decoder_embed.weight": torch.zeros(32, 64),
             "decoder_blocks.0.norm1.weight": torch.ones(32)})
 torch.save({"model": mae}, f"{work}/mae.pth")
+torch.save({"model": mae, "args": argparse.Namespace(lr=1e-3), "epoch": 3}, f"{work}/mae_args.pth")
 # DDP and torch.compile wrappers.
 torch.save({"state_dict": {"module._orig_mod." + k: v for k, v in d3.items()}}, f"{work}/ddp.pth")
 # SwiGLU's fused MLP: not a layout vit3d builds.
@@ -88,6 +91,15 @@ if "$vit3d" train --model tiny $flags --steps 1 --threads 1 --global-batch-size 
    grep -q "init-from .*dino.conv.safetensors: the model's weights loaded" "$work/init.log"; then
   echo "ok: vit3d starts from the converted DINOv2 checkpoint with the printed flags ($flags)"
 else echo "FAIL: --init-from the converted file with $flags:"; tail -3 "$work/init.log"; fail=1; fi
+# A pickle of more than tensors is not unpickled unless asked (where torch has weights_only).
+if "$py" -c "import inspect, torch, sys; sys.exit('weights_only' not in inspect.signature(torch.load).parameters)"; then
+  out=$("$py" "$conv" "$work/mae_args.pth" "$work/args.safetensors" 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ] && grep -q "pickles objects other than tensors.*--unsafe-pickle" <<<"$out" &&
+     "$py" "$conv" --unsafe-pickle "$work/mae_args.pth" "$work/args.safetensors" > /dev/null; then
+    echo "ok: a checkpoint with pickled arguments needs --unsafe-pickle, then converts"
+  else echo "FAIL: the checkpoint with pickled arguments: rc $rc: $out"; fail=1; fi
+fi
 out=$("$py" "$conv" "$work/swiglu.pth" "$work/bad.safetensors" 2>&1)
 rc=$?
 if [ $rc -eq 1 ] && grep -q "not a ViT layout vit3d builds: blocks.0.mlp.w12.weight" <<<"$out" &&
