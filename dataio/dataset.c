@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "label.h"
 #include "tar.h"
 
 // Class labels beyond this are almost certainly a misparsed column, not a real dataset.
@@ -282,22 +283,25 @@ static int refs_push(shard_refs *r, int64_t i, int32_t shard, int64_t off, int64
   return 1;
 }
 
-static vt_status read_label(int fd, const char *shard, const vt_tar_member *cls, int32_t *label,
-                            char *err, size_t errlen) {
-  char text[33] = {0};
-  ssize_t got = cls->size <= 32 ? pread(fd, text, (size_t)cls->size, (off_t)cls->offset) : -1;
-  char *end;
-  errno = 0;
-  long v = got == cls->size ? strtol(text, &end, 10) : -1;
-  if (v >= 0) {
-    while (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t') end++;
-    if (end == text || *end || errno) v = -1;
-  }
-  if (v < 0 || v >= VT_MAX_LIST_LABEL)
-    return vt_fail_input(err, errlen, "%s: %s holds '%.32s', not a class number in [0, %d)", shard,
-                         cls->name, got > 0 ? text : "", VT_MAX_LIST_LABEL);
-  *label = (int32_t)v;
-  return VT_OK;
+// The class number in the label member (label.h reads it as the label key says).
+static vt_status read_label(int fd, const char *shard, const vt_tar_member *cls,
+                            const char *label_key, int32_t *label, char *err, size_t errlen) {
+  if (cls->size > VT_LABEL_MAX_BYTES)
+    return vt_fail_input(err, errlen, "%s: %s has %lld bytes, more than a label member's %d",
+                         shard, cls->name, (long long)cls->size, VT_LABEL_MAX_BYTES);
+  char *text = malloc((size_t)cls->size + 1), why[128];
+  if (!text) return vt_fail_input(err, errlen, "out of memory reading %s", cls->name);
+  const ssize_t got = pread(fd, text, (size_t)cls->size, (off_t)cls->offset);
+  vt_status st = VT_OK;
+  if (got != cls->size)
+    st = vt_fail_input(err, errlen, "%s: cannot read %s: %s", shard, cls->name,
+                       got < 0 ? strerror(errno) : "the shard ends inside it");
+  else if (vt_label_parse(label_key, text, (size_t)got, VT_MAX_LIST_LABEL, label, why,
+                          sizeof why) != VT_OK)
+    st = vt_fail_input(err, errlen, "%s: %s %s (--label-key %s)", shard, cls->name, why,
+                       label_key);
+  free(text);
+  return st;
 }
 
 // The samples of shard s: runs of adjacent members with one key, each with one image and its
@@ -305,6 +309,8 @@ static vt_status read_label(int fd, const char *shard, const vt_tar_member *cls,
 static vt_status index_shard(vt_dataset *ds, int s, const char *label_key, strlist *samples,
                              shard_refs *refs, int32_t *max_label, char *err, size_t errlen) {
   const char *path = ds->shard_paths[s];
+  char kind_of_label[32];  // KEY.<this> holds the label
+  vt_label_member_kind(label_key, kind_of_label, sizeof kind_of_label);
   vt_tar_member *m;
   int64_t n;
   vt_status st = vt_tar_list(ds->shard_fds[s], path, &m, &n, err, errlen);
@@ -315,13 +321,13 @@ static vt_status index_shard(vt_dataset *ds, int s, const char *label_key, strli
     for (j = i; j < n; j++) {
       const char *k = kind ? member_kind(m[j].name, &kl) : NULL;
       if (!k || kl != klen || memcmp(m[j].name, m[i].name, klen)) break;
-      int64_t *slot = is_image_kind(k) ? &img : !strcmp(k, label_key) ? &cls : NULL;
+      int64_t *slot = is_image_kind(k) ? &img : !strcmp(k, kind_of_label) ? &cls : NULL;
       if (slot && *slot >= 0) {
         st = vt_fail_input(err, errlen,
                            "%s: sample '%.*s' has two %s members (%s and %s): a sample is "
                            "one image and its .%s",
                            path, (int)klen, m[i].name, slot == &img ? "image" : "label",
-                           m[*slot].name, m[j].name, label_key);
+                           m[*slot].name, m[j].name, kind_of_label);
         break;
       }
       if (slot) *slot = j;
@@ -333,14 +339,14 @@ static vt_status index_shard(vt_dataset *ds, int s, const char *label_key, strli
           err, errlen,
           "%s: sample '%.*s' has %s .%s%s: each sample is KEY.jpg (or .jpeg, .png) "
           "with KEY.%s holding its class number, next to each other in the shard",
-          path, (int)klen, m[i].name, img < 0 ? "a" : "no", label_key,
+          path, (int)klen, m[i].name, img < 0 ? "a" : "no", kind_of_label,
           img < 0 ? " but no .jpg, .jpeg or .png image"
                   : " label member (labels in another member: --label-key KIND)",
-          label_key);
+          kind_of_label);
       break;
     }
     int32_t label = 0;
-    st = read_label(ds->shard_fds[s], path, &m[cls], &label, err, errlen);
+    st = read_label(ds->shard_fds[s], path, &m[cls], label_key, &label, err, errlen);
     if (st != VT_OK) break;
     size_t len = strlen(path) + strlen(m[img].name) + 2;
     char *name = malloc(len);
@@ -397,8 +403,8 @@ static vt_status open_shards(const char *what, const char *label_key, strlist *s
   if (st == VT_OK && samples->n == 0)
     st = vt_fail_input(err, errlen,
                        "no samples in the %d shard(s) of %s: a sample is KEY.jpg (or .jpeg, "
-                       ".png) with KEY.%s holding its class number, next to each other in a "
-                       "shard (webdataset's layout; another label member: --label-key)",
+                       ".png) with its label member (--label-key %s), next to each other in a "
+                       "shard (webdataset's layout)",
                        ds->nshards, what, label_key);
   return st == VT_OK ? number_classes(ds, max_label, err, errlen) : st;
 }

@@ -21,6 +21,7 @@
 #include "eval.h"
 #include "fault.h"
 #include "health.h"
+#include "label.h"
 #include "export.h"
 #include "mesh.h"
 #include "model.h"
@@ -101,12 +102,7 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->transform.ra.layers > 0 && o->transform.three_aug)
     REFUSE("--aa and --three-augment are two augmentation policies (DeiT III's 3-Augment "
            "replaces RandAugment): pick one");
-  if (!o->label_key[0] || strspn(o->label_key, "abcdefghijklmnopqrstuvwxyz0123456789_-") !=
-                              strlen(o->label_key) ||
-      !strcmp(o->label_key, "jpg") || !strcmp(o->label_key, "jpeg") || !strcmp(o->label_key, "png"))
-    REFUSE("--label-key '%s': give the label member's extension without its dot, in lower case "
-           "letters, digits, '_' or '-', other than an image's (cls, label, target, ...)",
-           o->label_key);
+  if (vt_label_key_check(o->label_key, err, errlen) != VT_OK) return VT_ERR_INPUT;
   if (o->bce_thresh >= 0 && !o->bce_loss)
     REFUSE("--bce-target-thresh %g makes binary targets for --bce-loss 1, which is off",
            (double)o->bce_thresh);

@@ -20,7 +20,7 @@ typedef struct {
   char data[512];           // "synthetic", an ImageFolder directory or a list file
   char val_data[512];       // validation set (same forms); empty: none
   char index_cache[512];    // folder of dataset index cache entries (dataio/index_cache.h); empty: none
-  char label_key[16];       // tar shards: the label member's kind (KEY.cls by default)
+  char label_key[48];       // tar shards: the label member (KEY.cls by default; label.h)
   int eval_interval;        // evaluate every N steps (and at the end); 0: only at the end
   int eval_hflip;           // 1: score the mean logits of each image and its mirror image
   int loader_threads;       // decoder threads per rank that decodes

@@ -25,6 +25,7 @@ int main(void) {
 
 #include "dataset.h"
 #include "index_cache.h"
+#include "label.h"
 #include "loader.h"
 #include "prepare.h"
 #include "sample.h"
@@ -1101,7 +1102,47 @@ static void test_lifecycle(const vt_dataset *ds) {
   printf("ok - destroy with work in flight; bad configuration refused\n");
 }
 
+// Label members: decimal text under a KIND key, a top-level integer field under json:FIELD
+// (a field of the same name in a nested object or inside a string is not it).
+static void test_label_parse(void) {
+  const struct {
+    const char *key, *text;
+    int want;  // the label, or -1 for a refusal
+  } cases[] = {{"cls", "7", 7},
+               {"cls", " 12\n", 12},
+               {"cls", "cat", -1},
+               {"cls", "3 4", -1},
+               {"cls", "1000", -1},
+               {"json:label", "{\"label\": 3}", 3},
+               {"json:label", "{\"a\": {\"label\": 9}, \"label\": 4}", 4},
+               {"json:label", "{\"s\": \"x\\\"label\\\": 5\", \"label\": 6}", 6},
+               {"json:label", "{\"a\": [{\"label\": 1}], \"label\":17 }", 17},
+               {"json:label", "{\"label\": \"3\"}", -1},
+               {"json:label", "{\"label\": 3.5}", -1},
+               {"json:label", "{\"label\": -2}", -1},
+               {"json:label", "{\"other\": 2}", -1},
+               {"json:label", "[{\"label\": 1}]", -1},
+               {"json:label", "{\"label", -1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int32_t got = -1;
+    char why[128] = "";
+    vt_status st = vt_label_parse(cases[i].key, cases[i].text, strlen(cases[i].text), 1000, &got,
+                                  why, sizeof why);
+    EXPECT(cases[i].want >= 0 ? st == VT_OK && got == cases[i].want : st == VT_ERR_INPUT && why[0],
+           "label %s of '%s': status %d, label %d (%s), want %d", cases[i].key, cases[i].text, st,
+           got, why, cases[i].want);
+  }
+  char err[256];
+  EXPECT(vt_label_key_check("cls", err, sizeof err) == VT_OK &&
+             vt_label_key_check("json:label_id", err, sizeof err) == VT_OK &&
+             vt_label_key_check("png", err, sizeof err) == VT_ERR_INPUT &&
+             vt_label_key_check(".cls", err, sizeof err) == VT_ERR_INPUT &&
+             vt_label_key_check("json:", err, sizeof err) == VT_ERR_INPUT,
+         "label key checks");
+}
+
 int main(void) {
+  test_label_parse();
   const char *tmp = getenv("TMPDIR");
   snprintf(g_root, sizeof(g_root), "%s/vt_loader_XXXXXX", tmp && strlen(tmp) < 40 ? tmp : "/tmp");
   if (!mkdtemp(g_root)) return printf("FAIL: mkdtemp %s\n", g_root), 1;

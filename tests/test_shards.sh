@@ -6,9 +6,10 @@
 # logs the very losses, norms and validation figures of the run on the folder and ends with the
 # same weights, byte for byte, which --check-log also confirms on 2 ranks (and exits 5 for a run
 # of another seed, after its export), also with both indexes read from an --index-cache entry.
-# Shards whose labels are in KEY.label (beside a decoy KEY.target of other classes) are refused
-# without --label-key, naming the flag, and with --label-key label log the folder run's figures
-# bit for bit; an index cache keeps the two keys' indexes apart (--label-key target is another run).
+# Shards whose labels are in KEY.label (beside a decoy KEY.target of other classes, and KEY.json
+# with the label as a top-level field and a nested decoy) are refused without --label-key,
+# naming the flag, and with --label-key label or json:label log the folder run's figures bit for
+# bit; an index cache keeps the keys' indexes apart (--label-key target is another run).
 # `vit3d prepare shards` writes shards that Python's tarfile
 # reads back to the source's bytes and labels, each sample once. A damaged shard stops every rank at
 # start with exit 2 and a message naming the shard and the byte.
@@ -141,8 +142,12 @@ for name in sorted(os.listdir(src)):
     with tarfile.open(f"{src}/{name}") as tin, tarfile.open(f"{out}/{name}", "w") as tout:
         for m in tin.getmembers():
             data = tin.extractfile(m).read() if m.isfile() else None
+            if m.name.endswith(".json"):  # the shards' decoy {} members: KEY.json holds the label now
+                continue
             if m.name.endswith(".cls"):
-                for kind, text in (("label", data), ("target", str((int(data) + 1) % 3).encode())):
+                obj = {"key": m.name, "nested": {"label": 99}, "label": int(data)}
+                for kind, text in (("label", data), ("target", str((int(data) + 1) % 3).encode()),
+                                   ("json", __import__("json").dumps(obj).encode())):
                     ti = tarfile.TarInfo(m.name[:-3] + kind)
                     ti.size = len(text)
                     tout.addfile(ti, io.BytesIO(text))
@@ -158,12 +163,16 @@ rc_label=$?
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${lbl[@]}" --label-key target \
   --check-log "$work/run_folder/metrics.jsonl" > "$work/lbl_target.log" 2>&1
 rc_target=$?
+timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${lbl[@]}" --label-key json:label \
+  --check-log "$work/run_folder/metrics.jsonl" > "$work/lbl_json.log" 2>&1
+rc_json=$?
 if [ $rc_none -eq 2 ] && grep -q "has no .cls label member.*--label-key" "$work/lbl_none.log" &&
    [ $rc_label -eq 0 ] && grep -q -- "--check-log: 12 steps equal" "$work/lbl_label.log" &&
-   [ $rc_target -eq 5 ] && ! grep -q "shards_lbl: index from the cache" "$work/lbl_target.log"; then
-  echo "label key: KEY.label shards refused without --label-key, with it the folder run's 12 steps; --label-key target (not from the label index's cache entry) another run"
+   [ $rc_target -eq 5 ] && ! grep -q "shards_lbl: index from the cache" "$work/lbl_target.log" &&
+   [ $rc_json -eq 0 ] && grep -q -- "--check-log: 12 steps equal" "$work/lbl_json.log"; then
+  echo "label key: KEY.label shards refused without --label-key, with it the folder run's 12 steps; --label-key target (not from the label index's cache entry) another run; json:label (beside a nested label) the folder run's steps"
 else
-  echo "FAIL: --label-key: rc $rc_none (want 2), $rc_label (want 0), $rc_target (want 5)"
+  echo "FAIL: --label-key: rc $rc_none (want 2), $rc_label (want 0), $rc_target (want 5), $rc_json (want 0)"
   grep -h "label member\|check-log\|cache" "$work"/lbl_*.log | head -8; fail=1
 fi
 

@@ -1,0 +1,30 @@
+// label.h: a sample's class number from the bytes of its label member in a tar shard. A label
+// key names the member and how to read it: KIND ("cls", "label", ...) for KEY.KIND holding the
+// number as decimal text (webdataset's KEY.cls), or "json:FIELD" for an integer field at the top
+// level of the object in KEY.json. Must not depend on MPI, a backend or the model.
+#ifndef VT_LABEL_H
+#define VT_LABEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vt_error.h"
+
+// The most bytes a label member may have (a JSON object with other fields beside the label).
+#define VT_LABEL_MAX_BYTES 65536
+
+// VT_OK when key is a label key (KIND in lower-case letters, digits, '_' and '-', not an
+// image's; or json:FIELD with FIELD in letters, digits, '_' and '-'), else VT_ERR_INPUT saying
+// what one looks like.
+vt_status vt_label_key_check(const char *key, char *err, size_t errlen);
+
+// The member kind the key reads ("json" for json:FIELD), into kind (len bytes).
+void vt_label_member_kind(const char *key, char *kind, size_t len);
+
+// The class number in text (n bytes of a member) under key: VT_OK with *label in [0, max), or
+// VT_ERR_INPUT with what is wrong in why (the text is not a number, the field is missing or not
+// an integer, the number is out of range).
+vt_status vt_label_parse(const char *key, const char *text, size_t n, int32_t max,
+                         int32_t *label, char *why, size_t whylen);
+
+#endif
