@@ -106,6 +106,13 @@ static int last_at(int argc, char **argv, const char *flag) {
   return at;
 }
 
+// value when flag (a length in epochs) comes after steps_flag (the same length in steps), else
+// 0: the later of the two counts, as flags after an @FILE do.
+static double if_later(int argc, char **argv, const char *flag, const char *steps_flag,
+                       double value) {
+  return last_at(argc, argv, flag) > last_at(argc, argv, steps_flag) ? value : 0;
+}
+
 static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   const int rank0 = vt_comm_rank(world) == 0;
   vt_train_options o;
@@ -454,17 +461,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
     if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
     return 2;
   }
-  // A length in epochs and one in steps: the later flag wins, as flags after an @FILE do.
-  o.epochs = last_at(argc, argv, "--epochs") > last_at(argc, argv, "--steps") ? epochs : 0;
-  o.warmup_epochs = last_at(argc, argv, "--warmup-epochs") > last_at(argc, argv, "--warmup-steps")
-                        ? warmup_epochs
-                        : 0;
-  o.eval_epochs = last_at(argc, argv, "--eval-epochs") > last_at(argc, argv, "--eval-interval")
-                      ? eval_epochs
-                      : 0;
-  o.save_epochs = last_at(argc, argv, "--save-epochs") > last_at(argc, argv, "--save-interval")
-                      ? save_epochs
-                      : 0;
+  o.epochs = if_later(argc, argv, "--epochs", "--steps", epochs);
+  o.warmup_epochs = if_later(argc, argv, "--warmup-epochs", "--warmup-steps", warmup_epochs);
+  o.eval_epochs = if_later(argc, argv, "--eval-epochs", "--eval-interval", eval_epochs);
+  o.save_epochs = if_later(argc, argv, "--save-epochs", "--save-interval", save_epochs);
   // With --epochs the steps (and the default warmup) follow once the dataset is open.
   o.optim.total_steps = o.steps;
   if (o.optim.warmup_steps < 0 && o.epochs <= 0 && o.warmup_epochs <= 0)
