@@ -339,11 +339,15 @@ void vt_lamb_apply(const vt_backend *be, float *param, const float *update, int6
   be->lamb_apply(param, update, count, lr, trust);
 }
 
-double vt_sumsq(const vt_backend *be, const float *x, int64_t count) {
+void vt_sumsq(const vt_backend *be, double *out, const float *x, int64_t count) {
   NEED(be, sumsq);
+  PTR(out);
+  if (count <= 0) {
+    be->zero(out, sizeof *out);
+    return;
+  }
   PTR(x);
-  if (count <= 0) return 0.0;
-  return be->sumsq(x, count);
+  be->sumsq(out, x, count);
 }
 
 void vt_ema(const vt_backend *be, float *ema, const float *param, float decay, int64_t count) {

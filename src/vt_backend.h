@@ -158,7 +158,7 @@ struct vt_backend {
                        float weight_decay, int64_t t);
   void (*lamb_apply)(float *param, const float *update, int64_t count, float lr, float trust);
   void (*ema)(float *ema, const float *param, float decay, int64_t count);
-  double (*sumsq)(const float *x, int64_t count);
+  void (*sumsq)(double *out, const float *x, int64_t count);  // into backend memory, no wait
   void (*scale)(float *x, float alpha, int64_t count);
 };
 

@@ -242,7 +242,9 @@ void vt_lamb_apply(const vt_backend *be, float *param, const float *update, int6
 void vt_ema(const vt_backend *be, float *ema, const float *param, float decay, int64_t count);
 
 // Sum of squares (accumulated in double) and in-place scaling, for the gradient norm and clipping.
-double vt_sumsq(const vt_backend *be, const float *x, int64_t count);
+// vt_sumsq writes the sum into *out, one double of the backend's memory, and does not wait for
+// the device: a caller queues many and brings them to the host with one to_host.
+void vt_sumsq(const vt_backend *be, double *out, const float *x, int64_t count);
 void vt_scale(const vt_backend *be, float *x, float alpha, int64_t count);
 
 #ifdef __cplusplus

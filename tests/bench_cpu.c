@@ -129,10 +129,8 @@ static void t_adamw(float *p, const float *g, float *m, float *v, const uint8_t 
                     float lr, float b1, float b2, float eps, float wd, int64_t t) {
   TIMED("adamw", 0, 0, 0, 0, g_real.adamw(p, g, m, v, d, n, lr, b1, b2, eps, wd, t));
 }
-static double t_sumsq(const float *x, int64_t n) {
-  double r;
-  TIMED("sumsq", 0, 0, 0, 0, r = g_real.sumsq(x, n));
-  return r;
+static void t_sumsq(double *out, const float *x, int64_t n) {
+  TIMED("sumsq", 0, 0, 0, 0, g_real.sumsq(out, x, n));
 }
 
 static const vt_backend *timing_backend(const vt_backend *real) {

@@ -701,9 +701,14 @@ static void t_lamb_apply(tc *t, const int64_t *d) {
 static void t_sumsq(tc *t, const int64_t *d) {
   const int64_t n = d[0];
   float *x = hrand(t, n, -3, 3);
-  const double ref = vt_sumsq(t->cpu, x, n);
+  double ref, a, b;
+  vt_sumsq(t->cpu, &ref, x, n);
   float *gx = dnew(t, x, n);
-  const double a = vt_sumsq(t->gpu, gx, n), b = vt_sumsq(t->gpu, gx, n);
+  double *gs = dnew_bytes(t, NULL, 2 * sizeof(double));
+  vt_sumsq(t->gpu, gs, gx, n);
+  vt_sumsq(t->gpu, gs + 1, gx, n);
+  t->gpu->to_host(&a, gs, sizeof a);
+  t->gpu->to_host(&b, gs + 1, sizeof b);
   report(t, "sum", fabs(a - ref) / ref, t->tol, memcmp(&a, &b, sizeof a) == 0);
 }
 

@@ -49,10 +49,12 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   o->m = must_alloc(be, state, "Adam moments");
   o->v = must_alloc(be, state, "Adam moments");
   if (cfg->ema_decay > 0) o->ema = must_alloc(be, state, "the weights' EMA");
-  if (cfg->kind == VT_OPT_LAMB) {
-    o->norms = calloc(2 * (size_t)table->count + 1, sizeof(double));
-    VT_CHECK(o->norms != NULL, "out of host memory for LAMB's norms");
-  }
+  const size_t nsums = 2 * (size_t)table->count + 1;
+  o->sums = be->alloc(nsums * sizeof(double));
+  o->norms = calloc(nsums, sizeof(double));
+  o->run_key = calloc(nsums, 1);
+  VT_CHECK(o->sums && o->norms && o->run_key, "out of memory for the optimizer's %zu norms",
+           nsums);
   // The weight-decay mask, so that one AdamW call updates every tensor (vt_ops.h).
   uint8_t *mask = calloc((size_t)table->total + 1, 1);
   o->decay = be->alloc((size_t)table->total + 1);
@@ -109,7 +111,8 @@ void vt_optimizer_skip(vt_optimizer *o) {
 }
 
 void vt_optimizer_free(vt_optimizer *o) {
-  free(o->layer_lo), free(o->layer_hi), free(o->started), free(o->norms);
+  free(o->layer_lo), free(o->layer_hi), free(o->started), free(o->norms), free(o->run_key);
+  o->be->free(o->sums);
   o->be->free(o->m);
   o->be->free(o->v);
   o->be->free(o->decay);
@@ -143,8 +146,8 @@ static int64_t piece(const vt_param *p, int64_t lo, int64_t hi, int64_t *first) 
 }
 
 // Calls fn once per run of adjacent tensors (within the flat range [lo, hi)) that share the
-// same key, with the run's first flat index and length: fewer, longer calls (on a GPU each
-// vt_sumsq waits for the device, and every call is a launch).
+// same key, with the run's first flat index and length: fewer, longer calls (on a GPU every
+// call is a launch).
 typedef struct {
   const vt_optimizer *o;
   int64_t lo;
@@ -182,23 +185,28 @@ typedef struct {
   const vt_optimizer *o;
   const float *grads;  // element lo
   int64_t lo;
-  double sums[2];  // [0] counted, [1] copies
+  int runs;
 } sumsq_ctx;
 
 static void sumsq_run(void *ctx, int64_t first, int64_t count, int key) {
   sumsq_ctx *c = ctx;
-  c->sums[key] += vt_sumsq(c->o->be, c->grads + (first - c->lo), count);
+  vt_sumsq(c->o->be, c->o->sums + c->runs, c->grads + (first - c->lo), count);
+  c->o->run_key[c->runs++] = (unsigned char)key;
 }
 
 // Sum of squares of grads over the flat range [lo, hi) (grads points at element lo), counting
 // tensors replicated over TP only on TP rank 0, so the sum over the TP group counts them once.
 // The other TP ranks still look at their copies: a non-finite value there makes the sum NaN, so
-// that every rank skips the step together. Without TP this is one vt_sumsq call.
+// that every rank skips the step together. One vt_sumsq per run of tensors (one without TP),
+// one copy to the host, the runs added there in order.
 static double local_sumsq(const vt_optimizer *o, const float *grads, int64_t lo, int64_t hi) {
-  sumsq_ctx c = {o, grads, lo, {0.0, 0.0}};
+  sumsq_ctx c = {o, grads, lo, 0};
   const run_walk w = {o, lo, copy_key, sumsq_run, &c};
   for_each_run(&w, hi);
-  return isfinite(c.sums[1]) ? c.sums[0] : NAN;
+  if (c.runs) o->be->to_host(o->norms, o->sums, (size_t)c.runs * sizeof(double));
+  double sums[2] = {0.0, 0.0};  // [0] counted, [1] copies
+  for (int r = 0; r < c.runs; r++) sums[o->run_key[r]] += o->norms[r];
+  return isfinite(sums[1]) ? sums[0] : NAN;
 }
 
 double vt_layer_lr_scale(const vt_optim_config *cfg, int layer) {
@@ -252,12 +260,17 @@ static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int
                     oc->eps, oc->weight_decay, o->t);
   const int adapt = oc->weight_decay != 0.0f;
   double *ss = o->norms;
-  memset(ss, 0, 2 * (size_t)t->count * sizeof(double));
-  for (int i = 0; adapt && i < t->count; i++) {
-    int64_t first, count = piece(&t->p[i], lo, hi, &first);
-    if (count <= 0 || !t->p[i].decay || copy_key(o, &t->p[i])) continue;
-    ss[2 * i] = vt_sumsq(be, params + (first - lo), count);
-    ss[2 * i + 1] = vt_sumsq(be, g + (first - lo), count);
+  const size_t nbytes = 2 * (size_t)t->count * sizeof(double);
+  memset(ss, 0, nbytes);
+  if (adapt) {  // every sum queued into o->sums, then one copy to the host
+    be->zero(o->sums, nbytes);
+    for (int i = 0; i < t->count; i++) {
+      int64_t first, count = piece(&t->p[i], lo, hi, &first);
+      if (count <= 0 || !t->p[i].decay || copy_key(o, &t->p[i])) continue;
+      vt_sumsq(be, o->sums + 2 * i, params + (first - lo), count);
+      vt_sumsq(be, o->sums + 2 * i + 1, g + (first - lo), count);
+    }
+    be->to_host(ss, o->sums, nbytes);
   }
   if (adapt && o->tp) vt_comm_all_reduce_double(o->tp, ss, 2 * t->count, VT_REDUCE_SUM);
   if (adapt && o->zero) vt_comm_all_reduce_double(o->dp, ss, 2 * t->count, VT_REDUCE_SUM);

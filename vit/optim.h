@@ -59,7 +59,12 @@ typedef struct {
                           // elements, or under ZeRO-1 this rank's shard (shard_count), updated
                           // from the shard of the weights it updates
   uint8_t *decay;         // table->total bytes, backend memory: 1 where weight decay applies
-  double *norms;          // LAMB: per table row, sums of squares of the weights and direction
+  // The step's sums of squares (the gradient norm's runs of tensors; LAMB's per-tensor norms of
+  // the weights and direction), queued into sums (backend memory) and brought to the host as
+  // one copy into norms: one wait for the device each, not one per tensor. 2 * table->count + 1
+  // doubles each; run_key: each norm run's kind (counted or a TP copy).
+  double *sums, *norms;
+  unsigned char *run_key;
   float *flat, *shard;    // ZeRO-1 only: padded gradient/parameter staging, reduced shard
   int64_t t;              // optimizer steps taken (Adam's bias corrections)
   // Overlap (DP without ZeRO): the flat range [layer_lo, layer_hi) of each layer's parameters

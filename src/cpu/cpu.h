@@ -141,7 +141,7 @@ void vt_cpu_lamb_moments(float *update, const float *param, const float *grad, f
                          float eps, float weight_decay, int64_t t);
 void vt_cpu_lamb_apply(float *param, const float *update, int64_t count, float lr, float trust);
 void vt_cpu_ema(float *ema, const float *param, float decay, int64_t count);
-double vt_cpu_sumsq(const float *x, int64_t count);
+void vt_cpu_sumsq(double *out, const float *x, int64_t count);
 void vt_cpu_scale(float *x, float alpha, int64_t count);
 
 // Column sums of a (M, C) matrix added into out (C), in a fixed order whatever the thread

@@ -126,7 +126,7 @@ void vt_cpu_layer_scale_bwd(float *dx, float *dgamma, const float *dout, const f
     for (int64_t c = 0; c < cols; c++) dx[r * cols + c] = dout[r * cols + c] * gamma[c];
 }
 
-double vt_cpu_sumsq(const float *x, int64_t count) {
+void vt_cpu_sumsq(double *out, const float *x, int64_t count) {
   // Fixed chunks summed in order: the same result for any thread count.
   const int64_t chunk = 1 << 16, nchunk = (count + chunk - 1) / chunk;
   double total = 0.0;
@@ -142,7 +142,7 @@ double vt_cpu_sumsq(const float *x, int64_t count) {
     }
     for (int64_t c = c0; c < c1; c++) total += part[c - c0];
   }
-  return total;
+  *out = total;
 }
 
 void vt_cpu_scale(float *x, float alpha, int64_t count) {

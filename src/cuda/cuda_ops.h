@@ -56,7 +56,7 @@ void vt_cuda_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *
 void vt_cuda_add(float *out, const float *a, const float *b, int64_t count);
 void vt_cuda_drop_path(float *out, const float *x, const float *res, int64_t rows, int64_t cols,
                        const vt_drop_mask *mask);
-double vt_cuda_sumsq(const float *x, int64_t count);
+void vt_cuda_sumsq(double *out, const float *x, int64_t count);
 void vt_cuda_scale(float *x, float alpha, int64_t count);
 
 // attention.cu

@@ -165,21 +165,18 @@ extern "C" void vt_cuda_scale(float *x, float alpha, int64_t count) {
   VT_CUDA_CHECK_LAUNCH();
 }
 
-// The caller needs the value on the host (gradient norm, clipping), so this waits for the stream.
-extern "C" double vt_cuda_sumsq(const float *x, int64_t count) {
+// Queued on the stream with the result left in device memory: the optimizer brings all of a
+// step's sums to the host with one copy (one wait).
+extern "C" void vt_cuda_sumsq(double *out, const float *x, int64_t count) {
   const int64_t nchunk = (count + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
   VT_CHECK(nchunk <= 0x7fffffff, "sumsq: %lld elements are too many for one grid",
            (long long)count);
   cudaStream_t st = vt_cuda_stream();
-  double *part = (double *)vt_cuda_scratch((size_t)(nchunk + 1) * sizeof(double));
+  double *part = (double *)vt_cuda_scratch((size_t)nchunk * sizeof(double));
   sumsq_partial_kernel<<<(unsigned)nchunk, VT_TREE_THREADS, 0, st>>>(part, x, count);
   VT_CUDA_CHECK_LAUNCH();
-  sumsq_final_kernel<<<1, VT_TREE_THREADS, 0, st>>>(part + nchunk, part, nchunk);
+  sumsq_final_kernel<<<1, VT_TREE_THREADS, 0, st>>>(out, part, nchunk);
   VT_CUDA_CHECK_LAUNCH();
-  double total = 0.0;
-  VT_CUDA_CHECK(cudaMemcpyAsync(&total, part + nchunk, sizeof total, cudaMemcpyDeviceToHost, st));
-  VT_CUDA_CHECK(cudaStreamSynchronize(st));
-  return total;
 }
 
 static __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int64_t n) {
