@@ -122,7 +122,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip";
   char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic", pool[8] = "token";
   char train_interp[12] = "sample", eval_interp[12] = "sample";
-  char mean[64] = "", std[64] = "", opt_name[8] = "adamw";
+  char mean[64] = "", std[64] = "", opt_name[8] = "adamw", sched_on[8] = "steps";
   float epochs = 0, warmup_epochs = 0, eval_epochs = 0, save_epochs = 0;
   int qkv_bias = 1;
   snprintf(model, sizeof model, "%s", o.model.name);
@@ -257,6 +257,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "learning rate at the end of the cosine decay", NULL},
       {"--warmup-steps", VT_OPT_I64, &o.optim.warmup_steps, 0, -1, BIG, "N",
        "steps of linear warmup; -1: 5% of --steps", NULL},
+      {"--sched-on", VT_OPT_STR, sched_on, sizeof sched_on, 0, 0, "UNIT",
+       "when the learning rate changes: steps (every step; the cosine from the warmup's end) "
+       "or epochs (once per pass over the training set, timm's train.py default and DeiT's: "
+       "timm's CosineLRScheduler counted in epochs, the cosine from epoch 0, the warmup from "
+       "--warmup-lr)", "steps|epochs"},
       {"--warmup-lr", VT_OPT_FLOAT, &o.optim.warmup_lr, 0, 0, 10, "LR",
        "the warmup's learning rate at step 0, rising linearly to --lr (timm's --warmup-lr, "
        "DeiT: 1e-6); 0: step s of W takes lr * (s + 1) / W", NULL},
@@ -442,6 +447,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                     : VT_PRECISION_FP32;
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
   o.optim.kind = strcmp(opt_name, "lamb") == 0 ? VT_OPT_LAMB : VT_OPT_ADAMW;
+  o.sched_epochs = strcmp(sched_on, "epochs") == 0;
   o.model.global_pool = strcmp(pool, "avg") == 0;
   o.model.no_qkv_bias = !qkv_bias;
   o.erase.mode = strcmp(remode, "const") == 0  ? VT_ERASE_CONST

@@ -120,6 +120,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
       !o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0)
     REFUSE("--epochs, --warmup-epochs, --eval-epochs and --save-epochs count passes over a "
            "dataset; --data synthetic has no size: give steps");
+  if (o->sched_epochs && !o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0)
+    REFUSE("--sched-on epochs steps the learning rate once per pass over a dataset; --data "
+           "synthetic has no size: use --sched-on steps");
   if (o->optim.min_lr > o->optim.lr) REFUSE("--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
   if (o->optim.warmup_lr > o->optim.lr)
     REFUSE("--warmup-lr %g is above --lr %g (the warmup climbs to --lr)", o->optim.warmup_lr,
@@ -321,6 +324,13 @@ static vt_status resolve_epochs(vt_train_options *o, int64_t n, char *err, size_
   if (o->save_epochs > 0)
     o->save_interval = (int)fmin(fmax(llround(o->save_epochs * per_epoch), 1), 1 << 30);
   o->optim.total_steps = o->steps;
+  if (o->sched_epochs) {  // timm's schedule counts epochs: the lengths as given, or in epochs
+    o->optim.epoch_images = n;
+    o->optim.step_images = o->global_batch;
+    o->optim.warmup_epochs =
+        o->warmup_epochs > 0 ? o->warmup_epochs : (double)o->optim.warmup_steps / per_epoch;
+    o->optim.cycle_epochs = o->epochs > 0 ? o->epochs : (double)o->steps / per_epoch;
+  }
   if (o->steps < 1)
     REFUSE("--epochs %g of %lld images at %d per step is no step: give more epochs",
            o->epochs, (long long)n, o->global_batch);
@@ -433,11 +443,18 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
                                sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
   if (ok && !o->eval_only &&
-      (own.epochs > 0 || own.warmup_epochs > 0 || own.eval_epochs > 0 || own.save_epochs > 0)) {
+      (own.epochs > 0 || own.warmup_epochs > 0 || own.eval_epochs > 0 || own.save_epochs > 0 ||
+       own.sched_epochs)) {
     // Every rank holds the index, so every rank reaches the same verdict.
     ok = resolve_epochs(&own, data.train_ds.count, err, sizeof err) == VT_OK;
     if (!ok && world_rank == 0) vt_log_error("%s", err);
     opt.cfg.total_steps = own.optim.total_steps, opt.cfg.warmup_steps = own.optim.warmup_steps;
+    opt.cfg.epoch_images = own.optim.epoch_images, opt.cfg.step_images = own.optim.step_images;
+    opt.cfg.warmup_epochs = own.optim.warmup_epochs, opt.cfg.cycle_epochs = own.optim.cycle_epochs;
+    if (ok && world_rank == 0 && own.sched_epochs)
+      vt_log_info("learning rate per epoch (timm's): %g epochs of warmup from %g, cosine over %g "
+                  "epochs to %g", own.optim.warmup_epochs, own.optim.warmup_lr,
+                  own.optim.cycle_epochs, own.optim.min_lr);
     if (ok && world_rank == 0)
       vt_log_info("%g epochs of %lld images at %d per step: %lld steps, %lld of warmup; "
                   "evaluation every %d, saves every %d (0: at the end)",

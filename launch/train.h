@@ -38,6 +38,7 @@ typedef struct {
   // intervals) from the training set's size, once it is open: round(E * images / global batch)
   // (vt_train_run)
   double epochs, warmup_epochs, eval_epochs, save_epochs;
+  int sched_epochs;         // --sched-on epochs: timm's per-epoch rate (vt_optim_config)
   int64_t run_steps;        // steps to run in this invocation, then stop; 0: until the end
   vt_optim_config optim;
   float label_smoothing;

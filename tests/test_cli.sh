@@ -40,6 +40,7 @@ refuse "--simple-crop resizes the whole image as torchvision's Resize does: it n
 refuse "--aa and --three-augment are two augmentation policies" train --aa rand-m9 --three-augment 1 --data /tmp
 refuse "--opt: 'sgd' is not one of adamw|lamb" train --opt sgd
 refuse "--epochs, --warmup-epochs, --eval-epochs and --save-epochs count passes over a dataset; --data synthetic has no size" train --epochs 3
+refuse "--sched-on epochs steps the learning rate once per pass over a dataset; --data synthetic has no size" train --sched-on epochs
 refuse "--label-key '.cls': give the label member's extension without its dot" train --label-key .cls
 refuse "--bce-target-thresh 0 makes binary targets for --bce-loss 1, which is off" train --bce-target-thresh 0
 refuse "--aug-repeats: 0 is out of range" train --aug-repeats 0
@@ -116,7 +117,7 @@ if grep -q "1.5 epochs of 16 images at 8 per step: 3 steps, 1 of warmup; evaluat
 else echo "FAIL: --epochs: $out"; fail=1; fi
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes --global-pool \
-            --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr \
+            --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr --sched-on \
             --opt --opt-eps --weight-decay --clip-grad --label-smoothing --bce-target-thresh --drop-path --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done

@@ -4,7 +4,8 @@
 # positions on the patch tokens only; 2 registers with LayerScale; 3 registers with class
 # positions and the mean-pooled head; QK-norm without the qkv bias; ParallelScalingBlock, renamed) timm's random weights go in through --init-from and
 # `vit3d eval --logits-out` must give timm's logits on the same inputs. Also ref_vit.py's LAMB,
-# which the ref test holds vit3d's to, against timm.optim.Lamb.
+# which the ref test holds vit3d's to, against timm.optim.Lamb, and --sched-on epochs against
+# timm's CosineLRScheduler.
 # timm: an importable one, else timm 1.0.9 from PyPI unpacked once into CACHE_DIR (pure Python,
 # --no-deps; it needs Debian's python3-torchvision). Exits 77 (skip) when neither is possible,
 # saying why.
@@ -47,4 +48,17 @@ for v in vit avg deit3 reg reg_avg qk_norm parallel; do
   "$py" "$here/timm_check.py" check $v "$work/$v.safetensors" "$work/$v.dump.safetensors" || fail=1
 done
 "$py" "$here/timm_check.py" lamb || fail=1  # the reference's LAMB (the ref test's) is timm's
+# --sched-on epochs against timm's CosineLRScheduler stepped once an epoch: 30 images at 4 per
+# step (epochs end inside steps); the warmup in epochs, then in steps (2/3 of an epoch).
+for run in "6 2 1e-5 --warmup-epochs 2" "5 20/30 1e-6 --warmup-steps 5"; do
+  read -r epochs warm wlr wflag wval <<<"$run"
+  rm -rf "$work/sched"
+  if ! "$vit3d" train --model tiny --num-classes 10 --img-size 32 --patch-size 8 --data "$work/val" \
+      --micro-batch-size 4 --global-batch-size 4 --threads 1 --loader-threads 1 --sched-on epochs \
+      --epochs "$epochs" "$wflag" "$wval" --warmup-lr "$wlr" --lr 1e-3 --min-lr 1e-5 \
+      --log-dir "$work/sched" > "$work/sched.log" 2>&1; then
+    echo "FAIL: vit3d train --sched-on epochs:"; tail -5 "$work/sched.log"; fail=1; continue
+  fi
+  "$py" "$here/timm_check.py" sched "$work/sched/metrics.jsonl" 30 4 "$epochs" "$warm" 1e-3 1e-5 "$wlr" || fail=1
+done
 exit $fail

@@ -155,6 +155,15 @@ static void test_schedule(void) {
   EXPECT(fabsf(vt_lr_at(&oc, 0) - 0.2f) < 1e-7f, "warmup-lr start %g", vt_lr_at(&oc, 0));
   EXPECT(fabsf(vt_lr_at(&oc, 2) - 0.6f) < 1e-7f, "warmup-lr middle %g", vt_lr_at(&oc, 2));
   EXPECT(fabsf(vt_lr_at(&oc, 4) - 1.0f) < 1e-6f, "warmup-lr then the cosine start");
+  // timm's per-epoch rate: 10 images at 4 per step (epochs 0,0,0,1,1,2,2,2,3,3,4 for steps
+  // 0-10), 2 epochs of warmup from 0.2, the cosine over 4 epochs from epoch 0, then min_lr.
+  oc.epoch_images = 10, oc.step_images = 4, oc.warmup_epochs = 2, oc.cycle_epochs = 4;
+  const float want[11] = {0.2f, 0.2f, 0.2f, 0.6f, 0.6f, 0.55f, 0.55f, 0.55f,
+                          (float)(0.1 + 0.45 * (1 + cos(3.14159265358979323846 * 0.75))),
+                          (float)(0.1 + 0.45 * (1 + cos(3.14159265358979323846 * 0.75))), 0.1f};
+  for (int s = 0; s < 11; s++)
+    EXPECT(fabsf(vt_lr_at(&oc, s) - want[s]) < 1e-6f, "per-epoch step %d: %g, want %g", s,
+           vt_lr_at(&oc, s), want[s]);
 }
 
 static void test_adamw(void) {

@@ -13,7 +13,16 @@
 // big enough to amortise a collective's latency; about 16 MiB.
 #define VT_DP_BUCKET_COUNT ((int64_t)1 << 22)
 
+// timm's CosineLRScheduler at epoch e (t_in_epochs, cycle_limit 1), in its double arithmetic.
+static float lr_of_epoch(const vt_optim_config *oc, double e) {
+  const double lr = oc->lr, min_lr = oc->min_lr, warm = oc->warmup_lr;
+  if (e < oc->warmup_epochs) return (float)(warm + e * ((lr - warm) / oc->warmup_epochs));
+  if (e >= oc->cycle_epochs) return (float)min_lr;
+  return (float)(min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.14159265358979323846 * e / oc->cycle_epochs)));
+}
+
 float vt_lr_at(const vt_optim_config *oc, int64_t step) {
+  if (oc->epoch_images > 0) return lr_of_epoch(oc, (double)(step * oc->step_images / oc->epoch_images));
   if (step < oc->warmup_steps && oc->warmup_lr > 0)
     return oc->warmup_lr + (oc->lr - oc->warmup_lr) * (float)step / (float)oc->warmup_steps;
   if (step < oc->warmup_steps) return oc->lr * (float)(step + 1) / (float)oc->warmup_steps;

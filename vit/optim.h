@@ -25,6 +25,14 @@ typedef struct {
   float lr, min_lr;
   int64_t warmup_steps, total_steps;
   float warmup_lr;  // > 0: the warmup climbs from it at step 0 (timm's --warmup-lr); 0: from lr/W
+  // timm's per-epoch schedule (--sched-on epochs; timm's train.py default, DeiT's) where
+  // epoch_images > 0: step s takes the rate of its epoch e = floor(s * step_images /
+  // epoch_images), the epoch its first image is in: warmup_lr + e (lr - warmup_lr) /
+  // warmup_epochs while e < warmup_epochs, then min_lr + (lr - min_lr)(1 + cos(pi e /
+  // cycle_epochs)) / 2, the cosine counted from epoch 0 (timm's CosineLRScheduler: no warmup
+  // prefix), min_lr from epoch cycle_epochs on.
+  int64_t epoch_images, step_images;
+  double warmup_epochs, cycle_epochs;
   float beta1, beta2, eps, weight_decay;
   float clip_grad;  // max global gradient norm; 0 turns clipping off
   // Layer-wise learning-rate decay (BEiT, MAE fine-tuning): the tensors of layer l (vt_param.layer:
@@ -42,7 +50,7 @@ double vt_layer_lr_scale(const vt_optim_config *cfg, int layer);
 
 // Learning rate of step s (0-based): lr * (s+1)/warmup during warmup (with warmup_lr > 0:
 // warmup_lr + s (lr - warmup_lr) / warmup, timm's), then a half cosine from lr at the end of
-// warmup down to min_lr at total_steps.
+// warmup down to min_lr at total_steps. With epoch_images > 0, timm's per-epoch rate (above).
 float vt_lr_at(const vt_optim_config *oc, int64_t step);
 
 typedef struct {
