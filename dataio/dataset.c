@@ -258,7 +258,8 @@ static const char *member_kind(const char *name, size_t *keylen) {
 }
 
 static int is_image_kind(const char *k) {
-  return !strcasecmp(k, "jpg") || !strcasecmp(k, "jpeg") || !strcasecmp(k, "png");
+  return !strcasecmp(k, "jpg") || !strcasecmp(k, "jpeg") || !strcasecmp(k, "png") ||
+         !strcasecmp(k, "webp");
 }
 
 // Per-sample shard, offset and size, grown beside the strlist of names.
@@ -337,10 +338,10 @@ static vt_status index_shard(vt_dataset *ds, int s, const char *label_key, strli
     if (img < 0 || cls < 0) {
       st = vt_fail_input(
           err, errlen,
-          "%s: sample '%.*s' has %s .%s%s: each sample is KEY.jpg (or .jpeg, .png) "
+          "%s: sample '%.*s' has %s .%s%s: each sample is KEY.jpg (or .jpeg, .png, .webp) "
           "with KEY.%s holding its class number, next to each other in the shard",
           path, (int)klen, m[i].name, img < 0 ? "a" : "no", kind_of_label,
-          img < 0 ? " but no .jpg, .jpeg or .png image"
+          img < 0 ? " but no .jpg, .jpeg, .png or .webp image"
                   : " label member (labels in another member: --label-key KIND)",
           kind_of_label);
       break;
@@ -403,7 +404,7 @@ static vt_status open_shards(const char *what, const char *label_key, strlist *s
   if (st == VT_OK && samples->n == 0)
     st = vt_fail_input(err, errlen,
                        "no samples in the %d shard(s) of %s: a sample is KEY.jpg (or .jpeg, "
-                       ".png) with its label member (--label-key %s), next to each other in a "
+                       ".png, .webp) with its label member (--label-key %s), next to each other in a "
                        "shard (webdataset's layout)",
                        ds->nshards, what, label_key);
   return st == VT_OK ? number_classes(ds, max_label, err, errlen) : st;

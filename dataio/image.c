@@ -1,8 +1,9 @@
 // image.c: bytes to 8-bit RGB: finds the format by its signature and hands the bytes to the PNG
-// decoder (image_png.c, libpng), the JPEG decoder (image_jpeg.c, libjpeg-turbo) or stb_image
-// (here: GIF, BMP, PNM, and JPEG in builds without libjpeg); any of the libraries may be compiled
-// out (VT_HAVE_PNG, VT_HAVE_JPEG, VT_HAVE_STB), and then its files are VT_IMG_UNSUPPORTED. These
-// three files are the only ones with those #ifdefs. Also reading files, and the probe and part
+// decoder (image_png.c, libpng), the JPEG decoder (image_jpeg.c, libjpeg-turbo), the WebP decoder
+// (image_webp.c, libwebp) or stb_image (here: GIF, BMP, PNM, and JPEG in builds without libjpeg);
+// any of the libraries may be compiled out (VT_HAVE_PNG, VT_HAVE_JPEG, VT_HAVE_WEBP,
+// VT_HAVE_STB), and then its files are VT_IMG_UNSUPPORTED. These four files are the only ones
+// with those #ifdefs. Also reading files, and the probe and part
 // entry points of image.h. No MPI, backend or model, and no global state: decoder threads call
 // it concurrently.
 #include "image.h"
@@ -55,6 +56,7 @@ static const uint8_t png_signature[8] = {137, 80, 78, 71, 13, 10, 26, 10};
 static vt_image_format sniff(const uint8_t *b, size_t n) {
   if (n >= 8 && memcmp(b, png_signature, 8) == 0) return VT_FMT_PNG;
   if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return VT_FMT_JPEG;
+  if (n >= 12 && memcmp(b, "RIFF", 4) == 0 && memcmp(b + 8, "WEBP", 4) == 0) return VT_FMT_WEBP;
   if (n >= 6 && (memcmp(b, "GIF87a", 6) == 0 || memcmp(b, "GIF89a", 6) == 0)) return VT_FMT_GIF;
   if (n >= 2 && b[0] == 'B' && b[1] == 'M') return VT_FMT_BMP;
   if (n >= 2 && b[0] == 'P' && (b[1] == '5' || b[1] == '6')) return VT_FMT_PNM;
@@ -173,7 +175,7 @@ static vt_image_status stb_probe(const uint8_t *bytes, size_t nbytes, int64_t ma
     return VT_IMG_TOO_LARGE;
   }
   if (!fmt) {
-    set_err(err, errlen, "not an image vit3d can decode (PNG, JPEG, GIF, BMP, PNM)");
+    set_err(err, errlen, "not an image vit3d can decode (PNG, JPEG, WebP, GIF, BMP, PNM)");
     return VT_IMG_UNSUPPORTED;
   }
   int is_jpeg = strcmp(fmt, "JPEG") == 0;
@@ -250,7 +252,7 @@ static vt_image_status stb_probe(const uint8_t *bytes, size_t nbytes, int64_t ma
             "with -DVT_STB=ON)", fmt);
   else
     set_err(err, errlen, "not an image vit3d can decode (%s; built without stb_image)",
-            HAVE_JPEG ? "PNG, JPEG" : "PNG");
+            HAVE_JPEG ? "PNG, JPEG, WebP" : "PNG, WebP");
   return VT_IMG_UNSUPPORTED;
 }
 
@@ -288,6 +290,7 @@ vt_image_status vt_image_probe(const uint8_t *bytes, size_t nbytes, int64_t max_
   if (!precheck(bytes, nbytes, &st, err, errlen)) return st;
   vt_image_format f = sniff(bytes, nbytes);
   if (f == VT_FMT_PNG) return vt_png_probe(bytes, nbytes, max_pixels, info, err, errlen);
+  if (f == VT_FMT_WEBP) return vt_webp_probe(bytes, nbytes, max_pixels, info, err, errlen);
 #ifdef VT_HAVE_JPEG
   if (f == VT_FMT_JPEG) return vt_jpeg_probe(bytes, nbytes, max_pixels, info, err, errlen);
 #endif
@@ -306,6 +309,8 @@ vt_image_status vt_image_decode_part(const uint8_t *bytes, size_t nbytes, int64_
   vt_image_format f = sniff(bytes, nbytes);
   if (f == VT_FMT_PNG)
     return vt_png_decode_part(bytes, nbytes, max_pixels, region, out, err, errlen);
+  if (f == VT_FMT_WEBP)
+    return vt_webp_decode_part(bytes, nbytes, max_pixels, region, out, err, errlen);
 #ifdef VT_HAVE_JPEG
   if (f == VT_FMT_JPEG)
     return vt_jpeg_decode_part(bytes, nbytes, max_pixels, region, out, err, errlen);
@@ -428,6 +433,23 @@ const char *vt_image_status_name(vt_image_status s) {
     case VT_IMG_TOO_LARGE: return "too large";
   }
   return "unknown";
+}
+
+const char *vt_image_webp_decoder(void) { return vt_webp_version(); }
+
+void vt_image_decoders(char *buf, size_t size) {
+#ifdef VT_HAVE_PNG
+  const char *png = "libpng";
+#else
+  const char *png = "none";
+#endif
+#ifdef VT_HAVE_STB
+  const char *stb = "stb_image";
+#else
+  const char *stb = "none";
+#endif
+  snprintf(buf, size, "PNG %s, JPEG %s, WebP %s, GIF/BMP/PNM %s", png, vt_image_jpeg_decoder(),
+           vt_image_webp_decoder(), stb);
 }
 
 const char *vt_image_jpeg_decoder(void) {

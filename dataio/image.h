@@ -1,6 +1,6 @@
 // image.h: decoding image files to 8-bit RGB. PNG through libpng (1 to 16 bits; grey, grey+alpha,
 // RGB, RGBA, palette; interlaced), JPEG through libjpeg-turbo (or stb_image in builds without
-// it), GIF, BMP and binary PNM through stb_image. Besides the whole image, a decode can be asked
+// it), WebP through libwebp, GIF, BMP and binary PNM through stb_image. Besides the whole image, a decode can be asked
 // for a window of it only, and for JPEG at a reduced scale, which is what training crops need
 // (image_part below). Bad input is never a crash: every failure is a status with a message
 // naming the file and the problem. Must not depend on MPI, a backend or the model.
@@ -27,6 +27,7 @@ typedef enum {
   VT_FMT_GIF,
   VT_FMT_BMP,
   VT_FMT_PNM,
+  VT_FMT_WEBP,
 } vt_image_format;
 
 typedef struct {
@@ -46,9 +47,11 @@ typedef struct {
 // VT_IMG_CORRUPT (each scan walks every block again, so a small file of thousands of scans would
 // take minutes). Corrupt entropy-coded data is decoded as well as libjpeg can (grey blocks, no
 // error), as Pillow does; a file cut before its EOI marker is VT_IMG_TRUNCATED; other errors
-// after every row is decoded are ignored. GIF (first frame), BMP and binary PNM (and JPEG in
-// builds without libjpeg) go through stb_image; TGA, PSD, PIC, HDR and anything else are
-// VT_IMG_UNSUPPORTED.
+// after every row is decoded are ignored. WebP (lossy and lossless) through libwebp with its
+// defaults, Pillow's decoder: Pillow's pixels; an animated WebP is VT_IMG_UNSUPPORTED, a file
+// shorter than its RIFF header declares VT_IMG_TRUNCATED. GIF (first frame), BMP and binary PNM
+// (and JPEG in builds without libjpeg) go through stb_image; TGA, PSD, PIC, HDR and anything else
+// are VT_IMG_UNSUPPORTED.
 // Safe to call from several threads at once.
 vt_image_status vt_image_decode(const uint8_t *bytes, size_t nbytes, int64_t max_pixels,
                                 vt_image *out, char *err, size_t errlen);
@@ -64,6 +67,10 @@ void vt_image_free(vt_image *img);
 const char *vt_image_status_name(vt_image_status s);
 // The JPEG decoder of this build: "libjpeg-turbo X.Y.Z", "stb_image" or "none".
 const char *vt_image_jpeg_decoder(void);
+// The WebP decoder of this build: "libwebp" or "none".
+const char *vt_image_webp_decoder(void);
+// Every format's decoder in this build, one line: "PNG libpng, JPEG libjpeg-turbo 2.1.5, ...".
+void vt_image_decoders(char *buf, size_t size);
 
 // ---- header probe and partial decode (training crops) -----------------------------------------
 typedef struct {

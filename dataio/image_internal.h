@@ -1,5 +1,5 @@
-// image_internal.h: what the decoder files of dataio (image.c, image_png.c, image_jpeg.c) share.
-// Not a public header: nothing outside these three files includes it.
+// image_internal.h: what the decoder files of dataio (image.c, image_png.c, image_jpeg.c,
+// image_webp.c) share. Not a public header: nothing outside these files includes it.
 #ifndef VT_IMAGE_INTERNAL_H
 #define VT_IMAGE_INTERNAL_H
 
@@ -58,5 +58,15 @@ vt_image_status vt_jpeg_decode_part(const uint8_t *bytes, size_t nbytes, int64_t
                                     const vt_image_region *region, vt_image_part *out,
                                     char *err, size_t errlen);
 const char *vt_jpeg_version(void);
+
+// WebP through libwebp (image_webp.c): bytes start with "RIFF", 4 bytes, "WEBP". Without libwebp
+// (VT_HAVE_WEBP undefined) both return VT_IMG_UNSUPPORTED saying how to build with it; the whole
+// image is decoded, whatever the region. vt_webp_version: "libwebp" or "none".
+vt_image_status vt_webp_probe(const uint8_t *bytes, size_t nbytes, int64_t max_pixels,
+                              vt_image_info *info, char *err, size_t errlen);
+vt_image_status vt_webp_decode_part(const uint8_t *bytes, size_t nbytes, int64_t max_pixels,
+                                    const vt_image_region *region, vt_image_part *out,
+                                    char *err, size_t errlen);
+const char *vt_webp_version(void);
 
 #endif

@@ -12,10 +12,11 @@
 #include "sample.h"
 #include "tar.h"
 
-// The image kind of bytes, by their signature: "png", "jpg" or NULL.
+// The image kind of bytes, by their signature: "png", "jpg", "webp" or NULL.
 static const char *image_kind(const uint8_t *b, size_t n) {
   if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
   if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff) return "jpg";
+  if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4)) return "webp";
   return NULL;
 }
 
@@ -53,7 +54,7 @@ static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t
     snprintf(label, sizeof label, "%08lld.cls", (long long)i);
     snprintf(cls, sizeof cls, "%d\n", ds->labels[i]);
     if (!kind)
-      st = vt_fail_input(err, errlen, "%s is not a PNG or JPEG file, the kinds a shard holds: "
+      st = vt_fail_input(err, errlen, "%s is not a PNG, JPEG or WebP file, the kinds a shard holds: "
                          "convert or remove it, then run prepare again", ds->paths[i]);
     else if (vt_tar_write_member(f, image, bytes, n) != 0 ||
              vt_tar_write_member(f, label, cls, strlen(cls)) != 0)

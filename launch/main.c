@@ -10,6 +10,7 @@
 #include "dataset.h"
 #include "fault.h"
 #include "health.h"
+#include "image.h"
 #include "inspect.h"
 #include "prepare.h"
 #include "plan.h"
@@ -175,7 +176,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
        "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
        "directory (root/<class>/<image>), a list file (path<TAB>label per line) or tar shards "
-       "in webdataset's layout (KEY.jpg or .png with KEY.cls, or --label-key's member: a .tar "
+       "in webdataset's layout (KEY.jpg, .png or .webp with KEY.cls, or --label-key's member: a .tar "
        "file, a folder of them or a numbered range 'train-{000..146}.tar')", NULL},
       {"--val-data", VT_OPT_STR, o.val_data, sizeof o.val_data, 0, 0, "SOURCE",
        "validation data (same forms), evaluated on the same mesh", NULL},
@@ -612,7 +613,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "prepare") == 0) return cmd_prepare(argc - 2, argv + 2);
   if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
-    printf("vit3d 0.1 (%s)\n", vt_backend_build_info());
+    char images[256];
+    vt_image_decoders(images, sizeof images);
+    printf("vit3d 0.1 (%s; images: %s)\n", vt_backend_build_info(), images);
     return 0;
   }
   fprintf(stderr, "vit3d: unknown command '%s'\n\n", argv[1]);

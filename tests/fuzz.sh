@@ -1,14 +1,14 @@
 #!/bin/bash
 # fuzz.sh: builds the libFuzzer target tests/fuzz_image.c for TARGET with dataio's image decoders
-# (image.c, image_png.c, image_jpeg.c), transforms and sample function (transform.c,
+# (image.c, image_png.c, image_jpeg.c, image_webp.c), transforms and sample function (transform.c,
 # resample.c, sample.c, src/rng.c, src/error.c) straight from the sources (clang
 # -fsanitize=fuzzer,address,undefined),
 # seeds it with `test_image --seeds`, and fuzzes for a bounded time; any crash, leak or broken
 # contract fails. Exits 77 (CTest skip) where clang or libFuzzer is missing. Independent of the
 # CMake build of vt_dataio, except that the JPEG decoder is the one TEST_IMAGE was built with
 # (`test_image --jpeg-decoder`: libjpeg-turbo or stb_image).
-# Usage: fuzz.sh png|jpeg WORK_DIR TEST_IMAGE [SECONDS]
-# Environment: VT_FUZZ_PNG, VT_FUZZ_STB (ON/OFF as configured), VT_FUZZ_STB_INCLUDE (the folder
+# Usage: fuzz.sh png|jpeg|webp WORK_DIR TEST_IMAGE [SECONDS]
+# Environment: VT_FUZZ_PNG, VT_FUZZ_WEBP, VT_FUZZ_STB (ON/OFF as configured), VT_FUZZ_STB_INCLUDE (the folder
 # of stb_image.h), VT_FUZZ_JPEG (ON/OFF: libjpeg-turbo; default: as TEST_IMAGE), CLANG (default
 # clang), VT_FUZZ_STB_LINK=1 to link libstb instead of compiling stb_image from the installed
 # header (compiled, it is instrumented: libFuzzer sees coverage inside it and ASan its memory
@@ -17,9 +17,10 @@
 # memory errors are caught by ASan and are. libjpeg-turbo is the system's, linked: the fuzzer
 # runs blind inside it (no coverage, no ASan on its own accesses; a crash still fails), and sees
 # everything around it: our source and error managers, scaling, cropped and skipped rows, early
-# stops, windows and the crop render over them.
+# stops, windows and the crop render over them. libwebp likewise (linked, blind inside): the
+# webp target checks our status mapping, the size checks and the crops around it.
 set -u
-target=${1:?png or jpeg}
+target=${1:?png, jpeg or webp}
 work=${2:?work dir}
 test_image=${3:?test_image program}
 seconds=${4:-20}
@@ -63,7 +64,12 @@ case "$target" in
       skip "built without libjpeg-turbo and stb_image (VT_JPEG=OFF, VT_STB=OFF)"
     fi
     ;;
-  *) echo "FAIL: unknown target $target (png or jpeg)"; exit 1 ;;
+  webp)
+    on "${VT_FUZZ_WEBP:-ON}" || skip "built without libwebp (VT_WEBP=OFF)"
+    defs+=(-DVT_FUZZ_WEBP_TARGET -DVT_HAVE_WEBP)
+    libs+=(-lwebp)
+    ;;
+  *) echo "FAIL: unknown target $target (png, jpeg or webp)"; exit 1 ;;
 esac
 
 bin="$work/fuzz_$target"
@@ -72,12 +78,13 @@ echo "building $bin"
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -I"$src/dataio" -I"$src/src" "${defs[@]}" "$src/tests/fuzz_image.c" \
   "$src/dataio/image.c" "$src/dataio/image_png.c" "$src/dataio/image_jpeg.c" \
+  "$src/dataio/image_webp.c" \
   "$src/dataio/transform.c" "$src/dataio/resample.c" "$src/dataio/randaug.c" \
   "$src/dataio/threeaug.c" \
   "$src/dataio/sample.c" "$src/src/rng.c" "$src/src/error.c" \
   -o "$bin" "${libs[@]}" -lm || { echo "FAIL: could not build $bin"; exit 1; }
 
-# Seeds: small PNGs of every colour type and JPEGs of several kinds, made now.
+# Seeds: small PNGs of every colour type, JPEGs and WebPs (Pillow's) of several kinds, made now.
 rm -rf "$work/seeds" "$work/corpus_$target"
 mkdir -p "$work/corpus_$target"
 "$test_image" --seeds "$work/seeds" >/dev/null || { echo "FAIL: test_image --seeds"; exit 1; }

@@ -4,7 +4,8 @@
 // bytes. Every input gets the format's signature, so mutations exercise that decoder and our
 // error handling rather than format sniffing: the PNG signature (libpng), or with
 // -DVT_FUZZ_JPEG_TARGET a JPEG start-of-image marker (libjpeg-turbo: scaled, cropped, skipped
-// and stopped decodes; or stb_image and our checks). Built by fuzz.sh with clang
+// and stopped decodes; or stb_image and our checks), or with -DVT_FUZZ_WEBP_TARGET WebP's
+// "RIFF" and "WEBP" tags (libwebp: our header and status checks). Built by fuzz.sh with clang
 // -fsanitize=fuzzer,address,undefined from dataio's image, transform and sample sources.
 #include <math.h>
 #include <stdint.h>
@@ -110,8 +111,10 @@ static void fuzz_one(const uint8_t *buf, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-#ifdef VT_FUZZ_JPEG_TARGET
+#if defined(VT_FUZZ_JPEG_TARGET)
   static const uint8_t sig[3] = {0xFF, 0xD8, 0xFF};  // JPEG start-of-image
+#elif defined(VT_FUZZ_WEBP_TARGET)
+  static const uint8_t sig[12] = {'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'E', 'B', 'P'};
 #else
   static const uint8_t sig[8] = {137, 80, 78, 71, 13, 10, 26, 10};  // PNG signature
 #endif
@@ -119,7 +122,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t *buf = malloc(size ? size : 1);
   if (!buf) return 0;
   memcpy(buf, data, size);
-  for (size_t i = 0; i < size && i < sizeof sig; i++) buf[i] = sig[i];
+  for (size_t i = 0; i < size && i < sizeof sig; i++)
+    if (i < 4 || i >= 8) buf[i] = sig[i];  // WebP's bytes 4-7 (the RIFF size) stay the input's
   fuzz_one(buf, size);
   free(buf);
   return 0;

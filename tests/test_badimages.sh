@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_badimages.sh VIT3D: a corpus of bad files (empty, truncated, corrupt, a text file, an
-# unsupported format, a decompression bomb) inside an ImageFolder passes through one epoch of
+# unsupported format, a decompression bomb; a cut WebP and a WebP whose frame header claims
+# 16000 x 16000 pixels) inside an ImageFolder passes through one epoch of
 # training on a 2-rank TP mesh under --bad-image skip without a crash, with every bad file counted
 # once in metrics.jsonl; under --bad-image fail the run stops with a message naming a bad file.
 set -uo pipefail
@@ -32,19 +33,27 @@ open(f"{root}/b_light/zz_format.xyz", "wb").write(b"\x00\x01\x02\x03" * 64)
 ihdr = struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)
 chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
 open(f"{root}/b_light/zz_bomb.png", "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr))
+import io
+webp = io.BytesIO()
+Image.new("RGB", (16, 16), (90, 90, 90)).save(webp, "WEBP", quality=80)
+webp = bytearray(webp.getvalue())
+open(f"{root}/a_dark/zz_truncated.webp", "wb").write(webp[: len(webp) // 2])
+assert webp[12:16] == b"VP8 " and webp[23:26] == b"\x9d\x01\x2a", webp[:30]
+webp[26:30] = struct.pack("<HH", 16000, 16000)  # the VP8 frame header's width and height
+open(f"{root}/b_light/zz_bomb.webp", "wb").write(bytes(webp))
 PY
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
-# 26 files: 20 good, 6 bad. 13 steps of 2 images are exactly one epoch.
+# 28 files: 20 good, 8 bad. 14 steps of 2 images are exactly one epoch.
 args=(train --model tiny --img-size 16 --patch-size 4 --num-classes 2 --data "$work/data"
-      --micro-batch-size 2 --global-batch-size 2 --steps 13 --threads 1 --loader-threads 2
+      --micro-batch-size 2 --global-batch-size 2 --steps 14 --threads 1 --loader-threads 2
       --max-image-pixels 1000000 --tp 2)
 fail=0
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --log-dir "$work/skip" \
   > "$work/skip.log" 2>&1 || { echo "FAIL: the skip run did not complete"; tail -20 "$work/skip.log"; fail=1; }
 bad=$("$py" -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])['bad_images'])" \
       "$work/skip/metrics.jsonl" 2>/dev/null)
-if [ "$bad" != "6" ]; then echo "FAIL: bad_images after one epoch is '$bad', want 6"; fail=1; fi
-for f in zz_empty zz_truncated zz_corrupt zz_text zz_format zz_bomb; do
+if [ "$bad" != "8" ]; then echo "FAIL: bad_images after one epoch is '$bad', want 8"; fail=1; fi
+for f in zz_empty zz_truncated.png zz_corrupt zz_text zz_format zz_bomb.png zz_truncated.webp zz_bomb.webp; do
   grep -q "$f" "$work/skip.log" || { echo "FAIL: no warning names $f"; fail=1; }
 done
 echo "skip: one epoch, bad_images = $bad; warnings:"; grep -h "zz_" "$work/skip.log" | sort -u | head -12

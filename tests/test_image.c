@@ -243,50 +243,79 @@ static const char *python(void) {
   return p && *p ? p : "/usr/bin/python3";
 }
 
+// Writes the Python lines as DIR/NAME and runs them on DIR (sys.argv[1]); 1 when they succeed.
+static int run_pil_script(const char *name, const char *const *parts, int nparts) {
+  char script[160], cmd[512];
+  snprintf(script, sizeof script, "%s/%s", dir, name);
+  FILE *f = fopen(script, "w");
+  if (!f) return 0;
+  for (int i = 0; i < nparts; i++) fputs(parts[i], f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' 2>/dev/null", python(), script, dir);
+  return system(cmd) == 0;
+}
+
+// A larger photo-like image `big` (301 x 203) for partial decodes and crops: smooth structure
+// (a bicubic-upsampled random grid) plus fine detail (a random grid at full size).
+static const char pil_photo[] =
+    "import random\n"
+    "rnd = random.Random(1)\n"
+    "W, H = 301, 203\n"
+    "def grid(w, h):\n"
+    "    g = Image.new('RGB', (w, h))\n"
+    "    g.putdata([tuple(rnd.randrange(256) for _ in range(3)) for _ in range(w * h)])\n"
+    "    return g\n"
+    "big = Image.blend(grid(12, 9).resize((W, H), Image.BICUBIC), grid(W, H), 0.15)\n";
+
+// Copies DIR/NAME.EXT of each name to OUT/SUB/NAME.EXT (fuzzer seeds), where they exist.
+static void copy_seeds(const char *out, const char *sub, const char *const *names, int n,
+                       const char *ext) {
+  char src[160], dst[512];
+  snprintf(dst, sizeof dst, "%s/%s", out, sub);
+  mkdir(dst, 0755);
+  for (int k = 0; k < n; k++) {
+    size_t nbytes = 0;
+    snprintf(src, sizeof src, "%s/%s.%s", dir, names[k], ext);
+    uint8_t *b = read_all(src, &nbytes);
+    snprintf(dst, sizeof dst, "%s/%s/%s.%s", out, sub, names[k], ext);
+    if (b) write_all(dst, b, nbytes);
+    free(b);
+  }
+}
+
+static const char *jpeg_names[] = {"q90_420", "q95_444", "q75_422", "progressive", "gray", "cmyk"};
+
 // PIL writes JPEGs of several kinds and its own decode of each (.rgb); ours must agree within
 // what two IDCT and upsampling implementations differ by.
 static void test_pil_jpegs(void) {
-  char script[128], cmd[512];
-  snprintf(script, sizeof script, "%s/make_jpegs.py", dir);
-  FILE *f = fopen(script, "w");
-  fputs("import sys\nfrom PIL import Image\nd = sys.argv[1]\n"
-        "im = Image.new('RGB', (67, 45))\n"
-        "im.putdata([((x * 255) // 66, (y * 255) // 44, ((x + y) * 3 + (x * y) % 50) % 256)\n"
-        "            for y in range(45) for x in range(67)])\n"
-        "kinds = {'q90_420': dict(quality=90), 'q95_444': dict(quality=95, subsampling=0),\n"
-        "         'q75_422': dict(quality=75, subsampling=1),\n"
-        "         'progressive': dict(quality=85, progressive=True)}\n"
-        "for name, kw in kinds.items():\n"
-        "    im.save(f'{d}/{name}.jpg', 'JPEG', **kw)\n"
-        "im.convert('L').save(f'{d}/gray.jpg', 'JPEG', quality=90)\n"
-        "im.convert('CMYK').save(f'{d}/cmyk.jpg', 'JPEG', quality=90)\n"
-        "for name in list(kinds) + ['gray', 'cmyk']:\n"
-        "    ref = Image.open(f'{d}/{name}.jpg').convert('RGB')\n"
-        "    open(f'{d}/{name}.rgb', 'wb').write(ref.tobytes())\n"
-        "# Larger photo-like images for the partial decodes (test_image_part): smooth structure\n"
-        "# (a bicubic-upsampled random grid) plus fine detail (a random grid at full size).\n"
-        "import random\n"
-        "rnd = random.Random(1)\n"
-        "W, H = 301, 203\n"
-        "def grid(w, h):\n"
-        "    g = Image.new('RGB', (w, h))\n"
-        "    g.putdata([tuple(rnd.randrange(256) for _ in range(3)) for _ in range(w * h)])\n"
-        "    return g\n"
-        "big = Image.blend(grid(12, 9).resize((W, H), Image.BICUBIC), grid(W, H), 0.15)\n"
-        "parts = {'p420': dict(quality=90), 'p422': dict(quality=90, subsampling=1),\n"
-        "         'p444': dict(quality=90, subsampling=0),\n"
-        "         'pprog': dict(quality=90, progressive=True)}\n"
-        "for name, kw in parts.items():\n"
-        "    big.save(f'{d}/{name}.jpg', 'JPEG', **kw)\n"
-        "big.convert('L').save(f'{d}/pgray.jpg', 'JPEG', quality=90)\n"
-        "big.convert('CMYK').save(f'{d}/pcmyk.jpg', 'JPEG', quality=90)\n", f);
-  fclose(f);
-  snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' 2>/dev/null", python(), script, dir);
-  if (system(cmd) != 0) {
+  const char *script[3] = {
+      "import sys\nfrom PIL import Image\nd = sys.argv[1]\n"
+      "im = Image.new('RGB', (67, 45))\n"
+      "im.putdata([((x * 255) // 66, (y * 255) // 44, ((x + y) * 3 + (x * y) % 50) % 256)\n"
+      "            for y in range(45) for x in range(67)])\n"
+      "kinds = {'q90_420': dict(quality=90), 'q95_444': dict(quality=95, subsampling=0),\n"
+      "         'q75_422': dict(quality=75, subsampling=1),\n"
+      "         'progressive': dict(quality=85, progressive=True)}\n"
+      "for name, kw in kinds.items():\n"
+      "    im.save(f'{d}/{name}.jpg', 'JPEG', **kw)\n"
+      "im.convert('L').save(f'{d}/gray.jpg', 'JPEG', quality=90)\n"
+      "im.convert('CMYK').save(f'{d}/cmyk.jpg', 'JPEG', quality=90)\n"
+      "for name in list(kinds) + ['gray', 'cmyk']:\n"
+      "    ref = Image.open(f'{d}/{name}.jpg').convert('RGB')\n"
+      "    open(f'{d}/{name}.rgb', 'wb').write(ref.tobytes())\n",
+      pil_photo,  // for the partial decodes (test_jpeg_part)
+      "parts = {'p420': dict(quality=90), 'p422': dict(quality=90, subsampling=1),\n"
+      "         'p444': dict(quality=90, subsampling=0),\n"
+      "         'pprog': dict(quality=90, progressive=True)}\n"
+      "for name, kw in parts.items():\n"
+      "    big.save(f'{d}/{name}.jpg', 'JPEG', **kw)\n"
+      "big.convert('L').save(f'{d}/pgray.jpg', 'JPEG', quality=90)\n"
+      "big.convert('CMYK').save(f'{d}/pcmyk.jpg', 'JPEG', quality=90)\n"};
+  if (!run_pil_script("make_jpegs.py", script, 3)) {
     printf("SKIP part: %s cannot write JPEGs with PIL (apt-get install python3-pil)\n", python());
     return;
   }
-  static const char *names[] = {"q90_420", "q95_444", "q75_422", "progressive", "gray", "cmyk"};
+  const char *const *names = jpeg_names;
   const int turbo = strncmp(vt_image_jpeg_decoder(), "libjpeg", 7) == 0;
   for (int k = 0; k < 6; k++) {
     char path[128], ref[128];
@@ -564,6 +593,111 @@ static void test_sample_crops(void) {
   }
 }
 
+// ---- WebP ----------------------------------------------------------------------------------------
+// Pillow writes WebP files of each kind (lossy 4:2:0, lossless, both with an alpha channel, grey,
+// a 7x5 and a 1x1 image, and a two-frame animation) and its own decode of each (.rgb): libwebp is
+// Pillow's decoder, with the same defaults, so the pixels must be the same bytes. Then cut,
+// damaged, oversized and animated files get the right status, and training and evaluation crops
+// of a WebP are the full decode's (check_crops at 1/1). Without libwebp every WebP is refused as
+// unsupported, naming the library.
+static const char *webp_names[] = {"w_lossy", "w_lossless", "w_alpha_lossy", "w_alpha_lossless",
+                                   "w_grey", "w_tiny", "w_one"};
+enum { NWEBP = sizeof webp_names / sizeof webp_names[0] };
+
+static int make_webps(void) {
+  const char *script[3] = {
+      "import sys\nfrom PIL import Image, features\nd = sys.argv[1]\n"
+      "if not features.check('webp'): sys.exit(3)\n",
+      pil_photo,
+      "alpha = big.convert('RGBA')\n"
+      "alpha.putalpha(Image.linear_gradient('L').resize((W, H)))\n"
+      "big.save(f'{d}/w_lossy.webp', 'WEBP', quality=80)\n"
+      "big.save(f'{d}/w_lossless.webp', 'WEBP', lossless=True)\n"
+      "alpha.save(f'{d}/w_alpha_lossy.webp', 'WEBP', quality=70)\n"
+      "alpha.save(f'{d}/w_alpha_lossless.webp', 'WEBP', lossless=True)\n"
+      "big.convert('L').save(f'{d}/w_grey.webp', 'WEBP', quality=90)\n"
+      "big.resize((7, 5)).save(f'{d}/w_tiny.webp', 'WEBP', quality=90)\n"
+      "big.resize((1, 1)).save(f'{d}/w_one.webp', 'WEBP', lossless=True)\n"
+      "big.save(f'{d}/w_anim.webp', 'WEBP', save_all=True, append_images=[big.rotate(90)],\n"
+      "         duration=100)\n"
+      "for n in ['w_lossy', 'w_lossless', 'w_alpha_lossy', 'w_alpha_lossless', 'w_grey',\n"
+      "          'w_tiny', 'w_one']:\n"
+      "    open(f'{d}/{n}.rgb', 'wb').write(Image.open(f'{d}/{n}.webp').convert('RGB').tobytes())\n"};
+  return run_pil_script("make_webps.py", script, 3);
+}
+
+static void test_webp(void) {
+  if (!make_webps()) {
+    printf("SKIP webp: %s cannot write WebP files with PIL (apt-get install python3-pil)\n",
+           python());
+    return;
+  }
+  const int have = strcmp(vt_image_webp_decoder(), "none") != 0;
+  char path[160], err[256];
+  vt_image im;
+  for (int k = 0; k < NWEBP; k++) {
+    size_t n = 0, nref = 0;
+    snprintf(path, sizeof path, "%s/%s.webp", dir, webp_names[k]);
+    uint8_t *b = read_all(path, &n);
+    snprintf(path, sizeof path, "%s/%s.rgb", dir, webp_names[k]);
+    uint8_t *want = read_all(path, &nref);
+    vt_image_status st = vt_image_decode(b, n, LIMIT, &im, err, sizeof err);
+    if (!have) {
+      EXPECT(st == VT_IMG_UNSUPPORTED && strstr(err, "libwebp-dev"), "%s without libwebp: %s %s",
+             webp_names[k], vt_image_status_name(st), err);
+    } else {
+      int same = st == VT_IMG_OK && (size_t)im.width * im.height * 3 == nref &&
+                 memcmp(im.rgb, want, nref) == 0;
+      EXPECT(same, "%s: %s %s, not Pillow's pixels", webp_names[k], vt_image_status_name(st), err);
+      if (same) printf("webp %-17s %dx%d: Pillow's bytes\n", webp_names[k], im.width, im.height);
+      vt_image_info info;
+      st = vt_image_probe(b, n, LIMIT, &info, err, sizeof err);
+      EXPECT(st == VT_IMG_OK && info.format == VT_FMT_WEBP && info.width == im.width &&
+             info.height == im.height && info.max_scale == 1, "%s probe: %s %s", webp_names[k],
+             vt_image_status_name(st), err);
+    }
+    vt_image_free(&im);
+    free(b), free(want);
+  }
+  if (!have) return;
+  size_t n = 0;
+  snprintf(path, sizeof path, "%s/w_lossy.webp", dir);
+  uint8_t *b = read_all(path, &n);
+  // Cut anywhere: inside the RIFF header, the VP8 header, the data; never a crash or pixels.
+  const size_t cuts[] = {4, 11, 12, 20, 30, 40, n / 2, n - 1};
+  for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+    vt_image_status st = vt_image_decode(b, cuts[c], LIMIT, &im, err, sizeof err);
+    vt_image_status want = cuts[c] < 12 ? VT_IMG_UNSUPPORTED : VT_IMG_TRUNCATED;
+    EXPECT(st == want && !im.rgb && err[0], "w_lossy cut to %zu bytes: %s (%s), want %s", cuts[c],
+           vt_image_status_name(st), err, vt_image_status_name(want));
+  }
+  // A damaged frame header (the VP8 start code 9d 01 2a at byte 23): corrupt.
+  uint8_t *bad = malloc(n);
+  memcpy(bad, b, n);
+  EXPECT(n > 30 && !memcmp(b + 12, "VP8 ", 4) && bad[23] == 0x9d, "w_lossy is not simple VP8");
+  bad[23] ^= 0xff;
+  vt_image_status st = vt_image_decode(bad, n, LIMIT, &im, err, sizeof err);
+  EXPECT(st == VT_IMG_CORRUPT && strstr(err, "corrupt WebP"), "damaged VP8 start code: %s (%s)",
+         vt_image_status_name(st), err);
+  free(bad);
+  // Over the pixel limit: refused from the header, before any pixel buffer.
+  st = vt_image_decode(b, n, 301 * 203 - 1, &im, err, sizeof err);
+  EXPECT(st == VT_IMG_TOO_LARGE && strstr(err, "301x203"), "webp over the limit: %s (%s)",
+         vt_image_status_name(st), err);
+  // Training and evaluation crops: the whole decode, so at 1/1 the full path's very floats.
+  crop_stats cs = {0};
+  check_crops(b, n, "webp", &cs);
+  printf("webp crops: %d of %d identical to the full decode + render\n", cs.equal, cs.total);
+  EXPECT(cs.total == 64 && cs.equal == 64, "webp crops: %d of %d", cs.equal, cs.total);
+  free(b);
+  snprintf(path, sizeof path, "%s/w_anim.webp", dir);
+  b = read_all(path, &n);
+  st = vt_image_decode(b, n, LIMIT, &im, err, sizeof err);
+  EXPECT(st == VT_IMG_UNSUPPORTED && strstr(err, "animated WebP"), "animated webp: %s (%s)",
+         vt_image_status_name(st), err);
+  free(b);
+}
+
 // ---- entry -------------------------------------------------------------------------------------
 static void write_seeds(const char *out) {
   char path[512];
@@ -581,16 +715,9 @@ static void write_seeds(const char *out) {
   snprintf(path, sizeof path, "%s/jpeg/flat.jpg", out);
   write_all(path, flat_jpeg, sizeof flat_jpeg);
   test_pil_jpegs();  // into dir; copied below when PIL is there
-  static const char *names[] = {"q90_420", "q95_444", "q75_422", "progressive", "gray", "cmyk"};
-  for (int k = 0; k < 6; k++) {
-    char src[128];
-    size_t n = 0;
-    snprintf(src, sizeof src, "%s/%s.jpg", dir, names[k]);
-    uint8_t *b = read_all(src, &n);
-    snprintf(path, sizeof path, "%s/jpeg/%s.jpg", out, names[k]);
-    if (b) write_all(path, b, n);
-    free(b);
-  }
+  copy_seeds(out, "jpeg", jpeg_names, 6, "jpg");
+  make_webps();
+  copy_seeds(out, "webp", webp_names, NWEBP, "webp");
 }
 
 int main(int argc, char **argv) {
@@ -612,6 +739,7 @@ int main(int argc, char **argv) {
     test_pil_jpegs();
     test_jpeg_part();
     test_sample_crops();
+    test_webp();
     test_bad_inputs();
     test_threads();
   }

@@ -2,7 +2,8 @@
 # test_shards.sh VIT3D: datasets in tar shards end to end. Python's tarfile (a writer independent
 # of vit3d's) packs a small ImageFolder into three shards, in GNU (long names), pax (long and
 # non-ASCII names) and ustar (folder entries) formats, with other members beside the samples.
-# Training on them (a numbered pattern, and a folder of shards for --val-data) on a 2-rank DP mesh
+# The images are PNG, JPEG and (where the build has libwebp) WebP: every one must decode
+# (--bad-image fail). Training on them (a numbered pattern, and a folder of shards for --val-data) on a 2-rank DP mesh
 # logs the very losses, norms and validation figures of the run on the folder and ends with the
 # same weights, byte for byte, which --check-log also confirms on 2 ranks (and exits 5 for a run
 # of another seed, after its export), also with both indexes read from an --index-cache entry.
@@ -20,7 +21,11 @@ py=${VT_REF_PYTHON:-/usr/bin/python3}
 "$py" -c "import PIL, numpy" 2>/dev/null || { echo "SKIP: $py cannot import PIL and numpy"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$py" "$here/make_images.py" "$work/folder" 3 12 32  # 36 images, every third one a JPEG
+# 36 images, every third one a JPEG; with libwebp in the build another third WebP (so a WebP that
+# did not decode would stop the run: --bad-image fail)
+webp=
+"$vit3d" --version | grep -q "WebP libwebp" && webp=webp
+"$py" "$here/make_images.py" "$work/folder" 3 12 32 $webp
 "$py" - "$work" <<'PY'
 import io, os, sys, tarfile
 root = sys.argv[1]
@@ -51,7 +56,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yi
 fail=0
 args=(train --model tiny --img-size 32 --patch-size 8 --num-classes 3 --micro-batch-size 2
       --global-batch-size 8 --steps 12 --threads 1 --loader-threads 2 --eval-interval 6
-      --seed 3 --log-interval 6)
+      --seed 3 --log-interval 6 --bad-image fail)
 for r in "folder|$work/folder|$work/folder" "shards|$work/shards/train-{00..02}.tar|$work/shards"; do
   IFS='|' read -r name data val <<<"$r"
   if ! timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --data "$data" \
@@ -198,7 +203,7 @@ for shard in sorted(glob.glob(f"{out}/*.tar")):
             if kind == "cls":
                 assert int(data) == samples[i][1], (m.name, data)
                 continue
-            assert kind == ("jpg" if samples[i][0].endswith(".jpg") else "png"), m.name
+            assert kind == samples[i][0].rsplit(".", 1)[1], m.name
             assert data == open(samples[i][0], "rb").read(), m.name
             assert i not in seen, m.name
             seen[i] = 1
