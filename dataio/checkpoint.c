@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,15 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    m->parallel, m->tp,
                    m->pp, m->dp, m->zero,
                    m->sequence_parallel);
+  if (m->has_optim && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k,
+                  "lr %.17g\nmin_lr %.17g\nwarmup_lr %.17g\nweight_decay %.17g\nopt_eps %.17g"
+                  "\nclip_grad %.17g\nlayer_decay %.17g\nwarmup_steps %" PRId64
+                  "\ntotal_steps %" PRId64 "\nsched_epochs %d\nepoch_images %" PRId64
+                  "\nwarmup_epochs %.17g\ncycle_epochs %.17g\n",
+                  m->lr, m->min_lr, m->warmup_lr, m->weight_decay, m->opt_eps, m->clip_grad,
+                  m->layer_decay, m->warmup_steps, m->total_steps, m->sched_epochs,
+                  m->epoch_images, m->warmup_epochs, m->cycle_epochs);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
     k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
                   m->file_nbytes[i], m->file_crc[i]);
@@ -105,7 +115,8 @@ static int int_value(const char *v, int64_t lo, int64_t hi, int64_t *out) {
 
 vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manifest *m, char *err,
                                  size_t errlen) {
-  // optional: a key added after the format (older manifests lack it; the default stands).
+  // optional: a key added after the format (older manifests lack it; the default stands); 2: one
+  // of the optimizer's settings (with reals below: all or none).
   struct { const char *key; int64_t lo, hi; void *dst; int size, optional, seen; } keys[] = {
       {"step", 0, INT64_MAX / 2, &m->step, 8, 0, 0},
       {"stream_position", 0, INT64_MAX / 2, &m->stream_position, 8, 0, 0},
@@ -132,7 +143,19 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"dp", 1, 1 << 20, &m->dp, 4, 0, 0},
       {"zero", 0, 1, &m->zero, 4, 0, 0},
       {"sequence_parallel", 0, 1, &m->sequence_parallel, 4, 0, 0},
+      {"warmup_steps", 0, INT64_MAX / 2, &m->warmup_steps, 8, 2, 0},
+      {"total_steps", 0, INT64_MAX / 2, &m->total_steps, 8, 2, 0},
+      {"sched_epochs", 0, 1, &m->sched_epochs, 4, 2, 0},
+      {"epoch_images", 0, INT64_MAX / 2, &m->epoch_images, 8, 2, 0},
   };
+  // The optimizer's settings (all optional, all or none): finite numbers.
+  struct { const char *key; double *dst; int seen; } reals[] = {
+      {"lr", &m->lr, 0}, {"min_lr", &m->min_lr, 0}, {"warmup_lr", &m->warmup_lr, 0},
+      {"weight_decay", &m->weight_decay, 0}, {"opt_eps", &m->opt_eps, 0},
+      {"clip_grad", &m->clip_grad, 0}, {"layer_decay", &m->layer_decay, 0},
+      {"warmup_epochs", &m->warmup_epochs, 0}, {"cycle_epochs", &m->cycle_epochs, 0},
+  };
+  const int nreals = (int)(sizeof reals / sizeof reals[0]);
   const int nkeys = (int)(sizeof keys / sizeof keys[0]);
   memset(m, 0, sizeof *m);
   m->aug_repeats = 1, m->qkv_bias = 1;
@@ -178,6 +201,17 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       ratio = 1;
       continue;
     }
+    int r = 0;
+    while (r < nreals && strcmp(reals[r].key, key) != 0) r++;
+    if (r < nreals) {
+      char *e;
+      errno = 0;
+      *reals[r].dst = strtod(v1, &e);
+      if (*e || errno || !isfinite(*reals[r].dst))
+        FAIL(VT_ERR_INPUT, "manifest line %d: bad value '%s' for %s", line_no, v1, key);
+      reals[r].seen = 1;
+      continue;
+    }
     int k = 0;
     while (k < nkeys && strcmp(keys[k].key, key) != 0) k++;
     int64_t x;
@@ -192,6 +226,13 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   for (int k = 0; k < nkeys; k++)
     if (!keys[k].seen && !keys[k].optional) FAIL(VT_ERR_INPUT, "manifest lacks '%s'", keys[k].key);
   if (!ratio) FAIL(VT_ERR_INPUT, "manifest lacks 'mlp_ratio'");
+  int nseen = 0;
+  for (int r = 0; r < nreals; r++) nseen += reals[r].seen;
+  for (int k = 0; k < nkeys; k++) nseen += keys[k].seen && keys[k].optional == 2;
+  m->has_optim = nseen > 0;
+  if (nseen != 0 && nseen != nreals + 4)
+    FAIL(VT_ERR_INPUT, "manifest has %d of the %d optimizer settings (lr ... cycle_epochs): all "
+         "or none", nseen, nreals + 4);
   if (m->nfiles == 0) FAIL(VT_ERR_INPUT, "manifest lists no files");
   return VT_OK;
 }

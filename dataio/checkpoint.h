@@ -5,8 +5,9 @@
 //       model.safetensors           full, unsharded parameters, timm names and shapes (fp32)
 //       optim.safetensors           Adam moments "exp_avg.<name>", "exp_avg_sq.<name>" (fp32)
 //       manifest.txt                "key value" lines: format, step, data position, seeds,
-//                                   model config, the mesh it was saved on, and the size and
-//                                   CRC-32 of every file, written last
+//                                   model config, the optimizer's settings and schedule, the
+//                                   mesh it was saved on, and the size and CRC-32 of every
+//                                   file, written last
 //   SAVE_DIR/.tmp-step-00000010/    a checkpoint being written; never read, removed on start
 //
 // Files are written into the .tmp directory, synced, the directory is renamed into place and
@@ -29,6 +30,15 @@ typedef struct {
   int64_t adam_t;           // optimizer steps taken (Adam's bias corrections)
   int lamb;                 // 1: trained with LAMB, 0: AdamW (0 when the manifest predates it)
   uint64_t seed;
+  // The optimizer's settings and learning-rate schedule (has_optim 0 when the manifest predates
+  // them), which a resume compares with its own (launch/ckpt.c): the resolved lengths in steps,
+  // and with sched_epochs (--sched-on epochs) the epoch's images and the lengths in epochs.
+  int has_optim;
+  double lr, min_lr, warmup_lr, weight_decay, opt_eps, clip_grad, layer_decay;
+  int64_t warmup_steps, total_steps;
+  int sched_epochs;
+  int64_t epoch_images;
+  double warmup_epochs, cycle_epochs;
   // model configuration
   int img_size, patch_size, width, depth, heads, num_classes;
   int global_pool;  // vt_vit_config's (0 when the manifest predates it)

@@ -91,6 +91,21 @@ static vt_status finish_background(vt_comm *world) {
 
 vt_status vt_ckpt_wait(vt_comm *world) { return finish_background(world); }
 
+// Layer-wise lr decay off, however it was said (0 or 1), as 1.
+static double layer_decay_of(const vt_optim_config *c) {
+  return vt_layer_lr_scale(c, 0) < 1.0 ? c->layer_decay : 1.0;
+}
+
+static void manifest_optim(vt_ckpt_manifest *man, const vt_optim_config *c) {
+  man->has_optim = 1;
+  man->lr = c->lr, man->min_lr = c->min_lr, man->warmup_lr = c->warmup_lr;
+  man->weight_decay = c->weight_decay, man->opt_eps = c->eps, man->clip_grad = c->clip_grad;
+  man->layer_decay = layer_decay_of(c);
+  man->warmup_steps = c->warmup_steps, man->total_steps = c->total_steps;
+  man->sched_epochs = c->epoch_images > 0, man->epoch_images = c->epoch_images;
+  man->warmup_epochs = c->warmup_epochs, man->cycle_epochs = c->cycle_epochs;
+}
+
 vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
                        vt_comm *world, const vt_mesh *mesh, int64_t step, int wait, char *err,
                        size_t errlen) {
@@ -127,6 +142,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
         .parallel = c->parallel,
         .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
         .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
+    manifest_optim(&w->man, &opt->cfg);
     // The snapshot is rank 0's own now: training may go on while it is written.
     if (!wait && o->async_save && pthread_create(&w->thread, NULL, write_checkpoint, w) == 0) {
       w->running = 1;
@@ -139,6 +155,68 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   }
   if (wait || !o->async_save) return agree(world, st);
   return VT_OK;  // rank 0 writes in the background; the next save or vt_ckpt_wait says how it went
+}
+
+typedef struct {
+  char was[512], now[512];
+  int n;
+} diff_list;
+
+static void differs(diff_list *d, int same, const char *flag, const char *was, const char *now) {
+  if (same) return;
+  const size_t a = strlen(d->was), b = strlen(d->now);
+  snprintf(d->was + a, sizeof d->was - a, "%s%s %s", d->n ? " " : "", flag, was);
+  snprintf(d->now + b, sizeof d->now - b, "%s%s %s", d->n ? " " : "", flag, now);
+  d->n++;
+}
+
+static void differs_real(diff_list *d, double was, double now, const char *flag) {
+  char a[32], b[32];
+  snprintf(a, sizeof a, "%.9g", was);
+  snprintf(b, sizeof b, "%.9g", now);
+  differs(d, was == now, flag, a, b);
+}
+
+// A float setting (the manifest holds it widened to double, exactly).
+static void differs_float(diff_list *d, double was, double now, const char *flag) {
+  char a[32], b[32];
+  snprintf(a, sizeof a, "%.7g", (float)was);
+  snprintf(b, sizeof b, "%.7g", (float)now);
+  differs(d, (float)was == (float)now, flag, a, b);
+}
+
+static void differs_int(diff_list *d, int64_t was, int64_t now, const char *flag) {
+  char a[32], b[32];
+  snprintf(a, sizeof a, "%" PRId64, was);
+  snprintf(b, sizeof b, "%" PRId64, now);
+  differs(d, was == now, flag, a, b);
+}
+
+vt_status vt_ckpt_check_optim(const vt_ckpt_manifest *saved, const vt_optim_config *now,
+                              const char *dir, char *err, size_t errlen) {
+  if (!saved->has_optim) return VT_OK;
+  vt_ckpt_manifest cur;
+  manifest_optim(&cur, now);
+  diff_list d = {"", "", 0};
+  differs_float(&d, saved->lr, cur.lr, "--lr");
+  differs_float(&d, saved->min_lr, cur.min_lr, "--min-lr");
+  differs_float(&d, saved->warmup_lr, cur.warmup_lr, "--warmup-lr");
+  differs_int(&d, saved->warmup_steps, cur.warmup_steps, "--warmup-steps");
+  differs_int(&d, saved->total_steps, cur.total_steps, "--steps");
+  differs(&d, saved->sched_epochs == cur.sched_epochs, "--sched-on",
+          saved->sched_epochs ? "epochs" : "steps", cur.sched_epochs ? "epochs" : "steps");
+  if (saved->sched_epochs && cur.sched_epochs) {
+    differs_real(&d, saved->warmup_epochs, cur.warmup_epochs, "--warmup-epochs");
+    differs_real(&d, saved->cycle_epochs, cur.cycle_epochs, "--epochs");
+    differs_int(&d, saved->epoch_images, cur.epoch_images, "training images");
+  }
+  differs_float(&d, saved->weight_decay, cur.weight_decay, "--weight-decay");
+  differs_float(&d, saved->opt_eps, cur.opt_eps, "--opt-eps");
+  differs_float(&d, saved->clip_grad, cur.clip_grad, "--clip-grad");
+  differs_float(&d, saved->layer_decay, cur.layer_decay, "--layer-decay");
+  if (d.n == 0) return VT_OK;
+  snprintf(err, errlen, "%s was saved by a run with %s, and this one has %s", dir, d.was, d.now);
+  return VT_ERR_INPUT;
 }
 
 static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifest *man,
@@ -199,10 +277,11 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
 }
 
 vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
-                         vt_comm *world, const vt_mesh *mesh, int64_t *start_step, char *err,
-                         size_t errlen) {
+                         vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
+                         vt_ckpt_manifest *saved, char *err, size_t errlen) {
   (void)mesh;
   *start_step = 0;
+  if (saved) memset(saved, 0, sizeof *saved);
   const int auto_mode = strcmp(o->resume, "auto") == 0;
   char dir[1100];
   vt_ckpt_manifest man;
@@ -293,6 +372,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       vt_log_info("%s has EMA weights; without --model-ema they are not kept", dir);
     }
     *start_step = man.step;
+    if (saved && rank0) *saved = man;
     vt_log_info("resumed from %s: %" PRId64 " steps done, data stream at sample %" PRId64
                 " (saved on tp %d x pp %d x dp %d)",
                 dir, man.step, man.stream_position, man.tp, man.pp, man.dp);

@@ -28,9 +28,18 @@ vt_status vt_ckpt_wait(vt_comm *world);
 
 // Collective over world: finds the checkpoint to resume from (--resume auto: the newest complete
 // one under --save, or none; --resume PATH: that one), checks it against the options, loads it.
-// *start_step is the number of steps already done (0 for a fresh start).
+// *start_step is the number of steps already done (0 for a fresh start). World rank 0 gets the
+// checkpoint's manifest in *saved (may be NULL), for vt_ckpt_check_optim once the schedule's
+// lengths are known; the other ranks get it zeroed.
 vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
-                         vt_comm *world, const vt_mesh *mesh, int64_t *start_step, char *err,
-                         size_t errlen);
+                         vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
+                         vt_ckpt_manifest *saved, char *err, size_t errlen);
+
+// The run's optimizer settings and learning-rate schedule (lengths resolved) against those the
+// checkpoint in dir was saved with (a manifest without them passes): VT_ERR_INPUT with every
+// difference named by its flag in err ("DIR was saved by a run with --lr 0.001, and this one
+// has --lr 0.002").
+vt_status vt_ckpt_check_optim(const vt_ckpt_manifest *saved, const vt_optim_config *now,
+                              const char *dir, char *err, size_t errlen);
 
 #endif

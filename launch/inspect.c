@@ -4,9 +4,48 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+
+// The shortest text of v that a float flag reads back as the same float.
+static const char *float_text(double v, char *buf, size_t size) {
+  for (int digits = 6; digits <= 9; digits++) {
+    snprintf(buf, size, "%.*g", digits, (double)(float)v);
+    if ((float)strtod(buf, NULL) == (float)v) break;
+  }
+  return buf;
+}
+
+// The optimizer's and the schedule's flags of a manifest that has them ("" otherwise). A length
+// given in epochs is said in epochs (where a float flag can say it exactly), else in steps.
+static void optim_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
+  out[0] = '\0';
+  if (!m->has_optim) return;
+  char a[7][32];
+  int k = snprintf(out, size,
+                   " --lr %s --min-lr %s --warmup-lr %s --weight-decay %s --opt-eps %s "
+                   "--clip-grad %s --layer-decay %s",
+                   float_text(m->lr, a[0], 32), float_text(m->min_lr, a[1], 32),
+                   float_text(m->warmup_lr, a[2], 32), float_text(m->weight_decay, a[3], 32),
+                   float_text(m->opt_eps, a[4], 32), float_text(m->clip_grad, a[5], 32),
+                   float_text(m->layer_decay, a[6], 32));
+  const int in_epochs = m->sched_epochs && m->cycle_epochs == (double)(float)m->cycle_epochs;
+  const int warm_epochs = m->sched_epochs && m->warmup_epochs > 0 &&
+                          m->warmup_epochs == (double)(float)m->warmup_epochs;
+  if (k < (int)size && in_epochs)
+    k += snprintf(out + k, size - (size_t)k, " --epochs %s", float_text(m->cycle_epochs, a[0], 32));
+  else if (k < (int)size)
+    k += snprintf(out + k, size - (size_t)k, " --steps %" PRId64, m->total_steps);
+  if (k < (int)size && warm_epochs)
+    k += snprintf(out + k, size - (size_t)k, " --warmup-epochs %s",
+                  float_text(m->warmup_epochs, a[0], 32));
+  else if (k < (int)size)
+    k += snprintf(out + k, size - (size_t)k, " --warmup-steps %" PRId64, m->warmup_steps);
+  if (k < (int)size && m->sched_epochs) snprintf(out + k, size - (size_t)k, " --sched-on epochs");
+}
 
 int vt_inspect_run(const char *path) {
   char dir[1100], err[1200], latest[1200];
@@ -37,18 +76,22 @@ int vt_inspect_run(const char *path) {
          m.img_size, m.patch_size, m.width, m.depth, m.heads, (double)m.mlp_ratio, m.num_classes);
   // The flags the manifest checks on a resume, every one spelt out (any --model preset then
   // has them overridden), then the data stream's.
-  char repeats[32] = "";
+  char repeats[32] = "", optim[512];
   if (m.aug_repeats > 1) snprintf(repeats, sizeof repeats, " --aug-repeats %d", m.aug_repeats);
+  optim_flags(&m, optim, sizeof optim);
   printf("resume with: --img-size %d --patch-size %d --width %d --depth %d --heads %d "
          "--mlp-ratio %g --num-classes %d --global-pool %s --layer-scale %s --reg-tokens %d "
-         "--no-embed-class %d --qk-norm %d --qkv-bias %d --parallel-blocks %d --opt %s "
+         "--no-embed-class %d --qk-norm %d --qkv-bias %d --parallel-blocks %d --opt %s%s "
          "--global-batch-size %" PRId64 " --seed %" PRIu64 "%s --resume %s\n",
          m.img_size, m.patch_size, m.width, m.depth, m.heads, (double)m.mlp_ratio, m.num_classes,
          m.global_pool ? "avg" : "token", m.layer_scale ? "1" : "0", m.reg_tokens,
-         m.no_embed_class, m.qk_norm, m.qkv_bias, m.parallel, m.lamb ? "lamb" : "adamw",
+         m.no_embed_class, m.qk_norm, m.qkv_bias, m.parallel, m.lamb ? "lamb" : "adamw", optim,
          m.global_batch, m.seed, repeats,
          dir);
   if (m.layer_scale)
     printf("  (--layer-scale only has to be positive: the gammas come from the checkpoint)\n");
+  if (m.sched_epochs)
+    printf("  (its epochs were passes over %" PRId64 " training images: the same data gives the "
+           "same steps)\n", m.epoch_images);
   return 0;
 }

@@ -258,6 +258,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "learning rate at the end of the cosine decay", NULL},
       {"--warmup-steps", VT_OPT_I64, &o.optim.warmup_steps, 0, -1, BIG, "N",
        "steps of linear warmup; -1: 5% of --steps", NULL},
+      {"--resume-override", VT_OPT_INT, &o.resume_override, 0, 0, 1, "N",
+       "1: resume a checkpoint even where this command's learning-rate schedule or optimizer "
+       "settings (--lr, --steps, --warmup-steps, --weight-decay, ...) differ from the run that "
+       "saved it, training on with this command's (a longer run, a new rate); 0: refuse, "
+       "naming the differences", NULL},
       {"--sched-on", VT_OPT_STR, sched_on, sizeof sched_on, 0, 0, "UNIT",
        "when the learning rate changes: steps (every step; the cosine from the warmup's end) "
        "or epochs (once per pass over the training set, timm's train.py default and DeiT's: "

@@ -425,6 +425,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   vt_plan_print(&m, &opt, n_micro, mem_base, o);
 
   int64_t start_step = 0;
+  vt_ckpt_manifest saved;  // world rank 0: the manifest of the checkpoint resumed from
   int rc = 0;
   if (o->init_from[0] && vt_model_init_from(&m, world, o->init_from, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("--init-from: %s", err);
@@ -432,7 +433,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   }
   vt_optimizer_ema_reset(&opt, m.params);  // the EMA starts at the initial weights
   if (!rc && o->resume[0] &&
-      vt_ckpt_resume(o, &m, &opt, world, &mesh, &start_step, err, sizeof err) != VT_OK) {
+      vt_ckpt_resume(o, &m, &opt, world, &mesh, &start_step, &saved, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("cannot resume: %s", err);
     rc = VT_EXIT_USAGE;
   }
@@ -462,6 +463,27 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
                                                     (double)data.train_ds.count,
                   (long long)data.train_ds.count, own.global_batch, (long long)own.steps,
                   (long long)own.optim.warmup_steps, own.eval_interval, own.save_interval);
+  }
+  // A resumed run goes on with the schedule and optimizer it was saved with, unless told: its
+  // lengths are known only now.
+  if (ok && world_rank == 0 && start_step > 0 && !o->eval_only) {
+    char dir[4200];
+    if (strcmp(o->resume, "auto") == 0)
+      snprintf(dir, sizeof dir, "%s/step-%08lld", o->save_dir, (long long)start_step);
+    else
+      snprintf(dir, sizeof dir, "%s", o->resume);
+    char why[6000];
+    if (vt_ckpt_check_optim(&saved, &opt.cfg, dir, why, sizeof why) != VT_OK) {
+      if (o->resume_override) {
+        vt_log_warn("%s: --resume-override 1, so training goes on with this run's", why);
+      } else {
+        vt_log_error("cannot resume: %s; the learning-rate schedule or the optimizer would "
+                     "change mid-run. Give the checkpoint's values (vit3d inspect %s prints "
+                     "them), or --resume-override 1 to train on with this command's (a longer "
+                     "run, a new rate)", why, dir);
+        ok = 0;
+      }
+    }
   }
   stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .spec = spec,
                  .unit_slot = unit_slot, .unit_wset = unit_wset,

@@ -4,6 +4,8 @@
 #    tokens, QK-norm or parallel blocks differ from the checkpoint's, or with another optimizer;
 #  - a LAMB run resumed with --opt lamb goes on as the uninterrupted run (--check-log);
 #  - vit3d inspect prints the flags that resume a checkpoint (and they do);
+#  - another learning-rate schedule or optimizer setting is refused, naming each difference,
+#    unless --resume-override 1 (said, and the run trains on with the new ones);
 #  - another --seed is allowed but warned about;
 #  - --resume DIR of a damaged checkpoint (bad CRC) stops instead of training;
 #  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted), in place or in
@@ -55,11 +57,28 @@ if "$vit3d" "${lamb[@]}" --log-dir "$work/lamb_all" > "$work/lamb_all.log" 2>&1 
    grep -q "resumed from" "$work/lamb_b.log"; then
   echo "ok: LAMB resumed at step 3 logs the uninterrupted run's steps 4-6 (--check-log)"
 else echo "FAIL: LAMB resume:"; tail -5 "$work/lamb_b.log"; fail=1; fi
-# vit3d inspect prints the flags that resume a checkpoint: with them even another --model preset
-# resumes it; a folder without a checkpoint is refused.
+# Another learning-rate schedule or optimizer setting: refused, every difference named, unless
+# --resume-override 1 (then said, and the run goes on with this command's).
+out=$("$vit3d" "${args[@]}" --lr 2e-3 --steps 6 --clip-grad 0.5 --save "$work/ck_sched" \
+      --resume "$work/ck/step-00000004" 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && grep -q "was saved by a run with --lr 0.001 --steps 4 --clip-grad 1, and this one has --lr 0.002 --steps 6 --clip-grad 0.5; the learning-rate schedule or the optimizer would change mid-run.*--resume-override 1" <<<"$out" &&
+   [ ! -e "$work/ck_sched/latest" ]; then
+  echo "ok: another schedule refused (rc $rc): $(grep -o 'was saved by a run with --lr.*this one has[^;]*' <<<"$out")"
+else echo "FAIL: schedule change: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --lr 2e-3 --steps 6 --clip-grad 0.5 --save "$work/ck_sched" \
+      --resume "$work/ck/step-00000004" --resume-override 1 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "and this one has --lr 0.002 --steps 6 --clip-grad 0.5: --resume-override 1, so training goes on with this run's" <<<"$out" &&
+   grep -q "^step     6/6" <<<"$out"; then
+  echo "ok: --resume-override 1 trains on with the new schedule to step 6"
+else echo "FAIL: --resume-override 1: rc $rc: $out"; fail=1; fi
+# vit3d inspect prints the flags that resume a checkpoint (the model's, the optimizer's and the
+# schedule's): with them even another --model preset resumes it; a folder without a checkpoint
+# is refused.
 flags=$("$vit3d" inspect "$work/ck" 2>&1 | sed -n 's/^resume with: //p')
 if [ -n "$flags" ] &&
-   "$vit3d" train --model vit-ti16 $flags --steps 5 --micro-batch-size 8 --threads 1 \
+   "$vit3d" train --model vit-ti16 $flags --micro-batch-size 8 --threads 1 \
      > "$work/inspect.log" 2>&1 && grep -q "resumed from" "$work/inspect.log"; then
   echo "ok: vit3d inspect's flags resume the checkpoint (even after --model vit-ti16): $flags"
 else echo "FAIL: resuming with vit3d inspect's flags ($flags):"; tail -5 "$work/inspect.log"; fail=1; fi
@@ -69,7 +88,8 @@ if [ $rc -eq 1 ] && grep -q "holds no complete checkpoint" <<<"$out"; then
   echo "ok: vit3d inspect of a folder without a checkpoint: $out"
 else echo "FAIL: vit3d inspect of a folder without a checkpoint: rc $rc: $out"; fail=1; fi
 # Another seed or --aug-repeats: allowed (reshuffling after a loss spike), but said.
-out=$("$vit3d" "${args[@]}" --seed 9 --steps 5 --save "$work/ck_seed" --resume "$work/ck/step-00000004" 2>&1)
+out=$("$vit3d" "${args[@]}" --seed 9 --steps 5 --save "$work/ck_seed" --resume "$work/ck/step-00000004" \
+      --resume-override 1 2>&1)
 rc=$?
 if [ $rc -eq 0 ] && grep -q "was saved by a run with --seed 0 and this one has --seed 9" <<<"$out"; then
   echo "ok: another seed warned: $(grep -o 'was saved by a run with --seed.*' <<<"$out")"
@@ -85,7 +105,7 @@ else echo "FAIL: damaged checkpoint: rc $rc: $out"; fail=1; fi
 mkdir -p "$work/disk"
 if mount -t tmpfs -o size=4m tmpfs "$work/disk" 2>/dev/null; then
   out=$("$vit3d" "${args[@]}" --steps 2 --save "$work/disk" --save-interval 1 2>&1)
-  again=$("$vit3d" "${args[@]}" --steps 3 --save "$work/disk" --resume auto --run-steps 1 2>&1)
+  again=$("$vit3d" "${args[@]}" --steps 2 --save "$work/disk" --resume auto --run-steps 1 2>&1)
   if grep -q "checkpoint of step 2 failed, the previous one is intact" <<<"$out" &&
      grep -q "disk full\|No space" <<<"$out" &&
      [ "$(cat "$work/disk/latest")" = "step-00000001" ] && ! ls -A "$work/disk" | grep -q tmp &&

@@ -150,6 +150,34 @@ int main(void) {
          err);
   m.layer_scale = m.reg_tokens = m.no_embed_class = m.qk_norm = m.parallel = m.lamb = 0;
   m.qkv_bias = 1;
+  // The optimizer's settings and schedule round trip bit for bit (floats widened to double;
+  // lengths in epochs as doubles); all or none of them; a manifest without them has none.
+  vt_ckpt_manifest o = m;
+  o.has_optim = 1, o.lr = (float)3e-3, o.min_lr = (float)1e-5, o.warmup_lr = (float)1e-6;
+  o.weight_decay = (float)0.05, o.opt_eps = (float)1e-8, o.clip_grad = 0, o.layer_decay = 0.65f;
+  o.warmup_steps = 3128, o.total_steps = 500456, o.sched_epochs = 1, o.epoch_images = 1281167;
+  o.warmup_epochs = 5, o.cycle_epochs = 800.0 / 3.0;
+  n = vt_ckpt_manifest_format(&o, text, sizeof text);
+  EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
+             back.has_optim && back.lr == o.lr && back.min_lr == o.min_lr &&
+             back.warmup_lr == o.warmup_lr && back.weight_decay == o.weight_decay &&
+             back.opt_eps == o.opt_eps && back.clip_grad == 0 && back.layer_decay == o.layer_decay &&
+             back.warmup_steps == 3128 && back.total_steps == 500456 && back.sched_epochs == 1 &&
+             back.epoch_images == 1281167 && back.warmup_epochs == 5 &&
+             back.cycle_epochs == o.cycle_epochs,
+         "optimizer settings round trip: %s", err);
+  char *lrl = strstr(text, "\nlr ");
+  EXPECT(lrl != NULL, "lr line");
+  if (lrl) {
+    char *eol = strchr(lrl + 1, '\n');
+    memmove(lrl, eol, strlen(eol) + 1);
+    EXPECT(vt_ckpt_manifest_parse(text, strlen(text), &back, err, sizeof err) != VT_OK &&
+               strstr(err, "all or none"), "a manifest with some optimizer settings: %s", err);
+  }
+  n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
+             !back.has_optim && !strstr(text, "lr "), "a manifest without optimizer settings: %s",
+         err);
 
   // Commit, `latest`, keep-last, verification of damaged files.
   char dir[] = "/tmp/vt_manifest_XXXXXX", path[1300], found[1100];
