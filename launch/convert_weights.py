@@ -12,6 +12,12 @@ made timm's:
   - DINOv2: register_tokens -> reg_token; FSDP-chunked blocks.c.i. -> blocks.i.; with registers
     its class token's position (its registers have none) is added into cls_token, leaving
     pos_embed for the patches (timm's no_embed_class layout, --no-embed-class 1)
+  - timm's ParallelScalingBlock (ViT-22B's parallel block): in_norm -> norm1, in_proj's rows
+    [fc1 | q | k | v] -> mlp.fc1 and attn.qkv, attn_out_proj -> attn.proj, mlp_out_proj ->
+    mlp.fc2, q_norm/k_norm -> attn.q_norm/k_norm. Without its qkv bias timm adds
+    cat(zeros(3 * width), mlp_bias) to in_proj's output, whose rows are [fc1 | q | k | v]: the
+    first 3 * width rows get no bias and mlp_bias lands on the last fc1 rows and on q, k, v;
+    that bias is written as it acts (fc1's and qkv's), so the model has a qkv bias
   - parts no classifier uses dropped: MAE's decoder (decoder_*), mask_token, DINO's heads
 Every other tensor must be one vit3d builds (blocks' norm1, attn.qkv, attn.q_norm/k_norm,
 attn.proj, ls1/ls2/ls, norm2, mlp.fc1/fc2; cls_token, reg_token, pos_embed, patch_embed.proj,
@@ -84,6 +90,37 @@ def timm_name(k):
     k = re.sub(r"^blocks\.\d+\.(\d+)\.", r"blocks.\1.", k)  # DINOv2's FSDP chunks
     k = re.sub(r"^(blocks\.\d+)\.gamma_([12])$", r"\1.ls\2.gamma", k)  # DeiT III
     return "reg_token" if k == "register_tokens" else k
+
+
+# timm's ParallelScalingBlock's own names -> vit3d's parallel block's (in_proj is split apart).
+PSB_NAMES = {"in_norm": "norm1", "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
+             "attn_out_proj": "attn.proj", "mlp_out_proj": "mlp.fc2"}
+
+
+def split_parallel_blocks(sd):
+    """timm's ParallelScalingBlock tensors as vit3d's parallel block (the docstring above); the
+    number of blocks converted and whether an mlp_bias (no qkv bias) was placed as timm adds it."""
+    blocks = sorted(int(k.split(".")[1]) for k in sd if re.fullmatch(r"blocks\.\d+\.in_proj\.weight", k))
+    moved = False
+    for i in blocks:
+        pre = f"blocks.{i}"
+        w = sd.pop(f"{pre}.in_proj.weight")
+        C = w.shape[1]
+        F = w.shape[0] - 3 * C
+        b = sd.pop(f"{pre}.in_proj.bias", None)
+        mlp_bias = sd.pop(f"{pre}.mlp_bias", None)
+        if b is None:
+            b = np.zeros(F + 3 * C, np.float32)
+            if mlp_bias is not None:  # timm: torch.cat((qkv_bias zeros, mlp_bias))
+                b = np.concatenate([np.zeros(3 * C, np.float32), np.asarray(mlp_bias, np.float32)])
+                moved = True
+        sd[f"{pre}.mlp.fc1.weight"], sd[f"{pre}.attn.qkv.weight"] = w[:F], w[F:]
+        sd[f"{pre}.mlp.fc1.bias"], sd[f"{pre}.attn.qkv.bias"] = b[:F], b[F:]
+        for k in [k for k in sd if k.startswith(pre + ".")]:
+            part = k[len(pre) + 1:].rsplit(".", 1)
+            if part[0] in PSB_NAMES:
+                sd[f"{pre}.{PSB_NAMES[part[0]]}.{part[1]}"] = sd.pop(k)
+    return len(blocks), moved
 
 
 def is_square(n):
@@ -164,6 +201,7 @@ def main():
         else:
             sd[name] = v
     folded = fold_class_position(sd)
+    psb, moved = split_parallel_blocks(sd)
     unknown = [k for k in sd if not any(re.fullmatch(p, k) for p in KNOWN)]
     if unknown or "patch_embed.proj.weight" not in sd or "blocks.0.mlp.fc1.weight" not in sd:
         what = ", ".join(sorted(unknown)[:8]) or "no patch_embed.proj or blocks.0.mlp.fc1"
@@ -172,6 +210,10 @@ def main():
     write_safetensors(dst, sd)
     if folded:
         print("the class token's position added into cls_token (registers without positions)")
+    if psb:
+        print(f"{psb} ParallelScalingBlocks (timm) split into vit3d's parallel blocks" +
+              (": without a qkv bias, the mlp_bias placed where timm adds it (the last fc1 rows "
+               "and qkv), so the model has one" if moved else ""))
     print(f"wrote {len(sd)} tensors to {dst}" +
           (f" (dropped {len(dropped)}: {', '.join(sorted(dropped)[:4])}"
            f"{', ...' if len(dropped) > 4 else ''})" if dropped else ""))

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for seven variants
+# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for eight variants
 # of timm's VisionTransformer (defaults; the mean-pooled head; DeiT III's LayerScale with
 # positions on the patch tokens only; 2 registers with LayerScale; 3 registers with class
-# positions and the mean-pooled head; QK-norm without the qkv bias; ParallelScalingBlock, renamed) timm's random weights go in through --init-from and
+# positions and the mean-pooled head; QK-norm without the qkv bias; ParallelScalingBlock with and
+# without its qkv bias, converted by launch/convert_weights.py) timm's random weights go in through --init-from and
 # `vit3d eval --logits-out` must give timm's logits on the same inputs. Also ref_vit.py's LAMB,
 # which the ref test holds vit3d's to, against timm.optim.Lamb, and --sched-on epochs against
 # timm's CosineLRScheduler.
@@ -36,10 +37,19 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$py" "$here/make_images.py" "$work/val" 10 3 40 || { echo "FAIL: make_images.py"; exit 1; }
 fail=0
-for v in vit avg deit3 reg reg_avg qk_norm parallel; do
+for v in vit avg deit3 reg reg_avg qk_norm parallel parallel_nb; do
   mapfile -t flags < <("$py" "$here/timm_check.py" flags $v)
   if ! "$py" "$here/timm_check.py" write $v "$work/$v.safetensors"; then
     echo "FAIL: timm could not build variant $v"; fail=1; continue
+  fi
+  if "$py" "$here/timm_check.py" converts $v; then  # timm's names, through the user's converter
+    mv "$work/$v.safetensors" "$work/$v.timm.safetensors"
+    if ! "$py" "$here/../launch/convert_weights.py" "$work/$v.timm.safetensors" \
+        "$work/$v.safetensors" > "$work/$v.conv.log" 2>&1; then
+      echo "FAIL: convert_weights.py on $v:"; cat "$work/$v.conv.log"; fail=1; continue
+    fi
+    grep -q "ParallelScalingBlocks (timm) split" "$work/$v.conv.log" ||
+      { echo "FAIL: $v: $(cat "$work/$v.conv.log")"; fail=1; }
   fi
   if ! "$vit3d" eval --model tiny "${flags[@]}" --val-data "$work/val" --init-from "$work/$v.safetensors" \
       --micro-batch-size 8 --threads 1 --logits-out "$work/$v.dump.safetensors" > "$work/$v.log" 2>&1; then

@@ -3,12 +3,13 @@ each variant with random weights, they go to vit3d through --init-from, and the 
 evaluation writes (--logits-out) must be timm's on the same inputs. Covers the names, shapes and
 semantics of the plain ViT, the mean-pooled head, DeiT III's LayerScale with positions on the
 patch tokens only, register tokens with and without class positions, QK-norm without the qkv
-bias (ViT-22B's attention), and timm's ParallelScalingBlock (ViT-22B's parallel block, its
-tensors renamed to vit3d's: in_proj's rows split into fc1 and qkv).
+bias (ViT-22B's attention), and timm's ParallelScalingBlock (ViT-22B's parallel block) with and
+without its qkv bias, under timm's names, converted by launch/convert_weights.py.
 
   timm_check.py flags VARIANT           the vit3d model flags of a variant (one per line)
   timm_check.py write VARIANT OUT       timm's weights (perturbed, so no bias or gamma is its
-                                        initial constant) as safetensors
+                                        initial constant) as safetensors, timm's names
+  timm_check.py converts VARIANT        exit 0 where OUT needs launch/convert_weights.py
   timm_check.py check VARIANT W DUMP    timm (float64) on DUMP's inputs against its logits:
                                         max |diff| / max |logit| <= 1e-5; exit 0 = pass
   timm_check.py lamb                    the reference's LAMB (tests/ref_vit.py, which checks
@@ -42,46 +43,16 @@ VARIANTS = {
                 ["--reg-tokens", "3", "--global-pool", "avg"]),
     "qk_norm": ({"qk_norm": True, "qkv_bias": False, "init_values": 0.3},
                 ["--qk-norm", "1", "--qkv-bias", "0", "--layer-scale", "0.3"]),
-    # timm's ParallelScalingBlock (ViT-22B) under its own names, converted (to_vit3d)
+    # timm's ParallelScalingBlock (ViT-22B) under its own names, converted by
+    # launch/convert_weights.py; without the qkv bias timm adds its mlp_bias shifted onto the
+    # last fc1 rows and q, k, v, which the conversion keeps (so vit3d's model has a qkv bias)
     "parallel": ({"block": "ParallelScalingBlock", "qkv_bias": True, "qk_norm": True,
                   "init_values": 0.3},
                  ["--parallel-blocks", "1", "--qk-norm", "1", "--layer-scale", "0.3"]),
+    "parallel_nb": ({"block": "ParallelScalingBlock", "qkv_bias": False, "qk_norm": True,
+                     "init_values": 0.3},
+                    ["--parallel-blocks", "1", "--qk-norm", "1", "--layer-scale", "0.3"]),
 }
-
-# ParallelScalingBlock's tensors -> vit3d's parallel block: in_norm is norm1, in_proj's rows are
-# [fc1 | qkv] (its output splits as x_mlp, q, k, v), the out projections are proj and fc2.
-RENAME = {"in_norm": "norm1", "q_norm": "attn.q_norm", "k_norm": "attn.k_norm",
-          "attn_out_proj": "attn.proj", "mlp_out_proj": "mlp.fc2"}
-
-
-def to_vit3d(sd, hidden):
-    out = {}
-    for name, t in sd.items():
-        parts = name.split(".")
-        if len(parts) < 4 or parts[0] != "blocks":
-            out[name] = t
-        elif parts[2] == "in_proj":
-            pre = ".".join(parts[:2])
-            out[f"{pre}.mlp.fc1.{parts[3]}"], out[f"{pre}.attn.qkv.{parts[3]}"] = t[:hidden], t[hidden:]
-        else:
-            out[".".join(parts[:2] + [RENAME.get(parts[2], parts[2])] + parts[3:])] = t
-    return out
-
-
-def to_timm(sd):
-    out, back = {}, {v: k for k, v in RENAME.items()}
-    for name, t in sd.items():
-        parts = name.split(".")
-        if name.startswith("blocks.") and ".mlp.fc1." in name:
-            pre, kind = ".".join(parts[:2]), parts[-1]
-            out[f"{pre}.in_proj.{kind}"] = torch.cat([t, sd[f"{pre}.attn.qkv.{kind}"]])
-        elif name.startswith("blocks.") and ".attn.qkv." not in name:
-            mid = ".".join(parts[2:-1])
-            out[".".join(parts[:2] + [back.get(mid, mid), parts[-1]])] = t
-        elif not name.startswith("blocks."):
-            out[name] = t
-    return out
-
 
 def build(variant):
     from timm.models import vision_transformer as vt
@@ -109,11 +80,12 @@ def write(path, tensors):
 
 
 def check(variant, weights_path, dump_path):
+    """The weights file must load strictly into timm's model (the converted variants' files hold
+    vit3d's names: their model is rebuilt, with the very weights written, by build's seed)."""
     model = build(variant)
     weights = {k: torch.as_tensor(v) for k, v in read_safetensors(weights_path).items()}
-    if "block" in VARIANTS[variant][0]:
-        weights = to_timm(weights)
-    model.load_state_dict(weights, strict=True)
+    if "block" not in VARIANTS[variant][0]:
+        model.load_state_dict(weights, strict=True)
     model = model.double()
     dump = read_safetensors(dump_path)
     with torch.no_grad():
@@ -121,8 +93,9 @@ def check(variant, weights_path, dump_path):
     mine = torch.as_tensor(dump["logits"]).double()
     err = ((mine - ref).abs().max() / ref.abs().max()).item() if mine.shape == ref.shape else 1.0
     names = len(weights)
+    how = "converted from timm's" if "block" in VARIANTS[variant][0] else "loaded strictly into timm"
     print(f"{variant:8s} ({' '.join(VARIANTS[variant][1]) or 'timm defaults'}): {names} tensors "
-          f"loaded strictly into timm; {len(mine)} images: max |vit3d - timm| / max |logit| = "
+          f"{how}; {len(mine)} images: max |vit3d - timm| / max |logit| = "
           f"{err:.2e} (tol 1e-05) {'ok' if err <= 1e-5 else 'FAIL'}")
     return 0 if err <= 1e-5 else 1
 
@@ -195,11 +168,10 @@ def main():
     if cmd == "flags":
         print("\n".join(BASE_FLAGS + VARIANTS[variant][1]))
         return 0
+    if cmd == "converts":  # exit 0: the variant's file goes through launch/convert_weights.py
+        return 0 if "block" in VARIANTS[variant][0] else 1
     if cmd == "write":
-        sd = build(variant).state_dict()
-        if "block" in VARIANTS[variant][0]:
-            sd = to_vit3d(sd, int(BASE["embed_dim"] * 4))
-        write(sys.argv[3], sd)
+        write(sys.argv[3], build(variant).state_dict())
         return 0
     return check(variant, sys.argv[3], sys.argv[4])
 
