@@ -62,6 +62,7 @@ static void train_defaults(vt_train_options *o) {
   o->device = VT_DEVICE_CPU;
   o->threads = 0;
   o->log_interval = 10;
+  o->tensorboard = 1;
   o->tp = o->pp = 1;
   o->timeout_s = 600;
   o->async_save = 1;
@@ -411,7 +412,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--final-weights", VT_OPT_STR, o.final_weights, sizeof o.final_weights, 0, 0, "FILE",
        "at the end, write the full unsharded weights (safetensors, timm names)", NULL},
       {"--log-dir", VT_OPT_STR, o.log_dir, sizeof o.log_dir, 0, 0, "DIR",
-       "write DIR/metrics.jsonl, one JSON object per step", NULL},
+       "write DIR/metrics.jsonl, one JSON object per step, and TensorBoard's event file "
+       "(tensorboard --logdir DIR; --tensorboard 0: not)", NULL},
+      {"--tensorboard", VT_OPT_INT, &o.tensorboard, 0, 0, 1, "N",
+       "1: with --log-dir, also write the step's figures as TensorBoard scalars (train/, eval/, "
+       "eval_ema/) to DIR/events.out.tfevents.*", NULL},
       {"--log-interval", VT_OPT_INT, &o.log_interval, 0, 1, 1 << 30, "N",
        "print the progress line every N steps", NULL},
       {"--timeout-s", VT_OPT_FLOAT, &o.timeout_s, 0, 0, 1e7, "SEC",

@@ -159,11 +159,52 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
   free(per_stage);
 }
 
-// The progress line every --log-interval steps and the step's metrics.jsonl line.
-void vt_report_step(const vt_train_options *o, FILE *metrics, const vt_step_log *l,
-                    double t_elapsed, int64_t steps_done, int world_size) {
+// The step's figures as TensorBoard scalars: metrics.jsonl's, under train/, eval/, eval_ema/
+// (a skipped step's loss and norm, null there, are left out).
+static void tensorboard_step(vt_tfevents **tb, const vt_step_log *l, double tflops, double mfu,
+                             int with_mfu) {
+  const char *tags[16];
+  float values[16];
+  int n = 0;
+#define SCALAR(tag, v)                                        \
+  do {                                                        \
+    if (isfinite((double)(v))) tags[n] = tag, values[n++] = (float)(v); \
+  } while (0)
+  SCALAR("train/loss", l->loss);
+  SCALAR("train/lr", l->lr);
+  SCALAR("train/grad_norm", l->gnorm);
+  SCALAR("train/img_per_s", l->img_s);
+  SCALAR("train/step_ms", l->step_ms);
+  SCALAR("train/model_tflops", tflops);
+  if (with_mfu) SCALAR("train/mfu", mfu);
+  SCALAR("train/skipped_steps", (double)l->skipped);
+  SCALAR("train/bad_images", (double)l->bad_images);
+  if (l->eval_now) {
+    SCALAR("eval/loss", l->ev.loss);
+    SCALAR("eval/top1", l->ev.top1);
+    SCALAR("eval/top5", l->ev.top5);
+  }
+  if (l->eval_ema) {
+    SCALAR("eval_ema/loss", l->ev_ema.loss);
+    SCALAR("eval_ema/top1", l->ev_ema.top1);
+    SCALAR("eval_ema/top5", l->ev_ema.top5);
+  }
+#undef SCALAR
+  if (vt_tfevents_scalars(*tb, l->step, n, tags, values) != 0) {
+    vt_log_warn("TensorBoard events: writing %s failed (%s); no more events this run "
+                "(metrics.jsonl goes on)", vt_tfevents_path(*tb), strerror(errno));
+    vt_tfevents_close(*tb);
+    *tb = NULL;
+  }
+}
+
+// The progress line every --log-interval steps, the step's metrics.jsonl line and its
+// TensorBoard scalars.
+void vt_report_step(const vt_train_options *o, FILE *metrics, vt_tfevents **tb,
+                    const vt_step_log *l, double t_elapsed, int64_t steps_done, int world_size) {
   const double tflops = vt_config_train_flops(&o->model) * l->img_s / 1e12;
   const double mfu = o->peak_tflops > 0 ? tflops / (o->peak_tflops * world_size) : 0.0;
+  if (tb && *tb) tensorboard_step(tb, l, tflops, mfu, o->peak_tflops > 0);
   if (metrics) {
     // JSON has no NaN: a skipped step's loss or norm is null.
     char loss[32], gnorm[32];

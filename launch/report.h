@@ -12,6 +12,7 @@
 #include "model.h"
 #include "optim.h"
 #include "schedule.h"
+#include "tfevents.h"
 #include "train.h"
 
 // The progress line and the metrics.jsonl line of one step (rank 0).
@@ -32,9 +33,10 @@ FILE *vt_report_open_metrics(const char *dir, int64_t resumed_at);
 void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc);
 // Every rank: host, world and local rank, mesh coordinates and device, one line each.
 void vt_report_placement(vt_comm *world, vt_mesh_coord me, const char *device, int threads);
-// Rank 0: the progress line every --log-interval steps and the step's metrics.jsonl line.
-void vt_report_step(const vt_train_options *o, FILE *metrics, const vt_step_log *l,
-                    double t_elapsed, int64_t steps_done, int world_size);
+// Rank 0: the progress line every --log-interval steps, the step's metrics.jsonl line and its
+// TensorBoard scalars (tb may be NULL; a failed write is said once and ends the event file).
+void vt_report_step(const vt_train_options *o, FILE *metrics, vt_tfevents **tb,
+                    const vt_step_log *l, double t_elapsed, int64_t steps_done, int world_size);
 // This rank's first-step traffic per axis and op to LOG_DIR/comm.rank<R>.json, with what the
 // formulas need to predict it (tests/test_traffic.py).
 void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt_optimizer *opt,

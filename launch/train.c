@@ -504,11 +504,17 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   FILE *metrics = NULL;
   if (ok && world_rank == 0 && o->log_dir[0])
     ok = (metrics = vt_report_open_metrics(o->log_dir, start_step)) != NULL;
+  vt_tfevents *tb = NULL;  // TensorBoard's event file beside metrics.jsonl; not needed to train
+  if (ok && world_rank == 0 && o->log_dir[0] && o->tensorboard && !o->eval_only) {
+    tb = vt_tfevents_open(o->log_dir, start_step + 1, err, sizeof err);
+    if (!tb) vt_log_warn("no TensorBoard events: %s", err);
+  }
   double all_ok = ok;  // every rank learns whether any failed, so all stop together
   vt_comm_all_reduce_double(world, &all_ok, 1, VT_REDUCE_MIN);
   if (!all_ok) {
     vt_checklog_free(&check);
     if (metrics) fclose(metrics);
+    vt_tfevents_close(tb);
     vt_data_close(&data);
     if (x.step_losses) be->free(x.step_losses);
     free(x.host_step_losses);
@@ -619,7 +625,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
                             ranks_json, json_len, summary, sizeof summary);
       busy_s = 0.0, report_first = n + 1;
     }
-    if (world_rank == 0) vt_report_step(o, metrics, &l, now_s() - t_start, n - start_step, world_size);
+    if (world_rank == 0) vt_report_step(o, metrics, &tb, &l, now_s() - t_start, n - start_step, world_size);
     const double ev[3] = {l.ev.loss, l.ev.top1, l.ev.top5};
     const double ema[3] = {l.ev_ema.loss, l.ev_ema.top1, l.ev_ema.top5};
     if (world_rank == 0 && o->check_log[0])
@@ -657,6 +663,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   if (o->save_dir[0] && vt_ckpt_wait(world) != VT_OK && !rc) rc = VT_EXIT_FAILED;
   free(ranks_json);
   if (metrics) fclose(metrics);
+  vt_tfevents_close(tb);
   // Rank 0's verdict sets the exit code only at the end: the exports below are collective.
   const int check_failed = world_rank == 0 && o->check_log[0] && vt_checklog_finish(&check);
   vt_checklog_free(&check);

@@ -18,20 +18,8 @@ py=${VT_REF_PYTHON:-/usr/bin/python3}
 skip() { echo "SKIP: $*"; exit 77; }
 "$py" -c "import torch, torchvision, numpy, PIL" 2>/dev/null ||
   skip "$py cannot import torch, torchvision, numpy and PIL (Debian: python3-torch python3-torchvision)"
-if ! "$py" -c "import timm" 2>/dev/null; then
-  if [ ! -f "$cache/timm/__init__.py" ]; then
-    dl=$(mktemp -d)
-    for pip in "python3 -m pip" "$py -m pip"; do
-      timeout 120 $pip download --no-deps --quiet timm==1.0.9 -d "$dl" >/dev/null 2>&1 && break
-    done
-    whl=$(ls "$dl"/timm-*.whl 2>/dev/null | head -n 1)
-    [ -n "$whl" ] || { rm -rf "$dl"; skip "timm is not installed and PyPI gave no timm 1.0.9 wheel"; }
-    mkdir -p "$cache" && "$py" -m zipfile -e "$whl" "$cache" || { rm -rf "$dl"; skip "cannot unpack $whl"; }
-    rm -rf "$dl"
-  fi
-  export PYTHONPATH="$cache${PYTHONPATH:+:$PYTHONPATH}"
-  "$py" -c "import timm" 2>/dev/null || skip "timm from $cache does not import: $("$py" -c 'import timm' 2>&1 | tail -n 1)"
-fi
+source "$here/pypi_wheel.sh"
+pypi_wheel "$py" timm timm==1.0.9 "$cache" || skip "$pypi_why"
 echo "timm $("$py" -c 'import timm; print(timm.__version__, timm.__file__)')"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
