@@ -1,6 +1,7 @@
 // label.c: class numbers from label members (label.h). The JSON reader only walks the text far
-// enough to find one top-level field: strings (with their escapes) are skipped whole and
-// nesting is counted, so a field of the same name inside a nested object is not taken.
+// enough to find one field of one object level at a time: strings (with their escapes) are
+// skipped whole and nesting is counted, so a field of the same name inside a nested object is
+// not taken; a dotted path walks into the objects it names.
 #include "label.h"
 
 #include <errno.h>
@@ -16,16 +17,18 @@ static int only(const char *s, const char *allowed) {
 
 vt_status vt_label_key_check(const char *key, char *err, size_t errlen) {
   static const char lower[] = "abcdefghijklmnopqrstuvwxyz0123456789_-";
-  static const char field[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+  static const char field[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.";
   const int json = strncmp(key, JSON_PREFIX, strlen(JSON_PREFIX)) == 0;
-  const int ok = json ? only(key + strlen(JSON_PREFIX), field)
+  const char *path = key + strlen(JSON_PREFIX);
+  const int ok = json ? only(path, field) && path[0] != '.' && path[strlen(path) - 1] != '.' &&
+                            !strstr(path, "..")
                       : only(key, lower) && strcmp(key, "jpg") && strcmp(key, "jpeg") &&
-                            strcmp(key, "png");
+                            strcmp(key, "png") && strcmp(key, "webp");
   if (ok) return VT_OK;
   snprintf(err, errlen,
            "--label-key '%s': give the label member's extension without its dot, in lower case "
            "letters, digits, '_' or '-', other than an image's (cls, label, target, ...), or "
-           "json:FIELD for an integer field of KEY.json",
+           "json:FIELD for an integer field of KEY.json (json:A.B: field B of object A)",
            key);
   return VT_ERR_INPUT;
 }
@@ -50,9 +53,9 @@ static int read_int(const char *s, size_t n, size_t *i, long long *out) {
   return *end == '\0' && errno == 0;
 }
 
-// Field `field`'s value at the top level of the JSON object in s: 1 an integer (*out), 0 no such
-// field, -1 a field that is not an integer, -2 text that is not an object.
-static int json_int_field(const char *s, size_t n, const char *field, long long *out) {
+// The value of field name (len bytes) at the top level of the JSON object in s: 1 with *at its
+// first byte, 0 no such field, -2 text that is not an object.
+static int json_find(const char *s, size_t n, const char *name, size_t len, size_t *at) {
   size_t i = 0;
   int depth = 0;
   while (i < n && is_space(s[i])) i++;
@@ -66,11 +69,12 @@ static int json_int_field(const char *s, size_t n, const char *field, long long 
       const size_t end = i++;
       size_t j = i;
       while (j < n && is_space(s[j])) j++;
-      if (depth == 1 && j < n && s[j] == ':' && end - start == strlen(field) &&
-          memcmp(s + start, field, end - start) == 0) {
+      if (depth == 1 && j < n && s[j] == ':' && end - start == len &&
+          memcmp(s + start, name, len) == 0) {
         for (j++; j < n && is_space(s[j]); j++) {
         }
-        return read_int(s, n, &j, out) ? 1 : -1;
+        *at = j;
+        return 1;
       }
       continue;
     }
@@ -79,6 +83,41 @@ static int json_int_field(const char *s, size_t n, const char *field, long long 
     i++;
   }
   return 0;
+}
+
+// One past the object or array that opens at s[i], strings skipped; n when it is not closed.
+static size_t json_close(const char *s, size_t n, size_t i) {
+  int depth = 0;
+  while (i < n) {
+    const char c = s[i];
+    if (c == '"') {
+      for (i++; i < n && s[i] != '"'; i += s[i] == '\\' ? 2 : 1) {
+      }
+      i++;
+      continue;
+    }
+    if (c == '{' || c == '[') depth++;
+    if ((c == '}' || c == ']') && --depth == 0) return i + 1;
+    i++;
+  }
+  return n;
+}
+
+// The integer at path ("a.b.c": field c of object b of object a) in the JSON object in s: 1 an
+// integer (*out), 0 no such field, -1 a field that is not an integer, -2 text that is not an
+// object, -3 a field on the way that is not an object.
+static int json_int_field(const char *s, size_t n, const char *path, long long *out) {
+  for (;;) {
+    const char *dot = strchr(path, '.');
+    const size_t len = dot ? (size_t)(dot - path) : strlen(path);
+    size_t at = 0;
+    const int got = json_find(s, n, path, len, &at);
+    if (got != 1) return got;
+    if (!dot) return read_int(s, n, &at, out) ? 1 : -1;
+    if (at >= n || s[at] != '{') return -3;
+    const size_t end = json_close(s, n, at);
+    s += at, n = end - at, path = dot + 1;
+  }
 }
 
 vt_status vt_label_parse(const char *key, const char *text, size_t n, int32_t max,
@@ -90,7 +129,8 @@ vt_status vt_label_parse(const char *key, const char *text, size_t n, int32_t ma
     const int got = json_int_field(text, n, field, &v);
     if (got != 1) {
       snprintf(why, whylen, "%s", got == -2 ? "is not a JSON object"
-                                  : got == 0 ? "has no top-level field of that name"
+                                  : got == -3 ? "has a field on that path that is not an object"
+                                  : got == 0 ? "has no field at that path"
                                              : "has that field, but not as an integer");
       return VT_ERR_INPUT;
     }

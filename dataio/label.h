@@ -1,7 +1,8 @@
 // label.h: a sample's class number from the bytes of its label member in a tar shard. A label
 // key names the member and how to read it: KIND ("cls", "label", ...) for KEY.KIND holding the
 // number as decimal text (webdataset's KEY.cls), or "json:FIELD" for an integer field at the top
-// level of the object in KEY.json. Must not depend on MPI, a backend or the model.
+// level of the object in KEY.json ("json:A.B": field B of the object in field A, and so on).
+// Must not depend on MPI, a backend or the model.
 #ifndef VT_LABEL_H
 #define VT_LABEL_H
 
@@ -14,8 +15,8 @@
 #define VT_LABEL_MAX_BYTES 65536
 
 // VT_OK when key is a label key (KIND in lower-case letters, digits, '_' and '-', not an
-// image's; or json:FIELD with FIELD in letters, digits, '_' and '-'), else VT_ERR_INPUT saying
-// what one looks like.
+// image's; or json:FIELD with FIELD in letters, digits, '_' and '-', dots between the names of a
+// path), else VT_ERR_INPUT saying what one looks like.
 vt_status vt_label_key_check(const char *key, char *err, size_t errlen);
 
 // The member kind the key reads ("json" for json:FIELD), into kind (len bytes).

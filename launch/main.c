@@ -184,7 +184,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--label-key", VT_OPT_STR, o.label_key, sizeof o.label_key, 0, 0, "KIND",
        "tar shards: the member that holds a sample's class number, KEY.KIND as decimal text "
        "(timm's and webdataset's cls; e.g. label, target), or json:FIELD for an integer "
-       "field of KEY.json", NULL},
+       "field of KEY.json (json:A.B: field B of the object in field A)", NULL},
       {"--index-cache", VT_OPT_STR, o.index_cache, sizeof o.index_cache, 0, 0, "DIR",
        "keep the datasets' indexes in DIR between runs: a start then stats each shard, class "
        "folder or list file instead of listing every image or reading every tar header (for "

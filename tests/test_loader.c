@@ -1103,7 +1103,8 @@ static void test_lifecycle(const vt_dataset *ds) {
 }
 
 // Label members: decimal text under a KIND key, a top-level integer field under json:FIELD
-// (a field of the same name in a nested object or inside a string is not it).
+// (a field of the same name in a nested object or inside a string is not it), a nested one
+// under json:A.B (only along that path).
 static void test_label_parse(void) {
   const struct {
     const char *key, *text;
@@ -1122,7 +1123,14 @@ static void test_label_parse(void) {
                {"json:label", "{\"label\": -2}", -1},
                {"json:label", "{\"other\": 2}", -1},
                {"json:label", "[{\"label\": 1}]", -1},
-               {"json:label", "{\"label", -1}};
+               {"json:label", "{\"label", -1},
+               {"json:a.label", "{\"label\": 1, \"a\": {\"label\": 9}}", 9},
+               {"json:a.b.c", "{\"a\": {\"x\": {\"c\": 1}, \"b\": {\"s\": \"}\", \"c\": 5}}}", 5},
+               {"json:a.b.c", "{\"a\": {\"b\": {\"c\": [2]}}}", -1},
+               {"json:a.c", "{\"a\": {\"b\": {\"c\": 2}}}", -1},
+               {"json:a.c", "{\"a\": 3, \"c\": 4}", -1},
+               {"json:a.c", "{\"a\": [{\"c\": 4}]}", -1},
+               {"json:a.c", "{\"b\": {\"a\": {\"c\": 4}}}", -1}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int32_t got = -1;
     char why[128] = "";
@@ -1137,7 +1145,12 @@ static void test_label_parse(void) {
              vt_label_key_check("json:label_id", err, sizeof err) == VT_OK &&
              vt_label_key_check("png", err, sizeof err) == VT_ERR_INPUT &&
              vt_label_key_check(".cls", err, sizeof err) == VT_ERR_INPUT &&
-             vt_label_key_check("json:", err, sizeof err) == VT_ERR_INPUT,
+             vt_label_key_check("json:", err, sizeof err) == VT_ERR_INPUT &&
+             vt_label_key_check("json:meta.class_id", err, sizeof err) == VT_OK &&
+             vt_label_key_check("json:.a", err, sizeof err) == VT_ERR_INPUT &&
+             vt_label_key_check("json:a.", err, sizeof err) == VT_ERR_INPUT &&
+             vt_label_key_check("json:a..b", err, sizeof err) == VT_ERR_INPUT &&
+             vt_label_key_check("webp", err, sizeof err) == VT_ERR_INPUT,
          "label key checks");
 }
 

@@ -10,7 +10,8 @@
 # Shards whose labels are in KEY.label (beside a decoy KEY.target of other classes, and KEY.json
 # with the label as a top-level field and a nested decoy) are refused without --label-key,
 # naming the flag, and with --label-key label or json:label log the folder run's figures bit for
-# bit; an index cache keeps the keys' indexes apart (--label-key target is another run).
+# bit, as does json:meta.label (a field of a nested object); an index cache keeps the keys'
+# indexes apart (--label-key target is another run).
 # `vit3d prepare shards` writes shards that Python's tarfile
 # reads back to the source's bytes and labels, each sample once. A damaged shard stops every rank at
 # start with exit 2 and a message naming the shard and the byte.
@@ -150,7 +151,8 @@ for name in sorted(os.listdir(src)):
             if m.name.endswith(".json"):  # the shards' decoy {} members: KEY.json holds the label now
                 continue
             if m.name.endswith(".cls"):
-                obj = {"key": m.name, "nested": {"label": 99}, "label": int(data)}
+                obj = {"key": m.name, "nested": {"label": 99}, "label": int(data),
+                       "meta": {"id": 7, "label": int(data)}}
                 for kind, text in (("label", data), ("target", str((int(data) + 1) % 3).encode()),
                                    ("json", __import__("json").dumps(obj).encode())):
                     ti = tarfile.TarInfo(m.name[:-3] + kind)
@@ -171,13 +173,17 @@ rc_target=$?
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${lbl[@]}" --label-key json:label \
   --check-log "$work/run_folder/metrics.jsonl" > "$work/lbl_json.log" 2>&1
 rc_json=$?
+timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${lbl[@]}" --label-key json:meta.label \
+  --check-log "$work/run_folder/metrics.jsonl" > "$work/lbl_meta.log" 2>&1
+rc_meta=$?
 if [ $rc_none -eq 2 ] && grep -q "has no .cls label member.*--label-key" "$work/lbl_none.log" &&
    [ $rc_label -eq 0 ] && grep -q -- "--check-log: 12 steps equal" "$work/lbl_label.log" &&
    [ $rc_target -eq 5 ] && ! grep -q "shards_lbl: index from the cache" "$work/lbl_target.log" &&
-   [ $rc_json -eq 0 ] && grep -q -- "--check-log: 12 steps equal" "$work/lbl_json.log"; then
-  echo "label key: KEY.label shards refused without --label-key, with it the folder run's 12 steps; --label-key target (not from the label index's cache entry) another run; json:label (beside a nested label) the folder run's steps"
+   [ $rc_json -eq 0 ] && grep -q -- "--check-log: 12 steps equal" "$work/lbl_json.log" &&
+   [ $rc_meta -eq 0 ] && grep -q -- "--check-log: 12 steps equal" "$work/lbl_meta.log"; then
+  echo "label key: KEY.label shards refused without --label-key, with it the folder run's 12 steps; --label-key target (not from the label index's cache entry) another run; json:label (beside a nested label) and json:meta.label (a nested field) the folder run's steps"
 else
-  echo "FAIL: --label-key: rc $rc_none (want 2), $rc_label (want 0), $rc_target (want 5), $rc_json (want 0)"
+  echo "FAIL: --label-key: rc $rc_none (want 2), $rc_label (want 0), $rc_target (want 5), $rc_json (want 0), $rc_meta (want 0)"
   grep -h "label member\|check-log\|cache" "$work"/lbl_*.log | head -8; fail=1
 fi
 
