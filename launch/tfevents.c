@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 
 struct vt_tfevents {
@@ -75,7 +74,7 @@ static void field_bytes(pbuf *p, int field, const void *src, size_t n) {
 }
 
 // Event fields: wall_time 1 (double), step 2 (int64), file_version 3 (string), summary 5
-// (Summary: value 1, repeated Value: tag 1, simple_value 2 (float)), session_log 6 (SessionLog:
+// (Summary: value 1, repeated Value: tag 1, simple_value 2 (float)), session_log 7 (SessionLog:
 // status 1, START = 1).
 static void event_head(pbuf *e, int64_t step) {
   struct timeval tv;
@@ -121,8 +120,12 @@ vt_tfevents *vt_tfevents_open(const char *dir, int64_t first_step, char *err, si
   char host[64] = "host";
   gethostname(host, sizeof host - 1);
   host[sizeof host - 1] = '\0';
-  snprintf(t->path, sizeof t->path, "%s/events.out.tfevents.%lld.%s.%d.vit3d", dir,
-           (long long)time(NULL), host, (int)getpid());
+  // TensorBoard reads a folder's files in name order, so the name starts with the time to the
+  // microsecond, zero-padded: a run started in the same second as the previous one sorts after.
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  snprintf(t->path, sizeof t->path, "%s/events.out.tfevents.%010lld.%06ld.%s.%d.vit3d", dir,
+           (long long)tv.tv_sec, (long)tv.tv_usec, host, (int)getpid());
   t->f = fopen(t->path, "wb");
   if (!t->f) {
     snprintf(err, errlen, "cannot write %s: %s", t->path, strerror(errno));
@@ -133,12 +136,12 @@ vt_tfevents *vt_tfevents_open(const char *dir, int64_t first_step, char *err, si
   event_head(&e, 0);
   field_bytes(&e, 3, "brain.Event:2", 13);
   int rc = write_record(t, &e);
-  if (rc == 0 && first_step > 1) {
+  if (rc == 0) {
     pbuf s = {.n = 0}, log = {.n = 0};
     key(&log, 1, 0);
     varint(&log, 1);  // SessionLog.START
     event_head(&s, first_step);
-    field_bytes(&s, 6, log.b, log.n);
+    field_bytes(&s, 7, log.b, log.n);
     rc = write_record(t, &s);
   }
   if (rc != 0) {

@@ -3,9 +3,11 @@
 // (length, masked CRC-32C of the length, the bytes, their masked CRC-32C), each an Event
 // protocol buffer (tensorflow/core/util/event.proto): first one with file_version
 // "brain.Event:2", then per step one with the step's scalars as summary values (tag and
-// simple_value). A resumed run writes a new file that starts with a SessionLog START at the
-// first step it logs, so that TensorBoard drops what an earlier file logged from that step on
-// (the steps a killed run did after its last checkpoint). Knows no MPI: rank 0 writes.
+// simple_value). Every run writes a new file whose second event is a SessionLog START at the
+// first step it logs, so that TensorBoard drops what an earlier file in the folder logged from
+// that step on: a resumed run replaces the steps a killed run did after its last checkpoint, a
+// new run the whole earlier one (as metrics.jsonl is then started afresh). Knows no MPI: rank 0
+// writes.
 #ifndef VT_TFEVENTS_H
 #define VT_TFEVENTS_H
 
@@ -14,8 +16,9 @@
 
 typedef struct vt_tfevents vt_tfevents;
 
-// Creates DIR/events.out.tfevents.<seconds>.<host>.<pid>.vit3d; with first_step > 1 (a resumed
-// run) the START event comes next. NULL with the reason in err.
+// Creates DIR/events.out.tfevents.<seconds>.<microseconds>.<host>.<pid>.vit3d (names sort in
+// the order the files were made), the START event at first_step
+// (1, or the step after a resumed checkpoint's) second. NULL with the reason in err.
 vt_tfevents *vt_tfevents_open(const char *dir, int64_t first_step, char *err, size_t errlen);
 // One Event at step with n scalars (tags[i], values[i]); written and flushed. 0, or -1 when the
 // write failed (errno set; the file is closed and later calls do nothing).

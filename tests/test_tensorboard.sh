@@ -6,7 +6,8 @@
 # starting with a SessionLog START at step 9. tests/tfevents_check.py reads them with its own
 # reader (every TFRecord CRC-32C checked, TensorBoard's restart rule applied) and with
 # TensorBoard's EventAccumulator, and both must give the reference's loss, lr, grad norm and
-# evaluation figures at every step, steps 9 and 10 once; a flipped byte must be refused.
+# evaluation figures at every step, steps 9 and 10 once; a flipped byte must be refused. A new
+# 6-step run in the first run's folder leaves TensorBoard the new run's 6 steps only.
 # TensorBoard: an importable one, else tensorboard 2.14.0 from PyPI unpacked once into CACHE_DIR
 # (pure Python, --no-deps; it needs Debian's python3-protobuf and python3-absl); without it the
 # own reader's check still runs. --tensorboard 0 writes no event file.
@@ -36,6 +37,10 @@ fail=0
   { echo "FAIL: want two event files in the resumed run's log folder: $(ls "$work/r")"; fail=1; }
 "$py" "$here/tfevents_check.py" "$work/a" "$work/a/metrics.jsonl" || fail=1
 "$py" "$here/tfevents_check.py" "$work/r" "$work/a/metrics.jsonl" --corrupt || fail=1
+# A new run in the folder of an old one: TensorBoard then holds the new run's 6 steps only, as
+# its rewritten metrics.jsonl does.
+"$vit3d" "${args[@]}" --steps 6 --eval-interval 3 --log-dir "$work/a" > "$work/again.log" 2>&1 &&
+  "$py" "$here/tfevents_check.py" "$work/a" "$work/a/metrics.jsonl" || fail=1
 "$vit3d" "${args[@]}" --steps 2 --log-dir "$work/off" --tensorboard 0 > "$work/off.log" 2>&1
 if ls "$work/off" | grep -q tfevents || [ ! -s "$work/off/metrics.jsonl" ]; then
   echo "FAIL: --tensorboard 0: $(ls "$work/off")"; fail=1

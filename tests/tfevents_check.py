@@ -5,7 +5,7 @@ Two readers, both independent of vit3d's writer:
   - this file's own: TFRecord framing (little-endian length, masked CRC-32C of the length, the
     bytes, masked CRC-32C of the bytes: every checksum verified) and the protocol-buffer fields of
     Event (wall_time 1, step 2, file_version 3, summary 5 of Value tag 1 / simple_value 2,
-    session_log 6 of status 1), with TensorBoard's rule for restarts: a SessionLog START at step s
+    session_log 7 of status 1), with TensorBoard's rule for restarts: a SessionLog START at step s
     drops what earlier files logged at steps >= s;
   - TensorBoard's own EventAccumulator, where `tensorboard` imports (else said and skipped).
 Each must give, for every step of METRICS (its last line per step), train/loss, train/lr and
@@ -99,7 +99,7 @@ def own_scalars(files):
                     version = v.decode()
                 elif f == 5:
                     summary = v
-                elif f == 6:
+                elif f == 7:
                     start = any(ff == 1 and vv == 1 for ff, _, vv in fields(v))
             if k == 0 and version != "brain.Event:2":
                 raise ValueError(f"{path}: first event is not file_version brain.Event:2")
