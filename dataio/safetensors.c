@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const struct {
   const char *name;
@@ -225,8 +226,12 @@ vt_status vt_safetensors_parse(const uint8_t *bytes, size_t nbytes, vt_st_file *
   return VT_OK;
 }
 
-vt_status vt_safetensors_read(const char *path, vt_st_file *f, char *err, size_t errlen) {
+// Opens path and reads and checks its header (every check of vt_safetensors_read but the data's):
+// VT_OK with *fpo open just past the header and *data_nbytes the data section's size.
+static vt_status open_header(const char *path, vt_st_file *f, FILE **fpo, int64_t *data_nbytes,
+                             char *err, size_t errlen) {
   memset(f, 0, sizeof *f);
+  *fpo = NULL;
   FILE *fp = fopen(path, "rb");
   if (!fp) {
     snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
@@ -249,7 +254,7 @@ vt_status vt_safetensors_read(const char *path, vt_st_file *f, char *err, size_t
   }
   uint64_t hlen = st == VT_OK ? le64(len8) : 0;
   if (st == VT_OK) st = check_length(hlen, (uint64_t)sb.st_size, path, err, errlen);
-  int64_t data_nbytes = st == VT_OK ? (int64_t)((uint64_t)sb.st_size - 8 - hlen) : 0;
+  *data_nbytes = st == VT_OK ? (int64_t)((uint64_t)sb.st_size - 8 - hlen) : 0;
   if (st == VT_OK && !(hdr = malloc((size_t)hlen))) {
     snprintf(err, errlen, "%s: out of memory for a %llu-byte header", path,
              (unsigned long long)hlen);
@@ -259,10 +264,26 @@ vt_status vt_safetensors_read(const char *path, vt_st_file *f, char *err, size_t
     snprintf(err, errlen, "cannot read the header of %s (did the file shrink?)", path);
     st = VT_ERR_IO;
   }
-  if (st == VT_OK) st = vt_st_read_header(hdr, (size_t)hlen, data_nbytes, path, f, err, errlen);
+  if (st == VT_OK) st = vt_st_read_header(hdr, (size_t)hlen, *data_nbytes, path, f, err, errlen);
   free(hdr);
+  if (st != VT_OK) {
+    fclose(fp);
+    vt_safetensors_close(f);
+    return st;
+  }
+  f->data_nbytes = *data_nbytes;
+  f->data_off_ = 8 + (int64_t)hlen;
+  *fpo = fp;
+  return VT_OK;
+}
+
+vt_status vt_safetensors_read(const char *path, vt_st_file *f, char *err, size_t errlen) {
+  FILE *fp;
+  int64_t data_nbytes;
+  vt_status st = open_header(path, f, &fp, &data_nbytes, err, errlen);
+  if (st != VT_OK) return st;
   // Only now, with every tensor's range checked against the file size, is the data read.
-  if (st == VT_OK && !(f->data = alloc_data(data_nbytes))) {
+  if (!(f->data = alloc_data(data_nbytes))) {
     snprintf(err, errlen, "%s: out of memory for %lld bytes of data", path, (long long)data_nbytes);
     st = VT_ERR_IO;
   }
@@ -273,8 +294,50 @@ vt_status vt_safetensors_read(const char *path, vt_st_file *f, char *err, size_t
   }
   fclose(fp);
   if (st != VT_OK) vt_safetensors_close(f);
+  else f->bytes_read_ = data_nbytes;
   return st;
 }
+
+vt_status vt_safetensors_open(const char *path, vt_st_file *f, char *err, size_t errlen) {
+  FILE *fp;
+  int64_t data_nbytes;
+  vt_status st = open_header(path, f, &fp, &data_nbytes, err, errlen);
+  if (st != VT_OK) return st;
+  f->fd_ = dup(fileno(fp));
+  fclose(fp);
+  if (f->fd_ < 0) {
+    snprintf(err, errlen, "cannot keep %s open: %s", path, strerror(errno));
+    vt_safetensors_close(f);
+    return VT_ERR_IO;
+  }
+  f->lazy_ = 1;
+  return VT_OK;
+}
+
+vt_status vt_st_read(vt_st_file *f, const vt_st_entry *e, void *dst, char *err, size_t errlen) {
+  const int64_t n = e->end - e->begin;
+  if (!f->lazy_) {
+    memcpy(dst, f->data + e->begin, (size_t)n);
+    return VT_OK;
+  }
+  int64_t got = 0;
+  while (got < n) {
+    const ssize_t r = pread(f->fd_, (char *)dst + got, (size_t)(n - got),
+                            (off_t)(f->data_off_ + e->begin + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      snprintf(err, errlen, "tensor %s: read %lld of its %lld bytes (%s)", e->name,
+               (long long)got, (long long)n,
+               r < 0 ? strerror(errno) : "the file is shorter than its header says");
+      return VT_ERR_IO;
+    }
+    got += r;
+  }
+  f->bytes_read_ += n;
+  return VT_OK;
+}
+
+int64_t vt_st_bytes_read(const vt_st_file *f) { return f->bytes_read_; }
 
 // ---- lookups ----------------------------------------------------------------------------------
 static int name_is(const void *key, const void *e) {
@@ -288,7 +351,9 @@ const vt_st_entry *vt_st_find(const vt_st_file *f, const char *name) {
   return hit ? *hit : NULL;
 }
 
-const void *vt_st_data(const vt_st_file *f, const vt_st_entry *e) { return f->data + e->begin; }
+const void *vt_st_data(const vt_st_file *f, const vt_st_entry *e) {
+  return f->lazy_ ? NULL : f->data + e->begin;
+}
 
 const char *vt_st_metadata(const vt_st_file *f, const char *key) {
   char **hit = f->n_meta_ ? bsearch(key, f->meta_, (size_t)f->n_meta_, 2 * sizeof *hit, key_is)
@@ -297,6 +362,7 @@ const char *vt_st_metadata(const vt_st_file *f, const char *key) {
 }
 
 void vt_safetensors_close(vt_st_file *f) {
+  if (f->lazy_) close(f->fd_);
   free(f->entries);
   free(f->data);
   free(f->by_name_);

@@ -59,6 +59,9 @@ typedef struct {
   int n_meta_;
   char **meta_;           // 2 * n_meta_ strings, key then value, sorted by key
   char *arena_;           // the metadata strings
+  int lazy_, fd_;         // vt_safetensors_open: no data in memory, read through fd_
+  int64_t data_off_;      // the data section's offset in the file
+  int64_t bytes_read_;    // data bytes read so far
 } vt_st_file;
 
 // Reads and validates the whole file: header length within the file and the cap, a strict JSON
@@ -72,6 +75,16 @@ typedef struct {
 // VT_ERR_IO. On any failure f is left empty (closing it is harmless).
 vt_status vt_safetensors_read(const char *path, vt_st_file *f, char *err, size_t errlen);
 
+// The header only (every check above but the data's), the file kept open: tensors are then read
+// one at a time with vt_st_read, so a rank that needs a few of a large file's tensors reads those
+// bytes only (vt_st_data gives NULL for such a file).
+vt_status vt_safetensors_open(const char *path, vt_st_file *f, char *err, size_t errlen);
+// The entry's bytes into dst (e->end - e->begin of them), from memory or, for a file opened with
+// vt_safetensors_open, from the file (VT_ERR_IO, naming the tensor, when it ends short).
+vt_status vt_st_read(vt_st_file *f, const vt_st_entry *e, void *dst, char *err, size_t errlen);
+// Data bytes read from the file so far (the whole data section for vt_safetensors_read).
+int64_t vt_st_bytes_read(const vt_st_file *f);
+
 // The same from memory (messages name "<memory>"). Copies: f owns its data and bytes may be freed
 // as soon as this returns.
 vt_status vt_safetensors_parse(const uint8_t *bytes, size_t nbytes, vt_st_file *f, char *err,
@@ -83,8 +96,9 @@ int vt_st_dtype_size(const char *dtype);
 // The entry of that name, NULL if absent (O(log count)).
 const vt_st_entry *vt_st_find(const vt_st_file *f, const char *name);
 
-// The entry's bytes inside f->data. Aligned to the element size when begin is a multiple of it
-// (true of files from this writer and from the reference writer).
+// The entry's bytes inside f->data (NULL for a file opened with vt_safetensors_open). Aligned to
+// the element size when begin is a multiple of it (true of files from this writer and from the
+// reference writer).
 const void *vt_st_data(const vt_st_file *f, const vt_st_entry *e);
 
 // The metadata value of key, NULL if absent.

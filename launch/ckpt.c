@@ -340,24 +340,32 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   }
   char path[1300];
   vt_st_file f;
+  // Each file's header, then only the tensors this rank holds (its pipeline stage's): a rank
+  // reads about 1/pp of a checkpoint, not all of it.
+  double nbytes[2] = {0, 0};  // read by this rank, in the files
+#define OPEN(name)                                                                \
+  (snprintf(path, sizeof path, "%s/%s.safetensors", dir, name),                  \
+   vt_safetensors_open(path, &f, err, errlen))
+#define CLOSE()                                                                    \
+  (nbytes[0] += (double)vt_st_bytes_read(&f), nbytes[1] += (double)f.data_nbytes, \
+   vt_safetensors_close(&f))
   // The weights: vit3d eval --use-ema 1 evaluates the EMA in their place.
-  snprintf(path, sizeof path, "%s/%s.safetensors", dir, o->use_ema ? "ema" : "model");
-  st = vt_safetensors_read(path, &f, err, errlen);
+  st = OPEN(o->use_ema ? "ema" : "model");
   if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "", local[0], err, errlen);
-  vt_safetensors_close(&f);
+  CLOSE();
   if (st == VT_OK && load_ema) {
-    snprintf(path, sizeof path, "%s/ema.safetensors", dir);
-    st = vt_safetensors_read(path, &f, err, errlen);
+    st = OPEN("ema");
     if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "", local[3], err, errlen);
-    vt_safetensors_close(&f);
+    CLOSE();
   }
   if (st == VT_OK) {
-    snprintf(path, sizeof path, "%s/optim.safetensors", dir);
-    st = vt_safetensors_read(path, &f, err, errlen);
+    st = OPEN("optim");
     if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "exp_avg.", local[1], err, errlen);
     if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "exp_avg_sq.", local[2], err, errlen);
-    vt_safetensors_close(&f);
+    CLOSE();
   }
+#undef OPEN
+#undef CLOSE
   double bad = st != VT_OK;
   vt_comm_all_reduce_double(world, &bad, 1, VT_REDUCE_MAX);
   if (bad == 0) {
@@ -374,8 +382,9 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     *start_step = man.step;
     if (saved && rank0) *saved = man;
     vt_log_info("resumed from %s: %" PRId64 " steps done, data stream at sample %" PRId64
-                " (saved on tp %d x pp %d x dp %d)",
-                dir, man.step, man.stream_position, man.tp, man.pp, man.dp);
+                " (saved on tp %d x pp %d x dp %d); this rank read %.1f of the checkpoint's %.1f MiB",
+                dir, man.step, man.stream_position, man.tp, man.pp, man.dp, nbytes[0] / 1048576.0,
+                nbytes[1] / 1048576.0);
   } else if (st == VT_OK) {
     snprintf(err, errlen, "another rank could not load %s", dir);
   }

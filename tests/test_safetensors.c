@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "safetensors.h"
 #include "vt_check.h"
@@ -154,6 +155,36 @@ static void round_trip(void) {
   st = vt_safetensors_read(q, &f, err, sizeof err);
   EXPECT(st == VT_OK, "read plain: %s", err);
   if (st == VT_OK) check_same(&f, "plain", 0);
+  vt_safetensors_close(&f);
+  // Opened lazily: the header only, then each tensor read on its own: the same bytes, counted;
+  // a file cut after the open gives VT_ERR_IO naming the tensor.
+  const char *lazy = path_of("lazy.safetensors");
+  st = vt_safetensors_write_meta(lazy, tensors, ntensors, meta, 3, err, sizeof err);
+  EXPECT(st == VT_OK, "write lazy: %s", err);
+  st = vt_safetensors_open(lazy, &f, err, sizeof err);
+  EXPECT(st == VT_OK && vt_st_bytes_read(&f) == 0, "open: %s", err);
+  for (int i = 0; st == VT_OK && i < ntensors; i++) {
+    const vt_st_entry *e = vt_st_find(&f, tensors[i].name);
+    float got[16];
+    EXPECT(e && vt_st_data(&f, e) == NULL && e->end - e->begin <= (int64_t)sizeof got &&
+               vt_st_read(&f, e, got, err, sizeof err) == VT_OK &&
+               memcmp(got, tensors[i].data, (size_t)(e->end - e->begin)) == 0,
+           "lazy read of %s: %s", tensors[i].name, err);
+  }
+  EXPECT(vt_st_bytes_read(&f) == f.data_nbytes, "lazy reads counted %lld of %lld bytes",
+         (long long)vt_st_bytes_read(&f), (long long)f.data_nbytes);
+  vt_safetensors_close(&f);
+  st = vt_safetensors_open(lazy, &f, err, sizeof err);
+  if (st == VT_OK) {
+    const vt_st_entry *last = &f.entries[0];  // the one that ends the data section
+    for (int i = 1; i < f.count; i++)
+      if (f.entries[i].end > last->end) last = &f.entries[i];
+    EXPECT(truncate(lazy, (off_t)(f.data_off_ + last->begin + 2)) == 0, "truncate");
+    float got[16];
+    st = vt_st_read(&f, last, got, err, sizeof err);
+    EXPECT(st == VT_ERR_IO && strstr(err, last->name) && strstr(err, "shorter"),
+           "a file cut after the open: %d %s", st, err);
+  }
   vt_safetensors_close(&f);
   st = vt_safetensors_write(path_of("none.safetensors"), NULL, 0, err, sizeof err);
   EXPECT(st == VT_OK && vt_safetensors_read(path_of("none.safetensors"), &f, err, sizeof err) ==

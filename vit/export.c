@@ -120,17 +120,33 @@ static float half_to_float(uint16_t h) {
   return f;
 }
 
-// A tensor's values as floats: F32 as stored (*owned NULL); F16 and BF16 widened exactly, F64
-// rounded to nearest, into a new buffer (*owned, to free). NULL for other dtypes.
-static const float *entry_floats(const vt_st_file *f, const vt_st_entry *e, float **owned) {
-  const uint8_t *src = vt_st_data(f, e);
-  *owned = NULL;
-  if (strcmp(e->dtype, "F32") == 0) return (const float *)src;
+// A tensor's values as floats into *out: F32 as stored; F16 and BF16 widened exactly, F64
+// rounded to nearest. *owned (to free; NULL when *out points into the file's memory) holds them.
+// VT_ERR_INPUT (err not set) for other dtypes; VT_ERR_IO (err set) when a lazily opened file
+// cannot give the tensor's bytes: only this tensor's bytes are read from it.
+static vt_status entry_floats(vt_st_file *f, const vt_st_entry *e, const float **out,
+                              float **owned, char *err, size_t errlen) {
+  *owned = NULL, *out = NULL;
   const int size = vt_st_dtype_size(e->dtype);
-  const int kind = !strcmp(e->dtype, "F16") ? 1 : !strcmp(e->dtype, "BF16") ? 2
-                 : !strcmp(e->dtype, "F64") ? 3 : 0;
-  if (!kind) return NULL;
+  const int kind = !strcmp(e->dtype, "F32") ? 4 : !strcmp(e->dtype, "F16") ? 1
+                 : !strcmp(e->dtype, "BF16") ? 2 : !strcmp(e->dtype, "F64") ? 3 : 0;
+  if (!kind) return VT_ERR_INPUT;
   const int64_t n = (e->end - e->begin) / size;
+  const uint8_t *src = vt_st_data(f, e);
+  uint8_t *raw = NULL;
+  if (!src) {
+    raw = malloc((size_t)(e->end - e->begin) + 8);
+    VT_CHECK(raw != NULL, "out of host memory reading %s", e->name);
+    if (vt_st_read(f, e, raw, err, errlen) != VT_OK) {
+      free(raw);
+      return VT_ERR_IO;
+    }
+    src = raw;
+  }
+  if (kind == 4) {
+    *out = (const float *)src, *owned = (float *)raw;
+    return VT_OK;
+  }
   float *dst = malloc((size_t)(n ? n : 1) * sizeof(float));
   VT_CHECK(dst != NULL, "out of host memory converting %s", e->name);
   for (int64_t i = 0; i < n; i++) {
@@ -149,10 +165,12 @@ static const float *entry_floats(const vt_st_file *f, const vt_st_entry *e, floa
       memcpy(&dst[i], &bits, sizeof bits);
     }
   }
-  return *owned = dst;
+  free(raw);
+  *out = *owned = dst;
+  return VT_OK;
 }
 
-vt_status vt_params_read_local(const vt_st_file *f, const char *file, const vt_param_table *t,
+vt_status vt_params_read_local(vt_st_file *f, const char *file, const vt_param_table *t,
                                const char *prefix, float *local, char *err, size_t errlen) {
   char name[256];
   for (int i = 0; i < t->count; i++) {
@@ -162,7 +180,13 @@ vt_status vt_params_read_local(const vt_st_file *f, const char *file, const vt_p
     int same = e && e->ndim == p->ndim;
     for (int d = 0; same && d < p->ndim; d++) same = e->shape[d] == p->shape[d];
     float *owned = NULL;
-    const float *g = same ? entry_floats(f, e, &owned) : NULL;
+    const float *g = NULL;
+    char why[300] = "";
+    const vt_status got = same ? entry_floats(f, e, &g, &owned, why, sizeof why) : VT_ERR_INPUT;
+    if (got == VT_ERR_IO) {
+      snprintf(err, errlen, "%s: %s", file, why);
+      return VT_ERR_IO;
+    }
     if (!g) {
       snprintf(err, errlen,
                "%s: tensor %s is %s; the model needs the config's shape in F32, F16, BF16 or F64",
@@ -282,7 +306,7 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
   VT_CHECK(local != NULL, "out of host memory for --init-from");
   m->be->to_host(local, m->params, (size_t)t->total * sizeof(float));  // the fresh initialisation
   vt_st_file f;
-  vt_status st = vt_safetensors_read(path, &f, err, errlen);
+  vt_status st = vt_safetensors_open(path, &f, err, errlen);  // this rank's tensors only
   if (st == VT_OK) st = check_variant(&f, &m->cfg, path, err, errlen);
   // pos_embed's rows before the patch grid: the prefix tokens', unless no_embed_class
   const int pr = vt_cfg_pos_first(&m->cfg) ? 0 : vt_cfg_prefix_tokens(&m->cfg);
@@ -302,7 +326,13 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
     float *owned = NULL;
     const float *pos = NULL;
     if (strcmp(p->name, "pos_embed") == 0 && e && e->ndim == 3 && e->shape[2] == C &&
-        e->shape[1] != p->shape[1] && (pos = entry_floats(&f, e, &owned)) != NULL) {
+        e->shape[1] != p->shape[1]) {
+      char why[300] = "";
+      if (entry_floats(&f, e, &pos, &owned, why, sizeof why) != VT_OK) {
+        snprintf(err, errlen, "%s: %s", path, why[0] ? why : "pos_embed is not F32, F16, BF16 or F64");
+        st = VT_ERR_INPUT;
+        break;
+      }
       int g0 = (int)lround(sqrt((double)(e->shape[1] - pr)));
       if (e->shape[1] <= pr || (int64_t)g0 * g0 + pr != e->shape[1]) {
         snprintf(err, errlen,

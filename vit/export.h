@@ -27,9 +27,10 @@ vt_status vt_write_global(const vt_vit_config *cfg, const float *const *globals,
                           size_t errlen);
 
 // This rank's elements of the tensors prefix<name> of an open safetensors file, into the host
-// buffer local (laid out by the rank's table). A missing tensor, another dtype than F32 or
-// another shape than the table's is VT_ERR_INPUT naming it.
-vt_status vt_params_read_local(const vt_st_file *f, const char *file,
+// buffer local (laid out by the rank's table); from a file opened with vt_safetensors_open only
+// those tensors' bytes are read. A missing tensor, a dtype other than F32, F16, BF16 or F64, or
+// another shape than the table's is VT_ERR_INPUT naming it; a file that ends short, VT_ERR_IO.
+vt_status vt_params_read_local(vt_st_file *f, const char *file,
                                const vt_param_table *t, const char *prefix, float *local,
                                char *err, size_t errlen);
 
