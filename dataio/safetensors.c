@@ -315,18 +315,25 @@ vt_status vt_safetensors_open(const char *path, vt_st_file *f, char *err, size_t
 }
 
 vt_status vt_st_read(vt_st_file *f, const vt_st_entry *e, void *dst, char *err, size_t errlen) {
-  const int64_t n = e->end - e->begin;
+  return vt_st_read_range(f, e, 0, e->end - e->begin, dst, err, errlen);
+}
+
+vt_status vt_st_read_range(vt_st_file *f, const vt_st_entry *e, int64_t at, int64_t n, void *dst,
+                           char *err, size_t errlen) {
+  VT_CHECK(at >= 0 && n >= 0 && at + n <= e->end - e->begin,
+           "safetensors: bytes [%lld, %lld) outside tensor %s's %lld", (long long)at,
+           (long long)(at + n), e->name, (long long)(e->end - e->begin));
   if (!f->lazy_) {
-    memcpy(dst, f->data + e->begin, (size_t)n);
+    memcpy(dst, f->data + e->begin + at, (size_t)n);
     return VT_OK;
   }
   int64_t got = 0;
   while (got < n) {
     const ssize_t r = pread(f->fd_, (char *)dst + got, (size_t)(n - got),
-                            (off_t)(f->data_off_ + e->begin + got));
+                            (off_t)(f->data_off_ + e->begin + at + got));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
-      snprintf(err, errlen, "tensor %s: read %lld of its %lld bytes (%s)", e->name,
+      snprintf(err, errlen, "tensor %s: read %lld of %lld bytes (%s)", e->name,
                (long long)got, (long long)n,
                r < 0 ? strerror(errno) : "the file is shorter than its header says");
       return VT_ERR_IO;

@@ -10,7 +10,8 @@
 #  2. resume on another mesh: the step-10 checkpoint of 2x2x2 continued on 1x1x1, 4x2x1, 1x4x2,
 #     2x1x4 and 2x2x2 with the interleaved schedule (other blocks per stage) matches an
 #     uninterrupted run on that mesh (tests/compare_runs.py tolerances); a rank reads only its
-#     stage's tensors (rank 0 of 4 stages under half the checkpoint, one rank all of it);
+#     part (rank 0 of 4 stages under half the checkpoint, of tp 4 x pp 2 under a quarter, one
+#     rank all of it);
 #  3. kill -9 of one rank in the middle of a run and (fault switch) in the middle of a save: a
 #     relaunch with --resume auto completes with the weights of an uninterrupted run.
 #  4. a damaged newest checkpoint: --resume auto falls back to the previous one and says so.
@@ -95,19 +96,21 @@ for mesh in "1 1 1 1" "8 4 2 1" "8 1 4 2" "8 2 1 4" "8 2 2 2 interleaved"; do
   "$py" "$here/compare_runs.py" "$work/ref_$name" "$work/res_$name" \
     "2x2x2 step 10 -> ${tp}x${pp}x${dp} ${sched}" || fail=1
 done
-# A rank reads its stage's tensors only: on 4 pipeline stages rank 0 (the embeddings and 2 of
-# the 8 blocks) reads well under half of the checkpoint; one rank reads all of it.
+# A rank reads its own part only: on 4 pipeline stages rank 0 (the embeddings and 2 of the 8
+# blocks) reads well under half of the checkpoint, on tp 4 x pp 2 (its TP quarter of 4 blocks,
+# and the replicated tensors whole) under a quarter; one rank reads all of it.
 read_share() {
   sed -n "s/.*this rank read \([0-9.]*\) of the checkpoint's \([0-9.]*\) MiB.*/\1 \2/p" "$1" | head -n 1
 }
 read -r got all <<<"$(read_share "$work/res_m142.log")"
 read -r got1 all1 <<<"$(read_share "$work/res_m111.log")"
-if [ -n "${got:-}" ] && [ -n "${got1:-}" ] &&
-   "$py" -c "import sys; g, a, g1, a1 = map(float, sys.argv[1:]); sys.exit(not (g < 0.5 * a and g1 == a1))" \
-     "$got" "$all" "$got1" "$all1"; then
-  echo "ok: resumed on pp 4, rank 0 read $got of the checkpoint's $all MiB (one rank: $got1 of $all1)"
+read -r got4 all4 <<<"$(read_share "$work/res_m421.log")"
+if [ -n "${got:-}" ] && [ -n "${got1:-}" ] && [ -n "${got4:-}" ] &&
+   "$py" -c "import sys; g, a, g1, a1, g4, a4 = map(float, sys.argv[1:]); sys.exit(not (g < 0.5 * a and g1 == a1 and g4 < 0.25 * a4))" \
+     "$got" "$all" "$got1" "$all1" "$got4" "$all4"; then
+  echo "ok: resumed on pp 4, rank 0 read $got of the checkpoint's $all MiB; on tp 4 x pp 2, $got4; one rank $got1"
 else
-  echo "FAIL: checkpoint reads: pp 4 rank 0 read '${got:-?}' of '${all:-?}' MiB, one rank '${got1:-?}' of '${all1:-?}'"
+  echo "FAIL: checkpoint reads: pp 4 rank 0 read '${got:-?}' of '${all:-?}' MiB, tp 4 x pp 2 '${got4:-?}', one rank '${got1:-?}' of '${all1:-?}'"
   fail=1
 fi
 

@@ -179,6 +179,26 @@ vt_status vt_params_read_local(vt_st_file *f, const char *file, const vt_param_t
     const vt_st_entry *e = vt_st_find(f, name);
     int same = e && e->ndim == p->ndim;
     for (int d = 0; same && d < p->ndim; d++) same = e->shape[d] == p->shape[d];
+    const int64_t run = vt_param_run(p, &t->shard);
+    if (same && !vt_st_data(f, e) && !strcmp(e->dtype, "F32")) {
+      // From a file on disk, F32: only this rank's part, its runs merged where adjacent in the
+      // file (a row band of a row-split tensor is one read, a column-split one a read a row).
+      char why[300] = "";
+      for (int64_t k = 0; k < p->local_count;) {
+        const int64_t g0 = vt_param_global_index(p, &t->shard, k);
+        int64_t len = run;
+        while (k + len < p->local_count &&
+               vt_param_global_index(p, &t->shard, k + len) == g0 + len)
+          len += run;
+        if (vt_st_read_range(f, e, g0 * 4, len * 4, local + p->offset + k, why, sizeof why) !=
+            VT_OK) {
+          snprintf(err, errlen, "%s: %s", file, why);
+          return VT_ERR_IO;
+        }
+        k += len;
+      }
+      continue;
+    }
     float *owned = NULL;
     const float *g = NULL;
     char why[300] = "";
@@ -193,7 +213,6 @@ vt_status vt_params_read_local(vt_st_file *f, const char *file, const vt_param_t
                file, name, !e ? "missing" : same ? "of another dtype" : "of another shape");
       return VT_ERR_INPUT;
     }
-    const int64_t run = vt_param_run(p, &t->shard);
     for (int64_t k = 0; k < p->local_count; k += run)
       memcpy(local + p->offset + k, g + vt_param_global_index(p, &t->shard, k),
              (size_t)run * sizeof(float));
