@@ -320,9 +320,11 @@ vt_status vt_st_read(vt_st_file *f, const vt_st_entry *e, void *dst, char *err, 
 
 vt_status vt_st_read_range(vt_st_file *f, const vt_st_entry *e, int64_t at, int64_t n, void *dst,
                            char *err, size_t errlen) {
-  VT_CHECK(at >= 0 && n >= 0 && at + n <= e->end - e->begin,
-           "safetensors: bytes [%lld, %lld) outside tensor %s's %lld", (long long)at,
-           (long long)(at + n), e->name, (long long)(e->end - e->begin));
+  if (at < 0 || n < 0 || at + n > e->end - e->begin) {
+    snprintf(err, errlen, "tensor %s: bytes [%lld, %lld) asked for, outside its %lld", e->name,
+             (long long)at, (long long)(at + n), (long long)(e->end - e->begin));
+    return VT_ERR_INPUT;
+  }
   if (!f->lazy_) {
     memcpy(dst, f->data + e->begin + at, (size_t)n);
     return VT_OK;

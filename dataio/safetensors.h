@@ -82,7 +82,7 @@ vt_status vt_safetensors_open(const char *path, vt_st_file *f, char *err, size_t
 // The entry's bytes into dst (e->end - e->begin of them), from memory or, for a file opened with
 // vt_safetensors_open, from the file (VT_ERR_IO, naming the tensor, when it ends short).
 vt_status vt_st_read(vt_st_file *f, const vt_st_entry *e, void *dst, char *err, size_t errlen);
-// Bytes [at, at + n) of the entry's (fatal outside it), likewise.
+// Bytes [at, at + n) of the entry's, likewise (VT_ERR_INPUT for a range outside it).
 vt_status vt_st_read_range(vt_st_file *f, const vt_st_entry *e, int64_t at, int64_t n, void *dst,
                            char *err, size_t errlen);
 // Data bytes read from the file so far (the whole data section for vt_safetensors_read).
