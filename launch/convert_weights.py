@@ -4,7 +4,10 @@ needs.
 
 IN is a PyTorch file (.pth, .pt, .bin: loaded with weights_only where this PyTorch has it, so
 a pickle cannot run code; a training checkpoint that also pickles other objects, as MAE's and
-DeiT's argparse arguments, needs --unsafe-pickle: only for a file you trust) or safetensors, holding the weights directly or under "model",
+DeiT's argparse arguments, needs --unsafe-pickle: only for a file you trust), a JAX/Flax .npz
+of Google's original ViT (the ViT paper's and AugReg's "embedding/kernel", "Transformer/
+encoderblock_i/MultiHeadDotProductAttention_1/query/kernel", ...; big_vision's "params/" layout
+with scanned blocks too; class-token models only) or safetensors, holding the weights directly or under "model",
 "state_dict", "module", "model_ema" or "teacher" (DINO/DINOv2 training checkpoints). Names are
 made timm's:
   - prefixes of wrappers dropped: "module." (DDP), "_orig_mod." (torch.compile), "backbone."
@@ -81,6 +84,54 @@ def read_torch(path, unsafe):
     if not isinstance(obj, dict):
         sys.exit(f"convert_weights: {path} holds no dictionary of tensors")
     return {k: v.detach().float().numpy() for k, v in obj.items() if hasattr(v, "detach")}
+
+
+def from_flax(w):
+    """Google's original ViT weights (a Flax tree flattened into an .npz, as the ViT paper's,
+    AugReg's and big_vision's checkpoints are) under timm's names: kernels transposed to PyTorch's
+    (out, in) order, attention's (width, heads, head_dim) kernels flattened and q, k, v stacked
+    into qkv, a scanned encoder's leading layer axis split into blocks. Also the heads count."""
+    prefix = next((p for p in ("opt/target/", "params/img/", "params/", "")
+                   if f"{p}embedding/kernel" in w), None)
+    if prefix is None:
+        sys.exit("convert_weights: an .npz without embedding/kernel: not Google's ViT layout")
+    big_vision = prefix.startswith("params/")
+    get = lambda k: np.asarray(w[prefix + k], np.float32)  # noqa: E731
+    if prefix + "cls" not in w:
+        sys.exit("convert_weights: an .npz ViT without a class token (a GAP or MAP head): vit3d's "
+                 "mean-pooled head has fc_norm instead of big_vision's; not converted")
+    sd = {"patch_embed.proj.weight": get("embedding/kernel").transpose(3, 2, 0, 1),
+          "patch_embed.proj.bias": get("embedding/bias"), "cls_token": get("cls"),
+          "pos_embed": get("pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"),
+          "norm.weight": get("Transformer/encoder_norm/scale"),
+          "norm.bias": get("Transformer/encoder_norm/bias")}
+    if prefix + "head/kernel" in w:
+        sd["head.weight"], sd["head.bias"] = get("head/kernel").T, get("head/bias")
+    mha, mlp, ln2 = ("MultiHeadDotProductAttention_0", "MlpBlock_0", "LayerNorm_1") if big_vision \
+        else ("MultiHeadDotProductAttention_1", "MlpBlock_3", "LayerNorm_2")
+    scanned = prefix + "Transformer/encoderblock/LayerNorm_0/scale" in w
+    depth = (w[prefix + "Transformer/encoderblock/LayerNorm_0/scale"].shape[0] if scanned else
+             sum(1 for k in w if k.startswith(prefix + "Transformer/encoderblock_") and
+                 k.endswith("/LayerNorm_0/scale")))
+    heads = 0
+    for i in range(depth):
+        blk = "Transformer/encoderblock/" if scanned else f"Transformer/encoderblock_{i}/"
+        b = (lambda k, blk=blk, i=i: get(blk + k)[i]) if scanned else (lambda k, blk=blk: get(blk + k))
+        q = [b(f"{mha}/{n}/kernel") for n in ("query", "key", "value")]  # (C, heads, head_dim)
+        heads = q[0].shape[1]
+        pre = f"blocks.{i}"
+        sd[f"{pre}.norm1.weight"], sd[f"{pre}.norm1.bias"] = b("LayerNorm_0/scale"), b("LayerNorm_0/bias")
+        sd[f"{pre}.attn.qkv.weight"] = np.concatenate([k.reshape(k.shape[0], -1).T for k in q])
+        sd[f"{pre}.attn.qkv.bias"] = np.concatenate(
+            [b(f"{mha}/{n}/bias").reshape(-1) for n in ("query", "key", "value")])
+        out = b(f"{mha}/out/kernel")  # (heads, head_dim, C)
+        sd[f"{pre}.attn.proj.weight"] = out.reshape(-1, out.shape[-1]).T
+        sd[f"{pre}.attn.proj.bias"] = b(f"{mha}/out/bias")
+        sd[f"{pre}.norm2.weight"], sd[f"{pre}.norm2.bias"] = b(f"{ln2}/scale"), b(f"{ln2}/bias")
+        for r in range(2):
+            sd[f"{pre}.mlp.fc{r + 1}.weight"] = b(f"{mlp}/Dense_{r}/kernel").T
+            sd[f"{pre}.mlp.fc{r + 1}.bias"] = b(f"{mlp}/Dense_{r}/bias")
+    return {k: np.ascontiguousarray(v) for k, v in sd.items()}, heads
 
 
 def timm_name(k):
@@ -192,7 +243,11 @@ def main():
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         return 2
     src, dst = args
-    raw = read_safetensors(src) if src.endswith(".safetensors") else read_torch(src, unsafe)
+    heads = 0
+    if src.endswith(".npz"):
+        raw, heads = from_flax(np.load(src))
+    else:
+        raw = read_safetensors(src) if src.endswith(".safetensors") else read_torch(src, unsafe)
     sd, dropped = {}, []
     for k, v in raw.items():
         name = timm_name(k)
@@ -217,8 +272,11 @@ def main():
     print(f"wrote {len(sd)} tensors to {dst}" +
           (f" (dropped {len(dropped)}: {', '.join(sorted(dropped)[:4])}"
            f"{', ...' if len(dropped) > 4 else ''})" if dropped else ""))
-    print(f"vit3d flags: {flags_for(sd)} --heads H (not in the weights: the model's, e.g. "
-          "ViT-S 6, ViT-B 12, ViT-L 16)")
+    if heads:
+        print(f"vit3d flags: {flags_for(sd)} --heads {heads}")
+    else:
+        print(f"vit3d flags: {flags_for(sd)} --heads H (not in the weights: the model's, e.g. "
+              "ViT-S 6, ViT-B 12, ViT-L 16)")
     return 0
 
 

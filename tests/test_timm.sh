@@ -46,6 +46,7 @@ for v in vit avg deit3 reg reg_avg qk_norm parallel parallel_nb; do
   "$py" "$here/timm_check.py" check $v "$work/$v.safetensors" "$work/$v.dump.safetensors" || fail=1
 done
 "$py" "$here/timm_check.py" lamb || fail=1  # the reference's LAMB (the ref test's) is timm's
+"$py" "$here/timm_check.py" npz "$work" || fail=1  # Google's .npz through convert_weights.py
 # --sched-on epochs against timm's CosineLRScheduler stepped once an epoch: 30 images at 4 per
 # step (epochs end inside steps); the warmup in epochs, then in steps (2/3 of an epoch).
 for run in "6 2 1e-5 --warmup-epochs 2" "5 20/30 1e-6 --warmup-steps 5"; do

@@ -12,6 +12,8 @@ without its qkv bias, under timm's names, converted by launch/convert_weights.py
   timm_check.py converts VARIANT        exit 0 where OUT needs launch/convert_weights.py
   timm_check.py check VARIANT W DUMP    timm (float64) on DUMP's inputs against its logits:
                                         max |diff| / max |logit| <= 1e-5; exit 0 = pass
+  timm_check.py npz WORK                Google's .npz layouts, written from timm's weights: timm's
+                                        loader and launch/convert_weights.py read them back
   timm_check.py lamb                    the reference's LAMB (tests/ref_vit.py, which checks
                                         vit3d's) against timm.optim.Lamb: 8 steps of random
                                         gradients, groups with and without weight decay
@@ -128,6 +130,77 @@ def lamb():
     return 0 if ok else 1
 
 
+def to_flax(sd, heads, big_vision):
+    """timm's ViT tensors as Google's .npz holds them: the ViT paper's layout (encoderblock_i,
+    MultiHeadDotProductAttention_1, MlpBlock_3, LayerNorm_2) or big_vision's (under params/, the
+    blocks scanned into one stack with a leading layer axis, _0 modules, LayerNorm_1)."""
+    C = sd["patch_embed.proj.weight"].shape[0]
+    pre = "params/" if big_vision else ""
+    w = {pre + "embedding/kernel": sd["patch_embed.proj.weight"].transpose(2, 3, 1, 0),
+         pre + "embedding/bias": sd["patch_embed.proj.bias"], pre + "cls": sd["cls_token"],
+         pre + ("pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"):
+             sd["pos_embed"],
+         pre + "Transformer/encoder_norm/scale": sd["norm.weight"],
+         pre + "Transformer/encoder_norm/bias": sd["norm.bias"],
+         pre + "head/kernel": sd["head.weight"].T, pre + "head/bias": sd["head.bias"]}
+    mha, mlp, ln2 = ("MultiHeadDotProductAttention_0", "MlpBlock_0", "LayerNorm_1") if big_vision \
+        else ("MultiHeadDotProductAttention_1", "MlpBlock_3", "LayerNorm_2")
+    depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
+    blocks = []
+    for i in range(depth):
+        b = lambda n: sd[f"blocks.{i}.{n}"]  # noqa: E731
+        qkv_w, qkv_b = b("attn.qkv.weight"), b("attn.qkv.bias")
+        t = {"LayerNorm_0/scale": b("norm1.weight"), "LayerNorm_0/bias": b("norm1.bias"),
+             f"{ln2}/scale": b("norm2.weight"), f"{ln2}/bias": b("norm2.bias"),
+             f"{mha}/out/kernel": b("attn.proj.weight").reshape(C, heads, -1).transpose(1, 2, 0),
+             f"{mha}/out/bias": b("attn.proj.bias")}
+        for j, n in enumerate(("query", "key", "value")):
+            t[f"{mha}/{n}/kernel"] = qkv_w[j * C:(j + 1) * C].T.reshape(C, heads, -1)
+            t[f"{mha}/{n}/bias"] = qkv_b[j * C:(j + 1) * C].reshape(heads, -1)
+        for r in range(2):
+            t[f"{mlp}/Dense_{r}/kernel"] = b(f"mlp.fc{r + 1}.weight").T
+            t[f"{mlp}/Dense_{r}/bias"] = b(f"mlp.fc{r + 1}.bias")
+        blocks.append(t)
+    for k in blocks[0]:
+        if big_vision:
+            w[f"{pre}Transformer/encoderblock/{k}"] = np.stack([t[k] for t in blocks])
+        else:
+            for i, t in enumerate(blocks):
+                w[f"{pre}Transformer/encoderblock_{i}/{k}"] = t[k]
+    return {k: np.ascontiguousarray(v) for k, v in w.items()}
+
+
+def npz(work):
+    """Google's ViT .npz files (the ViT paper's layout and big_vision's scanned one), written from
+    timm's weights: timm's own loader (_load_weights) must read each back to the very model, and
+    launch/convert_weights.py must give timm's tensors bit for bit and the heads count."""
+    from timm.models.vision_transformer import _load_weights
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "launch"))
+    import convert_weights
+    model = build("vit")
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    ok = True
+    for layout, bv in (("ViT paper", False), ("big_vision, scanned", True)):
+        path = os.path.join(work, f"flax_{int(bv)}.npz")
+        np.savez(path, **to_flax(sd, BASE["num_heads"], bv))
+        again = build("vit")
+        with torch.no_grad():
+            for p in again.parameters():
+                p.zero_()
+            _load_weights(again, path)
+        timm_same = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                          again.state_dict().values()))
+        conv, heads = convert_weights.from_flax(np.load(path))
+        conv_same = set(conv) == set(sd) and all(np.array_equal(conv[k], sd[k]) for k in sd)
+        good = timm_same and conv_same and heads == BASE["num_heads"]
+        ok = ok and good
+        print(f"npz      {layout}: timm's _load_weights reads it as the model "
+              f"{'(bit for bit)' if timm_same else 'FAILS'}; convert_weights.py gives "
+              f"{len(conv)} tensors {'equal to timm' + chr(39) + 's' if conv_same else 'that DIFFER'}, "
+              f"heads {heads} {'ok' if good else 'FAIL'}")
+    return 0 if ok else 1
+
+
 def sched(metrics, images, batch, epochs, warmup, lr, min_lr, warmup_lr):
     """vit3d's --sched-on epochs rates (METRICS, its metrics.jsonl) against timm's
     CosineLRScheduler stepped once an epoch as timm's train.py and DeiT's main.py do: created
@@ -164,6 +237,8 @@ def main():
         return lamb()
     if sys.argv[1] == "sched":
         return sched(*sys.argv[2:10])
+    if sys.argv[1] == "npz":
+        return npz(sys.argv[2])
     cmd, variant = sys.argv[1], sys.argv[2]
     if cmd == "flags":
         print("\n".join(BASE_FLAGS + VARIANTS[variant][1]))
