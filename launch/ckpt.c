@@ -358,7 +358,10 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "", local[3], err, errlen);
     CLOSE();
   }
-  if (st == VT_OK) {
+  if (o->eval_only) {  // an evaluation needs no moments: not read
+    memset(local[1], 0, (size_t)total * sizeof(float));
+    memset(local[2], 0, (size_t)total * sizeof(float));
+  } else if (st == VT_OK) {
     st = OPEN("optim");
     if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "exp_avg.", local[1], err, errlen);
     if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "exp_avg_sq.", local[2], err, errlen);
