@@ -286,7 +286,8 @@ static int refs_push(shard_refs *r, int64_t i, int32_t shard, int64_t off, int64
 
 // The class number in the label member (label.h reads it as the label key says).
 static vt_status read_label(int fd, const char *shard, const vt_tar_member *cls,
-                            const char *label_key, int32_t *label, char *err, size_t errlen) {
+                            const char *label_key, const vt_label_names *names, int32_t *label,
+                            char *err, size_t errlen) {
   if (cls->size > VT_LABEL_MAX_BYTES)
     return vt_fail_input(err, errlen, "%s: %s has %lld bytes, more than a label member's %d",
                          shard, cls->name, (long long)cls->size, VT_LABEL_MAX_BYTES);
@@ -297,7 +298,7 @@ static vt_status read_label(int fd, const char *shard, const vt_tar_member *cls,
   if (got != cls->size)
     st = vt_fail_input(err, errlen, "%s: cannot read %s: %s", shard, cls->name,
                        got < 0 ? strerror(errno) : "the shard ends inside it");
-  else if (vt_label_parse(label_key, text, (size_t)got, VT_MAX_LIST_LABEL, label, why,
+  else if (vt_label_parse(label_key, text, (size_t)got, VT_MAX_LIST_LABEL, names, label, why,
                           sizeof why) != VT_OK)
     st = vt_fail_input(err, errlen, "%s: %s %s (--label-key %s)", shard, cls->name, why,
                        label_key);
@@ -307,8 +308,9 @@ static vt_status read_label(int fd, const char *shard, const vt_tar_member *cls,
 
 // The samples of shard s: runs of adjacent members with one key, each with one image and its
 // label member KEY.<label_key> (other kinds are ignored; a run without either is not a sample).
-static vt_status index_shard(vt_dataset *ds, int s, const char *label_key, strlist *samples,
-                             shard_refs *refs, int32_t *max_label, char *err, size_t errlen) {
+static vt_status index_shard(vt_dataset *ds, int s, const char *label_key,
+                             const vt_label_names *names, strlist *samples, shard_refs *refs,
+                             int32_t *max_label, char *err, size_t errlen) {
   const char *path = ds->shard_paths[s];
   char kind_of_label[32];  // KEY.<this> holds the label
   vt_label_member_kind(label_key, kind_of_label, sizeof kind_of_label);
@@ -347,7 +349,7 @@ static vt_status index_shard(vt_dataset *ds, int s, const char *label_key, strli
       break;
     }
     int32_t label = 0;
-    st = read_label(ds->shard_fds[s], path, &m[cls], label_key, &label, err, errlen);
+    st = read_label(ds->shard_fds[s], path, &m[cls], label_key, names, &label, err, errlen);
     if (st != VT_OK) break;
     size_t len = strlen(path) + strlen(m[img].name) + 2;
     char *name = malloc(len);
@@ -376,9 +378,11 @@ static void raise_file_limit(int nshards) {
   }
 }
 
-// Opens and indexes the shards (ownership of the names moves to the dataset).
-static vt_status open_shards(const char *what, const char *label_key, strlist *shards,
-                             vt_dataset *ds, strlist *samples, char *err, size_t errlen) {
+// Opens and indexes the shards (ownership of the names moves to the dataset). With class names
+// (names_path; NULL or "": none) labels may be names, and the classes are the file's.
+static vt_status open_shards(const char *what, const char *label_key, const char *names_path,
+                             strlist *shards, vt_dataset *ds, strlist *samples, char *err,
+                             size_t errlen) {
   ds->nshards = (int)shards->n;
   ds->shard_paths = shards->s;
   shards->s = NULL;
@@ -390,7 +394,10 @@ static vt_status open_shards(const char *what, const char *label_key, strlist *s
   raise_file_limit(ds->nshards);
   shard_refs refs = {0};
   int32_t max_label = -1;
-  vt_status st = VT_OK;
+  vt_label_names names = {0};
+  vt_status st = names_path && names_path[0] ? vt_label_names_load(names_path, &names, err, errlen)
+                                              : VT_OK;
+  const vt_label_names *np = names.count ? &names : NULL;
   for (int s = 0; st == VT_OK && s < ds->nshards; s++) {
     ds->shard_fds[s] = open(ds->shard_paths[s], O_RDONLY | O_CLOEXEC);
     if (ds->shard_fds[s] < 0)
@@ -398,7 +405,7 @@ static vt_status open_shards(const char *what, const char *label_key, strlist *s
                          strerror(errno),
                          errno == EMFILE ? " (every shard stays open: raise ulimit -n)" : "");
     else
-      st = index_shard(ds, s, label_key, samples, &refs, &max_label, err, errlen);
+      st = index_shard(ds, s, label_key, np, samples, &refs, &max_label, err, errlen);
   }
   ds->shard_of = refs.shard, ds->offset = refs.off, ds->size = refs.size;
   if (st == VT_OK && samples->n == 0)
@@ -407,7 +414,15 @@ static vt_status open_shards(const char *what, const char *label_key, strlist *s
                        ".png, .webp) with its label member (--label-key %s), next to each other in a "
                        "shard (webdataset's layout)",
                        ds->nshards, what, label_key);
-  return st == VT_OK ? number_classes(ds, max_label, err, errlen) : st;
+  if (st == VT_OK && np) {  // the classes are the file's, named by it
+    ds->num_classes = names.count;
+    ds->class_names = names.names;
+    names.names = NULL;
+  } else if (st == VT_OK) {
+    st = number_classes(ds, max_label, err, errlen);
+  }
+  vt_label_names_free(&names);
+  return st;
 }
 
 // The .tar files directly in dir, sorted; none when it has none. A folder with both .tar files
@@ -455,12 +470,17 @@ vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t er
 
 vt_status vt_dataset_open_keyed(const char *path, const char *label_key, vt_dataset *ds,
                                 char *err, size_t errlen) {
+  return vt_dataset_open_labeled(path, label_key, NULL, ds, err, errlen);
+}
+
+vt_status vt_dataset_open_labeled(const char *path, const char *label_key, const char *names_path,
+                                  vt_dataset *ds, char *err, size_t errlen) {
   memset(ds, 0, sizeof(*ds));
   struct stat sb;
   strlist samples = {0}, shards = {0};
   vt_status st = resolve(path, &sb, &shards, err, errlen);
   if (st == VT_OK) {
-    if (shards.n) st = open_shards(path, label_key, &shards, ds, &samples, err, errlen);
+    if (shards.n) st = open_shards(path, label_key, names_path, &shards, ds, &samples, err, errlen);
     else if (S_ISDIR(sb.st_mode)) st = open_folder(path, ds, &samples, err, errlen);
     else st = open_list(path, ds, &samples, err, errlen);
   }
@@ -495,8 +515,8 @@ static int fingerprint_line(strlist *out, const char *path, char *err, size_t er
   return 1;
 }
 
-vt_status vt_dataset_fingerprint(const char *path, const char *label_key, char **text, char *err,
-                                 size_t errlen) {
+vt_status vt_dataset_fingerprint(const char *path, const char *label_key,
+                                 const char *names_path, char **text, char *err, size_t errlen) {
   *text = NULL;
   struct stat sb;
   strlist sources = {0}, lines = {0};  // the shards, else what is listed below
@@ -505,6 +525,9 @@ vt_status vt_dataset_fingerprint(const char *path, const char *label_key, char *
     char *line = malloc(strlen(label_key) + 16);
     if (line) sprintf(line, "label key\t%s\n", label_key);
     if (!strlist_push(&lines, line, 0)) st = vt_fail_input(err, errlen, "out of memory");
+    // and on the class names, where they are given
+    if (st == VT_OK && names_path && names_path[0] && !fingerprint_line(&lines, names_path, err, errlen))
+      st = VT_ERR_INPUT;
   }
   if (st == VT_OK && sources.n == 0 && S_ISDIR(sb.st_mode)) {  // the root and its class folders
     strlist classes = {0};

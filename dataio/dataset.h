@@ -47,15 +47,20 @@ vt_status vt_dataset_open(const char *path, vt_dataset *ds, char *err, size_t er
 // class number) instead of KEY.cls.
 vt_status vt_dataset_open_keyed(const char *path, const char *label_key, vt_dataset *ds,
                                 char *err, size_t errlen);
+// And with the shards' class names (--label-names FILE, label.h; NULL or "": none): a label member
+// may then hold a class's name, and the classes are the file's (its count, its names).
+vt_status vt_dataset_open_labeled(const char *path, const char *label_key, const char *names_path,
+                                  vt_dataset *ds, char *err, size_t errlen);
 void vt_dataset_free(vt_dataset *ds);
 
 // What the index of path was made from, as text that changes when the index may have: a line
-// "path<TAB>size<TAB>mtime" per shard (shards, after a "label key<TAB>KEY" line), for the root
+// "path<TAB>size<TAB>mtime" per shard (shards, after a "label key<TAB>KEY" line and the class
+// names file's line where names_path is given), for the root
 // and each class folder (ImageFolder: a file added, removed or renamed changes its folder's
 // time) or for the list file. One stat per shard or class, none per image. *text malloc'd. For
 // the index cache (index_cache.h).
-vt_status vt_dataset_fingerprint(const char *path, const char *label_key, char **text, char *err,
-                                 size_t errlen);
+vt_status vt_dataset_fingerprint(const char *path, const char *label_key,
+                                 const char *names_path, char **text, char *err, size_t errlen);
 
 // The index as one block of bytes (for this build on this kind of machine: host byte order), so
 // that one process reads the file system and sends the index to the others: *bytes malloc'd.

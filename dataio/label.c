@@ -103,30 +103,175 @@ static size_t json_close(const char *s, size_t n, size_t i) {
   return n;
 }
 
-// The integer at path ("a.b.c": field c of object b of object a) in the JSON object in s: 1 an
-// integer (*out), 0 no such field, -1 a field that is not an integer, -2 text that is not an
-// object, -3 a field on the way that is not an object.
-static int json_int_field(const char *s, size_t n, const char *path, long long *out) {
+// The value at path ("a.b.c": field c of object b of object a) in the JSON object of *n bytes at
+// *s: 1 with *s and *n narrowed to the innermost object and *at the value's first byte in it, 0
+// no such field, -2 text that is not an object, -3 a field on the way that is not an object.
+static int json_path(const char **s, size_t *n, const char *path, size_t *at) {
   for (;;) {
     const char *dot = strchr(path, '.');
     const size_t len = dot ? (size_t)(dot - path) : strlen(path);
-    size_t at = 0;
-    const int got = json_find(s, n, path, len, &at);
-    if (got != 1) return got;
-    if (!dot) return read_int(s, n, &at, out) ? 1 : -1;
-    if (at >= n || s[at] != '{') return -3;
-    const size_t end = json_close(s, n, at);
-    s += at, n = end - at, path = dot + 1;
+    const int got = json_find(*s, *n, path, len, at);
+    if (got != 1 || !dot) return got;
+    if (*at >= *n || (*s)[*at] != '{') return -3;
+    const size_t end = json_close(*s, *n, *at);
+    *s += *at, *n = end - *at, path = dot + 1;
   }
 }
 
+// The integer at path: 1 (*out), -1 a field that is not an integer, else json_path's verdict.
+static int json_int_field(const char *s, size_t n, const char *path, long long *out) {
+  size_t at = 0;
+  const int got = json_path(&s, &n, path, &at);
+  if (got != 1) return got;
+  return read_int(s, n, &at, out) ? 1 : -1;
+}
+
+// The string at path, its bytes [*lo, *hi) of text (escapes not undone): 1, -1 a field that is
+// not a string or holds an escape, else json_path's verdict.
+static int json_string_field(const char *text, size_t n, const char *path, size_t *lo,
+                             size_t *hi) {
+  const char *s = text;
+  size_t at = 0;
+  const int got = json_path(&s, &n, path, &at);
+  if (got != 1) return got;
+  if (at >= n || s[at] != '"') return -1;
+  size_t e = at + 1;
+  while (e < n && s[e] != '"' && s[e] != '\\') e++;
+  if (e >= n || s[e] != '"') return -1;
+  *lo = (size_t)(s - text) + at + 1, *hi = (size_t)(s - text) + e;
+  return 1;
+}
+
+// ---- class names -------------------------------------------------------------------------------
+static const vt_label_names *g_sort_names;  // for qsort's comparison (loading is single-threaded)
+static int by_name(const void *a, const void *b) {
+  return strcmp(g_sort_names->names[*(const int32_t *)a], g_sort_names->names[*(const int32_t *)b]);
+}
+
+vt_status vt_label_names_load(const char *path, vt_label_names *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(err, errlen, "--label-names %s: cannot open: %s", path, strerror(errno));
+    return VT_ERR_INPUT;
+  }
+  char line[1024];
+  int32_t cap = 0;
+  vt_status st = VT_OK;
+  for (int line_no = 1; st == VT_OK && fgets(line, sizeof line, f); line_no++) {
+    size_t len = strcspn(line, "\r\n");
+    if (line[len] == '\0' && !feof(f)) {
+      snprintf(err, errlen, "--label-names %s: line %d is longer than %zu bytes", path, line_no,
+               sizeof line - 2);
+      st = VT_ERR_INPUT;
+      break;
+    }
+    line[len] = '\0';
+    const char *name = line, *tab = strchr(line, '\t');
+    if (tab) {  // "c<TAB>name": c must be this line's class
+      char *end;
+      const long c = strtol(line, &end, 10);
+      if (end != tab || c != out->count) {
+        snprintf(err, errlen, "--label-names %s: line %d starts with '%.*s', not class %d and a "
+                 "TAB (lines are class 0, 1, ... in order)", path, line_no, (int)(tab - line),
+                 line, out->count);
+        st = VT_ERR_INPUT;
+        break;
+      }
+      name = tab + 1;
+    }
+    if (!*name) {
+      snprintf(err, errlen, "--label-names %s: line %d has no name (class %d)", path, line_no,
+               out->count);
+      st = VT_ERR_INPUT;
+      break;
+    }
+    if (out->count == cap) {
+      char **grown = realloc(out->names, (size_t)(cap ? 2 * cap : 64) * sizeof *grown);
+      if (!grown) break;  // out->names stays whole; said below
+      out->names = grown, cap = cap ? 2 * cap : 64;
+    }
+    if (!(out->names[out->count] = strdup(name))) break;
+    out->count++;
+  }
+  const int read_all = feof(f);
+  fclose(f);
+  if (st == VT_OK && !read_all) {
+    snprintf(err, errlen, "--label-names %s: out of memory after %d names", path, out->count);
+    st = VT_ERR_INPUT;
+  }
+  if (st == VT_OK && out->count == 0) {
+    snprintf(err, errlen, "--label-names %s: no class names in it", path);
+    st = VT_ERR_INPUT;
+  }
+  if (st == VT_OK) {
+    out->order = malloc((size_t)out->count * sizeof *out->order);
+    if (!out->order) {
+      snprintf(err, errlen, "--label-names %s: out of memory", path);
+      vt_label_names_free(out);
+      return VT_ERR_INPUT;
+    }
+    for (int32_t c = 0; c < out->count; c++) out->order[c] = c;
+    g_sort_names = out;
+    qsort(out->order, (size_t)out->count, sizeof *out->order, by_name);
+    for (int32_t i = 1; st == VT_OK && i < out->count; i++)
+      if (strcmp(out->names[out->order[i - 1]], out->names[out->order[i]]) == 0) {
+        snprintf(err, errlen, "--label-names %s: classes %d and %d are both named '%s'", path,
+                 out->order[i - 1], out->order[i], out->names[out->order[i]]);
+        st = VT_ERR_INPUT;
+      }
+  }
+  if (st != VT_OK) vt_label_names_free(out);
+  return st;
+}
+
+void vt_label_names_free(vt_label_names *n) {
+  for (int32_t c = 0; n->names && c < n->count; c++) free(n->names[c]);
+  free(n->names);
+  free(n->order);
+  memset(n, 0, sizeof *n);
+}
+
+int32_t vt_label_names_find(const vt_label_names *n, const char *name, size_t len) {
+  int32_t lo = 0, hi = n->count;
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    // As strcmp orders the names (unsigned bytes, a prefix first); name may hold any bytes.
+    const char *m = n->names[n->order[mid]];
+    const size_t mlen = strlen(m);
+    int c = memcmp(m, name, mlen < len ? mlen : len);
+    if (c == 0) c = mlen < len ? -1 : mlen > len ? 1 : 0;
+    if (c == 0) return n->order[mid];
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return -1;
+}
+
 vt_status vt_label_parse(const char *key, const char *text, size_t n, int32_t max,
-                         int32_t *label, char *why, size_t whylen) {
+                         const vt_label_names *names, int32_t *label, char *why, size_t whylen) {
   long long v = -1;
   char buf[33] = "";
+  if (names) max = names->count;
   if (strncmp(key, JSON_PREFIX, strlen(JSON_PREFIX)) == 0) {
     const char *field = key + strlen(JSON_PREFIX);
-    const int got = json_int_field(text, n, field, &v);
+    int got = json_int_field(text, n, field, &v);
+    size_t lo, hi;
+    if (got == -1 && json_string_field(text, n, field, &lo, &hi) == 1) {
+      if (!names) {
+        snprintf(why, whylen, "has that field as the string '%.*s', not a class number (class "
+                 "names need --label-names FILE)", (int)(hi - lo < 40 ? hi - lo : 40), text + lo);
+        return VT_ERR_INPUT;
+      }
+      const int32_t c = vt_label_names_find(names, text + lo, hi - lo);
+      if (c < 0) {
+        snprintf(why, whylen, "names class '%.*s', which --label-names does not list",
+                 (int)(hi - lo < 60 ? hi - lo : 60), text + lo);
+        return VT_ERR_INPUT;
+      }
+      *label = c;
+      return VT_OK;
+    }
     if (got != 1) {
       snprintf(why, whylen, "%s", got == -2 ? "is not a JSON object"
                                   : got == -3 ? "has a field on that path that is not an object"
@@ -145,7 +290,21 @@ vt_status vt_label_parse(const char *key, const char *text, size_t n, int32_t ma
     errno = 0;
     v = k ? strtoll(buf, &end, 10) : -1;
     if (k == 0 || *end || errno || i < n) {
-      snprintf(why, whylen, "holds '%.32s', not a class number", buf);
+      // Not a number: with names, the whole text (trimmed) may be a class's name.
+      size_t lo = 0, hi = n;
+      while (lo < hi && is_space(text[lo])) lo++;
+      while (hi > lo && is_space(text[hi - 1])) hi--;
+      const int32_t c = names && hi > lo ? vt_label_names_find(names, text + lo, hi - lo) : -1;
+      if (c >= 0) {
+        *label = c;
+        return VT_OK;
+      }
+      if (names)
+        snprintf(why, whylen, "holds '%.*s', neither a class number nor a name --label-names "
+                 "lists", (int)(hi - lo < 60 ? hi - lo : 60), text + lo);
+      else
+        snprintf(why, whylen, "holds '%.32s', not a class number (class names need "
+                 "--label-names FILE)", buf);
       return VT_ERR_INPUT;
     }
   }

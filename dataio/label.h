@@ -22,10 +22,25 @@ vt_status vt_label_key_check(const char *key, char *err, size_t errlen);
 // The member kind the key reads ("json" for json:FIELD), into kind (len bytes).
 void vt_label_member_kind(const char *key, char *kind, size_t len);
 
+// Class names (--label-names FILE): class c is the file's line c, either the name alone or
+// "c<TAB>name" as `vit3d prepare` writes classes.txt. Blank lines, repeated names and numbers
+// out of order are refused (VT_ERR_INPUT naming the line).
+typedef struct {
+  int32_t count;
+  char **names;    // by class
+  int32_t *order;  // classes sorted by name (binary search)
+} vt_label_names;
+vt_status vt_label_names_load(const char *path, vt_label_names *out, char *err, size_t errlen);
+void vt_label_names_free(vt_label_names *n);
+// The class of a name (len bytes), -1 when none has it.
+int32_t vt_label_names_find(const vt_label_names *n, const char *name, size_t len);
+
 // The class number in text (n bytes of a member) under key: VT_OK with *label in [0, max), or
 // VT_ERR_INPUT with what is wrong in why (the text is not a number, the field is missing or not
-// an integer, the number is out of range).
+// an integer, the number is out of range). With names (may be NULL), a member's whole text
+// (surrounding white space trimmed) or a JSON string field may also be a class name, and max is
+// the names' count.
 vt_status vt_label_parse(const char *key, const char *text, size_t n, int32_t max,
-                         int32_t *label, char *why, size_t whylen);
+                         const vt_label_names *names, int32_t *label, char *why, size_t whylen);
 
 #endif

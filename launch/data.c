@@ -30,20 +30,21 @@ static vt_loader_config base_config(const vt_data *d, const vt_dataset *ds, int 
 // set), else read from the file system (*ds open) and, with a cache, stored there (a failure to
 // store is only a warning).
 static vt_status read_index(const char *path, const char *cache, const char *label_key,
-                            vt_dataset *ds, uint8_t **bytes, size_t *n, int *cached, char *err,
-                            size_t errlen) {
+                            const char *names, vt_dataset *ds, uint8_t **bytes, size_t *n,
+                            int *cached, char *err, size_t errlen) {
   char file[1200], why[1400], *fp = NULL;
   *cached = 0;
   if (cache[0]) {
     vt_index_cache_file(cache, path, file, sizeof file);
-    if (vt_dataset_fingerprint(path, label_key, &fp, err, errlen) != VT_OK) return VT_ERR_INPUT;
+    if (vt_dataset_fingerprint(path, label_key, names, &fp, err, errlen) != VT_OK)
+      return VT_ERR_INPUT;
     *cached = vt_index_cache_load(file, path, fp, bytes, n, why, sizeof why);
     if (*cached) vt_log_info("dataset %s: index from the cache %s", path, file);
     else vt_log_info("dataset %s: %s", path, why);
   }
   vt_status st = VT_OK;
   if (!*cached) {
-    st = vt_dataset_open_keyed(path, label_key, ds, err, errlen);
+    st = vt_dataset_open_labeled(path, label_key, names, ds, err, errlen);
     if (st == VT_OK) st = vt_dataset_pack(ds, bytes, n, err, errlen);
     if (st != VT_OK) vt_dataset_free(ds);
     if (st == VT_OK && fp) {
@@ -63,14 +64,15 @@ static vt_status read_index(const char *path, const char *cache, const char *lab
 // cannot use the index (a shard that will not open there) reports its own, and then every rank
 // returns the error.
 static vt_status open_dataset(vt_comm *world, const char *path, const char *cache,
-                              const char *label_key, vt_dataset *ds, char *err, size_t errlen) {
+                              const char *label_key, const char *names, vt_dataset *ds, char *err,
+                              size_t errlen) {
   const int root = vt_comm_rank(world) == 0;
   uint8_t *bytes = NULL;
   size_t n = 0;
   int cached = 0;
   int64_t head[2] = {VT_ERR_INPUT, 0};  // status, index bytes
   if (root) {
-    head[0] = read_index(path, cache, label_key, ds, &bytes, &n, &cached, err, errlen);
+    head[0] = read_index(path, cache, label_key, names, ds, &bytes, &n, &cached, err, errlen);
     head[1] = (int64_t)n;
   }
   vt_comm_broadcast_bytes(world, head, sizeof head, 0);
@@ -129,7 +131,8 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
              be->device == VT_DEVICE_CUDA ? "pinned " : "", B, S);
   }
   if (o->val_data[0]) {
-    if (open_dataset(world, o->val_data, o->index_cache, o->label_key, &d->val_ds, err, errlen) !=
+    if (open_dataset(world, o->val_data, o->index_cache, o->label_key, o->label_names, &d->val_ds,
+                     err, errlen) !=
         VT_OK)
       return VT_ERR_INPUT;
     d->has_val = 1;
@@ -141,7 +144,8 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
     }
   }
   if (d->synthetic || o->eval_only) return VT_OK;
-  if (open_dataset(world, o->data, o->index_cache, o->label_key, &d->train_ds, err, errlen) !=
+  if (open_dataset(world, o->data, o->index_cache, o->label_key, o->label_names, &d->train_ds,
+                   err, errlen) !=
       VT_OK)
     return VT_ERR_INPUT;
   if (d->train_ds.num_classes != o->model.num_classes) {

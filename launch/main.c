@@ -185,6 +185,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "tar shards: the member that holds a sample's class number, KEY.KIND as decimal text "
        "(timm's and webdataset's cls; e.g. label, target), or json:FIELD for an integer "
        "field of KEY.json (json:A.B: field B of the object in field A)", NULL},
+      {"--label-names", VT_OPT_STR, o.label_names, sizeof o.label_names, 0, 0, "FILE",
+       "tar shards: the class names, line c naming class c (or 'c<TAB>name', as vit3d prepare "
+       "writes classes.txt): a label member (or JSON field) may then hold a class's name, and "
+       "the classes are the file's", NULL},
       {"--index-cache", VT_OPT_STR, o.index_cache, sizeof o.index_cache, 0, 0, "DIR",
        "keep the datasets' indexes in DIR between runs: a start then stats each shard, class "
        "folder or list file instead of listing every image or reading every tar header (for "

@@ -21,6 +21,7 @@ typedef struct {
   char val_data[512];       // validation set (same forms); empty: none
   char index_cache[512];    // folder of dataset index cache entries (dataio/index_cache.h); empty: none
   char label_key[48];       // tar shards: the label member (KEY.cls by default; label.h)
+  char label_names[512];    // tar shards: class names file (label.h); empty: numbers only
   int eval_interval;        // evaluate every N steps (and at the end); 0: only at the end
   int eval_hflip;           // 1: score the mean logits of each image and its mirror image
   int loader_threads;       // decoder threads per rank that decodes

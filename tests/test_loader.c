@@ -1002,7 +1002,7 @@ static int cached(const char *path, const vt_dataset *fresh, char *why, size_t w
   uint8_t *b = NULL;
   size_t n = 0;
   vt_index_cache_file(at("cache"), path, file, sizeof file);
-  EXPECT(vt_dataset_fingerprint(path, VT_LABEL_KEY, &fp, err, sizeof err) == VT_OK, "fingerprint: %s", err);
+  EXPECT(vt_dataset_fingerprint(path, VT_LABEL_KEY, NULL, &fp, err, sizeof err) == VT_OK, "fingerprint: %s", err);
   int hit = fp && vt_index_cache_load(file, path, fp, &b, &n, why, whylen);
   if (hit && fresh) {
     vt_dataset back;
@@ -1019,7 +1019,7 @@ static void store(const char *path, const vt_dataset *ds) {
   uint8_t *b = NULL;
   size_t n = 0;
   vt_index_cache_file(at("cache"), path, file, sizeof file);
-  EXPECT(vt_dataset_fingerprint(path, VT_LABEL_KEY, &fp, err, sizeof err) == VT_OK &&
+  EXPECT(vt_dataset_fingerprint(path, VT_LABEL_KEY, NULL, &fp, err, sizeof err) == VT_OK &&
              vt_dataset_pack(ds, &b, &n, err, sizeof err) == VT_OK &&
              vt_index_cache_store(file, path, fp, b, n, err, sizeof err) == VT_OK,
          "storing %s: %s", path, err);
@@ -1134,8 +1134,8 @@ static void test_label_parse(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int32_t got = -1;
     char why[128] = "";
-    vt_status st = vt_label_parse(cases[i].key, cases[i].text, strlen(cases[i].text), 1000, &got,
-                                  why, sizeof why);
+    vt_status st = vt_label_parse(cases[i].key, cases[i].text, strlen(cases[i].text), 1000, NULL,
+                                  &got, why, sizeof why);
     EXPECT(cases[i].want >= 0 ? st == VT_OK && got == cases[i].want : st == VT_ERR_INPUT && why[0],
            "label %s of '%s': status %d, label %d (%s), want %d", cases[i].key, cases[i].text, st,
            got, why, cases[i].want);
@@ -1152,6 +1152,65 @@ static void test_label_parse(void) {
              vt_label_key_check("json:a..b", err, sizeof err) == VT_ERR_INPUT &&
              vt_label_key_check("webp", err, sizeof err) == VT_ERR_INPUT,
          "label key checks");
+  // Class names: a file of names, or "c<TAB>name" lines (vit3d prepare's classes.txt); then a
+  // member's trimmed text or a JSON string names a class; numbers still count; the names'
+  // count bounds them. Bad files are refused naming the line.
+  char path[64] = "/tmp/vt_names_XXXXXX";
+  const int fd = mkstemp(path);
+  const char *files[] = {"tench\ngoldfish\ngreat white shark\n",
+                         "0\ttench\n1\tgoldfish\n2\tgreat white shark\n"};
+  for (int v = 0; fd >= 0 && v < 2; v++) {
+    FILE *f = fopen(path, "w");
+    fputs(files[v], f);
+    fclose(f);
+    vt_label_names names;
+    EXPECT(vt_label_names_load(path, &names, err, sizeof err) == VT_OK && names.count == 3,
+           "names file %d: %s", v, err);
+    const struct {
+      const char *key, *text;
+      int want;
+    } named[] = {{"cls", "goldfish", 1},
+                 {"txt", " great white shark\n", 2},
+                 {"cls", "2", 2},
+                 {"cls", "3", -1},
+                 {"cls", "gold", -1},
+                 {"cls", "goldfish2", -1},
+                 {"json:c", "{\"c\": \"tench\"}", 0},
+                 {"json:m.c", "{\"m\": {\"c\": \"great white shark\"}}", 2},
+                 {"json:c", "{\"c\": \"ten\\u0063h\"}", -1},
+                 {"json:c", "{\"c\": 1}", 1},
+                 {"json:c", "{\"c\": \"carp\"}", -1}};
+    for (size_t i = 0; names.count == 3 && i < sizeof named / sizeof named[0]; i++) {
+      int32_t got = -1;
+      char why[160] = "";
+      vt_status st = vt_label_parse(named[i].key, named[i].text, strlen(named[i].text), 1000,
+                                    &names, &got, why, sizeof why);
+      EXPECT(named[i].want >= 0 ? st == VT_OK && got == named[i].want
+                                : st == VT_ERR_INPUT && why[0],
+             "named label %s of '%s': status %d, label %d (%s), want %d", named[i].key,
+             named[i].text, st, got, why, named[i].want);
+    }
+    vt_label_names_free(&names);
+  }
+  int32_t got = -1;
+  char why[160] = "";
+  EXPECT(vt_label_parse("cls", "tench", 5, 1000, NULL, &got, why, sizeof why) == VT_ERR_INPUT &&
+             strstr(why, "--label-names"), "a name without --label-names: %s", why);
+  const struct {
+    const char *text, *want;
+  } bad[] = {{"a\n\nb\n", "line 2 has no name"},
+             {"a\nb\na\n", "classes 0 and 2 are both named 'a'"},
+             {"0\ta\n2\tb\n", "line 2 starts with '2', not class 1"},
+             {"", "no class names"}};
+  for (size_t i = 0; fd >= 0 && i < sizeof bad / sizeof bad[0]; i++) {
+    FILE *f = fopen(path, "w");
+    fputs(bad[i].text, f);
+    fclose(f);
+    vt_label_names names;
+    EXPECT(vt_label_names_load(path, &names, err, sizeof err) == VT_ERR_INPUT &&
+               strstr(err, bad[i].want), "names file '%s': %s", bad[i].text, err);
+  }
+  if (fd >= 0) close(fd), unlink(path);
 }
 
 int main(void) {

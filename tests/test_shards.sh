@@ -10,7 +10,8 @@
 # Shards whose labels are in KEY.label (beside a decoy KEY.target of other classes, and KEY.json
 # with the label as a top-level field and a nested decoy) are refused without --label-key,
 # naming the flag, and with --label-key label or json:label log the folder run's figures bit for
-# bit, as does json:meta.label (a field of a nested object); an index cache keeps the keys'
+# bit, as does json:meta.label (a field of a nested object), and KEY.txt and json:name holding
+# class names with --label-names (vit3d prepare's classes.txt); an index cache keeps the keys'
 # indexes apart (--label-key target is another run).
 # `vit3d prepare shards` writes shards that Python's tarfile
 # reads back to the source's bytes and labels, each sample once. A damaged shard stops every rank at
@@ -152,9 +153,10 @@ for name in sorted(os.listdir(src)):
                 continue
             if m.name.endswith(".cls"):
                 obj = {"key": m.name, "nested": {"label": 99}, "label": int(data),
-                       "meta": {"id": 7, "label": int(data)}}
+                       "meta": {"id": 7, "label": int(data)}, "name": f"c{int(data)}"}
                 for kind, text in (("label", data), ("target", str((int(data) + 1) % 3).encode()),
-                                   ("json", __import__("json").dumps(obj).encode())):
+                                   ("json", __import__("json").dumps(obj).encode()),
+                                   ("txt", f"c{int(data)}\n".encode())):
                     ti = tarfile.TarInfo(m.name[:-3] + kind)
                     ti.size = len(text)
                     tout.addfile(ti, io.BytesIO(text))
@@ -176,6 +178,27 @@ rc_json=$?
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${lbl[@]}" --label-key json:meta.label \
   --check-log "$work/run_folder/metrics.jsonl" > "$work/lbl_meta.log" 2>&1
 rc_meta=$?
+# Class names (vit3d prepare's classes.txt form): KEY.txt and the JSON field "name" hold them.
+printf '0\tc0\n1\tc1\n2\tc2\n' > "$work/classes.txt"
+timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${lbl[@]}" --label-key txt \
+  --label-names "$work/classes.txt" --check-log "$work/run_folder/metrics.jsonl" \
+  > "$work/lbl_txt.log" 2>&1
+rc_txt=$?
+timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${lbl[@]}" --label-key json:name \
+  --label-names "$work/classes.txt" --check-log "$work/run_folder/metrics.jsonl" \
+  > "$work/lbl_name.log" 2>&1
+rc_name=$?
+timeout 120 mpirun -np 2 --oversubscribe "$vit3d" "${lbl[@]}" --label-key txt \
+  > "$work/lbl_nonames.log" 2>&1
+rc_nonames=$?
+if [ $rc_txt -eq 0 ] && grep -q -- "--check-log: 12 steps equal" "$work/lbl_txt.log" &&
+   [ $rc_name -eq 0 ] && grep -q -- "--check-log: 12 steps equal" "$work/lbl_name.log" &&
+   [ $rc_nonames -eq 2 ] && grep -q "holds 'c[0-2]', not a class number (class names need --label-names FILE)" "$work/lbl_nonames.log"; then
+  echo "label names: KEY.txt and json:name holding class names, with --label-names classes.txt, log the folder run's 12 steps; without it refused naming the flag"
+else
+  echo "FAIL: --label-names: rc $rc_txt (want 0), $rc_name (want 0), $rc_nonames (want 2)"
+  grep -h "label\|check-log" "$work"/lbl_txt.log "$work"/lbl_name.log "$work"/lbl_nonames.log | head -6; fail=1
+fi
 if [ $rc_none -eq 2 ] && grep -q "has no .cls label member.*--label-key" "$work/lbl_none.log" &&
    [ $rc_label -eq 0 ] && grep -q -- "--check-log: 12 steps equal" "$work/lbl_label.log" &&
    [ $rc_target -eq 5 ] && ! grep -q "shards_lbl: index from the cache" "$work/lbl_target.log" &&
