@@ -194,10 +194,11 @@ vt_status vt_label_names_load(const char *path, vt_label_names *out, char *err, 
     if (!(out->names[out->count] = strdup(name))) break;
     out->count++;
   }
-  const int read_all = feof(f);
+  const int read_all = feof(f), read_error = ferror(f);
   fclose(f);
   if (st == VT_OK && !read_all) {
-    snprintf(err, errlen, "--label-names %s: out of memory after %d names", path, out->count);
+    snprintf(err, errlen, "--label-names %s: stopped after %d names: %s", path, out->count,
+             read_error ? "a read error" : "out of memory");
     st = VT_ERR_INPUT;
   }
   if (st == VT_OK && out->count == 0) {
