@@ -237,6 +237,10 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   return VT_OK;
 }
 
+void vt_ckpt_step_dir(const char *save_dir, int64_t step, char *dir, size_t size) {
+  snprintf(dir, size, "%s/step-%08" PRId64, save_dir, step);
+}
+
 int vt_mkdir_p(const char *dir) {
   char path[1024];
   snprintf(path, sizeof path, "%s", dir);
@@ -338,7 +342,7 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, vt_ckpt_mani
   ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
   ok = (fclose(f) == 0) && ok;
   if (!ok) FAIL(VT_ERR_IO, "writing %s failed: %s (is the disk full?)", path, strerror(errno));
-  snprintf(final_dir, sizeof final_dir, "%s/step-%08" PRId64, save_dir, m->step);
+  vt_ckpt_step_dir(save_dir, m->step, final_dir, sizeof final_dir);
   remove_dir(final_dir);  // a checkpoint of the same step from an earlier attempt
   if (sync_path(tmp_dir) != 0 || rename(tmp_dir, final_dir) != 0 || sync_path(save_dir) != 0)
     FAIL(VT_ERR_IO, "cannot move %s into place: %s", tmp_dir, strerror(errno));
@@ -355,7 +359,7 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, vt_ckpt_mani
     int n = list_steps(save_dir, steps, 4096);
     for (int i = keep_last; i < n; i++) {
       if (keep_every > 0 && steps[i] % keep_every == 0) continue;  // a milestone stays
-      snprintf(final_dir, sizeof final_dir, "%s/step-%08" PRId64, save_dir, steps[i]);
+      vt_ckpt_step_dir(save_dir, steps[i], final_dir, sizeof final_dir);
       remove_dir(final_dir);
     }
   }
@@ -412,7 +416,7 @@ vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, v
   int64_t steps[4096];
   int n = list_steps(save_dir, steps, 4096);
   for (int i = 0; i < n; i++) {
-    snprintf(dir, dir_len, "%s/step-%08" PRId64, save_dir, steps[i]);
+    vt_ckpt_step_dir(save_dir, steps[i], dir, dir_len);
     if (name[0] && strcmp(dir + strlen(save_dir) + 1, name) == 0) continue;  // tried above
     if (vt_ckpt_verify(dir, m, err, sizeof err) == VT_OK) {
       if (name[0]) vt_log_warn("using the previous complete checkpoint %s", dir);

@@ -94,6 +94,9 @@ vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t
 // --resume auto: the newest checkpoint under save_dir that verifies, trying `latest` first and
 // then the step-* directories from newest to oldest. Returns VT_OK with its path in dir, or
 // VT_ERR_INPUT when there is none (a fresh start). Each damaged checkpoint skipped is logged.
+// The folder of step's checkpoint under save_dir: SAVE_DIR/step-NNNNNNNN.
+void vt_ckpt_step_dir(const char *save_dir, int64_t step, char *dir, size_t size);
+
 vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, vt_ckpt_manifest *m);
 
 // mkdir -p: creates dir and its missing parents; 0 on success, -1 with errno set.

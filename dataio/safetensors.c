@@ -227,9 +227,9 @@ vt_status vt_safetensors_parse(const uint8_t *bytes, size_t nbytes, vt_st_file *
 }
 
 // Opens path and reads and checks its header (every check of vt_safetensors_read but the data's):
-// VT_OK with *fpo open just past the header and *data_nbytes the data section's size.
-static vt_status open_header(const char *path, vt_st_file *f, FILE **fpo, int64_t *data_nbytes,
-                             char *err, size_t errlen) {
+// VT_OK with *fpo open just past the header (f->data_nbytes is the data section's size).
+static vt_status open_header(const char *path, vt_st_file *f, FILE **fpo, char *err,
+                             size_t errlen) {
   memset(f, 0, sizeof *f);
   *fpo = NULL;
   FILE *fp = fopen(path, "rb");
@@ -254,7 +254,7 @@ static vt_status open_header(const char *path, vt_st_file *f, FILE **fpo, int64_
   }
   uint64_t hlen = st == VT_OK ? le64(len8) : 0;
   if (st == VT_OK) st = check_length(hlen, (uint64_t)sb.st_size, path, err, errlen);
-  *data_nbytes = st == VT_OK ? (int64_t)((uint64_t)sb.st_size - 8 - hlen) : 0;
+  const int64_t data_nbytes = st == VT_OK ? (int64_t)((uint64_t)sb.st_size - 8 - hlen) : 0;
   if (st == VT_OK && !(hdr = malloc((size_t)hlen))) {
     snprintf(err, errlen, "%s: out of memory for a %llu-byte header", path,
              (unsigned long long)hlen);
@@ -264,14 +264,13 @@ static vt_status open_header(const char *path, vt_st_file *f, FILE **fpo, int64_
     snprintf(err, errlen, "cannot read the header of %s (did the file shrink?)", path);
     st = VT_ERR_IO;
   }
-  if (st == VT_OK) st = vt_st_read_header(hdr, (size_t)hlen, *data_nbytes, path, f, err, errlen);
+  if (st == VT_OK) st = vt_st_read_header(hdr, (size_t)hlen, data_nbytes, path, f, err, errlen);
   free(hdr);
   if (st != VT_OK) {
     fclose(fp);
     vt_safetensors_close(f);
     return st;
   }
-  f->data_nbytes = *data_nbytes;
   f->data_off_ = 8 + (int64_t)hlen;
   *fpo = fp;
   return VT_OK;
@@ -279,9 +278,9 @@ static vt_status open_header(const char *path, vt_st_file *f, FILE **fpo, int64_
 
 vt_status vt_safetensors_read(const char *path, vt_st_file *f, char *err, size_t errlen) {
   FILE *fp;
-  int64_t data_nbytes;
-  vt_status st = open_header(path, f, &fp, &data_nbytes, err, errlen);
+  vt_status st = open_header(path, f, &fp, err, errlen);
   if (st != VT_OK) return st;
+  const int64_t data_nbytes = f->data_nbytes;
   // Only now, with every tensor's range checked against the file size, is the data read.
   if (!(f->data = alloc_data(data_nbytes))) {
     snprintf(err, errlen, "%s: out of memory for %lld bytes of data", path, (long long)data_nbytes);
@@ -300,8 +299,7 @@ vt_status vt_safetensors_read(const char *path, vt_st_file *f, char *err, size_t
 
 vt_status vt_safetensors_open(const char *path, vt_st_file *f, char *err, size_t errlen) {
   FILE *fp;
-  int64_t data_nbytes;
-  vt_status st = open_header(path, f, &fp, &data_nbytes, err, errlen);
+  vt_status st = open_header(path, f, &fp, err, errlen);
   if (st != VT_OK) return st;
   f->fd_ = dup(fileno(fp));
   fclose(fp);

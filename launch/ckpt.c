@@ -276,6 +276,23 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
   return VT_OK;
 }
 
+// Reads this rank's part of DIR/NAME.safetensors: the tensors prefixes[k]<name> of its table
+// into bufs[k] (n of them), opening the file's header only and reading just those tensors;
+// nbytes[0] gains the bytes read, nbytes[1] the file's data bytes.
+static vt_status read_part(const char *dir, const char *name, const vt_param_table *t,
+                           const char *const *prefixes, float **bufs, int n, double nbytes[2],
+                           char *err, size_t errlen) {
+  char path[1300];
+  snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
+  vt_st_file f;
+  vt_status st = vt_safetensors_open(path, &f, err, errlen);
+  for (int k = 0; st == VT_OK && k < n; k++)
+    st = vt_params_read_local(&f, path, t, prefixes[k], bufs[k], err, errlen);
+  nbytes[0] += (double)vt_st_bytes_read(&f), nbytes[1] += (double)f.data_nbytes;
+  vt_safetensors_close(&f);
+  return st;
+}
+
 vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
                          vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
                          vt_ckpt_manifest *saved, char *err, size_t errlen) {
@@ -319,7 +336,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   has_ema = choice[2] > 0;
   if (choice[0] == -2) return VT_ERR_INPUT;
   if (choice[0] < 0) return VT_OK;
-  if (auto_mode) snprintf(dir, sizeof dir, "%s/step-%08" PRId64, o->save_dir, (int64_t)choice[0]);
+  if (auto_mode) vt_ckpt_step_dir(o->save_dir, (int64_t)choice[0], dir, sizeof dir);
   else snprintf(dir, sizeof dir, "%s", o->resume);
   if (!rank0) {
     memset(&man, 0, sizeof man);
@@ -338,37 +355,19 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     local[k] = malloc((size_t)total * sizeof(float));
     VT_CHECK(local[k] != NULL, "out of host memory to load a checkpoint");
   }
-  char path[1300];
-  vt_st_file f;
-  // Each file's header, then only the tensors this rank holds (its pipeline stage's): a rank
-  // reads about 1/pp of a checkpoint, not all of it.
   double nbytes[2] = {0, 0};  // read by this rank, in the files
-#define OPEN(name)                                                                \
-  (snprintf(path, sizeof path, "%s/%s.safetensors", dir, name),                  \
-   vt_safetensors_open(path, &f, err, errlen))
-#define CLOSE()                                                                    \
-  (nbytes[0] += (double)vt_st_bytes_read(&f), nbytes[1] += (double)f.data_nbytes, \
-   vt_safetensors_close(&f))
   // The weights: vit3d eval --use-ema 1 evaluates the EMA in their place.
-  st = OPEN(o->use_ema ? "ema" : "model");
-  if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "", local[0], err, errlen);
-  CLOSE();
-  if (st == VT_OK && load_ema) {
-    st = OPEN("ema");
-    if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "", local[3], err, errlen);
-    CLOSE();
-  }
+  static const char *const plain[1] = {""}, *const moments[2] = {"exp_avg.", "exp_avg_sq."};
+  st = read_part(dir, o->use_ema ? "ema" : "model", &m->table, plain, &local[0], 1, nbytes, err,
+                 errlen);
+  if (st == VT_OK && load_ema)
+    st = read_part(dir, "ema", &m->table, plain, &local[3], 1, nbytes, err, errlen);
   if (o->eval_only) {  // an evaluation needs no moments: not read
     memset(local[1], 0, (size_t)total * sizeof(float));
     memset(local[2], 0, (size_t)total * sizeof(float));
   } else if (st == VT_OK) {
-    st = OPEN("optim");
-    if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "exp_avg.", local[1], err, errlen);
-    if (st == VT_OK) st = vt_params_read_local(&f, path, &m->table, "exp_avg_sq.", local[2], err, errlen);
-    CLOSE();
+    st = read_part(dir, "optim", &m->table, moments, &local[1], 2, nbytes, err, errlen);
   }
-#undef OPEN
-#undef CLOSE
   double bad = st != VT_OK;
   vt_comm_all_reduce_double(world, &bad, 1, VT_REDUCE_MAX);
   if (bad == 0) {

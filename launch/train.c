@@ -469,7 +469,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   if (ok && world_rank == 0 && start_step > 0 && !o->eval_only) {
     char dir[4200];
     if (strcmp(o->resume, "auto") == 0)
-      snprintf(dir, sizeof dir, "%s/step-%08lld", o->save_dir, (long long)start_step);
+      vt_ckpt_step_dir(o->save_dir, start_step, dir, sizeof dir);
     else
       snprintf(dir, sizeof dir, "%s", o->resume);
     char why[6000];
