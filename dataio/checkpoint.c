@@ -320,19 +320,12 @@ void vt_ckpt_clean(const char *save_dir) {
   closedir(d);
 }
 
-vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, vt_ckpt_manifest *m,
-                         const char *const *files, int nfiles, int keep_last, int64_t keep_every,
-                         char *err,
-                         size_t errlen) {
+vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckpt_manifest *m,
+                         int keep_last, int64_t keep_every, char *err, size_t errlen) {
   char path[1300], final_dir[1100], text[4096];
-  m->nfiles = 0;
-  for (int i = 0; i < nfiles && i < VT_CKPT_MAX_FILES; i++) {
-    snprintf(path, sizeof path, "%s/%s", tmp_dir, files[i]);
+  for (int i = 0; i < m->nfiles; i++) {
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, m->file[i]);
     if (sync_path(path) != 0) FAIL(VT_ERR_IO, "cannot sync %s: %s", path, strerror(errno));
-    snprintf(m->file[i], sizeof m->file[0], "%s", files[i]);
-    if (vt_file_crc32(path, &m->file_nbytes[i], &m->file_crc[i], err, errlen) != VT_OK)
-      return VT_ERR_IO;
-    m->nfiles++;
   }
   int len = vt_ckpt_manifest_format(m, text, sizeof text);
   snprintf(path, sizeof path, "%s/manifest.txt", tmp_dir);

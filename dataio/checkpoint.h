@@ -10,8 +10,8 @@
 //                                   file, written last
 //   SAVE_DIR/.tmp-step-00000010/    a checkpoint being written; never read, removed on start
 //
-// Files are written into the .tmp directory, synced, the directory is renamed into place and
-// synced, then `latest` is replaced by rename. A crash at any moment leaves the previous
+// Files are written into the .tmp directory (by many ranks at once: partfile.h), synced, the
+// directory is renamed into place and synced, then `latest` is replaced by rename. A crash at any moment leaves the previous
 // checkpoint complete and `latest` pointing at a complete one (or at the new one, once whole).
 #ifndef VT_CHECKPOINT_H
 #define VT_CHECKPOINT_H
@@ -73,13 +73,12 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
 // returns its path in tmp_dir.
 vt_status vt_ckpt_begin(const char *save_dir, int64_t step, char *tmp_dir, size_t tmp_len,
                         char *err, size_t errlen);
-// Fills the manifest's file entries from the files already in tmp_dir, writes manifest.txt,
-// syncs everything, renames the directory into place and points `latest` at it. Then removes
-// the oldest complete checkpoints beyond keep_last (0 keeps all), except those whose step is a
-// multiple of keep_every (milestones; 0: none).
-vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, vt_ckpt_manifest *m,
-                         const char *const *files, int nfiles, int keep_last, int64_t keep_every,
-                         char *err, size_t errlen);
+// Writes manifest.txt (m lists the files in tmp_dir with their sizes and CRC-32s, as their
+// writers computed them), syncs everything, renames the directory into place and points
+// `latest` at it. Then removes the oldest complete checkpoints beyond keep_last (0 keeps all),
+// except those whose step is a multiple of keep_every (milestones; 0: none).
+vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckpt_manifest *m,
+                         int keep_last, int64_t keep_every, char *err, size_t errlen);
 // Removes a tmp directory after a failed save.
 void vt_ckpt_abandon(const char *tmp_dir);
 // Removes leftover .tmp-* directories of interrupted saves.

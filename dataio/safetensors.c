@@ -69,7 +69,7 @@ static void put_json(sbuf *b, const char *s) {
 
 // Arguments the header cannot express. Everything else the reader would refuse (names too long,
 // repeated or not UTF-8, repeated metadata keys) is found by reading back the header we built.
-static const char *bad_tensor(const vt_st_tensor *t, int64_t *total) {
+static const char *bad_tensor(const vt_st_tensor *t, int need_data, int64_t *total) {
   if (!t->name || !t->dtype || strcmp(t->name, "__metadata__") == 0) return "no or reserved name";
   if (vt_st_dtype_size(t->dtype) != 4) return "dtype is not F32 or I32 (4-byte elements)";
   if (t->ndim < 0 || t->ndim > 4) return "ndim is not in 0..4";
@@ -79,15 +79,15 @@ static const char *bad_tensor(const vt_st_tensor *t, int64_t *total) {
     if (t->shape[d] > 0 && n > (INT64_MAX - *total) / t->shape[d]) return "too large";
     n *= t->shape[d];
   }
-  if (n > 0 && !t->data) return "no data";
+  if (n > 0 && need_data && !t->data) return "no data";
   *total += n;
   return NULL;
 }
 
-
-vt_status vt_safetensors_write_meta(const char *path, const vt_st_tensor *tensors, int n,
-                                    const char *const *meta_kv, int n_meta, char *err,
-                                    size_t errlen) {
+static vt_status layout(const char *path, const vt_st_tensor *tensors, int n,
+                        const char *const *meta_kv, int n_meta, int need_data, vt_st_layout *out,
+                        char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
   int64_t total = 0;
   for (int i = 0; i < n_meta; i++)
     if (!meta_kv[2 * i] || !meta_kv[2 * i + 1]) {
@@ -95,7 +95,7 @@ vt_status vt_safetensors_write_meta(const char *path, const vt_st_tensor *tensor
       return VT_ERR_INPUT;
     }
   for (int i = 0; i < n; i++) {
-    const char *why = bad_tensor(&tensors[i], &total);
+    const char *why = bad_tensor(&tensors[i], need_data, &total);
     if (why) {
       snprintf(err, errlen, "writing %s: tensor %d ('%.80s'): %s", path, i,
                tensors[i].name ? tensors[i].name : "", why);
@@ -104,7 +104,7 @@ vt_status vt_safetensors_write_meta(const char *path, const vt_st_tensor *tensor
   }
   sbuf h = {NULL, 0, 0, 1};
   char num[64];
-  put(&h, "{", 1);
+  put(&h, "12345678{", 9);  // the 8-byte length goes first, once known
   if (n_meta > 0) {
     put(&h, "\"__metadata__\":{", 16);
     for (int i = 0; i < n_meta; i++) {
@@ -115,8 +115,9 @@ vt_status vt_safetensors_write_meta(const char *path, const vt_st_tensor *tensor
     }
     put(&h, n ? "}," : "}", n ? 2 : 1);
   }
+  int64_t *offset = malloc((size_t)(n > 0 ? n : 1) * sizeof *offset);
   int64_t off = 0;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n && offset; i++) {
     const vt_st_tensor *t = &tensors[i];
     if (i) put(&h, ",", 1);
     put_json(&h, t->name);
@@ -131,35 +132,61 @@ vt_status vt_safetensors_write_meta(const char *path, const vt_st_tensor *tensor
     snprintf(num, sizeof num, "],\"data_offsets\":[%lld,%lld]}", (long long)off,
              (long long)(off + nbytes));
     put(&h, num, strlen(num));
+    offset[i] = off;
     off += nbytes;
   }
   put(&h, "}", 1);
   while (h.ok && h.len % 8 != 0) put(&h, " ", 1);  // align the data to 8 bytes
-  if (!h.ok) {
+  if (!h.ok || !offset) {
     free(h.buf);
+    free(offset);
     snprintf(err, errlen, "out of memory writing the header of %s", path);
     return VT_ERR_IO;
   }
+  const size_t hlen = h.len - 8;
   vt_st_file back = {0};  // the reader's verdict on this header, before anything touches disk
   char what[600];
   snprintf(what, sizeof what, "%s (not written)", path);
-  vt_status st = h.len > VT_ST_MAX_HEADER
-                     ? vt_st_refuse(err, errlen, what, "header of %zu bytes is over the cap", h.len)
-                     : vt_st_read_header(h.buf, h.len, off, what, &back, err, errlen);
+  vt_status st = hlen > VT_ST_MAX_HEADER
+                     ? vt_st_refuse(err, errlen, what, "header of %zu bytes is over the cap", hlen)
+                     : vt_st_read_header(h.buf + 8, hlen, off, what, &back, err, errlen);
   vt_safetensors_close(&back);
   if (st != VT_OK) {
     free(h.buf);
+    free(offset);
     return st;
   }
+  for (int i = 0; i < 8; i++) h.buf[i] = (char)((uint64_t)hlen >> (8 * i));
+  for (int i = 0; i < n; i++) offset[i] += (int64_t)h.len;
+  *out = (vt_st_layout){(uint8_t *)h.buf, (int64_t)h.len, offset, (int64_t)h.len + off};
+  return VT_OK;
+}
+
+vt_status vt_safetensors_layout(const char *path, const vt_st_tensor *tensors, int n,
+                                const char *const *meta_kv, int n_meta, vt_st_layout *out,
+                                char *err, size_t errlen) {
+  return layout(path, tensors, n, meta_kv, n_meta, 0, out, err, errlen);
+}
+
+void vt_st_layout_free(vt_st_layout *l) {
+  free(l->head);
+  free(l->offset);
+  memset(l, 0, sizeof *l);
+}
+
+vt_status vt_safetensors_write_meta(const char *path, const vt_st_tensor *tensors, int n,
+                                    const char *const *meta_kv, int n_meta, char *err,
+                                    size_t errlen) {
+  vt_st_layout l;
+  vt_status st = layout(path, tensors, n, meta_kv, n_meta, 1, &l, err, errlen);
+  if (st != VT_OK) return st;
   FILE *f = fopen(path, "wb");
   if (!f) {
     snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
-    free(h.buf);
+    vt_st_layout_free(&l);
     return VT_ERR_IO;
   }
-  unsigned char lenle[8];
-  for (int i = 0; i < 8; i++) lenle[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-  int good = fwrite(lenle, 1, 8, f) == 8 && fwrite(h.buf, 1, h.len, f) == h.len;
+  int good = fwrite(l.head, 1, (size_t)l.head_nbytes, f) == (size_t)l.head_nbytes;
   for (int i = 0; i < n && good; i++) {
     size_t count = 1;
     for (int d = 0; d < tensors[i].ndim; d++) count *= (size_t)tensors[i].shape[d];
@@ -168,7 +195,7 @@ vt_status vt_safetensors_write_meta(const char *path, const vt_st_tensor *tensor
   good = (fflush(f) == 0) && good;
   int saved = errno;
   good = (fclose(f) == 0) && good;
-  free(h.buf);
+  vt_st_layout_free(&l);
   if (!good) {
     snprintf(err, errlen, "writing %s failed: %s (is the disk full?)", path, strerror(saved));
     remove(path);

@@ -34,6 +34,21 @@ vt_status vt_safetensors_write_meta(const char *path, const vt_st_tensor *tensor
                                     const char *const *meta_kv, int n_meta, char *err,
                                     size_t errlen);
 
+// Where a file of these tensors puts everything, for writers that put the data in themselves
+// (many processes, each its part: dataio/partfile.h): head holds the bytes before the data (the
+// 8-byte length and the JSON header, padded), offset[i] the file offset of tensor i's data. The
+// same checks as vt_safetensors_write_meta, but the tensors' data may be NULL.
+typedef struct {
+  uint8_t *head;
+  int64_t head_nbytes;
+  int64_t *offset;  // n
+  int64_t file_nbytes;
+} vt_st_layout;
+vt_status vt_safetensors_layout(const char *path, const vt_st_tensor *tensors, int n,
+                                const char *const *meta_kv, int n_meta, vt_st_layout *out,
+                                char *err, size_t errlen);
+void vt_st_layout_free(vt_st_layout *l);
+
 // ---- reading ----------------------------------------------------------------------------------
 #define VT_ST_MAX_NAME 128           // names are at most 127 bytes (after JSON unescaping)
 #define VT_ST_MAX_DIMS 8

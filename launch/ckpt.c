@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,83 +14,103 @@
 #include "fault.h"
 #include "safetensors.h"
 
-// Every rank learns rank 0's status (and rank 0's message stays on rank 0).
-static vt_status agree(vt_comm *world, vt_status st) {
-  double s = st;
-  vt_comm_all_reduce_double(world, &s, 1, VT_REDUCE_MAX);
-  return (vt_status)(int)s;
-}
-
-// Rank 0's writer of one gathered checkpoint: its inputs, then its result. At most one exists
-// at a time (the next save, or vt_ckpt_wait, finishes the one before).
+// The checkpoint being saved: every rank writes its part of each file (its slice of its local
+// table: vit/export.h), then world rank 0 commits it once all have. At most one exists at a
+// time; in the background each rank writes on a thread of its own while training goes on.
 typedef struct {
+  int active;          // files created, not yet committed or abandoned (the same on every rank)
+  int background;      // written on the thread
   pthread_t thread;
-  int running;  // written on a background thread that has not been joined yet
-  char save_dir[512];
-  int keep_last, n;  // n: buffers in global (weights, two moments, EMA), one file fewer
+  atomic_int writing;  // the thread has not finished this rank's part
+  char save_dir[512], tmp[1100];
+  int keep_last, nfiles;
   int64_t keep_every;
-  vt_vit_config cfg;
-  vt_ckpt_manifest man;
-  float *global[4];
+  vt_ckpt_manifest man;  // world rank 0
+  vt_model_file files[3];
+  float *bufs[4];        // this rank's slice of the weights, two moments and the EMA
   vt_status st;
   char err[1024];
 } ckpt_writer;
 
 static ckpt_writer g_writer;
 
-// Writes the files into a temporary directory and commits it (rank 0; on the main thread, or on
-// the writer's own).
-static void *write_checkpoint(void *arg) {
+// This rank's part of every file (on the main thread, or on the writer's own: no MPI here).
+static void *write_parts(void *arg) {
   ckpt_writer *w = arg;
-  const int64_t step = w->man.step;
-  // The files and what each holds: the weights, AdamW's two moments, the EMA (timm names like
-  // the weights); w->global is in this order.
-  static const char *const files[3] = {"model.safetensors", "optim.safetensors", "ema.safetensors"};
-  static const char *const prefixes[3][2] = {{""}, {"exp_avg.", "exp_avg_sq."}, {""}};
-  static const int tensors[3] = {1, 2, 1};
-  char tmp[1100], path[1300];
-  vt_status st = vt_ckpt_begin(w->save_dir, step, tmp, sizeof tmp, w->err, sizeof w->err);
-  for (int f = 0, g = 0; st == VT_OK && f < w->n - 1; g += tensors[f++]) {
-    snprintf(path, sizeof path, "%s/%s", tmp, files[f]);
-    st = vt_write_global(&w->cfg, (const float *const *)w->global + g, prefixes[f], tensors[f],
-                         path, w->err, sizeof w->err);
+  for (int f = 0; w->st == VT_OK && f < w->nfiles; f++) {
+    if (vt_fault_at(VT_FAULT_SAVE_IO, w->man.step))  // test-only: a failing disk on this rank
+      w->st = VT_ERR_IO, snprintf(w->err, sizeof w->err, "writing this rank's part of %s "
+                                  "failed: Input/output error (VT_FAULT save-io)", w->files[f].path);
+    else
+      w->st = vt_model_file_write(&w->files[f], w->err, sizeof w->err);
   }
-  // Test-only fault switch: die between writing the files and committing them.
-  if (vt_fault_at(VT_FAULT_KILL_IN_SAVE, step)) {
-    vt_log_warn("VT_FAULT: killing this rank in the middle of the save of step %lld",
-                (long long)step);
-    raise(SIGKILL);
-  }
-  if (st == VT_OK)
-    st = vt_ckpt_commit(w->save_dir, tmp, &w->man, files, w->n - 1, w->keep_last, w->keep_every,
-                        w->err, sizeof w->err);
-  if (st != VT_OK) vt_ckpt_abandon(tmp);
-  w->st = st;
+  atomic_store(&w->writing, 0);
   return NULL;
 }
 
 static void release(ckpt_writer *w) {
-  for (int k = 0; k < 4; k++) free(w->global[k]), w->global[k] = NULL;
+  for (int f = 0; f < 3; f++) vt_model_file_free(&w->files[f]);
+  for (int k = 0; k < 4; k++) free(w->bufs[k]), w->bufs[k] = NULL;
+  w->active = 0;
 }
 
-// Collective: joins a checkpoint being written in the background (rank 0), says on rank 0 when
-// it failed, and returns its agreed status (VT_OK when there was none).
-static vt_status finish_background(vt_comm *world) {
+// Collective over world: waits for every rank's part, agrees, and has rank 0 commit the
+// checkpoint from the ranks' checksums (or remove it). Returns the agreed status, with the
+// first failing rank's message in err; a failure of one written in the background is also
+// logged here by rank 0, with its step.
+static vt_status finish(vt_comm *world, char *err, size_t errlen) {
   ckpt_writer *w = &g_writer;
-  vt_status st = VT_OK;
-  if (w->running) {
-    pthread_join(w->thread, NULL);
-    w->running = 0;
-    st = w->st;
-    if (st != VT_OK)
-      vt_log_error("checkpoint of step %lld (written in the background) failed, the previous "
-                   "one is intact: %s", (long long)w->man.step, w->err);
-    release(w);
+  if (!w->active) return VT_OK;
+  if (w->background) pthread_join(w->thread, NULL);
+  vt_status st = vt_comm_agree(world, w->st, w->err, sizeof w->err);
+  uint32_t crc[3];
+  vt_model_file_crcs(world, w->files, w->nfiles, crc);
+  const int64_t step = w->man.step;
+  if (vt_comm_rank(world) == 0) {
+    // Test-only fault switch: die between writing the files and committing them.
+    if (st == VT_OK && vt_fault_at(VT_FAULT_KILL_IN_SAVE, step)) {
+      vt_log_warn("VT_FAULT: killing this rank in the middle of the save of step %lld",
+                  (long long)step);
+      raise(SIGKILL);
+    }
+    vt_ckpt_manifest *man = &w->man;
+    man->nfiles = w->nfiles;
+    for (int f = 0; f < w->nfiles; f++) {
+      const char *slash = strrchr(w->files[f].path, '/');
+      snprintf(man->file[f], sizeof man->file[f], "%s", slash + 1);
+      man->file_nbytes[f] = w->files[f].layout.file_nbytes, man->file_crc[f] = crc[f];
+    }
+    if (st == VT_OK)
+      st = vt_ckpt_commit(w->save_dir, w->tmp, man, w->keep_last, w->keep_every, w->err,
+                          sizeof w->err);
+    if (st != VT_OK) vt_ckpt_abandon(w->tmp);
+    if (st == VT_OK) {
+      double all = 0, mine = 0;
+      for (int f = 0; f < w->nfiles; f++) {
+        all += (double)w->files[f].layout.file_nbytes;
+        for (int64_t j = 0; j < w->files[f].nparts; j++) mine += (double)w->files[f].parts[j].nbytes;
+      }
+      char dir[1100];
+      vt_ckpt_step_dir(w->save_dir, step, dir, sizeof dir);
+      vt_log_info("saved %s%s: this rank wrote %.1f of the checkpoint's %.1f MiB", dir,
+                  w->background ? " (written in the background)" : "", mine / 1048576.0,
+                  all / 1048576.0);
+    }
   }
-  return agree(world, st);
+  st = vt_comm_agree(world, st, w->err, sizeof w->err);
+  if (st != VT_OK && w->background && vt_comm_rank(world) == 0)
+    vt_log_error("checkpoint of step %lld (written in the background) failed, the previous one "
+                 "is intact: %s", (long long)step, w->err);
+  if (err) snprintf(err, errlen, "%s", w->err);
+  release(w);
+  return st;
 }
 
-vt_status vt_ckpt_wait(vt_comm *world) { return finish_background(world); }
+vt_status vt_ckpt_wait(vt_comm *world) { return finish(world, NULL, 0); }
+
+int vt_ckpt_writing(void) { return g_writer.active && atomic_load(&g_writer.writing); }
+
+int vt_ckpt_pending(void) { return g_writer.active; }
 
 // Layer-wise lr decay off, however it was said (0 or 1), as 1.
 static double layer_decay_of(const vt_optim_config *c) {
@@ -109,52 +130,72 @@ static void manifest_optim(vt_ckpt_manifest *man, const vt_optim_config *c) {
 vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
                        vt_comm *world, const vt_mesh *mesh, int64_t step, int wait, char *err,
                        size_t errlen) {
-  finish_background(world);  // its failure is said there; this save goes on regardless
-  const int64_t total = m->table.total;
+  finish(world, NULL, 0);  // its failure is said there; this save goes on regardless
+  ckpt_writer *w = &g_writer;
+  memset(w, 0, sizeof *w);
+  const int rank = vt_comm_rank(world);
+  const vt_mesh_coord me = vt_mesh_coords(mesh, rank);
+  int64_t lo, count;
+  vt_model_write_range(m, me.dp_rank, mesh->dp_size, &lo, &count);
   const int n = opt->ema ? 4 : 3;  // weights, the two moments, the EMA
-  float *local[4] = {NULL}, *global[4] = {NULL};
   for (int k = 0; k < n; k++) {
-    local[k] = malloc((size_t)total * sizeof(float));
-    VT_CHECK(local[k] != NULL, "out of host memory for a checkpoint");
+    w->bufs[k] = malloc((size_t)(count + 1) * sizeof(float));
+    VT_CHECK(w->bufs[k] != NULL, "out of host memory for a checkpoint");
   }
-  m->be->to_host(local[0], m->params, (size_t)total * sizeof(float));
-  vt_optimizer_get_state(opt, local[1], local[2]);
-  if (opt->ema) vt_optimizer_get_ema(opt, local[3]);
-  for (int k = 0; k < n; k++) global[k] = vt_gather_global(m, world, mesh, local[k]);
-  for (int k = 0; k < n; k++) free(local[k]);
+  m->be->to_host(w->bufs[0], m->params + lo, (size_t)count * sizeof(float));
+  vt_optimizer_get_range(opt, lo, count, w->bufs[1], w->bufs[2], opt->ema ? w->bufs[3] : NULL);
+  // The files and what each holds: the weights, AdamW's two moments, the EMA (timm names like
+  // the weights).
+  static const char *const names[3] = {"model.safetensors", "optim.safetensors",
+                                       "ema.safetensors"};
+  static const char *const prefixes[3][2] = {{""}, {"exp_avg.", "exp_avg_sq."}, {""}};
+  static const int kinds[3] = {1, 2, 1};
   vt_status st = VT_OK;
-  if (vt_comm_rank(world) == 0) {
-    ckpt_writer *w = &g_writer;
-    memset(w, 0, sizeof *w);
-    snprintf(w->save_dir, sizeof w->save_dir, "%s", o->save_dir);
-    w->keep_last = o->keep_last, w->keep_every = o->keep_every, w->n = n, w->cfg = m->cfg;
-    for (int k = 0; k < n; k++) w->global[k] = global[k];
-    const vt_vit_config *c = &m->cfg;
-    w->man = (vt_ckpt_manifest){
-        .step = step, .stream_position = step * o->global_batch,
-        .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
-        .lamb = opt->cfg.kind == VT_OPT_LAMB,
-        .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
-        .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
-        .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
-        .layer_scale = c->layer_scale > 0, .no_embed_class = c->no_embed_class,
-        .reg_tokens = c->reg_tokens, .qk_norm = c->qk_norm, .qkv_bias = !c->no_qkv_bias,
-        .parallel = c->parallel,
-        .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
-        .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
-    manifest_optim(&w->man, &opt->cfg);
-    // The snapshot is rank 0's own now: training may go on while it is written.
-    if (!wait && o->async_save && pthread_create(&w->thread, NULL, write_checkpoint, w) == 0) {
-      w->running = 1;
-    } else {
-      write_checkpoint(w);
-      st = w->st;
-      if (st != VT_OK) snprintf(err, errlen, "%s", w->err);
-      release(w);
-    }
+  if (rank == 0) st = vt_ckpt_begin(o->save_dir, step, w->tmp, sizeof w->tmp, err, errlen);
+  vt_comm_broadcast_bytes(world, w->tmp, sizeof w->tmp, 0);
+  w->nfiles = n - 1;
+  for (int f = 0, k = 0; f < w->nfiles; k += kinds[f++]) {
+    char path[1100];
+    snprintf(path, sizeof path, "%.1000s/%s", w->tmp, names[f]);
+    vt_model_file *file = &w->files[f];
+    if (st == VT_OK)
+      st = vt_model_file_plan(file, m, path, prefixes[f], (const float *const *)w->bufs + k,
+                              kinds[f], lo, count, err, errlen);
+    if (st == VT_OK && rank == 0)
+      st = vt_partfile_create(path, file->layout.head, file->layout.head_nbytes,
+                              file->layout.file_nbytes, &file->share, err, errlen);
   }
-  if (wait || !o->async_save) return agree(world, st);
-  return VT_OK;  // rank 0 writes in the background; the next save or vt_ckpt_wait says how it went
+  w->active = 1;  // from here on, finish() ends it (commits or removes it) on every rank
+  st = vt_comm_agree(world, st, err, errlen);
+  if (st != VT_OK) {
+    if (rank == 0) vt_ckpt_abandon(w->tmp);
+    release(w);
+    return st;
+  }
+  snprintf(w->save_dir, sizeof w->save_dir, "%s", o->save_dir);
+  w->keep_last = o->keep_last, w->keep_every = o->keep_every;
+  const vt_vit_config *c = &m->cfg;
+  w->man = (vt_ckpt_manifest){
+      .step = step, .stream_position = step * o->global_batch,
+      .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
+      .lamb = opt->cfg.kind == VT_OPT_LAMB,
+      .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
+      .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
+      .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
+      .layer_scale = c->layer_scale > 0, .no_embed_class = c->no_embed_class,
+      .reg_tokens = c->reg_tokens, .qk_norm = c->qk_norm, .qkv_bias = !c->no_qkv_bias,
+      .parallel = c->parallel,
+      .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
+      .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
+  manifest_optim(&w->man, &opt->cfg);
+  // The slices are this rank's own now: training may go on while they are written.
+  atomic_store(&w->writing, 1);
+  if (!wait && o->async_save && pthread_create(&w->thread, NULL, write_parts, w) == 0) {
+    w->background = 1;
+    return VT_OK;  // a later step, the next save or vt_ckpt_wait commits it and says how it went
+  }
+  write_parts(w);
+  return finish(world, err, errlen);
 }
 
 typedef struct {

@@ -1,8 +1,9 @@
-// ckpt.h: saving and resuming training on a mesh. Saving gathers the parameters and AdamW state
-// of every shard on world rank 0, which writes one checkpoint in the layout of
-// dataio/checkpoint.h (full, unsharded tensors), so a checkpoint loads on any mesh: every rank
-// reads the files and keeps its own shard (the parameter table maps each local element to its
-// global index). The data position and the AdamW step travel in the manifest.
+// ckpt.h: saving and resuming training on a mesh. A checkpoint is written in the layout of
+// dataio/checkpoint.h (full, unsharded tensors) by every rank at once, each its slice of its
+// shard (vit/export.h), and committed by world rank 0 from the ranks' checksums; nobody holds
+// the whole model. So a checkpoint loads on any mesh: every rank reads the tensors it holds
+// (the parameter table maps each local element to its global index). The data position and the
+// optimizer's step travel in the manifest.
 #ifndef VT_CKPT_H
 #define VT_CKPT_H
 
@@ -12,19 +13,26 @@
 #include "optim.h"
 #include "train.h"
 
-// Collective over world: saves the state after `step` steps into o->save_dir. The snapshot (the
-// weights, AdamW's moments and the EMA gathered on world rank 0) is taken now; rank 0 writes and
-// commits it in place, or with o->async_save and not `wait` on a background thread while
-// training goes on (at most one: a save first finishes the one before, and vt_ckpt_wait does at
-// the end). Returns rank 0's status on every rank for a checkpoint written in place, VT_OK for
-// one started in the background; a failure, said on rank 0 with its step (in the background:
-// when it is joined), leaves the previous checkpoint intact.
+// Collective over world: saves the state after `step` steps into o->save_dir. World rank 0
+// creates the files (their space reserved: a full disk fails now); each rank copies its slice
+// of the weights, the moments and the EMA to the host and writes it, in place or, with
+// o->async_save and not `wait`, on a thread while training goes on. At most one save is in
+// flight: a save first finishes the one before; so do vt_ckpt_wait and, once every rank's part
+// is written, the step loop (vt_ckpt_writing). Returns the agreed status (the first failing
+// rank's message in err) for a checkpoint written in place, VT_OK for one started in the
+// background; a failure (in the background: logged by rank 0 with its step when it is
+// finished) leaves the previous checkpoint intact.
 vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
                        vt_comm *world, const vt_mesh *mesh, int64_t step, int wait, char *err,
                        size_t errlen);
-// Collective over world: waits for a checkpoint being written in the background; its status on
-// every rank (VT_OK when there is none).
+// Collective over world: finishes a checkpoint being written in the background (waits for
+// every rank's part, commits it); its status on every rank (VT_OK when there is none).
 vt_status vt_ckpt_wait(vt_comm *world);
+// Whether a save is in flight (the same on every rank), and whether this rank is still writing
+// its part of it: the step loop adds the latter up over the world and finishes the save once
+// no rank is.
+int vt_ckpt_pending(void);
+int vt_ckpt_writing(void);
 
 // Collective over world: finds the checkpoint to resume from (--resume auto: the newest complete
 // one under --save, or none; --resume PATH: that one), checks it against the options, loads it.

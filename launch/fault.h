@@ -4,7 +4,8 @@
 //   VT_FAULT=KIND@RANK:FIRST[-LAST]   e.g. stall@5:7, nan@3:7-11, slow@2:1-1000000
 // KIND: stall (sleep forever at the start of the step), crash (abort() there), nan (NaN in the
 // rank's gradients and loss share), slow (sleep 0.3 s per step), kill-in-save (SIGKILL between
-// writing a checkpoint's files and committing it). RANK is a world rank; steps are 1-based, as
+// writing a checkpoint's files and committing it; a rank-0 fault), save-io (the rank's part of
+// that step's checkpoint fails to write, as on a failing disk). RANK is a world rank; steps are 1-based, as
 // the progress line prints them. A malformed value stops the run before it starts.
 // Must not depend on MPI or the model.
 #ifndef VT_FAULT_H
@@ -19,7 +20,8 @@ typedef enum {
   VT_FAULT_CRASH,
   VT_FAULT_NAN,
   VT_FAULT_SLOW,
-  VT_FAULT_KILL_IN_SAVE
+  VT_FAULT_KILL_IN_SAVE,
+  VT_FAULT_SAVE_IO
 } vt_fault_kind;
 
 // Reads VT_FAULT for this world rank; returns 0, or -1 with a message in err when it is malformed.

@@ -548,15 +548,18 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     }
     // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
     // count: the first stage's TP rank 0 of every DP rank, or each of its TP ranks when they
-    // split the decoding (each counts its share); a preemption signal: any rank.
+    // split the decoding (each counts its share); a preemption signal: any rank; the ranks
+    // still writing their part of a checkpoint.
     // Evaluation uses the training slots between steps: no prefetch into them before one.
     x.prefetch_next = n < end_step && !eval_due(o, &data, n, end_step);
-    double sums[3] = {run_schedule(&x, acts, nacts, step), (double)data.bad,
-                      vt_health_preempt_signal() != 0};
+    double sums[4] = {run_schedule(&x, acts, nacts, step), (double)data.bad,
+                      vt_health_preempt_signal() != 0, vt_ckpt_writing()};
     if (plant_nan) sums[0] = NAN;
     if (!(m.has_head && me.tp_rank == 0)) sums[0] = 0.0;
     if (!(m.has_embed && (me.tp_rank == 0 || data.pixel_count < B))) sums[1] = 0.0;
-    vt_comm_all_reduce_double(world, sums, 3, VT_REDUCE_SUM);
+    vt_comm_all_reduce_double(world, sums, 4, VT_REDUCE_SUM);
+    // A checkpoint written in the background is committed as soon as every rank's part is.
+    if (vt_ckpt_pending() && sums[3] == 0) vt_ckpt_wait(world);
     const double loss = sums[0] / o->global_batch;
     const int preempt = sums[2] > 0;
     const float lr = vt_lr_at(&o->optim, step);

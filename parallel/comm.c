@@ -507,3 +507,16 @@ void vt_comm_all_reduce_double(vt_comm *c, double *buf, int64_t count, vt_reduce
   host_all_reduce_double(c, buf, count, op);
   op_end(t0);
 }
+
+vt_status vt_comm_agree(vt_comm *c, vt_status st, char *err, size_t errlen) {
+  // The worst status and the lowest failing member in one reduction: MAX of -rank is -MIN.
+  const int size = vt_comm_size(c);
+  double v[2] = {st, -(double)(st != VT_OK ? vt_comm_rank(c) : size)};
+  vt_comm_all_reduce_double(c, v, 2, VT_REDUCE_MAX);
+  const int first = (int)-v[1];
+  if (first < size && errlen > 0) {
+    err[errlen - 1] = '\0';
+    vt_comm_broadcast_bytes(c, err, (int64_t)errlen, first);
+  }
+  return (vt_status)(int)v[0];
+}

@@ -12,6 +12,8 @@
 #     uninterrupted run on that mesh (tests/compare_runs.py tolerances); a rank reads only its
 #     part (rank 0 of 4 stages under half the checkpoint, of tp 4 x pp 2 under a quarter, one
 #     rank all of it);
+#  2b. every rank writes its part of a save (rank 0 of 8 under a quarter), and a part that fails
+#     to write on rank 3 is said by rank 0;
 #  3. kill -9 of one rank in the middle of a run and (fault switch) in the middle of a save: a
 #     relaunch with --resume auto completes with the weights of an uninterrupted run.
 #  4. a damaged newest checkpoint: --resume auto falls back to the previous one and says so.
@@ -113,6 +115,21 @@ else
   echo "FAIL: checkpoint reads: pp 4 rank 0 read '${got:-?}' of '${all:-?}' MiB, tp 4 x pp 2 '${got4:-?}', one rank '${got1:-?}' of '${all1:-?}'"
   fail=1
 fi
+
+# Every rank writes its part of a save: on tp 2 x pp 2 x dp 2 rank 0 wrote under a quarter.
+read -r got all <<<"$(sed -n "s/.*saved .*step-00000010: this rank wrote \([0-9.]*\) of the checkpoint's \([0-9.]*\) MiB.*/\1 \2/p" "$work/first0.log")"
+if [ -n "${got:-}" ] && "$py" -c "import sys; g, a = map(float, sys.argv[1:]); sys.exit(not 0 < g < 0.25 * a)" "$got" "$all"; then
+  echo "ok: saved on tp 2 x pp 2 x dp 2, rank 0 wrote $got of the checkpoint's $all MiB"
+else echo "FAIL: checkpoint writes: rank 0 wrote '${got:-?}' of '${all:-?}' MiB"; fail=1; fi
+# A write that fails on another rank (test-only fault: rank 3's part of step 5, written in the
+# background) is said by rank 0 with that rank's message; the last save (step 6) commits.
+VT_FAULT=save-io@3:5 timeout 300 mpirun -np 4 --oversubscribe "$vit3d" "${common[@]}" --tp 2 \
+  --steps 6 --save "$work/io" --save-interval 5 > "$work/io.log" 2>&1
+if grep -q "^\[rank 0.*checkpoint of step 5 (written in the background) failed, the previous one is intact: writing this rank's part of .*Input/output error" "$work/io.log" &&
+   [ "$(cat "$work/io/latest")" = step-00000006 ] && [ ! -e "$work/io/step-00000005" ] &&
+   ! ls -A "$work/io" | grep -q tmp; then
+  echo "ok: rank 3's failed write said by rank 0: $(grep -o 'checkpoint of step 5.*' "$work/io.log" | head -n 1 | cut -c1-150)"
+else echo "FAIL: a failed write on rank 3"; tail -20 "$work/io.log"; fail=1; fi
 
 # kill -9 of one rank in the middle of a run: checkpoints every 5 steps, kill after step 10's.
 timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" --tp 2 --pp 2 \

@@ -9,7 +9,9 @@
 #  - another --seed is allowed but warned about;
 #  - --resume DIR of a damaged checkpoint (bad CRC) stops instead of training;
 #  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted), in place or in
-#    the background, gives an error, and the previous checkpoint stays complete and usable.
+#    the background, gives an error at the save's step, and the previous checkpoint stays
+#    complete and usable; a write that fails in the background (fault switch) is said a step
+#    later, and the next save commits.
 set -uo pipefail
 vit3d=$1
 work=$(mktemp -d)
@@ -112,16 +114,26 @@ if mount -t tmpfs -o size=4m tmpfs "$work/disk" 2>/dev/null; then
      grep -q "resumed from .*step-00000001" <<<"$again"; then
     echo "ok: full disk: $(grep -o 'checkpoint of step 2 failed.*' <<<"$out" | cut -c1-160)"
   else echo "FAIL: full disk: $out"; ls -la "$work/disk"; fail=1; fi
-  # Written in the background (--async-save, the default), step 2's failure is said when step
-  # 3's save joins it; step 3's own, in place as the last, fails too; step 1 stays the newest.
+  # With --async-save (the default) too: the files' space is reserved when they are created,
+  # so step 2's save fails at its step, before any rank writes; so does step 3's; step 1 stays.
   umount "$work/disk" && mount -t tmpfs -o size=4m tmpfs "$work/disk"
   out=$("$vit3d" "${args[@]}" --steps 3 --save "$work/disk" --save-interval 1 2>&1)
-  if grep -q "checkpoint of step 2 (written in the background) failed, the previous one is intact" <<<"$out" &&
+  if grep -q "checkpoint of step 2 failed, the previous one is intact: cannot write .*(the disk is full)" <<<"$out" &&
      grep -q "checkpoint of step 3 failed, the previous one is intact" <<<"$out" &&
      [ "$(cat "$work/disk/latest")" = "step-00000001" ] && ! ls -A "$work/disk" | grep -q tmp; then
-    echo "ok: full disk in the background: $(grep -o 'checkpoint of step 2 (written.*' <<<"$out" | cut -c1-160)"
-  else echo "FAIL: full disk in the background: $out"; ls -la "$work/disk"; fail=1; fi
+    echo "ok: full disk with --async-save: $(grep -o 'checkpoint of step 2 failed.*' <<<"$out" | cut -c1-160)"
+  else echo "FAIL: full disk with --async-save: $out"; ls -la "$work/disk"; fail=1; fi
 else
   echo "skipped the full-disk case: cannot mount a tmpfs here"
 fi
+# A write that fails in the background (test-only fault: an I/O error in step 2's save) is
+# said when the save is finished, a step later; step 3's save, the last, commits.
+out=$(VT_FAULT=save-io@0:2 "$vit3d" "${args[@]}" --steps 3 --save "$work/io" --save-interval 1 2>&1)
+rc=$?
+if [ $rc -eq 0 ] &&
+   grep -q "checkpoint of step 2 (written in the background) failed, the previous one is intact: writing this rank's part of .*Input/output error" <<<"$out" &&
+   [ "$(cat "$work/io/latest")" = "step-00000003" ] && [ -d "$work/io/step-00000001" ] &&
+   [ ! -e "$work/io/step-00000002" ] && ! ls -A "$work/io" | grep -q tmp; then
+  echo "ok: a failed background write: $(grep -o 'checkpoint of step 2 (written.*' <<<"$out" | cut -c1-160)"
+else echo "FAIL: failed background write: rc $rc: $out"; ls -la "$work/io"; fail=1; fi
 exit $fail

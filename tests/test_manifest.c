@@ -1,13 +1,16 @@
 // test_manifest.c: the checkpoint directory without MPI or a model: manifest round trip, every
 // damaged-manifest case refused with a message naming the problem, the atomic commit (files,
-// manifest, `latest`, keep-last with keep-every's milestones), and verification catching
-// truncated and altered files.
+// manifest, `latest`, keep-last with keep-every's milestones), verification catching
+// truncated and altered files, and files written in parts by several writers (partfile.h:
+// their bytes and their CRC-32 from the writers' shares).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
+#include "partfile.h"
 #include "vt_check.h"
 
 
@@ -66,6 +69,91 @@ static void test_crc32(void) {
   EXPECT(bad == 0, "CRC-32: %d of 2709 lengths, offsets and cuts differ from the bitwise CRC", bad);
 }
 
+// The raw register (no inversions) after n zero bytes, bit by bit.
+static uint32_t zeros_bitwise(uint32_t reg, int64_t n) {
+  for (int64_t i = 0; i < 8 * n; i++) reg = reg & 1 ? 0xEDB88320u ^ (reg >> 1) : reg >> 1;
+  return reg;
+}
+
+static uint32_t next_rand(uint32_t *x) { return *x = *x * 1103515245u + 12345u, *x >> 8; }
+
+// vt_crc32_shift against the bitwise zeros; shares of random interleavings of up to 4 writers
+// against the whole buffer's CRC; a file written in parts by 3 writers (parts given out of
+// order) holds the bytes and the CRC-32 their shares give; bad parts and paths are refused.
+static void test_partfile(void) {
+  int bad = 0;
+  const uint32_t regs[4] = {0, 1, 0xFFFFFFFFu, 0x12345678u};
+  for (int r = 0; r < 4; r++)
+    for (int64_t n = 0; n <= 70; n++) bad += vt_crc32_shift(regs[r], n) != zeros_bitwise(regs[r], n);
+  bad += vt_crc32_shift(0x9abcdef0u, 1 << 20) != zeros_bitwise(0x9abcdef0u, 1 << 20);
+  EXPECT(bad == 0, "vt_crc32_shift: %d of 285 cases differ from bitwise zero bytes", bad);
+
+  enum { N = 4099 };
+  static uint8_t buf[N];
+  uint32_t x = 7;
+  for (int i = 0; i < N; i++) buf[i] = (uint8_t)next_rand(&x);
+  const uint32_t want = crc32_bitwise(0, buf, N);
+  for (int trial = 0; trial < 200; trial++) {
+    const int writers = 1 + trial % 4;
+    vt_crc32_share sh[4] = {{0, 0}};
+    for (int at = 0; at < N;) {
+      const int n = 1 + (int)(next_rand(&x) % (trial < 100 ? 97 : 2000));
+      const int len = at + n < N ? n : N - at;
+      vt_crc32_share_add(&sh[next_rand(&x) % writers], at, buf + at, (size_t)len);
+      at += len;
+    }
+    uint32_t shares[4];
+    for (int w = 0; w < writers; w++) shares[w] = vt_crc32_share_end(&sh[w], N);
+    bad += vt_crc32_of_shares(shares, writers, N) != want;
+  }
+  EXPECT(bad == 0, "CRC-32 from writers' shares: %d of 200 splits differ", bad);
+  EXPECT(vt_crc32_of_shares(NULL, 0, 0) == 0, "CRC-32 of an empty file from no shares");
+
+  char dir[] = "/tmp/vt_partfile_XXXXXX", path[256], err[512];
+  EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
+  snprintf(path, sizeof path, "%s/parts.bin", dir);
+  const int head = 13;  // not a multiple of anything the parts use
+  uint32_t shares[4];
+  EXPECT(vt_partfile_create(path, buf, head, N, &shares[3], err, sizeof err) == VT_OK, "%s", err);
+  // Writer w gets the pieces of 1..61 bytes numbered w mod 3, listed last to first.
+  vt_part parts[3][N / 3];
+  int64_t count[3] = {0, 0, 0};
+  for (int at = head, i = 0; at < N; i++) {
+    const int n = 1 + (int)(next_rand(&x) % 61), len = at + n < N ? n : N - at;
+    parts[i % 3][count[i % 3]++] = (vt_part){at, len, buf + at};
+    at += len;
+  }
+  for (int w = 0; w < 3; w++) {
+    for (int64_t i = 0; i < count[w] / 2; i++) {
+      vt_part t = parts[w][i];
+      parts[w][i] = parts[w][count[w] - 1 - i], parts[w][count[w] - 1 - i] = t;
+    }
+    EXPECT(vt_partfile_write(path, parts[w], count[w], N, &shares[w], err, sizeof err) == VT_OK,
+           "%s", err);
+  }
+  int64_t nbytes = 0;
+  uint32_t crc = 0;
+  EXPECT(vt_file_crc32(path, &nbytes, &crc, err, sizeof err) == VT_OK, "%s", err);
+  EXPECT(nbytes == N && crc == want && vt_crc32_of_shares(shares, 4, N) == want,
+         "file in parts: %lld bytes, CRC-32 %08x and from the shares %08x, want %d and %08x",
+         (long long)nbytes, crc, vt_crc32_of_shares(shares, 4, N), N, want);
+  uint32_t share;
+  vt_part overlap[2] = {{100, 8, buf}, {104, 8, buf}}, past[1] = {{N - 4, 8, buf}};
+  EXPECT(vt_partfile_write(path, overlap, 2, N, &share, err, sizeof err) == VT_ERR_INPUT &&
+             strstr(err, "overlaps"), "overlapping parts: %s", err);
+  EXPECT(vt_partfile_write(path, past, 1, N, &share, err, sizeof err) == VT_ERR_INPUT &&
+             strstr(err, "past the file"), "a part past the end: %s", err);
+  EXPECT(vt_partfile_write(path, NULL, 0, N, &share, err, sizeof err) == VT_OK && share == 0,
+         "no parts");
+  remove(path);
+  EXPECT(vt_partfile_write(path, past, 1, 2 * N, &share, err, sizeof err) == VT_ERR_IO &&
+             strstr(err, "cannot open"), "a file that was never created: %s", err);
+  snprintf(path, sizeof path, "%s/missing/parts.bin", dir);
+  EXPECT(vt_partfile_create(path, buf, head, N, &share, err, sizeof err) == VT_ERR_IO &&
+             strstr(err, "cannot create"), "create in a missing folder: %s", err);
+  rmdir(dir);
+}
+
 // Saves pretend checkpoints of steps first..last into dir, each committed with keep_last and
 // keep_every.
 static void commit_steps(const char *dir, vt_ckpt_manifest *m, int first, int last, int keep_last,
@@ -75,16 +163,19 @@ static void commit_steps(const char *dir, vt_ckpt_manifest *m, int first, int la
     EXPECT(vt_ckpt_begin(dir, step, tmp, sizeof tmp, err, sizeof err) == VT_OK, "%s", err);
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     write_file(path, "pretend tensors");
-    m->step = step;
-    const char *files[1] = {"model.safetensors"};
-    EXPECT(vt_ckpt_commit(dir, tmp, m, files, 1, keep_last, keep_every, err, sizeof err) == VT_OK,
+    m->step = step, m->nfiles = 1;
+    snprintf(m->file[0], sizeof m->file[0], "model.safetensors");
+    EXPECT(vt_file_crc32(path, &m->file_nbytes[0], &m->file_crc[0], err, sizeof err) == VT_OK,
            "%s", err);
+    EXPECT(vt_ckpt_commit(dir, tmp, m, keep_last, keep_every, err, sizeof err) == VT_OK, "%s",
+           err);
   }
 }
 
 int main(void) {
   char text[4096], err[512];
   test_crc32();
+  test_partfile();
   vt_ckpt_manifest m = sample(), back;
   int n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK, "%s", err);

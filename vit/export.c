@@ -7,99 +7,126 @@
 #include <string.h>
 
 #include "comm.h"
+#include "partfile.h"
 #include "safetensors.h"
 
-// Places one rank's local flat parameters (laid out by its table) into the global tensors.
-static void scatter_shard(const vt_param_table *local, const float *flat,
-                          const vt_param_table *whole, float *global) {
-  for (int i = 0; i < local->count; i++) {
-    const vt_param *p = &local->p[i];
-    const vt_param *g = vt_params_find(whole, p->name);
-    VT_CHECK(g != NULL, "parameter %s is missing from the whole model's table", p->name);
-    const int64_t run = vt_param_run(p, &local->shard);
-    for (int64_t k = 0; k < p->local_count; k += run)
-      memcpy(global + g->offset + vt_param_global_index(p, &local->shard, k), flat + p->offset + k,
-             (size_t)run * sizeof(float));
-  }
+void vt_model_write_range(const vt_model *m, int dp_rank, int dp_size, int64_t *lo,
+                          int64_t *count) {
+  const int64_t total = m->table.total, chunk = (total + dp_size - 1) / dp_size;
+  *lo = (int64_t)dp_rank * chunk < total ? (int64_t)dp_rank * chunk : total;
+  *count = total - *lo < chunk ? total - *lo : chunk;
 }
 
-float *vt_gather_global(const vt_model *m, vt_comm *world, const vt_mesh *mesh,
-                        const float *mine) {
-  const int rank = vt_comm_rank(world), size = vt_comm_size(world);
-  const vt_mesh_coord me = vt_mesh_coords(mesh, rank);
-  if (rank != 0) {
-    if (me.dp_rank == 0) vt_comm_send(world, mine, m->table.total, 0);
-    return NULL;
-  }
+vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *path,
+                             const char *const *prefixes, const float *const *bufs, int n,
+                             int64_t lo, int64_t count, char *err, size_t errlen) {
+  memset(f, 0, sizeof *f);
+  snprintf(f->path, sizeof f->path, "%s", path);
   vt_param_table whole;
   vt_params_build(&whole, &m->cfg, vt_shard_whole());
-  float *global = malloc((size_t)whole.total * sizeof(float));
-  VT_CHECK(global != NULL, "out of host memory for the full model");
-  for (int r = 0; r < size; r++) {
-    vt_mesh_coord c = vt_mesh_coords(mesh, r);
-    if (c.dp_rank != 0) continue;
-    vt_param_table t;
-    vt_params_build(&t, &m->cfg, (vt_shard){c.tp_rank, mesh->tp_size, c.pp_rank, mesh->pp_size,
-                                            0, m->shard.pp_chunks});
-    const float *flat = mine;
-    float *recv = NULL;
-    if (r != 0) {
-      recv = malloc((size_t)t.total * sizeof(float));
-      VT_CHECK(recv != NULL, "out of host memory for a shard");
-      vt_comm_recv(world, recv, t.total, r);
-      flat = recv;
-    }
-    scatter_shard(&t, flat, &whole, global);
-    free(recv);
-    vt_params_free(&t);
-  }
-  vt_params_free(&whole);
-  return global;
-}
-
-vt_status vt_write_global(const vt_vit_config *cfg, const float *const *globals,
-                          const char *const *prefixes, int n, const char *path, char *err,
-                          size_t errlen) {
-  vt_param_table whole;
-  vt_params_build(&whole, cfg, vt_shard_whole());
-  vt_st_tensor *ts = calloc((size_t)(whole.count * n), sizeof *ts);
-  char **names = calloc((size_t)(whole.count * n), sizeof *names);
-  VT_CHECK(ts && names, "out of host memory");
+  // The file: n tensors per parameter, kind-major, in the whole table's order.
+  const int nt = whole.count * n;
+  vt_st_tensor *ts = calloc((size_t)nt, sizeof *ts);
+  char (*names)[VT_ST_MAX_NAME] = calloc((size_t)nt, sizeof *names);
+  VT_CHECK(ts && names, "out of host memory for a %d-tensor file's header", nt);
   for (int k = 0; k < n; k++)
     for (int i = 0; i < whole.count; i++) {
       const vt_param *p = &whole.p[i];
       const int j = k * whole.count + i;
-      names[j] = malloc(strlen(prefixes[k]) + strlen(p->name) + 1);
-      VT_CHECK(names[j] != NULL, "out of host memory");
-      strcpy(names[j], prefixes[k]);
-      strcat(names[j], p->name);
-      ts[j] = (vt_st_tensor){names[j], "F32", p->ndim, {0}, globals[k] + p->offset};
+      snprintf(names[j], sizeof names[j], "%s%s", prefixes[k], p->name);
+      ts[j] = (vt_st_tensor){names[j], "F32", p->ndim, {0}, NULL};
       memcpy(ts[j].shape, p->shape, sizeof p->shape);
     }
-  vt_status st = vt_safetensors_write(path, ts, whole.count * n, err, errlen);
-  for (int j = 0; j < whole.count * n; j++) free(names[j]);
+  vt_status st = vt_safetensors_layout(path, ts, nt, NULL, 0, &f->layout, err, errlen);
   free(names);
   free(ts);
+  // This rank's parts: each run of local elements inside [lo, lo + count) lands at its global
+  // index. A tensor TP does not split is written by TP rank 0 only (every TP rank holds it).
+  const vt_param_table *t = &m->table;
+  int64_t most = 0;
+  for (int i = 0; i < t->count; i++)
+    if (t->p[i].local_count > 0)
+      most += t->p[i].local_count / vt_param_run(&t->p[i], &t->shard) + 2;
+  f->parts = malloc((size_t)(most * n + 1) * sizeof *f->parts);
+  VT_CHECK(f->parts != NULL, "out of host memory for %lld checkpoint parts", (long long)most * n);
+  for (int i = 0; st == VT_OK && i < t->count; i++) {
+    const vt_param *p = &t->p[i];
+    if (p->tp_split == VT_TP_REPLICATED && t->shard.tp_rank != 0) continue;
+    const vt_param *g = vt_params_find(&whole, p->name);
+    VT_CHECK(g != NULL, "parameter %s is missing from the whole model's table", p->name);
+    const int64_t run = vt_param_run(p, &t->shard);
+    for (int64_t r = 0; r < p->local_count; r += run) {
+      const int64_t a = p->offset + r, b = a + (run < p->local_count - r ? run : p->local_count - r);
+      const int64_t from = a > lo ? a : lo, to = b < lo + count ? b : lo + count;
+      if (from >= to) continue;
+      const int64_t at = 4 * (vt_param_global_index(p, &t->shard, r) + (from - a));
+      for (int k = 0; k < n; k++)
+        f->parts[f->nparts++] = (vt_part){f->layout.offset[k * whole.count + (g - whole.p)] + at,
+                                          4 * (to - from), bufs[k] + (from - lo)};
+    }
+  }
   vt_params_free(&whole);
   return st;
 }
 
+vt_status vt_model_file_write(vt_model_file *f, char *err, size_t errlen) {
+  uint32_t share = 0;
+  const vt_status st = vt_partfile_write(f->path, f->parts, f->nparts, f->layout.file_nbytes,
+                                         &share, err, errlen);
+  f->share ^= share;
+  return st;
+}
+
+void vt_model_file_crcs(vt_comm *world, const vt_model_file *files, int n, uint32_t *crcs) {
+  const int size = vt_comm_size(world), rank = vt_comm_rank(world);
+  // Each rank's share in its own slot (exact in a double), then the bytes written per file.
+  double *all = calloc((size_t)(size + 1) * (size_t)n, sizeof *all);
+  uint32_t *shares = malloc((size_t)size * sizeof *shares);
+  VT_CHECK(all && shares, "out of host memory for %d ranks' checksums", size);
+  for (int i = 0; i < n; i++) {
+    all[(size_t)i * size + rank] = files[i].share;
+    for (int64_t j = 0; j < files[i].nparts; j++) all[(size_t)n * size + i] += files[i].parts[j].nbytes;
+  }
+  vt_comm_all_reduce_double(world, all, (int64_t)(size + 1) * n, VT_REDUCE_SUM);
+  for (int i = 0; i < n; i++) {
+    const vt_st_layout *l = &files[i].layout;
+    VT_CHECK(all[(size_t)n * size + i] == (double)(l->file_nbytes - l->head_nbytes),
+             "%s: the ranks wrote %.0f bytes of its %lld bytes of tensors", files[i].path,
+             all[(size_t)n * size + i], (long long)(l->file_nbytes - l->head_nbytes));
+    for (int r = 0; r < size; r++) shares[r] = (uint32_t)all[(size_t)i * size + r];
+    crcs[i] = vt_crc32_of_shares(shares, size, l->file_nbytes);
+  }
+  free(shares);
+  free(all);
+}
+
+void vt_model_file_free(vt_model_file *f) {
+  vt_st_layout_free(&f->layout);
+  free(f->parts);
+  memset(f, 0, sizeof *f);
+}
+
 vt_status vt_export_safetensors(const vt_model *m, const float *flat, vt_comm *world,
                                 const vt_mesh *mesh, const char *path, char *err, size_t errlen) {
-  float *mine = malloc((size_t)m->table.total * sizeof(float));
+  const vt_mesh_coord me = vt_mesh_coords(mesh, vt_comm_rank(world));
+  int64_t lo, count;
+  vt_model_write_range(m, me.dp_rank, mesh->dp_size, &lo, &count);
+  float *mine = malloc((size_t)(count + 1) * sizeof(float));
   VT_CHECK(mine != NULL, "out of host memory for the exported parameters");
-  m->be->to_host(mine, flat, (size_t)m->table.total * sizeof(float));
-  float *global = vt_gather_global(m, world, mesh, mine);
-  double status = VT_OK;
-  if (global) {
-    const float *g[1] = {global};
-    const char *prefix[1] = {""};
-    status = vt_write_global(&m->cfg, g, prefix, 1, path, err, errlen);
-  }
-  free(global);
+  m->be->to_host(mine, flat + lo, (size_t)count * sizeof(float));
+  const char *prefix[1] = {""};
+  const float *bufs[1] = {mine};
+  vt_model_file f;
+  vt_status st = vt_model_file_plan(&f, m, path, prefix, bufs, 1, lo, count, err, errlen);
+  if (st == VT_OK && vt_comm_rank(world) == 0)
+    st = vt_partfile_create(path, f.layout.head, f.layout.head_nbytes, f.layout.file_nbytes,
+                            &f.share, err, errlen);
+  st = vt_comm_agree(world, st, err, errlen);
+  if (st == VT_OK) st = vt_comm_agree(world, vt_model_file_write(&f, err, errlen), err, errlen);
+  if (st != VT_OK && vt_comm_rank(world) == 0) remove(path);
+  vt_model_file_free(&f);
   free(mine);
-  vt_comm_all_reduce_double(world, &status, 1, VT_REDUCE_MAX);
-  return (vt_status)(int)status;
+  return st;
 }
 
 // IEEE half to float, exactly (every half is a float): subnormals scaled, inf and NaN kept.

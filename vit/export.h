@@ -1,30 +1,52 @@
-// export.h: the full, unsharded weights of a model spread over a mesh, gathered on world rank 0
-// and written as safetensors with timm's names and shapes (fp32). Depends on parallel/ (the
-// comm API) and dataio/ (the writer); knows no MPI.
+// export.h: the full, unsharded weights of a model spread over a mesh, written as one
+// safetensors file with timm's names and shapes (fp32) by all ranks at once, and read back.
+// Depends on parallel/ (the comm API) and dataio/ (the files); knows no MPI.
 #ifndef VT_EXPORT_H
 #define VT_EXPORT_H
 
 #include <stddef.h>
 
+#include "comm.h"
 #include "mesh.h"
 #include "model.h"
+#include "partfile.h"
 #include "safetensors.h"
 
-// Collective over world: the DP-rank-0 replica of every (tp, pp) shard sends its weights (flat:
-// backend memory laid out by the rank's table, m->params or the optimizer's EMA) to world rank
-// 0, which reassembles each tensor by the parameter table and writes path. Every rank returns
-// rank 0's status; the message (rank 0) says what failed.
+// A safetensors file of the whole model (timm's names and shapes, F32) written by every rank at
+// once, each its own elements (dataio/partfile.h): nobody gathers the model. n tensors per
+// parameter, named prefixes[k] + name, kind-major (all of kind 0 first).
+typedef struct {
+  char path[1100];
+  vt_st_layout layout;  // the header and each tensor's offset, the same on every rank
+  vt_part *parts;       // this rank's byte ranges and where their data is
+  int64_t nparts;
+  uint32_t share;       // this rank's CRC-32 share once written (world rank 0's has the header's)
+} vt_model_file;
+
+// The elements of this rank's local table that it writes: [lo, lo + count), its dp_rank-th of
+// dp_size equal slices (the ZeRO-1 shard), so that DP replicas split the writing.
+void vt_model_write_range(const vt_model *m, int dp_rank, int dp_size, int64_t *lo,
+                          int64_t *count);
+// The file's layout and this rank's parts: elements [lo, lo + count) of its local table, whose
+// values of kind k are bufs[k][0 .. count) (host memory, kept until written). Tensors TP does not
+// split are written by TP rank 0. The ranks' parts cover the data exactly once (the byte count is
+// checked by vt_model_file_crcs; the values by every resume test).
+vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *path,
+                             const char *const *prefixes, const float *const *bufs, int n,
+                             int64_t lo, int64_t count, char *err, size_t errlen);
+// Writes this rank's parts into the file (created by world rank 0 with vt_partfile_create from
+// f->layout) and syncs it. No communication: may run on a thread of its own.
+vt_status vt_model_file_write(vt_model_file *f, char *err, size_t errlen);
+// Collective over world: the CRC-32 of each of n written files from every rank's share. Stops
+// the job (a bug) when the ranks' parts do not add up to each file's data.
+void vt_model_file_crcs(vt_comm *world, const vt_model_file *files, int n, uint32_t *crcs);
+void vt_model_file_free(vt_model_file *f);
+
+// Collective over world: writes the weights (flat: backend memory laid out by the rank's table,
+// m->params or the EMA) to path, every rank its part. Every rank returns the worst status, with
+// the first failing rank's message.
 vt_status vt_export_safetensors(const vt_model *m, const float *flat, vt_comm *world,
                                 const vt_mesh *mesh, const char *path, char *err, size_t errlen);
-
-// The global (whole-model) host buffer on world rank 0, assembled from every rank's local flat
-// host buffer `mine` (laid out by its table); NULL on the other ranks. Collective over world.
-float *vt_gather_global(const vt_model *m, vt_comm *world, const vt_mesh *mesh,
-                        const float *mine);
-// Writes n global buffers into one safetensors file, tensor names prefixed by prefixes[k].
-vt_status vt_write_global(const vt_vit_config *cfg, const float *const *globals,
-                          const char *const *prefixes, int n, const char *path, char *err,
-                          size_t errlen);
 
 // This rank's elements of the tensors prefix<name> of an open safetensors file, into the host
 // buffer local (laid out by the rank's table); from a file opened with vt_safetensors_open only

@@ -384,18 +384,24 @@ void vt_optimizer_ema_full(vt_optimizer *o, float *dst) {
   o->be->copy(dst, whole_state(o, o->ema), (size_t)o->table->total * sizeof(float));
 }
 
-void vt_optimizer_get_ema(vt_optimizer *o, float *host) {
-  o->be->to_host(host, whole_state(o, o->ema), (size_t)o->table->total * sizeof(float));
-}
-
 void vt_optimizer_set_ema(vt_optimizer *o, const float *host) {
   load_state(o, o->ema, host, o->be->to_device);
 }
 
-void vt_optimizer_get_state(vt_optimizer *o, float *m_host, float *v_host) {
-  const size_t nbytes = (size_t)o->table->total * sizeof(float);
-  o->be->to_host(m_host, whole_state(o, o->m), nbytes);
-  o->be->to_host(v_host, whole_state(o, o->v), nbytes);
+void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, float *m_host,
+                            float *v_host, float *ema_host) {
+  VT_CHECK(lo >= 0 && count >= 0 && lo + count <= o->table->total,
+           "optimizer state range [%lld, %lld) is outside the %lld local elements", (long long)lo,
+           (long long)(lo + count), (long long)o->table->total);
+  // Under ZeRO-1 the rank holds its shard only, whose first element is the table's shard_lo.
+  VT_CHECK(!o->zero || (lo == o->shard_lo && count <= o->shard_count),
+           "ZeRO-1: optimizer state range [%lld, %lld) is not this rank's shard at %lld",
+           (long long)lo, (long long)(lo + count), (long long)o->shard_lo);
+  const int64_t at = o->zero ? 0 : lo;
+  const size_t nbytes = (size_t)count * sizeof(float);
+  o->be->to_host(m_host, o->m + at, nbytes);
+  o->be->to_host(v_host, o->v + at, nbytes);
+  if (ema_host && o->ema) o->be->to_host(ema_host, o->ema + at, nbytes);
 }
 
 void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t) {

@@ -99,9 +99,8 @@ void vt_optimizer_ema_reset(vt_optimizer *o, const float *params);
 // The whole EMA of this rank's table->total elements into dst (backend memory), for evaluation
 // and export; under ZeRO-1 an all-gather over dp (every DP rank must call it).
 void vt_optimizer_ema_full(vt_optimizer *o, float *dst);
-// The same into host memory (checkpoints), and back: set takes this rank's table->total
-// elements and keeps its shard under ZeRO-1.
-void vt_optimizer_get_ema(vt_optimizer *o, float *host);
+// A checkpoint's EMA back (vt_optimizer_get_range saves it): this rank's table->total elements,
+// of which it keeps its shard under ZeRO-1.
 void vt_optimizer_set_ema(vt_optimizer *o, const float *host);
 
 // The gradients of `layer` (vt_param.layer) are final for this step: start their DP reduction
@@ -120,9 +119,13 @@ void vt_optimizer_skip(vt_optimizer *o);
 // Collective over every axis: all ranks call it once per step.
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr);
 
-// Checkpoints: the Adam moments (AdamW's or LAMB's) of this rank's whole local table (table->total elements each,
-// host memory). Under ZeRO-1 the shards are gathered over dp (collective over dp) or cut out.
-void vt_optimizer_get_state(vt_optimizer *o, float *m_host, float *v_host);
+// Checkpoints: elements [lo, lo + count) of this rank's local table of the Adam moments (AdamW's
+// or LAMB's) and, when ema_host is not NULL and there is one, of the EMA, into host memory.
+// Under ZeRO-1 the range must be within the rank's own shard (lo = shard_lo): no communication.
+void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, float *m_host,
+                            float *v_host, float *ema_host);
+// The moments back from a checkpoint: this rank's table->total elements of each (the shard is
+// cut out under ZeRO-1), and the optimizer steps taken.
 void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t);
 
 #endif
