@@ -253,8 +253,8 @@ extern "C" int vt_cuda_select(int index, char *desc, size_t desclen) {
   }
   if (index >= count) {
     snprintf(desc, desclen, "this host runs more ranks than it has GPUs: local rank %d, %d GPU%s "
-             "visible; start at most %d ranks per node (one GPU each)", index, count,
-             count == 1 ? "" : "s", count);
+             "visible; start at most %d rank%s per node (one GPU each)", index, count,
+             count == 1 ? "" : "s", count, count == 1 ? "" : "s");
     return 1;
   }
   cudaDeviceProp prop;

@@ -305,8 +305,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t st) {
   delete st;
   return cudaSuccess;
 }
+// One GPU, none with EMU_NO_GPU=1, or EMU_GPUS=N (several ranks of vit3d_emu on one host).
 cudaError_t cudaGetDeviceCount(int *n) {
-  *n = getenv("EMU_NO_GPU") ? 0 : 1;
+  const char *gpus = getenv("EMU_GPUS");
+  *n = getenv("EMU_NO_GPU") ? 0 : gpus ? atoi(gpus) : 1;
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int) { return cudaSuccess; }

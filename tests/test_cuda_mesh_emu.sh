@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# test_cuda_mesh_emu.sh VIT3D_EMU VIT3D: `vit3d train --device cuda` on several ranks, built on
+# the CUDA emulation with NCCL over MPI (tests/cuda_emu/nccl_emu.cpp), follows the CPU run of
+# the same mesh over MPI: the NCCL transport (parallel/comm_nccl.cu) on every axis, which a lent
+# GPU (one per task) can only run with one rank per communicator. TP with sequence parallelism
+# (all-gathers and reduce-scatters), PP 1F1B (grouped sends and receives), DP with the layer
+# all-reduces overlapped on the side stream, DP with ZeRO-1, the interleaved schedule over
+# TP x PP, and tp 2 x pp 2 x dp 2 with ZeRO-1, sequence parallelism and the EMA; fp32 and
+# bf16; one GPU per rank chosen by local rank, and more ranks than GPUs refused. Tolerances as
+# test_cuda_train_emu.sh's. Not seen here: real NCCL's concurrency (the emulation runs each
+# operation at its call); tests/gpu/run.sh on a GPU sees one rank of it.
+set -uo pipefail
+emu=$1 vit3d=$2
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+args=(train --model tiny --img-size 32 --patch-size 8 --data synthetic --steps 3
+      --global-batch-size 8 --micro-batch-size 2 --warmup-steps 1 --lr 2e-3 --seed 7
+      --threads 1 --log-interval 1)
+fail=0
+while read -r np precision flags; do
+  [ -n "$np" ] || continue
+  name=$(tr -c 'a-z0-9\n' '_' <<<"np${np}_${precision}_${flags}")
+  timeout 300 mpirun -np "$np" --oversubscribe "$vit3d" "${args[@]}" --precision "$precision" \
+    $flags --log-dir "$work/cpu_$name" < /dev/null > "$work/cpu_$name.log" 2>&1 ||
+    { echo "FAIL: the CPU run ($np ranks, $precision, $flags)"; tail -5 "$work/cpu_$name.log"; fail=1; continue; }
+  if ! EMU_GPUS=$np timeout 600 mpirun -np "$np" --oversubscribe -x EMU_GPUS "$emu" "${args[@]}" \
+       --device cuda --precision "$precision" $flags --log-dir "$work/emu_$name" \
+       < /dev/null > "$work/emu_$name.log" 2>&1; then
+    echo "FAIL: the emulated CUDA run ($np ranks, $precision, $flags)"
+    grep -v "^\[rank" "$work/emu_$name.log" | head -5
+    fail=1
+    continue
+  fi
+  # Each rank on its own (emulated) GPU, the one of its local rank; the transport NCCL.
+  for r in $(seq 0 $((np - 1))); do
+    grep -q "rank $r .*device cuda:$r " "$work/emu_$name.log" ||
+      { echo "FAIL: rank $r is not on cuda:$r ($flags)"; fail=1; }
+  done
+  bands="1-1:1e-5,2-3:1e-3"
+  [[ $precision == bf16 ]] && bands="1-1:1e-4,2-3:2e-3"
+  python3 "$here/compare_curves.py" "$work/emu_$name/metrics.jsonl" \
+    "$work/cpu_$name/metrics.jsonl" --label "emulated cuda vs cpu, $np ranks $precision $flags" \
+    --bands "$bands" --tail-tol 1e-2 || fail=1
+done <<'MESHES'
+2 fp32 --tp 2 --sequence-parallel 1
+2 bf16 --pp 2
+2 fp32 --dp 2
+2 bf16 --dp 2 --zero 1
+4 bf16 --tp 2 --pp 2 --pp-chunks 2 --pp-schedule interleaved
+8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9
+MESHES
+# One GPU for two ranks on this host: refused, naming what to do.
+out=$(EMU_GPUS=1 timeout 300 mpirun -np 2 --oversubscribe -x EMU_GPUS "$emu" "${args[@]}" \
+      --device cuda --dp 2 < /dev/null 2>&1)
+if grep -q "this host runs more ranks than it has GPUs: local rank 1, 1 GPU visible" <<<"$out"; then
+  echo "ok: 2 ranks on 1 GPU refused: $(grep -o 'this host runs more ranks.*' <<<"$out" | head -n 1)"
+else echo "FAIL: 2 ranks on 1 GPU: $out"; fail=1; fi
+echo "test_cuda_mesh_emu: $([ $fail = 0 ] && echo passed || echo FAILED)"
+exit $fail
