@@ -121,7 +121,7 @@ vt_status vt_partfile_write(const char *path, vt_part *parts, int64_t n, int64_t
            "past the file's %lld bytes", path, (long long)i, (long long)parts[i].at,
            (long long)(parts[i].at + parts[i].nbytes), (long long)file_nbytes);
   const int fd = open(path, O_WRONLY);
-  if (fd < 0) FAIL(VT_ERR_IO, "cannot open %s to write this rank's part: %s", path, strerror(errno));
+  if (fd < 0) FAIL(VT_ERR_IO, "cannot open %s to write its part: %s", path, strerror(errno));
   vt_crc32_share s = {0, 0};
   int ok = 1;
   for (int64_t i = 0; i < n && ok; i++) {
@@ -132,7 +132,7 @@ vt_status vt_partfile_write(const char *path, vt_part *parts, int64_t n, int64_t
   const int saved = errno;
   ok = close(fd) == 0 && ok;
   if (!ok)
-    FAIL(VT_ERR_IO, "writing this rank's part of %s failed: %s%s", path, strerror(saved),
+    FAIL(VT_ERR_IO, "writing its part of %s failed: %s%s", path, strerror(saved),
          saved == ENOSPC ? " (the disk is full)" : "");
   *share = vt_crc32_share_end(&s, file_nbytes);
   return VT_OK;

@@ -1,6 +1,8 @@
 // ckpt.c: checkpoint save and resume on the mesh (ckpt.h).
 #include "ckpt.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -8,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "export.h"
@@ -28,6 +32,7 @@ typedef struct {
   vt_ckpt_manifest man;  // world rank 0
   vt_model_file files[3];
   float *bufs[4];        // this rank's slice of the weights, two moments and the EMA
+  int rank;  // world rank, for messages
   vt_status st;
   char err[1024];
 } ckpt_writer;
@@ -39,10 +44,15 @@ static void *write_parts(void *arg) {
   ckpt_writer *w = arg;
   for (int f = 0; w->st == VT_OK && f < w->nfiles; f++) {
     if (vt_fault_at(VT_FAULT_SAVE_IO, w->man.step))  // test-only: a failing disk on this rank
-      w->st = VT_ERR_IO, snprintf(w->err, sizeof w->err, "writing this rank's part of %s "
+      w->st = VT_ERR_IO, snprintf(w->err, sizeof w->err, "writing its part of %s "
                                   "failed: Input/output error (VT_FAULT save-io)", w->files[f].path);
     else
       w->st = vt_model_file_write(&w->files[f], w->err, sizeof w->err);
+  }
+  if (w->st != VT_OK) {  // the message travels to rank 0: say whose it is
+    char mine[sizeof w->err];
+    snprintf(mine, sizeof mine, "rank %d: %.990s", w->rank, w->err);
+    memcpy(w->err, mine, sizeof mine);
   }
   atomic_store(&w->writing, 0);
   return NULL;
@@ -112,6 +122,48 @@ int vt_ckpt_writing(void) { return g_writer.active && atomic_load(&g_writer.writ
 
 int vt_ckpt_pending(void) { return g_writer.active; }
 
+vt_status vt_ckpt_check_shared(const char *save_dir, vt_comm *world, char *err, size_t errlen) {
+  // Rank 0 writes a file with a token in it; every rank must read the token back and be able to
+  // open the file for writing.
+  char path[1100], token[64] = "", seen[64] = "";
+  vt_status st = VT_OK;
+  if (vt_comm_rank(world) == 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(token, sizeof token, "%ld.%09ld.%d", (long)ts.tv_sec, ts.tv_nsec, (int)getpid());
+    snprintf(path, sizeof path, "%.1000s/.vit3d-shared-%s", save_dir, token);
+    FILE *f = NULL;
+    if (vt_mkdir_p(save_dir) != 0 || !(f = fopen(path, "wb")) || fputs(token, f) < 0 ||
+        fclose(f) != 0) {
+      snprintf(err, errlen, "cannot write in --save %s: %s", save_dir, strerror(errno));
+      st = VT_ERR_IO;
+    }
+  }
+  vt_comm_broadcast_bytes(world, token, sizeof token, 0);
+  snprintf(path, sizeof path, "%.1000s/.vit3d-shared-%s", save_dir, token);
+  if (st == VT_OK && vt_comm_rank(world) != 0) {
+    FILE *f = fopen(path, "rb");
+    const size_t n = f ? fread(seen, 1, sizeof seen - 1, f) : 0;
+    if (f) fclose(f);
+    const int fd = f ? open(path, O_WRONLY) : -1;
+    if (fd >= 0) close(fd);
+    if (!f || n != strlen(token) || strcmp(seen, token) != 0 || fd < 0) {
+      char host[256] = "?";
+      gethostname(host, sizeof host - 1);
+      snprintf(err, errlen, "rank %d (host %s) cannot %s %s, which rank 0 has just written in "
+               "--save %s%s%s. Every rank writes its part of each checkpoint and reads its part "
+               "on resume: --save must be a folder that all ranks share (a network file "
+               "system such as NFS, Lustre, FSx or EFS mounted at the same path on every node)",
+               vt_comm_rank(world), host, !f ? "see" : fd < 0 ? "open for writing" : "read",
+               path, save_dir, !f || fd < 0 ? ": " : "", !f || fd < 0 ? strerror(errno) : "");
+      st = VT_ERR_INPUT;
+    }
+  }
+  st = vt_comm_agree(world, st, err, errlen);
+  if (vt_comm_rank(world) == 0 && token[0]) remove(path);
+  return st;
+}
+
 // Layer-wise lr decay off, however it was said (0 or 1), as 1.
 static double layer_decay_of(const vt_optim_config *c) {
   return vt_layer_lr_scale(c, 0) < 1.0 ? c->layer_decay : 1.0;
@@ -134,6 +186,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   ckpt_writer *w = &g_writer;
   memset(w, 0, sizeof *w);
   const int rank = vt_comm_rank(world);
+  w->rank = rank;
   const vt_mesh_coord me = vt_mesh_coords(mesh, rank);
   int64_t lo, count;
   vt_model_write_range(m, me.dp_rank, mesh->dp_size, &lo, &count);

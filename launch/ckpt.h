@@ -34,6 +34,12 @@ vt_status vt_ckpt_wait(vt_comm *world);
 int vt_ckpt_pending(void);
 int vt_ckpt_writing(void);
 
+// Collective over world, at start-up with --save: rank 0 creates save_dir and writes a file
+// there that every rank must read back and be able to open for writing, since every rank writes
+// its part of each checkpoint. VT_ERR_INPUT naming the first rank (and host) that cannot, and
+// what --save needs; VT_ERR_IO when rank 0 cannot write there.
+vt_status vt_ckpt_check_shared(const char *save_dir, vt_comm *world, char *err, size_t errlen);
+
 // Collective over world: finds the checkpoint to resume from (--resume auto: the newest complete
 // one under --save, or none; --resume PATH: that one), checks it against the options, loads it.
 // *start_step is the number of steps already done (0 for a fresh start). World rank 0 gets the

@@ -360,7 +360,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   be->set_precision(o->precision);
   vt_mesh mesh;
   vt_mesh_order order;
-  char err[256];
+  char err[1024];
   vt_mesh_order_parse(o->mesh_order, &order, err, sizeof err);
   VT_CHECK(vt_mesh_init(&mesh, o->tp, o->pp, o->dp, order, world_size, err, sizeof err) == VT_OK,
            "%s", err);
@@ -432,6 +432,11 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     rc = VT_EXIT_USAGE;
   }
   vt_optimizer_ema_reset(&opt, m.params);  // the EMA starts at the initial weights
+  if (!rc && o->save_dir[0] && !o->eval_only &&
+      vt_ckpt_check_shared(o->save_dir, world, err, sizeof err) != VT_OK) {
+    if (world_rank == 0) vt_log_error("--save: %s", err);
+    rc = VT_EXIT_USAGE;
+  }
   if (!rc && o->resume[0] &&
       vt_ckpt_resume(o, &m, &opt, world, &mesh, &start_step, &saved, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("cannot resume: %s", err);

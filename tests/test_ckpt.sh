@@ -12,8 +12,9 @@
 #     uninterrupted run on that mesh (tests/compare_runs.py tolerances); a rank reads only its
 #     part (rank 0 of 4 stages under half the checkpoint, of tp 4 x pp 2 under a quarter, one
 #     rank all of it);
-#  2b. every rank writes its part of a save (rank 0 of 8 under a quarter), and a part that fails
-#     to write on rank 3 is said by rank 0;
+#  2b. every rank writes its part of a save (rank 0 of 8 under a quarter), a part that fails
+#     to write on rank 3 is said by rank 0, and a --save folder that rank 1 does not see is
+#     refused at start-up;
 #  3. kill -9 of one rank in the middle of a run and (fault switch) in the middle of a save: a
 #     relaunch with --resume auto completes with the weights of an uninterrupted run.
 #  4. a damaged newest checkpoint: --resume auto falls back to the previous one and says so.
@@ -125,11 +126,33 @@ else echo "FAIL: checkpoint writes: rank 0 wrote '${got:-?}' of '${all:-?}' MiB"
 # background) is said by rank 0 with that rank's message; the last save (step 6) commits.
 VT_FAULT=save-io@3:5 timeout 300 mpirun -np 4 --oversubscribe "$vit3d" "${common[@]}" --tp 2 \
   --steps 6 --save "$work/io" --save-interval 5 > "$work/io.log" 2>&1
-if grep -q "^\[rank 0.*checkpoint of step 5 (written in the background) failed, the previous one is intact: writing this rank's part of .*Input/output error" "$work/io.log" &&
+if grep -q "^\[rank 0.*checkpoint of step 5 (written in the background) failed, the previous one is intact: rank 3: writing its part of .*Input/output error" "$work/io.log" &&
    [ "$(cat "$work/io/latest")" = step-00000006 ] && [ ! -e "$work/io/step-00000005" ] &&
    ! ls -A "$work/io" | grep -q tmp; then
   echo "ok: rank 3's failed write said by rank 0: $(grep -o 'checkpoint of step 5.*' "$work/io.log" | head -n 1 | cut -c1-150)"
 else echo "FAIL: a failed write on rank 3"; tail -20 "$work/io.log"; fail=1; fi
+
+# A --save folder that another rank does not see (rank 1 in a mount namespace of its own, an
+# empty tmpfs over the folder, as on a node-local disk): refused at start-up, naming the rank.
+mkdir -p "$work/unshared"
+if unshare -m true 2>/dev/null; then
+  cat > "$work/private.sh" <<'SH'
+#!/usr/bin/env bash
+# private.sh DIR COMMAND...: on world rank 1, COMMAND sees an empty tmpfs over DIR
+dir=$1; shift
+[ "$OMPI_COMM_WORLD_RANK" = 1 ] && exec unshare -m bash -c 'mount -t tmpfs tmpfs "$0" && exec "$@"' "$dir" "$@"
+exec "$@"
+SH
+  out=$(timeout 300 mpirun -np 2 --oversubscribe bash "$work/private.sh" "$work/unshared" "$vit3d" \
+    "${common[@]}" --dp 2 --steps 2 --save "$work/unshared" 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ] && grep -q "error: --save: rank 1 (host .*) cannot see .*--save must be a folder that all ranks share" <<<"$out" &&
+     [ -z "$(ls -A "$work/unshared")" ]; then
+    echo "ok: a --save folder rank 1 does not see: $(grep -o 'rank 1 (host.*' <<<"$out" | head -n 1 | cut -c1-150)"
+  else echo "FAIL: unshared --save: rc $rc: $(grep -v '^\[rank' <<<"$out" | head -5)"; fail=1; fi
+else
+  echo "skipped the unshared --save case: unshare -m is not allowed here"
+fi
 
 # kill -9 of one rank in the middle of a run: checkpoints every 5 steps, kill after step 10's.
 timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" --tp 2 --pp 2 \

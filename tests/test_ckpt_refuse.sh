@@ -131,7 +131,7 @@ fi
 out=$(VT_FAULT=save-io@0:2 "$vit3d" "${args[@]}" --steps 3 --save "$work/io" --save-interval 1 2>&1)
 rc=$?
 if [ $rc -eq 0 ] &&
-   grep -q "checkpoint of step 2 (written in the background) failed, the previous one is intact: writing this rank's part of .*Input/output error" <<<"$out" &&
+   grep -q "checkpoint of step 2 (written in the background) failed, the previous one is intact: rank 0: writing its part of .*Input/output error" <<<"$out" &&
    [ "$(cat "$work/io/latest")" = "step-00000003" ] && [ -d "$work/io/step-00000001" ] &&
    [ ! -e "$work/io/step-00000002" ] && ! ls -A "$work/io" | grep -q tmp; then
   echo "ok: a failed background write: $(grep -o 'checkpoint of step 2 (written.*' <<<"$out" | cut -c1-160)"

@@ -6,12 +6,14 @@
 # (all-gathers and reduce-scatters), PP 1F1B (grouped sends and receives), DP with the layer
 # all-reduces overlapped on the side stream, DP with ZeRO-1, the interleaved schedule over
 # TP x PP, and tp 2 x pp 2 x dp 2 with ZeRO-1, sequence parallelism and the EMA; fp32 and
-# bf16; one GPU per rank chosen by local rank, and more ranks than GPUs refused. Tolerances as
+# bf16; one GPU per rank chosen by local rank, and more ranks than GPUs refused; the 2x2x2
+# run's checkpoints (every rank writes its part from its device) hold the CPU run's weights. Tolerances as
 # test_cuda_train_emu.sh's. Not seen here: real NCCL's concurrency (the emulation runs each
 # operation at its call); tests/gpu/run.sh on a GPU sees one rank of it.
 set -uo pipefail
 emu=$1 vit3d=$2
 here=$(cd "$(dirname "$0")" && pwd)
+py=${VT_REF_PYTHON:-/usr/bin/python3}  # numpy, for compare_runs.py
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
@@ -22,11 +24,16 @@ fail=0
 while read -r np precision flags; do
   [ -n "$np" ] || continue
   name=$(tr -c 'a-z0-9\n' '_' <<<"np${np}_${precision}_${flags}")
+  cpu_save=() emu_save=()  # a run that saves checkpoints: into its log folder
+  if [[ $flags == *--save-interval* ]]; then
+    cpu_save=(--save "$work/cpu_$name/ck") emu_save=(--save "$work/emu_$name/ck")
+  fi
   timeout 300 mpirun -np "$np" --oversubscribe "$vit3d" "${args[@]}" --precision "$precision" \
-    $flags --log-dir "$work/cpu_$name" < /dev/null > "$work/cpu_$name.log" 2>&1 ||
+    $flags "${cpu_save[@]}" --log-dir "$work/cpu_$name" < /dev/null > "$work/cpu_$name.log" 2>&1 ||
     { echo "FAIL: the CPU run ($np ranks, $precision, $flags)"; tail -5 "$work/cpu_$name.log"; fail=1; continue; }
   if ! EMU_GPUS=$np timeout 600 mpirun -np "$np" --oversubscribe -x EMU_GPUS "$emu" "${args[@]}" \
-       --device cuda --precision "$precision" $flags --log-dir "$work/emu_$name" \
+       --device cuda --precision "$precision" $flags "${emu_save[@]}" \
+       --log-dir "$work/emu_$name" \
        < /dev/null > "$work/emu_$name.log" 2>&1; then
     echo "FAIL: the emulated CUDA run ($np ranks, $precision, $flags)"
     grep -v "^\[rank" "$work/emu_$name.log" | head -5
@@ -43,13 +50,22 @@ while read -r np precision flags; do
   python3 "$here/compare_curves.py" "$work/emu_$name/metrics.jsonl" \
     "$work/cpu_$name/metrics.jsonl" --label "emulated cuda vs cpu, $np ranks $precision $flags" \
     --bands "$bands" --tail-tol 1e-2 || fail=1
+  # Checkpoints copied from the devices (step 2 in the background, 3 in place): they verify,
+  # and hold the CPU run's weights and EMA (compare_runs.py's fp32 tolerances).
+  if [ ${#emu_save[@]} -gt 0 ]; then
+    { "$vit3d" inspect "$work/emu_$name/ck" > /dev/null &&
+      "$py" "$here/compare_runs.py" "$work/cpu_$name" "$work/emu_$name" "checkpoint of $flags" \
+        ck/step-00000003/model.safetensors &&
+      "$py" "$here/compare_runs.py" "$work/cpu_$name" "$work/emu_$name" "EMA of $flags" \
+        ck/step-00000003/ema.safetensors; } || { echo "FAIL: the emulated run's checkpoint"; fail=1; }
+  fi
 done <<'MESHES'
 2 fp32 --tp 2 --sequence-parallel 1
 2 bf16 --pp 2
 2 fp32 --dp 2
 2 bf16 --dp 2 --zero 1
 4 bf16 --tp 2 --pp 2 --pp-chunks 2 --pp-schedule interleaved
-8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9
+8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9 --save-interval 2
 MESHES
 # One GPU for two ranks on this host: refused, naming what to do.
 out=$(EMU_GPUS=1 timeout 300 mpirun -np 2 --oversubscribe -x EMU_GPUS "$emu" "${args[@]}" \
