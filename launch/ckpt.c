@@ -23,7 +23,8 @@
 // time; in the background each rank writes on a thread of its own while training goes on.
 typedef struct {
   int active;          // files created, not yet committed or abandoned (the same on every rank)
-  int background;      // written on the thread
+  int background;      // committed later (--async-save): written on the thread, if it started
+  int threaded;
   pthread_t thread;
   atomic_int writing;  // the thread has not finished this rank's part
   char save_dir[512], tmp[1100];
@@ -71,7 +72,7 @@ static void release(ckpt_writer *w) {
 static vt_status finish(vt_comm *world, char *err, size_t errlen) {
   ckpt_writer *w = &g_writer;
   if (!w->active) return VT_OK;
-  if (w->background) pthread_join(w->thread, NULL);
+  if (w->threaded) pthread_join(w->thread, NULL);
   vt_status st = vt_comm_agree(world, w->st, w->err, sizeof w->err);
   uint32_t crc[3];
   vt_model_file_crcs(world, w->files, w->nfiles, crc);
@@ -132,9 +133,10 @@ vt_status vt_ckpt_check_shared(const char *save_dir, vt_comm *world, char *err, 
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(token, sizeof token, "%ld.%09ld.%d", (long)ts.tv_sec, ts.tv_nsec, (int)getpid());
     snprintf(path, sizeof path, "%.1000s/.vit3d-shared-%s", save_dir, token);
-    FILE *f = NULL;
-    if (vt_mkdir_p(save_dir) != 0 || !(f = fopen(path, "wb")) || fputs(token, f) < 0 ||
-        fclose(f) != 0) {
+    FILE *f = vt_mkdir_p(save_dir) == 0 ? fopen(path, "wb") : NULL;
+    int ok = f && fputs(token, f) >= 0;
+    if (f) ok = fclose(f) == 0 && ok;
+    if (!ok) {
       snprintf(err, errlen, "cannot write in --save %s: %s", save_dir, strerror(errno));
       st = VT_ERR_IO;
     }
@@ -243,8 +245,12 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   manifest_optim(&w->man, &opt->cfg);
   // The slices are this rank's own now: training may go on while they are written.
   atomic_store(&w->writing, 1);
-  if (!wait && o->async_save && pthread_create(&w->thread, NULL, write_parts, w) == 0) {
+  if (!wait && o->async_save) {
+    // Every rank takes this branch, so all finish the save later together, even one whose
+    // thread could not start (it writes its part now).
     w->background = 1;
+    w->threaded = pthread_create(&w->thread, NULL, write_parts, w) == 0;
+    if (!w->threaded) write_parts(w);
     return VT_OK;  // a later step, the next save or vt_ckpt_wait commits it and says how it went
   }
   write_parts(w);

@@ -564,7 +564,11 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     if (!(m.has_embed && (me.tp_rank == 0 || data.pixel_count < B))) sums[1] = 0.0;
     vt_comm_all_reduce_double(world, sums, 4, VT_REDUCE_SUM);
     // A checkpoint written in the background is committed as soon as every rank's part is.
-    if (vt_ckpt_pending() && sums[3] == 0) vt_ckpt_wait(world);
+    if (vt_ckpt_pending() && sums[3] == 0) {
+      vt_watchdog_phase("checkpoint commit", n, slow_limit);
+      vt_ckpt_wait(world);
+      vt_watchdog_phase("step", n, o->timeout_s);
+    }
     const double loss = sums[0] / o->global_batch;
     const int preempt = sums[2] > 0;
     const float lr = vt_lr_at(&o->optim, step);
