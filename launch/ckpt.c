@@ -33,12 +33,19 @@ typedef struct {
   vt_ckpt_manifest man;  // world rank 0
   vt_model_file files[3];
   float *bufs[4];        // this rank's slice of the weights, two moments and the EMA
-  int rank;  // world rank, for messages
+  int rank;        // world rank, for messages
+  double t_start;  // CLOCK_MONOTONIC seconds when the save began
   vt_status st;
   char err[1024];
 } ckpt_writer;
 
 static ckpt_writer g_writer;
+
+static double seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 // This rank's part of every file (on the main thread, or on the writer's own: no MPI here).
 static void *write_parts(void *arg) {
@@ -103,9 +110,9 @@ static vt_status finish(vt_comm *world, char *err, size_t errlen) {
       }
       char dir[1100];
       vt_ckpt_step_dir(w->save_dir, step, dir, sizeof dir);
-      vt_log_info("saved %s%s: this rank wrote %.1f of the checkpoint's %.1f MiB", dir,
-                  w->background ? " (written in the background)" : "", mine / 1048576.0,
-                  all / 1048576.0);
+      vt_log_info("saved %s in %.2f s%s: this rank wrote %.1f of the checkpoint's %.1f MiB",
+                  dir, seconds() - w->t_start, w->background ? " (in the background)" : "",
+                  mine / 1048576.0, all / 1048576.0);
     }
   }
   st = vt_comm_agree(world, st, w->err, sizeof w->err);
@@ -188,7 +195,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   ckpt_writer *w = &g_writer;
   memset(w, 0, sizeof *w);
   const int rank = vt_comm_rank(world);
-  w->rank = rank;
+  w->rank = rank, w->t_start = seconds();
   const vt_mesh_coord me = vt_mesh_coords(mesh, rank);
   int64_t lo, count;
   vt_model_write_range(m, me.dp_rank, mesh->dp_size, &lo, &count);

@@ -35,6 +35,12 @@ double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval) {
   return batches * batch / (1 << 20);
 }
 
+// Host memory a rank holds from a checkpoint save until its part is written: its 1/dp slice
+// of its local table's weights, Adam moments and EMA (launch/ckpt.c).
+static double save_mib(int64_t total, int dp, int ema) {
+  return (double)((total + dp - 1) / dp) * 4.0 * (ema ? 4 : 3) / (1 << 20);
+}
+
 void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base,
                    const vt_train_options *o) {
   const double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
@@ -49,7 +55,7 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
   if (m->be->device != VT_DEVICE_CPU)
     snprintf(extra, sizeof extra, "; the GPU held %.0f MiB before (context, libraries, "
              "communicators); op scratch comes on the first step", (double)base * mib);
-  char host[160] = "";
+  char host[224] = "";
   const double in = vt_plan_input_mib(o, m->has_embed, 0);
   const double ev = vt_plan_input_mib(o, m->has_embed, 1);
   if (in > 0)
@@ -58,6 +64,10 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
   if (ev > 0)
     snprintf(host + strlen(host), sizeof host - strlen(host), ", %.1f MiB more while evaluating",
              ev);
+  if (o->save_dir[0])
+    snprintf(host + strlen(host), sizeof host - strlen(host), "%s%.1f MiB at each checkpoint "
+             "save", host[0] ? ", " : "; on the host: ",
+             save_mib(m->table.total, o->dp, opt->ema != NULL));
   vt_log_all_ranks(1);
   vt_log_info("memory plan (%s): blocks %s%s%s, parameters %.1f MiB, gradients %.1f MiB, "
               "optimizer %.1f MiB, activations %.1f MiB (%d of %d %s in flight%s%s); "
@@ -107,8 +117,8 @@ int vt_plan_run(const vt_train_options *o) {
          o->optim.ema_decay > 0 ? ", EMA" : "");
   printf("stage  blocks  in flight  recomputed  parameters  gradients  optimizer  activations  "
          "total (MiB per rank)\n");
-  double worst = 0;
-  int worst_stage = 0;
+  double worst = 0, most_save = 0;
+  int worst_stage = 0, most_save_stage = 0;
   for (int p = 0; p < o->pp; p++) {
     const vt_shard shard = {0, o->tp, p, o->pp, o->sequence_parallel, o->pp_chunks};
     vt_param_table t;
@@ -134,6 +144,8 @@ int vt_plan_run(const vt_train_options *o) {
     printf("%5d  %-6s  %9s  %10d  %10.1f  %9.1f  %9.1f  %11.1f  %.1f\n", p, blocks, inflight, rc,
            params, params, opt, acts, total);
     if (total > worst) worst = total, worst_stage = p;
+    const double saving = save_mib(t.total, o->dp, o->optim.ema_decay > 0);
+    if (saving > most_save) most_save = saving, most_save_stage = p;
     vt_params_free(&t);
   }
   const double in = vt_plan_input_mib(o, 1, 0), ev = vt_plan_input_mib(o, 1, 1);
@@ -147,6 +159,10 @@ int vt_plan_run(const vt_train_options *o) {
          o->device == VT_DEVICE_CUDA ? ", pinned" : "");
   if (ev > 0) printf(", %.1f MiB more while evaluating", ev);
   printf("; the other stages' labels need a few bytes\n");
+  printf("host memory at each checkpoint save (--save): at most %.1f MiB per rank (stage %d; a "
+         "rank's 1/dp slice of its stage's %s, held until written); no rank holds the whole "
+         "model\n", most_save, most_save_stage,
+         o->optim.ema_decay > 0 ? "weights, Adam moments and EMA" : "weights and Adam moments");
   if (o->pp > 1) {  // what the activations in flight buy: the ideal idle fraction of a step
     const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, o->pp, n_micro, 1};
     printf("pipeline: %s schedule, ideal idle fraction %s = %.3f with equal stages and free "

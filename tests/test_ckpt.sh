@@ -118,7 +118,7 @@ else
 fi
 
 # Every rank writes its part of a save: on tp 2 x pp 2 x dp 2 rank 0 wrote under a quarter.
-read -r got all <<<"$(sed -n "s/.*saved .*step-00000010: this rank wrote \([0-9.]*\) of the checkpoint's \([0-9.]*\) MiB.*/\1 \2/p" "$work/first0.log")"
+read -r got all <<<"$(sed -n "s/.*saved .*step-00000010 in [0-9.]* s: this rank wrote \([0-9.]*\) of the checkpoint's \([0-9.]*\) MiB.*/\1 \2/p" "$work/first0.log")"
 if [ -n "${got:-}" ] && "$py" -c "import sys; g, a = map(float, sys.argv[1:]); sys.exit(not 0 < g < 0.25 * a)" "$got" "$all"; then
   echo "ok: saved on tp 2 x pp 2 x dp 2, rank 0 wrote $got of the checkpoint's $all MiB"
 else echo "FAIL: checkpoint writes: rank 0 wrote '${got:-?}' of '${all:-?}' MiB"; fail=1; fi

@@ -54,6 +54,12 @@ out=$("$vit3d" plan --model tiny --depth 8 --pp 4 --micro-batch-size 8 --global-
 if grep -q "pipeline: interleaved schedule, ideal idle fraction (p-1)/(v\*m+p-1) = 0.086 .*(1f1b and gpipe: 0.158)" <<<"$out"; then
   echo "ok: vit3d plan --pp-schedule interleaved: $(grep '^pipeline:' <<<"$out")"
 else echo "FAIL: vit3d plan's pipeline line: $out"; fail=1; fi
+# The host memory of a checkpoint save: stage 1 of ViT-B/16 on tp 2 x pp 2 holds 84.1 MiB of
+# weights per rank; each of dp 2 ranks snapshots half of them and of the two moments.
+out=$("$vit3d" plan --model vit-b16 --tp 2 --pp 2 --dp 2 --global-batch-size 64 --micro-batch-size 8 2>&1)
+if grep -q "^host memory at each checkpoint save (--save): at most 126.2 MiB per rank (stage 1;" <<<"$out"; then
+  echo "ok: vit3d plan's save line: $(grep '^host memory at each checkpoint' <<<"$out" | cut -c1-100)"
+else echo "FAIL: vit3d plan's save line: $out"; fail=1; fi
 # ZB-H1: 3/51 against 3/19; it refuses what it cannot run well or at all.
 out=$("$vit3d" plan --model tiny --depth 8 --pp 4 --micro-batch-size 8 --global-batch-size 128 \
       --pp-schedule zb-h1 2>&1)

@@ -1,5 +1,6 @@
 // test_safetensors.c (label ckpt): the safetensors writer and reader round trip (F32, I32, odd
-// names, metadata), then one check per damaged or hostile file, each refused with its message.
+// names, metadata), the layout without data (the written file's head and offsets), then one
+// check per damaged or hostile file, each refused with its message.
 // `test_safetensors --seeds DIR` writes fuzzing seeds instead. Needs only dataio/safetensors.c:
 // no MPI, backend or model.
 #include <errno.h>
@@ -193,6 +194,37 @@ static void round_trip(void) {
 }
 
 // The writer refuses what the reader would refuse, and leaves no file behind.
+// The layout of the round trip's tensors, their data left out, is the written file's: the same
+// head bytes (length and padded header) and each tensor's data at its offset; refusals as the
+// writer's, except a tensor without data.
+static void layout(void) {
+  char err[512] = "";
+  vt_st_tensor bare[sizeof tensors / sizeof tensors[0]];
+  memcpy(bare, tensors, sizeof bare);
+  for (int i = 0; i < ntensors; i++) bare[i].data = NULL;
+  vt_st_layout l;
+  vt_status st = vt_safetensors_layout("mem", bare, ntensors, meta, 3, &l, err, sizeof err);
+  EXPECT(st == VT_OK, "layout: %s", err);
+  if (st != VT_OK) return;
+  size_t n = 0;
+  uint8_t *b = load(path_of("round.safetensors"), &n);
+  EXPECT(b && (int64_t)n == l.file_nbytes && memcmp(b, l.head, (size_t)l.head_nbytes) == 0,
+         "layout: %lld bytes and a head of %lld, the file %zu", (long long)l.file_nbytes,
+         (long long)l.head_nbytes, n);
+  for (int i = 0; b && i < ntensors; i++) {
+    int64_t count = 1;
+    for (int d = 0; d < tensors[i].ndim; d++) count *= tensors[i].shape[d];
+    EXPECT(l.offset[i] >= l.head_nbytes && l.offset[i] + 4 * count <= (int64_t)n &&
+               (count == 0 || memcmp(b + l.offset[i], tensors[i].data, (size_t)(4 * count)) == 0),
+           "layout: tensor '%s' is not at offset %lld", tensors[i].name, (long long)l.offset[i]);
+  }
+  free(b);
+  vt_st_layout_free(&l);
+  bare[0].ndim = 5;
+  EXPECT(vt_safetensors_layout("mem", bare, 1, NULL, 0, &l, err, sizeof err) == VT_ERR_INPUT &&
+             strstr(err, "ndim"), "layout of a 5-d tensor: %s", err);
+}
+
 static void writer_refusals(void) {
   char longname[200], bad_utf8[] = "a\xff", err[512];
   memset(longname, 'x', sizeof longname - 1), longname[sizeof longname - 1] = 0;
@@ -412,6 +444,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   round_trip();
+  layout();
   writer_refusals();
   damaged_files();
   printf("%s: %d checks, %d failures\n", failures ? "FAIL" : "PASS", checks, failures);

@@ -1,0 +1,54 @@
+// stage.h: the executor of a pipeline stage's schedule: one rank runs its list of actions
+// (parallel/schedule.h) for one step, the forward, backward and weight passes of its model
+// chunks on its micro-batches (loading each micro-batch's data where it is needed) and the
+// transfers of activations and gradients to its pipeline neighbours. Used by train.c.
+#ifndef VT_STAGE_H
+#define VT_STAGE_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "data.h"
+#include "model.h"
+#include "optim.h"
+#include "schedule.h"
+#include "train.h"
+
+// What one rank needs to run its stage's schedule.
+typedef struct {
+  const vt_train_options *o;
+  vt_model *m;
+  vt_comm *pp;
+  int pp_rank, B;
+  vt_schedule_spec spec;
+  // Each unit's slot for the whole step, unit_slot[chunk * n_micro + mb]
+  // (vt_schedule_assign_slots), and under ZB-H1 its weight set (vt_schedule_assign_weight_sets;
+  // else all -1): the same every step.
+  int *unit_slot, *unit_wset;
+  // The chunk whose forward takes the micro-batch's data: the head's on the last stage (its
+  // labels), else chunk 0 (the first stage's images; other stages load nothing).
+  int data_chunk;
+  vt_data *data;
+  vt_optimizer *opt;  // starts each layer's DP reduction during the step's last backward
+  int n_micro;
+  // Last stage: every micro-batch's per-sample losses, (n_micro, B) in device memory, brought
+  // to the host once per step (not once per micro-batch, which would make the host wait for
+  // the device after every forward), and their host copy.
+  float *step_losses, *host_step_losses;
+  // Seconds spent in each pass (forward, backward, weight) and the passes run, steps after the
+  // first, for the pipeline idle report.
+  double pass_s[3], passes[3];
+  // The next step's first micro-batch is loaded at the end of this step (the loop sets
+  // prefetch_next when nothing uses the slots in between), so that its images upload during
+  // the step's last backward and the optimizer instead of after them; ahead_step/ahead_mb name
+  // the micro-batch already in its slot (ahead_step -1: none).
+  int prefetch_next;
+  int64_t ahead_step;
+  int ahead_mb;
+} vt_stage_ctx;
+
+// Runs one step's actions in order; returns the sum of this rank's per-sample losses (last
+// stage) or 0. A transfer action posts its sends and receives together (vt_comm_exchange).
+double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, int64_t step);
+
+#endif
