@@ -2,14 +2,17 @@
 # test_cuda_mesh_emu.sh VIT3D_EMU VIT3D: `vit3d train --device cuda` on several ranks, built on
 # the CUDA emulation with NCCL over MPI (tests/cuda_emu/nccl_emu.cpp), follows the CPU run of
 # the same mesh over MPI: the NCCL transport (parallel/comm_nccl.cu) on every axis, which a lent
-# GPU (one per task) can only run with one rank per communicator. TP with sequence parallelism
-# (all-gathers and reduce-scatters), PP 1F1B (grouped sends and receives), DP with the layer
-# all-reduces overlapped on the side stream, DP with ZeRO-1, the interleaved schedule over
-# TP x PP, and tp 2 x pp 2 x dp 2 with ZeRO-1, sequence parallelism and the EMA; fp32 and
-# bf16; one GPU per rank chosen by local rank, and more ranks than GPUs refused; the 2x2x2
-# run's checkpoints (every rank writes its part from its device) hold the CPU run's weights. Tolerances as
-# test_cuda_train_emu.sh's. Not seen here: real NCCL's concurrency (the emulation runs each
-# operation at its call); tests/gpu/run.sh on a GPU sees one rank of it.
+# GPU (one per task) can only run with one rank per communicator. The meshes: TP with sequence
+# parallelism (all-gathers and reduce-scatters), PP 1F1B (grouped sends and receives), DP with
+# the layer all-reduces overlapped on the side stream, DP with ZeRO-1, the interleaved schedule
+# over TP x PP, LAMB with clipping and layer decay on parallel blocks over TP x DP, an image
+# folder over TP x PP with the decoding split over TP (the shares all-gathered on the devices)
+# and the evaluation after the last step through the pipeline, and tp 2 x pp 2 x dp 2 with
+# ZeRO-1, sequence parallelism and the EMA, whose checkpoints (every rank writes its part from
+# its device) must hold the CPU run's weights; fp32 and bf16. One GPU per rank, chosen by local
+# rank; more ranks than GPUs are refused. Tolerances as test_cuda_train_emu.sh's. Not seen here:
+# real NCCL's concurrency (the emulation runs each operation at its call); tests/gpu/run.sh on a
+# GPU sees one rank of it.
 set -uo pipefail
 emu=$1 vit3d=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,8 +24,12 @@ args=(train --model tiny --img-size 32 --patch-size 8 --data synthetic --steps 3
       --global-batch-size 8 --micro-batch-size 2 --warmup-steps 1 --lr 2e-3 --seed 7
       --threads 1 --log-interval 1)
 fail=0
+# An image folder (PNG and JPEG) for the run that loads and evaluates real images.
+"$py" "$here/make_images.py" "$work/imgs" 4 16 32 ||
+  { echo "FAIL: tests/make_images.py"; exit 1; }
 while read -r np precision flags; do
   [ -n "$np" ] || continue
+  flags=${flags//IMGS/$work/imgs}
   name=$(tr -c 'a-z0-9\n' '_' <<<"np${np}_${precision}_${flags}")
   cpu_save=() emu_save=()  # a run that saves checkpoints: into its log folder
   if [[ $flags == *--save-interval* ]]; then
@@ -50,6 +57,19 @@ while read -r np precision flags; do
   python3 "$here/compare_curves.py" "$work/emu_$name/metrics.jsonl" \
     "$work/cpu_$name/metrics.jsonl" --label "emulated cuda vs cpu, $np ranks $precision $flags" \
     --bands "$bands" --tail-tol 1e-2 || fail=1
+  # The evaluation after the last step (the pipeline's forward ring over NCCL): the CPU's
+  # figures, loss within the step tolerance.
+  if [[ $flags == *--val-data* ]] && ! "$py" - "$work/emu_$name/metrics.jsonl" \
+       "$work/cpu_$name/metrics.jsonl" <<'PY'
+import json, sys
+a, b = (json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:])
+ok = abs(a["eval_loss"] - b["eval_loss"]) <= 1e-4 * abs(b["eval_loss"]) and \
+    a["eval_top1"] == b["eval_top1"] and a["eval_top5"] == b["eval_top5"]
+print(f"evaluation: emulated cuda loss {a['eval_loss']} top-1 {a['eval_top1']}, cpu "
+      f"{b['eval_loss']} {b['eval_top1']}: {'ok' if ok else 'FAIL'}")
+sys.exit(0 if ok else 1)
+PY
+  then echo "FAIL: the evaluation of $flags"; fail=1; fi
   # Checkpoints copied from the devices (step 2 in the background, 3 in place): they verify,
   # and hold the CPU run's weights and EMA (compare_runs.py's fp32 tolerances).
   if [ ${#emu_save[@]} -gt 0 ]; then
@@ -65,6 +85,8 @@ done <<'MESHES'
 2 fp32 --dp 2
 2 bf16 --dp 2 --zero 1
 4 bf16 --tp 2 --pp 2 --pp-chunks 2 --pp-schedule interleaved
+4 fp32 --tp 2 --dp 2 --opt lamb --clip-grad 0.5 --parallel-blocks 1 --layer-decay 0.75
+4 fp32 --tp 2 --pp 2 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1 --decode-split 1
 8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9 --save-interval 2
 MESHES
 # One GPU for two ranks on this host: refused, naming what to do.
