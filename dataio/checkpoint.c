@@ -365,7 +365,8 @@ int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file) {
   return 0;
 }
 
-vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen) {
+vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err,
+                        size_t errlen) {
   char path[1300], text[8192];
   snprintf(path, sizeof path, "%s/manifest.txt", dir);
   FILE *f = fopen(path, "rb");
@@ -377,23 +378,30 @@ vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t
   if (vt_ckpt_manifest_parse(text, n, m, why, sizeof why) != VT_OK)
     FAIL(VT_ERR_INPUT, "%s: %s", dir, why);
   for (int i = 0; i < m->nfiles; i++) {
-    int64_t nb;
-    uint32_t crc;
+    int64_t nb = -1;
+    uint32_t sum = 0;
+    struct stat sb;
     snprintf(path, sizeof path, "%s/%s", dir, m->file[i]);
-    if (vt_file_crc32(path, &nb, &crc, why, sizeof why) != VT_OK)
+    if (!crc && stat(path, &sb) == 0) nb = (int64_t)sb.st_size;
+    if (!crc && nb < 0) FAIL(VT_ERR_INPUT, "%s is damaged: cannot open %s: %s", dir, path, strerror(errno));
+    if (crc && vt_file_crc32(path, &nb, &sum, why, sizeof why) != VT_OK)
       FAIL(VT_ERR_INPUT, "%s is damaged: %s", dir, why);
     if (nb != m->file_nbytes[i])
       FAIL(VT_ERR_INPUT, "%s is damaged: %s has %" PRId64 " bytes, the manifest says %" PRId64,
            dir, m->file[i], nb, m->file_nbytes[i]);
-    if (crc != m->file_crc[i])
+    if (crc && sum != m->file_crc[i])
       FAIL(VT_ERR_INPUT, "%s is damaged: %s has CRC-32 %08x, the manifest says %08x", dir,
-           m->file[i], crc, m->file_crc[i]);
+           m->file[i], sum, m->file_crc[i]);
   }
   return VT_OK;
 }
 
-vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, vt_ckpt_manifest *m) {
-  char err[600], latest[1100], name[128] = "";
+vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen) {
+  return vt_ckpt_check(dir, m, 1, err, errlen);
+}
+
+int vt_ckpt_candidates(const char *save_dir, int64_t *steps, int cap) {
+  char latest[1100], name[128] = "";
   snprintf(latest, sizeof latest, "%s/latest", save_dir);
   FILE *f = fopen(latest, "rb");
   if (f) {
@@ -401,18 +409,28 @@ vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, v
     fclose(f);
     name[strcspn(name, "\n")] = '\0';
   }
-  if (name[0] && !strchr(name, '/')) {
-    snprintf(dir, dir_len, "%s/%s", save_dir, name);
-    if (vt_ckpt_verify(dir, m, err, sizeof err) == VT_OK) return VT_OK;
-    vt_log_warn("%s; trying older checkpoints", err);
-  }
+  int64_t first = -1;
+  char tail;
+  if (sscanf(name, "step-%" SCNd64 "%c", &first, &tail) != 1 || first < 0) first = -1;
+  int n = 0;
+  if (first >= 0 && cap > 0) steps[n++] = first;
+  int64_t *all = malloc(4096 * sizeof *all);
+  if (!all) return n;
+  const int found = list_steps(save_dir, all, 4096);
+  for (int i = 0; i < found && n < cap; i++)
+    if (all[i] != first) steps[n++] = all[i];
+  free(all);
+  return n;
+}
+
+vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, vt_ckpt_manifest *m) {
+  char err[600];
   int64_t steps[4096];
-  int n = list_steps(save_dir, steps, 4096);
+  const int n = vt_ckpt_candidates(save_dir, steps, 4096);
   for (int i = 0; i < n; i++) {
     vt_ckpt_step_dir(save_dir, steps[i], dir, dir_len);
-    if (name[0] && strcmp(dir + strlen(save_dir) + 1, name) == 0) continue;  // tried above
     if (vt_ckpt_verify(dir, m, err, sizeof err) == VT_OK) {
-      if (name[0]) vt_log_warn("using the previous complete checkpoint %s", dir);
+      if (i > 0) vt_log_warn("using the previous complete checkpoint %s", dir);
       return VT_OK;
     }
     vt_log_warn("%s; trying older checkpoints", err);

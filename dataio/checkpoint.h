@@ -89,6 +89,13 @@ int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file);
 
 // Reads dir/manifest.txt and verifies the size and CRC-32 of every file it lists.
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen);
+// The same, the CRC-32s only with crc (without: the manifest and the sizes, for a reader that
+// checks the CRC-32s as it reads the files: launch/ckpt.c).
+vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err,
+                        size_t errlen);
+// The steps of the checkpoints under save_dir in the order --resume auto tries them: `latest`'s
+// first, then the step-N folders from newest to oldest. Returns how many (at most cap).
+int vt_ckpt_candidates(const char *save_dir, int64_t *steps, int cap);
 
 // --resume auto: the newest checkpoint under save_dir that verifies, trying `latest` first and
 // then the step-* directories from newest to oldest. Returns VT_OK with its path in dir, or

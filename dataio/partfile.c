@@ -53,6 +53,10 @@ uint32_t vt_crc32_share_end(const vt_crc32_share *s, int64_t file_nbytes) {
   return vt_crc32_shift(s->reg, file_nbytes - s->at);
 }
 
+uint32_t vt_crc32_piece(int64_t at, const void *data, size_t n, int64_t file_nbytes) {
+  return vt_crc32_shift(~vt_crc32(0xFFFFFFFFu, data, n), file_nbytes - at - (int64_t)n);
+}
+
 uint32_t vt_crc32_of_shares(const uint32_t *shares, int n, int64_t file_nbytes) {
   // vt_crc32 of the file is ~(register after the file from ~0); by linearity that register is
   // the one of the initial ~0 over file_nbytes zeros XOR the one of the bytes from 0.

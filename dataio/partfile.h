@@ -30,6 +30,10 @@ typedef struct {
 void vt_crc32_share_add(vt_crc32_share *s, int64_t at, const void *data, size_t n);
 // The share of a file of file_nbytes bytes (the writer's bytes all added).
 uint32_t vt_crc32_share_end(const vt_crc32_share *s, int64_t file_nbytes);
+// The share of n bytes at offset `at` of a file of file_nbytes bytes, on their own: shares of
+// disjoint pieces XOR into the share of their union, in any order (a reader that checks the
+// pieces it reads, in whatever order it reads them).
+uint32_t vt_crc32_piece(int64_t at, const void *data, size_t n, int64_t file_nbytes);
 // The CRC-32 (as vt_crc32 of the whole file) of a file of file_nbytes bytes whose bytes are each
 // written by exactly one of the n writers whose shares these are.
 uint32_t vt_crc32_of_shares(const uint32_t *shares, int n, int64_t file_nbytes);

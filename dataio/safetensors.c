@@ -373,6 +373,8 @@ vt_status vt_st_read_range(vt_st_file *f, const vt_st_entry *e, int64_t at, int6
 
 int64_t vt_st_bytes_read(const vt_st_file *f) { return f->bytes_read_; }
 
+int64_t vt_st_data_offset(const vt_st_file *f) { return f->data_off_; }
+
 // ---- lookups ----------------------------------------------------------------------------------
 static int name_is(const void *key, const void *e) {
   return strcmp(key, (*(vt_st_entry *const *)e)->name);

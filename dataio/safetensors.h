@@ -100,6 +100,8 @@ vt_status vt_st_read(vt_st_file *f, const vt_st_entry *e, void *dst, char *err, 
 // Bytes [at, at + n) of the entry's, likewise (VT_ERR_INPUT for a range outside it).
 vt_status vt_st_read_range(vt_st_file *f, const vt_st_entry *e, int64_t at, int64_t n, void *dst,
                            char *err, size_t errlen);
+// The file offset of the data section (the entries' begin and end count from there).
+int64_t vt_st_data_offset(const vt_st_file *f);
 // Data bytes read from the file so far (the whole data section for vt_safetensors_read).
 int64_t vt_st_bytes_read(const vt_st_file *f);
 

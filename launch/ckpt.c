@@ -16,6 +16,7 @@
 #include "comm.h"
 #include "export.h"
 #include "fault.h"
+#include "partfile.h"
 #include "safetensors.h"
 
 // The checkpoint being saved: every rank writes its part of each file (its slice of its local
@@ -384,100 +385,209 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
 }
 
 // Reads this rank's part of DIR/NAME.safetensors: the tensors prefixes[k]<name> of its table
-// into bufs[k] (n of them), opening the file's header only and reading just those tensors;
-// nbytes[0] gains the bytes read, nbytes[1] the file's data bytes.
+// into bufs[k]. With check, the CRC-32 share of the bytes read is added to it (and with head, of
+// the bytes before the data too: one rank counts those).
 static vt_status read_part(const char *dir, const char *name, const vt_param_table *t,
                            const char *const *prefixes, float **bufs, int n, double nbytes[2],
-                           char *err, size_t errlen) {
+                           vt_read_check *check, int head, char *err, size_t errlen) {
   char path[1300];
   snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
   vt_st_file f;
   vt_status st = vt_safetensors_open(path, &f, err, errlen);
   for (int k = 0; st == VT_OK && k < n; k++)
-    st = vt_params_read_local(&f, path, t, prefixes[k], bufs[k], err, errlen);
+    st = vt_params_read_local(&f, path, t, prefixes[k], bufs[k], check, err, errlen);
+  if (st == VT_OK && check && head) {
+    const int64_t off = vt_st_data_offset(&f), size = off + f.data_nbytes;
+    uint8_t *h = malloc((size_t)off);
+    FILE *fp = h ? fopen(path, "rb") : NULL;
+    if (fp && fread(h, 1, (size_t)off, fp) == (size_t)off) {
+      check->share ^= vt_crc32_piece(0, h, (size_t)off, size);
+      check->nbytes += off;
+    }
+    if (fp) fclose(fp);
+    free(h);
+  }
   nbytes[0] += (double)vt_st_bytes_read(&f), nbytes[1] += (double)f.data_nbytes;
   vt_safetensors_close(&f);
   return st;
 }
 
+// The checkpoint's files in the order of vt_read_check arrays.
+static const char *const k_files[3] = {"model", "optim", "ema"};
+
+// Collective over world: the CRC-32 of each file the ranks read together, from their shares,
+// against the manifest (rank 0's); a file they did not read whole (the EMA without
+// --model-ema, the moments in an evaluation) rank 0 reads itself. VT_ERR_INPUT with "DIR is
+// damaged: ..." in err on rank 0 when one differs; the verdict is every rank's.
+static vt_status check_files(vt_comm *world, const char *dir, const vt_ckpt_manifest *man,
+                             const vt_read_check *checks, char *err, size_t errlen) {
+  const int size = vt_comm_size(world), rank = vt_comm_rank(world);
+  double *all = calloc((size_t)(size + 1) * 3, sizeof *all);
+  uint32_t *shares = malloc((size_t)size * sizeof *shares);
+  VT_CHECK(all && shares, "out of host memory for %d ranks' checksums", size);
+  for (int i = 0; i < 3; i++)
+    all[(size_t)i * size + rank] = checks[i].share, all[(size_t)3 * size + i] = (double)checks[i].nbytes;
+  vt_comm_all_reduce_double(world, all, (int64_t)(size + 1) * 3, VT_REDUCE_SUM);
+  vt_status st = VT_OK;
+  for (int j = 0; rank == 0 && st == VT_OK && j < man->nfiles; j++) {
+    int i = 0;
+    while (i < 3 && (strncmp(man->file[j], k_files[i], strlen(k_files[i])) != 0 ||
+                     strcmp(man->file[j] + strlen(k_files[i]), ".safetensors") != 0))
+      i++;
+    uint32_t crc = 0;
+    if (i < 3 && all[(size_t)3 * size + i] == (double)man->file_nbytes[j]) {
+      for (int r = 0; r < size; r++) shares[r] = (uint32_t)all[(size_t)i * size + r];
+      crc = vt_crc32_of_shares(shares, size, man->file_nbytes[j]);
+    } else {  // not read whole by the ranks: rank 0 reads it
+      char path[1300], why[400];
+      int64_t nb = 0;
+      snprintf(path, sizeof path, "%s/%s", dir, man->file[j]);
+      if (vt_file_crc32(path, &nb, &crc, why, sizeof why) != VT_OK) {
+        snprintf(err, errlen, "%s is damaged: %s", dir, why);
+        st = VT_ERR_INPUT;
+        break;
+      }
+    }
+    if (crc != man->file_crc[j]) {
+      snprintf(err, errlen, "%s is damaged: %s has CRC-32 %08x, the manifest says %08x", dir,
+               man->file[j], crc, man->file_crc[j]);
+      st = VT_ERR_INPUT;
+    }
+  }
+  free(shares);
+  free(all);
+  double bad = st != VT_OK;
+  vt_comm_all_reduce_double(world, &bad, 1, VT_REDUCE_MAX);
+  return bad ? VT_ERR_INPUT : VT_OK;
+}
+
 vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
                          vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
                          vt_ckpt_manifest *saved, char *err, size_t errlen) {
-  (void)mesh;
   *start_step = 0;
   if (saved) memset(saved, 0, sizeof *saved);
   const int auto_mode = strcmp(o->resume, "auto") == 0;
+  const int rank0 = vt_comm_rank(world) == 0;
+  const vt_mesh_coord me = vt_mesh_coords(mesh, vt_comm_rank(world));
   char dir[1100];
   vt_ckpt_manifest man;
-  // Rank 0 chooses (and verifies the checksums); the others follow its choice: the step number
-  // names the directory, and AdamW's step count comes along. The others start at -inf so that
-  // the MAX reduction hands everyone rank 0's values.
-  const int rank0 = vt_comm_rank(world) == 0;
-  double found = rank0 ? -1 : -1e300;  // step of the chosen checkpoint; -1: none; -2: refused
-  vt_status st = VT_OK;
-  if (vt_comm_rank(world) == 0) {
-    if (auto_mode) {
-      vt_ckpt_clean(o->save_dir);
-      if (vt_ckpt_find_latest(o->save_dir, dir, sizeof dir, &man) == VT_OK) found = (double)man.step;
-      else vt_log_info("--resume auto: no complete checkpoint in %s; starting from step 0", o->save_dir);
-    } else {
-      snprintf(dir, sizeof dir, "%s", o->resume);
-      st = vt_ckpt_verify(dir, &man, err, errlen);
-      found = st == VT_OK ? (double)man.step : -2;
+  // Rank 0 proposes a checkpoint whose manifest and file sizes are sound (--resume auto: the
+  // candidates in order, vt_ckpt_candidates); every rank reads its part of it, counting the
+  // CRC-32 shares of what it read (the DP-rank-0 replica of each shard; replicated tensors on TP
+  // rank 0), so the checksums are verified without any rank reading the whole checkpoint. A
+  // damaged one is refused (--resume DIR) or skipped for the next candidate.
+  int64_t cand[4096];
+  int ncand = 0, next = 0, skipped = 0;
+  if (rank0 && auto_mode) {
+    vt_ckpt_clean(o->save_dir);
+    ncand = vt_ckpt_candidates(o->save_dir, cand, 4096);
+  }
+  const int64_t total = m->table.total;
+  float *local[4] = {NULL};
+  for (int k = 0; k < 4; k++) {
+    local[k] = malloc((size_t)(total + 1) * sizeof(float));
+    VT_CHECK(local[k] != NULL, "out of host memory to load a checkpoint");
+  }
+  vt_status result = VT_OK;
+  for (;;) {
+    // Rank 0 chooses; the others follow: the step number names the directory, and the
+    // optimizer's step count comes along. The others start at -inf so that the MAX reduction
+    // hands everyone rank 0's values.
+    double found = rank0 ? -1 : -1e300;  // step of the chosen checkpoint; -1: none; -2: refused
+    if (rank0) {
+      if (auto_mode) {
+        char why[600];
+        while (found < 0 && next < ncand) {
+          vt_ckpt_step_dir(o->save_dir, cand[next++], dir, sizeof dir);
+          if (vt_ckpt_check(dir, &man, 0, why, sizeof why) == VT_OK) found = (double)man.step;
+          else vt_log_warn("%s; trying older checkpoints", why), skipped++;
+        }
+        if (found < 0)
+          vt_log_info("--resume auto: no complete checkpoint in %s; starting from step 0",
+                      o->save_dir);
+      } else {
+        snprintf(dir, sizeof dir, "%s", o->resume);
+        found = vt_ckpt_check(dir, &man, 0, err, errlen) == VT_OK ? (double)man.step : -2;
+      }
+      if (found >= 0 && check_manifest(o, &man, dir, err, errlen) != VT_OK) found = -2;
     }
-    if (found >= 0 && (st = check_manifest(o, &man, dir, err, errlen)) != VT_OK) found = -2;
+    int has_ema = rank0 && found >= 0 && vt_ckpt_manifest_lists(&man, "ema.safetensors");
+    double choice[3] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
+                        rank0 ? has_ema : -1e300};
+    vt_comm_all_reduce_double(world, choice, 3, VT_REDUCE_MAX);
+    has_ema = choice[2] > 0;
+    if (choice[0] == -2) {
+      result = VT_ERR_INPUT;
+      break;
+    }
+    if (choice[0] < 0) break;  // a fresh start
+    if (auto_mode) vt_ckpt_step_dir(o->save_dir, (int64_t)choice[0], dir, sizeof dir);
+    else snprintf(dir, sizeof dir, "%s", o->resume);
+    if (!rank0) {
+      memset(&man, 0, sizeof man);
+      man.step = (int64_t)choice[0];
+      man.adam_t = (int64_t)choice[1];
+      man.stream_position = man.step * o->global_batch;
+    }
+    if (o->use_ema && !has_ema) {
+      snprintf(err, errlen, "%s has no EMA weights (it was saved without --model-ema)", dir);
+      result = VT_ERR_INPUT;
+      break;
+    }
+    const int load_ema = opt->ema && has_ema && !o->eval_only;
+    double nbytes[2] = {0, 0};  // read by this rank, in the files
+    vt_read_check checks[3] = {{me.tp_rank == 0, 0, 0}, {me.tp_rank == 0, 0, 0},
+                               {me.tp_rank == 0, 0, 0}};
+    vt_read_check *count[3] = {NULL, NULL, NULL};  // model, optim, ema
+    for (int i = 0; i < 3 && me.dp_rank == 0; i++) count[i] = &checks[i];
+    // The weights: vit3d eval --use-ema 1 evaluates the EMA in their place.
+    static const char *const plain[1] = {""}, *const moments[2] = {"exp_avg.", "exp_avg_sq."};
+    const int wfile = o->use_ema ? 2 : 0;
+    vt_status st = read_part(dir, k_files[wfile], &m->table, plain, &local[0], 1, nbytes,
+                             count[wfile], rank0, err, errlen);
+    if (st == VT_OK && load_ema)
+      st = read_part(dir, "ema", &m->table, plain, &local[3], 1, nbytes, count[2], rank0, err,
+                     errlen);
+    if (o->eval_only) {  // an evaluation needs no moments: not read
+      memset(local[1], 0, (size_t)total * sizeof(float));
+      memset(local[2], 0, (size_t)total * sizeof(float));
+    } else if (st == VT_OK) {
+      st = read_part(dir, "optim", &m->table, moments, &local[1], 2, nbytes, count[1], rank0,
+                     err, errlen);
+    }
+    double bad[2] = {st != VT_OK, 0};  // a read failed; the checkpoint is damaged
+    vt_comm_all_reduce_double(world, bad, 1, VT_REDUCE_MAX);
+    if (bad[0]) {  // a damaged file (a header that does not parse) or an I/O error
+      vt_ckpt_manifest again;
+      char why[600];
+      if (rank0 && vt_ckpt_verify(dir, &again, why, sizeof why) != VT_OK)
+        bad[1] = 1, snprintf(err, errlen, "%s", why);
+      vt_comm_all_reduce_double(world, bad + 1, 1, VT_REDUCE_MAX);
+      if (!bad[1]) {
+        if (st == VT_OK) snprintf(err, errlen, "another rank could not load %s", dir);
+        result = VT_ERR_INPUT;
+        break;
+      }
+    }
+    if (bad[1] || check_files(world, dir, &man, checks, err, errlen) != VT_OK) {
+      if (!auto_mode) {
+        result = VT_ERR_INPUT;
+        break;
+      }
+      if (rank0) vt_log_warn("%s; trying older checkpoints", err);
+      skipped++;
+      continue;
+    }
+    if (rank0 && auto_mode && skipped)
+      vt_log_warn("using the previous complete checkpoint %s", dir);
     // Allowed (reshuffling after a loss spike is a known remedy), but no longer the same run.
-    if (found >= 0 && !o->eval_only && man.seed != o->seed)
+    if (rank0 && !o->eval_only && man.seed != o->seed)
       vt_log_warn("%s was saved by a run with --seed %" PRIu64 " and this one has --seed %" PRIu64
                   ": from here the data order and the augmentations differ from that run's",
                   dir, man.seed, o->seed);
-    if (found >= 0 && !o->eval_only && man.aug_repeats != o->aug_repeats)
+    if (rank0 && !o->eval_only && man.aug_repeats != o->aug_repeats)
       vt_log_warn("%s was saved by a run with --aug-repeats %d and this one has %d: the data "
                   "stream holds other images from here", dir, man.aug_repeats, o->aug_repeats);
-  }
-  // saved with --model-ema
-  int has_ema = rank0 && found >= 0 && vt_ckpt_manifest_lists(&man, "ema.safetensors");
-  double choice[3] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
-                      rank0 ? has_ema : -1e300};
-  vt_comm_all_reduce_double(world, choice, 3, VT_REDUCE_MAX);
-  has_ema = choice[2] > 0;
-  if (choice[0] == -2) return VT_ERR_INPUT;
-  if (choice[0] < 0) return VT_OK;
-  if (auto_mode) vt_ckpt_step_dir(o->save_dir, (int64_t)choice[0], dir, sizeof dir);
-  else snprintf(dir, sizeof dir, "%s", o->resume);
-  if (!rank0) {
-    memset(&man, 0, sizeof man);
-    man.step = (int64_t)choice[0];
-    man.adam_t = (int64_t)choice[1];
-    man.stream_position = man.step * o->global_batch;
-  }
-  if (o->use_ema && !has_ema) {
-    snprintf(err, errlen, "%s has no EMA weights (it was saved without --model-ema)", dir);
-    return VT_ERR_INPUT;
-  }
-  const int64_t total = m->table.total;
-  const int load_ema = opt->ema && has_ema && !o->eval_only;
-  float *local[4] = {NULL};
-  for (int k = 0; k < 3 + load_ema; k++) {
-    local[k] = malloc((size_t)total * sizeof(float));
-    VT_CHECK(local[k] != NULL, "out of host memory to load a checkpoint");
-  }
-  double nbytes[2] = {0, 0};  // read by this rank, in the files
-  // The weights: vit3d eval --use-ema 1 evaluates the EMA in their place.
-  static const char *const plain[1] = {""}, *const moments[2] = {"exp_avg.", "exp_avg_sq."};
-  st = read_part(dir, o->use_ema ? "ema" : "model", &m->table, plain, &local[0], 1, nbytes, err,
-                 errlen);
-  if (st == VT_OK && load_ema)
-    st = read_part(dir, "ema", &m->table, plain, &local[3], 1, nbytes, err, errlen);
-  if (o->eval_only) {  // an evaluation needs no moments: not read
-    memset(local[1], 0, (size_t)total * sizeof(float));
-    memset(local[2], 0, (size_t)total * sizeof(float));
-  } else if (st == VT_OK) {
-    st = read_part(dir, "optim", &m->table, moments, &local[1], 2, nbytes, err, errlen);
-  }
-  double bad = st != VT_OK;
-  vt_comm_all_reduce_double(world, &bad, 1, VT_REDUCE_MAX);
-  if (bad == 0) {
     m->be->to_device(m->params, local[0], (size_t)total * sizeof(float));
     vt_optimizer_set_state(opt, local[1], local[2], man.adam_t);
     if (load_ema) {
@@ -494,9 +604,8 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
                 " (saved on tp %d x pp %d x dp %d); this rank read %.1f of the checkpoint's %.1f MiB",
                 dir, man.step, man.stream_position, man.tp, man.pp, man.dp, nbytes[0] / 1048576.0,
                 nbytes[1] / 1048576.0);
-  } else if (st == VT_OK) {
-    snprintf(err, errlen, "another rank could not load %s", dir);
+    break;
   }
   for (int k = 0; k < 4; k++) free(local[k]);
-  return bad == 0 ? VT_OK : VT_ERR_INPUT;
+  return result;
 }

@@ -17,7 +17,8 @@
 #     refused at start-up;
 #  3. kill -9 of one rank in the middle of a run and (fault switch) in the middle of a save: a
 #     relaunch with --resume auto completes with the weights of an uninterrupted run.
-#  4. a damaged newest checkpoint: --resume auto falls back to the previous one and says so.
+#  4. a damaged newest checkpoint (its header; a byte of the last stage's moments, which only
+#     that stage's ranks read and check): --resume auto falls back to the previous one and says so.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -187,4 +188,17 @@ grep -q "CRC-32" "$work/dmg.log" && grep -q "previous complete checkpoint" "$wor
   grep -q "resumed from .*step-00000010" "$work/dmg.log" &&
   echo "ok: damaged newest checkpoint refused (CRC), the previous one used" ||
   { echo "FAIL: damaged checkpoint fallback"; grep -i "damag\|resum" "$work/dmg.log"; fail=1; }
+# A flipped byte near the end of optim.safetensors (the last stage's moments, which neither
+# rank 0 nor any rank of the first stage reads): found by the CRC-32 shares of the ranks that
+# read it, and the previous checkpoint used.
+mkdir -p "$work/dmg2" && cp -r "$work/kill/step-00000010" "$work/kill/step-00000015" "$work/dmg2/" 2>/dev/null
+echo step-00000015 > "$work/dmg2/latest"
+size=$(stat -c %s "$work/dmg2/step-00000015/optim.safetensors")
+printf '\x5a' | dd of="$work/dmg2/step-00000015/optim.safetensors" bs=1 seek=$((size - 1000)) conv=notrunc 2>/dev/null
+must run dmg2 8 --tp 2 --pp 2 --save "$work/dmg2" --resume auto --run-steps 1
+grep -q "step-00000015 is damaged: optim.safetensors has CRC-32" "$work/dmg2.log" &&
+  grep -q "previous complete checkpoint" "$work/dmg2.log" &&
+  grep -q "resumed from .*step-00000010" "$work/dmg2.log" &&
+  echo "ok: a flipped byte in the last stage's moments found by the ranks' CRC shares, the previous checkpoint used" ||
+  { echo "FAIL: damaged moments"; grep -i "damag\|resum" "$work/dmg2.log"; fail=1; }
 exit $fail

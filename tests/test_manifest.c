@@ -107,6 +107,14 @@ static void test_partfile(void) {
     bad += vt_crc32_of_shares(shares, writers, N) != want;
   }
   EXPECT(bad == 0, "CRC-32 from writers' shares: %d of 200 splits differ", bad);
+  // Pieces on their own (vt_crc32_piece), XORed in reverse order, with the head's share.
+  uint32_t pieces = 0;
+  for (int at = N; at > 0;) {
+    const int n = 1 + (int)(next_rand(&x) % 300), from = at - n > 0 ? at - n : 0;
+    pieces ^= vt_crc32_piece(from, buf + from, (size_t)(at - from), N);
+    at = from;
+  }
+  EXPECT(vt_crc32_of_shares(&pieces, 1, N) == want, "CRC-32 from pieces in reverse order");
   EXPECT(vt_crc32_of_shares(NULL, 0, 0) == 0, "CRC-32 of an empty file from no shares");
 
   char dir[] = "/tmp/vt_partfile_XXXXXX", path[256], err[512];

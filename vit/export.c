@@ -198,7 +198,9 @@ static vt_status entry_floats(vt_st_file *f, const vt_st_entry *e, const float *
 }
 
 vt_status vt_params_read_local(vt_st_file *f, const char *file, const vt_param_table *t,
-                               const char *prefix, float *local, char *err, size_t errlen) {
+                               const char *prefix, float *local, vt_read_check *check, char *err,
+                               size_t errlen) {
+  const int64_t file_nbytes = vt_st_data_offset(f) + f->data_nbytes;
   char name[256];
   for (int i = 0; i < t->count; i++) {
     const vt_param *p = &t->p[i];
@@ -221,6 +223,11 @@ vt_status vt_params_read_local(vt_st_file *f, const char *file, const vt_param_t
             VT_OK) {
           snprintf(err, errlen, "%s: %s", file, why);
           return VT_ERR_IO;
+        }
+        if (check && (p->tp_split != VT_TP_REPLICATED || check->replicated)) {
+          const int64_t at = vt_st_data_offset(f) + e->begin + g0 * 4;
+          check->share ^= vt_crc32_piece(at, local + p->offset + k, (size_t)len * 4, file_nbytes);
+          check->nbytes += len * 4;
         }
         k += len;
       }
@@ -396,7 +403,7 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
       continue;
     }
     vt_param_table one = {.p = (vt_param *)p, .count = 1, .total = t->total, .shard = t->shard};
-    st = vt_params_read_local(&f, path, &one, "", local, err, errlen);
+    st = vt_params_read_local(&f, path, &one, "", local, NULL, err, errlen);
   }
   vt_safetensors_close(&f);
   // the head lives on the last stage only

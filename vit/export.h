@@ -48,13 +48,24 @@ void vt_model_file_free(vt_model_file *f);
 vt_status vt_export_safetensors(const vt_model *m, const float *flat, vt_comm *world,
                                 const vt_mesh *mesh, const char *path, char *err, size_t errlen);
 
+// The CRC-32 share (dataio/partfile.h) of the bytes a rank read from a file, so that the ranks
+// together check a checkpoint that none of them reads whole: replicated 0 counts only the
+// tensors TP splits (another rank counts the replicated ones); a rank that counts nothing passes
+// NULL.
+typedef struct {
+  int replicated;
+  uint32_t share;
+  int64_t nbytes;  // bytes counted
+} vt_read_check;
+
 // This rank's elements of the tensors prefix<name> of an open safetensors file, into the host
 // buffer local (laid out by the rank's table); from a file opened with vt_safetensors_open only
-// those tensors' bytes are read. A missing tensor, a dtype other than F32, F16, BF16 or F64, or
-// another shape than the table's is VT_ERR_INPUT naming it; a file that ends short, VT_ERR_IO.
+// those tensors' bytes are read (F32 ones a run at a time, added to *check when not NULL). A
+// missing tensor, a dtype other than F32, F16, BF16 or F64, or another shape than the table's is
+// VT_ERR_INPUT naming it; a file that ends short, VT_ERR_IO.
 vt_status vt_params_read_local(vt_st_file *f, const char *file,
                                const vt_param_table *t, const char *prefix, float *local,
-                               char *err, size_t errlen);
+                               vt_read_check *check, char *err, size_t errlen);
 
 // --init-from: this rank's parameters from a timm-format safetensors file (full, unsharded).
 // When the image or patch grid differs, pos_embed is resampled as timm does (bicubic over the
