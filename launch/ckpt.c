@@ -483,8 +483,8 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     ncand = vt_ckpt_candidates(o->save_dir, cand, 4096);
   }
   const int64_t total = m->table.total;
-  float *local[4] = {NULL};
-  for (int k = 0; k < 4; k++) {
+  float *local[4] = {NULL};  // weights, moments, EMA (kept only with --model-ema)
+  for (int k = 0; k < 3 + (opt->ema != NULL); k++) {
     local[k] = malloc((size_t)(total + 1) * sizeof(float));
     VT_CHECK(local[k] != NULL, "out of host memory to load a checkpoint");
   }
