@@ -378,14 +378,18 @@ vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err
   if (vt_ckpt_manifest_parse(text, n, m, why, sizeof why) != VT_OK)
     FAIL(VT_ERR_INPUT, "%s: %s", dir, why);
   for (int i = 0; i < m->nfiles; i++) {
-    int64_t nb = -1;
+    int64_t nb = 0;
     uint32_t sum = 0;
     struct stat sb;
     snprintf(path, sizeof path, "%s/%s", dir, m->file[i]);
-    if (!crc && stat(path, &sb) == 0) nb = (int64_t)sb.st_size;
-    if (!crc && nb < 0) FAIL(VT_ERR_INPUT, "%s is damaged: cannot open %s: %s", dir, path, strerror(errno));
-    if (crc && vt_file_crc32(path, &nb, &sum, why, sizeof why) != VT_OK)
-      FAIL(VT_ERR_INPUT, "%s is damaged: %s", dir, why);
+    if (crc) {
+      if (vt_file_crc32(path, &nb, &sum, why, sizeof why) != VT_OK)
+        FAIL(VT_ERR_INPUT, "%s is damaged: %s", dir, why);
+    } else {
+      if (stat(path, &sb) != 0)
+        FAIL(VT_ERR_INPUT, "%s is damaged: cannot open %s: %s", dir, path, strerror(errno));
+      nb = (int64_t)sb.st_size;
+    }
     if (nb != m->file_nbytes[i])
       FAIL(VT_ERR_INPUT, "%s is damaged: %s has %" PRId64 " bytes, the manifest says %" PRId64,
            dir, m->file[i], nb, m->file_nbytes[i]);

@@ -43,16 +43,6 @@ uint32_t vt_crc32_shift(uint32_t reg, int64_t n) {
   return n > 0 && reg ? mul_mod(x_pow_bytes(n), reg) : reg;
 }
 
-void vt_crc32_share_add(vt_crc32_share *s, int64_t at, const void *data, size_t n) {
-  // vt_crc32 inverts the register before and after; undo both to continue the raw register.
-  s->reg = ~vt_crc32(~vt_crc32_shift(s->reg, at - s->at), data, n);
-  s->at = at + (int64_t)n;
-}
-
-uint32_t vt_crc32_share_end(const vt_crc32_share *s, int64_t file_nbytes) {
-  return vt_crc32_shift(s->reg, file_nbytes - s->at);
-}
-
 uint32_t vt_crc32_piece(int64_t at, const void *data, size_t n, int64_t file_nbytes) {
   return vt_crc32_shift(~vt_crc32(0xFFFFFFFFu, data, n), file_nbytes - at - (int64_t)n);
 }
@@ -102,9 +92,7 @@ vt_status vt_partfile_create(const char *path, const void *head, int64_t head_nb
     FAIL(VT_ERR_IO, "cannot write %s (%lld bytes): %s%s", path, (long long)file_nbytes,
          strerror(saved), saved == ENOSPC ? " (the disk is full)" : "");
   }
-  vt_crc32_share s = {0, 0};
-  vt_crc32_share_add(&s, 0, head, (size_t)head_nbytes);
-  *head_share = vt_crc32_share_end(&s, file_nbytes);
+  *head_share = vt_crc32_piece(0, head, (size_t)head_nbytes, file_nbytes);
   return VT_OK;
 }
 
@@ -126,11 +114,11 @@ vt_status vt_partfile_write(const char *path, vt_part *parts, int64_t n, int64_t
            (long long)(parts[i].at + parts[i].nbytes), (long long)file_nbytes);
   const int fd = open(path, O_WRONLY);
   if (fd < 0) FAIL(VT_ERR_IO, "cannot open %s to write its part: %s", path, strerror(errno));
-  vt_crc32_share s = {0, 0};
   int ok = 1;
   for (int64_t i = 0; i < n && ok; i++) {
     ok = pwrite_all(fd, parts[i].data, parts[i].nbytes, parts[i].at) == 0;
-    if (ok) vt_crc32_share_add(&s, parts[i].at, parts[i].data, (size_t)parts[i].nbytes);
+    if (ok) *share ^= vt_crc32_piece(parts[i].at, parts[i].data, (size_t)parts[i].nbytes,
+                                     file_nbytes);
   }
   ok = ok && fsync(fd) == 0;
   const int saved = errno;
@@ -138,6 +126,5 @@ vt_status vt_partfile_write(const char *path, vt_part *parts, int64_t n, int64_t
   if (!ok)
     FAIL(VT_ERR_IO, "writing its part of %s failed: %s%s", path, strerror(saved),
          saved == ENOSPC ? " (the disk is full)" : "");
-  *share = vt_crc32_share_end(&s, file_nbytes);
   return VT_OK;
 }

@@ -20,19 +20,8 @@
 // inversions).
 uint32_t vt_crc32_shift(uint32_t reg, int64_t n);
 
-// One writer's share, built in increasing file order.
-typedef struct {
-  uint32_t reg;
-  int64_t at;  // bytes of the file accounted for so far
-} vt_crc32_share;
-
-// Adds the writer's n bytes at file offset `at` (>= s->at: ranges in increasing order).
-void vt_crc32_share_add(vt_crc32_share *s, int64_t at, const void *data, size_t n);
-// The share of a file of file_nbytes bytes (the writer's bytes all added).
-uint32_t vt_crc32_share_end(const vt_crc32_share *s, int64_t file_nbytes);
-// The share of n bytes at offset `at` of a file of file_nbytes bytes, on their own: shares of
-// disjoint pieces XOR into the share of their union, in any order (a reader that checks the
-// pieces it reads, in whatever order it reads them).
+// The share of n bytes at offset `at` of a file of file_nbytes bytes: shares of disjoint pieces
+// XOR into the share of their union, in any order (a writer's share is the XOR of its parts').
 uint32_t vt_crc32_piece(int64_t at, const void *data, size_t n, int64_t file_nbytes);
 // The CRC-32 (as vt_crc32 of the whole file) of a file of file_nbytes bytes whose bytes are each
 // written by exactly one of the n writers whose shares these are.
@@ -50,8 +39,9 @@ typedef struct {
   const void *data;
 } vt_part;
 
-// Writes this process's parts into the file vt_partfile_create made (sorted by offset here; they
-// must not overlap and must lie inside file_nbytes), syncs it to disk and returns its CRC share.
+// Writes this process's parts into the file vt_partfile_create made (sorted by offset here, so
+// that overlaps are found: they must not overlap and must lie inside file_nbytes), syncs it to
+// disk and returns its CRC share.
 // n == 0 writes nothing (share 0). VT_ERR_IO naming the file on a failed open, write or sync.
 vt_status vt_partfile_write(const char *path, vt_part *parts, int64_t n, int64_t file_nbytes,
                             uint32_t *share, char *err, size_t errlen);

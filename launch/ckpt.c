@@ -42,12 +42,6 @@ typedef struct {
 
 static ckpt_writer g_writer;
 
-static double seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // This rank's part of every file (on the main thread, or on the writer's own: no MPI here).
 static void *write_parts(void *arg) {
   ckpt_writer *w = arg;
@@ -112,7 +106,7 @@ static vt_status finish(vt_comm *world, char *err, size_t errlen) {
       char dir[1100];
       vt_ckpt_step_dir(w->save_dir, step, dir, sizeof dir);
       vt_log_info("saved %s in %.2f s%s: this rank wrote %.1f of the checkpoint's %.1f MiB",
-                  dir, seconds() - w->t_start, w->background ? " (in the background)" : "",
+                  dir, vt_seconds() - w->t_start, w->background ? " (in the background)" : "",
                   mine / 1048576.0, all / 1048576.0);
     }
   }
@@ -196,7 +190,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   ckpt_writer *w = &g_writer;
   memset(w, 0, sizeof *w);
   const int rank = vt_comm_rank(world);
-  w->rank = rank, w->t_start = seconds();
+  w->rank = rank, w->t_start = vt_seconds();
   const vt_mesh_coord me = vt_mesh_coords(mesh, rank);
   int64_t lo, count;
   vt_model_write_range(m, me.dp_rank, mesh->dp_size, &lo, &count);
@@ -421,23 +415,22 @@ static const char *const k_files[3] = {"model", "optim", "ema"};
 // damaged: ..." in err on rank 0 when one differs; the verdict is every rank's.
 static vt_status check_files(vt_comm *world, const char *dir, const vt_ckpt_manifest *man,
                              const vt_read_check *checks, char *err, size_t errlen) {
-  const int size = vt_comm_size(world), rank = vt_comm_rank(world);
-  double *all = calloc((size_t)(size + 1) * 3, sizeof *all);
-  uint32_t *shares = malloc((size_t)size * sizeof *shares);
-  VT_CHECK(all && shares, "out of host memory for %d ranks' checksums", size);
-  for (int i = 0; i < 3; i++)
-    all[(size_t)i * size + rank] = checks[i].share, all[(size_t)3 * size + i] = (double)checks[i].nbytes;
-  vt_comm_all_reduce_double(world, all, (int64_t)(size + 1) * 3, VT_REDUCE_SUM);
+  uint32_t share[3];
+  double bytes[3];
+  for (int i = 0; i < 3; i++) share[i] = checks[i].share, bytes[i] = (double)checks[i].nbytes;
+  vt_comm_all_xor(world, share, 3);
+  vt_comm_all_reduce_double(world, bytes, 3, VT_REDUCE_SUM);
   vt_status st = VT_OK;
-  for (int j = 0; rank == 0 && st == VT_OK && j < man->nfiles; j++) {
+  for (int j = 0; vt_comm_rank(world) == 0 && st == VT_OK && j < man->nfiles; j++) {
+    char name[64];
     int i = 0;
-    while (i < 3 && (strncmp(man->file[j], k_files[i], strlen(k_files[i])) != 0 ||
-                     strcmp(man->file[j] + strlen(k_files[i]), ".safetensors") != 0))
-      i++;
+    for (; i < 3; i++) {
+      snprintf(name, sizeof name, "%s.safetensors", k_files[i]);
+      if (strcmp(man->file[j], name) == 0) break;
+    }
     uint32_t crc = 0;
-    if (i < 3 && all[(size_t)3 * size + i] == (double)man->file_nbytes[j]) {
-      for (int r = 0; r < size; r++) shares[r] = (uint32_t)all[(size_t)i * size + r];
-      crc = vt_crc32_of_shares(shares, size, man->file_nbytes[j]);
+    if (i < 3 && bytes[i] == (double)man->file_nbytes[j]) {
+      crc = vt_crc32_of_shares(&share[i], 1, man->file_nbytes[j]);
     } else {  // not read whole by the ranks: rank 0 reads it
       char path[1300], why[400];
       int64_t nb = 0;
@@ -454,8 +447,6 @@ static vt_status check_files(vt_comm *world, const char *dir, const vt_ckpt_mani
       st = VT_ERR_INPUT;
     }
   }
-  free(shares);
-  free(all);
   double bad = st != VT_OK;
   vt_comm_all_reduce_double(world, &bad, 1, VT_REDUCE_MAX);
   return bad ? VT_ERR_INPUT : VT_OK;

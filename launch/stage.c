@@ -1,14 +1,6 @@
 // stage.c: the executor of a pipeline stage's schedule (stage.h).
 #include "stage.h"
 
-#include <time.h>
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void grads_ready(void *ctx, int layer) {
   vt_stage_ctx *x = ctx;
   vt_optimizer_grads_ready(x->opt, x->m->grads, layer);
@@ -93,7 +85,7 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
   }
   for (int i = 0; i < nacts; i++) {
     const vt_schedule_action a = acts[i];
-    const double t0 = now_s();
+    const double t0 = vt_seconds();
     const int pass = a.op == VT_SCHEDULE_FORWARD ? 0 : a.op == VT_SCHEDULE_BACKWARD ? 1 : 2;
     if (a.op == VT_SCHEDULE_FORWARD || a.op == VT_SCHEDULE_BACKWARD)
       vt_comm_wait_sends(x->pp, slot_of(x, a.mb, a.chunk) + 1);
@@ -105,20 +97,20 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
       if (m->has_head && a.chunk == m->nchunks - 1)
         m->be->copy(x->step_losses + (int64_t)a.mb * B, m->slots[slot].losses,
                     (size_t)B * sizeof(float));
-      count_pass(x, pass, now_s() - t0);
+      count_pass(x, pass, vt_seconds() - t0);
     } else if (a.op == VT_SCHEDULE_BACKWARD) {
       m->grads_ready = i == last_backward[a.chunk] && x->opt->overlap ? grads_ready : NULL;
       m->grads_ready_ctx = x;
       vt_model_backward(m, a.chunk, slot_of(x, a.mb, a.chunk), wset_of(x, a.mb, a.chunk), B, ls,
                         scale);
       m->grads_ready = NULL;
-      count_pass(x, pass, now_s() - t0);
+      count_pass(x, pass, vt_seconds() - t0);
     } else if (a.op == VT_SCHEDULE_WEIGHT) {
       m->grads_ready = i == last_weight[a.chunk] && x->opt->overlap ? grads_ready : NULL;
       vt_model_backward_weight(m, a.chunk, slot_of(x, a.mb, a.chunk), wset_of(x, a.mb, a.chunk),
                                B);
       m->grads_ready = NULL;
-      count_pass(x, pass, now_s() - t0);
+      count_pass(x, pass, vt_seconds() - t0);
     } else {
       vt_comm_p2p ops[4];
       int k = 0;

@@ -31,12 +31,6 @@
 #include "stage.h"
 #include "watchdog.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 #define REFUSE(...) return (snprintf(err, errlen, __VA_ARGS__), VT_ERR_INPUT)
 
 vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size_t errlen) {
@@ -359,7 +353,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     goto done;
   }
 
-  const double t_start = now_s();
+  const double t_start = vt_seconds();
   double timed_s = 0.0;  // steps after the first, for the idle report
   double busy_s = 0.0;                          // since the last rank report
   int64_t report_first = start_step + 1, skipped = 0, nonfinite_run = 0;
@@ -373,7 +367,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   for (int64_t step = start_step; step < end_step; step++) {
     const int64_t n = step + 1;  // the step's number as printed
     vt_watchdog_phase("step", n, o->timeout_s);
-    const double t0 = now_s(), comm0 = vt_comm_seconds();
+    const double t0 = vt_seconds(), comm0 = vt_comm_seconds();
     vt_fault_step_start(n);
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
     // A NaN planted before the backward passes add into it, so it reaches the DP reduction
@@ -423,7 +417,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     if (step == start_step && o->comm_stats && o->log_dir[0])
       vt_report_comm_stats(o, &m, &opt, me, world_rank, n_micro);
     if (step == start_step) vt_plan_report_memory(&m, &opt, o->device, mem_base);
-    const double t1 = now_s();
+    const double t1 = vt_seconds();
     busy_s += (t1 - t0) - (vt_comm_seconds() - comm0);
     if (step > start_step) timed_s += t1 - t0;
     if (step == start_step) {  // the idle report counts the steps after the first
@@ -469,7 +463,8 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
                             ranks_json, json_len, summary, sizeof summary);
       busy_s = 0.0, report_first = n + 1;
     }
-    if (world_rank == 0) vt_report_step(o, metrics, &tb, &l, now_s() - t_start, n - start_step, world_size);
+    if (world_rank == 0)
+      vt_report_step(o, metrics, &tb, &l, vt_seconds() - t_start, n - start_step, world_size);
     const double ev[3] = {l.ev.loss, l.ev.top1, l.ev.top5};
     const double ema[3] = {l.ev_ema.loss, l.ev_ema.top1, l.ev_ema.top5};
     if (world_rank == 0 && o->check_log[0])

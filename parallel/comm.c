@@ -292,12 +292,6 @@ static vt_comm_counts g_counts[VT_AXIS_COUNT];
 static int64_t g_seq[VT_AXIS_COUNT];  // operations per axis since start (never reset)
 static double g_seconds;              // time inside operations since start
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void tally(const vt_comm *c, vt_comm_op op, int64_t nbytes) {
   vt_comm_counts *k = &g_counts[c->axis];
   k->calls++, k->nbytes += nbytes;
@@ -308,11 +302,11 @@ static void tally(const vt_comm *c, vt_comm_op op, int64_t nbytes) {
 static double op_begin(const vt_comm *c, vt_comm_op op, int64_t nbytes) {
   tally(c, op, nbytes);
   vt_watchdog_comm_enter(c->axis, (int)op, ++g_seq[c->axis]);
-  return now_s();
+  return vt_seconds();
 }
 
 static void op_end(double t0) {
-  g_seconds += now_s() - t0;
+  g_seconds += vt_seconds() - t0;
   vt_watchdog_comm_leave();
 }
 
@@ -393,7 +387,7 @@ void vt_comm_wait_all(vt_comm *c) {
   if (!c->transport->wait_all) return;
   // Shown to the watchdog as the axis's last operation, which a stuck rank is waiting for.
   vt_watchdog_comm_enter(c->axis, (int)VT_COMM_OP_ALL_REDUCE, g_seq[c->axis]);
-  const double t0 = now_s();
+  const double t0 = vt_seconds();
   c->transport->wait_all(c->state);
   op_end(t0);
 }
@@ -466,7 +460,7 @@ void vt_comm_exchange(vt_comm *c, const vt_comm_p2p *ops, int n) {
 void vt_comm_wait_sends(vt_comm *c, int key) {
   if (!c->transport->wait_sends) return;
   vt_watchdog_comm_enter(c->axis, (int)VT_COMM_OP_SEND, g_seq[c->axis]);
-  const double t0 = now_s();
+  const double t0 = vt_seconds();
   c->transport->wait_sends(c->state, key);
   op_end(t0);
 }
@@ -506,6 +500,20 @@ void vt_comm_all_reduce_double(vt_comm *c, double *buf, int64_t count, vt_reduce
   const double t0 = op_begin(c, VT_COMM_OP_REDUCE_DOUBLE, count * 8);
   host_all_reduce_double(c, buf, count, op);
   op_end(t0);
+}
+
+void vt_comm_all_xor(vt_comm *c, uint32_t *buf, int64_t count) {
+  const int64_t size = c->size;
+  double *all = calloc((size_t)(size * count), sizeof *all);
+  VT_CHECK(all != NULL, "comm %s all_xor: out of memory for %lld values", vt_axis_name(c->axis),
+           (long long)(size * count));
+  for (int64_t i = 0; i < count; i++) all[i * size + c->rank] = buf[i];
+  vt_comm_all_reduce_double(c, all, size * count, VT_REDUCE_SUM);
+  for (int64_t i = 0; i < count; i++) {
+    buf[i] = 0;
+    for (int64_t r = 0; r < size; r++) buf[i] ^= (uint32_t)all[i * size + r];
+  }
+  free(all);
 }
 
 vt_status vt_comm_agree(vt_comm *c, vt_status st, char *err, size_t errlen) {

@@ -121,6 +121,9 @@ void vt_comm_wait_sends(vt_comm *comm, int key);
 void vt_comm_barrier(vt_comm *comm);
 // buf (count) <- op over members of buf, in double: gradient norms, verdicts, agreement checks.
 void vt_comm_all_reduce_double(vt_comm *comm, double *buf, int64_t count, vt_reduce_op op);
+// buf (count) <- the XOR of the members' buf (checksum shares: dataio/partfile.h), exact: each
+// member's values go into slots of their own of one double sum.
+void vt_comm_all_xor(vt_comm *comm, uint32_t *buf, int64_t count);
 // Every member learns the worst of the members' statuses, and err (errlen bytes, the same on
 // every member) becomes the message of the lowest member that failed: a failure on any rank is
 // said by rank 0, which logs. Returns the worst status.

@@ -49,23 +49,17 @@ static struct {
   wd_record me;  // the fixed fields: ranks, host, device
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void vt_watchdog_phase(const char *what, int64_t step, double limit_s) {
   if (!g.on) return;
   pthread_mutex_lock(&g.mu);
-  g.phase = what, g.step = step, g.limit_s = limit_s, g.phase_t0 = now_s();
+  g.phase = what, g.step = step, g.limit_s = limit_s, g.phase_t0 = vt_seconds();
   pthread_mutex_unlock(&g.mu);
 }
 
 void vt_watchdog_comm_enter(vt_axis axis, int op, int64_t seq) {
   if (!g.on) return;
   pthread_mutex_lock(&g.mu);
-  g.in_comm = 1, g.axis = (int)axis, g.op = op, g.comm_t0 = now_s();
+  g.in_comm = 1, g.axis = (int)axis, g.op = op, g.comm_t0 = vt_seconds();
   if ((int)axis >= 0 && axis < VT_AXIS_COUNT) g.seq[axis] = seq;
   pthread_mutex_unlock(&g.mu);
 }
@@ -172,7 +166,7 @@ static void *watch(void *arg) {
   while (!atomic_load(&g.stop)) {
     struct timespec ts = {0, (long)(k_tick_s * 1e9)};
     nanosleep(&ts, NULL);
-    const double now = now_s();
+    const double now = vt_seconds();
     wd_record me = snapshot(now);
     me.fired = fired;
     if (!fired && vt_comm_device_error(err, sizeof err)) {
@@ -243,7 +237,7 @@ void vt_watchdog_start(vt_comm *world, double timeout_s, int tp_rank, int pp_ran
   if (gethostname(me->host, sizeof me->host) != 0) snprintf(me->host, sizeof me->host, "?");
   me->host[sizeof me->host - 1] = '\0';
   snprintf(me->device, sizeof me->device, "%s", device);
-  g.phase = "startup", g.phase_t0 = now_s(), g.limit_s = 0.0;
+  g.phase = "startup", g.phase_t0 = vt_seconds(), g.limit_s = 0.0;
   atomic_store(&g.stop, 0);
   g.on = 1;
   VT_CHECK(pthread_create(&g.thread, NULL, watch, NULL) == 0, "cannot start the watchdog thread");

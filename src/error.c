@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 static vt_rank_tag g_tag = {0, -1, -1, -1};
 static vt_abort_hook g_hook = NULL;
@@ -75,4 +76,10 @@ vt_status vt_fail_input(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
   }
   return VT_ERR_INPUT;
+}
+
+double vt_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -1,4 +1,4 @@
-// vt_error.h: the two error tiers and rank-tagged logging.
+// vt_error.h: the two error tiers, rank-tagged logging and the clock its timings use.
 // Fatal errors (VT_CHECK) print where and why, then call the abort hook, which parallel/ points
 // at MPI_Abort so that one failing rank ends the whole job instead of leaving others hanging.
 // Recoverable errors at input boundaries return vt_status with a message for the user.
@@ -50,6 +50,9 @@ void vt_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vt_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vt_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vt_log_all_ranks(int on);
+
+// Seconds on the monotonic clock, for durations (step times, timeouts, the log's figures).
+double vt_seconds(void);
 
 // For input boundaries: writes the message into err (when err and errlen are given) and returns
 // VT_ERR_INPUT, so a check reads `return vt_fail_input(err, errlen, "...", ...);`.

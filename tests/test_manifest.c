@@ -95,19 +95,17 @@ static void test_partfile(void) {
   const uint32_t want = crc32_bitwise(0, buf, N);
   for (int trial = 0; trial < 200; trial++) {
     const int writers = 1 + trial % 4;
-    vt_crc32_share sh[4] = {{0, 0}};
+    uint32_t shares[4] = {0, 0, 0, 0};
     for (int at = 0; at < N;) {
       const int n = 1 + (int)(next_rand(&x) % (trial < 100 ? 97 : 2000));
       const int len = at + n < N ? n : N - at;
-      vt_crc32_share_add(&sh[next_rand(&x) % writers], at, buf + at, (size_t)len);
+      shares[next_rand(&x) % writers] ^= vt_crc32_piece(at, buf + at, (size_t)len, N);
       at += len;
     }
-    uint32_t shares[4];
-    for (int w = 0; w < writers; w++) shares[w] = vt_crc32_share_end(&sh[w], N);
     bad += vt_crc32_of_shares(shares, writers, N) != want;
   }
   EXPECT(bad == 0, "CRC-32 from writers' shares: %d of 200 splits differ", bad);
-  // Pieces on their own (vt_crc32_piece), XORed in reverse order, with the head's share.
+  // One writer's pieces XORed in reverse order.
   uint32_t pieces = 0;
   for (int at = N; at > 0;) {
     const int n = 1 + (int)(next_rand(&x) % 300), from = at - n > 0 ? at - n : 0;
