@@ -365,7 +365,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "pipeline schedule: 1f1b, gpipe, interleaved (1F1B over --pp-chunks model chunks per "
        "stage: idle (p-1)/(v*m+p-1) instead of (p-1)/(m+p-1), more activations in flight; "
        "micro-batches per step a multiple of --pp) or zb-h1 (zero-bubble 1F1B: backward split "
-       "into input and weight gradients, idle about (p-1)/(3m+p-1); CPU ranks, no "
+       "into input and weight gradients, idle about (p-1)/(3m+p-1); no "
        "--recompute-blocks)", "1f1b|gpipe|interleaved|zb-h1"},
       {"--pp-chunks", VT_OPT_INT, &o.pp_chunks, 0, 0, 64, "V",
        "interleaved schedule: model chunks per pipeline stage (stage s holds virtual stages s, "

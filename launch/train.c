@@ -62,10 +62,6 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (vt_schedule_parse(o->pp_schedule, &kind) != VT_OK)
     REFUSE("--pp-schedule %s: use one of %s", o->pp_schedule, VT_SCHEDULE_NAMES);
   if (o->pp_chunks == 0) o->pp_chunks = kind == VT_SCHEDULE_INTERLEAVED ? 2 : 1;
-  if (kind == VT_SCHEDULE_ZB_H1 && o->device == VT_DEVICE_CUDA)
-    REFUSE("--pp-schedule zb-h1 needs sends that complete in the background (the MPI transport); "
-           "NCCL completes a transfer's sends with its receives, where ZB-H1 idles more than "
-           "1F1B: use --pp-schedule 1f1b or interleaved on --device cuda");
   if (kind == VT_SCHEDULE_ZB_H1 && o->recompute_blocks > 0)
     REFUSE("--pp-schedule zb-h1 splits the backward into input and weight gradients, whose "
            "weight pass reads the stored activations again: it does not go with "

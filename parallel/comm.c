@@ -152,6 +152,7 @@ static void attach_transport(vt_comm *c, vt_device device) {
 #endif
     c->transport = &vt_comm_nccl_transport;
     c->state = vt_comm_nccl_init(id, c->size, c->rank);
+    if (c->axis == VT_AXIS_PP && c->size > 1) vt_comm_nccl_open_links(c->state, c->size, c->rank);
     for (int i = 0; i < VT_MAX_DEVICE_COMMS; i++)
       if (!g_device_comms[i]) {
         g_device_comms[i] = c->state;

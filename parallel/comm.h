@@ -108,12 +108,15 @@ typedef struct {
 } vt_comm_p2p;
 #define VT_COMM_MAX_P2P 8
 // Posts up to VT_COMM_MAX_P2P sends and receives together, in array order, and returns when all
-// are done but the deferred sends (MPI: non-blocking calls and one wait; NCCL: one group, which
-// completes deferred sends too): the pipeline's step, which sends to and receives from both
-// neighbours at once. Messages between a pair are matched in posting order. Counted as one op per
-// message.
+// are done but the deferred sends: the pipeline's step, which sends to and receives from both
+// neighbours at once. Messages between a pair are matched in posting order. MPI: non-blocking
+// calls and one wait. NCCL, on the pipeline comm: the sends in one group on its send stream, the
+// receives in one on the backend's stream, over its links to its neighbours (the only peers it
+// has there; vt_comm_nccl_open_links); "done" is "ordered before the backend's later work".
+// Counted as one op per message.
 void vt_comm_exchange(vt_comm *comm, const vt_comm_p2p *ops, int n);
-// Completes the deferred sends posted under key (0: all of them).
+// Completes the deferred sends posted under key (0: all of them). NCCL: the backend's stream
+// waits for them; the host does not.
 void vt_comm_wait_sends(vt_comm *comm, int key);
 
 // ---- Host control (host buffers whatever the transport) --------------------------------------
@@ -218,6 +221,9 @@ VT_NORETURN void vt_comm_mpi_abort(int code);
 extern const vt_comm_transport vt_comm_nccl_transport;
 void vt_comm_nccl_unique_id(unsigned char id[VT_COMM_NCCL_ID_NBYTES]);
 void *vt_comm_nccl_init(const unsigned char id[VT_COMM_NCCL_ID_NBYTES], int size, int rank);
+// A pipeline comm of size > 1 (collective over it, right after init): communicators to and from
+// each neighbour, ring included, and the send stream that vt_comm_exchange's sends run on.
+void vt_comm_nccl_open_links(void *state, int size, int rank);
 int vt_comm_nccl_async_error(void *state, char *err, size_t errlen);  // 1: an error, described
 void vt_comm_nccl_abort(void *state);                                 // any thread
 

@@ -1,6 +1,7 @@
 // comm_nccl.cu: the NCCL transport: float operations on device buffers, enqueued on the CUDA
 // backend's one stream so they are ordered with the ops without host syncs, except the overlap
-// all-reduces, which run on a side stream ordered by events. Built only with NCCL.
+// all-reduces, which run on a side stream ordered by events, and a pipeline comm's sends, which
+// run on a send stream of their own (vt_comm_nccl_open_links). Built only with NCCL.
 // Must not depend on MPI (comm.c broadcasts the unique id) or the model. Compiled in CI; it runs
 // only where a GPU is present, with one rank per communicator on the single-GPU test machine.
 #include <nccl.h>
@@ -22,13 +23,34 @@
 static_assert(sizeof(ncclUniqueId) == VT_COMM_NCCL_ID_NBYTES,
               "VT_COMM_NCCL_ID_NBYTES must match NCCL_UNIQUE_ID_BYTES");
 
+// The messages between this rank and one neighbour of a pipeline comm: `to` carries this rank's
+// sends (it is rank 0 there, the neighbour rank 1) and is used only from the send stream; `from`
+// carries the neighbour's sends, received on the backend's stream. One stream per communicator
+// on each rank, as NCCL wants; a group of one stream, as a group over two streams would make
+// each wait for the other.
+typedef struct {
+  int peer;  // its rank in the parent comm
+  ncclComm_t to, from;
+} nccl_link;
+
 // A communicator, and the side stream (made on first use) that runs the operations started for
-// overlap beside the backend's stream, with the events that order the two.
+// overlap beside the backend's stream, with the events that order the two. A pipeline comm also
+// has links to its neighbours (up to two) and the send stream, with an event per key of deferred
+// sends (vt_comm_p2p.defer), recorded after that key's latest sends.
 typedef struct {
   ncclComm_t comm;
   cudaStream_t side;
   cudaEvent_t ready, done;  // ready: recorded on the backend's stream; done: on the side stream
   int pending;              // operations started since the last wait_all
+  int nlinks;
+  nccl_link links[2];
+  ncclComm_t split[4];  // the links' communicators in the order they were made (every rank's
+  int nsplit;           // order is one global order: finalize goes by it)
+  cudaStream_t sends;
+  cudaEvent_t sends_ready, sends_done;  // on the backend's stream before sends; after them
+  int nkeys;
+  cudaEvent_t *sent;  // [nkeys]
+  int *unwaited;      // [nkeys]: sends of that key the backend's stream has not waited for
 } nccl_state;
 
 static ncclComm_t comm_of(void *state) { return ((nccl_state *)state)->comm; }
@@ -60,19 +82,75 @@ extern "C" void *vt_comm_nccl_init(const unsigned char id[VT_COMM_NCCL_ID_NBYTES
   return st;
 }
 
-// For the watchdog thread: NCCL reports network failures and remote aborts asynchronously.
-extern "C" int vt_comm_nccl_async_error(void *state, char *err, size_t errlen) {
-  ncclResult_t st = ncclSuccess;
-  if (ncclCommGetAsyncError(comm_of(state), &st) != ncclSuccess || st == ncclSuccess ||
-      st == ncclInProgress)
-    return 0;
-  snprintf(err, errlen, "NCCL asynchronous error: %s (NCCL result %d); last NCCL message: %s",
-           ncclGetErrorString(st), (int)st, ncclGetLastError(comm_of(state)));
-  return 1;
+// The links of a pipeline comm of `size` ranks: a neighbour pair {i, i+1 mod size} for each
+// i < size - 1, and {size-1, 0} too where size > 2 (the interleaved schedule's ring), each with
+// one communicator per direction, split from the parent. A split is collective over the parent
+// and gives a rank at most one new comm, so the pairs go in rounds of disjoint pairs (even i, odd
+// i, and the ring's last pair alone where size is odd), two splits (directions) per round.
+extern "C" void vt_comm_nccl_open_links(void *state, int size, int rank) {
+  nccl_state *st = (nccl_state *)state;
+  const int npairs = size == 2 ? 1 : size;
+  for (int round = 0; round < 3; round++) {
+    int any = 0, mine = -1;
+    for (int i = 0; i < npairs; i++) {
+      const int r = size > 2 && size % 2 == 1 && i == size - 1 ? 2 : i % 2;
+      if (r != round) continue;
+      any = 1;
+      if (rank == i || rank == (i + 1) % size) mine = i;
+    }
+    if (!any) continue;
+    for (int dir = 0; dir < 2; dir++) {
+      // dir 0: i sends to i + 1; dir 1: i + 1 sends to i. The sender is rank 0 of the new comm.
+      const int a = mine, b = (mine + 1) % size, sender = dir == 0 ? a : b;
+      const int peer = mine < 0 ? -1 : rank == a ? b : a;
+      ncclComm_t c = NULL;
+      VT_NCCL_CHECK(ncclCommSplit(st->comm, mine < 0 ? NCCL_SPLIT_NOCOLOR : mine,
+                                  rank == sender ? 0 : 1, &c, NULL));
+      if (mine < 0) continue;
+      VT_CHECK(c != NULL, "ncclCommSplit gave pipeline rank %d no link to rank %d", rank, peer);
+      int k = 0;
+      while (k < st->nlinks && st->links[k].peer != peer) k++;
+      VT_CHECK(k < 2, "pipeline rank %d has more than two neighbours", rank);
+      if (k == st->nlinks) st->links[st->nlinks++] = (nccl_link){peer, NULL, NULL};
+      if (rank == sender) st->links[k].to = c;
+      else st->links[k].from = c;
+      st->split[st->nsplit++] = c;
+    }
+  }
+  VT_CUDA_CHECK(cudaStreamCreateWithFlags(&st->sends, cudaStreamNonBlocking));
+  VT_CUDA_CHECK(cudaEventCreateWithFlags(&st->sends_ready, cudaEventDisableTiming));
+  VT_CUDA_CHECK(cudaEventCreateWithFlags(&st->sends_done, cudaEventDisableTiming));
 }
 
-// Ends the communicator's pending operations so a stream stuck in a collective is released.
-extern "C" void vt_comm_nccl_abort(void *state) { ncclCommAbort(comm_of(state)); }
+// Every NCCL communicator of the state: the comm, then its links' in the order they were made.
+static int state_comms(const nccl_state *st, ncclComm_t out[5]) {
+  out[0] = st->comm;
+  for (int i = 0; i < st->nsplit; i++) out[1 + i] = st->split[i];
+  return 1 + st->nsplit;
+}
+
+// For the watchdog thread: NCCL reports network failures and remote aborts asynchronously.
+extern "C" int vt_comm_nccl_async_error(void *state, char *err, size_t errlen) {
+  ncclComm_t comms[5];
+  const int n = state_comms((nccl_state *)state, comms);
+  for (int i = 0; i < n; i++) {
+    ncclResult_t st = ncclSuccess;
+    if (ncclCommGetAsyncError(comms[i], &st) != ncclSuccess || st == ncclSuccess ||
+        st == ncclInProgress)
+      continue;
+    snprintf(err, errlen, "NCCL asynchronous error: %s (NCCL result %d); last NCCL message: %s",
+             ncclGetErrorString(st), (int)st, ncclGetLastError(comms[i]));
+    return 1;
+  }
+  return 0;
+}
+
+// Ends the communicators' pending operations so a stream stuck in a collective is released.
+extern "C" void vt_comm_nccl_abort(void *state) {
+  ncclComm_t comms[5];
+  const int n = state_comms((nccl_state *)state, comms);
+  for (int i = 0; i < n; i++) ncclCommAbort(comms[i]);
+}
 
 static void nccl_all_reduce(void *s, float *buf, int64_t count) {
   join_side(s);
@@ -109,10 +187,82 @@ static void nccl_recv(void *s, float *buf, int64_t count, int peer) {
   VT_NCCL_CHECK(ncclRecv(buf, (size_t)count, ncclFloat, peer, comm_of(s), vt_cuda_stream()));
 }
 
+static const nccl_link *link_to(const nccl_state *st, int peer) {
+  for (int k = 0; k < st->nlinks; k++)
+    if (st->links[k].peer == peer) return &st->links[k];
+  vt_fatal(__FILE__, __LINE__, "the pipeline comm has no link to rank %d (only neighbours)", peer);
+}
+
+// Over the links: the send stream waits for the backend's stream (the data sent), then sends in
+// one group; the receives go in another group on the backend's stream, so the host and the
+// backend's stream go on while a send waits for its receiver. A deferred send's buffer is
+// protected by its key's event (nccl_wait_sends); a send with defer 0 has the backend's stream
+// wait for it at once.
+static void exchange_links(nccl_state *st, const vt_comm_p2p *ops, int n) {
+  int nsend = 0, wait_now = 0;
+  for (int i = 0; i < n; i++) nsend += !ops[i].recv;
+  if (nsend) {
+    VT_CUDA_CHECK(cudaEventRecord(st->sends_ready, vt_cuda_stream()));
+    VT_CUDA_CHECK(cudaStreamWaitEvent(st->sends, st->sends_ready, 0));
+    VT_NCCL_CHECK(ncclGroupStart());
+    for (int i = 0; i < n; i++)
+      if (!ops[i].recv)
+        VT_NCCL_CHECK(ncclSend(ops[i].buf, (size_t)ops[i].count, ncclFloat, 1,
+                               link_to(st, ops[i].peer)->to, st->sends));
+    VT_NCCL_CHECK(ncclGroupEnd());
+    for (int i = 0; i < n; i++) {
+      if (ops[i].recv) continue;
+      const int key = ops[i].defer;
+      if (key <= 0) {
+        wait_now = 1;
+        continue;
+      }
+      if (key >= st->nkeys) {  // keys are small (the executor's slot + 1)
+        const int nk = key + 8;
+        cudaEvent_t *ev = (cudaEvent_t *)realloc(st->sent, nk * sizeof *ev);
+        int *uw = ev ? (int *)realloc(st->unwaited, nk * sizeof *uw) : NULL;
+        VT_CHECK(ev && uw, "out of memory for the events of deferred sends");
+        for (int k = st->nkeys; k < nk; k++) {
+          VT_CUDA_CHECK(cudaEventCreateWithFlags(&ev[k], cudaEventDisableTiming));
+          uw[k] = 0;
+        }
+        st->sent = ev, st->unwaited = uw, st->nkeys = nk;
+      }
+      VT_CUDA_CHECK(cudaEventRecord(st->sent[key], st->sends));
+      st->unwaited[key] = 1;
+    }
+    if (wait_now) {
+      VT_CUDA_CHECK(cudaEventRecord(st->sends_done, st->sends));
+      VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->sends_done, 0));
+    }
+  }
+  if (nsend == n) return;
+  VT_NCCL_CHECK(ncclGroupStart());
+  for (int i = 0; i < n; i++)
+    if (ops[i].recv)
+      VT_NCCL_CHECK(ncclRecv(ops[i].buf, (size_t)ops[i].count, ncclFloat, 0,
+                             link_to(st, ops[i].peer)->from, vt_cuda_stream()));
+  VT_NCCL_CHECK(ncclGroupEnd());
+}
+
+// The backend's stream waits for the deferred sends of `key` (0: all of them); the host does not.
+static void nccl_wait_sends(void *s, int key) {
+  nccl_state *st = (nccl_state *)s;
+  for (int k = key > 0 ? key : 1; k < st->nkeys && (key <= 0 || k == key); k++)
+    if (st->unwaited[k]) {
+      VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->sent[k], 0));
+      st->unwaited[k] = 0;
+    }
+}
+
 // A group lets NCCL progress every message at once, which is what makes a pipeline step that
-// sends and receives in both directions deadlock-free.
+// sends and receives in both directions deadlock-free. A pipeline comm's go over its links.
 static void nccl_exchange(void *s, const vt_comm_p2p *ops, int n) {
   join_side(s);
+  if (((nccl_state *)s)->nlinks) {
+    exchange_links((nccl_state *)s, ops, n);
+    return;
+  }
   VT_NCCL_CHECK(ncclGroupStart());
   for (int i = 0; i < n; i++)
     if (ops[i].recv)
@@ -143,11 +293,21 @@ static void nccl_all_reduce_start(void *s, float *buf, int64_t count) {
 static void nccl_wait_all(void *s) { join_side(s); }
 
 // Finalize first: it waits for operations still queued on the stream, which Destroy alone may
-// cut short.
+// cut short. The links after the comm, in the one order in which every rank made them.
 static void nccl_free(void *s) {
   nccl_state *st = (nccl_state *)s;
-  VT_NCCL_CHECK(ncclCommFinalize(st->comm));
-  VT_NCCL_CHECK(ncclCommDestroy(st->comm));
+  ncclComm_t comms[5];
+  const int n = state_comms(st, comms);
+  for (int i = 0; i < n; i++) VT_NCCL_CHECK(ncclCommFinalize(comms[i]));
+  for (int i = 0; i < n; i++) VT_NCCL_CHECK(ncclCommDestroy(comms[i]));
+  if (st->nlinks) {
+    VT_CUDA_CHECK(cudaStreamDestroy(st->sends));
+    VT_CUDA_CHECK(cudaEventDestroy(st->sends_ready));
+    VT_CUDA_CHECK(cudaEventDestroy(st->sends_done));
+    for (int k = 0; k < st->nkeys; k++) VT_CUDA_CHECK(cudaEventDestroy(st->sent[k]));
+    free(st->sent);
+    free(st->unwaited);
+  }
   if (st->side) {
     VT_CUDA_CHECK(cudaStreamDestroy(st->side));
     VT_CUDA_CHECK(cudaEventDestroy(st->ready));
@@ -159,4 +319,4 @@ static void nccl_free(void *s) {
 extern "C" const vt_comm_transport vt_comm_nccl_transport = {
     "nccl",    nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather,       nccl_broadcast,
     nccl_send, nccl_recv,       nccl_exchange,       nccl_free,             nccl_all_reduce_start,
-    nccl_wait_all,  NULL};
+    nccl_wait_all,  nccl_wait_sends};

@@ -82,7 +82,6 @@ if grep -q "^host memory for input batches: stage 0's ranks 55.1 MiB (3 micro-ba
   echo "ok: vit3d plan's host input batches with TP 4: $(grep '^host memory' <<<"$out")"
 else echo "FAIL: vit3d plan's host memory line with TP 4: $out"; fail=1; fi
 refuse "it does not go with --recompute-blocks" train --pp-schedule zb-h1 --recompute-blocks 2
-refuse "use --pp-schedule 1f1b or interleaved on --device cuda" train --pp-schedule zb-h1 --device cuda
 refuse "arguments file /nonexistent/recipe.args: No such file or directory" train @/nonexistent/recipe.args
 # An arguments file: its words are flags (comments and line breaks aside); later flags win.
 args=$(mktemp)

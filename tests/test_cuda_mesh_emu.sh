@@ -3,16 +3,19 @@
 # the CUDA emulation with NCCL over MPI (tests/cuda_emu/nccl_emu.cpp), follows the CPU run of
 # the same mesh over MPI: the NCCL transport (parallel/comm_nccl.cu) on every axis, which a lent
 # GPU (one per task) can only run with one rank per communicator. The meshes: TP with sequence
-# parallelism (all-gathers and reduce-scatters), PP 1F1B (grouped sends and receives), DP with
-# the layer all-reduces overlapped on the side stream, DP with ZeRO-1, the interleaved schedule
-# over TP x PP, LAMB with clipping and layer decay on parallel blocks over TP x DP, an image
+# parallelism (all-gathers and reduce-scatters), PP 1F1B (sends on the send stream over the
+# links to the neighbours, receives on the compute stream), DP with the layer all-reduces
+# overlapped on the side stream, DP with ZeRO-1, the interleaved schedule over TP x PP, ZB-H1 on
+# 4 stages (its sends complete in the background), the interleaved ring on 3 stages (an odd ring:
+# its last link made in a round of its own), LAMB with clipping and layer decay on parallel blocks over TP x DP, an image
 # folder over TP x PP with the decoding split over TP (the shares all-gathered on the devices)
 # and the evaluation after the last step through the pipeline, and tp 2 x pp 2 x dp 2 with
 # ZeRO-1, sequence parallelism and the EMA, whose checkpoints (every rank writes its part from
 # its device) must hold the CPU run's weights; fp32 and bf16. One GPU per rank, chosen by local
-# rank; more ranks than GPUs are refused. Tolerances as test_cuda_train_emu.sh's. Not seen here:
-# real NCCL's concurrency (the emulation runs each operation at its call); tests/gpu/run.sh on a
-# GPU sees one rank of it.
+# rank; more ranks than GPUs are refused. Tolerances as test_cuda_train_emu.sh's. The emulation
+# aborts where a send's buffer is written before its stream's work is waited for. Not seen here:
+# real NCCL's concurrency (the emulation posts each message at its call and completes it when its
+# stream's work is needed); tests/gpu/run.sh on a GPU sees one rank of it.
 set -uo pipefail
 emu=$1 vit3d=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -85,6 +88,8 @@ done <<'MESHES'
 2 fp32 --dp 2
 2 bf16 --dp 2 --zero 1
 4 bf16 --tp 2 --pp 2 --pp-chunks 2 --pp-schedule interleaved
+4 fp32 --pp 4 --pp-schedule zb-h1
+3 bf16 --pp 3 --pp-chunks 2 --pp-schedule interleaved --global-batch-size 12 --depth 6
 4 fp32 --tp 2 --dp 2 --opt lamb --clip-grad 0.5 --parallel-blocks 1 --layer-decay 0.75
 4 fp32 --tp 2 --pp 2 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1 --decode-split 1
 8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9 --save-interval 2

@@ -230,6 +230,9 @@ void flush_stream(cudaStream_t st) {
   emu_stream *s = stream_of(st);
   run_until(s, s->issued);
 }
+void defer_on_stream(cudaStream_t st, void (*fn)(void *), void *arg) {
+  enqueue(st, [fn, arg]() { fn(arg); });
+}
 }  // namespace vt_emu
 static void flush_all() {
   vt_emu::flush_stream(nullptr);

@@ -49,6 +49,9 @@ unsigned char *dyn_smem();
 // Runs the copies and memsets queued on stream st (emu.cpp): a kernel or library call on st
 // comes after them.
 void flush_stream(cudaStream_t st);
+// Queues fn(arg) on stream st, to run after the work queued there before it, when something
+// needs the stream's work (nccl_emu.cpp: the wait for a group's messages).
+void defer_on_stream(cudaStream_t st, void (*fn)(void *), void *arg);
 template <class F>
 struct launcher;
 template <class... P>

@@ -12,6 +12,8 @@ typedef struct {
   char internal[NCCL_UNIQUE_ID_BYTES];
 } ncclUniqueId;
 typedef struct emu_nccl *ncclComm_t;
+typedef struct emu_nccl_config ncclConfig_t;  // never read: callers pass NULL
+#define NCCL_SPLIT_NOCOLOR -1
 typedef enum {
   ncclSuccess = 0,
   ncclInvalidArgument = 4,
@@ -23,6 +25,8 @@ typedef enum { ncclSum = 0 } ncclRedOp_t;
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config);
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t type,
