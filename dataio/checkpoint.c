@@ -78,6 +78,7 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    "\nimg_size %d\npatch_size %d\nwidth %d\ndepth %d\nheads %d\nmlp_ratio %.9g"
                    "\nnum_classes %d\nglobal_pool %d\naug_repeats %d\nlayer_scale %d"
                    "\nno_embed_class %d\nreg_tokens %d\nqk_norm %d\nqkv_bias %d\nparallel %d"
+                   "\nclass_token %d"
                    "\ntp %d\npp %d\ndp %d"
                    "\nzero %d\nsequence_parallel %d\n",
                    m->step, m->stream_position, m->global_batch, m->adam_t, m->lamb, m->seed,
@@ -85,7 +86,7 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    m->patch_size, m->width, m->depth, m->heads, (double)m->mlp_ratio,
                    m->num_classes, m->global_pool, m->aug_repeats > 1 ? m->aug_repeats : 1,
                    m->layer_scale, m->no_embed_class, m->reg_tokens, m->qk_norm, m->qkv_bias,
-                   m->parallel, m->tp,
+                   m->parallel, m->class_token, m->tp,
                    m->pp, m->dp, m->zero,
                    m->sequence_parallel);
   if (m->has_optim && k < (int)nbytes)
@@ -130,7 +131,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"depth", 1, 1 << 16, &m->depth, 4, 0, 0},
       {"heads", 1, 1 << 16, &m->heads, 4, 0, 0},
       {"num_classes", 1, 1 << 24, &m->num_classes, 4, 0, 0},
-      {"global_pool", 0, 1, &m->global_pool, 4, 1, 0},  // absent: 0
+      {"global_pool", 0, 2, &m->global_pool, 4, 1, 0},  // absent: 0
       {"aug_repeats", 1, 64, &m->aug_repeats, 4, 1, 0},  // absent: 1
       {"layer_scale", 0, 1, &m->layer_scale, 4, 1, 0},  // absent: 0
       {"no_embed_class", 0, 1, &m->no_embed_class, 4, 1, 0},
@@ -138,6 +139,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"qk_norm", 0, 1, &m->qk_norm, 4, 1, 0},
       {"qkv_bias", 0, 1, &m->qkv_bias, 4, 1, 0},  // absent: 1
       {"parallel", 0, 1, &m->parallel, 4, 1, 0},
+      {"class_token", 0, 1, &m->class_token, 4, 1, 0},  // absent: 1
       {"tp", 1, 1 << 20, &m->tp, 4, 0, 0},
       {"pp", 1, 1 << 20, &m->pp, 4, 0, 0},
       {"dp", 1, 1 << 20, &m->dp, 4, 0, 0},
@@ -158,7 +160,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   const int nreals = (int)(sizeof reals / sizeof reals[0]);
   const int nkeys = (int)(sizeof keys / sizeof keys[0]);
   memset(m, 0, sizeof *m);
-  m->aug_repeats = 1, m->qkv_bias = 1;
+  m->aug_repeats = 1, m->qkv_bias = 1, m->class_token = 1;
   int format = 0, ratio = 0, line_no = 0;
   const char *p = text, *end = text + nbytes;
   while (p < end) {

@@ -41,13 +41,14 @@ typedef struct {
   double warmup_epochs, cycle_epochs;
   // model configuration
   int img_size, patch_size, width, depth, heads, num_classes;
-  int global_pool;  // vt_vit_config's (0 when the manifest predates it)
+  int global_pool;  // vt_vit_config's: 0 token, 1 avg, 2 gap (0 when the manifest predates it)
   int aug_repeats;  // the data stream's repeated augmentation (1 when the manifest predates it)
   int layer_scale;  // 1: the model has LayerScale gammas (0 when the manifest predates them)
   int no_embed_class, reg_tokens;  // vt_vit_config's (0 when the manifest predates them)
   int qk_norm;                     // vt_vit_config's (0 when the manifest predates it)
   int qkv_bias;                    // 0: no qkv bias (1 when the manifest predates it)
   int parallel;                    // parallel blocks (0 when the manifest predates them)
+  int class_token;                 // 0: no class token (1 when the manifest predates it)
   float mlp_ratio;
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;

@@ -241,7 +241,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
       .layer_scale = c->layer_scale > 0, .no_embed_class = c->no_embed_class,
       .reg_tokens = c->reg_tokens, .qk_norm = c->qk_norm, .qkv_bias = !c->no_qkv_bias,
-      .parallel = c->parallel,
+      .parallel = c->parallel, .class_token = !c->no_class_token,
       .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
       .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
   manifest_optim(&w->man, &opt->cfg);
@@ -334,10 +334,13 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
              (double)man->mlp_ratio, man->num_classes);
     return VT_ERR_INPUT;
   }
-  if (man->global_pool != c->global_pool) {
-    snprintf(err, errlen, "%s holds a model with the %s head; resume it with --global-pool %s",
-             dir, man->global_pool ? "mean-pooled (fc_norm)" : "class-token",
-             man->global_pool ? "avg" : "token");
+  if (man->global_pool != c->global_pool || man->class_token != !c->no_class_token) {
+    static const char *const heads[] = {"class-token", "mean-pooled (fc_norm)",
+                                        "normalised-tokens mean (gap)"};
+    snprintf(err, errlen, "%s holds a model with the %s head and %s class token; resume it with "
+             "--global-pool %s --class-token %d",
+             dir, heads[man->global_pool], man->class_token ? "a" : "no",
+             vt_config_pool_name(man->global_pool), man->class_token);
     return VT_ERR_INPUT;
   }
   if (man->layer_scale != (c->layer_scale > 0) || man->no_embed_class != c->no_embed_class ||

@@ -7,7 +7,8 @@ a pickle cannot run code; a training checkpoint that also pickles other objects,
 DeiT's argparse arguments, needs --unsafe-pickle: only for a file you trust), a JAX/Flax .npz
 of Google's original ViT (the ViT paper's and AugReg's "embedding/kernel", "Transformer/
 encoderblock_i/MultiHeadDotProductAttention_1/query/kernel", ...; big_vision's "params/" layout
-with scanned blocks too; class-token models only) or safetensors, holding the weights directly or under "model",
+with scanned blocks too; class-token and gap heads, not MAP) or safetensors, holding the
+weights directly or under "model",
 "state_dict", "module", "model_ema" or "teacher" (DINO/DINOv2 training checkpoints). Names are
 made timm's:
   - prefixes of wrappers dropped: "module." (DDP), "_orig_mod." (torch.compile), "backbone."
@@ -97,14 +98,16 @@ def from_flax(w):
         sys.exit("convert_weights: an .npz without embedding/kernel: not Google's ViT layout")
     big_vision = prefix.startswith("params/")
     get = lambda k: np.asarray(w[prefix + k], np.float32)  # noqa: E731
-    if prefix + "cls" not in w:
-        sys.exit("convert_weights: an .npz ViT without a class token (a GAP or MAP head): vit3d's "
-                 "mean-pooled head has fc_norm instead of big_vision's; not converted")
+    if any(k.startswith(prefix + "MAPHead") for k in w):
+        sys.exit("convert_weights: an .npz ViT with a MAP head (MAPHead_0: attention pooling, "
+                 "SigLIP's): vit3d builds the class-token, fc_norm and gap heads; not converted")
     sd = {"patch_embed.proj.weight": get("embedding/kernel").transpose(3, 2, 0, 1),
-          "patch_embed.proj.bias": get("embedding/bias"), "cls_token": get("cls"),
+          "patch_embed.proj.bias": get("embedding/bias"),
           "pos_embed": get("pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"),
           "norm.weight": get("Transformer/encoder_norm/scale"),
           "norm.bias": get("Transformer/encoder_norm/bias")}
+    if prefix + "cls" in w:  # else big_vision's gap head: the mean of encoder_norm's tokens
+        sd["cls_token"] = get("cls")
     if prefix + "head/kernel" in w:
         sd["head.weight"], sd["head.bias"] = get("head/kernel").T, get("head/bias")
     mha, mlp, ln2 = ("MultiHeadDotProductAttention_0", "MlpBlock_0", "LayerNorm_1") if big_vision \
@@ -198,15 +201,21 @@ def flags_for(sd):
     depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
     F = sd["blocks.0.mlp.fc1.weight"].shape[0]
     R = sd["reg_token"].shape[1] if "reg_token" in sd else 0
+    cls = int("cls_token" in sd)
     T = sd["pos_embed"].shape[1]
-    grid, no_embed_class = math.isqrt(T - 1 - R), 0
-    if not is_square(T - 1 - R):  # positions on the patch tokens only
+    grid, no_embed_class = math.isqrt(T - cls - R), 0
+    if not is_square(T - cls - R):  # positions on the patch tokens only
         grid, no_embed_class = math.isqrt(T), 1
     f = [f"--img-size {grid * P}", f"--patch-size {P}", f"--width {C}", f"--depth {depth}",
          f"--mlp-ratio {F / C:g}"]
     if "head.weight" in sd:
         f.append(f"--num-classes {sd['head.weight'].shape[0]}")
-    f.append(f"--global-pool {'avg' if 'fc_norm.weight' in sd else 'token'}")
+    # Without a class token and fc_norm, `norm` acts on every token before the mean (timm's
+    # fc_norm=False, big_vision's gap). With a class token that head looks like the class
+    # token's in the weights: such a model needs --global-pool gap by hand.
+    f.append(f"--global-pool {'avg' if 'fc_norm.weight' in sd else 'token' if cls else 'gap'}")
+    if not cls:
+        f.append("--class-token 0")
     if any(k.endswith(".gamma") for k in sd):
         f.append("--layer-scale 1e-6")  # any positive value: the gammas are loaded
     if R:

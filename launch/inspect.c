@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "config.h"
 
 // The shortest text of v that a float flag reads back as the same float.
 static const char *float_text(double v, char *buf, size_t size) {
@@ -80,11 +81,13 @@ int vt_inspect_run(const char *path) {
   if (m.aug_repeats > 1) snprintf(repeats, sizeof repeats, " --aug-repeats %d", m.aug_repeats);
   optim_flags(&m, optim, sizeof optim);
   printf("resume with: --img-size %d --patch-size %d --width %d --depth %d --heads %d "
-         "--mlp-ratio %g --num-classes %d --global-pool %s --layer-scale %s --reg-tokens %d "
+         "--mlp-ratio %g --num-classes %d --global-pool %s --class-token %d --layer-scale %s "
+         "--reg-tokens %d "
          "--no-embed-class %d --qk-norm %d --qkv-bias %d --parallel-blocks %d --opt %s%s "
          "--global-batch-size %" PRId64 " --seed %" PRIu64 "%s --resume %s\n",
          m.img_size, m.patch_size, m.width, m.depth, m.heads, (double)m.mlp_ratio, m.num_classes,
-         m.global_pool ? "avg" : "token", m.layer_scale ? "1" : "0", m.reg_tokens,
+         vt_config_pool_name(m.global_pool), m.class_token, m.layer_scale ? "1" : "0",
+         m.reg_tokens,
          m.no_embed_class, m.qk_norm, m.qkv_bias, m.parallel, m.lamb ? "lamb" : "adamw", optim,
          m.global_batch, m.seed, repeats,
          dir);

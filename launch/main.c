@@ -126,7 +126,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   char train_interp[12] = "sample", eval_interp[12] = "sample";
   char mean[64] = "", std[64] = "", opt_name[8] = "adamw", sched_on[8] = "steps";
   float epochs = 0, warmup_epochs = 0, eval_epochs = 0, save_epochs = 0;
-  int qkv_bias = 1;
+  int qkv_bias = 1, class_token = 1;
   snprintf(model, sizeof model, "%s", o.model.name);
   // --model picks the preset first; the size flags then override its fields.
   const char *preset = vt_cli_find(argc, argv, "--model");
@@ -148,9 +148,13 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "MLP hidden width / width", NULL},
       {"--num-classes", VT_OPT_INT, &o.model.num_classes, 0, 2, 1000000, "K", "classes", NULL},
       {"--global-pool", VT_OPT_STR, pool, sizeof pool, 0, 0, "POOL",
-       "what the head sees: token (the class token after `norm`, timm's default) or avg (the "
+       "what the head sees: token (the class token after `norm`, timm's default), avg (the "
        "mean of the patch tokens after `fc_norm`: MAE's fine-tuning head, timm's "
-       "global_pool='avg')", "token|avg"},
+       "global_pool='avg') or gap (the mean of the patch tokens each after `norm`: timm's "
+       "global_pool='avg' with fc_norm=False, big_vision's gap head)", "token|avg|gap"},
+      {"--class-token", VT_OPT_INT, &class_token, 0, 0, 1, "0|1",
+       "0: no class token (timm's class_token=False, the *_gap_* ViTs and SigLIP; needs "
+       "--global-pool avg or gap)", NULL},
       {"--head-init-std", VT_OPT_FLOAT, &o.model.head_init_std, 0, 0, 1, "S",
        "std of the head weight's truncated normal initialisation, also of a head --init-from "
        "starts fresh (MAE's fine-tuning: 2e-5); 0: timm's 0.02", NULL},
@@ -463,7 +467,8 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
   o.optim.kind = strcmp(opt_name, "lamb") == 0 ? VT_OPT_LAMB : VT_OPT_ADAMW;
   o.sched_epochs = strcmp(sched_on, "epochs") == 0;
-  o.model.global_pool = strcmp(pool, "avg") == 0;
+  o.model.global_pool = strcmp(pool, "avg") == 0 ? 1 : strcmp(pool, "gap") == 0 ? 2 : 0;
+  o.model.no_class_token = !class_token;
   o.model.no_qkv_bias = !qkv_bias;
   o.erase.mode = strcmp(remode, "const") == 0  ? VT_ERASE_CONST
                  : strcmp(remode, "rand") == 0 ? VT_ERASE_RAND

@@ -200,17 +200,18 @@ void vt_patchify_bwd(const vt_backend *be, float *dimg, const float *dpatches, i
   be->patchify_bwd(dimg, dpatches, B, S, P);
 }
 
-// Prefix tokens (class, registers) and patches: at least one of each; positions from token 0 or
-// from the first patch token.
+// Prefix tokens (class, registers; none without a class token) and at least one patch; positions
+// from token 0 or from the first patch token.
 #define EMBED_SHAPE(op)                                                                      \
-  VT_CHECK(T >= 1 && N > T && (pos0 == 0 || pos0 == T),                                      \
+  VT_CHECK(T >= 0 && N > T && (pos0 == 0 || pos0 == T),                                      \
            op ": N=%lld tokens, T=%lld prefix tokens, positions from %lld (0 or T)",          \
            (long long)N, (long long)T, (long long)pos0)
 
 void vt_embed_fwd(const vt_backend *be, float *x, const float *patch_out, const float *prefix,
                   const float *pos, int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C) {
   NEED(be, embed_fwd);
-  PTR(x); PTR(patch_out); PTR(prefix); PTR(pos);
+  PTR(x); PTR(patch_out); PTR(pos);
+  if (T > 0) PTR(prefix);
   POS(B); POS(C);
   EMBED_SHAPE("embed");
   be->embed_fwd(x, patch_out, prefix, pos, B, N, T, pos0, C);
@@ -219,7 +220,8 @@ void vt_embed_fwd(const vt_backend *be, float *x, const float *patch_out, const 
 void vt_embed_bwd(const vt_backend *be, float *dpatch_out, float *dprefix, float *dpos,
                   const float *dx, int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C) {
   NEED(be, embed_bwd);
-  PTR(dprefix); PTR(dpos); PTR(dx);
+  PTR(dpos); PTR(dx);
+  if (T > 0) PTR(dprefix);
   POS(B); POS(C);
   EMBED_SHAPE("embed");
   be->embed_bwd(dpatch_out, dprefix, dpos, dx, B, N, T, pos0, C);
@@ -246,7 +248,7 @@ void vt_mean_pool_fwd(const vt_backend *be, float *out, const float *x, int64_t 
   NEED(be, mean_pool_fwd);
   PTR(out); PTR(x);
   POS(B); POS(C);
-  VT_CHECK(T >= 1 && N > T, "mean_pool: N=%lld tokens with T=%lld prefix tokens has no patch",
+  VT_CHECK(T >= 0 && N > T, "mean_pool: N=%lld tokens with T=%lld prefix tokens has no patch",
            (long long)N, (long long)T);
   be->mean_pool_fwd(out, x, B, N, T, C);
 }
@@ -256,9 +258,33 @@ void vt_mean_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_
   NEED(be, mean_pool_bwd);
   PTR(dx); PTR(dout);
   POS(B); POS(C);
-  VT_CHECK(T >= 1 && N > T, "mean_pool: N=%lld tokens with T=%lld prefix tokens has no patch",
+  VT_CHECK(T >= 0 && N > T, "mean_pool: N=%lld tokens with T=%lld prefix tokens has no patch",
            (long long)N, (long long)T);
   be->mean_pool_bwd(dx, dout, B, N, T, C);
+}
+
+void vt_norm_mean_pool_fwd(const vt_backend *be, float *out, float *pooled, float *mean,
+                           float *rstd, const float *x, const float *weight, const float *bias,
+                           int64_t B, int64_t N, int64_t T, int64_t C) {
+  NEED(be, norm_mean_pool_fwd);
+  PTR(out); PTR(pooled); PTR(mean); PTR(rstd); PTR(x); PTR(weight); PTR(bias);
+  POS(B); POS(C);
+  VT_CHECK(T >= 0 && N > T, "norm_mean_pool: N=%lld tokens with T=%lld prefix tokens has no "
+           "patch", (long long)N, (long long)T);
+  be->norm_mean_pool_fwd(out, pooled, mean, rstd, x, weight, bias, B, N, T, C);
+}
+
+void vt_norm_mean_pool_bwd(const vt_backend *be, float *dx, float *dweight, float *dbias,
+                           const float *dout, const float *x, const float *pooled,
+                           const float *weight, const float *mean, const float *rstd, int64_t B,
+                           int64_t N, int64_t T, int64_t C) {
+  NEED(be, norm_mean_pool_bwd);
+  PTR(dx); PTR(dweight); PTR(dbias); PTR(dout); PTR(x); PTR(pooled); PTR(weight); PTR(mean);
+  PTR(rstd);
+  POS(B); POS(C);
+  VT_CHECK(T >= 0 && N > T, "norm_mean_pool: N=%lld tokens with T=%lld prefix tokens has no "
+           "patch", (long long)N, (long long)T);
+  be->norm_mean_pool_bwd(dx, dweight, dbias, dout, x, pooled, weight, mean, rstd, B, N, T, C);
 }
 
 void vt_layer_scale_fwd(const vt_backend *be, float *out, const float *x, const float *gamma,

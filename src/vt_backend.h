@@ -138,6 +138,13 @@ struct vt_backend {
   void (*mean_pool_fwd)(float *out, const float *x, int64_t B, int64_t N, int64_t T, int64_t C);
   void (*mean_pool_bwd)(float *dx, const float *dout, int64_t B, int64_t N, int64_t T,
                         int64_t C);
+  void (*norm_mean_pool_fwd)(float *out, float *pooled, float *mean, float *rstd, const float *x,
+                             const float *weight, const float *bias, int64_t B, int64_t N,
+                             int64_t T, int64_t C);
+  void (*norm_mean_pool_bwd)(float *dx, float *dweight, float *dbias, const float *dout,
+                             const float *x, const float *pooled, const float *weight,
+                             const float *mean, const float *rstd, int64_t B, int64_t N,
+                             int64_t T, int64_t C);
   void (*layer_scale_fwd)(float *out, const float *x, const float *gamma, int64_t rows,
                           int64_t cols);
   void (*layer_scale_bwd)(float *dx, float *dgamma, const float *dout, const float *x,

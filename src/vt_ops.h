@@ -156,10 +156,10 @@ void vt_patchify_bwd(const vt_backend *be, float *dimg, const float *dpatches, i
                      int64_t S, int64_t P);
 
 // Prefix tokens and position embedding (timm's _pos_embed): token n < T of every image is
-// prefix[n] (the class token, then T - 1 register tokens), token T + i is patch_out[b, i]; tokens
-// from pos0 on add pos[n - pos0]: pos0 = 0 gives every token a position (timm's default),
-// pos0 = T only the patch tokens (timm's no_embed_class, DeiT III and DINOv2).
-// x (B, N, C), patch_out (B, N-T, C), prefix (T, C), pos (N-pos0, C)
+// prefix[n] (the class token, then the register tokens; T may be 0, prefix then unused), token
+// T + i is patch_out[b, i]; tokens from pos0 on add pos[n - pos0]: pos0 = 0 gives every token a
+// position (timm's default), pos0 = T only the patch tokens (timm's no_embed_class, DeiT III and
+// DINOv2). x (B, N, C), patch_out (B, N-T, C), prefix (T, C), pos (N-pos0, C)
 void vt_embed_fwd(const vt_backend *be, float *x, const float *patch_out, const float *prefix,
                   const float *pos, int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C);
 // dpatch_out (B, N-T, C) overwritten (may be NULL); dprefix (T, C), dpos (N-pos0, C)
@@ -180,6 +180,22 @@ void vt_mean_pool_fwd(const vt_backend *be, float *out, const float *x, int64_t 
                       int64_t T, int64_t C);
 void vt_mean_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_t B, int64_t N,
                       int64_t T, int64_t C);
+// LayerNorm of every patch token, then their mean (timm's global_pool='avg' with fc_norm=False,
+// big_vision's 'gap' head): out[b] = weight * pooled[b] + bias, pooled[b] (fp32, kept for the
+// backward) the mean over the patch tokens t = T..N-1 of xhat_t = (x[b, t] - mean) * rstd, each
+// token's mean and rstd (B, N - T) saved as LayerNorm's (eps VT_LAYERNORM_EPS); out (B, C) is a
+// bf16 activation in bf16 precision, x (B, N, C) fp32. Every token shares the one gradient
+// g = dout[b] * weight / (N - T) of its xhat, so the backward writes the whole dx (zeros on the
+// prefix tokens, LayerNorm's input gradient of g on each patch token; dx may alias x, each row
+// being read before it is written) and adds the column sums over b of dout * pooled and dout to
+// dweight and dbias (in b order).
+void vt_norm_mean_pool_fwd(const vt_backend *be, float *out, float *pooled, float *mean,
+                           float *rstd, const float *x, const float *weight, const float *bias,
+                           int64_t B, int64_t N, int64_t T, int64_t C);
+void vt_norm_mean_pool_bwd(const vt_backend *be, float *dx, float *dweight, float *dbias,
+                           const float *dout, const float *x, const float *pooled,
+                           const float *weight, const float *mean, const float *rstd, int64_t B,
+                           int64_t N, int64_t T, int64_t C);
 
 // LayerScale (timm's ls1 and ls2: CaiT, DeiT III, DINOv2): out (rows, cols) = x * gamma, gamma
 // per column (out may alias x). The backward: dx = dout * gamma (dx may alias dout); dgamma

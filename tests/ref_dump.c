@@ -66,8 +66,8 @@ int main(int argc, char **argv) {
   if (argc < 2 || argc > 3 ||
       (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg") &&
        strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce") &&
-       strcmp(variant, "bcet") && strcmp(variant, "lamb"))) {
-    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb]\n", argv[0]);
+       strcmp(variant, "bcet") && strcmp(variant, "lamb") && strcmp(variant, "gap"))) {
+    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb|gap]\n", argv[0]);
     return 2;
   }
   const char *why = NULL;
@@ -83,6 +83,7 @@ int main(int argc, char **argv) {
   if (!strcmp(variant, "reg")) cfg.reg_tokens = 3;
   if (!strcmp(variant, "qk")) cfg.qk_norm = 1, cfg.no_qkv_bias = 1, cfg.layer_scale = 0.5f;
   if (!strcmp(variant, "par")) cfg.parallel = 1, cfg.layer_scale = 0.4f;
+  if (!strcmp(variant, "gap")) cfg.global_pool = 2, cfg.no_class_token = 1, cfg.reg_tokens = 2;
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,
@@ -119,6 +120,7 @@ int main(int argc, char **argv) {
   if (m.bce)  // the marker, holding the binary targets' threshold (negative: soft targets)
     *(float *)push(&o, "", "bce", "F32", 1, (int64_t[]){1}) = m.bce_thresh;
   if (oc.kind == VT_OPT_LAMB) *(float *)push(&o, "", "lamb", "F32", 1, (int64_t[]){1}) = 1.0f;
+  if (cfg.global_pool == 2) *(float *)push(&o, "", "gap", "F32", 1, (int64_t[]){1}) = 1.0f;
 
   int clipped = 0;
   for (int64_t step = 0; step < STEPS; step++) {

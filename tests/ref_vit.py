@@ -169,25 +169,33 @@ class PatchEmbed(nn.Module):
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, patches, C), row-major patch order
 
 
+def head_name(model):
+    if model.gap:
+        return "mean of the normalised patch tokens (gap)"
+    return "mean of the patch tokens, fc_norm" if model.global_pool else "class token"
+
+
 class ViT(nn.Module):
     def __init__(self, img=IMG, patch=PATCH, width=WIDTH, depth=DEPTH, heads=HEADS,
                  mlp_ratio=MLP_RATIO, classes=CLASSES, global_pool=False, layer_scale=False,
                  reg_tokens=0, no_embed_class=False, qk_norm=False, qkv_bias=True,
-                 parallel=False):
+                 parallel=False, class_token=True, gap=False):
         super().__init__()
-        self.global_pool, self.no_embed_class = global_pool, no_embed_class
-        self.prefix = 1 + reg_tokens  # timm's num_prefix_tokens: class token, then registers
+        self.global_pool, self.no_embed_class, self.gap = global_pool, no_embed_class, gap
+        # timm's num_prefix_tokens: the class token (unless class_token=False), then registers
+        self.prefix = int(class_token) + reg_tokens
         n = (img // patch) ** 2 + (0 if no_embed_class else self.prefix)
         self.patch_embed = PatchEmbed(patch, width)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, width))
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, width)) if class_token else None
         self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, width)) if reg_tokens else None
         self.pos_embed = nn.Parameter(torch.zeros(1, n, width))
         self.blocks = nn.Sequential(
             *[(ParallelBlock if parallel else Block)(width, heads, int(width * mlp_ratio),
                                                      layer_scale, qk_norm, qkv_bias)
               for _ in range(depth)])
-        # timm: global_pool='avg' replaces `norm` by fc_norm after the pooling
-        if global_pool:
+        # timm: global_pool='avg' replaces `norm` by fc_norm after the pooling, unless
+        # fc_norm=False (gap: every token normalised by `norm`, then the mean)
+        if global_pool and not gap:
             self.fc_norm = nn.LayerNorm(width, eps=1e-6)
         else:
             self.norm = nn.LayerNorm(width, eps=1e-6)
@@ -199,7 +207,7 @@ class ViT(nn.Module):
         """Training with the images' stream positions (drop path's masks, kept in self.masks),
         evaluation without."""
         x = self.patch_embed(img)
-        prefix = [self.cls_token.expand(x.shape[0], -1, -1)]
+        prefix = [] if self.cls_token is None else [self.cls_token.expand(x.shape[0], -1, -1)]
         if self.reg_token is not None:
             prefix.append(self.reg_token.expand(x.shape[0], -1, -1))
         if self.no_embed_class:  # timm's _pos_embed: positions on the patches, then the prefix
@@ -209,6 +217,8 @@ class ViT(nn.Module):
         self.masks = None if positions is None else drop_masks(positions, self.keep)
         for l, block in enumerate(self.blocks):
             x = block(x) if positions is None else block(x, self.masks[l], self.keep[l])
+        if self.gap:  # every token normalised, then the mean of the patch tokens
+            return self.head(self.norm(x)[:, self.prefix:].mean(dim=1))
         if self.global_pool:  # the mean of the patch tokens, then fc_norm
             return self.head(self.fc_norm(x[:, self.prefix:].mean(dim=1)))
         x = self.norm(x)  # timm normalises all tokens, then pools
@@ -325,16 +335,18 @@ def main():
     d = read_safetensors(args.dump)
 
     regs = d["init.reg_token"].shape[1] if "init.reg_token" in d else 0
-    no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2
+    class_token, gap = "init.cls_token" in d, "gap" in d  # gap: ref_dump's marker
+    no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2 and \
+        (class_token or regs > 0)
     qk_norm, qkv_bias = "init.blocks.0.attn.q_norm.weight" in d, "init.blocks.0.attn.qkv.bias" in d
     parallel = "init.blocks.0.norm2.weight" not in d
     bce = "bce" in d  # ref_dump's marker: trained with binary cross-entropy
     bce_thresh = float(d["bce"][0]) if bce else -1.0  # >= 0: binary targets
     lamb = "lamb" in d  # ... with LAMB
     layer_scale = "init.blocks.0.ls1.gamma" in d or "init.blocks.0.ls.gamma" in d
-    model = ViT(global_pool="init.fc_norm.weight" in d, layer_scale=layer_scale,
+    model = ViT(global_pool="init.fc_norm.weight" in d or gap, layer_scale=layer_scale,
                 reg_tokens=regs, no_embed_class=no_embed_class, qk_norm=qk_norm,
-                qkv_bias=qkv_bias, parallel=parallel).to(dt)
+                qkv_bias=qkv_bias, parallel=parallel, class_token=class_token, gap=gap).to(dt)
     names = [n for n, _ in model.named_parameters()]
     init = {n[5:]: t for n, t in d.items() if n.startswith("init.")}
     model.load_state_dict({n: t.to(dt) for n, t in init.items()}, strict=True)
@@ -466,7 +478,8 @@ def main():
                (", positions on the patch tokens only" if no_embed_class else "") +
                (", QK-norm" if qk_norm else "") + ("" if qkv_bias else ", no qkv bias"))
     print(f"vit3d vs PyTorch reference ({args.dtype}, head: "
-          f"{'mean of the patch tokens, fc_norm' if model.global_pool else 'class token'}"
+          f"{head_name(model)}"
+          f"{'' if class_token else ', no class token'}"
           f"{variant}); clipping active on {clipped}/{STEPS} steps;"
           f" drop path dropped {dropped:.0f} of {STEPS * GLOBAL * 2 * (DEPTH - 1)} branch passes"
           f" of blocks 1-{DEPTH - 1} ({dropped0:.0f} in step 0)")

@@ -27,7 +27,7 @@ if [ $rc -eq 2 ] && grep -q "holds a model of img 32 patch 8 width 64" <<<"$out"
 else echo "FAIL: config mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --global-pool avg --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
-if [ $rc -eq 2 ] && grep -q "holds a model with the class-token head; resume it with --global-pool token" <<<"$out"; then
+if [ $rc -eq 2 ] && grep -q "holds a model with the class-token head and a class token; resume it with --global-pool token --class-token 1" <<<"$out"; then
   echo "ok: another head refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: head mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --layer-scale 1e-6 --reg-tokens 4 --steps 6 --save "$work/ck" --resume auto 2>&1)

@@ -3,7 +3,8 @@
 # the CUDA emulation with NCCL over MPI (tests/cuda_emu/nccl_emu.cpp), follows the CPU run of
 # the same mesh over MPI: the NCCL transport (parallel/comm_nccl.cu) on every axis, which a lent
 # GPU (one per task) can only run with one rank per communicator. The meshes: TP with sequence
-# parallelism (all-gathers and reduce-scatters), PP 1F1B (sends on the send stream over the
+# parallelism (all-gathers and reduce-scatters; the gap head without a class token, whose
+# backward gathers the tokens again), PP 1F1B (sends on the send stream over the
 # links to the neighbours, receives on the compute stream), DP with the layer all-reduces
 # overlapped on the side stream, DP with ZeRO-1, the interleaved schedule over TP x PP, ZB-H1 on
 # 4 stages (its sends complete in the background), the interleaved ring on 3 stages (an odd ring:
@@ -83,7 +84,7 @@ PY
         ck/step-00000003/ema.safetensors; } || { echo "FAIL: the emulated run's checkpoint"; fail=1; }
   fi
 done <<'MESHES'
-2 fp32 --tp 2 --sequence-parallel 1
+2 fp32 --tp 2 --sequence-parallel 1 --global-pool gap --class-token 0 --reg-tokens 1
 2 bf16 --pp 2
 2 fp32 --dp 2
 2 bf16 --dp 2 --zero 1

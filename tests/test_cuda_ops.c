@@ -499,6 +499,50 @@ static void t_cls_pool_bwd(tc *t, const int64_t *d) { pool_case(t, d, 0, 1); }
 static void t_mean_pool_fwd(tc *t, const int64_t *d) { pool_case(t, d, 1, 0); }
 static void t_mean_pool_bwd(tc *t, const int64_t *d) { pool_case(t, d, 1, 1); }
 
+// LayerNorm of each patch token, then their mean (the gap head): out (an activation), pooled,
+// the statistics; the backward (dx from poison, dweight and dbias added to random values) with
+// the CPU's statistics, dx apart and in place (dx = x).
+static void t_norm_mean_pool_fwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], N = d[1], C = d[2], T = d[3], Np = N - T;
+  float *x = hrand(t, B * N * C, -1, 2), *w = hrand(t, C, 0.5f, 1.5f), *b = hrand(t, C, -1, 1);
+  float *ro = hnew(t, B * C), *rp = hnew(t, B * C), *rm = hnew(t, B * Np), *rr = hnew(t, B * Np);
+  vt_norm_mean_pool_fwd(t->cpu, ro, rp, rm, rr, x, w, b, B, N, T, C);
+  float *gx = dnew(t, x, B * N * C), *gw = dnew(t, w, C), *gb = dnew(t, b, C);
+  float *go[2], *gp[2], *gm[2], *gr[2];
+  for (int r = 0; r < 2; r++) {
+    go[r] = dpoison(t, B * C), gp[r] = dpoison(t, B * C);
+    gm[r] = dpoison(t, B * Np), gr[r] = dpoison(t, B * Np);
+    vt_norm_mean_pool_fwd(t->gpu, go[r], gp[r], gm[r], gr[r], gx, gw, gb, B, N, T, C);
+  }
+  check_act(t, "out", go, ro, B * C);
+  check(t, "pooled", gp, rp, B * C);
+  check(t, "mean", gm, rm, B * Np);
+  check(t, "rstd", gr, rr, B * Np);
+}
+
+static void t_norm_mean_pool_bwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], N = d[1], C = d[2], T = d[3], Np = N - T;
+  float *x = hrand(t, B * N * C, -1, 2), *w = hrand(t, C, 0.5f, 1.5f), *b = hrand(t, C, -1, 1);
+  float *dy = hrand(t, B * C, -1, 1), *dw0 = hrand(t, C, -1, 1), *db0 = hrand(t, C, -1, 1);
+  float *out = hnew(t, B * C), *p = hnew(t, B * C), *mean = hnew(t, B * Np);
+  float *rstd = hnew(t, B * Np);
+  vt_norm_mean_pool_fwd(t->cpu, out, p, mean, rstd, x, w, b, B, N, T, C);  // saved values
+  float *rdx = hnew(t, B * N * C), *rdw = hcopy(t, dw0, C), *rdb = hcopy(t, db0, C);
+  vt_norm_mean_pool_bwd(t->cpu, rdx, rdw, rdb, dy, x, p, w, mean, rstd, B, N, T, C);
+  float *gx = dnew(t, x, B * N * C), *gw = dnew(t, w, C), *gdy = dnew(t, dy, B * C);
+  float *gp = dnew(t, p, B * C), *gm = dnew(t, mean, B * Np), *gr = dnew(t, rstd, B * Np);
+  float *gdx[2], *gdw[2], *gdb[2];
+  for (int r = 0; r < 2; r++) {
+    gdx[r] = r ? dnew(t, x, B * N * C) : dpoison(t, B * N * C);  // r 1: in place
+    gdw[r] = dnew(t, dw0, C), gdb[r] = dnew(t, db0, C);
+    vt_norm_mean_pool_bwd(t->gpu, gdx[r], gdw[r], gdb[r], gdy, r ? gdx[r] : gx, gp, gw, gm, gr,
+                          B, N, T, C);
+  }
+  check(t, "dx", gdx, rdx, B * N * C);
+  check(t, "dweight", gdw, rdw, C);
+  check(t, "dbias", gdb, rdb, C);
+}
+
 // QK-norm on (M, 3HD); the backward adds onto random old parameter gradients, with and
 // without qkv's bias gradient (d[3]).
 static void t_qk_norm_fwd(tc *t, const int64_t *d) {
@@ -746,11 +790,13 @@ static void t_scale(tc *t, const int64_t *d) {
 //   1e-6   element-wise with FMA contraction or library functions: AdamW, cross-entropy bwd
 //          (a few ulp).
 //   2e-6   GELU: the CPU uses its own erf (abs. error 1.5e-7) and exp, CUDA erff and expf.
-//   1e-5   LayerNorm forward (C <= 768 terms), cross-entropy forward (sums in double; exp and
+//   1e-5   LayerNorm forward (C <= 768 terms; norm_mean_pool's too, then up to 197 tokens'
+//          xhat summed in order on both sides), cross-entropy forward (sums in double; exp and
 //          log of up to 1000 classes), GELU backward (its fused bias gradient sums up to 1100
 //          rows of GELU derivatives, each a few 1e-7 apart), LayerScale backward (dgamma sums
 //          up to 1100 rows of products, in chunks on CUDA).
-//   5e-5   LayerNorm backward (dweight sums over up to 1000 rows), attention forward (D = 64
+//   5e-5   LayerNorm backward (dweight sums over up to 1000 rows; norm_mean_pool's mean(g) a
+//          256-thread tree on CUDA), attention forward (D = 64
 //          scores, then N = 197 products; exp turns absolute score errors into relative ones;
 //          lse's row sums run in tiles of 64 on CUDA, in one pass on the CPU).
 //   1e-4   linear (sums of up to 1152 products), attention backward (recomputed scores, three
@@ -816,16 +862,25 @@ static const op_test kTests[] = {
      {{2, 32, 16}, {1, 12, 4}, {3, 30, 5}, {1, 224, 16}, {2, 8, 8}}},
     {"embed_fwd", "B,N,C,T,2pos_patches", t_embed_fwd, {0, -1},
      {{2, 197, 192, 1, 0}, {1, 5, 7, 1, 0}, {3, 2, 1, 1, 0}, {4, 17, 33, 1, 0},
-      {2, 201, 192, 5, 2}, {2, 201, 192, 5, 0}, {3, 6, 7, 5, 2}, {2, 197, 192, 1, 2}}},
+      {2, 201, 192, 5, 2}, {2, 201, 192, 5, 0}, {3, 6, 7, 5, 2}, {2, 197, 192, 1, 2},
+      {2, 196, 192, 0, 0}, {2, 200, 192, 4, 2}}},  // no class token: no prefix, or 4 registers
     {"embed_bwd", "B,N,C,T,dpatch+2pos_patches", t_embed_bwd, {0, -1},
      {{2, 197, 192, 1, 1}, {1, 5, 7, 1, 1}, {3, 2, 1, 1, 0}, {4, 17, 33, 1, 1}, {64, 5, 3, 1, 0},
-      {2, 201, 192, 5, 3}, {2, 201, 192, 5, 1}, {3, 6, 7, 5, 2}, {2, 197, 192, 1, 3}}},
+      {2, 201, 192, 5, 3}, {2, 201, 192, 5, 1}, {3, 6, 7, 5, 2}, {2, 197, 192, 1, 3},
+      {2, 196, 192, 0, 1}, {2, 200, 192, 4, 3}}},
     {"cls_pool_fwd", "B,N,C", t_cls_pool_fwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
     {"cls_pool_bwd", "B,N,C", t_cls_pool_bwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
     {"mean_pool_fwd", "B,N,C,T", t_mean_pool_fwd, {0, -1},
-     {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 4, 1}, {2, 201, 192, 5}, {3, 6, 4, 5}}},
+     {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 4, 1}, {2, 201, 192, 5}, {3, 6, 4, 5},
+      {2, 196, 192, 0}}},
     {"mean_pool_bwd", "B,N,C,T", t_mean_pool_bwd, {0, -1},
-     {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 4, 1}, {2, 201, 192, 5}, {3, 6, 4, 5}}},
+     {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 4, 1}, {2, 201, 192, 5}, {3, 6, 4, 5},
+      {2, 196, 192, 0}}},
+    {"norm_mean_pool_fwd", "B,N,C,T", t_norm_mean_pool_fwd, {1e-5, 1e-5},
+     {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 4, 1}, {2, 196, 768, 0}, {3, 6, 33, 5}, {1, 1, 1, 0}}},
+    {"norm_mean_pool_bwd", "B,N,C,T", t_norm_mean_pool_bwd, {5e-5, -1},
+     {{2, 197, 192, 1}, {1, 5, 7, 1}, {3, 2, 4, 1}, {2, 196, 768, 0}, {3, 6, 33, 5}, {1, 1, 1, 0},
+      {64, 17, 40, 0}}},
     {"qk_norm_fwd", "M,H,D", t_qk_norm_fwd, {1e-5, 1e-5},
      {{197, 3, 64}, {5, 1, 7}, {1, 1, 1}, {300, 2, 33}, {50, 12, 64}}},
     {"qk_norm_bwd", "M,H,D,dbias", t_qk_norm_bwd, {5e-5, 5e-5},
@@ -873,6 +928,7 @@ static int check_table(const vt_backend *be) {
       OP(add),               OP(drop_path),         OP(patchify_fwd),  OP(patchify_bwd),
       OP(embed_fwd),         OP(embed_bwd),         OP(cls_pool_fwd),  OP(cls_pool_bwd),
       OP(mean_pool_fwd),     OP(mean_pool_bwd),     OP(layer_scale_fwd), OP(layer_scale_bwd),
+      OP(norm_mean_pool_fwd), OP(norm_mean_pool_bwd),
       OP(qk_norm_fwd),       OP(qk_norm_bwd),
       OP(cross_entropy_fwd), OP(cross_entropy_bwd), OP(bce_fwd),       OP(adamw),
       OP(lamb_moments),      OP(lamb_apply),        OP(sumsq),

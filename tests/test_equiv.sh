@@ -156,6 +156,14 @@ variant base base_avg "the mean-pooled head" --global-pool avg
 run avg_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 --global-pool avg &&
   "$py" "$here/compare_runs.py" "$work/base_avg" "$work/avg_sp" "avg_sp 4 x 2 x 1 SP --global-pool avg" ||
   fail=1
+# The gap head (every patch token normalised, then the mean) without a class token, one register
+# the only prefix token: under sequence parallelism its backward gathers the last block's output
+# again and takes the gradient in place.
+gap=(--global-pool gap --class-token 0 --reg-tokens 1)
+variant base base_gap "the gap head without a class token" "${gap[@]}"
+run gap_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${gap[@]}" &&
+  "$py" "$here/compare_runs.py" "$work/base_gap" "$work/gap_sp" "gap_sp 4 x 2 x 1 SP ${gap[*]}" ||
+  fail=1
 # LayerScale, register tokens and positions on the patch tokens only (DeiT III, DINOv2), QK-norm
 # without the qkv bias (ViT-22B), with drop path on top: the gammas are replicated over TP, and
 # under sequence parallelism each TP rank's gamma gradient covers only its rows (summed over TP

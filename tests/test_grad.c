@@ -321,6 +321,48 @@ static void test_pool(int64_t B, int64_t N, int64_t C, int avg, int64_t T) {
   free(k.x), free(out), free(r), free(dx);
 }
 
+// ---- LayerNorm of each patch token, then their mean (the gap head) ----
+typedef struct { float *x, *w, *b, *pooled, *mean, *rstd; int64_t B, N, T, C; } nmp_ctx;
+static void nmp_fwd(void *c, float *out) {
+  nmp_ctx *k = c;
+  vt_norm_mean_pool_fwd(be, out, k->pooled, k->mean, k->rstd, k->x, k->w, k->b, k->B, k->N, k->T,
+                        k->C);
+}
+static void test_norm_mean_pool(int64_t B, int64_t N, int64_t T, int64_t C) {
+  const int64_t Np = N - T;
+  nmp_ctx k = {randn(B * N * C, 60, 1), randn(C, 61, 1), randn(C, 62, 1),
+               calloc((size_t)(B * C), 4), calloc((size_t)(B * Np), 4),
+               calloc((size_t)(B * Np), 4), B, N, T, C};
+  for (int64_t i = 0; i < B * N * C; i++) k.x[i] += 0.3f * (float)(i % 7);  // nonzero means
+  float *out = calloc((size_t)(B * C), 4), *r = randn(B * C, 63, 1);
+  float *dx = randn(B * N * C, 64, 1);  // garbage: the backward must overwrite all of it
+  float *dw = calloc((size_t)C, 4), *db = calloc((size_t)C, 4);
+  float *dw2 = calloc((size_t)C, 4), *db2 = calloc((size_t)C, 4);
+  nmp_fwd(&k, out);
+  vt_norm_mean_pool_bwd(be, dx, dw, db, r, k.x, k.pooled, k.w, k.mean, k.rstd, B, N, T, C);
+  char what[3][64];
+  snprintf(what[0], 64, "norm_mean_pool T%lld %lldx%lldx%lld dx", (long long)T, (long long)B,
+           (long long)N, (long long)C);
+  snprintf(what[1], 64, "norm_mean_pool T%lld dweight", (long long)T);
+  snprintf(what[2], 64, "norm_mean_pool T%lld dbias", (long long)T);
+  expect_pass(what[0], check(what[0], nmp_fwd, &k, out, r, B * C, k.x, B * N * C, dx));
+  expect_pass(what[1], check(what[1], nmp_fwd, &k, out, r, B * C, k.w, C, dw));
+  expect_pass(what[2], check(what[2], nmp_fwd, &k, out, r, B * C, k.b, C, db));
+  // In place (dx = x, as the model's sequence-parallel head runs it): the same bits.
+  nmp_fwd(&k, out);
+  float *inplace = malloc((size_t)(B * N * C) * 4);
+  memcpy(inplace, k.x, (size_t)(B * N * C) * 4);
+  vt_norm_mean_pool_bwd(be, dx, dw2, db2, r, k.x, k.pooled, k.w, k.mean, k.rstd, B, N, T, C);
+  vt_norm_mean_pool_bwd(be, inplace, dw2, db2, r, inplace, k.pooled, k.w, k.mean, k.rstd, B, N, T,
+                        C);
+  if (memcmp(inplace, dx, (size_t)(B * N * C) * 4) != 0) {
+    printf("FAIL: norm_mean_pool_bwd in place (dx = x) differs from dx apart\n");
+    failures++;
+  }
+  free(k.x), free(k.w), free(k.b), free(k.pooled), free(k.mean), free(k.rstd), free(out), free(r);
+  free(dx), free(dw), free(db), free(dw2), free(db2), free(inplace);
+}
+
 // ---- LayerScale ----
 typedef struct { float *x, *gamma; int64_t rows, cols; } ls_ctx;
 static void ls_fwd(void *c, float *out) {
@@ -409,10 +451,15 @@ int main(void) {
   test_embed(2, 9, 3, 0, 5);  // class token and 2 registers, each with a position
   test_embed(2, 9, 3, 3, 5);  // positions on the patch tokens only (no_embed_class)
   test_embed(2, 4, 1, 1, 3);
+  test_embed(2, 5, 0, 0, 3);  // no class token, no registers
   test_pool(3, 5, 7, 0, 1);
   test_pool(3, 5, 7, 1, 1);
   test_pool(2, 2, 3, 1, 1);
   test_pool(2, 9, 3, 1, 4);  // 3 registers, 5 patch tokens
+  test_pool(2, 4, 3, 1, 0);  // no class token: every token a patch
+  test_norm_mean_pool(3, 5, 1, 7);
+  test_norm_mean_pool(2, 6, 0, 77);  // no class token; more than a warp's lanes per row on CUDA
+  test_norm_mean_pool(2, 9, 4, 3);   // class token and 3 registers
   test_qk_norm(5, 2, 3);
   test_qk_norm(3, 1, 33);  // more than a warp's 32 lanes per row on CUDA
   test_layer_scale(13, 3);

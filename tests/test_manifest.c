@@ -18,7 +18,7 @@ static vt_ckpt_manifest sample(void) {
   vt_ckpt_manifest m = {.step = 10, .stream_position = 160, .global_batch = 16, .adam_t = 10,
                         .seed = 5, .img_size = 32, .patch_size = 8, .width = 64, .depth = 8,
                         .heads = 8, .num_classes = 10, .mlp_ratio = 4.0f, .tp = 2, .pp = 2,
-                        .dp = 2, .nfiles = 1};
+                        .dp = 2, .class_token = 1, .nfiles = 1};
   snprintf(m.file[0], sizeof m.file[0], "model.safetensors");
   m.file_nbytes[0] = 100, m.file_crc[0] = 0xdeadbeef;
   return m;
@@ -201,7 +201,8 @@ int main(void) {
   refuse_edit("file", "file model.safetensors 10 zzzz", "malformed file entry");
   refuse_edit("file", "", "lists no files");
   refuse_edit("seed", "seed 1 2", "expected 'key value'");
-  refuse_edit("global_pool", "global_pool 2", "bad value");
+  refuse_edit("global_pool", "global_pool 3", "bad value");
+  refuse_edit("class_token", "class_token 2", "bad value");
   refuse_edit("aug_repeats", "aug_repeats 0", "bad value");
   refuse_edit("layer_scale", "layer_scale 2", "bad value");
   refuse_edit("reg_tokens", "reg_tokens -1", "bad value");
@@ -224,29 +225,34 @@ int main(void) {
   // LayerScale, registers and no_embed_class round trip; a manifest from before them reads as
   // timm's default ViT.
   m.layer_scale = 1, m.reg_tokens = 4, m.no_embed_class = 1, m.qk_norm = 1, m.qkv_bias = 0;
-  m.parallel = 1, m.lamb = 1;
+  m.parallel = 1, m.lamb = 1, m.class_token = 0, m.global_pool = 2;
   n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
              back.layer_scale == 1 && back.reg_tokens == 4 && back.no_embed_class == 1 &&
-             back.qk_norm == 1 && back.qkv_bias == 0 && back.parallel == 1 && back.lamb == 1,
-         "layer_scale, reg_tokens, no_embed_class, qk_norm, qkv_bias, parallel, lamb round trip: "
-         "%s",
+             back.qk_norm == 1 && back.qkv_bias == 0 && back.parallel == 1 && back.lamb == 1 &&
+             back.class_token == 0 && back.global_pool == 2,
+         "layer_scale, reg_tokens, no_embed_class, qk_norm, qkv_bias, parallel, lamb, "
+         "class_token, global_pool gap round trip: %s",
          err);
+  m.global_pool = 0;
+  n = vt_ckpt_manifest_format(&m, text, sizeof text);
   const char *gone[] = {"layer_scale 1\n", "reg_tokens 4\n", "no_embed_class 1\n",
-                        "qk_norm 1\n", "qkv_bias 0\n", "parallel 1\n", "lamb 1\n"};
-  for (int i = 0; i < 7; i++) {
+                        "qk_norm 1\n", "qkv_bias 0\n", "parallel 1\n", "lamb 1\n",
+                        "class_token 0\n"};
+  for (int i = 0; i < 8; i++) {
     char *at = strstr(text, gone[i]);
     EXPECT(at != NULL, "%s line", gone[i]);
     if (at) memmove(at, at + strlen(gone[i]), strlen(at + strlen(gone[i])) + 1);
   }
   EXPECT(vt_ckpt_manifest_parse(text, strlen(text), &back, err, sizeof err) == VT_OK &&
              back.layer_scale == 0 && back.reg_tokens == 0 && back.no_embed_class == 0 &&
-             back.qk_norm == 0 && back.qkv_bias == 1 && back.parallel == 0 && back.lamb == 0,
+             back.qk_norm == 0 && back.qkv_bias == 1 && back.parallel == 0 && back.lamb == 0 &&
+             back.class_token == 1,
          "a manifest without layer_scale, reg_tokens, no_embed_class, qk_norm, qkv_bias, "
-         "parallel, lamb: %s",
+         "parallel, lamb, class_token: %s",
          err);
   m.layer_scale = m.reg_tokens = m.no_embed_class = m.qk_norm = m.parallel = m.lamb = 0;
-  m.qkv_bias = 1;
+  m.qkv_bias = m.class_token = 1;
   // The optimizer's settings and schedule round trip bit for bit (floats widened to double;
   // lengths in epochs as doubles); all or none of them; a manifest without them has none.
   vt_ckpt_manifest o = m;

@@ -25,7 +25,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$py" "$here/make_images.py" "$work/val" 10 3 40 || { echo "FAIL: make_images.py"; exit 1; }
 fail=0
-for v in vit avg deit3 reg reg_avg qk_norm parallel parallel_nb; do
+for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls qk_norm parallel parallel_nb; do
   mapfile -t flags < <("$py" "$here/timm_check.py" flags $v)
   if ! "$py" "$here/timm_check.py" write $v "$work/$v.safetensors"; then
     echo "FAIL: timm could not build variant $v"; fail=1; continue

@@ -1,7 +1,9 @@
 """timm_check.py: vit3d's ViT against timm's own VisionTransformer, not a copy of it: timm builds
 each variant with random weights, they go to vit3d through --init-from, and the logits vit3d's
 evaluation writes (--logits-out) must be timm's on the same inputs. Covers the names, shapes and
-semantics of the plain ViT, the mean-pooled head, DeiT III's LayerScale with positions on the
+semantics of the plain ViT, the mean-pooled head, the gap head (every token normalised, then the
+mean; with and without the class token and registers), the mean-pooled head without a class
+token, DeiT III's LayerScale with positions on the
 patch tokens only, register tokens with and without class positions, QK-norm without the qkv
 bias (ViT-22B's attention), and timm's ParallelScalingBlock (ViT-22B's parallel block) with and
 without its qkv bias, under timm's names, converted by launch/convert_weights.py.
@@ -43,6 +45,18 @@ VARIANTS = {
             ["--layer-scale", "0.3", "--reg-tokens", "2", "--no-embed-class", "1"]),
     "reg_avg": ({"reg_tokens": 3, "global_pool": "avg"},
                 ["--reg-tokens", "3", "--global-pool", "avg"]),
+    # the *_gap_* ViTs and SigLIP's gap models: no class token, every token normalised by
+    # `norm`, then the mean (fc_norm=False); with registers and patch-only positions; the same
+    # head with a class token; fc_norm after the mean without a class token
+    "gap": ({"class_token": False, "global_pool": "avg", "fc_norm": False},
+            ["--global-pool", "gap", "--class-token", "0"]),
+    "gap_reg": ({"class_token": False, "reg_tokens": 2, "no_embed_class": True,
+                 "global_pool": "avg", "fc_norm": False},
+                ["--global-pool", "gap", "--class-token", "0", "--reg-tokens", "2",
+                 "--no-embed-class", "1"]),
+    "gap_cls": ({"global_pool": "avg", "fc_norm": False}, ["--global-pool", "gap"]),
+    "avg_nocls": ({"class_token": False, "global_pool": "avg"},
+                  ["--global-pool", "avg", "--class-token", "0"]),
     "qk_norm": ({"qk_norm": True, "qkv_bias": False, "init_values": 0.3},
                 ["--qk-norm", "1", "--qkv-bias", "0", "--layer-scale", "0.3"]),
     # timm's ParallelScalingBlock (ViT-22B) under its own names, converted by
@@ -137,12 +151,14 @@ def to_flax(sd, heads, big_vision):
     C = sd["patch_embed.proj.weight"].shape[0]
     pre = "params/" if big_vision else ""
     w = {pre + "embedding/kernel": sd["patch_embed.proj.weight"].transpose(2, 3, 1, 0),
-         pre + "embedding/bias": sd["patch_embed.proj.bias"], pre + "cls": sd["cls_token"],
+         pre + "embedding/bias": sd["patch_embed.proj.bias"],
          pre + ("pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"):
              sd["pos_embed"],
          pre + "Transformer/encoder_norm/scale": sd["norm.weight"],
          pre + "Transformer/encoder_norm/bias": sd["norm.bias"],
          pre + "head/kernel": sd["head.weight"].T, pre + "head/bias": sd["head.bias"]}
+    if "cls_token" in sd:  # big_vision's gap models have none
+        w[pre + "cls"] = sd["cls_token"]
     mha, mlp, ln2 = ("MultiHeadDotProductAttention_0", "MlpBlock_0", "LayerNorm_1") if big_vision \
         else ("MultiHeadDotProductAttention_1", "MlpBlock_3", "LayerNorm_2")
     depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
@@ -171,19 +187,21 @@ def to_flax(sd, heads, big_vision):
 
 
 def npz(work):
-    """Google's ViT .npz files (the ViT paper's layout and big_vision's scanned one), written from
-    timm's weights: timm's own loader (_load_weights) must read each back to the very model, and
-    launch/convert_weights.py must give timm's tensors bit for bit and the heads count."""
+    """Google's ViT .npz files (the ViT paper's layout and big_vision's scanned one, and
+    big_vision's gap head without a class token), written from timm's weights: timm's own loader
+    (_load_weights) must read each back to the very model, and launch/convert_weights.py must
+    give timm's tensors bit for bit, the heads count and the head's flags."""
     from timm.models.vision_transformer import _load_weights
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "launch"))
     import convert_weights
-    model = build("vit")
-    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     ok = True
-    for layout, bv in (("ViT paper", False), ("big_vision, scanned", True)):
-        path = os.path.join(work, f"flax_{int(bv)}.npz")
+    for layout, bv, variant in (("ViT paper", False, "vit"), ("big_vision, scanned", True, "vit"),
+                                ("big_vision gap, scanned", True, "gap")):
+        model = build(variant)
+        sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+        path = os.path.join(work, f"flax_{int(bv)}_{variant}.npz")
         np.savez(path, **to_flax(sd, BASE["num_heads"], bv))
-        again = build("vit")
+        again = build(variant)
         with torch.no_grad():
             for p in again.parameters():
                 p.zero_()
@@ -192,12 +210,16 @@ def npz(work):
                                                           again.state_dict().values()))
         conv, heads = convert_weights.from_flax(np.load(path))
         conv_same = set(conv) == set(sd) and all(np.array_equal(conv[k], sd[k]) for k in sd)
-        good = timm_same and conv_same and heads == BASE["num_heads"]
+        flags = convert_weights.flags_for(conv)
+        head_flags = " ".join(VARIANTS[variant][1][:4])  # --global-pool and --class-token
+        flags_ok = (head_flags or "--global-pool token") in flags
+        good = timm_same and conv_same and heads == BASE["num_heads"] and flags_ok
         ok = ok and good
         print(f"npz      {layout}: timm's _load_weights reads it as the model "
               f"{'(bit for bit)' if timm_same else 'FAILS'}; convert_weights.py gives "
               f"{len(conv)} tensors {'equal to timm' + chr(39) + 's' if conv_same else 'that DIFFER'}, "
-              f"heads {heads} {'ok' if good else 'FAIL'}")
+              f"heads {heads}, flags {'with' if flags_ok else 'WITHOUT'} "
+              f"'{head_flags or '--global-pool token'}' {'ok' if good else 'FAIL'}")
     return 0 if ok else 1
 
 

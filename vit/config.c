@@ -63,6 +63,13 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
     why = "reg-tokens must be 0 to 256";
   else if (c->no_embed_class != 0 && c->no_embed_class != 1)
     why = "no-embed-class must be 0 or 1";
+  else if (c->global_pool < 0 || c->global_pool > 2)
+    why = "global-pool must be token, avg or gap";
+  else if (c->no_class_token != 0 && c->no_class_token != 1)
+    why = "class-token must be 0 or 1";
+  else if (c->no_class_token && c->global_pool == 0)
+    why = "--class-token 0 leaves no class token for --global-pool token to read: give "
+          "--global-pool avg or gap";
   else if ((c->qk_norm != 0 && c->qk_norm != 1) || (c->no_qkv_bias != 0 && c->no_qkv_bias != 1) ||
            (c->parallel != 0 && c->parallel != 1))
     why = "qk-norm, qkv-bias and parallel-blocks must be 0 or 1";
@@ -75,7 +82,12 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
 }
 
 void vt_config_extras(const vt_vit_config *c, char *buf, size_t nbytes) {
-  int k = snprintf(buf, nbytes, "%s", c->global_pool ? ", mean-pooled patch tokens (fc_norm)" : "");
+  int k = snprintf(buf, nbytes, "%s",
+                   c->global_pool == 1   ? ", mean-pooled patch tokens (fc_norm)"
+                   : c->global_pool == 2 ? ", mean of the normalised patch tokens (gap)"
+                                         : "");
+  if (c->no_class_token && k >= 0 && (size_t)k < nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, ", no class token");
   if (c->layer_scale > 0 && k >= 0 && (size_t)k < nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, ", LayerScale %g", (double)c->layer_scale);
   if (c->reg_tokens > 0 && k >= 0 && (size_t)k < nbytes)
@@ -88,6 +100,10 @@ void vt_config_extras(const vt_vit_config *c, char *buf, size_t nbytes) {
     k += snprintf(buf + k, nbytes - (size_t)k, ", no qkv bias");
   if (c->parallel && k >= 0 && (size_t)k < nbytes)
     snprintf(buf + k, nbytes - (size_t)k, ", parallel blocks");
+}
+
+const char *vt_config_pool_name(int global_pool) {
+  return global_pool == 2 ? "gap" : global_pool == 1 ? "avg" : "token";
 }
 
 double vt_config_train_flops(const vt_vit_config *c) {

@@ -19,7 +19,9 @@ typedef struct {
   int num_classes;  // K
   int global_pool;  // 0: the class token, normalised by `norm` (timm's 'token'); 1: the mean of
                     // the patch tokens, normalised by `fc_norm` (timm's 'avg', MAE's
-                    // fine-tuning head; timm then has no `norm`)
+                    // fine-tuning head; timm then has no `norm`); 2: the mean of the patch
+                    // tokens each normalised by `norm` (timm's 'avg' with fc_norm=False,
+                    // big_vision's 'gap': SigLIP, the *_gap_* ViTs)
   float head_init_std;  // std of the head weight's truncated normal initialisation; 0: timm's
                         // 0.02 (MAE's fine-tuning: 2e-5)
   float layer_scale;    // LayerScale's initial gamma (timm's init_values: CaiT, DeiT III 1e-6,
@@ -32,6 +34,8 @@ typedef struct {
   int qk_norm;          // 1: LayerNorm over each head's q and k (timm's qk_norm, ViT-22B):
                         // blocks.i.attn.q_norm and k_norm, weights (D) shared by the heads
   int no_qkv_bias;      // 1: the qkv Linear has no bias (timm's qkv_bias=False, ViT-22B)
+  int no_class_token;   // 1: no class token (timm's class_token=False): the registers, if any,
+                        // are the only prefix tokens; needs global_pool 1 or 2
   int parallel;         // 1: parallel blocks (ViT-22B, timm's ParallelScalingBlock):
                         // x + attn(norm1(x)) + mlp(norm1(x)), one LayerNorm, one LayerScale
                         // (blocks.i.ls.gamma) and one drop path on the sum; no norm2
@@ -42,7 +46,9 @@ static inline int vt_cfg_patches(const vt_vit_config *c) {
   return (c->img_size / c->patch_size) * (c->img_size / c->patch_size);
 }
 // Prefix tokens: the class token and the registers, ahead of the patch tokens.
-static inline int vt_cfg_prefix_tokens(const vt_vit_config *c) { return 1 + c->reg_tokens; }
+static inline int vt_cfg_prefix_tokens(const vt_vit_config *c) {
+  return (c->no_class_token ? 0 : 1) + c->reg_tokens;
+}
 static inline int vt_cfg_tokens(const vt_vit_config *c) {
   return vt_cfg_patches(c) + vt_cfg_prefix_tokens(c);
 }
@@ -68,9 +74,12 @@ vt_status vt_config_preset(const char *name, vt_vit_config *cfg, char *err, size
 vt_status vt_config_validate(const vt_vit_config *cfg, char *err, size_t errlen);
 
 // The options that change timm's default ViT, for logs: ", mean-pooled patch tokens (fc_norm),
-// LayerScale 1e-06, 4 register tokens, positions on the patch tokens only, QK-norm, no qkv bias,
-// parallel blocks" (empty when none).
+// no class token, LayerScale 1e-06, 4 register tokens, positions on the patch tokens only,
+// QK-norm, no qkv bias, parallel blocks" (empty when none).
 void vt_config_extras(const vt_vit_config *cfg, char *buf, size_t nbytes);
+
+// --global-pool's word for vt_vit_config.global_pool: "token", "avg" or "gap".
+const char *vt_config_pool_name(int global_pool);
 
 // Names of the presets, for --help.
 const char *vt_config_preset_names(void);

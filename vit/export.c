@@ -307,7 +307,7 @@ static void resample_pos(const float *src, int g0, float *dst, int g1, int pr, i
 }
 
 // A file made for another kind of ViT than the configuration: parallel blocks, LayerScale
-// gammas, QK-norm, the qkv bias or register tokens on one side only. Loading the rest would
+// gammas, QK-norm, the qkv bias, the class token or register tokens on one side only. Loading the rest would
 // silently drop what the file learned, so it is refused with the flag that matches the file.
 static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, const char *path,
                                char *err, size_t errlen) {
@@ -336,6 +336,13 @@ static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, cons
     snprintf(err, errlen, "%s has %s QK-norm (blocks.N.attn.q_norm) and %s qkv bias; pass "
              "--qk-norm %d --qkv-bias %d", path, file_qkn ? "a" : "no",
              file_bias ? "a" : "no", file_qkn, file_bias);
+    return VT_ERR_INPUT;
+  }
+  const int file_cls = vt_st_find(f, "cls_token") != NULL;
+  if (file_cls != !c->no_class_token) {
+    snprintf(err, errlen, "%s has %s class token (cls_token); pass --class-token %d%s", path,
+             file_cls ? "a" : "no", file_cls,
+             file_cls ? "" : " and --global-pool gap (or avg where it has fc_norm)");
     return VT_ERR_INPUT;
   }
   if (file_regs != c->reg_tokens) {
@@ -413,8 +420,8 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
     if (new_head) vt_log_info("--init-from %s: the head has another class count; it starts fresh", path);
     if (fresh_top)
       vt_log_info("--init-from %s: has no %s; %s fresh (a pretraining checkpoint)", path,
-                  m->cfg.global_pool ? "head or fc_norm" : "head",
-                  m->cfg.global_pool ? "they start" : "it starts");
+                  m->cfg.global_pool == 1 ? "head or fc_norm" : "head",
+                  m->cfg.global_pool == 1 ? "they start" : "it starts");
   } else if (st == VT_OK) {
     snprintf(err, errlen, "another rank could not read %s", path);
   }

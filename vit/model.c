@@ -71,7 +71,9 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
     sl->labels = (int32_t *)take(ar, B);
     sl->mix = (vt_mix_target *)take(ar, 2 * B);
     sl->pooled = take(ar, B * C);
-    sl->lnf = take_act(m, ar, B * C), sl->lnf_mean = take(ar, B), sl->lnf_rstd = take(ar, B);
+    // The head's LayerNorm statistics: one row per sample, or per patch token under gap.
+    const int64_t rows = c->global_pool == 2 ? B * vt_cfg_patches(c) : B;
+    sl->lnf = take_act(m, ar, B * C), sl->lnf_mean = take(ar, rows), sl->lnf_rstd = take(ar, rows);
     sl->logits = take(ar, B * K), sl->probs = take(ar, B * K), sl->losses = take(ar, B);
   }
   // A chunk other than the head's receives its output's gradient; one other than the
@@ -122,10 +124,14 @@ static float *find(const vt_model *m, float *flat, const char *fmt, int l, const
 
 static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
   if (m->has_embed) {
-    t->prefix = find(m, flat, "cls_token", 0, "");
-    VT_CHECK(m->cfg.reg_tokens == 0 ||
-                 find(m, flat, "reg_token", 0, "") == t->prefix + m->cfg.width,
-             "reg_token must follow cls_token in the parameter table");
+    // The prefix tokens as one block: cls_token then reg_token, either absent.
+    t->prefix = m->cfg.no_class_token ? NULL : find(m, flat, "cls_token", 0, "");
+    if (m->cfg.reg_tokens > 0) {
+      float *reg = find(m, flat, "reg_token", 0, "");
+      VT_CHECK(!t->prefix || reg == t->prefix + m->cfg.width,
+               "reg_token must follow cls_token in the parameter table");
+      if (!t->prefix) t->prefix = reg;
+    }
     t->pos = find(m, flat, "pos_embed", 0, "");
     t->patch_w = find(m, flat, "patch_embed.proj", 0, ".weight");
     t->patch_b = find(m, flat, "patch_embed.proj", 0, ".bias");
@@ -161,7 +167,7 @@ static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
     }
   }
   if (m->has_head) {
-    const char *norm = m->cfg.global_pool ? "fc_norm" : "norm";
+    const char *norm = m->cfg.global_pool == 1 ? "fc_norm" : "norm";
     t->norm_w = find(m, flat, norm, 0, ".weight");
     t->norm_b = find(m, flat, norm, 0, ".bias");
     t->head_w = find(m, flat, "head", 0, ".weight");
@@ -376,16 +382,22 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
   if (!(m->has_head && chunk == m->nchunks - 1)) return;
   // Class token: timm normalises every token, then pools the class token; LayerNorm is per
   // token, so normalising only the pooled tokens gives the same logits and gradients for less
-  // work. Average: timm pools the patch tokens, then normalises (fc_norm).
+  // work. Average: timm pools the patch tokens, then normalises (fc_norm). Gap: every patch
+  // token normalised, then their mean (sl->pooled keeps the mean of the normalised tokens).
   const float *x = sl->res[nb];
   if (m->sp) {  // the tokens are spread over the TP group's rows
     vt_tp_sp_gather(m->tp, m->s.full, x, vt_model_local_rows(m, B) * C);
     x = m->s.full;
   }
-  if (c->global_pool) vt_mean_pool_fwd(be, sl->pooled, x, B, N, T, C);
-  else vt_cls_pool_fwd(be, sl->pooled, x, B, N, C);
-  vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w, m->p.norm_b,
-                   B, C);
+  if (c->global_pool == 2) {
+    vt_norm_mean_pool_fwd(be, sl->lnf, sl->pooled, sl->lnf_mean, sl->lnf_rstd, x, m->p.norm_w,
+                          m->p.norm_b, B, N, T, C);
+  } else {
+    if (c->global_pool) vt_mean_pool_fwd(be, sl->pooled, x, B, N, T, C);
+    else vt_cls_pool_fwd(be, sl->pooled, x, B, N, C);
+    vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w,
+                     m->p.norm_b, B, C);
+  }
   vt_linear_fwd(be, sl->logits, sl->lnf, m->p.head_w, m->p.head_b, B, C, K);
   if (m->bce && sample0 >= 0)
     vt_bce_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, slot_mix(m, sl), smoothing,
@@ -423,11 +435,20 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
                          m->bce ? m->bce_thresh : -1.0f,
                          m->bce ? loss_scale / (float)K : loss_scale, B, K);
     vt_linear_bwd(be, s->dlnf, g->head_w, g->head_b, s->dlogits, sl->lnf, m->p.head_w, B, C, K);
-    vt_layernorm_bwd(be, s->dpooled, g->norm_w, g->norm_b, s->dlnf, sl->pooled, m->p.norm_w,
-                     sl->lnf_mean, sl->lnf_rstd, B, C);
     float *dx = m->sp ? s->full : s->dres;
-    if (c->global_pool) vt_mean_pool_bwd(be, dx, s->dpooled, B, N, T, C);
-    else vt_cls_pool_bwd(be, dx, s->dpooled, B, N, C);
+    if (c->global_pool == 2) {
+      // The backward reads the last block's output again: under sequence parallelism gathered
+      // once more into the buffer that then takes its gradient in place.
+      const float *x = sl->res[nb];
+      if (m->sp) vt_tp_sp_gather(m->tp, s->full, x, Ml * C), x = s->full;
+      vt_norm_mean_pool_bwd(be, dx, g->norm_w, g->norm_b, s->dlnf, x, sl->pooled, m->p.norm_w,
+                            sl->lnf_mean, sl->lnf_rstd, B, N, T, C);
+    } else {
+      vt_layernorm_bwd(be, s->dpooled, g->norm_w, g->norm_b, s->dlnf, sl->pooled, m->p.norm_w,
+                       sl->lnf_mean, sl->lnf_rstd, B, C);
+      if (c->global_pool) vt_mean_pool_bwd(be, dx, s->dpooled, B, N, T, C);
+      else vt_cls_pool_bwd(be, dx, s->dpooled, B, N, C);
+    }
     if (m->sp) take_rows(m, s->dres, s->full, B);
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, c->depth + 1);
   } else {

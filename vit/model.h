@@ -78,7 +78,8 @@ typedef struct {
   float **res;                       // n+1 of (Ml, C) for a chunk of n blocks: res[0] is the
                                      // chunk's input, res[n] its output (slot_blocks+1 held)
   vt_block_acts *blocks;             // slot_blocks
-  float *pooled, *lnf, *lnf_mean, *lnf_rstd;  // (B, C), (B, C) [bf16], (B), (B)  last stage
+  float *pooled, *lnf, *lnf_mean, *lnf_rstd;  // (B, C), (B, C) [bf16], (B), (B) last stage;
+                                              // gap: the statistics (B, patches)
   float *logits, *probs, *losses;             // (B, K), (B, K), (B)     last stage
   float *dout;                       // (Ml, C) gradient of the chunk's output (received)
   float *dinput;                     // (Ml, C) gradient of the chunk's input (to send)

@@ -137,11 +137,13 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
   const int64_t K = cfg->num_classes;
   const float conv_bound = 1.0f / sqrtf((float)(3 * P * P));  // PyTorch's Conv2d default
   if (first_stage) {
-    // cls_token and reg_token stay adjacent: the embedding reads them as one (1 + R, C) block.
+    // cls_token and reg_token stay adjacent: the embedding reads them as one (1 + R, C) block
+    // (R, C without the class token).
     // reg_token is initialised as timm does (normal, std 1e-6) and, like the class token, not
     // decayed (timm's no_weight_decay names only pos_embed, cls_token and dist_token, so timm
     // decays it; here it counts as the token embedding it is).
-    add(&b, 0, VT_INIT_NORMAL, 1e-6f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, 1, C}, "cls_token");
+    if (!cfg->no_class_token)
+      add(&b, 0, VT_INIT_NORMAL, 1e-6f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, 1, C}, "cls_token");
     if (R > 0)
       add(&b, 0, VT_INIT_NORMAL, 1e-6f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, R, C},
           "reg_token");
@@ -158,7 +160,7 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
     for (int l = first; l < end; l++) block(&b, l, cfg, sp, shard.tp_size);
   }
   if (last_stage) {
-    norm(&b, cfg->depth + 1, C, cfg->global_pool ? "fc_norm" : "norm", 0);
+    norm(&b, cfg->depth + 1, C, cfg->global_pool == 1 ? "fc_norm" : "norm", 0);
     const int head = linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, C, "head");
     if (cfg->head_init_std > 0) t->p[head].init_scale = cfg->head_init_std;
   }

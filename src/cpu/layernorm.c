@@ -1,7 +1,8 @@
 // layernorm.c: LayerNorm forward and backward over the last dimension, their forms fused with
-// the residual add, QK-norm (a LayerNorm per head of q and k inside qkv), and the column-sum
-// helper shared with the Linear bias gradient.
+// the residual add, the LayerNorm-then-mean pooling of a gap head, QK-norm (a LayerNorm per head
+// of q and k inside qkv), and the column-sum helper shared with the Linear bias gradient.
 #include <math.h>
+#include <string.h>
 
 #include "../vt_ops.h"
 #include "cpu.h"
@@ -111,6 +112,80 @@ void vt_cpu_layernorm_bwd_add(float *dinp, float *dweight, float *dbias, const f
 
 // QK-norm: rows of D values inside qkv (M, 3HD): row j of token m (j < H: q head j, else k head
 // j - H) starts at m * 3HD + j * D. The same two passes and rounding points as ln_row.
+// A row's mean and rstd as ln_row computes them (two passes, float sums in column order).
+static void ln_stats(const float *x, int64_t C, float *mean, float *rstd) {
+  float s = 0.0f;
+  for (int64_t c = 0; c < C; c++) s += x[c];
+  const float mu = s / (float)C;
+  float var = 0.0f;
+  for (int64_t c = 0; c < C; c++) var += (x[c] - mu) * (x[c] - mu);
+  *mean = mu;
+  *rstd = 1.0f / sqrtf(var / (float)C + VT_LAYERNORM_EPS);
+}
+
+// Per sample: every patch token's statistics, then each column's sum of xhat over the tokens in
+// order, divided by their count.
+void vt_cpu_norm_mean_pool_fwd(float *out, float *pooled, float *mean, float *rstd,
+                               const float *x, const float *weight, const float *bias, int64_t B,
+                               int64_t N, int64_t T, int64_t C) {
+  const int bf16 = vt_cpu_bf16();
+  const int64_t Np = N - T;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < B; b++) {
+    const float *xb = x + (b * N + T) * C;
+    float *mu = mean + b * Np, *r = rstd + b * Np;
+    for (int64_t n = 0; n < Np; n++) ln_stats(xb + n * C, C, &mu[n], &r[n]);
+    for (int64_t c = 0; c < C; c++) {
+      float acc = 0.0f;
+      for (int64_t n = 0; n < Np; n++) acc += (xb[n * C + c] - mu[n]) * r[n];
+      const float p = acc / (float)Np;
+      pooled[b * C + c] = p;
+      vt_cpu_put(out, b * C + c, p * weight[c] + bias[c], bf16);
+    }
+  }
+}
+
+// ln_bwd's input gradient with the same g = dout[b] * weight / (N - T) on every patch token.
+// Each row is read whole (its sum) before it is written, so dx may alias x.
+void vt_cpu_norm_mean_pool_bwd(float *dx, float *dweight, float *dbias, const float *dout,
+                               const float *x, const float *pooled, const float *weight,
+                               const float *mean, const float *rstd, int64_t B, int64_t N,
+                               int64_t T, int64_t C) {
+  const int64_t Np = N - T;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < B; b++) {
+    const float *dy = dout + b * C;
+    float sg = 0.0f;
+    for (int64_t c = 0; c < C; c++) sg += dy[c] * weight[c] / (float)Np;
+    sg /= (float)C;
+    for (int64_t n = 0; n < N; n++) {
+      float *d = dx + (b * N + n) * C;
+      if (n < T) {
+        memset(d, 0, (size_t)C * sizeof(float));
+        continue;
+      }
+      const float *xr = x + (b * N + n) * C;
+      const float mu = mean[b * Np + n - T], r = rstd[b * Np + n - T];
+      float sgx = 0.0f;
+      for (int64_t c = 0; c < C; c++) sgx += dy[c] * weight[c] / (float)Np * (xr[c] - mu) * r;
+      sgx /= (float)C;
+      for (int64_t c = 0; c < C; c++) {
+        const float xh = (xr[c] - mu) * r;
+        d[c] = r * (dy[c] * weight[c] / (float)Np - sg - xh * sgx);
+      }
+    }
+  }
+  for (int64_t c = 0; c < C; c++) {  // in b order
+    float aw = 0.0f, ab = 0.0f;
+    for (int64_t b = 0; b < B; b++) {
+      aw += dout[b * C + c] * pooled[b * C + c];
+      ab += dout[b * C + c];
+    }
+    dweight[c] += aw;
+    dbias[c] += ab;
+  }
+}
+
 void vt_cpu_qk_norm_fwd(float *out, float *mean, float *rstd, const float *qkv, const float *qw,
                         const float *qb, const float *kw, const float *kb, int64_t M, int64_t H,
                         int64_t D) {

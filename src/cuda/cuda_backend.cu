@@ -226,6 +226,8 @@ static int cuda_init(void) {
   g_table.cls_pool_bwd = vt_cuda_cls_pool_bwd;
   g_table.mean_pool_fwd = vt_cuda_mean_pool_fwd;
   g_table.mean_pool_bwd = vt_cuda_mean_pool_bwd;
+  g_table.norm_mean_pool_fwd = vt_cuda_norm_mean_pool_fwd;
+  g_table.norm_mean_pool_bwd = vt_cuda_norm_mean_pool_bwd;
   g_table.layer_scale_fwd = vt_cuda_layer_scale_fwd;
   g_table.layer_scale_bwd = vt_cuda_layer_scale_bwd;
   g_table.cross_entropy_fwd = vt_cuda_cross_entropy_fwd;

@@ -1,6 +1,7 @@
 // layernorm.cu: LayerNorm forward and backward over the last dimension on CUDA, their forms
-// fused with the residual add, and QK-norm (a LayerNorm per head of q and k inside qkv), twin
-// of src/cpu/layernorm.c (fp32, eps VT_LAYERNORM_EPS, mean and rstd saved for the backward).
+// fused with the residual add, the LayerNorm-then-mean pooling of a gap head, and QK-norm (a
+// LayerNorm per head of q and k inside qkv), twin of src/cpu/layernorm.c (fp32, eps
+// VT_LAYERNORM_EPS, mean and rstd saved for the backward).
 // Rows are independent, so a warp owns a row; the parameter gradients are column sums over all
 // rows, done in two fixed-order stages (no float atomics) so they are the same bits every run.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
@@ -177,6 +178,112 @@ extern "C" void vt_cuda_layernorm_bwd_add(float *dinp, float *dweight, float *db
                                           const float *weight, const float *mean,
                                           const float *rstd, int64_t M, int64_t C) {
   layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, M, C, 1);
+}
+
+// ---- LayerNorm of every patch token, then their mean (vt_norm_mean_pool_fwd): a block per
+// sample; its warps take the patch tokens' statistics (as layernorm_fwd_kernel), then each
+// thread sums a column's xhat over the tokens in order. ----
+static __global__ void norm_mean_pool_fwd_kernel(float *out, float *pooled, float *mean,
+                                                 float *rstd, const float *x, const float *weight,
+                                                 const float *bias, int64_t N, int64_t T,
+                                                 int64_t C, int bf16) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t b = blockIdx.x, Np = N - T;
+  const float *xb = x + (b * N + T) * C;
+  for (int64_t n = warp; n < Np; n += LN_WARPS) {  // the same n for the whole warp
+    const float *row = xb + n * C;
+    float s = 0.0f;
+    for (int64_t c = lane; c < C; c += 32) s += row[c];
+    const float mu = vt_warp_sum(s) / (float)C;
+    float var = 0.0f;
+    for (int64_t c = lane; c < C; c += 32) var += (row[c] - mu) * (row[c] - mu);
+    var = vt_warp_sum(var);
+    if (lane == 0) {
+      mean[b * Np + n] = mu;
+      rstd[b * Np + n] = 1.0f / sqrtf(var / (float)C + VT_LAYERNORM_EPS);
+    }
+  }
+  __syncthreads();  // the block's statistics, written to global memory, are visible to it all
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t n = 0; n < Np; n++)
+      acc += (xb[n * C + c] - mean[b * Np + n]) * rstd[b * Np + n];
+    const float p = acc / (float)Np;
+    pooled[b * C + c] = p;
+    vt_put(out, b * C + c, p * weight[c] + bias[c], bf16);
+  }
+}
+
+// The backward's input gradient: a block per sample, mean(g) by the block's tree sum, then a warp
+// per token row (layernorm_dinp_kernel with the sample's one g); prefix rows zero. A lane reads
+// each element of its row before writing it, so dx may alias x.
+static __global__ void norm_mean_pool_dinp_kernel(float *dx, const float *dout, const float *x,
+                                                  const float *weight, const float *mean,
+                                                  const float *rstd, int64_t N, int64_t T,
+                                                  int64_t C) {
+  __shared__ float sh[VT_TREE_THREADS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t b = blockIdx.x, Np = N - T;
+  const float *dy = dout + b * C;
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += dy[c] * weight[c] / (float)Np;
+  const float sg = vt_block_sum(s, sh) / (float)C;
+  for (int64_t n = warp; n < N; n += LN_WARPS) {
+    float *d = dx + (b * N + n) * C;
+    if (n < T) {
+      for (int64_t c = lane; c < C; c += 32) d[c] = 0.0f;
+      continue;
+    }
+    const float *xr = x + (b * N + n) * C;
+    const float mu = mean[b * Np + n - T], r = rstd[b * Np + n - T];
+    float sgx = 0.0f;
+    for (int64_t c = lane; c < C; c += 32) sgx += dy[c] * weight[c] / (float)Np * (xr[c] - mu) * r;
+    sgx = vt_warp_sum(sgx) / (float)C;
+    for (int64_t c = lane; c < C; c += 32) {
+      const float xh = (xr[c] - mu) * r;
+      d[c] = r * (dy[c] * weight[c] / (float)Np - sg - xh * sgx);
+    }
+  }
+}
+
+// The parameter gradients: a thread per column sums over the samples in order (the CPU's order:
+// the same bits).
+static __global__ void norm_mean_pool_param_kernel(float *dweight, float *dbias, const float *dout,
+                                                   const float *pooled, int64_t B, int64_t C) {
+  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float aw = 0.0f, ab = 0.0f;
+  for (int64_t b = 0; b < B; b++) {
+    aw += dout[b * C + c] * pooled[b * C + c];
+    ab += dout[b * C + c];
+  }
+  dweight[c] += aw;
+  dbias[c] += ab;
+}
+
+extern "C" void vt_cuda_norm_mean_pool_fwd(float *out, float *pooled, float *mean, float *rstd,
+                                           const float *x, const float *weight, const float *bias,
+                                           int64_t B, int64_t N, int64_t T, int64_t C) {
+  VT_CHECK(B <= INT_MAX, "norm_mean_pool: B=%lld samples are too many for one grid", (long long)B);
+  norm_mean_pool_fwd_kernel<<<(unsigned)B, LN_WARPS * 32, 0, vt_cuda_stream()>>>(
+      out, pooled, mean, rstd, x, weight, bias, N, T, C, vt_cuda_bf16());
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_norm_mean_pool_bwd(float *dx, float *dweight, float *dbias,
+                                           const float *dout, const float *x, const float *pooled,
+                                           const float *weight, const float *mean,
+                                           const float *rstd, int64_t B, int64_t N, int64_t T,
+                                           int64_t C) {
+  static_assert(LN_WARPS * 32 == VT_TREE_THREADS, "the dinp kernel's block sum wants 256 threads");
+  VT_CHECK(B <= INT_MAX, "norm_mean_pool: B=%lld samples are too many for one grid", (long long)B);
+  cudaStream_t st = vt_cuda_stream();
+  norm_mean_pool_dinp_kernel<<<(unsigned)B, LN_WARPS * 32, 0, st>>>(dx, dout, x, weight, mean,
+                                                                    rstd, N, T, C);
+  VT_CUDA_CHECK_LAUNCH();
+  norm_mean_pool_param_kernel<<<(unsigned)((C + 255) / 256), 256, 0, st>>>(dweight, dbias, dout,
+                                                                           pooled, B, C);
+  VT_CUDA_CHECK_LAUNCH();
 }
 
 // ---- QK-norm: rows of D values inside qkv (M, 3HD); row r = m * 2H + j (j < H: q head j, else
