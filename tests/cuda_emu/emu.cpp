@@ -254,6 +254,22 @@ static bool is_pinned(const void *p) {
 
 // ---- runtime ----
 static size_t g_used = 0;
+
+// Where the host waits for the device (a stream, an event, a copy to pageable memory, a free),
+// counted so that tests can hold the trainer to its documented host synchronisations per step:
+// with EMU_SYNC_REPORT=FILE the counts are written there at exit. cudaStreamWaitEvent, a wait of
+// one stream for another, is not one.
+static struct emu_sync_counts {
+  long stream, event, d2h, free_;
+  ~emu_sync_counts() {
+    const char *path = getenv("EMU_SYNC_REPORT");
+    FILE *f = path ? fopen(path, "w") : NULL;
+    if (!f) return;
+    fprintf(f, "stream_sync %ld\nevent_sync %ld\nd2h_pageable %ld\nfree %ld\n", stream, event,
+            d2h, free_);
+    fclose(f);
+  }
+} g_sync;
 cudaError_t cudaMalloc(void **p, size_t n) {
   *p = aligned_alloc(256, (n + 255) / 256 * 256);
   if (!*p) return cudaErrorMemoryAllocation;
@@ -262,6 +278,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
   return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
+  g_sync.free_++;
   flush_all();  // cudaFree waits for the device
   free(p);
   return cudaSuccess;
@@ -270,6 +287,7 @@ cudaError_t cudaFree(void *p) {
 // source is read now; everything else waits in the stream's queue.
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) {
   if (k == cudaMemcpyDeviceToHost && !is_pinned(d)) {
+    g_sync.d2h++;
     vt_emu::flush_stream(st);
     memmove(d, s, n);
   } else if (k == cudaMemcpyHostToDevice && !is_pinned(s)) {
@@ -293,6 +311,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t st) {
+  g_sync.stream++;
   vt_emu::flush_stream(st);
   return cudaSuccess;
 }
@@ -555,12 +574,17 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
   e->seq = e->s->issued;
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+static void wait_event(cudaEvent_t e) {
   if (e->s) run_until(e->s, e->seq);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  g_sync.event++;
+  wait_event(e);
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
-  return cudaEventSynchronize(e);
+  wait_event(e);
+  return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) {
   *p = NULL;
