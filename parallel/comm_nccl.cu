@@ -82,6 +82,15 @@ extern "C" void *vt_comm_nccl_init(const unsigned char id[VT_COMM_NCCL_ID_NBYTES
   return st;
 }
 
+// ncclCommSplit came with NCCL 2.18: an older NCCL keeps a pipeline's messages on its comm (one
+// group per exchange on the backend's stream, sends completed with the receives: correct, and
+// every schedule is verified deadlock-free so, but ZB-H1's sends then wait for their receivers).
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+#define VT_NCCL_LINKS 1
+#else
+#define VT_NCCL_LINKS 0
+#endif
+
 // The links of a pipeline comm of `size` ranks: a neighbour pair {i, i+1 mod size} for each
 // i < size - 1, and {size-1, 0} too where size > 2 (the interleaved schedule's ring), each with
 // one communicator per direction, split from the parent. A split is collective over the parent
@@ -89,6 +98,12 @@ extern "C" void *vt_comm_nccl_init(const unsigned char id[VT_COMM_NCCL_ID_NBYTES
 // i, and the ring's last pair alone where size is odd), two splits (directions) per round.
 extern "C" void vt_comm_nccl_open_links(void *state, int size, int rank) {
   nccl_state *st = (nccl_state *)state;
+#if !VT_NCCL_LINKS
+  if (rank == 0)
+    vt_log_warn("NCCL %d.%d has no ncclCommSplit (2.18 and later): the pipeline's sends complete "
+                "with their receives (no send stream)", NCCL_MAJOR, NCCL_MINOR);
+  (void)st, (void)size;
+#else
   const int npairs = size == 2 ? 1 : size;
   for (int round = 0; round < 3; round++) {
     int any = 0, mine = -1;
@@ -120,6 +135,7 @@ extern "C" void vt_comm_nccl_open_links(void *state, int size, int rank) {
   VT_CUDA_CHECK(cudaStreamCreateWithFlags(&st->sends, cudaStreamNonBlocking));
   VT_CUDA_CHECK(cudaEventCreateWithFlags(&st->sends_ready, cudaEventDisableTiming));
   VT_CUDA_CHECK(cudaEventCreateWithFlags(&st->sends_done, cudaEventDisableTiming));
+#endif
 }
 
 // Every NCCL communicator of the state: the comm, then its links' in the order they were made.

@@ -7,6 +7,14 @@
 
 #include "cuda_runtime.h"
 
+#define NCCL_MAJOR 2
+#define NCCL_MINOR 28
+#define NCCL_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define NCCL_VERSION_CODE NCCL_VERSION(2, 28, 0)  // as the toolkit's; EMU_NCCL_OLD: before 2.18
+#ifdef EMU_NCCL_OLD
+#undef NCCL_VERSION_CODE
+#define NCCL_VERSION_CODE NCCL_VERSION(2, 17, 0)
+#endif
 #define NCCL_UNIQUE_ID_BYTES 128
 typedef struct {
   char internal[NCCL_UNIQUE_ID_BYTES];
