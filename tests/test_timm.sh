@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for eight variants
-# of timm's VisionTransformer (defaults; the mean-pooled head; DeiT III's LayerScale with
-# positions on the patch tokens only; 2 registers with LayerScale; 3 registers with class
-# positions and the mean-pooled head; QK-norm without the qkv bias; ParallelScalingBlock with and
-# without its qkv bias, converted by launch/convert_weights.py) timm's random weights go in through --init-from and
+# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for twelve
+# variants of timm's VisionTransformer (defaults; the mean-pooled head; DeiT III's LayerScale
+# with positions on the patch tokens only; 2 registers with LayerScale; 3 registers with class
+# positions and the mean-pooled head; the gap head without a class token, with registers, with a
+# class token; the mean-pooled head without a class token; QK-norm without the qkv bias;
+# ParallelScalingBlock with and without its qkv bias, converted by launch/convert_weights.py)
+# timm's random weights go in through --init-from and
 # `vit3d eval --logits-out` must give timm's logits on the same inputs. Also ref_vit.py's LAMB,
 # which the ref test holds vit3d's to, against timm.optim.Lamb, and --sched-on epochs against
 # timm's CosineLRScheduler.
@@ -45,6 +47,12 @@ for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls qk_norm paralle
   fi
   "$py" "$here/timm_check.py" check $v "$work/$v.safetensors" "$work/$v.dump.safetensors" || fail=1
 done
+# A file without a class token into a model with one: refused with the flags that fit the file.
+out=$("$vit3d" eval --model tiny $("$py" "$here/timm_check.py" flags vit) --val-data "$work/val" \
+      --init-from "$work/gap.safetensors" --micro-batch-size 8 --threads 1 2>&1)
+if grep -q "has no class token (cls_token); pass --class-token 0 and --global-pool gap" <<<"$out"; then
+  echo "ok: gap weights into a class-token model refused: $(grep -o 'has no class token.*' <<<"$out" | head -1)"
+else echo "FAIL: gap weights into a class-token model: $out"; fail=1; fi
 "$py" "$here/timm_check.py" lamb || fail=1  # the reference's LAMB (the ref test's) is timm's
 "$py" "$here/timm_check.py" npz "$work" || fail=1  # Google's .npz through convert_weights.py
 # --sched-on epochs against timm's CosineLRScheduler stepped once an epoch: 30 images at 4 per

@@ -307,8 +307,9 @@ static void resample_pos(const float *src, int g0, float *dst, int g1, int pr, i
 }
 
 // A file made for another kind of ViT than the configuration: parallel blocks, LayerScale
-// gammas, QK-norm, the qkv bias, the class token or register tokens on one side only. Loading the rest would
-// silently drop what the file learned, so it is refused with the flag that matches the file.
+// gammas, QK-norm, the qkv bias, the class token or register tokens on one side only. Loading
+// the rest would silently drop what the file learned, so it is refused with the flag that
+// matches the file.
 static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, const char *path,
                                char *err, size_t errlen) {
   const int file_ls = vt_st_find(f, "blocks.0.ls1.gamma") || vt_st_find(f, "blocks.0.ls.gamma");
