@@ -97,6 +97,22 @@ done <<'MESHES'
 4 fp32 --tp 2 --pp 2 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1 --decode-split 1
 8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9 --save-interval 2
 MESHES
+# ZB-H1's sends on the send stream add no host wait: each rank of pp 2 waits for the device as
+# often per run under zb-h1 as under 1f1b (the emulation's counts, EMU_SYNC_REPORT).
+for s in 1f1b zb-h1; do
+  EMU_GPUS=2 EMU_SYNC_REPORT="$work/sync_$s" timeout 300 mpirun -np 2 --oversubscribe \
+    -x EMU_GPUS -x EMU_SYNC_REPORT "$emu" "${args[@]}" --device cuda --pp 2 --pp-schedule "$s" \
+    --log-dir "$work/sync_$s.d" < /dev/null > "$work/sync_$s.log" 2>&1 ||
+    { echo "FAIL: the emulated pp 2 $s run"; tail -5 "$work/sync_$s.log"; fail=1; }
+done
+for r in 0 1; do
+  if cmp -s "$work/sync_1f1b.$r" "$work/sync_zb-h1.$r"; then
+    echo "ok: pipeline rank $r waits for the device as often under zb-h1 as under 1f1b: $(tr '\n' ' ' < "$work/sync_1f1b.$r")"
+  else
+    echo "FAIL: pipeline rank $r's host waits: 1f1b $(tr '\n' ' ' < "$work/sync_1f1b.$r" 2>&1), zb-h1 $(tr '\n' ' ' < "$work/sync_zb-h1.$r" 2>&1)"
+    fail=1
+  fi
+done
 # One GPU for two ranks on this host: refused, naming what to do.
 out=$(EMU_GPUS=1 timeout 300 mpirun -np 2 --oversubscribe -x EMU_GPUS "$emu" "${args[@]}" \
       --device cuda --dp 2 < /dev/null 2>&1)
