@@ -53,6 +53,20 @@ out=$("$vit3d" eval --model tiny $("$py" "$here/timm_check.py" flags vit) --val-
 if grep -q "has no class token (cls_token); pass --class-token 0 and --global-pool gap" <<<"$out"; then
   echo "ok: gap weights into a class-token model refused: $(grep -o 'has no class token.*' <<<"$out" | head -1)"
 else echo "FAIL: gap weights into a class-token model: $out"; fail=1; fi
+# The other way: a gap model vit3d trained (2 steps) and exported loads strictly into timm's and
+# gives its logits.
+mapfile -t gflags < <("$py" "$here/timm_check.py" flags gap)
+if "$vit3d" train --model tiny "${gflags[@]}" --data "$work/val" --steps 2 --micro-batch-size 6 \
+     --global-batch-size 6 --threads 1 --loader-threads 1 --log-dir "$work/gap_train" \
+     --final-weights "$work/gap_trained.safetensors" > "$work/gap_train.log" 2>&1 &&
+   "$vit3d" eval --model tiny "${gflags[@]}" --val-data "$work/val" \
+     --init-from "$work/gap_trained.safetensors" --micro-batch-size 8 --threads 1 \
+     --logits-out "$work/gap_trained.dump.safetensors" > "$work/gap_eval.log" 2>&1; then
+  echo -n "vit3d-trained: "
+  "$py" "$here/timm_check.py" check gap "$work/gap_trained.safetensors" "$work/gap_trained.dump.safetensors" || fail=1
+else
+  echo "FAIL: vit3d train/eval of the gap model:"; tail -5 "$work/gap_train.log" "$work/gap_eval.log"; fail=1
+fi
 "$py" "$here/timm_check.py" lamb || fail=1  # the reference's LAMB (the ref test's) is timm's
 "$py" "$here/timm_check.py" npz "$work" || fail=1  # Google's .npz through convert_weights.py
 # --sched-on epochs against timm's CosineLRScheduler stepped once an epoch: 30 images at 4 per
