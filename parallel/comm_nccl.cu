@@ -209,6 +209,31 @@ static const nccl_link *link_to(const nccl_state *st, int peer) {
   vt_fatal(__FILE__, __LINE__, "the pipeline comm has no link to rank %d (only neighbours)", peer);
 }
 
+// Deferred sends of `key` were just posted on the send stream: its event marks them (the events
+// grow with the keys, which are small: the executor's slot + 1).
+static void mark_sent(nccl_state *st, int key) {
+  if (key >= st->nkeys) {
+    const int nk = key + 8;
+    cudaEvent_t *ev = (cudaEvent_t *)realloc(st->sent, nk * sizeof *ev);
+    int *uw = ev ? (int *)realloc(st->unwaited, nk * sizeof *uw) : NULL;
+    VT_CHECK(ev && uw, "out of memory for the events of deferred sends");
+    for (int k = st->nkeys; k < nk; k++) {
+      VT_CUDA_CHECK(cudaEventCreateWithFlags(&ev[k], cudaEventDisableTiming));
+      uw[k] = 0;
+    }
+    st->sent = ev, st->unwaited = uw, st->nkeys = nk;
+  }
+  VT_CUDA_CHECK(cudaEventRecord(st->sent[key], st->sends));
+  st->unwaited[key] = 1;
+}
+
+// The backend's stream waits for key's deferred sends, if any are unwaited.
+static void wait_sent(nccl_state *st, int key) {
+  if (key >= st->nkeys || !st->unwaited[key]) return;
+  VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->sent[key], 0));
+  st->unwaited[key] = 0;
+}
+
 // Over the links: the send stream waits for the backend's stream (the data sent), then sends in
 // one group; the receives go in another group on the backend's stream, so the host and the
 // backend's stream go on while a send waits for its receiver. A deferred send's buffer is
@@ -228,24 +253,8 @@ static void exchange_links(nccl_state *st, const vt_comm_p2p *ops, int n) {
     VT_NCCL_CHECK(ncclGroupEnd());
     for (int i = 0; i < n; i++) {
       if (ops[i].recv) continue;
-      const int key = ops[i].defer;
-      if (key <= 0) {
-        wait_now = 1;
-        continue;
-      }
-      if (key >= st->nkeys) {  // keys are small (the executor's slot + 1)
-        const int nk = key + 8;
-        cudaEvent_t *ev = (cudaEvent_t *)realloc(st->sent, nk * sizeof *ev);
-        int *uw = ev ? (int *)realloc(st->unwaited, nk * sizeof *uw) : NULL;
-        VT_CHECK(ev && uw, "out of memory for the events of deferred sends");
-        for (int k = st->nkeys; k < nk; k++) {
-          VT_CUDA_CHECK(cudaEventCreateWithFlags(&ev[k], cudaEventDisableTiming));
-          uw[k] = 0;
-        }
-        st->sent = ev, st->unwaited = uw, st->nkeys = nk;
-      }
-      VT_CUDA_CHECK(cudaEventRecord(st->sent[key], st->sends));
-      st->unwaited[key] = 1;
+      if (ops[i].defer > 0) mark_sent(st, ops[i].defer);
+      else wait_now = 1;
     }
     if (wait_now) {
       VT_CUDA_CHECK(cudaEventRecord(st->sends_done, st->sends));
@@ -264,11 +273,8 @@ static void exchange_links(nccl_state *st, const vt_comm_p2p *ops, int n) {
 // The backend's stream waits for the deferred sends of `key` (0: all of them); the host does not.
 static void nccl_wait_sends(void *s, int key) {
   nccl_state *st = (nccl_state *)s;
-  for (int k = key > 0 ? key : 1; k < st->nkeys && (key <= 0 || k == key); k++)
-    if (st->unwaited[k]) {
-      VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->sent[k], 0));
-      st->unwaited[k] = 0;
-    }
+  if (key > 0) wait_sent(st, key);
+  for (int k = 1; key <= 0 && k < st->nkeys; k++) wait_sent(st, k);
 }
 
 // A group lets NCCL progress every message at once, which is what makes a pipeline step that
