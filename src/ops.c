@@ -141,6 +141,23 @@ void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const flo
   be->attention_bwd(dqkv, dbias, dout, qkv, out, lse, B, N, H, D);
 }
 
+void vt_latent_attention_fwd(const vt_backend *be, float *out, float *lse, const float *q,
+                             const float *kv, int64_t B, int64_t N, int64_t H, int64_t D) {
+  NEED(be, latent_attention_fwd);
+  PTR(out); PTR(lse); PTR(q); PTR(kv);
+  POS(B); POS(N); POS(H); POS(D);
+  be->latent_attention_fwd(out, lse, q, kv, B, N, H, D);
+}
+
+void vt_latent_attention_bwd(const vt_backend *be, float *dq, float *dkv, float *dbias,
+                             const float *dout, const float *q, const float *kv, const float *out,
+                             const float *lse, int64_t B, int64_t N, int64_t H, int64_t D) {
+  NEED(be, latent_attention_bwd);
+  PTR(dq); PTR(dkv); PTR(dout); PTR(q); PTR(kv); PTR(out); PTR(lse);
+  POS(B); POS(N); POS(H); POS(D);
+  be->latent_attention_bwd(dq, dkv, dbias, dout, q, kv, out, lse, B, N, H, D);
+}
+
 void vt_qk_norm_fwd(const vt_backend *be, float *out, float *mean, float *rstd, const float *qkv,
                     const float *qw, const float *qb, const float *kw, const float *kb,
                     int64_t M, int64_t H, int64_t D) {
@@ -161,6 +178,14 @@ void vt_qk_norm_bwd(const vt_backend *be, float *dqkv, float *dqw, float *dqb, f
   POS(M); POS(H); POS(D);
   VT_CHECK(dqkv != dout && dqkv != qkv, "qk_norm_bwd: dqkv must not alias dout or qkv");
   be->qk_norm_bwd(dqkv, dqw, dqb, dkw, dkb, dbias, dout, qkv, qw, kw, mean, rstd, M, H, D);
+}
+
+void vt_to_act(const vt_backend *be, float *dst, const float *src, int64_t count) {
+  NEED(be, to_act);
+  PTR(dst); PTR(src);
+  POS(count);
+  VT_CHECK(dst != src, "to_act: dst must not alias src");
+  be->to_act(dst, src, count);
 }
 
 void vt_add(const vt_backend *be, float *out, const float *a, const float *b, int64_t count) {

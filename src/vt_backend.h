@@ -118,12 +118,18 @@ struct vt_backend {
   void (*attention_bwd)(float *dqkv, float *dbias, const float *dout, const float *qkv,
                         const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
                         int64_t D);
+  void (*latent_attention_fwd)(float *out, float *lse, const float *q, const float *kv,
+                               int64_t B, int64_t N, int64_t H, int64_t D);
+  void (*latent_attention_bwd)(float *dq, float *dkv, float *dbias, const float *dout,
+                               const float *q, const float *kv, const float *out,
+                               const float *lse, int64_t B, int64_t N, int64_t H, int64_t D);
   void (*qk_norm_fwd)(float *out, float *mean, float *rstd, const float *qkv, const float *qw,
                       const float *qb, const float *kw, const float *kb, int64_t M, int64_t H,
                       int64_t D);
   void (*qk_norm_bwd)(float *dqkv, float *dqw, float *dqb, float *dkw, float *dkb, float *dbias,
                       const float *dout, const float *qkv, const float *qw, const float *kw,
                       const float *mean, const float *rstd, int64_t M, int64_t H, int64_t D);
+  void (*to_act)(float *dst, const float *src, int64_t count);
   void (*add)(float *out, const float *a, const float *b, int64_t count);
   void (*drop_path)(float *out, const float *x, const float *res, int64_t rows, int64_t cols,
                     const vt_drop_mask *mask);

@@ -117,6 +117,26 @@ void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const flo
                       const float *qkv, const float *out, const float *lse, int64_t B, int64_t N,
                       int64_t H, int64_t D);
 
+// Attention of one query per head over a sample's N tokens (the latent query of timm's
+// AttentionPoolLatent, big_vision's MAP head): the query q (H*D), the same for every sample, is a
+// bf16 activation in bf16 precision; kv (B, N, 2*H*D) as timm's kv Linear makes it, [k of all
+// heads | v of all heads] per token (a bf16 activation). out (B, H*D), head h at columns h*D (a
+// bf16 activation); lse (B, H) fp32 saved for the backward. With s_t = q_h . k_t / sqrt(D):
+// lse = log sum_t exp(s_t), p_t = exp(s_t - lse) (rounded to bf16 in bf16 precision), out =
+// sum_t p_t v_t: attention_fwd's arithmetic with one query row.
+void vt_latent_attention_fwd(const vt_backend *be, float *out, float *lse, const float *q,
+                             const float *kv, int64_t B, int64_t N, int64_t H, int64_t D);
+// dq (H*D) fp32, overwritten: the sum over the samples (in order 0..B-1) of each one's query
+// gradient; dkv (B, N, 2*H*D) overwritten, a bf16 activation in bf16 precision (it only feeds
+// the kv Linear's GEMMs, through linear_act_bwd); dbias (2*H*D) += the column sums of the fp32
+// dkv, the kv bias gradient (may be NULL). dout (B, H*D) as linear_bwd_act made it; q, kv, out
+// and lse as latent_attention_fwd read and left them. attention_bwd's arithmetic with one query
+// row: delta = dout . out, ds_t = p_t (dout . v_t - delta) (rounded to bf16 in bf16, as p is),
+// dk_t = ds_t q / sqrt(D), dv_t = p_t dout, dq = sum_t ds_t k_t / sqrt(D).
+void vt_latent_attention_bwd(const vt_backend *be, float *dq, float *dkv, float *dbias,
+                             const float *dout, const float *q, const float *kv, const float *out,
+                             const float *lse, int64_t B, int64_t N, int64_t H, int64_t D);
+
 // QK-norm (timm's qk_norm, ViT-22B): a LayerNorm (eps VT_LAYERNORM_EPS) over each head's D
 // values of q and of k, the q heads sharing the weights qw, qb (D), the k heads kw, kb. qkv and
 // out (M, 3*H*D) in attention's layout (vt_attention_fwd); out holds the normalised q and k and v
@@ -133,6 +153,11 @@ void vt_qk_norm_bwd(const vt_backend *be, float *dqkv, float *dqw, float *dqb, f
                     float *dkb, float *dbias, const float *dout, const float *qkv,
                     const float *qw, const float *kw, const float *mean, const float *rstd,
                     int64_t M, int64_t H, int64_t D);
+
+// dst (count) = src (count, fp32) as an activation: rounded to bf16 and stored as such in bf16
+// precision (vt_ops.h), copied in fp32. For an fp32 value that feeds a GEMM's input (MAP's latent
+// query and its head's input); the gradient passes through unchanged.
+void vt_to_act(const vt_backend *be, float *dst, const float *src, int64_t count);
 
 // Residual add, out = a + b (out may alias a or b). Its backward passes the gradient to both
 // inputs unchanged, so the model reuses this op to add branch gradients into the stream.

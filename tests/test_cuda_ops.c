@@ -394,6 +394,56 @@ static void t_attention_bwd(tc *t, const int64_t *d) {
   check(t, "dbias", gdb, rdb, 3 * C);  // untouched without want_dbias: still db0 on both sides
 }
 
+// The latent query of MAP pooling: q (H*D) shared by the samples, kv (B, N, 2HD), both
+// activations; scores in [-2, 2] as attention's.
+static void t_latent_attention_fwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D, nkv = B * N * 2 * C;
+  float *q = act_in(t, hrand(t, C, -1, 1), C), *kv = act_in(t, hrand(t, nkv, -2, 2), nkv);
+  float *ro = hnew(t, B * C), *rl = hnew(t, B * H);
+  vt_latent_attention_fwd(t->cpu, ro, rl, q, kv, B, N, H, D);
+  float *gq = dnew(t, q, C), *gkv = dnew(t, kv, nkv), *go[2], *gl[2];
+  for (int r = 0; r < 2; r++) {
+    go[r] = dpoison(t, B * C), gl[r] = dpoison(t, B * H);
+    vt_latent_attention_fwd(t->gpu, go[r], gl[r], gq, gkv, B, N, H, D);
+  }
+  check_act(t, "out", go, ro, B * C);
+  check(t, "lse", gl, rl, B * H);
+}
+
+// The backward reads the CPU's out and lse on both sides; dq from poison (overwritten), the kv
+// bias gradient (d[4] set) added to random values.
+static void t_latent_attention_bwd(tc *t, const int64_t *d) {
+  const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D, nkv = B * N * 2 * C;
+  const int64_t want_dbias = d[4];
+  float *q = act_in(t, hrand(t, C, -1, 1), C), *kv = act_in(t, hrand(t, nkv, -2, 2), nkv);
+  float *dy = act_in(t, hrand(t, B * C, -1, 1), B * C), *db0 = hrand(t, 2 * C, -1, 1);
+  float *out = hnew(t, B * C), *lse = hnew(t, B * H), *rdq = hnew(t, C), *rdkv = hnew(t, nkv);
+  float *rdb = hcopy(t, db0, 2 * C);
+  vt_latent_attention_fwd(t->cpu, out, lse, q, kv, B, N, H, D);
+  vt_latent_attention_bwd(t->cpu, rdq, rdkv, want_dbias ? rdb : NULL, dy, q, kv, out, lse, B, N,
+                          H, D);
+  float *gq = dnew(t, q, C), *gkv = dnew(t, kv, nkv), *gdy = dnew(t, dy, B * C);
+  float *gout = dnew(t, out, B * C), *gl = dnew(t, lse, B * H), *gdq[2], *gdkv[2], *gdb[2];
+  for (int r = 0; r < 2; r++) {
+    gdq[r] = dpoison(t, C), gdkv[r] = dpoison(t, nkv), gdb[r] = dnew(t, db0, 2 * C);
+    vt_latent_attention_bwd(t->gpu, gdq[r], gdkv[r], want_dbias ? gdb[r] : NULL, gdy, gq, gkv,
+                            gout, gl, B, N, H, D);
+  }
+  check(t, "dq", gdq, rdq, C);
+  check_act(t, "dkv", gdkv, rdkv, nkv);
+  check(t, "dbias", gdb, rdb, 2 * C);  // untouched without want_dbias: still db0 on both sides
+}
+
+// fp32 in, an activation out: a copy in fp32, the rounding to bf16 in bf16.
+static void t_to_act(tc *t, const int64_t *d) {
+  const int64_t n = d[0];
+  float *x = hrand(t, n, -3, 3), *ref = hnew(t, n), *g[2];
+  vt_to_act(t->cpu, ref, x, n);
+  float *gx = dnew(t, x, n);
+  for (int r = 0; r < 2; r++) g[r] = dpoison(t, n), vt_to_act(t->gpu, g[r], gx, n);
+  check_act(t, "dst", g, ref, n);
+}
+
 // Run 0 writes a fresh buffer; run 1 writes in place over a copy of a (out aliases a).
 static void t_add(tc *t, const int64_t *d) {
   const int64_t n = d[0];
@@ -852,6 +902,13 @@ static const op_test kTests[] = {
     {"attention_bwd", "B,N,H,D,dbias", t_attention_bwd, {1e-4, 5e-4},
      {{2, 197, 3, 64, 1}, {1, 5, 1, 7, 0}, {3, 300, 2, 8, 1}, {1, 65, 4, 16, 1}, {1, 1, 2, 3, 1},
       {2, 50, 12, 64, 0}, {1, 70, 2, 80, 1}, {1, 40, 1, 96, 1}}},  // 80: ViT-H/14; 96: fp32's largest
+    {"latent_attention_fwd", "B,N,H,D", t_latent_attention_fwd, {5e-5, 5e-4},
+     {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 300, 2, 8}, {1, 1, 2, 3}, {4, 196, 12, 64},
+      {1, 70, 2, 80}, {2, 1025, 1, 33}}},  // 1025: more tokens than the block's 256 threads x 4
+    {"latent_attention_bwd", "B,N,H,D,dbias", t_latent_attention_bwd, {1e-4, 5e-4},
+     {{2, 197, 3, 64, 1}, {1, 5, 1, 7, 0}, {3, 300, 2, 8, 1}, {1, 1, 2, 3, 1}, {4, 196, 12, 64, 0},
+      {1, 70, 2, 80, 1}, {2, 1025, 1, 33, 1}, {64, 17, 2, 16, 1}}},  // 64 x 17: 3 colsum chunks
+    {"to_act", "count", t_to_act, {0, 0}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
     {"add", "count", t_add, {0, -1}, {{1}, {1000}, {197 * 192 + 3}}},
     {"drop_path", "rows,cols,row0,N,res", t_drop_path, {0, -1},
      {{1, 1, 0, 1, 1}, {394, 192, 0, 197, 1}, {394, 192, 0, 197, 0}, {99, 77, 197, 50, 1},
@@ -925,6 +982,7 @@ static int check_table(const vt_backend *be) {
       OP(linear_bwd_act),    OP(linear_residual_fwd),
       OP(layernorm_fwd),     OP(layernorm_bwd),     OP(add_layernorm_fwd), OP(layernorm_bwd_add),
       OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
+      OP(latent_attention_fwd), OP(latent_attention_bwd), OP(to_act),
       OP(add),               OP(drop_path),         OP(patchify_fwd),  OP(patchify_bwd),
       OP(embed_fwd),         OP(embed_bwd),         OP(cls_pool_fwd),  OP(cls_pool_bwd),
       OP(mean_pool_fwd),     OP(mean_pool_bwd),     OP(layer_scale_fwd), OP(layer_scale_bwd),

@@ -222,6 +222,36 @@ static void test_attention_bias(int64_t B, int64_t N, int64_t H, int64_t D) {
   free(k.qkv), free(k.bias), free(k.sum), free(k.lse), free(out), free(r), free(dqkv), free(dbias);
 }
 
+// ---- latent attention (MAP pooling) ----
+// out = latent_attention(q, kv + bias), bias (2HD) broadcast over the B*N rows (timm's kv Linear
+// bias), so one forward serves the q, kv and fused bias checks.
+typedef struct { float *q, *kv, *bias, *sum, *lse; int64_t B, N, H, D; } lat_ctx;
+static void lat_fwd(void *c, float *out) {
+  lat_ctx *k = c;
+  const int64_t ld = 2 * k->H * k->D;
+  for (int64_t i = 0; i < k->B * k->N * ld; i++) k->sum[i] = k->kv[i] + k->bias[i % ld];
+  vt_latent_attention_fwd(be, out, k->lse, k->q, k->sum, k->B, k->N, k->H, k->D);
+}
+static void test_latent_attention(int64_t B, int64_t N, int64_t H, int64_t D) {
+  const int64_t C = H * D, ld = 2 * C, nkv = B * N * ld, no = B * C;
+  lat_ctx k = {randn(C, 22, 1), randn(nkv, 23, 1), randn(ld, 24, 0.5f), calloc((size_t)nkv, 4),
+               calloc((size_t)(B * H), 4), B, N, H, D};
+  float *out = calloc((size_t)no, 4), *r = randn(no, 25, 1), *dkv = calloc((size_t)nkv, 4);
+  float *dq = calloc((size_t)C, 4), *dbias = calloc((size_t)ld, 4);
+  lat_fwd(&k, out);
+  vt_latent_attention_bwd(be, dq, dkv, dbias, r, k.q, k.sum, out, k.lse, B, N, H, D);
+  char what[3][64];
+  snprintf(what[0], 64, "latent_attention B%lld N%lld H%lld D%lld dq", (long long)B, (long long)N,
+           (long long)H, (long long)D);
+  snprintf(what[1], 64, "latent_attention N%lld dkv", (long long)N);
+  snprintf(what[2], 64, "latent_attention N%lld dbias (fused)", (long long)N);
+  expect_pass(what[0], check(what[0], lat_fwd, &k, out, r, no, k.q, C, dq));
+  expect_pass(what[1], check(what[1], lat_fwd, &k, out, r, no, k.kv, nkv, dkv));
+  expect_pass(what[2], check(what[2], lat_fwd, &k, out, r, no, k.bias, ld, dbias));
+  free(k.q), free(k.kv), free(k.bias), free(k.sum), free(k.lse), free(out), free(r), free(dkv);
+  free(dq), free(dbias);
+}
+
 // ---- patchify ----
 typedef struct { float *img; int64_t B, S, P; } pat_ctx;
 static void pat_fwd(void *c, float *out) {
@@ -445,6 +475,9 @@ int main(void) {
   test_attention(1, 5, 1, 3);
   test_attention(2, 7, 7, 11);
   test_attention_bias(2, 9, 2, 4);
+  test_latent_attention(3, 5, 2, 3);
+  test_latent_attention(2, 13, 1, 77);  // more than a warp's lanes per dot product on CUDA
+  test_latent_attention(1, 1, 3, 4);    // one token: p = 1
   test_patchify(2, 6, 3);
   test_embed(2, 13, 1, 0, 3);
   test_embed(3, 5, 1, 0, 77);

@@ -4,7 +4,7 @@
 // rounding points, computed here a whole (N, N) head at a time. GEMMs on strided views of the
 // timm qkv layout (no copies). The (batch, head) pairs run in parallel, each with
 // single-threaded GEMMs and its own scratch, so every pair's result is computed the same way
-// whatever the thread count.
+// whatever the thread count. At the end the one-query form of MAP pooling (latent_attention).
 #include <math.h>
 
 #ifdef _OPENMP
@@ -126,4 +126,93 @@ void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const fl
   if (!bf16) return;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < B * N * ld; i++) vt_cpu_put(dqkv, i, dst[i], 1);
+}
+
+// ---- one latent query per head (MAP pooling) ---------------------------------------------------
+// The same values and rounding points as above with a single query row; the (sample, head)
+// pairs run in parallel, each over its N tokens in order.
+
+void vt_cpu_latent_attention_fwd(float *out, float *lse, const float *q, const float *kv,
+                                 int64_t B, int64_t N, int64_t H, int64_t D) {
+  const int64_t C = H * D, ld = 2 * C;
+  const float scale = 1.0f / sqrtf((float)D);
+  const int bf16 = vt_cpu_bf16();
+  float *scratch = vt_cpu_scratch((size_t)(max_threads() * N));  // each pair's scores
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      float *s = scratch + (int64_t)thread_id() * N, mx = -INFINITY, sum = 0.0f;
+      for (int64_t t = 0; t < N; t++) {
+        const int64_t at = (b * N + t) * ld + h * D;
+        float dot = 0.0f;
+        for (int64_t d = 0; d < D; d++)
+          dot += vt_cpu_get(q, h * D + d, bf16) * vt_cpu_get(kv, at + d, bf16);
+        s[t] = scale * dot;
+        mx = s[t] > mx ? s[t] : mx;
+      }
+      for (int64_t t = 0; t < N; t++) sum += expf(s[t] - mx);
+      const float l = mx + logf(sum);
+      lse[b * H + h] = l;
+      for (int64_t t = 0; t < N; t++) {
+        const float p = expf(s[t] - l);
+        s[t] = bf16 ? vt_bf16_round(p) : p;
+      }
+      for (int64_t d = 0; d < D; d++) {
+        float o = 0.0f;
+        for (int64_t t = 0; t < N; t++)
+          o += s[t] * vt_cpu_get(kv, (b * N + t) * ld + C + h * D + d, bf16);
+        vt_cpu_put(out, b * C + h * D + d, o, bf16);
+      }
+    }
+}
+
+void vt_cpu_latent_attention_bwd(float *dq, float *dkv, float *dbias, const float *dout,
+                                 const float *q, const float *kv, const float *out,
+                                 const float *lse, int64_t B, int64_t N, int64_t H, int64_t D) {
+  const int64_t C = H * D, ld = 2 * C;
+  const float scale = 1.0f / sqrtf((float)D);
+  const int bf16 = vt_cpu_bf16();
+  // Scratch: each sample's query gradient (B, C), summed over the samples in order at the end;
+  // each thread's ds (N); in bf16 also the fp32 dkv (for the bias gradient before rounding).
+  const int64_t T = max_threads();
+  float *scratch = vt_cpu_scratch((size_t)(B * C + T * N + (bf16 ? B * N * ld : 0)));
+  float *dq_b = scratch, *ds_all = dq_b + B * C, *dst = bf16 ? ds_all + T * N : dkv;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      float *ds = ds_all + (int64_t)thread_id() * N, delta = 0.0f;
+      const int64_t o_at = b * C + h * D;
+      for (int64_t d = 0; d < D; d++)
+        delta += vt_cpu_get(dout, o_at + d, bf16) * vt_cpu_get(out, o_at + d, bf16);
+      for (int64_t t = 0; t < N; t++) {
+        const int64_t at = (b * N + t) * ld + h * D;
+        float s = 0.0f, dp = 0.0f;
+        for (int64_t d = 0; d < D; d++) {
+          s += vt_cpu_get(q, h * D + d, bf16) * vt_cpu_get(kv, at + d, bf16);
+          dp += vt_cpu_get(dout, o_at + d, bf16) * vt_cpu_get(kv, at + C + d, bf16);
+        }
+        const float p = expf(scale * s - lse[b * H + h]), g = p * (dp - delta);
+        const float pr = bf16 ? vt_bf16_round(p) : p;
+        ds[t] = bf16 ? vt_bf16_round(g) : g;
+        for (int64_t d = 0; d < D; d++) {
+          dst[at + d] = scale * ds[t] * vt_cpu_get(q, h * D + d, bf16);
+          dst[at + C + d] = pr * vt_cpu_get(dout, o_at + d, bf16);
+        }
+      }
+      for (int64_t d = 0; d < D; d++) {
+        float acc = 0.0f;
+        for (int64_t t = 0; t < N; t++)
+          acc += ds[t] * vt_cpu_get(kv, (b * N + t) * ld + h * D + d, bf16);
+        dq_b[o_at + d] = scale * acc;
+      }
+    }
+  for (int64_t c = 0; c < C; c++) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < B; b++) acc += dq_b[b * C + c];
+    dq[c] = acc;
+  }
+  if (dbias) vt_cpu_colsum_acc(dbias, dst, B * N, ld);  // the kv bias gradient, from fp32
+  if (!bf16) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < B * N * ld; i++) vt_cpu_put(dkv, i, dst[i], 1);
 }

@@ -113,6 +113,12 @@ void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, i
 void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
                           const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
                           int64_t D);
+void vt_cpu_latent_attention_fwd(float *out, float *lse, const float *q, const float *kv,
+                                 int64_t B, int64_t N, int64_t H, int64_t D);
+void vt_cpu_latent_attention_bwd(float *dq, float *dkv, float *dbias, const float *dout,
+                                 const float *q, const float *kv, const float *out,
+                                 const float *lse, int64_t B, int64_t N, int64_t H, int64_t D);
+void vt_cpu_to_act(float *dst, const float *src, int64_t count);
 void vt_cpu_add(float *out, const float *a, const float *b, int64_t count);
 void vt_cpu_drop_path(float *out, const float *x, const float *res, int64_t rows, int64_t cols,
                       const vt_drop_mask *mask);

@@ -1,4 +1,5 @@
-// elementwise.c: GELU (the erf form), the residual add, drop path, sum of squares and scaling.
+// elementwise.c: GELU (the erf form), the activation cast (to_act), the residual add, drop path,
+// sum of squares and scaling.
 // GELU uses its own branch-free exp and erf so the compiler vectorises the loops: libm's erff
 // and expf are scalar calls, and made GELU 17% of a ViT-Ti step (tests/bench_cpu.sh).
 #include <math.h>
@@ -83,6 +84,12 @@ void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *d
   if (!bf16) return;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; i++) vt_cpu_put(dinp, i, d[i], 1);
+}
+
+void vt_cpu_to_act(float *dst, const float *src, int64_t count) {
+  const int bf16 = vt_cpu_bf16();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i++) vt_cpu_put(dst, i, src[i], bf16);
 }
 
 void vt_cpu_add(float *out, const float *a, const float *b, int64_t count) {

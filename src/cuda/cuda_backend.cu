@@ -214,6 +214,9 @@ static int cuda_init(void) {
   g_table.gelu_bwd = vt_cuda_gelu_bwd;
   g_table.attention_fwd = vt_cuda_attention_fwd;
   g_table.attention_bwd = vt_cuda_attention_bwd;
+  g_table.latent_attention_fwd = vt_cuda_latent_attention_fwd;
+  g_table.latent_attention_bwd = vt_cuda_latent_attention_bwd;
+  g_table.to_act = vt_cuda_to_act;
   g_table.qk_norm_fwd = vt_cuda_qk_norm_fwd;
   g_table.qk_norm_bwd = vt_cuda_qk_norm_bwd;
   g_table.add = vt_cuda_add;

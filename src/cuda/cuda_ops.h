@@ -61,6 +61,7 @@ void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count);
 void vt_cuda_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
                       int64_t F);
 void vt_cuda_add(float *out, const float *a, const float *b, int64_t count);
+void vt_cuda_to_act(float *dst, const float *src, int64_t count);
 void vt_cuda_drop_path(float *out, const float *x, const float *res, int64_t rows, int64_t cols,
                        const vt_drop_mask *mask);
 void vt_cuda_sumsq(double *out, const float *x, int64_t count);
@@ -72,6 +73,11 @@ void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, 
 void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
                            const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
                            int64_t D);
+void vt_cuda_latent_attention_fwd(float *out, float *lse, const float *q, const float *kv,
+                                  int64_t B, int64_t N, int64_t H, int64_t D);
+void vt_cuda_latent_attention_bwd(float *dq, float *dkv, float *dbias, const float *dout,
+                                  const float *q, const float *kv, const float *out,
+                                  const float *lse, int64_t B, int64_t N, int64_t H, int64_t D);
 
 // embed.cu
 void vt_cuda_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P);

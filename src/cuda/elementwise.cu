@@ -1,7 +1,7 @@
 // elementwise.cu: GELU (the exact erf form), the residual add, drop path, LayerScale, sum of
 // squares and scaling on CUDA, twin of src/cpu/elementwise.c, and the bf16 rounding of GEMM
-// operands. The sum of squares is a two-stage reduction over chunks of a fixed size, in double,
-// with no atomics: the same bits on every run and every GPU.
+// operands (also the activation cast, to_act). The sum of squares is a two-stage reduction over
+// chunks of a fixed size, in double, with no atomics: the same bits on every run and every GPU.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
 #include "colsum.cuh"
 #include "cuda_common.h"
@@ -189,4 +189,10 @@ void vt_cuda_to_bf16(__nv_bfloat16 *dst, const float *src, int64_t n) {
   if (n <= 0) return;
   to_bf16_kernel<<<vt_cuda_blocks(n, 256), 256, 0, vt_cuda_stream()>>>(dst, src, n);
   VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_to_act(float *dst, const float *src, int64_t count) {
+  if (vt_cuda_bf16()) vt_cuda_to_bf16((__nv_bfloat16 *)dst, src, count);
+  else VT_CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)count * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, vt_cuda_stream()));
 }
