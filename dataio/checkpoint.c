@@ -131,7 +131,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"depth", 1, 1 << 16, &m->depth, 4, 0, 0},
       {"heads", 1, 1 << 16, &m->heads, 4, 0, 0},
       {"num_classes", 1, 1 << 24, &m->num_classes, 4, 0, 0},
-      {"global_pool", 0, 2, &m->global_pool, 4, 1, 0},  // absent: 0
+      {"global_pool", 0, 3, &m->global_pool, 4, 1, 0},  // absent: 0
       {"aug_repeats", 1, 64, &m->aug_repeats, 4, 1, 0},  // absent: 1
       {"layer_scale", 0, 1, &m->layer_scale, 4, 1, 0},  // absent: 0
       {"no_embed_class", 0, 1, &m->no_embed_class, 4, 1, 0},

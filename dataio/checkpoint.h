@@ -41,7 +41,7 @@ typedef struct {
   double warmup_epochs, cycle_epochs;
   // model configuration
   int img_size, patch_size, width, depth, heads, num_classes;
-  int global_pool;  // vt_vit_config's: 0 token, 1 avg, 2 gap (0 when the manifest predates it)
+  int global_pool;  // vt_vit_config's: 0 token, 1 avg, 2 gap, 3 map (0 when the manifest predates it)
   int aug_repeats;  // the data stream's repeated augmentation (1 when the manifest predates it)
   int layer_scale;  // 1: the model has LayerScale gammas (0 when the manifest predates them)
   int no_embed_class, reg_tokens;  // vt_vit_config's (0 when the manifest predates them)

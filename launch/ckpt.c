@@ -336,7 +336,8 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
   }
   if (man->global_pool != c->global_pool || man->class_token != !c->no_class_token) {
     static const char *const heads[] = {"class-token", "mean-pooled (fc_norm)",
-                                        "normalised-tokens mean (gap)"};
+                                        "normalised-tokens mean (gap)",
+                                        "attention-pooling (map)"};
     snprintf(err, errlen, "%s holds a model with the %s head and %s class token; resume it with "
              "--global-pool %s --class-token %d",
              dir, heads[man->global_pool], man->class_token ? "a" : "no",

@@ -150,11 +150,13 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--global-pool", VT_OPT_STR, pool, sizeof pool, 0, 0, "POOL",
        "what the head sees: token (the class token after `norm`, timm's default), avg (the "
        "mean of the patch tokens after `fc_norm`: MAE's fine-tuning head, timm's "
-       "global_pool='avg') or gap (the mean of the patch tokens each after `norm`: timm's "
-       "global_pool='avg' with fc_norm=False, big_vision's gap head)", "token|avg|gap"},
+       "global_pool='avg'), gap (the mean of the patch tokens each after `norm`: timm's "
+       "global_pool='avg' with fc_norm=False, big_vision's gap head) or map (attention "
+       "pooling of every token after `norm` by a learned latent query, then an MLP: timm's "
+       "global_pool='map' (attn_pool), big_vision's MAP head, SigLIP)", "token|avg|gap|map"},
       {"--class-token", VT_OPT_INT, &class_token, 0, 0, 1, "0|1",
        "0: no class token (timm's class_token=False, the *_gap_* ViTs and SigLIP; needs "
-       "--global-pool avg or gap)", NULL},
+       "--global-pool avg, gap or map)", NULL},
       {"--head-init-std", VT_OPT_FLOAT, &o.model.head_init_std, 0, 0, 1, "S",
        "std of the head weight's truncated normal initialisation, also of a head --init-from "
        "starts fresh (MAE's fine-tuning: 2e-5); 0: timm's 0.02", NULL},
@@ -467,7 +469,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
   o.optim.kind = strcmp(opt_name, "lamb") == 0 ? VT_OPT_LAMB : VT_OPT_ADAMW;
   o.sched_epochs = strcmp(sched_on, "epochs") == 0;
-  o.model.global_pool = strcmp(pool, "avg") == 0 ? 1 : strcmp(pool, "gap") == 0 ? 2 : 0;
+  o.model.global_pool = strcmp(pool, "avg") == 0   ? 1
+                        : strcmp(pool, "gap") == 0 ? 2
+                        : strcmp(pool, "map") == 0 ? 3
+                                                   : 0;
   o.model.no_class_token = !class_token;
   o.model.no_qkv_bias = !qkv_bias;
   o.erase.mode = strcmp(remode, "const") == 0  ? VT_ERASE_CONST

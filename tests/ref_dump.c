@@ -66,8 +66,10 @@ int main(int argc, char **argv) {
   if (argc < 2 || argc > 3 ||
       (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg") &&
        strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce") &&
-       strcmp(variant, "bcet") && strcmp(variant, "lamb") && strcmp(variant, "gap"))) {
-    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb|gap]\n", argv[0]);
+       strcmp(variant, "bcet") && strcmp(variant, "lamb") && strcmp(variant, "gap") &&
+       strcmp(variant, "map"))) {
+    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb|gap|map]\n",
+            argv[0]);
     return 2;
   }
   const char *why = NULL;
@@ -84,6 +86,7 @@ int main(int argc, char **argv) {
   if (!strcmp(variant, "qk")) cfg.qk_norm = 1, cfg.no_qkv_bias = 1, cfg.layer_scale = 0.5f;
   if (!strcmp(variant, "par")) cfg.parallel = 1, cfg.layer_scale = 0.4f;
   if (!strcmp(variant, "gap")) cfg.global_pool = 2, cfg.no_class_token = 1, cfg.reg_tokens = 2;
+  if (!strcmp(variant, "map")) cfg.global_pool = 3, cfg.no_class_token = 1, cfg.reg_tokens = 1;
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,

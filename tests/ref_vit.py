@@ -117,6 +117,29 @@ class Mlp(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))  # exact erf GELU, PyTorch's default
 
 
+class MapHead(nn.Module):
+    """Attention pooling by a learned latent query (timm's attn_pool, big_vision's MAP head):
+    one query per head attends over all of a sample's tokens, then proj, then a residual MLP
+    behind its own LayerNorm."""
+
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.heads = heads
+        self.latent = nn.Parameter(torch.zeros(1, 1, dim))
+        self.q, self.kv, self.proj = nn.Linear(dim, dim), nn.Linear(dim, 2 * dim), nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, hidden)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        D = C // self.heads
+        q = self.q(self.latent[0, 0]).reshape(self.heads, D)
+        k, v = self.kv(x).reshape(B, N, 2, self.heads, D).unbind(2)  # (B, N, H, D) each
+        p = (torch.einsum("hd,bnhd->bhn", q, k) / math.sqrt(D)).softmax(dim=-1)
+        y = self.proj(torch.einsum("bhn,bnhd->bhd", p, v).reshape(B, C))
+        return y + self.mlp(self.norm(y))
+
+
 class LayerScale(nn.Module):
     """timm's LayerScale (CaiT, DeiT III): x * gamma per channel."""
     def __init__(self, dim):
@@ -170,6 +193,8 @@ class PatchEmbed(nn.Module):
 
 
 def head_name(model):
+    if model.map:
+        return "attention pooling by a latent query (map)"
     if model.gap:
         return "mean of the normalised patch tokens (gap)"
     return "mean of the patch tokens, fc_norm" if model.global_pool else "class token"
@@ -179,9 +204,10 @@ class ViT(nn.Module):
     def __init__(self, img=IMG, patch=PATCH, width=WIDTH, depth=DEPTH, heads=HEADS,
                  mlp_ratio=MLP_RATIO, classes=CLASSES, global_pool=False, layer_scale=False,
                  reg_tokens=0, no_embed_class=False, qk_norm=False, qkv_bias=True,
-                 parallel=False, class_token=True, gap=False):
+                 parallel=False, class_token=True, gap=False, map_head=False):
         super().__init__()
         self.global_pool, self.no_embed_class, self.gap = global_pool, no_embed_class, gap
+        self.map = map_head
         # timm's num_prefix_tokens: the class token (unless class_token=False), then registers
         self.prefix = int(class_token) + reg_tokens
         n = (img // patch) ** 2 + (0 if no_embed_class else self.prefix)
@@ -199,6 +225,8 @@ class ViT(nn.Module):
             self.fc_norm = nn.LayerNorm(width, eps=1e-6)
         else:
             self.norm = nn.LayerNorm(width, eps=1e-6)
+        if map_head:  # every token normalised by `norm`, then attention-pooled
+            self.attn_pool = MapHead(width, heads, int(width * mlp_ratio))
         self.head = nn.Linear(width, classes)
         # timm's stochastic depth ramp: drop_path_rate * i / (depth - 1) for block i
         self.keep = [1.0 - r.item() for r in torch.linspace(0, DROP_PATH, depth)]
@@ -217,6 +245,8 @@ class ViT(nn.Module):
         self.masks = None if positions is None else drop_masks(positions, self.keep)
         for l, block in enumerate(self.blocks):
             x = block(x) if positions is None else block(x, self.masks[l], self.keep[l])
+        if self.map:
+            return self.head(self.attn_pool(self.norm(x)))
         if self.gap:  # every token normalised, then the mean of the patch tokens
             return self.head(self.norm(x)[:, self.prefix:].mean(dim=1))
         if self.global_pool:  # the mean of the patch tokens, then fc_norm
@@ -295,11 +325,14 @@ def rel_err(mine, ref, base=None):
 
 
 def final_pieces(name, t):
-    """Splits the k third off qkv.bias (see final_err); QK-norm's k bias is all such a piece;
-    other tensors are one piece."""
+    """Splits the k third off qkv.bias (see final_err), the k half off the MAP head's kv.bias;
+    QK-norm's k bias is all such a piece; other tensors are one piece."""
     if name.endswith("attn.qkv.bias"):
         q, k, v = t.chunk(3)
         return {name + "[q,v]": torch.cat([q, v]), name + "[k]": k}
+    if name == "attn_pool.kv.bias":
+        k, v = t.chunk(2)
+        return {name + "[v]": v, name + "[k]": k}
     if name.endswith("attn.k_norm.bias"):
         return {name + "[k]": t}
     return {name: t}
@@ -336,6 +369,7 @@ def main():
 
     regs = d["init.reg_token"].shape[1] if "init.reg_token" in d else 0
     class_token, gap = "init.cls_token" in d, "gap" in d  # gap: ref_dump's marker
+    map_head = "init.attn_pool.latent" in d
     no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2 and \
         (class_token or regs > 0)
     qk_norm, qkv_bias = "init.blocks.0.attn.q_norm.weight" in d, "init.blocks.0.attn.qkv.bias" in d
@@ -346,7 +380,8 @@ def main():
     layer_scale = "init.blocks.0.ls1.gamma" in d or "init.blocks.0.ls.gamma" in d
     model = ViT(global_pool="init.fc_norm.weight" in d or gap, layer_scale=layer_scale,
                 reg_tokens=regs, no_embed_class=no_embed_class, qk_norm=qk_norm,
-                qkv_bias=qkv_bias, parallel=parallel, class_token=class_token, gap=gap).to(dt)
+                qkv_bias=qkv_bias, parallel=parallel, class_token=class_token, gap=gap,
+                map_head=map_head).to(dt)
     names = [n for n, _ in model.named_parameters()]
     init = {n[5:]: t for n, t in d.items() if n.startswith("init.")}
     model.load_state_dict({n: t.to(dt) for n, t in init.items()}, strict=True)

@@ -201,7 +201,7 @@ int main(void) {
   refuse_edit("file", "file model.safetensors 10 zzzz", "malformed file entry");
   refuse_edit("file", "", "lists no files");
   refuse_edit("seed", "seed 1 2", "expected 'key value'");
-  refuse_edit("global_pool", "global_pool 3", "bad value");
+  refuse_edit("global_pool", "global_pool 4", "bad value");
   refuse_edit("class_token", "class_token 2", "bad value");
   refuse_edit("aug_repeats", "aug_repeats 0", "bad value");
   refuse_edit("layer_scale", "layer_scale 2", "bad value");
@@ -225,14 +225,14 @@ int main(void) {
   // LayerScale, registers and no_embed_class round trip; a manifest from before them reads as
   // timm's default ViT.
   m.layer_scale = 1, m.reg_tokens = 4, m.no_embed_class = 1, m.qk_norm = 1, m.qkv_bias = 0;
-  m.parallel = 1, m.lamb = 1, m.class_token = 0, m.global_pool = 2;
+  m.parallel = 1, m.lamb = 1, m.class_token = 0, m.global_pool = 3;
   n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
              back.layer_scale == 1 && back.reg_tokens == 4 && back.no_embed_class == 1 &&
              back.qk_norm == 1 && back.qkv_bias == 0 && back.parallel == 1 && back.lamb == 1 &&
-             back.class_token == 0 && back.global_pool == 2,
+             back.class_token == 0 && back.global_pool == 3,
          "layer_scale, reg_tokens, no_embed_class, qk_norm, qkv_bias, parallel, lamb, "
-         "class_token, global_pool gap round trip: %s",
+         "class_token, global_pool map round trip: %s",
          err);
   m.global_pool = 0;
   n = vt_ckpt_manifest_format(&m, text, sizeof text);

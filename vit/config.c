@@ -63,13 +63,13 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
     why = "reg-tokens must be 0 to 256";
   else if (c->no_embed_class != 0 && c->no_embed_class != 1)
     why = "no-embed-class must be 0 or 1";
-  else if (c->global_pool < 0 || c->global_pool > 2)
-    why = "global-pool must be token, avg or gap";
+  else if (c->global_pool < 0 || c->global_pool > 3)
+    why = "global-pool must be token, avg, gap or map";
   else if (c->no_class_token != 0 && c->no_class_token != 1)
     why = "class-token must be 0 or 1";
   else if (c->no_class_token && c->global_pool == 0)
     why = "--class-token 0 leaves no class token for --global-pool token to read: give "
-          "--global-pool avg or gap";
+          "--global-pool avg, gap or map";
   else if ((c->qk_norm != 0 && c->qk_norm != 1) || (c->no_qkv_bias != 0 && c->no_qkv_bias != 1) ||
            (c->parallel != 0 && c->parallel != 1))
     why = "qk-norm, qkv-bias and parallel-blocks must be 0 or 1";
@@ -85,6 +85,7 @@ void vt_config_extras(const vt_vit_config *c, char *buf, size_t nbytes) {
   int k = snprintf(buf, nbytes, "%s",
                    c->global_pool == 1   ? ", mean-pooled patch tokens (fc_norm)"
                    : c->global_pool == 2 ? ", mean of the normalised patch tokens (gap)"
+                   : c->global_pool == 3 ? ", attention pooling by a latent query (map)"
                                          : "");
   if (c->no_class_token && k >= 0 && (size_t)k < nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, ", no class token");
@@ -103,7 +104,8 @@ void vt_config_extras(const vt_vit_config *c, char *buf, size_t nbytes) {
 }
 
 const char *vt_config_pool_name(int global_pool) {
-  return global_pool == 2 ? "gap" : global_pool == 1 ? "avg" : "token";
+  static const char *const names[] = {"token", "avg", "gap", "map"};
+  return global_pool >= 0 && global_pool <= 3 ? names[global_pool] : "token";
 }
 
 double vt_config_train_flops(const vt_vit_config *c) {
@@ -112,5 +114,8 @@ double vt_config_train_flops(const vt_vit_config *c) {
   // Per block: qkv 3C^2, proj C^2, fc1+fc2 2CF per token; attention 2 N^2 C (scores and mix).
   double block = N * (4.0 * C * C + 2.0 * C * F) + 2.0 * N * N * C;
   double fwd = 2.0 * (c->depth * block + Np * 3.0 * P * P * C + C * c->num_classes);
+  // The MAP head: kv 2C^2 per token, the query's scores and mix 2NC, proj C^2 and the MLP 2CF
+  // (the latent's q, once per micro-batch, left out).
+  if (c->global_pool == 3) fwd += 2.0 * (N * 2.0 * C * C + 2.0 * N * C + C * C + 2.0 * C * F);
   return 3.0 * fwd;
 }

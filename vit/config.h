@@ -21,7 +21,10 @@ typedef struct {
                     // the patch tokens, normalised by `fc_norm` (timm's 'avg', MAE's
                     // fine-tuning head; timm then has no `norm`); 2: the mean of the patch
                     // tokens each normalised by `norm` (timm's 'avg' with fc_norm=False,
-                    // big_vision's 'gap': SigLIP, the *_gap_* ViTs)
+                    // big_vision's 'gap': SigLIP, the *_gap_* ViTs); 3: attention pooling by a
+                    // learned latent query over every token normalised by `norm`, then an MLP
+                    // (timm's 'map', AttentionPoolLatent as attn_pool; big_vision's MAP head:
+                    // SigLIP)
   float head_init_std;  // std of the head weight's truncated normal initialisation; 0: timm's
                         // 0.02 (MAE's fine-tuning: 2e-5)
   float layer_scale;    // LayerScale's initial gamma (timm's init_values: CaiT, DeiT III 1e-6,
@@ -35,7 +38,7 @@ typedef struct {
                         // blocks.i.attn.q_norm and k_norm, weights (D) shared by the heads
   int no_qkv_bias;      // 1: the qkv Linear has no bias (timm's qkv_bias=False, ViT-22B)
   int no_class_token;   // 1: no class token (timm's class_token=False): the registers, if any,
-                        // are the only prefix tokens; needs global_pool 1 or 2
+                        // are the only prefix tokens; needs global_pool 1, 2 or 3
   int parallel;         // 1: parallel blocks (ViT-22B, timm's ParallelScalingBlock):
                         // x + attn(norm1(x)) + mlp(norm1(x)), one LayerNorm, one LayerScale
                         // (blocks.i.ls.gamma) and one drop path on the sum; no norm2
@@ -78,7 +81,7 @@ vt_status vt_config_validate(const vt_vit_config *cfg, char *err, size_t errlen)
 // QK-norm, no qkv bias, parallel blocks" (empty when none).
 void vt_config_extras(const vt_vit_config *cfg, char *buf, size_t nbytes);
 
-// --global-pool's word for vt_vit_config.global_pool: "token", "avg" or "gap".
+// --global-pool's word for vt_vit_config.global_pool: "token", "avg", "gap" or "map".
 const char *vt_config_pool_name(int global_pool);
 
 // Names of the presets, for --help.

@@ -307,9 +307,10 @@ static void resample_pos(const float *src, int g0, float *dst, int g1, int pr, i
 }
 
 // A file made for another kind of ViT than the configuration: parallel blocks, LayerScale
-// gammas, QK-norm, the qkv bias, the class token or register tokens on one side only. Loading
-// the rest would silently drop what the file learned, so it is refused with the flag that
-// matches the file.
+// gammas, QK-norm, the qkv bias, the class token, register tokens or a MAP head (attn_pool) on
+// the file's side only. Loading the rest would silently drop what the file learned, so it is
+// refused with the flag that matches the file. (A MAP head the file lacks starts fresh, as a
+// head does: vt_model_init_from.)
 static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, const char *path,
                                char *err, size_t errlen) {
   const int file_ls = vt_st_find(f, "blocks.0.ls1.gamma") || vt_st_find(f, "blocks.0.ls.gamma");
@@ -339,11 +340,19 @@ static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, cons
              file_bias ? "a" : "no", file_qkn, file_bias);
     return VT_ERR_INPUT;
   }
+  const int file_map = vt_st_find(f, "attn_pool.latent") != NULL;
+  if (file_map && c->global_pool != 3) {
+    snprintf(err, errlen, "%s has a MAP head (attn_pool: SigLIP, big_vision's map); pass "
+             "--global-pool map", path);
+    return VT_ERR_INPUT;
+  }
   const int file_cls = vt_st_find(f, "cls_token") != NULL;
   if (file_cls != !c->no_class_token) {
     snprintf(err, errlen, "%s has %s class token (cls_token); pass --class-token %d%s", path,
              file_cls ? "a" : "no", file_cls,
-             file_cls ? "" : " and --global-pool gap (or avg where it has fc_norm)");
+             file_cls || c->global_pool != 0 ? ""
+             : vt_st_find(f, "fc_norm.weight") ? " and --global-pool avg"
+                                                : " and --global-pool gap (or map)");
     return VT_ERR_INPUT;
   }
   if (file_regs != c->reg_tokens) {
@@ -366,13 +375,18 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
   if (st == VT_OK) st = check_variant(&f, &m->cfg, path, err, errlen);
   // pos_embed's rows before the patch grid: the prefix tokens', unless no_embed_class
   const int pr = vt_cfg_pos_first(&m->cfg) ? 0 : vt_cfg_prefix_tokens(&m->cfg);
-  int resampled = 0, new_head = 0, fresh_top = 0;
+  int resampled = 0, new_head = 0, fresh_top = 0, fresh_map = 0;
+  const int file_map = st == VT_OK && vt_st_find(&f, "attn_pool.latent") != NULL;
   for (int i = 0; st == VT_OK && i < t->count; i++) {
     const vt_param *p = &t->p[i];
     const vt_st_entry *e = vt_st_find(&f, p->name);
     const int top = strncmp(p->name, "head.", 5) == 0 || strncmp(p->name, "fc_norm.", 8) == 0;
     if (top && !e) {  // a pretraining checkpoint (MAE's has neither): they start fresh
       fresh_top = 1;
+      continue;
+    }
+    if (strncmp(p->name, "attn_pool.", 10) == 0 && !file_map) {  // a MAP head on another model
+      fresh_map = 1;
       continue;
     }
     if (strncmp(p->name, "head.", 5) == 0 && e && e->ndim >= 1 && e->shape[0] != K) {
@@ -410,10 +424,11 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
   }
   vt_safetensors_close(&f);
   // the head lives on the last stage only
-  double flags[4] = {st != VT_OK, resampled, new_head, fresh_top};
-  vt_comm_all_reduce_double(world, flags, 4, VT_REDUCE_MAX);
+  double flags[5] = {st != VT_OK, resampled, new_head, fresh_top, fresh_map};
+  vt_comm_all_reduce_double(world, flags, 5, VT_REDUCE_MAX);
   const int bad = flags[0] != 0;
   resampled = (int)flags[1], new_head = (int)flags[2], fresh_top = (int)flags[3];
+  fresh_map = (int)flags[4];
   if (!bad) {
     m->be->to_device(m->params, local, (size_t)t->total * sizeof(float));
     vt_log_info("--init-from %s: the model's weights loaded", path);
@@ -423,6 +438,8 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
       vt_log_info("--init-from %s: has no %s; %s fresh (a pretraining checkpoint)", path,
                   m->cfg.global_pool == 1 ? "head or fc_norm" : "head",
                   m->cfg.global_pool == 1 ? "they start" : "it starts");
+    if (fresh_map)
+      vt_log_info("--init-from %s: has no MAP head (attn_pool); it starts fresh", path);
   } else if (st == VT_OK) {
     snprintf(err, errlen, "another rank could not read %s", path);
   }

@@ -52,6 +52,18 @@ static void carve_block(vt_model *m, vt_block_acts *b, arena *ar) {
   if (m->sp) b->ln1_full = take_act(m, ar, Mp * C);
 }
 
+static void carve_map(vt_model *m, vt_map_acts *a, arena *ar) {
+  const vt_vit_config *c = &m->cfg;
+  const int64_t B = m->max_batch, N = vt_cfg_tokens(c), C = c->width, F = vt_cfg_mlp_hidden(c);
+  a->latent = take_act(m, ar, C), a->q = take_act(m, ar, C);
+  a->kv = take_act(m, ar, B * N * 2 * C);
+  a->attn = take_act(m, ar, B * C), a->lse = take(ar, B * c->heads);
+  a->y = take(ar, B * C);
+  a->ln = take_act(m, ar, B * C), a->ln_mean = take(ar, B), a->ln_rstd = take(ar, B);
+  a->fc1 = take_act(m, ar, B * F), a->gelu = take_act(m, ar, B * F);
+  a->out = take_act(m, ar, B * C);
+}
+
 static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
   const vt_vit_config *c = &m->cfg;
   const int64_t B = m->max_batch, C = c->width;
@@ -70,10 +82,14 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
   if (m->has_head) {
     sl->labels = (int32_t *)take(ar, B);
     sl->mix = (vt_mix_target *)take(ar, 2 * B);
-    sl->pooled = take(ar, B * C);
-    // The head's LayerNorm statistics: one row per sample, or per patch token under gap.
-    const int64_t rows = c->global_pool == 2 ? B * vt_cfg_patches(c) : B;
-    sl->lnf = take_act(m, ar, B * C), sl->lnf_mean = take(ar, rows), sl->lnf_rstd = take(ar, rows);
+    // `norm`'s rows: one per sample, every patch token under gap, every token under map (whose
+    // normalised tokens are kept, without a pooled mean).
+    const int64_t rows = c->global_pool == 2 ? B * vt_cfg_patches(c)
+                         : c->global_pool == 3 ? B * vt_cfg_tokens(c) : B;
+    if (c->global_pool != 3) sl->pooled = take(ar, B * C);
+    sl->lnf = take_act(m, ar, (c->global_pool == 3 ? rows : B) * C);
+    sl->lnf_mean = take(ar, rows), sl->lnf_rstd = take(ar, rows);
+    if (c->global_pool == 3) carve_map(m, &sl->map, ar);
     sl->logits = take(ar, B * K), sl->probs = take(ar, B * K), sl->losses = take(ar, B);
   }
   // A chunk other than the head's receives its output's gradient; one other than the
@@ -110,7 +126,17 @@ static void carve(vt_model *m, arena *ar) {
   if (c->parallel) s->branch = take(ar, M * C), s->dln2 = take(ar, M * C);
   s->dact = take_act(m, ar, M * F), s->dfc1 = take_act(m, ar, M * F);
   if (m->has_embed) s->dpatch_out = take(ar, B * vt_cfg_patches(c) * C);
-  if (m->has_head) s->dpooled = take(ar, B * C), s->dlnf = take(ar, B * C), s->dlogits = take(ar, B * K);
+  if (m->has_head && c->global_pool == 3) {
+    const int64_t Fh = vt_cfg_mlp_hidden(c);  // the MAP head's MLP is whole on every TP rank
+    s->dlnf = take(ar, M * C), s->dlogits = take(ar, B * K);
+    s->map_z = take(ar, B * C), s->map_dy = take(ar, B * C);
+    s->map_dgelu = take_act(m, ar, B * Fh), s->map_dfc1 = take_act(m, ar, B * Fh);
+    s->map_dln = take(ar, B * C), s->map_dattn = take_act(m, ar, B * C);
+    s->map_dq = take(ar, C), s->map_dlatent = take(ar, C);
+    s->map_dkv = take_act(m, ar, M * 2 * C);
+  } else if (m->has_head) {
+    s->dpooled = take(ar, B * C), s->dlnf = take(ar, B * C), s->dlogits = take(ar, B * K);
+  }
 }
 
 static float *find(const vt_model *m, float *flat, const char *fmt, int l, const char *suffix) {
@@ -172,6 +198,20 @@ static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
     t->norm_b = find(m, flat, norm, 0, ".bias");
     t->head_w = find(m, flat, "head", 0, ".weight");
     t->head_b = find(m, flat, "head", 0, ".bias");
+  }
+  if (m->has_head && m->cfg.global_pool == 3) {
+    vt_map_tensors *a = &t->map;
+    a->latent = find(m, flat, "attn_pool.latent", 0, "");
+    static const char *const parts[] = {"q", "kv", "proj", "norm", "mlp.fc1", "mlp.fc2"};
+    float **const at[][2] = {{&a->q_w, &a->q_b},         {&a->kv_w, &a->kv_b},
+                             {&a->proj_w, &a->proj_b},   {&a->norm_w, &a->norm_b},
+                             {&a->fc1_w, &a->fc1_b},     {&a->fc2_w, &a->fc2_b}};
+    for (int i = 0; i < 6; i++) {
+      char pre[32];
+      snprintf(pre, sizeof pre, "attn_pool.%s", parts[i]);
+      *at[i][0] = find(m, flat, pre, 0, ".weight");
+      *at[i][1] = find(m, flat, pre, 0, ".bias");
+    }
   }
 }
 
@@ -384,12 +424,17 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
   // token, so normalising only the pooled tokens gives the same logits and gradients for less
   // work. Average: timm pools the patch tokens, then normalises (fc_norm). Gap: every patch
   // token normalised, then their mean (sl->pooled keeps the mean of the normalised tokens).
+  // Map: every token normalised, then attention pooling (map_head.c).
   const float *x = sl->res[nb];
   if (m->sp) {  // the tokens are spread over the TP group's rows
     vt_tp_sp_gather(m->tp, m->s.full, x, vt_model_local_rows(m, B) * C);
     x = m->s.full;
   }
-  if (c->global_pool == 2) {
+  const float *head_in = sl->lnf;
+  if (c->global_pool == 3) {
+    vt_map_head_fwd(m, sl, x, B);
+    head_in = sl->map.out;
+  } else if (c->global_pool == 2) {
     vt_norm_mean_pool_fwd(be, sl->lnf, sl->pooled, sl->lnf_mean, sl->lnf_rstd, x, m->p.norm_w,
                           m->p.norm_b, B, N, T, C);
   } else {
@@ -398,7 +443,7 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w,
                      m->p.norm_b, B, C);
   }
-  vt_linear_fwd(be, sl->logits, sl->lnf, m->p.head_w, m->p.head_b, B, C, K);
+  vt_linear_fwd(be, sl->logits, head_in, m->p.head_w, m->p.head_b, B, C, K);
   if (m->bce && sample0 >= 0)
     vt_bce_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, slot_mix(m, sl), smoothing,
                m->bce_thresh, B, K);
@@ -434,9 +479,17 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
     vt_cross_entropy_bwd(be, s->dlogits, sl->probs, sl->labels, slot_mix(m, sl), smoothing,
                          m->bce ? m->bce_thresh : -1.0f,
                          m->bce ? loss_scale / (float)K : loss_scale, B, K);
-    vt_linear_bwd(be, s->dlnf, g->head_w, g->head_b, s->dlogits, sl->lnf, m->p.head_w, B, C, K);
+    const int map = c->global_pool == 3;
+    vt_linear_bwd(be, map ? s->map_dy : s->dlnf, g->head_w, g->head_b, s->dlogits,
+                  map ? sl->map.out : sl->lnf, m->p.head_w, B, C, K);
     float *dx = m->sp ? s->full : s->dres;
-    if (c->global_pool == 2) {
+    if (map) {
+      // The backward reads the last block's output again (under sequence parallelism gathered
+      // once more); the tokens' gradient goes to a buffer of its own.
+      const float *x = sl->res[nb];
+      if (m->sp) vt_tp_sp_gather(m->tp, s->full, x, Ml * C), x = s->full, dx = s->partial;
+      vt_map_head_bwd(m, sl, dx, x, B);
+    } else if (c->global_pool == 2) {
       // The backward reads the last block's output again: under sequence parallelism gathered
       // once more into the buffer that then takes its gradient in place.
       const float *x = sl->res[nb];
@@ -449,7 +502,7 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
       if (c->global_pool) vt_mean_pool_bwd(be, dx, s->dpooled, B, N, T, C);
       else vt_cls_pool_bwd(be, dx, s->dpooled, B, N, C);
     }
-    if (m->sp) take_rows(m, s->dres, s->full, B);
+    if (m->sp) take_rows(m, s->dres, dx, B);
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, c->depth + 1);
   } else {
     be->copy(s->dres, sl->dout, (size_t)Ml * C * sizeof(float));

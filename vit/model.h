@@ -28,6 +28,17 @@ typedef struct {
                              // block's one gamma in ls2)
 } vt_block_tensors;
 
+// The MAP head's tensors (global_pool 3, timm's attn_pool), whole on every TP rank.
+typedef struct {
+  float *latent;             // (C) the latent query
+  float *q_w, *q_b;          // (C, C), (C)
+  float *kv_w, *kv_b;        // (2C, C), (2C): rows [k | v]
+  float *proj_w, *proj_b;    // (C, C), (C)
+  float *norm_w, *norm_b;    // (C)
+  float *fc1_w, *fc1_b;      // (F, C), (F)
+  float *fc2_w, *fc2_b;      // (C, F), (C)
+} vt_map_tensors;
+
 typedef struct {
   float *prefix, *pos;        // (T, C): cls_token then reg_token, adjacent in the table;
                               // (N - pos0, C)          first stage only
@@ -35,6 +46,7 @@ typedef struct {
   vt_block_tensors *blocks;   // this rank's blocks (all chunks), local index 0..nblocks-1
   float *norm_w, *norm_b;     // (C)                    last stage only
   float *head_w, *head_b;     // (K, C), (K)            last stage only
+  vt_map_tensors map;         // the MAP head's         last stage, global_pool 3 only
 } vt_model_tensors;
 
 // Saved activations of one block for one micro-batch. M = B*N rows; Ml the rows of the stream
@@ -68,6 +80,19 @@ typedef struct {
   float *dqkv;   // (B, N, 3C/tp) [bf16]
 } vt_block_wgrad;
 
+// The MAP head's saved activations for one micro-batch (global_pool 3; [bf16] as above). Its
+// input is every token after `norm`: the slot's lnf, (B*N, C) then.
+typedef struct {
+  float *latent;                  // (C) [bf16] the latent query as the q Linear reads it
+  float *q;                       // (C) [bf16]
+  float *kv;                      // (B, N, 2C) [bf16]
+  float *attn, *lse;              // (B, C) [bf16] the pooled heads before proj, (B, H)
+  float *y;                       // (B, C) proj's output, the MLP's residual
+  float *ln, *ln_mean, *ln_rstd;  // (B, C) [bf16], (B), (B)
+  float *fc1, *gelu;              // (B, F) [bf16] each
+  float *out;                     // (B, C) [bf16] y + MLP: the head's input
+} vt_map_acts;
+
 // Everything one in-flight unit (a micro-batch through one chunk) keeps between its forward and
 // its backward. The embedding and head tensors serve chunk 0 and the last chunk.
 typedef struct {
@@ -79,7 +104,9 @@ typedef struct {
                                      // chunk's input, res[n] its output (slot_blocks+1 held)
   vt_block_acts *blocks;             // slot_blocks
   float *pooled, *lnf, *lnf_mean, *lnf_rstd;  // (B, C), (B, C) [bf16], (B), (B) last stage;
-                                              // gap: the statistics (B, patches)
+                                              // gap: the statistics (B, patches); map: no
+                                              // pooled, lnf and statistics of B*N rows
+  vt_map_acts map;                            // last stage, global_pool 3 only
   float *logits, *probs, *losses;             // (B, K), (B, K), (B)     last stage
   float *dout;                       // (Ml, C) gradient of the chunk's output (received)
   float *dinput;                     // (Ml, C) gradient of the chunk's input (to send)
@@ -103,7 +130,12 @@ typedef struct {
                                      //          gradient of fc2, then of proj ((B, N, C/tp))
   float *dfc1;                       // (B, N, F/tp) [bf16] (gelu_bwd)
   float *dpatch_out;                 // (B, N-T, C)
-  float *dpooled, *dlnf, *dlogits;   // (B, C), (B, C), (B, K)
+  float *dpooled, *dlnf, *dlogits;   // (B, C), (B, C), (B, K); map: dlnf (B*N, C)
+  // The MAP head's (global_pool 3): the fp32 y + MLP, then the gradients of the head's input
+  // (then of y), of fc2's input [bf16], of fc1's output [bf16], of its LayerNorm's output, of
+  // the pooled heads [bf16], of q and of the latent; of kv [bf16].
+  float *map_z, *map_dy, *map_dgelu, *map_dfc1, *map_dln, *map_dattn, *map_dq, *map_dlatent;
+  float *map_dkv;
   vt_block_acts recompute;           // the recomputed blocks' activations (one set for all)
   float *recompute_out;              // (Ml, C) their recomputed outputs (not needed)
 } vt_model_scratch;
@@ -214,6 +246,14 @@ double vt_drop_path_keep(float rate, int layer, int depth);
 // below keep; a kept branch is scaled by fl(1 / fl(keep)). Rows: row0 0, N per sample.
 void vt_drop_path_mask(vt_drop_mask *mask, uint64_t seed, int layer, int branch, double keep,
                        int64_t sample0, int B, int64_t N);
+
+// The MAP head (vit/map_head.c; global_pool 3) between the last block's output and the head's
+// Linear: from x (B*N, C), every row (gathered under sequence parallelism), to slot->map.out
+// (the statistics of `norm` in the slot's lnf_mean and lnf_rstd); back from s.map_dy (B, C),
+// the head input's gradient as the head's Linear left it (used up), to dx (B*N, C),
+// overwritten (not aliasing x). Adds the gradients of `norm` and attn_pool.
+void vt_map_head_fwd(const vt_model *m, vt_model_slot *sl, const float *x, int B);
+void vt_map_head_bwd(vt_model *m, const vt_model_slot *sl, float *dx, const float *x, int B);
 
 // Blocks (vit/block.c): one transformer block's forward and backward on M = B*N rows, with the
 // tensor-parallel all-reduces of Megatron's f and g mappings when m->tp is set. drop: the masks

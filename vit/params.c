@@ -119,6 +119,22 @@ static void block(builder *b, int l, const vt_vit_config *cfg, int sp, int tp_si
   if (ls > 0) layer_scale(b, l + 1, C, ls, pre, sp);
 }
 
+// The MAP head's tensors (timm's attn_pool, AttentionPoolLatent), of the head's layer and whole
+// on every TP rank. The latent is decayed as timm's param groups decay it (3 dims, not in
+// no_weight_decay).
+static void map_head(builder *b, const vt_vit_config *cfg) {
+  const int64_t C = cfg->width, F = vt_cfg_mlp_hidden(cfg);
+  const int layer = cfg->depth + 1;
+  add(b, layer, VT_INIT_TRUNC_NORMAL_2STD, 1.0f / sqrtf((float)C), 1, VT_TP_REPLICATED, 3,
+      (int64_t[]){1, 1, C}, "attn_pool.latent");
+  linear(b, layer, VT_TP_REPLICATED, C, C, "attn_pool.q");
+  linear(b, layer, VT_TP_REPLICATED, 2 * C, C, "attn_pool.kv");
+  linear(b, layer, VT_TP_REPLICATED, C, C, "attn_pool.proj");
+  norm(b, layer, C, "attn_pool.norm", 0);
+  linear(b, layer, VT_TP_REPLICATED, F, C, "attn_pool.mlp.fc1");
+  linear(b, layer, VT_TP_REPLICATED, C, F, "attn_pool.mlp.fc2");
+}
+
 void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *end) {
   const int v = s->pp_chunks;
   VT_CHECK(v >= 1 && chunk >= 0 && chunk < v, "chunk %d of %d", chunk, v);
@@ -161,6 +177,7 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
   }
   if (last_stage) {
     norm(&b, cfg->depth + 1, C, cfg->global_pool == 1 ? "fc_norm" : "norm", 0);
+    if (cfg->global_pool == 3) map_head(&b, cfg);
     const int head = linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, C, "head");
     if (cfg->head_init_std > 0) t->p[head].init_scale = cfg->head_init_std;
   }
@@ -216,6 +233,14 @@ void vt_params_init(const vt_param_table *t, float *host, uint64_t seed) {
           v = p->init_scale * vt_rng_normal(seed, stream, 0, (uint64_t)j);
           v = v < -2.0f ? -2.0f : v > 2.0f ? 2.0f : v;
           break;
+        case VT_INIT_TRUNC_NORMAL_2STD: {
+          // Redraws from further streams until inside 2 std (each draw keeps with p = 0.954).
+          uint32_t k = 0;
+          do v = vt_rng_normal(seed, stream, k++, (uint64_t)j);
+          while (fabsf(v) > 2.0f && k < 64);
+          v = p->init_scale * (fabsf(v) > 2.0f ? 0.0f : v);
+          break;
+        }
         case VT_INIT_UNIFORM:
           v = p->init_scale * (2.0f * vt_rng_uniform(seed, stream, 0, (uint64_t)j) - 1.0f);
           break;

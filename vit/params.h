@@ -16,6 +16,8 @@ typedef enum {
   VT_INIT_NORMAL,        // normal_(std): cls_token (std 1e-6)
   VT_INIT_UNIFORM,       // uniform(-bound, bound): Conv2d default (patch_embed), bound 1/sqrt(fan_in)
   VT_INIT_CONST,         // every element init_scale: LayerScale's gamma (init_values)
+  VT_INIT_TRUNC_NORMAL_2STD,  // timm trunc_normal_tf_(std): a normal(std) truncated at 2 std,
+                              // by redrawing (MAP's latent query, std C^-0.5)
 } vt_init_kind;
 
 // How tensor parallelism splits a tensor (Megatron style; see design.md).
