@@ -7,7 +7,7 @@ a pickle cannot run code; a training checkpoint that also pickles other objects,
 DeiT's argparse arguments, needs --unsafe-pickle: only for a file you trust), a JAX/Flax .npz
 of Google's original ViT (the ViT paper's and AugReg's "embedding/kernel", "Transformer/
 encoderblock_i/MultiHeadDotProductAttention_1/query/kernel", ...; big_vision's "params/" layout
-with scanned blocks too; class-token and gap heads, not MAP) or safetensors, holding the
+with scanned blocks too; class-token, gap and MAP heads) or safetensors, holding the
 weights directly or under "model",
 "state_dict", "module", "model_ema" or "teacher" (DINO/DINOv2 training checkpoints). Names are
 made timm's:
@@ -25,7 +25,8 @@ made timm's:
   - parts no classifier uses dropped: MAE's decoder (decoder_*), mask_token, DINO's heads
 Every other tensor must be one vit3d builds (blocks' norm1, attn.qkv, attn.q_norm/k_norm,
 attn.proj, ls1/ls2/ls, norm2, mlp.fc1/fc2; cls_token, reg_token, pos_embed, patch_embed.proj,
-norm, fc_norm, head): anything else (SwiGLU, relative position biases, a distillation token) is
+norm, fc_norm, head; the MAP head's attn_pool.latent, q, kv, proj, norm, mlp.fc1/fc2): anything
+else (SwiGLU, relative position biases, a distillation token) is
 refused by name. Tensors are written as float32. Exit 0 converted, 1 refused, 2 usage.
 Needs numpy and, for PyTorch files, torch (Debian: python3-numpy python3-torch).
 """
@@ -42,7 +43,8 @@ KNOWN = [r"cls_token", r"reg_token", r"pos_embed", r"patch_embed\.proj\.(weight|
          r"(norm|fc_norm|head)\.(weight|bias)",
          r"blocks\.\d+\.(norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)"
          r"\.(weight|bias)",
-         r"blocks\.\d+\.(ls1|ls2|ls)\.gamma"]
+         r"blocks\.\d+\.(ls1|ls2|ls)\.gamma",
+         r"attn_pool\.latent", r"attn_pool\.(q|kv|proj|norm|mlp\.fc1|mlp\.fc2)\.(weight|bias)"]
 DROPPED = re.compile(r"^(decoder|mask_token|dino_head|ibot_head|head_drop)")
 WRAPPERS = ("model", "state_dict", "module", "model_ema", "teacher")
 
@@ -98,9 +100,6 @@ def from_flax(w):
         sys.exit("convert_weights: an .npz without embedding/kernel: not Google's ViT layout")
     big_vision = prefix.startswith("params/")
     get = lambda k: np.asarray(w[prefix + k], np.float32)  # noqa: E731
-    if any(k.startswith(prefix + "MAPHead") for k in w):
-        sys.exit("convert_weights: an .npz ViT with a MAP head (MAPHead_0: attention pooling, "
-                 "SigLIP's): vit3d builds the class-token, fc_norm and gap heads; not converted")
     sd = {"patch_embed.proj.weight": get("embedding/kernel").transpose(3, 2, 0, 1),
           "patch_embed.proj.bias": get("embedding/bias"),
           "pos_embed": get("pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"),
@@ -110,6 +109,25 @@ def from_flax(w):
         sd["cls_token"] = get("cls")
     if prefix + "head/kernel" in w:
         sd["head.weight"], sd["head.bias"] = get("head/kernel").T, get("head/bias")
+    if prefix + "MAPHead_0/probe" in w:  # big_vision's MAP head (SigLIP): timm's attn_pool
+        m = lambda k: get("MAPHead_0/" + k)  # noqa: E731
+        att = "MultiHeadDotProductAttention_0/"
+        flat = lambda k: k.reshape(k.shape[0], -1).T  # (C, heads, head_dim) -> (out, in)  # noqa: E731
+        sd["attn_pool.latent"] = m("probe")
+        sd["attn_pool.q.weight"], sd["attn_pool.q.bias"] = \
+            flat(m(att + "query/kernel")), m(att + "query/bias").reshape(-1)
+        sd["attn_pool.kv.weight"] = np.concatenate([flat(m(att + f"{n}/kernel"))
+                                                    for n in ("key", "value")])
+        sd["attn_pool.kv.bias"] = np.concatenate([m(att + f"{n}/bias").reshape(-1)
+                                                  for n in ("key", "value")])
+        out = m(att + "out/kernel")  # (heads, head_dim, C)
+        sd["attn_pool.proj.weight"] = out.reshape(-1, out.shape[-1]).T
+        sd["attn_pool.proj.bias"] = m(att + "out/bias")
+        sd["attn_pool.norm.weight"], sd["attn_pool.norm.bias"] = \
+            m("LayerNorm_0/scale"), m("LayerNorm_0/bias")
+        for r in range(2):
+            sd[f"attn_pool.mlp.fc{r + 1}.weight"] = m(f"MlpBlock_0/Dense_{r}/kernel").T
+            sd[f"attn_pool.mlp.fc{r + 1}.bias"] = m(f"MlpBlock_0/Dense_{r}/bias")
     mha, mlp, ln2 = ("MultiHeadDotProductAttention_0", "MlpBlock_0", "LayerNorm_1") if big_vision \
         else ("MultiHeadDotProductAttention_1", "MlpBlock_3", "LayerNorm_2")
     scanned = prefix + "Transformer/encoderblock/LayerNorm_0/scale" in w
@@ -212,8 +230,11 @@ def flags_for(sd):
         f.append(f"--num-classes {sd['head.weight'].shape[0]}")
     # Without a class token and fc_norm, `norm` acts on every token before the mean (timm's
     # fc_norm=False, big_vision's gap). With a class token that head looks like the class
-    # token's in the weights: such a model needs --global-pool gap by hand.
-    f.append(f"--global-pool {'avg' if 'fc_norm.weight' in sd else 'token' if cls else 'gap'}")
+    # token's in the weights: such a model needs --global-pool gap by hand. A MAP head (attn_pool)
+    # pools every token, with a class token or without.
+    pool = ("map" if "attn_pool.latent" in sd else "avg" if "fc_norm.weight" in sd
+            else "token" if cls else "gap")
+    f.append(f"--global-pool {pool}")
     if not cls:
         f.append("--class-token 0")
     if any(k.endswith(".gamma") for k in sd):

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for twelve
+# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for fourteen
 # variants of timm's VisionTransformer (defaults; the mean-pooled head; DeiT III's LayerScale
 # with positions on the patch tokens only; 2 registers with LayerScale; 3 registers with class
 # positions and the mean-pooled head; the gap head without a class token, with registers, with a
-# class token; the mean-pooled head without a class token; QK-norm without the qkv bias;
+# class token; the mean-pooled head without a class token; SigLIP's MAP head without a class
+# token, and with one and registers; QK-norm without the qkv bias;
 # ParallelScalingBlock with and without its qkv bias, converted by launch/convert_weights.py)
 # timm's random weights go in through --init-from and
 # `vit3d eval --logits-out` must give timm's logits on the same inputs. Also ref_vit.py's LAMB,
@@ -27,7 +28,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$py" "$here/make_images.py" "$work/val" 10 3 40 || { echo "FAIL: make_images.py"; exit 1; }
 fail=0
-for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls qk_norm parallel parallel_nb; do
+for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls map map_cls qk_norm parallel \
+    parallel_nb; do
   mapfile -t flags < <("$py" "$here/timm_check.py" flags $v)
   if ! "$py" "$here/timm_check.py" write $v "$work/$v.safetensors"; then
     echo "FAIL: timm could not build variant $v"; fail=1; continue
@@ -53,20 +55,30 @@ out=$("$vit3d" eval --model tiny $("$py" "$here/timm_check.py" flags vit) --val-
 if grep -q "has no class token (cls_token); pass --class-token 0 and --global-pool gap" <<<"$out"; then
   echo "ok: gap weights into a class-token model refused: $(grep -o 'has no class token.*' <<<"$out" | head -1)"
 else echo "FAIL: gap weights into a class-token model: $out"; fail=1; fi
-# The other way: a gap model vit3d trained (2 steps) and exported loads strictly into timm's and
-# gives its logits.
-mapfile -t gflags < <("$py" "$here/timm_check.py" flags gap)
-if "$vit3d" train --model tiny "${gflags[@]}" --data "$work/val" --steps 2 --micro-batch-size 6 \
-     --global-batch-size 6 --threads 1 --loader-threads 1 --log-dir "$work/gap_train" \
-     --final-weights "$work/gap_trained.safetensors" > "$work/gap_train.log" 2>&1 &&
-   "$vit3d" eval --model tiny "${gflags[@]}" --val-data "$work/val" \
-     --init-from "$work/gap_trained.safetensors" --micro-batch-size 8 --threads 1 \
-     --logits-out "$work/gap_trained.dump.safetensors" > "$work/gap_eval.log" 2>&1; then
-  echo -n "vit3d-trained: "
-  "$py" "$here/timm_check.py" check gap "$work/gap_trained.safetensors" "$work/gap_trained.dump.safetensors" || fail=1
-else
-  echo "FAIL: vit3d train/eval of the gap model:"; tail -5 "$work/gap_train.log" "$work/gap_eval.log"; fail=1
-fi
+# A MAP head's file into a model with another head: refused, naming --global-pool map.
+out=$("$vit3d" eval --model tiny $("$py" "$here/timm_check.py" flags gap) --val-data "$work/val" \
+      --init-from "$work/map.safetensors" --micro-batch-size 8 --threads 1 2>&1)
+if grep -q "has a MAP head (attn_pool.*pass --global-pool map" <<<"$out"; then
+  echo "ok: MAP weights into a gap model refused: $(grep -o 'has a MAP head.*' <<<"$out" | head -1)"
+else echo "FAIL: MAP weights into a gap model: $out"; fail=1; fi
+# The other way: a gap and a MAP model vit3d trained (2 steps) and exported load strictly into
+# timm's and give its logits.
+for v in gap map; do
+  mapfile -t gflags < <("$py" "$here/timm_check.py" flags $v)
+  if "$vit3d" train --model tiny "${gflags[@]}" --data "$work/val" --steps 2 --micro-batch-size 6 \
+       --global-batch-size 6 --threads 1 --loader-threads 1 --log-dir "$work/${v}_train" \
+       --final-weights "$work/${v}_trained.safetensors" > "$work/${v}_train.log" 2>&1 &&
+     "$vit3d" eval --model tiny "${gflags[@]}" --val-data "$work/val" \
+       --init-from "$work/${v}_trained.safetensors" --micro-batch-size 8 --threads 1 \
+       --logits-out "$work/${v}_trained.dump.safetensors" > "$work/${v}_eval.log" 2>&1; then
+    echo -n "vit3d-trained: "
+    "$py" "$here/timm_check.py" check $v "$work/${v}_trained.safetensors" \
+      "$work/${v}_trained.dump.safetensors" || fail=1
+  else
+    echo "FAIL: vit3d train/eval of the $v model:"
+    tail -5 "$work/${v}_train.log" "$work/${v}_eval.log"; fail=1
+  fi
+done
 "$py" "$here/timm_check.py" lamb || fail=1  # the reference's LAMB (the ref test's) is timm's
 "$py" "$here/timm_check.py" npz "$work" || fail=1  # Google's .npz through convert_weights.py
 # --sched-on epochs against timm's CosineLRScheduler stepped once an epoch: 30 images at 4 per

@@ -3,7 +3,7 @@ each variant with random weights, they go to vit3d through --init-from, and the 
 evaluation writes (--logits-out) must be timm's on the same inputs. Covers the names, shapes and
 semantics of the plain ViT, the mean-pooled head, the gap head (every token normalised, then the
 mean; with and without the class token and registers), the mean-pooled head without a class
-token, DeiT III's LayerScale with positions on the
+token, the MAP head (SigLIP's attention pooling; with and without the class token), DeiT III's LayerScale with positions on the
 patch tokens only, register tokens with and without class positions, QK-norm without the qkv
 bias (ViT-22B's attention), and timm's ParallelScalingBlock (ViT-22B's parallel block) with and
 without its qkv bias, under timm's names, converted by launch/convert_weights.py.
@@ -57,6 +57,12 @@ VARIANTS = {
     "gap_cls": ({"global_pool": "avg", "fc_norm": False}, ["--global-pool", "gap"]),
     "avg_nocls": ({"class_token": False, "global_pool": "avg"},
                   ["--global-pool", "avg", "--class-token", "0"]),
+    # SigLIP's MAP head (timm's attn_pool, AttentionPoolLatent: a latent query attends over every
+    # token after `norm`, then proj and a residual MLP), without a class token as SigLIP, and
+    # with one and registers (the prefix tokens are pooled too)
+    "map": ({"class_token": False, "global_pool": "map"},
+            ["--global-pool", "map", "--class-token", "0"]),
+    "map_cls": ({"global_pool": "map", "reg_tokens": 2}, ["--global-pool", "map", "--reg-tokens", "2"]),
     "qk_norm": ({"qk_norm": True, "qkv_bias": False, "init_values": 0.3},
                 ["--qk-norm", "1", "--qkv-bias", "0", "--layer-scale", "0.3"]),
     # timm's ParallelScalingBlock (ViT-22B) under its own names, converted by
@@ -157,8 +163,22 @@ def to_flax(sd, heads, big_vision):
          pre + "Transformer/encoder_norm/scale": sd["norm.weight"],
          pre + "Transformer/encoder_norm/bias": sd["norm.bias"],
          pre + "head/kernel": sd["head.weight"].T, pre + "head/bias": sd["head.bias"]}
-    if "cls_token" in sd:  # big_vision's gap models have none
+    if "cls_token" in sd:  # big_vision's gap and MAP models have none
         w[pre + "cls"] = sd["cls_token"]
+    if "attn_pool.latent" in sd:  # big_vision's MAP head (MAPHead_0), as timm's loader reads it
+        m, att = pre + "MAPHead_0/", pre + "MAPHead_0/MultiHeadDotProductAttention_0/"
+        a = lambda n: sd["attn_pool." + n]  # noqa: E731
+        w[m + "probe"] = a("latent")
+        kv_w, kv_b = np.split(a("kv.weight"), 2), np.split(a("kv.bias"), 2)
+        for n, wt, bs in (("query", a("q.weight"), a("q.bias")), ("key", kv_w[0], kv_b[0]),
+                          ("value", kv_w[1], kv_b[1])):
+            w[f"{att}{n}/kernel"], w[f"{att}{n}/bias"] = wt.T.reshape(C, heads, -1), bs.reshape(heads, -1)
+        w[att + "out/kernel"] = a("proj.weight").reshape(C, heads, -1).transpose(1, 2, 0)
+        w[att + "out/bias"] = a("proj.bias")
+        w[m + "LayerNorm_0/scale"], w[m + "LayerNorm_0/bias"] = a("norm.weight"), a("norm.bias")
+        for r in range(2):
+            w[f"{m}MlpBlock_0/Dense_{r}/kernel"] = a(f"mlp.fc{r + 1}.weight").T
+            w[f"{m}MlpBlock_0/Dense_{r}/bias"] = a(f"mlp.fc{r + 1}.bias")
     mha, mlp, ln2 = ("MultiHeadDotProductAttention_0", "MlpBlock_0", "LayerNorm_1") if big_vision \
         else ("MultiHeadDotProductAttention_1", "MlpBlock_3", "LayerNorm_2")
     depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
@@ -188,7 +208,7 @@ def to_flax(sd, heads, big_vision):
 
 def npz(work):
     """Google's ViT .npz files (the ViT paper's layout and big_vision's scanned one, and
-    big_vision's gap head without a class token), written from timm's weights: timm's own loader
+    big_vision's gap and MAP heads without a class token), written from timm's weights: timm's own loader
     (_load_weights) must read each back to the very model, and launch/convert_weights.py must
     give timm's tensors bit for bit, the heads count and the head's flags."""
     from timm.models.vision_transformer import _load_weights
@@ -196,7 +216,8 @@ def npz(work):
     import convert_weights
     ok = True
     for layout, bv, variant in (("ViT paper", False, "vit"), ("big_vision, scanned", True, "vit"),
-                                ("big_vision gap, scanned", True, "gap")):
+                                ("big_vision gap, scanned", True, "gap"),
+                                ("big_vision MAP, scanned", True, "map")):
         model = build(variant)
         sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
         path = os.path.join(work, f"flax_{int(bv)}_{variant}.npz")
