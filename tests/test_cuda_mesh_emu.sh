@@ -3,8 +3,8 @@
 # the CUDA emulation with NCCL over MPI (tests/cuda_emu/nccl_emu.cpp), follows the CPU run of
 # the same mesh over MPI: the NCCL transport (parallel/comm_nccl.cu) on every axis, which a lent
 # GPU (one per task) can only run with one rank per communicator. The meshes: TP with sequence
-# parallelism (all-gathers and reduce-scatters; the gap head without a class token, whose
-# backward gathers the tokens again), PP 1F1B (sends on the send stream over the
+# parallelism (all-gathers and reduce-scatters; the gap and MAP heads without a class token,
+# whose backwards gather the tokens again), PP 1F1B (sends on the send stream over the
 # links to the neighbours, receives on the compute stream), DP with the layer all-reduces
 # overlapped on the side stream, DP with ZeRO-1, the interleaved schedule over TP x PP, ZB-H1 on
 # 4 stages (its sends complete in the background) and on 2 stages x dp 2 (the send stream beside
@@ -86,6 +86,7 @@ PY
   fi
 done <<'MESHES'
 2 fp32 --tp 2 --sequence-parallel 1 --global-pool gap --class-token 0 --reg-tokens 1
+2 bf16 --tp 2 --sequence-parallel 1 --global-pool map --class-token 0
 2 bf16 --pp 2
 2 fp32 --dp 2
 2 bf16 --dp 2 --zero 1

@@ -2,11 +2,12 @@
 # test_equiv.sh VIT3D: every 8-rank layout (tp x pp x dp) computes the same training as one rank:
 # the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
 # tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, three layouts with the interleaved
-# schedule (one with drop path, one in bf16), ZB-H1 bit for bit as 1F1B (four layouts, one more in
+# schedule (one with drop path, one in bf16), ZB-H1 bit for bit as 1F1B (six layouts, one more in
 # bf16 as one rank), with the tp-pp-dp mesh order and
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
 # with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, three
-# with the mean-pooled head (one sequence parallel), three with LayerScale, register tokens,
+# with the mean-pooled head (one sequence parallel), three each with the gap and MAP heads (one
+# sequence parallel; MAP also under ZB-H1), three with LayerScale, register tokens,
 # no_embed_class, QK-norm without qkv bias and drop path (one sequence parallel), three with
 # parallel blocks (one sequence parallel, and ZB-H1 bit for bit as 1F1B), two with RandAugment and repeated
 # augmentation on an image folder, two with 3-Augment and the simple random crop, the first stage's TP ranks decoding their
@@ -164,6 +165,13 @@ variant base base_gap "the gap head without a class token" "${gap[@]}"
 run gap_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${gap[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_gap" "$work/gap_sp" "gap_sp 4 x 2 x 1 SP ${gap[*]}" ||
   fail=1
+# The MAP head (attention pooling by a latent query, then an MLP) runs whole on every TP rank of
+# the last stage over all tokens (gathered under sequence parallelism); also under ZB-H1 below.
+map=(--global-pool map --class-token 0 --reg-tokens 1)
+variant base base_map "the MAP head without a class token" "${map[@]}"
+run map_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${map[@]}" &&
+  "$py" "$here/compare_runs.py" "$work/base_map" "$work/map_sp" "map_sp 4 x 2 x 1 SP ${map[*]}" ||
+  fail=1
 # LayerScale, register tokens and positions on the patch tokens only (DeiT III, DINOv2), QK-norm
 # without the qkv bias (ViT-22B), with drop path on top: the gammas are replicated over TP, and
 # under sequence parallelism each TP rank's gamma gradient covers only its rows (summed over TP
@@ -270,7 +278,7 @@ run rc_seqpar_tp8 8 --tp 8 --sequence-parallel 1 --recompute-blocks 3 &&
 # parallelism (whose weight pass reads the gathered LayerNorm rows).
 for pair in "mix222 zb222 2 2 2" "pp8 zb_pp8 1 8 1" "drop_mix222 zb_drop222 2 2 2 --drop-path 0.3" \
             "seqpar zb_seqpar 2 2 2 --sequence-parallel 1" \
-            "base_par_222 zb_par222 2 2 2 ${par[*]}"; do
+            "base_par_222 zb_par222 2 2 2 ${par[*]}" "base_map_222 zb_map222 2 2 2 ${map[*]}"; do
   set -- $pair
   plain=$1 name=$2 tp=$3 pp=$4 dp=$5; shift 5
   if run "$name" 8 --tp "$tp" --pp "$pp" --dp "$dp" --pp-schedule zb-h1 "$@" &&
