@@ -49,6 +49,7 @@ typedef struct {
   int qkv_bias;                    // 0: no qkv bias (1 when the manifest predates it)
   int parallel;                    // parallel blocks (0 when the manifest predates them)
   int class_token;                 // 0: no class token (1 when the manifest predates it)
+  int gelu_tanh;                   // 1: tanh GELU (0 when the manifest predates it)
   float mlp_ratio;
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;

@@ -241,7 +241,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
       .layer_scale = c->layer_scale > 0, .no_embed_class = c->no_embed_class,
       .reg_tokens = c->reg_tokens, .qk_norm = c->qk_norm, .qkv_bias = !c->no_qkv_bias,
-      .parallel = c->parallel, .class_token = !c->no_class_token,
+      .parallel = c->parallel, .class_token = !c->no_class_token, .gelu_tanh = c->gelu_tanh,
       .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
       .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
   manifest_optim(&w->man, &opt->cfg);
@@ -357,12 +357,12 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
     return VT_ERR_INPUT;
   }
   if (man->qk_norm != c->qk_norm || man->qkv_bias != !c->no_qkv_bias ||
-      man->parallel != c->parallel) {
-    snprintf(err, errlen, "%s holds a model %s QK-norm, %s qkv bias and %s blocks; resume it "
-             "with --qk-norm %d --qkv-bias %d --parallel-blocks %d", dir,
+      man->parallel != c->parallel || man->gelu_tanh != c->gelu_tanh) {
+    snprintf(err, errlen, "%s holds a model %s QK-norm, %s qkv bias, %s blocks and the %s GELU; "
+             "resume it with --qk-norm %d --qkv-bias %d --parallel-blocks %d --act %s", dir,
              man->qk_norm ? "with" : "without", man->qkv_bias ? "with a" : "without a",
-             man->parallel ? "parallel" : "sequential", man->qk_norm, man->qkv_bias,
-             man->parallel);
+             man->parallel ? "parallel" : "sequential", man->gelu_tanh ? "tanh" : "erf",
+             man->qk_norm, man->qkv_bias, man->parallel, man->gelu_tanh ? "gelu_tanh" : "gelu");
     return VT_ERR_INPUT;
   }
   if (!o->eval_only && man->lamb != (o->optim.kind == VT_OPT_LAMB)) {

@@ -27,7 +27,9 @@ Every other tensor must be one vit3d builds (blocks' norm1, attn.qkv, attn.q_nor
 attn.proj, ls1/ls2/ls, norm2, mlp.fc1/fc2; cls_token, reg_token, pos_embed, patch_embed.proj,
 norm, fc_norm, head; the MAP head's attn_pool.latent, q, kv, proj, norm, mlp.fc1/fc2): anything
 else (SwiGLU, relative position biases, a distillation token) is
-refused by name. Tensors are written as float32. Exit 0 converted, 1 refused, 2 usage.
+refused by name. Tensors are written as float32. The activation is not in the weights: an .npz
+comes from JAX code whose GELU is Flax's tanh form (`--act gelu_tanh`; timm uses erf for them).
+Exit 0 converted, 1 refused, 2 usage.
 Needs numpy and, for PyTorch files, torch (Debian: python3-numpy python3-torch).
 """
 import json
@@ -302,8 +304,10 @@ def main():
     print(f"wrote {len(sd)} tensors to {dst}" +
           (f" (dropped {len(dropped)}: {', '.join(sorted(dropped)[:4])}"
            f"{', ...' if len(dropped) > 4 else ''})" if dropped else ""))
-    if heads:
+    if heads:  # an .npz: Google's JAX code uses Flax's GELU, the tanh form
         print(f"vit3d flags: {flags_for(sd)} --heads {heads}")
+        print("the JAX model's MLPs use the tanh GELU: add --act gelu_tanh for its very function "
+              "(timm loads these weights with the erf one)")
     else:
         print(f"vit3d flags: {flags_for(sd)} --heads H (not in the weights: the model's, e.g. "
               "ViT-S 6, ViT-B 12, ViT-L 16)")

@@ -123,6 +123,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   o.plan_only = mode == RUN_PLAN;
   char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip";
   char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic", pool[8] = "token";
+  char act[16] = "gelu";
   char train_interp[12] = "sample", eval_interp[12] = "sample";
   char mean[64] = "", std[64] = "", opt_name[8] = "adamw", sched_on[8] = "steps";
   float epochs = 0, warmup_epochs = 0, eval_epochs = 0, save_epochs = 0;
@@ -180,6 +181,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "(ViT-22B, timm's ParallelScalingBlock; no norm2, one LayerScale blocks.i.ls.gamma and "
        "one drop path on the sum): one tensor-parallel all-reduce per block each way instead of "
        "two", NULL},
+      {"--act", VT_OPT_STR, act, sizeof act, 0, 0, "ACT",
+       "the MLPs' activation (timm's act_layer): gelu (the exact erf form, timm's and PyTorch's "
+       "default) or gelu_tanh (the tanh approximation: Flax's default, so the JAX ViTs of "
+       "big_vision and SigLIP; cuBLASLt's GELU epilogue)", "gelu|gelu_tanh"},
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
        "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
        "directory (root/<class>/<image>), a list file (path<TAB>label per line) or tar shards "
@@ -474,6 +479,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                         : strcmp(pool, "map") == 0 ? 3
                                                    : 0;
   o.model.no_class_token = !class_token;
+  o.model.gelu_tanh = strcmp(act, "gelu_tanh") == 0;
   o.model.no_qkv_bias = !qkv_bias;
   o.erase.mode = strcmp(remode, "const") == 0  ? VT_ERASE_CONST
                  : strcmp(remode, "rand") == 0 ? VT_ERASE_RAND

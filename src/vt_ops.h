@@ -84,16 +84,20 @@ void vt_layernorm_bwd_add(const vt_backend *be, float *dinp, float *dweight, flo
                           const float *dout, const float *inp, const float *weight,
                           const float *mean, const float *rstd, int64_t M, int64_t C);
 
-// GELU, exact erf form (PyTorch's default): out = x * 0.5 * (1 + erf(x / sqrt 2)). inp and out
-// are bf16 activations in bf16 precision.
-void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t count);
+// GELU in one of its two forms (timm's act_layer 'gelu' and 'gelu_tanh'; PyTorch's
+// approximate='none' and 'tanh'): the exact x * 0.5 * (1 + erf(x / sqrt 2)), or
+// x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (Flax's default: big_vision's ViTs). inp and
+// out are bf16 activations in bf16 precision.
+typedef enum { VT_GELU_ERF = 0, VT_GELU_TANH = 1 } vt_gelu_form;
+void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t count,
+                 vt_gelu_form form);
 // The backward, fused with the bias gradient of the Linear that made GELU's input (fc1): dinp
 // (M, F) = dout * GELU'(inp), a bf16 activation in bf16 precision (it only feeds that Linear's
 // GEMMs, through linear_act_bwd); dbias (F) += the column sums of the fp32 dinp, in the same pass
 // (dbias may be NULL). inp (M, F) as gelu_fwd read it and dout (M, F) as linear_bwd_act made it
 // (both bf16 in bf16 precision).
 void vt_gelu_bwd(const vt_backend *be, float *dinp, float *dbias, const float *inp,
-                 const float *dout, int64_t M, int64_t F);
+                 const float *dout, int64_t M, int64_t F, vt_gelu_form form);
 
 // Scaled dot-product attention per head, no mask, in the fused (flash) form: the probabilities
 // are never stored. qkv (B, N, 3*H*D) laid out as timm's qkv Linear output: [q of all heads |

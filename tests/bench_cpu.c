@@ -105,12 +105,12 @@ static void t_ln_bwd_add(float *dx, float *dw, float *db, const float *dy, const
   TIMED("layernorm_bwd_add", 0, 0, 0, 0,
         g_real.layernorm_bwd_add(dx, dw, db, dy, x, w, mu, rs, M, C));
 }
-static void t_gelu_fwd(float *o, const float *x, int64_t n) {
-  TIMED("gelu_fwd", 0, 0, 0, 0, g_real.gelu_fwd(o, x, n));
+static void t_gelu_fwd(float *o, const float *x, int64_t n, int tanh_form) {
+  TIMED("gelu_fwd", 0, 0, 0, 0, g_real.gelu_fwd(o, x, n, tanh_form));
 }
 static void t_gelu_bwd(float *dx, float *db, const float *x, const float *dy, int64_t M,
-                       int64_t F) {
-  TIMED("gelu_bwd", 0, 0, 0, 0, g_real.gelu_bwd(dx, db, x, dy, M, F));
+                       int64_t F, int tanh_form) {
+  TIMED("gelu_bwd", 0, 0, 0, 0, g_real.gelu_bwd(dx, db, x, dy, M, F, tanh_form));
 }
 static void t_att_fwd(float *o, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
                       int64_t D) {

@@ -67,8 +67,8 @@ int main(int argc, char **argv) {
       (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg") &&
        strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce") &&
        strcmp(variant, "bcet") && strcmp(variant, "lamb") && strcmp(variant, "gap") &&
-       strcmp(variant, "map"))) {
-    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb|gap|map]\n",
+       strcmp(variant, "map") && strcmp(variant, "tanh"))) {
+    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh]\n",
             argv[0]);
     return 2;
   }
@@ -87,6 +87,7 @@ int main(int argc, char **argv) {
   if (!strcmp(variant, "par")) cfg.parallel = 1, cfg.layer_scale = 0.4f;
   if (!strcmp(variant, "gap")) cfg.global_pool = 2, cfg.no_class_token = 1, cfg.reg_tokens = 2;
   if (!strcmp(variant, "map")) cfg.global_pool = 3, cfg.no_class_token = 1, cfg.reg_tokens = 1;
+  if (!strcmp(variant, "tanh")) cfg.gelu_tanh = 1, cfg.global_pool = 3;  // blocks' and MAP's MLPs
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,
@@ -124,6 +125,7 @@ int main(int argc, char **argv) {
     *(float *)push(&o, "", "bce", "F32", 1, (int64_t[]){1}) = m.bce_thresh;
   if (oc.kind == VT_OPT_LAMB) *(float *)push(&o, "", "lamb", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.global_pool == 2) *(float *)push(&o, "", "gap", "F32", 1, (int64_t[]){1}) = 1.0f;
+  if (cfg.gelu_tanh) *(float *)push(&o, "", "gelu_tanh", "F32", 1, (int64_t[]){1}) = 1.0f;
 
   int clipped = 0;
   for (int64_t step = 0; step < STEPS; step++) {

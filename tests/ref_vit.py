@@ -108,13 +108,18 @@ class Attention(nn.Module):
         return self.proj((att @ v).transpose(1, 2).reshape(B, N, C))
 
 
+# The MLPs' GELU: "none" (the exact erf form, PyTorch's default) or "tanh" (main() sets it from
+# ref_dump's marker).
+GELU = "none"
+
+
 class Mlp(nn.Module):
     def __init__(self, dim, hidden):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
 
     def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x)))  # exact erf GELU, PyTorch's default
+        return self.fc2(F.gelu(self.fc1(x), approximate=GELU))
 
 
 class MapHead(nn.Module):
@@ -370,6 +375,8 @@ def main():
     regs = d["init.reg_token"].shape[1] if "init.reg_token" in d else 0
     class_token, gap = "init.cls_token" in d, "gap" in d  # gap: ref_dump's marker
     map_head = "init.attn_pool.latent" in d
+    global GELU
+    GELU = "tanh" if "gelu_tanh" in d else "none"  # ref_dump's marker
     no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2 and \
         (class_token or regs > 0)
     qk_norm, qkv_bias = "init.blocks.0.attn.q_norm.weight" in d, "init.blocks.0.attn.qkv.bias" in d
@@ -511,7 +518,8 @@ def main():
                (", LayerScale" if layer_scale else "") +
                (f", {regs} register tokens" if regs else "") +
                (", positions on the patch tokens only" if no_embed_class else "") +
-               (", QK-norm" if qk_norm else "") + ("" if qkv_bias else ", no qkv bias"))
+               (", QK-norm" if qk_norm else "") + ("" if qkv_bias else ", no qkv bias") +
+               (", tanh GELU" if GELU == "tanh" else ""))
     print(f"vit3d vs PyTorch reference ({args.dtype}, head: "
           f"{head_name(model)}"
           f"{'' if class_token else ', no class token'}"

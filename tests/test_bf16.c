@@ -221,10 +221,10 @@ static void test_mlp_fusion(const vt_backend *be, int64_t M, int64_t I, int64_t 
   void *gyb = bits_of(dy, M * F);  // gelu_bwd's dout, as linear_bwd_act makes it
   float *fr = rounded(fc1, M * F), *gyr = rounded(dy, M * F);  // their values, for the fp32 op
   be->set_precision(VT_PRECISION_FP32);
-  vt_gelu_bwd(be, g32, NULL, fr, gyr, M, F);
+  vt_gelu_bwd(be, g32, NULL, fr, gyr, M, F, VT_GELU_ERF);
   be->set_precision(VT_PRECISION_BF16);
   vt_linear_bwd(be, dx[0], dw[0], db[0], g32, xb, w, M, I, F);
-  vt_gelu_bwd(be, gb, db[1], fb, gyb, M, F);
+  vt_gelu_bwd(be, gb, db[1], fb, gyb, M, F, VT_GELU_ERF);
   vt_linear_act_bwd(be, dx[1], dw[1], gb, xb, w, M, I, F);
   be->set_precision(VT_PRECISION_FP32);
   int64_t differ = 0;

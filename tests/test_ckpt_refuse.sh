@@ -37,14 +37,19 @@ if [ $rc -eq 2 ] && grep -q "holds a model without LayerScale, with 0 register t
 else echo "FAIL: LayerScale mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --qk-norm 1 --qkv-bias 0 --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
-if [ $rc -eq 2 ] && grep -q "holds a model without QK-norm, with a qkv bias and sequential blocks; resume it with --qk-norm 0 --qkv-bias 1 --parallel-blocks 0" <<<"$out"; then
+if [ $rc -eq 2 ] && grep -q "holds a model without QK-norm, with a qkv bias, sequential blocks and the erf GELU; resume it with --qk-norm 0 --qkv-bias 1 --parallel-blocks 0 --act gelu" <<<"$out"; then
   echo "ok: QK-norm refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: QK-norm mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --parallel-blocks 1 --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
-if [ $rc -eq 2 ] && grep -q "and sequential blocks; resume it with .* --parallel-blocks 0" <<<"$out"; then
+if [ $rc -eq 2 ] && grep -q ", sequential blocks and the erf GELU; resume it with .* --parallel-blocks 0" <<<"$out"; then
   echo "ok: parallel blocks refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: parallel blocks mismatch: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --act gelu_tanh --steps 6 --save "$work/ck" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "and the erf GELU; resume it with .* --act gelu\b" <<<"$out"; then
+  echo "ok: the tanh GELU refused: $(grep -o 'holds a model.*' <<<"$out")"
+else echo "FAIL: GELU form mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --opt lamb --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "was trained with AdamW; resume it with --opt adamw" <<<"$out"; then

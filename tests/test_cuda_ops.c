@@ -333,12 +333,14 @@ static void t_add_layernorm_fwd(tc *t, const int64_t *d) {
 }
 
 // inp and out are bf16 activations in bf16 (vt_ops.h).
+// d[last] 1: the tanh form.
 static void t_gelu_fwd(tc *t, const int64_t *d) {
   const int64_t n = d[0];
+  const vt_gelu_form form = d[1] ? VT_GELU_TANH : VT_GELU_ERF;
   float *x = act_in(t, hrand(t, n, -6, 6), n), *ref = hnew(t, n), *g[2];
-  vt_gelu_fwd(t->cpu, ref, x, n);
+  vt_gelu_fwd(t->cpu, ref, x, n, form);
   float *gx = dnew(t, x, n);
-  for (int r = 0; r < 2; r++) g[r] = dpoison(t, n), vt_gelu_fwd(t->gpu, g[r], gx, n);
+  for (int r = 0; r < 2; r++) g[r] = dpoison(t, n), vt_gelu_fwd(t->gpu, g[r], gx, n, form);
   check_act(t, "out", g, ref, n);
 }
 
@@ -346,14 +348,15 @@ static void t_gelu_fwd(tc *t, const int64_t *d) {
 // (accumulated).
 static void t_gelu_bwd(tc *t, const int64_t *d) {
   const int64_t M = d[0], F = d[1], n = M * F, want_dbias = d[2];
+  const vt_gelu_form form = d[3] ? VT_GELU_TANH : VT_GELU_ERF;
   float *x = act_in(t, hrand(t, n, -6, 6), n), *dy = act_in(t, hrand(t, n, -1, 1), n);
   float *ref = hnew(t, n), *g[2];
   float *db0 = hrand(t, F, -1, 1), *rdb = hcopy(t, db0, F), *gdb[2];
-  vt_gelu_bwd(t->cpu, ref, want_dbias ? rdb : NULL, x, dy, M, F);
+  vt_gelu_bwd(t->cpu, ref, want_dbias ? rdb : NULL, x, dy, M, F, form);
   float *gx = dnew(t, x, n), *gdy = dnew(t, dy, n);
   for (int r = 0; r < 2; r++) {
     g[r] = dpoison(t, n), gdb[r] = dnew(t, db0, F);
-    vt_gelu_bwd(t->gpu, g[r], want_dbias ? gdb[r] : NULL, gx, gdy, M, F);
+    vt_gelu_bwd(t->gpu, g[r], want_dbias ? gdb[r] : NULL, gx, gdy, M, F, form);
   }
   check_act(t, "dinp", g, ref, n);
   check(t, "dbias", gdb, rdb, F);  // untouched without want_dbias: still db0 on both sides
@@ -893,9 +896,11 @@ static const op_test kTests[] = {
      {{197, 192}, {5, 7}, {1, 1}, {394, 768}, {300, 33}}},
     {"layernorm_bwd_add", "M,C", t_layernorm_bwd_add, {5e-5, -1},
      {{197, 192}, {5, 7}, {1, 1}, {394, 768}, {300, 33}}},
-    {"gelu_fwd", "count", t_gelu_fwd, {2e-6, 2e-6}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
-    {"gelu_bwd", "M,F,dbias", t_gelu_bwd, {1e-5, 1e-5},
-     {{1, 1, 1}, {1, 7, 0}, {1000, 3, 1}, {197, 768, 1}, {1100, 9, 1}, {5, 1000, 0}}},
+    {"gelu_fwd", "count,tanh", t_gelu_fwd, {2e-6, 2e-6},
+     {{1, 0}, {7, 0}, {1000, 0}, {197 * 768 + 5, 0}, {7, 1}, {197 * 768 + 5, 1}}},
+    {"gelu_bwd", "M,F,dbias,tanh", t_gelu_bwd, {1e-5, 1e-5},
+     {{1, 1, 1, 0}, {1, 7, 0, 0}, {1000, 3, 1, 0}, {197, 768, 1, 0}, {1100, 9, 1, 0},
+      {5, 1000, 0, 0}, {197, 768, 1, 1}, {1, 7, 0, 1}}},
     {"attention_fwd", "B,N,H,D", t_attention_fwd, {5e-5, 5e-4},
      {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 300, 2, 8}, {1, 65, 4, 16}, {1, 1, 2, 3},
       {2, 50, 12, 64}, {1, 70, 2, 80}, {1, 40, 1, 96}}},  // 80: ViT-H/14; 96: fp32's largest

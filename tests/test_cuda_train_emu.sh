@@ -5,10 +5,10 @@
 # (upload_ahead within a step and the next step's first micro-batch loaded ahead), the NCCL
 # transport, the memory report; the bf16 runs also drop paths and mix pairs (Mixup, CutMix) in
 # timm's DeiT III / DINOv2 / ViT-22B variants (LayerScale, 2 registers, positions on the patch
-# tokens only, QK-norm without qkv bias) with SigLIP's MAP head, the fp32 runs have parallel blocks (ViT-22B), LAMB and
-# the BCE loss on binary targets, and the CUDA one recomputes activations (--recompute-blocks 2;
-# the CPU run does not). Then the host's waits for the device per step, counted by the
-# emulation, against the documented ones. Tolerances:
+# tokens only, QK-norm without qkv bias) with SigLIP's MAP head, the fp32 runs have parallel
+# blocks (ViT-22B), LAMB, the BCE loss on binary targets and the tanh GELU, and the CUDA one
+# recomputes activations (--recompute-blocks 2; the CPU run does not). Then the host's waits for
+# the device per step, counted by the emulation, against the documented ones. Tolerances:
 # fp32 1e-5 at step 1 (one forward from the same weights; only summation orders differ), then
 # 1e-3; bf16 against the CPU's bf16 twin 1e-4, then 2e-3 (tests/gpu/run.sh's bands for a real
 # GPU). The emulation holds copies until something
@@ -30,7 +30,8 @@ for p in fp32 bf16; do
   [[ $p == bf16 ]] && extra=(--drop-path 0.3 --mixup 0.8 --cutmix 1.0 --layer-scale 0.2
                             --reg-tokens 2 --no-embed-class 1 --qk-norm 1 --qkv-bias 0
                             --global-pool map)
-  [[ $p == fp32 ]] && extra=(--parallel-blocks 1 --opt lamb --bce-loss 1 --bce-target-thresh 0.05)
+  [[ $p == fp32 ]] && extra=(--parallel-blocks 1 --opt lamb --bce-loss 1 --bce-target-thresh 0.05
+                            --act gelu_tanh)
   [[ $p == fp32 ]] && emu_extra=(--recompute-blocks 2)
   "$vit3d" "${args[@]}" "${extra[@]}" --device cpu --precision "$p" --log-dir "$work/cpu_$p" \
     > "$work/cpu_$p.log" 2>&1 || { echo "FAIL: the CPU run ($p)"; tail -5 "$work/cpu_$p.log"; exit 1; }

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for fourteen
+# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for fifteen
 # variants of timm's VisionTransformer (defaults; the mean-pooled head; DeiT III's LayerScale
 # with positions on the patch tokens only; 2 registers with LayerScale; 3 registers with class
 # positions and the mean-pooled head; the gap head without a class token, with registers, with a
 # class token; the mean-pooled head without a class token; SigLIP's MAP head without a class
-# token, and with one and registers; QK-norm without the qkv bias;
+# token, and with one and registers; the tanh GELU; QK-norm without the qkv bias;
 # ParallelScalingBlock with and without its qkv bias, converted by launch/convert_weights.py)
 # timm's random weights go in through --init-from and
 # `vit3d eval --logits-out` must give timm's logits on the same inputs. Also ref_vit.py's LAMB,
@@ -28,8 +28,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$py" "$here/make_images.py" "$work/val" 10 3 40 || { echo "FAIL: make_images.py"; exit 1; }
 fail=0
-for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls map map_cls qk_norm parallel \
-    parallel_nb; do
+for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls map map_cls tanh qk_norm \
+    parallel parallel_nb; do
   mapfile -t flags < <("$py" "$here/timm_check.py" flags $v)
   if ! "$py" "$here/timm_check.py" write $v "$work/$v.safetensors"; then
     echo "FAIL: timm could not build variant $v"; fail=1; continue

@@ -3,7 +3,8 @@ each variant with random weights, they go to vit3d through --init-from, and the 
 evaluation writes (--logits-out) must be timm's on the same inputs. Covers the names, shapes and
 semantics of the plain ViT, the mean-pooled head, the gap head (every token normalised, then the
 mean; with and without the class token and registers), the mean-pooled head without a class
-token, the MAP head (SigLIP's attention pooling; with and without the class token), DeiT III's LayerScale with positions on the
+token, the MAP head (SigLIP's attention pooling; with and without the class token), the tanh
+GELU, DeiT III's LayerScale with positions on the
 patch tokens only, register tokens with and without class positions, QK-norm without the qkv
 bias (ViT-22B's attention), and timm's ParallelScalingBlock (ViT-22B's parallel block) with and
 without its qkv bias, under timm's names, converted by launch/convert_weights.py.
@@ -63,6 +64,9 @@ VARIANTS = {
     "map": ({"class_token": False, "global_pool": "map"},
             ["--global-pool", "map", "--class-token", "0"]),
     "map_cls": ({"global_pool": "map", "reg_tokens": 2}, ["--global-pool", "map", "--reg-tokens", "2"]),
+    # timm's act_layer='gelu_tanh' (the tanh GELU of the JAX models; timm 1.0.9's attn_pool
+    # keeps the erf one in its MLP, so not with the MAP head here)
+    "tanh": ({"act_layer": "gelu_tanh"}, ["--act", "gelu_tanh"]),
     "qk_norm": ({"qk_norm": True, "qkv_bias": False, "init_values": 0.3},
                 ["--qk-norm", "1", "--qkv-bias", "0", "--layer-scale", "0.3"]),
     # timm's ParallelScalingBlock (ViT-22B) under its own names, converted by

@@ -71,8 +71,8 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
     why = "--class-token 0 leaves no class token for --global-pool token to read: give "
           "--global-pool avg, gap or map";
   else if ((c->qk_norm != 0 && c->qk_norm != 1) || (c->no_qkv_bias != 0 && c->no_qkv_bias != 1) ||
-           (c->parallel != 0 && c->parallel != 1))
-    why = "qk-norm, qkv-bias and parallel-blocks must be 0 or 1";
+           (c->parallel != 0 && c->parallel != 1) || (c->gelu_tanh != 0 && c->gelu_tanh != 1))
+    why = "qk-norm, qkv-bias, parallel-blocks and gelu_tanh must be 0 or 1";
   else if (c->img_size > 8192 || c->width > 16384 || c->depth > 1024 || c->num_classes > 1000000)
     why = "a size is implausibly large (limits: img-size 8192, width 16384, depth 1024, "
           "num-classes 1000000)";
@@ -100,7 +100,9 @@ void vt_config_extras(const vt_vit_config *c, char *buf, size_t nbytes) {
   if (c->no_qkv_bias && k >= 0 && (size_t)k < nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, ", no qkv bias");
   if (c->parallel && k >= 0 && (size_t)k < nbytes)
-    snprintf(buf + k, nbytes - (size_t)k, ", parallel blocks");
+    k += snprintf(buf + k, nbytes - (size_t)k, ", parallel blocks");
+  if (c->gelu_tanh && k >= 0 && (size_t)k < nbytes)
+    snprintf(buf + k, nbytes - (size_t)k, ", tanh GELU");
 }
 
 const char *vt_config_pool_name(int global_pool) {

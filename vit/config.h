@@ -42,6 +42,8 @@ typedef struct {
   int parallel;         // 1: parallel blocks (ViT-22B, timm's ParallelScalingBlock):
                         // x + attn(norm1(x)) + mlp(norm1(x)), one LayerNorm, one LayerScale
                         // (blocks.i.ls.gamma) and one drop path on the sum; no norm2
+  int gelu_tanh;        // 1: the MLPs' GELU is the tanh approximation (timm's act_layer
+                        // 'gelu_tanh'; Flax's default, so big_vision's ViTs and SigLIP); 0: erf
 } vt_vit_config;
 
 // Derived sizes.
@@ -78,7 +80,7 @@ vt_status vt_config_validate(const vt_vit_config *cfg, char *err, size_t errlen)
 
 // The options that change timm's default ViT, for logs: ", mean-pooled patch tokens (fc_norm),
 // no class token, LayerScale 1e-06, 4 register tokens, positions on the patch tokens only,
-// QK-norm, no qkv bias, parallel blocks" (empty when none).
+// QK-norm, no qkv bias, parallel blocks, tanh GELU" (empty when none).
 void vt_config_extras(const vt_vit_config *cfg, char *buf, size_t nbytes);
 
 // --global-pool's word for vt_vit_config.global_pool: "token", "avg", "gap" or "map".

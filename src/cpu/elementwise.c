@@ -1,4 +1,4 @@
-// elementwise.c: GELU (the erf form), the activation cast (to_act), the residual add, drop path,
+// elementwise.c: GELU (the erf and tanh forms), the activation cast (to_act), the residual add, drop path,
 // sum of squares and scaling.
 // GELU uses its own branch-free exp and erf so the compiler vectorises the loops: libm's erff
 // and expf are scalar calls, and made GELU 17% of a ViT-Ti step (tests/bench_cpu.sh).
@@ -44,41 +44,63 @@ static inline void normal_cdf_pdf(float x, float *cdf, float *pdf) {
   *pdf = INV_SQRT_2PI * e;
 }
 
-void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count) {
+// GELU and its derivative at x: the erf form, x Phi(x) and Phi(x) + x phi(x); or the tanh form,
+// y = x (1 + t) / 2 with t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3), and
+// y' = (1 + t) / 2 + x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) / 2 (PyTorch's formulas), with
+// 1 + t and 1 - t^2 from e = exp(-2|u|) without cancellation: 1 + t = 2 / (1 + e) for u >= 0,
+// 2e / (1 + e) below, and 1 - t^2 = 4e / (1 + e)^2. Unused results cost nothing once inlined;
+// the loops below branch on a loop-invariant form.
+#define GELU_K0 0.79788456080286535588f  // sqrt(2/pi)
+#define GELU_K1 0.044715f
+static inline void gelu_eval(float x, int tanh_form, float *y, float *dy) {
+  if (tanh_form) {
+    const float u = GELU_K0 * (x + GELU_K1 * x * x * x), e = exp_nonpos(-2.0f * fabsf(u));
+    const float inv = 1.0f / (1.0f + e), one_plus_t = 2.0f * (u >= 0.0f ? inv : e * inv);
+    const float sech2 = 4.0f * e * inv * inv;
+    *y = 0.5f * x * one_plus_t;
+    *dy = 0.5f * one_plus_t + 0.5f * x * sech2 * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x);
+    return;
+  }
+  float cdf, pdf;
+  normal_cdf_pdf(x, &cdf, &pdf);
+  *y = x * cdf;
+  *dy = cdf + x * pdf;
+}
+
+void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count, int tanh_form) {
   if (vt_cpu_bf16()) {  // inp and out are bf16 activations (vt_ops.h)
     const uint16_t *xb = (const uint16_t *)inp;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < count; i++) {
-      float cdf, pdf;
-      const float x = vt_bf16_widen(xb[i]);
-      normal_cdf_pdf(x, &cdf, &pdf);
-      vt_cpu_put(out, i, x * cdf, 1);
+      float y, dy;
+      gelu_eval(vt_bf16_widen(xb[i]), tanh_form, &y, &dy);
+      vt_cpu_put(out, i, y, 1);
     }
     return;
   }
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < count; i++) {
-    float cdf, pdf;
-    normal_cdf_pdf(inp[i], &cdf, &pdf);
-    out[i] = inp[i] * cdf;
+    float y, dy;
+    gelu_eval(inp[i], tanh_form, &y, &dy);
+    out[i] = y;
   }
 }
 
 void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
-                     int64_t F) {
-  // d/dx [x * Phi(x)] = Phi(x) + x * phi(x). In bf16 inp, dout and dinp are bf16 activations
-  // (vt_ops.h): the fp32 values go to the scratch first, for the bias gradient.
+                     int64_t F, int tanh_form) {
+  // dout * GELU'(x). In bf16 inp, dout and dinp are bf16 activations (vt_ops.h): the fp32
+  // values go to the scratch first, for the bias gradient.
   const int64_t count = M * F;
   const int bf16 = vt_cpu_bf16();
   float *d = bf16 ? vt_cpu_scratch((size_t)count) : dinp;
   const uint16_t *xb = (const uint16_t *)inp, *gb = (const uint16_t *)dout;
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < count; i++) {
-    float cdf, pdf;
+    float y, dy;
     const float x = bf16 ? vt_bf16_widen(xb[i]) : inp[i];
     const float g = bf16 ? vt_bf16_widen(gb[i]) : dout[i];
-    normal_cdf_pdf(x, &cdf, &pdf);
-    d[i] = g * (cdf + x * pdf);
+    gelu_eval(x, tanh_form, &y, &dy);
+    d[i] = g * dy;
   }
   if (dbias) vt_cpu_colsum_acc(dbias, d, M, F);
   if (!bf16) return;

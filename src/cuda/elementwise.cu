@@ -1,4 +1,4 @@
-// elementwise.cu: GELU (the exact erf form), the residual add, drop path, LayerScale, sum of
+// elementwise.cu: GELU (the exact erf form and the tanh one), the residual add, drop path, LayerScale, sum of
 // squares and scaling on CUDA, twin of src/cpu/elementwise.c, and the bf16 rounding of GEMM
 // operands (also the activation cast, to_act). The sum of squares is a two-stage reduction over
 // chunks of a fixed size, in double, with no atomics: the same bits on every run and every GPU.
@@ -11,27 +11,47 @@
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
 
-// The CPU twin uses its own vectorisable erf (absolute error < 1.5e-7) and exp; the GPU has
-// full-precision erff and expf (a few ulp), so the two agree to about 1e-7 absolute.
-// inp, out: bf16 activations in bf16 precision (vt_ops.h).
-static __global__ void gelu_fwd_kernel(float *out, const float *inp, int64_t count, int bf16) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const float x = vt_get(inp, i, bf16);
-    vt_put(out, i, x * (0.5f + 0.5f * erff(x * INV_SQRT2)), bf16);
+// GELU and its derivative at x, the erf or the tanh form (the CPU twin's formulas: 1 + tanh u and
+// 1 - tanh^2 u from e = exp(-2|u|), without cancellation). The CPU uses its own vectorisable erf
+// (absolute error < 1.5e-7) and exp; the GPU has full-precision erff and expf (a few ulp), so the
+// two agree to about 1e-7 absolute.
+#define GELU_K0 0.79788456080286535588f  // sqrt(2/pi)
+#define GELU_K1 0.044715f
+static __device__ __forceinline__ float gelu_one_plus_tanh(float u, float *sech2) {
+  const float e = expf(-2.0f * fabsf(u)), inv = 1.0f / (1.0f + e);
+  *sech2 = 4.0f * e * inv * inv;
+  return 2.0f * (u >= 0.0f ? inv : e * inv);
+}
+static __device__ __forceinline__ float gelu_value(float x, int tanh_form) {
+  float sech2;
+  if (tanh_form) return 0.5f * x * gelu_one_plus_tanh(GELU_K0 * (x + GELU_K1 * x * x * x), &sech2);
+  return x * (0.5f + 0.5f * erff(x * INV_SQRT2));
+}
+static __device__ __forceinline__ float gelu_grad(float x, int tanh_form) {
+  if (tanh_form) {
+    float sech2;
+    const float opt = gelu_one_plus_tanh(GELU_K0 * (x + GELU_K1 * x * x * x), &sech2);
+    return 0.5f * opt + 0.5f * x * sech2 * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x);
   }
+  const float cdf = 0.5f + 0.5f * erff(x * INV_SQRT2);
+  const float pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
+  return cdf + x * pdf;
 }
 
-// The GELU backward's values: dout * d/dx [x Phi(x)] = dout * (Phi(x) + x phi(x)), x and dout
-// bf16 activations with bf16.
+// inp, out: bf16 activations in bf16 precision (vt_ops.h).
+static __global__ void gelu_fwd_kernel(float *out, const float *inp, int64_t count, int bf16,
+                                       int tanh_form) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x)
+    vt_put(out, i, gelu_value(vt_get(inp, i, bf16), tanh_form), bf16);
+}
+
+// The GELU backward's values: dout * GELU'(x), x and dout bf16 activations with bf16.
 struct gelu_grad_src {
   const float *x, *dout;
-  int bf16;
+  int bf16, tanh_form;
   __device__ __forceinline__ float operator()(int64_t i) const {
-    const float v = vt_get(x, i, bf16);
-    const float cdf = 0.5f + 0.5f * erff(v * INV_SQRT2);
-    const float pdf = INV_SQRT_2PI * expf(-0.5f * v * v);
-    return vt_get(dout, i, bf16) * (cdf + v * pdf);
+    return vt_get(dout, i, bf16) * gelu_grad(vt_get(x, i, bf16), tanh_form);
   }
 };
 
@@ -108,16 +128,16 @@ static __global__ void sumsq_final_kernel(double *total, const double *part, int
   if (threadIdx.x == 0) *total = s;
 }
 
-extern "C" void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count) {
+extern "C" void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count, int tanh_form) {
   gelu_fwd_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(
-      out, inp, count, vt_cuda_bf16());
+      out, inp, count, vt_cuda_bf16(), tanh_form);
   VT_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void vt_cuda_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout,
-                                 int64_t M, int64_t F) {
+                                 int64_t M, int64_t F, int tanh_form) {
   const int bf16 = vt_cuda_bf16();
-  const gelu_grad_src src = {inp, dout, bf16};
+  const gelu_grad_src src = {inp, dout, bf16, tanh_form};
   if (dbias) {  // the bias gradient sums the fp32 values in the pass that stores them
     float *part = (float *)vt_cuda_scratch((size_t)(colsum_chunks(M) * F) * sizeof(float));
     colsum_acc(dbias, dinp, bf16, src, part, M, F);

@@ -96,12 +96,12 @@ static void t_ln_b_add(float *dx, float *dw, float *db, const float *dy, const f
                        const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
   TIMED(S_LN_B_ADD, g_real.layernorm_bwd_add(dx, dw, db, dy, x, w, mu, rs, M, C));
 }
-static void t_gelu_f(float *o, const float *x, int64_t n) {
-  TIMED(S_GELU_F, g_real.gelu_fwd(o, x, n));
+static void t_gelu_f(float *o, const float *x, int64_t n, int tanh_form) {
+  TIMED(S_GELU_F, g_real.gelu_fwd(o, x, n, tanh_form));
 }
 static void t_gelu_b(float *dx, float *db, const float *x, const float *dy, int64_t M,
-                     int64_t F) {
-  TIMED(S_GELU_B, g_real.gelu_bwd(dx, db, x, dy, M, F));
+                     int64_t F, int tanh_form) {
+  TIMED(S_GELU_B, g_real.gelu_bwd(dx, db, x, dy, M, F, tanh_form));
 }
 static void t_att_f(float *o, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
                     int64_t D) {
