@@ -14,9 +14,10 @@ extern "C" {
 // bf16 activations. In bf16 precision (vt_backend.h) the activations that only ever feed GEMMs
 // are stored as bfloat16, 2 bytes per element, in float * buffers of vt_act_floats(be, count)
 // floats: linear's inp, the out of patchify_fwd, layernorm_fwd, add_layernorm_fwd (not its sum),
-// gelu_fwd, attention_fwd and linear_act_fwd, attention's qkv input, gelu_bwd's dinp and
-// attention_bwd's dqkv (as linear_act_bwd's dout). The GEMMs rounded exactly these values to
-// bf16 anyway, so storing them rounded changes no result; it halves their memory and traffic
+// gelu_fwd, attention_fwd, latent_attention_fwd, to_act and linear_act_fwd, attention's qkv and
+// latent_attention's q and kv inputs, gelu_bwd's dinp and attention_bwd's dqkv and
+// latent_attention_bwd's dkv (as linear_act_bwd's dout). The GEMMs rounded exactly these values
+// to bf16 anyway, so storing them rounded changes no result; it halves their memory and traffic
 // and the GEMMs read them as they are. Two kinds are rounded where PyTorch's bf16 autocast
 // rounds them, which changes results within bf16's precision: GELU's input (fc1's output, made
 // by linear_act_fwd; GELU and its derivative are computed in fp32 at the rounded value), and the

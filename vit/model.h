@@ -1,7 +1,7 @@
 // model.h: one rank's part of the ViT (a pipeline stage's blocks, TP-sharded), its forward and
 // backward per micro-batch. Pre-LN blocks (x += attn(norm1(x)); x += mlp(norm2(x)), each branch
-// optionally scaled by LayerScale), T = 1 + R prefix tokens (class, registers), class-token or
-// mean pooling, timm's VisionTransformer layout. Memory is allocated once at init:
+// optionally scaled by LayerScale), T = 1 + R prefix tokens (class, registers; R without the
+// class token), class-token, mean, gap or MAP pooling, timm's VisionTransformer layout. Memory is allocated once at init:
 // parameters and gradients as two flat buffers laid out by the parameter table, activations of
 // every in-flight micro-batch ("slot") plus one backward scratch as one block (design.md).
 // Depends on src/ and parallel/ (the TP all-reduces); knows nothing of MPI itself.
