@@ -12,6 +12,8 @@
 //     bias gradient check allows one bf16 step for each); dqkv stored as the bf16 rounding of
 //     the reference (an unrounded dS makes 40% of the elements round otherwise), its fp32 values
 //     seen through the bias gradient.
+//  5. latent attention (the MAP head's) likewise: dq summed in fp32 over the samples with dS
+//     rounded, dkv as attention's dqkv.
 // Exit 0 = pass. Must not depend on MPI, CUDA or the model.
 #include <math.h>
 #include <stdio.h>
@@ -369,6 +371,104 @@ static void test_attention(const vt_backend *be, int64_t B, int64_t N, int64_t H
   free(rdq), free(p), free(slack);
 }
 
+// ---- latent attention (MAP pooling): one query per head, the same rounding points -----------
+
+static void test_latent_attention(const vt_backend *be, int64_t B, int64_t N, int64_t H,
+                                  int64_t D) {
+  const int64_t C = H * D, ld = 2 * C, nkv = B * N * ld, no = B * C, nl = B * H;
+  const double scale = 1.0 / sqrt((double)D);
+  char what[96];
+  float *q = rnd(C, 7), *kv = rnd(nkv, 8), *dy = rnd(no, 9);
+  for (int64_t i = 0; i < C; i++) q[i] *= 3.0f;  // sharper softmax rows
+  float *outb = malloc((size_t)no * 4), *out32 = malloc((size_t)no * 4);
+  float *lse = malloc((size_t)nl * 4), *lse32 = malloc((size_t)nl * 4);
+  float *dq = malloc((size_t)C * 4), *dkv = malloc((size_t)nkv * 4), *db = calloc((size_t)ld, 4);
+  be->set_precision(VT_PRECISION_FP32);
+  vt_latent_attention_fwd(be, out32, lse32, q, kv, B, N, H, D);
+  be->set_precision(VT_PRECISION_BF16);
+  void *qb = bits_of(q, C), *kvb = bits_of(kv, nkv), *dyb = bits_of(dy, no);
+  vt_latent_attention_fwd(be, outb, lse, qb, kvb, B, N, H, D);
+  vt_latent_attention_bwd(be, dq, dkv, db, dyb, qb, kvb, outb, lse, B, N, H, D);
+  free(qb), free(kvb), free(dyb);
+  be->set_precision(VT_PRECISION_FP32);
+  float *out = widened(outb, no), *rq = rounded(q, C), *rkv = rounded(kv, nkv);
+  float *rdy = rounded(dy, no);
+  double *rlse = malloc((size_t)nl * 8), *rout = calloc((size_t)no, 8), *p = malloc((size_t)N * 8);
+  double *rdq = calloc((size_t)C, 8), *rdkv = calloc((size_t)nkv, 8);
+  double *slack = calloc((size_t)(ld + C), 8);  // bias columns, then dq's: near-boundary room
+  double *magq = calloc((size_t)C, 8);  // dq's sums of magnitudes
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      const float *qh = rq + h * D, *y = rdy + b * C + h * D, *ob = out + b * C + h * D;
+      double mx = -INFINITY, sum = 0, delta = 0, *l = rlse + b * H + h;
+      for (int64_t t = 0; t < N; t++) {
+        double s = 0;
+        for (int64_t d = 0; d < D; d++) s += (double)qh[d] * rkv[(b * N + t) * ld + h * D + d];
+        p[t] = s * scale, mx = fmax(mx, p[t]);
+      }
+      for (int64_t t = 0; t < N; t++) sum += exp(p[t] - mx);
+      *l = mx + log(sum);
+      for (int64_t t = 0; t < N; t++) p[t] = exp(p[t] - *l);
+      for (int64_t t = 0; t < N; t++)
+        for (int64_t d = 0; d < D; d++)
+          rout[b * C + h * D + d] +=
+              (double)vt_bf16_round((float)p[t]) * rkv[(b * N + t) * ld + C + h * D + d];
+      for (int64_t d = 0; d < D; d++) delta += (double)y[d] * ob[d];
+      for (int64_t t = 0; t < N; t++) {
+        const float *k = rkv + (b * N + t) * ld + h * D, *v = k + C;
+        double dp = 0;
+        for (int64_t d = 0; d < D; d++) dp += (double)y[d] * v[d];
+        const double ds0 = p[t] * (dp - delta), ds = vt_bf16_round((float)ds0);
+        const double pb = vt_bf16_round((float)p[t]);
+        const double fq = near_boundary(ds0) ? scale * bf16_step(ds) : 0;
+        const double fv = near_boundary(p[t]) ? bf16_step(pb) : 0;
+        double *gk = rdkv + (b * N + t) * ld + h * D, *gv = gk + C;
+        for (int64_t d = 0; d < D; d++) {
+          gk[d] = scale * ds * qh[d], gv[d] = pb * y[d];
+          rdq[h * D + d] += scale * ds * k[d], magq[h * D + d] += fabs(scale * ds * k[d]);
+          slack[h * D + d] += fq * fabs(qh[d]), slack[C + h * D + d] += fv * fabs(y[d]);
+          slack[ld + h * D + d] += fq * fabs(k[d]);
+        }
+      }
+    }
+  snprintf(what, sizeof what, "latent attention B,N,H,D=%lld,%lld,%lld,%lld lse", (long long)B,
+           (long long)N, (long long)H, (long long)D);
+  double e = nerr(lse, rlse, nl);
+  expect(e <= 1e-5, what, e, 1e-5);
+  e = nerr(out, rout, no);  // stored in bf16: half a bf16 step, at most 2^-8 relative
+  expect(e <= 4e-3, "  ... out (bf16)", e, 4e-3);
+  e = nerr_f(out32, out, no);
+  expect(e >= 3e-4, "  ... out differs from fp32 (rounding happened)", e, 3e-4);
+  // dq (fp32, summed over the samples) against the reference with dS rounded, with room for
+  // the dS values next to a rounding boundary, relative to the sums of magnitudes.
+  double ed = 0, ea = 0;
+  for (int64_t c = 0; c < C; c++)
+    ed = fmax(ed, fabs(dq[c] - rdq[c]) - slack[ld + c]), ea = fmax(ea, magq[c]);
+  e = ea > 0 ? ed / ea : ed;
+  expect(e <= 1e-5, "  ... dq (fp32 sums, dS rounded)", e, 1e-5);
+  // dkv stored as bf16: the reference rounded, but for at most 1% of the elements that are not
+  // tiny; its fp32 values through the kv bias gradient (column sums), as attention's test does.
+  int64_t large = 0, apart = 0;
+  double mx = 0;
+  for (int64_t i = 0; i < nkv; i++) mx = fmax(mx, fabs(rdkv[i]));
+  for (int64_t i = 0; i < nkv; i++)
+    if (fabs(rdkv[i]) >= 1e-2 * mx)
+      large++, apart += ((const uint16_t *)dkv)[i] != vt_bf16_bits((float)rdkv[i]);
+  const double frac = large ? (double)apart / (double)large : 0;
+  expect(frac <= 1e-2, "  ... dkv (bf16): elements rounded otherwise", frac, 1e-2);
+  ed = 0, ea = 0;
+  for (int64_t c = 0; c < ld; c++) {
+    double sum = 0, mag = 0;
+    for (int64_t r = 0; r < B * N; r++) sum += rdkv[r * ld + c], mag += fabs(rdkv[r * ld + c]);
+    ed = fmax(ed, fabs(db[c] - sum) - slack[c]), ea = fmax(ea, mag);
+  }
+  e = ea > 0 ? ed / ea : ed;
+  expect(e <= 1e-5, "  ... kv bias gradient (fp32 sums)", e, 1e-5);
+  free(q), free(kv), free(dy), free(outb), free(out32), free(lse), free(lse32), free(dq);
+  free(dkv), free(db), free(out), free(rq), free(rkv), free(rdy), free(rlse), free(rout), free(p);
+  free(rdq), free(rdkv), free(slack), free(magq);
+}
+
 int main(void) {
   const vt_backend *be = vt_backend_get(VT_DEVICE_CPU, NULL);
   test_rounding();
@@ -381,6 +481,8 @@ int main(void) {
   test_attention(be, 2, 17, 3, 8);
   test_attention(be, 1, 65, 2, 32);
   test_attention(be, 2, 5, 1, 7);
+  test_latent_attention(be, 3, 17, 3, 8);
+  test_latent_attention(be, 2, 197, 2, 32);
   printf("%d checks, %d failed: %s\n", g_checks, g_fail, g_fail ? "FAIL" : "PASS");
   return g_fail != 0;
 }
