@@ -445,7 +445,16 @@ vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, v
   return VT_ERR_INPUT;
 }
 
+vt_status vt_output_file_check(const char *path, const char *what, char *err, size_t errlen) {
+  struct stat st;
+  if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return VT_OK;
+  FAIL(VT_ERR_INPUT, "%s %s is a %s, not a file: vit3d writes a new file and renames it into "
+       "place, which would replace it; give the path of a file", what, path,
+       S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "pipe" : "device or socket");
+}
+
 vt_status vt_copy_file_atomic(const char *src, const char *dst, char *err, size_t errlen) {
+  if (vt_output_file_check(dst, "the output file", err, errlen) != VT_OK) return VT_ERR_INPUT;
   char tmp[1100];
   snprintf(tmp, sizeof tmp, "%s.tmp", dst);
   FILE *in = fopen(src, "rb"), *out = in ? fopen(tmp, "wb") : NULL;

@@ -111,6 +111,13 @@ vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, v
 int vt_mkdir_p(const char *dir);
 
 // Copies src to dst through dst.tmp + fsync + rename, so dst is either the old or the new file.
+// Refuses a dst that is not a regular file (vt_output_file_check).
 vt_status vt_copy_file_atomic(const char *src, const char *dst, char *err, size_t errlen);
+
+// An output file path that exists as anything but a regular file (a device such as /dev/null,
+// a pipe, a directory) is refused with a message naming `what` (the flag), since writing it
+// whole and renaming a new file there would replace it: VT_ERR_INPUT. A missing path or a
+// regular file (or a link to one): VT_OK.
+vt_status vt_output_file_check(const char *path, const char *what, char *err, size_t errlen);
 
 #endif

@@ -72,6 +72,8 @@ static int pwrite_all(int fd, const void *data, int64_t n, int64_t at) {
 
 vt_status vt_partfile_create(const char *path, const void *head, int64_t head_nbytes,
                              int64_t file_nbytes, uint32_t *head_share, char *err, size_t errlen) {
+  // Only a regular file is replaced (a failed write below removes it).
+  if (vt_output_file_check(path, "the output file", err, errlen) != VT_OK) return VT_ERR_INPUT;
   const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) FAIL(VT_ERR_IO, "cannot create %s: %s", path, strerror(errno));
   int ok = pwrite_all(fd, head, head_nbytes, 0) == 0;

@@ -27,7 +27,7 @@ uint32_t vt_crc32_piece(int64_t at, const void *data, size_t n, int64_t file_nby
 // written by exactly one of the n writers whose shares these are.
 uint32_t vt_crc32_of_shares(const uint32_t *shares, int n, int64_t file_nbytes);
 
-// Creates path (replacing a file there), writes head at offset 0 and makes the file
+// Creates path (replacing a regular file there; anything else is refused), writes head at offset 0 and makes the file
 // file_nbytes long, its space reserved where the file system can (fallocate), so that a full
 // disk is found here and not by the writers; closes it. *head_share: the head's CRC share.
 vt_status vt_partfile_create(const char *path, const void *head, int64_t head_nbytes,

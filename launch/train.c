@@ -118,6 +118,13 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->optim.warmup_lr > o->optim.lr)
     REFUSE("--warmup-lr %g is above --lr %g (the warmup climbs to --lr)", o->optim.warmup_lr,
            o->optim.lr);
+  const char *const outputs[][2] = {{"--final-weights", o->final_weights},
+                                    {"--final-ema", o->final_ema},
+                                    {"--predictions", o->predictions},
+                                    {"--logits-out", o->logits_out}};
+  for (int i = 0; i < 4; i++)
+    if (outputs[i][1][0] && vt_output_file_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK)
+      return VT_ERR_INPUT;
   if (o->final_ema[0] && o->optim.ema_decay <= 0)
     REFUSE("--final-ema writes the weights' EMA: give --model-ema DECAY too");
   if (o->use_ema && (!o->eval_only || !o->resume[0]))

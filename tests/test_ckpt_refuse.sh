@@ -11,7 +11,8 @@
 #  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted), in place or in
 #    the background, gives an error at the save's step, and the previous checkpoint stays
 #    complete and usable; a write that fails in the background (fault switch) is said a step
-#    later, and the next save commits.
+#    later, and the next save commits;
+#  - output paths that are not files (a pipe, a directory) refused, not replaced.
 set -uo pipefail
 vit3d=$1
 work=$(mktemp -d)
@@ -141,4 +142,20 @@ if [ $rc -eq 0 ] &&
    [ ! -e "$work/io/step-00000002" ] && ! ls -A "$work/io" | grep -q tmp; then
   echo "ok: a failed background write: $(grep -o 'checkpoint of step 2 (written.*' <<<"$out" | cut -c1-160)"
 else echo "FAIL: failed background write: rc $rc: $out"; ls -la "$work/io"; fail=1; fi
+# Output paths that are not regular files (a pipe, a directory; /dev/null is one too) are
+# refused before training, and vit3d export refuses them, instead of renaming a new file over
+# them; the pipe and the directory stay as they were.
+mkfifo "$work/pipe" && mkdir "$work/adir"
+out=$("$vit3d" "${args[@]}" --steps 1 --final-weights "$work/pipe" 2>&1)
+rc=$?
+out2=$("$vit3d" "${args[@]}" --steps 1 --model-ema 0.9 --final-ema "$work/adir" 2>&1)
+rc2=$?
+out3=$("$vit3d" export --checkpoint "$work/ck/$(cat "$work/ck/latest")" --out "$work/pipe" 2>&1)
+rc3=$?
+if [ $rc -eq 2 ] && grep -q "final-weights .*pipe is a pipe, not a file" <<<"$out" &&
+   [ $rc2 -eq 2 ] && grep -q "final-ema .*adir is a directory, not a file" <<<"$out2" &&
+   [ $rc3 -ne 0 ] && grep -q "pipe is a pipe, not a file" <<<"$out3" &&
+   [ -p "$work/pipe" ] && [ -d "$work/adir" ]; then
+  echo "ok: outputs that are not files refused: $(grep -o 'final-weights .*' <<<"$out")"
+else echo "FAIL: non-file outputs: rc $rc $rc2 $rc3: $out $out2 $out3"; fail=1; fi
 exit $fail
