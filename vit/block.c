@@ -87,7 +87,7 @@ static void parallel_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_
   const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
   attention_fwd(m, w, a, x1, B);
   vt_linear_act_fwd(be, a->fc1, x1, w->fc1_w, w->fc1_b, M, C, F);
-  vt_gelu_fwd(be, a->gelu, a->fc1, M * F, m->cfg.gelu_tanh ? VT_GELU_TANH : VT_GELU_ERF);
+  vt_gelu_fwd(be, a->gelu, a->fc1, M * F, vt_model_gelu(m));
   // y: the reduced sum of the branches (kept for LayerScale's backward, else made in out)
   float *y = w->ls2 ? a->ls2 : out, *sum = m->sp ? m->s.partial : y;
   vt_linear_fwd(be, m->s.branch, a->attn, w->proj_w, first ? w->proj_b : NULL, M, HD, C);
@@ -143,7 +143,7 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   partial = m->sp ? m->s.partial : y;
   const float *x2 = f_fwd(m, a->ln2_full, a->ln2, Ml * C);
   vt_linear_act_fwd(be, a->fc1, x2, w->fc1_w, w->fc1_b, M, C, F);
-  vt_gelu_fwd(be, a->gelu, a->fc1, M * F, m->cfg.gelu_tanh ? VT_GELU_TANH : VT_GELU_ERF);
+  vt_gelu_fwd(be, a->gelu, a->fc1, M * F, vt_model_gelu(m));
   if (fused) {
     vt_linear_residual_fwd(be, out, a->gelu, w->fc2_w, fc2_b, a->mid, M, F, C);
     return;
@@ -217,8 +217,7 @@ static void mlp_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tenso
   const int64_t M = (int64_t)B * vt_cfg_tokens(&m->cfg);
   vt_linear_bwd_act(be, m->s.dact, weights ? gw->fc2_w : NULL, gw->fc2_b, dy, a->gelu, w->fc2_w,
                     M, F, C);
-  vt_gelu_bwd(be, dfc1, gw->fc1_b, a->fc1, m->s.dact, M, F,
-              m->cfg.gelu_tanh ? VT_GELU_TANH : VT_GELU_ERF);
+  vt_gelu_bwd(be, dfc1, gw->fc1_b, a->fc1, m->s.dact, M, F, vt_model_gelu(m));
   vt_linear_act_bwd(be, dx2, weights ? gw->fc1_w : NULL, dfc1, x2, w->fc1_w, M, C, F);
 }
 

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "params.h"
 #include "vt_backend.h"
+#include "vt_ops.h"
 
 typedef struct vt_comm vt_comm;
 
@@ -229,6 +230,11 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
 // added into m->grads: the same bits as the whole backward. Reads the slot's activations, writes
 // nothing that is sent or received. Calls grads_ready for each block.
 void vt_model_backward_weight(vt_model *m, int chunk, int slot, int wset, int B);
+
+// The MLPs' GELU form of the model's configuration.
+static inline vt_gelu_form vt_model_gelu(const vt_model *m) {
+  return m->cfg.gelu_tanh ? VT_GELU_TANH : VT_GELU_ERF;
+}
 
 // Rows of the (B*N, C) stream this rank holds for a micro-batch of B.
 static inline int64_t vt_model_local_rows(const vt_model *m, int B) {

@@ -1,5 +1,5 @@
-// elementwise.c: GELU (the erf and tanh forms), the activation cast (to_act), the residual add, drop path,
-// sum of squares and scaling.
+// elementwise.c: GELU (the erf and tanh forms), the activation cast (to_act), the residual add,
+// drop path, sum of squares and scaling.
 // GELU uses its own branch-free exp and erf so the compiler vectorises the loops: libm's erff
 // and expf are scalar calls, and made GELU 17% of a ViT-Ti step (tests/bench_cpu.sh).
 #include <math.h>
