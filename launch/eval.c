@@ -141,20 +141,25 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
         for (int x = 0; x < S; x++) mirror[r * S + x] = batch.images[r * S + (S - 1 - x)];
     for (int pass = 0; pass < passes; pass++) {
       if (m->has_head) be->upload(sl->labels, batch.labels, (size_t)B * sizeof(int32_t));
-      // Through every chunk in turn (the interleaved layout: after this rank's chunk c the batch
-      // goes round the ring of pipeline ranks before chunk c + 1), one batch at a time.
+      // Through every chunk in turn, one batch at a time: the interleaved layout's batch goes
+      // round the ring of pipeline ranks after each chunk; ZB-V's down the ranks through chunk 0
+      // and back up through chunk 1, turning on the last rank by a copy.
       for (int c = 0; c < m->nchunks; c++) {
+        const int vs = vt_shard_vstage(&m->shard, c), last = p * m->nchunks - 1;
+        const int from = vs > 0 ? vt_shard_vstage_rank(&m->shard, vs - 1) : -1;
+        const int to = vs < last ? vt_shard_vstage_rank(&m->shard, vs + 1) : -1;
         if (m->has_embed && c == 0) {
           be->upload(sl->img + first, pass ? mirror : batch.images,
                      (size_t)(share * img_n) * sizeof(float));
           if (share < B) vt_comm_all_gather(m->tp, sl->img, sl->img + first, share * img_n);
+        } else if (from == me.pp_rank) {  // the previous chunk's output (ZB-V's turn)
+          be->copy(sl->res[0], vt_model_chunk_output(m, c - 1, 0), (size_t)n * sizeof(float));
         } else {
-          vt_comm_recv(pp, sl->res[0], n, (me.pp_rank + p - 1) % p);
+          vt_comm_recv(pp, sl->res[0], n, from);
         }
         vt_model_forward(m, c, 0, B, 0.0f, -1);  // no drop path
         be->inputs_read();  // the training step after this may upload_ahead into the slot
-        if (!(m->has_head && c == m->nchunks - 1))
-          vt_comm_send(pp, vt_model_chunk_output(m, c, 0), n, (me.pp_rank + 1) % p);
+        if (to >= 0 && to != me.pp_rank) vt_comm_send(pp, vt_model_chunk_output(m, c, 0), n, to);
       }
       if (!m->has_head) continue;
       be->to_host(logits, sl->logits, (size_t)B * K * sizeof(float));

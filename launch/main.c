@@ -375,12 +375,15 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--pp-schedule", VT_OPT_STR, o.pp_schedule, sizeof o.pp_schedule, 0, 0, "KIND",
        "pipeline schedule: 1f1b, gpipe, interleaved (1F1B over --pp-chunks model chunks per "
        "stage: idle (p-1)/(v*m+p-1) instead of (p-1)/(m+p-1), more activations in flight; "
-       "micro-batches per step a multiple of --pp) or zb-h1 (zero-bubble 1F1B: backward split "
-       "into input and weight gradients, idle about (p-1)/(3m+p-1); no "
-       "--recompute-blocks)", "1f1b|gpipe|interleaved|zb-h1"},
+       "micro-batches per step a multiple of --pp), zb-h1 (zero-bubble 1F1B: backward split "
+       "into input and weight gradients, idle about (p-1)/(3m+p-1); no --recompute-blocks) or "
+       "zb-v (zero-bubble with two chunks per stage in a V: stage s holds virtual stages s and "
+       "2pp-1-s, so stage 0 has the embedding and the head; idle about (p-1)/(6m+p-1) with up "
+       "to 2pp chunks' activations in flight on every stage; no --recompute-blocks)",
+       "1f1b|gpipe|interleaved|zb-h1|zb-v"},
       {"--pp-chunks", VT_OPT_INT, &o.pp_chunks, 0, 0, 64, "V",
        "interleaved schedule: model chunks per pipeline stage (stage s holds virtual stages s, "
-       "s + pp, ...); 0: 2 with interleaved, 1 otherwise", NULL},
+       "s + pp, ...); 0: 2 with interleaved and zb-v, 1 otherwise", NULL},
       {"--zero", VT_OPT_INT, &o.zero, 0, 0, 1, "N",
        "1: shard AdamW state (and the weights' EMA) over data-parallel ranks (ZeRO-1)", NULL},
       {"--sequence-parallel", VT_OPT_INT, &o.sequence_parallel, 0, 0, 1, "N",

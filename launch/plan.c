@@ -120,7 +120,8 @@ int vt_plan_run(const vt_train_options *o) {
   double worst = 0, most_save = 0;
   int worst_stage = 0, most_save_stage = 0;
   for (int p = 0; p < o->pp; p++) {
-    const vt_shard shard = {0, o->tp, p, o->pp, o->sequence_parallel, o->pp_chunks};
+    const vt_shard shard = {0, o->tp, p, o->pp, o->sequence_parallel, o->pp_chunks,
+                            kind == VT_SCHEDULE_ZB_V};
     vt_param_table t;
     vt_params_build(&t, c, shard);
     int first, end, most = 0;  // the largest chunk's blocks
@@ -158,7 +159,8 @@ int vt_plan_run(const vt_train_options *o) {
          synthetic ? "synthetic data" : "--prefetch + 1",
          o->device == VT_DEVICE_CUDA ? ", pinned" : "");
   if (ev > 0) printf(", %.1f MiB more while evaluating", ev);
-  printf("; the other stages' labels need a few bytes\n");
+  printf(kind == VT_SCHEDULE_ZB_V ? "; with their labels (zb-v: the head is on stage 0 too)\n"
+                                  : "; the other stages' labels need a few bytes\n");
   printf("host memory at each checkpoint save (--save): at most %.1f MiB per rank (stage %d; a "
          "rank's 1/dp slice of its stage's %s, held until written); no rank holds the whole "
          "model\n", most_save, most_save_stage,

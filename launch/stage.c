@@ -1,6 +1,8 @@
 // stage.c: the executor of a pipeline stage's schedule (stage.h).
 #include "stage.h"
 
+#include <string.h>
+
 static void grads_ready(void *ctx, int layer) {
   vt_stage_ctx *x = ctx;
   vt_optimizer_grads_ready(x->opt, x->m->grads, layer);
@@ -25,6 +27,14 @@ static void load_batch(vt_stage_ctx *x, int64_t step, int mb, int slot) {
   // uploads must be done (they normally are: the host runs a micro-batch ahead of the device).
   m->be->upload_wait();
   vt_data_next(x->data, step, mb, &img, &labels, &mix);
+  if (x->label_chunk != x->data_chunk) {
+    // ZB-V: the head's chunk is another unit with a slot of its own, maybe not yet taken: the
+    // labels wait on the host for its forward (stash_labels).
+    memcpy(x->stash_labels + (size_t)mb * B, labels, (size_t)B * sizeof *labels);
+    if (mix) memcpy(x->stash_mix + (size_t)mb * B, mix, (size_t)B * sizeof *mix);
+    x->stash_has_mix = mix != NULL;
+    labels = NULL, mix = NULL;
+  }
   if (m->has_embed) {
     // This rank's share of the images goes up; with a split (data.h) the TP group then
     // all-gathers the shares in place, in stream order after the upload.
@@ -34,8 +44,18 @@ static void load_batch(vt_stage_ctx *x, int64_t step, int mb, int slot) {
     if (d->pixel_count < B)
       vt_comm_all_gather(m->tp, sl->img, sl->img + first, (int64_t)d->pixel_count * plane);
   }
-  if (m->has_head) m->be->upload(sl->labels, labels, (size_t)B * sizeof(int32_t));
+  if (m->has_head && labels) m->be->upload(sl->labels, labels, (size_t)B * sizeof(int32_t));
   if (m->has_head && mix) m->be->upload(sl->mix, mix, (size_t)B * sizeof *mix);
+}
+
+// ZB-V: the labels (and mix targets) of micro-batch mb, loaded with its images, go up into the
+// head chunk's slot right before its forward.
+static void upload_labels(vt_stage_ctx *x, int mb, int slot) {
+  const vt_model_slot *sl = &x->m->slots[slot];
+  const int B = x->B;
+  x->m->be->upload(sl->labels, x->stash_labels + (size_t)mb * B, (size_t)B * sizeof(int32_t));
+  if (x->stash_has_mix)
+    x->m->be->upload(sl->mix, x->stash_mix + (size_t)mb * B, (size_t)B * sizeof(vt_mix_target));
 }
 
 static int slot_of(const vt_stage_ctx *x, int mb, int chunk) {
@@ -50,18 +70,46 @@ static int wset_of(const vt_stage_ctx *x, int mb, int chunk) {
   return x->unit_wset[chunk * x->n_micro + mb];
 }
 
-// The buffer a transfer half reads (send) or fills (recv), in the unit's slot. Sends are
-// deferred under the slot's key (slot + 1): the next forward or backward in that slot, which
-// writes the buffers sent from it, waits for them first (vt_comm_wait_sends).
+// Deferred sends are keyed by slot and kind: the next forward in a slot writes its output, which
+// activations were sent from, and waits for those (send_key(slot, VT_XFER_ACT)); the next backward
+// also writes the input gradient, sent as GRAD, and waits for both (vt_comm_wait_sends).
+static int send_key(int slot, vt_schedule_xfer_kind kind) {
+  return 2 * slot + (kind == VT_XFER_ACT ? 1 : 2);
+}
+
+// The buffer a transfer half reads (send) or fills (recv), in the unit's slot; activations go on
+// channel 0, gradients on channel 1.
 static vt_comm_p2p transfer_op(const vt_stage_ctx *x, int is_send, vt_schedule_xfer t, int64_t n) {
   const int slot = slot_of(x, t.mb, t.chunk);
   const vt_model_slot *sl = &x->m->slots[slot];
   float *buf;
   if (t.kind == VT_XFER_ACT) buf = is_send ? vt_model_chunk_output(x->m, t.chunk, slot) : sl->res[0];
   else buf = is_send ? sl->dinput : sl->dout;
-  const int peer = is_send ? vt_schedule_send_peer(&x->spec, x->pp_rank, t.kind)
-                           : vt_schedule_recv_peer(&x->spec, x->pp_rank, t.kind);
-  return (vt_comm_p2p){!is_send, buf, n, peer, is_send ? slot + 1 : 0};
+  const int peer = is_send ? vt_schedule_send_peer(&x->spec, x->pp_rank, t)
+                           : vt_schedule_recv_peer(&x->spec, x->pp_rank, t);
+  return (vt_comm_p2p){!is_send, buf, n, peer, is_send ? send_key(slot, t.kind) : 0,
+                       t.kind == VT_XFER_ACT ? 0 : 1};
+}
+
+// A transfer action: ZB-V's turn (a send to this rank itself and the receive it pairs with in
+// the same action) is a copy on the device; the rest goes to the neighbours.
+static void run_transfer(const vt_stage_ctx *x, const vt_schedule_action *a, int64_t n) {
+  vt_comm_p2p ops[4];
+  int k = 0;
+  for (int h = 0; h < a->nsend + a->nrecv; h++) {
+    const int is_send = h < a->nsend;
+    const vt_schedule_xfer t = is_send ? a->send[h] : a->recv[h - a->nsend];
+    ops[k] = transfer_op(x, is_send, t, n);
+    if (ops[k].peer != x->pp_rank) {
+      k++;
+    } else if (!is_send) {  // from this action's send of the same kind
+      int j = 0;
+      while (j < a->nsend && a->send[j].kind != t.kind) j++;
+      VT_CHECK(j < a->nsend, "schedule: a receive from this rank without its send in the action");
+      x->m->be->copy(ops[k].buf, transfer_op(x, 1, a->send[j], n).buf, (size_t)n * sizeof(float));
+    }
+  }
+  if (k > 0) vt_comm_exchange(x->pp, ops, k);
 }
 
 // A slot freed by a backward may take the next unit's input in the very action that sends that
@@ -88,10 +136,14 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
     const double t0 = vt_seconds();
     const int pass = a.op == VT_SCHEDULE_FORWARD ? 0 : a.op == VT_SCHEDULE_BACKWARD ? 1 : 2;
     if (a.op == VT_SCHEDULE_FORWARD || a.op == VT_SCHEDULE_BACKWARD)
-      vt_comm_wait_sends(x->pp, slot_of(x, a.mb, a.chunk) + 1);
+      vt_comm_wait_sends(x->pp, send_key(slot_of(x, a.mb, a.chunk), VT_XFER_ACT));
+    if (a.op == VT_SCHEDULE_BACKWARD)
+      vt_comm_wait_sends(x->pp, send_key(slot_of(x, a.mb, a.chunk), VT_XFER_GRAD));
     if (a.op == VT_SCHEDULE_FORWARD) {
       const int slot = slot_of(x, a.mb, a.chunk);
       if (a.chunk == x->data_chunk) load_batch(x, step, a.mb, slot);
+      if (a.chunk == x->label_chunk && x->label_chunk != x->data_chunk)
+        upload_labels(x, a.mb, slot);
       vt_model_forward(m, a.chunk, slot, B, ls, vt_data_position(x->data, step, a.mb));
       m->be->inputs_read();
       if (m->has_head && a.chunk == m->nchunks - 1)
@@ -112,11 +164,7 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
       m->grads_ready = NULL;
       count_pass(x, pass, vt_seconds() - t0);
     } else {
-      vt_comm_p2p ops[4];
-      int k = 0;
-      for (int h = 0; h < a.nsend; h++) ops[k++] = transfer_op(x, 1, a.send[h], n);
-      for (int h = 0; h < a.nrecv; h++) ops[k++] = transfer_op(x, 0, a.recv[h], n);
-      vt_comm_exchange(x->pp, ops, k);
+      run_transfer(x, &acts[i], n);
     }
   }
   vt_comm_wait_sends(x->pp, 0);

@@ -26,8 +26,14 @@ typedef struct {
   // else all -1): the same every step.
   int *unit_slot, *unit_wset;
   // The chunk whose forward takes the micro-batch's data: the head's on the last stage (its
-  // labels), else chunk 0 (the first stage's images; other stages load nothing).
-  int data_chunk;
+  // labels), else chunk 0 (the first stage's images; other stages load nothing). ZB-V's rank 0
+  // holds both: its chunk 0 loads the images, and the labels (label_chunk 1, the head's) wait in
+  // stash_labels (n_micro x B) and stash_mix (n_micro x B, when Mixup or CutMix makes targets)
+  // for the head's forward. Elsewhere label_chunk == data_chunk.
+  int data_chunk, label_chunk;
+  int32_t *stash_labels;
+  vt_mix_target *stash_mix;
+  int stash_has_mix;
   vt_data *data;
   vt_optimizer *opt;  // starts each layer's DP reduction during the step's last backward
   int n_micro;

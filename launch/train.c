@@ -61,11 +61,15 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   vt_schedule_kind kind;
   if (vt_schedule_parse(o->pp_schedule, &kind) != VT_OK)
     REFUSE("--pp-schedule %s: use one of %s", o->pp_schedule, VT_SCHEDULE_NAMES);
-  if (o->pp_chunks == 0) o->pp_chunks = kind == VT_SCHEDULE_INTERLEAVED ? 2 : 1;
-  if (kind == VT_SCHEDULE_ZB_H1 && o->recompute_blocks > 0)
-    REFUSE("--pp-schedule zb-h1 splits the backward into input and weight gradients, whose "
+  if (o->pp_chunks == 0)
+    o->pp_chunks = kind == VT_SCHEDULE_INTERLEAVED || kind == VT_SCHEDULE_ZB_V ? 2 : 1;
+  if (kind == VT_SCHEDULE_ZB_V && o->pp_chunks != 2)
+    REFUSE("--pp-schedule zb-v holds exactly 2 model chunks per stage (its V): drop "
+           "--pp-chunks %d", o->pp_chunks);
+  if (vt_schedule_splits_backward(kind) && o->recompute_blocks > 0)
+    REFUSE("--pp-schedule %s splits the backward into input and weight gradients, whose "
            "weight pass reads the stored activations again: it does not go with "
-           "--recompute-blocks; use one or the other");
+           "--recompute-blocks; use one or the other", o->pp_schedule);
   vt_schedule_spec spec = {kind, o->pp, o->global_batch / (o->dp * o->micro_batch), o->pp_chunks};
   if (o->eval_only) spec.n_micro = o->pp;  // evaluation runs no schedule, only the chunks' layout
   char why[400];
@@ -204,11 +208,11 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   const double slow_limit = 10.0 * o->timeout_s;
   vt_watchdog_start(world, o->timeout_s, me.tp_rank, me.pp_rank, me.dp_rank, device);
   vt_watchdog_phase("startup", 0, slow_limit);
-  const vt_shard shard = {me.tp_rank, mesh.tp_size, me.pp_rank, mesh.pp_size,
-                         o->sequence_parallel, o->pp_chunks};
-  const int B = o->micro_batch, n_micro = o->global_batch / (mesh.dp_size * B);
   vt_schedule_kind kind;
   vt_schedule_parse(o->pp_schedule, &kind);
+  const vt_shard shard = {me.tp_rank, mesh.tp_size, me.pp_rank, mesh.pp_size,
+                         o->sequence_parallel, o->pp_chunks, kind == VT_SCHEDULE_ZB_V};
+  const int B = o->micro_batch, n_micro = o->global_batch / (mesh.dp_size * B);
   // vit3d eval runs no schedule (vt_train_validate checked the chunks' layout), only slot 0.
   const vt_schedule_spec spec = {kind, mesh.pp_size, o->eval_only ? mesh.pp_size : n_micro,
                                  o->pp_chunks};
@@ -319,14 +323,21 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
       }
     }
   }
+  // ZB-V's rank 0 loads the images at chunk 0 and keeps the labels for the head's chunk 1.
+  const int data_chunk = m.has_embed ? 0 : m.has_head ? m.nchunks - 1 : 0;
   vt_stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .spec = spec,
-                 .unit_slot = unit_slot, .unit_wset = unit_wset,
-                 .data_chunk = m.has_head ? m.nchunks - 1 : 0,
+                 .unit_slot = unit_slot, .unit_wset = unit_wset, .data_chunk = data_chunk,
+                 .label_chunk = m.has_head ? m.nchunks - 1 : data_chunk,
                  .data = &data, .opt = &opt, .n_micro = n_micro, .ahead_step = -1};
   if (m.has_head) {
     x.step_losses = be->alloc((size_t)n_micro * B * sizeof(float));
     x.host_step_losses = malloc((size_t)n_micro * B * sizeof(float));
     VT_CHECK(x.step_losses && x.host_step_losses, "out of memory for %d x %d losses", n_micro, B);
+  }
+  if (x.label_chunk != x.data_chunk) {
+    x.stash_labels = malloc((size_t)n_micro * B * sizeof *x.stash_labels);
+    x.stash_mix = malloc((size_t)n_micro * B * sizeof *x.stash_mix);
+    VT_CHECK(x.stash_labels && x.stash_mix, "out of memory for %d x %d labels", n_micro, B);
   }
   // The reference first: it may be this run's own log, which a fresh start truncates.
   vt_checklog check = {0};
@@ -352,6 +363,8 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     vt_data_close(&data);
     if (x.step_losses) be->free(x.step_losses);
     free(x.host_step_losses);
+    free(x.stash_labels);
+    free(x.stash_mix);
     rc = rc ? rc : VT_EXIT_USAGE;
     goto done;
   }
@@ -546,6 +559,8 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   vt_data_close(&data);
   if (x.step_losses) be->free(x.step_losses);
   free(x.host_step_losses);
+  free(x.stash_labels);
+  free(x.stash_mix);
 done:
   vt_watchdog_stop();
   free(acts);

@@ -450,6 +450,9 @@ void vt_comm_exchange(vt_comm *c, const vt_comm_p2p *ops, int n) {
   for (int i = 0; i < n; i++) {
     check_buf(c, "exchange", ops[i].buf, ops[i].count);
     check_peer(c, "exchange", ops[i].peer);
+    VT_CHECK(ops[i].channel >= 0 && ops[i].channel < VT_COMM_CHANNELS,
+             "comm %s exchange: channel %d (0 to %d)", vt_axis_name(c->axis), ops[i].channel,
+             VT_COMM_CHANNELS - 1);
     if (i + 1 < n) tally(c, ops[i].recv ? VT_COMM_OP_RECV : VT_COMM_OP_SEND, ops[i].count * 4);
   }
   const vt_comm_p2p *last = &ops[n - 1];
@@ -468,8 +471,8 @@ void vt_comm_wait_sends(vt_comm *c, int key) {
 
 void vt_comm_sendrecv(vt_comm *c, const float *sendbuf, int64_t send_count, int dst,
                       float *recvbuf, int64_t recv_count, int src) {
-  const vt_comm_p2p ops[2] = {{0, (float *)sendbuf, send_count, dst, 0},
-                              {1, recvbuf, recv_count, src, 0}};
+  const vt_comm_p2p ops[2] = {{0, (float *)sendbuf, send_count, dst, 0, 0},
+                              {1, recvbuf, recv_count, src, 0, 0}};
   vt_comm_exchange(c, ops, 2);
 }
 

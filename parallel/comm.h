@@ -98,21 +98,27 @@ void vt_comm_sendrecv(vt_comm *comm, const float *sendbuf, int64_t send_count, i
 // One message of vt_comm_exchange: a send of buf (count floats; only read) to peer, or a
 // receive into buf from peer. defer (sends only): 0, the send is complete when the call returns;
 // k > 0, it may still be in flight (MPI) until vt_comm_wait_sends(comm, k or 0): buf must stay
-// unchanged until then.
+// unchanged until then. channel (0 or 1, VT_COMM_CHANNELS): messages between two ranks are
+// matched in posting order within a channel, independently of the other channel (an MPI tag
+// each; NCCL: a link communicator and send stream each), so a pipeline can send activations and
+// gradients the same way in orders its sender and receiver see differently (ZB-V).
+#define VT_COMM_CHANNELS 2
 typedef struct {
   int recv;
   float *buf;
   int64_t count;
   int peer;
   int defer;
+  int channel;
 } vt_comm_p2p;
 #define VT_COMM_MAX_P2P 8
 // Posts up to VT_COMM_MAX_P2P sends and receives together, in array order, and returns when all
 // are done but the deferred sends: the pipeline's step, which sends to and receives from both
-// neighbours at once. Messages between a pair are matched in posting order. MPI: non-blocking
-// calls and one wait. NCCL, on the pipeline comm: the sends in one group on its send stream, the
-// receives in one on the backend's stream, over its links to its neighbours (the only peers it
-// has there; vt_comm_nccl_open_links); "done" is "ordered before the backend's later work".
+// neighbours at once. Messages between a pair are matched in posting order per channel. MPI:
+// non-blocking calls and one wait. NCCL, on the pipeline comm: each send on the send stream of
+// its link and channel, the receives in one group on the backend's stream, over its links to its
+// neighbours (the only peers it has there; vt_comm_nccl_open_links); "done" is "ordered before
+// the backend's later work".
 // Counted as one op per message.
 void vt_comm_exchange(vt_comm *comm, const vt_comm_p2p *ops, int n);
 // Completes the deferred sends posted under key (0: all of them). NCCL: the backend's stream
@@ -222,7 +228,8 @@ extern const vt_comm_transport vt_comm_nccl_transport;
 void vt_comm_nccl_unique_id(unsigned char id[VT_COMM_NCCL_ID_NBYTES]);
 void *vt_comm_nccl_init(const unsigned char id[VT_COMM_NCCL_ID_NBYTES], int size, int rank);
 // A pipeline comm of size > 1 (collective over it, right after init): communicators to and from
-// each neighbour, ring included, and the send stream that vt_comm_exchange's sends run on.
+// each neighbour, ring included, per channel, and the send streams that vt_comm_exchange's sends
+// run on (one per neighbour and channel).
 void vt_comm_nccl_open_links(void *state, int size, int rank);
 int vt_comm_nccl_async_error(void *state, char *err, size_t errlen);  // 1: an error, described
 void vt_comm_nccl_abort(void *state);                                 // any thread

@@ -19,8 +19,9 @@
     }                                                                               \
   } while (0)
 
-// One tag for all point-to-point traffic: MPI keeps messages between two ranks of a comm in
-// order, which is all the pipeline executor relies on.
+// One tag for point-to-point traffic, and one more per further channel of vt_comm_exchange
+// (VT_MPI_TAG + channel): MPI keeps the messages of a tag between two ranks of a comm in order,
+// which is all the pipeline executor relies on.
 enum { VT_MPI_TAG = 7 };
 
 static int g_we_initialized = 0;
@@ -201,11 +202,11 @@ static void mpi_exchange(void *s, const vt_comm_p2p *ops, int n) {
   for (int i = 0; i < n; i++) {
     MPI_Request r;
     if (ops[i].recv)
-      VT_MPI_CHECK(MPI_Irecv(ops[i].buf, (int)ops[i].count, MPI_FLOAT, ops[i].peer, VT_MPI_TAG,
-                             ms->comm, &r));
+      VT_MPI_CHECK(MPI_Irecv(ops[i].buf, (int)ops[i].count, MPI_FLOAT, ops[i].peer,
+                             VT_MPI_TAG + ops[i].channel, ms->comm, &r));
     else
-      VT_MPI_CHECK(MPI_Isend(ops[i].buf, (int)ops[i].count, MPI_FLOAT, ops[i].peer, VT_MPI_TAG,
-                             ms->comm, &r));
+      VT_MPI_CHECK(MPI_Isend(ops[i].buf, (int)ops[i].count, MPI_FLOAT, ops[i].peer,
+                             VT_MPI_TAG + ops[i].channel, ms->comm, &r));
     if (ops[i].recv || ops[i].defer <= 0) {
       waited[nw] = i, req[nw++] = r;
       continue;

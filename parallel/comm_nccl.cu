@@ -23,20 +23,24 @@
 static_assert(sizeof(ncclUniqueId) == VT_COMM_NCCL_ID_NBYTES,
               "VT_COMM_NCCL_ID_NBYTES must match NCCL_UNIQUE_ID_BYTES");
 
-// The messages between this rank and one neighbour of a pipeline comm: `to` carries this rank's
-// sends (it is rank 0 there, the neighbour rank 1) and is used only from the send stream; `from`
-// carries the neighbour's sends, received on the backend's stream. One stream per communicator
-// on each rank, as NCCL wants; a group of one stream, as a group over two streams would make
-// each wait for the other.
+// The messages between this rank and one neighbour of a pipeline comm, per channel
+// (vt_comm_p2p.channel): to[ch] carries this rank's sends (it is rank 0 there, the neighbour
+// rank 1) and is used only from its send stream sends[ch]; from[ch] carries the neighbour's sends,
+// received on the backend's stream. One stream per communicator on each rank, as NCCL wants; a
+// group of one stream, as a group over two streams would make each wait for the other. A send
+// stream per link and channel, so that a send waiting for its receiver holds up no other.
 typedef struct {
   int peer;  // its rank in the parent comm
-  ncclComm_t to, from;
+  ncclComm_t to[VT_COMM_CHANNELS], from[VT_COMM_CHANNELS];
+  cudaStream_t sends[VT_COMM_CHANNELS];
 } nccl_link;
+#define VT_NCCL_SEND_STREAMS (2 * VT_COMM_CHANNELS)  // two links at most
 
 // A communicator, and the side stream (made on first use) that runs the operations started for
 // overlap beside the backend's stream, with the events that order the two. A pipeline comm also
-// has links to its neighbours (up to two) and the send stream, with an event per key of deferred
-// sends (vt_comm_p2p.defer), recorded after that key's latest sends.
+// has links to its neighbours (up to two) with their send streams (send stream s: link s /
+// VT_COMM_CHANNELS, channel s % VT_COMM_CHANNELS), with an event per key of deferred sends
+// (vt_comm_p2p.defer) and send stream, recorded after that key's latest sends there.
 typedef struct {
   ncclComm_t comm;
   cudaStream_t side;
@@ -44,14 +48,15 @@ typedef struct {
   int pending;              // operations started since the last wait_all
   int nlinks;
   nccl_link links[2];
-  ncclComm_t split[4];  // the links' communicators in the order they were made (every rank's
-  int nsplit;           // order is one global order: finalize goes by it)
-  cudaStream_t sends;
-  cudaEvent_t sends_ready, sends_done;  // on the backend's stream before sends; after them
+  ncclComm_t split[2 * VT_NCCL_SEND_STREAMS];  // the links' communicators in the order they were
+  int nsplit;  // made (every rank's order is one global order: finalize goes by it)
+  cudaEvent_t sends_ready;                   // on the backend's stream before sends
+  cudaEvent_t sends_done[VT_NCCL_SEND_STREAMS];  // after a send stream's undeferred sends
   int nkeys;
-  cudaEvent_t *sent;  // [nkeys]
-  int *unwaited;      // [nkeys]: sends of that key the backend's stream has not waited for
+  cudaEvent_t *sent;  // [nkeys][VT_NCCL_SEND_STREAMS]
+  int *unwaited;      // [nkeys][VT_NCCL_SEND_STREAMS]: sends the backend's stream has not waited for
 } nccl_state;
+#define VT_NCCL_MAX_COMMS (1 + 2 * VT_NCCL_SEND_STREAMS)
 
 static ncclComm_t comm_of(void *state) { return ((nccl_state *)state)->comm; }
 
@@ -93,9 +98,10 @@ extern "C" void *vt_comm_nccl_init(const unsigned char id[VT_COMM_NCCL_ID_NBYTES
 
 // The links of a pipeline comm of `size` ranks: a neighbour pair {i, i+1 mod size} for each
 // i < size - 1, and {size-1, 0} too where size > 2 (the interleaved schedule's ring), each with
-// one communicator per direction, split from the parent. A split is collective over the parent
-// and gives a rank at most one new comm, so the pairs go in rounds of disjoint pairs (even i, odd
-// i, and the ring's last pair alone where size is odd), two splits (directions) per round.
+// one communicator per direction and channel, split from the parent. A split is collective over
+// the parent and gives a rank at most one new comm, so the pairs go in rounds of disjoint pairs
+// (even i, odd i, and the ring's last pair alone where size is odd), four splits (directions
+// times channels) per round.
 extern "C" void vt_comm_nccl_open_links(void *state, int size, int rank) {
   nccl_state *st = (nccl_state *)state;
 #if !VT_NCCL_LINKS
@@ -114,8 +120,9 @@ extern "C" void vt_comm_nccl_open_links(void *state, int size, int rank) {
       if (rank == i || rank == (i + 1) % size) mine = i;
     }
     if (!any) continue;
-    for (int dir = 0; dir < 2; dir++) {
+    for (int split = 0; split < 2 * VT_COMM_CHANNELS; split++) {
       // dir 0: i sends to i + 1; dir 1: i + 1 sends to i. The sender is rank 0 of the new comm.
+      const int dir = split / VT_COMM_CHANNELS, ch = split % VT_COMM_CHANNELS;
       const int a = mine, b = (mine + 1) % size, sender = dir == 0 ? a : b;
       const int peer = mine < 0 ? -1 : rank == a ? b : a;
       ncclComm_t c = NULL;
@@ -126,20 +133,27 @@ extern "C" void vt_comm_nccl_open_links(void *state, int size, int rank) {
       int k = 0;
       while (k < st->nlinks && st->links[k].peer != peer) k++;
       VT_CHECK(k < 2, "pipeline rank %d has more than two neighbours", rank);
-      if (k == st->nlinks) st->links[st->nlinks++] = (nccl_link){peer, NULL, NULL};
-      if (rank == sender) st->links[k].to = c;
-      else st->links[k].from = c;
+      if (k == st->nlinks) {
+        memset(&st->links[k], 0, sizeof st->links[k]);
+        st->links[k].peer = peer;
+        st->nlinks++;
+      }
+      if (rank == sender) st->links[k].to[ch] = c;
+      else st->links[k].from[ch] = c;
       st->split[st->nsplit++] = c;
     }
   }
-  VT_CUDA_CHECK(cudaStreamCreateWithFlags(&st->sends, cudaStreamNonBlocking));
+  for (int k = 0; k < st->nlinks; k++)
+    for (int ch = 0; ch < VT_COMM_CHANNELS; ch++)
+      VT_CUDA_CHECK(cudaStreamCreateWithFlags(&st->links[k].sends[ch], cudaStreamNonBlocking));
   VT_CUDA_CHECK(cudaEventCreateWithFlags(&st->sends_ready, cudaEventDisableTiming));
-  VT_CUDA_CHECK(cudaEventCreateWithFlags(&st->sends_done, cudaEventDisableTiming));
+  for (int s = 0; s < VT_NCCL_SEND_STREAMS; s++)
+    VT_CUDA_CHECK(cudaEventCreateWithFlags(&st->sends_done[s], cudaEventDisableTiming));
 #endif
 }
 
 // Every NCCL communicator of the state: the comm, then its links' in the order they were made.
-static int state_comms(const nccl_state *st, ncclComm_t out[5]) {
+static int state_comms(const nccl_state *st, ncclComm_t out[VT_NCCL_MAX_COMMS]) {
   out[0] = st->comm;
   for (int i = 0; i < st->nsplit; i++) out[1 + i] = st->split[i];
   return 1 + st->nsplit;
@@ -147,7 +161,7 @@ static int state_comms(const nccl_state *st, ncclComm_t out[5]) {
 
 // For the watchdog thread: NCCL reports network failures and remote aborts asynchronously.
 extern "C" int vt_comm_nccl_async_error(void *state, char *err, size_t errlen) {
-  ncclComm_t comms[5];
+  ncclComm_t comms[VT_NCCL_MAX_COMMS];
   const int n = state_comms((nccl_state *)state, comms);
   for (int i = 0; i < n; i++) {
     ncclResult_t st = ncclSuccess;
@@ -163,7 +177,7 @@ extern "C" int vt_comm_nccl_async_error(void *state, char *err, size_t errlen) {
 
 // Ends the communicators' pending operations so a stream stuck in a collective is released.
 extern "C" void vt_comm_nccl_abort(void *state) {
-  ncclComm_t comms[5];
+  ncclComm_t comms[VT_NCCL_MAX_COMMS];
   const int n = state_comms((nccl_state *)state, comms);
   for (int i = 0; i < n; i++) ncclCommAbort(comms[i]);
 }
@@ -203,62 +217,65 @@ static void nccl_recv(void *s, float *buf, int64_t count, int peer) {
   VT_NCCL_CHECK(ncclRecv(buf, (size_t)count, ncclFloat, peer, comm_of(s), vt_cuda_stream()));
 }
 
-static const nccl_link *link_to(const nccl_state *st, int peer) {
+// The index of the link to peer.
+static int link_to(const nccl_state *st, int peer) {
   for (int k = 0; k < st->nlinks; k++)
-    if (st->links[k].peer == peer) return &st->links[k];
+    if (st->links[k].peer == peer) return k;
   vt_fatal(__FILE__, __LINE__, "the pipeline comm has no link to rank %d (only neighbours)", peer);
 }
 
-// Deferred sends of `key` were just posted on the send stream: its event marks them (the events
-// grow with the keys, which are small: the executor's slot + 1).
-static void mark_sent(nccl_state *st, int key) {
+// Deferred sends of `key` were just posted on send stream s: its event marks them (the events
+// grow with the keys, which are small: from the executor's slots).
+static void mark_sent(nccl_state *st, int key, int s) {
   if (key >= st->nkeys) {
-    const int nk = key + 8;
-    cudaEvent_t *ev = (cudaEvent_t *)realloc(st->sent, nk * sizeof *ev);
-    int *uw = ev ? (int *)realloc(st->unwaited, nk * sizeof *uw) : NULL;
+    const int nk = key + 8, ns = VT_NCCL_SEND_STREAMS;
+    cudaEvent_t *ev = (cudaEvent_t *)realloc(st->sent, (size_t)nk * ns * sizeof *ev);
+    int *uw = ev ? (int *)realloc(st->unwaited, (size_t)nk * ns * sizeof *uw) : NULL;
     VT_CHECK(ev && uw, "out of memory for the events of deferred sends");
-    for (int k = st->nkeys; k < nk; k++) {
+    for (int k = st->nkeys * ns; k < nk * ns; k++) {
       VT_CUDA_CHECK(cudaEventCreateWithFlags(&ev[k], cudaEventDisableTiming));
       uw[k] = 0;
     }
     st->sent = ev, st->unwaited = uw, st->nkeys = nk;
   }
-  VT_CUDA_CHECK(cudaEventRecord(st->sent[key], st->sends));
-  st->unwaited[key] = 1;
+  const int e = key * VT_NCCL_SEND_STREAMS + s;
+  VT_CUDA_CHECK(cudaEventRecord(st->sent[e], st->links[s / VT_COMM_CHANNELS].sends[s % VT_COMM_CHANNELS]));
+  st->unwaited[e] = 1;
 }
 
 // The backend's stream waits for key's deferred sends, if any are unwaited.
 static void wait_sent(nccl_state *st, int key) {
-  if (key >= st->nkeys || !st->unwaited[key]) return;
-  VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->sent[key], 0));
-  st->unwaited[key] = 0;
+  for (int s = 0; key < st->nkeys && s < VT_NCCL_SEND_STREAMS; s++) {
+    const int e = key * VT_NCCL_SEND_STREAMS + s;
+    if (!st->unwaited[e]) continue;
+    VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->sent[e], 0));
+    st->unwaited[e] = 0;
+  }
 }
 
-// Over the links: the send stream waits for the backend's stream (the data sent), then sends in
-// one group; the receives go in another group on the backend's stream, so the host and the
-// backend's stream go on while a send waits for its receiver. A deferred send's buffer is
-// protected by its key's event (nccl_wait_sends); a send with defer 0 has the backend's stream
-// wait for it at once.
+// Over the links: each send goes alone on the send stream of its link and channel, which first
+// waits for the backend's stream (the data sent); the receives go in one group on the backend's
+// stream, so the host and the backend's stream go on while a send waits for its receiver, and a
+// channel's send waiting for its receiver holds up no other channel's. A deferred send's buffer
+// is protected by its key's events (nccl_wait_sends); a send with defer 0 has the backend's
+// stream wait for it at once.
 static void exchange_links(nccl_state *st, const vt_comm_p2p *ops, int n) {
-  int nsend = 0, wait_now = 0;
-  for (int i = 0; i < n; i++) nsend += !ops[i].recv;
-  if (nsend) {
-    VT_CUDA_CHECK(cudaEventRecord(st->sends_ready, vt_cuda_stream()));
-    VT_CUDA_CHECK(cudaStreamWaitEvent(st->sends, st->sends_ready, 0));
-    VT_NCCL_CHECK(ncclGroupStart());
-    for (int i = 0; i < n; i++)
-      if (!ops[i].recv)
-        VT_NCCL_CHECK(ncclSend(ops[i].buf, (size_t)ops[i].count, ncclFloat, 1,
-                               link_to(st, ops[i].peer)->to, st->sends));
-    VT_NCCL_CHECK(ncclGroupEnd());
-    for (int i = 0; i < n; i++) {
-      if (ops[i].recv) continue;
-      if (ops[i].defer > 0) mark_sent(st, ops[i].defer);
-      else wait_now = 1;
-    }
-    if (wait_now) {
-      VT_CUDA_CHECK(cudaEventRecord(st->sends_done, st->sends));
-      VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->sends_done, 0));
+  int nsend = 0, ready = 0;
+  for (int i = 0; i < n; i++) {
+    if (ops[i].recv) continue;
+    nsend++;
+    const int k = link_to(st, ops[i].peer), ch = ops[i].channel, s = k * VT_COMM_CHANNELS + ch;
+    cudaStream_t stream = st->links[k].sends[ch];
+    if (!ready) VT_CUDA_CHECK(cudaEventRecord(st->sends_ready, vt_cuda_stream()));
+    ready = 1;
+    VT_CUDA_CHECK(cudaStreamWaitEvent(stream, st->sends_ready, 0));
+    VT_NCCL_CHECK(ncclSend(ops[i].buf, (size_t)ops[i].count, ncclFloat, 1, st->links[k].to[ch],
+                           stream));
+    if (ops[i].defer > 0) {
+      mark_sent(st, ops[i].defer, s);
+    } else {
+      VT_CUDA_CHECK(cudaEventRecord(st->sends_done[s], stream));
+      VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->sends_done[s], 0));
     }
   }
   if (nsend == n) return;
@@ -266,7 +283,8 @@ static void exchange_links(nccl_state *st, const vt_comm_p2p *ops, int n) {
   for (int i = 0; i < n; i++)
     if (ops[i].recv)
       VT_NCCL_CHECK(ncclRecv(ops[i].buf, (size_t)ops[i].count, ncclFloat, 0,
-                             link_to(st, ops[i].peer)->from, vt_cuda_stream()));
+                             st->links[link_to(st, ops[i].peer)].from[ops[i].channel],
+                             vt_cuda_stream()));
   VT_NCCL_CHECK(ncclGroupEnd());
 }
 
@@ -285,6 +303,12 @@ static void nccl_exchange(void *s, const vt_comm_p2p *ops, int n) {
     exchange_links((nccl_state *)s, ops, n);
     return;
   }
+  // Without links (an NCCL before 2.18) a pair's messages share one order: a second channel
+  // (zb-v's) would pair the wrong buffers.
+  for (int i = 0; i < n; i++)
+    VT_CHECK(ops[i].channel == 0, "the zb-v pipeline schedule needs NCCL 2.18 or later "
+             "(ncclCommSplit: a link per direction and message kind); this is NCCL %d.%d: use "
+             "--pp-schedule zb-h1 or a newer NCCL", NCCL_MAJOR, NCCL_MINOR);
   VT_NCCL_CHECK(ncclGroupStart());
   for (int i = 0; i < n; i++)
     if (ops[i].recv)
@@ -318,15 +342,18 @@ static void nccl_wait_all(void *s) { join_side(s); }
 // cut short. The links after the comm, in the one order in which every rank made them.
 static void nccl_free(void *s) {
   nccl_state *st = (nccl_state *)s;
-  ncclComm_t comms[5];
+  ncclComm_t comms[VT_NCCL_MAX_COMMS];
   const int n = state_comms(st, comms);
   for (int i = 0; i < n; i++) VT_NCCL_CHECK(ncclCommFinalize(comms[i]));
   for (int i = 0; i < n; i++) VT_NCCL_CHECK(ncclCommDestroy(comms[i]));
   if (st->nlinks) {
-    VT_CUDA_CHECK(cudaStreamDestroy(st->sends));
+    for (int k = 0; k < st->nlinks; k++)
+      for (int ch = 0; ch < VT_COMM_CHANNELS; ch++)
+        VT_CUDA_CHECK(cudaStreamDestroy(st->links[k].sends[ch]));
     VT_CUDA_CHECK(cudaEventDestroy(st->sends_ready));
-    VT_CUDA_CHECK(cudaEventDestroy(st->sends_done));
-    for (int k = 0; k < st->nkeys; k++) VT_CUDA_CHECK(cudaEventDestroy(st->sent[k]));
+    for (int s = 0; s < VT_NCCL_SEND_STREAMS; s++) VT_CUDA_CHECK(cudaEventDestroy(st->sends_done[s]));
+    for (int k = 0; k < st->nkeys * VT_NCCL_SEND_STREAMS; k++)
+      VT_CUDA_CHECK(cudaEventDestroy(st->sent[k]));
     free(st->sent);
     free(st->unwaited);
   }

@@ -1,4 +1,4 @@
-// schedule.c: GPipe, 1F1B, interleaved 1F1B and ZB-H1 action lists, their printer, the message-order
+// schedule.c: GPipe, 1F1B, interleaved 1F1B, ZB-H1 and ZB-V action lists, their printer, the message-order
 // check and the rendezvous simulator that the trainer, the tests and the pipeline benchmark use to
 // prove the lists deadlock-free and to predict the bubble.
 // Must not depend on MPI, NCCL, CUDA or the model: the executor in launch/ does the transfers.
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const g_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
-#define NKINDS 4
+static const char *const g_names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
+#define NKINDS 5
 
 vt_status vt_schedule_parse(const char *name, vt_schedule_kind *kind) {
   for (int k = 0; name && k < NKINDS; k++)
@@ -23,7 +23,9 @@ const char *vt_schedule_name(vt_schedule_kind kind) {
   return (int)kind >= 0 && (int)kind < NKINDS ? g_names[kind] : "?";
 }
 
-int vt_schedule_splits_backward(vt_schedule_kind kind) { return kind == VT_SCHEDULE_ZB_H1; }
+int vt_schedule_splits_backward(vt_schedule_kind kind) {
+  return kind == VT_SCHEDULE_ZB_H1 || kind == VT_SCHEDULE_ZB_V;
+}
 
 vt_status vt_schedule_spec_check(const vt_schedule_spec *s, char *err, size_t size) {
   const char *why = NULL;
@@ -33,8 +35,12 @@ vt_status vt_schedule_spec_check(const vt_schedule_spec *s, char *err, size_t si
     why = "too many model chunks per pipeline rank (at most 64)";
   else if ((int)s->kind < 0 || (int)s->kind >= NKINDS)
     why = "unknown schedule kind";
-  else if (s->kind != VT_SCHEDULE_INTERLEAVED && s->chunks != 1)
-    why = "more than one model chunk per pipeline rank needs the interleaved schedule";
+  else if (s->kind == VT_SCHEDULE_ZB_V && s->pp_size < 2)
+    why = "the zb-v schedule needs at least 2 pipeline ranks";
+  else if (s->kind == VT_SCHEDULE_ZB_V && s->chunks != 2)
+    why = "the zb-v schedule holds exactly 2 model chunks per pipeline rank (its V)";
+  else if (s->kind != VT_SCHEDULE_INTERLEAVED && s->kind != VT_SCHEDULE_ZB_V && s->chunks != 1)
+    why = "more than one model chunk per pipeline rank needs the interleaved or zb-v schedule";
   else if (s->kind == VT_SCHEDULE_INTERLEAVED && s->pp_size < 2)
     why = "the interleaved schedule needs at least 2 pipeline ranks";
   else if (s->kind == VT_SCHEDULE_INTERLEAVED && s->chunks < 2)
@@ -48,19 +54,32 @@ vt_status vt_schedule_spec_check(const vt_schedule_spec *s, char *err, size_t si
 
 // Each unit (m * v of them) has one forward and one backward, each with at most one receive
 // before and one send after (plain order; fusing only shrinks the list) or one transfer action
-// after it (lockstep), plus the first receive; ZB-H1 adds a weight action per unit.
+// after it (lockstep), plus the first receive; ZB-H1 and ZB-V add a weight action per unit.
 int vt_schedule_max_actions(const vt_schedule_spec *s) {
   const int units = (s->n_micro > 0 ? s->n_micro : 0) * (s->chunks > 0 ? s->chunks : 1);
   return 7 * units;
 }
 
-int vt_schedule_send_peer(const vt_schedule_spec *s, int r, vt_schedule_xfer_kind kind) {
-  const int p = s->pp_size;
-  return kind == VT_XFER_ACT ? (r + 1) % p : (r + p - 1) % p;
+int vt_schedule_vstage(const vt_schedule_spec *s, int r, int chunk) {
+  if (s->kind == VT_SCHEDULE_ZB_V) return chunk == 0 ? r : 2 * s->pp_size - 1 - r;
+  return chunk * s->pp_size + r;
 }
 
-int vt_schedule_recv_peer(const vt_schedule_spec *s, int r, vt_schedule_xfer_kind kind) {
-  return vt_schedule_send_peer(s, r, kind == VT_XFER_ACT ? VT_XFER_GRAD : VT_XFER_ACT);
+// The rank that holds virtual stage vs.
+static int vstage_rank(const vt_schedule_spec *s, int vs) {
+  const int p = s->pp_size;
+  if (s->kind == VT_SCHEDULE_ZB_V) return vs < p ? vs : 2 * p - 1 - vs;
+  return vs % p;
+}
+
+// ACT goes to the next virtual stage's rank, GRAD to the previous one's; a received ACT comes
+// from the previous one, a received GRAD from the next.
+int vt_schedule_send_peer(const vt_schedule_spec *s, int r, vt_schedule_xfer x) {
+  return vstage_rank(s, vt_schedule_vstage(s, r, x.chunk) + (x.kind == VT_XFER_ACT ? 1 : -1));
+}
+
+int vt_schedule_recv_peer(const vt_schedule_spec *s, int r, vt_schedule_xfer x) {
+  return vstage_rank(s, vt_schedule_vstage(s, r, x.chunk) + (x.kind == VT_XFER_ACT ? -1 : 1));
 }
 
 typedef struct {
@@ -92,13 +111,12 @@ static void add_xfer(vt_schedule_action *a, int is_send, vt_schedule_xfer_kind k
   (is_send ? a->send : a->recv)[(*n)++] = (vt_schedule_xfer){kind, mb, chunk};
 }
 
-// Virtual stage vs = chunk * p + rank: the first one (0) has no input to receive, the last
-// (p*v - 1) no output to send.
+// The first virtual stage (0) has no input to receive, the last (p*v - 1) no output to send.
 static int first_vs(const vt_schedule_spec *s, int r, int chunk) {
-  return chunk * s->pp_size + r == 0;
+  return vt_schedule_vstage(s, r, chunk) == 0;
 }
 static int last_vs(const vt_schedule_spec *s, int r, int chunk) {
-  return chunk * s->pp_size + r == s->pp_size * s->chunks - 1;
+  return vt_schedule_vstage(s, r, chunk) == s->pp_size * s->chunks - 1;
 }
 
 // Plain order with fusing (GPipe, 1F1B): a send directly followed by a receive becomes one action.
@@ -160,6 +178,120 @@ static void lockstep(builder *b, const vt_schedule_spec *s, int r, int f, int k,
   if (x.nsend + x.nrecv > 0) push(b, x);
 }
 
+// ZB-V's compute order: a greedy simulation of all ranks in steps of one chunk pass (F, B and W
+// equal; a transfer takes no time), each rank choosing at each step as schedule.h says. Writes
+// rank `me`'s passes into out[0..6m) as compute actions.
+static void zbv_order(const vt_schedule_spec *s, int me, vt_schedule_action *out) {
+  const int p = s->pp_size, m = s->n_micro, cap = 2 * p;
+  const int never = 1 << 30;
+  // Per rank and chunk: the next micro-batch to forward, to backward and to weight-pass (each
+  // chunk takes them in order, so these are the only candidates), and per unit the step at which
+  // its input (f_at) and its output's gradient (b_at) are there.
+  int *f_at = malloc((size_t)2 * p * 2 * m * sizeof(int)), *b_at = f_at + (size_t)p * 2 * m;
+  int(*next)[2][3] = malloc((size_t)p * sizeof *next);
+  int *live = calloc((size_t)p, sizeof(int));
+  VT_CHECK(f_at && next && live, "schedule: out of memory for zb-v's order");
+#define AT(arr, r, mb, c) (arr)[((size_t)(r) * 2 + (c)) * m + (mb)]
+  for (int i = 0; i < 2 * p * 2 * m; i++) f_at[i] = never;
+  for (int mb = 0; mb < m; mb++) AT(f_at, 0, mb, 0) = 0;  // the images
+  memset(next, 0, (size_t)p * sizeof *next);
+  int n = 0, left = 6 * m * p;
+  for (int t = 0; left > 0; t++) {
+    VT_CHECK(t <= 12 * m * p + 4 * p, "schedule: zb-v's greedy order did not finish");
+    for (int r = 0; r < p; r++) {
+      int op = -1, c = -1;
+      // B: the ready backward of the lowest micro-batch, chunk 1 first (its output is nearer the
+      // loss); then F likewise while fewer than cap units are in flight; then the oldest W.
+      for (int pass = 0; pass < 3 && op < 0; pass++) {
+        if (pass == 1 && live[r] >= cap) continue;
+        int best = never;
+        for (int k = 1; k >= 0; k--) {
+          const int mb = next[r][k][pass];
+          if (mb >= m) continue;
+          int ready;
+          if (pass == 0) ready = mb < next[r][k][1] && AT(b_at, r, mb, k) <= t;  // B
+          else if (pass == 1) ready = AT(f_at, r, mb, k) <= t;                      // F
+          else ready = mb < next[r][k][0];                                          // W
+          if (ready && mb < best) best = mb, c = k;
+        }
+        if (best < never) op = pass;
+      }
+      if (op < 0) continue;
+      const int mb = next[r][c][op]++;
+      left--;
+      const int vs = vt_schedule_vstage(s, r, c);
+      if (op == 1) {  // F: the next virtual stage's input, or the loss's gradient at the head
+        live[r]++;
+        if (vs == 2 * p - 1) AT(b_at, r, mb, c) = t + 1;
+        else AT(f_at, vstage_rank(s, vs + 1), mb, vs + 1 < p ? 0 : 1) = t + 1;
+      } else if (op == 0) {  // B: the previous virtual stage's output gradient
+        if (vs > 0) AT(b_at, vstage_rank(s, vs - 1), mb, vs - 1 < p ? 0 : 1) = t + 1;
+      } else {
+        live[r]--;
+      }
+      if (r == me)
+        out[n++] = compute(op == 1 ? VT_SCHEDULE_FORWARD : op == 0 ? VT_SCHEDULE_BACKWARD
+                                                                   : VT_SCHEDULE_WEIGHT,
+                           mb, c);
+    }
+  }
+#undef AT
+  VT_CHECK(n == 6 * m, "schedule: zb-v's order has %d passes on rank %d, want %d", n, me, 6 * m);
+  free(f_at);
+  free(next);
+  free(live);
+}
+
+// ZB-V in plain order: a unit's receive right before its compute, its send right after, fused
+// where a send is followed by a receive. The turn on rank p-1 pairs its send and receive in one
+// action: the activation right before chunk 1's forward, the gradient right after its backward
+// (chunk 0's unit lives on until its weight pass, chunk 1's until its own, so both are alive).
+static int build_zbv(const vt_schedule_spec *s, int r, builder *b) {
+  const int m = s->n_micro, p = s->pp_size;
+  vt_schedule_action *order = malloc((size_t)6 * m * sizeof *order);
+  VT_CHECK(order != NULL, "schedule: out of memory for zb-v's order");
+  zbv_order(s, r, order);
+  for (int i = 0; i < 6 * m; i++) {
+    const vt_schedule_action a = order[i];
+    const int turn = r == p - 1;
+    if (a.op == VT_SCHEDULE_WEIGHT) {
+      push(b, a);
+      continue;
+    }
+    if (a.op == VT_SCHEDULE_FORWARD && a.chunk == 1 && turn) {
+      vt_schedule_action x = transfer();
+      add_xfer(&x, 1, VT_XFER_ACT, a.mb, 0);
+      add_xfer(&x, 0, VT_XFER_ACT, a.mb, 1);
+      push(b, x);
+      push(b, a);
+      push_xfer(b, 1, VT_XFER_ACT, a.mb, 1);
+      continue;
+    }
+    if (a.op == VT_SCHEDULE_BACKWARD && a.chunk == 1 && turn) {
+      if (r > 0) push_xfer(b, 0, VT_XFER_GRAD, a.mb, 1);
+      push(b, a);
+      vt_schedule_action x = transfer();
+      add_xfer(&x, 1, VT_XFER_GRAD, a.mb, 1);
+      add_xfer(&x, 0, VT_XFER_GRAD, a.mb, 0);
+      push(b, x);
+      continue;
+    }
+    if (a.op == VT_SCHEDULE_BACKWARD && a.chunk == 0 && turn) {  // its gradient came by the turn
+      push(b, a);
+      if (r > 0) push_xfer(b, 1, VT_XFER_GRAD, a.mb, 0);
+      continue;
+    }
+    if (a.op == VT_SCHEDULE_FORWARD && a.chunk == 0 && turn) {  // its output goes by the turn
+      if (r > 0) push_xfer(b, 0, VT_XFER_ACT, a.mb, 0);
+      push(b, a);
+      continue;
+    }
+    unit(b, s, r, a.op == VT_SCHEDULE_BACKWARD, a.mb, a.chunk);
+  }
+  free(order);
+  return b->count;
+}
+
 int vt_schedule_build(const vt_schedule_spec *s, int r, vt_schedule_action *actions,
                       int capacity) {
   char err[160];
@@ -168,6 +300,7 @@ int vt_schedule_build(const vt_schedule_spec *s, int r, vt_schedule_action *acti
   builder b = {actions, 0, capacity, 0};
   const int p = s->pp_size, m = s->n_micro, units = m * s->chunks;
   int mb, chunk;
+  if (s->kind == VT_SCHEDULE_ZB_V) return build_zbv(s, r, &b);
   if (s->kind == VT_SCHEDULE_GPIPE) {
     for (int i = 0; i < m; i++) unit(&b, s, r, 0, i, 0);
     for (int i = 0; i < m; i++) unit(&b, s, r, 1, i, 0);
@@ -348,13 +481,17 @@ int vt_schedule_stage_in_flight(const vt_schedule_spec *s, int r, int *weight_se
 
 double vt_schedule_bubble_formula(const vt_schedule_spec *s) {
   const int p = s->pp_size, v = s->kind == VT_SCHEDULE_INTERLEAVED ? s->chunks : 1;
-  // ZB-H1's steps are counted in passes (F, B, W each one), the others' in forward-backward pairs
+  // ZB-H1's steps are counted in passes (F, B, W each one), ZB-V's in chunk passes, the others'
+  // in forward-backward pairs
   if (s->kind == VT_SCHEDULE_ZB_H1) return (double)(p - 1) / (double)(3 * s->n_micro + p - 1);
+  if (s->kind == VT_SCHEDULE_ZB_V) return (double)(p - 1) / (double)(6 * s->n_micro + p - 1);
   return (double)(p - 1) / (double)(v * s->n_micro + p - 1);
 }
 
 const char *vt_schedule_bubble_formula_text(vt_schedule_kind kind) {
-  return kind == VT_SCHEDULE_ZB_H1 ? "(p-1)/(3m+p-1)" : "(p-1)/(v*m+p-1)";
+  return kind == VT_SCHEDULE_ZB_H1  ? "(p-1)/(3m+p-1)"
+         : kind == VT_SCHEDULE_ZB_V ? "(p-1)/(6m+p-1)"
+                                    : "(p-1)/(v*m+p-1)";
 }
 
 static void xfer_str(char *buf, size_t size, int is_send, vt_schedule_xfer x) {
@@ -410,7 +547,7 @@ typedef struct {
 } message;
 
 static message message_of(const vt_schedule_spec *s, int r, int is_send, vt_schedule_xfer x) {
-  const int vs = x.chunk * s->pp_size + r;
+  const int vs = vt_schedule_vstage(s, r, x.chunk);
   // ACT crosses (vs, vs+1) when sent, (vs-1, vs) when received; GRAD the other way round.
   const int boundary = (x.kind == VT_XFER_ACT) == is_send ? vs : vs - 1;
   return (message){x.kind, x.mb, boundary};
@@ -420,19 +557,19 @@ static int same_message(message a, message b) {
   return a.kind == b.kind && a.mb == b.mb && a.boundary == b.boundary;
 }
 
-// The n-th message (in issue order: an action's sends, then its receives) that rank a sends to
-// rank b (is_send) or that b receives from a; 0 when there is none. *at: where to go on from.
+// The n-th message of a kind (in issue order: an action's sends, then its receives) that rank a
+// sends to rank b (is_send) or that b receives from a; 0 when there is none. *at: where to go on
+// from.
 static int next_message(const vt_schedule_spec *s, const vt_schedule_action *list, int count,
-                        int me, int peer, int is_send, int *at, message *out) {
+                        int me, int peer, int kind, int is_send, int *at, message *out) {
   for (; *at < count * 4; (*at)++) {
     const vt_schedule_action *x = &list[*at / 4];
     const int h = *at % 4;  // halves: send 0, send 1, recv 0, recv 1
     if (x->op != VT_SCHEDULE_TRANSFER || (h < 2) != is_send) continue;
     if (is_send ? h >= x->nsend : h - 2 >= x->nrecv) continue;
     const vt_schedule_xfer y = is_send ? x->send[h] : x->recv[h - 2];
-    const int other = is_send ? vt_schedule_send_peer(s, me, y.kind)
-                              : vt_schedule_recv_peer(s, me, y.kind);
-    if (other != peer) continue;
+    const int other = is_send ? vt_schedule_send_peer(s, me, y) : vt_schedule_recv_peer(s, me, y);
+    if (other != peer || (int)y.kind != kind) continue;
     *out = message_of(s, me, is_send, y);
     (*at)++;
     return 1;
@@ -445,24 +582,24 @@ vt_status vt_schedule_check_pairs(const vt_schedule_spec *s,
                                   char *err, size_t size) {
   const int p = s->pp_size;
   for (int a = 0; a < p; a++)
-    for (int dir = 0; dir < 2; dir++) {
-      const int b = dir ? (a + 1) % p : (a + p - 1) % p;
-      if (b == a || (dir == 0 && b == (a + 1) % p)) continue;  // p 2: one pair each way, once
-      int i = 0, j = 0;
-      for (int n = 0;; n++) {  // a's sends to b and b's receives from a, side by side
-        message ms = {0, 0, 0}, mr = {0, 0, 0};
-        const int have_s = next_message(s, lists[a], counts[a], a, b, 1, &i, &ms);
-        const int have_r = next_message(s, lists[b], counts[b], b, a, 0, &j, &mr);
-        if (!have_s && !have_r) break;
-        if (have_s != have_r || !same_message(ms, mr)) {
-          if (err)
-            snprintf(err, size, "%s schedule (pp %d, %d micro-batches, %d chunks): message %d "
-                     "from rank %d to rank %d differs between sender and receiver",
-                     vt_schedule_name(s->kind), p, s->n_micro, s->chunks, n, a, b);
-          return VT_ERR_INPUT;
+    for (int b = 0; b < p; b++)
+      for (int kind = VT_XFER_ACT; kind <= VT_XFER_GRAD; kind++) {
+        int i = 0, j = 0;
+        for (int n = 0;; n++) {  // a's sends to b and b's receives from a, side by side
+          message ms = {0, 0, 0}, mr = {0, 0, 0};
+          const int have_s = next_message(s, lists[a], counts[a], a, b, kind, 1, &i, &ms);
+          const int have_r = next_message(s, lists[b], counts[b], b, a, kind, 0, &j, &mr);
+          if (!have_s && !have_r) break;
+          if (have_s != have_r || !same_message(ms, mr)) {
+            if (err)
+              snprintf(err, size, "%s schedule (pp %d, %d micro-batches, %d chunks): %s message "
+                       "%d from rank %d to rank %d differs between sender and receiver",
+                       vt_schedule_name(s->kind), p, s->n_micro, s->chunks,
+                       kind == VT_XFER_ACT ? "activation" : "gradient", n, a, b);
+            return VT_ERR_INPUT;
+          }
         }
       }
-    }
   return VT_OK;
 }
 
@@ -503,21 +640,25 @@ static void enter(const vt_schedule_spec *s, int r, sim_rank *st, const vt_sched
   for (int h = 0; h < x->nrecv; h++) st->pending |= 1 << (2 + h);
 }
 
-// The executor's wait for its deferred sends from one slot (slot -1: all of them, at the end): 0
-// while one is not yet received, else 1 with arrive moved past them and the sends retired.
-static int wait_sends(sim_rank *st, int slot) {
+// The executor's wait for its deferred sends from one slot (slot -1: all of them, at the end),
+// only the activations' (a forward's: it writes the chunk's output, not its input's gradient)
+// or both kinds (a backward's): 0 while one is not yet received, else 1 with arrive moved past
+// them and the sends retired.
+static int wait_sends(sim_rank *st, int slot, int act_only) {
+#define WAITED(o) (slot < 0 || ((o).slot == slot && (!act_only || (o).msg.kind == VT_XFER_ACT)))
   double t = st->arrive;
   for (int i = 0; i < st->nout; i++) {
-    if (slot >= 0 && st->out[i].slot != slot) continue;
+    if (!WAITED(st->out[i])) continue;
     if (st->out[i].matched < 0) return 0;
     if (st->out[i].matched > t) t = st->out[i].matched;
   }
   st->arrive = t;
   int kept = 0;
   for (int i = 0; i < st->nout; i++)
-    if (slot >= 0 && st->out[i].slot != slot) st->out[kept++] = st->out[i];
+    if (!WAITED(st->out[i])) st->out[kept++] = st->out[i];
   st->nout = kept;
   return 1;
+#undef WAITED
 }
 
 static double later(double a, double b) { return a > b ? a : b; }
@@ -547,7 +688,7 @@ vt_schedule_sim_result vt_schedule_simulate(const vt_schedule_spec *s,
       for (int g = 0; g < 2; g++) {
         if (!(st[q].pending & 1 << (2 + g))) continue;
         const vt_schedule_xfer y = lists[q][st[q].pc].recv[g];
-        const int r = vt_schedule_recv_peer(s, q, y.kind);
+        const int r = vt_schedule_recv_peer(s, q, y);
         const message want = message_of(s, q, 0, y);
         double t = -1.0;
         for (int i = 0; deferred_sends && i < st[r].nout && t < 0; i++)
@@ -556,7 +697,7 @@ vt_schedule_sim_result vt_schedule_simulate(const vt_schedule_spec *s,
         for (int h = 0; !deferred_sends && h < 2 && t < 0; h++) {
           if (!(st[r].pending & 1 << h)) continue;
           const vt_schedule_xfer x = lists[r][st[r].pc].send[h];
-          if (vt_schedule_send_peer(s, r, x.kind) != q || !same_message(message_of(s, r, 1, x), want))
+          if (vt_schedule_send_peer(s, r, x) != q || !same_message(message_of(s, r, 1, x), want))
             continue;
           t = later(st[r].arrive, st[q].arrive);
           st[r].pending &= ~(1 << h);
@@ -571,9 +712,11 @@ vt_schedule_sim_result vt_schedule_simulate(const vt_schedule_spec *s,
       while (st[r].pc < counts[r] && !st[r].pending) {
         const vt_schedule_action *a = &lists[r][st[r].pc];
         if (a->op != VT_SCHEDULE_TRANSFER) {
-          // A forward or backward writes its slot's buffers that earlier units sent from.
+          // A forward writes its slot's output that earlier units sent from, a backward also
+          // the input gradient.
           if (a->op != VT_SCHEDULE_WEIGHT &&
-              !wait_sends(&st[r], st[r].unit_slot[a->chunk * s->n_micro + a->mb]))
+              !wait_sends(&st[r], st[r].unit_slot[a->chunk * s->n_micro + a->mb],
+                          a->op == VT_SCHEDULE_FORWARD))
             break;
           const double d = a->op == VT_SCHEDULE_FORWARD  ? costs.f
                            : a->op == VT_SCHEDULE_WEIGHT ? costs.w
@@ -588,7 +731,7 @@ vt_schedule_sim_result vt_schedule_simulate(const vt_schedule_spec *s,
         enter(s, r, &st[r], lists[r], counts[r], deferred_sends);
         progress = 1;
       }
-      if (st[r].pc == counts[r] && st[r].nout > 0 && wait_sends(&st[r], -1)) progress = 1;
+      if (st[r].pc == counts[r] && st[r].nout > 0 && wait_sends(&st[r], -1, 0)) progress = 1;
     }
   }
   vt_schedule_sim_result res = {1, -1, -1, 0.0};
@@ -635,7 +778,8 @@ vt_status vt_schedule_verify(const vt_schedule_spec *s, char *err, size_t size) 
   vt_status rc = vt_schedule_check_pairs(s, cl, counts, err, size);
   if (rc == VT_OK) {
     const vt_schedule_costs unit = {1.0, 1.0, 1.0};
-    for (int deferred = 0; deferred < 2 && rc == VT_OK; deferred++) {
+    // ZB-V's transports defer every send (schedule.h): blocking ones would deadlock it.
+    for (int deferred = s->kind == VT_SCHEDULE_ZB_V; deferred < 2 && rc == VT_OK; deferred++) {
       const vt_schedule_sim_result r = vt_schedule_simulate(s, cl, counts, unit, deferred, NULL);
       if (!r.completed) {
         if (err)

@@ -1,4 +1,4 @@
-// schedule.h: pipeline schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1) as pure functions that give one
+// schedule.h: pipeline schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V) as pure functions that give one
 // pipeline rank's ordered list of compute and point-to-point actions, which the executor runs
 // literally; plus a printer, a message-order check and a rendezvous simulator, so that every
 // list is proven deadlock-free and correctly paired without any communication.
@@ -15,10 +15,14 @@
 extern "C" {
 #endif
 
-// Model chunks and virtual stages: with `chunks` = v model chunks per rank (interleaved only;
-// 1 otherwise) the model is cut into p * v virtual stages; rank r holds chunks c = 0..v-1, which
-// are virtual stages c * p + r. Activations flow from virtual stage s to s + 1: to the next rank,
-// and from the last rank back to rank 0 (its next chunk), so the pipeline ranks form a ring.
+// Model chunks and virtual stages: with `chunks` = v model chunks per rank (interleaved and ZB-V;
+// 1 otherwise) the model is cut into p * v virtual stages. Interleaved: rank r holds chunks
+// c = 0..v-1, which are virtual stages c * p + r; activations flow from virtual stage s to s + 1:
+// to the next rank, and from the last rank back to rank 0 (its next chunk), so the pipeline ranks
+// form a ring. ZB-V: two chunks in a V, chunk 0 of rank r is virtual stage r and chunk 1 virtual
+// stage 2p-1-r, so activations go down the ranks through chunk 0, turn on rank p-1 (from its
+// chunk 0 to its chunk 1, a local copy) and come back up through chunk 1: rank 0 holds both the
+// embedding (virtual stage 0) and the head (2p-1), and only neighbours talk.
 //
 // GPIPE: all forwards (micro-batch 0..m-1), then all backwards in FORWARD order (0..m-1), so every
 // stage accumulates weight gradients in the same micro-batch order as 1F1B and as a pp=1 run; the
@@ -41,11 +45,25 @@ extern "C" {
 // (1F1B: p - r; the same peak, rank 0's) plus r + 1 units' weight-pass inputs. It needs deferred
 // sends (vt_schedule_simulate): with blocking ones a rank's send waits for its neighbour's next
 // step and ZB-H1 idles more than 1F1B.
+// ZB_V: zero-bubble with V-shaped chunks (Qi et al. 2024, "ZB-V"): the V layout above with each
+// backward split into B and W as in ZB-H1. The order comes from a greedy simulation of all ranks
+// with equal F, B and W per chunk: whenever a rank is free it runs the ready B of the lowest
+// micro-batch (chunk 1 first), else the ready F of the lowest micro-batch (chunk 1 first) unless
+// 2p units are in flight (1F1B's peak on rank 0, here on every rank), else the oldest pending W.
+// Every chunk then runs its forwards, backwards and weight passes in micro-batch order (the same
+// sums as one rank). A step takes 6m + p - 1 chunk passes where 1F1B takes 6m + 3(p - 1), so the
+// idle fraction is (p-1)/(6m+p-1), half of ZB-H1's. Memory: up to 2p units' activations (p
+// micro-batches of a whole stage, 1F1B's rank-0 peak, on every rank) plus the weight-pass inputs
+// of the units between B and W. Messages of the two kinds cross each neighbour pair in both
+// directions in orders that differ between sender and receiver, so the transports keep one
+// channel per kind (vt_comm_p2p.channel: an MPI tag, an NCCL link with its own send stream) and
+// the pair check compares each kind's messages on its own; it needs deferred sends.
 typedef enum {
   VT_SCHEDULE_GPIPE = 0,
   VT_SCHEDULE_1F1B = 1,
   VT_SCHEDULE_INTERLEAVED = 2,
   VT_SCHEDULE_ZB_H1 = 3,
+  VT_SCHEDULE_ZB_V = 4,
 } vt_schedule_kind;
 
 #define VT_SCHEDULE_MAX_CHUNKS 64  // the message in schedule.c names it
@@ -54,7 +72,7 @@ typedef struct {
   vt_schedule_kind kind;
   int pp_size;  // p >= 1
   int n_micro;  // m >= 1 micro-batches per step
-  int chunks;   // v: 1 for gpipe and 1f1b, 2..VT_SCHEDULE_MAX_CHUNKS for interleaved
+  int chunks;   // v: 1 for gpipe, 1f1b and zb-h1, 2..VT_SCHEDULE_MAX_CHUNKS for interleaved, 2 for zb-v
 } vt_schedule_spec;
 
 // A list holds compute actions (the forward or backward of one unit: micro-batch `mb` through
@@ -84,7 +102,11 @@ typedef enum { VT_XFER_ACT = 1, VT_XFER_GRAD = 2 } vt_schedule_xfer_kind;
 
 // The unit named is always this rank's own: a sent ACT is the output of (mb, chunk), a received
 // ACT the input of (mb, chunk); a sent GRAD the gradient of (mb, chunk)'s input, a received GRAD
-// that of its output. ACT goes to the next rank (ring), GRAD to the previous one.
+// that of its output. ACT goes to the rank of the next virtual stage, GRAD to that of the
+// previous one (vt_schedule_send_peer). ZB-V's turn on rank p-1 is a transfer to the rank itself:
+// one action sends chunk 0's output and receives chunk 1's input (right before chunk 1's forward),
+// another sends chunk 1's input gradient and receives chunk 0's output gradient (right after
+// chunk 1's backward); the executor copies.
 typedef struct {
   vt_schedule_xfer_kind kind;
   int mb, chunk;
@@ -98,14 +120,14 @@ typedef struct {
 } vt_schedule_action;
 
 // Names accepted by vt_schedule_parse, for CLI messages.
-#define VT_SCHEDULE_NAMES "gpipe|1f1b|interleaved|zb-h1"
+#define VT_SCHEDULE_NAMES "gpipe|1f1b|interleaved|zb-h1|zb-v"
 
-// "gpipe", "1f1b", "interleaved" or "zb-h1" (exact, lowercase). VT_ERR_INPUT otherwise, *kind untouched.
+// "gpipe", "1f1b", "interleaved", "zb-h1" or "zb-v" (exact, lowercase). VT_ERR_INPUT otherwise, *kind untouched.
 vt_status vt_schedule_parse(const char *name, vt_schedule_kind *kind);
 const char *vt_schedule_name(vt_schedule_kind kind);
 
-// VT_OK when the spec can be built (p, m, v >= 1; v == 1 unless interleaved; interleaved needs
-// p >= 2, v >= 2 and m a multiple of p, as Megatron's), else VT_ERR_INPUT with the reason in err. Says nothing about deadlock:
+// VT_OK when the spec can be built (p, m, v >= 1; v == 1 unless interleaved or zb-v; interleaved
+// needs p >= 2, v >= 2 and m a multiple of p, as Megatron's; zb-v p >= 2 and v == 2), else VT_ERR_INPUT with the reason in err. Says nothing about deadlock:
 // vt_schedule_verify does.
 vt_status vt_schedule_spec_check(const vt_schedule_spec *spec, char *err, size_t size);
 
@@ -117,11 +139,14 @@ int vt_schedule_max_actions(const vt_schedule_spec *spec);
 int vt_schedule_build(const vt_schedule_spec *spec, int pp_rank, vt_schedule_action *actions,
                       int capacity);
 
-// The ranks a transfer of this kind goes to (send) or comes from (recv) on rank pp_rank.
-int vt_schedule_send_peer(const vt_schedule_spec *spec, int pp_rank, vt_schedule_xfer_kind kind);
-int vt_schedule_recv_peer(const vt_schedule_spec *spec, int pp_rank, vt_schedule_xfer_kind kind);
+// The virtual stage of chunk `chunk` of rank pp_rank: chunk * p + pp_rank, or ZB-V's V.
+int vt_schedule_vstage(const vt_schedule_spec *spec, int pp_rank, int chunk);
+// The rank a transfer half of rank pp_rank goes to (send) or comes from (recv): pp_rank itself
+// for ZB-V's turn.
+int vt_schedule_send_peer(const vt_schedule_spec *spec, int pp_rank, vt_schedule_xfer x);
+int vt_schedule_recv_peer(const vt_schedule_spec *spec, int pp_rank, vt_schedule_xfer x);
 
-// Whether the schedule splits the backward into BACKWARD (B) and WEIGHT (W) actions (ZB-H1).
+// Whether the schedule splits the backward into BACKWARD (B) and WEIGHT (W) actions (ZB-H1, ZB-V).
 int vt_schedule_splits_backward(vt_schedule_kind kind);
 
 // Peak number of units in flight in a list, from their first use (the receive of their input, or
@@ -147,9 +172,10 @@ int vt_schedule_assign_weight_sets(const vt_schedule_spec *spec, const vt_schedu
 
 // The idle fraction of an ideal step with equal stages: (p-1)/(v*m+p-1) (v = 1: GPipe, 1F1B);
 // ZB-H1 (p-1)/(3m+p-1), with a unit's forward, input-gradient and weight-gradient passes equal,
-// deferred sends and m >= p (fewer micro-batches idle more, still less than 1F1B).
+// deferred sends and m >= p (fewer micro-batches idle more, still less than 1F1B); ZB-V
+// (p-1)/(6m+p-1) likewise.
 double vt_schedule_bubble_formula(const vt_schedule_spec *spec);
-// That formula as text: "(p-1)/(v*m+p-1)" or "(p-1)/(3m+p-1)".
+// That formula as text: "(p-1)/(v*m+p-1)", "(p-1)/(3m+p-1)" or "(p-1)/(6m+p-1)".
 const char *vt_schedule_bubble_formula_text(vt_schedule_kind kind);
 
 // Short token: F3 B3 W3 (chunk 0) or F3.1 B3.1 (chunk 1); transfers SA3 RA3 SG3 RG3 (with .c
@@ -194,9 +220,10 @@ vt_schedule_sim_result vt_schedule_simulate(const vt_schedule_spec *spec,
 double vt_schedule_simulated_idle(const vt_schedule_spec *spec, vt_schedule_costs costs,
                                   int deferred_sends);
 
-// Per ordered pair of ranks (a -> b), the messages a sends to b, in a's list order, must be the
-// messages b receives from a, in b's order: MPI (one tag) and NCCL (no tags) match a pair's
-// messages in posting order, so any other order would pair the wrong buffers. VT_OK, or
+// Per ordered pair of ranks (a -> b) and kind (ACT, GRAD), the messages a sends to b, in a's list
+// order, must be the messages b receives from a, in b's order: MPI (one tag per kind) and NCCL
+// (one link per direction and kind) match a channel's messages in posting order, so any other
+// order would pair the wrong buffers. (A rank's transfers to itself pair within their action.) VT_OK, or
 // VT_ERR_INPUT with the first difference in err.
 vt_status vt_schedule_check_pairs(const vt_schedule_spec *spec,
                                   const vt_schedule_action *const *lists, const int *counts,

@@ -27,7 +27,7 @@ refuse "--tp 4 does not divide the MLP width 258" --tp 4 --heads 4 --mlp-ratio 4
 refuse "--pp 8 stages but only 4 blocks" --pp 8 --depth 4
 refuse "--global-batch-size 12 is not a multiple of dp 8 x --micro-batch-size 2 = 16" \
        --global-batch-size 12
-refuse "--pp-schedule: 'zb' is not one of 1f1b|gpipe|interleaved|zb-h1" --pp-schedule zb
+refuse "--pp-schedule: 'zb' is not one of 1f1b|gpipe|interleaved|zb-h1|zb-v" --pp-schedule zb
 # The interleaved schedule takes micro-batches in groups of pp: 12 / (2 x 2) = 3 over 4 stages.
 refuse "needs the micro-batches per step to be a multiple of the pipeline ranks" \
        --pp 4 --pp-schedule interleaved --global-batch-size 12

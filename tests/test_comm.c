@@ -171,13 +171,13 @@ static void check_pipeline(vt_comm *pp, const int *group, int w) {
     VT_CHECK(out && in, "out of memory");
     for (int64_t i = 0; i < 2 * (int64_t)L; i++) out[i] = (float)(w * 3 + i % 1000);
     for (int k = 0; k < 2; k++) {
-      const vt_comm_p2p send = {0, out + (int64_t)k * L, L, dst, 3 + k};
+      const vt_comm_p2p send = {0, out + (int64_t)k * L, L, dst, 3 + k, 0};
       vt_comm_exchange(pp, &send, 1);
       expect_op(VT_AXIS_PP, VT_COMM_OP_SEND, (int64_t)L * 4);
     }
     int bad = 0;
     for (int k = 0; k < 2; k++) {
-      const vt_comm_p2p recv = {1, in, L, src, 0};
+      const vt_comm_p2p recv = {1, in, L, src, 0, 0};
       vt_comm_exchange(pp, &recv, 1);
       expect_op(VT_AXIS_PP, VT_COMM_OP_RECV, (int64_t)L * 4);
       for (int64_t i = 0; i < L; i++) bad += in[i] != (float)(group[src] * 3 + (k * L + i) % 1000);

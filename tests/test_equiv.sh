@@ -3,7 +3,8 @@
 # the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
 # tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, three layouts with the interleaved
 # schedule (one with drop path, one in bf16), ZB-H1 bit for bit as 1F1B (six layouts, one more in
-# bf16 as one rank), with the tp-pp-dp mesh order and
+# bf16 as one rank), ZB-V bit for bit as 1F1B (five layouts, one more in bf16 as one rank), with
+# the tp-pp-dp mesh order and
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
 # with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, three
 # with the mean-pooled head (one sequence parallel), three each with the gap and MAP heads (one
@@ -271,29 +272,46 @@ run rc_mix222 8 "${rc_flags[@]}" &&
   plan_matches rc_mix222 "2x2x2 with recompute and EMA" "${rc_flags[@]}" || fail=1
 run rc_seqpar_tp8 8 --tp 8 --sequence-parallel 1 --recompute-blocks 3 &&
   same_run seqpar_tp8 rc_seqpar_tp8 "recompute of the first 3 of 8 blocks, 8x1x1 sequence parallel" || fail=1
+# like_1f1b KIND "PLAIN NAME TP PP DP FLAGS..."...: each run under --pp-schedule KIND must log the
+# numbers and end with the weights of 1F1B's run PLAIN on the same mesh, bit for bit.
+like_1f1b() {
+  local kind=$1 pair plain name tp pp dp
+  shift
+  for pair in "$@"; do
+    set -- $pair
+    plain=$1 name=$2 tp=$3 pp=$4 dp=$5; shift 5
+    if run "$name" 8 --tp "$tp" --pp "$pp" --dp "$dp" --pp-schedule "$kind" "$@" &&
+       same_bits "$plain" "$name"; then
+      echo "$name: $kind $tp x $pp x $dp $* logs the numbers and ends with the weights of 1f1b, bit for bit"
+    else
+      echo "FAIL: $name ($kind $tp x $pp x $dp $*) differs from 1f1b's $plain"; fail=1
+    fi
+  done
+}
 # ZB-H1 runs 1F1B's forwards and backwards with each backward split into the input gradients (sent
 # at once) and the weight gradients (later); every weight gradient still sums the micro-batches in
 # order, with the same GEMMs, so it must end with the very bytes of 1F1B on the same mesh: 2x2x2,
 # 1x8x1 (8 micro-batches, every stage deferring weight passes), with drop path, with sequence
 # parallelism (whose weight pass reads the gathered LayerNorm rows).
-for pair in "mix222 zb222 2 2 2" "pp8 zb_pp8 1 8 1" "drop_mix222 zb_drop222 2 2 2 --drop-path 0.3" \
-            "seqpar zb_seqpar 2 2 2 --sequence-parallel 1" \
-            "base_par_222 zb_par222 2 2 2 ${par[*]}" "base_map_222 zb_map222 2 2 2 ${map[*]}"; do
-  set -- $pair
-  plain=$1 name=$2 tp=$3 pp=$4 dp=$5; shift 5
-  if run "$name" 8 --tp "$tp" --pp "$pp" --dp "$dp" --pp-schedule zb-h1 "$@" &&
-     same_bits "$plain" "$name"; then
-    echo "$name: zb-h1 $tp x $pp x $dp $* logs the numbers and ends with the weights of 1f1b, bit for bit"
-  else
-    echo "FAIL: $name (zb-h1 $tp x $pp x $dp $*) differs from 1f1b's $plain"; fail=1
-  fi
-done
+like_1f1b zb-h1 "mix222 zb222 2 2 2" "pp8 zb_pp8 1 8 1" "drop_mix222 zb_drop222 2 2 2 --drop-path 0.3" \
+  "seqpar zb_seqpar 2 2 2 --sequence-parallel 1" \
+  "base_par_222 zb_par222 2 2 2 ${par[*]}" "base_map_222 zb_map222 2 2 2 ${map[*]}"
 plan_matches zb222 "2x2x2 zb-h1 (weight-pass input sets)" --tp 2 --pp 2 --dp 2 --pp-schedule zb-h1
+# ZB-V: two chunks per stage in a V (stage 0 holds the embedding's and the head's), each backward
+# split as in ZB-H1, an order from the greedy simulation; every chunk still runs its micro-batches
+# in order with the same GEMMs, so again the very bytes of 1F1B on the same mesh: 2x2x2, 2x4x1
+# (one block per virtual stage), with Mixup/CutMix (the head's targets wait on stage 0 for its
+# second chunk), with sequence parallelism, with the MAP head (on stage 0's chunk 1).
+like_1f1b zb-v "mix222 zbv222 2 2 2" "tp2pp4 zbv_tp2pp4 2 4 1" \
+  "base_mix_222 zbv_mix222 2 2 2 --mixup 0.8 --cutmix 1.0 --mix-prob 0.9 --reprob 0.5" \
+  "seqpar zbv_seqpar 2 2 2 --sequence-parallel 1" "base_map_222 zbv_map222 2 2 2 ${map[*]}"
+plan_matches zbv222 "2x2x2 zb-v (blocks 0-1 and 6-7 on stage 0)" --tp 2 --pp 2 --dp 2 --pp-schedule zb-v
 cc=$here/compare_curves.py
 if run base_bf16 1 --precision bf16 && run rc_base_bf16 1 --precision bf16 --recompute-blocks 8 &&
    same_run base_bf16 rc_base_bf16 "recompute, 1 rank, bf16" && run pp8_bf16 8 --pp 8 --precision bf16 &&
    run il_pp4_bf16 4 --pp 4 --pp-schedule interleaved --precision bf16 &&
    run zb_pp4_bf16 4 --pp 4 --pp-schedule zb-h1 --precision bf16 &&
+   run zbv_pp4_bf16 4 --pp 4 --pp-schedule zb-v --precision bf16 &&
    run mix_bf16 8 --tp 2 --pp 2 --dp 2 --precision bf16 &&
    run seqpar_bf16 8 --tp 2 --pp 2 --dp 2 --sequence-parallel 1 --precision bf16; then
   "$py" "$cc" "$work/pp8_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" --label "bf16 1x8x1" \
@@ -303,6 +321,9 @@ if run base_bf16 1 --precision bf16 && run rc_base_bf16 1 --precision bf16 --rec
     --tail-tol 0 | grep -E "determinism|VERDICT" || fail=1
   "$py" "$cc" "$work/zb_pp4_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" \
     --label "bf16 1x4x1 zb-h1" --same "$work/base_bf16/metrics.jsonl" --bands 1-5:0 \
+    --tail-tol 0 | grep -E "determinism|VERDICT" || fail=1
+  "$py" "$cc" "$work/zbv_pp4_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" \
+    --label "bf16 1x4x1 zb-v" --same "$work/base_bf16/metrics.jsonl" --bands 1-5:0 \
     --tail-tol 0 | grep -E "determinism|VERDICT" || fail=1
   "$py" "$cc" "$work/mix_bf16/metrics.jsonl" "$work/base_bf16/metrics.jsonl" --label "bf16 2x2x2" \
     --bands 1-1:1e-4,2-5:2e-3 --tail-tol 2e-3 | grep -E "loss steps|VERDICT" || fail=1

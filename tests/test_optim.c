@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
       vt_comm *tp, *pp, *dp;
       vt_comm_split_mesh(world, &mesh, VT_DEVICE_CPU, &tp, &pp, &dp);
       const vt_mesh_coord c = vt_mesh_coords(&mesh, me);
-      const vt_shard shard = {c.tp_rank, L.tp, c.pp_rank, L.pp, 0, 1};
+      const vt_shard shard = {c.tp_rank, L.tp, c.pp_rank, L.pp, 0, 1, 0};
       vt_param_table t;
       float *mine;
       double norms[STEPS];

@@ -95,7 +95,7 @@ static void test_param_runs(void) {
     for (int pp_rank = 0; pp_rank < 2; pp_rank++) {
       vt_param_table t[4];
       for (int r = 0; r < tp; r++)
-        vt_params_build(&t[r], &c, (vt_shard){r, tp, pp_rank, 2, 0, 2});
+        vt_params_build(&t[r], &c, (vt_shard){r, tp, pp_rank, 2, 0, 2, 0});
       for (int i = 0; i < t[0].count; i++) {
         const int64_t count = t[0].p[i].count;
         unsigned char *seen = calloc((size_t)count, 1);

@@ -247,8 +247,8 @@ static void describe(vt_model *m, const vt_vit_config *cfg, vt_shard shard, int 
     if (end - first > m->slot_blocks) m->slot_blocks = end - first;
   }
   m->recompute = recompute < m->slot_blocks ? (recompute > 0 ? recompute : 0) : m->slot_blocks;
-  m->has_embed = shard.pp_rank == 0;
-  m->has_head = shard.pp_rank == shard.pp_size - 1;
+  m->has_embed = vt_shard_has_embed(&shard);
+  m->has_head = vt_shard_has_head(&shard);
   m->max_batch = max_batch;
   m->nslots = nslots;
   m->be = be;

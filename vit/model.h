@@ -149,7 +149,7 @@ typedef struct {
   int *chunk_start;        // nchunks + 1: chunk c is local blocks [chunk_start[c], chunk_start[c+1])
   int *block_id;           // nblocks: each local block's index in the whole model
   int slot_blocks;         // blocks a slot keeps activations for: the largest chunk's
-  int has_embed, has_head;  // first / last pipeline rank: its chunk 0 embeds, its last chunk
+  int has_embed, has_head;  // first / last virtual stage here: its chunk 0 embeds, its last chunk
                             // ends in the head
   int max_batch, nslots;
   int nwsets;             // weight sets (split backward, ZB-H1), 0: backwards are whole

@@ -138,7 +138,7 @@ static void map_head(builder *b, const vt_vit_config *cfg) {
 void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *end) {
   const int v = s->pp_chunks;
   VT_CHECK(v >= 1 && chunk >= 0 && chunk < v, "chunk %d of %d", chunk, v);
-  vt_stage_blocks(depth, s->pp_size * v, chunk * s->pp_size + s->pp_rank, first, end);
+  vt_stage_blocks(depth, s->pp_size * v, vt_shard_vstage(s, chunk), first, end);
 }
 
 void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard) {
@@ -147,7 +147,7 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
   memset(t, 0, sizeof *t);
   t->shard = shard;
   builder b = {t, 0};
-  const int first_stage = shard.pp_rank == 0, last_stage = shard.pp_rank == shard.pp_size - 1;
+  const int first_stage = vt_shard_has_embed(&shard), last_stage = vt_shard_has_head(&shard);
   const int sp = shard.sequence_parallel && shard.tp_size > 1;
   const int64_t C = cfg->width, P = cfg->patch_size, R = cfg->reg_tokens;
   const int64_t K = cfg->num_classes;

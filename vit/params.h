@@ -47,25 +47,43 @@ typedef struct {
 } vt_param;
 
 // Which part of the model one rank holds: the blocks of its pipeline stage (plus the embeddings
-// on the first stage, the final norm and head on the last) and its tensor-parallel shard. With
-// pp_chunks = v > 1 (the interleaved schedule) the blocks are cut into pp_size * v virtual
-// stages and the rank holds v of them, its chunks: virtual stages c * pp_size + pp_rank.
+// with virtual stage 0, the final norm and head with the last) and its tensor-parallel shard.
+// With pp_chunks = v > 1 the blocks are cut into pp_size * v virtual stages and the rank holds v
+// of them, its chunks: virtual stages c * pp_size + pp_rank (the interleaved schedule), or with
+// pp_vshape (ZB-V, v = 2) pp_rank and 2 * pp_size - 1 - pp_rank, so that rank 0 holds both the
+// embeddings and the head.
 typedef struct {
   int tp_rank, tp_size;
   int pp_rank, pp_size;
   int sequence_parallel;  // the stream between TP regions is split by rows over the TP group
   int pp_chunks;          // model chunks per pipeline rank, >= 1
+  int pp_vshape;          // 1: ZB-V's V layout (pp_chunks 2)
 } vt_shard;
 
 // The whole model on one rank.
-static inline vt_shard vt_shard_whole(void) { return (vt_shard){0, 1, 0, 1, 0, 1}; }
+static inline vt_shard vt_shard_whole(void) { return (vt_shard){0, 1, 0, 1, 0, 1, 0}; }
+
+// The virtual stage of a chunk of the shard's rank, and whether the rank holds the first
+// (embeddings) and the last (head).
+static inline int vt_shard_vstage(const vt_shard *s, int chunk) {
+  return s->pp_vshape && chunk == 1 ? 2 * s->pp_size - 1 - s->pp_rank
+                                    : chunk * s->pp_size + s->pp_rank;
+}
+// The pipeline rank that holds virtual stage vs.
+static inline int vt_shard_vstage_rank(const vt_shard *s, int vs) {
+  return s->pp_vshape ? (vs < s->pp_size ? vs : 2 * s->pp_size - 1 - vs) : vs % s->pp_size;
+}
+static inline int vt_shard_has_embed(const vt_shard *s) { return s->pp_rank == 0; }
+static inline int vt_shard_has_head(const vt_shard *s) {
+  return s->pp_vshape ? s->pp_rank == 0 : s->pp_rank == s->pp_size - 1;
+}
 
 // Blocks [*first, *end) of a pipeline stage. Blocks are split as evenly as possible; when depth
 // does not divide, the last depth % pp_size stages get one more, so the first stage (which also
 // runs the patch embedding and keeps the most micro-batches in flight under 1F1B) gets fewest.
 void vt_stage_blocks(int depth, int pp_size, int pp_rank, int *first, int *end);
 // Blocks [*first, *end) of chunk `chunk` of the shard's pipeline rank: virtual stage
-// chunk * pp_size + pp_rank of pp_size * chunks (vt_stage_blocks; the chunk itself with one).
+// vt_shard_vstage of pp_size * chunks (vt_stage_blocks; the chunk itself with one).
 void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *end);
 
 typedef struct {
