@@ -269,8 +269,10 @@ static void exchange_links(nccl_state *st, const vt_comm_p2p *ops, int n) {
     if (!ready) VT_CUDA_CHECK(cudaEventRecord(st->sends_ready, vt_cuda_stream()));
     ready = 1;
     VT_CUDA_CHECK(cudaStreamWaitEvent(stream, st->sends_ready, 0));
+    VT_NCCL_CHECK(ncclGroupStart());  // a group of one: queued, the host goes on
     VT_NCCL_CHECK(ncclSend(ops[i].buf, (size_t)ops[i].count, ncclFloat, 1, st->links[k].to[ch],
                            stream));
+    VT_NCCL_CHECK(ncclGroupEnd());
     if (ops[i].defer > 0) {
       mark_sent(st, ops[i].defer, s);
     } else {

@@ -58,6 +58,8 @@ struct vt_backend {
   void (*to_host)(void *host_dst, const void *src, size_t nbytes);
   void (*copy)(void *dst, const void *src, size_t nbytes);
   void (*zero)(void *ptr, size_t nbytes);
+  // Waits for the device's queued work (CUDA: and frees the op scratch outgrown since: call it
+  // only where no pipeline message is pending, as the step's end).
   void (*synchronize)(void);
   // Host memory for what each step uploads (the loader's batches): page-locked (pinned) on CUDA,
   // so upload needs no staging and does not wait for the device; page-aligned on the CPU. NULL

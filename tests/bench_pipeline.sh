@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # bench_pipeline.sh VIT3D [ROUNDS]: the pipeline bubble, measured, 1F1B against the interleaved
-# schedule (2 model chunks per stage) and ZB-H1 in the same run. For p = 2 and 4 stages and m = 8
-# and 16 micro-batches per step, the three schedules run in turn ROUNDS times (default 3) on the
+# schedule (2 model chunks per stage), ZB-H1 and ZB-V in the same run. For p = 2 and 4 stages and m = 8
+# and 16 micro-batches per step, the four schedules run in turn ROUNDS times (default 3) on the
 # same model, data and seed (they compute the same losses); printed per schedule: the ideal idle
-# ((p-1)/(v*m+p-1); ZB-H1 (p-1)/(3m+p-1)), the idle the schedule simulator predicts from the run's
+# ((p-1)/(v*m+p-1); ZB-H1 (p-1)/(3m+p-1); ZB-V (p-1)/(6m+p-1)), the idle the schedule simulator predicts from the run's
 # own mean pass times (ZB-H1 gains less where the weight pass is short), the measured idle (1 -
 # time in forward/backward / step time, mean over stages, steps after the first; median over
-# rounds) and the median step time, then the step-time ratios interleaved / 1F1B and zb-h1 /
-# 1F1B. The measured idle also holds what is not a bubble (the optimizer step, transfers, the
+# rounds) and the median step time, then the step-time ratios interleaved / 1F1B, zb-h1 / 1F1B
+# and zb-v / 1F1B. The measured idle also holds what is not a bubble (the optimizer step, transfers, the
 # loss's trip to the host), the same for every schedule.
 # Conditions matter: with more ranks than cores (p 4 on a 2-core machine) a stage also waits for a
 # core, so there the idle is an upper bound and the ratio is noise; the script says so.
@@ -27,7 +27,7 @@ for p in 2 4; do
     "for a core; the idle below is an upper bound and the ratio noise"
   for m in 8 16; do
     for r in $(seq "$rounds"); do
-      for s in 1f1b interleaved zb-h1; do
+      for s in 1f1b interleaved zb-h1 zb-v; do
         out=$work/p${p}m${m}_${s}_$r
         mpirun -np "$p" --oversubscribe "$vit3d" train "${model[@]}" --pp "$p" \
           --global-batch-size $((4 * m)) --pp-schedule "$s" --log-dir "$out" > "$out.log" 2>&1 ||
@@ -38,7 +38,7 @@ for p in 2 4; do
 import json, re, statistics, sys
 work, p, m, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 res, sims = {}, {}
-for s in ("1f1b", "interleaved", "zb-h1"):
+for s in ("1f1b", "interleaved", "zb-h1", "zb-v"):
     idle, ms, sim = [], [], []
     for r in range(1, rounds + 1):
         base = f"{work}/p{p}m{m}_{s}_{r}"
@@ -53,7 +53,7 @@ for s in ("1f1b", "interleaved", "zb-h1"):
     print(f"p {p} m {m:2d} {s:11s}: ideal idle {ideal:.3f}, simulated at the measured pass times "
           f"{statistics.median(sim):.3f}, measured {statistics.median(idle):.3f} "
           f"(rounds {' '.join(f'{x:.3f}' for x in idle)}), step {res[s]:.1f} ms")
-for s, k in (("interleaved", 2 * m), ("zb-h1", 3 * m)):  # k: the formula's passes per stage
+for s, k in (("interleaved", 2 * m), ("zb-h1", 3 * m), ("zb-v", 6 * m)):  # k: the formula's passes
     print(f"p {p} m {m:2d} step time {s} / 1f1b = {res[s] / res['1f1b']:.3f} (ideal "
           f"{(k + p - 1) / k / ((m + p - 1) / m):.3f} with equal stages and free transfers, "
           f"{(1 - sims['1f1b']) / (1 - sims[s]):.3f} at the measured pass times)")

@@ -8,7 +8,9 @@
 # links to the neighbours, receives on the compute stream), DP with the layer all-reduces
 # overlapped on the side stream, DP with ZeRO-1, the interleaved schedule over TP x PP, ZB-H1 on
 # 4 stages (its sends complete in the background) and on 2 stages x dp 2 (the send stream beside
-# the overlapped DP reductions' side stream), the interleaved ring on 3 stages (an odd ring:
+# the overlapped DP reductions' side stream), ZB-V on 4 stages and on 2 stages x dp 2 with an
+# image folder and the evaluation (activations and gradients on their own links and send
+# streams, the turn a device copy), the interleaved ring on 3 stages (an odd ring:
 # its last link made in a round of its own), LAMB with clipping and layer decay on parallel blocks over TP x DP, an image
 # folder over TP x PP with the decoding split over TP (the shares all-gathered on the devices)
 # and the evaluation after the last step through the pipeline, and tp 2 x pp 2 x dp 2 with
@@ -93,6 +95,8 @@ done <<'MESHES'
 4 bf16 --tp 2 --pp 2 --pp-chunks 2 --pp-schedule interleaved
 4 fp32 --pp 4 --pp-schedule zb-h1
 4 bf16 --pp 2 --dp 2 --pp-schedule zb-h1 --global-batch-size 16
+4 bf16 --pp 4 --pp-schedule zb-v --depth 8
+4 fp32 --pp 2 --dp 2 --pp-schedule zb-v --global-batch-size 16 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1
 3 bf16 --pp 3 --pp-chunks 2 --pp-schedule interleaved --global-batch-size 12 --depth 6
 4 fp32 --tp 2 --dp 2 --opt lamb --clip-grad 0.5 --parallel-blocks 1 --layer-decay 0.75
 4 fp32 --tp 2 --pp 2 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1 --decode-split 1

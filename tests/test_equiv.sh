@@ -69,7 +69,7 @@ import re, sys
 # total; a rank's line: the same blocks and amounts in MiB
 rows = [l.split() for l in open(sys.argv[1]) if re.match(r"\s+\d+\s+\d+-", l)]
 plan = {int(r[0]): [r[1]] + [float(x) for x in (r[4], r[6], r[7], r[8])] for r in rows}
-ranks = re.findall(r"pp (\d+) dp \d+\] memory plan \(\w+\): blocks ([0-9,-]+).*parameters "
+ranks = re.findall(r"pp (\d+) dp \d+\] memory plan \(\w+\): blocks ([0-9,-]*[0-9]).*parameters "
                    r"([0-9.]+) MiB, gradients [0-9.]+ MiB, optimizer ([0-9.]+) MiB, activations "
                    r"([0-9.]+) MiB .*total ([0-9.]+) MiB", open(sys.argv[2]).read())
 assert len(plan) == 2 and len(ranks) == 8, (plan, ranks)

@@ -1,4 +1,4 @@
-// test_schedule.c: the GPipe, 1F1B, interleaved and ZB-H1 action lists without any
+// test_schedule.c: the GPipe, 1F1B, interleaved, ZB-H1 and ZB-V action lists without any
 // communication: every rank's list is well formed, each pair's messages are posted in the same
 // order on both sides, a rendezvous simulation of all ranks completes, and the simulated bubble is
 // printed beside its formula. Must not depend on MPI or the model (label unit).
@@ -318,6 +318,15 @@ static void test_known_lists(void) {
               "RA0 F0 SA0+RA1 F1 SA1+RA2 F2 SA2+RG0 B0 SG0+RA3 F3 SA3+RG1 B1 SG1 W0 RG2 B2 SG2 W1 "
               "RG3 B3 SG3 W2 W3");
   expect_list(VT_SCHEDULE_ZB_H1, 2, 3, 1, 0, "F0 SA0 F1 SA1+RG0 B0 W0 F2 SA2+RG1 B1 W1 RG2 B2 W2");
+  // ZB-V, pp 2, m 2 (checked by hand): rank 0 holds virtual stages 0 and 3 (the head), rank 1
+  // stages 1 and 2, whose turn (SA0+RA0.1, SG0.1+RG0: to itself) pairs a send with its receive.
+  // Rank 0's head backward follows its forward at once (B before F); W after the B's it can.
+  expect_list(VT_SCHEDULE_ZB_V, 2, 2, 2, 0,
+              "F0 SA0 F1 SA1+RA0.1 F0.1 B0.1 SG0.1+RA1.1 F1.1 B1.1 SG1.1+RG0 B0 W0.1 RG1 B1 W0 "
+              "W1.1 W1");
+  expect_list(VT_SCHEDULE_ZB_V, 2, 2, 2, 1,
+              "RA0 F0 SA0+RA0.1 F0.1 SA0.1+RA1 F1 SA1+RA1.1 F1.1 SA1.1+RG0.1 B0.1 SG0.1+RG0 B0 "
+              "SG0+RG1.1 B1.1 SG1.1+RG1 B1 SG1 W0.1 W0 W1.1 W1");
   const vt_schedule_spec a = {VT_SCHEDULE_1F1B, 4, 16, 1}, g = {VT_SCHEDULE_GPIPE, 4, 16, 1};
   const vt_schedule_spec il = {VT_SCHEDULE_INTERLEAVED, 4, 16, 2};
   EXPECT(vt_schedule_stage_in_flight(&a, 0, NULL) == 4, "1f1b stage 0 in flight");

@@ -58,8 +58,6 @@ static void cuda_zero(void *p, size_t nbytes) {
   if (nbytes) VT_CUDA_CHECK(cudaMemsetAsync(p, 0, nbytes, g_stream));
 }
 
-static void cuda_sync(void) { VT_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
-
 // Pinned host memory for the step's uploads. From pinned memory cudaMemcpyAsync is a DMA queued
 // on a stream; from pageable memory the driver stages the copy and may first wait for the
 // stream, which would make the host wait for the device at every micro-batch. The uploads run
@@ -120,14 +118,22 @@ static vt_precision cuda_precision(void) { return g_precision; }
 
 static void *g_scratch = NULL;
 static size_t g_scratch_nbytes = 0;
+// Outgrown scratch buffers, freed at the next synchronize (the step's end).
+enum { VT_CUDA_RETIRED_MAX = 64 };
+static void *g_retired[VT_CUDA_RETIRED_MAX];
+static int g_nretired = 0;
 
 // Grows only, so after the first step no op allocates (design.md: nothing is allocated inside
-// the step loop once it runs).
+// the step loop once it runs). Growing waits for nothing: kernels still queued may read the old
+// buffer, so it is kept until the next synchronize frees it, at the step's end, where nothing is
+// queued. Waiting here (a stream synchronize, or cudaFree's wait for the whole device) could wait
+// for a pipeline receive whose send the neighbour queues only later, while the neighbour's host
+// waits the same way: a deadlock seen under zb-v on the emulated GPUs (pp 2 x dp 2).
 void *vt_cuda_scratch(size_t nbytes) {
   if (nbytes <= g_scratch_nbytes) return g_scratch;
-  // Kernels still queued on the stream may read the old buffer.
-  VT_CUDA_CHECK(cudaStreamSynchronize(g_stream));
-  if (g_scratch) VT_CUDA_CHECK(cudaFree(g_scratch));
+  VT_CHECK(g_nretired < VT_CUDA_RETIRED_MAX, "op scratch grew %d times in a step",
+           VT_CUDA_RETIRED_MAX);
+  if (g_scratch) g_retired[g_nretired++] = g_scratch;
   g_scratch = NULL;
   g_scratch_nbytes = 0;
   const cudaError_t err = cudaMalloc(&g_scratch, nbytes);
@@ -135,6 +141,11 @@ void *vt_cuda_scratch(size_t nbytes) {
            "--micro-batch-size", nbytes >> 20, cudaGetErrorString(err));
   g_scratch_nbytes = nbytes;
   return g_scratch;
+}
+
+static void cuda_sync(void) {
+  VT_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+  for (; g_nretired > 0; g_nretired--) VT_CUDA_CHECK(cudaFree(g_retired[g_nretired - 1]));
 }
 
 static size_t cuda_scratch_bytes(void) { return g_scratch_nbytes; }
