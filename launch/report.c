@@ -155,6 +155,25 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
                 vt_schedule_bubble_formula(spec), p, spec->n_micro, spec->chunks,
                 vt_schedule_name(spec->kind),
                 vt_schedule_simulated_idle(spec, costs, 1), passes);
+    // Which schedule suits these pass times: the others simulated at the same whole-stage times
+    // (a unit of v chunks takes 1/v of them). Without a weight pass of its own the run cannot
+    // tell how a backward would split, so then only the schedules that do not split it.
+    const int split = vt_schedule_splits_backward(spec->kind);
+    const double v = spec->chunks;
+    k = snprintf(line, sizeof line, "the same stage pass times under other schedules, simulated:");
+    const vt_schedule_kind kinds[] = {VT_SCHEDULE_1F1B, VT_SCHEDULE_INTERLEAVED, VT_SCHEDULE_ZB_H1,
+                                      VT_SCHEDULE_ZB_V};
+    for (int i = 0; i < 4 && k < (int)sizeof line; i++) {
+      const int vk = kinds[i] == VT_SCHEDULE_INTERLEAVED || kinds[i] == VT_SCHEDULE_ZB_V ? 2 : 1;
+      const vt_schedule_spec other = {kinds[i], p, spec->n_micro, vk};
+      if (kinds[i] == spec->kind || (!split && vt_schedule_splits_backward(kinds[i])) ||
+          vt_schedule_spec_check(&other, NULL, 0) != VT_OK)
+        continue;
+      const vt_schedule_costs oc = {c[0] * v / vk, c[1] * v / vk, c[2] * v / vk};
+      k += snprintf(line + k, sizeof line - (size_t)k, " %s %.3f", vt_schedule_name(kinds[i]),
+                    vt_schedule_simulated_idle(&other, oc, 1));
+    }
+    vt_log_info("%s", line);
   }
   free(per_stage);
 }
