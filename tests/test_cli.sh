@@ -46,8 +46,12 @@ refuse "--bce-target-thresh 0 makes binary targets for --bce-loss 1, which is of
 refuse "--aug-repeats: 0 is out of range" train --aug-repeats 0
 refuse "--aa-interpolation: 'nearest' is not one of bicubic|bilinear" train --aa-interpolation nearest
 refuse "vit3d plan: --tp 3 does not divide the 4 attention heads" plan --model tiny --tp 3
-refuse "more than one model chunk per pipeline rank needs the interleaved schedule" plan --model tiny --pp 2 --pp-chunks 2
+refuse "more than one model chunk per pipeline rank needs the interleaved or zb-v schedule" plan --model tiny --pp 2 --pp-chunks 2
 refuse "the interleaved schedule needs at least 2 pipeline ranks" train --pp-schedule interleaved
+refuse "the zb-v schedule needs at least 2 pipeline ranks" train --pp-schedule zb-v
+refuse "--pp-schedule zb-v holds exactly 2 model chunks per stage (its V): drop --pp-chunks 3" plan --model tiny --depth 8 --pp 2 --pp-schedule zb-v --pp-chunks 3
+refuse "--pp-schedule zb-v splits the backward into input and weight gradients" plan --model tiny --pp 2 --pp-schedule zb-v --recompute-blocks 1
+refuse "--pp 4 x --pp-chunks 2 = 8 virtual pipeline stages but only 4 blocks" plan --model tiny --pp 4 --pp-schedule zb-v
 # The plan says what a schedule's activations buy: pp 4, m 16 (global 128 / 8): 3/35 against 3/19.
 out=$("$vit3d" plan --model tiny --depth 8 --pp 4 --micro-batch-size 8 --global-batch-size 128 \
       --pp-schedule interleaved 2>&1)
