@@ -51,10 +51,12 @@ extern "C" {
 // micro-batch (chunk 1 first), else the ready F of the lowest micro-batch (chunk 1 first) unless
 // 2p units are in flight (1F1B's peak on rank 0, here on every rank), else the oldest pending W.
 // Every chunk then runs its forwards, backwards and weight passes in micro-batch order (the same
-// sums as one rank). A step takes 6m + p - 1 chunk passes where 1F1B takes 6m + 3(p - 1), so the
-// idle fraction is (p-1)/(6m+p-1), half of ZB-H1's. Memory: up to 2p units' activations (p
-// micro-batches of a whole stage, 1F1B's rank-0 peak, on every rank) plus the weight-pass inputs
-// of the units between B and W. Messages of the two kinds cross each neighbour pair in both
+// sums as one rank). A step takes 6m + p - 1 chunk passes where 1F1B takes 6m + 6(p - 1) and ZB-H1
+// 6m + 2(p - 1), so the idle fraction is (p-1)/(6m+p-1), about half of ZB-H1's (exactly so up to
+// p 4; beyond, some (p, m) take up to 4 chunk passes more). The list is run literally, so passes
+// that are not equal stall it (docs/ARCHITECTURE.md: slower than 1F1B where W is a third of B).
+// Memory: up to 2p units' activations (p micro-batches of a whole stage, 1F1B's rank-0 peak, on
+// every rank) plus the weight-pass inputs of the units between B and W. Messages of the two kinds cross each neighbour pair in both
 // directions in orders that differ between sender and receiver, so the transports keep one
 // channel per kind (vt_comm_p2p.channel: an MPI tag, an NCCL link with its own send stream) and
 // the pair check compares each kind's messages on its own; it needs deferred sends.
