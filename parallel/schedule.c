@@ -134,11 +134,15 @@ static void push_xfer(builder *b, int is_send, vt_schedule_xfer_kind kind, int m
 }
 
 // A unit's compute with its transfers in plain order.
+// A transfer to the rank itself (ZB-V's turn) is left out: build_zbv pairs it in one action.
 static void unit(builder *b, const vt_schedule_spec *s, int r, int backward, int mb, int chunk) {
   const int first = first_vs(s, r, chunk), last = last_vs(s, r, chunk);
-  if (backward ? !last : !first) push_xfer(b, 0, backward ? VT_XFER_GRAD : VT_XFER_ACT, mb, chunk);
+  const vt_schedule_xfer x = {backward ? VT_XFER_GRAD : VT_XFER_ACT, mb, chunk};
+  if ((backward ? !last : !first) && vt_schedule_recv_peer(s, r, x) != r)
+    push_xfer(b, 0, x.kind, mb, chunk);
   push(b, compute(backward ? VT_SCHEDULE_BACKWARD : VT_SCHEDULE_FORWARD, mb, chunk));
-  if (backward ? !first : !last) push_xfer(b, 1, backward ? VT_XFER_GRAD : VT_XFER_ACT, mb, chunk);
+  if ((backward ? !first : !last) && vt_schedule_send_peer(s, r, x) != r)
+    push_xfer(b, 1, x.kind, mb, chunk);
 }
 
 // Interleaved: the k-th forward (or backward) unit of a rank: micro-batches in groups of p, each
@@ -253,40 +257,18 @@ static int build_zbv(const vt_schedule_spec *s, int r, builder *b) {
   zbv_order(s, r, order);
   for (int i = 0; i < 6 * m; i++) {
     const vt_schedule_action a = order[i];
-    const int turn = r == p - 1;
     if (a.op == VT_SCHEDULE_WEIGHT) {
       push(b, a);
       continue;
     }
-    if (a.op == VT_SCHEDULE_FORWARD && a.chunk == 1 && turn) {
-      vt_schedule_action x = transfer();
-      add_xfer(&x, 1, VT_XFER_ACT, a.mb, 0);
-      add_xfer(&x, 0, VT_XFER_ACT, a.mb, 1);
-      push(b, x);
-      push(b, a);
-      push_xfer(b, 1, VT_XFER_ACT, a.mb, 1);
-      continue;
-    }
-    if (a.op == VT_SCHEDULE_BACKWARD && a.chunk == 1 && turn) {
-      if (r > 0) push_xfer(b, 0, VT_XFER_GRAD, a.mb, 1);
-      push(b, a);
-      vt_schedule_action x = transfer();
-      add_xfer(&x, 1, VT_XFER_GRAD, a.mb, 1);
-      add_xfer(&x, 0, VT_XFER_GRAD, a.mb, 0);
-      push(b, x);
-      continue;
-    }
-    if (a.op == VT_SCHEDULE_BACKWARD && a.chunk == 0 && turn) {  // its gradient came by the turn
-      push(b, a);
-      if (r > 0) push_xfer(b, 1, VT_XFER_GRAD, a.mb, 0);
-      continue;
-    }
-    if (a.op == VT_SCHEDULE_FORWARD && a.chunk == 0 && turn) {  // its output goes by the turn
-      if (r > 0) push_xfer(b, 0, VT_XFER_ACT, a.mb, 0);
-      push(b, a);
-      continue;
-    }
-    unit(b, s, r, a.op == VT_SCHEDULE_BACKWARD, a.mb, a.chunk);
+    const int turn = r == p - 1 && a.chunk == 1, backward = a.op == VT_SCHEDULE_BACKWARD;
+    const vt_schedule_xfer_kind kind = backward ? VT_XFER_GRAD : VT_XFER_ACT;
+    vt_schedule_action x = transfer();  // the turn: chunk 0 to chunk 1 forwards, back backwards
+    add_xfer(&x, 1, kind, a.mb, backward ? 1 : 0);
+    add_xfer(&x, 0, kind, a.mb, backward ? 0 : 1);
+    if (turn && !backward) push(b, x);
+    unit(b, s, r, backward, a.mb, a.chunk);
+    if (turn && backward) push(b, x);
   }
   free(order);
   return b->count;

@@ -420,7 +420,8 @@ int main(void) {
         const int zbv = kinds[k] == VT_SCHEDULE_ZB_V;
         const int v = kinds[k] == VT_SCHEDULE_INTERLEAVED || zbv ? 2 : 1;
         build_set(&set, kinds[k], show_p[i], show_m[j], v);
-        const double blocking = zbv ? NAN : simulate_bubble(&set, costs[0], 0, &ok);  // "nan"
+        // nan: zb-v needs deferred sends (its blocking simulation deadlocks)
+        const double blocking = zbv ? NAN : simulate_bubble(&set, costs[0], 0, &ok);
         const double b12 = simulate_bubble(&set, costs[0], 1, &ok);
         const double b11 = simulate_bubble(&set, costs[1], 1, &ok);
         const int last = show_p[i] - 1;
