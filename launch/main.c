@@ -309,6 +309,14 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--drop-path", VT_OPT_FLOAT, &o.drop_path, 0, 0, 0.99, "RATE",
        "stochastic depth as timm's drop_path_rate: block i of D drops each residual branch per "
        "image with probability RATE * i / (D - 1), keyed by the image's stream position", NULL},
+      {"--proj-drop", VT_OPT_FLOAT, &o.proj_drop, 0, 0, 0.99, "P",
+       "dropout as timm's proj_drop_rate: each element of every block's attention output, MLP "
+       "hidden units and MLP output dropped with probability P (the rest scaled by 1 / (1 - P)), "
+       "keyed by the image's stream position, token and channel (the original ViT and AugReg: "
+       "0.1 with --pos-drop 0.1); not with --parallel-blocks", NULL},
+      {"--pos-drop", VT_OPT_FLOAT, &o.pos_drop, 0, 0, 0.99, "P",
+       "dropout as timm's pos_drop_rate: each element of the embedding's output (patches, prefix "
+       "tokens and positions) dropped with probability P", NULL},
       {"--mixup", VT_OPT_FLOAT, &o.mix.mixup_alpha, 0, 0, 100, "ALPHA",
        "Mixup: blend each pair of images (stream positions 2k, 2k+1) and their targets with "
        "lam ~ Beta(ALPHA, ALPHA) (DeiT: 0.8); 0: off", NULL},

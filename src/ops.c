@@ -208,6 +208,18 @@ void vt_drop_path(const vt_backend *be, float *out, const float *x, const float 
   be->drop_path(out, x, res, rows, cols, mask);
 }
 
+void vt_dropout(const vt_backend *be, float *out, const float *x, int64_t rows, int64_t cols,
+                const vt_dropout_mask *mask, int act) {
+  NEED(be, dropout);
+  PTR(out); PTR(x); PTR(mask);
+  POS(rows); POS(cols); POS(mask->width);
+  VT_CHECK(mask->first >= 0 && mask->p >= 0.0f && mask->p < 1.0f && mask->scale >= 1.0f &&
+               cols <= mask->width,
+           "dropout: first %lld, p %g, scale %g, %lld columns of %lld", (long long)mask->first,
+           (double)mask->p, (double)mask->scale, (long long)cols, (long long)mask->width);
+  be->dropout(out, x, rows, cols, mask, act);
+}
+
 void vt_patchify_fwd(const vt_backend *be, float *patches, const float *img, int64_t B,
                      int64_t S, int64_t P) {
   NEED(be, patchify_fwd);

@@ -1,32 +1,12 @@
 // rng.c: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11),
-// written from the paper's constants.
+// written from the paper's constants (the rounds are vt_rng.h's inline functions, which CUDA
+// kernels share). 24 random bits give every float in [0, 1) with spacing 2^-24, never 1.0.
 #include "vt_rng.h"
 
 #include <math.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-static inline void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {
-  uint64_t p = (uint64_t)a * b;
-  *hi = (uint32_t)(p >> 32);
-  *lo = (uint32_t)p;
-}
-
 vt_philox_ctr vt_philox4x32(vt_philox_ctr c, uint64_t key) {
-  uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-  for (int r = 0; r < 10; r++) {
-    uint32_t hi0, lo0, hi1, lo1;
-    mulhilo(PHILOX_M0, c.v[0], &hi0, &lo0);
-    mulhilo(PHILOX_M1, c.v[2], &hi1, &lo1);
-    vt_philox_ctr n = {{hi1 ^ c.v[1] ^ k0, lo1, hi0 ^ c.v[3] ^ k1, lo0}};
-    c = n;
-    k0 += PHILOX_W0;
-    k1 += PHILOX_W1;
-  }
-  return c;
+  return vt_philox4x32_inline(c, key);
 }
 
 uint32_t vt_hash_name(const char *name) {
@@ -40,15 +20,12 @@ vt_philox_ctr vt_rng_block(uint64_t key, uint32_t hi, uint32_t lo, uint64_t blk)
   return vt_philox4x32(c, key);
 }
 
-// 24 random bits give every float in [0, 1) with spacing 2^-24, never 1.0.
-static inline float u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
-
 uint32_t vt_rng_u32(uint64_t key, uint32_t stream_hi, uint32_t stream_lo, uint64_t i) {
   return vt_rng_block(key, stream_hi, stream_lo, i >> 2).v[i & 3];
 }
 
 float vt_rng_uniform(uint64_t key, uint32_t stream_hi, uint32_t stream_lo, uint64_t i) {
-  return u32_to_unit(vt_rng_u32(key, stream_hi, stream_lo, i));
+  return vt_rng_uniform_inline(key, stream_hi, stream_lo, i);
 }
 
 float vt_rng_normal(uint64_t key, uint32_t stream_hi, uint32_t stream_lo, uint64_t i) {

@@ -39,6 +39,20 @@ typedef struct {
   uint32_t keep[VT_DROP_PATH_MAX_SAMPLES / 32];  // bit b % 32 of word b / 32: sample b is kept
 } vt_drop_mask;
 
+// Which elements dropout (vt_ops.h's vt_dropout) keeps. Element (r, c) of a (rows, cols) tensor is
+// number first + r * width + c of the stream (seed, vt_hash_name("dropout"), site) and is dropped
+// when that uniform (vt_rng.h) is below p: width is the whole tensor's row length (over TP) and
+// first the element's number among all the run's (sample, token, channel) of the site, so every
+// layout draws the same mask. By value into a CUDA kernel's arguments.
+typedef struct {
+  uint64_t seed;
+  uint32_t site;  // the stream (vit/model.h: the embedding's, or one per block and place)
+  float p;        // the drop probability, in [0, 1)
+  float scale;    // a kept element's factor, fl(1 / (1 - p))
+  int64_t first;  // the number of element (0, 0)
+  int64_t width;  // numbers per row
+} vt_dropout_mask;
+
 // A Mixup/CutMix training target (dataio/mix.h): lam of the sample's own label and 1 - lam of
 // its partner's, each label-smoothed (timm's mixup_target).
 typedef struct {
@@ -135,6 +149,8 @@ struct vt_backend {
   void (*add)(float *out, const float *a, const float *b, int64_t count);
   void (*drop_path)(float *out, const float *x, const float *res, int64_t rows, int64_t cols,
                     const vt_drop_mask *mask);
+  void (*dropout)(float *out, const float *x, int64_t rows, int64_t cols,
+                  const vt_dropout_mask *mask, int act);
   void (*patchify_fwd)(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
   void (*patchify_bwd)(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);
   void (*embed_fwd)(float *x, const float *patch_out, const float *prefix, const float *pos,

@@ -177,6 +177,13 @@ void vt_add(const vt_backend *be, float *out, const float *a, const float *b, in
 void vt_drop_path(const vt_backend *be, float *out, const float *x, const float *res,
                   int64_t rows, int64_t cols, const vt_drop_mask *mask);
 
+// Dropout (timm's nn.Dropout in training): out = x * scale where the mask keeps the element, else
+// 0; also the backward (the gradient through the same mask). With act set, x and out are
+// activations (bf16 in bf16 precision, as autocast's dropout of a bf16 tensor rounds its product;
+// the MLP's hidden units), else fp32. out may alias x. (rows, cols)
+void vt_dropout(const vt_backend *be, float *out, const float *x, int64_t rows, int64_t cols,
+                const vt_dropout_mask *mask, int act);
+
 // Patch embedding, first half: cut images into P x P patches, each flattened as (3, P, P), the
 // order of a Conv2d weight (C, 3, P, P), so patch embedding = patchify + linear.
 // patches (B, (S/P)^2, 3*P*P), img (B, 3, S, S)

@@ -16,6 +16,37 @@ typedef struct {
   uint32_t v[4];
 } vt_philox_ctr;
 
+// The Philox round function and the uniform float as inline functions that CUDA kernels can call
+// too (dropout's masks are drawn per element on the device): the same bits on every backend.
+#ifdef __CUDACC__
+#define VT_RNG_INLINE static inline __host__ __device__
+#else
+#define VT_RNG_INLINE static inline
+#endif
+
+VT_RNG_INLINE vt_philox_ctr vt_philox4x32_inline(vt_philox_ctr c, uint64_t key) {
+  uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+  for (int r = 0; r < 10; r++) {
+    const uint64_t p0 = (uint64_t)0xD2511F53u * c.v[0], p1 = (uint64_t)0xCD9E8D57u * c.v[2];
+    vt_philox_ctr n = {{(uint32_t)(p1 >> 32) ^ c.v[1] ^ k0, (uint32_t)p1,
+                        (uint32_t)(p0 >> 32) ^ c.v[3] ^ k1, (uint32_t)p0}};
+    c = n;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return c;
+}
+
+// Number i of stream (key, stream_hi, stream_lo) as vt_rng_uniform gives it: lane i % 4 of the
+// block at counter (i / 4, stream_lo, stream_hi), its top 24 bits over 2^24, in [0, 1).
+VT_RNG_INLINE float vt_rng_uniform_inline(uint64_t key, uint32_t stream_hi, uint32_t stream_lo,
+                                          uint64_t i) {
+  const uint64_t blk = i >> 2;
+  vt_philox_ctr c = {{(uint32_t)blk, (uint32_t)(blk >> 32), stream_lo, stream_hi}};
+  c = vt_philox4x32_inline(c, key);
+  return (float)(c.v[i & 3] >> 8) * (1.0f / 16777216.0f);
+}
+
 // The Philox4x32-10 block function: four 32-bit outputs for a 128-bit counter and 64-bit key.
 vt_philox_ctr vt_philox4x32(vt_philox_ctr ctr, uint64_t key);
 

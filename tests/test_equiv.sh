@@ -2,12 +2,13 @@
 # test_equiv.sh VIT3D: every 8-rank layout (tp x pp x dp) computes the same training as one rank:
 # the loss of each of 5 steps and every parameter after them (tests/compare_runs.py states the
 # tolerances). Also 2x2x2 with ZeRO-1, with the GPipe schedule, three layouts with the interleaved
-# schedule (one with drop path, one in bf16), ZB-H1 bit for bit as 1F1B (six layouts, one more in
+# schedule (one with drop path, one in bf16), ZB-H1 bit for bit as 1F1B (seven layouts, one more in
 # bf16 as one rank), ZB-V bit for bit as 1F1B (five layouts, one more in bf16 as one rank), with
 # the tp-pp-dp mesh order and
 # with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
 # with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, three
-# with the mean-pooled head (one sequence parallel), three each with the gap and MAP heads (one
+# with the mean-pooled head (one sequence parallel), three with dropout (one sequence parallel,
+# ZB-H1 and recompute too), three each with the gap and MAP heads (one
 # sequence parallel; MAP also under ZB-H1), three with LayerScale, register tokens,
 # no_embed_class, QK-norm without qkv bias and drop path (one sequence parallel), three with
 # parallel blocks (one sequence parallel, and ZB-H1 bit for bit as 1F1B), two with RandAugment and repeated
@@ -194,6 +195,16 @@ variant base base_par "parallel blocks, LayerScale, QK-norm, drop path, BCE loss
 run par_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${par[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_par" "$work/par_sp" "par_sp 4 x 2 x 1 SP ${par[*]}" ||
   fail=1
+# Dropout (timm's proj_drop and pos_drop) keys each element's mask by the sample's stream
+# position, the token and the channel over the whole width (fc1's hidden units over all of TP's
+# shards), so every layout drops the same elements as one rank; with LayerScale (which keeps the
+# dropped branch output for its gamma gradient) and drop path on top, also 4x2x1 with sequence
+# parallelism (padding rows), ZB-H1 bit for bit as 1F1B and activation recompute below.
+dropout=(--proj-drop 0.2 --pos-drop 0.2 --layer-scale 0.2 --drop-path 0.2)
+variant base base_do "dropout, LayerScale, drop path" "${dropout[@]}"
+run do_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${dropout[@]}" &&
+  "$py" "$here/compare_runs.py" "$work/base_do" "$work/do_sp" "do_sp 4 x 2 x 1 SP ${dropout[*]}" ||
+  fail=1
 # RandAugment, 3-Augment and repeated augmentation act in the image loader of the first stage's ranks,
 # keyed by (seed, epoch, image, copy): any layout decodes the same pixels. On a small
 # ImageFolder (tests/make_images.py), with Mixup on top (whose pairs must not be an image and
@@ -270,6 +281,8 @@ rc_flags=(--tp 2 --pp 2 --dp 2 --drop-path 0.3 --recompute-blocks 8 --model-ema 
 run rc_mix222 8 "${rc_flags[@]}" &&
   same_run drop_mix222 rc_mix222 "recompute, 2x2x2 (1F1B: two micro-batches in flight share the recomputed set), drop path" &&
   plan_matches rc_mix222 "2x2x2 with recompute and EMA" "${rc_flags[@]}" || fail=1
+run rc_do 1 "${dropout[@]}" --recompute-blocks 8 &&
+  same_run base_do rc_do "recompute all 8 blocks, 1 rank, dropout" || fail=1
 run rc_seqpar_tp8 8 --tp 8 --sequence-parallel 1 --recompute-blocks 3 &&
   same_run seqpar_tp8 rc_seqpar_tp8 "recompute of the first 3 of 8 blocks, 8x1x1 sequence parallel" || fail=1
 # like_1f1b KIND "PLAIN NAME TP PP DP FLAGS..."...: each run under --pp-schedule KIND must log the
@@ -295,7 +308,8 @@ like_1f1b() {
 # parallelism (whose weight pass reads the gathered LayerNorm rows).
 like_1f1b zb-h1 "mix222 zb222 2 2 2" "pp8 zb_pp8 1 8 1" "drop_mix222 zb_drop222 2 2 2 --drop-path 0.3" \
   "seqpar zb_seqpar 2 2 2 --sequence-parallel 1" \
-  "base_par_222 zb_par222 2 2 2 ${par[*]}" "base_map_222 zb_map222 2 2 2 ${map[*]}"
+  "base_par_222 zb_par222 2 2 2 ${par[*]}" "base_map_222 zb_map222 2 2 2 ${map[*]}" \
+  "base_do_222 zb_do222 2 2 2 ${dropout[*]}"
 plan_matches zb222 "2x2x2 zb-h1 (weight-pass input sets)" --tp 2 --pp 2 --dp 2 --pp-schedule zb-h1
 # ZB-V: two chunks per stage in a V (stage 0 holds the embedding's and the head's), each backward
 # split as in ZB-H1, an order from the greedy simulation; every chunk still runs its micro-batches

@@ -3,10 +3,12 @@
 // so each branch crosses the TP group once forward (mapping g) and once backward (mapping f).
 // Under sequence parallelism the stream and the LayerNorms hold only this rank's rows, f
 // gathers the rows and g reduce-scatters them (parallel/tp.h). The row-parallel biases are
-// added by TP rank 0 only, before the reduction, so they count once. Under drop path (drop, the
-// masks of the attention and the MLP branch, else NULL) a branch's output reaches the stream
-// only for the samples that keep it, scaled (vt_drop_path). With LayerScale each branch's
-// output is multiplied by its gamma per channel before that (timm: x + drop_path(ls(branch))).
+// added by TP rank 0 only, before the reduction, so they count once. Under drop path (noise->path,
+// the masks of the attention and the MLP branch) a branch's output reaches the stream only for
+// the samples that keep it, scaled (vt_drop_path). With LayerScale each branch's output is
+// multiplied by its gamma per channel before that (timm: x + drop_path(ls(branch))). Dropout
+// (noise->drop, timm's proj_drop) drops elements of the attention's output and of the MLP's
+// hidden units and output: x + drop_path(ls(dropout(branch))).
 // Parallel blocks (cfg.parallel) run both branches from one LayerNorm and add their outputs
 // before one reduction: one f and one g per block.
 #include "model.h"
@@ -45,12 +47,14 @@ static const float *f_bwd(const vt_model *m, float *local, float *partial, int64
   return local;
 }
 
-// out = res + the branch output y (Ml rows, reduced over TP) times LayerScale's gamma, where its
-// sample keeps the branch under drop path. y is out itself unless gamma is set (LayerScale keeps
-// y for its backward).
-static void branch_add(const vt_model *m, float *out, const float *y, const float *gamma,
-                       const float *res, const vt_drop_mask *mask, int64_t Ml) {
+// out = res + the branch output y (Ml rows, reduced over TP; dropout applied in place) times
+// LayerScale's gamma, where its sample keeps the branch under drop path. y is out itself unless
+// gamma is set (LayerScale keeps y for its backward).
+static void branch_add(const vt_model *m, float *out, float *y, const float *gamma,
+                       const float *res, const vt_drop_mask *mask, const vt_dropout_mask *drop,
+                       int64_t Ml) {
   const int64_t C = m->cfg.width;
+  if (drop) vt_dropout(m->be, y, y, Ml, C, drop, 0);
   if (gamma) vt_layer_scale_fwd(m->be, out, y, gamma, Ml, C);
   if (mask) vt_drop_path(m->be, out, out, res, Ml, C, mask);
   else vt_add(m->be, out, out, res, Ml * C);
@@ -94,11 +98,14 @@ static void parallel_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_
   vt_linear_residual_fwd(be, sum, a->gelu, w->fc2_w, first ? w->fc2_b : NULL, m->s.branch, M, F,
                          C);
   g_fwd(m, y, sum, Ml * C);
-  branch_add(m, out, y, w->ls2, in, drop ? &drop[0] : NULL, Ml);
+  branch_add(m, out, y, w->ls2, in, drop ? &drop[0] : NULL, NULL, Ml);
 }
 
 void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
-                  const float *in, float *out, int B, const vt_drop_mask *drop) {
+                  const float *in, float *out, int B, const vt_block_noise *noise) {
+  const vt_drop_mask *drop = noise->path;
+  const vt_dropout_mask *dropout = noise->drop;
+  VT_CHECK(!(m->cfg.parallel && dropout), "dropout is not built for parallel blocks");
   if (m->cfg.parallel) {
     parallel_fwd(m, w, a, in, out, B, drop);
     return;
@@ -111,10 +118,10 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   const int64_t Ml = vt_model_local_rows(m, B);
   const float *proj_b = m->shard.tp_rank == 0 ? w->proj_b : NULL;
   const float *fc2_b = m->shard.tp_rank == 0 ? w->fc2_b : NULL;
-  // Without TP, drop path and LayerScale nothing comes between a branch's last GEMM and its
-  // residual add, so the GEMM adds it (linear_residual_fwd: the same bits on the CPU, less
+  // Without TP, drop path, dropout and LayerScale nothing comes between a branch's last GEMM and
+  // its residual add, so the GEMM adds it (linear_residual_fwd: the same bits on the CPU, less
   // traffic on a GPU).
-  const int fused = tp == 1 && !drop && !w->ls1;
+  const int fused = tp == 1 && !drop && !dropout && !w->ls1;
   // Attention branch: in -> mid (Ml rows). Its output y (kept for LayerScale's backward, else
   // made in mid) becomes y * gamma in mid.
   float *y = w->ls1 ? a->ls1 : a->mid;
@@ -128,6 +135,7 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   } else {
     vt_linear_fwd(be, partial, a->attn, w->proj_w, proj_b, M, H * D, C);
     g_fwd(m, y, partial, Ml * C);
+    if (dropout) vt_dropout(be, y, y, Ml, C, &dropout[VT_DROPOUT_ATTN], 0);
     if (w->ls1) vt_layer_scale_fwd(be, a->mid, y, w->ls1, Ml, C);
     if (drop) {  // mid = in + the attention branch where its sample keeps it
       vt_drop_path(be, a->mid, a->mid, in, Ml, C, &drop[0]);
@@ -148,36 +156,47 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
     vt_linear_residual_fwd(be, out, a->gelu, w->fc2_w, fc2_b, a->mid, M, F, C);
     return;
   }
+  if (dropout) vt_dropout(be, a->gelu, a->gelu, M, F, &dropout[VT_DROPOUT_HIDDEN], 1);
   vt_linear_fwd(be, partial, a->gelu, w->fc2_w, fc2_b, M, F, C);
   g_fwd(m, y, partial, Ml * C);
-  branch_add(m, out, y, w->ls2, a->mid, drop ? &drop[1] : NULL, Ml);
+  branch_add(m, out, y, w->ls2, a->mid, drop ? &drop[1] : NULL,
+             dropout ? &dropout[VT_DROPOUT_MLP] : NULL, Ml);
 }
 
 // The gradient of a residual branch's output y: the stream's, dres, or under drop path dres *
 // scale where the branch's sample kept it and 0 where it was dropped, times LayerScale's gamma
-// (whose gradient, the column sums of that times y, goes to dgamma); made in dln when it is not
-// dres itself (dln is free until the branch's first input gradient; its rows past M, which must
-// stay zero, lie beyond these Ml).
+// (whose gradient, the column sums of that times y, goes to dgamma), through dropout's mask;
+// made in dln when it is not dres itself (dln is free until the branch's first input gradient;
+// its rows past M, which must stay zero, lie beyond these Ml).
 static const float *branch_dout(const vt_model *m, const float *dres, const vt_drop_mask *mask,
-                                const float *gamma, float *dgamma, const float *y, int64_t Ml) {
+                                const vt_dropout_mask *drop, const float *gamma, float *dgamma,
+                                const float *y, int64_t Ml) {
+  const int64_t C = m->cfg.width;
   const float *d = dres;
   if (mask) {
-    vt_drop_path(m->be, m->s.dln, dres, NULL, Ml, m->cfg.width, mask);
+    vt_drop_path(m->be, m->s.dln, dres, NULL, Ml, C, mask);
     d = m->s.dln;
   }
-  if (!gamma) return d;
-  vt_layer_scale_bwd(m->be, m->s.dln, dgamma, d, y, gamma, Ml, m->cfg.width);
-  return m->s.dln;
+  if (gamma) {
+    vt_layer_scale_bwd(m->be, m->s.dln, dgamma, d, y, gamma, Ml, C);
+    d = m->s.dln;
+  }
+  if (drop) {
+    vt_dropout(m->be, m->s.dln, d, Ml, C, drop, 0);
+    d = m->s.dln;
+  }
+  return d;
 }
 
 // The gradient of a branch's output over all M rows (gathered under sequence parallelism) from
 // the stream's, dres (branch_dout), kept in `kept` for the split backward's weight pass when set
 // (the gathered rows are scratch that later steps overwrite).
 static const float *branch_dy(const vt_model *m, const float *dres, const vt_drop_mask *mask,
-                              const float *gamma, float *dgamma, const float *y, float *kept,
-                              int B) {
+                              const vt_dropout_mask *drop, const float *gamma, float *dgamma,
+                              const float *y, float *kept, int B) {
   const int64_t Ml = vt_model_local_rows(m, B), C = m->cfg.width;
-  const float *dy = g_bwd(m, m->s.full, branch_dout(m, dres, mask, gamma, dgamma, y, Ml), Ml * C);
+  const float *dy =
+      g_bwd(m, m->s.full, branch_dout(m, dres, mask, drop, gamma, dgamma, y, Ml), Ml * C);
   if (!kept) return dy;
   m->be->copy(kept, dy, (size_t)((int64_t)B * vt_cfg_tokens(&m->cfg) * C) * sizeof(float));
   return kept;
@@ -209,14 +228,16 @@ static void attention_bwd(const vt_model *m, const vt_block_tensors *w, vt_block
 // The MLP branch's backward from fc2's output gradient dy (all M rows) to the gradient of its
 // input rows x2, dx2 (M rows). The row-parallel Linear's input gradient (dact) is a bf16
 // activation in bf16 precision, as autocast makes it; gelu_bwd also makes fc1's bias gradient.
+// drop: the hidden units' dropout mask, or NULL.
 static void mlp_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
                     const vt_block_acts *a, const float *dy, const float *x2, float *dfc1,
-                    float *dx2, int weights, int B) {
+                    float *dx2, int weights, int B, const vt_dropout_mask *drop) {
   const vt_backend *be = m->be;
   const int64_t C = m->cfg.width, F = vt_cfg_mlp_hidden(&m->cfg) / m->shard.tp_size;
   const int64_t M = (int64_t)B * vt_cfg_tokens(&m->cfg);
   vt_linear_bwd_act(be, m->s.dact, weights ? gw->fc2_w : NULL, gw->fc2_b, dy, a->gelu, w->fc2_w,
                     M, F, C);
+  if (drop) vt_dropout(be, m->s.dact, m->s.dact, M, F, drop, 1);
   vt_gelu_bwd(be, dfc1, gw->fc1_b, a->fc1, m->s.dact, M, F, vt_model_gelu(m));
   vt_linear_act_bwd(be, dx2, weights ? gw->fc1_w : NULL, dfc1, x2, w->fc1_w, M, C, F);
 }
@@ -234,9 +255,9 @@ static void parallel_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_
   const int64_t M = (int64_t)B * vt_cfg_tokens(c), Ml = vt_model_local_rows(m, B);
   const float *x1 = m->sp ? a->ln1_full : a->ln1;
   float *dfc1 = wg ? wg->dfc1 : s->dfc1, *dqkv = wg ? wg->dqkv : s->dqkv;
-  const float *dy = branch_dy(m, dres, drop ? &drop[0] : NULL, w->ls2, gw->ls2, a->ls2,
+  const float *dy = branch_dy(m, dres, drop ? &drop[0] : NULL, NULL, w->ls2, gw->ls2, a->ls2,
                               wg ? wg->dfc2 : NULL, B);
-  mlp_bwd(m, w, gw, a, dy, x1, dfc1, s->dln2, !wg, B);
+  mlp_bwd(m, w, gw, a, dy, x1, dfc1, s->dln2, !wg, B, NULL);
   attention_bwd(m, w, gw, a, dy, x1, dqkv, s->dln, !wg, B);
   vt_add(be, s->dln, s->dln, s->dln2, M * C);  // dln's rows past M stay untouched (zero)
   const float *dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
@@ -246,7 +267,10 @@ static void parallel_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_
 
 void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
                   const vt_block_acts *a, const float *in, float *dres, int B,
-                  const vt_drop_mask *drop, vt_block_wgrad *wg) {
+                  const vt_block_noise *noise, vt_block_wgrad *wg) {
+  const vt_drop_mask *drop = noise->path;
+  const vt_dropout_mask *dropout = noise->drop;
+  VT_CHECK(!(m->cfg.parallel && noise->drop), "dropout is not built for parallel blocks");
   if (m->cfg.parallel) {
     parallel_bwd(m, w, gw, a, in, dres, B, drop, wg);
     return;
@@ -259,16 +283,18 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   // MLP branch; dres holds d(block output) and becomes d(mid), then d(in). Split: the
   // weight-matrix GEMMs wait for vt_block_bwd_weight, their output gradients in wg.
   float *dfc1 = wg ? wg->dfc1 : s->dfc1, *dqkv = wg ? wg->dqkv : s->dqkv;
-  const float *dy = branch_dy(m, dres, drop ? &drop[1] : NULL, w->ls2, gw->ls2, a->ls2,
+  const float *dy = branch_dy(m, dres, drop ? &drop[1] : NULL,
+                              dropout ? &dropout[VT_DROPOUT_MLP] : NULL, w->ls2, gw->ls2, a->ls2,
                               wg ? wg->dfc2 : NULL, B);
-  mlp_bwd(m, w, gw, a, dy, x2, dfc1, s->dln, !wg, B);
+  mlp_bwd(m, w, gw, a, dy, x2, dfc1, s->dln, !wg, B,
+          dropout ? &dropout[VT_DROPOUT_HIDDEN] : NULL);
   const float *dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm2_w, gw->norm2_b, dx, a->mid, w->norm2_w, a->ln2_mean,
                        a->ln2_rstd, Ml, C);  // dres += the MLP branch's input gradient
   // Attention branch. The attention output's gradient takes dact's place (fc2's input gradient
   // is used up); dln's rows past M stay untouched (zero).
-  dy = branch_dy(m, dres, drop ? &drop[0] : NULL, w->ls1, gw->ls1, a->ls1,
-                 wg ? wg->dproj : NULL, B);
+  dy = branch_dy(m, dres, drop ? &drop[0] : NULL, dropout ? &dropout[VT_DROPOUT_ATTN] : NULL,
+                 w->ls1, gw->ls1, a->ls1, wg ? wg->dproj : NULL, B);
   attention_bwd(m, w, gw, a, dy, x1, dqkv, s->dln, !wg, B);
   dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,

@@ -368,19 +368,60 @@ void vt_drop_path_mask(vt_drop_mask *mask, uint64_t seed, int layer, int branch,
       mask->keep[b >> 5] |= 1u << (b & 31);
 }
 
-// The drop-path masks of a block of this rank (local index l) for a slot's micro-batch, in
-// drop[0..1]; NULL when nothing drops there (rate 0, the first block, evaluation).
-static const vt_drop_mask *block_drop(const vt_model *m, int l, const vt_model_slot *sl, int B,
-                                      vt_drop_mask drop[2]) {
+void vt_dropout_mask_make(vt_dropout_mask *mask, uint64_t seed, uint32_t site, float p,
+                          int64_t sample0, int64_t N, int64_t row0, int64_t width, int64_t col0) {
+  VT_CHECK(p > 0.0f && p < 1.0f && sample0 >= 0, "dropout: probability %g, stream position %lld",
+           (double)p, (long long)sample0);
+  mask->seed = seed;
+  mask->site = site;
+  mask->p = p;
+  mask->scale = 1.0f / (1.0f - p);
+  mask->first = (sample0 * N + row0) * width + col0;
+  mask->width = width;
+}
+
+// What block l of this rank (local index) drops for a slot's micro-batch, in masks that the
+// caller keeps (path[2], drop[3]); members NULL where nothing drops (rate 0, the first block's
+// drop path, evaluation).
+static vt_block_noise block_noise(const vt_model *m, int l, const vt_model_slot *sl, int B,
+                                  vt_drop_mask path[2], vt_dropout_mask drop[3]) {
+  vt_block_noise noise = {NULL, NULL};
+  if (sl->sample0 < 0) return noise;
   const int layer = m->block_id[l];
+  const int64_t N = vt_cfg_tokens(&m->cfg), C = m->cfg.width;
+  const int64_t row0 = m->sp ? m->shard.tp_rank * vt_model_local_rows(m, B) : 0;
   const double keep = vt_drop_path_keep(m->drop_path, layer, m->cfg.depth);
-  if (sl->sample0 < 0 || keep >= 1.0) return NULL;
-  for (int branch = 0; branch < 2; branch++) {
-    vt_drop_path_mask(&drop[branch], m->seed, layer, branch, keep, sl->sample0, B,
-                      vt_cfg_tokens(&m->cfg));
-    drop[branch].row0 = m->sp ? m->shard.tp_rank * vt_model_local_rows(m, B) : 0;
+  if (keep < 1.0) {
+    for (int branch = 0; branch < 2; branch++) {
+      vt_drop_path_mask(&path[branch], m->seed, layer, branch, keep, sl->sample0, B, N);
+      path[branch].row0 = row0;
+    }
+    noise.path = path;
   }
-  return drop;
+  if (m->proj_drop > 0.0f) {
+    // The branch outputs: this rank's rows of all C columns; the hidden units: all rows of this
+    // rank's F / tp columns.
+    const int64_t F = vt_cfg_mlp_hidden(&m->cfg), Fl = F / m->shard.tp_size;
+    vt_dropout_mask_make(&drop[VT_DROPOUT_ATTN], m->seed, vt_dropout_site(layer, VT_DROPOUT_ATTN),
+                         m->proj_drop, sl->sample0, N, row0, C, 0);
+    vt_dropout_mask_make(&drop[VT_DROPOUT_HIDDEN], m->seed,
+                         vt_dropout_site(layer, VT_DROPOUT_HIDDEN), m->proj_drop, sl->sample0, N,
+                         0, F, m->shard.tp_rank * Fl);
+    vt_dropout_mask_make(&drop[VT_DROPOUT_MLP], m->seed, vt_dropout_site(layer, VT_DROPOUT_MLP),
+                         m->proj_drop, sl->sample0, N, row0, C, 0);
+    noise.drop = drop;
+  }
+  return noise;
+}
+
+// The embedding's dropout mask (this rank's rows of the stream), or NULL.
+static const vt_dropout_mask *pos_dropout(const vt_model *m, const vt_model_slot *sl, int B,
+                                          vt_dropout_mask *mask) {
+  if (sl->sample0 < 0 || m->pos_drop <= 0.0f) return NULL;
+  const int64_t row0 = m->sp ? m->shard.tp_rank * vt_model_local_rows(m, B) : 0;
+  vt_dropout_mask_make(mask, m->seed, vt_dropout_site(-1, 0), m->pos_drop, sl->sample0,
+                       vt_cfg_tokens(&m->cfg), row0, m->cfg.width, 0);
+  return mask;
 }
 
 // The slot's Mixup/CutMix targets, or NULL (none, or an evaluation forward).
@@ -413,11 +454,15 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     vt_embed_fwd(be, m->sp ? m->s.full : sl->res[0], sl->patch_out, m->p.prefix, m->p.pos, B, N,
                  T, vt_cfg_pos_first(c), C);
     if (m->sp) take_rows(m, sl->res[0], m->s.full, B);
+    vt_dropout_mask pos;
+    if (pos_dropout(m, sl, B, &pos))
+      vt_dropout(be, sl->res[0], sl->res[0], vt_model_local_rows(m, B), C, &pos, 0);
   }
   for (int j = 0; j < nb; j++) {  // local block b0 + j, slot block j
-    vt_drop_mask drop[2];
-    vt_block_fwd(m, &m->p.blocks[b0 + j], &sl->blocks[j], sl->res[j], sl->res[j + 1], B,
-                 block_drop(m, b0 + j, sl, B, drop));
+    vt_drop_mask path[2];
+    vt_dropout_mask drop[3];
+    const vt_block_noise noise = block_noise(m, b0 + j, sl, B, path, drop);
+    vt_block_fwd(m, &m->p.blocks[b0 + j], &sl->blocks[j], sl->res[j], sl->res[j + 1], B, &noise);
   }
   if (!(m->has_head && chunk == m->nchunks - 1)) return;
   // Class token: timm normalises every token, then pools the class token; LayerNorm is per
@@ -509,18 +554,21 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
   }
   for (int j = nb - 1; j >= 0; j--) {  // local block b0 + j, slot block j
     const int l = b0 + j;
-    vt_drop_mask drop[2];
-    const vt_drop_mask *d = block_drop(m, l, sl, B, drop);
+    vt_drop_mask path[2];
+    vt_dropout_mask drop[3];
+    const vt_block_noise noise = block_noise(m, l, sl, B, path, drop);
     if (j < m->recompute)  // the same forward again (deterministic: the same bits), its output aside
-      vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[j], sl->res[j], s->recompute_out, B, d);
-    vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[j], sl->res[j], s->dres, B, d,
-                 wg ? &wg[j] : NULL);
+      vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[j], sl->res[j], s->recompute_out, B, &noise);
+    vt_block_bwd(m, &m->p.blocks[l], &g->blocks[l], &sl->blocks[j], sl->res[j], s->dres, B,
+                 &noise, wg ? &wg[j] : NULL);
     if (m->grads_ready && !wg) m->grads_ready(m->grads_ready_ctx, m->block_id[l] + 1);
   }
   if (!(m->has_embed && chunk == 0)) {
     be->copy(sl->dinput, s->dres, (size_t)Ml * C * sizeof(float));
     return;
   }
+  vt_dropout_mask pos;
+  if (pos_dropout(m, sl, B, &pos)) vt_dropout(be, s->dres, s->dres, Ml, C, &pos, 0);
   const float *dx = s->dres;
   if (m->sp) {
     vt_tp_sp_gather(m->tp, s->full, s->dres, Ml * C);

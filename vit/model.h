@@ -166,10 +166,14 @@ typedef struct {
   void *act_block;        // the one activation allocation
   size_t act_nbytes;
   vt_precision precision;  // the backend's at init: it sized the bf16 activations
-  uint64_t seed;           // vt_model_init's: it also keys the drop-path masks
+  uint64_t seed;           // vt_model_init's: it also keys the drop-path and dropout masks
   // Drop path (stochastic depth) rate of the last block; 0 (vt_model_init's) turns it off. Set
   // before the first forward.
   float drop_path;
+  // Dropout probabilities (timm's proj_drop_rate: the attention's output, the MLP's hidden units
+  // and its output in every block; pos_drop_rate: the embedding's output); 0 (vt_model_init's)
+  // turns them off. Set before the first forward; not with parallel blocks.
+  float proj_drop, pos_drop;
   // Training batches come with Mixup/CutMix targets in slot->mix (dataio/mix.h); 0 by default.
   int mix;
   // 1: training forwards use binary cross-entropy over the classes (vt_bce_fwd) instead of
@@ -208,9 +212,10 @@ size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_bat
 // slot->img; others: slot->res[0]. The last chunk of the last stage: reads slot->labels and
 // leaves the B per-sample losses in slot->losses (device memory); others leave the output in
 // vt_model_chunk_output. sample0 is the data stream position of the
-// first image (the micro-batch holds sample0 .. sample0 + B - 1), which keys the drop-path
-// masks, so that every layout drops the same branches; negative: evaluation (no drop path,
-// and the loss against slot->labels alone even with m->mix).
+// first image (the micro-batch holds sample0 .. sample0 + B - 1), which keys the drop-path and
+// dropout masks, so that every layout drops the same branches and elements; negative:
+// evaluation (no drop path, no dropout, and the loss against slot->labels alone even with
+// m->mix).
 // Does not wait for the device.
 void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, int64_t sample0);
 // Where a chunk's forward leaves its output in a slot (the activation sent downstream).
@@ -253,6 +258,25 @@ double vt_drop_path_keep(float rate, int layer, int depth);
 void vt_drop_path_mask(vt_drop_mask *mask, uint64_t seed, int layer, int branch, double keep,
                        int64_t sample0, int B, int64_t N);
 
+// Dropout's streams (vt_dropout_mask.site): the embedding's output, then three per block (its
+// attention's output, its MLP's hidden units, its MLP's output; timm's attn.proj_drop, mlp.drop1,
+// mlp.drop2).
+enum { VT_DROPOUT_ATTN = 0, VT_DROPOUT_HIDDEN = 1, VT_DROPOUT_MLP = 2 };
+static inline uint32_t vt_dropout_site(int layer, int place) {
+  return layer < 0 ? 0u : (uint32_t)(1 + 3 * layer + place);
+}
+// A dropout mask with probability p of stream `site` for the micro-batch of stream positions
+// sample0.. of N tokens, over a (rows, width) tensor's part from row row0 and column col0 on.
+void vt_dropout_mask_make(vt_dropout_mask *mask, uint64_t seed, uint32_t site, float p,
+                          int64_t sample0, int64_t N, int64_t row0, int64_t width, int64_t col0);
+
+// What a training forward drops in one block (members NULL: nothing): drop path's masks of its
+// two branches (attention, MLP) and dropout's of its three places (VT_DROPOUT_*).
+typedef struct {
+  const vt_drop_mask *path;
+  const vt_dropout_mask *drop;
+} vt_block_noise;
+
 // The MAP head (vit/map_head.c; global_pool 3) between the last block's output and the head's
 // Linear: from x (B*N, C), every row (gathered under sequence parallelism), to slot->map.out
 // (the statistics of `norm` in the slot's lnf_mean and lnf_rstd); back from s.map_dy (B, C),
@@ -262,15 +286,15 @@ void vt_map_head_fwd(const vt_model *m, vt_model_slot *sl, const float *x, int B
 void vt_map_head_bwd(vt_model *m, const vt_model_slot *sl, float *dx, const float *x, int B);
 
 // Blocks (vit/block.c): one transformer block's forward and backward on M = B*N rows, with the
-// tensor-parallel all-reduces of Megatron's f and g mappings when m->tp is set. drop: the masks
-// of its two branches (attention, MLP), or NULL for none.
+// tensor-parallel all-reduces of Megatron's f and g mappings when m->tp is set. noise: what it
+// drops (vt_block_noise).
 void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
-                  const float *in, float *out, int B, const vt_drop_mask *drop);
+                  const float *in, float *out, int B, const vt_block_noise *noise);
 // wg NULL: the whole backward; else the weight-matrix gradients are left out and their inputs
 // kept in wg for vt_block_bwd_weight.
 void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
                   const vt_block_acts *a, const float *in, float *dres, int B,
-                  const vt_drop_mask *drop, vt_block_wgrad *wg);
+                  const vt_block_noise *noise, vt_block_wgrad *wg);
 void vt_block_bwd_weight(const vt_model *m, vt_block_tensors *gw, const vt_block_acts *a,
                          const vt_block_wgrad *wg, int B);
 

@@ -122,6 +122,8 @@ void vt_cpu_to_act(float *dst, const float *src, int64_t count);
 void vt_cpu_add(float *out, const float *a, const float *b, int64_t count);
 void vt_cpu_drop_path(float *out, const float *x, const float *res, int64_t rows, int64_t cols,
                       const vt_drop_mask *mask);
+void vt_cpu_dropout(float *out, const float *x, int64_t rows, int64_t cols,
+                    const vt_dropout_mask *mask, int act);
 void vt_cpu_patchify_fwd(float *patches, const float *img, int64_t B, int64_t S, int64_t P);
 void vt_cpu_patchify_bwd(float *dimg, const float *dpatches, int64_t B, int64_t S, int64_t P);
 void vt_cpu_embed_fwd(float *x, const float *patch_out, const float *prefix, const float *pos,

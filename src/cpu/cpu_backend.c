@@ -95,6 +95,7 @@ const vt_backend vt_cpu_backend = {
     .qk_norm_bwd = vt_cpu_qk_norm_bwd,
     .add = vt_cpu_add,
     .drop_path = vt_cpu_drop_path,
+    .dropout = vt_cpu_dropout,
     .patchify_fwd = vt_cpu_patchify_fwd,
     .patchify_bwd = vt_cpu_patchify_bwd,
     .embed_fwd = vt_cpu_embed_fwd,

@@ -1,11 +1,12 @@
 // elementwise.c: GELU (the erf and tanh forms), the activation cast (to_act), the residual add,
-// drop path, sum of squares and scaling.
+// drop path, dropout, sum of squares and scaling.
 // GELU uses its own branch-free exp and erf so the compiler vectorises the loops: libm's erff
 // and expf are scalar calls, and made GELU 17% of a ViT-Ti step (tests/bench_cpu.sh).
 #include <math.h>
 #include <string.h>
 
 #include "cpu.h"
+#include "vt_rng.h"
 
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
@@ -131,6 +132,29 @@ void vt_cpu_drop_path(float *out, const float *x, const float *res, int64_t rows
     for (int64_t c = 0; c < cols; c++) {
       const float branch = kept ? xr[c] * s : 0.0f;
       o[c] = rr ? (kept ? rr[c] + branch : rr[c]) : branch;
+    }
+  }
+}
+
+void vt_cpu_dropout(float *out, const float *x, int64_t rows, int64_t cols,
+                    const vt_dropout_mask *mask, int act) {
+  const int bf16 = act && vt_cpu_bf16();
+  const uint32_t stream = vt_hash_name("dropout");
+  const uint64_t key = mask->seed;
+  const float p = mask->p, s = mask->scale;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; r++) {
+    // One Philox block gives the uniforms of four consecutive numbers.
+    uint64_t n = (uint64_t)(mask->first + r * mask->width);
+    for (int64_t c = 0; c < cols;) {
+      const uint64_t blk = n >> 2;
+      vt_philox_ctr u = {{(uint32_t)blk, (uint32_t)(blk >> 32), mask->site, stream}};
+      u = vt_philox4x32_inline(u, key);
+      for (int lane = (int)(n & 3); lane < 4 && c < cols; lane++, c++, n++) {
+        const int64_t i = r * cols + c;
+        const int kept = (float)(u.v[lane] >> 8) * (1.0f / 16777216.0f) >= p;
+        vt_cpu_put(out, i, kept ? vt_cpu_get(x, i, bf16) * s : 0.0f, bf16);
+      }
     }
   }
 }

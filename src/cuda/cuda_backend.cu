@@ -232,6 +232,7 @@ static int cuda_init(void) {
   g_table.qk_norm_bwd = vt_cuda_qk_norm_bwd;
   g_table.add = vt_cuda_add;
   g_table.drop_path = vt_cuda_drop_path;
+  g_table.dropout = vt_cuda_dropout;
   g_table.patchify_fwd = vt_cuda_patchify_fwd;
   g_table.patchify_bwd = vt_cuda_patchify_bwd;
   g_table.embed_fwd = vt_cuda_embed_fwd;

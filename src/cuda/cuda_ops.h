@@ -64,6 +64,8 @@ void vt_cuda_add(float *out, const float *a, const float *b, int64_t count);
 void vt_cuda_to_act(float *dst, const float *src, int64_t count);
 void vt_cuda_drop_path(float *out, const float *x, const float *res, int64_t rows, int64_t cols,
                        const vt_drop_mask *mask);
+void vt_cuda_dropout(float *out, const float *x, int64_t rows, int64_t cols,
+                     const vt_dropout_mask *mask, int act);
 void vt_cuda_sumsq(double *out, const float *x, int64_t count);
 void vt_cuda_scale(float *x, float alpha, int64_t count);
 

@@ -1,11 +1,12 @@
-// elementwise.cu: GELU (the exact erf form and the tanh one), the residual add, drop path, LayerScale, sum of
-// squares and scaling on CUDA, twin of src/cpu/elementwise.c, and the bf16 rounding of GEMM
-// operands (also the activation cast, to_act). The sum of squares is a two-stage reduction over
+// elementwise.cu: GELU (the exact erf form and the tanh one), the residual add, drop path,
+// dropout, LayerScale, sum of squares and scaling on CUDA, twin of src/cpu/elementwise.c, and the
+// bf16 rounding of GEMM operands (also the activation cast, to_act). The sum of squares is a two-stage reduction over
 // chunks of a fixed size, in double, with no atomics: the same bits on every run and every GPU.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
 #include "colsum.cuh"
 #include "cuda_common.h"
 #include "cuda_ops.h"
+#include "vt_rng.h"
 
 #define THREADS 256
 #define INV_SQRT2 0.70710678118654752440f
@@ -80,6 +81,19 @@ static __global__ void drop_path_kernel(float *out, const float *x, const float 
     const bool kept = b < VT_DROP_PATH_MAX_SAMPLES && (mask.keep[b >> 5] >> (b & 31) & 1u);
     const float branch = kept ? __fmul_rn(x[i], mask.scale) : 0.0f;
     out[i] = res ? (kept ? res[i] + branch : res[i]) : branch;
+  }
+}
+
+// Dropout: element i keeps x * scale or becomes 0 by its own Philox number (vt_rng.h's inline
+// rounds, the CPU's bits); out may alias x (each element read, then written, by one thread).
+static __global__ void dropout_kernel(float *out, const float *x, int64_t rows, int64_t cols,
+                                      const vt_dropout_mask mask, uint32_t stream, int bf16) {
+  const int64_t count = rows * cols;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / cols, n = mask.first + r * mask.width + (i - r * cols);
+    const bool kept = vt_rng_uniform_inline(mask.seed, stream, mask.site, (uint64_t)n) >= mask.p;
+    vt_put(out, i, kept ? __fmul_rn(vt_get(x, i, bf16), mask.scale) : 0.0f, bf16);
   }
 }
 
@@ -159,6 +173,14 @@ extern "C" void vt_cuda_drop_path(float *out, const float *x, const float *res, 
   const int64_t count = rows * cols;
   drop_path_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(
       out, x, res, rows, cols, *mask);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vt_cuda_dropout(float *out, const float *x, int64_t rows, int64_t cols,
+                                const vt_dropout_mask *mask, int act) {
+  const int64_t count = rows * cols;
+  dropout_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      out, x, rows, cols, *mask, vt_hash_name("dropout"), act && vt_cuda_bf16());
   VT_CUDA_CHECK_LAUNCH();
 }
 
