@@ -478,6 +478,26 @@ static void t_drop_path(tc *t, const int64_t *d) {
   check(t, "out", g, ref, n);
 }
 
+// Dropout (p 0.3) of a part of a tensor whose element (0, 0) is number `first` of rows `width`
+// long; act: x and out are bf16 activations in bf16 precision. Run 0 writes a fresh buffer, run
+// 1 in place over a copy of x.
+static void t_dropout(tc *t, const int64_t *d) {
+  const int64_t rows = d[0], cols = d[1], n = rows * cols;
+  const int act = (int)d[4];
+  const vt_dropout_mask mask = {
+      .seed = 21, .site = 4, .p = 0.3f, .scale = 1.0f / 0.7f, .first = d[2], .width = d[3]};
+  float *x = hrand(t, n, -1, 1), *ref = hnew(t, n), *g[2];
+  if (act) x = act_in(t, x, n);
+  vt_dropout(t->cpu, ref, x, rows, cols, &mask, act);
+  g[0] = dpoison(t, n);
+  float *gx = dnew(t, x, n);
+  vt_dropout(t->gpu, g[0], gx, rows, cols, &mask, act);
+  g[1] = dnew(t, x, n);
+  vt_dropout(t->gpu, g[1], g[1], rows, cols, &mask, act);
+  if (act) check_act(t, "out", g, ref, n);
+  else check(t, "out", g, ref, n);
+}
+
 static void t_patchify_fwd(tc *t, const int64_t *d) {
   const int64_t B = d[0], S = d[1], P = d[2], np = B * (S / P) * (S / P) * 3 * P * P;
   float *img = hrand(t, B * 3 * S * S, -1, 1), *ref = hnew(t, np), *g[2];
@@ -838,8 +858,8 @@ static void t_scale(tc *t, const int64_t *d) {
 // reduction of its shapes:
 //   0      pure data movement, or the same roundings in the same order on both sides (patchify,
 //          cls_pool, mean_pool: its token sum in order and one division,
-//          add, drop_path, scale, ema, embed: one add, and dprefix/dpos add the batch in the
-//          CPU's order; layer_scale_fwd: one product).
+//          add, drop_path, dropout, scale, ema, embed: one add or product, and dprefix/dpos add
+//          the batch in the CPU's order; layer_scale_fwd: one product).
 //   1e-6   element-wise with FMA contraction or library functions: AdamW, cross-entropy bwd
 //          (a few ulp).
 //   2e-6   GELU: the CPU uses its own erf (abs. error 1.5e-7) and exp, CUDA erff and expf.
@@ -918,6 +938,9 @@ static const op_test kTests[] = {
     {"drop_path", "rows,cols,row0,N,res", t_drop_path, {0, -1},
      {{1, 1, 0, 1, 1}, {394, 192, 0, 197, 1}, {394, 192, 0, 197, 0}, {99, 77, 197, 50, 1},
       {4000, 3, 200, 1, 0}}},  // samples 200..4199 of one row: past 4095 they count as dropped
+    {"dropout", "rows,cols,first,width,act", t_dropout, {0, 0},
+     {{1, 1, 0, 1, 0}, {394, 192, 0, 192, 0}, {394, 768, 5, 1536, 1}, {99, 77, 1ll << 33, 80, 0},
+      {7, 3, 3, 5, 1}}},  // numbers past 2^32 (a long run's stream positions)
     {"patchify_fwd", "B,S,P", t_patchify_fwd, {0, 0},
      {{2, 32, 16}, {1, 12, 4}, {3, 30, 5}, {1, 224, 16}, {2, 8, 8}}},
     {"patchify_bwd", "B,S,P", t_patchify_bwd, {0, -1},
@@ -988,7 +1011,8 @@ static int check_table(const vt_backend *be) {
       OP(layernorm_fwd),     OP(layernorm_bwd),     OP(add_layernorm_fwd), OP(layernorm_bwd_add),
       OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
       OP(latent_attention_fwd), OP(latent_attention_bwd), OP(to_act),
-      OP(add),               OP(drop_path),         OP(patchify_fwd),  OP(patchify_bwd),
+      OP(add),               OP(drop_path),         OP(dropout),       OP(patchify_fwd),
+      OP(patchify_bwd),
       OP(embed_fwd),         OP(embed_bwd),         OP(cls_pool_fwd),  OP(cls_pool_bwd),
       OP(mean_pool_fwd),     OP(mean_pool_bwd),     OP(layer_scale_fwd), OP(layer_scale_bwd),
       OP(norm_mean_pool_fwd), OP(norm_mean_pool_bwd),

@@ -182,6 +182,30 @@ static void test_drop_path(int64_t rows, int64_t cols, int64_t row0, int64_t N) 
   free(k.x), free(k.res), free(out), free(r), free(dx);
 }
 
+// ---- dropout ----
+typedef struct { float *x; int64_t rows, cols; vt_dropout_mask mask; } dropout_ctx;
+static void dropout_fwd(void *c, float *out) {
+  dropout_ctx *k = c;
+  vt_dropout(be, out, k->x, k->rows, k->cols, &k->mask, 0);
+}
+static void test_dropout(int64_t rows, int64_t cols, int64_t first, int64_t width) {
+  // out = x * scale where kept, else 0; the backward is the same op on dout.
+  dropout_ctx k = {randn(rows * cols, 14, 1), rows, cols,
+                   {.seed = 5, .site = 3, .p = 0.3f, .scale = 1.0f / 0.7f, .first = first,
+                    .width = width}};
+  const int64_t n = rows * cols;
+  float *out = calloc((size_t)n, 4), *r = randn(n, 16, 1), *dx = calloc((size_t)n, 4);
+  vt_dropout(be, dx, r, rows, cols, &k.mask, 0);
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < n; i++) dropped += dx[i] == 0.0f;
+  expect_pass("dropout dx", check("dropout dx", dropout_fwd, &k, out, r, n, k.x, n, dx));
+  if (dropped == 0 || dropped == n) {
+    printf("FAIL: dropout p 0.3 dropped %lld of %lld elements\n", (long long)dropped, (long long)n);
+    failures++;
+  }
+  free(k.x), free(out), free(r), free(dx);
+}
+
 // ---- attention ----
 typedef struct { float *qkv, *lse; int64_t B, N, H, D; } att_ctx;
 static void att_fwd(void *c, float *out) {
@@ -473,6 +497,7 @@ int main(void) {
   test_gelu_bias(37, 11);
   test_add(77);
   test_drop_path(31, 3, 4, 7);  // rows 4..34: samples 0..4, the first and last in part
+  test_dropout(9, 7, 1001, 13);  // a part of a wider tensor, numbers not a multiple of 4
   test_attention(2, 13, 3, 5);
   test_attention(1, 5, 1, 3);
   test_attention(2, 7, 7, 11);

@@ -1,6 +1,7 @@
 // test_unit.c: unit tests of the pieces below the model: Philox against the published
 // known-answer vectors, the parameter table against timm's parameter counts, the learning-rate
-// schedule, AdamW against a double-precision transcription, the drop-path masks, Mixup/CutMix
+// schedule, AdamW against a double-precision transcription, the drop-path and dropout masks,
+// Mixup/CutMix
 // pair parameters, random erasing, and the config checks.
 #include <math.h>
 #include <stdio.h>
@@ -252,6 +253,55 @@ static void test_drop_path_masks(void) {
   EXPECT(same, "a micro-batch at position 1100 disagrees with the same positions at 1000");
 }
 
+static void test_dropout_masks(void) {
+  // vt_dropout_mask_make numbers element (r, c) of a tensor part (sample0 * N + row0 + r) * width
+  // + col0 + c; each element is dropped when its uniform of stream (seed, "dropout", site) is
+  // below p, which vt_rng_uniform (rng.c) defines. A (40, 24) tensor of 5 samples of 8 tokens,
+  // whole, then in 4 parts (rows 0-19 / 20-39 as under sequence parallelism, columns 0-11 /
+  // 12-23 as TP's hidden units); the kept fraction of the whole, p 0.25, within 4 sigma.
+  const vt_backend *be = vt_backend_get(VT_DEVICE_CPU, NULL);
+  enum { R = 40, W = 24, N = 8 };
+  static float x[R * W], whole[R * W], part[R * W], sub[R * W];
+  for (int i = 0; i < R * W; i++) x[i] = 1.0f + (float)(i % 7);
+  const float p = 0.25f;
+  const int64_t sample0 = 3000;
+  const uint32_t site = vt_dropout_site(2, VT_DROPOUT_HIDDEN);
+  vt_dropout_mask m;
+  vt_dropout_mask_make(&m, 9, site, p, sample0, N, 0, W, 0);
+  EXPECT(m.scale == 1.0f / 0.75f && m.first == sample0 * N * W && site == 8,
+         "mask: scale %g, first %lld, site %u", m.scale, (long long)m.first, site);
+  vt_dropout(be, whole, x, R, W, &m, 0);
+  int dropped = 0, right = 1;
+  for (int i = 0; i < R * W; i++) {
+    const float u = vt_rng_uniform(9, vt_hash_name("dropout"), site, (uint64_t)(m.first + i));
+    right &= whole[i] == (u < p ? 0.0f : x[i] * m.scale);
+    dropped += whole[i] == 0.0f;
+  }
+  EXPECT(right, "dropout's elements are not x * scale where vt_rng_uniform >= p, else 0");
+  const double sigma = sqrt(R * W * p * (1 - p));
+  EXPECT(fabs(dropped - R * W * p) < 4 * sigma, "dropped %d of %d (expected %.0f)", dropped,
+         R * W, R * W * p);
+  for (int rh = 0; rh < 2; rh++)
+    for (int ch = 0; ch < 2; ch++) {
+      vt_dropout_mask pm;
+      vt_dropout_mask_make(&pm, 9, site, p, sample0, N, rh * R / 2, W, ch * W / 2);
+      for (int r = 0; r < R / 2; r++)
+        memcpy(sub + r * W / 2, x + (rh * R / 2 + r) * W + ch * W / 2, W / 2 * sizeof(float));
+      vt_dropout(be, sub, sub, R / 2, W / 2, &pm, 0);  // in place
+      for (int r = 0; r < R / 2; r++)
+        memcpy(part + (rh * R / 2 + r) * W + ch * W / 2, sub + r * W / 2, W / 2 * sizeof(float));
+    }
+  EXPECT(memcmp(part, whole, sizeof whole) == 0, "the four parts drop other elements than whole");
+  // Another site, or the same tokens one micro-batch later, draw other masks.
+  vt_dropout_mask other;
+  vt_dropout_mask_make(&other, 9, site + 1, p, sample0, N, 0, W, 0);
+  vt_dropout(be, part, x, R, W, &other, 0);
+  EXPECT(memcmp(part, whole, sizeof whole) != 0, "sites %u and %u drop the same", site, site + 1);
+  vt_dropout_mask_make(&other, 9, site, p, sample0 + 5, N, 0, W, 0);
+  vt_dropout(be, part, x, R, W, &other, 0);
+  EXPECT(memcmp(part, whole, sizeof whole) != 0, "positions 3000 and 3005 drop the same");
+}
+
 static void test_mix(void) {
   // Mixup alone, alpha 0.8: lam ~ Beta(0.8, 0.8), mean 1/2, variance 1 / (4 (2 alpha + 1)).
   enum { P = 20000, S = 32 };
@@ -364,6 +414,7 @@ int main(void) {
   test_mix();
   test_erase();
   test_drop_path_masks();
+  test_dropout_masks();
   test_param_counts();
   test_param_runs();
   test_init();

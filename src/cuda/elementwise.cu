@@ -1,7 +1,8 @@
 // elementwise.cu: GELU (the exact erf form and the tanh one), the residual add, drop path,
 // dropout, LayerScale, sum of squares and scaling on CUDA, twin of src/cpu/elementwise.c, and the
-// bf16 rounding of GEMM operands (also the activation cast, to_act). The sum of squares is a two-stage reduction over
-// chunks of a fixed size, in double, with no atomics: the same bits on every run and every GPU.
+// bf16 rounding of GEMM operands (also the activation cast, to_act). The sum of squares is a
+// two-stage reduction over chunks of a fixed size, in double, with no atomics: the same bits on
+// every run and every GPU.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
 #include "colsum.cuh"
 #include "cuda_common.h"
