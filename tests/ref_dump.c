@@ -9,7 +9,8 @@
 // without the qkv bias (ViT-22B's attention) and LayerScale; par parallel blocks (ViT-22B) with
 // LayerScale; bce binary cross-entropy (timm's --bce-loss) instead of the softmax one, bcet the
 // same with binary targets (those over 0.3, timm's --bce-target-thresh); lamb the
-// LAMB optimizer (timm's Lamb) instead of AdamW.
+// LAMB optimizer (timm's Lamb) instead of AdamW; drop dropout (proj_drop 0.2, pos_drop 0.1, with
+// LayerScale; the PyTorch side draws its own masks).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,8 +68,9 @@ int main(int argc, char **argv) {
       (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg") &&
        strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce") &&
        strcmp(variant, "bcet") && strcmp(variant, "lamb") && strcmp(variant, "gap") &&
-       strcmp(variant, "map") && strcmp(variant, "tanh"))) {
-    fprintf(stderr, "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh]\n",
+       strcmp(variant, "map") && strcmp(variant, "tanh") && strcmp(variant, "drop"))) {
+    fprintf(stderr,
+            "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop]\n",
             argv[0]);
     return 2;
   }
@@ -88,6 +90,7 @@ int main(int argc, char **argv) {
   if (!strcmp(variant, "gap")) cfg.global_pool = 2, cfg.no_class_token = 1, cfg.reg_tokens = 2;
   if (!strcmp(variant, "map")) cfg.global_pool = 3, cfg.no_class_token = 1, cfg.reg_tokens = 1;
   if (!strcmp(variant, "tanh")) cfg.gelu_tanh = 1, cfg.global_pool = 3;  // blocks' and MAP's MLPs
+  if (!strcmp(variant, "drop")) cfg.layer_scale = 0.3f;
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,
@@ -104,6 +107,7 @@ int main(int argc, char **argv) {
   m.mix = 1;
   m.bce = !strcmp(variant, "bce") || !strcmp(variant, "bcet");
   if (!strcmp(variant, "bcet")) m.bce_thresh = 0.3f;
+  if (!strcmp(variant, "drop")) m.proj_drop = 0.2f, m.pos_drop = 0.1f;
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
   vt_optimizer_ema_reset(&opt, m.params);
@@ -126,6 +130,10 @@ int main(int argc, char **argv) {
   if (oc.kind == VT_OPT_LAMB) *(float *)push(&o, "", "lamb", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.global_pool == 2) *(float *)push(&o, "", "gap", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.gelu_tanh) *(float *)push(&o, "", "gelu_tanh", "F32", 1, (int64_t[]){1}) = 1.0f;
+  if (m.proj_drop > 0 || m.pos_drop > 0) {  // the marker, holding proj_drop and pos_drop
+    float *rates = push(&o, "", "dropout", "F32", 1, (int64_t[]){2});
+    rates[0] = m.proj_drop, rates[1] = m.pos_drop;
+  }
 
   int clipped = 0;
   for (int64_t step = 0; step < STEPS; step++) {

@@ -82,6 +82,42 @@ def drop_masks(positions, keep_probs):
                           for j in range(2)] for l, keep in enumerate(keep_probs)])
 
 
+def uniforms(key, hi, lo, idx):
+    """uniform() for an array of numbers idx at once (numpy uint64: the 32x32-bit products fit)."""
+    m = np.uint64(M32)
+    blk = idx >> np.uint64(2)
+    c0, c1 = blk & m, blk >> np.uint64(32)
+    c2, c3 = np.full_like(idx, lo), np.full_like(idx, hi)
+    k0, k1 = key & M32, key >> 32 & M32
+    for _ in range(10):
+        p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & m,
+                          (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1), p0 & m)
+        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+    lane = np.choose((idx & np.uint64(3)).astype(np.int64), [c0, c1, c2, c3])
+    return (lane >> np.uint64(8)).astype(np.float64) / 2.0**24
+
+
+# Dropout's masks as vit3d documents them (src/vt_backend.h's vt_dropout_mask, vit/model.h):
+# element (token n, channel c) of the sample at stream position q, in a tensor of `width`
+# channels, is number (q * N + n) * width + c of stream (SEED, fnv1a("dropout"), site) and is
+# dropped when that uniform is below p. Sites: 0 the embedding's output, 1 + 3l + j for block l
+# (j 0 the attention's output, 1 the MLP's hidden units, 2 the MLP's output).
+PROJ_DROP = POS_DROP = 0.0  # main() sets them from ref_dump's marker
+
+
+def dropout(x, positions, site, p):
+    """timm's nn.Dropout in training on x (B, N, width): x * mask / (1 - p)."""
+    if p == 0.0 or positions is None:
+        return x
+    B, N, W = x.shape
+    q = np.array(list(positions), dtype=np.uint64).reshape(B, 1, 1)
+    idx = (q * np.uint64(N) + np.arange(N, dtype=np.uint64).reshape(1, N, 1)) * np.uint64(W) + \
+        np.arange(W, dtype=np.uint64).reshape(1, 1, W)
+    keep = torch.from_numpy(uniforms(SEED, fnv1a("dropout"), site, idx) >= np.float32(p))
+    return x * keep.to(x.dtype) / (1.0 - torch.tensor(p, dtype=torch.float32)).item()
+
+
 def drop_path(x, mask, keep):
     """timm's DropPath in training: x * (bernoulli(keep) / keep) per sample."""
     if keep == 1.0:
@@ -118,8 +154,11 @@ class Mlp(nn.Module):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
 
-    def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x), approximate=GELU))
+    def forward(self, x, positions=None, site=0):
+        """With positions (training): dropout of the hidden units (site) and of the output
+        (site + 1), timm's drop1 and drop2."""
+        h = dropout(F.gelu(self.fc1(x), approximate=GELU), positions, site, PROJ_DROP)
+        return dropout(self.fc2(h), positions, site + 1, PROJ_DROP)
 
 
 class MapHead(nn.Module):
@@ -164,11 +203,13 @@ class Block(nn.Module):
         self.ls1 = LayerScale(dim) if layer_scale else nn.Identity()
         self.ls2 = LayerScale(dim) if layer_scale else nn.Identity()
 
-    def forward(self, x, masks=None, keep=1.0):
+    def forward(self, x, masks=None, keep=1.0, positions=None, layer=0):
         if masks is None:
             masks, keep = torch.ones(2, x.shape[0]), 1.0
-        x = x + drop_path(self.ls1(self.attn(self.norm1(x))), masks[0], keep)
-        return x + drop_path(self.ls2(self.mlp(self.norm2(x))), masks[1], keep)
+        a = dropout(self.attn(self.norm1(x)), positions, 1 + 3 * layer, PROJ_DROP)
+        x = x + drop_path(self.ls1(a), masks[0], keep)
+        m = self.mlp(self.norm2(x), positions, 2 + 3 * layer)
+        return x + drop_path(self.ls2(m), masks[1], keep)
 
 
 class ParallelBlock(nn.Module):
@@ -181,7 +222,7 @@ class ParallelBlock(nn.Module):
         self.mlp = Mlp(dim, hidden)
         self.ls = LayerScale(dim) if layer_scale else nn.Identity()
 
-    def forward(self, x, masks=None, keep=1.0):
+    def forward(self, x, masks=None, keep=1.0, positions=None, layer=0):
         if masks is None:
             masks, keep = torch.ones(2, x.shape[0]), 1.0
         n = self.norm1(x)
@@ -247,9 +288,11 @@ class ViT(nn.Module):
             x = torch.cat(prefix + [x + self.pos_embed], dim=1)
         else:
             x = torch.cat(prefix + [x], dim=1) + self.pos_embed
+        x = dropout(x, positions, 0, POS_DROP)
         self.masks = None if positions is None else drop_masks(positions, self.keep)
         for l, block in enumerate(self.blocks):
-            x = block(x) if positions is None else block(x, self.masks[l], self.keep[l])
+            x = block(x) if positions is None else block(x, self.masks[l], self.keep[l],
+                                                         positions, l)
         if self.map:
             return self.head(self.attn_pool(self.norm(x)))
         if self.gap:  # every token normalised, then the mean of the patch tokens
@@ -375,8 +418,10 @@ def main():
     regs = d["init.reg_token"].shape[1] if "init.reg_token" in d else 0
     class_token, gap = "init.cls_token" in d, "gap" in d  # gap: ref_dump's marker
     map_head = "init.attn_pool.latent" in d
-    global GELU
+    global GELU, PROJ_DROP, POS_DROP
     GELU = "tanh" if "gelu_tanh" in d else "none"  # ref_dump's marker
+    if "dropout" in d:  # ref_dump's marker: proj_drop, pos_drop
+        PROJ_DROP, POS_DROP = (float(r) for r in d["dropout"])
     no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2 and \
         (class_token or regs > 0)
     qk_norm, qkv_bias = "init.blocks.0.attn.q_norm.weight" in d, "init.blocks.0.attn.qkv.bias" in d
@@ -519,7 +564,9 @@ def main():
                (f", {regs} register tokens" if regs else "") +
                (", positions on the patch tokens only" if no_embed_class else "") +
                (", QK-norm" if qk_norm else "") + ("" if qkv_bias else ", no qkv bias") +
-               (", tanh GELU" if GELU == "tanh" else ""))
+               (", tanh GELU" if GELU == "tanh" else "") +
+               (f", dropout {PROJ_DROP:g} (positions {POS_DROP:g})" if PROJ_DROP or POS_DROP
+                else ""))
     print(f"vit3d vs PyTorch reference ({args.dtype}, head: "
           f"{head_name(model)}"
           f"{'' if class_token else ', no class token'}"
