@@ -4,7 +4,8 @@
 # the same mesh over MPI: the NCCL transport (parallel/comm_nccl.cu) on every axis, which a lent
 # GPU (one per task) can only run with one rank per communicator. The meshes: TP with sequence
 # parallelism (all-gathers and reduce-scatters; the gap and MAP heads without a class token,
-# whose backwards gather the tokens again), PP 1F1B (sends on the send stream over the
+# whose backwards gather the tokens again; dropout, each TP rank drawing its rows' and its hidden
+# units' masks on its device), PP 1F1B (sends on the send stream over the
 # links to the neighbours, receives on the compute stream), DP with the layer all-reduces
 # overlapped on the side stream, DP with ZeRO-1, the interleaved schedule over TP x PP, ZB-H1 on
 # 4 stages (its sends complete in the background) and on 2 stages x dp 2 (the send stream beside
@@ -87,7 +88,7 @@ PY
         ck/step-00000003/ema.safetensors; } || { echo "FAIL: the emulated run's checkpoint"; fail=1; }
   fi
 done <<'MESHES'
-2 fp32 --tp 2 --sequence-parallel 1 --global-pool gap --class-token 0 --reg-tokens 1
+2 fp32 --tp 2 --sequence-parallel 1 --global-pool gap --class-token 0 --reg-tokens 1 --proj-drop 0.1 --pos-drop 0.1
 2 bf16 --tp 2 --sequence-parallel 1 --global-pool map --class-token 0
 2 bf16 --pp 2
 2 fp32 --dp 2

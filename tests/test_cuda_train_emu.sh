@@ -3,7 +3,8 @@
 # (tests/cuda_emu, one-rank NCCL) follows the CPU run, in fp32 and in bf16. It runs the trainer's
 # device paths where no GPU is: the CUDA ops in the model, pinned host memory and the uploads
 # (upload_ahead within a step and the next step's first micro-batch loaded ahead), the NCCL
-# transport, the memory report; the bf16 runs also drop paths and mix pairs (Mixup, CutMix) in
+# transport, the memory report; the bf16 runs also drop paths and elements (dropout, its masks
+# drawn on the device; the hidden units' on bf16 activations) and mix pairs (Mixup, CutMix) in
 # timm's DeiT III / DINOv2 / ViT-22B variants (LayerScale, 2 registers, positions on the patch
 # tokens only, QK-norm without qkv bias) with SigLIP's MAP head, the fp32 runs have parallel
 # blocks (ViT-22B), LAMB, the BCE loss on binary targets and the tanh GELU, and the CUDA one
@@ -29,7 +30,7 @@ for p in fp32 bf16; do
   extra=() emu_extra=()
   [[ $p == bf16 ]] && extra=(--drop-path 0.3 --mixup 0.8 --cutmix 1.0 --layer-scale 0.2
                             --reg-tokens 2 --no-embed-class 1 --qk-norm 1 --qkv-bias 0
-                            --global-pool map)
+                            --global-pool map --proj-drop 0.1 --pos-drop 0.1)
   [[ $p == fp32 ]] && extra=(--parallel-blocks 1 --opt lamb --bce-loss 1 --bce-target-thresh 0.05
                             --act gelu_tanh)
   [[ $p == fp32 ]] && emu_extra=(--recompute-blocks 2)
