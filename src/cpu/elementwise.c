@@ -136,24 +136,59 @@ void vt_cpu_drop_path(float *out, const float *x, const float *res, int64_t rows
   }
 }
 
+// The uniforms of numbers 4 * blk0 .. 4 * (blk0 + nblk) - 1 of stream (key, hi, lo) into u: the
+// Philox rounds of vt_rng.h written over arrays of blocks so that they vectorise.
+#define DROPOUT_BLOCKS 64
+static void dropout_uniforms(float *u, uint64_t key, uint32_t hi, uint32_t lo, uint64_t blk0,
+                             int nblk) {
+  uint32_t c0[DROPOUT_BLOCKS], c1[DROPOUT_BLOCKS], c2[DROPOUT_BLOCKS], c3[DROPOUT_BLOCKS];
+  for (int b = 0; b < nblk; b++) {
+    const uint64_t blk = blk0 + (uint64_t)b;
+    c0[b] = (uint32_t)blk, c1[b] = (uint32_t)(blk >> 32), c2[b] = lo, c3[b] = hi;
+  }
+  uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+  for (int r = 0; r < 10; r++) {
+#pragma omp simd
+    for (int b = 0; b < nblk; b++) {
+      const uint64_t p0 = (uint64_t)0xD2511F53u * c0[b], p1 = (uint64_t)0xCD9E8D57u * c2[b];
+      const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[b] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3[b] ^ k1;
+      c0[b] = n0, c1[b] = (uint32_t)p1, c2[b] = n2, c3[b] = (uint32_t)p0;
+    }
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  for (int b = 0; b < nblk; b++) {
+    u[4 * b] = (float)(c0[b] >> 8) * (1.0f / 16777216.0f);
+    u[4 * b + 1] = (float)(c1[b] >> 8) * (1.0f / 16777216.0f);
+    u[4 * b + 2] = (float)(c2[b] >> 8) * (1.0f / 16777216.0f);
+    u[4 * b + 3] = (float)(c3[b] >> 8) * (1.0f / 16777216.0f);
+  }
+}
+
 void vt_cpu_dropout(float *out, const float *x, int64_t rows, int64_t cols,
                     const vt_dropout_mask *mask, int act) {
   const int bf16 = act && vt_cpu_bf16();
   const uint32_t stream = vt_hash_name("dropout");
-  const uint64_t key = mask->seed;
   const float p = mask->p, s = mask->scale;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; r++) {
-    // One Philox block gives the uniforms of four consecutive numbers.
-    uint64_t n = (uint64_t)(mask->first + r * mask->width);
-    for (int64_t c = 0; c < cols;) {
-      const uint64_t blk = n >> 2;
-      vt_philox_ctr u = {{(uint32_t)blk, (uint32_t)(blk >> 32), mask->site, stream}};
-      u = vt_philox4x32_inline(u, key);
-      for (int lane = (int)(n & 3); lane < 4 && c < cols; lane++, c++, n++) {
-        const int64_t i = r * cols + c;
-        const int kept = (float)(u.v[lane] >> 8) * (1.0f / 16777216.0f) >= p;
-        vt_cpu_put(out, i, kept ? vt_cpu_get(x, i, bf16) * s : 0.0f, bf16);
+    // The row's numbers n0 .. n0 + cols - 1 in pieces of whole Philox blocks.
+    const uint64_t n0 = (uint64_t)(mask->first + r * mask->width);
+    float u[4 * DROPOUT_BLOCKS];
+    for (uint64_t blk = n0 >> 2; blk << 2 < n0 + (uint64_t)cols; blk += DROPOUT_BLOCKS) {
+      const uint64_t end = n0 + (uint64_t)cols, left = ((end + 3) >> 2) - blk;
+      const int nblk = left < DROPOUT_BLOCKS ? (int)left : DROPOUT_BLOCKS;
+      dropout_uniforms(u, mask->seed, stream, mask->site, blk, nblk);
+      const uint64_t lo = blk << 2 > n0 ? blk << 2 : n0;
+      const uint64_t hi = (blk + (uint64_t)nblk) << 2 < end ? (blk + (uint64_t)nblk) << 2 : end;
+      const float *ul = u + (lo - (blk << 2));  // the uniform of number lo
+      const int64_t i0 = r * cols + (int64_t)(lo - n0), len = (int64_t)(hi - lo);
+      if (bf16) {
+        for (int64_t j = 0; j < len; j++)
+          vt_cpu_put(out, i0 + j, ul[j] >= p ? vt_cpu_get(x, i0 + j, 1) * s : 0.0f, 1);
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < len; j++) out[i0 + j] = ul[j] >= p ? x[i0 + j] * s : 0.0f;
       }
     }
   }
