@@ -39,9 +39,10 @@ must() { "$@" || { echo "FAIL: $*"; tail -15 "$work/${2}.log" 2>/dev/null; fail=
 
 for z in 0 1; do
   extra=()
-  # drop path's masks and the mixing are keyed by stream position: resumable; the weights' EMA
-  # is saved (ema.safetensors) and restored
-  [ $z = 1 ] && extra=(--drop-path 0.2 --mixup 0.8 --cutmix 1.0 --reprob 0.25 --model-ema 0.99)
+  # drop path's and dropout's masks and the mixing are keyed by stream position: resumable; the
+  # weights' EMA is saved (ema.safetensors) and restored
+  [ $z = 1 ] && extra=(--drop-path 0.2 --proj-drop 0.1 --pos-drop 0.1 --mixup 0.8 --cutmix 1.0
+                       --reprob 0.25 --model-ema 0.99)
   must run straight$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}" ${extra:+--final-ema "$work/ema_straight.st"}
   must run first$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}" --save "$work/ck$z" --save-interval 10 \
     --run-steps 10
