@@ -8,8 +8,8 @@
 #   3. 100 training steps of the tiny model with drop path, same seed and synthetic data: on
 #      CUDA in bf16 (twice: the same bits are required) and fp32, on the CPU in bf16 (the twin)
 #      and fp32; the loss curves compared (tests/compare_curves.py); then 20 bf16 steps of the
-#      model variants (LayerScale, registers, QK-norm, no qkv bias; parallel blocks with LAMB
-#      and BCE on binary targets) on both
+#      model variants (LayerScale, registers, QK-norm, no qkv bias, dropout; parallel blocks
+#      with LAMB and BCE on binary targets) on both
 #   4. ViT-B/16 at 224 px, bf16 (and fp32 when time allows), on CUDA: bench_gpu (one
 #      device-resident batch) and the
 #      trainer's own metrics line (images/s, MFU with --peak-tflops 989), against timm's
@@ -195,14 +195,15 @@ if ((built)); then
     note "training: a run FAILED (see train.log)"
     tail -20 "$tlog"
   fi
-  # The model variants (LayerScale, registers, patch-only positions, QK-norm without qkv bias;
-  # then with parallel blocks, LAMB and the BCE loss on binary targets) for 20 steps in bf16,
-  # CUDA against the CPU twin: their ops (layer_scale, qk_norm, embed with prefix tokens,
-  # lamb_moments/apply, bce_fwd) inside a training step on the GPU.
+  # The model variants (LayerScale, registers, patch-only positions, QK-norm without qkv bias,
+  # dropout; then with parallel blocks, LAMB and the BCE loss on binary targets) for 20 steps in
+  # bf16, CUDA against the CPU twin: their ops (layer_scale, qk_norm, embed with prefix tokens,
+  # dropout, lamb_moments/apply, bce_fwd) inside a training step on the GPU.
   vargs=(--steps 20 --precision bf16 --layer-scale 0.2 --reg-tokens 2 --no-embed-class 1
          --qk-norm 1 --qkv-bias 0)
   vverdicts=""
-  for v in "seq|" "par|--parallel-blocks 1 --opt lamb --bce-loss 1 --bce-target-thresh 0.05"; do
+  for v in "seq|--proj-drop 0.1 --pos-drop 0.1" \
+           "par|--parallel-blocks 1 --opt lamb --bce-loss 1 --bce-target-thresh 0.05"; do
     IFS='|' read -r vn vflags <<<"$v"
     vok=1
     for side in "gpu|$gdev" "cpu|cpu"; do
