@@ -317,6 +317,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--pos-drop", VT_OPT_FLOAT, &o.pos_drop, 0, 0, 0.99, "P",
        "dropout as timm's pos_drop_rate: each element of the embedding's output (patches, prefix "
        "tokens and positions) dropped with probability P", NULL},
+      {"--drop", VT_OPT_FLOAT, &o.head_drop, 0, 0, 0.99, "P",
+       "dropout as timm's --drop (drop_rate): each element of the head's input (the pooled, "
+       "normalised features) dropped with probability P", NULL},
       {"--mixup", VT_OPT_FLOAT, &o.mix.mixup_alpha, 0, 0, 100, "ALPHA",
        "Mixup: blend each pair of images (stream positions 2k, 2k+1) and their targets with "
        "lam ~ Beta(ALPHA, ALPHA) (DeiT: 0.8); 0: off", NULL},

@@ -236,6 +236,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   m.drop_path = o->drop_path;
   m.proj_drop = o->proj_drop;
   m.pos_drop = o->pos_drop;
+  m.head_drop = o->head_drop;
   m.mix = vt_mix_enabled(&o->mix);
   m.bce = o->bce_loss;
   if (o->bce_loss) m.bce_thresh = o->bce_thresh;

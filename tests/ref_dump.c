@@ -9,8 +9,8 @@
 // without the qkv bias (ViT-22B's attention) and LayerScale; par parallel blocks (ViT-22B) with
 // LayerScale; bce binary cross-entropy (timm's --bce-loss) instead of the softmax one, bcet the
 // same with binary targets (those over 0.3, timm's --bce-target-thresh); lamb the
-// LAMB optimizer (timm's Lamb) instead of AdamW; drop dropout (proj_drop 0.2, pos_drop 0.1, with
-// LayerScale; the PyTorch side draws its own masks).
+// LAMB optimizer (timm's Lamb) instead of AdamW; drop dropout (proj_drop 0.2, pos_drop 0.1,
+// drop_rate 0.3, with LayerScale; the PyTorch side draws its own masks).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
   m.mix = 1;
   m.bce = !strcmp(variant, "bce") || !strcmp(variant, "bcet");
   if (!strcmp(variant, "bcet")) m.bce_thresh = 0.3f;
-  if (!strcmp(variant, "drop")) m.proj_drop = 0.2f, m.pos_drop = 0.1f;
+  if (!strcmp(variant, "drop")) m.proj_drop = 0.2f, m.pos_drop = 0.1f, m.head_drop = 0.3f;
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
   vt_optimizer_ema_reset(&opt, m.params);
@@ -130,9 +130,9 @@ int main(int argc, char **argv) {
   if (oc.kind == VT_OPT_LAMB) *(float *)push(&o, "", "lamb", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.global_pool == 2) *(float *)push(&o, "", "gap", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.gelu_tanh) *(float *)push(&o, "", "gelu_tanh", "F32", 1, (int64_t[]){1}) = 1.0f;
-  if (m.proj_drop > 0 || m.pos_drop > 0) {  // the marker, holding proj_drop and pos_drop
-    float *rates = push(&o, "", "dropout", "F32", 1, (int64_t[]){2});
-    rates[0] = m.proj_drop, rates[1] = m.pos_drop;
+  if (m.proj_drop > 0 || m.pos_drop > 0 || m.head_drop > 0) {  // the marker, holding the rates
+    float *rates = push(&o, "", "dropout", "F32", 1, (int64_t[]){3});
+    rates[0] = m.proj_drop, rates[1] = m.pos_drop, rates[2] = m.head_drop;
   }
 
   int clipped = 0;

@@ -102,8 +102,9 @@ def uniforms(key, hi, lo, idx):
 # element (token n, channel c) of the sample at stream position q, in a tensor of `width`
 # channels, is number (q * N + n) * width + c of stream (SEED, fnv1a("dropout"), site) and is
 # dropped when that uniform is below p. Sites: 0 the embedding's output, 1 + 3l + j for block l
-# (j 0 the attention's output, 1 the MLP's hidden units, 2 the MLP's output).
-PROJ_DROP = POS_DROP = 0.0  # main() sets them from ref_dump's marker
+# (j 0 the attention's output, 1 the MLP's hidden units, 2 the MLP's output), 1 + 3 DEPTH the
+# head's input (one row per image).
+PROJ_DROP = POS_DROP = HEAD_DROP = 0.0  # main() sets them from ref_dump's marker
 
 
 def dropout(x, positions, site, p):
@@ -278,8 +279,13 @@ class ViT(nn.Module):
         self.keep = [1.0 - r.item() for r in torch.linspace(0, DROP_PATH, depth)]
 
     def forward(self, img, positions=None):
-        """Training with the images' stream positions (drop path's masks, kept in self.masks),
-        evaluation without."""
+        """Training with the images' stream positions (drop path's masks, kept in self.masks;
+        dropout's), evaluation without."""
+        return self.head(dropout(self.features(img, positions)[:, None], positions,
+                                 1 + 3 * DEPTH, HEAD_DROP)[:, 0])
+
+    def features(self, img, positions):
+        """The head's input (B, C)."""
         x = self.patch_embed(img)
         prefix = [] if self.cls_token is None else [self.cls_token.expand(x.shape[0], -1, -1)]
         if self.reg_token is not None:
@@ -294,13 +300,12 @@ class ViT(nn.Module):
             x = block(x) if positions is None else block(x, self.masks[l], self.keep[l],
                                                          positions, l)
         if self.map:
-            return self.head(self.attn_pool(self.norm(x)))
+            return self.attn_pool(self.norm(x))
         if self.gap:  # every token normalised, then the mean of the patch tokens
-            return self.head(self.norm(x)[:, self.prefix:].mean(dim=1))
+            return self.norm(x)[:, self.prefix:].mean(dim=1)
         if self.global_pool:  # the mean of the patch tokens, then fc_norm
-            return self.head(self.fc_norm(x[:, self.prefix:].mean(dim=1)))
-        x = self.norm(x)  # timm normalises all tokens, then pools
-        return self.head(x[:, 0])
+            return self.fc_norm(x[:, self.prefix:].mean(dim=1))
+        return self.norm(x)[:, 0]  # timm normalises all tokens, then pools
 
 
 def mix_pairs(raw, lam, box):
@@ -418,10 +423,10 @@ def main():
     regs = d["init.reg_token"].shape[1] if "init.reg_token" in d else 0
     class_token, gap = "init.cls_token" in d, "gap" in d  # gap: ref_dump's marker
     map_head = "init.attn_pool.latent" in d
-    global GELU, PROJ_DROP, POS_DROP
+    global GELU, PROJ_DROP, POS_DROP, HEAD_DROP
     GELU = "tanh" if "gelu_tanh" in d else "none"  # ref_dump's marker
-    if "dropout" in d:  # ref_dump's marker: proj_drop, pos_drop
-        PROJ_DROP, POS_DROP = (float(r) for r in d["dropout"])
+    if "dropout" in d:  # ref_dump's marker: proj_drop, pos_drop, drop_rate
+        PROJ_DROP, POS_DROP, HEAD_DROP = (float(r) for r in d["dropout"])
     no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2 and \
         (class_token or regs > 0)
     qk_norm, qkv_bias = "init.blocks.0.attn.q_norm.weight" in d, "init.blocks.0.attn.qkv.bias" in d
@@ -565,8 +570,8 @@ def main():
                (", positions on the patch tokens only" if no_embed_class else "") +
                (", QK-norm" if qk_norm else "") + ("" if qkv_bias else ", no qkv bias") +
                (", tanh GELU" if GELU == "tanh" else "") +
-               (f", dropout {PROJ_DROP:g} (positions {POS_DROP:g})" if PROJ_DROP or POS_DROP
-                else ""))
+               (f", dropout {PROJ_DROP:g} (positions {POS_DROP:g}, head {HEAD_DROP:g})"
+                if PROJ_DROP or POS_DROP or HEAD_DROP else ""))
     print(f"vit3d vs PyTorch reference ({args.dtype}, head: "
           f"{head_name(model)}"
           f"{'' if class_token else ', no class token'}"

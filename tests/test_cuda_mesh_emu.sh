@@ -88,7 +88,7 @@ PY
         ck/step-00000003/ema.safetensors; } || { echo "FAIL: the emulated run's checkpoint"; fail=1; }
   fi
 done <<'MESHES'
-2 fp32 --tp 2 --sequence-parallel 1 --global-pool gap --class-token 0 --reg-tokens 1 --proj-drop 0.1 --pos-drop 0.1
+2 fp32 --tp 2 --sequence-parallel 1 --global-pool gap --class-token 0 --reg-tokens 1 --proj-drop 0.1 --pos-drop 0.1 --drop 0.1
 2 bf16 --tp 2 --sequence-parallel 1 --global-pool map --class-token 0
 2 bf16 --pp 2
 2 fp32 --dp 2

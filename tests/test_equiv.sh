@@ -200,7 +200,7 @@ run par_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${par[@]}" &&
 # shards), so every layout drops the same elements as one rank; with LayerScale (which keeps the
 # dropped branch output for its gamma gradient) and drop path on top, also 4x2x1 with sequence
 # parallelism (padding rows), ZB-H1 bit for bit as 1F1B and activation recompute below.
-dropout=(--proj-drop 0.2 --pos-drop 0.2 --layer-scale 0.2 --drop-path 0.2)
+dropout=(--proj-drop 0.2 --pos-drop 0.2 --drop 0.2 --layer-scale 0.2 --drop-path 0.2)
 variant base base_do "dropout, LayerScale, drop path" "${dropout[@]}"
 run do_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${dropout[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_do" "$work/do_sp" "do_sp 4 x 2 x 1 SP ${dropout[*]}" ||

@@ -414,13 +414,13 @@ static vt_block_noise block_noise(const vt_model *m, int l, const vt_model_slot 
   return noise;
 }
 
-// The embedding's dropout mask (this rank's rows of the stream), or NULL.
-static const vt_dropout_mask *pos_dropout(const vt_model *m, const vt_model_slot *sl, int B,
-                                          vt_dropout_mask *mask) {
-  if (sl->sample0 < 0 || m->pos_drop <= 0.0f) return NULL;
-  const int64_t row0 = m->sp ? m->shard.tp_rank * vt_model_local_rows(m, B) : 0;
-  vt_dropout_mask_make(mask, m->seed, vt_dropout_site(-1, 0), m->pos_drop, sl->sample0,
-                       vt_cfg_tokens(&m->cfg), row0, m->cfg.width, 0);
+// A dropout mask of probability p at `site` for a slot's micro-batch (N rows per image, from row
+// row0, width columns), or NULL where nothing drops (p 0, evaluation).
+static const vt_dropout_mask *slot_dropout(const vt_model *m, const vt_model_slot *sl, float p,
+                                           uint32_t site, int64_t N, int64_t row0, int64_t width,
+                                           vt_dropout_mask *mask) {
+  if (sl->sample0 < 0 || p <= 0.0f) return NULL;
+  vt_dropout_mask_make(mask, m->seed, site, p, sl->sample0, N, row0, width, 0);
   return mask;
 }
 
@@ -454,9 +454,10 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     vt_embed_fwd(be, m->sp ? m->s.full : sl->res[0], sl->patch_out, m->p.prefix, m->p.pos, B, N,
                  T, vt_cfg_pos_first(c), C);
     if (m->sp) take_rows(m, sl->res[0], m->s.full, B);
-    vt_dropout_mask pos;
-    if (pos_dropout(m, sl, B, &pos))
-      vt_dropout(be, sl->res[0], sl->res[0], vt_model_local_rows(m, B), C, &pos, 0);
+    vt_dropout_mask pos;  // this rank's rows of the stream
+    const int64_t Ml = vt_model_local_rows(m, B), row0 = m->sp ? m->shard.tp_rank * Ml : 0;
+    if (slot_dropout(m, sl, m->pos_drop, vt_dropout_site(-1, 0), N, row0, C, &pos))
+      vt_dropout(be, sl->res[0], sl->res[0], Ml, C, &pos, 0);
   }
   for (int j = 0; j < nb; j++) {  // local block b0 + j, slot block j
     vt_drop_mask path[2];
@@ -475,7 +476,7 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     vt_tp_sp_gather(m->tp, m->s.full, x, vt_model_local_rows(m, B) * C);
     x = m->s.full;
   }
-  const float *head_in = sl->lnf;
+  float *head_in = sl->lnf;
   if (c->global_pool == 3) {
     vt_map_head_fwd(m, sl, x, B);
     head_in = sl->map.out;
@@ -488,6 +489,9 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w,
                      m->p.norm_b, B, C);
   }
+  vt_dropout_mask hd;  // the head's input (a bf16 activation), whole on every TP rank
+  if (slot_dropout(m, sl, m->head_drop, vt_dropout_site(c->depth, 0), 1, 0, C, &hd))
+    vt_dropout(be, head_in, head_in, B, C, &hd, 1);
   vt_linear_fwd(be, sl->logits, head_in, m->p.head_w, m->p.head_b, B, C, K);
   if (m->bce && sample0 >= 0)
     vt_bce_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, slot_mix(m, sl), smoothing,
@@ -527,6 +531,9 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
     const int map = c->global_pool == 3;
     vt_linear_bwd(be, map ? s->map_dy : s->dlnf, g->head_w, g->head_b, s->dlogits,
                   map ? sl->map.out : sl->lnf, m->p.head_w, B, C, K);
+    vt_dropout_mask hd;
+    if (slot_dropout(m, sl, m->head_drop, vt_dropout_site(c->depth, 0), 1, 0, C, &hd))
+      vt_dropout(be, map ? s->map_dy : s->dlnf, map ? s->map_dy : s->dlnf, B, C, &hd, 0);
     float *dx = m->sp ? s->full : s->dres;
     if (map) {
       // The backward reads the last block's output again (under sequence parallelism gathered
@@ -568,7 +575,9 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
     return;
   }
   vt_dropout_mask pos;
-  if (pos_dropout(m, sl, B, &pos)) vt_dropout(be, s->dres, s->dres, Ml, C, &pos, 0);
+  if (slot_dropout(m, sl, m->pos_drop, vt_dropout_site(-1, 0), N, m->sp ? m->shard.tp_rank * Ml : 0,
+                   C, &pos))
+    vt_dropout(be, s->dres, s->dres, Ml, C, &pos, 0);
   const float *dx = s->dres;
   if (m->sp) {
     vt_tp_sp_gather(m->tp, s->full, s->dres, Ml * C);

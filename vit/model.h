@@ -171,9 +171,10 @@ typedef struct {
   // before the first forward.
   float drop_path;
   // Dropout probabilities (timm's proj_drop_rate: the attention's output, the MLP's hidden units
-  // and its output in every block; pos_drop_rate: the embedding's output); 0 (vt_model_init's)
-  // turns them off. Set before the first forward; not with parallel blocks.
-  float proj_drop, pos_drop;
+  // and its output in every block; pos_drop_rate: the embedding's output; drop_rate: the head's
+  // input); 0 (vt_model_init's) turns them off. Set before the first forward; proj_drop not with
+  // parallel blocks.
+  float proj_drop, pos_drop, head_drop;
   // Training batches come with Mixup/CutMix targets in slot->mix (dataio/mix.h); 0 by default.
   int mix;
   // 1: training forwards use binary cross-entropy over the classes (vt_bce_fwd) instead of
@@ -258,9 +259,9 @@ double vt_drop_path_keep(float rate, int layer, int depth);
 void vt_drop_path_mask(vt_drop_mask *mask, uint64_t seed, int layer, int branch, double keep,
                        int64_t sample0, int B, int64_t N);
 
-// Dropout's streams (vt_dropout_mask.site): the embedding's output, then three per block (its
-// attention's output, its MLP's hidden units, its MLP's output; timm's attn.proj_drop, mlp.drop1,
-// mlp.drop2).
+// Dropout's streams (vt_dropout_mask.site): the embedding's output (layer -1), three per block
+// (its attention's output, its MLP's hidden units, its MLP's output; timm's attn.proj_drop,
+// mlp.drop1, mlp.drop2), then the head's input (layer depth, timm's head_drop).
 enum { VT_DROPOUT_ATTN = 0, VT_DROPOUT_HIDDEN = 1, VT_DROPOUT_MLP = 2 };
 static inline uint32_t vt_dropout_site(int layer, int place) {
   return layer < 0 ? 0u : (uint32_t)(1 + 3 * layer + place);
