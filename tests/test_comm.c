@@ -1,7 +1,8 @@
 // test_comm.c: the comm API on CPU ranks (label mpi, 8 ranks under mpirun): for two mesh shapes,
 // every collective on every axis gives exact values (integers as floats), started (overlapped)
-// all-reduces with several in flight, send/recv along pp, deferred sends round a ring, and
-// the traffic counters match the calls made. Each rank computes its verdict; the verdicts are
+// all-reduces with several in flight, send/recv along pp, deferred sends round a ring, messages
+// on two channels received in the other order than sent, and the traffic counters match the
+// calls made. Each rank computes its verdict; the verdicts are
 // reduced so every rank exits with the same code. Must not depend on the model or on CUDA.
 #include <stdlib.h>
 #include <stdio.h>
@@ -185,6 +186,34 @@ static void check_pipeline(vt_comm *pp, const int *group, int w) {
     vt_comm_wait_sends(pp, 3);
     vt_comm_wait_sends(pp, 0);
     EXPECT(bad == 0, "pp deferred ring: %d elements differ", bad);
+    free(out);
+    free(in);
+  }
+  if (n > 1) {
+    // Channels (ZB-V's activations and gradients): each rank sends a message on channel 1, then
+    // one on channel 0; the receiver takes channel 0's first. Matching per channel gives each
+    // receive its own channel's message; one shared order would hand the first receive the
+    // channel-1 message.
+    enum { L = 1 << 18 };
+    const int dst = (p + 1) % n, src = (p + n - 1) % n;
+    float *out = malloc(2 * (size_t)L * sizeof(float)), *in = malloc(2 * (size_t)L * sizeof(float));
+    VT_CHECK(out && in, "out of memory");
+    for (int64_t i = 0; i < 2 * (int64_t)L; i++) out[i] = (float)(w * 7 + (i < L ? 1 : 2));
+    for (int ch = 1; ch >= 0; ch--) {  // out's first half on channel 1, its second on channel 0
+      const vt_comm_p2p send = {0, out + (int64_t)(1 - ch) * L, L, dst, 5, ch};
+      vt_comm_exchange(pp, &send, 1);
+      expect_op(VT_AXIS_PP, VT_COMM_OP_SEND, (int64_t)L * 4);
+    }
+    for (int ch = 0; ch < 2; ch++) {
+      const vt_comm_p2p recv = {1, in + (int64_t)ch * L, L, src, 0, ch};
+      vt_comm_exchange(pp, &recv, 1);
+      expect_op(VT_AXIS_PP, VT_COMM_OP_RECV, (int64_t)L * 4);
+    }
+    vt_comm_wait_sends(pp, 5);
+    int bad = 0;
+    for (int64_t i = 0; i < L; i++)
+      bad += in[i] != (float)(group[src] * 7 + 2) || in[L + i] != (float)(group[src] * 7 + 1);
+    EXPECT(bad == 0, "pp channels: %d elements came on the other channel", bad);
     free(out);
     free(in);
   }
