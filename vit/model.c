@@ -54,10 +54,11 @@ static void carve_block(vt_model *m, vt_block_acts *b, arena *ar) {
 
 static void carve_map(vt_model *m, vt_map_acts *a, arena *ar) {
   const vt_vit_config *c = &m->cfg;
+  const int tp = m->shard.tp_size;  // the attention holds this rank's heads
   const int64_t B = m->max_batch, N = vt_cfg_tokens(c), C = c->width, F = vt_cfg_mlp_hidden(c);
-  a->latent = take_act(m, ar, C), a->q = take_act(m, ar, C);
-  a->kv = take_act(m, ar, B * N * 2 * C);
-  a->attn = take_act(m, ar, B * C), a->lse = take(ar, B * c->heads);
+  a->latent = take_act(m, ar, C), a->q = take_act(m, ar, C / tp);
+  a->kv = take_act(m, ar, B * N * 2 * C / tp);
+  a->attn = take_act(m, ar, B * C / tp), a->lse = take(ar, B * c->heads / tp);
   a->y = take(ar, B * C);
   a->ln = take_act(m, ar, B * C), a->ln_mean = take(ar, B), a->ln_rstd = take(ar, B);
   a->fc1 = take_act(m, ar, B * F), a->gelu = take_act(m, ar, B * F);
@@ -127,13 +128,14 @@ static void carve(vt_model *m, arena *ar) {
   s->dact = take_act(m, ar, M * F), s->dfc1 = take_act(m, ar, M * F);
   if (m->has_embed) s->dpatch_out = take(ar, B * vt_cfg_patches(c) * C);
   if (m->has_head && c->global_pool == 3) {
-    const int64_t Fh = vt_cfg_mlp_hidden(c);  // the MAP head's MLP is whole on every TP rank
+    const int64_t Fh = vt_cfg_mlp_hidden(c);  // the MAP head's MLP is whole on every TP rank,
+                                              // its attention this rank's heads
     s->dlnf = take(ar, M * C), s->dlogits = take(ar, B * K);
     s->map_z = take(ar, B * C), s->map_dy = take(ar, B * C);
     s->map_dgelu = take_act(m, ar, B * Fh), s->map_dfc1 = take_act(m, ar, B * Fh);
-    s->map_dln = take(ar, B * C), s->map_dattn = take_act(m, ar, B * C);
-    s->map_dq = take(ar, C), s->map_dlatent = take(ar, C);
-    s->map_dkv = take_act(m, ar, M * 2 * C);
+    s->map_dln = take(ar, B * C), s->map_dattn = take_act(m, ar, B * C / tp);
+    s->map_dq = take(ar, C / tp), s->map_dlatent = take(ar, C);
+    s->map_dkv = take_act(m, ar, M * 2 * C / tp);
   } else if (m->has_head) {
     s->dpooled = take(ar, B * C), s->dlnf = take(ar, B * C), s->dlogits = take(ar, B * K);
   }
@@ -537,10 +539,14 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
     float *dx = m->sp ? s->full : s->dres;
     if (map) {
       // The backward reads the last block's output again (under sequence parallelism gathered
-      // once more); the tokens' gradient goes to a buffer of its own.
+      // once more); the tokens' gradient goes to a buffer of its own. Each TP rank's is its
+      // heads' part, summed over the group as a column-parallel layer's input gradient (f's
+      // backward: reduce-scattered to this rank's rows under sequence parallelism).
       const float *x = sl->res[nb];
       if (m->sp) vt_tp_sp_gather(m->tp, s->full, x, Ml * C), x = s->full, dx = s->partial;
       vt_map_head_bwd(m, sl, dx, x, B);
+      if (m->sp) vt_tp_sp_reduce_scatter(m->tp, s->dres, dx, Ml * C);
+      else vt_tp_f_bwd(m->tp, dx, (int64_t)B * N * C);
     } else if (c->global_pool == 2) {
       // The backward reads the last block's output again: under sequence parallelism gathered
       // once more into the buffer that then takes its gradient in place.
@@ -554,7 +560,7 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
       if (c->global_pool) vt_mean_pool_bwd(be, dx, s->dpooled, B, N, T, C);
       else vt_cls_pool_bwd(be, dx, s->dpooled, B, N, C);
     }
-    if (m->sp) take_rows(m, s->dres, dx, B);
+    if (m->sp && !map) take_rows(m, s->dres, dx, B);
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, c->depth + 1);
   } else {
     be->copy(s->dres, sl->dout, (size_t)Ml * C * sizeof(float));

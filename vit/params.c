@@ -119,17 +119,23 @@ static void block(builder *b, int l, const vt_vit_config *cfg, int sp, int tp_si
   if (ls > 0) layer_scale(b, l + 1, C, ls, pre, sp);
 }
 
-// The MAP head's tensors (timm's attn_pool, AttentionPoolLatent), of the head's layer and whole
-// on every TP rank. The latent is decayed as timm's param groups decay it (3 dims, not in
+// The MAP head's tensors (timm's attn_pool, AttentionPoolLatent), of the head's layer. Tensor
+// parallelism splits its attention by heads as a block's: q and kv column-parallel (kv's rows
+// [k | v], each split), proj row-parallel; the latent is whole, its gradient each TP rank's
+// heads' part (partial); the MLP behind is whole on every TP rank (its rows are the B pooled
+// vectors). The latent is decayed as timm's param groups decay it (3 dims, not in
 // no_weight_decay).
-static void map_head(builder *b, const vt_vit_config *cfg) {
+static void map_head(builder *b, const vt_vit_config *cfg, int tp_size) {
   const int64_t C = cfg->width, F = vt_cfg_mlp_hidden(cfg);
   const int layer = cfg->depth + 1;
+  vt_param_table *t = b->t;
   add(b, layer, VT_INIT_TRUNC_NORMAL_2STD, 1.0f / sqrtf((float)C), 1, VT_TP_REPLICATED, 3,
       (int64_t[]){1, 1, C}, "attn_pool.latent");
-  linear(b, layer, VT_TP_REPLICATED, C, C, "attn_pool.q");
-  linear(b, layer, VT_TP_REPLICATED, 2 * C, C, "attn_pool.kv");
-  linear(b, layer, VT_TP_REPLICATED, C, C, "attn_pool.proj");
+  t->p[t->count - 1].tp_partial = tp_size > 1;
+  linear(b, layer, VT_TP_ROWS, C, C, "attn_pool.q");
+  const int kv = linear(b, layer, VT_TP_ROWS, 2 * C, C, "attn_pool.kv");
+  t->p[kv].tp_groups = t->p[kv + 1].tp_groups = 2;  // weight and bias rows: [k | v]
+  linear(b, layer, VT_TP_COLS, C, C, "attn_pool.proj");
   norm(b, layer, C, "attn_pool.norm", 0);
   linear(b, layer, VT_TP_REPLICATED, F, C, "attn_pool.mlp.fc1");
   linear(b, layer, VT_TP_REPLICATED, C, F, "attn_pool.mlp.fc2");
@@ -176,8 +182,11 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
     for (int l = first; l < end; l++) block(&b, l, cfg, sp, shard.tp_size);
   }
   if (last_stage) {
-    norm(&b, cfg->depth + 1, C, cfg->global_pool == 1 ? "fc_norm" : "norm", 0);
-    if (cfg->global_pool == 3) map_head(&b, cfg);
+    // Before the MAP head, `norm`'s gradient comes from the kv Linear's partial input gradients.
+    const int map = cfg->global_pool == 3;
+    norm(&b, cfg->depth + 1, C, cfg->global_pool == 1 ? "fc_norm" : "norm",
+         map && shard.tp_size > 1);
+    if (map) map_head(&b, cfg, shard.tp_size);
     const int head = linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, C, "head");
     if (cfg->head_init_std > 0) t->p[head].init_scale = cfg->head_init_std;
   }
