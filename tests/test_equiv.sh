@@ -167,8 +167,10 @@ variant base base_gap "the gap head without a class token" "${gap[@]}"
 run gap_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${gap[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_gap" "$work/gap_sp" "gap_sp 4 x 2 x 1 SP ${gap[*]}" ||
   fail=1
-# The MAP head (attention pooling by a latent query, then an MLP) runs whole on every TP rank of
-# the last stage over all tokens (gathered under sequence parallelism); also under ZB-H1 below.
+# The MAP head (attention pooling by a latent query, then an MLP) splits its attention over TP
+# by heads (q and kv column-parallel, proj row-parallel, the tokens' gradient summed over TP)
+# on the last stage over all tokens (gathered under sequence parallelism); also under ZB-H1
+# below.
 map=(--global-pool map --class-token 0 --reg-tokens 1)
 variant base base_map "the MAP head without a class token" "${map[@]}"
 run map_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${map[@]}" &&

@@ -84,13 +84,14 @@ static void test_param_counts(void) {
 }
 
 // vt_param_run: inside every run the global indices of a shard's elements are consecutive, for
-// each TP split (qkv's three stripes too) and TP rank, also with chunks; and the TP ranks'
-// shards together hold every global element once.
+// each TP split (qkv's three stripes and the MAP head's kv's two too) and TP rank, also with
+// chunks; and the TP ranks' shards together hold every global element once.
 static void test_param_runs(void) {
   vt_vit_config c;
   char err[256];
   vt_config_preset("tiny", &c, err, sizeof err);
   c.heads = 8, c.width = 64, c.depth = 4;
+  c.global_pool = 3;  // the MAP head: its q, kv ([k | v], two stripes) and proj split over TP
   int bad = 0, covered_bad = 0, checked = 0;
   for (int tp = 1; tp <= 4; tp *= 2)
     for (int pp_rank = 0; pp_rank < 2; pp_rank++) {

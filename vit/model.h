@@ -29,12 +29,13 @@ typedef struct {
                              // block's one gamma in ls2)
 } vt_block_tensors;
 
-// The MAP head's tensors (global_pool 3, timm's attn_pool), whole on every TP rank.
+// The MAP head's tensors (global_pool 3, timm's attn_pool): q, kv and proj this TP rank's heads'
+// (Cl = C / tp), the rest whole on every TP rank.
 typedef struct {
   float *latent;             // (C) the latent query
-  float *q_w, *q_b;          // (C, C), (C)
-  float *kv_w, *kv_b;        // (2C, C), (2C): rows [k | v]
-  float *proj_w, *proj_b;    // (C, C), (C)
+  float *q_w, *q_b;          // (Cl, C), (Cl)
+  float *kv_w, *kv_b;        // (2Cl, C), (2Cl): rows [k | v] of this rank's heads
+  float *proj_w, *proj_b;    // (C, Cl), (C)
   float *norm_w, *norm_b;    // (C)
   float *fc1_w, *fc1_b;      // (F, C), (F)
   float *fc2_w, *fc2_b;      // (C, F), (C)
@@ -81,13 +82,14 @@ typedef struct {
   float *dqkv;   // (B, N, 3C/tp) [bf16]
 } vt_block_wgrad;
 
-// The MAP head's saved activations for one micro-batch (global_pool 3; [bf16] as above). Its
-// input is every token after `norm`: the slot's lnf, (B*N, C) then.
+// The MAP head's saved activations for one micro-batch (global_pool 3; [bf16] as above; Cl and
+// H this TP rank's heads' width and count). Its input is every token after `norm`: the slot's
+// lnf, (B*N, C) then.
 typedef struct {
   float *latent;                  // (C) [bf16] the latent query as the q Linear reads it
-  float *q;                       // (C) [bf16]
-  float *kv;                      // (B, N, 2C) [bf16]
-  float *attn, *lse;              // (B, C) [bf16] the pooled heads before proj, (B, H)
+  float *q;                       // (Cl) [bf16]
+  float *kv;                      // (B, N, 2Cl) [bf16]
+  float *attn, *lse;              // (B, Cl) [bf16] the pooled heads before proj, (B, H)
   float *y;                       // (B, C) proj's output, the MLP's residual
   float *ln, *ln_mean, *ln_rstd;  // (B, C) [bf16], (B), (B)
   float *fc1, *gelu;              // (B, F) [bf16] each
