@@ -50,6 +50,8 @@ typedef struct {
   int parallel;                    // parallel blocks (0 when the manifest predates them)
   int class_token;                 // 0: no class token (1 when the manifest predates it)
   int gelu_tanh;                   // 1: tanh GELU (0 when the manifest predates it)
+  int pos_sincos;                  // 1: fixed 2D sin-cos positions (0 when the manifest predates
+                                   // them)
   float mlp_ratio;
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;

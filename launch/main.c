@@ -123,7 +123,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   o.plan_only = mode == RUN_PLAN;
   char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip";
   char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic", pool[8] = "token";
-  char act[16] = "gelu";
+  char act[16] = "gelu", pos_embed[16] = "learn";
   char train_interp[12] = "sample", eval_interp[12] = "sample";
   char mean[64] = "", std[64] = "", opt_name[8] = "adamw", sched_on[8] = "steps";
   float epochs = 0, warmup_epochs = 0, eval_epochs = 0, save_epochs = 0;
@@ -185,6 +185,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "the MLPs' activation (timm's act_layer): gelu (the exact erf form, timm's and PyTorch's "
        "default) or gelu_tanh (the tanh approximation: Flax's default, so the JAX ViTs of "
        "big_vision and SigLIP; cuBLASLt's GELU epilogue)", "gelu|gelu_tanh"},
+      {"--pos-embed", VT_OPT_STR, pos_embed, sizeof pos_embed, 0, 0, "KIND",
+       "learn (timm's learned pos_embed, default) or sincos2d (big_vision's fixed 2D sin-cos "
+       "table of \"Better plain ViT baselines\", never trained; positions on the patch tokens "
+       "only)", "learn|sincos2d"},
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
        "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
        "directory (root/<class>/<image>), a list file (path<TAB>label per line) or tar shards "
@@ -494,6 +498,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                                                    : 0;
   o.model.no_class_token = !class_token;
   o.model.gelu_tanh = strcmp(act, "gelu_tanh") == 0;
+  o.model.pos_sincos = strcmp(pos_embed, "sincos2d") == 0;
   o.model.no_qkv_bias = !qkv_bias;
   o.erase.mode = strcmp(remode, "const") == 0  ? VT_ERASE_CONST
                  : strcmp(remode, "rand") == 0 ? VT_ERASE_RAND

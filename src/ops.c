@@ -260,7 +260,7 @@ void vt_embed_fwd(const vt_backend *be, float *x, const float *patch_out, const 
 void vt_embed_bwd(const vt_backend *be, float *dpatch_out, float *dprefix, float *dpos,
                   const float *dx, int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C) {
   NEED(be, embed_bwd);
-  PTR(dpos); PTR(dx);
+  PTR(dx);
   if (T > 0) PTR(dprefix);
   POS(B); POS(C);
   EMBED_SHAPE("embed");

@@ -199,8 +199,8 @@ void vt_patchify_bwd(const vt_backend *be, float *dimg, const float *dpatches, i
 // DINOv2). x (B, N, C), patch_out (B, N-T, C), prefix (T, C), pos (N-pos0, C)
 void vt_embed_fwd(const vt_backend *be, float *x, const float *patch_out, const float *prefix,
                   const float *pos, int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C);
-// dpatch_out (B, N-T, C) overwritten (may be NULL); dprefix (T, C), dpos (N-pos0, C)
-// accumulated, each adding the batch in order 0..B-1 onto its old value.
+// dpatch_out (B, N-T, C) overwritten (may be NULL); dprefix (T, C), dpos (N-pos0, C; may be
+// NULL: fixed positions) accumulated, each adding the batch in order 0..B-1 onto its old value.
 void vt_embed_bwd(const vt_backend *be, float *dpatch_out, float *dprefix, float *dpos,
                   const float *dx, int64_t B, int64_t N, int64_t T, int64_t pos0, int64_t C);
 

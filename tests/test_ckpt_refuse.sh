@@ -51,6 +51,15 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "and the erf GELU; resume it with .* --act gelu\b" <<<"$out"; then
   echo "ok: the tanh GELU refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: GELU form mismatch: rc $rc: $out"; fail=1; fi
+# (sin-cos positions need them on the patch tokens only: a checkpoint of such a model first)
+"$vit3d" "${args[@]}" --no-embed-class 1 --save "$work/ck_pos" > /dev/null 2>&1 ||
+  { echo "FAIL: the run with --no-embed-class 1"; fail=1; }
+out=$("$vit3d" "${args[@]}" --pos-embed sincos2d --no-embed-class 1 --steps 6 \
+  --save "$work/ck_pos" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "holds a model with learned positions; resume it with --pos-embed learn" <<<"$out"; then
+  echo "ok: fixed sin-cos positions refused: $(grep -o 'holds a model with learned.*' <<<"$out")"
+else echo "FAIL: position kind mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --opt lamb --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "was trained with AdamW; resume it with --opt adamw" <<<"$out"; then

@@ -73,6 +73,14 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
   else if ((c->qk_norm != 0 && c->qk_norm != 1) || (c->no_qkv_bias != 0 && c->no_qkv_bias != 1) ||
            (c->parallel != 0 && c->parallel != 1) || (c->gelu_tanh != 0 && c->gelu_tanh != 1))
     why = "qk-norm, qkv-bias, parallel-blocks and gelu_tanh must be 0 or 1";
+  else if (c->pos_sincos != 0 && c->pos_sincos != 1)
+    why = "pos-embed must be learn or sincos2d";
+  else if (c->pos_sincos && (c->width % 4 != 0 || c->width < 8))
+    why = "--pos-embed sincos2d splits the width into 4 quarters (sin and cos of x and of y) of "
+          "at least 2 channels: give a width divisible by 4, at least 8";
+  else if (c->pos_sincos && vt_cfg_pos_first(c) != vt_cfg_prefix_tokens(c))
+    why = "--pos-embed sincos2d gives positions to the patch tokens only: add --no-embed-class 1 "
+          "(or --class-token 0 without registers)";
   else if (c->img_size > 8192 || c->width > 16384 || c->depth > 1024 || c->num_classes > 1000000)
     why = "a size is implausibly large (limits: img-size 8192, width 16384, depth 1024, "
           "num-classes 1000000)";
@@ -102,7 +110,9 @@ void vt_config_extras(const vt_vit_config *c, char *buf, size_t nbytes) {
   if (c->parallel && k >= 0 && (size_t)k < nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, ", parallel blocks");
   if (c->gelu_tanh && k >= 0 && (size_t)k < nbytes)
-    snprintf(buf + k, nbytes - (size_t)k, ", tanh GELU");
+    k += snprintf(buf + k, nbytes - (size_t)k, ", tanh GELU");
+  if (c->pos_sincos && k >= 0 && (size_t)k < nbytes)
+    snprintf(buf + k, nbytes - (size_t)k, ", fixed 2D sin-cos positions");
 }
 
 const char *vt_config_pool_name(int global_pool) {

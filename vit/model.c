@@ -589,7 +589,9 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
     vt_tp_sp_gather(m->tp, s->full, s->dres, Ml * C);
     dx = s->full;
   }
-  vt_embed_bwd(be, s->dpatch_out, g->prefix, g->pos, dx, B, N, T, vt_cfg_pos_first(c), C);
+  // Fixed sin-cos positions take no gradient (theirs stays zero: AdamW and LAMB leave them).
+  vt_embed_bwd(be, s->dpatch_out, g->prefix, c->pos_sincos ? NULL : g->pos, dx, B, N, T,
+               vt_cfg_pos_first(c), C);
   vt_linear_bwd(be, NULL, g->patch_w, g->patch_b, s->dpatch_out, sl->patches, m->p.patch_w,
                 B * (N - T), 3 * P * P, C);
   if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, 0);

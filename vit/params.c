@@ -169,8 +169,8 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
     if (R > 0)
       add(&b, 0, VT_INIT_NORMAL, 1e-6f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, R, C},
           "reg_token");
-    add(&b, 0, VT_INIT_TRUNC_NORMAL, 0.02f, 0, VT_TP_REPLICATED, 3,
-        (int64_t[]){1, vt_cfg_pos_tokens(cfg), C}, "pos_embed");
+    add(&b, 0, cfg->pos_sincos ? VT_INIT_SINCOS2D : VT_INIT_TRUNC_NORMAL, 0.02f, 0,
+        VT_TP_REPLICATED, 3, (int64_t[]){1, vt_cfg_pos_tokens(cfg), C}, "pos_embed");
     add(&b, 0, VT_INIT_UNIFORM, conv_bound, 1, VT_TP_REPLICATED, 4, (int64_t[]){C, 3, P, P},
         "patch_embed.proj.weight");
     add(&b, 0, VT_INIT_UNIFORM, conv_bound, 0, VT_TP_REPLICATED, 1, (int64_t[]){C},
@@ -222,6 +222,19 @@ const vt_param *vt_params_find(const vt_param_table *t, const char *name) {
   return NULL;
 }
 
+// Element j of a (1, g*g, C) sin-cos table (VT_INIT_SINCOS2D).
+static float sincos2d(const vt_param *p, int64_t j) {
+  const int64_t C = p->shape[2], Q = C / 4, n = j / C, c = j % C;
+  const int64_t g = (int64_t)llround(sqrt((double)p->shape[1]));
+  VT_CHECK(g * g == p->shape[1] && Q >= 2 && C % 4 == 0,
+           "a 2D sin-cos table needs a square grid of patches and a width divisible by 4 (have "
+           "%lld rows of %lld)", (long long)p->shape[1], (long long)C);
+  const int64_t part = c / Q, d = c % Q;
+  const double w = pow(10000.0, -(double)d / (double)(Q - 1));
+  const double pos = part < 2 ? (double)(n % g) : (double)(n / g);  // x, then y
+  return (float)(part % 2 == 0 ? sin(pos * w) : cos(pos * w));
+}
+
 void vt_params_init(const vt_param_table *t, float *host, uint64_t seed) {
   for (int i = 0; i < t->count; i++) {
     const vt_param *p = &t->p[i];
@@ -252,6 +265,9 @@ void vt_params_init(const vt_param_table *t, float *host, uint64_t seed) {
         }
         case VT_INIT_UNIFORM:
           v = p->init_scale * (2.0f * vt_rng_uniform(seed, stream, 0, (uint64_t)j) - 1.0f);
+          break;
+        case VT_INIT_SINCOS2D:
+          v = sincos2d(p, j);
           break;
       }
       x[i] = v;

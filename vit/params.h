@@ -18,6 +18,9 @@ typedef enum {
   VT_INIT_CONST,         // every element init_scale: LayerScale's gamma (init_values)
   VT_INIT_TRUNC_NORMAL_2STD,  // timm trunc_normal_tf_(std): a normal(std) truncated at 2 std,
                               // by redrawing (MAP's latent query, std C^-0.5)
+  VT_INIT_SINCOS2D,  // pos_embed (1, g*g, C) as big_vision's posemb_sincos_2d (temperature 1e4):
+                     // row y*g + x holds [sin(x w), cos(x w), sin(y w), cos(y w)], w_d =
+                     // 1e4^(-d / (C/4 - 1)) for d < C/4, in double, rounded to float
 } vt_init_kind;
 
 // How tensor parallelism splits a tensor (Megatron style; see design.md).

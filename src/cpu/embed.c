@@ -65,7 +65,7 @@ void vt_cpu_embed_bwd(float *dpatch_out, float *dprefix, float *dpos, const floa
   }
   // Sum over the batch in order, one thread per token row: independent of the thread count.
 #pragma omp parallel for schedule(static)
-  for (int64_t n = pos0; n < N; n++)
+  for (int64_t n = pos0; n < (dpos ? N : pos0); n++)
     for (int64_t b = 0; b < B; b++)
       for (int64_t c = 0; c < C; c++) dpos[(n - pos0) * C + c] += dx[(b * N + n) * C + c];
   for (int64_t n = 0; n < T; n++)

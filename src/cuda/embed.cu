@@ -58,13 +58,14 @@ static __global__ void embed_fwd_kernel(float *x, const float *patch_out, const 
 }
 
 // dpos[n-pos0,c] += dx[0,n,c], += dx[1,n,c], ... one thread per (n, c), batch in order; dprefix
-// is the same sum over the prefix rows (n < T), each onto its own old value.
+// is the same sum over the prefix rows (n < T), each onto its own old value. dpos may be NULL
+// (fixed positions).
 static __global__ void embed_param_kernel(float *dprefix, float *dpos, const float *dx, int64_t B,
                                           int64_t N, int64_t T, int64_t pos0, int64_t C) {
   const int64_t count = N * C;
   GRID_STRIDE(i, count) {
     const int64_t n = i / C;
-    if (n >= pos0) {
+    if (n >= pos0 && dpos) {
       float acc = dpos[i - pos0 * C];
       for (int64_t b = 0; b < B; b++) acc += dx[b * N * C + i];
       dpos[i - pos0 * C] = acc;
