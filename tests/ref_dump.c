@@ -10,7 +10,9 @@
 // LayerScale; bce binary cross-entropy (timm's --bce-loss) instead of the softmax one, bcet the
 // same with binary targets (those over 0.3, timm's --bce-target-thresh); lamb the
 // LAMB optimizer (timm's Lamb) instead of AdamW; drop dropout (proj_drop 0.2, pos_drop 0.1,
-// drop_rate 0.3, with LayerScale; the PyTorch side draws its own masks).
+// drop_rate 0.3, with LayerScale; the PyTorch side draws its own masks); sincos big_vision's
+// fixed 2D sin-cos positions with the gap head and no class token (its "Better plain ViT
+// baselines" model; the PyTorch side makes its own table).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,9 +70,11 @@ int main(int argc, char **argv) {
       (argc == 3 && strcmp(variant, "avg") && strcmp(variant, "ls") && strcmp(variant, "reg") &&
        strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce") &&
        strcmp(variant, "bcet") && strcmp(variant, "lamb") && strcmp(variant, "gap") &&
-       strcmp(variant, "map") && strcmp(variant, "tanh") && strcmp(variant, "drop"))) {
+       strcmp(variant, "map") && strcmp(variant, "tanh") && strcmp(variant, "drop") &&
+       strcmp(variant, "sincos"))) {
     fprintf(stderr,
-            "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop]\n",
+            "usage: %s OUT.safetensors "
+            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos]\n",
             argv[0]);
     return 2;
   }
@@ -91,6 +95,7 @@ int main(int argc, char **argv) {
   if (!strcmp(variant, "map")) cfg.global_pool = 3, cfg.no_class_token = 1, cfg.reg_tokens = 1;
   if (!strcmp(variant, "tanh")) cfg.gelu_tanh = 1, cfg.global_pool = 3;  // blocks' and MAP's MLPs
   if (!strcmp(variant, "drop")) cfg.layer_scale = 0.3f;
+  if (!strcmp(variant, "sincos")) cfg.pos_sincos = 1, cfg.global_pool = 2, cfg.no_class_token = 1;
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,
@@ -130,6 +135,7 @@ int main(int argc, char **argv) {
   if (oc.kind == VT_OPT_LAMB) *(float *)push(&o, "", "lamb", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.global_pool == 2) *(float *)push(&o, "", "gap", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.gelu_tanh) *(float *)push(&o, "", "gelu_tanh", "F32", 1, (int64_t[]){1}) = 1.0f;
+  if (cfg.pos_sincos) *(float *)push(&o, "", "pos_sincos", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (m.proj_drop > 0 || m.pos_drop > 0 || m.head_drop > 0) {  // the marker, holding the rates
     float *rates = push(&o, "", "dropout", "F32", 1, (int64_t[]){3});
     rates[0] = m.proj_drop, rates[1] = m.pos_drop, rates[2] = m.head_drop;

@@ -308,6 +308,34 @@ class ViT(nn.Module):
         return self.norm(x)[:, 0]  # timm normalises all tokens, then pools
 
 
+def sincos_table(h, w, width, temperature=10000.0):
+    """big_vision's posemb_sincos_2d in float64: (1, h*w, width) of [sin(x w_d), cos(x w_d),
+    sin(y w_d), cos(y w_d)], w_d = temperature^(-d / (width/4 - 1))."""
+    y, x = torch.meshgrid(torch.arange(h, dtype=torch.float64),
+                          torch.arange(w, dtype=torch.float64), indexing="ij")
+    omega = 1.0 / temperature ** (torch.arange(width // 4, dtype=torch.float64) / (width // 4 - 1))
+    xs, ys = x.flatten()[:, None] * omega[None], y.flatten()[:, None] * omega[None]
+    return torch.cat([xs.sin(), xs.cos(), ys.sin(), ys.cos()], dim=1)[None]
+
+
+def check_sincos(d, model, dt):
+    """Fixed positions: model.pos_embed becomes a buffer holding the reference's own table, and
+    vit3d's must be that table at init (to float rounding), its gradient exactly zero and its
+    final value and EMA its initial one. Removes pos_embed from d; returns the worst error."""
+    g = IMG // PATCH
+    table = sincos_table(g, g, WIDTH)
+    del model.pos_embed
+    model.register_buffer("pos_embed", table.to(dt))
+    init, grad = d.pop("init.pos_embed").double(), d.pop("grad.pos_embed")
+    final, ema = d.pop("final.pos_embed"), d.pop("ema.pos_embed")
+    err, ema_err = (init - table).abs().max().item(), (ema.double() - init).abs().max().item()
+    zero, same = bool((grad == 0).all()), torch.equal(final.double(), init)
+    print(f"fixed 2D sin-cos positions: vit3d's table {err:.1e} from the reference's (tol 1e-7), "
+          f"gradient {'all zero' if zero else 'NOT zero'}, after 5 steps "
+          f"{'unchanged' if same else 'CHANGED'}, EMA within {ema_err:.1e} (tol 1e-6)")
+    return err if zero and same and ema_err <= 1e-6 else math.inf
+
+
 def mix_pairs(raw, lam, box):
     """timm's Mixup in pair mode for pairs (2k, 2k+1), from each pair's lam and CutMix box
     (cutmix, y0, y1, x0, x1): the images as vit3d should have trained on them."""
@@ -439,9 +467,16 @@ def main():
                 reg_tokens=regs, no_embed_class=no_embed_class, qk_norm=qk_norm,
                 qkv_bias=qkv_bias, parallel=parallel, class_token=class_token, gap=gap,
                 map_head=map_head).to(dt)
+    sincos_err = None
+    if "pos_sincos" in d:  # ref_dump's marker: pos_embed is a fixed table, not a parameter
+        sincos_err = check_sincos(d, model, dt)
     names = [n for n, _ in model.named_parameters()]
     init = {n[5:]: t for n, t in d.items() if n.startswith("init.")}
-    model.load_state_dict({n: t.to(dt) for n, t in init.items()}, strict=True)
+    missing, unexpected = model.load_state_dict({n: t.to(dt) for n, t in init.items()},
+                                                strict=False)
+    # (fixed positions: the buffer keeps the reference's own table)
+    assert not unexpected and missing == (["pos_embed"] if sincos_err is not None else []), \
+        (missing, unexpected)
     for prefix in ("grad.", "final."):
         got = sorted(n[len(prefix):] for n in d if n.startswith(prefix))
         assert got == sorted(names), f"{prefix}* tensors do not match the model's parameters"
@@ -571,7 +606,8 @@ def main():
                (", QK-norm" if qk_norm else "") + ("" if qkv_bias else ", no qkv bias") +
                (", tanh GELU" if GELU == "tanh" else "") +
                (f", dropout {PROJ_DROP:g} (positions {POS_DROP:g}, head {HEAD_DROP:g})"
-                if PROJ_DROP or POS_DROP or HEAD_DROP else ""))
+                if PROJ_DROP or POS_DROP or HEAD_DROP else "") +
+               (", fixed 2D sin-cos positions" if sincos_err is not None else ""))
     print(f"vit3d vs PyTorch reference ({args.dtype}, head: "
           f"{head_name(model)}"
           f"{'' if class_token else ', no class token'}"
@@ -601,7 +637,10 @@ def main():
         print("FAIL: comparator missed corrupted tensors: " + ", ".join(insensitive))
     if failed:
         print("FAIL: " + ", ".join(f"{g}:{n} ({e:.2e} > {t:.0e})" for g, n, e, t in failed))
-    ok = not failed and not insensitive and clipped > 0 and dropped0 > 0 and kept0 > 0 and mix_ok
+    if sincos_err is not None and not sincos_err <= 1e-7:
+        print("FAIL: the fixed sin-cos positions")
+    ok = not failed and not insensitive and clipped > 0 and dropped0 > 0 and kept0 > 0 and mix_ok \
+        and (sincos_err is None or sincos_err <= 1e-7)
     print("PASS" if ok else "FAILED")
     return 0 if ok else 1
 

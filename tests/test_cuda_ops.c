@@ -531,21 +531,24 @@ static void t_embed_fwd(tc *t, const int64_t *d) {
 }
 
 // d[4] bit 0: dpatch_out asked for (the API allows NULL); bit 1 as above.
+// d[4] bit 1: dpatch wanted; bit 2: positions on the patch tokens only; bit 4: no dpos (fixed
+// positions).
 static void t_embed_bwd(tc *t, const int64_t *d) {
-  const int64_t B = d[0], N = d[1], C = d[2], T = d[3], want = d[4] & 1;
+  const int64_t B = d[0], N = d[1], C = d[2], T = d[3], want = d[4] & 1, fixed = d[4] & 4;
   const int64_t pos0 = d[4] & 2 ? T : 0, np = B * (N - T) * C, npos = (N - pos0) * C;
   float *dx = hrand(t, B * N * C, -1, 1), *dc0 = hrand(t, T * C, -1, 1);
   float *dp0 = hrand(t, npos, -1, 1);
   float *rpo = hnew(t, np), *rc = hcopy(t, dc0, T * C), *rp = hcopy(t, dp0, npos);
-  vt_embed_bwd(t->cpu, want ? rpo : NULL, rc, rp, dx, B, N, T, pos0, C);
+  vt_embed_bwd(t->cpu, want ? rpo : NULL, rc, fixed ? NULL : rp, dx, B, N, T, pos0, C);
   float *gdx = dnew(t, dx, B * N * C), *gpo[2], *gc[2], *gp[2];
   for (int r = 0; r < 2; r++) {
     gpo[r] = dpoison(t, np), gc[r] = dnew(t, dc0, T * C), gp[r] = dnew(t, dp0, npos);
-    vt_embed_bwd(t->gpu, want ? gpo[r] : NULL, gc[r], gp[r], gdx, B, N, T, pos0, C);
+    vt_embed_bwd(t->gpu, want ? gpo[r] : NULL, gc[r], fixed ? NULL : gp[r], gdx, B, N, T, pos0,
+                 C);
   }
   if (want) check(t, "dpatch", gpo, rpo, np);
   check(t, "dprefix", gc, rc, T * C);
-  check(t, "dpos", gp, rp, npos);
+  if (!fixed) check(t, "dpos", gp, rp, npos);
 }
 
 // The poolings (class token, mean of the patch tokens after T prefix tokens): (B, N, C) ->
@@ -887,7 +890,7 @@ typedef struct {
   const char *op, *dims;
   void (*run)(tc *, const int64_t *);
   double tol[NPREC];
-  int64_t shapes[12][5];  // a row of zeros ends the list
+  int64_t shapes[16][5];  // a row of zeros ends the list
 } op_test;
 
 static const op_test kTests[] = {
@@ -949,10 +952,10 @@ static const op_test kTests[] = {
      {{2, 197, 192, 1, 0}, {1, 5, 7, 1, 0}, {3, 2, 1, 1, 0}, {4, 17, 33, 1, 0},
       {2, 201, 192, 5, 2}, {2, 201, 192, 5, 0}, {3, 6, 7, 5, 2}, {2, 197, 192, 1, 2},
       {2, 196, 192, 0, 0}, {2, 200, 192, 4, 2}}},  // no class token: no prefix, or 4 registers
-    {"embed_bwd", "B,N,C,T,dpatch+2pos_patches", t_embed_bwd, {0, -1},
+    {"embed_bwd", "B,N,C,T,dpatch+2pos_patches+4fixed", t_embed_bwd, {0, -1},
      {{2, 197, 192, 1, 1}, {1, 5, 7, 1, 1}, {3, 2, 1, 1, 0}, {4, 17, 33, 1, 1}, {64, 5, 3, 1, 0},
       {2, 201, 192, 5, 3}, {2, 201, 192, 5, 1}, {3, 6, 7, 5, 2}, {2, 197, 192, 1, 3},
-      {2, 196, 192, 0, 1}, {2, 200, 192, 4, 3}}},
+      {2, 196, 192, 0, 1}, {2, 200, 192, 4, 3}, {2, 196, 192, 0, 5}, {2, 197, 64, 1, 7}}},
     {"cls_pool_fwd", "B,N,C", t_cls_pool_fwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
     {"cls_pool_bwd", "B,N,C", t_cls_pool_bwd, {0, -1}, {{2, 197, 192}, {1, 5, 7}, {3, 1, 4}}},
     {"mean_pool_fwd", "B,N,C,T", t_mean_pool_fwd, {0, -1},
@@ -1068,7 +1071,7 @@ int main(int argc, char **argv) {
       if (!wanted(o->op, argc, argv) || o->tol[t.prec] < 0) continue;
       t.op = o->op;
       t.tol = o->tol[t.prec];
-      for (int s = 0; s < 12 && o->shapes[s][0] > 0; s++) {
+      for (int s = 0; s < 16 && o->shapes[s][0] > 0; s++) {
         const int64_t *d = o->shapes[s];
         int ndims = 1, k = snprintf(t.shape, sizeof t.shape, "%s=", o->dims);
         for (const char *c = o->dims; *c; c++) ndims += *c == ',';
