@@ -15,6 +15,7 @@
 #    only) --init-from keeps every tensor at the same size and resamples the grid behind the
 #    prefix rows at another; a file of another variant (LayerScale, registers, positions,
 #    QK-norm, parallel blocks) is refused naming the flag that matches it;
+#  - --init-from into fixed sin-cos positions keeps the table, not the file's pos_embed;
 #  - --init-from reads F16 and BF16 files (widened exactly) and F64 (rounded); an integer tensor
 #    is refused;
 #  - vit3d eval --predictions writes each image's top-5 (1 rank: as its logits say; a 2x2 model
@@ -171,6 +172,28 @@ for px in (24, 8, 12):
     print(f"pos_embed {g0}x{g0} -> {g1}x{g1}: max |vit3d - torch antialiased bicubic| / max = "
           f"{err:.2e} (tol 1e-05) {'ok' if ok else 'FAIL'}")
 sys.exit(1 if bad else 0)
+PY
+# Fixed sin-cos positions (--pos-embed sincos2d) keep their table: --init-from does not load
+# the file's pos_embed (a learned one, positions on the patch tokens only) and says so; the
+# table after a step at lr 0 is tests/ref_vit.py's sincos_table to float rounding.
+small=(--model tiny --img-size 16 --patch-size 4 --width 32 --heads 4 --depth 4 --num-classes 3
+       --micro-batch-size 2 --no-embed-class 1)
+step timeout 300 mpirun -np 1 "$vit3d" train "${small[@]}" --steps 1 \
+  --final-weights "$work/nec.safetensors"
+step timeout 300 mpirun -np 1 "$vit3d" train "${small[@]}" --steps 1 --lr 0 --min-lr 0 \
+  --pos-embed sincos2d --init-from "$work/nec.safetensors" --final-weights "$work/sc.safetensors"
+grep -q "pos_embed not loaded: --pos-embed sincos2d keeps its fixed table for the 4x4 patch grid" \
+  "$work/last.log" || { echo "FAIL: --init-from into sin-cos positions: no message"; fail=1; }
+"$py" - "$work" "$here" <<'PY' || fail=1
+import sys
+import torch
+sys.path.insert(0, sys.argv[2])
+from ref_vit import read_safetensors, sincos_table
+got = read_safetensors(sys.argv[1] + "/sc.safetensors")["pos_embed"].double()
+err = (got - sincos_table(4, 4, 32)).abs().max().item()
+print(f"--init-from into --pos-embed sincos2d: pos_embed is the 4x4 sin-cos table within {err:.1e} "
+      f"(tol 1e-7) {'ok' if err <= 1e-7 else 'FAIL'}")
+sys.exit(0 if err <= 1e-7 else 1)
 PY
 # LayerScale and register tokens: pos_embed holds the 3 prefix tokens' rows (none with
 # --no-embed-class 1) ahead of the grid. The same size loads every tensor as it is; 24 px

@@ -375,7 +375,7 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
   if (st == VT_OK) st = check_variant(&f, &m->cfg, path, err, errlen);
   // pos_embed's rows before the patch grid: the prefix tokens', unless no_embed_class
   const int pr = vt_cfg_pos_first(&m->cfg) ? 0 : vt_cfg_prefix_tokens(&m->cfg);
-  int resampled = 0, new_head = 0, fresh_top = 0, fresh_map = 0;
+  int resampled = 0, new_head = 0, fresh_top = 0, fresh_map = 0, fixed_pos = 0;
   const int file_map = st == VT_OK && vt_st_find(&f, "attn_pool.latent") != NULL;
   for (int i = 0; st == VT_OK && i < t->count; i++) {
     const vt_param *p = &t->p[i];
@@ -391,6 +391,10 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
     }
     if (strncmp(p->name, "head.", 5) == 0 && e && e->ndim >= 1 && e->shape[0] != K) {
       new_head = 1;  // another class count: keep the fresh head
+      continue;
+    }
+    if (strcmp(p->name, "pos_embed") == 0 && m->cfg.pos_sincos) {
+      fixed_pos = e != NULL;  // fixed sin-cos positions: the table for this grid, whatever the file
       continue;
     }
     float *owned = NULL;
@@ -433,6 +437,9 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
     m->be->to_device(m->params, local, (size_t)t->total * sizeof(float));
     vt_log_info("--init-from %s: the model's weights loaded", path);
     if (resampled) vt_log_info("--init-from %s: pos_embed resampled from a %dx%d to a %dx%d patch grid", path, resampled, resampled, g1, g1);
+    if (fixed_pos)
+      vt_log_info("--init-from %s: pos_embed not loaded: --pos-embed sincos2d keeps its fixed "
+                  "table for the %dx%d patch grid", path, g1, g1);
     if (new_head) vt_log_info("--init-from %s: the head has another class count; it starts fresh", path);
     if (fresh_top)
       vt_log_info("--init-from %s: has no %s; %s fresh (a pretraining checkpoint)", path,
