@@ -94,10 +94,10 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                   "lr %.17g\nmin_lr %.17g\nwarmup_lr %.17g\nweight_decay %.17g\nopt_eps %.17g"
                   "\nclip_grad %.17g\nlayer_decay %.17g\nwarmup_steps %" PRId64
                   "\ntotal_steps %" PRId64 "\nsched_epochs %d\nepoch_images %" PRId64
-                  "\nwarmup_epochs %.17g\ncycle_epochs %.17g\n",
+                  "\nwarmup_epochs %.17g\ncycle_epochs %.17g\nsched %d\n",
                   m->lr, m->min_lr, m->warmup_lr, m->weight_decay, m->opt_eps, m->clip_grad,
                   m->layer_decay, m->warmup_steps, m->total_steps, m->sched_epochs,
-                  m->epoch_images, m->warmup_epochs, m->cycle_epochs);
+                  m->epoch_images, m->warmup_epochs, m->cycle_epochs, m->sched);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
     k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
                   m->file_nbytes[i], m->file_crc[i]);
@@ -151,6 +151,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"total_steps", 0, INT64_MAX / 2, &m->total_steps, 8, 2, 0},
       {"sched_epochs", 0, 1, &m->sched_epochs, 4, 2, 0},
       {"epoch_images", 0, INT64_MAX / 2, &m->epoch_images, 8, 2, 0},
+      {"sched", 0, 2, &m->sched, 4, 1, 0},  // absent: 0 (cosine)
   };
   // The optimizer's settings (all optional, all or none): finite numbers.
   struct { const char *key; double *dst; int seen; } reals[] = {

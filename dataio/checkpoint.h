@@ -37,6 +37,7 @@ typedef struct {
   double lr, min_lr, warmup_lr, weight_decay, opt_eps, clip_grad, layer_decay;
   int64_t warmup_steps, total_steps;
   int sched_epochs;
+  int sched;  // vt_sched_kind: 0 cosine, 1 linear, 2 constant (0 when the manifest predates it)
   int64_t epoch_images;
   double warmup_epochs, cycle_epochs;
   // model configuration

@@ -126,6 +126,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   char act[16] = "gelu", pos_embed[16] = "learn";
   char train_interp[12] = "sample", eval_interp[12] = "sample";
   char mean[64] = "", std[64] = "", opt_name[8] = "adamw", sched_on[8] = "steps";
+  char sched[12] = "cosine";
   float epochs = 0, warmup_epochs = 0, eval_epochs = 0, save_epochs = 0;
   int qkv_bias = 1, class_token = 1;
   snprintf(model, sizeof model, "%s", o.model.name);
@@ -275,7 +276,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "the optimizer's epsilon (timm's --opt-eps)", NULL},
       {"--lr", VT_OPT_FLOAT, &o.optim.lr, 0, 0, 10, "LR", "peak learning rate", NULL},
       {"--min-lr", VT_OPT_FLOAT, &o.optim.min_lr, 0, 0, 10, "LR",
-       "learning rate at the end of the cosine decay", NULL},
+       "learning rate at the end of the decay (cosine or linear)", NULL},
       {"--warmup-steps", VT_OPT_I64, &o.optim.warmup_steps, 0, -1, BIG, "N",
        "steps of linear warmup; -1: 5% of --steps", NULL},
       {"--resume-override", VT_OPT_INT, &o.resume_override, 0, 0, 1, "N",
@@ -283,6 +284,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "settings (--lr, --steps, --warmup-steps, --weight-decay, ...) differ from the run that "
        "saved it, training on with this command's (a longer run, a new rate); 0: refuse, "
        "naming the differences", NULL},
+      {"--sched", VT_OPT_STR, sched, sizeof sched, 0, 0, "KIND",
+       "the decay after the warmup: cosine (timm's default: a half cosine from --lr to "
+       "--min-lr), linear (a straight line from --lr to --min-lr: timm's --sched poly "
+       "--decay-rate 1) or constant (--lr to the end)", "cosine|linear|constant"},
       {"--sched-on", VT_OPT_STR, sched_on, sizeof sched_on, 0, 0, "UNIT",
        "when the learning rate changes: steps (every step; the cosine from the warmup's end) "
        "or epochs (once per pass over the training set, timm's train.py default and DeiT's: "
@@ -492,6 +497,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
   o.optim.kind = strcmp(opt_name, "lamb") == 0 ? VT_OPT_LAMB : VT_OPT_ADAMW;
   o.sched_epochs = strcmp(sched_on, "epochs") == 0;
+  o.optim.sched = strcmp(sched, "linear") == 0     ? VT_SCHED_LINEAR
+                  : strcmp(sched, "constant") == 0 ? VT_SCHED_CONSTANT
+                                                   : VT_SCHED_COSINE;
   o.model.global_pool = strcmp(pool, "avg") == 0   ? 1
                         : strcmp(pool, "gap") == 0 ? 2
                         : strcmp(pool, "map") == 0 ? 3

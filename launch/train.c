@@ -297,9 +297,13 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     opt.cfg.epoch_images = own.optim.epoch_images, opt.cfg.step_images = own.optim.step_images;
     opt.cfg.warmup_epochs = own.optim.warmup_epochs, opt.cfg.cycle_epochs = own.optim.cycle_epochs;
     if (ok && world_rank == 0 && own.sched_epochs)
-      vt_log_info("learning rate per epoch (timm's): %g epochs of warmup from %g, cosine over %g "
-                  "epochs to %g", own.optim.warmup_epochs, own.optim.warmup_lr,
-                  own.optim.cycle_epochs, own.optim.min_lr);
+      vt_log_info("learning rate per epoch (timm's): %g epochs of warmup from %g, then %s over "
+                  "%g epochs to %g", own.optim.warmup_epochs, own.optim.warmup_lr,
+                  own.optim.sched == VT_SCHED_COSINE   ? "a cosine"
+                  : own.optim.sched == VT_SCHED_LINEAR ? "a straight line"
+                                                       : "constant",
+                  own.optim.cycle_epochs,
+                  own.optim.sched == VT_SCHED_CONSTANT ? own.optim.lr : own.optim.min_lr);
     if (ok && world_rank == 0)
       vt_log_info("%g epochs of %lld images at %d per step: %lld steps, %lld of warmup; "
                   "evaluation every %d, saves every %d (0: at the end)",

@@ -83,6 +83,11 @@ if [ $rc -ne 0 ] && grep -q "was saved by a run with --lr 0.001 --steps 4 --clip
    [ ! -e "$work/ck_sched/latest" ]; then
   echo "ok: another schedule refused (rc $rc): $(grep -o 'was saved by a run with --lr.*this one has[^;]*' <<<"$out")"
 else echo "FAIL: schedule change: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --sched linear --save "$work/ck_lin" --resume "$work/ck/step-00000004" 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && grep -q "was saved by a run with --sched cosine, and this one has --sched linear" <<<"$out"; then
+  echo "ok: another decay refused (rc $rc)"
+else echo "FAIL: --sched mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --lr 2e-3 --steps 6 --clip-grad 0.5 --save "$work/ck_sched" \
       --resume "$work/ck/step-00000004" --resume-override 1 2>&1)
 rc=$?

@@ -131,7 +131,7 @@ if grep -q "1.5 epochs of 16 images at 8 per step: 3 steps, 1 of warmup; evaluat
 else echo "FAIL: --epochs: $out"; fail=1; fi
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes --global-pool \
-            --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr --sched-on \
+            --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr --sched-on --sched \
             --opt --opt-eps --weight-decay --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --pos-drop --drop --pos-embed --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done

@@ -262,7 +262,7 @@ int main(void) {
   o.has_optim = 1, o.lr = (float)3e-3, o.min_lr = (float)1e-5, o.warmup_lr = (float)1e-6;
   o.weight_decay = (float)0.05, o.opt_eps = (float)1e-8, o.clip_grad = 0, o.layer_decay = 0.65f;
   o.warmup_steps = 3128, o.total_steps = 500456, o.sched_epochs = 1, o.epoch_images = 1281167;
-  o.warmup_epochs = 5, o.cycle_epochs = 800.0 / 3.0;
+  o.warmup_epochs = 5, o.cycle_epochs = 800.0 / 3.0, o.sched = 1;
   n = vt_ckpt_manifest_format(&o, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
              back.has_optim && back.lr == o.lr && back.min_lr == o.min_lr &&
@@ -270,8 +270,18 @@ int main(void) {
              back.opt_eps == o.opt_eps && back.clip_grad == 0 && back.layer_decay == o.layer_decay &&
              back.warmup_steps == 3128 && back.total_steps == 500456 && back.sched_epochs == 1 &&
              back.epoch_images == 1281167 && back.warmup_epochs == 5 &&
-             back.cycle_epochs == o.cycle_epochs,
+             back.cycle_epochs == o.cycle_epochs && back.sched == 1,
          "optimizer settings round trip: %s", err);
+  char *schedl = strstr(text, "sched 1\n");  // a manifest from before --sched: cosine
+  EXPECT(schedl != NULL, "sched line");
+  if (schedl) {
+    char old_text[sizeof text];
+    memcpy(old_text, text, sizeof text);
+    memmove(old_text + (schedl - text), schedl + 8, strlen(schedl + 8) + 1);
+    EXPECT(vt_ckpt_manifest_parse(old_text, strlen(old_text), &back, err, sizeof err) == VT_OK &&
+               back.has_optim && back.sched == 0,
+           "a manifest without the sched line: %s", err);
+  }
   char *lrl = strstr(text, "\nlr ");
   EXPECT(lrl != NULL, "lr line");
   if (lrl) {

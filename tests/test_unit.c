@@ -166,6 +166,23 @@ static void test_schedule(void) {
   for (int s = 0; s < 11; s++)
     EXPECT(fabsf(vt_lr_at(&oc, s) - want[s]) < 1e-6f, "per-epoch step %d: %g, want %g", s,
            vt_lr_at(&oc, s), want[s]);
+  // --sched linear: the same warmup, then a straight line from lr to min_lr (per epoch: epoch 2
+  // of 4 is halfway, epoch 3 three quarters); --sched constant: lr after the warmup.
+  oc.sched = VT_SCHED_LINEAR;
+  const float lin[11] = {0.2f, 0.2f, 0.2f, 0.6f, 0.6f, 0.55f, 0.55f, 0.55f, 0.325f, 0.325f, 0.1f};
+  for (int s = 0; s < 11; s++)
+    EXPECT(fabsf(vt_lr_at(&oc, s) - lin[s]) < 1e-6f, "linear per-epoch step %d: %g, want %g", s,
+           vt_lr_at(&oc, s), lin[s]);
+  oc.epoch_images = 0;
+  EXPECT(fabsf(vt_lr_at(&oc, 4) - 1.0f) < 1e-6f && fabsf(vt_lr_at(&oc, 9) - 0.55f) < 1e-6f &&
+             fabsf(vt_lr_at(&oc, 6) - 0.82f) < 1e-6f && fabsf(vt_lr_at(&oc, 14) - 0.1f) < 1e-6f,
+         "linear per step: %g %g %g %g", vt_lr_at(&oc, 4), vt_lr_at(&oc, 9), vt_lr_at(&oc, 6),
+         vt_lr_at(&oc, 14));
+  oc.sched = VT_SCHED_CONSTANT;
+  EXPECT(fabsf(vt_lr_at(&oc, 2) - 0.6f) < 1e-7f && vt_lr_at(&oc, 4) == 1.0f &&
+             vt_lr_at(&oc, 9) == 1.0f && vt_lr_at(&oc, 14) == 1.0f,
+         "constant: %g %g %g %g", vt_lr_at(&oc, 2), vt_lr_at(&oc, 4), vt_lr_at(&oc, 9),
+         vt_lr_at(&oc, 14));
 }
 
 static void test_adamw(void) {

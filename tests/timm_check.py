@@ -248,19 +248,23 @@ def npz(work):
     return 0 if ok else 1
 
 
-def sched(metrics, images, batch, epochs, warmup, lr, min_lr, warmup_lr):
+def sched(metrics, images, batch, epochs, warmup, lr, min_lr, warmup_lr, kind="cosine"):
     """vit3d's --sched-on epochs rates (METRICS, its metrics.jsonl) against timm's
-    CosineLRScheduler stepped once an epoch as timm's train.py and DeiT's main.py do: created
-    before epoch 0, step(e + 1) after epoch e. vit3d's step s (1-based in the log) is in epoch
-    floor((s - 1) * BATCH / IMAGES)."""
-    from timm.scheduler import CosineLRScheduler
+    CosineLRScheduler (KIND linear: PolyLRScheduler with power 1) stepped once an epoch as timm's
+    train.py and DeiT's main.py do: created before epoch 0, step(e + 1) after epoch e. vit3d's
+    step s (1-based in the log) is in epoch floor((s - 1) * BATCH / IMAGES)."""
+    from timm.scheduler import CosineLRScheduler, PolyLRScheduler
     from fractions import Fraction
     images, batch = int(images), int(batch)
     epochs, warmup, lr, min_lr, warmup_lr = (float(Fraction(a)) for a in
                                              (epochs, warmup, lr, min_lr, warmup_lr))
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
-    sch = CosineLRScheduler(opt, t_initial=epochs, lr_min=min_lr, warmup_t=warmup,
-                            warmup_lr_init=warmup_lr, cycle_limit=1, t_in_epochs=True)
+    if kind == "linear":
+        sch = PolyLRScheduler(opt, t_initial=epochs, power=1.0, lr_min=min_lr, warmup_t=warmup,
+                              warmup_lr_init=warmup_lr, cycle_limit=1, t_in_epochs=True)
+    else:
+        sch = CosineLRScheduler(opt, t_initial=epochs, lr_min=min_lr, warmup_t=warmup,
+                                warmup_lr_init=warmup_lr, cycle_limit=1, t_in_epochs=True)
     per_epoch = []
     for e in range(int(epochs) + 2):
         per_epoch.append(opt.param_groups[0]["lr"])
@@ -272,9 +276,10 @@ def sched(metrics, images, batch, epochs, warmup, lr, min_lr, warmup_lr):
         seen.add(e)
         err = max(err, abs(r["lr"] - per_epoch[e]) / per_epoch[e])
     ok = err <= 1e-6 and len(rows) > 0
-    print(f"sched    --sched-on epochs: {len(rows)} steps over epochs {min(seen)}-{max(seen)} "
-          f"({images} images, {batch} per step, {warmup:g} of warmup) against timm's "
-          f"CosineLRScheduler stepped per epoch: largest relative difference {err:.2e} "
+    name = "PolyLRScheduler (power 1)" if kind == "linear" else "CosineLRScheduler"
+    print(f"sched    --sched {kind} --sched-on epochs: {len(rows)} steps over epochs "
+          f"{min(seen)}-{max(seen)} ({images} images, {batch} per step, {warmup:g} of warmup) "
+          f"against timm's {name} stepped per epoch: largest relative difference {err:.2e} "
           f"(tol 1e-6, vit3d prints float32) {'ok' if ok else 'FAIL'}")
     return 0 if ok else 1
 
@@ -283,7 +288,7 @@ def main():
     if sys.argv[1] == "lamb":
         return lamb()
     if sys.argv[1] == "sched":
-        return sched(*sys.argv[2:10])
+        return sched(*sys.argv[2:11])
     if sys.argv[1] == "npz":
         return npz(sys.argv[2])
     cmd, variant = sys.argv[1], sys.argv[2]

@@ -1,4 +1,5 @@
-// optim.h: the learning-rate schedule (linear warmup, then cosine decay to min_lr), and the
+// optim.h: the learning-rate schedule (linear warmup, then a cosine or linear decay to min_lr, or
+// the peak rate held), and the
 // optimizer step of one rank: data-parallel gradient reduction (bucketed all-reduce, or ZeRO-1's
 // reduce-scatter + all-gather), one global gradient norm that counts every parameter once across
 // all three mesh axes, clipping, and AdamW or LAMB with decay only where the parameter table
@@ -20,8 +21,14 @@ typedef enum {
                  // trust ratio ||w|| / ||direction|| (tensors without weight decay: plain Adam)
 } vt_opt_kind;
 
+// After the warmup (--sched): timm's CosineLRScheduler's half cosine from lr to min_lr; a
+// straight line from lr to min_lr (timm's PolyLRScheduler with power 1, --sched poly
+// --decay-rate 1); or lr held to the end (min_lr unused).
+typedef enum { VT_SCHED_COSINE = 0, VT_SCHED_LINEAR = 1, VT_SCHED_CONSTANT = 2 } vt_sched_kind;
+
 typedef struct {
   vt_opt_kind kind;
+  vt_sched_kind sched;
   float lr, min_lr;
   int64_t warmup_steps, total_steps;
   float warmup_lr;  // > 0: the warmup climbs from it at step 0 (timm's --warmup-lr); 0: from lr/W
@@ -30,7 +37,8 @@ typedef struct {
   // epoch_images), the epoch its first image is in: warmup_lr + e (lr - warmup_lr) /
   // warmup_epochs while e < warmup_epochs, then min_lr + (lr - min_lr)(1 + cos(pi e /
   // cycle_epochs)) / 2, the cosine counted from epoch 0 (timm's CosineLRScheduler: no warmup
-  // prefix), min_lr from epoch cycle_epochs on.
+  // prefix), min_lr from epoch cycle_epochs on (linear: min_lr + (lr - min_lr)(1 - e /
+  // cycle_epochs), timm's PolyLRScheduler; constant: lr).
   int64_t epoch_images, step_images;
   double warmup_epochs, cycle_epochs;
   float beta1, beta2, eps, weight_decay;
@@ -49,8 +57,9 @@ typedef struct {
 double vt_layer_lr_scale(const vt_optim_config *cfg, int layer);
 
 // Learning rate of step s (0-based): lr * (s+1)/warmup during warmup (with warmup_lr > 0:
-// warmup_lr + s (lr - warmup_lr) / warmup, timm's), then a half cosine from lr at the end of
-// warmup down to min_lr at total_steps. With epoch_images > 0, timm's per-epoch rate (above).
+// warmup_lr + s (lr - warmup_lr) / warmup, timm's), then a half cosine (or a straight line) from
+// lr at the end of warmup down to min_lr at total_steps, or lr held. With epoch_images > 0,
+// timm's per-epoch rate (above).
 float vt_lr_at(const vt_optim_config *oc, int64_t step);
 
 typedef struct {
