@@ -166,6 +166,17 @@ static void test_schedule(void) {
   for (int s = 0; s < 11; s++)
     EXPECT(fabsf(vt_lr_at(&oc, s) - want[s]) < 1e-6f, "per-epoch step %d: %g, want %g", s,
            vt_lr_at(&oc, s), want[s]);
+  // The per-step cosine keeps its bits: lr - min_lr subtracted in float, the rest in double (as
+  // every run logged before --sched; a double subtraction moves the quick start's step 108).
+  vt_optim_config q = {.lr = 4e-3f, .min_lr = 1e-5f, .warmup_steps = 100, .total_steps = 1800};
+  int same = 1, apart = 0;
+  for (int64_t st = 100; st < 1800; st++) {
+    const double x = (double)(st - 100) / 1700.0, c = 1.0 + cos(3.14159265358979323846 * x);
+    same &= vt_lr_at(&q, st) == (float)(q.min_lr + 0.5 * (q.lr - q.min_lr) * c);
+    apart += (float)(q.min_lr + 0.5 * ((double)q.lr - (double)q.min_lr) * c) != vt_lr_at(&q, st);
+  }
+  EXPECT(same && apart > 0, "the per-step cosine's bits (%d steps where a double subtraction "
+         "would differ)", apart);
   // --sched linear: the same warmup, then a straight line from lr to min_lr (per epoch: epoch 2
   // of 4 is halfway, epoch 3 three quarters); --sched constant: lr after the warmup.
   oc.sched = VT_SCHED_LINEAR;

@@ -13,21 +13,22 @@
 // big enough to amortise a collective's latency; about 16 MiB.
 #define VT_DP_BUCKET_COUNT ((int64_t)1 << 22)
 
-// The decay after the warmup at t of T: from lr at 0 to min_lr at T.
-static double decay(const vt_optim_config *oc, double t, double T) {
-  const double lr = oc->lr, min_lr = oc->min_lr;
-  if (oc->sched == VT_SCHED_CONSTANT) return lr;
-  if (oc->sched == VT_SCHED_LINEAR) return min_lr + (lr - min_lr) * (1.0 - t / T);
-  return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.14159265358979323846 * t / T));
+// The decay after the warmup at t of T: from lr at 0 to min_lr at T, where range is lr - min_lr
+// (the per-step schedule subtracts in float, timm's per-epoch one in double: each keeps its
+// bits).
+static double decay(const vt_optim_config *oc, double range, double t, double T) {
+  if (oc->sched == VT_SCHED_CONSTANT) return oc->lr;
+  if (oc->sched == VT_SCHED_LINEAR) return oc->min_lr + range * (1.0 - t / T);
+  return oc->min_lr + 0.5 * range * (1.0 + cos(3.14159265358979323846 * t / T));
 }
 
 // timm's CosineLRScheduler (or PolyLRScheduler with power 1) at epoch e (t_in_epochs,
 // cycle_limit 1), in its double arithmetic.
 static float lr_of_epoch(const vt_optim_config *oc, double e) {
-  const double lr = oc->lr, warm = oc->warmup_lr;
+  const double lr = oc->lr, min_lr = oc->min_lr, warm = oc->warmup_lr;
   if (e < oc->warmup_epochs) return (float)(warm + e * ((lr - warm) / oc->warmup_epochs));
-  if (e >= oc->cycle_epochs) return (float)decay(oc, 1.0, 1.0);
-  return (float)decay(oc, e, oc->cycle_epochs);
+  if (e >= oc->cycle_epochs) return (float)decay(oc, lr - min_lr, 1.0, 1.0);
+  return (float)decay(oc, lr - min_lr, e, oc->cycle_epochs);
 }
 
 float vt_lr_at(const vt_optim_config *oc, int64_t step) {
@@ -39,7 +40,7 @@ float vt_lr_at(const vt_optim_config *oc, int64_t step) {
   if (span <= 0) return oc->lr;
   double progress = (double)(step - oc->warmup_steps) / (double)span;
   if (progress > 1.0) progress = 1.0;
-  return (float)decay(oc, progress, 1.0);
+  return (float)decay(oc, oc->lr - oc->min_lr, progress, 1.0);
 }
 
 static float *must_alloc(const vt_backend *be, int64_t count, const char *what) {
