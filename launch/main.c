@@ -442,6 +442,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "keep an exponential moving average of the weights (timm's ModelEmaV2, e.g. 0.9998): "
        "updated after every step, saved in checkpoints (ema.safetensors), evaluated beside the "
        "weights; 0: off", NULL},
+      {"--model-ema-warmup", VT_OPT_INT, &o.optim.ema_warmup, 0, 0, 1, "0|1",
+       "1: the EMA's decay warms up as timm's ModelEmaV3 (--model-ema-warmup): update t uses "
+       "min(DECAY, 1 - t^(-2/3)) from t = 2, the first update copies the weights", NULL},
       {"--final-ema", VT_OPT_STR, o.final_ema, sizeof o.final_ema, 0, 0, "FILE",
        "at the end, write the EMA weights like --final-weights (needs --model-ema)", NULL},
       {"--comm-stats", VT_OPT_INT, &o.comm_stats, 0, 0, 1, "N",

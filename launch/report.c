@@ -90,8 +90,11 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
                 x->cutmix_alpha, cut, x->mixup_alpha);
   }
   if (oc->ema_decay > 0)
-    vt_log_info("the weights' EMA: decay %g per step, evaluated beside the weights",
-                oc->ema_decay);
+    vt_log_info("the weights' EMA: decay %g per step%s, evaluated beside the weights",
+                oc->ema_decay,
+                oc->ema_warmup ? " after a warmup (timm's ModelEmaV3: min(decay, 1 - t^(-2/3)) "
+                                 "at update t, the first a copy)"
+                               : "");
   if (o->recompute_blocks > 0)
     vt_log_info("activation recompute: the first %d blocks of each pipeline stage%s",
                 o->recompute_blocks, o->pp_chunks > 1 ? "'s model chunks" : "");

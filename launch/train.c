@@ -132,6 +132,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   for (int i = 0; i < 4; i++)
     if (outputs[i][1][0] && vt_output_file_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK)
       return VT_ERR_INPUT;
+  if (o->optim.ema_warmup && o->optim.ema_decay <= 0)
+    REFUSE("--model-ema-warmup warms up the weights' EMA: give --model-ema DECAY too");
   if (o->final_ema[0] && o->optim.ema_decay <= 0)
     REFUSE("--final-ema writes the weights' EMA: give --model-ema DECAY too");
   if (o->use_ema && (!o->eval_only || !o->resume[0]))

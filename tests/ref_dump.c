@@ -12,7 +12,8 @@
 // LAMB optimizer (timm's Lamb) instead of AdamW; drop dropout (proj_drop 0.2, pos_drop 0.1,
 // drop_rate 0.3, with LayerScale; the PyTorch side draws its own masks); sincos big_vision's
 // fixed 2D sin-cos positions with the gap head and no class token (its "Better plain ViT
-// baselines" model; the PyTorch side makes its own table).
+// baselines" model; the PyTorch side makes its own table); emaw the weights' EMA with timm's
+// ModelEmaV3 warmup.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,10 +72,10 @@ int main(int argc, char **argv) {
        strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce") &&
        strcmp(variant, "bcet") && strcmp(variant, "lamb") && strcmp(variant, "gap") &&
        strcmp(variant, "map") && strcmp(variant, "tanh") && strcmp(variant, "drop") &&
-       strcmp(variant, "sincos"))) {
+       strcmp(variant, "sincos") && strcmp(variant, "emaw"))) {
     fprintf(stderr,
             "usage: %s OUT.safetensors "
-            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos]\n",
+            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|emaw]\n",
             argv[0]);
     return 2;
   }
@@ -102,7 +103,8 @@ int main(int argc, char **argv) {
                         .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.05f,
                         .clip_grad = 0.5f, .layer_decay = 0.75f, .depth = 3,
                         .ema_decay = 0.9f,
-                        .kind = !strcmp(variant, "lamb") ? VT_OPT_LAMB : VT_OPT_ADAMW};
+                        .kind = !strcmp(variant, "lamb") ? VT_OPT_LAMB : VT_OPT_ADAMW,
+                        .ema_warmup = !strcmp(variant, "emaw")};
   const int S = cfg.img_size, K = cfg.num_classes;
   const int64_t img_elems = 3 * (int64_t)S * S;
 
@@ -136,6 +138,7 @@ int main(int argc, char **argv) {
   if (cfg.global_pool == 2) *(float *)push(&o, "", "gap", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.gelu_tanh) *(float *)push(&o, "", "gelu_tanh", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.pos_sincos) *(float *)push(&o, "", "pos_sincos", "F32", 1, (int64_t[]){1}) = 1.0f;
+  if (oc.ema_warmup) *(float *)push(&o, "", "ema_warmup", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (m.proj_drop > 0 || m.pos_drop > 0 || m.head_drop > 0) {  // the marker, holding the rates
     float *rates = push(&o, "", "dropout", "F32", 1, (int64_t[]){3});
     rates[0] = m.proj_drop, rates[1] = m.pos_drop, rates[2] = m.head_drop;

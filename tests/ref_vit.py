@@ -540,9 +540,15 @@ def main():
                                                    grad_base(n, ref_grads)), TOL["grad"]))
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=CLIP)
         opt.step()
-        with torch.no_grad():  # timm's ModelEmaV2: ema * decay + (1 - decay) * weights
+        # timm's ModelEmaV2: ema * decay + (1 - decay) * weights; with ref_dump's ema_warmup
+        # marker ModelEmaV3 with use_warmup as timm's train.py steps it: update s + 1 (1-based)
+        # takes decay 1 - (1 + s)^(-2/3) (none at s = 0: the EMA becomes the weights), capped
+        # at EMA
+        decay = EMA if "ema_warmup" not in d else \
+            (0.0 if s == 0 else min(EMA, 1.0 - (1.0 + s) ** (-2.0 / 3.0)))
+        with torch.no_grad():
             for n, p in params.items():
-                ema[n] = ema[n] * EMA + (1.0 - EMA) * p.detach()
+                ema[n] = ema[n] * decay + (1.0 - decay) * p.detach()
         ref_lr.append(lr), ref_norm.append(norm.item()), ref_loss.append(loss.item())
     clipped = sum(n > CLIP for n in ref_norm)
     for key, ref in (("lr", ref_lr), ("grad_norm", ref_norm), ("loss_per_step", ref_loss)):
@@ -607,7 +613,8 @@ def main():
                (", tanh GELU" if GELU == "tanh" else "") +
                (f", dropout {PROJ_DROP:g} (positions {POS_DROP:g}, head {HEAD_DROP:g})"
                 if PROJ_DROP or POS_DROP or HEAD_DROP else "") +
-               (", fixed 2D sin-cos positions" if sincos_err is not None else ""))
+               (", fixed 2D sin-cos positions" if sincos_err is not None else "") +
+               (", EMA with ModelEmaV3's warmup" if "ema_warmup" in d else ""))
     print(f"vit3d vs PyTorch reference ({args.dtype}, head: "
           f"{head_name(model)}"
           f"{'' if class_token else ', no class token'}"

@@ -34,6 +34,7 @@ refuse "--use-ema is for vit3d eval --checkpoint DIR" train --use-ema 1
 refuse "--micro-batch-size must be even (have 3)" train --mixup 0.8 --micro-batch-size 3 --global-batch-size 6
 refuse "--drop-path works on micro-batches of at most 4096 images (have 5000)" train --drop-path 0.1 --micro-batch-size 5000
 refuse "--proj-drop: 1 is out of range" train --proj-drop 1
+refuse "--model-ema-warmup warms up the weights' EMA: give --model-ema DECAY too" train --model-ema-warmup 1
 refuse "--pos-embed sincos2d gives positions to the patch tokens only: add --no-embed-class 1" train --pos-embed sincos2d
 refuse "--pos-embed sincos2d splits the width into 4 quarters" train --pos-embed sincos2d --no-embed-class 1 --width 66 --heads 3
 refuse "--pos-embed: 'sincos' is not one of learn|sincos2d" train --pos-embed sincos
@@ -132,7 +133,7 @@ else echo "FAIL: --epochs: $out"; fail=1; fi
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes --global-pool \
             --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr --sched-on --sched \
-            --opt --opt-eps --weight-decay --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --pos-drop --drop --pos-embed --layer-decay --model-ema --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
+            --opt --opt-eps --weight-decay --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --pos-drop --drop --pos-embed --layer-decay --model-ema --model-ema-warmup --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
 "$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }

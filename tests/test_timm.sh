@@ -80,6 +80,7 @@ for v in gap map; do
   fi
 done
 "$py" "$here/timm_check.py" lamb || fail=1  # the reference's LAMB (the ref test's) is timm's
+"$py" "$here/timm_check.py" ema || fail=1  # so is its EMA warmup (--model-ema-warmup)
 "$py" "$here/timm_check.py" npz "$work" || fail=1  # Google's .npz through convert_weights.py
 # --sched-on epochs against timm's CosineLRScheduler stepped once an epoch: 30 images at 4 per
 # step (epochs end inside steps); the warmup in epochs, then in steps (2/3 of an epoch); then

@@ -196,6 +196,19 @@ static void test_schedule(void) {
          vt_lr_at(&oc, 14));
 }
 
+static void test_ema_decay(void) {
+  // --model-ema-warmup: timm's ModelEmaV3 stepped as its train.py does, update t (1-based) with
+  // get_decay(t) = 1 - t^(-2/3) (0 at t = 1) capped at the decay.
+  vt_optim_config c = {.ema_decay = 0.9f};
+  EXPECT(vt_ema_decay_at(&c, 1) == 0.9f && vt_ema_decay_at(&c, 7) == 0.9f, "no warmup");
+  c.ema_warmup = 1;
+  EXPECT(vt_ema_decay_at(&c, 1) == 0.0f, "the first update copies");
+  EXPECT(fabsf(vt_ema_decay_at(&c, 2) - (float)(1.0 - pow(2.0, -2.0 / 3.0))) == 0.0f &&
+             vt_ema_decay_at(&c, 8) == 0.75f && vt_ema_decay_at(&c, 1000) == 0.9f,
+         "warmup: %g %g %g", vt_ema_decay_at(&c, 2), vt_ema_decay_at(&c, 8),
+         vt_ema_decay_at(&c, 1000));
+}
+
 static void test_adamw(void) {
   const vt_backend *be = vt_backend_get(VT_DEVICE_CPU, NULL);
   float p[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.1f, -0.3f, 0.0f}, m[3] = {0}, v[3] = {0};
@@ -450,6 +463,7 @@ int main(void) {
   test_init();
   test_schedule();
   test_adamw();
+  test_ema_decay();
   test_gelu();
   if (failures) printf("%d unit check(s) FAILED\n", failures);
   else printf("all unit checks passed\n");

@@ -126,6 +126,25 @@ def check(variant, weights_path, dump_path):
     return 0 if err <= 1e-5 else 1
 
 
+def ema_warmup():
+    """The EMA warmup that tests/ref_vit.py holds vit3d's to (and test_unit vit3d's C):
+    1 - (1 + s)^(-2/3) capped at the decay, none at s = 0, for update s + 1, is timm's
+    ModelEmaV3(use_warmup=True).get_decay(step) as its train.py calls it (step = the updates
+    done, counting this one)."""
+    from timm.utils import ModelEmaV3
+    decay = 0.9999
+    ema = ModelEmaV3(torch.nn.Linear(2, 2), decay=decay, use_warmup=True)
+    worst = 0.0
+    for step in range(1, 20001, 7):
+        s = step - 1
+        mine = 0.0 if s == 0 else min(decay, 1.0 - (1.0 + s) ** (-2.0 / 3.0))
+        worst = max(worst, abs(mine - ema.get_decay(step)))
+    ok = worst <= 1e-15
+    print(f"ema      the EMA warmup of --model-ema-warmup against timm's ModelEmaV3.get_decay over "
+          f"updates 1-20000: largest difference {worst:.1e} (tol 1e-15) {'ok' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
 def lamb():
     """ref_vit's Lamb and timm's on the same float64 tensors and gradients: timm's own global
     clipping off (vit3d clips before the optimizer, as ref_vit does with clip_grad_norm_)."""
@@ -287,6 +306,8 @@ def sched(metrics, images, batch, epochs, warmup, lr, min_lr, warmup_lr, kind="c
 def main():
     if sys.argv[1] == "lamb":
         return lamb()
+    if sys.argv[1] == "ema":
+        return ema_warmup()
     if sys.argv[1] == "sched":
         return sched(*sys.argv[2:11])
     if sys.argv[1] == "npz":

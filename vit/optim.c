@@ -359,8 +359,16 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
     vt_comm_all_gather(o->dp, o->flat, o->flat + o->shard_lo, o->shard_count);
     be->copy(params, o->flat, (size_t)total * sizeof(float));
   }
-  if (o->ema && hi > lo) vt_ema(be, o->ema, params + lo, o->cfg.ema_decay, hi - lo);
+  if (o->ema && hi > lo) vt_ema(be, o->ema, params + lo, vt_ema_decay_at(&o->cfg, o->t), hi - lo);
   return norm;
+}
+
+float vt_ema_decay_at(const vt_optim_config *cfg, int64_t t) {
+  if (!cfg->ema_warmup) return cfg->ema_decay;
+  const int64_t s = t - 1;  // ModelEmaV3.get_decay(step = t): max(0, step - 1)
+  if (s <= 0) return 0.0f;
+  const double d = 1.0 - pow(1.0 + (double)s, -2.0 / 3.0);
+  return (float)(d < cfg->ema_decay ? d : cfg->ema_decay);
 }
 
 // Fills one buffer of this rank's optimizer state (moments, EMA) from values of the whole

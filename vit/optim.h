@@ -51,7 +51,16 @@ typedef struct {
   // The weights' exponential moving average (timm's ModelEmaV2), updated after every step that
   // is not skipped: ema = ema * ema_decay + params * (1 - ema_decay). 0: none.
   float ema_decay;
+  // 1: timm's ModelEmaV3 with use_warmup, as its train.py steps it (--model-ema-warmup): update
+  // t (1-based) uses vt_ema_decay_at's rate, 0 at t = 1 (the EMA becomes the weights), then
+  // min(ema_decay, 1 - t^(-2/3)).
+  int ema_warmup;
 } vt_optim_config;
+
+// The EMA's decay at update t (1-based, skipped steps not counted) under cfg: ema_decay, or with
+// ema_warmup ModelEmaV3's 1 - (1 + (t - 1))^(-2/3) capped at ema_decay (0 at t = 1), in double
+// as timm's Python, rounded to float.
+float vt_ema_decay_at(const vt_optim_config *cfg, int64_t t);
 
 // The learning-rate factor of layer l (vt_param.layer) under cfg's layer decay.
 double vt_layer_lr_scale(const vt_optim_config *cfg, int layer);
