@@ -307,8 +307,8 @@ vt_status vt_ckpt_check_optim(const vt_ckpt_manifest *saved, const vt_optim_conf
   differs_float(&d, saved->warmup_lr, cur.warmup_lr, "--warmup-lr");
   differs_int(&d, saved->warmup_steps, cur.warmup_steps, "--warmup-steps");
   differs_int(&d, saved->total_steps, cur.total_steps, "--steps");
-  static const char *const scheds[3] = {"cosine", "linear", "constant"};
-  differs(&d, saved->sched == cur.sched, "--sched", scheds[saved->sched], scheds[cur.sched]);
+  differs(&d, saved->sched == cur.sched, "--sched", vt_sched_name(saved->sched),
+          vt_sched_name(cur.sched));
   differs(&d, saved->sched_epochs == cur.sched_epochs, "--sched-on",
           saved->sched_epochs ? "epochs" : "steps", cur.sched_epochs ? "epochs" : "steps");
   if (saved->sched_epochs && cur.sched_epochs) {

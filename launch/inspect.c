@@ -10,6 +10,7 @@
 
 #include "checkpoint.h"
 #include "config.h"
+#include "optim.h"
 
 // The shortest text of v that a float flag reads back as the same float.
 static const char *float_text(double v, char *buf, size_t size) {
@@ -45,9 +46,8 @@ static void optim_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
                   float_text(m->warmup_epochs, a[0], 32));
   else if (k < (int)size)
     k += snprintf(out + k, size - (size_t)k, " --warmup-steps %" PRId64, m->warmup_steps);
-  static const char *const scheds[3] = {"cosine", "linear", "constant"};
   if (k < (int)size && m->sched > 0)
-    k += snprintf(out + k, size - (size_t)k, " --sched %s", scheds[m->sched]);
+    k += snprintf(out + k, size - (size_t)k, " --sched %s", vt_sched_name(m->sched));
   if (k < (int)size && m->sched_epochs) snprintf(out + k, size - (size_t)k, " --sched-on epochs");
 }
 

@@ -1,6 +1,6 @@
 // rng.c: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11),
 // written from the paper's constants (the rounds are vt_rng.h's inline functions, which CUDA
-// kernels share). 24 random bits give every float in [0, 1) with spacing 2^-24, never 1.0.
+// kernels share).
 #include "vt_rng.h"
 
 #include <math.h>
@@ -16,8 +16,7 @@ uint32_t vt_hash_name(const char *name) {
 }
 
 vt_philox_ctr vt_rng_block(uint64_t key, uint32_t hi, uint32_t lo, uint64_t blk) {
-  vt_philox_ctr c = {{(uint32_t)blk, (uint32_t)(blk >> 32), lo, hi}};
-  return vt_philox4x32(c, key);
+  return vt_rng_block_inline(key, hi, lo, blk);
 }
 
 uint32_t vt_rng_u32(uint64_t key, uint32_t stream_hi, uint32_t stream_lo, uint64_t i) {

@@ -37,14 +37,22 @@ VT_RNG_INLINE vt_philox_ctr vt_philox4x32_inline(vt_philox_ctr c, uint64_t key) 
   return c;
 }
 
-// Number i of stream (key, stream_hi, stream_lo) as vt_rng_uniform gives it: lane i % 4 of the
-// block at counter (i / 4, stream_lo, stream_hi), its top 24 bits over 2^24, in [0, 1).
+// Block blk of stream (key, stream_hi, stream_lo): the rounds at counter (blk, stream_lo,
+// stream_hi) (vt_rng_block).
+VT_RNG_INLINE vt_philox_ctr vt_rng_block_inline(uint64_t key, uint32_t stream_hi,
+                                                uint32_t stream_lo, uint64_t blk) {
+  const vt_philox_ctr c = {{(uint32_t)blk, (uint32_t)(blk >> 32), stream_lo, stream_hi}};
+  return vt_philox4x32_inline(c, key);
+}
+
+// A 32-bit number's top 24 bits over 2^24: every float in [0, 1) with spacing 2^-24, never 1.0.
+VT_RNG_INLINE float vt_rng_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+// Number i of stream (key, stream_hi, stream_lo) as vt_rng_uniform gives it: lane i % 4 of
+// block i / 4, as a uniform in [0, 1).
 VT_RNG_INLINE float vt_rng_uniform_inline(uint64_t key, uint32_t stream_hi, uint32_t stream_lo,
                                           uint64_t i) {
-  const uint64_t blk = i >> 2;
-  vt_philox_ctr c = {{(uint32_t)blk, (uint32_t)(blk >> 32), stream_lo, stream_hi}};
-  c = vt_philox4x32_inline(c, key);
-  return (float)(c.v[i & 3] >> 8) * (1.0f / 16777216.0f);
+  return vt_rng_unit(vt_rng_block_inline(key, stream_hi, stream_lo, i >> 2).v[i & 3]);
 }
 
 // The Philox4x32-10 block function: four 32-bit outputs for a 128-bit counter and 64-bit key.

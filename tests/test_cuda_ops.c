@@ -1071,7 +1071,8 @@ int main(int argc, char **argv) {
       if (!wanted(o->op, argc, argv) || o->tol[t.prec] < 0) continue;
       t.op = o->op;
       t.tol = o->tol[t.prec];
-      for (int s = 0; s < 16 && o->shapes[s][0] > 0; s++) {
+      for (int s = 0; s < (int)(sizeof o->shapes / sizeof o->shapes[0]) && o->shapes[s][0] > 0;
+           s++) {
         const int64_t *d = o->shapes[s];
         int ndims = 1, k = snprintf(t.shape, sizeof t.shape, "%s=", o->dims);
         for (const char *c = o->dims; *c; c++) ndims += *c == ',';

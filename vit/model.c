@@ -342,11 +342,17 @@ void vt_model_free(vt_model *m) {
   memset(m, 0, sizeof *m);
 }
 
+// The first of this rank's rows of the (B*N, C) stream: its block under sequence parallelism,
+// else 0.
+static int64_t first_row(const vt_model *m, int B) {
+  return m->sp ? m->shard.tp_rank * vt_model_local_rows(m, B) : 0;
+}
+
 // Sequence parallel: this rank's block of rows of a full (B*N, C) tensor into local, with the
 // padding rows past B*N zeroed so they stay inert (zero rows give zero gradients).
 static void take_rows(const vt_model *m, float *local, const float *full, int B) {
   const int64_t C = m->cfg.width, M = (int64_t)B * vt_cfg_tokens(&m->cfg);
-  const int64_t Ml = vt_model_local_rows(m, B), first = m->shard.tp_rank * Ml;
+  const int64_t Ml = vt_model_local_rows(m, B), first = first_row(m, B);
   const int64_t real = first >= M ? 0 : (M - first < Ml ? M - first : Ml);
   if (real > 0) m->be->copy(local, full + first * C, (size_t)(real * C) * sizeof(float));
   if (real < Ml) m->be->zero(local + real * C, (size_t)((Ml - real) * C) * sizeof(float));
@@ -391,7 +397,7 @@ static vt_block_noise block_noise(const vt_model *m, int l, const vt_model_slot 
   if (sl->sample0 < 0) return noise;
   const int layer = m->block_id[l];
   const int64_t N = vt_cfg_tokens(&m->cfg), C = m->cfg.width;
-  const int64_t row0 = m->sp ? m->shard.tp_rank * vt_model_local_rows(m, B) : 0;
+  const int64_t row0 = first_row(m, B);
   const double keep = vt_drop_path_keep(m->drop_path, layer, m->cfg.depth);
   if (keep < 1.0) {
     for (int branch = 0; branch < 2; branch++) {
@@ -426,6 +432,20 @@ static const vt_dropout_mask *slot_dropout(const vt_model *m, const vt_model_slo
   return mask;
 }
 
+// The embedding's dropout mask over this rank's rows of the stream, or NULL.
+static const vt_dropout_mask *pos_dropout(const vt_model *m, const vt_model_slot *sl, int B,
+                                          vt_dropout_mask *mask) {
+  return slot_dropout(m, sl, m->pos_drop, vt_dropout_site(-1, 0), vt_cfg_tokens(&m->cfg),
+                      first_row(m, B), m->cfg.width, mask);
+}
+
+// The head input's dropout mask (B rows, whole on every TP rank), or NULL.
+static const vt_dropout_mask *head_dropout(const vt_model *m, const vt_model_slot *sl,
+                                           vt_dropout_mask *mask) {
+  return slot_dropout(m, sl, m->head_drop, vt_dropout_site(m->cfg.depth, 0), 1, 0, m->cfg.width,
+                      mask);
+}
+
 // The slot's Mixup/CutMix targets, or NULL (none, or an evaluation forward).
 static const vt_mix_target *slot_mix(const vt_model *m, const vt_model_slot *sl) {
   return m->mix && sl->sample0 >= 0 ? sl->mix : NULL;
@@ -456,10 +476,9 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     vt_embed_fwd(be, m->sp ? m->s.full : sl->res[0], sl->patch_out, m->p.prefix, m->p.pos, B, N,
                  T, vt_cfg_pos_first(c), C);
     if (m->sp) take_rows(m, sl->res[0], m->s.full, B);
-    vt_dropout_mask pos;  // this rank's rows of the stream
-    const int64_t Ml = vt_model_local_rows(m, B), row0 = m->sp ? m->shard.tp_rank * Ml : 0;
-    if (slot_dropout(m, sl, m->pos_drop, vt_dropout_site(-1, 0), N, row0, C, &pos))
-      vt_dropout(be, sl->res[0], sl->res[0], Ml, C, &pos, 0);
+    vt_dropout_mask pos;
+    if (pos_dropout(m, sl, B, &pos))
+      vt_dropout(be, sl->res[0], sl->res[0], vt_model_local_rows(m, B), C, &pos, 0);
   }
   for (int j = 0; j < nb; j++) {  // local block b0 + j, slot block j
     vt_drop_mask path[2];
@@ -491,9 +510,8 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w,
                      m->p.norm_b, B, C);
   }
-  vt_dropout_mask hd;  // the head's input (a bf16 activation), whole on every TP rank
-  if (slot_dropout(m, sl, m->head_drop, vt_dropout_site(c->depth, 0), 1, 0, C, &hd))
-    vt_dropout(be, head_in, head_in, B, C, &hd, 1);
+  vt_dropout_mask hd;  // the head's input is a bf16 activation
+  if (head_dropout(m, sl, &hd)) vt_dropout(be, head_in, head_in, B, C, &hd, 1);
   vt_linear_fwd(be, sl->logits, head_in, m->p.head_w, m->p.head_b, B, C, K);
   if (m->bce && sample0 >= 0)
     vt_bce_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, slot_mix(m, sl), smoothing,
@@ -534,8 +552,8 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
     vt_linear_bwd(be, map ? s->map_dy : s->dlnf, g->head_w, g->head_b, s->dlogits,
                   map ? sl->map.out : sl->lnf, m->p.head_w, B, C, K);
     vt_dropout_mask hd;
-    if (slot_dropout(m, sl, m->head_drop, vt_dropout_site(c->depth, 0), 1, 0, C, &hd))
-      vt_dropout(be, map ? s->map_dy : s->dlnf, map ? s->map_dy : s->dlnf, B, C, &hd, 0);
+    float *dhead_in = map ? s->map_dy : s->dlnf;
+    if (head_dropout(m, sl, &hd)) vt_dropout(be, dhead_in, dhead_in, B, C, &hd, 0);
     float *dx = m->sp ? s->full : s->dres;
     if (map) {
       // The backward reads the last block's output again (under sequence parallelism gathered
@@ -581,9 +599,7 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
     return;
   }
   vt_dropout_mask pos;
-  if (slot_dropout(m, sl, m->pos_drop, vt_dropout_site(-1, 0), N, m->sp ? m->shard.tp_rank * Ml : 0,
-                   C, &pos))
-    vt_dropout(be, s->dres, s->dres, Ml, C, &pos, 0);
+  if (pos_dropout(m, sl, B, &pos)) vt_dropout(be, s->dres, s->dres, Ml, C, &pos, 0);
   const float *dx = s->dres;
   if (m->sp) {
     vt_tp_sp_gather(m->tp, s->full, s->dres, Ml * C);

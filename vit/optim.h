@@ -25,6 +25,11 @@ typedef enum {
 // straight line from lr to min_lr (timm's PolyLRScheduler with power 1, --sched poly
 // --decay-rate 1); or lr held to the end (min_lr unused).
 typedef enum { VT_SCHED_COSINE = 0, VT_SCHED_LINEAR = 1, VT_SCHED_CONSTANT = 2 } vt_sched_kind;
+// --sched's word for a kind (0..2).
+static inline const char *vt_sched_name(int kind) {
+  static const char *const names[3] = {"cosine", "linear", "constant"};
+  return names[kind];
+}
 
 typedef struct {
   vt_opt_kind kind;

@@ -136,32 +136,14 @@ void vt_cpu_drop_path(float *out, const float *x, const float *res, int64_t rows
   }
 }
 
-// The uniforms of numbers 4 * blk0 .. 4 * (blk0 + nblk) - 1 of stream (key, hi, lo) into u: the
-// Philox rounds of vt_rng.h written over arrays of blocks so that they vectorise.
+// The uniforms of numbers 4 * blk0 .. 4 * (blk0 + nblk) - 1 of stream (key, hi, lo) into u:
+// one call of vt_rng.h's inline rounds per four numbers.
 #define DROPOUT_BLOCKS 64
 static void dropout_uniforms(float *u, uint64_t key, uint32_t hi, uint32_t lo, uint64_t blk0,
                              int nblk) {
-  uint32_t c0[DROPOUT_BLOCKS], c1[DROPOUT_BLOCKS], c2[DROPOUT_BLOCKS], c3[DROPOUT_BLOCKS];
   for (int b = 0; b < nblk; b++) {
-    const uint64_t blk = blk0 + (uint64_t)b;
-    c0[b] = (uint32_t)blk, c1[b] = (uint32_t)(blk >> 32), c2[b] = lo, c3[b] = hi;
-  }
-  uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-  for (int r = 0; r < 10; r++) {
-#pragma omp simd
-    for (int b = 0; b < nblk; b++) {
-      const uint64_t p0 = (uint64_t)0xD2511F53u * c0[b], p1 = (uint64_t)0xCD9E8D57u * c2[b];
-      const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[b] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3[b] ^ k1;
-      c0[b] = n0, c1[b] = (uint32_t)p1, c2[b] = n2, c3[b] = (uint32_t)p0;
-    }
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  for (int b = 0; b < nblk; b++) {
-    u[4 * b] = (float)(c0[b] >> 8) * (1.0f / 16777216.0f);
-    u[4 * b + 1] = (float)(c1[b] >> 8) * (1.0f / 16777216.0f);
-    u[4 * b + 2] = (float)(c2[b] >> 8) * (1.0f / 16777216.0f);
-    u[4 * b + 3] = (float)(c3[b] >> 8) * (1.0f / 16777216.0f);
+    const vt_philox_ctr c = vt_rng_block_inline(key, hi, lo, blk0 + (uint64_t)b);
+    for (int k = 0; k < 4; k++) u[4 * b + k] = vt_rng_unit(c.v[k]);
   }
 }
 
