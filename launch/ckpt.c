@@ -18,6 +18,8 @@
 #include "fault.h"
 #include "partfile.h"
 #include "safetensors.h"
+#include "savehook.h"
+#include "watchdog.h"
 
 // The checkpoint being saved: every rank writes its part of each file (its slice of its local
 // table: vit/export.h), then world rank 0 commits it once all have. At most one exists at a
@@ -29,6 +31,7 @@ typedef struct {
   pthread_t thread;
   atomic_int writing;  // the thread has not finished this rank's part
   char save_dir[512], tmp[1100];
+  char hook[1024];  // --save-hook, run by rank 0 after the commit
   int keep_last, nfiles;
   int64_t keep_every;
   vt_ckpt_manifest man;  // world rank 0
@@ -93,6 +96,13 @@ static vt_status finish(vt_comm *world, char *err, size_t errlen) {
       snprintf(man->file[f], sizeof man->file[f], "%s", slash + 1);
       man->file_nbytes[f] = w->files[f].layout.file_nbytes, man->file_crc[f] = crc[f];
     }
+    if (st == VT_OK && w->hook[0]) {  // the previous hook's checkpoint may be rotated away
+      const char *phase = vt_watchdog_rename("waiting for the save hook");
+      const double t = vt_seconds();
+      vt_save_hook_wait(step);
+      w->t_start += vt_seconds() - t;  // the save's time below leaves the wait out
+      vt_watchdog_rename(phase);
+    }
     if (st == VT_OK)
       st = vt_ckpt_commit(w->save_dir, w->tmp, man, w->keep_last, w->keep_every, w->err,
                           sizeof w->err);
@@ -108,6 +118,7 @@ static vt_status finish(vt_comm *world, char *err, size_t errlen) {
       vt_log_info("saved %s in %.2f s%s: this rank wrote %.1f of the checkpoint's %.1f MiB",
                   dir, vt_seconds() - w->t_start, w->background ? " (in the background)" : "",
                   mine / 1048576.0, all / 1048576.0);
+      if (w->hook[0]) vt_save_hook_start(w->hook, w->save_dir, dir, step);
     }
   }
   st = vt_comm_agree(world, st, w->err, sizeof w->err);
@@ -231,6 +242,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
     return st;
   }
   snprintf(w->save_dir, sizeof w->save_dir, "%s", o->save_dir);
+  snprintf(w->hook, sizeof w->hook, "%s", o->save_hook);
   w->keep_last = o->keep_last, w->keep_every = o->keep_every;
   const vt_vit_config *c = &m->cfg;
   w->man = (vt_ckpt_manifest){

@@ -418,6 +418,12 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--keep-every", VT_OPT_I64, &o.keep_every, 0, 0, 1e15, "N",
        "with --keep-last: also keep every checkpoint whose step is a multiple of N (milestones "
        "for later evaluation or a restart from an earlier point); 0: none", NULL},
+      {"--save-hook", VT_OPT_STR, o.save_hook, sizeof o.save_hook, 0, 0, "CMD",
+       "after each checkpoint is committed, world rank 0 runs `sh -c CMD` in the background with "
+       "VT_CKPT_DIR (the checkpoint's folder), VT_CKPT_STEP and VT_SAVE_DIR set, its output "
+       "appended to SAVE_DIR/save-hook.log (e.g. 'aws s3 cp --recursive \"$VT_CKPT_DIR\" "
+       "s3://bucket/run/$(basename \"$VT_CKPT_DIR\")'); one at a time: the next commit and the "
+       "end of the run wait for it; the last checkpoint's hook failing exits 1", NULL},
       {"--async-save", VT_OPT_INT, &o.async_save, 0, 0, 1, "N",
        "1: rank 0 writes each checkpoint but the last (and a preemption's) on a background "
        "thread while training goes on, from a snapshot taken at its step; 0: every save in "

@@ -27,6 +27,7 @@
 #include "model.h"
 #include "plan.h"
 #include "report.h"
+#include "savehook.h"
 #include "schedule.h"
 #include "stage.h"
 #include "watchdog.h"
@@ -141,6 +142,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            "--model-ema)");
   if (strcmp(o->resume, "auto") == 0 && !o->save_dir[0])
     REFUSE("--resume auto looks for checkpoints in --save DIR; give --save too");
+  if (o->save_hook[0] && !o->save_dir[0])
+    REFUSE("--save-hook runs after each checkpoint is saved: give --save DIR too");
   return VT_OK;
 }
 
@@ -493,6 +496,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     }
     if (world_rank == 0)
       vt_report_step(o, metrics, &tb, &l, vt_seconds() - t_start, n - start_step, world_size);
+    if (world_rank == 0) vt_save_hook_poll();
     const double ev[3] = {l.ev.loss, l.ev.top1, l.ev.top5};
     const double ema[3] = {l.ev_ema.loss, l.ev_ema.top1, l.ev_ema.top5};
     if (world_rank == 0 && o->check_log[0])
@@ -567,6 +571,12 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     rc = VT_EXIT_FAILED;
   }
   if (check_failed && !rc) rc = VT_EXIT_CHECK;
+  // After the last collective: rank 0 waits for the last checkpoint's hook, without a limit.
+  if (world_rank == 0 && o->save_hook[0]) {
+    vt_watchdog_phase("waiting for the save hook", end_step, 0);
+    vt_save_hook_wait(0);
+    if (vt_save_hook_summary() && !rc) rc = VT_EXIT_FAILED;
+  }
   be->upload_wait();  // no copy may still read the loader's buffers when they are freed
   vt_data_close(&data);
   if (x.step_losses) be->free(x.step_losses);

@@ -74,6 +74,7 @@ typedef struct {
   int async_save;           // 1: rank 0 writes checkpoints other than the last on a thread
   int keep_last;            // complete checkpoints kept; 0: all
   int64_t keep_every;       // with keep_last: checkpoints of steps that are multiples are kept too
+  char save_hook[1024];     // shell command world rank 0 runs after each commit (savehook.h)
   char resume[512];         // "auto", a checkpoint directory, or empty
   char init_from[512];      // start from these timm-format weights (safetensors)
   int eval_only;            // `vit3d eval`: load, evaluate --val-data once, stop

@@ -56,6 +56,15 @@ void vt_watchdog_phase(const char *what, int64_t step, double limit_s) {
   pthread_mutex_unlock(&g.mu);
 }
 
+const char *vt_watchdog_rename(const char *what) {
+  if (!g.on) return what;
+  pthread_mutex_lock(&g.mu);
+  const char *was = g.phase;
+  g.phase = what;
+  pthread_mutex_unlock(&g.mu);
+  return was;
+}
+
 void vt_watchdog_comm_enter(vt_axis axis, int op, int64_t seq) {
   if (!g.on) return;
   pthread_mutex_lock(&g.mu);

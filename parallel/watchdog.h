@@ -36,6 +36,10 @@ void vt_watchdog_stop(void);  // joins the thread; call before the comms are fre
 // (0: no limit).
 void vt_watchdog_phase(const char *what, int64_t step, double limit_s);
 
+// Renames the phase the main thread is in (its clock and limit go on); returns the old name,
+// to be put back.
+const char *vt_watchdog_rename(const char *what);
+
 // comm.c, around every operation of the main thread: op is a vt_comm_op, seq the axis's
 // sequence number of this operation (1, 2, ...).
 void vt_watchdog_comm_enter(vt_axis axis, int op, int64_t seq);
