@@ -123,7 +123,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   o.plan_only = mode == RUN_PLAN;
   char model[32], device[8] = "cpu", precision[8] = "", err[512], bad_image[8] = "skip";
   char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic", pool[8] = "token";
-  char act[16] = "gelu", pos_embed[16] = "learn";
+  char act[16] = "gelu", pos_embed[16] = "learn", weight_init[8] = "timm";
   char train_interp[12] = "sample", eval_interp[12] = "sample";
   char mean[64] = "", std[64] = "", opt_name[8] = "adamw", sched_on[8] = "steps";
   char sched[12] = "cosine";
@@ -162,6 +162,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--head-init-std", VT_OPT_FLOAT, &o.model.head_init_std, 0, 0, 1, "S",
        "std of the head weight's truncated normal initialisation, also of a head --init-from "
        "starts fresh (MAE's fine-tuning: 2e-5); 0: timm's 0.02", NULL},
+      {"--weight-init", VT_OPT_STR, weight_init, sizeof weight_init, 0, 0, "KIND",
+       "timm (timm's default: Linear weights truncated normal 0.02, biases 0) or jax (timm's "
+       "weight_init='jax', Flax's initialisers as big_vision's: Linear weights Xavier-uniform, "
+       "MLP biases normal 1e-6, the head all zero, the patch embedding LeCun-normal)",
+       "timm|jax"},
       {"--layer-scale", VT_OPT_FLOAT, &o.model.layer_scale, 0, 0, 1e6, "G",
        "LayerScale (timm's init_values; CaiT, DeiT III 1e-6, DINOv2 1e-5): each block scales "
        "its attention and MLP outputs per channel by learned gammas (blocks.i.ls1.gamma, "
@@ -515,6 +520,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                                                    : 0;
   o.model.no_class_token = !class_token;
   o.model.gelu_tanh = strcmp(act, "gelu_tanh") == 0;
+  o.model.init_jax = strcmp(weight_init, "jax") == 0;
   o.model.pos_sincos = strcmp(pos_embed, "sincos2d") == 0;
   o.model.no_qkv_bias = !qkv_bias;
   o.erase.mode = strcmp(remode, "const") == 0  ? VT_ERASE_CONST

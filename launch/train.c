@@ -142,6 +142,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            "--model-ema)");
   if (strcmp(o->resume, "auto") == 0 && !o->save_dir[0])
     REFUSE("--resume auto looks for checkpoints in --save DIR; give --save too");
+  if (c->init_jax && c->head_init_std > 0)
+    REFUSE("--weight-init jax starts the head at zero: drop --head-init-std");
   if (o->save_hook[0] && !o->save_dir[0])
     REFUSE("--save-hook runs after each checkpoint is saved: give --save DIR too");
   return VT_OK;

@@ -8,8 +8,9 @@
 # ParallelScalingBlock with and without its qkv bias, converted by launch/convert_weights.py)
 # timm's random weights go in through --init-from and
 # `vit3d eval --logits-out` must give timm's logits on the same inputs. Also ref_vit.py's LAMB,
-# which the ref test holds vit3d's to, against timm.optim.Lamb, and --sched-on epochs against
-# timm's CosineLRScheduler.
+# which the ref test holds vit3d's to, against timm.optim.Lamb, --sched-on epochs against
+# timm's CosineLRScheduler, and --weight-init jax's initial weights against timm's
+# weight_init='jax' (tensor by tensor: zeros, constants, std, kurtosis, bound).
 # timm: an importable one, else timm 1.0.9 from PyPI unpacked once into CACHE_DIR (pure Python,
 # --no-deps; it needs Debian's python3-torchvision). Exits 77 (skip) when neither is possible,
 # saying why.
@@ -78,6 +79,16 @@ for v in gap map; do
     echo "FAIL: vit3d train/eval of the $v model:"
     tail -5 "$work/${v}_train.log" "$work/${v}_eval.log"; fail=1
   fi
+done
+# --weight-init jax against timm's weight_init='jax': vit3d's initial weights (one step at lr 0)
+# tensor by tensor, with the class token, without it (gap) and with the MAP head.
+for v in vit gap map; do
+  mapfile -t iflags < <("$py" "$here/timm_check.py" init_flags $v)
+  if "$vit3d" train --model tiny "${iflags[@]}" --weight-init jax --data synthetic --steps 1 \
+       --lr 0 --min-lr 0 --micro-batch-size 2 --threads 1 --seed 4 \
+       --final-weights "$work/init_$v.safetensors" > "$work/init_$v.log" 2>&1; then
+    "$py" "$here/timm_check.py" init $v "$work/init_$v.safetensors" || fail=1
+  else echo "FAIL: vit3d --weight-init jax ($v):"; tail -3 "$work/init_$v.log"; fail=1; fi
 done
 "$py" "$here/timm_check.py" lamb || fail=1  # the reference's LAMB (the ref test's) is timm's
 "$py" "$here/timm_check.py" ema || fail=1  # so is its EMA warmup (--model-ema-warmup)

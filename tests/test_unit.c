@@ -144,6 +144,29 @@ static void test_init(void) {
   const vt_param *n = vt_params_find(&t, "norm.weight");
   EXPECT(a[n->offset] == 1.0f, "norm weight not 1");
   vt_params_free(&t);
+  // --weight-init jax: the head zero, qkv uniform within sqrt(6 / (C + 3C)), reaching near it,
+  // MLP biases tiny normals, attention biases zero, the patch embedding within 2 of its std.
+  c.init_jax = 1;
+  vt_params_build(&t, &c, vt_shard_whole());
+  vt_params_init(&t, a, 5);
+  const int64_t C = c.width;
+  const double bound = sqrt(6.0 / (double)(4 * C)), pstd = sqrt(1.0 / (3.0 * 64)) / 0.87962566103423978;
+  double top = 0, head = 0, fc1b = 0, qkvb = 0, patch = 0;
+  const vt_param *q = vt_params_find(&t, "blocks.0.attn.qkv.weight");
+  for (int64_t i = 0; i < q->count; i++) top = fmax(top, fabs(a[q->offset + i]));
+  const vt_param *h = vt_params_find(&t, "head.weight");
+  for (int64_t i = 0; i < h->count; i++) head = fmax(head, fabs(a[h->offset + i]));
+  const vt_param *fb = vt_params_find(&t, "blocks.0.mlp.fc1.bias");
+  for (int64_t i = 0; i < fb->count; i++) fc1b = fmax(fc1b, fabs(a[fb->offset + i]));
+  const vt_param *qb = vt_params_find(&t, "blocks.0.attn.qkv.bias");
+  for (int64_t i = 0; i < qb->count; i++) qkvb = fmax(qkvb, fabs(a[qb->offset + i]));
+  const vt_param *pw = vt_params_find(&t, "patch_embed.proj.weight");
+  for (int64_t i = 0; i < pw->count; i++) patch = fmax(patch, fabs(a[pw->offset + i]));
+  EXPECT(top <= bound && top > 0.98 * bound, "jax qkv: max %g, bound %g", top, bound);
+  EXPECT(head == 0 && qkvb == 0, "jax: head %g, qkv bias %g, want 0", head, qkvb);
+  EXPECT(fc1b > 0 && fc1b < 1e-5, "jax: fc1 bias max %g, want a normal(1e-6)", fc1b);
+  EXPECT(patch <= 2 * pstd && patch > 1.5 * pstd, "jax patch embedding: max %g, std %g", patch, pstd);
+  vt_params_free(&t);
 }
 
 static void test_schedule(void) {

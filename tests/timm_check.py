@@ -17,6 +17,9 @@ without its qkv bias, under timm's names, converted by launch/convert_weights.py
                                         max |diff| / max |logit| <= 1e-5; exit 0 = pass
   timm_check.py npz WORK                Google's .npz layouts, written from timm's weights: timm's
                                         loader and launch/convert_weights.py read them back
+  timm_check.py init_flags VARIANT      the model flags of the initialisation check
+  timm_check.py init VARIANT W          W (vit3d --weight-init jax's initial weights) against
+                                        timm's weight_init='jax', tensor by tensor
   timm_check.py lamb                    the reference's LAMB (tests/ref_vit.py, which checks
                                         vit3d's) against timm.optim.Lamb: 8 steps of random
                                         gradients, groups with and without weight decay
@@ -124,6 +127,56 @@ def check(variant, weights_path, dump_path):
           f"{how}; {len(mine)} images: max |vit3d - timm| / max |logit| = "
           f"{err:.2e} (tol 1e-05) {'ok' if err <= 1e-5 else 'FAIL'}")
     return 0 if err <= 1e-5 else 1
+
+
+# The initialisation check's model: wide enough for statistics (the smallest tensors that are
+# not constants have 192 elements), with the MAP head's Linears.
+INIT_BASE = dict(img_size=32, patch_size=8, embed_dim=192, depth=2, num_heads=3, num_classes=10)
+INIT_FLAGS = ["--img-size", "32", "--patch-size", "8", "--width", "192", "--depth", "2",
+              "--heads", "3", "--num-classes", "10"]
+
+
+def init_stats(x):
+    x = x.astype(np.float64).ravel()
+    sd = x.std()
+    kurt = ((x - x.mean()) ** 4).mean() / sd ** 4 if sd > 0 else 0.0
+    return sd, kurt, np.abs(x).max()
+
+
+def init(variant, weights_path):
+    """vit3d's --weight-init jax against timm's weight_init='jax' (VARIANT's keywords on
+    INIT_BASE): every tensor is zero, constant or random as timm's, and a random one has timm's
+    distribution: its std within 5/sqrt(2n) + 2% of timm's and, with 1000 elements or more, its
+    kurtosis (1.8 for a uniform, about 2.4 for a normal truncated at 2 std, 3 for a normal)
+    within 0.25 and, where timm's is bounded (a uniform or truncated normal), its largest |x|
+    within 2% of timm's. timm's default initialisation fails it."""
+    from timm.models import vision_transformer as vt
+    torch.manual_seed(11)
+    model = vt.VisionTransformer(**INIT_BASE, **VARIANTS[variant][0], weight_init="jax")
+    ref = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    mine = read_safetensors(weights_path)
+    bad = []
+    if sorted(ref) != sorted(mine):
+        bad.append(f"names differ: {sorted(set(ref) ^ set(mine))}")
+    for name in sorted(set(ref) & set(mine)):
+        r, m = ref[name], np.asarray(mine[name])
+        (rs, rk, rm), (ms, mk, mm) = init_stats(r), init_stats(m)
+        if rs == 0:  # a constant: the same one
+            if ms != 0 or np.abs(m.ravel()[0] - r.ravel()[0]) > 0:
+                bad.append(f"{name}: timm's is the constant {r.ravel()[0]}, vit3d's std {ms:.3g}")
+            continue
+        tol = 5 / np.sqrt(2 * r.size) + 0.02
+        bounded = rm / rs < 3  # uniform or truncated: the largest |x| is near the bound
+        if abs(ms / rs - 1) > tol or (r.size >= 1000 and (
+                abs(mk - rk) > 0.25 or (bounded and abs(mm / rm - 1) > 0.02))):
+            bad.append(f"{name} ({r.size}): std {ms:.4g} against timm's {rs:.4g} (tol "
+                       f"{100 * tol:.0f}%), kurtosis {mk:.2f} / {rk:.2f}, max {mm:.4g} / {rm:.4g}")
+    print(f"init {variant:5s} ({' '.join(VARIANTS[variant][1]) or 'timm defaults'}): "
+          f"{len(ref)} tensors against timm's weight_init='jax': "
+          f"{'ok' if not bad else 'FAIL'}")
+    for b in bad:
+        print("  " + b)
+    return 1 if bad else 0
 
 
 def ema_warmup():
@@ -310,6 +363,10 @@ def main():
         return ema_warmup()
     if sys.argv[1] == "sched":
         return sched(*sys.argv[2:11])
+    if sys.argv[1] == "init_flags":
+        return print("\n".join(INIT_FLAGS + VARIANTS[sys.argv[2]][1]))
+    if sys.argv[1] == "init":
+        return init(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "npz":
         return npz(sys.argv[2])
     cmd, variant = sys.argv[1], sys.argv[2]

@@ -27,6 +27,10 @@ typedef struct {
                     // SigLIP)
   float head_init_std;  // std of the head weight's truncated normal initialisation; 0: timm's
                         // 0.02 (MAE's fine-tuning: 2e-5)
+  int init_jax;         // 1: timm's weight_init='jax' (Flax's initialisers, big_vision's): Linear
+                        // weights Xavier-uniform, `mlp` biases normal(1e-6), other biases 0, the
+                        // head all 0, the patch embedding and pre-logits LeCun-normal; 0: timm's
+                        // default (truncated normal 0.02, PyTorch's Conv2d default)
   float layer_scale;    // LayerScale's initial gamma (timm's init_values: CaiT, DeiT III 1e-6,
                         // DINOv2 1e-5): each branch's output is scaled per channel by a learned
                         // gamma (blocks.i.ls1.gamma, ls2.gamma); 0: no LayerScale

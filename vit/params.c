@@ -147,6 +147,43 @@ void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *e
   vt_stage_blocks(depth, s->pp_size * v, vt_shard_vstage(s, chunk), first, end);
 }
 
+static int ends_with(const char *s, const char *tail) {
+  const size_t n = strlen(s), k = strlen(tail);
+  return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+// timm's init_weights_vit_jax over the table (the initialisers of Flax, and so of big_vision):
+// every Linear's weight Xavier-uniform, bound sqrt(6 / (in + out)) over its whole (out, in)
+// shape (qkv's (3C, C) as one matrix, as timm's), and its bias 0 or, inside an MLP (a name
+// with "mlp"), normal(1e-6); the head's weight and bias 0; the patch embedding's weight and the
+// pre-logits' LeCun-normal (a normal of std sqrt(1 / fan_in) / 0.8796 truncated at 2 std,
+// timm's lecun_normal_), their biases 0. The tokens, positions, norms, LayerScale and the MAP
+// latent keep their initialisers (timm's init_weights sets them so in every mode).
+static void init_jax(vt_param_table *t) {
+  for (int i = 0; i < t->count; i++) {
+    vt_param *w = &t->p[i];
+    if (!ends_with(w->name, ".weight") || w->ndim < 2) continue;
+    const size_t plen = strlen(w->name) - strlen(".weight");
+    vt_param *bias = i + 1 < t->count && strncmp(t->p[i + 1].name, w->name, plen) == 0 &&
+                             strcmp(t->p[i + 1].name + plen, ".bias") == 0
+                         ? &t->p[i + 1] : NULL;
+    const int64_t out = w->shape[0], in = w->count / out;
+    if (strncmp(w->name, "head.", 5) == 0) {
+      w->init = VT_INIT_ZEROS;
+    } else if (w->ndim == 4 || strncmp(w->name, "pre_logits.", 11) == 0) {
+      w->init = VT_INIT_TRUNC_NORMAL_2STD;
+      w->init_scale = (float)(sqrt(1.0 / (double)in) / 0.87962566103423978);
+    } else {
+      w->init = VT_INIT_UNIFORM;
+      w->init_scale = (float)sqrt(6.0 / (double)(in + out));
+    }
+    if (!bias) continue;
+    const int mlp = strstr(w->name, "mlp") && w->ndim == 2 && strncmp(w->name, "head.", 5) != 0;
+    bias->init = mlp ? VT_INIT_NORMAL : VT_INIT_ZEROS;
+    bias->init_scale = mlp ? 1e-6f : 0.0f;
+  }
+}
+
 void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard) {
   VT_CHECK(shard.pp_chunks >= 1, "a shard needs at least one model chunk (have %d)",
            shard.pp_chunks);
@@ -190,6 +227,7 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
     const int head = linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, C, "head");
     if (cfg->head_init_std > 0) t->p[head].init_scale = cfg->head_init_std;
   }
+  if (cfg->init_jax) init_jax(t);
 }
 
 int64_t vt_param_global_index(const vt_param *p, const vt_shard *s, int64_t i) {
