@@ -105,22 +105,21 @@ void vt_layernorm_bwd_add(const vt_backend *be, float *dinp, float *dweight, flo
   be->layernorm_bwd_add(dinp, dweight, dbias, dout, inp, weight, mean, rstd, M, C);
 }
 
-void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t count,
-                 vt_gelu_form form) {
-  NEED(be, gelu_fwd);
+void vt_act_fwd(const vt_backend *be, float *out, const float *inp, int64_t count, vt_act kind) {
+  NEED(be, act_fwd);
   PTR(out); PTR(inp);
   POS(count);
-  VT_CHECK(form == VT_GELU_ERF || form == VT_GELU_TANH, "gelu: unknown form %d", (int)form);
-  be->gelu_fwd(out, inp, count, form == VT_GELU_TANH);
+  VT_CHECK(kind >= VT_ACT_GELU && kind <= VT_ACT_TANH, "act: unknown kind %d", (int)kind);
+  be->act_fwd(out, inp, count, (int)kind);
 }
 
-void vt_gelu_bwd(const vt_backend *be, float *dinp, float *dbias, const float *inp,
-                 const float *dout, int64_t M, int64_t F, vt_gelu_form form) {
-  NEED(be, gelu_bwd);
+void vt_act_bwd(const vt_backend *be, float *dinp, float *dbias, const float *inp,
+                const float *dout, int64_t M, int64_t F, vt_act kind) {
+  NEED(be, act_bwd);
   PTR(dinp); PTR(inp); PTR(dout);
   POS(M); POS(F);
-  VT_CHECK(form == VT_GELU_ERF || form == VT_GELU_TANH, "gelu: unknown form %d", (int)form);
-  be->gelu_bwd(dinp, dbias, inp, dout, M, F, form == VT_GELU_TANH);
+  VT_CHECK(kind >= VT_ACT_GELU && kind <= VT_ACT_TANH, "act: unknown kind %d", (int)kind);
+  be->act_bwd(dinp, dbias, inp, dout, M, F, (int)kind);
 }
 
 int64_t vt_act_floats(const vt_backend *be, int64_t count) {

@@ -126,9 +126,9 @@ struct vt_backend {
   void (*layernorm_bwd_add)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, const float *mean,
                             const float *rstd, int64_t M, int64_t C);
-  void (*gelu_fwd)(float *out, const float *inp, int64_t count, int tanh_form);
-  void (*gelu_bwd)(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
-                   int64_t F, int tanh_form);
+  void (*act_fwd)(float *out, const float *inp, int64_t count, int kind);  // kind: vt_act
+  void (*act_bwd)(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
+                  int64_t F, int kind);
   void (*attention_fwd)(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                         int64_t H, int64_t D);
   void (*attention_bwd)(float *dqkv, float *dbias, const float *dout, const float *qkv,

@@ -14,15 +14,15 @@ extern "C" {
 // bf16 activations. In bf16 precision (vt_backend.h) the activations that only ever feed GEMMs
 // are stored as bfloat16, 2 bytes per element, in float * buffers of vt_act_floats(be, count)
 // floats: linear's inp, the out of patchify_fwd, layernorm_fwd, add_layernorm_fwd (not its sum),
-// gelu_fwd, attention_fwd, latent_attention_fwd, to_act and linear_act_fwd, attention's qkv and
-// latent_attention's q and kv inputs, gelu_bwd's dinp and attention_bwd's dqkv and
+// act_fwd, attention_fwd, latent_attention_fwd, to_act and linear_act_fwd, attention's qkv and
+// latent_attention's q and kv inputs, act_bwd's dinp and attention_bwd's dqkv and
 // latent_attention_bwd's dkv (as linear_act_bwd's dout). The GEMMs rounded exactly these values
 // to bf16 anyway, so storing them rounded changes no result; it halves their memory and traffic
 // and the GEMMs read them as they are. Two kinds are rounded where PyTorch's bf16 autocast
 // rounds them, which changes results within bf16's precision: GELU's input (fc1's output, made
 // by linear_act_fwd; GELU and its derivative are computed in fp32 at the rounded value), and the
 // input gradients of the Linears after GELU and attention (linear_bwd_act's dinp, read as
-// gelu_bwd's and attention_bwd's dout), which autocast's bf16 GEMMs make in bf16. Everything
+// act_bwd's and attention_bwd's dout), which autocast's bf16 GEMMs make in bf16. Everything
 // else stays fp32.
 int64_t vt_act_floats(const vt_backend *be, int64_t count);
 
@@ -52,12 +52,12 @@ void vt_linear_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbi
                    int64_t O);
 // linear_bwd whose dinp (not NULL) is a bf16 activation in bf16 precision: the fp32 GEMM result
 // rounded once. For a Linear whose input gradient only feeds an op that reads it as such (fc2's
-// goes to gelu_bwd, proj's to attention_bwd; both Linears are row-parallel under TP, so the
+// goes to act_bwd, proj's to attention_bwd; both Linears are row-parallel under TP, so the
 // gradient needs no reduction over TP ranks first).
 void vt_linear_bwd_act(const vt_backend *be, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight, int64_t M,
                        int64_t I, int64_t O);
-// linear_bwd whose dout is a bf16 activation in bf16 precision (gelu_bwd's dinp, attention_bwd's
+// linear_bwd whose dout is a bf16 activation in bf16 precision (act_bwd's dinp, attention_bwd's
 // dqkv), with no bias gradient (their maker summed it from the fp32 values): the same bits as
 // linear_bwd on that fp32 dout, which rounded it to bf16 for its GEMMs anyway, without the pass
 // that did.
@@ -85,20 +85,20 @@ void vt_layernorm_bwd_add(const vt_backend *be, float *dinp, float *dweight, flo
                           const float *dout, const float *inp, const float *weight,
                           const float *mean, const float *rstd, int64_t M, int64_t C);
 
-// GELU in one of its two forms (timm's act_layer 'gelu' and 'gelu_tanh'; PyTorch's
-// approximate='none' and 'tanh'): the exact x * 0.5 * (1 + erf(x / sqrt 2)), or
-// x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (Flax's default: big_vision's ViTs). inp and
-// out are bf16 activations in bf16 precision.
-typedef enum { VT_GELU_ERF = 0, VT_GELU_TANH = 1 } vt_gelu_form;
-void vt_gelu_fwd(const vt_backend *be, float *out, const float *inp, int64_t count,
-                 vt_gelu_form form);
-// The backward, fused with the bias gradient of the Linear that made GELU's input (fc1): dinp
-// (M, F) = dout * GELU'(inp), a bf16 activation in bf16 precision (it only feeds that Linear's
-// GEMMs, through linear_act_bwd); dbias (F) += the column sums of the fp32 dinp, in the same pass
-// (dbias may be NULL). inp (M, F) as gelu_fwd read it and dout (M, F) as linear_bwd_act made it
-// (both bf16 in bf16 precision).
-void vt_gelu_bwd(const vt_backend *be, float *dinp, float *dbias, const float *inp,
-                 const float *dout, int64_t M, int64_t F, vt_gelu_form form);
+// An activation after a Linear: GELU in one of its two forms (timm's act_layer 'gelu' and
+// 'gelu_tanh'; PyTorch's approximate='none' and 'tanh'), the exact x * 0.5 * (1 + erf(x / sqrt 2))
+// or x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (Flax's default: big_vision's ViTs), in
+// the MLPs; or tanh itself (big_vision's pre-logits layer). inp and out are bf16 activations in
+// bf16 precision.
+typedef enum { VT_ACT_GELU = 0, VT_ACT_GELU_TANH = 1, VT_ACT_TANH = 2 } vt_act;
+void vt_act_fwd(const vt_backend *be, float *out, const float *inp, int64_t count, vt_act kind);
+// The backward, fused with the bias gradient of the Linear that made the activation's input
+// (fc1): dinp (M, F) = dout * act'(inp), a bf16 activation in bf16 precision (it only feeds that
+// Linear's GEMMs, through linear_act_bwd); dbias (F) += the column sums of the fp32 dinp, in the
+// same pass (dbias may be NULL). inp (M, F) as act_fwd read it and dout (M, F) as linear_bwd_act
+// made it (both bf16 in bf16 precision).
+void vt_act_bwd(const vt_backend *be, float *dinp, float *dbias, const float *inp,
+                const float *dout, int64_t M, int64_t F, vt_act kind);
 
 // Scaled dot-product attention per head, no mask, in the fused (flash) form: the probabilities
 // are never stored. qkv (B, N, 3*H*D) laid out as timm's qkv Linear output: [q of all heads |

@@ -105,12 +105,12 @@ static void t_ln_bwd_add(float *dx, float *dw, float *db, const float *dy, const
   TIMED("layernorm_bwd_add", 0, 0, 0, 0,
         g_real.layernorm_bwd_add(dx, dw, db, dy, x, w, mu, rs, M, C));
 }
-static void t_gelu_fwd(float *o, const float *x, int64_t n, int tanh_form) {
-  TIMED("gelu_fwd", 0, 0, 0, 0, g_real.gelu_fwd(o, x, n, tanh_form));
+static void t_act_fwd(float *o, const float *x, int64_t n, int kind) {
+  TIMED("act_fwd", 0, 0, 0, 0, g_real.act_fwd(o, x, n, kind));
 }
-static void t_gelu_bwd(float *dx, float *db, const float *x, const float *dy, int64_t M,
-                       int64_t F, int tanh_form) {
-  TIMED("gelu_bwd", 0, 0, 0, 0, g_real.gelu_bwd(dx, db, x, dy, M, F, tanh_form));
+static void t_act_bwd(float *dx, float *db, const float *x, const float *dy, int64_t M,
+                      int64_t F, int kind) {
+  TIMED("act_bwd", 0, 0, 0, 0, g_real.act_bwd(dx, db, x, dy, M, F, kind));
 }
 static void t_att_fwd(float *o, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
                       int64_t D) {
@@ -141,7 +141,7 @@ static const vt_backend *timing_backend(const vt_backend *real) {
   t.linear_act_fwd = t_linear_act_fwd, t.linear_act_bwd = t_linear_act_bwd;
   t.linear_bwd_act = t_linear_bwd_act, t.linear_residual_fwd = t_linear_residual_fwd;
   t.layernorm_fwd = t_ln_fwd, t.layernorm_bwd = t_ln_bwd;
-  t.gelu_fwd = t_gelu_fwd, t.gelu_bwd = t_gelu_bwd;
+  t.act_fwd = t_act_fwd, t.act_bwd = t_act_bwd;
   t.attention_fwd = t_att_fwd, t.attention_bwd = t_att_bwd;
   t.add = t_add, t.adamw = t_adamw, t.sumsq = t_sumsq;
   t.add_layernorm_fwd = t_add_ln_fwd, t.layernorm_bwd_add = t_ln_bwd_add;

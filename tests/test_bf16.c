@@ -4,7 +4,7 @@
 //     of x, ties to the even one, on special values and 2^22 random bit patterns.
 //  2. linear forward and backward in bf16 against float64 sums of the rounded operands (so only
 //     the fp32 accumulation differs), and far enough from the fp32 op to show rounding happened.
-//  3. the MLP backward fused (gelu_bwd with fc1's bias gradient, linear_act_bwd) gives the very
+//  3. the MLP backward fused (act_bwd with fc1's bias gradient, linear_act_bwd) gives the very
 //     bits of the unfused ops; linear_bwd_act's dinp is linear_bwd's rounded once.
 //  4. attention forward and backward in bf16 against float64 with the same rounding points: q,
 //     k, v, the probabilities of the P v and P^T dout products, and dout (a bf16 activation,
@@ -206,7 +206,7 @@ static void test_linear(const vt_backend *be, int64_t M, int64_t I, int64_t O) {
   free(dx), free(dw), free(db), free(ry), free(rdx), free(rdw), free(rdb);
 }
 
-// ---- the MLP backward: gelu_bwd (with fc1's bias gradient) + linear_act_bwd -----------------
+// ---- the MLP backward: act_bwd (with fc1's bias gradient) + linear_act_bwd -----------------
 // Fused, the GELU backward stores bf16 values and sums the bias gradient itself; unfused, it
 // stores fp32 values and linear_bwd sums them and rounds them for its GEMMs. The same bits.
 
@@ -220,13 +220,13 @@ static void test_mlp_fusion(const vt_backend *be, int64_t M, int64_t I, int64_t 
   }
   for (int64_t i = 0; i < M * F; i++) fc1[i] *= 3.0f;
   void *xb = bits_of(x, M * I), *fb = bits_of(fc1, M * F);  // bf16 activations
-  void *gyb = bits_of(dy, M * F);  // gelu_bwd's dout, as linear_bwd_act makes it
+  void *gyb = bits_of(dy, M * F);  // act_bwd's dout, as linear_bwd_act makes it
   float *fr = rounded(fc1, M * F), *gyr = rounded(dy, M * F);  // their values, for the fp32 op
   be->set_precision(VT_PRECISION_FP32);
-  vt_gelu_bwd(be, g32, NULL, fr, gyr, M, F, VT_GELU_ERF);
+  vt_act_bwd(be, g32, NULL, fr, gyr, M, F, VT_ACT_GELU);
   be->set_precision(VT_PRECISION_BF16);
   vt_linear_bwd(be, dx[0], dw[0], db[0], g32, xb, w, M, I, F);
-  vt_gelu_bwd(be, gb, db[1], fb, gyb, M, F, VT_GELU_ERF);
+  vt_act_bwd(be, gb, db[1], fb, gyb, M, F, VT_ACT_GELU);
   vt_linear_act_bwd(be, dx[1], dw[1], gb, xb, w, M, I, F);
   be->set_precision(VT_PRECISION_FP32);
   int64_t differ = 0;

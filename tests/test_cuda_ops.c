@@ -245,7 +245,7 @@ static void linear_bwd_case(tc *t, const int64_t *d, int act) {
 static void t_linear_bwd(tc *t, const int64_t *d) { linear_bwd_case(t, d, 0); }
 static void t_linear_bwd_act(tc *t, const int64_t *d) { linear_bwd_case(t, d, 1); }
 
-// dout is a bf16 activation in bf16 (gelu_bwd's dinp), like x. d[3] bits: 1 dinp, 2 leaves
+// dout is a bf16 activation in bf16 (act_bwd's dinp), like x. d[3] bits: 1 dinp, 2 leaves
 // dweight out.
 static void t_linear_act_bwd(tc *t, const int64_t *d) {
   const int64_t M = d[0], I = d[1], O = d[2], want_dinp = d[3] & 1, want_dw = !(d[3] & 2);
@@ -332,31 +332,31 @@ static void t_add_layernorm_fwd(tc *t, const int64_t *d) {
   check(t, "rstd", gr, rr, M);
 }
 
-// inp and out are bf16 activations in bf16 (vt_ops.h).
-// d[last] 1: the tanh form.
-static void t_gelu_fwd(tc *t, const int64_t *d) {
+// inp and out are bf16 activations in bf16 (vt_ops.h). d[last]: the vt_act kind (0 GELU, 1 its
+// tanh form, 2 tanh).
+static void t_act_fwd(tc *t, const int64_t *d) {
   const int64_t n = d[0];
-  const vt_gelu_form form = d[1] ? VT_GELU_TANH : VT_GELU_ERF;
+  const vt_act form = (vt_act)d[1];
   float *x = act_in(t, hrand(t, n, -6, 6), n), *ref = hnew(t, n), *g[2];
-  vt_gelu_fwd(t->cpu, ref, x, n, form);
+  vt_act_fwd(t->cpu, ref, x, n, form);
   float *gx = dnew(t, x, n);
-  for (int r = 0; r < 2; r++) g[r] = dpoison(t, n), vt_gelu_fwd(t->gpu, g[r], gx, n, form);
+  for (int r = 0; r < 2; r++) g[r] = dpoison(t, n), vt_act_fwd(t->gpu, g[r], gx, n, form);
   check_act(t, "out", g, ref, n);
 }
 
 // inp, dout and dinp are bf16 activations in bf16 (vt_ops.h); dbias starts from random values
 // (accumulated).
-static void t_gelu_bwd(tc *t, const int64_t *d) {
+static void t_act_bwd(tc *t, const int64_t *d) {
   const int64_t M = d[0], F = d[1], n = M * F, want_dbias = d[2];
-  const vt_gelu_form form = d[3] ? VT_GELU_TANH : VT_GELU_ERF;
+  const vt_act form = (vt_act)d[3];
   float *x = act_in(t, hrand(t, n, -6, 6), n), *dy = act_in(t, hrand(t, n, -1, 1), n);
   float *ref = hnew(t, n), *g[2];
   float *db0 = hrand(t, F, -1, 1), *rdb = hcopy(t, db0, F), *gdb[2];
-  vt_gelu_bwd(t->cpu, ref, want_dbias ? rdb : NULL, x, dy, M, F, form);
+  vt_act_bwd(t->cpu, ref, want_dbias ? rdb : NULL, x, dy, M, F, form);
   float *gx = dnew(t, x, n), *gdy = dnew(t, dy, n);
   for (int r = 0; r < 2; r++) {
     g[r] = dpoison(t, n), gdb[r] = dnew(t, db0, F);
-    vt_gelu_bwd(t->gpu, g[r], want_dbias ? gdb[r] : NULL, gx, gdy, M, F, form);
+    vt_act_bwd(t->gpu, g[r], want_dbias ? gdb[r] : NULL, gx, gdy, M, F, form);
   }
   check_act(t, "dinp", g, ref, n);
   check(t, "dbias", gdb, rdb, F);  // untouched without want_dbias: still db0 on both sides
@@ -919,11 +919,12 @@ static const op_test kTests[] = {
      {{197, 192}, {5, 7}, {1, 1}, {394, 768}, {300, 33}}},
     {"layernorm_bwd_add", "M,C", t_layernorm_bwd_add, {5e-5, -1},
      {{197, 192}, {5, 7}, {1, 1}, {394, 768}, {300, 33}}},
-    {"gelu_fwd", "count,tanh", t_gelu_fwd, {2e-6, 2e-6},
-     {{1, 0}, {7, 0}, {1000, 0}, {197 * 768 + 5, 0}, {7, 1}, {197 * 768 + 5, 1}}},
-    {"gelu_bwd", "M,F,dbias,tanh", t_gelu_bwd, {1e-5, 1e-5},
+    {"act_fwd", "count,kind", t_act_fwd, {2e-6, 2e-6},
+     {{1, 0}, {7, 0}, {1000, 0}, {197 * 768 + 5, 0}, {7, 1}, {197 * 768 + 5, 1}, {7, 2},
+      {1000 * 384 + 3, 2}}},
+    {"act_bwd", "M,F,dbias,kind", t_act_bwd, {1e-5, 1e-5},
      {{1, 1, 1, 0}, {1, 7, 0, 0}, {1000, 3, 1, 0}, {197, 768, 1, 0}, {1100, 9, 1, 0},
-      {5, 1000, 0, 0}, {197, 768, 1, 1}, {1, 7, 0, 1}}},
+      {5, 1000, 0, 0}, {197, 768, 1, 1}, {1, 7, 0, 1}, {256, 384, 1, 2}, {3, 5, 0, 2}}},
     {"attention_fwd", "B,N,H,D", t_attention_fwd, {5e-5, 5e-4},
      {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 300, 2, 8}, {1, 65, 4, 16}, {1, 1, 2, 3},
       {2, 50, 12, 64}, {1, 70, 2, 80}, {1, 40, 1, 96}}},  // 80: ViT-H/14; 96: fp32's largest
@@ -1012,7 +1013,7 @@ static int check_table(const vt_backend *be) {
       OP(linear_fwd),        OP(linear_act_fwd),    OP(linear_bwd),    OP(linear_act_bwd),
       OP(linear_bwd_act),    OP(linear_residual_fwd),
       OP(layernorm_fwd),     OP(layernorm_bwd),     OP(add_layernorm_fwd), OP(layernorm_bwd_add),
-      OP(gelu_fwd),          OP(gelu_bwd),          OP(attention_fwd), OP(attention_bwd),
+      OP(act_fwd),          OP(act_bwd),          OP(attention_fwd), OP(attention_bwd),
       OP(latent_attention_fwd), OP(latent_attention_bwd), OP(to_act),
       OP(add),               OP(drop_path),         OP(dropout),       OP(patchify_fwd),
       OP(patchify_bwd),

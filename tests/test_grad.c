@@ -113,28 +113,29 @@ static void test_layernorm(int64_t M, int64_t C) {
   free(dinp), free(dw), free(db);
 }
 
-// ---- gelu ----
-typedef struct { float *inp; int64_t n; vt_gelu_form form; } gelu_ctx;
-static void gelu_fwd(void *c, float *out) {
-  gelu_ctx *k = c;
-  vt_gelu_fwd(be, out, k->inp, k->n, k->form);
+// ---- activations ----
+typedef struct { float *inp; int64_t n; vt_act kind; } act_ctx;
+static void act_fwd(void *c, float *out) {
+  act_ctx *k = c;
+  vt_act_fwd(be, out, k->inp, k->n, k->kind);
 }
-static void test_gelu(int64_t n, vt_gelu_form form) {
-  gelu_ctx k = {randn(n, 9, 2), n, form};
+static void test_act(int64_t n, vt_act kind) {
+  act_ctx k = {randn(n, 9, 2), n, kind};
   float *out = calloc((size_t)n, 4), *r = randn(n, 10, 1), *dinp = calloc((size_t)n, 4);
-  vt_gelu_bwd(be, dinp, NULL, k.inp, r, 1, n, form);
-  const char *what = form == VT_GELU_TANH ? "gelu (tanh form) dinp" : "gelu dinp";
-  expect_pass(what, check(what, gelu_fwd, &k, out, r, n, k.inp, n, dinp));
+  vt_act_bwd(be, dinp, NULL, k.inp, r, 1, n, kind);
+  const char *what = kind == VT_ACT_GELU_TANH ? "gelu (tanh form) dinp"
+                     : kind == VT_ACT_TANH    ? "tanh dinp" : "gelu dinp";
+  expect_pass(what, check(what, act_fwd, &k, out, r, n, k.inp, n, dinp));
   free(k.inp), free(out), free(r), free(dinp);
 }
 
-// gelu_bwd's fused bias gradient: out = gelu(inp + bias) with bias (F) broadcast over M rows,
+// act_bwd's fused bias gradient: out = gelu(inp + bias) with bias (F) broadcast over M rows,
 // the fc1 bias whose gradient the MLP's GELU backward accumulates.
 typedef struct { float *inp, *bias, *sum; int64_t M, F; } gelu_bias_ctx;
 static void gelu_bias_fwd(void *c, float *out) {
   gelu_bias_ctx *k = c;
   for (int64_t i = 0; i < k->M * k->F; i++) k->sum[i] = k->inp[i] + k->bias[i % k->F];
-  vt_gelu_fwd(be, out, k->sum, k->M * k->F, VT_GELU_ERF);
+  vt_act_fwd(be, out, k->sum, k->M * k->F, VT_ACT_GELU);
 }
 static void test_gelu_bias(int64_t M, int64_t F) {
   const int64_t n = M * F;
@@ -142,7 +143,7 @@ static void test_gelu_bias(int64_t M, int64_t F) {
   float *out = calloc((size_t)n, 4), *r = randn(n, 18, 1), *dinp = calloc((size_t)n, 4);
   float *dbias = calloc((size_t)F, 4);
   gelu_bias_fwd(&k, out);
-  vt_gelu_bwd(be, dinp, dbias, k.sum, r, M, F, VT_GELU_ERF);
+  vt_act_bwd(be, dinp, dbias, k.sum, r, M, F, VT_ACT_GELU);
   expect_pass("gelu dbias", check("gelu dbias (fused)", gelu_bias_fwd, &k, out, r, n, k.bias, F,
                                   dbias));
   free(k.inp), free(k.bias), free(k.sum), free(out), free(r), free(dinp), free(dbias);
@@ -492,8 +493,9 @@ int main(void) {
   test_linear(1, 1, 1);
   test_layernorm(13, 3);
   test_layernorm(5, 77);
-  test_gelu(1001, VT_GELU_ERF);
-  test_gelu(1001, VT_GELU_TANH);
+  test_act(1001, VT_ACT_GELU);
+  test_act(1001, VT_ACT_GELU_TANH);
+  test_act(1001, VT_ACT_TANH);
   test_gelu_bias(37, 11);
   test_add(77);
   test_drop_path(31, 3, 4, 7);  // rows 4..34: samples 0..4, the first and last in part

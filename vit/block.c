@@ -91,7 +91,7 @@ static void parallel_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_
   const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
   attention_fwd(m, w, a, x1, B);
   vt_linear_act_fwd(be, a->fc1, x1, w->fc1_w, w->fc1_b, M, C, F);
-  vt_gelu_fwd(be, a->gelu, a->fc1, M * F, vt_model_gelu(m));
+  vt_act_fwd(be, a->gelu, a->fc1, M * F, vt_model_gelu(m));
   // y: the reduced sum of the branches (kept for LayerScale's backward, else made in out)
   float *y = w->ls2 ? a->ls2 : out, *sum = m->sp ? m->s.partial : y;
   vt_linear_fwd(be, m->s.branch, a->attn, w->proj_w, first ? w->proj_b : NULL, M, HD, C);
@@ -151,7 +151,7 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   partial = m->sp ? m->s.partial : y;
   const float *x2 = f_fwd(m, a->ln2_full, a->ln2, Ml * C);
   vt_linear_act_fwd(be, a->fc1, x2, w->fc1_w, w->fc1_b, M, C, F);
-  vt_gelu_fwd(be, a->gelu, a->fc1, M * F, vt_model_gelu(m));
+  vt_act_fwd(be, a->gelu, a->fc1, M * F, vt_model_gelu(m));
   if (fused) {
     vt_linear_residual_fwd(be, out, a->gelu, w->fc2_w, fc2_b, a->mid, M, F, C);
     return;
@@ -227,7 +227,7 @@ static void attention_bwd(const vt_model *m, const vt_block_tensors *w, vt_block
 
 // The MLP branch's backward from fc2's output gradient dy (all M rows) to the gradient of its
 // input rows x2, dx2 (M rows). The row-parallel Linear's input gradient (dact) is a bf16
-// activation in bf16 precision, as autocast makes it; gelu_bwd also makes fc1's bias gradient.
+// activation in bf16 precision, as autocast makes it; act_bwd also makes fc1's bias gradient.
 // drop: the hidden units' dropout mask, or NULL.
 static void mlp_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
                     const vt_block_acts *a, const float *dy, const float *x2, float *dfc1,
@@ -238,7 +238,7 @@ static void mlp_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tenso
   vt_linear_bwd_act(be, m->s.dact, weights ? gw->fc2_w : NULL, gw->fc2_b, dy, a->gelu, w->fc2_w,
                     M, F, C);
   if (drop) vt_dropout(be, m->s.dact, m->s.dact, M, F, drop, 1);
-  vt_gelu_bwd(be, dfc1, gw->fc1_b, a->fc1, m->s.dact, M, F, vt_model_gelu(m));
+  vt_act_bwd(be, dfc1, gw->fc1_b, a->fc1, m->s.dact, M, F, vt_model_gelu(m));
   vt_linear_act_bwd(be, dx2, weights ? gw->fc1_w : NULL, dfc1, x2, w->fc1_w, M, C, F);
 }
 

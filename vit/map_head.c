@@ -32,7 +32,7 @@ void vt_map_head_fwd(const vt_model *m, vt_model_slot *sl, const float *x, int B
   vt_tp_g_fwd(m->tp, a->y, B * C);
   vt_layernorm_fwd(be, a->ln, a->ln_mean, a->ln_rstd, a->y, w->norm_w, w->norm_b, B, C);
   vt_linear_act_fwd(be, a->fc1, a->ln, w->fc1_w, w->fc1_b, B, C, F);
-  vt_gelu_fwd(be, a->gelu, a->fc1, B * F, vt_model_gelu(m));
+  vt_act_fwd(be, a->gelu, a->fc1, B * F, vt_model_gelu(m));
   vt_linear_residual_fwd(be, m->s.map_z, a->gelu, w->fc2_w, w->fc2_b, a->y, B, F, C);
   vt_to_act(be, a->out, m->s.map_z, B * C);
 }
@@ -48,7 +48,7 @@ void vt_map_head_bwd(vt_model *m, const vt_model_slot *sl, float *dx, const floa
   const int64_t H = c->heads / m->shard.tp_size, Cl = H * D;  // this rank's heads
   // The MLP branch; its LayerNorm's input gradient adds onto the residual's, dy.
   vt_linear_bwd_act(be, s->map_dgelu, g->fc2_w, g->fc2_b, s->map_dy, a->gelu, w->fc2_w, B, F, C);
-  vt_gelu_bwd(be, s->map_dfc1, g->fc1_b, a->fc1, s->map_dgelu, B, F, vt_model_gelu(m));
+  vt_act_bwd(be, s->map_dfc1, g->fc1_b, a->fc1, s->map_dgelu, B, F, vt_model_gelu(m));
   vt_linear_act_bwd(be, s->map_dln, g->fc1_w, s->map_dfc1, a->ln, w->fc1_w, B, C, F);
   vt_layernorm_bwd_add(be, s->map_dy, g->norm_w, g->norm_b, s->map_dln, a->y, w->norm_w,
                        a->ln_mean, a->ln_rstd, B, C);

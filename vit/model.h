@@ -131,7 +131,7 @@ typedef struct {
   float *dln2;                       // (M, C) parallel blocks: norm1's gradient from attention
   float *dact;                       // (B, N, F/tp) [bf16] (linear_bwd_act): the input
                                      //          gradient of fc2, then of proj ((B, N, C/tp))
-  float *dfc1;                       // (B, N, F/tp) [bf16] (gelu_bwd)
+  float *dfc1;                       // (B, N, F/tp) [bf16] (act_bwd)
   float *dpatch_out;                 // (B, N-T, C)
   float *dpooled, *dlnf, *dlogits;   // (B, C), (B, C), (B, K); map: dlnf (B*N, C)
   // The MAP head's (global_pool 3): the fp32 y + MLP, then the gradients of the head's input
@@ -240,8 +240,8 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
 void vt_model_backward_weight(vt_model *m, int chunk, int slot, int wset, int B);
 
 // The MLPs' GELU form of the model's configuration.
-static inline vt_gelu_form vt_model_gelu(const vt_model *m) {
-  return m->cfg.gelu_tanh ? VT_GELU_TANH : VT_GELU_ERF;
+static inline vt_act vt_model_gelu(const vt_model *m) {
+  return m->cfg.gelu_tanh ? VT_ACT_GELU_TANH : VT_ACT_GELU;
 }
 
 // Rows of the (B*N, C) stream this rank holds for a micro-batch of B.

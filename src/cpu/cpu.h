@@ -105,9 +105,9 @@ void vt_cpu_qk_norm_fwd(float *out, float *mean, float *rstd, const float *qkv, 
 void vt_cpu_qk_norm_bwd(float *dqkv, float *dqw, float *dqb, float *dkw, float *dkb, float *dbias,
                         const float *dout, const float *qkv, const float *qw, const float *kw,
                         const float *mean, const float *rstd, int64_t M, int64_t H, int64_t D);
-void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count, int tanh_form);
-void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
-                     int64_t F, int tanh_form);
+void vt_cpu_act_fwd(float *out, const float *inp, int64_t count, int kind);
+void vt_cpu_act_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
+                    int64_t F, int kind);
 void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                           int64_t H, int64_t D);
 void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,

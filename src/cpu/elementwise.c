@@ -1,5 +1,5 @@
-// elementwise.c: GELU (the erf and tanh forms), the activation cast (to_act), the residual add,
-// drop path, dropout, sum of squares and scaling.
+// elementwise.c: the activations (GELU in its erf and tanh forms, tanh), the activation cast
+// (to_act), the residual add, drop path, dropout, sum of squares and scaling.
 // GELU uses its own branch-free exp and erf so the compiler vectorises the loops: libm's erff
 // and expf are scalar calls, and made GELU 17% of a ViT-Ti step (tests/bench_cpu.sh).
 #include <math.h>
@@ -45,16 +45,24 @@ static inline void normal_cdf_pdf(float x, float *cdf, float *pdf) {
   *pdf = INV_SQRT_2PI * e;
 }
 
-// GELU and its derivative at x: the erf form, x Phi(x) and Phi(x) + x phi(x); or the tanh form,
-// y = x (1 + t) / 2 with t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3), and
-// y' = (1 + t) / 2 + x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) / 2 (PyTorch's formulas), with
-// 1 + t and 1 - t^2 from e = exp(-2|u|) without cancellation: 1 + t = 2 / (1 + e) for u >= 0,
-// 2e / (1 + e) below, and 1 - t^2 = 4e / (1 + e)^2. Unused results cost nothing once inlined;
-// the loops below branch on a loop-invariant form.
+// The activation (vt_act) and its derivative at x. GELU's erf form: x Phi(x) and
+// Phi(x) + x phi(x). Its tanh form: y = x (1 + t) / 2 with t = tanh(u),
+// u = sqrt(2/pi) (x + 0.044715 x^3), and y' = (1 + t) / 2 + x (1 - t^2) sqrt(2/pi)
+// (1 + 3 * 0.044715 x^2) / 2 (PyTorch's formulas), with 1 + t and 1 - t^2 from e = exp(-2|u|)
+// without cancellation: 1 + t = 2 / (1 + e) for u >= 0, 2e / (1 + e) below, and
+// 1 - t^2 = 4e / (1 + e)^2. tanh: t = (1 - e) / (1 + e) with the sign of x, e = exp(-2|x|), and
+// 1 - t^2 as above. Unused results cost nothing once inlined; the loops below branch on a
+// loop-invariant kind.
 #define GELU_K0 0.79788456080286535588f  // sqrt(2/pi)
 #define GELU_K1 0.044715f
-static inline void gelu_eval(float x, int tanh_form, float *y, float *dy) {
-  if (tanh_form) {
+static inline void act_eval(float x, int kind, float *y, float *dy) {
+  if (kind == 2) {
+    const float e = exp_nonpos(-2.0f * fabsf(x)), inv = 1.0f / (1.0f + e);
+    *y = copysignf((1.0f - e) * inv, x);
+    *dy = 4.0f * e * inv * inv;
+    return;
+  }
+  if (kind == 1) {
     const float u = GELU_K0 * (x + GELU_K1 * x * x * x), e = exp_nonpos(-2.0f * fabsf(u));
     const float inv = 1.0f / (1.0f + e), one_plus_t = 2.0f * (u >= 0.0f ? inv : e * inv);
     const float sech2 = 4.0f * e * inv * inv;
@@ -68,13 +76,13 @@ static inline void gelu_eval(float x, int tanh_form, float *y, float *dy) {
   *dy = cdf + x * pdf;
 }
 
-void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count, int tanh_form) {
+void vt_cpu_act_fwd(float *out, const float *inp, int64_t count, int kind) {
   if (vt_cpu_bf16()) {  // inp and out are bf16 activations (vt_ops.h)
     const uint16_t *xb = (const uint16_t *)inp;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < count; i++) {
       float y, dy;
-      gelu_eval(vt_bf16_widen(xb[i]), tanh_form, &y, &dy);
+      act_eval(vt_bf16_widen(xb[i]), kind, &y, &dy);
       vt_cpu_put(out, i, y, 1);
     }
     return;
@@ -82,14 +90,14 @@ void vt_cpu_gelu_fwd(float *out, const float *inp, int64_t count, int tanh_form)
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < count; i++) {
     float y, dy;
-    gelu_eval(inp[i], tanh_form, &y, &dy);
+    act_eval(inp[i], kind, &y, &dy);
     out[i] = y;
   }
 }
 
-void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
-                     int64_t F, int tanh_form) {
-  // dout * GELU'(x). In bf16 inp, dout and dinp are bf16 activations (vt_ops.h): the fp32
+void vt_cpu_act_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
+                    int64_t F, int kind) {
+  // dout * act'(x). In bf16 inp, dout and dinp are bf16 activations (vt_ops.h): the fp32
   // values go to the scratch first, for the bias gradient.
   const int64_t count = M * F;
   const int bf16 = vt_cpu_bf16();
@@ -100,7 +108,7 @@ void vt_cpu_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *d
     float y, dy;
     const float x = bf16 ? vt_bf16_widen(xb[i]) : inp[i];
     const float g = bf16 ? vt_bf16_widen(gb[i]) : dout[i];
-    gelu_eval(x, tanh_form, &y, &dy);
+    act_eval(x, kind, &y, &dy);
     d[i] = g * dy;
   }
   if (dbias) vt_cpu_colsum_acc(dbias, d, M, F);

@@ -221,8 +221,8 @@ static int cuda_init(void) {
   g_table.layernorm_bwd = vt_cuda_layernorm_bwd;
   g_table.add_layernorm_fwd = vt_cuda_add_layernorm_fwd;
   g_table.layernorm_bwd_add = vt_cuda_layernorm_bwd_add;
-  g_table.gelu_fwd = vt_cuda_gelu_fwd;
-  g_table.gelu_bwd = vt_cuda_gelu_bwd;
+  g_table.act_fwd = vt_cuda_act_fwd;
+  g_table.act_bwd = vt_cuda_act_bwd;
   g_table.attention_fwd = vt_cuda_attention_fwd;
   g_table.attention_bwd = vt_cuda_attention_bwd;
   g_table.latent_attention_fwd = vt_cuda_latent_attention_fwd;

@@ -57,9 +57,9 @@ void vt_cuda_qk_norm_bwd(float *dqkv, float *dqw, float *dqb, float *dkw, float 
                          int64_t H, int64_t D);
 
 // elementwise.cu
-void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count, int tanh_form);
-void vt_cuda_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
-                      int64_t F, int tanh_form);
+void vt_cuda_act_fwd(float *out, const float *inp, int64_t count, int kind);
+void vt_cuda_act_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
+                     int64_t F, int kind);
 void vt_cuda_add(float *out, const float *a, const float *b, int64_t count);
 void vt_cuda_to_act(float *dst, const float *src, int64_t count);
 void vt_cuda_drop_path(float *out, const float *x, const float *res, int64_t rows, int64_t cols,

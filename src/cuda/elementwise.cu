@@ -1,8 +1,8 @@
-// elementwise.cu: GELU (the exact erf form and the tanh one), the residual add, drop path,
-// dropout, LayerScale, sum of squares and scaling on CUDA, twin of src/cpu/elementwise.c, and the
-// bf16 rounding of GEMM operands (also the activation cast, to_act). The sum of squares is a
-// two-stage reduction over chunks of a fixed size, in double, with no atomics: the same bits on
-// every run and every GPU.
+// elementwise.cu: the activations (GELU in its erf and tanh forms, tanh), the residual add,
+// drop path, dropout, LayerScale, sum of squares and scaling on CUDA, twin of
+// src/cpu/elementwise.c, and the bf16 rounding of GEMM operands (also the activation cast,
+// to_act). The sum of squares is a two-stage reduction over chunks of a fixed size, in double,
+// with no atomics: the same bits on every run and every GPU.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
 #include "colsum.cuh"
 #include "cuda_common.h"
@@ -24,13 +24,25 @@ static __device__ __forceinline__ float gelu_one_plus_tanh(float u, float *sech2
   *sech2 = 4.0f * e * inv * inv;
   return 2.0f * (u >= 0.0f ? inv : e * inv);
 }
-static __device__ __forceinline__ float gelu_value(float x, int tanh_form) {
+// tanh (vt_act 2) from e = exp(-2|x|) as the CPU's.
+static __device__ __forceinline__ float tanh_value(float x, float *sech2) {
+  const float e = expf(-2.0f * fabsf(x)), inv = 1.0f / (1.0f + e);
+  *sech2 = 4.0f * e * inv * inv;
+  return copysignf((1.0f - e) * inv, x);
+}
+static __device__ __forceinline__ float act_value(float x, int kind) {
   float sech2;
-  if (tanh_form) return 0.5f * x * gelu_one_plus_tanh(GELU_K0 * (x + GELU_K1 * x * x * x), &sech2);
+  if (kind == 2) return tanh_value(x, &sech2);
+  if (kind == 1) return 0.5f * x * gelu_one_plus_tanh(GELU_K0 * (x + GELU_K1 * x * x * x), &sech2);
   return x * (0.5f + 0.5f * erff(x * INV_SQRT2));
 }
-static __device__ __forceinline__ float gelu_grad(float x, int tanh_form) {
-  if (tanh_form) {
+static __device__ __forceinline__ float act_grad(float x, int kind) {
+  if (kind == 2) {
+    float sech2;
+    tanh_value(x, &sech2);
+    return sech2;
+  }
+  if (kind == 1) {
     float sech2;
     const float opt = gelu_one_plus_tanh(GELU_K0 * (x + GELU_K1 * x * x * x), &sech2);
     return 0.5f * opt + 0.5f * x * sech2 * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x);
@@ -41,24 +53,24 @@ static __device__ __forceinline__ float gelu_grad(float x, int tanh_form) {
 }
 
 // inp, out: bf16 activations in bf16 precision (vt_ops.h).
-static __global__ void gelu_fwd_kernel(float *out, const float *inp, int64_t count, int bf16,
-                                       int tanh_form) {
+static __global__ void act_fwd_kernel(float *out, const float *inp, int64_t count, int bf16,
+                                      int kind) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x)
-    vt_put(out, i, gelu_value(vt_get(inp, i, bf16), tanh_form), bf16);
+    vt_put(out, i, act_value(vt_get(inp, i, bf16), kind), bf16);
 }
 
-// The GELU backward's values: dout * GELU'(x), x and dout bf16 activations with bf16.
-struct gelu_grad_src {
+// The activation backward's values: dout * act'(x), x and dout bf16 activations with bf16.
+struct act_grad_src {
   const float *x, *dout;
-  int bf16, tanh_form;
+  int bf16, kind;
   __device__ __forceinline__ float operator()(int64_t i) const {
-    return vt_get(dout, i, bf16) * gelu_grad(vt_get(x, i, bf16), tanh_form);
+    return vt_get(dout, i, bf16) * act_grad(vt_get(x, i, bf16), kind);
   }
 };
 
 // dinp: a bf16 activation in bf16 precision (vt_ops.h).
-static __global__ void gelu_bwd_kernel(float *dinp, gelu_grad_src src, int64_t count, int bf16) {
+static __global__ void act_bwd_kernel(float *dinp, act_grad_src src, int64_t count, int bf16) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x)
     vt_put(dinp, i, src(i), bf16);
@@ -143,23 +155,23 @@ static __global__ void sumsq_final_kernel(double *total, const double *part, int
   if (threadIdx.x == 0) *total = s;
 }
 
-extern "C" void vt_cuda_gelu_fwd(float *out, const float *inp, int64_t count, int tanh_form) {
-  gelu_fwd_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(
-      out, inp, count, vt_cuda_bf16(), tanh_form);
+extern "C" void vt_cuda_act_fwd(float *out, const float *inp, int64_t count, int kind) {
+  act_fwd_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      out, inp, count, vt_cuda_bf16(), kind);
   VT_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void vt_cuda_gelu_bwd(float *dinp, float *dbias, const float *inp, const float *dout,
-                                 int64_t M, int64_t F, int tanh_form) {
+extern "C" void vt_cuda_act_bwd(float *dinp, float *dbias, const float *inp, const float *dout,
+                                int64_t M, int64_t F, int kind) {
   const int bf16 = vt_cuda_bf16();
-  const gelu_grad_src src = {inp, dout, bf16, tanh_form};
+  const act_grad_src src = {inp, dout, bf16, kind};
   if (dbias) {  // the bias gradient sums the fp32 values in the pass that stores them
     float *part = (float *)vt_cuda_scratch((size_t)(colsum_chunks(M) * F) * sizeof(float));
     colsum_acc(dbias, dinp, bf16, src, part, M, F);
     return;
   }
   const int64_t count = M * F;
-  gelu_bwd_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(dinp, src,
+  act_bwd_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(dinp, src,
                                                                                    count, bf16);
   VT_CUDA_CHECK_LAUNCH();
 }

@@ -40,7 +40,7 @@ enum { S_LIN_F, S_LIN_B, S_LN_F, S_LN_B, S_ADD_LN_F, S_LN_B_ADD, S_GELU_F, S_GEL
 static slot g_slots[NSLOTS] = {{"linear_fwd", 0, 0},    {"linear_bwd", 0, 0},
                                {"layernorm_fwd", 0, 0}, {"layernorm_bwd", 0, 0},
                                {"add_layernorm_fwd", 0, 0}, {"layernorm_bwd_add", 0, 0},
-                               {"gelu_fwd", 0, 0},      {"gelu_bwd", 0, 0},
+                               {"act_fwd", 0, 0},      {"act_bwd", 0, 0},
                                {"attention_fwd", 0, 0}, {"attention_bwd", 0, 0},
                                {"add", 0, 0},           {"adamw", 0, 0},
                                {"sumsq", 0, 0}};
@@ -96,12 +96,12 @@ static void t_ln_b_add(float *dx, float *dw, float *db, const float *dy, const f
                        const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
   TIMED(S_LN_B_ADD, g_real.layernorm_bwd_add(dx, dw, db, dy, x, w, mu, rs, M, C));
 }
-static void t_gelu_f(float *o, const float *x, int64_t n, int tanh_form) {
-  TIMED(S_GELU_F, g_real.gelu_fwd(o, x, n, tanh_form));
+static void t_gelu_f(float *o, const float *x, int64_t n, int kind) {
+  TIMED(S_GELU_F, g_real.act_fwd(o, x, n, kind));
 }
 static void t_gelu_b(float *dx, float *db, const float *x, const float *dy, int64_t M,
-                     int64_t F, int tanh_form) {
-  TIMED(S_GELU_B, g_real.gelu_bwd(dx, db, x, dy, M, F, tanh_form));
+                     int64_t F, int kind) {
+  TIMED(S_GELU_B, g_real.act_bwd(dx, db, x, dy, M, F, kind));
 }
 static void t_att_f(float *o, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
                     int64_t D) {
@@ -129,7 +129,7 @@ static const vt_backend *timing_backend(const vt_backend *real) {
   t.linear_fwd = t_lin_f, t.linear_bwd = t_lin_b, t.layernorm_fwd = t_ln_f;
   t.linear_act_fwd = t_lin_act_f, t.linear_act_bwd = t_lin_act_b, t.linear_bwd_act = t_lin_b_act;
   t.linear_residual_fwd = t_lin_res_f;
-  t.layernorm_bwd = t_ln_b, t.gelu_fwd = t_gelu_f, t.gelu_bwd = t_gelu_b;
+  t.layernorm_bwd = t_ln_b, t.act_fwd = t_gelu_f, t.act_bwd = t_gelu_b;
   t.attention_fwd = t_att_f, t.attention_bwd = t_att_b, t.add = t_add, t.adamw = t_adamw;
   t.sumsq = t_sumsq, t.add_layernorm_fwd = t_add_ln_f, t.layernorm_bwd_add = t_ln_b_add;
   return &t;

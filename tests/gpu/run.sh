@@ -347,8 +347,8 @@ if ((built)) && ((!cpu_only)) && [[ -n $san ]]; then
     echo "==== compute-sanitizer racecheck ====" >>"$clog"
     run "$(cap 60 30)" "$clog" "$san" --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_ops" \
       layernorm_bwd norm_mean_pool_bwd latent_attention_bwd cross_entropy_fwd sumsq linear_bwd \
-      gelu_bwd
-    note "racecheck (layernorm_bwd, norm_mean_pool_bwd, latent_attention_bwd, cross_entropy_fwd, sumsq, linear_bwd, gelu_bwd): $(san_verdict $?)"
+      act_bwd
+    note "racecheck (layernorm_bwd, norm_mean_pool_bwd, latent_attention_bwd, cross_entropy_fwd, sumsq, linear_bwd, act_bwd): $(san_verdict $?)"
   fi
   if (($(left) > 30)); then
     echo "==== compute-sanitizer racecheck, attention ====" >>"$clog"
