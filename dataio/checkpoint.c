@@ -78,7 +78,7 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    "\nimg_size %d\npatch_size %d\nwidth %d\ndepth %d\nheads %d\nmlp_ratio %.9g"
                    "\nnum_classes %d\nglobal_pool %d\naug_repeats %d\nlayer_scale %d"
                    "\nno_embed_class %d\nreg_tokens %d\nqk_norm %d\nqkv_bias %d\nparallel %d"
-                   "\nclass_token %d\ngelu_tanh %d\npos_sincos %d"
+                   "\nclass_token %d\ngelu_tanh %d\npos_sincos %d\npre_logits %d"
                    "\ntp %d\npp %d\ndp %d"
                    "\nzero %d\nsequence_parallel %d\n",
                    m->step, m->stream_position, m->global_batch, m->adam_t, m->lamb, m->seed,
@@ -86,7 +86,7 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    m->patch_size, m->width, m->depth, m->heads, (double)m->mlp_ratio,
                    m->num_classes, m->global_pool, m->aug_repeats > 1 ? m->aug_repeats : 1,
                    m->layer_scale, m->no_embed_class, m->reg_tokens, m->qk_norm, m->qkv_bias,
-                   m->parallel, m->class_token, m->gelu_tanh, m->pos_sincos, m->tp,
+                   m->parallel, m->class_token, m->gelu_tanh, m->pos_sincos, m->pre_logits, m->tp,
                    m->pp, m->dp, m->zero,
                    m->sequence_parallel);
   if (m->has_optim && k < (int)nbytes)
@@ -142,6 +142,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"class_token", 0, 1, &m->class_token, 4, 1, 0},  // absent: 1
       {"gelu_tanh", 0, 1, &m->gelu_tanh, 4, 1, 0},  // absent: 0
       {"pos_sincos", 0, 1, &m->pos_sincos, 4, 1, 0},  // absent: 0
+      {"pre_logits", 0, 65536, &m->pre_logits, 4, 1, 0},  // absent: 0
       {"tp", 1, 1 << 20, &m->tp, 4, 0, 0},
       {"pp", 1, 1 << 20, &m->pp, 4, 0, 0},
       {"dp", 1, 1 << 20, &m->dp, 4, 0, 0},

@@ -53,6 +53,8 @@ typedef struct {
   int gelu_tanh;                   // 1: tanh GELU (0 when the manifest predates it)
   int pos_sincos;                  // 1: fixed 2D sin-cos positions (0 when the manifest predates
                                    // them)
+  int pre_logits;                  // the pre-logits layer's width, 0: none (0 when the manifest
+                                   // predates it)
   float mlp_ratio;
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;

@@ -255,7 +255,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .layer_scale = c->layer_scale > 0, .no_embed_class = c->no_embed_class,
       .reg_tokens = c->reg_tokens, .qk_norm = c->qk_norm, .qkv_bias = !c->no_qkv_bias,
       .parallel = c->parallel, .class_token = !c->no_class_token, .gelu_tanh = c->gelu_tanh,
-      .pos_sincos = c->pos_sincos,
+      .pos_sincos = c->pos_sincos, .pre_logits = c->pre_logits,
       .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
       .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
   manifest_optim(&w->man, &opt->cfg);
@@ -379,6 +379,12 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
              man->qk_norm ? "with" : "without", man->qkv_bias ? "with a" : "without a",
              man->parallel ? "parallel" : "sequential", man->gelu_tanh ? "tanh" : "erf",
              man->qk_norm, man->qkv_bias, man->parallel, man->gelu_tanh ? "gelu_tanh" : "gelu");
+    return VT_ERR_INPUT;
+  }
+  if (man->pre_logits != c->pre_logits) {
+    snprintf(err, errlen, "%s holds a model %s; resume it with --pre-logits %d", dir,
+             man->pre_logits ? "with a pre-logits layer" : "without a pre-logits layer",
+             man->pre_logits);
     return VT_ERR_INPUT;
   }
   if (man->pos_sincos != c->pos_sincos) {

@@ -7,7 +7,9 @@ a pickle cannot run code; a training checkpoint that also pickles other objects,
 DeiT's argparse arguments, needs --unsafe-pickle: only for a file you trust), a JAX/Flax .npz
 of Google's original ViT (the ViT paper's and AugReg's "embedding/kernel", "Transformer/
 encoderblock_i/MultiHeadDotProductAttention_1/query/kernel", ...; big_vision's "params/" layout
-with scanned blocks too; class-token, gap and MAP heads) or safetensors, holding the
+with scanned blocks too; class-token, gap and MAP heads; the representation layer,
+pre_logits, of the ViT paper's ImageNet-21k weights and big_vision's rep_size; big_vision's
+fixed sin-cos positions, which it does not store: --pos-embed sincos2d) or safetensors, holding the
 weights directly or under "model",
 "state_dict", "module", "model_ema" or "teacher" (DINO/DINOv2 training checkpoints). Names are
 made timm's:
@@ -25,7 +27,8 @@ made timm's:
   - parts no classifier uses dropped: MAE's decoder (decoder_*), mask_token, DINO's heads
 Every other tensor must be one vit3d builds (blocks' norm1, attn.qkv, attn.q_norm/k_norm,
 attn.proj, ls1/ls2/ls, norm2, mlp.fc1/fc2; cls_token, reg_token, pos_embed, patch_embed.proj,
-norm, fc_norm, head; the MAP head's attn_pool.latent, q, kv, proj, norm, mlp.fc1/fc2): anything
+norm, fc_norm, head, pre_logits.fc; the MAP head's attn_pool.latent, q, kv, proj, norm,
+mlp.fc1/fc2): anything
 else (SwiGLU, relative position biases, a distillation token) is
 refused by name. Tensors are written as float32. The activation is not in the weights: an .npz
 comes from JAX code whose GELU is Flax's tanh form (`--act gelu_tanh`; timm uses erf for them).
@@ -46,7 +49,8 @@ KNOWN = [r"cls_token", r"reg_token", r"pos_embed", r"patch_embed\.proj\.(weight|
          r"blocks\.\d+\.(norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)"
          r"\.(weight|bias)",
          r"blocks\.\d+\.(ls1|ls2|ls)\.gamma",
-         r"attn_pool\.latent", r"attn_pool\.(q|kv|proj|norm|mlp\.fc1|mlp\.fc2)\.(weight|bias)"]
+         r"attn_pool\.latent", r"attn_pool\.(q|kv|proj|norm|mlp\.fc1|mlp\.fc2)\.(weight|bias)",
+         r"pre_logits\.fc\.(weight|bias)"]
 DROPPED = re.compile(r"^(decoder|mask_token|dino_head|ibot_head|head_drop)")
 WRAPPERS = ("model", "state_dict", "module", "model_ema", "teacher")
 
@@ -104,13 +108,18 @@ def from_flax(w):
     get = lambda k: np.asarray(w[prefix + k], np.float32)  # noqa: E731
     sd = {"patch_embed.proj.weight": get("embedding/kernel").transpose(3, 2, 0, 1),
           "patch_embed.proj.bias": get("embedding/bias"),
-          "pos_embed": get("pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"),
           "norm.weight": get("Transformer/encoder_norm/scale"),
           "norm.bias": get("Transformer/encoder_norm/bias")}
+    pos = "pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"
+    if prefix + pos in w:  # else big_vision's fixed sin-cos positions (posemb 'sincos2d')
+        sd["pos_embed"] = get(pos)
     if prefix + "cls" in w:  # else big_vision's gap head: the mean of encoder_norm's tokens
         sd["cls_token"] = get("cls")
     if prefix + "head/kernel" in w:
         sd["head.weight"], sd["head.bias"] = get("head/kernel").T, get("head/bias")
+    if prefix + "pre_logits/kernel" in w:  # the representation layer (big_vision's rep_size)
+        sd["pre_logits.fc.weight"] = get("pre_logits/kernel").T
+        sd["pre_logits.fc.bias"] = get("pre_logits/bias")
     if prefix + "MAPHead_0/probe" in w:  # big_vision's MAP head (SigLIP): timm's attn_pool
         m = lambda k: get("MAPHead_0/" + k)  # noqa: E731
         att = "MultiHeadDotProductAttention_0/"
@@ -222,12 +231,17 @@ def flags_for(sd):
     F = sd["blocks.0.mlp.fc1.weight"].shape[0]
     R = sd["reg_token"].shape[1] if "reg_token" in sd else 0
     cls = int("cls_token" in sd)
-    T = sd["pos_embed"].shape[1]
-    grid, no_embed_class = math.isqrt(T - cls - R), 0
-    if not is_square(T - cls - R):  # positions on the patch tokens only
-        grid, no_embed_class = math.isqrt(T), 1
-    f = [f"--img-size {grid * P}", f"--patch-size {P}", f"--width {C}", f"--depth {depth}",
-         f"--mlp-ratio {F / C:g}"]
+    f, no_embed_class = [], 0
+    if "pos_embed" in sd:
+        T = sd["pos_embed"].shape[1]
+        grid = math.isqrt(T - cls - R)
+        if not is_square(T - cls - R):  # positions on the patch tokens only
+            grid, no_embed_class = math.isqrt(T), 1
+        f.append(f"--img-size {grid * P}")
+    else:  # fixed sin-cos positions: the image size is not in the weights
+        f += ["--img-size S (not in the weights: the model's, e.g. 224)", "--pos-embed sincos2d"]
+        no_embed_class = int(cls or R > 0)
+    f += [f"--patch-size {P}", f"--width {C}", f"--depth {depth}", f"--mlp-ratio {F / C:g}"]
     if "head.weight" in sd:
         f.append(f"--num-classes {sd['head.weight'].shape[0]}")
     # Without a class token and fc_norm, `norm` acts on every token before the mean (timm's
@@ -251,6 +265,8 @@ def flags_for(sd):
         f.append("--qkv-bias 0")
     if "blocks.0.norm2.weight" not in sd:
         f.append("--parallel-blocks 1")
+    if "pre_logits.fc.weight" in sd:
+        f.append(f"--pre-logits {sd['pre_logits.fc.weight'].shape[0]}")
     return " ".join(f)
 
 

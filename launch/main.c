@@ -191,6 +191,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "the MLPs' activation (timm's act_layer): gelu (the exact erf form, timm's and PyTorch's "
        "default) or gelu_tanh (the tanh approximation: Flax's default, so the JAX ViTs of "
        "big_vision and SigLIP; cuBLASLt's GELU epilogue)", "gelu|gelu_tanh"},
+      {"--pre-logits", VT_OPT_INT, &o.model.pre_logits, 0, 0, 65536, "R",
+       "a pre-logits layer of width R between the pooled features and the head: Linear then "
+       "tanh (big_vision's rep_size, the original ViT's representation layer; pre_logits.fc); "
+       "0: none", NULL},
       {"--pos-embed", VT_OPT_STR, pos_embed, sizeof pos_embed, 0, 0, "KIND",
        "learn (timm's learned pos_embed, default) or sincos2d (big_vision's fixed 2D sin-cos "
        "table of \"Better plain ViT baselines\", never trained; positions on the patch tokens "

@@ -13,7 +13,8 @@
 // drop_rate 0.3, with LayerScale; the PyTorch side draws its own masks); sincos big_vision's
 // fixed 2D sin-cos positions with the gap head and no class token (its "Better plain ViT
 // baselines" model; the PyTorch side makes its own table); emaw the weights' EMA with timm's
-// ModelEmaV3 warmup.
+// ModelEmaV3 warmup; pre big_vision's pre-logits layer (64 wide, tanh) with the gap head and
+// dropout 0.3 of its output.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,10 +73,10 @@ int main(int argc, char **argv) {
        strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce") &&
        strcmp(variant, "bcet") && strcmp(variant, "lamb") && strcmp(variant, "gap") &&
        strcmp(variant, "map") && strcmp(variant, "tanh") && strcmp(variant, "drop") &&
-       strcmp(variant, "sincos") && strcmp(variant, "emaw"))) {
+       strcmp(variant, "sincos") && strcmp(variant, "emaw") && strcmp(variant, "pre"))) {
     fprintf(stderr,
             "usage: %s OUT.safetensors "
-            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|emaw]\n",
+            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|emaw|pre]\n",
             argv[0]);
     return 2;
   }
@@ -97,6 +98,7 @@ int main(int argc, char **argv) {
   if (!strcmp(variant, "tanh")) cfg.gelu_tanh = 1, cfg.global_pool = 3;  // blocks' and MAP's MLPs
   if (!strcmp(variant, "drop")) cfg.layer_scale = 0.3f;
   if (!strcmp(variant, "sincos")) cfg.pos_sincos = 1, cfg.global_pool = 2, cfg.no_class_token = 1;
+  if (!strcmp(variant, "pre")) cfg.pre_logits = 64, cfg.global_pool = 2, cfg.no_class_token = 1;
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,
@@ -115,6 +117,7 @@ int main(int argc, char **argv) {
   m.bce = !strcmp(variant, "bce") || !strcmp(variant, "bcet");
   if (!strcmp(variant, "bcet")) m.bce_thresh = 0.3f;
   if (!strcmp(variant, "drop")) m.proj_drop = 0.2f, m.pos_drop = 0.1f, m.head_drop = 0.3f;
+  if (!strcmp(variant, "pre")) m.head_drop = 0.3f;  // over the pre-logits' R outputs
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
   vt_optimizer_ema_reset(&opt, m.params);

@@ -251,7 +251,7 @@ class ViT(nn.Module):
     def __init__(self, img=IMG, patch=PATCH, width=WIDTH, depth=DEPTH, heads=HEADS,
                  mlp_ratio=MLP_RATIO, classes=CLASSES, global_pool=False, layer_scale=False,
                  reg_tokens=0, no_embed_class=False, qk_norm=False, qkv_bias=True,
-                 parallel=False, class_token=True, gap=False, map_head=False):
+                 parallel=False, class_token=True, gap=False, map_head=False, pre_logits=0):
         super().__init__()
         self.global_pool, self.no_embed_class, self.gap = global_pool, no_embed_class, gap
         self.map = map_head
@@ -274,15 +274,23 @@ class ViT(nn.Module):
             self.norm = nn.LayerNorm(width, eps=1e-6)
         if map_head:  # every token normalised by `norm`, then attention-pooled
             self.attn_pool = MapHead(width, heads, int(width * mlp_ratio))
-        self.head = nn.Linear(width, classes)
+        # big_vision's pre-logits (rep_size): tanh(Linear(width, R)) before the head, under the
+        # old timm name pre_logits.fc
+        self.pre_logits = None
+        if pre_logits:
+            self.pre_logits = nn.Module()
+            self.pre_logits.fc = nn.Linear(width, pre_logits)
+        self.head = nn.Linear(pre_logits or width, classes)
         # timm's stochastic depth ramp: drop_path_rate * i / (depth - 1) for block i
         self.keep = [1.0 - r.item() for r in torch.linspace(0, DROP_PATH, depth)]
 
     def forward(self, img, positions=None):
         """Training with the images' stream positions (drop path's masks, kept in self.masks;
         dropout's), evaluation without."""
-        return self.head(dropout(self.features(img, positions)[:, None], positions,
-                                 1 + 3 * DEPTH, HEAD_DROP)[:, 0])
+        x = self.features(img, positions)
+        if self.pre_logits is not None:
+            x = torch.tanh(self.pre_logits.fc(x))
+        return self.head(dropout(x[:, None], positions, 1 + 3 * DEPTH, HEAD_DROP)[:, 0])
 
     def features(self, img, positions):
         """The head's input (B, C)."""
@@ -466,7 +474,9 @@ def main():
     model = ViT(global_pool="init.fc_norm.weight" in d or gap, layer_scale=layer_scale,
                 reg_tokens=regs, no_embed_class=no_embed_class, qk_norm=qk_norm,
                 qkv_bias=qkv_bias, parallel=parallel, class_token=class_token, gap=gap,
-                map_head=map_head).to(dt)
+                map_head=map_head,
+                pre_logits=d["init.pre_logits.fc.weight"].shape[0]
+                if "init.pre_logits.fc.weight" in d else 0).to(dt)
     sincos_err = None
     if "pos_sincos" in d:  # ref_dump's marker: pos_embed is a fixed table, not a parameter
         sincos_err = check_sincos(d, model, dt)
@@ -614,7 +624,9 @@ def main():
                (f", dropout {PROJ_DROP:g} (positions {POS_DROP:g}, head {HEAD_DROP:g})"
                 if PROJ_DROP or POS_DROP or HEAD_DROP else "") +
                (", fixed 2D sin-cos positions" if sincos_err is not None else "") +
-               (", EMA with ModelEmaV3's warmup" if "ema_warmup" in d else ""))
+               (", EMA with ModelEmaV3's warmup" if "ema_warmup" in d else "") +
+               (f", pre-logits {model.head.in_features} (tanh)" if model.pre_logits is not None
+                else ""))
     print(f"vit3d vs PyTorch reference ({args.dtype}, head: "
           f"{head_name(model)}"
           f"{'' if class_token else ', no class token'}"

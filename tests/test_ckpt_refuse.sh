@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_ckpt_refuse.sh VIT3D: checkpoints that must not be used are refused clearly:
 #  - resuming with a model config whose shapes, head (--global-pool), LayerScale, register
-#    tokens, QK-norm or parallel blocks differ from the checkpoint's, or with another optimizer;
+#    tokens, QK-norm, parallel blocks or a pre-logits layer differ from the checkpoint's, or
+#    with another optimizer;
 #  - a LAMB run resumed with --opt lamb goes on as the uninterrupted run (--check-log);
 #  - vit3d inspect prints the flags that resume a checkpoint (and they do);
 #  - another learning-rate schedule or optimizer setting is refused, naming each difference,
@@ -60,6 +61,11 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "holds a model with learned positions; resume it with --pos-embed learn" <<<"$out"; then
   echo "ok: fixed sin-cos positions refused: $(grep -o 'holds a model with learned.*' <<<"$out")"
 else echo "FAIL: position kind mismatch: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --pre-logits 32 --steps 6 --save "$work/ck" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "holds a model without a pre-logits layer; resume it with --pre-logits 0" <<<"$out"; then
+  echo "ok: a pre-logits layer refused: $(grep -o 'holds a model without a pre.*' <<<"$out")"
+else echo "FAIL: pre-logits mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --opt lamb --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "was trained with AdamW; resume it with --opt adamw" <<<"$out"; then

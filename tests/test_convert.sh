@@ -8,7 +8,9 @@
 # MAE: {"model": ...} beside a decoder; a DDP {"state_dict": ...} with "module." names and a
 # torch.compile "_orig_mod." layer) with torch.save. The conversion must give back the export
 # bit for bit, print the flags of the layout, and the file must start a vit3d run through
-# --init-from. A SwiGLU block is refused by name.
+# --init-from. big_vision's .npz of its "Better plain ViT baselines" layout (fixed sin-cos
+# positions it does not store, the gap head, the pre-logits layer) converts to the export too. A
+# SwiGLU block is refused by name.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -100,6 +102,67 @@ if "$py" -c "import inspect, torch, sys; sys.exit('weights_only' not in inspect.
     echo "ok: a checkpoint with pickled arguments needs --unsafe-pickle, then converts"
   else echo "FAIL: the checkpoint with pickled arguments: rc $rc: $out"; fail=1; fi
 fi
+# big_vision's "Better plain ViT baselines" layout (vit_s16_i1k.py): fixed sin-cos positions,
+# which its .npz does not store, the gap head without a class token, the pre-logits layer
+# (rep_size) before the head. vit3d trains one step of it and exports; Python writes the
+# export as big_vision's scanned .npz (tests/timm_check.py's to_flax, without pos_embedding);
+# the conversion must give back every other tensor bit for bit and the flags, and two steps
+# from the converted file must log the losses and gradient norms of two from the export.
+bv=(--pos-embed sincos2d --global-pool gap --class-token 0 --pre-logits 48)
+if "$vit3d" "${base[@]}" "${bv[@]}" --final-weights "$work/bv.safetensors" > "$work/bv.log" 2>&1 &&
+   "$py" - "$work" "$here" <<'PY'
+import sys
+import numpy as np
+work, here = sys.argv[1:]
+sys.path.insert(0, here)
+from ref_vit import read_safetensors
+from timm_check import to_flax
+sd = {k: np.asarray(v) for k, v in read_safetensors(f"{work}/bv.safetensors").items()}
+w = to_flax(sd, 4, big_vision=True)
+w.pop("params/pos_embedding")  # big_vision computes its sin-cos table, never stores it
+w["params/pre_logits/kernel"] = sd["pre_logits.fc.weight"].T
+w["params/pre_logits/bias"] = sd["pre_logits.fc.bias"]
+np.savez(f"{work}/bv.npz", **w)
+PY
+then
+  out=$("$py" "$conv" "$work/bv.npz" "$work/bv.conv.safetensors" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q -- "--pos-embed sincos2d .*--global-pool gap --class-token 0 --pre-logits 48 --heads 4" <<<"$out" &&
+     "$py" - "$work/bv.conv.safetensors" "$work/bv.safetensors" "$here" <<'PY' &&
+import sys
+sys.path.insert(0, sys.argv[3])
+from ref_vit import read_safetensors
+a, b = read_safetensors(sys.argv[1]), read_safetensors(sys.argv[2])
+assert sorted(a) == sorted(k for k in b if k != "pos_embed"), sorted(set(a) ^ set(b))
+assert all((a[k] == b[k]).all() for k in a), [k for k in a if not (a[k] == b[k]).all()]
+PY
+     "$vit3d" "${base[@]}" "${bv[@]}" --steps 2 --init-from "$work/bv.safetensors" \
+       --log-dir "$work/bv_a" > "$work/bv_eval.log" 2>&1 &&
+     "$vit3d" "${base[@]}" "${bv[@]}" --steps 2 --init-from "$work/bv.conv.safetensors" \
+       --log-dir "$work/bv_b" > "$work/bv_eval2.log" 2>&1 &&
+     "$py" - "$work/bv_a/metrics.jsonl" "$work/bv_b/metrics.jsonl" <<'PY'; then
+import json, sys
+a, b = ([(r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))] for p in sys.argv[1:])
+assert a == b and len(a) == 2, (a, b)
+PY
+    echo "ok: big_vision's S/16 layout (sin-cos positions, gap, pre-logits) from its .npz: the export bit for bit, 2 steps from it as from the export; $(tail -2 <<<"$out" | head -1)"
+  else
+    echo "FAIL: big_vision's sin-cos, gap, pre-logits .npz (rc $rc): $out"; tail -n 3 "$work/bv_eval.log" "$work/bv_eval2.log"; fail=1
+  fi
+else echo "FAIL: the big_vision-layout export:"; tail -3 "$work/bv.log"; fail=1; fi
+# Its pre-logits layer into a model without one is refused with the flag; a file without one
+# into a model with one starts the layer and the head fresh.
+out=$("$vit3d" "${base[@]}" --pos-embed sincos2d --global-pool gap --class-token 0 \
+        --init-from "$work/bv.conv.safetensors" 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "has a pre-logits layer of width 48 .*pass --pre-logits 48" <<<"$out"; then
+  echo "ok: pre-logits weights into a model without the layer refused"
+else echo "FAIL: pre-logits weights into a model without: rc $rc: $(tail -n 2 <<<"$out")"; fail=1; fi
+out=$("$vit3d" "${base[@]}" "${dinoreg[@]}" --pre-logits 16 --init-from "$work/dinoreg.safetensors" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "has no pre-logits layer; it and the head start fresh" <<<"$out"; then
+  echo "ok: weights without a pre-logits layer start it and the head fresh"
+else echo "FAIL: weights without pre-logits into --pre-logits 16: rc $rc: $(tail -n 2 <<<"$out")"; fail=1; fi
 out=$("$py" "$conv" "$work/swiglu.pth" "$work/bad.safetensors" 2>&1)
 rc=$?
 if [ $rc -eq 1 ] && grep -q "not a ViT layout vit3d builds: blocks.0.mlp.w12.weight" <<<"$out" &&

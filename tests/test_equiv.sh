@@ -161,9 +161,11 @@ run avg_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 --global-pool avg &&
   fail=1
 # The gap head (every patch token normalised, then the mean) without a class token, one register
 # the only prefix token: under sequence parallelism its backward gathers the last block's output
-# again and takes the gradient in place.
-gap=(--global-pool gap --class-token 0 --reg-tokens 1)
-variant base base_gap "the gap head without a class token" "${gap[@]}"
+# again and takes the gradient in place. With big_vision's pre-logits layer (whole on every TP
+# rank, as the head), dropout of its output and the jax initialisation (keyed by global
+# elements and shapes, as every initialiser).
+gap=(--global-pool gap --class-token 0 --reg-tokens 1 --pre-logits 40 --drop 0.2 --weight-init jax)
+variant base base_gap "the gap head without a class token, pre-logits" "${gap[@]}"
 run gap_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${gap[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_gap" "$work/gap_sp" "gap_sp 4 x 2 x 1 SP ${gap[*]}" ||
   fail=1

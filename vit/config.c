@@ -81,6 +81,8 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
   else if (c->pos_sincos && vt_cfg_pos_first(c) != vt_cfg_prefix_tokens(c))
     why = "--pos-embed sincos2d gives positions to the patch tokens only: add --no-embed-class 1 "
           "(or --class-token 0 without registers)";
+  else if (c->pre_logits < 0 || c->pre_logits > 65536)
+    why = "pre-logits must be 0 (none) or the layer's width, at most 65536";
   else if (c->img_size > 8192 || c->width > 16384 || c->depth > 1024 || c->num_classes > 1000000)
     why = "a size is implausibly large (limits: img-size 8192, width 16384, depth 1024, "
           "num-classes 1000000)";
@@ -112,7 +114,9 @@ void vt_config_extras(const vt_vit_config *c, char *buf, size_t nbytes) {
   if (c->gelu_tanh && k >= 0 && (size_t)k < nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, ", tanh GELU");
   if (c->pos_sincos && k >= 0 && (size_t)k < nbytes)
-    snprintf(buf + k, nbytes - (size_t)k, ", fixed 2D sin-cos positions");
+    k += snprintf(buf + k, nbytes - (size_t)k, ", fixed 2D sin-cos positions");
+  if (c->pre_logits > 0 && k >= 0 && (size_t)k < nbytes)
+    snprintf(buf + k, nbytes - (size_t)k, ", pre-logits %d (tanh)", c->pre_logits);
 }
 
 const char *vt_config_pool_name(int global_pool) {
@@ -125,7 +129,9 @@ double vt_config_train_flops(const vt_vit_config *c) {
   double P = c->patch_size;
   // Per block: qkv 3C^2, proj C^2, fc1+fc2 2CF per token; attention 2 N^2 C (scores and mix).
   double block = N * (4.0 * C * C + 2.0 * C * F) + 2.0 * N * N * C;
-  double fwd = 2.0 * (c->depth * block + Np * 3.0 * P * P * C + C * c->num_classes);
+  const double head_in = c->pre_logits > 0 ? c->pre_logits : C;
+  double fwd = 2.0 * (c->depth * block + Np * 3.0 * P * P * C + head_in * c->num_classes);
+  if (c->pre_logits > 0) fwd += 2.0 * C * c->pre_logits;  // the pre-logits Linear
   // The MAP head: kv 2C^2 per token, the query's scores and mix 2NC, proj C^2 and the MLP 2CF
   // (the latent's q, once per micro-batch, left out).
   if (c->global_pool == 3) fwd += 2.0 * (N * 2.0 * C * C + 2.0 * N * C + C * C + 2.0 * C * F);

@@ -48,6 +48,9 @@ typedef struct {
                         // (blocks.i.ls.gamma) and one drop path on the sum; no norm2
   int gelu_tanh;        // 1: the MLPs' GELU is the tanh approximation (timm's act_layer
                         // 'gelu_tanh'; Flax's default, so big_vision's ViTs and SigLIP); 0: erf
+  int pre_logits;       // R > 0: a pre-logits layer between the pooled features and the head,
+                        // Linear(C, R) then tanh (big_vision's rep_size, the original ViT's
+                        // "representation layer"; timm's old pre_logits.fc); head (K, R). 0: none
   int pos_sincos;       // 1: pos_embed is big_vision's fixed 2D sin-cos table (posemb
                         // 'sincos2d': "Better plain ViT baselines"), set at init and never
                         // trained (no gradient); needs positions on the patch tokens only and a
@@ -88,8 +91,8 @@ vt_status vt_config_validate(const vt_vit_config *cfg, char *err, size_t errlen)
 
 // The options that change timm's default ViT, for logs: ", mean-pooled patch tokens (fc_norm),
 // no class token, LayerScale 1e-06, 4 register tokens, positions on the patch tokens only,
-// QK-norm, no qkv bias, parallel blocks, tanh GELU, fixed 2D sin-cos positions" (empty when
-// none).
+// QK-norm, no qkv bias, parallel blocks, tanh GELU, fixed 2D sin-cos positions, pre-logits 384
+// (tanh)" (empty when none).
 void vt_config_extras(const vt_vit_config *cfg, char *buf, size_t nbytes);
 
 // --global-pool's word for vt_vit_config.global_pool: "token", "avg", "gap" or "map".

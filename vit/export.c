@@ -307,10 +307,10 @@ static void resample_pos(const float *src, int g0, float *dst, int g1, int pr, i
 }
 
 // A file made for another kind of ViT than the configuration: parallel blocks, LayerScale
-// gammas, QK-norm, the qkv bias, the class token, register tokens or a MAP head (attn_pool) on
-// the file's side only. Loading the rest would silently drop what the file learned, so it is
-// refused with the flag that matches the file. (A MAP head the file lacks starts fresh, as a
-// head does: vt_model_init_from.)
+// gammas, QK-norm, the qkv bias, the class token, register tokens, a MAP head (attn_pool) or a
+// pre-logits layer on the file's side only, or one of another width. Loading the rest would
+// silently drop what the file learned, so it is refused with the flag that matches the file. (A
+// MAP head or pre-logits layer the file lacks starts fresh, as a head does: vt_model_init_from.)
 static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, const char *path,
                                char *err, size_t errlen) {
   const int file_ls = vt_st_find(f, "blocks.0.ls1.gamma") || vt_st_find(f, "blocks.0.ls.gamma");
@@ -346,6 +346,13 @@ static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, cons
              "--global-pool map", path);
     return VT_ERR_INPUT;
   }
+  const vt_st_entry *pre = vt_st_find(f, "pre_logits.fc.weight");
+  const int file_pre = pre && pre->ndim == 2 ? (int)pre->shape[0] : 0;
+  if (file_pre && file_pre != c->pre_logits) {
+    snprintf(err, errlen, "%s has a pre-logits layer of width %d (pre_logits.fc: big_vision's "
+             "rep_size); pass --pre-logits %d", path, file_pre, file_pre);
+    return VT_ERR_INPUT;
+  }
   const int file_cls = vt_st_find(f, "cls_token") != NULL;
   if (file_cls != !c->no_class_token) {
     snprintf(err, errlen, "%s has %s class token (cls_token); pass --class-token %d%s", path,
@@ -377,6 +384,10 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
   const int pr = vt_cfg_pos_first(&m->cfg) ? 0 : vt_cfg_prefix_tokens(&m->cfg);
   int resampled = 0, new_head = 0, fresh_top = 0, fresh_map = 0, fixed_pos = 0;
   const int file_map = st == VT_OK && vt_st_find(&f, "attn_pool.latent") != NULL;
+  // A pre-logits layer the file lacks starts fresh, and so does the head behind it (whose input
+  // it changes).
+  const int fresh_pre = st == VT_OK && m->cfg.pre_logits > 0 &&
+                        vt_st_find(&f, "pre_logits.fc.weight") == NULL;
   for (int i = 0; st == VT_OK && i < t->count; i++) {
     const vt_param *p = &t->p[i];
     const vt_st_entry *e = vt_st_find(&f, p->name);
@@ -389,6 +400,8 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
       fresh_map = 1;
       continue;
     }
+    if (fresh_pre && (strncmp(p->name, "pre_logits.", 11) == 0 || strncmp(p->name, "head.", 5) == 0))
+      continue;
     if (strncmp(p->name, "head.", 5) == 0 && e && e->ndim >= 1 && e->shape[0] != K) {
       new_head = 1;  // another class count: keep the fresh head
       continue;
@@ -428,8 +441,8 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
   }
   vt_safetensors_close(&f);
   // the head lives on the last stage only
-  double flags[5] = {st != VT_OK, resampled, new_head, fresh_top, fresh_map};
-  vt_comm_all_reduce_double(world, flags, 5, VT_REDUCE_MAX);
+  double flags[6] = {st != VT_OK, resampled, new_head, fresh_top, fresh_map, fresh_pre};
+  vt_comm_all_reduce_double(world, flags, 6, VT_REDUCE_MAX);
   const int bad = flags[0] != 0;
   resampled = (int)flags[1], new_head = (int)flags[2], fresh_top = (int)flags[3];
   fresh_map = (int)flags[4];
@@ -447,6 +460,8 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
                   m->cfg.global_pool == 1 ? "they start" : "it starts");
     if (fresh_map)
       vt_log_info("--init-from %s: has no MAP head (attn_pool); it starts fresh", path);
+    if (flags[5])
+      vt_log_info("--init-from %s: has no pre-logits layer; it and the head start fresh", path);
   } else if (st == VT_OK) {
     snprintf(err, errlen, "another rank could not read %s", path);
   }

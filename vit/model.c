@@ -91,6 +91,8 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
     sl->lnf = take_act(m, ar, (c->global_pool == 3 ? rows : B) * C);
     sl->lnf_mean = take(ar, rows), sl->lnf_rstd = take(ar, rows);
     if (c->global_pool == 3) carve_map(m, &sl->map, ar);
+    if (c->pre_logits > 0)
+      sl->pre_fc = take_act(m, ar, B * c->pre_logits), sl->pre = take_act(m, ar, B * c->pre_logits);
     sl->logits = take(ar, B * K), sl->probs = take(ar, B * K), sl->losses = take(ar, B);
   }
   // A chunk other than the head's receives its output's gradient; one other than the
@@ -139,6 +141,8 @@ static void carve(vt_model *m, arena *ar) {
   } else if (m->has_head) {
     s->dpooled = take(ar, B * C), s->dlnf = take(ar, B * C), s->dlogits = take(ar, B * K);
   }
+  if (m->has_head && c->pre_logits > 0)
+    s->dpre = take_act(m, ar, B * c->pre_logits), s->dpre_fc = take_act(m, ar, B * c->pre_logits);
 }
 
 static float *find(const vt_model *m, float *flat, const char *fmt, int l, const char *suffix) {
@@ -198,6 +202,10 @@ static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
     const char *norm = m->cfg.global_pool == 1 ? "fc_norm" : "norm";
     t->norm_w = find(m, flat, norm, 0, ".weight");
     t->norm_b = find(m, flat, norm, 0, ".bias");
+    if (m->cfg.pre_logits > 0) {
+      t->pre_w = find(m, flat, "pre_logits.fc", 0, ".weight");
+      t->pre_b = find(m, flat, "pre_logits.fc", 0, ".bias");
+    }
     t->head_w = find(m, flat, "head", 0, ".weight");
     t->head_b = find(m, flat, "head", 0, ".bias");
   }
@@ -439,11 +447,16 @@ static const vt_dropout_mask *pos_dropout(const vt_model *m, const vt_model_slot
                       first_row(m, B), m->cfg.width, mask);
 }
 
+// The width of the head's input: the pre-logits layer's, or the stream's.
+static int64_t head_width(const vt_vit_config *c) {
+  return c->pre_logits > 0 ? c->pre_logits : c->width;
+}
+
 // The head input's dropout mask (B rows, whole on every TP rank), or NULL.
 static const vt_dropout_mask *head_dropout(const vt_model *m, const vt_model_slot *sl,
                                            vt_dropout_mask *mask) {
-  return slot_dropout(m, sl, m->head_drop, vt_dropout_site(m->cfg.depth, 0), 1, 0, m->cfg.width,
-                      mask);
+  return slot_dropout(m, sl, m->head_drop, vt_dropout_site(m->cfg.depth, 0), 1, 0,
+                      head_width(&m->cfg), mask);
 }
 
 // The slot's Mixup/CutMix targets, or NULL (none, or an evaluation forward).
@@ -510,9 +523,15 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w,
                      m->p.norm_b, B, C);
   }
+  const int64_t R = c->pre_logits, Kin = head_width(c);
+  if (R > 0) {  // big_vision's pre-logits: tanh(Linear(C, R)), the head's input
+    vt_linear_act_fwd(be, sl->pre_fc, head_in, m->p.pre_w, m->p.pre_b, B, C, R);
+    vt_act_fwd(be, sl->pre, sl->pre_fc, B * R, VT_ACT_TANH);
+    head_in = sl->pre;
+  }
   vt_dropout_mask hd;  // the head's input is a bf16 activation
-  if (head_dropout(m, sl, &hd)) vt_dropout(be, head_in, head_in, B, C, &hd, 1);
-  vt_linear_fwd(be, sl->logits, head_in, m->p.head_w, m->p.head_b, B, C, K);
+  if (head_dropout(m, sl, &hd)) vt_dropout(be, head_in, head_in, B, Kin, &hd, 1);
+  vt_linear_fwd(be, sl->logits, head_in, m->p.head_w, m->p.head_b, B, Kin, K);
   if (m->bce && sample0 >= 0)
     vt_bce_fwd(be, sl->losses, sl->probs, sl->logits, sl->labels, slot_mix(m, sl), smoothing,
                m->bce_thresh, B, K);
@@ -549,11 +568,23 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
                          m->bce ? m->bce_thresh : -1.0f,
                          m->bce ? loss_scale / (float)K : loss_scale, B, K);
     const int map = c->global_pool == 3;
-    vt_linear_bwd(be, map ? s->map_dy : s->dlnf, g->head_w, g->head_b, s->dlogits,
-                  map ? sl->map.out : sl->lnf, m->p.head_w, B, C, K);
+    const int64_t R = c->pre_logits;
+    float *dpooled_in = map ? s->map_dy : s->dlnf;  // the gradient of the pooled features
+    const float *pooled_in = map ? sl->map.out : sl->lnf;
     vt_dropout_mask hd;
-    float *dhead_in = map ? s->map_dy : s->dlnf;
-    if (head_dropout(m, sl, &hd)) vt_dropout(be, dhead_in, dhead_in, B, C, &hd, 0);
+    if (R > 0) {
+      // The head's input gradient goes only to tanh's backward: a bf16 activation, as is its
+      // dropout; tanh's backward also makes the pre-logits bias gradient.
+      vt_linear_bwd_act(be, s->dpre, g->head_w, g->head_b, s->dlogits, sl->pre, m->p.head_w, B,
+                        R, K);
+      if (head_dropout(m, sl, &hd)) vt_dropout(be, s->dpre, s->dpre, B, R, &hd, 1);
+      vt_act_bwd(be, s->dpre_fc, g->pre_b, sl->pre_fc, s->dpre, B, R, VT_ACT_TANH);
+      vt_linear_act_bwd(be, dpooled_in, g->pre_w, s->dpre_fc, pooled_in, m->p.pre_w, B, C, R);
+    } else {
+      vt_linear_bwd(be, dpooled_in, g->head_w, g->head_b, s->dlogits, pooled_in, m->p.head_w, B,
+                    C, K);
+      if (head_dropout(m, sl, &hd)) vt_dropout(be, dpooled_in, dpooled_in, B, C, &hd, 0);
+    }
     float *dx = m->sp ? s->full : s->dres;
     if (map) {
       // The backward reads the last block's output again (under sequence parallelism gathered

@@ -47,7 +47,8 @@ typedef struct {
   float *patch_w, *patch_b;   // (C, 3*P*P), (C)        first stage only
   vt_block_tensors *blocks;   // this rank's blocks (all chunks), local index 0..nblocks-1
   float *norm_w, *norm_b;     // (C)                    last stage only
-  float *head_w, *head_b;     // (K, C), (K)            last stage only
+  float *pre_w, *pre_b;       // (R, C), (R)            last stage, pre_logits R > 0 only
+  float *head_w, *head_b;     // (K, C), (K); (K, R) after a pre-logits layer   last stage only
   vt_map_tensors map;         // the MAP head's         last stage, global_pool 3 only
 } vt_model_tensors;
 
@@ -110,6 +111,8 @@ typedef struct {
                                               // gap: the statistics (B, patches); map: no
                                               // pooled, lnf and statistics of B*N rows
   vt_map_acts map;                            // last stage, global_pool 3 only
+  float *pre_fc, *pre;                        // (B, R) [bf16] the pre-logits Linear's output
+                                              // and its tanh (the head's input): pre_logits
   float *logits, *probs, *losses;             // (B, K), (B, K), (B)     last stage
   float *dout;                       // (Ml, C) gradient of the chunk's output (received)
   float *dinput;                     // (Ml, C) gradient of the chunk's input (to send)
@@ -134,6 +137,8 @@ typedef struct {
   float *dfc1;                       // (B, N, F/tp) [bf16] (act_bwd)
   float *dpatch_out;                 // (B, N-T, C)
   float *dpooled, *dlnf, *dlogits;   // (B, C), (B, C), (B, K); map: dlnf (B*N, C)
+  float *dpre, *dpre_fc;             // (B, R) [bf16] the gradients of the pre-logits' tanh output
+                                     //          and of its Linear's output (pre_logits)
   // The MAP head's (global_pool 3): the fp32 y + MLP, then the gradients of the head's input
   // (then of y), of fc2's input [bf16], of fc1's output [bf16], of its LayerNorm's output, of
   // the pooled heads [bf16], of q and of the latent; of kv [bf16].
