@@ -98,6 +98,8 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                   m->lr, m->min_lr, m->warmup_lr, m->weight_decay, m->opt_eps, m->clip_grad,
                   m->layer_decay, m->warmup_steps, m->total_steps, m->sched_epochs,
                   m->epoch_images, m->warmup_epochs, m->cycle_epochs, m->sched);
+  if (m->sgd && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "sgd %d\nmomentum %.17g\n", m->sgd, m->momentum);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
     k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
                   m->file_nbytes[i], m->file_crc[i]);
@@ -124,6 +126,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"global_batch", 1, 1 << 30, &m->global_batch, 8, 0, 0},
       {"adam_t", 0, INT64_MAX / 2, &m->adam_t, 8, 0, 0},
       {"lamb", 0, 1, &m->lamb, 4, 1, 0},  // absent: 0 (AdamW)
+      {"sgd", 0, 2, &m->sgd, 4, 1, 0},    // absent: 0 (not SGD)
       {"seed", 0, INT64_MAX, &m->seed, 8, 0, 0},
       {"img_size", 1, 1 << 16, &m->img_size, 4, 0, 0},
       {"patch_size", 1, 1 << 16, &m->patch_size, 4, 0, 0},
@@ -199,6 +202,14 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       continue;
     }
     if (n != 2) FAIL(VT_ERR_INPUT, "manifest line %d: expected 'key value'", line_no);
+    if (strcmp(key, "momentum") == 0) {  // SGD's, beside the optimizer's other settings
+      char *e;
+      errno = 0;
+      m->momentum = strtod(v1, &e);
+      if (*e || errno || !(m->momentum >= 0 && m->momentum < 1))
+        FAIL(VT_ERR_INPUT, "manifest line %d: bad momentum", line_no);
+      continue;
+    }
     if (strcmp(key, "mlp_ratio") == 0) {
       char *e;
       m->mlp_ratio = strtof(v1, &e);
@@ -363,6 +374,10 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
     }
   }
   return VT_OK;
+}
+
+const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m) {
+  return m->lamb ? "lamb" : m->sgd == 2 ? "sgd" : m->sgd == 1 ? "momentum" : "adamw";
 }
 
 int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file) {

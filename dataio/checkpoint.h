@@ -29,6 +29,9 @@ typedef struct {
   int64_t global_batch;
   int64_t adam_t;           // optimizer steps taken (Adam's bias corrections)
   int lamb;                 // 1: trained with LAMB, 0: AdamW (0 when the manifest predates it)
+  int sgd;                  // SGD: 2 with Nesterov momentum, 1 plain momentum; 0: not SGD (0 when
+                            // the manifest predates it)
+  double momentum;          // SGD's momentum (written for SGD only)
   uint64_t seed;
   // The optimizer's settings and learning-rate schedule (has_optim 0 when the manifest predates
   // them), which a resume compares with its own (launch/ckpt.c): the resolved lengths in steps,
@@ -93,6 +96,10 @@ void vt_ckpt_clean(const char *save_dir);
 
 // Whether the manifest lists file (its checksum then verified by vt_ckpt_verify).
 int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file);
+
+// The --opt word of the optimizer the checkpoint was trained with: adamw, lamb, sgd (Nesterov)
+// or momentum.
+const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m);
 
 // Reads dir/manifest.txt and verifies the size and CRC-32 of every file it lists.
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen);

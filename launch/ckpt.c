@@ -249,6 +249,8 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .step = step, .stream_position = step * o->global_batch,
       .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
       .lamb = opt->cfg.kind == VT_OPT_LAMB,
+      .sgd = opt->cfg.kind == VT_OPT_SGD ? 1 + opt->cfg.nesterov : 0,
+      .momentum = opt->cfg.kind == VT_OPT_SGD ? opt->cfg.momentum : 0.0,
       .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
       .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
       .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
@@ -332,6 +334,8 @@ vt_status vt_ckpt_check_optim(const vt_ckpt_manifest *saved, const vt_optim_conf
   differs_float(&d, saved->opt_eps, cur.opt_eps, "--opt-eps");
   differs_float(&d, saved->clip_grad, cur.clip_grad, "--clip-grad");
   differs_float(&d, saved->layer_decay, cur.layer_decay, "--layer-decay");
+  if (now->kind == VT_OPT_SGD)
+    differs_float(&d, saved->momentum, now->momentum, "--momentum");
   if (d.n == 0) return VT_OK;
   snprintf(err, errlen, "%s was saved by a run with %s, and this one has %s", dir, d.was, d.now);
   return VT_ERR_INPUT;
@@ -393,10 +397,12 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
              man->pos_sincos ? "sincos2d" : "learn");
     return VT_ERR_INPUT;
   }
-  if (!o->eval_only && man->lamb != (o->optim.kind == VT_OPT_LAMB)) {
-    snprintf(err, errlen, "%s was trained with %s; resume it with --opt %s (another optimizer "
-             "would go on from its moments as a different run)", dir,
-             man->lamb ? "LAMB" : "AdamW", man->lamb ? "lamb" : "adamw");
+  const vt_optim_config *oc = &o->optim;
+  const int sgd_now = oc->kind == VT_OPT_SGD ? 1 + oc->nesterov : 0;
+  if (!o->eval_only && (man->lamb != (oc->kind == VT_OPT_LAMB) || man->sgd != sgd_now)) {
+    snprintf(err, errlen, "%s was trained with --opt %s; resume it with --opt %s (another "
+             "optimizer would go on from its state as a different run)", dir,
+             vt_ckpt_opt_name(man), vt_ckpt_opt_name(man));
     return VT_ERR_INPUT;
   }
   if (!o->eval_only &&

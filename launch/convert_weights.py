@@ -1,6 +1,8 @@
-"""convert_weights.py [--unsafe-pickle] IN OUT.safetensors: a published ViT checkpoint as the
-timm-named safetensors that `vit3d train|eval --init-from` reads, and the vit3d flags its layout
-needs.
+"""convert_weights.py [--unsafe-pickle] [--drop-head] IN OUT.safetensors: a published ViT
+checkpoint as the timm-named safetensors that `vit3d train|eval --init-from` reads, and the vit3d
+flags its layout needs. --drop-head leaves out the classifier (head and the pre-logits layer,
+as the ViT paper's fine-tuning does): --init-from then starts a fresh head (zero with
+--weight-init jax).
 
 IN is a PyTorch file (.pth, .pt, .bin: loaded with weights_only where this PyTorch has it, so
 a pickle cannot run code; a training checkpoint that also pickles other objects, as MAE's and
@@ -285,8 +287,8 @@ def write_safetensors(path, tensors):
 
 def main():
     args = sys.argv[1:]
-    unsafe = "--unsafe-pickle" in args
-    args = [a for a in args if a != "--unsafe-pickle"]
+    unsafe, drop_head = "--unsafe-pickle" in args, "--drop-head" in args
+    args = [a for a in args if a not in ("--unsafe-pickle", "--drop-head")]
     if len(args) != 2 or not args[1].endswith(".safetensors"):
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         return 2
@@ -299,7 +301,7 @@ def main():
     sd, dropped = {}, []
     for k, v in raw.items():
         name = timm_name(k)
-        if DROPPED.match(name):
+        if DROPPED.match(name) or (drop_head and re.match(r"(head|pre_logits)\.", name)):
             dropped.append(name)
         else:
             sd[name] = v

@@ -46,6 +46,8 @@ static void optim_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
                   float_text(m->warmup_epochs, a[0], 32));
   else if (k < (int)size)
     k += snprintf(out + k, size - (size_t)k, " --warmup-steps %" PRId64, m->warmup_steps);
+  if (k < (int)size && m->sgd)
+    k += snprintf(out + k, size - (size_t)k, " --momentum %s", float_text(m->momentum, a[0], 32));
   if (k < (int)size && m->sched > 0)
     k += snprintf(out + k, size - (size_t)k, " --sched %s", vt_sched_name(m->sched));
   if (k < (int)size && m->sched_epochs) snprintf(out + k, size - (size_t)k, " --sched-on epochs");
@@ -72,7 +74,7 @@ int vt_inspect_run(const char *path) {
     printf("  %-20s %" PRId64 " bytes\n", m.file[i], m.file_nbytes[i]);
   printf("step %" PRId64 " (%s step %" PRId64 "), data stream position %" PRId64
          " (global batch %" PRId64 "), seed %" PRIu64 "%s\n",
-         m.step, m.lamb ? "LAMB" : "AdamW", m.adam_t, m.stream_position, m.global_batch, m.seed,
+         m.step, vt_ckpt_opt_name(&m), m.adam_t, m.stream_position, m.global_batch, m.seed,
          vt_ckpt_manifest_lists(&m, "ema.safetensors") ? ", with the weights' EMA" : "");
   printf("saved on tp %d x pp %d x dp %d%s%s (it loads on any mesh)\n", m.tp, m.pp, m.dp,
          m.zero ? ", ZeRO-1" : "", m.sequence_parallel ? ", sequence parallel" : "");
@@ -93,7 +95,7 @@ int vt_inspect_run(const char *path) {
          vt_config_pool_name(m.global_pool), m.class_token, m.layer_scale ? "1" : "0",
          m.reg_tokens,
          m.no_embed_class, m.qk_norm, m.qkv_bias, m.parallel, m.gelu_tanh ? "gelu_tanh" : "gelu",
-         m.pos_sincos ? "sincos2d" : "learn", m.pre_logits, m.lamb ? "lamb" : "adamw", optim,
+         m.pos_sincos ? "sincos2d" : "learn", m.pre_logits, vt_ckpt_opt_name(&m), optim,
          m.global_batch, m.seed, repeats,
          dir);
   if (m.layer_scale)

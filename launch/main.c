@@ -53,7 +53,8 @@ static void train_defaults(vt_train_options *o) {
   o->steps = 100;
   o->optim = (vt_optim_config){.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = -1,
                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                               .weight_decay = 0.05f, .clip_grad = 1.0f, .layer_decay = 1.0f};
+                               .momentum = 0.9f, .weight_decay = 0.05f, .clip_grad = 1.0f,
+                               .layer_decay = 1.0f};
   o->label_smoothing = 0.1f;
   snprintf(o->label_key, sizeof o->label_key, "%s", VT_LABEL_KEY);
   o->bce_thresh = -1.0f;  // soft BCE targets
@@ -125,7 +126,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   char remode[8] = "pixel", aa[128] = "", aa_interp[12] = "bicubic", pool[8] = "token";
   char act[16] = "gelu", pos_embed[16] = "learn", weight_init[8] = "timm";
   char train_interp[12] = "sample", eval_interp[12] = "sample";
-  char mean[64] = "", std[64] = "", opt_name[8] = "adamw", sched_on[8] = "steps";
+  char mean[64] = "", std[64] = "", opt_name[12] = "adamw", sched_on[8] = "steps";
   char sched[12] = "cosine";
   float epochs = 0, warmup_epochs = 0, eval_epochs = 0, save_epochs = 0;
   int qkv_bias = 1, class_token = 1;
@@ -278,9 +279,14 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "stop after N steps of this invocation (the schedule still spans --steps; resume later "
        "with --resume); 0: run to the end", NULL},
       {"--opt", VT_OPT_STR, opt_name, sizeof opt_name, 0, 0, "NAME",
-       "optimizer: adamw (torch.optim.AdamW) or lamb (timm's Lamb, DeiT III and large batches: "
+       "optimizer: adamw (torch.optim.AdamW), lamb (timm's Lamb, DeiT III and large batches: "
        "Adam's direction plus weight decay, scaled per tensor by ||weights|| / ||direction||; "
-       "tensors without weight decay take Adam's step)", "adamw|lamb"},
+       "tensors without weight decay take Adam's step), sgd (timm's: torch.optim.SGD with "
+       "Nesterov momentum) or momentum (SGD with plain momentum: the ViT paper's and "
+       "big_vision's fine-tuning); SGD's weight decay is L2, added to the gradient",
+       "adamw|lamb|sgd|momentum"},
+      {"--momentum", VT_OPT_FLOAT, &o.optim.momentum, 0, 0, 0.9999, "M",
+       "SGD's momentum (timm's --momentum)", NULL},
       {"--opt-eps", VT_OPT_FLOAT, &o.optim.eps, 0, 1e-12, 1, "EPS",
        "the optimizer's epsilon (timm's --opt-eps)", NULL},
       {"--lr", VT_OPT_FLOAT, &o.optim.lr, 0, 0, 10, "LR", "peak learning rate", NULL},
@@ -513,7 +519,10 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                     ? VT_PRECISION_BF16
                     : VT_PRECISION_FP32;
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
-  o.optim.kind = strcmp(opt_name, "lamb") == 0 ? VT_OPT_LAMB : VT_OPT_ADAMW;
+  o.optim.kind = strcmp(opt_name, "lamb") == 0    ? VT_OPT_LAMB
+                 : strcmp(opt_name, "adamw") == 0 ? VT_OPT_ADAMW
+                                                  : VT_OPT_SGD;
+  o.optim.nesterov = strcmp(opt_name, "sgd") == 0;
   o.sched_epochs = strcmp(sched_on, "epochs") == 0;
   o.optim.sched = strcmp(sched, "linear") == 0     ? VT_SCHED_LINEAR
                   : strcmp(sched, "constant") == 0 ? VT_SCHED_CONSTANT

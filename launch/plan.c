@@ -136,7 +136,9 @@ int vt_plan_run(const vt_train_options *o) {
     const int rc = o->recompute_blocks < most ? o->recompute_blocks : most;
     const double params = (double)t.total * 4 * mib;
     const double opt = (double)vt_optimizer_plan_nbytes(t.total, o->dp, o->zero,
-                                                        o->optim.ema_decay > 0) * mib;
+                                                        o->optim.ema_decay > 0,
+                                                        o->optim.kind == VT_OPT_SGD ? 1 : 2) *
+                       mib;
     const double acts = (double)vt_model_act_nbytes(c, shard, B, nslots, nwsets,
                                                     o->recompute_blocks, be) * mib;
     const double total = 2 * params + opt + acts;

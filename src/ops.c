@@ -404,6 +404,16 @@ void vt_lamb_apply(const vt_backend *be, float *param, const float *update, int6
   be->lamb_apply(param, update, count, lr, trust);
 }
 
+void vt_sgd(const vt_backend *be, float *param, const float *grad, float *buf,
+            const uint8_t *decay, int64_t count, float lr, float momentum, float weight_decay,
+            int nesterov) {
+  NEED(be, sgd);
+  PTR(param); PTR(grad); PTR(buf);
+  POS(count);
+  VT_CHECK(momentum >= 0.0f && momentum < 1.0f, "SGD momentum %g outside [0, 1)", (double)momentum);
+  be->sgd(param, grad, buf, decay, count, lr, momentum, weight_decay, nesterov != 0);
+}
+
 void vt_sumsq(const vt_backend *be, double *out, const float *x, int64_t count) {
   NEED(be, sumsq);
   PTR(out);

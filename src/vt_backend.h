@@ -188,6 +188,8 @@ struct vt_backend {
                        const uint8_t *decay, int64_t count, float beta1, float beta2, float eps,
                        float weight_decay, int64_t t);
   void (*lamb_apply)(float *param, const float *update, int64_t count, float lr, float trust);
+  void (*sgd)(float *param, const float *grad, float *buf, const uint8_t *decay, int64_t count,
+              float lr, float momentum, float weight_decay, int nesterov);
   void (*ema)(float *ema, const float *param, float decay, int64_t count);
   void (*sumsq)(double *out, const float *x, int64_t count);  // into backend memory, no wait
   void (*scale)(float *x, float alpha, int64_t count);

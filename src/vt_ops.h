@@ -290,6 +290,15 @@ void vt_lamb_moments(const vt_backend *be, float *update, const float *param, co
 void vt_lamb_apply(const vt_backend *be, float *param, const float *update, int64_t count,
                    float lr, float trust);
 
+// SGD with momentum (torch.optim.SGD's arithmetic, dampening 0; timm's --opt sgd with
+// nesterov, --opt momentum without): d = grad + weight_decay * param where decay[i] is nonzero
+// (NULL: everywhere; L2 weight decay, coupled, as torch's), buf = momentum * buf + d (buf
+// starting at zero equals torch's first-step copy of d), then param -= lr * (d + momentum * buf)
+// with nesterov, lr * buf without. Each product rounded on its own.
+void vt_sgd(const vt_backend *be, float *param, const float *grad, float *buf,
+            const uint8_t *decay, int64_t count, float lr, float momentum, float weight_decay,
+            int nesterov);
+
 // Exponential moving average of the weights (timm's ModelEmaV2): ema = ema * decay +
 // param * (1 - decay), each product rounded on its own, then the sum.
 void vt_ema(const vt_backend *be, float *ema, const float *param, float decay, int64_t count);

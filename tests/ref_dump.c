@@ -14,7 +14,8 @@
 // fixed 2D sin-cos positions with the gap head and no class token (its "Better plain ViT
 // baselines" model; the PyTorch side makes its own table); emaw the weights' EMA with timm's
 // ModelEmaV3 warmup; pre big_vision's pre-logits layer (64 wide, tanh) with the gap head and
-// dropout 0.3 of its output.
+// dropout 0.3 of its output; sgd SGD with Nesterov momentum 0.8 (timm's --opt sgd), mom with
+// plain momentum (--opt momentum), L2 weight decay and layer decay as the AdamW run's.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 enum { STEPS = 5, GLOBAL = 6, MICRO = 2 };
 static const uint64_t SEED = 1234;
 static const float SMOOTHING = 0.1f;
+static const float SGD_LR = 1000.0f, SGD_CLIP = 5.0f;  // the SGD variants' (below)
 // Drop path: with depth 3, block 0 keeps both branches (the fused residual GEMMs), blocks 1 and 2
 // drop them with probability 0.25 and 0.5 (the PyTorch side draws its own masks, tests/ref_vit.py).
 static const float DROP_PATH = 0.5f;
@@ -73,10 +75,11 @@ int main(int argc, char **argv) {
        strcmp(variant, "qk") && strcmp(variant, "par") && strcmp(variant, "bce") &&
        strcmp(variant, "bcet") && strcmp(variant, "lamb") && strcmp(variant, "gap") &&
        strcmp(variant, "map") && strcmp(variant, "tanh") && strcmp(variant, "drop") &&
-       strcmp(variant, "sincos") && strcmp(variant, "emaw") && strcmp(variant, "pre"))) {
+       strcmp(variant, "sincos") && strcmp(variant, "emaw") && strcmp(variant, "pre") &&
+       strcmp(variant, "sgd") && strcmp(variant, "mom"))) {
     fprintf(stderr,
             "usage: %s OUT.safetensors "
-            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|emaw|pre]\n",
+            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|emaw|pre|sgd|mom]\n",
             argv[0]);
     return 2;
   }
@@ -105,8 +108,15 @@ int main(int argc, char **argv) {
                         .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.05f,
                         .clip_grad = 0.5f, .layer_decay = 0.75f, .depth = 3,
                         .ema_decay = 0.9f,
-                        .kind = !strcmp(variant, "lamb") ? VT_OPT_LAMB : VT_OPT_ADAMW,
+                        .kind = !strcmp(variant, "lamb")  ? VT_OPT_LAMB
+                                : !strcmp(variant, "sgd") || !strcmp(variant, "mom") ? VT_OPT_SGD
+                                                                  : VT_OPT_ADAMW,
+                        .momentum = 0.8f, .nesterov = !strcmp(variant, "sgd"),
                         .ema_warmup = !strcmp(variant, "emaw")};
+  // SGD's steps are lr times the (clipped) gradient, far smaller than Adam's at the same rate:
+  // SGD_LR times the rate and clipping at SGD_CLIP give LayerNorm weights updates that their
+  // fp32 storage does not drown.
+  if (oc.kind == VT_OPT_SGD) oc.lr *= SGD_LR, oc.min_lr *= SGD_LR, oc.clip_grad = SGD_CLIP;
   const int S = cfg.img_size, K = cfg.num_classes;
   const int64_t img_elems = 3 * (int64_t)S * S;
 
@@ -138,6 +148,11 @@ int main(int argc, char **argv) {
   if (m.bce)  // the marker, holding the binary targets' threshold (negative: soft targets)
     *(float *)push(&o, "", "bce", "F32", 1, (int64_t[]){1}) = m.bce_thresh;
   if (oc.kind == VT_OPT_LAMB) *(float *)push(&o, "", "lamb", "F32", 1, (int64_t[]){1}) = 1.0f;
+  if (oc.kind == VT_OPT_SGD) {  // the marker: 2 Nesterov or 1 plain momentum, the rates' factor,
+                                // the clipping norm
+    float *sgd = push(&o, "", "sgd", "F32", 1, (int64_t[]){3});
+    sgd[0] = 1.0f + (float)oc.nesterov, sgd[1] = SGD_LR, sgd[2] = SGD_CLIP;
+  }
   if (cfg.global_pool == 2) *(float *)push(&o, "", "gap", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.gelu_tanh) *(float *)push(&o, "", "gelu_tanh", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.pos_sincos) *(float *)push(&o, "", "pos_sincos", "F32", 1, (int64_t[]){1}) = 1.0f;

@@ -14,10 +14,10 @@ mkdir -p "$3" || exit 1
 # binary cross-entropy (soft and binary targets), the LAMB optimizer, the gap head without a
 # class token, the MAP head, the tanh GELU (with the MAP head and a class token), dropout (with
 # LayerScale), big_vision's fixed 2D sin-cos positions (with the gap head), the EMA with
-# timm's ModelEmaV3 warmup, and big_vision's pre-logits layer.
+# timm's ModelEmaV3 warmup, big_vision's pre-logits layer, and SGD with momentum.
 "$1" "$3/ref_dump.safetensors" || { echo "FAIL: ref_dump exited with $?"; exit 1; }
 "$PY" "$2" "$3/ref_dump.safetensors" || exit 1
-for v in avg ls reg qk par bce bcet lamb gap map tanh drop sincos emaw pre; do  # ls: LayerScale, registers, no_embed_class;
+for v in avg ls reg qk par bce bcet lamb gap map tanh drop sincos emaw pre sgd mom; do  # ls: LayerScale, registers, no_embed_class;
                                     # reg: registers; qk: QK-norm without qkv bias; par:
                                     # parallel blocks; bce: binary cross-entropy (bcet: binary
                                     # targets); lamb: LAMB; gap: no class token, 2 registers,
@@ -27,7 +27,8 @@ for v in avg ls reg qk par bce bcet lamb gap map tanh drop sincos emaw pre; do  
                                     # drop: dropout, LayerScale; sincos: fixed
                                     # 2D sin-cos positions, the gap head; emaw:
                                     # the EMA with ModelEmaV3's warmup; pre: the
-                                    # pre-logits layer, the gap head, head dropout
+                                    # pre-logits layer, the gap head, head dropout;
+                                    # sgd, mom: SGD with Nesterov or plain momentum
   "$1" "$3/ref_dump_$v.safetensors" $v || { echo "FAIL: ref_dump $v exited with $?"; exit 1; }
   "$PY" "$2" "$3/ref_dump_$v.safetensors" || exit 1
 done

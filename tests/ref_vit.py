@@ -16,6 +16,7 @@ import torch.nn.functional as F
 IMG, PATCH, WIDTH, DEPTH, HEADS, MLP_RATIO, CLASSES = 32, 8, 48, 3, 3, 4, 10
 GLOBAL, STEPS, SMOOTHING, DROP_PATH, SEED, LAYER_DECAY, EMA = 6, 5, 0.1, 0.5, 1234, 0.75, 0.9
 LR, MIN_LR, WARMUP, BETAS, EPS, WD, CLIP = 1e-3, 1e-5, 2, (0.9, 0.999), 1e-8, 0.05, 0.5
+SGD_MOMENTUM = 0.8  # ref_dump's SGD variants
 
 # Relative tolerances, ||vit3d - ref|| / ||ref|| per tensor. vit3d runs in fp32: logits, loss and
 # gradients measure ~5e-7, so 1e-5 leaves 20x headroom and still flags the 1e-3 self-check
@@ -470,6 +471,10 @@ def main():
     bce = "bce" in d  # ref_dump's marker: trained with binary cross-entropy
     bce_thresh = float(d["bce"][0]) if bce else -1.0  # >= 0: binary targets
     lamb = "lamb" in d  # ... with LAMB
+    sgd = int(d["sgd"][0]) if "sgd" in d else 0  # ... with SGD: 2 Nesterov, 1 plain momentum
+    global LR, MIN_LR, CLIP
+    if sgd:  # ref_dump runs SGD at larger rates, with its own clipping (its steps are lr x
+        LR, MIN_LR, CLIP = LR * float(d["sgd"][1]), MIN_LR * float(d["sgd"][1]), float(d["sgd"][2])
     layer_scale = "init.blocks.0.ls1.gamma" in d or "init.blocks.0.ls.gamma" in d
     model = ViT(global_pool="init.fc_norm.weight" in d or gap, layer_scale=layer_scale,
                 reg_tokens=regs, no_embed_class=no_embed_class, qk_norm=qk_norm,
@@ -516,7 +521,12 @@ def main():
         groups.setdefault(key, {"params": [], "weight_decay": WD if decays[n] else 0.0,
                                 "lr_scale": LAYER_DECAY ** (DEPTH + 1 - key[0])})
         groups[key]["params"].append(p)
-    opt = (Lamb if lamb else torch.optim.AdamW)(list(groups.values()), lr=LR, betas=BETAS, eps=EPS)
+    if sgd:  # torch.optim.SGD, Nesterov's or plain momentum, L2 weight decay per group
+        opt = torch.optim.SGD(list(groups.values()), lr=LR, momentum=SGD_MOMENTUM,
+                              nesterov=sgd == 2)
+    else:
+        opt = (Lamb if lamb else torch.optim.AdamW)(list(groups.values()), lr=LR, betas=BETAS,
+                                                    eps=EPS)
 
     results = []  # (group, name, err, tol)
     ref_lr, ref_norm, ref_loss = [], [], []
@@ -615,6 +625,8 @@ def main():
     variant = ((", binary cross-entropy" if bce else "") +
                (f" with targets over {bce_thresh:g}" if bce_thresh >= 0 else "") +
                (", LAMB" if lamb else "") +
+               (f", SGD with {'Nesterov' if sgd == 2 else 'plain'} momentum {SGD_MOMENTUM:g}"
+                if sgd else "") +
                (", parallel blocks" if parallel else "") +
                (", LayerScale" if layer_scale else "") +
                (f", {regs} register tokens" if regs else "") +

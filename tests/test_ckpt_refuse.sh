@@ -3,7 +3,8 @@
 #  - resuming with a model config whose shapes, head (--global-pool), LayerScale, register
 #    tokens, QK-norm, parallel blocks or a pre-logits layer differ from the checkpoint's, or
 #    with another optimizer;
-#  - a LAMB run resumed with --opt lamb goes on as the uninterrupted run (--check-log);
+#  - a LAMB run resumed with --opt lamb goes on as the uninterrupted run (--check-log), and an
+#    SGD one (another --momentum refused);
 #  - vit3d inspect prints the flags that resume a checkpoint (and they do);
 #  - another learning-rate schedule or optimizer setting is refused, naming each difference,
 #    unless --resume-override 1 (said, and the run trains on with the new ones);
@@ -68,18 +69,35 @@ if [ $rc -eq 2 ] && grep -q "holds a model without a pre-logits layer; resume it
 else echo "FAIL: pre-logits mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --opt lamb --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
-if [ $rc -eq 2 ] && grep -q "was trained with AdamW; resume it with --opt adamw" <<<"$out"; then
+if [ $rc -eq 2 ] && grep -q "was trained with --opt adamw; resume it with --opt adamw" <<<"$out"; then
   echo "ok: another optimizer refused: $(grep -o 'was trained with.*' <<<"$out")"
 else echo "FAIL: optimizer mismatch: rc $rc: $out"; fail=1; fi
+# resumes NAME FLAGS...: a run of FLAGS stopped at step 3 and resumed logs the uninterrupted
+# run's steps 4-6 bit for bit (--check-log).
+resumes() {
+  local name=$1
+  shift
+  if "$vit3d" "$@" --log-dir "$work/${name}_all" > "$work/${name}_all.log" 2>&1 &&
+     "$vit3d" "$@" --run-steps 3 --save "$work/ck_$name" > "$work/${name}_a.log" 2>&1 &&
+     "$vit3d" "$@" --save "$work/ck_$name" --resume auto \
+       --check-log "$work/${name}_all/metrics.jsonl" > "$work/${name}_b.log" 2>&1 &&
+     grep -q "resumed from" "$work/${name}_b.log"; then
+    echo "ok: $name resumed at step 3 logs the uninterrupted run's steps 4-6 (--check-log)"
+  else echo "FAIL: $name resume:"; tail -5 "$work/${name}_b.log"; fail=1; fi
+}
 lamb=(train --model tiny --steps 6 --global-batch-size 8 --micro-batch-size 4 --threads 1
       --opt lamb --lr 5e-3 --warmup-steps 1)
-if "$vit3d" "${lamb[@]}" --log-dir "$work/lamb_all" > "$work/lamb_all.log" 2>&1 &&
-   "$vit3d" "${lamb[@]}" --run-steps 3 --save "$work/ck_lamb" > "$work/lamb_a.log" 2>&1 &&
-   "$vit3d" "${lamb[@]}" --save "$work/ck_lamb" --resume auto \
-     --check-log "$work/lamb_all/metrics.jsonl" > "$work/lamb_b.log" 2>&1 &&
-   grep -q "resumed from" "$work/lamb_b.log"; then
-  echo "ok: LAMB resumed at step 3 logs the uninterrupted run's steps 4-6 (--check-log)"
-else echo "FAIL: LAMB resume:"; tail -5 "$work/lamb_b.log"; fail=1; fi
+resumes lamb "${lamb[@]}"
+# The same for SGD with Nesterov momentum (its momentum buffer in the checkpoint), weight decay
+# and layer decay on; and a resume with another --momentum is refused by name.
+sgd=(train --model tiny --steps 6 --global-batch-size 8 --micro-batch-size 4 --threads 1
+     --opt sgd --momentum 0.8 --lr 2e-2 --warmup-steps 1 --weight-decay 1e-3 --layer-decay 0.8)
+resumes sgd "${sgd[@]}"
+out=$("$vit3d" "${sgd[@]}" --momentum 0.9 --steps 7 --save "$work/ck_sgd" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "with --steps 6 --momentum 0.8, and this one has --steps 7 --momentum 0.9" <<<"$out"; then
+  echo "ok: another SGD momentum refused"
+else echo "FAIL: SGD momentum change: rc $rc: $out"; fail=1; fi
 # Another learning-rate schedule or optimizer setting: refused, every difference named, unless
 # --resume-override 1 (then said, and the run goes on with this command's).
 out=$("$vit3d" "${args[@]}" --lr 2e-3 --steps 6 --clip-grad 0.5 --save "$work/ck_sched" \

@@ -150,6 +150,17 @@ PY
     echo "FAIL: big_vision's sin-cos, gap, pre-logits .npz (rc $rc): $out"; tail -n 3 "$work/bv_eval.log" "$work/bv_eval2.log"; fail=1
   fi
 else echo "FAIL: the big_vision-layout export:"; tail -3 "$work/bv.log"; fail=1; fi
+# --drop-head leaves the classifier out (the ViT paper's fine-tuning): the model starts without
+# the pre-logits layer and with a fresh head, zero under --weight-init jax.
+out=$("$py" "$conv" --drop-head "$work/bv.npz" "$work/bv.nohead.safetensors" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "dropped 4: head.bias, head.weight, pre_logits.fc.bias, pre_logits.fc.weight" <<<"$out" &&
+   "$vit3d" "${base[@]}" --pos-embed sincos2d --global-pool gap --class-token 0 --weight-init jax \
+     --num-classes 7 --init-from "$work/bv.nohead.safetensors" --log-interval 1 > "$work/nohead.log" 2>&1 &&
+   grep -q "has no head; it starts fresh" "$work/nohead.log" &&
+   grep -q "^step     1/1 | loss 1.9459 " "$work/nohead.log"; then  # ln 7: a zero head's loss
+  echo "ok: --drop-head: the classifier left out, a fresh zero head (loss ln 7 at step 1)"
+else echo "FAIL: --drop-head (rc $rc): $out"; tail -n 3 "$work/nohead.log"; fail=1; fi
 # Its pre-logits layer into a model without one is refused with the flag; a file without one
 # into a model with one starts the layer and the head fresh.
 out=$("$vit3d" "${base[@]}" --pos-embed sincos2d --global-pool gap --class-token 0 \

@@ -817,6 +817,27 @@ static void t_lamb_apply(tc *t, const int64_t *d) {
   check(t, "param", g, ref, n);
 }
 
+// d[1] the momentum in thousandths, d[2] the weight decay in thousandths, d[3] 1 for a
+// weight-decay mask as t_adamw's, d[4] 1 for Nesterov's momentum.
+static void t_sgd(tc *t, const int64_t *d) {
+  const int64_t n = d[0];
+  const float lr = 3e-2f, mom = (float)d[1] / 1000.0f, wd = (float)d[2] / 1000.0f;
+  float *p0 = hrand(t, n, -1, 1), *gr = hrand(t, n, -1, 1), *b0 = hrand(t, n, -0.1f, 0.1f);
+  float *u = hrand(t, n / 97 + 1, 0, 1);
+  uint8_t *mask = d[3] ? (uint8_t *)hnew(t, n / 4 + 1) : NULL;
+  for (int64_t i = 0; mask && i < n; i++) mask[i] = u[i / 97] < 0.7f;
+  float *rp = hcopy(t, p0, n), *rb = hcopy(t, b0, n);
+  vt_sgd(t->cpu, rp, gr, rb, mask, n, lr, mom, wd, (int)d[4]);
+  const uint8_t *gmask = mask ? dnew_bytes(t, mask, (size_t)n) : NULL;
+  float *gg = dnew(t, gr, n), *gp[2], *gb[2];
+  for (int r = 0; r < 2; r++) {
+    gp[r] = dnew(t, p0, n), gb[r] = dnew(t, b0, n);
+    vt_sgd(t->gpu, gp[r], gg, gb[r], gmask, n, lr, mom, wd, (int)d[4]);
+  }
+  check(t, "param", gp, rp, n);
+  check(t, "buf", gb, rb, n);
+}
+
 // A double result: relative error of the value, and the two runs' bits.
 static void t_sumsq(tc *t, const int64_t *d) {
   const int64_t n = d[0];
@@ -995,6 +1016,8 @@ static const op_test kTests[] = {
      {{1000, 1, 50, 0, 0}, {7, 10, 0, 0, 1}, {100003, 1000, 50, 0, 1}, {100003, 3, 100, 1, 1}}},
     {"lamb_apply", "count,trust*1000", t_lamb_apply, {0, -1},
      {{1, 1000}, {1000, 2345}, {1000003, 17}}},
+    {"sgd", "count,momentum/1000,wd/1000,mask,nesterov", t_sgd, {0, -1},
+     {{1, 900, 0, 0, 1}, {1000, 900, 50, 0, 0}, {100003, 800, 100, 1, 1}, {7, 0, 0, 0, 0}}},
     {"sumsq", "count", t_sumsq, {1e-12, -1},
      {{1}, {7}, {16384}, {16385}, {1000003}, {5000000}}},
     {"scale", "count", t_scale, {0, -1}, {{1}, {1000}, {1000003}}},
@@ -1022,7 +1045,7 @@ static int check_table(const vt_backend *be) {
       OP(norm_mean_pool_fwd), OP(norm_mean_pool_bwd),
       OP(qk_norm_fwd),       OP(qk_norm_bwd),
       OP(cross_entropy_fwd), OP(cross_entropy_bwd), OP(bce_fwd),       OP(adamw),
-      OP(lamb_moments),      OP(lamb_apply),        OP(sumsq),
+      OP(lamb_moments),      OP(lamb_apply),        OP(sgd),           OP(sumsq),
       OP(scale),             OP(ema),
 #undef OP
   };

@@ -1,5 +1,5 @@
 // test_optim.c: the optimizer step on a mesh against the same step on one rank (label mpi, 8
-// ranks under mpirun). For AdamW and LAMB, with clipping, weight decay and layer-wise lr decay,
+// ranks under mpirun). For AdamW, LAMB and SGD with Nesterov momentum, with clipping, weight decay and layer-wise lr decay,
 // each layout's ranks take the pieces of one model's weights and gradients that the parameter
 // table gives them (TP shards, pipeline stages, the whole gradient on DP rank 0 and zeros on the
 // others, which the DP reduction must add), take three steps, and must end where one rank with
@@ -87,12 +87,15 @@ int main(int argc, char **argv) {
   vt_params_init(&whole, init, 7);
   const layout all[] = {{2, 2, 2, 1}, {1, 1, 8, 1}, {4, 2, 1, 0}, {2, 1, 4, 0}, {1, 2, 4, 1}};
   const int nlayouts = W == 8 ? (int)(sizeof all / sizeof all[0]) : 1;
-  const char *kinds[] = {"AdamW", "LAMB"};
-  for (int k = 0; k < 2; k++) {
-    // Clipping at 1.5 acts on every step (the gradients' norm is about 41).
-    const vt_optim_config oc = {.kind = k ? VT_OPT_LAMB : VT_OPT_ADAMW, .lr = 2e-2f,
-                                .min_lr = 2e-2f, .warmup_steps = 0, .total_steps = STEPS,
-                                .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+  const char *kinds[] = {"AdamW", "LAMB", "SGD"};
+  const vt_opt_kind kind_of[] = {VT_OPT_ADAMW, VT_OPT_LAMB, VT_OPT_SGD};
+  for (int k = 0; k < 3; k++) {
+    // Clipping at 1.5 acts on every step (the gradients' norm is about 41). SGD (Nesterov) at
+    // 10 times the rate, so that its steps of lr x gradient move the weights as far.
+    const vt_optim_config oc = {.kind = kind_of[k], .lr = k == 2 ? 2e-1f : 2e-2f,
+                                .min_lr = k == 2 ? 2e-1f : 2e-2f, .warmup_steps = 0,
+                                .total_steps = STEPS, .beta1 = 0.9f, .beta2 = 0.999f,
+                                .eps = 1e-8f, .momentum = 0.9f, .nesterov = 1,
                                 .weight_decay = 0.05f, .clip_grad = 1.5f, .layer_decay = 0.8f,
                                 .depth = cfg.depth};
     vt_param_table rt;

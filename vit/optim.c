@@ -1,4 +1,5 @@
-// optim.c: schedule, gradient reduction, global norm, clipping, AdamW and LAMB over the table.
+// optim.c: schedule, gradient reduction, global norm, clipping, AdamW, LAMB and SGD over the
+// table.
 #include "optim.h"
 
 #include <math.h>
@@ -65,8 +66,8 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
     o->shard = must_alloc(be, o->shard_count, "ZeRO-1 gradient shard");
     state = o->shard_count;
   }
-  o->m = must_alloc(be, state, "Adam moments");
-  o->v = must_alloc(be, state, "Adam moments");
+  o->m = must_alloc(be, state, cfg->kind == VT_OPT_SGD ? "the SGD momentum" : "Adam moments");
+  if (cfg->kind != VT_OPT_SGD) o->v = must_alloc(be, state, "Adam moments");
   if (cfg->ema_decay > 0) o->ema = must_alloc(be, state, "the weights' EMA");
   const size_t nsums = 2 * (size_t)table->count + 1;
   o->sums = be->alloc(nsums * sizeof(double));
@@ -133,7 +134,7 @@ void vt_optimizer_free(vt_optimizer *o) {
   free(o->layer_lo), free(o->layer_hi), free(o->started), free(o->norms), free(o->run_key);
   o->be->free(o->sums);
   o->be->free(o->m);
-  o->be->free(o->v);
+  if (o->v) o->be->free(o->v);
   o->be->free(o->decay);
   if (o->ema) o->be->free(o->ema);
   if (o->zero) {
@@ -143,17 +144,18 @@ void vt_optimizer_free(vt_optimizer *o) {
   *o = (vt_optimizer){0};
 }
 
-size_t vt_optimizer_plan_nbytes(int64_t total, int dp_size, int zero, int ema) {
+size_t vt_optimizer_plan_nbytes(int64_t total, int dp_size, int zero, int ema, int moments) {
   const int64_t shard = (total + dp_size - 1) / dp_size;
   // ZeRO-1: moments of a shard, the padded staging and the reduced shard
-  int64_t n = zero && dp_size > 1 ? 2 * shard + shard * dp_size + shard : 2 * total;
+  int64_t n = zero && dp_size > 1 ? moments * shard + shard * dp_size + shard : moments * total;
   if (ema) n += zero && dp_size > 1 ? shard : total;
   return (size_t)n * sizeof(float) + (size_t)total;  // + the weight-decay mask
 }
 
 size_t vt_optimizer_nbytes(const vt_optimizer *o) {
   const int dp_size = o->dp ? vt_comm_size(o->dp) : 1;
-  return vt_optimizer_plan_nbytes(o->table->total, dp_size, o->zero, o->ema != NULL);
+  return vt_optimizer_plan_nbytes(o->table->total, dp_size, o->zero, o->ema != NULL,
+                                  o->v ? 2 : 1);
 }
 
 // The part of tensor p inside the flat range [lo, hi): *first (flat index) and the count.
@@ -243,10 +245,10 @@ typedef struct {
   const float *grads;     // element lo
   int64_t lo;
   float lr;
-} adamw_ctx;
+} step_ctx;
 
 static void adamw_run(void *ctx, int64_t first, int64_t count, int layer) {
-  adamw_ctx *c = ctx;
+  step_ctx *c = ctx;
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
   const float lr = (float)(c->lr * vt_layer_lr_scale(oc, layer));
@@ -259,8 +261,25 @@ static void adamw_run(void *ctx, int64_t first, int64_t count, int layer) {
 // weight-decay mask says which elements decay.
 static void adamw_range(vt_optimizer *o, float *params, const float *grads, float *m, float *v,
                         int64_t lo, int64_t hi, float lr) {
-  adamw_ctx c = {o, params, m, v, grads, lo, lr};
+  step_ctx c = {o, params, m, v, grads, lo, lr};
   const run_walk w = {o, lo, layer_key, adamw_run, &c};
+  for_each_run(&w, hi);
+}
+
+static void sgd_run(void *ctx, int64_t first, int64_t count, int layer) {
+  step_ctx *c = ctx;
+  const vt_optim_config *oc = &c->o->cfg;
+  const int64_t at = first - c->lo;
+  const float lr = (float)(c->lr * vt_layer_lr_scale(oc, layer));
+  vt_sgd(c->o->be, c->params + at, c->grads + at, c->m + at, c->o->decay + first, count, lr,
+         oc->momentum, oc->weight_decay, oc->nesterov);
+}
+
+// SGD with momentum on the flat range [lo, hi) as adamw_range, m the momentum buffer.
+static void sgd_range(vt_optimizer *o, float *params, const float *grads, float *m, int64_t lo,
+                      int64_t hi, float lr) {
+  step_ctx c = {o, params, m, NULL, grads, lo, lr};
+  const run_walk w = {o, lo, layer_key, sgd_run, &c};
   for_each_run(&w, hi);
 }
 
@@ -352,6 +371,8 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   o->t++;
   if (o->cfg.kind == VT_OPT_LAMB)  // every rank: the norms are reduced over ranks
     lamb_range(o, params + lo, g, lo, hi > lo ? hi : lo, lr);
+  else if (hi > lo && o->cfg.kind == VT_OPT_SGD)
+    sgd_range(o, params + lo, g, o->m, lo, hi, lr);
   else if (hi > lo)
     adamw_range(o, params + lo, g, o->m, o->v, lo, hi, lr);
   if (o->zero) {  // each DP rank updated its shard; all gather the whole
@@ -418,12 +439,13 @@ void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, float *m
   const int64_t at = o->zero ? 0 : lo;
   const size_t nbytes = (size_t)count * sizeof(float);
   o->be->to_host(m_host, o->m + at, nbytes);
-  o->be->to_host(v_host, o->v + at, nbytes);
+  if (o->v) o->be->to_host(v_host, o->v + at, nbytes);
+  else memset(v_host, 0, nbytes);  // SGD: the checkpoint's second moment is all zero
   if (ema_host && o->ema) o->be->to_host(ema_host, o->ema + at, nbytes);
 }
 
 void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t) {
   o->t = t;
   load_state(o, o->m, m_host, o->be->to_device);
-  load_state(o, o->v, v_host, o->be->to_device);
+  if (o->v) load_state(o, o->v, v_host, o->be->to_device);
 }

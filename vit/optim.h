@@ -19,6 +19,8 @@ typedef enum {
   VT_OPT_ADAMW,  // torch.optim.AdamW
   VT_OPT_LAMB,   // timm's Lamb: Adam's direction plus weight decay, scaled per tensor by the
                  // trust ratio ||w|| / ||direction|| (tensors without weight decay: plain Adam)
+  VT_OPT_SGD,    // torch.optim.SGD with momentum (Nesterov's or not) and L2 weight decay: the
+                 // ViT paper's and big_vision's fine-tuning; one state buffer, no second moment
 } vt_opt_kind;
 
 // After the warmup (--sched): timm's CosineLRScheduler's half cosine from lr to min_lr; a
@@ -47,6 +49,8 @@ typedef struct {
   int64_t epoch_images, step_images;
   double warmup_epochs, cycle_epochs;
   float beta1, beta2, eps, weight_decay;
+  float momentum;  // SGD: the momentum (timm's --momentum, 0.9)
+  int nesterov;    // SGD: 1 Nesterov's (timm's --opt sgd), 0 plain (--opt momentum)
   float clip_grad;  // max global gradient norm; 0 turns clipping off
   // Layer-wise learning-rate decay (BEiT, MAE fine-tuning): the tensors of layer l (vt_param.layer:
   // 0 embeddings, 1..depth blocks, depth+1 final norm and head) step with lr * layer_decay^(depth +
@@ -85,7 +89,8 @@ typedef struct {
   // ZeRO-1: the flat gradient is padded to a multiple of dp and split in equal shards; this
   // rank owns elements [shard_lo, shard_lo + shard_count) of it.
   int64_t padded, shard_lo, shard_count;
-  float *m, *v;           // Adam moments: shard_count (ZeRO-1) or table->total elements
+  float *m, *v;           // Adam moments: shard_count (ZeRO-1) or table->total elements; SGD:
+                          // m its momentum buffer, v NULL
   float *ema;             // the weights' EMA (cfg.ema_decay > 0), else NULL: table->total
                           // elements, or under ZeRO-1 this rank's shard (shard_count), updated
                           // from the shard of the weights it updates
@@ -114,8 +119,9 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
 void vt_optimizer_free(vt_optimizer *o);
 // Bytes of optimizer memory on this rank (moments, ZeRO staging, the EMA), for the memory plan.
 size_t vt_optimizer_nbytes(const vt_optimizer *o);
-// The same for a rank holding `total` parameter elements, before any allocation (vit3d plan).
-size_t vt_optimizer_plan_nbytes(int64_t total, int dp_size, int zero, int ema);
+// The same for a rank holding `total` parameter elements, before any allocation (vit3d plan);
+// moments: the state buffers per element (2 for AdamW and LAMB, 1 for SGD).
+size_t vt_optimizer_plan_nbytes(int64_t total, int dp_size, int zero, int ema, int moments);
 // Starts the weights' EMA at params (this rank's table->total elements, backend memory): at the
 // start of a run, or on a resume from a checkpoint without one. Does nothing without EMA.
 void vt_optimizer_ema_reset(vt_optimizer *o, const float *params);

@@ -1,8 +1,9 @@
 // adamw.c: the optimizers' element-wise arithmetic. AdamW with decoupled weight decay, in the
 // order of torch.optim.AdamW's single-tensor path (decay, moments, bias corrections, addcdiv) so
 // the reference test can be tight; one call covers many tensors, the weight decay per element
-// from a mask (vt_ops.h). LAMB's two halves in the order of timm's Lamb. Also the weights'
-// exponential moving average.
+// from a mask (vt_ops.h). LAMB's two halves in the order of timm's Lamb. SGD with momentum in
+// torch.optim.SGD's order. (Strict C11 does not contract a * b + c into an FMA: the CUDA
+// twins' __fmul_rn products give the same bits.) Also the weights' exponential moving average.
 #include <math.h>
 
 #include "cpu.h"
@@ -44,6 +45,17 @@ void vt_cpu_lamb_moments(float *update, const float *param, const float *grad, f
 void vt_cpu_lamb_apply(float *param, const float *update, int64_t count, float lr, float trust) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; i++) param[i] -= lr * (update[i] * trust);
+}
+
+void vt_cpu_sgd(float *param, const float *grad, float *buf, const uint8_t *decay, int64_t count,
+                float lr, float momentum, float weight_decay, int nesterov) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; i++) {
+    const float d = !decay || decay[i] ? grad[i] + weight_decay * param[i] : grad[i];
+    const float b = momentum * buf[i] + d;
+    buf[i] = b;
+    param[i] -= lr * (nesterov ? d + momentum * b : b);
+  }
 }
 
 void vt_cpu_ema(float *ema, const float *param, float decay, int64_t count) {

@@ -155,6 +155,8 @@ void vt_cpu_lamb_moments(float *update, const float *param, const float *grad, f
                          float *v, const uint8_t *decay, int64_t count, float beta1, float beta2,
                          float eps, float weight_decay, int64_t t);
 void vt_cpu_lamb_apply(float *param, const float *update, int64_t count, float lr, float trust);
+void vt_cpu_sgd(float *param, const float *grad, float *buf, const uint8_t *decay, int64_t count,
+                float lr, float momentum, float weight_decay, int nesterov);
 void vt_cpu_ema(float *ema, const float *param, float decay, int64_t count);
 void vt_cpu_sumsq(double *out, const float *x, int64_t count);
 void vt_cpu_scale(float *x, float alpha, int64_t count);

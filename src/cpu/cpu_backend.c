@@ -114,6 +114,7 @@ const vt_backend vt_cpu_backend = {
     .adamw = vt_cpu_adamw,
     .lamb_moments = vt_cpu_lamb_moments,
     .lamb_apply = vt_cpu_lamb_apply,
+    .sgd = vt_cpu_sgd,
     .ema = vt_cpu_ema,
     .sumsq = vt_cpu_sumsq,
     .scale = vt_cpu_scale,

@@ -2,8 +2,8 @@
 // of operations as torch.optim.AdamW's single-tensor path (decay, moments, bias corrections,
 // addcdiv), with the bias corrections computed once on the host exactly as the CPU twin does.
 // One launch covers many tensors (a per-element weight-decay mask, vt_ops.h). LAMB's two halves
-// as the CPU's, each product rounded on its own (no FMA): the same bits. Also the weights'
-// exponential moving average. Element-wise, so deterministic. C-style CUDA, no STL. Must not
+// as the CPU's, each product rounded on its own (no FMA): the same bits; so is SGD with momentum.
+// Also the weights' exponential moving average. Element-wise, so deterministic. C-style CUDA, no STL. Must not
 // depend on MPI, NCCL or the model.
 #include <math.h>
 
@@ -74,6 +74,27 @@ extern "C" void vt_cuda_lamb_apply(float *param, const float *update, int64_t co
                                    float trust) {
   lamb_apply_kernel<<<vt_cuda_blocks(count, 256), 256, 0, vt_cuda_stream()>>>(param, update,
                                                                               count, lr, trust);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+static __global__ void sgd_kernel(float *param, const float *grad, float *buf, const uint8_t *mask,
+                           int64_t count, float lr, float momentum, float weight_decay,
+                           int nesterov) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float d = !mask || mask[i] ? grad[i] + __fmul_rn(weight_decay, param[i]) : grad[i];
+    const float b = __fmul_rn(momentum, buf[i]) + d;
+    buf[i] = b;
+    const float step = nesterov ? d + __fmul_rn(momentum, b) : b;
+    param[i] = param[i] - __fmul_rn(lr, step);
+  }
+}
+
+extern "C" void vt_cuda_sgd(float *param, const float *grad, float *buf, const uint8_t *decay,
+                            int64_t count, float lr, float momentum, float weight_decay,
+                            int nesterov) {
+  sgd_kernel<<<vt_cuda_blocks(count, 256), 256, 0, vt_cuda_stream()>>>(
+      param, grad, buf, decay, count, lr, momentum, weight_decay, nesterov);
   VT_CUDA_CHECK_LAUNCH();
 }
 

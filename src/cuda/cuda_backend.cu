@@ -251,6 +251,7 @@ static int cuda_init(void) {
   g_table.adamw = vt_cuda_adamw;
   g_table.lamb_moments = vt_cuda_lamb_moments;
   g_table.lamb_apply = vt_cuda_lamb_apply;
+  g_table.sgd = vt_cuda_sgd;
   g_table.ema = vt_cuda_ema;
   g_table.sumsq = vt_cuda_sumsq;
   g_table.scale = vt_cuda_scale;

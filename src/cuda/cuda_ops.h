@@ -118,6 +118,8 @@ void vt_cuda_lamb_moments(float *update, const float *param, const float *grad, 
                           float *v, const uint8_t *decay, int64_t count, float beta1, float beta2,
                           float eps, float weight_decay, int64_t t);
 void vt_cuda_lamb_apply(float *param, const float *update, int64_t count, float lr, float trust);
+void vt_cuda_sgd(float *param, const float *grad, float *buf, const uint8_t *decay, int64_t count,
+                 float lr, float momentum, float weight_decay, int nesterov);
 void vt_cuda_ema(float *ema, const float *param, float decay, int64_t count);
 
 #ifdef __cplusplus
