@@ -196,13 +196,14 @@ if ((built)); then
     tail -20 "$tlog"
   fi
   # The model variants (LayerScale, registers, patch-only positions, QK-norm without qkv bias,
-  # dropout; then with parallel blocks, LAMB and the BCE loss on binary targets) for 20 steps in
-  # bf16, CUDA against the CPU twin: their ops (layer_scale, qk_norm, embed with prefix tokens,
-  # dropout, lamb_moments/apply, bce_fwd) inside a training step on the GPU.
+  # dropout and a pre-logits layer; then with parallel blocks, LAMB and the BCE loss on binary
+  # targets) for 20 steps in bf16, CUDA against the CPU twin: their ops (layer_scale, qk_norm,
+  # embed with prefix tokens, dropout, act's tanh, lamb_moments/apply, bce_fwd) inside a
+  # training step on the GPU.
   vargs=(--steps 20 --precision bf16 --layer-scale 0.2 --reg-tokens 2 --no-embed-class 1
          --qk-norm 1 --qkv-bias 0)
   vverdicts=""
-  for v in "seq|--proj-drop 0.1 --pos-drop 0.1 --drop 0.1" \
+  for v in "seq|--proj-drop 0.1 --pos-drop 0.1 --drop 0.1 --pre-logits 48" \
            "par|--parallel-blocks 1 --opt lamb --bce-loss 1 --bce-target-thresh 0.05"; do
     IFS='|' read -r vn vflags <<<"$v"
     vok=1
