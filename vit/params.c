@@ -178,7 +178,7 @@ static void init_jax(vt_param_table *t) {
       w->init_scale = (float)sqrt(6.0 / (double)(in + out));
     }
     if (!bias) continue;
-    const int mlp = strstr(w->name, "mlp") && w->ndim == 2 && strncmp(w->name, "head.", 5) != 0;
+    const int mlp = strstr(w->name, "mlp") != NULL;
     bias->init = mlp ? VT_INIT_NORMAL : VT_INIT_ZEROS;
     bias->init_scale = mlp ? 1e-6f : 0.0f;
   }
