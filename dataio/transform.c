@@ -87,13 +87,15 @@ vt_crop vt_train_crop(const vt_transform_config *tc, int width, int height, uint
 }
 
 // Evaluation's resize: timm's scale_size = floor(S / crop_pct); torchvision's Resize(int) then
-// gives the longer side int(size * long / short), and CenterCrop's offset is
-// round((side - S) / 2).
-static void eval_geometry(float crop_pct, int width, int height, int S, int64_t *rw,
-                          int64_t *rh, double *left, double *top) {
+// gives the longer side int(size * long / short) (squash: Resize((R, R)), both sides R), and
+// CenterCrop's offset is round((side - S) / 2).
+static void eval_geometry(float crop_pct, int squash, int width, int height, int S,
+                          int64_t *rw, int64_t *rh, double *left, double *top) {
   int64_t R = (int64_t)floor((double)S / crop_pct);
   if (R < S) R = S;
-  if (width <= height) {
+  if (squash) {
+    *rw = *rh = R;
+  } else if (width <= height) {
     *rw = R;
     *rh = R * height / width;
   } else {
@@ -108,7 +110,7 @@ vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S
   if (width <= 0 || height <= 0 || S <= 0) return c;
   int64_t rw, rh;
   double left, top;
-  eval_geometry(tc->crop_pct, width, height, S, &rw, &rh, &left, &top);
+  eval_geometry(tc->crop_pct, tc->eval_squash, width, height, S, &rw, &rh, &left, &top);
   // A pixel of the resized image spans width/rw source pixels, so the centre S x S of the
   // resized image is this region of the source (render_crop's sample centres then coincide
   // with those of resize-then-crop).
@@ -122,7 +124,7 @@ vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S
 
 vt_crop vt_simple_crop_region(const vt_transform_config *tc, int width, int height, int S) {
   vt_transform_config whole = *tc;
-  whole.crop_pct = 1.0f;  // Resize(S): the shorter side becomes S
+  whole.crop_pct = 1.0f, whole.eval_squash = 0;  // Resize(S): the shorter side becomes S
   return vt_eval_crop(&whole, width, height, S);
 }
 
@@ -134,7 +136,7 @@ vt_crop vt_simple_crop(const vt_transform_config *tc, int width, int height, int
   if (width <= 0 || height <= 0 || S <= 0) return c;
   int64_t rw, rh;
   double left, top;
-  eval_geometry(1.0f, width, height, S, &rw, &rh, &left, &top);
+  eval_geometry(1.0f, 0, width, height, S, &rw, &rh, &left, &top);
   // RandomCrop.get_params on the padded image: i (rows) first, then j.
   c.y = (float)(draw_int(&d, 0, (int)(rh + 2 * VT_SIMPLE_CROP_PAD - S + 1)) - VT_SIMPLE_CROP_PAD);
   c.x = (float)(draw_int(&d, 1, (int)(rw + 2 * VT_SIMPLE_CROP_PAD - S + 1)) - VT_SIMPLE_CROP_PAD);
@@ -287,12 +289,13 @@ static void filtered_axes(const vt_transform_config *tc, vt_crop crop, int train
   int64_t rw = 0, rh = 0;
   double left = 0, top = 0;
   if (train && tc->simple_crop) {
-    eval_geometry(1.0f, full_w, full_h, S, &rw, &rh, &left, &top);
+    eval_geometry(1.0f, 0, full_w, full_h, S, &rw, &rh, &left, &top);
     *ax = simple_axis((int)crop.x, S, d, width, full_w, rw, fx);
     *ay = simple_axis((int)crop.y, S, d, height, full_h, rh, fy);
     return;
   }
-  if (!train) eval_geometry(tc->crop_pct, full_w, full_h, S, &rw, &rh, &left, &top);
+  if (!train)
+    eval_geometry(tc->crop_pct, tc->eval_squash, full_w, full_h, S, &rw, &rh, &left, &top);
   *ax = filtered_axis(train, crop.x, crop.w, S, d, width, full_w, rw, left, fx);
   *ay = filtered_axis(train, crop.y, crop.h, S, d, height, full_h, rh, top, fy);
 }

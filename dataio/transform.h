@@ -36,6 +36,9 @@ typedef struct {
   float flip_prob;             // 0.5
   float mean[3], std[3];       // on [0, 1] pixel values; ImageNet's by default
   float crop_pct;              // evaluation: 0.875
+  int eval_squash;             // 1: evaluation resizes both sides to floor(S / crop_pct), the
+                               // aspect not kept (timm's crop_mode 'squash'; big_vision's and the
+                               // ViT paper's resize), then the centre S x S; 0: the shorter side
   vt_interp train_interp, eval_interp;  // SAMPLE by default
   vt_randaug_config ra;        // RandAugment of training crops (randaug.h); off by default
   int simple_crop;             // 1: training crops are DeiT III's simple random crop
@@ -50,7 +53,8 @@ vt_transform_config vt_transform_defaults(void);
 // inside the image. Its random numbers are Philox (seed, "transform.train", epoch, 64 * index + k).
 vt_crop vt_train_crop(const vt_transform_config *tc, int width, int height, uint64_t seed,
                       int64_t epoch, int64_t index);
-// The evaluation crop: shorter side scaled to S / crop_pct, centre S x S, as a source region.
+// The evaluation crop: shorter side (or, with eval_squash, both sides) scaled to S / crop_pct,
+// centre S x S, as a source region.
 vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S);
 // DeiT III's simple random crop (its --src: torchvision's Resize(S), RandomCrop(S, padding=4,
 // padding_mode='reflect'), RandomHorizontalFlip) of sample `index`: the image resized to the

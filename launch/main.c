@@ -127,7 +127,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   char act[16] = "gelu", pos_embed[16] = "learn", weight_init[8] = "timm";
   char train_interp[12] = "sample", eval_interp[12] = "sample";
   char mean[64] = "", std[64] = "", opt_name[12] = "adamw", sched_on[8] = "steps";
-  char sched[12] = "cosine";
+  char sched[12] = "cosine", eval_crop_mode[8] = "center";
   float epochs = 0, warmup_epochs = 0, eval_epochs = 0, save_epochs = 0;
   int qkv_bias = 1, class_token = 1;
   snprintf(model, sizeof model, "%s", o.model.name);
@@ -244,6 +244,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "class) or fail (stop the run)", "skip|fail"},
       {"--crop-scale-min", VT_OPT_FLOAT, &o.transform.scale_min, 0, 0.001, 1, "F",
        "random-resized crop: smallest fraction of the image area", NULL},
+      {"--eval-crop-mode", VT_OPT_STR, eval_crop_mode, sizeof eval_crop_mode, 0, 0, "MODE",
+       "evaluation's resize before the centre crop: center (the shorter side to img-size / "
+       "--eval-crop-pct, aspect kept: torchvision's Resize + CenterCrop) or squash (both sides, "
+       "aspect not kept: timm's --crop-mode squash; the ViT paper's and big_vision's resize)",
+       "center|squash"},
       {"--eval-crop-pct", VT_OPT_FLOAT, &o.transform.crop_pct, 0, 0.05, 1, "F",
        "evaluation: resize the shorter side to img-size / F, then centre-crop (1: no zoom, for "
        "images already at img-size)", NULL},
@@ -534,6 +539,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   o.model.no_class_token = !class_token;
   o.model.gelu_tanh = strcmp(act, "gelu_tanh") == 0;
   o.model.init_jax = strcmp(weight_init, "jax") == 0;
+  o.transform.eval_squash = strcmp(eval_crop_mode, "squash") == 0;
   o.model.pos_sincos = strcmp(pos_embed, "sincos2d") == 0;
   o.model.no_qkv_bias = !qkv_bias;
   o.erase.mode = strcmp(remode, "const") == 0  ? VT_ERASE_CONST

@@ -12,8 +12,8 @@
 
 int main(int argc, char **argv) {
   if (argc != 8) {
-    fprintf(stderr, "usage: resample_dump FILE S train|src|eval bilinear|bicubic N full|reduced "
-                    "OUT\n");
+    fprintf(stderr, "usage: resample_dump FILE S train|src|eval|squash bilinear|bicubic N "
+                    "full|reduced OUT\n");
     return 2;
   }
   uint8_t *bytes;
@@ -27,6 +27,7 @@ int main(int argc, char **argv) {
   const int train = !strcmp(argv[3], "train") || !strcmp(argv[3], "src");
   vt_transform_config tc = vt_transform_defaults();
   tc.simple_crop = !strcmp(argv[3], "src");
+  tc.eval_squash = !strcmp(argv[3], "squash");  // evaluation, both sides resized
   tc.train_interp = tc.eval_interp =
       !strcmp(argv[4], "bilinear") ? VT_INTERP_BILINEAR : VT_INTERP_BICUBIC;
   FILE *out = fopen(argv[7], "wb");

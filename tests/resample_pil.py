@@ -6,7 +6,8 @@ to 10x, and upscaled), each training sample must equal Pillow's img.crop(box).re
 (mirrored when the crop says so), each simple random crop (DeiT III's --src) torchvision's
 Resize(S) (Pillow's resize, shorter side to S), numpy's reflect padding by 4, the S x S window at
 the crop's offset and the flip, and each evaluation sample Pillow's resize of the whole image,
-shorter side to floor(S / 0.875), then the centre S x S (torchvision's Resize + CenterCrop), byte
+shorter side to floor(S / 0.875), then the centre S x S (torchvision's Resize + CenterCrop; with
+--eval-crop-mode squash both sides to floor(S / 0.875), timm's crop_mode 'squash'), byte
 for byte (the samples are normalised floats: the bytes are recovered from them). A JPEG decoded
 in full must match too; decoded reduced (DCT scaling) it must stay close. Exits 77 (skip)
 without numpy or Pillow.
@@ -56,6 +57,8 @@ def reference(img, mode, f, crop):
     w, h = img.size
     R = int(np.floor(S / 0.875))
     rw, rh = (R, int(R * h / w)) if w <= h else (int(R * w / h), R)
+    if mode == "squash":  # timm's crop_mode 'squash': Resize((R, R)), then the centre crop
+        rw = rh = R
     left, top = int(round((rw - S) / 2.0)), int(round((rh - S) / 2.0))
     return img.resize((rw, rh), FILTERS[f]).crop((left, top, left + S, top + S))
 
@@ -81,7 +84,7 @@ for w, h, kind in cases:
     picture(w, h, w * h).save(path, quality=92) if kind == "jpg" else picture(w, h, w * h).save(path)
     img = Image.open(path).convert("RGB")
     for f in FILTERS:
-        for mode in ("train", "src", "eval"):
+        for mode in ("train", "src", "eval", "squash"):
             for decode in (("full", "reduced") if kind == "jpg" else ("reduced",)):
                 got, crops, off = ours(path, mode, f, decode)
                 want = np.stack([np.asarray(reference(img, mode, f, c), np.float64) for c in crops])

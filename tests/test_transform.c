@@ -139,6 +139,16 @@ static void test_eval(void) {
   c = vt_eval_crop(&tc, 300, 1000, 224);  // resized to 256 x 853, offset (16, 314.5 -> 314)
   EXPECT(fabs(c.y - 314 * 1000.0 / 853) < 1e-3 && fabs(c.x - 16 * 300.0 / 256) < 1e-4,
          "300x1000: %g %g", c.x, c.y);
+  vt_transform_config sq = tc;  // squash: both sides to 256, offset 16 on each
+  sq.eval_squash = 1;
+  c = vt_eval_crop(&sq, 300, 1000, 224);
+  EXPECT(fabs(c.x - 16 * 300.0 / 256) < 1e-4 && fabs(c.y - 16 * 1000.0 / 256) < 1e-3 &&
+             fabs(c.w - 224 * 300.0 / 256) < 1e-4 && fabs(c.h - 224 * 1000.0 / 256) < 1e-3,
+         "squash 300x1000: %g %g %g %g", c.x, c.y, c.w, c.h);
+  sq.crop_pct = 1.0f;  // the whole image
+  c = vt_eval_crop(&sq, 300, 1000, 224);
+  EXPECT(c.x == 0 && c.y == 0 && c.w == 300 && c.h == 1000, "squash 1.0: %g %g %g %g", c.x, c.y,
+         c.w, c.h);
 
   vt_image im = random_image(90, 61, 5);
   const int S = 40, R = (int)floor(S / tc.crop_pct);  // 45 x 66 after the resize
@@ -155,7 +165,8 @@ static void test_eval(void) {
         e = fmax(e, fabs(out[(ch * S + y) * S + x] - want));
       }
   EXPECT(e < 1e-4, "eval render vs resize-then-crop: %g", e);
-  printf("eval: geometry of 4 sizes exact, render vs resize-then-crop max |error| %.2e\n", e);
+  printf("eval: geometry of 4 sizes and 2 squashed exact, render vs resize-then-crop max |error| "
+         "%.2e\n", e);
   free(out), free(im.rgb);
 }
 
