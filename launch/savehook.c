@@ -1,5 +1,5 @@
 // savehook.c: the command run after each committed checkpoint (savehook.h).
-#define _DEFAULT_SOURCE  // realpath
+#define _GNU_SOURCE  // realpath, posix_spawn_file_actions_addclosefrom_np
 #include "savehook.h"
 
 #include <errno.h>
@@ -137,6 +137,11 @@ void vt_save_hook_start(const char *cmd, const char *save_dir, const char *ckpt_
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, g_hook.log, O_WRONLY | O_APPEND | O_CREAT, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 34)
+  // Nothing else of the trainer's (MPI's sockets, the device, the metrics file) stays open in
+  // the hook.
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+#endif
   posix_spawnattr_init(&at);
   sigset_t none, reset;
   sigemptyset(&none);

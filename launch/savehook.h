@@ -2,8 +2,8 @@
 // (to copy it to S3 or another file system while training goes on). It runs as
 // `/bin/sh -c CMD` with VT_CKPT_DIR (the committed checkpoint's folder, absolute), VT_CKPT_STEP
 // and VT_SAVE_DIR (absolute) in its environment, the signal mask and the trainer's signal
-// handlers reset, and its output appended to SAVE_DIR/save-hook.log under a line naming the
-// step. At most one runs at a time: the next commit first waits for it (before the rotation of
+// handlers reset, none of the trainer's descriptors open but stdin (/dev/null), stdout and
+// stderr (its output appended to SAVE_DIR/save-hook.log under a line naming the step). At most one runs at a time: the next commit first waits for it (before the rotation of
 // --keep-last, so no hook's checkpoint is removed under it), as does the end of the run.
 // Rank 0 only; no MPI here.
 #ifndef VT_SAVEHOOK_H
