@@ -3,7 +3,8 @@
 // `/bin/sh -c CMD` with VT_CKPT_DIR (the committed checkpoint's folder, absolute), VT_CKPT_STEP
 // and VT_SAVE_DIR (absolute) in its environment, the signal mask and the trainer's signal
 // handlers reset, none of the trainer's descriptors open but stdin (/dev/null), stdout and
-// stderr (its output appended to SAVE_DIR/save-hook.log under a line naming the step). At most one runs at a time: the next commit first waits for it (before the rotation of
+// stderr (with glibc 2.34 or later; its output appended to SAVE_DIR/save-hook.log under a line
+// naming the step). At most one runs at a time: the next commit first waits for it (before the rotation of
 // --keep-last, so no hook's checkpoint is removed under it), as does the end of the run.
 // Rank 0 only; no MPI here.
 #ifndef VT_SAVEHOOK_H
