@@ -29,12 +29,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$py" "$here/make_images.py" "$work/val" 10 3 40 || { echo "FAIL: make_images.py"; exit 1; }
 fail=0
+# Every variant's weights in one Python run (importing torch and timm takes seconds), then
+# vit3d's evaluation of each, then every check in one more run.
+"$py" "$here/timm_check.py" write_all "$work" || { echo "FAIL: timm could not build the variants"; exit 1; }
+evaluated=()
 for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls map map_cls tanh qk_norm \
     parallel parallel_nb; do
   mapfile -t flags < <("$py" "$here/timm_check.py" flags $v)
-  if ! "$py" "$here/timm_check.py" write $v "$work/$v.safetensors"; then
-    echo "FAIL: timm could not build variant $v"; fail=1; continue
-  fi
   if "$py" "$here/timm_check.py" converts $v; then  # timm's names, through the user's converter
     mv "$work/$v.safetensors" "$work/$v.timm.safetensors"
     if ! "$py" "$here/../launch/convert_weights.py" "$work/$v.timm.safetensors" \
@@ -48,8 +49,10 @@ for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls map map_cls tan
       --micro-batch-size 8 --threads 1 --logits-out "$work/$v.dump.safetensors" > "$work/$v.log" 2>&1; then
     echo "FAIL: vit3d eval of $v:"; tail -5 "$work/$v.log"; fail=1; continue
   fi
-  "$py" "$here/timm_check.py" check $v "$work/$v.safetensors" "$work/$v.dump.safetensors" || fail=1
+  evaluated+=("$v")
 done
+"$py" "$here/timm_check.py" check_all "$work" "${evaluated[@]}" || fail=1
+[ ${#evaluated[@]} -eq 15 ] || { echo "FAIL: ${#evaluated[@]} of 15 variants evaluated"; fail=1; }
 # A file without a class token into a model with one: refused with the flags that fit the file.
 out=$("$vit3d" eval --model tiny $("$py" "$here/timm_check.py" flags vit) --val-data "$work/val" \
       --init-from "$work/gap.safetensors" --micro-batch-size 8 --threads 1 2>&1)

@@ -12,9 +12,12 @@ without its qkv bias, under timm's names, converted by launch/convert_weights.py
   timm_check.py flags VARIANT           the vit3d model flags of a variant (one per line)
   timm_check.py write VARIANT OUT       timm's weights (perturbed, so no bias or gamma is its
                                         initial constant) as safetensors, timm's names
+  timm_check.py write_all DIR           the same for every variant, as DIR/VARIANT.safetensors
   timm_check.py converts VARIANT        exit 0 where OUT needs launch/convert_weights.py
   timm_check.py check VARIANT W DUMP    timm (float64) on DUMP's inputs against its logits:
                                         max |diff| / max |logit| <= 1e-5; exit 0 = pass
+  timm_check.py check_all DIR V...      check for each V with DIR/V.safetensors and
+                                        DIR/V.dump.safetensors
   timm_check.py npz WORK                Google's .npz layouts, written from timm's weights: timm's
                                         loader and launch/convert_weights.py read them back
   timm_check.py init_flags VARIANT      the model flags of the initialisation check
@@ -30,10 +33,18 @@ import struct
 import sys
 
 import numpy as np
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ref_vit import Lamb, read_safetensors  # noqa: E402
+torch = Lamb = read_safetensors = None  # imported by main() for the modes that need them
+
+
+def import_torch():
+    """torch and the reference's helpers (seconds to import: the flags modes, which test_timm.sh
+    calls for every variant, do without)."""
+    global torch, Lamb, read_safetensors
+    import torch as torch_module
+    from ref_vit import Lamb as lamb_class, read_safetensors as reader
+    torch, Lamb, read_safetensors = torch_module, lamb_class, reader
 
 # A small ViT: 32 px, patch 8 (16 patches), width 48, 3 blocks of 3 heads, 10 classes.
 BASE = dict(img_size=32, patch_size=8, embed_dim=48, depth=3, num_heads=3, num_classes=10)
@@ -357,24 +368,32 @@ def sched(metrics, images, batch, epochs, warmup, lr, min_lr, warmup_lr, kind="c
 
 
 def main():
+    if sys.argv[1] in ("flags", "init_flags", "converts"):  # no torch needed
+        variant = VARIANTS[sys.argv[2]]
+        if sys.argv[1] == "converts":  # exit 0: the file goes through launch/convert_weights.py
+            return 0 if "block" in variant[0] else 1
+        return print("\n".join((BASE_FLAGS if sys.argv[1] == "flags" else INIT_FLAGS) +
+                                variant[1]))
+    import_torch()
     if sys.argv[1] == "lamb":
         return lamb()
     if sys.argv[1] == "ema":
         return ema_warmup()
     if sys.argv[1] == "sched":
         return sched(*sys.argv[2:11])
-    if sys.argv[1] == "init_flags":
-        return print("\n".join(INIT_FLAGS + VARIANTS[sys.argv[2]][1]))
     if sys.argv[1] == "init":
         return init(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "npz":
         return npz(sys.argv[2])
-    cmd, variant = sys.argv[1], sys.argv[2]
-    if cmd == "flags":
-        print("\n".join(BASE_FLAGS + VARIANTS[variant][1]))
+    if sys.argv[1] == "write_all":  # every variant's weights, one torch import
+        for v in VARIANTS:
+            write(os.path.join(sys.argv[2], v + ".safetensors"), build(v).state_dict())
         return 0
-    if cmd == "converts":  # exit 0: the variant's file goes through launch/convert_weights.py
-        return 0 if "block" in VARIANTS[variant][0] else 1
+    if sys.argv[1] == "check_all":  # the variants named, each DIR/V.safetensors and its dump
+        d = sys.argv[2]
+        return max([check(v, os.path.join(d, v + ".safetensors"),
+                          os.path.join(d, v + ".dump.safetensors")) for v in sys.argv[3:]] + [0])
+    cmd, variant = sys.argv[1], sys.argv[2]
     if cmd == "write":
         write(sys.argv[3], build(variant).state_dict())
         return 0
