@@ -66,8 +66,8 @@ void vt_save_hook_poll(void) {
   if (g_hook.pid > 0) reap(0);
 }
 
-int vt_save_hook_wait(int64_t next_step) {
-  if (g_hook.pid <= 0) return g_hook.last_failed ? -1 : 0;
+void vt_save_hook_wait(int64_t next_step) {
+  if (g_hook.pid <= 0) return;
   g_hook.at_end = next_step == 0;
   if (!reap(0)) {
     const double t = vt_seconds();
@@ -84,7 +84,6 @@ int vt_save_hook_wait(int64_t next_step) {
                   "--save-interval's steps holds training up", vt_seconds() - t);
     }
   }
-  return g_hook.last_failed ? -1 : 0;
 }
 
 void vt_save_hook_start(const char *cmd, const char *save_dir, const char *ckpt_dir,

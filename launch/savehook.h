@@ -18,9 +18,8 @@ void vt_save_hook_start(const char *cmd, const char *save_dir, const char *ckpt_
                         int64_t step);
 
 // Waits for the running hook, if any, logging when it waits and how it ended: before the
-// commit of next_step, or with 0 at the end of the run. Returns -1 when the last hook that
-// ended failed, else 0.
-int vt_save_hook_wait(int64_t next_step);
+// commit of next_step, or with 0 at the end of the run.
+void vt_save_hook_wait(int64_t next_step);
 
 // Logs the running hook's end if it has ended; never blocks.
 void vt_save_hook_poll(void);

@@ -10,9 +10,9 @@ bias (ViT-22B's attention), and timm's ParallelScalingBlock (ViT-22B's parallel 
 without its qkv bias, under timm's names, converted by launch/convert_weights.py.
 
   timm_check.py flags VARIANT           the vit3d model flags of a variant (one per line)
-  timm_check.py write VARIANT OUT       timm's weights (perturbed, so no bias or gamma is its
-                                        initial constant) as safetensors, timm's names
-  timm_check.py write_all DIR           the same for every variant, as DIR/VARIANT.safetensors
+  timm_check.py write_all DIR           timm's weights of every variant (perturbed, so no bias
+                                        or gamma is its initial constant) as
+                                        DIR/VARIANT.safetensors, timm's names
   timm_check.py converts VARIANT        exit 0 where OUT needs launch/convert_weights.py
   timm_check.py check VARIANT W DUMP    timm (float64) on DUMP's inputs against its logits:
                                         max |diff| / max |logit| <= 1e-5; exit 0 = pass
@@ -393,11 +393,7 @@ def main():
         d = sys.argv[2]
         return max([check(v, os.path.join(d, v + ".safetensors"),
                           os.path.join(d, v + ".dump.safetensors")) for v in sys.argv[3:]] + [0])
-    cmd, variant = sys.argv[1], sys.argv[2]
-    if cmd == "write":
-        write(sys.argv[3], build(variant).state_dict())
-        return 0
-    return check(variant, sys.argv[3], sys.argv[4])
+    return check(sys.argv[2], sys.argv[3], sys.argv[4])
 
 
 if __name__ == "__main__":

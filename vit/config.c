@@ -129,8 +129,8 @@ double vt_config_train_flops(const vt_vit_config *c) {
   double P = c->patch_size;
   // Per block: qkv 3C^2, proj C^2, fc1+fc2 2CF per token; attention 2 N^2 C (scores and mix).
   double block = N * (4.0 * C * C + 2.0 * C * F) + 2.0 * N * N * C;
-  const double head_in = c->pre_logits > 0 ? c->pre_logits : C;
-  double fwd = 2.0 * (c->depth * block + Np * 3.0 * P * P * C + head_in * c->num_classes);
+  double fwd = 2.0 * (c->depth * block + Np * 3.0 * P * P * C +
+                      (double)vt_cfg_head_in(c) * c->num_classes);
   if (c->pre_logits > 0) fwd += 2.0 * C * c->pre_logits;  // the pre-logits Linear
   // The MAP head: kv 2C^2 per token, the query's scores and mix 2NC, proj C^2 and the MLP 2CF
   // (the latent's q, once per micro-batch, left out).

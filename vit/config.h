@@ -77,6 +77,10 @@ static inline int vt_cfg_pos_tokens(const vt_vit_config *c) {
   return vt_cfg_tokens(c) - vt_cfg_pos_first(c);
 }
 static inline int vt_cfg_head_dim(const vt_vit_config *c) { return c->width / c->heads; }
+// The head's input width: the pre-logits layer's, or the stream's.
+static inline int vt_cfg_head_in(const vt_vit_config *c) {
+  return c->pre_logits > 0 ? c->pre_logits : c->width;
+}
 static inline int vt_cfg_mlp_hidden(const vt_vit_config *c) {
   return (int)((float)c->width * c->mlp_ratio);
 }

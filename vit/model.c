@@ -447,16 +447,11 @@ static const vt_dropout_mask *pos_dropout(const vt_model *m, const vt_model_slot
                       first_row(m, B), m->cfg.width, mask);
 }
 
-// The width of the head's input: the pre-logits layer's, or the stream's.
-static int64_t head_width(const vt_vit_config *c) {
-  return c->pre_logits > 0 ? c->pre_logits : c->width;
-}
-
 // The head input's dropout mask (B rows, whole on every TP rank), or NULL.
 static const vt_dropout_mask *head_dropout(const vt_model *m, const vt_model_slot *sl,
                                            vt_dropout_mask *mask) {
   return slot_dropout(m, sl, m->head_drop, vt_dropout_site(m->cfg.depth, 0), 1, 0,
-                      head_width(&m->cfg), mask);
+                      vt_cfg_head_in(&m->cfg), mask);
 }
 
 // The slot's Mixup/CutMix targets, or NULL (none, or an evaluation forward).
@@ -523,7 +518,7 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w,
                      m->p.norm_b, B, C);
   }
-  const int64_t R = c->pre_logits, Kin = head_width(c);
+  const int64_t R = c->pre_logits, Kin = vt_cfg_head_in(c);
   if (R > 0) {  // big_vision's pre-logits: tanh(Linear(C, R)), the head's input
     vt_linear_act_fwd(be, sl->pre_fc, head_in, m->p.pre_w, m->p.pre_b, B, C, R);
     vt_act_fwd(be, sl->pre, sl->pre_fc, B * R, VT_ACT_TANH);

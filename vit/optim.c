@@ -247,11 +247,16 @@ typedef struct {
   float lr;
 } step_ctx;
 
+// The rate of a run of tensors of one layer.
+static float run_lr(const step_ctx *c, int layer) {
+  return (float)(c->lr * vt_layer_lr_scale(&c->o->cfg, layer));
+}
+
 static void adamw_run(void *ctx, int64_t first, int64_t count, int layer) {
   step_ctx *c = ctx;
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
-  const float lr = (float)(c->lr * vt_layer_lr_scale(oc, layer));
+  const float lr = run_lr(c, layer);
   vt_adamw(c->o->be, c->params + at, c->grads + at, c->m + at, c->v + at, c->o->decay + first,
            count, lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, c->o->t);
 }
@@ -270,9 +275,8 @@ static void sgd_run(void *ctx, int64_t first, int64_t count, int layer) {
   step_ctx *c = ctx;
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
-  const float lr = (float)(c->lr * vt_layer_lr_scale(oc, layer));
-  vt_sgd(c->o->be, c->params + at, c->grads + at, c->m + at, c->o->decay + first, count, lr,
-         oc->momentum, oc->weight_decay, oc->nesterov);
+  vt_sgd(c->o->be, c->params + at, c->grads + at, c->m + at, c->o->decay + first, count,
+         run_lr(c, layer), oc->momentum, oc->weight_decay, oc->nesterov);
 }
 
 // SGD with momentum on the flat range [lo, hi) as adamw_range, m the momentum buffer.

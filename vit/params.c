@@ -227,8 +227,7 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
     // big_vision's pre-logits (rep_size): whole on every TP rank, as the head behind it.
     if (cfg->pre_logits > 0)
       linear(&b, cfg->depth + 1, VT_TP_REPLICATED, cfg->pre_logits, C, "pre_logits.fc");
-    const int64_t head_in = cfg->pre_logits > 0 ? cfg->pre_logits : C;
-    const int head = linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, head_in, "head");
+    const int head = linear(&b, cfg->depth + 1, VT_TP_REPLICATED, K, vt_cfg_head_in(cfg), "head");
     if (cfg->head_init_std > 0) t->p[head].init_scale = cfg->head_init_std;
   }
   if (cfg->init_jax) init_jax(t);
