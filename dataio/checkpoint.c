@@ -71,6 +71,10 @@ vt_status vt_file_crc32(const char *path, int64_t *nbytes, uint32_t *crc, char *
   return VT_OK;
 }
 
+int vt_ckpt_mlp_hidden(const vt_ckpt_manifest *m) {
+  return m->mlp_dim > 0 ? m->mlp_dim : (int)((float)m->width * m->mlp_ratio);
+}
+
 int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes) {
   int k = snprintf(buf, nbytes,
                    "format vit3d-checkpoint-1\nstep %" PRId64 "\nstream_position %" PRId64
@@ -78,7 +82,7 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    "\nimg_size %d\npatch_size %d\nwidth %d\ndepth %d\nheads %d\nmlp_ratio %.9g"
                    "\nnum_classes %d\nglobal_pool %d\naug_repeats %d\nlayer_scale %d"
                    "\nno_embed_class %d\nreg_tokens %d\nqk_norm %d\nqkv_bias %d\nparallel %d"
-                   "\nclass_token %d\ngelu_tanh %d\npos_sincos %d\npre_logits %d"
+                   "\nclass_token %d\ngelu_tanh %d\npos_sincos %d\npre_logits %d\nmlp_dim %d"
                    "\ntp %d\npp %d\ndp %d"
                    "\nzero %d\nsequence_parallel %d\n",
                    m->step, m->stream_position, m->global_batch, m->adam_t, m->lamb, m->seed,
@@ -86,7 +90,8 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    m->patch_size, m->width, m->depth, m->heads, (double)m->mlp_ratio,
                    m->num_classes, m->global_pool, m->aug_repeats > 1 ? m->aug_repeats : 1,
                    m->layer_scale, m->no_embed_class, m->reg_tokens, m->qk_norm, m->qkv_bias,
-                   m->parallel, m->class_token, m->gelu_tanh, m->pos_sincos, m->pre_logits, m->tp,
+                   m->parallel, m->class_token, m->gelu_tanh, m->pos_sincos, m->pre_logits, m->mlp_dim,
+                   m->tp,
                    m->pp, m->dp, m->zero,
                    m->sequence_parallel);
   if (m->has_optim && k < (int)nbytes)
@@ -146,6 +151,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"gelu_tanh", 0, 1, &m->gelu_tanh, 4, 1, 0},  // absent: 0
       {"pos_sincos", 0, 1, &m->pos_sincos, 4, 1, 0},  // absent: 0
       {"pre_logits", 0, 65536, &m->pre_logits, 4, 1, 0},  // absent: 0
+      {"mlp_dim", 0, 1 << 20, &m->mlp_dim, 4, 1, 0},  // absent: 0 (from mlp_ratio)
       {"tp", 1, 1 << 20, &m->tp, 4, 0, 0},
       {"pp", 1, 1 << 20, &m->pp, 4, 0, 0},
       {"dp", 1, 1 << 20, &m->dp, 4, 0, 0},

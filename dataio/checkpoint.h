@@ -59,6 +59,7 @@ typedef struct {
   int pre_logits;                  // the pre-logits layer's width, 0: none (0 when the manifest
                                    // predates it)
   float mlp_ratio;
+  int mlp_dim;  // the MLP's hidden width (0 when the manifest predates it: width x mlp_ratio)
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;
   // files: name, bytes, CRC-32
@@ -72,6 +73,9 @@ typedef struct {
 uint32_t vt_crc32(uint32_t crc, const void *data, size_t nbytes);
 // Size and CRC-32 of a file.
 vt_status vt_file_crc32(const char *path, int64_t *nbytes, uint32_t *crc, char *err, size_t errlen);
+
+// The MLP's hidden width of the model a manifest describes.
+int vt_ckpt_mlp_hidden(const vt_ckpt_manifest *m);
 
 // Manifest text <-> struct. Parsing is strict: unknown format, missing or malformed keys and
 // out-of-range values are VT_ERR_INPUT with the line named.

@@ -258,8 +258,8 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .reg_tokens = c->reg_tokens, .qk_norm = c->qk_norm, .qkv_bias = !c->no_qkv_bias,
       .parallel = c->parallel, .class_token = !c->no_class_token, .gelu_tanh = c->gelu_tanh,
       .pos_sincos = c->pos_sincos, .pre_logits = c->pre_logits,
-      .mlp_ratio = c->mlp_ratio, .tp = mesh->tp_size, .pp = mesh->pp_size,
-      .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
+      .mlp_ratio = c->mlp_ratio, .mlp_dim = vt_cfg_mlp_hidden(c), .tp = mesh->tp_size,
+      .pp = mesh->pp_size, .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
   manifest_optim(&w->man, &opt->cfg);
   // The slices are this rank's own now: training may go on while they are written.
   atomic_store(&w->writing, 1);
@@ -346,12 +346,12 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
   const vt_vit_config *c = &o->model;
   if (man->img_size != c->img_size || man->patch_size != c->patch_size ||
       man->width != c->width || man->depth != c->depth || man->heads != c->heads ||
-      man->num_classes != c->num_classes || man->mlp_ratio != c->mlp_ratio) {
+      man->num_classes != c->num_classes || vt_ckpt_mlp_hidden(man) != vt_cfg_mlp_hidden(c)) {
     snprintf(err, errlen,
-             "%s holds a model of img %d patch %d width %d depth %d heads %d mlp-ratio %g "
-             "classes %d; pass the same sizes to resume it",
+             "%s holds a model of img %d patch %d width %d depth %d heads %d MLP %d "
+             "classes %d; pass the same sizes to resume it (--mlp-dim %d)",
              dir, man->img_size, man->patch_size, man->width, man->depth, man->heads,
-             (double)man->mlp_ratio, man->num_classes);
+             vt_ckpt_mlp_hidden(man), man->num_classes, vt_ckpt_mlp_hidden(man));
     return VT_ERR_INPUT;
   }
   if (man->global_pool != c->global_pool || man->class_token != !c->no_class_token) {

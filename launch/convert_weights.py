@@ -243,7 +243,11 @@ def flags_for(sd):
     else:  # fixed sin-cos positions: the image size is not in the weights
         f += ["--img-size S (not in the weights: the model's, e.g. 224)", "--pos-embed sincos2d"]
         no_embed_class = int(cls or R > 0)
-    f += [f"--patch-size {P}", f"--width {C}", f"--depth {depth}", f"--mlp-ratio {F / C:g}"]
+    f += [f"--patch-size {P}", f"--width {C}", f"--depth {depth}"]
+    # The ratio when it is short and exact (4, 2.5), the hidden width itself otherwise (So400m's
+    # 4304 over 1152: 3.7361...)
+    ratio = f"{F / C:g}"
+    f.append(f"--mlp-ratio {ratio}" if float(ratio) * C == F else f"--mlp-dim {F}")
     if "head.weight" in sd:
         f.append(f"--num-classes {sd['head.weight'].shape[0]}")
     # Without a class token and fc_norm, `norm` acts on every token before the mean (timm's

@@ -78,20 +78,20 @@ int vt_inspect_run(const char *path) {
          vt_ckpt_manifest_lists(&m, "ema.safetensors") ? ", with the weights' EMA" : "");
   printf("saved on tp %d x pp %d x dp %d%s%s (it loads on any mesh)\n", m.tp, m.pp, m.dp,
          m.zero ? ", ZeRO-1" : "", m.sequence_parallel ? ", sequence parallel" : "");
-  printf("model: img %d patch %d width %d depth %d heads %d mlp-ratio %g classes %d\n",
-         m.img_size, m.patch_size, m.width, m.depth, m.heads, (double)m.mlp_ratio, m.num_classes);
+  printf("model: img %d patch %d width %d depth %d heads %d MLP %d classes %d\n", m.img_size,
+         m.patch_size, m.width, m.depth, m.heads, vt_ckpt_mlp_hidden(&m), m.num_classes);
   // The flags the manifest checks on a resume, every one spelt out (any --model preset then
   // has them overridden), then the data stream's.
   char repeats[32] = "", optim[512];
   if (m.aug_repeats > 1) snprintf(repeats, sizeof repeats, " --aug-repeats %d", m.aug_repeats);
   optim_flags(&m, optim, sizeof optim);
   printf("resume with: --img-size %d --patch-size %d --width %d --depth %d --heads %d "
-         "--mlp-ratio %g --num-classes %d --global-pool %s --class-token %d --layer-scale %s "
+         "--mlp-dim %d --num-classes %d --global-pool %s --class-token %d --layer-scale %s "
          "--reg-tokens %d "
          "--no-embed-class %d --qk-norm %d --qkv-bias %d --parallel-blocks %d --act %s "
          "--pos-embed %s --pre-logits %d --opt %s%s "
          "--global-batch-size %" PRId64 " --seed %" PRIu64 "%s --resume %s\n",
-         m.img_size, m.patch_size, m.width, m.depth, m.heads, (double)m.mlp_ratio, m.num_classes,
+         m.img_size, m.patch_size, m.width, m.depth, m.heads, vt_ckpt_mlp_hidden(&m), m.num_classes,
          vt_config_pool_name(m.global_pool), m.class_token, m.layer_scale ? "1" : "0",
          m.reg_tokens,
          m.no_embed_class, m.qk_norm, m.qkv_bias, m.parallel, m.gelu_tanh ? "gelu_tanh" : "gelu",

@@ -149,6 +149,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--heads", VT_OPT_INT, &o.model.heads, 0, 1, 1024, "H", "attention heads", NULL},
       {"--mlp-ratio", VT_OPT_FLOAT, &o.model.mlp_ratio, 0, 0.01, 64, "R",
        "MLP hidden width / width", NULL},
+      {"--mlp-dim", VT_OPT_INT, &o.model.mlp_dim, 0, 0, 1 << 20, "F",
+       "the MLP's hidden width, in place of width x --mlp-ratio (big_vision's mlp_dim: SigLIP "
+       "So400m's 4304 over width 1152); 0: from --mlp-ratio", NULL},
       {"--num-classes", VT_OPT_INT, &o.model.num_classes, 0, 2, 1000000, "K", "classes", NULL},
       {"--global-pool", VT_OPT_STR, pool, sizeof pool, 0, 0, "POOL",
        "what the head sees: token (the class token after `norm`, timm's default), avg (the "

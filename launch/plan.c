@@ -107,9 +107,10 @@ int vt_plan_run(const vt_train_options *o) {
   const double mib = 1.0 / (1 << 20);
   char extras[256];
   vt_config_extras(c, extras, sizeof extras);
-  printf("memory plan of %s (img %d patch %d width %d depth %d heads %d, %d classes%s), %s, "
-         "tp %d x pp %d x dp %d, %s%s, %d micro-batches of %d per DP rank%s%s%s\n",
-         c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads, c->num_classes, extras,
+  printf("memory plan of %s (img %d patch %d width %d depth %d heads %d mlp %d, %d classes%s), "
+         "%s, tp %d x pp %d x dp %d, %s%s, %d micro-batches of %d per DP rank%s%s%s\n",
+         c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads, vt_cfg_mlp_hidden(c),
+         c->num_classes, extras,
          o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32", o->tp, o->pp, o->dp,
          o->pp_schedule, o->pp_chunks > 1 ? " (model chunks per stage: see blocks)" : "",
          n_micro, B, o->zero && o->dp > 1 ? ", ZeRO-1" : "",

@@ -264,7 +264,7 @@ class ViT(nn.Module):
         self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, width)) if reg_tokens else None
         self.pos_embed = nn.Parameter(torch.zeros(1, n, width))
         self.blocks = nn.Sequential(
-            *[(ParallelBlock if parallel else Block)(width, heads, int(width * mlp_ratio),
+            *[(ParallelBlock if parallel else Block)(width, heads, round(width * mlp_ratio),
                                                      layer_scale, qk_norm, qkv_bias)
               for _ in range(depth)])
         # timm: global_pool='avg' replaces `norm` by fc_norm after the pooling, unless
@@ -274,7 +274,7 @@ class ViT(nn.Module):
         else:
             self.norm = nn.LayerNorm(width, eps=1e-6)
         if map_head:  # every token normalised by `norm`, then attention-pooled
-            self.attn_pool = MapHead(width, heads, int(width * mlp_ratio))
+            self.attn_pool = MapHead(width, heads, round(width * mlp_ratio))
         # big_vision's pre-logits (rep_size): tanh(Linear(width, R)) before the head, under the
         # old timm name pre_logits.fc
         self.pre_logits = None

@@ -24,6 +24,7 @@ refuse "tp 2 x pp 2 x dp 3 = 12 ranks, but the job has 8" --tp 2 --pp 2 --dp 3
 refuse "does not divide" --tp 3
 refuse "--tp 8 does not divide the 4 attention heads" --tp 8 --heads 4
 refuse "--tp 4 does not divide the MLP width 258" --tp 4 --heads 4 --mlp-ratio 4.03125
+refuse "--tp 4 does not divide the MLP width 4302" --tp 4 --heads 4 --mlp-dim 4302
 refuse "--pp 8 stages but only 4 blocks" --pp 8 --depth 4
 refuse "--global-batch-size 12 is not a multiple of dp 8 x --micro-batch-size 2 = 16" \
        --global-batch-size 12

@@ -28,6 +28,11 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "holds a model of img 32 patch 8 width 64" <<<"$out"; then
   echo "ok: another width refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: config mismatch: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --mlp-dim 200 --steps 6 --save "$work/ck" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "heads 4 MLP 256 classes 10; pass the same sizes to resume it (--mlp-dim 256)" <<<"$out"; then
+  echo "ok: another MLP width refused: $(grep -o 'holds a model.*' <<<"$out")"
+else echo "FAIL: MLP width mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --global-pool avg --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "holds a model with the class-token head and a class token; resume it with --global-pool token --class-token 1" <<<"$out"; then

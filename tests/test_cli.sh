@@ -21,6 +21,7 @@ refuse "--device: 'tpu' is not one of cpu|cuda" train --device tpu
 refuse "--global-batch-size 10 is not a multiple of dp 1 x --micro-batch-size 4 = 4" train --global-batch-size 10 --micro-batch-size 4
 refuse "width 100 is not a multiple of heads 3" train --width 100
 refuse "img-size 225 is not a multiple of patch-size 16" train --img-size 225
+refuse "width 1152 x mlp-ratio 3.73611 is not a whole number: give the MLP's hidden width with --mlp-dim" plan --width 1152 --heads 16 --mlp-ratio 3.73611
 refuse "unknown model 'vit-q'" train --model vit-q
 refuse "--seed: '-1' is not a valid whole number" train --seed -1
 refuse "needs a value" train --lr
@@ -131,7 +132,7 @@ if grep -q "1.5 epochs of 16 images at 8 per step: 3 steps, 1 of warmup; evaluat
   echo "ok: --epochs 1.5 --warmup-epochs 0.5 --eval-epochs 0.5 of 16 images at 8 per step: 3 steps, 1 of warmup, 3 evaluations; --epochs then --steps 2: 2 steps"
 else echo "FAIL: --epochs: $out"; fail=1; fi
 help=$("$vit3d" train --help)
-for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --num-classes --global-pool \
+for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --mlp-dim --num-classes --global-pool \
             --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr --sched-on --sched \
             --opt --momentum --opt-eps --weight-decay --eval-crop-mode --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --pos-drop --drop --pos-embed --pre-logits --weight-init --save-hook --layer-decay --model-ema --model-ema-warmup --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }

@@ -172,8 +172,9 @@ run gap_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${gap[@]}" &&
 # The MAP head (attention pooling by a latent query, then an MLP) splits its attention over TP
 # by heads (q and kv column-parallel, proj row-parallel, the tokens' gradient summed over TP)
 # on the last stage over all tokens (gathered under sequence parallelism); also under ZB-H1
-# below.
-map=(--global-pool map --class-token 0 --reg-tokens 1)
+# below. With an MLP width no short ratio gives (SigLIP So400m's kind), 43 hidden units per TP
+# rank at tp 4.
+map=(--global-pool map --class-token 0 --reg-tokens 1 --mlp-dim 172)
 variant base base_map "the MAP head without a class token" "${map[@]}"
 run map_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${map[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_map" "$work/map_sp" "map_sp 4 x 2 x 1 SP ${map[*]}" ||

@@ -196,6 +196,7 @@ int main(void) {
   refuse_edit("width", "width 12x", "bad value");
   refuse_edit("zero", "zero 2", "bad value");
   refuse_edit("mlp_ratio", "mlp_ratio nan", "bad mlp_ratio");
+  refuse_edit("mlp_dim", "mlp_dim -1", "bad value");
   refuse_edit("heads", "colour blue", "unknown key");
   refuse_edit("file", "file ../etc/passwd 10 00000000", "malformed file entry");
   refuse_edit("file", "file model.safetensors 10 zzzz", "malformed file entry");
@@ -226,22 +227,22 @@ int main(void) {
   // timm's default ViT.
   m.layer_scale = 1, m.reg_tokens = 4, m.no_embed_class = 1, m.qk_norm = 1, m.qkv_bias = 0;
   m.parallel = 1, m.lamb = 1, m.class_token = 0, m.global_pool = 3, m.gelu_tanh = 1;
-  m.pos_sincos = 1;
+  m.pos_sincos = 1, m.mlp_dim = 250;
   n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
              back.layer_scale == 1 && back.reg_tokens == 4 && back.no_embed_class == 1 &&
              back.qk_norm == 1 && back.qkv_bias == 0 && back.parallel == 1 && back.lamb == 1 &&
              back.class_token == 0 && back.global_pool == 3 && back.gelu_tanh == 1 &&
-             back.pos_sincos == 1,
+             back.pos_sincos == 1 && back.mlp_dim == 250 && vt_ckpt_mlp_hidden(&back) == 250,
          "layer_scale, reg_tokens, no_embed_class, qk_norm, qkv_bias, parallel, lamb, "
-         "class_token, global_pool map, gelu_tanh, pos_sincos round trip: %s",
+         "class_token, global_pool map, gelu_tanh, pos_sincos, mlp_dim round trip: %s",
          err);
   m.global_pool = 0;
   n = vt_ckpt_manifest_format(&m, text, sizeof text);
   const char *gone[] = {"layer_scale 1\n", "reg_tokens 4\n", "no_embed_class 1\n",
                         "qk_norm 1\n", "qkv_bias 0\n", "parallel 1\n", "lamb 1\n",
-                        "class_token 0\n", "gelu_tanh 1\n", "pos_sincos 1\n"};
-  for (int i = 0; i < 10; i++) {
+                        "class_token 0\n", "gelu_tanh 1\n", "pos_sincos 1\n", "mlp_dim 250\n"};
+  for (int i = 0; i < 11; i++) {
     char *at = strstr(text, gone[i]);
     EXPECT(at != NULL, "%s line", gone[i]);
     if (at) memmove(at, at + strlen(gone[i]), strlen(at + strlen(gone[i])) + 1);
@@ -249,12 +250,13 @@ int main(void) {
   EXPECT(vt_ckpt_manifest_parse(text, strlen(text), &back, err, sizeof err) == VT_OK &&
              back.layer_scale == 0 && back.reg_tokens == 0 && back.no_embed_class == 0 &&
              back.qk_norm == 0 && back.qkv_bias == 1 && back.parallel == 0 && back.lamb == 0 &&
-             back.class_token == 1 && back.gelu_tanh == 0 && back.pos_sincos == 0,
+             back.class_token == 1 && back.gelu_tanh == 0 && back.pos_sincos == 0 &&
+             back.mlp_dim == 0 && vt_ckpt_mlp_hidden(&back) == 256,
          "a manifest without layer_scale, reg_tokens, no_embed_class, qk_norm, qkv_bias, "
-         "parallel, lamb, class_token, gelu_tanh, pos_sincos: %s",
+         "parallel, lamb, class_token, gelu_tanh, pos_sincos, mlp_dim (the MLP width x 4): %s",
          err);
   m.layer_scale = m.reg_tokens = m.no_embed_class = m.qk_norm = m.parallel = m.lamb = 0;
-  m.pos_sincos = 0;
+  m.pos_sincos = m.mlp_dim = 0;
   m.qkv_bias = m.class_token = 1;
   // The optimizer's settings and schedule round trip bit for bit (floats widened to double;
   // lengths in epochs as doubles); all or none of them; a manifest without them has none.

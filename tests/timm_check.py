@@ -74,9 +74,10 @@ VARIANTS = {
                   ["--global-pool", "avg", "--class-token", "0"]),
     # SigLIP's MAP head (timm's attn_pool, AttentionPoolLatent: a latent query attends over every
     # token after `norm`, then proj and a residual MLP), without a class token as SigLIP, and
-    # with one and registers (the prefix tokens are pooled too)
-    "map": ({"class_token": False, "global_pool": "map"},
-            ["--global-pool", "map", "--class-token", "0"]),
+    # with one and registers (the prefix tokens are pooled too); the first with an MLP width
+    # that no short ratio gives, as So400m's 4304 over 1152 (timm: mlp_ratio=3.7362)
+    "map": ({"class_token": False, "global_pool": "map", "mlp_ratio": 2.0834},
+            ["--global-pool", "map", "--class-token", "0", "--mlp-dim", "100"]),
     "map_cls": ({"global_pool": "map", "reg_tokens": 2}, ["--global-pool", "map", "--reg-tokens", "2"]),
     # timm's act_layer='gelu_tanh' (the tanh GELU of the JAX models; timm 1.0.9's attn_pool
     # keeps the erf one in its MLP, so not with the MAP head here)
@@ -93,6 +94,15 @@ VARIANTS = {
                      "init_values": 0.3},
                     ["--parallel-blocks", "1", "--qk-norm", "1", "--layer-scale", "0.3"]),
 }
+
+def variant_flags(variant, base):
+    """vit3d's flags of VARIANT on the model BASE (BASE or INIT_BASE): an --mlp-dim is timm's
+    int(embed_dim * mlp_ratio) at that width."""
+    kw, flags = VARIANTS[variant][0], list(VARIANTS[variant][1])
+    if "--mlp-dim" in flags:
+        flags[flags.index("--mlp-dim") + 1] = str(int(base["embed_dim"] * kw["mlp_ratio"]))
+    return flags
+
 
 def build(variant):
     from timm.models import vision_transformer as vt
@@ -182,7 +192,7 @@ def init(variant, weights_path):
                 abs(mk - rk) > 0.25 or (bounded and abs(mm / rm - 1) > 0.02))):
             bad.append(f"{name} ({r.size}): std {ms:.4g} against timm's {rs:.4g} (tol "
                        f"{100 * tol:.0f}%), kurtosis {mk:.2f} / {rk:.2f}, max {mm:.4g} / {rm:.4g}")
-    print(f"init {variant:5s} ({' '.join(VARIANTS[variant][1]) or 'timm defaults'}): "
+    print(f"init {variant:5s} ({' '.join(variant_flags(variant, INIT_BASE)) or 'timm defaults'}): "
           f"{len(ref)} tensors against timm's weight_init='jax': "
           f"{'ok' if not bad else 'FAIL'}")
     for b in bad:
@@ -320,14 +330,16 @@ def npz(work):
         conv_same = set(conv) == set(sd) and all(np.array_equal(conv[k], sd[k]) for k in sd)
         flags = convert_weights.flags_for(conv)
         head_flags = " ".join(VARIANTS[variant][1][:4])  # --global-pool and --class-token
-        flags_ok = (head_flags or "--global-pool token") in flags
+        mlp_flags = " ".join(VARIANTS[variant][1][4:6]) or "--mlp-ratio 4"
+        flags_ok = (head_flags or "--global-pool token") in flags and mlp_flags in flags
         good = timm_same and conv_same and heads == BASE["num_heads"] and flags_ok
         ok = ok and good
         print(f"npz      {layout}: timm's _load_weights reads it as the model "
               f"{'(bit for bit)' if timm_same else 'FAILS'}; convert_weights.py gives "
               f"{len(conv)} tensors {'equal to timm' + chr(39) + 's' if conv_same else 'that DIFFER'}, "
               f"heads {heads}, flags {'with' if flags_ok else 'WITHOUT'} "
-              f"'{head_flags or '--global-pool token'}' {'ok' if good else 'FAIL'}")
+              f"'{head_flags or '--global-pool token'}' and '{mlp_flags}' "
+              f"{'ok' if good else 'FAIL'}")
     return 0 if ok else 1
 
 
@@ -372,8 +384,9 @@ def main():
         variant = VARIANTS[sys.argv[2]]
         if sys.argv[1] == "converts":  # exit 0: the file goes through launch/convert_weights.py
             return 0 if "block" in variant[0] else 1
-        return print("\n".join((BASE_FLAGS if sys.argv[1] == "flags" else INIT_FLAGS) +
-                                variant[1]))
+        at_init = sys.argv[1] == "init_flags"
+        return print("\n".join((INIT_FLAGS if at_init else BASE_FLAGS) +
+                                variant_flags(sys.argv[2], INIT_BASE if at_init else BASE)))
     import_torch()
     if sys.argv[1] == "lamb":
         return lamb()

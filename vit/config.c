@@ -52,10 +52,12 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
   } else if (c->width % c->heads != 0) {
     snprintf(buf, sizeof buf, "width %d is not a multiple of heads %d", c->width, c->heads);
     why = buf;
-  } else if (vt_cfg_mlp_hidden(c) <= 0 ||
-             (float)vt_cfg_mlp_hidden(c) != (float)c->width * c->mlp_ratio) {
-    snprintf(buf, sizeof buf, "width %d x mlp-ratio %g is not a whole number", c->width,
-             c->mlp_ratio);
+  } else if (c->mlp_dim < 0)
+    why = "mlp-dim must be 0 (from mlp-ratio) or the MLP's hidden width";
+  else if (c->mlp_dim == 0 && (vt_cfg_mlp_hidden(c) <= 0 ||
+                               (float)vt_cfg_mlp_hidden(c) != (float)c->width * c->mlp_ratio)) {
+    snprintf(buf, sizeof buf, "width %d x mlp-ratio %g is not a whole number: give the MLP's "
+             "hidden width with --mlp-dim", c->width, c->mlp_ratio);
     why = buf;
   } else if (!(c->layer_scale >= 0.0f && c->layer_scale <= 1e6f))
     why = "layer-scale must be 0 (off) or a positive initial gamma";
