@@ -32,6 +32,7 @@ typedef struct {
   atomic_int writing;  // the thread has not finished this rank's part
   char save_dir[512], tmp[1100];
   char hook[1024];  // --save-hook, run by rank 0 after the commit
+  double hook_limit;  // --save-hook-timeout (0: none)
   int keep_last, nfiles;
   int64_t keep_every;
   vt_ckpt_manifest man;  // world rank 0
@@ -118,7 +119,7 @@ static vt_status finish(vt_comm *world, char *err, size_t errlen) {
       vt_log_info("saved %s in %.2f s%s: this rank wrote %.1f of the checkpoint's %.1f MiB",
                   dir, vt_seconds() - w->t_start, w->background ? " (in the background)" : "",
                   mine / 1048576.0, all / 1048576.0);
-      if (w->hook[0]) vt_save_hook_start(w->hook, w->save_dir, dir, step);
+      if (w->hook[0]) vt_save_hook_start(w->hook, w->save_dir, dir, step, w->hook_limit);
     }
   }
   st = vt_comm_agree(world, st, w->err, sizeof w->err);
@@ -243,6 +244,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   }
   snprintf(w->save_dir, sizeof w->save_dir, "%s", o->save_dir);
   snprintf(w->hook, sizeof w->hook, "%s", o->save_hook);
+  w->hook_limit = o->save_hook_timeout;
   w->keep_last = o->keep_last, w->keep_every = o->keep_every;
   const vt_vit_config *c = &m->cfg;
   w->man = (vt_ckpt_manifest){

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,10 +19,16 @@
 
 extern char **environ;
 
+// The running hook's process group for vt_save_hook_kill (another thread's read); 0: none.
+static atomic_int g_pgid;
+
 static struct {
   pid_t pid;        // the running hook; 0: none
   int64_t step;     // its checkpoint's step
   double t0;        // vt_seconds() when it started
+  double limit;     // seconds it may run; 0: no limit
+  double t_term;    // when it was sent SIGTERM for running past the limit; 0: not yet
+  int killed;       // SIGKILL sent too
   char log[PATH_MAX + 32];
   int runs, failed, last_failed;
   int at_end;       // the run waits for it before exiting
@@ -34,7 +41,11 @@ static void ended(int status, int reaped) {
   const long long step = (long long)g_hook.step;
   const char *after = g_hook.at_end ? "" : "; training goes on, the checkpoint itself is intact";
   int ok = 0;
-  if (!reaped)
+  if (g_hook.t_term > 0)
+    vt_log_error("save hook of step %lld ran past --save-hook-timeout %g s: stopped (%s to its "
+                 "process group; its output is in %s)%s", step, g_hook.limit,
+                 g_hook.killed ? "SIGTERM, then SIGKILL" : "SIGTERM", g_hook.log, after);
+  else if (!reaped)
     vt_log_warn("save hook of step %lld: its exit status was lost (reaped elsewhere) after "
                 "%.1f s; see %s", step, s, g_hook.log);
   else if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
@@ -49,15 +60,39 @@ static void ended(int status, int reaped) {
   g_hook.failed += !ok;
   g_hook.last_failed = !ok;
   g_hook.pid = 0;
+  atomic_store(&g_pgid, 0);
 }
 
-// Reaps the hook if it has ended (or blocks until it does); whether it has.
+// Signals the hook's process group once it runs past its limit: SIGTERM, then SIGKILL after a
+// grace of 10 s (or of the limit, when shorter).
+static void enforce_limit(void) {
+  const double now = vt_seconds();
+  if (g_hook.limit <= 0 || now - g_hook.t0 <= g_hook.limit || g_hook.killed) return;
+  if (g_hook.t_term == 0) {
+    g_hook.t_term = now;
+    kill(-g_hook.pid, SIGTERM);
+  } else if (now - g_hook.t_term > (g_hook.limit < 10.0 ? g_hook.limit : 10.0)) {
+    g_hook.killed = 1;
+    kill(-g_hook.pid, SIGKILL);
+  }
+}
+
+// Reaps the hook if it has ended (or waits until it does, stopping it at its limit); whether
+// it has.
 static int reap(int block) {
   int status = 0;
   pid_t r;
-  do r = waitpid(g_hook.pid, &status, block ? 0 : WNOHANG);
-  while (r < 0 && errno == EINTR);
-  if (r == 0) return 0;
+  for (;;) {
+    r = waitpid(g_hook.pid, &status, block && g_hook.limit <= 0 ? 0 : WNOHANG);
+    if (r < 0 && errno == EINTR) continue;
+    if (r != 0 || !block) break;
+    enforce_limit();
+    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+  }
+  if (r == 0) {
+    enforce_limit();
+    return 0;
+  }
   ended(status, r == g_hook.pid);
   return 1;
 }
@@ -87,9 +122,10 @@ void vt_save_hook_wait(int64_t next_step) {
 }
 
 void vt_save_hook_start(const char *cmd, const char *save_dir, const char *ckpt_dir,
-                        int64_t step) {
+                        int64_t step, double limit_s) {
   VT_CHECK(g_hook.pid <= 0, "a save hook is still running");
   g_hook.runs++, g_hook.step = step, g_hook.t0 = vt_seconds();
+  g_hook.limit = limit_s, g_hook.t_term = 0, g_hook.killed = 0;
   char abs_save[PATH_MAX], abs_ckpt[PATH_MAX];
   if (!realpath(save_dir, abs_save)) snprintf(abs_save, sizeof abs_save, "%s", save_dir);
   if (!realpath(ckpt_dir, abs_ckpt)) snprintf(abs_ckpt, sizeof abs_ckpt, "%s", ckpt_dir);
@@ -149,7 +185,11 @@ void vt_save_hook_start(const char *cmd, const char *save_dir, const char *ckpt_
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&reset, sigs[i]);
   posix_spawnattr_setsigmask(&at, &none);
   posix_spawnattr_setsigdefault(&at, &reset);
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // A process group of its own: a time limit stops the shell and what it started (the copy)
+  // together, and a Ctrl-C at the terminal leaves it to finish the copy the trainer waits for.
+  posix_spawnattr_setpgroup(&at, 0);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                    POSIX_SPAWN_SETPGROUP);
   char *argv[] = {"sh", "-c", (char *)cmd, NULL};
   const int e = posix_spawn(&g_hook.pid, "/bin/sh", &fa, &at, argv, env);
   posix_spawn_file_actions_destroy(&fa);
@@ -162,8 +202,14 @@ void vt_save_hook_start(const char *cmd, const char *save_dir, const char *ckpt_
     g_hook.failed++, g_hook.last_failed = 1;
     return;
   }
+  atomic_store(&g_pgid, (int)g_hook.pid);
   vt_log_info("save hook of step %lld started (pid %d, output in %s)", (long long)step,
               (int)g_hook.pid, g_hook.log);
+}
+
+void vt_save_hook_kill(void) {
+  const int pgid = atomic_load(&g_pgid);
+  if (pgid > 0) kill(-pgid, SIGTERM);
 }
 
 int vt_save_hook_summary(void) {

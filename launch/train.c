@@ -146,6 +146,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--weight-init jax starts the head at zero: drop --head-init-std");
   if (o->save_hook[0] && !o->save_dir[0])
     REFUSE("--save-hook runs after each checkpoint is saved: give --save DIR too");
+  if (o->save_hook_timeout > 0 && !o->save_hook[0])
+    REFUSE("--save-hook-timeout limits the --save-hook command: give --save-hook CMD too");
   return VT_OK;
 }
 
@@ -216,6 +218,10 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   // Startup, checkpoint saves and the end of the run (loading, writing whole models) get ten
   // times the limit of a step.
   const double slow_limit = 10.0 * o->timeout_s;
+  if (o->save_hook[0]) {  // a hook (rank 0's) does not outlive the trainer ending without it
+    vt_watchdog_at_end(vt_save_hook_kill);
+    atexit(vt_save_hook_kill);
+  }
   vt_watchdog_start(world, o->timeout_s, me.tp_rank, me.pp_rank, me.dp_rank, device);
   vt_watchdog_phase("startup", 0, slow_limit);
   vt_schedule_kind kind;
@@ -573,7 +579,8 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     rc = VT_EXIT_FAILED;
   }
   if (check_failed && !rc) rc = VT_EXIT_CHECK;
-  // After the last collective: rank 0 waits for the last checkpoint's hook, without a limit.
+  // After the last collective: rank 0 waits for the last checkpoint's hook, without the
+  // watchdog's limit (--save-hook-timeout still stops it).
   if (world_rank == 0 && o->save_hook[0]) {
     vt_watchdog_phase("waiting for the save hook", end_step, 0);
     vt_save_hook_wait(0);

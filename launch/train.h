@@ -75,6 +75,7 @@ typedef struct {
   int keep_last;            // complete checkpoints kept; 0: all
   int64_t keep_every;       // with keep_last: checkpoints of steps that are multiples are kept too
   char save_hook[1024];     // shell command world rank 0 runs after each commit (savehook.h)
+  float save_hook_timeout;  // seconds a save hook may run before it is stopped; 0: no limit
   char resume[512];         // "auto", a checkpoint directory, or empty
   char init_from[512];      // start from these timm-format weights (safetensors)
   int eval_only;            // `vit3d eval`: load, evaluate --val-data once, stop

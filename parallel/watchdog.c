@@ -22,7 +22,7 @@ typedef struct {
   int64_t step;
   int64_t seq[VT_AXIS_COUNT];  // sequence number of the latest operation per axis
   double phase_s, comm_s, limit_s;  // seconds in the phase and in the current operation
-  char phase[24];
+  char phase[40];
   char host[64];
   char device[24];
 } wd_record;
@@ -47,7 +47,17 @@ static struct {
   double comm_t0;
   int64_t seq[VT_AXIS_COUNT];
   wd_record me;  // the fixed fields: ranks, host, device
+  void (*at_end)(void);  // vt_watchdog_at_end's
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+void vt_watchdog_at_end(void (*fn)(void)) { g.at_end = fn; }
+
+// Ends the job from the watchdog's thread.
+VT_NORETURN static void end_job(void) {
+  if (g.at_end) g.at_end();
+  vt_comm_device_abort();
+  vt_comm_abort(VT_EXIT_WATCHDOG);
+}
 
 void vt_watchdog_phase(const char *what, int64_t step, double limit_s) {
   if (!g.on) return;
@@ -157,8 +167,7 @@ VT_NORETURN static void report_and_end(const wd_record *recs, const int *answere
                     "and sequence numbers above say where. Ending the job (exit %d).\n",
             VT_EXIT_WATCHDOG);
   fflush(stderr);
-  vt_comm_device_abort();
-  vt_comm_abort(VT_EXIT_WATCHDOG);
+  end_job();
 }
 
 static void *watch(void *arg) {
@@ -223,8 +232,7 @@ static void *watch(void *arg) {
     if (rank != 0 && fired && now - fired_at > (g.side ? k_grace_s : 0.0)) {
       vt_log_error("watchdog: rank 0 did not end the job within %.0f s of this rank's report; "
                    "ending it from rank %d (exit %d)", k_grace_s, rank, VT_EXIT_WATCHDOG);
-      vt_comm_device_abort();
-      vt_comm_abort(VT_EXIT_WATCHDOG);
+      end_job();
     }
   }
   free(recs);

@@ -31,6 +31,10 @@ void vt_watchdog_start(vt_comm *world, double timeout_s, int tp_rank, int pp_ran
                        const char *device);
 void vt_watchdog_stop(void);  // joins the thread; call before the comms are freed
 
+// fn runs on the watchdog's thread just before it ends the job (the save hook's stop: no locks,
+// async-signal-safe work only). Set it before vt_watchdog_start.
+void vt_watchdog_at_end(void (*fn)(void));
+
 // The main thread enters a phase (a static string: "step", "evaluation", "checkpoint save");
 // step is the 1-based step it belongs to; its clock starts now and may run limit_s seconds
 // (0: no limit).

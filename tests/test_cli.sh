@@ -46,6 +46,7 @@ refuse "--aa, --three-augment, --simple-crop and --aug-repeats act on the image 
 refuse "--simple-crop resizes the whole image as torchvision's Resize does: it needs --train-interpolation bilinear or bicubic" train --simple-crop 1 --data /tmp
 refuse "--aa and --three-augment are two augmentation policies" train --aa rand-m9 --three-augment 1 --data /tmp
 refuse "--opt: 'adam' is not one of adamw|lamb|sgd|momentum" train --opt adam
+refuse "--save-hook-timeout limits the --save-hook command: give --save-hook CMD too" train --save-hook-timeout 60
 refuse "--epochs, --warmup-epochs, --eval-epochs and --save-epochs count passes over a dataset; --data synthetic has no size" train --epochs 3
 refuse "--sched-on epochs steps the learning rate once per pass over a dataset; --data synthetic has no size" train --sched-on epochs
 refuse "--label-key '.cls': give the label member's extension without its dot" train --label-key .cls
@@ -134,7 +135,7 @@ else echo "FAIL: --epochs: $out"; fail=1; fi
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --mlp-dim --num-classes --global-pool \
             --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr --sched-on --sched \
-            --opt --momentum --opt-eps --weight-decay --eval-crop-mode --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --pos-drop --drop --pos-embed --pre-logits --weight-init --save-hook --layer-decay --model-ema --model-ema-warmup --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
+            --opt --momentum --opt-eps --weight-decay --eval-crop-mode --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --pos-drop --drop --pos-embed --pre-logits --weight-init --save-hook --save-hook-timeout --layer-decay --model-ema --model-ema-warmup --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
 "$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }

@@ -12,7 +12,11 @@
 #  3. a preemption (SIGUSR1 to the trainer): the preemption's checkpoint is copied before the
 #     exit with 75;
 #  4. two ranks under mpirun: the hook runs once per checkpoint;
-#  5. --save-hook without --save is refused.
+#  5. --save-hook without --save is refused;
+#  6. --save-hook-timeout: a hook (and the child it waits for) past its limit is stopped with
+#     SIGTERM to its process group and training goes on; one that ignores SIGTERM is killed;
+#  7. without a limit a hung hook holds the next commit until the watchdog ends the job (exit
+#     3), naming the wait, and the hook does not outlive the trainer.
 set -uo pipefail
 vit3d=$1
 work=$(mktemp -d)
@@ -103,4 +107,35 @@ out=$("$vit3d" "${args[@]}" --steps 2 --save-hook true 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "give --save DIR too" <<< "$out"; then ok "--save-hook without --save refused"
 else bad "--save-hook without --save: rc $rc: $out"; fi
+
+# 6. --save-hook-timeout.
+"$vit3d" "${args[@]}" --steps 4 --save "$work/s7" --save-interval 2 --save-hook-timeout 1 \
+  --save-hook 'if [ "$VT_CKPT_STEP" = 2 ]; then sleep 61.25 & wait; fi; echo "done $VT_CKPT_STEP"' \
+  > "$work/7.log" 2>&1
+rc=$?
+sleep 0.2
+if [ $rc -eq 0 ] &&
+   grep -q "save hook of step 2 ran past --save-hook-timeout 1 s: stopped (SIGTERM to its process group; its output is in $work/s7/save-hook.log); training goes on" "$work/7.log" &&
+   grep -q "^done 4$" "$work/s7/save-hook.log" && ! grep -q "^done 2$" "$work/s7/save-hook.log" &&
+   ! pgrep -f "sleep 61.25" > /dev/null; then
+  ok "--save-hook-timeout 1: step 2's hook and its child stopped, training went on, step 4's hook ran"
+else bad "--save-hook-timeout: rc $rc: $(grep -i hook "$work/7.log"; pgrep -af "sleep 61.25")"; fi
+"$vit3d" "${args[@]}" --steps 2 --save "$work/s8" --save-hook-timeout 1 \
+  --save-hook 'trap "" TERM; sleep 62.25' > "$work/8.log" 2>&1
+rc=$?
+sleep 0.2
+if [ $rc -eq 1 ] && grep -q "save hook of step 2 ran past --save-hook-timeout 1 s: stopped (SIGTERM, then SIGKILL" "$work/8.log" &&
+   ! pgrep -f "sleep 62.25" > /dev/null; then
+  ok "a hook that ignores SIGTERM is killed; the last checkpoint's hook failing exits 1"
+else bad "a hook ignoring SIGTERM: rc $rc: $(grep -i hook "$work/8.log"; pgrep -af "sleep 62.25")"; fi
+
+# 7. No limit: the watchdog (--timeout-s 0.5: 5 s for a commit) ends the job that waits.
+"$vit3d" "${args[@]}" --steps 4 --save "$work/s9" --save-interval 2 --timeout-s 0.5 \
+  --save-hook '[ "$VT_CKPT_STEP" = 2 ] && sleep 63.25; true' < /dev/null > "$work/9.log" 2>&1
+rc=$?
+sleep 0.2
+if [ $rc -eq 3 ] && grep -q "step 4 (waiting for the save hook) for 5" "$work/9.log" &&
+   ! pgrep -f "sleep 63.25" > /dev/null; then
+  ok "a hung hook without a limit: the watchdog ended the job (exit 3) naming the wait; the hook stopped with it"
+else bad "hung hook: rc $rc: $(grep -i "hook\|watchdog" "$work/9.log"; pgrep -af "sleep 63.25")"; fi
 exit $fail
