@@ -7,4 +7,5 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/launch/build.sh" "$root/build"
 cd "$root/build"
-ctest -LE "cuda|bench" --output-on-failure --timeout 1200 "$@"
+# Two at a time where a test needs one core (the PROCESSORS of tests/CMakeLists.txt).
+ctest -LE "cuda|bench" -j2 --output-on-failure --timeout 1200 "$@"
