@@ -3,7 +3,8 @@
 //   SAVE_DIR/latest                 name of the newest complete checkpoint, replaced by rename
 //   SAVE_DIR/step-00000010/         one complete checkpoint
 //       model.safetensors           full, unsharded parameters, timm names and shapes (fp32)
-//       optim.safetensors           Adam moments "exp_avg.<name>", "exp_avg_sq.<name>" (fp32)
+//       optim.safetensors           Adam moments "exp_avg.<name>", "exp_avg_sq.<name>" (fp32);
+//                                   SGD's "momentum_buffer.<name>"
 //       manifest.txt                "key value" lines: format, step, data position, seeds,
 //                                   model config, the optimizer's settings and schedule, the
 //                                   mesh it was saved on, and the size and CRC-32 of every

@@ -65,6 +65,9 @@ static void *write_parts(void *arg) {
   return NULL;
 }
 
+// SGD's one state tensor per parameter in optim.safetensors (torch.optim.SGD's name).
+static const char *const k_sgd_state[1] = {"momentum_buffer."};
+
 static void release(ckpt_writer *w) {
   for (int f = 0; f < 3; f++) vt_model_file_free(&w->files[f]);
   for (int k = 0; k < 4; k++) free(w->bufs[k]), w->bufs[k] = NULL;
@@ -207,30 +210,34 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   const vt_mesh_coord me = vt_mesh_coords(mesh, rank);
   int64_t lo, count;
   vt_model_write_range(m, me.dp_rank, mesh->dp_size, &lo, &count);
-  const int n = opt->ema ? 4 : 3;  // weights, the two moments, the EMA
-  for (int k = 0; k < n; k++) {
+  // bufs: 0 the weights, 1 and 2 AdamW's (LAMB's) two moments or 1 SGD's momentum, 3 the EMA
+  const int sgd = opt->cfg.kind == VT_OPT_SGD;
+  for (int k = 0; k < 4; k++) {
+    if ((k == 2 && sgd) || (k == 3 && !opt->ema)) continue;
     w->bufs[k] = malloc((size_t)(count + 1) * sizeof(float));
     VT_CHECK(w->bufs[k] != NULL, "out of host memory for a checkpoint");
   }
   m->be->to_host(w->bufs[0], m->params + lo, (size_t)count * sizeof(float));
-  vt_optimizer_get_range(opt, lo, count, w->bufs[1], w->bufs[2], opt->ema ? w->bufs[3] : NULL);
-  // The files and what each holds: the weights, AdamW's two moments, the EMA (timm names like
-  // the weights).
+  vt_optimizer_get_range(opt, lo, count, w->bufs[1], w->bufs[2], w->bufs[3]);
+  // The files and what each holds, under timm's names with a prefix: the weights, the
+  // optimizer's state (torch.optim's names: AdamW's exp_avg and exp_avg_sq, SGD's
+  // momentum_buffer), the EMA.
   static const char *const names[3] = {"model.safetensors", "optim.safetensors",
                                        "ema.safetensors"};
   static const char *const prefixes[3][2] = {{""}, {"exp_avg.", "exp_avg_sq."}, {""}};
-  static const int kinds[3] = {1, 2, 1};
+  const int kinds[3] = {1, sgd ? 1 : 2, 1}, first[3] = {0, 1, 3};
   vt_status st = VT_OK;
   if (rank == 0) st = vt_ckpt_begin(o->save_dir, step, w->tmp, sizeof w->tmp, err, errlen);
   vt_comm_broadcast_bytes(world, w->tmp, sizeof w->tmp, 0);
-  w->nfiles = n - 1;
-  for (int f = 0, k = 0; f < w->nfiles; k += kinds[f++]) {
+  w->nfiles = opt->ema ? 3 : 2;
+  for (int f = 0; f < w->nfiles; f++) {
     char path[1100];
     snprintf(path, sizeof path, "%.1000s/%s", w->tmp, names[f]);
     vt_model_file *file = &w->files[f];
     if (st == VT_OK)
-      st = vt_model_file_plan(file, m, path, prefixes[f], (const float *const *)w->bufs + k,
-                              kinds[f], lo, count, err, errlen);
+      st = vt_model_file_plan(file, m, path, f == 1 && sgd ? k_sgd_state : prefixes[f],
+                              (const float *const *)w->bufs + first[f], kinds[f], lo, count,
+                              err, errlen);
     if (st == VT_OK && rank == 0)
       st = vt_partfile_create(path, file->layout.head, file->layout.head_nbytes,
                               file->layout.file_nbytes, &file->share, err, errlen);
@@ -449,6 +456,19 @@ static vt_status read_part(const char *dir, const char *name, const vt_param_tab
 // The checkpoint's files in the order of vt_read_check arrays.
 static const char *const k_files[3] = {"model", "optim", "ema"};
 
+// Whether DIR's optim.safetensors holds SGD's momentum the twentieth session's way: as
+// "exp_avg." beside an all-zero "exp_avg_sq." (now "momentum_buffer." alone).
+static int sgd_adam_layout(const char *dir, const vt_param_table *t) {
+  char path[1300], name[128], why[256];
+  snprintf(path, sizeof path, "%s/optim.safetensors", dir);
+  snprintf(name, sizeof name, "exp_avg_sq.%s", t->p[0].name);
+  vt_st_file f;
+  if (vt_safetensors_open(path, &f, why, sizeof why) != VT_OK) return 0;  // said by the read
+  const int adam = vt_st_find(&f, name) != NULL;
+  vt_safetensors_close(&f);
+  return adam;
+}
+
 // Collective over world: the CRC-32 of each file the ranks read together, from their shares,
 // against the manifest (rank 0's); a file they did not read whole (the EMA without
 // --model-ema, the moments in an evaluation) rank 0 reads itself. VT_ERR_INPUT with "DIR is
@@ -583,8 +603,9 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       memset(local[1], 0, (size_t)total * sizeof(float));
       memset(local[2], 0, (size_t)total * sizeof(float));
     } else if (st == VT_OK) {
-      st = read_part(dir, "optim", &m->table, moments, &local[1], 2, nbytes, count[1], rank0,
-                     err, errlen);
+      const int one = opt->cfg.kind == VT_OPT_SGD && !sgd_adam_layout(dir, &m->table);
+      st = read_part(dir, "optim", &m->table, one ? k_sgd_state : moments, &local[1],
+                     one ? 1 : 2, nbytes, count[1], rank0, err, errlen);
     }
     double bad[2] = {st != VT_OK, 0};  // a read failed; the checkpoint is damaged
     vt_comm_all_reduce_double(world, bad, 1, VT_REDUCE_MAX);

@@ -443,8 +443,7 @@ void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, float *m
   const int64_t at = o->zero ? 0 : lo;
   const size_t nbytes = (size_t)count * sizeof(float);
   o->be->to_host(m_host, o->m + at, nbytes);
-  if (o->v) o->be->to_host(v_host, o->v + at, nbytes);
-  else memset(v_host, 0, nbytes);  // SGD: the checkpoint's second moment is all zero
+  if (o->v) o->be->to_host(v_host, o->v + at, nbytes);  // SGD has none
   if (ema_host && o->ema) o->be->to_host(ema_host, o->ema + at, nbytes);
 }
 

@@ -149,8 +149,9 @@ void vt_optimizer_skip(vt_optimizer *o);
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr);
 
 // Checkpoints: elements [lo, lo + count) of this rank's local table of the Adam moments (AdamW's
-// or LAMB's) and, when ema_host is not NULL and there is one, of the EMA, into host memory.
-// Under ZeRO-1 the range must be within the rank's own shard (lo = shard_lo): no communication.
+// or LAMB's; SGD's momentum buffer into m_host, v_host untouched and may be NULL) and, when
+// ema_host is not NULL and there is one, of the EMA, into host memory. Under ZeRO-1 the range
+// must be within the rank's own shard (lo = shard_lo): no communication.
 void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, float *m_host,
                             float *v_host, float *ema_host);
 // The moments back from a checkpoint: this rank's table->total elements of each (the shard is
