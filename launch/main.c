@@ -66,6 +66,8 @@ static void train_defaults(vt_train_options *o) {
   o->tensorboard = 1;
   o->tp = o->pp = 1;
   o->timeout_s = 600;
+  o->plan_gpu_mem = 80;
+  o->plan_node_gpus = 8;
   o->async_save = 1;
   o->max_nonfinite = 5;
   o->straggler_interval = 100;
@@ -480,6 +482,14 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "min(DECAY, 1 - t^(-2/3)) from t = 2, the first update copies the weights", NULL},
       {"--final-ema", VT_OPT_STR, o.final_ema, sizeof o.final_ema, 0, 0, "FILE",
        "at the end, write the EMA weights like --final-weights (needs --model-ema)", NULL},
+      {"--gpus", VT_OPT_INT, &o.plan_gpus, 0, 0, 1 << 20, "N",
+       "vit3d plan: compare every tp x pp x dp mesh of N GPUs for these flags (memory against "
+       "--gpu-mem, pipeline idle fraction, traffic) and suggest one; 0: plan the --tp --pp --dp "
+       "mesh", NULL},
+      {"--gpu-mem", VT_OPT_FLOAT, &o.plan_gpu_mem, 0, 1, 1e6, "GIB",
+       "vit3d plan --gpus: memory per GPU in GiB (H100: 80, H200: 141)", NULL},
+      {"--node-gpus", VT_OPT_INT, &o.plan_node_gpus, 0, 1, 64, "K",
+       "vit3d plan --gpus: GPUs per node (tensor parallelism stays inside one)", NULL},
       {"--comm-stats", VT_OPT_INT, &o.comm_stats, 0, 0, 1, "N",
        "1: every rank writes its first step's traffic per axis to LOG_DIR/comm.rank<R>.json",
        NULL},
@@ -580,6 +590,30 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
     o.threads = per > 0 ? per : 1;
   }
   if (o.loader_threads == 0) o.loader_threads = o.threads;
+  // vit3d plan --gpus N: every mesh of N ranks.
+  const char *mesh_flag = vt_cli_find(argc, argv, "--tp")   ? "--tp"
+                          : vt_cli_find(argc, argv, "--pp") ? "--pp"
+                          : vt_cli_find(argc, argv, "--dp") ? "--dp"
+                                                            : NULL;
+  const int sizes = vt_cli_find(argc, argv, "--gpu-mem") || vt_cli_find(argc, argv, "--node-gpus");
+  char why[160] = "";
+  if ((sizes || vt_cli_find(argc, argv, "--gpus")) && mode != RUN_PLAN)
+    snprintf(why, sizeof why, "--gpus, --gpu-mem and --node-gpus are for vit3d plan");
+  else if (sizes && o.plan_gpus == 0)
+    snprintf(why, sizeof why, "--gpu-mem and --node-gpus size the search of --gpus N: give "
+             "--gpus");
+  else if (o.plan_gpus > 0 && mesh_flag)
+    snprintf(why, sizeof why, "--gpus N tries every --tp, --pp and --dp: drop %s", mesh_flag);
+  else if (o.plan_gpus > 0 && !o.global_batch)
+    snprintf(why, sizeof why, "--gpus N compares meshes at one global batch: give "
+             "--global-batch-size");
+  else if (o.plan_gpus > 0 && vt_config_validate(&o.model, err, sizeof err) != VT_OK)
+    snprintf(why, sizeof why, "bad model configuration: %.120s", err);
+  if (why[0]) {
+    if (rank0) fprintf(stderr, "vit3d %s: %s\n", kRunNames[mode], why);
+    return 2;
+  }
+  if (o.plan_gpus > 0) return rank0 ? vt_plan_search(&o) : 0;
   // vit3d plan sizes the mesh the flags describe, whatever this process's world.
   const int world_size = mode == RUN_PLAN ? o.tp * o.pp * (o.dp > 0 ? o.dp : 1) : vt_comm_size(world);
   if (vt_train_validate(&o, world_size, err, sizeof err) != VT_OK) {

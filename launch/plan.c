@@ -2,6 +2,7 @@
 #include "plan.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "data.h"
@@ -95,6 +96,72 @@ void vt_plan_report_memory(const vt_model *m, const vt_optimizer *opt, vt_device
 }
 
 
+// One pipeline stage's plan: what each of its ranks holds (MiB) and moves per step (payload
+// bytes as --comm-stats counts them: an all-reduce's buffer, an all-gather's or
+// reduce-scatter's whole buffer, a send's). The traffic is the blocks', the pipeline
+// boundaries' and the gradients' (tests/check_traffic.py's formulas): the head's collectives,
+// and under sequence parallelism the embeddings' gathers and the LayerNorm gradients' sums, are
+// left out.
+typedef struct {
+  char blocks[256];
+  int nslots, nwsets, recomputed;
+  double params, opt, acts, total, save;  // MiB per rank
+  double tp, pp_send, dp_reduce, dp_gather;  // bytes per rank per step
+} stage_plan;
+
+static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_schedule_kind kind,
+                       int p, stage_plan *sp) {
+  const vt_vit_config *c = &o->model;
+  const double mib = 1.0 / (1 << 20);
+  const int B = o->micro_batch, n_micro = o->global_batch / (o->dp * B);
+  const vt_schedule_spec spec = {kind, o->pp, n_micro, o->pp_chunks};
+  const vt_shard shard = {0, o->tp, p, o->pp, o->sequence_parallel, o->pp_chunks,
+                          kind == VT_SCHEDULE_ZB_V};
+  vt_param_table t;
+  vt_params_build(&t, c, shard);
+  int first, end, most = 0, nblocks = 0, cross = 0;  // the largest chunk's blocks
+  const int last = o->pp * o->pp_chunks - 1;
+  for (int ch = 0; ch < o->pp_chunks; ch++) {
+    vt_chunk_blocks(c->depth, &shard, ch, &first, &end);
+    most = end - first > most ? end - first : most;
+    nblocks += end - first;
+    // Each boundary with a virtual stage on another rank: a send and a receive per micro-batch
+    // (the activation one way, its gradient the other); ZB-V's turn stays on the rank.
+    const int vs = vt_shard_vstage(&shard, ch);
+    cross += vs > 0 && vt_shard_vstage_rank(&shard, vs - 1) != p;
+    cross += vs < last && vt_shard_vstage_rank(&shard, vs + 1) != p;
+  }
+  *sp = (stage_plan){0};
+  blocks_str(c->depth, &shard, sp->blocks, sizeof sp->blocks);
+  sp->nslots = vt_schedule_stage_in_flight(&spec, p, &sp->nwsets);
+  sp->recomputed = o->recompute_blocks < most ? o->recompute_blocks : most;
+  sp->params = (double)t.total * 4 * mib;
+  sp->opt = (double)vt_optimizer_plan_nbytes(t.total, o->dp, o->zero, o->optim.ema_decay > 0,
+                                             o->optim.kind == VT_OPT_SGD ? 1 : 2) * mib;
+  sp->acts = (double)vt_model_act_nbytes(c, shard, B, sp->nslots, sp->nwsets,
+                                         o->recompute_blocks, be) * mib;
+  sp->total = 2 * sp->params + sp->opt + sp->acts;
+  sp->save = save_mib(t.total, o->dp, o->optim.ema_decay > 0);
+  // One micro-batch's stream: under sequence parallelism each TP rank holds ceil(B N / tp)
+  // rows of it, sends only those to the next stage and gathers the padded whole.
+  const int seq = o->sequence_parallel && o->tp > 1;
+  const int64_t M = (int64_t)B * vt_cfg_tokens(c), rows = seq ? (M + o->tp - 1) / o->tp : M;
+  const double act = (double)rows * (seq ? o->tp : 1) * c->width * 4;
+  if (o->tp > 1) sp->tp = (c->parallel ? 2 : 4) * (double)nblocks * n_micro * act;
+  sp->pp_send = (double)cross * n_micro * (double)rows * c->width * 4;
+  if (o->dp > 1 && o->zero)
+    sp->dp_reduce = sp->dp_gather = (double)((t.total + o->dp - 1) / o->dp * o->dp) * 4;
+  else if (o->dp > 1)
+    sp->dp_reduce = (double)t.total * 4;
+  vt_params_free(&t);
+}
+
+// Bytes each rank puts on the wire for a payload over n ranks, by ring algorithms: an
+// all-reduce 2 (n - 1) / n of its buffer, an all-gather or reduce-scatter (n - 1) / n.
+static double ring(double payload, int n, int all_reduce) {
+  return n > 1 ? payload * (all_reduce ? 2.0 : 1.0) * (n - 1) / n : 0.0;
+}
+
 int vt_plan_run(const vt_train_options *o) {
   const vt_vit_config *c = &o->model;
   const vt_backend *be = vt_backend_get(VT_DEVICE_CPU, NULL);
@@ -120,38 +187,41 @@ int vt_plan_run(const vt_train_options *o) {
          "total (MiB per rank)\n");
   double worst = 0, most_save = 0;
   int worst_stage = 0, most_save_stage = 0;
+  stage_plan *stages = calloc((size_t)o->pp, sizeof *stages);
+  VT_CHECK(stages != NULL, "out of memory");
   for (int p = 0; p < o->pp; p++) {
-    const vt_shard shard = {0, o->tp, p, o->pp, o->sequence_parallel, o->pp_chunks,
-                            kind == VT_SCHEDULE_ZB_V};
-    vt_param_table t;
-    vt_params_build(&t, c, shard);
-    int first, end, most = 0;  // the largest chunk's blocks
-    for (int ch = 0; ch < o->pp_chunks; ch++) {
-      vt_chunk_blocks(c->depth, &shard, ch, &first, &end);
-      most = end - first > most ? end - first : most;
-    }
-    char blocks[256];
-    blocks_str(c->depth, &shard, blocks, sizeof blocks);
-    int nwsets;
-    const int nslots = vt_schedule_stage_in_flight(&spec, p, &nwsets);
-    const int rc = o->recompute_blocks < most ? o->recompute_blocks : most;
-    const double params = (double)t.total * 4 * mib;
-    const double opt = (double)vt_optimizer_plan_nbytes(t.total, o->dp, o->zero,
-                                                        o->optim.ema_decay > 0,
-                                                        o->optim.kind == VT_OPT_SGD ? 1 : 2) *
-                       mib;
-    const double acts = (double)vt_model_act_nbytes(c, shard, B, nslots, nwsets,
-                                                    o->recompute_blocks, be) * mib;
-    const double total = 2 * params + opt + acts;
+    stage_plan *sp = &stages[p];
+    plan_stage(o, be, kind, p, sp);
     char inflight[32];
-    snprintf(inflight, sizeof inflight, nwsets ? "%d+%dw" : "%d", nslots, nwsets);
-    printf("%5d  %-6s  %9s  %10d  %10.1f  %9.1f  %9.1f  %11.1f  %.1f\n", p, blocks, inflight, rc,
-           params, params, opt, acts, total);
-    if (total > worst) worst = total, worst_stage = p;
-    const double saving = save_mib(t.total, o->dp, o->optim.ema_decay > 0);
-    if (saving > most_save) most_save = saving, most_save_stage = p;
-    vt_params_free(&t);
+    snprintf(inflight, sizeof inflight, sp->nwsets ? "%d+%dw" : "%d", sp->nslots, sp->nwsets);
+    printf("%5d  %-6s  %9s  %10d  %10.1f  %9.1f  %9.1f  %11.1f  %.1f\n", p, sp->blocks,
+           inflight, sp->recomputed, sp->params, sp->params, sp->opt, sp->acts, sp->total);
+    if (sp->total > worst) worst = sp->total, worst_stage = p;
+    if (sp->save > most_save) most_save = sp->save, most_save_stage = p;
   }
+  if (o->tp > 1 || o->pp > 1 || o->dp > 1) {
+    printf("traffic per rank per step, payload MiB as --comm-stats counts it (the blocks' TP "
+           "collectives, the pipeline's sends and receives, the gradients' DP reduction; not the "
+           "head's%s), and on the wire by ring algorithms:\n",
+           o->sequence_parallel && o->tp > 1
+               ? ", the embeddings' or the LayerNorm gradients' collectives" : " collectives");
+    for (int p = 0; p < o->pp; p++) {
+      const stage_plan *sp = &stages[p];
+      // Sequence parallelism turns each all-reduce into a reduce-scatter and an all-gather of
+      // the same buffer: the same bytes on the wire.
+      const int seq = o->sequence_parallel && o->tp > 1;
+      printf("  stage %d: TP %s %.3f, PP send %.3f and receive %.3f, DP %s %.3f%s", p,
+             seq ? "reduce-scatter and all-gather" : "all-reduce", sp->tp * mib,
+             sp->pp_send * mib, sp->pp_send * mib,
+             o->zero && o->dp > 1 ? "reduce-scatter" : "all-reduce", sp->dp_reduce * mib,
+             o->zero && o->dp > 1 ? " and all-gather" : "");
+      if (o->zero && o->dp > 1) printf(" %.3f", sp->dp_gather * mib);
+      printf("; wire TP %.1f, PP %.1f, DP %.1f\n", ring(sp->tp, o->tp, 1) * mib,
+             sp->pp_send * mib,
+             (ring(sp->dp_reduce, o->dp, !o->zero) + ring(sp->dp_gather, o->dp, 0)) * mib);
+    }
+  }
+  free(stages);
   const double in = vt_plan_input_mib(o, 1, 0), ev = vt_plan_input_mib(o, 1, 1);
   const int synthetic = strcmp(o->data, "synthetic") == 0;
   const int share = vt_data_share(o, 1, o->tp, vt_mix_enabled(&o->mix));
@@ -181,4 +251,98 @@ int vt_plan_run(const vt_train_options *o) {
          "scratch (after the first step the run reports what the GPU holds against this "
          "plan); the input batches above.\n", worst_stage, worst / 1024);
   return 0;
+}
+
+// One candidate mesh of vt_plan_search.
+typedef struct {
+  int tp, pp, dp, ok;  // ok: valid for these flags
+  char why[200];       // why not, when not ok
+  double largest;      // MiB of the largest stage
+  double idle;         // the schedule's ideal idle fraction
+  double wire[3];      // the largest stage's bytes on the wire per rank per step: TP, PP, DP
+} candidate;
+
+int vt_plan_search(const vt_train_options *o) {
+  const vt_backend *be = vt_backend_get(VT_DEVICE_CPU, NULL);
+  VT_CHECK(be != NULL, "no CPU backend");
+  be->set_precision(o->precision);
+  const int n = o->plan_gpus, per_node = o->plan_node_gpus;
+  const double usable = 0.9 * o->plan_gpu_mem * 1024;  // MiB a plan may take
+  // tp x pp pairs: tp up to per_node, pp among n's divisors (at most 240 below 10^6)
+  candidate *cands = calloc((size_t)(per_node < n ? per_node : n) * 256, sizeof *cands);
+  VT_CHECK(cands != NULL, "out of memory");
+  int nc = 0;
+  for (int tp = 1; tp <= n && tp <= per_node; tp++) {
+    if (n % tp) continue;
+    for (int pp = 1; pp <= n / tp; pp++) {
+      if ((n / tp) % pp) continue;
+      candidate *k = &cands[nc++];
+      vt_train_options m = *o;
+      m.tp = tp, m.pp = pp, m.dp = n / (tp * pp);
+      *k = (candidate){tp, pp, m.dp, 0, "", 0, 0, {0, 0, 0}};
+      if (vt_train_validate(&m, n, k->why, sizeof k->why) != VT_OK) continue;
+      k->ok = 1;
+      vt_schedule_kind kind;
+      vt_schedule_parse(m.pp_schedule, &kind);
+      const vt_schedule_spec spec = {kind, pp, m.global_batch / (m.dp * m.micro_batch),
+                                     m.pp_chunks};
+      k->idle = pp > 1 ? vt_schedule_bubble_formula(&spec) : 0.0;
+      for (int p = 0; p < pp; p++) {
+        stage_plan sp;
+        plan_stage(&m, be, kind, p, &sp);
+        if (sp.total <= k->largest) continue;
+        k->largest = sp.total;
+        k->wire[0] = ring(sp.tp, tp, 1);
+        k->wire[1] = sp.pp_send;
+        k->wire[2] = ring(sp.dp_reduce, m.dp, !m.zero) + ring(sp.dp_gather, m.dp, 0);
+      }
+    }
+  }
+  const vt_vit_config *c = &o->model;
+  char extras[256];
+  vt_config_extras(c, extras, sizeof extras);
+  printf("mesh search for %d GPUs (%d per node: TP stays inside a node), %.0f GiB each; a mesh "
+         "fits when its largest stage's plan takes at most 90%% of that (%.1f GiB: the rest for "
+         "the CUDA context, libraries and op scratch)\n",
+         n, per_node, (double)o->plan_gpu_mem, usable / 1024);
+  printf("model %s (img %d patch %d width %d depth %d heads %d mlp %d%s), %s, global batch %d "
+         "in micro-batches of %d, %s schedule%s%s\n",
+         c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads,
+         vt_cfg_mlp_hidden(c), extras, o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32",
+         o->global_batch, o->micro_batch, o->pp_schedule, o->zero ? ", ZeRO-1" : "",
+         o->recompute_blocks ? ", recomputation" : "");
+  printf("  tp  pp   dp  largest stage  fits  pipeline idle  on the wire per GPU per step (MiB): "
+         "TP, PP, DP\n");
+  int best = -1;
+  for (int i = 0; i < nc; i++) {
+    const candidate *k = &cands[i];
+    if (!k->ok) {
+      printf("%4d %3d %4d  not possible: %s\n", k->tp, k->pp, k->dp, k->why);
+      continue;
+    }
+    const int fits = k->largest <= usable;
+    printf("%4d %3d %4d  %9.2f GiB  %4s  %13.3f  %9.1f %9.1f %9.1f\n", k->tp, k->pp, k->dp,
+           k->largest / 1024, fits ? "yes" : "no", k->idle, k->wire[0] / (1 << 20),
+           k->wire[1] / (1 << 20), k->wire[2] / (1 << 20));
+    if (!fits) continue;
+    // The fewest GPUs per model copy; among those TP (inside a node) before a pipeline, whose
+    // idle time and stage boundaries cost more.
+    const candidate *b = best >= 0 ? &cands[best] : NULL;
+    if (!b || k->tp * k->pp < b->tp * b->pp ||
+        (k->tp * k->pp == b->tp * b->pp && k->pp < b->pp))
+      best = i;
+  }
+  int rc = 0;
+  if (best < 0) {
+    printf("no mesh fits: add --recompute-blocks, --zero 1, a smaller --micro-batch-size, more "
+           "GPUs, or GPUs with more memory (--gpu-mem)\n");
+    rc = 1;
+  } else {
+    const candidate *b = &cands[best];
+    printf("suggested: --tp %d --pp %d --dp %d (the fewest GPUs per model copy that fit, tensor "
+           "parallelism before a pipeline; then `vit3d plan` with it shows each stage, and a "
+           "short run measures the step)\n", b->tp, b->pp, b->dp);
+  }
+  free(cands);
+  return rc;
 }

@@ -31,4 +31,11 @@ void vt_plan_report_memory(const vt_model *m, const vt_optimizer *opt, vt_device
 // returns 0.
 int vt_plan_run(const vt_train_options *o);
 
+// vit3d plan --gpus N: every tp x pp x dp mesh of N ranks (TP at most --node-gpus) for the
+// flags' model and global batch: whether it is possible (vt_train_validate's reasons), its
+// largest stage's plan against 90% of --gpu-mem, the pipeline's ideal idle fraction and the
+// bytes on the wire per step; suggests the fitting mesh with the fewest GPUs per model copy
+// (TP before PP). Returns 0, or 1 when none fits.
+int vt_plan_search(const vt_train_options *o);
+
 #endif

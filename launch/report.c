@@ -114,11 +114,12 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
   fprintf(f, "{\"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"nblocks\": %d, "
              "\"chunks\": %d, \"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
              "\"zero_padded\": %lld, \"dp_overlap\": %d, \"dp_layers\": %d, "
-             "\"dp_started_in_backward\": %d, \"parallel_blocks\": %d, \"axes\": {",
+             "\"dp_started_in_backward\": %d, \"parallel_blocks\": %d, \"vshape\": %d, "
+             "\"sequence_parallel\": %d, \"axes\": {",
           me.tp_rank, me.pp_rank, me.dp_rank, m->nblocks, m->nchunks, n_micro, m->max_batch,
           vt_cfg_tokens(&m->cfg), m->cfg.width, (long long)m->table.total,
           (long long)(opt->zero ? opt->padded : 0), opt->overlap, opt->layers_here,
-          opt->started_early, m->cfg.parallel);
+          opt->started_early, m->cfg.parallel, m->shard.pp_vshape, m->shard.sequence_parallel);
   for (int a = 0; a < VT_AXIS_COUNT; a++) {
     vt_comm_counts cc = vt_comm_counts_get((vt_axis)a);
     fprintf(f, "%s\"%s\": {", a ? ", " : "", vt_axis_name((vt_axis)a));

@@ -80,6 +80,9 @@ typedef struct {
   char init_from[512];      // start from these timm-format weights (safetensors)
   int eval_only;            // `vit3d eval`: load, evaluate --val-data once, stop
   int plan_only;            // `vit3d plan`: size the memory, run nothing
+  int plan_gpus;            // vit3d plan --gpus N: search the meshes of N ranks (0: the flags')
+  float plan_gpu_mem;       // --gpu-mem: GiB per GPU for the search
+  int plan_node_gpus;       // --node-gpus: GPUs per node, TP's upper bound in the search
   char logits_out[512];     // vit3d eval on one rank: write the inputs and logits (safetensors)
   char predictions[512];    // vit3d eval with one DP replica: each image's top-5 (CSV)
   int comm_stats;           // 1: each rank writes its first step's traffic per axis (log-dir)

@@ -1,21 +1,45 @@
 """check_traffic.py DIR TP PP DP ZERO: the payload bytes each rank counted per axis over one
 training step (DIR/comm.rank<R>.json, written by vit3d --comm-stats 1) against the formulas:
   TP  all-reduce: 4 x b*N*C floats per block per micro-batch (two forward, two backward); with
-      parallel blocks 2 x (one each way: both branches share the gathered input and one sum)
-  PP  send = recv: one activation (forward) and one gradient (backward) of b*N*C floats per
+      parallel blocks 2 x (one each way: both branches share the gathered input and one sum);
+      with sequence parallelism a reduce-scatter of as many bytes, and an all-gather of as many
+      and more (the embeddings' and the head's), the all-reduces only the LayerNorm gradients'
+      sums; each TP rank holds ceil(b*N / tp) rows of the stream, and the gathers' whole is
+      padded to tp times that
+  PP  send = recv: one activation (forward) and one gradient (backward) of b*N*C floats (the
+      rank's rows under sequence parallelism) per
       stage boundary per micro-batch; with model chunks (interleaved), per boundary of each
-      chunk's virtual stage c * pp + pp_rank
+      chunk's virtual stage c * pp + pp_rank; ZB-V's chunks are stages pp_rank and
+      2 pp - 1 - pp_rank, and its turn (pp - 1 to pp, both on the last rank) no transfer
   DP  all-reduce of the rank's gradient elements once per step; ZeRO-1: a reduce-scatter and
       an all-gather of the (padded) gradient elements instead. Without ZeRO, one all-reduce per
       layer of the stage (embeddings, each block, head), every one started during the step's
       last backward pass (overlap), none left for the optimizer step to start
-Prints each rank's counts beside the formulas and exits 1 on any difference.
+Prints each rank's counts beside the formulas and exits 1 on any difference. With a fifth
+argument PLAN (the output of `vit3d plan` for the same flags), each rank's counts must also be
+the plan's traffic lines for its stage (printed in MiB to 3 decimals).
 """
 import glob
 import json
+import re
 import sys
 
 d, tp, pp, dp, zero = sys.argv[1], *map(int, sys.argv[2:6])
+plan = {}  # stage -> {(axis, op): MiB} from vit3d plan's traffic lines
+if len(sys.argv) > 6:
+    for line in open(sys.argv[6]):
+        m = re.match(r"  stage (\d+): TP (all-reduce|reduce-scatter and all-gather) ([\d.]+), "
+                     r"PP send ([\d.]+) and receive ([\d.]+), DP (all-reduce|reduce-scatter) "
+                     r"([\d.]+)( and all-gather ([\d.]+))?;", line)
+        if m:
+            g = m.groups()
+            tp_ops = ["all_reduce"] if g[1] == "all-reduce" else ["reduce_scatter", "all_gather"]
+            plan[int(g[0])] = {("pp", "send"): float(g[3]), ("pp", "recv"): float(g[4]),
+                               ("dp", g[5].replace("-", "_")): float(g[6]),
+                               ("dp", "all_gather"): float(g[8] or 0),
+                               **{("tp", op): float(g[2]) for op in tp_ops}}
+    if len(plan) != pp:
+        sys.exit(f"FAIL: vit3d plan printed traffic for {len(plan)} stages, expected {pp}")
 ranks = sorted(glob.glob(d + "/comm.rank*.json"), key=lambda p: int(p.split("rank")[-1][:-5]))
 if len(ranks) != tp * pp * dp:
     sys.exit(f"FAIL: {len(ranks)} rank reports, expected {tp * pp * dp}")
@@ -23,22 +47,34 @@ bad = 0
 print(f"mesh {tp}x{pp}x{dp} zero {zero}: bytes per rank for one step, counted | formula")
 for path in ranks:
     r = json.load(open(path))
-    act = r["B"] * r["N"] * r["C"] * 4
+    seq = r.get("sequence_parallel") and tp > 1
+    # one micro-batch's stream; sequence parallelism: ceil(B N / tp) rows per TP rank, the
+    # padded whole gathered
+    rows = -(-r["B"] * r["N"] // tp) if seq else r["B"] * r["N"]
+    act = rows * (tp if seq else 1) * r["C"] * 4
     m, nb = r["micro_batches"], r["nblocks"]
-    v = r.get("chunks", 1)
-    stages = [c * pp + r["pp_rank"] for c in range(v)]  # this rank's virtual stages
-    boundaries = sum((s > 0) + (s < pp * v - 1) for s in stages)
+    v, p = r.get("chunks", 1), r["pp_rank"]
+    # this rank's virtual stages: c * pp + p, or ZB-V's V (p and 2 pp - 1 - p)
+    stages = [p, 2 * pp - 1 - p] if r.get("vshape") else [c * pp + p for c in range(v)]
+    owner = (lambda s: s if s < pp else 2 * pp - 1 - s) if r.get("vshape") else \
+        (lambda s: s % pp)
+    # boundaries with a virtual stage on another rank (ZB-V's turn stays on rank pp - 1)
+    boundaries = sum((s > 0 and owner(s - 1) != p) + (s < pp * v - 1 and owner(s + 1) != p)
+                     for s in stages)
+    blocks_tp = (2 if r.get("parallel_blocks") else 4) * nb * m * act if tp > 1 else 0
     want = {
-        ("tp", "all_reduce"): (2 if r.get("parallel_blocks") else 4) * nb * m * act if tp > 1 else 0,
-        ("pp", "send"): boundaries * m * act,
-        ("pp", "recv"): boundaries * m * act,
+        ("tp", "all_reduce"): 0 if seq else blocks_tp,
+        ("tp", "reduce_scatter"): blocks_tp if seq else 0,
+        ("pp", "send"): boundaries * m * rows * r["C"] * 4,
+        ("pp", "recv"): boundaries * m * rows * r["C"] * 4,
         ("dp", "all_reduce"): r["params"] * 4 if dp > 1 and not zero else 0,
         ("dp", "reduce_scatter"): r["zero_padded"] * 4 if dp > 1 and zero else 0,
         ("dp", "all_gather"): r["zero_padded"] * 4 if dp > 1 and zero else 0,
     }
     cells = []
     if dp > 1 and not zero:
-        layers = r["nblocks"] + (r["pp_rank"] == 0) + (r["pp_rank"] == pp - 1)
+        head = r["pp_rank"] == (0 if r.get("vshape") else pp - 1)  # ZB-V: the head on rank 0
+        layers = r["nblocks"] + (r["pp_rank"] == 0) + head
         calls = r["axes"]["dp"]["all_reduce"][0]
         ok = r["dp_overlap"] == 1 and r["dp_layers"] == layers == calls and \
             r["dp_started_in_backward"] == layers
@@ -46,12 +82,23 @@ for path in ranks:
         cells.append(f"dp overlap: {r['dp_started_in_backward']} of {r['dp_layers']} layers "
                      f"started in backward, {calls} all-reduces|{layers}"
                      f"{'' if ok else ' MISMATCH'}")
+    def planned(key, value):  # vit3d plan's figure for this stage, to its 3 decimals
+        return not plan or abs(value / 2**20 - plan[r["pp_rank"]].get(key, 0.0)) <= 0.0005 + 1e-9
     for (axis, op), w in want.items():
         got = r["axes"][axis][op][1]
-        ok = got == w
+        if seq and (axis, op) == ("tp", "all_reduce"):
+            ok = got < act  # the LayerNorm gradients' sums only (a few vectors)
+        else:
+            ok = got == w and planned((axis, op), got)
         bad += not ok
         cells.append(f"{axis} {op} {got}|{w}{'' if ok else ' MISMATCH'}")
+    if seq:  # the blocks' gathers (the plan's), then the embeddings' and the head's
+        got = r["axes"]["tp"]["all_gather"][1]
+        ok = blocks_tp <= got < 2 * blocks_tp and planned(("tp", "all_gather"), blocks_tp)
+        bad += not ok
+        cells.append(f"tp all_gather {got}|{blocks_tp}+{'' if ok else ' MISMATCH'}")
     name = path.split("/")[-1][5:-5]
     print(f"  {name:7s} tp{r['tp_rank']} pp{r['pp_rank']} dp{r['dp_rank']}: " + ", ".join(cells))
-print("all counts equal the formulas" if not bad else f"FAIL: {bad} counts differ")
+print(("all counts equal the formulas" + (" and vit3d plan's traffic" if plan else ""))
+      if not bad else f"FAIL: {bad} counts differ")
 sys.exit(1 if bad else 0)

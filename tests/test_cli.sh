@@ -93,6 +93,36 @@ out=$("$vit3d" plan --model vit-b16 --micro-batch-size 128 --global-batch-size 1
 if grep -q "^host memory for input batches: stage 0's ranks 55.1 MiB (3 micro-batches of 32 (each TP rank's share of 128) images: --prefetch + 1, pinned), 73.5 MiB more while evaluating" <<<"$out"; then
   echo "ok: vit3d plan's host input batches with TP 4: $(grep '^host memory' <<<"$out")"
 else echo "FAIL: vit3d plan's host memory line with TP 4: $out"; fail=1; fi
+# vit3d plan --gpus N: every mesh of N GPUs. ViT-B/16 (86,567,656 parameters: 330.2 MiB) fits
+# on every GPU as pure DP, whose ring all-reduce puts 2 x 15/16 of its gradients on the wire
+# (619.2 MiB); TP 8 does not divide its 12 heads.
+out=$("$vit3d" plan --model vit-b16 --gpus 16 --global-batch-size 4096 --micro-batch-size 64 \
+      --precision bf16 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -qE "^ +1 +1 +16 +[0-9.]+ GiB +yes +0.000 +0.0 +0.0 +619.2$" <<<"$out" &&
+   grep -q "^   8   1    2  not possible: --tp 8 does not divide the 12 attention heads" <<<"$out" &&
+   grep -q "^suggested: --tp 1 --pp 1 --dp 16 " <<<"$out"; then
+  echo "ok: vit3d plan --gpus 16 (ViT-B/16): pure DP, 619.2 MiB of gradients on the wire per GPU; tp 8 not possible"
+else echo "FAIL: vit3d plan --gpus 16: rc $rc: $out"; fail=1; fi
+# ViT-H/14 on 8 GPUs of 18 GiB: no DP-only or TP-2 mesh fits; TP 4 does and is suggested over
+# pipelines of as many GPUs per copy. 1 GiB: none fits, exit 1 with what to change.
+out=$("$vit3d" plan --model vit-h14 --gpus 8 --global-batch-size 4096 --micro-batch-size 64 \
+      --precision bf16 --gpu-mem 18 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -qE "^ +1 +1 +8 +[0-9.]+ GiB +no " <<<"$out" &&
+   grep -qE "^ +4 +1 +2 +[0-9.]+ GiB +yes " <<<"$out" &&
+   grep -q "^suggested: --tp 4 --pp 1 --dp 2 " <<<"$out"; then
+  echo "ok: vit3d plan --gpus 8 --gpu-mem 18 (ViT-H/14): $(grep '^suggested' <<<"$out" | cut -c1-40)"
+else echo "FAIL: vit3d plan --gpus 8 --gpu-mem 18: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" plan --model vit-b16 --gpus 4 --global-batch-size 4096 --micro-batch-size 64 --gpu-mem 1 2>&1)
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^no mesh fits: add --recompute-blocks, --zero 1" <<<"$out"; then
+  echo "ok: vit3d plan --gpus 4 --gpu-mem 1: no mesh fits (exit 1)"
+else echo "FAIL: vit3d plan --gpu-mem 1: rc $rc: $out"; fail=1; fi
+refuse "vit3d plan: --gpus N tries every --tp, --pp and --dp: drop --tp" plan --gpus 8 --global-batch-size 64 --tp 2
+refuse "vit3d plan: --gpus N compares meshes at one global batch: give --global-batch-size" plan --gpus 8
+refuse "vit3d plan: --gpu-mem and --node-gpus size the search of --gpus N: give --gpus" plan --gpu-mem 40
+refuse "vit3d train: --gpus, --gpu-mem and --node-gpus are for vit3d plan" train --gpus 8
 refuse "it does not go with --recompute-blocks" train --pp-schedule zb-h1 --recompute-blocks 2
 refuse "arguments file /nonexistent/recipe.args: No such file or directory" train @/nonexistent/recipe.args
 # An arguments file: its words are flags (comments and line breaks aside); later flags win.
@@ -135,7 +165,7 @@ else echo "FAIL: --epochs: $out"; fail=1; fi
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --mlp-dim --num-classes --global-pool \
             --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr --sched-on --sched \
-            --opt --momentum --opt-eps --weight-decay --eval-crop-mode --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --pos-drop --drop --pos-embed --pre-logits --weight-init --save-hook --save-hook-timeout --layer-decay --model-ema --model-ema-warmup --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
+            --opt --momentum --opt-eps --weight-decay --eval-crop-mode --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --pos-drop --drop --pos-embed --pre-logits --weight-init --save-hook --save-hook-timeout --gpus --gpu-mem --node-gpus --layer-decay --model-ema --model-ema-warmup --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
 "$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }

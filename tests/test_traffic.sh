@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # test_traffic.sh VIT3D: the bytes every rank moves per axis in one step equal the formulas of
 # tests/check_traffic.py, on 2x2x2, 2x2x2 with ZeRO-1, 1x4x2, 1x4x2 with the interleaved
-# schedule and 2x2x2 with parallel blocks (half the TP bytes).
+# schedule, 2x2x2 with parallel blocks (half the TP bytes), 1x4x2 with ZB-V (its V: the turn
+# between the chunks of the last rank is no transfer) and 2x2x2 with sequence parallelism; and
+# so do the traffic lines of
+# `vit3d plan` for the same flags.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,15 +16,22 @@ measure() {  # measure NAME TP PP DP ZERO [flags...]
   local name=$1 tp=$2 pp=$3 dp=$4 zero=$5
   shift 5
   mkdir -p "$work/$name"
-  timeout 300 mpirun -np 8 --oversubscribe "$vit3d" train --model tiny --heads 8 --depth 8 \
-    --global-batch-size 16 --micro-batch-size 2 --steps 1 --threads 1 --tp "$tp" --pp "$pp" \
-    --dp "$dp" --zero "$zero" --log-dir "$work/$name" --comm-stats 1 "$@" > "$work/$name.log" 2>&1 ||
+  local flags=(--model tiny --heads 8 --depth 8 --global-batch-size 16 --micro-batch-size 2
+               --tp "$tp" --pp "$pp" --dp "$dp" --zero "$zero" "$@")
+  timeout 300 mpirun -np 8 --oversubscribe "$vit3d" train "${flags[@]}" --steps 1 --threads 1 \
+    --log-dir "$work/$name" --comm-stats 1 > "$work/$name.log" 2>&1 ||
     { echo "FAIL: run $name"; tail "$work/$name.log"; fail=1; return; }
-  "$py" "$here/check_traffic.py" "$work/$name" "$tp" "$pp" "$dp" "$zero" || fail=1
+  "$vit3d" plan "${flags[@]}" > "$work/$name.plan" 2>&1 ||
+    { echo "FAIL: vit3d plan $name"; cat "$work/$name.plan"; fail=1; return; }
+  "$py" "$here/check_traffic.py" "$work/$name" "$tp" "$pp" "$dp" "$zero" "$work/$name.plan" || fail=1
 }
 measure m222 2 2 2 0
 measure zero 2 2 2 1
 measure m142 1 4 2 0
 measure il142 1 4 2 0 --pp-schedule interleaved  # chunks 0-0,4-4 ... 3-3,7-7: a ring
 measure par222 2 2 2 0 --parallel-blocks 1  # half the TP traffic of m222
+measure zbv142 1 4 2 0 --pp-schedule zb-v  # chunks 0-0,7-7 ... 3-3,4-4: the turn stays on rank 3
+# sequence parallelism: reduce-scatters and all-gathers for the all-reduces, 9 of the 17 rows
+# of a micro-batch of 1 per TP rank (one row of padding)
+measure sp222 2 2 2 0 --sequence-parallel 1 --micro-batch-size 1
 exit $fail
