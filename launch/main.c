@@ -24,8 +24,9 @@ static void usage(FILE *f) {
           "commands:\n"
           "  train      train a ViT (see vit3d train --help)\n"
           "  eval       evaluate a checkpoint or weights on --val-data (flags of train)\n"
-          "  plan       print each pipeline stage's memory plan for the mesh and batch of the\n"
-          "             flags of train (--tp, --pp, --dp, ...), allocating nothing\n"
+          "  plan       print each pipeline stage's memory and traffic for the mesh and batch\n"
+          "             of the flags of train (--tp, --pp, --dp, ...), allocating nothing; with\n"
+          "             --gpus N compare every mesh of N GPUs and suggest one\n"
           "  export     vit3d export --checkpoint DIR --out FILE.safetensors [--use-ema 1]\n"
           "             (timm names)\n"
           "  inspect    vit3d inspect DIR: what a checkpoint (or a --save folder's newest) holds\n"
@@ -136,7 +137,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   // --model picks the preset first; the size flags then override its fields.
   const char *preset = vt_cli_find(argc, argv, "--model");
   if (preset && vt_config_preset(preset, &o.model, err, sizeof err) != VT_OK) {
-    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
+    if (rank0) fprintf(stderr, "vit3d %s: %s\n", kRunNames[mode], err);
     return 2;
   }
   const double BIG = 1e9;
@@ -519,19 +520,24 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   for (int i = 0; i < argc; i++)
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       if (!rank0) return 0;
-      printf("usage: vit3d train [flags] [@FILE ...]\n\nTrains a ViT and prints a progress line "
-             "per --log-interval steps. @FILE reads flags from FILE (words separated by spaces "
-             "or lines, '#' comments; a recipe in docs/recipes.md); later flags win.\n\n"
-             "flags [default]:\n");
+      static const char *const what[] = {
+          "Trains a ViT and prints a progress line per --log-interval steps.",
+          "Evaluates a checkpoint (--checkpoint DIR) or weights (--init-from FILE) on "
+          "--val-data; the flags are train's.",
+          "Prints each pipeline stage's memory and traffic for the --tp --pp --dp mesh, or with "
+          "--gpus N compares every mesh of N GPUs; allocates nothing; the flags are train's."};
+      printf("usage: vit3d %s [flags] [@FILE ...]\n\n%s @FILE reads flags from FILE (words "
+             "separated by spaces or lines, '#' comments; a recipe in docs/recipes.md); later "
+             "flags win.\n\nflags [default]:\n", kRunNames[mode], what[mode]);
       vt_cli_help(stdout, opts, nopts);
       return 0;
     }
   if (vt_cli_parse(opts, nopts, argc, argv, err, sizeof err) != VT_OK) {
-    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
+    if (rank0) fprintf(stderr, "vit3d %s: %s\n", kRunNames[mode], err);
     return 2;
   }
   if (vt_fault_init(vt_comm_rank(world), err, sizeof err) != 0) {
-    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
+    if (rank0) fprintf(stderr, "vit3d %s: %s\n", kRunNames[mode], err);
     return 2;
   }
   o.device = strcmp(device, "cuda") == 0 ? VT_DEVICE_CUDA : VT_DEVICE_CPU;
@@ -564,7 +570,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                                                : VT_ERASE_PIXEL;
   if ((mean[0] && parse_triple("--mean", mean, o.transform.mean, 0, err, sizeof err) != VT_OK) ||
       (std[0] && parse_triple("--std", std, o.transform.std, 1, err, sizeof err) != VT_OK)) {
-    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
+    if (rank0) fprintf(stderr, "vit3d %s: %s\n", kRunNames[mode], err);
     return 2;
   }
   o.transform.train_interp = interp_of(train_interp);
@@ -573,7 +579,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
   o.transform.ra = vt_randaug_defaults(o.transform.mean);
   o.transform.ra.interp = strcmp(aa_interp, "bilinear") == 0 ? VT_RA_BILINEAR : VT_RA_BICUBIC;
   if (aa[0] && vt_randaug_parse(aa, &o.transform.ra, err, sizeof err) != VT_OK) {
-    if (rank0) fprintf(stderr, "vit3d train: %s\n", err);
+    if (rank0) fprintf(stderr, "vit3d %s: %s\n", kRunNames[mode], err);
     return 2;
   }
   o.epochs = if_later(argc, argv, "--epochs", "--steps", epochs);
