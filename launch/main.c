@@ -348,7 +348,8 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "dropout as timm's proj_drop_rate: each element of every block's attention output, MLP "
        "hidden units and MLP output dropped with probability P (the rest scaled by 1 / (1 - P)), "
        "keyed by the image's stream position, token and channel (the original ViT, AugReg's "
-       "regularised settings: 0.1 with --pos-drop 0.1); not with --parallel-blocks", NULL},
+       "regularised settings: 0.1 with --pos-drop 0.1); parallel blocks drop their MLP's hidden "
+       "units only (timm's ParallelScalingBlock)", NULL},
       {"--pos-drop", VT_OPT_FLOAT, &o.pos_drop, 0, 0, 0.99, "P",
        "dropout as timm's pos_drop_rate: each element of the embedding's output (patches, prefix "
        "tokens and positions) dropped with probability P", NULL},

@@ -109,9 +109,6 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--drop-path works on micro-batches of at most %d images (have %d); lower "
            "--micro-batch-size and raise the accumulation instead", VT_DROP_PATH_MAX_SAMPLES,
            o->micro_batch);
-  if (o->proj_drop > 0 && o->model.parallel)
-    REFUSE("--proj-drop is not built for --parallel-blocks 1 (timm's ParallelScalingBlock drops "
-           "elsewhere); use --drop-path, or sequential blocks");
   if (o->optim.warmup_steps > o->steps && o->epochs <= 0)  // (with --epochs: once resolved)
     REFUSE("--warmup-steps %lld is longer than --steps %lld", (long long)o->optim.warmup_steps,
            (long long)o->steps);

@@ -7,7 +7,7 @@
 // register tokens, positions on the patch tokens only and the mean-pooled head (DeiT III and
 // DINOv2's options); reg 3 register tokens with positions, the class-token head; qk QK-norm
 // without the qkv bias (ViT-22B's attention) and LayerScale; par parallel blocks (ViT-22B) with
-// LayerScale; bce binary cross-entropy (timm's --bce-loss) instead of the softmax one, bcet the
+// LayerScale and dropout 0.2 of the MLP's hidden units (timm's ParallelScalingBlock); bce binary cross-entropy (timm's --bce-loss) instead of the softmax one, bcet the
 // same with binary targets (those over 0.3, timm's --bce-target-thresh); lamb the
 // LAMB optimizer (timm's Lamb) instead of AdamW; drop dropout (proj_drop 0.2, pos_drop 0.1,
 // drop_rate 0.3, with LayerScale; the PyTorch side draws its own masks); sincos big_vision's
@@ -127,6 +127,7 @@ int main(int argc, char **argv) {
   m.bce = !strcmp(variant, "bce") || !strcmp(variant, "bcet");
   if (!strcmp(variant, "bcet")) m.bce_thresh = 0.3f;
   if (!strcmp(variant, "drop")) m.proj_drop = 0.2f, m.pos_drop = 0.1f, m.head_drop = 0.3f;
+  if (!strcmp(variant, "par")) m.proj_drop = 0.2f;  // the MLP's hidden units only
   if (!strcmp(variant, "pre")) m.head_drop = 0.3f;  // over the pre-logits' R outputs
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);

@@ -156,11 +156,12 @@ class Mlp(nn.Module):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
 
-    def forward(self, x, positions=None, site=0):
-        """With positions (training): dropout of the hidden units (site) and of the output
-        (site + 1), timm's drop1 and drop2."""
+    def forward(self, x, positions=None, site=0, out_drop=True):
+        """With positions (training): dropout of the hidden units (site) and, with out_drop,
+        of the output (site + 1), timm's drop1 and drop2."""
         h = dropout(F.gelu(self.fc1(x), approximate=GELU), positions, site, PROJ_DROP)
-        return dropout(self.fc2(h), positions, site + 1, PROJ_DROP)
+        y = self.fc2(h)
+        return dropout(y, positions, site + 1, PROJ_DROP) if out_drop else y
 
 
 class MapHead(nn.Module):
@@ -216,7 +217,8 @@ class Block(nn.Module):
 
 class ParallelBlock(nn.Module):
     """ViT-22B's parallel block: x + drop_path(ls(attn(n) + mlp(n))), n = norm1(x); timm's
-    ParallelScalingBlock computes the same with its own tensor names."""
+    ParallelScalingBlock computes the same with its own tensor names. Its dropout (timm's
+    mlp_drop) drops the MLP's hidden units only."""
     def __init__(self, dim, heads, hidden, layer_scale=False, qk_norm=False, qkv_bias=True):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
@@ -228,7 +230,8 @@ class ParallelBlock(nn.Module):
         if masks is None:
             masks, keep = torch.ones(2, x.shape[0]), 1.0
         n = self.norm1(x)
-        return x + drop_path(self.ls(self.attn(n) + self.mlp(n)), masks[0], keep)
+        m = self.mlp(n, positions, 2 + 3 * layer, out_drop=False)
+        return x + drop_path(self.ls(self.attn(n) + m), masks[0], keep)
 
 
 class PatchEmbed(nn.Module):

@@ -39,7 +39,6 @@ refuse "--model-ema-warmup warms up the weights' EMA: give --model-ema DECAY too
 refuse "--pos-embed sincos2d gives positions to the patch tokens only: add --no-embed-class 1" train --pos-embed sincos2d
 refuse "--pos-embed sincos2d splits the width into 4 quarters" train --pos-embed sincos2d --no-embed-class 1 --width 66 --heads 3
 refuse "--pos-embed: 'sincos' is not one of learn|sincos2d" train --pos-embed sincos
-refuse "--proj-drop is not built for --parallel-blocks 1" train --proj-drop 0.1 --parallel-blocks 1
 refuse "--aa 'rand-m9-w0': unknown key 'w0'" train --aa rand-m9-w0
 refuse "--aa 'autoaug': only RandAugment is built" train --aa autoaug
 refuse "--aa, --three-augment, --simple-crop and --aug-repeats act on the image loader's crops; --data synthetic has none" train --aa rand-m9

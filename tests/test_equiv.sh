@@ -190,13 +190,14 @@ run ls_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${ls[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_ls" "$work/ls_sp" "ls_sp 4 x 2 x 1 SP ${ls[*]}" ||
   fail=1
 # Parallel blocks (ViT-22B): one TP reduction per block each way, the branches' input gradients
-# added before it; with LayerScale on the sum, QK-norm, drop path (one mask per block) and the
-# binary cross-entropy loss on binary targets; also
+# added before it; with LayerScale on the sum, QK-norm, drop path (one mask per block),
+# dropout of the MLP's hidden units (each TP rank its columns) and the binary cross-entropy
+# loss on binary targets; also
 # 4x2x1 with sequence parallelism, and ZB-H1 bit for bit as 1F1B below (its weight pass reads
 # the one output gradient both branches share).
-par=(--parallel-blocks 1 --layer-scale 0.2 --qk-norm 1 --drop-path 0.2 --bce-loss 1
-     --bce-target-thresh 0.05)
-variant base base_par "parallel blocks, LayerScale, QK-norm, drop path, BCE loss (binary targets)" "${par[@]}"
+par=(--parallel-blocks 1 --layer-scale 0.2 --qk-norm 1 --drop-path 0.2 --proj-drop 0.1
+     --bce-loss 1 --bce-target-thresh 0.05)
+variant base base_par "parallel blocks, LayerScale, QK-norm, drop path, dropout, BCE loss (binary targets)" "${par[@]}"
 run par_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${par[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_par" "$work/par_sp" "par_sp 4 x 2 x 1 SP ${par[*]}" ||
   fail=1

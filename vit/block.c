@@ -10,7 +10,8 @@
 // (noise->drop, timm's proj_drop) drops elements of the attention's output and of the MLP's
 // hidden units and output: x + drop_path(ls(dropout(branch))).
 // Parallel blocks (cfg.parallel) run both branches from one LayerNorm and add their outputs
-// before one reduction: one f and one g per block.
+// before one reduction: one f and one g per block; their dropout, as timm's
+// ParallelScalingBlock's (mlp_drop), drops the MLP's hidden units only.
 #include "model.h"
 #include "tp.h"
 #include "vt_ops.h"
@@ -79,7 +80,8 @@ static void attention_fwd(const vt_model *m, const vt_block_tensors *w, vt_block
 // outputs are added before the one reduction (g once): one TP collective each way per block
 // instead of two.
 static void parallel_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
-                         const float *in, float *out, int B, const vt_drop_mask *drop) {
+                         const float *in, float *out, int B, const vt_drop_mask *drop,
+                         const vt_dropout_mask *dropout) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const int tp = m->shard.tp_size;
@@ -92,6 +94,7 @@ static void parallel_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_
   attention_fwd(m, w, a, x1, B);
   vt_linear_act_fwd(be, a->fc1, x1, w->fc1_w, w->fc1_b, M, C, F);
   vt_act_fwd(be, a->gelu, a->fc1, M * F, vt_model_gelu(m));
+  if (dropout) vt_dropout(be, a->gelu, a->gelu, M, F, &dropout[VT_DROPOUT_HIDDEN], 1);
   // y: the reduced sum of the branches (kept for LayerScale's backward, else made in out)
   float *y = w->ls2 ? a->ls2 : out, *sum = m->sp ? m->s.partial : y;
   vt_linear_fwd(be, m->s.branch, a->attn, w->proj_w, first ? w->proj_b : NULL, M, HD, C);
@@ -105,9 +108,8 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
                   const float *in, float *out, int B, const vt_block_noise *noise) {
   const vt_drop_mask *drop = noise->path;
   const vt_dropout_mask *dropout = noise->drop;
-  VT_CHECK(!(m->cfg.parallel && dropout), "dropout is not built for parallel blocks");
   if (m->cfg.parallel) {
-    parallel_fwd(m, w, a, in, out, B, drop);
+    parallel_fwd(m, w, a, in, out, B, drop, dropout);
     return;
   }
   const vt_backend *be = m->be;
@@ -247,7 +249,8 @@ static void mlp_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tenso
 // TP group once.
 static void parallel_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
                          const vt_block_acts *a, const float *in, float *dres, int B,
-                         const vt_drop_mask *drop, vt_block_wgrad *wg) {
+                         const vt_drop_mask *drop, const vt_dropout_mask *dropout,
+                         vt_block_wgrad *wg) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const vt_model_scratch *s = &m->s;
@@ -257,7 +260,8 @@ static void parallel_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_
   float *dfc1 = wg ? wg->dfc1 : s->dfc1, *dqkv = wg ? wg->dqkv : s->dqkv;
   const float *dy = branch_dy(m, dres, drop ? &drop[0] : NULL, NULL, w->ls2, gw->ls2, a->ls2,
                               wg ? wg->dfc2 : NULL, B);
-  mlp_bwd(m, w, gw, a, dy, x1, dfc1, s->dln2, !wg, B, NULL);
+  mlp_bwd(m, w, gw, a, dy, x1, dfc1, s->dln2, !wg, B,
+          dropout ? &dropout[VT_DROPOUT_HIDDEN] : NULL);
   attention_bwd(m, w, gw, a, dy, x1, dqkv, s->dln, !wg, B);
   vt_add(be, s->dln, s->dln, s->dln2, M * C);  // dln's rows past M stay untouched (zero)
   const float *dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
@@ -270,9 +274,8 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
                   const vt_block_noise *noise, vt_block_wgrad *wg) {
   const vt_drop_mask *drop = noise->path;
   const vt_dropout_mask *dropout = noise->drop;
-  VT_CHECK(!(m->cfg.parallel && noise->drop), "dropout is not built for parallel blocks");
   if (m->cfg.parallel) {
-    parallel_bwd(m, w, gw, a, in, dres, B, drop, wg);
+    parallel_bwd(m, w, gw, a, in, dres, B, drop, dropout, wg);
     return;
   }
   const vt_backend *be = m->be;
