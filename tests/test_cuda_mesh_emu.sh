@@ -12,7 +12,7 @@
 # the overlapped DP reductions' side stream), ZB-V on 4 stages and on 2 stages x dp 2 with an
 # image folder and the evaluation (activations and gradients on their own links and send
 # streams, the turn a device copy), the interleaved ring on 3 stages (an odd ring:
-# its last link made in a round of its own), LAMB with clipping and layer decay on parallel blocks over TP x DP, an image
+# its last link made in a round of its own), LAMB with clipping, layer decay and dropout on parallel blocks over TP x DP, an image
 # folder over TP x PP with the decoding split over TP (the shares all-gathered on the devices)
 # and the evaluation after the last step through the pipeline, and tp 2 x pp 2 x dp 2 with
 # ZeRO-1, sequence parallelism and the EMA, whose checkpoints (every rank writes its part from
@@ -99,7 +99,7 @@ done <<'MESHES'
 4 bf16 --pp 4 --pp-schedule zb-v --depth 8
 4 fp32 --pp 2 --dp 2 --pp-schedule zb-v --global-batch-size 16 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1
 3 bf16 --pp 3 --pp-chunks 2 --pp-schedule interleaved --global-batch-size 12 --depth 6
-4 fp32 --tp 2 --dp 2 --opt lamb --clip-grad 0.5 --parallel-blocks 1 --layer-decay 0.75
+4 fp32 --tp 2 --dp 2 --opt lamb --clip-grad 0.5 --parallel-blocks 1 --layer-decay 0.75 --proj-drop 0.1
 4 fp32 --tp 2 --pp 2 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1 --decode-split 1
 8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9 --save-interval 2
 MESHES
