@@ -6,8 +6,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
