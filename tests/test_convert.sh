@@ -174,6 +174,16 @@ rc=$?
 if [ $rc -eq 0 ] && grep -q "has no pre-logits layer; it and the head start fresh" <<<"$out"; then
   echo "ok: weights without a pre-logits layer start it and the head fresh"
 else echo "FAIL: weights without pre-logits into --pre-logits 16: rc $rc: $(tail -n 2 <<<"$out")"; fail=1; fi
+# Weights of another size say which flag fits them: the MLP's width, the depth, the width.
+for wrong in "--mlp-dim 200:has an MLP 256 wide (blocks.N.mlp.fc1), this model 200; pass --mlp-dim 256" \
+             "--depth 3:holds 4 blocks (blocks.0 to blocks.3), this model 3; pass --depth 4" \
+             "--width 96 --heads 4:holds a model of width 64 and patch 8 (patch_embed.proj); pass --width 64 --patch-size 8"; do
+  out=$("$vit3d" "${base[@]}" "${dinoreg[@]}" ${wrong%%:*} --init-from "$work/dinoreg.safetensors" 2>&1)
+  rc=$?
+  if [ $rc -eq 2 ] && grep -qF -- "${wrong#*:}" <<<"$out"; then
+    echo "ok: weights into ${wrong%%:*} refused: ${wrong#*:}"
+  else echo "FAIL: weights into ${wrong%%:*}: rc $rc: $(tail -n 2 <<<"$out")"; fail=1; fi
+done
 out=$("$py" "$conv" "$work/swiglu.pth" "$work/bad.safetensors" 2>&1)
 rc=$?
 if [ $rc -eq 1 ] && grep -q "not a ViT layout vit3d builds: blocks.0.mlp.w12.weight" <<<"$out" &&

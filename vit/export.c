@@ -306,11 +306,13 @@ static void resample_pos(const float *src, int g0, float *dst, int g1, int pr, i
   free(wy), free(wx), free(acc);
 }
 
-// A file made for another kind of ViT than the configuration: parallel blocks, LayerScale
-// gammas, QK-norm, the qkv bias, the class token, register tokens, a MAP head (attn_pool) or a
-// pre-logits layer on the file's side only, or one of another width. Loading the rest would
-// silently drop what the file learned, so it is refused with the flag that matches the file. (A
-// MAP head or pre-logits layer the file lacks starts fresh, as a head does: vt_model_init_from.)
+// A file made for another kind or size of ViT than the configuration: parallel blocks,
+// LayerScale gammas, QK-norm, the qkv bias, the class token, register tokens, a MAP head
+// (attn_pool) or a pre-logits layer on the file's side only, or one of another width; then
+// another width, patch, MLP width or depth. Loading the rest would silently drop what the file
+// learned (a deeper file's last blocks), so it is refused with the flag that matches the file.
+// (A MAP head or pre-logits layer the file lacks starts fresh, as a head does:
+// vt_model_init_from.)
 static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, const char *path,
                                char *err, size_t errlen) {
   const int file_ls = vt_st_find(f, "blocks.0.ls1.gamma") || vt_st_find(f, "blocks.0.ls.gamma");
@@ -365,6 +367,34 @@ static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, cons
   if (file_regs != c->reg_tokens) {
     snprintf(err, errlen, "%s has %d register tokens (reg_token); pass --reg-tokens %d", path,
              file_regs, file_regs);
+    return VT_ERR_INPUT;
+  }
+  // The sizes the file's tensors give away: width and patch (patch_embed.proj), the MLP's hidden
+  // width (fc1), the depth (the highest block index). Heads and the image size are not in the
+  // shapes.
+  const vt_st_entry *pe = vt_st_find(f, "patch_embed.proj.weight");
+  if (pe && pe->ndim == 4 && (pe->shape[0] != c->width || pe->shape[2] != c->patch_size)) {
+    snprintf(err, errlen, "%s holds a model of width %lld and patch %lld (patch_embed.proj); "
+             "pass --width %lld --patch-size %lld (and heads that divide the width)", path,
+             (long long)pe->shape[0], (long long)pe->shape[2], (long long)pe->shape[0],
+             (long long)pe->shape[2]);
+    return VT_ERR_INPUT;
+  }
+  const vt_st_entry *fc1 = vt_st_find(f, "blocks.0.mlp.fc1.weight");
+  if (fc1 && fc1->ndim == 2 && fc1->shape[0] != vt_cfg_mlp_hidden(c)) {
+    snprintf(err, errlen, "%s has an MLP %lld wide (blocks.N.mlp.fc1), this model %d; pass "
+             "--mlp-dim %lld", path, (long long)fc1->shape[0], vt_cfg_mlp_hidden(c),
+             (long long)fc1->shape[0]);
+    return VT_ERR_INPUT;
+  }
+  int depth = 0;
+  for (int i = 0; i < f->count; i++) {
+    int b;
+    if (sscanf(f->entries[i].name, "blocks.%d.", &b) == 1 && b >= depth) depth = b + 1;
+  }
+  if (depth > 0 && depth != c->depth) {
+    snprintf(err, errlen, "%s holds %d blocks (blocks.0 to blocks.%d), this model %d; pass "
+             "--depth %d", path, depth, depth - 1, c->depth, depth);
     return VT_ERR_INPUT;
   }
   return VT_OK;
