@@ -90,10 +90,8 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    m->patch_size, m->width, m->depth, m->heads, (double)m->mlp_ratio,
                    m->num_classes, m->global_pool, m->aug_repeats > 1 ? m->aug_repeats : 1,
                    m->layer_scale, m->no_embed_class, m->reg_tokens, m->qk_norm, m->qkv_bias,
-                   m->parallel, m->class_token, m->gelu_tanh, m->pos_sincos, m->pre_logits, m->mlp_dim,
-                   m->tp,
-                   m->pp, m->dp, m->zero,
-                   m->sequence_parallel);
+                   m->parallel, m->class_token, m->gelu_tanh, m->pos_sincos, m->pre_logits,
+                   m->mlp_dim, m->tp, m->pp, m->dp, m->zero, m->sequence_parallel);
   if (m->has_optim && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k,
                   "lr %.17g\nmin_lr %.17g\nwarmup_lr %.17g\nweight_decay %.17g\nopt_eps %.17g"

@@ -453,8 +453,8 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "end of the run wait for it; the last checkpoint's hook failing exits 1", NULL},
       {"--save-hook-timeout", VT_OPT_FLOAT, &o.save_hook_timeout, 0, 0, 1e7, "SEC",
        "stop a save hook still running after SEC seconds (SIGTERM to its process group, SIGKILL "
-       "min(10, SEC) s later), counted as failed, and train on; 0: no limit (a hook that hangs then holds "
-       "the next commit until the watchdog's --timeout-s ends the job)", NULL},
+       "min(10, SEC) s later), counted as failed, and train on; 0: no limit (a hook that hangs "
+       "then holds the next commit until the watchdog's --timeout-s ends the job)", NULL},
       {"--async-save", VT_OPT_INT, &o.async_save, 0, 0, 1, "N",
        "1: rank 0 writes each checkpoint but the last (and a preemption's) on a background "
        "thread while training goes on, from a snapshot taken at its step; 0: every save in "

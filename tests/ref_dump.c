@@ -7,9 +7,10 @@
 // register tokens, positions on the patch tokens only and the mean-pooled head (DeiT III and
 // DINOv2's options); reg 3 register tokens with positions, the class-token head; qk QK-norm
 // without the qkv bias (ViT-22B's attention) and LayerScale; par parallel blocks (ViT-22B) with
-// LayerScale and dropout 0.2 of the MLP's hidden units (timm's ParallelScalingBlock); bce binary cross-entropy (timm's --bce-loss) instead of the softmax one, bcet the
-// same with binary targets (those over 0.3, timm's --bce-target-thresh); lamb the
-// LAMB optimizer (timm's Lamb) instead of AdamW; drop dropout (proj_drop 0.2, pos_drop 0.1,
+// LayerScale and dropout 0.2 of the MLP's hidden units (timm's ParallelScalingBlock); bce
+// binary cross-entropy (timm's --bce-loss) instead of the softmax one, bcet the same with
+// binary targets (those over 0.3, timm's --bce-target-thresh); lamb the LAMB optimizer (timm's
+// Lamb) instead of AdamW; drop dropout (proj_drop 0.2, pos_drop 0.1,
 // drop_rate 0.3, with LayerScale; the PyTorch side draws its own masks); sincos big_vision's
 // fixed 2D sin-cos positions with the gap head and no class token (its "Better plain ViT
 // baselines" model; the PyTorch side makes its own table); emaw the weights' EMA with timm's
