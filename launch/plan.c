@@ -37,9 +37,11 @@ double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval) {
 }
 
 // Host memory a rank holds from a checkpoint save until its part is written: its 1/dp slice
-// of its local table's weights, Adam moments and EMA (launch/ckpt.c).
-static double save_mib(int64_t total, int dp, int ema) {
-  return (double)((total + dp - 1) / dp) * 4.0 * (ema ? 4 : 3) / (1 << 20);
+// of its local table's weights, optimizer state (Adam's two moments, SGD's one buffer) and EMA
+// (launch/ckpt.c).
+static double save_mib(const vt_train_options *o, int64_t total) {
+  const int copies = 1 + (o->optim.kind == VT_OPT_SGD ? 1 : 2) + (o->optim.ema_decay > 0);
+  return (double)((total + o->dp - 1) / o->dp) * 4.0 * copies / (1 << 20);
 }
 
 void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base,
@@ -68,7 +70,7 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
   if (o->save_dir[0])
     snprintf(host + strlen(host), sizeof host - strlen(host), "%s%.1f MiB at each checkpoint "
              "save", host[0] ? ", " : "; on the host: ",
-             save_mib(m->table.total, o->dp, opt->ema != NULL));
+             save_mib(o, m->table.total));
   vt_log_all_ranks(1);
   vt_log_info("memory plan (%s): blocks %s%s%s, parameters %.1f MiB, gradients %.1f MiB, "
               "optimizer %.1f MiB, activations %.1f MiB (%d of %d %s in flight%s%s); "
@@ -141,7 +143,7 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   sp->acts = (double)vt_model_act_nbytes(c, shard, B, sp->nslots, sp->nwsets,
                                          o->recompute_blocks, be) * mib;
   sp->total = 2 * sp->params + sp->opt + sp->acts;
-  sp->save = save_mib(t.total, o->dp, o->optim.ema_decay > 0);
+  sp->save = save_mib(o, t.total);
   // One micro-batch's stream: under sequence parallelism each TP rank holds ceil(B N / tp)
   // rows of it, sends only those to the next stage and gathers the padded whole.
   const int seq = o->sequence_parallel && o->tp > 1;
@@ -237,7 +239,10 @@ int vt_plan_run(const vt_train_options *o) {
   printf("host memory at each checkpoint save (--save): at most %.1f MiB per rank (stage %d; a "
          "rank's 1/dp slice of its stage's %s, held until written); no rank holds the whole "
          "model\n", most_save, most_save_stage,
-         o->optim.ema_decay > 0 ? "weights, Adam moments and EMA" : "weights and Adam moments");
+         o->optim.kind == VT_OPT_SGD
+             ? (o->optim.ema_decay > 0 ? "weights, momentum and EMA" : "weights and momentum")
+             : (o->optim.ema_decay > 0 ? "weights, Adam moments and EMA"
+                                       : "weights and Adam moments"));
   if (o->pp > 1) {  // what the activations in flight buy: the ideal idle fraction of a step
     const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, o->pp, n_micro, 1};
     printf("pipeline: %s schedule, ideal idle fraction %s = %.3f with equal stages and free "
