@@ -225,7 +225,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   static const char *const names[3] = {"model.safetensors", "optim.safetensors",
                                        "ema.safetensors"};
   static const char *const prefixes[3][2] = {{""}, {"exp_avg.", "exp_avg_sq."}, {""}};
-  const int kinds[3] = {1, sgd ? 1 : 2, 1}, first[3] = {0, 1, 3};
+  const int kinds[3] = {1, vt_opt_state_buffers(opt->cfg.kind), 1}, first[3] = {0, 1, 3};
   vt_status st = VT_OK;
   if (rank == 0) st = vt_ckpt_begin(o->save_dir, step, w->tmp, sizeof w->tmp, err, errlen);
   vt_comm_broadcast_bytes(world, w->tmp, sizeof w->tmp, 0);

@@ -40,7 +40,7 @@ double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval) {
 // of its local table's weights, optimizer state (Adam's two moments, SGD's one buffer) and EMA
 // (launch/ckpt.c).
 static double save_mib(const vt_train_options *o, int64_t total) {
-  const int copies = 1 + (o->optim.kind == VT_OPT_SGD ? 1 : 2) + (o->optim.ema_decay > 0);
+  const int copies = 1 + vt_opt_state_buffers(o->optim.kind) + (o->optim.ema_decay > 0);
   return (double)((total + o->dp - 1) / o->dp) * 4.0 * copies / (1 << 20);
 }
 
@@ -139,7 +139,7 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   sp->recomputed = o->recompute_blocks < most ? o->recompute_blocks : most;
   sp->params = (double)t.total * 4 * mib;
   sp->opt = (double)vt_optimizer_plan_nbytes(t.total, o->dp, o->zero, o->optim.ema_decay > 0,
-                                             o->optim.kind == VT_OPT_SGD ? 1 : 2) * mib;
+                                             vt_opt_state_buffers(o->optim.kind)) * mib;
   sp->acts = (double)vt_model_act_nbytes(c, shard, B, sp->nslots, sp->nwsets,
                                          o->recompute_blocks, be) * mib;
   sp->total = 2 * sp->params + sp->opt + sp->acts;

@@ -155,7 +155,7 @@ size_t vt_optimizer_plan_nbytes(int64_t total, int dp_size, int zero, int ema, i
 size_t vt_optimizer_nbytes(const vt_optimizer *o) {
   const int dp_size = o->dp ? vt_comm_size(o->dp) : 1;
   return vt_optimizer_plan_nbytes(o->table->total, dp_size, o->zero, o->ema != NULL,
-                                  o->v ? 2 : 1);
+                                  vt_opt_state_buffers(o->cfg.kind));
 }
 
 // The part of tensor p inside the flat range [lo, hi): *first (flat index) and the count.

@@ -23,6 +23,9 @@ typedef enum {
                  // ViT paper's and big_vision's fine-tuning; one state buffer, no second moment
 } vt_opt_kind;
 
+// The state buffers an optimizer keeps per element: Adam's two moments, SGD's one momentum.
+static inline int vt_opt_state_buffers(vt_opt_kind kind) { return kind == VT_OPT_SGD ? 1 : 2; }
+
 // After the warmup (--sched): timm's CosineLRScheduler's half cosine from lr to min_lr; a
 // straight line from lr to min_lr (timm's PolyLRScheduler with power 1, --sched poly
 // --decay-rate 1); or lr held to the end (min_lr unused).
