@@ -350,6 +350,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "keyed by the image's stream position, token and channel (the original ViT, AugReg's "
        "regularised settings: 0.1 with --pos-drop 0.1); parallel blocks drop their MLP's hidden "
        "units only (timm's ParallelScalingBlock)", NULL},
+      {"--attn-drop", VT_OPT_FLOAT, &o.attn_drop, 0, 0, 0.99, "P",
+       "dropout as timm's attn_drop_rate: each attention probability (image, head, query, key) "
+       "of every block dropped with probability P after the softmax, the rest scaled by "
+       "1 / (1 - P), keyed by the image's stream position, head, query and key (drawn again in "
+       "the backward, not stored); not in the MAP head's pooling (nor is it in timm's)", NULL},
       {"--pos-drop", VT_OPT_FLOAT, &o.pos_drop, 0, 0, 0.99, "P",
        "dropout as timm's pos_drop_rate: each element of the embedding's output (patches, prefix "
        "tokens and positions) dropped with probability P", NULL},

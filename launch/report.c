@@ -54,6 +54,9 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
     vt_log_info("dropout: each element of the blocks' attention outputs, MLP hidden units and "
                 "MLP outputs dropped with probability %g, of the embedding's output with %g, of "
                 "the head's input with %g", o->proj_drop, o->pos_drop, o->head_drop);
+  if (o->attn_drop > 0)
+    vt_log_info("attention dropout: each attention probability of every block dropped with "
+                "probability %g", o->attn_drop);
   if (vt_layer_lr_scale(oc, 0) < 1.0)
     vt_log_info("layer-wise lr decay %g: the head and final norm step with lr, block i with lr * "
                 "%g^(%d - i), the embeddings with lr * %.3g", oc->layer_decay, oc->layer_decay,

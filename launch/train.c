@@ -245,6 +245,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   vt_model_init(&m, c, shard, tp, B, nslots, nwsets, o->recompute_blocks, be, o->seed);
   m.drop_path = o->drop_path;
   m.proj_drop = o->proj_drop;
+  m.attn_drop = o->attn_drop;
   m.pos_drop = o->pos_drop;
   m.head_drop = o->head_drop;
   m.mix = vt_mix_enabled(&o->mix);

@@ -126,21 +126,31 @@ int64_t vt_act_floats(const vt_backend *be, int64_t count) {
   return be->precision() == VT_PRECISION_BF16 ? (count + 1) / 2 : count;
 }
 
+// The attention's dropout mask: numbers of heads at least this call's, a probability in (0, 1).
+static void check_attention_drop(const char *op, const vt_dropout_mask *drop, int64_t H) {
+  if (!drop) return;
+  VT_CHECK(drop->p > 0.0f && drop->p < 1.0f && drop->first >= 0 && drop->width >= H,
+           "%s: dropout p %g, first %lld, %lld heads in all of which %lld here", op,
+           (double)drop->p, (long long)drop->first, (long long)drop->width, (long long)H);
+}
+
 void vt_attention_fwd(const vt_backend *be, float *out, float *lse, const float *qkv, int64_t B,
-                      int64_t N, int64_t H, int64_t D) {
+                      int64_t N, int64_t H, int64_t D, const vt_dropout_mask *drop) {
   NEED(be, attention_fwd);
   PTR(out); PTR(lse); PTR(qkv);
   POS(B); POS(N); POS(H); POS(D);
-  be->attention_fwd(out, lse, qkv, B, N, H, D);
+  check_attention_drop("attention_fwd", drop, H);
+  be->attention_fwd(out, lse, qkv, B, N, H, D, drop);
 }
 
 void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const float *dout,
                       const float *qkv, const float *out, const float *lse, int64_t B, int64_t N,
-                      int64_t H, int64_t D) {
+                      int64_t H, int64_t D, const vt_dropout_mask *drop) {
   NEED(be, attention_bwd);
   PTR(dqkv); PTR(dout); PTR(qkv); PTR(out); PTR(lse);
   POS(B); POS(N); POS(H); POS(D);
-  be->attention_bwd(dqkv, dbias, dout, qkv, out, lse, B, N, H, D);
+  check_attention_drop("attention_bwd", drop, H);
+  be->attention_bwd(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, drop);
 }
 
 void vt_latent_attention_fwd(const vt_backend *be, float *out, float *lse, const float *q,

@@ -130,10 +130,10 @@ struct vt_backend {
   void (*act_bwd)(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
                   int64_t F, int kind);
   void (*attention_fwd)(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
-                        int64_t H, int64_t D);
+                        int64_t H, int64_t D, const vt_dropout_mask *drop);
   void (*attention_bwd)(float *dqkv, float *dbias, const float *dout, const float *qkv,
                         const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
-                        int64_t D);
+                        int64_t D, const vt_dropout_mask *drop);
   void (*latent_attention_fwd)(float *out, float *lse, const float *q, const float *kv,
                                int64_t B, int64_t N, int64_t H, int64_t D);
   void (*latent_attention_bwd)(float *dq, float *dkv, float *dbias, const float *dout,

@@ -108,8 +108,13 @@ void vt_act_bwd(const vt_backend *be, float *dinp, float *dbias, const float *in
 // Both backends compute the same values with the same rounding points (only summation orders
 // differ): p_ij = exp(s_ij - lse_i); out_i = sum_j p_ij v_j, with p rounded to bf16 in bf16
 // precision. Under TP, H is the local head count.
+// Dropout of the probabilities (timm's attn_drop; drop NULL: none): with d_ij = fl(p_ij * scale)
+// where the mask keeps (i, j), else 0, out_i = sum_j d_ij v_j (d rounded to bf16 in bf16
+// precision); lse is the softmax's as without. The mask's numbering differs from vt_dropout's:
+// element (b, h, i, j) is number first + (b * width + h) * N * N + i * N + j, width being the
+// heads over TP and first counting the micro-batch's first image and this rank's first head.
 void vt_attention_fwd(const vt_backend *be, float *out, float *lse, const float *qkv, int64_t B,
-                      int64_t N, int64_t H, int64_t D);
+                      int64_t N, int64_t H, int64_t D, const vt_dropout_mask *drop);
 // dqkv (B, N, 3*H*D) overwritten, a bf16 activation in bf16 precision (it only feeds the qkv
 // Linear's GEMMs, through linear_act_bwd); dbias (3*H*D) += the column sums of the fp32 dqkv, the
 // qkv bias gradient, made here from the values before rounding (may be NULL); dout (B, N, H*D)
@@ -117,10 +122,12 @@ void vt_attention_fwd(const vt_backend *be, float *out, float *lse, const float 
 // left them.
 // The probabilities are recomputed from q, k and lse; the softmax gradient is
 // ds_ij = p_ij (dp_ij - delta_i), dp = dout v^T, delta_i = sum_d dout_id out_id (which equals
-// sum_j p_ij dp_ij). In bf16 the GEMMs read ds rounded to bf16 and p as above.
+// sum_j p_ij dp_ij). In bf16 the GEMMs read ds rounded to bf16 and p as above. With dropout
+// (the forward's mask): dp_ij = fl(dout_i . v_j * scale) where kept, else 0 (delta unchanged: it
+// equals sum_j d_ij (dout_i . v_j)), and dv reads d for p.
 void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const float *dout,
                       const float *qkv, const float *out, const float *lse, int64_t B, int64_t N,
-                      int64_t H, int64_t D);
+                      int64_t H, int64_t D, const vt_dropout_mask *drop);
 
 // Attention of one query per head over a sample's N tokens (the latent query of timm's
 // AttentionPoolLatent, big_vision's MAP head): the query q (H*D), the same for every sample, is a

@@ -113,14 +113,15 @@ static void t_act_bwd(float *dx, float *db, const float *x, const float *dy, int
   TIMED("act_bwd", 0, 0, 0, 0, g_real.act_bwd(dx, db, x, dy, M, F, kind));
 }
 static void t_att_fwd(float *o, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
-                      int64_t D) {
+                      int64_t D, const vt_dropout_mask *drop) {
   TIMED("attention_fwd", 0, 0, 0, 4.0 * B * H * N * N * D,
-        g_real.attention_fwd(o, lse, qkv, B, N, H, D));
+        g_real.attention_fwd(o, lse, qkv, B, N, H, D, drop));
 }
 static void t_att_bwd(float *dqkv, float *db, const float *dy, const float *qkv, const float *o,
-                      const float *lse, int64_t B, int64_t N, int64_t H, int64_t D) {
+                      const float *lse, int64_t B, int64_t N, int64_t H, int64_t D,
+                      const vt_dropout_mask *drop) {
   TIMED("attention_bwd", 0, 0, 0, 8.0 * B * H * N * N * D,
-        g_real.attention_bwd(dqkv, db, dy, qkv, o, lse, B, N, H, D));
+        g_real.attention_bwd(dqkv, db, dy, qkv, o, lse, B, N, H, D, drop));
 }
 static void t_add(float *o, const float *a, const float *b, int64_t n) {
   TIMED("add", 0, 0, 0, 0, g_real.add(o, a, b, n));

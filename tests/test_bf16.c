@@ -262,11 +262,11 @@ static void test_attention(const vt_backend *be, int64_t B, int64_t N, int64_t H
   float *lse = malloc((size_t)nl * 4), *lse32 = malloc((size_t)nl * 4);
   float *dqkv = malloc((size_t)nq * 4), *db = calloc((size_t)ld, 4);  // dqkv: bf16, half used
   be->set_precision(VT_PRECISION_FP32);
-  vt_attention_fwd(be, out32, lse32, qkv, B, N, H, D);
+  vt_attention_fwd(be, out32, lse32, qkv, B, N, H, D, NULL);
   be->set_precision(VT_PRECISION_BF16);
   void *qb = bits_of(qkv, nq), *dyb = bits_of(dy, no);  // bf16 activations (vt_ops.h)
-  vt_attention_fwd(be, outb, lse, qb, B, N, H, D);
-  vt_attention_bwd(be, dqkv, db, dyb, qb, outb, lse, B, N, H, D);
+  vt_attention_fwd(be, outb, lse, qb, B, N, H, D, NULL);
+  vt_attention_bwd(be, dqkv, db, dyb, qb, outb, lse, B, N, H, D, NULL);
   free(qb), free(dyb);
   be->set_precision(VT_PRECISION_FP32);
   float *out = widened(outb, no);

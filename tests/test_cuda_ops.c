@@ -362,36 +362,53 @@ static void t_act_bwd(tc *t, const int64_t *d) {
   check(t, "dbias", gdb, rdb, F);  // untouched without want_dbias: still db0 on both sides
 }
 
+// Dropout of the probabilities for a row's flag (0: none): p 0.3, this call's H heads the upper
+// half of 2H over TP, the micro-batch's first image at stream position 5, or with flag 2 at
+// 3,000,000 (numbers past 2^32, a long run's).
+static const vt_dropout_mask *att_drop(vt_dropout_mask *m, int64_t flag, int64_t N, int64_t H) {
+  if (!flag) return NULL;
+  const int64_t sample0 = flag == 2 ? 3000000 : 5;
+  *m = (vt_dropout_mask){.seed = 21, .site = 9, .p = 0.3f, .scale = 1.0f / 0.7f,
+                         .first = (sample0 * 2 * H + H) * N * N, .width = 2 * H};
+  return m;
+}
+
 // Scores of q, k in [-2, 2] spread the softmax from flat to peaked.
 static void t_attention_fwd(tc *t, const int64_t *d) {
   const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D;
+  vt_dropout_mask mask;
+  const vt_dropout_mask *drop = att_drop(&mask, d[4], N, H);
   float *qkv = act_in(t, hrand(t, B * N * 3 * C, -2, 2), B * N * 3 * C), *ro = hnew(t, B * N * C);
   float *rl = hnew(t, B * H * N);
-  vt_attention_fwd(t->cpu, ro, rl, qkv, B, N, H, D);
+  vt_attention_fwd(t->cpu, ro, rl, qkv, B, N, H, D, drop);
   float *gq = dnew(t, qkv, B * N * 3 * C), *go[2], *gl[2];
   for (int r = 0; r < 2; r++) {
     go[r] = dpoison(t, B * N * C), gl[r] = dpoison(t, B * H * N);
-    vt_attention_fwd(t->gpu, go[r], gl[r], gq, B, N, H, D);
+    vt_attention_fwd(t->gpu, go[r], gl[r], gq, B, N, H, D, drop);
   }
   check_act(t, "out", go, ro, B * N * C);
   check(t, "lse", gl, rl, B * H * N);
 }
 
 // The backward reads the CPU's out and lse on both sides, so only this op is measured. dout and
-// dqkv are bf16 activations in bf16; the qkv bias gradient (d[4] set) starts from random values.
+// dqkv are bf16 activations in bf16; the qkv bias gradient (d[4] bit 1) starts from random
+// values; d[4] / 2: att_drop's flag.
 static void t_attention_bwd(tc *t, const int64_t *d) {
-  const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D, want_dbias = d[4];
+  const int64_t B = d[0], N = d[1], H = d[2], D = d[3], C = H * D, want_dbias = d[4] & 1;
+  vt_dropout_mask mask;
+  const vt_dropout_mask *drop = att_drop(&mask, d[4] / 2, N, H);
   float *qkv = act_in(t, hrand(t, B * N * 3 * C, -2, 2), B * N * 3 * C);
   float *dy = act_in(t, hrand(t, B * N * C, -1, 1), B * N * C), *db0 = hrand(t, 3 * C, -1, 1);
   float *out = hnew(t, B * N * C), *lse = hnew(t, B * H * N), *ref = hnew(t, B * N * 3 * C);
   float *rdb = hcopy(t, db0, 3 * C), *gdb[2];
-  vt_attention_fwd(t->cpu, out, lse, qkv, B, N, H, D);
-  vt_attention_bwd(t->cpu, ref, want_dbias ? rdb : NULL, dy, qkv, out, lse, B, N, H, D);
+  vt_attention_fwd(t->cpu, out, lse, qkv, B, N, H, D, drop);
+  vt_attention_bwd(t->cpu, ref, want_dbias ? rdb : NULL, dy, qkv, out, lse, B, N, H, D, drop);
   float *gq = dnew(t, qkv, B * N * 3 * C), *gdy = dnew(t, dy, B * N * C);
   float *gout = dnew(t, out, B * N * C), *gl = dnew(t, lse, B * H * N), *g[2];
   for (int r = 0; r < 2; r++) {
     g[r] = dpoison(t, B * N * 3 * C), gdb[r] = dnew(t, db0, 3 * C);
-    vt_attention_bwd(t->gpu, g[r], want_dbias ? gdb[r] : NULL, gdy, gq, gout, gl, B, N, H, D);
+    vt_attention_bwd(t->gpu, g[r], want_dbias ? gdb[r] : NULL, gdy, gq, gout, gl, B, N, H, D,
+                     drop);
   }
   check_act(t, "dqkv", g, ref, B * N * 3 * C);
   check(t, "dbias", gdb, rdb, 3 * C);  // untouched without want_dbias: still db0 on both sides
@@ -946,12 +963,14 @@ static const op_test kTests[] = {
     {"act_bwd", "M,F,dbias,kind", t_act_bwd, {1e-5, 1e-5},
      {{1, 1, 1, 0}, {1, 7, 0, 0}, {1000, 3, 1, 0}, {197, 768, 1, 0}, {1100, 9, 1, 0},
       {5, 1000, 0, 0}, {197, 768, 1, 1}, {1, 7, 0, 1}, {256, 384, 1, 2}, {3, 5, 0, 2}}},
-    {"attention_fwd", "B,N,H,D", t_attention_fwd, {5e-5, 5e-4},
+    {"attention_fwd", "B,N,H,D,drop", t_attention_fwd, {5e-5, 5e-4},
      {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 300, 2, 8}, {1, 65, 4, 16}, {1, 1, 2, 3},
-      {2, 50, 12, 64}, {1, 70, 2, 80}, {1, 40, 1, 96}}},  // 80: ViT-H/14; 96: fp32's largest
-    {"attention_bwd", "B,N,H,D,dbias", t_attention_bwd, {1e-4, 5e-4},
+      {2, 50, 12, 64}, {1, 70, 2, 80}, {1, 40, 1, 96},  // 80: ViT-H/14; 96: fp32's largest
+      {2, 197, 3, 64, 1}, {1, 5, 1, 7, 2}, {3, 130, 2, 8, 2}}},
+    {"attention_bwd", "B,N,H,D,dbias+2drop", t_attention_bwd, {1e-4, 5e-4},
      {{2, 197, 3, 64, 1}, {1, 5, 1, 7, 0}, {3, 300, 2, 8, 1}, {1, 65, 4, 16, 1}, {1, 1, 2, 3, 1},
-      {2, 50, 12, 64, 0}, {1, 70, 2, 80, 1}, {1, 40, 1, 96, 1}}},  // 80: ViT-H/14; 96: fp32's largest
+      {2, 50, 12, 64, 0}, {1, 70, 2, 80, 1}, {1, 40, 1, 96, 1},  // 80: ViT-H/14; 96: fp32's largest
+      {2, 197, 3, 64, 3}, {1, 5, 1, 7, 4}, {3, 130, 2, 8, 5}}},
     {"latent_attention_fwd", "B,N,H,D", t_latent_attention_fwd, {5e-5, 5e-4},
      {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 300, 2, 8}, {1, 1, 2, 3}, {4, 196, 12, 64},
       {1, 70, 2, 80}, {2, 1025, 1, 33}}},  // 1025: more tokens than the block's 256 threads x 4

@@ -208,20 +208,25 @@ static void test_dropout(int64_t rows, int64_t cols, int64_t first, int64_t widt
 }
 
 // ---- attention ----
-typedef struct { float *qkv, *lse; int64_t B, N, H, D; } att_ctx;
+// With drop set, dropout of the probabilities at p 0.3 (a fixed mask: the function stays
+// deterministic), this call's heads the upper half of 2H heads over TP.
+typedef struct { float *qkv, *lse; int64_t B, N, H, D; const vt_dropout_mask *drop; } att_ctx;
 static void att_fwd(void *c, float *out) {
   att_ctx *k = c;
-  vt_attention_fwd(be, out, k->lse, k->qkv, k->B, k->N, k->H, k->D);
+  vt_attention_fwd(be, out, k->lse, k->qkv, k->B, k->N, k->H, k->D, k->drop);
 }
-static void test_attention(int64_t B, int64_t N, int64_t H, int64_t D) {
+static void test_attention(int64_t B, int64_t N, int64_t H, int64_t D, int drop) {
   int64_t C = H * D, nq = B * N * 3 * C, no = B * N * C;
-  att_ctx k = {randn(nq, 14, 1), calloc((size_t)(B * H * N), 4), B, N, H, D};
+  const vt_dropout_mask mask = {.seed = 3, .site = 7, .p = 0.3f, .scale = 1.0f / 0.7f,
+                                .first = (5 * 2 * H + H) * N * N, .width = 2 * H};
+  att_ctx k = {randn(nq, 14, 1), calloc((size_t)(B * H * N), 4), B, N, H, D,
+               drop ? &mask : NULL};
   float *out = calloc((size_t)no, 4), *r = randn(no, 15, 1), *dqkv = calloc((size_t)nq, 4);
   att_fwd(&k, out);
-  vt_attention_bwd(be, dqkv, NULL, r, k.qkv, out, k.lse, B, N, H, D);
-  char name[64];
-  snprintf(name, sizeof name, "attention B%lld N%lld H%lld D%lld", (long long)B, (long long)N,
-           (long long)H, (long long)D);
+  vt_attention_bwd(be, dqkv, NULL, r, k.qkv, out, k.lse, B, N, H, D, k.drop);
+  char name[80];
+  snprintf(name, sizeof name, "attention B%lld N%lld H%lld D%lld%s", (long long)B, (long long)N,
+           (long long)H, (long long)D, drop ? " dropout 0.3" : "");
   expect_pass(name, check(name, att_fwd, &k, out, r, no, k.qkv, nq, dqkv));
   free(k.qkv), free(k.lse), free(out), free(r), free(dqkv);
 }
@@ -233,7 +238,7 @@ static void att_bias_fwd(void *c, float *out) {
   att_bias_ctx *k = c;
   const int64_t ld = 3 * k->H * k->D;
   for (int64_t i = 0; i < k->B * k->N * ld; i++) k->sum[i] = k->qkv[i] + k->bias[i % ld];
-  vt_attention_fwd(be, out, k->lse, k->sum, k->B, k->N, k->H, k->D);
+  vt_attention_fwd(be, out, k->lse, k->sum, k->B, k->N, k->H, k->D, NULL);
 }
 static void test_attention_bias(int64_t B, int64_t N, int64_t H, int64_t D) {
   const int64_t ld = 3 * H * D, nq = B * N * ld, no = B * N * H * D;
@@ -242,7 +247,7 @@ static void test_attention_bias(int64_t B, int64_t N, int64_t H, int64_t D) {
   float *out = calloc((size_t)no, 4), *r = randn(no, 21, 1), *dqkv = calloc((size_t)nq, 4);
   float *dbias = calloc((size_t)ld, 4);
   att_bias_fwd(&k, out);
-  vt_attention_bwd(be, dqkv, dbias, r, k.sum, out, k.lse, B, N, H, D);
+  vt_attention_bwd(be, dqkv, dbias, r, k.sum, out, k.lse, B, N, H, D, NULL);
   expect_pass("attention dbias", check("attention dbias (fused)", att_bias_fwd, &k, out, r, no,
                                        k.bias, ld, dbias));
   free(k.qkv), free(k.bias), free(k.sum), free(k.lse), free(out), free(r), free(dqkv), free(dbias);
@@ -500,9 +505,11 @@ int main(void) {
   test_add(77);
   test_drop_path(31, 3, 4, 7);  // rows 4..34: samples 0..4, the first and last in part
   test_dropout(9, 7, 1001, 13);  // a part of a wider tensor, numbers not a multiple of 4
-  test_attention(2, 13, 3, 5);
-  test_attention(1, 5, 1, 3);
-  test_attention(2, 7, 7, 11);
+  test_attention(2, 13, 3, 5, 0);
+  test_attention(1, 5, 1, 3, 0);
+  test_attention(2, 7, 7, 11, 0);
+  test_attention(2, 13, 3, 5, 1);
+  test_attention(1, 6, 2, 4, 1);
   test_attention_bias(2, 9, 2, 4);
   test_latent_attention(3, 5, 2, 3);
   test_latent_attention(2, 13, 1, 77);  // more than a warp's lanes per dot product on CUDA

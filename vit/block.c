@@ -61,9 +61,10 @@ static void branch_add(const vt_model *m, float *out, float *y, const float *gam
   else vt_add(m->be, out, out, res, Ml * C);
 }
 
-// qkv (QK-norm) and attention of the rows x1 (all M of them): a->attn.
+// qkv (QK-norm) and attention of the rows x1 (all M of them): a->attn. drop: the
+// probabilities' dropout mask, or NULL.
 static void attention_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
-                          const float *x1, int B) {
+                          const float *x1, int B, const vt_dropout_mask *drop) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const int64_t N = vt_cfg_tokens(c), C = c->width, H = c->heads / m->shard.tp_size;
@@ -72,7 +73,7 @@ static void attention_fwd(const vt_model *m, const vt_block_tensors *w, vt_block
   if (w->qn_w)
     vt_qk_norm_fwd(be, a->qkn, a->qk_mean, a->qk_rstd, a->qkv, w->qn_w, w->qn_b, w->kn_w,
                    w->kn_b, M, H, D);
-  vt_attention_fwd(be, a->attn, a->lse, w->qn_w ? a->qkn : a->qkv, B, N, H, D);
+  vt_attention_fwd(be, a->attn, a->lse, w->qn_w ? a->qkn : a->qkv, B, N, H, D, drop);
 }
 
 // A parallel block (ViT-22B, timm's ParallelScalingBlock): x + drop_path(ls(attn(n) + mlp(n)))
@@ -81,7 +82,7 @@ static void attention_fwd(const vt_model *m, const vt_block_tensors *w, vt_block
 // instead of two.
 static void parallel_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a,
                          const float *in, float *out, int B, const vt_drop_mask *drop,
-                         const vt_dropout_mask *dropout) {
+                         const vt_dropout_mask *dropout, const vt_dropout_mask *attn_drop) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const int tp = m->shard.tp_size;
@@ -91,7 +92,7 @@ static void parallel_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_
   const int first = m->shard.tp_rank == 0;  // row-parallel biases once
   vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C);
   const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
-  attention_fwd(m, w, a, x1, B);
+  attention_fwd(m, w, a, x1, B, attn_drop);
   vt_linear_act_fwd(be, a->fc1, x1, w->fc1_w, w->fc1_b, M, C, F);
   vt_act_fwd(be, a->gelu, a->fc1, M * F, vt_model_gelu(m));
   if (dropout) vt_dropout(be, a->gelu, a->gelu, M, F, &dropout[VT_DROPOUT_HIDDEN], 1);
@@ -109,7 +110,7 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   const vt_drop_mask *drop = noise->path;
   const vt_dropout_mask *dropout = noise->drop;
   if (m->cfg.parallel) {
-    parallel_fwd(m, w, a, in, out, B, drop, dropout);
+    parallel_fwd(m, w, a, in, out, B, drop, dropout, noise->attn);
     return;
   }
   const vt_backend *be = m->be;
@@ -130,7 +131,7 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   float *partial = m->sp ? m->s.partial : y;
   vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C);
   const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
-  attention_fwd(m, w, a, x1, B);
+  attention_fwd(m, w, a, x1, B, noise->attn);
   if (fused) {
     vt_linear_residual_fwd(be, a->mid, a->attn, w->proj_w, proj_b, in, M, H * D, C);
     vt_layernorm_fwd(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->norm2_w, w->norm2_b, M, C);
@@ -205,10 +206,11 @@ static const float *branch_dy(const vt_model *m, const float *dres, const vt_dro
 }
 
 // The attention branch's backward from proj's output gradient dy (all M rows) to the gradient
-// of its input rows x1, dx1 (M rows): proj, attention (and QK-norm), qkv. Uses dact.
+// of its input rows x1, dx1 (M rows): proj, attention (and QK-norm), qkv. Uses dact. drop: the
+// probabilities' dropout mask (the forward's), or NULL.
 static void attention_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
                           const vt_block_acts *a, const float *dy, const float *x1, float *dqkv,
-                          float *dx1, int weights, int B) {
+                          float *dx1, int weights, int B, const vt_dropout_mask *drop) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const int64_t N = vt_cfg_tokens(c), C = c->width, H = c->heads / m->shard.tp_size;
@@ -218,11 +220,11 @@ static void attention_bwd(const vt_model *m, const vt_block_tensors *w, vt_block
                     H * D, C);
   if (w->qn_w) {  // attention's gradient is that of the normalised q and k; QK-norm's backward
                   // makes qkv's (and its bias gradient)
-    vt_attention_bwd(be, m->s.dqkn, NULL, dact, a->qkn, a->attn, a->lse, B, N, H, D);
+    vt_attention_bwd(be, m->s.dqkn, NULL, dact, a->qkn, a->attn, a->lse, B, N, H, D, drop);
     vt_qk_norm_bwd(be, dqkv, gw->qn_w, gw->qn_b, gw->kn_w, gw->kn_b, gw->qkv_b, m->s.dqkn, a->qkv,
                    w->qn_w, w->kn_w, a->qk_mean, a->qk_rstd, M, H, D);
   } else {
-    vt_attention_bwd(be, dqkv, gw->qkv_b, dact, a->qkv, a->attn, a->lse, B, N, H, D);
+    vt_attention_bwd(be, dqkv, gw->qkv_b, dact, a->qkv, a->attn, a->lse, B, N, H, D, drop);
   }
   vt_linear_act_bwd(be, dx1, weights ? gw->qkv_w : NULL, dqkv, x1, w->qkv_w, M, C, 3 * H * D);
 }
@@ -250,7 +252,7 @@ static void mlp_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tenso
 static void parallel_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors *gw,
                          const vt_block_acts *a, const float *in, float *dres, int B,
                          const vt_drop_mask *drop, const vt_dropout_mask *dropout,
-                         vt_block_wgrad *wg) {
+                         const vt_dropout_mask *attn_drop, vt_block_wgrad *wg) {
   const vt_backend *be = m->be;
   const vt_vit_config *c = &m->cfg;
   const vt_model_scratch *s = &m->s;
@@ -262,7 +264,7 @@ static void parallel_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_
                               wg ? wg->dfc2 : NULL, B);
   mlp_bwd(m, w, gw, a, dy, x1, dfc1, s->dln2, !wg, B,
           dropout ? &dropout[VT_DROPOUT_HIDDEN] : NULL);
-  attention_bwd(m, w, gw, a, dy, x1, dqkv, s->dln, !wg, B);
+  attention_bwd(m, w, gw, a, dy, x1, dqkv, s->dln, !wg, B, attn_drop);
   vt_add(be, s->dln, s->dln, s->dln2, M * C);  // dln's rows past M stay untouched (zero)
   const float *dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,
@@ -275,7 +277,7 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   const vt_drop_mask *drop = noise->path;
   const vt_dropout_mask *dropout = noise->drop;
   if (m->cfg.parallel) {
-    parallel_bwd(m, w, gw, a, in, dres, B, drop, dropout, wg);
+    parallel_bwd(m, w, gw, a, in, dres, B, drop, dropout, noise->attn, wg);
     return;
   }
   const vt_backend *be = m->be;
@@ -298,7 +300,7 @@ void vt_block_bwd(const vt_model *m, const vt_block_tensors *w, vt_block_tensors
   // is used up); dln's rows past M stay untouched (zero).
   dy = branch_dy(m, dres, drop ? &drop[0] : NULL, dropout ? &dropout[VT_DROPOUT_ATTN] : NULL,
                  w->ls1, gw->ls1, a->ls1, wg ? wg->dproj : NULL, B);
-  attention_bwd(m, w, gw, a, dy, x1, dqkv, s->dln, !wg, B);
+  attention_bwd(m, w, gw, a, dy, x1, dqkv, s->dln, !wg, B, noise->attn);
   dx = f_bwd(m, s->dln_local, s->dln, Ml * C);
   vt_layernorm_bwd_add(be, dres, gw->norm1_w, gw->norm1_b, dx, in, w->norm1_w, a->ln1_mean,
                        a->ln1_rstd, Ml, C);

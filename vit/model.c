@@ -397,11 +397,12 @@ void vt_dropout_mask_make(vt_dropout_mask *mask, uint64_t seed, uint32_t site, f
 }
 
 // What block l of this rank (local index) drops for a slot's micro-batch, in masks that the
-// caller keeps (path[2], drop[3]); members NULL where nothing drops (rate 0, the first block's
+// caller keeps (path[2]; drop[4], dropout's three places then the attention's probabilities);
+// members NULL where nothing drops (rate 0, the first block's
 // drop path, evaluation).
 static vt_block_noise block_noise(const vt_model *m, int l, const vt_model_slot *sl, int B,
-                                  vt_drop_mask path[2], vt_dropout_mask drop[3]) {
-  vt_block_noise noise = {NULL, NULL};
+                                  vt_drop_mask path[2], vt_dropout_mask drop[4]) {
+  vt_block_noise noise = {NULL, NULL, NULL};
   if (sl->sample0 < 0) return noise;
   const int layer = m->block_id[l];
   const int64_t N = vt_cfg_tokens(&m->cfg), C = m->cfg.width;
@@ -426,6 +427,15 @@ static vt_block_noise block_noise(const vt_model *m, int l, const vt_model_slot 
     vt_dropout_mask_make(&drop[VT_DROPOUT_MLP], m->seed, vt_dropout_site(layer, VT_DROPOUT_MLP),
                          m->proj_drop, sl->sample0, N, row0, C, 0);
     noise.drop = drop;
+  }
+  if (m->attn_drop > 0.0f) {
+    // Every image's (heads, N, N) probabilities, of which this rank holds its heads' (all rows:
+    // attention reads the gathered sequence).
+    const int64_t H = m->cfg.heads, Hl = H / m->shard.tp_size;
+    vt_dropout_mask_make(&drop[3], m->seed, vt_attn_dropout_site(layer, m->cfg.depth),
+                         m->attn_drop, sl->sample0, H, m->shard.tp_rank * Hl, N * N, 0);
+    drop[3].width = H;  // vt_attention_fwd's numbering: first + (b * H + h) N^2 + i N + j
+    noise.attn = &drop[3];
   }
   return noise;
 }
@@ -490,7 +500,7 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
   }
   for (int j = 0; j < nb; j++) {  // local block b0 + j, slot block j
     vt_drop_mask path[2];
-    vt_dropout_mask drop[3];
+    vt_dropout_mask drop[4];
     const vt_block_noise noise = block_noise(m, b0 + j, sl, B, path, drop);
     vt_block_fwd(m, &m->p.blocks[b0 + j], &sl->blocks[j], sl->res[j], sl->res[j + 1], B, &noise);
   }
@@ -612,7 +622,7 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
   for (int j = nb - 1; j >= 0; j--) {  // local block b0 + j, slot block j
     const int l = b0 + j;
     vt_drop_mask path[2];
-    vt_dropout_mask drop[3];
+    vt_dropout_mask drop[4];
     const vt_block_noise noise = block_noise(m, l, sl, B, path, drop);
     if (j < m->recompute)  // the same forward again (deterministic: the same bits), its output aside
       vt_block_fwd(m, &m->p.blocks[l], &sl->blocks[j], sl->res[j], s->recompute_out, B, &noise);

@@ -178,10 +178,10 @@ typedef struct {
   // before the first forward.
   float drop_path;
   // Dropout probabilities (timm's proj_drop_rate: the attention's output, the MLP's hidden units
-  // and its output in every block; pos_drop_rate: the embedding's output; drop_rate: the head's
-  // input); 0 (vt_model_init's) turns them off. Set before the first forward; proj_drop not with
-  // parallel blocks.
-  float proj_drop, pos_drop, head_drop;
+  // and its output in every block, only the hidden units in parallel blocks; attn_drop_rate: the
+  // attention's probabilities; pos_drop_rate: the embedding's output; drop_rate: the head's
+  // input); 0 (vt_model_init's) turns them off. Set before the first forward.
+  float proj_drop, attn_drop, pos_drop, head_drop;
   // Training batches come with Mixup/CutMix targets in slot->mix (dataio/mix.h); 0 by default.
   int mix;
   // 1: training forwards use binary cross-entropy over the classes (vt_bce_fwd) instead of
@@ -268,10 +268,14 @@ void vt_drop_path_mask(vt_drop_mask *mask, uint64_t seed, int layer, int branch,
 
 // Dropout's streams (vt_dropout_mask.site): the embedding's output (layer -1), three per block
 // (its attention's output, its MLP's hidden units, its MLP's output; timm's attn.proj_drop,
-// mlp.drop1, mlp.drop2), then the head's input (layer depth, timm's head_drop).
+// mlp.drop1, mlp.drop2), then the head's input (layer depth, timm's head_drop); after those, one
+// per block for its attention's probabilities (timm's attn.attn_drop; vt_attn_dropout_site).
 enum { VT_DROPOUT_ATTN = 0, VT_DROPOUT_HIDDEN = 1, VT_DROPOUT_MLP = 2 };
 static inline uint32_t vt_dropout_site(int layer, int place) {
   return layer < 0 ? 0u : (uint32_t)(1 + 3 * layer + place);
+}
+static inline uint32_t vt_attn_dropout_site(int layer, int depth) {
+  return (uint32_t)(2 + 3 * depth + layer);
 }
 // A dropout mask with probability p of stream `site` for the micro-batch of stream positions
 // sample0.. of N tokens, over a (rows, width) tensor's part from row row0 and column col0 on.
@@ -279,10 +283,12 @@ void vt_dropout_mask_make(vt_dropout_mask *mask, uint64_t seed, uint32_t site, f
                           int64_t sample0, int64_t N, int64_t row0, int64_t width, int64_t col0);
 
 // What a training forward drops in one block (members NULL: nothing): drop path's masks of its
-// two branches (attention, MLP) and dropout's of its three places (VT_DROPOUT_*).
+// two branches (attention, MLP), dropout's of its three places (VT_DROPOUT_*) and of its
+// attention's probabilities (vt_attention_fwd's numbering).
 typedef struct {
   const vt_drop_mask *path;
   const vt_dropout_mask *drop;
+  const vt_dropout_mask *attn;
 } vt_block_noise;
 
 // The MAP head (vit/map_head.c; global_pool 3) between the last block's output and the head's

@@ -1,10 +1,10 @@
 // attention.c: softmax(q k^T / sqrt(D)) v per (batch, head), forward and backward, in the fused
 // (flash) form of vt_ops.h: the forward saves only each row's log-denominator lse, the backward
-// recomputes the probabilities. The reference of src/cuda/attention.cu: the same values and
-// rounding points, computed here a whole (N, N) head at a time. GEMMs on strided views of the
-// timm qkv layout (no copies). The (batch, head) pairs run in parallel, each with
-// single-threaded GEMMs and its own scratch, so every pair's result is computed the same way
-// whatever the thread count. At the end the one-query form of MAP pooling (latent_attention).
+// recomputes the probabilities (and dropout's mask, from its Philox numbers). The reference of
+// src/cuda/attention.cu: the same values and rounding points, computed here a whole (N, N) head
+// at a time. GEMMs on strided views of the timm qkv layout (no copies). The (batch, head) pairs
+// run in parallel, each with single-threaded GEMMs and its own scratch, so every pair's result
+// is computed the same way whatever the thread count. At the end the one-query form of MAP pooling (latent_attention).
 #include <math.h>
 
 #ifdef _OPENMP
@@ -41,8 +41,13 @@ static void softmax_rows(float *s, float *lse, int64_t N) {
   }
 }
 
+// The number of element (b, h, 0, 0) of the attention's dropout mask (vt_ops.h).
+static uint64_t drop_base(const vt_dropout_mask *drop, int64_t b, int64_t h, int64_t N) {
+  return (uint64_t)(drop->first + (b * drop->width + h) * N * N);
+}
+
 void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
-                          int64_t H, int64_t D) {
+                          int64_t H, int64_t D, const vt_dropout_mask *drop) {
   const int64_t C = H * D, ld = 3 * C;
   const float scale = 1.0f / sqrtf((float)D);
   // bf16 (vt_backend.h, vt_ops.h): both GEMMs read rounded copies of q, k, v and of the
@@ -62,6 +67,7 @@ void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, i
       float *p = scratch + (int64_t)thread_id() * per;
       vt_cpu_sgemm_serial(0, 1, N, N, D, scale, q, ld, k, ld, 0.0f, p, N);  // (N, N) = q k^T
       softmax_rows(p, lse + (b * H + h) * N, N);
+      if (drop) vt_cpu_dropout_fp32(p, N * N, drop_base(drop, b, h, N), drop);
       if (!bf16) {
         vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, out + b * N * C + h * D, C);
         continue;
@@ -77,7 +83,7 @@ void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, i
 
 void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
                           const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
-                          int64_t D) {
+                          int64_t D, const vt_dropout_mask *drop) {
   const int64_t C = H * D, ld = 3 * C, T = max_threads();
   const float scale = 1.0f / sqrtf((float)D);
   // Per thread: the probabilities and dS (N, N each) and delta (N). In bf16 also, made once up
@@ -110,14 +116,22 @@ void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const fl
       }
       vt_cpu_sgemm_serial(0, 1, N, N, D, scale, q, ld, k, ld, 0.0f, p, N);  // s = scale q k^T
       vt_cpu_sgemm_serial(0, 1, N, N, D, 1.0f, dy, C, v, ld, 0.0f, ds, N);  // dp = dy v^T
-      // p = exp(s - lse); ds = p (dp - delta) in place over dp; then p as the dv GEMM reads it.
+      const uint64_t n0 = drop ? drop_base(drop, b, h, N) : 0;
+      if (drop) vt_cpu_dropout_fp32(ds, N * N, n0, drop);  // dp through the mask
+      // p = exp(s - lse); ds = p (dp - delta) in place over dp; then p (with dropout, d) as the
+      // dv GEMM reads it.
       for (int64_t i = 0; i < N; i++)
         for (int64_t j = 0; j < N; j++) {
           const float pij = expf(p[i * N + j] - l[i]);
           const float g = pij * (ds[i * N + j] - delta[i]);
           ds[i * N + j] = bf16 ? vt_bf16_round(g) : g;
-          p[i * N + j] = bf16 ? vt_bf16_round(pij) : pij;
+          p[i * N + j] = bf16 && !drop ? vt_bf16_round(pij) : pij;
         }
+      if (drop) {
+        vt_cpu_dropout_fp32(p, N * N, n0, drop);
+        if (bf16)
+          for (int64_t i = 0; i < N * N; i++) p[i] = vt_bf16_round(p[i]);
+      }
       vt_cpu_sgemm_serial(1, 0, N, D, N, 1.0f, p, N, dy, C, 0.0f, dv, ld);      // dv = p^T dy
       vt_cpu_sgemm_serial(0, 0, N, D, N, scale, ds, N, k, ld, 0.0f, dq, ld);    // dq = scale ds k
       vt_cpu_sgemm_serial(1, 0, N, D, N, scale, ds, N, q, ld, 0.0f, dk, ld);    // dk = scale ds^T q

@@ -108,11 +108,14 @@ void vt_cpu_qk_norm_bwd(float *dqkv, float *dqw, float *dqb, float *dkw, float *
 void vt_cpu_act_fwd(float *out, const float *inp, int64_t count, int kind);
 void vt_cpu_act_bwd(float *dinp, float *dbias, const float *inp, const float *dout, int64_t M,
                     int64_t F, int kind);
+// x[0 .. len) in place: x * scale where numbers n0 .. n0 + len - 1 of the mask's stream keep the
+// element, else 0 (vt_cpu_dropout's arithmetic on one fp32 span, one thread; for attention).
+void vt_cpu_dropout_fp32(float *x, int64_t len, uint64_t n0, const vt_dropout_mask *mask);
 void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
-                          int64_t H, int64_t D);
+                          int64_t H, int64_t D, const vt_dropout_mask *drop);
 void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
                           const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
-                          int64_t D);
+                          int64_t D, const vt_dropout_mask *drop);
 void vt_cpu_latent_attention_fwd(float *out, float *lse, const float *q, const float *kv,
                                  int64_t B, int64_t N, int64_t H, int64_t D);
 void vt_cpu_latent_attention_bwd(float *dq, float *dkv, float *dbias, const float *dout,

@@ -155,33 +155,43 @@ static void dropout_uniforms(float *u, uint64_t key, uint32_t hi, uint32_t lo, u
   }
 }
 
+// Elements at .. at + len - 1 of x into out, x * scale where numbers n0 .. n0 + len - 1 of the
+// mask's stream keep them, else 0, in pieces of whole Philox blocks; bf16: x and out bf16
+// activations. One thread.
+static void dropout_span(float *out, const float *x, int64_t at, int64_t len, uint64_t n0,
+                         const vt_dropout_mask *mask, int bf16) {
+  const uint32_t stream = vt_hash_name("dropout");
+  const float p = mask->p, s = mask->scale;
+  const uint64_t end = n0 + (uint64_t)len;
+  float u[4 * DROPOUT_BLOCKS];
+  for (uint64_t blk = n0 >> 2; blk << 2 < end; blk += DROPOUT_BLOCKS) {
+    const uint64_t left = ((end + 3) >> 2) - blk;
+    const int nblk = left < DROPOUT_BLOCKS ? (int)left : DROPOUT_BLOCKS;
+    dropout_uniforms(u, mask->seed, stream, mask->site, blk, nblk);
+    const uint64_t lo = blk << 2 > n0 ? blk << 2 : n0;
+    const uint64_t hi = (blk + (uint64_t)nblk) << 2 < end ? (blk + (uint64_t)nblk) << 2 : end;
+    const float *ul = u + (lo - (blk << 2));  // the uniform of number lo
+    const int64_t i0 = at + (int64_t)(lo - n0), n = (int64_t)(hi - lo);
+    if (bf16) {
+      for (int64_t j = 0; j < n; j++)
+        vt_cpu_put(out, i0 + j, ul[j] >= p ? vt_cpu_get(x, i0 + j, 1) * s : 0.0f, 1);
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < n; j++) out[i0 + j] = ul[j] >= p ? x[i0 + j] * s : 0.0f;
+    }
+  }
+}
+
 void vt_cpu_dropout(float *out, const float *x, int64_t rows, int64_t cols,
                     const vt_dropout_mask *mask, int act) {
   const int bf16 = act && vt_cpu_bf16();
-  const uint32_t stream = vt_hash_name("dropout");
-  const float p = mask->p, s = mask->scale;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; r++) {
-    // The row's numbers n0 .. n0 + cols - 1 in pieces of whole Philox blocks.
-    const uint64_t n0 = (uint64_t)(mask->first + r * mask->width);
-    float u[4 * DROPOUT_BLOCKS];
-    for (uint64_t blk = n0 >> 2; blk << 2 < n0 + (uint64_t)cols; blk += DROPOUT_BLOCKS) {
-      const uint64_t end = n0 + (uint64_t)cols, left = ((end + 3) >> 2) - blk;
-      const int nblk = left < DROPOUT_BLOCKS ? (int)left : DROPOUT_BLOCKS;
-      dropout_uniforms(u, mask->seed, stream, mask->site, blk, nblk);
-      const uint64_t lo = blk << 2 > n0 ? blk << 2 : n0;
-      const uint64_t hi = (blk + (uint64_t)nblk) << 2 < end ? (blk + (uint64_t)nblk) << 2 : end;
-      const float *ul = u + (lo - (blk << 2));  // the uniform of number lo
-      const int64_t i0 = r * cols + (int64_t)(lo - n0), len = (int64_t)(hi - lo);
-      if (bf16) {
-        for (int64_t j = 0; j < len; j++)
-          vt_cpu_put(out, i0 + j, ul[j] >= p ? vt_cpu_get(x, i0 + j, 1) * s : 0.0f, 1);
-      } else {
-#pragma omp simd
-        for (int64_t j = 0; j < len; j++) out[i0 + j] = ul[j] >= p ? x[i0 + j] * s : 0.0f;
-      }
-    }
-  }
+  for (int64_t r = 0; r < rows; r++)
+    dropout_span(out, x, r * cols, cols, (uint64_t)(mask->first + r * mask->width), mask, bf16);
+}
+
+void vt_cpu_dropout_fp32(float *x, int64_t len, uint64_t n0, const vt_dropout_mask *mask) {
+  dropout_span(x, x, 0, len, n0, mask, 0);
 }
 
 void vt_cpu_layer_scale_fwd(float *out, const float *x, const float *gamma, int64_t rows,

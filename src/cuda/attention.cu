@@ -10,8 +10,11 @@
 // which also make the qkv bias gradient's per-tile column sums (summed in order afterwards).
 // The forward makes two passes over the keys (row maxima and sums, then p v with the final lse),
 // so that p is rounded at the CPU twin's point (one extra q k^T, ~2% of a ViT block's FLOPs).
-// Reads the heads straight out of the timm qkv layout. At the end the one-query form of MAP
-// pooling (latent_attention). C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
+// Dropout of the probabilities (timm's attn_drop) draws its mask from Philox numbers in each
+// kernel (one call per 4 numbers along a row, per number along a column in the dk/dv kernel);
+// nothing is stored. Reads the heads straight out of the timm qkv layout. At the end the
+// one-query form of MAP pooling (latent_attention). C-style CUDA, no STL. Must not depend on
+// MPI, NCCL or the model.
 #include <limits.h>
 #include <math.h>
 #include <mma.h>
@@ -19,6 +22,7 @@
 #include "colsum.cuh"
 #include "cuda_common.h"
 #include "cuda_ops.h"
+#include "vt_rng.h"
 
 #define FA_TILE 64               // queries (or keys) per block and keys (or queries) per step
 #define FA_WARPS (FA_TILE / 16)  // one warp per 16 rows of a tile
@@ -92,6 +96,53 @@ template <typename T>
 static __device__ __forceinline__ void warp_accumulate(float *c, int ldc, const T *a, int lda,
                                                        const T *bm, int ldb, int Dp) {
   for (int n = 0; n < Dp; n += 16) warp_mma<false>(c + n, ldc, a, lda, bm + n, ldb, FA_TILE, true);
+}
+
+// ---- dropout of the probabilities -------------------------------------------------------------
+// The mask's numbers (vt_ops.h): element (b, h, i, j) is first + (b * width + h) N^2 + i N + j of
+// stream (seed, vt_hash_name("dropout"), site); dropped when its uniform is below p. A kernel
+// gets the mask by value with p 0 when nothing drops.
+
+static __device__ __forceinline__ uint64_t drop_base(const vt_dropout_mask &m, int b, int h,
+                                                     int N) {
+  return (uint64_t)(m.first + ((int64_t)b * m.width + h) * N * N);
+}
+
+static __device__ __forceinline__ uint32_t philox_lane(const vt_philox_ctr &c, uint64_t n) {
+  const int k = (int)(n & 3);
+  return k == 0 ? c.v[0] : k == 1 ? c.v[1] : k == 2 ? c.v[2] : c.v[3];
+}
+
+// Bit j: number n0 + j is kept, for j < 32; one Philox call per block of four numbers.
+static __device__ __forceinline__ uint32_t drop_keep32(const vt_dropout_mask &m, uint32_t stream,
+                                                       uint64_t n0) {
+  uint32_t bits = 0;
+  vt_philox_ctr c = vt_rng_block_inline(m.seed, stream, m.site, n0 >> 2);
+#pragma unroll 1
+  for (int j = 0; j < 32; j++) {
+    const uint64_t n = n0 + (uint64_t)j;
+    if (j > 0 && (n & 3) == 0) c = vt_rng_block_inline(m.seed, stream, m.site, n >> 2);
+    if (vt_rng_unit(philox_lane(c, n)) >= m.p) bits |= 1u << j;
+  }
+  return bits;
+}
+
+// Bit j: number n0 + j * stride is kept (a column of the mask), for j < 32.
+static __device__ __forceinline__ uint32_t drop_keep32_strided(const vt_dropout_mask &m,
+                                                               uint32_t stream, uint64_t n0,
+                                                               uint64_t stride) {
+  uint32_t bits = 0;
+#pragma unroll 1
+  for (int j = 0; j < 32; j++)
+    if (vt_rng_uniform_inline(m.seed, stream, m.site, n0 + (uint64_t)j * stride) >= m.p)
+      bits |= 1u << j;
+  return bits;
+}
+
+// A probability (or dP) through the mask: fl(v * scale) where kept, else 0.
+static __device__ __forceinline__ float drop_apply(const vt_dropout_mask &m, uint32_t keep, int j,
+                                                   float v) {
+  return (keep >> j & 1u) ? __fmul_rn(v, m.scale) : 0.0f;
 }
 
 // ---- shared memory -----------------------------------------------------------------------------
@@ -211,7 +262,8 @@ static __device__ __forceinline__ void store_rows(float *dst, int64_t at, int64_
 // 16w + lane/2, columns (lane & 1) * 32 .. +31 of each 64-key step.
 template <typename T>
 static __global__ void __launch_bounds__(FA_THREADS)
-    flash_fwd_kernel(T *out, float *lse, const T *qkv, int N, int H, int D, float scale) {
+    flash_fwd_kernel(T *out, float *lse, const T *qkv, int N, int H, int D, float scale,
+                     const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
   const fa_dims d = fa_dims_of(D, sizeof(T));
   const fa_smem<T> sm = fa_carve<T>(fa_shared, d, FA_FWD_SMEM);
@@ -252,7 +304,9 @@ static __global__ void __launch_bounds__(FA_THREADS)
                             (mo > -INFINITY ? lo * expf(mo - mm) : 0.0f));
   const int row = 16 * w + rr;
   if ((lane & 1) == 0 && q0 + row < N) lse[(int64_t)bh * N + q0 + row] = L;
-  // Pass 2: O = sum over key tiles of p v, p = exp(s - L) as T (bf16: rounded, the CPU's point).
+  // Pass 2: O = sum over key tiles of p v, p = exp(s - L) (with dropout, d) as T (bf16: rounded,
+  // the CPU's point).
+  const uint64_t nrow = drop.p > 0.0f ? drop_base(drop, b, h, N) + (uint64_t)(q0 + row) * N : 0;
   zero_rows(sO, d.ldo, d.Dp);
   for (int k0 = 0; k0 < N; k0 += FA_TILE) {
     __syncthreads();
@@ -262,8 +316,12 @@ static __global__ void __launch_bounds__(FA_THREADS)
     warp_scores(sSw, d.lds, sQw, d.ldt, sK, d.ldt, d.Dp);
     __syncwarp();
     const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE;
-    for (int c = c0; c < c0 + 32; c++)
-      sPw[rr * d.ldp + c] = narrow<T>(c < kn ? expf(sSw[rr * d.lds + c] * scale - L) : 0.0f);
+    const uint32_t keep = drop.p > 0.0f ? drop_keep32(drop, stream, nrow + k0 + c0) : 0;
+    for (int c = c0; c < c0 + 32; c++) {
+      float p = c < kn ? expf(sSw[rr * d.lds + c] * scale - L) : 0.0f;
+      if (drop.p > 0.0f) p = drop_apply(drop, keep, c - c0, p);
+      sPw[rr * d.ldp + c] = narrow<T>(p);
+    }
     __syncwarp();
     warp_accumulate(sOw, d.ldo, sPw, d.ldp, sV, d.ldt, d.Dp);
     __syncwarp();
@@ -282,7 +340,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
 template <typename T>
 static __global__ void __launch_bounds__(FA_THREADS)
     flash_dq_kernel(float *dqkv, float *part, float *delta, const T *dout, const T *qkv,
-                    const T *out, const float *lse, int N, int H, int D, float scale) {
+                    const T *out, const float *lse, int N, int H, int D, float scale,
+                    const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
   const fa_dims d = fa_dims_of(D, sizeof(T));
   const fa_smem<T> sm = fa_carve<T>(fa_shared, d, FA_DQ_SMEM);
@@ -321,9 +380,13 @@ static __global__ void __launch_bounds__(FA_THREADS)
     __syncwarp();
     const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE;
     const float L = sL[16 * w + rr], dl = sD[16 * w + rr];
+    const uint64_t nrow = drop_base(drop, b, h, N) + (uint64_t)(q0 + 16 * w + rr) * N;
+    const uint32_t keep = drop.p > 0.0f ? drop_keep32(drop, stream, nrow + k0 + c0) : 0;
     for (int c = c0; c < c0 + 32; c++) {
       const float pij = c < kn ? expf(sSw[rr * d.lds + c] * scale - L) : 0.0f;
-      sdSw[rr * d.ldp + c] = narrow<T>(pij * (sdPw[rr * d.lds + c] - dl));
+      float dp = sdPw[rr * d.lds + c];
+      if (drop.p > 0.0f) dp = drop_apply(drop, keep, c - c0, dp);
+      sdSw[rr * d.ldp + c] = narrow<T>(pij * (dp - dl));
     }
     __syncwarp();
     warp_accumulate(sdQw, d.ldo, sdSw, d.ldp, sK, d.ldt, d.Dp);
@@ -341,7 +404,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
 template <typename T>
 static __global__ void __launch_bounds__(FA_THREADS)
     flash_dkv_kernel(float *dqkv, float *part, const T *dout, const T *qkv, const float *lse,
-                     const float *delta, int N, int H, int D, float scale) {
+                     const float *delta, int N, int H, int D, float scale,
+                     const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
   const fa_dims d = fa_dims_of(D, sizeof(T));
   const fa_smem<T> sm = fa_carve<T>(fa_shared, d, FA_DKV_SMEM);
@@ -376,12 +440,18 @@ static __global__ void __launch_bounds__(FA_THREADS)
     warp_scores(sdPw, d.lds, sVw, d.ldt, sdO, d.ldt, d.Dp);  // dP^T = V dO^T
     __syncwarp();
     const int qn = N - q0 < FA_TILE ? N - q0 : FA_TILE;
+    // With dropout, this lane's key's column of the mask over its 32 queries.
+    const uint64_t ncol = drop_base(drop, b, h, N) + (uint64_t)(q0 + c0) * N + k0 + 16 * w + rr;
+    const uint32_t keep = drop.p > 0.0f ? drop_keep32_strided(drop, stream, ncol, N) : 0;
     float pv[32], dv[32];  // this lane's half row, read in full before any lane overwrites
 #pragma unroll
     for (int j = 0; j < 32; j++) {
       const int c = c0 + j;
       pv[j] = c < qn ? expf(sSw[rr * d.lds + c] * scale - sL[c]) : 0.0f;
-      dv[j] = pv[j] * (sdPw[rr * d.lds + c] - sD[c]);
+      float dp = sdPw[rr * d.lds + c];
+      if (drop.p > 0.0f) dp = drop_apply(drop, keep, j, dp);
+      dv[j] = pv[j] * (dp - sD[c]);
+      if (drop.p > 0.0f) pv[j] = drop_apply(drop, keep, j, pv[j]);
     }
     __syncwarp();
 #pragma unroll
@@ -433,19 +503,21 @@ static void fa_smem_allow(const char *op, const void *kernel, size_t need, int64
 
 template <typename T>
 static void fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
-                int64_t D) {
+                int64_t D, const vt_dropout_mask &drop) {
   static int allowed;
   const dim3 grid = fa_grid("attention_fwd", B, N, H, D);
   const size_t smem = fa_bytes(fa_dims_of((int)D, sizeof(T)), sizeof(T), FA_FWD_SMEM);
   fa_smem_allow("attention_fwd", (const void *)flash_fwd_kernel<T>, smem, D, &allowed);
   flash_fwd_kernel<T><<<grid, FA_THREADS, smem, vt_cuda_stream()>>>(
-      (T *)out, lse, (const T *)qkv, (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D));
+      (T *)out, lse, (const T *)qkv, (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D), drop,
+      vt_hash_name("dropout"));
   VT_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, const float *out,
-                const float *lse, int64_t B, int64_t N, int64_t H, int64_t D) {
+                const float *lse, int64_t B, int64_t N, int64_t H, int64_t D,
+                const vt_dropout_mask &drop) {
   static int allowed_dq, allowed_dkv;
   const dim3 grid = fa_grid("attention_bwd", B, N, H, D);
   const fa_dims d = fa_dims_of((int)D, sizeof(T));
@@ -454,6 +526,7 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
   fa_smem_allow("attention_bwd", (const void *)flash_dq_kernel<T>, smem_dq, D, &allowed_dq);
   fa_smem_allow("attention_bwd", (const void *)flash_dkv_kernel<T>, smem_dkv, D, &allowed_dkv);
   const float scale = 1.0f / sqrtf((float)D);
+  const uint32_t stream = vt_hash_name("dropout");
   // Op scratch: delta (B, H, N), and with dbias the bias partials, one row of 3HD per (image,
   // tile): each block writes its head's columns of its row; then the rows are summed in order.
   const int64_t nchunk = B * grid.y, ld = 3 * H * D;
@@ -464,10 +537,11 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
   float *delta = (float *)(base + at_delta), *part = dbias ? (float *)(base + at_part) : NULL;
   flash_dq_kernel<T><<<grid, FA_THREADS, smem_dq, vt_cuda_stream()>>>(
       dqkv, part, delta, (const T *)dout, (const T *)qkv, (const T *)out, lse, (int)N, (int)H,
-      (int)D, scale);
+      (int)D, scale, drop, stream);
   VT_CUDA_CHECK_LAUNCH();
   flash_dkv_kernel<T><<<grid, FA_THREADS, smem_dkv, vt_cuda_stream()>>>(
-      dqkv, part, (const T *)dout, (const T *)qkv, lse, delta, (int)N, (int)H, (int)D, scale);
+      dqkv, part, (const T *)dout, (const T *)qkv, lse, delta, (int)N, (int)H, (int)D, scale,
+      drop, stream);
   VT_CUDA_CHECK_LAUNCH();
   if (dbias) {
     colsum_final_kernel<<<vt_cuda_blocks(ld, 256), 256, 0, vt_cuda_stream()>>>(dbias, part,
@@ -626,17 +700,27 @@ extern "C" void vt_cuda_latent_attention_bwd(float *dq, float *dkv, float *dbias
   else latent_bwd<float>(dq, dkv, dbias, dout, q, kv, out, lse, B, N, H, D);
 }
 
+// The kernels' mask: the caller's, or one with p 0 (nothing drops).
+static vt_dropout_mask drop_arg(const vt_dropout_mask *drop) {
+  vt_dropout_mask m = {};
+  if (drop) m = *drop;
+  return m;
+}
+
 extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int64_t B,
-                                      int64_t N, int64_t H, int64_t D) {
+                                      int64_t N, int64_t H, int64_t D,
+                                      const vt_dropout_mask *drop) {
   // bf16 (vt_ops.h): qkv and out are bf16 activations; fp32: fp32 tensors.
-  if (vt_cuda_bf16()) fwd<__nv_bfloat16>(out, lse, qkv, B, N, H, D);
-  else fwd<float>(out, lse, qkv, B, N, H, D);
+  if (vt_cuda_bf16()) fwd<__nv_bfloat16>(out, lse, qkv, B, N, H, D, drop_arg(drop));
+  else fwd<float>(out, lse, qkv, B, N, H, D, drop_arg(drop));
 }
 
 extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *dout,
                                       const float *qkv, const float *out, const float *lse,
-                                      int64_t B, int64_t N, int64_t H, int64_t D) {
+                                      int64_t B, int64_t N, int64_t H, int64_t D,
+                                      const vt_dropout_mask *drop) {
   // bf16 (vt_ops.h): dout and dqkv are bf16 activations as well.
-  if (vt_cuda_bf16()) bwd<__nv_bfloat16>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D);
-  else bwd<float>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D);
+  const vt_dropout_mask m = drop_arg(drop);
+  if (vt_cuda_bf16()) bwd<__nv_bfloat16>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);
+  else bwd<float>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);
 }

@@ -71,10 +71,10 @@ void vt_cuda_scale(float *x, float alpha, int64_t count);
 
 // attention.cu
 void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
-                           int64_t H, int64_t D);
+                           int64_t H, int64_t D, const vt_dropout_mask *drop);
 void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
                            const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
-                           int64_t D);
+                           int64_t D, const vt_dropout_mask *drop);
 void vt_cuda_latent_attention_fwd(float *out, float *lse, const float *q, const float *kv,
                                   int64_t B, int64_t N, int64_t H, int64_t D);
 void vt_cuda_latent_attention_bwd(float *dq, float *dkv, float *dbias, const float *dout,

@@ -104,12 +104,13 @@ static void t_gelu_b(float *dx, float *db, const float *x, const float *dy, int6
   TIMED(S_GELU_B, g_real.act_bwd(dx, db, x, dy, M, F, kind));
 }
 static void t_att_f(float *o, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
-                    int64_t D) {
-  TIMED(S_ATT_F, g_real.attention_fwd(o, lse, qkv, B, N, H, D));
+                    int64_t D, const vt_dropout_mask *drop) {
+  TIMED(S_ATT_F, g_real.attention_fwd(o, lse, qkv, B, N, H, D, drop));
 }
 static void t_att_b(float *dqkv, float *db, const float *dy, const float *qkv, const float *o,
-                    const float *lse, int64_t B, int64_t N, int64_t H, int64_t D) {
-  TIMED(S_ATT_B, g_real.attention_bwd(dqkv, db, dy, qkv, o, lse, B, N, H, D));
+                    const float *lse, int64_t B, int64_t N, int64_t H, int64_t D,
+                    const vt_dropout_mask *drop) {
+  TIMED(S_ATT_B, g_real.attention_bwd(dqkv, db, dy, qkv, o, lse, B, N, H, D, drop));
 }
 static void t_add(float *o, const float *a, const float *b, int64_t n) {
   TIMED(S_ADD, g_real.add(o, a, b, n));
