@@ -7,10 +7,11 @@
 // register tokens, positions on the patch tokens only and the mean-pooled head (DeiT III and
 // DINOv2's options); reg 3 register tokens with positions, the class-token head; qk QK-norm
 // without the qkv bias (ViT-22B's attention) and LayerScale; par parallel blocks (ViT-22B) with
-// LayerScale and dropout 0.2 of the MLP's hidden units (timm's ParallelScalingBlock); bce
+// LayerScale, dropout 0.2 of the MLP's hidden units (timm's ParallelScalingBlock) and 0.1 of the
+// attention's probabilities; bce
 // binary cross-entropy (timm's --bce-loss) instead of the softmax one, bcet the same with
 // binary targets (those over 0.3, timm's --bce-target-thresh); lamb the LAMB optimizer (timm's
-// Lamb) instead of AdamW; drop dropout (proj_drop 0.2, pos_drop 0.1,
+// Lamb) instead of AdamW; drop dropout (proj_drop 0.2, attn_drop 0.2, pos_drop 0.1,
 // drop_rate 0.3, with LayerScale; the PyTorch side draws its own masks); sincos big_vision's
 // fixed 2D sin-cos positions with the gap head and no class token (its "Better plain ViT
 // baselines" model; the PyTorch side makes its own table); emaw the weights' EMA with timm's
@@ -127,8 +128,9 @@ int main(int argc, char **argv) {
   m.mix = 1;
   m.bce = !strcmp(variant, "bce") || !strcmp(variant, "bcet");
   if (!strcmp(variant, "bcet")) m.bce_thresh = 0.3f;
-  if (!strcmp(variant, "drop")) m.proj_drop = 0.2f, m.pos_drop = 0.1f, m.head_drop = 0.3f;
-  if (!strcmp(variant, "par")) m.proj_drop = 0.2f;  // the MLP's hidden units only
+  if (!strcmp(variant, "drop"))
+    m.proj_drop = 0.2f, m.attn_drop = 0.2f, m.pos_drop = 0.1f, m.head_drop = 0.3f;
+  if (!strcmp(variant, "par")) m.proj_drop = 0.2f, m.attn_drop = 0.1f;  // proj: hidden units only
   if (!strcmp(variant, "pre")) m.head_drop = 0.3f;  // over the pre-logits' R outputs
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
@@ -159,9 +161,9 @@ int main(int argc, char **argv) {
   if (cfg.gelu_tanh) *(float *)push(&o, "", "gelu_tanh", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.pos_sincos) *(float *)push(&o, "", "pos_sincos", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (oc.ema_warmup) *(float *)push(&o, "", "ema_warmup", "F32", 1, (int64_t[]){1}) = 1.0f;
-  if (m.proj_drop > 0 || m.pos_drop > 0 || m.head_drop > 0) {  // the marker, holding the rates
-    float *rates = push(&o, "", "dropout", "F32", 1, (int64_t[]){3});
-    rates[0] = m.proj_drop, rates[1] = m.pos_drop, rates[2] = m.head_drop;
+  if (m.proj_drop > 0 || m.attn_drop > 0 || m.pos_drop > 0 || m.head_drop > 0) {
+    float *rates = push(&o, "", "dropout", "F32", 1, (int64_t[]){4});  // the marker: the rates
+    rates[0] = m.proj_drop, rates[1] = m.pos_drop, rates[2] = m.head_drop, rates[3] = m.attn_drop;
   }
 
   int clipped = 0;

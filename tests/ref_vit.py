@@ -104,8 +104,10 @@ def uniforms(key, hi, lo, idx):
 # channels, is number (q * N + n) * width + c of stream (SEED, fnv1a("dropout"), site) and is
 # dropped when that uniform is below p. Sites: 0 the embedding's output, 1 + 3l + j for block l
 # (j 0 the attention's output, 1 the MLP's hidden units, 2 the MLP's output), 1 + 3 DEPTH the
-# head's input (one row per image).
-PROJ_DROP = POS_DROP = HEAD_DROP = 0.0  # main() sets them from ref_dump's marker
+# head's input (one row per image), 2 + 3 DEPTH + l block l's attention probabilities: element
+# (head h, query i, key j) of the image at q is number ((q * heads + h) * N + i) * N + j, as a
+# (heads * N, N) tensor per image is numbered.
+PROJ_DROP = ATTN_DROP = POS_DROP = HEAD_DROP = 0.0  # main() sets them from ref_dump's marker
 
 
 def dropout(x, positions, site, p):
@@ -137,12 +139,15 @@ class Attention(nn.Module):
         self.k_norm = nn.LayerNorm(dim // heads, eps=1e-6) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x):
+    def forward(self, x, positions=None, site=0):
+        """With positions (training): dropout of the probabilities (timm's attn_drop) at site."""
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
         q, k = self.q_norm(q), self.k_norm(k)
         att = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        att = dropout(att.reshape(B, self.heads * N, N), positions, site, ATTN_DROP)
+        att = att.reshape(B, self.heads, N, N)
         return self.proj((att @ v).transpose(1, 2).reshape(B, N, C))
 
 
@@ -209,7 +214,8 @@ class Block(nn.Module):
     def forward(self, x, masks=None, keep=1.0, positions=None, layer=0):
         if masks is None:
             masks, keep = torch.ones(2, x.shape[0]), 1.0
-        a = dropout(self.attn(self.norm1(x)), positions, 1 + 3 * layer, PROJ_DROP)
+        a = self.attn(self.norm1(x), positions, 2 + 3 * DEPTH + layer)
+        a = dropout(a, positions, 1 + 3 * layer, PROJ_DROP)
         x = x + drop_path(self.ls1(a), masks[0], keep)
         m = self.mlp(self.norm2(x), positions, 2 + 3 * layer)
         return x + drop_path(self.ls2(m), masks[1], keep)
@@ -231,7 +237,8 @@ class ParallelBlock(nn.Module):
             masks, keep = torch.ones(2, x.shape[0]), 1.0
         n = self.norm1(x)
         m = self.mlp(n, positions, 2 + 3 * layer, out_drop=False)
-        return x + drop_path(self.ls(self.attn(n) + m), masks[0], keep)
+        a = self.attn(n, positions, 2 + 3 * DEPTH + layer)
+        return x + drop_path(self.ls(a + m), masks[0], keep)
 
 
 class PatchEmbed(nn.Module):
@@ -463,10 +470,10 @@ def main():
     regs = d["init.reg_token"].shape[1] if "init.reg_token" in d else 0
     class_token, gap = "init.cls_token" in d, "gap" in d  # gap: ref_dump's marker
     map_head = "init.attn_pool.latent" in d
-    global GELU, PROJ_DROP, POS_DROP, HEAD_DROP
+    global GELU, PROJ_DROP, ATTN_DROP, POS_DROP, HEAD_DROP
     GELU = "tanh" if "gelu_tanh" in d else "none"  # ref_dump's marker
-    if "dropout" in d:  # ref_dump's marker: proj_drop, pos_drop, drop_rate
-        PROJ_DROP, POS_DROP, HEAD_DROP = (float(r) for r in d["dropout"])
+    if "dropout" in d:  # ref_dump's marker: proj_drop, pos_drop, drop_rate, attn_drop
+        PROJ_DROP, POS_DROP, HEAD_DROP, ATTN_DROP = (float(r) for r in d["dropout"])
     no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2 and \
         (class_token or regs > 0)
     qk_norm, qkv_bias = "init.blocks.0.attn.q_norm.weight" in d, "init.blocks.0.attn.qkv.bias" in d
@@ -636,8 +643,9 @@ def main():
                (", positions on the patch tokens only" if no_embed_class else "") +
                (", QK-norm" if qk_norm else "") + ("" if qkv_bias else ", no qkv bias") +
                (", tanh GELU" if GELU == "tanh" else "") +
-               (f", dropout {PROJ_DROP:g} (positions {POS_DROP:g}, head {HEAD_DROP:g})"
-                if PROJ_DROP or POS_DROP or HEAD_DROP else "") +
+               (f", dropout {PROJ_DROP:g} (attention {ATTN_DROP:g}, positions {POS_DROP:g}, "
+                f"head {HEAD_DROP:g})" if PROJ_DROP or ATTN_DROP or POS_DROP or HEAD_DROP
+                else "") +
                (", fixed 2D sin-cos positions" if sincos_err is not None else "") +
                (", EMA with ModelEmaV3's warmup" if "ema_warmup" in d else "") +
                (f", pre-logits {model.head.in_features} (tanh)" if model.pre_logits is not None

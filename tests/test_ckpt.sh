@@ -41,8 +41,8 @@ for z in 0 1; do
   extra=()
   # drop path's and dropout's masks and the mixing are keyed by stream position: resumable; the
   # weights' EMA is saved (ema.safetensors) and restored
-  [ $z = 1 ] && extra=(--drop-path 0.2 --proj-drop 0.1 --pos-drop 0.1 --drop 0.1 --mixup 0.8
-                       --cutmix 1.0 --reprob 0.25 --model-ema 0.99)
+  [ $z = 1 ] && extra=(--drop-path 0.2 --proj-drop 0.1 --attn-drop 0.1 --pos-drop 0.1 --drop 0.1
+                       --mixup 0.8 --cutmix 1.0 --reprob 0.25 --model-ema 0.99)
   must run straight$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}" ${extra:+--final-ema "$work/ema_straight.st"}
   must run first$z 8 --tp 2 --pp 2 --zero $z "${extra[@]}" --save "$work/ck$z" --save-interval 10 \
     --run-steps 10

@@ -99,7 +99,7 @@ done <<'MESHES'
 4 bf16 --pp 4 --pp-schedule zb-v --depth 8
 4 fp32 --pp 2 --dp 2 --pp-schedule zb-v --global-batch-size 16 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1
 3 bf16 --pp 3 --pp-chunks 2 --pp-schedule interleaved --global-batch-size 12 --depth 6
-4 fp32 --tp 2 --dp 2 --opt lamb --clip-grad 0.5 --parallel-blocks 1 --layer-decay 0.75 --proj-drop 0.1
+4 fp32 --tp 2 --dp 2 --opt lamb --clip-grad 0.5 --parallel-blocks 1 --layer-decay 0.75 --proj-drop 0.1 --attn-drop 0.1
 4 fp32 --tp 2 --pp 2 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1 --decode-split 1
 8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9 --save-interval 2
 MESHES

@@ -30,7 +30,8 @@ for p in fp32 bf16; do
   extra=() emu_extra=()
   [[ $p == bf16 ]] && extra=(--drop-path 0.3 --mixup 0.8 --cutmix 1.0 --layer-scale 0.2
                             --reg-tokens 2 --no-embed-class 1 --qk-norm 1 --qkv-bias 0
-                            --global-pool map --proj-drop 0.1 --pos-drop 0.1 --drop 0.1)
+                            --global-pool map --proj-drop 0.1 --attn-drop 0.1 --pos-drop 0.1
+                            --drop 0.1)
   [[ $p == fp32 ]] && extra=(--parallel-blocks 1 --opt lamb --bce-loss 1 --bce-target-thresh 0.05
                             --act gelu_tanh)
   [[ $p == fp32 ]] && emu_extra=(--recompute-blocks 2)

@@ -191,22 +191,24 @@ run ls_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${ls[@]}" &&
   fail=1
 # Parallel blocks (ViT-22B): one TP reduction per block each way, the branches' input gradients
 # added before it; with LayerScale on the sum, QK-norm, drop path (one mask per block),
-# dropout of the MLP's hidden units (each TP rank its columns) and the binary cross-entropy
-# loss on binary targets; also
+# dropout of the MLP's hidden units (each TP rank its columns) and of the attention's
+# probabilities (each TP rank its heads) and the binary cross-entropy loss on binary targets; also
 # 4x2x1 with sequence parallelism, and ZB-H1 bit for bit as 1F1B below (its weight pass reads
 # the one output gradient both branches share).
 par=(--parallel-blocks 1 --layer-scale 0.2 --qk-norm 1 --drop-path 0.2 --proj-drop 0.1
-     --bce-loss 1 --bce-target-thresh 0.05)
+     --attn-drop 0.1 --bce-loss 1 --bce-target-thresh 0.05)
 variant base base_par "parallel blocks, LayerScale, QK-norm, drop path, dropout, BCE loss (binary targets)" "${par[@]}"
 run par_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${par[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_par" "$work/par_sp" "par_sp 4 x 2 x 1 SP ${par[*]}" ||
   fail=1
-# Dropout (timm's proj_drop and pos_drop) keys each element's mask by the sample's stream
-# position, the token and the channel over the whole width (fc1's hidden units over all of TP's
-# shards), so every layout drops the same elements as one rank; with LayerScale (which keeps the
+# Dropout (timm's proj_drop, attn_drop and pos_drop) keys each element's mask by the sample's
+# stream position, the token and the channel over the whole width (fc1's hidden units over all
+# of TP's shards; the attention's probabilities by the head over all of TP's, the query and the
+# key), so every layout drops the same elements as one rank; with LayerScale (which keeps the
 # dropped branch output for its gamma gradient) and drop path on top, also 4x2x1 with sequence
 # parallelism (padding rows), ZB-H1 bit for bit as 1F1B and activation recompute below.
-dropout=(--proj-drop 0.2 --pos-drop 0.2 --drop 0.2 --layer-scale 0.2 --drop-path 0.2)
+dropout=(--proj-drop 0.2 --attn-drop 0.2 --pos-drop 0.2 --drop 0.2 --layer-scale 0.2
+         --drop-path 0.2)
 variant base base_do "dropout, LayerScale, drop path" "${dropout[@]}"
 run do_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${dropout[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_do" "$work/do_sp" "do_sp 4 x 2 x 1 SP ${dropout[*]}" ||

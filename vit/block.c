@@ -8,7 +8,8 @@
 // the samples that keep it, scaled (vt_drop_path). With LayerScale each branch's output is
 // multiplied by its gamma per channel before that (timm: x + drop_path(ls(branch))). Dropout
 // (noise->drop, timm's proj_drop) drops elements of the attention's output and of the MLP's
-// hidden units and output: x + drop_path(ls(dropout(branch))).
+// hidden units and output: x + drop_path(ls(dropout(branch))); attention dropout (noise->attn,
+// timm's attn_drop) drops probabilities inside the attention ops.
 // Parallel blocks (cfg.parallel) run both branches from one LayerNorm and add their outputs
 // before one reduction: one f and one g per block; their dropout, as timm's
 // ParallelScalingBlock's (mlp_drop), drops the MLP's hidden units only.

@@ -203,7 +203,7 @@ if ((built)); then
   vargs=(--steps 20 --precision bf16 --layer-scale 0.2 --reg-tokens 2 --no-embed-class 1
          --qk-norm 1 --qkv-bias 0)
   vverdicts=""
-  for v in "seq|--proj-drop 0.1 --pos-drop 0.1 --drop 0.1 --pre-logits 48" \
+  for v in "seq|--proj-drop 0.1 --attn-drop 0.1 --pos-drop 0.1 --drop 0.1 --pre-logits 48" \
            "par|--parallel-blocks 1 --opt lamb --bce-loss 1 --bce-target-thresh 0.05"; do
     IFS='|' read -r vn vflags <<<"$v"
     vok=1
