@@ -83,7 +83,7 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    "\nnum_classes %d\nglobal_pool %d\naug_repeats %d\nlayer_scale %d"
                    "\nno_embed_class %d\nreg_tokens %d\nqk_norm %d\nqkv_bias %d\nparallel %d"
                    "\nclass_token %d\ngelu_tanh %d\npos_sincos %d\npre_logits %d\nmlp_dim %d"
-                   "\ntp %d\npp %d\ndp %d"
+                   "\npre_norm %d\nnorm_eps %.9g\nquick_gelu %d\ntp %d\npp %d\ndp %d"
                    "\nzero %d\nsequence_parallel %d\n",
                    m->step, m->stream_position, m->global_batch, m->adam_t, m->lamb, m->seed,
                    m->img_size,
@@ -91,7 +91,9 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    m->num_classes, m->global_pool, m->aug_repeats > 1 ? m->aug_repeats : 1,
                    m->layer_scale, m->no_embed_class, m->reg_tokens, m->qk_norm, m->qkv_bias,
                    m->parallel, m->class_token, m->gelu_tanh, m->pos_sincos, m->pre_logits,
-                   m->mlp_dim, m->tp, m->pp, m->dp, m->zero, m->sequence_parallel);
+                   m->mlp_dim, m->pre_norm, m->norm_eps > 0 ? (double)m->norm_eps : 1e-6,
+                   m->quick_gelu, m->tp, m->pp,
+                   m->dp, m->zero, m->sequence_parallel);
   if (m->has_optim && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k,
                   "lr %.17g\nmin_lr %.17g\nwarmup_lr %.17g\nweight_decay %.17g\nopt_eps %.17g"
@@ -150,6 +152,8 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"pos_sincos", 0, 1, &m->pos_sincos, 4, 1, 0},  // absent: 0
       {"pre_logits", 0, 65536, &m->pre_logits, 4, 1, 0},  // absent: 0
       {"mlp_dim", 0, 1 << 20, &m->mlp_dim, 4, 1, 0},  // absent: 0 (from mlp_ratio)
+      {"pre_norm", 0, 1, &m->pre_norm, 4, 1, 0},  // absent: 0
+      {"quick_gelu", 0, 1, &m->quick_gelu, 4, 1, 0},  // absent: 0
       {"tp", 1, 1 << 20, &m->tp, 4, 0, 0},
       {"pp", 1, 1 << 20, &m->pp, 4, 0, 0},
       {"dp", 1, 1 << 20, &m->dp, 4, 0, 0},
@@ -171,7 +175,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   const int nreals = (int)(sizeof reals / sizeof reals[0]);
   const int nkeys = (int)(sizeof keys / sizeof keys[0]);
   memset(m, 0, sizeof *m);
-  m->aug_repeats = 1, m->qkv_bias = 1, m->class_token = 1;
+  m->aug_repeats = 1, m->qkv_bias = 1, m->class_token = 1, m->norm_eps = 1e-6f;
   int format = 0, ratio = 0, line_no = 0;
   const char *p = text, *end = text + nbytes;
   while (p < end) {
@@ -220,6 +224,13 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       if (*e || !(m->mlp_ratio > 0 && m->mlp_ratio < 1024))
         FAIL(VT_ERR_INPUT, "manifest line %d: bad mlp_ratio", line_no);
       ratio = 1;
+      continue;
+    }
+    if (strcmp(key, "norm_eps") == 0) {  // absent: timm's 1e-6
+      char *e;
+      m->norm_eps = strtof(v1, &e);
+      if (*e || !(m->norm_eps > 0 && m->norm_eps <= 0.1f))
+        FAIL(VT_ERR_INPUT, "manifest line %d: bad norm_eps", line_no);
       continue;
     }
     int r = 0;
@@ -382,6 +393,10 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
 
 const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m) {
   return m->lamb ? "lamb" : m->sgd == 2 ? "sgd" : m->sgd == 1 ? "momentum" : "adamw";
+}
+
+const char *vt_ckpt_act_name(const vt_ckpt_manifest *m) {
+  return m->quick_gelu ? "quick_gelu" : m->gelu_tanh ? "gelu_tanh" : "gelu";
 }
 
 int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file) {

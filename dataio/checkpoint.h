@@ -55,12 +55,15 @@ typedef struct {
   int parallel;                    // parallel blocks (0 when the manifest predates them)
   int class_token;                 // 0: no class token (1 when the manifest predates it)
   int gelu_tanh;                   // 1: tanh GELU (0 when the manifest predates it)
+  int quick_gelu;                  // 1: quick GELU (0 when the manifest predates it)
   int pos_sincos;                  // 1: fixed 2D sin-cos positions (0 when the manifest predates
                                    // them)
   int pre_logits;                  // the pre-logits layer's width, 0: none (0 when the manifest
                                    // predates it)
   float mlp_ratio;
   int mlp_dim;  // the MLP's hidden width (0 when the manifest predates it: width x mlp_ratio)
+  int pre_norm;    // 1: norm_pre before the blocks (0 when the manifest predates it)
+  float norm_eps;  // the LayerNorms' eps (1e-6 when the manifest predates it; 0 writes 1e-6)
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;
   // files: name, bytes, CRC-32
@@ -105,6 +108,8 @@ int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file);
 // The --opt word of the optimizer the checkpoint was trained with: adamw, lamb, sgd (Nesterov)
 // or momentum.
 const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m);
+// The --act word of the model's MLPs: gelu, gelu_tanh or quick_gelu.
+const char *vt_ckpt_act_name(const vt_ckpt_manifest *m);
 
 // Reads dir/manifest.txt and verifies the size and CRC-32 of every file it lists.
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen);

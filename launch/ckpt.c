@@ -266,8 +266,10 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .layer_scale = c->layer_scale > 0, .no_embed_class = c->no_embed_class,
       .reg_tokens = c->reg_tokens, .qk_norm = c->qk_norm, .qkv_bias = !c->no_qkv_bias,
       .parallel = c->parallel, .class_token = !c->no_class_token, .gelu_tanh = c->gelu_tanh,
+      .quick_gelu = c->quick_gelu,
       .pos_sincos = c->pos_sincos, .pre_logits = c->pre_logits,
-      .mlp_ratio = c->mlp_ratio, .mlp_dim = vt_cfg_mlp_hidden(c), .tp = mesh->tp_size,
+      .mlp_ratio = c->mlp_ratio, .mlp_dim = vt_cfg_mlp_hidden(c), .pre_norm = c->pre_norm,
+      .norm_eps = vt_cfg_norm_eps(c), .tp = mesh->tp_size,
       .pp = mesh->pp_size, .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
   manifest_optim(&w->man, &opt->cfg);
   // The slices are this rank's own now: training may go on while they are written.
@@ -386,18 +388,26 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
     return VT_ERR_INPUT;
   }
   if (man->qk_norm != c->qk_norm || man->qkv_bias != !c->no_qkv_bias ||
-      man->parallel != c->parallel || man->gelu_tanh != c->gelu_tanh) {
+      man->parallel != c->parallel || man->gelu_tanh != c->gelu_tanh ||
+      man->quick_gelu != c->quick_gelu) {
     snprintf(err, errlen, "%s holds a model %s QK-norm, %s qkv bias, %s blocks and the %s GELU; "
              "resume it with --qk-norm %d --qkv-bias %d --parallel-blocks %d --act %s", dir,
              man->qk_norm ? "with" : "without", man->qkv_bias ? "with a" : "without a",
-             man->parallel ? "parallel" : "sequential", man->gelu_tanh ? "tanh" : "erf",
-             man->qk_norm, man->qkv_bias, man->parallel, man->gelu_tanh ? "gelu_tanh" : "gelu");
+             man->parallel ? "parallel" : "sequential",
+             man->quick_gelu ? "quick" : man->gelu_tanh ? "tanh" : "erf", man->qk_norm,
+             man->qkv_bias, man->parallel, vt_ckpt_act_name(man));
     return VT_ERR_INPUT;
   }
   if (man->pre_logits != c->pre_logits) {
     snprintf(err, errlen, "%s holds a model %s; resume it with --pre-logits %d", dir,
              man->pre_logits ? "with a pre-logits layer" : "without a pre-logits layer",
              man->pre_logits);
+    return VT_ERR_INPUT;
+  }
+  if (man->pre_norm != c->pre_norm || man->norm_eps != vt_cfg_norm_eps(c)) {
+    snprintf(err, errlen, "%s holds a model %s norm_pre and LayerNorm eps %g; resume it with "
+             "--pre-norm %d --norm-eps %g", dir, man->pre_norm ? "with" : "without",
+             (double)man->norm_eps, man->pre_norm, (double)man->norm_eps);
     return VT_ERR_INPUT;
   }
   if (man->pos_sincos != c->pos_sincos) {

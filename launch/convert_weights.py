@@ -273,6 +273,9 @@ def flags_for(sd):
         f.append("--parallel-blocks 1")
     if "pre_logits.fc.weight" in sd:
         f.append(f"--pre-logits {sd['pre_logits.fc.weight'].shape[0]}")
+    if "norm_pre.weight" in sd:  # timm's CLIP towers: norm_pre, every norm nn.LayerNorm's
+        f += ["--pre-norm 1", "--norm-eps 1e-5 (the CLIP towers' nn.LayerNorm; the activation is "
+              "not in the weights: --act quick_gelu for OpenAI's, gelu for OpenCLIP's)"]
     return " ".join(f)
 
 

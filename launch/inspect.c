@@ -89,13 +89,14 @@ int vt_inspect_run(const char *path) {
          "--mlp-dim %d --num-classes %d --global-pool %s --class-token %d --layer-scale %s "
          "--reg-tokens %d "
          "--no-embed-class %d --qk-norm %d --qkv-bias %d --parallel-blocks %d --act %s "
-         "--pos-embed %s --pre-logits %d --opt %s%s "
+         "--pos-embed %s --pre-logits %d --pre-norm %d --norm-eps %g --opt %s%s "
          "--global-batch-size %" PRId64 " --seed %" PRIu64 "%s --resume %s\n",
          m.img_size, m.patch_size, m.width, m.depth, m.heads, vt_ckpt_mlp_hidden(&m), m.num_classes,
          vt_config_pool_name(m.global_pool), m.class_token, m.layer_scale ? "1" : "0",
          m.reg_tokens,
-         m.no_embed_class, m.qk_norm, m.qkv_bias, m.parallel, m.gelu_tanh ? "gelu_tanh" : "gelu",
-         m.pos_sincos ? "sincos2d" : "learn", m.pre_logits, vt_ckpt_opt_name(&m), optim,
+         m.no_embed_class, m.qk_norm, m.qkv_bias, m.parallel, vt_ckpt_act_name(&m),
+         m.pos_sincos ? "sincos2d" : "learn", m.pre_logits, m.pre_norm, (double)m.norm_eps,
+         vt_ckpt_opt_name(&m), optim,
          m.global_batch, m.seed, repeats,
          dir);
   if (m.layer_scale)

@@ -196,8 +196,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "two", NULL},
       {"--act", VT_OPT_STR, act, sizeof act, 0, 0, "ACT",
        "the MLPs' activation (timm's act_layer): gelu (the exact erf form, timm's and PyTorch's "
-       "default) or gelu_tanh (the tanh approximation: Flax's default, so the JAX ViTs of "
-       "big_vision and SigLIP; cuBLASLt's GELU epilogue)", "gelu|gelu_tanh"},
+       "default), gelu_tanh (the tanh approximation: Flax's default, so the JAX ViTs of "
+       "big_vision and SigLIP; cuBLASLt's GELU epilogue) or quick_gelu (x sigmoid(1.702 x): "
+       "OpenAI's CLIP towers)", "gelu|gelu_tanh|quick_gelu"},
       {"--pre-logits", VT_OPT_INT, &o.model.pre_logits, 0, 0, 65536, "R",
        "a pre-logits layer of width R between the pooled features and the head: Linear then "
        "tanh (big_vision's rep_size, the original ViT's representation layer; pre_logits.fc); "
@@ -206,6 +207,13 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "learn (timm's learned pos_embed, default) or sincos2d (big_vision's fixed 2D sin-cos "
        "table of \"Better plain ViT baselines\", never trained; positions on the patch tokens "
        "only)", "learn|sincos2d"},
+      {"--pre-norm", VT_OPT_INT, &o.model.pre_norm, 0, 0, 1, "0|1",
+       "1: a LayerNorm of the embedding's output before the first block, and no patch "
+       "embedding bias (timm's pre_norm, norm_pre: the CLIP image towers, with --norm-eps 1e-5)",
+       NULL},
+      {"--norm-eps", VT_OPT_FLOAT, &o.model.norm_eps, 0, 1e-12, 0.1, "E",
+       "every LayerNorm's eps: timm's ViT 1e-6, or nn.LayerNorm's 1e-5 (the CLIP image towers, "
+       "timm's vit_*_clip_*)", NULL},
       {"--data", VT_OPT_STR, o.data, sizeof o.data, 0, 0, "SOURCE",
        "training data: synthetic (a deterministic, learnable image task), an ImageFolder "
        "directory (root/<class>/<image>), a list file (path<TAB>label per line) or tar shards "
@@ -567,6 +575,7 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                                                    : 0;
   o.model.no_class_token = !class_token;
   o.model.gelu_tanh = strcmp(act, "gelu_tanh") == 0;
+  o.model.quick_gelu = strcmp(act, "quick_gelu") == 0;
   o.model.init_jax = strcmp(weight_init, "jax") == 0;
   o.transform.eval_squash = strcmp(eval_crop_mode, "squash") == 0;
   o.model.pos_sincos = strcmp(pos_embed, "sincos2d") == 0;

@@ -9,6 +9,7 @@
            (be) ? (be)->name : "(null)")
 #define POS(x) VT_CHECK((x) > 0, "%s must be positive, got %lld", #x, (long long)(x))
 #define PTR(p) VT_CHECK((p) != NULL, "%s must not be NULL", #p)
+#define EPS(e) VT_CHECK((e) > 0.0f && (e) < 1.0f, "LayerNorm eps %g outside (0, 1)", (double)(e))
 
 void vt_linear_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
                    const float *bias, int64_t M, int64_t I, int64_t O) {
@@ -71,11 +72,11 @@ void vt_linear_act_bwd(const vt_backend *be, float *dinp, float *dweight, const 
 
 void vt_layernorm_fwd(const vt_backend *be, float *out, float *mean, float *rstd,
                       const float *inp, const float *weight, const float *bias, int64_t M,
-                      int64_t C) {
+                      int64_t C, float eps, int act) {
   NEED(be, layernorm_fwd);
   PTR(out); PTR(mean); PTR(rstd); PTR(inp); PTR(weight); PTR(bias);
-  POS(M); POS(C);
-  be->layernorm_fwd(out, mean, rstd, inp, weight, bias, M, C);
+  POS(M); POS(C); EPS(eps);
+  be->layernorm_fwd(out, mean, rstd, inp, weight, bias, M, C, eps, act);
 }
 
 void vt_layernorm_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
@@ -89,11 +90,11 @@ void vt_layernorm_bwd(const vt_backend *be, float *dinp, float *dweight, float *
 
 void vt_add_layernorm_fwd(const vt_backend *be, float *sum, float *out, float *mean, float *rstd,
                           const float *a, const float *b, const float *weight, const float *bias,
-                          int64_t M, int64_t C) {
+                          int64_t M, int64_t C, float eps) {
   NEED(be, add_layernorm_fwd);
   PTR(sum); PTR(out); PTR(mean); PTR(rstd); PTR(a); PTR(b); PTR(weight); PTR(bias);
-  POS(M); POS(C);
-  be->add_layernorm_fwd(sum, out, mean, rstd, a, b, weight, bias, M, C);
+  POS(M); POS(C); EPS(eps);
+  be->add_layernorm_fwd(sum, out, mean, rstd, a, b, weight, bias, M, C, eps);
 }
 
 void vt_layernorm_bwd_add(const vt_backend *be, float *dinp, float *dweight, float *dbias,
@@ -109,7 +110,7 @@ void vt_act_fwd(const vt_backend *be, float *out, const float *inp, int64_t coun
   NEED(be, act_fwd);
   PTR(out); PTR(inp);
   POS(count);
-  VT_CHECK(kind >= VT_ACT_GELU && kind <= VT_ACT_TANH, "act: unknown kind %d", (int)kind);
+  VT_CHECK(kind >= VT_ACT_GELU && kind <= VT_ACT_QUICK_GELU, "act: unknown kind %d", (int)kind);
   be->act_fwd(out, inp, count, (int)kind);
 }
 
@@ -118,7 +119,7 @@ void vt_act_bwd(const vt_backend *be, float *dinp, float *dbias, const float *in
   NEED(be, act_bwd);
   PTR(dinp); PTR(inp); PTR(dout);
   POS(M); POS(F);
-  VT_CHECK(kind >= VT_ACT_GELU && kind <= VT_ACT_TANH, "act: unknown kind %d", (int)kind);
+  VT_CHECK(kind >= VT_ACT_GELU && kind <= VT_ACT_QUICK_GELU, "act: unknown kind %d", (int)kind);
   be->act_bwd(dinp, dbias, inp, dout, M, F, (int)kind);
 }
 
@@ -172,12 +173,12 @@ void vt_latent_attention_bwd(const vt_backend *be, float *dq, float *dkv, float 
 
 void vt_qk_norm_fwd(const vt_backend *be, float *out, float *mean, float *rstd, const float *qkv,
                     const float *qw, const float *qb, const float *kw, const float *kb,
-                    int64_t M, int64_t H, int64_t D) {
+                    int64_t M, int64_t H, int64_t D, float eps) {
   NEED(be, qk_norm_fwd);
   PTR(out); PTR(mean); PTR(rstd); PTR(qkv); PTR(qw); PTR(qb); PTR(kw); PTR(kb);
-  POS(M); POS(H); POS(D);
+  POS(M); POS(H); POS(D); EPS(eps);
   VT_CHECK(out != qkv, "qk_norm_fwd: out must not alias qkv");
-  be->qk_norm_fwd(out, mean, rstd, qkv, qw, qb, kw, kb, M, H, D);
+  be->qk_norm_fwd(out, mean, rstd, qkv, qw, qb, kw, kb, M, H, D, eps);
 }
 
 void vt_qk_norm_bwd(const vt_backend *be, float *dqkv, float *dqw, float *dqb, float *dkw,
@@ -314,13 +315,13 @@ void vt_mean_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_
 
 void vt_norm_mean_pool_fwd(const vt_backend *be, float *out, float *pooled, float *mean,
                            float *rstd, const float *x, const float *weight, const float *bias,
-                           int64_t B, int64_t N, int64_t T, int64_t C) {
+                           int64_t B, int64_t N, int64_t T, int64_t C, float eps) {
   NEED(be, norm_mean_pool_fwd);
   PTR(out); PTR(pooled); PTR(mean); PTR(rstd); PTR(x); PTR(weight); PTR(bias);
-  POS(B); POS(C);
+  POS(B); POS(C); EPS(eps);
   VT_CHECK(T >= 0 && N > T, "norm_mean_pool: N=%lld tokens with T=%lld prefix tokens has no "
            "patch", (long long)N, (long long)T);
-  be->norm_mean_pool_fwd(out, pooled, mean, rstd, x, weight, bias, B, N, T, C);
+  be->norm_mean_pool_fwd(out, pooled, mean, rstd, x, weight, bias, B, N, T, C, eps);
 }
 
 void vt_norm_mean_pool_bwd(const vt_backend *be, float *dx, float *dweight, float *dbias,

@@ -64,12 +64,14 @@ void vt_linear_bwd_act(const vt_backend *be, float *dinp, float *dweight, float 
 void vt_linear_act_bwd(const vt_backend *be, float *dinp, float *dweight, const float *dout,
                        const float *inp, const float *weight, int64_t M, int64_t I, int64_t O);
 
-// LayerNorm over the last dim, eps 1e-6 (timm's ViT). out, inp (M, C); mean, rstd (M) saved for
-// the backward; weight, bias (C).
-#define VT_LAYERNORM_EPS 1e-6f
+// LayerNorm over the last dim: (x - mean) / sqrt(var + eps) * weight + bias, eps the model's
+// (timm's ViT 1e-6; nn.LayerNorm's 1e-5 in the CLIP towers). out, inp (M, C); mean, rstd (M)
+// saved for the backward, which needs no eps; weight, bias (C). With act set, out is an
+// activation (bf16 in bf16 precision: the norms before a Linear), else fp32 (norm_pre, whose
+// output is the residual stream; autocast keeps LayerNorm's output fp32).
 void vt_layernorm_fwd(const vt_backend *be, float *out, float *mean, float *rstd,
                       const float *inp, const float *weight, const float *bias, int64_t M,
-                      int64_t C);
+                      int64_t C, float eps, int act);
 void vt_layernorm_bwd(const vt_backend *be, float *dinp, float *dweight, float *dbias,
                       const float *dout, const float *inp, const float *weight, const float *mean,
                       const float *rstd, int64_t M, int64_t C);
@@ -78,19 +80,24 @@ void vt_layernorm_bwd(const vt_backend *be, float *dinp, float *dweight, float *
 // vt_add followed by vt_layernorm_fwd.
 void vt_add_layernorm_fwd(const vt_backend *be, float *sum, float *out, float *mean, float *rstd,
                           const float *a, const float *b, const float *weight, const float *bias,
-                          int64_t M, int64_t C);
+                          int64_t M, int64_t C, float eps);
 // layernorm_bwd that adds its input gradient into dinp (the residual stream's gradient) instead
 // of overwriting it: the same bits as vt_layernorm_bwd into a scratch and vt_add.
 void vt_layernorm_bwd_add(const vt_backend *be, float *dinp, float *dweight, float *dbias,
                           const float *dout, const float *inp, const float *weight,
                           const float *mean, const float *rstd, int64_t M, int64_t C);
 
-// An activation after a Linear: GELU in one of its two forms (timm's act_layer 'gelu' and
-// 'gelu_tanh'; PyTorch's approximate='none' and 'tanh'), the exact x * 0.5 * (1 + erf(x / sqrt 2))
-// or x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (Flax's default: big_vision's ViTs), in
-// the MLPs; or tanh itself (big_vision's pre-logits layer). inp and out are bf16 activations in
-// bf16 precision.
-typedef enum { VT_ACT_GELU = 0, VT_ACT_GELU_TANH = 1, VT_ACT_TANH = 2 } vt_act;
+// An activation after a Linear: GELU in one of its three forms (timm's act_layer 'gelu',
+// 'gelu_tanh' and 'quick_gelu'; PyTorch's approximate='none' and 'tanh'), the exact
+// x * 0.5 * (1 + erf(x / sqrt 2)) or x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (Flax's
+// default: big_vision's ViTs) or x * sigmoid(1.702 x) (OpenAI's CLIP), in the MLPs; or tanh
+// itself (big_vision's pre-logits layer). inp and out are bf16 activations in bf16 precision.
+typedef enum {
+  VT_ACT_GELU = 0,
+  VT_ACT_GELU_TANH = 1,
+  VT_ACT_TANH = 2,
+  VT_ACT_QUICK_GELU = 3
+} vt_act;
 void vt_act_fwd(const vt_backend *be, float *out, const float *inp, int64_t count, vt_act kind);
 // The backward, fused with the bias gradient of the Linear that made the activation's input
 // (fc1): dinp (M, F) = dout * act'(inp), a bf16 activation in bf16 precision (it only feeds that
@@ -149,14 +156,14 @@ void vt_latent_attention_bwd(const vt_backend *be, float *dq, float *dkv, float 
                              const float *dout, const float *q, const float *kv, const float *out,
                              const float *lse, int64_t B, int64_t N, int64_t H, int64_t D);
 
-// QK-norm (timm's qk_norm, ViT-22B): a LayerNorm (eps VT_LAYERNORM_EPS) over each head's D
+// QK-norm (timm's qk_norm, ViT-22B): a LayerNorm (the caller's eps) over each head's D
 // values of q and of k, the q heads sharing the weights qw, qb (D), the k heads kw, kb. qkv and
 // out (M, 3*H*D) in attention's layout (vt_attention_fwd); out holds the normalised q and k and v
 // as it is; both are bf16 activations in bf16 precision. mean, rstd (M, 2H): each row's
 // statistics, q heads then k heads (fp32). Under TP, H is the local head count.
 void vt_qk_norm_fwd(const vt_backend *be, float *out, float *mean, float *rstd, const float *qkv,
                     const float *qw, const float *qb, const float *kw, const float *kb,
-                    int64_t M, int64_t H, int64_t D);
+                    int64_t M, int64_t H, int64_t D, float eps);
 // dqkv (M, 3HD) overwritten (a bf16 activation in bf16 precision): the LayerNorm backward of
 // dout's q and k parts, dout's v part as it is (dout: attention_bwd's dqkv of out, a bf16
 // activation in bf16); dqw, dqb, dkw, dkb (D) += their column sums over the M*H rows of each;
@@ -227,7 +234,7 @@ void vt_mean_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_
 // LayerNorm of every patch token, then their mean (timm's global_pool='avg' with fc_norm=False,
 // big_vision's 'gap' head): out[b] = weight * pooled[b] + bias, pooled[b] (fp32, kept for the
 // backward) the mean over the patch tokens t = T..N-1 of xhat_t = (x[b, t] - mean) * rstd, each
-// token's mean and rstd (B, N - T) saved as LayerNorm's (eps VT_LAYERNORM_EPS); out (B, C) is a
+// token's mean and rstd (B, N - T) saved as LayerNorm's (the caller's eps); out (B, C) is a
 // bf16 activation in bf16 precision, x (B, N, C) fp32. Every token shares the one gradient
 // g = dout[b] * weight / (N - T) of its xhat, so the backward writes the whole dx (zeros on the
 // prefix tokens, LayerNorm's input gradient of g on each patch token; dx may alias x, each row
@@ -235,7 +242,7 @@ void vt_mean_pool_bwd(const vt_backend *be, float *dx, const float *dout, int64_
 // dweight and dbias (in b order).
 void vt_norm_mean_pool_fwd(const vt_backend *be, float *out, float *pooled, float *mean,
                            float *rstd, const float *x, const float *weight, const float *bias,
-                           int64_t B, int64_t N, int64_t T, int64_t C);
+                           int64_t B, int64_t N, int64_t T, int64_t C, float eps);
 void vt_norm_mean_pool_bwd(const vt_backend *be, float *dx, float *dweight, float *dbias,
                            const float *dout, const float *x, const float *pooled,
                            const float *weight, const float *mean, const float *rstd, int64_t B,

@@ -87,8 +87,8 @@ static void t_linear_act_bwd(float *dx, float *dw, const float *dy, const float 
         g_real.linear_act_bwd(dx, dw, dy, x, w, M, I, O));
 }
 static void t_ln_fwd(float *o, float *mu, float *rs, const float *x, const float *w,
-                     const float *b, int64_t M, int64_t C) {
-  TIMED("layernorm_fwd", 0, 0, 0, 0, g_real.layernorm_fwd(o, mu, rs, x, w, b, M, C));
+                     const float *b, int64_t M, int64_t C, float eps, int act) {
+  TIMED("layernorm_fwd", 0, 0, 0, 0, g_real.layernorm_fwd(o, mu, rs, x, w, b, M, C, eps, act));
 }
 static void t_ln_bwd(float *dx, float *dw, float *db, const float *dy, const float *x,
                      const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
@@ -96,9 +96,9 @@ static void t_ln_bwd(float *dx, float *dw, float *db, const float *dy, const flo
 }
 static void t_add_ln_fwd(float *sum, float *o, float *mu, float *rs, const float *a,
                          const float *b, const float *w, const float *bias, int64_t M,
-                         int64_t C) {
+                         int64_t C, float eps) {
   TIMED("add_layernorm_fwd", 0, 0, 0, 0,
-        g_real.add_layernorm_fwd(sum, o, mu, rs, a, b, w, bias, M, C));
+        g_real.add_layernorm_fwd(sum, o, mu, rs, a, b, w, bias, M, C, eps));
 }
 static void t_ln_bwd_add(float *dx, float *dw, float *db, const float *dy, const float *x,
                          const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {

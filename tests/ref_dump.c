@@ -17,7 +17,8 @@
 // baselines" model; the PyTorch side makes its own table); emaw the weights' EMA with timm's
 // ModelEmaV3 warmup; pre big_vision's pre-logits layer (64 wide, tanh) with the gap head and
 // dropout 0.3 of its output; sgd SGD with Nesterov momentum 0.8 (timm's --opt sgd), mom with
-// plain momentum (--opt momentum), L2 weight decay and layer decay as the AdamW run's.
+// plain momentum (--opt momentum), L2 weight decay and layer decay as the AdamW run's; clip the
+// CLIP image towers' layout (norm_pre before the blocks, every LayerNorm's eps 1e-5, quick GELU).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,10 +79,10 @@ int main(int argc, char **argv) {
        strcmp(variant, "bcet") && strcmp(variant, "lamb") && strcmp(variant, "gap") &&
        strcmp(variant, "map") && strcmp(variant, "tanh") && strcmp(variant, "drop") &&
        strcmp(variant, "sincos") && strcmp(variant, "emaw") && strcmp(variant, "pre") &&
-       strcmp(variant, "sgd") && strcmp(variant, "mom"))) {
+       strcmp(variant, "sgd") && strcmp(variant, "mom") && strcmp(variant, "clip"))) {
     fprintf(stderr,
             "usage: %s OUT.safetensors "
-            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|emaw|pre|sgd|mom]\n",
+            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|emaw|pre|sgd|mom|clip]\n",
             argv[0]);
     return 2;
   }
@@ -104,6 +105,7 @@ int main(int argc, char **argv) {
   if (!strcmp(variant, "drop")) cfg.layer_scale = 0.3f;
   if (!strcmp(variant, "sincos")) cfg.pos_sincos = 1, cfg.global_pool = 2, cfg.no_class_token = 1;
   if (!strcmp(variant, "pre")) cfg.pre_logits = 64, cfg.global_pool = 2, cfg.no_class_token = 1;
+  if (!strcmp(variant, "clip")) cfg.pre_norm = 1, cfg.norm_eps = 1e-5f, cfg.quick_gelu = 1;
   char err[256];
   VT_CHECK(vt_config_validate(&cfg, err, sizeof err) == VT_OK, "%s", err);
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 2, .total_steps = STEPS,
@@ -159,7 +161,10 @@ int main(int argc, char **argv) {
   }
   if (cfg.global_pool == 2) *(float *)push(&o, "", "gap", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.gelu_tanh) *(float *)push(&o, "", "gelu_tanh", "F32", 1, (int64_t[]){1}) = 1.0f;
+  if (cfg.quick_gelu) *(float *)push(&o, "", "quick_gelu", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.pos_sincos) *(float *)push(&o, "", "pos_sincos", "F32", 1, (int64_t[]){1}) = 1.0f;
+  if (vt_cfg_norm_eps(&cfg) != 1e-6f)  // the marker, holding the LayerNorms' eps
+    *(float *)push(&o, "", "norm_eps", "F32", 1, (int64_t[]){1}) = vt_cfg_norm_eps(&cfg);
   if (oc.ema_warmup) *(float *)push(&o, "", "ema_warmup", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (m.proj_drop > 0 || m.attn_drop > 0 || m.pos_drop > 0 || m.head_drop > 0) {
     float *rates = push(&o, "", "dropout", "F32", 1, (int64_t[]){4});  // the marker: the rates

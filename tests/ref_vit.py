@@ -108,6 +108,9 @@ def uniforms(key, hi, lo, idx):
 # (head h, query i, key j) of the image at q is number ((q * heads + h) * N + i) * N + j, as a
 # (heads * N, N) tensor per image is numbered.
 PROJ_DROP = ATTN_DROP = POS_DROP = HEAD_DROP = 0.0  # main() sets them from ref_dump's marker
+# Every LayerNorm's eps: timm's ViT 1e-6, or the CLIP towers' 1e-5 (main() sets it from
+# ref_dump's marker).
+NORM_EPS = 1e-6
 
 
 def dropout(x, positions, site, p):
@@ -135,8 +138,8 @@ class Attention(nn.Module):
         self.heads, self.scale = heads, (dim // heads) ** -0.5
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         # timm's qk_norm: a LayerNorm over each head's dim, shared by the heads
-        self.q_norm = nn.LayerNorm(dim // heads, eps=1e-6) if qk_norm else nn.Identity()
-        self.k_norm = nn.LayerNorm(dim // heads, eps=1e-6) if qk_norm else nn.Identity()
+        self.q_norm = nn.LayerNorm(dim // heads, eps=NORM_EPS) if qk_norm else nn.Identity()
+        self.k_norm = nn.LayerNorm(dim // heads, eps=NORM_EPS) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim)
 
     def forward(self, x, positions=None, site=0):
@@ -151,9 +154,13 @@ class Attention(nn.Module):
         return self.proj((att @ v).transpose(1, 2).reshape(B, N, C))
 
 
-# The MLPs' GELU: "none" (the exact erf form, PyTorch's default) or "tanh" (main() sets it from
-# ref_dump's marker).
+# The MLPs' GELU: "none" (the exact erf form, PyTorch's default), "tanh" or "quick" (CLIP's
+# x * sigmoid(1.702 x), timm's QuickGELU; main() sets it from ref_dump's marker).
 GELU = "none"
+
+
+def gelu(x):
+    return x * torch.sigmoid(1.702 * x) if GELU == "quick" else F.gelu(x, approximate=GELU)
 
 
 class Mlp(nn.Module):
@@ -164,7 +171,7 @@ class Mlp(nn.Module):
     def forward(self, x, positions=None, site=0, out_drop=True):
         """With positions (training): dropout of the hidden units (site) and, with out_drop,
         of the output (site + 1), timm's drop1 and drop2."""
-        h = dropout(F.gelu(self.fc1(x), approximate=GELU), positions, site, PROJ_DROP)
+        h = dropout(gelu(self.fc1(x)), positions, site, PROJ_DROP)
         y = self.fc2(h)
         return dropout(y, positions, site + 1, PROJ_DROP) if out_drop else y
 
@@ -179,7 +186,7 @@ class MapHead(nn.Module):
         self.heads = heads
         self.latent = nn.Parameter(torch.zeros(1, 1, dim))
         self.q, self.kv, self.proj = nn.Linear(dim, dim), nn.Linear(dim, 2 * dim), nn.Linear(dim, dim)
-        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.norm = nn.LayerNorm(dim, eps=NORM_EPS)
         self.mlp = Mlp(dim, hidden)
 
     def forward(self, x):
@@ -205,9 +212,9 @@ class LayerScale(nn.Module):
 class Block(nn.Module):
     def __init__(self, dim, heads, hidden, layer_scale=False, qk_norm=False, qkv_bias=True):
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm1 = nn.LayerNorm(dim, eps=NORM_EPS)
         self.attn = Attention(dim, heads, qk_norm, qkv_bias)
-        self.norm2, self.mlp = nn.LayerNorm(dim, eps=1e-6), Mlp(dim, hidden)
+        self.norm2, self.mlp = nn.LayerNorm(dim, eps=NORM_EPS), Mlp(dim, hidden)
         self.ls1 = LayerScale(dim) if layer_scale else nn.Identity()
         self.ls2 = LayerScale(dim) if layer_scale else nn.Identity()
 
@@ -227,7 +234,7 @@ class ParallelBlock(nn.Module):
     mlp_drop) drops the MLP's hidden units only."""
     def __init__(self, dim, heads, hidden, layer_scale=False, qk_norm=False, qkv_bias=True):
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm1 = nn.LayerNorm(dim, eps=NORM_EPS)
         self.attn = Attention(dim, heads, qk_norm, qkv_bias)
         self.mlp = Mlp(dim, hidden)
         self.ls = LayerScale(dim) if layer_scale else nn.Identity()
@@ -242,9 +249,9 @@ class ParallelBlock(nn.Module):
 
 
 class PatchEmbed(nn.Module):
-    def __init__(self, patch, dim):
+    def __init__(self, patch, dim, bias=True):
         super().__init__()
-        self.proj = nn.Conv2d(3, dim, patch, stride=patch)
+        self.proj = nn.Conv2d(3, dim, patch, stride=patch, bias=bias)
 
     def forward(self, x):
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, patches, C), row-major patch order
@@ -262,17 +269,20 @@ class ViT(nn.Module):
     def __init__(self, img=IMG, patch=PATCH, width=WIDTH, depth=DEPTH, heads=HEADS,
                  mlp_ratio=MLP_RATIO, classes=CLASSES, global_pool=False, layer_scale=False,
                  reg_tokens=0, no_embed_class=False, qk_norm=False, qkv_bias=True,
-                 parallel=False, class_token=True, gap=False, map_head=False, pre_logits=0):
+                 parallel=False, class_token=True, gap=False, map_head=False, pre_logits=0,
+                 pre_norm=False):
         super().__init__()
         self.global_pool, self.no_embed_class, self.gap = global_pool, no_embed_class, gap
         self.map = map_head
         # timm's num_prefix_tokens: the class token (unless class_token=False), then registers
         self.prefix = int(class_token) + reg_tokens
         n = (img // patch) ** 2 + (0 if no_embed_class else self.prefix)
-        self.patch_embed = PatchEmbed(patch, width)
+        self.patch_embed = PatchEmbed(patch, width, bias=not pre_norm)  # timm: CLIP has none
         self.cls_token = nn.Parameter(torch.zeros(1, 1, width)) if class_token else None
         self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, width)) if reg_tokens else None
         self.pos_embed = nn.Parameter(torch.zeros(1, n, width))
+        # timm's pre_norm (the CLIP towers): a LayerNorm after the positions, before the blocks
+        self.norm_pre = nn.LayerNorm(width, eps=NORM_EPS) if pre_norm else nn.Identity()
         self.blocks = nn.Sequential(
             *[(ParallelBlock if parallel else Block)(width, heads, round(width * mlp_ratio),
                                                      layer_scale, qk_norm, qkv_bias)
@@ -280,9 +290,9 @@ class ViT(nn.Module):
         # timm: global_pool='avg' replaces `norm` by fc_norm after the pooling, unless
         # fc_norm=False (gap: every token normalised by `norm`, then the mean)
         if global_pool and not gap:
-            self.fc_norm = nn.LayerNorm(width, eps=1e-6)
+            self.fc_norm = nn.LayerNorm(width, eps=NORM_EPS)
         else:
-            self.norm = nn.LayerNorm(width, eps=1e-6)
+            self.norm = nn.LayerNorm(width, eps=NORM_EPS)
         if map_head:  # every token normalised by `norm`, then attention-pooled
             self.attn_pool = MapHead(width, heads, round(width * mlp_ratio))
         # big_vision's pre-logits (rep_size): tanh(Linear(width, R)) before the head, under the
@@ -313,7 +323,7 @@ class ViT(nn.Module):
             x = torch.cat(prefix + [x + self.pos_embed], dim=1)
         else:
             x = torch.cat(prefix + [x], dim=1) + self.pos_embed
-        x = dropout(x, positions, 0, POS_DROP)
+        x = self.norm_pre(dropout(x, positions, 0, POS_DROP))
         self.masks = None if positions is None else drop_masks(positions, self.keep)
         for l, block in enumerate(self.blocks):
             x = block(x) if positions is None else block(x, self.masks[l], self.keep[l],
@@ -470,8 +480,9 @@ def main():
     regs = d["init.reg_token"].shape[1] if "init.reg_token" in d else 0
     class_token, gap = "init.cls_token" in d, "gap" in d  # gap: ref_dump's marker
     map_head = "init.attn_pool.latent" in d
-    global GELU, PROJ_DROP, ATTN_DROP, POS_DROP, HEAD_DROP
-    GELU = "tanh" if "gelu_tanh" in d else "none"  # ref_dump's marker
+    global GELU, PROJ_DROP, ATTN_DROP, POS_DROP, HEAD_DROP, NORM_EPS
+    GELU = "tanh" if "gelu_tanh" in d else "quick" if "quick_gelu" in d else "none"  # markers
+    NORM_EPS = float(d["norm_eps"][0]) if "norm_eps" in d else 1e-6  # ... and its eps
     if "dropout" in d:  # ref_dump's marker: proj_drop, pos_drop, drop_rate, attn_drop
         PROJ_DROP, POS_DROP, HEAD_DROP, ATTN_DROP = (float(r) for r in d["dropout"])
     no_embed_class = d["init.pos_embed"].shape[1] == (IMG // PATCH) ** 2 and \
@@ -491,7 +502,8 @@ def main():
                 qkv_bias=qkv_bias, parallel=parallel, class_token=class_token, gap=gap,
                 map_head=map_head,
                 pre_logits=d["init.pre_logits.fc.weight"].shape[0]
-                if "init.pre_logits.fc.weight" in d else 0).to(dt)
+                if "init.pre_logits.fc.weight" in d else 0,
+                pre_norm="init.norm_pre.weight" in d).to(dt)
     sincos_err = None
     if "pos_sincos" in d:  # ref_dump's marker: pos_embed is a fixed table, not a parameter
         sincos_err = check_sincos(d, model, dt)
@@ -642,7 +654,9 @@ def main():
                (f", {regs} register tokens" if regs else "") +
                (", positions on the patch tokens only" if no_embed_class else "") +
                (", QK-norm" if qk_norm else "") + ("" if qkv_bias else ", no qkv bias") +
-               (", tanh GELU" if GELU == "tanh" else "") +
+               (", tanh GELU" if GELU == "tanh" else ", quick GELU" if GELU == "quick" else "") +
+               (", norm_pre" if "init.norm_pre.weight" in d else "") +
+               (f", LayerNorm eps {NORM_EPS:.3g}" if NORM_EPS != 1e-6 else "") +
                (f", dropout {PROJ_DROP:g} (attention {ATTN_DROP:g}, positions {POS_DROP:g}, "
                 f"head {HEAD_DROP:g})" if PROJ_DROP or ATTN_DROP or POS_DROP or HEAD_DROP
                 else "") +

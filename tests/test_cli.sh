@@ -169,7 +169,7 @@ else echo "FAIL: --epochs: $out"; fail=1; fi
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --mlp-dim --num-classes --global-pool \
             --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr --sched-on --sched \
-            --opt --momentum --opt-eps --weight-decay --eval-crop-mode --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --attn-drop --pos-drop --drop --pos-embed --pre-logits --weight-init --save-hook --save-hook-timeout --gpus --gpu-mem --node-gpus --layer-decay --model-ema --model-ema-warmup --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
+            --opt --momentum --opt-eps --weight-decay --eval-crop-mode --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --attn-drop --pos-drop --drop --pos-embed --pre-logits --pre-norm --norm-eps --weight-init --save-hook --save-hook-timeout --gpus --gpu-mem --node-gpus --layer-decay --model-ema --model-ema-warmup --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
 "$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }

@@ -89,7 +89,7 @@ PY
   fi
 done <<'MESHES'
 2 fp32 --tp 2 --sequence-parallel 1 --global-pool gap --class-token 0 --reg-tokens 1 --proj-drop 0.1 --pos-drop 0.1 --drop 0.1
-2 bf16 --tp 2 --sequence-parallel 1 --global-pool map --class-token 0
+2 bf16 --tp 2 --sequence-parallel 1 --global-pool map --class-token 0 --pre-norm 1 --norm-eps 1e-5 --act quick_gelu
 2 bf16 --pp 2
 2 fp32 --dp 2
 2 bf16 --dp 2 --zero 1

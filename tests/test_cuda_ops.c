@@ -264,19 +264,26 @@ static void t_linear_act_bwd(tc *t, const int64_t *d) {
   check(t, "dweight", gdw, rdw, O * I);
 }
 
-// The inputs sit around 0.5 with spread 1.5, so the centring matters.
+// timm's ViT's LayerNorm eps, that of every op test but layernorm_fwd's flagged rows.
+#define LN_EPS 1e-6f
+
+// The inputs sit around 0.5 with spread 1.5, so the centring matters. d[2]: 1 eps 1e-5 (CLIP's
+// nn.LayerNorm), + 2 an fp32 output (norm_pre's: act 0).
 static void t_layernorm_fwd(tc *t, const int64_t *d) {
   const int64_t M = d[0], C = d[1];
+  const float eps = d[2] & 1 ? 1e-5f : LN_EPS;
+  const int act = !(d[2] & 2);
   float *x = hrand(t, M * C, -1, 2), *w = hrand(t, C, 0.5f, 1.5f), *b = hrand(t, C, -1, 1);
   float *ro = hnew(t, M * C), *rm = hnew(t, M), *rr = hnew(t, M);
-  vt_layernorm_fwd(t->cpu, ro, rm, rr, x, w, b, M, C);
+  vt_layernorm_fwd(t->cpu, ro, rm, rr, x, w, b, M, C, eps, act);
   float *gx = dnew(t, x, M * C), *gw = dnew(t, w, C), *gb = dnew(t, b, C);
   float *go[2], *gm[2], *gr[2];
   for (int r = 0; r < 2; r++) {
     go[r] = dpoison(t, M * C), gm[r] = dpoison(t, M), gr[r] = dpoison(t, M);
-    vt_layernorm_fwd(t->gpu, go[r], gm[r], gr[r], gx, gw, gb, M, C);
+    vt_layernorm_fwd(t->gpu, go[r], gm[r], gr[r], gx, gw, gb, M, C, eps, act);
   }
-  check_act(t, "out", go, ro, M * C);
+  if (act) check_act(t, "out", go, ro, M * C);
+  else check(t, "out", go, ro, M * C);
   check(t, "mean", gm, rm, M);
   check(t, "rstd", gr, rr, M);
 }
@@ -289,7 +296,7 @@ static void layernorm_bwd_case(tc *t, const int64_t *d, int add) {
   float *dy = hrand(t, M * C, -1, 1), *dw0 = hrand(t, C, -1, 1), *db0 = hrand(t, C, -1, 1);
   float *dx0 = hrand(t, M * C, -1, 1);
   float *out = hnew(t, M * C), *mean = hnew(t, M), *rstd = hnew(t, M);
-  vt_layernorm_fwd(t->cpu, out, mean, rstd, x, w, b, M, C);  // the saved statistics
+  vt_layernorm_fwd(t->cpu, out, mean, rstd, x, w, b, M, C, LN_EPS, 1);  // the saved statistics
   float *rdx = hnew(t, M * C), *rdw = hcopy(t, dw0, C), *rdb = hcopy(t, db0, C);
   vt_layernorm_bwd(t->cpu, rdx, rdw, rdb, dy, x, w, mean, rstd, M, C);
   if (add) vt_add(t->cpu, rdx, dx0, rdx, M * C);
@@ -318,13 +325,13 @@ static void t_add_layernorm_fwd(tc *t, const int64_t *d) {
   float *w = hrand(t, C, 0.5f, 1.5f), *bias = hrand(t, C, -1, 1);
   float *rs = hnew(t, M * C), *ro = hnew(t, M * C), *rm = hnew(t, M), *rr = hnew(t, M);
   vt_add(t->cpu, rs, a, b, M * C);
-  vt_layernorm_fwd(t->cpu, ro, rm, rr, rs, w, bias, M, C);
+  vt_layernorm_fwd(t->cpu, ro, rm, rr, rs, w, bias, M, C, LN_EPS, 1);
   float *gb = dnew(t, b, M * C), *gw = dnew(t, w, C), *gbias = dnew(t, bias, C);
   float *gs[2], *go[2], *gm[2], *gr[2];
   for (int r = 0; r < 2; r++) {
     gs[r] = dnew(t, a, M * C);
     go[r] = dpoison(t, M * C), gm[r] = dpoison(t, M), gr[r] = dpoison(t, M);
-    vt_add_layernorm_fwd(t->gpu, gs[r], go[r], gm[r], gr[r], gs[r], gb, gw, gbias, M, C);
+    vt_add_layernorm_fwd(t->gpu, gs[r], go[r], gm[r], gr[r], gs[r], gb, gw, gbias, M, C, LN_EPS);
   }
   check(t, "sum", gs, rs, M * C);
   check_act(t, "out", go, ro, M * C);
@@ -333,7 +340,7 @@ static void t_add_layernorm_fwd(tc *t, const int64_t *d) {
 }
 
 // inp and out are bf16 activations in bf16 (vt_ops.h). d[last]: the vt_act kind (0 GELU, 1 its
-// tanh form, 2 tanh).
+// tanh form, 2 tanh, 3 quick GELU).
 static void t_act_fwd(tc *t, const int64_t *d) {
   const int64_t n = d[0];
   const vt_act form = (vt_act)d[1];
@@ -599,13 +606,13 @@ static void t_norm_mean_pool_fwd(tc *t, const int64_t *d) {
   const int64_t B = d[0], N = d[1], C = d[2], T = d[3], Np = N - T;
   float *x = hrand(t, B * N * C, -1, 2), *w = hrand(t, C, 0.5f, 1.5f), *b = hrand(t, C, -1, 1);
   float *ro = hnew(t, B * C), *rp = hnew(t, B * C), *rm = hnew(t, B * Np), *rr = hnew(t, B * Np);
-  vt_norm_mean_pool_fwd(t->cpu, ro, rp, rm, rr, x, w, b, B, N, T, C);
+  vt_norm_mean_pool_fwd(t->cpu, ro, rp, rm, rr, x, w, b, B, N, T, C, LN_EPS);
   float *gx = dnew(t, x, B * N * C), *gw = dnew(t, w, C), *gb = dnew(t, b, C);
   float *go[2], *gp[2], *gm[2], *gr[2];
   for (int r = 0; r < 2; r++) {
     go[r] = dpoison(t, B * C), gp[r] = dpoison(t, B * C);
     gm[r] = dpoison(t, B * Np), gr[r] = dpoison(t, B * Np);
-    vt_norm_mean_pool_fwd(t->gpu, go[r], gp[r], gm[r], gr[r], gx, gw, gb, B, N, T, C);
+    vt_norm_mean_pool_fwd(t->gpu, go[r], gp[r], gm[r], gr[r], gx, gw, gb, B, N, T, C, LN_EPS);
   }
   check_act(t, "out", go, ro, B * C);
   check(t, "pooled", gp, rp, B * C);
@@ -619,7 +626,7 @@ static void t_norm_mean_pool_bwd(tc *t, const int64_t *d) {
   float *dy = hrand(t, B * C, -1, 1), *dw0 = hrand(t, C, -1, 1), *db0 = hrand(t, C, -1, 1);
   float *out = hnew(t, B * C), *p = hnew(t, B * C), *mean = hnew(t, B * Np);
   float *rstd = hnew(t, B * Np);
-  vt_norm_mean_pool_fwd(t->cpu, out, p, mean, rstd, x, w, b, B, N, T, C);  // saved values
+  vt_norm_mean_pool_fwd(t->cpu, out, p, mean, rstd, x, w, b, B, N, T, C, LN_EPS);  // saved
   float *rdx = hnew(t, B * N * C), *rdw = hcopy(t, dw0, C), *rdb = hcopy(t, db0, C);
   vt_norm_mean_pool_bwd(t->cpu, rdx, rdw, rdb, dy, x, p, w, mean, rstd, B, N, T, C);
   float *gx = dnew(t, x, B * N * C), *gw = dnew(t, w, C), *gdy = dnew(t, dy, B * C);
@@ -643,12 +650,12 @@ static void t_qk_norm_fwd(tc *t, const int64_t *d) {
   float *x = act_in(t, hrand(t, n, -1, 2), n), *w[4], *gw[4], *ref = hnew(t, n), *rm = hnew(t, ns);
   float *rr = hnew(t, ns), *g[2], *gm[2], *gr[2];
   for (int i = 0; i < 4; i++) w[i] = hrand(t, D, -1, 1);
-  vt_qk_norm_fwd(t->cpu, ref, rm, rr, x, w[0], w[1], w[2], w[3], M, H, D);
+  vt_qk_norm_fwd(t->cpu, ref, rm, rr, x, w[0], w[1], w[2], w[3], M, H, D, LN_EPS);
   float *gx = dnew(t, x, n);
   for (int i = 0; i < 4; i++) gw[i] = dnew(t, w[i], D);
   for (int r = 0; r < 2; r++) {
     g[r] = dpoison(t, n), gm[r] = dpoison(t, ns), gr[r] = dpoison(t, ns);
-    vt_qk_norm_fwd(t->gpu, g[r], gm[r], gr[r], gx, gw[0], gw[1], gw[2], gw[3], M, H, D);
+    vt_qk_norm_fwd(t->gpu, g[r], gm[r], gr[r], gx, gw[0], gw[1], gw[2], gw[3], M, H, D, LN_EPS);
   }
   check_act(t, "out", g, ref, n);
   check(t, "mean", gm, rm, ns);
@@ -663,7 +670,7 @@ static void t_qk_norm_bwd(tc *t, const int64_t *d) {
   for (int i = 0; i < 5; i++) g0[i] = hrand(t, i < 4 ? D : W, -1, 1);
   // the statistics the forward saves
   float *junk = hnew(t, n), *mean = hnew(t, ns), *rstd = hnew(t, ns), *rdx = hnew(t, n);
-  vt_qk_norm_fwd(t->cpu, junk, mean, rstd, x, w[0], w[1], w[2], w[3], M, H, D);
+  vt_qk_norm_fwd(t->cpu, junk, mean, rstd, x, w[0], w[1], w[2], w[3], M, H, D, LN_EPS);
   for (int i = 0; i < 5; i++) rg[i] = hcopy(t, g0[i], i < 4 ? D : W);
   vt_qk_norm_bwd(t->cpu, rdx, rg[0], rg[1], rg[2], rg[3], d[3] ? rg[4] : NULL, dy, x, w[0],
                  w[2], mean, rstd, M, H, D);
@@ -949,8 +956,9 @@ static const op_test kTests[] = {
     {"linear_act_bwd", "M,I,O,dinp+2nodw", t_linear_act_bwd, {1e-4, 1e-4},
      {{7, 3, 77, 1}, {197, 192, 576, 1}, {1, 1, 1, 1}, {33, 65, 17, 0}, {394, 384, 1152, 1},
       {197, 192, 576, 3}}},
-    {"layernorm_fwd", "M,C", t_layernorm_fwd, {1e-5, 1e-5},
-     {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}}},
+    {"layernorm_fwd", "M,C,eps5+2fp32out", t_layernorm_fwd, {1e-5, 1e-5},
+     {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}, {197, 192, 1},
+      {394, 768, 3}, {5, 7, 2}}},
     {"layernorm_bwd", "M,C", t_layernorm_bwd, {5e-5, -1},
      {{197, 192}, {5, 7}, {1, 1}, {1, 3}, {394, 768}, {300, 33}, {1000, 64}}},
     {"add_layernorm_fwd", "M,C", t_add_layernorm_fwd, {1e-5, 1e-5},
@@ -959,10 +967,11 @@ static const op_test kTests[] = {
      {{197, 192}, {5, 7}, {1, 1}, {394, 768}, {300, 33}}},
     {"act_fwd", "count,kind", t_act_fwd, {2e-6, 2e-6},
      {{1, 0}, {7, 0}, {1000, 0}, {197 * 768 + 5, 0}, {7, 1}, {197 * 768 + 5, 1}, {7, 2},
-      {1000 * 384 + 3, 2}}},
+      {1000 * 384 + 3, 2}, {7, 3}, {197 * 768 + 5, 3}}},
     {"act_bwd", "M,F,dbias,kind", t_act_bwd, {1e-5, 1e-5},
      {{1, 1, 1, 0}, {1, 7, 0, 0}, {1000, 3, 1, 0}, {197, 768, 1, 0}, {1100, 9, 1, 0},
-      {5, 1000, 0, 0}, {197, 768, 1, 1}, {1, 7, 0, 1}, {256, 384, 1, 2}, {3, 5, 0, 2}}},
+      {5, 1000, 0, 0}, {197, 768, 1, 1}, {1, 7, 0, 1}, {256, 384, 1, 2}, {3, 5, 0, 2},
+      {197, 768, 1, 3}, {1, 7, 0, 3}}},
     {"attention_fwd", "B,N,H,D,drop", t_attention_fwd, {5e-5, 5e-4},
      {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 300, 2, 8}, {1, 65, 4, 16}, {1, 1, 2, 3},
       {2, 50, 12, 64}, {1, 70, 2, 80}, {1, 40, 1, 96},  // 80: ViT-H/14; 96: fp32's largest

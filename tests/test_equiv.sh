@@ -213,6 +213,14 @@ variant base base_do "dropout, LayerScale, drop path" "${dropout[@]}"
 run do_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${dropout[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_do" "$work/do_sp" "do_sp 4 x 2 x 1 SP ${dropout[*]}" ||
   fail=1
+# The CLIP towers' layout: norm_pre on each rank's rows of the stream (a partial sum over TP
+# under sequence parallelism, its padding rows kept zero), every LayerNorm's eps 1e-5, quick
+# GELU; also 4x2x1 with sequence parallelism.
+clip=(--pre-norm 1 --norm-eps 1e-5 --act quick_gelu)
+variant base base_clip "norm_pre, LayerNorm eps 1e-5, quick GELU" "${clip[@]}"
+run clip_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${clip[@]}" &&
+  "$py" "$here/compare_runs.py" "$work/base_clip" "$work/clip_sp" "clip_sp 4 x 2 x 1 SP ${clip[*]}" ||
+  fail=1
 # RandAugment, 3-Augment and repeated augmentation act in the image loader of the first stage's ranks,
 # keyed by (seed, epoch, image, copy): any layout decodes the same pixels. On a small
 # ImageFolder (tests/make_images.py), with Mixup on top (whose pairs must not be an image and

@@ -94,7 +94,7 @@ static void test_linear(int64_t M, int64_t I, int64_t O) {
 typedef struct { float *inp, *w, *b, *mean, *rstd; int64_t M, C; } ln_ctx;
 static void ln_fwd(void *c, float *out) {
   ln_ctx *k = c;
-  vt_layernorm_fwd(be, out, k->mean, k->rstd, k->inp, k->w, k->b, k->M, k->C);
+  vt_layernorm_fwd(be, out, k->mean, k->rstd, k->inp, k->w, k->b, k->M, k->C, 1e-5f, 0);
 }
 static void test_layernorm(int64_t M, int64_t C) {
   ln_ctx k = {randn(M * C, 5, 1), randn(C, 6, 1), randn(C, 7, 1), calloc((size_t)M, 4),
@@ -123,8 +123,9 @@ static void test_act(int64_t n, vt_act kind) {
   act_ctx k = {randn(n, 9, 2), n, kind};
   float *out = calloc((size_t)n, 4), *r = randn(n, 10, 1), *dinp = calloc((size_t)n, 4);
   vt_act_bwd(be, dinp, NULL, k.inp, r, 1, n, kind);
-  const char *what = kind == VT_ACT_GELU_TANH ? "gelu (tanh form) dinp"
-                     : kind == VT_ACT_TANH    ? "tanh dinp" : "gelu dinp";
+  const char *what = kind == VT_ACT_GELU_TANH    ? "gelu (tanh form) dinp"
+                     : kind == VT_ACT_TANH       ? "tanh dinp"
+                     : kind == VT_ACT_QUICK_GELU ? "quick gelu dinp" : "gelu dinp";
   expect_pass(what, check(what, act_fwd, &k, out, r, n, k.inp, n, dinp));
   free(k.inp), free(out), free(r), free(dinp);
 }
@@ -302,7 +303,8 @@ static void test_patchify(int64_t B, int64_t S, int64_t P) {
 typedef struct { float *qkv, *qw, *qb, *kw, *kb, *mean, *rstd; int64_t M, H, D; } qkn_ctx;
 static void qkn_fwd(void *c, float *out) {
   qkn_ctx *k = c;
-  vt_qk_norm_fwd(be, out, k->mean, k->rstd, k->qkv, k->qw, k->qb, k->kw, k->kb, k->M, k->H, k->D);
+  vt_qk_norm_fwd(be, out, k->mean, k->rstd, k->qkv, k->qw, k->qb, k->kw, k->kb, k->M, k->H, k->D,
+                 1e-6f);
 }
 static void test_qk_norm(int64_t M, int64_t H, int64_t D) {
   const int64_t W = 3 * H * D, n = M * W;
@@ -387,7 +389,7 @@ typedef struct { float *x, *w, *b, *pooled, *mean, *rstd; int64_t B, N, T, C; } 
 static void nmp_fwd(void *c, float *out) {
   nmp_ctx *k = c;
   vt_norm_mean_pool_fwd(be, out, k->pooled, k->mean, k->rstd, k->x, k->w, k->b, k->B, k->N, k->T,
-                        k->C);
+                        k->C, 1e-6f);
 }
 static void test_norm_mean_pool(int64_t B, int64_t N, int64_t T, int64_t C) {
   const int64_t Np = N - T;
@@ -501,6 +503,7 @@ int main(void) {
   test_act(1001, VT_ACT_GELU);
   test_act(1001, VT_ACT_GELU_TANH);
   test_act(1001, VT_ACT_TANH);
+  test_act(1001, VT_ACT_QUICK_GELU);
   test_gelu_bias(37, 11);
   test_add(77);
   test_drop_path(31, 3, 4, 7);  // rows 4..34: samples 0..4, the first and last in part

@@ -207,6 +207,8 @@ int main(void) {
   refuse_edit("aug_repeats", "aug_repeats 0", "bad value");
   refuse_edit("layer_scale", "layer_scale 2", "bad value");
   refuse_edit("reg_tokens", "reg_tokens -1", "bad value");
+  refuse_edit("norm_eps", "norm_eps 0", "bad norm_eps");
+  refuse_edit("quick_gelu", "quick_gelu 2", "bad value");
   // A manifest written before global_pool and aug_repeats existed reads as the class-token head
   // and no repeats.
   m.global_pool = 1;
@@ -258,6 +260,24 @@ int main(void) {
   m.layer_scale = m.reg_tokens = m.no_embed_class = m.qk_norm = m.parallel = m.lamb = 0;
   m.pos_sincos = m.mlp_dim = 0;
   m.qkv_bias = m.class_token = 1;
+  // The CLIP towers' keys round trip; a manifest from before them reads as timm's ViT.
+  m.pre_norm = 1, m.norm_eps = 1e-5f, m.quick_gelu = 1, m.gelu_tanh = 0;
+  n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
+             back.pre_norm == 1 && back.norm_eps == 1e-5f && back.quick_gelu == 1 &&
+             !strcmp(vt_ckpt_act_name(&back), "quick_gelu"),
+         "pre_norm, norm_eps 1e-5, quick_gelu round trip: %s", err);
+  const char *clip[] = {"pre_norm 1\n", "norm_eps 9.99999975e-06\n", "quick_gelu 1\n"};
+  for (int i = 0; i < 3; i++) {
+    char *at = strstr(text, clip[i]);
+    EXPECT(at != NULL, "%s line", clip[i]);
+    if (at) memmove(at, at + strlen(clip[i]), strlen(at + strlen(clip[i])) + 1);
+  }
+  EXPECT(vt_ckpt_manifest_parse(text, strlen(text), &back, err, sizeof err) == VT_OK &&
+             back.pre_norm == 0 && back.norm_eps == 1e-6f && back.quick_gelu == 0 &&
+             !strcmp(vt_ckpt_act_name(&back), "gelu"),
+         "a manifest without pre_norm, norm_eps, quick_gelu (timm's ViT): %s", err);
+  m.pre_norm = m.quick_gelu = 0, m.norm_eps = 0.0f;
   // The optimizer's settings and schedule round trip bit for bit (floats widened to double;
   // lengths in epochs as doubles); all or none of them; a manifest without them has none.
   vt_ckpt_manifest o = m;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for fifteen
+# test_timm.sh VIT3D CACHE_DIR: vit3d against timm itself (tests/timm_check.py): for sixteen
 # variants of timm's VisionTransformer (defaults; the mean-pooled head; DeiT III's LayerScale
 # with positions on the patch tokens only; 2 registers with LayerScale; 3 registers with class
 # positions and the mean-pooled head; the gap head without a class token, with registers, with a
 # class token; the mean-pooled head without a class token; SigLIP's MAP head without a class
-# token, and with one and registers; the tanh GELU; QK-norm without the qkv bias;
+# token, and with one and registers; the tanh GELU; the CLIP towers' norm_pre, LayerNorm eps
+# 1e-5 and quick GELU; QK-norm without the qkv bias;
 # ParallelScalingBlock with and without its qkv bias, converted by launch/convert_weights.py)
 # timm's random weights go in through --init-from and
 # `vit3d eval --logits-out` must give timm's logits on the same inputs. Also ref_vit.py's LAMB,
@@ -33,7 +34,7 @@ fail=0
 # vit3d's evaluation of each, then every check in one more run.
 "$py" "$here/timm_check.py" write_all "$work" || { echo "FAIL: timm could not build the variants"; exit 1; }
 evaluated=()
-for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls map map_cls tanh qk_norm \
+for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls map map_cls tanh clip qk_norm \
     parallel parallel_nb; do
   mapfile -t flags < <("$py" "$here/timm_check.py" flags $v)
   if "$py" "$here/timm_check.py" converts $v; then  # timm's names, through the user's converter
@@ -52,7 +53,7 @@ for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls map map_cls tan
   evaluated+=("$v")
 done
 "$py" "$here/timm_check.py" check_all "$work" "${evaluated[@]}" || fail=1
-[ ${#evaluated[@]} -eq 15 ] || { echo "FAIL: ${#evaluated[@]} of 15 variants evaluated"; fail=1; }
+[ ${#evaluated[@]} -eq 16 ] || { echo "FAIL: ${#evaluated[@]} of 16 variants evaluated"; fail=1; }
 # A file without a class token into a model with one: refused with the flags that fit the file.
 out=$("$vit3d" eval --model tiny $("$py" "$here/timm_check.py" flags vit) --val-data "$work/val" \
       --init-from "$work/gap.safetensors" --micro-batch-size 8 --threads 1 2>&1)

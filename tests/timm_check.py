@@ -27,6 +27,7 @@ without its qkv bias, under timm's names, converted by launch/convert_weights.py
                                         vit3d's) against timm.optim.Lamb: 8 steps of random
                                         gradients, groups with and without weight decay
 """
+import functools
 import json
 import os
 import struct
@@ -82,6 +83,10 @@ VARIANTS = {
     # timm's act_layer='gelu_tanh' (the tanh GELU of the JAX models; timm 1.0.9's attn_pool
     # keeps the erf one in its MLP, so not with the MAP head here)
     "tanh": ({"act_layer": "gelu_tanh"}, ["--act", "gelu_tanh"]),
+    # the CLIP image towers (timm's vit_*_clip_quickgelu_*): norm_pre, nn.LayerNorm's eps 1e-5
+    # in every norm, OpenAI's quick GELU
+    "clip": ({"pre_norm": True, "norm_eps": 1e-5, "act_layer": "quick_gelu"},
+             ["--pre-norm", "1", "--norm-eps", "1e-5", "--act", "quick_gelu"]),
     "qk_norm": ({"qk_norm": True, "qkv_bias": False, "init_values": 0.3},
                 ["--qk-norm", "1", "--qkv-bias", "0", "--layer-scale", "0.3"]),
     # timm's ParallelScalingBlock (ViT-22B) under its own names, converted by
@@ -110,6 +115,8 @@ def build(variant):
     kw = dict(VARIANTS[variant][0])
     if "block" in kw:
         kw["block_fn"] = getattr(vt, kw.pop("block"))
+    if "norm_eps" in kw:  # timm's norm_layer=nn.LayerNorm (eps 1e-5) of the CLIP towers
+        kw["norm_layer"] = functools.partial(torch.nn.LayerNorm, eps=kw.pop("norm_eps"))
     model = vt.VisionTransformer(**BASE, **kw)
     with torch.no_grad():  # every tensor off its initial constant (zero biases, gamma = 0.3)
         for p in model.parameters():

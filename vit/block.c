@@ -73,7 +73,7 @@ static void attention_fwd(const vt_model *m, const vt_block_tensors *w, vt_block
   vt_linear_act_fwd(be, a->qkv, x1, w->qkv_w, w->qkv_b, M, C, 3 * H * D);
   if (w->qn_w)
     vt_qk_norm_fwd(be, a->qkn, a->qk_mean, a->qk_rstd, a->qkv, w->qn_w, w->qn_b, w->kn_w,
-                   w->kn_b, M, H, D);
+                   w->kn_b, M, H, D, vt_cfg_norm_eps(c));
   vt_attention_fwd(be, a->attn, a->lse, w->qn_w ? a->qkn : a->qkv, B, N, H, D, drop);
 }
 
@@ -91,7 +91,8 @@ static void parallel_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_
   const int64_t F = vt_cfg_mlp_hidden(c) / tp, M = (int64_t)B * N;
   const int64_t Ml = vt_model_local_rows(m, B);
   const int first = m->shard.tp_rank == 0;  // row-parallel biases once
-  vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C);
+  vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C,
+                   vt_cfg_norm_eps(c), 1);
   const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
   attention_fwd(m, w, a, x1, B, attn_drop);
   vt_linear_act_fwd(be, a->fc1, x1, w->fc1_w, w->fc1_b, M, C, F);
@@ -130,12 +131,15 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
   // made in mid) becomes y * gamma in mid.
   float *y = w->ls1 ? a->ls1 : a->mid;
   float *partial = m->sp ? m->s.partial : y;
-  vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C);
+  const float eps = vt_cfg_norm_eps(c);
+  vt_layernorm_fwd(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w->norm1_w, w->norm1_b, Ml, C, eps,
+                   1);
   const float *x1 = f_fwd(m, a->ln1_full, a->ln1, Ml * C);
   attention_fwd(m, w, a, x1, B, noise->attn);
   if (fused) {
     vt_linear_residual_fwd(be, a->mid, a->attn, w->proj_w, proj_b, in, M, H * D, C);
-    vt_layernorm_fwd(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->norm2_w, w->norm2_b, M, C);
+    vt_layernorm_fwd(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->norm2_w, w->norm2_b, M, C,
+                     eps, 1);
   } else {
     vt_linear_fwd(be, partial, a->attn, w->proj_w, proj_b, M, H * D, C);
     g_fwd(m, y, partial, Ml * C);
@@ -144,10 +148,10 @@ void vt_block_fwd(const vt_model *m, const vt_block_tensors *w, vt_block_acts *a
     if (drop) {  // mid = in + the attention branch where its sample keeps it
       vt_drop_path(be, a->mid, a->mid, in, Ml, C, &drop[0]);
       vt_layernorm_fwd(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, w->norm2_w, w->norm2_b, Ml,
-                       C);
+                       C, eps, 1);
     } else {  // mid = in + attention branch, its LayerNorm in the same pass
       vt_add_layernorm_fwd(be, a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, in, w->norm2_w,
-                           w->norm2_b, Ml, C);
+                           w->norm2_b, Ml, C, eps);
     }
   }
   // MLP branch: mid -> out, its output y in out or, with LayerScale, in ls2

@@ -32,6 +32,7 @@ vt_status vt_config_preset(const char *name, vt_vit_config *cfg, char *err, size
     cfg->heads = PRESETS[i].heads;
     cfg->mlp_ratio = 4.0f;
     cfg->num_classes = PRESETS[i].classes;
+    cfg->norm_eps = 1e-6f;  // timm's ViT
     return VT_OK;
   }
   snprintf(err, errlen, "unknown model '%s'; known models: %s", name, vt_config_preset_names());
@@ -73,8 +74,10 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
     why = "--class-token 0 leaves no class token for --global-pool token to read: give "
           "--global-pool avg, gap or map";
   else if ((c->qk_norm != 0 && c->qk_norm != 1) || (c->no_qkv_bias != 0 && c->no_qkv_bias != 1) ||
-           (c->parallel != 0 && c->parallel != 1) || (c->gelu_tanh != 0 && c->gelu_tanh != 1))
-    why = "qk-norm, qkv-bias, parallel-blocks and gelu_tanh must be 0 or 1";
+           (c->parallel != 0 && c->parallel != 1) || (c->gelu_tanh != 0 && c->gelu_tanh != 1) ||
+           (c->quick_gelu != 0 && c->quick_gelu != 1) || (c->gelu_tanh && c->quick_gelu))
+    why = "qk-norm, qkv-bias, parallel-blocks, gelu_tanh and quick_gelu must be 0 or 1 (one "
+          "activation)";
   else if (c->pos_sincos != 0 && c->pos_sincos != 1)
     why = "pos-embed must be learn or sincos2d";
   else if (c->pos_sincos && (c->width % 4 != 0 || c->width < 8))
@@ -85,6 +88,10 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
           "(or --class-token 0 without registers)";
   else if (c->pre_logits < 0 || c->pre_logits > 65536)
     why = "pre-logits must be 0 (none) or the layer's width, at most 65536";
+  else if (c->pre_norm != 0 && c->pre_norm != 1)
+    why = "pre-norm must be 0 or 1";
+  else if (!(c->norm_eps >= 0.0f && c->norm_eps <= 0.1f))
+    why = "norm-eps must be a LayerNorm eps in (0, 0.1] (timm's ViT 1e-6, CLIP's 1e-5)";
   else if (c->img_size > 8192 || c->width > 16384 || c->depth > 1024 || c->num_classes > 1000000)
     why = "a size is implausibly large (limits: img-size 8192, width 16384, depth 1024, "
           "num-classes 1000000)";
@@ -115,8 +122,14 @@ void vt_config_extras(const vt_vit_config *c, char *buf, size_t nbytes) {
     k += snprintf(buf + k, nbytes - (size_t)k, ", parallel blocks");
   if (c->gelu_tanh && k >= 0 && (size_t)k < nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, ", tanh GELU");
+  if (c->quick_gelu && k >= 0 && (size_t)k < nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, ", quick GELU");
   if (c->pos_sincos && k >= 0 && (size_t)k < nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, ", fixed 2D sin-cos positions");
+  if (c->pre_norm && k >= 0 && (size_t)k < nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, ", norm_pre");
+  if (vt_cfg_norm_eps(c) != 1e-6f && k >= 0 && (size_t)k < nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, ", LayerNorm eps %g", (double)vt_cfg_norm_eps(c));
   if (c->pre_logits > 0 && k >= 0 && (size_t)k < nbytes)
     snprintf(buf + k, nbytes - (size_t)k, ", pre-logits %d (tanh)", c->pre_logits);
 }

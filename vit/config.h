@@ -50,6 +50,8 @@ typedef struct {
                         // (blocks.i.ls.gamma) and one drop path on the sum; no norm2
   int gelu_tanh;        // 1: the MLPs' GELU is the tanh approximation (timm's act_layer
                         // 'gelu_tanh'; Flax's default, so big_vision's ViTs and SigLIP); 0: erf
+  int quick_gelu;       // 1: the MLPs' activation is x sigmoid(1.702 x) (timm's act_layer
+                        // 'quick_gelu': OpenAI's CLIP towers); not with gelu_tanh
   int pre_logits;       // R > 0: a pre-logits layer between the pooled features and the head,
                         // Linear(C, R) then tanh (big_vision's rep_size, the original ViT's
                         // "representation layer"; timm's old pre_logits.fc); head (K, R). 0: none
@@ -57,7 +59,17 @@ typedef struct {
                         // 'sincos2d': "Better plain ViT baselines"), set at init and never
                         // trained (no gradient); needs positions on the patch tokens only and a
                         // width divisible by 4. 0: learned (timm's)
+  int pre_norm;         // 1: a LayerNorm of the embedding's output before the first block
+                        // (timm's pre_norm, norm_pre: the CLIP image towers), and no patch
+                        // embedding bias (timm: bias=not pre_norm); 0: none
+  float norm_eps;       // every LayerNorm's eps (vt_cfg_norm_eps); 0: timm's ViT 1e-6 (the CLIP
+                        // towers' nn.LayerNorm: 1e-5)
 } vt_vit_config;
+
+// The LayerNorms' eps.
+static inline float vt_cfg_norm_eps(const vt_vit_config *c) {
+  return c->norm_eps > 0.0f ? c->norm_eps : 1e-6f;
+}
 
 // Derived sizes.
 static inline int vt_cfg_patches(const vt_vit_config *c) {

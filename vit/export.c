@@ -369,6 +369,13 @@ static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, cons
              file_regs, file_regs);
     return VT_ERR_INPUT;
   }
+  const int file_pre_norm = vt_st_find(f, "norm_pre.weight") != NULL;
+  if (file_pre_norm != c->pre_norm) {
+    snprintf(err, errlen, "%s has %s norm_pre (a LayerNorm before the blocks: the CLIP image "
+             "towers); pass --pre-norm %d%s", path, file_pre_norm ? "a" : "no", file_pre_norm,
+             file_pre_norm ? " (with --norm-eps 1e-5 for CLIP's nn.LayerNorm)" : "");
+    return VT_ERR_INPUT;
+  }
   // The sizes the file's tensors give away: width and patch (patch_embed.proj), the MLP's hidden
   // width (fc1), the depth (the highest block index). Heads and the image size are not in the
   // shapes.

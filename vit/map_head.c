@@ -22,7 +22,7 @@ void vt_map_head_fwd(const vt_model *m, vt_model_slot *sl, const float *x, int B
   const int64_t N = vt_cfg_tokens(c), C = c->width, F = vt_cfg_mlp_hidden(c), D = C / c->heads;
   const int64_t H = c->heads / m->shard.tp_size, Cl = H * D;  // this rank's heads
   vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, x, m->p.norm_w, m->p.norm_b, B * N,
-                   C);
+                   C, vt_cfg_norm_eps(c), 1);
   vt_to_act(be, a->latent, w->latent, C);
   vt_linear_act_fwd(be, a->q, a->latent, w->q_w, w->q_b, 1, C, Cl);
   vt_linear_act_fwd(be, a->kv, sl->lnf, w->kv_w, w->kv_b, B * N, C, 2 * Cl);
@@ -30,7 +30,8 @@ void vt_map_head_fwd(const vt_model *m, vt_model_slot *sl, const float *x, int B
   vt_linear_fwd(be, a->y, a->attn, w->proj_w, m->shard.tp_rank == 0 ? w->proj_b : NULL, B, Cl,
                 C);
   vt_tp_g_fwd(m->tp, a->y, B * C);
-  vt_layernorm_fwd(be, a->ln, a->ln_mean, a->ln_rstd, a->y, w->norm_w, w->norm_b, B, C);
+  vt_layernorm_fwd(be, a->ln, a->ln_mean, a->ln_rstd, a->y, w->norm_w, w->norm_b, B, C,
+                   vt_cfg_norm_eps(c), 1);
   vt_linear_act_fwd(be, a->fc1, a->ln, w->fc1_w, w->fc1_b, B, C, F);
   vt_act_fwd(be, a->gelu, a->fc1, B * F, vt_model_gelu(m));
   vt_linear_residual_fwd(be, m->s.map_z, a->gelu, w->fc2_w, w->fc2_b, a->y, B, F, C);

@@ -74,6 +74,8 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
     sl->img = take(ar, B * 3 * S * S);
     sl->patches = take_act(m, ar, B * Np * 3 * P * P);
     sl->patch_out = take(ar, B * Np * C);
+    if (c->pre_norm)
+      sl->emb = take(ar, Ml * C), sl->emb_mean = take(ar, Ml), sl->emb_rstd = take(ar, Ml);
   }
   for (int l = 0; l <= m->slot_blocks; l++) sl->res[l] = take(ar, Ml * C);
   // The recomputed blocks share the scratch's one set (carve); only their inputs stay here.
@@ -166,7 +168,11 @@ static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
     }
     t->pos = find(m, flat, "pos_embed", 0, "");
     t->patch_w = find(m, flat, "patch_embed.proj", 0, ".weight");
-    t->patch_b = find(m, flat, "patch_embed.proj", 0, ".bias");
+    t->patch_b = m->cfg.pre_norm ? NULL : find(m, flat, "patch_embed.proj", 0, ".bias");
+    if (m->cfg.pre_norm) {
+      t->pre_norm_w = find(m, flat, "norm_pre", 0, ".weight");
+      t->pre_norm_b = find(m, flat, "norm_pre", 0, ".bias");
+    }
   }
   for (int i = 0; i < m->nblocks; i++) {
     vt_block_tensors *b = &t->blocks[i];
@@ -356,14 +362,27 @@ static int64_t first_row(const vt_model *m, int B) {
   return m->sp ? m->shard.tp_rank * vt_model_local_rows(m, B) : 0;
 }
 
-// Sequence parallel: this rank's block of rows of a full (B*N, C) tensor into local, with the
-// padding rows past B*N zeroed so they stay inert (zero rows give zero gradients).
-static void take_rows(const vt_model *m, float *local, const float *full, int B) {
-  const int64_t C = m->cfg.width, M = (int64_t)B * vt_cfg_tokens(&m->cfg);
-  const int64_t Ml = vt_model_local_rows(m, B), first = first_row(m, B);
-  const int64_t real = first >= M ? 0 : (M - first < Ml ? M - first : Ml);
-  if (real > 0) m->be->copy(local, full + first * C, (size_t)(real * C) * sizeof(float));
+// How many of this rank's rows of the stream hold tokens (under sequence parallelism the last
+// ranks' blocks end in padding rows past B*N).
+static int64_t real_rows(const vt_model *m, int B) {
+  const int64_t M = (int64_t)B * vt_cfg_tokens(&m->cfg), Ml = vt_model_local_rows(m, B);
+  const int64_t first = first_row(m, B);
+  return first >= M ? 0 : (M - first < Ml ? M - first : Ml);
+}
+
+// Zeroes the padding rows of this rank's rows of the stream, so they stay inert (zero rows give
+// zero gradients).
+static void zero_padding(const vt_model *m, float *local, int B) {
+  const int64_t C = m->cfg.width, Ml = vt_model_local_rows(m, B), real = real_rows(m, B);
   if (real < Ml) m->be->zero(local + real * C, (size_t)((Ml - real) * C) * sizeof(float));
+}
+
+// Sequence parallel: this rank's block of rows of a full (B*N, C) tensor into local, with the
+// padding rows past B*N zeroed.
+static void take_rows(const vt_model *m, float *local, const float *full, int B) {
+  const int64_t C = m->cfg.width, first = first_row(m, B), real = real_rows(m, B);
+  if (real > 0) m->be->copy(local, full + first * C, (size_t)(real * C) * sizeof(float));
+  zero_padding(m, local, B);
 }
 
 double vt_drop_path_keep(float rate, int layer, int depth) {
@@ -491,12 +510,19 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     vt_patchify_fwd(be, sl->patches, sl->img, B, S, P);
     vt_linear_fwd(be, sl->patch_out, sl->patches, m->p.patch_w, m->p.patch_b, B * (N - T),
                   3 * P * P, C);
-    vt_embed_fwd(be, m->sp ? m->s.full : sl->res[0], sl->patch_out, m->p.prefix, m->p.pos, B, N,
-                 T, vt_cfg_pos_first(c), C);
-    if (m->sp) take_rows(m, sl->res[0], m->s.full, B);
+    // The embedding's output: the stream, or with norm_pre (timm's pre_norm) its input.
+    float *emb = c->pre_norm ? sl->emb : sl->res[0];
+    const int64_t Ml = vt_model_local_rows(m, B);
+    vt_embed_fwd(be, m->sp ? m->s.full : emb, sl->patch_out, m->p.prefix, m->p.pos, B, N, T,
+                 vt_cfg_pos_first(c), C);
+    if (m->sp) take_rows(m, emb, m->s.full, B);
     vt_dropout_mask pos;
-    if (pos_dropout(m, sl, B, &pos))
-      vt_dropout(be, sl->res[0], sl->res[0], vt_model_local_rows(m, B), C, &pos, 0);
+    if (pos_dropout(m, sl, B, &pos)) vt_dropout(be, emb, emb, Ml, C, &pos, 0);
+    if (c->pre_norm) {  // fp32 out: the stream, whose padding rows under SP stay zero
+      vt_layernorm_fwd(be, sl->res[0], sl->emb_mean, sl->emb_rstd, emb, m->p.pre_norm_w,
+                       m->p.pre_norm_b, Ml, C, vt_cfg_norm_eps(c), 0);
+      zero_padding(m, sl->res[0], B);
+    }
   }
   for (int j = 0; j < nb; j++) {  // local block b0 + j, slot block j
     vt_drop_mask path[2];
@@ -521,12 +547,12 @@ void vt_model_forward(vt_model *m, int chunk, int slot, int B, float smoothing, 
     head_in = sl->map.out;
   } else if (c->global_pool == 2) {
     vt_norm_mean_pool_fwd(be, sl->lnf, sl->pooled, sl->lnf_mean, sl->lnf_rstd, x, m->p.norm_w,
-                          m->p.norm_b, B, N, T, C);
+                          m->p.norm_b, B, N, T, C, vt_cfg_norm_eps(c));
   } else {
     if (c->global_pool) vt_mean_pool_fwd(be, sl->pooled, x, B, N, T, C);
     else vt_cls_pool_fwd(be, sl->pooled, x, B, N, C);
     vt_layernorm_fwd(be, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->pooled, m->p.norm_w,
-                     m->p.norm_b, B, C);
+                     m->p.norm_b, B, C, vt_cfg_norm_eps(c), 1);
   }
   const int64_t R = c->pre_logits, Kin = vt_cfg_head_in(c);
   if (R > 0) {  // big_vision's pre-logits: tanh(Linear(C, R)), the head's input
@@ -633,6 +659,11 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
   if (!(m->has_embed && chunk == 0)) {
     be->copy(sl->dinput, s->dres, (size_t)Ml * C * sizeof(float));
     return;
+  }
+  if (c->pre_norm) {  // norm_pre's input gradient (via dln) back into dres
+    vt_layernorm_bwd(be, s->dln, g->pre_norm_w, g->pre_norm_b, s->dres, sl->emb, m->p.pre_norm_w,
+                     sl->emb_mean, sl->emb_rstd, Ml, C);
+    be->copy(s->dres, s->dln, (size_t)Ml * C * sizeof(float));
   }
   vt_dropout_mask pos;
   if (pos_dropout(m, sl, B, &pos)) vt_dropout(be, s->dres, s->dres, Ml, C, &pos, 0);

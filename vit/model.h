@@ -44,7 +44,9 @@ typedef struct {
 typedef struct {
   float *prefix, *pos;        // (T, C): cls_token then reg_token, adjacent in the table;
                               // (N - pos0, C)          first stage only
-  float *patch_w, *patch_b;   // (C, 3*P*P), (C)        first stage only
+  float *patch_w, *patch_b;   // (C, 3*P*P), (C)        first stage only; patch_b NULL with
+                              //                        pre_norm (timm's CLIP towers)
+  float *pre_norm_w, *pre_norm_b;  // (C): norm_pre      first stage, pre_norm only
   vt_block_tensors *blocks;   // this rank's blocks (all chunks), local index 0..nblocks-1
   float *norm_w, *norm_b;     // (C)                    last stage only
   float *pre_w, *pre_b;       // (R, C), (R)            last stage, pre_logits R > 0 only
@@ -104,6 +106,8 @@ typedef struct {
   int32_t *labels;                   // (B)           last stage
   vt_mix_target *mix;                // (B)           last stage: Mixup/CutMix targets
   float *patches, *patch_out;        // (B, N-T, 3*P*P) [bf16], (B, N-T, C)  first stage
+  float *emb, *emb_mean, *emb_rstd;  // (Ml, C), (Ml), (Ml): norm_pre's input (the embedding's
+                                     // output) and statistics   first stage, pre_norm only
   float **res;                       // n+1 of (Ml, C) for a chunk of n blocks: res[0] is the
                                      // chunk's input, res[n] its output (slot_blocks+1 held)
   vt_block_acts *blocks;             // slot_blocks
@@ -246,7 +250,7 @@ void vt_model_backward_weight(vt_model *m, int chunk, int slot, int wset, int B)
 
 // The MLPs' GELU form of the model's configuration.
 static inline vt_act vt_model_gelu(const vt_model *m) {
-  return m->cfg.gelu_tanh ? VT_ACT_GELU_TANH : VT_ACT_GELU;
+  return m->cfg.quick_gelu ? VT_ACT_QUICK_GELU : m->cfg.gelu_tanh ? VT_ACT_GELU_TANH : VT_ACT_GELU;
 }
 
 // Rows of the (B*N, C) stream this rank holds for a micro-batch of B.

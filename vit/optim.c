@@ -237,7 +237,7 @@ double vt_layer_lr_scale(const vt_optim_config *cfg, int layer) {
 
 // With layer decay, runs of tensors are cut where the layer (and so the learning rate) changes.
 static int layer_key(const vt_optimizer *o, const vt_param *p) {
-  return vt_layer_lr_scale(&o->cfg, 0) < 1.0 ? p->layer : 0;
+  return vt_layer_lr_scale(&o->cfg, 0) < 1.0 ? p->lr_layer : 0;
 }
 typedef struct {
   vt_optimizer *o;
@@ -322,7 +322,7 @@ static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int
     double trust = 1.0;  // timm: ||w|| / ||update|| where both are positive, else 1
     if (adapt && t->p[i].decay && ss[2 * i] > 0.0 && ss[2 * i + 1] > 0.0)
       trust = sqrt(ss[2 * i]) / sqrt(ss[2 * i + 1]);
-    const float lr_i = (float)(lr * vt_layer_lr_scale(oc, t->p[i].layer));
+    const float lr_i = (float)(lr * vt_layer_lr_scale(oc, t->p[i].lr_layer));
     vt_lamb_apply(be, params + (first - lo), g + (first - lo), count, lr_i, (float)trust);
   }
 }

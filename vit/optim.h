@@ -55,9 +55,10 @@ typedef struct {
   float momentum;  // SGD: the momentum (timm's --momentum, 0.9)
   int nesterov;    // SGD: 1 Nesterov's (timm's --opt sgd), 0 plain (--opt momentum)
   float clip_grad;  // max global gradient norm; 0 turns clipping off
-  // Layer-wise learning-rate decay (BEiT, MAE fine-tuning): the tensors of layer l (vt_param.layer:
-  // 0 embeddings, 1..depth blocks, depth+1 final norm and head) step with lr * layer_decay^(depth +
-  // 1 - l), their weight decay too (as AdamW's per-group lr). 0 or 1: off.
+  // Layer-wise learning-rate decay (BEiT, MAE fine-tuning): the tensors of layer l
+  // (vt_param.lr_layer: 0 embeddings, 1..depth blocks, depth+1 final norm, norm_pre and head) step
+  // with lr * layer_decay^(depth + 1 - l), their weight decay too (as AdamW's per-group lr). 0 or
+  // 1: off.
   float layer_decay;
   int depth;        // the model's blocks, for layer_decay
   // The weights' exponential moving average (timm's ModelEmaV2), updated after every step that
@@ -74,7 +75,7 @@ typedef struct {
 // as timm's Python, rounded to float.
 float vt_ema_decay_at(const vt_optim_config *cfg, int64_t t);
 
-// The learning-rate factor of layer l (vt_param.layer) under cfg's layer decay.
+// The learning-rate factor of layer l (vt_param.lr_layer) under cfg's layer decay.
 double vt_layer_lr_scale(const vt_optim_config *cfg, int layer);
 
 // Learning rate of step s (0-based): lr * (s+1)/warmup during warmup (with warmup_lr > 0:

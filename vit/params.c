@@ -41,7 +41,7 @@ static void add(builder *b, int layer, vt_init_kind init, float scale, int decay
   p->decay = decay;
   p->init = init;
   p->init_scale = scale;
-  p->layer = layer;
+  p->layer = p->lr_layer = layer;
   p->tp_split = split;
   p->tp_groups = 1;
 }
@@ -210,8 +210,18 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
         VT_TP_REPLICATED, 3, (int64_t[]){1, vt_cfg_pos_tokens(cfg), C}, "pos_embed");
     add(&b, 0, VT_INIT_UNIFORM, conv_bound, 1, VT_TP_REPLICATED, 4, (int64_t[]){C, 3, P, P},
         "patch_embed.proj.weight");
-    add(&b, 0, VT_INIT_UNIFORM, conv_bound, 0, VT_TP_REPLICATED, 1, (int64_t[]){C},
-        "patch_embed.proj.bias");
+    if (!cfg->pre_norm)  // timm's CLIP towers have none (bias=not pre_norm)
+      add(&b, 0, VT_INIT_UNIFORM, conv_bound, 0, VT_TP_REPLICATED, 1, (int64_t[]){C},
+          "patch_embed.proj.bias");
+    // timm's norm_pre (pre_norm: the CLIP towers): on each rank's rows of the stream, so a
+    // partial sum over TP under sequence parallelism, as the blocks' norms. Its gradient is
+    // ready with the embedding's (layer 0), but layer-wise lr decay scales it as the final
+    // norm's (lr_layer depth + 1), as timm (its group_matcher's '^norm' takes it with the final
+    // norm) and MAE's param_groups_lrd (every name outside the stem and the blocks) do.
+    if (cfg->pre_norm) {
+      norm(&b, 0, C, "norm_pre", sp);
+      t->p[t->count - 1].lr_layer = t->p[t->count - 2].lr_layer = cfg->depth + 1;
+    }
   }
   for (int c = 0; c < shard.pp_chunks; c++) {
     int first, end;

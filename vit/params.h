@@ -42,6 +42,8 @@ typedef struct {
   vt_init_kind init;
   float init_scale;   // std or bound
   int layer;          // 0 = embeddings, 1..depth = blocks, depth+1 = final norm and head
+  int lr_layer;       // the layer whose lr scale layer-wise decay gives it: layer, except
+                      // norm_pre's depth + 1 (timm's and MAE's grouping)
   vt_tp_split tp_split;
   int tp_groups;      // qkv: 3 (q, k, v each split by heads); otherwise 1
   int tp_partial;     // replicated, but each TP rank's gradient is a partial sum that the TP

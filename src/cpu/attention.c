@@ -4,7 +4,8 @@
 // src/cuda/attention.cu: the same values and rounding points, computed here a whole (N, N) head
 // at a time. GEMMs on strided views of the timm qkv layout (no copies). The (batch, head) pairs
 // run in parallel, each with single-threaded GEMMs and its own scratch, so every pair's result
-// is computed the same way whatever the thread count. At the end the one-query form of MAP pooling (latent_attention).
+// is computed the same way whatever the thread count. At the end the one-query form of MAP
+// pooling (latent_attention).
 #include <math.h>
 
 #ifdef _OPENMP

@@ -82,26 +82,27 @@ void vt_cpu_linear_bwd_act(float *dinp, float *dweight, float *dbias, const floa
                            const float *inp, const float *weight, int64_t M, int64_t I,
                            int64_t O);
 void vt_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
-                          const float *weight, const float *bias, int64_t M, int64_t C);
+                          const float *weight, const float *bias, int64_t M, int64_t C,
+                          float eps, int act);
 void vt_cpu_layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, const float *mean,
                           const float *rstd, int64_t M, int64_t C);
 void vt_cpu_add_layernorm_fwd(float *sum, float *out, float *mean, float *rstd, const float *a,
                               const float *b, const float *weight, const float *bias, int64_t M,
-                              int64_t C);
+                              int64_t C, float eps);
 void vt_cpu_layernorm_bwd_add(float *dinp, float *dweight, float *dbias, const float *dout,
                               const float *inp, const float *weight, const float *mean,
                               const float *rstd, int64_t M, int64_t C);
 void vt_cpu_norm_mean_pool_fwd(float *out, float *pooled, float *mean, float *rstd,
                                const float *x, const float *weight, const float *bias, int64_t B,
-                               int64_t N, int64_t T, int64_t C);
+                               int64_t N, int64_t T, int64_t C, float eps);
 void vt_cpu_norm_mean_pool_bwd(float *dx, float *dweight, float *dbias, const float *dout,
                                const float *x, const float *pooled, const float *weight,
                                const float *mean, const float *rstd, int64_t B, int64_t N,
                                int64_t T, int64_t C);
 void vt_cpu_qk_norm_fwd(float *out, float *mean, float *rstd, const float *qkv, const float *qw,
                         const float *qb, const float *kw, const float *kb, int64_t M, int64_t H,
-                        int64_t D);
+                        int64_t D, float eps);
 void vt_cpu_qk_norm_bwd(float *dqkv, float *dqw, float *dqb, float *dkw, float *dkb, float *dbias,
                         const float *dout, const float *qkv, const float *qw, const float *kw,
                         const float *mean, const float *rstd, int64_t M, int64_t H, int64_t D);

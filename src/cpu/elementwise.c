@@ -1,4 +1,4 @@
-// elementwise.c: the activations (GELU in its erf and tanh forms, tanh), the activation cast
+// elementwise.c: the activations (GELU in its erf, tanh and quick forms, tanh), the activation cast
 // (to_act), the residual add, drop path, dropout, sum of squares and scaling.
 // GELU uses its own branch-free exp and erf so the compiler vectorises the loops: libm's erff
 // and expf are scalar calls, and made GELU 17% of a ViT-Ti step (tests/bench_cpu.sh).
@@ -51,11 +51,21 @@ static inline void normal_cdf_pdf(float x, float *cdf, float *pdf) {
 // (1 + 3 * 0.044715 x^2) / 2 (PyTorch's formulas), with 1 + t and 1 - t^2 from e = exp(-2|u|)
 // without cancellation: 1 + t = 2 / (1 + e) for u >= 0, 2e / (1 + e) below, and
 // 1 - t^2 = 4e / (1 + e)^2. tanh: t = (1 - e) / (1 + e) with the sign of x, e = exp(-2|x|), and
-// 1 - t^2 as above. Unused results cost nothing once inlined; the loops below branch on a
-// loop-invariant kind.
+// 1 - t^2 as above. Quick GELU (CLIP's): x s with s = sigmoid(1.702 x) and y' = s + 1.702 x
+// s (1 - s), from e = exp(-|1.702 x|): s = 1 / (1 + e) for x >= 0, e / (1 + e) below, and
+// s (1 - s) = e / (1 + e)^2. Unused results cost nothing once inlined; the loops below branch on
+// a loop-invariant kind.
 #define GELU_K0 0.79788456080286535588f  // sqrt(2/pi)
 #define GELU_K1 0.044715f
+#define QUICK_GELU_K 1.702f
 static inline void act_eval(float x, int kind, float *y, float *dy) {
+  if (kind == 3) {
+    const float e = exp_nonpos(-QUICK_GELU_K * fabsf(x)), inv = 1.0f / (1.0f + e);
+    const float s = x >= 0.0f ? inv : e * inv;
+    *y = x * s;
+    *dy = s + QUICK_GELU_K * x * e * inv * inv;
+    return;
+  }
   if (kind == 2) {
     const float e = exp_nonpos(-2.0f * fabsf(x)), inv = 1.0f / (1.0f + e);
     *y = copysignf((1.0f - e) * inv, x);

@@ -24,12 +24,12 @@ void vt_cpu_colsum_acc(float *out, const float *x, int64_t M, int64_t C) {
 // Row m: y = (x - mean) * rstd * weight + bias (bf16 storage in bf16 precision), mean and rstd
 // saved.
 static void ln_row(float *out, int64_t m, float *mean, float *rstd, const float *x,
-                   const float *weight, const float *bias, int64_t C, int bf16) {
+                   const float *weight, const float *bias, int64_t C, int bf16, float eps) {
   float s = 0.0f;
   for (int64_t c = 0; c < C; c++) s += x[c];
   float mu = s / (float)C, var = 0.0f;
   for (int64_t c = 0; c < C; c++) var += (x[c] - mu) * (x[c] - mu);
-  float r = 1.0f / sqrtf(var / (float)C + VT_LAYERNORM_EPS);
+  float r = 1.0f / sqrtf(var / (float)C + eps);
   for (int64_t c = 0; c < C; c++)
     vt_cpu_put(out, m * C + c, (x[c] - mu) * r * weight[c] + bias[c], bf16);
   mean[m] = mu;
@@ -37,21 +37,23 @@ static void ln_row(float *out, int64_t m, float *mean, float *rstd, const float 
 }
 
 void vt_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
-                          const float *weight, const float *bias, int64_t M, int64_t C) {
-  const int bf16 = vt_cpu_bf16();
+                          const float *weight, const float *bias, int64_t M, int64_t C,
+                          float eps, int act) {
+  const int bf16 = act && vt_cpu_bf16();
 #pragma omp parallel for schedule(static)
-  for (int64_t m = 0; m < M; m++) ln_row(out, m, mean, rstd, inp + m * C, weight, bias, C, bf16);
+  for (int64_t m = 0; m < M; m++)
+    ln_row(out, m, mean, rstd, inp + m * C, weight, bias, C, bf16, eps);
 }
 
 void vt_cpu_add_layernorm_fwd(float *sum, float *out, float *mean, float *rstd, const float *a,
                               const float *b, const float *weight, const float *bias, int64_t M,
-                              int64_t C) {
+                              int64_t C, float eps) {
   const int bf16 = vt_cpu_bf16();
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < M; m++) {
     float *x = sum + m * C;
     for (int64_t c = 0; c < C; c++) x[c] = a[m * C + c] + b[m * C + c];
-    ln_row(out, m, mean, rstd, x, weight, bias, C, bf16);
+    ln_row(out, m, mean, rstd, x, weight, bias, C, bf16, eps);
   }
 }
 
@@ -113,28 +115,28 @@ void vt_cpu_layernorm_bwd_add(float *dinp, float *dweight, float *dbias, const f
 // QK-norm: rows of D values inside qkv (M, 3HD): row j of token m (j < H: q head j, else k head
 // j - H) starts at m * 3HD + j * D. The same two passes and rounding points as ln_row.
 // A row's mean and rstd as ln_row computes them (two passes, float sums in column order).
-static void ln_stats(const float *x, int64_t C, float *mean, float *rstd) {
+static void ln_stats(const float *x, int64_t C, float eps, float *mean, float *rstd) {
   float s = 0.0f;
   for (int64_t c = 0; c < C; c++) s += x[c];
   const float mu = s / (float)C;
   float var = 0.0f;
   for (int64_t c = 0; c < C; c++) var += (x[c] - mu) * (x[c] - mu);
   *mean = mu;
-  *rstd = 1.0f / sqrtf(var / (float)C + VT_LAYERNORM_EPS);
+  *rstd = 1.0f / sqrtf(var / (float)C + eps);
 }
 
 // Per sample: every patch token's statistics, then each column's sum of xhat over the tokens in
 // order, divided by their count.
 void vt_cpu_norm_mean_pool_fwd(float *out, float *pooled, float *mean, float *rstd,
                                const float *x, const float *weight, const float *bias, int64_t B,
-                               int64_t N, int64_t T, int64_t C) {
+                               int64_t N, int64_t T, int64_t C, float eps) {
   const int bf16 = vt_cpu_bf16();
   const int64_t Np = N - T;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < B; b++) {
     const float *xb = x + (b * N + T) * C;
     float *mu = mean + b * Np, *r = rstd + b * Np;
-    for (int64_t n = 0; n < Np; n++) ln_stats(xb + n * C, C, &mu[n], &r[n]);
+    for (int64_t n = 0; n < Np; n++) ln_stats(xb + n * C, C, eps, &mu[n], &r[n]);
     for (int64_t c = 0; c < C; c++) {
       float acc = 0.0f;
       for (int64_t n = 0; n < Np; n++) acc += (xb[n * C + c] - mu[n]) * r[n];
@@ -188,7 +190,7 @@ void vt_cpu_norm_mean_pool_bwd(float *dx, float *dweight, float *dbias, const fl
 
 void vt_cpu_qk_norm_fwd(float *out, float *mean, float *rstd, const float *qkv, const float *qw,
                         const float *qb, const float *kw, const float *kb, int64_t M, int64_t H,
-                        int64_t D) {
+                        int64_t D, float eps) {
   const int bf16 = vt_cpu_bf16();
   const int64_t W = 3 * H * D;
 #pragma omp parallel for schedule(static)
@@ -203,7 +205,7 @@ void vt_cpu_qk_norm_fwd(float *out, float *mean, float *rstd, const float *qkv, 
         const float x = vt_cpu_get(qkv, at + d, bf16);
         var += (x - mu) * (x - mu);
       }
-      const float r = 1.0f / sqrtf(var / (float)D + VT_LAYERNORM_EPS);
+      const float r = 1.0f / sqrtf(var / (float)D + eps);
       for (int64_t d = 0; d < D; d++)
         vt_cpu_put(out, at + d, (vt_cpu_get(qkv, at + d, bf16) - mu) * r * w[d] + b[d], bf16);
       mean[row] = mu;

@@ -1,4 +1,4 @@
-// elementwise.cu: the activations (GELU in its erf and tanh forms, tanh), the residual add,
+// elementwise.cu: the activations (GELU in its erf, tanh and quick forms, tanh), the residual add,
 // drop path, dropout, LayerScale, sum of squares and scaling on CUDA, twin of
 // src/cpu/elementwise.c, and the bf16 rounding of GEMM operands (also the activation cast,
 // to_act). The sum of squares is a two-stage reduction over chunks of a fixed size, in double,
@@ -30,13 +30,27 @@ static __device__ __forceinline__ float tanh_value(float x, float *sech2) {
   *sech2 = 4.0f * e * inv * inv;
   return copysignf((1.0f - e) * inv, x);
 }
+// Quick GELU (CLIP's, vt_act 3): s = sigmoid(1.702 x) from e = exp(-|1.702 x|) as the CPU's;
+// also s (1 - s) = e / (1 + e)^2 for the derivative.
+#define QUICK_GELU_K 1.702f
+static __device__ __forceinline__ float quick_gelu_sigmoid(float x, float *s1ms) {
+  const float e = expf(-QUICK_GELU_K * fabsf(x)), inv = 1.0f / (1.0f + e);
+  *s1ms = e * inv * inv;
+  return x >= 0.0f ? inv : e * inv;
+}
 static __device__ __forceinline__ float act_value(float x, int kind) {
   float sech2;
+  if (kind == 3) return x * quick_gelu_sigmoid(x, &sech2);
   if (kind == 2) return tanh_value(x, &sech2);
   if (kind == 1) return 0.5f * x * gelu_one_plus_tanh(GELU_K0 * (x + GELU_K1 * x * x * x), &sech2);
   return x * (0.5f + 0.5f * erff(x * INV_SQRT2));
 }
 static __device__ __forceinline__ float act_grad(float x, int kind) {
+  if (kind == 3) {
+    float s1ms;
+    const float s = quick_gelu_sigmoid(x, &s1ms);
+    return s + QUICK_GELU_K * x * s1ms;
+  }
   if (kind == 2) {
     float sech2;
     tanh_value(x, &sech2);

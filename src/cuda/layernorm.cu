@@ -1,7 +1,7 @@
 // layernorm.cu: LayerNorm forward and backward over the last dimension on CUDA, their forms
 // fused with the residual add, the LayerNorm-then-mean pooling of a gap head, and QK-norm (a
-// LayerNorm per head of q and k inside qkv), twin of src/cpu/layernorm.c (fp32, eps
-// VT_LAYERNORM_EPS, mean and rstd saved for the backward).
+// LayerNorm per head of q and k inside qkv), twin of src/cpu/layernorm.c (fp32, the caller's
+// eps, mean and rstd saved for the backward).
 // Rows are independent, so a warp owns a row; the parameter gradients are column sums over all
 // rows, done in two fixed-order stages (no float atomics) so they are the same bits every run.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
@@ -29,7 +29,7 @@ static unsigned row_blocks(int64_t M) {
 static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd,
                                             const float *inp, const float *add, float *sum,
                                             const float *weight, const float *bias, int64_t M,
-                                            int64_t C, int bf16) {
+                                            int64_t C, int bf16, float eps) {
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
   if (row >= M) return;  // row is the same for the whole warp: the shuffles below stay full
@@ -54,7 +54,7 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
     var += d * d;
   }
   var = vt_warp_sum(var);
-  const float r = 1.0f / sqrtf(var / (float)C + VT_LAYERNORM_EPS);
+  const float r = 1.0f / sqrtf(var / (float)C + eps);
   for (int64_t c = lane; c < C; c += 32)
     vt_put(out, row * C + c, (x[c] - mu) * r * weight[c] + bias[c], bf16);
   if (lane == 0) {
@@ -131,17 +131,17 @@ static __global__ void layernorm_param_final_kernel(float *dweight, float *dbias
 
 extern "C" void vt_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                                       const float *weight, const float *bias, int64_t M,
-                                      int64_t C) {
+                                      int64_t C, float eps, int act) {
   layernorm_fwd_kernel<<<row_blocks(M), 32 * LN_WARPS, 0, vt_cuda_stream()>>>(
-      out, mean, rstd, inp, NULL, NULL, weight, bias, M, C, vt_cuda_bf16());
+      out, mean, rstd, inp, NULL, NULL, weight, bias, M, C, act && vt_cuda_bf16(), eps);
   VT_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void vt_cuda_add_layernorm_fwd(float *sum, float *out, float *mean, float *rstd,
                                           const float *a, const float *b, const float *weight,
-                                          const float *bias, int64_t M, int64_t C) {
+                                          const float *bias, int64_t M, int64_t C, float eps) {
   layernorm_fwd_kernel<<<row_blocks(M), 32 * LN_WARPS, 0, vt_cuda_stream()>>>(
-      out, mean, rstd, a, b, sum, weight, bias, M, C, vt_cuda_bf16());
+      out, mean, rstd, a, b, sum, weight, bias, M, C, vt_cuda_bf16(), eps);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -186,7 +186,7 @@ extern "C" void vt_cuda_layernorm_bwd_add(float *dinp, float *dweight, float *db
 static __global__ void norm_mean_pool_fwd_kernel(float *out, float *pooled, float *mean,
                                                  float *rstd, const float *x, const float *weight,
                                                  const float *bias, int64_t N, int64_t T,
-                                                 int64_t C, int bf16) {
+                                                 int64_t C, int bf16, float eps) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t b = blockIdx.x, Np = N - T;
   const float *xb = x + (b * N + T) * C;
@@ -200,7 +200,7 @@ static __global__ void norm_mean_pool_fwd_kernel(float *out, float *pooled, floa
     var = vt_warp_sum(var);
     if (lane == 0) {
       mean[b * Np + n] = mu;
-      rstd[b * Np + n] = 1.0f / sqrtf(var / (float)C + VT_LAYERNORM_EPS);
+      rstd[b * Np + n] = 1.0f / sqrtf(var / (float)C + eps);
     }
   }
   __syncthreads();  // the block's statistics, written to global memory, are visible to it all
@@ -263,10 +263,11 @@ static __global__ void norm_mean_pool_param_kernel(float *dweight, float *dbias,
 
 extern "C" void vt_cuda_norm_mean_pool_fwd(float *out, float *pooled, float *mean, float *rstd,
                                            const float *x, const float *weight, const float *bias,
-                                           int64_t B, int64_t N, int64_t T, int64_t C) {
+                                           int64_t B, int64_t N, int64_t T, int64_t C,
+                                           float eps) {
   VT_CHECK(B <= INT_MAX, "norm_mean_pool: B=%lld samples are too many for one grid", (long long)B);
   norm_mean_pool_fwd_kernel<<<(unsigned)B, LN_WARPS * 32, 0, vt_cuda_stream()>>>(
-      out, pooled, mean, rstd, x, weight, bias, N, T, C, vt_cuda_bf16());
+      out, pooled, mean, rstd, x, weight, bias, N, T, C, vt_cuda_bf16(), eps);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -291,7 +292,7 @@ extern "C" void vt_cuda_norm_mean_pool_bwd(float *dx, float *dweight, float *dbi
 static __global__ void qk_norm_fwd_kernel(float *out, float *mean, float *rstd, const float *qkv,
                                           const float *qw, const float *qb, const float *kw,
                                           const float *kb, int64_t M, int64_t H, int64_t D,
-                                          int bf16) {
+                                          int bf16, float eps) {
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
   if (row >= M * 2 * H) return;  // the same for the whole warp
@@ -306,7 +307,7 @@ static __global__ void qk_norm_fwd_kernel(float *out, float *mean, float *rstd, 
     var += x * x;
   }
   var = vt_warp_sum(var);
-  const float r = 1.0f / sqrtf(var / (float)D + VT_LAYERNORM_EPS);
+  const float r = 1.0f / sqrtf(var / (float)D + eps);
   for (int64_t d = lane; d < D; d += 32)
     vt_put(out, at + d, (vt_get(qkv, at + d, bf16) - mu) * r * w[d] + b[d], bf16);
   if (lane == 0) {
@@ -386,11 +387,11 @@ struct qk_norm_param_src {
 
 extern "C" void vt_cuda_qk_norm_fwd(float *out, float *mean, float *rstd, const float *qkv,
                                     const float *qw, const float *qb, const float *kw,
-                                    const float *kb, int64_t M, int64_t H, int64_t D) {
+                                    const float *kb, int64_t M, int64_t H, int64_t D, float eps) {
   const int bf16 = vt_cuda_bf16();
   cudaStream_t st = vt_cuda_stream();
-  qk_norm_fwd_kernel<<<row_blocks(M * 2 * H), 32 * LN_WARPS, 0, st>>>(out, mean, rstd, qkv, qw,
-                                                                      qb, kw, kb, M, H, D, bf16);
+  qk_norm_fwd_kernel<<<row_blocks(M * 2 * H), 32 * LN_WARPS, 0, st>>>(
+      out, mean, rstd, qkv, qw, qb, kw, kb, M, H, D, bf16, eps);
   VT_CUDA_CHECK_LAUNCH();
   qk_norm_copy_v_kernel<<<vt_cuda_blocks(M * H * D, 256), 256, 0, st>>>(out, qkv, M, H * D, bf16);
   VT_CUDA_CHECK_LAUNCH();

@@ -81,16 +81,17 @@ static void t_lin_act_b(float *dx, float *dw, const float *dy, const float *x, c
   TIMED(S_LIN_B, g_real.linear_act_bwd(dx, dw, dy, x, w, M, I, O));
 }
 static void t_ln_f(float *o, float *mu, float *rs, const float *x, const float *w,
-                   const float *b, int64_t M, int64_t C) {
-  TIMED(S_LN_F, g_real.layernorm_fwd(o, mu, rs, x, w, b, M, C));
+                   const float *b, int64_t M, int64_t C, float eps, int act) {
+  TIMED(S_LN_F, g_real.layernorm_fwd(o, mu, rs, x, w, b, M, C, eps, act));
 }
 static void t_ln_b(float *dx, float *dw, float *db, const float *dy, const float *x,
                    const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
   TIMED(S_LN_B, g_real.layernorm_bwd(dx, dw, db, dy, x, w, mu, rs, M, C));
 }
 static void t_add_ln_f(float *sum, float *o, float *mu, float *rs, const float *a,
-                       const float *b, const float *w, const float *bias, int64_t M, int64_t C) {
-  TIMED(S_ADD_LN_F, g_real.add_layernorm_fwd(sum, o, mu, rs, a, b, w, bias, M, C));
+                       const float *b, const float *w, const float *bias, int64_t M, int64_t C,
+                       float eps) {
+  TIMED(S_ADD_LN_F, g_real.add_layernorm_fwd(sum, o, mu, rs, a, b, w, bias, M, C, eps));
 }
 static void t_ln_b_add(float *dx, float *dw, float *db, const float *dy, const float *x,
                        const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
