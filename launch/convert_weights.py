@@ -47,7 +47,7 @@ import numpy as np
 
 # vit3d's tensor names (vit/params.c), as patterns.
 KNOWN = [r"cls_token", r"reg_token", r"pos_embed", r"patch_embed\.proj\.(weight|bias)",
-         r"(norm|fc_norm|head)\.(weight|bias)",
+         r"(norm|fc_norm|norm_pre|head)\.(weight|bias)",
          r"blocks\.\d+\.(norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|mlp\.fc1|mlp\.fc2)"
          r"\.(weight|bias)",
          r"blocks\.\d+\.(ls1|ls2|ls)\.gamma",
@@ -274,8 +274,7 @@ def flags_for(sd):
     if "pre_logits.fc.weight" in sd:
         f.append(f"--pre-logits {sd['pre_logits.fc.weight'].shape[0]}")
     if "norm_pre.weight" in sd:  # timm's CLIP towers: norm_pre, every norm nn.LayerNorm's
-        f += ["--pre-norm 1", "--norm-eps 1e-5 (the CLIP towers' nn.LayerNorm; the activation is "
-              "not in the weights: --act quick_gelu for OpenAI's, gelu for OpenCLIP's)"]
+        f += ["--pre-norm 1", "--norm-eps 1e-5"]
     return " ".join(f)
 
 
@@ -336,6 +335,10 @@ def main():
     else:
         print(f"vit3d flags: {flags_for(sd)} --heads H (not in the weights: the model's, e.g. "
               "ViT-S 6, ViT-B 12, ViT-L 16)")
+    if "norm_pre.weight" in sd:
+        print("a CLIP image tower (norm_pre): its LayerNorms' eps is taken as nn.LayerNorm's 1e-5; "
+              "the activation is not in the weights: add --act quick_gelu for OpenAI's weights "
+              "(timm's *_clip_quickgelu_*), none for OpenCLIP's")
     return 0
 
 

@@ -72,6 +72,18 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "holds a model without a pre-logits layer; resume it with --pre-logits 0" <<<"$out"; then
   echo "ok: a pre-logits layer refused: $(grep -o 'holds a model without a pre.*' <<<"$out")"
 else echo "FAIL: pre-logits mismatch: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --pre-norm 1 --norm-eps 1e-5 --act quick_gelu --steps 6 \
+  --save "$work/ck" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "and the erf GELU; resume it with .* --act gelu\b" <<<"$out"; then
+  echo "ok: the quick GELU refused: $(grep -o 'holds a model.*' <<<"$out")"
+else echo "FAIL: quick GELU mismatch: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --pre-norm 1 --norm-eps 1e-5 --steps 6 --save "$work/ck" \
+  --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "holds a model without norm_pre and LayerNorm eps 1e-06; resume it with --pre-norm 0 --norm-eps 1e-06" <<<"$out"; then
+  echo "ok: norm_pre and another LayerNorm eps refused: $(grep -o 'holds a model without norm.*' <<<"$out")"
+else echo "FAIL: norm_pre mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --opt lamb --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "was trained with --opt adamw; resume it with --opt adamw" <<<"$out"; then

@@ -10,7 +10,7 @@
 # bit for bit, print the flags of the layout, and the file must start a vit3d run through
 # --init-from. big_vision's .npz of its "Better plain ViT baselines" layout (fixed sin-cos
 # positions it does not store, the gap head, the pre-logits layer) converts to the export too. A
-# SwiGLU block is refused by name.
+# CLIP tower's file prints its flags. A SwiGLU block is refused by name.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -93,6 +93,21 @@ if "$vit3d" train --model tiny $flags --steps 1 --threads 1 --global-batch-size 
    grep -q "init-from .*dino.conv.safetensors: the model's weights loaded" "$work/init.log"; then
   echo "ok: vit3d starts from the converted DINOv2 checkpoint with the printed flags ($flags)"
 else echo "FAIL: --init-from the converted file with $flags:"; tail -3 "$work/init.log"; fail=1; fi
+# A CLIP image tower in timm's names (norm_pre, no patch-embedding bias): the converter names
+# --pre-norm 1 --norm-eps 1e-5, says the activation is not in the weights, and vit3d starts from
+# it with those flags and OpenAI's quick GELU.
+if "$vit3d" "${base[@]}" --pre-norm 1 --norm-eps 1e-5 --act quick_gelu \
+     --final-weights "$work/clip.safetensors" > "$work/clip.log" 2>&1 &&
+   out=$("$py" "$conv" "$work/clip.safetensors" "$work/clip.conv.safetensors" 2>&1) &&
+   grep -q -- "--pre-norm 1 --norm-eps 1e-5 --heads H" <<<"$out" &&
+   grep -q "add --act quick_gelu for OpenAI's weights" <<<"$out" &&
+   flags=$(sed -n 's/^vit3d flags: \(.*\) --heads.*/\1/p' <<<"$out") &&
+   "$vit3d" train --model tiny $flags --act quick_gelu --steps 1 --threads 1 \
+     --global-batch-size 4 --micro-batch-size 4 --init-from "$work/clip.conv.safetensors" \
+     > "$work/clip_init.log" 2>&1 &&
+   grep -q "init-from .*clip.conv.safetensors: the model's weights loaded" "$work/clip_init.log"; then
+  echo "ok: a CLIP tower's file converts with $flags and starts a run with --act quick_gelu"
+else echo "FAIL: the CLIP tower's conversion: ${out:-}"; tail -3 "$work/clip_init.log" 2>/dev/null; fail=1; fi
 # A pickle of more than tensors is not unpickled unless asked (where torch has weights_only).
 if "$py" -c "import inspect, torch, sys; sys.exit('weights_only' not in inspect.signature(torch.load).parameters)"; then
   out=$("$py" "$conv" "$work/mae_args.pth" "$work/args.safetensors" 2>&1)

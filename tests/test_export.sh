@@ -256,6 +256,11 @@ step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --parallel-blocks 1 -
   --micro-batch-size 2 --final-weights "$work/par.safetensors"
 refused par.safetensors "holds parallel blocks (norm1 but no norm2); pass --parallel-blocks 1"
 refused w.safetensors "holds sequential blocks (norm1 and norm2); pass --parallel-blocks 0" --parallel-blocks 1
+# The CLIP towers' norm_pre (and no patch-embedding bias), either way round.
+step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --pre-norm 1 --norm-eps 1e-5 \
+  --act quick_gelu --steps 1 --micro-batch-size 2 --final-weights "$work/clip.safetensors"
+refused clip.safetensors "has a norm_pre (a LayerNorm before the blocks: the CLIP image towers); pass --pre-norm 1 (with --norm-eps 1e-5"
+refused w.safetensors "has no norm_pre .*; pass --pre-norm 0" --pre-norm 1
 # Half-precision and double files (as published weights often are): --init-from widens F16 and
 # BF16 exactly and rounds F64; lr 0 keeps the weights as loaded. An integer tensor is refused.
 "$py" - "$work/w.safetensors" "$work" "$here" <<'PY' || { echo "FAIL: writing F16/BF16/F64 files"; fail=1; }
