@@ -206,20 +206,14 @@ run par_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${par[@]}" &&
 # of TP's shards; the attention's probabilities by the head over all of TP's, the query and the
 # key), so every layout drops the same elements as one rank; with LayerScale (which keeps the
 # dropped branch output for its gamma gradient) and drop path on top, also 4x2x1 with sequence
-# parallelism (padding rows), ZB-H1 bit for bit as 1F1B and activation recompute below.
+# parallelism (padding rows), ZB-H1 bit for bit as 1F1B and activation recompute below. In the
+# CLIP towers' layout: norm_pre on each rank's rows of the stream (a partial sum over TP under
+# sequence parallelism, its padding rows kept zero), every LayerNorm's eps 1e-5, quick GELU.
 dropout=(--proj-drop 0.2 --attn-drop 0.2 --pos-drop 0.2 --drop 0.2 --layer-scale 0.2
-         --drop-path 0.2)
-variant base base_do "dropout, LayerScale, drop path" "${dropout[@]}"
+         --drop-path 0.2 --pre-norm 1 --norm-eps 1e-5 --act quick_gelu)
+variant base base_do "dropout, LayerScale, drop path, the CLIP layout" "${dropout[@]}"
 run do_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${dropout[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_do" "$work/do_sp" "do_sp 4 x 2 x 1 SP ${dropout[*]}" ||
-  fail=1
-# The CLIP towers' layout: norm_pre on each rank's rows of the stream (a partial sum over TP
-# under sequence parallelism, its padding rows kept zero), every LayerNorm's eps 1e-5, quick
-# GELU; also 4x2x1 with sequence parallelism.
-clip=(--pre-norm 1 --norm-eps 1e-5 --act quick_gelu)
-variant base base_clip "norm_pre, LayerNorm eps 1e-5, quick GELU" "${clip[@]}"
-run clip_sp 8 --tp 4 --pp 2 --dp 1 --sequence-parallel 1 "${clip[@]}" &&
-  "$py" "$here/compare_runs.py" "$work/base_clip" "$work/clip_sp" "clip_sp 4 x 2 x 1 SP ${clip[*]}" ||
   fail=1
 # RandAugment, 3-Augment and repeated augmentation act in the image loader of the first stage's ranks,
 # keyed by (seed, epoch, image, copy): any layout decodes the same pixels. On a small

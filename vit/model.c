@@ -417,8 +417,7 @@ void vt_dropout_mask_make(vt_dropout_mask *mask, uint64_t seed, uint32_t site, f
 
 // What block l of this rank (local index) drops for a slot's micro-batch, in masks that the
 // caller keeps (path[2]; drop[4], dropout's three places then the attention's probabilities);
-// members NULL where nothing drops (rate 0, the first block's
-// drop path, evaluation).
+// members NULL where nothing drops (rate 0, the first block's drop path, evaluation).
 static vt_block_noise block_noise(const vt_model *m, int l, const vt_model_slot *sl, int B,
                                   vt_drop_mask path[2], vt_dropout_mask drop[4]) {
   vt_block_noise noise = {NULL, NULL, NULL};
