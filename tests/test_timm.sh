@@ -8,7 +8,9 @@
 # 1e-5 and quick GELU; QK-norm without the qkv bias;
 # ParallelScalingBlock with and without its qkv bias, converted by launch/convert_weights.py)
 # timm's random weights go in through --init-from and
-# `vit3d eval --logits-out` must give timm's logits on the same inputs. Also ref_vit.py's LAMB,
+# `vit3d eval --logits-out` must give timm's logits on the same inputs; the other way, vit3d's
+# weights of a CLIP tower after 2 steps load strictly into timm and give its logits. Also
+# ref_vit.py's LAMB,
 # which the ref test holds vit3d's to, against timm.optim.Lamb, --sched-on epochs against
 # timm's CosineLRScheduler, and --weight-init jax's initial weights against timm's
 # weight_init='jax' (tensor by tensor: zeros, constants, std, kurtosis, bound).
@@ -54,6 +56,18 @@ for v in vit avg deit3 reg reg_avg gap gap_reg gap_cls avg_nocls map map_cls tan
 done
 "$py" "$here/timm_check.py" check_all "$work" "${evaluated[@]}" || fail=1
 [ ${#evaluated[@]} -eq 16 ] || { echo "FAIL: ${#evaluated[@]} of 16 variants evaluated"; fail=1; }
+# The other way: vit3d's own weights of a CLIP tower after 2 training steps load strictly into
+# timm's layout and give timm's logits.
+mapfile -t flags < <("$py" "$here/timm_check.py" flags clip)
+if "$vit3d" train --model tiny "${flags[@]}" --data synthetic --steps 2 --micro-batch-size 4 \
+     --global-batch-size 8 --threads 1 --final-weights "$work/clip_trained.safetensors" \
+     > "$work/clip_train.log" 2>&1 &&
+   "$vit3d" eval --model tiny "${flags[@]}" --val-data "$work/val" --micro-batch-size 8 \
+     --init-from "$work/clip_trained.safetensors" --threads 1 \
+     --logits-out "$work/clip_trained.dump.safetensors" > "$work/clip_eval.log" 2>&1; then
+  "$py" "$here/timm_check.py" check clip "$work/clip_trained.safetensors" \
+    "$work/clip_trained.dump.safetensors" || fail=1
+else echo "FAIL: vit3d's trained CLIP tower:"; tail -3 "$work/clip_train.log" "$work/clip_eval.log"; fail=1; fi
 # A file without a class token into a model with one: refused with the flags that fit the file.
 out=$("$vit3d" eval --model tiny $("$py" "$here/timm_check.py" flags vit) --val-data "$work/val" \
       --init-from "$work/gap.safetensors" --micro-batch-size 8 --threads 1 2>&1)
