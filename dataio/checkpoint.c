@@ -91,8 +91,7 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                    m->num_classes, m->global_pool, m->aug_repeats > 1 ? m->aug_repeats : 1,
                    m->layer_scale, m->no_embed_class, m->reg_tokens, m->qk_norm, m->qkv_bias,
                    m->parallel, m->class_token, m->gelu_tanh, m->pos_sincos, m->pre_logits,
-                   m->mlp_dim, m->pre_norm, m->norm_eps > 0 ? (double)m->norm_eps : 1e-6,
-                   m->quick_gelu, m->tp, m->pp,
+                   m->mlp_dim, m->pre_norm, (double)m->norm_eps, m->quick_gelu, m->tp, m->pp,
                    m->dp, m->zero, m->sequence_parallel);
   if (m->has_optim && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k,

@@ -63,7 +63,7 @@ typedef struct {
   float mlp_ratio;
   int mlp_dim;  // the MLP's hidden width (0 when the manifest predates it: width x mlp_ratio)
   int pre_norm;    // 1: norm_pre before the blocks (0 when the manifest predates it)
-  float norm_eps;  // the LayerNorms' eps (1e-6 when the manifest predates it; 0 writes 1e-6)
+  float norm_eps;  // the LayerNorms' eps (1e-6 when the manifest predates it)
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;
   // files: name, bytes, CRC-32

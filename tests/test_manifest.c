@@ -18,7 +18,7 @@ static vt_ckpt_manifest sample(void) {
   vt_ckpt_manifest m = {.step = 10, .stream_position = 160, .global_batch = 16, .adam_t = 10,
                         .seed = 5, .img_size = 32, .patch_size = 8, .width = 64, .depth = 8,
                         .heads = 8, .num_classes = 10, .mlp_ratio = 4.0f, .tp = 2, .pp = 2,
-                        .dp = 2, .class_token = 1, .nfiles = 1};
+                        .dp = 2, .class_token = 1, .norm_eps = 1e-6f, .nfiles = 1};
   snprintf(m.file[0], sizeof m.file[0], "model.safetensors");
   m.file_nbytes[0] = 100, m.file_crc[0] = 0xdeadbeef;
   return m;
@@ -277,7 +277,7 @@ int main(void) {
              back.pre_norm == 0 && back.norm_eps == 1e-6f && back.quick_gelu == 0 &&
              !strcmp(vt_ckpt_act_name(&back), "gelu"),
          "a manifest without pre_norm, norm_eps, quick_gelu (timm's ViT): %s", err);
-  m.pre_norm = m.quick_gelu = 0, m.norm_eps = 0.0f;
+  m.pre_norm = m.quick_gelu = 0, m.norm_eps = 1e-6f;
   // The optimizer's settings and schedule round trip bit for bit (floats widened to double;
   // lengths in epochs as doubles); all or none of them; a manifest without them has none.
   vt_ckpt_manifest o = m;

@@ -659,16 +659,18 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
     be->copy(sl->dinput, s->dres, (size_t)Ml * C * sizeof(float));
     return;
   }
-  if (c->pre_norm) {  // norm_pre's input gradient (via dln) back into dres
-    vt_layernorm_bwd(be, s->dln, g->pre_norm_w, g->pre_norm_b, s->dres, sl->emb, m->p.pre_norm_w,
+  // The embedding's output gradient: the stream's, or with norm_pre its input's (in dln).
+  float *demb = s->dres;
+  if (c->pre_norm) {
+    demb = s->dln;
+    vt_layernorm_bwd(be, demb, g->pre_norm_w, g->pre_norm_b, s->dres, sl->emb, m->p.pre_norm_w,
                      sl->emb_mean, sl->emb_rstd, Ml, C);
-    be->copy(s->dres, s->dln, (size_t)Ml * C * sizeof(float));
   }
   vt_dropout_mask pos;
-  if (pos_dropout(m, sl, B, &pos)) vt_dropout(be, s->dres, s->dres, Ml, C, &pos, 0);
-  const float *dx = s->dres;
+  if (pos_dropout(m, sl, B, &pos)) vt_dropout(be, demb, demb, Ml, C, &pos, 0);
+  const float *dx = demb;
   if (m->sp) {
-    vt_tp_sp_gather(m->tp, s->full, s->dres, Ml * C);
+    vt_tp_sp_gather(m->tp, s->full, demb, Ml * C);
     dx = s->full;
   }
   // Fixed sin-cos positions take no gradient (theirs stays zero: AdamW and LAMB leave them).
