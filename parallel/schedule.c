@@ -183,12 +183,24 @@ static void lockstep(builder *b, const vt_schedule_spec *s, int r, int f, int k,
 }
 
 // ZB-V's compute order: a greedy simulation of all ranks in steps of one chunk pass (F, B and W
-// equal; a transfer takes no time), each rank choosing at each step as schedule.h says. Writes
-// rank `me`'s passes into out[0..6m) as compute actions.
-static void zbv_order(const vt_schedule_spec *s, int me, vt_schedule_action *out) {
+// equal; a transfer takes no time), each rank choosing at each step by one of two rules (both
+// take every chunk's passes in micro-batch order and start an F only while fewer than 2p units
+// are in flight):
+//   ZBV_LOWEST: the ready B of the lowest micro-batch (chunk 1 first), else the ready F likewise,
+//     else the oldest pending W;
+//   ZBV_KINDS: the first ready of F of chunk 1, F of chunk 0, B then W of chunk 0, B then W of
+//     chunk 1 (a fixed order of the six kinds: 6m + p - 1 passes for every p up to 12 and
+//     m >= p up to 40, where ZBV_LOWEST takes a few more from p 5 on).
+// Writes rank `me`'s passes into out[0..6m) as compute actions (out may be NULL) and returns the
+// simulated step's length in chunk passes.
+typedef enum { ZBV_LOWEST, ZBV_KINDS } zbv_rule;
+
+static int zbv_order(const vt_schedule_spec *s, zbv_rule rule, int me, vt_schedule_action *out) {
   const int p = s->pp_size, m = s->n_micro, cap = 2 * p;
   const int never = 1 << 30;
-  // Per rank and chunk: the next micro-batch to forward, to backward and to weight-pass (each
+  // ZBV_KINDS' order of the six kinds as {pass, chunk}, pass 0 B, 1 F, 2 W.
+  static const int kinds[6][2] = {{1, 1}, {1, 0}, {0, 0}, {2, 0}, {0, 1}, {2, 1}};
+  // Per rank and chunk: the next micro-batch to backward, to forward and to weight-pass (each
   // chunk takes them in order, so these are the only candidates), and per unit the step at which
   // its input (f_at) and its output's gradient (b_at) are there.
   int *f_at = malloc((size_t)2 * p * 2 * m * sizeof(int)), *b_at = f_at + (size_t)p * 2 * m;
@@ -199,27 +211,30 @@ static void zbv_order(const vt_schedule_spec *s, int me, vt_schedule_action *out
   for (int i = 0; i < 2 * p * 2 * m; i++) f_at[i] = never;
   for (int mb = 0; mb < m; mb++) AT(f_at, 0, mb, 0) = 0;  // the images
   memset(next, 0, (size_t)p * sizeof *next);
-  int n = 0, left = 6 * m * p;
-  for (int t = 0; left > 0; t++) {
+  int n = 0, left = 6 * m * p, t = 0;
+  for (; left > 0; t++) {
     VT_CHECK(t <= 12 * m * p + 4 * p, "schedule: zb-v's greedy order did not finish");
     for (int r = 0; r < p; r++) {
+#define READY(pass, k, mb)                                                                  \
+  ((mb) < m && ((pass) == 0   ? (mb) < next[r][k][1] && AT(b_at, r, mb, k) <= t             \
+                : (pass) == 1 ? live[r] < cap && AT(f_at, r, mb, k) <= t                    \
+                              : (mb) < next[r][k][0]))
       int op = -1, c = -1;
-      // B: the ready backward of the lowest micro-batch, chunk 1 first (its output is nearer the
-      // loss); then F likewise while fewer than cap units are in flight; then the oldest W.
-      for (int pass = 0; pass < 3 && op < 0; pass++) {
-        if (pass == 1 && live[r] >= cap) continue;
-        int best = never;
-        for (int k = 1; k >= 0; k--) {
-          const int mb = next[r][k][pass];
-          if (mb >= m) continue;
-          int ready;
-          if (pass == 0) ready = mb < next[r][k][1] && AT(b_at, r, mb, k) <= t;  // B
-          else if (pass == 1) ready = AT(f_at, r, mb, k) <= t;                      // F
-          else ready = mb < next[r][k][0];                                          // W
-          if (ready && mb < best) best = mb, c = k;
+      if (rule == ZBV_KINDS) {
+        for (int i = 0; i < 6 && op < 0; i++)
+          if (READY(kinds[i][0], kinds[i][1], next[r][kinds[i][1]][kinds[i][0]]))
+            op = kinds[i][0], c = kinds[i][1];
+      } else {
+        for (int pass = 0; pass < 3 && op < 0; pass++) {
+          int best = never;
+          for (int k = 1; k >= 0; k--) {
+            const int mb = next[r][k][pass];
+            if (READY(pass, k, mb) && mb < best) best = mb, c = k;
+          }
+          if (best < never) op = pass;
         }
-        if (best < never) op = pass;
       }
+#undef READY
       if (op < 0) continue;
       const int mb = next[r][c][op]++;
       left--;
@@ -233,17 +248,19 @@ static void zbv_order(const vt_schedule_spec *s, int me, vt_schedule_action *out
       } else {
         live[r]--;
       }
-      if (r == me)
+      if (r == me && out)
         out[n++] = compute(op == 1 ? VT_SCHEDULE_FORWARD : op == 0 ? VT_SCHEDULE_BACKWARD
                                                                    : VT_SCHEDULE_WEIGHT,
                            mb, c);
     }
   }
 #undef AT
-  VT_CHECK(n == 6 * m, "schedule: zb-v's order has %d passes on rank %d, want %d", n, me, 6 * m);
+  VT_CHECK(!out || n == 6 * m, "schedule: zb-v's order has %d passes on rank %d, want %d", n, me,
+           6 * m);
   free(f_at);
   free(next);
   free(live);
+  return t;
 }
 
 // ZB-V in plain order: a unit's receive right before its compute, its send right after, fused
@@ -254,7 +271,11 @@ static int build_zbv(const vt_schedule_spec *s, int r, builder *b) {
   const int m = s->n_micro, p = s->pp_size;
   vt_schedule_action *order = malloc((size_t)6 * m * sizeof *order);
   VT_CHECK(order != NULL, "schedule: out of memory for zb-v's order");
-  zbv_order(s, r, order);
+  // The shorter of the two rules' orders, ZBV_KINDS where they tie: its order stalls less when
+  // the passes are not equal (see zbv_order).
+  const zbv_rule rule =
+      zbv_order(s, ZBV_LOWEST, 0, NULL) < zbv_order(s, ZBV_KINDS, 0, NULL) ? ZBV_LOWEST : ZBV_KINDS;
+  zbv_order(s, rule, r, order);
   for (int i = 0; i < 6 * m; i++) {
     const vt_schedule_action a = order[i];
     if (a.op == VT_SCHEDULE_WEIGHT) {

@@ -47,14 +47,15 @@ extern "C" {
 // step and ZB-H1 idles more than 1F1B.
 // ZB_V: zero-bubble with V-shaped chunks (Qi et al. 2024, "ZB-V"): the V layout above with each
 // backward split into B and W as in ZB-H1. The order comes from a greedy simulation of all ranks
-// with equal F, B and W per chunk: whenever a rank is free it runs the ready B of the lowest
-// micro-batch (chunk 1 first), else the ready F of the lowest micro-batch (chunk 1 first) unless
-// 2p units are in flight (1F1B's peak on rank 0, here on every rank), else the oldest pending W.
-// Every chunk then runs its forwards, backwards and weight passes in micro-batch order (the same
-// sums as one rank). A step takes 6m + p - 1 chunk passes where 1F1B takes 6m + 6(p - 1) and ZB-H1
-// 6m + 2(p - 1), so the idle fraction is (p-1)/(6m+p-1), about half of ZB-H1's (exactly so up to
-// p 4; beyond, some (p, m) take up to 4 chunk passes more). The list is run literally, so passes
-// that are not equal stall it (docs/ARCHITECTURE.md: slower than 1F1B where W is a third of B).
+// with equal F, B and W per chunk, in which a free rank runs, of the passes ready, the first of: F
+// of chunk 1, F of chunk 0 (either only while fewer than 2p units are in flight: 1F1B's peak on
+// rank 0, here on every rank), B then W of chunk 0, B then W of chunk 1; where a second rule (the
+// ready B, else F, else W of the lowest micro-batch) gives a shorter step, which happens only with
+// fewer micro-batches than ranks, its order instead. Every chunk runs its forwards, backwards and
+// weight passes in micro-batch order (the same sums as one rank). A step takes 6m + p - 1 chunk
+// passes where 1F1B takes 6m + 6(p - 1) and ZB-H1 6m + 2(p - 1), so the idle fraction is
+// (p-1)/(6m+p-1), about half of ZB-H1's (checked for p up to 8 and m from p to 16). The list is
+// run literally, so passes that are not equal stall it (docs/ARCHITECTURE.md has the figures).
 // Memory: up to 2p units' activations (p micro-batches of a whole stage, 1F1B's rank-0 peak, on
 // every rank) plus the weight-pass inputs of the units between B and W. Messages of the two kinds cross each neighbour pair in both
 // directions in orders that differ between sender and receiver, so the transports keep one

@@ -318,15 +318,17 @@ static void test_known_lists(void) {
               "RA0 F0 SA0+RA1 F1 SA1+RA2 F2 SA2+RG0 B0 SG0+RA3 F3 SA3+RG1 B1 SG1 W0 RG2 B2 SG2 W1 "
               "RG3 B3 SG3 W2 W3");
   expect_list(VT_SCHEDULE_ZB_H1, 2, 3, 1, 0, "F0 SA0 F1 SA1+RG0 B0 W0 F2 SA2+RG1 B1 W1 RG2 B2 W2");
-  // ZB-V, pp 2, m 2 (checked by hand): rank 0 holds virtual stages 0 and 3 (the head), rank 1
-  // stages 1 and 2, whose turn (SA0+RA0.1, SG0.1+RG0: to itself) pairs a send with its receive.
-  // Rank 0's head backward follows its forward at once (B before F); W after the B's it can.
+  // ZB-V, pp 2, m 2 (checked by hand, zbv_order's fixed order of kinds: F of chunk 1, F of
+  // chunk 0, B and W of chunk 0, B and W of chunk 1): rank 0 holds virtual stages 0 and 3 (the
+  // head), rank 1 stages 1 and 2, whose turn (SA0+RA0.1, SG0.1+RG0: to itself) pairs a send with
+  // its receive. Rank 0 idles at step 2 (chunk 1's first input is still on rank 1); rank 1 runs
+  // W0 at step 7, when B1.1's gradient is not there yet. 13 steps: 6m + p - 1.
   expect_list(VT_SCHEDULE_ZB_V, 2, 2, 2, 0,
-              "F0 SA0 F1 SA1+RA0.1 F0.1 B0.1 SG0.1+RA1.1 F1.1 B1.1 SG1.1+RG0 B0 W0.1 RG1 B1 W0 "
-              "W1.1 W1");
+              "F0 SA0 F1 SA1+RA0.1 F0.1 B0.1 SG0.1+RA1.1 F1.1 B1.1 SG1.1+RG0 B0 W0 W0.1 RG1 B1 W1 "
+              "W1.1");
   expect_list(VT_SCHEDULE_ZB_V, 2, 2, 2, 1,
               "RA0 F0 SA0+RA0.1 F0.1 SA0.1+RA1 F1 SA1+RA1.1 F1.1 SA1.1+RG0.1 B0.1 SG0.1+RG0 B0 "
-              "SG0+RG1.1 B1.1 SG1.1+RG1 B1 SG1 W0.1 W0 W1.1 W1");
+              "SG0 W0 RG1.1 B1.1 SG1.1+RG1 B1 SG1 W1 W0.1 W1.1");
   const vt_schedule_spec a = {VT_SCHEDULE_1F1B, 4, 16, 1}, g = {VT_SCHEDULE_GPIPE, 4, 16, 1};
   const vt_schedule_spec il = {VT_SCHEDULE_INTERLEAVED, 4, 16, 2};
   EXPECT(vt_schedule_stage_in_flight(&a, 0, NULL) == 4, "1f1b stage 0 in flight");
@@ -342,7 +344,7 @@ int main(void) {
                                      VT_SCHEDULE_ZB_H1, VT_SCHEDULE_ZB_V};
   // F B W: backward twice the forward (the ZB-H1 formula's case), then as long as the forward
   const vt_schedule_costs costs[2] = {{1.0, 1.0, 1.0}, {1.0, 0.5, 0.5}};
-  int sims = 0, sim_ok = 0, lists = 0, zbv_over = 0;
+  int sims = 0, sim_ok = 0, lists = 0;
   double worst_gap = 0.0;
   for (int k = 0; k < 5; k++)
     for (int v = 1; v <= MAX_V; v++)
@@ -376,18 +378,6 @@ int main(void) {
               const int zb_other = zb && (c == 1 || m < pp);
               const double formula = vt_schedule_bubble_formula(zb_other ? &plain : &sp);
               double gap = zb_other ? bubble - formula : fabs(bubble - formula);
-              // ZB-V's greedy order is exact up to p 4; beyond, some (p, m) take a few chunk
-              // passes more (at most 4 up to p 8), still well under ZB-H1's bubble.
-              if (kinds[k] == VT_SCHEDULE_ZB_V && !zb_other && pp > 4) {
-                const vt_schedule_spec h1 = {VT_SCHEDULE_ZB_H1, pp, m, 1};
-                const double extra = (pp - 1 + 4.0) / (6.0 * m + pp - 1 + 4.0);
-                EXPECT(bubble > formula - 1e-9 && bubble < extra + 1e-9 &&
-                           bubble < vt_schedule_bubble_formula(&h1),
-                       NAME_FMT ": bubble %.6f outside [%.6f, %.6f]", NAME_ARGS(&sp), bubble,
-                       formula, extra);
-                if (bubble > formula + 1e-9) zbv_over++;
-                continue;
-              }
               if (ok && !zb_other && gap > worst_gap) worst_gap = gap;
               // Equal stages and free transfers: rendezvous sends must add no stall beyond the
               // textbook bubble, or the list order makes a rank wait on a neighbour needlessly.
@@ -403,14 +393,17 @@ int main(void) {
          "simulations (blocking and deferred sends; zb-v deferred only) completed: %d/%d\n",
          lists, MAX_PP, MAX_M, MAX_V, MAX_PP, MAX_M, MAX_PP, MAX_M, sim_ok, sims);
   printf("largest |simulated bubble - formula| over all of them (zb-h1, zb-v: deferred sends, F = "
-         "B = W; zb-v up to pp 4): %.3g; zb-v pp 5..8 over its formula (by at most 4 chunk "
-         "passes): %d of its %d (p, m >= p)\n",
-         worst_gap, zbv_over, (MAX_M - 4) + (MAX_M - 5) + (MAX_M - 6) + (MAX_M - 7));
+         "B = W): %.3g\n",
+         worst_gap);
 
   printf("\nbubble (idle fraction of the step, mean over stages), simulated vs the formula "
          "(p-1)/(v*m+p-1), zb-h1 (p-1)/(3m+p-1)\n");
-  printf("%-12s %3s %3s %3s  %14s %14s %14s  %8s  %s\n", "kind", "p", "m", "v", "F1 B1 W1 block",
-         "F1 B1 W1 defer", "F1 B.5 W.5 def", "formula", "in flight on stage 0, p-1 (units)");
+  printf("%-12s %3s %3s %3s  %14s %14s %14s %14s  %8s  %s\n", "kind", "p", "m", "v",
+         "F1 B1 W1 block", "F1 B1 W1 defer", "F1 B.5 W.5 def", "B1.1 W.8 def", "formula",
+         "in flight on stage 0, p-1 (units)");
+  // Unequal passes (the last column: B 10% longer, W 20% shorter than F) stall a list built for
+  // equal ones; zb-v's order of kinds keeps that near ZB-H1's.
+  const vt_schedule_costs uneven = {1.0, 1.1, 0.8};
   const int show_p[] = {2, 4, 8}, show_m[] = {8, 16};
   for (int k = 0; k < 5; k++)
     for (int i = 0; i < 3; i++)
@@ -424,9 +417,10 @@ int main(void) {
         const double blocking = zbv ? NAN : simulate_bubble(&set, costs[0], 0, &ok);
         const double b12 = simulate_bubble(&set, costs[0], 1, &ok);
         const double b11 = simulate_bubble(&set, costs[1], 1, &ok);
+        const double bu = simulate_bubble(&set, uneven, 1, &ok);
         const int last = show_p[i] - 1;
-        printf("%-12s %3d %3d %3d  %14.4f %14.4f %14.4f  %8.4f  %d, %d\n",
-               vt_schedule_name(kinds[k]), show_p[i], show_m[j], v, blocking, b12, b11,
+        printf("%-12s %3d %3d %3d  %14.4f %14.4f %14.4f %14.4f  %8.4f  %d, %d\n",
+               vt_schedule_name(kinds[k]), show_p[i], show_m[j], v, blocking, b12, b11, bu,
                vt_schedule_bubble_formula(&set.spec),
                vt_schedule_max_in_flight(set.lists[0], set.counts[0]),
                vt_schedule_max_in_flight(set.lists[last], set.counts[last]));
