@@ -102,6 +102,9 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                   m->lr, m->min_lr, m->warmup_lr, m->weight_decay, m->opt_eps, m->clip_grad,
                   m->layer_decay, m->warmup_steps, m->total_steps, m->sched_epochs,
                   m->epoch_images, m->warmup_epochs, m->cycle_epochs, m->sched);
+  if (m->frozen && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "frozen %d\nfrozen_hash %" PRId64 "\n",
+                  m->frozen, m->frozen_hash);
   if (m->sgd && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "sgd %d\nmomentum %.17g\n", m->sgd, m->momentum);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
@@ -163,6 +166,8 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"sched_epochs", 0, 1, &m->sched_epochs, 4, 2, 0},
       {"epoch_images", 0, INT64_MAX / 2, &m->epoch_images, 8, 2, 0},
       {"sched", 0, 2, &m->sched, 4, 1, 0},  // absent: 0 (cosine)
+      {"frozen", 0, 1 << 24, &m->frozen, 4, 1, 0},  // absent: 0 (none)
+      {"frozen_hash", 0, UINT32_MAX, &m->frozen_hash, 8, 1, 0},
   };
   // The optimizer's settings (all optional, all or none): finite numbers.
   struct { const char *key; double *dst; int seen; } reals[] = {

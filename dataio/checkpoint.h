@@ -44,6 +44,10 @@ typedef struct {
   int sched;  // vt_sched_kind: 0 cosine, 1 linear, 2 constant (0 when the manifest predates it)
   int64_t epoch_images;
   double warmup_epochs, cycle_epochs;
+  // Frozen tensors (--freeze, --trainable): how many, and the FNV-1a hash of their names
+  // (vt_freeze_summary); written only where some are (0 when absent).
+  int frozen;
+  int64_t frozen_hash;
   // model configuration
   int img_size, patch_size, width, depth, heads, num_classes;
   int global_pool;  // vt_vit_config's: 0 token, 1 avg, 2 gap, 3 map (0 when the manifest predates it)

@@ -188,8 +188,14 @@ static double layer_decay_of(const vt_optim_config *c) {
   return vt_layer_lr_scale(c, 0) < 1.0 ? c->layer_decay : 1.0;
 }
 
-static void manifest_optim(vt_ckpt_manifest *man, const vt_optim_config *c) {
+static void manifest_optim(vt_ckpt_manifest *man, const vt_optim_config *c,
+                           const vt_vit_config *model) {
   man->has_optim = 1;
+  vt_freeze_summary fz = {0};
+  char err[320];
+  if (c->freeze[0] || c->trainable[0])  // (validated at start-up)
+    VT_CHECK(vt_freeze_summarize(c, model, &fz, err, sizeof err) == VT_OK, "%s", err);
+  man->frozen = fz.tensors, man->frozen_hash = fz.names_hash;
   man->lr = c->lr, man->min_lr = c->min_lr, man->warmup_lr = c->warmup_lr;
   man->weight_decay = c->weight_decay, man->opt_eps = c->eps, man->clip_grad = c->clip_grad;
   man->layer_decay = layer_decay_of(c);
@@ -271,7 +277,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .mlp_ratio = c->mlp_ratio, .mlp_dim = vt_cfg_mlp_hidden(c), .pre_norm = c->pre_norm,
       .norm_eps = vt_cfg_norm_eps(c), .tp = mesh->tp_size,
       .pp = mesh->pp_size, .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
-  manifest_optim(&w->man, &opt->cfg);
+  manifest_optim(&w->man, &opt->cfg, &o->model);
   // The slices are this rank's own now: training may go on while they are written.
   atomic_store(&w->writing, 1);
   if (!wait && o->async_save) {
@@ -322,10 +328,11 @@ static void differs_int(diff_list *d, int64_t was, int64_t now, const char *flag
 }
 
 vt_status vt_ckpt_check_optim(const vt_ckpt_manifest *saved, const vt_optim_config *now,
-                              const char *dir, char *err, size_t errlen) {
+                              const vt_vit_config *model, const char *dir, char *err,
+                              size_t errlen) {
   if (!saved->has_optim) return VT_OK;
   vt_ckpt_manifest cur;
-  manifest_optim(&cur, now);
+  manifest_optim(&cur, now, model);
   diff_list d = {"", "", 0};
   differs_float(&d, saved->lr, cur.lr, "--lr");
   differs_float(&d, saved->min_lr, cur.min_lr, "--min-lr");
@@ -347,6 +354,13 @@ vt_status vt_ckpt_check_optim(const vt_ckpt_manifest *saved, const vt_optim_conf
   differs_float(&d, saved->layer_decay, cur.layer_decay, "--layer-decay");
   if (now->kind == VT_OPT_SGD)
     differs_float(&d, saved->momentum, now->momentum, "--momentum");
+  char was[48], is[48];
+  snprintf(was, sizeof was, "freezing %d tensors (names %08" PRIx64 ")", saved->frozen,
+           saved->frozen_hash);
+  snprintf(is, sizeof is, "freezing %d tensors (names %08" PRIx64 ")", cur.frozen,
+           cur.frozen_hash);
+  differs(&d, saved->frozen == cur.frozen && saved->frozen_hash == cur.frozen_hash,
+          "--freeze/--trainable", was, is);
   if (d.n == 0) return VT_OK;
   snprintf(err, errlen, "%s was saved by a run with %s, and this one has %s", dir, d.was, d.now);
   return VT_ERR_INPUT;

@@ -56,6 +56,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
 // difference named by its flag in err ("DIR was saved by a run with --lr 0.001, and this one
 // has --lr 0.002").
 vt_status vt_ckpt_check_optim(const vt_ckpt_manifest *saved, const vt_optim_config *now,
-                              const char *dir, char *err, size_t errlen);
+                              const vt_vit_config *model, const char *dir, char *err,
+                              size_t errlen);
 
 #endif

@@ -104,5 +104,8 @@ int vt_inspect_run(const char *path) {
   if (m.sched_epochs)
     printf("  (its epochs were passes over %" PRId64 " training images: the same data gives the "
            "same steps)\n", m.epoch_images);
+  if (m.frozen)
+    printf("  (it froze %d tensors: give the --freeze and --trainable patterns that freeze the "
+           "same ones; their names' hash is %08" PRIx64 ")\n", m.frozen, m.frozen_hash);
   return 0;
 }

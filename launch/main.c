@@ -337,6 +337,14 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "layer-wise lr decay (BEiT/MAE fine-tuning): block i (from 0) steps with lr * "
        "D^(depth - i), the embeddings with lr * D^(depth + 1), the final norm and head with lr; "
        "1: off", NULL},
+      {"--freeze", VT_OPT_STR, o.optim.freeze, sizeof o.optim.freeze, 0, 0, "REGEX",
+       "freeze the tensors whose timm names match REGEX (POSIX extended, unanchored; e.g. "
+       "'^(patch_embed|blocks\\.[0-5]\\.)' for the patch embedding and the first six blocks): "
+       "they keep their values (no update, no weight decay, not in the gradient norm), as "
+       "PyTorch's requires_grad=False; their gradients are still computed", NULL},
+      {"--trainable", VT_OPT_STR, o.optim.trainable, sizeof o.optim.trainable, 0, 0, "REGEX",
+       "freeze every tensor whose timm name does not match REGEX (a linear probe: '^head\\.'; "
+       "with --freeze, a tensor either one freezes is frozen)", NULL},
       {"--clip-grad", VT_OPT_FLOAT, &o.optim.clip_grad, 0, 0, 1e6, "NORM",
        "clip gradients to this global norm; 0 turns clipping off", NULL},
       {"--label-smoothing", VT_OPT_FLOAT, &o.label_smoothing, 0, 0, 0.999, "S",

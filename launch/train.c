@@ -123,6 +123,19 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->optim.warmup_lr > o->optim.lr)
     REFUSE("--warmup-lr %g is above --lr %g (the warmup climbs to --lr)", o->optim.warmup_lr,
            o->optim.lr);
+  if (o->optim.freeze[0] || o->optim.trainable[0]) {
+    vt_freeze_summary fz;
+    if (vt_freeze_summarize(&o->optim, c, &fz, err, errlen) != VT_OK) return VT_ERR_INPUT;
+    char flags[600];
+    vt_freeze_flags(&o->optim, flags, sizeof flags);
+    if (fz.tensors == 0)
+      REFUSE("%s freezes no tensor of this model; the patterns match timm's names "
+             "(blocks.0.attn.qkv.weight, patch_embed.proj.weight, head.bias, ...; vit3d export "
+             "writes them)", flags);
+    if (fz.tensors == fz.all_tensors)
+      REFUSE("%s freezes all %d tensors of this model: nothing would train", flags,
+             fz.all_tensors);
+  }
   const char *const outputs[][2] = {{"--final-weights", o->final_weights},
                                     {"--final-ema", o->final_ema},
                                     {"--predictions", o->predictions},
@@ -332,7 +345,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     else
       snprintf(dir, sizeof dir, "%s", o->resume);
     char why[6000];
-    if (vt_ckpt_check_optim(&saved, &opt.cfg, dir, why, sizeof why) != VT_OK) {
+    if (vt_ckpt_check_optim(&saved, &opt.cfg, &o->model, dir, why, sizeof why) != VT_OK) {
       if (o->resume_override) {
         vt_log_warn("%s: --resume-override 1, so training goes on with this run's", why);
       } else {

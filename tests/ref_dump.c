@@ -43,13 +43,13 @@ static const vt_mix_config MIX = {.mixup_alpha = 0.8f, .cutmix_alpha = 1.0f, .pr
 
 // The output list owns copies of everything, so tensors can be snapshotted at any moment.
 typedef struct {
-  vt_st_tensor t[256];
+  vt_st_tensor t[512];
   int n;
 } out_list;
 
 static void *push(out_list *o, const char *prefix, const char *name, const char *dtype,
                   int ndim, const int64_t *shape) {
-  VT_CHECK(o->n < 256, "too many tensors for ref_dump");
+  VT_CHECK(o->n < 512, "too many tensors for ref_dump");
   vt_st_tensor *t = &o->t[o->n++];
   size_t len = strlen(prefix) + strlen(name) + 1;
   char *full = malloc(len);
@@ -79,7 +79,8 @@ int main(int argc, char **argv) {
        strcmp(variant, "bcet") && strcmp(variant, "lamb") && strcmp(variant, "gap") &&
        strcmp(variant, "map") && strcmp(variant, "tanh") && strcmp(variant, "drop") &&
        strcmp(variant, "sincos") && strcmp(variant, "emaw") && strcmp(variant, "pre") &&
-       strcmp(variant, "sgd") && strcmp(variant, "mom") && strcmp(variant, "clip"))) {
+       strcmp(variant, "sgd") && strcmp(variant, "mom") && strcmp(variant, "clip") &&
+       strcmp(variant, "frz") && strcmp(variant, "frzl"))) {
     fprintf(stderr,
             "usage: %s OUT.safetensors "
             "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|emaw|pre|sgd|mom|clip]\n",
@@ -121,6 +122,14 @@ int main(int argc, char **argv) {
   // SGD_LR times the rate and clipping at SGD_CLIP give LayerNorm weights updates that their
   // fp32 storage does not drown.
   if (oc.kind == VT_OPT_SGD) oc.lr *= SGD_LR, oc.min_lr *= SGD_LR, oc.clip_grad = SGD_CLIP;
+  // Frozen tensors: the embeddings and the first block (AdamW), or all but the last block, the
+  // final norm and the head (LAMB, by --trainable's complement).
+  if (!strcmp(variant, "frz"))
+    snprintf(oc.freeze, sizeof oc.freeze, "^(patch_embed|pos_embed|cls_token|blocks\\.0\\.)");
+  if (!strcmp(variant, "frzl")) {
+    oc.kind = VT_OPT_LAMB;
+    snprintf(oc.trainable, sizeof oc.trainable, "^(blocks\\.2\\.|norm\\.|head\\.)");
+  }
   const int S = cfg.img_size, K = cfg.num_classes;
   const int64_t img_elems = 3 * (int64_t)S * S;
 
@@ -166,6 +175,12 @@ int main(int argc, char **argv) {
   if (vt_cfg_norm_eps(&cfg) != 1e-6f)  // the marker, holding the LayerNorms' eps
     *(float *)push(&o, "", "norm_eps", "F32", 1, (int64_t[]){1}) = vt_cfg_norm_eps(&cfg);
   if (oc.ema_warmup) *(float *)push(&o, "", "ema_warmup", "F32", 1, (int64_t[]){1}) = 1.0f;
+  for (int i = 0; i < m.table.count; i++)  // the markers: one per frozen tensor
+    if (opt.frozen[i]) {
+      char name[80];
+      snprintf(name, sizeof name, "frozen.%s", m.table.p[i].name);
+      *(float *)push(&o, "", name, "F32", 1, (int64_t[]){1}) = 1.0f;
+    }
   if (m.proj_drop > 0 || m.attn_drop > 0 || m.pos_drop > 0 || m.head_drop > 0) {
     float *rates = push(&o, "", "dropout", "F32", 1, (int64_t[]){4});  // the marker: the rates
     rates[0] = m.proj_drop, rates[1] = m.pos_drop, rates[2] = m.head_drop, rates[3] = m.attn_drop;

@@ -527,6 +527,12 @@ def main():
     assert images.shape == (STEPS * GLOBAL, 3, IMG, IMG) and labels.shape == (STEPS * GLOBAL,)
 
     params = dict(model.named_parameters())
+    # ref_dump's markers: the tensors its optimizer froze (--freeze, --trainable). As
+    # requires_grad=False would: not in the optimizer, nor in the clipped norm, nor in the EMA
+    # (their gradients are still compared: vit3d computes them).
+    frozen = {n[len("frozen."):] for n in d if n.startswith("frozen.")}
+    assert frozen <= set(params), frozen - set(params)
+    trained = [n for n in params if n not in frozen]
     # timm decays every tensor of 2 or more dimensions but pos_embed and cls_token (and
     # reg_token); vit3d keeps reg_token undecayed, as the class token (vit/params.c)
     decays = {n: p.ndim >= 2 and n not in ("pos_embed", "cls_token", "reg_token")
@@ -539,6 +545,8 @@ def main():
         return int(n.split(".")[1]) + 1 if n.startswith("blocks.") else DEPTH + 1
     groups = {}
     for n, p in params.items():
+        if n in frozen:
+            continue
         key = (layer_id(n), decays[n])
         groups.setdefault(key, {"params": [], "weight_decay": WD if decays[n] else 0.0,
                                 "lr_scale": LAYER_DECAY ** (DEPTH + 1 - key[0])})
@@ -580,7 +588,7 @@ def main():
             for n in names:
                 results.append(("grad", n, rel_err(d["grad." + n], ref_grads[n],
                                                    grad_base(n, ref_grads)), TOL["grad"]))
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=CLIP)
+        norm = torch.nn.utils.clip_grad_norm_([params[n] for n in trained], max_norm=CLIP)
         opt.step()
         # timm's ModelEmaV2: ema * decay + (1 - decay) * weights; with ref_dump's ema_warmup
         # marker ModelEmaV3 with use_warmup as timm's train.py steps it: update s + 1 (1-based)
@@ -589,8 +597,8 @@ def main():
         decay = EMA if "ema_warmup" not in d else \
             (0.0 if s == 0 else min(EMA, 1.0 - (1.0 + s) ** (-2.0 / 3.0)))
         with torch.no_grad():
-            for n, p in params.items():
-                ema[n] = ema[n] * decay + (1.0 - decay) * p.detach()
+            for n in trained:
+                ema[n] = ema[n] * decay + (1.0 - decay) * params[n].detach()
         ref_lr.append(lr), ref_norm.append(norm.item()), ref_loss.append(loss.item())
     clipped = sum(n > CLIP for n in ref_norm)
     for key, ref in (("lr", ref_lr), ("grad_norm", ref_norm), ("loss_per_step", ref_loss)):
@@ -598,14 +606,17 @@ def main():
             results.append((key, f"{key}[{s}]",
                             rel_err(d[key][s:s + 1], torch.tensor([ref[s]])), TOL[key]))
     final = {}  # piece name -> (vit3d, reference, init)
-    for n in names:
+    # Frozen tensors must keep their very bits, in the weights and in the EMA.
+    frozen_moved = [p + n for n in sorted(frozen) for p in ("final.", "ema.")
+                    if not torch.equal(d[p + n], d["init." + n])]
+    for n in trained:
         trio = [final_pieces(n, t) for t in (d["final." + n], params[n].detach(), init[n].to(dt))]
         final.update({k: (trio[0][k], trio[1][k], trio[2][k]) for k in trio[0]})
     for key, (mine, ref, ini) in final.items():
         group, err = final_err(key, mine, ref, ini, sum(ref_lr))
         results.append((group, key, err, TOL[group]))
     emas = {}  # piece name -> (vit3d, reference, init)
-    for n in names:  # the EMA of the weights, measured like them against its own movement
+    for n in trained:  # the EMA of the weights, measured like them against its own movement
         trio = [final_pieces(n, t) for t in (d["ema." + n], ema[n], init[n].to(dt))]
         emas.update({k: (trio[0][k], trio[1][k], trio[2][k]) for k in trio[0]})
     for key, (mine, ref, ini) in emas.items():
@@ -663,7 +674,8 @@ def main():
                (", fixed 2D sin-cos positions" if sincos_err is not None else "") +
                (", EMA with ModelEmaV3's warmup" if "ema_warmup" in d else "") +
                (f", pre-logits {model.head.in_features} (tanh)" if model.pre_logits is not None
-                else ""))
+                else "") +
+               (f", {len(frozen)} of {len(names)} tensors frozen" if frozen else ""))
     print(f"vit3d vs PyTorch reference ({args.dtype}, head: "
           f"{head_name(model)}"
           f"{'' if class_token else ', no class token'}"
@@ -695,8 +707,13 @@ def main():
         print("FAIL: " + ", ".join(f"{g}:{n} ({e:.2e} > {t:.0e})" for g, n, e, t in failed))
     if sincos_err is not None and not sincos_err <= 1e-7:
         print("FAIL: the fixed sin-cos positions")
+    if frozen:
+        print(f"frozen: {len(frozen)} tensors, in the final weights and the EMA "
+              f"{'bit for bit their initial values' if not frozen_moved else 'MOVED'}")
+    if frozen_moved:
+        print("FAIL: frozen tensors changed: " + ", ".join(frozen_moved))
     ok = not failed and not insensitive and clipped > 0 and dropped0 > 0 and kept0 > 0 and mix_ok \
-        and (sincos_err is None or sincos_err <= 1e-7)
+        and (sincos_err is None or sincos_err <= 1e-7) and not frozen_moved
     print("PASS" if ok else "FAILED")
     return 0 if ok else 1
 

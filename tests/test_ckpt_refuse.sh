@@ -8,6 +8,8 @@
 #  - vit3d inspect prints the flags that resume a checkpoint (and they do);
 #  - another learning-rate schedule or optimizer setting is refused, naming each difference,
 #    unless --resume-override 1 (said, and the run trains on with the new ones);
+#  - another set of frozen tensors (--freeze, --trainable) is refused; other patterns that
+#    freeze the same ones resume as the uninterrupted run;
 #  - another --seed is allowed but warned about;
 #  - --resume DIR of a damaged checkpoint (bad CRC) stops instead of training;
 #  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted), in place or in
@@ -172,6 +174,25 @@ if [ $rc -eq 0 ] && grep -q "and this one has --lr 0.002 --steps 6 --clip-grad 0
    grep -q "^step     6/6" <<<"$out"; then
   echo "ok: --resume-override 1 trains on with the new schedule to step 6"
 else echo "FAIL: --resume-override 1: rc $rc: $out"; fail=1; fi
+# Frozen tensors (--freeze, --trainable) are part of the optimizer's settings: a resume that
+# freezes others is refused, one with other patterns that freeze the same tensors goes on as
+# the uninterrupted run (--check-log).
+frz=(--freeze '^blocks\.0\.' --trainable '^(blocks|head|norm)')
+"$vit3d" "${args[@]}" --steps 6 "${frz[@]}" --log-dir "$work/frz_full" > "$work/frz_full.log" 2>&1 &&
+  "$vit3d" "${args[@]}" --steps 6 --run-steps 4 "${frz[@]}" --save "$work/ck_frz" \
+    > "$work/frz_a.log" 2>&1 || { echo "FAIL: the runs with frozen tensors"; fail=1; }
+out=$("$vit3d" "${args[@]}" --steps 6 --save "$work/ck_frz" --resume auto 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && grep -q "was saved by a run with --freeze/--trainable freezing 16 tensors (names [0-9a-f]*), and this one has --freeze/--trainable freezing 0 tensors" <<<"$out" &&
+   "$vit3d" inspect "$work/ck_frz" | grep -q "it froze 16 tensors"; then
+  echo "ok: a resume that freezes other tensors refused (rc $rc); vit3d inspect says how many"
+else echo "FAIL: --freeze change: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --steps 6 --freeze '^(blocks\.0\.|cls_token|pos_embed|patch_embed)' \
+      --save "$work/ck_frz" --resume auto --check-log "$work/frz_full/metrics.jsonl" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "resumed from" <<<"$out" && grep -q "^step     6/6" <<<"$out"; then
+  echo "ok: other patterns freezing the same tensors resume, as the uninterrupted run"
+else echo "FAIL: resuming with the same frozen tensors: rc $rc: $out"; fail=1; fi
 # vit3d inspect prints the flags that resume a checkpoint (the model's, the optimizer's and the
 # schedule's): with them even another --model preset resumes it; a folder without a checkpoint
 # is refused.

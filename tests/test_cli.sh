@@ -23,6 +23,10 @@ refuse "width 100 is not a multiple of heads 3" train --width 100
 refuse "img-size 225 is not a multiple of patch-size 16" train --img-size 225
 refuse "width 1152 x mlp-ratio 3.73611 is not a whole number: give the MLP's hidden width with --mlp-dim" plan --width 1152 --heads 16 --mlp-ratio 3.73611
 refuse "unknown model 'vit-q'" train --model vit-q
+refuse "--freeze 'blocks.(' is not a regular expression" train --model tiny --freeze 'blocks.('
+refuse "--freeze '^block\\.' freezes no tensor of this model; the patterns match timm's names" train --model tiny --freeze '^block\.'
+refuse "--trainable '^heads' freezes all 56 tensors of this model: nothing would train" train --model tiny --trainable '^heads'
+
 refuse "--seed: '-1' is not a valid whole number" train --seed -1
 refuse "needs a value" train --lr
 refuse "unknown command 'trian'" trian
@@ -169,7 +173,7 @@ else echo "FAIL: --epochs: $out"; fail=1; fi
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --mlp-dim --num-classes --global-pool \
             --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr --sched-on --sched \
-            --opt --momentum --opt-eps --weight-decay --eval-crop-mode --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --attn-drop --pos-drop --drop --pos-embed --pre-logits --pre-norm --norm-eps --weight-init --save-hook --save-hook-timeout --gpus --gpu-mem --node-gpus --layer-decay --model-ema --model-ema-warmup --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
+            --opt --momentum --opt-eps --weight-decay --eval-crop-mode --clip-grad --label-smoothing --bce-target-thresh --drop-path --proj-drop --attn-drop --pos-drop --drop --pos-embed --pre-logits --pre-norm --norm-eps --weight-init --save-hook --save-hook-timeout --gpus --gpu-mem --node-gpus --layer-decay --freeze --trainable --model-ema --model-ema-warmup --final-ema --mixup --cutmix --mix-prob --mix-switch-prob --reprob --remode --aa --simple-crop --three-augment --color-jitter --aa-interpolation --aug-repeats --recompute-blocks --seed --device --threads --log-dir; do
   grep -qF -- "$flag" <<<"$help" || { echo "FAIL: train --help does not explain $flag"; fail=1; }
 done
 "$vit3d" --help | grep -q "vit3d train" || { echo "FAIL: vit3d --help"; fail=1; }

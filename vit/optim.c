@@ -3,6 +3,7 @@
 #include "optim.h"
 
 #include <math.h>
+#include <regex.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,65 @@ float vt_lr_at(const vt_optim_config *oc, int64_t step) {
   return (float)decay(oc, oc->lr - oc->min_lr, progress, 1.0);
 }
 
+vt_status vt_freeze_mark(const vt_optim_config *cfg, const vt_param_table *t,
+                         unsigned char *frozen, int *count, char *err, size_t errlen) {
+  const char *pat[2] = {cfg->freeze, cfg->trainable}, *flag[2] = {"--freeze", "--trainable"};
+  regex_t re[2];
+  for (int k = 0; k < 2; k++) {
+    if (!pat[k][0]) continue;
+    const int rc = regcomp(&re[k], pat[k], REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+      char why[128];
+      regerror(rc, &re[k], why, sizeof why);
+      if (k == 1 && pat[0][0]) regfree(&re[0]);
+      snprintf(err, errlen, "%s '%s' is not a regular expression (%s); it is POSIX extended, "
+               "matched against timm's names such as blocks.0.attn.qkv.weight", flag[k], pat[k],
+               why);
+      return VT_ERR_INPUT;
+    }
+  }
+  *count = 0;
+  for (int i = 0; i < t->count; i++) {
+    const char *name = t->p[i].name;
+    frozen[i] = (pat[0][0] && regexec(&re[0], name, 0, NULL, 0) == 0) ||
+                (pat[1][0] && regexec(&re[1], name, 0, NULL, 0) != 0);
+    *count += frozen[i];
+  }
+  for (int k = 0; k < 2; k++)
+    if (pat[k][0]) regfree(&re[k]);
+  return VT_OK;
+}
+
+const char *vt_freeze_flags(const vt_optim_config *cfg, char *buf, size_t size) {
+  const int f = cfg->freeze[0] != '\0', t = cfg->trainable[0] != '\0';
+  snprintf(buf, size, "%s%s%s%s%s%s%s", f ? "--freeze '" : "", cfg->freeze, f ? "'" : "",
+           f && t ? " " : "", t ? "--trainable '" : "", cfg->trainable, t ? "'" : "");
+  return buf;
+}
+
+vt_status vt_freeze_summarize(const vt_optim_config *cfg, const vt_vit_config *model,
+                              vt_freeze_summary *s, char *err, size_t errlen) {
+  vt_param_table t;
+  vt_params_build(&t, model, vt_shard_whole());
+  unsigned char *frozen = calloc((size_t)t.count + 1, 1);
+  VT_CHECK(frozen != NULL, "out of host memory");
+  *s = (vt_freeze_summary){.all_tensors = t.count, .all_elements = t.total};
+  const vt_status st = vt_freeze_mark(cfg, &t, frozen, &s->tensors, err, errlen);
+  uint32_t h = 2166136261u;
+  for (int i = 0; st == VT_OK && i < t.count; i++) {
+    if (!frozen[i]) continue;
+    s->elements += t.p[i].count;
+    for (const char *c = t.p[i].name;; c++) {
+      h = (h ^ (unsigned char)(*c ? *c : '\n')) * 16777619u;
+      if (!*c) break;
+    }
+  }
+  s->names_hash = s->tensors ? h : 0;
+  free(frozen);
+  vt_params_free(&t);
+  return st;
+}
+
 static float *must_alloc(const vt_backend *be, int64_t count, const char *what) {
   float *p = be->alloc((size_t)count * sizeof(float));
   VT_CHECK(p != NULL, "out of %s memory for %lld MiB of %s", be->name,
@@ -73,8 +133,12 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   o->sums = be->alloc(nsums * sizeof(double));
   o->norms = calloc(nsums, sizeof(double));
   o->run_key = calloc(nsums, 1);
-  VT_CHECK(o->sums && o->norms && o->run_key, "out of memory for the optimizer's %zu norms",
-           nsums);
+  o->frozen = calloc((size_t)table->count + 1, 1);
+  VT_CHECK(o->sums && o->norms && o->run_key && o->frozen,
+           "out of memory for the optimizer's %zu norms", nsums);
+  char err[320];
+  int nfrozen;
+  VT_CHECK(vt_freeze_mark(cfg, table, o->frozen, &nfrozen, err, sizeof err) == VT_OK, "%s", err);
   // The weight-decay mask, so that one AdamW call updates every tensor (vt_ops.h).
   uint8_t *mask = calloc((size_t)table->total + 1, 1);
   o->decay = be->alloc((size_t)table->total + 1);
@@ -132,6 +196,7 @@ void vt_optimizer_skip(vt_optimizer *o) {
 
 void vt_optimizer_free(vt_optimizer *o) {
   free(o->layer_lo), free(o->layer_hi), free(o->started), free(o->norms), free(o->run_key);
+  free(o->frozen);
   o->be->free(o->sums);
   o->be->free(o->m);
   if (o->v) o->be->free(o->v);
@@ -168,7 +233,7 @@ static int64_t piece(const vt_param *p, int64_t lo, int64_t hi, int64_t *first) 
 
 // Calls fn once per run of adjacent tensors (within the flat range [lo, hi)) that share the
 // same key, with the run's first flat index and length: fewer, longer calls (on a GPU every
-// call is a launch).
+// call is a launch). A key below 0 leaves the tensor out (a frozen one).
 typedef struct {
   const vt_optimizer *o;
   int64_t lo;
@@ -193,15 +258,23 @@ static void for_each_run(const run_walk *w, int64_t hi) {
         continue;
       }
     }
-    if (run_end > run_first) w->fn(w->ctx, run_first, run_end - run_first, run_key);
+    if (run_end > run_first && run_key >= 0)
+      w->fn(w->ctx, run_first, run_end - run_first, run_key);
     run_first = first, run_end = first + count, run_key = key;
   }
 }
 
-// 1 for a TP-replicated tensor on a TP rank other than 0: a copy, not counted in the norm.
+static int is_frozen(const vt_optimizer *o, const vt_param *p) {
+  return o->frozen[p - o->table->p];
+}
+// 1 for a TP-replicated tensor on a TP rank other than 0: a copy, not counted in the norm; -1
+// for a frozen one: not in the norm at all.
 static int copy_key(const vt_optimizer *o, const vt_param *p) {
+  if (is_frozen(o, p)) return -1;
   return p->tp_split == VT_TP_REPLICATED && o->tp && vt_comm_rank(o->tp) != 0;
 }
+// 0, or -1 for a frozen tensor: the runs that the EMA and LAMB's moments update.
+static int trained_key(const vt_optimizer *o, const vt_param *p) { return -is_frozen(o, p); }
 typedef struct {
   const vt_optimizer *o;
   const float *grads;  // element lo
@@ -235,8 +308,10 @@ double vt_layer_lr_scale(const vt_optim_config *cfg, int layer) {
   return pow(cfg->layer_decay, cfg->depth + 1 - layer);
 }
 
-// With layer decay, runs of tensors are cut where the layer (and so the learning rate) changes.
+// With layer decay, runs of tensors are cut where the layer (and so the learning rate) changes;
+// frozen tensors are left out.
 static int layer_key(const vt_optimizer *o, const vt_param *p) {
+  if (is_frozen(o, p)) return -1;
   return vt_layer_lr_scale(&o->cfg, 0) < 1.0 ? p->lr_layer : 0;
 }
 typedef struct {
@@ -293,13 +368,23 @@ static void sgd_range(vt_optimizer *o, float *params, const float *grads, float 
 // the gradient norm), the TP group adds the pieces of split tensors, ZeRO-1's DP group those of
 // cut ones; pipeline stages hold disjoint tensors. Tensors without weight decay step without a
 // trust ratio, as in timm (whose Lamb adapts only where weight_decay != 0).
+static void lamb_moments_run(void *ctx, int64_t first, int64_t count, int key) {
+  (void)key;
+  step_ctx *c = ctx;
+  const vt_optim_config *oc = &c->o->cfg;
+  const int64_t at = first - c->lo;
+  vt_lamb_moments(c->o->be, (float *)c->grads + at, c->params + at, c->grads + at, c->m + at,
+                  c->v + at, c->o->decay + first, count, oc->beta1, oc->beta2, oc->eps,
+                  oc->weight_decay, c->o->t);
+}
+
 static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int64_t hi, float lr) {
   const vt_backend *be = o->be;
   const vt_optim_config *oc = &o->cfg;
   const vt_param_table *t = o->table;
-  if (hi > lo)
-    vt_lamb_moments(be, g, params, g, o->m, o->v, o->decay + lo, hi - lo, oc->beta1, oc->beta2,
-                    oc->eps, oc->weight_decay, o->t);
+  step_ctx c = {o, params, o->m, o->v, g, lo, lr};  // the moments of the trained runs
+  const run_walk w = {o, lo, trained_key, lamb_moments_run, &c};
+  for_each_run(&w, hi);
   const int adapt = oc->weight_decay != 0.0f;
   double *ss = o->norms;
   const size_t nbytes = 2 * (size_t)t->count * sizeof(double);
@@ -308,7 +393,7 @@ static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int
     be->zero(o->sums, nbytes);
     for (int i = 0; i < t->count; i++) {
       int64_t first, count = piece(&t->p[i], lo, hi, &first);
-      if (count <= 0 || !t->p[i].decay || copy_key(o, &t->p[i])) continue;
+      if (count <= 0 || !t->p[i].decay || copy_key(o, &t->p[i]) != 0) continue;
       vt_sumsq(be, o->sums + 2 * i, params + (first - lo), count);
       vt_sumsq(be, o->sums + 2 * i + 1, g + (first - lo), count);
     }
@@ -318,13 +403,19 @@ static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int
   if (adapt && o->zero) vt_comm_all_reduce_double(o->dp, ss, 2 * t->count, VT_REDUCE_SUM);
   for (int i = 0; i < t->count; i++) {
     int64_t first, count = piece(&t->p[i], lo, hi, &first);
-    if (count <= 0) continue;
+    if (count <= 0 || o->frozen[i]) continue;
     double trust = 1.0;  // timm: ||w|| / ||update|| where both are positive, else 1
     if (adapt && t->p[i].decay && ss[2 * i] > 0.0 && ss[2 * i + 1] > 0.0)
       trust = sqrt(ss[2 * i]) / sqrt(ss[2 * i + 1]);
     const float lr_i = (float)(lr * vt_layer_lr_scale(oc, t->p[i].lr_layer));
     vt_lamb_apply(be, params + (first - lo), g + (first - lo), count, lr_i, (float)trust);
   }
+}
+
+static void ema_run(void *ctx, int64_t first, int64_t count, int key) {
+  (void)key;
+  step_ctx *c = ctx;  // lr: the EMA's decay
+  vt_ema(c->o->be, c->o->ema + (first - c->lo), c->params + (first - c->lo), c->lr, count);
 }
 
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr) {
@@ -384,7 +475,11 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
     vt_comm_all_gather(o->dp, o->flat, o->flat + o->shard_lo, o->shard_count);
     be->copy(params, o->flat, (size_t)total * sizeof(float));
   }
-  if (o->ema && hi > lo) vt_ema(be, o->ema, params + lo, vt_ema_decay_at(&o->cfg, o->t), hi - lo);
+  if (o->ema) {  // frozen tensors' EMA stays their value
+    step_ctx c = {o, params + lo, NULL, NULL, NULL, lo, vt_ema_decay_at(&o->cfg, o->t)};
+    const run_walk w = {o, lo, trained_key, ema_run, &c};
+    for_each_run(&w, hi);
+  }
   return norm;
 }
 

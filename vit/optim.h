@@ -68,7 +68,31 @@ typedef struct {
   // t (1-based) uses vt_ema_decay_at's rate, 0 at t = 1 (the EMA becomes the weights), then
   // min(ema_decay, 1 - t^(-2/3)).
   int ema_warmup;
+  // Frozen tensors (--freeze, --trainable; PyTorch's requires_grad=False): those whose timm name
+  // matches `freeze`, and where `trainable` is set those whose name does not match it (POSIX
+  // extended regular expressions, unanchored; empty: no pattern). They keep their values: no
+  // update, no weight decay, no optimizer state or EMA change, not in the gradient norm (so not
+  // in clipping either); their gradients are still computed and reduced.
+  char freeze[256], trainable[256];
 } vt_optim_config;
+
+// Marks frozen[i] (1 or 0) for each row of t under cfg's patterns and counts them into *count.
+// VT_ERR_INPUT when a pattern is not a valid regular expression (err says which and why).
+vt_status vt_freeze_mark(const vt_optim_config *cfg, const vt_param_table *t,
+                         unsigned char *frozen, int *count, char *err, size_t errlen);
+
+// What cfg's patterns freeze of the whole model: tensors (of all_tensors) and their elements (of
+// all_elements), and names_hash, a 32-bit FNV-1a hash of the frozen names in table order, each
+// followed by a newline (0 when none), which checkpoint manifests record.
+typedef struct {
+  int tensors, all_tensors;
+  int64_t elements, all_elements;
+  uint32_t names_hash;
+} vt_freeze_summary;
+// The patterns as flags for messages: "--freeze 'A'", "--trainable 'B'", both, or "".
+const char *vt_freeze_flags(const vt_optim_config *cfg, char *buf, size_t size);
+vt_status vt_freeze_summarize(const vt_optim_config *cfg, const vt_vit_config *model,
+                              vt_freeze_summary *s, char *err, size_t errlen);
 
 // The EMA's decay at update t (1-based, skipped steps not counted) under cfg: ema_decay, or with
 // ema_warmup ModelEmaV3's 1 - (1 + (t - 1))^(-2/3) capped at ema_decay (0 at t = 1), in double
@@ -115,6 +139,7 @@ typedef struct {
   unsigned char *started;
   int layers_here;         // layers with parameters on this rank
   int started_early;       // of those, started by vt_optimizer_grads_ready in the last step
+  unsigned char *frozen;   // per table row: 1 where cfg's patterns freeze the tensor
 } vt_optimizer;
 
 void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_backend *be,
