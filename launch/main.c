@@ -341,7 +341,8 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "freeze the tensors whose timm names match REGEX (POSIX extended, unanchored; e.g. "
        "'^(patch_embed|blocks\\.[0-5]\\.)' for the patch embedding and the first six blocks): "
        "they keep their values (no update, no weight decay, not in the gradient norm), as "
-       "PyTorch's requires_grad=False; their gradients are still computed", NULL},
+       "PyTorch's requires_grad=False; the backward skips a frozen prefix (the embeddings and "
+       "the first blocks)", NULL},
       {"--trainable", VT_OPT_STR, o.optim.trainable, sizeof o.optim.trainable, 0, 0, "REGEX",
        "freeze every tensor whose timm name does not match REGEX (a linear probe: '^head\\.'; "
        "with --freeze, a tensor either one freezes is frozen)", NULL},

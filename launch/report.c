@@ -62,13 +62,17 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
                 "%g^(%d - i), the embeddings with lr * %.3g", oc->layer_decay, oc->layer_decay,
                 depth, vt_layer_lr_scale(oc, 0));
   vt_freeze_summary fz;
-  char err[320], flags[600];
+  char err[320], flags[600], skip[96] = "their gradients are computed, not applied";
   if ((oc->freeze[0] || oc->trainable[0]) &&
-      vt_freeze_summarize(oc, &o->model, &fz, err, sizeof err) == VT_OK)
+      vt_freeze_summarize(oc, &o->model, &fz, err, sizeof err) == VT_OK) {
+    if (fz.leading_layers == 1) snprintf(skip, sizeof skip, "the backward skips the embeddings");
+    if (fz.leading_layers > 1)
+      snprintf(skip, sizeof skip, "the backward skips the embeddings and blocks 0-%d",
+               fz.leading_layers - 2);
     vt_log_info("frozen (%s): %d of %d tensors, %.2fM of %.2fM parameters: they keep their "
-                "values; their gradients are still computed",
-                vt_freeze_flags(oc, flags, sizeof flags), fz.tensors, fz.all_tensors,
-                (double)fz.elements * 1e-6, (double)fz.all_elements * 1e-6);
+                "values; %s", vt_freeze_flags(oc, flags, sizeof flags), fz.tensors,
+                fz.all_tensors, (double)fz.elements * 1e-6, (double)fz.all_elements * 1e-6, skip);
+  }
   static const char *const interp[] = {"sample", "bilinear", "bicubic"};
   if (o->transform.train_interp || o->transform.eval_interp)
     vt_log_info("interpolation: training crops %s, evaluation resize %s (bilinear, bicubic: "

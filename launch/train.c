@@ -264,6 +264,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   m.mix = vt_mix_enabled(&o->mix);
   m.bce = o->bce_loss;
   if (o->bce_loss) m.bce_thresh = o->bce_thresh;
+  m.frozen_layers = vt_freeze_leading_layers(&o->optim, c);
   vt_optim_config oc = o->optim;
   oc.depth = c->depth;  // for --layer-decay
   if (world_rank == 0) vt_report_recipe(o, &oc);

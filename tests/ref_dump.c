@@ -143,6 +143,7 @@ int main(int argc, char **argv) {
     m.proj_drop = 0.2f, m.attn_drop = 0.2f, m.pos_drop = 0.1f, m.head_drop = 0.3f;
   if (!strcmp(variant, "par")) m.proj_drop = 0.2f, m.attn_drop = 0.1f;  // proj: hidden units only
   if (!strcmp(variant, "pre")) m.head_drop = 0.3f;  // over the pre-logits' R outputs
+  m.frozen_layers = vt_freeze_leading_layers(&oc, &cfg);  // (both variants freeze a prefix)
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
   vt_optimizer_ema_reset(&opt, m.params);

@@ -14,8 +14,8 @@
 # parallel blocks (one sequence parallel, and ZB-H1 bit for bit as 1F1B), two with RandAugment and repeated
 # augmentation on an image folder, two with 3-Augment and the simple random crop, the first stage's TP ranks decoding their
 # shares of the images bit for bit as each decoding all (two cases), two with ZeRO-1 and
-# layer-wise lr decay, two with frozen tensors (one ZeRO-1 with sequence parallelism; the frozen
-# tensors' bytes kept), three with LAMB (one ZeRO-1 with sequence parallelism), two whose EMA
+# layer-wise lr decay, three with frozen tensors (one ZeRO-1 with sequence parallelism, one
+# ZB-H1; the frozen tensors' bytes kept), three with LAMB (one ZeRO-1 with sequence parallelism), two whose EMA
 # (sharded under ZeRO-1) must be one rank's; activation recompute (all blocks or some, 1 rank, 2x2x2,
 # 8x1x1 sequence parallel, bf16) bit for bit against the same run without. Then bf16
 # (--precision bf16, the CPU twin of the CUDA bf16 GEMMs): a pipeline computes every sample as
@@ -251,20 +251,22 @@ variant base base_lamb "LAMB" "${lamb[@]}"
 run lamb_zero_sp 8 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 "${lamb[@]}" &&
   "$py" "$here/compare_runs.py" "$work/base_lamb" "$work/lamb_zero_sp" \
     "lamb_zero_sp 2 x 2 x 2 --zero 1 SP ${lamb[*]}" || fail=1
-# Frozen tensors (--freeze) keep their values on every mesh: TP splits some of them (attention),
-# others are replicated (norms), pipeline stages hold different ones, ZeRO-1's shards cut between
-# frozen and trained ones; the gradient norm (so clipping) counts the trained ones, once; the
-# EMA leaves the frozen ones as they are. Started from the base run's weights (--init-from), the
-# frozen tensors of every run's weights and EMA must be those bytes.
-frz=(--init-from "$work/base/weights.safetensors" --model-ema 0.9
-     --freeze '^(patch_embed|blocks\.[0-2]\.attn\.|blocks\.5\.norm)')
+# Frozen tensors (--freeze) keep their values on every mesh: the embeddings and blocks 0-2 (a
+# prefix: their backward is skipped, on stage 0 of 2 but its last block) and blocks.5's norms
+# (replicated, and under sequence parallelism partial sums: gradients computed, not applied);
+# ZeRO-1's shards cut between frozen and trained tensors; the gradient norm (so clipping) counts
+# the trained ones, once; the EMA leaves the frozen ones as they are; ZB-H1's weight passes skip
+# the prefix too. Started from the base run's weights (--init-from), the frozen tensors of every
+# run's weights and EMA must be those bytes, and all others must have moved.
+frz_re='^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.|blocks\.5\.norm)'
+frz=(--init-from "$work/base/weights.safetensors" --model-ema 0.9 --freeze "$frz_re")
 frozen_kept() {  # frozen_kept NAME: its weights' and EMA's frozen tensors are the init's bytes
   PYTHONPATH="$here" "$py" - "$work/base/weights.safetensors" "$work/$1/weights.safetensors" \
-      "$work/$1/ema.safetensors" "$1" <<'PY'
+      "$work/$1/ema.safetensors" "$1" "$frz_re" <<'PY'
 import re, sys
 from compare_runs import load_safetensors
 init = load_safetensors(sys.argv[1])
-frozen = [n for n in init if re.search(r"^(patch_embed|blocks\.[0-2]\.attn\.|blocks\.5\.norm)", n)]
+frozen = [n for n in init if re.search(sys.argv[5], n)]
 for path in sys.argv[2:4]:
     got = load_safetensors(path)
     moved = [n for n in frozen if got[n].tobytes() != init[n].tobytes()]
@@ -274,21 +276,26 @@ print(f"{sys.argv[4]}: the {len(frozen)} frozen tensors keep their bytes in the 
       f"EMA; the other {len(init) - len(frozen)} all moved")
 PY
 }
-for layout in "base_frz 1 1 1 1" "frz_222 8 2 2 2" "frz_zero_sp 8 2 2 2 --zero 1 --sequence-parallel 1"; do
+for layout in "base_frz 1 1 1 1" "frz_222 8 2 2 2" "frz_zero_sp 8 2 2 2 --zero 1 --sequence-parallel 1" \
+              "frz_zbh1 8 2 2 2 --pp-schedule zb-h1"; do
   set -- $layout
   name=$1 np=$2 tp=$3 pp=$4 dp=$5
   shift 5
   run "$name" "$np" --tp "$tp" --pp "$pp" --dp "$dp" "$@" "${frz[@]}" \
       --final-ema "$work/$name/ema.safetensors" || { fail=1; continue; }
+  frozen_kept "$name" || fail=1
   [ "$name" = base_frz ] && continue
   for file in weights.safetensors ema.safetensors; do
     "$py" "$here/compare_runs.py" "$work/base_frz" "$work/$name" \
       "$name $tp x $pp x $dp $* --freeze, $file" "$file" || fail=1
   done
 done
-for name in base_frz frz_222 frz_zero_sp; do
-  frozen_kept "$name" || fail=1
-done
+if cmp -s "$work/frz_222/weights.safetensors" "$work/frz_zbh1/weights.safetensors" &&
+   cmp -s "$work/frz_222/ema.safetensors" "$work/frz_zbh1/ema.safetensors"; then
+  echo "frz_zbh1: the weights and EMA of 1F1B's frz_222, bit for bit (its weight passes skip the prefix too)"
+else
+  echo "FAIL: frz_zbh1 differs from 1F1B's frz_222"; fail=1
+fi
 # Activation recompute runs the very same forward again, so a run with it must log the very
 # numbers and end with the very bytes of the same run without; its plan holds fewer activations.
 same_bits() {  # same_bits A B: the same logged numbers and final weights, bit for bit

@@ -646,6 +646,10 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
   }
   for (int j = nb - 1; j >= 0; j--) {  // local block b0 + j, slot block j
     const int l = b0 + j;
+    if (m->block_id[l] + 1 < m->frozen_layers) {  // frozen, and all below it: nothing to pass down
+      if (m->grads_ready && !wg) m->grads_ready(m->grads_ready_ctx, m->block_id[l] + 1);
+      continue;
+    }
     vt_drop_mask path[2];
     vt_dropout_mask drop[4];
     const vt_block_noise noise = block_noise(m, l, sl, B, path, drop);
@@ -657,6 +661,10 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
   }
   if (!(m->has_embed && chunk == 0)) {
     be->copy(sl->dinput, s->dres, (size_t)Ml * C * sizeof(float));
+    return;
+  }
+  if (m->frozen_layers > 0) {  // frozen embeddings
+    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, 0);
     return;
   }
   // The embedding's output gradient: the stream's, or with norm_pre its input's (in dln).
@@ -687,7 +695,8 @@ void vt_model_backward_weight(vt_model *m, int chunk, int slot, int wset, int B)
   const int b0 = m->chunk_start[chunk], nb = m->chunk_start[chunk + 1] - b0;
   for (int j = nb - 1; j >= 0; j--) {  // the whole backward's order
     const int l = b0 + j;
-    vt_block_bwd_weight(m, &m->g.blocks[l], &m->slots[slot].blocks[j], &m->wsets[wset][j], B);
+    if (m->block_id[l] + 1 >= m->frozen_layers)  // (as vt_model_backward skipped them)
+      vt_block_bwd_weight(m, &m->g.blocks[l], &m->slots[slot].blocks[j], &m->wsets[wset][j], B);
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, m->block_id[l] + 1);
   }
 }

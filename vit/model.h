@@ -194,6 +194,10 @@ typedef struct {
   // With bce: targets of 1 where the soft target exceeds it, else 0 (timm's target_threshold,
   // DeiT III's 0); negative (vt_model_init's -1): the soft targets.
   float bce_thresh;
+  // The leading layers (vt_param.layer 0: the embeddings, i + 1: block i) that are frozen
+  // (vt_freeze_leading_layers): the backward (and weight) passes skip them, as nothing below them
+  // trains; their gradients stay as they were (zero). 0 (vt_model_init's): none.
+  int frozen_layers;
   float *host_losses;     // (B) host copy of the per-sample losses
   // When set, vt_model_backward calls it as soon as the gradients of a layer's parameters are
   // complete (vt_param.layer numbering: the head first, then the blocks backwards, embeddings

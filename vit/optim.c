@@ -74,6 +74,14 @@ vt_status vt_freeze_mark(const vt_optim_config *cfg, const vt_param_table *t,
   return VT_OK;
 }
 
+int vt_freeze_leading_layers(const vt_optim_config *cfg, const vt_vit_config *model) {
+  if (!cfg->freeze[0] && !cfg->trainable[0]) return 0;
+  vt_freeze_summary fz;
+  char err[320];
+  VT_CHECK(vt_freeze_summarize(cfg, model, &fz, err, sizeof err) == VT_OK, "%s", err);
+  return fz.leading_layers;
+}
+
 const char *vt_freeze_flags(const vt_optim_config *cfg, char *buf, size_t size) {
   const int f = cfg->freeze[0] != '\0', t = cfg->trainable[0] != '\0';
   snprintf(buf, size, "%s%s%s%s%s%s%s", f ? "--freeze '" : "", cfg->freeze, f ? "'" : "",
@@ -90,7 +98,9 @@ vt_status vt_freeze_summarize(const vt_optim_config *cfg, const vt_vit_config *m
   *s = (vt_freeze_summary){.all_tensors = t.count, .all_elements = t.total};
   const vt_status st = vt_freeze_mark(cfg, &t, frozen, &s->tensors, err, errlen);
   uint32_t h = 2166136261u;
+  s->leading_layers = model->depth + 2;  // the first layer with a trained tensor
   for (int i = 0; st == VT_OK && i < t.count; i++) {
+    if (!frozen[i] && t.p[i].layer < s->leading_layers) s->leading_layers = t.p[i].layer;
     if (!frozen[i]) continue;
     s->elements += t.p[i].count;
     for (const char *c = t.p[i].name;; c++) {

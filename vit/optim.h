@@ -82,13 +82,17 @@ vt_status vt_freeze_mark(const vt_optim_config *cfg, const vt_param_table *t,
                          unsigned char *frozen, int *count, char *err, size_t errlen);
 
 // What cfg's patterns freeze of the whole model: tensors (of all_tensors) and their elements (of
-// all_elements), and names_hash, a 32-bit FNV-1a hash of the frozen names in table order, each
-// followed by a newline (0 when none), which checkpoint manifests record.
+// all_elements); leading_layers, how many of its first layers (vt_param.layer 0, 1, ...) are
+// frozen entirely (the backward can skip them: vt_model.frozen_layers); and names_hash, a 32-bit
+// FNV-1a hash of the frozen names in table order, each followed by a newline (0 when none),
+// which checkpoint manifests record.
 typedef struct {
-  int tensors, all_tensors;
+  int tensors, all_tensors, leading_layers;
   int64_t elements, all_elements;
   uint32_t names_hash;
 } vt_freeze_summary;
+// vt_freeze_summary's leading_layers for patterns already validated (0 without patterns).
+int vt_freeze_leading_layers(const vt_optim_config *cfg, const vt_vit_config *model);
 // The patterns as flags for messages: "--freeze 'A'", "--trainable 'B'", both, or "".
 const char *vt_freeze_flags(const vt_optim_config *cfg, char *buf, size_t size);
 vt_status vt_freeze_summarize(const vt_optim_config *cfg, const vt_vit_config *model,
