@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "sample.h"
+#include "vt_error.h"
 #include "vt_rng.h"
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_OUT };
@@ -347,8 +348,11 @@ vt_status vt_loader_next(vt_loader *l, vt_batch *out, char *err, size_t errlen) 
   }
   int k = (int)(l->next_batch % l->nslots);
   slot *s = &l->slots[k];
+  double t_wait = 0.0;
+  if (!(s->state == SLOT_READY && s->batch == l->next_batch)) t_wait = vt_seconds();
   while (!(s->state == SLOT_READY && s->batch == l->next_batch))
     pthread_cond_wait(&l->ready_cv, &l->mu);
+  if (t_wait > 0.0) out->wait_s = vt_seconds() - t_wait;
   if (s->err_sample >= 0) {
     // The batch stays unreturned: asking again gives the same error.
     set_err(err, errlen, "%s", s->err);

@@ -62,6 +62,7 @@ typedef struct {
                      // without pixels, so count bad files on the decoding ranks), among the
                      // samples this loader decodes
   int64_t epoch;     // epoch of the batch's first sample (training)
+  double wait_s;     // seconds vt_loader_next waited for the decoders (0: the batch was ready)
 } vt_batch;
 
 typedef struct vt_loader vt_loader;

@@ -210,7 +210,7 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
       vt_log_error("%s", err);
       vt_comm_abort(3);
     }
-    d->bad += batch.bad;
+    d->bad += batch.bad, d->wait_s += batch.wait_s;
     pixels = batch.images, targets = batch.labels;
   }
   // In place (the batch is ours until the next call), in timm's order: erasing, then mixing,

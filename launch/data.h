@@ -31,6 +31,7 @@ typedef struct {
   int32_t *host_labels;   // (B)
   vt_mix_target *host_mix;  // (B) Mixup/CutMix targets (last stage, mixing on)
   int64_t bad;            // bad images replaced so far on this rank (among those it made)
+  double wait_s;          // seconds this rank's training loader kept it waiting so far
   // The images this rank makes: samples [pixel_first, pixel_first + pixel_count) of each
   // micro-batch (all B without a split); the rest come from its TP group (data.h).
   int pixel_first, pixel_count;

@@ -221,6 +221,7 @@ static void tensorboard_step(vt_tfevents **tb, const vt_step_log *l, double tflo
   if (with_mfu) SCALAR("train/mfu", mfu);
   SCALAR("train/skipped_steps", (double)l->skipped);
   SCALAR("train/bad_images", (double)l->bad_images);
+  if (l->data_wait_ms >= 0) SCALAR("train/data_wait_ms", l->data_wait_ms);
   if (l->eval_now) {
     SCALAR("eval/loss", l->ev.loss);
     SCALAR("eval/top1", l->ev.top1);
@@ -259,6 +260,7 @@ void vt_report_step(const vt_train_options *o, FILE *metrics, vt_tfevents **tb,
     if (o->peak_tflops > 0) fprintf(metrics, ", \"mfu\": %.6g", mfu);
     fprintf(metrics, ", \"skipped_steps\": %lld, \"bad_images\": %lld", (long long)l->skipped,
             (long long)l->bad_images);
+    if (l->data_wait_ms >= 0) fprintf(metrics, ", \"data_wait_ms\": %.3f", l->data_wait_ms);
     char ev[3][32];
     vt_format_eval(ev, l->ev.loss, l->ev.top1, l->ev.top5);
     if (l->eval_now)
@@ -273,12 +275,15 @@ void vt_report_step(const vt_train_options *o, FILE *metrics, vt_tfevents **tb,
   }
   if (l->step % o->log_interval == 0 || l->step == 1 || l->step == o->steps) {
     double eta = t_elapsed / (double)steps_done * (double)(o->steps - l->step);
-    char mfu_s[32] = "";
+    char mfu_s[32] = "", wait_s[48] = "";
     if (o->peak_tflops > 0) snprintf(mfu_s, sizeof mfu_s, " | mfu %.1f%%", 100 * mfu);
-    printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f img/s | %.0f ms/step%s"
+    // Said where the loader held up the step noticeably (input-bound: more --loader-threads).
+    if (l->data_wait_ms > 0.05 * l->step_ms)
+      snprintf(wait_s, sizeof wait_s, " | data wait %.0f%%", 100 * l->data_wait_ms / l->step_ms);
+    printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f img/s | %.0f ms/step%s%s"
            " | eta %dm%02ds\n",
            (long long)l->step, (long long)o->steps, l->loss, l->lr, l->gnorm, l->img_s,
-           l->step_ms, mfu_s, (int)eta / 60, (int)eta % 60);
+           l->step_ms, mfu_s, wait_s, (int)eta / 60, (int)eta % 60);
     fflush(stdout);
   }
   if (l->eval_now)

@@ -21,6 +21,7 @@ typedef struct {
   double loss, gnorm, img_s, step_ms;
   float lr;
   int64_t bad_images, skipped;
+  double data_wait_ms;  // mean over the decoding ranks of their waits for the loader; -1: none
   int eval_now, eval_ema;
   vt_eval_result ev, ev_ema;  // the weights, and their EMA (eval_ema)
   const char *ranks_json;  // per-rank arrays, or ""

@@ -431,15 +431,19 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
     // count: the first stage's TP rank 0 of every DP rank, or each of its TP ranks when they
     // split the decoding (each counts its share); a preemption signal: any rank; the ranks
-    // still writing their part of a checkpoint.
+    // still writing their part of a checkpoint; the decoding ranks' waits for their loaders.
     // Evaluation uses the training slots between steps: no prefetch into them before one.
     x.prefetch_next = n < end_step && !eval_due(o, &data, n, end_step);
-    double sums[4] = {vt_stage_run(&x, acts, nacts, step), (double)data.bad,
-                      vt_health_preempt_signal() != 0, vt_ckpt_writing()};
+    // The ranks that decode images: the time their loader kept them waiting this step, and
+    // their count.
+    const double wait0 = data.wait_s, loss_sum = vt_stage_run(&x, acts, nacts, step);
+    const int decodes = data.train && data.need_pixels;
+    double sums[6] = {loss_sum, (double)data.bad, vt_health_preempt_signal() != 0,
+                      vt_ckpt_writing(), data.wait_s - wait0, decodes};
     if (plant_nan) sums[0] = NAN;
     if (!(m.has_head && me.tp_rank == 0)) sums[0] = 0.0;
     if (!(m.has_embed && (me.tp_rank == 0 || data.pixel_count < B))) sums[1] = 0.0;
-    vt_comm_all_reduce_double(world, sums, 4, VT_REDUCE_SUM);
+    vt_comm_all_reduce_double(world, sums, 6, VT_REDUCE_SUM);
     // A checkpoint written in the background is committed as soon as every rank's part is.
     if (vt_ckpt_pending() && sums[3] == 0) {
       vt_watchdog_phase("checkpoint commit", n, slow_limit);
@@ -477,6 +481,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     }
     vt_step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
                   .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],
+                  .data_wait_ms = sums[5] > 0 ? 1e3 * sums[4] / sums[5] : -1.0,
                   .skipped = skipped, .ranks_json = ranks_json};
     l.eval_now = eval_due(o, &data, n, end_step);
     if (l.eval_now) {

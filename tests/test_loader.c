@@ -2,7 +2,7 @@
 // PNGs this test writes (and JPEGs through PIL): bytes independent of the thread count, every
 // sample once per epoch over DP ranks, exact restart, evaluation padding, bad files under skip
 // and fail, clear errors for empty datasets and bad list files, tar shards (the folder's very
-// batches; damaged shards and bad samples refused), the index cache, the filtered resizes. Skips (77) in builds
+// batches; damaged shards and bad samples refused), the index cache, the filtered resizes, the consumer's waits. Skips (77) in builds
 // without libpng (VT_HAVE_PNG).
 #include <stdio.h>
 
@@ -20,6 +20,7 @@ int main(void) {
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -1102,6 +1103,37 @@ static void test_lifecycle(const vt_dataset *ds) {
   printf("ok - destroy with work in flight; bad configuration refused\n");
 }
 
+// vt_batch.wait_s: the time vt_loader_next waited for the decoders. Asked for at once, batch
+// after batch, one decoder thread cannot keep up (the first batch at least is not ready); given
+// time first, the prefetched batches are ready: no wait at all.
+static void test_wait(const vt_dataset *ds) {
+  char err[256];
+  vt_loader_config c = base(ds, 1, 1);
+  c.S = 64, c.batch = 8, c.prefetch = 2;
+  vt_loader *l = vt_loader_create(&c, 0, err, sizeof(err));
+  double waited = 0.0;
+  vt_batch b;
+  for (int j = 0; l && j < 6; j++) {
+    EXPECT(vt_loader_next(l, &b, err, sizeof(err)) == VT_OK && b.wait_s >= 0.0, "batch %d: %s",
+           j, err);
+    waited += b.wait_s;
+  }
+  vt_loader_destroy(l);
+  l = vt_loader_create(&c, 0, err, sizeof(err));
+  struct timespec pause = {1, 0};
+  nanosleep(&pause, NULL);  // the two prefetched batches decode meanwhile (a few ms each)
+  double ready = 0.0;
+  for (int j = 0; l && j < 2; j++) {
+    EXPECT(vt_loader_next(l, &b, err, sizeof(err)) == VT_OK, "batch %d: %s", j, err);
+    ready += b.wait_s;
+  }
+  vt_loader_destroy(l);
+  EXPECT(waited > 0.0 && ready == 0.0, "waits: %.6f s asked at once, %.6f s when ready", waited,
+         ready);
+  printf("ok - the loader's waits: %.2f ms over 6 batches asked at once, none for prefetched ones\n",
+         1e3 * waited);
+}
+
 // Label members: decimal text under a KIND key, a top-level integer field under json:FIELD
 // (a field of the same name in a nested object or inside a string is not it), a nested one
 // under json:A.B (only along that path).
@@ -1232,6 +1264,7 @@ int main(void) {
   test_dp(&ds);
   test_eval(&ds);
   test_lifecycle(&ds);
+  test_wait(&ds);
   test_allocator(&ds);
   test_shards(&ds);
   test_pack(&ds);

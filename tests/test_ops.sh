@@ -10,7 +10,7 @@
 #     exit 4 and a message naming the steps;
 #  5. stragglers: a rank slowed by 0.3 s per step is named by the rank report, which also puts
 #     per-rank busy times and memory in metrics.jsonl;
-#  6. metrics and plot: mfu, model_tflops, skipped_steps, bad_images in metrics.jsonl of a real
+#  6. metrics and plot: mfu, model_tflops, skipped_steps, bad_images, data_wait_ms in metrics.jsonl of a real
 #     Fashion-MNIST run with evaluation (of the weights and of their EMA; vit3d eval --use-ema 1
 #     of its checkpoint agrees); launch/plot_metrics.py draws it to a PNG.
 set -uo pipefail
@@ -185,14 +185,16 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 60
 for r in rows:
-    for k in ("loss", "img_per_s", "model_tflops", "mfu", "skipped_steps", "bad_images"):
+    for k in ("loss", "img_per_s", "model_tflops", "mfu", "skipped_steps", "bad_images",
+              "data_wait_ms"):
         assert k in r, (k, r)
     assert abs(r["mfu"] - r["model_tflops"] / (0.05 * 2)) <= 1e-4 * r["mfu"], r
+    assert r["data_wait_ms"] >= 0, r
 ev = [r for r in rows if "eval_top1" in r]
 assert [r["step"] for r in ev] == [20, 40, 60] and ev[-1]["eval_top1"] > 0.3, ev
 assert all(r["eval_ema_top1"] > 0.2 and r["eval_ema_top1"] != r["eval_top1"] for r in ev), ev
 PY
-then ok "metrics.jsonl: mfu = model_tflops / (peak x ranks), skipped_steps, bad_images, evaluation of the weights and of their EMA"
+then ok "metrics.jsonl: mfu = model_tflops / (peak x ranks), skipped_steps, bad_images, data_wait_ms, evaluation of the weights and of their EMA"
 else bad "metrics of the Fashion-MNIST run"; tail -5 "$work/fm.log"
 fi
 # The EMA saved with the checkpoint of step 60, evaluated by vit3d eval on one rank, scores as
