@@ -372,12 +372,8 @@ static void sgd_range(vt_optimizer *o, float *params, const float *grads, float 
   for_each_run(&w, hi);
 }
 
-// LAMB (timm's Lamb) on the flat range [lo, hi) as adamw_range, g holding the clipped gradients
-// of that range, which the Adam direction overwrites. A tensor's trust ratio needs its whole
-// norms: each rank sums the squares of its piece (a TP-replicated tensor on TP rank 0 only, as
-// the gradient norm), the TP group adds the pieces of split tensors, ZeRO-1's DP group those of
-// cut ones; pipeline stages hold disjoint tensors. Tensors without weight decay step without a
-// trust ratio, as in timm (whose Lamb adapts only where weight_decay != 0).
+// LAMB's moments and direction on a run of trained tensors; the direction overwrites the spent
+// gradients (grads is lamb_range's g, writable).
 static void lamb_moments_run(void *ctx, int64_t first, int64_t count, int key) {
   (void)key;
   step_ctx *c = ctx;
@@ -388,6 +384,12 @@ static void lamb_moments_run(void *ctx, int64_t first, int64_t count, int key) {
                   oc->weight_decay, c->o->t);
 }
 
+// LAMB (timm's Lamb) on the flat range [lo, hi) as adamw_range, g holding the clipped gradients
+// of that range, which the Adam direction overwrites. A tensor's trust ratio needs its whole
+// norms: each rank sums the squares of its piece (a TP-replicated tensor on TP rank 0 only, as
+// the gradient norm), the TP group adds the pieces of split tensors, ZeRO-1's DP group those of
+// cut ones; pipeline stages hold disjoint tensors. Tensors without weight decay step without a
+// trust ratio, as in timm (whose Lamb adapts only where weight_decay != 0).
 static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int64_t hi, float lr) {
   const vt_backend *be = o->be;
   const vt_optim_config *oc = &o->cfg;
