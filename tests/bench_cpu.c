@@ -1,7 +1,9 @@
 // bench_cpu.c: time full fp32 training steps of ViT-Ti/16 (224 px) on the CPU backend, for the
 // `bench` label (not pass/fail; tests/bench_cpu.sh compares it with PyTorch in the same run).
 // Usage: bench_cpu [batch=64] [threads=cores] [warmup=2] [timed=5]. VT_BENCH_OPS=1 also prints
-// time per op and shape, measured through a timing copy of the backend table.
+// time per op and shape, measured through a timing copy of the backend table. VT_BENCH_PROBE=1
+// times a linear probe instead (--trainable '^head\.': the backward skips the frozen blocks and
+// embeddings), its lines marked "probe".
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L  // clock_gettime under -std=c11 when built outside CMake
 #endif
@@ -187,9 +189,15 @@ int main(int argc, char **argv) {
   vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, 0, be, 1234);
   // A large total_steps and no warmup: the schedule does not matter for speed. Clipping on,
   // as in training, so its pass is part of the step (the PyTorch side clips too).
-  const vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 0,
-                              .total_steps = 1000000, .beta1 = 0.9f, .beta2 = 0.999f,
-                              .eps = 1e-8f, .weight_decay = 0.05f, .clip_grad = 1.0f};
+  vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 0,
+                        .total_steps = 1000000, .beta1 = 0.9f, .beta2 = 0.999f,
+                        .eps = 1e-8f, .weight_decay = 0.05f, .clip_grad = 1.0f};
+  const int probe = getenv("VT_BENCH_PROBE") && atoi(getenv("VT_BENCH_PROBE"));
+  const char *side = probe ? "probe" : "vit3d";
+  if (probe) {
+    snprintf(oc.trainable, sizeof oc.trainable, "^head\\.");
+    m.frozen_layers = vt_freeze_leading_layers(&oc, &cfg);
+  }
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
 
@@ -227,9 +235,9 @@ int main(int argc, char **argv) {
   }
   double mn = step[0];
   for (int i = 1; i < timed; i++) mn = step[i] < mn ? step[i] : mn;
-  printf("vit3d config model=vit-ti16 batch=%d threads=%d warmup=%d timed=%d build=%s loss=%.4f\n",
-         B, threads, warmup, timed, vt_backend_build_info(), loss);
-  printf("vit3d step_ms median=%.1f min=%.1f fwd=%.1f bwd=%.1f opt=%.1f img_per_s=%.1f\n",
+  printf("%s config model=vit-ti16 batch=%d threads=%d warmup=%d timed=%d build=%s loss=%.4f\n",
+         side, B, threads, warmup, timed, vt_backend_build_info(), loss);
+  printf("%s step_ms median=%.1f min=%.1f fwd=%.1f bwd=%.1f opt=%.1f img_per_s=%.1f\n", side,
          median(step, timed), mn, median(fwd, timed), median(bwd, timed), median(upd, timed),
          1e3 * B / median(step, timed));
   if (per_op) {

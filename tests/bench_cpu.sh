@@ -1,7 +1,9 @@
 #!/bin/sh
 # bench_cpu.sh: CPU benchmark (CTest label `bench`, not pass/fail): vit3d's ViT-Ti/16 training step
 # against PyTorch eager, same model, batch and threads, in alternating rounds so machine noise
-# hits both. Prints both medians, the ratio torch/vit3d (>1: vit3d faster) and the conditions.
+# hits both. Prints both medians, the ratio torch/vit3d (>1: vit3d faster) and the conditions;
+# then vit3d's linear probe (--trainable '^head\.', whose backward skips the frozen blocks)
+# against its full step, also in alternating rounds.
 # Usage: bench_cpu.sh BENCH_CPU_BINARY [BUILD_TYPE]. Env: VT_BENCH_BATCH (64), VT_BENCH_THREADS
 # (cores), VT_BENCH_WARMUP (1), VT_BENCH_STEPS (3), VT_BENCH_ROUNDS (2), PYTHON (/usr/bin/python3).
 set -u
@@ -33,6 +35,7 @@ r=1
 while [ "$r" -le "$rounds" ]; do
   run_side "$bin" "$batch" "$threads" "$warmup" "$steps"
   [ -z "$torch_why" ] && run_side "$py" "$here/bench_torch.py" "$batch" "$threads" "$warmup" "$steps"
+  run_side env VT_BENCH_PROBE=1 "$bin" "$batch" "$threads" "$warmup" "$steps"
   r=$((r + 1))
 done
 
@@ -54,6 +57,9 @@ echo "conditions: cpu='$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)' core
 echo "env: $(env | grep -E '^(OMP_|GOMP_|OPENBLAS_|KMP_)' | sort | tr '\n' ' ')"
 echo "blas: vit3d=$(blas_of "$bin") torch=${torch_lib:+$(blas_of "$torch_lib")}"
 echo "vit3d: median ${vit_med} ms/step, best ${vit_min} ms"
+probe=$(summary probe)
+echo "vit3d linear probe (--trainable '^head\\.'): median ${probe% *} ms/step, best ${probe#* } ms"
+awk -v f="$vit_med" -v p="${probe% *}" 'BEGIN { printf "ratio full step / linear probe: median %.2f (the probe runs the forward, the head and its update)\n", f / p }'
 if [ -n "$torch_why" ]; then
   echo "torch: not measured: $torch_why"
   exit 0
