@@ -256,8 +256,9 @@ run lamb_zero_sp 8 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 "${lamb[@
 # (replicated, and under sequence parallelism partial sums: gradients computed, not applied);
 # ZeRO-1's shards cut between frozen and trained tensors; the gradient norm (so clipping) counts
 # the trained ones, once; the EMA leaves the frozen ones as they are; ZB-H1's weight passes skip
-# the prefix too. Started from the base run's weights (--init-from), the frozen tensors of every
-# run's weights and EMA must be those bytes, and all others must have moved.
+# the prefix too; layers all frozen are not reduced over DP. Started from the base run's weights
+# (--init-from), the frozen tensors of every run's weights and EMA must be those bytes, and all
+# others must have moved.
 frz_re='^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.|blocks\.5\.norm)'
 frz=(--init-from "$work/base/weights.safetensors" --model-ema 0.9 --freeze "$frz_re")
 frozen_kept() {  # frozen_kept NAME: its weights' and EMA's frozen tensors are the init's bytes
@@ -276,7 +277,7 @@ print(f"{sys.argv[4]}: the {len(frozen)} frozen tensors keep their bytes in the 
       f"EMA; the other {len(init) - len(frozen)} all moved")
 PY
 }
-for layout in "base_frz 1 1 1 1" "frz_222 8 2 2 2" "frz_zero_sp 8 2 2 2 --zero 1 --sequence-parallel 1" \
+for layout in "base_frz 1 1 1 1" "frz_222 8 2 2 2 --comm-stats 1" "frz_zero_sp 8 2 2 2 --zero 1 --sequence-parallel 1" \
               "frz_zbh1 8 2 2 2 --pp-schedule zb-h1"; do
   set -- $layout
   name=$1 np=$2 tp=$3 pp=$4 dp=$5
@@ -290,6 +291,15 @@ for layout in "base_frz 1 1 1 1" "frz_222 8 2 2 2" "frz_zero_sp 8 2 2 2 --zero 1
       "$name $tp x $pp x $dp $* --freeze, $file" "$file" || fail=1
   done
 done
+# Stage 0 holds the frozen embeddings and blocks 0-2 and block 3: one DP all-reduce (block 3's),
+# started in the backward; the frozen layers reduce nothing.
+"$py" - "$work/frz_222/comm.rank0.json" <<'PY' || fail=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+dp = r["axes"]["dp"]["all_reduce"]
+assert r["dp_layers"] == 1 and r["dp_started_in_backward"] == 1 and dp[0] == 1, (r["dp_layers"], dp)
+print(f"frz_222: stage 0 reduces one layer over DP ({dp[1]} bytes), none of its frozen ones")
+PY
 if cmp -s "$work/frz_222/weights.safetensors" "$work/frz_zbh1/weights.safetensors" &&
    cmp -s "$work/frz_222/ema.safetensors" "$work/frz_zbh1/ema.safetensors"; then
   echo "frz_zbh1: the weights and EMA of 1F1B's frz_222, bit for bit (its weight passes skip the prefix too)"

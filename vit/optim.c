@@ -170,8 +170,8 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   o->layer_lo = calloc((size_t)nl, sizeof(int64_t));
   o->layer_hi = calloc((size_t)nl, sizeof(int64_t));
   o->started = calloc((size_t)nl, 1);
-  int64_t *sum = calloc((size_t)nl, sizeof(int64_t));
-  VT_CHECK(o->layer_lo && o->layer_hi && o->started && sum, "out of host memory");
+  int64_t *sum = calloc((size_t)nl, sizeof(int64_t)), *frozen = calloc((size_t)nl, sizeof(int64_t));
+  VT_CHECK(o->layer_lo && o->layer_hi && o->started && sum && frozen, "out of host memory");
   for (int l = 0; l < nl; l++) o->layer_lo[l] = INT64_MAX, o->layer_hi[l] = 0;
   for (int i = 0; i < table->count; i++) {
     const vt_param *p = &table->p[i];
@@ -181,14 +181,16 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
     const int64_t end = p->offset + p->local_count;
     o->layer_hi[l] = end > o->layer_hi[l] ? end : o->layer_hi[l];
     sum[l] += p->local_count;
+    if (o->frozen[i]) frozen[l] += p->local_count;
   }
   o->overlap = 1;
   for (int l = 0; l < nl; l++) {
-    o->layers_here += sum[l] > 0;
     if (o->layer_hi[l] == 0) o->layer_lo[l] = 0;  // no tensor of this layer here
     if (o->layer_hi[l] - o->layer_lo[l] != sum[l] || sum[l] > INT32_MAX) o->overlap = 0;
+    if (frozen[l] == sum[l]) o->layer_hi[l] = o->layer_lo[l];  // all frozen: nothing to reduce
+    o->layers_here += o->layer_hi[l] > o->layer_lo[l];
   }
-  free(sum);
+  free(sum), free(frozen);
 }
 
 void vt_optimizer_grads_ready(vt_optimizer *o, float *grads, int layer) {
@@ -444,10 +446,12 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
     memset(o->started, 0, (size_t)o->nlayers);
     o->started_early = early;
   }
-  // Sequence parallelism leaves each TP rank a partial gradient of the block LayerNorms.
+  // Sequence parallelism leaves each TP rank a partial gradient of the block LayerNorms (a
+  // frozen one's is not needed).
   for (int i = 0; o->tp && i < o->table->count; i++) {
     const vt_param *p = &o->table->p[i];
-    if (p->tp_partial) vt_comm_all_reduce(o->tp, grads + p->offset, p->local_count);
+    if (p->tp_partial && !o->frozen[i])
+      vt_comm_all_reduce(o->tp, grads + p->offset, p->local_count);
   }
   float *g = grads;                  // the gradients this rank updates with
   int64_t lo = 0, hi = total;        // ... covering these flat elements

@@ -72,7 +72,8 @@ typedef struct {
   // matches `freeze`, and where `trainable` is set those whose name does not match it (POSIX
   // extended regular expressions, unanchored; empty: no pattern). They keep their values: no
   // update, no weight decay, no optimizer state or EMA change, not in the gradient norm (so not
-  // in clipping either); their gradients are still computed and reduced.
+  // in clipping either); their gradients are computed and reduced, but for a frozen prefix of
+  // whole layers, whose backward the model skips (vt_model.frozen_layers).
   char freeze[256], trainable[256];
 } vt_optim_config;
 
@@ -136,12 +137,13 @@ typedef struct {
   float *flat, *shard;    // ZeRO-1 only: padded gradient/parameter staging, reduced shard
   int64_t t;              // optimizer steps taken (Adam's bias corrections)
   // Overlap (DP without ZeRO): the flat range [layer_lo, layer_hi) of each layer's parameters
-  // (vt_param.layer, 0..depth+1; empty where this rank holds none), reduced over dp as one
-  // asynchronous all-reduce each, started by vt_optimizer_grads_ready or else by the step.
+  // (vt_param.layer, 0..depth+1; empty where this rank holds none or all of them are frozen),
+  // reduced over dp as one asynchronous all-reduce each, started by vt_optimizer_grads_ready or
+  // else by the step.
   int overlap, nlayers;
   int64_t *layer_lo, *layer_hi;
   unsigned char *started;
-  int layers_here;         // layers with parameters on this rank
+  int layers_here;         // layers with parameters to reduce on this rank
   int started_early;       // of those, started by vt_optimizer_grads_ready in the last step
   unsigned char *frozen;   // per table row: 1 where cfg's patterns freeze the tensor
 } vt_optimizer;
