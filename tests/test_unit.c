@@ -478,8 +478,51 @@ static void test_erase(void) {
          (long long)stray, (long long)count, mean, sd);
 }
 
+// --freeze and --trainable on the tiny model (depth 4, 56 tensors): what each freezes, the
+// leading layers the backward may skip, the names' hash (the same set, the same hash; another
+// set, another), and a bad pattern refused.
+static void test_freeze(void) {
+  vt_vit_config c;
+  char err[320];
+  vt_config_preset("tiny", &c, err, sizeof err);
+  struct { const char *freeze, *trainable; int tensors, leading; } cases[] = {
+      {"", "", 0, 0},
+      {"^patch_embed", "", 2, 0},  // cls_token and pos_embed still train: no layer skipped
+      {"^(patch_embed|cls_token|pos_embed)", "", 4, 1},
+      {"^(patch_embed|cls_token|pos_embed|blocks\\.[01]\\.)", "", 28, 3},
+      {"^blocks\\.2\\.", "", 12, 0},
+      {"", "^head\\.", 54, 5},  // the final norm frozen too: all four blocks skipped
+      {"^norm\\.", "^(head|norm)\\.", 54, 5},
+  };
+  uint32_t hash[7];
+  for (int i = 0; i < 7; i++) {
+    vt_optim_config oc = {0};
+    snprintf(oc.freeze, sizeof oc.freeze, "%s", cases[i].freeze);
+    snprintf(oc.trainable, sizeof oc.trainable, "%s", cases[i].trainable);
+    vt_freeze_summary fz;
+    EXPECT(vt_freeze_summarize(&oc, &c, &fz, err, sizeof err) == VT_OK &&
+               fz.tensors == cases[i].tensors && fz.leading_layers == cases[i].leading &&
+               fz.all_tensors == 56 && vt_freeze_leading_layers(&oc, &c) == cases[i].leading,
+           "--freeze '%s' --trainable '%s': %d tensors frozen, %d leading layers (want %d, %d)",
+           cases[i].freeze, cases[i].trainable, fz.tensors, fz.leading_layers, cases[i].tensors,
+           cases[i].leading);
+    hash[i] = fz.names_hash;
+  }
+  EXPECT(hash[0] == 0 && hash[5] != 0 && hash[5] == hash[6] && hash[2] != hash[3] &&
+             hash[1] != hash[2],
+         "names' hashes: %08x %08x %08x %08x %08x %08x", hash[0], hash[1], hash[2], hash[3],
+         hash[5], hash[6]);
+  vt_optim_config bad = {0};
+  snprintf(bad.trainable, sizeof bad.trainable, "head(");
+  vt_freeze_summary fz;
+  EXPECT(vt_freeze_summarize(&bad, &c, &fz, err, sizeof err) != VT_OK &&
+             strstr(err, "--trainable 'head(' is not a regular expression"),
+         "a bad pattern: %s", err);
+}
+
 int main(void) {
   test_philox();
+  test_freeze();
   test_mix();
   test_erase();
   test_drop_path_masks();
