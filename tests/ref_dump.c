@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
        strcmp(variant, "frz") && strcmp(variant, "frzl"))) {
     fprintf(stderr,
             "usage: %s OUT.safetensors "
-            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|emaw|pre|sgd|mom|clip]\n",
+            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|emaw|pre|sgd|mom|clip|frz|frzl]\n",
             argv[0]);
     return 2;
   }

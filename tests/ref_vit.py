@@ -3,7 +3,8 @@
 # gradient and 5 AdamW (or LAMB) steps (schedule, clipping, weight decay, layer-wise lr decay),
 # one tensor at a time. Training
 # as timm does it: drop path (masks drawn here), Mixup and CutMix in pair mode (the images mixed
-# here from the raw ones and each pair's lam and box; targets by timm's mixup_target).
+# here from the raw ones and each pair's lam and box; targets by timm's mixup_target); frozen
+# tensors as requires_grad=False ones (ref_dump's "frozen." markers).
 # Usage: python3 ref_vit.py DUMP.safetensors [--dtype float64|float32]   Exit 0 = all pass.
 import argparse, json, math, struct, sys
 
