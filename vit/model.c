@@ -578,6 +578,12 @@ double vt_model_loss_sum(vt_model *m, int slot, int B) {
   return sum;
 }
 
+// Local block l lies in the frozen prefix (vt_model.frozen_layers; block i is layer i + 1):
+// nothing below it trains, so its backward and weight passes are skipped.
+static int in_frozen_prefix(const vt_model *m, int l) {
+  return m->block_id[l] + 1 < m->frozen_layers;
+}
+
 void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float smoothing,
                        float loss_scale) {
   const vt_backend *be = m->be;
@@ -646,7 +652,7 @@ void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float 
   }
   for (int j = nb - 1; j >= 0; j--) {  // local block b0 + j, slot block j
     const int l = b0 + j;
-    if (m->block_id[l] + 1 < m->frozen_layers) {  // frozen, and all below it: nothing to pass down
+    if (in_frozen_prefix(m, l)) {
       if (m->grads_ready && !wg) m->grads_ready(m->grads_ready_ctx, m->block_id[l] + 1);
       continue;
     }
@@ -695,7 +701,7 @@ void vt_model_backward_weight(vt_model *m, int chunk, int slot, int wset, int B)
   const int b0 = m->chunk_start[chunk], nb = m->chunk_start[chunk + 1] - b0;
   for (int j = nb - 1; j >= 0; j--) {  // the whole backward's order
     const int l = b0 + j;
-    if (m->block_id[l] + 1 >= m->frozen_layers)  // (as vt_model_backward skipped them)
+    if (!in_frozen_prefix(m, l))
       vt_block_bwd_weight(m, &m->g.blocks[l], &m->slots[slot].blocks[j], &m->wsets[wset][j], B);
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, m->block_id[l] + 1);
   }
