@@ -70,7 +70,7 @@ done
 # Every logged figure but the timings; then the weights.
 "$py" - "$work/run_folder/metrics.jsonl" "$work/run_shards/metrics.jsonl" <<'PY' || fail=1
 import json, sys
-timing = ("img_per_s", "step_ms", "model_tflops", "mfu")
+timing = ("img_per_s", "step_ms", "model_tflops", "mfu", "data_wait_ms")
 rows = [[{k: v for k, v in json.loads(l).items() if k not in timing and not k.startswith("rank")}
          for l in open(p)] for p in sys.argv[1:]]
 if len(rows[0]) != 12 or rows[0] != rows[1]:
