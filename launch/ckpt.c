@@ -213,9 +213,8 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   memset(w, 0, sizeof *w);
   const int rank = vt_comm_rank(world);
   w->rank = rank, w->t_start = vt_seconds();
-  const vt_mesh_coord me = vt_mesh_coords(mesh, rank);
   int64_t lo, count;
-  vt_model_write_range(m, me.dp_rank, mesh->dp_size, &lo, &count);
+  vt_optimizer_write_range(opt, &lo, &count);
   // bufs: 0 the weights, 1 and 2 AdamW's (LAMB's) two moments or 1 SGD's momentum, 3 the EMA
   const int sgd = opt->cfg.kind == VT_OPT_SGD;
   for (int k = 0; k < 4; k++) {
@@ -224,7 +223,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
     VT_CHECK(w->bufs[k] != NULL, "out of host memory for a checkpoint");
   }
   m->be->to_host(w->bufs[0], m->params + lo, (size_t)count * sizeof(float));
-  vt_optimizer_get_range(opt, lo, count, w->bufs[1], w->bufs[2], w->bufs[3]);
+  vt_optimizer_get_range(opt, lo, count, w->bufs[0], w->bufs[1], w->bufs[2], w->bufs[3]);
   // The files and what each holds, under timm's names with a prefix: the weights, the
   // optimizer's state (torch.optim's names: AdamW's exp_avg and exp_avg_sq, SGD's
   // momentum_buffer), the EMA.

@@ -121,12 +121,15 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
                           kind == VT_SCHEDULE_ZB_V};
   vt_param_table t;
   vt_params_build(&t, c, shard);
-  int first, end, most = 0, nblocks = 0, cross = 0;  // the largest chunk's blocks
+  // the largest chunk's blocks; blocks in the frozen prefix (no backward)
+  int first, end, most = 0, nblocks = 0, cross = 0, frozen = 0;
+  const int leading = vt_freeze_leading_layers(&o->optim, c);
   const int last = o->pp * o->pp_chunks - 1;
   for (int ch = 0; ch < o->pp_chunks; ch++) {
     vt_chunk_blocks(c->depth, &shard, ch, &first, &end);
     most = end - first > most ? end - first : most;
     nblocks += end - first;
+    for (int b = first; b < end; b++) frozen += b + 1 < leading;  // block b is layer b + 1
     // Each boundary with a virtual stage on another rank: a send and a receive per micro-batch
     // (the activation one way, its gradient the other); ZB-V's turn stays on the rank.
     const int vs = vt_shard_vstage(&shard, ch);
@@ -138,7 +141,9 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   sp->nslots = vt_schedule_stage_in_flight(&spec, p, &sp->nwsets);
   sp->recomputed = o->recompute_blocks < most ? o->recompute_blocks : most;
   sp->params = (double)t.total * 4 * mib;
-  sp->opt = (double)vt_optimizer_plan_nbytes(t.total, o->dp, o->zero, o->optim.ema_decay > 0,
+  const int64_t trained = t.total - vt_optim_state_base(&o->optim, &t);
+  sp->opt = (double)vt_optimizer_plan_nbytes(t.total, trained, o->dp, o->zero,
+                                             o->optim.ema_decay > 0,
                                              vt_opt_state_buffers(o->optim.kind)) * mib;
   sp->acts = (double)vt_model_act_nbytes(c, shard, B, sp->nslots, sp->nwsets,
                                          o->recompute_blocks, be) * mib;
@@ -149,12 +154,14 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   const int seq = o->sequence_parallel && o->tp > 1;
   const int64_t M = (int64_t)B * vt_cfg_tokens(c), rows = seq ? (M + o->tp - 1) / o->tp : M;
   const double act = (double)rows * (seq ? o->tp : 1) * c->width * 4;
-  if (o->tp > 1) sp->tp = (c->parallel ? 2 : 4) * (double)nblocks * n_micro * act;
+  // Per block and micro-batch two all-reduces each way (one with parallel blocks); none back
+  // through the frozen prefix.
+  if (o->tp > 1) sp->tp = (c->parallel ? 1 : 2) * (double)(2 * nblocks - frozen) * n_micro * act;
   sp->pp_send = (double)cross * n_micro * (double)rows * c->width * 4;
   if (o->dp > 1 && o->zero)
-    sp->dp_reduce = sp->dp_gather = (double)((t.total + o->dp - 1) / o->dp * o->dp) * 4;
+    sp->dp_reduce = sp->dp_gather = (double)((trained + o->dp - 1) / o->dp * o->dp) * 4;
   else if (o->dp > 1)
-    sp->dp_reduce = (double)t.total * 4;
+    sp->dp_reduce = (double)vt_optim_dp_reduced(&o->optim, &t) * 4;
   vt_params_free(&t);
 }
 

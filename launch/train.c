@@ -490,7 +490,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
       if (opt.ema) {  // the EMA in the weights' place; the gradients hold the weights meanwhile
         const size_t nbytes = (size_t)m.table.total * sizeof(float);
         be->copy(m.grads, m.params, nbytes);
-        vt_optimizer_ema_full(&opt, m.params);
+        vt_optimizer_ema_full(&opt, m.params, m.params);
         l.ev_ema = vt_evaluate(&m, &data, world, pp, me, NULL, NULL);
         be->copy(m.params, m.grads, nbytes);
         l.eval_ema = 1;
@@ -589,7 +589,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     if (world_rank == 0) vt_log_error("%s", err);
     rc = VT_EXIT_FAILED;
   }
-  if (!rc && o->final_ema[0]) vt_optimizer_ema_full(&opt, m.grads);  // the gradients are spent
+  if (!rc && o->final_ema[0]) vt_optimizer_ema_full(&opt, m.params, m.grads);  // the gradients are spent
   if (!rc && o->final_ema[0] &&
       vt_export_safetensors(&m, m.grads, world, &mesh, o->final_ema, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("%s", err);

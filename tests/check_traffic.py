@@ -1,6 +1,7 @@
 """check_traffic.py DIR TP PP DP ZERO: the payload bytes each rank counted per axis over one
 training step (DIR/comm.rank<R>.json, written by vit3d --comm-stats 1) against the formulas:
-  TP  all-reduce: 4 x b*N*C floats per block per micro-batch (two forward, two backward); with
+  TP  all-reduce: 4 x b*N*C floats per block per micro-batch (two forward, two backward, none
+      for a block in the frozen prefix, frozen_blocks, whose backward is skipped); with
       parallel blocks 2 x (one each way: both branches share the gathered input and one sum);
       with sequence parallelism a reduce-scatter of as many bytes, and an all-gather of as many
       and more (the embeddings' and the head's), the all-reduces only the LayerNorm gradients'
@@ -12,9 +13,11 @@ training step (DIR/comm.rank<R>.json, written by vit3d --comm-stats 1) against t
       chunk's virtual stage c * pp + pp_rank; ZB-V's chunks are stages pp_rank and
       2 pp - 1 - pp_rank, and its turn (pp - 1 to pp, both on the last rank) no transfer
   DP  all-reduce of the rank's gradient elements once per step; ZeRO-1: a reduce-scatter and
-      an all-gather of the (padded) gradient elements instead. Without ZeRO, one all-reduce per
-      layer of the stage (embeddings, each block, head), every one started during the step's
-      last backward pass (overlap), none left for the optimizer step to start
+      an all-gather of the gradient elements after the rank's frozen prefix (frozen_prefix:
+      none kept, none moved), padded to a multiple of dp, instead. Without ZeRO, one all-reduce per
+      layer of the stage (embeddings, each block, head) but those of the frozen prefix
+      (frozen_layers: whole layers, so frozen_prefix elements), every one started during the
+      step's last backward pass (overlap), none left for the optimizer step to start
 Prints each rank's counts beside the formulas and exits 1 on any difference. With a fifth
 argument PLAN (the output of `vit3d plan` for the same flags), each rank's counts must also be
 the plan's traffic lines for its stage (printed in MiB to 3 decimals).
@@ -61,20 +64,29 @@ for path in ranks:
     # boundaries with a virtual stage on another rank (ZB-V's turn stays on rank pp - 1)
     boundaries = sum((s > 0 and owner(s - 1) != p) + (s < pp * v - 1 and owner(s + 1) != p)
                      for s in stages)
-    blocks_tp = (2 if r.get("parallel_blocks") else 4) * nb * m * act if tp > 1 else 0
+    # blocks in the frozen prefix run no backward, so none of its all-reduces
+    passes = 2 * nb - r["frozen_blocks"]
+    blocks_tp = (1 if r.get("parallel_blocks") else 2) * passes * m * act if tp > 1 else 0
     want = {
         ("tp", "all_reduce"): 0 if seq else blocks_tp,
         ("tp", "reduce_scatter"): blocks_tp if seq else 0,
         ("pp", "send"): boundaries * m * rows * r["C"] * 4,
         ("pp", "recv"): boundaries * m * rows * r["C"] * 4,
-        ("dp", "all_reduce"): r["params"] * 4 if dp > 1 and not zero else 0,
+        ("dp", "all_reduce"): (r["params"] - r["frozen_prefix"]) * 4 if dp > 1 and not zero else 0,
         ("dp", "reduce_scatter"): r["zero_padded"] * 4 if dp > 1 and zero else 0,
         ("dp", "all_gather"): r["zero_padded"] * 4 if dp > 1 and zero else 0,
     }
     cells = []
+    if dp > 1 and zero:
+        trained = r["params"] - r["frozen_prefix"]
+        ok = r["zero_padded"] == -(-trained // dp) * dp
+        bad += not ok
+        cells.append(f"zero padded {r['zero_padded']} (frozen prefix {r['frozen_prefix']})"
+                     f"{'' if ok else ' MISMATCH'}")
     if dp > 1 and not zero:
         head = r["pp_rank"] == (0 if r.get("vshape") else pp - 1)  # ZB-V: the head on rank 0
-        layers = r["nblocks"] + (r["pp_rank"] == 0) + head
+        embed = r["pp_rank"] == 0 and r["frozen_layers"] == 0
+        layers = r["nblocks"] - r["frozen_blocks"] + embed + head
         calls = r["axes"]["dp"]["all_reduce"][0]
         ok = r["dp_overlap"] == 1 and r["dp_layers"] == layers == calls and \
             r["dp_started_in_backward"] == layers

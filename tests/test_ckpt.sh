@@ -5,7 +5,8 @@
 #     a checkpoint written in the background (--async-save); also
 #     with --zero 1, drop path, Mixup, CutMix, random erasing and the weights' EMA (also byte-identical; its
 #     export from the checkpoint equals the run's --final-ema, and a checkpoint without one is
-#     refused by export --use-ema); SGD with ZeRO-1 and the EMA; and on an image folder with
+#     refused by export --use-ema); SGD with ZeRO-1 and the EMA; a frozen prefix with ZeRO-1 and
+#     the EMA (and its checkpoint continued on one rank); and on an image folder with
 #     RandAugment and repeated augmentation;
 #  2. resume on another mesh: the step-10 checkpoint of 2x2x2 continued on 1x1x1, 4x2x1, 1x4x2,
 #     2x1x4 and 2x2x2 with the interleaved schedule (other blocks per stage) matches an
@@ -70,6 +71,36 @@ if cmp -s "$work/sgd_straight/weights.safetensors" "$work/sgd_second/weights.saf
    ! grep -q "exp_avg" "$work/ck_sgd/step-00000010/optim.safetensors"; then
   echo "ok: exact resume of SGD with ZeRO-1 and the EMA (momentum_buffer only): weights and EMA byte-identical"
 else echo "FAIL: exact resume of SGD with ZeRO-1 and the EMA differs"; fail=1; fi
+# A frozen prefix (the embeddings and blocks 0-2, on stage 0 of 2) with ZeRO-1 and the EMA: the
+# optimizer keeps no state for it and shards the rest, so DP rank 0 writes the prefix's zero
+# moments and its EMA (its weights) beside its shard. Exact resume; the files hold those values;
+# and the step-10 checkpoint continued on one rank (no ZeRO, the prefix the whole run's) matches
+# one rank's uninterrupted run.
+frz=(--freeze '^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.)' --model-ema 0.99)
+must run frz_straight 8 --tp 2 --pp 2 --zero 1 "${frz[@]}" --final-ema "$work/frz_ema_straight.st"
+must run frz_first 8 --tp 2 --pp 2 --zero 1 "${frz[@]}" --save "$work/ck_frz" --save-interval 10 --run-steps 10
+must run frz_second 8 --tp 2 --pp 2 --zero 1 "${frz[@]}" --save "$work/ck_frz" --resume auto \
+  --final-ema "$work/frz_ema_second.st"
+must run frz_ref1 1 "${frz[@]}"
+must run frz_res1 1 "${frz[@]}" --resume "$work/ck_frz/step-00000010"
+if cmp -s "$work/frz_straight/weights.safetensors" "$work/frz_second/weights.safetensors" &&
+   cmp -s "$work/frz_ema_straight.st" "$work/frz_ema_second.st" &&
+   PYTHONPATH="$here" "$py" - "$work/ck_frz/step-00000010" <<'PY'
+import re, sys
+from compare_runs import load_safetensors
+d = sys.argv[1]
+w, o, e = (load_safetensors(f"{d}/{f}.safetensors") for f in ("model", "optim", "ema"))
+frozen = [n for n in w if re.search(r"^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.)", n)]
+assert frozen and all(not o["exp_avg." + n].any() and not o["exp_avg_sq." + n].any()
+                      and e[n].tobytes() == w[n].tobytes() for n in frozen), "frozen state"
+assert all(o["exp_avg_sq." + n].any() for n in w if n not in frozen), "trained state"
+print(f"ok: the checkpoint holds zero moments and EMA = weights for the {len(frozen)} frozen "
+      f"tensors, moments for the other {len(w) - len(frozen)}")
+PY
+then echo "ok: exact resume with a frozen prefix, ZeRO-1 and the EMA: weights and EMA byte-identical"
+else echo "FAIL: exact resume with a frozen prefix, ZeRO-1 and the EMA"; fail=1; fi
+"$py" "$here/compare_runs.py" "$work/frz_ref1" "$work/frz_res1" \
+  "2x2x2 ZeRO-1 frozen step 10 -> 1x1x1" || fail=1
 # A checkpoint written in the background (--async-save 1, the default: steps 3, 6 and 9 here; 10,
 # the run's last, in place) holds its step's state although training went on while it was
 # written: resumed from step 9 it continues as the straight run.

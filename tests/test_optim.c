@@ -5,7 +5,10 @@
 // others, which the DP reduction must add), take three steps, and must end where one rank with
 // the whole table ends: every tensor within 1e-5 of its own update, the same gradient norms.
 // LAMB's per-tensor norms are the point: a TP-split tensor, a tensor cut by ZeRO-1's shards and
-// a replicated one must each get its whole norm. Each rank computes its verdict; the verdicts
+// a replicated one must each get its whole norm. AdamW and LAMB again with a frozen prefix (the
+// embeddings and block 0) and the weights' EMA: the optimizer keeps no state for the prefix
+// (one rank's memory shrinks by exactly its moments and EMA), ZeRO-1 shards the rest, and the
+// prefix keeps its initial bytes in the weights and the EMA. Each rank computes its verdict; the verdicts
 // are reduced so every rank exits with the same code. Without MPI: the 1x1x1 layout only.
 #include <math.h>
 #include <stdint.h>
@@ -37,12 +40,23 @@ typedef struct {
   int tp, pp, dp, zero;
 } layout;
 
+// Whether a tensor is in the frozen prefix of the "frozen" runs (their --freeze pattern).
+static const char *const k_frozen_re = "^(patch_embed|pos_embed|cls_token|blocks\\.0\\.)";
+static int in_prefix(const char *name) {
+  static const char *const prefixes[] = {"patch_embed", "pos_embed", "cls_token", "blocks.0."};
+  for (int i = 0; i < 4; i++)
+    if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0) return 1;
+  return 0;
+}
+
 // One run of STEPS steps on this rank's shard of cfg: final local parameters into *out (malloc'd)
 // and each step's gradient norm into norms.
+// With an EMA, *ema (malloc'd) receives it (vt_optimizer_ema_full), else NULL; *state_nbytes
+// the optimizer's memory.
 static void run(const vt_vit_config *cfg, const vt_optim_config *oc, const vt_backend *be,
                 const vt_param_table *whole, const float *init, vt_shard shard, vt_comm *tp,
                 vt_comm *pp, vt_comm *dp, int zero, int dp_rank, vt_param_table *t, float **out,
-                double *norms) {
+                float **ema, size_t *state_nbytes, double *norms) {
   vt_params_build(t, cfg, shard);
   float *params = be->alloc((size_t)t->total * sizeof(float) + 4);
   float *grads = be->alloc((size_t)t->total * sizeof(float) + 4);
@@ -55,6 +69,7 @@ static void run(const vt_vit_config *cfg, const vt_optim_config *oc, const vt_ba
   }
   vt_optimizer o;
   vt_optimizer_init(&o, oc, be, t, tp, pp, dp, zero);
+  vt_optimizer_ema_reset(&o, params);
   for (int s = 0; s < STEPS; s++) {
     for (int r = 0; r < t->count; r++) {
       const vt_param *p = &t->p[r];
@@ -64,6 +79,13 @@ static void run(const vt_vit_config *cfg, const vt_optim_config *oc, const vt_ba
     }
     norms[s] = vt_optimizer_step(&o, params, grads, oc->lr);
   }
+  *ema = NULL;
+  if (o.ema) {
+    *ema = be->alloc((size_t)t->total * sizeof(float) + 4);
+    VT_CHECK(*ema != NULL, "out of memory");
+    vt_optimizer_ema_full(&o, params, *ema);
+  }
+  *state_nbytes = vt_optimizer_nbytes(&o);
   vt_optimizer_free(&o);
   be->free(grads);
   *out = params;
@@ -87,22 +109,37 @@ int main(int argc, char **argv) {
   vt_params_init(&whole, init, 7);
   const layout all[] = {{2, 2, 2, 1}, {1, 1, 8, 1}, {4, 2, 1, 0}, {2, 1, 4, 0}, {1, 2, 4, 1}};
   const int nlayouts = W == 8 ? (int)(sizeof all / sizeof all[0]) : 1;
-  const char *kinds[] = {"AdamW", "LAMB", "SGD"};
-  const vt_opt_kind kind_of[] = {VT_OPT_ADAMW, VT_OPT_LAMB, VT_OPT_SGD};
-  for (int k = 0; k < 3; k++) {
+  // Then AdamW and LAMB again with the embeddings and block 0 frozen (a frozen prefix: no
+  // state kept for it, ZeRO-1 shards the rest) and the weights' EMA.
+  const char *kinds[] = {"AdamW", "LAMB", "SGD", "AdamW frozen", "LAMB frozen"};
+  const vt_opt_kind kind_of[] = {VT_OPT_ADAMW, VT_OPT_LAMB, VT_OPT_SGD, VT_OPT_ADAMW, VT_OPT_LAMB};
+  for (int k = 0; k < 5; k++) {
     // Clipping at 1.5 acts on every step (the gradients' norm is about 41). SGD (Nesterov) at
     // 10 times the rate, so that its steps of lr x gradient move the weights as far.
-    const vt_optim_config oc = {.kind = kind_of[k], .lr = k == 2 ? 2e-1f : 2e-2f,
-                                .min_lr = k == 2 ? 2e-1f : 2e-2f, .warmup_steps = 0,
-                                .total_steps = STEPS, .beta1 = 0.9f, .beta2 = 0.999f,
-                                .eps = 1e-8f, .momentum = 0.9f, .nesterov = 1,
-                                .weight_decay = 0.05f, .clip_grad = 1.5f, .layer_decay = 0.8f,
-                                .depth = cfg.depth};
+    vt_optim_config oc = {.kind = kind_of[k], .lr = k == 2 ? 2e-1f : 2e-2f,
+                          .min_lr = k == 2 ? 2e-1f : 2e-2f, .warmup_steps = 0,
+                          .total_steps = STEPS, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                          .momentum = 0.9f, .nesterov = 1, .weight_decay = 0.05f,
+                          .clip_grad = 1.5f, .layer_decay = 0.8f, .depth = cfg.depth};
+    const int frz = k >= 3;
+    if (frz) snprintf(oc.freeze, sizeof oc.freeze, "%s", k_frozen_re), oc.ema_decay = 0.9f;
     vt_param_table rt;
-    float *ref;
+    float *ref, *ref_ema;
+    size_t ref_nbytes;
     double ref_norms[STEPS];
     run(&cfg, &oc, be, &whole, init, vt_shard_whole(), NULL, NULL, NULL, 0, 0, &rt, &ref,
-        ref_norms);
+        &ref_ema, &ref_nbytes, ref_norms);
+    if (frz) {  // one rank keeps no moments (2) and no EMA (1) for the frozen prefix
+      int64_t frozen_elems = 0;
+      for (int r = 0; r < whole.count; r++) frozen_elems += in_prefix(whole.p[r].name) * whole.p[r].count;
+      const size_t full = vt_optimizer_plan_nbytes(whole.total, whole.total, 1, 0, 1, 2);
+      const int ok = frozen_elems > 0 && ref_nbytes == full - (size_t)frozen_elems * 3 * 4;
+      g_failures += !ok;
+      if (me == 0)
+        printf("%-12s one rank: optimizer %zu bytes, %zu without freezing, %lld frozen elements "
+               "kept nothing: %s\n", kinds[k], ref_nbytes, full, (long long)frozen_elems,
+               ok ? "ok" : "FAIL");
+    }
     for (int l = 0; l < nlayouts; l++) {
       const layout L = W == 8 ? all[l] : (layout){1, 1, 1, 0};
       vt_mesh mesh;
@@ -114,44 +151,56 @@ int main(int argc, char **argv) {
       const vt_mesh_coord c = vt_mesh_coords(&mesh, me);
       const vt_shard shard = {c.tp_rank, L.tp, c.pp_rank, L.pp, 0, 1, 0};
       vt_param_table t;
-      float *mine;
+      float *mine, *mine_ema;
+      size_t nbytes;
       double norms[STEPS];
       run(&cfg, &oc, be, &whole, init, shard, L.tp > 1 ? tp : NULL, L.pp > 1 ? pp : NULL,
-          L.dp > 1 ? dp : NULL, L.zero, c.dp_rank, &t, &mine, norms);
+          L.dp > 1 ? dp : NULL, L.zero, c.dp_rank, &t, &mine, &mine_ema, &nbytes, norms);
+      // Each tensor against one rank's, relative to how far one rank's moved it; frozen ones
+      // (which did not move) must keep the initial bytes in the weights and the EMA.
       double worst = 0.0;
       const char *worst_name = "";
-      for (int r = 0; r < t.count; r++) {
-        const vt_param *p = &t.p[r], *w = vt_params_find(&rt, p->name);
-        double diff = 0.0, moved = 0.0;
-        for (int64_t i = 0; i < p->local_count; i++) {
-          const int64_t g = w->offset + vt_param_global_index(p, &t.shard, i);
-          diff = fmax(diff, fabs((double)mine[p->offset + i] - ref[g]));
-          moved = fmax(moved, fabs((double)ref[g] - init[g]));
+      int frozen_moved = 0;
+      for (int e = 0; e < (frz ? 2 : 1); e++) {
+        const float *got = e ? mine_ema : mine, *want = e ? ref_ema : ref;
+        for (int r = 0; r < t.count; r++) {
+          const vt_param *p = &t.p[r], *w = vt_params_find(&rt, p->name);
+          double diff = 0.0, moved = 0.0;
+          int kept = 1;
+          for (int64_t i = 0; i < p->local_count; i++) {
+            const int64_t g = w->offset + vt_param_global_index(p, &t.shard, i);
+            diff = fmax(diff, fabs((double)got[p->offset + i] - want[g]));
+            moved = fmax(moved, fabs((double)want[g] - init[g]));
+            kept &= got[p->offset + i] == init[g] && want[g] == init[g];
+          }
+          frozen_moved += frz && in_prefix(p->name) && !kept;
+          const double rel = moved > 0 ? diff / moved : diff;
+          if (rel > worst) worst = rel, worst_name = p->name;
         }
-        const double rel = moved > 0 ? diff / moved : diff;
-        if (rel > worst) worst = rel, worst_name = p->name;
       }
       double norm_err = 0.0;
       for (int s = 0; s < STEPS; s++)
         norm_err = fmax(norm_err, fabs(norms[s] - ref_norms[s]) / ref_norms[s]);
-      const int ok = worst <= 1e-5 && norm_err <= 1e-12;
+      const int ok = worst <= 1e-5 && norm_err <= 1e-12 && !frozen_moved;
       g_failures += !ok;
       double all_worst[2] = {worst, norm_err};
       vt_comm_all_reduce_double(world, all_worst, 2, VT_REDUCE_MAX);
       if (!ok)
         fprintf(stderr, "[rank %d] FAIL: %s %dx%dx%d%s: %s off by %.2e of its update, grad norm by "
-                "%.2e\n", me, kinds[k], L.tp, L.pp, L.dp, L.zero ? " ZeRO-1" : "", worst_name,
-                worst, norm_err);
+                "%.2e, %d frozen tensors changed\n", me, kinds[k], L.tp, L.pp, L.dp,
+                L.zero ? " ZeRO-1" : "", worst_name, worst, norm_err, frozen_moved);
       if (me == 0)
-        printf("%-5s %dx%dx%d%-7s against one rank after %d steps: parameters within %.2e of "
+        printf("%-12s %dx%dx%d%-7s against one rank after %d steps: parameters%s within %.2e of "
                "their update (tol 1e-5), grad norms within %.2e (tol 1e-12); first step's norm "
                "%.4f\n", kinds[k], L.tp, L.pp, L.dp, L.zero ? " ZeRO-1" : "", STEPS,
-               all_worst[0], all_worst[1], ref_norms[0]);
+               frz ? " and EMA" : "", all_worst[0], all_worst[1], ref_norms[0]);
       be->free(mine);
+      if (mine_ema) be->free(mine_ema);
       vt_params_free(&t);
       vt_comm_free(tp), vt_comm_free(pp), vt_comm_free(dp);
     }
     be->free(ref);
+    if (ref_ema) be->free(ref_ema);
     vt_params_free(&rt);
   }
   double verdict = g_failures;

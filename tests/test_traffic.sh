@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_traffic.sh VIT3D: the bytes every rank moves per axis in one step equal the formulas of
-# tests/check_traffic.py, on 2x2x2, 2x2x2 with ZeRO-1, 1x4x2, 1x4x2 with the interleaved
+# tests/check_traffic.py, on 2x2x2, 2x2x2 with ZeRO-1, both also with a frozen prefix, 1x4x2, 1x4x2 with the interleaved
 # schedule, 2x2x2 with parallel blocks (half the TP bytes), 1x4x2 with ZB-V (its V: the turn
 # between the chunks of the last rank is no transfer) and 2x2x2 with sequence parallelism; and
 # so do the traffic lines of
@@ -27,6 +27,22 @@ measure() {  # measure NAME TP PP DP ZERO [flags...]
 }
 measure m222 2 2 2 0
 measure zero 2 2 2 1
+# ZeRO-1 with a frozen prefix (the embeddings and blocks 0-2 of stage 0's 0-3): stage 0 moves
+# only block 3's gradients and weights over DP, stage 1 all of its own
+measure zfrz 2 2 2 1 --freeze '^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.)'
+# the same without ZeRO: stage 0 all-reduces block 3 only, and no block 0-2 backward all-reduces
+measure frz222 2 2 2 0 --freeze '^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.)'
+"$py" - "$work/zero" "$work/zfrz" <<'PY' || fail=1
+import json, sys
+def rs(d, rank):
+    r = json.load(open(f"{d}/comm.rank{rank}.json"))
+    return r["pp_rank"], r["frozen_prefix"], r["axes"]["dp"]["reduce_scatter"][1]
+for rank in range(8):
+    (p, f0, a), (_, f1, b) = rs(sys.argv[1], rank), rs(sys.argv[2], rank)
+    assert f0 == 0 and (f1 > 0 and b < a / 2 if p == 0 else f1 == 0 and b == a), (rank, f1, a, b)
+print(f"zfrz: stage 0 reduce-scatters {b if p == 0 else rs(sys.argv[2], 0)[2]} bytes with the "
+      f"frozen prefix, {rs(sys.argv[1], 0)[2]} without; stage 1 the same bytes")
+PY
 measure m142 1 4 2 0
 measure il142 1 4 2 0 --pp-schedule interleaved  # chunks 0-0,4-4 ... 3-3,7-7: a ring
 measure par222 2 2 2 0 --parallel-blocks 1  # half the TP traffic of m222

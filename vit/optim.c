@@ -115,10 +115,48 @@ vt_status vt_freeze_summarize(const vt_optim_config *cfg, const vt_vit_config *m
 }
 
 static float *must_alloc(const vt_backend *be, int64_t count, const char *what) {
-  float *p = be->alloc((size_t)count * sizeof(float));
+  float *p = be->alloc((size_t)(count > 0 ? count : 1) * sizeof(float));  // none: all frozen
   VT_CHECK(p != NULL, "out of %s memory for %lld MiB of %s", be->name,
            (long long)(count * 4) >> 20, what);
   return p;
+}
+
+// The first element of a trained tensor (the table is laid out by offset, any order of rows).
+static int64_t state_base(const vt_param_table *t, const unsigned char *frozen) {
+  int64_t base = t->total;
+  for (int i = 0; i < t->count; i++)
+    if (t->p[i].local_count > 0 && !frozen[i] && t->p[i].offset < base) base = t->p[i].offset;
+  return base;
+}
+
+// The frozen marks of t's rows under validated patterns (calloc'd).
+static unsigned char *frozen_marks(const vt_optim_config *cfg, const vt_param_table *t) {
+  unsigned char *frozen = calloc((size_t)t->count + 1, 1);
+  VT_CHECK(frozen != NULL, "out of host memory");
+  char err[320];
+  int n;
+  VT_CHECK(vt_freeze_mark(cfg, t, frozen, &n, err, sizeof err) == VT_OK, "%s", err);
+  return frozen;
+}
+
+int64_t vt_optim_state_base(const vt_optim_config *cfg, const vt_param_table *t) {
+  unsigned char *frozen = frozen_marks(cfg, t);
+  const int64_t base = state_base(t, frozen);
+  free(frozen);
+  return base;
+}
+
+int64_t vt_optim_dp_reduced(const vt_optim_config *cfg, const vt_param_table *t) {
+  unsigned char *frozen = frozen_marks(cfg, t);
+  int64_t n = 0;
+  for (int i = 0; i < t->count; i++) {
+    int trained = 0;  // a tensor of its layer is
+    for (int j = 0; j < t->count && !trained; j++)
+      trained = t->p[j].layer == t->p[i].layer && t->p[j].local_count > 0 && !frozen[j];
+    if (trained && t->p[i].local_count > 0) n += t->p[i].local_count;
+  }
+  free(frozen);
+  return n;
 }
 
 void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_backend *be,
@@ -127,11 +165,17 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   *o = (vt_optimizer){.cfg = *cfg, .be = be, .table = table, .tp = tp, .pp = pp, .dp = dp};
   const int dp_size = dp ? vt_comm_size(dp) : 1, dp_rank = dp ? vt_comm_rank(dp) : 0;
   o->zero = zero && dp_size > 1;
-  int64_t state = table->total;
+  o->frozen = calloc((size_t)table->count + 1, 1);
+  VT_CHECK(o->frozen != NULL, "out of host memory");
+  char err[320];
+  int nfrozen;
+  VT_CHECK(vt_freeze_mark(cfg, table, o->frozen, &nfrozen, err, sizeof err) == VT_OK, "%s", err);
+  o->base = state_base(table, o->frozen);
+  int64_t state = table->total - o->base;
   if (o->zero) {
-    o->shard_count = (table->total + dp_size - 1) / dp_size;
+    o->shard_count = (state + dp_size - 1) / dp_size;
     o->padded = o->shard_count * dp_size;
-    o->shard_lo = (int64_t)dp_rank * o->shard_count;
+    o->shard_lo = o->base + (int64_t)dp_rank * o->shard_count;
     o->flat = must_alloc(be, o->padded, "ZeRO-1 staging");
     o->shard = must_alloc(be, o->shard_count, "ZeRO-1 gradient shard");
     state = o->shard_count;
@@ -143,12 +187,8 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   o->sums = be->alloc(nsums * sizeof(double));
   o->norms = calloc(nsums, sizeof(double));
   o->run_key = calloc(nsums, 1);
-  o->frozen = calloc((size_t)table->count + 1, 1);
-  VT_CHECK(o->sums && o->norms && o->run_key && o->frozen,
-           "out of memory for the optimizer's %zu norms", nsums);
-  char err[320];
-  int nfrozen;
-  VT_CHECK(vt_freeze_mark(cfg, table, o->frozen, &nfrozen, err, sizeof err) == VT_OK, "%s", err);
+  VT_CHECK(o->sums && o->norms && o->run_key, "out of memory for the optimizer's %zu norms",
+           nsums);
   // The weight-decay mask, so that one AdamW call updates every tensor (vt_ops.h).
   uint8_t *mask = calloc((size_t)table->total + 1, 1);
   o->decay = be->alloc((size_t)table->total + 1);
@@ -221,18 +261,34 @@ void vt_optimizer_free(vt_optimizer *o) {
   *o = (vt_optimizer){0};
 }
 
-size_t vt_optimizer_plan_nbytes(int64_t total, int dp_size, int zero, int ema, int moments) {
-  const int64_t shard = (total + dp_size - 1) / dp_size;
+size_t vt_optimizer_plan_nbytes(int64_t total, int64_t trained, int dp_size, int zero, int ema,
+                                int moments) {
+  const int64_t shard = (trained + dp_size - 1) / dp_size;
   // ZeRO-1: moments of a shard, the padded staging and the reduced shard
-  int64_t n = zero && dp_size > 1 ? moments * shard + shard * dp_size + shard : moments * total;
-  if (ema) n += zero && dp_size > 1 ? shard : total;
+  int64_t n = zero && dp_size > 1 ? moments * shard + shard * dp_size + shard : moments * trained;
+  if (ema) n += zero && dp_size > 1 ? shard : trained;
   return (size_t)n * sizeof(float) + (size_t)total;  // + the weight-decay mask
 }
 
 size_t vt_optimizer_nbytes(const vt_optimizer *o) {
   const int dp_size = o->dp ? vt_comm_size(o->dp) : 1;
-  return vt_optimizer_plan_nbytes(o->table->total, dp_size, o->zero, o->ema != NULL,
-                                  vt_opt_state_buffers(o->cfg.kind));
+  return vt_optimizer_plan_nbytes(o->table->total, o->table->total - o->base, dp_size, o->zero,
+                                  o->ema != NULL, vt_opt_state_buffers(o->cfg.kind));
+}
+
+void vt_optimizer_write_range(const vt_optimizer *o, int64_t *lo, int64_t *count) {
+  const int64_t total = o->table->total;
+  int64_t a, b;
+  if (o->zero) {
+    a = vt_comm_rank(o->dp) == 0 ? 0 : o->shard_lo;
+    b = o->shard_lo + o->shard_count;
+  } else {
+    const int dp_size = o->dp ? vt_comm_size(o->dp) : 1, dp_rank = o->dp ? vt_comm_rank(o->dp) : 0;
+    const int64_t chunk = (total + dp_size - 1) / dp_size;
+    a = (int64_t)dp_rank * chunk, b = a + chunk;
+  }
+  *lo = a < total ? a : total;
+  *count = (b < total ? b : total) - *lo;
 }
 
 // The part of tensor p inside the flat range [lo, hi): *first (flat index) and the count.
@@ -453,18 +509,21 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
     if (p->tp_partial && !o->frozen[i])
       vt_comm_all_reduce(o->tp, grads + p->offset, p->local_count);
   }
-  float *g = grads;                  // the gradients this rank updates with
-  int64_t lo = 0, hi = total;        // ... covering these flat elements
+  // The gradients this rank updates with, g, covering the flat elements [lo, hi): the frozen
+  // prefix before base is left out.
+  const int64_t base = o->base, trained = total - base;
+  float *g = grads + base;
+  int64_t lo = base, hi = total;
   if (o->zero) {
     // Each DP rank reduces and updates one shard; the padding holds zeros.
-    be->zero(o->flat + total, (size_t)(o->padded - total) * sizeof(float));
-    be->copy(o->flat, grads, (size_t)total * sizeof(float));
-    vt_comm_reduce_scatter(o->dp, o->shard, o->flat, o->shard_count);
+    be->zero(o->flat + trained, (size_t)(o->padded - trained) * sizeof(float));
+    be->copy(o->flat, grads + base, (size_t)trained * sizeof(float));
+    if (o->shard_count > 0) vt_comm_reduce_scatter(o->dp, o->shard, o->flat, o->shard_count);
     g = o->shard;
-    lo = o->shard_lo;
-    hi = lo + o->shard_count < total ? lo + o->shard_count : total;
+    lo = o->shard_lo < total ? o->shard_lo : total;
+    hi = o->shard_lo + o->shard_count < total ? o->shard_lo + o->shard_count : total;
   } else if (o->dp && !o->overlap) {
-    for (int64_t b = 0; b < total; b += VT_DP_BUCKET_COUNT)
+    for (int64_t b = base; b < total; b += VT_DP_BUCKET_COUNT)
       vt_comm_all_reduce(o->dp, grads + b, total - b < VT_DP_BUCKET_COUNT ? total - b : VT_DP_BUCKET_COUNT);
   }
   // One norm over the whole model: TP shards and pipeline stages hold different parameters,
@@ -486,10 +545,10 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
     sgd_range(o, params + lo, g, o->m, lo, hi, lr);
   else if (hi > lo)
     adamw_range(o, params + lo, g, o->m, o->v, lo, hi, lr);
-  if (o->zero) {  // each DP rank updated its shard; all gather the whole
-    if (hi > lo) be->copy(o->flat + lo, params + lo, (size_t)(hi - lo) * sizeof(float));
-    vt_comm_all_gather(o->dp, o->flat, o->flat + o->shard_lo, o->shard_count);
-    be->copy(params, o->flat, (size_t)total * sizeof(float));
+  if (o->zero && o->shard_count > 0) {  // each DP rank updated its shard; all gather the whole
+    if (hi > lo) be->copy(o->flat + (lo - base), params + lo, (size_t)(hi - lo) * sizeof(float));
+    vt_comm_all_gather(o->dp, o->flat, o->flat + (o->shard_lo - base), o->shard_count);
+    be->copy(params + base, o->flat, (size_t)trained * sizeof(float));
   }
   if (o->ema) {  // frozen tensors' EMA stays their value
     step_ctx c = {o, params + lo, NULL, NULL, NULL, lo, vt_ema_decay_at(&o->cfg, o->t)};
@@ -508,13 +567,13 @@ float vt_ema_decay_at(const vt_optim_config *cfg, int64_t t) {
 }
 
 // Fills one buffer of this rank's optimizer state (moments, EMA) from values of the whole
-// table: all of them, or under ZeRO-1 the rank's shard, the padding past the table zero (the
-// last ranks may hold padding only). move: the backend's copy or to_device.
+// table: those from base on, or under ZeRO-1 the rank's shard, the padding past the table zero
+// (the last ranks may hold padding only). move: the backend's copy or to_device.
 static void load_state(const vt_optimizer *o, float *state, const float *src,
                        void (*move)(void *dst, const void *src, size_t nbytes)) {
   const int64_t total = o->table->total, lo = o->shard_lo;
   if (!o->zero) {
-    move(state, src, (size_t)total * sizeof(float));
+    if (total > o->base) move(state, src + o->base, (size_t)(total - o->base) * sizeof(float));
     return;
   }
   o->be->zero(state, (size_t)o->shard_count * sizeof(float));
@@ -522,11 +581,11 @@ static void load_state(const vt_optimizer *o, float *state, const float *src,
   if (n > 0) move(state, src + lo, (size_t)n * sizeof(float));
 }
 
-// The whole table's values of one state buffer: itself, or under ZeRO-1 the shards gathered
-// into the staging buffer (collective over dp).
+// The values from base on of one state buffer: itself, or under ZeRO-1 the shards gathered into
+// the staging buffer (collective over dp).
 static const float *whole_state(vt_optimizer *o, const float *state) {
   if (!o->zero) return state;
-  vt_comm_all_gather(o->dp, o->flat, state, o->shard_count);
+  if (o->shard_count > 0) vt_comm_all_gather(o->dp, o->flat, state, o->shard_count);
   return o->flat;
 }
 
@@ -534,28 +593,41 @@ void vt_optimizer_ema_reset(vt_optimizer *o, const float *params) {
   if (o->ema) load_state(o, o->ema, params, o->be->copy);
 }
 
-void vt_optimizer_ema_full(vt_optimizer *o, float *dst) {
-  o->be->copy(dst, whole_state(o, o->ema), (size_t)o->table->total * sizeof(float));
+void vt_optimizer_ema_full(vt_optimizer *o, const float *params, float *dst) {
+  const int64_t base = o->base, total = o->table->total;
+  const float *ema = whole_state(o, o->ema);
+  if (dst != params && base > 0) o->be->copy(dst, params, (size_t)base * sizeof(float));
+  if (total > base) o->be->copy(dst + base, ema, (size_t)(total - base) * sizeof(float));
 }
 
 void vt_optimizer_set_ema(vt_optimizer *o, const float *host) {
   load_state(o, o->ema, host, o->be->to_device);
 }
 
-void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, float *m_host,
-                            float *v_host, float *ema_host) {
+void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, const float *params_host,
+                            float *m_host, float *v_host, float *ema_host) {
   VT_CHECK(lo >= 0 && count >= 0 && lo + count <= o->table->total,
            "optimizer state range [%lld, %lld) is outside the %lld local elements", (long long)lo,
            (long long)(lo + count), (long long)o->table->total);
+  // The frozen prefix's part: zero moments, the EMA the weights.
+  const int64_t pre = lo + count <= o->base ? count : lo < o->base ? o->base - lo : 0;
+  if (pre > 0) {
+    memset(m_host, 0, (size_t)pre * sizeof(float));
+    if (o->v) memset(v_host, 0, (size_t)pre * sizeof(float));
+    if (ema_host && o->ema) memcpy(ema_host, params_host, (size_t)pre * sizeof(float));
+  }
+  lo += pre, count -= pre;
+  if (count == 0) return;
   // Under ZeRO-1 the rank holds its shard only, whose first element is the table's shard_lo.
+  const int64_t state_lo = o->zero ? o->shard_lo : o->base;
   VT_CHECK(!o->zero || (lo == o->shard_lo && count <= o->shard_count),
            "ZeRO-1: optimizer state range [%lld, %lld) is not this rank's shard at %lld",
            (long long)lo, (long long)(lo + count), (long long)o->shard_lo);
-  const int64_t at = o->zero ? 0 : lo;
+  const int64_t at = lo - state_lo;
   const size_t nbytes = (size_t)count * sizeof(float);
-  o->be->to_host(m_host, o->m + at, nbytes);
-  if (o->v) o->be->to_host(v_host, o->v + at, nbytes);  // SGD has none
-  if (ema_host && o->ema) o->be->to_host(ema_host, o->ema + at, nbytes);
+  o->be->to_host(m_host + pre, o->m + at, nbytes);
+  if (o->v) o->be->to_host(v_host + pre, o->v + at, nbytes);  // SGD has none
+  if (ema_host && o->ema) o->be->to_host(ema_host + pre, o->ema + at, nbytes);
 }
 
 void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t) {

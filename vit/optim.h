@@ -92,6 +92,14 @@ typedef struct {
   int64_t elements, all_elements;
   uint32_t names_hash;
 } vt_freeze_summary;
+// The flat index in rank table t where the optimizer's state starts: every tensor laid out
+// before it is frozen (a frozen prefix, such as a linear probe's whole backbone), so their
+// moments and EMA are not kept and ZeRO-1 shards only [base, t->total). t->total when all are
+// frozen, 0 without patterns (validated ones).
+int64_t vt_optim_state_base(const vt_optim_config *cfg, const vt_param_table *t);
+// The elements of rank table t that DP reduces each step without ZeRO-1: those of every layer
+// (vt_param.layer) with a tensor that is not frozen (vt_optimizer's overlap).
+int64_t vt_optim_dp_reduced(const vt_optim_config *cfg, const vt_param_table *t);
 // vt_freeze_summary's leading_layers for patterns already validated (0 without patterns).
 int vt_freeze_leading_layers(const vt_optim_config *cfg, const vt_vit_config *model);
 // The patterns as flags for messages: "--freeze 'A'", "--trainable 'B'", both, or "".
@@ -119,13 +127,15 @@ typedef struct {
   const vt_param_table *table;
   vt_comm *tp, *pp, *dp;  // NULL where the axis has size 1
   int zero;               // 1: ZeRO-1, Adam moments sharded over dp
-  // ZeRO-1: the flat gradient is padded to a multiple of dp and split in equal shards; this
-  // rank owns elements [shard_lo, shard_lo + shard_count) of it.
+  // The state covers the flat elements [base, table->total) (vt_optim_state_base: the tensors
+  // before base are frozen; their moments are zero and their EMA is their value).
+  int64_t base;
+  // ZeRO-1: those elements are padded to a multiple of dp (padded) and split in equal shards;
+  // this rank owns flat elements [shard_lo, shard_lo + shard_count).
   int64_t padded, shard_lo, shard_count;
-  float *m, *v;           // Adam moments: shard_count (ZeRO-1) or table->total elements; SGD:
-                          // m its momentum buffer, v NULL
-  float *ema;             // the weights' EMA (cfg.ema_decay > 0), else NULL: table->total
-                          // elements, or under ZeRO-1 this rank's shard (shard_count), updated
+  float *m, *v;           // Adam moments: shard_count (ZeRO-1) or table->total - base elements;
+                          // SGD: m its momentum buffer, v NULL
+  float *ema;             // the weights' EMA (cfg.ema_decay > 0), else NULL: as m, updated
                           // from the shard of the weights it updates
   uint8_t *decay;         // table->total bytes, backend memory: 1 where weight decay applies
   // The step's sums of squares (the gradient norm's runs of tensors; LAMB's per-tensor norms of
@@ -134,7 +144,7 @@ typedef struct {
   // doubles each; run_key: each norm run's kind (counted or a TP copy).
   double *sums, *norms;
   unsigned char *run_key;
-  float *flat, *shard;    // ZeRO-1 only: padded gradient/parameter staging, reduced shard
+  float *flat, *shard;    // ZeRO-1 only: staging of [base, base + padded), reduced shard
   int64_t t;              // optimizer steps taken (Adam's bias corrections)
   // Overlap (DP without ZeRO): the flat range [layer_lo, layer_hi) of each layer's parameters
   // (vt_param.layer, 0..depth+1; empty where this rank holds none or all of them are frozen),
@@ -154,15 +164,22 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
 void vt_optimizer_free(vt_optimizer *o);
 // Bytes of optimizer memory on this rank (moments, ZeRO staging, the EMA), for the memory plan.
 size_t vt_optimizer_nbytes(const vt_optimizer *o);
-// The same for a rank holding `total` parameter elements, before any allocation (vit3d plan);
-// moments: the state buffers per element (2 for AdamW and LAMB, 1 for SGD).
-size_t vt_optimizer_plan_nbytes(int64_t total, int dp_size, int zero, int ema, int moments);
+// The same for a rank holding `total` parameter elements, the last `trained` of them after its
+// frozen prefix (vt_optim_state_base), before any allocation (vit3d plan); moments: the state
+// buffers per element (2 for AdamW and LAMB, 1 for SGD).
+size_t vt_optimizer_plan_nbytes(int64_t total, int64_t trained, int dp_size, int zero, int ema,
+                                int moments);
+// The elements of this rank's local table whose weights and state it writes to a checkpoint:
+// [lo, lo + count), DP replicas writing disjoint slices that cover the table: under ZeRO-1 its
+// shard (DP rank 0's with the frozen prefix before it), else the dp_rank-th of equal slices.
+void vt_optimizer_write_range(const vt_optimizer *o, int64_t *lo, int64_t *count);
 // Starts the weights' EMA at params (this rank's table->total elements, backend memory): at the
 // start of a run, or on a resume from a checkpoint without one. Does nothing without EMA.
 void vt_optimizer_ema_reset(vt_optimizer *o, const float *params);
 // The whole EMA of this rank's table->total elements into dst (backend memory), for evaluation
-// and export; under ZeRO-1 an all-gather over dp (every DP rank must call it).
-void vt_optimizer_ema_full(vt_optimizer *o, float *dst);
+// and export, the frozen prefix's from params (may be dst itself); under ZeRO-1 an all-gather
+// over dp (every DP rank must call it).
+void vt_optimizer_ema_full(vt_optimizer *o, const float *params, float *dst);
 // A checkpoint's EMA back (vt_optimizer_get_range saves it): this rank's table->total elements,
 // of which it keeps its shard under ZeRO-1.
 void vt_optimizer_set_ema(vt_optimizer *o, const float *host);
@@ -185,10 +202,11 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
 
 // Checkpoints: elements [lo, lo + count) of this rank's local table of the Adam moments (AdamW's
 // or LAMB's; SGD's momentum buffer into m_host, v_host untouched and may be NULL) and, when
-// ema_host is not NULL and there is one, of the EMA, into host memory. Under ZeRO-1 the range
-// must be within the rank's own shard (lo = shard_lo): no communication.
-void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, float *m_host,
-                            float *v_host, float *ema_host);
+// ema_host is not NULL and there is one, of the EMA, into host memory; params_host holds the
+// weights of that range (the frozen prefix's EMA). Under ZeRO-1 the part past the frozen prefix
+// must be within the rank's own shard (vt_optimizer_write_range): no communication.
+void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, const float *params_host,
+                            float *m_host, float *v_host, float *ema_host);
 // The moments back from a checkpoint: this rank's table->total elements of each (the shard is
 // cut out under ZeRO-1), and the optimizer steps taken.
 void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t);
