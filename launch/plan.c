@@ -142,11 +142,11 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   sp->recomputed = o->recompute_blocks < most ? o->recompute_blocks : most;
   sp->params = (double)t.total * 4 * mib;
   const int64_t trained = t.total - vt_optim_state_base(&o->optim, &t);
-  sp->opt = (double)vt_optimizer_plan_nbytes(t.total, trained, o->dp, o->zero,
+  sp->opt = (double)vt_optimizer_plan_nbytes(trained, o->dp, o->zero,
                                              o->optim.ema_decay > 0,
                                              vt_opt_state_buffers(o->optim.kind)) * mib;
   sp->acts = (double)vt_model_act_nbytes(c, shard, B, sp->nslots, sp->nwsets,
-                                         o->recompute_blocks, be) * mib;
+                                         o->recompute_blocks, leading, be) * mib;
   sp->total = 2 * sp->params + sp->opt + sp->acts;
   sp->save = save_mib(o, t.total);
   // One micro-batch's stream: under sequence parallelism each TP rank holds ceil(B N / tp)

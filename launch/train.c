@@ -255,7 +255,8 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
 
   const vt_vit_config *c = &o->model;
   vt_model m;
-  vt_model_init(&m, c, shard, tp, B, nslots, nwsets, o->recompute_blocks, be, o->seed);
+  vt_model_init(&m, c, shard, tp, B, nslots, nwsets, o->recompute_blocks,
+                vt_freeze_leading_layers(&o->optim, c), be, o->seed);
   m.drop_path = o->drop_path;
   m.proj_drop = o->proj_drop;
   m.attn_drop = o->attn_drop;
@@ -264,7 +265,6 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   m.mix = vt_mix_enabled(&o->mix);
   m.bce = o->bce_loss;
   if (o->bce_loss) m.bce_thresh = o->bce_thresh;
-  m.frozen_layers = vt_freeze_leading_layers(&o->optim, c);
   vt_optim_config oc = o->optim;
   oc.depth = c->depth;  // for --layer-decay
   if (world_rank == 0) vt_report_recipe(o, &oc);

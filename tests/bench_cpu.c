@@ -185,8 +185,6 @@ int main(int argc, char **argv) {
   const vt_backend *be = vt_backend_get(VT_DEVICE_CPU, NULL);
   if (per_op) be = timing_backend(be);
   vt_backend_set_threads(threads);
-  vt_model m;
-  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, 0, be, 1234);
   // A large total_steps and no warmup: the schedule does not matter for speed. Clipping on,
   // as in training, so its pass is part of the step (the PyTorch side clips too).
   vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 0,
@@ -194,10 +192,10 @@ int main(int argc, char **argv) {
                         .eps = 1e-8f, .weight_decay = 0.05f, .clip_grad = 1.0f};
   const int probe = getenv("VT_BENCH_PROBE") && atoi(getenv("VT_BENCH_PROBE"));
   const char *side = probe ? "probe" : "vit3d";
-  if (probe) {
-    snprintf(oc.trainable, sizeof oc.trainable, "^head\\.");
-    m.frozen_layers = vt_freeze_leading_layers(&oc, &cfg);
-  }
+  if (probe) snprintf(oc.trainable, sizeof oc.trainable, "^head\\.");
+  vt_model m;
+  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, 0, vt_freeze_leading_layers(&oc, &cfg),
+                be, 1234);
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
 

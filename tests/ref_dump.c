@@ -134,7 +134,9 @@ int main(int argc, char **argv) {
   const int64_t img_elems = 3 * (int64_t)S * S;
 
   vt_model m;
-  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, MICRO, 1, 0, 0, be, SEED);
+  // (both frozen variants freeze a prefix)
+  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, MICRO, 1, 0, 0,
+                vt_freeze_leading_layers(&oc, &cfg), be, SEED);
   m.drop_path = DROP_PATH;
   m.mix = 1;
   m.bce = !strcmp(variant, "bce") || !strcmp(variant, "bcet");
@@ -143,7 +145,6 @@ int main(int argc, char **argv) {
     m.proj_drop = 0.2f, m.attn_drop = 0.2f, m.pos_drop = 0.1f, m.head_drop = 0.3f;
   if (!strcmp(variant, "par")) m.proj_drop = 0.2f, m.attn_drop = 0.1f;  // proj: hidden units only
   if (!strcmp(variant, "pre")) m.head_drop = 0.3f;  // over the pre-logits' R outputs
-  m.frozen_layers = vt_freeze_leading_layers(&oc, &cfg);  // (both variants freeze a prefix)
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
   vt_optimizer_ema_reset(&opt, m.params);
@@ -227,7 +228,8 @@ int main(int argc, char **argv) {
            loss_sum / GLOBAL, lr, gnorm, gnorm > oc.clip_grad ? " (clipped)" : "");
   }
   push_params(&o, &m, "final.", m.params);
-  push_params(&o, &m, "ema.", opt.ema);
+  vt_optimizer_ema_full(&opt, m.params, m.grads);  // the whole EMA (the gradients are spent)
+  push_params(&o, &m, "ema.", m.grads);
   printf("clipping active on %d of %d steps\n", clipped, STEPS);
   // The reference is only meaningful for clipping if it happened at least once.
   VT_CHECK(clipped > 0, "clip_grad %.2f never triggered; the reference would not test it",

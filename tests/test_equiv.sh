@@ -291,6 +291,21 @@ for layout in "base_frz 1 1 1 1" "frz_222 8 2 2 2 --comm-stats 1" "frz_zero_sp 8
       "$name $tp x $pp x $dp $* --freeze, $file" "$file" || fail=1
   done
 done
+# The frozen prefix keeps no optimizer state and its blocks share one set of activations: the
+# ranks' memory plans are vit3d plan's, and stage 0's optimizer and activations are smaller than
+# without --freeze (stage 1's optimizer the same: blocks.5's norms are not in a prefix).
+plan_matches frz_222 "2x2x2 with a frozen prefix" --tp 2 --pp 2 --dp 2 "${frz[@]}"
+"$vit3d" plan "${common[@]:1}" --tp 2 --pp 2 --dp 2 --model-ema 0.9 > "$work/plan_nofrz.txt" 2>&1
+"$py" - "$work/plan_frz_222.txt" "$work/plan_nofrz.txt" <<'PY' || fail=1
+import re, sys
+def rows(path):  # stage -> (optimizer, activations) MiB
+    return {int(r[0]): (float(r[6]), float(r[7])) for r in
+            (l.split() for l in open(path) if re.match(r"\s+\d+\s+\d+-", l))}
+f, n = rows(sys.argv[1]), rows(sys.argv[2])
+assert f[0][0] < n[0][0] and f[0][1] < n[0][1] and f[1][0] == n[1][0], (f, n)
+print(f"frz_222: stage 0 plans optimizer {f[0][0]} MiB and activations {f[0][1]} MiB, "
+      f"{n[0][0]} and {n[0][1]} without --freeze")
+PY
 # Stage 0 holds the frozen embeddings and blocks 0-2 and block 3: one DP all-reduce (block 3's),
 # started in the backward; the frozen layers reduce nothing.
 "$py" - "$work/frz_222/comm.rank0.json" <<'PY' || fail=1

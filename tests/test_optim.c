@@ -7,7 +7,7 @@
 // LAMB's per-tensor norms are the point: a TP-split tensor, a tensor cut by ZeRO-1's shards and
 // a replicated one must each get its whole norm. AdamW and LAMB again with a frozen prefix (the
 // embeddings and block 0) and the weights' EMA: the optimizer keeps no state for the prefix
-// (one rank's memory shrinks by exactly its moments and EMA), ZeRO-1 shards the rest, and the
+// (one rank's memory shrinks by exactly its moments, EMA and mask), ZeRO-1 shards the rest, and the
 // prefix keeps its initial bytes in the weights and the EMA. Each rank computes its verdict; the verdicts
 // are reduced so every rank exits with the same code. Without MPI: the 1x1x1 layout only.
 #include <math.h>
@@ -129,11 +129,12 @@ int main(int argc, char **argv) {
     double ref_norms[STEPS];
     run(&cfg, &oc, be, &whole, init, vt_shard_whole(), NULL, NULL, NULL, 0, 0, &rt, &ref,
         &ref_ema, &ref_nbytes, ref_norms);
-    if (frz) {  // one rank keeps no moments (2) and no EMA (1) for the frozen prefix
+    if (frz) {  // one rank keeps no moments, EMA or weight-decay mask for the frozen prefix
       int64_t frozen_elems = 0;
       for (int r = 0; r < whole.count; r++) frozen_elems += in_prefix(whole.p[r].name) * whole.p[r].count;
-      const size_t full = vt_optimizer_plan_nbytes(whole.total, whole.total, 1, 0, 1, 2);
-      const int ok = frozen_elems > 0 && ref_nbytes == full - (size_t)frozen_elems * 3 * 4;
+      // two moments and the EMA (floats), the weight-decay mask (a byte)
+      const size_t full = vt_optimizer_plan_nbytes(whole.total, 1, 0, 1, 2);
+      const int ok = frozen_elems > 0 && ref_nbytes == full - (size_t)frozen_elems * (3 * 4 + 1);
       g_failures += !ok;
       if (me == 0)
         printf("%-12s one rank: optimizer %zu bytes, %zu without freezing, %lld frozen elements "

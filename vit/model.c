@@ -65,6 +65,26 @@ static void carve_map(vt_model *m, vt_map_acts *a, arena *ar) {
   a->out = take_act(m, ar, B * C);
 }
 
+// Local block l lies in the frozen prefix (vt_model.frozen_layers; block i is layer i + 1):
+// nothing below it trains, so its backward and weight passes are skipped.
+static int in_frozen_prefix(const vt_model *m, int l) {
+  return m->block_id[l] + 1 < m->frozen_layers;
+}
+
+// Slot block j is in the frozen prefix in every chunk that has it: no backward reads its
+// activations, so all slots share one set (as the recomputed blocks').
+static int slot_block_frozen(const vt_model *m, int j) {
+  for (int c = 0; c < m->nchunks; c++) {
+    const int b0 = m->chunk_start[c];
+    if (j < m->chunk_start[c + 1] - b0 && !in_frozen_prefix(m, b0 + j)) return 0;
+  }
+  return 1;
+}
+
+static int any_slot_block_frozen(const vt_model *m) {
+  return m->slot_blocks > 0 && slot_block_frozen(m, 0);  // the prefix starts at block 0
+}
+
 static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
   const vt_vit_config *c = &m->cfg;
   const int64_t B = m->max_batch, C = c->width;
@@ -78,9 +98,10 @@ static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
       sl->emb = take(ar, Ml * C), sl->emb_mean = take(ar, Ml), sl->emb_rstd = take(ar, Ml);
   }
   for (int l = 0; l <= m->slot_blocks; l++) sl->res[l] = take(ar, Ml * C);
-  // The recomputed blocks share the scratch's one set (carve); only their inputs stay here.
+  // The recomputed and frozen blocks share the scratch's one set (carve); only their inputs
+  // stay here.
   for (int l = 0; l < m->slot_blocks; l++)
-    if (l < m->recompute) sl->blocks[l] = m->s.recompute;
+    if (l < m->recompute || slot_block_frozen(m, l)) sl->blocks[l] = m->s.recompute;
     else carve_block(m, &sl->blocks[l], ar);
   if (m->has_head) {
     sl->labels = (int32_t *)take(ar, B);
@@ -120,10 +141,12 @@ static void carve(vt_model *m, arena *ar) {
   const int64_t F = vt_cfg_mlp_hidden(c) / tp, K = c->num_classes;
   const int64_t Ml = vt_model_local_rows(m, m->max_batch), Mp = m->sp ? Ml * tp : M;
   vt_model_scratch *s = &m->s;
-  if (m->recompute > 0) carve_block(m, &s->recompute, ar), s->recompute_out = take(ar, Ml * C);
+  if (m->recompute > 0 || any_slot_block_frozen(m)) carve_block(m, &s->recompute, ar);
+  if (m->recompute > 0) s->recompute_out = take(ar, Ml * C);
   for (int i = 0; i < m->nslots; i++) carve_slot(m, &m->slots[i], ar);
-  for (int i = 0; i < m->nwsets; i++)
-    for (int l = 0; l < m->slot_blocks; l++) carve_wgrad(m, &m->wsets[i][l], ar);
+  for (int i = 0; i < m->nwsets; i++)  // (a frozen block has no weight pass)
+    for (int l = 0; l < m->slot_blocks; l++)
+      if (!slot_block_frozen(m, l)) carve_wgrad(m, &m->wsets[i][l], ar);
   s->dres = take(ar, Ml * C), s->dln = take(ar, Mp * C);
   if (m->sp) s->dln_local = take(ar, Ml * C), s->full = take(ar, Mp * C), s->partial = take(ar, Mp * C);
   s->dqkv = take_act(m, ar, M * 3 * C / tp);
@@ -247,7 +270,8 @@ static void *must_calloc(size_t n, size_t size) {
 // What sizes a rank's part, without backend memory: the fields and the slots' host arrays that
 // carve() fills in (vt_model_init and vt_model_act_nbytes).
 static void describe(vt_model *m, const vt_vit_config *cfg, vt_shard shard, int max_batch,
-                     int nslots, int nwsets, int recompute, const vt_backend *be) {
+                     int nslots, int nwsets, int recompute, int frozen_layers,
+                     const vt_backend *be) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
   m->shard = shard;
@@ -263,6 +287,7 @@ static void describe(vt_model *m, const vt_vit_config *cfg, vt_shard shard, int 
     if (end - first > m->slot_blocks) m->slot_blocks = end - first;
   }
   m->recompute = recompute < m->slot_blocks ? (recompute > 0 ? recompute : 0) : m->slot_blocks;
+  m->frozen_layers = frozen_layers > 0 ? frozen_layers : 0;
   m->has_embed = vt_shard_has_embed(&shard);
   m->has_head = vt_shard_has_head(&shard);
   m->max_batch = max_batch;
@@ -296,9 +321,9 @@ static void free_description(vt_model *m) {
 }
 
 size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_batch, int nslots,
-                           int nwsets, int recompute, const vt_backend *be) {
+                           int nwsets, int recompute, int frozen_layers, const vt_backend *be) {
   vt_model m;
-  describe(&m, cfg, shard, max_batch, nslots, nwsets, recompute, be);
+  describe(&m, cfg, shard, max_batch, nslots, nwsets, recompute, frozen_layers, be);
   arena sizing = {NULL, 0};
   carve(&m, &sizing);
   free_description(&m);
@@ -306,13 +331,13 @@ size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_bat
 }
 
 void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_comm *tp,
-                   int max_batch, int nslots, int nwsets, int recompute, const vt_backend *be,
-                   uint64_t seed) {
+                   int max_batch, int nslots, int nwsets, int recompute, int frozen_layers,
+                   const vt_backend *be, uint64_t seed) {
   VT_CHECK(shard.tp_size == 1 || tp != NULL, "tensor parallelism needs a TP communicator");
   VT_CHECK(nwsets == 0 || recompute == 0,
            "activation recompute and a split backward do not go together: the weight pass "
            "reads the activations the recompute shares between blocks");
-  describe(m, cfg, shard, max_batch, nslots, nwsets, recompute, be);
+  describe(m, cfg, shard, max_batch, nslots, nwsets, recompute, frozen_layers, be);
   m->tp = shard.tp_size > 1 ? tp : NULL;
   m->seed = seed;
   m->bce_thresh = -1.0f;
@@ -576,12 +601,6 @@ double vt_model_loss_sum(vt_model *m, int slot, int B) {
   double sum = 0.0;
   for (int b = 0; b < B; b++) sum += m->host_losses[b];
   return sum;
-}
-
-// Local block l lies in the frozen prefix (vt_model.frozen_layers; block i is layer i + 1):
-// nothing below it trains, so its backward and weight passes are skipped.
-static int in_frozen_prefix(const vt_model *m, int l) {
-  return m->block_id[l] + 1 < m->frozen_layers;
 }
 
 void vt_model_backward(vt_model *m, int chunk, int slot, int wset, int B, float smoothing,

@@ -148,7 +148,8 @@ typedef struct {
   // the pooled heads [bf16], of q and of the latent; of kv [bf16].
   float *map_z, *map_dy, *map_dgelu, *map_dfc1, *map_dln, *map_dattn, *map_dq, *map_dlatent;
   float *map_dkv;
-  vt_block_acts recompute;           // the recomputed blocks' activations (one set for all)
+  vt_block_acts recompute;           // the recomputed and the frozen prefix's blocks'
+                                     // activations (one set for all)
   float *recompute_out;              // (Ml, C) their recomputed outputs (not needed)
 } vt_model_scratch;
 
@@ -195,8 +196,9 @@ typedef struct {
   // DeiT III's 0); negative (vt_model_init's -1): the soft targets.
   float bce_thresh;
   // The leading layers (vt_param.layer 0: the embeddings, i + 1: block i) that are frozen
-  // (vt_freeze_leading_layers): the backward (and weight) passes skip them, as nothing below them
-  // trains; their gradients stay as they were (zero). 0 (vt_model_init's): none.
+  // (vt_freeze_leading_layers; vt_model_init's): the backward (and weight) passes skip them, as
+  // nothing below them trains; their gradients stay as they were (zero), and their blocks keep no
+  // activations per unit (one shared set, as recomputed blocks). 0: none. Fixed at init.
   int frozen_layers;
   float *host_losses;     // (B) host copy of the per-sample losses
   // When set, vt_model_backward calls it as soon as the gradients of a layer's parameters are
@@ -214,15 +216,15 @@ typedef struct {
 // `recompute` blocks (all of them when it is at least the chunk's count; 0: none) keep only their
 // input per unit, and the backward runs their forward again into one shared set of activations
 // just before their backward (not with weight sets: the weight pass reads the activations again).
-// Fatal (with a message) when memory runs out.
+// frozen_layers: vt_model.frozen_layers. Fatal (with a message) when memory runs out.
 void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_comm *tp,
-                   int max_batch, int nslots, int nwsets, int recompute, const vt_backend *be,
-                   uint64_t seed);
+                   int max_batch, int nslots, int nwsets, int recompute, int frozen_layers,
+                   const vt_backend *be, uint64_t seed);
 void vt_model_free(vt_model *m);
 // The activation block vt_model_init would allocate (bytes), without allocating it: for
 // `vit3d plan`. The backend's precision sizes the bf16 activations.
 size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_batch, int nslots,
-                           int nwsets, int recompute, const vt_backend *be);
+                           int nwsets, int recompute, int frozen_layers, const vt_backend *be);
 
 // Forward of B images through one chunk, in a slot. Chunk 0 of the first stage: reads
 // slot->img; others: slot->res[0]. The last chunk of the last stage: reads slot->labels and

@@ -189,15 +189,16 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   o->run_key = calloc(nsums, 1);
   VT_CHECK(o->sums && o->norms && o->run_key, "out of memory for the optimizer's %zu norms",
            nsums);
-  // The weight-decay mask, so that one AdamW call updates every tensor (vt_ops.h).
-  uint8_t *mask = calloc((size_t)table->total + 1, 1);
-  o->decay = be->alloc((size_t)table->total + 1);
+  // The weight-decay mask from base on, so that one AdamW call updates every tensor (vt_ops.h).
+  const int64_t trained = table->total - o->base;
+  uint8_t *mask = calloc((size_t)trained + 1, 1);
+  o->decay = be->alloc((size_t)trained + 1);
   VT_CHECK(mask && o->decay, "out of memory for the %lld-byte weight-decay mask",
-           (long long)table->total);
+           (long long)trained);
   for (int i = 0; i < table->count; i++)
-    if (table->p[i].local_count > 0 && table->p[i].decay)
-      memset(mask + table->p[i].offset, 1, (size_t)table->p[i].local_count);
-  be->to_device(o->decay, mask, (size_t)table->total);
+    if (table->p[i].local_count > 0 && table->p[i].decay && table->p[i].offset >= o->base)
+      memset(mask + (table->p[i].offset - o->base), 1, (size_t)table->p[i].local_count);
+  be->to_device(o->decay, mask, (size_t)trained);
   be->synchronize();
   free(mask);
   if (!dp || o->zero) return;
@@ -261,18 +262,17 @@ void vt_optimizer_free(vt_optimizer *o) {
   *o = (vt_optimizer){0};
 }
 
-size_t vt_optimizer_plan_nbytes(int64_t total, int64_t trained, int dp_size, int zero, int ema,
-                                int moments) {
+size_t vt_optimizer_plan_nbytes(int64_t trained, int dp_size, int zero, int ema, int moments) {
   const int64_t shard = (trained + dp_size - 1) / dp_size;
   // ZeRO-1: moments of a shard, the padded staging and the reduced shard
   int64_t n = zero && dp_size > 1 ? moments * shard + shard * dp_size + shard : moments * trained;
   if (ema) n += zero && dp_size > 1 ? shard : trained;
-  return (size_t)n * sizeof(float) + (size_t)total;  // + the weight-decay mask
+  return (size_t)n * sizeof(float) + (size_t)trained;  // + the weight-decay mask
 }
 
 size_t vt_optimizer_nbytes(const vt_optimizer *o) {
   const int dp_size = o->dp ? vt_comm_size(o->dp) : 1;
-  return vt_optimizer_plan_nbytes(o->table->total, o->table->total - o->base, dp_size, o->zero,
+  return vt_optimizer_plan_nbytes(o->table->total - o->base, dp_size, o->zero,
                                   o->ema != NULL, vt_opt_state_buffers(o->cfg.kind));
 }
 
@@ -400,7 +400,7 @@ static void adamw_run(void *ctx, int64_t first, int64_t count, int layer) {
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
   const float lr = run_lr(c, layer);
-  vt_adamw(c->o->be, c->params + at, c->grads + at, c->m + at, c->v + at, c->o->decay + first,
+  vt_adamw(c->o->be, c->params + at, c->grads + at, c->m + at, c->v + at, c->o->decay + (first - c->o->base),
            count, lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, c->o->t);
 }
 
@@ -418,7 +418,7 @@ static void sgd_run(void *ctx, int64_t first, int64_t count, int layer) {
   step_ctx *c = ctx;
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
-  vt_sgd(c->o->be, c->params + at, c->grads + at, c->m + at, c->o->decay + first, count,
+  vt_sgd(c->o->be, c->params + at, c->grads + at, c->m + at, c->o->decay + (first - c->o->base), count,
          run_lr(c, layer), oc->momentum, oc->weight_decay, oc->nesterov);
 }
 
@@ -438,7 +438,7 @@ static void lamb_moments_run(void *ctx, int64_t first, int64_t count, int key) {
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
   vt_lamb_moments(c->o->be, (float *)c->grads + at, c->params + at, c->grads + at, c->m + at,
-                  c->v + at, c->o->decay + first, count, oc->beta1, oc->beta2, oc->eps,
+                  c->v + at, c->o->decay + (first - c->o->base), count, oc->beta1, oc->beta2, oc->eps,
                   oc->weight_decay, c->o->t);
 }
 

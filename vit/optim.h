@@ -137,7 +137,8 @@ typedef struct {
                           // SGD: m its momentum buffer, v NULL
   float *ema;             // the weights' EMA (cfg.ema_decay > 0), else NULL: as m, updated
                           // from the shard of the weights it updates
-  uint8_t *decay;         // table->total bytes, backend memory: 1 where weight decay applies
+  uint8_t *decay;         // table->total - base bytes, backend memory: 1 where weight decay
+                          // applies (element base first)
   // The step's sums of squares (the gradient norm's runs of tensors; LAMB's per-tensor norms of
   // the weights and direction), queued into sums (backend memory) and brought to the host as
   // one copy into norms: one wait for the device each, not one per tensor. 2 * table->count + 1
@@ -164,11 +165,10 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
 void vt_optimizer_free(vt_optimizer *o);
 // Bytes of optimizer memory on this rank (moments, ZeRO staging, the EMA), for the memory plan.
 size_t vt_optimizer_nbytes(const vt_optimizer *o);
-// The same for a rank holding `total` parameter elements, the last `trained` of them after its
-// frozen prefix (vt_optim_state_base), before any allocation (vit3d plan); moments: the state
-// buffers per element (2 for AdamW and LAMB, 1 for SGD).
-size_t vt_optimizer_plan_nbytes(int64_t total, int64_t trained, int dp_size, int zero, int ema,
-                                int moments);
+// The same for a rank holding `trained` parameter elements after its frozen prefix
+// (vt_optim_state_base: all of them without one), before any allocation (vit3d plan); moments:
+// the state buffers per element (2 for AdamW and LAMB, 1 for SGD).
+size_t vt_optimizer_plan_nbytes(int64_t trained, int dp_size, int zero, int ema, int moments);
 // The elements of this rank's local table whose weights and state it writes to a checkpoint:
 // [lo, lo + count), DP replicas writing disjoint slices that cover the table: under ZeRO-1 its
 // shard (DP rank 0's with the frozen prefix before it), else the dp_rank-th of equal slices.

@@ -192,7 +192,7 @@ int main(int argc, char **argv) {
   be->set_precision(strcmp(precision, "bf16") ? VT_PRECISION_FP32 : VT_PRECISION_BF16);
   if (per_op) be = timing_backend(be);
   vt_model m;
-  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, 0, be, 1234);
+  vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, 0, 0, be, 1234);
   // The trainer's defaults that matter for the work done: clipping on (its norm pass is part of
   // the step, as clip_grad_norm_ on the PyTorch side), weight decay on.
   const vt_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 0,
