@@ -108,7 +108,7 @@ typedef struct {
   char blocks[256];
   int nslots, nwsets, recomputed;
   double params, opt, acts, total, save;  // MiB per rank
-  double tp, pp_send, dp_reduce, dp_gather;  // bytes per rank per step
+  double tp, pp_send, pp_recv, dp_reduce, dp_gather;  // bytes per rank per step
 } stage_plan;
 
 static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_schedule_kind kind,
@@ -116,25 +116,27 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   const vt_vit_config *c = &o->model;
   const double mib = 1.0 / (1 << 20);
   const int B = o->micro_batch, n_micro = o->global_batch / (o->dp * B);
-  const vt_schedule_spec spec = {kind, o->pp, n_micro, o->pp_chunks};
+  const vt_schedule_spec spec = {kind, o->pp, n_micro, o->pp_chunks, 0};
   const vt_shard shard = {0, o->tp, p, o->pp, o->sequence_parallel, o->pp_chunks,
                           kind == VT_SCHEDULE_ZB_V};
   vt_param_table t;
   vt_params_build(&t, c, shard);
-  // the largest chunk's blocks; blocks in the frozen prefix (no backward)
-  int first, end, most = 0, nblocks = 0, cross = 0, frozen = 0;
+  // the largest chunk's blocks; blocks in the frozen prefix (no backward); messages sent and
+  // received per micro-batch
+  int first, end, most = 0, nblocks = 0, sends = 0, recvs = 0, frozen = 0;
   const int leading = vt_freeze_leading_layers(&o->optim, c);
   const int last = o->pp * o->pp_chunks - 1;
+  const int fvs = vt_frozen_vstages(c->depth, last + 1, leading);
   for (int ch = 0; ch < o->pp_chunks; ch++) {
     vt_chunk_blocks(c->depth, &shard, ch, &first, &end);
     most = end - first > most ? end - first : most;
     nblocks += end - first;
     for (int b = first; b < end; b++) frozen += b + 1 < leading;  // block b is layer b + 1
-    // Each boundary with a virtual stage on another rank: a send and a receive per micro-batch
-    // (the activation one way, its gradient the other); ZB-V's turn stays on the rank.
+    // Each boundary with a virtual stage on another rank: the activation one way, its gradient
+    // the other, but none to a wholly frozen virtual stage; ZB-V's turn stays on the rank.
     const int vs = vt_shard_vstage(&shard, ch);
-    cross += vs > 0 && vt_shard_vstage_rank(&shard, vs - 1) != p;
-    cross += vs < last && vt_shard_vstage_rank(&shard, vs + 1) != p;
+    if (vs > 0 && vt_shard_vstage_rank(&shard, vs - 1) != p) recvs++, sends += vs > fvs;
+    if (vs < last && vt_shard_vstage_rank(&shard, vs + 1) != p) sends++, recvs += vs + 1 > fvs;
   }
   *sp = (stage_plan){0};
   blocks_str(c->depth, &shard, sp->blocks, sizeof sp->blocks);
@@ -157,7 +159,8 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   // Per block and micro-batch two all-reduces each way (one with parallel blocks); none back
   // through the frozen prefix.
   if (o->tp > 1) sp->tp = (c->parallel ? 1 : 2) * (double)(2 * nblocks - frozen) * n_micro * act;
-  sp->pp_send = (double)cross * n_micro * (double)rows * c->width * 4;
+  sp->pp_send = (double)sends * n_micro * (double)rows * c->width * 4;
+  sp->pp_recv = (double)recvs * n_micro * (double)rows * c->width * 4;
   if (o->dp > 1 && o->zero)
     sp->dp_reduce = sp->dp_gather = (double)((trained + o->dp - 1) / o->dp * o->dp) * 4;
   else if (o->dp > 1)
@@ -179,7 +182,7 @@ int vt_plan_run(const vt_train_options *o) {
   vt_schedule_kind kind;
   VT_CHECK(vt_schedule_parse(o->pp_schedule, &kind) == VT_OK, "schedule %s", o->pp_schedule);
   const int B = o->micro_batch, n_micro = o->global_batch / (o->dp * B);
-  const vt_schedule_spec spec = {kind, o->pp, n_micro, o->pp_chunks};
+  const vt_schedule_spec spec = {kind, o->pp, n_micro, o->pp_chunks, 0};
   const double mib = 1.0 / (1 << 20);
   char extras[256];
   vt_config_extras(c, extras, sizeof extras);
@@ -221,7 +224,7 @@ int vt_plan_run(const vt_train_options *o) {
       const int seq = o->sequence_parallel && o->tp > 1;
       printf("  stage %d: TP %s %.3f, PP send %.3f and receive %.3f, DP %s %.3f%s", p,
              seq ? "reduce-scatter and all-gather" : "all-reduce", sp->tp * mib,
-             sp->pp_send * mib, sp->pp_send * mib,
+             sp->pp_send * mib, sp->pp_recv * mib,
              o->zero && o->dp > 1 ? "reduce-scatter" : "all-reduce", sp->dp_reduce * mib,
              o->zero && o->dp > 1 ? " and all-gather" : "");
       if (o->zero && o->dp > 1) printf(" %.3f", sp->dp_gather * mib);
@@ -251,7 +254,7 @@ int vt_plan_run(const vt_train_options *o) {
              : (o->optim.ema_decay > 0 ? "weights, Adam moments and EMA"
                                        : "weights and Adam moments"));
   if (o->pp > 1) {  // what the activations in flight buy: the ideal idle fraction of a step
-    const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, o->pp, n_micro, 1};
+    const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, o->pp, n_micro, 1, 0};
     printf("pipeline: %s schedule, ideal idle fraction %s = %.3f with equal stages and free "
            "transfers (1f1b and gpipe: %.3f); measured at the end of a run\n",
            vt_schedule_name(kind),
@@ -297,7 +300,7 @@ int vt_plan_search(const vt_train_options *o) {
       vt_schedule_kind kind;
       vt_schedule_parse(m.pp_schedule, &kind);
       const vt_schedule_spec spec = {kind, pp, m.global_batch / (m.dp * m.micro_batch),
-                                     m.pp_chunks};
+                                     m.pp_chunks, 0};
       k->idle = pp > 1 ? vt_schedule_bubble_formula(&spec) : 0.0;
       for (int p = 0; p < pp; p++) {
         stage_plan sp;

@@ -62,16 +62,25 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
                 "%g^(%d - i), the embeddings with lr * %.3g", oc->layer_decay, oc->layer_decay,
                 depth, vt_layer_lr_scale(oc, 0));
   vt_freeze_summary fz;
-  char err[320], flags[600], skip[96] = "their gradients are computed, not applied";
+  char err[320], flags[600], skip[96] = "their gradients are computed, not applied", pipe[160] = "";
   if ((oc->freeze[0] || oc->trainable[0]) &&
       vt_freeze_summarize(oc, &o->model, &fz, err, sizeof err) == VT_OK) {
     if (fz.leading_layers == 1) snprintf(skip, sizeof skip, "the backward skips the embeddings");
     if (fz.leading_layers > 1)
       snprintf(skip, sizeof skip, "the backward skips the embeddings and blocks 0-%d",
                fz.leading_layers - 2);
+    const int nvs = o->pp * o->pp_chunks,
+              fvs = vt_frozen_vstages(o->model.depth, nvs, fz.leading_layers);
+    if (o->pp > 1 && fvs == 1)
+      snprintf(pipe, sizeof pipe, "; virtual pipeline stage 0 of %d, wholly frozen, runs no "
+               "backward and gets no gradient", nvs);
+    if (o->pp > 1 && fvs > 1)
+      snprintf(pipe, sizeof pipe, "; virtual pipeline stages 0-%d of %d, wholly frozen, run no "
+               "backward and get no gradient", fvs - 1, nvs);
     vt_log_info("frozen (%s): %d of %d tensors, %.2fM of %.2fM parameters: they keep their "
-                "values; %s", vt_freeze_flags(oc, flags, sizeof flags), fz.tensors,
-                fz.all_tensors, (double)fz.elements * 1e-6, (double)fz.all_elements * 1e-6, skip);
+                "values; %s%s", vt_freeze_flags(oc, flags, sizeof flags), fz.tensors,
+                fz.all_tensors, (double)fz.elements * 1e-6, (double)fz.all_elements * 1e-6, skip,
+                pipe);
   }
   static const char *const interp[] = {"sample", "bilinear", "bicubic"};
   if (o->transform.train_interp || o->transform.eval_interp)
@@ -131,12 +140,14 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
   fprintf(f, "{\"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"nblocks\": %d, "
              "\"chunks\": %d, \"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
              "\"zero_padded\": %lld, \"frozen_prefix\": %lld, \"frozen_layers\": %d, \"frozen_blocks\": %d, "
+             "\"frozen_vstages\": %d, "
              "\"dp_overlap\": %d, \"dp_layers\": %d, "
              "\"dp_started_in_backward\": %d, \"parallel_blocks\": %d, \"vshape\": %d, "
              "\"sequence_parallel\": %d, \"axes\": {",
           me.tp_rank, me.pp_rank, me.dp_rank, m->nblocks, m->nchunks, n_micro, m->max_batch,
           vt_cfg_tokens(&m->cfg), m->cfg.width, (long long)m->table.total,
           (long long)(opt->zero ? opt->padded : 0), (long long)opt->base, m->frozen_layers, frozen_blocks,
+          vt_frozen_vstages(m->cfg.depth, m->shard.pp_size * m->nchunks, m->frozen_layers),
           opt->overlap, opt->layers_here,
           opt->started_early, m->cfg.parallel, m->shard.pp_vshape, m->shard.sequence_parallel);
   for (int a = 0; a < VT_AXIS_COUNT; a++) {
@@ -192,7 +203,7 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
                                       VT_SCHEDULE_ZB_V};
     for (int i = 0; i < 4 && k < (int)sizeof line; i++) {
       const int vk = kinds[i] == VT_SCHEDULE_INTERLEAVED || kinds[i] == VT_SCHEDULE_ZB_V ? 2 : 1;
-      const vt_schedule_spec other = {kinds[i], p, spec->n_micro, vk};
+      const vt_schedule_spec other = {kinds[i], p, spec->n_micro, vk, 0};
       if (kinds[i] == spec->kind || (!split && vt_schedule_splits_backward(kinds[i])) ||
           vt_schedule_spec_check(&other, NULL, 0) != VT_OK)
         continue;

@@ -133,6 +133,10 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
   }
   for (int i = 0; i < nacts; i++) {
     const vt_schedule_action a = acts[i];
+    // A wholly frozen virtual stage has no backward: nothing of it trains, no gradient comes.
+    if (a.op != VT_SCHEDULE_FORWARD && a.op != VT_SCHEDULE_TRANSFER &&
+        vt_schedule_vstage(&x->spec, x->pp_rank, a.chunk) < x->spec.frozen_stages)
+      continue;
     const double t0 = vt_seconds();
     const int pass = a.op == VT_SCHEDULE_FORWARD ? 0 : a.op == VT_SCHEDULE_BACKWARD ? 1 : 2;
     if (a.op == VT_SCHEDULE_FORWARD || a.op == VT_SCHEDULE_BACKWARD)

@@ -71,7 +71,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--pp-schedule %s splits the backward into input and weight gradients, whose "
            "weight pass reads the stored activations again: it does not go with "
            "--recompute-blocks; use one or the other", o->pp_schedule);
-  vt_schedule_spec spec = {kind, o->pp, o->global_batch / (o->dp * o->micro_batch), o->pp_chunks};
+  vt_schedule_spec spec = {kind, o->pp, o->global_batch / (o->dp * o->micro_batch), o->pp_chunks,
+                           0};
   if (o->eval_only) spec.n_micro = o->pp;  // evaluation runs no schedule, only the chunks' layout
   char why[400];
   if (vt_schedule_verify(&spec, why, sizeof why) != VT_OK)
@@ -135,6 +136,13 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     if (fz.tensors == fz.all_tensors)
       REFUSE("%s freezes all %d tensors of this model: nothing would train", flags,
              fz.all_tensors);
+    // The pipeline's lists without the gradients of wholly frozen stages: verified as well.
+    vt_schedule_spec frozen = spec;
+    frozen.frozen_stages = vt_frozen_vstages(c->depth, o->pp * o->pp_chunks, fz.leading_layers);
+    if (!o->eval_only && frozen.frozen_stages > 0 &&
+        vt_schedule_verify(&frozen, why, sizeof why) != VT_OK)
+      REFUSE("--pp-schedule %s with %s (frozen virtual stages 0-%d): %s", o->pp_schedule, flags,
+             frozen.frozen_stages - 1, why);
   }
   const char *const outputs[][2] = {{"--final-weights", o->final_weights},
                                     {"--final-ema", o->final_ema},
@@ -240,8 +248,12 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
                          o->sequence_parallel, o->pp_chunks, kind == VT_SCHEDULE_ZB_V};
   const int B = o->micro_batch, n_micro = o->global_batch / (mesh.dp_size * B);
   // vit3d eval runs no schedule (vt_train_validate checked the chunks' layout), only slot 0.
-  const vt_schedule_spec spec = {kind, mesh.pp_size, o->eval_only ? mesh.pp_size : n_micro,
-                                 o->pp_chunks};
+  const vt_vit_config *c = &o->model;
+  const int frozen_layers = vt_freeze_leading_layers(&o->optim, c);
+  // Wholly frozen virtual stages get no gradient messages and skip their backward passes.
+  const vt_schedule_spec spec = {
+      kind, mesh.pp_size, o->eval_only ? mesh.pp_size : n_micro, o->pp_chunks,
+      o->eval_only ? 0 : vt_frozen_vstages(c->depth, mesh.pp_size * o->pp_chunks, frozen_layers)};
   const int cap = vt_schedule_max_actions(&spec);
   vt_schedule_action *acts = malloc((size_t)cap * sizeof *acts);
   int *unit_slot = malloc((size_t)spec.n_micro * spec.chunks * sizeof *unit_slot);
@@ -253,10 +265,9 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   const int wsets = vt_schedule_assign_weight_sets(&spec, acts, nacts, unit_wset);
   const int nwsets = o->eval_only ? 0 : wsets;
 
-  const vt_vit_config *c = &o->model;
   vt_model m;
-  vt_model_init(&m, c, shard, tp, B, nslots, nwsets, o->recompute_blocks,
-                vt_freeze_leading_layers(&o->optim, c), be, o->seed);
+  vt_model_init(&m, c, shard, tp, B, nslots, nwsets, o->recompute_blocks, frozen_layers, be,
+                o->seed);
   m.drop_path = o->drop_path;
   m.proj_drop = o->proj_drop;
   m.attn_drop = o->attn_drop;

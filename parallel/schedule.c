@@ -48,6 +48,8 @@ vt_status vt_schedule_spec_check(const vt_schedule_spec *s, char *err, size_t si
   else if (s->kind == VT_SCHEDULE_INTERLEAVED && s->n_micro % s->pp_size != 0)
     why = "the interleaved schedule needs the micro-batches per step to be a multiple of the "
           "pipeline ranks (it takes them in groups of pp)";
+  else if (s->frozen_stages < 0 || s->frozen_stages >= s->pp_size * s->chunks)
+    why = "the frozen virtual stages must leave the last one (the head's) trained";
   if (why && err) snprintf(err, size, "%s", why);
   return why ? VT_ERR_INPUT : VT_OK;
 }
@@ -295,11 +297,8 @@ static int build_zbv(const vt_schedule_spec *s, int r, builder *b) {
   return b->count;
 }
 
-int vt_schedule_build(const vt_schedule_spec *s, int r, vt_schedule_action *actions,
+static int build_list(const vt_schedule_spec *s, int r, vt_schedule_action *actions,
                       int capacity) {
-  char err[160];
-  VT_CHECK(vt_schedule_spec_check(s, err, sizeof err) == VT_OK, "schedule: %s", err);
-  VT_CHECK(r >= 0 && r < s->pp_size, "schedule: pp_rank %d outside [0, %d)", r, s->pp_size);
   builder b = {actions, 0, capacity, 0};
   const int p = s->pp_size, m = s->n_micro, units = m * s->chunks;
   int mb, chunk;
@@ -343,6 +342,45 @@ int vt_schedule_build(const vt_schedule_spec *s, int r, vt_schedule_action *acti
   for (int k = 0; k < units - warmup; k++) lockstep(&b, s, r, warmup + k, k, warmup + k + 1, k + 1);
   for (int k = units - warmup; k < units; k++) lockstep(&b, s, r, -1, k, -1, k + 1);
   return b.count;
+}
+
+// Whether a GRAD half of rank r's unit `x` goes to (send: the gradient of its input, to the
+// virtual stage before) or comes from (recv: of its output) a boundary below the first trained
+// virtual stage. Both ends of a message decide alike: the boundary between virtual stages
+// vs - 1 and vs carries nothing when vs <= frozen_stages.
+static int frozen_grad(const vt_schedule_spec *s, int r, int is_send, vt_schedule_xfer x) {
+  const int vs = vt_schedule_vstage(s, r, x.chunk);
+  return x.kind == VT_XFER_GRAD && (is_send ? vs : vs + 1) <= s->frozen_stages;
+}
+
+// Leaves out the gradient messages of the frozen virtual stages, and transfer actions left
+// empty; the backward and weight actions stay (the executor skips those of frozen stages), so
+// every unit keeps its slot as long as before.
+static int drop_frozen_grads(const vt_schedule_spec *s, int r, vt_schedule_action *a, int count) {
+  int n = 0;
+  for (int i = 0; i < count; i++) {
+    vt_schedule_action x = a[i];
+    if (x.op == VT_SCHEDULE_TRANSFER) {
+      int ns = 0, nr = 0;
+      for (int h = 0; h < x.nsend; h++)
+        if (!frozen_grad(s, r, 1, x.send[h])) x.send[ns++] = x.send[h];
+      for (int h = 0; h < x.nrecv; h++)
+        if (!frozen_grad(s, r, 0, x.recv[h])) x.recv[nr++] = x.recv[h];
+      x.nsend = ns, x.nrecv = nr;
+      if (ns + nr == 0) continue;
+    }
+    a[n++] = x;
+  }
+  return n;
+}
+
+int vt_schedule_build(const vt_schedule_spec *s, int r, vt_schedule_action *actions,
+                      int capacity) {
+  char err[160];
+  VT_CHECK(vt_schedule_spec_check(s, err, sizeof err) == VT_OK, "schedule: %s", err);
+  VT_CHECK(r >= 0 && r < s->pp_size, "schedule: pp_rank %d outside [0, %d)", r, s->pp_size);
+  const int count = build_list(s, r, actions, capacity);
+  return s->frozen_stages > 0 ? drop_frozen_grads(s, r, actions, count) : count;
 }
 
 // Calls fn(ctx, mb, chunk, +1) at each unit's first use (the receive of its input, or its

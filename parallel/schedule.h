@@ -76,6 +76,12 @@ typedef struct {
   int pp_size;  // p >= 1
   int n_micro;  // m >= 1 micro-batches per step
   int chunks;   // v: 1 for gpipe, 1f1b and zb-h1, 2..VT_SCHEDULE_MAX_CHUNKS for interleaved, 2 for zb-v
+  // The leading virtual stages (0 .. frozen_stages - 1, fewer than p * v) whose layers are all
+  // frozen (a linear probe's backbone): no gradient message goes to them (the lists leave those
+  // halves out, and transfers left empty), and the executor skips their backward and weight
+  // actions, which stay in the lists where they were so that every unit keeps its slot as long
+  // as before. 0: none.
+  int frozen_stages;
 } vt_schedule_spec;
 
 // A list holds compute actions (the forward or backward of one unit: micro-batch `mb` through

@@ -11,7 +11,8 @@ training step (DIR/comm.rank<R>.json, written by vit3d --comm-stats 1) against t
       rank's rows under sequence parallelism) per
       stage boundary per micro-batch; with model chunks (interleaved), per boundary of each
       chunk's virtual stage c * pp + pp_rank; ZB-V's chunks are stages pp_rank and
-      2 pp - 1 - pp_rank, and its turn (pp - 1 to pp, both on the last rank) no transfer
+      2 pp - 1 - pp_rank, and its turn (pp - 1 to pp, both on the last rank) no transfer; no
+      gradient goes to one of the first frozen_vstages, whose layers are all frozen
   DP  all-reduce of the rank's gradient elements once per step; ZeRO-1: a reduce-scatter and
       an all-gather of the gradient elements after the rank's frozen prefix (frozen_prefix:
       none kept, none moved), padded to a multiple of dp, instead. Without ZeRO, one all-reduce per
@@ -61,17 +62,21 @@ for path in ranks:
     stages = [p, 2 * pp - 1 - p] if r.get("vshape") else [c * pp + p for c in range(v)]
     owner = (lambda s: s if s < pp else 2 * pp - 1 - s) if r.get("vshape") else \
         (lambda s: s % pp)
-    # boundaries with a virtual stage on another rank (ZB-V's turn stays on rank pp - 1)
-    boundaries = sum((s > 0 and owner(s - 1) != p) + (s < pp * v - 1 and owner(s + 1) != p)
-                     for s in stages)
+    # boundaries with a virtual stage on another rank (ZB-V's turn stays on rank pp - 1): the
+    # activation goes up, its gradient down, but not into a wholly frozen virtual stage (the
+    # first frozen_vstages)
+    last, fvs = pp * v - 1, r["frozen_vstages"]
+    sends = sum((s < last and owner(s + 1) != p) + (s > fvs and owner(s - 1) != p) for s in stages)
+    recvs = sum((s > 0 and owner(s - 1) != p) + (s + 1 > fvs and s < last and owner(s + 1) != p)
+                for s in stages)
     # blocks in the frozen prefix run no backward, so none of its all-reduces
     passes = 2 * nb - r["frozen_blocks"]
     blocks_tp = (1 if r.get("parallel_blocks") else 2) * passes * m * act if tp > 1 else 0
     want = {
         ("tp", "all_reduce"): 0 if seq else blocks_tp,
         ("tp", "reduce_scatter"): blocks_tp if seq else 0,
-        ("pp", "send"): boundaries * m * rows * r["C"] * 4,
-        ("pp", "recv"): boundaries * m * rows * r["C"] * 4,
+        ("pp", "send"): sends * m * rows * r["C"] * 4,
+        ("pp", "recv"): recvs * m * rows * r["C"] * 4,
         ("dp", "all_reduce"): (r["params"] - r["frozen_prefix"]) * 4 if dp > 1 and not zero else 0,
         ("dp", "reduce_scatter"): r["zero_padded"] * 4 if dp > 1 and zero else 0,
         ("dp", "all_gather"): r["zero_padded"] * 4 if dp > 1 and zero else 0,

@@ -14,8 +14,8 @@
 # parallel blocks (one sequence parallel, and ZB-H1 bit for bit as 1F1B), two with RandAugment and repeated
 # augmentation on an image folder, two with 3-Augment and the simple random crop, the first stage's TP ranks decoding their
 # shares of the images bit for bit as each decoding all (two cases), two with ZeRO-1 and
-# layer-wise lr decay, three with frozen tensors (one ZeRO-1 with sequence parallelism, one
-# ZB-H1; the frozen tensors' bytes kept), three with LAMB (one ZeRO-1 with sequence parallelism), two whose EMA
+# layer-wise lr decay, six with frozen tensors (one ZeRO-1 with sequence parallelism, one
+# ZB-H1, three on four stages, the first wholly frozen; the frozen tensors' bytes kept), three with LAMB (one ZeRO-1 with sequence parallelism), two whose EMA
 # (sharded under ZeRO-1) must be one rank's; activation recompute (all blocks or some, 1 rank, 2x2x2,
 # 8x1x1 sequence parallel, bf16) bit for bit against the same run without. Then bf16
 # (--precision bf16, the CPU twin of the CUDA bf16 GEMMs): a pipeline computes every sample as
@@ -278,7 +278,8 @@ print(f"{sys.argv[4]}: the {len(frozen)} frozen tensors keep their bytes in the 
 PY
 }
 for layout in "base_frz 1 1 1 1" "frz_222 8 2 2 2 --comm-stats 1" "frz_zero_sp 8 2 2 2 --zero 1 --sequence-parallel 1" \
-              "frz_zbh1 8 2 2 2 --pp-schedule zb-h1"; do
+              "frz_zbh1 8 2 2 2 --pp-schedule zb-h1" "frz_pp4 8 1 4 2" "frz_zbv 8 1 4 2 --pp-schedule zb-v" \
+              "frz_il 8 1 4 2 --pp-schedule interleaved"; do
   set -- $layout
   name=$1 np=$2 tp=$3 pp=$4 dp=$5
   shift 5
@@ -321,6 +322,17 @@ if cmp -s "$work/frz_222/weights.safetensors" "$work/frz_zbh1/weights.safetensor
 else
   echo "FAIL: frz_zbh1 differs from 1F1B's frz_222"; fail=1
 fi
+# On 4 stages of 2 blocks (8 virtual stages of 1 under zb-v and interleaved) the first 1 (3)
+# are wholly frozen: no gradient goes to them and they run no backward; zb-v and interleaved
+# sum as 1F1B does, so all three end with the same bytes.
+for name in frz_zbv frz_il; do
+  if cmp -s "$work/frz_pp4/weights.safetensors" "$work/$name/weights.safetensors" &&
+     cmp -s "$work/frz_pp4/ema.safetensors" "$work/$name/ema.safetensors"; then
+    echo "$name: the weights and EMA of 1F1B's frz_pp4, bit for bit (3 of its 8 virtual stages wholly frozen)"
+  else
+    echo "FAIL: $name differs from 1F1B's frz_pp4"; fail=1
+  fi
+done
 # Activation recompute runs the very same forward again, so a run with it must log the very
 # numbers and end with the very bytes of the same run without; its plan holds fewer activations.
 same_bits() {  # same_bits A B: the same logged numbers and final weights, bit for bit

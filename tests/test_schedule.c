@@ -21,7 +21,7 @@ typedef struct {
 } schedule_set;
 
 static void build_set(schedule_set *set, vt_schedule_kind kind, int pp, int m, int v) {
-  set->spec = (vt_schedule_spec){kind, pp, m, v};
+  set->spec = (vt_schedule_spec){kind, pp, m, v, 0};
   const int cap = vt_schedule_max_actions(&set->spec);
   for (int s = 0; s < pp; s++) {
     set->lists[s] = malloc((size_t)cap * sizeof(vt_schedule_action));
@@ -260,13 +260,13 @@ static void test_parse(void) {
   EXPECT(vt_schedule_parse("zb-h1", &k) == VT_OK && k == VT_SCHEDULE_ZB_H1, "parse zb-h1");
   EXPECT(strcmp(vt_schedule_name(VT_SCHEDULE_ZB_H1), "zb-h1") == 0, "name zb-h1");
   const vt_schedule_spec bad[] = {
-      {VT_SCHEDULE_1F1B, 4, 8, 2},         // chunks without interleaving
-      {VT_SCHEDULE_INTERLEAVED, 1, 8, 2},  // one rank
-      {VT_SCHEDULE_INTERLEAVED, 4, 8, 1},  // one chunk
-      {VT_SCHEDULE_INTERLEAVED, 4, 6, 2},  // m not a multiple of p
-      {VT_SCHEDULE_ZB_H1, 4, 8, 2},        // chunks without interleaving
-      {VT_SCHEDULE_GPIPE, 0, 8, 1},
-      {VT_SCHEDULE_GPIPE, 2, 0, 1},
+      {VT_SCHEDULE_1F1B, 4, 8, 2, 0},         // chunks without interleaving
+      {VT_SCHEDULE_INTERLEAVED, 1, 8, 2, 0},  // one rank
+      {VT_SCHEDULE_INTERLEAVED, 4, 8, 1, 0},  // one chunk
+      {VT_SCHEDULE_INTERLEAVED, 4, 6, 2, 0},  // m not a multiple of p
+      {VT_SCHEDULE_ZB_H1, 4, 8, 2, 0},        // chunks without interleaving
+      {VT_SCHEDULE_GPIPE, 0, 8, 1, 0},
+      {VT_SCHEDULE_GPIPE, 2, 0, 1, 0},
   };
   char err[256];
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -279,7 +279,7 @@ static void test_parse(void) {
 }
 
 static void expect_list(vt_schedule_kind kind, int pp, int m, int v, int stage, const char *want) {
-  const vt_schedule_spec sp = {kind, pp, m, v};
+  const vt_schedule_spec sp = {kind, pp, m, v, 0};
   vt_schedule_action a[256];
   char buf[2048] = "", tok[48];
   const int n = vt_schedule_build(&sp, stage, a, 256);
@@ -329,17 +329,98 @@ static void test_known_lists(void) {
   expect_list(VT_SCHEDULE_ZB_V, 2, 2, 2, 1,
               "RA0 F0 SA0+RA0.1 F0.1 SA0.1+RA1 F1 SA1+RA1.1 F1.1 SA1.1+RG0.1 B0.1 SG0.1+RG0 B0 "
               "SG0 W0 RG1.1 B1.1 SG1.1+RG1 B1 SG1 W1 W0.1 W1.1");
-  const vt_schedule_spec a = {VT_SCHEDULE_1F1B, 4, 16, 1}, g = {VT_SCHEDULE_GPIPE, 4, 16, 1};
-  const vt_schedule_spec il = {VT_SCHEDULE_INTERLEAVED, 4, 16, 2};
+  const vt_schedule_spec a = {VT_SCHEDULE_1F1B, 4, 16, 1, 0}, g = {VT_SCHEDULE_GPIPE, 4, 16, 1, 0};
+  const vt_schedule_spec il = {VT_SCHEDULE_INTERLEAVED, 4, 16, 2, 0};
   EXPECT(vt_schedule_stage_in_flight(&a, 0, NULL) == 4, "1f1b stage 0 in flight");
   EXPECT(vt_schedule_stage_in_flight(&g, 3, NULL) == 16, "gpipe in flight");
   EXPECT(vt_schedule_stage_in_flight(&il, 0, NULL) == 11 && vt_schedule_stage_in_flight(&il, 3, NULL) == 5,
          "interleaved in flight: 2*3+4+1 on stage 0, 4+1 on stage 3");
 }
 
+// Frozen virtual stages (spec.frozen_stages = F): every kind, pp 2-6, m pp and 2 pp, every F
+// below the last virtual stage: the lists
+// verify (pairs in order, simulations complete), and they hold exactly the full lists' actions
+// but the gradient halves into virtual stages below F (transfers left empty gone): each such
+// boundary across ranks loses its m gradient messages on both sides, nothing else changes.
+static void test_frozen_stages(void) {
+  const vt_schedule_kind kinds[5] = {VT_SCHEDULE_GPIPE, VT_SCHEDULE_1F1B, VT_SCHEDULE_INTERLEAVED,
+                                     VT_SCHEDULE_ZB_H1, VT_SCHEDULE_ZB_V};
+  int cases = 0;
+  for (int k = 0; k < 5; k++)
+    for (int pp = 2; pp <= 6; pp++)
+      for (int mm = 1; mm <= 2; mm++) {
+        const int v = kinds[k] == VT_SCHEDULE_INTERLEAVED || kinds[k] == VT_SCHEDULE_ZB_V ? 2 : 1;
+        const int m = mm * pp;
+        for (int f = 1; f < pp * v; f++) {
+          schedule_set full, frz;
+          build_set(&full, kinds[k], pp, m, v);
+          frz.spec = full.spec;
+          frz.spec.frozen_stages = f;
+          const int cap = vt_schedule_max_actions(&frz.spec);
+          int sent[2] = {0, 0}, dropped = 0;  // gradient messages sent: full, frozen
+          for (int s = 0; s < pp; s++) {
+            frz.lists[s] = malloc((size_t)cap * sizeof(vt_schedule_action));
+            frz.counts[s] = vt_schedule_build(&frz.spec, s, frz.lists[s], cap);
+            // walk both lists together: the frozen one is the full one with halves left out
+            int j = 0, same = 1;
+            for (int i = 0; i < full.counts[s] && same; i++) {
+              const vt_schedule_action a = full.lists[s][i];
+              int keep_send = 0, keep_recv = 0;
+              for (int h = 0; h < a.nsend; h++) {
+                const int vs = vt_schedule_vstage(&full.spec, s, a.send[h].chunk);
+                const int drop = a.send[h].kind == VT_XFER_GRAD && vs <= f;
+                keep_send += !drop;
+                if (a.op == VT_SCHEDULE_TRANSFER && a.send[h].kind == VT_XFER_GRAD &&
+                    vt_schedule_send_peer(&full.spec, s, a.send[h]) != s)
+                  sent[0]++, dropped += drop;
+              }
+              for (int h = 0; h < a.nrecv; h++) {
+                const int vs = vt_schedule_vstage(&full.spec, s, a.recv[h].chunk);
+                keep_recv += !(a.recv[h].kind == VT_XFER_GRAD && vs + 1 <= f);
+              }
+              if (a.op == VT_SCHEDULE_TRANSFER && keep_send + keep_recv == 0) continue;
+              same = j < frz.counts[s] && frz.lists[s][j].op == a.op &&
+                     frz.lists[s][j].nsend == (a.op == VT_SCHEDULE_TRANSFER ? keep_send : a.nsend) &&
+                     frz.lists[s][j].nrecv == (a.op == VT_SCHEDULE_TRANSFER ? keep_recv : a.nrecv);
+              for (int h = 0; same && a.op == VT_SCHEDULE_TRANSFER && h < frz.lists[s][j].nsend; h++)
+                sent[1] += frz.lists[s][j].send[h].kind == VT_XFER_GRAD &&
+                           vt_schedule_send_peer(&frz.spec, s, frz.lists[s][j].send[h]) != s;
+              j++;
+            }
+            EXPECT(same && j == frz.counts[s], NAME_FMT " frozen %d: stage %d's list is not the "
+                   "full one without the frozen gradients", NAME_ARGS(&full.spec), f, s);
+          }
+          char err[256] = "";
+          EXPECT(vt_schedule_verify(&frz.spec, err, sizeof err) == VT_OK, NAME_FMT " frozen %d: %s",
+                 NAME_ARGS(&full.spec), f, err);
+          EXPECT(vt_schedule_check_pairs(&frz.spec, lists_of(&frz), frz.counts, err, sizeof err) ==
+                     VT_OK, NAME_FMT " frozen %d: %s", NAME_ARGS(&full.spec), f, err);
+          // boundaries vs - 1 | vs for vs = 1..f across two ranks lose m messages each
+          int cross = 0;
+          for (int vs = 1; vs <= f; vs++) {
+            int ra = -1, rb = -1;  // the ranks of vs - 1 and vs
+            for (int r = 0; r < pp; r++)
+              for (int c = 0; c < v; c++) {
+                if (vt_schedule_vstage(&full.spec, r, c) == vs - 1) ra = r;
+                if (vt_schedule_vstage(&full.spec, r, c) == vs) rb = r;
+              }
+            cross += ra != rb;
+          }
+          EXPECT(sent[1] == sent[0] - dropped && dropped == cross * m,
+                 NAME_FMT " frozen %d: %d gradient messages of %d left, %d dropped, want %d",
+                 NAME_ARGS(&full.spec), f, sent[1], sent[0], dropped, cross * m);
+          cases++;
+          free_set(&full), free_set(&frz);
+        }
+      }
+  printf("frozen virtual stages: %d (kind, pp, m, frozen) cases verified, the lists the full ones "
+         "without the frozen stages' gradient messages\n", cases);
+}
+
 int main(void) {
   test_parse();
   test_known_lists();
+  test_frozen_stages();
   const vt_schedule_kind kinds[5] = {VT_SCHEDULE_GPIPE, VT_SCHEDULE_1F1B, VT_SCHEDULE_INTERLEAVED,
                                      VT_SCHEDULE_ZB_H1, VT_SCHEDULE_ZB_V};
   // F B W: backward twice the forward (the ZB-H1 formula's case), then as long as the forward
@@ -350,7 +431,7 @@ int main(void) {
     for (int v = 1; v <= MAX_V; v++)
       for (int pp = 1; pp <= MAX_PP; pp++)
         for (int m = 1; m <= MAX_M; m++) {
-          const vt_schedule_spec sp = {kinds[k], pp, m, v};
+          const vt_schedule_spec sp = {kinds[k], pp, m, v, 0};
           if (vt_schedule_spec_check(&sp, NULL, 0) != VT_OK) continue;
           schedule_set set;
           build_set(&set, kinds[k], pp, m, v);
@@ -374,7 +455,7 @@ int main(void) {
               // 1F1B's.
               const int zb = vt_schedule_splits_backward(kinds[k]);
               if (zb && !deferred) continue;
-              const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, pp, m, 1};
+              const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, pp, m, 1, 0};
               const int zb_other = zb && (c == 1 || m < pp);
               const double formula = vt_schedule_bubble_formula(zb_other ? &plain : &sp);
               double gap = zb_other ? bubble - formula : fabs(bubble - formula);
@@ -434,11 +515,11 @@ int main(void) {
   test_split_deadlocks(VT_SCHEDULE_ZB_H1, 2, 2, 1);
   test_pair_order_caught();
   printf("\n");
-  const vt_schedule_spec show[] = {{VT_SCHEDULE_1F1B, 4, 6, 1},
-                                   {VT_SCHEDULE_GPIPE, 3, 3, 1},
-                                   {VT_SCHEDULE_INTERLEAVED, 4, 4, 2},
-                                   {VT_SCHEDULE_ZB_H1, 4, 6, 1},
-                                   {VT_SCHEDULE_ZB_V, 3, 4, 2}};
+  const vt_schedule_spec show[] = {{VT_SCHEDULE_1F1B, 4, 6, 1, 0},
+                                   {VT_SCHEDULE_GPIPE, 3, 3, 1, 0},
+                                   {VT_SCHEDULE_INTERLEAVED, 4, 4, 2, 0},
+                                   {VT_SCHEDULE_ZB_H1, 4, 6, 1, 0},
+                                   {VT_SCHEDULE_ZB_V, 3, 4, 2, 0}};
   for (int i = 0; i < 5; i++) vt_schedule_print(stdout, &show[i]);
 
   printf("\n%d checks, %d failures\n", checks, failures);

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # test_traffic.sh VIT3D: the bytes every rank moves per axis in one step equal the formulas of
-# tests/check_traffic.py, on 2x2x2, 2x2x2 with ZeRO-1, both also with a frozen prefix, 1x4x2, 1x4x2 with the interleaved
-# schedule, 2x2x2 with parallel blocks (half the TP bytes), 1x4x2 with ZB-V (its V: the turn
-# between the chunks of the last rank is no transfer) and 2x2x2 with sequence parallelism; and
-# so do the traffic lines of
-# `vit3d plan` for the same flags.
+# tests/check_traffic.py, on 2x2x2, 2x2x2 with ZeRO-1, both also with a frozen prefix, 1x4x2
+# (also with two stages wholly frozen), 1x4x2 with the interleaved schedule, 2x2x2 with
+# parallel blocks (half the TP bytes), 1x4x2 with ZB-V (its V: the turn between the chunks of
+# the last rank is no transfer) and 2x2x2 with sequence parallelism; and so do the traffic lines
+# of `vit3d plan` for the same flags.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,6 +32,9 @@ measure zero 2 2 2 1
 measure zfrz 2 2 2 1 --freeze '^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.)'
 # the same without ZeRO: stage 0 all-reduces block 3 only, and no block 0-2 backward all-reduces
 measure frz222 2 2 2 0 --freeze '^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.)'
+# 4 stages of 2 blocks, the embeddings and blocks 0-4 frozen: stages 0 and 1 wholly, so no
+# gradient goes to them (stage 2 sends none, stage 1 neither), nor do they reduce anything
+measure frz142 1 4 2 0 --freeze '^(patch_embed|pos_embed|cls_token|blocks\.[0-4]\.)'
 "$py" - "$work/zero" "$work/zfrz" <<'PY' || fail=1
 import json, sys
 def rs(d, rank):

@@ -147,6 +147,15 @@ void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *e
   vt_stage_blocks(depth, s->pp_size * v, vt_shard_vstage(s, chunk), first, end);
 }
 
+int vt_frozen_vstages(int depth, int nvstages, int frozen_layers) {
+  int vs = 0, first, end;
+  for (; vs < nvstages - 1; vs++) {
+    vt_stage_blocks(depth, nvstages, vs, &first, &end);
+    if (end + 1 > frozen_layers) break;  // block end - 1 is layer end
+  }
+  return vs;
+}
+
 static int ends_with(const char *s, const char *tail) {
   const size_t n = strlen(s), k = strlen(tail);
   return n >= k && strcmp(s + n - k, tail) == 0;

@@ -90,6 +90,11 @@ void vt_stage_blocks(int depth, int pp_size, int pp_rank, int *first, int *end);
 // Blocks [*first, *end) of chunk `chunk` of the shard's pipeline rank: virtual stage
 // vt_shard_vstage of pp_size * chunks (vt_stage_blocks; the chunk itself with one).
 void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *end);
+// The leading virtual stages of nvstages (pp_size * chunks) whose layers all lie in a frozen
+// prefix of frozen_layers layers (vt_model.frozen_layers: the embeddings, then blocks 0, 1, ...):
+// they have no backward to run, and no gradient needs to reach them (vt_schedule_spec's
+// frozen_stages). Never the last (the head's).
+int vt_frozen_vstages(int depth, int nvstages, int frozen_layers);
 
 typedef struct {
   vt_param *p;
