@@ -75,6 +75,7 @@ static void train_defaults(vt_train_options *o) {
   o->dp = 0;
   snprintf(o->mesh_order, sizeof o->mesh_order, "tp-dp-pp");
   snprintf(o->pp_schedule, sizeof o->pp_schedule, "1f1b");
+  snprintf(o->pp_pass_times, sizeof o->pp_pass_times, "auto");
 }
 
 // "a,b,c": three numbers (positive ones when positive is set).
@@ -450,6 +451,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "2pp-1-s, so stage 0 has the embedding and the head; idle about (p-1)/(6m+p-1) with up "
        "to 2pp chunks' activations in flight on every stage; no --recompute-blocks)",
        "1f1b|gpipe|interleaved|zb-h1|zb-v"},
+      {"--pp-pass-times", VT_OPT_STR, o.pp_pass_times, sizeof o.pp_pass_times, 0, 0, "T",
+       "zb-v: the forward, input-gradient and weight pass times its order is built for: auto "
+       "(measured in the run's second step on every rank, then the order rebuilt for them: the "
+       "same bits, less idle where the passes differ), equal, or F:B:W (relative, e.g. 1:1:0.35)",
+       NULL},
       {"--pp-chunks", VT_OPT_INT, &o.pp_chunks, 0, 0, 64, "V",
        "interleaved schedule: model chunks per pipeline stage (stage s holds virtual stages s, "
        "s + pp, ...); 0: 2 with interleaved and zb-v, 1 otherwise", NULL},

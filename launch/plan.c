@@ -116,7 +116,7 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   const vt_vit_config *c = &o->model;
   const double mib = 1.0 / (1 << 20);
   const int B = o->micro_batch, n_micro = o->global_batch / (o->dp * B);
-  const vt_schedule_spec spec = {kind, o->pp, n_micro, o->pp_chunks, 0};
+  const vt_schedule_spec spec = {kind, o->pp, n_micro, o->pp_chunks, 0, {0, 0, 0}};
   const vt_shard shard = {0, o->tp, p, o->pp, o->sequence_parallel, o->pp_chunks,
                           kind == VT_SCHEDULE_ZB_V};
   vt_param_table t;
@@ -182,7 +182,7 @@ int vt_plan_run(const vt_train_options *o) {
   vt_schedule_kind kind;
   VT_CHECK(vt_schedule_parse(o->pp_schedule, &kind) == VT_OK, "schedule %s", o->pp_schedule);
   const int B = o->micro_batch, n_micro = o->global_batch / (o->dp * B);
-  const vt_schedule_spec spec = {kind, o->pp, n_micro, o->pp_chunks, 0};
+  const vt_schedule_spec spec = {kind, o->pp, n_micro, o->pp_chunks, 0, {0, 0, 0}};
   const double mib = 1.0 / (1 << 20);
   char extras[256];
   vt_config_extras(c, extras, sizeof extras);
@@ -254,7 +254,7 @@ int vt_plan_run(const vt_train_options *o) {
              : (o->optim.ema_decay > 0 ? "weights, Adam moments and EMA"
                                        : "weights and Adam moments"));
   if (o->pp > 1) {  // what the activations in flight buy: the ideal idle fraction of a step
-    const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, o->pp, n_micro, 1, 0};
+    const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, o->pp, n_micro, 1, 0, {0, 0, 0}};
     printf("pipeline: %s schedule, ideal idle fraction %s = %.3f with equal stages and free "
            "transfers (1f1b and gpipe: %.3f); measured at the end of a run\n",
            vt_schedule_name(kind),
@@ -300,7 +300,7 @@ int vt_plan_search(const vt_train_options *o) {
       vt_schedule_kind kind;
       vt_schedule_parse(m.pp_schedule, &kind);
       const vt_schedule_spec spec = {kind, pp, m.global_batch / (m.dp * m.micro_batch),
-                                     m.pp_chunks, 0};
+                                     m.pp_chunks, 0, {0, 0, 0}};
       k->idle = pp > 1 ? vt_schedule_bubble_formula(&spec) : 0.0;
       for (int p = 0; p < pp; p++) {
         stage_plan sp;

@@ -203,7 +203,7 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
                                       VT_SCHEDULE_ZB_V};
     for (int i = 0; i < 4 && k < (int)sizeof line; i++) {
       const int vk = kinds[i] == VT_SCHEDULE_INTERLEAVED || kinds[i] == VT_SCHEDULE_ZB_V ? 2 : 1;
-      const vt_schedule_spec other = {kinds[i], p, spec->n_micro, vk, 0};
+      const vt_schedule_spec other = {kinds[i], p, spec->n_micro, vk, 0, {0, 0, 0}};
       if (kinds[i] == spec->kind || (!split && vt_schedule_splits_backward(kinds[i])) ||
           vt_schedule_spec_check(&other, NULL, 0) != VT_OK)
         continue;

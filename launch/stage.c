@@ -1,6 +1,8 @@
 // stage.c: the executor of a pipeline stage's schedule (stage.h).
 #include "stage.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void grads_ready(void *ctx, int layer) {
@@ -187,3 +189,61 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
   return loss;
 }
 
+
+int vt_stage_retime(vt_stage_ctx *x, vt_comm *world, vt_schedule_action *acts, int *nacts,
+                    int cap, int nslots, int nwsets) {
+  // Each rank's mean per unit and pass (a stage wholly frozen has no B or W), summed over ranks
+  // with their counts; rank 0's figures then go to all, so every rank builds the same lists.
+  double t[6] = {0, 0, 0, 0, 0, 0};
+  for (int k = 0; k < 3; k++)
+    if (x->passes[k] > 0) t[k] = 1e3 * x->pass_s[k] / x->passes[k], t[3 + k] = 1;
+  vt_comm_all_reduce_double(world, t, 6, VT_REDUCE_SUM);
+  vt_comm_broadcast_bytes(world, t, sizeof t, 0);
+  if (!(t[3] > 0 && t[4] > 0 && t[5] > 0)) return 0;
+  const double ms[3] = {t[0] / t[3], t[1] / t[4], t[2] / t[5]};
+  if (!(ms[0] > 0 && ms[1] > 0 && ms[2] > 0)) return 0;
+  vt_schedule_spec spec = x->spec;
+  spec.costs = (vt_schedule_costs){1.0, fmax(0.01, round(100 * ms[1] / ms[0]) / 100),
+                                   fmax(0.01, round(100 * ms[2] / ms[0]) / 100)};
+  const int units = spec.n_micro * spec.chunks;
+  vt_schedule_action *next = malloc((size_t)cap * sizeof *next);
+  int *slot = malloc((size_t)units * sizeof *slot), *wset = malloc((size_t)units * sizeof *wset);
+  VT_CHECK(next && slot && wset, "out of host memory for the schedule");
+  char why[400] = "";
+  int fits = vt_schedule_verify(&spec, why, sizeof why) == VT_OK;
+  int count = 0;
+  if (fits) {
+    count = vt_schedule_build(&spec, x->pp_rank, next, cap);
+    fits = vt_schedule_assign_slots(&spec, next, count, slot) <= nslots &&
+           vt_schedule_assign_weight_sets(&spec, next, count, wset) <= nwsets;
+    // the micro-batch loaded ahead for the next step must find itself in its slot
+    const int c = x->data_chunk * x->n_micro + x->ahead_mb;
+    if (x->ahead_step >= 0 && slot[c] != x->unit_slot[c]) fits = 0;
+  }
+  double all = fits;
+  vt_comm_all_reduce_double(world, &all, 1, VT_REDUCE_MIN);
+  const int same = count == *nacts && memcmp(next, acts, (size_t)count * sizeof *acts) == 0;
+  if (vt_comm_rank(world) == 0) {
+    const vt_schedule_costs at = spec.costs;
+    vt_schedule_spec equal = spec;
+    equal.costs = (vt_schedule_costs){0, 0, 0};
+    vt_log_info("zb-v: this run's passes per unit took forward %.2f ms, input gradient %.2f ms, "
+                "weight %.2f ms (1 : %.2f : %.2f); its order %s: simulated idle %.3f, %.3f with "
+                "the order for equal passes", ms[0], ms[1], ms[2], at.b, at.w,
+                all == 0 ? "stays (the one built for them does not fit the activation sets "
+                           "allocated)"
+                : same   ? "stays (the one for equal passes idles no more at them)"
+                         : "is now the one built for them",
+                vt_schedule_simulated_idle(&spec, at, 1), vt_schedule_simulated_idle(&equal, at, 1));
+    if (!fits && why[0]) vt_log_warn("zb-v's order for the measured times: %s", why);
+  }
+  if (all > 0) {
+    memcpy(acts, next, (size_t)count * sizeof *acts);
+    *nacts = count;
+    memcpy(x->unit_slot, slot, (size_t)units * sizeof *slot);
+    memcpy(x->unit_wset, wset, (size_t)units * sizeof *wset);
+    x->spec = spec;
+  }
+  free(next), free(slot), free(wset);
+  return all > 0;
+}

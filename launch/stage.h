@@ -57,4 +57,15 @@ typedef struct {
 // stage) or 0. A transfer action posts its sends and receives together (vt_comm_exchange).
 double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, int64_t step);
 
+// ZB-V under --pp-pass-times auto, after a step whose pass times x holds (x->pass_s, x->passes:
+// the run's second step): the ranks agree on the mean forward, input-gradient and weight pass
+// times per unit (relative to the forward's, rounded to 0.01; collective over world), and where
+// the order built for them (vt_schedule_spec.costs) fits every rank's activation and weight
+// sets, and the micro-batch already loaded ahead keeps its slot, every rank takes it: acts,
+// *nacts, x->spec, x->unit_slot and x->unit_wset. Rank 0 logs the times and the simulated idle of
+// both orders. Returns 1 when the lists changed. The bits of the steps do not: every order runs
+// each chunk's micro-batches in order.
+int vt_stage_retime(vt_stage_ctx *x, vt_comm *world, vt_schedule_action *acts, int *nacts,
+                    int cap, int nslots, int nwsets);
+
 #endif

@@ -34,6 +34,17 @@
 
 #define REFUSE(...) return (snprintf(err, errlen, __VA_ARGS__), VT_ERR_INPUT)
 
+int vt_train_pass_times(const char *text, double costs[3]) {
+  costs[0] = costs[1] = costs[2] = 0.0;
+  if (strcmp(text, "auto") == 0) return 1;
+  if (strcmp(text, "equal") == 0) return 0;
+  char tail;
+  if (sscanf(text, "%lf:%lf:%lf%c", &costs[0], &costs[1], &costs[2], &tail) != 3) return -1;
+  for (int k = 0; k < 3; k++)
+    if (!(costs[k] > 0.0 && costs[k] < 1e6)) return -1;
+  return 2;
+}
+
 vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size_t errlen) {
   const vt_vit_config *c = &o->model;
   if (vt_config_validate(c, err, errlen) != VT_OK) return VT_ERR_INPUT;
@@ -72,7 +83,16 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            "weight pass reads the stored activations again: it does not go with "
            "--recompute-blocks; use one or the other", o->pp_schedule);
   vt_schedule_spec spec = {kind, o->pp, o->global_batch / (o->dp * o->micro_batch), o->pp_chunks,
-                           0};
+                           0, {0, 0, 0}};
+  double times[3];
+  const int pass_times = vt_train_pass_times(o->pp_pass_times, times);
+  if (pass_times < 0)
+    REFUSE("--pp-pass-times %s: give auto, equal or F:B:W, three positive relative times of the "
+           "forward, input-gradient and weight passes (e.g. 1:1:0.35)", o->pp_pass_times);
+  if (pass_times == 2 && kind != VT_SCHEDULE_ZB_V)
+    REFUSE("--pp-pass-times %s: only --pp-schedule zb-v builds its order for pass times",
+           o->pp_pass_times);
+  if (pass_times == 2) spec.costs = (vt_schedule_costs){times[0], times[1], times[2]};
   if (o->eval_only) spec.n_micro = o->pp;  // evaluation runs no schedule, only the chunks' layout
   char why[400];
   if (vt_schedule_verify(&spec, why, sizeof why) != VT_OK)
@@ -251,15 +271,19 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   const vt_vit_config *c = &o->model;
   const int frozen_layers = vt_freeze_leading_layers(&o->optim, c);
   // Wholly frozen virtual stages get no gradient messages and skip their backward passes.
-  const vt_schedule_spec spec = {
+  double times[3];
+  const int pass_times = vt_train_pass_times(o->pp_pass_times, times);  // (validated)
+  vt_schedule_spec spec = {
       kind, mesh.pp_size, o->eval_only ? mesh.pp_size : n_micro, o->pp_chunks,
-      o->eval_only ? 0 : vt_frozen_vstages(c->depth, mesh.pp_size * o->pp_chunks, frozen_layers)};
+      o->eval_only ? 0 : vt_frozen_vstages(c->depth, mesh.pp_size * o->pp_chunks, frozen_layers),
+      {0, 0, 0}};
+  if (pass_times == 2 && !o->eval_only) spec.costs = (vt_schedule_costs){times[0], times[1], times[2]};
   const int cap = vt_schedule_max_actions(&spec);
   vt_schedule_action *acts = malloc((size_t)cap * sizeof *acts);
   int *unit_slot = malloc((size_t)spec.n_micro * spec.chunks * sizeof *unit_slot);
   int *unit_wset = malloc((size_t)spec.n_micro * spec.chunks * sizeof *unit_wset);
   VT_CHECK(acts && unit_slot && unit_wset, "out of host memory for the schedule");
-  const int nacts = vt_schedule_build(&spec, me.pp_rank, acts, cap);
+  int nacts = vt_schedule_build(&spec, me.pp_rank, acts, cap);
   const int assigned = vt_schedule_assign_slots(&spec, acts, nacts, unit_slot);
   const int nslots = o->eval_only ? 1 : assigned;
   const int wsets = vt_schedule_assign_weight_sets(&spec, acts, nacts, unit_wset);
@@ -490,6 +514,9 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
       memset(x.pass_s, 0, sizeof x.pass_s);
       memset(x.passes, 0, sizeof x.passes);
     }
+    // ZB-V, --pp-pass-times auto: the order built for the second step's pass times from here
+    if (step == start_step + 1 && kind == VT_SCHEDULE_ZB_V && pass_times == 1 && n < end_step)
+      vt_stage_retime(&x, world, acts, &nacts, cap, nslots, nwsets);
     vt_step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
                   .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],
                   .data_wait_ms = sums[5] > 0 ? 1e3 * sums[4] / sums[5] : -1.0,
@@ -592,7 +619,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
       pass_ms[k] = x.passes[k] > 0 ? 1e3 * x.pass_s[k] / x.passes[k] : 0;
       compute_s += x.pass_s[k];
     }
-    vt_report_pipeline_idle(world, &mesh, me, 1.0 - compute_s / timed_s, pass_ms, &spec);
+    vt_report_pipeline_idle(world, &mesh, me, 1.0 - compute_s / timed_s, pass_ms, &x.spec);
   }
   if (!rc && o->final_weights[0] &&
       vt_export_safetensors(&m, m.params, world, &mesh, o->final_weights, err, sizeof err) !=

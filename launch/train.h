@@ -65,6 +65,9 @@ typedef struct {
   char mesh_order[16];      // tp-dp-pp | tp-pp-dp
   char pp_schedule[16];     // 1f1b | gpipe | interleaved
   int pp_chunks;            // model chunks per pipeline rank (interleaved); 0: 2 there, else 1
+  // zb-v: the pass times its order is built for: "auto" (measured in the run's second step,
+  // then the order rebuilt for them), "equal", or "F:B:W" (relative times per unit)
+  char pp_pass_times[48];
   int zero;                 // 0 | 1
   int sequence_parallel;    // 0 | 1
   char final_weights[512];  // write the full, unsharded weights here at the end (safetensors)
@@ -107,6 +110,9 @@ enum {
 // Checks of options that single flags cannot see, against the job's world size. Every rank
 // gets the same verdict; the caller prints it on rank 0 only.
 vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size_t errlen);
+// --pp-pass-times: 1 for "auto", 0 for "equal" (costs all 0), 2 for "F:B:W" (costs set, each
+// positive), -1 otherwise.
+int vt_train_pass_times(const char *text, double costs[3]);
 
 // Runs the training loop on every rank of world. Returns the process exit code.
 int vt_train_run(const vt_train_options *o, vt_comm *world);

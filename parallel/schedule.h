@@ -71,6 +71,12 @@ typedef enum {
 
 #define VT_SCHEDULE_MAX_CHUNKS 64  // the message in schedule.c names it
 
+// A unit's forward, input-gradient (B) and weight-gradient (W) times; a BACKWARD in a list
+// without WEIGHT actions does both, b + w.
+typedef struct {
+  double f, b, w;
+} vt_schedule_costs;
+
 typedef struct {
   vt_schedule_kind kind;
   int pp_size;  // p >= 1
@@ -82,6 +88,17 @@ typedef struct {
   // actions, which stay in the lists where they were so that every unit keeps its slot as long
   // as before. 0: none.
   int frozen_stages;
+  // ZB-V only: the pass times (per chunk unit) its order is built for; all 0: equal passes, the
+  // order of unit steps above. Otherwise an event-driven greedy simulation of all ranks with
+  // these times (a pass starts when its inputs have arrived, transfers free, F only under 2p
+  // units in flight), each rank choosing among its ready passes by a fixed order of the six
+  // kinds; of the 720 orders the one whose simulated step is shortest (the first found on a
+  // tie, the equal-pass order's kinds first of all) among those that need on no rank more
+  // activation or weight sets than the equal-pass order (so the memory planned holds), and the
+  // equal-pass order itself where that one, simulated at these times, is no longer. Every chunk
+  // still runs its passes in micro-batch order, so the step's bits are those of any other
+  // order.
+  vt_schedule_costs costs;
 } vt_schedule_spec;
 
 // A list holds compute actions (the forward or backward of one unit: micro-batch `mb` through
@@ -210,12 +227,6 @@ typedef struct {
   int stuck_index;  // the index of the action it is blocked on, else -1
   double makespan;  // time at which the last rank finished (when completed)
 } vt_schedule_sim_result;
-
-// A unit's forward, input-gradient (B) and weight-gradient (W) times; a BACKWARD in a list
-// without WEIGHT actions does both, b + w.
-typedef struct {
-  double f, b, w;
-} vt_schedule_costs;
 
 // lists[r], counts[r]: rank r's list. busy (p entries, may be NULL) receives each rank's compute
 // time, so its idle fraction is 1 - busy[r] / makespan.

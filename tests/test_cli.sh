@@ -60,6 +60,8 @@ refuse "vit3d plan: --tp 3 does not divide the 4 attention heads" plan --model t
 refuse "more than one model chunk per pipeline rank needs the interleaved or zb-v schedule" plan --model tiny --pp 2 --pp-chunks 2
 refuse "the interleaved schedule needs at least 2 pipeline ranks" train --pp-schedule interleaved
 refuse "the zb-v schedule needs at least 2 pipeline ranks" train --pp-schedule zb-v
+refuse "--pp-pass-times 1:0:2: give auto, equal or F:B:W" plan --model tiny --pp 2 --pp-schedule zb-v --pp-pass-times 1:0:2
+refuse "--pp-pass-times 1:1:0.3: only --pp-schedule zb-v builds its order" plan --model tiny --pp 2 --pp-pass-times 1:1:0.3
 refuse "--pp-schedule zb-v holds exactly 2 model chunks per stage (its V): drop --pp-chunks 3" plan --model tiny --depth 8 --pp 2 --pp-schedule zb-v --pp-chunks 3
 refuse "--pp-schedule zb-v splits the backward into input and weight gradients" plan --model tiny --pp 2 --pp-schedule zb-v --recompute-blocks 1
 refuse "--pp 4 x --pp-chunks 2 = 8 virtual pipeline stages but only 4 blocks" plan --model tiny --pp 4 --pp-schedule zb-v

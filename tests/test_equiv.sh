@@ -408,10 +408,25 @@ plan_matches zb222 "2x2x2 zb-h1 (weight-pass input sets)" --tp 2 --pp 2 --dp 2 -
 # split as in ZB-H1, an order from the greedy simulation; every chunk still runs its micro-batches
 # in order with the same GEMMs, so again the very bytes of 1F1B on the same mesh: 2x2x2, 2x4x1
 # (one block per virtual stage), with Mixup/CutMix (the head's targets wait on stage 0 for its
-# second chunk), with sequence parallelism, with the MAP head (on stage 0's chunk 1).
+# second chunk), with sequence parallelism, with the MAP head (on stage 0's chunk 1). Under
+# --pp-pass-times auto (the default) each of them takes the order built for its second step's
+# pass times from its third step on; also with given times (1:1.3:0.4) and with equal ones.
 like_1f1b zb-v "mix222 zbv222 2 2 2" "tp2pp4 zbv_tp2pp4 2 4 1" \
   "base_mix_222 zbv_mix222 2 2 2 --mixup 0.8 --cutmix 1.0 --mix-prob 0.9 --reprob 0.5" \
-  "seqpar zbv_seqpar 2 2 2 --sequence-parallel 1" "base_map_222 zbv_map222 2 2 2 ${map[*]}"
+  "seqpar zbv_seqpar 2 2 2 --sequence-parallel 1" "base_map_222 zbv_map222 2 2 2 ${map[*]}" \
+  "tp2pp4 zbv_tp2pp4_t 2 4 1 --pp-pass-times 1:1.3:0.4" "mix222 zbv222_eq 2 2 2 --pp-pass-times equal"
+# 1x2x1 with 8 micro-batches, where the weight pass (a third of the backward's time or less on
+# these CPU stages) makes the order built for the measured times idle far less (simulated 0.03
+# against 0.09): the run normally takes it from step 3 on, and must still end with 1F1B's bytes.
+if run zb_auto_1f1b 2 --pp 2 --global-batch-size 16 --micro-batch-size 2 &&
+   run zb_auto 2 --pp 2 --global-batch-size 16 --micro-batch-size 2 --pp-schedule zb-v &&
+   same_bits zb_auto_1f1b zb_auto && grep -q "zb-v: this run's passes per unit took" "$work/zb_auto.log" &&
+   grep -q "zb-v: this run's passes per unit took" "$work/zbv222.log" &&
+   ! grep -q "zb-v: this run's passes" "$work/zbv222_eq.log" "$work/zbv_tp2pp4_t.log"; then
+  echo "zb_auto: 1x2x1 zb-v logs the numbers and ends with the weights of 1f1b, bit for bit; $(grep -o "zb-v: this run's passes.*" "$work/zb_auto.log" | head -n 1)"
+else
+  echo "FAIL: zb-v with --pp-pass-times auto (its order for the measured times) differs from 1f1b or did not measure"; fail=1
+fi
 plan_matches zbv222 "2x2x2 zb-v (blocks 0-1 and 6-7 on stage 0)" --tp 2 --pp 2 --dp 2 --pp-schedule zb-v
 cc=$here/compare_curves.py
 if run base_bf16 1 --precision bf16 && run rc_base_bf16 1 --precision bf16 --recompute-blocks 8 &&
