@@ -204,6 +204,13 @@ static void lockstep(builder *b, const vt_schedule_spec *s, int r, int f, int k,
 // simulated step's length in chunk passes.
 typedef enum { ZBV_LOWEST, ZBV_KINDS } zbv_rule;
 
+// The chunk of ZB-V's virtual stage vs on its rank, and the action of pass op (0 B, 1 F, 2 W).
+static int zbv_chunk(int p, int vs) { return vs < p ? 0 : 1; }
+static vt_schedule_action zbv_pass(int op, int mb, int chunk) {
+  return compute(op == 1 ? VT_SCHEDULE_FORWARD : op == 0 ? VT_SCHEDULE_BACKWARD : VT_SCHEDULE_WEIGHT,
+                 mb, chunk);
+}
+
 static int zbv_order(const vt_schedule_spec *s, zbv_rule rule, int me, vt_schedule_action *out) {
   const int p = s->pp_size, m = s->n_micro, cap = 2 * p;
   const int never = 1 << 30;
@@ -251,16 +258,13 @@ static int zbv_order(const vt_schedule_spec *s, zbv_rule rule, int me, vt_schedu
       if (op == 1) {  // F: the next virtual stage's input, or the loss's gradient at the head
         live[r]++;
         if (vs == 2 * p - 1) AT(b_at, r, mb, c) = t + 1;
-        else AT(f_at, vstage_rank(s, vs + 1), mb, vs + 1 < p ? 0 : 1) = t + 1;
+        else AT(f_at, vstage_rank(s, vs + 1), mb, zbv_chunk(p, vs + 1)) = t + 1;
       } else if (op == 0) {  // B: the previous virtual stage's output gradient
-        if (vs > 0) AT(b_at, vstage_rank(s, vs - 1), mb, vs - 1 < p ? 0 : 1) = t + 1;
+        if (vs > 0) AT(b_at, vstage_rank(s, vs - 1), mb, zbv_chunk(p, vs - 1)) = t + 1;
       } else {
         live[r]--;
       }
-      if (r == me && out)
-        out[n++] = compute(op == 1 ? VT_SCHEDULE_FORWARD : op == 0 ? VT_SCHEDULE_BACKWARD
-                                                                   : VT_SCHEDULE_WEIGHT,
-                           mb, c);
+      if (r == me && out) out[n++] = zbv_pass(op, mb, c);
     }
   }
 #undef AT
@@ -325,17 +329,14 @@ static double zbv_timed(const vt_schedule_spec *s, const int kinds[6][2], int me
     if (op == 1) {  // F: the next virtual stage's input, or the loss's gradient at the head
       live[r]++;
       if (vs == 2 * p - 1) AT(b_at, r, mb, c) = done;
-      else AT(f_at, vstage_rank(s, vs + 1), mb, vs + 1 < p ? 0 : 1) = done;
+      else AT(f_at, vstage_rank(s, vs + 1), mb, zbv_chunk(p, vs + 1)) = done;
     } else if (op == 0) {  // B: its W, and the previous virtual stage's output gradient
       AT(w_at, r, mb, c) = done;
-      if (vs > 0) AT(b_at, vstage_rank(s, vs - 1), mb, vs - 1 < p ? 0 : 1) = done;
+      if (vs > 0) AT(b_at, vstage_rank(s, vs - 1), mb, zbv_chunk(p, vs - 1)) = done;
     } else {
       live[r]--;
     }
-    if (r == me && out)
-      out[n++] = compute(op == 1 ? VT_SCHEDULE_FORWARD : op == 0 ? VT_SCHEDULE_BACKWARD
-                                                                 : VT_SCHEDULE_WEIGHT,
-                         mb, c);
+    if (r == me && out) out[n++] = zbv_pass(op, mb, c);
   }
 #undef READY_AT
 #undef AT
