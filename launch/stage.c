@@ -234,7 +234,8 @@ int vt_stage_retime(vt_stage_ctx *x, vt_comm *world, vt_schedule_action *acts, i
                            "allocated)"
                 : same   ? "stays (the one for equal passes idles no more at them)"
                          : "is now the one built for them",
-                vt_schedule_simulated_idle(&spec, at, 1), vt_schedule_simulated_idle(&equal, at, 1));
+                vt_schedule_simulated_idle(&spec, at, 1),
+                vt_schedule_simulated_idle(&equal, at, 1));
     if (!fits && why[0]) vt_log_warn("zb-v's order for the measured times: %s", why);
   }
   if (all > 0) {

@@ -277,7 +277,8 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
       kind, mesh.pp_size, o->eval_only ? mesh.pp_size : n_micro, o->pp_chunks,
       o->eval_only ? 0 : vt_frozen_vstages(c->depth, mesh.pp_size * o->pp_chunks, frozen_layers),
       {0, 0, 0}};
-  if (pass_times == 2 && !o->eval_only) spec.costs = (vt_schedule_costs){times[0], times[1], times[2]};
+  if (pass_times == 2 && !o->eval_only)
+    spec.costs = (vt_schedule_costs){times[0], times[1], times[2]};
   const int cap = vt_schedule_max_actions(&spec);
   vt_schedule_action *acts = malloc((size_t)cap * sizeof *acts);
   int *unit_slot = malloc((size_t)spec.n_micro * spec.chunks * sizeof *unit_slot);
@@ -627,7 +628,8 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     if (world_rank == 0) vt_log_error("%s", err);
     rc = VT_EXIT_FAILED;
   }
-  if (!rc && o->final_ema[0]) vt_optimizer_ema_full(&opt, m.params, m.grads);  // the gradients are spent
+  if (!rc && o->final_ema[0])  // (the gradients are spent)
+    vt_optimizer_ema_full(&opt, m.params, m.grads);
   if (!rc && o->final_ema[0] &&
       vt_export_safetensors(&m, m.grads, world, &mesh, o->final_ema, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("%s", err);

@@ -207,8 +207,10 @@ typedef enum { ZBV_LOWEST, ZBV_KINDS } zbv_rule;
 // The chunk of ZB-V's virtual stage vs on its rank, and the action of pass op (0 B, 1 F, 2 W).
 static int zbv_chunk(int p, int vs) { return vs < p ? 0 : 1; }
 static vt_schedule_action zbv_pass(int op, int mb, int chunk) {
-  return compute(op == 1 ? VT_SCHEDULE_FORWARD : op == 0 ? VT_SCHEDULE_BACKWARD : VT_SCHEDULE_WEIGHT,
-                 mb, chunk);
+  const vt_schedule_op kind = op == 1   ? VT_SCHEDULE_FORWARD
+                              : op == 0 ? VT_SCHEDULE_BACKWARD
+                                        : VT_SCHEDULE_WEIGHT;
+  return compute(kind, mb, chunk);
 }
 
 static int zbv_order(const vt_schedule_spec *s, zbv_rule rule, int me, vt_schedule_action *out) {

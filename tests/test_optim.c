@@ -131,7 +131,8 @@ int main(int argc, char **argv) {
         &ref_ema, &ref_nbytes, ref_norms);
     if (frz) {  // one rank keeps no moments, EMA or weight-decay mask for the frozen prefix
       int64_t frozen_elems = 0;
-      for (int r = 0; r < whole.count; r++) frozen_elems += in_prefix(whole.p[r].name) * whole.p[r].count;
+      for (int r = 0; r < whole.count; r++)
+        frozen_elems += in_prefix(whole.p[r].name) * whole.p[r].count;
       // two moments and the EMA (floats), the weight-decay mask (a byte)
       const size_t full = vt_optimizer_plan_nbytes(whole.total, 1, 0, 1, 2);
       const int ok = frozen_elems > 0 && ref_nbytes == full - (size_t)frozen_elems * (3 * 4 + 1);

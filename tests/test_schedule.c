@@ -383,10 +383,11 @@ static void test_frozen_stages(void) {
                 keep_recv += !(a.recv[h].kind == VT_XFER_GRAD && vs + 1 <= f);
               }
               if (a.op == VT_SCHEDULE_TRANSFER && keep_send + keep_recv == 0) continue;
+              const int xfer = a.op == VT_SCHEDULE_TRANSFER;
               same = j < frz.counts[s] && frz.lists[s][j].op == a.op &&
-                     frz.lists[s][j].nsend == (a.op == VT_SCHEDULE_TRANSFER ? keep_send : a.nsend) &&
-                     frz.lists[s][j].nrecv == (a.op == VT_SCHEDULE_TRANSFER ? keep_recv : a.nrecv);
-              for (int h = 0; same && a.op == VT_SCHEDULE_TRANSFER && h < frz.lists[s][j].nsend; h++)
+                     frz.lists[s][j].nsend == (xfer ? keep_send : a.nsend) &&
+                     frz.lists[s][j].nrecv == (xfer ? keep_recv : a.nrecv);
+              for (int h = 0; same && xfer && h < frz.lists[s][j].nsend; h++)
                 sent[1] += frz.lists[s][j].send[h].kind == VT_XFER_GRAD &&
                            vt_schedule_send_peer(&frz.spec, s, frz.lists[s][j].send[h]) != s;
               j++;

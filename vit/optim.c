@@ -400,8 +400,9 @@ static void adamw_run(void *ctx, int64_t first, int64_t count, int layer) {
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
   const float lr = run_lr(c, layer);
-  vt_adamw(c->o->be, c->params + at, c->grads + at, c->m + at, c->v + at, c->o->decay + (first - c->o->base),
-           count, lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, c->o->t);
+  const uint8_t *decay = c->o->decay + (first - c->o->base);  // (the mask starts at base)
+  vt_adamw(c->o->be, c->params + at, c->grads + at, c->m + at, c->v + at, decay, count, lr,
+           oc->beta1, oc->beta2, oc->eps, oc->weight_decay, c->o->t);
 }
 
 // AdamW on the tensors in the flat range [lo, hi); params, grads, m and v point at element lo.
@@ -418,8 +419,9 @@ static void sgd_run(void *ctx, int64_t first, int64_t count, int layer) {
   step_ctx *c = ctx;
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
-  vt_sgd(c->o->be, c->params + at, c->grads + at, c->m + at, c->o->decay + (first - c->o->base), count,
-         run_lr(c, layer), oc->momentum, oc->weight_decay, oc->nesterov);
+  const uint8_t *decay = c->o->decay + (first - c->o->base);
+  vt_sgd(c->o->be, c->params + at, c->grads + at, c->m + at, decay, count, run_lr(c, layer),
+         oc->momentum, oc->weight_decay, oc->nesterov);
 }
 
 // SGD with momentum on the flat range [lo, hi) as adamw_range, m the momentum buffer.
@@ -437,9 +439,10 @@ static void lamb_moments_run(void *ctx, int64_t first, int64_t count, int key) {
   step_ctx *c = ctx;
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
+  const uint8_t *decay = c->o->decay + (first - c->o->base);
   vt_lamb_moments(c->o->be, (float *)c->grads + at, c->params + at, c->grads + at, c->m + at,
-                  c->v + at, c->o->decay + (first - c->o->base), count, oc->beta1, oc->beta2, oc->eps,
-                  oc->weight_decay, c->o->t);
+                  c->v + at, decay, count, oc->beta1, oc->beta2, oc->eps, oc->weight_decay,
+                  c->o->t);
 }
 
 // LAMB (timm's Lamb) on the flat range [lo, hi) as adamw_range, g holding the clipped gradients
@@ -524,7 +527,8 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
     hi = o->shard_lo + o->shard_count < total ? o->shard_lo + o->shard_count : total;
   } else if (o->dp && !o->overlap) {
     for (int64_t b = base; b < total; b += VT_DP_BUCKET_COUNT)
-      vt_comm_all_reduce(o->dp, grads + b, total - b < VT_DP_BUCKET_COUNT ? total - b : VT_DP_BUCKET_COUNT);
+      vt_comm_all_reduce(o->dp, grads + b,
+                         total - b < VT_DP_BUCKET_COUNT ? total - b : VT_DP_BUCKET_COUNT);
   }
   // One norm over the whole model: TP shards and pipeline stages hold different parameters,
   // so their sums add; DP ranks hold the same (reduced) gradients unless ZeRO split them.
