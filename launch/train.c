@@ -516,7 +516,9 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
       memset(x.passes, 0, sizeof x.passes);
     }
     // ZB-V, --pp-pass-times auto: the order built for the second step's pass times from here
-    if (step == start_step + 1 && kind == VT_SCHEDULE_ZB_V && pass_times == 1 && n < end_step)
+    // (host clocks time the passes on CPU ranks only; a GPU's would need events)
+    if (step == start_step + 1 && kind == VT_SCHEDULE_ZB_V && pass_times == 1 && n < end_step &&
+        o->device == VT_DEVICE_CPU)
       vt_stage_retime(&x, world, acts, &nacts, cap, nslots, nwsets);
     vt_step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
                   .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],

@@ -65,8 +65,9 @@ typedef struct {
   char mesh_order[16];      // tp-dp-pp | tp-pp-dp
   char pp_schedule[16];     // 1f1b | gpipe | interleaved
   int pp_chunks;            // model chunks per pipeline rank (interleaved); 0: 2 there, else 1
-  // zb-v: the pass times its order is built for: "auto" (measured in the run's second step,
-  // then the order rebuilt for them), "equal", or "F:B:W" (relative times per unit)
+  // zb-v: the pass times its order is built for: "auto" (on CPU ranks measured in the run's
+  // second step, then the order rebuilt for them; on GPUs equal), "equal", or "F:B:W" (relative
+  // times per unit)
   char pp_pass_times[48];
   int zero;                 // 0 | 1
   int sequence_parallel;    // 0 | 1
