@@ -16,9 +16,11 @@
 # folder over TP x PP with the decoding split over TP (the shares all-gathered on the devices)
 # and the evaluation after the last step through the pipeline, and tp 2 x pp 2 x dp 2 with
 # ZeRO-1, sequence parallelism and the EMA, whose checkpoints (every rank writes its part from
-# its device) must hold the CPU run's weights; fp32 and bf16. Frozen tensors in two of them: a
-# frozen prefix under LAMB (its backward skipped), and frozen norms inside ZeRO-1's shards with
-# the EMA. One GPU per rank, chosen by local
+# its device) must hold the CPU run's weights; fp32 and bf16. Frozen tensors in three of them: a
+# frozen prefix under LAMB (its backward skipped), the same on ZB-V's 4 stages (its first 3 of 8
+# virtual stages wholly frozen: no gradient sent to them), and a frozen prefix (no optimizer
+# state, ZeRO-1 sharding the rest; the checkpoint writes its zero moments and EMA) and frozen
+# norms inside ZeRO-1's shards with the EMA. One GPU per rank, chosen by local
 # rank; more ranks than GPUs are refused. Tolerances as test_cuda_train_emu.sh's. The emulation
 # aborts where a send's buffer is written before its stream's work is waited for. Not seen here:
 # real NCCL's concurrency (the emulation posts each message at its call and completes it when its
@@ -98,12 +100,12 @@ done <<'MESHES'
 4 bf16 --tp 2 --pp 2 --pp-chunks 2 --pp-schedule interleaved
 4 fp32 --pp 4 --pp-schedule zb-h1
 4 bf16 --pp 2 --dp 2 --pp-schedule zb-h1 --global-batch-size 16
-4 bf16 --pp 4 --pp-schedule zb-v --depth 8
+4 bf16 --pp 4 --pp-schedule zb-v --depth 8 --freeze ^(patch_embed|cls_token|pos_embed|blocks\.[0-2]\.)
 4 fp32 --pp 2 --dp 2 --pp-schedule zb-v --global-batch-size 16 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1
 3 bf16 --pp 3 --pp-chunks 2 --pp-schedule interleaved --global-batch-size 12 --depth 6
 4 fp32 --tp 2 --dp 2 --opt lamb --clip-grad 0.5 --parallel-blocks 1 --layer-decay 0.75 --proj-drop 0.1 --attn-drop 0.1 --freeze ^(patch_embed|cls_token|pos_embed|blocks\.0\.)
 4 fp32 --tp 2 --pp 2 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1 --decode-split 1
-8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9 --save-interval 2 --freeze ^blocks\.[02]\.norm
+8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9 --save-interval 2 --freeze ^(patch_embed|cls_token|pos_embed|blocks\.0\.|blocks\.[02]\.norm)
 MESHES
 # ZB-H1's sends on the send stream add no host wait: each rank of pp 2 waits for the device as
 # often per run under zb-h1 as under 1f1b (the emulation's counts, EMU_SYNC_REPORT).
