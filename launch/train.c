@@ -458,11 +458,12 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     vt_fault_step_start(n);
     be->zero(m.grads, (size_t)m.table.total * sizeof(float));
     // A NaN planted before the backward passes add into it, so it reaches the DP reduction
-    // like a real one (which starts during the last backward).
+    // like a real one (which starts during the last backward); in a trained tensor (a frozen
+    // prefix's gradients are not looked at).
     const int plant_nan = vt_fault_at(VT_FAULT_NAN, n);
     if (plant_nan) {
       const float nan = NAN;
-      be->to_device(m.grads, &nan, sizeof nan);
+      be->to_device(m.grads + (opt.base < m.table.total ? opt.base : 0), &nan, sizeof nan);
     }
     // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
     // count: the first stage's TP rank 0 of every DP rank, or each of its TP ranks when they
