@@ -107,6 +107,8 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                   m->frozen, m->frozen_hash);
   if (m->sgd && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "sgd %d\nmomentum %.17g\n", m->sgd, m->momentum);
+  if (m->lars && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "lars %d\nmomentum %.17g\n", m->lars, m->momentum);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
     k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
                   m->file_nbytes[i], m->file_crc[i]);
@@ -134,6 +136,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"adam_t", 0, INT64_MAX / 2, &m->adam_t, 8, 0, 0},
       {"lamb", 0, 1, &m->lamb, 4, 1, 0},  // absent: 0 (AdamW)
       {"sgd", 0, 2, &m->sgd, 4, 1, 0},    // absent: 0 (not SGD)
+      {"lars", 0, 2, &m->lars, 4, 1, 0},  // absent: 0 (not LARS)
       {"seed", 0, INT64_MAX, &m->seed, 8, 0, 0},
       {"img_size", 1, 1 << 16, &m->img_size, 4, 0, 0},
       {"patch_size", 1, 1 << 16, &m->patch_size, 4, 0, 0},
@@ -396,7 +399,8 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
 }
 
 const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m) {
-  return m->lamb ? "lamb" : m->sgd == 2 ? "sgd" : m->sgd == 1 ? "momentum" : "adamw";
+  return m->lamb ? "lamb" : m->sgd == 2 ? "sgd" : m->sgd == 1 ? "momentum"
+         : m->lars == 2 ? "nlars" : m->lars == 1 ? "lars" : "adamw";
 }
 
 const char *vt_ckpt_act_name(const vt_ckpt_manifest *m) {

@@ -32,7 +32,8 @@ typedef struct {
   int lamb;                 // 1: trained with LAMB, 0: AdamW (0 when the manifest predates it)
   int sgd;                  // SGD: 2 with Nesterov momentum, 1 plain momentum; 0: not SGD (0 when
                             // the manifest predates it)
-  double momentum;          // SGD's momentum (written for SGD only)
+  int lars;                 // LARS: 2 with Nesterov momentum, 1 plain; 0: not LARS (0 when absent)
+  double momentum;          // SGD's or LARS's momentum (written for those only)
   uint64_t seed;
   // The optimizer's settings and learning-rate schedule (has_optim 0 when the manifest predates
   // them), which a resume compares with its own (launch/ckpt.c): the resolved lengths in steps,
@@ -109,8 +110,8 @@ void vt_ckpt_clean(const char *save_dir);
 // Whether the manifest lists file (its checksum then verified by vt_ckpt_verify).
 int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file);
 
-// The --opt word of the optimizer the checkpoint was trained with: adamw, lamb, sgd (Nesterov)
-// or momentum.
+// The --opt word of the optimizer the checkpoint was trained with: adamw, lamb, sgd (Nesterov),
+// momentum, lars or nlars (Nesterov).
 const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m);
 // The --act word of the model's MLPs: gelu, gelu_tanh or quick_gelu.
 const char *vt_ckpt_act_name(const vt_ckpt_manifest *m);

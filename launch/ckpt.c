@@ -216,7 +216,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   int64_t lo, count;
   vt_optimizer_write_range(opt, &lo, &count);
   // bufs: 0 the weights, 1 and 2 AdamW's (LAMB's) two moments or 1 SGD's momentum, 3 the EMA
-  const int sgd = opt->cfg.kind == VT_OPT_SGD;
+  const int sgd = vt_opt_state_buffers(opt->cfg.kind) == 1;  // one momentum buffer (SGD, LARS)
   for (int k = 0; k < 4; k++) {
     if ((k == 2 && sgd) || (k == 3 && !opt->ema)) continue;
     w->bufs[k] = malloc((size_t)(count + 1) * sizeof(float));
@@ -264,7 +264,8 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
       .lamb = opt->cfg.kind == VT_OPT_LAMB,
       .sgd = opt->cfg.kind == VT_OPT_SGD ? 1 + opt->cfg.nesterov : 0,
-      .momentum = opt->cfg.kind == VT_OPT_SGD ? opt->cfg.momentum : 0.0,
+      .lars = opt->cfg.kind == VT_OPT_LARS ? 1 + opt->cfg.nesterov : 0,
+      .momentum = vt_opt_state_buffers(opt->cfg.kind) == 1 ? opt->cfg.momentum : 0.0,
       .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
       .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
       .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
@@ -351,7 +352,7 @@ vt_status vt_ckpt_check_optim(const vt_ckpt_manifest *saved, const vt_optim_conf
   differs_float(&d, saved->opt_eps, cur.opt_eps, "--opt-eps");
   differs_float(&d, saved->clip_grad, cur.clip_grad, "--clip-grad");
   differs_float(&d, saved->layer_decay, cur.layer_decay, "--layer-decay");
-  if (now->kind == VT_OPT_SGD)
+  if (vt_opt_state_buffers(now->kind) == 1)  // SGD, LARS
     differs_float(&d, saved->momentum, now->momentum, "--momentum");
   char was[48], is[48];
   snprintf(was, sizeof was, "freezing %d tensors (names %08" PRIx64 ")", saved->frozen,
@@ -431,7 +432,9 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
   }
   const vt_optim_config *oc = &o->optim;
   const int sgd_now = oc->kind == VT_OPT_SGD ? 1 + oc->nesterov : 0;
-  if (!o->eval_only && (man->lamb != (oc->kind == VT_OPT_LAMB) || man->sgd != sgd_now)) {
+  const int lars_now = oc->kind == VT_OPT_LARS ? 1 + oc->nesterov : 0;
+  if (!o->eval_only && (man->lamb != (oc->kind == VT_OPT_LAMB) || man->sgd != sgd_now ||
+                        man->lars != lars_now)) {
     snprintf(err, errlen, "%s was trained with --opt %s; resume it with --opt %s (another "
              "optimizer would go on from its state as a different run)", dir,
              vt_ckpt_opt_name(man), vt_ckpt_opt_name(man));
@@ -626,7 +629,8 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       memset(local[1], 0, (size_t)total * sizeof(float));
       memset(local[2], 0, (size_t)total * sizeof(float));
     } else if (st == VT_OK) {
-      const int one = opt->cfg.kind == VT_OPT_SGD && !sgd_adam_layout(dir, &m->table);
+      const int one = (opt->cfg.kind == VT_OPT_SGD && !sgd_adam_layout(dir, &m->table)) ||
+                      opt->cfg.kind == VT_OPT_LARS;
       st = read_part(dir, "optim", &m->table, one ? k_sgd_state : moments, &local[1],
                      one ? 1 : 2, nbytes, count[1], rank0, err, errlen);
     }

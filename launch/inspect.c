@@ -46,7 +46,7 @@ static void optim_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
                   float_text(m->warmup_epochs, a[0], 32));
   else if (k < (int)size)
     k += snprintf(out + k, size - (size_t)k, " --warmup-steps %" PRId64, m->warmup_steps);
-  if (k < (int)size && m->sgd)
+  if (k < (int)size && (m->sgd || m->lars))
     k += snprintf(out + k, size - (size_t)k, " --momentum %s", float_text(m->momentum, a[0], 32));
   if (k < (int)size && m->sched > 0)
     k += snprintf(out + k, size - (size_t)k, " --sched %s", vt_sched_name(m->sched));

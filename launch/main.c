@@ -302,11 +302,14 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "optimizer: adamw (torch.optim.AdamW), lamb (timm's Lamb, DeiT III and large batches: "
        "Adam's direction plus weight decay, scaled per tensor by ||weights|| / ||direction||; "
        "tensors without weight decay take Adam's step), sgd (timm's: torch.optim.SGD with "
-       "Nesterov momentum) or momentum (SGD with plain momentum: the ViT paper's and "
-       "big_vision's fine-tuning); SGD's weight decay is L2, added to the gradient",
-       "adamw|lamb|sgd|momentum"},
+       "Nesterov momentum), momentum (SGD with plain momentum: the ViT paper's and "
+       "big_vision's fine-tuning; SGD's weight decay is L2, added to the gradient), lars or "
+       "nlars (timm's Lars, plain or Nesterov momentum: large batches and linear probes; each "
+       "tensor with weight decay steps along its gradient plus weight decay, scaled by 0.001 "
+       "||w|| / (||g|| + weight decay ||w|| + eps); the others plain momentum SGD)",
+       "adamw|lamb|sgd|momentum|lars|nlars"},
       {"--momentum", VT_OPT_FLOAT, &o.optim.momentum, 0, 0, 0.9999, "M",
-       "SGD's momentum (timm's --momentum)", NULL},
+       "SGD's and LARS's momentum (timm's --momentum)", NULL},
       {"--opt-eps", VT_OPT_FLOAT, &o.optim.eps, 0, 1e-12, 1, "EPS",
        "the optimizer's epsilon (timm's --opt-eps)", NULL},
       {"--lr", VT_OPT_FLOAT, &o.optim.lr, 0, 0, 10, "LR", "peak learning rate", NULL},
@@ -577,10 +580,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                     ? VT_PRECISION_BF16
                     : VT_PRECISION_FP32;
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
-  o.optim.kind = strcmp(opt_name, "lamb") == 0    ? VT_OPT_LAMB
-                 : strcmp(opt_name, "adamw") == 0 ? VT_OPT_ADAMW
-                                                  : VT_OPT_SGD;
-  o.optim.nesterov = strcmp(opt_name, "sgd") == 0;
+  o.optim.kind = strcmp(opt_name, "lamb") == 0                                 ? VT_OPT_LAMB
+                 : strcmp(opt_name, "adamw") == 0                              ? VT_OPT_ADAMW
+                 : strcmp(opt_name, "lars") == 0 || strcmp(opt_name, "nlars") == 0 ? VT_OPT_LARS
+                                                                               : VT_OPT_SGD;
+  o.optim.nesterov = strcmp(opt_name, "sgd") == 0 || strcmp(opt_name, "nlars") == 0;
   o.sched_epochs = strcmp(sched_on, "epochs") == 0;
   o.optim.sched = strcmp(sched, "linear") == 0     ? VT_SCHED_LINEAR
                   : strcmp(sched, "constant") == 0 ? VT_SCHED_CONSTANT

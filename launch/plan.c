@@ -249,7 +249,7 @@ int vt_plan_run(const vt_train_options *o) {
   printf("host memory at each checkpoint save (--save): at most %.1f MiB per rank (stage %d; a "
          "rank's 1/dp slice of its stage's %s, held until written); no rank holds the whole "
          "model\n", most_save, most_save_stage,
-         o->optim.kind == VT_OPT_SGD
+         vt_opt_state_buffers(o->optim.kind) == 1
              ? (o->optim.ema_decay > 0 ? "weights, momentum and EMA" : "weights and momentum")
              : (o->optim.ema_decay > 0 ? "weights, Adam moments and EMA"
                                        : "weights and Adam moments"));

@@ -80,10 +80,10 @@ int main(int argc, char **argv) {
        strcmp(variant, "map") && strcmp(variant, "tanh") && strcmp(variant, "drop") &&
        strcmp(variant, "sincos") && strcmp(variant, "emaw") && strcmp(variant, "pre") &&
        strcmp(variant, "sgd") && strcmp(variant, "mom") && strcmp(variant, "clip") &&
-       strcmp(variant, "frz") && strcmp(variant, "frzl"))) {
+       strcmp(variant, "frz") && strcmp(variant, "frzl") && strcmp(variant, "lars"))) {
     fprintf(stderr,
-            "usage: %s OUT.safetensors "
-            "[avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|emaw|pre|sgd|mom|clip|frz|frzl]\n",
+            "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|"
+            "emaw|pre|sgd|mom|clip|frz|frzl|lars]\n",
             argv[0]);
     return 2;
   }
@@ -115,13 +115,17 @@ int main(int argc, char **argv) {
                         .ema_decay = 0.9f,
                         .kind = !strcmp(variant, "lamb")  ? VT_OPT_LAMB
                                 : !strcmp(variant, "sgd") || !strcmp(variant, "mom") ? VT_OPT_SGD
+                                : !strcmp(variant, "lars")                           ? VT_OPT_LARS
                                                                   : VT_OPT_ADAMW,
-                        .momentum = 0.8f, .nesterov = !strcmp(variant, "sgd"),
+                        .momentum = 0.8f,
+                        .nesterov = !strcmp(variant, "sgd") || !strcmp(variant, "lars"),
                         .ema_warmup = !strcmp(variant, "emaw")};
   // SGD's steps are lr times the (clipped) gradient, far smaller than Adam's at the same rate:
   // SGD_LR times the rate and clipping at SGD_CLIP give LayerNorm weights updates that their
   // fp32 storage does not drown.
-  if (oc.kind == VT_OPT_SGD) oc.lr *= SGD_LR, oc.min_lr *= SGD_LR, oc.clip_grad = SGD_CLIP;
+  // LARS (Nesterov's, timm's nlars) likewise: its decayed tensors step by about 0.001 ||w|| lr.
+  if (oc.kind == VT_OPT_SGD || oc.kind == VT_OPT_LARS)
+    oc.lr *= SGD_LR, oc.min_lr *= SGD_LR, oc.clip_grad = SGD_CLIP;
   // Frozen tensors: the embeddings and the first block (AdamW), or all but the last block, the
   // final norm and the head (LAMB, by --trainable's complement).
   if (!strcmp(variant, "frz"))
@@ -165,9 +169,10 @@ int main(int argc, char **argv) {
   if (m.bce)  // the marker, holding the binary targets' threshold (negative: soft targets)
     *(float *)push(&o, "", "bce", "F32", 1, (int64_t[]){1}) = m.bce_thresh;
   if (oc.kind == VT_OPT_LAMB) *(float *)push(&o, "", "lamb", "F32", 1, (int64_t[]){1}) = 1.0f;
-  if (oc.kind == VT_OPT_SGD) {  // the marker: 2 Nesterov or 1 plain momentum, the rates' factor,
-                                // the clipping norm
-    float *sgd = push(&o, "", "sgd", "F32", 1, (int64_t[]){3});
+  if (oc.kind == VT_OPT_SGD || oc.kind == VT_OPT_LARS) {
+    // the marker ("sgd" or "lars"): 2 Nesterov or 1 plain momentum, the rates' factor, the
+    // clipping norm
+    float *sgd = push(&o, "", oc.kind == VT_OPT_LARS ? "lars" : "sgd", "F32", 1, (int64_t[]){3});
     sgd[0] = 1.0f + (float)oc.nesterov, sgd[1] = SGD_LR, sgd[2] = SGD_CLIP;
   }
   if (cfg.global_pool == 2) *(float *)push(&o, "", "gap", "F32", 1, (int64_t[]){1}) = 1.0f;

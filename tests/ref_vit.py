@@ -421,6 +421,38 @@ class Lamb(torch.optim.Optimizer):
                 p.add_(u, alpha=-g["lr"])
 
 
+class Lars(torch.optim.Optimizer):
+    """LARS as timm's Lars (its APEX LARC-derived form): in a group with weight decay, each
+    tensor's gradient becomes (g + weight_decay * w) * trust, trust = trust_coeff * ||w|| /
+    (||g|| + weight_decay * ||w|| + eps) where ||w|| and ||g|| are both positive, else 1; then
+    torch.optim.SGD's momentum (dampening 0, the buffer starting as the first step's gradient),
+    Nesterov's or plain. Groups without weight decay: that momentum SGD alone."""
+
+    def __init__(self, params, lr, momentum, nesterov, eps=1e-8, trust_coeff=0.001):
+        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, eps=eps,
+                                      trust_coeff=trust_coeff, weight_decay=0.0))
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            wd, mom = g["weight_decay"], g["momentum"]
+            for p in g["params"]:
+                d = p.grad.clone()
+                if wd != 0:
+                    w_norm, g_norm = p.norm(), d.norm()
+                    trust = 1.0
+                    if w_norm > 0 and g_norm > 0:
+                        trust = g["trust_coeff"] * w_norm / (g_norm + wd * w_norm + g["eps"])
+                    d = (d + wd * p) * trust
+                st = self.state[p]
+                if "buf" not in st:
+                    st["buf"] = d.clone()
+                else:
+                    st["buf"].mul_(mom).add_(d)
+                step = d + mom * st["buf"] if g["nesterov"] else st["buf"]
+                p.add_(step, alpha=-g["lr"])
+
+
 def lr_at(s):
     if s < WARMUP:
         return LR * (s + 1) / WARMUP
@@ -494,9 +526,11 @@ def main():
     bce_thresh = float(d["bce"][0]) if bce else -1.0  # >= 0: binary targets
     lamb = "lamb" in d  # ... with LAMB
     sgd = int(d["sgd"][0]) if "sgd" in d else 0  # ... with SGD: 2 Nesterov, 1 plain momentum
+    lars = int(d["lars"][0]) if "lars" in d else 0  # ... with LARS likewise
     global LR, MIN_LR, CLIP
-    if sgd:  # ref_dump runs SGD at larger rates, with its own clipping (its steps are lr x
-        LR, MIN_LR, CLIP = LR * float(d["sgd"][1]), MIN_LR * float(d["sgd"][1]), float(d["sgd"][2])
+    if sgd or lars:  # ref_dump runs SGD and LARS at larger rates, with its own clipping (their
+        m = d["sgd" if sgd else "lars"]  # steps are lr x gradient)
+        LR, MIN_LR, CLIP = LR * float(m[1]), MIN_LR * float(m[1]), float(m[2])
     layer_scale = "init.blocks.0.ls1.gamma" in d or "init.blocks.0.ls.gamma" in d
     model = ViT(global_pool="init.fc_norm.weight" in d or gap, layer_scale=layer_scale,
                 reg_tokens=regs, no_embed_class=no_embed_class, qk_norm=qk_norm,
@@ -554,6 +588,9 @@ def main():
     if sgd:  # torch.optim.SGD, Nesterov's or plain momentum, L2 weight decay per group
         opt = torch.optim.SGD(list(groups.values()), lr=LR, momentum=SGD_MOMENTUM,
                               nesterov=sgd == 2)
+    elif lars:  # timm's Lars (Lars above, itself checked against timm.optim.Lars)
+        opt = Lars(list(groups.values()), lr=LR, momentum=SGD_MOMENTUM, nesterov=lars == 2,
+                   eps=EPS)
     else:
         opt = (Lamb if lamb else torch.optim.AdamW)(list(groups.values()), lr=LR, betas=BETAS,
                                                     eps=EPS)
@@ -663,6 +700,8 @@ def main():
                (", LAMB" if lamb else "") +
                (f", SGD with {'Nesterov' if sgd == 2 else 'plain'} momentum {SGD_MOMENTUM:g}"
                 if sgd else "") +
+               (f", LARS with {'Nesterov' if lars == 2 else 'plain'} momentum {SGD_MOMENTUM:g}"
+                if lars else "") +
                (", parallel blocks" if parallel else "") +
                (", LayerScale" if layer_scale else "") +
                (f", {regs} register tokens" if regs else "") +

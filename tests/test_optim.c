@@ -1,11 +1,12 @@
 // test_optim.c: the optimizer step on a mesh against the same step on one rank (label mpi, 8
-// ranks under mpirun). For AdamW, LAMB and SGD with Nesterov momentum, with clipping, weight decay and layer-wise lr decay,
+// ranks under mpirun). For AdamW, LAMB, SGD with Nesterov momentum and LARS with plain and
+// Nesterov momentum, with clipping, weight decay and layer-wise lr decay,
 // each layout's ranks take the pieces of one model's weights and gradients that the parameter
 // table gives them (TP shards, pipeline stages, the whole gradient on DP rank 0 and zeros on the
 // others, which the DP reduction must add), take three steps, and must end where one rank with
 // the whole table ends: every tensor within 1e-5 of its own update, the same gradient norms.
-// LAMB's per-tensor norms are the point: a TP-split tensor, a tensor cut by ZeRO-1's shards and
-// a replicated one must each get its whole norm. AdamW and LAMB again with a frozen prefix (the
+// LAMB's and LARS's per-tensor norms are the point: a TP-split tensor, a tensor cut by ZeRO-1's
+// shards and a replicated one must each get its whole norm. AdamW and LAMB again with a frozen prefix (the
 // embeddings and block 0) and the weights' EMA: the optimizer keeps no state for the prefix
 // (one rank's memory shrinks by exactly its moments, EMA and mask), ZeRO-1 shards the rest, and the
 // prefix keeps its initial bytes in the weights and the EMA. Each rank computes its verdict; the verdicts
@@ -111,17 +112,20 @@ int main(int argc, char **argv) {
   const int nlayouts = W == 8 ? (int)(sizeof all / sizeof all[0]) : 1;
   // Then AdamW and LAMB again with the embeddings and block 0 frozen (a frozen prefix: no
   // state kept for it, ZeRO-1 shards the rest) and the weights' EMA.
-  const char *kinds[] = {"AdamW", "LAMB", "SGD", "AdamW frozen", "LAMB frozen"};
-  const vt_opt_kind kind_of[] = {VT_OPT_ADAMW, VT_OPT_LAMB, VT_OPT_SGD, VT_OPT_ADAMW, VT_OPT_LAMB};
-  for (int k = 0; k < 5; k++) {
-    // Clipping at 1.5 acts on every step (the gradients' norm is about 41). SGD (Nesterov) at
-    // 10 times the rate, so that its steps of lr x gradient move the weights as far.
-    vt_optim_config oc = {.kind = kind_of[k], .lr = k == 2 ? 2e-1f : 2e-2f,
-                          .min_lr = k == 2 ? 2e-1f : 2e-2f, .warmup_steps = 0,
+  const char *kinds[] = {"AdamW", "LAMB", "SGD", "AdamW frozen", "LAMB frozen", "LARS", "NLARS"};
+  const vt_opt_kind kind_of[] = {VT_OPT_ADAMW, VT_OPT_LAMB,  VT_OPT_SGD, VT_OPT_ADAMW,
+                                 VT_OPT_LAMB,  VT_OPT_LARS, VT_OPT_LARS};
+  for (int k = 0; k < 7; k++) {
+    // Clipping at 1.5 acts on every step (the gradients' norm is about 41). SGD (Nesterov) and
+    // LARS (plain, then Nesterov) at 10 times the rate, so that their steps of lr x gradient move
+    // the weights as far (LARS's decayed tensors by its trust ratio's 0.001 ||w|| / ||g||).
+    const int momentum_kind = k == 2 || k >= 5;
+    vt_optim_config oc = {.kind = kind_of[k], .lr = momentum_kind ? 2e-1f : 2e-2f,
+                          .min_lr = momentum_kind ? 2e-1f : 2e-2f, .warmup_steps = 0,
                           .total_steps = STEPS, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                          .momentum = 0.9f, .nesterov = 1, .weight_decay = 0.05f,
+                          .momentum = 0.9f, .nesterov = k != 5, .weight_decay = 0.05f,
                           .clip_grad = 1.5f, .layer_decay = 0.8f, .depth = cfg.depth};
-    const int frz = k >= 3;
+    const int frz = k == 3 || k == 4;
     if (frz) snprintf(oc.freeze, sizeof oc.freeze, "%s", k_frozen_re), oc.ema_decay = 0.9f;
     vt_param_table rt;
     float *ref, *ref_ema;

@@ -108,6 +108,7 @@ for v in vit gap map; do
     "$py" "$here/timm_check.py" init $v "$work/init_$v.safetensors" || fail=1
   else echo "FAIL: vit3d --weight-init jax ($v):"; tail -3 "$work/init_$v.log"; fail=1; fi
 done
+"$py" "$here/timm_check.py" lars || fail=1  # the reference's LARS (the ref test's) is timm's
 "$py" "$here/timm_check.py" lamb || fail=1  # the reference's LAMB (the ref test's) is timm's
 "$py" "$here/timm_check.py" ema || fail=1  # so is its EMA warmup (--model-ema-warmup)
 "$py" "$here/timm_check.py" npz "$work" || fail=1  # Google's .npz through convert_weights.py

@@ -26,6 +26,8 @@ without its qkv bias, under timm's names, converted by launch/convert_weights.py
   timm_check.py lamb                    the reference's LAMB (tests/ref_vit.py, which checks
                                         vit3d's) against timm.optim.Lamb: 8 steps of random
                                         gradients, groups with and without weight decay
+  timm_check.py lars                    the reference's LARS against timm.optim.Lars likewise,
+                                        with plain and Nesterov momentum
 """
 import functools
 import json
@@ -36,16 +38,16 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-torch = Lamb = read_safetensors = None  # imported by main() for the modes that need them
+torch = Lamb = Lars = read_safetensors = None  # imported by main() for the modes that need them
 
 
 def import_torch():
     """torch and the reference's helpers (seconds to import: the flags modes, which test_timm.sh
     calls for every variant, do without)."""
-    global torch, Lamb, read_safetensors
+    global torch, Lamb, Lars, read_safetensors
     import torch as torch_module
-    from ref_vit import Lamb as lamb_class, read_safetensors as reader
-    torch, Lamb, read_safetensors = torch_module, lamb_class, reader
+    from ref_vit import Lamb as lamb_class, Lars as lars_class, read_safetensors as reader
+    torch, Lamb, Lars, read_safetensors = torch_module, lamb_class, lars_class, reader
 
 # A small ViT: 32 px, patch 8 (16 patches), width 48, 3 blocks of 3 heads, 10 classes.
 BASE = dict(img_size=32, patch_size=8, embed_dim=48, depth=3, num_heads=3, num_classes=10)
@@ -254,6 +256,38 @@ def lamb():
     return 0 if ok else 1
 
 
+def lars():
+    """ref_vit's Lars and timm's on the same float64 tensors and gradients, plain and Nesterov
+    momentum: a group with weight decay (one of its tensors all zero: the trust ratio's ||w|| = 0
+    case) and one without."""
+    from timm.optim import Lars as TimmLars
+    worst = 0.0
+    for nesterov in (False, True):
+        gen = torch.Generator().manual_seed(5)
+        shapes = [(12, 8), (8,), (5, 3, 2), (1, 4, 6), (7,)]
+        init = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
+        init[4].zero_()
+        runs = []
+        for cls in (Lars, TimmLars):
+            ps = [torch.nn.Parameter(t.clone()) for t in init]
+            groups = [{"params": [ps[0], ps[2], ps[4]], "weight_decay": 0.05, "lr": 0.8},
+                      {"params": [ps[1], ps[3]], "weight_decay": 0.0, "lr": 0.4}]
+            opt = cls(groups, lr=0.4, momentum=0.9, nesterov=nesterov, eps=1e-8)
+            g = torch.Generator().manual_seed(6)
+            for _ in range(8):
+                for p in ps:
+                    p.grad = torch.randn(p.shape, generator=g, dtype=torch.float64)
+                opt.step()
+            runs.append([p.detach() for p in ps])
+        worst = max([worst] + [((a - b).norm() / (a - i).norm().clamp_min(1e-300)).item()
+                               for a, b, i in zip(*runs, init)])
+    ok = worst <= 1e-12
+    print(f"lars     ref_vit's Lars against timm.optim.Lars, 8 steps of 5 tensors, plain and "
+          f"Nesterov momentum: largest |difference| / |update| = {worst:.2e} (tol 1e-12) "
+          f"{'ok' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
 def to_flax(sd, heads, big_vision):
     """timm's ViT tensors as Google's .npz holds them: the ViT paper's layout (encoderblock_i,
     MultiHeadDotProductAttention_1, MlpBlock_3, LayerNorm_2) or big_vision's (under params/, the
@@ -397,6 +431,8 @@ def main():
     import_torch()
     if sys.argv[1] == "lamb":
         return lamb()
+    if sys.argv[1] == "lars":
+        return lars()
     if sys.argv[1] == "ema":
         return ema_warmup()
     if sys.argv[1] == "sched":

@@ -180,8 +180,9 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
     o->shard = must_alloc(be, o->shard_count, "ZeRO-1 gradient shard");
     state = o->shard_count;
   }
-  o->m = must_alloc(be, state, cfg->kind == VT_OPT_SGD ? "the SGD momentum" : "Adam moments");
-  if (cfg->kind != VT_OPT_SGD) o->v = must_alloc(be, state, "Adam moments");
+  const int one = vt_opt_state_buffers(cfg->kind) == 1;
+  o->m = must_alloc(be, state, one ? "the momentum" : "Adam moments");
+  if (!one) o->v = must_alloc(be, state, "Adam moments");
   if (cfg->ema_decay > 0) o->ema = must_alloc(be, state, "the weights' EMA");
   const size_t nsums = 2 * (size_t)table->count + 1;
   o->sums = be->alloc(nsums * sizeof(double));
@@ -451,14 +452,16 @@ static void lamb_moments_run(void *ctx, int64_t first, int64_t count, int key) {
 // the gradient norm), the TP group adds the pieces of split tensors, ZeRO-1's DP group those of
 // cut ones; pipeline stages hold disjoint tensors. Tensors without weight decay step without a
 // trust ratio, as in timm (whose Lamb adapts only where weight_decay != 0).
-static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int64_t hi, float lr) {
+// The whole sums of squares of each decayed tensor's weights (o->norms[2i]) and of x's elements
+// (o->norms[2i + 1]) over the flat range [lo, hi), params and x pointing at element lo: each rank
+// sums its piece (a TP-replicated tensor on TP rank 0 only, as the gradient norm), the TP group
+// adds the pieces of split tensors, ZeRO-1's DP group those of cut ones. All zero without
+// weight decay (no trust ratio then). Collective over tp and, under ZeRO-1, dp.
+static const double *decayed_norms(vt_optimizer *o, const float *params, const float *x,
+                                   int64_t lo, int64_t hi) {
   const vt_backend *be = o->be;
-  const vt_optim_config *oc = &o->cfg;
   const vt_param_table *t = o->table;
-  step_ctx c = {o, params, o->m, o->v, g, lo, lr};  // the moments of the trained runs
-  const run_walk w = {o, lo, trained_key, lamb_moments_run, &c};
-  for_each_run(&w, hi);
-  const int adapt = oc->weight_decay != 0.0f;
+  const int adapt = o->cfg.weight_decay != 0.0f;
   double *ss = o->norms;
   const size_t nbytes = 2 * (size_t)t->count * sizeof(double);
   memset(ss, 0, nbytes);
@@ -468,12 +471,24 @@ static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int
       int64_t first, count = piece(&t->p[i], lo, hi, &first);
       if (count <= 0 || !t->p[i].decay || copy_key(o, &t->p[i]) != 0) continue;
       vt_sumsq(be, o->sums + 2 * i, params + (first - lo), count);
-      vt_sumsq(be, o->sums + 2 * i + 1, g + (first - lo), count);
+      vt_sumsq(be, o->sums + 2 * i + 1, x + (first - lo), count);
     }
     be->to_host(ss, o->sums, nbytes);
   }
   if (adapt && o->tp) vt_comm_all_reduce_double(o->tp, ss, 2 * t->count, VT_REDUCE_SUM);
   if (adapt && o->zero) vt_comm_all_reduce_double(o->dp, ss, 2 * t->count, VT_REDUCE_SUM);
+  return ss;
+}
+
+static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int64_t hi, float lr) {
+  const vt_backend *be = o->be;
+  const vt_optim_config *oc = &o->cfg;
+  const vt_param_table *t = o->table;
+  step_ctx c = {o, params, o->m, o->v, g, lo, lr};  // the moments of the trained runs
+  const run_walk w = {o, lo, trained_key, lamb_moments_run, &c};
+  for_each_run(&w, hi);
+  const int adapt = oc->weight_decay != 0.0f;
+  const double *ss = decayed_norms(o, params, g, lo, hi);
   for (int i = 0; i < t->count; i++) {
     int64_t first, count = piece(&t->p[i], lo, hi, &first);
     if (count <= 0 || o->frozen[i]) continue;
@@ -482,6 +497,31 @@ static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int
       trust = sqrt(ss[2 * i]) / sqrt(ss[2 * i + 1]);
     const float lr_i = (float)(lr * vt_layer_lr_scale(oc, t->p[i].lr_layer));
     vt_lamb_apply(be, params + (first - lo), g + (first - lo), count, lr_i, (float)trust);
+  }
+}
+
+// LARS (timm's Lars) on the flat range [lo, hi) as lamb_range, g holding the clipped gradients,
+// which it overwrites: a decayed tensor's trust ratio VT_LARS_TRUST ||w|| / (||g|| + wd ||w|| +
+// eps) from its whole norms, then its momentum step on trust (g + wd w), which vt_sgd computes as
+// (trust g) + (trust wd) w; an undecayed tensor's plain momentum step.
+static void lars_range(vt_optimizer *o, float *params, float *g, int64_t lo, int64_t hi, float lr) {
+  const vt_optim_config *oc = &o->cfg;
+  const vt_param_table *t = o->table;
+  const double wd = oc->weight_decay;
+  const double *ss = decayed_norms(o, params, g, lo, hi);
+  for (int i = 0; i < t->count; i++) {
+    int64_t first, count = piece(&t->p[i], lo, hi, &first);
+    if (count <= 0 || o->frozen[i]) continue;
+    double trust = 1.0;  // timm: 1 where ||w|| or ||g|| is 0
+    if (wd != 0.0 && t->p[i].decay && ss[2 * i] > 0.0 && ss[2 * i + 1] > 0.0) {
+      const double w = sqrt(ss[2 * i]);
+      trust = VT_LARS_TRUST * w / (sqrt(ss[2 * i + 1]) + w * wd + oc->eps);
+    }
+    const int64_t at = first - lo;
+    if (trust != 1.0) vt_scale(o->be, g + at, (float)trust, count);
+    const float lr_i = (float)(lr * vt_layer_lr_scale(oc, t->p[i].lr_layer));
+    vt_sgd(o->be, params + at, g + at, o->m + at, o->decay + (first - o->base), count, lr_i,
+           oc->momentum, (float)(wd * trust), oc->nesterov);
   }
 }
 
@@ -545,6 +585,8 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   o->t++;
   if (o->cfg.kind == VT_OPT_LAMB)  // every rank: the norms are reduced over ranks
     lamb_range(o, params + lo, g, lo, hi > lo ? hi : lo, lr);
+  else if (o->cfg.kind == VT_OPT_LARS)  // likewise
+    lars_range(o, params + lo, g, lo, hi > lo ? hi : lo, lr);
   else if (hi > lo && o->cfg.kind == VT_OPT_SGD)
     sgd_range(o, params + lo, g, o->m, lo, hi, lr);
   else if (hi > lo)

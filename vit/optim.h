@@ -21,10 +21,20 @@ typedef enum {
                  // trust ratio ||w|| / ||direction|| (tensors without weight decay: plain Adam)
   VT_OPT_SGD,    // torch.optim.SGD with momentum (Nesterov's or not) and L2 weight decay: the
                  // ViT paper's and big_vision's fine-tuning; one state buffer, no second moment
+  VT_OPT_LARS,   // timm's Lars (large batches, linear probes): per tensor with weight decay the
+                 // gradient plus weight decay * w, scaled by the trust ratio
+                 // VT_LARS_TRUST ||w|| / (||g|| + weight_decay ||w|| + eps) (1 where ||w|| or
+                 // ||g|| is 0), then SGD's momentum (Nesterov's or not); tensors without weight
+                 // decay: plain momentum SGD. One state buffer, as SGD.
 } vt_opt_kind;
 
-// The state buffers an optimizer keeps per element: Adam's two moments, SGD's one momentum.
-static inline int vt_opt_state_buffers(vt_opt_kind kind) { return kind == VT_OPT_SGD ? 1 : 2; }
+#define VT_LARS_TRUST 0.001  // timm's Lars trust_coeff (its train.py does not change it)
+
+// The state buffers an optimizer keeps per element: Adam's two moments, SGD's and LARS's one
+// momentum.
+static inline int vt_opt_state_buffers(vt_opt_kind kind) {
+  return kind == VT_OPT_SGD || kind == VT_OPT_LARS ? 1 : 2;
+}
 
 // After the warmup (--sched): timm's CosineLRScheduler's half cosine from lr to min_lr; a
 // straight line from lr to min_lr (timm's PolyLRScheduler with power 1, --sched poly
