@@ -8,8 +8,9 @@
 # timm's DeiT III / DINOv2 / ViT-22B variants (LayerScale, 2 registers, positions on the patch
 # tokens only, QK-norm without qkv bias) with SigLIP's MAP head, the fp32 runs have parallel
 # blocks (ViT-22B), LAMB, the BCE loss on binary targets and the tanh GELU, and the CUDA one
-# recomputes activations (--recompute-blocks 2; the CPU run does not). Then the host's waits for
-# the device per step, counted by the emulation, against the documented ones. Tolerances:
+# recomputes activations (--recompute-blocks 2; the CPU run does not); an fp32 pair with LARS
+# (nlars). Then the host's waits for the device per step (AdamW, LAMB, LARS), counted by the
+# emulation, against the documented ones. Tolerances:
 # fp32 1e-5 at step 1 (one forward from the same weights; only summation orders differ), then
 # 1e-3; bf16 against the CPU's bf16 twin 1e-4, then 2e-3 (tests/gpu/run.sh's bands for a real
 # GPU). The emulation holds copies until something
@@ -50,9 +51,19 @@ for p in fp32 bf16; do
   python3 "$here/compare_curves.py" "$work/emu_$p/metrics.jsonl" "$work/cpu_$p/metrics.jsonl" \
     --label "emulated cuda $p vs cpu $p" --bands "$bands" --tail-tol 1e-2 || fail=1
 done
+# LARS (nlars): its trust ratios from the norms on the device, its momentum through the sgd op.
+lars=(--opt nlars --lr 0.5 --clip-grad 5 --precision fp32)
+if "$vit3d" "${args[@]}" "${lars[@]}" --device cpu --log-dir "$work/cpu_lars" > "$work/cpu_lars.log" 2>&1 &&
+   "$emu" "${args[@]}" "${lars[@]}" --device cuda --log-dir "$work/emu_lars" > "$work/emu_lars.log" 2>&1; then
+  python3 "$here/compare_curves.py" "$work/emu_lars/metrics.jsonl" "$work/cpu_lars/metrics.jsonl" \
+    --label "emulated cuda vs cpu, --opt nlars" --bands "1-1:1e-5,2-3:1e-3" --tail-tol 1e-2 || fail=1
+else
+  echo "FAIL: the LARS runs"; tail -5 "$work/emu_lars.log"; fail=1
+fi
 grep -m1 "memory after the first step" "$work/emu_bf16.log" || true
 # Host synchronisations per step (docs/ARCHITECTURE.md): the global norm's copy, the losses'
-# copy and the step's end wait for the compute stream (3; LAMB's per-tensor norms one more);
+# copy and the step's end wait for the compute stream (3; LAMB's and LARS's per-tensor norms one
+# more);
 # each micro-batch waits for the previous one's uploads (upload_wait, an event of the copy
 # stream); nothing is freed. Counted by the emulation (EMU_SYNC_REPORT) over 3 and 6 steps of 4
 # micro-batches; the difference is 3 steps' worth, the start-up's and the end's cancelling.
@@ -61,8 +72,9 @@ sync_count() {  # sync_count STEPS OPT: the emulation's host waits of a run, one
     --micro-batch-size 2 --opt "$2" --log-interval 100 --device cuda --log-dir "$work/sync_$1_$2.d" \
     > "$work/sync_$1_$2.log" 2>&1 && cat "$work/sync_$1_$2"
 }
-for opt in adamw lamb; do
-  want="stream_sync $([[ $opt == lamb ]] && echo 4 || echo 3) event_sync 4 d2h_pageable $([[ $opt == lamb ]] && echo 3 || echo 2) free 0"
+for opt in adamw lamb lars; do
+  norms=$([[ $opt == adamw ]] && echo 0 || echo 1)  # LAMB's and LARS's per-tensor norms: one more
+  want="stream_sync $((3 + norms)) event_sync 4 d2h_pageable $((2 + norms)) free 0"
   got=$(paste -d' ' <(sync_count 3 $opt) <(sync_count 6 $opt) |
         awk '{printf "%s%s %g", (NR > 1 ? " " : ""), $1, ($4 - $2) / 3}')
   if [[ $got == "$want" ]]; then echo "ok: host waits per step ($opt): $got"
