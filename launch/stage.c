@@ -189,7 +189,6 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
   return loss;
 }
 
-
 int vt_stage_retime(vt_stage_ctx *x, vt_comm *world, vt_schedule_action *acts, int *nacts,
                     int cap, int nslots, int nwsets) {
   // Each rank's mean per unit and pass (a stage wholly frozen has no B or W), summed over ranks
@@ -231,7 +230,7 @@ int vt_stage_retime(vt_stage_ctx *x, vt_comm *world, vt_schedule_action *acts, i
                 "weight %.2f ms (1 : %.2f : %.2f); its order %s: simulated idle %.3f, %.3f with "
                 "the order for equal passes", ms[0], ms[1], ms[2], at.b, at.w,
                 all == 0 ? "stays (the one built for them does not fit the activation sets "
-                           "allocated)"
+                           "allocated, or would move the micro-batch loaded ahead)"
                 : same   ? "stays (the one for equal passes idles no more at them)"
                          : "is now the one built for them",
                 vt_schedule_simulated_idle(&spec, at, 1),
