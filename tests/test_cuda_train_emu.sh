@@ -9,7 +9,7 @@
 # tokens only, QK-norm without qkv bias) with SigLIP's MAP head, the fp32 runs have parallel
 # blocks (ViT-22B), LAMB, the BCE loss on binary targets and the tanh GELU, and the CUDA one
 # recomputes activations (--recompute-blocks 2; the CPU run does not); an fp32 pair with LARS
-# (nlars). Then the host's waits for the device per step (AdamW, LAMB, LARS), counted by the
+# (nlars). Then the host's waits for the device per step (AdamW, LAMB), counted by the
 # emulation, against the documented ones. Tolerances:
 # fp32 1e-5 at step 1 (one forward from the same weights; only summation orders differ), then
 # 1e-3; bf16 against the CPU's bf16 twin 1e-4, then 2e-3 (tests/gpu/run.sh's bands for a real
@@ -63,7 +63,7 @@ fi
 grep -m1 "memory after the first step" "$work/emu_bf16.log" || true
 # Host synchronisations per step (docs/ARCHITECTURE.md): the global norm's copy, the losses'
 # copy and the step's end wait for the compute stream (3; LAMB's and LARS's per-tensor norms one
-# more);
+# more: the same code, counted for LAMB);
 # each micro-batch waits for the previous one's uploads (upload_wait, an event of the copy
 # stream); nothing is freed. Counted by the emulation (EMU_SYNC_REPORT) over 3 and 6 steps of 4
 # micro-batches; the difference is 3 steps' worth, the start-up's and the end's cancelling.
@@ -72,8 +72,8 @@ sync_count() {  # sync_count STEPS OPT: the emulation's host waits of a run, one
     --micro-batch-size 2 --opt "$2" --log-interval 100 --device cuda --log-dir "$work/sync_$1_$2.d" \
     > "$work/sync_$1_$2.log" 2>&1 && cat "$work/sync_$1_$2"
 }
-for opt in adamw lamb lars; do
-  norms=$([[ $opt == adamw ]] && echo 0 || echo 1)  # LAMB's and LARS's per-tensor norms: one more
+for opt in adamw lamb; do  # (LARS shares LAMB's norms: decayed_norms)
+  norms=$([[ $opt == adamw ]] && echo 0 || echo 1)  # LAMB's per-tensor norms: one more
   want="stream_sync $((3 + norms)) event_sync 4 d2h_pageable $((2 + norms)) free 0"
   got=$(paste -d' ' <(sync_count 3 $opt) <(sync_count 6 $opt) |
         awk '{printf "%s%s %g", (NR > 1 ? " " : ""), $1, ($4 - $2) / 3}')
