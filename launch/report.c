@@ -205,6 +205,7 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
     const int split = vt_schedule_splits_backward(spec->kind);
     const double v = spec->chunks;
     k = snprintf(line, sizeof line, "the same stage pass times under other schedules, simulated:");
+    int others = 0;
     const vt_schedule_kind kinds[] = {VT_SCHEDULE_1F1B, VT_SCHEDULE_INTERLEAVED, VT_SCHEDULE_ZB_H1,
                                       VT_SCHEDULE_ZB_V};
     for (int i = 0; i < 4 && k < (int)sizeof line; i++) {
@@ -216,8 +217,9 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
       const vt_schedule_costs oc = {c[0] * v / vk, c[1] * v / vk, c[2] * v / vk};
       k += snprintf(line + k, sizeof line - (size_t)k, " %s %.3f", vt_schedule_name(kinds[i]),
                     vt_schedule_simulated_idle(&other, oc, 1));
+      others++;
     }
-    vt_log_info("%s", line);
+    if (others) vt_log_info("%s", line);  // (none where the others cannot run these settings)
   }
   free(per_stage);
 }
