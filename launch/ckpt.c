@@ -216,9 +216,9 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   int64_t lo, count;
   vt_optimizer_write_range(opt, &lo, &count);
   // bufs: 0 the weights, 1 and 2 AdamW's (LAMB's) two moments or 1 SGD's momentum, 3 the EMA
-  const int sgd = vt_opt_state_buffers(opt->cfg.kind) == 1;  // one momentum buffer (SGD, LARS)
+  const int one = vt_opt_state_buffers(opt->cfg.kind) == 1;  // one momentum buffer (SGD, LARS)
   for (int k = 0; k < 4; k++) {
-    if ((k == 2 && sgd) || (k == 3 && !opt->ema)) continue;
+    if ((k == 2 && one) || (k == 3 && !opt->ema)) continue;
     w->bufs[k] = malloc((size_t)(count + 1) * sizeof(float));
     VT_CHECK(w->bufs[k] != NULL, "out of host memory for a checkpoint");
   }
@@ -240,7 +240,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
     snprintf(path, sizeof path, "%.1000s/%s", w->tmp, names[f]);
     vt_model_file *file = &w->files[f];
     if (st == VT_OK)
-      st = vt_model_file_plan(file, m, path, f == 1 && sgd ? k_sgd_state : prefixes[f],
+      st = vt_model_file_plan(file, m, path, f == 1 && one ? k_sgd_state : prefixes[f],
                               (const float *const *)w->bufs + first[f], kinds[f], lo, count,
                               err, errlen);
     if (st == VT_OK && rank == 0)

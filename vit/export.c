@@ -12,9 +12,7 @@
 
 void vt_model_write_range(const vt_model *m, int dp_rank, int dp_size, int64_t *lo,
                           int64_t *count) {
-  const int64_t total = m->table.total, chunk = (total + dp_size - 1) / dp_size;
-  *lo = (int64_t)dp_rank * chunk < total ? (int64_t)dp_rank * chunk : total;
-  *count = total - *lo < chunk ? total - *lo : chunk;
+  vt_equal_slice(m->table.total, dp_rank, dp_size, lo, count);
 }
 
 vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *path,

@@ -148,14 +148,16 @@ int64_t vt_optim_state_base(const vt_optim_config *cfg, const vt_param_table *t)
 
 int64_t vt_optim_dp_reduced(const vt_optim_config *cfg, const vt_param_table *t) {
   unsigned char *frozen = frozen_marks(cfg, t);
+  int layers = 0;
+  for (int i = 0; i < t->count; i++) layers = t->p[i].layer >= layers ? t->p[i].layer + 1 : layers;
+  unsigned char *trained = calloc((size_t)layers + 1, 1);  // a tensor of the layer is
+  VT_CHECK(trained != NULL, "out of host memory");
+  for (int i = 0; i < t->count; i++)
+    trained[t->p[i].layer] |= t->p[i].local_count > 0 && !frozen[i];
   int64_t n = 0;
-  for (int i = 0; i < t->count; i++) {
-    int trained = 0;  // a tensor of its layer is
-    for (int j = 0; j < t->count && !trained; j++)
-      trained = t->p[j].layer == t->p[i].layer && t->p[j].local_count > 0 && !frozen[j];
-    if (trained && t->p[i].local_count > 0) n += t->p[i].local_count;
-  }
-  free(frozen);
+  for (int i = 0; i < t->count; i++)
+    if (trained[t->p[i].layer] && t->p[i].local_count > 0) n += t->p[i].local_count;
+  free(frozen), free(trained);
   return n;
 }
 
@@ -165,15 +167,12 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   *o = (vt_optimizer){.cfg = *cfg, .be = be, .table = table, .tp = tp, .pp = pp, .dp = dp};
   const int dp_size = dp ? vt_comm_size(dp) : 1, dp_rank = dp ? vt_comm_rank(dp) : 0;
   o->zero = zero && dp_size > 1;
-  o->frozen = calloc((size_t)table->count + 1, 1);
-  VT_CHECK(o->frozen != NULL, "out of host memory");
-  char err[320];
-  int nfrozen;
-  VT_CHECK(vt_freeze_mark(cfg, table, o->frozen, &nfrozen, err, sizeof err) == VT_OK, "%s", err);
+  o->frozen = frozen_marks(cfg, table);
   o->base = state_base(table, o->frozen);
-  int64_t state = table->total - o->base;
+  const int64_t trained = table->total - o->base;  // the elements the state covers
+  int64_t state = trained;
   if (o->zero) {
-    o->shard_count = (state + dp_size - 1) / dp_size;
+    o->shard_count = (trained + dp_size - 1) / dp_size;
     o->padded = o->shard_count * dp_size;
     o->shard_lo = o->base + (int64_t)dp_rank * o->shard_count;
     o->flat = must_alloc(be, o->padded, "ZeRO-1 staging");
@@ -191,7 +190,6 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   VT_CHECK(o->sums && o->norms && o->run_key, "out of memory for the optimizer's %zu norms",
            nsums);
   // The weight-decay mask from base on, so that one AdamW call updates every tensor (vt_ops.h).
-  const int64_t trained = table->total - o->base;
   uint8_t *mask = calloc((size_t)trained + 1, 1);
   o->decay = be->alloc((size_t)trained + 1);
   VT_CHECK(mask && o->decay, "out of memory for the %lld-byte weight-decay mask",
@@ -279,15 +277,12 @@ size_t vt_optimizer_nbytes(const vt_optimizer *o) {
 
 void vt_optimizer_write_range(const vt_optimizer *o, int64_t *lo, int64_t *count) {
   const int64_t total = o->table->total;
-  int64_t a, b;
-  if (o->zero) {
-    a = vt_comm_rank(o->dp) == 0 ? 0 : o->shard_lo;
-    b = o->shard_lo + o->shard_count;
-  } else {
-    const int dp_size = o->dp ? vt_comm_size(o->dp) : 1, dp_rank = o->dp ? vt_comm_rank(o->dp) : 0;
-    const int64_t chunk = (total + dp_size - 1) / dp_size;
-    a = (int64_t)dp_rank * chunk, b = a + chunk;
+  if (!o->zero) {
+    vt_equal_slice(total, o->dp ? vt_comm_rank(o->dp) : 0, o->dp ? vt_comm_size(o->dp) : 1, lo,
+                   count);
+    return;
   }
+  const int64_t a = vt_comm_rank(o->dp) == 0 ? 0 : o->shard_lo, b = o->shard_lo + o->shard_count;
   *lo = a < total ? a : total;
   *count = (b < total ? b : total) - *lo;
 }

@@ -90,6 +90,14 @@ void vt_stage_blocks(int depth, int pp_size, int pp_rank, int *first, int *end);
 // Blocks [*first, *end) of chunk `chunk` of the shard's pipeline rank: virtual stage
 // vt_shard_vstage of pp_size * chunks (vt_stage_blocks; the chunk itself with one).
 void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *end);
+// Slice `rank` of `size` equal slices of n elements (the last ones shorter or empty): [*lo,
+// *lo + *count).
+static inline void vt_equal_slice(int64_t n, int rank, int size, int64_t *lo, int64_t *count) {
+  const int64_t chunk = (n + size - 1) / size;
+  *lo = (int64_t)rank * chunk < n ? (int64_t)rank * chunk : n;
+  *count = n - *lo < chunk ? n - *lo : chunk;
+}
+
 // The leading virtual stages of nvstages (pp_size * chunks) whose layers all lie in a frozen
 // prefix of frozen_layers layers (vt_model.frozen_layers: the embeddings, then blocks 0, 1, ...):
 // they have no backward to run, and no gradient needs to reach them (vt_schedule_spec's
