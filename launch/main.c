@@ -456,8 +456,8 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "1f1b|gpipe|interleaved|zb-h1|zb-v"},
       {"--pp-pass-times", VT_OPT_STR, o.pp_pass_times, sizeof o.pp_pass_times, 0, 0, "T",
        "zb-v: the forward, input-gradient and weight pass times its order is built for: auto "
-       "(CPU ranks: measured in the run's second step on every rank, then the order rebuilt for "
-       "them: the same bits, less idle where the passes differ; on GPUs equal), equal, or F:B:W "
+       "(measured in the run's second step on every rank, on GPUs by timing events, then the order "
+       "rebuilt for them: the same bits, less idle where the passes differ), equal, or F:B:W "
        "(relative, e.g. 1:1:0.35)",
        NULL},
       {"--pp-chunks", VT_OPT_INT, &o.pp_chunks, 0, 0, 64, "V",

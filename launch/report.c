@@ -11,6 +11,7 @@
 #include "checklog.h"
 #include "checkpoint.h"
 #include "comm.h"
+#include "params.h"
 
 FILE *vt_report_open_metrics(const char *dir, int64_t resumed_at) {
   if (vt_mkdir_p(dir) != 0) {
@@ -171,7 +172,8 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
 // Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time, steps after the
 // first) beside the ideal bubble and the simulated one. Collective over world.
 void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
-                             double idle, const double pass_ms[3], const vt_schedule_spec *spec) {
+                             double idle, const double pass_ms[3], const vt_schedule_spec *spec,
+                             int depth, int frozen_layers) {
   const int p = mesh->pp_size;
   double *per_stage = calloc((size_t)p * 4, sizeof(double));  // idle, then F, B, W per stage
   VT_CHECK(per_stage != NULL, "out of host memory");
@@ -185,9 +187,12 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
     int k = snprintf(line, sizeof line, "pipeline idle fraction per stage:");
     for (int s = 0; s < p && k < (int)sizeof line; s++)
       k += snprintf(line + k, sizeof line - (size_t)k, " %.3f", per_stage[s]);
-    double c[3] = {0, 0, 0};  // mean pass times over stages
+    // mean pass times over the stages that ran them (a wholly frozen one runs no backward)
+    double c[3] = {0, 0, 0}, ran[3] = {0, 0, 0};
     for (int s = 0; s < p; s++)
-      for (int k = 0; k < 3; k++) c[k] += per_stage[p + 3 * s + k] / p;
+      for (int k = 0; k < 3; k++)
+        if (per_stage[p + 3 * s + k] > 0) c[k] += per_stage[p + 3 * s + k], ran[k]++;
+    for (int k = 0; k < 3; k++) c[k] = ran[k] > 0 ? c[k] / ran[k] : 0.0;
     const vt_schedule_costs costs = {c[0], c[1], c[2]};
     char passes[96];
     snprintf(passes, sizeof passes, "forward %.2f ms, backward %.2f ms", c[0], c[1]);
@@ -210,7 +215,8 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
                                       VT_SCHEDULE_ZB_V};
     for (int i = 0; i < 4 && k < (int)sizeof line; i++) {
       const int vk = kinds[i] == VT_SCHEDULE_INTERLEAVED || kinds[i] == VT_SCHEDULE_ZB_V ? 2 : 1;
-      const vt_schedule_spec other = {kinds[i], p, spec->n_micro, vk, 0, {0, 0, 0}};
+      const vt_schedule_spec other = {kinds[i], p, spec->n_micro, vk,
+                                      vt_frozen_vstages(depth, p * vk, frozen_layers), {0, 0, 0}};
       if (kinds[i] == spec->kind || (!split && vt_schedule_splits_backward(kinds[i])) ||
           vt_schedule_spec_check(&other, NULL, 0) != VT_OK)
         continue;

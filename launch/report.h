@@ -45,9 +45,12 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
 // Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time) beside the ideal
 // bubble (vt_schedule_bubble_formula) and the idle the schedule simulator predicts from this
 // run's pass times: pass_ms, this rank's mean forward, backward and weight pass (ZB-H1; else 0)
-// per unit, averaged over stages. CPU ranks only (their passes are timed on the host; they talk
-// over MPI, whose sends are deferred). Collective over world.
+// per unit, averaged over the stages that ran them (the backend's intervals: host clocks on the
+// CPU, timing events on a GPU; a wait for a slot's sends is idle). The other schedules are
+// simulated with the virtual stages that the model's frozen_layers leading layers (of depth
+// blocks) leave wholly frozen under each. Collective over world.
 void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord me,
-                             double idle, const double pass_ms[3], const vt_schedule_spec *spec);
+                             double idle, const double pass_ms[3], const vt_schedule_spec *spec,
+                             int depth, int frozen_layers);
 
 #endif

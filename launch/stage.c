@@ -64,10 +64,6 @@ static int slot_of(const vt_stage_ctx *x, int mb, int chunk) {
   return x->unit_slot[chunk * x->n_micro + mb];
 }
 
-static void count_pass(vt_stage_ctx *x, int pass, double seconds) {
-  x->pass_s[pass] += seconds, x->passes[pass] += 1;
-}
-
 static int wset_of(const vt_stage_ctx *x, int mb, int chunk) {
   return x->unit_wset[chunk * x->n_micro + mb];
 }
@@ -139,12 +135,14 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
     if (a.op != VT_SCHEDULE_FORWARD && a.op != VT_SCHEDULE_TRANSFER &&
         vt_schedule_vstage(&x->spec, x->pp_rank, a.chunk) < x->spec.frozen_stages)
       continue;
-    const double t0 = vt_seconds();
     const int pass = a.op == VT_SCHEDULE_FORWARD ? 0 : a.op == VT_SCHEDULE_BACKWARD ? 1 : 2;
     if (a.op == VT_SCHEDULE_FORWARD || a.op == VT_SCHEDULE_BACKWARD)
       vt_comm_wait_sends(x->pp, send_key(slot_of(x, a.mb, a.chunk), VT_XFER_ACT));
     if (a.op == VT_SCHEDULE_BACKWARD)
       vt_comm_wait_sends(x->pp, send_key(slot_of(x, a.mb, a.chunk), VT_XFER_GRAD));
+    // The pass's time on the device, after any wait for its slot's sends (idle, not work);
+    // taken after the step (train.c).
+    if (a.op != VT_SCHEDULE_TRANSFER) m->be->interval_begin();
     if (a.op == VT_SCHEDULE_FORWARD) {
       const int slot = slot_of(x, a.mb, a.chunk);
       if (a.chunk == x->data_chunk) load_batch(x, step, a.mb, slot);
@@ -155,23 +153,21 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
       if (m->has_head && a.chunk == m->nchunks - 1)
         m->be->copy(x->step_losses + (int64_t)a.mb * B, m->slots[slot].losses,
                     (size_t)B * sizeof(float));
-      count_pass(x, pass, vt_seconds() - t0);
     } else if (a.op == VT_SCHEDULE_BACKWARD) {
       m->grads_ready = i == last_backward[a.chunk] && x->opt->overlap ? grads_ready : NULL;
       m->grads_ready_ctx = x;
       vt_model_backward(m, a.chunk, slot_of(x, a.mb, a.chunk), wset_of(x, a.mb, a.chunk), B, ls,
                         scale);
       m->grads_ready = NULL;
-      count_pass(x, pass, vt_seconds() - t0);
     } else if (a.op == VT_SCHEDULE_WEIGHT) {
       m->grads_ready = i == last_weight[a.chunk] && x->opt->overlap ? grads_ready : NULL;
       vt_model_backward_weight(m, a.chunk, slot_of(x, a.mb, a.chunk), wset_of(x, a.mb, a.chunk),
                                B);
       m->grads_ready = NULL;
-      count_pass(x, pass, vt_seconds() - t0);
     } else {
       run_transfer(x, &acts[i], n);
     }
+    if (a.op != VT_SCHEDULE_TRANSFER) m->be->interval_end(pass);
   }
   vt_comm_wait_sends(x->pp, 0);
   if (x->prefetch_next && first_mb >= 0) {  // after every backward: the labels' slot is free
@@ -195,7 +191,7 @@ int vt_stage_retime(vt_stage_ctx *x, vt_comm *world, vt_schedule_action *acts, i
   // with their counts; rank 0's figures then go to all, so every rank builds the same lists.
   double t[6] = {0, 0, 0, 0, 0, 0};
   for (int k = 0; k < 3; k++)
-    if (x->passes[k] > 0) t[k] = 1e3 * x->pass_s[k] / x->passes[k], t[3 + k] = 1;
+    if (x->passes[k] > 0) t[k] = x->pass_ms[k] / x->passes[k], t[3 + k] = 1;
   vt_comm_all_reduce_double(world, t, 6, VT_REDUCE_SUM);
   vt_comm_broadcast_bytes(world, t, sizeof t, 0);
   if (!(t[3] > 0 && t[4] > 0 && t[5] > 0)) return 0;

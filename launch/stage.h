@@ -41,9 +41,10 @@ typedef struct {
   // to the host once per step (not once per micro-batch, which would make the host wait for
   // the device after every forward), and their host copy.
   float *step_losses, *host_step_losses;
-  // Seconds spent in each pass (forward, backward, weight) and the passes run, steps after the
-  // first, for the pipeline idle report.
-  double pass_s[3], passes[3];
+  // Milliseconds each kind of pass (forward, backward, weight) took on the device and the passes
+  // run, steps after the first, for the pipeline idle report: the backend's intervals, taken
+  // after each step's synchronize (vt_backend.h).
+  double pass_ms[VT_INTERVAL_KINDS], passes[VT_INTERVAL_KINDS];
   // The next step's first micro-batch is loaded at the end of this step (the loop sets
   // prefetch_next when nothing uses the slots in between), so that its images upload during
   // the step's last backward and the optimizer instead of after them; ahead_step/ahead_mb name
@@ -57,7 +58,7 @@ typedef struct {
 // stage) or 0. A transfer action posts its sends and receives together (vt_comm_exchange).
 double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, int64_t step);
 
-// ZB-V under --pp-pass-times auto, after a step whose pass times x holds (x->pass_s, x->passes:
+// ZB-V under --pp-pass-times auto, after a step whose pass times x holds (x->pass_ms, x->passes:
 // the run's second step): the ranks agree on the mean forward, input-gradient and weight pass
 // times per unit (relative to the forward's, rounded to 0.01; collective over world), and where
 // the order built for them (vt_schedule_spec.costs) fits every rank's activation and weight

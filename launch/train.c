@@ -498,6 +498,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     else
       vt_optimizer_skip(&opt);
     be->synchronize();
+    be->interval_take(x.pass_ms, x.passes);  // the step's passes' device times
     const int finite = isfinite(loss) && isfinite(gnorm);
     skipped += !finite;
     nonfinite_run = finite ? 0 : nonfinite_run + 1;
@@ -513,13 +514,11 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     busy_s += (t1 - t0) - (vt_comm_seconds() - comm0);
     if (step > start_step) timed_s += t1 - t0;
     if (step == start_step) {  // the idle report counts the steps after the first
-      memset(x.pass_s, 0, sizeof x.pass_s);
+      memset(x.pass_ms, 0, sizeof x.pass_ms);
       memset(x.passes, 0, sizeof x.passes);
     }
     // ZB-V, --pp-pass-times auto: the order built for the second step's pass times from here
-    // (host clocks time the passes on CPU ranks only; a GPU's would need events)
-    if (step == start_step + 1 && kind == VT_SCHEDULE_ZB_V && pass_times == 1 && n < end_step &&
-        o->device == VT_DEVICE_CPU)
+    if (step == start_step + 1 && kind == VT_SCHEDULE_ZB_V && pass_times == 1 && n < end_step)
       vt_stage_retime(&x, world, acts, &nacts, cap, nslots, nwsets);
     vt_step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
                   .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],
@@ -614,16 +613,14 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
              100 * ev.top1, 100 * ev.top5, (long long)ev.count,
              o->eval_hflip ? ", each with its mirror" : "");
   }
-  if (mesh.pp_size > 1 && timed_s > 0 && o->device != VT_DEVICE_CPU && world_rank == 0)
-    vt_log_info("pipeline idle fraction: not measured on a GPU (the host queues the passes "
-                "without waiting for the device)");
-  if (mesh.pp_size > 1 && timed_s > 0 && o->device == VT_DEVICE_CPU) {
+  if (mesh.pp_size > 1 && timed_s > 0) {  // (a GPU's passes timed on the device)
     double pass_ms[3], compute_s = 0.0;
     for (int k = 0; k < 3; k++) {
-      pass_ms[k] = x.passes[k] > 0 ? 1e3 * x.pass_s[k] / x.passes[k] : 0;
-      compute_s += x.pass_s[k];
+      pass_ms[k] = x.passes[k] > 0 ? x.pass_ms[k] / x.passes[k] : 0;
+      compute_s += 1e-3 * x.pass_ms[k];
     }
-    vt_report_pipeline_idle(world, &mesh, me, 1.0 - compute_s / timed_s, pass_ms, &x.spec);
+    vt_report_pipeline_idle(world, &mesh, me, 1.0 - compute_s / timed_s, pass_ms, &x.spec,
+                            c->depth, m.frozen_layers);
   }
   if (!rc && o->final_weights[0] &&
       vt_export_safetensors(&m, m.params, world, &mesh, o->final_weights, err, sizeof err) !=

@@ -940,7 +940,11 @@ vt_schedule_sim_result vt_schedule_simulate(const vt_schedule_spec *s,
               !wait_sends(&st[r], st[r].unit_slot[a->chunk * s->n_micro + a->mb],
                           a->op == VT_SCHEDULE_FORWARD))
             break;
-          const double d = a->op == VT_SCHEDULE_FORWARD  ? costs.f
+          // (a wholly frozen virtual stage's backward and weight passes are not run)
+          const int skipped = a->op != VT_SCHEDULE_FORWARD &&
+                              vt_schedule_vstage(s, r, a->chunk) < s->frozen_stages;
+          const double d = skipped                       ? 0.0
+                           : a->op == VT_SCHEDULE_FORWARD  ? costs.f
                            : a->op == VT_SCHEDULE_WEIGHT ? costs.w
                            : vt_schedule_splits_backward(s->kind) ? costs.b
                                                                   : costs.b + costs.w;

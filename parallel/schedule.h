@@ -220,7 +220,8 @@ void vt_schedule_print(FILE *f, const vt_schedule_spec *spec);
 // action posts its sends and finishes when its receives are done; before a forward or backward
 // the rank waits for the sends that read from its unit's slot (vt_schedule_assign_slots; a weight
 // pass writes nothing that is sent), and for all of them at the end of its list. Computes take the times
-// in costs (per unit: divide a stage's time by v for equal chunks), transfers take no time.
+// in costs (per unit: divide a stage's time by v for equal chunks), transfers take no time, and
+// so do the backward and weight passes of virtual stages below spec->frozen_stages (not run).
 typedef struct {
   int completed;    // 1 when every rank reached the end of its list
   int stuck_stage;  // deadlock: the lowest rank that did not finish, else -1

@@ -60,6 +60,8 @@ typedef struct {
   float lam;
 } vt_mix_target;
 
+#define VT_INTERVAL_KINDS 4
+
 typedef struct vt_backend vt_backend;
 struct vt_backend {
   const char *name;
@@ -100,6 +102,15 @@ struct vt_backend {
   // Bytes the ops' grow-only scratch holds now (attention's score gradients, bf16 operand
   // copies, reduction partials): its high-water mark once a step has run.
   size_t (*scratch_bytes)(void);
+  // Times stretches of the device's work (the pipeline's passes): interval_begin() marks the
+  // point after every op issued so far, interval_end(kind) closes the stretch since then, kind in
+  // [0, VT_INTERVAL_KINDS). Once synchronize() has returned, interval_take adds each closed
+  // stretch's milliseconds to ms[kind] and 1 to count[kind], and forgets them. The CPU's are host
+  // clocks (its ops run when called); CUDA's are timing events on the compute stream, recorded
+  // and read without a host wait.
+  void (*interval_begin)(void);
+  void (*interval_end)(int kind);
+  void (*interval_take)(double *ms, double *count);
 
   // Ops, in the order of vt_ops.h. NULL means "not on this backend"; vt_ops.c says so clearly.
   void (*linear_fwd)(float *out, const float *inp, const float *weight, const float *bias,

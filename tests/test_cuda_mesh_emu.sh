@@ -20,7 +20,9 @@
 # frozen prefix under LAMB (its backward skipped), the same on ZB-V's 4 stages (its first 3 of 8
 # virtual stages wholly frozen: no gradient sent to them), and a frozen prefix (no optimizer
 # state, ZeRO-1 sharding the rest; the checkpoint writes its zero moments and EMA) and frozen
-# norms inside ZeRO-1's shards with the EMA. One GPU per rank, chosen by local
+# norms inside ZeRO-1's shards with the EMA. The pipeline runs time their passes with the
+# devices' timing events: each reports its stages' idle, and ZB-V's build their order for the
+# times (--pp-pass-times auto). One GPU per rank, chosen by local
 # rank; more ranks than GPUs are refused. Tolerances as test_cuda_train_emu.sh's. The emulation
 # aborts where a send's buffer is written before its stream's work is waited for. Not seen here:
 # real NCCL's concurrency (the emulation posts each message at its call and completes it when its
@@ -64,6 +66,14 @@ while read -r np precision flags; do
     grep -q "rank $r .*device cuda:$r " "$work/emu_$name.log" ||
       { echo "FAIL: rank $r is not on cuda:$r ($flags)"; fail=1; }
   done
+  # The passes timed on the (emulated) devices by events: every pipeline run reports its
+  # stages' idle, and ZB-V under --pp-pass-times auto builds its order for the times.
+  if [[ $flags == *--pp* ]] && ! grep -q "pipeline idle fraction per stage:" "$work/emu_$name.log"; then
+    echo "FAIL: no pipeline idle report from the emulated GPUs ($flags)"; fail=1
+  fi
+  if [[ $flags == *zb-v* ]] && ! grep -q "zb-v: this run's passes per unit took forward" "$work/emu_$name.log"; then
+    echo "FAIL: zb-v did not time its passes on the emulated GPUs ($flags)"; fail=1
+  fi
   bands="1-1:1e-5,2-3:1e-3"
   [[ $precision == bf16 ]] && bands="1-1:1e-4,2-3:2e-3"
   python3 "$here/compare_curves.py" "$work/emu_$name/metrics.jsonl" \

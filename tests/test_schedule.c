@@ -414,6 +414,21 @@ static void test_frozen_stages(void) {
           EXPECT(sent[1] == sent[0] - dropped && dropped == cross * m,
                  NAME_FMT " frozen %d: %d gradient messages of %d left, %d dropped, want %d",
                  NAME_ARGS(&full.spec), f, sent[1], sent[0], dropped, cross * m);
+          // The simulator charges a frozen virtual stage its forwards only (the executor skips
+          // its backward and weight passes): each rank's busy time is m (F + (B + W) per trained
+          // chunk).
+          const vt_schedule_costs at = {1.0, 1.75, 0.5};
+          double busy[6];
+          const vt_schedule_sim_result res =
+              vt_schedule_simulate(&frz.spec, lists_of(&frz), frz.counts, at, 1, busy);
+          for (int s = 0; s < pp; s++) {
+            double want = 0.0;
+            for (int c = 0; c < v; c++)
+              want += m * (at.f + (vt_schedule_vstage(&frz.spec, s, c) >= f ? at.b + at.w : 0.0));
+            EXPECT(res.completed && fabs(busy[s] - want) < 1e-9,
+                   NAME_FMT " frozen %d: stage %d simulated busy %.3f, want %.3f",
+                   NAME_ARGS(&full.spec), f, s, busy[s], want);
+          }
           cases++;
           free_set(&full), free_set(&frz);
         }

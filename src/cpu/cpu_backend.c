@@ -1,6 +1,7 @@
 // cpu_backend.c: the CPU backend's memory functions, its scratch and its table.
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../vt_backend.h"
 #include "../vt_error.h"
@@ -55,6 +56,25 @@ float *vt_cpu_scratch(size_t count) {
 
 static size_t cpu_scratch_bytes(void) { return g_scratch_count * sizeof(float); }
 
+// Intervals: the ops have run when they return, so the host clock times them.
+static double g_interval_t0, g_interval_ms[VT_INTERVAL_KINDS], g_interval_n[VT_INTERVAL_KINDS];
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+static void cpu_interval_begin(void) { g_interval_t0 = now_ms(); }
+static void cpu_interval_end(int kind) {
+  g_interval_ms[kind] += now_ms() - g_interval_t0;
+  g_interval_n[kind] += 1;
+}
+static void cpu_interval_take(double *ms, double *count) {
+  for (int k = 0; k < VT_INTERVAL_KINDS; k++) {
+    ms[k] += g_interval_ms[k], count[k] += g_interval_n[k];
+    g_interval_ms[k] = g_interval_n[k] = 0;
+  }
+}
+
 const vt_backend vt_cpu_backend = {
     .name = "cpu",
     .device = VT_DEVICE_CPU,
@@ -74,6 +94,9 @@ const vt_backend vt_cpu_backend = {
     .set_precision = vt_cpu_set_precision,
     .precision = cpu_precision,
     .scratch_bytes = cpu_scratch_bytes,
+    .interval_begin = cpu_interval_begin,
+    .interval_end = cpu_interval_end,
+    .interval_take = cpu_interval_take,
     .linear_fwd = vt_cpu_linear_fwd,
     .linear_act_fwd = vt_cpu_linear_act_fwd,
     .linear_act_bwd = vt_cpu_linear_act_bwd,

@@ -150,6 +150,43 @@ static void cuda_sync(void) {
 
 static size_t cuda_scratch_bytes(void) { return g_scratch_nbytes; }
 
+// Intervals: a begin and an end timing event per stretch on the compute stream, made as needed
+// and kept. At most VT_CUDA_INTERVALS stretches wait to be taken (the trainer takes them every
+// step); more are not timed.
+#define VT_CUDA_INTERVALS 8192
+static cudaEvent_t *g_marks = NULL;  // 2 per stretch: begin, end
+static int *g_mark_kind = NULL;
+static int g_nmarks = 0, g_marks_cap = 0, g_mark_open = 0;  // stretches closed, made; one open
+static void cuda_interval_begin(void) {
+  g_mark_open = 0;
+  if (g_nmarks == g_marks_cap) {
+    if (g_marks_cap == VT_CUDA_INTERVALS) return;
+    const int cap = g_marks_cap ? 2 * g_marks_cap : 64;
+    cudaEvent_t *marks = (cudaEvent_t *)realloc(g_marks, 2 * (size_t)cap * sizeof *marks);
+    int *kind = (int *)realloc(g_mark_kind, (size_t)cap * sizeof *kind);
+    VT_CHECK(marks && kind, "out of host memory for the pass timing events");
+    for (int i = 2 * g_marks_cap; i < 2 * cap; i++)
+      VT_CUDA_CHECK(cudaEventCreateWithFlags(&marks[i], cudaEventDefault));
+    g_marks = marks, g_mark_kind = kind, g_marks_cap = cap;
+  }
+  VT_CUDA_CHECK(cudaEventRecord(g_marks[2 * g_nmarks], g_stream));
+  g_mark_open = 1;
+}
+static void cuda_interval_end(int kind) {
+  if (!g_mark_open) return;
+  VT_CUDA_CHECK(cudaEventRecord(g_marks[2 * g_nmarks + 1], g_stream));
+  g_mark_kind[g_nmarks++] = kind;
+  g_mark_open = 0;
+}
+static void cuda_interval_take(double *ms, double *count) {
+  for (int i = 0; i < g_nmarks; i++) {  // complete after synchronize: no wait
+    float t = 0.0f;
+    VT_CUDA_CHECK(cudaEventElapsedTime(&t, g_marks[2 * i], g_marks[2 * i + 1]));
+    ms[g_mark_kind[i]] += t, count[g_mark_kind[i]] += 1;
+  }
+  g_nmarks = 0;
+}
+
 static vt_backend g_table;
 static int g_state = 0;  // 0 not tried, 1 ready, -1 unusable (reason in g_why)
 static char g_why[256];
@@ -211,6 +248,9 @@ static int cuda_init(void) {
   g_table.set_precision = cuda_set_precision;
   g_table.precision = cuda_precision;
   g_table.scratch_bytes = cuda_scratch_bytes;
+  g_table.interval_begin = cuda_interval_begin;
+  g_table.interval_end = cuda_interval_end;
+  g_table.interval_take = cuda_interval_take;
   g_table.linear_fwd = vt_cuda_linear_fwd;
   g_table.linear_act_fwd = vt_cuda_linear_act_fwd;
   g_table.linear_act_bwd = vt_cuda_linear_act_bwd;

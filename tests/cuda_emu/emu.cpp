@@ -16,6 +16,7 @@
 // block (two runs then differ). Not found: races between blocks (they run one after another),
 // real launch and resource limits, cuBLAS's own summation order and FMA contraction;
 // tests/gpu/run.sh on a real GPU checks those.
+#include <time.h>
 #include <ucontext.h>
 
 #include <deque>
@@ -208,6 +209,8 @@ struct emu_stream {
 struct emu_event {
   emu_stream *s = nullptr;  // where it was last recorded (none: complete)
   uint64_t seq = 0;         // the stream's work queued before the record
+  bool timing = true;       // not made with cudaEventDisableTiming
+  double ms = -1;           // the host clock at the last record (kernels run when launched)
 };
 static emu_stream g_null_stream;
 static std::vector<emu_stream *> g_streams;
@@ -563,8 +566,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
 // ---- events: a record marks its stream's queue; waiting for it runs the queue up to there (a
 // stream that waits runs nothing before its next launch anyway, so running the work now is the
 // latest point that keeps the order) ----
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
   *e = new emu_event;
+  (*e)->timing = !(flags & cudaEventDisableTiming);
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
@@ -574,6 +578,19 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
   e->s = stream_of(st);
   e->seq = e->s->issued;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  e->ms = 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+  return cudaSuccess;
+}
+// As the runtime: both events recorded, with timing, and complete (the work queued before each
+// has run), else an error rather than a wait.
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+  for (cudaEvent_t e : {start, end}) {
+    if (!e->timing || e->ms < 0) return 1;  // cudaErrorInvalidResourceHandle
+    if (e->s && e->s->done < e->seq) return cudaErrorNotReady;
+  }
+  *ms = (float)(end->ms - start->ms);
   return cudaSuccess;
 }
 static void wait_event(cudaEvent_t e) {

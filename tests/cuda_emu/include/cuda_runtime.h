@@ -11,9 +11,10 @@
 #include <string.h>
 
 typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorNotReady = 600 };
 typedef struct emu_stream *cudaStream_t;
 typedef struct emu_event *cudaEvent_t;
+#define cudaEventDefault 0
 #define cudaEventDisableTiming 2
 #define cudaStreamNonBlocking 1
 typedef enum {
@@ -131,6 +132,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 #define cudaHostAllocDefault 0
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags);
 cudaError_t cudaFreeHost(void *p);
