@@ -136,7 +136,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"adam_t", 0, INT64_MAX / 2, &m->adam_t, 8, 0, 0},
       {"lamb", 0, 1, &m->lamb, 4, 1, 0},  // absent: 0 (AdamW)
       {"sgd", 0, 2, &m->sgd, 4, 1, 0},    // absent: 0 (not SGD)
-      {"lars", 0, 2, &m->lars, 4, 1, 0},  // absent: 0 (not LARS)
+      {"lars", 0, 4, &m->lars, 4, 1, 0},  // absent: 0 (not LARS)
       {"seed", 0, INT64_MAX, &m->seed, 8, 0, 0},
       {"img_size", 1, 1 << 16, &m->img_size, 4, 0, 0},
       {"patch_size", 1, 1 << 16, &m->patch_size, 4, 0, 0},
@@ -400,6 +400,7 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
 
 const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m) {
   return m->lamb ? "lamb" : m->sgd == 2 ? "sgd" : m->sgd == 1 ? "momentum"
+         : m->lars == 4 ? "nlarc" : m->lars == 3 ? "larc"
          : m->lars == 2 ? "nlars" : m->lars == 1 ? "lars" : "adamw";
 }
 

@@ -32,7 +32,8 @@ typedef struct {
   int lamb;                 // 1: trained with LAMB, 0: AdamW (0 when the manifest predates it)
   int sgd;                  // SGD: 2 with Nesterov momentum, 1 plain momentum; 0: not SGD (0 when
                             // the manifest predates it)
-  int lars;                 // LARS: 2 with Nesterov momentum, 1 plain; 0: not LARS (0 when absent)
+  int lars;                 // LARS: 1 + Nesterov momentum + 2 LARC's clipping (1 lars, 2 nlars,
+                            // 3 larc, 4 nlarc); 0: not LARS (0 when absent)
   double momentum;          // SGD's or LARS's momentum (written for those only)
   uint64_t seed;
   // The optimizer's settings and learning-rate schedule (has_optim 0 when the manifest predates
@@ -111,7 +112,7 @@ void vt_ckpt_clean(const char *save_dir);
 int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file);
 
 // The --opt word of the optimizer the checkpoint was trained with: adamw, lamb, sgd (Nesterov),
-// momentum, lars or nlars (Nesterov).
+// momentum, lars, nlars (Nesterov), larc or nlarc (LARS with LARC's clipping).
 const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m);
 // The --act word of the model's MLPs: gelu, gelu_tanh or quick_gelu.
 const char *vt_ckpt_act_name(const vt_ckpt_manifest *m);

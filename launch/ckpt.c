@@ -264,7 +264,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
       .lamb = opt->cfg.kind == VT_OPT_LAMB,
       .sgd = opt->cfg.kind == VT_OPT_SGD ? 1 + opt->cfg.nesterov : 0,
-      .lars = opt->cfg.kind == VT_OPT_LARS ? 1 + opt->cfg.nesterov : 0,
+      .lars = opt->cfg.kind == VT_OPT_LARS ? 1 + opt->cfg.nesterov + 2 * opt->cfg.trust_clip : 0,
       .momentum = vt_opt_state_buffers(opt->cfg.kind) == 1 ? opt->cfg.momentum : 0.0,
       .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
       .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
@@ -432,7 +432,7 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
   }
   const vt_optim_config *oc = &o->optim;
   const int sgd_now = oc->kind == VT_OPT_SGD ? 1 + oc->nesterov : 0;
-  const int lars_now = oc->kind == VT_OPT_LARS ? 1 + oc->nesterov : 0;
+  const int lars_now = oc->kind == VT_OPT_LARS ? 1 + oc->nesterov + 2 * oc->trust_clip : 0;
   if (!o->eval_only && (man->lamb != (oc->kind == VT_OPT_LAMB) || man->sgd != sgd_now ||
                         man->lars != lars_now)) {
     snprintf(err, errlen, "%s was trained with --opt %s; resume it with --opt %s (another "

@@ -306,8 +306,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "big_vision's fine-tuning; SGD's weight decay is L2, added to the gradient), lars or "
        "nlars (timm's Lars, plain or Nesterov momentum: large batches and linear probes; each "
        "tensor with weight decay steps along its gradient plus weight decay, scaled by 0.001 "
-       "||w|| / (||g|| + weight decay ||w|| + eps); the others plain momentum SGD)",
-       "adamw|lamb|sgd|momentum|lars|nlars"},
+       "||w|| / (||g|| + weight decay ||w|| + eps); the others plain momentum SGD), larc or nlarc "
+       "(timm's: LARS with that ratio clipped to min(ratio / lr, 1))",
+       "adamw|lamb|sgd|momentum|lars|nlars|larc|nlarc"},
       {"--momentum", VT_OPT_FLOAT, &o.optim.momentum, 0, 0, 0.9999, "M",
        "SGD's and LARS's momentum (timm's --momentum)", NULL},
       {"--opt-eps", VT_OPT_FLOAT, &o.optim.eps, 0, 1e-12, 1, "EPS",
@@ -580,11 +581,15 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
                     ? VT_PRECISION_BF16
                     : VT_PRECISION_FP32;
   o.bad_image_fail = strcmp(bad_image, "fail") == 0;
-  o.optim.kind = strcmp(opt_name, "lamb") == 0                                 ? VT_OPT_LAMB
-                 : strcmp(opt_name, "adamw") == 0                              ? VT_OPT_ADAMW
-                 : strcmp(opt_name, "lars") == 0 || strcmp(opt_name, "nlars") == 0 ? VT_OPT_LARS
-                                                                               : VT_OPT_SGD;
-  o.optim.nesterov = strcmp(opt_name, "sgd") == 0 || strcmp(opt_name, "nlars") == 0;
+  // (opt_name is one of --opt's words)
+  const int larc = strcmp(opt_name, "larc") == 0 || strcmp(opt_name, "nlarc") == 0;
+  const int lars = larc || strcmp(opt_name, "lars") == 0 || strcmp(opt_name, "nlars") == 0;
+  o.optim.kind = strcmp(opt_name, "lamb") == 0    ? VT_OPT_LAMB
+                 : strcmp(opt_name, "adamw") == 0 ? VT_OPT_ADAMW
+                 : lars                           ? VT_OPT_LARS
+                                                  : VT_OPT_SGD;
+  o.optim.nesterov = strcmp(opt_name, "sgd") == 0 || (lars && opt_name[0] == 'n');
+  o.optim.trust_clip = larc;
   o.sched_epochs = strcmp(sched_on, "epochs") == 0;
   o.optim.sched = strcmp(sched, "linear") == 0     ? VT_SCHED_LINEAR
                   : strcmp(sched, "constant") == 0 ? VT_SCHED_CONSTANT

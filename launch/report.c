@@ -49,10 +49,12 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
                 "u = Adam's direction + %g * w; the others by lr along Adam's direction",
                 oc->weight_decay);
   if (oc->kind == VT_OPT_LARS)
-    vt_log_info("optimizer LARS (timm's Lars, %s momentum %g): each tensor with weight decay "
-                "takes the gradient + %g * w scaled by %g ||w|| / (||g|| + %g ||w|| + %g), the "
-                "others the gradient", oc->nesterov ? "Nesterov" : "plain", oc->momentum,
-                oc->weight_decay, VT_LARS_TRUST, oc->weight_decay, oc->eps);
+    vt_log_info("optimizer %s (timm's Lars, %s momentum %g): each tensor with weight decay "
+                "takes the gradient + %g * w scaled by %s%g ||w|| / (||g|| + %g ||w|| + %g)%s, "
+                "the others the gradient", oc->trust_clip ? "LARC" : "LARS",
+                oc->nesterov ? "Nesterov" : "plain", oc->momentum, oc->weight_decay,
+                oc->trust_clip ? "min(1, " : "", VT_LARS_TRUST, oc->weight_decay, oc->eps,
+                oc->trust_clip ? " / its lr)" : "");
   if (o->drop_path > 0)
     vt_log_info("drop path: each residual branch of block i of %d dropped per image with "
                 "probability %g * i / %d", depth, o->drop_path, depth > 1 ? depth - 1 : 1);

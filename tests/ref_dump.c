@@ -80,10 +80,11 @@ int main(int argc, char **argv) {
        strcmp(variant, "map") && strcmp(variant, "tanh") && strcmp(variant, "drop") &&
        strcmp(variant, "sincos") && strcmp(variant, "emaw") && strcmp(variant, "pre") &&
        strcmp(variant, "sgd") && strcmp(variant, "mom") && strcmp(variant, "clip") &&
-       strcmp(variant, "frz") && strcmp(variant, "frzl") && strcmp(variant, "lars"))) {
+       strcmp(variant, "frz") && strcmp(variant, "frzl") && strcmp(variant, "lars") &&
+       strcmp(variant, "larc"))) {
     fprintf(stderr,
             "usage: %s OUT.safetensors [avg|ls|reg|qk|par|bce|bcet|lamb|gap|map|tanh|drop|sincos|"
-            "emaw|pre|sgd|mom|clip|frz|frzl|lars]\n",
+            "emaw|pre|sgd|mom|clip|frz|frzl|lars|larc]\n",
             argv[0]);
     return 2;
   }
@@ -115,15 +116,20 @@ int main(int argc, char **argv) {
                         .ema_decay = 0.9f,
                         .kind = !strcmp(variant, "lamb")  ? VT_OPT_LAMB
                                 : !strcmp(variant, "sgd") || !strcmp(variant, "mom") ? VT_OPT_SGD
-                                : !strcmp(variant, "lars")                           ? VT_OPT_LARS
+                                : !strcmp(variant, "lars") || !strcmp(variant, "larc") ? VT_OPT_LARS
                                                                   : VT_OPT_ADAMW,
                         .momentum = 0.8f,
                         .nesterov = !strcmp(variant, "sgd") || !strcmp(variant, "lars"),
+                        .trust_clip = !strcmp(variant, "larc"),
                         .ema_warmup = !strcmp(variant, "emaw")};
   // SGD's steps are lr times the (clipped) gradient, far smaller than Adam's at the same rate:
   // SGD_LR times the rate and clipping at SGD_CLIP give LayerNorm weights updates that their
   // fp32 storage does not drown.
   // LARS (Nesterov's, timm's nlars) likewise: its decayed tensors step by about 0.001 ||w|| lr.
+  // LARC (plain momentum, timm's larc) steps a decayed tensor by min(trust, lr) (g + wd w): at
+  // these rates (0.26 to 1) above every trust ratio (at most 0.001 / wd = 0.02) its steps are
+  // trust (g + wd w), not LARS's lr trust (g + wd w); the other side of the min, and its tensors
+  // with a zero norm, test_optim and timm_check check.
   if (oc.kind == VT_OPT_SGD || oc.kind == VT_OPT_LARS)
     oc.lr *= SGD_LR, oc.min_lr *= SGD_LR, oc.clip_grad = SGD_CLIP;
   // Frozen tensors: the embeddings and the first block (AdamW), or all but the last block, the
@@ -170,10 +176,11 @@ int main(int argc, char **argv) {
     *(float *)push(&o, "", "bce", "F32", 1, (int64_t[]){1}) = m.bce_thresh;
   if (oc.kind == VT_OPT_LAMB) *(float *)push(&o, "", "lamb", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (oc.kind == VT_OPT_SGD || oc.kind == VT_OPT_LARS) {
-    // the marker ("sgd" or "lars"): 2 Nesterov or 1 plain momentum, the rates' factor, the
-    // clipping norm
+    // the marker ("sgd" or "lars"): 2 Nesterov or 1 plain momentum (+ 2 with LARC's
+    // clipping), the rates' factor, the clipping norm
     float *sgd = push(&o, "", oc.kind == VT_OPT_LARS ? "lars" : "sgd", "F32", 1, (int64_t[]){3});
-    sgd[0] = 1.0f + (float)oc.nesterov, sgd[1] = SGD_LR, sgd[2] = SGD_CLIP;
+    sgd[0] = 1.0f + (float)oc.nesterov + 2.0f * (float)oc.trust_clip;
+    sgd[1] = SGD_LR, sgd[2] = SGD_CLIP;
   }
   if (cfg.global_pool == 2) *(float *)push(&o, "", "gap", "F32", 1, (int64_t[]){1}) = 1.0f;
   if (cfg.gelu_tanh) *(float *)push(&o, "", "gelu_tanh", "F32", 1, (int64_t[]){1}) = 1.0f;

@@ -17,7 +17,7 @@ mkdir -p "$3" || exit 1
 # timm's ModelEmaV3 warmup, big_vision's pre-logits layer, and SGD with momentum.
 "$1" "$3/ref_dump.safetensors" || { echo "FAIL: ref_dump exited with $?"; exit 1; }
 "$PY" "$2" "$3/ref_dump.safetensors" || exit 1
-for v in avg ls reg qk par bce bcet lamb gap map tanh drop sincos emaw pre sgd mom clip frz frzl lars; do  # ls: LayerScale, registers, no_embed_class;
+for v in avg ls reg qk par bce bcet lamb gap map tanh drop sincos emaw pre sgd mom clip frz frzl lars larc; do  # ls: LayerScale, registers, no_embed_class;
                                     # reg: registers; qk: QK-norm without qkv bias; par:
                                     # parallel blocks; bce: binary cross-entropy (bcet: binary
                                     # targets); lamb: LAMB; gap: no class token, 2 registers,
@@ -32,7 +32,8 @@ for v in avg ls reg qk par bce bcet lamb gap map tanh drop sincos emaw pre sgd m
                                     # clip: norm_pre, LayerNorm eps 1e-5, quick GELU; frz:
                                     # frozen embeddings and block 0 (AdamW); frzl: only the
                                     # last block, final norm and head train (LAMB); lars:
-                                    # LARS with Nesterov momentum (timm's nlars)
+                                    # LARS with Nesterov momentum (timm's nlars); larc:
+                                    # LARC with plain momentum (timm's larc)
   "$1" "$3/ref_dump_$v.safetensors" $v || { echo "FAIL: ref_dump $v exited with $?"; exit 1; }
   "$PY" "$2" "$3/ref_dump_$v.safetensors" || exit 1
 done

@@ -424,13 +424,17 @@ class Lamb(torch.optim.Optimizer):
 class Lars(torch.optim.Optimizer):
     """LARS as timm's Lars (its APEX LARC-derived form): in a group with weight decay, each
     tensor's gradient becomes (g + weight_decay * w) * trust, trust = trust_coeff * ||w|| /
-    (||g|| + weight_decay * ||w|| + eps) where ||w|| and ||g|| are both positive, else 1; then
-    torch.optim.SGD's momentum (dampening 0, the buffer starting as the first step's gradient),
-    Nesterov's or plain. Groups without weight decay: that momentum SGD alone."""
+    (||g|| + weight_decay * ||w|| + eps) where ||w|| and ||g|| are both positive, else 1, with
+    trust_clip (LARC) min(trust / the group's lr, 1); then torch.optim.SGD's momentum (dampening
+    0, the buffer starting as the first step's gradient), Nesterov's or plain. Groups without
+    weight decay: that momentum SGD alone. clipped / adapted count LARC's ratios cut to 1."""
 
-    def __init__(self, params, lr, momentum, nesterov, eps=1e-8, trust_coeff=0.001):
+    def __init__(self, params, lr, momentum, nesterov, eps=1e-8, trust_coeff=0.001,
+                 trust_clip=False):
         super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, eps=eps,
-                                      trust_coeff=trust_coeff, weight_decay=0.0))
+                                      trust_coeff=trust_coeff, weight_decay=0.0,
+                                      trust_clip=trust_clip))
+        self.clipped = self.adapted = 0
 
     @torch.no_grad()
     def step(self):
@@ -443,6 +447,11 @@ class Lars(torch.optim.Optimizer):
                     trust = 1.0
                     if w_norm > 0 and g_norm > 0:
                         trust = g["trust_coeff"] * w_norm / (g_norm + wd * w_norm + g["eps"])
+                    if g["trust_clip"]:
+                        ratio = trust / g["lr"] if g["lr"] > 0 else math.inf
+                        self.adapted += 1
+                        self.clipped += bool(ratio >= 1.0)
+                        trust = min(ratio, 1.0)
                     d = (d + wd * p) * trust
                 st = self.state[p]
                 if "buf" not in st:
@@ -526,7 +535,7 @@ def main():
     bce_thresh = float(d["bce"][0]) if bce else -1.0  # >= 0: binary targets
     lamb = "lamb" in d  # ... with LAMB
     sgd = int(d["sgd"][0]) if "sgd" in d else 0  # ... with SGD: 2 Nesterov, 1 plain momentum
-    lars = int(d["lars"][0]) if "lars" in d else 0  # ... with LARS likewise
+    lars = int(d["lars"][0]) if "lars" in d else 0  # ... with LARS likewise (+ 2: LARC)
     global LR, MIN_LR, CLIP
     if sgd or lars:  # ref_dump runs SGD and LARS at larger rates, with its own clipping (their
         m = d["sgd" if sgd else "lars"]  # steps are lr x gradient)
@@ -589,8 +598,8 @@ def main():
         opt = torch.optim.SGD(list(groups.values()), lr=LR, momentum=SGD_MOMENTUM,
                               nesterov=sgd == 2)
     elif lars:  # timm's Lars (Lars above, itself checked against timm.optim.Lars)
-        opt = Lars(list(groups.values()), lr=LR, momentum=SGD_MOMENTUM, nesterov=lars == 2,
-                   eps=EPS)
+        opt = Lars(list(groups.values()), lr=LR, momentum=SGD_MOMENTUM, nesterov=lars in (2, 4),
+                   eps=EPS, trust_clip=lars > 2)
     else:
         opt = (Lamb if lamb else torch.optim.AdamW)(list(groups.values()), lr=LR, betas=BETAS,
                                                     eps=EPS)
@@ -700,7 +709,8 @@ def main():
                (", LAMB" if lamb else "") +
                (f", SGD with {'Nesterov' if sgd == 2 else 'plain'} momentum {SGD_MOMENTUM:g}"
                 if sgd else "") +
-               (f", LARS with {'Nesterov' if lars == 2 else 'plain'} momentum {SGD_MOMENTUM:g}"
+               (f", {'LARC' if lars > 2 else 'LARS'} with "
+                f"{'Nesterov' if lars in (2, 4) else 'plain'} momentum {SGD_MOMENTUM:g}"
                 if lars else "") +
                (", parallel blocks" if parallel else "") +
                (", LayerScale" if layer_scale else "") +
@@ -758,8 +768,15 @@ def main():
     if frozen_grads:
         print("FAIL: gradients of the frozen prefix, whose backward is skipped: " +
               ", ".join(frozen_grads))
+    # LARC: ref_dump's rates lie above the trust ratios, so they are divided by the rate (the
+    # other side of min(trust / lr, 1) is test_optim's and timm_check's)
+    larc_ok = lars <= 2 or opt.clipped < opt.adapted
+    if lars > 2:
+        print(f"LARC: {opt.adapted - opt.clipped} of {opt.adapted} trust ratios divided by the "
+              f"rate, {opt.clipped} cut to 1{'' if larc_ok else ': FAIL, none divided'}")
     ok = not failed and not insensitive and clipped > 0 and dropped0 > 0 and kept0 > 0 and mix_ok \
-        and (sincos_err is None or sincos_err <= 1e-7) and not frozen_moved and not frozen_grads
+        and (sincos_err is None or sincos_err <= 1e-7) and not frozen_moved and not frozen_grads \
+        and larc_ok
     print("PASS" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -5,7 +5,7 @@
 #     a checkpoint written in the background (--async-save); also
 #     with --zero 1, drop path, Mixup, CutMix, random erasing and the weights' EMA (also byte-identical; its
 #     export from the checkpoint equals the run's --final-ema, and a checkpoint without one is
-#     refused by export --use-ema); SGD with ZeRO-1 and the EMA; LARS with ZeRO-1 (another --opt
+#     refused by export --use-ema); SGD with ZeRO-1 and the EMA; LARC (nlarc) with ZeRO-1 (another --opt
 #     refused); a frozen prefix with ZeRO-1 and
 #     the EMA (and its checkpoint continued on one rank); and on an image folder with
 #     RandAugment and repeated augmentation;
@@ -72,20 +72,21 @@ if cmp -s "$work/sgd_straight/weights.safetensors" "$work/sgd_second/weights.saf
    ! grep -q "exp_avg" "$work/ck_sgd/step-00000010/optim.safetensors"; then
   echo "ok: exact resume of SGD with ZeRO-1 and the EMA (momentum_buffer only): weights and EMA byte-identical"
 else echo "FAIL: exact resume of SGD with ZeRO-1 and the EMA differs"; fail=1; fi
-# LARS (timm's nlars: the momentum buffer alone, each rank its shard under ZeRO-1, the trust
-# ratios from whole tensors): exact resume; a resume with another --opt is refused by name.
-lars=(--tp 2 --pp 2 --zero 1 --opt nlars --momentum 0.9 --lr 0.5 --clip-grad 5)
+# LARS with LARC's clipping (timm's nlarc: the momentum buffer alone, each rank its shard under
+# ZeRO-1, the trust ratios from whole tensors): exact resume; a resume with another --opt, even
+# LARS without the clipping, is refused by name.
+lars=(--tp 2 --pp 2 --zero 1 --opt nlarc --momentum 0.9 --lr 0.5 --clip-grad 5)
 must run lars_straight 8 "${lars[@]}"
 must run lars_first 8 "${lars[@]}" --save "$work/ck_lars" --save-interval 10 --run-steps 10
 must run lars_second 8 "${lars[@]}" --save "$work/ck_lars" --resume auto
 if cmp -s "$work/lars_straight/weights.safetensors" "$work/lars_second/weights.safetensors" &&
-   grep -q "^lars 2$" "$work/ck_lars/step-00000010/manifest.txt" &&
+   grep -q "^lars 4$" "$work/ck_lars/step-00000010/manifest.txt" &&
    ! grep -q "exp_avg" "$work/ck_lars/step-00000010/optim.safetensors" &&
    out=$(timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" --tp 2 --pp 2 --zero 1 \
-           --opt sgd --resume "$work/ck_lars/step-00000010" 2>&1 < /dev/null); [ $? -eq 2 ] &&
-   grep -q "was trained with --opt nlars; resume it with --opt nlars" <<<"$out"; then
-  echo "ok: exact resume of LARS (nlars) with ZeRO-1 (momentum_buffer only): weights byte-identical; --opt sgd refused"
-else echo "FAIL: LARS checkpoint resume"; fail=1; fi
+           --opt nlars --resume "$work/ck_lars/step-00000010" 2>&1 < /dev/null); [ $? -eq 2 ] &&
+   grep -q "was trained with --opt nlarc; resume it with --opt nlarc" <<<"$out"; then
+  echo "ok: exact resume of LARC (nlarc) with ZeRO-1 (momentum_buffer only): weights byte-identical; --opt nlars refused"
+else echo "FAIL: LARC checkpoint resume"; fail=1; fi
 # A frozen prefix (the embeddings and blocks 0-2, on stage 0 of 2) with ZeRO-1 and the EMA: the
 # optimizer keeps no state for it and shards the rest, so DP rank 0 writes the prefix's zero
 # moments and its EMA (its weights) beside its shard. Exact resume; the files hold those values;

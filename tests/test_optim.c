@@ -9,7 +9,8 @@
 // shards and a replicated one must each get its whole norm. AdamW and LAMB again with a frozen prefix (the
 // embeddings and block 0) and the weights' EMA: the optimizer keeps no state for the prefix
 // (one rank's memory shrinks by exactly its moments, EMA and mask), ZeRO-1 shards the rest, and the
-// prefix keeps its initial bytes in the weights and the EMA. Each rank computes its verdict; the verdicts
+// prefix keeps its initial bytes in the weights and the EMA. LARC on both sides of its clipping
+// against LARS and SGD on one rank (test_larc_sides). Each rank computes its verdict; the verdicts
 // are reduced so every rank exits with the same code. Without MPI: the 1x1x1 layout only.
 #include <math.h>
 #include <stdint.h>
@@ -90,6 +91,50 @@ static void run(const vt_vit_config *cfg, const vt_optim_config *oc, const vt_ba
   vt_optimizer_free(&o);
   be->free(grads);
   *out = params;
+}
+
+// Whether two runs' weights are the same bits.
+static int same_bits(const float *a, const float *b, int64_t n) {
+  return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+}
+
+// LARC (timm's larc, nlarc) on both sides of its min(trust / lr, 1), bit for bit, on one rank:
+// at rate 1 its ratio is LARS's trust (which never reaches 1: at most 0.001 / weight decay), so
+// its run is LARS's; at rate 1e-5, below every trust ratio here, every ratio is cut to 1, so a
+// decayed tensor steps by lr (g + wd w) as SGD's L2 step, and its run is SGD's with the same
+// momentum. Neither is the other optimizer's run at the other rate (the clipping decides).
+static void test_larc_sides(const vt_vit_config *cfg, const vt_backend *be,
+                            const vt_param_table *whole, const float *init, int me) {
+  float *out[2][3];  // [rate][LARC, LARS, SGD]
+  for (int r = 0; r < 2; r++)
+    for (int k = 0; k < 3; k++) {
+      const float lr = r == 0 ? 1.0f : 1e-5f;
+      const vt_optim_config oc = {.kind = k == 2 ? VT_OPT_SGD : VT_OPT_LARS, .lr = lr,
+                                  .min_lr = lr, .total_steps = STEPS, .eps = 1e-8f,
+                                  .momentum = 0.9f, .nesterov = 1, .trust_clip = k == 0,
+                                  .weight_decay = 0.05f, .clip_grad = 1.5f, .depth = cfg->depth};
+      vt_param_table t;
+      float *ema;
+      size_t nbytes;
+      double norms[STEPS];
+      run(cfg, &oc, be, whole, init, vt_shard_whole(), NULL, NULL, NULL, 0, 0, &t, &out[r][k],
+          &ema, &nbytes, norms);
+      vt_params_free(&t);
+    }
+  const int64_t n = whole->total;
+  int moved = 0;  // the small rate's steps are not lost in the weights' rounding
+  for (int64_t i = 0; i < n; i++) moved += out[1][0][i] != init[i];
+  const int ok[4] = {same_bits(out[0][0], out[0][1], n), !same_bits(out[0][0], out[0][2], n),
+                     same_bits(out[1][0], out[1][2], n) && moved > n / 2,
+                     !same_bits(out[1][0], out[1][1], n)};
+  for (int i = 0; i < 4; i++) g_failures += !ok[i];
+  if (me == 0)
+    printf("NLARC        one rank: at lr 1 LARS's run bit for bit %s, not SGD's %s; at lr 1e-5 "
+           "SGD's bit for bit (%d of %lld weights moved) %s, not LARS's %s\n",
+           ok[0] ? "ok" : "FAIL", ok[1] ? "ok" : "FAIL", moved, (long long)n,
+           ok[2] ? "ok" : "FAIL", ok[3] ? "ok" : "FAIL");
+  for (int r = 0; r < 2; r++)
+    for (int k = 0; k < 3; k++) be->free(out[r][k]);
 }
 
 int main(int argc, char **argv) {
@@ -209,6 +254,7 @@ int main(int argc, char **argv) {
     if (ref_ema) be->free(ref_ema);
     vt_params_free(&rt);
   }
+  test_larc_sides(&cfg, be, &whole, init, me);
   double verdict = g_failures;
   vt_comm_all_reduce_double(world, &verdict, 1, VT_REDUCE_MAX);
   if (me == 0) printf("test_optim: %s\n", verdict > 0 ? "FAILED" : "passed");

@@ -497,8 +497,10 @@ static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int
 
 // LARS (timm's Lars) on the flat range [lo, hi) as lamb_range, g holding the clipped gradients,
 // which it overwrites: a decayed tensor's trust ratio VT_LARS_TRUST ||w|| / (||g|| + wd ||w|| +
-// eps) from its whole norms, then its momentum step on trust (g + wd w), which vt_sgd computes as
-// (trust g) + (trust wd) w; an undecayed tensor's plain momentum step.
+// eps) from its whole norms (1 where either norm is 0), under LARC min(that / lr, 1) with the
+// tensor's own rate (1 at rate 0, as timm's clamp of infinity), then its momentum step on
+// trust (g + wd w), which vt_sgd computes as (trust g) + (trust wd) w; an undecayed tensor's
+// plain momentum step.
 static void lars_range(vt_optimizer *o, float *params, float *g, int64_t lo, int64_t hi, float lr) {
   const vt_optim_config *oc = &o->cfg;
   const vt_param_table *t = o->table;
@@ -507,14 +509,16 @@ static void lars_range(vt_optimizer *o, float *params, float *g, int64_t lo, int
   for (int i = 0; i < t->count; i++) {
     int64_t first, count = piece(&t->p[i], lo, hi, &first);
     if (count <= 0 || o->frozen[i]) continue;
+    const float lr_i = (float)(lr * vt_layer_lr_scale(oc, t->p[i].lr_layer));
     double trust = 1.0;  // timm: 1 where ||w|| or ||g|| is 0
     if (wd != 0.0 && t->p[i].decay && ss[2 * i] > 0.0 && ss[2 * i + 1] > 0.0) {
       const double w = sqrt(ss[2 * i]);
       trust = VT_LARS_TRUST * w / (sqrt(ss[2 * i + 1]) + w * wd + oc->eps);
     }
+    if (wd != 0.0 && t->p[i].decay && oc->trust_clip)  // LARC
+      trust = lr_i > 0.0f ? fmin(trust / (double)lr_i, 1.0) : 1.0;
     const int64_t at = first - lo;
     if (trust != 1.0) vt_scale(o->be, g + at, (float)trust, count);
-    const float lr_i = (float)(lr * vt_layer_lr_scale(oc, t->p[i].lr_layer));
     vt_sgd(o->be, params + at, g + at, o->m + at, o->decay + (first - o->base), count, lr_i,
            oc->momentum, (float)(wd * trust), oc->nesterov);
   }

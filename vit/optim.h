@@ -25,7 +25,8 @@ typedef enum {
                  // gradient plus weight decay * w, scaled by the trust ratio
                  // VT_LARS_TRUST ||w|| / (||g|| + weight_decay ||w|| + eps) (1 where ||w|| or
                  // ||g|| is 0), then SGD's momentum (Nesterov's or not); tensors without weight
-                 // decay: plain momentum SGD. One state buffer, as SGD.
+                 // decay: plain momentum SGD. One state buffer, as SGD. With trust_clip, timm's
+                 // LARC (larc, nlarc): the ratio becomes min(ratio / the tensor's lr, 1).
 } vt_opt_kind;
 
 #define VT_LARS_TRUST 0.001  // timm's Lars trust_coeff (its train.py does not change it)
@@ -64,6 +65,7 @@ typedef struct {
   float beta1, beta2, eps, weight_decay;
   float momentum;  // SGD: the momentum (timm's --momentum, 0.9)
   int nesterov;    // SGD: 1 Nesterov's (timm's --opt sgd), 0 plain (--opt momentum)
+  int trust_clip;  // LARS: 1 LARC's clipped trust ratio (timm's --opt larc, nlarc)
   float clip_grad;  // max global gradient norm; 0 turns clipping off
   // Layer-wise learning-rate decay (BEiT, MAE fine-tuning): the tensors of layer l
   // (vt_param.lr_layer: 0 embeddings, 1..depth blocks, depth+1 final norm, norm_pre and head) step
