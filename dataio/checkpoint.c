@@ -109,6 +109,8 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "sgd %d\nmomentum %.17g\n", m->sgd, m->momentum);
   if (m->lars && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "lars %d\nmomentum %.17g\n", m->lars, m->momentum);
+  if (m->drop_last && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "drop_last %d\n", m->drop_last);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
     k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
                   m->file_nbytes[i], m->file_crc[i]);
@@ -146,6 +148,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"num_classes", 1, 1 << 24, &m->num_classes, 4, 0, 0},
       {"global_pool", 0, 3, &m->global_pool, 4, 1, 0},  // absent: 0
       {"aug_repeats", 1, 64, &m->aug_repeats, 4, 1, 0},  // absent: 1
+      {"drop_last", 0, 1, &m->drop_last, 4, 1, 0},      // absent: 0
       {"layer_scale", 0, 1, &m->layer_scale, 4, 1, 0},  // absent: 0
       {"no_embed_class", 0, 1, &m->no_embed_class, 4, 1, 0},
       {"reg_tokens", 0, 256, &m->reg_tokens, 4, 1, 0},

@@ -54,6 +54,7 @@ typedef struct {
   int img_size, patch_size, width, depth, heads, num_classes;
   int global_pool;  // vt_vit_config's: 0 token, 1 avg, 2 gap, 3 map (0 when the manifest predates it)
   int aug_repeats;  // the data stream's repeated augmentation (1 when the manifest predates it)
+  int drop_last;    // 1: epochs of whole global batches (--drop-last); written only when 1
   int layer_scale;  // 1: the model has LayerScale gammas (0 when the manifest predates them)
   int no_embed_class, reg_tokens;  // vt_vit_config's (0 when the manifest predates them)
   int qk_norm;                     // vt_vit_config's (0 when the manifest predates it)

@@ -71,10 +71,12 @@ vt_status vt_dataset_pack(const vt_dataset *ds, uint8_t **bytes, size_t *nbytes,
 vt_status vt_dataset_unpack(const uint8_t *bytes, size_t nbytes, vt_dataset *ds, char *err,
                             size_t errlen);
 
-// The sample stream of the determinism contract (design.md): position p belongs to epoch
-// p / n, and epoch e's positions are filled from perm(seed, e), a permutation of 0..n-1 keyed by
-// (seed, epoch) alone: Fisher-Yates on vt_rng_u32 draws of stream (seed, "sampler", epoch), with
-// unbiased integers in range. Without repeats, position p is sample perm[p mod n].
+// The sample stream of the determinism contract (design.md): an epoch is len positions (n, or
+// fewer: --drop-last's whole global batches), position p belongs to epoch p / len, and epoch
+// e's positions are filled from perm(seed, e), a permutation of 0..n-1 keyed by (seed, epoch)
+// alone: Fisher-Yates on vt_rng_u32 draws of stream (seed, "sampler", epoch), with unbiased
+// integers in range. Without repeats, position p is sample perm[p mod len] (len < n leaves
+// perm's last n - len out of that epoch).
 // Repeated augmentation (Hoffer et al. 2020; DeiT's, timm's --aug-repeats R): an epoch still
 // has n positions, but they hold the first ceil(n / R) samples of perm, each R times. The
 // epoch is cut into windows of R * VT_REPEAT_WINDOW positions (the last one shorter); a window
@@ -89,12 +91,14 @@ vt_status vt_dataset_unpack(const uint8_t *bytes, size_t nbytes, vt_dataset *ds,
 typedef struct {
   uint64_t seed;
   int64_t n;
+  int64_t len;      // positions per epoch, 1..n
   int repeats;      // R >= 1
   int64_t epoch;    // epoch of perm, -1 before the first call
   int64_t *perm;    // n entries
 } vt_sampler;
 
-void vt_sampler_init(vt_sampler *s, uint64_t seed, int64_t n, int repeats);
+// len: the positions of an epoch (0: n); the first len of the n an epoch would have.
+void vt_sampler_init(vt_sampler *s, uint64_t seed, int64_t n, int repeats, int64_t len);
 void vt_sampler_free(vt_sampler *s);
 // The dataset index at stream position p, and its epoch.
 int64_t vt_sampler_at(vt_sampler *s, int64_t position, int64_t *epoch);

@@ -222,6 +222,7 @@ static int check_config(const vt_loader_config *c, int64_t first_batch, char *er
   else if (c->step_stride < 0 || c->offset < 0) why = "step_stride and offset must be >= 0";
   else if (first_batch < 0) why = "the first micro-batch must be >= 0";
   else if (c->repeats < 0 || c->repeats > 64) why = "repeats must be 0..64";
+  else if (c->epoch_len < 0 || c->epoch_len > c->ds->count) why = "epoch_len must be 0..count";
   else if (c->want_pixels && (c->S < 1 || c->S > 16384)) why = "image side S must be 1..16384";
   else if (c->want_pixels && (c->threads < 1 || c->threads > 1024))
     why = "loader threads must be 1..1024";
@@ -280,7 +281,8 @@ vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, ch
       return NULL;
     }
   if (cfg->train)
-    vt_sampler_init(&l->sampler, cfg->seed, l->ds->count, cfg->repeats > 1 ? cfg->repeats : 1);
+    vt_sampler_init(&l->sampler, cfg->seed, l->ds->count, cfg->repeats > 1 ? cfg->repeats : 1,
+                    cfg->epoch_len);
   // One slot for the batch the consumer holds plus `prefetch` being decoded or ready.
   l->nslots = cfg->want_pixels ? cfg->prefetch + 1 : 1;
   l->slots = calloc((size_t)l->nslots, sizeof(slot));

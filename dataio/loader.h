@@ -28,6 +28,7 @@ typedef struct {
   int train;             // 1: shuffled stream, random crops; 0: dataset order, centre crops
   int repeats;           // training: repeated augmentation, each image R times an epoch
                          // (vt_sampler, dataset.h); 0 or 1: none
+  int64_t epoch_len;     // training: stream positions per epoch (vt_sampler); 0: the count
   int want_pixels;       // 0: labels only (pipeline stages that need no pixels; no threads)
   // Pixels of samples [pixel_first, pixel_first + pixel_count) of each batch only (a TP rank's
   // share, the others decode the rest): vt_batch.images holds just those (pixel_count images,

@@ -87,7 +87,7 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
   vt_status st = order ? VT_OK : vt_fail_input(err, errlen, "out of memory");
   if (order) {
     vt_sampler s;
-    vt_sampler_init(&s, 0, ds.count, 1);
+    vt_sampler_init(&s, 0, ds.count, 1, 0);
     for (int64_t p = 0; p < ds.count; p++) order[p] = vt_sampler_at(&s, p, NULL);
     vt_sampler_free(&s);
   }

@@ -35,11 +35,14 @@ static uint64_t uniform_below(draw_state *d, uint64_t bound) {
   return x % bound;
 }
 
-void vt_sampler_init(vt_sampler *s, uint64_t seed, int64_t n, int repeats) {
+void vt_sampler_init(vt_sampler *s, uint64_t seed, int64_t n, int repeats, int64_t len) {
   VT_CHECK(n > 0, "sampler over an empty dataset (n = %lld)", (long long)n);
   VT_CHECK(repeats >= 1, "sampler with %d repeats", repeats);
+  VT_CHECK(len >= 0 && len <= n, "sampler epochs of %lld of %lld positions", (long long)len,
+           (long long)n);
   s->seed = seed;
   s->n = n;
+  s->len = len > 0 ? len : n;
   s->repeats = repeats;
   s->epoch = -1;
   s->perm = malloc((size_t)n * sizeof(int64_t));
@@ -64,7 +67,7 @@ static int64_t slot_of(const vt_sampler *s, int64_t q, int64_t *copy) {
 
 int64_t vt_sampler_at(vt_sampler *s, int64_t position, int64_t *epoch) {
   VT_CHECK(position >= 0 && s->perm, "sampler position %lld", (long long)position);
-  int64_t e = position / s->n;
+  int64_t e = position / s->len;
   if (e != s->epoch) {
     // Fisher-Yates (Durstenfeld): perm is uniform over all n! orders given unbiased draws.
     draw_state d = {s->seed, vt_hash_name("sampler"), (uint32_t)e, 0};
@@ -79,11 +82,11 @@ int64_t vt_sampler_at(vt_sampler *s, int64_t position, int64_t *epoch) {
   }
   if (epoch) *epoch = e;
   int64_t copy;
-  return s->perm[slot_of(s, position % s->n, &copy)];
+  return s->perm[slot_of(s, position % s->len, &copy)];
 }
 
 int64_t vt_sampler_key(const vt_sampler *s, int64_t position, int64_t index) {
   int64_t copy;
-  slot_of(s, position % s->n, &copy);
+  slot_of(s, position % s->len, &copy);
   return index * s->repeats + copy;
 }

@@ -268,7 +268,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .momentum = vt_opt_state_buffers(opt->cfg.kind) == 1 ? opt->cfg.momentum : 0.0,
       .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
       .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
-      .global_pool = c->global_pool, .aug_repeats = o->aug_repeats,
+      .global_pool = c->global_pool, .aug_repeats = o->aug_repeats, .drop_last = o->drop_last,
       .layer_scale = c->layer_scale > 0, .no_embed_class = c->no_embed_class,
       .reg_tokens = c->reg_tokens, .qk_norm = c->qk_norm, .qkv_bias = !c->no_qkv_bias,
       .parallel = c->parallel, .class_token = !c->no_class_token, .gelu_tanh = c->gelu_tanh,
@@ -667,6 +667,9 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     if (rank0 && !o->eval_only && man.aug_repeats != o->aug_repeats)
       vt_log_warn("%s was saved by a run with --aug-repeats %d and this one has %d: the data "
                   "stream holds other images from here", dir, man.aug_repeats, o->aug_repeats);
+    if (rank0 && !o->eval_only && man.drop_last != o->drop_last)
+      vt_log_warn("%s was saved by a run with --drop-last %d and this one has %d: the epochs, "
+                  "and so the data stream, differ from here", dir, man.drop_last, o->drop_last);
     m->be->to_device(m->params, local[0], (size_t)total * sizeof(float));
     vt_optimizer_set_state(opt, local[1], local[2], man.adam_t);
     if (load_ema) {

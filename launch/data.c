@@ -153,8 +153,15 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
              o->data, d->train_ds.num_classes, o->model.num_classes, d->train_ds.num_classes);
     return VT_ERR_INPUT;
   }
+  if (o->drop_last && vt_epoch_images(o, d->train_ds.count) == 0) {
+    snprintf(err, errlen, "--drop-last 1: --data %s has %lld images, not one whole global batch "
+             "of %d; give a smaller --global-batch-size or --drop-last 0", o->data,
+             (long long)d->train_ds.count, o->global_batch);
+    return VT_ERR_INPUT;
+  }
   if (!need_pixels && !need_labels) return VT_OK;
   vt_loader_config c = base_config(d, &d->train_ds, need_pixels);
+  c.epoch_len = vt_epoch_images(o, d->train_ds.count);
   c.per_step = n_micro;
   c.step_stride = o->global_batch;
   c.offset = (int64_t)dp_rank * (o->global_batch / dp_size);

@@ -84,6 +84,8 @@ int vt_inspect_run(const char *path) {
   // has them overridden), then the data stream's.
   char repeats[32] = "", optim[512];
   if (m.aug_repeats > 1) snprintf(repeats, sizeof repeats, " --aug-repeats %d", m.aug_repeats);
+  if (m.drop_last) snprintf(repeats + strlen(repeats), sizeof repeats - strlen(repeats),
+                            " --drop-last 1");
   optim_flags(&m, optim, sizeof optim);
   printf("resume with: --img-size %d --patch-size %d --width %d --depth %d --heads %d "
          "--mlp-dim %d --num-classes %d --global-pool %s --class-token %d --layer-scale %s "

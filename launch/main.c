@@ -427,6 +427,11 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--aug-repeats", VT_OPT_INT, &o.aug_repeats, 0, 1, 64, "R",
        "repeated augmentation: an epoch holds 1/R of the images, each R times with its own "
        "augmentation, the copies within 128 R stream positions (DeiT: 3); 1: off", NULL},
+      {"--drop-last", VT_OPT_INT, &o.drop_last, 0, 0, 1, "0|1",
+       "1: an epoch is the training set's floor(images / global batch) whole steps, the other "
+       "images of its order left out (a different few each epoch), as timm's and DeiT's "
+       "training loader (drop_last); 0: the stream runs on into the next epoch's order, a step "
+       "may hold the end of one epoch and the start of the next", NULL},
       {"--recompute-blocks", VT_OPT_INT, &o.recompute_blocks, 0, 0, 1000000, "N",
        "activation recompute: the first N blocks of each pipeline stage keep only their input and "
        "run their forward again in the backward (the same results, less memory, about a third "

@@ -21,8 +21,8 @@ static void blocks_str(int depth, const vt_shard *s, char *buf, size_t size) {
 }
 
 static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
-  const double p = (double)m->table.total * 4;  // parameters, and as many gradients
-  return (2 * p + (double)vt_optimizer_nbytes(opt) + (double)m->act_nbytes) / (1 << 20);
+  const double p = (double)m->table.total * 4, g = (double)vt_model_grad_nbytes(m);
+  return (p + g + (double)vt_optimizer_nbytes(opt) + (double)m->act_nbytes) / (1 << 20);
 }
 
 double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval) {
@@ -47,6 +47,7 @@ static double save_mib(const vt_train_options *o, int64_t total) {
 void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base,
                    const vt_train_options *o) {
   const double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
+  const double g = (double)vt_model_grad_nbytes(m) * mib;
   const double om = (double)vt_optimizer_nbytes(opt) * mib, a = (double)m->act_nbytes * mib;
   char extra[160] = "", recompute[96] = "", blocks[256], wsets[64] = "";
   blocks_str(m->cfg.depth, &m->shard, blocks, sizeof blocks);
@@ -76,7 +77,7 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
               "optimizer %.1f MiB, activations %.1f MiB (%d of %d %s in flight%s%s); "
               "total %.1f MiB%s%s",
               m->be->name, blocks, m->has_embed ? " + embeddings" : "",
-              m->has_head ? " + head" : "", p, p, om, a, m->nslots, n_micro * m->nchunks,
+              m->has_head ? " + head" : "", p, g, om, a, m->nslots, n_micro * m->nchunks,
               m->nchunks > 1 ? "(micro-batch, chunk) units" : "micro-batches", wsets, recompute,
               plan_mib(m, opt), extra, host);
   vt_log_all_ranks(0);
@@ -107,7 +108,7 @@ void vt_plan_report_memory(const vt_model *m, const vt_optimizer *opt, vt_device
 typedef struct {
   char blocks[256];
   int nslots, nwsets, recomputed;
-  double params, opt, acts, total, save;  // MiB per rank
+  double params, grads, opt, acts, total, save;  // MiB per rank
   double tp, pp_send, pp_recv, dp_reduce, dp_gather;  // bytes per rank per step
 } stage_plan;
 
@@ -143,13 +144,15 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   sp->nslots = vt_schedule_stage_in_flight(&spec, p, &sp->nwsets);
   sp->recomputed = o->recompute_blocks < most ? o->recompute_blocks : most;
   sp->params = (double)t.total * 4 * mib;
+  // no gradients for the frozen prefix's layers (vt_model.grad_first)
+  sp->grads = (double)vt_grad_buffer_nbytes(t.total, vt_params_grad_first(&t, leading)) * mib;
   const int64_t trained = t.total - vt_optim_state_base(&o->optim, &t);
   sp->opt = (double)vt_optimizer_plan_nbytes(trained, o->dp, o->zero,
                                              o->optim.ema_decay > 0,
                                              vt_opt_state_buffers(o->optim.kind)) * mib;
   sp->acts = (double)vt_model_act_nbytes(c, shard, B, sp->nslots, sp->nwsets,
                                          o->recompute_blocks, leading, be) * mib;
-  sp->total = 2 * sp->params + sp->opt + sp->acts;
+  sp->total = sp->params + sp->grads + sp->opt + sp->acts;
   sp->save = save_mib(o, t.total);
   // One micro-batch's stream: under sequence parallelism each TP rank holds ceil(B N / tp)
   // rows of it, sends only those to the next stage and gathers the padded whole.
@@ -207,7 +210,7 @@ int vt_plan_run(const vt_train_options *o) {
     char inflight[32];
     snprintf(inflight, sizeof inflight, sp->nwsets ? "%d+%dw" : "%d", sp->nslots, sp->nwsets);
     printf("%5d  %-6s  %9s  %10d  %10.1f  %9.1f  %9.1f  %11.1f  %.1f\n", p, sp->blocks,
-           inflight, sp->recomputed, sp->params, sp->params, sp->opt, sp->acts, sp->total);
+           inflight, sp->recomputed, sp->params, sp->grads, sp->opt, sp->acts, sp->total);
     if (sp->total > worst) worst = sp->total, worst_stage = p;
     if (sp->save > most_save) most_save = sp->save, most_save_stage = p;
   }

@@ -109,6 +109,9 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
   if (o->aug_repeats > 1)
     vt_log_info("repeated augmentation: each epoch holds %d-fold copies of 1/%d of the images, "
                 "each copy augmented on its own", o->aug_repeats, o->aug_repeats);
+  if (o->drop_last)
+    vt_log_info("drop last: each epoch is the training set's whole global batches of %d, its "
+                "order's last images (fewer than one batch) left out", o->global_batch);
   if (o->erase.prob > 0)
     vt_log_info("random erasing: probability %g, fill %s", o->erase.prob,
                 o->erase.mode == VT_ERASE_PIXEL  ? "a normal value per element"

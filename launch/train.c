@@ -107,9 +107,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            "one needs at least one block", o->pp, o->pp_chunks, o->pp * o->pp_chunks, c->depth);
   if (!o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0 &&
       (o->transform.ra.layers > 0 || o->transform.three_aug || o->transform.simple_crop ||
-       o->aug_repeats > 1))
-    REFUSE("--aa, --three-augment, --simple-crop and --aug-repeats act on the image loader's "
-           "crops; --data synthetic has none: give --data DIR");
+       o->aug_repeats > 1 || o->drop_last))
+    REFUSE("--aa, --three-augment, --simple-crop, --aug-repeats and --drop-last act on the image "
+           "loader's crops and epochs; --data synthetic has none: give --data DIR");
   if (o->transform.simple_crop && o->transform.train_interp == VT_INTERP_SAMPLE)
     REFUSE("--simple-crop resizes the whole image as torchvision's Resize does: it needs "
            "--train-interpolation bilinear or bicubic");
@@ -195,8 +195,10 @@ static int eval_due(const vt_train_options *o, const vt_data *d, int64_t n, int6
 }
 
 // --epochs and --warmup-epochs in steps, from the training set's n images (every rank has the
-// index): round(epochs * n / global batch), the default warmup 5% of the steps as with --steps.
+// index): round(epochs * n / global batch), the default warmup 5% of the steps as with --steps;
+// under --drop-last n is the epoch's whole global batches (vt_epoch_images).
 static vt_status resolve_epochs(vt_train_options *o, int64_t n, char *err, size_t errlen) {
+  n = vt_epoch_images(o, n);  // (--drop-last: whole global batches)
   const double per_epoch = (double)n / (double)o->global_batch;
   if (o->epochs > 0) o->steps = (int64_t)llround(o->epochs * per_epoch);
   if (o->warmup_epochs > 0) o->optim.warmup_steps = (int64_t)llround(o->warmup_epochs * per_epoch);
@@ -306,7 +308,8 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   if (world_rank == 0) vt_report_recipe(o, &oc);
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, mesh.tp_size > 1 ? tp : NULL,
-                    mesh.pp_size > 1 ? pp : NULL, mesh.dp_size > 1 ? dp : NULL, o->zero);
+                    mesh.pp_size > 1 ? pp : NULL, mesh.dp_size > 1 ? dp : NULL, o->zero,
+                    m.grad_first);
   if (world_rank == 0) {
     char table[8192], extras[256];
     vt_mesh_format(&mesh, table, sizeof table);
@@ -369,8 +372,9 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
       vt_log_info("%g epochs of %lld images at %d per step: %lld steps, %lld of warmup; "
                   "evaluation every %d, saves every %d (0: at the end)",
                   own.epochs > 0 ? own.epochs : (double)own.steps * own.global_batch /
-                                                    (double)data.train_ds.count,
-                  (long long)data.train_ds.count, own.global_batch, (long long)own.steps,
+                                                    (double)vt_epoch_images(&own, data.train_ds.count),
+                  (long long)vt_epoch_images(&own, data.train_ds.count), own.global_batch,
+                  (long long)own.steps,
                   (long long)own.optim.warmup_steps, own.eval_interval, own.save_interval);
   }
   // A resumed run goes on with the schedule and optimizer it was saved with, unless told: its
@@ -456,14 +460,14 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     vt_watchdog_phase("step", n, o->timeout_s);
     const double t0 = vt_seconds(), comm0 = vt_comm_seconds();
     vt_fault_step_start(n);
-    be->zero(m.grads, (size_t)m.table.total * sizeof(float));
+    be->zero(m.grads, vt_model_grad_nbytes(&m));
     // A NaN planted before the backward passes add into it, so it reaches the DP reduction
     // like a real one (which starts during the last backward); in a trained tensor (a frozen
     // prefix's gradients are not looked at).
     const int plant_nan = vt_fault_at(VT_FAULT_NAN, n);
-    if (plant_nan) {
+    if (plant_nan && opt.base < m.table.total) {  // (a stage with nothing trained: the loss's)
       const float nan = NAN;
-      be->to_device(m.grads + (opt.base < m.table.total ? opt.base : 0), &nan, sizeof nan);
+      be->to_device(m.grads + (opt.base - m.grad_first), &nan, sizeof nan);
     }
     // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
     // count: the first stage's TP rank 0 of every DP rank, or each of its TP ranks when they
@@ -528,12 +532,14 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     if (l.eval_now) {
       vt_watchdog_phase("evaluation", n, slow_limit);
       l.ev = vt_evaluate(&m, &data, world, pp, me, NULL, NULL);
-      if (opt.ema) {  // the EMA in the weights' place; the gradients hold the weights meanwhile
-        const size_t nbytes = (size_t)m.table.total * sizeof(float);
-        be->copy(m.grads, m.params, nbytes);
+      if (opt.ema) {
+        // The EMA in the weights' place; the gradient buffer holds the weights from grad_first
+        // on meanwhile (before it, the frozen prefix's EMA is its weights: they stay).
+        const size_t nbytes = (size_t)(m.table.total - m.grad_first) * sizeof(float);
+        be->copy(m.grads, m.params + m.grad_first, nbytes);
         vt_optimizer_ema_full(&opt, m.params, m.params);
         l.ev_ema = vt_evaluate(&m, &data, world, pp, me, NULL, NULL);
-        be->copy(m.params, m.grads, nbytes);
+        be->copy(m.params + m.grad_first, m.grads, nbytes);
         l.eval_ema = 1;
       }
     }
@@ -628,10 +634,10 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     if (world_rank == 0) vt_log_error("%s", err);
     rc = VT_EXIT_FAILED;
   }
-  if (!rc && o->final_ema[0])  // (the gradients are spent)
-    vt_optimizer_ema_full(&opt, m.params, m.grads);
+  if (!rc && o->final_ema[0])  // in the weights' place (exported above, not needed after)
+    vt_optimizer_ema_full(&opt, m.params, m.params);
   if (!rc && o->final_ema[0] &&
-      vt_export_safetensors(&m, m.grads, world, &mesh, o->final_ema, err, sizeof err) != VT_OK) {
+      vt_export_safetensors(&m, m.params, world, &mesh, o->final_ema, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("%s", err);
     rc = VT_EXIT_FAILED;
   }

@@ -32,6 +32,8 @@ typedef struct {
   int bad_image_fail;       // 0: skip bad images (replace, warn, count); 1: stop the run
   vt_transform_config transform;  // crops, flips, RandAugment (transform.ra), normalisation
   int aug_repeats;          // repeated augmentation: each image R times an epoch (dataset.h)
+  int drop_last;            // 1: an epoch of the training set is its whole global batches (timm's
+                            // drop_last; vt_epoch_images), the rest of its images left out
   int micro_batch;          // images per forward/backward
   int global_batch;         // images per optimizer step, over all DP ranks
   int64_t steps;            // length of the run (the schedule spans it)
@@ -96,6 +98,12 @@ typedef struct {
   int straggler_interval;   // per-rank step times and memory every N steps; 0: never
   float peak_tflops;        // per rank, for MFU; 0: no MFU
 } vt_train_options;
+
+// The stream positions of one epoch of a training set of n images: n, or under --drop-last its
+// floor(n / G) whole global batches of G (timm's and DeiT's training loader, drop_last=True).
+static inline int64_t vt_epoch_images(const vt_train_options *o, int64_t n) {
+  return o->drop_last ? n / o->global_batch * o->global_batch : n;
+}
 
 // Exit codes of vit3d train and eval (README "Exit codes"); the watchdog's is VT_EXIT_WATCHDOG
 // (3) in watchdog.h.

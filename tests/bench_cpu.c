@@ -197,7 +197,7 @@ int main(int argc, char **argv) {
   vt_model_init(&m, &cfg, vt_shard_whole(), NULL, B, 1, 0, 0, vt_freeze_leading_layers(&oc, &cfg),
                 be, 1234);
   vt_optimizer opt;
-  vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
+  vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0, m.grad_first);
 
   const int S = cfg.img_size, K = cfg.num_classes;
   const size_t img_count = (size_t)B * 3 * S * S;
@@ -222,7 +222,7 @@ int main(int argc, char **argv) {
     vt_optimizer_step(&opt, m.params, m.grads, oc.lr);
     // Zeroing belongs to the optimizer phase (optimizer.zero_grad() in PyTorch); it is done
     // after the update so the first step also starts from zeroed gradients.
-    be->zero(m.grads, (size_t)m.table.total * sizeof(float));
+    be->zero(m.grads, vt_model_grad_nbytes(&m));
     be->synchronize();
     double t3 = now_s();
     if (it >= warmup) {

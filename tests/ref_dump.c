@@ -63,11 +63,15 @@ static void *push(out_list *o, const char *prefix, const char *name, const char 
 }
 
 // One tensor per parameter, copied from a flat backend buffer, under timm's name and shape.
-static void push_params(out_list *o, const vt_model *m, const char *prefix, const float *flat) {
+// Every tensor of flat, which holds the table's elements from `first` on (those before it, a
+// frozen prefix's gradients, are written as zeros: no backward reaches them).
+static void push_params(out_list *o, const vt_model *m, const char *prefix, const float *flat,
+                        int64_t first) {
   for (int i = 0; i < m->table.count; i++) {
     const vt_param *p = &m->table.p[i];
     void *dst = push(o, prefix, p->name, "F32", p->ndim, p->shape);
-    m->be->to_host(dst, flat + p->offset, (size_t)p->count * sizeof(float));
+    if (p->offset < first) memset(dst, 0, (size_t)p->count * sizeof(float));
+    else m->be->to_host(dst, flat + (p->offset - first), (size_t)p->count * sizeof(float));
   }
 }
 
@@ -156,11 +160,11 @@ int main(int argc, char **argv) {
   if (!strcmp(variant, "par")) m.proj_drop = 0.2f, m.attn_drop = 0.1f;  // proj: hidden units only
   if (!strcmp(variant, "pre")) m.head_drop = 0.3f;  // over the pre-logits' R outputs
   vt_optimizer opt;
-  vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
+  vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0, m.grad_first);
   vt_optimizer_ema_reset(&opt, m.params);
 
   out_list o = {.n = 0};
-  push_params(&o, &m, "init.", m.params);
+  push_params(&o, &m, "init.", m.params, 0);
   float *images = push(&o, "", "images", "F32", 4, (int64_t[]){STEPS * GLOBAL, 3, S, S});
   float *raw = push(&o, "", "images_raw", "F32", 4, (int64_t[]){STEPS * GLOBAL, 3, S, S});
   float *mix_lam = push(&o, "", "mix_lam", "F32", 1, (int64_t[]){STEPS * GLOBAL / 2});
@@ -202,7 +206,7 @@ int main(int argc, char **argv) {
 
   int clipped = 0;
   for (int64_t step = 0; step < STEPS; step++) {
-    be->zero(m.grads, (size_t)m.table.total * sizeof(float));
+    be->zero(m.grads, vt_model_grad_nbytes(&m));
     double loss_sum = 0.0;
     for (int mb = 0; mb < GLOBAL / MICRO; mb++) {
       const int64_t first = step * GLOBAL + (int64_t)mb * MICRO;
@@ -231,7 +235,7 @@ int main(int argc, char **argv) {
     const float lr = vt_lr_at(&oc, step);
     if (step == 0) {
       loss0[0] = (float)(loss_sum / GLOBAL);
-      push_params(&o, &m, "grad.", m.grads);  // before the optimizer step clips them in place
+      push_params(&o, &m, "grad.", m.grads, m.grad_first);  // before the step clips them
     }
     const double gnorm = vt_optimizer_step(&opt, m.params, m.grads, lr);
     lrs[step] = lr, norms[step] = (float)gnorm, losses[step] = (float)(loss_sum / GLOBAL);
@@ -239,9 +243,9 @@ int main(int argc, char **argv) {
     printf("step %lld: loss %.6f lr %.3e grad_norm %.6f%s\n", (long long)step,
            loss_sum / GLOBAL, lr, gnorm, gnorm > oc.clip_grad ? " (clipped)" : "");
   }
-  push_params(&o, &m, "final.", m.params);
-  vt_optimizer_ema_full(&opt, m.params, m.grads);  // the whole EMA (the gradients are spent)
-  push_params(&o, &m, "ema.", m.grads);
+  push_params(&o, &m, "final.", m.params, 0);
+  vt_optimizer_ema_full(&opt, m.params, m.params);  // the whole EMA, in the weights' place
+  push_params(&o, &m, "ema.", m.params, 0);
   printf("clipping active on %d of %d steps\n", clipped, STEPS);
   // The reference is only meaningful for clipping if it happened at least once.
   VT_CHECK(clipped > 0, "clip_grad %.2f never triggered; the reference would not test it",

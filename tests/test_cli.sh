@@ -45,7 +45,8 @@ refuse "--pos-embed sincos2d splits the width into 4 quarters" train --pos-embed
 refuse "--pos-embed: 'sincos' is not one of learn|sincos2d" train --pos-embed sincos
 refuse "--aa 'rand-m9-w0': unknown key 'w0'" train --aa rand-m9-w0
 refuse "--aa 'autoaug': only RandAugment is built" train --aa autoaug
-refuse "--aa, --three-augment, --simple-crop and --aug-repeats act on the image loader's crops; --data synthetic has none" train --aa rand-m9
+refuse "--aa, --three-augment, --simple-crop, --aug-repeats and --drop-last act on the image loader's crops and epochs; --data synthetic has none" train --aa rand-m9
+refuse "--aa, --three-augment, --simple-crop, --aug-repeats and --drop-last act on the image loader's crops and epochs; --data synthetic has none" train --drop-last 1
 refuse "--simple-crop resizes the whole image as torchvision's Resize does: it needs --train-interpolation bilinear or bicubic" train --simple-crop 1 --data /tmp
 refuse "--aa and --three-augment are two augmentation policies" train --aa rand-m9 --three-augment 1 --data /tmp
 refuse "--opt: 'adam' is not one of adamw|lamb|sgd|momentum" train --opt adam

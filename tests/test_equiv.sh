@@ -60,7 +60,8 @@ check pp2dp4 1 2 4
 check tp2dp4 2 1 4
 check zero 2 2 2 --zero 1
 # plan_matches NAME LABEL FLAGS...: vit3d plan, from one process, sizes every stage as the ranks
-# of run NAME (made with FLAGS) printed it: parameters, optimizer, activations and total (MiB).
+# of run NAME (made with FLAGS) printed it: parameters, gradients, optimizer, activations and
+# total (MiB).
 plan_matches() {
   local name=$1 label=$2
   shift 2
@@ -70,14 +71,14 @@ import re, sys
 # a plan row: stage, blocks, in flight, recomputed, parameters, gradients, optimizer, activations,
 # total; a rank's line: the same blocks and amounts in MiB
 rows = [l.split() for l in open(sys.argv[1]) if re.match(r"\s+\d+\s+\d+-", l)]
-plan = {int(r[0]): [r[1]] + [float(x) for x in (r[4], r[6], r[7], r[8])] for r in rows}
+plan = {int(r[0]): [r[1]] + [float(x) for x in (r[4], r[5], r[6], r[7], r[8])] for r in rows}
 ranks = re.findall(r"pp (\d+) dp \d+\] memory plan \(\w+\): blocks ([0-9,-]*[0-9]).*parameters "
-                   r"([0-9.]+) MiB, gradients [0-9.]+ MiB, optimizer ([0-9.]+) MiB, activations "
+                   r"([0-9.]+) MiB, gradients ([0-9.]+) MiB, optimizer ([0-9.]+) MiB, activations "
                    r"([0-9.]+) MiB .*total ([0-9.]+) MiB", open(sys.argv[2]).read())
 assert len(plan) == 2 and len(ranks) == 8, (plan, ranks)
 assert all(plan[int(r[0])] == [r[1]] + [float(x) for x in r[2:]] for r in ranks), (plan, ranks)
-print(f"vit3d plan of {sys.argv[3]}: blocks, parameters, optimizer, activations and total per "
-      f"stage {plan} (MiB), as its 8 ranks printed them")
+print(f"vit3d plan of {sys.argv[3]}: blocks, parameters, gradients, optimizer, activations and "
+      f"total per stage {plan} (MiB), as its 8 ranks printed them")
 PY
 }
 plan_matches zero "2x2x2 ZeRO-1" --tp 2 --pp 2 --dp 2 --zero 1
@@ -292,20 +293,22 @@ for layout in "base_frz 1 1 1 1" "frz_222 8 2 2 2 --comm-stats 1" "frz_zero_sp 8
       "$name $tp x $pp x $dp $* --freeze, $file" "$file" || fail=1
   done
 done
-# The frozen prefix keeps no optimizer state and its blocks share one set of activations: the
-# ranks' memory plans are vit3d plan's, and stage 0's optimizer and activations are smaller than
-# without --freeze (stage 1's optimizer the same: blocks.5's norms are not in a prefix).
+# The frozen prefix keeps no optimizer state and no gradients, and its blocks share one set of
+# activations: the ranks' memory plans are vit3d plan's, and stage 0's gradients, optimizer and
+# activations are smaller than without --freeze (stage 1's gradients and optimizer the same:
+# blocks.5's norms are not in a prefix).
 plan_matches frz_222 "2x2x2 with a frozen prefix" --tp 2 --pp 2 --dp 2 "${frz[@]}"
 "$vit3d" plan "${common[@]:1}" --tp 2 --pp 2 --dp 2 --model-ema 0.9 > "$work/plan_nofrz.txt" 2>&1
 "$py" - "$work/plan_frz_222.txt" "$work/plan_nofrz.txt" <<'PY' || fail=1
 import re, sys
-def rows(path):  # stage -> (optimizer, activations) MiB
-    return {int(r[0]): (float(r[6]), float(r[7])) for r in
+def rows(path):  # stage -> (optimizer, activations, gradients) MiB
+    return {int(r[0]): (float(r[6]), float(r[7]), float(r[5])) for r in
             (l.split() for l in open(path) if re.match(r"\s+\d+\s+\d+-", l))}
 f, n = rows(sys.argv[1]), rows(sys.argv[2])
-assert f[0][0] < n[0][0] and f[0][1] < n[0][1] and f[1][0] == n[1][0], (f, n)
-print(f"frz_222: stage 0 plans optimizer {f[0][0]} MiB and activations {f[0][1]} MiB, "
-      f"{n[0][0]} and {n[0][1]} without --freeze")
+assert f[0][0] < n[0][0] and f[0][1] < n[0][1] and f[0][2] < n[0][2] and f[1][0] == n[1][0] \
+    and f[1][2] == n[1][2], (f, n)
+print(f"frz_222: stage 0 plans gradients {f[0][2]} MiB, optimizer {f[0][0]} MiB and activations "
+      f"{f[0][1]} MiB, {n[0][2]}, {n[0][0]} and {n[0][1]} without --freeze")
 PY
 # Stage 0 holds the frozen embeddings and blocks 0-2 and block 3: one DP all-reduce (block 3's),
 # started in the backward; the frozen layers reduce nothing.

@@ -186,8 +186,8 @@ static void test_sampler(void) {
   for (int t = 0; t < 5; t++) {
     int64_t n = ns[t], e;
     vt_sampler s, s2;
-    vt_sampler_init(&s, 99, n, 1);
-    vt_sampler_init(&s2, 99, n, 1);
+    vt_sampler_init(&s, 99, n, 1, 0);
+    vt_sampler_init(&s2, 99, n, 1, 0);
     char *seen = calloc((size_t)n, 1);
     for (int64_t ep = 0; ep < 3; ep++) {
       memset(seen, 0, (size_t)n);
@@ -210,7 +210,7 @@ static void test_sampler(void) {
     vt_sampler_free(&s2);
   }
   vt_sampler a, b;
-  vt_sampler_init(&a, 1, 1000, 1), vt_sampler_init(&b, 2, 1000, 1);
+  vt_sampler_init(&a, 1, 1000, 1, 0), vt_sampler_init(&b, 2, 1000, 1, 0);
   int diff_seed = 0, diff_epoch = 0;
   for (int64_t i = 0; i < 1000; i++)
     diff_seed += vt_sampler_at(&a, i, NULL) != vt_sampler_at(&b, i, NULL);
@@ -220,7 +220,28 @@ static void test_sampler(void) {
   EXPECT(diff_seed > 900 && diff_epoch > 900, "seeds/epochs give similar orders (%d, %d)",
          diff_seed, diff_epoch);
   vt_sampler_free(&a), vt_sampler_free(&b);
-  printf("ok - sampler permutations\n");
+  // --drop-last: epochs of len < n positions, each the first len of the same epoch's
+  // permutation (distinct samples, perm's last n - len left out), epoch e from position e len.
+  for (int t = 0; t < 3; t++) {
+    const int64_t n = (int64_t[]){30, 1000, 1001}[t], len = (int64_t[]){28, 992, 768}[t];
+    vt_sampler full, cut;
+    vt_sampler_init(&full, 5, n, 1, 0), vt_sampler_init(&cut, 5, n, 1, len);
+    char *seen = calloc((size_t)n, 1);
+    int bad = 0;
+    for (int64_t ep = 0; ep < 3; ep++) {
+      memset(seen, 0, (size_t)n);
+      for (int64_t q = 0; q < len; q++) {
+        int64_t e, k = vt_sampler_at(&cut, ep * len + q, &e);
+        bad += e != ep || k < 0 || k >= n || seen[k] || k != vt_sampler_at(&full, ep * n + q, NULL);
+        if (k >= 0 && k < n) seen[k] = 1;
+      }
+    }
+    EXPECT(bad == 0, "n %lld, epochs of %lld: %d positions not the epoch's first len samples",
+           (long long)n, (long long)len, bad);
+    free(seen);
+    vt_sampler_free(&full), vt_sampler_free(&cut);
+  }
+  printf("ok - sampler permutations (and epochs cut to whole global batches)\n");
 }
 
 // Repeated augmentation: an epoch of n positions holds the first ceil(n / R) samples of the
@@ -235,8 +256,8 @@ static void test_sampler_repeats(void) {
       const int64_t n = ns[t];
       const int R = Rs[u];
       vt_sampler s, plain;
-      vt_sampler_init(&s, 7, n, R);
-      vt_sampler_init(&plain, 7, n, 1);
+      vt_sampler_init(&s, 7, n, R, 0);
+      vt_sampler_init(&plain, 7, n, 1, 0);
       int *count = calloc((size_t)n, sizeof(int));
       int64_t *first = malloc((size_t)n * sizeof(int64_t));
       char *key_seen = calloc((size_t)n * R, 1);
@@ -333,7 +354,7 @@ static void test_determinism(const vt_dataset *ds) {
   run_t ref = run(&c, 0, 20);
   EXPECT(ref.st == VT_OK && ref.nb == 20, "reference run: %s", ref.err);
   vt_sampler s;
-  vt_sampler_init(&s, c.seed, ds->count, 1);
+  vt_sampler_init(&s, c.seed, ds->count, 1, 0);
   for (int j = 0; j < 20; j++) {
     int64_t e, p = first_pos(&c, j);
     for (int i = 0; i < 4; i++)
@@ -342,6 +363,22 @@ static void test_determinism(const vt_dataset *ds) {
     EXPECT(ref.epoch[j] == e && ref.valid[j] == 4 && ref.bad[j] == 0, "batch %d meta", j);
   }
   vt_sampler_free(&s);
+  // With epochs of whole steps (--drop-last: 24 of the 30 positions), the loader's batches are
+  // the cut sampler's, each epoch's last 6 images of its order left out.
+  c.epoch_len = 24;
+  run_t cut = run(&c, 0, 20);
+  vt_sampler_init(&s, c.seed, ds->count, 1, 24);
+  int cut_bad = cut.st != VT_OK || cut.nb != 20;
+  for (int j = 0; j < 20 && !cut_bad; j++) {
+    int64_t e, p = first_pos(&c, j);
+    for (int i = 0; i < 4; i++)
+      cut_bad += cut.lab[j * 4 + i] != ds->labels[vt_sampler_at(&s, p + i, NULL)];
+    vt_sampler_at(&s, p, &e);
+    cut_bad += cut.epoch[j] != e || e != p / 24;
+  }
+  EXPECT(!cut_bad, "epochs of 24 positions: the loader's batches are not the cut sampler's");
+  vt_sampler_free(&s), run_free(&cut);
+  c.epoch_len = 0;
   int threads[] = {2, 4, 4}, prefetch[] = {1, 3, 8};
   for (int t = 0; t < 3; t++) {
     c.threads = threads[t], c.prefetch = prefetch[t];
@@ -386,7 +423,7 @@ static void test_augmented(const vt_dataset *ds) {
   run_free(&r), run_free(&late);
 
   vt_sampler s;
-  vt_sampler_init(&s, c.seed, ds->count, c.repeats);
+  vt_sampler_init(&s, c.seed, ds->count, c.repeats, 0);
   const size_t plane = plane_of(&ref);
   float *one = malloc(plane * sizeof(float));
   int mismatch = 0, copies = 0, copies_equal = 0;
@@ -469,7 +506,7 @@ static void test_jpeg_determinism(void) {
   EXPECT(r.nb == 7 && same_batches(&ref, 5, &r, 0, 7), "jpeg: restart at 5 differs");
   run_free(&r);
   vt_sampler s;
-  vt_sampler_init(&s, c.seed, ds.count, 1);
+  vt_sampler_init(&s, c.seed, ds.count, 1, 0);
   size_t P = plane_of(&ref);
   float *one = malloc(P * sizeof(float));
   int same = 0;
@@ -494,7 +531,7 @@ static void test_dp(const vt_dataset *ds) {
   const int G = 12, B = 3, steps = 10, n = (int)ds->count, epochs = steps * G / n;
   run_t ref = {0};
   vt_sampler s;
-  vt_sampler_init(&s, 1234, ds->count, 1);
+  vt_sampler_init(&s, 1234, ds->count, 1, 0);
   int dps[] = {1, 2, 4};
   for (int t = 0; t < 3; t++) {
     int dp = dps[t], m = G / (dp * B);
@@ -604,7 +641,7 @@ static void test_bad(void) {
   c.threads = 4;
   run_t t4 = run(&c, 0, 12);
   vt_sampler s;
-  vt_sampler_init(&s, c.seed, ds.count, 1);
+  vt_sampler_init(&s, c.seed, ds.count, 1, 0);
   for (int j = 0; j < t1.nb; j++) {
     int want = 0;
     for (int64_t p = 4 * j; p < 4 * j + 4; p++) {

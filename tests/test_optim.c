@@ -70,7 +70,7 @@ static void run(const vt_vit_config *cfg, const vt_optim_config *oc, const vt_ba
       params[p->offset + i] = init[w->offset + vt_param_global_index(p, &t->shard, i)];
   }
   vt_optimizer o;
-  vt_optimizer_init(&o, oc, be, t, tp, pp, dp, zero);
+  vt_optimizer_init(&o, oc, be, t, tp, pp, dp, zero, 0);
   vt_optimizer_ema_reset(&o, params);
   for (int s = 0; s < STEPS; s++) {
     for (int r = 0; r < t->count; r++) {

@@ -512,6 +512,23 @@ static void test_freeze(void) {
              hash[1] != hash[2],
          "names' hashes: %08x %08x %08x %08x %08x %08x", hash[0], hash[1], hash[2], hash[3],
          hash[5], hash[6]);
+  // The gradient buffer starts at the first tensor of the first layer after the prefix: on the
+  // whole model and on stage 1 of 2 (blocks 2-3, the final norm and the head).
+  struct { int leading, stage; const char *first; } grads[] = {
+      {0, -1, "cls_token"}, {1, -1, "blocks.0.norm1.weight"}, {3, -1, "blocks.2.norm1.weight"},
+      {5, -1, "norm.weight"}, {3, 1, "blocks.2.norm1.weight"}, {4, 1, "blocks.3.norm1.weight"},
+      {5, 1, "norm.weight"}, {1, 1, "blocks.2.norm1.weight"}};
+  for (int i = 0; i < 8; i++) {
+    vt_param_table t;
+    const vt_shard stage = {0, 1, grads[i].stage, 2, 0, 1, 0};
+    vt_params_build(&t, &c, grads[i].stage < 0 ? vt_shard_whole() : stage);
+    const vt_param *want = vt_params_find(&t, grads[i].first);
+    const int64_t got = vt_params_grad_first(&t, grads[i].leading);
+    EXPECT(want && got == want->offset, "%d leading layers frozen, stage %d: gradients from "
+           "element %lld, want %s's", grads[i].leading, grads[i].stage, (long long)got,
+           grads[i].first);
+    vt_params_free(&t);
+  }
   vt_optim_config bad = {0};
   snprintf(bad.trainable, sizeof bad.trainable, "head(");
   vt_freeze_summary fz;

@@ -27,7 +27,10 @@ without its qkv bias, under timm's names, converted by launch/convert_weights.py
                                         vit3d's) against timm.optim.Lamb: 8 steps of random
                                         gradients, groups with and without weight decay
   timm_check.py lars                    the reference's LARS against timm.optim.Lars likewise,
-                                        with plain and Nesterov momentum
+                                        with plain and Nesterov momentum, with and without
+                                        LARC's trust_clip
+  timm_check.py sched METRICS IMAGES BATCH EPOCHS WARMUP LR MIN_LR WARMUP_LR KIND [DROP_LAST]
+                                        --sched-on epochs' rates against timm's schedulers
 """
 import functools
 import json
@@ -388,11 +391,13 @@ def npz(work):
     return 0 if ok else 1
 
 
-def sched(metrics, images, batch, epochs, warmup, lr, min_lr, warmup_lr, kind="cosine"):
+def sched(metrics, images, batch, epochs, warmup, lr, min_lr, warmup_lr, kind="cosine",
+          drop_last="0"):
     """vit3d's --sched-on epochs rates (METRICS, its metrics.jsonl) against timm's
     CosineLRScheduler (KIND linear: PolyLRScheduler with power 1) stepped once an epoch as timm's
     train.py and DeiT's main.py do: created before epoch 0, step(e + 1) after epoch e. vit3d's
-    step s (1-based in the log) is in epoch floor((s - 1) * BATCH / IMAGES)."""
+    step s (1-based in the log) is in epoch floor((s - 1) * BATCH / IMAGES), or with DROP_LAST 1
+    (--drop-last, timm's loader's drop_last) floor((s - 1) / floor(IMAGES / BATCH))."""
     from timm.scheduler import CosineLRScheduler, PolyLRScheduler
     from fractions import Fraction
     images, batch = int(images), int(batch)
@@ -411,13 +416,15 @@ def sched(metrics, images, batch, epochs, warmup, lr, min_lr, warmup_lr, kind="c
         sch.step(e + 1)
     rows = [json.loads(line) for line in open(metrics)]
     err, seen = 0.0, set()
+    per_epoch_steps = images // batch if drop_last == "1" else None
     for r in rows:
-        e = (r["step"] - 1) * batch // images
+        e = (r["step"] - 1) // per_epoch_steps if per_epoch_steps else (r["step"] - 1) * batch // images
         seen.add(e)
         err = max(err, abs(r["lr"] - per_epoch[e]) / per_epoch[e])
     ok = err <= 1e-6 and len(rows) > 0
     name = "PolyLRScheduler (power 1)" if kind == "linear" else "CosineLRScheduler"
-    print(f"sched    --sched {kind} --sched-on epochs: {len(rows)} steps over epochs "
+    print(f"sched    --sched {kind} --sched-on epochs{' --drop-last 1' if per_epoch_steps else ''}: "
+          f"{len(rows)} steps over epochs "
           f"{min(seen)}-{max(seen)} ({images} images, {batch} per step, {warmup:g} of warmup) "
           f"against timm's {name} stepped per epoch: largest relative difference {err:.2e} "
           f"(tol 1e-6, vit3d prints float32) {'ok' if ok else 'FAIL'}")
@@ -440,7 +447,7 @@ def main():
     if sys.argv[1] == "ema":
         return ema_warmup()
     if sys.argv[1] == "sched":
-        return sched(*sys.argv[2:11])
+        return sched(*sys.argv[2:12])
     if sys.argv[1] == "init":
         return init(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "npz":

@@ -170,77 +170,80 @@ static void carve(vt_model *m, arena *ar) {
     s->dpre = take_act(m, ar, B * c->pre_logits), s->dpre_fc = take_act(m, ar, B * c->pre_logits);
 }
 
-static float *find(const vt_model *m, float *flat, const char *fmt, int l, const char *suffix) {
+// The tensor of a name in flat, which holds the table's elements from `first` on (NULL for a
+// tensor before it).
+static float *find(const vt_model *m, float *flat, int64_t first, const char *fmt, int l,
+                   const char *suffix) {
   char name[64];
   snprintf(name, sizeof name, fmt, l);
   strncat(name, suffix, sizeof name - strlen(name) - 1);
   const vt_param *p = vt_params_find(&m->table, name);
   VT_CHECK(p != NULL, "parameter %s missing from the table", name);
-  return flat + p->offset;
+  return p->offset < first ? NULL : flat + (p->offset - first);
 }
 
-static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
+static void bind(vt_model *m, float *flat, int64_t first, vt_model_tensors *t) {
   if (m->has_embed) {
     // The prefix tokens as one block: cls_token then reg_token, either absent.
-    t->prefix = m->cfg.no_class_token ? NULL : find(m, flat, "cls_token", 0, "");
+    t->prefix = m->cfg.no_class_token ? NULL : find(m, flat, first, "cls_token", 0, "");
     if (m->cfg.reg_tokens > 0) {
-      float *reg = find(m, flat, "reg_token", 0, "");
+      float *reg = find(m, flat, first, "reg_token", 0, "");
       VT_CHECK(!t->prefix || reg == t->prefix + m->cfg.width,
                "reg_token must follow cls_token in the parameter table");
       if (!t->prefix) t->prefix = reg;
     }
-    t->pos = find(m, flat, "pos_embed", 0, "");
-    t->patch_w = find(m, flat, "patch_embed.proj", 0, ".weight");
-    t->patch_b = m->cfg.pre_norm ? NULL : find(m, flat, "patch_embed.proj", 0, ".bias");
+    t->pos = find(m, flat, first, "pos_embed", 0, "");
+    t->patch_w = find(m, flat, first, "patch_embed.proj", 0, ".weight");
+    t->patch_b = m->cfg.pre_norm ? NULL : find(m, flat, first, "patch_embed.proj", 0, ".bias");
     if (m->cfg.pre_norm) {
-      t->pre_norm_w = find(m, flat, "norm_pre", 0, ".weight");
-      t->pre_norm_b = find(m, flat, "norm_pre", 0, ".bias");
+      t->pre_norm_w = find(m, flat, first, "norm_pre", 0, ".weight");
+      t->pre_norm_b = find(m, flat, first, "norm_pre", 0, ".bias");
     }
   }
   for (int i = 0; i < m->nblocks; i++) {
     vt_block_tensors *b = &t->blocks[i];
     const int l = m->block_id[i];
-    b->norm1_w = find(m, flat, "blocks.%d.norm1", l, ".weight");
-    b->norm1_b = find(m, flat, "blocks.%d.norm1", l, ".bias");
-    b->qkv_w = find(m, flat, "blocks.%d.attn.qkv", l, ".weight");
-    b->qkv_b = m->cfg.no_qkv_bias ? NULL : find(m, flat, "blocks.%d.attn.qkv", l, ".bias");
+    b->norm1_w = find(m, flat, first, "blocks.%d.norm1", l, ".weight");
+    b->norm1_b = find(m, flat, first, "blocks.%d.norm1", l, ".bias");
+    b->qkv_w = find(m, flat, first, "blocks.%d.attn.qkv", l, ".weight");
+    b->qkv_b = m->cfg.no_qkv_bias ? NULL : find(m, flat, first, "blocks.%d.attn.qkv", l, ".bias");
     if (m->cfg.qk_norm) {
-      b->qn_w = find(m, flat, "blocks.%d.attn.q_norm", l, ".weight");
-      b->qn_b = find(m, flat, "blocks.%d.attn.q_norm", l, ".bias");
-      b->kn_w = find(m, flat, "blocks.%d.attn.k_norm", l, ".weight");
-      b->kn_b = find(m, flat, "blocks.%d.attn.k_norm", l, ".bias");
+      b->qn_w = find(m, flat, first, "blocks.%d.attn.q_norm", l, ".weight");
+      b->qn_b = find(m, flat, first, "blocks.%d.attn.q_norm", l, ".bias");
+      b->kn_w = find(m, flat, first, "blocks.%d.attn.k_norm", l, ".weight");
+      b->kn_b = find(m, flat, first, "blocks.%d.attn.k_norm", l, ".bias");
     }
-    b->proj_w = find(m, flat, "blocks.%d.attn.proj", l, ".weight");
-    b->proj_b = find(m, flat, "blocks.%d.attn.proj", l, ".bias");
+    b->proj_w = find(m, flat, first, "blocks.%d.attn.proj", l, ".weight");
+    b->proj_b = find(m, flat, first, "blocks.%d.attn.proj", l, ".bias");
     if (!m->cfg.parallel) {
-      b->norm2_w = find(m, flat, "blocks.%d.norm2", l, ".weight");
-      b->norm2_b = find(m, flat, "blocks.%d.norm2", l, ".bias");
+      b->norm2_w = find(m, flat, first, "blocks.%d.norm2", l, ".weight");
+      b->norm2_b = find(m, flat, first, "blocks.%d.norm2", l, ".bias");
     }
-    b->fc1_w = find(m, flat, "blocks.%d.mlp.fc1", l, ".weight");
-    b->fc1_b = find(m, flat, "blocks.%d.mlp.fc1", l, ".bias");
-    b->fc2_w = find(m, flat, "blocks.%d.mlp.fc2", l, ".weight");
-    b->fc2_b = find(m, flat, "blocks.%d.mlp.fc2", l, ".bias");
+    b->fc1_w = find(m, flat, first, "blocks.%d.mlp.fc1", l, ".weight");
+    b->fc1_b = find(m, flat, first, "blocks.%d.mlp.fc1", l, ".bias");
+    b->fc2_w = find(m, flat, first, "blocks.%d.mlp.fc2", l, ".weight");
+    b->fc2_b = find(m, flat, first, "blocks.%d.mlp.fc2", l, ".bias");
     if (m->cfg.layer_scale > 0 && m->cfg.parallel) {
-      b->ls2 = find(m, flat, "blocks.%d.ls", l, ".gamma");  // the one gamma of the sum
+      b->ls2 = find(m, flat, first, "blocks.%d.ls", l, ".gamma");  // the one gamma of the sum
     } else if (m->cfg.layer_scale > 0) {
-      b->ls1 = find(m, flat, "blocks.%d.ls1", l, ".gamma");
-      b->ls2 = find(m, flat, "blocks.%d.ls2", l, ".gamma");
+      b->ls1 = find(m, flat, first, "blocks.%d.ls1", l, ".gamma");
+      b->ls2 = find(m, flat, first, "blocks.%d.ls2", l, ".gamma");
     }
   }
   if (m->has_head) {
     const char *norm = m->cfg.global_pool == 1 ? "fc_norm" : "norm";
-    t->norm_w = find(m, flat, norm, 0, ".weight");
-    t->norm_b = find(m, flat, norm, 0, ".bias");
+    t->norm_w = find(m, flat, first, norm, 0, ".weight");
+    t->norm_b = find(m, flat, first, norm, 0, ".bias");
     if (m->cfg.pre_logits > 0) {
-      t->pre_w = find(m, flat, "pre_logits.fc", 0, ".weight");
-      t->pre_b = find(m, flat, "pre_logits.fc", 0, ".bias");
+      t->pre_w = find(m, flat, first, "pre_logits.fc", 0, ".weight");
+      t->pre_b = find(m, flat, first, "pre_logits.fc", 0, ".bias");
     }
-    t->head_w = find(m, flat, "head", 0, ".weight");
-    t->head_b = find(m, flat, "head", 0, ".bias");
+    t->head_w = find(m, flat, first, "head", 0, ".weight");
+    t->head_b = find(m, flat, first, "head", 0, ".bias");
   }
   if (m->has_head && m->cfg.global_pool == 3) {
     vt_map_tensors *a = &t->map;
-    a->latent = find(m, flat, "attn_pool.latent", 0, "");
+    a->latent = find(m, flat, first, "attn_pool.latent", 0, "");
     static const char *const parts[] = {"q", "kv", "proj", "norm", "mlp.fc1", "mlp.fc2"};
     float **const at[][2] = {{&a->q_w, &a->q_b},         {&a->kv_w, &a->kv_b},
                              {&a->proj_w, &a->proj_b},   {&a->norm_w, &a->norm_b},
@@ -248,8 +251,8 @@ static void bind(vt_model *m, float *flat, vt_model_tensors *t) {
     for (int i = 0; i < 6; i++) {
       char pre[32];
       snprintf(pre, sizeof pre, "attn_pool.%s", parts[i]);
-      *at[i][0] = find(m, flat, pre, 0, ".weight");
-      *at[i][1] = find(m, flat, pre, 0, ".bias");
+      *at[i][0] = find(m, flat, first, pre, 0, ".weight");
+      *at[i][1] = find(m, flat, first, pre, 0, ".bias");
     }
   }
 }
@@ -347,7 +350,8 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
   vt_params_build(&m->table, cfg, shard);
   const size_t pbytes = (size_t)m->table.total * sizeof(float);
   m->params = must_alloc(be, pbytes, "parameters");
-  m->grads = must_alloc(be, pbytes, "gradients");
+  m->grad_first = vt_params_grad_first(&m->table, m->frozen_layers);
+  m->grads = must_alloc(be, vt_model_grad_nbytes(m), "gradients");
   float *host = must_calloc((size_t)m->table.total, sizeof(float));
   vt_params_init(&m->table, host, seed);
   be->to_device(m->params, host, pbytes);
@@ -357,8 +361,8 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
   m->p.blocks = must_calloc((size_t)m->nblocks, sizeof(vt_block_tensors));
   m->g.blocks = must_calloc((size_t)m->nblocks, sizeof(vt_block_tensors));
   m->host_losses = must_calloc((size_t)max_batch, sizeof(float));
-  bind(m, m->params, &m->p);
-  bind(m, m->grads, &m->g);
+  bind(m, m->params, 0, &m->p);
+  bind(m, m->grads, m->grad_first, &m->g);
   arena sizing = {NULL, 0};
   carve(m, &sizing);
   m->act_nbytes = sizing.off;

@@ -171,8 +171,12 @@ typedef struct {
   const vt_backend *be;
   vt_comm *tp;            // tensor-parallel group; NULL when tp_size == 1
   vt_param_table table;
-  float *params, *grads;  // flat, table.total elements each, backend memory
-  vt_model_tensors p, g;  // views into params and grads
+  // Backend memory: params the table's total elements; grads those from grad_first on
+  // (vt_params_grad_first of frozen_layers: a frozen prefix's layers run no backward, so they
+  // get no gradient buffer), grads[0] being element grad_first's gradient.
+  float *params, *grads;
+  int64_t grad_first;
+  vt_model_tensors p, g;  // views into params and grads (g's tensors below grad_first NULL)
   vt_model_slot *slots;
   vt_model_scratch s;
   void *act_block;        // the one activation allocation
@@ -198,7 +202,8 @@ typedef struct {
   // The leading layers (vt_param.layer 0: the embeddings, i + 1: block i) that are frozen
   // (vt_freeze_leading_layers; vt_model_init's): the backward (and weight) passes skip them, as
   // nothing below them trains; their gradients stay as they were (zero), and their blocks keep no
-  // activations per unit (one shared set, as recomputed blocks). 0: none. Fixed at init.
+  // activations per unit (one shared set, as recomputed blocks) and no gradient buffer
+  // (grad_first). 0: none. Fixed at init.
   int frozen_layers;
   float *host_losses;     // (B) host copy of the per-sample losses
   // When set, vt_model_backward calls it as soon as the gradients of a layer's parameters are
@@ -221,6 +226,14 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
                    int max_batch, int nslots, int nwsets, int recompute, int frozen_layers,
                    const vt_backend *be, uint64_t seed);
 void vt_model_free(vt_model *m);
+// The bytes of a gradient buffer for a table of total elements from grad_first on (one float
+// where none, so that the buffer exists), and m->grads's.
+static inline size_t vt_grad_buffer_nbytes(int64_t total, int64_t grad_first) {
+  return (size_t)(total > grad_first ? total - grad_first : 1) * sizeof(float);
+}
+static inline size_t vt_model_grad_nbytes(const vt_model *m) {
+  return vt_grad_buffer_nbytes(m->table.total, m->grad_first);
+}
 // The activation block vt_model_init would allocate (bytes), without allocating it: for
 // `vit3d plan`. The backend's precision sizes the bf16 activations.
 size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_batch, int nslots,

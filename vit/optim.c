@@ -163,12 +163,16 @@ int64_t vt_optim_dp_reduced(const vt_optim_config *cfg, const vt_param_table *t)
 
 void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_backend *be,
                        const vt_param_table *table, vt_comm *tp, vt_comm *pp, vt_comm *dp,
-                       int zero) {
-  *o = (vt_optimizer){.cfg = *cfg, .be = be, .table = table, .tp = tp, .pp = pp, .dp = dp};
+                       int zero, int64_t grad_first) {
+  *o = (vt_optimizer){.cfg = *cfg, .be = be, .table = table, .tp = tp, .pp = pp, .dp = dp,
+                      .grad_first = grad_first};
   const int dp_size = dp ? vt_comm_size(dp) : 1, dp_rank = dp ? vt_comm_rank(dp) : 0;
   o->zero = zero && dp_size > 1;
   o->frozen = frozen_marks(cfg, table);
   o->base = state_base(table, o->frozen);
+  VT_CHECK(grad_first >= 0 && grad_first <= o->base,
+           "the gradients start at element %lld, after the first trained one (%lld)",
+           (long long)grad_first, (long long)o->base);
   const int64_t trained = table->total - o->base;  // the elements the state covers
   int64_t state = trained;
   if (o->zero) {
@@ -233,11 +237,16 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   free(sum), free(frozen);
 }
 
+// The gradient of table element i in grads (which holds them from o->grad_first on).
+static float *grad_of(const vt_optimizer *o, float *grads, int64_t i) {
+  return grads + (i - o->grad_first);
+}
+
 void vt_optimizer_grads_ready(vt_optimizer *o, float *grads, int layer) {
   if (!o->overlap || layer < 0 || layer >= o->nlayers || o->started[layer]) return;
   o->started[layer] = 1;
   const int64_t lo = o->layer_lo[layer], n = o->layer_hi[layer] - lo;
-  if (n > 0) vt_comm_all_reduce_start(o->dp, grads + lo, n);
+  if (n > 0) vt_comm_all_reduce_start(o->dp, grad_of(o, grads, lo), n);
 }
 
 void vt_optimizer_skip(vt_optimizer *o) {
@@ -549,24 +558,24 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   for (int i = 0; o->tp && i < o->table->count; i++) {
     const vt_param *p = &o->table->p[i];
     if (p->tp_partial && !o->frozen[i])
-      vt_comm_all_reduce(o->tp, grads + p->offset, p->local_count);
+      vt_comm_all_reduce(o->tp, grad_of(o, grads, p->offset), p->local_count);
   }
   // The gradients this rank updates with, g, covering the flat elements [lo, hi): the frozen
   // prefix before base is left out.
   const int64_t base = o->base, trained = total - base;
-  float *g = grads + base;
+  float *g = grad_of(o, grads, base);
   int64_t lo = base, hi = total;
   if (o->zero) {
     // Each DP rank reduces and updates one shard; the padding holds zeros.
     be->zero(o->flat + trained, (size_t)(o->padded - trained) * sizeof(float));
-    be->copy(o->flat, grads + base, (size_t)trained * sizeof(float));
+    be->copy(o->flat, g, (size_t)trained * sizeof(float));
     if (o->shard_count > 0) vt_comm_reduce_scatter(o->dp, o->shard, o->flat, o->shard_count);
     g = o->shard;
     lo = o->shard_lo < total ? o->shard_lo : total;
     hi = o->shard_lo + o->shard_count < total ? o->shard_lo + o->shard_count : total;
   } else if (o->dp && !o->overlap) {
     for (int64_t b = base; b < total; b += VT_DP_BUCKET_COUNT)
-      vt_comm_all_reduce(o->dp, grads + b,
+      vt_comm_all_reduce(o->dp, grad_of(o, grads, b),
                          total - b < VT_DP_BUCKET_COUNT ? total - b : VT_DP_BUCKET_COUNT);
   }
   // One norm over the whole model: TP shards and pipeline stages hold different parameters,

@@ -169,11 +169,14 @@ typedef struct {
   int layers_here;         // layers with parameters to reduce on this rank
   int started_early;       // of those, started by vt_optimizer_grads_ready in the last step
   unsigned char *frozen;   // per table row: 1 where cfg's patterns freeze the tensor
+  int64_t grad_first;      // the gradient buffers' first element (vt_optimizer_init)
 } vt_optimizer;
 
+// grad_first: the first element of the table whose gradient the gradient buffers passed in hold
+// (vt_model.grad_first; they hold the elements from there on): 0 for whole tables' buffers.
 void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_backend *be,
                        const vt_param_table *table, vt_comm *tp, vt_comm *pp, vt_comm *dp,
-                       int zero);
+                       int zero, int64_t grad_first);
 void vt_optimizer_free(vt_optimizer *o);
 // Bytes of optimizer memory on this rank (moments, ZeRO staging, the EMA), for the memory plan.
 size_t vt_optimizer_nbytes(const vt_optimizer *o);
@@ -206,7 +209,8 @@ void vt_optimizer_grads_ready(vt_optimizer *o, float *grads, int layer);
 // Every rank skips the same steps, so all wait for the same operations.
 void vt_optimizer_skip(vt_optimizer *o);
 
-// One step on this rank's parameters and accumulated gradients: reduce the gradients over dp,
+// One step on this rank's parameters (the table's total elements) and accumulated gradients
+// (grads: the elements from grad_first on, as every grads here): reduce the gradients over dp,
 // compute the global norm (returned, before clipping), clip, update with learning rate lr.
 // A non-finite norm (NaN or infinite gradients anywhere) leaves parameters and state unchanged.
 // Collective over every axis: all ranks call it once per step.

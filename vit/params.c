@@ -147,6 +147,17 @@ void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *e
   vt_stage_blocks(depth, s->pp_size * v, vt_shard_vstage(s, chunk), first, end);
 }
 
+int64_t vt_params_grad_first(const vt_param_table *t, int frozen_layers) {
+  int64_t first = t->total;
+  for (int i = 0; i < t->count; i++)
+    if (t->p[i].layer >= frozen_layers && t->p[i].offset < first) first = t->p[i].offset;
+  for (int i = 0; i < t->count; i++)
+    VT_CHECK(t->p[i].layer >= frozen_layers || t->p[i].offset + t->p[i].local_count <= first,
+             "%s (layer %d) lies after the first tensor of layer %d on in the parameter table",
+             t->p[i].name, t->p[i].layer, frozen_layers);
+  return first;
+}
+
 int vt_frozen_vstages(int depth, int nvstages, int frozen_layers) {
   int vs = 0, first, end;
   for (; vs < nvstages - 1; vs++) {

@@ -117,6 +117,11 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
 void vt_params_free(vt_param_table *t);
 // The row of a name, or NULL.
 const vt_param *vt_params_find(const vt_param_table *t, const char *name);
+// The first element of the table with a gradient: the offset of its first tensor of a layer
+// (vt_param.layer) from frozen_layers on (the layers before, a frozen prefix, run no backward),
+// or total where it has none; the tensors of the layers before all lie below it (params.c lays
+// the table out layer by layer).
+int64_t vt_params_grad_first(const vt_param_table *t, int frozen_layers);
 // Initialise a host copy of all parameters as timm does, from the counter-based RNG keyed by
 // (seed, parameter name, element): the same values on any rank, thread count or layout.
 void vt_params_init(const vt_param_table *t, float *host, uint64_t seed);

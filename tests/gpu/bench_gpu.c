@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
                               .total_steps = 1000000, .beta1 = 0.9f, .beta2 = 0.999f,
                               .eps = 1e-8f, .weight_decay = 0.05f, .clip_grad = 1.0f};
   vt_optimizer opt;
-  vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0);
+  vt_optimizer_init(&opt, &oc, be, &m.table, NULL, NULL, NULL, 0, m.grad_first);
   const int S = cfg.img_size, K = cfg.num_classes;
   const size_t img_count = (size_t)B * 3 * S * S;
   float *img = malloc(img_count * sizeof(float));
@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
     if (it == warmup)
       for (int k = 0; k < NSLOTS; k++) g_slots[k].s = 0, g_slots[k].calls = 0;
     const double t0 = now_s();
-    be->zero(m.grads, (size_t)m.table.total * sizeof(float));
+    be->zero(m.grads, vt_model_grad_nbytes(&m));
     vt_model_forward(&m, 0, 0, B, 0.1f, -1);
     vt_model_backward(&m, 0, 0, -1, B, 0.1f, 1.0f / (float)B);
     vt_optimizer_step(&opt, m.params, m.grads, oc.lr);  // syncs once (the norm)
