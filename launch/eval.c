@@ -129,6 +129,7 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
     if (!pred) vt_log_error("--predictions: cannot write %s: %s", pred_tmp, strerror(errno));
     else fputs("index,path,label,top1,p1,top2,p2,top3,p3,top4,p4,top5,p5\n", pred);
   }
+  vt_model_hold_weights(m);
   for (int64_t j = 0; j < batches; j++) {
     vt_batch batch = {0};
     be->upload_wait();
@@ -186,6 +187,7 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
       vt_log_error("--predictions: writing %s failed: %s", predictions, strerror(errno));
     else vt_log_info("--predictions: %lld images in %s", (long long)acc[3], predictions);
   }
+  vt_model_release_weights(m);
   be->upload_wait();  // before the loader and the mirror go
   if (mirror) be->host_free(mirror);
   free(mean);

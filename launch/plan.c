@@ -20,8 +20,10 @@ static void blocks_str(int depth, const vt_shard *s, char *buf, size_t size) {
   }
 }
 
+// The weights (fp32, and their bf16 copy where the backend keeps one) and the rest.
 static double plan_mib(const vt_model *m, const vt_optimizer *opt) {
-  const double p = (double)m->table.total * 4, g = (double)vt_model_grad_nbytes(m);
+  const double p = (double)m->table.total * 4 + (double)vt_model_weight_copy_nbytes(m);
+  const double g = (double)vt_model_grad_nbytes(m);
   return (p + g + (double)vt_optimizer_nbytes(opt) + (double)m->act_nbytes) / (1 << 20);
 }
 
@@ -48,8 +50,10 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
                    const vt_train_options *o) {
   const double mib = 1.0 / (1 << 20), p = (double)m->table.total * 4 * mib;
   const double g = (double)vt_model_grad_nbytes(m) * mib;
+  const double wc = (double)vt_model_weight_copy_nbytes(m) * mib;
   const double om = (double)vt_optimizer_nbytes(opt) * mib, a = (double)m->act_nbytes * mib;
-  char extra[160] = "", recompute[96] = "", blocks[256], wsets[64] = "";
+  char extra[160] = "", recompute[96] = "", blocks[256], wsets[64] = "", copy[64] = "";
+  if (wc > 0) snprintf(copy, sizeof copy, " (%.1f of it their bf16 copy)", wc);
   blocks_str(m->cfg.depth, &m->shard, blocks, sizeof blocks);
   if (m->nwsets)
     snprintf(wsets, sizeof wsets, " and %d weight-pass input sets", m->nwsets);
@@ -73,11 +77,12 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
              "save", host[0] ? ", " : "; on the host: ",
              save_mib(o, m->table.total));
   vt_log_all_ranks(1);
-  vt_log_info("memory plan (%s): blocks %s%s%s, parameters %.1f MiB, gradients %.1f MiB, "
+  vt_log_info("memory plan (%s): blocks %s%s%s, parameters %.1f MiB%s, gradients %.1f MiB, "
               "optimizer %.1f MiB, activations %.1f MiB (%d of %d %s in flight%s%s); "
               "total %.1f MiB%s%s",
               m->be->name, blocks, m->has_embed ? " + embeddings" : "",
-              m->has_head ? " + head" : "", p, g, om, a, m->nslots, n_micro * m->nchunks,
+              m->has_head ? " + head" : "", p + wc, copy, g, om, a, m->nslots,
+              n_micro * m->nchunks,
               m->nchunks > 1 ? "(micro-batch, chunk) units" : "micro-batches", wsets, recompute,
               plan_mib(m, opt), extra, host);
   vt_log_all_ranks(0);
@@ -143,7 +148,9 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   blocks_str(c->depth, &shard, sp->blocks, sizeof sp->blocks);
   sp->nslots = vt_schedule_stage_in_flight(&spec, p, &sp->nwsets);
   sp->recomputed = o->recompute_blocks < most ? o->recompute_blocks : most;
-  sp->params = (double)t.total * 4 * mib;
+  // with the weights' bf16 copy on CUDA in bf16 (vt_model_hold_weights)
+  sp->params = (double)(t.total * 4 + vt_weight_copy_nbytes(t.total, o->device == VT_DEVICE_CUDA,
+                                                             o->precision)) * mib;
   // no gradients for the frozen prefix's layers (vt_model.grad_first)
   sp->grads = (double)vt_grad_buffer_nbytes(t.total, vt_params_grad_first(&t, leading)) * mib;
   const int64_t trained = t.total - vt_optim_state_base(&o->optim, &t);
@@ -214,6 +221,9 @@ int vt_plan_run(const vt_train_options *o) {
     if (sp->total > worst) worst = sp->total, worst_stage = p;
     if (sp->save > most_save) most_save = sp->save, most_save_stage = p;
   }
+  if (vt_weight_copy_nbytes(1, o->device == VT_DEVICE_CUDA, o->precision))
+    printf("parameters: the fp32 weights and the bf16 copy the GEMMs read (2 of every 6 "
+           "bytes)\n");
   if (o->tp > 1 || o->pp > 1 || o->dp > 1) {
     printf("traffic per rank per step, payload MiB as --comm-stats counts it (the blocks' TP "
            "collectives, the pipeline's sends and receives, the gradients' DP reduction; not the "
@@ -297,6 +307,7 @@ int vt_plan_search(const vt_train_options *o) {
       candidate *k = &cands[nc++];
       vt_train_options m = *o;
       m.tp = tp, m.pp = pp, m.dp = n / (tp * pp);
+      m.device = VT_DEVICE_CUDA;  // GPUs: in bf16 the weights' copy is in the plan
       *k = (candidate){tp, pp, m.dp, 0, "", 0, 0, {0, 0, 0}};
       if (vt_train_validate(&m, n, k->why, sizeof k->why) != VT_OK) continue;
       k->ok = 1;

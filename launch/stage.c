@@ -123,6 +123,7 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
   // the micro-batch loaded ahead for the next step.
   int last_backward[VT_SCHEDULE_MAX_CHUNKS], last_weight[VT_SCHEDULE_MAX_CHUNKS], first_mb = -1;
   for (int c = 0; c < m->nchunks; c++) last_backward[c] = last_weight[c] = -1;
+  vt_model_hold_weights(m);  // unchanged until the optimizer's step, after this
   for (int i = 0; i < nacts; i++) {
     if (acts[i].op == VT_SCHEDULE_BACKWARD) last_backward[acts[i].chunk] = i;
     if (acts[i].op == VT_SCHEDULE_WEIGHT) last_weight[acts[i].chunk] = i;
@@ -170,6 +171,7 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
     if (a.op != VT_SCHEDULE_TRANSFER) m->be->interval_end(pass);
   }
   vt_comm_wait_sends(x->pp, 0);
+  vt_model_release_weights(m);
   if (x->prefetch_next && first_mb >= 0) {  // after every backward: the labels' slot is free
     load_batch(x, step + 1, first_mb, slot_of(x, first_mb, x->data_chunk));
     x->ahead_step = step + 1, x->ahead_mb = first_mb;

@@ -111,6 +111,14 @@ struct vt_backend {
   void (*interval_begin)(void);
   void (*interval_end)(int kind);
   void (*interval_take)(double *ms, double *count);
+  // A bf16 copy of weights that stay as they are for a while (a step's passes, an evaluation);
+  // NULL where the backend keeps none (the CPU, whose GEMM rounding is cheap beside its GEMMs).
+  // In bf16 precision hold_weights(w, count) rounds [w, w + count) once into a device copy
+  // (grow-only, count * 2 bytes) that the linear ops read in place of rounding their weight at
+  // every call while it lies in that span; in fp32 it does nothing. release_weights() ends
+  // that: call it before the weights change. The results are the same bits either way.
+  void (*hold_weights)(const float *w, int64_t count);
+  void (*release_weights)(void);
 
   // Ops, in the order of vt_ops.h. NULL means "not on this backend"; vt_ops.c says so clearly.
   void (*linear_fwd)(float *out, const float *inp, const float *weight, const float *bias,

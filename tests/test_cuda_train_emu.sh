@@ -61,6 +61,31 @@ else
   echo "FAIL: the LARS runs"; tail -5 "$work/emu_lars.log"; fail=1
 fi
 grep -m1 "memory after the first step" "$work/emu_bf16.log" || true
+# The weights' bf16 copy (hold_weights: rounded once per step and per evaluation) against every
+# GEMM rounding its own weight (VT_WEIGHT_COPY=0): the same bits in the losses, the gradient
+# norms and the evaluations of the weights and of their EMA (swapped in for it), on real images.
+py=${VT_REF_PYTHON:-/usr/bin/python3}  # numpy, for make_images.py
+"$py" "$here/make_images.py" "$work/imgs" 4 16 32 || { echo "FAIL: tests/make_images.py"; exit 1; }
+held=(--data "$work/imgs" --val-data "$work/imgs" --num-classes 4 --loader-threads 1
+      --precision bf16 --model-ema 0.9 --eval-interval 2 --drop-path 0.1)
+for copy in 1 0; do
+  VT_WEIGHT_COPY=$copy "$emu" "${args[@]}" "${held[@]}" --device cuda --log-dir "$work/held_$copy" \
+    > "$work/held_$copy.log" 2>&1 || { echo "FAIL: the bf16 run with VT_WEIGHT_COPY=$copy"
+                                       tail -5 "$work/held_$copy.log"; fail=1; }
+done
+"$py" - "$work/held_1/metrics.jsonl" "$work/held_0/metrics.jsonl" <<'PY' || fail=1
+import json, sys
+keys = ("loss", "grad_norm", "eval_loss", "eval_top1", "eval_ema_loss", "eval_ema_top1")
+a, b = ([{k: v for k, v in json.loads(l).items() if k in keys} for l in open(p)] for p in sys.argv[1:])
+evals = sum("eval_ema_loss" in r for r in a)
+assert len(a) == 3 and evals == 2, f"want 3 steps and 2 evaluations with the EMA's: {a}"
+assert a == b, f"the held bf16 copy changed the run:\n{a}\n{b}"
+print(f"ok: the weights' bf16 copy, held per step and evaluation, gives the same bits as rounding at "
+      f"each GEMM: 3 losses, {evals} evaluations of the weights and of their EMA")
+PY
+grep -q "parameters [0-9.]* MiB ([0-9.]* of it their bf16 copy)" "$work/held_1.log" &&
+  ! grep -q "their bf16 copy" "$work/held_0.log" ||
+  { echo "FAIL: the plan's bf16 copy of the weights"; grep -m1 "memory plan" "$work/held_1.log"; fail=1; }
 # Host synchronisations per step (docs/ARCHITECTURE.md): the global norm's copy, the losses'
 # copy and the step's end wait for the compute stream (3; LAMB's and LARS's per-tensor norms one
 # more: the same code, counted for LAMB);

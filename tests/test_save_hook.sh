@@ -30,7 +30,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 last_loss() { grep -o "^step *$1/[0-9]* | loss [0-9.]*" "$2" | tail -1 | grep -o "loss .*"; }
 
 # 1. Copies of every checkpoint, complete although --keep-last 1 rotates them away.
-copy='sleep 1; echo "dir=$VT_CKPT_DIR step=$VT_CKPT_STEP save=$VT_SAVE_DIR"; printf "fds "; ls /proc/$$/fd | tr "\n" " "; echo; cp -r "$VT_CKPT_DIR" '"$work/dest/"
+copy='sleep 1; echo "dir=$VT_CKPT_DIR step=$VT_CKPT_STEP save=$VT_SAVE_DIR"; printf "fds "; ls -m /proc/$$/fd; cp -r "$VT_CKPT_DIR" '"$work/dest/"
 mkdir -p "$work/dest"
 VT_CKPT_DIR=/nowhere "$vit3d" "${args[@]}" --steps 6 --save "$work/s1" --save-interval 2 \
   --keep-last 1 --save-hook "$copy" > "$work/1.log" 2>&1
@@ -46,7 +46,7 @@ grep -q "waiting for the save hook of step 2 .* before committing step 4" "$work
   bad "the commit of step 4 did not wait for step 2's hook"
 grep -q "dir=$work/s1/step-00000004 step=4 save=$work/s1$" "$work/s1/save-hook.log" ||
   bad "the hook's variables: $(grep dir= "$work/s1/save-hook.log")"
-[ "$(grep -c '^fds 0 1 2 $' "$work/s1/save-hook.log")" = 3 ] ||
+[ "$(grep -c '^fds 0, 1, 2$' "$work/s1/save-hook.log")" = 3 ] ||
   bad "the hook holds more than stdin, stdout and stderr: $(grep '^fds' "$work/s1/save-hook.log")"
 [ "$(grep -c '^=== .* step [246]: sleep 1' "$work/s1/save-hook.log")" = 3 ] || bad "save-hook.log: $(cat "$work/s1/save-hook.log")"
 grep -q "save hooks: all 3 finished" "$work/1.log" || bad "no summary of 3 hooks"

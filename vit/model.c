@@ -371,6 +371,17 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
   carve(m, &ar);
 }
 
+size_t vt_model_weight_copy_nbytes(const vt_model *m) {
+  return vt_weight_copy_nbytes(m->table.total, m->be->hold_weights != NULL,
+                               m->be->precision());
+}
+void vt_model_hold_weights(const vt_model *m) {
+  if (m->be->hold_weights) m->be->hold_weights(m->params, m->table.total);
+}
+void vt_model_release_weights(const vt_model *m) {
+  if (m->be->release_weights) m->be->release_weights();
+}
+
 void vt_model_free(vt_model *m) {
   if (m->be) {
     m->be->free(m->params);

@@ -234,6 +234,17 @@ static inline size_t vt_grad_buffer_nbytes(int64_t total, int64_t grad_first) {
 static inline size_t vt_model_grad_nbytes(const vt_model *m) {
   return vt_grad_buffer_nbytes(m->table.total, m->grad_first);
 }
+// The weights stay as they are from vt_model_hold_weights to vt_model_release_weights (a step's
+// passes, an evaluation): a backend with hold_weights (vt_backend.h) rounds them to bf16 once
+// there for every GEMM in between. vt_weight_copy_nbytes: the bytes of that copy for a table of
+// total elements on a backend that keeps one (CUDA's) in bf16 precision, else 0;
+// vt_model_weight_copy_nbytes: m's.
+static inline size_t vt_weight_copy_nbytes(int64_t total, int keeps_copy, vt_precision prec) {
+  return keeps_copy && prec == VT_PRECISION_BF16 ? (size_t)total * 2 : 0;
+}
+size_t vt_model_weight_copy_nbytes(const vt_model *m);
+void vt_model_hold_weights(const vt_model *m);
+void vt_model_release_weights(const vt_model *m);
 // The activation block vt_model_init would allocate (bytes), without allocating it: for
 // `vit3d plan`. The backend's precision sizes the bf16 activations.
 size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_batch, int nslots,

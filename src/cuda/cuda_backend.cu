@@ -5,6 +5,7 @@
 // before the first call.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_common.h"
 #include "cuda_ops.h"
@@ -143,6 +144,40 @@ void *vt_cuda_scratch(size_t nbytes) {
   return g_scratch;
 }
 
+// hold_weights' copy: grow-only like the scratch, but made outside the passes (a step's or an
+// evaluation's start), where growing may wait.
+static __nv_bfloat16 *g_held = NULL;
+static int64_t g_held_cap = 0, g_held_count = 0;
+static const float *g_held_from = NULL;  // NULL: nothing held
+static void cuda_hold_weights(const float *w, int64_t count) {
+  g_held_from = NULL;
+  if (!vt_cuda_bf16() || count <= 0) return;
+  if (count > g_held_cap) {
+    if (g_held) {
+      VT_CUDA_CHECK(cudaStreamSynchronize(g_stream));  // no queued GEMM reads the old copy
+      VT_CUDA_CHECK(cudaFree(g_held));
+    }
+    g_held = NULL, g_held_cap = 0;
+    const cudaError_t err = cudaMalloc((void **)&g_held, (size_t)count * sizeof *g_held);
+    if (err != cudaSuccess) {  // not fatal: every GEMM rounds its weight itself, as before
+      (void)cudaGetLastError();
+      g_held = NULL;
+      fprintf(stderr, "vit3d: no GPU memory for the weights' bf16 copy (%lld MiB: %s); the "
+              "GEMMs round their weights at each call\n", (long long)(count >> 19),
+              cudaGetErrorString(err));
+      return;
+    }
+    g_held_cap = count;
+  }
+  vt_cuda_to_bf16(g_held, w, count);
+  g_held_from = w, g_held_count = count;
+}
+static void cuda_release_weights(void) { g_held_from = NULL; }
+const __nv_bfloat16 *vt_cuda_held_weights(const float *w, int64_t n) {
+  if (!g_held_from || w < g_held_from || w + n > g_held_from + g_held_count) return NULL;
+  return g_held + (w - g_held_from);
+}
+
 static void cuda_sync(void) {
   VT_CUDA_CHECK(cudaStreamSynchronize(g_stream));
   for (; g_nretired > 0; g_nretired--) VT_CUDA_CHECK(cudaFree(g_retired[g_nretired - 1]));
@@ -251,6 +286,12 @@ static int cuda_init(void) {
   g_table.interval_begin = cuda_interval_begin;
   g_table.interval_end = cuda_interval_end;
   g_table.interval_take = cuda_interval_take;
+  // VT_WEIGHT_COPY=0: no held copy (every GEMM rounds its weight; the same bits, more traffic).
+  const char *copy = getenv("VT_WEIGHT_COPY");
+  if (!copy || strcmp(copy, "0") != 0) {
+    g_table.hold_weights = cuda_hold_weights;
+    g_table.release_weights = cuda_release_weights;
+  }
   g_table.linear_fwd = vt_cuda_linear_fwd;
   g_table.linear_act_fwd = vt_cuda_linear_act_fwd;
   g_table.linear_act_bwd = vt_cuda_linear_act_bwd;

@@ -44,6 +44,10 @@ cublasHandle_t vt_cuda_cublas(void);
 // next op's begins; growing it waits for the stream first. Fatal when the GPU is out of memory.
 void *vt_cuda_scratch(size_t nbytes);
 
+// The bf16 copy of the n weights at w that hold_weights made (vt_backend.h), or NULL when they
+// are not all in the span held (or no span is held: the caller rounds them itself).
+const __nv_bfloat16 *vt_cuda_held_weights(const float *w, int64_t n);
+
 // Byte offsets of consecutive regions in the op scratch: each region starts 256-byte aligned
 // (what cuBLAS wants of its operands). Returns the offset of a region of nbytes placed at *end,
 // and moves *end past it.

@@ -65,7 +65,8 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t 
 #define LT_WORKSPACE ((size_t)32 << 20)
 typedef struct {
   int64_t M, I, O;
-  unsigned align_x, align_out;  // bytes: the largest power of two up to 256 dividing the address
+  unsigned align_w, align_x, align_out;  // bytes: the largest power of two up to 256 dividing
+                                         // the address (the weight's: the held copy's or 256)
   unsigned align_res;           // res's (C's), or 0 without one (C is then D, beta 0)
   int out_bf16, ok;             // D fp32, or bf16 (linear_act_fwd)
   cublasLtMatmulDesc_t desc;
@@ -98,7 +99,7 @@ static void lt_make(lt_plan *p) {
   const cudaDataType t = CUDA_R_16BF, bias_t = CUDA_R_32F;
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-  const uint32_t al_w = 256, al_x = p->align_x, al_out = p->align_out;  // W: the op scratch
+  const uint32_t al_w = p->align_w, al_x = p->align_x, al_out = p->align_out;
   const uint32_t al_c = p->align_res ? p->align_res : al_out;
   const size_t ws = LT_WORKSPACE;
   const uint64_t M = (uint64_t)p->M, I = (uint64_t)p->I, O = (uint64_t)p->O;
@@ -136,20 +137,22 @@ static void lt_make(lt_plan *p) {
 }
 
 // The plan for this call, or NULL when cuBLASLt is off or has no algorithm for it.
-static lt_plan *lt_plan_for(const void *inp, const float *out, const float *bias,
+static lt_plan *lt_plan_for(const void *w, const void *inp, const float *out, const float *bias,
                             const float *res, int64_t M, int64_t I, int64_t O, int out_bf16) {
   if (!lt_enabled() || alignment(bias) < 16) return NULL;
-  const unsigned ax = alignment(inp), ao = alignment(out), ac = res ? alignment(res) : 0;
+  const unsigned aw = alignment(w), ax = alignment(inp), ao = alignment(out);
+  const unsigned ac = res ? alignment(res) : 0;
   for (int i = 0; i < g_nplans; i++) {
     lt_plan *p = &g_plans[i];
-    if (p->M == M && p->I == I && p->O == O && p->align_x == ax && p->align_out == ao &&
-        p->align_res == ac && p->out_bf16 == out_bf16)
+    if (p->M == M && p->I == I && p->O == O && p->align_w == aw && p->align_x == ax &&
+        p->align_out == ao && p->align_res == ac && p->out_bf16 == out_bf16)
       return p->ok ? p : NULL;
   }
   if (g_nplans == LT_PLANS) return NULL;
   lt_plan *p = &g_plans[g_nplans++];
   memset(p, 0, sizeof *p);
-  p->M = M, p->I = I, p->O = O, p->align_x = ax, p->align_out = ao, p->align_res = ac;
+  p->M = M, p->I = I, p->O = O, p->align_w = aw, p->align_x = ax, p->align_out = ao;
+  p->align_res = ac;
   p->out_bf16 = out_bf16;
   lt_make(p);
   return p->ok ? p : NULL;
@@ -176,7 +179,7 @@ static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w,
 }
 
 // In bf16 precision inp is a bf16 activation (vt_ops.h), read by the GEMMs as it is; the weight
-// and dout are cast into the op scratch. out_act (linear_act_fwd): in bf16 out is a bf16
+// is the held copy (hold_weights) or cast into the op scratch, as dout is. out_act (linear_act_fwd): in bf16 out is a bf16
 // activation too, the fp32 result with its bias rounded once: cuBLASLt's bf16 D, or without a
 // plan the fp32 result in the op scratch, then the cast kernel. res (linear_residual_fwd, fp32
 // out only): added as cuBLASLt's C, or the GEMM adds into res + bias.
@@ -185,18 +188,22 @@ static void linear_fwd(float *out, const float *inp, const float *weight, const 
   check_dims("linear_fwd", M, I, O);
   const float one = 1.0f, zero = 0.0f;
   const int bf16 = vt_cuda_bf16(), out_bf16 = bf16 && out_act;
-  // bf16: the weight's bf16 copy, then cuBLASLt's workspace or the fp32 result, in the scratch.
-  lt_plan *lt = bias && bf16 ? lt_plan_for(inp, out, bias, res, M, I, O, out_bf16) : NULL;
+  // bf16: the weight's bf16 copy unless it is held, then cuBLASLt's workspace or the fp32
+  // result, in the scratch.
+  const void *held = bf16 ? vt_cuda_held_weights(weight, O * I) : NULL;
+  // (the scratch's copy is 256-byte aligned: alignment(NULL))
+  lt_plan *lt = bias && bf16 ? lt_plan_for(held, inp, out, bias, res, M, I, O, out_bf16) : NULL;
   size_t end = 0;
-  const size_t at_w = vt_cuda_carve(&end, bf16 ? (size_t)(O * I) * sizeof(__nv_bfloat16) : 0);
+  const size_t at_w =
+      vt_cuda_carve(&end, bf16 && !held ? (size_t)(O * I) * sizeof(__nv_bfloat16) : 0);
   const size_t at_ws = vt_cuda_carve(&end, lt ? lt->workspace : 0);
   const size_t at_f = vt_cuda_carve(&end, out_bf16 ? (size_t)(M * O) * sizeof(float) : 0);
   const void *w = weight;
   float *dst = out;  // where the fp32 result goes
   if (bf16) {
     char *base = (char *)vt_cuda_scratch(end);
-    vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
-    w = base + at_w;
+    if (!held) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
+    w = held ? held : base + at_w;
     if (lt && lt_linear_fwd(lt, out, inp, w, bias, res, base + at_ws)) return;
     if (out_bf16) dst = (float *)(base + at_f);
   }
@@ -237,22 +244,21 @@ static void linear_bwd(float *dinp, float *dweight, float *dbias, const float *d
   const float one = 1.0f, zero = 0.0f;
   const int bf16 = vt_cuda_bf16();
   // The op scratch: the bias gradient's chunk partials, then in bf16 the copies of dout (unless
-  // it is one already) and of the weight. The bias gradient sums the fp32 dout in both
-  // precisions; in bf16 the same pass writes dout's copy.
+  // it is one already) and of the weight (unless it is held). The bias gradient sums the fp32
+  // dout in both precisions; in bf16 the same pass writes dout's copy.
   const size_t h2 = sizeof(__nv_bfloat16);
+  const void *held = bf16 && dinp ? vt_cuda_held_weights(weight, O * I) : NULL;
   size_t end = 0;
   const size_t at_part = vt_cuda_carve(&end, dbias ? (size_t)(colsum_chunks(M) * O) * 4 : 0);
   const size_t at_dy = vt_cuda_carve(&end, bf16 && !dout_act ? (size_t)(M * O) * h2 : 0);
-  const size_t at_w = vt_cuda_carve(&end, bf16 && dinp ? (size_t)(O * I) * h2 : 0);
+  const size_t at_w = vt_cuda_carve(&end, bf16 && dinp && !held ? (size_t)(O * I) * h2 : 0);
   char *base = (char *)vt_cuda_scratch(end);
   const void *dy = dout, *w = weight;
   if (bf16) {
     if (!dout_act) dy = base + at_dy;
     if (!dout_act && !dbias) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_dy), dout, M * O);
-    if (dinp) {
-      vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
-      w = base + at_w;
-    }
+    if (dinp && !held) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
+    if (dinp) w = held ? held : base + at_w;
   }
   if (dbias)
     colsum_acc(dbias, bf16 ? (float *)(base + at_dy) : NULL, 1, vt_src_plain{dout},

@@ -218,8 +218,10 @@ int main(int argc, char **argv) {
       for (int k = 0; k < NSLOTS; k++) g_slots[k].s = 0, g_slots[k].calls = 0;
     const double t0 = now_s();
     be->zero(m.grads, vt_model_grad_nbytes(&m));
+    vt_model_hold_weights(&m);  // as the trainer: the weights' bf16 copy once per step
     vt_model_forward(&m, 0, 0, B, 0.1f, -1);
     vt_model_backward(&m, 0, 0, -1, B, 0.1f, 1.0f / (float)B);
+    vt_model_release_weights(&m);
     vt_optimizer_step(&opt, m.params, m.grads, oc.lr);  // syncs once (the norm)
     loss = vt_model_loss_sum(&m, 0, B) / B;             // and the losses come to the host
     be->synchronize();
