@@ -111,6 +111,8 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "lars %d\nmomentum %.17g\n", m->lars, m->momentum);
   if (m->drop_last && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "drop_last %d\n", m->drop_last);
+  if (m->optim_from_layer && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "optim_from_layer %d\n", m->optim_from_layer);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
     k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
                   m->file_nbytes[i], m->file_crc[i]);
@@ -174,6 +176,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"sched", 0, 2, &m->sched, 4, 1, 0},  // absent: 0 (cosine)
       {"frozen", 0, 1 << 24, &m->frozen, 4, 1, 0},  // absent: 0 (none)
       {"frozen_hash", 0, UINT32_MAX, &m->frozen_hash, 8, 1, 0},
+      {"optim_from_layer", 0, 1 << 16, &m->optim_from_layer, 4, 1, 0},  // absent: 0 (all)
   };
   // The optimizer's settings (all optional, all or none): finite numbers.
   struct { const char *key; double *dst; int seen; } reals[] = {

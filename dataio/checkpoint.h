@@ -50,6 +50,9 @@ typedef struct {
   // (vt_freeze_summary); written only where some are (0 when absent).
   int frozen;
   int64_t frozen_hash;
+  // optim.safetensors holds the state of the layers from this one on (vt_param.layer): the
+  // leading wholly frozen layers, whose state is zeros, are left out; written only when > 0.
+  int optim_from_layer;
   // model configuration
   int img_size, patch_size, width, depth, heads, num_classes;
   int global_pool;  // vt_vit_config's: 0 token, 1 avg, 2 gap, 3 map (0 when the manifest predates it)

@@ -226,7 +226,8 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   vt_optimizer_get_range(opt, lo, count, w->bufs[0], w->bufs[1], w->bufs[2], w->bufs[3]);
   // The files and what each holds, under timm's names with a prefix: the weights, the
   // optimizer's state (torch.optim's names: AdamW's exp_avg and exp_avg_sq, SGD's
-  // momentum_buffer), the EMA.
+  // momentum_buffer) but for the leading wholly frozen layers (zeros: the manifest's
+  // optim_from_layer), the EMA (whole, a model of its own).
   static const char *const names[3] = {"model.safetensors", "optim.safetensors",
                                        "ema.safetensors"};
   static const char *const prefixes[3][2] = {{""}, {"exp_avg.", "exp_avg_sq."}, {""}};
@@ -242,7 +243,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
     if (st == VT_OK)
       st = vt_model_file_plan(file, m, path, f == 1 && one ? k_sgd_state : prefixes[f],
                               (const float *const *)w->bufs + first[f], kinds[f], lo, count,
-                              err, errlen);
+                              f == 1 ? m->frozen_layers : 0, err, errlen);
     if (st == VT_OK && rank == 0)
       st = vt_partfile_create(path, file->layout.head, file->layout.head_nbytes,
                               file->layout.file_nbytes, &file->share, err, errlen);
@@ -276,7 +277,8 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .pos_sincos = c->pos_sincos, .pre_logits = c->pre_logits,
       .mlp_ratio = c->mlp_ratio, .mlp_dim = vt_cfg_mlp_hidden(c), .pre_norm = c->pre_norm,
       .norm_eps = vt_cfg_norm_eps(c), .tp = mesh->tp_size,
-      .pp = mesh->pp_size, .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp};
+      .pp = mesh->pp_size, .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp,
+      .optim_from_layer = m->frozen_layers};
   manifest_optim(&w->man, &opt->cfg, &o->model);
   // The slices are this rank's own now: training may go on while they are written.
   atomic_store(&w->writing, 1);
@@ -452,17 +454,19 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
 }
 
 // Reads this rank's part of DIR/NAME.safetensors: the tensors prefixes[k]<name> of its table
-// into bufs[k]. With check, the CRC-32 share of the bytes read is added to it (and with head, of
+// from layer first_layer on into bufs[k]. With check, the CRC-32 share of the bytes read is added to it (and with head, of
 // the bytes before the data too: one rank counts those).
 static vt_status read_part(const char *dir, const char *name, const vt_param_table *t,
-                           const char *const *prefixes, float **bufs, int n, double nbytes[2],
-                           vt_read_check *check, int head, char *err, size_t errlen) {
+                           const char *const *prefixes, float **bufs, int n, int first_layer,
+                           double nbytes[2], vt_read_check *check, int head, char *err,
+                           size_t errlen) {
   char path[1300];
   snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
   vt_st_file f;
   vt_status st = vt_safetensors_open(path, &f, err, errlen);
   for (int k = 0; st == VT_OK && k < n; k++)
-    st = vt_params_read_local(&f, path, t, prefixes[k], bufs[k], check, err, errlen);
+    st = vt_params_read_local(&f, path, t, prefixes[k], first_layer, bufs[k], check, err,
+                              errlen);
   if (st == VT_OK && check && head) {
     const int64_t off = vt_st_data_offset(&f), size = off + f.data_nbytes;
     uint8_t *h = malloc((size_t)off);
@@ -589,9 +593,10 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       if (found >= 0 && check_manifest(o, &man, dir, err, errlen) != VT_OK) found = -2;
     }
     int has_ema = rank0 && found >= 0 && vt_ckpt_manifest_lists(&man, "ema.safetensors");
-    double choice[3] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
-                        rank0 ? has_ema : -1e300};
-    vt_comm_all_reduce_double(world, choice, 3, VT_REDUCE_MAX);
+    double choice[4] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
+                        rank0 ? has_ema : -1e300,
+                        rank0 && found >= 0 ? (double)man.optim_from_layer : -1e300};
+    vt_comm_all_reduce_double(world, choice, 4, VT_REDUCE_MAX);
     has_ema = choice[2] > 0;
     if (choice[0] == -2) {
       result = VT_ERR_INPUT;
@@ -604,6 +609,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       memset(&man, 0, sizeof man);
       man.step = (int64_t)choice[0];
       man.adam_t = (int64_t)choice[1];
+      man.optim_from_layer = (int)choice[3];
       man.stream_position = man.step * o->global_batch;
     }
     if (o->use_ema && !has_ema) {
@@ -620,19 +626,22 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     // The weights: vit3d eval --use-ema 1 evaluates the EMA in their place.
     static const char *const plain[1] = {""}, *const moments[2] = {"exp_avg.", "exp_avg_sq."};
     const int wfile = o->use_ema ? 2 : 0;
-    vt_status st = read_part(dir, k_files[wfile], &m->table, plain, &local[0], 1, nbytes,
+    vt_status st = read_part(dir, k_files[wfile], &m->table, plain, &local[0], 1, 0, nbytes,
                              count[wfile], rank0, err, errlen);
     if (st == VT_OK && load_ema)
-      st = read_part(dir, "ema", &m->table, plain, &local[3], 1, nbytes, count[2], rank0, err,
-                     errlen);
-    if (o->eval_only) {  // an evaluation needs no moments: not read
-      memset(local[1], 0, (size_t)total * sizeof(float));
-      memset(local[2], 0, (size_t)total * sizeof(float));
-    } else if (st == VT_OK) {
-      const int one = (opt->cfg.kind == VT_OPT_SGD && !sgd_adam_layout(dir, &m->table)) ||
+      st = read_part(dir, "ema", &m->table, plain, &local[3], 1, 0, nbytes, count[2], rank0,
+                     err, errlen);
+    // The moments: zeros where the file has none (an evaluation reads none; the layers before
+    // optim_from_layer were frozen when it was saved).
+    memset(local[1], 0, (size_t)total * sizeof(float));
+    memset(local[2], 0, (size_t)total * sizeof(float));
+    if (st == VT_OK && !o->eval_only) {
+      // (SGD's older two-tensor layout predates optim_from_layer)
+      const int one = (opt->cfg.kind == VT_OPT_SGD &&
+                       (man.optim_from_layer > 0 || !sgd_adam_layout(dir, &m->table))) ||
                       opt->cfg.kind == VT_OPT_LARS;
       st = read_part(dir, "optim", &m->table, one ? k_sgd_state : moments, &local[1],
-                     one ? 1 : 2, nbytes, count[1], rank0, err, errlen);
+                     one ? 1 : 2, man.optim_from_layer, nbytes, count[1], rank0, err, errlen);
     }
     double bad[2] = {st != VT_OK, 0};  // a read failed; the checkpoint is damaged
     vt_comm_all_reduce_double(world, bad, 1, VT_REDUCE_MAX);

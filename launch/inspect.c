@@ -109,5 +109,8 @@ int vt_inspect_run(const char *path) {
   if (m.frozen)
     printf("  (it froze %d tensors: give the --freeze and --trainable patterns that freeze the "
            "same ones; their names' hash is %08" PRIx64 ")\n", m.frozen, m.frozen_hash);
+  if (m.optim_from_layer)
+    printf("  (optim.safetensors holds no state for its %d leading frozen layer%s: zeros, as "
+           "they never trained)\n", m.optim_from_layer, m.optim_from_layer > 1 ? "s" : "");
   return 0;
 }

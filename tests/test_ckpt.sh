@@ -7,7 +7,7 @@
 #     export from the checkpoint equals the run's --final-ema, and a checkpoint without one is
 #     refused by export --use-ema); SGD with ZeRO-1 and the EMA; LARC (nlarc) with ZeRO-1 (another --opt
 #     refused); a frozen prefix with ZeRO-1 and
-#     the EMA (and its checkpoint continued on one rank); and on an image folder with
+#     the EMA (no optimizer state saved for it; its checkpoint continued on one rank); and on an image folder with
 #     RandAugment and repeated augmentation;
 #  2. resume on another mesh: the step-10 checkpoint of 2x2x2 continued on 1x1x1, 4x2x1, 1x4x2,
 #     2x1x4 and 2x2x2 with the interleaved schedule (other blocks per stage) matches an
@@ -88,8 +88,8 @@ if cmp -s "$work/lars_straight/weights.safetensors" "$work/lars_second/weights.s
   echo "ok: exact resume of LARC (nlarc) with ZeRO-1 (momentum_buffer only): weights byte-identical; --opt nlars refused"
 else echo "FAIL: LARC checkpoint resume"; fail=1; fi
 # A frozen prefix (the embeddings and blocks 0-2, on stage 0 of 2) with ZeRO-1 and the EMA: the
-# optimizer keeps no state for it and shards the rest, so DP rank 0 writes the prefix's zero
-# moments and its EMA (its weights) beside its shard. Exact resume; the files hold those values;
+# optimizer keeps no state for it and shards the rest; the optimizer file leaves the prefix out
+# and DP rank 0 writes its EMA (its weights) beside its shard. Exact resume; the files hold that;
 # and the step-10 checkpoint continued on one rank (no ZeRO, the prefix the whole run's) matches
 # one rank's uninterrupted run.
 frz=(--freeze '^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.)' --model-ema 0.99)
@@ -107,16 +107,56 @@ from compare_runs import load_safetensors
 d = sys.argv[1]
 w, o, e = (load_safetensors(f"{d}/{f}.safetensors") for f in ("model", "optim", "ema"))
 frozen = [n for n in w if re.search(r"^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.)", n)]
-assert frozen and all(not o["exp_avg." + n].any() and not o["exp_avg_sq." + n].any()
+assert frozen and all("exp_avg." + n not in o and "exp_avg_sq." + n not in o
                       and e[n].tobytes() == w[n].tobytes() for n in frozen), "frozen state"
 assert all(o["exp_avg_sq." + n].any() for n in w if n not in frozen), "trained state"
-print(f"ok: the checkpoint holds zero moments and EMA = weights for the {len(frozen)} frozen "
-      f"tensors, moments for the other {len(w) - len(frozen)}")
+assert len(o) == 2 * (len(w) - len(frozen)), sorted(o)
+assert "optim_from_layer 4\n" in open(f"{d}/manifest.txt").read(), "manifest: optim_from_layer 4"
+print(f"ok: the checkpoint holds no moments for the {len(frozen)} frozen tensors (the embeddings "
+      f"and blocks 0-2: optim_from_layer 4) and their EMA = weights, moments for the other "
+      f"{len(w) - len(frozen)}")
 PY
 then echo "ok: exact resume with a frozen prefix, ZeRO-1 and the EMA: weights and EMA byte-identical"
 else echo "FAIL: exact resume with a frozen prefix, ZeRO-1 and the EMA"; fail=1; fi
 "$py" "$here/compare_runs.py" "$work/frz_ref1" "$work/frz_res1" \
   "2x2x2 ZeRO-1 frozen step 10 -> 1x1x1" || fail=1
+# The frozen layers' missing state reads as zeros: the step-10 checkpoint continued with nothing
+# frozen (--resume-override 1) on 2 ranks gives the same bits as its copy with the zero moments
+# written out (and optim_from_layer gone from the manifest: every layer's state in the file).
+full=$work/ck_frz_full/step-00000010
+mkdir -p "$full" && cp "$work/ck_frz/step-00000010/"* "$full/"
+PYTHONPATH="$here" "$py" - "$full" <<'PY' || fail=1
+import json, struct, sys, zlib
+import numpy as np
+from compare_runs import load_safetensors
+d = sys.argv[1]
+w, o = (load_safetensors(f"{d}/{f}.safetensors") for f in ("model", "optim"))
+names = [n for n in w if "exp_avg." + n not in o]
+assert names, "no tensor without moments"
+o.update({f"{k}{n}": np.zeros_like(w[n]) for k in ("exp_avg.", "exp_avg_sq.") for n in names})
+head, at = {}, 0
+for n, t in o.items():
+    head[n] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [at, at + t.nbytes]}
+    at += t.nbytes
+h = json.dumps(head).encode()
+h += b" " * (-len(h) % 8)
+blob = struct.pack("<Q", len(h)) + h + b"".join(np.ascontiguousarray(t).tobytes() for t in o.values())
+open(f"{d}/optim.safetensors", "wb").write(blob)
+lines = [l for l in open(f"{d}/manifest.txt") if not l.startswith("optim_from_layer ")]
+lines = [f"file optim.safetensors {len(blob)} {zlib.crc32(blob):08x}\n"
+         if l.startswith("file optim.safetensors ") else l for l in lines]
+open(f"{d}/manifest.txt", "w").write("".join(lines))
+print(f"the frozen checkpoint with {2 * len(names)} zero moments written out")
+PY
+for ck in ck_frz ck_frz_full; do
+  must run unfrz_$ck 2 --tp 2 --model-ema 0.99 --resume-override 1 \
+    --resume "$work/$ck/step-00000010" --final-ema "$work/unfrz_ema_$ck.st"
+done
+if cmp -s "$work/unfrz_ck_frz/weights.safetensors" "$work/unfrz_ck_frz_full/weights.safetensors" &&
+   cmp -s "$work/unfrz_ema_ck_frz.st" "$work/unfrz_ema_ck_frz_full.st" &&
+   ! cmp -s "$work/unfrz_ck_frz/weights.safetensors" "$work/frz_res1/weights.safetensors"; then
+  echo "ok: the frozen checkpoint continued with nothing frozen: weights and EMA byte-identical to its copy with the zero moments written out"
+else echo "FAIL: the frozen checkpoint continued with nothing frozen differs from its full copy"; fail=1; fi
 # A checkpoint written in the background (--async-save 1, the default: steps 3, 6 and 9 here; 10,
 # the run's last, in place) holds its step's state although training went on while it was
 # written: resumed from step 9 it continues as the straight run.

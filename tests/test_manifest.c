@@ -296,13 +296,15 @@ int main(void) {
          "optimizer settings round trip: %s", err);
   EXPECT(back.frozen == 0 && back.frozen_hash == 0 && !strstr(text, "frozen"),
          "no frozen tensors: no frozen lines");
+  EXPECT(back.optim_from_layer == 0 && !strstr(text, "optim_from_layer"),
+         "no frozen layers: no optim_from_layer line");
   vt_ckpt_manifest fz = o;  // frozen tensors: their count and names' hash round trip
-  fz.frozen = 54, fz.frozen_hash = 4294967295;
+  fz.frozen = 54, fz.frozen_hash = 4294967295, fz.optim_from_layer = 13;
   char fz_text[4096];
   n = vt_ckpt_manifest_format(&fz, fz_text, sizeof fz_text);
   EXPECT(vt_ckpt_manifest_parse(fz_text, (size_t)n, &back, err, sizeof err) == VT_OK &&
-             back.frozen == 54 && back.frozen_hash == 4294967295,
-         "frozen, frozen_hash round trip: %s", err);
+             back.frozen == 54 && back.frozen_hash == 4294967295 && back.optim_from_layer == 13,
+         "frozen, frozen_hash, optim_from_layer round trip: %s", err);
   char *schedl = strstr(text, "sched 1\n");  // a manifest from before --sched: cosine
   EXPECT(schedl != NULL, "sched line");
   if (schedl) {

@@ -17,23 +17,29 @@ void vt_model_write_range(const vt_model *m, int dp_rank, int dp_size, int64_t *
 
 vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *path,
                              const char *const *prefixes, const float *const *bufs, int n,
-                             int64_t lo, int64_t count, char *err, size_t errlen) {
+                             int64_t lo, int64_t count, int first_layer, char *err,
+                             size_t errlen) {
   memset(f, 0, sizeof *f);
   snprintf(f->path, sizeof f->path, "%s", path);
   vt_param_table whole;
   vt_params_build(&whole, &m->cfg, vt_shard_whole());
-  // The file: n tensors per parameter, kind-major, in the whole table's order.
-  const int nt = whole.count * n;
-  vt_st_tensor *ts = calloc((size_t)nt, sizeof *ts);
-  char (*names)[VT_ST_MAX_NAME] = calloc((size_t)nt, sizeof *names);
-  VT_CHECK(ts && names, "out of host memory for a %d-tensor file's header", nt);
+  // The file: n tensors per parameter from first_layer on, kind-major, in the whole table's
+  // order; slot[k * whole.count + i]: the layout's index of kind k of parameter i, or -1.
+  int *slot = malloc((size_t)(whole.count * n) * sizeof *slot);
+  vt_st_tensor *ts = calloc((size_t)(whole.count * n), sizeof *ts);
+  char (*names)[VT_ST_MAX_NAME] = calloc((size_t)(whole.count * n), sizeof *names);
+  VT_CHECK(slot && ts && names, "out of host memory for a %d-tensor file's header",
+           whole.count * n);
+  int nt = 0;
   for (int k = 0; k < n; k++)
     for (int i = 0; i < whole.count; i++) {
       const vt_param *p = &whole.p[i];
-      const int j = k * whole.count + i;
-      snprintf(names[j], sizeof names[j], "%s%s", prefixes[k], p->name);
-      ts[j] = (vt_st_tensor){names[j], "F32", p->ndim, {0}, NULL};
-      memcpy(ts[j].shape, p->shape, sizeof p->shape);
+      slot[k * whole.count + i] = p->layer < first_layer ? -1 : nt;
+      if (p->layer < first_layer) continue;
+      snprintf(names[nt], sizeof names[nt], "%s%s", prefixes[k], p->name);
+      ts[nt] = (vt_st_tensor){names[nt], "F32", p->ndim, {0}, NULL};
+      memcpy(ts[nt].shape, p->shape, sizeof p->shape);
+      nt++;
     }
   vt_status st = vt_safetensors_layout(path, ts, nt, NULL, 0, &f->layout, err, errlen);
   free(names);
@@ -50,6 +56,7 @@ vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *pa
   for (int i = 0; st == VT_OK && i < t->count; i++) {
     const vt_param *p = &t->p[i];
     if (p->tp_split == VT_TP_REPLICATED && t->shard.tp_rank != 0) continue;
+    if (p->layer < first_layer) continue;
     const vt_param *g = vt_params_find(&whole, p->name);
     VT_CHECK(g != NULL, "parameter %s is missing from the whole model's table", p->name);
     const int64_t run = vt_param_run(p, &t->shard);
@@ -59,11 +66,13 @@ vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *pa
       if (from >= to) continue;
       const int64_t at = 4 * (vt_param_global_index(p, &t->shard, r) + (from - a));
       for (int k = 0; k < n; k++)
-        f->parts[f->nparts++] = (vt_part){f->layout.offset[k * whole.count + (g - whole.p)] + at,
+        f->parts[f->nparts++] = (vt_part){f->layout.offset[slot[k * whole.count + (g - whole.p)]]
+                                              + at,
                                           4 * (to - from), bufs[k] + (from - lo)};
     }
   }
   vt_params_free(&whole);
+  free(slot);
   return st;
 }
 
@@ -110,7 +119,7 @@ vt_status vt_export_safetensors(const vt_model *m, const float *flat, vt_comm *w
   const char *prefix[1] = {""};
   const float *bufs[1] = {mine};
   vt_model_file f;
-  vt_status st = vt_model_file_plan(&f, m, path, prefix, bufs, 1, lo, count, err, errlen);
+  vt_status st = vt_model_file_plan(&f, m, path, prefix, bufs, 1, lo, count, 0, err, errlen);
   if (st == VT_OK && vt_comm_rank(world) == 0)
     st = vt_partfile_create(path, f.layout.head, f.layout.head_nbytes, f.layout.file_nbytes,
                             &f.share, err, errlen);
@@ -191,12 +200,13 @@ static vt_status entry_floats(vt_st_file *f, const vt_st_entry *e, const float *
 }
 
 vt_status vt_params_read_local(vt_st_file *f, const char *file, const vt_param_table *t,
-                               const char *prefix, float *local, vt_read_check *check, char *err,
-                               size_t errlen) {
+                               const char *prefix, int first_layer, float *local,
+                               vt_read_check *check, char *err, size_t errlen) {
   const int64_t file_nbytes = vt_st_data_offset(f) + f->data_nbytes;
   char name[256];
   for (int i = 0; i < t->count; i++) {
     const vt_param *p = &t->p[i];
+    if (p->layer < first_layer) continue;
     snprintf(name, sizeof name, "%s%s", prefix, p->name);
     const vt_st_entry *e = vt_st_find(f, name);
     int same = e && e->ndim == p->ndim;
@@ -472,7 +482,7 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char
       continue;
     }
     vt_param_table one = {.p = (vt_param *)p, .count = 1, .total = t->total, .shard = t->shard};
-    st = vt_params_read_local(&f, path, &one, "", local, NULL, err, errlen);
+    st = vt_params_read_local(&f, path, &one, "", 0, local, NULL, err, errlen);
   }
   vt_safetensors_close(&f);
   // the head lives on the last stage only

@@ -28,12 +28,14 @@ typedef struct {
 void vt_model_write_range(const vt_model *m, int dp_rank, int dp_size, int64_t *lo,
                           int64_t *count);
 // The file's layout and this rank's parts: elements [lo, lo + count) of its local table, whose
-// values of kind k are bufs[k][0 .. count) (host memory, kept until written). Tensors TP does not
+// values of kind k are bufs[k][0 .. count) (host memory, kept until written); the tensors of
+// layers before first_layer (vt_param.layer) are left out of the file. Tensors TP does not
 // split are written by TP rank 0. The ranks' parts cover the data exactly once (the byte count is
 // checked by vt_model_file_crcs; the values by every resume test).
 vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *path,
                              const char *const *prefixes, const float *const *bufs, int n,
-                             int64_t lo, int64_t count, char *err, size_t errlen);
+                             int64_t lo, int64_t count, int first_layer, char *err,
+                             size_t errlen);
 // Writes this rank's parts into the file (created by world rank 0 with vt_partfile_create from
 // f->layout) and syncs it. No communication: may run on a thread of its own.
 vt_status vt_model_file_write(vt_model_file *f, char *err, size_t errlen);
@@ -59,13 +61,14 @@ typedef struct {
 } vt_read_check;
 
 // This rank's elements of the tensors prefix<name> of an open safetensors file, into the host
-// buffer local (laid out by the rank's table); from a file opened with vt_safetensors_open only
+// buffer local (laid out by the rank's table), but for the layers before first_layer (left as
+// they are in local); from a file opened with vt_safetensors_open only
 // those tensors' bytes are read (F32 ones a run at a time, added to *check when not NULL). A
 // missing tensor, a dtype other than F32, F16, BF16 or F64, or another shape than the table's is
 // VT_ERR_INPUT naming it; a file that ends short, VT_ERR_IO.
 vt_status vt_params_read_local(vt_st_file *f, const char *file,
-                               const vt_param_table *t, const char *prefix, float *local,
-                               vt_read_check *check, char *err, size_t errlen);
+                               const vt_param_table *t, const char *prefix, int first_layer,
+                               float *local, vt_read_check *check, char *err, size_t errlen);
 
 // --init-from: this rank's parameters from a timm-format safetensors file (full, unsharded).
 // When the image or patch grid differs, pos_embed is resampled as timm does (bicubic over the
