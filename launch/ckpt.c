@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,8 +66,62 @@ static void *write_parts(void *arg) {
   return NULL;
 }
 
-// SGD's one state tensor per parameter in optim.safetensors (torch.optim.SGD's name).
+// The optimizer's state tensors per parameter in optim.safetensors, torch.optim's names:
+// AdamW's (and LAMB's) two moments, SGD's (and LARS's) one momentum buffer.
+static const char *const k_adam_state[2] = {"exp_avg.", "exp_avg_sq."};
 static const char *const k_sgd_state[1] = {"momentum_buffer."};
+
+int64_t vt_ckpt_nbytes(const vt_train_options *o, int frozen_layers, int64_t files[3]) {
+  static const char *const plain[1] = {""};
+  const int one = vt_opt_state_buffers(o->optim.kind) == 1;
+  files[0] = vt_model_file_nbytes(&o->model, plain, 1, 0);
+  files[1] = vt_model_file_nbytes(&o->model, one ? k_sgd_state : k_adam_state, one ? 1 : 2,
+                                  frozen_layers);
+  files[2] = o->optim.ema_decay > 0 ? files[0] : 0;
+  return files[0] + files[1] + files[2];
+}
+
+// bytes as "12.3 MiB" below a GiB, else "1.2 GiB"
+static const char *size_str(double bytes, char *buf, size_t n) {
+  if (bytes < (double)(1 << 30)) snprintf(buf, n, "%.1f MiB", bytes / (1 << 20));
+  else snprintf(buf, n, "%.1f GiB", bytes / (1 << 30));
+  return buf;
+}
+
+void vt_ckpt_disk_plan(const vt_train_options *o, int frozen_layers, int64_t start_step,
+                       int64_t end_step) {
+  int64_t files[3];
+  const double each = (double)vt_ckpt_nbytes(o, frozen_layers, files);
+  // This invocation's saves: every save_interval-th step and its last.
+  int64_t saves = 0;
+  for (int64_t n = start_step + 1; n <= end_step; n++)
+    saves += n == end_step || (o->save_interval > 0 && n % o->save_interval == 0);
+  // At once: the kept ones and the one being written (--keep-last), or all of them.
+  int64_t cand[4096];
+  const int64_t existing = vt_ckpt_candidates(o->save_dir, cand, 4096);
+  const int64_t at_once = o->keep_last > 0 ? o->keep_last + 1 : existing + saves;
+  const int64_t more = at_once > existing ? at_once - existing : 0;
+  struct statvfs fs;
+  const int known = statvfs(o->save_dir, &fs) == 0;
+  const double avail = known ? (double)fs.f_bavail * (double)fs.f_frsize : 0.0;
+  char milestones[96] = "", a[5][32];
+  if (o->keep_last > 0 && o->keep_every > 0)
+    snprintf(milestones, sizeof milestones, " and every %lld-th step's",
+             (long long)o->keep_every);
+  vt_log_info("checkpoints: %s each (model %s, optimizer %s, EMA %s); this run saves %lld, "
+              "%s keeps %lld at once%s (%lld there now); %s has %s free",
+              size_str(each, a[0], 32), size_str((double)files[0], a[1], 32),
+              size_str((double)files[1], a[2], 32), size_str((double)files[2], a[3], 32),
+              (long long)saves, o->keep_last > 0 ? "--keep-last" : "--keep-last 0 (all)",
+              (long long)at_once, milestones, (long long)existing, o->save_dir,
+              known ? size_str(avail, a[4], 32) : "unknown space");
+  if (known && (double)more * each > avail)
+    vt_log_warn("--save %s: %lld more checkpoints of %s need %s and the disk has %s free: a "
+                "save will fail when it fills (the previous checkpoint stays and training goes "
+                "on); keep fewer (--keep-last) or free space", o->save_dir, (long long)more,
+                size_str(each, a[0], 32), size_str((double)more * each, a[1], 32),
+                size_str(avail, a[2], 32));
+}
 
 static void release(ckpt_writer *w) {
   for (int f = 0; f < 3; f++) vt_model_file_free(&w->files[f]);
@@ -230,7 +285,8 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   // optim_from_layer), the EMA (whole, a model of its own).
   static const char *const names[3] = {"model.safetensors", "optim.safetensors",
                                        "ema.safetensors"};
-  static const char *const prefixes[3][2] = {{""}, {"exp_avg.", "exp_avg_sq."}, {""}};
+  static const char *const plain[1] = {""};
+  const char *const *prefixes[3] = {plain, one ? k_sgd_state : k_adam_state, plain};
   const int kinds[3] = {1, vt_opt_state_buffers(opt->cfg.kind), 1}, first[3] = {0, 1, 3};
   vt_status st = VT_OK;
   if (rank == 0) st = vt_ckpt_begin(o->save_dir, step, w->tmp, sizeof w->tmp, err, errlen);
@@ -241,7 +297,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
     snprintf(path, sizeof path, "%.1000s/%s", w->tmp, names[f]);
     vt_model_file *file = &w->files[f];
     if (st == VT_OK)
-      st = vt_model_file_plan(file, m, path, f == 1 && one ? k_sgd_state : prefixes[f],
+      st = vt_model_file_plan(file, m, path, prefixes[f],
                               (const float *const *)w->bufs + first[f], kinds[f], lo, count,
                               f == 1 ? m->frozen_layers : 0, err, errlen);
     if (st == VT_OK && rank == 0)
@@ -624,7 +680,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     vt_read_check *count[3] = {NULL, NULL, NULL};  // model, optim, ema
     for (int i = 0; i < 3 && me.dp_rank == 0; i++) count[i] = &checks[i];
     // The weights: vit3d eval --use-ema 1 evaluates the EMA in their place.
-    static const char *const plain[1] = {""}, *const moments[2] = {"exp_avg.", "exp_avg_sq."};
+    static const char *const plain[1] = {""};
     const int wfile = o->use_ema ? 2 : 0;
     vt_status st = read_part(dir, k_files[wfile], &m->table, plain, &local[0], 1, 0, nbytes,
                              count[wfile], rank0, err, errlen);
@@ -640,7 +696,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       const int one = (opt->cfg.kind == VT_OPT_SGD &&
                        (man.optim_from_layer > 0 || !sgd_adam_layout(dir, &m->table))) ||
                       opt->cfg.kind == VT_OPT_LARS;
-      st = read_part(dir, "optim", &m->table, one ? k_sgd_state : moments, &local[1],
+      st = read_part(dir, "optim", &m->table, one ? k_sgd_state : k_adam_state, &local[1],
                      one ? 1 : 2, man.optim_from_layer, nbytes, count[1], rank0, err, errlen);
     }
     double bad[2] = {st != VT_OK, 0};  // a read failed; the checkpoint is damaged

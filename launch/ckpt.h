@@ -40,6 +40,16 @@ int vt_ckpt_writing(void);
 // what --save needs; VT_ERR_IO when rank 0 cannot write there.
 vt_status vt_ckpt_check_shared(const char *save_dir, vt_comm *world, char *err, size_t errlen);
 
+// A checkpoint's files on disk (bytes, headers included) for the run's model, optimizer and
+// EMA: files[0] the weights, [1] the optimizer's state (the leading frozen_layers layers left
+// out), [2] the EMA (0 without --model-ema); returns their sum.
+int64_t vt_ckpt_nbytes(const vt_train_options *o, int frozen_layers, int64_t files[3]);
+// World rank 0 at start-up with --save: logs what a checkpoint takes on disk, how many this run
+// (steps start_step + 1 .. end_step) saves and keeps at once, and the free space of the save
+// folder's file system; warns when the checkpoints still to come do not fit in it.
+void vt_ckpt_disk_plan(const vt_train_options *o, int frozen_layers, int64_t start_step,
+                       int64_t end_step);
+
 // Collective over world: finds the checkpoint to resume from (--resume auto: the newest complete
 // one under --save, or none; --resume PATH: that one), checks it against the options, loads it:
 // every rank reads its part, and the ranks' CRC-32 shares of what they read verify the files

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "data.h"
 #include "mix.h"
 #include "schedule.h"
@@ -266,6 +267,13 @@ int vt_plan_run(const vt_train_options *o) {
              ? (o->optim.ema_decay > 0 ? "weights, momentum and EMA" : "weights and momentum")
              : (o->optim.ema_decay > 0 ? "weights, Adam moments and EMA"
                                        : "weights and Adam moments"));
+  int64_t files[3];
+  const double disk = (double)vt_ckpt_nbytes(o, vt_freeze_leading_layers(&o->optim, c), files);
+  printf("disk per checkpoint (--save): %.1f MiB (weights %.1f, optimizer state %.1f%s, EMA "
+         "%.1f); --keep-last K keeps K + 1 at once while one is written\n", disk * mib,
+         files[0] * mib, files[1] * mib,
+         vt_freeze_leading_layers(&o->optim, c) ? " without the frozen layers'" : "",
+         files[2] * mib);
   if (o->pp > 1) {  // what the activations in flight buy: the ideal idle fraction of a step
     const vt_schedule_spec plain = {VT_SCHEDULE_1F1B, o->pp, n_micro, 1, 0, {0, 0, 0}};
     printf("pipeline: %s schedule, ideal idle fraction %s = %.3f with equal stages and free "

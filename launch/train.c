@@ -455,6 +455,8 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   int64_t end_step =
       o->run_steps > 0 && start_step + o->run_steps < o->steps ? start_step + o->run_steps : o->steps;
   if (o->eval_only) end_step = start_step;
+  if (world_rank == 0 && o->save_dir[0] && !o->eval_only && !rc)
+    vt_ckpt_disk_plan(o, m.frozen_layers, start_step, end_step);
   for (int64_t step = start_step; step < end_step; step++) {
     const int64_t n = step + 1;  // the step's number as printed
     vt_watchdog_phase("step", n, o->timeout_s);

@@ -120,6 +120,13 @@ then echo "ok: exact resume with a frozen prefix, ZeRO-1 and the EMA: weights an
 else echo "FAIL: exact resume with a frozen prefix, ZeRO-1 and the EMA"; fail=1; fi
 "$py" "$here/compare_runs.py" "$work/frz_ref1" "$work/frz_res1" \
   "2x2x2 ZeRO-1 frozen step 10 -> 1x1x1" || fail=1
+# The start-up's checkpoint size (model, the optimizer file without the frozen prefix, EMA) is
+# what the files take.
+got=$(grep -o "checkpoints: [0-9.]* MiB each" "$work/frz_first.log" | grep -o "[0-9.]*")
+want=$(cd "$work/ck_frz/step-00000010" && stat -c %s model.safetensors optim.safetensors ema.safetensors |
+       awk '{s += $1} END {printf "%.1f", s / 1048576}')
+if [ -n "$got" ] && [ "$got" = "$want" ]; then echo "ok: the start-up's checkpoint size $got MiB is the files'"
+else echo "FAIL: the start-up said checkpoints of '$got' MiB, the files take $want MiB"; fail=1; fi
 # The frozen layers' missing state reads as zeros: the step-10 checkpoint continued with nothing
 # frozen (--resume-override 1) on 2 ranks gives the same bits as its copy with the zero moments
 # written out (and optim_from_layer gone from the manifest: every layer's state in the file).

@@ -98,6 +98,15 @@ out=$("$vit3d" plan --model vit-b16 --micro-batch-size 128 --global-batch-size 1
 if grep -q "^host memory for input batches: stage 0's ranks 220.5 MiB (3 micro-batches of 128 images: --prefetch + 1, pinned), 294.0 MiB more while evaluating" <<<"$out"; then
   echo "ok: vit3d plan's host input batches: $(grep '^host memory' <<<"$out")"
 else echo "FAIL: vit3d plan's host memory line: $out"; fail=1; fi
+# A checkpoint on disk: ViT-B/16's weights (330.2 MiB), Adam's two moments and the EMA; a
+# linear probe (--trainable '^head\.') with LARS keeps the head's momentum alone.
+out=$("$vit3d" plan --model vit-b16 --micro-batch-size 32 --global-batch-size 256 --model-ema 0.9999 2>&1)
+out2=$("$vit3d" plan --model vit-b16 --micro-batch-size 32 --global-batch-size 256 --opt lars \
+       --trainable '^head\.' 2>&1)
+if grep -q "^disk per checkpoint (--save): 1321.0 MiB (weights 330.2, optimizer state 660.5, EMA 330.2)" <<<"$out" &&
+   grep -q "^disk per checkpoint (--save): 333.2 MiB (weights 330.2, optimizer state 2.9 without the frozen layers', EMA 0.0)" <<<"$out2"; then
+  echo "ok: vit3d plan's disk per checkpoint: 1321.0 MiB with Adam and the EMA, 333.2 MiB for a LARS linear probe"
+else echo "FAIL: vit3d plan's disk line: $(grep '^disk' <<<"$out") / $(grep '^disk' <<<"$out2")"; fail=1; fi
 # With TP 4 (and --decode-split 1, the default) each first-stage rank holds its quarter.
 out=$("$vit3d" plan --model vit-b16 --micro-batch-size 128 --global-batch-size 128 --device cuda \
       --data train_dir --val-data val_dir --eval-hflip 1 --tp 4 2>&1)

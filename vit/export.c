@@ -15,6 +15,47 @@ void vt_model_write_range(const vt_model *m, int dp_rank, int dp_size, int64_t *
   vt_equal_slice(m->table.total, dp_rank, dp_size, lo, count);
 }
 
+// The file's layout for the whole model of cfg (whole: its table): n tensors per parameter from
+// first_layer on, kind-major, in the whole table's order; slot[k * whole->count + i] (when not
+// NULL): the layout's index of kind k of parameter i, or -1 where it is left out.
+static vt_status file_layout(const vt_param_table *whole, const char *path,
+                             const char *const *prefixes, int n, int first_layer, int *slot,
+                             vt_st_layout *layout, char *err, size_t errlen) {
+  vt_st_tensor *ts = calloc((size_t)(whole->count * n), sizeof *ts);
+  char (*names)[VT_ST_MAX_NAME] = calloc((size_t)(whole->count * n), sizeof *names);
+  VT_CHECK(ts && names, "out of host memory for a %d-tensor file's header", whole->count * n);
+  int nt = 0;
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < whole->count; i++) {
+      const vt_param *p = &whole->p[i];
+      if (slot) slot[k * whole->count + i] = p->layer < first_layer ? -1 : nt;
+      if (p->layer < first_layer) continue;
+      snprintf(names[nt], sizeof names[nt], "%s%s", prefixes[k], p->name);
+      ts[nt] = (vt_st_tensor){names[nt], "F32", p->ndim, {0}, NULL};
+      memcpy(ts[nt].shape, p->shape, sizeof p->shape);
+      nt++;
+    }
+  const vt_status st = vt_safetensors_layout(path, ts, nt, NULL, 0, layout, err, errlen);
+  free(names);
+  free(ts);
+  return st;
+}
+
+int64_t vt_model_file_nbytes(const vt_vit_config *cfg, const char *const *prefixes, int n,
+                             int first_layer) {
+  vt_param_table whole;
+  vt_params_build(&whole, cfg, vt_shard_whole());
+  vt_st_layout layout;
+  char err[256];
+  const vt_status st = file_layout(&whole, "(a checkpoint file)", prefixes, n, first_layer,
+                                   NULL, &layout, err, sizeof err);
+  VT_CHECK(st == VT_OK, "%s", err);
+  const int64_t nbytes = layout.file_nbytes;
+  vt_st_layout_free(&layout);
+  vt_params_free(&whole);
+  return nbytes;
+}
+
 vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *path,
                              const char *const *prefixes, const float *const *bufs, int n,
                              int64_t lo, int64_t count, int first_layer, char *err,
@@ -23,27 +64,10 @@ vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *pa
   snprintf(f->path, sizeof f->path, "%s", path);
   vt_param_table whole;
   vt_params_build(&whole, &m->cfg, vt_shard_whole());
-  // The file: n tensors per parameter from first_layer on, kind-major, in the whole table's
-  // order; slot[k * whole.count + i]: the layout's index of kind k of parameter i, or -1.
   int *slot = malloc((size_t)(whole.count * n) * sizeof *slot);
-  vt_st_tensor *ts = calloc((size_t)(whole.count * n), sizeof *ts);
-  char (*names)[VT_ST_MAX_NAME] = calloc((size_t)(whole.count * n), sizeof *names);
-  VT_CHECK(slot && ts && names, "out of host memory for a %d-tensor file's header",
-           whole.count * n);
-  int nt = 0;
-  for (int k = 0; k < n; k++)
-    for (int i = 0; i < whole.count; i++) {
-      const vt_param *p = &whole.p[i];
-      slot[k * whole.count + i] = p->layer < first_layer ? -1 : nt;
-      if (p->layer < first_layer) continue;
-      snprintf(names[nt], sizeof names[nt], "%s%s", prefixes[k], p->name);
-      ts[nt] = (vt_st_tensor){names[nt], "F32", p->ndim, {0}, NULL};
-      memcpy(ts[nt].shape, p->shape, sizeof p->shape);
-      nt++;
-    }
-  vt_status st = vt_safetensors_layout(path, ts, nt, NULL, 0, &f->layout, err, errlen);
-  free(names);
-  free(ts);
+  VT_CHECK(slot != NULL, "out of host memory for a %d-tensor file's header", whole.count * n);
+  vt_status st =
+      file_layout(&whole, path, prefixes, n, first_layer, slot, &f->layout, err, errlen);
   // This rank's parts: each run of local elements inside [lo, lo + count) lands at its global
   // index. A tensor TP does not split is written by TP rank 0 only (every TP rank holds it).
   const vt_param_table *t = &m->table;

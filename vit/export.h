@@ -36,6 +36,10 @@ vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *pa
                              const char *const *prefixes, const float *const *bufs, int n,
                              int64_t lo, int64_t count, int first_layer, char *err,
                              size_t errlen);
+// The bytes of such a file for the whole model of cfg (n tensors per parameter, named
+// prefixes[k] + name, the layers before first_layer left out), header included.
+int64_t vt_model_file_nbytes(const vt_vit_config *cfg, const char *const *prefixes, int n,
+                             int first_layer);
 // Writes this rank's parts into the file (created by world rank 0 with vt_partfile_create from
 // f->layout) and syncs it. No communication: may run on a thread of its own.
 vt_status vt_model_file_write(vt_model_file *f, char *err, size_t errlen);
