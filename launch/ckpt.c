@@ -510,8 +510,8 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
 }
 
 // Reads this rank's part of DIR/NAME.safetensors: the tensors prefixes[k]<name> of its table
-// from layer first_layer on into bufs[k]. With check, the CRC-32 share of the bytes read is added to it (and with head, of
-// the bytes before the data too: one rank counts those).
+// from layer first_layer on into bufs[k]. With check, the CRC-32 share of the bytes read is
+// added to it (and with head, of the bytes before the data too: one rank counts those).
 static vt_status read_part(const char *dir, const char *name, const vt_param_table *t,
                            const char *const *prefixes, float **bufs, int n, int first_layer,
                            double nbytes[2], vt_read_check *check, int head, char *err,

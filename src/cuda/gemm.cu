@@ -179,9 +179,10 @@ static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w,
 }
 
 // In bf16 precision inp is a bf16 activation (vt_ops.h), read by the GEMMs as it is; the weight
-// is the held copy (hold_weights) or cast into the op scratch, as dout is. out_act (linear_act_fwd): in bf16 out is a bf16
-// activation too, the fp32 result with its bias rounded once: cuBLASLt's bf16 D, or without a
-// plan the fp32 result in the op scratch, then the cast kernel. res (linear_residual_fwd, fp32
+// is the held copy (hold_weights) or cast into the op scratch, as dout is. out_act
+// (linear_act_fwd): in bf16 out is a bf16 activation too, the fp32 result with its bias rounded
+// once: cuBLASLt's bf16 D, or without a plan the fp32 result in the op scratch, then the cast
+// kernel. res (linear_residual_fwd, fp32
 // out only): added as cuBLASLt's C, or the GEMM adds into res + bias.
 static void linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                        const float *res, int64_t M, int64_t I, int64_t O, int out_act) {

@@ -16,7 +16,8 @@
 #      vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW, same batch), eager and
 #      torch.compile, measured in the same run when python3 imports torch and timm; then
 #      ViT-L/16 (bench_gpu against timm's vit_large_patch16_224, eager) when time is left
-#      and the time per op (bench_gpu --ops) when time allows
+#      and the time per op (bench_gpu --ops) when time allows, and the weights' bf16 copy held
+#      per step against rounded at each GEMM (VT_WEIGHT_COPY=0) at batch 16
 #   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
 #   6. a summary (also in $OUT/summary.txt)
 # Logs go to $OUT when set (the device tool brings back at most 8 files: these are exactly 8),
@@ -319,6 +320,20 @@ if ((built)) && (($(left) > 90)); then
   top=$(grep -E '^vit3d-bench op ' "$blog2" | sort -k5 -g -r | head -6 |
         awk '{printf "%s%s %s ms (%s)", (NR > 1 ? ", " : ""), $3, $5, $7}')
   note "per-op ms per step, bf16 $model batch $mb, largest first (synchronized): ${top:-none (see bench.log)}"
+fi
+
+# The weights' bf16 copy held per step (hold_weights) against rounding each weight at each GEMM
+# (VT_WEIGHT_COPY=0), at a small batch where the rounding weighs most: the same bits, the time.
+if ((built)) && (($(left) > 120)); then
+  echo "==== weight copy: held per step vs rounded per GEMM ====" >>"$blog2"
+  wb=(--batch 16 --warmup 2 --timed 10 --precision bf16)
+  ((cpu_only)) && wb=(--cpu --model tiny --batch 4 --warmup 1 --timed 3 --precision bf16)
+  ((cpu_only)) || wb=(--model vit-b16 "${wb[@]}")
+  run "$(cap 40 80)" "$blog2" "$bench" "${wb[@]}"
+  run "$(cap 40 60)" "$blog2" env VT_WEIGHT_COPY=0 "$bench" "${wb[@]}"
+  held=$(grep -oE '^vit3d-bench step_ms median=[0-9.]+' "$blog2" | tail -2 | head -1 | cut -d= -f2)
+  each=$(grep -oE '^vit3d-bench step_ms median=[0-9.]+' "$blog2" | tail -1 | cut -d= -f2)
+  note "weight copy, bench_gpu ${wb[*]}: step ms held ${held:-n/a}, rounded at each GEMM ${each:-n/a} (ratio $(ratio "$each" "$held"))"
 fi
 
 # ---- 5. memory and race checks, with the time that is left ---------------------------------------
