@@ -5,8 +5,9 @@
 // shared memory; each of a block's 4 warps owns 16 of its 64 rows. The tile products are
 // warp-level: tensor cores (WMMA, 16x16x16, bf16 operands, fp32 accumulators) in bf16
 // precision, plain fp32 FMAs in fp32 precision; both read the same shared-memory tiles, so one
-// kernel body serves both. Deterministic: no atomics; the backward runs one kernel for dq (per
-// query tile, over the key tiles) and one for dk and dv (per key tile, over the query tiles),
+// kernel body serves both (in bf16 the output accumulators stay in registers, warp_acc).
+// Deterministic: no atomics; the backward runs one kernel for dq (per query tile, over the key
+// tiles) and one for dk and dv (per key tile, over the query tiles),
 // which also make the qkv bias gradient's per-tile column sums (summed in order afterwards).
 // The forward makes two passes over the keys (row maxima and sums, then p v with the final lse),
 // so that p is rounded at the CPU twin's point (one extra q k^T, ~2% of a ViT block's FLOPs).
@@ -84,11 +85,36 @@ static __device__ __forceinline__ void warp_mma(float *c, int ldc, const float *
 }
 
 // c (16 x 64) = a (16 x K) b^T, b given as 64 rows of K (bm row-major, ldb): 16 rows of scores.
+// In bf16 the four 16-column fragments are made together, so each 16 x 16 piece of a is loaded
+// once per k step rather than once per fragment; each fragment still sums its k steps in order.
 template <typename T>
 static __device__ __forceinline__ void warp_scores(float *c, int ldc, const T *a, int lda,
                                                    const T *bm, int ldb, int K) {
   for (int n = 0; n < FA_TILE; n += 16)
     warp_mma<true>(c + n, ldc, a, lda, bm + n * ldb, ldb, K, false);
+}
+template <>
+__device__ __forceinline__ void warp_scores<__nv_bfloat16>(float *c, int ldc,
+                                                           const __nv_bfloat16 *a, int lda,
+                                                           const __nv_bfloat16 *bm, int ldb,
+                                                           int K) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FA_TILE / 16];
+#pragma unroll
+  for (int n = 0; n < FA_TILE / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
+  for (int k = 0; k < K; k += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::load_matrix_sync(fa, a + k, lda);
+#pragma unroll
+    for (int n = 0; n < FA_TILE / 16; n++) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+      wmma::load_matrix_sync(fb, bm + 16 * n * ldb + k, ldb);
+      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < FA_TILE / 16; n++)
+    wmma::store_matrix_sync(c + 16 * n, acc[n], ldc, wmma::mem_row_major);
 }
 
 // c (16 x Dp) += a (16 x 64) b, b (64 x Dp) row-major: 16 rows of an output accumulator.
@@ -97,6 +123,57 @@ static __device__ __forceinline__ void warp_accumulate(float *c, int ldc, const 
                                                        const T *bm, int ldb, int Dp) {
   for (int n = 0; n < Dp; n += 16) warp_mma<false>(c + n, ldc, a, lda, bm + n, ldb, FA_TILE, true);
 }
+
+// A warp's (16, Dp) fp32 output accumulator (O, dQ, dK or dV) over a kernel's steps. fp32
+// precision: its rows in shared memory (rows, ldc), warp_accumulate at each step. bf16: NF
+// WMMA fragments of 16 columns (Dp <= 16 NF) that stay in registers for the whole loop, each
+// 16 x 16 piece of a loaded once per k step for every fragment, and stored to rows at the end.
+// The same products summed in the same order either way: the bits are the same.
+template <typename T, int NF>
+struct warp_acc {
+  float *c;
+  int ldc, Dp;
+  __device__ __forceinline__ void init(float *rows, int ld, int dp) {
+    c = rows, ldc = ld, Dp = dp;
+    for (int i = threadIdx.x & 31; i < 16 * Dp; i += 32) c[i / Dp * ldc + i % Dp] = 0.0f;
+  }
+  __device__ __forceinline__ void add(const T *a, int lda, const T *bm, int ldb) {
+    warp_accumulate(c, ldc, a, lda, bm, ldb, Dp);
+  }
+  __device__ __forceinline__ void store() const {}  // the rows hold it already
+};
+template <int NF>
+struct warp_acc<__nv_bfloat16, NF> {
+  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> f[NF];
+  float *c;
+  int ldc, Dp;
+  __device__ __forceinline__ void init(float *rows, int ld, int dp) {
+    c = rows, ldc = ld, Dp = dp;
+#pragma unroll
+    for (int n = 0; n < NF; n++) nvcuda::wmma::fill_fragment(f[n], 0.0f);
+  }
+  __device__ __forceinline__ void add(const __nv_bfloat16 *a, int lda, const __nv_bfloat16 *bm,
+                                      int ldb) {
+    using namespace nvcuda;
+    for (int k = 0; k < FA_TILE; k += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+      wmma::load_matrix_sync(fa, a + k, lda);
+#pragma unroll
+      for (int n = 0; n < NF; n++)
+        if (16 * n < Dp) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+          wmma::load_matrix_sync(fb, bm + (int64_t)k * ldb + 16 * n, ldb);
+          wmma::mma_sync(f[n], fa, fb, f[n]);
+        }
+    }
+  }
+  __device__ __forceinline__ void store() {
+#pragma unroll
+    for (int n = 0; n < NF; n++)
+      if (16 * n < Dp)
+        nvcuda::wmma::store_matrix_sync(c + 16 * n, f[n], ldc, nvcuda::wmma::mem_row_major);
+  }
+};
 
 // ---- dropout of the probabilities -------------------------------------------------------------
 // The mask's numbers (vt_ops.h): element (b, h, i, j) is first + (b * width + h) N^2 + i N + j of
@@ -218,22 +295,41 @@ static __device__ __forceinline__ fa_smem<T> fa_carve(unsigned char *base, fa_di
   return m;
 }
 
-// Rows r0 .. r0+63 of an (N, D) matrix at src (row stride ld, elements S) into a (64, Dp) tile of
-// T (row stride ldt), zero past row N and column D. By the whole block.
-template <typename T, typename S>
-static __device__ __forceinline__ void load_tile(T *dst, int ldt, const S *src, int64_t ld, int r0,
+// Rows r0 .. r0+63 of an (N, D) matrix at src (row stride ld) into a (64, Dp) tile (row stride
+// ldt), zero past row N and column D. By the whole block. Where D and ld are whole 16-byte chunks
+// and src is 16-byte aligned (the heads of every timm width: D a multiple of 8), each thread
+// moves 16-byte chunks and issues up to 8 loads before it stores any, so that a tile's loads are
+// in flight together: one element per load, their L2 latencies came one after another, and that
+// was most of the attention's time on an H200 (tests/gpu/run.sh's per-op times). The chunks land
+// 16-byte aligned: tiles start 128-byte aligned and a row of ldt elements is a multiple of 16
+// bytes (fa_dims_of).
+template <typename T>
+static __device__ __forceinline__ void load_tile(T *dst, int ldt, const T *src, int64_t ld, int r0,
                                                  int N, int D, int Dp) {
+  const int E = 16 / (int)sizeof(T);  // elements per chunk; Dp, a multiple of 16, is whole chunks
+  if (D % E == 0 && ld % E == 0 && ((uintptr_t)src & 15) == 0) {
+    const int cpr = Dp / E, total = FA_TILE * cpr;
+    for (int i0 = threadIdx.x; i0 < total; i0 += 8 * FA_THREADS) {
+      uint4 v[8];
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const int i = i0 + j * FA_THREADS, r = i / cpr, c = (i - r * cpr) * E;
+        v[j] = make_uint4(0u, 0u, 0u, 0u);
+        if (i < total && r0 + r < N && c < D)
+          v[j] = *(const uint4 *)(src + (int64_t)(r0 + r) * ld + c);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const int i = i0 + j * FA_THREADS, r = i / cpr, c = (i - r * cpr) * E;
+        if (i < total) *(uint4 *)(dst + r * ldt + c) = v[j];
+      }
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < FA_TILE * Dp; i += FA_THREADS) {
     const int r = i / Dp, c = i - r * Dp;
-    const float v = (r0 + r < N && c < D) ? widen(src[(int64_t)(r0 + r) * ld + c]) : 0.0f;
-    dst[r * ldt + c] = narrow<T>(v);
+    dst[r * ldt + c] = (r0 + r < N && c < D) ? src[(int64_t)(r0 + r) * ld + c] : narrow<T>(0.0f);
   }
-}
-
-// Zeroes this warp's 16 rows of a (64, Dp) fp32 accumulator.
-static __device__ __forceinline__ void zero_rows(float *acc, int ldo, int Dp) {
-  const int w = threadIdx.x >> 5;
-  for (int i = threadIdx.x & 31; i < 16 * Dp; i += 32) acc[(16 * w + i / Dp) * ldo + i % Dp] = 0.0f;
 }
 
 // The block's (64, D) fp32 accumulator acc (rows r0.., ldo) times alpha into the rows of dst
@@ -260,7 +356,7 @@ static __device__ __forceinline__ void store_rows(float *dst, int64_t at, int64_
 // ---- forward -----------------------------------------------------------------------------------
 // Block (b*H + h, query tile). Each lane handles half of one row of the warp's 16: row
 // 16w + lane/2, columns (lane & 1) * 32 .. +31 of each 64-key step.
-template <typename T>
+template <typename T, int NF>
 static __global__ void __launch_bounds__(FA_THREADS)
     flash_fwd_kernel(T *out, float *lse, const T *qkv, int N, int H, int D, float scale,
                      const vt_dropout_mask drop, uint32_t stream) {
@@ -307,7 +403,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
   // Pass 2: O = sum over key tiles of p v, p = exp(s - L) (with dropout, d) as T (bf16: rounded,
   // the CPU's point).
   const uint64_t nrow = drop.p > 0.0f ? drop_base(drop, b, h, N) + (uint64_t)(q0 + row) * N : 0;
-  zero_rows(sO, d.ldo, d.Dp);
+  warp_acc<T, NF> o;
+  o.init(sOw, d.ldo, d.Dp);
   for (int k0 = 0; k0 < N; k0 += FA_TILE) {
     __syncthreads();
     load_tile(sK, d.ldt, kb, ld, k0, N, D, d.Dp);
@@ -323,9 +420,11 @@ static __global__ void __launch_bounds__(FA_THREADS)
       sPw[rr * d.ldp + c] = narrow<T>(p);
     }
     __syncwarp();
-    warp_accumulate(sOw, d.ldo, sPw, d.ldp, sV, d.ldt, d.Dp);
+    o.add(sPw, d.ldp, sV, d.ldt);
     __syncwarp();
   }
+  o.store();
+  __syncwarp();
   for (int i = lane; i < 16 * D; i += 32) {
     const int r = i / D, c = i - r * D;
     if (q0 + 16 * w + r < N)
@@ -337,7 +436,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // ---- backward: dq (and delta) ------------------------------------------------------------------
 // Block (b*H + h, query tile): delta_i = sum_d dout_id out_id for its rows (also written to
 // delta for the dk/dv kernel), then over the key tiles dS = p (dP - delta), dQ += dS K.
-template <typename T>
+template <typename T, int NF>
 static __global__ void __launch_bounds__(FA_THREADS)
     flash_dq_kernel(float *dqkv, float *part, float *delta, const T *dout, const T *qkv,
                     const T *out, const float *lse, int N, int H, int D, float scale,
@@ -354,20 +453,23 @@ static __global__ void __launch_bounds__(FA_THREADS)
   const int64_t at = (int64_t)b * N * C + (int64_t)h * D;  // this head's columns of out, dout
   load_tile(sQ, d.ldt, qb, ld, q0, N, D, d.Dp);
   load_tile(sdO, d.ldt, dout + at, C, q0, N, D, d.Dp);
+  load_tile(sK, d.ldt, out + at, C, q0, N, D, d.Dp);  // out's rows, until the first K tile
+  __syncthreads();
   for (int r = 0; r < 16; r++) {  // the warp's rows, one warp sum each
     const int q = q0 + 16 * w + r;
+    const T *dy = sdO + (16 * w + r) * d.ldt, *o = sK + (16 * w + r) * d.ldt;
     float s = 0.0f;
     if (q < N)
-      for (int c = lane; c < D; c += 32)
-        s += widen(dout[at + (int64_t)q * C + c]) * widen(out[at + (int64_t)q * C + c]);
+      for (int c = lane; c < D; c += 32) s += widen(dy[c]) * widen(o[c]);
     s = vt_warp_sum(s);
     if (lane == 0) {
       sD[16 * w + r] = s, sL[16 * w + r] = q < N ? lse[(int64_t)bh * N + q] : 0.0f;
       if (q < N) delta[(int64_t)bh * N + q] = s;
     }
   }
-  zero_rows(sdQ, d.ldo, d.Dp);
   float *sSw = sS + 16 * w * d.lds, *sdPw = sdP + 16 * w * d.lds, *sdQw = sdQ + 16 * w * d.ldo;
+  warp_acc<T, NF> acc_q;
+  acc_q.init(sdQw, d.ldo, d.Dp);
   T *sdSw = sdS + 16 * w * d.ldp;
   const T *sQw = sQ + 16 * w * d.ldt, *sdOw = sdO + 16 * w * d.ldt;
   for (int k0 = 0; k0 < N; k0 += FA_TILE) {
@@ -389,9 +491,10 @@ static __global__ void __launch_bounds__(FA_THREADS)
       sdSw[rr * d.ldp + c] = narrow<T>(pij * (dp - dl));
     }
     __syncwarp();
-    warp_accumulate(sdQw, d.ldo, sdSw, d.ldp, sK, d.ldt, d.Dp);
+    acc_q.add(sdSw, d.ldp, sK, d.ldt);
     __syncwarp();
   }
+  acc_q.store();
   const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;  // this tile's bias partials
   store_rows(dqkv, (int64_t)b * N * ld + (int64_t)h * D, ld, sdQ, d.ldo, scale, q0, N, D,
              sizeof(T) == 2, part ? part + chunk * ld + (int64_t)h * D : NULL);
@@ -401,7 +504,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // Block (b*H + h, key tile); each warp owns 16 keys and makes the transposed tiles S^T, dP^T,
 // P^T, dS^T for them (rows: its keys, columns: the step's 64 queries), so dV += P^T dO and
 // dK += dS^T Q read them row-major. Lane: key row 16w + lane/2, query columns (lane & 1)*32..+31.
-template <typename T>
+template <typename T, int NF>
 static __global__ void __launch_bounds__(FA_THREADS)
     flash_dkv_kernel(float *dqkv, float *part, const T *dout, const T *qkv, const float *lse,
                      const float *delta, int N, int H, int D, float scale,
@@ -418,10 +521,10 @@ static __global__ void __launch_bounds__(FA_THREADS)
   const T *dob = dout + (int64_t)b * N * C + (int64_t)h * D;
   load_tile(sK, d.ldt, kb, ld, k0, N, D, d.Dp);
   load_tile(sV, d.ldt, vb, ld, k0, N, D, d.Dp);
-  zero_rows(sdK, d.ldo, d.Dp);
-  zero_rows(sdV, d.ldo, d.Dp);
   float *sSw = sS + 16 * w * d.lds, *sdPw = sdP + 16 * w * d.lds;
-  float *sdKw = sdK + 16 * w * d.ldo, *sdVw = sdV + 16 * w * d.ldo;
+  warp_acc<T, NF> acc_k, acc_v;
+  acc_k.init(sdK + 16 * w * d.ldo, d.ldo, d.Dp);
+  acc_v.init(sdV + 16 * w * d.ldo, d.ldo, d.Dp);
   // P^T and dS^T take the place of S^T and dP^T once these are read (16 rows of ldp T fit in 16
   // rows of lds floats): 18 KiB less shared memory, two blocks per SM instead of one at D=64.
   T *sPw = (T *)sSw, *sdSw = (T *)sdPw;
@@ -458,10 +561,12 @@ static __global__ void __launch_bounds__(FA_THREADS)
     for (int j = 0; j < 32; j++)
       sPw[rr * d.ldp + c0 + j] = narrow<T>(pv[j]), sdSw[rr * d.ldp + c0 + j] = narrow<T>(dv[j]);
     __syncwarp();
-    warp_accumulate(sdVw, d.ldo, sPw, d.ldp, sdO, d.ldt, d.Dp);
-    warp_accumulate(sdKw, d.ldo, sdSw, d.ldp, sQ, d.ldt, d.Dp);
+    acc_v.add(sPw, d.ldp, sdO, d.ldt);
+    acc_k.add(sdSw, d.ldp, sQ, d.ldt);
     __syncwarp();
   }
+  acc_k.store();
+  acc_v.store();
   const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;
   const int64_t at = (int64_t)b * N * ld + (int64_t)h * D;
   float *pk = part ? part + chunk * ld + C + (int64_t)h * D : NULL;
@@ -501,20 +606,28 @@ static void fa_smem_allow(const char *op, const void *kernel, size_t need, int64
   }
 }
 
-template <typename T>
+// NF: the accumulators' 16-column fragments in bf16 (warp_acc): 4 up to D 64, else 8 (D 128, the
+// most the bf16 kernels take: fa_nf); fp32 keeps its accumulators in shared memory (any NF).
+static int fa_nf(const char *op, int64_t D, int bf16) {
+  VT_CHECK(!bf16 || D <= 128, "%s: head dim D=%lld: the bf16 attention kernels take D up to 128; "
+           "use more heads of a smaller dim", op, (long long)D);
+  return bf16 && D > 64 ? 8 : 4;
+}
+
+template <typename T, int NF>
 static void fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
                 int64_t D, const vt_dropout_mask &drop) {
   static int allowed;
   const dim3 grid = fa_grid("attention_fwd", B, N, H, D);
   const size_t smem = fa_bytes(fa_dims_of((int)D, sizeof(T)), sizeof(T), FA_FWD_SMEM);
-  fa_smem_allow("attention_fwd", (const void *)flash_fwd_kernel<T>, smem, D, &allowed);
-  flash_fwd_kernel<T><<<grid, FA_THREADS, smem, vt_cuda_stream()>>>(
+  fa_smem_allow("attention_fwd", (const void *)flash_fwd_kernel<T, NF>, smem, D, &allowed);
+  flash_fwd_kernel<T, NF><<<grid, FA_THREADS, smem, vt_cuda_stream()>>>(
       (T *)out, lse, (const T *)qkv, (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D), drop,
       vt_hash_name("dropout"));
   VT_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
+template <typename T, int NF>
 static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, const float *out,
                 const float *lse, int64_t B, int64_t N, int64_t H, int64_t D,
                 const vt_dropout_mask &drop) {
@@ -523,8 +636,8 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
   const fa_dims d = fa_dims_of((int)D, sizeof(T));
   const size_t smem_dq = fa_bytes(d, sizeof(T), FA_DQ_SMEM),
                smem_dkv = fa_bytes(d, sizeof(T), FA_DKV_SMEM);
-  fa_smem_allow("attention_bwd", (const void *)flash_dq_kernel<T>, smem_dq, D, &allowed_dq);
-  fa_smem_allow("attention_bwd", (const void *)flash_dkv_kernel<T>, smem_dkv, D, &allowed_dkv);
+  fa_smem_allow("attention_bwd", (const void *)flash_dq_kernel<T, NF>, smem_dq, D, &allowed_dq);
+  fa_smem_allow("attention_bwd", (const void *)flash_dkv_kernel<T, NF>, smem_dkv, D, &allowed_dkv);
   const float scale = 1.0f / sqrtf((float)D);
   const uint32_t stream = vt_hash_name("dropout");
   // Op scratch: delta (B, H, N), and with dbias the bias partials, one row of 3HD per (image,
@@ -535,11 +648,11 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
   const size_t at_part = vt_cuda_carve(&end, dbias ? (size_t)(nchunk * ld) * sizeof(float) : 0);
   char *base = (char *)vt_cuda_scratch(end);
   float *delta = (float *)(base + at_delta), *part = dbias ? (float *)(base + at_part) : NULL;
-  flash_dq_kernel<T><<<grid, FA_THREADS, smem_dq, vt_cuda_stream()>>>(
+  flash_dq_kernel<T, NF><<<grid, FA_THREADS, smem_dq, vt_cuda_stream()>>>(
       dqkv, part, delta, (const T *)dout, (const T *)qkv, (const T *)out, lse, (int)N, (int)H,
       (int)D, scale, drop, stream);
   VT_CUDA_CHECK_LAUNCH();
-  flash_dkv_kernel<T><<<grid, FA_THREADS, smem_dkv, vt_cuda_stream()>>>(
+  flash_dkv_kernel<T, NF><<<grid, FA_THREADS, smem_dkv, vt_cuda_stream()>>>(
       dqkv, part, (const T *)dout, (const T *)qkv, lse, delta, (int)N, (int)H, (int)D, scale,
       drop, stream);
   VT_CUDA_CHECK_LAUNCH();
@@ -637,8 +750,11 @@ static __global__ void latent_bwd_kernel(float *dq_part, T *dkv, float *dkv32, c
   }
 }
 
+// N floats, rounded up to whole 16-byte groups: the compiler reads the scores 4 at a time and
+// may read a partial last group whole (compute-sanitizer's memcheck on an H200 caught a 12-byte
+// read past N = 197 in latent_fwd_kernel<float>).
 static size_t la_smem(const char *op, int64_t B, int64_t N, int64_t H, int64_t D) {
-  const size_t need = (size_t)N * sizeof(float);
+  const size_t need = (size_t)(N + 3) / 4 * 4 * sizeof(float);
   VT_CHECK(B * H <= INT_MAX && 2 * H * D <= INT_MAX && N <= INT_MAX,
            "%s: B=%lld N=%lld H=%lld D=%lld are too large for one grid", op, (long long)B,
            (long long)N, (long long)H, (long long)D);
@@ -711,8 +827,10 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, 
                                       int64_t N, int64_t H, int64_t D,
                                       const vt_dropout_mask *drop) {
   // bf16 (vt_ops.h): qkv and out are bf16 activations; fp32: fp32 tensors.
-  if (vt_cuda_bf16()) fwd<__nv_bfloat16>(out, lse, qkv, B, N, H, D, drop_arg(drop));
-  else fwd<float>(out, lse, qkv, B, N, H, D, drop_arg(drop));
+  const int bf16 = vt_cuda_bf16(), nf = fa_nf("attention_fwd", D, bf16);
+  if (bf16 && nf == 8) fwd<__nv_bfloat16, 8>(out, lse, qkv, B, N, H, D, drop_arg(drop));
+  else if (bf16) fwd<__nv_bfloat16, 4>(out, lse, qkv, B, N, H, D, drop_arg(drop));
+  else fwd<float, 4>(out, lse, qkv, B, N, H, D, drop_arg(drop));
 }
 
 extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *dout,
@@ -721,6 +839,8 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *do
                                       const vt_dropout_mask *drop) {
   // bf16 (vt_ops.h): dout and dqkv are bf16 activations as well.
   const vt_dropout_mask m = drop_arg(drop);
-  if (vt_cuda_bf16()) bwd<__nv_bfloat16>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);
-  else bwd<float>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);
+  const int bf16 = vt_cuda_bf16(), nf = fa_nf("attention_bwd", D, bf16);
+  if (bf16 && nf == 8) bwd<__nv_bfloat16, 8>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);
+  else if (bf16) bwd<__nv_bfloat16, 4>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);
+  else bwd<float, 4>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);
 }

@@ -27,7 +27,8 @@
 #   import): a dry run of this script on a development machine.
 # Env: VT_GPU_BUILD build directory (default /tmp/vt_gpu_build[_cpu]; an existing one is reused),
 #   VT_GPU_BUDGET_S, VT_GPU_SLOW (1; multiplies each part's time limit, for slow dry-run
-#   machines), VT_BENCH_BATCH (128), VT_BENCH_BATCH_L (64, ViT-L), VT_PYTHON (python3).
+#   machines), VT_BENCH_BATCH (128), VT_BENCH_BATCH_L (64, ViT-L), VT_PYTHON (python3),
+#   VT_GPU_COMPILE (1; 0 skips torch.compile, a minute or two, for a rerun that has its figure).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cpu_only=0
@@ -204,9 +205,12 @@ if ((built)); then
   vargs=(--steps 20 --precision bf16 --layer-scale 0.2 --reg-tokens 2 --no-embed-class 1
          --qk-norm 1 --qkv-bias 0)
   vverdicts=""
-  for v in "seq|--proj-drop 0.1 --attn-drop 0.1 --pos-drop 0.1 --drop 0.1 --pre-logits 48" \
-           "par|--parallel-blocks 1 --opt lamb --bce-loss 1 --bce-target-thresh 0.05"; do
-    IFS='|' read -r vn vflags <<<"$v"
+  # Bands 2-20: the sequential variant, with dropout at four sites, is the most sensitive: its
+  # bf16 run on the CPU strays 6.6e-3 from its fp32 run by step 12 (grad norm 48%), and the first
+  # H200 run had CUDA bf16 2.3e-3 from the CPU twin at step 14; so 5e-3 there, 2e-3 for the other.
+  for v in "seq|5e-3|--proj-drop 0.1 --attn-drop 0.1 --pos-drop 0.1 --drop 0.1 --pre-logits 48" \
+           "par|2e-3|--parallel-blocks 1 --opt lamb --bce-loss 1 --bce-target-thresh 0.05"; do
+    IFS='|' read -r vn vtol vflags <<<"$v"
     vok=1
     for side in "gpu|$gdev" "cpu|cpu"; do
       IFS='|' read -r sname dev <<<"$side"
@@ -216,7 +220,7 @@ if ((built)); then
     label="$gdev bf16 vs cpu bf16, variants $vn"
     if ((vok)); then
       "$py" "$root/tests/compare_curves.py" "$work/var_${vn}_gpu/metrics.jsonl" \
-        "$work/var_${vn}_cpu/metrics.jsonl" --label "$label" --bands "1-1:1e-4,2-20:2e-3" \
+        "$work/var_${vn}_cpu/metrics.jsonl" --label "$label" --bands "1-1:1e-4,2-20:$vtol" \
         --tail-tol 1e-2 >>"$tlog" 2>&1
       vverdicts+="$vn: $(grep "^$label: VERDICT" "$tlog" | tail -1 | sed 's/.*VERDICT //'); "
     else
@@ -280,7 +284,9 @@ if "$py" -c 'import torch, timm' >/dev/null 2>&1; then
   run "$(cap 120 100)" "$plog" "$py" "$tb" --mode eager "${pargs[@]}"
   eager=$(grep -oE '^torch-bench mode=eager.*' "$plog" | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
   # torch.compile of ViT-B forward + backward takes a minute or two on 16 cores.
-  if (($(left) > 150)); then
+  if [[ ${VT_GPU_COMPILE:-1} == 0 ]]; then
+    note "torch.compile skipped: VT_GPU_COMPILE=0"
+  elif (($(left) > 150)); then
     run "$(cap 300 10)" "$plog" "$py" "$tb" --mode compile "${pargs[@]}"
     compiled=$(grep -oE '^torch-bench mode=compile.*' "$plog" | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
     [[ -z $compiled ]] && note "torch.compile: no result ($(grep -m1 -oE 'torch-bench SKIP.*' "$plog" || echo 'timed out or failed, see torch.log'))"
@@ -342,10 +348,19 @@ fi
 # block reductions and the flash attention kernels' tiles). Appended to ctest.log to stay within
 # 8 files.
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+# san_verdict RC FROM: the verdict of the sanitizer run whose report starts at line FROM of
+# ctest.log; with errors, the kernels they were found in. Hazards reported only inside cuBLAS's
+# own kernels (nvjet*, sm90_xmma*, cutlass*: its Hopper GEMMs, whose asynchronous copies and
+# barriers racecheck does not follow; the first H200 run saw 480 there) are told apart from ours.
 san_verdict() {
+  local ks ours
+  ks=$(tail -n +"$2" "$clog" | grep -oE '(^=+ +at|access at) (void )?[A-Za-z_][A-Za-z0-9_]*' |
+       awk '{print $NF}' | sort -u | xargs)
+  ours=$(tr ' ' '\n' <<<"$ks" | grep -vE '^(nvjet|sm[0-9]+_xmma|cutlass|cublas)' | xargs)
   case $1 in
     0) echo "clean" ;;
-    9) echo "FOUND ERRORS (see ctest.log)" ;;
+    9) if [[ -z $ours ]]; then echo "hazards only in cuBLAS's own kernels ($ks), none in ours"
+       else echo "FOUND ERRORS in $ours (see ctest.log)"; fi ;;
     124 | 137) echo "timed out" ;;
     *) echo "exit $1 (1: an op check failed; see ctest.log)" ;;
   esac
@@ -354,23 +369,26 @@ san_verdict() {
 if ((built)) && ((!cpu_only)) && [[ -n $san ]]; then
   if (($(left) > 60)); then
     echo "==== compute-sanitizer memcheck ====" >>"$clog"
+    from=$(($(wc -l <"$clog") + 1))
     run "$(cap 120 25)" "$clog" "$san" --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_ops"
-    note "memcheck of every op: $(san_verdict $?)"
+    note "memcheck of every op: $(san_verdict $? "$from")"
   fi
   # Two racecheck runs: the reductions first (quick), then the attention kernels (many shared-
   # memory accesses per thread: slow under racecheck) with whatever time is left.
   if (($(left) > 40)); then
     echo "==== compute-sanitizer racecheck ====" >>"$clog"
+    from=$(($(wc -l <"$clog") + 1))
     run "$(cap 60 30)" "$clog" "$san" --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_ops" \
       layernorm_bwd norm_mean_pool_bwd latent_attention_bwd cross_entropy_fwd sumsq linear_bwd \
       act_bwd
-    note "racecheck (layernorm_bwd, norm_mean_pool_bwd, latent_attention_bwd, cross_entropy_fwd, sumsq, linear_bwd, act_bwd): $(san_verdict $?)"
+    note "racecheck (layernorm_bwd, norm_mean_pool_bwd, latent_attention_bwd, cross_entropy_fwd, sumsq, linear_bwd, act_bwd): $(san_verdict $? "$from")"
   fi
   if (($(left) > 30)); then
     echo "==== compute-sanitizer racecheck, attention ====" >>"$clog"
+    from=$(($(wc -l <"$clog") + 1))
     run "$(cap 120 5)" "$clog" "$san" --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_ops" \
       attention_fwd attention_bwd
-    note "racecheck (attention_fwd, attention_bwd): $(san_verdict $?)"
+    note "racecheck (attention_fwd, attention_bwd): $(san_verdict $? "$from")"
   else
     note "racecheck skipped: $(left) s left"
   fi

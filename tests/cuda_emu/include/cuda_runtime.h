@@ -27,6 +27,13 @@ struct dim3 {
   unsigned x, y, z;
   dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
+struct __attribute__((aligned(16))) uint4 {  // CUDA's 16-byte vector (the tiles' chunks)
+  unsigned x, y, z, w;
+};
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+  uint4 v = {x, y, z, w};
+  return v;
+}
 typedef struct {
   char name[256];
   size_t totalGlobalMem;
