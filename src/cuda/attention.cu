@@ -45,34 +45,14 @@ __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) {
 }
 
 // ---- warp tile products ------------------------------------------------------------------------
-// c (16 x 16 fp32, row-major, ldc) = [c +] a (16 x K, row-major, lda) b (K x 16), K a multiple of
-// 16; b is row-major (ldb) or, with BT, given as its transpose: rows of bm are b's columns. All
-// operands in shared memory; the caller syncs the warp before and after (other lanes' elements).
+// A warp makes 16 rows of a tile product from operands in shared memory; the caller syncs the
+// warp before and after (other lanes' elements). Where a tile runs past N (the last of N = 197's
+// four tiles holds 5 rows), only its first ncols columns of scores (kn rounded up to 16) are
+// made and only its first kk rows of the second operand are summed over: the rest would add
+// products of zero probabilities and zero padding, which leave the sums' bits as they are.
 
-template <bool BT>
-static __device__ __forceinline__ void warp_mma(float *c, int ldc, const __nv_bfloat16 *a, int lda,
-                                                const __nv_bfloat16 *bm, int ldb, int K,
-                                                bool accumulate) {
-  using namespace nvcuda;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-  if (accumulate) wmma::load_matrix_sync(acc, c, ldc, wmma::mem_row_major);
-  else wmma::fill_fragment(acc, 0.0f);
-  for (int k = 0; k < K; k += 16) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-    wmma::load_matrix_sync(fa, a + k, lda);
-    if (BT) {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-      wmma::load_matrix_sync(fb, bm + k, ldb);
-      wmma::mma_sync(acc, fa, fb, acc);
-    } else {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-      wmma::load_matrix_sync(fb, bm + (int64_t)k * ldb, ldb);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-  }
-  wmma::store_matrix_sync(c, acc, ldc, wmma::mem_row_major);
-}
-
+// fp32: c (16 x 16, row-major, ldc) = [c +] a (16 x K, row-major, lda) b (K x 16), b row-major
+// (ldb) or, with BT, given as its transpose (rows of bm are b's columns). Plain FMAs.
 template <bool BT>
 static __device__ __forceinline__ void warp_mma(float *c, int ldc, const float *a, int lda,
                                                 const float *bm, int ldb, int K, bool accumulate) {
@@ -84,20 +64,21 @@ static __device__ __forceinline__ void warp_mma(float *c, int ldc, const float *
   }
 }
 
-// c (16 x 64) = a (16 x K) b^T, b given as 64 rows of K (bm row-major, ldb): 16 rows of scores.
-// In bf16 the four 16-column fragments are made together, so each 16 x 16 piece of a is loaded
-// once per k step rather than once per fragment; each fragment still sums its k steps in order.
+// c (16 x ncols) = a (16 x K) b^T, b given as ncols rows of K (bm row-major, ldb): 16 rows of
+// scores, ncols a multiple of 16 up to 64. In bf16 on WMMA (16x16x16, fp32 accumulators), the
+// 16-column fragments made together, so each 16 x 16 piece of a is loaded once per k step; each
+// fragment sums its k steps in order.
 template <typename T>
 static __device__ __forceinline__ void warp_scores(float *c, int ldc, const T *a, int lda,
-                                                   const T *bm, int ldb, int K) {
-  for (int n = 0; n < FA_TILE; n += 16)
+                                                   const T *bm, int ldb, int K, int ncols) {
+  for (int n = 0; n < ncols; n += 16)
     warp_mma<true>(c + n, ldc, a, lda, bm + n * ldb, ldb, K, false);
 }
 template <>
 __device__ __forceinline__ void warp_scores<__nv_bfloat16>(float *c, int ldc,
                                                            const __nv_bfloat16 *a, int lda,
                                                            const __nv_bfloat16 *bm, int ldb,
-                                                           int K) {
+                                                           int K, int ncols) {
   using namespace nvcuda;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FA_TILE / 16];
 #pragma unroll
@@ -106,29 +87,23 @@ __device__ __forceinline__ void warp_scores<__nv_bfloat16>(float *c, int ldc,
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
     wmma::load_matrix_sync(fa, a + k, lda);
 #pragma unroll
-    for (int n = 0; n < FA_TILE / 16; n++) {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-      wmma::load_matrix_sync(fb, bm + 16 * n * ldb + k, ldb);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
-    }
+    for (int n = 0; n < FA_TILE / 16; n++)
+      if (16 * n < ncols) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fb, bm + 16 * n * ldb + k, ldb);
+        wmma::mma_sync(acc[n], fa, fb, acc[n]);
+      }
   }
 #pragma unroll
   for (int n = 0; n < FA_TILE / 16; n++)
-    wmma::store_matrix_sync(c + 16 * n, acc[n], ldc, wmma::mem_row_major);
+    if (16 * n < ncols) wmma::store_matrix_sync(c + 16 * n, acc[n], ldc, wmma::mem_row_major);
 }
 
-// c (16 x Dp) += a (16 x 64) b, b (64 x Dp) row-major: 16 rows of an output accumulator.
-template <typename T>
-static __device__ __forceinline__ void warp_accumulate(float *c, int ldc, const T *a, int lda,
-                                                       const T *bm, int ldb, int Dp) {
-  for (int n = 0; n < Dp; n += 16) warp_mma<false>(c + n, ldc, a, lda, bm + n, ldb, FA_TILE, true);
-}
-
-// A warp's (16, Dp) fp32 output accumulator (O, dQ, dK or dV) over a kernel's steps. fp32
-// precision: its rows in shared memory (rows, ldc), warp_accumulate at each step. bf16: NF
-// WMMA fragments of 16 columns (Dp <= 16 NF) that stay in registers for the whole loop, each
-// 16 x 16 piece of a loaded once per k step for every fragment, and stored to rows at the end.
-// The same products summed in the same order either way: the bits are the same.
+// A warp's (16, Dp) fp32 output accumulator (O, dQ, dK or dV) over a kernel's steps, each step
+// adding a (16 x kk) b (kk x Dp, row-major), kk a multiple of 16 up to 64. fp32 precision: its
+// rows in shared memory (rows, ldc). bf16: NF WMMA fragments of 16 columns (Dp <= 16 NF) that
+// stay in registers for the whole loop, each 16 x 16 piece of a loaded once per k step for every
+// fragment, and stored to rows at the end.
 template <typename T, int NF>
 struct warp_acc {
   float *c;
@@ -137,8 +112,8 @@ struct warp_acc {
     c = rows, ldc = ld, Dp = dp;
     for (int i = threadIdx.x & 31; i < 16 * Dp; i += 32) c[i / Dp * ldc + i % Dp] = 0.0f;
   }
-  __device__ __forceinline__ void add(const T *a, int lda, const T *bm, int ldb) {
-    warp_accumulate(c, ldc, a, lda, bm, ldb, Dp);
+  __device__ __forceinline__ void add(const T *a, int lda, const T *bm, int ldb, int kk) {
+    for (int n = 0; n < Dp; n += 16) warp_mma<false>(c + n, ldc, a, lda, bm + n, ldb, kk, true);
   }
   __device__ __forceinline__ void store() const {}  // the rows hold it already
 };
@@ -153,9 +128,9 @@ struct warp_acc<__nv_bfloat16, NF> {
     for (int n = 0; n < NF; n++) nvcuda::wmma::fill_fragment(f[n], 0.0f);
   }
   __device__ __forceinline__ void add(const __nv_bfloat16 *a, int lda, const __nv_bfloat16 *bm,
-                                      int ldb) {
+                                      int ldb, int kk) {
     using namespace nvcuda;
-    for (int k = 0; k < FA_TILE; k += 16) {
+    for (int k = 0; k < kk; k += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
       wmma::load_matrix_sync(fa, a + k, lda);
 #pragma unroll
@@ -355,7 +330,8 @@ static __device__ __forceinline__ void store_rows(float *dst, int64_t at, int64_
 
 // ---- forward -----------------------------------------------------------------------------------
 // Block (b*H + h, query tile). Each lane handles half of one row of the warp's 16: row
-// 16w + lane/2, columns (lane & 1) * 32 .. +31 of each 64-key step.
+// 16w + lane/2, columns (lane & 1) * 32 .. +31 of each 64-key step. A warp whose rows are all
+// past N only helps load the tiles (here and in the backward kernels).
 template <typename T, int NF>
 static __global__ void __launch_bounds__(FA_THREADS)
     flash_fwd_kernel(T *out, float *lse, const T *qkv, int N, int H, int D, float scale,
@@ -372,6 +348,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
   float *sSw = sS + 16 * w * d.lds, *sOw = sO + 16 * w * d.ldo;
   T *sPw = sP + 16 * w * d.ldp;
   const T *sQw = sQ + 16 * w * d.ldt;
+  const bool live = q0 + 16 * w < N;
   load_tile(sQ, d.ldt, qb, ld, q0, N, D, d.Dp);
   // Pass 1: running maximum m and sum l of exp(s - m) over this lane's columns.
   float m = -INFINITY, l = 0.0f;
@@ -379,9 +356,10 @@ static __global__ void __launch_bounds__(FA_THREADS)
     __syncthreads();  // everyone is done with the previous K tile (and sQ is loaded)
     load_tile(sK, d.ldt, kb, ld, k0, N, D, d.Dp);
     __syncthreads();
-    warp_scores(sSw, d.lds, sQw, d.ldt, sK, d.ldt, d.Dp);
+    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
+    if (!live) continue;
+    warp_scores(sSw, d.lds, sQw, d.ldt, sK, d.ldt, d.Dp, kc);
     __syncwarp();
-    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE;
     float mt = -INFINITY;
     for (int c = c0; c < c0 + 32 && c < kn; c++) mt = fmaxf(mt, sSw[rr * d.lds + c] * scale);
     if (c0 < kn) {
@@ -410,17 +388,19 @@ static __global__ void __launch_bounds__(FA_THREADS)
     load_tile(sK, d.ldt, kb, ld, k0, N, D, d.Dp);
     load_tile(sV, d.ldt, vb, ld, k0, N, D, d.Dp);
     __syncthreads();
-    warp_scores(sSw, d.lds, sQw, d.ldt, sK, d.ldt, d.Dp);
+    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
+    if (!live) continue;
+    warp_scores(sSw, d.lds, sQw, d.ldt, sK, d.ldt, d.Dp, kc);
     __syncwarp();
-    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE;
-    const uint32_t keep = drop.p > 0.0f ? drop_keep32(drop, stream, nrow + k0 + c0) : 0;
-    for (int c = c0; c < c0 + 32; c++) {
+    const uint32_t keep =
+        drop.p > 0.0f && c0 < kn ? drop_keep32(drop, stream, nrow + k0 + c0) : 0;
+    for (int c = c0; c < c0 + 32 && c < kc; c++) {  // P's columns kn .. kc-1 are zeros
       float p = c < kn ? expf(sSw[rr * d.lds + c] * scale - L) : 0.0f;
       if (drop.p > 0.0f) p = drop_apply(drop, keep, c - c0, p);
       sPw[rr * d.ldp + c] = narrow<T>(p);
     }
     __syncwarp();
-    o.add(sPw, d.ldp, sV, d.ldt);
+    o.add(sPw, d.ldp, sV, d.ldt, kc);
     __syncwarp();
   }
   o.store();
@@ -472,26 +452,29 @@ static __global__ void __launch_bounds__(FA_THREADS)
   acc_q.init(sdQw, d.ldo, d.Dp);
   T *sdSw = sdS + 16 * w * d.ldp;
   const T *sQw = sQ + 16 * w * d.ldt, *sdOw = sdO + 16 * w * d.ldt;
+  const bool live = q0 + 16 * w < N;
   for (int k0 = 0; k0 < N; k0 += FA_TILE) {
     __syncthreads();
     load_tile(sK, d.ldt, kb, ld, k0, N, D, d.Dp);
     load_tile(sV, d.ldt, vb, ld, k0, N, D, d.Dp);
     __syncthreads();  // also makes sL, sD and the first step's sQ, sdO visible
-    warp_scores(sSw, d.lds, sQw, d.ldt, sK, d.ldt, d.Dp);    // s / scale
-    warp_scores(sdPw, d.lds, sdOw, d.ldt, sV, d.ldt, d.Dp);  // dP = dO V^T
+    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
+    if (!live) continue;
+    warp_scores(sSw, d.lds, sQw, d.ldt, sK, d.ldt, d.Dp, kc);    // s / scale
+    warp_scores(sdPw, d.lds, sdOw, d.ldt, sV, d.ldt, d.Dp, kc);  // dP = dO V^T
     __syncwarp();
-    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE;
     const float L = sL[16 * w + rr], dl = sD[16 * w + rr];
     const uint64_t nrow = drop_base(drop, b, h, N) + (uint64_t)(q0 + 16 * w + rr) * N;
-    const uint32_t keep = drop.p > 0.0f ? drop_keep32(drop, stream, nrow + k0 + c0) : 0;
-    for (int c = c0; c < c0 + 32; c++) {
+    const uint32_t keep =
+        drop.p > 0.0f && c0 < kn ? drop_keep32(drop, stream, nrow + k0 + c0) : 0;
+    for (int c = c0; c < c0 + 32 && c < kc; c++) {  // dS's columns kn .. kc-1 are zeros
       const float pij = c < kn ? expf(sSw[rr * d.lds + c] * scale - L) : 0.0f;
       float dp = sdPw[rr * d.lds + c];
       if (drop.p > 0.0f) dp = drop_apply(drop, keep, c - c0, dp);
       sdSw[rr * d.ldp + c] = narrow<T>(pij * (dp - dl));
     }
     __syncwarp();
-    acc_q.add(sdSw, d.ldp, sK, d.ldt);
+    acc_q.add(sdSw, d.ldp, sK, d.ldt, kc);
     __syncwarp();
   }
   acc_q.store();
@@ -529,6 +512,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
   // rows of lds floats): 18 KiB less shared memory, two blocks per SM instead of one at D=64.
   T *sPw = (T *)sSw, *sdSw = (T *)sdPw;
   const T *sKw = sK + 16 * w * d.ldt, *sVw = sV + 16 * w * d.ldt;
+  const bool live = k0 + 16 * w < N;
   for (int q0 = 0; q0 < N; q0 += FA_TILE) {
     __syncthreads();
     load_tile(sQ, d.ldt, qb, ld, q0, N, D, d.Dp);
@@ -539,30 +523,35 @@ static __global__ void __launch_bounds__(FA_THREADS)
       sD[i] = in ? delta[(int64_t)bh * N + q0 + i] : 0.0f;
     }
     __syncthreads();
-    warp_scores(sSw, d.lds, sKw, d.ldt, sQ, d.ldt, d.Dp);    // S^T / scale
-    warp_scores(sdPw, d.lds, sVw, d.ldt, sdO, d.ldt, d.Dp);  // dP^T = V dO^T
+    const int qn = N - q0 < FA_TILE ? N - q0 : FA_TILE, qc = (qn + 15) & ~15;
+    if (!live) continue;
+    warp_scores(sSw, d.lds, sKw, d.ldt, sQ, d.ldt, d.Dp, qc);    // S^T / scale
+    warp_scores(sdPw, d.lds, sVw, d.ldt, sdO, d.ldt, d.Dp, qc);  // dP^T = V dO^T
     __syncwarp();
-    const int qn = N - q0 < FA_TILE ? N - q0 : FA_TILE;
     // With dropout, this lane's key's column of the mask over its 32 queries.
     const uint64_t ncol = drop_base(drop, b, h, N) + (uint64_t)(q0 + c0) * N + k0 + 16 * w + rr;
-    const uint32_t keep = drop.p > 0.0f ? drop_keep32_strided(drop, stream, ncol, N) : 0;
+    const uint32_t keep =
+        drop.p > 0.0f && c0 < qn ? drop_keep32_strided(drop, stream, ncol, N) : 0;
     float pv[32], dv[32];  // this lane's half row, read in full before any lane overwrites
 #pragma unroll
     for (int j = 0; j < 32; j++) {
       const int c = c0 + j;
-      pv[j] = c < qn ? expf(sSw[rr * d.lds + c] * scale - sL[c]) : 0.0f;
-      float dp = sdPw[rr * d.lds + c];
-      if (drop.p > 0.0f) dp = drop_apply(drop, keep, j, dp);
-      dv[j] = pv[j] * (dp - sD[c]);
-      if (drop.p > 0.0f) pv[j] = drop_apply(drop, keep, j, pv[j]);
+      pv[j] = dv[j] = 0.0f;  // past qn (columns qc .. 63 were not made)
+      if (c < qn) {
+        pv[j] = expf(sSw[rr * d.lds + c] * scale - sL[c]);
+        float dp = sdPw[rr * d.lds + c];
+        if (drop.p > 0.0f) dp = drop_apply(drop, keep, j, dp);
+        dv[j] = pv[j] * (dp - sD[c]);
+        if (drop.p > 0.0f) pv[j] = drop_apply(drop, keep, j, pv[j]);
+      }
     }
     __syncwarp();
 #pragma unroll
     for (int j = 0; j < 32; j++)
       sPw[rr * d.ldp + c0 + j] = narrow<T>(pv[j]), sdSw[rr * d.ldp + c0 + j] = narrow<T>(dv[j]);
     __syncwarp();
-    acc_v.add(sPw, d.ldp, sdO, d.ldt);
-    acc_k.add(sdSw, d.ldp, sQ, d.ldt);
+    acc_v.add(sPw, d.ldp, sdO, d.ldt, qc);
+    acc_k.add(sdSw, d.ldp, sQ, d.ldt, qc);
     __syncwarp();
   }
   acc_k.store();
