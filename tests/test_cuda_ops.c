@@ -10,7 +10,8 @@
 // small runner per row. Each precision (vt_backend.h) is a column of `tol`: both backends run in
 // that precision; ops that do not depend on it have no bf16 column (-1) and run once.
 //
-// Usage: test_cuda_ops [--cpu] [OP...]. Exits 77 (CTest's skip) when no CUDA backend is usable.
+// Usage: test_cuda_ops [--cpu] [--shapes=N] [OP...]: N, the first N shapes of each op only (the
+// sanitizers' runs). Exits 77 (CTest's skip) when no CUDA backend is usable.
 // --cpu compares the CPU backend with itself, so the harness itself is exercised on machines
 // without a GPU (every error is then 0). Only the public op API (vt_ops.h, vt_backend.h); must
 // not depend on CUDA headers, MPI or the model.
@@ -1102,8 +1103,11 @@ static int wanted(const char *op, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-  int self = 0;
-  for (int i = 1; i < argc; i++) self |= strcmp(argv[i], "--cpu") == 0;
+  int self = 0, max_shapes = 1 << 30;
+  for (int i = 1; i < argc; i++) {
+    self |= strcmp(argv[i], "--cpu") == 0;
+    if (strncmp(argv[i], "--shapes=", 9) == 0) max_shapes = atoi(argv[i] + 9);
+  }
   const char *why = NULL;
   const vt_backend *cpu = vt_backend_get(VT_DEVICE_CPU, NULL);
   const vt_backend *gpu = self ? cpu : vt_backend_get(VT_DEVICE_CUDA, &why);
@@ -1123,7 +1127,8 @@ int main(int argc, char **argv) {
       if (!wanted(o->op, argc, argv) || o->tol[t.prec] < 0) continue;
       t.op = o->op;
       t.tol = o->tol[t.prec];
-      for (int s = 0; s < (int)(sizeof o->shapes / sizeof o->shapes[0]) && o->shapes[s][0] > 0;
+      for (int s = 0; s < (int)(sizeof o->shapes / sizeof o->shapes[0]) && o->shapes[s][0] > 0 &&
+                      s < max_shapes;
            s++) {
         const int64_t *d = o->shapes[s];
         int ndims = 1, k = snprintf(t.shape, sizeof t.shape, "%s=", o->dims);

@@ -11,13 +11,13 @@
 #      model variants (LayerScale, registers, QK-norm, no qkv bias, dropout; parallel blocks
 #      with LAMB and BCE on binary targets) on both
 #   4. ViT-B/16 at 224 px, bf16 (and fp32 when time allows), on CUDA: bench_gpu (one
-#      device-resident batch) and the
-#      trainer's own metrics line (images/s, MFU with --peak-tflops 989), against timm's
-#      vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW, same batch), eager and
-#      torch.compile, measured in the same run when python3 imports torch and timm; then
-#      ViT-L/16 (bench_gpu against timm's vit_large_patch16_224, eager) when time is left
-#      and the time per op (bench_gpu --ops) when time allows, and the weights' bf16 copy held
-#      per step against rounded at each GEMM (VT_WEIGHT_COPY=0) at batch 16
+#      device-resident batch) and the trainer's own metrics line (images/s, MFU with
+#      --peak-tflops 989), against timm's vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW,
+#      same batch), eager and torch.compile, measured in the same run when python3 imports torch
+#      and timm; then, as time allows, ViT-L/16 (bench_gpu against timm's
+#      vit_large_patch16_224, eager), the time per op (bench_gpu --ops), again on the cuBLAS path
+#      (VT_CUBLASLT=0) for the linear forward, and the weights' bf16 copy held per step against
+#      rounded at each GEMM (VT_WEIGHT_COPY=0) at batch 16
 #   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
 #   6. a summary (also in $OUT/summary.txt)
 # Logs go to $OUT when set (the device tool brings back at most 8 files: these are exactly 8),
@@ -328,6 +328,18 @@ if ((built)) && (($(left) > 90)); then
   note "per-op ms per step, bf16 $model batch $mb, largest first (synchronized): ${top:-none (see bench.log)}"
 fi
 
+# The linear forward ran at half the backward's rate on the H200 (about 265 against 595 TFLOP/s,
+# 2026-12-04): its per-op time again on the cuBLAS path (VT_CUBLASLT=0: the bias broadcast, then
+# cublasGemmEx) says whether cuBLASLt's bias epilogue or algorithm choice is the cause.
+if ((built && !cpu_only)) && (($(left) > 100)); then
+  echo "==== per-op times, VT_CUBLASLT=0 ====" >>"$blog2"
+  from=$(($(wc -l <"$blog2") + 1))
+  run "$(cap 60 60)" "$blog2" env VT_CUBLASLT=0 "$bench" "${bargs[@]}" --precision bf16 --ops
+  lf0=$(tail -n +"$from" "$blog2" | grep -E '^vit3d-bench op linear_fwd ' | awk '{print $5}')
+  lf=$(grep -E '^vit3d-bench op linear_fwd ' "$blog2" | head -1 | awk '{print $5}')
+  note "linear_fwd ms per step, bf16 $model batch $mb: cuBLASLt ${lf:-n/a}, cuBLAS (VT_CUBLASLT=0) ${lf0:-n/a}"
+fi
+
 # The weights' bf16 copy held per step (hold_weights) against rounding each weight at each GEMM
 # (VT_WEIGHT_COPY=0), at a small batch where the rounding weighs most: the same bits, the time.
 if ((built)) && (($(left) > 120)); then
@@ -374,7 +386,8 @@ if ((built)) && ((!cpu_only)) && [[ -n $san ]]; then
     note "memcheck of every op: $(san_verdict $? "$from")"
   fi
   # Two racecheck runs: the reductions first (quick), then the attention kernels (many shared-
-  # memory accesses per thread: slow under racecheck) with whatever time is left.
+  # memory accesses per thread: slow under racecheck; all 11 shapes in both precisions did not
+  # finish in 113 s, so their first 3: N 197, 5 and 300, D 64, 7 and 8) with the time left.
   if (($(left) > 40)); then
     echo "==== compute-sanitizer racecheck ====" >>"$clog"
     from=$(($(wc -l <"$clog") + 1))
@@ -387,8 +400,8 @@ if ((built)) && ((!cpu_only)) && [[ -n $san ]]; then
     echo "==== compute-sanitizer racecheck, attention ====" >>"$clog"
     from=$(($(wc -l <"$clog") + 1))
     run "$(cap 120 5)" "$clog" "$san" --tool racecheck --error-exitcode 9 "$build/tests/test_cuda_ops" \
-      attention_fwd attention_bwd
-    note "racecheck (attention_fwd, attention_bwd): $(san_verdict $? "$from")"
+      --shapes=3 attention_fwd attention_bwd
+    note "racecheck (attention_fwd, attention_bwd, their first 3 shapes): $(san_verdict $? "$from")"
   else
     note "racecheck skipped: $(left) s left"
   fi
