@@ -21,10 +21,13 @@ struct vt_src_plain {  // x as it is
 // COLSUM_ROWS rows (a constant, never derived from the GPU); its COLSUM_Y lanes per column walk
 // the chunk's rows y, y+COLSUM_Y, ... in order, one thread adds the lane partials in lane order
 // into the chunk's partial sums; then each column adds its chunks in order. With y set, the first
-// stage also stores each value in y (as bf16 with y_bf16: vt_put), so the source is read once.
+// stage also stores each value in y (as bf16 with y_bf16: vt_put), so the source is read once;
+// a lane reads COLSUM_BATCH of its rows before it adds or stores any (the stores may alias the
+// source, so the compiler could not load ahead of them: one load's latency per row).
 #define COLSUM_X 32
 #define COLSUM_Y 16
 #define COLSUM_ROWS 512
+#define COLSUM_BATCH 4
 template <class Src>
 static __global__ void colsum_partial_kernel(float *part, float *y, int y_bf16, Src src,
                                              int64_t M, int64_t C) {
@@ -34,10 +37,21 @@ static __global__ void colsum_partial_kernel(float *part, float *y, int y_bf16, 
   const int64_t m1 = m0 + COLSUM_ROWS < M ? m0 + COLSUM_ROWS : M;
   float acc = 0.0f;
   if (c < C)
-    for (int64_t m = m0 + threadIdx.y; m < m1; m += COLSUM_Y) {
-      const float v = src(m * C + c);
-      acc += v;
-      if (y) vt_put(y, m * C + c, v, y_bf16);
+    for (int64_t m = m0 + threadIdx.y; m < m1; m += COLSUM_BATCH * COLSUM_Y) {
+      float v[COLSUM_BATCH];  // loaded before any is stored: the loads are in flight together
+#pragma unroll
+      for (int k = 0; k < COLSUM_BATCH; k++) {
+        const int64_t r = m + k * COLSUM_Y;
+        v[k] = r < m1 ? src(r * C + c) : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < COLSUM_BATCH; k++) {
+        const int64_t r = m + k * COLSUM_Y;
+        if (r < m1) {
+          acc += v[k];
+          if (y) vt_put(y, r * C + c, v[k], y_bf16);
+        }
+      }
     }
   lanes[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();

@@ -75,6 +75,34 @@ static __device__ __forceinline__ float vt_get(const float *x, int64_t i, int bf
   return bf16 ? __bfloat162float(((const __nv_bfloat16 *)x)[i]) : x[i];
 }
 
+// The 8 bf16 values of a 16-byte chunk (element 2k in the low half of word k), widened exactly to
+// float, and 8 floats rounded to bf16 (nearest even) into a chunk: element-wise kernels move
+// bf16 activations 16 bytes per load and store (vt_chunks16).
+static __device__ __forceinline__ void vt_bf16x8_widen(uint4 v, float f[8]) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    f[2 * k] = __uint_as_float(w[k] << 16);
+    f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+static __device__ __forceinline__ uint4 vt_bf16x8_narrow(const float f[8]) {
+  unsigned w[4];
+#pragma unroll
+  for (int k = 0; k < 4; k++)
+    w[k] = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * k])) |
+           (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * k + 1])) << 16;
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// 1 when count elements of esize bytes at each pointer are whole 16-byte chunks, 16-byte aligned
+// (a NULL pointer passes): the chunked path of an element-wise kernel.
+static inline int vt_chunks16(int64_t count, size_t esize, const void *a, const void *b,
+                              const void *c) {
+  return count * (int64_t)esize % 16 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 &&
+         (uintptr_t)c % 16 == 0;
+}
+
 // Warp-wide sums and maxima by a butterfly of shuffles: every lane ends with the same value, and
 // the order of additions depends only on the lane numbers, so the result is the same bit for bit
 // on every run (design.md's determinism contract; no atomics). All 32 lanes must take part.

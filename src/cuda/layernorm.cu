@@ -14,6 +14,10 @@
 #include "../vt_ops.h"
 
 #define LN_WARPS 8  // rows (warps) per block of the row kernels
+// A lane's elements c, c + 32, ... of a row in batches of LN_BATCH, each batch loaded before any
+// of it is stored: a store the compiler cannot prove apart from the next loads kept one load's
+// latency per element (the sums still add the elements in order).
+#define LN_BATCH 4
 
 static unsigned row_blocks(int64_t M) {
   const int64_t b = (M + LN_WARPS - 1) / LN_WARPS;
@@ -38,10 +42,16 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
   if (add) {
     float *xs = sum + row * C;
     const float *b = add + row * C;
-    for (int64_t c = lane; c < C; c += 32) {
-      const float v = x[c] + b[c];
-      xs[c] = v;
-      s += v;
+    for (int64_t c0 = lane; c0 < C; c0 += 32 * LN_BATCH) {
+      float v[LN_BATCH];
+#pragma unroll
+      for (int k = 0; k < LN_BATCH; k++) {
+        const int64_t c = c0 + 32 * k;
+        v[k] = c < C ? x[c] + b[c] : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < LN_BATCH; k++)
+        if (c0 + 32 * k < C) xs[c0 + 32 * k] = v[k], s += v[k];
     }
     x = xs;
   } else {
@@ -55,8 +65,17 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
   }
   var = vt_warp_sum(var);
   const float r = 1.0f / sqrtf(var / (float)C + eps);
-  for (int64_t c = lane; c < C; c += 32)
-    vt_put(out, row * C + c, (x[c] - mu) * r * weight[c] + bias[c], bf16);
+  for (int64_t c0 = lane; c0 < C; c0 += 32 * LN_BATCH) {
+    float v[LN_BATCH];
+#pragma unroll
+    for (int k = 0; k < LN_BATCH; k++) {
+      const int64_t c = c0 + 32 * k;
+      v[k] = c < C ? (x[c] - mu) * r * weight[c] + bias[c] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < LN_BATCH; k++)
+      if (c0 + 32 * k < C) vt_put(out, row * C + c0 + 32 * k, v[k], bf16);
+  }
   if (lane == 0) {
     mean[row] = mu;
     rstd[row] = r;
@@ -82,9 +101,17 @@ static __global__ void layernorm_dinp_kernel(float *dinp, const float *dout, con
   sg = vt_warp_sum(sg) / (float)C;
   sgx = vt_warp_sum(sgx) / (float)C;
   float *dx = dinp + row * C;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float v = r * (dy[c] * weight[c] - sg - (x[c] - mu) * r * sgx);
-    dx[c] = add ? dx[c] + v : v;
+  for (int64_t c0 = lane; c0 < C; c0 += 32 * LN_BATCH) {
+    float v[LN_BATCH];
+#pragma unroll
+    for (int k = 0; k < LN_BATCH; k++) {
+      const int64_t c = c0 + 32 * k;
+      const float w = c < C ? r * (dy[c] * weight[c] - sg - (x[c] - mu) * r * sgx) : 0.0f;
+      v[k] = add && c < C ? dx[c] + w : w;
+    }
+#pragma unroll
+    for (int k = 0; k < LN_BATCH; k++)
+      if (c0 + 32 * k < C) dx[c0 + 32 * k] = v[k];
   }
 }
 

@@ -24,3 +24,4 @@ static inline float __bfloat162float(__nv_bfloat16 b) {
   memcpy(&f, &u, 4);
   return f;
 }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.x; }

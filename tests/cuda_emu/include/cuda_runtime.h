@@ -106,6 +106,11 @@ T shfl_xor(T v, int o) {
 #define __syncwarp(...) vt_emu::sync_warp()
 // A product rounded on its own (the host compiler of the emulation fuses nothing anyway).
 static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __uint_as_float(unsigned u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
 
 cudaError_t cudaMalloc(void **p, size_t n);
 template <class T>
