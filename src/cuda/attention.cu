@@ -13,12 +13,15 @@
 // so that p is rounded at the CPU twin's point (one extra q k^T, ~2% of a ViT block's FLOPs).
 // Dropout of the probabilities (timm's attn_drop) draws its mask from Philox numbers in each
 // kernel (one call per 4 numbers along a row, per number along a column in the dk/dv kernel);
-// nothing is stored. Reads the heads straight out of the timm qkv layout. At the end the
-// one-query form of MAP pooling (latent_attention). C-style CUDA, no STL. Must not depend on
+// nothing is stored. Reads the heads straight out of the timm qkv layout. In bf16 with D <= 64
+// the same work runs on mma.sync kernels whose scores stay in registers (their section below).
+// At the end the one-query form of MAP pooling (latent_attention). C-style CUDA, no STL. Must not depend on
 // MPI, NCCL or the model.
 #include <limits.h>
 #include <math.h>
 #include <mma.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "colsum.cuh"
 #include "cuda_common.h"
@@ -563,6 +566,417 @@ static __global__ void __launch_bounds__(FA_THREADS)
   store_rows(dqkv, at + 2 * C, ld, sdV, d.ldo, 1.0f, k0, N, D, sizeof(T) == 2, pk ? pk + C : NULL);
 }
 
+// ---- bf16 on mma.sync, D up to 64 ---------------------------------------------------------------
+// The same blocks, passes, rounding points and dropout as the kernels above, but a warp's tile
+// products are PTX mma.sync m16n8k16 (vt_mma16816) whose fragments stay in registers: scores,
+// probabilities and their gradients never go through shared memory; only the tiles of the
+// operands do. A lane holds, of each 8-column block j of a 16-row score tile, rows g and g + 8
+// (g = lane / 4), columns 8j + 2t and the next (t = lane % 4): exactly the A operand layout of
+// the next product's probabilities (two blocks per 16-wide k step), so p and dS go from
+// accumulators to operands in registers. An operand read along its rows as the B of a product
+// (V in P V; K in dS K; dO, Q in P^T dO, dS^T Q) is kept transposed in shared memory, so every
+// fragment is two 4-byte reads. Selected for bf16 with D <= 64 (ViT-S/B/L; VT_ATTN_MMA=0 keeps
+// the WMMA kernels); NK = Dp / 16.
+#define MMA_NB (FA_TILE / 8)  // 8-column blocks of a 64-wide score tile
+#define MMA_LDT (FA_TILE + 8)  // row stride of a transposed (Dp, 64) tile, in elements
+
+typedef __nv_bfloat16 bf16_t;
+
+static __device__ __forceinline__ unsigned ld_pair(const bf16_t *p) {  // two bf16, 4-byte aligned
+  return *(const unsigned *)p;
+}
+
+// A fragment: rows 0..15, columns 0..15 of a row-major bf16 tile at p (ld elements).
+static __device__ __forceinline__ void frag_a(unsigned a[4], const bf16_t *p, int ld) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const bf16_t *q = p + g * ld + 2 * t;
+  a[0] = ld_pair(q), a[1] = ld_pair(q + 8 * ld);
+  a[2] = ld_pair(q + 8), a[3] = ld_pair(q + 8 * ld + 8);
+}
+
+// B fragment (16 k x 8 n) from a tile holding it as 8 rows of 16 (rows n, columns k; ld).
+static __device__ __forceinline__ void frag_b(unsigned b[2], const bf16_t *p, int ld) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const bf16_t *q = p + g * ld + 2 * t;
+  b[0] = ld_pair(q), b[1] = ld_pair(q + 8);
+}
+
+// s (16 x 64, the lane's share) = a (16 x 16 NK, fragments in registers) b^T, b the first ncols
+// rows (a multiple of 16) of a row-major tile (ld); blocks past ncols are zero.
+template <int NK>
+static __device__ __forceinline__ void mma_scores(float s[MMA_NB][4], const unsigned a[NK][4],
+                                                  const bf16_t *bm, int ld, int ncols) {
+#pragma unroll
+  for (int j = 0; j < MMA_NB; j++) {
+    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    if (8 * j < ncols)
+#pragma unroll
+      for (int kk = 0; kk < NK; kk++) {
+        unsigned b[2];
+        frag_b(b, bm + 8 * j * ld + 16 * kk, ld);
+        vt_mma16816(s[j], a[kk], b);
+      }
+  }
+}
+
+// The A fragment of a k16 step from the lane's share of its two 8-column blocks of a score tile
+// (x[jj][i]: block jj, row g + 8 (i >> 1), column 2t + (i & 1)), rounded to bf16.
+static __device__ __forceinline__ void pack_a(unsigned a[4], const float x[2][4]) {
+  a[0] = vt_pack_bf16x2(x[0][0], x[0][1]), a[1] = vt_pack_bf16x2(x[0][2], x[0][3]);
+  a[2] = vt_pack_bf16x2(x[1][0], x[1][1]), a[3] = vt_pack_bf16x2(x[1][2], x[1][3]);
+}
+
+// acc (16 x 16 NK, the lane's share) += p (16 x kc, as A fragments of k16 step kk: pa) b, b
+// (kc x 16 NK) given transposed in shared memory (rows: its columns; MMA_LDT).
+template <int NK>
+static __device__ __forceinline__ void mma_accumulate(float acc[2 * NK][4], const unsigned pa[4],
+                                                      const bf16_t *bt, int kk) {
+#pragma unroll
+  for (int jd = 0; jd < 2 * NK; jd++) {
+    unsigned b[2];
+    frag_b(b, bt + 8 * jd * MMA_LDT + 16 * kk, MMA_LDT);
+    vt_mma16816(acc[jd], pa, b);
+  }
+}
+
+// Rows r0 .. r0+63 of an (N, D) bf16 matrix (row stride ld) transposed into a (Dp, 64) tile
+// (row stride MMA_LDT): element (r, c) at dst[c * MMA_LDT + r], zero past row N and column D.
+// Moved as load_tile moves a tile, in 16-byte chunks where it can.
+static __device__ __forceinline__ void load_tile_t(bf16_t *dst, const bf16_t *src, int64_t ld,
+                                                   int r0, int N, int D, int Dp) {
+  if (D % 8 == 0 && ld % 8 == 0 && ((uintptr_t)src & 15) == 0) {
+    const int cpr = Dp / 8, total = FA_TILE * cpr;
+    for (int i0 = threadIdx.x; i0 < total; i0 += 8 * FA_THREADS) {
+      uint4 v[8];
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const int i = i0 + j * FA_THREADS, r = i / cpr, c = (i - r * cpr) * 8;
+        v[j] = make_uint4(0u, 0u, 0u, 0u);
+        if (i < total && r0 + r < N && c < D)
+          v[j] = *(const uint4 *)(src + (int64_t)(r0 + r) * ld + c);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const int i = i0 + j * FA_THREADS, r = i / cpr, c = (i - r * cpr) * 8;
+        if (i >= total) continue;
+        const unsigned w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+        unsigned short *d = (unsigned short *)dst + c * MMA_LDT + r;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+          d[2 * k * MMA_LDT] = (unsigned short)(w[k] & 0xffffu),
+          d[(2 * k + 1) * MMA_LDT] = (unsigned short)(w[k] >> 16);
+      }
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < FA_TILE * Dp; i += FA_THREADS) {
+    const int c = i / FA_TILE, r = i - c * FA_TILE;
+    dst[c * MMA_LDT + r] =
+        (r0 + r < N && c < D) ? src[(int64_t)(r0 + r) * ld + c] : narrow<bf16_t>(0.0f);
+  }
+}
+
+// A probability's dropout: fl(p * scale) where element n of the mask is kept, else 0.
+static __device__ __forceinline__ float drop_one(const vt_dropout_mask &m, uint32_t stream,
+                                                 uint64_t n, float p) {
+  return vt_rng_uniform_inline(m.seed, stream, m.site, n) >= m.p ? __fmul_rn(p, m.scale) : 0.0f;
+}
+
+// The forward (flash_fwd_kernel's passes). Shared memory: Q, K (64, Dp + 8) and V^T (Dp, 72).
+template <int NK>
+static __global__ void __launch_bounds__(FA_THREADS)
+    mma_fwd_kernel(bf16_t *out, float *lse, const bf16_t *qkv, int N, int H, int D, float scale,
+                   const vt_dropout_mask drop, uint32_t stream) {
+  extern __shared__ __align__(128) unsigned char fa_shared[];
+  const int Dp = 16 * NK, ldt = Dp + 8;
+  bf16_t *sQ = (bf16_t *)fa_shared, *sK = sQ + FA_TILE * ldt, *sVt = sK + FA_TILE * ldt;
+  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * FA_TILE;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t C = (int64_t)H * D, ld = 3 * C;
+  const bf16_t *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
+  const bool live = q0 + 16 * w < N;
+  const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};  // this lane's two rows
+  load_tile(sQ, ldt, qb, ld, q0, N, D, Dp);
+  __syncthreads();
+  unsigned qf[NK][4];
+#pragma unroll
+  for (int kk = 0; kk < NK; kk++) frag_a(qf[kk], sQ + 16 * w * ldt + 16 * kk, ldt);
+  // Pass 1: each lane's running maximum and sum over its columns, then the quad's.
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int k0 = 0; k0 < N; k0 += FA_TILE) {
+    __syncthreads();
+    load_tile(sK, ldt, kb, ld, k0, N, D, Dp);
+    __syncthreads();
+    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
+    if (!live) continue;
+    float s[MMA_NB][4];
+    mma_scores<NK>(s, qf, sK, ldt, kc);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      float mt = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < MMA_NB; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+          if (8 * j + 2 * t + e < kn) mt = fmaxf(mt, s[j][2 * r + e] * scale);
+      if (mt == -INFINITY) continue;  // none of this lane's columns in this tile
+      const float mn = fmaxf(m[r], mt);
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < MMA_NB; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+          if (8 * j + 2 * t + e < kn) sum += expf(s[j][2 * r + e] * scale - mn);
+      l[r] = l[r] * expf(m[r] - mn) + sum;  // m = -inf at first: l is 0 then
+      m[r] = mn;
+    }
+  }
+  float L[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+#pragma unroll
+    for (int x = 1; x <= 2; x <<= 1) {  // the quad's lanes, pairwise (the same bits on each)
+      const float mo = __shfl_xor_sync(0xffffffffu, m[r], x);
+      const float lo = __shfl_xor_sync(0xffffffffu, l[r], x);
+      const float mm = fmaxf(m[r], mo);
+      l[r] = (m[r] > -INFINITY ? l[r] * expf(m[r] - mm) : 0.0f) +
+             (mo > -INFINITY ? lo * expf(mo - mm) : 0.0f);
+      m[r] = mm;
+    }
+    L[r] = m[r] + logf(l[r]);
+    if (t == 0 && row[r] < N) lse[(int64_t)bh * N + row[r]] = L[r];
+  }
+  // Pass 2: O = sum over key tiles of p v, p = exp(s - L) (with dropout, d) rounded to bf16.
+  float o[2 * NK][4];
+#pragma unroll
+  for (int jd = 0; jd < 2 * NK; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.0f;
+  const uint64_t nbase = drop.p > 0.0f ? drop_base(drop, b, h, N) : 0;
+  for (int k0 = 0; k0 < N; k0 += FA_TILE) {
+    __syncthreads();
+    load_tile(sK, ldt, kb, ld, k0, N, D, Dp);
+    load_tile_t(sVt, vb, ld, k0, N, D, Dp);
+    __syncthreads();
+    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
+    if (!live) continue;
+    float s[MMA_NB][4];
+    mma_scores<NK>(s, qf, sK, ldt, kc);
+#pragma unroll
+    for (int kk = 0; kk < MMA_NB / 2; kk++) {
+      if (16 * kk >= kc) break;
+      float p[2][4];  // blocks 2kk, 2kk + 1
+#pragma unroll
+      for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const int r = i >> 1, col = 8 * (2 * kk + jj) + 2 * t + (i & 1);
+          float v = col < kn ? expf(s[2 * kk + jj][i] * scale - L[r]) : 0.0f;
+          if (drop.p > 0.0f && col < kn)
+            v = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, v);
+          p[jj][i] = v;
+        }
+      unsigned pa[4];
+      pack_a(pa, p);
+      mma_accumulate<NK>(o, pa, sVt, kk);
+    }
+  }
+#pragma unroll
+  for (int jd = 0; jd < 2 * NK; jd++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int r = row[i >> 1], c = 8 * jd + 2 * t + (i & 1);
+      if (r < N && c < D)
+        out[((int64_t)b * N + r) * C + (int64_t)h * D + c] = narrow<bf16_t>(o[jd][i]);
+    }
+}
+
+// The lane's share of a (16, 16 NK) fp32 accumulator into rows 16w.. of a (64, ldo) shared one
+// (for store_rows, which the caller runs after every warp has put its rows).
+template <int NK>
+static __device__ __forceinline__ void mma_put_rows(float *rows, int ldo,
+                                                    const float acc[2 * NK][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int jd = 0; jd < 2 * NK; jd++)
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+      rows[(g + 8 * (i >> 1)) * ldo + 8 * jd + 2 * t + (i & 1)] = acc[jd][i];
+}
+
+// dq and delta (flash_dq_kernel's work). Shared memory: Q, dO, K, V (64, Dp + 8), K^T (Dp, 72),
+// lse and delta (64 floats each); after the loop the K tiles hold the fp32 dQ rows.
+template <int NK>
+static __global__ void __launch_bounds__(FA_THREADS)
+    mma_dq_kernel(float *dqkv, float *part, float *delta, const bf16_t *dout, const bf16_t *qkv,
+                  const bf16_t *out, const float *lse, int N, int H, int D, float scale,
+                  const vt_dropout_mask drop, uint32_t stream) {
+  extern __shared__ __align__(128) unsigned char fa_shared[];
+  const int Dp = 16 * NK, ldt = Dp + 8, ldo = Dp + 4;
+  bf16_t *sQ = (bf16_t *)fa_shared, *sdO = sQ + FA_TILE * ldt, *sK = sdO + FA_TILE * ldt;
+  bf16_t *sV = sK + FA_TILE * ldt, *sKt = sV + FA_TILE * ldt;
+  float *sL = (float *)(sKt + Dp * MMA_LDT), *sD = sL + FA_TILE, *sdQ = (float *)sK;
+  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * FA_TILE;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t C = (int64_t)H * D, ld = 3 * C;
+  const bf16_t *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
+  const int64_t at = (int64_t)b * N * C + (int64_t)h * D;  // this head's columns of out, dout
+  load_tile(sQ, ldt, qb, ld, q0, N, D, Dp);
+  load_tile(sdO, ldt, dout + at, C, q0, N, D, Dp);
+  load_tile(sK, ldt, out + at, C, q0, N, D, Dp);  // out's rows, until the first K tile
+  __syncthreads();
+  for (int r = 0; r < 16; r++) {  // delta, as flash_dq_kernel makes it (the same bits)
+    const int q = q0 + 16 * w + r;
+    const bf16_t *dy = sdO + (16 * w + r) * ldt, *o = sK + (16 * w + r) * ldt;
+    float sum = 0.0f;
+    if (q < N)
+      for (int c = lane; c < D; c += 32) sum += widen(dy[c]) * widen(o[c]);
+    sum = vt_warp_sum(sum);
+    if (lane == 0) {
+      sD[16 * w + r] = sum, sL[16 * w + r] = q < N ? lse[(int64_t)bh * N + q] : 0.0f;
+      if (q < N) delta[(int64_t)bh * N + q] = sum;
+    }
+  }
+  __syncwarp();
+  unsigned qf[NK][4], dof[NK][4];
+#pragma unroll
+  for (int kk = 0; kk < NK; kk++) {
+    frag_a(qf[kk], sQ + 16 * w * ldt + 16 * kk, ldt);
+    frag_a(dof[kk], sdO + 16 * w * ldt + 16 * kk, ldt);
+  }
+  const float L[2] = {sL[16 * w + g], sL[16 * w + g + 8]};
+  const float dl[2] = {sD[16 * w + g], sD[16 * w + g + 8]};
+  const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
+  const uint64_t nbase = drop.p > 0.0f ? drop_base(drop, b, h, N) : 0;
+  const bool live = q0 + 16 * w < N;
+  float acc[2 * NK][4];
+#pragma unroll
+  for (int jd = 0; jd < 2 * NK; jd++) acc[jd][0] = acc[jd][1] = acc[jd][2] = acc[jd][3] = 0.0f;
+  for (int k0 = 0; k0 < N; k0 += FA_TILE) {
+    __syncthreads();
+    load_tile(sK, ldt, kb, ld, k0, N, D, Dp);
+    load_tile(sV, ldt, vb, ld, k0, N, D, Dp);
+    load_tile_t(sKt, kb, ld, k0, N, D, Dp);
+    __syncthreads();
+    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
+    if (!live) continue;
+    float sc[MMA_NB][4], dp[MMA_NB][4];
+    mma_scores<NK>(sc, qf, sK, ldt, kc);   // s / scale
+    mma_scores<NK>(dp, dof, sV, ldt, kc);  // dP = dO V^T
+#pragma unroll
+    for (int kk = 0; kk < MMA_NB / 2; kk++) {
+      if (16 * kk >= kc) break;
+      float ds[2][4];  // blocks 2kk, 2kk + 1
+#pragma unroll
+      for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const int r = i >> 1, j = 2 * kk + jj, col = 8 * j + 2 * t + (i & 1);
+          const float pij = col < kn ? expf(sc[j][i] * scale - L[r]) : 0.0f;
+          float d = dp[j][i];
+          if (drop.p > 0.0f && col < kn)
+            d = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, d);
+          ds[jj][i] = pij * (d - dl[r]);
+        }
+      unsigned da[4];
+      pack_a(da, ds);
+      mma_accumulate<NK>(acc, da, sKt, kk);
+    }
+  }
+  __syncthreads();  // the K tiles are free: they take the fp32 rows
+  mma_put_rows<NK>(sdQ + 16 * w * ldo, ldo, acc);
+  const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;  // this tile's bias partials
+  store_rows(dqkv, (int64_t)b * N * ld + (int64_t)h * D, ld, sdQ, ldo, scale, q0, N, D, 1,
+             part ? part + chunk * ld + (int64_t)h * D : NULL);
+}
+
+// dk and dv (flash_dkv_kernel's work): warps own 16 keys and make the transposed tiles S^T, dP^T
+// in registers. Shared memory: K, V, Q, dO (64, Dp + 8), Q^T, dO^T (Dp, 72), lse and delta (64
+// floats each); after the loop the tiles hold the fp32 dK and dV rows.
+template <int NK>
+static __global__ void __launch_bounds__(FA_THREADS)
+    mma_dkv_kernel(float *dqkv, float *part, const bf16_t *dout, const bf16_t *qkv,
+                   const float *lse, const float *delta, int N, int H, int D, float scale,
+                   const vt_dropout_mask drop, uint32_t stream) {
+  extern __shared__ __align__(128) unsigned char fa_shared[];
+  const int Dp = 16 * NK, ldt = Dp + 8, ldo = Dp + 4;
+  bf16_t *sK = (bf16_t *)fa_shared, *sV = sK + FA_TILE * ldt, *sQ = sV + FA_TILE * ldt;
+  bf16_t *sdO = sQ + FA_TILE * ldt, *sQt = sdO + FA_TILE * ldt, *sdOt = sQt + Dp * MMA_LDT;
+  float *sL = (float *)(sdOt + Dp * MMA_LDT), *sD = sL + FA_TILE;
+  float *sdK = (float *)fa_shared, *sdV = sdK + FA_TILE * ldo;
+  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, k0 = blockIdx.y * FA_TILE;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t C = (int64_t)H * D, ld = 3 * C;
+  const bf16_t *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
+  const bf16_t *dob = dout + (int64_t)b * N * C + (int64_t)h * D;
+  load_tile(sK, ldt, kb, ld, k0, N, D, Dp);
+  load_tile(sV, ldt, vb, ld, k0, N, D, Dp);
+  __syncthreads();
+  unsigned kf[NK][4], vf[NK][4];
+#pragma unroll
+  for (int kk = 0; kk < NK; kk++) {
+    frag_a(kf[kk], sK + 16 * w * ldt + 16 * kk, ldt);
+    frag_a(vf[kk], sV + 16 * w * ldt + 16 * kk, ldt);
+  }
+  const int key[2] = {k0 + 16 * w + g, k0 + 16 * w + g + 8};
+  const uint64_t nbase = drop.p > 0.0f ? drop_base(drop, b, h, N) : 0;
+  const bool live = k0 + 16 * w < N;
+  float ak[2 * NK][4], av[2 * NK][4];
+#pragma unroll
+  for (int jd = 0; jd < 2 * NK; jd++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) ak[jd][i] = av[jd][i] = 0.0f;
+  for (int q0 = 0; q0 < N; q0 += FA_TILE) {
+    __syncthreads();
+    load_tile(sQ, ldt, qb, ld, q0, N, D, Dp);
+    load_tile(sdO, ldt, dob, C, q0, N, D, Dp);
+    load_tile_t(sQt, qb, ld, q0, N, D, Dp);
+    load_tile_t(sdOt, dob, C, q0, N, D, Dp);
+    for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
+      const bool in = q0 + i < N;
+      sL[i] = in ? lse[(int64_t)bh * N + q0 + i] : 0.0f;
+      sD[i] = in ? delta[(int64_t)bh * N + q0 + i] : 0.0f;
+    }
+    __syncthreads();
+    const int qn = N - q0 < FA_TILE ? N - q0 : FA_TILE, qc = (qn + 15) & ~15;
+    if (!live) continue;
+    float st[MMA_NB][4], dpt[MMA_NB][4];
+    mma_scores<NK>(st, kf, sQ, ldt, qc);    // S^T / scale
+    mma_scores<NK>(dpt, vf, sdO, ldt, qc);  // dP^T = V dO^T
+#pragma unroll
+    for (int kk = 0; kk < MMA_NB / 2; kk++) {
+      if (16 * kk >= qc) break;
+      float pv[2][4], dv[2][4];  // blocks 2kk, 2kk + 1 of P^T and dS^T
+#pragma unroll
+      for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const int r = i >> 1, j = 2 * kk + jj, c = 8 * j + 2 * t + (i & 1);
+          pv[jj][i] = dv[jj][i] = 0.0f;  // past qn
+          if (c < qn) {
+            float p = expf(st[j][i] * scale - sL[c]), d = dpt[j][i];
+            const uint64_t n = nbase + (uint64_t)(q0 + c) * N + key[r];
+            if (drop.p > 0.0f) d = drop_one(drop, stream, n, d);
+            dv[jj][i] = p * (d - sD[c]);
+            if (drop.p > 0.0f) p = drop_one(drop, stream, n, p);
+            pv[jj][i] = p;
+          }
+        }
+      unsigned pa[4], da[4];
+      pack_a(pa, pv);
+      pack_a(da, dv);
+      mma_accumulate<NK>(av, pa, sdOt, kk);
+      mma_accumulate<NK>(ak, da, sQt, kk);
+    }
+  }
+  __syncthreads();  // the tiles are free: they take the fp32 rows of dK and dV
+  mma_put_rows<NK>(sdK + 16 * w * ldo, ldo, ak);
+  mma_put_rows<NK>(sdV + 16 * w * ldo, ldo, av);
+  const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;
+  const int64_t at = (int64_t)b * N * ld + (int64_t)h * D;
+  float *pk = part ? part + chunk * ld + C + (int64_t)h * D : NULL;
+  store_rows(dqkv, at + C, ld, sdK, ldo, scale, k0, N, D, 1, pk);
+  store_rows(dqkv, at + 2 * C, ld, sdV, ldo, 1.0f, k0, N, D, 1, pk ? pk + C : NULL);
+}
+
 // ---- host side -------------------------------------------------------------------------------
 
 // The grid of a kernel over (image, head) pairs and tiles of N, and a check that its shared
@@ -616,6 +1030,26 @@ static void fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N, 
   VT_CUDA_CHECK_LAUNCH();
 }
 
+// The backward's op scratch: delta (B, H, N), and with dbias the bias partials, one row of 3HD
+// per (image, tile of N): each block writes its head's columns of its row; bwd_bias then sums
+// the rows in order into dbias.
+static void bwd_scratch(int64_t B, int64_t N, int64_t H, int64_t D, unsigned tiles, int dbias,
+                        float **delta, float **part) {
+  const int64_t nchunk = B * tiles, ld = 3 * H * D;
+  size_t end = 0;
+  const size_t at_delta = vt_cuda_carve(&end, (size_t)(B * H * N) * sizeof(float));
+  const size_t at_part = vt_cuda_carve(&end, dbias ? (size_t)(nchunk * ld) * sizeof(float) : 0);
+  char *base = (char *)vt_cuda_scratch(end);
+  *delta = (float *)(base + at_delta), *part = dbias ? (float *)(base + at_part) : NULL;
+}
+
+static void bwd_bias(float *dbias, const float *part, int64_t nchunk, int64_t ld) {
+  if (!dbias) return;
+  colsum_final_kernel<<<vt_cuda_blocks(ld, 256), 256, 0, vt_cuda_stream()>>>(dbias, part, nchunk,
+                                                                            ld);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
 template <typename T, int NF>
 static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, const float *out,
                 const float *lse, int64_t B, int64_t N, int64_t H, int64_t D,
@@ -629,14 +1063,8 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
   fa_smem_allow("attention_bwd", (const void *)flash_dkv_kernel<T, NF>, smem_dkv, D, &allowed_dkv);
   const float scale = 1.0f / sqrtf((float)D);
   const uint32_t stream = vt_hash_name("dropout");
-  // Op scratch: delta (B, H, N), and with dbias the bias partials, one row of 3HD per (image,
-  // tile): each block writes its head's columns of its row; then the rows are summed in order.
-  const int64_t nchunk = B * grid.y, ld = 3 * H * D;
-  size_t end = 0;
-  const size_t at_delta = vt_cuda_carve(&end, (size_t)(B * H * N) * sizeof(float));
-  const size_t at_part = vt_cuda_carve(&end, dbias ? (size_t)(nchunk * ld) * sizeof(float) : 0);
-  char *base = (char *)vt_cuda_scratch(end);
-  float *delta = (float *)(base + at_delta), *part = dbias ? (float *)(base + at_part) : NULL;
+  float *delta, *part;
+  bwd_scratch(B, N, H, D, grid.y, dbias != NULL, &delta, &part);
   flash_dq_kernel<T, NF><<<grid, FA_THREADS, smem_dq, vt_cuda_stream()>>>(
       dqkv, part, delta, (const T *)dout, (const T *)qkv, (const T *)out, lse, (int)N, (int)H,
       (int)D, scale, drop, stream);
@@ -645,11 +1073,33 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
       dqkv, part, (const T *)dout, (const T *)qkv, lse, delta, (int)N, (int)H, (int)D, scale,
       drop, stream);
   VT_CUDA_CHECK_LAUNCH();
-  if (dbias) {
-    colsum_final_kernel<<<vt_cuda_blocks(ld, 256), 256, 0, vt_cuda_stream()>>>(dbias, part,
-                                                                              nchunk, ld);
-    VT_CUDA_CHECK_LAUNCH();
-  }
+  bwd_bias(dbias, part, B * grid.y, 3 * H * D);
+}
+
+template <int NK>
+static void mma_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
+                    const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
+                    int64_t D, const vt_dropout_mask &drop) {
+  static int allowed_dq, allowed_dkv;
+  const dim3 grid = fa_grid("attention_bwd", B, N, H, D);
+  const size_t tile = (size_t)FA_TILE * (16 * NK + 8), tile_t = (size_t)16 * NK * MMA_LDT;
+  const size_t smem_dq = (4 * tile + tile_t) * sizeof(bf16_t) + 2 * FA_TILE * sizeof(float),
+               smem_dkv = (4 * tile + 2 * tile_t) * sizeof(bf16_t) + 2 * FA_TILE * sizeof(float);
+  fa_smem_allow("attention_bwd", (const void *)mma_dq_kernel<NK>, smem_dq, D, &allowed_dq);
+  fa_smem_allow("attention_bwd", (const void *)mma_dkv_kernel<NK>, smem_dkv, D, &allowed_dkv);
+  const float scale = 1.0f / sqrtf((float)D);
+  const uint32_t stream = vt_hash_name("dropout");
+  float *delta, *part;
+  bwd_scratch(B, N, H, D, grid.y, dbias != NULL, &delta, &part);
+  mma_dq_kernel<NK><<<grid, FA_THREADS, smem_dq, vt_cuda_stream()>>>(
+      dqkv, part, delta, (const bf16_t *)dout, (const bf16_t *)qkv, (const bf16_t *)out, lse,
+      (int)N, (int)H, (int)D, scale, drop, stream);
+  VT_CUDA_CHECK_LAUNCH();
+  mma_dkv_kernel<NK><<<grid, FA_THREADS, smem_dkv, vt_cuda_stream()>>>(
+      dqkv, part, (const bf16_t *)dout, (const bf16_t *)qkv, lse, delta, (int)N, (int)H, (int)D,
+      scale, drop, stream);
+  VT_CUDA_CHECK_LAUNCH();
+  bwd_bias(dbias, part, B * grid.y, 3 * H * D);
 }
 
 // ---- one latent query per head (MAP pooling) ---------------------------------------------------
@@ -812,10 +1262,43 @@ static vt_dropout_mask drop_arg(const vt_dropout_mask *drop) {
   return m;
 }
 
+// The mma.sync kernels for bf16 with D <= 64, unless VT_ATTN_MMA=0 (the WMMA kernels then, as
+// for larger D and fp32).
+static int mma_path(int64_t D) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("VT_ATTN_MMA");
+    on = !(e && strcmp(e, "0") == 0);
+  }
+  return on && vt_cuda_bf16() && D <= 64;
+}
+
+template <int NK>
+static void mma_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
+                    int64_t D, const vt_dropout_mask &drop) {
+  static int allowed;
+  const dim3 grid = fa_grid("attention_fwd", B, N, H, D);
+  const size_t smem = (size_t)(2 * FA_TILE * (16 * NK + 8) + 16 * NK * MMA_LDT) * sizeof(bf16_t);
+  fa_smem_allow("attention_fwd", (const void *)mma_fwd_kernel<NK>, smem, D, &allowed);
+  mma_fwd_kernel<NK><<<grid, FA_THREADS, smem, vt_cuda_stream()>>>(
+      (bf16_t *)out, lse, (const bf16_t *)qkv, (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D),
+      drop, vt_hash_name("dropout"));
+  VT_CUDA_CHECK_LAUNCH();
+}
+
 extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int64_t B,
                                       int64_t N, int64_t H, int64_t D,
                                       const vt_dropout_mask *drop) {
   // bf16 (vt_ops.h): qkv and out are bf16 activations; fp32: fp32 tensors.
+  if (mma_path(D)) {
+    const vt_dropout_mask m = drop_arg(drop);
+    switch ((D + 15) / 16) {
+      case 1: mma_fwd<1>(out, lse, qkv, B, N, H, D, m); return;
+      case 2: mma_fwd<2>(out, lse, qkv, B, N, H, D, m); return;
+      case 3: mma_fwd<3>(out, lse, qkv, B, N, H, D, m); return;
+      default: mma_fwd<4>(out, lse, qkv, B, N, H, D, m); return;
+    }
+  }
   const int bf16 = vt_cuda_bf16(), nf = fa_nf("attention_fwd", D, bf16);
   if (bf16 && nf == 8) fwd<__nv_bfloat16, 8>(out, lse, qkv, B, N, H, D, drop_arg(drop));
   else if (bf16) fwd<__nv_bfloat16, 4>(out, lse, qkv, B, N, H, D, drop_arg(drop));
@@ -828,6 +1311,14 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *do
                                       const vt_dropout_mask *drop) {
   // bf16 (vt_ops.h): dout and dqkv are bf16 activations as well.
   const vt_dropout_mask m = drop_arg(drop);
+  if (mma_path(D)) {
+    switch ((D + 15) / 16) {
+      case 1: mma_bwd<1>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m); return;
+      case 2: mma_bwd<2>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m); return;
+      case 3: mma_bwd<3>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m); return;
+      default: mma_bwd<4>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m); return;
+    }
+  }
   const int bf16 = vt_cuda_bf16(), nf = fa_nf("attention_bwd", D, bf16);
   if (bf16 && nf == 8) bwd<__nv_bfloat16, 8>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);
   else if (bf16) bwd<__nv_bfloat16, 4>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);

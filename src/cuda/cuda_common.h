@@ -75,6 +75,30 @@ static __device__ __forceinline__ float vt_get(const float *x, int64_t i, int bf
   return bf16 ? __bfloat162float(((const __nv_bfloat16 *)x)[i]) : x[i];
 }
 
+// d (16 x 8, fp32) += a (16 x 16, bf16) b (16 x 8, bf16): one mma.sync.aligned.m16n8k16 of the
+// warp (every lane calls it), fragments in the PTX ISA's layout (g = lane / 4, t = lane % 4; A:
+// register r holds row g + 8 (r & 1), columns 2t + 8 (r >> 1) and the next; B: register r holds
+// rows 2t + 8r and the next of column g; d[i]: row g + 8 (i >> 1), column 2t + (i & 1); the first
+// of two bf16 in the low half). The CPU emulation (tests/cuda_emu) has its own.
+#ifdef VT_CUDA_EMULATION
+#define vt_mma16816 vt_emu::mma16816
+#else
+static __device__ __forceinline__ void vt_mma16816(float d[4], const unsigned a[4],
+                                                   const unsigned b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
+// Two floats rounded to bf16 (nearest even) in one register, the first in the low half.
+static __device__ __forceinline__ unsigned vt_pack_bf16x2(float lo, float hi) {
+  return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+         (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
+}
+
 // The 8 bf16 values of a 16-byte chunk (element 2k in the low half of word k), widened exactly to
 // float, and 8 floats rounded to bf16 (nearest even) into a chunk: element-wise kernels move
 // bf16 activations 16 bytes per load and store (vt_chunks16).

@@ -52,6 +52,8 @@ static double g_slots_d[32][32];
 const dim3 &tid_of(fiber *f) { return f->tid; }
 int lane_of() { return g_cur->lane; }
 float *warp_slots_f() { return g_slots_f[g_cur->warp]; }
+static mma_regs g_mma_slots[32][32];
+mma_regs *warp_mma_slots() { return g_mma_slots[g_cur->warp]; }
 double *warp_slots_d() { return g_slots_d[g_cur->warp]; }
 
 void sync_block() {

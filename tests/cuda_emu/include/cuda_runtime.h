@@ -78,6 +78,42 @@ template <class F>
 launcher<F> launch(F *k, dim3 g, dim3 b, size_t shm = 0, cudaStream_t st = 0) {
   return launcher<F>{k, g, b, shm, st};
 }
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (src/cuda/cuda_common.h's vt_mma16816):
+// every lane of the warp brings its fragment registers in the PTX ISA's layout (g = lane / 4,
+// t = lane % 4; A, 16 x 16: register r holds row g + 8 (r & 1), columns 2t + 8 (r >> 1) and the
+// next; B, 16 x 8: register r holds rows 2t + 8r and the next of column g; C and D, 16 x 8: d[i]
+// is row g + 8 (i >> 1), column 2t + (i & 1); a register's first element in its low half). The
+// products are exact and summed in k order onto d; real tensor cores sum in their own order.
+struct mma_regs {
+  unsigned a[4], b[2];
+};
+mma_regs *warp_mma_slots();  // the warp's 32 lanes' registers
+inline float mma_half(unsigned reg, int hi) {
+  const unsigned u = (hi ? reg >> 16 : reg & 0xffffu) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+inline void mma16816(float d[4], const unsigned a[4], const unsigned b[2]) {
+  mma_regs *s = warp_mma_slots();
+  const int lane = lane_of();
+  for (int r = 0; r < 4; r++) s[lane].a[r] = a[r];
+  s[lane].b[0] = b[0], s[lane].b[1] = b[1];
+  sync_warp();
+  const int g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; i++) {
+    const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    float acc = d[i];
+    for (int k = 0; k < 16; k++) {
+      const float x = mma_half(s[(row % 8) * 4 + (k % 8) / 2].a[row / 8 + 2 * (k / 8)], k & 1);
+      const float y = mma_half(s[col * 4 + (k % 8) / 2].b[k / 8], k & 1);
+      acc += x * y;
+    }
+    d[i] = acc;
+  }
+  sync_warp();
+}
+
 template <class T>
 T shfl_xor(T v, int o) {
   T *s = (T *)(sizeof(T) == 4 ? (void *)warp_slots_f() : (void *)warp_slots_d());
@@ -90,6 +126,7 @@ T shfl_xor(T v, int o) {
 }
 }  // namespace vt_emu
 
+#define VT_CUDA_EMULATION 1  // src/cuda/cuda_common.h: vt_mma16816 is vt_emu::mma16816
 #define __global__
 #define __device__
 #define __host__
