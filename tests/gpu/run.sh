@@ -140,10 +140,11 @@ if ((built)); then
   grep -q "SKIP:" "$clog" && verdict="SKIPPED (no usable GPU: $(grep -m1 -oE 'SKIP:.*' "$clog"))"
   note "ctest ${sel[*]}: $verdict - $(grep -E 'tests passed|tests failed' "$clog" | tail -1); $(grep -oE '[0-9]+ checks, .* failed.*' "$clog" | tail -1)"
   # The bf16 attention with D <= 64 runs on mma.sync kernels whose fragment layouts were only
-  # emulated before a GPU ran them (src/cuda/attention.cu); when its rows fail, one rerun with
-  # the WMMA kernels (VT_ATTN_MMA=0) says whether they are the cause, and if so the rest of this
-  # script runs without them.
-  if ((crc != 0 && !cpu_only)) && grep -qE "bf16 attention_(fwd|bwd) .*FAIL" "$clog"; then
+  # emulated before a GPU ran them (src/cuda/attention.cu); when the op test fails (or dies) and
+  # its attention rows alone fail too, one rerun with the WMMA kernels (VT_ATTN_MMA=0) says
+  # whether they are the cause, and if so the rest of this script runs without them.
+  if ((crc != 0 && !cpu_only)) &&
+    ! run "$(cap 60 200)" "$clog" "$build/tests/test_cuda_ops" attention_fwd attention_bwd; then
     if run "$(cap 60 200)" "$clog" env VT_ATTN_MMA=0 "$build/tests/test_cuda_ops" attention_fwd \
       attention_bwd; then
       export VT_ATTN_MMA=0
