@@ -270,15 +270,23 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   w->rank = rank, w->t_start = vt_seconds();
   int64_t lo, count;
   vt_optimizer_write_range(opt, &lo, &count);
-  // bufs: 0 the weights, 1 and 2 AdamW's (LAMB's) two moments or 1 SGD's momentum, 3 the EMA
+  // bufs: 0 the weights, 1 and 2 AdamW's (LAMB's) two moments or 1 SGD's momentum, 3 the EMA.
+  // The moments of the leading wholly frozen layers are zeros that optim.safetensors leaves out
+  // (the manifest's optim_from_layer): their buffers start at the first element it holds, the
+  // first of those layers' successors (grad_first), skip elements into this rank's range.
   const int one = vt_opt_state_buffers(opt->cfg.kind) == 1;  // one momentum buffer (SGD, LARS)
+  const int64_t skip = m->grad_first <= lo ? 0 : m->grad_first >= lo + count ? count
+                                                                             : m->grad_first - lo;
   for (int k = 0; k < 4; k++) {
     if ((k == 2 && one) || (k == 3 && !opt->ema)) continue;
-    w->bufs[k] = malloc((size_t)(count + 1) * sizeof(float));
+    const int64_t n = k == 1 || k == 2 ? count - skip : count;
+    w->bufs[k] = malloc((size_t)(n + 1) * sizeof(float));
     VT_CHECK(w->bufs[k] != NULL, "out of host memory for a checkpoint");
   }
   m->be->to_host(w->bufs[0], m->params + lo, (size_t)count * sizeof(float));
-  vt_optimizer_get_range(opt, lo, count, w->bufs[0], w->bufs[1], w->bufs[2], w->bufs[3]);
+  if (w->bufs[3]) memcpy(w->bufs[3], w->bufs[0], (size_t)skip * sizeof(float));  // EMA = weights
+  vt_optimizer_get_range(opt, lo + skip, count - skip, w->bufs[0] + skip, w->bufs[1], w->bufs[2],
+                         w->bufs[3] ? w->bufs[3] + skip : NULL);
   // The files and what each holds, under timm's names with a prefix: the weights, the
   // optimizer's state (torch.optim's names: AdamW's exp_avg and exp_avg_sq, SGD's
   // momentum_buffer) but for the leading wholly frozen layers (zeros: the manifest's
@@ -296,10 +304,11 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
     char path[1100];
     snprintf(path, sizeof path, "%.1000s/%s", w->tmp, names[f]);
     vt_model_file *file = &w->files[f];
+    const int64_t from = f == 1 ? skip : 0;  // the moments' buffers start skip elements on
     if (st == VT_OK)
       st = vt_model_file_plan(file, m, path, prefixes[f],
-                              (const float *const *)w->bufs + first[f], kinds[f], lo, count,
-                              f == 1 ? m->frozen_layers : 0, err, errlen);
+                              (const float *const *)w->bufs + first[f], kinds[f], lo + from,
+                              count - from, f == 1 ? m->frozen_layers : 0, err, errlen);
     if (st == VT_OK && rank == 0)
       st = vt_partfile_create(path, file->layout.head, file->layout.head_nbytes,
                               file->layout.file_nbytes, &file->share, err, errlen);

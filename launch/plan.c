@@ -40,11 +40,15 @@ double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval) {
 }
 
 // Host memory a rank holds from a checkpoint save until its part is written: its 1/dp slice
-// of its local table's weights, optimizer state (Adam's two moments, SGD's one buffer) and EMA
-// (launch/ckpt.c).
-static double save_mib(const vt_train_options *o, int64_t total) {
-  const int copies = 1 + vt_opt_state_buffers(o->optim.kind) + (o->optim.ema_decay > 0);
-  return (double)((total + o->dp - 1) / o->dp) * 4.0 * copies / (1 << 20);
+// of its local table's weights and EMA, and of its optimizer state (Adam's two moments, SGD's
+// one buffer) at most the elements from grad_first on (launch/ckpt.c: none for the leading
+// wholly frozen layers).
+static double save_mib(const vt_train_options *o, int64_t total, int64_t grad_first) {
+  const int64_t slice = (total + o->dp - 1) / o->dp, trained = total - grad_first;
+  const int64_t moments = slice < trained ? slice : trained;
+  const int whole = 1 + (o->optim.ema_decay > 0);
+  return ((double)slice * whole + (double)moments * vt_opt_state_buffers(o->optim.kind)) * 4.0 /
+         (1 << 20);
 }
 
 void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base,
@@ -76,7 +80,7 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
   if (o->save_dir[0])
     snprintf(host + strlen(host), sizeof host - strlen(host), "%s%.1f MiB at each checkpoint "
              "save", host[0] ? ", " : "; on the host: ",
-             save_mib(o, m->table.total));
+             save_mib(o, m->table.total, m->grad_first));
   vt_log_all_ranks(1);
   vt_log_info("memory plan (%s): blocks %s%s%s, parameters %.1f MiB%s, gradients %.1f MiB, "
               "optimizer %.1f MiB, activations %.1f MiB (%d of %d %s in flight%s%s); "
@@ -152,8 +156,10 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   // with the weights' bf16 copy on CUDA in bf16 (vt_model_hold_weights)
   sp->params = (double)(t.total * 4 + vt_weight_copy_nbytes(t.total, o->device == VT_DEVICE_CUDA,
                                                              o->precision)) * mib;
-  // no gradients for the frozen prefix's layers (vt_model.grad_first)
-  sp->grads = (double)vt_grad_buffer_nbytes(t.total, vt_params_grad_first(&t, leading)) * mib;
+  // no gradients for the frozen prefix's layers (vt_model.grad_first), nor their moments' host
+  // copies at a save
+  const int64_t grad_first = vt_params_grad_first(&t, leading);
+  sp->grads = (double)vt_grad_buffer_nbytes(t.total, grad_first) * mib;
   const int64_t trained = t.total - vt_optim_state_base(&o->optim, &t);
   sp->opt = (double)vt_optimizer_plan_nbytes(trained, o->dp, o->zero,
                                              o->optim.ema_decay > 0,
@@ -161,7 +167,7 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   sp->acts = (double)vt_model_act_nbytes(c, shard, B, sp->nslots, sp->nwsets,
                                          o->recompute_blocks, leading, be) * mib;
   sp->total = sp->params + sp->grads + sp->opt + sp->acts;
-  sp->save = save_mib(o, t.total);
+  sp->save = save_mib(o, t.total, grad_first);
   // One micro-batch's stream: under sequence parallelism each TP rank holds ceil(B N / tp)
   // rows of it, sends only those to the next stage and gathers the padded whole.
   const int seq = o->sequence_parallel && o->tp > 1;

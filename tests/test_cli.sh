@@ -107,6 +107,11 @@ if grep -q "^disk per checkpoint (--save): 1321.0 MiB (weights 330.2, optimizer 
    grep -q "^disk per checkpoint (--save): 333.2 MiB (weights 330.2, optimizer state 2.9 without the frozen layers', EMA 0.0)" <<<"$out2"; then
   echo "ok: vit3d plan's disk per checkpoint: 1321.0 MiB with Adam and the EMA, 333.2 MiB for a LARS linear probe"
 else echo "FAIL: vit3d plan's disk line: $(grep '^disk' <<<"$out") / $(grep '^disk' <<<"$out2")"; fail=1; fi
+# A save's host buffers leave the frozen layers' momentum out as the file does: the probe's
+# rank holds its weights and the head's momentum, 333.2 MiB (660.4 with the zeros).
+if grep -q "^host memory at each checkpoint save (--save): at most 333.2 MiB per rank (stage 0;" <<<"$out2"; then
+  echo "ok: vit3d plan's save line for a LARS linear probe: 333.2 MiB"
+else echo "FAIL: vit3d plan's save line for a LARS linear probe: $(grep '^host memory at each' <<<"$out2")"; fail=1; fi
 # With TP 4 (and --decode-split 1, the default) each first-stage rank holds its quarter.
 out=$("$vit3d" plan --model vit-b16 --micro-batch-size 128 --global-batch-size 128 --device cuda \
       --data train_dir --val-data val_dir --eval-hflip 1 --tp 4 2>&1)
