@@ -4,7 +4,8 @@
 // the blocks of a grid run one after another; __syncthreads and warp shuffles are barriers of a
 // small scheduler that aborts on a deadlock or a warp that diverges at a shuffle, and runs the
 // threads between barriers in a random order.
-// Dynamic shared memory is a buffer per launch, NaN for every block; WMMA is include/mma.h.
+// Dynamic shared memory is a buffer per launch, NaN for every block; WMMA is include/mma.h;
+// mma.sync (m16n8k16, bf16) is mma16816 in include/cuda_runtime.h, from the PTX fragment layout.
 // Streams: kernels and library calls run when launched, after the copies and memsets queued on
 // their stream; asynchronous copies and memsets wait in their stream's queue until something
 // needs them (a kernel on that stream, a wait on an event recorded after them, a synchronize),
