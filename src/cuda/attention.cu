@@ -15,8 +15,8 @@
 // kernel (one call per 4 numbers along a row, per number along a column in the dk/dv kernel);
 // nothing is stored. Reads the heads straight out of the timm qkv layout. In bf16 with D <= 64
 // the same work runs on mma.sync kernels whose scores stay in registers (their section below).
-// At the end the one-query form of MAP pooling (latent_attention). C-style CUDA, no STL. Must not depend on
-// MPI, NCCL or the model.
+// At the end the one-query form of MAP pooling (latent_attention). C-style CUDA, no STL. Must
+// not depend on MPI, NCCL or the model.
 #include <limits.h>
 #include <math.h>
 #include <mma.h>
@@ -274,16 +274,18 @@ static __device__ __forceinline__ fa_smem<T> fa_carve(unsigned char *base, fa_di
 }
 
 // Rows r0 .. r0+63 of an (N, D) matrix at src (row stride ld) into a (64, Dp) tile (row stride
-// ldt), zero past row N and column D. By the whole block. Where D and ld are whole 16-byte chunks
+// ldt), zero past row N and column D; with TR (bf16 only) transposed into a (Dp, 64) tile:
+// element (r, c) at dst[c * ldt + r]. By the whole block. Where D and ld are whole 16-byte chunks
 // and src is 16-byte aligned (the heads of every timm width: D a multiple of 8), each thread
 // moves 16-byte chunks and issues up to 8 loads before it stores any, so that a tile's loads are
 // in flight together: one element per load, their L2 latencies came one after another, and that
 // was most of the attention's time on an H200 (tests/gpu/run.sh's per-op times). The chunks land
 // 16-byte aligned: tiles start 128-byte aligned and a row of ldt elements is a multiple of 16
-// bytes (fa_dims_of).
-template <typename T>
+// bytes (fa_dims_of); transposed, a chunk's 8 values go to 8 rows, 2 bytes each.
+template <bool TR = false, typename T>
 static __device__ __forceinline__ void load_tile(T *dst, int ldt, const T *src, int64_t ld, int r0,
                                                  int N, int D, int Dp) {
+  static_assert(!TR || sizeof(T) == 2, "load_tile: only bf16 tiles are loaded transposed");
   const int E = 16 / (int)sizeof(T);  // elements per chunk; Dp, a multiple of 16, is whole chunks
   if (D % E == 0 && ld % E == 0 && ((uintptr_t)src & 15) == 0) {
     const int cpr = Dp / E, total = FA_TILE * cpr;
@@ -299,14 +301,48 @@ static __device__ __forceinline__ void load_tile(T *dst, int ldt, const T *src, 
 #pragma unroll
       for (int j = 0; j < 8; j++) {
         const int i = i0 + j * FA_THREADS, r = i / cpr, c = (i - r * cpr) * E;
-        if (i < total) *(uint4 *)(dst + r * ldt + c) = v[j];
+        if (i >= total) continue;
+        if constexpr (TR) {
+          const unsigned w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+          unsigned short *d = (unsigned short *)dst + c * ldt + r;
+#pragma unroll
+          for (int k = 0; k < 4; k++)
+            d[2 * k * ldt] = (unsigned short)(w[k] & 0xffffu),
+            d[(2 * k + 1) * ldt] = (unsigned short)(w[k] >> 16);
+        } else {
+          *(uint4 *)(dst + r * ldt + c) = v[j];
+        }
       }
     }
     return;
   }
   for (int i = threadIdx.x; i < FA_TILE * Dp; i += FA_THREADS) {
     const int r = i / Dp, c = i - r * Dp;
-    dst[r * ldt + c] = (r0 + r < N && c < D) ? src[(int64_t)(r0 + r) * ld + c] : narrow<T>(0.0f);
+    dst[TR ? c * ldt + r : r * ldt + c] =
+        (r0 + r < N && c < D) ? src[(int64_t)(r0 + r) * ld + c] : narrow<T>(0.0f);
+  }
+}
+
+// delta_i = sum_d dout_id out_id for the warp's 16 rows of the dout and out tiles in shared
+// memory (row stride ldt; one warp sum each, in lane order), into sD and delta (for the dk/dv
+// kernel), and the rows' lse into sL; rows past N get zeros. By every warp for its rows.
+template <typename T>
+static __device__ __forceinline__ void rows_delta(float *sD, float *sL, float *delta,
+                                                  const T *sdO, const T *sOut, int ldt,
+                                                  const float *lse, int bh, int q0, int N,
+                                                  int D) {
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int r = 0; r < 16; r++) {
+    const int q = q0 + 16 * w + r;
+    const T *dy = sdO + (16 * w + r) * ldt, *o = sOut + (16 * w + r) * ldt;
+    float s = 0.0f;
+    if (q < N)
+      for (int c = lane; c < D; c += 32) s += widen(dy[c]) * widen(o[c]);
+    s = vt_warp_sum(s);
+    if (lane == 0) {
+      sD[16 * w + r] = s, sL[16 * w + r] = q < N ? lse[(int64_t)bh * N + q] : 0.0f;
+      if (q < N) delta[(int64_t)bh * N + q] = s;
+    }
   }
 }
 
@@ -438,18 +474,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
   load_tile(sdO, d.ldt, dout + at, C, q0, N, D, d.Dp);
   load_tile(sK, d.ldt, out + at, C, q0, N, D, d.Dp);  // out's rows, until the first K tile
   __syncthreads();
-  for (int r = 0; r < 16; r++) {  // the warp's rows, one warp sum each
-    const int q = q0 + 16 * w + r;
-    const T *dy = sdO + (16 * w + r) * d.ldt, *o = sK + (16 * w + r) * d.ldt;
-    float s = 0.0f;
-    if (q < N)
-      for (int c = lane; c < D; c += 32) s += widen(dy[c]) * widen(o[c]);
-    s = vt_warp_sum(s);
-    if (lane == 0) {
-      sD[16 * w + r] = s, sL[16 * w + r] = q < N ? lse[(int64_t)bh * N + q] : 0.0f;
-      if (q < N) delta[(int64_t)bh * N + q] = s;
-    }
-  }
+  rows_delta(sD, sL, delta, sdO, sK, d.ldt, lse, bh, q0, N, D);
   float *sSw = sS + 16 * w * d.lds, *sdPw = sdP + 16 * w * d.lds, *sdQw = sdQ + 16 * w * d.ldo;
   warp_acc<T, NF> acc_q;
   acc_q.init(sdQw, d.ldo, d.Dp);
@@ -639,43 +664,6 @@ static __device__ __forceinline__ void mma_accumulate(float acc[2 * NK][4], cons
   }
 }
 
-// Rows r0 .. r0+63 of an (N, D) bf16 matrix (row stride ld) transposed into a (Dp, 64) tile
-// (row stride MMA_LDT): element (r, c) at dst[c * MMA_LDT + r], zero past row N and column D.
-// Moved as load_tile moves a tile, in 16-byte chunks where it can.
-static __device__ __forceinline__ void load_tile_t(bf16_t *dst, const bf16_t *src, int64_t ld,
-                                                   int r0, int N, int D, int Dp) {
-  if (D % 8 == 0 && ld % 8 == 0 && ((uintptr_t)src & 15) == 0) {
-    const int cpr = Dp / 8, total = FA_TILE * cpr;
-    for (int i0 = threadIdx.x; i0 < total; i0 += 8 * FA_THREADS) {
-      uint4 v[8];
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const int i = i0 + j * FA_THREADS, r = i / cpr, c = (i - r * cpr) * 8;
-        v[j] = make_uint4(0u, 0u, 0u, 0u);
-        if (i < total && r0 + r < N && c < D)
-          v[j] = *(const uint4 *)(src + (int64_t)(r0 + r) * ld + c);
-      }
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const int i = i0 + j * FA_THREADS, r = i / cpr, c = (i - r * cpr) * 8;
-        if (i >= total) continue;
-        const unsigned w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-        unsigned short *d = (unsigned short *)dst + c * MMA_LDT + r;
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-          d[2 * k * MMA_LDT] = (unsigned short)(w[k] & 0xffffu),
-          d[(2 * k + 1) * MMA_LDT] = (unsigned short)(w[k] >> 16);
-      }
-    }
-    return;
-  }
-  for (int i = threadIdx.x; i < FA_TILE * Dp; i += FA_THREADS) {
-    const int c = i / FA_TILE, r = i - c * FA_TILE;
-    dst[c * MMA_LDT + r] =
-        (r0 + r < N && c < D) ? src[(int64_t)(r0 + r) * ld + c] : narrow<bf16_t>(0.0f);
-  }
-}
-
 // A probability's dropout: fl(p * scale) where element n of the mask is kept, else 0.
 static __device__ __forceinline__ float drop_one(const vt_dropout_mask &m, uint32_t stream,
                                                  uint64_t n, float p) {
@@ -754,7 +742,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
   for (int k0 = 0; k0 < N; k0 += FA_TILE) {
     __syncthreads();
     load_tile(sK, ldt, kb, ld, k0, N, D, Dp);
-    load_tile_t(sVt, vb, ld, k0, N, D, Dp);
+    load_tile<true>(sVt, MMA_LDT, vb, ld, k0, N, D, Dp);
     __syncthreads();
     const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
     if (!live) continue;
@@ -823,18 +811,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
   load_tile(sdO, ldt, dout + at, C, q0, N, D, Dp);
   load_tile(sK, ldt, out + at, C, q0, N, D, Dp);  // out's rows, until the first K tile
   __syncthreads();
-  for (int r = 0; r < 16; r++) {  // delta, as flash_dq_kernel makes it (the same bits)
-    const int q = q0 + 16 * w + r;
-    const bf16_t *dy = sdO + (16 * w + r) * ldt, *o = sK + (16 * w + r) * ldt;
-    float sum = 0.0f;
-    if (q < N)
-      for (int c = lane; c < D; c += 32) sum += widen(dy[c]) * widen(o[c]);
-    sum = vt_warp_sum(sum);
-    if (lane == 0) {
-      sD[16 * w + r] = sum, sL[16 * w + r] = q < N ? lse[(int64_t)bh * N + q] : 0.0f;
-      if (q < N) delta[(int64_t)bh * N + q] = sum;
-    }
-  }
+  rows_delta(sD, sL, delta, sdO, sK, ldt, lse, bh, q0, N, D);  // as flash_dq_kernel's
   __syncwarp();
   unsigned qf[NK][4], dof[NK][4];
 #pragma unroll
@@ -854,7 +831,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
     __syncthreads();
     load_tile(sK, ldt, kb, ld, k0, N, D, Dp);
     load_tile(sV, ldt, vb, ld, k0, N, D, Dp);
-    load_tile_t(sKt, kb, ld, k0, N, D, Dp);
+    load_tile<true>(sKt, MMA_LDT, kb, ld, k0, N, D, Dp);
     __syncthreads();
     const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
     if (!live) continue;
@@ -928,8 +905,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
     __syncthreads();
     load_tile(sQ, ldt, qb, ld, q0, N, D, Dp);
     load_tile(sdO, ldt, dob, C, q0, N, D, Dp);
-    load_tile_t(sQt, qb, ld, q0, N, D, Dp);
-    load_tile_t(sdOt, dob, C, q0, N, D, Dp);
+    load_tile<true>(sQt, MMA_LDT, qb, ld, q0, N, D, Dp);
+    load_tile<true>(sdOt, MMA_LDT, dob, C, q0, N, D, Dp);
     for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
       const bool in = q0 + i < N;
       sL[i] = in ? lse[(int64_t)bh * N + q0 + i] : 0.0f;

@@ -119,12 +119,10 @@ static __device__ __forceinline__ uint4 vt_bf16x8_narrow(const float f[8]) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// 1 when count elements of esize bytes at each pointer are whole 16-byte chunks, 16-byte aligned
-// (a NULL pointer passes): the chunked path of an element-wise kernel.
-static inline int vt_chunks16(int64_t count, size_t esize, const void *a, const void *b,
-                              const void *c) {
-  return count * (int64_t)esize % 16 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 &&
-         (uintptr_t)c % 16 == 0;
+// 1 when count elements of esize bytes at a and at b are whole 16-byte chunks, 16-byte aligned:
+// the chunked path of an element-wise kernel.
+static inline int vt_chunks16(int64_t count, size_t esize, const void *a, const void *b) {
+  return count * (int64_t)esize % 16 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0;
 }
 
 // Warp-wide sums and maxima by a butterfly of shuffles: every lane ends with the same value, and

@@ -183,7 +183,7 @@ static __global__ void sumsq_final_kernel(double *total, const double *part, int
 }
 
 extern "C" void vt_cuda_act_fwd(float *out, const float *inp, int64_t count, int kind) {
-  const int bf16 = vt_cuda_bf16(), chunks = bf16 && vt_chunks16(count, 2, out, inp, NULL);
+  const int bf16 = vt_cuda_bf16(), chunks = bf16 && vt_chunks16(count, 2, out, inp);
   act_fwd_kernel<<<vt_cuda_blocks(chunks ? count / 8 : count, THREADS), THREADS, 0,
                    vt_cuda_stream()>>>(out, inp, count, bf16, kind, chunks);
   VT_CUDA_CHECK_LAUNCH();
