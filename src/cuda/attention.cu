@@ -14,7 +14,8 @@
 // Dropout of the probabilities (timm's attn_drop) draws its mask from Philox numbers in each
 // kernel (one call per 4 numbers along a row, per number along a column in the dk/dv kernel);
 // nothing is stored. Reads the heads straight out of the timm qkv layout. In bf16 with D <= 64
-// the same work runs on mma.sync kernels whose scores stay in registers (their section below).
+// (a multiple of 8) the same work runs on mma.sync kernels whose scores stay in registers and
+// whose tiles stream in by cp.async, double-buffered (their section below).
 // At the end the one-query form of MAP pooling (latent_attention). C-style CUDA, no STL. Must
 // not depend on MPI, NCCL or the model.
 #include <limits.h>
@@ -274,18 +275,16 @@ static __device__ __forceinline__ fa_smem<T> fa_carve(unsigned char *base, fa_di
 }
 
 // Rows r0 .. r0+63 of an (N, D) matrix at src (row stride ld) into a (64, Dp) tile (row stride
-// ldt), zero past row N and column D; with TR (bf16 only) transposed into a (Dp, 64) tile:
-// element (r, c) at dst[c * ldt + r]. By the whole block. Where D and ld are whole 16-byte chunks
+// ldt), zero past row N and column D. By the whole block. Where D and ld are whole 16-byte chunks
 // and src is 16-byte aligned (the heads of every timm width: D a multiple of 8), each thread
 // moves 16-byte chunks and issues up to 8 loads before it stores any, so that a tile's loads are
 // in flight together: one element per load, their L2 latencies came one after another, and that
 // was most of the attention's time on an H200 (tests/gpu/run.sh's per-op times). The chunks land
 // 16-byte aligned: tiles start 128-byte aligned and a row of ldt elements is a multiple of 16
-// bytes (fa_dims_of); transposed, a chunk's 8 values go to 8 rows, 2 bytes each.
-template <bool TR = false, typename T>
+// bytes (fa_dims_of).
+template <typename T>
 static __device__ __forceinline__ void load_tile(T *dst, int ldt, const T *src, int64_t ld, int r0,
                                                  int N, int D, int Dp) {
-  static_assert(!TR || sizeof(T) == 2, "load_tile: only bf16 tiles are loaded transposed");
   const int E = 16 / (int)sizeof(T);  // elements per chunk; Dp, a multiple of 16, is whole chunks
   if (D % E == 0 && ld % E == 0 && ((uintptr_t)src & 15) == 0) {
     const int cpr = Dp / E, total = FA_TILE * cpr;
@@ -301,25 +300,14 @@ static __device__ __forceinline__ void load_tile(T *dst, int ldt, const T *src, 
 #pragma unroll
       for (int j = 0; j < 8; j++) {
         const int i = i0 + j * FA_THREADS, r = i / cpr, c = (i - r * cpr) * E;
-        if (i >= total) continue;
-        if constexpr (TR) {
-          const unsigned w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-          unsigned short *d = (unsigned short *)dst + c * ldt + r;
-#pragma unroll
-          for (int k = 0; k < 4; k++)
-            d[2 * k * ldt] = (unsigned short)(w[k] & 0xffffu),
-            d[(2 * k + 1) * ldt] = (unsigned short)(w[k] >> 16);
-        } else {
-          *(uint4 *)(dst + r * ldt + c) = v[j];
-        }
+        if (i < total) *(uint4 *)(dst + r * ldt + c) = v[j];
       }
     }
     return;
   }
   for (int i = threadIdx.x; i < FA_TILE * Dp; i += FA_THREADS) {
     const int r = i / Dp, c = i - r * Dp;
-    dst[TR ? c * ldt + r : r * ldt + c] =
-        (r0 + r < N && c < D) ? src[(int64_t)(r0 + r) * ld + c] : narrow<T>(0.0f);
+    dst[r * ldt + c] = (r0 + r < N && c < D) ? src[(int64_t)(r0 + r) * ld + c] : narrow<T>(0.0f);
   }
 }
 
@@ -598,48 +586,80 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // operands do. A lane holds, of each 8-column block j of a 16-row score tile, rows g and g + 8
 // (g = lane / 4), columns 8j + 2t and the next (t = lane % 4): exactly the A operand layout of
 // the next product's probabilities (two blocks per 16-wide k step), so p and dS go from
-// accumulators to operands in registers. An operand read along its rows as the B of a product
-// (V in P V; K in dS K; dO, Q in P^T dO, dS^T Q) is kept transposed in shared memory, so every
-// fragment is two 4-byte reads. Selected for bf16 with D <= 64 (ViT-S/B/L; VT_ATTN_MMA=0 keeps
-// the WMMA kernels); NK = Dp / 16.
+// accumulators to operands in registers. Operand tiles stay row-major as the heads lie in
+// memory, (64, Dp + 8) bf16 (rows 16-byte aligned, and ldmatrix's 8 rows fall in distinct bank
+// groups); ldmatrix reads every fragment, transposed (_trans) where a product reads a tile along
+// its rows (V in P V; K in dS K; dO, Q in P^T dO, dS^T Q). The streamed tiles come by cp.async
+// into two buffers: the copies for the next step are in flight while this step computes, one
+// barrier pair per step. Selected for bf16 with D <= 64 and the heads in whole 16-byte chunks
+// (D a multiple of 8: ViT-S/B/L; mma_path); VT_ATTN_MMA=0 keeps the WMMA kernels. NK = Dp / 16.
 #define MMA_NB (FA_TILE / 8)  // 8-column blocks of a 64-wide score tile
-#define MMA_LDT (FA_TILE + 8)  // row stride of a transposed (Dp, 64) tile, in elements
 
 typedef __nv_bfloat16 bf16_t;
 
-static __device__ __forceinline__ unsigned ld_pair(const bf16_t *p) {  // two bf16, 4-byte aligned
-  return *(const unsigned *)p;
+// Elements of one (64, Dp) operand tile in shared memory (row stride Dp + 8).
+template <int NK>
+static __host__ __device__ constexpr int mma_tile() {
+  return FA_TILE * (16 * NK + 8);
+}
+
+// Issues the copies of rows r0 .. r0+63 of an (N, D) bf16 matrix at src (row stride ld; src, D
+// and ld in whole 16-byte chunks) into a (64, Dp) tile at dst (row stride Dp + 8), zeros past
+// row N and column D. By the whole block; they land at the wait for the group they join.
+template <int NK>
+static __device__ __forceinline__ void tile_async(bf16_t *dst, const bf16_t *src, int64_t ld,
+                                                  int r0, int N, int D) {
+  const int cpr = 2 * NK;  // 16-byte chunks per row
+  for (int i = threadIdx.x; i < FA_TILE * cpr; i += FA_THREADS) {
+    const int r = i / cpr, c = 8 * (i - r * cpr);
+    const bool in = r0 + r < N && c < D;
+    vt_cp_async16(dst + r * (16 * NK + 8) + c, in ? src + (int64_t)(r0 + r) * ld + c : src, in);
+  }
+}
+
+// Issues the copies of entries r0 .. r0+63 of a length-N fp32 row (lse, delta) into dst, zeros
+// past N; 4 bytes each (the rows of (B H, N) are not 16-byte aligned).
+static __device__ __forceinline__ void row_async(float *dst, const float *src, int r0, int N) {
+  for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS)
+    vt_cp_async4(dst + i, r0 + i < N ? src + r0 + i : src, r0 + i < N);
 }
 
 // A fragment: rows 0..15, columns 0..15 of a row-major bf16 tile at p (ld elements).
 static __device__ __forceinline__ void frag_a(unsigned a[4], const bf16_t *p, int ld) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const bf16_t *q = p + g * ld + 2 * t;
-  a[0] = ld_pair(q), a[1] = ld_pair(q + 8 * ld);
-  a[2] = ld_pair(q + 8), a[3] = ld_pair(q + 8 * ld + 8);
+  const int lane = threadIdx.x & 31;
+  vt_ldsm_x4(a, p + ((lane & 7) + 8 * (lane >> 3 & 1)) * ld + 8 * (lane >> 4));
 }
 
-// B fragment (16 k x 8 n) from a tile holding it as 8 rows of 16 (rows n, columns k; ld).
-static __device__ __forceinline__ void frag_b(unsigned b[2], const bf16_t *p, int ld) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const bf16_t *q = p + g * ld + 2 * t;
-  b[0] = ld_pair(q), b[1] = ld_pair(q + 8);
+// B fragments (16 k x 8 n) of n-blocks 0 and 1 (b[0..1], b[2..3]) from a tile holding B as 16
+// rows of 16 (rows n, columns k; ld): the scores' keys (or queries) against the rows' heads.
+static __device__ __forceinline__ void frag_b2(unsigned b[4], const bf16_t *p, int ld) {
+  const int lane = threadIdx.x & 31;
+  vt_ldsm_x4(b, p + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * (lane >> 3 & 1));
+}
+
+// The same from a tile holding B itself (rows k, columns n; ld): a product along the tile's rows.
+static __device__ __forceinline__ void frag_b2_trans(unsigned b[4], const bf16_t *p, int ld) {
+  const int lane = threadIdx.x & 31;
+  vt_ldsm_x4_trans(b, p + ((lane & 7) + 8 * (lane >> 3 & 1)) * ld + 8 * (lane >> 4));
 }
 
 // s (16 x 64, the lane's share) = a (16 x 16 NK, fragments in registers) b^T, b the first ncols
-// rows (a multiple of 16) of a row-major tile (ld); blocks past ncols are zero.
+// rows (a multiple of 16) of a row-major operand tile; blocks past ncols are zero.
 template <int NK>
 static __device__ __forceinline__ void mma_scores(float s[MMA_NB][4], const unsigned a[NK][4],
-                                                  const bf16_t *bm, int ld, int ncols) {
+                                                  const bf16_t *bm, int ncols) {
+  const int ld = 16 * NK + 8;
 #pragma unroll
-  for (int j = 0; j < MMA_NB; j++) {
-    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-    if (8 * j < ncols)
+  for (int jp = 0; jp < MMA_NB / 2; jp++) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) s[2 * jp][i] = s[2 * jp + 1][i] = 0.0f;
+    if (16 * jp < ncols)
 #pragma unroll
       for (int kk = 0; kk < NK; kk++) {
-        unsigned b[2];
-        frag_b(b, bm + 8 * j * ld + 16 * kk, ld);
-        vt_mma16816(s[j], a[kk], b);
+        unsigned b[4];
+        frag_b2(b, bm + 16 * jp * ld + 16 * kk, ld);
+        vt_mma16816(s[2 * jp], a[kk], b);
+        vt_mma16816(s[2 * jp + 1], a[kk], b + 2);
       }
   }
 }
@@ -651,16 +671,18 @@ static __device__ __forceinline__ void pack_a(unsigned a[4], const float x[2][4]
   a[2] = vt_pack_bf16x2(x[1][0], x[1][1]), a[3] = vt_pack_bf16x2(x[1][2], x[1][3]);
 }
 
-// acc (16 x 16 NK, the lane's share) += p (16 x kc, as A fragments of k16 step kk: pa) b, b
-// (kc x 16 NK) given transposed in shared memory (rows: its columns; MMA_LDT).
+// acc (16 x 16 NK, the lane's share) += p (16 x 16, the A fragment of k16 step kk: pa) b, b the
+// rows 16 kk .. 16 kk + 15 of a row-major operand tile (64, Dp).
 template <int NK>
 static __device__ __forceinline__ void mma_accumulate(float acc[2 * NK][4], const unsigned pa[4],
                                                       const bf16_t *bt, int kk) {
+  const int ld = 16 * NK + 8;
 #pragma unroll
-  for (int jd = 0; jd < 2 * NK; jd++) {
-    unsigned b[2];
-    frag_b(b, bt + 8 * jd * MMA_LDT + 16 * kk, MMA_LDT);
-    vt_mma16816(acc[jd], pa, b);
+  for (int jp = 0; jp < NK; jp++) {
+    unsigned b[4];
+    frag_b2_trans(b, bt + 16 * kk * ld + 16 * jp, ld);
+    vt_mma16816(acc[2 * jp], pa, b);
+    vt_mma16816(acc[2 * jp + 1], pa, b + 2);
   }
 }
 
@@ -670,110 +692,117 @@ static __device__ __forceinline__ float drop_one(const vt_dropout_mask &m, uint3
   return vt_rng_uniform_inline(m.seed, stream, m.site, n) >= m.p ? __fmul_rn(p, m.scale) : 0.0f;
 }
 
-// The forward (flash_fwd_kernel's passes). Shared memory: Q, K (64, Dp + 8) and V^T (Dp, 72).
+// The forward (flash_fwd_kernel's passes) as 2T steps over the T key tiles: steps s < T make the
+// rows' maxima and sums from K tile s, steps T + i add p v of key tile i. Shared memory: Q, then
+// two buffers of K, then two of V (mma_tile each).
 template <int NK>
 static __global__ void __launch_bounds__(FA_THREADS)
     mma_fwd_kernel(bf16_t *out, float *lse, const bf16_t *qkv, int N, int H, int D, float scale,
                    const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
-  const int Dp = 16 * NK, ldt = Dp + 8;
-  bf16_t *sQ = (bf16_t *)fa_shared, *sK = sQ + FA_TILE * ldt, *sVt = sK + FA_TILE * ldt;
+  const int TS = mma_tile<NK>(), ldt = 16 * NK + 8;
+  bf16_t *sQ = (bf16_t *)fa_shared, *sK = sQ + TS, *sV = sK + 2 * TS;
   const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * FA_TILE;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t C = (int64_t)H * D, ld = 3 * C;
   const bf16_t *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
   const bool live = q0 + 16 * w < N;
   const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};  // this lane's two rows
-  load_tile(sQ, ldt, qb, ld, q0, N, D, Dp);
-  __syncthreads();
+  const int T = (N + FA_TILE - 1) / FA_TILE;
+  const uint64_t nbase = drop.p > 0.0f ? drop_base(drop, b, h, N) : 0;
+  tile_async<NK>(sQ, qb, ld, q0, N, D);
+  tile_async<NK>(sK, kb, ld, 0, N, D);
+  vt_cp_async_commit();
   unsigned qf[NK][4];
-#pragma unroll
-  for (int kk = 0; kk < NK; kk++) frag_a(qf[kk], sQ + 16 * w * ldt + 16 * kk, ldt);
-  // Pass 1: each lane's running maximum and sum over its columns, then the quad's.
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  for (int k0 = 0; k0 < N; k0 += FA_TILE) {
-    __syncthreads();
-    load_tile(sK, ldt, kb, ld, k0, N, D, Dp);
-    __syncthreads();
-    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
-    if (!live) continue;
-    float s[MMA_NB][4];
-    mma_scores<NK>(s, qf, sK, ldt, kc);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      float mt = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < MMA_NB; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++)
-          if (8 * j + 2 * t + e < kn) mt = fmaxf(mt, s[j][2 * r + e] * scale);
-      if (mt == -INFINITY) continue;  // none of this lane's columns in this tile
-      const float mn = fmaxf(m[r], mt);
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < MMA_NB; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++)
-          if (8 * j + 2 * t + e < kn) sum += expf(s[j][2 * r + e] * scale - mn);
-      l[r] = l[r] * expf(m[r] - mn) + sum;  // m = -inf at first: l is 0 then
-      m[r] = mn;
-    }
-  }
-  float L[2];
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-#pragma unroll
-    for (int x = 1; x <= 2; x <<= 1) {  // the quad's lanes, pairwise (the same bits on each)
-      const float mo = __shfl_xor_sync(0xffffffffu, m[r], x);
-      const float lo = __shfl_xor_sync(0xffffffffu, l[r], x);
-      const float mm = fmaxf(m[r], mo);
-      l[r] = (m[r] > -INFINITY ? l[r] * expf(m[r] - mm) : 0.0f) +
-             (mo > -INFINITY ? lo * expf(mo - mm) : 0.0f);
-      m[r] = mm;
-    }
-    L[r] = m[r] + logf(l[r]);
-    if (t == 0 && row[r] < N) lse[(int64_t)bh * N + row[r]] = L[r];
-  }
-  // Pass 2: O = sum over key tiles of p v, p = exp(s - L) (with dropout, d) rounded to bf16.
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
   float o[2 * NK][4];
 #pragma unroll
   for (int jd = 0; jd < 2 * NK; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.0f;
-  const uint64_t nbase = drop.p > 0.0f ? drop_base(drop, b, h, N) : 0;
-  for (int k0 = 0; k0 < N; k0 += FA_TILE) {
-    __syncthreads();
-    load_tile(sK, ldt, kb, ld, k0, N, D, Dp);
-    load_tile<true>(sVt, MMA_LDT, vb, ld, k0, N, D, Dp);
-    __syncthreads();
-    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
-    if (!live) continue;
-    float s[MMA_NB][4];
-    mma_scores<NK>(s, qf, sK, ldt, kc);
-#pragma unroll
-    for (int kk = 0; kk < MMA_NB / 2; kk++) {
-      if (16 * kk >= kc) break;
-      float p[2][4];  // blocks 2kk, 2kk + 1
-#pragma unroll
-      for (int jj = 0; jj < 2; jj++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const int r = i >> 1, col = 8 * (2 * kk + jj) + 2 * t + (i & 1);
-          float v = col < kn ? expf(s[2 * kk + jj][i] * scale - L[r]) : 0.0f;
-          if (drop.p > 0.0f && col < kn)
-            v = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, v);
-          p[jj][i] = v;
-        }
-      unsigned pa[4];
-      pack_a(pa, p);
-      mma_accumulate<NK>(o, pa, sVt, kk);
+  for (int s = 0; s < 2 * T; s++) {
+    if (s + 1 < 2 * T) {  // the next step's tiles into the other buffers
+      const int n1 = s + 1, k1 = (n1 < T ? n1 : n1 - T) * FA_TILE;
+      tile_async<NK>(sK + (n1 & 1) * TS, kb, ld, k1, N, D);
+      if (n1 >= T) tile_async<NK>(sV + (n1 & 1) * TS, vb, ld, k1, N, D);
     }
+    vt_cp_async_commit();  // (empty at the last step: the wait below still means this step's)
+    vt_cp_async_wait<1>();
+    __syncthreads();
+    const bf16_t *tK = sK + (s & 1) * TS, *tV = sV + (s & 1) * TS;
+    const int k0 = (s < T ? s : s - T) * FA_TILE;
+    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
+    if (s == 0)
+#pragma unroll
+      for (int kk = 0; kk < NK; kk++) frag_a(qf[kk], sQ + 16 * w * ldt + 16 * kk, ldt);
+    if (s == T)  // the passes meet: each row's lse from its quad's four (max, sum)
+#pragma unroll
+      for (int r = 0; r < 2; r++) {
+#pragma unroll
+        for (int x = 1; x <= 2; x <<= 1) {  // the quad's lanes, pairwise (the same bits on each)
+          const float mo = __shfl_xor_sync(0xffffffffu, m[r], x);
+          const float lo = __shfl_xor_sync(0xffffffffu, l[r], x);
+          const float mm = fmaxf(m[r], mo);
+          l[r] = (m[r] > -INFINITY ? l[r] * expf(m[r] - mm) : 0.0f) +
+                 (mo > -INFINITY ? lo * expf(mo - mm) : 0.0f);
+          m[r] = mm;
+        }
+        L[r] = m[r] + logf(l[r]);
+        if (t == 0 && row[r] < N) lse[(int64_t)bh * N + row[r]] = L[r];
+      }
+    if (live) {
+      float sc[MMA_NB][4];
+      mma_scores<NK>(sc, qf, tK, kc);
+      if (s < T) {  // each lane's running maximum and sum over its columns
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          float mt = -INFINITY;
+#pragma unroll
+          for (int j = 0; j < MMA_NB; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+              if (8 * j + 2 * t + e < kn) mt = fmaxf(mt, sc[j][2 * r + e] * scale);
+          if (mt == -INFINITY) continue;  // none of this lane's columns in this tile
+          const float mn = fmaxf(m[r], mt);
+          float sum = 0.0f;
+#pragma unroll
+          for (int j = 0; j < MMA_NB; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+              if (8 * j + 2 * t + e < kn) sum += expf(sc[j][2 * r + e] * scale - mn);
+          l[r] = l[r] * expf(m[r] - mn) + sum;  // m = -inf at first: l is 0 then
+          m[r] = mn;
+        }
+      } else {  // O += p v, p = exp(s - L) (with dropout, d) rounded to bf16
+#pragma unroll
+        for (int kk = 0; kk < MMA_NB / 2; kk++) {
+          if (16 * kk >= kc) break;
+          float p[2][4];  // blocks 2kk, 2kk + 1
+#pragma unroll
+          for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+              const int r = i >> 1, col = 8 * (2 * kk + jj) + 2 * t + (i & 1);
+              float v = col < kn ? expf(sc[2 * kk + jj][i] * scale - L[r]) : 0.0f;
+              if (drop.p > 0.0f && col < kn)
+                v = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, v);
+              p[jj][i] = v;
+            }
+          unsigned pa[4];
+          pack_a(pa, p);
+          mma_accumulate<NK>(o, pa, tV, kk);
+        }
+      }
+    }
+    __syncthreads();  // step s + 2's copies go into these buffers
   }
+  // A lane's two adjacent columns in one 4-byte store (D is a multiple of 8).
 #pragma unroll
   for (int jd = 0; jd < 2 * NK; jd++)
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const int r = row[i >> 1], c = 8 * jd + 2 * t + (i & 1);
-      if (r < N && c < D)
-        out[((int64_t)b * N + r) * C + (int64_t)h * D + c] = narrow<bf16_t>(o[jd][i]);
+    for (int r = 0; r < 2; r++) {
+      const int c = 8 * jd + 2 * t;
+      if (row[r] < N && c < D)
+        *(unsigned *)(out + ((int64_t)b * N + row[r]) * C + (int64_t)h * D + c) =
+            vt_pack_bf16x2(o[jd][2 * r], o[jd][2 * r + 1]);
     }
 }
 
@@ -790,28 +819,33 @@ static __device__ __forceinline__ void mma_put_rows(float *rows, int ldo,
       rows[(g + 8 * (i >> 1)) * ldo + 8 * jd + 2 * t + (i & 1)] = acc[jd][i];
 }
 
-// dq and delta (flash_dq_kernel's work). Shared memory: Q, dO, K, V (64, Dp + 8), K^T (Dp, 72),
-// lse and delta (64 floats each); after the loop the K tiles hold the fp32 dQ rows.
+// dq and delta (flash_dq_kernel's work), one step per key tile. Shared memory (mma_tile each): Q,
+// dO, two buffers of K, two of V; then lse and delta (64 floats each). out's rows wait in the
+// second K buffer for delta; after the loop the K buffers hold the fp32 dQ rows.
 template <int NK>
 static __global__ void __launch_bounds__(FA_THREADS)
     mma_dq_kernel(float *dqkv, float *part, float *delta, const bf16_t *dout, const bf16_t *qkv,
                   const bf16_t *out, const float *lse, int N, int H, int D, float scale,
                   const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
-  const int Dp = 16 * NK, ldt = Dp + 8, ldo = Dp + 4;
-  bf16_t *sQ = (bf16_t *)fa_shared, *sdO = sQ + FA_TILE * ldt, *sK = sdO + FA_TILE * ldt;
-  bf16_t *sV = sK + FA_TILE * ldt, *sKt = sV + FA_TILE * ldt;
-  float *sL = (float *)(sKt + Dp * MMA_LDT), *sD = sL + FA_TILE, *sdQ = (float *)sK;
+  const int TS = mma_tile<NK>(), ldt = 16 * NK + 8, ldo = 16 * NK + 4;
+  bf16_t *sQ = (bf16_t *)fa_shared, *sdO = sQ + TS, *sK = sdO + TS, *sV = sK + 2 * TS;
+  float *sL = (float *)(sV + 2 * TS), *sD = sL + FA_TILE, *sdQ = (float *)sK;
   const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * FA_TILE;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t C = (int64_t)H * D, ld = 3 * C;
   const bf16_t *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
   const int64_t at = (int64_t)b * N * C + (int64_t)h * D;  // this head's columns of out, dout
-  load_tile(sQ, ldt, qb, ld, q0, N, D, Dp);
-  load_tile(sdO, ldt, dout + at, C, q0, N, D, Dp);
-  load_tile(sK, ldt, out + at, C, q0, N, D, Dp);  // out's rows, until the first K tile
+  const int T = (N + FA_TILE - 1) / FA_TILE;
+  tile_async<NK>(sQ, qb, ld, q0, N, D);
+  tile_async<NK>(sdO, dout + at, C, q0, N, D);
+  tile_async<NK>(sK + TS, out + at, C, q0, N, D);
+  tile_async<NK>(sK, kb, ld, 0, N, D);
+  tile_async<NK>(sV, vb, ld, 0, N, D);
+  vt_cp_async_commit();
+  vt_cp_async_wait<0>();
   __syncthreads();
-  rows_delta(sD, sL, delta, sdO, sK, ldt, lse, bh, q0, N, D);  // as flash_dq_kernel's
+  rows_delta(sD, sL, delta, sdO, sK + TS, ldt, lse, bh, q0, N, D);  // as flash_dq_kernel's
   __syncwarp();
   unsigned qf[NK][4], dof[NK][4];
 #pragma unroll
@@ -827,72 +861,78 @@ static __global__ void __launch_bounds__(FA_THREADS)
   float acc[2 * NK][4];
 #pragma unroll
   for (int jd = 0; jd < 2 * NK; jd++) acc[jd][0] = acc[jd][1] = acc[jd][2] = acc[jd][3] = 0.0f;
-  for (int k0 = 0; k0 < N; k0 += FA_TILE) {
-    __syncthreads();
-    load_tile(sK, ldt, kb, ld, k0, N, D, Dp);
-    load_tile(sV, ldt, vb, ld, k0, N, D, Dp);
-    load_tile<true>(sKt, MMA_LDT, kb, ld, k0, N, D, Dp);
-    __syncthreads();
-    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
-    if (!live) continue;
-    float sc[MMA_NB][4], dp[MMA_NB][4];
-    mma_scores<NK>(sc, qf, sK, ldt, kc);   // s / scale
-    mma_scores<NK>(dp, dof, sV, ldt, kc);  // dP = dO V^T
-#pragma unroll
-    for (int kk = 0; kk < MMA_NB / 2; kk++) {
-      if (16 * kk >= kc) break;
-      float ds[2][4];  // blocks 2kk, 2kk + 1
-#pragma unroll
-      for (int jj = 0; jj < 2; jj++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const int r = i >> 1, j = 2 * kk + jj, col = 8 * j + 2 * t + (i & 1);
-          const float pij = col < kn ? expf(sc[j][i] * scale - L[r]) : 0.0f;
-          float d = dp[j][i];
-          if (drop.p > 0.0f && col < kn)
-            d = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, d);
-          ds[jj][i] = pij * (d - dl[r]);
-        }
-      unsigned da[4];
-      pack_a(da, ds);
-      mma_accumulate<NK>(acc, da, sKt, kk);
+  __syncthreads();  // out's rows are read: the second K buffer is free
+  for (int s = 0; s < T; s++) {
+    if (s + 1 < T) {
+      tile_async<NK>(sK + ((s + 1) & 1) * TS, kb, ld, (s + 1) * FA_TILE, N, D);
+      tile_async<NK>(sV + ((s + 1) & 1) * TS, vb, ld, (s + 1) * FA_TILE, N, D);
     }
+    vt_cp_async_commit();
+    vt_cp_async_wait<1>();
+    __syncthreads();
+    const bf16_t *tK = sK + (s & 1) * TS, *tV = sV + (s & 1) * TS;
+    const int k0 = s * FA_TILE, kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
+    if (live) {
+      float sc[MMA_NB][4], dp[MMA_NB][4];
+      mma_scores<NK>(sc, qf, tK, kc);   // s / scale
+      mma_scores<NK>(dp, dof, tV, kc);  // dP = dO V^T
+#pragma unroll
+      for (int kk = 0; kk < MMA_NB / 2; kk++) {
+        if (16 * kk >= kc) break;
+        float ds[2][4];  // blocks 2kk, 2kk + 1
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            const int r = i >> 1, j = 2 * kk + jj, col = 8 * j + 2 * t + (i & 1);
+            const float pij = col < kn ? expf(sc[j][i] * scale - L[r]) : 0.0f;
+            float d = dp[j][i];
+            if (drop.p > 0.0f && col < kn)
+              d = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, d);
+            ds[jj][i] = pij * (d - dl[r]);
+          }
+        unsigned da[4];
+        pack_a(da, ds);
+        mma_accumulate<NK>(acc, da, tK, kk);  // dQ += dS K
+      }
+    }
+    __syncthreads();  // step s + 2's copies go into these buffers
   }
-  __syncthreads();  // the K tiles are free: they take the fp32 rows
-  mma_put_rows<NK>(sdQ + 16 * w * ldo, ldo, acc);
+  mma_put_rows<NK>(sdQ + 16 * w * ldo, ldo, acc);  // every copy has landed (the last wait)
   const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;  // this tile's bias partials
   store_rows(dqkv, (int64_t)b * N * ld + (int64_t)h * D, ld, sdQ, ldo, scale, q0, N, D, 1,
              part ? part + chunk * ld + (int64_t)h * D : NULL);
 }
 
 // dk and dv (flash_dkv_kernel's work): warps own 16 keys and make the transposed tiles S^T, dP^T
-// in registers. Shared memory: K, V, Q, dO (64, Dp + 8), Q^T, dO^T (Dp, 72), lse and delta (64
-// floats each); after the loop the tiles hold the fp32 dK and dV rows.
+// in registers, one step per query tile. Shared memory (mma_tile each): K, V, two buffers of Q,
+// two of dO; then two buffers each of lse and delta (64 floats). After the loop K and V hold the
+// fp32 dK rows, the Q buffers the dV rows.
 template <int NK>
 static __global__ void __launch_bounds__(FA_THREADS)
     mma_dkv_kernel(float *dqkv, float *part, const bf16_t *dout, const bf16_t *qkv,
                    const float *lse, const float *delta, int N, int H, int D, float scale,
                    const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
-  const int Dp = 16 * NK, ldt = Dp + 8, ldo = Dp + 4;
-  bf16_t *sK = (bf16_t *)fa_shared, *sV = sK + FA_TILE * ldt, *sQ = sV + FA_TILE * ldt;
-  bf16_t *sdO = sQ + FA_TILE * ldt, *sQt = sdO + FA_TILE * ldt, *sdOt = sQt + Dp * MMA_LDT;
-  float *sL = (float *)(sdOt + Dp * MMA_LDT), *sD = sL + FA_TILE;
-  float *sdK = (float *)fa_shared, *sdV = sdK + FA_TILE * ldo;
+  const int TS = mma_tile<NK>(), ldt = 16 * NK + 8, ldo = 16 * NK + 4;
+  bf16_t *sK = (bf16_t *)fa_shared, *sV = sK + TS, *sQ = sV + TS, *sdO = sQ + 2 * TS;
+  float *sL = (float *)(sdO + 2 * TS), *sD = sL + 2 * FA_TILE;
+  float *sdK = (float *)sK, *sdV = (float *)sQ;
   const int bh = blockIdx.x, b = bh / H, h = bh - b * H, k0 = blockIdx.y * FA_TILE;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t C = (int64_t)H * D, ld = 3 * C;
   const bf16_t *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
   const bf16_t *dob = dout + (int64_t)b * N * C + (int64_t)h * D;
-  load_tile(sK, ldt, kb, ld, k0, N, D, Dp);
-  load_tile(sV, ldt, vb, ld, k0, N, D, Dp);
-  __syncthreads();
+  const float *lse_r = lse + (int64_t)bh * N, *delta_r = delta + (int64_t)bh * N;
+  const int T = (N + FA_TILE - 1) / FA_TILE;
+  tile_async<NK>(sK, kb, ld, k0, N, D);
+  tile_async<NK>(sV, vb, ld, k0, N, D);
+  tile_async<NK>(sQ, qb, ld, 0, N, D);
+  tile_async<NK>(sdO, dob, C, 0, N, D);
+  row_async(sL, lse_r, 0, N);
+  row_async(sD, delta_r, 0, N);
+  vt_cp_async_commit();
   unsigned kf[NK][4], vf[NK][4];
-#pragma unroll
-  for (int kk = 0; kk < NK; kk++) {
-    frag_a(kf[kk], sK + 16 * w * ldt + 16 * kk, ldt);
-    frag_a(vf[kk], sV + 16 * w * ldt + 16 * kk, ldt);
-  }
   const int key[2] = {k0 + 16 * w + g, k0 + 16 * w + g + 8};
   const uint64_t nbase = drop.p > 0.0f ? drop_base(drop, b, h, N) : 0;
   const bool live = k0 + 16 * w < N;
@@ -901,51 +941,59 @@ static __global__ void __launch_bounds__(FA_THREADS)
   for (int jd = 0; jd < 2 * NK; jd++)
 #pragma unroll
     for (int i = 0; i < 4; i++) ak[jd][i] = av[jd][i] = 0.0f;
-  for (int q0 = 0; q0 < N; q0 += FA_TILE) {
-    __syncthreads();
-    load_tile(sQ, ldt, qb, ld, q0, N, D, Dp);
-    load_tile(sdO, ldt, dob, C, q0, N, D, Dp);
-    load_tile<true>(sQt, MMA_LDT, qb, ld, q0, N, D, Dp);
-    load_tile<true>(sdOt, MMA_LDT, dob, C, q0, N, D, Dp);
-    for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
-      const bool in = q0 + i < N;
-      sL[i] = in ? lse[(int64_t)bh * N + q0 + i] : 0.0f;
-      sD[i] = in ? delta[(int64_t)bh * N + q0 + i] : 0.0f;
+  for (int s = 0; s < T; s++) {
+    if (s + 1 < T) {
+      const int n1 = (s + 1) & 1, q1 = (s + 1) * FA_TILE;
+      tile_async<NK>(sQ + n1 * TS, qb, ld, q1, N, D);
+      tile_async<NK>(sdO + n1 * TS, dob, C, q1, N, D);
+      row_async(sL + n1 * FA_TILE, lse_r, q1, N);
+      row_async(sD + n1 * FA_TILE, delta_r, q1, N);
     }
+    vt_cp_async_commit();
+    vt_cp_async_wait<1>();
     __syncthreads();
-    const int qn = N - q0 < FA_TILE ? N - q0 : FA_TILE, qc = (qn + 15) & ~15;
-    if (!live) continue;
-    float st[MMA_NB][4], dpt[MMA_NB][4];
-    mma_scores<NK>(st, kf, sQ, ldt, qc);    // S^T / scale
-    mma_scores<NK>(dpt, vf, sdO, ldt, qc);  // dP^T = V dO^T
+    if (s == 0)
 #pragma unroll
-    for (int kk = 0; kk < MMA_NB / 2; kk++) {
-      if (16 * kk >= qc) break;
-      float pv[2][4], dv[2][4];  // blocks 2kk, 2kk + 1 of P^T and dS^T
+      for (int kk = 0; kk < NK; kk++) {
+        frag_a(kf[kk], sK + 16 * w * ldt + 16 * kk, ldt);
+        frag_a(vf[kk], sV + 16 * w * ldt + 16 * kk, ldt);
+      }
+    const bf16_t *tQ = sQ + (s & 1) * TS, *tdO = sdO + (s & 1) * TS;
+    const float *tL = sL + (s & 1) * FA_TILE, *tD = sD + (s & 1) * FA_TILE;
+    const int q0 = s * FA_TILE, qn = N - q0 < FA_TILE ? N - q0 : FA_TILE, qc = (qn + 15) & ~15;
+    if (live) {
+      float st[MMA_NB][4], dpt[MMA_NB][4];
+      mma_scores<NK>(st, kf, tQ, qc);    // S^T / scale
+      mma_scores<NK>(dpt, vf, tdO, qc);  // dP^T = V dO^T
 #pragma unroll
-      for (int jj = 0; jj < 2; jj++)
+      for (int kk = 0; kk < MMA_NB / 2; kk++) {
+        if (16 * kk >= qc) break;
+        float pv[2][4], dv[2][4];  // blocks 2kk, 2kk + 1 of P^T and dS^T
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const int r = i >> 1, j = 2 * kk + jj, c = 8 * j + 2 * t + (i & 1);
-          pv[jj][i] = dv[jj][i] = 0.0f;  // past qn
-          if (c < qn) {
-            float p = expf(st[j][i] * scale - sL[c]), d = dpt[j][i];
-            const uint64_t n = nbase + (uint64_t)(q0 + c) * N + key[r];
-            if (drop.p > 0.0f) d = drop_one(drop, stream, n, d);
-            dv[jj][i] = p * (d - sD[c]);
-            if (drop.p > 0.0f) p = drop_one(drop, stream, n, p);
-            pv[jj][i] = p;
+        for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            const int r = i >> 1, j = 2 * kk + jj, c = 8 * j + 2 * t + (i & 1);
+            pv[jj][i] = dv[jj][i] = 0.0f;  // past qn
+            if (c < qn) {
+              float p = expf(st[j][i] * scale - tL[c]), d = dpt[j][i];
+              const uint64_t n = nbase + (uint64_t)(q0 + c) * N + key[r];
+              if (drop.p > 0.0f) d = drop_one(drop, stream, n, d);
+              dv[jj][i] = p * (d - tD[c]);
+              if (drop.p > 0.0f) p = drop_one(drop, stream, n, p);
+              pv[jj][i] = p;
+            }
           }
-        }
-      unsigned pa[4], da[4];
-      pack_a(pa, pv);
-      pack_a(da, dv);
-      mma_accumulate<NK>(av, pa, sdOt, kk);
-      mma_accumulate<NK>(ak, da, sQt, kk);
+        unsigned pa[4], da[4];
+        pack_a(pa, pv);
+        pack_a(da, dv);
+        mma_accumulate<NK>(av, pa, tdO, kk);  // dV += P^T dO
+        mma_accumulate<NK>(ak, da, tQ, kk);   // dK += dS^T Q
+      }
     }
+    __syncthreads();  // step s + 2's copies go into these buffers
   }
-  __syncthreads();  // the tiles are free: they take the fp32 rows of dK and dV
-  mma_put_rows<NK>(sdK + 16 * w * ldo, ldo, ak);
+  mma_put_rows<NK>(sdK + 16 * w * ldo, ldo, ak);  // every copy has landed (the last wait)
   mma_put_rows<NK>(sdV + 16 * w * ldo, ldo, av);
   const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;
   const int64_t at = (int64_t)b * N * ld + (int64_t)h * D;
@@ -1059,9 +1107,9 @@ static void mma_bwd(float *dqkv, float *dbias, const float *dout, const float *q
                     int64_t D, const vt_dropout_mask &drop) {
   static int allowed_dq, allowed_dkv;
   const dim3 grid = fa_grid("attention_bwd", B, N, H, D);
-  const size_t tile = (size_t)FA_TILE * (16 * NK + 8), tile_t = (size_t)16 * NK * MMA_LDT;
-  const size_t smem_dq = (4 * tile + tile_t) * sizeof(bf16_t) + 2 * FA_TILE * sizeof(float),
-               smem_dkv = (4 * tile + 2 * tile_t) * sizeof(bf16_t) + 2 * FA_TILE * sizeof(float);
+  const size_t tiles = (size_t)6 * mma_tile<NK>() * sizeof(bf16_t);  // mma_dq/dkv_kernel's
+  const size_t smem_dq = tiles + 2 * FA_TILE * sizeof(float),
+               smem_dkv = tiles + 4 * FA_TILE * sizeof(float);
   fa_smem_allow("attention_bwd", (const void *)mma_dq_kernel<NK>, smem_dq, D, &allowed_dq);
   fa_smem_allow("attention_bwd", (const void *)mma_dkv_kernel<NK>, smem_dkv, D, &allowed_dkv);
   const float scale = 1.0f / sqrtf((float)D);
@@ -1239,15 +1287,16 @@ static vt_dropout_mask drop_arg(const vt_dropout_mask *drop) {
   return m;
 }
 
-// The mma.sync kernels for bf16 with D <= 64, unless VT_ATTN_MMA=0 (the WMMA kernels then, as
-// for larger D and fp32).
-static int mma_path(int64_t D) {
+// The mma.sync kernels for bf16 with D <= 64 a multiple of 8 and the tensors 16-byte aligned
+// (their tiles come in 16-byte copies), unless VT_ATTN_MMA=0; the WMMA kernels otherwise.
+static int mma_path(int64_t D, const void *a, const void *b, const void *c) {
   static int on = -1;
   if (on < 0) {
     const char *e = getenv("VT_ATTN_MMA");
     on = !(e && strcmp(e, "0") == 0);
   }
-  return on && vt_cuda_bf16() && D <= 64;
+  const uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
+  return on && vt_cuda_bf16() && D <= 64 && D % 8 == 0 && any % 16 == 0;
 }
 
 template <int NK>
@@ -1255,7 +1304,7 @@ static void mma_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t
                     int64_t D, const vt_dropout_mask &drop) {
   static int allowed;
   const dim3 grid = fa_grid("attention_fwd", B, N, H, D);
-  const size_t smem = (size_t)(2 * FA_TILE * (16 * NK + 8) + 16 * NK * MMA_LDT) * sizeof(bf16_t);
+  const size_t smem = (size_t)5 * mma_tile<NK>() * sizeof(bf16_t);  // Q, K twice, V twice
   fa_smem_allow("attention_fwd", (const void *)mma_fwd_kernel<NK>, smem, D, &allowed);
   mma_fwd_kernel<NK><<<grid, FA_THREADS, smem, vt_cuda_stream()>>>(
       (bf16_t *)out, lse, (const bf16_t *)qkv, (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D),
@@ -1267,7 +1316,7 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, 
                                       int64_t N, int64_t H, int64_t D,
                                       const vt_dropout_mask *drop) {
   // bf16 (vt_ops.h): qkv and out are bf16 activations; fp32: fp32 tensors.
-  if (mma_path(D)) {
+  if (mma_path(D, out, qkv, NULL)) {
     const vt_dropout_mask m = drop_arg(drop);
     switch ((D + 15) / 16) {
       case 1: mma_fwd<1>(out, lse, qkv, B, N, H, D, m); return;
@@ -1288,7 +1337,7 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *do
                                       const vt_dropout_mask *drop) {
   // bf16 (vt_ops.h): dout and dqkv are bf16 activations as well.
   const vt_dropout_mask m = drop_arg(drop);
-  if (mma_path(D)) {
+  if (mma_path(D, dout, qkv, out)) {
     switch ((D + 15) / 16) {
       case 1: mma_bwd<1>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m); return;
       case 2: mma_bwd<2>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m); return;

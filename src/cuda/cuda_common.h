@@ -93,6 +93,53 @@ static __device__ __forceinline__ void vt_mma16816(float d[4], const unsigned a[
 }
 #endif
 
+// Shared-memory staging for the tensor-core kernels (PTX, sm_80+): cp.async copies 16 bytes (or
+// 4, vt_cp_async4) from global to shared memory without passing through registers, zeros in
+// their place when valid is false (nothing is read then); the copies a thread issued since its
+// last commit form a group, and vt_cp_async_wait<n> returns once at most n of its newest groups
+// are still in flight; other threads see the data after a __syncthreads that follows the wait.
+// ldmatrix (x4) loads four 8 x 8 bf16 matrices, lane 8i + r giving the address of row r of
+// matrix i (16 bytes, 16-byte aligned): register i of lane 4r + c holds row r, columns 2c and
+// 2c + 1 of matrix i, or with _trans rows 2c and 2c + 1 of column r (the first element in the
+// low half), the fragment layouts of vt_mma16816. The CPU emulation (tests/cuda_emu) has its
+// own, which runs a group's copies at the latest moment the wait allows.
+#ifdef VT_CUDA_EMULATION
+#define vt_cp_async16 vt_emu::cp_async16
+#define vt_cp_async4 vt_emu::cp_async4
+#define vt_cp_async_commit vt_emu::cp_async_commit
+#define vt_cp_async_wait vt_emu::cp_async_wait
+#define vt_ldsm_x4 vt_emu::ldsm_x4
+#define vt_ldsm_x4_trans vt_emu::ldsm_x4_trans
+#else
+static __device__ __forceinline__ void vt_cp_async16(void *smem, const void *gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   (unsigned)__cvta_generic_to_shared(smem)),
+               "l"(gmem), "r"(valid ? 16 : 0));
+}
+static __device__ __forceinline__ void vt_cp_async4(void *smem, const void *gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                   (unsigned)__cvta_generic_to_shared(smem)),
+               "l"(gmem), "r"(valid ? 4 : 0));
+}
+static __device__ __forceinline__ void vt_cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+static __device__ __forceinline__ void vt_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+static __device__ __forceinline__ void vt_ldsm_x4(unsigned r[4], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"((unsigned)__cvta_generic_to_shared(row)));
+}
+static __device__ __forceinline__ void vt_ldsm_x4_trans(unsigned r[4], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"((unsigned)__cvta_generic_to_shared(row)));
+}
+#endif
+
 // Two floats rounded to bf16 (nearest even) in one register, the first in the low half.
 static __device__ __forceinline__ unsigned vt_pack_bf16x2(float lo, float hi) {
   return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |

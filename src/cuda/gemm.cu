@@ -155,6 +155,11 @@ static lt_plan *lt_plan_for(const void *w, const void *inp, const float *out, co
   p->align_res = ac;
   p->out_bf16 = out_bf16;
   lt_make(p);
+  const char *report = getenv("VT_CUBLASLT_REPORT");  // tests/gpu/run.sh's diagnosis
+  if (report && strcmp(report, "1") == 0)
+    fprintf(stderr, "vit3d: cuBLASLt bias epilogue M=%lld I=%lld O=%lld D %s%s: %s\n",
+            (long long)M, (long long)I, (long long)O, out_bf16 ? "bf16" : "fp32",
+            res ? " C=res" : "", p->ok ? "algorithm found" : "no algorithm");
   return p->ok ? p : NULL;
 }
 
@@ -181,9 +186,10 @@ static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w,
 // In bf16 precision inp is a bf16 activation (vt_ops.h), read by the GEMMs as it is; the weight
 // is the held copy (hold_weights) or cast into the op scratch, as dout is. out_act
 // (linear_act_fwd): in bf16 out is a bf16 activation too, the fp32 result with its bias rounded
-// once: cuBLASLt's bf16 D, or without a plan the fp32 result in the op scratch, then the cast
-// kernel. res (linear_residual_fwd, fp32
-// out only): added as cuBLASLt's C, or the GEMM adds into res + bias.
+// once: cuBLASLt's bf16 D where it takes our fp32 bias with a bf16 D (its documentation asks for
+// the bias in D's type, so it may not), else its fp32 D in the op scratch (or without a plan the
+// cuBLAS path's fp32 result there), then the cast kernel. res (linear_residual_fwd, fp32 out
+// only): added as cuBLASLt's C, or the GEMM adds into res + bias.
 static void linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                        const float *res, int64_t M, int64_t I, int64_t O, int out_act) {
   check_dims("linear_fwd", M, I, O);
@@ -192,21 +198,30 @@ static void linear_fwd(float *out, const float *inp, const float *weight, const 
   // bf16: the weight's bf16 copy unless it is held, then cuBLASLt's workspace or the fp32
   // result, in the scratch.
   const void *held = bf16 ? vt_cuda_held_weights(weight, O * I) : NULL;
-  // (the scratch's copy is 256-byte aligned: alignment(NULL))
+  // (the scratch's copies are 256-byte aligned: alignment(NULL))
   lt_plan *lt = bias && bf16 ? lt_plan_for(held, inp, out, bias, res, M, I, O, out_bf16) : NULL;
+  if (!lt && bias && out_bf16) lt = lt_plan_for(held, inp, NULL, bias, res, M, I, O, 0);
+  const int via_f32 = out_bf16 && (!lt || !lt->out_bf16);  // the fp32 result in the scratch
   size_t end = 0;
   const size_t at_w =
       vt_cuda_carve(&end, bf16 && !held ? (size_t)(O * I) * sizeof(__nv_bfloat16) : 0);
   const size_t at_ws = vt_cuda_carve(&end, lt ? lt->workspace : 0);
-  const size_t at_f = vt_cuda_carve(&end, out_bf16 ? (size_t)(M * O) * sizeof(float) : 0);
+  const size_t at_f = vt_cuda_carve(&end, via_f32 ? (size_t)(M * O) * sizeof(float) : 0);
   const void *w = weight;
   float *dst = out;  // where the fp32 result goes
   if (bf16) {
     char *base = (char *)vt_cuda_scratch(end);
     if (!held) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
     w = held ? held : base + at_w;
-    if (lt && lt_linear_fwd(lt, out, inp, w, bias, res, base + at_ws)) return;
-    if (out_bf16) dst = (float *)(base + at_f);
+    if (via_f32) dst = (float *)(base + at_f);
+    if (lt) {
+      if (!lt_linear_fwd(lt, lt->out_bf16 ? out : dst, inp, w, bias, res, base + at_ws)) {
+        linear_fwd(out, inp, weight, bias, res, M, I, O, out_act);  // the plan is dropped now
+        return;
+      }
+      if (via_f32) vt_cuda_to_bf16((__nv_bfloat16 *)out, dst, M * O);
+      return;
+    }
   }
   if (bias || res) {
     bias_broadcast_kernel<<<vt_cuda_blocks(M * O, 256), 256, 0, vt_cuda_stream()>>>(dst, bias,

@@ -31,11 +31,19 @@
 
 namespace vt_emu {
 
+struct pending_copy {  // a cp.async not yet landed: its bytes as read at the issue
+  unsigned char *dst;
+  unsigned char data[16];
+  int bytes, group;  // group: the thread's commits before it (its group once committed)
+};
+
 struct fiber {
   ucontext_t ctx;
   dim3 tid;
   int linear, warp, lane;
   int state;  // 0 runnable, 1 at block barrier, 2 at warp barrier, 3 done
+  std::vector<pending_copy> copies;  // cp.async in flight, oldest first
+  int commits;                       // cp.async groups committed so far
 };
 
 fiber *g_cur;
@@ -56,6 +64,8 @@ float *warp_slots_f() { return g_slots_f[g_cur->warp]; }
 static mma_regs g_mma_slots[32][32];
 mma_regs *warp_mma_slots() { return g_mma_slots[g_cur->warp]; }
 double *warp_slots_d() { return g_slots_d[g_cur->warp]; }
+static const void *g_ptr_slots[32][32];
+const void **warp_ptr_slots() { return g_ptr_slots[g_cur->warp]; }
 
 void sync_block() {
   g_cur->state = 1;
@@ -88,6 +98,8 @@ static void run_block() {
                   i / (g_block_dim.x * g_block_dim.y));
     f->warp = i / 32, f->lane = i % 32;
     f->state = 0;
+    f->copies.clear();
+    f->commits = 0;
     getcontext(&f->ctx);
     f->ctx.uc_stack.ss_sp = g_stacks + (size_t)i * kStack;
     f->ctx.uc_stack.ss_size = kStack;
@@ -161,6 +173,45 @@ static unsigned char *g_dyn;
 static size_t g_dyn_size;
 static struct { const void *k; int bytes; } g_smem_attr[64];
 unsigned char *dyn_smem() { return g_dyn; }
+
+static void check_smem(const void *p, size_t n, size_t align, const char *what) {
+  const unsigned char *c = (const unsigned char *)p;
+  if (!g_dyn || c < g_dyn || c + n > g_dyn + g_dyn_size || (uintptr_t)c % align) {
+    fprintf(stderr, "emu: %s at %p: not %zu bytes inside the launch's dynamic shared memory "
+            "(%p, %zu bytes) or not %zu-byte aligned (block %u,%u)\n", what, p, n,
+            (void *)g_dyn, g_dyn_size, align, g_block_idx.x, g_block_idx.y);
+    abort();
+  }
+}
+void check_ldsm_row(const void *row) { check_smem(row, 16, 16, "ldmatrix row"); }
+
+static bool cp_async_early() {
+  static int early = -1;
+  if (early < 0) {
+    const char *e = getenv("EMU_CP_ASYNC");
+    early = e && strcmp(e, "early") == 0;
+  }
+  return early;
+}
+void cp_async(void *dst, const void *src, int bytes, bool valid) {
+  check_smem(dst, (size_t)bytes, (size_t)bytes, "cp.async destination");
+  pending_copy c;
+  c.dst = (unsigned char *)dst, c.bytes = bytes, c.group = g_cur->commits;
+  if (valid) memcpy(c.data, src, (size_t)bytes);
+  else memset(c.data, 0, sizeof c.data);
+  if (cp_async_early()) memcpy(c.dst, c.data, (size_t)bytes);
+  else g_cur->copies.push_back(c);
+}
+void cp_async_commit() { g_cur->commits++; }
+void cp_async_wait_groups(int n) {
+  std::vector<pending_copy> &q = g_cur->copies;
+  size_t done = 0;  // copies are queued in group order: land the groups older than the newest n
+  while (done < q.size() && q[done].group < g_cur->commits - n) {
+    memcpy(q[done].dst, q[done].data, (size_t)q[done].bytes);
+    done++;
+  }
+  q.erase(q.begin(), q.begin() + (long)done);
+}
 
 void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body)(void *),
               void *arg) {
@@ -451,7 +502,7 @@ struct emu_lt_desc {
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   const float *bias = nullptr;
-  cudaDataType bias_t = CUDA_R_32F;
+  int bias_t = -1;  // cudaDataType; -1: D's (cuBLASLt's default)
 };
 struct emu_lt_layout {
   cudaDataType t;
@@ -517,13 +568,22 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
                      a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES;
   return align && n == sizeof(uint32_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
-cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t,
+// cuBLASLt's documentation (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) wants the bias in D's type
+// outside int8 and fp8 kernels: a bias of another type finds no algorithm here, unless
+// EMU_LT_BIAS_ANY=1 (a cuBLASLt that takes an fp32 bias with any D).
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t dl,
                                               cublasLtMatmulPreference_t p, int want,
                                               cublasLtMatmulHeuristicResult_t *res, int *found) {
   if (want < 1) return CUBLAS_STATUS_INVALID_VALUE;
   memset(res, 0, sizeof *res);
+  const char *any = getenv("EMU_LT_BIAS_ANY");
+  if (d->epi == CUBLASLT_EPILOGUE_BIAS && d->bias_t != -1 && d->bias_t != (int)dl->t &&
+      !(any && strcmp(any, "1") == 0)) {
+    *found = 0;
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   res->workspaceSize = p->ws < 4096 ? p->ws : 4096;  // some workspace, within the limit
   res->state = CUBLAS_STATUS_SUCCESS;
   *found = 1;
@@ -543,7 +603,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   const uint64_t kb = d->tb == CUBLAS_OP_N ? b->rows : b->cols;
   const uint64_t n = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
   if (k != kb || dl->rows != m || dl->cols != n || c->t != dl->t || c->ld != dl->ld ||
-      (wsn && !ws) || (d->epi == CUBLASLT_EPILOGUE_BIAS && (!d->bias || d->bias_t != CUDA_R_32F)))
+      (wsn && !ws) || (d->epi == CUBLASLT_EPILOGUE_BIAS && (!d->bias || d->bias_t != (int)CUDA_R_32F)))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (wsn) memset(ws, 0x5a, wsn);  // the workspace is scribbled on, as a real kernel may
   // The fp32 result (plus beta C, plus the bias) into a temporary, then stored as D's type.

@@ -257,8 +257,13 @@ if ((built)); then
   else
     bargs=(--model vit-b16 --batch "$bb" --warmup 3 --timed 10)
   fi
-  run "$(cap 150 150)" "$blog2" "$bench" "${bargs[@]}" --precision bf16
+  # VT_CUBLASLT_REPORT: each cuBLASLt plan says whether an algorithm took the fp32 bias with its
+  # D (bf16 D: qkv and fc1; gemm.cu then falls back to an fp32 D and a cast).
+  run "$(cap 150 150)" "$blog2" env VT_CUBLASLT_REPORT=1 "$bench" "${bargs[@]}" --precision bf16
   ours=$(grep -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
+  plans=$(grep -oE 'cuBLASLt bias epilogue .*' "$blog2" | sort -u | sed 's/cuBLASLt bias epilogue //' |
+          paste -sd';' -)
+  note "cuBLASLt plans (bf16 bench): ${plans:-none reported}"
   # fp32 for comparison (what the bf16 GEMMs gained), when the budget allows it.
   if (($(left) > 300)); then
     run "$(cap 100 200)" "$blog2" "$bench" "${bargs[@]}" --precision fp32

@@ -114,6 +114,49 @@ inline void mma16816(float d[4], const unsigned a[4], const unsigned b[2]) {
   sync_warp();
 }
 
+// cp.async (src/cuda/cuda_common.h's vt_cp_async16/4, commit, wait): each thread's copies wait
+// in its own queue, grouped by its commits, until cp_async_wait lets no more than n of its newest
+// groups stay in flight (emu.cpp): a kernel that reads a tile before the wait (and the barrier
+// after it) for its group reads what was there before, NaN in a fresh launch. With
+// EMU_CP_ASYNC=early every copy lands when issued instead, so a copy issued into a tile that
+// other threads still read (before the barrier that ends their reads) changes what they read.
+// Destinations must lie in the launch's dynamic shared memory, 16-byte (4-byte) aligned.
+void cp_async(void *dst, const void *src, int bytes, bool valid);
+inline void cp_async16(void *dst, const void *src, bool valid) { cp_async(dst, src, 16, valid); }
+inline void cp_async4(void *dst, const void *src, bool valid) { cp_async(dst, src, 4, valid); }
+void cp_async_commit();
+void cp_async_wait_groups(int n);
+template <int N>
+void cp_async_wait() {
+  cp_async_wait_groups(N);
+}
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (cuda_common.h's vt_ldsm_x4[_trans]): lane
+// 8i + r brings the address of row r of matrix i; lane 4r + c gets, in register i, row r's
+// elements 2c and 2c + 1, or with trans column r's elements in rows 2c and 2c + 1.
+const void **warp_ptr_slots();
+void check_ldsm_row(const void *row);  // in dynamic shared memory, 16-byte aligned
+inline void ldsm(unsigned r[4], const void *row, bool trans) {
+  const void **s = warp_ptr_slots();
+  const int lane = lane_of(), g = lane >> 2, t = lane & 3;
+  check_ldsm_row(row);
+  s[lane] = row;
+  sync_warp();
+  for (int i = 0; i < 4; i++) {
+    uint16_t lo, hi;
+    if (trans) {
+      memcpy(&lo, (const uint16_t *)s[8 * i + 2 * t] + g, 2);
+      memcpy(&hi, (const uint16_t *)s[8 * i + 2 * t + 1] + g, 2);
+    } else {
+      memcpy(&lo, (const uint16_t *)s[8 * i + g] + 2 * t, 2);
+      memcpy(&hi, (const uint16_t *)s[8 * i + g] + 2 * t + 1, 2);
+    }
+    r[i] = (unsigned)lo | (unsigned)hi << 16;
+  }
+  sync_warp();
+}
+inline void ldsm_x4(unsigned r[4], const void *row) { ldsm(r, row, false); }
+inline void ldsm_x4_trans(unsigned r[4], const void *row) { ldsm(r, row, true); }
+
 template <class T>
 T shfl_xor(T v, int o) {
   T *s = (T *)(sizeof(T) == 4 ? (void *)warp_slots_f() : (void *)warp_slots_d());
