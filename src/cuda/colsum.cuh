@@ -10,11 +10,28 @@
 
 #include "cuda_common.h"
 
-// Sources: element i of the (M, C) matrix being summed.
+// Sources: element i of the (M, C) matrix being summed. A source may also have vec8(i, v), the 8
+// elements from i (a multiple of 8) in 16-byte loads, and aligned16(), whether its data allows
+// those; colsum_acc then moves 8 columns per thread where C is a multiple of 8.
 struct vt_src_plain {  // x as it is
   const float *x;
   __device__ __forceinline__ float operator()(int64_t i) const { return x[i]; }
+  __device__ __forceinline__ void vec8(int64_t i, float v[8]) const {
+    const float4 a = ((const float4 *)(x + i))[0], b = ((const float4 *)(x + i))[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+  bool aligned16() const { return (uintptr_t)x % 16 == 0; }
 };
+
+// Whether Src has vec8 (the first overload is viable only then).
+template <class Src>
+static constexpr bool colsum_has_vec8(decltype(&Src::vec8)) {
+  return true;
+}
+template <class Src>
+static constexpr bool colsum_has_vec8(...) {
+  return false;
+}
 
 // Column sums without atomics, so the result is the same bit for bit on every run, in two
 // stages with enough blocks to fill the GPU: a block owns COLSUM_X adjacent columns of a chunk of
@@ -23,14 +40,15 @@ struct vt_src_plain {  // x as it is
 // into the chunk's partial sums; then each column adds its chunks in order. With y set, the first
 // stage also stores each value in y (as bf16 with y_bf16: vt_put), so the source is read once;
 // a lane reads COLSUM_BATCH of its rows before it adds or stores any (the stores may alias the
-// source, so the compiler could not load ahead of them: one load's latency per row).
+// source, so the compiler could not load ahead of them: one load's latency per row). At most 64
+// registers a thread, so that two blocks fit on an SM (80 left one: 16 warps).
 #define COLSUM_X 32
 #define COLSUM_Y 16
 #define COLSUM_ROWS 512
 #define COLSUM_BATCH 4
 template <class Src>
-static __global__ void colsum_partial_kernel(float *part, float *y, int y_bf16, Src src,
-                                             int64_t M, int64_t C) {
+static __global__ void __launch_bounds__(COLSUM_X * COLSUM_Y, 2)
+    colsum_partial_kernel(float *part, float *y, int y_bf16, Src src, int64_t M, int64_t C) {
   __shared__ float lanes[COLSUM_Y][COLSUM_X + 1];  // +1: no bank conflicts on the column read
   const int64_t c = (int64_t)blockIdx.x * COLSUM_X + threadIdx.x;
   const int64_t m0 = (int64_t)blockIdx.y * COLSUM_ROWS;
@@ -62,6 +80,52 @@ static __global__ void colsum_partial_kernel(float *part, float *y, int y_bf16, 
   }
 }
 
+// colsum_partial_kernel with 8 adjacent columns per thread (Src::vec8; C a multiple of 8, the
+// data 16-byte aligned): a block owns COLSUM_X * 8 columns, each column's rows summed in the
+// same order as there (the same bits), its values stored 16 bytes at a time.
+template <class Src>
+static __global__ void __launch_bounds__(COLSUM_X * COLSUM_Y, 2)
+    colsum_partial8_kernel(float *part, float *y, int y_bf16, Src src, int64_t M, int64_t C) {
+  __shared__ float lanes[COLSUM_Y][8 * COLSUM_X + 4];
+  const int64_t c0 = ((int64_t)blockIdx.x * COLSUM_X + threadIdx.x) * 8;
+  const int64_t m0 = (int64_t)blockIdx.y * COLSUM_ROWS;
+  const int64_t m1 = m0 + COLSUM_ROWS < M ? m0 + COLSUM_ROWS : M;
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  if (c0 < C)
+    for (int64_t m = m0 + threadIdx.y; m < m1; m += COLSUM_BATCH * COLSUM_Y) {
+      float v[COLSUM_BATCH][8];
+#pragma unroll
+      for (int k = 0; k < COLSUM_BATCH; k++) {
+        const int64_t r = m + k * COLSUM_Y;
+        if (r < m1) src.vec8(r * C + c0, v[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < COLSUM_BATCH; k++) {
+        const int64_t r = m + k * COLSUM_Y;
+        if (r >= m1) continue;
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[j] += v[k][j];
+        if (y && y_bf16) {
+          *(uint4 *)((__nv_bfloat16 *)y + r * C + c0) = vt_bf16x8_narrow(v[k]);
+        } else if (y) {
+          float4 *d = (float4 *)(y + r * C + c0);
+          d[0] = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
+          d[1] = make_float4(v[k][4], v[k][5], v[k][6], v[k][7]);
+        }
+      }
+    }
+#pragma unroll
+  for (int j = 0; j < 8; j++) lanes[threadIdx.y][8 * threadIdx.x + j] = acc[j];
+  __syncthreads();
+  const int t = threadIdx.y * COLSUM_X + threadIdx.x;  // 512 threads, 256 columns
+  const int64_t c = (int64_t)blockIdx.x * COLSUM_X * 8 + t;
+  if (t < 8 * COLSUM_X && c < C) {
+    float s = 0.0f;
+    for (int k = 0; k < COLSUM_Y; k++) s += lanes[k][t];
+    part[blockIdx.y * C + c] = s;
+  }
+}
+
 static __global__ void colsum_final_kernel(float *out, const float *part, int64_t nchunk,
                                            int64_t C) {
   const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -82,8 +146,18 @@ static void colsum_acc(float *out, float *y, int y_bf16, Src src, float *part, i
   VT_CHECK(bx <= INT_MAX && nchunk <= 65535,
            "column sum: (%lld, %lld) is too large for one grid", (long long)M, (long long)C);
   if (nchunk == 0) return;
-  colsum_partial_kernel<Src><<<dim3((unsigned)bx, (unsigned)nchunk), dim3(COLSUM_X, COLSUM_Y), 0,
-                               vt_cuda_stream()>>>(part, y, y_bf16, src, M, C);
+  bool vec = false;
+  if constexpr (colsum_has_vec8<Src>(nullptr)) {
+    vec = C % 8 == 0 && src.aligned16() && (uintptr_t)y % 16 == 0;
+    if (vec)
+      colsum_partial8_kernel<Src><<<dim3((unsigned)((C / 8 + COLSUM_X - 1) / COLSUM_X),
+                                         (unsigned)nchunk),
+                                    dim3(COLSUM_X, COLSUM_Y), 0, vt_cuda_stream()>>>(
+          part, y, y_bf16, src, M, C);
+  }
+  if (!vec)
+    colsum_partial_kernel<Src><<<dim3((unsigned)bx, (unsigned)nchunk), dim3(COLSUM_X, COLSUM_Y),
+                                 0, vt_cuda_stream()>>>(part, y, y_bf16, src, M, C);
   VT_CUDA_CHECK_LAUNCH();
   colsum_final_kernel<<<vt_cuda_blocks(C, 256), 256, 0, vt_cuda_stream()>>>(out, part, nchunk, C);
   VT_CUDA_CHECK_LAUNCH();

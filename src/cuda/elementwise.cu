@@ -94,6 +94,19 @@ struct act_grad_src {
   __device__ __forceinline__ float operator()(int64_t i) const {
     return vt_get(dout, i, bf16) * act_grad(vt_get(x, i, bf16), kind);
   }
+  __device__ __forceinline__ void vec8(int64_t i, float v[8]) const {  // colsum.cuh
+    float xs[8], dy[8];
+    if (bf16) {
+      vt_bf16x8_widen(*(const uint4 *)((const __nv_bfloat16 *)x + i), xs);
+      vt_bf16x8_widen(*(const uint4 *)((const __nv_bfloat16 *)dout + i), dy);
+    } else {
+      vt_src_plain{x}.vec8(i, xs);
+      vt_src_plain{dout}.vec8(i, dy);
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = dy[k] * act_grad(xs[k], kind);
+  }
+  bool aligned16() const { return (uintptr_t)x % 16 == 0 && (uintptr_t)dout % 16 == 0; }
 };
 
 // dinp: a bf16 activation in bf16 precision (vt_ops.h).

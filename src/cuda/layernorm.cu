@@ -25,11 +25,37 @@ static unsigned row_blocks(int64_t M) {
   return (unsigned)b;
 }
 
+// The row kernels' two forms (template V): with V = 0 a lane loops over its elements c, c + 32,
+// ... (any C); with V = 1 .. LN_VMAX it holds its share of the row in registers as V float4s
+// (columns 4 (lane + 32 j) .. + 3, j < V), each loaded once in a 16-byte load, for C a multiple
+// of 4 up to 128 LN_VMAX with the rows and parameters 16-byte aligned (ln_vec). A lane's sums
+// add its elements in its column order, then vt_warp_sum across the warp.
+#define LN_VMAX 8  // up to C = 1024 (ViT-L)
+
+template <int V>
+static __device__ __forceinline__ void ln_load(float4 v[V], const float *row, int lane,
+                                               int64_t C) {
+#pragma unroll
+  for (int j = 0; j < V; j++) {
+    const int64_t c = 4 * (lane + 32 * j);
+    v[j] = c < C ? *(const float4 *)(row + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
+// float4 as an array and back (register moves only).
+static __device__ __forceinline__ void f4_get(float e[4], float4 v) {
+  e[0] = v.x, e[1] = v.y, e[2] = v.z, e[3] = v.w;
+}
+static __device__ __forceinline__ float4 f4_make(const float e[4]) {
+  return make_float4(e[0], e[1], e[2], e[3]);
+}
+
 // out is a bf16 activation in bf16 precision (vt_ops.h).
 // Two passes over the row (mean, then the centred variance) as the CPU twin does: the one-pass
 // E[x^2] - E[x]^2 loses digits when the mean is large against the spread. With add (the fused
 // residual add), the row is inp + add, written to sum during the first pass (each lane reads
 // back only what it wrote) and normalised from there; sum may alias inp.
+template <int V>
 static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd,
                                             const float *inp, const float *add, float *sum,
                                             const float *weight, const float *bias, int64_t M,
@@ -37,82 +63,215 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
   if (row >= M) return;  // row is the same for the whole warp: the shuffles below stay full
-  const float *x = inp + row * C;
-  float s = 0.0f;
-  if (add) {
-    float *xs = sum + row * C;
-    const float *b = add + row * C;
+  if constexpr (V == 0) {
+    const float *x = inp + row * C;
+    float s = 0.0f;
+    if (add) {
+      float *xs = sum + row * C;
+      const float *b = add + row * C;
+      for (int64_t c0 = lane; c0 < C; c0 += 32 * LN_BATCH) {
+        float v[LN_BATCH];
+#pragma unroll
+        for (int k = 0; k < LN_BATCH; k++) {
+          const int64_t c = c0 + 32 * k;
+          v[k] = c < C ? x[c] + b[c] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < LN_BATCH; k++)
+          if (c0 + 32 * k < C) xs[c0 + 32 * k] = v[k], s += v[k];
+      }
+      x = xs;
+    } else {
+      for (int64_t c = lane; c < C; c += 32) s += x[c];
+    }
+    const float mu = vt_warp_sum(s) / (float)C;
+    float var = 0.0f;
+    for (int64_t c = lane; c < C; c += 32) {
+      const float d = x[c] - mu;
+      var += d * d;
+    }
+    var = vt_warp_sum(var);
+    const float r = 1.0f / sqrtf(var / (float)C + eps);
     for (int64_t c0 = lane; c0 < C; c0 += 32 * LN_BATCH) {
       float v[LN_BATCH];
 #pragma unroll
       for (int k = 0; k < LN_BATCH; k++) {
         const int64_t c = c0 + 32 * k;
-        v[k] = c < C ? x[c] + b[c] : 0.0f;
+        v[k] = c < C ? (x[c] - mu) * r * weight[c] + bias[c] : 0.0f;
       }
 #pragma unroll
       for (int k = 0; k < LN_BATCH; k++)
-        if (c0 + 32 * k < C) xs[c0 + 32 * k] = v[k], s += v[k];
+        if (c0 + 32 * k < C) vt_put(out, row * C + c0 + 32 * k, v[k], bf16);
     }
-    x = xs;
+    if (lane == 0) {
+      mean[row] = mu;
+      rstd[row] = r;
+    }
   } else {
-    for (int64_t c = lane; c < C; c += 32) s += x[c];
-  }
-  const float mu = vt_warp_sum(s) / (float)C;
-  float var = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float d = x[c] - mu;
-    var += d * d;
-  }
-  var = vt_warp_sum(var);
-  const float r = 1.0f / sqrtf(var / (float)C + eps);
-  for (int64_t c0 = lane; c0 < C; c0 += 32 * LN_BATCH) {
-    float v[LN_BATCH];
+    float4 x[V];
+    ln_load<V>(x, inp + row * C, lane, C);
+    if (add) {  // x + add, kept in sum (a lane writes only what it read: sum may alias inp)
+      float4 a[V];
+      ln_load<V>(a, add + row * C, lane, C);
 #pragma unroll
-    for (int k = 0; k < LN_BATCH; k++) {
-      const int64_t c = c0 + 32 * k;
-      v[k] = c < C ? (x[c] - mu) * r * weight[c] + bias[c] : 0.0f;
+      for (int j = 0; j < V; j++) {
+        x[j] = make_float4(x[j].x + a[j].x, x[j].y + a[j].y, x[j].z + a[j].z, x[j].w + a[j].w);
+        const int64_t c = 4 * (lane + 32 * j);
+        if (c < C) *(float4 *)(sum + row * C + c) = x[j];
+      }
     }
+    float s = 0.0f;  // past C the vectors are zeros
 #pragma unroll
-    for (int k = 0; k < LN_BATCH; k++)
-      if (c0 + 32 * k < C) vt_put(out, row * C + c0 + 32 * k, v[k], bf16);
-  }
-  if (lane == 0) {
-    mean[row] = mu;
-    rstd[row] = r;
+    for (int j = 0; j < V; j++) s += x[j].x, s += x[j].y, s += x[j].z, s += x[j].w;
+    const float mu = vt_warp_sum(s) / (float)C;
+    float var = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+      if (4 * (lane + 32 * j) >= C) continue;
+      float e[4];
+      f4_get(e, x[j]);
+#pragma unroll
+      for (int k = 0; k < 4; k++) var += (e[k] - mu) * (e[k] - mu);
+    }
+    var = vt_warp_sum(var);
+    const float r = 1.0f / sqrtf(var / (float)C + eps);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+      const int64_t c = 4 * (lane + 32 * j);
+      if (c >= C) continue;
+      float e[4], w[4], b[4];
+      f4_get(e, x[j]);
+      f4_get(w, *(const float4 *)(weight + c));
+      f4_get(b, *(const float4 *)(bias + c));
+#pragma unroll
+      for (int k = 0; k < 4; k++) e[k] = (e[k] - mu) * r * w[k] + b[k];
+      if (bf16)
+        *(uint2 *)((__nv_bfloat16 *)out + row * C + c) =
+            make_uint2(vt_pack_bf16x2(e[0], e[1]), vt_pack_bf16x2(e[2], e[3]));
+      else
+        *(float4 *)(out + row * C + c) = f4_make(e);
+    }
+    if (lane == 0) {
+      mean[row] = mu;
+      rstd[row] = r;
+    }
   }
 }
 
 // dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight, per row; written,
 // or with add added to what dinp holds (the fused residual gradient).
+template <int V>
 static __global__ void layernorm_dinp_kernel(float *dinp, const float *dout, const float *inp,
                                              const float *weight, const float *mean,
                                              const float *rstd, int64_t M, int64_t C, int add) {
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
   if (row >= M) return;
-  const float *x = inp + row * C, *dy = dout + row * C;
-  const float mu = mean[row], r = rstd[row];
-  float sg = 0.0f, sgx = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float g = dy[c] * weight[c];
-    sg += g;
-    sgx += g * (x[c] - mu) * r;
-  }
-  sg = vt_warp_sum(sg) / (float)C;
-  sgx = vt_warp_sum(sgx) / (float)C;
-  float *dx = dinp + row * C;
-  for (int64_t c0 = lane; c0 < C; c0 += 32 * LN_BATCH) {
-    float v[LN_BATCH];
-#pragma unroll
-    for (int k = 0; k < LN_BATCH; k++) {
-      const int64_t c = c0 + 32 * k;
-      const float w = c < C ? r * (dy[c] * weight[c] - sg - (x[c] - mu) * r * sgx) : 0.0f;
-      v[k] = add && c < C ? dx[c] + w : w;
+  if constexpr (V == 0) {
+    const float *x = inp + row * C, *dy = dout + row * C;
+    const float mu = mean[row], r = rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+    for (int64_t c = lane; c < C; c += 32) {
+      const float g = dy[c] * weight[c];
+      sg += g;
+      sgx += g * (x[c] - mu) * r;
     }
+    sg = vt_warp_sum(sg) / (float)C;
+    sgx = vt_warp_sum(sgx) / (float)C;
+    float *dx = dinp + row * C;
+    for (int64_t c0 = lane; c0 < C; c0 += 32 * LN_BATCH) {
+      float v[LN_BATCH];
 #pragma unroll
-    for (int k = 0; k < LN_BATCH; k++)
-      if (c0 + 32 * k < C) dx[c0 + 32 * k] = v[k];
+      for (int k = 0; k < LN_BATCH; k++) {
+        const int64_t c = c0 + 32 * k;
+        const float w = c < C ? r * (dy[c] * weight[c] - sg - (x[c] - mu) * r * sgx) : 0.0f;
+        v[k] = add && c < C ? dx[c] + w : w;
+      }
+#pragma unroll
+      for (int k = 0; k < LN_BATCH; k++)
+        if (c0 + 32 * k < C) dx[c0 + 32 * k] = v[k];
+    }
+  } else {
+    float4 dy[V], x[V];
+    ln_load<V>(dy, dout + row * C, lane, C);
+    ln_load<V>(x, inp + row * C, lane, C);
+    const float mu = mean[row], r = rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+      const int64_t c = 4 * (lane + 32 * j);
+      if (c >= C) continue;
+      float g[4], e[4], w[4];
+      f4_get(g, dy[j]);
+      f4_get(e, x[j]);
+      f4_get(w, *(const float4 *)(weight + c));
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        g[k] *= w[k];
+        sg += g[k];
+        sgx += g[k] * (e[k] - mu) * r;
+      }
+    }
+    sg = vt_warp_sum(sg) / (float)C;
+    sgx = vt_warp_sum(sgx) / (float)C;
+    float *dx = dinp + row * C;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+      const int64_t c = 4 * (lane + 32 * j);
+      if (c >= C) continue;
+      float g[4], e[4], w[4], o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      f4_get(g, dy[j]);
+      f4_get(e, x[j]);
+      f4_get(w, *(const float4 *)(weight + c));
+      if (add) f4_get(o, *(const float4 *)(dx + c));
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const float v = r * (g[k] * w[k] - sg - (e[k] - mu) * r * sgx);
+        o[k] = add ? o[k] + v : v;
+      }
+      *(float4 *)(dx + c) = f4_make(o);
+    }
   }
+}
+
+// V for the row kernels: the register form's where C is a multiple of 4 up to 128 LN_VMAX and
+// every given pointer (NULL: not given) is 16-byte aligned, else 0 (the loops).
+static int ln_vec(int64_t C, const void *p0, const void *p1, const void *p2, const void *p3,
+                  const void *p4, const void *p5) {
+  const uintptr_t any = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3 |
+                        (uintptr_t)p4 | (uintptr_t)p5;
+  return C % 4 == 0 && C <= 128 * LN_VMAX && any % 16 == 0 ? (int)((C + 127) / 128) : 0;
+}
+
+// Launch the row kernel of V = v (0 .. LN_VMAX): each instantiation launches its own or passes
+// v on to the next.
+template <int V>
+static void ln_fwd_launch(int v, float *out, float *mean, float *rstd, const float *inp,
+                          const float *add, float *sum, const float *weight, const float *bias,
+                          int64_t M, int64_t C, int bf16, float eps) {
+  if (v == V)
+    layernorm_fwd_kernel<V><<<row_blocks(M), 32 * LN_WARPS, 0, vt_cuda_stream()>>>(
+        out, mean, rstd, inp, add, sum, weight, bias, M, C, bf16, eps);
+  else if constexpr (V < LN_VMAX)
+    ln_fwd_launch<V + 1>(v, out, mean, rstd, inp, add, sum, weight, bias, M, C, bf16, eps);
+}
+template <int V>
+static void ln_dinp_launch(int v, float *dinp, const float *dout, const float *inp,
+                           const float *weight, const float *mean, const float *rstd, int64_t M,
+                           int64_t C, int add) {
+  if (v == V)
+    layernorm_dinp_kernel<V><<<row_blocks(M), 32 * LN_WARPS, 0, vt_cuda_stream()>>>(
+        dinp, dout, inp, weight, mean, rstd, M, C, add);
+  else if constexpr (V < LN_VMAX)
+    ln_dinp_launch<V + 1>(v, dinp, dout, inp, weight, mean, rstd, M, C, add);
+}
+
+static void layernorm_fwd_rows(float *out, float *mean, float *rstd, const float *inp,
+                               const float *add, float *sum, const float *weight,
+                               const float *bias, int64_t M, int64_t C, int bf16, float eps) {
+  ln_fwd_launch<0>(ln_vec(C, out, inp, add, sum, weight, bias), out, mean, rstd, inp, add, sum,
+                   weight, bias, M, C, bf16, eps);
+  VT_CUDA_CHECK_LAUNCH();
 }
 
 // Parameter gradients, stage 1: the rows are cut into chunks of LN_CHUNK (a constant, so the
@@ -159,25 +318,22 @@ static __global__ void layernorm_param_final_kernel(float *dweight, float *dbias
 extern "C" void vt_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                                       const float *weight, const float *bias, int64_t M,
                                       int64_t C, float eps, int act) {
-  layernorm_fwd_kernel<<<row_blocks(M), 32 * LN_WARPS, 0, vt_cuda_stream()>>>(
-      out, mean, rstd, inp, NULL, NULL, weight, bias, M, C, act && vt_cuda_bf16(), eps);
-  VT_CUDA_CHECK_LAUNCH();
+  layernorm_fwd_rows(out, mean, rstd, inp, NULL, NULL, weight, bias, M, C,
+                     act && vt_cuda_bf16(), eps);
 }
 
 extern "C" void vt_cuda_add_layernorm_fwd(float *sum, float *out, float *mean, float *rstd,
                                           const float *a, const float *b, const float *weight,
                                           const float *bias, int64_t M, int64_t C, float eps) {
-  layernorm_fwd_kernel<<<row_blocks(M), 32 * LN_WARPS, 0, vt_cuda_stream()>>>(
-      out, mean, rstd, a, b, sum, weight, bias, M, C, vt_cuda_bf16(), eps);
-  VT_CUDA_CHECK_LAUNCH();
+  layernorm_fwd_rows(out, mean, rstd, a, b, sum, weight, bias, M, C, vt_cuda_bf16(), eps);
 }
 
 static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, const float *mean,
                           const float *rstd, int64_t M, int64_t C, int add) {
   cudaStream_t st = vt_cuda_stream();
-  layernorm_dinp_kernel<<<row_blocks(M), 32 * LN_WARPS, 0, st>>>(dinp, dout, inp, weight, mean,
-                                                                  rstd, M, C, add);
+  ln_dinp_launch<0>(ln_vec(C, dinp, dout, inp, weight, NULL, NULL), dinp, dout, inp, weight, mean,
+                    rstd, M, C, add);
   VT_CUDA_CHECK_LAUNCH();
   const int64_t nchunk = (M + LN_CHUNK - 1) / LN_CHUNK, xblocks = (C + 31) / 32;
   VT_CHECK(nchunk <= 65535 && xblocks <= INT_MAX,

@@ -34,6 +34,20 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
   uint4 v = {x, y, z, w};
   return v;
 }
+struct __attribute__((aligned(8))) uint2 {
+  unsigned x, y;
+};
+static inline uint2 make_uint2(unsigned x, unsigned y) {
+  uint2 v = {x, y};
+  return v;
+}
+struct __attribute__((aligned(16))) float4 {
+  float x, y, z, w;
+};
+static inline float4 make_float4(float x, float y, float z, float w) {
+  float4 v = {x, y, z, w};
+  return v;
+}
 typedef struct {
   char name[256];
   size_t totalGlobalMem;
