@@ -593,7 +593,12 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // into two buffers: the copies for the next step are in flight while this step computes, one
 // barrier pair per step. Selected for bf16 with D <= 64 and the heads in whole 16-byte chunks
 // (D a multiple of 8: ViT-S/B/L; mma_path); VT_ATTN_MMA=0 keeps the WMMA kernels. NK = Dp / 16.
+// Their exponentials are base 2 on the SFU (vt_ex2): scores are taken as y = s scale log2 e, the
+// row maxima and log-sums kept in that base, lse stored natural as ever; at D = 64 an exponential
+// by expf cost about as much as the score's 64 multiply-adds on the tensor cores.
 #define MMA_NB (FA_TILE / 8)  // 8-column blocks of a 64-wide score tile
+#define MMA_LOG2E 1.4426950408889634f
+#define MMA_LN2 0.69314718055994531f
 
 typedef __nv_bfloat16 bf16_t;
 
@@ -709,6 +714,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
   const bool live = q0 + 16 * w < N;
   const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};  // this lane's two rows
   const int T = (N + FA_TILE - 1) / FA_TILE;
+  const float scale2 = scale * MMA_LOG2E;  // scores in base 2: y = s scale2
   const uint64_t nbase = drop.p > 0.0f ? drop_base(drop, b, h, N) : 0;
   tile_async<NK>(sQ, qb, ld, q0, N, D);
   tile_async<NK>(sK, kb, ld, 0, N, D);
@@ -741,12 +747,12 @@ static __global__ void __launch_bounds__(FA_THREADS)
           const float mo = __shfl_xor_sync(0xffffffffu, m[r], x);
           const float lo = __shfl_xor_sync(0xffffffffu, l[r], x);
           const float mm = fmaxf(m[r], mo);
-          l[r] = (m[r] > -INFINITY ? l[r] * expf(m[r] - mm) : 0.0f) +
-                 (mo > -INFINITY ? lo * expf(mo - mm) : 0.0f);
+          l[r] = (m[r] > -INFINITY ? l[r] * vt_ex2(m[r] - mm) : 0.0f) +
+                 (mo > -INFINITY ? lo * vt_ex2(mo - mm) : 0.0f);
           m[r] = mm;
         }
-        L[r] = m[r] + logf(l[r]);
-        if (t == 0 && row[r] < N) lse[(int64_t)bh * N + row[r]] = L[r];
+        L[r] = m[r] + log2f(l[r]);  // base 2; natural in lse
+        if (t == 0 && row[r] < N) lse[(int64_t)bh * N + row[r]] = L[r] * MMA_LN2;
       }
     if (live) {
       float sc[MMA_NB][4];
@@ -759,7 +765,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
           for (int j = 0; j < MMA_NB; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++)
-              if (8 * j + 2 * t + e < kn) mt = fmaxf(mt, sc[j][2 * r + e] * scale);
+              if (8 * j + 2 * t + e < kn) mt = fmaxf(mt, sc[j][2 * r + e] * scale2);
           if (mt == -INFINITY) continue;  // none of this lane's columns in this tile
           const float mn = fmaxf(m[r], mt);
           float sum = 0.0f;
@@ -767,11 +773,11 @@ static __global__ void __launch_bounds__(FA_THREADS)
           for (int j = 0; j < MMA_NB; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++)
-              if (8 * j + 2 * t + e < kn) sum += expf(sc[j][2 * r + e] * scale - mn);
-          l[r] = l[r] * expf(m[r] - mn) + sum;  // m = -inf at first: l is 0 then
+              if (8 * j + 2 * t + e < kn) sum += vt_ex2(fmaf(sc[j][2 * r + e], scale2, -mn));
+          l[r] = l[r] * vt_ex2(m[r] - mn) + sum;  // m = -inf at first: l is 0 then
           m[r] = mn;
         }
-      } else {  // O += p v, p = exp(s - L) (with dropout, d) rounded to bf16
+      } else {  // O += p v, p = exp(s - lse) (with dropout, d) rounded to bf16
 #pragma unroll
         for (int kk = 0; kk < MMA_NB / 2; kk++) {
           if (16 * kk >= kc) break;
@@ -781,7 +787,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
               const int r = i >> 1, col = 8 * (2 * kk + jj) + 2 * t + (i & 1);
-              float v = col < kn ? expf(sc[2 * kk + jj][i] * scale - L[r]) : 0.0f;
+              float v = col < kn ? vt_ex2(fmaf(sc[2 * kk + jj][i], scale2, -L[r])) : 0.0f;
               if (drop.p > 0.0f && col < kn)
                 v = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, v);
               p[jj][i] = v;
@@ -853,7 +859,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
     frag_a(qf[kk], sQ + 16 * w * ldt + 16 * kk, ldt);
     frag_a(dof[kk], sdO + 16 * w * ldt + 16 * kk, ldt);
   }
-  const float L[2] = {sL[16 * w + g], sL[16 * w + g + 8]};
+  const float scale2 = scale * MMA_LOG2E;  // base 2, as the forward's
+  const float L[2] = {sL[16 * w + g] * MMA_LOG2E, sL[16 * w + g + 8] * MMA_LOG2E};
   const float dl[2] = {sD[16 * w + g], sD[16 * w + g + 8]};
   const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
   const uint64_t nbase = drop.p > 0.0f ? drop_base(drop, b, h, N) : 0;
@@ -885,7 +892,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
           for (int i = 0; i < 4; i++) {
             const int r = i >> 1, j = 2 * kk + jj, col = 8 * j + 2 * t + (i & 1);
-            const float pij = col < kn ? expf(sc[j][i] * scale - L[r]) : 0.0f;
+            const float pij = col < kn ? vt_ex2(fmaf(sc[j][i], scale2, -L[r])) : 0.0f;
             float d = dp[j][i];
             if (drop.p > 0.0f && col < kn)
               d = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, d);
@@ -925,6 +932,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
   const bf16_t *dob = dout + (int64_t)b * N * C + (int64_t)h * D;
   const float *lse_r = lse + (int64_t)bh * N, *delta_r = delta + (int64_t)bh * N;
   const int T = (N + FA_TILE - 1) / FA_TILE;
+  const float scale2 = scale * MMA_LOG2E;  // base 2, as the forward's
   tile_async<NK>(sK, kb, ld, k0, N, D);
   tile_async<NK>(sV, vb, ld, k0, N, D);
   tile_async<NK>(sQ, qb, ld, 0, N, D);
@@ -976,7 +984,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
             const int r = i >> 1, j = 2 * kk + jj, c = 8 * j + 2 * t + (i & 1);
             pv[jj][i] = dv[jj][i] = 0.0f;  // past qn
             if (c < qn) {
-              float p = expf(st[j][i] * scale - tL[c]), d = dpt[j][i];
+              float p = vt_ex2(fmaf(st[j][i], scale2, -tL[c] * MMA_LOG2E)), d = dpt[j][i];
               const uint64_t n = nbase + (uint64_t)(q0 + c) * N + key[r];
               if (drop.p > 0.0f) d = drop_one(drop, stream, n, d);
               dv[jj][i] = p * (d - tD[c]);

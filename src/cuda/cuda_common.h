@@ -140,6 +140,20 @@ static __device__ __forceinline__ void vt_ldsm_x4_trans(unsigned r[4], const voi
 }
 #endif
 
+// 2^x on the SFU, one instruction (PTX ex2.approx.ftz.f32: within about 2 ulp, results below
+// 2^-126 flushed to zero), where expf takes several: the attention kernels' probabilities,
+// exp(y) = 2^(y log2 e) with the scale and log2 e folded into one multiply-add. The emulation
+// uses exp2f.
+#ifdef VT_CUDA_EMULATION
+#define vt_ex2 exp2f
+#else
+static __device__ __forceinline__ float vt_ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif
+
 // Two floats rounded to bf16 (nearest even) in one register, the first in the low half.
 static __device__ __forceinline__ unsigned vt_pack_bf16x2(float lo, float hi) {
   return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
