@@ -29,56 +29,69 @@ static double now_s(void) {
 }
 
 // ---- Per-op timing (--ops): a copy of the table whose entries synchronize, call the real op,
-// synchronize again and add the wall time to the op's slot.
+// synchronize again and add the wall time (and, for the Linears, the GEMMs' FLOPs) to the op's
+// slot. The forward Linears have a slot per form: a bf16 output (qkv, fc1), the residual add
+// (proj, fc2), plain (the patch embedding, the head).
 typedef struct {
   const char *name;
-  double s;
+  double s, flop;
   long calls;
 } slot;
-enum { S_LIN_F, S_LIN_B, S_LN_F, S_LN_B, S_ADD_LN_F, S_LN_B_ADD, S_GELU_F, S_GELU_B, S_ATT_F,
-       S_ATT_B, S_ADD, S_ADAMW, S_SUMSQ, NSLOTS };
-static slot g_slots[NSLOTS] = {{"linear_fwd", 0, 0},    {"linear_bwd", 0, 0},
-                               {"layernorm_fwd", 0, 0}, {"layernorm_bwd", 0, 0},
-                               {"add_layernorm_fwd", 0, 0}, {"layernorm_bwd_add", 0, 0},
-                               {"act_fwd", 0, 0},      {"act_bwd", 0, 0},
-                               {"attention_fwd", 0, 0}, {"attention_bwd", 0, 0},
-                               {"add", 0, 0},           {"adamw", 0, 0},
-                               {"sumsq", 0, 0}};
+enum { S_LIN_F, S_LIN_ACT_F, S_LIN_RES_F, S_LIN_B, S_LN_F, S_LN_B, S_ADD_LN_F, S_LN_B_ADD,
+       S_GELU_F, S_GELU_B, S_ATT_F, S_ATT_B, S_ADD, S_ADAMW, S_SUMSQ, NSLOTS };
+static slot g_slots[NSLOTS] = {
+    {"linear_fwd", 0, 0, 0},        {"linear_act_fwd", 0, 0, 0}, {"linear_res_fwd", 0, 0, 0},
+    {"linear_bwd", 0, 0, 0},        {"layernorm_fwd", 0, 0, 0},  {"layernorm_bwd", 0, 0, 0},
+    {"add_layernorm_fwd", 0, 0, 0}, {"layernorm_bwd_add", 0, 0, 0}, {"act_fwd", 0, 0, 0},
+    {"act_bwd", 0, 0, 0},           {"attention_fwd", 0, 0, 0},  {"attention_bwd", 0, 0, 0},
+    {"add", 0, 0, 0},               {"adamw", 0, 0, 0},          {"sumsq", 0, 0, 0}};
 static vt_backend g_real;
 
-#define TIMED(k, call)             \
+#define TIMED_FLOP(k, fl, call)    \
   do {                             \
     g_real.synchronize();          \
     const double t0_ = now_s();    \
     call;                          \
     g_real.synchronize();          \
     g_slots[k].s += now_s() - t0_; \
+    g_slots[k].flop += (fl);       \
     g_slots[k].calls++;            \
   } while (0)
+#define TIMED(k, call) TIMED_FLOP(k, 0.0, call)
+
+static double gemm_flop(int64_t M, int64_t I, int64_t O) { return 2.0 * M * I * O; }
 
 static void t_lin_f(float *o, const float *x, const float *w, const float *b, int64_t M,
                     int64_t I, int64_t O) {
-  TIMED(S_LIN_F, g_real.linear_fwd(o, x, w, b, M, I, O));
+  TIMED_FLOP(S_LIN_F, gemm_flop(M, I, O), g_real.linear_fwd(o, x, w, b, M, I, O));
 }
 static void t_lin_res_f(float *o, const float *x, const float *w, const float *b,
                         const float *res, int64_t M, int64_t I, int64_t O) {
-  TIMED(S_LIN_F, g_real.linear_residual_fwd(o, x, w, b, res, M, I, O));
+  TIMED_FLOP(S_LIN_RES_F, gemm_flop(M, I, O),
+             g_real.linear_residual_fwd(o, x, w, b, res, M, I, O));
+}
+// The backward's GEMMs: dinp's and dweight's, each where asked for.
+static double bwd_flop(const float *dx, const float *dw, int64_t M, int64_t I, int64_t O) {
+  return (dx ? gemm_flop(M, I, O) : 0.0) + (dw ? gemm_flop(M, I, O) : 0.0);
 }
 static void t_lin_b(float *dx, float *dw, float *db, const float *dy, const float *x,
                     const float *w, int64_t M, int64_t I, int64_t O) {
-  TIMED(S_LIN_B, g_real.linear_bwd(dx, dw, db, dy, x, w, M, I, O));
+  TIMED_FLOP(S_LIN_B, bwd_flop(dx, dw, M, I, O),
+             g_real.linear_bwd(dx, dw, db, dy, x, w, M, I, O));
 }
 static void t_lin_b_act(float *dx, float *dw, float *db, const float *dy, const float *x,
                         const float *w, int64_t M, int64_t I, int64_t O) {
-  TIMED(S_LIN_B, g_real.linear_bwd_act(dx, dw, db, dy, x, w, M, I, O));
+  TIMED_FLOP(S_LIN_B, bwd_flop(dx, dw, M, I, O),
+             g_real.linear_bwd_act(dx, dw, db, dy, x, w, M, I, O));
 }
 static void t_lin_act_f(float *o, const float *x, const float *w, const float *b, int64_t M,
                         int64_t I, int64_t O) {
-  TIMED(S_LIN_F, g_real.linear_act_fwd(o, x, w, b, M, I, O));
+  TIMED_FLOP(S_LIN_ACT_F, gemm_flop(M, I, O), g_real.linear_act_fwd(o, x, w, b, M, I, O));
 }
 static void t_lin_act_b(float *dx, float *dw, const float *dy, const float *x, const float *w,
                         int64_t M, int64_t I, int64_t O) {
-  TIMED(S_LIN_B, g_real.linear_act_bwd(dx, dw, dy, x, w, M, I, O));
+  TIMED_FLOP(S_LIN_B, bwd_flop(dx, dw, M, I, O),
+             g_real.linear_act_bwd(dx, dw, dy, x, w, M, I, O));
 }
 static void t_ln_f(float *o, float *mu, float *rs, const float *x, const float *w,
                    const float *b, int64_t M, int64_t C, float eps, int act) {
@@ -215,7 +228,8 @@ int main(int argc, char **argv) {
   double loss = 0.0;
   for (int it = 0; it < warmup + timed; it++) {
     if (it == warmup)
-      for (int k = 0; k < NSLOTS; k++) g_slots[k].s = 0, g_slots[k].calls = 0;
+      for (int k = 0; k < NSLOTS; k++)
+        g_slots[k].s = g_slots[k].flop = 0, g_slots[k].calls = 0;
     const double t0 = now_s();
     be->zero(m.grads, vt_model_grad_nbytes(&m));
     vt_model_hold_weights(&m);  // as the trainer: the weights' bf16 copy once per step
@@ -240,11 +254,14 @@ int main(int argc, char **argv) {
   if (per_op) {
     double total = 0.0;
     for (int k = 0; k < NSLOTS; k++) total += g_slots[k].s;
-    for (int k = 0; k < NSLOTS; k++)
-      if (g_slots[k].calls)
-        printf("vit3d-bench op %-14s ms_per_step=%8.2f share=%5.1f%% calls_per_step=%ld\n",
-               g_slots[k].name, 1e3 * g_slots[k].s / timed, 100 * g_slots[k].s / total,
-               g_slots[k].calls / timed);
+    for (int k = 0; k < NSLOTS; k++) {
+      if (!g_slots[k].calls) continue;
+      printf("vit3d-bench op %-14s ms_per_step=%8.2f share=%5.1f%% calls_per_step=%ld",
+             g_slots[k].name, 1e3 * g_slots[k].s / timed, 100 * g_slots[k].s / total,
+             g_slots[k].calls / timed);
+      if (g_slots[k].flop > 0) printf(" tflops=%.3g", g_slots[k].flop / g_slots[k].s / 1e12);
+      printf("\n");
+    }
   }
   free(img), free(labels), free(step);
   vt_optimizer_free(&opt);

@@ -355,8 +355,9 @@ ops_ab() {
   echo "==== per-op times, $1 ====" >>"$blog2"
   local from=$(($(wc -l <"$blog2") + 1)) was now
   run "$(cap 60 60)" "$blog2" env "$1" "$bench" "${bargs[@]}" --precision bf16 --ops
-  was=$(grep -E "^vit3d-bench op ($2) " <<<"$base_ops" | awk '{printf "%s %s ", $3, $5}')
-  now=$(tail -n +"$from" "$blog2" | grep -E "^vit3d-bench op ($2) " | awk '{printf "%s %s ", $3, $5}')
+  local fmt='{t = ""; if ($NF ~ /^tflops=/) t = " (" $NF ")"; printf "%s %s%s ", $3, $5, t}'
+  was=$(grep -E "^vit3d-bench op ($2) " <<<"$base_ops" | awk "$fmt")
+  now=$(tail -n +"$from" "$blog2" | grep -E "^vit3d-bench op ($2) " | awk "$fmt")
   note "$3 ms per step, bf16 $model batch $mb: ${was:-n/a}| with $1: ${now:-n/a}"
 }
 if ((built && !cpu_only)) && [[ -n ${base_ops:-} ]]; then
@@ -366,7 +367,8 @@ if ((built && !cpu_only)) && [[ -n ${base_ops:-} ]]; then
   # The linear forward ran at half the backward's rate on the H200 (about 265 against 595
   # TFLOP/s, 2026-12-04): the cuBLAS path (VT_CUBLASLT=0: the bias broadcast, then
   # cublasGemmEx) says whether cuBLASLt's bias epilogue or algorithm choice is the cause.
-  (($(left) > 100)) && ops_ab VT_CUBLASLT=0 linear_fwd "linear_fwd (cuBLASLt)"
+  (($(left) > 100)) && ops_ab VT_CUBLASLT=0 'linear_fwd|linear_act_fwd|linear_res_fwd' \
+    "forward Linears (cuBLASLt)"
 fi
 
 # The weights' bf16 copy held per step (hold_weights) against rounding each weight at each GEMM
