@@ -334,23 +334,24 @@ static __device__ __forceinline__ void rows_delta(float *sD, float *sL, float *d
   }
 }
 
-// The block's (64, D) fp32 accumulator acc (rows r0.., ldo) times alpha into the rows of dst
+// The block's (ROWS, D) fp32 accumulator acc (rows r0.., ldo) times alpha into the rows of dst
 // that start at element `at` (row stride ld; bf16 with bf16 set, vt_put: offsets in elements),
 // rows < N only; with part set, also the column sums of those fp32 values over the tile's rows,
 // in row order, into part[0 .. D): this tile's partial of the qkv bias gradient. By the whole
-// block.
+// block of THREADS threads.
+template <int ROWS = FA_TILE, int THREADS = FA_THREADS>
 static __device__ __forceinline__ void store_rows(float *dst, int64_t at, int64_t ld,
                                                   const float *acc, int ldo, float alpha, int r0,
                                                   int N, int D, int bf16, float *part) {
   __syncthreads();  // every warp's rows of acc are final
-  for (int i = threadIdx.x; i < FA_TILE * D; i += FA_THREADS) {
+  for (int i = threadIdx.x; i < ROWS * D; i += THREADS) {
     const int r = i / D, c = i - r * D;
     if (r0 + r < N) vt_put(dst, at + (int64_t)(r0 + r) * ld + c, alpha * acc[r * ldo + c], bf16);
   }
   if (part)
-    for (int c = threadIdx.x; c < D; c += FA_THREADS) {
+    for (int c = threadIdx.x; c < D; c += THREADS) {
       float s = 0.0f;
-      for (int r = 0; r < FA_TILE && r0 + r < N; r++) s += alpha * acc[r * ldo + c];
+      for (int r = 0; r < ROWS && r0 + r < N; r++) s += alpha * acc[r * ldo + c];
       part[c] = s;
     }
 }
@@ -593,6 +594,9 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // into two buffers: the copies for the next step are in flight while this step computes, one
 // barrier pair per step. Selected for bf16 with D <= 64 and the heads in whole 16-byte chunks
 // (D a multiple of 8: ViT-S/B/L; mma_path); VT_ATTN_MMA=0 keeps the WMMA kernels. NK = Dp / 16.
+// A block has W warps of 16 rows each: its own rows (queries; keys for dk/dv) are 16 W, 64 or
+// 128 (VT_ATTN_ROWS: more rows per block load each streamed 64-row tile for more of them, fewer
+// warps fit on an SM); the streamed tiles have 64 rows.
 // Their exponentials are base 2 on the SFU (vt_ex2): scores are taken as y = s scale log2 e, the
 // row maxima and log-sums kept in that base, lse stored natural as ever; at D = 64 an exponential
 // by expf cost about as much as the score's 64 multiply-adds on the tensor cores.
@@ -602,20 +606,20 @@ static __global__ void __launch_bounds__(FA_THREADS)
 
 typedef __nv_bfloat16 bf16_t;
 
-// Elements of one (64, Dp) operand tile in shared memory (row stride Dp + 8).
-template <int NK>
+// Elements of an (R, Dp) operand tile in shared memory (row stride Dp + 8).
+template <int NK, int R = FA_TILE>
 static __host__ __device__ constexpr int mma_tile() {
-  return FA_TILE * (16 * NK + 8);
+  return R * (16 * NK + 8);
 }
 
-// Issues the copies of rows r0 .. r0+63 of an (N, D) bf16 matrix at src (row stride ld; src, D
-// and ld in whole 16-byte chunks) into a (64, Dp) tile at dst (row stride Dp + 8), zeros past
-// row N and column D. By the whole block; they land at the wait for the group they join.
-template <int NK>
+// Issues the copies of rows r0 .. r0+R-1 of an (N, D) bf16 matrix at src (row stride ld; src, D
+// and ld in whole 16-byte chunks) into an (R, Dp) tile at dst (row stride Dp + 8), zeros past row
+// N and column D. By the whole block of 32 W threads; they land at the wait for their group.
+template <int NK, int W, int R = FA_TILE>
 static __device__ __forceinline__ void tile_async(bf16_t *dst, const bf16_t *src, int64_t ld,
                                                   int r0, int N, int D) {
   const int cpr = 2 * NK;  // 16-byte chunks per row
-  for (int i = threadIdx.x; i < FA_TILE * cpr; i += FA_THREADS) {
+  for (int i = threadIdx.x; i < R * cpr; i += 32 * W) {
     const int r = i / cpr, c = 8 * (i - r * cpr);
     const bool in = r0 + r < N && c < D;
     vt_cp_async16(dst + r * (16 * NK + 8) + c, in ? src + (int64_t)(r0 + r) * ld + c : src, in);
@@ -624,8 +628,9 @@ static __device__ __forceinline__ void tile_async(bf16_t *dst, const bf16_t *src
 
 // Issues the copies of entries r0 .. r0+63 of a length-N fp32 row (lse, delta) into dst, zeros
 // past N; 4 bytes each (the rows of (B H, N) are not 16-byte aligned).
+template <int W>
 static __device__ __forceinline__ void row_async(float *dst, const float *src, int r0, int N) {
-  for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS)
+  for (int i = threadIdx.x; i < FA_TILE; i += 32 * W)
     vt_cp_async4(dst + i, r0 + i < N ? src + r0 + i : src, r0 + i < N);
 }
 
@@ -698,16 +703,16 @@ static __device__ __forceinline__ float drop_one(const vt_dropout_mask &m, uint3
 }
 
 // The forward (flash_fwd_kernel's passes) as 2T steps over the T key tiles: steps s < T make the
-// rows' maxima and sums from K tile s, steps T + i add p v of key tile i. Shared memory: Q, then
-// two buffers of K, then two of V (mma_tile each).
-template <int NK>
-static __global__ void __launch_bounds__(FA_THREADS)
+// rows' maxima and sums from K tile s, steps T + i add p v of key tile i. Shared memory: Q (16 W
+// rows), then two buffers of K, then two of V (64 rows each).
+template <int NK, int W>
+static __global__ void __launch_bounds__(32 * W)
     mma_fwd_kernel(bf16_t *out, float *lse, const bf16_t *qkv, int N, int H, int D, float scale,
                    const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
   const int TS = mma_tile<NK>(), ldt = 16 * NK + 8;
-  bf16_t *sQ = (bf16_t *)fa_shared, *sK = sQ + TS, *sV = sK + 2 * TS;
-  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * FA_TILE;
+  bf16_t *sQ = (bf16_t *)fa_shared, *sK = sQ + mma_tile<NK, 16 * W>(), *sV = sK + 2 * TS;
+  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * 16 * W;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t C = (int64_t)H * D, ld = 3 * C;
   const bf16_t *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
@@ -716,8 +721,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
   const int T = (N + FA_TILE - 1) / FA_TILE;
   const float scale2 = scale * MMA_LOG2E;  // scores in base 2: y = s scale2
   const uint64_t nbase = drop.p > 0.0f ? drop_base(drop, b, h, N) : 0;
-  tile_async<NK>(sQ, qb, ld, q0, N, D);
-  tile_async<NK>(sK, kb, ld, 0, N, D);
+  tile_async<NK, W, 16 * W>(sQ, qb, ld, q0, N, D);
+  tile_async<NK, W>(sK, kb, ld, 0, N, D);
   vt_cp_async_commit();
   unsigned qf[NK][4];
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
@@ -727,8 +732,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
   for (int s = 0; s < 2 * T; s++) {
     if (s + 1 < 2 * T) {  // the next step's tiles into the other buffers
       const int n1 = s + 1, k1 = (n1 < T ? n1 : n1 - T) * FA_TILE;
-      tile_async<NK>(sK + (n1 & 1) * TS, kb, ld, k1, N, D);
-      if (n1 >= T) tile_async<NK>(sV + (n1 & 1) * TS, vb, ld, k1, N, D);
+      tile_async<NK, W>(sK + (n1 & 1) * TS, kb, ld, k1, N, D);
+      if (n1 >= T) tile_async<NK, W>(sV + (n1 & 1) * TS, vb, ld, k1, N, D);
     }
     vt_cp_async_commit();  // (empty at the last step: the wait below still means this step's)
     vt_cp_async_wait<1>();
@@ -825,33 +830,35 @@ static __device__ __forceinline__ void mma_put_rows(float *rows, int ldo,
       rows[(g + 8 * (i >> 1)) * ldo + 8 * jd + 2 * t + (i & 1)] = acc[jd][i];
 }
 
-// dq and delta (flash_dq_kernel's work), one step per key tile. Shared memory (mma_tile each): Q,
-// dO, two buffers of K, two of V; then lse and delta (64 floats each). out's rows wait in the
-// second K buffer for delta; after the loop the K buffers hold the fp32 dQ rows.
-template <int NK>
-static __global__ void __launch_bounds__(FA_THREADS)
+// dq and delta (flash_dq_kernel's work), one step per key tile. Shared memory: Q, dO, out (16 W
+// rows each: out's for delta), two buffers of K, two of V (64 rows each); then lse and delta (16 W
+// floats each). After the loop the K and V buffers hold the fp32 dQ rows.
+template <int NK, int W>
+static __global__ void __launch_bounds__(32 * W)
     mma_dq_kernel(float *dqkv, float *part, float *delta, const bf16_t *dout, const bf16_t *qkv,
                   const bf16_t *out, const float *lse, int N, int H, int D, float scale,
                   const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
-  const int TS = mma_tile<NK>(), ldt = 16 * NK + 8, ldo = 16 * NK + 4;
-  bf16_t *sQ = (bf16_t *)fa_shared, *sdO = sQ + TS, *sK = sdO + TS, *sV = sK + 2 * TS;
-  float *sL = (float *)(sV + 2 * TS), *sD = sL + FA_TILE, *sdQ = (float *)sK;
-  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * FA_TILE;
+  const int TS = mma_tile<NK>(), TQ = mma_tile<NK, 16 * W>(), ldt = 16 * NK + 8;
+  const int ldo = 16 * NK + 4;
+  bf16_t *sQ = (bf16_t *)fa_shared, *sdO = sQ + TQ, *sO = sdO + TQ, *sK = sO + TQ;
+  bf16_t *sV = sK + 2 * TS;
+  float *sL = (float *)(sV + 2 * TS), *sD = sL + 16 * W, *sdQ = (float *)sK;
+  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * 16 * W;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t C = (int64_t)H * D, ld = 3 * C;
   const bf16_t *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
   const int64_t at = (int64_t)b * N * C + (int64_t)h * D;  // this head's columns of out, dout
   const int T = (N + FA_TILE - 1) / FA_TILE;
-  tile_async<NK>(sQ, qb, ld, q0, N, D);
-  tile_async<NK>(sdO, dout + at, C, q0, N, D);
-  tile_async<NK>(sK + TS, out + at, C, q0, N, D);
-  tile_async<NK>(sK, kb, ld, 0, N, D);
-  tile_async<NK>(sV, vb, ld, 0, N, D);
+  tile_async<NK, W, 16 * W>(sQ, qb, ld, q0, N, D);
+  tile_async<NK, W, 16 * W>(sdO, dout + at, C, q0, N, D);
+  tile_async<NK, W, 16 * W>(sO, out + at, C, q0, N, D);
+  tile_async<NK, W>(sK, kb, ld, 0, N, D);
+  tile_async<NK, W>(sV, vb, ld, 0, N, D);
   vt_cp_async_commit();
   vt_cp_async_wait<0>();
   __syncthreads();
-  rows_delta(sD, sL, delta, sdO, sK + TS, ldt, lse, bh, q0, N, D);  // as flash_dq_kernel's
+  rows_delta(sD, sL, delta, sdO, sO, ldt, lse, bh, q0, N, D);  // as flash_dq_kernel's
   __syncwarp();
   unsigned qf[NK][4], dof[NK][4];
 #pragma unroll
@@ -868,11 +875,10 @@ static __global__ void __launch_bounds__(FA_THREADS)
   float acc[2 * NK][4];
 #pragma unroll
   for (int jd = 0; jd < 2 * NK; jd++) acc[jd][0] = acc[jd][1] = acc[jd][2] = acc[jd][3] = 0.0f;
-  __syncthreads();  // out's rows are read: the second K buffer is free
   for (int s = 0; s < T; s++) {
     if (s + 1 < T) {
-      tile_async<NK>(sK + ((s + 1) & 1) * TS, kb, ld, (s + 1) * FA_TILE, N, D);
-      tile_async<NK>(sV + ((s + 1) & 1) * TS, vb, ld, (s + 1) * FA_TILE, N, D);
+      tile_async<NK, W>(sK + ((s + 1) & 1) * TS, kb, ld, (s + 1) * FA_TILE, N, D);
+      tile_async<NK, W>(sV + ((s + 1) & 1) * TS, vb, ld, (s + 1) * FA_TILE, N, D);
     }
     vt_cp_async_commit();
     vt_cp_async_wait<1>();
@@ -907,25 +913,26 @@ static __global__ void __launch_bounds__(FA_THREADS)
   }
   mma_put_rows<NK>(sdQ + 16 * w * ldo, ldo, acc);  // every copy has landed (the last wait)
   const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;  // this tile's bias partials
-  store_rows(dqkv, (int64_t)b * N * ld + (int64_t)h * D, ld, sdQ, ldo, scale, q0, N, D, 1,
-             part ? part + chunk * ld + (int64_t)h * D : NULL);
+  store_rows<16 * W, 32 * W>(dqkv, (int64_t)b * N * ld + (int64_t)h * D, ld, sdQ, ldo, scale,
+                             q0, N, D, 1, part ? part + chunk * ld + (int64_t)h * D : NULL);
 }
 
 // dk and dv (flash_dkv_kernel's work): warps own 16 keys and make the transposed tiles S^T, dP^T
-// in registers, one step per query tile. Shared memory (mma_tile each): K, V, two buffers of Q,
-// two of dO; then two buffers each of lse and delta (64 floats). After the loop K and V hold the
-// fp32 dK rows, the Q buffers the dV rows.
-template <int NK>
-static __global__ void __launch_bounds__(FA_THREADS)
+// in registers, one step per query tile. Shared memory: K, V (16 W rows each), two buffers of Q,
+// two of dO (64 rows each); then two buffers each of lse and delta (64 floats). After the loop K
+// and V hold the fp32 dK rows, the Q and dO buffers the dV rows.
+template <int NK, int W>
+static __global__ void __launch_bounds__(32 * W)
     mma_dkv_kernel(float *dqkv, float *part, const bf16_t *dout, const bf16_t *qkv,
                    const float *lse, const float *delta, int N, int H, int D, float scale,
                    const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
-  const int TS = mma_tile<NK>(), ldt = 16 * NK + 8, ldo = 16 * NK + 4;
-  bf16_t *sK = (bf16_t *)fa_shared, *sV = sK + TS, *sQ = sV + TS, *sdO = sQ + 2 * TS;
+  const int TS = mma_tile<NK>(), TK = mma_tile<NK, 16 * W>(), ldt = 16 * NK + 8;
+  const int ldo = 16 * NK + 4;
+  bf16_t *sK = (bf16_t *)fa_shared, *sV = sK + TK, *sQ = sV + TK, *sdO = sQ + 2 * TS;
   float *sL = (float *)(sdO + 2 * TS), *sD = sL + 2 * FA_TILE;
   float *sdK = (float *)sK, *sdV = (float *)sQ;
-  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, k0 = blockIdx.y * FA_TILE;
+  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, k0 = blockIdx.y * 16 * W;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t C = (int64_t)H * D, ld = 3 * C;
   const bf16_t *qb = qkv + (int64_t)b * N * ld + (int64_t)h * D, *kb = qb + C, *vb = qb + 2 * C;
@@ -933,12 +940,12 @@ static __global__ void __launch_bounds__(FA_THREADS)
   const float *lse_r = lse + (int64_t)bh * N, *delta_r = delta + (int64_t)bh * N;
   const int T = (N + FA_TILE - 1) / FA_TILE;
   const float scale2 = scale * MMA_LOG2E;  // base 2, as the forward's
-  tile_async<NK>(sK, kb, ld, k0, N, D);
-  tile_async<NK>(sV, vb, ld, k0, N, D);
-  tile_async<NK>(sQ, qb, ld, 0, N, D);
-  tile_async<NK>(sdO, dob, C, 0, N, D);
-  row_async(sL, lse_r, 0, N);
-  row_async(sD, delta_r, 0, N);
+  tile_async<NK, W, 16 * W>(sK, kb, ld, k0, N, D);
+  tile_async<NK, W, 16 * W>(sV, vb, ld, k0, N, D);
+  tile_async<NK, W>(sQ, qb, ld, 0, N, D);
+  tile_async<NK, W>(sdO, dob, C, 0, N, D);
+  row_async<W>(sL, lse_r, 0, N);
+  row_async<W>(sD, delta_r, 0, N);
   vt_cp_async_commit();
   unsigned kf[NK][4], vf[NK][4];
   const int key[2] = {k0 + 16 * w + g, k0 + 16 * w + g + 8};
@@ -952,10 +959,10 @@ static __global__ void __launch_bounds__(FA_THREADS)
   for (int s = 0; s < T; s++) {
     if (s + 1 < T) {
       const int n1 = (s + 1) & 1, q1 = (s + 1) * FA_TILE;
-      tile_async<NK>(sQ + n1 * TS, qb, ld, q1, N, D);
-      tile_async<NK>(sdO + n1 * TS, dob, C, q1, N, D);
-      row_async(sL + n1 * FA_TILE, lse_r, q1, N);
-      row_async(sD + n1 * FA_TILE, delta_r, q1, N);
+      tile_async<NK, W>(sQ + n1 * TS, qb, ld, q1, N, D);
+      tile_async<NK, W>(sdO + n1 * TS, dob, C, q1, N, D);
+      row_async<W>(sL + n1 * FA_TILE, lse_r, q1, N);
+      row_async<W>(sD + n1 * FA_TILE, delta_r, q1, N);
     }
     vt_cp_async_commit();
     vt_cp_async_wait<1>();
@@ -1006,8 +1013,9 @@ static __global__ void __launch_bounds__(FA_THREADS)
   const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;
   const int64_t at = (int64_t)b * N * ld + (int64_t)h * D;
   float *pk = part ? part + chunk * ld + C + (int64_t)h * D : NULL;
-  store_rows(dqkv, at + C, ld, sdK, ldo, scale, k0, N, D, 1, pk);
-  store_rows(dqkv, at + 2 * C, ld, sdV, ldo, 1.0f, k0, N, D, 1, pk ? pk + C : NULL);
+  store_rows<16 * W, 32 * W>(dqkv, at + C, ld, sdK, ldo, scale, k0, N, D, 1, pk);
+  store_rows<16 * W, 32 * W>(dqkv, at + 2 * C, ld, sdV, ldo, 1.0f, k0, N, D, 1,
+                             pk ? pk + C : NULL);
 }
 
 // ---- host side -------------------------------------------------------------------------------
@@ -1015,11 +1023,12 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // The grid of a kernel over (image, head) pairs and tiles of N, and a check that its shared
 // memory fits: asks the device once and allows the kernel to use that much (past the default
 // 48 KiB) once per kernel.
-static dim3 fa_grid(const char *op, int64_t B, int64_t N, int64_t H, int64_t D) {
-  VT_CHECK(B * H <= INT_MAX && (N + FA_TILE - 1) / FA_TILE <= 65535 && 3 * H * D <= INT_MAX,
+static dim3 fa_grid(const char *op, int64_t B, int64_t N, int64_t H, int64_t D,
+                    int rows = FA_TILE) {
+  VT_CHECK(B * H <= INT_MAX && (N + rows - 1) / rows <= 65535 && 3 * H * D <= INT_MAX,
            "%s: B=%lld N=%lld H=%lld D=%lld are too large for one grid", op, (long long)B,
            (long long)N, (long long)H, (long long)D);
-  return dim3((unsigned)(B * H), (unsigned)((N + FA_TILE - 1) / FA_TILE));
+  return dim3((unsigned)(B * H), (unsigned)((N + rows - 1) / rows));
 }
 
 static void fa_smem_allow(const char *op, const void *kernel, size_t need, int64_t D,
@@ -1109,26 +1118,29 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
   bwd_bias(dbias, part, B * grid.y, 3 * H * D);
 }
 
-template <int NK>
+template <int NK, int W>
 static void mma_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
                     const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
                     int64_t D, const vt_dropout_mask &drop) {
   static int allowed_dq, allowed_dkv;
-  const dim3 grid = fa_grid("attention_bwd", B, N, H, D);
-  const size_t tiles = (size_t)6 * mma_tile<NK>() * sizeof(bf16_t);  // mma_dq/dkv_kernel's
-  const size_t smem_dq = tiles + 2 * FA_TILE * sizeof(float),
-               smem_dkv = tiles + 4 * FA_TILE * sizeof(float);
-  fa_smem_allow("attention_bwd", (const void *)mma_dq_kernel<NK>, smem_dq, D, &allowed_dq);
-  fa_smem_allow("attention_bwd", (const void *)mma_dkv_kernel<NK>, smem_dkv, D, &allowed_dkv);
+  const dim3 grid = fa_grid("attention_bwd", B, N, H, D, 16 * W);
+  // mma_dq_kernel's and mma_dkv_kernel's shared memory (their comments)
+  const size_t own = mma_tile<NK, 16 * W>() * sizeof(bf16_t),
+               streamed = mma_tile<NK>() * sizeof(bf16_t);
+  const size_t smem_dq = 3 * own + 4 * streamed + 2 * 16 * W * sizeof(float),
+               smem_dkv = 2 * own + 4 * streamed + 4 * FA_TILE * sizeof(float);
+  fa_smem_allow("attention_bwd", (const void *)mma_dq_kernel<NK, W>, smem_dq, D, &allowed_dq);
+  fa_smem_allow("attention_bwd", (const void *)mma_dkv_kernel<NK, W>, smem_dkv, D,
+                &allowed_dkv);
   const float scale = 1.0f / sqrtf((float)D);
   const uint32_t stream = vt_hash_name("dropout");
   float *delta, *part;
   bwd_scratch(B, N, H, D, grid.y, dbias != NULL, &delta, &part);
-  mma_dq_kernel<NK><<<grid, FA_THREADS, smem_dq, vt_cuda_stream()>>>(
+  mma_dq_kernel<NK, W><<<grid, 32 * W, smem_dq, vt_cuda_stream()>>>(
       dqkv, part, delta, (const bf16_t *)dout, (const bf16_t *)qkv, (const bf16_t *)out, lse,
       (int)N, (int)H, (int)D, scale, drop, stream);
   VT_CUDA_CHECK_LAUNCH();
-  mma_dkv_kernel<NK><<<grid, FA_THREADS, smem_dkv, vt_cuda_stream()>>>(
+  mma_dkv_kernel<NK, W><<<grid, 32 * W, smem_dkv, vt_cuda_stream()>>>(
       dqkv, part, (const bf16_t *)dout, (const bf16_t *)qkv, lse, delta, (int)N, (int)H, (int)D,
       scale, drop, stream);
   VT_CUDA_CHECK_LAUNCH();
@@ -1307,31 +1319,46 @@ static int mma_path(int64_t D, const void *a, const void *b, const void *c) {
   return on && vt_cuda_bf16() && D <= 64 && D % 8 == 0 && any % 16 == 0;
 }
 
-template <int NK>
+// The mma.sync kernels' warps per block (W): 4, or 8 with VT_ATTN_ROWS=128 (rows per block).
+static int mma_warps(void) {
+  static int w = 0;
+  if (!w) {
+    const char *e = getenv("VT_ATTN_ROWS");
+    w = e && strcmp(e, "128") == 0 ? 8 : 4;
+  }
+  return w;
+}
+
+template <int NK, int W>
 static void mma_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
                     int64_t D, const vt_dropout_mask &drop) {
   static int allowed;
-  const dim3 grid = fa_grid("attention_fwd", B, N, H, D);
-  const size_t smem = (size_t)5 * mma_tile<NK>() * sizeof(bf16_t);  // Q, K twice, V twice
-  fa_smem_allow("attention_fwd", (const void *)mma_fwd_kernel<NK>, smem, D, &allowed);
-  mma_fwd_kernel<NK><<<grid, FA_THREADS, smem, vt_cuda_stream()>>>(
+  const dim3 grid = fa_grid("attention_fwd", B, N, H, D, 16 * W);
+  const size_t smem = (mma_tile<NK, 16 * W>() + 4 * mma_tile<NK>()) * sizeof(bf16_t);  // Q; K, V
+  fa_smem_allow("attention_fwd", (const void *)mma_fwd_kernel<NK, W>, smem, D, &allowed);
+  mma_fwd_kernel<NK, W><<<grid, 32 * W, smem, vt_cuda_stream()>>>(
       (bf16_t *)out, lse, (const bf16_t *)qkv, (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D),
       drop, vt_hash_name("dropout"));
   VT_CUDA_CHECK_LAUNCH();
 }
+
+// mma_fwd or mma_bwd (F) with NK = Dp / 16 and W = mma_warps(): a switch over the 8 kernels.
+#define MMA_DISPATCH(F, D, ...)                                               \
+  do {                                                                        \
+    const int nk_ = (int)(((D) + 15) / 16), w8_ = mma_warps() == 8;           \
+    if (nk_ == 1) w8_ ? F<1, 8>(__VA_ARGS__) : F<1, 4>(__VA_ARGS__);          \
+    else if (nk_ == 2) w8_ ? F<2, 8>(__VA_ARGS__) : F<2, 4>(__VA_ARGS__);     \
+    else if (nk_ == 3) w8_ ? F<3, 8>(__VA_ARGS__) : F<3, 4>(__VA_ARGS__);     \
+    else w8_ ? F<4, 8>(__VA_ARGS__) : F<4, 4>(__VA_ARGS__);                   \
+  } while (0)
 
 extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int64_t B,
                                       int64_t N, int64_t H, int64_t D,
                                       const vt_dropout_mask *drop) {
   // bf16 (vt_ops.h): qkv and out are bf16 activations; fp32: fp32 tensors.
   if (mma_path(D, out, qkv, NULL)) {
-    const vt_dropout_mask m = drop_arg(drop);
-    switch ((D + 15) / 16) {
-      case 1: mma_fwd<1>(out, lse, qkv, B, N, H, D, m); return;
-      case 2: mma_fwd<2>(out, lse, qkv, B, N, H, D, m); return;
-      case 3: mma_fwd<3>(out, lse, qkv, B, N, H, D, m); return;
-      default: mma_fwd<4>(out, lse, qkv, B, N, H, D, m); return;
-    }
+    MMA_DISPATCH(mma_fwd, D, out, lse, qkv, B, N, H, D, drop_arg(drop));
+    return;
   }
   const int bf16 = vt_cuda_bf16(), nf = fa_nf("attention_fwd", D, bf16);
   if (bf16 && nf == 8) fwd<__nv_bfloat16, 8>(out, lse, qkv, B, N, H, D, drop_arg(drop));
@@ -1346,12 +1373,8 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *do
   // bf16 (vt_ops.h): dout and dqkv are bf16 activations as well.
   const vt_dropout_mask m = drop_arg(drop);
   if (mma_path(D, dout, qkv, out)) {
-    switch ((D + 15) / 16) {
-      case 1: mma_bwd<1>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m); return;
-      case 2: mma_bwd<2>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m); return;
-      case 3: mma_bwd<3>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m); return;
-      default: mma_bwd<4>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m); return;
-    }
+    MMA_DISPATCH(mma_bwd, D, dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);
+    return;
   }
   const int bf16 = vt_cuda_bf16(), nf = fa_nf("attention_bwd", D, bf16);
   if (bf16 && nf == 8) bwd<__nv_bfloat16, 8>(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);

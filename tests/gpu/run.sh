@@ -364,6 +364,10 @@ if ((built && !cpu_only)) && [[ -n ${base_ops:-} ]]; then
   # The attention's mma.sync kernels against the WMMA ones, same batch.
   [[ ${VT_ATTN_MMA:-1} != 0 ]] && (($(left) > 100)) &&
     ops_ab VT_ATTN_MMA=0 'attention_fwd|attention_bwd' "attention (mma.sync)"
+  # Their blocks of 64 own rows (4 warps) against 128 (8 warps: each streamed tile loaded for
+  # twice the rows, fewer warps per SM).
+  [[ ${VT_ATTN_MMA:-1} != 0 ]] && (($(left) > 100)) &&
+    ops_ab VT_ATTN_ROWS=128 'attention_fwd|attention_bwd' "attention (mma.sync, 64 rows a block)"
   # The linear forward ran at half the backward's rate on the H200 (about 265 against 595
   # TFLOP/s, 2026-12-04): the cuBLAS path (VT_CUBLASLT=0: the bias broadcast, then
   # cublasGemmEx) says whether cuBLASLt's bias epilogue or algorithm choice is the cause.
