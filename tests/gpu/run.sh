@@ -16,9 +16,10 @@
 #      same batch), eager and torch.compile, measured in the same run when python3 imports torch
 #      and timm; then, as time allows, ViT-L/16 (bench_gpu against timm's
 #      vit_large_patch16_224, eager), the time per op (bench_gpu --ops), again with the WMMA
-#      attention (VT_ATTN_MMA=0) and on the cuBLAS path (VT_CUBLASLT=0) for the linear forward,
-#      and the weights' bf16 copy held per step against rounded at each GEMM (VT_WEIGHT_COPY=0)
-#      at batch 16
+#      attention (VT_ATTN_MMA=0), with 128 rows a block in the mma.sync attention
+#      (VT_ATTN_ROWS=128) and on the cuBLAS path (VT_CUBLASLT=0) for the linear forward, and the
+#      weights' bf16 copy held per step against rounded at each GEMM (VT_WEIGHT_COPY=0) at batch
+#      16
 #   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
 #   6. a summary (also in $OUT/summary.txt)
 # Logs go to $OUT when set (the device tool brings back at most 8 files: these are exactly 8),
