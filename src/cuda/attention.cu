@@ -581,15 +581,15 @@ static __global__ void __launch_bounds__(FA_THREADS)
 }
 
 // ---- bf16 on mma.sync, D up to 64 ---------------------------------------------------------------
-// The same blocks, passes, rounding points and dropout as the kernels above, but a warp's tile
+// The same passes, rounding points and dropout as the kernels above, but a warp's tile
 // products are PTX mma.sync m16n8k16 (vt_mma16816) whose fragments stay in registers: scores,
 // probabilities and their gradients never go through shared memory; only the tiles of the
 // operands do. A lane holds, of each 8-column block j of a 16-row score tile, rows g and g + 8
 // (g = lane / 4), columns 8j + 2t and the next (t = lane % 4): exactly the A operand layout of
 // the next product's probabilities (two blocks per 16-wide k step), so p and dS go from
 // accumulators to operands in registers. Operand tiles stay row-major as the heads lie in
-// memory, (64, Dp + 8) bf16 (rows 16-byte aligned, and ldmatrix's 8 rows fall in distinct bank
-// groups); ldmatrix reads every fragment, transposed (_trans) where a product reads a tile along
+// memory, bf16 rows of Dp + 8 elements (16-byte aligned, and ldmatrix's 8 rows fall in distinct
+// bank groups); ldmatrix reads every fragment, transposed (_trans) where a product reads a tile along
 // its rows (V in P V; K in dS K; dO, Q in P^T dO, dS^T Q). The streamed tiles come by cp.async
 // into two buffers: the copies for the next step are in flight while this step computes, one
 // barrier pair per step. Selected for bf16 with D <= 64 and the heads in whole 16-byte chunks
