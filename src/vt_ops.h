@@ -39,8 +39,9 @@ void vt_linear_residual_fwd(const vt_backend *be, float *out, const float *inp,
                             const float *weight, const float *bias, const float *res, int64_t M,
                             int64_t I, int64_t O);
 // linear_fwd whose out is a bf16 activation in bf16 precision (above): the fp32 result, bias
-// included, rounded once. For a Linear whose output only feeds GEMMs (qkv feeds attention) or
-// GELU (fc1).
+// included, rounded once; the bias rounded to bf16 first, as in PyTorch's bf16 autocast (whose
+// Linear casts its bias too; on CUDA a bf16 output takes a bf16 bias in cuBLASLt's epilogue).
+// For a Linear whose output only feeds GEMMs (qkv feeds attention) or GELU (fc1).
 void vt_linear_act_fwd(const vt_backend *be, float *out, const float *inp, const float *weight,
                        const float *bias, int64_t M, int64_t I, int64_t O);
 // dinp (M, I) overwritten unless NULL; dweight (O, I) and dbias (O) accumulated unless NULL (one

@@ -162,12 +162,17 @@ static void test_linear(const vt_backend *be, int64_t M, int64_t I, int64_t O) {
   float *xb = bits_of(x, M * I);
   vt_linear_fwd(be, y, xb, w, b, M, I, O);
   vt_linear_bwd(be, dx, dw, db, dy, xb, w, M, I, O);
-  // linear_act_fwd: the same result rounded once to a bf16 activation
+  // linear_act_fwd: the result from the bias rounded to bf16 (autocast's), rounded once to a
+  // bf16 activation
   uint16_t *yb = malloc((size_t)(M * O) * sizeof(uint16_t));
+  float *rb = rounded(b, O), *yr = malloc((size_t)(M * O) * 4);
+  vt_linear_fwd(be, yr, xb, w, rb, M, I, O);
   vt_linear_act_fwd(be, (float *)yb, xb, w, b, M, I, O);
   int64_t differ = 0;
-  for (int64_t i = 0; i < M * O; i++) differ += yb[i] != vt_bf16_bits(y[i]);
-  expect(differ == 0, "  ... linear_act_fwd = out rounded (elements differing)", (double)differ, 0);
+  for (int64_t i = 0; i < M * O; i++) differ += yb[i] != vt_bf16_bits(yr[i]);
+  expect(differ == 0, "  ... linear_act_fwd = out of the rounded bias, rounded (differing)",
+         (double)differ, 0);
+  free(rb), free(yr);
   // linear_bwd_act: dinp rounded once to a bf16 activation, the same weight gradient
   uint16_t *dxb = malloc((size_t)(M * I) * sizeof(uint16_t));
   float *dw2 = calloc((size_t)(O * I), 4);

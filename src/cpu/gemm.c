@@ -64,17 +64,23 @@ void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, flo
 }
 
 // out_act: out is a bf16 activation in bf16 precision (vt_ops.h), made in fp32 in the scratch
-// and rounded once.
+// from the bias rounded to bf16, and rounded once.
 static void linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                        int64_t M, int64_t In, int64_t O, int out_act) {
   float *final = NULL;
   if (vt_cpu_bf16()) {  // the GEMM on fp32 copies of the bf16 operands (vt_backend.h, vt_ops.h)
-    float *x = vt_cpu_scratch((size_t)((M + O) * In + (out_act ? M * O : 0)));
+    const int64_t nb = out_act && bias ? O : 0;
+    float *x = vt_cpu_scratch((size_t)((M + O) * In + (out_act ? M * O : 0) + nb));
     float *w = x + M * In;
     vt_cpu_widen_bf16(x, inp, M * In);
     vt_cpu_round_bf16(w, weight, O * In);
     inp = x, weight = w;
     if (out_act) final = out, out = w + O * In;
+    if (nb) {
+      float *b = w + O * In + M * O;
+      for (int64_t o = 0; o < O; o++) b[o] = vt_bf16_round(bias[o]);
+      bias = b;
+    }
   }
   // Start from the bias so the GEMM adds into it (beta = 1) instead of a second pass.
   if (bias) {

@@ -589,8 +589,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // the next product's probabilities (two blocks per 16-wide k step), so p and dS go from
 // accumulators to operands in registers. Operand tiles stay row-major as the heads lie in
 // memory, bf16 rows of Dp + 8 elements (16-byte aligned, and ldmatrix's 8 rows fall in distinct
-// bank groups); ldmatrix reads every fragment, transposed (_trans) where a product reads a tile along
-// its rows (V in P V; K in dS K; dO, Q in P^T dO, dS^T Q). The streamed tiles come by cp.async
+// bank groups); ldmatrix reads every fragment, transposed (_trans) where a product reads a tile
+// along its rows (V in P V; K in dS K; dO, Q in P^T dO, dS^T Q). The streamed tiles come by cp.async
 // into two buffers: the copies for the next step are in flight while this step computes, one
 // barrier pair per step. Selected for bf16 with D <= 64 and the heads in whole 16-byte chunks
 // (D a multiple of 8: ViT-S/B/L; mma_path); VT_ATTN_MMA=0 keeps the WMMA kernels. NK = Dp / 16.

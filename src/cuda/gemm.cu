@@ -24,14 +24,18 @@ static void check_dims(const char *op, int64_t M, int64_t I, int64_t O) {
            (long long)O);
 }
 
-// out (M, O) row r = bias (as the CPU twin starts), or with res (linear_residual_fwd) res's row
-// r + bias (bias may then be NULL): the GEMM then adds into it with beta = 1.
-static __global__ void bias_broadcast_kernel(float *out, const float *bias, const float *res,
-                                             int64_t M, int64_t O) {
+// out (M, O) row r = bias (as the CPU twin starts; rounded to bf16 with bias16), or with res
+// (linear_residual_fwd) res's row r + bias (bias may then be NULL): the GEMM then adds into it
+// with beta = 1.
+static __global__ void bias_broadcast_kernel(float *out, const float *bias, int bias16,
+                                             const float *res, int64_t M, int64_t O) {
   const int64_t count = M * O;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
-       i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = (res ? res[i] : 0.0f) + (bias ? bias[i % O] : 0.0f);
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float b = bias ? bias[i % O] : 0.0f;
+    if (bias16) b = __bfloat162float(__float2bfloat16_rn(b));
+    out[i] = (res ? res[i] : 0.0f) + b;
+  }
 }
 
 // One column-major GEMM C = A op B: fp32 operands as they are, or bf16 copies made by the
@@ -56,11 +60,13 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t 
 // out^T (O, M) = W^T (read from W (O, I) column-major) @ inp^T (I, M) + bias broadcast along M,
 // in one kernel (CUBLASLT_EPILOGUE_BIAS, bias of length O = the rows of D): no broadcast pass and
 // no read of C; or, for linear_residual_fwd, + res as C with beta = 1 (D = A B + C, then the
-// bias). One plan per shape and operand alignment (descriptors and the heuristic's first
-// algorithm, chosen for the alignments the pointers really have), made on first use. fp32, a
-// shape or alignment cuBLASLt has no algorithm for, a bias not 16-byte aligned, a failed call
-// (the plan is then dropped, said once on stderr) or VT_CUBLASLT=0 take the cuBLAS path
-// (broadcast, then beta = 1). The workspace is carved from the op scratch.
+// bias). The bias has D's type, as cuBLASLt's header asks (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE):
+// fp32, or bf16 for a bf16 D (linear_act_fwd's, whose bias vt_ops.h rounds to bf16). One plan
+// per shape and operand alignment (descriptors and the heuristic's first algorithm, chosen for
+// the alignments the pointers really have), made on first use. fp32, a shape or alignment
+// cuBLASLt has no algorithm for, a bias not 16-byte aligned, a failed call (the plan is then
+// dropped, said once on stderr) or VT_CUBLASLT=0 take the cuBLAS path (broadcast, then beta =
+// 1). The workspace is carved from the op scratch.
 #define LT_PLANS 64
 #define LT_WORKSPACE ((size_t)32 << 20)
 typedef struct {
@@ -96,7 +102,7 @@ static unsigned alignment(const void *p) {
 
 // Builds the plan's descriptors and asks for an algorithm; ok 0 when any step fails.
 static void lt_make(lt_plan *p) {
-  const cudaDataType t = CUDA_R_16BF, bias_t = CUDA_R_32F;
+  const cudaDataType t = CUDA_R_16BF, bias_t = p->out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
   const uint32_t al_w = p->align_w, al_x = p->align_x, al_out = p->align_out;
@@ -137,7 +143,7 @@ static void lt_make(lt_plan *p) {
 }
 
 // The plan for this call, or NULL when cuBLASLt is off or has no algorithm for it.
-static lt_plan *lt_plan_for(const void *w, const void *inp, const float *out, const float *bias,
+static lt_plan *lt_plan_for(const void *w, const void *inp, const float *out, const void *bias,
                             const float *res, int64_t M, int64_t I, int64_t O, int out_bf16) {
   if (!lt_enabled() || alignment(bias) < 16) return NULL;
   const unsigned aw = alignment(w), ax = alignment(inp), ao = alignment(out);
@@ -163,10 +169,10 @@ static lt_plan *lt_plan_for(const void *w, const void *inp, const float *out, co
   return p->ok ? p : NULL;
 }
 
-// out = inp W^T + bias [+ res] with the plan (ws: p->workspace bytes of device memory); 0 when
-// the call failed (nothing written), which drops the plan.
-static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w,
-                         const float *bias, const float *res, void *ws) {
+// out = inp W^T + bias [+ res] with the plan (ws: p->workspace bytes of device memory; bias of
+// D's type); 0 when the call failed (nothing written), which drops the plan.
+static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w, const void *bias,
+                         const float *res, void *ws) {
   const float one = 1.0f, zero = 0.0f;
   cublasStatus_t st = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &bias, sizeof bias);
@@ -185,47 +191,46 @@ static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w,
 
 // In bf16 precision inp is a bf16 activation (vt_ops.h), read by the GEMMs as it is; the weight
 // is the held copy (hold_weights) or cast into the op scratch, as dout is. out_act
-// (linear_act_fwd): in bf16 out is a bf16 activation too, the fp32 result with its bias rounded
-// once: cuBLASLt's bf16 D where it takes our fp32 bias with a bf16 D (its documentation asks for
-// the bias in D's type, so it may not), else its fp32 D in the op scratch (or without a plan the
-// cuBLAS path's fp32 result there), then the cast kernel. res (linear_residual_fwd, fp32 out
-// only): added as cuBLASLt's C, or the GEMM adds into res + bias.
+// (linear_act_fwd): in bf16 out is a bf16 activation too, the fp32 result with its bias (rounded
+// to bf16, vt_ops.h) rounded once: cuBLASLt's bf16 D with a bf16 copy of the bias, or without a
+// plan the fp32 result in the op scratch, then the cast kernel. res (linear_residual_fwd, fp32
+// out only): added as cuBLASLt's C, or the GEMM adds into res + bias.
 static void linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                        const float *res, int64_t M, int64_t I, int64_t O, int out_act) {
   check_dims("linear_fwd", M, I, O);
   const float one = 1.0f, zero = 0.0f;
-  const int bf16 = vt_cuda_bf16(), out_bf16 = bf16 && out_act;
-  // bf16: the weight's bf16 copy unless it is held, then cuBLASLt's workspace or the fp32
-  // result, in the scratch.
+  const int bf16 = vt_cuda_bf16(), out_bf16 = bf16 && out_act, bias16 = out_bf16 && bias;
+  // bf16: the weight's bf16 copy unless it is held, the bias's for a bf16 out, then cuBLASLt's
+  // workspace or the fp32 result, in the scratch (its copies 256-byte aligned: alignment(NULL)).
   const void *held = bf16 ? vt_cuda_held_weights(weight, O * I) : NULL;
-  // (the scratch's copies are 256-byte aligned: alignment(NULL))
-  lt_plan *lt = bias && bf16 ? lt_plan_for(held, inp, out, bias, res, M, I, O, out_bf16) : NULL;
-  if (!lt && bias && out_bf16) lt = lt_plan_for(held, inp, NULL, bias, res, M, I, O, 0);
-  const int via_f32 = out_bf16 && (!lt || !lt->out_bf16);  // the fp32 result in the scratch
+  lt_plan *lt = bias && bf16 ? lt_plan_for(held, inp, out, bias16 ? NULL : bias, res, M, I, O,
+                                           out_bf16)
+                             : NULL;
   size_t end = 0;
-  const size_t at_w =
-      vt_cuda_carve(&end, bf16 && !held ? (size_t)(O * I) * sizeof(__nv_bfloat16) : 0);
+  const size_t h2 = sizeof(__nv_bfloat16);
+  const size_t at_w = vt_cuda_carve(&end, bf16 && !held ? (size_t)(O * I) * h2 : 0);
+  const size_t at_b = vt_cuda_carve(&end, lt && bias16 ? (size_t)O * h2 : 0);
   const size_t at_ws = vt_cuda_carve(&end, lt ? lt->workspace : 0);
-  const size_t at_f = vt_cuda_carve(&end, via_f32 ? (size_t)(M * O) * sizeof(float) : 0);
+  const size_t at_f = vt_cuda_carve(&end, out_bf16 && !lt ? (size_t)(M * O) * sizeof(float) : 0);
   const void *w = weight;
   float *dst = out;  // where the fp32 result goes
   if (bf16) {
     char *base = (char *)vt_cuda_scratch(end);
     if (!held) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
     w = held ? held : base + at_w;
-    if (via_f32) dst = (float *)(base + at_f);
     if (lt) {
-      if (!lt_linear_fwd(lt, lt->out_bf16 ? out : dst, inp, w, bias, res, base + at_ws)) {
-        linear_fwd(out, inp, weight, bias, res, M, I, O, out_act);  // the plan is dropped now
+      if (bias16) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_b), bias, O);
+      if (lt_linear_fwd(lt, out, inp, w, bias16 ? (const void *)(base + at_b) : bias, res,
+                        base + at_ws))
         return;
-      }
-      if (via_f32) vt_cuda_to_bf16((__nv_bfloat16 *)out, dst, M * O);
+      linear_fwd(out, inp, weight, bias, res, M, I, O, out_act);  // the plan is dropped now
       return;
     }
+    if (out_bf16) dst = (float *)(base + at_f);
   }
   if (bias || res) {
-    bias_broadcast_kernel<<<vt_cuda_blocks(M * O, 256), 256, 0, vt_cuda_stream()>>>(dst, bias,
-                                                                                    res, M, O);
+    bias_broadcast_kernel<<<vt_cuda_blocks(M * O, 256), 256, 0, vt_cuda_stream()>>>(
+        dst, bias, bias16, res, M, O);
     VT_CUDA_CHECK_LAUNCH();
   }
   // out^T (O, M) = W (O, I) @ inp^T (I, M); W read column-major is W^T, hence OP_T.

@@ -501,7 +501,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
 struct emu_lt_desc {
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-  const float *bias = nullptr;
+  const void *bias = nullptr;
   int bias_t = -1;  // cudaDataType; -1: D's (cuBLASLt's default)
 };
 struct emu_lt_layout {
@@ -603,7 +603,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   const uint64_t kb = d->tb == CUBLAS_OP_N ? b->rows : b->cols;
   const uint64_t n = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
   if (k != kb || dl->rows != m || dl->cols != n || c->t != dl->t || c->ld != dl->ld ||
-      (wsn && !ws) || (d->epi == CUBLASLT_EPILOGUE_BIAS && (!d->bias || d->bias_t != (int)CUDA_R_32F)))
+      (wsn && !ws) || (d->epi == CUBLASLT_EPILOGUE_BIAS &&
+       (!d->bias || (d->bias_t != (int)CUDA_R_32F && d->bias_t != (int)CUDA_R_16BF))))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (wsn) memset(ws, 0x5a, wsn);  // the workspace is scribbled on, as a real kernel may
   // The fp32 result (plus beta C, plus the bias) into a temporary, then stored as D's type.
@@ -617,7 +618,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     for (uint64_t i = 0; i < m; i++) {
       float r = acc[i + j * m];
       if (be != 0.0f) r += be * load(C, c->t, i + j * c->ld);
-      if (d->epi == CUBLASLT_EPILOGUE_BIAS) r += d->bias[i];
+      if (d->epi == CUBLASLT_EPILOGUE_BIAS) r += load(d->bias, (cudaDataType)d->bias_t, i);
       if (dl->t == CUDA_R_16BF) ((__nv_bfloat16 *)D)[i + j * dl->ld] = __float2bfloat16_rn(r);
       else ((float *)D)[i + j * dl->ld] = r;
     }

@@ -258,8 +258,8 @@ if ((built)); then
   else
     bargs=(--model vit-b16 --batch "$bb" --warmup 3 --timed 10)
   fi
-  # VT_CUBLASLT_REPORT: each cuBLASLt plan says whether an algorithm took the fp32 bias with its
-  # D (bf16 D: qkv and fc1; gemm.cu then falls back to an fp32 D and a cast).
+  # VT_CUBLASLT_REPORT: each cuBLASLt plan says whether an algorithm took its bias epilogue (a
+  # bf16 D with a bf16 bias: qkv and fc1; an fp32 D with fp32 bias and C: proj and fc2).
   run "$(cap 150 150)" "$blog2" env VT_CUBLASLT_REPORT=1 "$bench" "${bargs[@]}" --precision bf16
   ours=$(grep -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
   plans=$(grep -oE 'cuBLASLt bias epilogue .*' "$blog2" | sort -u | sed 's/cuBLASLt bias epilogue //' |
