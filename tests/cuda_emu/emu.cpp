@@ -569,8 +569,7 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   return align && n == sizeof(uint32_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
 // cuBLASLt's documentation (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) wants the bias in D's type
-// outside int8 and fp8 kernels: a bias of another type finds no algorithm here, unless
-// EMU_LT_BIAS_ANY=1 (a cuBLASLt that takes an fp32 bias with any D).
+// outside int8 and fp8 kernels: a bias of another type finds no algorithm here.
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t dl,
@@ -578,9 +577,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                                               cublasLtMatmulHeuristicResult_t *res, int *found) {
   if (want < 1) return CUBLAS_STATUS_INVALID_VALUE;
   memset(res, 0, sizeof *res);
-  const char *any = getenv("EMU_LT_BIAS_ANY");
-  if (d->epi == CUBLASLT_EPILOGUE_BIAS && d->bias_t != -1 && d->bias_t != (int)dl->t &&
-      !(any && strcmp(any, "1") == 0)) {
+  if (d->epi == CUBLASLT_EPILOGUE_BIAS && d->bias_t != -1 && d->bias_t != (int)dl->t) {
     *found = 0;
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
