@@ -276,29 +276,49 @@ static void layernorm_fwd_rows(float *out, float *mean, float *rstd, const float
 
 // Parameter gradients, stage 1: the rows are cut into chunks of LN_CHUNK (a constant, so the
 // summation order depends on M alone, never on the GPU or the launch). Block (x, chunk) owns 32
-// adjacent columns (coalesced reads) of one chunk; its LN_Y lanes per column walk the chunk's
-// rows y, y + LN_Y, ... in order, then lane 0 adds the lane partials in lane order.
+// VEC adjacent columns (coalesced reads) of one chunk, VEC per thread (4: one 16-byte load per
+// row and tensor, for C a multiple of 4 and aligned data); its LN_Y lanes per column walk the
+// chunk's rows y, y + LN_Y, ... in order, then one thread per column adds the lane partials in
+// lane order (the same bits for either VEC).
 #define LN_CHUNK 256
 #define LN_Y 8
+template <int VEC>
 static __global__ void layernorm_param_partial_kernel(float *pw, float *pb, const float *dout,
                                                       const float *inp, const float *mean,
                                                       const float *rstd, int64_t M, int64_t C) {
-  __shared__ float sw[LN_Y][33], sb[LN_Y][33];  // 33: no bank conflicts on the column read
-  const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x, chunk = blockIdx.y;
+  __shared__ float sw[LN_Y][32 * VEC + 1], sb[LN_Y][32 * VEC + 1];
+  const int64_t c0 = ((int64_t)blockIdx.x * 32 + threadIdx.x) * VEC, chunk = blockIdx.y;
   const int64_t m0 = chunk * LN_CHUNK, m1 = m0 + LN_CHUNK < M ? m0 + LN_CHUNK : M;
-  float aw = 0.0f, ab = 0.0f;
-  if (c < C)
+  float aw[VEC], ab[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; k++) aw[k] = ab[k] = 0.0f;
+  if (c0 < C)
     for (int64_t m = m0 + threadIdx.y; m < m1; m += LN_Y) {
-      const float dy = dout[m * C + c];
-      aw += dy * (inp[m * C + c] - mean[m]) * rstd[m];
-      ab += dy;
+      float dy[VEC], x[VEC];
+      if constexpr (VEC == 4) {
+        f4_get(dy, *(const float4 *)(dout + m * C + c0));
+        f4_get(x, *(const float4 *)(inp + m * C + c0));
+      } else {
+        dy[0] = dout[m * C + c0], x[0] = inp[m * C + c0];
+      }
+      const float mu = mean[m], r = rstd[m];
+#pragma unroll
+      for (int k = 0; k < VEC; k++) {
+        aw[k] += dy[k] * (x[k] - mu) * r;
+        ab[k] += dy[k];
+      }
     }
-  sw[threadIdx.y][threadIdx.x] = aw;
-  sb[threadIdx.y][threadIdx.x] = ab;
+#pragma unroll
+  for (int k = 0; k < VEC; k++) {
+    sw[threadIdx.y][VEC * threadIdx.x + k] = aw[k];
+    sb[threadIdx.y][VEC * threadIdx.x + k] = ab[k];
+  }
   __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
+  const int t = threadIdx.y * 32 + threadIdx.x;  // 32 LN_Y threads, 32 VEC columns
+  const int64_t c = (int64_t)blockIdx.x * 32 * VEC + t;
+  if (t < 32 * VEC && c < C) {
     float w = 0.0f, b = 0.0f;
-    for (int y = 0; y < LN_Y; y++) w += sw[y][threadIdx.x], b += sb[y][threadIdx.x];
+    for (int y = 0; y < LN_Y; y++) w += sw[y][t], b += sb[y][t];
     pw[chunk * C + c] = w;
     pb[chunk * C + c] = b;
   }
@@ -335,14 +355,21 @@ static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float
   ln_dinp_launch<0>(ln_vec(C, dinp, dout, inp, weight, NULL, NULL), dinp, dout, inp, weight, mean,
                     rstd, M, C, add);
   VT_CUDA_CHECK_LAUNCH();
-  const int64_t nchunk = (M + LN_CHUNK - 1) / LN_CHUNK, xblocks = (C + 31) / 32;
-  VT_CHECK(nchunk <= 65535 && xblocks <= INT_MAX,
+  const int vec4 = C % 4 == 0 && ((uintptr_t)dout | (uintptr_t)inp) % 16 == 0;
+  const int64_t nchunk = (M + LN_CHUNK - 1) / LN_CHUNK, xblocks = (C + 32 * 4 - 1) / (32 * 4);
+  VT_CHECK(nchunk <= 65535 && (C + 31) / 32 <= INT_MAX,
            "layernorm_bwd: M=%lld C=%lld exceed the parameter-gradient grid", (long long)M,
            (long long)C);
   float *pw = (float *)vt_cuda_scratch((size_t)(2 * nchunk * C) * sizeof(float));
   float *pb = pw + nchunk * C;
-  layernorm_param_partial_kernel<<<dim3((unsigned)xblocks, (unsigned)nchunk), dim3(32, LN_Y), 0,
-                                   st>>>(pw, pb, dout, inp, mean, rstd, M, C);
+  if (vec4)
+    layernorm_param_partial_kernel<4><<<dim3((unsigned)xblocks, (unsigned)nchunk),
+                                        dim3(32, LN_Y), 0, st>>>(pw, pb, dout, inp, mean, rstd,
+                                                                 M, C);
+  else
+    layernorm_param_partial_kernel<1><<<dim3((unsigned)((C + 31) / 32), (unsigned)nchunk),
+                                        dim3(32, LN_Y), 0, st>>>(pw, pb, dout, inp, mean, rstd,
+                                                                 M, C);
   VT_CUDA_CHECK_LAUNCH();
   layernorm_param_final_kernel<<<(unsigned)((C + 255) / 256), 256, 0, st>>>(dweight, dbias, pw,
                                                                            pb, nchunk, C);
