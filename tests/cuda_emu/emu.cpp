@@ -5,7 +5,9 @@
 // small scheduler that aborts on a deadlock or a warp that diverges at a shuffle, and runs the
 // threads between barriers in a random order.
 // Dynamic shared memory is a buffer per launch, NaN for every block; WMMA is include/mma.h;
-// mma.sync (m16n8k16, bf16) is mma16816 in include/cuda_runtime.h, from the PTX fragment layout.
+// mma.sync (m16n8k16, bf16) and ldmatrix (x4) are in include/cuda_runtime.h, from the PTX
+// fragment layouts; cp.async copies wait in their thread's queue until its wait_group lets them
+// land (EMU_CP_ASYNC=early: at their issue).
 // Streams: kernels and library calls run when launched, after the copies and memsets queued on
 // their stream; asynchronous copies and memsets wait in their stream's queue until something
 // needs them (a kernel on that stream, a wait on an event recorded after them, a synchronize),
