@@ -17,8 +17,8 @@ struct vt_src_plain {  // x as it is
   const float *x;
   __device__ __forceinline__ float operator()(int64_t i) const { return x[i]; }
   __device__ __forceinline__ void vec8(int64_t i, float v[8]) const {
-    const float4 a = ((const float4 *)(x + i))[0], b = ((const float4 *)(x + i))[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    vt_f4_get(v, ((const float4 *)(x + i))[0]);
+    vt_f4_get(v + 4, ((const float4 *)(x + i))[1]);
   }
   bool aligned16() const { return (uintptr_t)x % 16 == 0; }
 };
@@ -109,8 +109,7 @@ static __global__ void __launch_bounds__(COLSUM_X * COLSUM_Y, 2)
           *(uint4 *)((__nv_bfloat16 *)y + r * C + c0) = vt_bf16x8_narrow(v[k]);
         } else if (y) {
           float4 *d = (float4 *)(y + r * C + c0);
-          d[0] = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
-          d[1] = make_float4(v[k][4], v[k][5], v[k][6], v[k][7]);
+          d[0] = vt_f4_make(v[k]), d[1] = vt_f4_make(v[k] + 4);
         }
       }
     }

@@ -180,6 +180,14 @@ static __device__ __forceinline__ uint4 vt_bf16x8_narrow(const float f[8]) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// A float4 as an array of 4 and back (register moves only): the fp32 form of the 16-byte moves.
+static __device__ __forceinline__ void vt_f4_get(float e[4], float4 v) {
+  e[0] = v.x, e[1] = v.y, e[2] = v.z, e[3] = v.w;
+}
+static __device__ __forceinline__ float4 vt_f4_make(const float e[4]) {
+  return make_float4(e[0], e[1], e[2], e[3]);
+}
+
 // 1 when count elements of esize bytes at a and at b are whole 16-byte chunks, 16-byte aligned:
 // the chunked path of an element-wise kernel.
 static inline int vt_chunks16(int64_t count, size_t esize, const void *a, const void *b) {

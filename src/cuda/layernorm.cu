@@ -42,14 +42,6 @@ static __device__ __forceinline__ void ln_load(float4 v[V], const float *row, in
   }
 }
 
-// float4 as an array and back (register moves only).
-static __device__ __forceinline__ void f4_get(float e[4], float4 v) {
-  e[0] = v.x, e[1] = v.y, e[2] = v.z, e[3] = v.w;
-}
-static __device__ __forceinline__ float4 f4_make(const float e[4]) {
-  return make_float4(e[0], e[1], e[2], e[3]);
-}
-
 // out is a bf16 activation in bf16 precision (vt_ops.h).
 // Two passes over the row (mean, then the centred variance) as the CPU twin does: the one-pass
 // E[x^2] - E[x]^2 loses digits when the mean is large against the spread. With add (the fused
@@ -129,7 +121,7 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
     for (int j = 0; j < V; j++) {
       if (4 * (lane + 32 * j) >= C) continue;
       float e[4];
-      f4_get(e, x[j]);
+      vt_f4_get(e, x[j]);
 #pragma unroll
       for (int k = 0; k < 4; k++) var += (e[k] - mu) * (e[k] - mu);
     }
@@ -140,16 +132,16 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
       const int64_t c = 4 * (lane + 32 * j);
       if (c >= C) continue;
       float e[4], w[4], b[4];
-      f4_get(e, x[j]);
-      f4_get(w, *(const float4 *)(weight + c));
-      f4_get(b, *(const float4 *)(bias + c));
+      vt_f4_get(e, x[j]);
+      vt_f4_get(w, *(const float4 *)(weight + c));
+      vt_f4_get(b, *(const float4 *)(bias + c));
 #pragma unroll
       for (int k = 0; k < 4; k++) e[k] = (e[k] - mu) * r * w[k] + b[k];
       if (bf16)
         *(uint2 *)((__nv_bfloat16 *)out + row * C + c) =
             make_uint2(vt_pack_bf16x2(e[0], e[1]), vt_pack_bf16x2(e[2], e[3]));
       else
-        *(float4 *)(out + row * C + c) = f4_make(e);
+        *(float4 *)(out + row * C + c) = vt_f4_make(e);
     }
     if (lane == 0) {
       mean[row] = mu;
@@ -202,9 +194,9 @@ static __global__ void layernorm_dinp_kernel(float *dinp, const float *dout, con
       const int64_t c = 4 * (lane + 32 * j);
       if (c >= C) continue;
       float g[4], e[4], w[4];
-      f4_get(g, dy[j]);
-      f4_get(e, x[j]);
-      f4_get(w, *(const float4 *)(weight + c));
+      vt_f4_get(g, dy[j]);
+      vt_f4_get(e, x[j]);
+      vt_f4_get(w, *(const float4 *)(weight + c));
 #pragma unroll
       for (int k = 0; k < 4; k++) {
         g[k] *= w[k];
@@ -220,16 +212,16 @@ static __global__ void layernorm_dinp_kernel(float *dinp, const float *dout, con
       const int64_t c = 4 * (lane + 32 * j);
       if (c >= C) continue;
       float g[4], e[4], w[4], o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      f4_get(g, dy[j]);
-      f4_get(e, x[j]);
-      f4_get(w, *(const float4 *)(weight + c));
-      if (add) f4_get(o, *(const float4 *)(dx + c));
+      vt_f4_get(g, dy[j]);
+      vt_f4_get(e, x[j]);
+      vt_f4_get(w, *(const float4 *)(weight + c));
+      if (add) vt_f4_get(o, *(const float4 *)(dx + c));
 #pragma unroll
       for (int k = 0; k < 4; k++) {
         const float v = r * (g[k] * w[k] - sg - (e[k] - mu) * r * sgx);
         o[k] = add ? o[k] + v : v;
       }
-      *(float4 *)(dx + c) = f4_make(o);
+      *(float4 *)(dx + c) = vt_f4_make(o);
     }
   }
 }
@@ -296,8 +288,8 @@ static __global__ void layernorm_param_partial_kernel(float *pw, float *pb, cons
     for (int64_t m = m0 + threadIdx.y; m < m1; m += LN_Y) {
       float dy[VEC], x[VEC];
       if constexpr (VEC == 4) {
-        f4_get(dy, *(const float4 *)(dout + m * C + c0));
-        f4_get(x, *(const float4 *)(inp + m * C + c0));
+        vt_f4_get(dy, *(const float4 *)(dout + m * C + c0));
+        vt_f4_get(x, *(const float4 *)(inp + m * C + c0));
       } else {
         dy[0] = dout[m * C + c0], x[0] = inp[m * C + c0];
       }
