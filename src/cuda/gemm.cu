@@ -66,9 +66,13 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t 
 // the alignments the pointers really have), made on first use. fp32, a shape or alignment
 // cuBLASLt has no algorithm for, a bias not 16-byte aligned, a failed call (the plan is then
 // dropped, said once on stderr) or VT_CUBLASLT=0 take the cuBLAS path (broadcast, then beta =
-// 1). The workspace is carved from the op scratch.
+// 1). The workspace is carved from the op scratch. VT_CUBLASLT_TUNE=n (2 .. 16; a diagnosis for
+// benchmarks, tests/gpu/run.sh): the plan takes the heuristic's first n algorithms and its first
+// call times each on its own operands (the host waits for it there) and keeps the fastest; which
+// one wins depends on timings, so two processes may then differ in the last bits.
 #define LT_PLANS 64
 #define LT_WORKSPACE ((size_t)32 << 20)
+#define LT_TUNE_MAX 16
 typedef struct {
   int64_t M, I, O;
   unsigned align_w, align_x, align_out;  // bytes: the largest power of two up to 256 dividing
@@ -78,7 +82,10 @@ typedef struct {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, d;
   cublasLtMatmulAlgo_t algo;
-  size_t workspace;
+  size_t workspace;             // the algorithm's; while candidates wait, the largest of theirs
+  int ncand;                    // > 1: candidates to time at the first call (VT_CUBLASLT_TUNE)
+  cublasLtMatmulAlgo_t cand[LT_TUNE_MAX];
+  size_t cand_ws[LT_TUNE_MAX];
 } lt_plan;
 static lt_plan g_plans[LT_PLANS];
 static int g_nplans = 0;
@@ -92,6 +99,23 @@ static int lt_enabled(void) {
     if (on && cublasLtCreate(&g_lt) != CUBLAS_STATUS_SUCCESS) on = 0;
   }
   return on;
+}
+
+// VT_CUBLASLT_TUNE: how many of the heuristic's algorithms a plan times (1: its first, untimed).
+static int lt_tune_count(void) {
+  static int n = -1;
+  if (n < 0) {
+    const char *e = getenv("VT_CUBLASLT_TUNE");
+    n = e ? atoi(e) : 1;
+    if (n < 1) n = 1;
+    if (n > LT_TUNE_MAX) n = LT_TUNE_MAX;
+  }
+  return n;
+}
+
+static int lt_report(void) {
+  const char *e = getenv("VT_CUBLASLT_REPORT");  // tests/gpu/run.sh's diagnosis
+  return e && strcmp(e, "1") == 0;
 }
 
 static unsigned alignment(const void *p) {
@@ -110,7 +134,7 @@ static void lt_make(lt_plan *p) {
   const size_t ws = LT_WORKSPACE;
   const uint64_t M = (uint64_t)p->M, I = (uint64_t)p->I, O = (uint64_t)p->O;
   cublasLtMatmulPreference_t pref = NULL;
-  cublasLtMatmulHeuristicResult_t res;
+  cublasLtMatmulHeuristicResult_t res[LT_TUNE_MAX];
   int found = 0;
   cublasLtMatmulDesc_t d = NULL;
   p->ok = cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F) == 0;
@@ -135,11 +159,19 @@ static void lt_make(lt_plan *p) {
                                              &al_c, sizeof al_c));
   LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                              &al_out, sizeof al_out));
-  LT_OK(cublasLtMatmulAlgoGetHeuristic(g_lt, d, p->a, p->b, p->d, p->d, pref, 1, &res, &found));
+  LT_OK(cublasLtMatmulAlgoGetHeuristic(g_lt, d, p->a, p->b, p->d, p->d, pref, lt_tune_count(),
+                                       res, &found));
 #undef LT_OK
-  p->ok = p->ok && found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (p->ok) p->algo = res.algo, p->workspace = res.workspaceSize;
+  p->ncand = 0;
+  for (int i = 0; p->ok && i < found && i < LT_TUNE_MAX; i++)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS) {
+      p->cand[p->ncand] = res[i].algo, p->cand_ws[p->ncand] = res[i].workspaceSize;
+      if (!p->ncand || res[i].workspaceSize > p->workspace) p->workspace = res[i].workspaceSize;
+      p->ncand++;
+    }
+  p->ok = p->ok && p->ncand > 0;
+  if (p->ok) p->algo = p->cand[0];
 }
 
 // The plan for this call, or NULL when cuBLASLt is off or has no algorithm for it.
@@ -161,26 +193,68 @@ static lt_plan *lt_plan_for(const void *w, const void *inp, const float *out, co
   p->align_res = ac;
   p->out_bf16 = out_bf16;
   lt_make(p);
-  const char *report = getenv("VT_CUBLASLT_REPORT");  // tests/gpu/run.sh's diagnosis
-  if (report && strcmp(report, "1") == 0)
+  if (lt_report())
     fprintf(stderr, "vit3d: cuBLASLt bias epilogue M=%lld I=%lld O=%lld D %s%s: %s\n",
             (long long)M, (long long)I, (long long)O, out_bf16 ? "bf16" : "fp32",
             res ? " C=res" : "", p->ok ? "algorithm found" : "no algorithm");
   return p->ok ? p : NULL;
 }
 
+static cublasStatus_t lt_call(lt_plan *p, const cublasLtMatmulAlgo_t *algo, size_t wsn,
+                              float *out, const void *inp, const void *w, const float *res,
+                              void *ws) {
+  const float one = 1.0f, zero = 0.0f;
+  // C has D's layout (fp32 (O, M)); with res it is read (beta 1), else it is D, unread.
+  return cublasLtMatmul(g_lt, p->desc, &one, w, p->a, inp, p->b, res ? &one : &zero,
+                        res ? (const void *)res : out, p->d, out, p->d, algo, ws, wsn,
+                        vt_cuda_stream());
+}
+
+// VT_CUBLASLT_TUNE: times each candidate (a call to warm it, then 3 between two events) on this
+// call's operands, which it may do over and over (res never aliases out: vt_ops.h), and keeps
+// the fastest; a candidate whose call fails is passed over. The host waits here, once per plan.
+static void lt_tune(lt_plan *p, float *out, const void *inp, const void *w, const float *res,
+                    void *ws) {
+  enum { REPS = 3 };
+  cudaEvent_t e0, e1;
+  VT_CUDA_CHECK(cudaEventCreateWithFlags(&e0, cudaEventDefault));
+  VT_CUDA_CHECK(cudaEventCreateWithFlags(&e1, cudaEventDefault));
+  float best = -1.0f, first = -1.0f;
+  int pick = 0;
+  for (int i = 0; i < p->ncand; i++) {
+    const cublasLtMatmulAlgo_t *a = &p->cand[i];
+    const size_t wsn = p->cand_ws[i];
+    int ok = lt_call(p, a, wsn, out, inp, w, res, ws) == CUBLAS_STATUS_SUCCESS;
+    VT_CUDA_CHECK(cudaEventRecord(e0, vt_cuda_stream()));
+    for (int r = 0; ok && r < REPS; r++)
+      ok = lt_call(p, a, wsn, out, inp, w, res, ws) == CUBLAS_STATUS_SUCCESS;
+    VT_CUDA_CHECK(cudaEventRecord(e1, vt_cuda_stream()));
+    VT_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    VT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (!ok) continue;
+    if (i == 0) first = ms / REPS;
+    if (best < 0.0f || ms / REPS < best) best = ms / REPS, pick = i;
+  }
+  VT_CUDA_CHECK(cudaEventDestroy(e0));
+  VT_CUDA_CHECK(cudaEventDestroy(e1));
+  if (lt_report() && best >= 0.0f)
+    fprintf(stderr, "vit3d: cuBLASLt tuned M=%lld I=%lld O=%lld D %s%s: algorithm %d of %d, "
+            "%.1f us (the heuristic's first: %.1f us)\n", (long long)p->M, (long long)p->I,
+            (long long)p->O, p->out_bf16 ? "bf16" : "fp32", res ? " C=res" : "", pick + 1,
+            p->ncand, 1e3 * best, 1e3 * first);
+  p->algo = p->cand[pick], p->workspace = p->cand_ws[pick];
+  p->ncand = 1;
+}
+
 // out = inp W^T + bias [+ res] with the plan (ws: p->workspace bytes of device memory; bias of
 // D's type); 0 when the call failed (nothing written), which drops the plan.
 static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w, const void *bias,
                          const float *res, void *ws) {
-  const float one = 1.0f, zero = 0.0f;
   cublasStatus_t st = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &bias, sizeof bias);
-  // C has D's layout (fp32 (O, M)); with res it is read (beta 1), else it is D, unread.
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmul(g_lt, p->desc, &one, w, p->a, inp, p->b, res ? &one : &zero,
-                        res ? (const void *)res : out, p->d, out, p->d, &p->algo, ws,
-                        p->workspace, vt_cuda_stream());
+  if (st == CUBLAS_STATUS_SUCCESS && p->ncand > 1) lt_tune(p, out, inp, w, res, ws);
+  if (st == CUBLAS_STATUS_SUCCESS) st = lt_call(p, &p->algo, p->workspace, out, inp, w, res, ws);
   if (st == CUBLAS_STATUS_SUCCESS) return 1;
   fprintf(stderr, "vit3d: cublasLtMatmul (M=%lld I=%lld O=%lld) failed with status %d; this "
           "shape uses cuBLAS from now on\n", (long long)p->M, (long long)p->I, (long long)p->O,

@@ -578,23 +578,31 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                                               cublasLtMatmulPreference_t p, int want,
                                               cublasLtMatmulHeuristicResult_t *res, int *found) {
   if (want < 1) return CUBLAS_STATUS_INVALID_VALUE;
-  memset(res, 0, sizeof *res);
+  memset(res, 0, sizeof *res * (size_t)want);
   if (d->epi == CUBLASLT_EPILOGUE_BIAS && d->bias_t != -1 && d->bias_t != (int)dl->t) {
     *found = 0;
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  res->workspaceSize = p->ws < 4096 ? p->ws : 4096;  // some workspace, within the limit
-  res->state = CUBLAS_STATUS_SUCCESS;
-  *found = 1;
+  // Up to three "algorithms" (all compute the same here) with different workspaces within the
+  // limit, the largest not first, so a caller that gives the first one's workspace to another
+  // writes past its buffer (the call scribbles on all of it).
+  const size_t sizes[3] = {2048, 0, 4096};
+  *found = want < 3 ? want : 3;
+  for (int i = 0; i < *found; i++) {
+    res[i].workspaceSize = p->ws < sizes[i] ? p->ws : sizes[i];
+    res[i].algo.data[0] = (uint64_t)res[i].workspaceSize;  // what its call needs
+    res[i].state = CUBLAS_STATUS_SUCCESS;
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
                               const void *A, cublasLtMatrixLayout_t a, const void *B,
                               cublasLtMatrixLayout_t b, const void *beta, const void *C,
                               cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dl,
-                              const cublasLtMatmulAlgo_t *, void *ws, size_t wsn,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsn,
                               cudaStream_t stream) {
   vt_emu::flush_stream(stream);
+  if (!algo || wsn < algo->data[0]) return CUBLAS_STATUS_NOT_SUPPORTED;  // too little workspace
   // op(A) is m x k and op(B) k x n as stored; D and C m x n, of one type and leading dimension
   // (C may be D; with beta 0 it is not read).
   const uint64_t m = d->ta == CUBLAS_OP_N ? a->rows : a->cols;

@@ -17,9 +17,10 @@
 #      and timm; then, as time allows, ViT-L/16 (bench_gpu against timm's
 #      vit_large_patch16_224, eager), the time per op (bench_gpu --ops), again with the WMMA
 #      attention (VT_ATTN_MMA=0), with 128 rows a block in the mma.sync attention
-#      (VT_ATTN_ROWS=128) and on the cuBLAS path (VT_CUBLASLT=0) for the linear forward, and the
-#      weights' bf16 copy held per step against rounded at each GEMM (VT_WEIGHT_COPY=0) at batch
-#      16
+#      (VT_ATTN_ROWS=128), on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms
+#      timed (VT_CUBLASLT_TUNE=8) for the linear forward; then
+#      Nsight Compute's counters for the attention, LayerNorm, activation and column-sum kernels
+#      and the first forward GEMMs (a line per kernel in the summary)
 #   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
 #   6. a summary (also in $OUT/summary.txt)
 # Logs go to $OUT when set (the device tool brings back at most 8 files: these are exactly 8),
@@ -350,12 +351,12 @@ if ((built)) && (($(left) > 90)); then
   note "per-op ms per step, bf16 $model batch $mb, largest first (synchronized): ${top:-none (see bench.log)}"
 fi
 
-# ops_ab VAR=VALUE REGEX LABEL: the per-op times again with VAR=VALUE, and a summary line of the
-# ops matching REGEX (ms per step) as they were and as they are with it.
+# ops_ab "VAR=VALUE ..." REGEX LABEL: the per-op times again with VAR=VALUE (one or more), and a
+# summary line of the ops matching REGEX (ms per step) as they were and as they are with it.
 ops_ab() {
   echo "==== per-op times, $1 ====" >>"$blog2"
   local from=$(($(wc -l <"$blog2") + 1)) was now
-  run "$(cap 60 60)" "$blog2" env "$1" "$bench" "${bargs[@]}" --precision bf16 --ops
+  run "$(cap 60 60)" "$blog2" env $1 "$bench" "${bargs[@]}" --precision bf16 --ops
   local fmt='{t = ""; if ($NF ~ /^tflops=/) t = " (" $NF ")"; printf "%s %s%s ", $3, $5, t}'
   was=$(grep -E "^vit3d-bench op ($2) " <<<"$base_ops" | awk "$fmt")
   now=$(tail -n +"$from" "$blog2" | grep -E "^vit3d-bench op ($2) " | awk "$fmt")
@@ -374,20 +375,43 @@ if ((built && !cpu_only)) && [[ -n ${base_ops:-} ]]; then
   # cublasGemmEx) says whether cuBLASLt's bias epilogue or algorithm choice is the cause.
   (($(left) > 100)) && ops_ab VT_CUBLASLT=0 'linear_fwd|linear_act_fwd|linear_res_fwd' \
     "forward Linears (cuBLASLt)"
+  # cuBLASLt's heuristic against the fastest of its first 8 algorithms, timed per plan (gemm.cu's
+  # VT_CUBLASLT_TUNE), with each plan's pick and its time against the first's.
+  if (($(left) > 100)); then
+    from=$(($(wc -l <"$blog2") + 1))
+    ops_ab "VT_CUBLASLT_TUNE=8 VT_CUBLASLT_REPORT=1" 'linear_fwd|linear_act_fwd|linear_res_fwd' \
+      "forward Linears (cuBLASLt heuristic's first algorithm)"
+    tuned=$(tail -n +"$from" "$blog2" | grep -oE 'cuBLASLt tuned .*' | sort -u |
+            sed -E 's/cuBLASLt tuned M=[0-9]+ I=([0-9]+) O=([0-9]+) D ([a-z0-9]+)( C=res)?: algorithm ([0-9]+ of [0-9]+), ([0-9.]+) us \(the heuristic.s first: ([0-9.]+) us\)/I=\1 O=\2 \3\4 \5 \6 us (first \7)/' |
+            paste -sd';' -)
+    note "cuBLASLt tuning, picks: ${tuned:-none reported}"
+  fi
 fi
 
-# The weights' bf16 copy held per step (hold_weights) against rounding each weight at each GEMM
-# (VT_WEIGHT_COPY=0), at a small batch where the rounding weighs most: the same bits, the time.
-if ((built)) && (($(left) > 120)); then
-  echo "==== weight copy: held per step vs rounded per GEMM ====" >>"$blog2"
-  wb=(--batch 16 --warmup 2 --timed 10 --precision bf16)
-  ((cpu_only)) && wb=(--cpu --model tiny --batch 4 --warmup 1 --timed 3 --precision bf16)
-  ((cpu_only)) || wb=(--model vit-b16 "${wb[@]}")
-  run "$(cap 40 80)" "$blog2" "$bench" "${wb[@]}"
-  run "$(cap 40 60)" "$blog2" env VT_WEIGHT_COPY=0 "$bench" "${wb[@]}"
-  held=$(grep -oE '^vit3d-bench step_ms median=[0-9.]+' "$blog2" | tail -2 | head -1 | cut -d= -f2)
-  each=$(grep -oE '^vit3d-bench step_ms median=[0-9.]+' "$blog2" | tail -1 | cut -d= -f2)
-  note "weight copy, bench_gpu ${wb[*]}: step ms held ${held:-n/a}, rounded at each GEMM ${each:-n/a} (ratio $(ratio "$each" "$held"))"
+# Hardware counters of the kernels that matter (Nsight Compute, where it reads them: Firecracker
+# machines, not gVisor): one ViT-B/16 step per kernel, its first launch (the first forward GEMMs),
+# sections speed of light, occupancy, launch and warp states, plus the tensor pipes' activity.
+# The full reports are appended to bench.log (8 files at most); a line per kernel to
+# the summary (tests/gpu/ncu_summary.awk).
+ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if ((built && !cpu_only)) && [[ -n $ncu_bin ]] && (($(left) > 80)); then
+  echo "==== ncu ====" >>"$blog2"
+  from=$(($(wc -l <"$blog2") + 1))
+  ncu_rows=""
+  for k in "mma_fwd_kernel|1" "mma_dq_kernel|1" "mma_dkv_kernel|1" "layernorm_dinp_kernel|1" \
+           "layernorm_fwd_kernel|1" "act_fwd_kernel|1" "colsum_partial|1" "nvjet|xmma|cutlass|gemm|5"; do
+    kre=${k%|*} kc=${k##*|}
+    (($(left) > 45)) || break
+    run "$(cap 40 30)" "$blog2" "$ncu_bin" --clock-control none -k "regex:$kre" -c "$kc" \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+      "$bench" --model vit-b16 --batch "$bb" --warmup 0 --timed 1 --precision bf16
+  done
+  ncu_rows=$(tail -n +"$from" "$blog2" | awk -f "$root/tests/gpu/ncu_summary.awk" | paste -sd';' -)
+  err=$(tail -n +"$from" "$blog2" | grep -m1 -oE '==ERROR==.*|LibraryNotLoaded|ERR_NVGPUCTRPERM')
+  note "ncu (ViT-B/16 batch $bb bf16, first launches): ${ncu_rows:-no kernel profiled${err:+ ($err)}}"
+elif ((built && !cpu_only)); then
+  note "ncu skipped: $([[ -z $ncu_bin ]] && echo 'no ncu' || echo "$(left) s left")"
 fi
 
 # ---- 5. memory and race checks, with the time that is left ---------------------------------------
