@@ -1087,9 +1087,7 @@ static void bwd_scratch(int64_t B, int64_t N, int64_t H, int64_t D, unsigned til
 
 static void bwd_bias(float *dbias, const float *part, int64_t nchunk, int64_t ld) {
   if (!dbias) return;
-  colsum_final_kernel<<<vt_cuda_blocks(ld, 256), 256, 0, vt_cuda_stream()>>>(dbias, part, nchunk,
-                                                                            ld);
-  VT_CUDA_CHECK_LAUNCH();
+  colsum_final(dbias, part, NULL, NULL, nchunk, ld);
 }
 
 template <typename T, int NF>
@@ -1277,8 +1275,7 @@ static void latent_bwd(float *dq, float *dkv, float *dbias, const float *dout, c
       (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D));
   VT_CUDA_CHECK_LAUNCH();
   VT_CUDA_CHECK(cudaMemsetAsync(dq, 0, (size_t)C * sizeof(float), vt_cuda_stream()));
-  colsum_final_kernel<<<vt_cuda_blocks(C, 256), 256, 0, vt_cuda_stream()>>>(dq, dq_part, B, C);
-  VT_CUDA_CHECK_LAUNCH();
+  colsum_final(dq, dq_part, NULL, NULL, B, C);
   if (!dbias) return;
   float *part = (float *)(base + at_part);
   if (bf16_bias) colsum_acc(dbias, dkv, 1, vt_src_plain{dkv32}, part, rows, ld);

@@ -37,7 +37,7 @@ static constexpr bool colsum_has_vec8(...) {
 // stages with enough blocks to fill the GPU: a block owns COLSUM_X adjacent columns of a chunk of
 // COLSUM_ROWS rows (a constant, never derived from the GPU); its COLSUM_Y lanes per column walk
 // the chunk's rows y, y+COLSUM_Y, ... in order, one thread adds the lane partials in lane order
-// into the chunk's partial sums; then each column adds its chunks in order. With y set, the first
+// into the chunk's partial sums; then each column adds its chunks (colsum_final). With y set, the first
 // stage also stores each value in y (as bf16 with y_bf16: vt_put), so the source is read once;
 // a lane reads COLSUM_BATCH of its rows before it adds or stores any (the stores may alias the
 // source, so the compiler could not load ahead of them: one load's latency per row). At most 64
@@ -125,13 +125,39 @@ static __global__ void __launch_bounds__(COLSUM_X * COLSUM_Y, 2)
   }
 }
 
-static __global__ void colsum_final_kernel(float *out, const float *part, int64_t nchunk,
-                                           int64_t C) {
-  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float s = 0.0f;
-  for (int64_t k = 0; k < nchunk; k++) s += part[k * C + c];
-  out[c] += s;
+// Stage 2: out (C) += the column sums of part (nchunk, C), and out2 of part2 alike when given
+// (LayerNorm's weight and bias). A block owns 32 columns; its COLSUM_FIN_Y lanes per column take
+// chunks y, y + COLSUM_FIN_Y, ... in order, then one thread adds the lanes in lane order: a fixed
+// order, and no column's sum is one thread's chain of nchunk loads (99 for LayerNorm's chunks of
+// ViT-B/16 at micro-batch 128).
+#define COLSUM_FIN_Y 8
+static __global__ void colsum_final_kernel(float *out, const float *part, float *out2,
+                                           const float *part2, int64_t nchunk, int64_t C) {
+  __shared__ float lanes[2][COLSUM_FIN_Y][33];
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int64_t c = (int64_t)blockIdx.x * 32 + x;
+  float s = 0.0f, s2 = 0.0f;
+  if (c < C)
+    for (int64_t k = y; k < nchunk; k += COLSUM_FIN_Y) {
+      s += part[k * C + c];
+      if (part2) s2 += part2[k * C + c];
+    }
+  lanes[0][y][x] = s, lanes[1][y][x] = s2;
+  __syncthreads();
+  if (y == 0 && c < C) {
+    float t = 0.0f, t2 = 0.0f;
+    for (int k = 0; k < COLSUM_FIN_Y; k++) t += lanes[0][k][x], t2 += lanes[1][k][x];
+    out[c] += t;
+    if (out2) out2[c] += t2;
+  }
+}
+static void colsum_final(float *out, const float *part, float *out2, const float *part2,
+                         int64_t nchunk, int64_t C) {
+  const int64_t blocks = (C + 31) / 32;
+  VT_CHECK(blocks <= INT_MAX, "column sum: C=%lld is too large for one grid", (long long)C);
+  colsum_final_kernel<<<(unsigned)blocks, dim3(32, COLSUM_FIN_Y), 0, vt_cuda_stream()>>>(
+      out, part, out2, part2, nchunk, C);
+  VT_CUDA_CHECK_LAUNCH();
 }
 
 static inline int64_t colsum_chunks(int64_t M) { return (M + COLSUM_ROWS - 1) / COLSUM_ROWS; }
@@ -158,8 +184,7 @@ static void colsum_acc(float *out, float *y, int y_bf16, Src src, float *part, i
     colsum_partial_kernel<Src><<<dim3((unsigned)bx, (unsigned)nchunk), dim3(COLSUM_X, COLSUM_Y),
                                  0, vt_cuda_stream()>>>(part, y, y_bf16, src, M, C);
   VT_CUDA_CHECK_LAUNCH();
-  colsum_final_kernel<<<vt_cuda_blocks(C, 256), 256, 0, vt_cuda_stream()>>>(out, part, nchunk, C);
-  VT_CUDA_CHECK_LAUNCH();
+  colsum_final(out, part, NULL, NULL, nchunk, C);
 }
 
 #endif

@@ -6,6 +6,8 @@
 // rows, done in two fixed-order stages (no float atomics) so they are the same bits every run.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "colsum.cuh"
 #include "cuda_common.h"
@@ -150,6 +152,50 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
   }
 }
 
+// A warp's row of the input gradient, register form (V >= 1: the lane's share of dout and inp
+// loaded as ln_load does): dx = r (g - mean(g) - xhat mean(g xhat)) with g = dout * weight,
+// written, or with add added to what dx holds.
+template <int V>
+static __device__ __forceinline__ void ln_dinp_row(float *dx, const float4 (&dy)[V],
+                                                   const float4 (&x)[V], const float *weight,
+                                                   float mu, float r, int lane, int64_t C,
+                                                   int add) {
+  float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+  for (int j = 0; j < V; j++) {
+    const int64_t c = 4 * (lane + 32 * j);
+    if (c >= C) continue;
+    float g[4], e[4], w[4];
+    vt_f4_get(g, dy[j]);
+    vt_f4_get(e, x[j]);
+    vt_f4_get(w, *(const float4 *)(weight + c));
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      g[k] *= w[k];
+      sg += g[k];
+      sgx += g[k] * (e[k] - mu) * r;
+    }
+  }
+  sg = vt_warp_sum(sg) / (float)C;
+  sgx = vt_warp_sum(sgx) / (float)C;
+#pragma unroll
+  for (int j = 0; j < V; j++) {
+    const int64_t c = 4 * (lane + 32 * j);
+    if (c >= C) continue;
+    float g[4], e[4], w[4], o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    vt_f4_get(g, dy[j]);
+    vt_f4_get(e, x[j]);
+    vt_f4_get(w, *(const float4 *)(weight + c));
+    if (add) vt_f4_get(o, *(const float4 *)(dx + c));
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const float v = r * (g[k] * w[k] - sg - (e[k] - mu) * r * sgx);
+      o[k] = add ? o[k] + v : v;
+    }
+    *(float4 *)(dx + c) = vt_f4_make(o);
+  }
+}
+
 // dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight, per row; written,
 // or with add added to what dinp holds (the fused residual gradient).
 template <int V>
@@ -187,42 +233,7 @@ static __global__ void layernorm_dinp_kernel(float *dinp, const float *dout, con
     float4 dy[V], x[V];
     ln_load<V>(dy, dout + row * C, lane, C);
     ln_load<V>(x, inp + row * C, lane, C);
-    const float mu = mean[row], r = rstd[row];
-    float sg = 0.0f, sgx = 0.0f;
-#pragma unroll
-    for (int j = 0; j < V; j++) {
-      const int64_t c = 4 * (lane + 32 * j);
-      if (c >= C) continue;
-      float g[4], e[4], w[4];
-      vt_f4_get(g, dy[j]);
-      vt_f4_get(e, x[j]);
-      vt_f4_get(w, *(const float4 *)(weight + c));
-#pragma unroll
-      for (int k = 0; k < 4; k++) {
-        g[k] *= w[k];
-        sg += g[k];
-        sgx += g[k] * (e[k] - mu) * r;
-      }
-    }
-    sg = vt_warp_sum(sg) / (float)C;
-    sgx = vt_warp_sum(sgx) / (float)C;
-    float *dx = dinp + row * C;
-#pragma unroll
-    for (int j = 0; j < V; j++) {
-      const int64_t c = 4 * (lane + 32 * j);
-      if (c >= C) continue;
-      float g[4], e[4], w[4], o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      vt_f4_get(g, dy[j]);
-      vt_f4_get(e, x[j]);
-      vt_f4_get(w, *(const float4 *)(weight + c));
-      if (add) vt_f4_get(o, *(const float4 *)(dx + c));
-#pragma unroll
-      for (int k = 0; k < 4; k++) {
-        const float v = r * (g[k] * w[k] - sg - (e[k] - mu) * r * sgx);
-        o[k] = add ? o[k] + v : v;
-      }
-      *(float4 *)(dx + c) = vt_f4_make(o);
-    }
+    ln_dinp_row<V>(dinp + row * C, dy, x, weight, mean[row], rstd[row], lane, C, add);
   }
 }
 
@@ -316,15 +327,84 @@ static __global__ void layernorm_param_partial_kernel(float *pw, float *pb, cons
   }
 }
 
-// Stage 2: each column adds its chunk partials in chunk order into the accumulated gradients.
-static __global__ void layernorm_param_final_kernel(float *dweight, float *dbias, const float *pw,
-                                                    const float *pb, int64_t nchunk, int64_t C) {
-  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float w = 0.0f, b = 0.0f;
-  for (int64_t k = 0; k < nchunk; k++) w += pw[k * C + c], b += pb[k * C + c];
-  dweight[c] += w;
-  dbias[c] += b;
+// Stage 1 fused with the input gradient (register form, V >= 1): block = the chunk of LN_CHUNK
+// rows, its LN_Y warps taking rows y, y + LN_Y, ... in order as the partial kernel's lanes do,
+// each making the row's dinp (ln_dinp_row) and adding the row into its lane's column partials
+// (the same expression), then the LN_Y warps' partials added in warp order through shared memory
+// (LN_Y C floats, dynamic): the same bits as layernorm_dinp_kernel then the partial kernel, with
+// dout and inp read once instead of twice.
+template <int V>
+static __device__ __forceinline__ void ln_part_store(float *dst, const float (&a)[4 * V],
+                                                     float *ln_part, int lane, int y, int64_t C) {
+#pragma unroll
+  for (int j = 0; j < V; j++) {
+    const int64_t c = 4 * (lane + 32 * j);
+    if (c < C) *(float4 *)(ln_part + y * C + c) = vt_f4_make(a + 4 * j);
+  }
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < C; c += 32 * LN_Y) {
+    float t = 0.0f;
+    for (int k = 0; k < LN_Y; k++) t += ln_part[k * C + c];
+    dst[c] = t;
+  }
+  __syncthreads();
+}
+template <int V>
+static __global__ void __launch_bounds__(32 * LN_Y)
+    layernorm_bwd_fused_kernel(float *dinp, float *pw, float *pb, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int64_t M, int64_t C, int add) {
+  extern __shared__ __align__(16) float ln_part[];  // [LN_Y][C]
+  const int lane = threadIdx.x & 31, y = threadIdx.x >> 5;
+  const int64_t chunk = blockIdx.x, m0 = chunk * LN_CHUNK;
+  const int64_t m1 = m0 + LN_CHUNK < M ? m0 + LN_CHUNK : M;
+  float aw[4 * V], ab[4 * V];
+#pragma unroll
+  for (int k = 0; k < 4 * V; k++) aw[k] = ab[k] = 0.0f;
+  for (int64_t row = m0 + y; row < m1; row += LN_Y) {
+    float4 dy[V], x[V];
+    ln_load<V>(dy, dout + row * C, lane, C);
+    ln_load<V>(x, inp + row * C, lane, C);
+    const float mu = mean[row], r = rstd[row];
+    ln_dinp_row<V>(dinp + row * C, dy, x, weight, mu, r, lane, C, add);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+      float g[4], e[4];
+      vt_f4_get(g, dy[j]);
+      vt_f4_get(e, x[j]);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        aw[4 * j + k] += g[k] * (e[k] - mu) * r;
+        ab[4 * j + k] += g[k];
+      }
+    }
+  }
+  ln_part_store<V>(pw + chunk * C, aw, ln_part, lane, y, C);  // the weight's, then the bias's
+  ln_part_store<V>(pb + chunk * C, ab, ln_part, lane, y, C);
+}
+template <int V>
+static void ln_bwd_fused_launch(int v, float *dinp, float *pw, float *pb, const float *dout,
+                                const float *inp, const float *weight, const float *mean,
+                                const float *rstd, int64_t M, int64_t C, int add,
+                                int64_t nchunk) {
+  if (v == V)
+    layernorm_bwd_fused_kernel<V><<<(unsigned)nchunk, 32 * LN_Y,
+                                    (size_t)(LN_Y * C) * sizeof(float), vt_cuda_stream()>>>(
+        dinp, pw, pb, dout, inp, weight, mean, rstd, M, C, add);
+  else if constexpr (V < LN_VMAX)
+    ln_bwd_fused_launch<V + 1>(v, dinp, pw, pb, dout, inp, weight, mean, rstd, M, C, add,
+                               nchunk);
+}
+
+// Whether the backward fuses the partials into the input gradient's pass (VT_LN_FUSED=0: two
+// passes, for tests/gpu/run.sh's A/B; the same bits either way).
+static int ln_fused_enabled(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("VT_LN_FUSED");
+    on = !(e && strcmp(e, "0") == 0);
+  }
+  return on;
 }
 
 extern "C" void vt_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
@@ -344,16 +424,23 @@ static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float
                           const float *inp, const float *weight, const float *mean,
                           const float *rstd, int64_t M, int64_t C, int add) {
   cudaStream_t st = vt_cuda_stream();
-  ln_dinp_launch<0>(ln_vec(C, dinp, dout, inp, weight, NULL, NULL), dinp, dout, inp, weight, mean,
-                    rstd, M, C, add);
-  VT_CUDA_CHECK_LAUNCH();
   const int vec4 = C % 4 == 0 && ((uintptr_t)dout | (uintptr_t)inp) % 16 == 0;
   const int64_t nchunk = (M + LN_CHUNK - 1) / LN_CHUNK, xblocks = (C + 32 * 4 - 1) / (32 * 4);
   VT_CHECK(nchunk <= 65535 && (C + 31) / 32 <= INT_MAX,
            "layernorm_bwd: M=%lld C=%lld exceed the parameter-gradient grid", (long long)M,
            (long long)C);
+  if (nchunk == 0) return;
   float *pw = (float *)vt_cuda_scratch((size_t)(2 * nchunk * C) * sizeof(float));
   float *pb = pw + nchunk * C;
+  const int v = ln_vec(C, dinp, dout, inp, weight, NULL, NULL);
+  if (v > 0 && ln_fused_enabled()) {
+    ln_bwd_fused_launch<1>(v, dinp, pw, pb, dout, inp, weight, mean, rstd, M, C, add, nchunk);
+    VT_CUDA_CHECK_LAUNCH();
+    colsum_final(dweight, pw, dbias, pb, nchunk, C);  // stage 2 (colsum.cuh)
+    return;
+  }
+  ln_dinp_launch<0>(v, dinp, dout, inp, weight, mean, rstd, M, C, add);
+  VT_CUDA_CHECK_LAUNCH();
   if (vec4)
     layernorm_param_partial_kernel<4><<<dim3((unsigned)xblocks, (unsigned)nchunk),
                                         dim3(32, LN_Y), 0, st>>>(pw, pb, dout, inp, mean, rstd,
@@ -363,9 +450,7 @@ static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float
                                         dim3(32, LN_Y), 0, st>>>(pw, pb, dout, inp, mean, rstd,
                                                                  M, C);
   VT_CUDA_CHECK_LAUNCH();
-  layernorm_param_final_kernel<<<(unsigned)((C + 255) / 256), 256, 0, st>>>(dweight, dbias, pw,
-                                                                           pb, nchunk, C);
-  VT_CUDA_CHECK_LAUNCH();
+  colsum_final(dweight, pw, dbias, pb, nchunk, C);
 }
 
 extern "C" void vt_cuda_layernorm_bwd(float *dinp, float *dweight, float *dbias,

@@ -17,10 +17,11 @@
 #      and timm; then, as time allows, ViT-L/16 (bench_gpu against timm's
 #      vit_large_patch16_224, eager), the time per op (bench_gpu --ops), again with the WMMA
 #      attention (VT_ATTN_MMA=0), with 128 rows a block in the mma.sync attention
-#      (VT_ATTN_ROWS=128), on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms
-#      timed (VT_CUBLASLT_TUNE=8) for the linear forward; then
+#      (VT_ATTN_ROWS=128), the LayerNorm backward in two passes (VT_LN_FUSED=0), the linear
+#      forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms
+#      timed (VT_CUBLASLT_TUNE=8); then
 #      Nsight Compute's counters for the attention, LayerNorm, activation and column-sum kernels
-#      and the first forward GEMMs (a line per kernel in the summary)
+#      and the first forward GEMMs (a line per kernel in the summary), most important first
 #   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
 #   6. a summary (also in $OUT/summary.txt)
 # Logs go to $OUT when set (the device tool brings back at most 8 files: these are exactly 8),
@@ -370,6 +371,10 @@ if ((built && !cpu_only)) && [[ -n ${base_ops:-} ]]; then
   # twice the rows, fewer warps per SM).
   [[ ${VT_ATTN_MMA:-1} != 0 ]] && (($(left) > 100)) &&
     ops_ab VT_ATTN_ROWS=128 'attention_fwd|attention_bwd' "attention (mma.sync, 64 rows a block)"
+  # The LayerNorm backward with its parameter partials in the input gradient's pass (dout and the
+  # input read once) against two passes (VT_LN_FUSED=0; the same bits).
+  (($(left) > 100)) && ops_ab VT_LN_FUSED=0 'layernorm_bwd|layernorm_bwd_add' \
+    "LayerNorm backward (fused partials)"
   # The linear forward ran at half the backward's rate on the H200 (about 265 against 595
   # TFLOP/s, 2026-12-04): the cuBLAS path (VT_CUBLASLT=0: the bias broadcast, then
   # cublasGemmEx) says whether cuBLASLt's bias epilogue or algorithm choice is the cause.
@@ -398,8 +403,9 @@ if ((built && !cpu_only)) && [[ -n $ncu_bin ]] && (($(left) > 80)); then
   echo "==== ncu ====" >>"$blog2"
   from=$(($(wc -l <"$blog2") + 1))
   ncu_rows=""
-  for k in "mma_fwd_kernel|1" "mma_dq_kernel|1" "mma_dkv_kernel|1" "layernorm_dinp_kernel|1" \
-           "layernorm_fwd_kernel|1" "act_fwd_kernel|1" "colsum_partial|1" "nvjet|xmma|cutlass|gemm|5"; do
+  for k in "mma_fwd_kernel|1" "mma_dq_kernel|1" "mma_dkv_kernel|1" "layernorm_bwd_fused|1" \
+           "layernorm_fwd_kernel|1" "act_fwd_kernel|1" "colsum_partial|1" \
+           "layernorm_param_final|1" "colsum_final|1" "nvjet|xmma|cutlass|gemm|5"; do
     kre=${k%|*} kc=${k##*|}
     (($(left) > 45)) || break
     run "$(cap 40 30)" "$blog2" "$ncu_bin" --clock-control none -k "regex:$kre" -c "$kc" \
