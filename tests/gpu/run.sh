@@ -32,7 +32,10 @@
 # Env: VT_GPU_BUILD build directory (default /tmp/vt_gpu_build[_cpu]; an existing one is reused),
 #   VT_GPU_BUDGET_S, VT_GPU_SLOW (1; multiplies each part's time limit, for slow dry-run
 #   machines), VT_BENCH_BATCH (128), VT_BENCH_BATCH_L (64, ViT-L), VT_PYTHON (python3),
-#   VT_GPU_COMPILE (1; 0 skips torch.compile, a minute or two, for a rerun that has its figure).
+#   VT_GPU_COMPILE (1; 0 skips torch.compile, a minute or two, for a rerun that has its figure),
+#   VT_GPU_PARTS (all; else a comma list of tests, train, bench (with the PyTorch peer), vitl,
+#   ops (per-op times and the A/Bs), ncu, san: a second call on a warm machine that reuses the
+#   build, e.g. VT_GPU_PARTS=ops,ncu).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cpu_only=0
@@ -51,6 +54,8 @@ gdev=cuda
 ((cpu_only)) && gdev=cpu  # the "GPU" side of the comparisons in a dry run
 
 left() { echo $((budget - (SECONDS - t_start))); }
+# part NAME: whether VT_GPU_PARTS asks for that part (all when unset).
+part() { [[ -z ${VT_GPU_PARTS:-} || ,$VT_GPU_PARTS, == *,$1,* ]]; }
 # cap LIMIT [RESERVE]: LIMIT (times VT_GPU_SLOW) seconds, or less so that RESERVE seconds stay
 # for what follows.
 cap() {
@@ -129,7 +134,7 @@ bench=$build/tests/bench_gpu
 # ---- 2. the cuda-labelled tests ---------------------------------------------------------------------
 clog=$out/ctest.log
 : >"$clog"
-if ((built)); then
+if ((built)) && part tests; then
   sel=(-L cuda)
   ((cpu_only)) && sel=(-R cuda_ops_harness)
   # Only cuda_ops was built above; other cuda-labelled tests, if any, need the other targets.
@@ -172,7 +177,7 @@ fi
 # ---- 3. training: CUDA and CPU in both precisions, the loss curves compared ------------------------
 tlog=$out/train.log
 : >"$tlog"
-if ((built)); then
+if ((built)) && part train; then
   targs=(train --model tiny --data synthetic --steps 100 --global-batch-size 32 --micro-batch-size 16
          --warmup-steps 5 --lr 2e-3 --seed 7 --log-interval 25 --threads "$jobs" --drop-path 0.1)
   ok=1
@@ -254,12 +259,14 @@ plog=$out/torch.log
 : >"$blog2"
 : >"$plog"
 ours="" eager="" compiled=""
-if ((built)); then
-  if ((cpu_only)); then
-    bargs=(--cpu --model tiny --batch 8 --warmup 1 --timed 3)
-  else
-    bargs=(--model vit-b16 --batch "$bb" --warmup 3 --timed 10)
-  fi
+if ((cpu_only)); then
+  bargs=(--cpu --model tiny --batch 8 --warmup 1 --timed 3)
+  mb=8 model=tiny
+else
+  bargs=(--model vit-b16 --batch "$bb" --warmup 3 --timed 10)
+  mb=$bb model=vit-b16
+fi
+if ((built)) && part bench; then
   # VT_CUBLASLT_REPORT: each cuBLASLt plan says whether an algorithm took its bias epilogue (a
   # bf16 D with a bf16 bias: qkv and fc1; an fp32 D with fp32 bias and C: proj and fc2).
   run "$(cap 150 150)" "$blog2" env VT_CUBLASLT_REPORT=1 "$bench" "${bargs[@]}" --precision bf16
@@ -277,8 +284,6 @@ if ((built)); then
   # The trainer end to end: its step includes making the synthetic images on the host (the
   # rank's threads share them), so this is below bench_gpu by that much; the metrics line is
   # what users see.
-  mb=$bb model=vit-b16
-  ((cpu_only)) && mb=8 model=tiny
   run "$(cap 150 150)" "$blog2" "$vit3d" train --device "$gdev" --model "$model" --data synthetic \
     --steps 8 --warmup-steps 0 --global-batch-size "$mb" --micro-batch-size "$mb" \
     --peak-tflops 989 --log-dir "$work/bench" --log-interval 1 --threads "$jobs" --precision bf16
@@ -297,7 +302,9 @@ PY
   [[ -z $ours ]] && note "bench_gpu: no result ($(grep -m1 -oE 'SKIP:.*' "$blog2" || echo 'see bench.log'))"
   note "vit3d bf16 $model batch $mb: bench_gpu $(grep -m1 -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE '(img_per_s|mfu|step_ms median)=[0-9.]+' | tr '\n' ' ')| trainer ${trainer:-none} (synthetic images made on the host's threads inside its step)"
 fi
-if "$py" -c 'import torch, timm' >/dev/null 2>&1; then
+if ! part bench; then
+  :
+elif "$py" -c 'import torch, timm' >/dev/null 2>&1; then
   if ((cpu_only)); then
     pargs=(--device cpu --model vit_tiny_patch16_224 --batch 2 --warmup 1 --timed 2)
   else
@@ -321,11 +328,11 @@ else
   note "PyTorch peer skipped: $py cannot import torch and timm"
 fi
 ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }' || echo "n/a"; }
-note "images/s: vit3d bf16 ${ours:-n/a} | torch bf16 eager ${eager:-n/a} (vit3d/torch $(ratio "$ours" "$eager")) | torch bf16 compile ${compiled:-n/a} (vit3d/torch $(ratio "$ours" "$compiled"))"
+part bench && note "images/s: vit3d bf16 ${ours:-n/a} | torch bf16 eager ${eager:-n/a} (vit3d/torch $(ratio "$ours" "$eager")) | torch bf16 compile ${compiled:-n/a} (vit3d/torch $(ratio "$ours" "$compiled"))"
 # ViT-L/16 (the issue's second model), bf16, against timm's vit_large_patch16_224 in eager mode,
 # with what the budget leaves (torch.compile of ViT-L takes minutes: not here).
 lb=${VT_BENCH_BATCH_L:-64}
-if ((built && !cpu_only)) && (($(left) > 150)); then
+if ((built && !cpu_only)) && part vitl && (($(left) > 150)); then
   run "$(cap 90 60)" "$blog2" "$bench" --model vit-l16 --batch "$lb" --warmup 2 --timed 6 \
     --precision bf16
   oursl=$(grep -oE '^vit3d-bench step_ms.*' "$blog2" | tail -1 | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
@@ -337,13 +344,13 @@ if ((built && !cpu_only)) && (($(left) > 150)); then
     eagerl=$(grep -oE '^torch-bench mode=eager.*' "$plog" | tail -1 | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
   fi
   note "ViT-L/16 batch $lb images/s: vit3d bf16 ${oursl:-n/a} (mfu ${mful:-n/a}) | torch bf16 eager ${eagerl:-n/a} (vit3d/torch $(ratio "$oursl" "$eagerl"))"
-elif ((built && !cpu_only)); then
+elif ((built && !cpu_only)) && part vitl; then
   note "ViT-L/16 skipped: $(left) s left of the budget"
 fi
 
 # Time per op (bench_gpu --ops: a synchronize around each op, so the sum exceeds a plain step),
 # the list of what to speed up next. After every figure above is parsed from bench.log.
-if ((built)) && (($(left) > 90)); then
+if ((built)) && part ops && (($(left) > 90)); then
   echo "==== per-op times ====" >>"$blog2"
   run "$(cap 60 60)" "$blog2" "$bench" "${bargs[@]}" --precision bf16 --ops
   base_ops=$(grep -E '^vit3d-bench op ' "$blog2")
@@ -399,7 +406,7 @@ fi
 # The full reports are appended to bench.log (8 files at most); a line per kernel to
 # the summary (tests/gpu/ncu_summary.awk).
 ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-if ((built && !cpu_only)) && [[ -n $ncu_bin ]] && (($(left) > 80)); then
+if ((built && !cpu_only)) && part ncu && [[ -n $ncu_bin ]] && (($(left) > 80)); then
   echo "==== ncu ====" >>"$blog2"
   from=$(($(wc -l <"$blog2") + 1))
   ncu_rows=""
@@ -416,7 +423,7 @@ if ((built && !cpu_only)) && [[ -n $ncu_bin ]] && (($(left) > 80)); then
   ncu_rows=$(tail -n +"$from" "$blog2" | awk -f "$root/tests/gpu/ncu_summary.awk" | paste -sd';' -)
   err=$(tail -n +"$from" "$blog2" | grep -m1 -oE '==ERROR==.*|LibraryNotLoaded|ERR_NVGPUCTRPERM')
   note "ncu (ViT-B/16 batch $bb bf16, first launches): ${ncu_rows:-no kernel profiled${err:+ ($err)}}"
-elif ((built && !cpu_only)); then
+elif ((built && !cpu_only)) && part ncu; then
   note "ncu skipped: $([[ -z $ncu_bin ]] && echo 'no ncu' || echo "$(left) s left")"
 fi
 
@@ -444,7 +451,7 @@ san_verdict() {
   esac
 }
 ((cpu_only)) || [[ -n $san ]] || note "sanitizers skipped: no compute-sanitizer"
-if ((built)) && ((!cpu_only)) && [[ -n $san ]]; then
+if ((built)) && ((!cpu_only)) && part san && [[ -n $san ]]; then
   if (($(left) > 60)); then
     echo "==== compute-sanitizer memcheck ====" >>"$clog"
     from=$(($(wc -l <"$clog") + 1))
