@@ -327,12 +327,8 @@ static __global__ void layernorm_param_partial_kernel(float *pw, float *pb, cons
   }
 }
 
-// Stage 1 fused with the input gradient (register form, V >= 1): block = the chunk of LN_CHUNK
-// rows, its LN_Y warps taking rows y, y + LN_Y, ... in order as the partial kernel's lanes do,
-// each making the row's dinp (ln_dinp_row) and adding the row into its lane's column partials
-// (the same expression), then the LN_Y warps' partials added in warp order through shared memory
-// (LN_Y C floats, dynamic): the same bits as layernorm_dinp_kernel then the partial kernel, with
-// dout and inp read once instead of twice.
+// The chunk's partials of one parameter: each warp's (a: its lanes' 4 V columns) into row y of
+// ln_part, then dst[c] = the rows 0 .. LN_Y-1 of column c added in order.
 template <int V>
 static __device__ __forceinline__ void ln_part_store(float *dst, const float (&a)[4 * V],
                                                      float *ln_part, int lane, int y, int64_t C) {
@@ -349,6 +345,13 @@ static __device__ __forceinline__ void ln_part_store(float *dst, const float (&a
   }
   __syncthreads();
 }
+
+// Stage 1 fused with the input gradient (register form, V >= 1): block = the chunk of LN_CHUNK
+// rows, its LN_Y warps taking rows y, y + LN_Y, ... in order as the partial kernel's lanes do,
+// each making the row's dinp (ln_dinp_row) and adding the row into its lane's column partials
+// (the same expression), then the LN_Y warps' partials added in warp order through shared memory
+// (LN_Y C floats, dynamic): the same bits as layernorm_dinp_kernel then the partial kernel, with
+// dout and inp read once instead of twice.
 template <int V>
 static __global__ void __launch_bounds__(32 * LN_Y)
     layernorm_bwd_fused_kernel(float *dinp, float *pw, float *pb, const float *dout,
