@@ -13,7 +13,7 @@
 // so that p is rounded at the CPU twin's point (one extra q k^T, ~2% of a ViT block's FLOPs).
 // Dropout of the probabilities (timm's attn_drop) draws its mask from Philox numbers in each
 // kernel (one call per 4 numbers along a row, per number along a column in the dk/dv kernel);
-// nothing is stored. Reads the heads straight out of the timm qkv layout. In bf16 with D <= 64
+// nothing is stored. Reads the heads straight out of the timm qkv layout. In bf16 with D <= 80
 // (a multiple of 8) the same work runs on mma.sync kernels whose scores stay in registers and
 // whose tiles stream in by cp.async, double-buffered (their section below).
 // At the end the one-query form of MAP pooling (latent_attention). C-style CUDA, no STL. Must
@@ -580,7 +580,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
   store_rows(dqkv, at + 2 * C, ld, sdV, d.ldo, 1.0f, k0, N, D, sizeof(T) == 2, pk ? pk + C : NULL);
 }
 
-// ---- bf16 on mma.sync, D up to 64 ---------------------------------------------------------------
+// ---- bf16 on mma.sync, D up to 80 ---------------------------------------------------------------
 // The same passes, rounding points and dropout as the kernels above, but a warp's tile
 // products are PTX mma.sync m16n8k16 (vt_mma16816) whose fragments stay in registers: scores,
 // probabilities and their gradients never go through shared memory; only the tiles of the
@@ -592,8 +592,9 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // bank groups); ldmatrix reads every fragment, transposed (_trans) where a product reads a tile
 // along its rows (V in P V; K in dS K; dO, Q in P^T dO, dS^T Q). The streamed tiles come by cp.async
 // into two buffers: the copies for the next step are in flight while this step computes, one
-// barrier pair per step. Selected for bf16 with D <= 64 and the heads in whole 16-byte chunks
-// (D a multiple of 8: ViT-S/B/L; mma_path); VT_ATTN_MMA=0 keeps the WMMA kernels. NK = Dp / 16.
+// barrier pair per step. Selected for bf16 with D <= 80 and the heads in whole 16-byte chunks
+// (D a multiple of 8: ViT-S/B/L, and ViT-H/14's 80; mma_path); VT_ATTN_MMA=0 keeps the WMMA
+// kernels. NK = Dp / 16; at NK 5 the dk/dv kernel takes 254 registers, no spills (nvcc 13).
 // A block has W warps of 16 rows each: its own rows (queries; keys for dk/dv) are 16 W, 64 or
 // 128 (VT_ATTN_ROWS: more rows per block load each streamed 64-row tile for more of them, fewer
 // warps fit on an SM); the streamed tiles have 64 rows.
@@ -1304,7 +1305,7 @@ static vt_dropout_mask drop_arg(const vt_dropout_mask *drop) {
   return m;
 }
 
-// The mma.sync kernels for bf16 with D <= 64 a multiple of 8 and the tensors 16-byte aligned
+// The mma.sync kernels for bf16 with D <= 80 a multiple of 8 and the tensors 16-byte aligned
 // (their tiles come in 16-byte copies), unless VT_ATTN_MMA=0; the WMMA kernels otherwise.
 static int mma_path(int64_t D, const void *a, const void *b, const void *c) {
   static int on = -1;
@@ -1313,7 +1314,7 @@ static int mma_path(int64_t D, const void *a, const void *b, const void *c) {
     on = !(e && strcmp(e, "0") == 0);
   }
   const uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
-  return on && vt_cuda_bf16() && D <= 64 && D % 8 == 0 && any % 16 == 0;
+  return on && vt_cuda_bf16() && D <= 80 && D % 8 == 0 && any % 16 == 0;
 }
 
 // The mma.sync kernels' warps per block (W): 4, or 8 with VT_ATTN_ROWS=128 (rows per block).
@@ -1339,14 +1340,15 @@ static void mma_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t
   VT_CUDA_CHECK_LAUNCH();
 }
 
-// mma_fwd or mma_bwd (F) with NK = Dp / 16 and W = mma_warps(): a switch over the 8 kernels.
+// mma_fwd or mma_bwd (F) with NK = Dp / 16 and W = mma_warps(): a switch over the 10 kernels.
 #define MMA_DISPATCH(F, D, ...)                                               \
   do {                                                                        \
     const int nk_ = (int)(((D) + 15) / 16), w8_ = mma_warps() == 8;           \
     if (nk_ == 1) w8_ ? F<1, 8>(__VA_ARGS__) : F<1, 4>(__VA_ARGS__);          \
     else if (nk_ == 2) w8_ ? F<2, 8>(__VA_ARGS__) : F<2, 4>(__VA_ARGS__);     \
     else if (nk_ == 3) w8_ ? F<3, 8>(__VA_ARGS__) : F<3, 4>(__VA_ARGS__);     \
-    else w8_ ? F<4, 8>(__VA_ARGS__) : F<4, 4>(__VA_ARGS__);                   \
+    else if (nk_ == 4) w8_ ? F<4, 8>(__VA_ARGS__) : F<4, 4>(__VA_ARGS__);     \
+    else w8_ ? F<5, 8>(__VA_ARGS__) : F<5, 4>(__VA_ARGS__);                   \
   } while (0)
 
 extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int64_t B,

@@ -21,7 +21,8 @@
 #      forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms
 #      timed (VT_CUBLASLT_TUNE=8); then
 #      Nsight Compute's counters for the attention, LayerNorm, activation and column-sum kernels
-#      and the first forward GEMMs (a line per kernel in the summary), most important first
+#      and the first forward GEMMs (a line per kernel in the summary), most important first; and
+#      ViT-H/14's attention (D = 80) on mma.sync against WMMA
 #   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
 #   6. a summary (also in $OUT/summary.txt)
 # Logs go to $OUT when set (the device tool brings back at most 8 files: these are exactly 8),
@@ -34,8 +35,8 @@
 #   machines), VT_BENCH_BATCH (128), VT_BENCH_BATCH_L (64, ViT-L), VT_PYTHON (python3),
 #   VT_GPU_COMPILE (1; 0 skips torch.compile, a minute or two, for a rerun that has its figure),
 #   VT_GPU_PARTS (all; else a comma list of tests, train, bench (with the PyTorch peer), vitl,
-#   ops (per-op times and the A/Bs), ncu, san: a second call on a warm machine that reuses the
-#   build, e.g. VT_GPU_PARTS=ops,ncu).
+#   ops (per-op times and the A/Bs), ncu, vith (ViT-H/14's attention, mma.sync against WMMA),
+#   san: a second call on a warm machine that reuses the build, e.g. VT_GPU_PARTS=ops,ncu).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cpu_only=0
@@ -425,6 +426,21 @@ if ((built && !cpu_only)) && part ncu && [[ -n $ncu_bin ]] && (($(left) > 80)); 
   note "ncu (ViT-B/16 batch $bb bf16, first launches): ${ncu_rows:-no kernel profiled${err:+ ($err)}}"
 elif ((built && !cpu_only)) && part ncu; then
   note "ncu skipped: $([[ -z $ncu_bin ]] && echo 'no ncu' || echo "$(left) s left")"
+fi
+
+# ViT-H/14 (D = 80: the mma.sync attention's widest heads) at batch 32: the attention's time per
+# step on mma.sync and on WMMA (VT_ATTN_MMA=0), with the time that is left.
+if ((built && !cpu_only)) && part vith && [[ ${VT_ATTN_MMA:-1} != 0 ]] && (($(left) > 150)); then
+  echo "==== ViT-H/14 attention: mma.sync, then WMMA ====" >>"$blog2"
+  hb=(--model vit-h14 --batch 32 --warmup 2 --timed 4 --precision bf16 --ops)
+  from=$(($(wc -l <"$blog2") + 1))
+  run "$(cap 60 80)" "$blog2" "$bench" "${hb[@]}"
+  mid=$(($(wc -l <"$blog2") + 1))
+  run "$(cap 60 60)" "$blog2" env VT_ATTN_MMA=0 "$bench" "${hb[@]}"
+  fmt='{printf "%s %s ", $3, $5}'
+  h_mma=$(sed -n "${from},$((mid - 1))p" "$blog2" | grep -E '^vit3d-bench op (attention_fwd|attention_bwd) ' | awk "$fmt")
+  h_wmma=$(tail -n +"$mid" "$blog2" | grep -E '^vit3d-bench op (attention_fwd|attention_bwd) ' | awk "$fmt")
+  note "ViT-H/14 batch 32 attention ms per step: mma.sync ${h_mma:-n/a}| WMMA ${h_wmma:-n/a}"
 fi
 
 # ---- 5. memory and race checks, with the time that is left ---------------------------------------
