@@ -19,7 +19,8 @@
 #      attention (VT_ATTN_MMA=0), with 128 rows a block in the mma.sync attention
 #      (VT_ATTN_ROWS=128), the LayerNorm backward in two passes (VT_LN_FUSED=0), the linear
 #      forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms
-#      timed (VT_CUBLASLT_TUNE=8); then
+#      timed (VT_CUBLASLT_TUNE=8); the Linears' GEMMs alone against a square one (bench_gemm:
+#      cublasGemmEx and cuBLASLt's algorithms); then
 #      Nsight Compute's counters for the attention, LayerNorm, activation and column-sum kernels
 #      and the first forward GEMMs (a line per kernel in the summary), most important first; and
 #      ViT-H/14's attention (D = 80) on mma.sync against WMMA
@@ -35,7 +36,8 @@
 #   machines), VT_BENCH_BATCH (128), VT_BENCH_BATCH_L (64, ViT-L), VT_PYTHON (python3),
 #   VT_GPU_COMPILE (1; 0 skips torch.compile, a minute or two, for a rerun that has its figure),
 #   VT_GPU_PARTS (all; else a comma list of tests, train, bench (with the PyTorch peer), vitl,
-#   ops (per-op times and the A/Bs), ncu, vith (ViT-H/14's attention, mma.sync against WMMA),
+#   ops (per-op times and the A/Bs), gemm (tests/gpu/bench_gemm.cu), ncu, vith (ViT-H/14's
+#   attention, mma.sync against WMMA),
 #   san: a second call on a warm machine that reuses the build, e.g. VT_GPU_PARTS=ops,ncu).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -122,7 +124,8 @@ gen=()
 [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null && gen=(-G Ninja)
 built=0
 if run "$(cap 60 300)" "$blog" cmake -S "$root" -B "$build" "${gen[@]}" "${args[@]}" &&
-  run "$(cap 300 240)" "$blog" cmake --build "$build" -j "$jobs" --target vit3d test_cuda_ops bench_gpu; then
+  run "$(cap 300 240)" "$blog" cmake --build "$build" -j "$jobs" --target vit3d test_cuda_ops bench_gpu \
+    $( ((cpu_only)) || echo bench_gemm); then
   built=1
   note "build: ok in $((SECONDS - t_start)) s ($(grep -E 'VT_(CUDA|NCCL|MPI|BLAS) ' "$blog" | tail -4 | awk '{printf "%s=%s ", $2, $3}'))"
 else
@@ -358,6 +361,18 @@ if ((built)) && part ops && (($(left) > 90)); then
   top=$(sort -k5 -g -r <<<"$base_ops" | head -6 |
         awk '{printf "%s%s %s ms (%s)", (NR > 1 ? ", " : ""), $3, $5, $7}')
   note "per-op ms per step, bf16 $model batch $mb, largest first (synchronized): ${top:-none (see bench.log)}"
+fi
+
+# The Linears' GEMMs alone (tests/gpu/bench_gemm.cu): cublasGemmEx, cuBLASLt's first algorithm
+# and the fastest of its first 8, per GEMM of ViT-B/16 at the batch, and a square 8192 GEMM.
+if ((built && !cpu_only)) && part gemm && (($(left) > 80)); then
+  echo "==== bench_gemm ====" >>"$blog2"
+  from=$(($(wc -l <"$blog2") + 1))
+  run "$(cap 60 60)" "$blog2" "$build/tests/bench_gemm" --model vit-b16 --batch "$bb" --algos 8
+  gemms=$(tail -n +"$from" "$blog2" | grep -E '^vit3d-gemm gemm=' |
+          sed -E 's/.*gemm=([^ ]+) .*gemmex_tflops=([0-9.]+) lt_first_tflops=([0-9.]+) lt_best_tflops=([0-9.]+) best=([0-9]+\/[0-9]+) .*max_rel_diff=([0-9.e+-]+).*/\1 \2|\3|\4 (\5, diff \6)/' |
+          paste -sd';' -)
+  note "GEMM TFLOP/s, ViT-B/16 batch $bb (cublasGemmEx|cuBLASLt first|best of 8): ${gemms:-none (see bench.log)}"
 fi
 
 # ops_ab "VAR=VALUE ..." REGEX LABEL: the per-op times again with VAR=VALUE (one or more), and a
