@@ -14,16 +14,15 @@
 #      device-resident batch) and the trainer's own metrics line (images/s, MFU with
 #      --peak-tflops 989), against timm's vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW,
 #      same batch), eager and torch.compile, measured in the same run when python3 imports torch
-#      and timm; then, as time allows, ViT-L/16 (bench_gpu against timm's
-#      vit_large_patch16_224, eager), the time per op (bench_gpu --ops), again with the WMMA
+#      and timm; then, as time allows: the time per op (bench_gpu --ops), again with the WMMA
 #      attention (VT_ATTN_MMA=0), with 128 rows a block in the mma.sync attention
 #      (VT_ATTN_ROWS=128), the LayerNorm backward in two passes (VT_LN_FUSED=0), the linear
-#      forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms
-#      timed (VT_CUBLASLT_TUNE=8); the Linears' GEMMs alone against a square one (bench_gemm:
-#      cublasGemmEx and cuBLASLt's algorithms); then
-#      Nsight Compute's counters for the attention, LayerNorm, activation and column-sum kernels
-#      and the first forward GEMMs (a line per kernel in the summary), most important first; and
-#      ViT-H/14's attention (D = 80) on mma.sync against WMMA
+#      forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms timed
+#      (VT_CUBLASLT_TUNE=8); the Linears' GEMMs alone against a square one (bench_gemm:
+#      cublasGemmEx and cuBLASLt's algorithms); Nsight Compute's counters for the attention,
+#      LayerNorm, activation and column-sum kernels and the first forward GEMMs (a line per
+#      kernel in the summary), most important first; ViT-L/16 (bench_gpu against timm's
+#      vit_large_patch16_224, eager); ViT-H/14's attention (D = 80) on mma.sync against WMMA
 #   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
 #   6. a summary (also in $OUT/summary.txt)
 # Logs go to $OUT when set (the device tool brings back at most 8 files: these are exactly 8),
@@ -263,6 +262,7 @@ plog=$out/torch.log
 : >"$blog2"
 : >"$plog"
 ours="" eager="" compiled=""
+tb=$root/tests/gpu/bench_torch_gpu.py
 if ((cpu_only)); then
   bargs=(--cpu --model tiny --batch 8 --warmup 1 --timed 3)
   mb=8 model=tiny
@@ -314,7 +314,6 @@ elif "$py" -c 'import torch, timm' >/dev/null 2>&1; then
   else
     pargs=(--batch "$bb" --warmup 3 --timed 10)
   fi
-  tb=$root/tests/gpu/bench_torch_gpu.py
   run "$(cap 120 100)" "$plog" "$py" "$tb" --mode eager "${pargs[@]}"
   eager=$(grep -oE '^torch-bench mode=eager.*' "$plog" | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
   # torch.compile of ViT-B forward + backward takes a minute or two on 16 cores.
@@ -333,25 +332,6 @@ else
 fi
 ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }' || echo "n/a"; }
 part bench && note "images/s: vit3d bf16 ${ours:-n/a} | torch bf16 eager ${eager:-n/a} (vit3d/torch $(ratio "$ours" "$eager")) | torch bf16 compile ${compiled:-n/a} (vit3d/torch $(ratio "$ours" "$compiled"))"
-# ViT-L/16 (the issue's second model), bf16, against timm's vit_large_patch16_224 in eager mode,
-# with what the budget leaves (torch.compile of ViT-L takes minutes: not here).
-lb=${VT_BENCH_BATCH_L:-64}
-if ((built && !cpu_only)) && part vitl && (($(left) > 150)); then
-  run "$(cap 90 60)" "$blog2" "$bench" --model vit-l16 --batch "$lb" --warmup 2 --timed 6 \
-    --precision bf16
-  oursl=$(grep -oE '^vit3d-bench step_ms.*' "$blog2" | tail -1 | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
-  mful=$(grep -oE '^vit3d-bench step_ms.*' "$blog2" | tail -1 | grep -oE 'mfu=[0-9.]+' | cut -d= -f2)
-  eagerl=""
-  if "$py" -c 'import torch, timm' >/dev/null 2>&1 && (($(left) > 60)); then
-    run "$(cap 90 10)" "$plog" "$py" "$tb" --mode eager --model vit_large_patch16_224 \
-      --batch "$lb" --warmup 2 --timed 6
-    eagerl=$(grep -oE '^torch-bench mode=eager.*' "$plog" | tail -1 | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
-  fi
-  note "ViT-L/16 batch $lb images/s: vit3d bf16 ${oursl:-n/a} (mfu ${mful:-n/a}) | torch bf16 eager ${eagerl:-n/a} (vit3d/torch $(ratio "$oursl" "$eagerl"))"
-elif ((built && !cpu_only)) && part vitl; then
-  note "ViT-L/16 skipped: $(left) s left of the budget"
-fi
-
 # Time per op (bench_gpu --ops: a synchronize around each op, so the sum exceeds a plain step),
 # the list of what to speed up next. After every figure above is parsed from bench.log.
 if ((built)) && part ops && (($(left) > 90)); then
@@ -441,6 +421,27 @@ if ((built && !cpu_only)) && part ncu && [[ -n $ncu_bin ]] && (($(left) > 80)); 
   note "ncu (ViT-B/16 batch $bb bf16, first launches): ${ncu_rows:-no kernel profiled${err:+ ($err)}}"
 elif ((built && !cpu_only)) && part ncu; then
   note "ncu skipped: $([[ -z $ncu_bin ]] && echo 'no ncu' || echo "$(left) s left")"
+fi
+
+# ViT-L/16 (the issue's second model), bf16, against timm's vit_large_patch16_224 in eager mode,
+# with what the budget leaves (torch.compile of ViT-L takes minutes: not here).
+lb=${VT_BENCH_BATCH_L:-64}
+if ((built && !cpu_only)) && part vitl && (($(left) > 150)); then
+  from=$(($(wc -l <"$blog2") + 1))
+  run "$(cap 90 60)" "$blog2" "$bench" --model vit-l16 --batch "$lb" --warmup 2 --timed 6 \
+    --precision bf16
+  lline=$(tail -n +"$from" "$blog2" | grep -m1 -oE '^vit3d-bench step_ms.*')
+  oursl=$(grep -oE 'img_per_s=[0-9.]+' <<<"$lline" | cut -d= -f2)
+  mful=$(grep -oE 'mfu=[0-9.]+' <<<"$lline" | cut -d= -f2)
+  eagerl=""
+  if "$py" -c 'import torch, timm' >/dev/null 2>&1 && (($(left) > 60)); then
+    run "$(cap 90 10)" "$plog" "$py" "$tb" --mode eager --model vit_large_patch16_224 \
+      --batch "$lb" --warmup 2 --timed 6
+    eagerl=$(grep -oE '^torch-bench mode=eager.*' "$plog" | tail -1 | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
+  fi
+  note "ViT-L/16 batch $lb images/s: vit3d bf16 ${oursl:-n/a} (mfu ${mful:-n/a}) | torch bf16 eager ${eagerl:-n/a} (vit3d/torch $(ratio "$oursl" "$eagerl"))"
+elif ((built && !cpu_only)) && part vitl; then
+  note "ViT-L/16 skipped: $(left) s left of the budget"
 fi
 
 # ViT-H/14 (D = 80: the mma.sync attention's widest heads) at batch 32: the attention's time per
