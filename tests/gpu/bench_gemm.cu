@@ -2,7 +2,9 @@
 // the input gradient and the weight gradient, laid out as src/cuda/gemm.cu lays them out), bf16
 // operands with fp32 accumulation and fp32 outputs, each timed in one run through
 // cublasGemmEx (the trainer's backward and its cuBLAS path) and through each of cuBLASLt's first
-// --algos heuristic algorithms (its first is the trainer's forward plan, without the bias); then a
+// --algos heuristic algorithms (its first is the trainer's forward plan, without the bias; C is
+// bf16 where the trainer's is: qkv's and fc1's outputs, proj's and fc2's input gradients, and
+// beta 1 where it adds: the residual forwards, the weight gradients); then a
 // square GEMM for the machine's ceiling. Prints TFLOP/s per path and the fastest algorithm's
 // ratio to cublasGemmEx, and checks every algorithm's result against cublasGemmEx's (normwise
 // over the first 1M elements). For tests/gpu/run.sh: where the Linears lose against the ceiling,
@@ -39,6 +41,7 @@ typedef struct {
   cublasOperation_t ta, tb;
   int64_t m, n, k, lda, ldb, ldc;
   float beta;
+  int c_bf16;  // C (and D) bf16, else fp32
 } gemm_case;
 
 static cublasHandle_t g_blas;
@@ -66,7 +69,8 @@ static cublasStatus_t run_gemmex(const gemm_case *g, const void *A, const void *
   const float one = 1.0f;
   return cublasGemmEx(g_blas, g->ta, g->tb, (int)g->m, (int)g->n, (int)g->k, &one, A,
                       CUDA_R_16BF, (int)g->lda, B, CUDA_R_16BF, (int)g->ldb, &g->beta, C,
-                      CUDA_R_32F, (int)g->ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                      g->c_bf16 ? CUDA_R_16BF : CUDA_R_32F, (int)g->ldc, CUBLAS_COMPUTE_32F,
+                      CUBLAS_GEMM_DEFAULT);
 }
 
 typedef struct {
@@ -97,15 +101,19 @@ static float time_path(const gemm_case *g, const lt_case *l, const cublasLtMatmu
   return ok ? ms / (float)reps : -1.0f;
 }
 
-// The first CHECK_COUNT elements of C after one call from zeros (beta 1 then adds to zeros).
+// The first count elements of C (as floats) after one call from zeros (beta 1 then adds to
+// zeros).
 static void result_head(float *host, int64_t count, const gemm_case *g, const lt_case *l,
                         const cublasLtMatmulAlgo_t *algo, size_t ws, const void *A,
                         const void *B, float *C, int64_t c_count) {
-  CHECK(cudaMemsetAsync(C, 0, (size_t)c_count * sizeof(float), 0), "cudaMemsetAsync");
+  const size_t es = g->c_bf16 ? 2 : 4;
+  CHECK(cudaMemsetAsync(C, 0, (size_t)c_count * es, 0), "cudaMemsetAsync");
   CHECK(algo ? run_lt(g, l, algo, ws, A, B, C) : run_gemmex(g, A, B, C), "the checked GEMM");
-  CHECK(cudaMemcpyAsync(host, C, (size_t)count * sizeof(float), cudaMemcpyDeviceToHost, 0),
+  CHECK(cudaMemcpyAsync(host, C, (size_t)count * es, cudaMemcpyDeviceToHost, 0),
         "cudaMemcpyAsync");
   CHECK(cudaStreamSynchronize(0), "cudaStreamSynchronize");
+  if (g->c_bf16)  // widen in place, from the end (the bf16 values fill the first half)
+    for (int64_t i = count - 1; i >= 0; i--) host[i] = __bfloat162float(((__nv_bfloat16 *)host)[i]);
 }
 
 static void bench_case(const gemm_case *g, const void *A, const void *B, float *C, int algos,
@@ -129,8 +137,8 @@ static void bench_case(const gemm_case *g, const void *A, const void *B, float *
   const int64_t br = g->tb == CUBLAS_OP_N ? g->k : g->n, bc = g->tb == CUBLAS_OP_N ? g->n : g->k;
   CHECK(cublasLtMatrixLayoutCreate(&l.a, CUDA_R_16BF, (uint64_t)ar, (uint64_t)ac, g->lda), "layout A");
   CHECK(cublasLtMatrixLayoutCreate(&l.b, CUDA_R_16BF, (uint64_t)br, (uint64_t)bc, g->ldb), "layout B");
-  CHECK(cublasLtMatrixLayoutCreate(&l.c, CUDA_R_32F, (uint64_t)g->m, (uint64_t)g->n, g->ldc),
-        "layout C");
+  CHECK(cublasLtMatrixLayoutCreate(&l.c, g->c_bf16 ? CUDA_R_16BF : CUDA_R_32F, (uint64_t)g->m,
+                                   (uint64_t)g->n, g->ldc), "layout C");
   cublasLtMatmulPreference_t pref;
   CHECK(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -161,9 +169,10 @@ static void bench_case(const gemm_case *g, const void *A, const void *B, float *
   cublasLtMatrixLayoutDestroy(l.c);
   cublasLtMatmulDescDestroy(l.desc);
 #define TF(ms) ((ms) > 0.0f ? flop / ((double)(ms) * 1e-3) / 1e12 : 0.0)
-  printf("vit3d-gemm gemm=%s m=%lld n=%lld k=%lld gemmex_tflops=%.1f lt_first_tflops=%.1f "
+  printf("vit3d-gemm gemm=%s m=%lld n=%lld k=%lld c=%s beta=%g gemmex_tflops=%.1f lt_first_tflops=%.1f "
          "lt_best_tflops=%.1f best=%d/%d best_vs_gemmex=%.3f max_rel_diff=%.2e\n",
-         g->name, (long long)g->m, (long long)g->n, (long long)g->k, TF(t_ex), TF(t_first),
+         g->name, (long long)g->m, (long long)g->n, (long long)g->k, g->c_bf16 ? "bf16" : "fp32",
+         (double)g->beta, TF(t_ex), TF(t_first),
          TF(t_best), best + 1, timed, t_ex > 0.0f && t_best > 0.0f ? t_ex / t_best : 0.0,
          worst_diff);
 #undef TF
@@ -235,26 +244,31 @@ int main(int argc, char **argv) {
   // Each Linear (in I, out O) as gemm.cu runs it, column-major: forward out^T (O, M) = W^T-op
   // (W (O, I) stored row-major) inp^T; input gradient dinp^T (I, M) = W^T (I, O) dout^T; weight
   // gradient dW^T (I, O) += inp^T (I, M) dout (M, O).
+  // out16: the forward's out is a bf16 activation (linear_act_fwd), else it adds the residual
+  // (linear_residual_fwd, beta 1); din16: the input gradient is one (linear_bwd_act).
   const struct {
     const char *name;
     int64_t I, O;
-  } lin[4] = {{"qkv", C, 3 * C}, {"proj", C, C}, {"fc1", C, F}, {"fc2", F, C}};
+    int out16, din16;
+  } lin[4] = {{"qkv", C, 3 * C, 1, 0}, {"proj", C, C, 0, 1}, {"fc1", C, F, 1, 0},
+              {"fc2", F, C, 0, 1}};
   char name[64];
   for (int i = 0; i < 4; i++) {
     const int64_t I = lin[i].I, O = lin[i].O;
     snprintf(name, sizeof name, "%s.fwd", lin[i].name);
-    const gemm_case fwd = {name, CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, I, I, O, 0.0f};
+    const gemm_case fwd = {name, CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, I, I, O,
+                           lin[i].out16 ? 0.0f : 1.0f, lin[i].out16};
     bench_case(&fwd, W, X, Cbuf, algos, reps, ref, got);
     snprintf(name, sizeof name, "%s.dinp", lin[i].name);
-    const gemm_case dinp = {name, CUBLAS_OP_N, CUBLAS_OP_N, I, M, O, I, O, I, 0.0f};
+    const gemm_case dinp = {name, CUBLAS_OP_N, CUBLAS_OP_N, I, M, O, I, O, I, 0.0f, lin[i].din16};
     bench_case(&dinp, W, DY, Cbuf, algos, reps, ref, got);
     snprintf(name, sizeof name, "%s.dweight", lin[i].name);
-    const gemm_case dw = {name, CUBLAS_OP_N, CUBLAS_OP_T, I, O, M, I, O, I, 1.0f};
+    const gemm_case dw = {name, CUBLAS_OP_N, CUBLAS_OP_T, I, O, M, I, O, I, 1.0f, 0};
     bench_case(&dw, X, DY, Cbuf, algos, reps, ref, got);
   }
   if (sq > 0) {
     snprintf(name, sizeof name, "square%lld", (long long)sq);
-    const gemm_case s = {name, CUBLAS_OP_T, CUBLAS_OP_N, sq, sq, sq, sq, sq, sq, 0.0f};
+    const gemm_case s = {name, CUBLAS_OP_T, CUBLAS_OP_N, sq, sq, sq, sq, sq, sq, 0.0f, 1};
     bench_case(&s, W, X, Cbuf, algos, reps, ref, got);
   }
   free(ref);
