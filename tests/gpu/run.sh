@@ -419,9 +419,11 @@ if ((built && !cpu_only)) && part ncu && [[ -n $ncu_bin ]] && (($(left) > 80)); 
   echo "==== ncu ====" >>"$blog2"
   from=$(($(wc -l <"$blog2") + 1))
   ncu_rows=""
+  # colsum_final's third launch: the last block's fc2 bias (the head's and the final norm's come
+  # first).
   for k in "mma_fwd_kernel|1" "mma_dq_kernel|1" "mma_dkv_kernel|1" "layernorm_bwd_fused|1" \
-           "layernorm_fwd_kernel|1" "act_fwd_kernel|1" "colsum_partial|1" \
-           "layernorm_param_final|1" "colsum_final|1" "nvjet|xmma|cutlass|gemm|5"; do
+           "layernorm_fwd_kernel|1" "act_fwd_kernel|1" "colsum_partial|1" "colsum_final|3" \
+           "nvjet|xmma|cutlass|gemm|5"; do
     kre=${k%|*} kc=${k##*|}
     (($(left) > 45)) || break
     run "$(cap 40 30)" "$blog2" "$ncu_bin" --clock-control none -k "regex:$kre" -c "$kc" \
