@@ -30,7 +30,8 @@
 #   --cpu-only needs no GPU: builds without CUDA, compares two CPU training runs with the same
 #   code, runs bench_gpu --cpu and the torch script on a small model on the CPU (if torch and timm
 #   import): a dry run of this script on a development machine.
-# Env: VT_GPU_BUILD build directory (default /tmp/vt_gpu_build[_cpu]; an existing one is reused),
+# Env: VT_GPU_BUILD build directory (default build_gpu in the working tree, /tmp/vt_gpu_build_cpu
+#   with --cpu-only; an existing one is reused),
 #   VT_GPU_BUDGET_S, VT_GPU_SLOW (1; multiplies each part's time limit, for slow dry-run
 #   machines), VT_BENCH_BATCH (128), VT_BENCH_BATCH_L (64, ViT-L), VT_PYTHON (python3),
 #   VT_GPU_COMPILE (1; 0 skips torch.compile, a minute or two, for a rerun that has its figure),
@@ -45,7 +46,9 @@ cpu_only=0
 out=${OUT:-$PWD/gpu_out}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/vt_gpu_run.XXXXXX)
-build=${VT_GPU_BUILD:-/tmp/vt_gpu_build$( ((cpu_only)) && echo _cpu)}
+# On the GPU machine the build goes inside the working tree (build*/ is ignored by git), where
+# the device tool keeps ignored outputs between calls: a second call reuses it.
+build=${VT_GPU_BUILD:-$( ((cpu_only)) && echo /tmp/vt_gpu_build_cpu || echo "$root/build_gpu")}
 budget=${VT_GPU_BUDGET_S:-470}
 bb=${VT_BENCH_BATCH:-128}
 py=${VT_PYTHON:-python3}
