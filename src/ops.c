@@ -389,12 +389,12 @@ void vt_cross_entropy_bwd(const vt_backend *be, float *dlogits, const float *pro
 
 void vt_adamw(const vt_backend *be, float *param, const float *grad, float *m, float *v,
               const uint8_t *decay, int64_t count, float lr, float beta1, float beta2, float eps,
-              float weight_decay, int64_t t) {
+              float weight_decay, int64_t t, float grad_scale) {
   NEED(be, adamw);
   PTR(param); PTR(grad); PTR(m); PTR(v);
   POS(count);
   VT_CHECK(t >= 1, "AdamW step must start at 1, got %lld", (long long)t);
-  be->adamw(param, grad, m, v, decay, count, lr, beta1, beta2, eps, weight_decay, t);
+  be->adamw(param, grad, m, v, decay, count, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
 }
 
 void vt_lamb_moments(const vt_backend *be, float *update, const float *param, const float *grad,

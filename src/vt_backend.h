@@ -203,7 +203,7 @@ struct vt_backend {
                             int64_t B, int64_t K);
   void (*adamw)(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
                 int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
-                int64_t t);
+                int64_t t, float grad_scale);
   void (*lamb_moments)(float *update, const float *param, const float *grad, float *m, float *v,
                        const uint8_t *decay, int64_t count, float beta1, float beta2, float eps,
                        float weight_decay, int64_t t);

@@ -289,10 +289,12 @@ void vt_bce_fwd(const vt_backend *be, float *losses, float *probs, const float *
 // AdamW (decoupled weight decay, PyTorch's torch.optim.AdamW arithmetic), step t >= 1, over any
 // number of tensors at once (one launch for a whole model): element i decays with weight_decay
 // where decay[i] is nonzero (decay: count bytes of backend memory), or everywhere when decay is
-// NULL; elsewhere it has no weight decay.
+// NULL; elsewhere it has no weight decay. Each gradient is multiplied by grad_scale first
+// (gradient clipping's coefficient; 1 leaves it as it is): the same bits as vt_scale of the
+// gradients, then AdamW, without a pass over them.
 void vt_adamw(const vt_backend *be, float *param, const float *grad, float *m, float *v,
               const uint8_t *decay, int64_t count, float lr, float beta1, float beta2, float eps,
-              float weight_decay, int64_t t);
+              float weight_decay, int64_t t, float grad_scale);
 
 // LAMB (You et al. 2019, in timm's Lamb arithmetic), in two ops around the per-tensor norms
 // that the optimizer sums over its ranks. lamb_moments updates the Adam moments m and v (step

@@ -786,21 +786,23 @@ static void t_cross_entropy_bwd(tc *t, const int64_t *d) {
 }
 
 // d[1] the step t (bias corrections), d[2] the weight decay in thousandths, d[3] 1 for a
-// weight-decay mask (runs of decaying and non-decaying elements, as a model's tensors), 0 none.
+// weight-decay mask (runs of decaying and non-decaying elements, as a model's tensors), 0 none;
+// d[4] the gradient scale (clipping's coefficient) in thousandths, 0 for 1.
 static void t_adamw(tc *t, const int64_t *d) {
   const int64_t n = d[0], step = d[1];
   const float wd = (float)d[2] / 1000.0f, lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  const float gs = d[4] ? (float)d[4] / 1000.0f : 1.0f;
   float *p0 = hrand(t, n, -1, 1), *gr = hrand(t, n, -1, 1), *m0 = hrand(t, n, -0.1f, 0.1f);
   float *v0 = hrand(t, n, 0, 0.01f), *u = hrand(t, n / 97 + 1, 0, 1);
   uint8_t *mask = d[3] ? (uint8_t *)hnew(t, n / 4 + 1) : NULL;
   for (int64_t i = 0; mask && i < n; i++) mask[i] = u[i / 97] < 0.7f;
   float *rp = hcopy(t, p0, n), *rm = hcopy(t, m0, n), *rv = hcopy(t, v0, n);
-  vt_adamw(t->cpu, rp, gr, rm, rv, mask, n, lr, b1, b2, eps, wd, step);
+  vt_adamw(t->cpu, rp, gr, rm, rv, mask, n, lr, b1, b2, eps, wd, step, gs);
   const uint8_t *gmask = mask ? dnew_bytes(t, mask, (size_t)n) : NULL;
   float *gg = dnew(t, gr, n), *gp[2], *gm[2], *gv[2];
   for (int r = 0; r < 2; r++) {
     gp[r] = dnew(t, p0, n), gm[r] = dnew(t, m0, n), gv[r] = dnew(t, v0, n);
-    vt_adamw(t->gpu, gp[r], gg, gm[r], gv[r], gmask, n, lr, b1, b2, eps, wd, step);
+    vt_adamw(t->gpu, gp[r], gg, gm[r], gv[r], gmask, n, lr, b1, b2, eps, wd, step, gs);
   }
   check(t, "param", gp, rp, n);
   check(t, "m", gm, rm, n);
@@ -1043,8 +1045,9 @@ static const op_test kTests[] = {
      {{4, 1000, 100, 0, -1}, {1, 10, 0, 0, -1}, {7, 3, 500, 0, -1}, {64, 1000, 100, 0, -1},
       {2, 1, 0, 0, -1}, {64, 1000, 100, 1, -1}, {7, 3, 0, 1, -1}, {64, 1000, 0, 1, 0},
       {64, 1000, 100, 1, 300}, {7, 3, 500, 0, 100}}},
-    {"adamw", "count,t,wd/1000,mask", t_adamw, {1e-6, -1},
-     {{1000, 1, 50, 0}, {7, 10, 0, 0}, {100003, 1000, 50, 0}, {100003, 3, 100, 1}}},
+    {"adamw", "count,t,wd/1000,mask,gscale/1000", t_adamw, {1e-6, -1},
+     {{1000, 1, 50, 0}, {7, 10, 0, 0}, {100003, 1000, 50, 0}, {100003, 3, 100, 1},
+      {1000, 2, 50, 1, 337}}},
     {"lamb_moments", "count,t,wd/1000,mask,in_place", t_lamb_moments, {0, -1},
      {{1000, 1, 50, 0, 0}, {7, 10, 0, 0, 1}, {100003, 1000, 50, 0, 1}, {100003, 3, 100, 1, 1}}},
     {"lamb_apply", "count,trust*1000", t_lamb_apply, {0, -1},

@@ -238,7 +238,8 @@ static void test_adamw(void) {
   double pd[3] = {1.0, -2.0, 0.5}, md[3] = {0}, vd[3] = {0};
   const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
   for (int t = 1; t <= 3; t++) {
-    vt_adamw(be, p, g, m, v, NULL, 3, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t);
+    vt_adamw(be, p, g, m, v, NULL, 3, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t,
+             1.0f);
     for (int i = 0; i < 3; i++) {
       pd[i] *= 1.0 - lr * wd;
       md[i] = b1 * md[i] + (1 - b1) * g[i];
@@ -249,6 +250,20 @@ static void test_adamw(void) {
   }
   for (int i = 0; i < 3; i++)
     EXPECT(fabs(p[i] - pd[i]) < 1e-6, "adamw p[%d] %.9g vs %.9g", i, p[i], pd[i]);
+  // The gradient scale (clipping's coefficient, optim.c) inside AdamW: the same bits as the
+  // gradients scaled first (vt_scale) and AdamW with 1.
+  float p1[5] = {1.0f, -2.0f, 0.5f, 3.0f, -0.25f}, p2[5], m1[5] = {0}, m2[5] = {0}, v1[5] = {0};
+  float v2[5] = {0}, g1[5] = {0.1f, -0.3f, 0.0f, 7.7f, 1e-3f}, g2[5];
+  memcpy(p2, p1, sizeof p1);
+  memcpy(g2, g1, sizeof g1);
+  const float s = 0.123456f;
+  vt_scale(be, g2, s, 5);
+  for (int t = 1; t <= 2; t++) {
+    vt_adamw(be, p1, g1, m1, v1, NULL, 5, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, t, s);
+    vt_adamw(be, p2, g2, m2, v2, NULL, 5, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, t, 1.0f);
+  }
+  EXPECT(!memcmp(p1, p2, sizeof p1) && !memcmp(m1, m2, sizeof m1) && !memcmp(v1, v2, sizeof v1),
+         "adamw's grad_scale differs from vt_scale then adamw: p %.9g vs %.9g", p1[3], p2[3]);
 }
 
 static void test_gelu(void) {

@@ -393,6 +393,7 @@ typedef struct {
   const float *grads;     // element lo
   int64_t lo;
   float lr;
+  float grad_scale;  // AdamW's: gradient clipping's coefficient, or 1
 } step_ctx;
 
 // The rate of a run of tensors of one layer.
@@ -407,15 +408,15 @@ static void adamw_run(void *ctx, int64_t first, int64_t count, int layer) {
   const float lr = run_lr(c, layer);
   const uint8_t *decay = c->o->decay + (first - c->o->base);  // (the mask starts at base)
   vt_adamw(c->o->be, c->params + at, c->grads + at, c->m + at, c->v + at, decay, count, lr,
-           oc->beta1, oc->beta2, oc->eps, oc->weight_decay, c->o->t);
+           oc->beta1, oc->beta2, oc->eps, oc->weight_decay, c->o->t, c->grad_scale);
 }
 
 // AdamW on the tensors in the flat range [lo, hi); params, grads, m and v point at element lo.
 // One call per run of adjacent tensors (one for the whole range without layer decay): the
-// weight-decay mask says which elements decay.
+// weight-decay mask says which elements decay; each gradient is read times grad_scale.
 static void adamw_range(vt_optimizer *o, float *params, const float *grads, float *m, float *v,
-                        int64_t lo, int64_t hi, float lr) {
-  step_ctx c = {o, params, m, v, grads, lo, lr};
+                        int64_t lo, int64_t hi, float lr, float grad_scale) {
+  step_ctx c = {o, params, m, v, grads, lo, lr, grad_scale};
   const run_walk w = {o, lo, layer_key, adamw_run, &c};
   for_each_run(&w, hi);
 }
@@ -432,7 +433,7 @@ static void sgd_run(void *ctx, int64_t first, int64_t count, int layer) {
 // SGD with momentum on the flat range [lo, hi) as adamw_range, m the momentum buffer.
 static void sgd_range(vt_optimizer *o, float *params, const float *grads, float *m, int64_t lo,
                       int64_t hi, float lr) {
-  step_ctx c = {o, params, m, NULL, grads, lo, lr};
+  step_ctx c = {o, params, m, NULL, grads, lo, lr, 1.0f};
   const run_walk w = {o, lo, layer_key, sgd_run, &c};
   for_each_run(&w, hi);
 }
@@ -488,7 +489,7 @@ static void lamb_range(vt_optimizer *o, float *params, float *g, int64_t lo, int
   const vt_backend *be = o->be;
   const vt_optim_config *oc = &o->cfg;
   const vt_param_table *t = o->table;
-  step_ctx c = {o, params, o->m, o->v, g, lo, lr};  // the moments of the trained runs
+  step_ctx c = {o, params, o->m, o->v, g, lo, lr, 1.0f};  // the moments of the trained runs
   const run_walk w = {o, lo, trained_key, lamb_moments_run, &c};
   for_each_run(&w, hi);
   const int adapt = oc->weight_decay != 0.0f;
@@ -586,10 +587,14 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   if (o->zero) vt_comm_all_reduce_double(o->dp, &ss, 1, VT_REDUCE_SUM);
   const double norm = sqrt(ss);
   if (!isfinite(norm)) return norm;  // every rank sees the same norm: all skip the update
-  if (o->cfg.clip_grad > 0.0f) {  // PyTorch's clip_grad_norm_ rule
-    double coef = o->cfg.clip_grad / (norm + 1e-6);
-    if (coef < 1.0 && hi > lo) vt_scale(be, g, (float)coef, hi - lo);
+  // PyTorch's clip_grad_norm_ rule; AdamW multiplies by the coefficient as it reads each
+  // gradient (the same bits), the other optimizers get the gradients scaled first.
+  float clip = 1.0f;
+  if (o->cfg.clip_grad > 0.0f) {
+    const double coef = o->cfg.clip_grad / (norm + 1e-6);
+    if (coef < 1.0) clip = (float)coef;
   }
+  if (clip != 1.0f && o->cfg.kind != VT_OPT_ADAMW && hi > lo) vt_scale(be, g, clip, hi - lo);
   o->t++;
   if (o->cfg.kind == VT_OPT_LAMB)  // every rank: the norms are reduced over ranks
     lamb_range(o, params + lo, g, lo, hi > lo ? hi : lo, lr);
@@ -598,14 +603,14 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   else if (hi > lo && o->cfg.kind == VT_OPT_SGD)
     sgd_range(o, params + lo, g, o->m, lo, hi, lr);
   else if (hi > lo)
-    adamw_range(o, params + lo, g, o->m, o->v, lo, hi, lr);
+    adamw_range(o, params + lo, g, o->m, o->v, lo, hi, lr, clip);
   if (o->zero && o->shard_count > 0) {  // each DP rank updated its shard; all gather the whole
     if (hi > lo) be->copy(o->flat + (lo - base), params + lo, (size_t)(hi - lo) * sizeof(float));
     vt_comm_all_gather(o->dp, o->flat, o->flat + (o->shard_lo - base), o->shard_count);
     be->copy(params + base, o->flat, (size_t)trained * sizeof(float));
   }
   if (o->ema) {  // frozen tensors' EMA stays their value
-    step_ctx c = {o, params + lo, NULL, NULL, NULL, lo, vt_ema_decay_at(&o->cfg, o->t)};
+    step_ctx c = {o, params + lo, NULL, NULL, NULL, lo, vt_ema_decay_at(&o->cfg, o->t), 1.0f};
     const run_walk w = {o, lo, trained_key, ema_run, &c};
     for_each_run(&w, hi);
   }

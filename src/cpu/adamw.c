@@ -10,13 +10,13 @@
 
 void vt_cpu_adamw(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
                   int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
-                  int64_t t) {
+                  int64_t t, float grad_scale) {
   const float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
   const float step_size = lr / bc1, bc2_sqrt = sqrtf(bc2), with = 1.0f - lr * weight_decay;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; i++) {
     const float keep = !decay || decay[i] ? with : 1.0f;  // 1 - lr * 0 without weight decay
-    float g = grad[i];
+    float g = grad[i] * grad_scale;  // vt_scale's product: the same bits
     float mi = m[i] * beta1 + (1.0f - beta1) * g;
     float vi = v[i] * beta2 + (1.0f - beta2) * g * g;
     m[i] = mi;

@@ -154,7 +154,7 @@ void vt_cpu_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t 
                               float scale, int64_t B, int64_t K);
 void vt_cpu_adamw(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
                   int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
-                  int64_t t);
+                  int64_t t, float grad_scale);
 void vt_cpu_lamb_moments(float *update, const float *param, const float *grad, float *m,
                          float *v, const uint8_t *decay, int64_t count, float beta1, float beta2,
                          float eps, float weight_decay, int64_t t);

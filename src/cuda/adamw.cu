@@ -12,11 +12,12 @@
 
 static __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v,
                                     const uint8_t *mask, int64_t count, float beta1, float beta2,
-                                    float eps, float step_size, float bc2_sqrt, float with) {
+                                    float eps, float step_size, float bc2_sqrt, float with,
+                                    float grad_scale) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x) {
     const float keep = !mask || mask[i] ? with : 1.0f;  // 1 - lr * 0 without weight decay
-    const float g = grad[i];
+    const float g = __fmul_rn(grad[i], grad_scale);  // the scale kernel's product, unfused
     const float mi = m[i] * beta1 + (1.0f - beta1) * g;
     const float vi = v[i] * beta2 + (1.0f - beta2) * g * g;
     m[i] = mi;
@@ -27,12 +28,13 @@ static __global__ void adamw_kernel(float *param, const float *grad, float *m, f
 
 extern "C" void vt_cuda_adamw(float *param, const float *grad, float *m, float *v,
                               const uint8_t *decay, int64_t count, float lr, float beta1,
-                              float beta2, float eps, float weight_decay, int64_t t) {
+                              float beta2, float eps, float weight_decay, int64_t t,
+                              float grad_scale) {
   // Host-side, in float as on the CPU, so both backends step with the same constants.
   const float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
   const float step_size = lr / bc1, bc2_sqrt = sqrtf(bc2), with = 1.0f - lr * weight_decay;
   adamw_kernel<<<vt_cuda_blocks(count, 256), 256, 0, vt_cuda_stream()>>>(
-      param, grad, m, v, decay, count, beta1, beta2, eps, step_size, bc2_sqrt, with);
+      param, grad, m, v, decay, count, beta1, beta2, eps, step_size, bc2_sqrt, with, grad_scale);
   VT_CUDA_CHECK_LAUNCH();
 }
 

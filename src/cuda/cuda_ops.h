@@ -114,7 +114,7 @@ void vt_cuda_cross_entropy_bwd(float *dlogits, const float *probs, const int32_t
 // adamw.cu
 void vt_cuda_adamw(float *param, const float *grad, float *m, float *v, const uint8_t *decay,
                    int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
-                   int64_t t);
+                   int64_t t, float grad_scale);
 void vt_cuda_lamb_moments(float *update, const float *param, const float *grad, float *m,
                           float *v, const uint8_t *decay, int64_t count, float beta1, float beta2,
                           float eps, float weight_decay, int64_t t);

@@ -130,8 +130,8 @@ static void t_add(float *o, const float *a, const float *b, int64_t n) {
   TIMED(S_ADD, g_real.add(o, a, b, n));
 }
 static void t_adamw(float *p, const float *g, float *m, float *v, const uint8_t *d, int64_t n,
-                    float lr, float b1, float b2, float eps, float wd, int64_t t) {
-  TIMED(S_ADAMW, g_real.adamw(p, g, m, v, d, n, lr, b1, b2, eps, wd, t));
+                    float lr, float b1, float b2, float eps, float wd, int64_t t, float gs) {
+  TIMED(S_ADAMW, g_real.adamw(p, g, m, v, d, n, lr, b1, b2, eps, wd, t, gs));
 }
 static void t_sumsq(double *out, const float *x, int64_t n) {
   TIMED(S_SUMSQ, g_real.sumsq(out, x, n));
