@@ -230,7 +230,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   vt_train_options own = *o_given;
   const vt_train_options *o = &own;
   const int world_rank = vt_comm_rank(world), world_size = vt_comm_size(world);
-  char device[160];
+  char device[320];
   double picked = vt_backend_select(o->device, vt_comm_local_rank(world), device, sizeof device) == 0;
   if (!picked) vt_log_error("--device %s: %s", o->device == VT_DEVICE_CUDA ? "cuda" : "cpu", device);
   vt_comm_all_reduce_double(world, &picked, 1, VT_REDUCE_MIN);  // all ranks stop together

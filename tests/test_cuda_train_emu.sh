@@ -105,5 +105,20 @@ for opt in adamw lamb; do  # (LARS shares LAMB's norms: decayed_norms)
   if [[ $got == "$want" ]]; then echo "ok: host waits per step ($opt): $got"
   else echo "FAIL: host waits per step ($opt): $got, want $want"; fail=1; fi
 done
+# A GPU this build has no kernels for (the emulation claims compute capability 8.0, the build
+# has sm_90 and PTX for it) or one without bf16 tensor cores (7.5): refused at start-up, exit
+# 2, saying what to do; a newer one (10.0) runs through the PTX.
+for cc in 80 75 100; do
+  rc=0
+  EMU_CC=$cc "$emu" "${args[@]}" --steps 1 --device cuda --log-dir "$work/cc_$cc" \
+    > "$work/cc_$cc.log" 2>&1 || rc=$?
+  case $cc in
+    80) want_rc=2 want="compute capability 8.0: this build has no kernels for it .*rebuild with -DVT_CUDA_ARCHS=80" ;;
+    75) want_rc=2 want="compute capability 7.5; vit3d's CUDA kernels need 8.0 or newer" ;;
+    100) want_rc=0 want="device cuda:0" ;;
+  esac
+  if [[ $rc == "$want_rc" ]] && grep -qE "$want" "$work/cc_$cc.log"; then echo "ok: compute capability $cc"
+  else echo "FAIL: compute capability $cc: exit $rc"; tail -3 "$work/cc_$cc.log"; fail=1; fi
+done
 echo "test_cuda_train_emu: $([ $fail = 0 ] && echo passed || echo FAILED)"
 exit $fail

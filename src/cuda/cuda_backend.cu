@@ -339,6 +339,25 @@ static int cuda_init(void) {
   return 1;
 }
 
+// Whether this build's kernels run on compute capability major.minor: machine code for each
+// arch of VT_CUDA_ARCHS (CMake; as "80,90") runs on its major version from its minor up, the PTX
+// of the last one on any GPU at least as new (the driver compiles it).
+#ifndef VT_CUDA_ARCHS_LIST
+#define VT_CUDA_ARCHS_LIST "90"
+#endif
+static int build_runs_on(int major, int minor) {
+  const char *p = VT_CUDA_ARCHS_LIST;
+  int last = 0, runs = 0;
+  while (*p) {
+    const int a = atoi(p);
+    if (a / 10 == major && minor >= a % 10) runs = 1;
+    last = a;
+    while (*p && *p != ',') p++;
+    if (*p == ',') p++;
+  }
+  return runs || 10 * major + minor >= last;
+}
+
 // One GPU per rank: the index-th GPU of the host. Before the first vt_cuda_backend_get, which
 // creates the stream and the cuBLAS handle on the current device.
 extern "C" int vt_cuda_select(int index, char *desc, size_t desclen) {
@@ -362,6 +381,19 @@ extern "C" int vt_cuda_select(int index, char *desc, size_t desclen) {
   if (err != cudaSuccess) {
     snprintf(desc, desclen, "cannot use GPU %d: %s", index, cudaGetErrorString(err));
     (void)cudaGetLastError();
+    return 1;
+  }
+  // bf16 tensor cores (mma.sync, cp.async: the attention and its WMMA twin) need 8.0.
+  if (prop.major < 8) {
+    snprintf(desc, desclen, "GPU %d (%s) is compute capability %d.%d; vit3d's CUDA kernels need "
+             "8.0 or newer (bf16 tensor cores: A100, H100 and later); use --device cpu",
+             index, prop.name, prop.major, prop.minor);
+    return 1;
+  }
+  if (!build_runs_on(prop.major, prop.minor)) {
+    snprintf(desc, desclen, "GPU %d (%s) is compute capability %d.%d: this build has no kernels "
+             "for it (VT_CUDA_ARCHS %s); rebuild with -DVT_CUDA_ARCHS=%d%d", index, prop.name,
+             prop.major, prop.minor, VT_CUDA_ARCHS_LIST, prop.major, prop.minor);
     return 1;
   }
   snprintf(desc, desclen, "cuda:%d %s %.1f GiB", index, prop.name,

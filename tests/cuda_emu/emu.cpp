@@ -398,6 +398,9 @@ cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
   snprintf(p->name, sizeof p->name, "CPU-emulated GPU");
   p->totalGlobalMem = (size_t)8 << 30;
+  const char *cc = getenv("EMU_CC");  // the compute capability it claims, as 90
+  const int v = cc ? atoi(cc) : 90;
+  p->major = v / 10, p->minor = v % 10;
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *f, size_t *t) {

@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   vt_vit_config cfg;
-  char err[256], desc[160];
+  char err[256], desc[320];
   if (vt_config_preset(model, &cfg, err, sizeof err) != VT_OK) {
     fprintf(stderr, "bench_gpu: %s\n", err);
     return 2;

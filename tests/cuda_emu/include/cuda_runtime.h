@@ -51,6 +51,7 @@ static inline float4 make_float4(float x, float y, float z, float w) {
 typedef struct {
   char name[256];
   size_t totalGlobalMem;
+  int major, minor;  // 9.0, or EMU_CC's (e.g. 80: 8.0)
 } cudaDeviceProp;
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
