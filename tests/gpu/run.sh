@@ -414,7 +414,8 @@ fi
 
 # Hardware counters of the kernels that matter (Nsight Compute, where it reads them: Firecracker
 # machines, not gVisor): one ViT-B/16 step per kernel, its first launch (the first forward GEMMs),
-# sections speed of light, occupancy, launch and warp states, plus the tensor pipes' activity.
+# sections speed of light, occupancy, launch and warp states, plus the tensor pipes' activity
+# (the HMMA pipe: mma.sync and WMMA; cuBLAS's Hopper GEMMs use wgmma, which it does not count).
 # The full reports are appended to bench.log (8 files at most); a line per kernel to
 # the summary (tests/gpu/ncu_summary.awk).
 ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
