@@ -29,25 +29,31 @@ static double now_s(void) {
 }
 
 // ---- Per-op timing (--ops): a copy of the table whose entries synchronize, call the real op,
-// synchronize again and add the wall time (and, for the Linears, the GEMMs' FLOPs) to the op's
-// slot. The forward Linears have a slot per form: a bf16 output (qkv, fc1), the residual add
-// (proj, fc2), plain (the patch embedding, the head).
+// synchronize again and add the wall time to the op's slot, with the model FLOPs of the Linears
+// and the attention (its two products forward, four backward: what MFU counts), and for the
+// memory-bound ops the bytes they must move at the least (each input read once, each output
+// written once, at the activations' size: bf16 ones 2 bytes in bf16 precision), so the report
+// gives TFLOP/s and GB/s to set against the chip's. The forward Linears have a slot per form: a
+// bf16 output (qkv, fc1), the residual add (proj, fc2), plain (the patch embedding, the head).
 typedef struct {
   const char *name;
-  double s, flop;
+  double s, flop, bytes;
   long calls;
 } slot;
 enum { S_LIN_F, S_LIN_ACT_F, S_LIN_RES_F, S_LIN_B, S_LN_F, S_LN_B, S_ADD_LN_F, S_LN_B_ADD,
        S_GELU_F, S_GELU_B, S_ATT_F, S_ATT_B, S_ADD, S_ADAMW, S_SUMSQ, NSLOTS };
 static slot g_slots[NSLOTS] = {
-    {"linear_fwd", 0, 0, 0},        {"linear_act_fwd", 0, 0, 0}, {"linear_res_fwd", 0, 0, 0},
-    {"linear_bwd", 0, 0, 0},        {"layernorm_fwd", 0, 0, 0},  {"layernorm_bwd", 0, 0, 0},
-    {"add_layernorm_fwd", 0, 0, 0}, {"layernorm_bwd_add", 0, 0, 0}, {"act_fwd", 0, 0, 0},
-    {"act_bwd", 0, 0, 0},           {"attention_fwd", 0, 0, 0},  {"attention_bwd", 0, 0, 0},
-    {"add", 0, 0, 0},               {"adamw", 0, 0, 0},          {"sumsq", 0, 0, 0}};
+    {"linear_fwd", 0, 0, 0, 0},        {"linear_act_fwd", 0, 0, 0, 0},
+    {"linear_res_fwd", 0, 0, 0, 0},    {"linear_bwd", 0, 0, 0, 0},
+    {"layernorm_fwd", 0, 0, 0, 0},     {"layernorm_bwd", 0, 0, 0, 0},
+    {"add_layernorm_fwd", 0, 0, 0, 0}, {"layernorm_bwd_add", 0, 0, 0, 0},
+    {"act_fwd", 0, 0, 0, 0},           {"act_bwd", 0, 0, 0, 0},
+    {"attention_fwd", 0, 0, 0, 0},     {"attention_bwd", 0, 0, 0, 0},
+    {"add", 0, 0, 0, 0},               {"adamw", 0, 0, 0, 0},
+    {"sumsq", 0, 0, 0, 0}};
 static vt_backend g_real;
 
-#define TIMED_FLOP(k, fl, call)    \
+#define TIMED_IO(k, fl, by, call)  \
   do {                             \
     g_real.synchronize();          \
     const double t0_ = now_s();    \
@@ -55,9 +61,14 @@ static vt_backend g_real;
     g_real.synchronize();          \
     g_slots[k].s += now_s() - t0_; \
     g_slots[k].flop += (fl);       \
+    g_slots[k].bytes += (by);      \
     g_slots[k].calls++;            \
   } while (0)
-#define TIMED(k, call) TIMED_FLOP(k, 0.0, call)
+#define TIMED_FLOP(k, fl, call) TIMED_IO(k, fl, 0.0, call)
+#define TIMED_BYTES(k, by, call) TIMED_IO(k, 0.0, by, call)
+
+// Bytes of an element of a bf16 activation (vt_ops.h): 2 in bf16 precision, else 4.
+static double act_bytes(void) { return g_real.precision() == VT_PRECISION_BF16 ? 2.0 : 4.0; }
 
 static double gemm_flop(int64_t M, int64_t I, int64_t O) { return 2.0 * M * I * O; }
 
@@ -93,48 +104,59 @@ static void t_lin_act_b(float *dx, float *dw, const float *dy, const float *x, c
   TIMED_FLOP(S_LIN_B, bwd_flop(dx, dw, M, I, O),
              g_real.linear_act_bwd(dx, dw, dy, x, w, M, I, O));
 }
+// LayerNorm: the fp32 rows in, out (a bf16 activation with act), mean and rstd out; backward:
+// dout and the input in, the input gradient out (and in, with _add).
 static void t_ln_f(float *o, float *mu, float *rs, const float *x, const float *w,
                    const float *b, int64_t M, int64_t C, float eps, int act) {
-  TIMED(S_LN_F, g_real.layernorm_fwd(o, mu, rs, x, w, b, M, C, eps, act));
+  TIMED_BYTES(S_LN_F, (double)M * C * (4.0 + (act ? act_bytes() : 4.0)) + 8.0 * M,
+              g_real.layernorm_fwd(o, mu, rs, x, w, b, M, C, eps, act));
 }
 static void t_ln_b(float *dx, float *dw, float *db, const float *dy, const float *x,
                    const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
-  TIMED(S_LN_B, g_real.layernorm_bwd(dx, dw, db, dy, x, w, mu, rs, M, C));
+  TIMED_BYTES(S_LN_B, 12.0 * M * C, g_real.layernorm_bwd(dx, dw, db, dy, x, w, mu, rs, M, C));
 }
 static void t_add_ln_f(float *sum, float *o, float *mu, float *rs, const float *a,
                        const float *b, const float *w, const float *bias, int64_t M, int64_t C,
                        float eps) {
-  TIMED(S_ADD_LN_F, g_real.add_layernorm_fwd(sum, o, mu, rs, a, b, w, bias, M, C, eps));
+  TIMED_BYTES(S_ADD_LN_F, (double)M * C * (12.0 + act_bytes()) + 8.0 * M,
+              g_real.add_layernorm_fwd(sum, o, mu, rs, a, b, w, bias, M, C, eps));
 }
 static void t_ln_b_add(float *dx, float *dw, float *db, const float *dy, const float *x,
                        const float *w, const float *mu, const float *rs, int64_t M, int64_t C) {
-  TIMED(S_LN_B_ADD, g_real.layernorm_bwd_add(dx, dw, db, dy, x, w, mu, rs, M, C));
+  TIMED_BYTES(S_LN_B_ADD, 16.0 * M * C,
+              g_real.layernorm_bwd_add(dx, dw, db, dy, x, w, mu, rs, M, C));
 }
+// The activation: its input and output bf16 activations; backward: input and dout in, dinp out.
 static void t_gelu_f(float *o, const float *x, int64_t n, int kind) {
-  TIMED(S_GELU_F, g_real.act_fwd(o, x, n, kind));
+  TIMED_BYTES(S_GELU_F, 2.0 * act_bytes() * n, g_real.act_fwd(o, x, n, kind));
 }
 static void t_gelu_b(float *dx, float *db, const float *x, const float *dy, int64_t M,
                      int64_t F, int kind) {
-  TIMED(S_GELU_B, g_real.act_bwd(dx, db, x, dy, M, F, kind));
+  TIMED_BYTES(S_GELU_B, 3.0 * act_bytes() * M * F, g_real.act_bwd(dx, db, x, dy, M, F, kind));
 }
+// Attention: q k^T and p v forward, and backward the two again with their two gradients.
 static void t_att_f(float *o, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
                     int64_t D, const vt_dropout_mask *drop) {
-  TIMED(S_ATT_F, g_real.attention_fwd(o, lse, qkv, B, N, H, D, drop));
+  TIMED_FLOP(S_ATT_F, 4.0 * B * H * N * N * D,
+             g_real.attention_fwd(o, lse, qkv, B, N, H, D, drop));
 }
 static void t_att_b(float *dqkv, float *db, const float *dy, const float *qkv, const float *o,
                     const float *lse, int64_t B, int64_t N, int64_t H, int64_t D,
                     const vt_dropout_mask *drop) {
-  TIMED(S_ATT_B, g_real.attention_bwd(dqkv, db, dy, qkv, o, lse, B, N, H, D, drop));
+  TIMED_FLOP(S_ATT_B, 8.0 * B * H * N * N * D,
+             g_real.attention_bwd(dqkv, db, dy, qkv, o, lse, B, N, H, D, drop));
 }
 static void t_add(float *o, const float *a, const float *b, int64_t n) {
-  TIMED(S_ADD, g_real.add(o, a, b, n));
+  TIMED_BYTES(S_ADD, 12.0 * n, g_real.add(o, a, b, n));
 }
+// AdamW: param, grad, m, v in (and the decay mask's byte), param, m, v out.
 static void t_adamw(float *p, const float *g, float *m, float *v, const uint8_t *d, int64_t n,
                     float lr, float b1, float b2, float eps, float wd, int64_t t, float gs) {
-  TIMED(S_ADAMW, g_real.adamw(p, g, m, v, d, n, lr, b1, b2, eps, wd, t, gs));
+  TIMED_BYTES(S_ADAMW, (28.0 + (d ? 1.0 : 0.0)) * n,
+              g_real.adamw(p, g, m, v, d, n, lr, b1, b2, eps, wd, t, gs));
 }
 static void t_sumsq(double *out, const float *x, int64_t n) {
-  TIMED(S_SUMSQ, g_real.sumsq(out, x, n));
+  TIMED_BYTES(S_SUMSQ, 4.0 * n, g_real.sumsq(out, x, n));
 }
 
 static const vt_backend *timing_backend(const vt_backend *real) {
@@ -260,6 +282,7 @@ int main(int argc, char **argv) {
              g_slots[k].name, 1e3 * g_slots[k].s / timed, 100 * g_slots[k].s / total,
              g_slots[k].calls / timed);
       if (g_slots[k].flop > 0) printf(" tflops=%.3g", g_slots[k].flop / g_slots[k].s / 1e12);
+      if (g_slots[k].bytes > 0) printf(" gbps=%.0f", g_slots[k].bytes / g_slots[k].s / 1e9);
       printf("\n");
     }
   }

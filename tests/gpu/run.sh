@@ -355,7 +355,8 @@ if ((built)) && part ops && (($(left) > 90)); then
   run "$(cap 60 60)" "$blog2" "$bench" "${bargs[@]}" --precision bf16 --ops
   base_ops=$(grep -E '^vit3d-bench op ' "$blog2")
   top=$(sort -k5 -g -r <<<"$base_ops" | head -6 |
-        awk '{printf "%s%s %s ms (%s)", (NR > 1 ? ", " : ""), $3, $5, $7}')
+        awk '{t = ""; if ($NF ~ /^(tflops|gbps)=/) t = ", " $NF
+              printf "%s%s %s ms (%s%s)", (NR > 1 ? ", " : ""), $3, $5, $7, t}')
   note "per-op ms per step, bf16 $model batch $mb, largest first (synchronized): ${top:-none (see bench.log)}"
 fi
 
@@ -377,7 +378,7 @@ ops_ab() {
   echo "==== per-op times, $1 ====" >>"$blog2"
   local from=$(($(wc -l <"$blog2") + 1)) was now
   run "$(cap 60 60)" "$blog2" env $1 "$bench" "${bargs[@]}" --precision bf16 --ops
-  local fmt='{t = ""; if ($NF ~ /^tflops=/) t = " (" $NF ")"; printf "%s %s%s ", $3, $5, t}'
+  local fmt='{t = ""; if ($NF ~ /^(tflops|gbps)=/) t = " (" $NF ")"; printf "%s %s%s ", $3, $5, t}'
   was=$(grep -E "^vit3d-bench op ($2) " <<<"$base_ops" | awk "$fmt")
   now=$(tail -n +"$from" "$blog2" | grep -E "^vit3d-bench op ($2) " | awk "$fmt")
   note "$3 ms per step, bf16 $model batch $mb: ${was:-n/a}| with $1: ${now:-n/a}"
