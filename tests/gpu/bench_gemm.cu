@@ -92,13 +92,18 @@ static float time_path(const gemm_case *g, const lt_case *l, const cublasLtMatmu
   int ok = 1;
   for (int r = 0; ok && r < 2 + reps; r++) {
     if (r == 2) CHECK(cudaEventRecord(g_e0, 0), "cudaEventRecord");
-    ok = (algo ? run_lt(g, l, algo, ws, A, B, C) : run_gemmex(g, A, B, C)) == CUBLAS_STATUS_SUCCESS;
+    ok = (algo ? run_lt(g, l, algo, ws, A, B, C) : run_gemmex(g, A, B, C)) ==
+         CUBLAS_STATUS_SUCCESS;
+  }
+  if (!ok) {  // (perhaps before the first event: no time to read)
+    CHECK(cudaStreamSynchronize(0), "cudaStreamSynchronize");
+    return -1.0f;
   }
   CHECK(cudaEventRecord(g_e1, 0), "cudaEventRecord");
   CHECK(cudaEventSynchronize(g_e1), "cudaEventSynchronize");
   float ms = 0.0f;
   CHECK(cudaEventElapsedTime(&ms, g_e0, g_e1), "cudaEventElapsedTime");
-  return ok ? ms / (float)reps : -1.0f;
+  return ms / (float)reps;
 }
 
 // The first count elements of C (as floats) after one call from zeros (beta 1 then adds to
@@ -135,8 +140,10 @@ static void bench_case(const gemm_case *g, const void *A, const void *B, float *
   // Stored shapes: op(A) is m x k, op(B) k x n, column-major.
   const int64_t ar = g->ta == CUBLAS_OP_N ? g->m : g->k, ac = g->ta == CUBLAS_OP_N ? g->k : g->m;
   const int64_t br = g->tb == CUBLAS_OP_N ? g->k : g->n, bc = g->tb == CUBLAS_OP_N ? g->n : g->k;
-  CHECK(cublasLtMatrixLayoutCreate(&l.a, CUDA_R_16BF, (uint64_t)ar, (uint64_t)ac, g->lda), "layout A");
-  CHECK(cublasLtMatrixLayoutCreate(&l.b, CUDA_R_16BF, (uint64_t)br, (uint64_t)bc, g->ldb), "layout B");
+  CHECK(cublasLtMatrixLayoutCreate(&l.a, CUDA_R_16BF, (uint64_t)ar, (uint64_t)ac, g->lda),
+        "layout A");
+  CHECK(cublasLtMatrixLayoutCreate(&l.b, CUDA_R_16BF, (uint64_t)br, (uint64_t)bc, g->ldb),
+        "layout B");
   CHECK(cublasLtMatrixLayoutCreate(&l.c, g->c_bf16 ? CUDA_R_16BF : CUDA_R_32F, (uint64_t)g->m,
                                    (uint64_t)g->n, g->ldc), "layout C");
   cublasLtMatmulPreference_t pref;
@@ -169,8 +176,9 @@ static void bench_case(const gemm_case *g, const void *A, const void *B, float *
   cublasLtMatrixLayoutDestroy(l.c);
   cublasLtMatmulDescDestroy(l.desc);
 #define TF(ms) ((ms) > 0.0f ? flop / ((double)(ms) * 1e-3) / 1e12 : 0.0)
-  printf("vit3d-gemm gemm=%s m=%lld n=%lld k=%lld c=%s beta=%g gemmex_tflops=%.1f lt_first_tflops=%.1f "
-         "lt_best_tflops=%.1f best=%d/%d best_vs_gemmex=%.3f max_rel_diff=%.2e\n",
+  printf("vit3d-gemm gemm=%s m=%lld n=%lld k=%lld c=%s beta=%g gemmex_tflops=%.1f "
+         "lt_first_tflops=%.1f lt_best_tflops=%.1f best=%d/%d best_vs_gemmex=%.3f "
+         "max_rel_diff=%.2e\n",
          g->name, (long long)g->m, (long long)g->n, (long long)g->k, g->c_bf16 ? "bf16" : "fp32",
          (double)g->beta, TF(t_ex), TF(t_first),
          TF(t_best), best + 1, timed, t_ex > 0.0f && t_best > 0.0f ? t_ex / t_best : 0.0,
