@@ -105,9 +105,9 @@ for opt in adamw lamb; do  # (LARS shares LAMB's norms: decayed_norms)
   if [[ $got == "$want" ]]; then echo "ok: host waits per step ($opt): $got"
   else echo "FAIL: host waits per step ($opt): $got, want $want"; fail=1; fi
 done
-# A GPU this build has no kernels for (the emulation claims compute capability 8.0, the build
-# has sm_90 and PTX for it) or one without bf16 tensor cores (7.5): refused at start-up, exit
-# 2, saying what to do; a newer one (10.0) runs through the PTX.
+# A GPU this build has no kernels for (the emulation claims compute capability 8.0; the build's
+# VT_CUDA_ARCHS is 90: sm_90 code and compute_90 PTX) or one without bf16 tensor cores (7.5):
+# refused at start-up, exit 2, saying what to do; a newer one (10.0) runs through the PTX.
 for cc in 80 75 100; do
   rc=0
   EMU_CC=$cc "$emu" "${args[@]}" --steps 1 --device cuda --log-dir "$work/cc_$cc" \

@@ -587,8 +587,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   // Up to three "algorithms" (all compute the same here) with different workspaces within the
-  // limit, the largest not first, so a caller that gives the first one's workspace to another
-  // writes past its buffer (the call scribbles on all of it).
+  // limit, the largest not first: a caller that gives another one the first one's workspace is
+  // refused (cublasLtMatmul checks its algorithm's need, then scribbles on what it was given).
   const size_t sizes[3] = {2048, 0, 4096};
   *found = want < 3 ? want : 3;
   for (int i = 0; i < *found; i++) {
