@@ -1309,10 +1309,7 @@ static vt_dropout_mask drop_arg(const vt_dropout_mask *drop) {
 // (their tiles come in 16-byte copies), unless VT_ATTN_MMA=0; the WMMA kernels otherwise.
 static int mma_path(int64_t D, const void *a, const void *b, const void *c) {
   static int on = -1;
-  if (on < 0) {
-    const char *e = getenv("VT_ATTN_MMA");
-    on = !(e && strcmp(e, "0") == 0);
-  }
+  if (on < 0) on = vt_cuda_switch_on("VT_ATTN_MMA");
   const uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
   return on && vt_cuda_bf16() && D <= 80 && D % 8 == 0 && any % 16 == 0;
 }

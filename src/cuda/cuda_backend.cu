@@ -287,8 +287,7 @@ static int cuda_init(void) {
   g_table.interval_end = cuda_interval_end;
   g_table.interval_take = cuda_interval_take;
   // VT_WEIGHT_COPY=0: no held copy (every GEMM rounds its weight; the same bits, more traffic).
-  const char *copy = getenv("VT_WEIGHT_COPY");
-  if (!copy || strcmp(copy, "0") != 0) {
+  if (vt_cuda_switch_on("VT_WEIGHT_COPY")) {
     g_table.hold_weights = cuda_hold_weights;
     g_table.release_weights = cuda_release_weights;
   }

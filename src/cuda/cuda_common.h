@@ -10,6 +10,8 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../vt_error.h"
 
@@ -47,6 +49,14 @@ void *vt_cuda_scratch(size_t nbytes);
 // The bf16 copy of the n weights at w that hold_weights made (vt_backend.h), or NULL when they
 // are not all in the span held (or no span is held: the caller rounds them itself).
 const __nv_bfloat16 *vt_cuda_held_weights(const float *w, int64_t n);
+
+// Whether the backend switch NAME (tests/gpu/run.sh's A/Bs, workarounds: VT_ATTN_MMA,
+// VT_CUBLASLT, VT_LN_FUSED, VT_WEIGHT_COPY) is on: unset or anything but "0". Callers read it
+// once and keep it.
+static inline int vt_cuda_switch_on(const char *name) {
+  const char *e = getenv(name);
+  return !(e && strcmp(e, "0") == 0);
+}
 
 // Byte offsets of consecutive regions in the op scratch: each region starts 256-byte aligned
 // (what cuBLAS wants of its operands). Returns the offset of a region of nbytes placed at *end,

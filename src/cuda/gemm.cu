@@ -94,8 +94,7 @@ static cublasLtHandle_t g_lt = NULL;
 static int lt_enabled(void) {
   static int on = -1;
   if (on < 0) {
-    const char *e = getenv("VT_CUBLASLT");
-    on = !(e && strcmp(e, "0") == 0);
+    on = vt_cuda_switch_on("VT_CUBLASLT");
     if (on && cublasLtCreate(&g_lt) != CUBLAS_STATUS_SUCCESS) on = 0;
   }
   return on;

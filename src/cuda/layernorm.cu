@@ -6,8 +6,6 @@
 // rows, done in two fixed-order stages (no float atomics) so they are the same bits every run.
 // C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
 #include <limits.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "colsum.cuh"
 #include "cuda_common.h"
@@ -403,10 +401,7 @@ static void ln_bwd_fused_launch(int v, float *dinp, float *pw, float *pb, const 
 // passes, for tests/gpu/run.sh's A/B; the same bits either way).
 static int ln_fused_enabled(void) {
   static int on = -1;
-  if (on < 0) {
-    const char *e = getenv("VT_LN_FUSED");
-    on = !(e && strcmp(e, "0") == 0);
-  }
+  if (on < 0) on = vt_cuda_switch_on("VT_LN_FUSED");
   return on;
 }
 
@@ -427,8 +422,7 @@ static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float
                           const float *inp, const float *weight, const float *mean,
                           const float *rstd, int64_t M, int64_t C, int add) {
   cudaStream_t st = vt_cuda_stream();
-  const int vec4 = C % 4 == 0 && ((uintptr_t)dout | (uintptr_t)inp) % 16 == 0;
-  const int64_t nchunk = (M + LN_CHUNK - 1) / LN_CHUNK, xblocks = (C + 32 * 4 - 1) / (32 * 4);
+  const int64_t nchunk = (M + LN_CHUNK - 1) / LN_CHUNK;
   VT_CHECK(nchunk <= 65535 && (C + 31) / 32 <= INT_MAX,
            "layernorm_bwd: M=%lld C=%lld exceed the parameter-gradient grid", (long long)M,
            (long long)C);
@@ -436,24 +430,22 @@ static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float
   float *pw = (float *)vt_cuda_scratch((size_t)(2 * nchunk * C) * sizeof(float));
   float *pb = pw + nchunk * C;
   const int v = ln_vec(C, dinp, dout, inp, weight, NULL, NULL);
-  if (v > 0 && ln_fused_enabled()) {
+  if (v > 0 && ln_fused_enabled()) {  // stage 1 in the input gradient's pass
     ln_bwd_fused_launch<1>(v, dinp, pw, pb, dout, inp, weight, mean, rstd, M, C, add, nchunk);
+  } else {  // the input gradient, then stage 1 (4 columns a thread where aligned)
+    ln_dinp_launch<0>(v, dinp, dout, inp, weight, mean, rstd, M, C, add);
     VT_CUDA_CHECK_LAUNCH();
-    colsum_final(dweight, pw, dbias, pb, nchunk, C);  // stage 2 (colsum.cuh)
-    return;
+    if (C % 4 == 0 && ((uintptr_t)dout | (uintptr_t)inp) % 16 == 0)
+      layernorm_param_partial_kernel<4><<<dim3((unsigned)((C + 127) / 128), (unsigned)nchunk),
+                                          dim3(32, LN_Y), 0, st>>>(pw, pb, dout, inp, mean,
+                                                                   rstd, M, C);
+    else
+      layernorm_param_partial_kernel<1><<<dim3((unsigned)((C + 31) / 32), (unsigned)nchunk),
+                                          dim3(32, LN_Y), 0, st>>>(pw, pb, dout, inp, mean,
+                                                                   rstd, M, C);
   }
-  ln_dinp_launch<0>(v, dinp, dout, inp, weight, mean, rstd, M, C, add);
   VT_CUDA_CHECK_LAUNCH();
-  if (vec4)
-    layernorm_param_partial_kernel<4><<<dim3((unsigned)xblocks, (unsigned)nchunk),
-                                        dim3(32, LN_Y), 0, st>>>(pw, pb, dout, inp, mean, rstd,
-                                                                 M, C);
-  else
-    layernorm_param_partial_kernel<1><<<dim3((unsigned)((C + 31) / 32), (unsigned)nchunk),
-                                        dim3(32, LN_Y), 0, st>>>(pw, pb, dout, inp, mean, rstd,
-                                                                 M, C);
-  VT_CUDA_CHECK_LAUNCH();
-  colsum_final(dweight, pw, dbias, pb, nchunk, C);
+  colsum_final(dweight, pw, dbias, pb, nchunk, C);  // stage 2 (colsum.cuh)
 }
 
 extern "C" void vt_cuda_layernorm_bwd(float *dinp, float *dweight, float *dbias,
