@@ -197,7 +197,7 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
   *img = NULL, *labels = NULL, *mix = NULL;
   if (d->synthetic) {
     // Each sample is a pure function of (seed, index): the rank's threads share the work
-    // (about 4 ms per 224 px image on one core, which would otherwise dominate a GPU step).
+    // (about 0.5 ms per 224 px image on one core, 64 ms for a ViT-B batch of 128 on one thread).
 #pragma omp parallel for schedule(static) if (d->need_pixels && B > 1)
     for (int b = 0; b < B; b++) {
       if (d->need_pixels && b >= d->pixel_first && b < d->pixel_first + d->pixel_count)
