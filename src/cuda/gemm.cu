@@ -24,17 +24,18 @@ static void check_dims(const char *op, int64_t M, int64_t I, int64_t O) {
            (long long)O);
 }
 
-// out (M, O) row r = bias (as the CPU twin starts; rounded to bf16 with bias16), or with res
-// (linear_residual_fwd) res's row r + bias (bias may then be NULL): the GEMM then adds into it
-// with beta = 1.
-static __global__ void bias_broadcast_kernel(float *out, const float *bias, int bias16,
-                                             const float *res, int64_t M, int64_t O) {
+// out (M, O) row r = bias (as the CPU twin starts), or with res (linear_residual_fwd) res's row
+// r + bias (bias may then be NULL): the GEMM then adds into it with beta = 1. A bf16 out
+// (linear_act_fwd) holds the bias rounded to bf16, which vt_ops.h's rounding makes exact.
+template <typename T>
+static __global__ void bias_broadcast_kernel(T *out, const float *bias, const float *res,
+                                             int64_t M, int64_t O) {
   const int64_t count = M * O;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x) {
-    float b = bias ? bias[i % O] : 0.0f;
-    if (bias16) b = __bfloat162float(__float2bfloat16_rn(b));
-    out[i] = (res ? res[i] : 0.0f) + b;
+    const float v = (res ? res[i] : 0.0f) + (bias ? bias[i % O] : 0.0f);
+    if (sizeof(T) == 2) ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(v);
+    else ((float *)out)[i] = v;
   }
 }
 
@@ -266,8 +267,10 @@ static int lt_linear_fwd(lt_plan *p, float *out, const void *inp, const void *w,
 // is the held copy (hold_weights) or cast into the op scratch, as dout is. out_act
 // (linear_act_fwd): in bf16 out is a bf16 activation too, the fp32 result with its bias (rounded
 // to bf16, vt_ops.h) rounded once: cuBLASLt's bf16 D with a bf16 copy of the bias, or without a
-// plan the fp32 result in the op scratch, then the cast kernel. res (linear_residual_fwd, fp32
-// out only): added as cuBLASLt's C, or the GEMM adds into res + bias.
+// plan cuBLAS's bf16 C holding the bias (exact in bf16), read with beta 1 and overwritten by the
+// result (the products summed in fp32, the bias added, rounded once), as PyTorch's bf16 addmm
+// does: 6 bytes an element moved where an fp32 C and a cast moved 18. res (linear_residual_fwd,
+// fp32 out only): added as cuBLASLt's C, or the GEMM adds into res + bias.
 static void linear_fwd(float *out, const float *inp, const float *weight, const float *bias,
                        const float *res, int64_t M, int64_t I, int64_t O, int out_act) {
   check_dims("linear_fwd", M, I, O);
@@ -284,9 +287,7 @@ static void linear_fwd(float *out, const float *inp, const float *weight, const 
   const size_t at_w = vt_cuda_carve(&end, bf16 && !held ? (size_t)(O * I) * h2 : 0);
   const size_t at_b = vt_cuda_carve(&end, lt && bias16 ? (size_t)O * h2 : 0);
   const size_t at_ws = vt_cuda_carve(&end, lt ? lt->workspace : 0);
-  const size_t at_f = vt_cuda_carve(&end, out_bf16 && !lt ? (size_t)(M * O) * sizeof(float) : 0);
   const void *w = weight;
-  float *dst = out;  // where the fp32 result goes
   if (bf16) {
     char *base = (char *)vt_cuda_scratch(end);
     if (!held) vt_cuda_to_bf16((__nv_bfloat16 *)(base + at_w), weight, O * I);
@@ -299,17 +300,19 @@ static void linear_fwd(float *out, const float *inp, const float *weight, const 
       linear_fwd(out, inp, weight, bias, res, M, I, O, out_act);  // the plan is dropped now
       return;
     }
-    if (out_bf16) dst = (float *)(base + at_f);
   }
   if (bias || res) {
-    bias_broadcast_kernel<<<vt_cuda_blocks(M * O, 256), 256, 0, vt_cuda_stream()>>>(
-        dst, bias, bias16, res, M, O);
+    const unsigned blocks = vt_cuda_blocks(M * O, 256);
+    if (out_bf16)
+      bias_broadcast_kernel<__nv_bfloat16><<<blocks, 256, 0, vt_cuda_stream()>>>(
+          (__nv_bfloat16 *)out, bias, res, M, O);
+    else
+      bias_broadcast_kernel<float><<<blocks, 256, 0, vt_cuda_stream()>>>(out, bias, res, M, O);
     VT_CUDA_CHECK_LAUNCH();
   }
   // out^T (O, M) = W (O, I) @ inp^T (I, M); W read column-major is W^T, hence OP_T.
-  gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, &one, w, I, inp, I, bias || res ? &one : &zero, dst, O,
-       bf16, 0);
-  if (dst != out) vt_cuda_to_bf16((__nv_bfloat16 *)out, dst, M * O);
+  gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, M, I, &one, w, I, inp, I, bias || res ? &one : &zero, out, O,
+       bf16, out_bf16);
 }
 
 extern "C" void vt_cuda_linear_fwd(float *out, const float *inp, const float *weight,
