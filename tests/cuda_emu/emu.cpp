@@ -197,6 +197,11 @@ static bool cp_async_early() {
 }
 void cp_async(void *dst, const void *src, int bytes, bool valid) {
   check_smem(dst, (size_t)bytes, (size_t)bytes, "cp.async destination");
+  if ((uintptr_t)src % (uintptr_t)bytes) {  // PTX: its addresses aligned to the size
+    fprintf(stderr, "emu: cp.async source %p not %d-byte aligned (block %u,%u)\n", src, bytes,
+            g_block_idx.x, g_block_idx.y);
+    abort();
+  }
   pending_copy c;
   c.dst = (unsigned char *)dst, c.bytes = bytes, c.group = g_cur->commits;
   if (valid) memcpy(c.data, src, (size_t)bytes);

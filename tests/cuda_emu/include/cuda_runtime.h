@@ -135,7 +135,8 @@ inline void mma16816(float d[4], const unsigned a[4], const unsigned b[2]) {
 // after it) for its group reads what was there before, NaN in a fresh launch. With
 // EMU_CP_ASYNC=early every copy lands when issued instead, so a copy issued into a tile that
 // other threads still read (before the barrier that ends their reads) changes what they read.
-// Destinations must lie in the launch's dynamic shared memory, 16-byte (4-byte) aligned.
+// Destinations must lie in the launch's dynamic shared memory, 16-byte (4-byte) aligned, and
+// sources as aligned (PTX requires cp.async's addresses aligned to the copy's size).
 void cp_async(void *dst, const void *src, int bytes, bool valid);
 inline void cp_async16(void *dst, const void *src, bool valid) { cp_async(dst, src, 16, valid); }
 inline void cp_async4(void *dst, const void *src, bool valid) { cp_async(dst, src, 4, valid); }
