@@ -225,22 +225,82 @@ static vt_status resolve_epochs(vt_train_options *o, int64_t n, char *err, size_
   return VT_OK;
 }
 
+// This rank's backend: its device (the GPU of its local rank), described in device; NULL on
+// every rank when any rank has none (all stop together).
+static const vt_backend *open_backend(const vt_train_options *o, vt_comm *world, char *device,
+                                      size_t size) {
+  double picked = vt_backend_select(o->device, vt_comm_local_rank(world), device, size) == 0;
+  if (!picked)
+    vt_log_error("--device %s: %s", o->device == VT_DEVICE_CUDA ? "cuda" : "cpu", device);
+  vt_comm_all_reduce_double(world, &picked, 1, VT_REDUCE_MIN);
+  if (!picked) return NULL;
+  const char *why = NULL;
+  const vt_backend *be = vt_backend_get(o->device, &why);
+  double have = be != NULL;
+  if (!be) vt_log_error("--device cuda is not available: %s", why);
+  vt_comm_all_reduce_double(world, &have, 1, VT_REDUCE_MIN);
+  return have ? be : NULL;
+}
+
+// The lengths given in epochs made steps of this training set's n images (every rank holds the
+// index, so every rank reaches the same verdict), into the options and the optimizer's
+// schedule; rank 0 logs them. 0 (logged) when they make no valid run.
+static int epochs_to_steps(vt_train_options *o, vt_optimizer *opt, int64_t n, int world_rank) {
+  char err[512];
+  const int ok = resolve_epochs(o, n, err, sizeof err) == VT_OK;
+  if (!ok && world_rank == 0) vt_log_error("%s", err);
+  opt->cfg.total_steps = o->optim.total_steps, opt->cfg.warmup_steps = o->optim.warmup_steps;
+  opt->cfg.epoch_images = o->optim.epoch_images, opt->cfg.step_images = o->optim.step_images;
+  opt->cfg.warmup_epochs = o->optim.warmup_epochs, opt->cfg.cycle_epochs = o->optim.cycle_epochs;
+  if (!ok || world_rank != 0) return ok;
+  if (o->sched_epochs)
+    vt_log_info("learning rate per epoch (timm's): %g epochs of warmup from %g, then %s over "
+                "%g epochs to %g", o->optim.warmup_epochs, o->optim.warmup_lr,
+                o->optim.sched == VT_SCHED_COSINE   ? "a cosine"
+                : o->optim.sched == VT_SCHED_LINEAR ? "a straight line"
+                                                    : "constant",
+                o->optim.cycle_epochs,
+                o->optim.sched == VT_SCHED_CONSTANT ? o->optim.lr : o->optim.min_lr);
+  const int64_t epoch = vt_epoch_images(o, n);
+  vt_log_info("%g epochs of %lld images at %d per step: %lld steps, %lld of warmup; "
+              "evaluation every %d, saves every %d (0: at the end)",
+              o->epochs > 0 ? o->epochs : (double)o->steps * o->global_batch / (double)epoch,
+              (long long)epoch, o->global_batch, (long long)o->steps,
+              (long long)o->optim.warmup_steps, o->eval_interval, o->save_interval);
+  return ok;
+}
+
+// Rank 0 of a resumed run: whether the checkpoint of start_step (its manifest saved) was made
+// with this run's learning-rate schedule and optimizer settings (cfg), or --resume-override 1
+// lets this run's replace them (warned); 0 (logged, with what to do) otherwise.
+static int resume_settings_ok(const vt_train_options *o, const vt_ckpt_manifest *saved,
+                              const vt_optim_config *cfg, int64_t start_step) {
+  char dir[4200];
+  if (strcmp(o->resume, "auto") == 0)
+    vt_ckpt_step_dir(o->save_dir, start_step, dir, sizeof dir);
+  else
+    snprintf(dir, sizeof dir, "%s", o->resume);
+  char why[6000];
+  if (vt_ckpt_check_optim(saved, cfg, &o->model, dir, why, sizeof why) == VT_OK) return 1;
+  if (o->resume_override) {
+    vt_log_warn("%s: --resume-override 1, so training goes on with this run's", why);
+    return 1;
+  }
+  vt_log_error("cannot resume: %s; the learning-rate schedule or the optimizer would change "
+               "mid-run. Give the checkpoint's values (vit3d inspect %s prints them), or "
+               "--resume-override 1 to train on with this command's (a longer run, a new rate)",
+               why, dir);
+  return 0;
+}
+
 int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   // A copy, so that --epochs can become steps once the dataset's size is known.
   vt_train_options own = *o_given;
   const vt_train_options *o = &own;
   const int world_rank = vt_comm_rank(world), world_size = vt_comm_size(world);
   char device[320];
-  double picked = vt_backend_select(o->device, vt_comm_local_rank(world), device, sizeof device) == 0;
-  if (!picked) vt_log_error("--device %s: %s", o->device == VT_DEVICE_CUDA ? "cuda" : "cpu", device);
-  vt_comm_all_reduce_double(world, &picked, 1, VT_REDUCE_MIN);  // all ranks stop together
-  if (!picked) return VT_EXIT_USAGE;
-  const char *why = NULL;
-  const vt_backend *be = vt_backend_get(o->device, &why);
-  double have = be != NULL;
-  if (!be) vt_log_error("--device cuda is not available: %s", why);
-  vt_comm_all_reduce_double(world, &have, 1, VT_REDUCE_MIN);
-  if (!have) return VT_EXIT_USAGE;
+  const vt_backend *be = open_backend(o, world, device, sizeof device);
+  if (!be) return VT_EXIT_USAGE;
   vt_backend_set_threads(o->threads);
   be->set_precision(o->precision);
   vt_mesh mesh;
@@ -353,51 +413,12 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
   if (ok && !o->eval_only &&
       (own.epochs > 0 || own.warmup_epochs > 0 || own.eval_epochs > 0 || own.save_epochs > 0 ||
-       own.sched_epochs)) {
-    // Every rank holds the index, so every rank reaches the same verdict.
-    ok = resolve_epochs(&own, data.train_ds.count, err, sizeof err) == VT_OK;
-    if (!ok && world_rank == 0) vt_log_error("%s", err);
-    opt.cfg.total_steps = own.optim.total_steps, opt.cfg.warmup_steps = own.optim.warmup_steps;
-    opt.cfg.epoch_images = own.optim.epoch_images, opt.cfg.step_images = own.optim.step_images;
-    opt.cfg.warmup_epochs = own.optim.warmup_epochs, opt.cfg.cycle_epochs = own.optim.cycle_epochs;
-    if (ok && world_rank == 0 && own.sched_epochs)
-      vt_log_info("learning rate per epoch (timm's): %g epochs of warmup from %g, then %s over "
-                  "%g epochs to %g", own.optim.warmup_epochs, own.optim.warmup_lr,
-                  own.optim.sched == VT_SCHED_COSINE   ? "a cosine"
-                  : own.optim.sched == VT_SCHED_LINEAR ? "a straight line"
-                                                       : "constant",
-                  own.optim.cycle_epochs,
-                  own.optim.sched == VT_SCHED_CONSTANT ? own.optim.lr : own.optim.min_lr);
-    if (ok && world_rank == 0)
-      vt_log_info("%g epochs of %lld images at %d per step: %lld steps, %lld of warmup; "
-                  "evaluation every %d, saves every %d (0: at the end)",
-                  own.epochs > 0 ? own.epochs : (double)own.steps * own.global_batch /
-                                                    (double)vt_epoch_images(&own, data.train_ds.count),
-                  (long long)vt_epoch_images(&own, data.train_ds.count), own.global_batch,
-                  (long long)own.steps,
-                  (long long)own.optim.warmup_steps, own.eval_interval, own.save_interval);
-  }
+       own.sched_epochs))
+    ok = epochs_to_steps(&own, &opt, data.train_ds.count, world_rank);
   // A resumed run goes on with the schedule and optimizer it was saved with, unless told: its
   // lengths are known only now.
-  if (ok && world_rank == 0 && start_step > 0 && !o->eval_only) {
-    char dir[4200];
-    if (strcmp(o->resume, "auto") == 0)
-      vt_ckpt_step_dir(o->save_dir, start_step, dir, sizeof dir);
-    else
-      snprintf(dir, sizeof dir, "%s", o->resume);
-    char why[6000];
-    if (vt_ckpt_check_optim(&saved, &opt.cfg, &o->model, dir, why, sizeof why) != VT_OK) {
-      if (o->resume_override) {
-        vt_log_warn("%s: --resume-override 1, so training goes on with this run's", why);
-      } else {
-        vt_log_error("cannot resume: %s; the learning-rate schedule or the optimizer would "
-                     "change mid-run. Give the checkpoint's values (vit3d inspect %s prints "
-                     "them), or --resume-override 1 to train on with this command's (a longer "
-                     "run, a new rate)", why, dir);
-        ok = 0;
-      }
-    }
-  }
+  if (ok && world_rank == 0 && start_step > 0 && !o->eval_only)
+    ok = resume_settings_ok(o, &saved, &opt.cfg, start_step);
   // ZB-V's rank 0 loads the images at chunk 0 and keeps the labels for the head's chunk 1.
   const int data_chunk = m.has_embed ? 0 : m.has_head ? m.nchunks - 1 : 0;
   vt_stage_ctx x = {.o = o, .m = &m, .pp = pp, .pp_rank = me.pp_rank, .B = B, .spec = spec,
