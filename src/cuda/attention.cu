@@ -33,6 +33,11 @@
 #define FA_WARPS (FA_TILE / 16)  // one warp per 16 rows of a tile
 #define FA_THREADS (32 * FA_WARPS)
 
+// 64-row tiles of N: also the qkv bias gradient's partials per image (store_rows).
+static __host__ __device__ __forceinline__ int fa_tiles(int N) {
+  return (N + FA_TILE - 1) / FA_TILE;
+}
+
 // ---- element types: fp32, or bf16 as stored by bf16 precision ----------------------------------
 
 static __device__ __forceinline__ float widen(float v) { return v; }
@@ -336,24 +341,32 @@ static __device__ __forceinline__ void rows_delta(float *sD, float *sL, float *d
 
 // The block's (ROWS, D) fp32 accumulator acc (rows r0.., ldo) times alpha into the rows of dst
 // that start at element `at` (row stride ld; bf16 with bf16 set, vt_put: offsets in elements),
-// rows < N only; with part set, also the column sums of those fp32 values over the tile's rows,
-// in row order, into part[0 .. D): this tile's partial of the qkv bias gradient. By the whole
-// block of THREADS threads.
+// rows < N only; with part set, also the column sums of those fp32 values over each 64 rows
+// (FA_TILE) in row order, into part[g ld .. g ld + D) for the g-th 64 rows that start before N:
+// the qkv bias gradient's partials, one per 64-row tile of N whatever the block's rows, so that
+// 128-row blocks (VT_ATTN_ROWS) sum the bias gradient as 64-row ones do, bit for bit. By the
+// whole block of THREADS threads.
 template <int ROWS = FA_TILE, int THREADS = FA_THREADS>
 static __device__ __forceinline__ void store_rows(float *dst, int64_t at, int64_t ld,
                                                   const float *acc, int ldo, float alpha, int r0,
                                                   int N, int D, int bf16, float *part) {
+  static_assert(ROWS % FA_TILE == 0, "a block's rows are whole 64-row tiles");
   __syncthreads();  // every warp's rows of acc are final
   for (int i = threadIdx.x; i < ROWS * D; i += THREADS) {
     const int r = i / D, c = i - r * D;
     if (r0 + r < N) vt_put(dst, at + (int64_t)(r0 + r) * ld + c, alpha * acc[r * ldo + c], bf16);
   }
-  if (part)
+  if (!part) return;
+#pragma unroll
+  for (int g = 0; g < ROWS / FA_TILE; g++) {
+    const int r1 = g * FA_TILE;
+    if (r0 + r1 >= N) break;  // no tile of N here, no partial
     for (int c = threadIdx.x; c < D; c += THREADS) {
       float s = 0.0f;
-      for (int r = 0; r < ROWS && r0 + r < N; r++) s += alpha * acc[r * ldo + c];
-      part[c] = s;
+      for (int r = r1; r < r1 + FA_TILE && r0 + r < N; r++) s += alpha * acc[r * ldo + c];
+      part[(int64_t)g * ld + c] = s;
     }
+  }
 }
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -594,7 +607,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // into two buffers: the copies for the next step are in flight while this step computes, one
 // barrier pair per step. Selected for bf16 with D <= 80 and the heads in whole 16-byte chunks
 // (D a multiple of 8: ViT-S/B/L, and ViT-H/14's 80; mma_path); VT_ATTN_MMA=0 keeps the WMMA
-// kernels. NK = Dp / 16; at NK 5 the dk/dv kernel takes 254 registers, no spills (nvcc 13).
+// kernels. NK = Dp / 16; at NK 5 the dk/dv kernel takes 255 registers, no spills (nvcc 13).
 // A block has W warps of 16 rows each: its own rows (queries; keys for dk/dv) are 16 W, 64 or
 // 128 (VT_ATTN_ROWS: more rows per block load each streamed 64-row tile for more of them, fewer
 // warps fit on an SM); the streamed tiles have 64 rows.
@@ -913,7 +926,7 @@ static __global__ void __launch_bounds__(32 * W)
     __syncthreads();  // step s + 2's copies go into these buffers
   }
   mma_put_rows<NK>(sdQ + 16 * w * ldo, ldo, acc);  // every copy has landed (the last wait)
-  const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;  // this tile's bias partials
+  const int64_t chunk = (int64_t)b * fa_tiles(N) + q0 / FA_TILE;  // its bias partials' first
   store_rows<16 * W, 32 * W>(dqkv, (int64_t)b * N * ld + (int64_t)h * D, ld, sdQ, ldo, scale,
                              q0, N, D, 1, part ? part + chunk * ld + (int64_t)h * D : NULL);
 }
@@ -1011,7 +1024,7 @@ static __global__ void __launch_bounds__(32 * W)
   }
   mma_put_rows<NK>(sdK + 16 * w * ldo, ldo, ak);  // every copy has landed (the last wait)
   mma_put_rows<NK>(sdV + 16 * w * ldo, ldo, av);
-  const int64_t chunk = (int64_t)b * gridDim.y + blockIdx.y;
+  const int64_t chunk = (int64_t)b * fa_tiles(N) + k0 / FA_TILE;
   const int64_t at = (int64_t)b * N * ld + (int64_t)h * D;
   float *pk = part ? part + chunk * ld + C + (int64_t)h * D : NULL;
   store_rows<16 * W, 32 * W>(dqkv, at + C, ld, sdK, ldo, scale, k0, N, D, 1, pk);
@@ -1134,7 +1147,7 @@ static void mma_bwd(float *dqkv, float *dbias, const float *dout, const float *q
   const float scale = 1.0f / sqrtf((float)D);
   const uint32_t stream = vt_hash_name("dropout");
   float *delta, *part;
-  bwd_scratch(B, N, H, D, grid.y, dbias != NULL, &delta, &part);
+  bwd_scratch(B, N, H, D, fa_tiles((int)N), dbias != NULL, &delta, &part);
   mma_dq_kernel<NK, W><<<grid, 32 * W, smem_dq, vt_cuda_stream()>>>(
       dqkv, part, delta, (const bf16_t *)dout, (const bf16_t *)qkv, (const bf16_t *)out, lse,
       (int)N, (int)H, (int)D, scale, drop, stream);
@@ -1143,7 +1156,7 @@ static void mma_bwd(float *dqkv, float *dbias, const float *dout, const float *q
       dqkv, part, (const bf16_t *)dout, (const bf16_t *)qkv, lse, delta, (int)N, (int)H, (int)D,
       scale, drop, stream);
   VT_CUDA_CHECK_LAUNCH();
-  bwd_bias(dbias, part, B * grid.y, 3 * H * D);
+  bwd_bias(dbias, part, B * fa_tiles((int)N), 3 * H * D);
 }
 
 // ---- one latent query per head (MAP pooling) ---------------------------------------------------
