@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <math.h>
 #include <mma.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -344,7 +345,7 @@ static __device__ __forceinline__ void rows_delta(float *sD, float *sL, float *d
 // rows < N only; with part set, also the column sums of those fp32 values over each 64 rows
 // (FA_TILE) in row order, into part[g ld .. g ld + D) for the g-th 64 rows that start before N:
 // the qkv bias gradient's partials, one per 64-row tile of N whatever the block's rows, so that
-// 128-row blocks (VT_ATTN_ROWS) sum the bias gradient as 64-row ones do, bit for bit. By the
+// 128-row blocks (rows_for) sum the bias gradient as 64-row ones do, bit for bit. By the
 // whole block of THREADS threads.
 template <int ROWS = FA_TILE, int THREADS = FA_THREADS>
 static __device__ __forceinline__ void store_rows(float *dst, int64_t at, int64_t ld,
@@ -609,8 +610,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // (D a multiple of 8: ViT-S/B/L, and ViT-H/14's 80; mma_path); VT_ATTN_MMA=0 keeps the WMMA
 // kernels. NK = Dp / 16; at NK 5 the dk/dv kernel takes 255 registers, no spills (nvcc 13).
 // A block has W warps of 16 rows each: its own rows (queries; keys for dk/dv) are 16 W, 64 or
-// 128 (VT_ATTN_ROWS: more rows per block load each streamed 64-row tile for more of them, fewer
-// warps fit on an SM); the streamed tiles have 64 rows.
+// 128 (more rows per block load each streamed 64-row tile for more of them, fewer warps fit on
+// an SM; rows_for picks per shape by timing both); the streamed tiles have 64 rows.
 // Their exponentials are base 2 on the SFU (vt_ex2): scores are taken as y = s scale log2 e, the
 // row maxima and log-sums kept in that base, lse stored natural as ever; at D = 64 an exponential
 // by expf cost about as much as the score's 64 multiply-adds on the tensor cores.
@@ -1045,19 +1046,24 @@ static dim3 fa_grid(const char *op, int64_t B, int64_t N, int64_t H, int64_t D,
   return dim3((unsigned)(B * H), (unsigned)((N + rows - 1) / rows));
 }
 
-static void fa_smem_allow(const char *op, const void *kernel, size_t need, int64_t D,
-                          int *allowed) {
+// The GPU's opt-in shared memory per block, in bytes.
+static size_t smem_optin(void) {
   static int optin = -1;
   if (optin < 0) {
     int dev = 0;
     VT_CUDA_CHECK(cudaGetDevice(&dev));
     VT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   }
-  VT_CHECK(need <= (size_t)optin,
+  return (size_t)optin;
+}
+
+static void fa_smem_allow(const char *op, const void *kernel, size_t need, int64_t D,
+                          int *allowed) {
+  VT_CHECK(need <= smem_optin(),
            "%s: head dim D=%lld needs %zu bytes of shared memory per block in %s precision, "
-           "more than this GPU's %d (on an H100/H200 the fused attention takes D up to 128 in "
+           "more than this GPU's %zu (on an H100/H200 the fused attention takes D up to 128 in "
            "bf16, 96 in fp32): use more heads of a smaller dim, or bf16",
-           op, (long long)D, need, vt_cuda_bf16() ? "bf16" : "fp32", optin);
+           op, (long long)D, need, vt_cuda_bf16() ? "bf16" : "fp32", smem_optin());
   if ((size_t)*allowed < need) {
     VT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
@@ -1130,24 +1136,33 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
   bwd_bias(dbias, part, B * grid.y, 3 * H * D);
 }
 
+// The mma.sync kernels' dynamic shared memory in bytes for NK = Dp / 16 and W warps (the layouts
+// in the kernels' comments): the forward's Q and two buffers each of K and V; the dq kernel's
+// Q, dO and O, two buffers each of K and V, and two rows of 16 W statistics; the dk/dv kernel's
+// K and V, two buffers each of Q and dO, and four rows of 64 statistics.
+enum { MMA_FWD, MMA_DQ, MMA_DKV };
+static size_t mma_smem(int kernel, int NK, int W) {
+  const size_t row = (size_t)(16 * NK + 8) * sizeof(bf16_t);
+  const size_t own = 16 * W * row, streamed = FA_TILE * row;  // mma_tile's
+  if (kernel == MMA_FWD) return own + 4 * streamed;
+  if (kernel == MMA_DQ) return 3 * own + 4 * streamed + 2 * 16 * W * sizeof(float);
+  return 2 * own + 4 * streamed + 4 * FA_TILE * sizeof(float);
+}
+
+// The backward's two kernels; delta and part from bwd_scratch (part NULL without dbias), which
+// they overwrite: launched again, they write the same.
 template <int NK, int W>
-static void mma_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
+static void mma_bwd(float *dqkv, float *delta, float *part, const float *dout, const float *qkv,
                     const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
                     int64_t D, const vt_dropout_mask &drop) {
   static int allowed_dq, allowed_dkv;
   const dim3 grid = fa_grid("attention_bwd", B, N, H, D, 16 * W);
-  // mma_dq_kernel's and mma_dkv_kernel's shared memory (their comments)
-  const size_t own = mma_tile<NK, 16 * W>() * sizeof(bf16_t),
-               streamed = mma_tile<NK>() * sizeof(bf16_t);
-  const size_t smem_dq = 3 * own + 4 * streamed + 2 * 16 * W * sizeof(float),
-               smem_dkv = 2 * own + 4 * streamed + 4 * FA_TILE * sizeof(float);
+  const size_t smem_dq = mma_smem(MMA_DQ, NK, W), smem_dkv = mma_smem(MMA_DKV, NK, W);
   fa_smem_allow("attention_bwd", (const void *)mma_dq_kernel<NK, W>, smem_dq, D, &allowed_dq);
   fa_smem_allow("attention_bwd", (const void *)mma_dkv_kernel<NK, W>, smem_dkv, D,
                 &allowed_dkv);
   const float scale = 1.0f / sqrtf((float)D);
   const uint32_t stream = vt_hash_name("dropout");
-  float *delta, *part;
-  bwd_scratch(B, N, H, D, fa_tiles((int)N), dbias != NULL, &delta, &part);
   mma_dq_kernel<NK, W><<<grid, 32 * W, smem_dq, vt_cuda_stream()>>>(
       dqkv, part, delta, (const bf16_t *)dout, (const bf16_t *)qkv, (const bf16_t *)out, lse,
       (int)N, (int)H, (int)D, scale, drop, stream);
@@ -1156,7 +1171,6 @@ static void mma_bwd(float *dqkv, float *dbias, const float *dout, const float *q
       dqkv, part, (const bf16_t *)dout, (const bf16_t *)qkv, lse, delta, (int)N, (int)H, (int)D,
       scale, drop, stream);
   VT_CUDA_CHECK_LAUNCH();
-  bwd_bias(dbias, part, B * fa_tiles((int)N), 3 * H * D);
 }
 
 // ---- one latent query per head (MAP pooling) ---------------------------------------------------
@@ -1327,13 +1341,73 @@ static int mma_path(int64_t D, const void *a, const void *b, const void *c) {
   return on && vt_cuda_bf16() && D <= 80 && D % 8 == 0 && any % 16 == 0;
 }
 
-// The mma.sync kernels' warps per block (W): 4, or 8 with VT_ATTN_ROWS=128 (rows per block).
-static int mma_warps(void) {
-  static int w = 0;
-  if (!w) {
+// ---- the mma.sync kernels' rows per block ------------------------------------------------------
+// 64 (W = 4 warps) or 128 (8 warps: each streamed tile loaded once for twice the rows, fewer
+// blocks fit on an SM); which is faster depends on the GPU and the shape. VT_ATTN_ROWS=64 or 128
+// fixes it; unset (or auto), the first call of each shape and direction times both on its own
+// operands (one warming launch each, then two between events; the host waits for it there, once
+// per shape) and keeps the faster for the process. Both give the same bits (store_rows), so the
+// pick changes only the time: ranks or runs that pick differently still agree to the last bit.
+// VT_ATTN_REPORT=1 prints each pick with its times (tests/gpu/run.sh).
+#define ROWS_PICKS 32
+typedef struct {
+  int64_t B, N, H, D;
+  int bwd, W;
+} rows_pick;
+static rows_pick g_rows[ROWS_PICKS];
+static int g_nrows = 0;
+
+// W set by VT_ATTN_ROWS, or 0: timed per shape.
+static int rows_fixed(void) {
+  static int w = -1;
+  if (w < 0) {
     const char *e = getenv("VT_ATTN_ROWS");
-    w = e && strcmp(e, "128") == 0 ? 8 : 4;
+    const int is_auto = !e || !*e || strcmp(e, "auto") == 0;
+    VT_CHECK(is_auto || strcmp(e, "64") == 0 || strcmp(e, "128") == 0,
+             "VT_ATTN_ROWS=%s: give 64 or 128 rows per attention block, or auto (unset: the "
+             "faster of the two, timed per shape)", e);
+    w = is_auto ? 0 : strcmp(e, "128") == 0 ? 8 : 4;
   }
+  return w;
+}
+
+// The warps per block for this call of op (bwd: the backward's kernels): fixed, picked before
+// for this shape, or picked now by timing launch(4) against launch(8); 4 where 8 warps' shared
+// memory would not fit (D = 80's dq kernel on a GPU with 99 KiB a block). launch(w) runs the
+// op's kernels with w warps per block; each launch rewrites the same outputs, adding into none.
+template <typename L>
+static int rows_for(const char *op, int bwd, int64_t B, int64_t N, int64_t H, int64_t D,
+                    L launch) {
+  const int fixed = rows_fixed();
+  if (fixed) return fixed;
+  for (int i = 0; i < g_nrows; i++) {
+    const rows_pick *r = &g_rows[i];
+    if (r->B == B && r->N == N && r->H == H && r->D == D && r->bwd == bwd) return r->W;
+  }
+  const int nk = (int)((D + 15) / 16);
+  const size_t need8 = bwd ? mma_smem(MMA_DQ, nk, 8) : mma_smem(MMA_FWD, nk, 8);
+  if (g_nrows == ROWS_PICKS || need8 > smem_optin()) return 4;
+  enum { REPS = 2 };
+  cudaEvent_t e[3];
+  for (int i = 0; i < 3; i++) VT_CUDA_CHECK(cudaEventCreateWithFlags(&e[i], cudaEventDefault));
+  launch(4), launch(8);  // the first launches: shared memory limits raised, caches warm
+  VT_CUDA_CHECK(cudaEventRecord(e[0], vt_cuda_stream()));
+  for (int r = 0; r < REPS; r++) launch(4);
+  VT_CUDA_CHECK(cudaEventRecord(e[1], vt_cuda_stream()));
+  for (int r = 0; r < REPS; r++) launch(8);
+  VT_CUDA_CHECK(cudaEventRecord(e[2], vt_cuda_stream()));
+  VT_CUDA_CHECK(cudaEventSynchronize(e[2]));
+  float t4 = 0.0f, t8 = 0.0f;
+  VT_CUDA_CHECK(cudaEventElapsedTime(&t4, e[0], e[1]));
+  VT_CUDA_CHECK(cudaEventElapsedTime(&t8, e[1], e[2]));
+  for (int i = 0; i < 3; i++) VT_CUDA_CHECK(cudaEventDestroy(e[i]));
+  const int w = t8 < t4 ? 8 : 4;
+  g_rows[g_nrows++] = rows_pick{B, N, H, D, bwd, w};
+  const char *rep = getenv("VT_ATTN_REPORT");
+  if (rep && strcmp(rep, "1") == 0)
+    fprintf(stderr, "vit3d: %s B=%lld N=%lld H=%lld D=%lld: 64 rows a block %.3f ms, 128 rows "
+            "%.3f ms: %d rows\n", op, (long long)B, (long long)N, (long long)H, (long long)D,
+            t4 / REPS, t8 / REPS, 16 * w);
   return w;
 }
 
@@ -1342,7 +1416,7 @@ static void mma_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t
                     int64_t D, const vt_dropout_mask &drop) {
   static int allowed;
   const dim3 grid = fa_grid("attention_fwd", B, N, H, D, 16 * W);
-  const size_t smem = (mma_tile<NK, 16 * W>() + 4 * mma_tile<NK>()) * sizeof(bf16_t);  // Q; K, V
+  const size_t smem = mma_smem(MMA_FWD, NK, W);
   fa_smem_allow("attention_fwd", (const void *)mma_fwd_kernel<NK, W>, smem, D, &allowed);
   mma_fwd_kernel<NK, W><<<grid, 32 * W, smem, vt_cuda_stream()>>>(
       (bf16_t *)out, lse, (const bf16_t *)qkv, (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D),
@@ -1350,10 +1424,10 @@ static void mma_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t
   VT_CUDA_CHECK_LAUNCH();
 }
 
-// mma_fwd or mma_bwd (F) with NK = Dp / 16 and W = mma_warps(): a switch over the 10 kernels.
-#define MMA_DISPATCH(F, D, ...)                                               \
+// mma_fwd or mma_bwd (F) with NK = Dp / 16 and W warps (4 or 8): a switch over the 10 kernels.
+#define MMA_DISPATCH(F, D, W, ...)                                            \
   do {                                                                        \
-    const int nk_ = (int)(((D) + 15) / 16), w8_ = mma_warps() == 8;           \
+    const int nk_ = (int)(((D) + 15) / 16), w8_ = (W) == 8;                   \
     if (nk_ == 1) w8_ ? F<1, 8>(__VA_ARGS__) : F<1, 4>(__VA_ARGS__);          \
     else if (nk_ == 2) w8_ ? F<2, 8>(__VA_ARGS__) : F<2, 4>(__VA_ARGS__);     \
     else if (nk_ == 3) w8_ ? F<3, 8>(__VA_ARGS__) : F<3, 4>(__VA_ARGS__);     \
@@ -1366,7 +1440,9 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, 
                                       const vt_dropout_mask *drop) {
   // bf16 (vt_ops.h): qkv and out are bf16 activations; fp32: fp32 tensors.
   if (mma_path(D, out, qkv, NULL)) {
-    MMA_DISPATCH(mma_fwd, D, out, lse, qkv, B, N, H, D, drop_arg(drop));
+    const vt_dropout_mask m = drop_arg(drop);
+    auto launch = [&](int w) { MMA_DISPATCH(mma_fwd, D, w, out, lse, qkv, B, N, H, D, m); };
+    launch(rows_for("attention_fwd", 0, B, N, H, D, launch));
     return;
   }
   const int bf16 = vt_cuda_bf16(), nf = fa_nf("attention_fwd", D, bf16);
@@ -1382,7 +1458,13 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *do
   // bf16 (vt_ops.h): dout and dqkv are bf16 activations as well.
   const vt_dropout_mask m = drop_arg(drop);
   if (mma_path(D, dout, qkv, out)) {
-    MMA_DISPATCH(mma_bwd, D, dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);
+    float *delta, *part;
+    bwd_scratch(B, N, H, D, fa_tiles((int)N), dbias != NULL, &delta, &part);
+    auto launch = [&](int w) {
+      MMA_DISPATCH(mma_bwd, D, w, dqkv, delta, part, dout, qkv, out, lse, B, N, H, D, m);
+    };
+    launch(rows_for("attention_bwd", 1, B, N, H, D, launch));
+    bwd_bias(dbias, part, B * fa_tiles((int)N), 3 * H * D);
     return;
   }
   const int bf16 = vt_cuda_bf16(), nf = fa_nf("attention_bwd", D, bf16);

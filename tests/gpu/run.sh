@@ -14,10 +14,10 @@
 #      device-resident batch) and the trainer's own metrics line (images/s, MFU with
 #      --peak-tflops 989), against timm's vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW,
 #      same batch), eager and torch.compile, measured in the same run when python3 imports torch
-#      and timm; then, as time allows: the time per op (bench_gpu --ops), again with the WMMA
-#      attention (VT_ATTN_MMA=0), with 128 rows a block in the mma.sync attention
-#      (VT_ATTN_ROWS=128), the LayerNorm backward in two passes (VT_LN_FUSED=0), the linear
-#      forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms timed
+#      and timm; then, as time allows: the time per op (bench_gpu --ops; the mma.sync
+#      attention's 64 against 128 rows a block as its first calls timed them), again with the
+#      WMMA attention (VT_ATTN_MMA=0), the LayerNorm backward in two passes (VT_LN_FUSED=0), the
+#      linear forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms timed
 #      (VT_CUBLASLT_TUNE=8); the Linears' GEMMs alone against a square one (bench_gemm:
 #      cublasGemmEx and cuBLASLt's algorithms); Nsight Compute's counters for the attention,
 #      LayerNorm, activation and column-sum kernels and the first forward GEMMs (a line per
@@ -352,12 +352,19 @@ part bench && note "images/s: vit3d bf16 ${ours:-n/a} | torch bf16 eager ${eager
 # the list of what to speed up next. After every figure above is parsed from bench.log.
 if ((built)) && part ops && (($(left) > 90)); then
   echo "==== per-op times ====" >>"$blog2"
-  run "$(cap 60 60)" "$blog2" "$bench" "${bargs[@]}" --precision bf16 --ops
+  from=$(($(wc -l <"$blog2") + 1))
+  run "$(cap 60 60)" "$blog2" env VT_ATTN_REPORT=1 "$bench" "${bargs[@]}" --precision bf16 --ops
   base_ops=$(grep -E '^vit3d-bench op ' "$blog2")
   top=$(sort -k5 -g -r <<<"$base_ops" | head -6 |
         awk '{t = ""; if ($NF ~ /^(tflops|gbps)=/) t = ", " $NF
               printf "%s%s %s ms (%s%s)", (NR > 1 ? ", " : ""), $3, $5, $7, t}')
   note "per-op ms per step, bf16 $model batch $mb, largest first (synchronized): ${top:-none (see bench.log)}"
+  # The mma.sync attention's rows per block, 64 or 128, as each shape's first call timed them
+  # (attention.cu's rows_for; the faster is kept, the same bits either way).
+  picks=$(tail -n +"$from" "$blog2" | grep -oE 'vit3d: attention_(fwd|bwd) B=.*' | sort -u |
+          sed -E 's/vit3d: (attention_[a-z]+) B=([0-9]+) N=([0-9]+) H=[0-9]+ D=([0-9]+): 64 rows a block ([0-9.]+) ms, 128 rows ([0-9.]+) ms: ([0-9]+) rows/\1 B=\2 N=\3 D=\4 64: \5 ms, 128: \6 ms, kept \7/' |
+          paste -sd';' -)
+  ((cpu_only)) || note "attention rows per block, timed at each shape's first call: ${picks:-none reported}"
 fi
 
 # The Linears' GEMMs alone (tests/gpu/bench_gemm.cu): cublasGemmEx, cuBLASLt's first algorithm
@@ -387,10 +394,6 @@ if ((built && !cpu_only)) && [[ -n ${base_ops:-} ]]; then
   # The attention's mma.sync kernels against the WMMA ones, same batch.
   [[ ${VT_ATTN_MMA:-1} != 0 ]] && (($(left) > 100)) &&
     ops_ab VT_ATTN_MMA=0 'attention_fwd|attention_bwd' "attention (mma.sync)"
-  # Their blocks of 64 own rows (4 warps) against 128 (8 warps: each streamed tile loaded for
-  # twice the rows, fewer warps per SM).
-  [[ ${VT_ATTN_MMA:-1} != 0 ]] && (($(left) > 100)) &&
-    ops_ab VT_ATTN_ROWS=128 'attention_fwd|attention_bwd' "attention (mma.sync, 64 rows a block)"
   # The LayerNorm backward with its parameter partials in the input gradient's pass (dout and the
   # input read once) against two passes (VT_LN_FUSED=0; the same bits).
   [[ ${VT_LN_FUSED:-1} != 0 ]] && (($(left) > 100)) && ops_ab VT_LN_FUSED=0 'layernorm_bwd|layernorm_bwd_add' \
