@@ -140,7 +140,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->sched_epochs && !o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0)
     REFUSE("--sched-on epochs steps the learning rate once per pass over a dataset; --data "
            "synthetic has no size: use --sched-on steps");
-  if (o->optim.min_lr > o->optim.lr) REFUSE("--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
+  if (o->optim.min_lr > o->optim.lr)
+    REFUSE("--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
   if (o->optim.warmup_lr > o->optim.lr)
     REFUSE("--warmup-lr %g is above --lr %g (the warmup climbs to --lr)", o->optim.warmup_lr,
            o->optim.lr);
@@ -169,7 +170,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
                                     {"--predictions", o->predictions},
                                     {"--logits-out", o->logits_out}};
   for (int i = 0; i < 4; i++)
-    if (outputs[i][1][0] && vt_output_file_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK)
+    if (outputs[i][1][0] &&
+        vt_output_file_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK)
       return VT_ERR_INPUT;
   if (o->optim.ema_warmup && o->optim.ema_decay <= 0)
     REFUSE("--model-ema-warmup warms up the weights' EMA: give --model-ema DECAY too");
@@ -230,14 +232,16 @@ static vt_status resolve_epochs(vt_train_options *o, int64_t n, char *err, size_
 static const vt_backend *open_backend(const vt_train_options *o, vt_comm *world, char *device,
                                       size_t size) {
   double picked = vt_backend_select(o->device, vt_comm_local_rank(world), device, size) == 0;
+  const char *hint =
+      o->device == VT_DEVICE_CUDA ? "; to train on the CPU instead, give --device cpu" : "";
   if (!picked)
-    vt_log_error("--device %s: %s", o->device == VT_DEVICE_CUDA ? "cuda" : "cpu", device);
+    vt_log_error("--device %s: %s%s", o->device == VT_DEVICE_CUDA ? "cuda" : "cpu", device, hint);
   vt_comm_all_reduce_double(world, &picked, 1, VT_REDUCE_MIN);
   if (!picked) return NULL;
   const char *why = NULL;
   const vt_backend *be = vt_backend_get(o->device, &why);
   double have = be != NULL;
-  if (!be) vt_log_error("--device cuda is not available: %s", why);
+  if (!be) vt_log_error("--device cuda is not available: %s%s", why, hint);
   vt_comm_all_reduce_double(world, &have, 1, VT_REDUCE_MIN);
   return have ? be : NULL;
 }
@@ -473,8 +477,9 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   char *ranks_json = calloc(json_len, 1);
   VT_CHECK(ranks_json != NULL, "out of host memory");
   vt_comm_counts_reset();
-  int64_t end_step =
-      o->run_steps > 0 && start_step + o->run_steps < o->steps ? start_step + o->run_steps : o->steps;
+  int64_t end_step = o->steps;
+  if (o->run_steps > 0 && start_step + o->run_steps < o->steps)
+    end_step = start_step + o->run_steps;
   if (o->eval_only) end_step = start_step;
   if (world_rank == 0 && o->save_dir[0] && !o->eval_only && !rc)
     vt_ckpt_disk_plan(o, m.frozen_layers, start_step, end_step);
