@@ -419,7 +419,10 @@ fi
 # Hardware counters of the kernels that matter (Nsight Compute, where it reads them: Firecracker
 # machines, not gVisor): one ViT-B/16 step per kernel, its first launch (the first forward GEMMs),
 # sections speed of light, occupancy, launch and warp states, plus the tensor pipes' activity
-# (the HMMA pipe: mma.sync and WMMA; cuBLAS's Hopper GEMMs use wgmma, which it does not count).
+# (the HMMA pipe: mma.sync and WMMA; cuBLAS's Hopper GEMMs use wgmma, which it does not count)
+# and the XU pipe's (the SFU: at D = 64 a score's exponential takes about as long as its q k^T
+# and p v together at the tensor cores' peak, so the attention forward's two passes, two
+# exponentials per score, may be bound by them rather than by the products; ARCHITECTURE.md).
 # The full reports are appended to bench.log (8 files at most); a line per kernel to
 # the summary (tests/gpu/ncu_summary.awk).
 ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -436,7 +439,7 @@ if ((built && !cpu_only)) && part ncu && [[ -n $ncu_bin ]] && (($(left) > 80)); 
     (($(left) > 45)) || break
     run "$(cap 40 30)" "$blog2" "$ncu_bin" --clock-control none -k "regex:$kre" -c "$kc" \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-      --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+      --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active \
       "$bench" --model vit-b16 --batch "$bb" --warmup 0 --timed 1 --precision bf16
   done
   ncu_rows=$(tail -n +"$from" "$blog2" | awk -f "$root/tests/gpu/ncu_summary.awk" | paste -sd';' -)
