@@ -621,9 +621,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
 
 typedef __nv_bfloat16 bf16_t;
 
-// Elements of an (R, Dp) operand tile in shared memory (row stride Dp + 8).
-template <int NK, int R = FA_TILE>
-static __host__ __device__ constexpr int mma_tile() {
+// Elements of an (R, Dp) operand tile in shared memory (row stride Dp + 8), Dp = 16 NK.
+static __host__ __device__ constexpr int mma_tile(int NK, int R = FA_TILE) {
   return R * (16 * NK + 8);
 }
 
@@ -725,8 +724,8 @@ static __global__ void __launch_bounds__(32 * W)
     mma_fwd_kernel(bf16_t *out, float *lse, const bf16_t *qkv, int N, int H, int D, float scale,
                    const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
-  const int TS = mma_tile<NK>(), ldt = 16 * NK + 8;
-  bf16_t *sQ = (bf16_t *)fa_shared, *sK = sQ + mma_tile<NK, 16 * W>(), *sV = sK + 2 * TS;
+  const int TS = mma_tile(NK), ldt = 16 * NK + 8;
+  bf16_t *sQ = (bf16_t *)fa_shared, *sK = sQ + mma_tile(NK, 16 * W), *sV = sK + 2 * TS;
   const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * 16 * W;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t C = (int64_t)H * D, ld = 3 * C;
@@ -854,7 +853,7 @@ static __global__ void __launch_bounds__(32 * W)
                   const bf16_t *out, const float *lse, int N, int H, int D, float scale,
                   const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
-  const int TS = mma_tile<NK>(), TQ = mma_tile<NK, 16 * W>(), ldt = 16 * NK + 8;
+  const int TS = mma_tile(NK), TQ = mma_tile(NK, 16 * W), ldt = 16 * NK + 8;
   const int ldo = 16 * NK + 4;
   bf16_t *sQ = (bf16_t *)fa_shared, *sdO = sQ + TQ, *sO = sdO + TQ, *sK = sO + TQ;
   bf16_t *sV = sK + 2 * TS;
@@ -942,7 +941,7 @@ static __global__ void __launch_bounds__(32 * W)
                    const float *lse, const float *delta, int N, int H, int D, float scale,
                    const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
-  const int TS = mma_tile<NK>(), TK = mma_tile<NK, 16 * W>(), ldt = 16 * NK + 8;
+  const int TS = mma_tile(NK), TK = mma_tile(NK, 16 * W), ldt = 16 * NK + 8;
   const int ldo = 16 * NK + 4;
   bf16_t *sK = (bf16_t *)fa_shared, *sV = sK + TK, *sQ = sV + TK, *sdO = sQ + 2 * TS;
   float *sL = (float *)(sdO + 2 * TS), *sD = sL + 2 * FA_TILE;
@@ -1142,8 +1141,8 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
 // K and V, two buffers each of Q and dO, and four rows of 64 statistics.
 enum { MMA_FWD, MMA_DQ, MMA_DKV };
 static size_t mma_smem(int kernel, int NK, int W) {
-  const size_t row = (size_t)(16 * NK + 8) * sizeof(bf16_t);
-  const size_t own = 16 * W * row, streamed = FA_TILE * row;  // mma_tile's
+  const size_t own = mma_tile(NK, 16 * W) * sizeof(bf16_t),
+               streamed = mma_tile(NK) * sizeof(bf16_t);
   if (kernel == MMA_FWD) return own + 4 * streamed;
   if (kernel == MMA_DQ) return 3 * own + 4 * streamed + 2 * 16 * W * sizeof(float);
   return 2 * own + 4 * streamed + 4 * FA_TILE * sizeof(float);
