@@ -114,11 +114,14 @@ void vt_act_bwd(const vt_backend *be, float *dinp, float *dbias, const float *in
 // columns h*D (timm's transpose-reshape). lse (B, H, N) fp32, saved for the backward: per query
 // row i the log of the softmax denominator, lse_i = log sum_j exp(s_ij), s = q k^T / sqrt(D).
 // Both backends compute the same values with the same rounding points (only summation orders
-// differ): p_ij = exp(s_ij - lse_i); out_i = sum_j p_ij v_j, with p rounded to bf16 in bf16
-// precision. Under TP, H is the local head count.
-// Dropout of the probabilities (timm's attn_drop; drop NULL: none): with d_ij = fl(p_ij * scale)
-// where the mask keeps (i, j), else 0, out_i = sum_j d_ij v_j (d rounded to bf16 in bf16
-// precision); lse is the softmax's as without. The mask's numbering differs from vt_dropout's:
+// differ): with m_i = max_j s_ij, the unnormalised probabilities e_ij = exp(s_ij - m_i),
+// l_i = sum_j e_ij (unrounded), lse_i = m_i + log l_i and out_i = (sum_j e_ij v_j) (1 / l_i),
+// e rounded to bf16 in bf16 precision: a kernel makes l and the products in one pass over the
+// keys after one for the maxima (the rounded e does not depend on how the keys are tiled).
+// Under TP, H is the local head count.
+// Dropout of the probabilities (timm's attn_drop; drop NULL: none): with d_ij = fl(e_ij * scale)
+// where the mask keeps (i, j), else 0, out_i = (sum_j d_ij v_j) (1 / l_i) (d rounded to bf16 in
+// bf16 precision); lse is the softmax's as without. The mask's numbering differs from vt_dropout's:
 // element (b, h, i, j) is number first + (b * width + h) * N * N + i * N + j, width being the
 // heads over TP and first counting the micro-batch's first image and this rank's first head.
 void vt_attention_fwd(const vt_backend *be, float *out, float *lse, const float *qkv, int64_t B,
@@ -128,11 +131,12 @@ void vt_attention_fwd(const vt_backend *be, float *out, float *lse, const float 
 // qkv bias gradient, made here from the values before rounding (may be NULL); dout (B, N, H*D)
 // as linear_bwd_act made it (a bf16 activation in bf16 precision); out and lse as attention_fwd
 // left them.
-// The probabilities are recomputed from q, k and lse; the softmax gradient is
-// ds_ij = p_ij (dp_ij - delta_i), dp = dout v^T, delta_i = sum_d dout_id out_id (which equals
-// sum_j p_ij dp_ij). In bf16 the GEMMs read ds rounded to bf16 and p as above. With dropout
-// (the forward's mask): dp_ij = fl(dout_i . v_j * scale) where kept, else 0 (delta unchanged: it
-// equals sum_j d_ij (dout_i . v_j)), and dv reads d for p.
+// The (normalised) probabilities p_ij = exp(s_ij - lse_i) are recomputed from q, k and lse; the
+// softmax gradient is ds_ij = p_ij (dp_ij - delta_i), dp = dout v^T, delta_i = sum_d dout_id
+// out_id (which equals sum_j p_ij dp_ij). In bf16 the GEMMs read ds and p rounded to bf16. With
+// dropout (the forward's mask): dp_ij = fl(dout_i . v_j * scale) where kept, else 0 (delta
+// unchanged: it equals sum_j fl(p_ij scale) (dout_i . v_j) over the kept), and dv reads
+// fl(p_ij * scale) where kept, else 0, for p.
 void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const float *dout,
                       const float *qkv, const float *out, const float *lse, int64_t B, int64_t N,
                       int64_t H, int64_t D, const vt_dropout_mask *drop);
@@ -142,8 +146,9 @@ void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const flo
 // bf16 activation in bf16 precision; kv (B, N, 2*H*D) as timm's kv Linear makes it, [k of all
 // heads | v of all heads] per token (a bf16 activation). out (B, H*D), head h at columns h*D (a
 // bf16 activation); lse (B, H) fp32 saved for the backward. With s_t = q_h . k_t / sqrt(D):
-// lse = log sum_t exp(s_t), p_t = exp(s_t - lse) (rounded to bf16 in bf16 precision), out =
-// sum_t p_t v_t: attention_fwd's arithmetic with one query row.
+// m = max_t s_t, e_t = exp(s_t - m) (rounded to bf16 in bf16 precision), l = sum_t e_t
+// (unrounded), lse = m + log l, out = (sum_t e_t v_t) (1 / l): attention_fwd's arithmetic with
+// one query row.
 void vt_latent_attention_fwd(const vt_backend *be, float *out, float *lse, const float *q,
                              const float *kv, int64_t B, int64_t N, int64_t H, int64_t D);
 // dq (H*D) fp32, overwritten: the sum over the samples (in order 0..B-1) of each one's query
@@ -151,8 +156,9 @@ void vt_latent_attention_fwd(const vt_backend *be, float *out, float *lse, const
 // the kv Linear's GEMMs, through linear_act_bwd); dbias (2*H*D) += the column sums of the fp32
 // dkv, the kv bias gradient (may be NULL). dout (B, H*D) as linear_bwd_act made it; q, kv, out
 // and lse as latent_attention_fwd read and left them. attention_bwd's arithmetic with one query
-// row: delta = dout . out, ds_t = p_t (dout . v_t - delta) (rounded to bf16 in bf16, as p is),
-// dk_t = ds_t q / sqrt(D), dv_t = p_t dout, dq = sum_t ds_t k_t / sqrt(D).
+// row: p_t = exp(s_t - lse) (rounded to bf16 in bf16), delta = dout . out,
+// ds_t = p_t (dout . v_t - delta) (rounded likewise), dk_t = ds_t q / sqrt(D), dv_t = p_t dout,
+// dq = sum_t ds_t k_t / sqrt(D).
 void vt_latent_attention_bwd(const vt_backend *be, float *dq, float *dkv, float *dbias,
                              const float *dout, const float *q, const float *kv, const float *out,
                              const float *lse, int64_t B, int64_t N, int64_t H, int64_t D);

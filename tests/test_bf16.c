@@ -296,11 +296,13 @@ static void test_attention(const vt_backend *be, int64_t B, int64_t N, int64_t H
         }
         for (int64_t j = 0; j < N; j++) sum += exp(p[i * N + j] - mx);
         l[i] = mx + log(sum);
-        for (int64_t j = 0; j < N; j++) p[i * N + j] = exp(p[i * N + j] - l[i]);
-        // out from the probabilities rounded to bf16, as the op rounds them
-        for (int64_t j = 0; j < N; j++)
-          for (int64_t d = 0; d < D; d++)
-            o[i * C + d] += (double)vt_bf16_round((float)p[i * N + j]) * v[j * ld + d];
+        // out from the unnormalised probabilities rounded to bf16, as the op rounds them, over
+        // their sum; the backward's normalised ones into p
+        for (int64_t j = 0; j < N; j++) {
+          const double e = vt_bf16_round((float)exp(p[i * N + j] - mx));
+          for (int64_t d = 0; d < D; d++) o[i * C + d] += e * v[j * ld + d] / sum;
+          p[i * N + j] = exp(p[i * N + j] - l[i]);
+        }
       }
       // backward with the bf16 rounding points; delta from dout and the op's stored out
       for (int64_t i = 0; i < N; i++) {
@@ -413,11 +415,12 @@ static void test_latent_attention(const vt_backend *be, int64_t B, int64_t N, in
       }
       for (int64_t t = 0; t < N; t++) sum += exp(p[t] - mx);
       *l = mx + log(sum);
-      for (int64_t t = 0; t < N; t++) p[t] = exp(p[t] - *l);
-      for (int64_t t = 0; t < N; t++)
+      for (int64_t t = 0; t < N; t++) {  // out as attention's; p normalised for the backward
+        const double e = vt_bf16_round((float)exp(p[t] - mx));
         for (int64_t d = 0; d < D; d++)
-          rout[b * C + h * D + d] +=
-              (double)vt_bf16_round((float)p[t]) * rkv[(b * N + t) * ld + C + h * D + d];
+          rout[b * C + h * D + d] += e * rkv[(b * N + t) * ld + C + h * D + d] / sum;
+        p[t] = exp(p[t] - *l);
+      }
       for (int64_t d = 0; d < D; d++) delta += (double)y[d] * ob[d];
       for (int64_t t = 0; t < N; t++) {
         const float *k = rkv + (b * N + t) * ld + h * D, *v = k + C;

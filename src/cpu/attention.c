@@ -30,15 +30,18 @@ static int max_threads(void) {
 #endif
 }
 
-// Each of the N rows of the scores s (N, N): lse = log sum_j exp(s_j), then s_j = exp(s_j - lse)
-// in place (the probabilities).
-static void softmax_rows(float *s, float *lse, int64_t N) {
+// Each of the N rows of the scores s (N, N) in place: e_j = exp(s_j - m), m the row's maximum
+// (vt_ops.h's unnormalised probabilities); inv = 1 / sum_j e_j and lse = m + log sum_j e_j.
+static void exp_rows(float *s, float *lse, float *inv, int64_t N) {
   for (int64_t i = 0; i < N; i++) {
     float *r = s + i * N, mx = r[0], sum = 0.0f;
     for (int64_t j = 1; j < N; j++) mx = r[j] > mx ? r[j] : mx;
-    for (int64_t j = 0; j < N; j++) sum += expf(r[j] - mx);
+    for (int64_t j = 0; j < N; j++) {
+      r[j] = expf(r[j] - mx);
+      sum += r[j];
+    }
     lse[i] = mx + logf(sum);
-    for (int64_t j = 0; j < N; j++) r[j] = expf(r[j] - lse[i]);
+    inv[i] = 1.0f / sum;
   }
 }
 
@@ -52,9 +55,10 @@ void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, i
   const int64_t C = H * D, ld = 3 * C;
   const float scale = 1.0f / sqrtf((float)D);
   // bf16 (vt_backend.h, vt_ops.h): both GEMMs read rounded copies of q, k, v and of the
-  // probabilities; out is stored as bfloat16, made in fp32 in each thread's scratch first.
+  // unnormalised probabilities; out is stored as bfloat16, made in fp32 in each thread's scratch
+  // first. Per thread: the (N, N) probabilities, the rows' 1 / sum, in bf16 the (N, D) out.
   const int bf16 = vt_cpu_bf16();
-  const int64_t per = N * N + (bf16 ? N * D : 0);
+  const int64_t per = N * N + N + (bf16 ? N * D : 0);
   float *scratch = vt_cpu_scratch((size_t)(max_threads() * per + (bf16 ? B * N * ld : 0)));
   if (bf16) {
     float *rq = scratch + max_threads() * per;
@@ -65,20 +69,19 @@ void vt_cpu_attention_fwd(float *out, float *lse, const float *qkv, int64_t B, i
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
       const float *q = qkv + b * N * ld + h * D, *k = q + C, *v = q + 2 * C;
-      float *p = scratch + (int64_t)thread_id() * per;
+      float *p = scratch + (int64_t)thread_id() * per, *inv = p + N * N, *o = inv + N;
       vt_cpu_sgemm_serial(0, 1, N, N, D, scale, q, ld, k, ld, 0.0f, p, N);  // (N, N) = q k^T
-      softmax_rows(p, lse + (b * H + h) * N, N);
+      exp_rows(p, lse + (b * H + h) * N, inv, N);
       if (drop) vt_cpu_dropout_fp32(p, N * N, drop_base(drop, b, h, N), drop);
-      if (!bf16) {
-        vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, out + b * N * C + h * D, C);
-        continue;
-      }
-      for (int64_t i = 0; i < N * N; i++) p[i] = vt_bf16_round(p[i]);
-      float *o = p + N * N;
-      vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, o, D);
-      const int64_t at_out = b * N * C + h * D;
+      if (bf16)
+        for (int64_t i = 0; i < N * N; i++) p[i] = vt_bf16_round(p[i]);
+      // out = (e v) / l: the product into out itself in fp32, into o in bf16, then scaled
+      float *dst = bf16 ? o : out + b * N * C + h * D;
+      const int64_t ldd = bf16 ? D : C, at_out = b * N * C + h * D;
+      vt_cpu_sgemm_serial(0, 0, N, D, N, 1.0f, p, N, v, ld, 0.0f, dst, ldd);
       for (int64_t i = 0; i < N; i++)
-        for (int64_t d = 0; d < D; d++) vt_cpu_put(out, at_out + i * C + d, o[i * D + d], 1);
+        for (int64_t d = 0; d < D; d++)
+          vt_cpu_put(out, at_out + i * C + d, dst[i * ldd + d] * inv[i], bf16);
     }
 }
 
@@ -165,18 +168,18 @@ void vt_cpu_latent_attention_fwd(float *out, float *lse, const float *q, const f
         s[t] = scale * dot;
         mx = s[t] > mx ? s[t] : mx;
       }
-      for (int64_t t = 0; t < N; t++) sum += expf(s[t] - mx);
-      const float l = mx + logf(sum);
-      lse[b * H + h] = l;
       for (int64_t t = 0; t < N; t++) {
-        const float p = expf(s[t] - l);
-        s[t] = bf16 ? vt_bf16_round(p) : p;
+        const float e = expf(s[t] - mx);
+        sum += e;
+        s[t] = bf16 ? vt_bf16_round(e) : e;
       }
+      lse[b * H + h] = mx + logf(sum);
+      const float inv = 1.0f / sum;
       for (int64_t d = 0; d < D; d++) {
         float o = 0.0f;
         for (int64_t t = 0; t < N; t++)
           o += s[t] * vt_cpu_get(kv, (b * N + t) * ld + C + h * D + d, bf16);
-        vt_cpu_put(out, b * C + h * D + d, o, bf16);
+        vt_cpu_put(out, b * C + h * D + d, o * inv, bf16);
       }
     }
 }

@@ -9,8 +9,9 @@
 // Deterministic: no atomics; the backward runs one kernel for dq (per query tile, over the key
 // tiles) and one for dk and dv (per key tile, over the query tiles),
 // which also make the qkv bias gradient's per-tile column sums (summed in order afterwards).
-// The forward makes two passes over the keys (row maxima and sums, then p v with the final lse),
-// so that p is rounded at the CPU twin's point (one extra q k^T, ~2% of a ViT block's FLOPs).
+// The forward makes two passes over the keys (the row maxima m, then e = exp(s - m), its row
+// sums and e v), so that e is rounded at the CPU twin's point whatever the tiles (one extra
+// q k^T, ~2% of a ViT block's FLOPs, but one exponential per score).
 // Dropout of the probabilities (timm's attn_drop) draws its mask from Philox numbers in each
 // kernel (one call per 4 numbers along a row, per number along a column in the dk/dv kernel);
 // nothing is stored. Reads the heads straight out of the timm qkv layout. In bf16 with D <= 80
@@ -392,8 +393,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
   const T *sQw = sQ + 16 * w * d.ldt;
   const bool live = q0 + 16 * w < N;
   load_tile(sQ, d.ldt, qb, ld, q0, N, D, d.Dp);
-  // Pass 1: running maximum m and sum l of exp(s - m) over this lane's columns.
-  float m = -INFINITY, l = 0.0f;
+  // Pass 1: the maximum m of this lane's columns of scores.
+  float m = -INFINITY;
   for (int k0 = 0; k0 < N; k0 += FA_TILE) {
     __syncthreads();  // everyone is done with the previous K tile (and sQ is loaded)
     load_tile(sK, d.ldt, kb, ld, k0, N, D, d.Dp);
@@ -402,27 +403,16 @@ static __global__ void __launch_bounds__(FA_THREADS)
     if (!live) continue;
     warp_scores(sSw, d.lds, sQw, d.ldt, sK, d.ldt, d.Dp, kc);
     __syncwarp();
-    float mt = -INFINITY;
-    for (int c = c0; c < c0 + 32 && c < kn; c++) mt = fmaxf(mt, sSw[rr * d.lds + c] * scale);
-    if (c0 < kn) {
-      const float mn = fmaxf(m, mt);
-      float sum = 0.0f;
-      for (int c = c0; c < c0 + 32 && c < kn; c++) sum += expf(sSw[rr * d.lds + c] * scale - mn);
-      l = l * expf(m - mn) + sum;  // m = -inf at first: l is 0 then
-      m = mn;
-    }
+    for (int c = c0; c < c0 + 32 && c < kn; c++) m = fmaxf(m, sSw[rr * d.lds + c] * scale);
     __syncwarp();  // the scores are read before the next step overwrites them
   }
-  // The two lanes of a row combine; a lane that saw no column (N <= 32) has m = -inf, l = 0.
-  const float mo = __shfl_xor_sync(0xffffffffu, m, 1), lo = __shfl_xor_sync(0xffffffffu, l, 1);
-  const float mm = fmaxf(m, mo);
-  const float L = mm + logf((m > -INFINITY ? l * expf(m - mm) : 0.0f) +
-                            (mo > -INFINITY ? lo * expf(mo - mm) : 0.0f));
+  // The row's maximum from its two lanes' (one that saw no column, N <= 32, has -inf).
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  // Pass 2: O = sum over key tiles of e v, e = exp(s - m) (with dropout, d) as T (bf16: rounded,
+  // the CPU's point), and this lane's share of the row's l = sum e.
   const int row = 16 * w + rr;
-  if ((lane & 1) == 0 && q0 + row < N) lse[(int64_t)bh * N + q0 + row] = L;
-  // Pass 2: O = sum over key tiles of p v, p = exp(s - L) (with dropout, d) as T (bf16: rounded,
-  // the CPU's point).
   const uint64_t nrow = drop.p > 0.0f ? drop_base(drop, b, h, N) + (uint64_t)(q0 + row) * N : 0;
+  float l = 0.0f;
   warp_acc<T, NF> o;
   o.init(sOw, d.ldo, d.Dp);
   for (int k0 = 0; k0 < N; k0 += FA_TILE) {
@@ -437,21 +427,29 @@ static __global__ void __launch_bounds__(FA_THREADS)
     const uint32_t keep =
         drop.p > 0.0f && c0 < kn ? drop_keep32(drop, stream, nrow + k0 + c0) : 0;
     for (int c = c0; c < c0 + 32 && c < kc; c++) {  // P's columns kn .. kc-1 are zeros
-      float p = c < kn ? expf(sSw[rr * d.lds + c] * scale - L) : 0.0f;
-      if (drop.p > 0.0f) p = drop_apply(drop, keep, c - c0, p);
-      sPw[rr * d.ldp + c] = narrow<T>(p);
+      float e = 0.0f;
+      if (c < kn) {
+        e = expf(sSw[rr * d.lds + c] * scale - m);
+        l += e;
+      }
+      if (drop.p > 0.0f) e = drop_apply(drop, keep, c - c0, e);
+      sPw[rr * d.ldp + c] = narrow<T>(e);
     }
     __syncwarp();
     o.add(sPw, d.ldp, sV, d.ldt, kc);
     __syncwarp();
   }
+  l += __shfl_xor_sync(0xffffffffu, l, 1);  // the row's sum (the same bits on both lanes)
+  if ((lane & 1) == 0 && q0 + row < N) lse[(int64_t)bh * N + q0 + row] = m + logf(l);
+  const float inv = 1.0f / l;
   o.store();
   __syncwarp();
-  for (int i = lane; i < 16 * D; i += 32) {
-    const int r = i / D, c = i - r * D;
+  for (int r = 0; r < 16; r++) {  // out = O / l, row r's 1 / l from its lanes
+    const float ir = __shfl_sync(0xffffffffu, inv, 2 * r);
     if (q0 + 16 * w + r < N)
-      out[((int64_t)b * N + q0 + 16 * w + r) * C + (int64_t)h * D + c] =
-          narrow<T>(sOw[r * d.ldo + c]);
+      for (int c = lane; c < D; c += 32)
+        out[((int64_t)b * N + q0 + 16 * w + r) * C + (int64_t)h * D + c] =
+            narrow<T>(sOw[r * d.ldo + c] * ir);
   }
 }
 
@@ -717,7 +715,7 @@ static __device__ __forceinline__ float drop_one(const vt_dropout_mask &m, uint3
 }
 
 // The forward (flash_fwd_kernel's passes) as 2T steps over the T key tiles: steps s < T make the
-// rows' maxima and sums from K tile s, steps T + i add p v of key tile i. Shared memory: Q (16 W
+// rows' maxima from K tile s, steps T + i add e v of key tile i and its e to the rows' sums. Shared memory: Q (16 W
 // rows), then two buffers of K, then two of V (64 rows each).
 template <int NK, int W>
 static __global__ void __launch_bounds__(32 * W)
@@ -739,7 +737,7 @@ static __global__ void __launch_bounds__(32 * W)
   tile_async<NK, W>(sK, kb, ld, 0, N, D);
   vt_cp_async_commit();
   unsigned qf[NK][4];
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, M[2] = {-INFINITY, -INFINITY};
   float o[2 * NK][4];
 #pragma unroll
   for (int jd = 0; jd < 2 * NK; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.0f;
@@ -758,45 +756,23 @@ static __global__ void __launch_bounds__(32 * W)
     if (s == 0)
 #pragma unroll
       for (int kk = 0; kk < NK; kk++) frag_a(qf[kk], sQ + 16 * w * ldt + 16 * kk, ldt);
-    if (s == T)  // the passes meet: each row's lse from its quad's four (max, sum)
+    if (s == T)  // the passes meet: each row's maximum from its quad's four, in base 2
 #pragma unroll
       for (int r = 0; r < 2; r++) {
-#pragma unroll
-        for (int x = 1; x <= 2; x <<= 1) {  // the quad's lanes, pairwise (the same bits on each)
-          const float mo = __shfl_xor_sync(0xffffffffu, m[r], x);
-          const float lo = __shfl_xor_sync(0xffffffffu, l[r], x);
-          const float mm = fmaxf(m[r], mo);
-          l[r] = (m[r] > -INFINITY ? l[r] * vt_ex2(m[r] - mm) : 0.0f) +
-                 (mo > -INFINITY ? lo * vt_ex2(mo - mm) : 0.0f);
-          m[r] = mm;
-        }
-        L[r] = m[r] + log2f(l[r]);  // base 2; natural in lse
-        if (t == 0 && row[r] < N) lse[(int64_t)bh * N + row[r]] = L[r] * MMA_LN2;
+        m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
+        m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
+        M[r] = m[r] * scale2;  // the maximum of the scaled scores (scale2 > 0)
       }
     if (live) {
       float sc[MMA_NB][4];
       mma_scores<NK>(sc, qf, tK, kc);
-      if (s < T) {  // each lane's running maximum and sum over its columns
+      if (s < T) {  // each lane's running maximum over its columns of q k^T
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-          float mt = -INFINITY;
+        for (int j = 0; j < MMA_NB; j++)
 #pragma unroll
-          for (int j = 0; j < MMA_NB; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-              if (8 * j + 2 * t + e < kn) mt = fmaxf(mt, sc[j][2 * r + e] * scale2);
-          if (mt == -INFINITY) continue;  // none of this lane's columns in this tile
-          const float mn = fmaxf(m[r], mt);
-          float sum = 0.0f;
-#pragma unroll
-          for (int j = 0; j < MMA_NB; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-              if (8 * j + 2 * t + e < kn) sum += vt_ex2(fmaf(sc[j][2 * r + e], scale2, -mn));
-          l[r] = l[r] * vt_ex2(m[r] - mn) + sum;  // m = -inf at first: l is 0 then
-          m[r] = mn;
-        }
-      } else {  // O += p v, p = exp(s - lse) (with dropout, d) rounded to bf16
+          for (int i = 0; i < 4; i++)
+            if (8 * j + 2 * t + (i & 1) < kn) m[i >> 1] = fmaxf(m[i >> 1], sc[j][i]);
+      } else {  // O += e v, e = exp(s - m) (with dropout, d) rounded to bf16; l += e
 #pragma unroll
         for (int kk = 0; kk < MMA_NB / 2; kk++) {
           if (16 * kk >= kc) break;
@@ -806,9 +782,13 @@ static __global__ void __launch_bounds__(32 * W)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
               const int r = i >> 1, col = 8 * (2 * kk + jj) + 2 * t + (i & 1);
-              float v = col < kn ? vt_ex2(fmaf(sc[2 * kk + jj][i], scale2, -L[r])) : 0.0f;
-              if (drop.p > 0.0f && col < kn)
-                v = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, v);
+              float v = 0.0f;
+              if (col < kn) {
+                v = vt_ex2(fmaf(sc[2 * kk + jj][i], scale2, -M[r]));
+                l[r] += v;
+                if (drop.p > 0.0f)
+                  v = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, v);
+              }
               p[jj][i] = v;
             }
           unsigned pa[4];
@@ -819,6 +799,14 @@ static __global__ void __launch_bounds__(32 * W)
     }
     __syncthreads();  // step s + 2's copies go into these buffers
   }
+  float inv[2];  // each row's sum from its quad's four (pairwise: the same bits on each), lse
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    if (t == 0 && row[r] < N) lse[(int64_t)bh * N + row[r]] = (M[r] + log2f(l[r])) * MMA_LN2;
+    inv[r] = 1.0f / l[r];
+  }
   // A lane's two adjacent columns in one 4-byte store (D is a multiple of 8).
 #pragma unroll
   for (int jd = 0; jd < 2 * NK; jd++)
@@ -827,7 +815,7 @@ static __global__ void __launch_bounds__(32 * W)
       const int c = 8 * jd + 2 * t;
       if (row[r] < N && c < D)
         *(unsigned *)(out + ((int64_t)b * N + row[r]) * C + (int64_t)h * D + c) =
-            vt_pack_bf16x2(o[jd][2 * r], o[jd][2 * r + 1]);
+            vt_pack_bf16x2(o[jd][2 * r] * inv[r], o[jd][2 * r + 1] * inv[r]);
     }
 }
 
@@ -1205,16 +1193,19 @@ static __global__ void latent_fwd_kernel(T *out, float *lse, const T *q, const T
   for (int t = threadIdx.x; t < N; t += blockDim.x) mx = fmaxf(mx, la_s[t]);
   mx = vt_block_max(mx, red);
   float sum = 0.0f;
-  for (int t = threadIdx.x; t < N; t += blockDim.x) sum += expf(la_s[t] - mx);
-  const float l = mx + logf(vt_block_sum(sum, red));
-  for (int t = threadIdx.x; t < N; t += blockDim.x) la_s[t] = as_stored<T>(expf(la_s[t] - l));
-  if (threadIdx.x == 0) lse[blockIdx.x] = l;
-  __syncthreads();
+  for (int t = threadIdx.x; t < N; t += blockDim.x) {  // e = exp(s - max) as T stores it
+    const float e = expf(la_s[t] - mx);
+    sum += e;
+    la_s[t] = as_stored<T>(e);
+  }
+  sum = vt_block_sum(sum, red);  // (its barriers also publish la_s)
+  if (threadIdx.x == 0) lse[blockIdx.x] = mx + logf(sum);
+  const float inv = 1.0f / sum;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     const T *v = kb + C + d;
     float o = 0.0f;
     for (int t = 0; t < N; t++) o += la_s[t] * widen(v[(int64_t)t * ld]);
-    out[(int64_t)b * C + (int64_t)h * D + d] = narrow<T>(o);
+    out[(int64_t)b * C + (int64_t)h * D + d] = narrow<T>(o * inv);
   }
 }
 

@@ -173,15 +173,19 @@ inline void ldsm(unsigned r[4], const void *row, bool trans) {
 inline void ldsm_x4(unsigned r[4], const void *row) { ldsm(r, row, false); }
 inline void ldsm_x4_trans(unsigned r[4], const void *row) { ldsm(r, row, true); }
 
+// Lane src's v (shfl), or lane (this lane ^ o)'s (shfl_xor); every lane of the warp calls it.
 template <class T>
-T shfl_xor(T v, int o) {
+T shfl_from(T v, int src) {
   T *s = (T *)(sizeof(T) == 4 ? (void *)warp_slots_f() : (void *)warp_slots_d());
-  const int lane = lane_of();
-  s[lane] = v;
+  s[lane_of()] = v;
   sync_warp();
-  T r = s[lane ^ o];
+  T r = s[src & 31];
   sync_warp();
   return r;
+}
+template <class T>
+T shfl_xor(T v, int o) {
+  return shfl_from(v, lane_of() ^ o);
 }
 }  // namespace vt_emu
 
@@ -199,6 +203,7 @@ T shfl_xor(T v, int o) {
 #define gridDim (vt_emu::g_grid_dim)
 #define __syncthreads() vt_emu::sync_block()
 #define __shfl_xor_sync(mask, v, o) vt_emu::shfl_xor((v), (o))
+#define __shfl_sync(mask, v, src) vt_emu::shfl_from((v), (src))
 #define __syncwarp(...) vt_emu::sync_warp()
 // A product rounded on its own (the host compiler of the emulation fuses nothing anyway).
 static inline float __fmul_rn(float a, float b) { return a * b; }
