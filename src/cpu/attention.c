@@ -30,16 +30,40 @@ static int max_threads(void) {
 #endif
 }
 
+// The maximum and the sum of x[0..n), element j into running partial j % 16, the partials then
+// combined pairwise: a fixed order (whatever the thread count) whose loops vectorise; one running
+// sum waited out an addition's latency per element.
+#define PARTS 16
+static float max16(const float *x, int64_t n) {
+  float a[PARTS];
+  for (int k = 0; k < PARTS; k++) a[k] = x[0];
+  int64_t j = 0;
+  for (; j + PARTS <= n; j += PARTS)
+    for (int k = 0; k < PARTS; k++) a[k] = x[j + k] > a[k] ? x[j + k] : a[k];
+  for (int k = 0; j + k < n; k++) a[k] = x[j + k] > a[k] ? x[j + k] : a[k];
+  for (int w = PARTS / 2; w > 0; w >>= 1)
+    for (int k = 0; k < w; k++) a[k] = a[k + w] > a[k] ? a[k + w] : a[k];
+  return a[0];
+}
+static float sum16(const float *x, int64_t n) {
+  float a[PARTS] = {0};
+  int64_t j = 0;
+  for (; j + PARTS <= n; j += PARTS)
+    for (int k = 0; k < PARTS; k++) a[k] += x[j + k];
+  for (int k = 0; j + k < n; k++) a[k] += x[j + k];
+  for (int w = PARTS / 2; w > 0; w >>= 1)
+    for (int k = 0; k < w; k++) a[k] += a[k + w];
+  return a[0];
+}
+
 // Each of the N rows of the scores s (N, N) in place: e_j = exp(s_j - m), m the row's maximum
 // (vt_ops.h's unnormalised probabilities); inv = 1 / sum_j e_j and lse = m + log sum_j e_j.
 static void exp_rows(float *s, float *lse, float *inv, int64_t N) {
   for (int64_t i = 0; i < N; i++) {
-    float *r = s + i * N, mx = r[0], sum = 0.0f;
-    for (int64_t j = 1; j < N; j++) mx = r[j] > mx ? r[j] : mx;
-    for (int64_t j = 0; j < N; j++) {
-      r[j] = expf(r[j] - mx);
-      sum += r[j];
-    }
+    float *r = s + i * N;
+    const float mx = max16(r, N);
+    for (int64_t j = 0; j < N; j++) r[j] = vt_cpu_exp_nonpos(r[j] - mx);
+    const float sum = sum16(r, N);
     lse[i] = mx + logf(sum);
     inv[i] = 1.0f / sum;
   }
@@ -122,20 +146,22 @@ void vt_cpu_attention_bwd(float *dqkv, float *dbias, const float *dout, const fl
       vt_cpu_sgemm_serial(0, 1, N, N, D, 1.0f, dy, C, v, ld, 0.0f, ds, N);  // dp = dy v^T
       const uint64_t n0 = drop ? drop_base(drop, b, h, N) : 0;
       if (drop) vt_cpu_dropout_fp32(ds, N * N, n0, drop);  // dp through the mask
-      // p = exp(s - lse); ds = p (dp - delta) in place over dp; then p (with dropout, d) as the
-      // dv GEMM reads it.
-      for (int64_t i = 0; i < N; i++)
+      // p = exp(s - lse) (s <= lse up to rounding); ds = p (dp - delta) in place over dp; in
+      // bf16 ds rounded, then p (with dropout, d) rounded as the dv GEMM reads it.
+      for (int64_t i = 0; i < N; i++) {
+        const float li = l[i], di = delta[i];
+        float *pr = p + i * N, *dr = ds + i * N;
         for (int64_t j = 0; j < N; j++) {
-          const float pij = expf(p[i * N + j] - l[i]);
-          const float g = pij * (ds[i * N + j] - delta[i]);
-          ds[i * N + j] = bf16 ? vt_bf16_round(g) : g;
-          p[i * N + j] = bf16 && !drop ? vt_bf16_round(pij) : pij;
+          pr[j] = vt_cpu_exp_nonpos(pr[j] - li);
+          dr[j] = pr[j] * (dr[j] - di);
         }
-      if (drop) {
-        vt_cpu_dropout_fp32(p, N * N, n0, drop);
-        if (bf16)
-          for (int64_t i = 0; i < N * N; i++) p[i] = vt_bf16_round(p[i]);
       }
+      if (drop) vt_cpu_dropout_fp32(p, N * N, n0, drop);
+      if (bf16)
+        for (int64_t i = 0; i < N * N; i++) {
+          p[i] = vt_bf16_round(p[i]);
+          ds[i] = vt_bf16_round(ds[i]);
+        }
       vt_cpu_sgemm_serial(1, 0, N, D, N, 1.0f, p, N, dy, C, 0.0f, dv, ld);      // dv = p^T dy
       vt_cpu_sgemm_serial(0, 0, N, D, N, scale, ds, N, k, ld, 0.0f, dq, ld);    // dq = scale ds k
       vt_cpu_sgemm_serial(1, 0, N, D, N, scale, ds, N, q, ld, 0.0f, dk, ld);    // dk = scale ds^T q

@@ -4,8 +4,10 @@
 #ifndef VT_CPU_H
 #define VT_CPU_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../vt_backend.h"
 
@@ -39,6 +41,27 @@ static inline uint16_t vt_bf16_bits(float x) {
 static inline float vt_bf16_widen(uint16_t b) {
   union { uint32_t u; float f; } v = {(uint32_t)b << 16};
   return v.f;
+}
+
+// exp(x) for x <= 0 (and up to ln2/2): 2^n * e^r with |r| <= ln2/2 and a degree-6 Taylor
+// polynomial (relative error < 2e-7); below -87 it flushes towards 0 instead of going
+// subnormal. Branch-free, so loops over it vectorise (libm's expf is a scalar call): GELU's,
+// the attention's probabilities.
+static inline float vt_cpu_exp_nonpos(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = floorf(x * 1.44269504088896341f + 0.5f);
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;  // ln2 in two parts
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
 }
 
 // Stores v as element i of an activation that bf16 precision keeps as bfloat16 (vt_ops.h).

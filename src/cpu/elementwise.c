@@ -1,6 +1,6 @@
 // elementwise.c: the activations (GELU in its erf, tanh and quick forms, tanh), the activation cast
 // (to_act), the residual add, drop path, dropout, sum of squares and scaling.
-// GELU uses its own branch-free exp and erf so the compiler vectorises the loops: libm's erff
+// GELU uses a branch-free exp (cpu.h) and erf so the compiler vectorises the loops: libm's erff
 // and expf are scalar calls, and made GELU 17% of a ViT-Ti step (tests/bench_cpu.sh); so does
 // a loop per activation kind (ACT_FWD_LOOPS).
 #include <math.h>
@@ -12,29 +12,10 @@
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
 
-// exp(x) for x <= 0: 2^n * e^r with |r| <= ln2/2 and a degree-6 Taylor polynomial (relative
-// error < 2e-7); below -87 it flushes towards 0 instead of going subnormal.
-static inline float exp_nonpos(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float n = floorf(x * 1.44269504088896341f + 0.5f);
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;  // ln2 in two parts
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = ((int32_t)n + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
 // Phi(x) = (1 + erf(x / sqrt 2)) / 2 with erf from Abramowitz & Stegun 7.1.26 (absolute error
 // < 1.5e-7), and phi(x) = exp(-x^2 / 2) / sqrt(2 pi) from the same exponential.
 static inline void normal_cdf_pdf(float x, float *cdf, float *pdf) {
-  const float z = fabsf(x) * INV_SQRT2, e = exp_nonpos(-z * z);
+  const float z = fabsf(x) * INV_SQRT2, e = vt_cpu_exp_nonpos(-z * z);
   const float t = 1.0f / (1.0f + 0.3275911f * z);
   float q = 1.061405429f;
   q = q * t - 1.453152027f;
@@ -61,20 +42,20 @@ static inline void normal_cdf_pdf(float x, float *cdf, float *pdf) {
 #define QUICK_GELU_K 1.702f
 static inline void act_eval(float x, int kind, float *y, float *dy) {
   if (kind == 3) {
-    const float e = exp_nonpos(-QUICK_GELU_K * fabsf(x)), inv = 1.0f / (1.0f + e);
+    const float e = vt_cpu_exp_nonpos(-QUICK_GELU_K * fabsf(x)), inv = 1.0f / (1.0f + e);
     const float s = x >= 0.0f ? inv : e * inv;
     *y = x * s;
     *dy = s + QUICK_GELU_K * x * e * inv * inv;
     return;
   }
   if (kind == 2) {
-    const float e = exp_nonpos(-2.0f * fabsf(x)), inv = 1.0f / (1.0f + e);
+    const float e = vt_cpu_exp_nonpos(-2.0f * fabsf(x)), inv = 1.0f / (1.0f + e);
     *y = copysignf((1.0f - e) * inv, x);
     *dy = 4.0f * e * inv * inv;
     return;
   }
   if (kind == 1) {
-    const float u = GELU_K0 * (x + GELU_K1 * x * x * x), e = exp_nonpos(-2.0f * fabsf(u));
+    const float u = GELU_K0 * (x + GELU_K1 * x * x * x), e = vt_cpu_exp_nonpos(-2.0f * fabsf(u));
     const float inv = 1.0f / (1.0f + e), one_plus_t = 2.0f * (u >= 0.0f ? inv : e * inv);
     const float sech2 = 4.0f * e * inv * inv;
     *y = 0.5f * x * one_plus_t;

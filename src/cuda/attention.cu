@@ -715,8 +715,8 @@ static __device__ __forceinline__ float drop_one(const vt_dropout_mask &m, uint3
 }
 
 // The forward (flash_fwd_kernel's passes) as 2T steps over the T key tiles: steps s < T make the
-// rows' maxima from K tile s, steps T + i add e v of key tile i and its e to the rows' sums. Shared memory: Q (16 W
-// rows), then two buffers of K, then two of V (64 rows each).
+// rows' maxima from K tile s, steps T + i add e v of key tile i and its e to the rows' sums.
+// Shared memory: Q (16 W rows), then two buffers of K, then two of V (64 rows each).
 template <int NK, int W>
 static __global__ void __launch_bounds__(32 * W)
     mma_fwd_kernel(bf16_t *out, float *lse, const bf16_t *qkv, int N, int H, int D, float scale,
