@@ -737,7 +737,7 @@ static __global__ void __launch_bounds__(32 * W)
   tile_async<NK, W>(sK, kb, ld, 0, N, D);
   vt_cp_async_commit();
   unsigned qf[NK][4];
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, M[2] = {-INFINITY, -INFINITY};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // q k^T maxima, then base 2
   float o[2 * NK][4];
 #pragma unroll
   for (int jd = 0; jd < 2 * NK; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.0f;
@@ -761,7 +761,7 @@ static __global__ void __launch_bounds__(32 * W)
       for (int r = 0; r < 2; r++) {
         m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
         m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
-        M[r] = m[r] * scale2;  // the maximum of the scaled scores (scale2 > 0)
+        m[r] *= scale2;  // the maximum of the scaled scores (scale2 > 0)
       }
     if (live) {
       float sc[MMA_NB][4];
@@ -784,7 +784,7 @@ static __global__ void __launch_bounds__(32 * W)
               const int r = i >> 1, col = 8 * (2 * kk + jj) + 2 * t + (i & 1);
               float v = 0.0f;
               if (col < kn) {
-                v = vt_ex2(fmaf(sc[2 * kk + jj][i], scale2, -M[r]));
+                v = vt_ex2(fmaf(sc[2 * kk + jj][i], scale2, -m[r]));
                 l[r] += v;
                 if (drop.p > 0.0f)
                   v = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, v);
@@ -804,7 +804,7 @@ static __global__ void __launch_bounds__(32 * W)
   for (int r = 0; r < 2; r++) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    if (t == 0 && row[r] < N) lse[(int64_t)bh * N + row[r]] = (M[r] + log2f(l[r])) * MMA_LN2;
+    if (t == 0 && row[r] < N) lse[(int64_t)bh * N + row[r]] = (m[r] + log2f(l[r])) * MMA_LN2;
     inv[r] = 1.0f / l[r];
   }
   // A lane's two adjacent columns in one 4-byte store (D is a multiple of 8).
