@@ -96,12 +96,23 @@ static void release(tc *t) {
   t->ndev = t->nhost = 0;
 }
 
-static void report(tc *t, const char *what, double err, double tol, int same) {
+// FNV-1a of an output's bytes: printed, so that two runs (kernel variants, GPUs) that print the
+// same lines made the same bits.
+static uint32_t bits_hash(const void *p, size_t nbytes) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < nbytes; i++) h = (h ^ ((const unsigned char *)p)[i]) * 16777619u;
+  return h;
+}
+
+// a: the output's bytes (the first run's).
+static void report(tc *t, const char *what, double err, double tol, int same, const void *a,
+                   size_t nbytes) {
   const int ok = err <= tol && same;  // also fails a NaN error
   t->checks++;
   t->failures += !ok;
-  printf("  %-4s %-17s %-30s %-8s err %.2e tol %.0e  repeat %s  %s\n", kPrecName[t->prec], t->op,
-         t->shape, what, err, tol, same ? "same bits" : "DIFFERS", ok ? "ok" : "FAIL");
+  printf("  %-4s %-17s %-30s %-8s err %.2e tol %.0e  repeat %s  %s  bits %08x\n",
+         kPrecName[t->prec], t->op, t->shape, what, err, tol, same ? "same bits" : "DIFFERS",
+         ok ? "ok" : "FAIL", bits_hash(a, nbytes));
 }
 
 // a and b: two runs of the op (host copies); ref the CPU's result.
@@ -114,7 +125,8 @@ static void compare(tc *t, const char *what, const float *a, const float *b, con
     if (fabs((double)ref[i]) > maxref) maxref = fabs((double)ref[i]);
   }
   const double err = maxref > 0 ? maxdiff / maxref : maxdiff;
-  report(t, what, err, t->tol, memcmp(a, b, (size_t)n * sizeof(float)) == 0);
+  report(t, what, err, t->tol, memcmp(a, b, (size_t)n * sizeof(float)) == 0, a,
+         (size_t)n * sizeof(float));
 }
 
 // g[0] and g[1] hold two runs of the op on the device; ref the CPU's result.
@@ -159,7 +171,7 @@ static void check_bf16(tc *t, const char *what, float *const g[2], const float *
   snprintf(label, sizeof label, "%s/bf16", what);
   // Reported: the normwise error, or the share of differing elements when that is too high.
   report(t, label, frac > 1e-2 ? INFINITY : err, 7.9e-3,
-         memcmp(a, b, (size_t)n * sizeof(uint16_t)) == 0);
+         memcmp(a, b, (size_t)n * sizeof(uint16_t)) == 0, a, (size_t)n * sizeof(uint16_t));
 }
 
 static int bf16_run(const tc *t) { return kPrec[t->prec] == VT_PRECISION_BF16; }
@@ -877,7 +889,7 @@ static void t_sumsq(tc *t, const int64_t *d) {
   vt_sumsq(t->gpu, gs + 1, gx, n);
   t->gpu->to_host(&a, gs, sizeof a);
   t->gpu->to_host(&b, gs + 1, sizeof b);
-  report(t, "sum", fabs(a - ref) / ref, t->tol, memcmp(&a, &b, sizeof a) == 0);
+  report(t, "sum", fabs(a - ref) / ref, t->tol, memcmp(&a, &b, sizeof a) == 0, &a, sizeof a);
 }
 
 // d[1]: 1 - decay in millionths.

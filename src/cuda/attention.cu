@@ -9,6 +9,8 @@
 // Deterministic: no atomics; the backward runs one kernel for dq (per query tile, over the key
 // tiles) and one for dk and dv (per key tile, over the query tiles),
 // which also make the qkv bias gradient's per-tile column sums (summed in order afterwards).
+// The mma.sync backward may instead keep the score gradients dS (bf16, O(N^2) per head, in op
+// scratch) from its dk/dv kernel for its dq kernel, where that is faster (variant_for).
 // The forward makes two passes over the keys (the row maxima m, then e = exp(s - m), its row
 // sums and e v), so that e is rounded at the CPU twin's point whatever the tiles (one extra
 // q k^T, ~2% of a ViT block's FLOPs, but one exponential per score).
@@ -346,7 +348,7 @@ static __device__ __forceinline__ void rows_delta(float *sD, float *sL, float *d
 // rows < N only; with part set, also the column sums of those fp32 values over each 64 rows
 // (FA_TILE) in row order, into part[g ld .. g ld + D) for the g-th 64 rows that start before N:
 // the qkv bias gradient's partials, one per 64-row tile of N whatever the block's rows, so that
-// 128-row blocks (rows_for) sum the bias gradient as 64-row ones do, bit for bit. By the
+// 128-row blocks (variant_for) sum the bias gradient as 64-row ones do, bit for bit. By the
 // whole block of THREADS threads.
 template <int ROWS = FA_TILE, int THREADS = FA_THREADS>
 static __device__ __forceinline__ void store_rows(float *dst, int64_t at, int64_t ld,
@@ -609,7 +611,11 @@ static __global__ void __launch_bounds__(FA_THREADS)
 // kernels. NK = Dp / 16; at NK 5 the dk/dv kernel takes 255 registers, no spills (nvcc 13).
 // A block has W warps of 16 rows each: its own rows (queries; keys for dk/dv) are 16 W, 64 or
 // 128 (more rows per block load each streamed 64-row tile for more of them, fewer warps fit on
-// an SM; rows_for picks per shape by timing both); the streamed tiles have 64 rows.
+// an SM; variant_for picks per shape by timing both); the streamed tiles have 64 rows.
+// The backward's dq kernel makes S, P and dP again from Q, K, V and dO (three products and an
+// exponential per score for one product of its own), or, where variant_for times it faster,
+// reads the bf16 dS^T that the dk/dv kernel wrote out (mma_dqs_kernel: one product per score;
+// 2 bytes per score written and read; the same bits).
 // Their exponentials are base 2 on the SFU (vt_ex2): scores are taken as y = s scale log2 e, the
 // row maxima and log-sums kept in that base, lse stored natural as ever; at D = 64 an exponential
 // by expf cost about as much as the score's 64 multiply-adds on the tensor cores.
@@ -663,6 +669,13 @@ static __device__ __forceinline__ void frag_b2(unsigned b[4], const bf16_t *p, i
 static __device__ __forceinline__ void frag_b2_trans(unsigned b[4], const bf16_t *p, int ld) {
   const int lane = threadIdx.x & 31;
   vt_ldsm_x4_trans(b, p + ((lane & 7) + 8 * (lane >> 3 & 1)) * ld + 8 * (lane >> 4));
+}
+
+// The A fragment (rows 0..15, columns 0..15) of A^T's tile: rows 0..15 (A's columns), columns
+// 0..15 (A's rows) of a row-major bf16 tile at p (ld elements).
+static __device__ __forceinline__ void frag_a_trans(unsigned a[4], const bf16_t *p, int ld) {
+  const int lane = threadIdx.x & 31;
+  vt_ldsm_x4_trans(a, p + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * (lane >> 3 & 1));
 }
 
 // s (16 x 64, the lane's share) = a (16 x 16 NK, fragments in registers) b^T, b the first ncols
@@ -832,6 +845,19 @@ static __device__ __forceinline__ void mma_put_rows(float *rows, int ldo,
       rows[(g + 8 * (i >> 1)) * ldo + 8 * jd + 2 * t + (i & 1)] = acc[jd][i];
 }
 
+// The end of both dq kernels: the block's dQ rows (each warp's acc) through the fp32 rows sdQ
+// (16 W, Dp + 4) into dqkv's q columns, times scale, and their bias partials (store_rows).
+template <int NK, int W>
+static __device__ __forceinline__ void mma_store_dq(float *dqkv, float *part, float *sdQ,
+                                                    const float acc[2 * NK][4], int b, int h,
+                                                    int q0, int N, int H, int D, float scale) {
+  const int ldo = 16 * NK + 4, w = threadIdx.x >> 5;
+  const int64_t ld = 3 * (int64_t)H * D, chunk = (int64_t)b * fa_tiles(N) + q0 / FA_TILE;
+  mma_put_rows<NK>(sdQ + 16 * w * ldo, ldo, acc);
+  store_rows<16 * W, 32 * W>(dqkv, (int64_t)b * N * ld + (int64_t)h * D, ld, sdQ, ldo, scale,
+                             q0, N, D, 1, part ? part + chunk * ld + (int64_t)h * D : NULL);
+}
+
 // dq and delta (flash_dq_kernel's work), one step per key tile. Shared memory: Q, dO, out (16 W
 // rows each: out's for delta), two buffers of K, two of V (64 rows each); then lse and delta (16 W
 // floats each). After the loop the K and V buffers hold the fp32 dQ rows.
@@ -842,7 +868,6 @@ static __global__ void __launch_bounds__(32 * W)
                   const vt_dropout_mask drop, uint32_t stream) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
   const int TS = mma_tile(NK), TQ = mma_tile(NK, 16 * W), ldt = 16 * NK + 8;
-  const int ldo = 16 * NK + 4;
   bf16_t *sQ = (bf16_t *)fa_shared, *sdO = sQ + TQ, *sO = sdO + TQ, *sK = sO + TQ;
   bf16_t *sV = sK + 2 * TS;
   float *sL = (float *)(sV + 2 * TS), *sD = sL + 16 * W, *sdQ = (float *)sK;
@@ -913,21 +938,21 @@ static __global__ void __launch_bounds__(32 * W)
     }
     __syncthreads();  // step s + 2's copies go into these buffers
   }
-  mma_put_rows<NK>(sdQ + 16 * w * ldo, ldo, acc);  // every copy has landed (the last wait)
-  const int64_t chunk = (int64_t)b * fa_tiles(N) + q0 / FA_TILE;  // its bias partials' first
-  store_rows<16 * W, 32 * W>(dqkv, (int64_t)b * N * ld + (int64_t)h * D, ld, sdQ, ldo, scale,
-                             q0, N, D, 1, part ? part + chunk * ld + (int64_t)h * D : NULL);
+  // every copy has landed (the last wait): sdQ's buffers are free
+  mma_store_dq<NK, W>(dqkv, part, sdQ, acc, b, h, q0, N, H, D, scale);
 }
 
 // dk and dv (flash_dkv_kernel's work): warps own 16 keys and make the transposed tiles S^T, dP^T
 // in registers, one step per query tile. Shared memory: K, V (16 W rows each), two buffers of Q,
 // two of dO (64 rows each); then two buffers each of lse and delta (64 floats). After the loop K
-// and V hold the fp32 dK rows, the Q and dO buffers the dV rows.
-template <int NK, int W>
+// and V hold the fp32 dK rows, the Q and dO buffers the dV rows. With DS it also stores dS^T,
+// the bf16 operand of its dK product, for mma_dqs_kernel: (B H, N, lds) bf16 at ds, row = key,
+// columns = queries, zeros from N to lds (a multiple of 16).
+template <int NK, int W, bool DS>
 static __global__ void __launch_bounds__(32 * W)
     mma_dkv_kernel(float *dqkv, float *part, const bf16_t *dout, const bf16_t *qkv,
                    const float *lse, const float *delta, int N, int H, int D, float scale,
-                   const vt_dropout_mask drop, uint32_t stream) {
+                   const vt_dropout_mask drop, uint32_t stream, bf16_t *ds, int lds) {
   extern __shared__ __align__(128) unsigned char fa_shared[];
   const int TS = mma_tile(NK), TK = mma_tile(NK, 16 * W), ldt = 16 * NK + 8;
   const int ldo = 16 * NK + 4;
@@ -1004,6 +1029,12 @@ static __global__ void __launch_bounds__(32 * W)
         unsigned pa[4], da[4];
         pack_a(pa, pv);
         pack_a(da, dv);
+        if (DS) {  // pack_a's registers: rows g, g + 8; columns 2t, 2t + 1 and 8 further
+          bf16_t *d = ds + ((int64_t)bh * N + key[0]) * lds + q0 + 16 * kk + 2 * t;
+          if (key[0] < N) *(unsigned *)d = da[0], *(unsigned *)(d + 8) = da[2];
+          d += 8 * lds;
+          if (key[1] < N) *(unsigned *)d = da[1], *(unsigned *)(d + 8) = da[3];
+        }
         mma_accumulate<NK>(av, pa, tdO, kk);  // dV += P^T dO
         mma_accumulate<NK>(ak, da, tQ, kk);   // dK += dS^T Q
       }
@@ -1018,6 +1049,70 @@ static __global__ void __launch_bounds__(32 * W)
   store_rows<16 * W, 32 * W>(dqkv, at + C, ld, sdK, ldo, scale, k0, N, D, 1, pk);
   store_rows<16 * W, 32 * W>(dqkv, at + 2 * C, ld, sdV, ldo, 1.0f, k0, N, D, 1,
                              pk ? pk + C : NULL);
+}
+
+// delta (rows_delta's sums, the same bits) for the backward that stores dS, whose dk/dv kernel
+// runs before its dq kernel: a warp per row of (B H, N), 8 rows a block.
+static __global__ void __launch_bounds__(256)
+    mma_delta_kernel(float *delta, const bf16_t *dout, const bf16_t *out, int N, int H, int D) {
+  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, lane = threadIdx.x & 31;
+  const int q = blockIdx.y * 8 + (threadIdx.x >> 5);
+  if (q >= N) return;  // the whole warp
+  const int64_t at = ((int64_t)b * N + q) * H * D + (int64_t)h * D;
+  float s = 0.0f;
+  for (int c = lane; c < D; c += 32) s += widen(dout[at + c]) * widen(out[at + c]);
+  s = vt_warp_sum(s);
+  if (lane == 0) delta[(int64_t)bh * N + q] = s;
+}
+
+// dq from the dS^T that mma_dkv_kernel<NK, W, true> stored: dQ = dS K, one step per key tile,
+// the same products in the same order as mma_dq_kernel's (the same bits: S^T and S are the same
+// sums) without making S, P and dP again. Shared memory: two buffers each of K (64 rows) and of
+// dS^T (64 keys x the block's 16 W queries, row stride 16 W + 8); after the loop the dQ rows.
+template <int NK, int W>
+static __global__ void __launch_bounds__(32 * W)
+    mma_dqs_kernel(float *dqkv, float *part, const bf16_t *ds, int lds, const bf16_t *qkv, int N,
+                   int H, int D, float scale) {
+  extern __shared__ __align__(128) unsigned char fa_shared[];
+  const int TS = mma_tile(NK), TD = mma_tile(W), ldd = 16 * W + 8;
+  bf16_t *sK = (bf16_t *)fa_shared, *sS = sK + 2 * TS;
+  float *sdQ = (float *)fa_shared;
+  const int bh = blockIdx.x, b = bh / H, h = bh - b * H, q0 = blockIdx.y * 16 * W;
+  const int w = threadIdx.x >> 5;
+  const int64_t C = (int64_t)H * D, ld = 3 * C;
+  const bf16_t *kb = qkv + (int64_t)b * N * ld + C + (int64_t)h * D;
+  const bf16_t *db = ds + (int64_t)bh * N * lds + q0;  // the block's columns of the head's dS^T
+  const int T = (N + FA_TILE - 1) / FA_TILE;
+  // dS^T's tiles by tile_async as (64, 16 W) tiles: "NK" W, "D" the columns left in a row
+  tile_async<NK, W>(sK, kb, ld, 0, N, D);
+  tile_async<W, W>(sS, db, lds, 0, N, lds - q0);
+  vt_cp_async_commit();
+  const bool live = q0 + 16 * w < N;
+  float acc[2 * NK][4];
+#pragma unroll
+  for (int jd = 0; jd < 2 * NK; jd++) acc[jd][0] = acc[jd][1] = acc[jd][2] = acc[jd][3] = 0.0f;
+  for (int s = 0; s < T; s++) {
+    if (s + 1 < T) {
+      tile_async<NK, W>(sK + ((s + 1) & 1) * TS, kb, ld, (s + 1) * FA_TILE, N, D);
+      tile_async<W, W>(sS + ((s + 1) & 1) * TD, db, lds, (s + 1) * FA_TILE, N, lds - q0);
+    }
+    vt_cp_async_commit();
+    vt_cp_async_wait<1>();
+    __syncthreads();
+    const bf16_t *tK = sK + (s & 1) * TS, *tS = sS + (s & 1) * TD;
+    const int k0 = s * FA_TILE, kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
+    if (live)
+#pragma unroll
+      for (int kk = 0; kk < MMA_NB / 2; kk++) {
+        if (16 * kk >= kc) break;
+        unsigned da[4];
+        frag_a_trans(da, tS + 16 * kk * ldd + 16 * w, ldd);
+        mma_accumulate<NK>(acc, da, tK, kk);  // dQ += dS K
+      }
+    __syncthreads();  // step s + 2's copies go into these buffers
+  }
+  // every copy has landed (the last wait): sdQ's buffers are free
+  mma_store_dq<NK, W>(dqkv, part, sdQ, acc, b, h, q0, N, H, D, scale);
 }
 
 // ---- host side -------------------------------------------------------------------------------
@@ -1082,14 +1177,18 @@ static void fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N, 
 // The backward's op scratch: delta (B, H, N), and with dbias the bias partials, one row of 3HD
 // per (image, tile of N): each block writes its head's columns of its row; bwd_bias then sums
 // the rows in order into dbias.
+// The backward's op scratch: delta, the bias partials with dbias, and ds_bytes for the mma.sync
+// backward's stored dS (ds may be NULL when ds_bytes is 0).
 static void bwd_scratch(int64_t B, int64_t N, int64_t H, int64_t D, unsigned tiles, int dbias,
-                        float **delta, float **part) {
+                        float **delta, float **part, size_t ds_bytes = 0, bf16_t **ds = NULL) {
   const int64_t nchunk = B * tiles, ld = 3 * H * D;
   size_t end = 0;
   const size_t at_delta = vt_cuda_carve(&end, (size_t)(B * H * N) * sizeof(float));
   const size_t at_part = vt_cuda_carve(&end, dbias ? (size_t)(nchunk * ld) * sizeof(float) : 0);
+  const size_t at_ds = vt_cuda_carve(&end, ds_bytes);
   char *base = (char *)vt_cuda_scratch(end);
   *delta = (float *)(base + at_delta), *part = dbias ? (float *)(base + at_part) : NULL;
+  if (ds) *ds = ds_bytes ? (bf16_t *)(base + at_ds) : NULL;
 }
 
 static void bwd_bias(float *dbias, const float *part, int64_t nchunk, int64_t ld) {
@@ -1126,37 +1225,60 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
 // The mma.sync kernels' dynamic shared memory in bytes for NK = Dp / 16 and W warps (the layouts
 // in the kernels' comments): the forward's Q and two buffers each of K and V; the dq kernel's
 // Q, dO and O, two buffers each of K and V, and two rows of 16 W statistics; the dk/dv kernel's
-// K and V, two buffers each of Q and dO, and four rows of 64 statistics.
-enum { MMA_FWD, MMA_DQ, MMA_DKV };
+// K and V, two buffers each of Q and dO, and four rows of 64 statistics; the stored-dS dq
+// kernel's two buffers each of K and dS^T, or its fp32 dQ rows after them.
+enum { MMA_FWD, MMA_DQ, MMA_DKV, MMA_DQS };
 static size_t mma_smem(int kernel, int NK, int W) {
   const size_t own = mma_tile(NK, 16 * W) * sizeof(bf16_t),
                streamed = mma_tile(NK) * sizeof(bf16_t);
   if (kernel == MMA_FWD) return own + 4 * streamed;
   if (kernel == MMA_DQ) return 3 * own + 4 * streamed + 2 * 16 * W * sizeof(float);
-  return 2 * own + 4 * streamed + 4 * FA_TILE * sizeof(float);
+  if (kernel == MMA_DKV) return 2 * own + 4 * streamed + 4 * FA_TILE * sizeof(float);
+  const size_t loop = 2 * streamed + 2 * mma_tile(W) * sizeof(bf16_t),
+               rows = (size_t)16 * W * (16 * NK + 4) * sizeof(float);
+  return loop > rows ? loop : rows;
 }
 
-// The backward's two kernels; delta and part from bwd_scratch (part NULL without dbias), which
-// they overwrite: launched again, they write the same.
+// The backward's kernels; delta and part from bwd_scratch (part NULL without dbias), which they
+// overwrite: launched again, they write the same. With ds (bwd_scratch's, row stride lds) the
+// dk/dv kernel stores dS^T there and the dq kernel reads it (delta made first by its own
+// kernel); without, the dq kernel (and delta) first, then the dk/dv kernel, each making S, P and
+// dP. Both ways give the same bits.
 template <int NK, int W>
-static void mma_bwd(float *dqkv, float *delta, float *part, const float *dout, const float *qkv,
-                    const float *out, const float *lse, int64_t B, int64_t N, int64_t H,
-                    int64_t D, const vt_dropout_mask &drop) {
-  static int allowed_dq, allowed_dkv;
+static void mma_bwd(float *dqkv, float *delta, float *part, bf16_t *ds, int lds,
+                    const float *dout, const float *qkv, const float *out, const float *lse,
+                    int64_t B, int64_t N, int64_t H, int64_t D, const vt_dropout_mask &drop) {
+  static int allowed_dq, allowed_dkv, allowed_dkvs, allowed_dqs;
   const dim3 grid = fa_grid("attention_bwd", B, N, H, D, 16 * W);
   const size_t smem_dq = mma_smem(MMA_DQ, NK, W), smem_dkv = mma_smem(MMA_DKV, NK, W);
-  fa_smem_allow("attention_bwd", (const void *)mma_dq_kernel<NK, W>, smem_dq, D, &allowed_dq);
-  fa_smem_allow("attention_bwd", (const void *)mma_dkv_kernel<NK, W>, smem_dkv, D,
-                &allowed_dkv);
   const float scale = 1.0f / sqrtf((float)D);
   const uint32_t stream = vt_hash_name("dropout");
+  const bf16_t *dy = (const bf16_t *)dout, *x = (const bf16_t *)qkv, *y = (const bf16_t *)out;
+  if (ds) {
+    const size_t smem_dqs = mma_smem(MMA_DQS, NK, W);
+    fa_smem_allow("attention_bwd", (const void *)mma_dkv_kernel<NK, W, true>, smem_dkv, D,
+                  &allowed_dkvs);
+    fa_smem_allow("attention_bwd", (const void *)mma_dqs_kernel<NK, W>, smem_dqs, D,
+                  &allowed_dqs);
+    mma_delta_kernel<<<dim3(grid.x, (unsigned)((N + 7) / 8)), 256, 0, vt_cuda_stream()>>>(
+        delta, dy, y, (int)N, (int)H, (int)D);
+    VT_CUDA_CHECK_LAUNCH();
+    mma_dkv_kernel<NK, W, true><<<grid, 32 * W, smem_dkv, vt_cuda_stream()>>>(
+        dqkv, part, dy, x, lse, delta, (int)N, (int)H, (int)D, scale, drop, stream, ds, lds);
+    VT_CUDA_CHECK_LAUNCH();
+    mma_dqs_kernel<NK, W><<<grid, 32 * W, smem_dqs, vt_cuda_stream()>>>(
+        dqkv, part, ds, lds, x, (int)N, (int)H, (int)D, scale);
+    VT_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  fa_smem_allow("attention_bwd", (const void *)mma_dq_kernel<NK, W>, smem_dq, D, &allowed_dq);
+  fa_smem_allow("attention_bwd", (const void *)mma_dkv_kernel<NK, W, false>, smem_dkv, D,
+                &allowed_dkv);
   mma_dq_kernel<NK, W><<<grid, 32 * W, smem_dq, vt_cuda_stream()>>>(
-      dqkv, part, delta, (const bf16_t *)dout, (const bf16_t *)qkv, (const bf16_t *)out, lse,
-      (int)N, (int)H, (int)D, scale, drop, stream);
+      dqkv, part, delta, dy, x, y, lse, (int)N, (int)H, (int)D, scale, drop, stream);
   VT_CUDA_CHECK_LAUNCH();
-  mma_dkv_kernel<NK, W><<<grid, 32 * W, smem_dkv, vt_cuda_stream()>>>(
-      dqkv, part, (const bf16_t *)dout, (const bf16_t *)qkv, lse, delta, (int)N, (int)H, (int)D,
-      scale, drop, stream);
+  mma_dkv_kernel<NK, W, false><<<grid, 32 * W, smem_dkv, vt_cuda_stream()>>>(
+      dqkv, part, dy, x, lse, delta, (int)N, (int)H, (int)D, scale, drop, stream, NULL, 0);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -1331,21 +1453,28 @@ static int mma_path(int64_t D, const void *a, const void *b, const void *c) {
   return on && vt_cuda_bf16() && D <= 80 && D % 8 == 0 && any % 16 == 0;
 }
 
-// ---- the mma.sync kernels' rows per block ------------------------------------------------------
-// 64 (W = 4 warps) or 128 (8 warps: each streamed tile loaded once for twice the rows, fewer
-// blocks fit on an SM); which is faster depends on the GPU and the shape. VT_ATTN_ROWS=64 or 128
-// fixes it; unset (or auto), the first call of each shape and direction times both on its own
-// operands (one warming launch each, then two between events; the host waits for it there, once
-// per shape) and keeps the faster for the process. Both give the same bits (store_rows), so the
-// pick changes only the time: ranks or runs that pick differently still agree to the last bit.
-// VT_ATTN_REPORT=1 prints each pick with its times (tests/gpu/run.sh).
-#define ROWS_PICKS 32
+// ---- the mma.sync kernels' variants ------------------------------------------------------------
+// Rows per block: 64 (W = 4 warps) or 128 (8 warps: each streamed tile loaded once for twice the
+// rows, fewer blocks fit on an SM). The backward's dS: made again in the dq kernel (S, P and dP
+// from Q, K, V and dO, as the dk/dv kernel makes them), or stored (MMA_DS: the dk/dv kernel
+// writes dS^T, bf16, B H N round16(N) elements of op scratch, and the dq kernel reads it: one
+// product per score instead of three, no exponential; only up to MMA_DS_MAX bytes unless set).
+// Which is faster depends on the GPU and the shape. VT_ATTN_ROWS=64|128 fixes the rows,
+// VT_ATTN_DS=1|0 the stored dS; unset (or auto), the first call of each shape and direction
+// times each variant left on its own operands (one warming launch each, then two between
+// events; the host waits for it there, once per shape) and keeps the fastest for the process.
+// All give the same bits (store_rows; S^T and S are the same sums), so the pick changes only
+// the time: ranks or runs that pick differently still agree to the last bit. VT_ATTN_REPORT=1
+// prints each pick with its times (tests/gpu/run.sh).
+#define MMA_DS 16  // a variant: W, plus MMA_DS where the backward stores dS
+#define MMA_DS_MAX ((size_t)1 << 30)
+#define PICKS 32
 typedef struct {
   int64_t B, N, H, D;
-  int bwd, W;
-} rows_pick;
-static rows_pick g_rows[ROWS_PICKS];
-static int g_nrows = 0;
+  int bwd, v;
+} variant_pick;
+static variant_pick g_picks[PICKS];
+static int g_npicks = 0;
 
 // W set by VT_ATTN_ROWS, or 0: timed per shape.
 static int rows_fixed(void) {
@@ -1361,44 +1490,78 @@ static int rows_fixed(void) {
   return w;
 }
 
-// The warps per block for this call of op (bwd: the backward's kernels): fixed, picked before
-// for this shape, or picked now by timing launch(4) against launch(8); 4 where 8 warps' shared
-// memory would not fit (D = 80's dq kernel on a GPU with 99 KiB a block). launch(w) runs the
-// op's kernels with w warps per block; each launch rewrites the same outputs, adding into none.
-template <typename L>
-static int rows_for(const char *op, int bwd, int64_t B, int64_t N, int64_t H, int64_t D,
-                    L launch) {
-  const int fixed = rows_fixed();
-  if (fixed) return fixed;
-  for (int i = 0; i < g_nrows; i++) {
-    const rows_pick *r = &g_rows[i];
-    if (r->B == B && r->N == N && r->H == H && r->D == D && r->bwd == bwd) return r->W;
+// 1 (store dS) or 0 (make it again) set by VT_ATTN_DS, or -1: timed per shape.
+static int ds_fixed(void) {
+  static int d = -2;
+  if (d == -2) {
+    const char *e = getenv("VT_ATTN_DS");
+    const int is_auto = !e || !*e || strcmp(e, "auto") == 0;
+    VT_CHECK(is_auto || strcmp(e, "0") == 0 || strcmp(e, "1") == 0,
+             "VT_ATTN_DS=%s: give 1 (the attention backward stores its score gradients), 0 "
+             "(its dq kernel makes them again) or auto (unset: the faster, timed per shape)", e);
+    d = is_auto ? -1 : e[0] == '1';
   }
-  const int nk = (int)((D + 15) / 16);
+  return d;
+}
+
+static void variant_name(char *buf, size_t size, int v, int bwd) {
+  snprintf(buf, size, "%d rows%s", 16 * (v & (MMA_DS - 1)),
+           !bwd ? "" : v & MMA_DS ? " + dS stored" : " + dS made again");
+}
+
+// The variant for this call of op (bwd: the backward's kernels; ds_ok: dS fits MMA_DS_MAX):
+// the only one the settings leave (4 warps where 8 warps' shared memory would not fit: D = 80's
+// dq kernel on a GPU with 99 KiB a block), the one picked before for this shape, or the fastest
+// of them, timed now. launch(v) runs the op's kernels in variant v; each launch rewrites the
+// same outputs, adding into none.
+template <typename L>
+static int variant_for(const char *op, int bwd, int64_t B, int64_t N, int64_t H, int64_t D,
+                       int ds_ok, L launch) {
+  const int wf = rows_fixed(), df = bwd ? ds_fixed() : 0, nk = (int)((D + 15) / 16);
   const size_t need8 = bwd ? mma_smem(MMA_DQ, nk, 8) : mma_smem(MMA_FWD, nk, 8);
-  if (g_nrows == ROWS_PICKS || need8 > smem_optin()) return 4;
+  int cand[4], n = 0;
+  for (int w = 4; w <= 8; w += 4) {
+    if (wf ? w != wf : w == 8 && need8 > smem_optin()) continue;
+    for (int d = 0; d <= 1; d++)
+      if (df >= 0 ? d == df : d == 0 || ds_ok) cand[n++] = w | (d ? MMA_DS : 0);
+  }
+  if (n == 1) return cand[0];
+  for (int i = 0; i < g_npicks; i++) {
+    const variant_pick *p = &g_picks[i];
+    if (p->B == B && p->N == N && p->H == H && p->D == D && p->bwd == bwd) return p->v;
+  }
+  if (g_npicks == PICKS) return cand[0];
   enum { REPS = 2 };
-  cudaEvent_t e[3];
-  for (int i = 0; i < 3; i++) VT_CUDA_CHECK(cudaEventCreateWithFlags(&e[i], cudaEventDefault));
-  launch(4), launch(8);  // the first launches: shared memory limits raised, caches warm
+  cudaEvent_t e[5];
+  float t[4];
+  for (int i = 0; i <= n; i++) VT_CUDA_CHECK(cudaEventCreateWithFlags(&e[i], cudaEventDefault));
+  for (int i = 0; i < n; i++) launch(cand[i]);  // the first launches: limits raised, caches warm
   VT_CUDA_CHECK(cudaEventRecord(e[0], vt_cuda_stream()));
-  for (int r = 0; r < REPS; r++) launch(4);
-  VT_CUDA_CHECK(cudaEventRecord(e[1], vt_cuda_stream()));
-  for (int r = 0; r < REPS; r++) launch(8);
-  VT_CUDA_CHECK(cudaEventRecord(e[2], vt_cuda_stream()));
-  VT_CUDA_CHECK(cudaEventSynchronize(e[2]));
-  float t4 = 0.0f, t8 = 0.0f;
-  VT_CUDA_CHECK(cudaEventElapsedTime(&t4, e[0], e[1]));
-  VT_CUDA_CHECK(cudaEventElapsedTime(&t8, e[1], e[2]));
-  for (int i = 0; i < 3; i++) VT_CUDA_CHECK(cudaEventDestroy(e[i]));
-  const int w = t8 < t4 ? 8 : 4;
-  g_rows[g_nrows++] = rows_pick{B, N, H, D, bwd, w};
+  for (int i = 0; i < n; i++) {
+    for (int r = 0; r < REPS; r++) launch(cand[i]);
+    VT_CUDA_CHECK(cudaEventRecord(e[i + 1], vt_cuda_stream()));
+  }
+  VT_CUDA_CHECK(cudaEventSynchronize(e[n]));
+  int best = 0;
+  for (int i = 0; i < n; i++) {
+    VT_CUDA_CHECK(cudaEventElapsedTime(&t[i], e[i], e[i + 1]));
+    if (t[i] < t[best]) best = i;
+  }
+  for (int i = 0; i <= n; i++) VT_CUDA_CHECK(cudaEventDestroy(e[i]));
+  g_picks[g_npicks++] = variant_pick{B, N, H, D, bwd, cand[best]};
   const char *rep = getenv("VT_ATTN_REPORT");
-  if (rep && strcmp(rep, "1") == 0)
-    fprintf(stderr, "vit3d: %s B=%lld N=%lld H=%lld D=%lld: 64 rows a block %.3f ms, 128 rows "
-            "%.3f ms: %d rows\n", op, (long long)B, (long long)N, (long long)H, (long long)D,
-            t4 / REPS, t8 / REPS, 16 * w);
-  return w;
+  if (rep && strcmp(rep, "1") == 0) {
+    char line[512], name[64];
+    int k = snprintf(line, sizeof line, "vit3d: %s B=%lld N=%lld H=%lld D=%lld:", op,
+                     (long long)B, (long long)N, (long long)H, (long long)D);
+    for (int i = 0; i < n; i++) {
+      variant_name(name, sizeof name, cand[i], bwd);
+      k += snprintf(line + k, sizeof line - k, " %s %.3f ms,", name, t[i] / REPS);
+    }
+    variant_name(name, sizeof name, cand[best], bwd);
+    fprintf(stderr, "%s kept %s\n", line, name);
+  }
+  return cand[best];
 }
 
 template <int NK, int W>
@@ -1432,7 +1595,7 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, 
   if (mma_path(D, out, qkv, NULL)) {
     const vt_dropout_mask m = drop_arg(drop);
     auto launch = [&](int w) { MMA_DISPATCH(mma_fwd, D, w, out, lse, qkv, B, N, H, D, m); };
-    launch(rows_for("attention_fwd", 0, B, N, H, D, launch));
+    launch(variant_for("attention_fwd", 0, B, N, H, D, 0, launch));
     return;
   }
   const int bf16 = vt_cuda_bf16(), nf = fa_nf("attention_fwd", D, bf16);
@@ -1448,12 +1611,21 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *do
   // bf16 (vt_ops.h): dout and dqkv are bf16 activations as well.
   const vt_dropout_mask m = drop_arg(drop);
   if (mma_path(D, dout, qkv, out)) {
+    // dS^T's scratch where a variant may store it (the first call's timing grows the op
+    // scratch by it even where the pick makes dS again).
+    const int lds = (int)((N + 15) & ~15), df = ds_fixed();
+    const size_t ds_bytes = (size_t)(B * H * N) * lds * sizeof(bf16_t);
+    const int ds_ok = ds_bytes <= MMA_DS_MAX;
     float *delta, *part;
-    bwd_scratch(B, N, H, D, fa_tiles((int)N), dbias != NULL, &delta, &part);
-    auto launch = [&](int w) {
-      MMA_DISPATCH(mma_bwd, D, w, dqkv, delta, part, dout, qkv, out, lse, B, N, H, D, m);
+    bf16_t *ds;
+    bwd_scratch(B, N, H, D, fa_tiles((int)N), dbias != NULL, &delta, &part,
+                df == 1 || (df < 0 && ds_ok) ? ds_bytes : 0, &ds);
+    auto launch = [&](int v) {
+      bf16_t *dsv = v & MMA_DS ? ds : NULL;
+      MMA_DISPATCH(mma_bwd, D, v & (MMA_DS - 1), dqkv, delta, part, dsv, lds, dout, qkv, out,
+                   lse, B, N, H, D, m);
     };
-    launch(rows_for("attention_bwd", 1, B, N, H, D, launch));
+    launch(variant_for("attention_bwd", 1, B, N, H, D, ds_ok, launch));
     bwd_bias(dbias, part, B * fa_tiles((int)N), 3 * H * D);
     return;
   }

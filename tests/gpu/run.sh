@@ -4,7 +4,8 @@
 # own timeout inside one overall deadline (VT_GPU_BUDGET_S, default 470 s):
 #   1. build vit3d with CUDA for sm_90 (MPI, OpenBLAS, libpng, stb_image only where present;
 #      NCCL from the CUDA toolkit, else from PyTorch's nvidia-nccl wheel)
-#   2. the cuda-labelled tests (ctest -L cuda: every op on CUDA against the CPU backend)
+#   2. the cuda-labelled tests (ctest -L cuda: every op on CUDA against the CPU backend), then
+#      the attention's kernel variants against each other (the same bits required)
 #   3. 100 training steps of the tiny model with drop path, same seed and synthetic data: on
 #      CUDA in bf16 (twice: the same bits are required) and fp32, on the CPU in bf16 (the twin)
 #      and fp32; the loss curves compared (tests/compare_curves.py); then 20 bf16 steps of the
@@ -15,9 +16,9 @@
 #      --peak-tflops 989), against timm's vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW,
 #      same batch), eager and torch.compile, measured in the same run when python3 imports torch
 #      and timm; then, as time allows: the time per op (bench_gpu --ops; the mma.sync
-#      attention's 64 against 128 rows a block as its first calls timed them), again with the
-#      WMMA attention (VT_ATTN_MMA=0), the LayerNorm backward in two passes (VT_LN_FUSED=0), the
-#      linear forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms timed
+#      attention's variants, 64 or 128 rows a block and dS stored or made again, as its first
+#      calls timed them), again with the WMMA attention (VT_ATTN_MMA=0), the LayerNorm
+#      backward in two passes (VT_LN_FUSED=0), the linear forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms timed
 #      (VT_CUBLASLT_TUNE=8); the Linears' GEMMs alone against a square one (bench_gemm:
 #      cublasGemmEx and cuBLASLt's algorithms); Nsight Compute's counters for the attention,
 #      LayerNorm, activation and column-sum kernels and the first forward GEMMs (a line per
@@ -166,6 +167,25 @@ if ((built)) && part tests; then
     else
       note "the attention rows fail with VT_ATTN_MMA=0 too: not (only) the mma.sync kernels"
     fi
+  fi
+  # The mma.sync attention's variants (attention.cu's variant_for) must make the same bits on
+  # the GPU as on the emulation (tests/test_attention_variants.sh): the backward's dS made again
+  # in the dq kernel from S = Q K^T on 64-row blocks, and stored from the dk/dv kernel's S^T =
+  # K Q^T on 128-row blocks; the op test's lines (the bits' hashes included) compared.
+  if ((crc == 0 && !cpu_only)) && [[ ${VT_ATTN_MMA:-1} != 0 ]]; then
+    va=$out/variant_a.txt vb=$out/variant_b.txt
+    run "$(cap 60 200)" "$va" env VT_ATTN_ROWS=64 VT_ATTN_DS=0 "$build/tests/test_cuda_ops" \
+      attention_fwd attention_bwd
+    run "$(cap 60 200)" "$vb" env VT_ATTN_ROWS=128 VT_ATTN_DS=1 "$build/tests/test_cuda_ops" \
+      attention_fwd attention_bwd
+    if cmp -s <(tail -n +2 "$va") <(tail -n +2 "$vb") && grep -q 'checks, 0 failed' "$va"; then
+      note "attention variants (64 rows, dS made again; 128 rows, dS stored): the same bits"
+    else
+      note "attention variants DIFFER or fail (64 rows, dS made again; 128 rows, stored): ctest.log"
+      diff "$va" "$vb" | head -20
+    fi
+    { echo "==== attention variants ===="; diff "$va" "$vb"; cat "$va"; } >>"$clog"
+    rm -f "$va" "$vb"
   fi
   # The LayerNorm backward makes its parameter partials in the input gradient's pass
   # (src/cuda/layernorm.cu, first run on a GPU after 2026-12-04); when its rows fail, one rerun
@@ -359,12 +379,13 @@ if ((built)) && part ops && (($(left) > 90)); then
         awk '{t = ""; if ($NF ~ /^(tflops|gbps)=/) t = ", " $NF
               printf "%s%s %s ms (%s%s)", (NR > 1 ? ", " : ""), $3, $5, $7, t}')
   note "per-op ms per step, bf16 $model batch $mb, largest first (synchronized): ${top:-none (see bench.log)}"
-  # The mma.sync attention's rows per block, 64 or 128, as each shape's first call timed them
-  # (attention.cu's rows_for; the faster is kept, the same bits either way).
+  # The mma.sync attention's variants, 64 or 128 rows per block and (backward) dS stored or made
+  # again, as each shape's first call timed them (attention.cu's variant_for; the fastest is
+  # kept, the same bits either way).
   picks=$(tail -n +"$from" "$blog2" | grep -oE 'vit3d: attention_(fwd|bwd) B=.*' | sort -u |
-          sed -E 's/vit3d: (attention_[a-z]+) B=([0-9]+) N=([0-9]+) H=[0-9]+ D=([0-9]+): 64 rows a block ([0-9.]+) ms, 128 rows ([0-9.]+) ms: ([0-9]+) rows/\1 B=\2 N=\3 D=\4 64: \5 ms, 128: \6 ms, kept \7/' |
-          paste -sd';' -)
-  ((cpu_only)) || note "attention rows per block, timed at each shape's first call: ${picks:-none reported}"
+          sed -E 's/^vit3d: //; s/ H=[0-9]+//; s/ rows/r/g; s/ \+ dS made again/ again/g;
+                  s/ \+ dS stored/ stored/g' | paste -sd';' -)
+  ((cpu_only)) || note "attention variants, timed at each shape's first call: ${picks:-none reported}"
 fi
 
 # The Linears' GEMMs alone (tests/gpu/bench_gemm.cu): cublasGemmEx, cuBLASLt's first algorithm

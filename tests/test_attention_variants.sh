@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# test_attention_variants.sh TEST_CUDA_OPS_EMU PICKS: the mma.sync attention kernels on the CUDA
+# emulation in every variant (attention.cu's variant_for) must print the same lines, the bits'
+# hashes included (the same bits, the bias gradient's partials too):
+#   64 and 128 rows per block (VT_ATTN_ROWS) with every cp.async landing as soon as it is issued
+#   (EMU_CP_ASYNC=early, emu.cpp: a copy into a tile that other threads still read changes what
+#   they read), and with the copies landing at their wait; the backward's dS made again in its
+#   dq kernel and stored by its dk/dv kernel (VT_ATTN_DS); and as a run has them by default
+#   (each shape's first call times the variants and keeps the fastest), whose picks
+#   VT_ATTN_REPORT prints into PICKS.
+set -uo pipefail
+ops=$1 picks=$2
+names=("64 rows, dS again, copies early" "128 rows, dS stored, copies early"
+       "128 rows, dS again" "64 rows, dS stored" "timed picks")
+envs=("EMU_CP_ASYNC=early VT_ATTN_ROWS=64 VT_ATTN_DS=0"
+      "EMU_CP_ASYNC=early VT_ATTN_ROWS=128 VT_ATTN_DS=1"
+      "VT_ATTN_ROWS=128 VT_ATTN_DS=0" "VT_ATTN_ROWS=64 VT_ATTN_DS=1" "VT_ATTN_REPORT=1")
+outs=() fail=0
+for i in "${!names[@]}"; do
+  # shellcheck disable=SC2086 # the settings split into words
+  outs[i]=$(env ${envs[i]} "$ops" attention_fwd attention_bwd 2>"$picks.$i") ||
+    { echo "${outs[i]}"; cat "$picks.$i"; echo "FAIL: ${names[i]}: the op test failed"; fail=1; }
+  ((i == 0)) && echo "${outs[0]}"
+  ((i > 0)) && [[ ${outs[i]} != "${outs[0]}" ]] && {
+    echo "FAIL: ${names[i]} printed other lines than ${names[0]}:"
+    diff <(echo "${outs[0]}") <(echo "${outs[i]}") | head -20
+    fail=1
+  }
+done
+mv "$picks.4" "$picks" && rm -f "$picks".[0-3]
+grep 'vit3d: attention_' "$picks"
+grep -q 'attention_fwd B=2 N=197 H=3 D=64: .* kept [0-9]* rows$' "$picks" &&
+  grep -q 'attention_bwd B=2 N=197 H=3 D=64: .*dS stored.* kept [0-9]* rows + dS' "$picks" ||
+  { echo "FAIL: the timed picks were not reported"; fail=1; }
+((fail)) && exit 1
+echo "PASS: ${#names[@]} variants printed the same lines"
