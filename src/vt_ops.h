@@ -114,10 +114,13 @@ void vt_act_bwd(const vt_backend *be, float *dinp, float *dbias, const float *in
 // columns h*D (timm's transpose-reshape). lse (B, H, N) fp32, saved for the backward: per query
 // row i the log of the softmax denominator, lse_i = log sum_j exp(s_ij), s = q k^T / sqrt(D).
 // Both backends compute the same values with the same rounding points (only summation orders
-// differ): with m_i = max_j s_ij, the unnormalised probabilities e_ij = exp(s_ij - m_i),
+// differ): with m_i = ln 2 ceil(log2 e max_j s_ij), the row's maximum rounded up to a whole
+// power of two of e's scale, the unnormalised probabilities e_ij = exp(s_ij - m_i),
 // l_i = sum_j e_ij (unrounded), lse_i = m_i + log l_i and out_i = (sum_j e_ij v_j) (1 / l_i),
-// e rounded to bf16 in bf16 precision: a kernel makes l and the products in one pass over the
-// keys after one for the maxima (the rounded e does not depend on how the keys are tiled).
+// e rounded to bf16 in bf16 precision. Any whole power of two in m's place scales e, l and
+// e v by a power of two and rounds the same, so a kernel may make all of it in one pass over
+// the keys, with the running maximum so rounded, scaling what it has by 2^-k when that moves up
+// k: the rounded e does not depend on how the keys are tiled (short of values below 2^-126).
 // Under TP, H is the local head count.
 // Dropout of the probabilities (timm's attn_drop; drop NULL: none): with d_ij = fl(e_ij * scale)
 // where the mask keeps (i, j), else 0, out_i = (sum_j d_ij v_j) (1 / l_i) (d rounded to bf16 in
@@ -148,7 +151,7 @@ void vt_attention_bwd(const vt_backend *be, float *dqkv, float *dbias, const flo
 // bf16 activation); lse (B, H) fp32 saved for the backward. With s_t = q_h . k_t / sqrt(D):
 // m = max_t s_t, e_t = exp(s_t - m) (rounded to bf16 in bf16 precision), l = sum_t e_t
 // (unrounded), lse = m + log l, out = (sum_t e_t v_t) (1 / l): attention_fwd's arithmetic with
-// one query row.
+// one query row, m being the exact maximum here (the whole row is at hand).
 void vt_latent_attention_fwd(const vt_backend *be, float *out, float *lse, const float *q,
                              const float *kv, int64_t B, int64_t N, int64_t H, int64_t D);
 // dq (H*D) fp32, overwritten: the sum over the samples (in order 0..B-1) of each one's query

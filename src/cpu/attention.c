@@ -57,11 +57,12 @@ static float sum16(const float *x, int64_t n) {
 }
 
 // Each of the N rows of the scores s (N, N) in place: e_j = exp(s_j - m), m the row's maximum
-// (vt_ops.h's unnormalised probabilities); inv = 1 / sum_j e_j and lse = m + log sum_j e_j.
+// rounded up to a whole power of two of e's scale (vt_ops.h's unnormalised probabilities);
+// inv = 1 / sum_j e_j and lse = m + log sum_j e_j.
 static void exp_rows(float *s, float *lse, float *inv, int64_t N) {
   for (int64_t i = 0; i < N; i++) {
     float *r = s + i * N;
-    const float mx = max16(r, N);
+    const float mx = ceilf(max16(r, N) * 1.44269504088896341f) * 0.69314718055994531f;
     for (int64_t j = 0; j < N; j++) r[j] = vt_cpu_exp_nonpos(r[j] - mx);
     const float sum = sum16(r, N);
     lse[i] = mx + logf(sum);

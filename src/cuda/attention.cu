@@ -11,9 +11,10 @@
 // which also make the qkv bias gradient's per-tile column sums (summed in order afterwards).
 // The mma.sync backward may instead keep the score gradients dS (bf16, O(N^2) per head, in op
 // scratch) from its dk/dv kernel for its dq kernel, where that is faster (variant_for).
-// The forward makes two passes over the keys (the row maxima m, then e = exp(s - m), its row
-// sums and e v), so that e is rounded at the CPU twin's point whatever the tiles (one extra
-// q k^T, ~2% of a ViT block's FLOPs, but one exponential per score).
+// The WMMA forward makes two passes over the keys (the row maxima m, then e = exp(s - m), its
+// row sums and e v), the mma.sync one a single pass with running maxima; m being the maximum
+// rounded up to a whole power of two of e's scale (vt_ops.h), e is rounded at the CPU twin's
+// point whatever the tiles either way, and there is one exponential per score.
 // Dropout of the probabilities (timm's attn_drop) draws its mask from Philox numbers in each
 // kernel (one call per 4 numbers along a row, per number along a column in the dk/dv kernel);
 // nothing is stored. Reads the heads straight out of the timm qkv layout. In bf16 with D <= 80
@@ -36,6 +37,8 @@
 #define FA_TILE 64               // queries (or keys) per block and keys (or queries) per step
 #define FA_WARPS (FA_TILE / 16)  // one warp per 16 rows of a tile
 #define FA_THREADS (32 * FA_WARPS)
+#define MMA_LOG2E 1.4426950408889634f
+#define MMA_LN2 0.69314718055994531f
 
 // 64-row tiles of N: also the qkv bias gradient's partials per image (store_rows).
 static __host__ __device__ __forceinline__ int fa_tiles(int N) {
@@ -408,8 +411,10 @@ static __global__ void __launch_bounds__(FA_THREADS)
     for (int c = c0; c < c0 + 32 && c < kn; c++) m = fmaxf(m, sSw[rr * d.lds + c] * scale);
     __syncwarp();  // the scores are read before the next step overwrites them
   }
-  // The row's maximum from its two lanes' (one that saw no column, N <= 32, has -inf).
+  // The row's maximum from its two lanes' (one that saw no column, N <= 32, has -inf), rounded
+  // up to a whole power of two of e's scale (vt_ops.h).
   m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  m = ceilf(m * MMA_LOG2E) * MMA_LN2;
   // Pass 2: O = sum over key tiles of e v, e = exp(s - m) (with dropout, d) as T (bf16: rounded,
   // the CPU's point), and this lane's share of the row's l = sum e.
   const int row = 16 * w + rr;
@@ -595,33 +600,30 @@ static __global__ void __launch_bounds__(FA_THREADS)
 }
 
 // ---- bf16 on mma.sync, D up to 80 ---------------------------------------------------------------
-// The same passes, rounding points and dropout as the kernels above, but a warp's tile
-// products are PTX mma.sync m16n8k16 (vt_mma16816) whose fragments stay in registers: scores,
-// probabilities and their gradients never go through shared memory; only the tiles of the
-// operands do. A lane holds, of each 8-column block j of a 16-row score tile, rows g and g + 8
-// (g = lane / 4), columns 8j + 2t and the next (t = lane % 4): exactly the A operand layout of
-// the next product's probabilities (two blocks per 16-wide k step), so p and dS go from
-// accumulators to operands in registers. Operand tiles stay row-major as the heads lie in
-// memory, bf16 rows of Dp + 8 elements (16-byte aligned, and ldmatrix's 8 rows fall in distinct
-// bank groups); ldmatrix reads every fragment, transposed (_trans) where a product reads a tile
-// along its rows (V in P V; K in dS K; dO, Q in P^T dO, dS^T Q). The streamed tiles come by cp.async
-// into two buffers: the copies for the next step are in flight while this step computes, one
-// barrier pair per step. Selected for bf16 with D <= 80 and the heads in whole 16-byte chunks
-// (D a multiple of 8: ViT-S/B/L, and ViT-H/14's 80; mma_path); VT_ATTN_MMA=0 keeps the WMMA
-// kernels. NK = Dp / 16; at NK 5 the dk/dv kernel takes 255 registers, no spills (nvcc 13).
-// A block has W warps of 16 rows each: its own rows (queries; keys for dk/dv) are 16 W, 64 or
-// 128 (more rows per block load each streamed 64-row tile for more of them, fewer warps fit on
-// an SM; variant_for picks per shape by timing both); the streamed tiles have 64 rows.
-// The backward's dq kernel makes S, P and dP again from Q, K, V and dO (three products and an
-// exponential per score for one product of its own), or, where variant_for times it faster,
-// reads the bf16 dS^T that the dk/dv kernel wrote out (mma_dqs_kernel: one product per score;
-// 2 bytes per score written and read; the same bits).
-// Their exponentials are base 2 on the SFU (vt_ex2): scores are taken as y = s scale log2 e, the
-// row maxima and log-sums kept in that base, lse stored natural as ever; at D = 64 an exponential
-// by expf cost about as much as the score's 64 multiply-adds on the tensor cores.
+// The same rounding points and dropout as the kernels above (the forward in one pass), but a warp's
+// tile products are PTX mma.sync m16n8k16 (vt_mma16816) whose fragments stay in registers: scores,
+// probabilities and their gradients never go through shared memory; only the tiles of the operands
+// do. A lane holds, of each 8-column block j of a 16-row score tile, rows g and g + 8 (g = lane /
+// 4), columns 8j + 2t and the next (t = lane % 4): exactly the A operand layout of the next
+// product's probabilities (two blocks per 16-wide k step), so p and dS go from accumulators to
+// operands in registers. Operand tiles stay row-major as the heads lie in memory, bf16 rows of Dp +
+// 8 elements (16-byte aligned, and ldmatrix's 8 rows fall in distinct bank groups); ldmatrix reads
+// every fragment, transposed (_trans) where a product reads a tile along its rows (V in P V; K in
+// dS K; dO, Q in P^T dO, dS^T Q). The streamed tiles come by cp.async into two buffers: the copies
+// for the next step are in flight while this step computes, one barrier pair per step. Selected for
+// bf16 with D <= 80 and the heads in whole 16-byte chunks (D a multiple of 8: ViT-S/B/L, and
+// ViT-H/14's 80; mma_path); VT_ATTN_MMA=0 keeps the WMMA kernels. NK = Dp / 16; at NK 5 the dk/dv
+// kernel takes 255 registers, no spills (nvcc 13). A block has W warps of 16 rows each: its own
+// rows (queries; keys for dk/dv) are 16 W, 64 or 128 (more rows per block load each streamed 64-row
+// tile for more of them, fewer warps fit on an SM; variant_for picks per shape by timing both); the
+// streamed tiles have 64 rows. The backward's dq kernel makes S, P and dP again from Q, K, V and dO
+// (three products and an exponential per score for one product of its own), or, where variant_for
+// times it faster, reads the bf16 dS^T that the dk/dv kernel wrote out (mma_dqs_kernel: one product
+// per score; 2 bytes per score written and read; the same bits). Their exponentials are base 2 on
+// the SFU (vt_ex2): scores are taken as y = s scale log2 e, the row maxima and log-sums kept in
+// that base, lse stored natural as ever; at D = 64 an exponential by expf cost about as much as the
+// score's 64 multiply-adds on the tensor cores.
 #define MMA_NB (FA_TILE / 8)  // 8-column blocks of a 64-wide score tile
-#define MMA_LOG2E 1.4426950408889634f
-#define MMA_LN2 0.69314718055994531f
 
 typedef __nv_bfloat16 bf16_t;
 
@@ -727,9 +729,11 @@ static __device__ __forceinline__ float drop_one(const vt_dropout_mask &m, uint3
   return vt_rng_uniform_inline(m.seed, stream, m.site, n) >= m.p ? __fmul_rn(p, m.scale) : 0.0f;
 }
 
-// The forward (flash_fwd_kernel's passes) as 2T steps over the T key tiles: steps s < T make the
-// rows' maxima from K tile s, steps T + i add e v of key tile i and its e to the rows' sums.
-// Shared memory: Q (16 W rows), then two buffers of K, then two of V (64 rows each).
+// The forward in one pass over the T key tiles (flash_fwd_kernel's two passes' values): each
+// step makes q k^T of key tile s, moves each row's running maximum M (base 2, a whole number:
+// vt_ops.h's m / ln 2) up to the tile's, scaling O and l by 2^(M_old - M_new) where it moves
+// (exact), then adds e v and e to the rows' O and l, e = 2^(y - M). Shared memory: Q (16 W
+// rows), then two buffers of K, then two of V (64 rows each).
 template <int NK, int W>
 static __global__ void __launch_bounds__(32 * W)
     mma_fwd_kernel(bf16_t *out, float *lse, const bf16_t *qkv, int N, int H, int D, float scale,
@@ -748,66 +752,69 @@ static __global__ void __launch_bounds__(32 * W)
   const uint64_t nbase = drop.p > 0.0f ? drop_base(drop, b, h, N) : 0;
   tile_async<NK, W, 16 * W>(sQ, qb, ld, q0, N, D);
   tile_async<NK, W>(sK, kb, ld, 0, N, D);
+  tile_async<NK, W>(sV, vb, ld, 0, N, D);
   vt_cp_async_commit();
   unsigned qf[NK][4];
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // q k^T maxima, then base 2
+  float M[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running maxima (base 2), sums
   float o[2 * NK][4];
 #pragma unroll
   for (int jd = 0; jd < 2 * NK; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.0f;
-  for (int s = 0; s < 2 * T; s++) {
-    if (s + 1 < 2 * T) {  // the next step's tiles into the other buffers
-      const int n1 = s + 1, k1 = (n1 < T ? n1 : n1 - T) * FA_TILE;
-      tile_async<NK, W>(sK + (n1 & 1) * TS, kb, ld, k1, N, D);
-      if (n1 >= T) tile_async<NK, W>(sV + (n1 & 1) * TS, vb, ld, k1, N, D);
+  for (int s = 0; s < T; s++) {
+    if (s + 1 < T) {  // the next step's tiles into the other buffers
+      tile_async<NK, W>(sK + ((s + 1) & 1) * TS, kb, ld, (s + 1) * FA_TILE, N, D);
+      tile_async<NK, W>(sV + ((s + 1) & 1) * TS, vb, ld, (s + 1) * FA_TILE, N, D);
     }
     vt_cp_async_commit();  // (empty at the last step: the wait below still means this step's)
     vt_cp_async_wait<1>();
     __syncthreads();
     const bf16_t *tK = sK + (s & 1) * TS, *tV = sV + (s & 1) * TS;
-    const int k0 = (s < T ? s : s - T) * FA_TILE;
-    const int kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
+    const int k0 = s * FA_TILE, kn = N - k0 < FA_TILE ? N - k0 : FA_TILE, kc = (kn + 15) & ~15;
     if (s == 0)
 #pragma unroll
       for (int kk = 0; kk < NK; kk++) frag_a(qf[kk], sQ + 16 * w * ldt + 16 * kk, ldt);
-    if (s == T)  // the passes meet: each row's maximum from its quad's four, in base 2
-#pragma unroll
-      for (int r = 0; r < 2; r++) {
-        m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
-        m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
-        m[r] *= scale2;  // the maximum of the scaled scores (scale2 > 0)
-      }
     if (live) {
-      float sc[MMA_NB][4];
+      float sc[MMA_NB][4], f[2];
       mma_scores<NK>(sc, qf, tK, kc);
-      if (s < T) {  // each lane's running maximum over its columns of q k^T
+#pragma unroll
+      for (int r = 0; r < 2; r++) {  // the tile's row maxima over the quad, M moved up to them
+        float mx = -INFINITY;
 #pragma unroll
         for (int j = 0; j < MMA_NB; j++)
 #pragma unroll
-          for (int i = 0; i < 4; i++)
-            if (8 * j + 2 * t + (i & 1) < kn) m[i >> 1] = fmaxf(m[i >> 1], sc[j][i]);
-      } else {  // O += e v, e = exp(s - m) (with dropout, d) rounded to bf16; l += e
+          for (int i = 2 * r; i < 2 * r + 2; i++)
+            if (8 * j + 2 * t + (i & 1) < kn) mx = fmaxf(mx, sc[j][i]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float up = fmaxf(M[r], ceilf(mx * scale2));  // (scale2 > 0)
+        const int k = M[r] == -INFINITY ? -127 : (int)(M[r] - up);  // 2^k: 0 or exact
+        f[r] = k < -126 ? 0.0f : __uint_as_float((unsigned)(127 + k) << 23);
+        M[r] = up, l[r] *= f[r];
+      }
 #pragma unroll
-        for (int kk = 0; kk < MMA_NB / 2; kk++) {
-          if (16 * kk >= kc) break;
-          float p[2][4];  // blocks 2kk, 2kk + 1
+      for (int jd = 0; jd < 2 * NK; jd++)
 #pragma unroll
-          for (int jj = 0; jj < 2; jj++)
+        for (int i = 0; i < 4; i++) o[jd][i] *= f[i >> 1];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-              const int r = i >> 1, col = 8 * (2 * kk + jj) + 2 * t + (i & 1);
-              float v = 0.0f;
-              if (col < kn) {
-                v = vt_ex2(fmaf(sc[2 * kk + jj][i], scale2, -m[r]));
-                l[r] += v;
-                if (drop.p > 0.0f)
-                  v = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, v);
-              }
-              p[jj][i] = v;
+      for (int kk = 0; kk < MMA_NB / 2; kk++) {  // O += e v, e (with dropout, d) rounded; l += e
+        if (16 * kk >= kc) break;
+        float p[2][4];  // blocks 2kk, 2kk + 1
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            const int r = i >> 1, col = 8 * (2 * kk + jj) + 2 * t + (i & 1);
+            float v = 0.0f;
+            if (col < kn) {
+              v = vt_ex2(fmaf(sc[2 * kk + jj][i], scale2, -M[r]));
+              l[r] += v;
+              if (drop.p > 0.0f)
+                v = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, v);
             }
-          unsigned pa[4];
-          pack_a(pa, p);
-          mma_accumulate<NK>(o, pa, tV, kk);
-        }
+            p[jj][i] = v;
+          }
+        unsigned pa[4];
+        pack_a(pa, p);
+        mma_accumulate<NK>(o, pa, tV, kk);
       }
     }
     __syncthreads();  // step s + 2's copies go into these buffers
@@ -817,7 +824,7 @@ static __global__ void __launch_bounds__(32 * W)
   for (int r = 0; r < 2; r++) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    if (t == 0 && row[r] < N) lse[(int64_t)bh * N + row[r]] = (m[r] + log2f(l[r])) * MMA_LN2;
+    if (t == 0 && row[r] < N) lse[(int64_t)bh * N + row[r]] = (M[r] + log2f(l[r])) * MMA_LN2;
     inv[r] = 1.0f / l[r];
   }
   // A lane's two adjacent columns in one 4-byte store (D is a multiple of 8).
