@@ -1183,9 +1183,8 @@ static void fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N, 
 
 // The backward's op scratch: delta (B, H, N), and with dbias the bias partials, one row of 3HD
 // per (image, tile of N): each block writes its head's columns of its row; bwd_bias then sums
-// the rows in order into dbias.
-// The backward's op scratch: delta, the bias partials with dbias, and ds_bytes for the mma.sync
-// backward's stored dS (ds may be NULL when ds_bytes is 0).
+// the rows in order into dbias. Then ds_bytes for the mma.sync backward's stored dS^T, at *ds
+// (NULL without; ds may be NULL when ds_bytes is 0).
 static void bwd_scratch(int64_t B, int64_t N, int64_t H, int64_t D, unsigned tiles, int dbias,
                         float **delta, float **part, size_t ds_bytes = 0, bf16_t **ds = NULL) {
   const int64_t nchunk = B * tiles, ld = 3 * H * D;
