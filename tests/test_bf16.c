@@ -294,7 +294,7 @@ static void test_attention(const vt_backend *be, int64_t B, int64_t N, int64_t H
           p[i * N + j] = s * scale;
           mx = fmax(mx, p[i * N + j]);
         }
-        mx = ceil(mx / log(2.0)) * log(2.0);  // up to a whole power of two of e's scale (vt_ops.h)
+        mx = ceil(mx / log(2.0)) * log(2.0);  // up to a power of two of e's scale (vt_ops.h)
         for (int64_t j = 0; j < N; j++) sum += exp(p[i * N + j] - mx);
         l[i] = mx + log(sum);
         // out from the unnormalised probabilities rounded to bf16, as the op rounds them, over

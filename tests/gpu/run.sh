@@ -12,17 +12,17 @@
 #      model variants (LayerScale, registers, QK-norm, no qkv bias, dropout; parallel blocks
 #      with LAMB and BCE on binary targets) on both
 #   4. ViT-B/16 at 224 px, bf16 (and fp32 when time allows), on CUDA: bench_gpu (one
-#      device-resident batch) and the trainer's own metrics line (images/s, MFU with
-#      --peak-tflops 989), against timm's vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW,
-#      same batch), eager and torch.compile, measured in the same run when python3 imports torch
-#      and timm; then, as time allows: the time per op (bench_gpu --ops; the mma.sync
-#      attention's variants, 64 or 128 rows a block and dS stored or made again, as its first
-#      calls timed them), again with the WMMA attention (VT_ATTN_MMA=0), the LayerNorm
-#      backward in two passes (VT_LN_FUSED=0), the linear forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms timed
+#      device-resident batch) and the trainer's own metrics line (images/s, MFU with --peak-tflops
+#      989), against timm's vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW, same batch),
+#      eager and torch.compile, measured in the same run when python3 imports torch and timm; then,
+#      as time allows: the time per op (bench_gpu --ops; the mma.sync attention's variants, 64 or
+#      128 rows a block and dS stored or made again, as its first calls timed them), again with the
+#      WMMA attention (VT_ATTN_MMA=0), the LayerNorm backward in two passes (VT_LN_FUSED=0), the
+#      linear forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms timed
 #      (VT_CUBLASLT_TUNE=8); the Linears' GEMMs alone against a square one (bench_gemm:
 #      cublasGemmEx and cuBLASLt's algorithms); Nsight Compute's counters for the attention,
-#      LayerNorm, activation and column-sum kernels and the first forward GEMMs (a line per
-#      kernel in the summary), most important first; ViT-L/16 (bench_gpu against timm's
+#      LayerNorm, activation and column-sum kernels and the first forward GEMMs (a line per kernel
+#      in the summary), most important first; ViT-L/16 (bench_gpu against timm's
 #      vit_large_patch16_224, eager); ViT-H/14's attention (D = 80) on mma.sync against WMMA
 #   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
 #   6. a summary (also in $OUT/summary.txt)
