@@ -1515,21 +1515,21 @@ static void variant_name(char *buf, size_t size, int v, int bwd) {
            !bwd ? "" : v & MMA_DS ? " + dS stored" : " + dS made again");
 }
 
-// The variant for this call of op (bwd: the backward's kernels; ds_ok: dS fits MMA_DS_MAX):
-// the only one the settings leave (4 warps where 8 warps' shared memory would not fit: D = 80's
-// dq kernel on a GPU with 99 KiB a block), the one picked before for this shape, or the fastest
-// of them, timed now. launch(v) runs the op's kernels in variant v; each launch rewrites the
+// The variant for this call of op (bwd: the backward's kernels; may_store: whether dS may be
+// stored, which the caller decides as it carves dS's scratch): the only one the settings leave
+// (4 warps where 8 warps' shared memory would not fit: D = 80's dq kernel on a GPU with 99 KiB
+// a block), the one picked before for this shape, or the fastest of them, timed now. launch(v) runs the op's kernels in variant v; each launch rewrites the
 // same outputs, adding into none.
 template <typename L>
 static int variant_for(const char *op, int bwd, int64_t B, int64_t N, int64_t H, int64_t D,
-                       int ds_ok, L launch) {
+                       int may_store, L launch) {
   const int wf = rows_fixed(), df = bwd ? ds_fixed() : 0, nk = (int)((D + 15) / 16);
   const size_t need8 = bwd ? mma_smem(MMA_DQ, nk, 8) : mma_smem(MMA_FWD, nk, 8);
   int cand[4], n = 0;
   for (int w = 4; w <= 8; w += 4) {
     if (wf ? w != wf : w == 8 && need8 > smem_optin()) continue;
     for (int d = 0; d <= 1; d++)
-      if (df >= 0 ? d == df : d == 0 || ds_ok) cand[n++] = w | (d ? MMA_DS : 0);
+      if (d ? may_store : df != 1) cand[n++] = w | (d ? MMA_DS : 0);
   }
   if (n == 1) return cand[0];
   for (int i = 0; i < g_npicks; i++) {
@@ -1621,17 +1621,17 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *do
     // scratch by it even where the pick makes dS again).
     const int lds = (int)((N + 15) & ~15), df = ds_fixed();
     const size_t ds_bytes = (size_t)(B * H * N) * lds * sizeof(bf16_t);
-    const int ds_ok = ds_bytes <= MMA_DS_MAX;
+    const int may_store = df == 1 || (df < 0 && ds_bytes <= MMA_DS_MAX);
     float *delta, *part;
     bf16_t *ds;
     bwd_scratch(B, N, H, D, fa_tiles((int)N), dbias != NULL, &delta, &part,
-                df == 1 || (df < 0 && ds_ok) ? ds_bytes : 0, &ds);
+                may_store ? ds_bytes : 0, &ds);
     auto launch = [&](int v) {
       bf16_t *dsv = v & MMA_DS ? ds : NULL;
       MMA_DISPATCH(mma_bwd, D, v & (MMA_DS - 1), dqkv, delta, part, dsv, lds, dout, qkv, out,
                    lse, B, N, H, D, m);
     };
-    launch(variant_for("attention_bwd", 1, B, N, H, D, ds_ok, launch));
+    launch(variant_for("attention_bwd", 1, B, N, H, D, may_store, launch));
     bwd_bias(dbias, part, B * fa_tiles((int)N), 3 * H * D);
     return;
   }
