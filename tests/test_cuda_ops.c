@@ -10,8 +10,10 @@
 // small runner per row. Each precision (vt_backend.h) is a column of `tol`: both backends run in
 // that precision; ops that do not depend on it have no bf16 column (-1) and run once.
 //
-// Usage: test_cuda_ops [--cpu] [--shapes=N] [OP...]: N, the first N shapes of each op only (the
-// sanitizers' runs). Exits 77 (CTest's skip) when no CUDA backend is usable.
+// Usage: test_cuda_ops [--cpu] [--shapes=N] [--shape=A,B,...] [OP...]: N, the first N shapes of
+// each op only (the sanitizers' runs); --shape, only that shape (in the op's dims; missing ones
+// 0) for every op named (tests/fuzz_attention.sh). Exits 77 (CTest's skip) when no CUDA backend
+// is usable.
 // --cpu compares the CPU backend with itself, so the harness itself is exercised on machines
 // without a GPU (every error is then 0). Only the public op API (vt_ops.h, vt_backend.h); must
 // not depend on CUDA headers, MPI or the model.
@@ -1122,10 +1124,21 @@ static int wanted(const char *op, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-  int self = 0, max_shapes = 1 << 30;
+  int self = 0, max_shapes = 1 << 30, given = 0;
+  int64_t shape[5] = {0};  // --shape's
   for (int i = 1; i < argc; i++) {
     self |= strcmp(argv[i], "--cpu") == 0;
     if (strncmp(argv[i], "--shapes=", 9) == 0) max_shapes = atoi(argv[i] + 9);
+    if (strncmp(argv[i], "--shape=", 8) == 0) {
+      char *c = argv[i] + 8, *end;
+      for (given = 0; given < 5 && *c; given++, c = *end ? end + 1 : end)
+        if ((shape[given] = strtoll(c, &end, 10)) < 0 || end == c || (*end && *end != ',')) {
+          fprintf(stderr, "test_cuda_ops: --shape wants whole numbers >= 0 separated by commas "
+                          "(have '%s')\n", argv[i] + 8);
+          return 2;
+        }
+      if (shape[0] < 1) return fprintf(stderr, "test_cuda_ops: --shape's first value is 0\n"), 2;
+    }
   }
   const char *why = NULL;
   const vt_backend *cpu = vt_backend_get(VT_DEVICE_CPU, NULL);
@@ -1146,16 +1159,17 @@ int main(int argc, char **argv) {
       if (!wanted(o->op, argc, argv) || o->tol[t.prec] < 0) continue;
       t.op = o->op;
       t.tol = o->tol[t.prec];
-      for (int s = 0; s < (int)(sizeof o->shapes / sizeof o->shapes[0]) && o->shapes[s][0] > 0 &&
-                      s < max_shapes;
-           s++) {
-        const int64_t *d = o->shapes[s];
+      const int nshapes = given ? 1 : (int)(sizeof o->shapes / sizeof o->shapes[0]);
+      for (int s = 0; s < nshapes && s < max_shapes && (given || o->shapes[s][0] > 0); s++) {
+        const int64_t *d = given ? shape : o->shapes[s];
         int ndims = 1, k = snprintf(t.shape, sizeof t.shape, "%s=", o->dims);
         for (const char *c = o->dims; *c; c++) ndims += *c == ',';
         for (int j = 0; j < ndims && j < 5 && k < (int)sizeof t.shape; j++)
           k += snprintf(t.shape + k, sizeof t.shape - (size_t)k, "%s%lld", j ? "," : "",
                         (long long)d[j]);
-        t.stream = name_hash(o->op) + 1000u * (uint32_t)s;  // the inputs: this op and shape's own
+        // the inputs: this op and shape's own (a given shape's from its values)
+        t.stream = name_hash(o->op) + 1000u * (uint32_t)s;
+        if (given) t.stream = name_hash(t.shape) ^ name_hash(o->op);
         o->run(&t, d);
         release(&t);
       }
