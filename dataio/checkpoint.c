@@ -497,6 +497,20 @@ vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, v
   return VT_ERR_INPUT;
 }
 
+vt_status vt_ckpt_open(const char *path, char *dir, size_t dir_len, vt_ckpt_manifest *m,
+                       char *err, size_t errlen) {
+  char manifest[1200];
+  snprintf(manifest, sizeof manifest, "%s/manifest.txt", path);
+  if (access(manifest, F_OK) == 0) {  // a checkpoint itself
+    snprintf(dir, dir_len, "%s", path);
+    return vt_ckpt_verify(dir, m, err, errlen);
+  }
+  if (vt_ckpt_find_latest(path, dir, dir_len, m) == VT_OK) return VT_OK;
+  snprintf(err, errlen, "%s holds no complete checkpoint (neither a manifest.txt nor a step-N "
+           "folder that verifies)", path);
+  return VT_ERR_INPUT;
+}
+
 vt_status vt_output_file_check(const char *path, const char *what, char *err, size_t errlen) {
   struct stat st;
   if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return VT_OK;

@@ -131,13 +131,19 @@ vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err
 // first, then the step-N folders from newest to oldest. Returns how many (at most cap).
 int vt_ckpt_candidates(const char *save_dir, int64_t *steps, int cap);
 
-// --resume auto: the newest checkpoint under save_dir that verifies, trying `latest` first and
-// then the step-* directories from newest to oldest. Returns VT_OK with its path in dir, or
-// VT_ERR_INPUT when there is none (a fresh start). Each damaged checkpoint skipped is logged.
 // The folder of step's checkpoint under save_dir: SAVE_DIR/step-NNNNNNNN.
 void vt_ckpt_step_dir(const char *save_dir, int64_t step, char *dir, size_t size);
 
+// The newest checkpoint under save_dir that verifies, trying `latest` first and then the step-*
+// directories from newest to oldest. Returns VT_OK with its path in dir, or VT_ERR_INPUT when
+// there is none. Each damaged checkpoint skipped is logged.
 vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, vt_ckpt_manifest *m);
+
+// A checkpoint a user names (vit3d export, inspect): path itself where it holds a manifest.txt,
+// else path as a --save folder, its newest complete checkpoint (vt_ckpt_find_latest). Verified
+// (sizes and CRC-32); its path in dir, or the reason in err.
+vt_status vt_ckpt_open(const char *path, char *dir, size_t dir_len, vt_ckpt_manifest *m,
+                       char *err, size_t errlen);
 
 // mkdir -p: creates dir and its missing parents; 0 on success, -1 with errno set.
 int vt_mkdir_p(const char *dir);

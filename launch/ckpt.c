@@ -621,13 +621,21 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   // candidates in order, vt_ckpt_candidates); every rank reads its part of it, counting the
   // CRC-32 shares of what it read (the DP-rank-0 replica of each shard; replicated tensors on TP
   // rank 0), so the checksums are verified without any rank reading the whole checkpoint. A
-  // damaged one is refused (--resume DIR) or skipped for the next candidate.
+  // damaged one is refused (--resume DIR) or skipped for the next candidate. --resume DIR (vit3d
+  // eval's --checkpoint) may name a --save folder instead of a checkpoint: its candidates as
+  // with auto, newest first, as vit3d inspect reads one, but none is an error, and nothing in it
+  // is cleaned up (a run may be saving there now).
   int64_t cand[4096];
   int ncand = 0, next = 0, skipped = 0;
-  if (rank0 && auto_mode) {
-    vt_ckpt_clean(o->save_dir);
-    ncand = vt_ckpt_candidates(o->save_dir, cand, 4096);
+  const char *folder = auto_mode ? o->save_dir : o->resume;
+  int in_folder = auto_mode;  // (rank 0's finding, shared with its first proposal)
+  if (rank0 && auto_mode) vt_ckpt_clean(o->save_dir);
+  if (rank0 && !auto_mode) {
+    char manifest[1200];
+    snprintf(manifest, sizeof manifest, "%s/manifest.txt", o->resume);
+    in_folder = access(manifest, F_OK) != 0 && vt_ckpt_candidates(o->resume, cand, 1) > 0;
   }
+  if (rank0 && in_folder) ncand = vt_ckpt_candidates(folder, cand, 4096);
   const int64_t total = m->table.total;
   float *local[4] = {NULL};  // weights, moments, EMA (kept only with --model-ema)
   for (int k = 0; k < 3 + (opt->ema != NULL); k++) {
@@ -641,16 +649,21 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     // hands everyone rank 0's values.
     double found = rank0 ? -1 : -1e300;  // step of the chosen checkpoint; -1: none; -2: refused
     if (rank0) {
-      if (auto_mode) {
+      if (in_folder) {
         char why[600];
         while (found < 0 && next < ncand) {
-          vt_ckpt_step_dir(o->save_dir, cand[next++], dir, sizeof dir);
+          vt_ckpt_step_dir(folder, cand[next++], dir, sizeof dir);
           if (vt_ckpt_check(dir, &man, 0, why, sizeof why) == VT_OK) found = (double)man.step;
           else vt_log_warn("%s; trying older checkpoints", why), skipped++;
         }
-        if (found < 0)
+        if (found < 0 && auto_mode)
           vt_log_info("--resume auto: no complete checkpoint in %s; starting from step 0",
                       o->save_dir);
+        if (found < 0 && !auto_mode) {
+          snprintf(err, errlen, "%s holds no complete checkpoint (its step-N folders are all "
+                   "damaged or unfinished)", o->resume);
+          found = -2;
+        }
       } else {
         snprintf(dir, sizeof dir, "%s", o->resume);
         found = vt_ckpt_check(dir, &man, 0, err, errlen) == VT_OK ? (double)man.step : -2;
@@ -658,17 +671,19 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       if (found >= 0 && check_manifest(o, &man, dir, err, errlen) != VT_OK) found = -2;
     }
     int has_ema = rank0 && found >= 0 && vt_ckpt_manifest_lists(&man, "ema.safetensors");
-    double choice[4] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
+    double choice[5] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
                         rank0 ? has_ema : -1e300,
-                        rank0 && found >= 0 ? (double)man.optim_from_layer : -1e300};
-    vt_comm_all_reduce_double(world, choice, 4, VT_REDUCE_MAX);
+                        rank0 && found >= 0 ? (double)man.optim_from_layer : -1e300,
+                        rank0 ? in_folder : -1e300};
+    vt_comm_all_reduce_double(world, choice, 5, VT_REDUCE_MAX);
     has_ema = choice[2] > 0;
+    in_folder = choice[4] > 0;
     if (choice[0] == -2) {
       result = VT_ERR_INPUT;
       break;
     }
     if (choice[0] < 0) break;  // a fresh start
-    if (auto_mode) vt_ckpt_step_dir(o->save_dir, (int64_t)choice[0], dir, sizeof dir);
+    if (in_folder) vt_ckpt_step_dir(folder, (int64_t)choice[0], dir, sizeof dir);
     else snprintf(dir, sizeof dir, "%s", o->resume);
     if (!rank0) {
       memset(&man, 0, sizeof man);
@@ -723,7 +738,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       }
     }
     if (bad[1] || check_files(world, dir, &man, checks, err, errlen) != VT_OK) {
-      if (!auto_mode) {
+      if (!in_folder) {
         result = VT_ERR_INPUT;
         break;
       }
@@ -731,7 +746,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       skipped++;
       continue;
     }
-    if (rank0 && auto_mode && skipped)
+    if (rank0 && in_folder && skipped)
       vt_log_warn("using the previous complete checkpoint %s", dir);
     // Allowed (reshuffling after a loss spike is a known remedy), but no longer the same run.
     if (rank0 && !o->eval_only && man.seed != o->seed)
@@ -756,9 +771,10 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     }
     *start_step = man.step;
     if (saved && rank0) *saved = man;
-    vt_log_info("resumed from %s: %" PRId64 " steps done, data stream at sample %" PRId64
+    vt_log_info("%s %s: %" PRId64 " steps done, data stream at sample %" PRId64
                 " (saved on tp %d x pp %d x dp %d); this rank read %.1f of the checkpoint's %.1f MiB",
-                dir, man.step, man.stream_position, man.tp, man.pp, man.dp, nbytes[0] / 1048576.0,
+                o->eval_only ? "loaded" : "resumed from", dir, man.step, man.stream_position,
+                man.tp, man.pp, man.dp, nbytes[0] / 1048576.0,
                 nbytes[1] / 1048576.0);
     break;
   }

@@ -51,9 +51,10 @@ void vt_ckpt_disk_plan(const vt_train_options *o, int frozen_layers, int64_t sta
                        int64_t end_step);
 
 // Collective over world: finds the checkpoint to resume from (--resume auto: the newest complete
-// one under --save, or none; --resume PATH: that one), checks it against the options, loads it:
+// one under --save, or none; --resume PATH: that one, or where PATH is a --save folder its newest
+// complete one), checks it against the options, loads it:
 // every rank reads its part, and the ranks' CRC-32 shares of what they read verify the files
-// (a damaged one is skipped for an older one, or refused with --resume PATH).
+// (a damaged one is skipped for an older one, or refused where PATH is a checkpoint).
 // *start_step is the number of steps already done (0 for a fresh start). World rank 0 gets the
 // checkpoint's manifest in *saved (may be NULL), for vt_ckpt_check_optim once the schedule's
 // lengths are known; the other ranks get it zeroed.

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "checkpoint.h"
 #include "config.h"
@@ -54,19 +53,10 @@ static void optim_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
 }
 
 int vt_inspect_run(const char *path) {
-  char dir[1100], err[1200], latest[1200];
+  char dir[1100], err[1200];
   vt_ckpt_manifest m;
-  struct stat sb;
-  snprintf(latest, sizeof latest, "%s/manifest.txt", path);
-  if (stat(latest, &sb) == 0) {  // a checkpoint itself
-    snprintf(dir, sizeof dir, "%s", path);
-    if (vt_ckpt_verify(dir, &m, err, sizeof err) != VT_OK) {
-      fprintf(stderr, "vit3d inspect: %s\n", err);
-      return 1;
-    }
-  } else if (vt_ckpt_find_latest(path, dir, sizeof dir, &m) != VT_OK) {
-    fprintf(stderr, "vit3d inspect: %s holds no complete checkpoint (neither a manifest.txt nor "
-                    "a step-N folder that verifies)\n", path);
+  if (vt_ckpt_open(path, dir, sizeof dir, &m, err, sizeof err) != VT_OK) {
+    fprintf(stderr, "vit3d inspect: %s\n", err);
     return 1;
   }
   printf("checkpoint %s: %d files, sizes and CRC-32 verified\n", dir, m.nfiles);

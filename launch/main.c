@@ -499,7 +499,8 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "place", NULL},
       {"--resume", VT_OPT_STR, o.resume, sizeof o.resume, 0, 0, "auto|DIR",
        "auto: continue from the newest complete checkpoint in --save (or start fresh); DIR: "
-       "from that checkpoint (on any mesh)", NULL},
+       "from that checkpoint (on any mesh), or from a --save folder's newest complete one",
+       NULL},
       {"--init-from", VT_OPT_STR, o.init_from, sizeof o.init_from, 0, 0, "FILE",
        "start from timm-format weights (safetensors); pos_embed resampled and head renewed "
        "when the image size or class count differ", NULL},
@@ -510,7 +511,8 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "vit3d eval on one rank: write the validation inputs, labels and logits (safetensors)",
        NULL},
       {"--checkpoint", VT_OPT_STR, o.resume, sizeof o.resume, 0, 0, "DIR",
-       "vit3d eval: the checkpoint to evaluate (the same as --resume DIR)", NULL},
+       "vit3d eval: the checkpoint to evaluate, or a --save folder (its newest complete "
+       "checkpoint); the same as --resume DIR", NULL},
       {"--use-ema", VT_OPT_INT, &o.use_ema, 0, 0, 1, "N",
        "vit3d eval: 1 evaluates the checkpoint's EMA weights (saved with --model-ema)", NULL},
       {"--model-ema", VT_OPT_FLOAT, &o.optim.ema_decay, 0, 0, 0.999999, "DECAY",
@@ -694,7 +696,8 @@ static int cmd_export(int argc, char **argv) {
   char ckpt[512] = "", out[512] = "", err[768];
   int use_ema = 0;
   const vt_opt opts[] = {
-      {"--checkpoint", VT_OPT_STR, ckpt, sizeof ckpt, 0, 0, "DIR", "checkpoint directory", NULL},
+      {"--checkpoint", VT_OPT_STR, ckpt, sizeof ckpt, 0, 0, "DIR",
+       "a checkpoint, or a --save folder (its newest complete checkpoint)", NULL},
       {"--out", VT_OPT_STR, out, sizeof out, 0, 0, "FILE", "safetensors file to write", NULL},
       {"--use-ema", VT_OPT_INT, &use_ema, 0, 0, 1, "N",
        "1: the EMA weights (saved with --model-ema) instead of the weights", NULL},
@@ -706,24 +709,25 @@ static int cmd_export(int argc, char **argv) {
     return 2;
   }
   vt_ckpt_manifest man;
-  if (vt_ckpt_verify(ckpt, &man, err, sizeof err) != VT_OK) {
+  char dir[1100];
+  if (vt_ckpt_open(ckpt, dir, sizeof dir, &man, err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d export: %s\n", err);
     return 1;
   }
   const char *file = use_ema ? "ema.safetensors" : "model.safetensors";
   if (!vt_ckpt_manifest_lists(&man, file)) {
     fprintf(stderr, "vit3d export: %s has no EMA weights (it was saved without --model-ema)\n",
-            ckpt);
+            dir);
     return 1;
   }
-  char src[600];
-  snprintf(src, sizeof src, "%s/%s", ckpt, file);
+  char src[1200];
+  snprintf(src, sizeof src, "%s/%s", dir, file);
   if (vt_copy_file_atomic(src, out, err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d export: %s\n", err);
     return 1;
   }
-  printf("vit3d export: wrote %s (step %lld%s, timm names, fp32)\n", out, (long long)man.step,
-         use_ema ? ", EMA weights" : "");
+  printf("vit3d export: wrote %s (%s, step %lld%s, timm names, fp32)\n", out, dir,
+         (long long)man.step, use_ema ? ", EMA weights" : "");
   return 0;
 }
 

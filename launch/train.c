@@ -335,7 +335,16 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   const int B = o->micro_batch, n_micro = o->global_batch / (mesh.dp_size * B);
   // vit3d eval runs no schedule (vt_train_validate checked the chunks' layout), only slot 0.
   const vt_vit_config *c = &o->model;
-  const int frozen_layers = vt_freeze_leading_layers(&o->optim, c);
+  vt_optim_config oc = o->optim;
+  oc.depth = c->depth;  // for --layer-decay
+  // vit3d eval trains nothing: every tensor frozen, so it holds no gradients, optimizer state
+  // or EMA, and its blocks keep no activations for a backward (the frozen prefix's one set).
+  if (o->eval_only) {
+    snprintf(oc.freeze, sizeof oc.freeze, ".");
+    oc.trainable[0] = '\0';
+    oc.ema_decay = 0;
+  }
+  const int frozen_layers = vt_freeze_leading_layers(&oc, c);
   // Wholly frozen virtual stages get no gradient messages and skip their backward passes.
   double times[3];
   const int pass_times = vt_train_pass_times(o->pp_pass_times, times);  // (validated)
@@ -367,9 +376,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   m.mix = vt_mix_enabled(&o->mix);
   m.bce = o->bce_loss;
   if (o->bce_loss) m.bce_thresh = o->bce_thresh;
-  vt_optim_config oc = o->optim;
-  oc.depth = c->depth;  // for --layer-decay
-  if (world_rank == 0) vt_report_recipe(o, &oc);
+  if (world_rank == 0 && !o->eval_only) vt_report_recipe(o, &oc);
   vt_optimizer opt;
   vt_optimizer_init(&opt, &oc, be, &m.table, mesh.tp_size > 1 ? tp : NULL,
                     mesh.pp_size > 1 ? pp : NULL, mesh.dp_size > 1 ? dp : NULL, o->zero,
@@ -406,7 +413,8 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
   }
   if (!rc && o->resume[0] &&
       vt_ckpt_resume(o, &m, &opt, world, &mesh, &start_step, &saved, err, sizeof err) != VT_OK) {
-    if (world_rank == 0) vt_log_error("cannot resume: %s", err);
+    if (world_rank == 0)
+      vt_log_error("cannot %s: %s", o->eval_only ? "load the checkpoint" : "resume", err);
     rc = VT_EXIT_USAGE;
   }
   vt_data data;

@@ -6,7 +6,8 @@
 #  - with --eval-hflip 1 the logits are the mean over each image and its mirror image, on one
 #    rank (against PyTorch) and on the 2x2x2 mesh (the same figures);
 #  - `vit3d eval --init-from` the exported file gives the same evaluation as the checkpoint,
-#    on one rank and on the 2x2x2 mesh;
+#    on one rank and on the 2x2x2 mesh; `vit3d eval` and `export` given the --save folder take
+#    its newest checkpoint, and the evaluation's memory plan has no gradients or optimizer;
 #  - --init-from at another image size resamples pos_embed and at another class count renews
 #    the head, and says so; the resampled pos_embed equals timm's resample_abs_pos_embed
 #    (PyTorch bicubic interpolation with antialias=True) for a larger, a smaller and a
@@ -52,6 +53,18 @@ step "$vit3d" export --checkpoint "$ck" --out "$work/w.safetensors"
 step timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" --checkpoint "$ck" \
   --micro-batch-size 4 --logits-out "$work/dump.safetensors"
 grep "^eval:" "$work/last.log" > "$work/eval_ckpt.txt"
+# The --save folder in place of the checkpoint: its newest one (eval, export); an evaluation
+# holds no gradients or optimizer state.
+step timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" \
+  --checkpoint "$work/ck" --micro-batch-size 4
+grep "^eval:" "$work/last.log" | cmp -s - "$work/eval_ckpt.txt" &&
+  grep -q "loaded $work/ck/step-00000008: 8 steps done" "$work/last.log" &&
+  grep -q "memory plan (cpu): .*gradients 0.0 MiB, optimizer 0.0 MiB" "$work/last.log" &&
+  echo "ok: eval --checkpoint SAVE_FOLDER evaluated its step 8, without gradients or optimizer" ||
+  { echo "FAIL: eval --checkpoint SAVE_FOLDER"; cat "$work/last.log"; fail=1; }
+step "$vit3d" export --checkpoint "$work/ck" --out "$work/w_folder.safetensors"
+cmp -s "$work/w.safetensors" "$work/w_folder.safetensors" ||
+  { echo "FAIL: export --checkpoint SAVE_FOLDER wrote other bytes than its step 8"; fail=1; }
 step "$py" "$here/export_check.py" "$work/w.safetensors" "$work/dump.safetensors" 32 4 4
 cat "$work/last.log"
 step timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" --checkpoint "$ck" \
