@@ -55,7 +55,8 @@ for ((s = 0; s < shapes; s++)); do
       run "$attn" "--shape=$b,$n,$h,$d,$drop" attention_fwd
       run "$attn" "--shape=$b,$n,$h,$d,$((dbias + 2 * drop))" attention_bwd ;;
     2)
-      m=$(size 1200 1 31 32 33 511 512 513) c=$(size 1300 1 3 4 8 127 128 129 192 768 1020 1024 1028 1280)
+      m=$(size 1200 1 31 32 33 511 512 513)
+      c=$(size 1300 1 3 4 8 127 128 129 192 768 1020 1024 1028 1280)
       run "VT_LN_FUSED=1;VT_LN_FUSED=0" "--shape=$m,$c,$((RANDOM % 4))" layernorm_fwd
       run "VT_LN_FUSED=1;VT_LN_FUSED=0" "--shape=$m,$c" layernorm_bwd add_layernorm_fwd \
         layernorm_bwd_add ;;

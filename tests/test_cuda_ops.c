@@ -12,7 +12,7 @@
 //
 // Usage: test_cuda_ops [--cpu] [--shapes=N] [--shape=A,B,...] [OP...]: N, the first N shapes of
 // each op only (the sanitizers' runs); --shape, only that shape (in the op's dims; missing ones
-// 0) for every op named (tests/fuzz_attention.sh). Exits 77 (CTest's skip) when no CUDA backend
+// 0) for every op named (tests/fuzz_cuda_ops.sh). Exits 77 (CTest's skip) when no CUDA backend
 // is usable.
 // --cpu compares the CPU backend with itself, so the harness itself is exercised on machines
 // without a GPU (every error is then 0). Only the public op API (vt_ops.h, vt_backend.h); must
@@ -1168,8 +1168,8 @@ int main(int argc, char **argv) {
           k += snprintf(t.shape + k, sizeof t.shape - (size_t)k, "%s%lld", j ? "," : "",
                         (long long)d[j]);
         // the inputs: this op and shape's own (a given shape's from its values)
-        t.stream = name_hash(o->op) + 1000u * (uint32_t)s;
-        if (given) t.stream = name_hash(t.shape) ^ name_hash(o->op);
+        t.stream = given ? name_hash(t.shape) ^ name_hash(o->op)
+                         : name_hash(o->op) + 1000u * (uint32_t)s;
         o->run(&t, d);
         release(&t);
       }

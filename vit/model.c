@@ -351,8 +351,8 @@ void vt_model_init(vt_model *m, const vt_vit_config *cfg, vt_shard shard, vt_com
   const size_t pbytes = (size_t)m->table.total * sizeof(float);
   m->params = must_alloc(be, pbytes, "parameters");
   m->grad_first = vt_params_grad_first(&m->table, m->frozen_layers);
-  // (none where every layer is frozen: vit3d eval)
-  m->grads = vt_model_grad_nbytes(m) ? must_alloc(be, vt_model_grad_nbytes(m), "gradients") : NULL;
+  const size_t gbytes = vt_model_grad_nbytes(m);  // 0 where every layer is frozen (vit3d eval)
+  m->grads = gbytes ? must_alloc(be, gbytes, "gradients") : NULL;
   float *host = must_calloc((size_t)m->table.total, sizeof(float));
   vt_params_init(&m->table, host, seed);
   be->to_device(m->params, host, pbytes);
