@@ -396,7 +396,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
                 mesh.tp_size, mesh.pp_size, mesh.dp_size, o->mesh_order, o->pp_schedule,
                 o->pp_chunks, n_micro, B, opt.zero, m.sp ? "on" : "off", table);
   }
-  vt_plan_print(&m, &opt, n_micro, mem_base, o);
+  vt_plan_print(&m, &opt, o->eval_only ? 1 : n_micro, mem_base, o);  // eval: a batch at a time
 
   int64_t start_step = 0;
   vt_ckpt_manifest saved;  // world rank 0: the manifest of the checkpoint resumed from
