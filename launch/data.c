@@ -97,6 +97,58 @@ static vt_status open_dataset(vt_comm *world, const char *path, const char *cach
   return failed ? VT_ERR_INPUT : VT_OK;
 }
 
+// Whether the classes' names are only their numbers "0".."K-1" (a list file's, or shards'
+// without --label-names): their labels are numbers, not names.
+static int numbered_classes(const vt_dataset *ds) {
+  char num[16];
+  for (int c = 0; c < ds->num_classes; c++) {
+    snprintf(num, sizeof num, "%d", c);
+    if (strcmp(ds->class_names[c], num) != 0) return 0;
+  }
+  return 1;
+}
+
+// The validation set's labels by class name, as the training set numbers them, where both name
+// their classes: an ImageFolder numbers its sorted folder names, so a validation folder lacking
+// a class would shift every later label, and one named otherwise would pair labels by position.
+// A class the training set lacks is refused. Where either numbers its classes, the numbers
+// count, as they are (a class-count check follows).
+static vt_status val_labels_by_name(vt_dataset *val, const vt_dataset *train,
+                                    const vt_train_options *o, char *err, size_t errlen) {
+  if (numbered_classes(val) || numbered_classes(train)) return VT_OK;
+  int *to = malloc((size_t)val->num_classes * sizeof *to);
+  VT_CHECK(to != NULL, "out of host memory for %d class names", val->num_classes);
+  int moved = 0;
+  for (int c = 0; c < val->num_classes; c++) {
+    to[c] = -1;
+    for (int t = 0; t < train->num_classes && to[c] < 0; t++)
+      if (strcmp(val->class_names[c], train->class_names[t]) == 0) to[c] = t;
+    if (to[c] < 0) {
+      snprintf(err, errlen, "--val-data %s has a class '%s' that --data %s lacks: labels go by "
+               "class name, so the validation classes must be named as the training classes",
+               o->val_data, val->class_names[c], o->data);
+      free(to);
+      return VT_ERR_INPUT;
+    }
+    moved |= to[c] != c;
+  }
+  if (moved || val->num_classes < train->num_classes) {  // a subset: the training numbers
+    for (int64_t i = 0; i < val->count; i++) val->labels[i] = to[val->labels[i]];
+    char **names = calloc((size_t)train->num_classes, sizeof *names);
+    VT_CHECK(names != NULL, "out of host memory for %d class names", train->num_classes);
+    for (int t = 0; t < train->num_classes; t++)
+      VT_CHECK((names[t] = strdup(train->class_names[t])) != NULL, "out of host memory");
+    for (int c = 0; c < val->num_classes; c++) free(val->class_names[c]);
+    free(val->class_names);
+    val->class_names = names;
+    vt_log_info("--val-data %s holds %d of the %d classes of --data %s: labelled by name",
+                o->val_data, val->num_classes, train->num_classes, o->data);
+    val->num_classes = train->num_classes;
+  }
+  free(to);
+  return VT_OK;
+}
+
 // B / tp when the ranks split them (pairs: the shares must hold whole mixed pairs), else all B.
 int vt_data_share(const vt_train_options *o, int need_pixels, int tp_size, int pairs) {
   const int B = o->micro_batch;
@@ -136,23 +188,32 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
         VT_OK)
       return VT_ERR_INPUT;
     d->has_val = 1;
-    if (d->val_ds.num_classes != o->model.num_classes) {
-      snprintf(err, errlen, "--val-data %s has %d classes but the model has %d; pass "
-               "--num-classes %d", o->val_data, d->val_ds.num_classes, o->model.num_classes,
-               d->val_ds.num_classes);
+  }
+  if (!d->synthetic && !o->eval_only) {
+    if (open_dataset(world, o->data, o->index_cache, o->label_key, o->label_names, &d->train_ds,
+                     err, errlen) != VT_OK)
+      return VT_ERR_INPUT;
+    if (d->train_ds.num_classes != o->model.num_classes) {
+      snprintf(err, errlen, "--data %s has %d classes but the model has %d; pass "
+               "--num-classes %d", o->data, d->train_ds.num_classes, o->model.num_classes,
+               d->train_ds.num_classes);
       return VT_ERR_INPUT;
     }
+    if (d->has_val && val_labels_by_name(&d->val_ds, &d->train_ds, o, err, errlen) != VT_OK)
+      return VT_ERR_INPUT;
+  }
+  if (d->has_val && d->val_ds.num_classes != o->model.num_classes) {
+    if (o->eval_only)  // the checkpoint's (or the weights') classes
+      snprintf(err, errlen, "--val-data %s has %d classes but the model has %d: give the "
+               "validation set every class the model was trained on, in the same order",
+               o->val_data, d->val_ds.num_classes, o->model.num_classes);
+    else
+      snprintf(err, errlen, "--val-data %s has %d classes but the model has %d; pass "
+               "--num-classes %d, or give it the training set's classes", o->val_data,
+               d->val_ds.num_classes, o->model.num_classes, d->val_ds.num_classes);
+    return VT_ERR_INPUT;
   }
   if (d->synthetic || o->eval_only) return VT_OK;
-  if (open_dataset(world, o->data, o->index_cache, o->label_key, o->label_names, &d->train_ds,
-                   err, errlen) !=
-      VT_OK)
-    return VT_ERR_INPUT;
-  if (d->train_ds.num_classes != o->model.num_classes) {
-    snprintf(err, errlen, "--data %s has %d classes but the model has %d; pass --num-classes %d",
-             o->data, d->train_ds.num_classes, o->model.num_classes, d->train_ds.num_classes);
-    return VT_ERR_INPUT;
-  }
   if (o->drop_last && vt_epoch_images(o, d->train_ds.count) == 0) {
     snprintf(err, errlen, "--drop-last 1: --data %s has %lld images, not one whole global batch "
              "of %d; give a smaller --global-batch-size or --drop-last 0", o->data,

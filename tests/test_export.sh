@@ -20,7 +20,9 @@
 #  - --init-from reads F16 and BF16 files (widened exactly) and F64 (rounded); an integer tensor
 #    is refused;
 #  - vit3d eval --predictions writes each image's top-5 (1 rank: as its logits say; a 2x2 model
-#    split: the same); with two DP replicas it is refused.
+#    split: the same); with two DP replicas it is refused;
+#  - a --val-data lacking a training class is labelled by class name (its evaluation scores
+#    the predictions of the other classes' images); one with a class --data lacks is refused.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -354,6 +356,31 @@ print(f"--predictions: {len(body)} images, classes and probabilities as the logi
       f"the 2x2 model split writes the same: {same}")
 sys.exit(0 if ok and same else 1)
 PY
+# A --val-data lacking a class (c0, the first) beside --data: its labels go by class name, so
+# the evaluation (lr 0 keeps the exported weights) scores pred1.csv's c1 and c2 rows (it was
+# refused before: fewer classes than the model). A validation class that --data lacks is
+# refused (it was paired with a training class by its folder's position).
+mkdir "$work/val_c12" && cp -r "$work/val/c1" "$work/val/c2" "$work/val_c12/"
+step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --data "$work/train" --steps 1 --lr 0 \
+  --min-lr 0 --micro-batch-size 4 --init-from "$work/w.safetensors" --val-data "$work/val_c12"
+"$py" - "$work/pred1.csv" "$work/last.log" <<'PY' || fail=1
+import csv, re, sys
+rows = [r for r in list(csv.reader(open(sys.argv[1])))[1:] if r[2] != "c0"]
+want = 100.0 * sum(r[3] == r[2] for r in rows) / len(rows)
+log = open(sys.argv[2]).read()
+got = re.search(r"eval after step 1: .*top-1 ([\d.]+)% .*\((\d+) images\)", log)
+ok = got and abs(float(got[1]) - want) < 0.01 and int(got[2]) == len(rows) and \
+    "holds 2 of the 3 classes of --data" in log
+print(f"--val-data without c0: top-1 {got and got[1]}% of {got and got[2]} images, "
+      f"{want:.2f}% of {len(rows)} by pred1.csv's rows: {'ok' if ok else 'FAIL'}")
+sys.exit(0 if ok else 1)
+PY
+mv "$work/val_c12/c2" "$work/val_c12/c9"
+out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --data "$work/train" --steps 1 \
+      --micro-batch-size 4 --val-data "$work/val_c12" 2>&1)
+if grep -q -- "--val-data $work/val_c12 has a class 'c9' that --data $work/train lacks" <<<"$out"
+then echo "ok: a validation class the training set lacks refused"
+else echo "FAIL: a validation class the training set lacks: $out"; fail=1; fi
 out=$(timeout 300 mpirun -np 2 --oversubscribe "$vit3d" eval "${model[@]}" --val-data "$work/val" \
       --checkpoint "$ck" --micro-batch-size 4 --threads 1 --predictions "$work/pred2.csv" 2>&1)
 if grep -q -- "--predictions is for vit3d eval with one data-parallel replica" <<<"$out"; then
