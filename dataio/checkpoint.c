@@ -111,6 +111,9 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "lars %d\nmomentum %.17g\n", m->lars, m->momentum);
   if (m->drop_last && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "drop_last %d\n", m->drop_last);
+  if (m->data_images && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "data_images %" PRId64 "\ndata_classes %" PRId64
+                  "\n", m->data_images, m->data_classes);
   if (m->optim_from_layer && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "optim_from_layer %d\n", m->optim_from_layer);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
@@ -151,6 +154,8 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"global_pool", 0, 3, &m->global_pool, 4, 1, 0},  // absent: 0
       {"aug_repeats", 1, 64, &m->aug_repeats, 4, 1, 0},  // absent: 1
       {"drop_last", 0, 1, &m->drop_last, 4, 1, 0},      // absent: 0
+      {"data_images", 0, INT64_MAX / 2, &m->data_images, 8, 1, 0},  // absent: 0 (unknown)
+      {"data_classes", 0, UINT32_MAX, &m->data_classes, 8, 1, 0},
       {"layer_scale", 0, 1, &m->layer_scale, 4, 1, 0},  // absent: 0
       {"no_embed_class", 0, 1, &m->no_embed_class, 4, 1, 0},
       {"reg_tokens", 0, 256, &m->reg_tokens, 4, 1, 0},

@@ -36,6 +36,10 @@ typedef struct {
                             // 3 larc, 4 nlarc); 0: not LARS (0 when absent)
   double momentum;          // SGD's or LARS's momentum (written for those only)
   uint64_t seed;
+  // The training set the stream position counts in: its images and the FNV-1a hash of its class
+  // names (launch/data.c), which a resume compares with its own (a warning); written where
+  // known (0: the manifest predates them, or synthetic data).
+  int64_t data_images, data_classes;
   // The optimizer's settings and learning-rate schedule (has_optim 0 when the manifest predates
   // them), which a resume compares with its own (launch/ckpt.c): the resolved lengths in steps,
   // and with sched_epochs (--sched-on epochs) the epoch's images and the lengths in epochs.

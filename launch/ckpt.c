@@ -335,6 +335,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
       .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
       .global_pool = c->global_pool, .aug_repeats = o->aug_repeats, .drop_last = o->drop_last,
+      .data_images = o->data_images, .data_classes = o->data_classes,
       .layer_scale = c->layer_scale > 0, .no_embed_class = c->no_embed_class,
       .reg_tokens = c->reg_tokens, .qk_norm = c->qk_norm, .qkv_bias = !c->no_qkv_bias,
       .parallel = c->parallel, .class_token = !c->no_class_token, .gelu_tanh = c->gelu_tanh,

@@ -50,6 +50,10 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
                        size_t errlen);
 void vt_data_close(vt_data *d);
 
+// The training set a checkpoint's stream position counts in (vt_ckpt_manifest's data_images and
+// data_classes): its images and the FNV-1a hash of its class names; 0 and 0 for synthetic data.
+void vt_data_identity(const vt_data *d, int64_t *images, int64_t *classes);
+
 // The data stream position of micro-batch mb of step `step` on this rank: its images are
 // positions first .. first + B - 1 (design.md: step s takes [s*G, (s+1)*G), DP rank d the d-th
 // G/dp of them, in micro-batches of B). Valid on every pipeline stage.

@@ -423,6 +423,17 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
                                mesh.tp_size, me.dp_rank, mesh.dp_size, n_micro, start_step, err,
                                sizeof err) == VT_OK;
   if (!rc && !ok && world_rank == 0) vt_log_error("%s", err);
+  // The stream position of a resumed run counts in the training set it was saved with; another
+  // is allowed (a new dataset to go on with), but the stream then holds other images.
+  if (ok && !o->eval_only) vt_data_identity(&data, &own.data_images, &own.data_classes);
+  if (ok && world_rank == 0 && start_step > 0 && !o->eval_only && saved.data_images > 0 &&
+      own.data_images > 0 &&
+      (saved.data_images != own.data_images || saved.data_classes != own.data_classes))
+    vt_log_warn("the checkpoint of step %lld was saved by a run whose --data held %lld images "
+                "(class names %08llx) and this one's holds %lld (%08llx): from here the data "
+                "stream holds other images than that run's", (long long)start_step,
+                (long long)saved.data_images, (long long)saved.data_classes,
+                (long long)own.data_images, (long long)own.data_classes);
   if (ok && !o->eval_only &&
       (own.epochs > 0 || own.warmup_epochs > 0 || own.eval_epochs > 0 || own.save_epochs > 0 ||
        own.sched_epochs))

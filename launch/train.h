@@ -32,6 +32,9 @@ typedef struct {
   int bad_image_fail;       // 0: skip bad images (replace, warn, count); 1: stop the run
   vt_transform_config transform;  // crops, flips, RandAugment (transform.ra), normalisation
   int aug_repeats;          // repeated augmentation: each image R times an epoch (dataset.h)
+  // Set once the training set is open (0: synthetic data): its images and the hash of its class
+  // names (vt_data_identity), for the checkpoints' manifests.
+  int64_t data_images, data_classes;
   int drop_last;            // 1: an epoch of the training set is its whole global batches (timm's
                             // drop_last; vt_epoch_images), the rest of its images left out
   int micro_batch;          // images per forward/backward

@@ -22,7 +22,8 @@
 #  - vit3d eval --predictions writes each image's top-5 (1 rank: as its logits say; a 2x2 model
 #    split: the same); with two DP replicas it is refused;
 #  - a --val-data lacking a training class is labelled by class name (its evaluation scores
-#    the predictions of the other classes' images); one with a class --data lacks is refused.
+#    the predictions of the other classes' images); one with a class --data lacks is refused;
+#  - a resume on another training set is warned about (the checkpoint holds the set's size).
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -381,6 +382,12 @@ out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --data "$work/train"
 if grep -q -- "--val-data $work/val_c12 has a class 'c9' that --data $work/train lacks" <<<"$out"
 then echo "ok: a validation class the training set lacks refused"
 else echo "FAIL: a validation class the training set lacks: $out"; fail=1; fi
+# A resume on another training set: allowed, with a warning naming both sets' sizes.
+out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --data "$work/val" --steps 9 \
+      --micro-batch-size 4 --global-batch-size 16 --lr 3e-3 --resume "$ck" 2>&1)
+if grep -q "saved by a run whose --data held 72 images (class names .*) and this one's holds 30" \
+   <<<"$out"; then echo "ok: a resume on another training set warned"
+else echo "FAIL: a resume on another training set: $out"; fail=1; fi
 out=$(timeout 300 mpirun -np 2 --oversubscribe "$vit3d" eval "${model[@]}" --val-data "$work/val" \
       --checkpoint "$ck" --micro-batch-size 4 --threads 1 --predictions "$work/pred2.csv" 2>&1)
 if grep -q -- "--predictions is for vit3d eval with one data-parallel replica" <<<"$out"; then

@@ -278,6 +278,18 @@ int main(void) {
              !strcmp(vt_ckpt_act_name(&back), "gelu"),
          "a manifest without pre_norm, norm_eps, quick_gelu (timm's ViT): %s", err);
   m.pre_norm = m.quick_gelu = 0, m.norm_eps = 1e-6f;
+  // The training set's identity round trips; synthetic data (0) writes no lines, and a manifest
+  // without them reads as unknown (0).
+  m.data_images = 1281167, m.data_classes = 0xdeadbeef;
+  n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
+             back.data_images == 1281167 && back.data_classes == 0xdeadbeef,
+         "data_images, data_classes round trip: %s", err);
+  m.data_images = m.data_classes = 0;
+  n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
+             back.data_images == 0 && back.data_classes == 0 && !strstr(text, "data_"),
+         "synthetic data: no data_ lines: %s", err);
   // The optimizer's settings and schedule round trip bit for bit (floats widened to double;
   // lengths in epochs as doubles); all or none of them; a manifest without them has none.
   vt_ckpt_manifest o = m;
