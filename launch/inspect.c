@@ -62,9 +62,13 @@ int vt_inspect_run(const char *path) {
   printf("checkpoint %s: %d files, sizes and CRC-32 verified\n", dir, m.nfiles);
   for (int i = 0; i < m.nfiles; i++)
     printf("  %-20s %" PRId64 " bytes\n", m.file[i], m.file_nbytes[i]);
+  char data[96] = "";
+  if (m.data_images > 0)
+    snprintf(data, sizeof data, " in a training set of %" PRId64 " images (class names %08llx)",
+             m.data_images, (unsigned long long)m.data_classes);
   printf("step %" PRId64 " (%s step %" PRId64 "), data stream position %" PRId64
-         " (global batch %" PRId64 "), seed %" PRIu64 "%s\n",
-         m.step, vt_ckpt_opt_name(&m), m.adam_t, m.stream_position, m.global_batch, m.seed,
+         "%s (global batch %" PRId64 "), seed %" PRIu64 "%s\n",
+         m.step, vt_ckpt_opt_name(&m), m.adam_t, m.stream_position, data, m.global_batch, m.seed,
          vt_ckpt_manifest_lists(&m, "ema.safetensors") ? ", with the weights' EMA" : "");
   printf("saved on tp %d x pp %d x dp %d%s%s (it loads on any mesh)\n", m.tp, m.pp, m.dp,
          m.zero ? ", ZeRO-1" : "", m.sequence_parallel ? ", sequence parallel" : "");
