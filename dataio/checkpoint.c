@@ -524,6 +524,22 @@ vt_status vt_output_file_check(const char *path, const char *what, char *err, si
        S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "pipe" : "device or socket");
 }
 
+vt_status vt_output_dir_check(const char *path, const char *what, char *err, size_t errlen) {
+  char dir[1100], probe[1200];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = '\0';  // "/file"
+  else *slash = '\0';
+  snprintf(probe, sizeof probe, "%s/.vit3d-write-check-%ld", dir, (long)getpid());
+  const int fd = open(probe, O_CREAT | O_EXCL | O_WRONLY, 0600);
+  if (fd < 0 && errno != EEXIST)  // (another process's probe of the same name: it can write)
+    FAIL(VT_ERR_INPUT, "%s %s: cannot make files in %s (%s); create the folder or give a "
+         "writable path", what, path, dir, strerror(errno));
+  if (fd >= 0) close(fd), unlink(probe);
+  return VT_OK;
+}
+
 vt_status vt_copy_file_atomic(const char *src, const char *dst, char *err, size_t errlen) {
   if (vt_output_file_check(dst, "the output file", err, errlen) != VT_OK) return VT_ERR_INPUT;
   char tmp[1100];

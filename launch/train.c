@@ -169,9 +169,10 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
                                     {"--final-ema", o->final_ema},
                                     {"--predictions", o->predictions},
                                     {"--logits-out", o->logits_out}};
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 4; i++)  // (checked now: they are written at the end)
     if (outputs[i][1][0] &&
-        vt_output_file_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK)
+        (vt_output_file_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK ||
+         vt_output_dir_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK))
       return VT_ERR_INPUT;
   if (o->optim.ema_warmup && o->optim.ema_decay <= 0)
     REFUSE("--model-ema-warmup warms up the weights' EMA: give --model-ema DECAY too");
