@@ -164,7 +164,8 @@ vt_status vt_output_file_check(const char *path, const char *what, char *err, si
 
 // Whether new files can be made in the folder of the output file path (a missing folder, a
 // read-only one or file system: VT_ERR_INPUT naming `what`), by making and removing a probe
-// file there: checked at start-up, so that the file a run writes at its end cannot be lost.
+// file there: checked at start-up (on every rank), so that the file a run writes at its end
+// cannot be lost.
 vt_status vt_output_dir_check(const char *path, const char *what, char *err, size_t errlen);
 
 #endif

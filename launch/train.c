@@ -169,10 +169,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
                                     {"--final-ema", o->final_ema},
                                     {"--predictions", o->predictions},
                                     {"--logits-out", o->logits_out}};
-  for (int i = 0; i < 4; i++)  // (checked now: they are written at the end)
+  for (int i = 0; i < 4; i++)  // (their folders: outputs_writable, on every rank)
     if (outputs[i][1][0] &&
-        (vt_output_file_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK ||
-         vt_output_dir_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK))
+        vt_output_file_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK)
       return VT_ERR_INPUT;
   if (o->optim.ema_warmup && o->optim.ema_decay <= 0)
     REFUSE("--model-ema-warmup warms up the weights' EMA: give --model-ema DECAY too");
@@ -226,6 +225,27 @@ static vt_status resolve_epochs(vt_train_options *o, int64_t n, char *err, size_
     REFUSE("the warmup (%lld steps) is longer than the run (%lld steps)",
            (long long)o->optim.warmup_steps, (long long)o->steps);
   return VT_OK;
+}
+
+// Collective: whether every rank can make files in the folders of the output files written at
+// the run's end (every rank writes its part of --final-weights), checked at its start, where a
+// missing or read-only folder costs nothing; the lowest rank that cannot says why.
+static int outputs_writable(const vt_train_options *o, vt_comm *world) {
+  const char *const outputs[][2] = {{"--final-weights", o->final_weights},
+                                    {"--final-ema", o->final_ema},
+                                    {"--predictions", o->predictions},
+                                    {"--logits-out", o->logits_out}};
+  char err[1400];
+  const int rank = vt_comm_rank(world);
+  double first = vt_comm_size(world);  // the lowest rank that cannot
+  for (int i = 0; i < 4 && first == vt_comm_size(world); i++)
+    if (outputs[i][1][0] &&
+        vt_output_dir_check(outputs[i][1], outputs[i][0], err, sizeof err) != VT_OK)
+      first = rank;
+  const double mine = first;
+  vt_comm_all_reduce_double(world, &first, 1, VT_REDUCE_MIN);
+  if (mine == rank && first == rank) vt_log_error("%s", err);
+  return first == vt_comm_size(world);
 }
 
 // This rank's backend: its device (the GPU of its local rank), described in device; NULL on
@@ -407,6 +427,7 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     rc = VT_EXIT_USAGE;
   }
   vt_optimizer_ema_reset(&opt, m.params);  // the EMA starts at the initial weights
+  if (!rc && !outputs_writable(o, world)) rc = VT_EXIT_USAGE;
   if (!rc && o->save_dir[0] && !o->eval_only &&
       vt_ckpt_check_shared(o->save_dir, world, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("--save: %s", err);
