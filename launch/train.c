@@ -45,6 +45,16 @@ int vt_train_pass_times(const char *text, double costs[3]) {
   return 2;
 }
 
+// The files a run writes at its end, each with its flag ("" where not asked for).
+enum { N_OUTPUTS = 4 };
+static void output_files(const vt_train_options *o, const char *out[N_OUTPUTS][2]) {
+  const char *const all[N_OUTPUTS][2] = {{"--final-weights", o->final_weights},
+                                         {"--final-ema", o->final_ema},
+                                         {"--predictions", o->predictions},
+                                         {"--logits-out", o->logits_out}};
+  memcpy(out, all, sizeof all);
+}
+
 vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size_t errlen) {
   const vt_vit_config *c = &o->model;
   if (vt_config_validate(c, err, errlen) != VT_OK) return VT_ERR_INPUT;
@@ -165,11 +175,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
       REFUSE("--pp-schedule %s with %s (frozen virtual stages 0-%d): %s", o->pp_schedule, flags,
              frozen.frozen_stages - 1, why);
   }
-  const char *const outputs[][2] = {{"--final-weights", o->final_weights},
-                                    {"--final-ema", o->final_ema},
-                                    {"--predictions", o->predictions},
-                                    {"--logits-out", o->logits_out}};
-  for (int i = 0; i < 4; i++)  // (their folders: outputs_writable, on every rank)
+  const char *outputs[N_OUTPUTS][2];
+  output_files(o, outputs);
+  for (int i = 0; i < N_OUTPUTS; i++)  // (their folders: outputs_writable, on every rank)
     if (outputs[i][1][0] &&
         vt_output_file_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK)
       return VT_ERR_INPUT;
@@ -231,14 +239,12 @@ static vt_status resolve_epochs(vt_train_options *o, int64_t n, char *err, size_
 // the run's end (every rank writes its part of --final-weights), checked at its start, where a
 // missing or read-only folder costs nothing; the lowest rank that cannot says why.
 static int outputs_writable(const vt_train_options *o, vt_comm *world) {
-  const char *const outputs[][2] = {{"--final-weights", o->final_weights},
-                                    {"--final-ema", o->final_ema},
-                                    {"--predictions", o->predictions},
-                                    {"--logits-out", o->logits_out}};
+  const char *outputs[N_OUTPUTS][2];
+  output_files(o, outputs);
   char err[1400];
   const int rank = vt_comm_rank(world);
   double first = vt_comm_size(world);  // the lowest rank that cannot
-  for (int i = 0; i < 4 && first == vt_comm_size(world); i++)
+  for (int i = 0; i < N_OUTPUTS && first == vt_comm_size(world); i++)
     if (outputs[i][1][0] &&
         vt_output_dir_check(outputs[i][1], outputs[i][0], err, sizeof err) != VT_OK)
       first = rank;
