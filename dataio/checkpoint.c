@@ -532,10 +532,11 @@ vt_status vt_output_dir_check(const char *path, const char *what, char *err, siz
   else if (slash == dir) dir[1] = '\0';  // "/file"
   else *slash = '\0';
   snprintf(probe, sizeof probe, "%s/.vit3d-write-check-%ld", dir, (long)getpid());
+  vt_mkdir_p(dir);  // (where it cannot, the probe says why)
   const int fd = open(probe, O_CREAT | O_EXCL | O_WRONLY, 0600);
   if (fd < 0 && errno != EEXIST)  // (another process's probe of the same name: it can write)
-    FAIL(VT_ERR_INPUT, "%s %s: cannot make files in %s (%s); create the folder or give a "
-         "writable path", what, path, dir, strerror(errno));
+    FAIL(VT_ERR_INPUT, "%s %s: cannot make files in %s (%s); give a path in a writable folder",
+         what, path, dir, strerror(errno));
   if (fd >= 0) close(fd), unlink(probe);
   return VT_OK;
 }

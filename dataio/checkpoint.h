@@ -162,10 +162,10 @@ vt_status vt_copy_file_atomic(const char *src, const char *dst, char *err, size_
 // regular file (or a link to one): VT_OK.
 vt_status vt_output_file_check(const char *path, const char *what, char *err, size_t errlen);
 
-// Whether new files can be made in the folder of the output file path (a missing folder, a
-// read-only one or file system: VT_ERR_INPUT naming `what`), by making and removing a probe
-// file there: checked at start-up (on every rank), so that the file a run writes at its end
-// cannot be lost.
+// Makes the folder of the output file path where it is missing (mkdir -p), and checks that new
+// files can be made there (a folder that cannot be made, a read-only one or file system:
+// VT_ERR_INPUT naming `what`) by making and removing a probe file: at start-up, on every rank,
+// so that the file a run writes at its end cannot be lost.
 vt_status vt_output_dir_check(const char *path, const char *what, char *err, size_t errlen);
 
 #endif

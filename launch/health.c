@@ -8,21 +8,39 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t g_signal = 0;
+static volatile sig_atomic_t g_signal = 0, g_interrupted = 0;
 
 static void on_preempt(int sig) { g_signal = sig; }
 
+static void on_interrupt(int sig) {
+  (void)sig;
+  g_interrupted = 1;
+  struct sigaction dfl;  // the second one stops the process (sigaction is async-signal-safe)
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigaction(SIGINT, &dfl, NULL);
+  static const char msg[] = "\nvit3d: interrupted: stopping at the end of this step, with a "
+                            "checkpoint where --save is given; Ctrl-C again stops at once\n";
+  ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)w;
+}
+
 void vt_health_catch_preemption(void) {
-  struct sigaction sa;
+  struct sigaction sa, was;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_preempt;
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  if (sigaction(SIGINT, NULL, &was) == 0 && was.sa_handler != SIG_IGN) {
+    sa.sa_handler = on_interrupt;
+    sigaction(SIGINT, &sa, NULL);
+  }
 }
 
 int vt_health_preempt_signal(void) { return (int)g_signal; }
+int vt_health_interrupted(void) { return (int)g_interrupted; }
 
 double vt_health_rss_mib(void) {
   FILE *f = fopen("/proc/self/statm", "r");

@@ -13,8 +13,12 @@
 // SIGUSR1 and SIGTERM only note the signal (restarting interrupted system calls); the training
 // loop agrees on it over all ranks at the next step boundary, saves and exits. Call first thing
 // in main: before it, either signal would kill the process.
+// SIGINT (Ctrl-C) likewise, once: the run stops at the next step boundary with a checkpoint
+// (where --save is given) and exit 130; the handler gives SIGINT back its default, so a second
+// one stops the process at once. Not where SIGINT was ignored at start (a background job).
 void vt_health_catch_preemption(void);
-int vt_health_preempt_signal(void);  // the signal received so far, or 0
+int vt_health_preempt_signal(void);  // SIGUSR1 or SIGTERM received so far, or 0
+int vt_health_interrupted(void);     // 1 once SIGINT was received
 
 // This process's resident host memory in MiB (/proc/self/statm), 0 where unknown.
 double vt_health_rss_mib(void);

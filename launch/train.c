@@ -547,19 +547,20 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
     // count: the first stage's TP rank 0 of every DP rank, or each of its TP ranks when they
     // split the decoding (each counts its share); a preemption signal: any rank; the ranks
-    // still writing their part of a checkpoint; the decoding ranks' waits for their loaders.
+    // still writing their part of a checkpoint; the decoding ranks' waits for their loaders;
+    // SIGINT: any rank.
     // Evaluation uses the training slots between steps: no prefetch into them before one.
     x.prefetch_next = n < end_step && !eval_due(o, &data, n, end_step);
     // The ranks that decode images: the time their loader kept them waiting this step, and
     // their count.
     const double wait0 = data.wait_s, loss_sum = vt_stage_run(&x, acts, nacts, step);
     const int decodes = data.train && data.need_pixels;
-    double sums[6] = {loss_sum, (double)data.bad, vt_health_preempt_signal() != 0,
-                      vt_ckpt_writing(), data.wait_s - wait0, decodes};
+    double sums[7] = {loss_sum, (double)data.bad, vt_health_preempt_signal() != 0,
+                      vt_ckpt_writing(), data.wait_s - wait0, decodes, vt_health_interrupted()};
     if (plant_nan) sums[0] = NAN;
     if (!(m.has_head && me.tp_rank == 0)) sums[0] = 0.0;
     if (!(m.has_embed && (me.tp_rank == 0 || data.pixel_count < B))) sums[1] = 0.0;
-    vt_comm_all_reduce_double(world, sums, 6, VT_REDUCE_SUM);
+    vt_comm_all_reduce_double(world, sums, 7, VT_REDUCE_SUM);
     // A checkpoint written in the background is committed as soon as every rank's part is.
     if (vt_ckpt_pending() && sums[3] == 0) {
       vt_watchdog_phase("checkpoint commit", n, slow_limit);
@@ -567,7 +568,9 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
       vt_watchdog_phase("step", n, o->timeout_s);
     }
     const double loss = sums[0] / o->global_batch;
-    const int preempt = sums[2] > 0;
+    // a preemption signal on any rank, else SIGINT (Ctrl-C) on any: save and stop
+    const int preempt = sums[2] > 0, interrupt = !preempt && sums[6] > 0;
+    const int stop = preempt || interrupt;
     const float lr = vt_lr_at(&o->optim, step);
     // A non-finite loss or gradient norm (the same verdict on every rank: both are global)
     // leaves the parameters and the optimizer state as they were.
@@ -620,16 +623,16 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     }
     const int stop_nonfinite = nonfinite_run >= o->max_nonfinite;
     const int save_now = o->save_dir[0] && !stop_nonfinite &&
-                         (n == end_step || preempt ||
+                         (n == end_step || stop ||
                           (o->save_interval > 0 && n % o->save_interval == 0));
     if (save_now) {
       vt_watchdog_phase("checkpoint save", n, slow_limit);
-      if (vt_ckpt_save(o, &m, &opt, world, &mesh, n, n == end_step || preempt, err,
+      if (vt_ckpt_save(o, &m, &opt, world, &mesh, n, n == end_step || stop, err,
                        sizeof err) != VT_OK) {
         if (world_rank == 0)
           vt_log_error("checkpoint of step %lld failed, the previous one is intact: %s",
                        (long long)n, err);
-        if (preempt) rc = VT_EXIT_FAILED;
+        if (stop) rc = VT_EXIT_FAILED;
       }
     }
     char summary[1024] = "";
@@ -661,18 +664,21 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
       rc = VT_EXIT_NONFINITE;
       break;
     }
-    if (preempt) {
+    if (stop) {
       char what[sizeof o->save_dir + 64];
       if (!o->save_dir[0]) snprintf(what, sizeof what, "no --save directory, nothing was saved");
       else if (rc) snprintf(what, sizeof what, "the checkpoint FAILED (see above)");
       else snprintf(what, sizeof what, "checkpoint step-%08lld saved in %.*s", (long long)n,
                     (int)sizeof o->save_dir, o->save_dir);
-      if (world_rank == 0)
+      rc = rc ? rc : preempt ? VT_EXIT_PREEMPTED : VT_EXIT_INTERRUPTED;
+      if (world_rank == 0 && preempt)
         vt_log_warn("preempted (signal %s on some rank) at step %lld: %s; exiting with %d. "
                     "Resume with --resume auto.",
                     vt_health_preempt_signal() == SIGTERM ? "SIGTERM" : "SIGUSR1", (long long)n,
-                    what, rc ? rc : VT_EXIT_PREEMPTED);
-      rc = rc ? rc : VT_EXIT_PREEMPTED;
+                    what, rc);
+      if (world_rank == 0 && interrupt)
+        vt_log_warn("interrupted (SIGINT on some rank) at step %lld: %s; exiting with %d. "
+                    "Resume with --resume auto.", (long long)n, what, rc);
       break;
     }
   }

@@ -116,6 +116,7 @@ enum {
   VT_EXIT_NONFINITE = 4,   // --max-nonfinite-steps non-finite steps in a row
   VT_EXIT_CHECK = 5,       // --check-log: a step differed from the reference (or none compared)
   VT_EXIT_PREEMPTED = 75,  // SIGUSR1/SIGTERM: checkpoint saved, resume with --resume auto
+  VT_EXIT_INTERRUPTED = 130,  // SIGINT (Ctrl-C): stopped at a step boundary, checkpoint saved
 };
 
 

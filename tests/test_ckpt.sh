@@ -17,7 +17,8 @@
 #  2b. every rank writes its part of a save (rank 0 of 8 under a quarter), a part that fails
 #     to write on rank 3 is said by rank 0, and a --save folder that rank 1 does not see is
 #     refused at start-up;
-#  3. kill -9 of one rank in the middle of a run and (fault switch) in the middle of a save: a
+#  3. kill -9 of one rank in the middle of a run and (fault switch) in the middle of a save, and
+#     SIGINT (Ctrl-C) to one rank (a checkpoint at the next step boundary, exit 130): a
 #     relaunch with --resume auto completes with the weights of an uninterrupted run.
 #  4. a damaged newest checkpoint (its header; a byte of the last stage's moments, which only
 #     that stage's ranks read and check): --resume auto falls back to the previous one and says so.
@@ -284,6 +285,28 @@ grep -q "step-00000010" "$work/ksave2.log" && ! ls -A "$work/ksave" | grep -q tm
 cmp -s "$work/straight0/weights.safetensors" "$work/ksave2/weights.safetensors" &&
   echo "ok: relaunch after kill -9 mid-save resumed from step 10, cleaned the partial save, equals the uninterrupted run" ||
   { echo "FAIL: relaunch after kill -9 mid-save"; grep -i "resum\|tmp" "$work/ksave2.log"; fail=1; }
+
+# Ctrl-C: SIGINT to one rank (rank 0 slowed by the fault switch, so the run is still going):
+# every rank stops at the same step boundary with a checkpoint and exit 130; a relaunch with
+# --resume auto equals the uninterrupted run.
+VT_FAULT=slow@0:1-1000000 timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" \
+  --tp 2 --pp 2 --save "$work/intr" --save-interval 100 > "$work/intr1.log" 2>&1 &
+launcher=$!
+for _ in $(seq 600); do grep -q "memory plan" "$work/intr1.log" && break; sleep 0.1; done
+sleep 1
+victim=$(pgrep -f "^$vit3d train.*$work/intr" | sed -n 5p)
+[ -n "$victim" ] && kill -INT "$victim"
+wait $launcher
+rc=$?
+at=$(grep -o "interrupted (SIGINT on some rank) at step [0-9]*" "$work/intr1.log" | grep -o "[0-9]*$")
+must run intr2 8 --tp 2 --pp 2 --save "$work/intr" --save-interval 100 --resume auto
+if [ $rc -eq 130 ] && [ -n "$at" ] && [ "$at" -lt 20 ] &&
+   grep -q "resumed from .*step-0*$at:" "$work/intr2.log" &&
+   cmp -s "$work/straight0/weights.safetensors" "$work/intr2/weights.safetensors"; then
+  echo "ok: SIGINT stopped every rank at step $at with a checkpoint (exit 130); the relaunch equals the uninterrupted run"
+else
+  echo "FAIL: SIGINT: mpirun exit $rc, step '$at'"; grep -i "interrupt\|saved\|error" "$work/intr1.log" | head; fail=1
+fi
 
 # A damaged newest checkpoint: --resume auto uses the previous one and says so.
 mkdir -p "$work/dmg" && cp -r "$work/kill/step-00000010" "$work/kill/step-00000015" "$work/dmg/" 2>/dev/null

@@ -36,8 +36,9 @@ refuse "--drop-path: 1 is out of range" train --drop-path 1
 refuse "--layer-decay: 0 is out of range" train --layer-decay 0
 refuse "--final-ema writes the weights' EMA: give --model-ema DECAY too" train --final-ema x.safetensors
 refuse "--use-ema is for vit3d eval --checkpoint DIR" train --use-ema 1
-# Files written at a run's end are checked at its start: a missing folder would lose them.
-refuse "--final-weights /nonexistent-vit3d/w.safetensors: cannot make files in /nonexistent-vit3d (No such file or directory); create the folder" train --final-weights /nonexistent-vit3d/w.safetensors
+# Files written at a run's end are checked at its start (their folders made where missing): a
+# folder that cannot take them would lose them.
+refuse "--final-weights /dev/null/w.safetensors: cannot make files in /dev/null (Not a directory); give a path in a writable folder" train --final-weights /dev/null/w.safetensors
 refuse "--micro-batch-size must be even (have 3)" train --mixup 0.8 --micro-batch-size 3 --global-batch-size 6
 refuse "--drop-path works on micro-batches of at most 4096 images (have 5000)" train --drop-path 0.1 --micro-batch-size 5000
 refuse "--proj-drop: 1 is out of range" train --proj-drop 1
