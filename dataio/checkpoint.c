@@ -502,11 +502,15 @@ vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, v
   return VT_ERR_INPUT;
 }
 
-vt_status vt_ckpt_open(const char *path, char *dir, size_t dir_len, vt_ckpt_manifest *m,
-                       char *err, size_t errlen) {
+int vt_ckpt_is_checkpoint(const char *path) {
   char manifest[1200];
   snprintf(manifest, sizeof manifest, "%s/manifest.txt", path);
-  if (access(manifest, F_OK) == 0) {  // a checkpoint itself
+  return access(manifest, F_OK) == 0;
+}
+
+vt_status vt_ckpt_open(const char *path, char *dir, size_t dir_len, vt_ckpt_manifest *m,
+                       char *err, size_t errlen) {
+  if (vt_ckpt_is_checkpoint(path)) {
     snprintf(dir, dir_len, "%s", path);
     return vt_ckpt_verify(dir, m, err, errlen);
   }

@@ -36,9 +36,9 @@ typedef struct {
                             // 3 larc, 4 nlarc); 0: not LARS (0 when absent)
   double momentum;          // SGD's or LARS's momentum (written for those only)
   uint64_t seed;
-  // The training set the stream position counts in: its images and the FNV-1a hash of its class
-  // names (launch/data.c), which a resume compares with its own (a warning); written where
-  // known (0: the manifest predates them, or synthetic data).
+  // The training set the stream position counts in: its images and a hash of its class names
+  // (vt_data_identity), which a resume compares with its own (a warning); written where known
+  // (0: the manifest predates them, or synthetic data).
   int64_t data_images, data_classes;
   // The optimizer's settings and learning-rate schedule (has_optim 0 when the manifest predates
   // them), which a resume compares with its own (launch/ckpt.c): the resolved lengths in steps,
@@ -142,6 +142,10 @@ void vt_ckpt_step_dir(const char *save_dir, int64_t step, char *dir, size_t size
 // directories from newest to oldest. Returns VT_OK with its path in dir, or VT_ERR_INPUT when
 // there is none. Each damaged checkpoint skipped is logged.
 vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, vt_ckpt_manifest *m);
+
+// Whether path is a checkpoint itself (it holds a manifest.txt, sound or not), rather than a
+// --save folder of them (or nothing).
+int vt_ckpt_is_checkpoint(const char *path);
 
 // A checkpoint a user names (vit3d export, inspect): path itself where it holds a manifest.txt,
 // else path as a --save folder, its newest complete checkpoint (vt_ckpt_find_latest). Verified

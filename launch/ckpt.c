@@ -631,11 +631,8 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   const char *folder = auto_mode ? o->save_dir : o->resume;
   int in_folder = auto_mode;  // (rank 0's finding, shared with its first proposal)
   if (rank0 && auto_mode) vt_ckpt_clean(o->save_dir);
-  if (rank0 && !auto_mode) {
-    char manifest[1200];
-    snprintf(manifest, sizeof manifest, "%s/manifest.txt", o->resume);
-    in_folder = access(manifest, F_OK) != 0 && vt_ckpt_candidates(o->resume, cand, 1) > 0;
-  }
+  if (rank0 && !auto_mode)
+    in_folder = !vt_ckpt_is_checkpoint(o->resume) && vt_ckpt_candidates(o->resume, cand, 1) > 0;
   if (rank0 && in_folder) ncand = vt_ckpt_candidates(folder, cand, 4096);
   const int64_t total = m->table.total;
   float *local[4] = {NULL};  // weights, moments, EMA (kept only with --model-ema)

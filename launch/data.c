@@ -8,6 +8,7 @@
 #include "comm.h"
 #include "index_cache.h"
 #include "synthetic.h"
+#include "vt_rng.h"
 
 static vt_loader_config base_config(const vt_data *d, const vt_dataset *ds, int want_pixels) {
   const vt_train_options *o = d->o;
@@ -234,12 +235,9 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
 
 void vt_data_identity(const vt_data *d, int64_t *images, int64_t *classes) {
   *images = d->synthetic ? 0 : d->train_ds.count;
-  uint32_t h = 2166136261u;
+  uint32_t h = 0;  // each name's FNV-1a, in order
   for (int c = 0; c < d->train_ds.num_classes; c++)
-    for (const char *s = d->train_ds.class_names[c];; s++) {  // each name and its end
-      h = (h ^ (unsigned char)*s) * 16777619u;
-      if (!*s) break;
-    }
+    h = (h ^ vt_hash_name(d->train_ds.class_names[c])) * 16777619u;
   *classes = *images ? (int64_t)h : 0;
 }
 

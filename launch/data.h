@@ -51,7 +51,8 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
 void vt_data_close(vt_data *d);
 
 // The training set a checkpoint's stream position counts in (vt_ckpt_manifest's data_images and
-// data_classes): its images and the FNV-1a hash of its class names; 0 and 0 for synthetic data.
+// data_classes): its images and a hash of its class names in order (each name's FNV-1a,
+// combined); 0 and 0 for synthetic data.
 void vt_data_identity(const vt_data *d, int64_t *images, int64_t *classes);
 
 // The data stream position of micro-batch mb of step `step` on this rank: its images are

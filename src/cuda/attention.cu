@@ -1518,8 +1518,8 @@ static void variant_name(char *buf, size_t size, int v, int bwd) {
 // The variant for this call of op (bwd: the backward's kernels; may_store: whether dS may be
 // stored, which the caller decides as it carves dS's scratch): the only one the settings leave
 // (4 warps where 8 warps' shared memory would not fit: D = 80's dq kernel on a GPU with 99 KiB
-// a block), the one picked before for this shape, or the fastest of them, timed now. launch(v) runs the op's kernels in variant v; each launch rewrites the
-// same outputs, adding into none.
+// a block), the one picked before for this shape, or the fastest of them, timed now. launch(v)
+// runs the op's kernels in variant v; each launch rewrites the same outputs, adding into none.
 template <typename L>
 static int variant_for(const char *op, int bwd, int64_t B, int64_t N, int64_t H, int64_t D,
                        int may_store, L launch) {
