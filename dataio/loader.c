@@ -30,6 +30,7 @@ typedef struct {
   int bad, valid;
   int64_t *pos, *idx, *ep;  // per sample: stream position, dataset index (-1: padding), epoch
   int64_t *key;             // per sample: its augmentation key (vt_sampler_key)
+  unsigned char *bad_flag;  // per sample: 1 where its file was bad (decoded samples only)
   float *images;            // (pixel_count, 3, S, S): the share this loader decodes
   int32_t *labels;
   int err_sample;  // lowest sample whose error is reported, -1 none
@@ -97,8 +98,10 @@ static void plan_batch(vt_loader *l, slot *s, int64_t j) {
 }
 
 static void warn_once(vt_loader *l, int64_t idx, const char *msg) {
-  if (!atomic_exchange(&l->known_bad[idx], 1))
-    vt_log_warn("bad image skipped, a sample of the same class replaces it: %s", msg);
+  if (atomic_exchange(&l->known_bad[idx], 1)) return;
+  if (l->cfg.bad_policy == VT_BAD_OMIT)
+    vt_log_warn("bad image left out of the evaluation: %s", msg);
+  else vt_log_warn("bad image skipped, a sample of the same class replaces it: %s", msg);
 }
 
 // Sample i of slot s, keyed by its own (epoch, index), whichever file provides the pixels.
@@ -154,7 +157,7 @@ static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size
   size_t plane = (size_t)3 * c->S * c->S;
   float *out = s->images + (size_t)(i - c->pixel_first) * plane;  // images hold the share
   int64_t idx = s->idx[i];
-  *bad = 0;
+  *bad = s->bad_flag[i] = 0;
   if (idx < 0) {
     memset(out, 0, plane * sizeof(float));
     return 1;
@@ -168,7 +171,11 @@ static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size
       return 0;
     }
     warn_once(l, idx, msg);
-    *bad = 1;
+    *bad = s->bad_flag[i] = 1;
+    if (c->bad_policy == VT_BAD_OMIT) {  // a zero image, flagged for the caller to leave out
+      memset(out, 0, plane * sizeof(float));
+      return 1;
+    }
     if (!replace(l, idx, s->pos[i], &sp, out, err, errlen)) return 0;
   }
   return 1;
@@ -229,7 +236,9 @@ static int check_config(const vt_loader_config *c, int64_t first_batch, char *er
   else if (c->want_pixels && (c->prefetch < 1 || c->prefetch > 1024))
     why = "prefetch must be 1..1024";
   else if (c->want_pixels && c->max_pixels < 1) why = "max_pixels must be positive";
-  else if (c->bad_policy != VT_BAD_SKIP && c->bad_policy != VT_BAD_FAIL) why = "bad-image policy";
+  else if (c->bad_policy != VT_BAD_SKIP && c->bad_policy != VT_BAD_FAIL &&
+           c->bad_policy != VT_BAD_OMIT)
+    why = "bad-image policy";
   else if (c->pixel_first < 0 || c->pixel_count < 0 || c->pixel_first + c->pixel_count > c->batch ||
            (c->pixel_count == 0 && c->pixel_first != 0))
     why = "the decoded samples must lie inside the batch";
@@ -302,9 +311,10 @@ vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, ch
     s->idx = malloc(B * sizeof(int64_t));
     s->ep = malloc(B * sizeof(int64_t));
     s->key = malloc(B * sizeof(int64_t));
+    s->bad_flag = calloc(B, 1);
     s->labels = l->label_block + (size_t)k * B;
     s->images = l->pixels ? l->pixels + (size_t)k * share * plane : NULL;
-    ok = s->pos && s->idx && s->ep && s->key;
+    ok = s->pos && s->idx && s->ep && s->key && s->bad_flag;
   }
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->work_cv, NULL);
@@ -339,6 +349,7 @@ vt_status vt_loader_next(vt_loader *l, vt_batch *out, char *err, size_t errlen) 
     plan_batch(l, s, l->next_batch++);
     out->labels = s->labels;
     out->valid = s->valid;
+    out->bad_flags = s->bad_flag;  // (none: nothing decoded)
     out->epoch = s->ep[0];
     return VT_OK;
   }
@@ -369,6 +380,7 @@ vt_status vt_loader_next(vt_loader *l, vt_batch *out, char *err, size_t errlen) 
   out->labels = s->labels;
   out->valid = s->valid;
   out->bad = s->bad;
+  out->bad_flags = s->bad_flag;
   out->epoch = s->ep[0];
   return VT_OK;
 }
@@ -391,6 +403,7 @@ void vt_loader_destroy(vt_loader *l) {
     free(l->slots[k].idx);
     free(l->slots[k].ep);
     free(l->slots[k].key);
+    free(l->slots[k].bad_flag);
   }
   free(l->slots);
   void (*release)(void *) = l->cfg.host_free ? l->cfg.host_free : free;  // host_block's pair

@@ -15,7 +15,11 @@
 #include "transform.h"
 #include "vt_error.h"
 
-typedef enum { VT_BAD_SKIP = 0, VT_BAD_FAIL = 1 } vt_bad_policy;
+// What a bad file (unreadable, corrupt, too many pixels) becomes. skip: a deterministic other
+// sample of its class (training: the labels the last pipeline stage computes without decoding
+// stay right); fail: vt_loader_next's error; omit: a zero image flagged in vt_batch.bad_flags,
+// for the caller to leave out (evaluation: a stand-in would be scored as that image).
+typedef enum { VT_BAD_SKIP = 0, VT_BAD_FAIL = 1, VT_BAD_OMIT = 2 } vt_bad_policy;
 
 typedef struct {
   const vt_dataset *ds;
@@ -59,9 +63,11 @@ typedef struct {
                      // share); NULL when want_pixels is 0
   int32_t *labels;   // (batch); padding has label 0 and a zero image
   int valid;         // real samples at the front (evaluation's last batch may be short)
-  int bad;           // samples replaced because their file was bad (skip policy; always 0
-                     // without pixels, so count bad files on the decoding ranks), among the
-                     // samples this loader decodes
+  int bad;           // samples whose file was bad (replaced under skip, zero images under
+                     // omit; always 0 without pixels, so count bad files on the decoding
+                     // ranks), among the samples this loader decodes
+  const unsigned char *bad_flags;  // (batch): 1 where that sample's file was bad; 0 for the
+                                   // samples this loader does not decode
   int64_t epoch;     // epoch of the batch's first sample (training)
   double wait_s;     // seconds vt_loader_next waited for the decoders (0: the batch was ready)
 } vt_batch;
@@ -74,9 +80,10 @@ vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, ch
                             size_t errlen);
 // The next micro-batch, blocking until it is ready. Its buffers stay valid until the next call.
 // Under the skip policy a bad file is replaced by a deterministic other sample of the same class
-// (so labels, which the last pipeline stage computes without decoding, stay right) and a
-// warning names the file (once per loader); under the fail policy it returns VT_ERR_INPUT naming
-// the file. A class whose files are all bad is VT_ERR_INPUT under either policy. After an error
+// (so labels, which the last pipeline stage computes without decoding, stay right), under omit
+// by a zero image, each flagged, and a warning names the file (once per loader); under the fail
+// policy it returns VT_ERR_INPUT naming the file. A class whose files are all bad is
+// VT_ERR_INPUT under skip and fail. After an error
 // the loader stays at that micro-batch (asking again gives the same error): destroy it.
 vt_status vt_loader_next(vt_loader *l, vt_batch *out, char *err, size_t errlen);
 // The index of the next micro-batch vt_loader_next will return: the loader's whole state.

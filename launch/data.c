@@ -308,6 +308,7 @@ int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pix
   const int B = d->o->micro_batch;
   *cfg = base_config(d, &d->val_ds, want_pixels);
   cfg->train = 0;
+  if (cfg->bad_policy == VT_BAD_SKIP) cfg->bad_policy = VT_BAD_OMIT;  // (eval.c leaves them out)
   cfg->per_step = 1;
   cfg->step_stride = (int64_t)B * d->dp_size;
   cfg->offset = (int64_t)d->dp_rank * B;

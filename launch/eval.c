@@ -11,22 +11,28 @@
 #include "comm.h"
 #include "safetensors.h"
 
-// Adds the loss, top-1 and top-5 hits of the first `valid` rows of logits (B, K) to acc.
-static void score(const float *logits, const int32_t *labels, int valid, int K, double *acc) {
+// One scored image: its dataset index, loss (no label smoothing) and how many classes scored
+// above its own (0: a top-1 hit, under 5: a top-5 hit).
+typedef struct {
+  int64_t index;
+  double loss;
+  int higher;
+} scored;
+
+// The records of the first `valid` rows of logits (B, K), dataset indices first.. on.
+static void score(const float *logits, const int32_t *labels, int valid, int K, int64_t first,
+                  scored *out) {
   for (int b = 0; b < valid; b++) {
     const float *z = logits + (size_t)b * K;
     const float zy = z[labels[b]];
     double mx = z[0], sum = 0.0;
-    int higher = 0;  // classes scored above the true one: its rank
+    int higher = 0;
     for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
     for (int k = 0; k < K; k++) {
       sum += exp(z[k] - mx);
       higher += z[k] > zy;
     }
-    acc[0] += mx + log(sum) - zy;
-    acc[1] += higher < 1;
-    acc[2] += higher < 5;
-    acc[3] += 1;
+    out[b] = (scored){first + b, mx + log(sum) - zy, higher};
   }
 }
 
@@ -45,36 +51,64 @@ static void csv_field(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-// The prediction lines of the first `valid` rows of logits (B, K), dataset indices first..:
-// index, path, label, then the 5 most probable classes (fewer with fewer classes), highest
-// first (ties: the lower class), with their softmax probabilities.
-static void write_predictions(FILE *f, const vt_dataset *ds, int64_t first, const float *logits,
-                              int valid, int K) {
-  for (int b = 0; b < valid; b++) {
-    const float *z = logits + (size_t)b * K;
-    double mx = z[0], sum = 0.0;
-    for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
-    for (int k = 0; k < K; k++) sum += exp(z[k] - mx);
-    const int64_t i = first + b;
-    fprintf(f, "%lld,", (long long)i);
-    csv_field(f, ds->paths[i]);
-    fputc(',', f);
-    csv_field(f, ds->class_names[ds->labels[i]]);
-    int top[5], n = K < 5 ? K : 5;
-    for (int r = 0; r < n; r++) {  // selection: the best class not taken yet
-      int best = -1;
-      for (int k = 0; k < K; k++) {
-        int taken = 0;
-        for (int q = 0; q < r; q++) taken |= top[q] == k;
-        if (!taken && (best < 0 || z[k] > z[best])) best = k;
-      }
-      top[r] = best;
-      fputc(',', f);
-      csv_field(f, ds->class_names[best]);
-      fprintf(f, ",%.6f", exp(z[best] - mx) / sum);
+// An image's 5 most probable classes (fewer with fewer classes), highest first (ties: the lower
+// class), with their softmax probabilities.
+typedef struct {
+  int n, top[5];
+  double p[5];
+} top5;
+
+static top5 top_classes(const float *z, int K) {
+  double mx = z[0], sum = 0.0;
+  for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
+  for (int k = 0; k < K; k++) sum += exp(z[k] - mx);
+  top5 t = {.n = K < 5 ? K : 5};
+  for (int r = 0; r < t.n; r++) {  // selection: the best class not taken yet
+    int best = -1;
+    for (int k = 0; k < K; k++) {
+      int taken = 0;
+      for (int q = 0; q < r; q++) taken |= t.top[q] == k;
+      if (!taken && (best < 0 || z[k] > z[best])) best = k;
     }
-    fputc('\n', f);
+    t.top[r] = best;
+    t.p[r] = exp(z[best] - mx) / sum;
   }
+  return t;
+}
+
+// A prediction line: index, path, label, then the top classes with their probabilities.
+static void write_prediction(FILE *f, const vt_dataset *ds, int64_t i, const top5 *t) {
+  fprintf(f, "%lld,", (long long)i);
+  csv_field(f, ds->paths[i]);
+  fputc(',', f);
+  csv_field(f, ds->class_names[ds->labels[i]]);
+  for (int r = 0; r < t->n; r++) {
+    fputc(',', f);
+    csv_field(f, ds->class_names[t->top[r]]);
+    fprintf(f, ",%.6f", t->p[r]);
+  }
+  fputc('\n', f);
+}
+
+// --predictions: a line per scored image that was not bad, written whole to a temporary name,
+// then renamed: a reader never sees half a file.
+static void write_predictions(const char *path, const vt_dataset *ds, const scored *rec,
+                              const top5 *tops, int64_t n, const unsigned char *is_bad) {
+  char tmp[600];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    vt_log_error("--predictions: cannot write %s: %s", tmp, strerror(errno));
+    return;
+  }
+  fputs("index,path,label,top1,p1,top2,p2,top3,p3,top4,p4,top5,p5\n", f);
+  int64_t lines = 0;
+  for (int64_t k = 0; k < n; k++)
+    if (!is_bad[rec[k].index]) write_prediction(f, ds, rec[k].index, &tops[k]), lines++;
+  const int ok = fflush(f) == 0 && !ferror(f);
+  if (fclose(f) != 0 || !ok || rename(tmp, path) != 0)
+    vt_log_error("--predictions: writing %s failed: %s", path, strerror(errno));
+  else vt_log_info("--predictions: %lld images in %s", (long long)lines, path);
 }
 
 // The scored inputs, labels and logits of a one-rank evaluation, for export checks.
@@ -87,12 +121,37 @@ static void write_dump(const char *path, const float *img, const int32_t *labels
   if (vt_safetensors_write(path, t, 3, err, sizeof err) != VT_OK) vt_log_error("%s", err);
 }
 
+// Flags over the validation set (count bytes, calloc'd): 1 for the images some rank found bad.
+// mine: the indices this rank found bad, each listed by the one rank that decodes it. Collective
+// over world: the ranks' counts, then (where any) their lists in one sum of exact integers.
+static unsigned char *gather_bad(vt_comm *world, const int64_t *mine, int64_t n_mine,
+                                 int64_t count) {
+  const int size = vt_comm_size(world), rank = vt_comm_rank(world);
+  double *counts = calloc((size_t)size, sizeof(double));
+  unsigned char *flags = calloc((size_t)count, 1);
+  VT_CHECK(counts && flags, "out of host memory for the validation set's bad images");
+  counts[rank] = (double)n_mine;
+  vt_comm_all_reduce_double(world, counts, size, VT_REDUCE_SUM);
+  int64_t total = 0, at = 0;
+  for (int r = 0; r < size; r++) at += r < rank ? (int64_t)counts[r] : 0;
+  for (int r = 0; r < size; r++) total += (int64_t)counts[r];
+  if (total > 0) {
+    double *list = calloc((size_t)total, sizeof(double));
+    VT_CHECK(list != NULL, "out of host memory for %lld bad image indices", (long long)total);
+    for (int64_t k = 0; k < n_mine; k++) list[at + k] = (double)mine[k];
+    vt_comm_all_reduce_double(world, list, total, VT_REDUCE_SUM);
+    for (int64_t k = 0; k < total; k++) flags[(int64_t)list[k]] = 1;
+    free(list);
+  }
+  free(counts);
+  return flags;
+}
+
 vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
                            vt_mesh_coord me, const char *dump, const char *predictions) {
   const vt_backend *be = m->be;
   const int B = d->o->micro_batch, K = m->cfg.num_classes, p = m->shard.pp_size;
   const int64_t n = vt_model_local_rows(m, B) * m->cfg.width;
-  double acc[4] = {0, 0, 0, 0};  // loss sum, top-1 hits, top-5 hits, samples
   vt_loader_config cfg;
   // Its buffers are the backend's host_alloc memory (pinned on CUDA), uploaded with `upload`; each
   // batch's uploads are waited for before its buffers go back to the loader (the loop's top).
@@ -103,15 +162,25 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
     loader = vt_loader_create(&cfg, 0, err, sizeof err);
     VT_CHECK(loader != NULL, "validation loader: %s", err);
   }
+  const int scorer = m->has_head && me.tp_rank == 0;  // the last stage's TP rank 0 scores
+  // Which rank lists an image found bad: the one that decodes it (TP ranks split the decoding,
+  // or TP rank 0 of the first stage when each decodes the whole batch).
+  const int lists_bad = m->has_embed && (cfg.pixel_count > 0 || me.tp_rank == 0);
+  const int64_t cap = batches * B;
   float *logits = m->has_head ? malloc((size_t)B * K * sizeof(float)) : NULL;
-  VT_CHECK(!m->has_head || logits, "out of host memory for logits");
+  scored *rec = scorer ? malloc((size_t)cap * sizeof(scored)) : NULL;
+  int64_t *bad = lists_bad ? malloc((size_t)cap * sizeof(int64_t)) : NULL;
+  VT_CHECK((!m->has_head || logits) && (!scorer || rec) && (!lists_bad || bad),
+           "out of host memory for the evaluation's scores");
+  int64_t nrec = 0, nbad = 0;
   const int S = m->cfg.img_size;
-  const int64_t cap = dump ? batches * B : 0, img_n = (int64_t)3 * S * S;
+  const int64_t img_n = (int64_t)3 * S * S;
   // This rank's share of the images (all of them without a split: data.h).
   const int64_t share = cfg.pixel_count ? cfg.pixel_count : B, first = cfg.pixel_first * img_n;
-  float *all_img = dump ? malloc((size_t)(cap * img_n) * sizeof(float)) : NULL;
-  float *all_logits = dump ? malloc((size_t)(cap * K) * sizeof(float)) : NULL;
-  int32_t *all_labels = dump ? malloc((size_t)cap * sizeof(int32_t)) : NULL;
+  const int64_t dcap = dump ? cap : 0;
+  float *all_img = dump ? malloc((size_t)(dcap * img_n) * sizeof(float)) : NULL;
+  float *all_logits = dump ? malloc((size_t)(dcap * K) * sizeof(float)) : NULL;
+  int32_t *all_labels = dump ? malloc((size_t)dcap * sizeof(int32_t)) : NULL;
   VT_CHECK(!dump || (all_img && all_logits && all_labels), "out of host memory for --logits-out");
   vt_model_slot *sl = &m->slots[0];  // training's slots are idle between steps
   const int passes = d->o->eval_hflip ? 2 : 1;
@@ -121,14 +190,9 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   float *mean = passes > 1 && m->has_head ? malloc((size_t)B * K * sizeof(float)) : NULL;
   VT_CHECK(passes == 1 || ((mirror || !m->has_embed) && (mean || !m->has_head)),
            "out of host memory for --eval-hflip");
-  char pred_tmp[600] = "";
-  FILE *pred = NULL;
-  if (predictions && m->has_head && me.tp_rank == 0) {
-    snprintf(pred_tmp, sizeof pred_tmp, "%s.tmp", predictions);
-    pred = fopen(pred_tmp, "w");
-    if (!pred) vt_log_error("--predictions: cannot write %s: %s", pred_tmp, strerror(errno));
-    else fputs("index,path,label,top1,p1,top2,p2,top3,p3,top4,p4,top5,p5\n", pred);
-  }
+  // --predictions: each scored image's top classes, written at the end without the bad ones.
+  top5 *tops = predictions && scorer ? malloc((size_t)cap * sizeof(top5)) : NULL;
+  VT_CHECK(!predictions || !scorer || tops, "out of host memory for --predictions");
   vt_model_hold_weights(m);
   for (int64_t j = 0; j < batches; j++) {
     vt_batch batch = {0};
@@ -137,6 +201,10 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
       vt_log_error("validation: %s", err);
       vt_comm_abort(3);
     }
+    // The batch's dataset indices start at j * stride + offset (vt_loader_config).
+    const int64_t at = j * cfg.step_stride + cfg.offset;
+    for (int b = 0; lists_bad && b < batch.valid; b++)
+      if (batch.bad_flags[b]) bad[nbad++] = at + b;
     if (mirror)  // every row of every channel reversed: the image seen in a mirror
       for (int64_t r = 0; r < share * img_n / S; r++)  // the share's rows (batch.images)
         for (int x = 0; x < S; x++) mirror[r * S + x] = batch.images[r * S + (S - 1 - x)];
@@ -169,34 +237,50 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
           mean[i] = pass ? 0.5f * (mean[i] + logits[i]) : logits[i];
       }
     }
-    if (!m->has_head) continue;
+    if (!scorer) continue;
     const float *z = passes > 1 ? mean : logits;
     if (dump) {  // one rank: it has the images and the logits
-      const int64_t at = (int64_t)acc[3];
-      memcpy(all_img + at * img_n, batch.images, (size_t)(batch.valid * img_n) * sizeof(float));
-      memcpy(all_logits + at * K, z, (size_t)batch.valid * K * sizeof(float));
-      memcpy(all_labels + at, batch.labels, (size_t)batch.valid * sizeof(int32_t));
+      memcpy(all_img + nrec * img_n, batch.images, (size_t)(batch.valid * img_n) * sizeof(float));
+      memcpy(all_logits + nrec * K, z, (size_t)batch.valid * K * sizeof(float));
+      memcpy(all_labels + nrec, batch.labels, (size_t)batch.valid * sizeof(int32_t));
     }
-    if (me.tp_rank == 0) score(z, batch.labels, batch.valid, K, acc);
-    if (pred)  // the batch's dataset indices start at j * stride + offset (vt_loader_config)
-      write_predictions(pred, &d->val_ds, j * cfg.step_stride + cfg.offset, z, batch.valid, K);
-  }
-  if (pred) {  // written whole, then renamed: a reader never sees half a file
-    const int ok = fflush(pred) == 0 && !ferror(pred);
-    if (fclose(pred) != 0 || !ok || rename(pred_tmp, predictions) != 0)
-      vt_log_error("--predictions: writing %s failed: %s", predictions, strerror(errno));
-    else vt_log_info("--predictions: %lld images in %s", (long long)acc[3], predictions);
+    score(z, batch.labels, batch.valid, K, at, rec + nrec);
+    for (int b = 0; tops && b < batch.valid; b++) tops[nrec + b] = top_classes(z + (size_t)b * K, K);
+    nrec += batch.valid;
   }
   vt_model_release_weights(m);
   be->upload_wait();  // before the loader and the mirror go
   if (mirror) be->host_free(mirror);
   free(mean);
-  if (dump) write_dump(dump, all_img, all_labels, all_logits, (int64_t)acc[3], S, K);
-  free(all_img), free(all_logits), free(all_labels);
   if (loader) vt_loader_destroy(loader);
   free(logits);
-  vt_comm_all_reduce_double(world, acc, 4, VT_REDUCE_SUM);
-  vt_eval_result r = {0, 0, 0, (int64_t)acc[3]};
+  // The bad images are left out of the figures, the predictions and the dump: a zero image (or a
+  // stand-in) scored in their place would count as theirs.
+  unsigned char *is_bad = gather_bad(world, bad, nbad, d->val_ds.count);
+  free(bad);
+  double acc[5] = {0, 0, 0, 0, 0};  // loss sum, top-1 hits, top-5 hits, images, bad images
+  int64_t kept = 0;
+  for (int64_t k = 0; k < nrec; k++) {  // (in the order scored, as before any was left out)
+    if (is_bad[rec[k].index]) continue;
+    acc[0] += rec[k].loss, acc[1] += rec[k].higher < 1, acc[2] += rec[k].higher < 5, acc[3] += 1;
+    if (dump && kept < k) {  // closed up over the bad ones
+      memmove(all_img + kept * img_n, all_img + k * img_n, (size_t)img_n * sizeof(float));
+      memmove(all_logits + kept * K, all_logits + k * K, (size_t)K * sizeof(float));
+      all_labels[kept] = all_labels[k];
+    }
+    kept++;
+  }
+  if (vt_comm_rank(world) == 0)  // (every rank has the same flags)
+    for (int64_t i = 0; i < d->val_ds.count; i++) acc[4] += is_bad[i];
+  if (tops) write_predictions(predictions, &d->val_ds, rec, tops, nrec, is_bad);
+  if (dump) write_dump(dump, all_img, all_labels, all_logits, kept, S, K);
+  free(all_img), free(all_logits), free(all_labels);
+  free(rec), free(tops), free(is_bad);
+  vt_comm_all_reduce_double(world, acc, 5, VT_REDUCE_SUM);
+  vt_eval_result r = {0, 0, 0, (int64_t)acc[3], (int64_t)acc[4]};
+  if (r.count == 0 && r.bad > 0 && vt_comm_rank(world) == 0)
+    vt_log_warn("every validation image (%lld) was bad: the evaluation has no figures; fix the "
+                "files or --val-data", (long long)r.bad);
   if (acc[3] > 0) r.loss = acc[0] / acc[3], r.top1 = acc[1] / acc[3], r.top5 = acc[2] / acc[3];
   return r;
 }

@@ -255,8 +255,9 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
       {"--max-image-pixels", VT_OPT_I64, &o.max_image_pixels, 0, 1, 1e12, "N",
        "images with more pixels are bad (decompression bombs)", NULL},
       {"--bad-image", VT_OPT_STR, bad_image, sizeof bad_image, 0, 0, "POLICY",
-       "unreadable or corrupt images: skip (warn, count, replace by another image of the same "
-       "class) or fail (stop the run)", "skip|fail"},
+       "unreadable or corrupt images: skip (warn and count; training replaces the image by "
+       "another of the same class, evaluation leaves it out of its figures and predictions) or "
+       "fail (stop the run)", "skip|fail"},
       {"--crop-scale-min", VT_OPT_FLOAT, &o.transform.scale_min, 0, 0.001, 1, "F",
        "random-resized crop: smallest fraction of the image area", NULL},
       {"--eval-crop-mode", VT_OPT_STR, eval_crop_mode, sizeof eval_crop_mode, 0, 0, "MODE",

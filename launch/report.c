@@ -299,7 +299,8 @@ void vt_report_step(const vt_train_options *o, FILE *metrics, vt_tfevents **tb,
     vt_format_eval(ev, l->ev.loss, l->ev.top1, l->ev.top5);
     if (l->eval_now)
       fprintf(metrics, ", \"eval_loss\": %s, \"eval_top1\": %s, \"eval_top5\": %s, "
-              "\"eval_views\": %d", ev[0], ev[1], ev[2], o->eval_hflip ? 2 : 1);
+              "\"eval_views\": %d, \"eval_images\": %lld, \"eval_bad_images\": %lld", ev[0],
+              ev[1], ev[2], o->eval_hflip ? 2 : 1, (long long)l->ev.count, (long long)l->ev.bad);
     if (l->eval_ema)
       fprintf(metrics, ", \"eval_ema_loss\": %.9g, \"eval_ema_top1\": %.6f, "
               "\"eval_ema_top5\": %.6f", l->ev_ema.loss, l->ev_ema.top1, l->ev_ema.top5);
@@ -320,10 +321,14 @@ void vt_report_step(const vt_train_options *o, FILE *metrics, vt_tfevents **tb,
            l->step_ms, mfu_s, wait_s, (int)eta / 60, (int)eta % 60);
     fflush(stdout);
   }
-  if (l->eval_now)
-    printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images%s)\n",
+  if (l->eval_now) {
+    char left_out[64] = "";
+    if (l->ev.bad > 0)
+      snprintf(left_out, sizeof left_out, ", %lld bad left out", (long long)l->ev.bad);
+    printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images%s%s)\n",
            (long long)l->step, l->ev.loss, 100 * l->ev.top1, 100 * l->ev.top5,
-           (long long)l->ev.count, o->eval_hflip ? ", each with its mirror" : "");
+           (long long)l->ev.count, left_out, o->eval_hflip ? ", each with its mirror" : "");
+  }
   if (l->eval_ema)
     printf("eval after step %lld, EMA weights: loss %.4f | top-1 %.2f%% | top-5 %.2f%%\n",
            (long long)l->step, l->ev_ema.loss, 100 * l->ev_ema.top1, 100 * l->ev_ema.top5);

@@ -695,9 +695,11 @@ int vt_train_run(const vt_train_options *o_given, vt_comm *world) {
     vt_eval_result ev =
         vt_evaluate(&m, &data, world, pp, me, o->logits_out[0] ? o->logits_out : NULL,
                     o->predictions[0] ? o->predictions : NULL);
+    char left_out[64] = "";
+    if (ev.bad > 0) snprintf(left_out, sizeof left_out, ", %lld bad left out", (long long)ev.bad);
     if (world_rank == 0)
-      printf("eval: loss %.6f | top-1 %.4f%% | top-5 %.4f%% (%lld images%s)\n", ev.loss,
-             100 * ev.top1, 100 * ev.top5, (long long)ev.count,
+      printf("eval: loss %.6f | top-1 %.4f%% | top-5 %.4f%% (%lld images%s%s)\n", ev.loss,
+             100 * ev.top1, 100 * ev.top5, (long long)ev.count, left_out,
              o->eval_hflip ? ", each with its mirror" : "");
   }
   if (mesh.pp_size > 1 && timed_s > 0) {  // (a GPU's passes timed on the device)

@@ -4,6 +4,9 @@
 # 16000 x 16000 pixels) inside an ImageFolder passes through one epoch of
 # training on a 2-rank TP mesh under --bad-image skip without a crash, with every bad file counted
 # once in metrics.jsonl; under --bad-image fail the run stops with a message naming a bad file.
+# As validation data the bad files are left out: `vit3d eval` of the folder on TP 2 (the
+# decoding split) and on PP 2 scores exactly what it scores on a copy without them (the same
+# figures and predictions, the 8 counted as left out).
 set -uo pipefail
 vit3d=$1
 py=${VT_REF_PYTHON:-/usr/bin/python3}
@@ -49,6 +52,7 @@ args=(train --model tiny --img-size 16 --patch-size 4 --num-classes 2 --data "$w
       --max-image-pixels 1000000 --tp 2)
 fail=0
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --log-dir "$work/skip" \
+  --save "$work/ckpt" \
   > "$work/skip.log" 2>&1 || { echo "FAIL: the skip run did not complete"; tail -20 "$work/skip.log"; fail=1; }
 bad=$("$py" -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])['bad_images'])" \
       "$work/skip/metrics.jsonl" 2>/dev/null)
@@ -65,4 +69,31 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "zz_" "$work/fail.log"; then
 else
   echo "fail: stopped with rc $rc: $(grep -h "zz_" "$work/fail.log" | head -1)"
 fi
+cp -r "$work/data" "$work/clean" && rm "$work"/clean/*/zz_*
+eargs=(eval --model tiny --img-size 16 --patch-size 4 --num-classes 2 --data "$work/data"
+       --checkpoint "$work/ckpt" --micro-batch-size 4 --threads 1 --loader-threads 2
+       --max-image-pixels 1000000)
+for mesh in "--tp 2" "--pp 2"; do
+  for v in data clean; do
+    # shellcheck disable=SC2086
+    timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${eargs[@]}" $mesh --val-data "$work/$v" \
+      --predictions "$work/pred_$v.csv" > "$work/eval_$v.log" 2>&1 ||
+      { echo "FAIL: eval of $v ($mesh)"; tail -5 "$work/eval_$v.log"; fail=1; }
+  done
+  got=$(grep "^eval:" "$work/eval_data.log"); want=$(grep "^eval:" "$work/eval_clean.log")
+  echo "eval $mesh, with the bad files: $got"
+  echo "eval $mesh, without them:       $want"
+  if [ "${got%% (*}" != "${want%% (*}" ] || [[ "$got" != *"(20 images, 8 bad left out)"* ]] ||
+     [[ "$want" != *"(20 images)"* ]]; then
+    echo "FAIL: the bad validation files were not left out exactly ($mesh)"; fail=1
+  fi
+  # The predictions without the index column and the folder (the copy numbers its images
+  # differently).
+  for v in data clean; do cut -d, -f2- "$work/pred_$v.csv" | sed "s|^$work/$v/||" > "$work/p_$v"; done
+  if ! cmp -s "$work/p_data" "$work/p_clean" || [ "$(wc -l < "$work/p_data")" != 21 ]; then
+    echo "FAIL: predictions differ ($mesh)"; diff "$work/p_data" "$work/p_clean" | head -5; fail=1
+  fi
+  grep -q "bad image left out of the evaluation: .*zz_" "$work/eval_data.log" ||
+    { echo "FAIL: no warning names a bad validation file ($mesh)"; fail=1; }
+done
 exit $fail

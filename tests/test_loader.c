@@ -683,8 +683,31 @@ static void test_bad(void) {
   EXPECT(rc.st == VT_ERR_INPUT && strstr(rc.err, "class 'c'"), "bad class: %s", rc.err);
   printf("  (whole bad class message: %s)\n", rc.err);
   run_free(&rc);
+  // Omit (evaluation): each bad file a zero image flagged in bad_flags, a good one never; a
+  // class with no good file is no error. Bad: 6, 7, 8, 14 and class c's 15, 16.
+  c = base(&ds, 0, 3);
+  c.bad_policy = VT_BAD_OMIT;
+  l = vt_loader_create(&c, 0, err, sizeof(err));
+  EXPECT(l != NULL, "omit: %s", err);
+  int flagged = 0, wrong = 0;
+  const int want_omit[] = {0, 2, 1, 2, 1};  // per batch of 4 (17 images)
+  for (int j = 0; l && j < 5; j++) {
+    EXPECT(vt_loader_next(l, &b, err, sizeof(err)) == VT_OK, "omit batch %d: %s", j, err);
+    for (int i = 0; i < b.valid; i++) {
+      const int64_t k = 4 * j + i;
+      const int want = (k >= 6 && k <= 8) || k >= 14;
+      int zero = 1;
+      for (size_t q = 0; q < (size_t)3 * c.S * c.S; q++)
+        zero &= b.images[(size_t)i * 3 * c.S * c.S + q] == 0.0f;
+      wrong += b.bad_flags[i] != want || (want && !zero) || (!want && zero);
+      flagged += b.bad_flags[i];
+    }
+    EXPECT(b.bad == want_omit[j], "omit batch %d: bad %d, want %d", j, b.bad, want_omit[j]);
+  }
+  EXPECT(flagged == 6 && wrong == 0, "omit: %d flagged, %d wrong", flagged, wrong);
+  vt_loader_destroy(l);
   vt_dataset_free(&ds);
-  printf("ok - bad files: skip replaces with counts, fail names the file\n");
+  printf("ok - bad files: skip replaces with counts, fail names the file, omit flags zeros\n");
 }
 
 // A gzip IDX file: magic, count (and rows, cols for images), then the bytes.
