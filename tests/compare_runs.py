@@ -9,11 +9,12 @@ Tolerances (fp32, different summation orders): loss 1e-5 relative per step; ever
 gradient in exact arithmetic (softmax ignores a constant added to all keys' scores), so rounding
 noise of 1e-10 reaches AdamW, which turns it into steps of a fraction of lr with random sign. That
 slice is checked to stay put instead: max |a - b| <= 0.25 * sum of the learning rates, where a
-wrong, nonzero gradient would move it by about the full sum. The same can happen to any element
-whose gradient is zero up to rounding (seen once, likely an MLP unit of the last block, which
-reaches the loss only through the class tokens, that they leave inactive: element 217 of
-blocks.7.mlp.fc1.bias moved -1.8e-5 on one rank and -3.9e-5 on 2x2x2, its neighbours about
-2e-3), so a tensor over 5e-5 still passes when no element of it differs by more than 5% of the
+wrong, nonzero gradient would move it by about the full sum. So is QK-norm's k_norm.bias, which
+adds one vector b to every key (the same term q . b in all of a query's scores). The same can
+happen to any element whose gradient is zero up to rounding (seen once, likely an MLP unit of
+the last block, which reaches the loss only through the class tokens, that they leave inactive:
+element 217 of blocks.7.mlp.fc1.bias moved -1.8e-5 on one rank and -3.9e-5 on 2x2x2, its
+neighbours about 2e-3), so a tensor over 5e-5 still passes when no element of it differs by more than 5% of the
 learning-rate sum, where a wrong gradient would move elements by a good part of the sum.
 """
 import json
@@ -67,11 +68,14 @@ def main():
         if a.shape != b.shape:
             problems.append(f"{name}: shape {a.shape} vs {b.shape}")
             continue
-        if name.endswith("attn.qkv.bias"):
-            c = a.shape[0] // 3
-            k_move = np.abs(a[c:2 * c] - b[c:2 * c]).max()
+        if name.endswith("attn.qkv.bias") or name.endswith("attn.k_norm.bias"):
+            c = a.shape[0] // 3 if name.endswith("qkv.bias") else 0
+            k = slice(c, 2 * c) if c else slice(None)
+            k_move = np.abs(a[k] - b[k]).max()
             if k_move > 0.25 * lr_sum:
                 problems.append(f"{name}[k]: moved {k_move:.3g} apart, limit {0.25 * lr_sum:.3g}")
+            if not c:
+                continue
             a, b = np.concatenate([a[:c], a[2 * c:]]), np.concatenate([b[:c], b[2 * c:]])
         rel = np.linalg.norm(a - b) / max(np.linalg.norm(a), 1e-30)
         worst = max(worst, (rel, name))

@@ -1,0 +1,233 @@
+"""fuzz_equiv.py VIT3D [DRAWS [SEED]]: random feature combinations, each trained on a random mesh
+of 4 or 8 CPU ranks and on one rank, must be the same computation (tests/compare_runs.py: every
+step's loss and every final parameter, and the EMA where there is one).
+
+test_equiv.sh holds the layouts and features one at a time or in chosen pairs; a draw here mixes
+a model variant (pooling head, class token, registers, LayerScale, QK-norm, parallel blocks, the
+activation, pre-logits, positions, pre-norm, initialisation), regularisation (drop path, the
+dropouts, Mixup and CutMix, random erasing, label smoothing or BCE), an optimizer with its
+clipping, layer-wise decay, frozen tensors and the EMA, and the mesh's own choices (ZeRO-1,
+sequence parallelism, the pipeline schedule, recompute, the mesh order, the decoding split),
+sometimes the image loader with its augmentations and an evaluation every 2 steps, bf16 where
+the mesh is pipeline stages only, and sometimes a checkpoint after step 2 resumed on another
+mesh (or one rank), so that features which meet nowhere in the fixed tests meet here. Flags
+the trainer refuses for a draw are printed and the draw counted as refused, not failed (a
+refusal names its reason), unless every draw is refused. A failing draw prints the commands
+that repeat it.
+
+Default test equiv_fuzz: 12 draws of a fixed seed (about a minute); longer hunts:
+  /usr/bin/python3 tests/fuzz_equiv.py build/vit3d 40 $RANDOM
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_mpi_yield_when_idle="1")
+
+
+COMMON = ["--model", "tiny", "--heads", "4", "--depth", "8", "--width", "32", "--steps", "4",
+          "--global-batch-size", "16", "--micro-batch-size", "2", "--warmup-steps", "1",
+          "--threads", "1", "--log-interval", "4"]
+
+
+def maybe(r, f, p, *flags):
+    """Appends flags to f with probability p (one draw of r either way)."""
+    if r.random() < p:
+        f += flags
+
+
+def draw_model(r, imgs):
+    """Model and training flags: the same on one rank and on the mesh."""
+    f = ["--seed", str(r.randrange(1000))]
+    if imgs and r.random() < 0.4:  # the image loader and its augmentations, an evaluation
+        f += ["--data", imgs, "--val-data", imgs, "--num-classes", "4", "--eval-interval", "2"]
+        aug = r.random()
+        if aug < 0.3:
+            f += ["--aa", "rand-m9-mstd0.5-inc1"]
+        elif aug < 0.5:
+            f += ["--three-augment", "1", "--simple-crop", "1", "--train-interpolation",
+                  "bicubic"]
+        elif aug < 0.6:
+            f += ["--train-interpolation", "bilinear"]
+        maybe(r, f, 0.3, "--aug-repeats", "3")
+        maybe(r, f, 0.3, "--drop-last", "1")
+        maybe(r, f, 0.3, "--eval-hflip", "1")
+        maybe(r, f, 0.3, "--eval-interpolation", "bicubic")
+    pool = r.choice(["token", "token", "avg", "gap", "map"])
+    f += ["--global-pool", pool]
+    if pool != "token":
+        maybe(r, f, 0.5, "--class-token", "0")
+    for flag in ("--reg-tokens 2", "--no-embed-class 1", "--layer-scale 0.1", "--qk-norm 1",
+                 "--qkv-bias 0", "--parallel-blocks 1"):
+        maybe(r, f, 0.3, *flag.split())
+    f += ["--act", r.choice(["gelu", "gelu", "gelu_tanh", "quick_gelu"])]
+    maybe(r, f, 0.2, "--pre-logits", "16")
+    if r.random() < 0.2:  # (positions on the patch tokens only)
+        f += ["--pos-embed", "sincos2d"]
+        if "--no-embed-class" not in f:
+            f += ["--no-embed-class", "1"]
+    maybe(r, f, 0.2, "--pre-norm", "1")
+    maybe(r, f, 0.3, "--weight-init", "jax")
+    for flag, value, p in (("--drop-path", "0.2", 0.4), ("--proj-drop", "0.1", 0.25),
+                           ("--attn-drop", "0.1", 0.25), ("--pos-drop", "0.1", 0.2),
+                           ("--drop", "0.1", 0.2), ("--mixup", "0.8", 0.25),
+                           ("--cutmix", "1.0", 0.25), ("--reprob", "0.25", 0.2),
+                           ("--model-ema", "0.9", 0.3)):
+        maybe(r, f, p, flag, value)
+    maybe(r, f, 0.2, "--bce-loss", "1")
+    f += ["--label-smoothing", r.choice(["0", "0.1"])]
+    opt = r.choice(["adamw", "adamw", "lamb", "sgd", "momentum", "lars", "nlarc"])
+    f += ["--opt", opt, "--lr", "1e-3" if opt in ("adamw", "lamb") else "0.05"]
+    f += ["--clip-grad", r.choice(["1", "0", "0.05"])]
+    maybe(r, f, 0.3, "--layer-decay", "0.75")
+    frozen = r.random()
+    if frozen < 0.15:
+        f += ["--freeze", r"^(patch_embed|cls_token|pos_embed|reg_token|blocks\.[01]\.)"]
+    elif frozen < 0.25:
+        f += ["--freeze", r"norm"]
+    return f
+
+
+def draw_mesh(r):
+    """A mesh of 4 or 8 ranks and its own choices (nothing a one-rank run has)."""
+    np_ = r.choice([4, 4, 8])
+    layouts = [(t, p, np_ // (t * p)) for t in (1, 2, 4) for p in (1, 2, 4, 8)
+               if np_ % (t * p) == 0 and t * p <= np_ and not (t == 1 and p == 1)]
+    tp, pp, dp = r.choice(layouts)
+    f = ["--tp", str(tp), "--pp", str(pp), "--dp", str(dp)]
+    if dp > 1:
+        maybe(r, f, 0.5, "--zero", "1")
+    if tp > 1:
+        maybe(r, f, 0.5, "--sequence-parallel", "1")
+    sched = "1f1b"
+    if pp > 1:
+        sched = r.choice(["1f1b", "gpipe", "interleaved", "zb-h1", "zb-v"])
+        f += ["--pp-schedule", sched]
+    if not sched.startswith("zb") and r.random() < 0.3:
+        f += ["--recompute-blocks", r.choice(["1", "99"])]
+    maybe(r, f, 0.3, "--mesh-order", "tp-pp-dp")
+    if tp > 1:
+        maybe(r, f, 0.3, "--decode-split", "0")
+    return np_, f
+
+
+def eval_figures(run_dir):
+    """(step, eval loss, top-1, top-5) of each evaluation in a run's metrics.jsonl."""
+    out = []
+    for line in open(run_dir + "/metrics.jsonl"):
+        m = json.loads(line)
+        if "eval_loss" in m:
+            out.append((m["step"], m["eval_loss"], m["eval_top1"], m["eval_top5"]))
+    return out
+
+
+def same_evals(a, b):
+    """Whether two runs' evaluations agree (losses within compare_runs.py's 1e-5, the same hits)."""
+    ea, eb = eval_figures(a), eval_figures(b)
+    ok = len(ea) == len(eb) and all(
+        x[0] == y[0] and abs(x[1] - y[1]) <= 1e-5 * abs(x[1]) and x[2:] == y[2:]
+        for x, y in zip(ea, eb))
+    if not ok:
+        print(f"    evaluations differ: {ea} vs {eb}")
+    return ok
+
+
+def run(vit3d, np_, flags, out):
+    cmd = (["mpirun", "-np", str(np_), "--oversubscribe"] if np_ > 1 else []) + [
+        vit3d, "train"] + COMMON + flags + ["--log-dir", out,
+                                            "--final-weights", out + "/weights.safetensors"]
+    if "--model-ema" in flags:
+        cmd += ["--final-ema", out + "/ema.safetensors"]
+    p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=600)
+    return p.returncode, p.stdout, " ".join(cmd)
+
+
+def main():
+    try:
+        import numpy  # noqa: F401 (compare_runs.py's)
+    except ImportError:
+        print(f"SKIP: {sys.executable} cannot import numpy")
+        return 77
+    vit3d = os.path.abspath(sys.argv[1])
+    draws = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    seed = int(sys.argv[3]) if len(sys.argv) > 3 else 20261205
+    work = tempfile.mkdtemp(prefix="vt_fuzz_equiv_")
+    failed = refused = passed = 0
+    imgs = f"{work}/imgs"
+    try:
+        import PIL  # noqa: F401 (make_images.py's)
+        subprocess.run([sys.executable, f"{HERE}/make_images.py", imgs, "4", "8", "40"],
+                       check=True)
+    except (ImportError, subprocess.CalledProcessError) as e:
+        print(f"no image folder ({e}): synthetic data only")
+        imgs = None
+    try:
+        for d in range(draws):
+            r = random.Random(seed * 1000 + d)
+            model = draw_model(r, imgs)
+            np_, mesh = draw_mesh(r)
+            # bf16 where a mesh must give one rank's very bits: pipeline stages only (TP and DP
+            # sum in other orders, and a sum next to a bf16 rounding boundary rounds the other
+            # way: test_equiv.sh's bands)
+            if mesh[1] == "1" and mesh[5] == "1" and r.random() < 0.5:
+                model += ["--precision", "bf16"]
+            head = f"draw {d} (seed {seed}): {' '.join(model)} | {' '.join(mesh)}"
+            if imgs:
+                head = head.replace(imgs, "IMGS")
+            base, other = f"{work}/{d}_base", f"{work}/{d}_mesh"
+            rc_b, log_b, cmd_b = run(vit3d, 1, model, base)
+            if r.random() < 0.3:  # saved after step 2 there, resumed on another mesh
+                np2, mesh2 = draw_mesh(r) if r.random() < 0.7 else (1, [])
+                while "bf16" in model and mesh2 and (mesh2[1] != "1" or mesh2[5] != "1"):
+                    np2, mesh2 = draw_mesh(r)  # (pipeline stages only, as above)
+                ckpt = ["--save", f"{work}/{d}_ckpt"]
+                head += f" | resumed at step 2 on: {' '.join(mesh2) or 'one rank'}"
+                rc_m, log_m, cmd_m = run(vit3d, np_, model + mesh + ckpt + ["--run-steps", "2"],
+                                         other)
+                if rc_m == 0:
+                    rc_m, log2, cmd2 = run(vit3d, np2, model + mesh2 + ckpt + ["--resume", "auto"],
+                                           other)
+                    log_m, cmd_m = log_m + log2, cmd_m + "\n    " + cmd2
+            else:
+                rc_m, log_m, cmd_m = run(vit3d, np_, model + mesh, other)
+            if rc_b == 2 or rc_m == 2:  # a refusal of the flags (vt_train_validate)
+                why = [ln for ln in (log_b + log_m).splitlines() if ln.startswith("vit3d")][:1]
+                print(f"refused: {head}\n    {why[0] if why else '(no message)'}")
+                refused += 1
+                continue
+            ok = rc_b == 0 and rc_m == 0
+            if ok:
+                ok = subprocess.run([sys.executable, f"{HERE}/compare_runs.py", base, other,
+                                     f"draw {d}"]).returncode == 0
+            if ok and "--val-data" in model:
+                ok = same_evals(base, other)
+            if ok and "--model-ema" in model:
+                ok = subprocess.run([sys.executable, f"{HERE}/compare_runs.py", base, other,
+                                     f"draw {d} EMA", "ema.safetensors"]).returncode == 0
+            if ok:
+                passed += 1
+                print(f"ok: {head}")
+            else:
+                failed += 1
+                print(f"FAIL: {head}\n  exit codes {rc_b} (one rank), {rc_m} (mesh); repeat "
+                      f"(IMGS: tests/make_images.py IMGS 4 8 40):\n"
+                      f"    {cmd_b}\n    {cmd_m}".replace(imgs or "\0", "IMGS"))
+                for name, log in (("one rank", log_b), ("mesh", log_m)):
+                    print(f"  last lines ({name}):\n    " +
+                          "\n    ".join(log.strip().splitlines()[-5:]))
+            sys.stdout.flush()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{passed} same, {failed} different, {refused} refused of {draws} draws (seed {seed})")
+    return 1 if failed or (refused == draws and draws > 0) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
