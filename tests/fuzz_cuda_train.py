@@ -1,0 +1,124 @@
+"""fuzz_cuda_train.py VIT3D_EMU VIT3D [DRAWS [SEED [FIRST]]]: random feature combinations trained
+with `--device cuda` on the CUDA emulation (tests/cuda_emu: vit3d_emu) must follow the same run
+on the CPU.
+
+The CUDA kernels run nowhere else before a GPU is lent; test_cuda_train_emu.sh holds two chosen
+variant sets, and a draw here mixes the model, regularisation, optimizer, frozen tensors, EMA
+and image-loader features of tests/fuzz_equiv.py (draw_model) on one rank, in fp32 or bf16,
+sometimes with recompute on the CUDA side only. fp32: tests/compare_runs.py's rules (every
+step's loss within 1e-5, every parameter within 5e-5, the EMA too, the evaluations' loss within
+1e-5 and the same hits); bf16 against the CPU's bf16 twin: test_cuda_train_emu.sh's bands
+(step 1 within 1e-4, then 2e-3: tests/compare_curves.py). A failing draw prints the commands
+that repeat it; `fuzz_cuda_train.py EMU VIT3D 1 SEED D` draws D again.
+
+Slow (the emulation runs a fiber per CUDA thread: about 15 s a draw); not in the default run:
+  /usr/bin/python3 tests/fuzz_cuda_train.py build/tests/vit3d_emu build/vit3d 40 $RANDOM
+"""
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from fuzz_equiv import draw_model, same_evals  # noqa: E402
+
+COMMON = ["--model", "tiny", "--heads", "4", "--depth", "4", "--width", "32", "--steps", "3",
+          "--global-batch-size", "16", "--micro-batch-size", "8", "--warmup-steps", "1",
+          "--threads", "2", "--log-interval", "1"]
+
+
+def run(binary, flags, out):
+    cmd = [binary, "train"] + COMMON + flags + ["--log-dir", out,
+                                                "--final-weights", out + "/weights.safetensors"]
+    if "--model-ema" in flags:
+        cmd += ["--final-ema", out + "/ema.safetensors"]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=900)
+    return p.returncode, p.stdout, " ".join(cmd)
+
+
+def compare(cpu, cuda, label, bf16, ema):
+    if bf16:
+        return subprocess.run([sys.executable, f"{HERE}/compare_curves.py",
+                               f"{cuda}/metrics.jsonl", f"{cpu}/metrics.jsonl", "--label", label,
+                               "--bands", "1-1:1e-4,2-3:2e-3", "--tail-tol", "1e-2"],
+                              stdout=subprocess.PIPE, text=True)
+    p = subprocess.run([sys.executable, f"{HERE}/compare_runs.py", cpu, cuda, label],
+                       stdout=subprocess.PIPE, text=True)
+    if p.returncode == 0 and ema:
+        q = subprocess.run([sys.executable, f"{HERE}/compare_runs.py", cpu, cuda, label + " EMA",
+                            "ema.safetensors"], stdout=subprocess.PIPE, text=True)
+        q.stdout = p.stdout + q.stdout
+        return q
+    return p
+
+
+def main():
+    try:
+        import numpy  # noqa: F401 (compare_runs.py's)
+    except ImportError:
+        print(f"SKIP: {sys.executable} cannot import numpy")
+        return 77
+    emu, vit3d = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    draws = int(sys.argv[3]) if len(sys.argv) > 3 else 4
+    seed = int(sys.argv[4]) if len(sys.argv) > 4 else 20261205
+    first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    work = tempfile.mkdtemp(prefix="vt_fuzz_cuda_")
+    imgs = f"{work}/imgs"
+    try:
+        import PIL  # noqa: F401 (make_images.py's)
+        subprocess.run([sys.executable, f"{HERE}/make_images.py", imgs, "4", "8", "40"],
+                       check=True)
+    except (ImportError, subprocess.CalledProcessError) as e:
+        print(f"no image folder ({e}): synthetic data only")
+        imgs = None
+    failed = refused = passed = 0
+    try:
+        for d in range(first, first + draws):
+            r = random.Random(seed * 1000 + d)
+            model = draw_model(r, imgs)
+            bf16 = r.random() < 0.5
+            model += ["--precision", "bf16" if bf16 else "fp32"]
+            cuda_only = ["--recompute-blocks", "2"] if r.random() < 0.3 else []
+            head = f"draw {d} (seed {seed}): {' '.join(model)} | cuda {' '.join(cuda_only)}"
+            if imgs:
+                head = head.replace(imgs, "IMGS")
+            cpu, cuda = f"{work}/{d}_cpu", f"{work}/{d}_cuda"
+            rc_c, log_c, cmd_c = run(vit3d, model + ["--device", "cpu"], cpu)
+            rc_g, log_g, cmd_g = run(emu, model + cuda_only + ["--device", "cuda"], cuda)
+            if rc_c == 2 or rc_g == 2:
+                why = [ln for ln in (log_c + log_g).splitlines() if ln.startswith("vit3d")][:1]
+                print(f"refused: {head}\n    {why[0] if why else '(no message)'}")
+                refused += 1
+                continue
+            ok = rc_c == 0 and rc_g == 0
+            if ok:
+                p = compare(cpu, cuda, f"draw {d}", bf16, "--model-ema" in model)
+                ok = p.returncode == 0
+            if ok and not bf16 and "--val-data" in model:
+                ok = same_evals(cpu, cuda)
+            if ok:
+                passed += 1
+                print(f"ok: {head}")
+            else:
+                failed += 1
+                print(f"FAIL: {head}\n  exit codes {rc_c} (cpu), {rc_g} (emulated cuda); repeat "
+                      f"(IMGS: tests/make_images.py IMGS 4 8 40):\n"
+                      f"    {cmd_c}\n    {cmd_g}".replace(imgs or "\0", "IMGS"))
+                if rc_c == 0 and rc_g == 0:
+                    print("    " + "\n    ".join(p.stdout.strip().splitlines()[-12:]))
+                for name, log in (("cpu", log_c), ("emulated cuda", log_g)):
+                    print(f"  last lines ({name}):\n    " +
+                          "\n    ".join(log.strip().splitlines()[-5:]))
+            sys.stdout.flush()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{passed} follow, {failed} apart, {refused} refused of {draws} draws (seed {seed})")
+    return 1 if failed or (refused == draws and draws > 0) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
