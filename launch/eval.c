@@ -90,10 +90,62 @@ static void write_prediction(FILE *f, const vt_dataset *ds, int64_t i, const top
   fputc('\n', f);
 }
 
-// --predictions: a line per scored image that was not bad, written whole to a temporary name,
-// then renamed: a reader never sees half a file.
-static void write_predictions(const char *path, const vt_dataset *ds, const scored *rec,
-                              const top5 *tops, int64_t n, const unsigned char *is_bad) {
+// A prediction as world rank 0 gathers it: the image's dataset index and its top classes.
+typedef struct {
+  int64_t index;
+  top5 t;
+} prediction;
+
+static int by_index(const void *a, const void *b) {
+  const int64_t x = ((const prediction *)a)->index, y = ((const prediction *)b)->index;
+  return (x > y) - (x < y);
+}
+
+// Every scoring rank's predictions (rec, tops: n of them) on world rank 0, in dataset order
+// (*total of them; NULL elsewhere). Collective over world: the ranks' counts, then one sum of
+// 12 exact doubles a prediction at each rank's offset (the DP replicas' scorers hold
+// interleaved batches of the set).
+static prediction *gather_predictions(vt_comm *world, const scored *rec, const top5 *tops,
+                                      int64_t n, int64_t *total) {
+  enum { W = 12 };  // index, n, 5 classes, 5 probabilities
+  const int size = vt_comm_size(world), rank = vt_comm_rank(world);
+  double *counts = calloc((size_t)size, sizeof(double));
+  VT_CHECK(counts != NULL, "out of host memory for --predictions");
+  counts[rank] = (double)n;
+  vt_comm_all_reduce_double(world, counts, size, VT_REDUCE_SUM);
+  int64_t at = 0;
+  *total = 0;
+  for (int r = 0; r < size; r++) at += r < rank ? (int64_t)counts[r] : 0;
+  for (int r = 0; r < size; r++) *total += (int64_t)counts[r];
+  free(counts);
+  double *all = calloc((size_t)(*total * W) + 1, sizeof(double));
+  VT_CHECK(all != NULL, "out of host memory for %lld predictions", (long long)*total);
+  for (int64_t k = 0; k < n; k++) {
+    double *v = all + (at + k) * W;
+    v[0] = (double)rec[k].index, v[1] = tops[k].n;
+    for (int q = 0; q < tops[k].n; q++) v[2 + q] = tops[k].top[q], v[7 + q] = tops[k].p[q];
+  }
+  vt_comm_all_reduce_double(world, all, *total * W, VT_REDUCE_SUM);
+  prediction *out = NULL;
+  if (rank == 0) {
+    out = malloc((size_t)*total * sizeof(prediction) + 1);
+    VT_CHECK(out != NULL, "out of host memory for %lld predictions", (long long)*total);
+    for (int64_t k = 0; k < *total; k++) {
+      const double *v = all + k * W;
+      out[k].index = (int64_t)v[0], out[k].t.n = (int)v[1];
+      for (int q = 0; q < out[k].t.n; q++)
+        out[k].t.top[q] = (int)v[2 + q], out[k].t.p[q] = v[7 + q];
+    }
+    qsort(out, (size_t)*total, sizeof(prediction), by_index);
+  }
+  free(all);
+  return out;
+}
+
+// --predictions: a line per scored image that was not bad, in dataset order, written whole to a
+// temporary name, then renamed: a reader never sees half a file.
+static void write_predictions(const char *path, const vt_dataset *ds, const prediction *pred,
+                              int64_t n, const unsigned char *is_bad) {
   char tmp[600];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
@@ -104,7 +156,7 @@ static void write_predictions(const char *path, const vt_dataset *ds, const scor
   fputs("index,path,label,top1,p1,top2,p2,top3,p3,top4,p4,top5,p5\n", f);
   int64_t lines = 0;
   for (int64_t k = 0; k < n; k++)
-    if (!is_bad[rec[k].index]) write_prediction(f, ds, rec[k].index, &tops[k]), lines++;
+    if (!is_bad[pred[k].index]) write_prediction(f, ds, pred[k].index, &pred[k].t), lines++;
   const int ok = fflush(f) == 0 && !ferror(f);
   if (fclose(f) != 0 || !ok || rename(tmp, path) != 0)
     vt_log_error("--predictions: writing %s failed: %s", path, strerror(errno));
@@ -272,7 +324,12 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   }
   if (vt_comm_rank(world) == 0)  // (every rank has the same flags)
     for (int64_t i = 0; i < d->val_ds.count; i++) acc[4] += is_bad[i];
-  if (tops) write_predictions(predictions, &d->val_ds, rec, tops, nrec, is_bad);
+  if (predictions) {
+    int64_t npred = 0;
+    prediction *pred = gather_predictions(world, rec, tops, tops ? nrec : 0, &npred);
+    if (pred) write_predictions(predictions, &d->val_ds, pred, npred, is_bad);
+    free(pred);
+  }
   if (dump) write_dump(dump, all_img, all_labels, all_logits, kept, S, K);
   free(all_img), free(all_logits), free(all_labels);
   free(rec), free(tops), free(is_bad);

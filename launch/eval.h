@@ -18,9 +18,10 @@ typedef struct {
 
 // Collective over world. pp is the pipeline comm; me the caller's coordinates. dump (one rank
 // only, else NULL): write the inputs, labels and logits of every scored sample there.
-// predictions (one DP replica, else NULL): the last stage's TP rank 0 writes a CSV line per
-// image, "index,path,label,top1,p1,...,top5,p5" (class names, softmax probabilities of the
-// logits scored), through a temporary name renamed at the end; the bad images have none.
+// predictions (or NULL, the same on every rank): world rank 0 gathers the scoring ranks' top
+// classes and writes a CSV line per image in the set's order, "index,path,label,top1,p1,...,
+// top5,p5" (class names, softmax probabilities of the logits scored), through a temporary name
+// renamed at the end; the bad images have none.
 vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
                            vt_mesh_coord me, const char *dump, const char *predictions);
 

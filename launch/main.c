@@ -506,8 +506,8 @@ static int run_train(int argc, char **argv, vt_comm *world, int mode) {
        "start from timm-format weights (safetensors); pos_embed resampled and head renewed "
        "when the image size or class count differ", NULL},
       {"--predictions", VT_OPT_STR, o.predictions, sizeof o.predictions, 0, 0, "FILE",
-       "vit3d eval (one data-parallel replica, any tp and pp): write each validation image's "
-       "path, label and top-5 classes with their probabilities as CSV", NULL},
+       "vit3d eval (any mesh): write each validation image's path, label and top-5 classes "
+       "with their probabilities as CSV, in the set's order", NULL},
       {"--logits-out", VT_OPT_STR, o.logits_out, sizeof o.logits_out, 0, 0, "FILE",
        "vit3d eval on one rank: write the validation inputs, labels and logits (safetensors)",
        NULL},

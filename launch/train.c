@@ -68,9 +68,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (vt_mesh_init(&mesh, o->tp, o->pp, o->dp, order, world_size, err, errlen) != VT_OK)
     return VT_ERR_INPUT;
   o->dp = mesh.dp_size;
-  if (o->predictions[0] && (!o->eval_only || o->dp != 1))
-    REFUSE("--predictions is for vit3d eval with one data-parallel replica (--dp 1; --tp and "
-           "--pp may split the model)");
+  if (o->predictions[0] && !o->eval_only)
+    REFUSE("--predictions is for vit3d eval (on any mesh)");
   if (o->global_batch == 0) o->global_batch = o->dp * o->micro_batch;
   if (c->heads % o->tp != 0)
     REFUSE("--tp %d does not divide the %d attention heads; use a TP size that divides them",

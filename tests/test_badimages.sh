@@ -5,7 +5,7 @@
 # training on a 2-rank TP mesh under --bad-image skip without a crash, with every bad file counted
 # once in metrics.jsonl; under --bad-image fail the run stops with a message naming a bad file.
 # As validation data the bad files are left out: `vit3d eval` of the folder on TP 2 (the
-# decoding split) and on PP 2 scores exactly what it scores on a copy without them (the same
+# decoding split), PP 2 and DP 2 scores exactly what it scores on a copy without them (the same
 # figures and predictions, the 8 counted as left out).
 set -uo pipefail
 vit3d=$1
@@ -73,7 +73,7 @@ cp -r "$work/data" "$work/clean" && rm "$work"/clean/*/zz_*
 eargs=(eval --model tiny --img-size 16 --patch-size 4 --num-classes 2 --data "$work/data"
        --checkpoint "$work/ckpt" --micro-batch-size 4 --threads 1 --loader-threads 2
        --max-image-pixels 1000000)
-for mesh in "--tp 2" "--pp 2"; do
+for mesh in "--tp 2" "--pp 2" "--dp 2"; do
   for v in data clean; do
     # shellcheck disable=SC2086
     timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${eargs[@]}" $mesh --val-data "$work/$v" \
