@@ -297,7 +297,8 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
       memcpy(all_labels + nrec, batch.labels, (size_t)batch.valid * sizeof(int32_t));
     }
     score(z, batch.labels, batch.valid, K, at, rec + nrec);
-    for (int b = 0; tops && b < batch.valid; b++) tops[nrec + b] = top_classes(z + (size_t)b * K, K);
+    for (int b = 0; tops && b < batch.valid; b++)
+      tops[nrec + b] = top_classes(z + (size_t)b * K, K);
     nrec += batch.valid;
   }
   vt_model_release_weights(m);

@@ -14,8 +14,9 @@ adds one vector b to every key (the same term q . b in all of a query's scores).
 happen to any element whose gradient is zero up to rounding (seen once, likely an MLP unit of
 the last block, which reaches the loss only through the class tokens, that they leave inactive:
 element 217 of blocks.7.mlp.fc1.bias moved -1.8e-5 on one rank and -3.9e-5 on 2x2x2, its
-neighbours about 2e-3), so a tensor over 5e-5 still passes when no element of it differs by more than 5% of the
-learning-rate sum, where a wrong gradient would move elements by a good part of the sum.
+neighbours about 2e-3), so a tensor over 5e-5 still passes when no element of it differs by more
+than 5% of the learning-rate sum, where a wrong gradient would move elements by a good part of
+the sum.
 """
 import json
 import struct

@@ -3,11 +3,12 @@
 Each draw gives a one-rank `vit3d train` of the tiny model (or `vit3d plan`, `vit3d eval`) one to
 three flags from its own --help, each with a value from a pool of edge cases (zero, negative,
 huge, fractional, NaN, infinity, empty, text, lists, missing paths) or, more often, one a run
-may accept (the choices the help lists, small numbers of the default's kind). The run must end by itself with an exit code of its own (0, or
-a refusal or failure with a message on stderr): a signal (an abort, a segmentation fault), an
-internal check's file:line message, or no end within the time limit is a finding, printed with
-the command that repeats it. Flags that run commands or write outside the draw's folder are
-left out; the run's length (--steps, --epochs) is fixed at one step.
+may accept (the choices the help lists, small numbers of the default's kind). The run must end
+by itself with an exit code of its own (0, or a refusal or failure with a message on stderr): a
+signal (an abort, a segmentation fault), an internal check's file:line message, or no end
+within the time limit is a finding, printed with the command that repeats it. Flags that run
+commands or write outside the draw's folder are left out; the run's length (--steps, --epochs)
+is fixed at one step.
 
 Default test cli_fuzz: 60 draws of a fixed seed; longer hunts:
   /usr/bin/python3 tests/fuzz_cli.py build/vit3d 2000 $RANDOM

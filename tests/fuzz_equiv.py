@@ -1,6 +1,7 @@
-"""fuzz_equiv.py VIT3D [DRAWS [SEED [FIRST]]]: random feature combinations, each trained on a random mesh
-of 4 or 8 CPU ranks and on one rank, must be the same computation (tests/compare_runs.py: every
-step's loss and every final parameter, and the EMA where there is one).
+"""fuzz_equiv.py VIT3D [DRAWS [SEED [FIRST]]]: random feature combinations, each trained on a
+random mesh of 4 or 8 CPU ranks and on one rank, must be the same computation
+(tests/compare_runs.py: every step's loss and every final parameter, the EMA where there is one,
+and the evaluations).
 
 test_equiv.sh holds the layouts and features one at a time or in chosen pairs; a draw here mixes
 a model variant (pooling head, class token, registers, LayerScale, QK-norm, parallel blocks, the

@@ -89,7 +89,9 @@ for mesh in "--tp 2" "--pp 2" "--dp 2"; do
   fi
   # The predictions without the index column and the folder (the copy numbers its images
   # differently).
-  for v in data clean; do cut -d, -f2- "$work/pred_$v.csv" | sed "s|^$work/$v/||" > "$work/p_$v"; done
+  for v in data clean; do
+    cut -d, -f2- "$work/pred_$v.csv" | sed "s|^$work/$v/||" > "$work/p_$v"
+  done
   if ! cmp -s "$work/p_data" "$work/p_clean" || [ "$(wc -l < "$work/p_data")" != 21 ]; then
     echo "FAIL: predictions differ ($mesh)"; diff "$work/p_data" "$work/p_clean" | head -5; fail=1
   fi
