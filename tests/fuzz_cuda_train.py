@@ -2,16 +2,18 @@
 with `--device cuda` on the CUDA emulation (tests/cuda_emu: vit3d_emu) must follow the same run
 on the CPU.
 
-The CUDA kernels run nowhere else before a GPU is lent; test_cuda_train_emu.sh holds two chosen
-variant sets, and a draw here mixes the model, regularisation, optimizer, frozen tensors, EMA
-and image-loader features of tests/fuzz_equiv.py (draw_model) on one rank, in fp32 or bf16,
-sometimes with recompute on the CUDA side only. fp32: tests/compare_runs.py's rules (every
+The CUDA kernels run nowhere else before a GPU is lent; test_cuda_train_emu.sh and
+test_cuda_mesh_emu.sh hold chosen variant sets and meshes, and a draw here mixes the model,
+regularisation, optimizer, frozen tensors, EMA and image-loader features of
+tests/fuzz_equiv.py (draw_model) in fp32 or bf16, on one rank or (half the draws) a mesh of 2
+or 4 ranks with one emulated GPU each (draw_mesh; the CPU run on the same mesh), sometimes with
+recompute on the CUDA side only. fp32: tests/compare_runs.py's rules (every
 step's loss within 1e-5, every parameter within 5e-5, the EMA too, the evaluations' loss within
 1e-5 and the same hits); bf16 against the CPU's bf16 twin: test_cuda_train_emu.sh's bands
 (step 1 within 1e-4, then 2e-3: tests/compare_curves.py). A failing draw prints the commands
 that repeat it; `fuzz_cuda_train.py EMU VIT3D 1 SEED D` draws D again.
 
-Slow (the emulation runs a fiber per CUDA thread: about 15 s a draw); not in the default run:
+Slow (the emulation runs a fiber per CUDA thread: 15 to 60 s a draw); not in the default run:
   /usr/bin/python3 tests/fuzz_cuda_train.py build/tests/vit3d_emu build/vit3d 40 $RANDOM
 """
 import os
@@ -23,20 +25,23 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from fuzz_equiv import draw_model, same_evals  # noqa: E402
+from fuzz_equiv import draw_mesh, draw_model, same_evals  # noqa: E402
 
 COMMON = ["--model", "tiny", "--heads", "4", "--depth", "4", "--width", "32", "--steps", "3",
-          "--global-batch-size", "16", "--micro-batch-size", "8", "--warmup-steps", "1",
-          "--threads", "2", "--log-interval", "1"]
+          "--global-batch-size", "16", "--micro-batch-size", "4", "--warmup-steps", "1",
+          "--threads", "1", "--log-interval", "1"]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_mpi_yield_when_idle="1")
 
 
-def run(binary, flags, out):
-    cmd = [binary, "train"] + COMMON + flags + ["--log-dir", out,
-                                                "--final-weights", out + "/weights.safetensors"]
+def run(binary, np_, flags, out):
+    """A run of np_ ranks (one emulated GPU each: EMU_GPUS, chosen by local rank)."""
+    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "-x", "EMU_GPUS", binary, "train"] + \
+        COMMON + flags + ["--log-dir", out, "--final-weights", out + "/weights.safetensors"]
     if "--model-ema" in flags:
         cmd += ["--final-ema", out + "/ema.safetensors"]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=900)
+    p = subprocess.run(cmd, env=dict(ENV, EMU_GPUS=str(np_)), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=1800)
     return p.returncode, p.stdout, " ".join(cmd)
 
 
@@ -82,13 +87,19 @@ def main():
             model = draw_model(r, imgs)
             bf16 = r.random() < 0.5
             model += ["--precision", "bf16" if bf16 else "fp32"]
-            cuda_only = ["--recompute-blocks", "2"] if r.random() < 0.3 else []
-            head = f"draw {d} (seed {seed}): {' '.join(model)} | cuda {' '.join(cuda_only)}"
+            # Half the draws on a mesh of 2 or 4 ranks, the CPU run on the same one: the NCCL
+            # transport (emulated over MPI) on its axes, the streams of its schedule.
+            np_, mesh = draw_mesh(r, (2, 2, 4), 4) if r.random() < 0.5 else (1, [])
+            cuda_only = ["--recompute-blocks", "2"] if r.random() < 0.3 and not any(
+                "zb" in x for x in mesh) else []
+            head = (f"draw {d} (seed {seed}): {' '.join(model)} | {' '.join(mesh) or 'one rank'}"
+                    f" | cuda {' '.join(cuda_only)}")
             if imgs:
                 head = head.replace(imgs, "IMGS")
             cpu, cuda = f"{work}/{d}_cpu", f"{work}/{d}_cuda"
-            rc_c, log_c, cmd_c = run(vit3d, model + ["--device", "cpu"], cpu)
-            rc_g, log_g, cmd_g = run(emu, model + cuda_only + ["--device", "cuda"], cuda)
+            rc_c, log_c, cmd_c = run(vit3d, np_, model + mesh + ["--device", "cpu"], cpu)
+            rc_g, log_g, cmd_g = run(emu, np_, model + mesh + cuda_only + ["--device", "cuda"],
+                                     cuda)
             if rc_c == 2 or rc_g == 2:
                 why = [ln for ln in (log_c + log_g).splitlines() if ln.startswith("vit3d")][:1]
                 print(f"refused: {head}\n    {why[0] if why else '(no message)'}")

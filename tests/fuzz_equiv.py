@@ -102,11 +102,11 @@ def draw_model(r, imgs):
     return f
 
 
-def draw_mesh(r):
-    """A mesh of 4 or 8 ranks and its own choices (nothing a one-rank run has)."""
-    np_ = r.choice([4, 4, 8])
+def draw_mesh(r, sizes=(4, 4, 8), depth=8):
+    """A mesh of one of sizes' rank counts and its own choices (nothing a one-rank run has)."""
+    np_ = r.choice(sizes)
     layouts = [(t, p, np_ // (t * p)) for t in (1, 2, 4) for p in (1, 2, 4, 8)
-               if np_ % (t * p) == 0 and t * p <= np_ and not (t == 1 and p == 1)]
+               if np_ % (t * p) == 0 and t * p <= np_]
     tp, pp, dp = r.choice(layouts)
     f = ["--tp", str(tp), "--pp", str(pp), "--dp", str(dp)]
     if dp > 1:
@@ -115,8 +115,9 @@ def draw_mesh(r):
         maybe(r, f, 0.5, "--sequence-parallel", "1")
     sched = "1f1b"
     if pp > 1:
-        # (2 chunks a stage: 16 virtual stages for pp 8, and 8 blocks)
-        sched = r.choice(["1f1b", "gpipe", "zb-h1"] + (["interleaved", "zb-v"] if pp < 8 else []))
+        # (interleaved and zb-v: 2 chunks a stage, each of at least one block)
+        two = ["interleaved", "zb-v"] if 2 * pp <= depth else []
+        sched = r.choice(["1f1b", "gpipe", "zb-h1"] + two)
         f += ["--pp-schedule", sched]
     if not sched.startswith("zb") and r.random() < 0.3:
         f += ["--recompute-blocks", r.choice(["1", "99"])]
