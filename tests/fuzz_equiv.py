@@ -151,9 +151,8 @@ def same_evals(a, b):
 def run(vit3d, np_, flags, out):
     # One rank through mpirun too (as test_equiv.sh): Open MPI's singleton start, without it,
     # failed once in about 450 runs beside the others ("MPI_Init_thread on a NULL communicator").
-    cmd = ["mpirun", "-np", str(np_), "--oversubscribe"] + [
-        vit3d, "train"] + COMMON + flags + ["--log-dir", out,
-                                            "--final-weights", out + "/weights.safetensors"]
+    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", vit3d, "train"] + COMMON + flags + [
+        "--log-dir", out, "--final-weights", out + "/weights.safetensors"]
     if "--model-ema" in flags:
         cmd += ["--final-ema", out + "/ema.safetensors"]
     p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
