@@ -101,16 +101,14 @@ static int by_index(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-// Every scoring rank's predictions (rec, tops: n of them) on world rank 0, in dataset order
-// (*total of them; NULL elsewhere). Collective over world: the ranks' counts, then one sum of
-// 12 exact doubles a prediction at each rank's offset (the DP replicas' scorers hold
-// interleaved batches of the set).
-static prediction *gather_predictions(vt_comm *world, const scored *rec, const top5 *tops,
-                                      int64_t n, int64_t *total) {
-  enum { W = 12 };  // index, n, 5 classes, 5 probabilities
+// Every rank's n records of w doubles, one rank after another (*total records), on every rank
+// (calloc'd). Collective over world: the ranks' counts, then one sum with each rank's records at
+// its offset, exact for integers and exact for any value added to zeros.
+static double *all_gather_doubles(vt_comm *world, const double *mine, int64_t n, int w,
+                                  int64_t *total) {
   const int size = vt_comm_size(world), rank = vt_comm_rank(world);
   double *counts = calloc((size_t)size, sizeof(double));
-  VT_CHECK(counts != NULL, "out of host memory for --predictions");
+  VT_CHECK(counts != NULL, "out of host memory for %d counts", size);
   counts[rank] = (double)n;
   vt_comm_all_reduce_double(world, counts, size, VT_REDUCE_SUM);
   int64_t at = 0;
@@ -118,16 +116,30 @@ static prediction *gather_predictions(vt_comm *world, const scored *rec, const t
   for (int r = 0; r < size; r++) at += r < rank ? (int64_t)counts[r] : 0;
   for (int r = 0; r < size; r++) *total += (int64_t)counts[r];
   free(counts);
-  double *all = calloc((size_t)(*total * W) + 1, sizeof(double));
-  VT_CHECK(all != NULL, "out of host memory for %lld predictions", (long long)*total);
+  double *all = calloc((size_t)(*total * w) + 1, sizeof(double));
+  VT_CHECK(all != NULL, "out of host memory for %lld records", (long long)*total);
+  memcpy(all + at * w, mine, (size_t)(n * w) * sizeof(double));
+  if (*total > 0) vt_comm_all_reduce_double(world, all, *total * w, VT_REDUCE_SUM);
+  return all;
+}
+
+// Every scoring rank's predictions (rec, tops: n of them) on world rank 0, in dataset order
+// (*total of them; NULL elsewhere): 12 doubles a prediction through all_gather_doubles (the DP
+// replicas' scorers hold interleaved batches of the set).
+static prediction *gather_predictions(vt_comm *world, const scored *rec, const top5 *tops,
+                                      int64_t n, int64_t *total) {
+  enum { W = 12 };  // index, n, 5 classes, 5 probabilities
+  double *mine = calloc((size_t)(n * W) + 1, sizeof(double));
+  VT_CHECK(mine != NULL, "out of host memory for %lld predictions", (long long)n);
   for (int64_t k = 0; k < n; k++) {
-    double *v = all + (at + k) * W;
+    double *v = mine + k * W;
     v[0] = (double)rec[k].index, v[1] = tops[k].n;
     for (int q = 0; q < tops[k].n; q++) v[2 + q] = tops[k].top[q], v[7 + q] = tops[k].p[q];
   }
-  vt_comm_all_reduce_double(world, all, *total * W, VT_REDUCE_SUM);
+  double *all = all_gather_doubles(world, mine, n, W, total);
+  free(mine);
   prediction *out = NULL;
-  if (rank == 0) {
+  if (vt_comm_rank(world) == 0) {
     out = malloc((size_t)*total * sizeof(prediction) + 1);
     VT_CHECK(out != NULL, "out of host memory for %lld predictions", (long long)*total);
     for (int64_t k = 0; k < *total; k++) {
@@ -174,28 +186,18 @@ static void write_dump(const char *path, const float *img, const int32_t *labels
 }
 
 // Flags over the validation set (count bytes, calloc'd): 1 for the images some rank found bad.
-// mine: the indices this rank found bad, each listed by the one rank that decodes it. Collective
-// over world: the ranks' counts, then (where any) their lists in one sum of exact integers.
+// mine: the indices this rank found bad, each listed by the one rank that decodes it; every
+// rank's list through all_gather_doubles.
 static unsigned char *gather_bad(vt_comm *world, const int64_t *mine, int64_t n_mine,
                                  int64_t count) {
-  const int size = vt_comm_size(world), rank = vt_comm_rank(world);
-  double *counts = calloc((size_t)size, sizeof(double));
   unsigned char *flags = calloc((size_t)count, 1);
-  VT_CHECK(counts && flags, "out of host memory for the validation set's bad images");
-  counts[rank] = (double)n_mine;
-  vt_comm_all_reduce_double(world, counts, size, VT_REDUCE_SUM);
-  int64_t total = 0, at = 0;
-  for (int r = 0; r < size; r++) at += r < rank ? (int64_t)counts[r] : 0;
-  for (int r = 0; r < size; r++) total += (int64_t)counts[r];
-  if (total > 0) {
-    double *list = calloc((size_t)total, sizeof(double));
-    VT_CHECK(list != NULL, "out of host memory for %lld bad image indices", (long long)total);
-    for (int64_t k = 0; k < n_mine; k++) list[at + k] = (double)mine[k];
-    vt_comm_all_reduce_double(world, list, total, VT_REDUCE_SUM);
-    for (int64_t k = 0; k < total; k++) flags[(int64_t)list[k]] = 1;
-    free(list);
-  }
-  free(counts);
+  double *list = calloc((size_t)n_mine + 1, sizeof(double));
+  VT_CHECK(flags && list, "out of host memory for the validation set's bad images");
+  for (int64_t k = 0; k < n_mine; k++) list[k] = (double)mine[k];
+  int64_t total = 0;
+  double *all = all_gather_doubles(world, list, n_mine, 1, &total);
+  for (int64_t k = 0; k < total; k++) flags[(int64_t)all[k]] = 1;
+  free(list), free(all);
   return flags;
 }
 

@@ -25,7 +25,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from fuzz_equiv import draw_mesh, draw_model, same_evals  # noqa: E402
+from fuzz_equiv import (draw_mesh, draw_model, make_image_folder, print_failure,  # noqa: E402
+                        refusal, same_evals)
 
 COMMON = ["--model", "tiny", "--heads", "4", "--depth", "4", "--width", "32", "--steps", "3",
           "--global-batch-size", "16", "--micro-batch-size", "4", "--warmup-steps", "1",
@@ -72,14 +73,7 @@ def main():
     seed = int(sys.argv[4]) if len(sys.argv) > 4 else 20261205
     first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     work = tempfile.mkdtemp(prefix="vt_fuzz_cuda_")
-    imgs = f"{work}/imgs"
-    try:
-        import PIL  # noqa: F401 (make_images.py's)
-        subprocess.run([sys.executable, f"{HERE}/make_images.py", imgs, "4", "8", "40"],
-                       check=True)
-    except (ImportError, subprocess.CalledProcessError) as e:
-        print(f"no image folder ({e}): synthetic data only")
-        imgs = None
+    imgs = make_image_folder(work)
     failed = refused = passed = 0
     try:
         for d in range(first, first + draws):
@@ -101,8 +95,7 @@ def main():
             rc_g, log_g, cmd_g = run(emu, np_, model + mesh + cuda_only + ["--device", "cuda"],
                                      cuda)
             if rc_c == 2 or rc_g == 2:
-                why = [ln for ln in (log_c + log_g).splitlines() if ln.startswith("vit3d")][:1]
-                print(f"refused: {head}\n    {why[0] if why else '(no message)'}")
+                print(f"refused: {head}\n    {refusal((log_c, log_g))}")
                 refused += 1
                 continue
             ok = rc_c == 0 and rc_g == 0
@@ -116,14 +109,9 @@ def main():
                 print(f"ok: {head}")
             else:
                 failed += 1
-                print(f"FAIL: {head}\n  exit codes {rc_c} (cpu), {rc_g} (emulated cuda); repeat "
-                      f"(IMGS: tests/make_images.py IMGS 4 8 40):\n"
-                      f"    {cmd_c}\n    {cmd_g}".replace(imgs or "\0", "IMGS"))
-                if rc_c == 0 and rc_g == 0:
-                    print("    " + "\n    ".join(p.stdout.strip().splitlines()[-12:]))
-                for name, log in (("cpu", log_c), ("emulated cuda", log_g)):
-                    print(f"  last lines ({name}):\n    " +
-                          "\n    ".join(log.strip().splitlines()[-5:]))
+                print_failure(head, (("cpu", rc_c, cmd_c, log_c),
+                                     ("emulated cuda", rc_g, cmd_g, log_g)), imgs,
+                              p.stdout if rc_c == 0 and rc_g == 0 else "")
             sys.stdout.flush()
     finally:
         shutil.rmtree(work, ignore_errors=True)

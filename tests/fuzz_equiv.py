@@ -160,6 +160,38 @@ def run(vit3d, np_, flags, out):
     return p.returncode, p.stdout, " ".join(cmd)
 
 
+def make_image_folder(work):
+    """tests/make_images.py's 4 classes of 8 images in work/imgs, or None without Pillow."""
+    imgs = f"{work}/imgs"
+    try:
+        import PIL  # noqa: F401 (make_images.py's)
+        subprocess.run([sys.executable, f"{HERE}/make_images.py", imgs, "4", "8", "40"],
+                       check=True)
+    except (ImportError, subprocess.CalledProcessError) as e:
+        print(f"no image folder ({e}): synthetic data only")
+        return None
+    return imgs
+
+
+def refusal(logs):
+    """The first refusal message ("vit3d train: ...") of the runs' logs."""
+    why = [ln for ln in "\n".join(logs).splitlines() if ln.startswith("vit3d")][:1]
+    return why[0] if why else "(no message)"
+
+
+def print_failure(head, runs, imgs, detail=""):
+    """A failed draw: its runs' exit codes, the commands that repeat it and their last lines.
+    runs: (name, exit code, command, log) per run."""
+    codes = ", ".join(f"{rc} ({name})" for name, rc, _, _ in runs)
+    cmds = "".join(f"\n    {cmd}" for _, _, cmd, _ in runs)
+    print(f"FAIL: {head}\n  exit codes {codes}; repeat (IMGS: tests/make_images.py IMGS 4 8 "
+          f"40):{cmds}".replace(imgs or "\0", "IMGS"))
+    if detail:
+        print("    " + "\n    ".join(detail.strip().splitlines()[-12:]))
+    for name, _, _, log in runs:
+        print(f"  last lines ({name}):\n    " + "\n    ".join(log.strip().splitlines()[-5:]))
+
+
 def main():
     try:
         import numpy  # noqa: F401 (compare_runs.py's)
@@ -172,14 +204,7 @@ def main():
     first = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     work = tempfile.mkdtemp(prefix="vt_fuzz_equiv_")
     failed = refused = passed = 0
-    imgs = f"{work}/imgs"
-    try:
-        import PIL  # noqa: F401 (make_images.py's)
-        subprocess.run([sys.executable, f"{HERE}/make_images.py", imgs, "4", "8", "40"],
-                       check=True)
-    except (ImportError, subprocess.CalledProcessError) as e:
-        print(f"no image folder ({e}): synthetic data only")
-        imgs = None
+    imgs = make_image_folder(work)
     try:
         for d in range(first, first + draws):
             r = random.Random(seed * 1000 + d)
@@ -210,8 +235,7 @@ def main():
             else:
                 rc_m, log_m, cmd_m = run(vit3d, np_, model + mesh, other)
             if rc_b == 2 or rc_m == 2:  # a refusal of the flags (vt_train_validate)
-                why = [ln for ln in (log_b + log_m).splitlines() if ln.startswith("vit3d")][:1]
-                print(f"refused: {head}\n    {why[0] if why else '(no message)'}")
+                print(f"refused: {head}\n    {refusal((log_b, log_m))}")
                 refused += 1
                 continue
             ok = rc_b == 0 and rc_m == 0
@@ -228,12 +252,8 @@ def main():
                 print(f"ok: {head}")
             else:
                 failed += 1
-                print(f"FAIL: {head}\n  exit codes {rc_b} (one rank), {rc_m} (mesh); repeat "
-                      f"(IMGS: tests/make_images.py IMGS 4 8 40):\n"
-                      f"    {cmd_b}\n    {cmd_m}".replace(imgs or "\0", "IMGS"))
-                for name, log in (("one rank", log_b), ("mesh", log_m)):
-                    print(f"  last lines ({name}):\n    " +
-                          "\n    ".join(log.strip().splitlines()[-5:]))
+                print_failure(head, (("one rank", rc_b, cmd_b, log_b),
+                                     ("mesh", rc_m, cmd_m, log_m)), imgs)
             sys.stdout.flush()
     finally:
         shutil.rmtree(work, ignore_errors=True)
