@@ -32,9 +32,15 @@ sum. A reordering flips the few roundings next to a boundary, rare but whole-ulp
 against one rank 2e-5 to 1e-4 apart in bf16 and 6e-8 in fp32, bf16 against fp32 about 1e-3),
 which a few steps of training amplify towards what bf16 does as a whole (fuzz_equiv.py's
 draws with TP: the mesh's loss up to 2.8 times the twin's distance from one rank, a scalar
-that can by chance come out small; its tensors up to 1.3 times); the mesh run of a draw with
-its learning rate 1% off fell outside these bands in each of three draws tried, 0.3% off in
-two.
+that can by chance come out small; its tensors up to 1.3 times). Adam-like steps (AdamW,
+LAMB) turn the rounding noise of an element's near-zero gradient into a step of about lr of
+either sign, which no band scaled by the twin bounds (seen: single elements of head.weight,
+fc1.bias, norm1.bias and norm2.bias about 2 lr apart where the twin's were 0.01 to 0.1 lr
+apart; the same meshes in fp32 equal one rank), so a tensor over its band still passes when
+its largest-moving elements (2, or 1% of it) are each within 2 times the lr sum and the rest of
+it is within the band. What the bands still catch: the mesh run of a draw with its learning
+rate 1% off fell outside them in each of three momentum-SGD draws tried and 0.3% off in two;
+an AdamW draw 0.3% off fell outside by 72 times.
 """
 import json
 import struct
@@ -86,6 +92,8 @@ def banded(base, other, twin, file, ma, mb):
     if sorted(ms) != sorted(by_step):
         return [f"the fp32 twin logged steps {sorted(ms)}, the base {sorted(by_step)}"], \
             "bf16 bands"
+    if not mb or any(r["step"] not in by_step for r in mb):
+        problems.append(f"steps {[r['step'] for r in mb]} are not a subset of {sorted(by_step)}")
     loss_scale = max(abs(by_step[s] - ms[s]) / abs(by_step[s]) for s in by_step)
     lr_sum = sum(r["lr"] for r in ma)
     worst_loss = 0.0
@@ -106,6 +114,7 @@ def banded(base, other, twin, file, ma, mb):
         if a.shape != b.shape:
             problems.append(f"{name}: shape {a.shape} vs {b.shape}")
             continue
+        a, b, t = a.ravel(), b.ravel(), t.ravel()
         k = k_slice(name, a)
         if k is not None:  # noise on both sides: the largest move against the twin's
             far, limit = np.abs(a[k] - b[k]).max(), BAND_RATIO * np.abs(a[k] - t[k]).max()
@@ -114,6 +123,15 @@ def banded(base, other, twin, file, ma, mb):
                                 f"twin's {limit / BAND_RATIO:.3g} + 0.25 x the lr sum")
             a, b, t = (np.delete(x, k) for x in (a, b, t))
         d, limit = rel_dist(a, b), BAND_RATIO * rel_dist(a, t) + 1e-6
+        if d > limit:  # Adam's noise elements (above) left out, if they are all that is over
+            far = np.argsort(-np.abs(a - b))[:max(2, a.size // 100)]
+            a2, b2, t2 = (np.delete(x, far) for x in (a, b, t))
+            move = np.abs(a[far] - b[far]).max()
+            if move <= 2 * lr_sum and rel_dist(a2, b2) <= BAND_RATIO * rel_dist(a2, t2) + 1e-6:
+                print(f"    {name}: relative distance {d:.3g} over {BAND_RATIO} x the fp32 twin's "
+                      f"{rel_dist(a, t):.3g} from {len(far)} elements at most {move:.3g} apart "
+                      f"(<= 2 x the lr sum): Adam on gradients that round to zero")
+                d, limit = rel_dist(a2, b2), BAND_RATIO * rel_dist(a2, t2) + 1e-6
         worst = max(worst, (d / limit, name))
         if d > limit:
             problems.append(f"{name}: relative distance {d:.3g}, over {BAND_RATIO} x the fp32 "

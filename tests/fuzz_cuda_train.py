@@ -12,9 +12,9 @@ step's loss within 1e-5, every parameter within 5e-5, the EMA too, the evaluatio
 1e-5 and the same hits); bf16 (where the CUDA GEMMs sum in other orders than the CPU's, so a
 sum next to a bf16 rounding boundary may round the other way): compare_runs.py's bands against
 the CPU run's fp32 twin (a third run: every loss, parameter and EMA tensor and the evaluations'
-losses within a few times the twin's distance; momentum SGD in place of AdamW and LAMB, as
-fuzz_equiv.py's banded draws). A failing draw prints the commands that repeat it;
-`fuzz_cuda_train.py EMU VIT3D 1 SEED D` draws D again.
+losses within a few times the twin's distance, as fuzz_equiv.py's banded draws). A failing
+draw prints the commands that repeat it; `fuzz_cuda_train.py EMU VIT3D 1 SEED D` draws D
+again.
 
 Slow (the emulation runs a fiber per CUDA thread: 15 to 60 s a draw); not in the default run:
   /usr/bin/python3 tests/fuzz_cuda_train.py build/tests/vit3d_emu build/vit3d 40 $RANDOM
@@ -29,7 +29,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from fuzz_equiv import (banded_evals, draw_mesh, draw_model, make_image_folder,  # noqa: E402
-                        print_failure, refusal, same_evals, without_adam)
+                        print_failure, refusal, same_evals)
 
 COMMON = ["--model", "tiny", "--heads", "4", "--depth", "4", "--width", "32", "--steps", "3",
           "--global-batch-size", "16", "--micro-batch-size", "4", "--warmup-steps", "1",
@@ -79,8 +79,6 @@ def main():
             r = random.Random(seed * 1000 + d)
             model = draw_model(r, imgs)
             bf16 = r.random() < 0.5
-            if bf16:
-                without_adam(model)
             model += ["--precision", "bf16" if bf16 else "fp32"]
             # Half the draws on a mesh of 2 or 4 ranks, the CPU run on the same one: the NCCL
             # transport (emulated over MPI) on its axes, the streams of its schedule.

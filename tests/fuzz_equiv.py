@@ -194,18 +194,6 @@ def print_failure(head, runs, imgs, detail=""):
         print(f"  last lines ({name}):\n    " + "\n    ".join(log.strip().splitlines()[-5:]))
 
 
-def without_adam(model):
-    """Momentum SGD in place of AdamW or LAMB, for runs held to compare_runs.py's bf16 bands.
-    Adam-like steps turn the rounding noise of an element's near-zero gradient into a step of
-    about lr of either sign: seen in two of 25 such draws as single elements about 2 lr apart
-    where the twin's were 0.01 to 0.1 lr apart (head.weight, fc1.bias, norm2.bias), which no
-    band scaled by the twin bounds; momentum SGD keeps the noise at noise's size (as for jax's
-    zero head in draw_model)."""
-    i = model.index("--opt")
-    if model[i + 1] in ("adamw", "lamb"):
-        model[i + 1:i + 4] = ["momentum", "--lr", "0.05"]
-
-
 def banded_evals(a, b, twin):
     """bf16 runs on a mesh that sums in another order: the same evaluation steps, each loss
     within compare_runs.py's band (LOSS_BAND_RATIO times the largest distance of a's from its
@@ -249,7 +237,6 @@ def main():
                 if r.random() < 0.5:
                     model += ["--precision", "bf16"]
             elif r.random() < 0.5:
-                without_adam(model)
                 banded = list(model)  # the fp32 twin's flags
                 model += ["--precision", "bf16"]
             head = f"draw {d} (seed {seed}): {' '.join(model)} | {' '.join(mesh)}"
