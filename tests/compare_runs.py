@@ -31,8 +31,8 @@ sum. A reordering flips the few roundings next to a boundary, rare but whole-ulp
 (measured at step 1, where all runs start from the same weights: the gradient norm of TP 2
 against one rank 2e-5 to 1e-4 apart in bf16 and 6e-8 in fp32, bf16 against fp32 about 1e-3),
 which a few steps of training amplify towards what bf16 does as a whole (fuzz_equiv.py's
-draws with TP: the mesh's loss up to 2.8 times the twin's distance from one rank, a scalar
-that can by chance come out small; its tensors up to 1.3 times). Adam-like steps (AdamW,
+draws with TP: the mesh's loss up to 4.2 times the twin's distance from one rank, a scalar
+that can by chance come out small; its tensors up to 1.5 times). Adam-like steps (AdamW,
 LAMB) turn the rounding noise of an element's near-zero gradient into a step of about lr of
 either sign, which no band scaled by the twin bounds (seen: single elements of head.weight,
 fc1.bias, norm1.bias and norm2.bias about 2 lr apart where the twin's were 0.01 to 0.1 lr
