@@ -28,8 +28,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from fuzz_equiv import (banded_evals, draw_mesh, draw_model, make_image_folder,  # noqa: E402
-                        print_failure, refusal, same_evals)
+from fuzz_equiv import (draw_mesh, draw_model, make_image_folder, print_failure,  # noqa: E402
+                        refusal, same_run)
 
 COMMON = ["--model", "tiny", "--heads", "4", "--depth", "4", "--width", "32", "--steps", "3",
           "--global-batch-size", "16", "--micro-batch-size", "4", "--warmup-steps", "1",
@@ -47,18 +47,6 @@ def run(binary, np_, flags, out):
     p = subprocess.run(cmd, env=dict(ENV, EMU_GPUS=str(np_)), stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=1800)
     return p.returncode, p.stdout, " ".join(cmd)
-
-
-def compare(cpu, cuda, label, band, ema):
-    """compare_runs.py of the weights (and the EMA), band: [] or ["--band", the fp32 twin]."""
-    p = subprocess.run([sys.executable, f"{HERE}/compare_runs.py", cpu, cuda, label] + band,
-                       stdout=subprocess.PIPE, text=True)
-    if p.returncode == 0 and ema:
-        q = subprocess.run([sys.executable, f"{HERE}/compare_runs.py", cpu, cuda, label + " EMA",
-                            "ema.safetensors"] + band, stdout=subprocess.PIPE, text=True)
-        q.stdout = p.stdout + q.stdout
-        return q
-    return p
 
 
 def main():
@@ -98,26 +86,21 @@ def main():
                 refused += 1
                 continue
             runs = [("cpu", rc_c, cmd_c, log_c), ("emulated cuda", rc_g, cmd_g, log_g)]
-            band = []
+            twin = None
             if bf16 and rc_c == 0 and rc_g == 0:  # the CPU run's fp32 twin
                 twin = f"{work}/{d}_fp32"
                 rc_t, log_t, cmd_t = run(vit3d, np_, model[:-2] + ["--precision", "fp32"] + mesh
                                          + ["--device", "cpu"], twin)
                 runs.append(("cpu fp32", rc_t, cmd_t, log_t))
-                band = ["--band", twin]
-            ok = all(rc == 0 for _, rc, _, _ in runs)
-            p = None
+            ok, checks = all(rc == 0 for _, rc, _, _ in runs), ""
             if ok:
-                p = compare(cpu, cuda, f"draw {d}", band, "--model-ema" in model)
-                ok = p.returncode == 0
-            if ok and "--val-data" in model:
-                ok = banded_evals(cpu, cuda, twin) if band else same_evals(cpu, cuda)
+                ok, checks = same_run(cpu, cuda, f"draw {d}", model, twin)
             if ok:
                 passed += 1
-                print(p.stdout.rstrip() + f"\nok: {head}")
+                print(f"{checks}\nok: {head}")
             else:
                 failed += 1
-                print_failure(head, runs, imgs, p.stdout if p else "")
+                print_failure(head, runs, imgs, checks)
             sys.stdout.flush()
     finally:
         shutil.rmtree(work, ignore_errors=True)

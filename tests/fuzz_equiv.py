@@ -139,15 +139,45 @@ def eval_figures(run_dir):
     return out
 
 
-def same_evals(a, b):
-    """Whether two runs' evaluations agree (losses within compare_runs.py's 1e-5, the same hits)."""
+def same_evals(a, b, twin=None):
+    """Whether two runs' evaluations agree, and what differs: the same steps, each loss within
+    compare_runs.py's 1e-5 and the same hits; or with twin (a's fp32 twin: bf16 runs that sum in
+    other orders) each loss within compare_runs.py's band (LOSS_BAND_RATIO times the largest
+    distance of a's losses from the twin's, plus 1e-7; the hits are not compared: a near tie may
+    go either way)."""
+    from compare_runs import LOSS_BAND_RATIO  # (numpy: main() checks it first)
     ea, eb = eval_figures(a), eval_figures(b)
-    ok = len(ea) == len(eb) and all(
-        x[0] == y[0] and abs(x[1] - y[1]) <= 1e-5 * abs(x[1]) and x[2:] == y[2:]
-        for x, y in zip(ea, eb))
-    if not ok:
-        print(f"    evaluations differ: {ea} vs {eb}")
-    return ok
+    et = eval_figures(twin) if twin else ea
+    ok = len(ea) == len(eb) == len(et) and all(x[0] == y[0] == t[0] for x, y, t in zip(ea, eb, et))
+    if ok and twin:
+        scale = max((abs(x[1] - t[1]) / abs(x[1]) for x, t in zip(ea, et)), default=0.0)
+        ok = all(abs(x[1] - y[1]) / abs(x[1]) <= LOSS_BAND_RATIO * scale + 1e-7
+                 for x, y in zip(ea, eb))
+    elif ok:
+        ok = all(abs(x[1] - y[1]) <= 1e-5 * abs(x[1]) and x[2:] == y[2:] for x, y in zip(ea, eb))
+    return ok, "" if ok else f"    evaluations differ: {ea} vs {eb}" + (
+        f" (fp32 twin {et})" if twin else "")
+
+
+def same_run(base, other, label, flags, twin=None):
+    """Whether run other is run base's computation, and what the checks printed: compare_runs.py
+    on the weights (and the EMA with --model-ema), then the evaluations (with --val-data); twin:
+    base's fp32 twin, for the bf16 bands."""
+    band = ["--band", twin] if twin else []
+    out = []
+    for name, file in ((label, []), (label + " EMA", ["ema.safetensors"])):
+        if file and "--model-ema" not in flags:
+            continue
+        p = subprocess.run([sys.executable, f"{HERE}/compare_runs.py", base, other, name] + file +
+                           band, stdout=subprocess.PIPE, text=True)
+        out.append(p.stdout.rstrip())
+        if p.returncode != 0:
+            return False, "\n".join(out)
+    if "--val-data" in flags:
+        ok, why = same_evals(base, other, twin)
+        if not ok:
+            return False, "\n".join(out + [why])
+    return True, "\n".join(out)
 
 
 def run(vit3d, np_, flags, out):
@@ -192,22 +222,6 @@ def print_failure(head, runs, imgs, detail=""):
         print("    " + "\n    ".join(detail.strip().splitlines()[-12:]))
     for name, _, _, log in runs:
         print(f"  last lines ({name}):\n    " + "\n    ".join(log.strip().splitlines()[-5:]))
-
-
-def banded_evals(a, b, twin):
-    """bf16 runs on a mesh that sums in another order: the same evaluation steps, each loss
-    within compare_runs.py's band (LOSS_BAND_RATIO times the largest distance of a's from its
-    fp32 twin's, plus 1e-7; the hits are not compared: a near tie may go either way)."""
-    from compare_runs import LOSS_BAND_RATIO
-    ea, eb, et = eval_figures(a), eval_figures(b), eval_figures(twin)
-    ok = len(ea) == len(eb) == len(et) and all(x[0] == y[0] == t[0] for x, y, t in zip(ea, eb, et))
-    if ok:
-        scale = max(abs(x[1] - t[1]) / abs(x[1]) for x, t in zip(ea, et))
-        ok = all(abs(x[1] - y[1]) / abs(x[1]) <= LOSS_BAND_RATIO * scale + 1e-7
-                 for x, y in zip(ea, eb))
-    if not ok:
-        print(f"    evaluations outside the bf16 band: {ea} vs {eb} (fp32 twin {et})")
-    return ok
 
 
 def main():
@@ -264,28 +278,21 @@ def main():
                 refused += 1
                 continue
             runs = [("one rank", rc_b, cmd_b, log_b), ("mesh", rc_m, cmd_m, log_m)]
-            band = []
+            twin = None
             if banded is not None and rc_b == 0 and rc_m == 0:  # the one-rank run's fp32 twin
                 twin = f"{work}/{d}_fp32"
                 rc_t, log_t, cmd_t = run(vit3d, 1, banded, twin)
                 runs.append(("one rank fp32", rc_t, cmd_t, log_t))
-                band = ["--band", twin]
                 head += " | bf16 bands"
-            ok = all(rc == 0 for _, rc, _, _ in runs)
+            ok, checks = all(rc == 0 for _, rc, _, _ in runs), ""
             if ok:
-                ok = subprocess.run([sys.executable, f"{HERE}/compare_runs.py", base, other,
-                                     f"draw {d}"] + band).returncode == 0
-            if ok and "--val-data" in model:
-                ok = banded_evals(base, other, band[1]) if band else same_evals(base, other)
-            if ok and "--model-ema" in model:
-                ok = subprocess.run([sys.executable, f"{HERE}/compare_runs.py", base, other,
-                                     f"draw {d} EMA", "ema.safetensors"] + band).returncode == 0
+                ok, checks = same_run(base, other, f"draw {d}", model, twin)
             if ok:
                 passed += 1
-                print(f"ok: {head}")
+                print(f"{checks}\nok: {head}")
             else:
                 failed += 1
-                print_failure(head, runs, imgs)
+                print_failure(head, runs, imgs, checks)
             sys.stdout.flush()
     finally:
         shutil.rmtree(work, ignore_errors=True)
