@@ -339,9 +339,10 @@ void vt_report_placement(vt_comm *world, vt_mesh_coord me, const char *device, i
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
   vt_log_all_ranks(1);
-  vt_log_info("host %s, pid %ld, world rank %d of %d, local rank %d of %d, tp %d pp %d dp %d, "
-              "device %s, %d CPU threads",
+  vt_log_info("host %s, pid %ld, world rank %d of %d (%s), local rank %d of %d, tp %d pp %d "
+              "dp %d, device %s, %d CPU threads",
               host, (long)getpid(), vt_comm_rank(world), vt_comm_size(world),
+              vt_comm_transport_name(world),
               vt_comm_local_rank(world), vt_comm_local_size(world), me.tp_rank, me.pp_rank,
               me.dp_rank, device, threads);
   vt_log_all_ranks(0);

@@ -9,8 +9,9 @@
 #      the ranks agree at the next step boundary, save a checkpoint and exit 75;
 #   3. on exit 75 this shell runs `scontrol requeue $SLURM_JOB_ID` and exits 0. Other exit
 #      codes of the trainer (README "Exit codes") are passed through.
-# Environment: VIT3D_LAUNCHER=srun (default: srun --mpi=pmix) or mpirun (Open MPI inside the
-# allocation); VIT3D_DIR (default: the submit directory); VIT3D_BIN (default:
+# Environment: VIT3D_LAUNCHER=srun (default: srun --mpi=pmix), mpirun (Open MPI inside the
+# allocation) or tcp (srun --mpi=none: no MPI or PMIx at all; the ranks meet over TCP at the
+# first node's address, MASTER_ADDR and MASTER_PORT override it); VIT3D_DIR (default: the submit directory); VIT3D_BIN (default:
 # $VIT3D_DIR/build/vit3d); VIT3D_SRUN_ARGS / MPIRUN_ARGS add launcher flags.
 set -uo pipefail
 : "${SLURM_JOB_ID:?slurm_job.sh runs inside a Slurm job: submit slurm.sbatch with sbatch}"
@@ -29,12 +30,23 @@ case ${VIT3D_LAUNCHER:-srun} in
     # shellcheck disable=SC2206
     extra=(${VIT3D_SRUN_ARGS:-})
     cmd=(srun --mpi=pmix --kill-on-bad-exit=1 "${extra[@]}" "$bin" train "${args[@]}") ;;
+  tcp)
+    # Rank 0 runs on the step's first node: the ranks meet at its address (Slurm's NodeAddr),
+    # on a port derived from the job id unless MASTER_PORT is set.
+    first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+    addr=$(scontrol show node "$first" 2>/dev/null | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+    export MASTER_ADDR=${MASTER_ADDR:-${addr:-$first}}
+    export MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}
+    echo "vit3d slurm job: ranks meet over TCP at $MASTER_ADDR:$MASTER_PORT"
+    # shellcheck disable=SC2206
+    extra=(${VIT3D_SRUN_ARGS:-})
+    cmd=(srun --mpi=none --kill-on-bad-exit=1 "${extra[@]}" "$bin" train "${args[@]}") ;;
   mpirun)
     mapfile -t flags < <(vt_mpirun_flags)
     # shellcheck disable=SC2206
     extra=(${MPIRUN_ARGS:-})
     cmd=(mpirun -np "$SLURM_NTASKS" "${flags[@]}" "${extra[@]}" "$bin" train "${args[@]}") ;;
-  *) echo "slurm_job.sh: VIT3D_LAUNCHER=$VIT3D_LAUNCHER: use srun or mpirun" >&2; exit 2 ;;
+  *) echo "slurm_job.sh: VIT3D_LAUNCHER=$VIT3D_LAUNCHER: use srun, mpirun or tcp" >&2; exit 2 ;;
 esac
 printf 'vit3d slurm job: '
 printf '%q ' "${cmd[@]}"

@@ -1,7 +1,7 @@
 // comm.c: the comm registry. It checks arguments once, counts traffic per axis and dispatches to
-// a transport (MPI on host buffers, NCCL on device buffers, or "local" for a world of one process
-// built without MPI). The only file of parallel/ that knows, through #ifdef, which were built.
-// Must not depend on the model.
+// a transport (MPI or TCP on host buffers, NCCL on device buffers, or "local" for a world of one
+// process) and to the world's host side (MPI or TCP). The only file of parallel/ that knows,
+// through #ifdef, which were built. Must not depend on the model.
 #include "comm.h"
 
 #include <limits.h>
@@ -18,9 +18,12 @@ struct vt_comm {
   int local_rank, local_size;          // world only: place among the ranks on this host
   const vt_comm_transport *transport;  // float operations
   void *state;                         // the transport's handle
-  void *mpi;  // MPI communicator for host control (barrier, doubles, NCCL id); NULL without MPI
-  void *side;  // world only: the watchdog's side channel (MPI), or NULL
+  void *host;  // the host side's handle (barrier, doubles, NCCL id); NULL for a world of one
+  void *side;  // world only: the watchdog's side channel, or NULL
 };
+
+// The world's host side (MPI or TCP), or NULL for a single process without either.
+static const vt_comm_host *g_host;
 
 // Device (NCCL) comms alive in this process, for the watchdog's error polling and abort.
 enum { VT_MAX_DEVICE_COMMS = 16 };
@@ -68,50 +71,36 @@ static const vt_comm_transport k_local_transport = {
     local_send, local_recv,       local_exchange,       local_free,       NULL,
     NULL,       NULL};
 
-// ---- Host control over MPI, or nothing to do for a single process ----------------------------
+// ---- Host control through the world's host side, or nothing to do for a single process ------
 
 static void host_barrier(vt_comm *c) {
-#ifdef VT_HAVE_MPI
-  vt_comm_mpi_barrier(c->mpi);
-#else
-  (void)c;
-#endif
+  if (c->host) g_host->barrier(c->host);
 }
 
 static void host_all_reduce_double(vt_comm *c, double *buf, int64_t count, vt_reduce_op op) {
-#ifdef VT_HAVE_MPI
-  vt_comm_mpi_all_reduce_double(c->mpi, buf, count, op);
-#else
-  (void)c, (void)buf, (void)count, (void)op;
-#endif
+  if (c->host) g_host->all_reduce_double(c->host, buf, count, op);
 }
 
-static void *host_split(vt_comm *parent, int color, int key, int *size, int *rank) {
-#ifdef VT_HAVE_MPI
-  return vt_comm_mpi_split(parent->mpi, color, key, size, rank);
-#else
-  (void)parent, (void)color, (void)key;
+static void *host_split(vt_comm *parent, int color, int key, const char *name, int *size,
+                        int *rank) {
+  if (parent->host) return g_host->split(parent->host, color, key, name, size, rank);
   *size = 1, *rank = 0;
   return NULL;
-#endif
 }
 
-static void host_free(void *mpi) {
-#ifdef VT_HAVE_MPI
-  if (mpi) vt_comm_mpi_transport.free(mpi);
-#else
-  (void)mpi;
-#endif
+static void host_free(void *host) {
+  if (host) g_host->free(host);
 }
 
 static void abort_hook(int code) { vt_comm_abort(code); }
 
 void vt_comm_abort(int code) {
 #ifdef VT_HAVE_MPI
-  vt_comm_mpi_abort(code);
-#else
-  exit(code);
+  if (g_host == &vt_comm_mpi_host) vt_comm_mpi_abort(code);
 #endif
+  fflush(stdout);
+  fflush(stderr);
+  _Exit(code);  // over TCP the sockets close with the process: the other ranks find it gone
 }
 
 // ---- Creation --------------------------------------------------------------------------------
@@ -120,25 +109,49 @@ vt_comm *vt_comm_world_init(int *argc, char ***argv) {
   vt_comm *c = calloc(1, sizeof *c);
   VT_CHECK(c, "out of memory for the world communicator");
   c->axis = VT_AXIS_WORLD;
-#ifdef VT_HAVE_MPI
-  vt_comm_mpi_world_init(argc, argv, &c->mpi, &c->size, &c->rank);
-  vt_comm_mpi_node(c->mpi, &c->local_rank, &c->local_size);
-  c->transport = &vt_comm_mpi_transport;
-  c->state = c->mpi;
-  vt_set_abort_hook(abort_hook);
-#else
-  (void)argc, (void)argv;
   c->size = 1, c->rank = 0;
   c->local_rank = 0, c->local_size = 1;
   c->transport = &k_local_transport;
-  (void)abort_hook;
+  vt_comm_tcp_env env;
+  char err[512];
+#ifdef VT_HAVE_MPI
+  const int have_mpi = 1;
+#else
+  const int have_mpi = 0;
+#endif
+  const int tcp = vt_comm_tcp_launch(have_mpi, &env, err, sizeof err);
+  if (tcp < 0) {
+    fprintf(stderr, "error: %s\n", err);
+    exit(2);
+  }
+  if (tcp) {
+    vt_rank_tag early = {env.rank, -1, -1, -1};
+    vt_set_rank_tag(early);
+    vt_set_abort_hook(abort_hook);
+    g_host = &vt_comm_tcp_host;
+    c->host = vt_comm_tcp_world_init(&env, &c->local_rank, &c->local_size);
+    c->size = env.size, c->rank = env.rank;
+    c->transport = &vt_comm_tcp_transport;
+    c->state = c->host;
+  }
+#ifdef VT_HAVE_MPI
+  if (!tcp) {
+    g_host = &vt_comm_mpi_host;
+    vt_comm_mpi_world_init(argc, argv, &c->host, &c->size, &c->rank);
+    vt_comm_mpi_node(c->host, &c->local_rank, &c->local_size);
+    c->transport = &vt_comm_mpi_transport;
+    c->state = c->host;
+    vt_set_abort_hook(abort_hook);
+  }
+#else
+  (void)argc, (void)argv;
 #endif
   vt_rank_tag tag = {c->rank, -1, -1, -1};
   vt_set_rank_tag(tag);
   return c;
 }
 
-// The float transport of an axis comm whose host side (c->mpi, size, rank) is already set.
+// The float transport of an axis comm whose host side (c->host, size, rank) is already set.
 static void attach_transport(vt_comm *c, vt_device device) {
   if (device == VT_DEVICE_CUDA) {
 #ifdef VT_HAVE_NCCL
@@ -147,9 +160,7 @@ static void attach_transport(vt_comm *c, vt_device device) {
              why);
     unsigned char id[VT_COMM_NCCL_ID_NBYTES];
     if (c->rank == 0) vt_comm_nccl_unique_id(id);
-#ifdef VT_HAVE_MPI
-    vt_comm_mpi_broadcast_bytes(c->mpi, id, VT_COMM_NCCL_ID_NBYTES, 0);
-#endif
+    if (c->host) g_host->broadcast_bytes(c->host, id, VT_COMM_NCCL_ID_NBYTES, 0);
     c->transport = &vt_comm_nccl_transport;
     c->state = vt_comm_nccl_init(id, c->size, c->rank);
     if (c->axis == VT_AXIS_PP && c->size > 1) vt_comm_nccl_open_links(c->state, c->size, c->rank);
@@ -171,13 +182,17 @@ static void attach_transport(vt_comm *c, vt_device device) {
     return;
 #endif
   }
+  // Host buffers: the world's host side moves them too (MPI or TCP), or nothing for one rank.
+  if (c->host) {
+    c->transport = g_host == &vt_comm_tcp_host ? &vt_comm_tcp_transport : NULL;
 #ifdef VT_HAVE_MPI
-  c->transport = &vt_comm_mpi_transport;
-  c->state = c->mpi;
-#else
-  c->transport = &k_local_transport;
-  c->state = NULL;
+    if (g_host == &vt_comm_mpi_host) c->transport = &vt_comm_mpi_transport;
 #endif
+    c->state = c->host;
+  } else {
+    c->transport = &k_local_transport;
+    c->state = NULL;
+  }
 }
 
 static vt_comm *split_axis(vt_comm *world, const vt_mesh *mesh, vt_axis axis, vt_device device) {
@@ -194,7 +209,7 @@ static vt_comm *split_axis(vt_comm *world, const vt_mesh *mesh, vt_axis axis, vt
   vt_comm *c = calloc(1, sizeof *c);
   VT_CHECK(c, "out of memory for the %s communicator", vt_axis_name(axis));
   c->axis = axis;
-  c->mpi = host_split(world, color, key, &c->size, &c->rank);
+  c->host = host_split(world, color, key, vt_axis_name(axis), &c->size, &c->rank);
   VT_CHECK(c->size == vt_mesh_axis_size(mesh, axis) && c->rank == key,
            "the %s communicator has rank %d of %d, but the mesh says %d of %d", vt_axis_name(axis),
            c->rank, c->size, key, vt_mesh_axis_size(mesh, axis));
@@ -219,17 +234,19 @@ void vt_comm_free(vt_comm *c) {
   if (!c) return;
   for (int i = 0; i < VT_MAX_DEVICE_COMMS; i++)
     if (g_device_comms[i] && g_device_comms[i] == c->state) g_device_comms[i] = NULL;
-  if (c->transport != &k_local_transport && c->state != c->mpi) c->transport->free(c->state);
-  host_free(c->side);
-  host_free(c->mpi);
+  if (c->transport != &k_local_transport && c->state != c->host) c->transport->free(c->state);
+  if (c->side) g_host->side_free(c->side);
+  host_free(c->host);
   free(c);
 }
 
 void vt_comm_finalize(vt_comm *world) {
   vt_comm_free(world);
+  if (g_host == &vt_comm_tcp_host) vt_comm_tcp_finalize();
 #ifdef VT_HAVE_MPI
-  vt_comm_mpi_finalize();
+  if (g_host == &vt_comm_mpi_host) vt_comm_mpi_finalize();
 #endif
+  g_host = NULL;
 }
 
 int vt_comm_local_rank(const vt_comm *world) { return world->local_rank; }
@@ -243,30 +260,16 @@ const char *vt_comm_transport_name(const vt_comm *c) { return c->transport->name
 // ---- The watchdog's side channel and device comms -------------------------------------------
 
 int vt_comm_side_open(vt_comm *world) {
-#ifdef VT_HAVE_MPI
-  if (!world->side) world->side = vt_comm_mpi_side_open(world->mpi);
+  if (!world->side && world->host && world->size > 1) world->side = g_host->side_open(world->host);
   return world->side != NULL;
-#else
-  (void)world;
-  return 0;
-#endif
 }
 
 void vt_comm_side_send(vt_comm *world, const void *buf, int nbytes, int dst) {
-#ifdef VT_HAVE_MPI
-  if (world->side) vt_comm_mpi_side_send(world->side, buf, nbytes, dst);
-#else
-  (void)world, (void)buf, (void)nbytes, (void)dst;
-#endif
+  if (world->side) g_host->side_send(world->side, buf, nbytes, dst);
 }
 
 int vt_comm_side_poll(vt_comm *world, void *buf, int nbytes, int *src) {
-#ifdef VT_HAVE_MPI
-  return world->side ? vt_comm_mpi_side_poll(world->side, buf, nbytes, src) : 0;
-#else
-  (void)world, (void)buf, (void)nbytes, (void)src;
-  return 0;
-#endif
+  return world->side ? g_host->side_poll(world->side, buf, nbytes, src) : 0;
 }
 
 int vt_comm_device_error(char *err, size_t errlen) {
@@ -488,12 +491,7 @@ void vt_comm_broadcast_bytes(vt_comm *c, void *buf, int64_t nbytes, int root) {
   VT_CHECK(nbytes >= 0 && (buf || nbytes == 0), "comm %s broadcast_bytes: %lld bytes at %p",
            vt_axis_name(c->axis), (long long)nbytes, buf);
   const double t0 = op_begin(c, VT_COMM_OP_BROADCAST, nbytes);
-#ifdef VT_HAVE_MPI
-  const int64_t chunk = (int64_t)1 << 30;  // MPI counts are int
-  for (int64_t at = 0; c->size > 1 && at < nbytes; at += chunk)
-    vt_comm_mpi_broadcast_bytes(c->mpi, (char *)buf + at, nbytes - at < chunk ? nbytes - at : chunk,
-                                root);
-#endif
+  if (c->host && c->size > 1) g_host->broadcast_bytes(c->host, buf, nbytes, root);
   op_end(t0);
 }
 

@@ -1,7 +1,8 @@
 // comm.h: the comm API (design.md "One comm API, two transports"): a communicator per mesh axis,
 // float collectives and point-to-point, host scalar reductions, and per-axis traffic counters.
-// Buffers live where the comm's transport says: host memory for MPI, device memory for NCCL.
-// Must not depend on the model; only comm.c (the registry) knows whether MPI or NCCL were built.
+// Buffers live where the comm's transport says: host memory for MPI and TCP, device memory for
+// NCCL. Must not depend on the model; only comm.c (the registry) knows whether MPI or NCCL were
+// built.
 #ifndef VT_COMM_H
 #define VT_COMM_H
 
@@ -22,17 +23,22 @@ typedef enum { VT_REDUCE_SUM = 0, VT_REDUCE_MAX = 1, VT_REDUCE_MIN = 2 } vt_redu
 
 // ---- Creation --------------------------------------------------------------------------------
 
-// Starts MPI (MPI_Init_thread, funneled: only the main thread communicates) and returns the
-// world communicator (axis WORLD, host buffers). Installs an abort hook so that a VT_CHECK on any
-// rank ends the whole job (MPI_Abort), and tags logs with the world rank. Built without MPI: a
-// world of size 1 whose collectives are local copies, so single-process programs run unchanged.
+// Starts the world and returns its communicator (axis WORLD, host buffers): MPI
+// (MPI_Init_thread; only the main thread communicates) when an MPI launcher started this
+// process, or when nothing says otherwise and MPI was built; TCP (comm_tcp.c) when a launcher
+// without MPI did (torchrun's RANK/WORLD_SIZE, `srun --mpi=none`, Open MPI's or PMI's variables
+// in a build without MPI), meeting at MASTER_ADDR:MASTER_PORT; VT_WORLD=mpi|tcp forces one.
+// Installs an abort hook so that a VT_CHECK on any rank ends the whole job (MPI_Abort; over TCP
+// this rank exits and the others stop when they find it gone), and tags logs with the world
+// rank. A bad launch environment is reported and the process exits with 2. Without MPI and
+// without launcher variables: a world of size 1 whose collectives are local copies.
 vt_comm *vt_comm_world_init(int *argc, char ***argv);
 
 // Splits the world by the mesh's coordinates into one communicator per axis; a comm's rank is
 // the caller's coordinate on that axis and its members are vt_mesh_group's list. Collective over
-// the world. device says where the axis comms' float buffers live: VT_DEVICE_CPU -> MPI on host
-// buffers; VT_DEVICE_CUDA -> NCCL on device buffers, on the CUDA backend's stream (its unique id
-// is broadcast over MPI). A mesh that does not fit the world is fatal: validate it first with
+// the world. device says where the axis comms' float buffers live: VT_DEVICE_CPU -> the world's
+// host transport (MPI or TCP) on host buffers; VT_DEVICE_CUDA -> NCCL on device buffers, on the
+// CUDA backend's stream (its unique id is broadcast over the host transport). A mesh that does not fit the world is fatal: validate it first with
 // vt_mesh_validate at the input boundary. Sets the log tag to "[rank R tp T pp P dp D]".
 void vt_comm_split_mesh(vt_comm *world, const vt_mesh *mesh, vt_device device, vt_comm **tp,
                         vt_comm **pp, vt_comm **dp);
@@ -40,16 +46,17 @@ void vt_comm_split_mesh(vt_comm *world, const vt_mesh *mesh, vt_device device, v
 void vt_comm_free(vt_comm *comm);  // an axis comm (NULL is fine); collective over its members
 void vt_comm_finalize(vt_comm *world);  // frees the world comm and ends MPI
 
-// Ends every rank of the job with `code` (MPI_Abort), or this process without MPI.
+// Ends every rank of the job with `code` (MPI_Abort), or this process otherwise (over TCP the
+// other ranks then find it gone at their next operation with it and end too).
 VT_NORETURN void vt_comm_abort(int code);
 
 vt_axis vt_comm_axis(const vt_comm *comm);
 int vt_comm_size(const vt_comm *comm);
 int vt_comm_rank(const vt_comm *comm);
-const char *vt_comm_transport_name(const vt_comm *comm);  // "mpi", "nccl" or "local"
+const char *vt_comm_transport_name(const vt_comm *comm);  // "mpi", "tcp", "nccl" or "local"
 // World comm only: this rank's place among the ranks sharing its host (MPI shared-memory
-// groups, not environment variables, which lie under mpirun inside sbatch). Picks the GPU and
-// the share of the host's cores.
+// groups, or over TCP the ranks whose host name is this one's; not environment variables, which
+// lie under mpirun inside sbatch). Picks the GPU and the share of the host's cores.
 int vt_comm_local_rank(const vt_comm *world);
 int vt_comm_local_size(const vt_comm *world);
 
@@ -81,8 +88,8 @@ void vt_comm_wait_all(vt_comm *comm);
 
 // buf (count) on every member <- buf of member `root`.
 void vt_comm_broadcast(vt_comm *comm, float *buf, int64_t count, int root);
-// The same for nbytes of host memory, on the host side of any comm (MPI; one member: nothing to
-// do): what one rank read for all of them, as the dataset index.
+// The same for nbytes of host memory, on the host side of any comm (MPI or TCP; one member:
+// nothing to do): what one rank read for all of them, as the dataset index.
 void vt_comm_broadcast_bytes(vt_comm *comm, void *buf, int64_t nbytes, int root);
 
 // Point to point; peer is a rank within the comm, never the caller itself. Messages between two
@@ -141,8 +148,9 @@ vt_status vt_comm_agree(vt_comm *comm, vt_status st, char *err, size_t errlen);
 // ---- For the watchdog (parallel/watchdog.c) ---------------------------------------------------
 
 // The side channel: a duplicate of the world that the watchdog thread uses while the main
-// thread may be stuck in a collective. Open is collective over world; it returns 0 where MPI
-// cannot take calls from a second thread, and without MPI. send does not wait (the caller keeps
+// thread may be stuck in a collective (over TCP: sockets of its own between rank 0 and each
+// rank). Open is collective over world; it returns 0 where MPI cannot take calls from a second
+// thread, and for a world of one. send does not wait (the caller keeps
 // buf alive); poll receives one waiting message of exactly nbytes, if any (returns 1, *src).
 int vt_comm_side_open(vt_comm *world);
 void vt_comm_side_send(vt_comm *world, const void *buf, int nbytes, int dst);
@@ -206,20 +214,47 @@ typedef struct {
   void (*wait_sends)(void *state, int key);
 } vt_comm_transport;
 
+// The host side of a comm: splitting, host control (buffers in host memory) and the watchdog's
+// side channel, over MPI (comm_mpi.c) or TCP sockets (comm_tcp.c). A world has one; its comms'
+// states are the host's own handles. split names the new comm ("tp", ...) for messages.
+typedef struct {
+  const char *name;
+  void *(*split)(void *state, int color, int key, const char *name, int *size, int *rank);
+  void (*barrier)(void *state);
+  void (*all_reduce_double)(void *state, double *buf, int64_t count, vt_reduce_op op);
+  void (*broadcast_bytes)(void *state, void *buf, int64_t nbytes, int root);  // any size
+  void (*free)(void *state);
+  void *(*side_open)(void *world_state);  // NULL: no side channel here
+  void (*side_send)(void *side, const void *buf, int nbytes, int dst);
+  int (*side_poll)(void *side, void *buf, int nbytes, int *src);
+  void (*side_free)(void *side);
+} vt_comm_host;
+
 // comm_mpi.c (built with MPI). States are MPI communicators behind a void pointer so that this
 // header needs no mpi.h.
 extern const vt_comm_transport vt_comm_mpi_transport;
+extern const vt_comm_host vt_comm_mpi_host;
 void vt_comm_mpi_world_init(int *argc, char ***argv, void **world_state, int *size, int *rank);
-void *vt_comm_mpi_split(void *state, int color, int key, int *size, int *rank);
 void vt_comm_mpi_node(void *state, int *local_rank, int *local_size);
-void vt_comm_mpi_barrier(void *state);
-void vt_comm_mpi_all_reduce_double(void *state, double *buf, int64_t count, vt_reduce_op op);
-void vt_comm_mpi_broadcast_bytes(void *state, void *buf, int64_t nbytes, int root);
 void vt_comm_mpi_finalize(void);
-void *vt_comm_mpi_side_open(void *world_state);  // NULL without MPI_THREAD_MULTIPLE
-void vt_comm_mpi_side_send(void *side, const void *buf, int nbytes, int dst);
-int vt_comm_mpi_side_poll(void *side, void *buf, int nbytes, int *src);
 VT_NORETURN void vt_comm_mpi_abort(int code);
+
+// comm_tcp.c (always built): a world without MPI, its ranks from the launcher's environment,
+// meeting at MASTER_ADDR:MASTER_PORT. vt_comm_tcp_launch reads the environment (have_mpi: this
+// build has MPI): 1 when this process starts a TCP world (e filled), 0 when it should not (MPI,
+// or a single process), -1 when the environment is wrong (err says what to do).
+typedef struct {
+  int rank, size;
+  char source[64];  // which variables gave the rank, for messages
+  char addr[256];   // MASTER_ADDR
+  int port;         // MASTER_PORT
+  double timeout_s;  // VT_CONNECT_TIMEOUT, default 300
+} vt_comm_tcp_env;
+int vt_comm_tcp_launch(int have_mpi, vt_comm_tcp_env *e, char *err, size_t errlen);
+extern const vt_comm_transport vt_comm_tcp_transport;
+extern const vt_comm_host vt_comm_tcp_host;
+void *vt_comm_tcp_world_init(const vt_comm_tcp_env *e, int *local_rank, int *local_size);
+void vt_comm_tcp_finalize(void);
 
 // comm_nccl.cu (built with NCCL): the unique id is opaque bytes, made by rank 0 of the comm and
 // broadcast by the caller, so the CUDA file needs no MPI.

@@ -71,7 +71,9 @@ void vt_comm_mpi_world_init(int *argc, char ***argv, void **world_state, int *si
   *world_state = wrap(world);
 }
 
-void *vt_comm_mpi_split(void *state, int color, int key, int *size, int *rank) {
+static void *mpi_split(void *state, int color, int key, const char *name, int *size,
+                       int *rank) {
+  (void)name;
   MPI_Comm comm;
   VT_MPI_CHECK(MPI_Comm_split(comm_of(state), color, key, &comm));
   VT_MPI_CHECK(MPI_Comm_size(comm, size));
@@ -87,15 +89,18 @@ void vt_comm_mpi_node(void *state, int *local_rank, int *local_size) {
   VT_MPI_CHECK(MPI_Comm_free(&node));
 }
 
-void vt_comm_mpi_barrier(void *state) { VT_MPI_CHECK(MPI_Barrier(comm_of(state))); }
+static void mpi_barrier(void *state) { VT_MPI_CHECK(MPI_Barrier(comm_of(state))); }
 
-void vt_comm_mpi_all_reduce_double(void *state, double *buf, int64_t count, vt_reduce_op op) {
+static void mpi_all_reduce_double(void *state, double *buf, int64_t count, vt_reduce_op op) {
   MPI_Op mop = op == VT_REDUCE_MAX ? MPI_MAX : op == VT_REDUCE_MIN ? MPI_MIN : MPI_SUM;
   VT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_DOUBLE, mop, comm_of(state)));
 }
 
-void vt_comm_mpi_broadcast_bytes(void *state, void *buf, int64_t nbytes, int root) {
-  VT_MPI_CHECK(MPI_Bcast(buf, (int)nbytes, MPI_BYTE, root, comm_of(state)));
+static void mpi_broadcast_bytes(void *state, void *buf, int64_t nbytes, int root) {
+  const int64_t chunk = (int64_t)1 << 30;  // MPI counts are int
+  for (int64_t at = 0; at < nbytes; at += chunk)
+    VT_MPI_CHECK(MPI_Bcast((char *)buf + at, (int)(nbytes - at < chunk ? nbytes - at : chunk),
+                           MPI_BYTE, root, comm_of(state)));
 }
 
 void vt_comm_mpi_finalize(void) {
@@ -119,20 +124,20 @@ void vt_comm_mpi_abort(int code) {
 
 enum { VT_MPI_SIDE_TAG = 11 };
 
-void *vt_comm_mpi_side_open(void *world_state) {
+static void *mpi_side_open(void *world_state) {
   if (!g_thread_multiple) return NULL;
   MPI_Comm side;
   VT_MPI_CHECK(MPI_Comm_dup(comm_of(world_state), &side));
   return wrap(side);
 }
 
-void vt_comm_mpi_side_send(void *side, const void *buf, int nbytes, int dst) {
+static void mpi_side_send(void *side, const void *buf, int nbytes, int dst) {
   MPI_Request req;
   if (MPI_Isend(buf, nbytes, MPI_BYTE, dst, VT_MPI_SIDE_TAG, comm_of(side), &req) == MPI_SUCCESS)
     MPI_Request_free(&req);
 }
 
-int vt_comm_mpi_side_poll(void *side, void *buf, int nbytes, int *src) {
+static int mpi_side_poll(void *side, void *buf, int nbytes, int *src) {
   int flag = 0;
   MPI_Status st;
   if (MPI_Iprobe(MPI_ANY_SOURCE, VT_MPI_SIDE_TAG, comm_of(side), &flag, &st) != MPI_SUCCESS ||
@@ -271,3 +276,7 @@ const vt_comm_transport vt_comm_mpi_transport = {
     "mpi",    mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather,       mpi_broadcast,
     mpi_send, mpi_recv,       mpi_exchange,       mpi_free,             mpi_all_reduce_start,
     mpi_wait_all,  mpi_wait_sends};
+
+const vt_comm_host vt_comm_mpi_host = {
+    "mpi",    mpi_split,     mpi_barrier,   mpi_all_reduce_double, mpi_broadcast_bytes,
+    mpi_free, mpi_side_open, mpi_side_send, mpi_side_poll,         mpi_free};

@@ -10,11 +10,13 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { WD_RECORD = 1, WD_REQUEST = 2 };
+// WD_END: rank 0 ends the job; where ending one process does not end the others (the TCP world)
+// each rank's thread ends its own.
+enum { WD_RECORD = 1, WD_REQUEST = 2, WD_END = 3 };
 
 // What one rank tells the others: fixed size, sent as bytes between ranks of one build.
 typedef struct {
-  int32_t kind;  // WD_RECORD or WD_REQUEST
+  int32_t kind;  // WD_RECORD, WD_REQUEST or WD_END
   int32_t world_rank, local_rank, tp, pp, dp;
   int32_t fired;    // this rank's own limit passed
   int32_t in_comm;  // inside a collective: axis, op, seq[axis] say which
@@ -35,7 +37,7 @@ static struct {
   int on;
   double timeout_s;
   vt_comm *world;
-  int side;  // the side channel is open (MPI with thread support, more than one rank)
+  int side;  // the side channel is open (TCP, or MPI with thread support; more than one rank)
   pthread_t thread;
   atomic_int stop;
   pthread_mutex_t mu;
@@ -167,6 +169,8 @@ VT_NORETURN static void report_and_end(const wd_record *recs, const int *answere
                     "and sequence numbers above say where. Ending the job (exit %d).\n",
             VT_EXIT_WATCHDOG);
   fflush(stderr);
+  static const wd_record end = {.kind = WD_END};
+  for (int r = 1; g.side && r < n; r++) vt_comm_side_send(g.world, &end, (int)sizeof end, r);
   end_job();
 }
 
@@ -196,6 +200,11 @@ static void *watch(void *arg) {
     wd_record msg;
     int src = -1;
     while (g.side && vt_comm_side_poll(g.world, &msg, (int)sizeof msg, &src)) {
+      if (msg.kind == WD_END && rank != 0) {
+        vt_log_error("watchdog: rank 0 ended the job (its report says why); ending this rank "
+                     "(exit %d)", VT_EXIT_WATCHDOG);
+        end_job();
+      }
       if (msg.kind == WD_REQUEST && rank != 0) {
         out[nout % 64] = me;
         vt_comm_side_send(g.world, &out[nout++ % 64], (int)sizeof me, 0);

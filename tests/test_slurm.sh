@@ -6,8 +6,10 @@
 #     checkpoint, exit 75 and requeue itself; the requeued job resumes with --resume auto and
 #     finishes; its final parameters equal, byte for byte, those of an uninterrupted run;
 #  2. the same job without preemption through launch/slurm_mpirun.sbatch (mpirun inside the
-#     allocation), launch/mpirun_local.sh and launch/mpirun_hosts.sh (a localhost hostfile): the
-#     same final parameters again.
+#     allocation), slurm.sbatch with VIT3D_LAUNCHER=tcp (srun --mpi=none: no MPI, the ranks meet
+#     over TCP; every axis has two ranks, whose sum any transport adds alike),
+#     launch/mpirun_local.sh and launch/mpirun_hosts.sh (a localhost hostfile): the same final
+#     parameters again.
 # Skips (77) without root or without Slurm and munge installed. Cleans up after itself.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -89,9 +91,15 @@ else
   fail=1
 fi
 
-# 2. The same job, uninterrupted, four ways.
+# 2. The same job, uninterrupted, five ways.
 job=$(submit slurm_mpirun.sbatch mpi) && state=$(wait_job "$job" 300) || state=FAILED
 [ "$state" = COMPLETED ] || { echo "FAIL: slurm_mpirun.sbatch job $job: $state"; tail -20 "$work/mpi.out"; fail=1; }
+job=$(VIT3D_LAUNCHER=tcp submit slurm.sbatch tcp) && state=$(wait_job "$job" 300) || state=FAILED
+if [ "$state" = COMPLETED ] && grep -q "world rank 0 of 8 (tcp)" "$work/tcp.out"; then
+  echo "ok: srun --mpi=none, ranks over TCP: $(grep -o 'ranks meet over TCP at .*' "$work/tcp.out")"
+else
+  echo "FAIL: slurm.sbatch with VIT3D_LAUNCHER=tcp, job $job: $state"; tail -20 "$work/tcp.out"; fail=1
+fi
 timeout 300 env NP=8 "$dir/launch/mpirun_local.sh" "${flags[@]}" --save "$work/local" \
   --final-weights "$work/local.safetensors" > "$work/local.out" 2>&1 ||
   { echo "FAIL: mpirun_local.sh"; tail -20 "$work/local.out"; fail=1; }
@@ -99,7 +107,7 @@ echo "localhost slots=8" > "$work/hosts"
 timeout 300 env HOSTFILE="$work/hosts" "$dir/launch/mpirun_hosts.sh" "${flags[@]}" \
   --save "$work/hosts.ck" --final-weights "$work/hosts.safetensors" > "$work/hosts.out" 2>&1 ||
   { echo "FAIL: mpirun_hosts.sh"; tail -20 "$work/hosts.out"; fail=1; }
-for f in mpi local hosts; do
+for f in mpi tcp local hosts; do
   if cmp -s "$work/pre.safetensors" "$work/$f.safetensors"; then
     echo "ok: preempted + requeued Slurm run == uninterrupted $f run (final weights byte-identical)"
   else

@@ -1,0 +1,77 @@
+#!/bin/bash
+# spawn.sh N COMMAND [ARGS...]: N ranks of COMMAND on this host without MPI, the way
+# `torchrun --standalone --nproc-per-node N --no-python` starts them: each process gets RANK,
+# LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR (127.0.0.1 unless set) and MASTER_PORT
+# (a free port unless set), and vit3d's ranks meet over TCP (docs/operations.md "Without MPI").
+# Several hosts: run it on each with NNODES (hosts), NODE_RANK (this host's index, 0 on
+# MASTER_ADDR's host) and the same MASTER_ADDR and MASTER_PORT; ranks NODE_RANK * N + 0..N-1
+# start here.
+# SIGTERM, SIGINT and SIGUSR1 are passed on to every rank. Exits with the first failing rank's
+# code (0 when all succeed). A rank that fails ends the others by itself (they find it gone); any
+# still running SPAWN_GRACE seconds later (default 60) are killed, and that is said.
+set -u
+if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
+  echo "usage: launch/spawn.sh N COMMAND [ARGS...]   (N ranks of COMMAND on this host)" >&2
+  exit 2
+fi
+n=$1
+shift
+grace=${SPAWN_GRACE:-60}
+nodes=${NNODES:-1} node=${NODE_RANK:-0}
+if ! [[ $nodes =~ ^[1-9][0-9]*$ && $node =~ ^[0-9]+$ ]] || [ "$node" -ge "$nodes" ]; then
+  echo "spawn.sh: NNODES=$nodes NODE_RANK=$node: give the number of hosts and this host's index" >&2
+  exit 2
+fi
+if [ "$nodes" -gt 1 ] && { [ -z "${MASTER_ADDR:-}" ] || [ -z "${MASTER_PORT:-}" ]; }; then
+  echo "spawn.sh: with NNODES=$nodes set MASTER_ADDR (host of NODE_RANK 0) and MASTER_PORT on every host" >&2
+  exit 2
+fi
+
+free_port() {  # a port nobody listens on now, from the kernel when python3 is here
+  python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])' \
+    2>/dev/null || echo $((20000 + RANDOM % 40000))
+}
+export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+export MASTER_PORT=${MASTER_PORT:-$(free_port)}
+export WORLD_SIZE=$((n * nodes)) LOCAL_WORLD_SIZE=$n GROUP_RANK=$node
+
+declare -A rank_of=()
+pids=()
+for ((r = 0; r < n; r++)); do
+  RANK=$((node * n + r)) LOCAL_RANK=$r "$@" &
+  pids+=($!)
+  rank_of[$!]=$((node * n + r))
+done
+forward() { kill -s "$1" "${pids[@]}" 2>/dev/null; }
+trap 'forward TERM' TERM
+trap 'forward INT' INT
+trap 'forward USR1' USR1
+
+status=0 killer=
+alive=("${pids[@]}")
+while [ ${#alive[@]} -gt 0 ]; do
+  pid=
+  wait -n -p pid "${alive[@]}"
+  rc=$?
+  [ -z "${pid:-}" ] && continue  # a passed-on signal woke the wait
+  still=()
+  for p in "${alive[@]}"; do [ "$p" != "$pid" ] && still+=("$p"); done
+  alive=("${still[@]+"${still[@]}"}")
+  if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then
+    status=$rc
+    echo "spawn.sh: rank ${rank_of[$pid]} exited with $rc" >&2
+    (
+      sleep "$grace" > /dev/null 2>&1  # not holding the launcher's output open
+      for p in "${pids[@]}"; do
+        if kill -0 "$p" 2>/dev/null; then
+          echo "spawn.sh: rank ${rank_of[$p]} still running ${grace} s after the first failure:" \
+            "killing it" >&2
+          kill -KILL "$p"
+        fi
+      done
+    ) &
+    killer=$!
+  fi
+done
+[ -n "$killer" ] && kill "$killer" 2>/dev/null
+exit "$status"

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# test_tcp.sh VIT3D TEST_COMM [mpi|nompi]: the world without MPI (parallel/comm_tcp.c), its
+# ranks started the way torchrun starts them (launch/spawn.sh: RANK, WORLD_SIZE, MASTER_ADDR,
+# MASTER_PORT):
+#  1. test_comm over TCP: every collective of the comm API exact on two 8-rank meshes;
+#  2. training over TCP is the MPI run's: 2x2x2 (every axis of two ranks, where any order of the
+#     sum is the same sum) byte for byte as the same mesh under mpirun (for a vit3d built
+#     without MPI (third argument nompi), mpirun's ranks meet over TCP too); two launchers of 4
+#     ranks (NNODES=2) as one of 8; pp 4 under ZB-V (both channels, deferred sends) bit for bit
+#     as one rank; pp 2 x dp 4 with ZeRO-1 and tp 4 x pp 2 with sequence parallelism (rings of
+#     four sum in another order than Open MPI) within compare_runs.py's fp32 tolerances of one
+#     rank;
+#  3. SIGUSR1 to the launcher: every rank checkpoints and exits 75; the resumed run ends with the
+#     uninterrupted run's bytes;
+#  4. a rank that dies (VT_FAULT=crash) ends the others by themselves within seconds, each naming
+#     the rank it lost; a rank that stalls gets the watchdog's report over the TCP side channel
+#     (every rank's position) and exit 3;
+#  5. bad launches stop with a message and exit 2: no MASTER_ADDR, ranks that disagree on the
+#     world size, two processes with one rank, rank 0 or rank 1 never started (a named timeout),
+#     an unknown VT_WORLD.
+# Labels launch and tcp; mpirun only for the reference run, skipped without it.
+set -uo pipefail
+vit3d=$1
+test_comm=$2
+built=${3:-mpi}  # whether vit3d was built with MPI
+py=${VT_REF_PYTHON:-/usr/bin/python3}
+here=$(cd "$(dirname "$0")" && pwd)
+spawn=$here/../launch/spawn.sh
+"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: $py cannot import numpy"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+free_port() {
+  "$py" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+}
+
+# 1. The comm API.
+if timeout 120 "$spawn" 8 "$test_comm" > "$work/comm.log" 2>&1 &&
+    grep -q "8 ranks, transport tcp, .*: passed" "$work/comm.log"; then
+  echo "ok: $(grep -o 'test_comm: .*' "$work/comm.log")"
+else
+  bad "test_comm over TCP"; tail -20 "$work/comm.log"
+fi
+
+# 2. Training.
+common=(train --model tiny --heads 8 --depth 8 --width 64 --steps 5 --global-batch-size 16
+        --micro-batch-size 2 --lr 1e-3 --warmup-steps 1 --seed 11 --threads 1 --log-interval 5)
+tcp_run() {  # tcp_run NAME NP flags...: over TCP (one rank: a TCP world of one, no MPI at all)
+  local name=$1 np=$2; shift 2
+  VT_WORLD=tcp timeout 300 "$spawn" "$np" "$vit3d" "${common[@]}" --log-dir "$work/$name" \
+    --final-weights "$work/$name/weights.safetensors" "$@" > "$work/$name.log" 2>&1 ||
+    { bad "run $name ($*) did not complete:"; tail -20 "$work/$name.log"; return 1; }
+}
+same_bits() {  # same_bits A B LABEL: the same losses and the same weights, bit for bit
+  "$py" "$here/compare_runs.py" "$work/$1" "$work/$2" "$3" > "$work/cmp.txt" || true
+  if grep -q "loss worst rel 0.00e+00 .*parameters worst rel 0.00e+00" "$work/cmp.txt"; then
+    echo "ok: $3: bit for bit"
+  else
+    bad "$3 differs"; cat "$work/cmp.txt"
+  fi
+}
+close_to() {  # close_to A B LABEL: compare_runs.py's fp32 tolerances
+  "$py" "$here/compare_runs.py" "$work/$1" "$work/$2" "$3" || bad "$3"
+}
+tcp_run base 1 && grep -q "world rank 0 of 1 (tcp)" "$work/base.log" ||
+  bad "one rank: no TCP world of one"
+tcp_run m222 8 --tp 2 --pp 2 --dp 2 && grep -q "world rank 0 of 8 (tcp)" "$work/m222.log" ||
+  bad "2x2x2: not over TCP"
+if command -v mpirun > /dev/null; then
+  # Built without MPI, mpirun's ranks take Open MPI's variables and meet over TCP.
+  world=mpi
+  [ "$built" = nompi ] && world=tcp
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) \
+    timeout 300 mpirun -np 8 --oversubscribe -x MASTER_ADDR -x MASTER_PORT "$vit3d" \
+    "${common[@]}" --tp 2 --pp 2 --dp 2 --log-dir "$work/mpi222" \
+    --final-weights "$work/mpi222/weights.safetensors" > "$work/mpi222.log" 2>&1 ||
+    { bad "2x2x2 under mpirun"; tail -20 "$work/mpi222.log"; }
+  if cmp -s "$work/m222/weights.safetensors" "$work/mpi222/weights.safetensors" &&
+      grep -q "world rank 0 of 8 ($world)" "$work/mpi222.log"; then
+    echo "ok: 2x2x2 over TCP == 2x2x2 under mpirun, world $world (final weights byte-identical)"
+  else
+    bad "2x2x2 over TCP differs from 2x2x2 under mpirun (world $world)"
+  fi
+else
+  echo "skip: no mpirun for the 2x2x2 reference"
+fi
+close_to base m222 "tcp 2x2x2"
+# Two "hosts" of four ranks each (spawn.sh with NNODES and NODE_RANK, as torchrun --nnodes).
+port2=$(free_port)
+for node in 1 0; do
+  NNODES=2 NODE_RANK=$node MASTER_ADDR=127.0.0.1 MASTER_PORT=$port2 timeout 300 "$spawn" 4 \
+    "$vit3d" "${common[@]}" --tp 2 --pp 2 --dp 2 --log-dir "$work/nodes" \
+    --final-weights "$work/nodes/weights.safetensors" > "$work/nodes$node.log" 2>&1 &
+done
+wait
+if cmp -s "$work/m222/weights.safetensors" "$work/nodes/weights.safetensors" &&
+    grep -q "world rank 5 of 8 (tcp)" "$work/nodes1.log"; then
+  echo "ok: 2 x 4 ranks from two spawn.sh (NNODES=2) == 8 from one (byte-identical)"
+else
+  bad "two spawn.sh with NNODES=2"; tail -5 "$work/nodes0.log" "$work/nodes1.log"
+fi
+tcp_run zbv 4 --pp 4 --pp-schedule zb-v && same_bits base zbv "tcp pp 4 zb-v"
+tcp_run zero 8 --pp 2 --dp 4 --zero 1 && close_to base zero "tcp pp 2 x dp 4 zero 1"
+tcp_run sp 8 --tp 4 --pp 2 --sequence-parallel 1 && close_to base sp "tcp tp 4 x pp 2 sp"
+
+# 3. Preemption: SIGUSR1 to the launcher, checkpoint, exit 75, resume.
+long=(--steps 40 --save-interval 1000)
+tcp_run whole 8 --tp 2 --pp 2 "${long[@]}"
+VT_WORLD=tcp "$spawn" 8 "$vit3d" "${common[@]}" --tp 2 --pp 2 "${long[@]}" --save "$work/ck" \
+  --log-dir "$work/pre" > "$work/pre.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 300); do
+  grep -q "^step  *[0-9]*/40" "$work/pre.log" 2>/dev/null && break
+  sleep 0.1
+done
+kill -USR1 "$launcher"
+wait "$launcher"
+rc=$?
+if [ "$rc" -eq 75 ] && grep -q "preempted" "$work/pre.log"; then
+  tcp_run resumed 8 --tp 2 --pp 2 "${long[@]}" --save "$work/ck" --resume auto
+  if cmp -s "$work/whole/weights.safetensors" "$work/resumed/weights.safetensors"; then
+    echo "ok: SIGUSR1 -> checkpoint at $(grep -o 'preempted .* at step [0-9]*' "$work/pre.log" |
+      grep -o '[0-9]*$' | head -1), exit 75; resumed == uninterrupted (byte-identical)"
+  else
+    bad "the resumed run differs from the uninterrupted one"
+  fi
+else
+  bad "SIGUSR1: exit $rc"; tail -20 "$work/pre.log"
+fi
+
+# 4. A rank that dies, a rank that stalls.
+t0=$SECONDS
+VT_FAULT=crash@5:3 SPAWN_GRACE=60 timeout 120 "$spawn" 8 "$vit3d" "${common[@]}" --tp 2 --pp 2 \
+  "${long[@]}" > "$work/crash.log" 2>&1
+rc=$?
+lost=$(grep -c "lost the connection to world rank" "$work/crash.log")
+if [ "$rc" -ne 0 ] && [ "$lost" -ge 1 ] && ! grep -q "still running" "$work/crash.log"; then
+  echo "ok: rank 5 crashed at step 3: every rank ended by itself in $((SECONDS - t0)) s" \
+    "($lost ranks reported a lost peer; exit $rc)"
+else
+  bad "crash: exit $rc, $lost lost-peer messages"; tail -20 "$work/crash.log"
+fi
+VT_FAULT=stall@3:3 timeout 120 "$spawn" 8 "$vit3d" "${common[@]}" --tp 2 --pp 2 "${long[@]}" \
+  --timeout-s 4 > "$work/stall.log" 2>&1
+rc=$?
+if [ "$rc" -eq 3 ] && grep -q "watchdog verdict" "$work/stall.log" &&
+    ! grep -q "did not answer" "$work/stall.log"; then
+  echo "ok: rank 3 stalled: the watchdog's report, every rank answering over TCP, exit 3"
+else
+  bad "stall: exit $rc"; grep -i "watchdog" "$work/stall.log" | head -20
+fi
+
+# 5. Bad launches.
+expect_error() {  # expect_error LABEL CODE PATTERN LOG: exit 2 (nothing ran) and the message
+  if [ "$2" -eq 2 ] && grep -q "$3" "$4"; then
+    echo "ok: $1: exit $2, \"$(grep -o "$3.*" "$4" | head -1 | cut -c1-110)\""
+  else
+    bad "$1: exit $2"; cat "$4" | head -10
+  fi
+}
+env -u MASTER_ADDR -u MASTER_PORT RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" \
+  > "$work/noaddr.log" 2>&1
+expect_error "no MASTER_ADDR" $? "do not say where" "$work/noaddr.log"
+port=$(free_port)
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port VT_CONNECT_TIMEOUT=5
+three() {  # three NAME R:S R:S: ranks R of world size S beside a rank 0 of 3; rank 0's exit
+  local name=$1 r s
+  shift
+  for rs in "$@"; do
+    r=${rs%:*} s=${rs#*:}
+    RANK=$r WORLD_SIZE=$s timeout 60 "$vit3d" "${common[@]}" > "$work/$name$r.log" 2>&1 &
+  done
+  RANK=0 WORLD_SIZE=3 timeout 60 "$vit3d" "${common[@]}" > "$work/${name}0.log" 2>&1
+  local rc=$?
+  wait
+  return $rc
+}
+three size 1:3 2:4
+expect_error "world sizes disagree" $? "says the world has 4 ranks, rank 0 says 3" \
+  "$work/size0.log"
+three dup 1:3 1:3
+expect_error "two processes with rank 1" $? "two processes say they are world rank 1" \
+  "$work/dup0.log"
+RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/norank0.log" 2>&1
+expect_error "rank 0 never started" $? "cannot reach rank 0 at 127.0.0.1:$port within 5 s" \
+  "$work/norank0.log"
+RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/alone.log" 2>&1
+expect_error "rank 1 never started" $? "only 1 of 2 ranks reached" "$work/alone.log"
+VT_WORLD=nccl timeout 60 "$vit3d" "${common[@]}" > "$work/mode.log" 2>&1
+expect_error "VT_WORLD=nccl" $? "VT_WORLD=nccl: use mpi, tcp or auto" "$work/mode.log"
+
+[ $fail = 0 ] && echo "test_tcp: all passed" || echo "test_tcp: FAILED"
+exit $fail
