@@ -7,8 +7,10 @@
 # MASTER_ADDR's host) and the same MASTER_ADDR and MASTER_PORT; ranks NODE_RANK * N + 0..N-1
 # start here.
 # SIGTERM, SIGINT and SIGUSR1 are passed on to every rank. Exits with the first failing rank's
-# code (0 when all succeed). A rank that fails ends the others by itself (they find it gone); any
-# still running SPAWN_GRACE seconds later (default 60) are killed, and that is said.
+# code (0 when all succeed; of ranks seen ending together, one whose code is not 1, the code of
+# the ranks that stop because another one is gone). A rank that fails ends the others by itself
+# (they find it gone); any still running SPAWN_GRACE seconds later (default 60) are killed, and
+# that is said.
 set -u
 if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: launch/spawn.sh N COMMAND [ARGS...]   (N ranks of COMMAND on this host)" >&2
@@ -49,17 +51,22 @@ trap 'forward USR1' USR1
 
 status=0 killer=
 alive=("${pids[@]}")
+# Polled rather than `wait -n`, which can miss a child that ends beside another and then wait
+# forever: a rank that is gone is reaped with `wait PID`, which gives its exit code.
 while [ ${#alive[@]} -gt 0 ]; do
-  pid=
-  wait -n -p pid "${alive[@]}"
-  rc=$?
-  [ -z "${pid:-}" ] && continue  # a passed-on signal woke the wait
-  still=()
-  for p in "${alive[@]}"; do [ "$p" != "$pid" ] && still+=("$p"); done
-  alive=("${still[@]+"${still[@]}"}")
-  if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then
-    status=$rc
-    echo "spawn.sh: rank ${rank_of[$pid]} exited with $rc" >&2
+  still=() first=0
+  for pid in "${alive[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      still+=("$pid")
+      continue
+    fi
+    wait "$pid"
+    rc=$?
+    [ "$rc" -ne 0 ] && echo "spawn.sh: rank ${rank_of[$pid]} exited with $rc" >&2
+    [ "$rc" -ne 0 ] && { [ "$first" -eq 0 ] || [ "$first" -eq 1 ]; } && first=$rc
+  done
+  if [ "$first" -ne 0 ] && [ "$status" -eq 0 ]; then
+    status=$first
     (
       sleep "$grace" > /dev/null 2>&1  # not holding the launcher's output open
       for p in "${pids[@]}"; do
@@ -72,6 +79,8 @@ while [ ${#alive[@]} -gt 0 ]; do
     ) &
     killer=$!
   fi
+  alive=("${still[@]+"${still[@]}"}")
+  [ ${#alive[@]} -gt 0 ] && sleep 0.2
 done
 [ -n "$killer" ] && kill "$killer" 2>/dev/null
 exit "$status"

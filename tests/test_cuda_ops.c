@@ -10,9 +10,10 @@
 // small runner per row. Each precision (vt_backend.h) is a column of `tol`: both backends run in
 // that precision; ops that do not depend on it have no bf16 column (-1) and run once.
 //
-// Usage: test_cuda_ops [--cpu] [--shapes=N] [--shape=A,B,...] [OP...]: N, the first N shapes of
-// each op only (the sanitizers' runs); --shape, only that shape (in the op's dims; missing ones
-// 0) for every op named (tests/fuzz_cuda_ops.sh). Exits 77 (CTest's skip) when no CUDA backend
+// Usage: test_cuda_ops [--cpu] [--shapes=N] [--shape=A,B,...] [--prec=fp32|bf16] [OP...]: N,
+// the first N shapes of each op only (the sanitizers' runs); --shape, only that shape (in the
+// op's dims; missing ones 0) for every op named (tests/fuzz_cuda_ops.sh); --prec, that
+// precision only (tests/test_attention_variants.sh: the variants are bf16 kernels). Exits 77 (CTest's skip) when no CUDA backend
 // is usable.
 // --cpu compares the CPU backend with itself, so the harness itself is exercised on machines
 // without a GPU (every error is then 0). Only the public op API (vt_ops.h, vt_backend.h); must
@@ -1124,11 +1125,18 @@ static int wanted(const char *op, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-  int self = 0, max_shapes = 1 << 30, given = 0;
+  int self = 0, max_shapes = 1 << 30, given = 0, only = -1;
   int64_t shape[5] = {0};  // --shape's
   for (int i = 1; i < argc; i++) {
     self |= strcmp(argv[i], "--cpu") == 0;
     if (strncmp(argv[i], "--shapes=", 9) == 0) max_shapes = atoi(argv[i] + 9);
+    if (strncmp(argv[i], "--prec=", 7) == 0) {
+      for (int p = 0; p < NPREC; p++)
+        if (strcmp(argv[i] + 7, kPrecName[p]) == 0) only = p;
+      if (only < 0)
+        return fprintf(stderr, "test_cuda_ops: --prec wants fp32 or bf16 (have '%s')\n",
+                       argv[i] + 7), 2;
+    }
     if (strncmp(argv[i], "--shape=", 8) == 0) {
       char *c = argv[i] + 8, *end;
       for (given = 0; given < 5 && *c; given++, c = *end ? end + 1 : end)
@@ -1152,6 +1160,7 @@ int main(int argc, char **argv) {
   tc t = {.cpu = cpu, .gpu = gpu};
   int missing = check_table(gpu);
   for (t.prec = 0; t.prec < NPREC; t.prec++) {
+    if (only >= 0 && t.prec != only) continue;
     cpu->set_precision(kPrec[t.prec]);
     gpu->set_precision(kPrec[t.prec]);
     for (int i = 0; i < NTESTS; i++) {

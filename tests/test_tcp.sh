@@ -164,7 +164,7 @@ env -u MASTER_ADDR -u MASTER_PORT RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${com
   > "$work/noaddr.log" 2>&1
 expect_error "no MASTER_ADDR" $? "do not say where" "$work/noaddr.log"
 port=$(free_port)
-export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port VT_CONNECT_TIMEOUT=5
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port VT_CONNECT_TIMEOUT=2
 three() {  # three NAME R:S R:S: ranks R of world size S beside a rank 0 of 3; rank 0's exit
   local name=$1 r s
   shift
@@ -184,7 +184,7 @@ three dup 1:3 1:3
 expect_error "two processes with rank 1" $? "two processes say they are world rank 1" \
   "$work/dup0.log"
 RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/norank0.log" 2>&1
-expect_error "rank 0 never started" $? "cannot reach rank 0 at 127.0.0.1:$port within 5 s" \
+expect_error "rank 0 never started" $? "cannot reach rank 0 at 127.0.0.1:$port within 2 s" \
   "$work/norank0.log"
 RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/alone.log" 2>&1
 expect_error "rank 1 never started" $? "only 1 of 2 ranks reached" "$work/alone.log"
