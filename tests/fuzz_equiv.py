@@ -20,6 +20,8 @@ again).
 
 Default test equiv_fuzz: 12 draws of a fixed seed (about a minute); longer hunts:
   /usr/bin/python3 tests/fuzz_equiv.py build/vit3d 40 $RANDOM
+FUZZ_WORLD=tcp runs every draw in the world without MPI (launch/spawn.sh, VT_WORLD=tcp: its
+ranks meet over TCP, the one-rank runs too) instead of under mpirun.
 """
 import json
 import os
@@ -183,13 +185,17 @@ def same_run(base, other, label, flags, twin=None):
 def run(vit3d, np_, flags, out):
     # One rank through mpirun too (as test_equiv.sh): Open MPI's singleton start, without it,
     # failed once in about 450 runs beside the others ("MPI_Init_thread on a NULL communicator").
-    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", vit3d, "train"] + COMMON + flags + [
+    tcp = os.environ.get("FUZZ_WORLD") == "tcp"
+    launcher = ([f"{HERE}/../launch/spawn.sh", str(np_)] if tcp else
+                ["mpirun", "-np", str(np_), "--oversubscribe"])
+    cmd = launcher + [vit3d, "train"] + COMMON + flags + [
         "--log-dir", out, "--final-weights", out + "/weights.safetensors"]
     if "--model-ema" in flags:
         cmd += ["--final-ema", out + "/ema.safetensors"]
-    p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    env = dict(ENV, VT_WORLD="tcp") if tcp else ENV
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=600)
-    return p.returncode, p.stdout, " ".join(cmd)
+    return p.returncode, p.stdout, ("VT_WORLD=tcp " if tcp else "") + " ".join(cmd)
 
 
 def make_image_folder(work):
