@@ -11,8 +11,9 @@
 #      codes of the trainer (README "Exit codes") are passed through.
 # Environment: VIT3D_LAUNCHER=srun (default: srun --mpi=pmix), mpirun (Open MPI inside the
 # allocation) or tcp (srun --mpi=none: no MPI or PMIx at all; the ranks meet over TCP at the
-# first node's address, MASTER_ADDR and MASTER_PORT override it); VIT3D_DIR (default: the submit directory); VIT3D_BIN (default:
-# $VIT3D_DIR/build/vit3d); VIT3D_SRUN_ARGS / MPIRUN_ARGS add launcher flags.
+# first node's address, MASTER_ADDR and MASTER_PORT override it); VIT3D_DIR (default: the
+# submit directory); VIT3D_BIN (default: $VIT3D_DIR/build/vit3d); VIT3D_SRUN_ARGS /
+# MPIRUN_ARGS add launcher flags.
 set -uo pipefail
 : "${SLURM_JOB_ID:?slurm_job.sh runs inside a Slurm job: submit slurm.sbatch with sbatch}"
 dir=${VIT3D_DIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}

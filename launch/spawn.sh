@@ -21,11 +21,13 @@ shift
 grace=${SPAWN_GRACE:-60}
 nodes=${NNODES:-1} node=${NODE_RANK:-0}
 if ! [[ $nodes =~ ^[1-9][0-9]*$ && $node =~ ^[0-9]+$ ]] || [ "$node" -ge "$nodes" ]; then
-  echo "spawn.sh: NNODES=$nodes NODE_RANK=$node: give the number of hosts and this host's index" >&2
+  echo "spawn.sh: NNODES=$nodes NODE_RANK=$node: give the number of hosts and this host's" \
+    "index" >&2
   exit 2
 fi
 if [ "$nodes" -gt 1 ] && { [ -z "${MASTER_ADDR:-}" ] || [ -z "${MASTER_PORT:-}" ]; }; then
-  echo "spawn.sh: with NNODES=$nodes set MASTER_ADDR (host of NODE_RANK 0) and MASTER_PORT on every host" >&2
+  echo "spawn.sh: with NNODES=$nodes set MASTER_ADDR (host of NODE_RANK 0) and MASTER_PORT" \
+    "on every host" >&2
   exit 2
 fi
 

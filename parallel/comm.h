@@ -38,8 +38,8 @@ vt_comm *vt_comm_world_init(int *argc, char ***argv);
 // the caller's coordinate on that axis and its members are vt_mesh_group's list. Collective over
 // the world. device says where the axis comms' float buffers live: VT_DEVICE_CPU -> the world's
 // host transport (MPI or TCP) on host buffers; VT_DEVICE_CUDA -> NCCL on device buffers, on the
-// CUDA backend's stream (its unique id is broadcast over the host transport). A mesh that does not fit the world is fatal: validate it first with
-// vt_mesh_validate at the input boundary. Sets the log tag to "[rank R tp T pp P dp D]".
+// CUDA backend's stream (its unique id is broadcast over the host transport). A mesh that does
+// not fit the world is fatal: validate it first with vt_mesh_validate at the input boundary. Sets the log tag to "[rank R tp T pp P dp D]".
 void vt_comm_split_mesh(vt_comm *world, const vt_mesh *mesh, vt_device device, vt_comm **tp,
                         vt_comm **pp, vt_comm **dp);
 

@@ -43,7 +43,8 @@ for world in ("mpi", "tcp"):
                              for l in list(open(f"{work}/{name}_{world}_{r}/metrics.jsonl"))[2:])
            for r in range(1, rounds + 1)]
     ms[world] = statistics.median(per)
-    print(f"{mesh:6s} {world}: step {ms[world]:.1f} ms (rounds {' '.join(f'{x:.1f}' for x in per)})")
+    rounds_ms = " ".join(f"{x:.1f}" for x in per)
+    print(f"{mesh:6s} {world}: step {ms[world]:.1f} ms (rounds {rounds_ms})")
 print(f"{mesh:6s} step time tcp / mpi = {ms['tcp'] / ms['mpi']:.3f} (the same bits)")
 PY
 done

@@ -13,8 +13,8 @@
 // Usage: test_cuda_ops [--cpu] [--shapes=N] [--shape=A,B,...] [--prec=fp32|bf16] [OP...]: N,
 // the first N shapes of each op only (the sanitizers' runs); --shape, only that shape (in the
 // op's dims; missing ones 0) for every op named (tests/fuzz_cuda_ops.sh); --prec, that
-// precision only (tests/test_attention_variants.sh: the variants are bf16 kernels). Exits 77 (CTest's skip) when no CUDA backend
-// is usable.
+// precision only (tests/test_attention_variants.sh: the variants are bf16 kernels). Exits 77
+// (CTest's skip) when no CUDA backend is usable.
 // --cpu compares the CPU backend with itself, so the harness itself is exercised on machines
 // without a GPU (every error is then 0). Only the public op API (vt_ops.h, vt_backend.h); must
 // not depend on CUDA headers, MPI or the model.

@@ -98,7 +98,9 @@ job=$(VIT3D_LAUNCHER=tcp submit slurm.sbatch tcp) && state=$(wait_job "$job" 300
 if [ "$state" = COMPLETED ] && grep -q "world rank 0 of 8 (tcp)" "$work/tcp.out"; then
   echo "ok: srun --mpi=none, ranks over TCP: $(grep -o 'ranks meet over TCP at .*' "$work/tcp.out")"
 else
-  echo "FAIL: slurm.sbatch with VIT3D_LAUNCHER=tcp, job $job: $state"; tail -20 "$work/tcp.out"; fail=1
+  echo "FAIL: slurm.sbatch with VIT3D_LAUNCHER=tcp, job $job: $state"
+  tail -20 "$work/tcp.out"
+  fail=1
 fi
 timeout 300 env NP=8 "$dir/launch/mpirun_local.sh" "${flags[@]}" --save "$work/local" \
   --final-weights "$work/local.safetensors" > "$work/local.out" 2>&1 ||
