@@ -125,27 +125,24 @@ vt_comm *vt_comm_world_init(int *argc, char ***argv) {
     exit(2);
   }
   if (tcp) {
-    vt_rank_tag early = {env.rank, -1, -1, -1};
+    vt_rank_tag early = {env.rank, -1, -1, -1};  // for what the meeting may have to say
     vt_set_rank_tag(early);
-    vt_set_abort_hook(abort_hook);
     g_host = &vt_comm_tcp_host;
+    vt_set_abort_hook(abort_hook);
     c->host = vt_comm_tcp_world_init(&env, &c->local_rank, &c->local_size);
     c->size = env.size, c->rank = env.rank;
-    c->transport = &vt_comm_tcp_transport;
-    c->state = c->host;
   }
 #ifdef VT_HAVE_MPI
   if (!tcp) {
     g_host = &vt_comm_mpi_host;
+    vt_set_abort_hook(abort_hook);
     vt_comm_mpi_world_init(argc, argv, &c->host, &c->size, &c->rank);
     vt_comm_mpi_node(c->host, &c->local_rank, &c->local_size);
-    c->transport = &vt_comm_mpi_transport;
-    c->state = c->host;
-    vt_set_abort_hook(abort_hook);
   }
 #else
   (void)argc, (void)argv;
 #endif
+  if (g_host) c->transport = g_host->transport, c->state = c->host;
   vt_rank_tag tag = {c->rank, -1, -1, -1};
   vt_set_rank_tag(tag);
   return c;
@@ -184,10 +181,7 @@ static void attach_transport(vt_comm *c, vt_device device) {
   }
   // Host buffers: the world's host side moves them too (MPI or TCP), or nothing for one rank.
   if (c->host) {
-    c->transport = g_host == &vt_comm_tcp_host ? &vt_comm_tcp_transport : NULL;
-#ifdef VT_HAVE_MPI
-    if (g_host == &vt_comm_mpi_host) c->transport = &vt_comm_mpi_transport;
-#endif
+    c->transport = g_host->transport;
     c->state = c->host;
   } else {
     c->transport = &k_local_transport;

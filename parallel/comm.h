@@ -219,6 +219,7 @@ typedef struct {
 // states are the host's own handles. split names the new comm ("tp", ...) for messages.
 typedef struct {
   const char *name;
+  const vt_comm_transport *transport;  // its float operations on host buffers, same states
   void *(*split)(void *state, int color, int key, const char *name, int *size, int *rank);
   void (*barrier)(void *state);
   void (*all_reduce_double)(void *state, double *buf, int64_t count, vt_reduce_op op);

@@ -352,75 +352,52 @@ static VT_NORETURN void lost(const link_t *l, const char *why) {
            "lost the connection to world rank %d (host %s) on the %s comm (%s): that rank "
            "ended or died; its own log says why. Ending this rank too", w, host_of(w), c->axis,
            why);
-  abort();
 }
 
-// Moves the head send of l as far as the socket takes it; 1 if anything moved.
-static int push(link_t *l) {
+// A received header must announce the message this rank waits for.
+static void check_header(const link_t *l, const op *o) {
+  const tcp_comm *c = l->comm;
+  const int w = c->world[l->peer];
+  VT_CHECK(o->hdr[0] == MAGIC, "the %s comm: world rank %d (host %s) sent bytes that are not a "
+           "vit3d message", c->axis, w, host_of(w));
+  const uint64_t got = (uint64_t)o->hdr[2] | ((uint64_t)o->hdr[3] << 32);
+  VT_CHECK(o->hdr[1] == o->expect && got == o->nbytes,
+           "the %s comm: world rank %d (host %s) sent %s of %llu bytes where this rank expected "
+           "%s of %llu bytes: the ranks disagree on a shape or on the order of operations",
+           c->axis, w, host_of(w), msg_name(o->hdr[1]), (unsigned long long)got,
+           msg_name(o->expect), (unsigned long long)o->nbytes);
+}
+
+// Moves the head of l's receive queue (in) or send queue as far as the socket takes it: the
+// header, then the payload. 1 if anything moved.
+static int advance(link_t *l, int in) {
+  op **head = in ? &l->recvq : &l->sendq, **tail = in ? &l->recvq_tail : &l->sendq_tail;
   int moved = 0;
-  while (l->sendq) {
-    op *o = l->sendq;
-    ssize_t k;
-    if (o->hdr_done < sizeof o->hdr)
-      k = send(l->fd, (char *)o->hdr + o->hdr_done, sizeof o->hdr - o->hdr_done,
-               MSG_NOSIGNAL | MSG_DONTWAIT | (o->nbytes ? MSG_MORE : 0));
-    else
-      k = send(l->fd, o->buf + o->done, o->nbytes - o->done, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (*head) {
+    op *o = *head;
+    const int in_hdr = o->hdr_done < sizeof o->hdr;
+    char *at = in_hdr ? (char *)o->hdr + o->hdr_done : o->buf + o->done;
+    const size_t left = in_hdr ? sizeof o->hdr - o->hdr_done : o->nbytes - o->done;
+    const ssize_t k =
+        in ? recv(l->fd, at, left, MSG_DONTWAIT)
+           : send(l->fd, at, left,
+                  MSG_NOSIGNAL | MSG_DONTWAIT | (in_hdr && o->nbytes ? MSG_MORE : 0));
+    if (k == 0 && in) lost(l, "closed");
     if (k < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return moved;
       lost(l, strerror(errno));
     }
     moved = 1;
-    if (o->hdr_done < sizeof o->hdr)
+    if (in_hdr) {
       o->hdr_done += (size_t)k;
-    else
-      o->done += (size_t)k;
-    if (o->hdr_done == sizeof o->hdr && o->done == o->nbytes) {
-      o->complete = 1;
-      l->sendq = o->next;
-      if (!l->sendq) l->sendq_tail = NULL;
-    }
-  }
-  return moved;
-}
-
-// Moves the head receive of l; 1 if anything moved.
-static int pull(link_t *l) {
-  int moved = 0;
-  while (l->recvq) {
-    op *o = l->recvq;
-    ssize_t k;
-    if (o->hdr_done < sizeof o->hdr)
-      k = recv(l->fd, (char *)o->hdr + o->hdr_done, sizeof o->hdr - o->hdr_done, MSG_DONTWAIT);
-    else
-      k = recv(l->fd, o->buf + o->done, o->nbytes - o->done, MSG_DONTWAIT);
-    if (k == 0) lost(l, "closed");
-    if (k < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return moved;
-      lost(l, strerror(errno));
-    }
-    moved = 1;
-    if (o->hdr_done < sizeof o->hdr) {
-      o->hdr_done += (size_t)k;
-      if (o->hdr_done < sizeof o->hdr) continue;
-      const tcp_comm *c = l->comm;
-      const int w = c->world[l->peer];
-      VT_CHECK(o->hdr[0] == MAGIC, "the %s comm: world rank %d (host %s) sent bytes that are "
-               "not a vit3d message", c->axis, w, host_of(w));
-      const uint64_t got = (uint64_t)o->hdr[2] | ((uint64_t)o->hdr[3] << 32);
-      VT_CHECK(o->hdr[1] == o->expect && got == o->nbytes,
-               "the %s comm: world rank %d (host %s) sent %s of %llu bytes where this rank "
-               "expected %s of %llu bytes: the ranks disagree on a shape or on the order of "
-               "operations", c->axis, w, host_of(w), msg_name(o->hdr[1]),
-               (unsigned long long)got, msg_name(o->expect),
-               (unsigned long long)o->nbytes);
+      if (in && o->hdr_done == sizeof o->hdr) check_header(l, o);
     } else {
       o->done += (size_t)k;
     }
     if (o->hdr_done == sizeof o->hdr && o->done == o->nbytes) {
       o->complete = 1;
-      l->recvq = o->next;
-      if (!l->recvq) l->recvq_tail = NULL;
+      *head = o->next;
+      if (!*head) *tail = NULL;
     }
   }
   return moved;
@@ -440,7 +417,7 @@ static void progress(op **ops, int n) {
     g_nactive = k;
     if (!left) break;
     int moved = 0;
-    for (int i = 0; i < g_nactive; i++) moved |= push(g_active[i]) | pull(g_active[i]);
+    for (int i = 0; i < g_nactive; i++) moved |= advance(g_active[i], 0) | advance(g_active[i], 1);
     if (moved) continue;
     if (cap < g_nactive) {
       cap = g_nactive;
@@ -1120,5 +1097,6 @@ void vt_comm_tcp_finalize(void) {
 }
 
 const vt_comm_host vt_comm_tcp_host = {
-    "tcp",         tcp_split,     tcp_barrier,   tcp_all_reduce_double, tcp_broadcast_bytes,
-    tcp_free,      tcp_side_open, tcp_side_send, tcp_side_poll,         tcp_side_free};
+    "tcp",         &vt_comm_tcp_transport, tcp_split,     tcp_barrier,   tcp_all_reduce_double,
+    tcp_broadcast_bytes, tcp_free,         tcp_side_open, tcp_side_send, tcp_side_poll,
+    tcp_side_free};
