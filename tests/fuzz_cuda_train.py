@@ -69,7 +69,7 @@ def main():
             bf16 = r.random() < 0.5
             model += ["--precision", "bf16" if bf16 else "fp32"]
             # Half the draws on a mesh of 2 or 4 ranks, the CPU run on the same one: the NCCL
-            # transport (emulated over MPI) on its axes, the streams of its schedule.
+            # transport (emulated over TCP) on its axes, the streams of its schedule.
             np_, mesh = draw_mesh(r, (2, 2, 4), 4) if r.random() < 0.5 else (1, [])
             cuda_only = ["--recompute-blocks", "2"] if r.random() < 0.3 and not any(
                 "zb" in x for x in mesh) else []

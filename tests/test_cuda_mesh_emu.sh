@@ -1,32 +1,32 @@
 #!/usr/bin/env bash
-# test_cuda_mesh_emu.sh VIT3D_EMU VIT3D: `vit3d train --device cuda` on several ranks, built on
-# the CUDA emulation with NCCL over MPI (tests/cuda_emu/nccl_emu.cpp), follows the CPU run of
-# the same mesh over MPI: the NCCL transport (parallel/comm_nccl.cu) on every axis, which a lent
-# GPU (one per task) can only run with one rank per communicator. The meshes: TP with sequence
-# parallelism (all-gathers and reduce-scatters; the gap and MAP heads without a class token,
-# whose backwards gather the tokens again; dropout, each TP rank drawing its rows' and its hidden
-# units' masks on its device), PP 1F1B (sends on the send stream over the
-# links to the neighbours, receives on the compute stream), DP with the layer all-reduces
-# overlapped on the side stream, DP with ZeRO-1, the interleaved schedule over TP x PP, ZB-H1 on
-# 4 stages (its sends complete in the background) and on 2 stages x dp 2 (the send stream beside
-# the overlapped DP reductions' side stream), ZB-V on 4 stages and on 2 stages x dp 2 with an
-# image folder and the evaluation (activations and gradients on their own links and send
-# streams, the turn a device copy), the interleaved ring on 3 stages (an odd ring:
-# its last link made in a round of its own), LAMB with clipping, layer decay and dropout on parallel blocks over TP x DP, an image
-# folder over TP x PP with the decoding split over TP (the shares all-gathered on the devices)
-# and the evaluation after the last step through the pipeline, and tp 2 x pp 2 x dp 2 with
-# ZeRO-1, sequence parallelism and the EMA, whose checkpoints (every rank writes its part from
-# its device) must hold the CPU run's weights; fp32 and bf16. Frozen tensors in three of them: a
-# frozen prefix under LAMB (its backward skipped), the same on ZB-V's 4 stages (its first 3 of 8
-# virtual stages wholly frozen: no gradient sent to them), and a frozen prefix (no optimizer
-# state, ZeRO-1 sharding the rest; the checkpoint writes its zero moments and EMA) and frozen
-# norms inside ZeRO-1's shards with the EMA. The pipeline runs time their passes with the
-# devices' timing events: each reports its stages' idle, and ZB-V's build their order for the
-# times (--pp-pass-times auto). One GPU per rank, chosen by local
-# rank; more ranks than GPUs are refused. Tolerances as test_cuda_train_emu.sh's. The emulation
-# aborts where a send's buffer is written before its stream's work is waited for. Not seen here:
-# real NCCL's concurrency (the emulation posts each message at its call and completes it when its
-# stream's work is needed); tests/gpu/run.sh on a GPU sees one rank of it.
+# test_cuda_mesh_emu.sh VIT3D_EMU VIT3D: `vit3d train --device cuda` on several ranks, built on the
+# CUDA emulation with NCCL emulated over TCP (tests/cuda_emu/nccl_emu.cpp), follows the CPU run of
+# the same mesh over MPI: the NCCL transport (parallel/comm_nccl.cu) on every axis, which a lent GPU
+# (one per task) can only run with one rank per communicator. The meshes: TP with sequence
+# parallelism (all-gathers and reduce-scatters; the gap and MAP heads without a class token, whose
+# backwards gather the tokens again; dropout, each TP rank drawing its rows' and its hidden units'
+# masks on its device), PP 1F1B (sends on the send stream over the links to the neighbours, receives
+# on the compute stream), DP with the layer all-reduces overlapped on the side stream, DP with
+# ZeRO-1, the interleaved schedule over TP x PP, ZB-H1 on 4 stages (its sends complete in the
+# background) and on 2 stages x dp 2 (the send stream beside the overlapped DP reductions' side
+# stream), ZB-V on 4 stages and on 2 stages x dp 2 with an image folder and the evaluation
+# (activations and gradients on their own links and send streams, the turn a device copy), the
+# interleaved ring on 3 stages (an odd ring: its last link made in a round of its own), LAMB with
+# clipping, layer decay and dropout on parallel blocks over TP x DP, an image folder over TP x PP
+# with the decoding split over TP (the shares all-gathered on the devices) and the evaluation after
+# the last step through the pipeline, and tp 2 x pp 2 x dp 2 with ZeRO-1, sequence parallelism and
+# the EMA, whose checkpoints (every rank writes its part from its device) must hold the CPU run's
+# weights; fp32 and bf16. Frozen tensors in three of them: a frozen prefix under LAMB (its backward
+# skipped), the same on ZB-V's 4 stages (its first 3 of 8 virtual stages wholly frozen: no gradient
+# sent to them), and a frozen prefix (no optimizer state, ZeRO-1 sharding the rest; the checkpoint
+# writes its zero moments and EMA) and frozen norms inside ZeRO-1's shards with the EMA. The
+# pipeline runs time their passes with the devices' timing events: each reports its stages' idle,
+# and ZB-V's build their order for the times (--pp-pass-times auto). One GPU per rank, chosen by
+# local rank; more ranks than GPUs are refused. Tolerances as test_cuda_train_emu.sh's. The
+# emulation aborts where a send's buffer is written before its stream's work is waited for. Not seen
+# here: real NCCL's concurrency (the emulation posts each message at its call and completes it when
+# its stream's work is needed); tests/gpu/run.sh on a GPU sees one rank of it. The 2x2x2 mesh
+# runs again in the TCP world (launch/spawn.sh, no MPI): its checkpoint the mpirun run's bytes.
 set -uo pipefail
 emu=$1 vit3d=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,6 +41,23 @@ fail=0
 # An image folder (PNG and JPEG) for the run that loads and evaluates real images.
 "$py" "$here/make_images.py" "$work/imgs" 4 16 32 ||
   { echo "FAIL: tests/make_images.py"; exit 1; }
+meshes=$(cat <<'MESHES'
+2 fp32 --tp 2 --sequence-parallel 1 --global-pool gap --class-token 0 --reg-tokens 1 --proj-drop 0.1 --pos-drop 0.1 --drop 0.1
+2 bf16 --tp 2 --sequence-parallel 1 --global-pool map --class-token 0 --pre-norm 1 --norm-eps 1e-5 --act quick_gelu
+2 bf16 --pp 2
+2 fp32 --dp 2
+2 bf16 --dp 2 --zero 1
+4 bf16 --tp 2 --pp 2 --pp-chunks 2 --pp-schedule interleaved
+4 fp32 --pp 4 --pp-schedule zb-h1
+4 bf16 --pp 2 --dp 2 --pp-schedule zb-h1 --global-batch-size 16
+4 bf16 --pp 4 --pp-schedule zb-v --depth 8 --freeze ^(patch_embed|cls_token|pos_embed|blocks\.[0-2]\.)
+4 fp32 --pp 2 --dp 2 --pp-schedule zb-v --global-batch-size 16 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1
+3 bf16 --pp 3 --pp-chunks 2 --pp-schedule interleaved --global-batch-size 12 --depth 6
+4 fp32 --tp 2 --dp 2 --opt lamb --clip-grad 0.5 --parallel-blocks 1 --layer-decay 0.75 --proj-drop 0.1 --attn-drop 0.1 --freeze ^(patch_embed|cls_token|pos_embed|blocks\.0\.)
+4 fp32 --tp 2 --pp 2 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1 --decode-split 1
+8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9 --save-interval 2 --freeze ^(patch_embed|cls_token|pos_embed|blocks\.0\.|blocks\.[02]\.norm)
+MESHES
+)
 while read -r np precision flags; do
   [ -n "$np" ] || continue
   flags=${flags//IMGS/$work/imgs}
@@ -101,22 +118,25 @@ PY
       "$py" "$here/compare_runs.py" "$work/cpu_$name" "$work/emu_$name" "EMA of $flags" \
         ck/step-00000003/ema.safetensors; } || { echo "FAIL: the emulated run's checkpoint"; fail=1; }
   fi
-done <<'MESHES'
-2 fp32 --tp 2 --sequence-parallel 1 --global-pool gap --class-token 0 --reg-tokens 1 --proj-drop 0.1 --pos-drop 0.1 --drop 0.1
-2 bf16 --tp 2 --sequence-parallel 1 --global-pool map --class-token 0 --pre-norm 1 --norm-eps 1e-5 --act quick_gelu
-2 bf16 --pp 2
-2 fp32 --dp 2
-2 bf16 --dp 2 --zero 1
-4 bf16 --tp 2 --pp 2 --pp-chunks 2 --pp-schedule interleaved
-4 fp32 --pp 4 --pp-schedule zb-h1
-4 bf16 --pp 2 --dp 2 --pp-schedule zb-h1 --global-batch-size 16
-4 bf16 --pp 4 --pp-schedule zb-v --depth 8 --freeze ^(patch_embed|cls_token|pos_embed|blocks\.[0-2]\.)
-4 fp32 --pp 2 --dp 2 --pp-schedule zb-v --global-batch-size 16 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1
-3 bf16 --pp 3 --pp-chunks 2 --pp-schedule interleaved --global-batch-size 12 --depth 6
-4 fp32 --tp 2 --dp 2 --opt lamb --clip-grad 0.5 --parallel-blocks 1 --layer-decay 0.75 --proj-drop 0.1 --attn-drop 0.1 --freeze ^(patch_embed|cls_token|pos_embed|blocks\.0\.)
-4 fp32 --tp 2 --pp 2 --data IMGS --val-data IMGS --num-classes 4 --loader-threads 1 --decode-split 1
-8 fp32 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 --model-ema 0.9 --save-interval 2 --freeze ^(patch_embed|cls_token|pos_embed|blocks\.0\.|blocks\.[02]\.norm)
-MESHES
+done <<<"$meshes"
+# The TCP world (launch/spawn.sh, as torchrun starts ranks: no MPI) with the same emulated NCCL:
+# the 8-rank mesh above again, its checkpoint byte-identical to the mpirun run's (every axis has
+# two ranks, and a sum of two terms is the same sum in either world's order).
+last=$(grep -v '^$' <<<"$meshes" | tail -n 1)
+read -r np precision flags <<<"$last"
+name=$(tr -c 'a-z0-9\n' '_' <<<"np${np}_${precision}_${flags}")
+if EMU_GPUS=$np SPAWN_GRACE=10 timeout 600 "$here/../launch/spawn.sh" "$np" "$emu" "${args[@]}" \
+     --device cuda --precision "$precision" $flags --save "$work/tcp_$name/ck" \
+     --log-dir "$work/tcp_$name" < /dev/null > "$work/tcp_$name.log" 2>&1 &&
+   grep -q "world rank 0 of $np (tcp)" "$work/tcp_$name.log" &&
+   cmp "$work/emu_$name/ck/step-00000003/model.safetensors" \
+     "$work/tcp_$name/ck/step-00000003/model.safetensors"; then
+  echo "ok: $np ranks on emulated GPUs over TCP (spawn.sh) == under mpirun (byte-identical)"
+else
+  echo "FAIL: the emulated run over TCP ($np ranks, $flags)"
+  grep -v "^\[rank" "$work/tcp_$name.log" | tail -5
+  fail=1
+fi
 # ZB-H1's sends on the send stream add no host wait: each rank of pp 2 waits for the device as
 # often per run under zb-h1 as under 1f1b (the emulation's counts, EMU_SYNC_REPORT).
 for s in 1f1b zb-h1; do

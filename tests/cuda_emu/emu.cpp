@@ -321,12 +321,13 @@ static size_t g_used = 0;
 
 // Where the host waits for the device (a stream, an event, a copy to pageable memory, a free),
 // counted so that tests can hold the trainer to its documented host synchronisations per step:
-// with EMU_SYNC_REPORT=FILE the counts are written there at exit (FILE.R under mpirun, R the
-// rank). cudaStreamWaitEvent, a wait of one stream for another, is not one.
+// with EMU_SYNC_REPORT=FILE the counts are written there at exit (FILE.R under mpirun or spawn.sh,
+// R the rank). cudaStreamWaitEvent, a wait of one stream for another, is not one.
 static struct emu_sync_counts {
   long stream, event, d2h, free_;
   ~emu_sync_counts() {
     const char *path = getenv("EMU_SYNC_REPORT"), *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank) rank = getenv("RANK");
     char name[4096];
     if (path) snprintf(name, sizeof name, rank ? "%s.%s" : "%s", path, rank);
     FILE *f = path ? fopen(name, "w") : NULL;

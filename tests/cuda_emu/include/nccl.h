@@ -1,7 +1,6 @@
 // nccl.h for the CUDA emulation (tests/cuda_emu): the part of NCCL's API that
-// parallel/comm_nccl.cu uses, implemented over MPI (or for one rank) by
-// tests/cuda_emu/nccl_emu.cpp, so that vit3d_emu runs the trainer's device paths (the NCCL
-// transport included) without a GPU.
+// parallel/comm_nccl.cu uses, implemented over TCP sockets by tests/cuda_emu/nccl_emu.cpp, so
+// that vit3d_emu runs the trainer's device paths (the NCCL transport included) without a GPU.
 #pragma once
 #include <stddef.h>
 
@@ -24,6 +23,7 @@ typedef struct emu_nccl_config ncclConfig_t;  // never read: callers pass NULL
 #define NCCL_SPLIT_NOCOLOR -1
 typedef enum {
   ncclSuccess = 0,
+  ncclSystemError = 2,
   ncclInvalidArgument = 4,
   ncclInvalidUsage = 5,
   ncclInProgress = 7
