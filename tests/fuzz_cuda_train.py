@@ -18,6 +18,8 @@ again.
 
 Slow (the emulation runs a fiber per CUDA thread: 15 to 60 s a draw); not in the default run:
   /usr/bin/python3 tests/fuzz_cuda_train.py build/tests/vit3d_emu build/vit3d 40 $RANDOM
+FUZZ_WORLD=tcp starts the emulated runs by launch/spawn.sh (the TCP world without MPI, NCCL
+emulated over its own sockets either way); the CPU runs stay under mpirun.
 """
 import os
 import random
@@ -39,14 +41,20 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 
 
 def run(binary, np_, flags, out):
-    """A run of np_ ranks (one emulated GPU each: EMU_GPUS, chosen by local rank)."""
-    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "-x", "EMU_GPUS", binary, "train"] + \
+    """A run of np_ ranks (one emulated GPU each: EMU_GPUS, chosen by local rank); with
+    FUZZ_WORLD=tcp the emulated runs start by launch/spawn.sh (the TCP world, no MPI)."""
+    tcp = os.environ.get("FUZZ_WORLD") == "tcp" and binary.endswith("vit3d_emu")
+    launcher = ([f"{HERE}/../launch/spawn.sh", str(np_)] if tcp else
+                ["mpirun", "-np", str(np_), "--oversubscribe", "-x", "EMU_GPUS"])
+    cmd = launcher + [binary, "train"] + \
         COMMON + flags + ["--log-dir", out, "--final-weights", out + "/weights.safetensors"]
     if "--model-ema" in flags:
         cmd += ["--final-ema", out + "/ema.safetensors"]
-    p = subprocess.run(cmd, env=dict(ENV, EMU_GPUS=str(np_)), stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=1800)
-    return p.returncode, p.stdout, " ".join(cmd)
+    env = dict(ENV, EMU_GPUS=str(np_), **({"VT_WORLD": "tcp"} if tcp else {}))
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=1800)
+    return p.returncode, p.stdout, ("VT_WORLD=tcp EMU_GPUS=%d " % np_ if tcp else "") + \
+        " ".join(cmd)
 
 
 def main():

@@ -281,7 +281,6 @@ bool advance(emu_link *l, emu_msg *m) {
 
 void progress_loop() {
   std::vector<pollfd> fds;
-  std::vector<emu_link *> who;
   std::unique_lock<std::mutex> lk(g_mu);
   for (;;) {
     bool moved = false;
@@ -295,10 +294,9 @@ void progress_loop() {
     }
     if (moved) g_cv.notify_all();
     fds.assign(1, pollfd{g_wake[0], POLLIN, 0});
-    who.assign(1, nullptr);
     for (emu_link *l : g_links) {
       const short ev = (short)((l->sends.empty() ? 0 : POLLOUT) | (l->recvs.empty() ? 0 : POLLIN));
-      if (ev) fds.push_back({l->fd, ev, 0}), who.push_back(l);
+      if (ev) fds.push_back({l->fd, ev, 0});
     }
     lk.unlock();
     poll(fds.data(), fds.size(), -1);
