@@ -90,9 +90,10 @@ struct emu_link {
   std::deque<emu_msg *> sends, recvs;
 };
 
-std::mutex g_mu;
-std::condition_variable g_cv;
-std::vector<emu_link *> g_links;  // every open link, progressed by the thread
+// The thread's state outlives static destruction at exit (the thread is never joined).
+std::mutex &g_mu = *new std::mutex;
+std::condition_variable &g_cv = *new std::condition_variable;
+std::vector<emu_link *> &g_links = *new std::vector<emu_link *>;  // progressed by the thread
 int g_wake[2] = {-1, -1};         // a byte here wakes the thread's poll
 std::thread *g_thread;
 int g_listen = -1;
@@ -265,7 +266,8 @@ bool advance(emu_link *l, emu_msg *m) {
                               : recv(l->fd, p, n, MSG_DONTWAIT);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
     if (k <= 0)
-      die("the link to rank %d was lost (%s): that rank ended; this one ends too", l->peer,
+      die("the link to rank %d of a communicator was lost (%s): that rank ended; this one ends "
+          "too", l->peer,
           k == 0 ? "closed" : strerror(errno));
     m->moved += (size_t)k;
     if (!m->send && m->moved == sizeof m->head) {  // the header in: is it the one expected?
@@ -350,8 +352,8 @@ void wait_for(emu_msg *m) {
   delete m;
 }
 
-// Each pair of members links up: the higher rank dials (dialling needs nothing of the other
-// side), then each accepts its higher ranks. Rank 0's links may already exist (the meeting).
+// Each pair of members links up: each dials its lower ranks (a dial needs nothing of the other
+// side but its listening socket), then accepts its higher ranks' dials.
 ncclResult_t link_up(emu_nccl *c, const emu_key &key) {
   c->links.assign(c->size, nullptr);
   std::vector<int> fds(c->size, -1);
@@ -475,9 +477,10 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
   emu_nccl *c = new emu_nccl{mine[0], mine[1], {}, {}};
   emu_key k;
   memcpy(&k, &mine[2], sizeof k);
-  for (int r = 0; r < c->size; r++) c->addrs.push_back(comm->addrs[mine[6 + r]]);
-  if (c->size > 1)
+  if (c->size > 1) {  // (a parent of one rank has no addresses)
+    for (int r = 0; r < c->size; r++) c->addrs.push_back(comm->addrs[mine[6 + r]]);
     if (ncclResult_t r = link_up(c, k)) return r;
+  }
   *newcomm = c;
   return ncclSuccess;
 }
