@@ -318,7 +318,7 @@ static vt_status index_shard(vt_dataset *ds, int s, const char *label_key,
   int64_t n;
   vt_status st = vt_tar_list(ds->shard_fds[s], path, &m, &n, err, errlen);
   for (int64_t i = 0, j; st == VT_OK && i < n; i = j) {
-    size_t klen, kl;
+    size_t klen = 0, kl = 0;  // (set by member_kind where it finds a kind)
     const char *kind = member_kind(m[i].name, &klen);
     int64_t img = -1, cls = -1;
     for (j = i; j < n; j++) {
