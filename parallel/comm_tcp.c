@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -1071,6 +1072,15 @@ void *vt_comm_tcp_world_init(const vt_comm_tcp_env *e, int *local_rank, int *loc
     memcpy(h.host, host, HOST_LEN);
     VT_CHECK(io_all(fd, &h, sizeof h, 1, now_s() + 30.0) == 0,
              "rank 0 at %s:%d closed the connection at once", e->addr, e->port);
+    // Rank 0 sends the table when every rank has arrived, within VT_CONNECT_TIMEOUT of its own
+    // start (before this rank could connect), or ends; a listener that is not rank 0 (another
+    // program on MASTER_PORT, which rank 0 then could not take) does neither.
+    const double table_s = g.timeout_s + fmin(g.timeout_s, 10.0);  // (a margin for rank 0)
+    REFUSE_IF(!wait_fd(fd, POLLIN, now_s() + table_s),
+              "%s:%d (MASTER_ADDR:MASTER_PORT) took the connection but sent no table of ranks "
+              "within %.0f s: is another program listening there (rank 0's log says whether it "
+              "could), or did rank 0 stop? VT_CONNECT_TIMEOUT sets the limit", e->addr, e->port,
+              table_s);
     attach(w, &w->coll[0], 0, fd);
     duplex(w, MSG_TABLE, -1, NULL, 0, 0, g.table, (size_t)e->size * sizeof *g.table);
   }

@@ -17,7 +17,8 @@
 #     (every rank's position) and exit 3;
 #  5. bad launches stop with a message and exit 2: no MASTER_ADDR, ranks that disagree on the
 #     world size, two processes with one rank, rank 0 or rank 1 never started (a named timeout),
-#     an unknown VT_WORLD.
+#     another program on MASTER_PORT (rank 0 cannot listen, rank 1 is never answered: a named
+#     timeout), an unknown VT_WORLD.
 # Labels launch and tcp; mpirun only for the reference run, skipped without it.
 set -uo pipefail
 vit3d=$1
@@ -188,6 +189,25 @@ expect_error "rank 0 never started" $? "cannot reach rank 0 at 127.0.0.1:$port w
   "$work/norank0.log"
 RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/alone.log" 2>&1
 expect_error "rank 1 never started" $? "only 1 of 2 ranks reached" "$work/alone.log"
+# Another program listening on MASTER_PORT: rank 0 cannot take it, and rank 1, whose
+# connection that program holds without a word, gives up after twice VT_CONNECT_TIMEOUT.
+export MASTER_PORT=$(free_port)
+"$py" -c 'import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+open(sys.argv[2], "w").close(); time.sleep(60)' "$MASTER_PORT" "$work/held" &
+holder=$!
+for i in $(seq 100); do [ -e "$work/held" ] && break; sleep 0.1; done
+RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/held1.log" 2>&1 &
+rank1=$!
+RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/held0.log" 2>&1
+expect_error "MASTER_PORT held by another program (rank 0)" $? \
+  "rank 0 cannot listen on port $MASTER_PORT (MASTER_PORT)" "$work/held0.log"
+wait $rank1
+expect_error "MASTER_PORT held by another program (rank 1)" $? \
+  "took the connection but sent no table of ranks within 4 s" "$work/held1.log"
+kill $holder 2> /dev/null
+wait $holder 2> /dev/null
 VT_WORLD=nccl timeout 60 "$vit3d" "${common[@]}" > "$work/mode.log" 2>&1
 expect_error "VT_WORLD=nccl" $? "VT_WORLD=nccl: use mpi, tcp or auto" "$work/mode.log"
 
