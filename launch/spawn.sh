@@ -1,11 +1,12 @@
 #!/bin/bash
 # spawn.sh N COMMAND [ARGS...]: N ranks of COMMAND on this host without MPI, the way
 # `torchrun --standalone --nproc-per-node N --no-python` starts them: each process gets RANK,
-# LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR (127.0.0.1 unless set) and MASTER_PORT
-# (a free port unless set), and vit3d's ranks meet over TCP (docs/operations.md "Without MPI").
+# LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR (127.0.0.1 unless set), MASTER_PORT
+# (a free port unless set) and VT_RUN_ID (a fresh id on one host unless set), and vit3d's ranks
+# meet over TCP (docs/operations.md "Without MPI").
 # Several hosts: run it on each with NNODES (hosts), NODE_RANK (this host's index, 0 on
-# MASTER_ADDR's host) and the same MASTER_ADDR and MASTER_PORT; ranks NODE_RANK * N + 0..N-1
-# start here.
+# MASTER_ADDR's host) and the same MASTER_ADDR and MASTER_PORT (and VT_RUN_ID, so that rank 0
+# can tell its ranks from another run's on that port); ranks NODE_RANK * N + 0..N-1 start here.
 # SIGTERM, SIGINT and SIGUSR1 are passed on to every rank. Exits with the first failing rank's
 # code (0 when all succeed; of ranks seen ending together, one whose code is not 1, the code of
 # the ranks that stop because another one is gone). A rank that fails ends the others by itself
@@ -38,6 +39,11 @@ free_port() {  # a port nobody listens on now, from the kernel when python3 is h
 export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 export MASTER_PORT=${MASTER_PORT:-$(free_port)}
 export WORLD_SIZE=$((n * nodes)) LOCAL_WORLD_SIZE=$n GROUP_RANK=$node
+# The run's id: rank 0 turns away another run's ranks that reach its port. On one host a fresh
+# one; across hosts the one given (the same VT_RUN_ID on every host), if any.
+if [ -z "${VT_RUN_ID:-}" ] && [ "$nodes" -eq 1 ]; then
+  export VT_RUN_ID="spawn-$(hostname)-$$-$RANDOM"
+fi
 
 declare -A rank_of=()
 pids=()

@@ -125,7 +125,8 @@ static int io_all(int fd, void *buf, size_t n, int writing, double deadline) {
 
 typedef struct {
   uint32_t magic, version, kind, seq;
-  int32_t from, size, port, pad;
+  int32_t from, size, port;
+  uint32_t run;  // the hello's run key (vt_comm_tcp_env.run_key); 0 in other handshakes
   char host[HOST_LEN];
 } handshake;
 
@@ -973,6 +974,16 @@ int vt_comm_tcp_launch(int have_mpi, vt_comm_tcp_env *e, char *err, size_t errle
     }
   }
   e->timeout_s = t > 0 ? t : 300.0;
+  const char *run = getenv("VT_RUN_ID");
+  if (!run || !*run) run = getenv("TORCHELASTIC_RUN_ID");
+  if (run && *run)
+    snprintf(e->run_id, sizeof e->run_id, "%s", run);
+  else if (getenv("SLURM_JOB_ID") && getenv("SLURM_STEP_ID"))
+    snprintf(e->run_id, sizeof e->run_id, "%s.%s", getenv("SLURM_JOB_ID"),
+             getenv("SLURM_STEP_ID"));
+  uint32_t h = 0x811c9dc5u;  // FNV-1a
+  for (const char *c = e->run_id; *c; c++) h = (h ^ (unsigned char)*c) * 0x01000193u;
+  e->run_key = e->run_id[0] ? (h ? h : 1) : 0;
   return 1;
 }
 
@@ -995,6 +1006,14 @@ static void meet_as_root(tcp_comm *w, const vt_comm_tcp_env *e, int listen_fd) {
              g.timeout_s, missing, len >= 200 ? " ..." : "");
     }
     if (h.kind != KIND_HELLO) {  // a link of a later comm cannot come before the table
+      close(fd);
+      continue;
+    }
+    if (h.run != e->run_key) {  // another run's rank on this port: closed, it names the cause
+      vt_log_warn("world rank %d of %d ranks (host %.64s) of another run connected to "
+                  "MASTER_PORT %d (its run id's hash %08x, this run's %08x: %s): turned away; "
+                  "do two jobs share this port?", h.from, h.size, h.host, e->port, h.run,
+                  e->run_key, e->run_id[0] ? e->run_id : "no run id");
       close(fd);
       continue;
     }
@@ -1068,7 +1087,8 @@ void *vt_comm_tcp_world_init(const vt_comm_tcp_env *e, int *local_rank, int *loc
     REFUSE_IF(fd < 0, "cannot reach rank 0 at %s:%d within %.0f s (%s): is rank 0 running, and "
               "do all ranks have the same MASTER_ADDR and MASTER_PORT? VT_CONNECT_TIMEOUT sets "
               "the limit", e->addr, e->port, g.timeout_s, strerror(-fd));
-    handshake h = {MAGIC, VERSION, KIND_HELLO, 0, e->rank, e->size, port_of(&mine), 0, ""};
+    handshake h = {MAGIC, VERSION, KIND_HELLO, 0, e->rank, e->size, port_of(&mine), e->run_key,
+                   ""};
     memcpy(h.host, host, HOST_LEN);
     VT_CHECK(io_all(fd, &h, sizeof h, 1, now_s() + 30.0) == 0,
              "rank 0 at %s:%d closed the connection at once", e->addr, e->port);
@@ -1081,6 +1101,12 @@ void *vt_comm_tcp_world_init(const vt_comm_tcp_env *e, int *local_rank, int *loc
               "within %.0f s: is another program listening there (rank 0's log says whether it "
               "could), or did rank 0 stop? VT_CONNECT_TIMEOUT sets the limit", e->addr, e->port,
               table_s);
+    char peek;
+    REFUSE_IF(recv(fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 0,
+              "the rank 0 at %s:%d (MASTER_ADDR:MASTER_PORT) closed the connection before sending "
+              "the table of ranks: it turned this rank away or ended, and its log says why (a "
+              "rank 0 of another run on this port: this run's id is %s; a world size or a rank "
+              "it does not expect)", e->addr, e->port, e->run_id[0] ? e->run_id : "unset");
     attach(w, &w->coll[0], 0, fd);
     duplex(w, MSG_TABLE, -1, NULL, 0, 0, g.table, (size_t)e->size * sizeof *g.table);
   }

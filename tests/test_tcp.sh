@@ -18,7 +18,8 @@
 #  5. bad launches stop with a message and exit 2: no MASTER_ADDR, ranks that disagree on the
 #     world size, two processes with one rank, rank 0 or rank 1 never started (a named timeout),
 #     another program on MASTER_PORT (rank 0 cannot listen, rank 1 is never answered: a named
-#     timeout), an unknown VT_WORLD.
+#     timeout), a rank of another run (VT_RUN_ID) on rank 0's port (turned away; rank 0 trains
+#     with its own), an unknown VT_WORLD.
 # Labels launch and tcp; mpirun only for the reference run, skipped without it.
 set -uo pipefail
 vit3d=$1
@@ -208,6 +209,26 @@ expect_error "MASTER_PORT held by another program (rank 1)" $? \
   "took the connection but sent no table of ranks within 4 s" "$work/held1.log"
 kill $holder 2> /dev/null
 wait $holder 2> /dev/null
+# Two runs on one port: rank 0 of run a turns away rank 1 of run b (which says so and exits 2)
+# and trains with its own rank 1.
+export MASTER_PORT=$(free_port)
+VT_RUN_ID=a RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/runa0.log" 2>&1 &
+rank0=$!
+VT_RUN_ID=b RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/runb1.log" 2>&1
+expect_error "a rank of another run on MASTER_PORT" $? \
+  "closed the connection before sending the table of ranks: it turned this rank away" \
+  "$work/runb1.log"
+VT_RUN_ID=a RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/runa1.log" 2>&1
+rc=$?
+wait $rank0
+rc0=$?
+if [ $rc0 = 0 ] && [ $rc = 0 ] &&
+   grep -q "world rank 1 of 2 ranks (host .*) of another run connected to MASTER_PORT" \
+     "$work/runa0.log"; then
+  echo "ok: rank 0 of run a turned run b's rank 1 away (warned) and trained with its own"
+else
+  bad "two runs on one port: rank 0 and 1 of run a: exit $rc0 and $rc"; tail -5 "$work/runa0.log"
+fi
 VT_WORLD=nccl timeout 60 "$vit3d" "${common[@]}" > "$work/mode.log" 2>&1
 expect_error "VT_WORLD=nccl" $? "VT_WORLD=nccl: use mpi, tcp or auto" "$work/mode.log"
 
