@@ -251,8 +251,8 @@ typedef struct {
   int port;         // MASTER_PORT
   double timeout_s;  // VT_CONNECT_TIMEOUT, default 300
   // The run the ranks belong to (VT_RUN_ID, torchrun's TORCHELASTIC_RUN_ID, a Slurm step's
-  // SLURM_JOB_ID.SLURM_STEP_ID; "" if none) and its hash (0 for ""): rank 0 turns away ranks of
-  // another run that reach its MASTER_PORT.
+  // SLURM_JOB_ID.SLURM_STEP_ID, PMIx's PMIX_NAMESPACE; "" if none) and its hash (0 for ""):
+  // rank 0 turns away ranks of another run that reach its MASTER_PORT.
   char run_id[96];
   uint32_t run_key;
 } vt_comm_tcp_env;

@@ -981,6 +981,8 @@ int vt_comm_tcp_launch(int have_mpi, vt_comm_tcp_env *e, char *err, size_t errle
   else if (getenv("SLURM_JOB_ID") && getenv("SLURM_STEP_ID"))
     snprintf(e->run_id, sizeof e->run_id, "%s.%s", getenv("SLURM_JOB_ID"),
              getenv("SLURM_STEP_ID"));
+  else if (getenv("PMIX_NAMESPACE"))  // Open MPI's (PMIx's) job, under mpirun without MPI
+    snprintf(e->run_id, sizeof e->run_id, "%s", getenv("PMIX_NAMESPACE"));
   uint32_t h = 0x811c9dc5u;  // FNV-1a
   for (const char *c = e->run_id; *c; c++) h = (h ^ (unsigned char)*c) * 0x01000193u;
   e->run_key = e->run_id[0] ? (h ? h : 1) : 0;
