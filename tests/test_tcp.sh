@@ -210,9 +210,11 @@ expect_error "MASTER_PORT held by another program (rank 1)" $? \
 kill $holder 2> /dev/null
 wait $holder 2> /dev/null
 # Two runs on one port: rank 0 of run a turns away rank 1 of run b (which says so and exits 2)
-# and trains with its own rank 1.
+# and trains with its own rank 1 (which starts after run b's rank 1 ended: rank 0 waits up to
+# 30 s for it).
 export MASTER_PORT=$(free_port)
-VT_RUN_ID=a RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/runa0.log" 2>&1 &
+VT_CONNECT_TIMEOUT=30 VT_RUN_ID=a RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" \
+  > "$work/runa0.log" 2>&1 &
 rank0=$!
 VT_RUN_ID=b RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/runb1.log" 2>&1
 expect_error "a rank of another run on MASTER_PORT" $? \
