@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "vt_rng.h"
 
 enum { MAGIC = 0x76743364, VERSION = 1 };  // "vt3d"
 enum { KIND_HELLO = 0, KIND_COLL = 1, KIND_CH0 = 2, KIND_SIDE = 2 + VT_COMM_CHANNELS };
@@ -983,8 +984,7 @@ int vt_comm_tcp_launch(int have_mpi, vt_comm_tcp_env *e, char *err, size_t errle
              getenv("SLURM_STEP_ID"));
   else if (getenv("PMIX_NAMESPACE"))  // Open MPI's (PMIx's) job, under mpirun without MPI
     snprintf(e->run_id, sizeof e->run_id, "%s", getenv("PMIX_NAMESPACE"));
-  uint32_t h = 0x811c9dc5u;  // FNV-1a
-  for (const char *c = e->run_id; *c; c++) h = (h ^ (unsigned char)*c) * 0x01000193u;
+  const uint32_t h = vt_hash_name(e->run_id);
   e->run_key = e->run_id[0] ? (h ? h : 1) : 0;
   return 1;
 }

@@ -95,7 +95,7 @@ std::mutex &g_mu = *new std::mutex;
 std::condition_variable &g_cv = *new std::condition_variable;
 std::vector<emu_link *> &g_links = *new std::vector<emu_link *>;  // progressed by the thread
 int g_wake[2] = {-1, -1};         // a byte here wakes the thread's poll
-std::thread *g_thread;
+bool g_thread_started;
 int g_listen = -1;
 emu_addr g_self;     // g_listen's address
 uint32_t g_serial;   // ids made here
@@ -320,10 +320,10 @@ void wake() {
 // Hands a communicator's links to the thread (non-blocking from now on).
 void adopt(emu_nccl *c) {
   std::lock_guard<std::mutex> lk(g_mu);
-  if (!g_thread) {
+  if (!g_thread_started) {
     if (pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) die("pipe: %s", strerror(errno));
-    g_thread = new std::thread(progress_loop);
-    g_thread->detach();
+    std::thread(progress_loop).detach();
+    g_thread_started = true;
   }
   for (emu_link *l : c->links)
     if (l) g_links.push_back(l);
@@ -350,6 +350,10 @@ void wait_for(emu_msg *m) {
   g_cv.wait(lk, [m] { return m->complete; });
   lk.unlock();
   delete m;
+}
+
+void wait_all(const std::vector<emu_msg *> &ms) {
+  for (emu_msg *m : ms) wait_for(m);
 }
 
 // Each pair of members links up: each dials its lower ranks (a dial needs nothing of the other
@@ -444,7 +448,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     ck[0] = color, ck[1] = key;
     std::vector<emu_msg *> got;
     for (int j = 1; j < n; j++) got.push_back(post(comm, j, KIND_CONTROL, false, &ck[2 * j], 8));
-    for (emu_msg *m : got) wait_for(m);
+    wait_all(got);
     std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(6 + n, -1));
     std::vector<bool> done(n, false);
     for (int a = 0; a < n; a++) {
@@ -466,7 +470,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     std::vector<emu_msg *> sent;
     for (int j = 1; j < n; j++)
       sent.push_back(post(comm, j, KIND_CONTROL, true, out[j].data(), out[j].size() * 4));
-    for (emu_msg *m : sent) wait_for(m);
+    wait_all(sent);
     mine = out[0];
   } else {
     const int32_t ck[2] = {color, key};
@@ -496,13 +500,13 @@ ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t, ncc
     std::vector<emu_msg *> got;
     for (int j = 1; j < c->size; j++)
       got.push_back(post(c, j, KIND_COLLECTIVE, false, &in[n * (j - 1)], n * sizeof(float)));
-    for (emu_msg *m : got) wait_for(m);
+    wait_all(got);
     for (int j = 1; j < c->size; j++)
       for (size_t i = 0; i < n; i++) out[i] += in[n * (j - 1) + i];
     std::vector<emu_msg *> sent;
     for (int j = 1; j < c->size; j++)
       sent.push_back(post(c, j, KIND_COLLECTIVE, true, out, n * sizeof(float)));
-    for (emu_msg *m : sent) wait_for(m);
+    wait_all(sent);
   } else {
     wait_for(post(c, 0, KIND_COLLECTIVE, true, out, n * sizeof(float)));
     wait_for(post(c, 0, KIND_COLLECTIVE, false, out, n * sizeof(float)));
@@ -523,7 +527,7 @@ ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t,
     ops.push_back(post(c, (int)j, KIND_COLLECTIVE, true, &send[n * j], n * sizeof(float)));
     ops.push_back(post(c, (int)j, KIND_COLLECTIVE, false, &in[n * j], n * sizeof(float)));
   }
-  for (emu_msg *m : ops) wait_for(m);
+  wait_all(ops);
   memcpy(&in[n * me], &send[n * me], n * sizeof(float));
   float *out = (float *)r;
   for (size_t i = 0; i < n; i++) {
@@ -545,7 +549,7 @@ ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t, ncc
     ops.push_back(post(c, j, KIND_COLLECTIVE, true, own, n * sizeof(float)));
     ops.push_back(post(c, j, KIND_COLLECTIVE, false, out + n * (size_t)j, n * sizeof(float)));
   }
-  for (emu_msg *m : ops) wait_for(m);
+  wait_all(ops);
   return ncclSuccess;
 }
 
@@ -561,7 +565,7 @@ ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t, int
   std::vector<emu_msg *> sent;
   for (int j = 0; j < c->size; j++)
     if (j != root) sent.push_back(post(c, j, KIND_COLLECTIVE, true, r, n * sizeof(float)));
-  for (emu_msg *m : sent) wait_for(m);
+  wait_all(sent);
   return ncclSuccess;
 }
 
