@@ -1,9 +1,10 @@
 // model.h: one rank's part of the ViT (a pipeline stage's blocks, TP-sharded), its forward and
-// backward per micro-batch. Pre-LN blocks (x += attn(norm1(x)); x += mlp(norm2(x)), each branch
-// optionally scaled by LayerScale), T = 1 + R prefix tokens (class, registers; R without the
-// class token), class-token, mean, gap or MAP pooling, timm's VisionTransformer layout. Memory is allocated once at init:
-// parameters and gradients as two flat buffers laid out by the parameter table, activations of
-// every in-flight micro-batch ("slot") plus one backward scratch as one block (design.md).
+// backward per micro-batch (allocation in model.c, the passes in model_pass.c). Pre-LN blocks
+// (x += attn(norm1(x)); x += mlp(norm2(x)), each branch optionally scaled by LayerScale),
+// T = 1 + R prefix tokens (class, registers; R without the class token), class-token, mean, gap
+// or MAP pooling, timm's VisionTransformer layout. Memory is allocated once at init: parameters
+// and gradients as two flat buffers laid out by the parameter table, activations of every
+// in-flight micro-batch ("slot") plus one backward scratch as one block (design.md).
 // Depends on src/ and parallel/ (the TP all-reduces); knows nothing of MPI itself.
 #ifndef VT_MODEL_H
 #define VT_MODEL_H
@@ -245,6 +246,9 @@ static inline size_t vt_weight_copy_nbytes(int64_t total, int keeps_copy, vt_pre
 size_t vt_model_weight_copy_nbytes(const vt_model *m);
 void vt_model_hold_weights(const vt_model *m);
 void vt_model_release_weights(const vt_model *m);
+// Whether local block l lies in the frozen prefix (vt_model.frozen_layers; block i is layer
+// i + 1): nothing below it trains, so its backward and weight passes are skipped.
+int vt_model_block_frozen(const vt_model *m, int l);
 // The activation block vt_model_init would allocate (bytes), without allocating it: for
 // `vit3d plan`. The backend's precision sizes the bf16 activations.
 size_t vt_model_act_nbytes(const vt_vit_config *cfg, vt_shard shard, int max_batch, int nslots,
