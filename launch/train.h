@@ -46,7 +46,7 @@ typedef struct {
   double epochs, warmup_epochs, eval_epochs, save_epochs;
   int sched_epochs;         // --sched-on epochs: timm's per-epoch rate (vt_optim_config)
   int tensorboard;          // 1: TensorBoard events beside metrics.jsonl in log_dir (tfevents.h)
-  int resume_override;      // 1: resume even where the optimizer or schedule differ (ckpt.c)
+  int resume_override;      // 1: resume even where the optimizer or schedule differ (ckpt_resume.c)
   int64_t run_steps;        // steps to run in this invocation, then stop; 0: until the end
   vt_optim_config optim;
   float label_smoothing;

@@ -1,0 +1,439 @@
+// ckpt_resume.c: resuming from a checkpoint on the mesh (ckpt.h's vt_ckpt_resume and
+// vt_ckpt_check_optim): finds the checkpoint, checks its manifest against the run's options
+// (every difference named by its flag), and has every rank read and verify its part of each
+// file, falling back to an older checkpoint where one is damaged. Saving is ckpt.c.
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "ckpt_internal.h"
+#include "comm.h"
+#include "export.h"
+#include "fault.h"
+#include "partfile.h"
+#include "safetensors.h"
+#include "watchdog.h"
+
+typedef struct {
+  char was[512], now[512];
+  int n;
+} diff_list;
+
+static void differs(diff_list *d, int same, const char *flag, const char *was, const char *now) {
+  if (same) return;
+  const size_t a = strlen(d->was), b = strlen(d->now);
+  snprintf(d->was + a, sizeof d->was - a, "%s%s %s", d->n ? " " : "", flag, was);
+  snprintf(d->now + b, sizeof d->now - b, "%s%s %s", d->n ? " " : "", flag, now);
+  d->n++;
+}
+
+static void differs_real(diff_list *d, double was, double now, const char *flag) {
+  char a[32], b[32];
+  snprintf(a, sizeof a, "%.9g", was);
+  snprintf(b, sizeof b, "%.9g", now);
+  differs(d, was == now, flag, a, b);
+}
+
+// A float setting (the manifest holds it widened to double, exactly).
+static void differs_float(diff_list *d, double was, double now, const char *flag) {
+  char a[32], b[32];
+  snprintf(a, sizeof a, "%.7g", (float)was);
+  snprintf(b, sizeof b, "%.7g", (float)now);
+  differs(d, (float)was == (float)now, flag, a, b);
+}
+
+static void differs_int(diff_list *d, int64_t was, int64_t now, const char *flag) {
+  char a[32], b[32];
+  snprintf(a, sizeof a, "%" PRId64, was);
+  snprintf(b, sizeof b, "%" PRId64, now);
+  differs(d, was == now, flag, a, b);
+}
+
+vt_status vt_ckpt_check_optim(const vt_ckpt_manifest *saved, const vt_optim_config *now,
+                              const vt_vit_config *model, const char *dir, char *err,
+                              size_t errlen) {
+  if (!saved->has_optim) return VT_OK;
+  vt_ckpt_manifest cur;
+  vt_ckpt_manifest_optim(&cur, now, model);
+  diff_list d = {"", "", 0};
+  differs_float(&d, saved->lr, cur.lr, "--lr");
+  differs_float(&d, saved->min_lr, cur.min_lr, "--min-lr");
+  differs_float(&d, saved->warmup_lr, cur.warmup_lr, "--warmup-lr");
+  differs_int(&d, saved->warmup_steps, cur.warmup_steps, "--warmup-steps");
+  differs_int(&d, saved->total_steps, cur.total_steps, "--steps");
+  differs(&d, saved->sched == cur.sched, "--sched", vt_sched_name(saved->sched),
+          vt_sched_name(cur.sched));
+  differs(&d, saved->sched_epochs == cur.sched_epochs, "--sched-on",
+          saved->sched_epochs ? "epochs" : "steps", cur.sched_epochs ? "epochs" : "steps");
+  if (saved->sched_epochs && cur.sched_epochs) {
+    differs_real(&d, saved->warmup_epochs, cur.warmup_epochs, "--warmup-epochs");
+    differs_real(&d, saved->cycle_epochs, cur.cycle_epochs, "--epochs");
+    differs_int(&d, saved->epoch_images, cur.epoch_images, "training images");
+  }
+  differs_float(&d, saved->weight_decay, cur.weight_decay, "--weight-decay");
+  differs_float(&d, saved->opt_eps, cur.opt_eps, "--opt-eps");
+  differs_float(&d, saved->clip_grad, cur.clip_grad, "--clip-grad");
+  differs_float(&d, saved->layer_decay, cur.layer_decay, "--layer-decay");
+  if (vt_opt_state_buffers(now->kind) == 1)  // SGD, LARS
+    differs_float(&d, saved->momentum, now->momentum, "--momentum");
+  char was[48], is[48];
+  snprintf(was, sizeof was, "freezing %d tensors (names %08" PRIx64 ")", saved->frozen,
+           saved->frozen_hash);
+  snprintf(is, sizeof is, "freezing %d tensors (names %08" PRIx64 ")", cur.frozen,
+           cur.frozen_hash);
+  differs(&d, saved->frozen == cur.frozen && saved->frozen_hash == cur.frozen_hash,
+          "--freeze/--trainable", was, is);
+  if (d.n == 0) return VT_OK;
+  snprintf(err, errlen, "%s was saved by a run with %s, and this one has %s", dir, d.was, d.now);
+  return VT_ERR_INPUT;
+}
+
+static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifest *man,
+                                const char *dir, char *err, size_t errlen) {
+  const vt_vit_config *c = &o->model;
+  if (man->img_size != c->img_size || man->patch_size != c->patch_size ||
+      man->width != c->width || man->depth != c->depth || man->heads != c->heads ||
+      man->num_classes != c->num_classes || vt_ckpt_mlp_hidden(man) != vt_cfg_mlp_hidden(c)) {
+    snprintf(err, errlen,
+             "%s holds a model of img %d patch %d width %d depth %d heads %d MLP %d "
+             "classes %d; pass the same sizes to resume it (--mlp-dim %d)",
+             dir, man->img_size, man->patch_size, man->width, man->depth, man->heads,
+             vt_ckpt_mlp_hidden(man), man->num_classes, vt_ckpt_mlp_hidden(man));
+    return VT_ERR_INPUT;
+  }
+  if (man->global_pool != c->global_pool || man->class_token != !c->no_class_token) {
+    static const char *const heads[] = {"class-token", "mean-pooled (fc_norm)",
+                                        "normalised-tokens mean (gap)",
+                                        "attention-pooling (map)"};
+    snprintf(err, errlen, "%s holds a model with the %s head and %s class token; resume it with "
+             "--global-pool %s --class-token %d",
+             dir, heads[man->global_pool], man->class_token ? "a" : "no",
+             vt_config_pool_name(man->global_pool), man->class_token);
+    return VT_ERR_INPUT;
+  }
+  if (man->layer_scale != (c->layer_scale > 0) || man->no_embed_class != c->no_embed_class ||
+      man->reg_tokens != c->reg_tokens) {
+    snprintf(err, errlen,
+             "%s holds a model %s LayerScale, with %d register tokens and positions on %s; "
+             "resume it with %s--reg-tokens %d --no-embed-class %d",
+             dir, man->layer_scale ? "with" : "without", man->reg_tokens,
+             man->no_embed_class ? "the patch tokens only" : "every token",
+             man->layer_scale ? "--layer-scale G (any G > 0: the gammas are loaded) "
+                              : "--layer-scale 0 ",
+             man->reg_tokens, man->no_embed_class);
+    return VT_ERR_INPUT;
+  }
+  if (man->qk_norm != c->qk_norm || man->qkv_bias != !c->no_qkv_bias ||
+      man->parallel != c->parallel || man->gelu_tanh != c->gelu_tanh ||
+      man->quick_gelu != c->quick_gelu) {
+    snprintf(err, errlen, "%s holds a model %s QK-norm, %s qkv bias, %s blocks and the %s GELU; "
+             "resume it with --qk-norm %d --qkv-bias %d --parallel-blocks %d --act %s", dir,
+             man->qk_norm ? "with" : "without", man->qkv_bias ? "with a" : "without a",
+             man->parallel ? "parallel" : "sequential",
+             man->quick_gelu ? "quick" : man->gelu_tanh ? "tanh" : "erf", man->qk_norm,
+             man->qkv_bias, man->parallel, vt_ckpt_act_name(man));
+    return VT_ERR_INPUT;
+  }
+  if (man->pre_logits != c->pre_logits) {
+    snprintf(err, errlen, "%s holds a model %s; resume it with --pre-logits %d", dir,
+             man->pre_logits ? "with a pre-logits layer" : "without a pre-logits layer",
+             man->pre_logits);
+    return VT_ERR_INPUT;
+  }
+  if (man->pre_norm != c->pre_norm || man->norm_eps != vt_cfg_norm_eps(c)) {
+    snprintf(err, errlen, "%s holds a model %s norm_pre and LayerNorm eps %g; resume it with "
+             "--pre-norm %d --norm-eps %g", dir, man->pre_norm ? "with" : "without",
+             (double)man->norm_eps, man->pre_norm, (double)man->norm_eps);
+    return VT_ERR_INPUT;
+  }
+  if (man->pos_sincos != c->pos_sincos) {
+    snprintf(err, errlen, "%s holds a model with %s positions; resume it with --pos-embed %s", dir,
+             man->pos_sincos ? "fixed 2D sin-cos" : "learned",
+             man->pos_sincos ? "sincos2d" : "learn");
+    return VT_ERR_INPUT;
+  }
+  const vt_optim_config *oc = &o->optim;
+  const int sgd_now = oc->kind == VT_OPT_SGD ? 1 + oc->nesterov : 0;
+  const int lars_now = oc->kind == VT_OPT_LARS ? 1 + oc->nesterov + 2 * oc->trust_clip : 0;
+  if (!o->eval_only && (man->lamb != (oc->kind == VT_OPT_LAMB) || man->sgd != sgd_now ||
+                        man->lars != lars_now)) {
+    snprintf(err, errlen, "%s was trained with --opt %s; resume it with --opt %s (another "
+             "optimizer would go on from its state as a different run)", dir,
+             vt_ckpt_opt_name(man), vt_ckpt_opt_name(man));
+    return VT_ERR_INPUT;
+  }
+  if (!o->eval_only &&
+      (man->global_batch != o->global_batch || man->stream_position != man->step * o->global_batch)) {
+    snprintf(err, errlen,
+             "%s was saved with --global-batch-size %" PRId64 "; resume with the same global "
+             "batch so the data stream continues where it stopped",
+             dir, man->global_batch);
+    return VT_ERR_INPUT;
+  }
+  return VT_OK;
+}
+
+// Reads this rank's part of DIR/NAME.safetensors: the tensors prefixes[k]<name> of its table
+// from layer first_layer on into bufs[k]. With check, the CRC-32 share of the bytes read is
+// added to it (and with head, of the bytes before the data too: one rank counts those).
+static vt_status read_part(const char *dir, const char *name, const vt_param_table *t,
+                           const char *const *prefixes, float **bufs, int n, int first_layer,
+                           double nbytes[2], vt_read_check *check, int head, char *err,
+                           size_t errlen) {
+  char path[1300];
+  snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
+  vt_st_file f;
+  vt_status st = vt_safetensors_open(path, &f, err, errlen);
+  for (int k = 0; st == VT_OK && k < n; k++)
+    st = vt_params_read_local(&f, path, t, prefixes[k], first_layer, bufs[k], check, err,
+                              errlen);
+  if (st == VT_OK && check && head) {
+    const int64_t off = vt_st_data_offset(&f), size = off + f.data_nbytes;
+    uint8_t *h = malloc((size_t)off);
+    FILE *fp = h ? fopen(path, "rb") : NULL;
+    if (fp && fread(h, 1, (size_t)off, fp) == (size_t)off) {
+      check->share ^= vt_crc32_piece(0, h, (size_t)off, size);
+      check->nbytes += off;
+    }
+    if (fp) fclose(fp);
+    free(h);
+  }
+  nbytes[0] += (double)vt_st_bytes_read(&f), nbytes[1] += (double)f.data_nbytes;
+  vt_safetensors_close(&f);
+  return st;
+}
+
+// The checkpoint's files in the order of vt_read_check arrays.
+static const char *const k_files[3] = {"model", "optim", "ema"};
+
+// Whether DIR's optim.safetensors holds SGD's momentum the twentieth session's way: as
+// "exp_avg." beside an all-zero "exp_avg_sq." (now "momentum_buffer." alone).
+static int sgd_adam_layout(const char *dir, const vt_param_table *t) {
+  char path[1300], name[128], why[256];
+  snprintf(path, sizeof path, "%s/optim.safetensors", dir);
+  snprintf(name, sizeof name, "exp_avg_sq.%s", t->p[0].name);
+  vt_st_file f;
+  if (vt_safetensors_open(path, &f, why, sizeof why) != VT_OK) return 0;  // said by the read
+  const int adam = vt_st_find(&f, name) != NULL;
+  vt_safetensors_close(&f);
+  return adam;
+}
+
+// Collective over world: the CRC-32 of each file the ranks read together, from their shares,
+// against the manifest (rank 0's); a file they did not read whole (the EMA without
+// --model-ema, the moments in an evaluation) rank 0 reads itself. VT_ERR_INPUT with "DIR is
+// damaged: ..." in err on rank 0 when one differs; the verdict is every rank's.
+static vt_status check_files(vt_comm *world, const char *dir, const vt_ckpt_manifest *man,
+                             const vt_read_check *checks, char *err, size_t errlen) {
+  uint32_t share[3];
+  double bytes[3];
+  for (int i = 0; i < 3; i++) share[i] = checks[i].share, bytes[i] = (double)checks[i].nbytes;
+  vt_comm_all_xor(world, share, 3);
+  vt_comm_all_reduce_double(world, bytes, 3, VT_REDUCE_SUM);
+  vt_status st = VT_OK;
+  for (int j = 0; vt_comm_rank(world) == 0 && st == VT_OK && j < man->nfiles; j++) {
+    char name[64];
+    int i = 0;
+    for (; i < 3; i++) {
+      snprintf(name, sizeof name, "%s.safetensors", k_files[i]);
+      if (strcmp(man->file[j], name) == 0) break;
+    }
+    uint32_t crc = 0;
+    if (i < 3 && bytes[i] == (double)man->file_nbytes[j]) {
+      crc = vt_crc32_of_shares(&share[i], 1, man->file_nbytes[j]);
+    } else {  // not read whole by the ranks: rank 0 reads it
+      char path[1300], why[400];
+      int64_t nb = 0;
+      snprintf(path, sizeof path, "%s/%s", dir, man->file[j]);
+      if (vt_file_crc32(path, &nb, &crc, why, sizeof why) != VT_OK) {
+        snprintf(err, errlen, "%s is damaged: %s", dir, why);
+        st = VT_ERR_INPUT;
+        break;
+      }
+    }
+    if (crc != man->file_crc[j]) {
+      snprintf(err, errlen, "%s is damaged: %s has CRC-32 %08x, the manifest says %08x", dir,
+               man->file[j], crc, man->file_crc[j]);
+      st = VT_ERR_INPUT;
+    }
+  }
+  double bad = st != VT_OK;
+  vt_comm_all_reduce_double(world, &bad, 1, VT_REDUCE_MAX);
+  return bad ? VT_ERR_INPUT : VT_OK;
+}
+
+vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
+                         vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
+                         vt_ckpt_manifest *saved, char *err, size_t errlen) {
+  *start_step = 0;
+  if (saved) memset(saved, 0, sizeof *saved);
+  const int auto_mode = strcmp(o->resume, "auto") == 0;
+  const int rank0 = vt_comm_rank(world) == 0;
+  const vt_mesh_coord me = vt_mesh_coords(mesh, vt_comm_rank(world));
+  char dir[1100];
+  vt_ckpt_manifest man;
+  // Rank 0 proposes a checkpoint whose manifest and file sizes are sound (--resume auto: the
+  // candidates in order, vt_ckpt_candidates); every rank reads its part of it, counting the
+  // CRC-32 shares of what it read (the DP-rank-0 replica of each shard; replicated tensors on TP
+  // rank 0), so the checksums are verified without any rank reading the whole checkpoint. A
+  // damaged one is refused (--resume DIR) or skipped for the next candidate. --resume DIR (vit3d
+  // eval's --checkpoint) may name a --save folder instead of a checkpoint: its candidates as
+  // with auto, newest first, as vit3d inspect reads one, but none is an error, and nothing in it
+  // is cleaned up (a run may be saving there now).
+  int64_t cand[4096];
+  int ncand = 0, next = 0, skipped = 0;
+  const char *folder = auto_mode ? o->save_dir : o->resume;
+  int in_folder = auto_mode;  // (rank 0's finding, shared with its first proposal)
+  if (rank0 && auto_mode) vt_ckpt_clean(o->save_dir);
+  if (rank0 && !auto_mode)
+    in_folder = !vt_ckpt_is_checkpoint(o->resume) && vt_ckpt_candidates(o->resume, cand, 1) > 0;
+  if (rank0 && in_folder) ncand = vt_ckpt_candidates(folder, cand, 4096);
+  const int64_t total = m->table.total;
+  float *local[4] = {NULL};  // weights, moments, EMA (kept only with --model-ema)
+  for (int k = 0; k < 3 + (opt->ema != NULL); k++) {
+    local[k] = malloc((size_t)(total + 1) * sizeof(float));
+    VT_CHECK(local[k] != NULL, "out of host memory to load a checkpoint");
+  }
+  vt_status result = VT_OK;
+  for (;;) {
+    // Rank 0 chooses; the others follow: the step number names the directory, and the
+    // optimizer's step count comes along. The others start at -inf so that the MAX reduction
+    // hands everyone rank 0's values.
+    double found = rank0 ? -1 : -1e300;  // step of the chosen checkpoint; -1: none; -2: refused
+    if (rank0) {
+      if (in_folder) {
+        char why[600];
+        while (found < 0 && next < ncand) {
+          vt_ckpt_step_dir(folder, cand[next++], dir, sizeof dir);
+          if (vt_ckpt_check(dir, &man, 0, why, sizeof why) == VT_OK) found = (double)man.step;
+          else vt_log_warn("%s; trying older checkpoints", why), skipped++;
+        }
+        if (found < 0 && auto_mode)
+          vt_log_info("--resume auto: no complete checkpoint in %s; starting from step 0",
+                      o->save_dir);
+        if (found < 0 && !auto_mode) {
+          snprintf(err, errlen, "%s holds no complete checkpoint (its step-N folders are all "
+                   "damaged or unfinished)", o->resume);
+          found = -2;
+        }
+      } else {
+        snprintf(dir, sizeof dir, "%s", o->resume);
+        found = vt_ckpt_check(dir, &man, 0, err, errlen) == VT_OK ? (double)man.step : -2;
+      }
+      if (found >= 0 && check_manifest(o, &man, dir, err, errlen) != VT_OK) found = -2;
+    }
+    int has_ema = rank0 && found >= 0 && vt_ckpt_manifest_lists(&man, "ema.safetensors");
+    double choice[5] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
+                        rank0 ? has_ema : -1e300,
+                        rank0 && found >= 0 ? (double)man.optim_from_layer : -1e300,
+                        rank0 ? in_folder : -1e300};
+    vt_comm_all_reduce_double(world, choice, 5, VT_REDUCE_MAX);
+    has_ema = choice[2] > 0;
+    in_folder = choice[4] > 0;
+    if (choice[0] == -2) {
+      result = VT_ERR_INPUT;
+      break;
+    }
+    if (choice[0] < 0) break;  // a fresh start
+    if (in_folder) vt_ckpt_step_dir(folder, (int64_t)choice[0], dir, sizeof dir);
+    else snprintf(dir, sizeof dir, "%s", o->resume);
+    if (!rank0) {
+      memset(&man, 0, sizeof man);
+      man.step = (int64_t)choice[0];
+      man.adam_t = (int64_t)choice[1];
+      man.optim_from_layer = (int)choice[3];
+      man.stream_position = man.step * o->global_batch;
+    }
+    if (o->use_ema && !has_ema) {
+      snprintf(err, errlen, "%s has no EMA weights (it was saved without --model-ema)", dir);
+      result = VT_ERR_INPUT;
+      break;
+    }
+    const int load_ema = opt->ema && has_ema && !o->eval_only;
+    double nbytes[2] = {0, 0};  // read by this rank, in the files
+    vt_read_check checks[3] = {{me.tp_rank == 0, 0, 0}, {me.tp_rank == 0, 0, 0},
+                               {me.tp_rank == 0, 0, 0}};
+    vt_read_check *count[3] = {NULL, NULL, NULL};  // model, optim, ema
+    for (int i = 0; i < 3 && me.dp_rank == 0; i++) count[i] = &checks[i];
+    // The weights: vit3d eval --use-ema 1 evaluates the EMA in their place.
+    static const char *const plain[1] = {""};
+    const int wfile = o->use_ema ? 2 : 0;
+    vt_status st = read_part(dir, k_files[wfile], &m->table, plain, &local[0], 1, 0, nbytes,
+                             count[wfile], rank0, err, errlen);
+    if (st == VT_OK && load_ema)
+      st = read_part(dir, "ema", &m->table, plain, &local[3], 1, 0, nbytes, count[2], rank0,
+                     err, errlen);
+    // The moments: zeros where the file has none (an evaluation reads none; the layers before
+    // optim_from_layer were frozen when it was saved).
+    memset(local[1], 0, (size_t)total * sizeof(float));
+    memset(local[2], 0, (size_t)total * sizeof(float));
+    if (st == VT_OK && !o->eval_only) {
+      // (SGD's older two-tensor layout predates optim_from_layer)
+      const int one = (opt->cfg.kind == VT_OPT_SGD &&
+                       (man.optim_from_layer > 0 || !sgd_adam_layout(dir, &m->table))) ||
+                      opt->cfg.kind == VT_OPT_LARS;
+      st = read_part(dir, "optim", &m->table, one ? vt_ckpt_sgd_state : vt_ckpt_adam_state, &local[1],
+                     one ? 1 : 2, man.optim_from_layer, nbytes, count[1], rank0, err, errlen);
+    }
+    double bad[2] = {st != VT_OK, 0};  // a read failed; the checkpoint is damaged
+    vt_comm_all_reduce_double(world, bad, 1, VT_REDUCE_MAX);
+    if (bad[0]) {  // a damaged file (a header that does not parse) or an I/O error
+      vt_ckpt_manifest again;
+      char why[600];
+      if (rank0 && vt_ckpt_verify(dir, &again, why, sizeof why) != VT_OK)
+        bad[1] = 1, snprintf(err, errlen, "%s", why);
+      vt_comm_all_reduce_double(world, bad + 1, 1, VT_REDUCE_MAX);
+      if (!bad[1]) {
+        if (st == VT_OK) snprintf(err, errlen, "another rank could not load %s", dir);
+        result = VT_ERR_INPUT;
+        break;
+      }
+    }
+    if (bad[1] || check_files(world, dir, &man, checks, err, errlen) != VT_OK) {
+      if (!in_folder) {
+        result = VT_ERR_INPUT;
+        break;
+      }
+      if (rank0) vt_log_warn("%s; trying older checkpoints", err);
+      skipped++;
+      continue;
+    }
+    if (rank0 && in_folder && skipped)
+      vt_log_warn("using the previous complete checkpoint %s", dir);
+    // Allowed (reshuffling after a loss spike is a known remedy), but no longer the same run.
+    if (rank0 && !o->eval_only && man.seed != o->seed)
+      vt_log_warn("%s was saved by a run with --seed %" PRIu64 " and this one has --seed %" PRIu64
+                  ": from here the data order and the augmentations differ from that run's",
+                  dir, man.seed, o->seed);
+    if (rank0 && !o->eval_only && man.aug_repeats != o->aug_repeats)
+      vt_log_warn("%s was saved by a run with --aug-repeats %d and this one has %d: the data "
+                  "stream holds other images from here", dir, man.aug_repeats, o->aug_repeats);
+    if (rank0 && !o->eval_only && man.drop_last != o->drop_last)
+      vt_log_warn("%s was saved by a run with --drop-last %d and this one has %d: the epochs, "
+                  "and so the data stream, differ from here", dir, man.drop_last, o->drop_last);
+    m->be->to_device(m->params, local[0], (size_t)total * sizeof(float));
+    vt_optimizer_set_state(opt, local[1], local[2], man.adam_t);
+    if (load_ema) {
+      vt_optimizer_set_ema(opt, local[3]);
+    } else if (opt->ema) {
+      vt_optimizer_ema_reset(opt, m->params);
+      vt_log_info("%s has no EMA weights: the EMA starts from its weights", dir);
+    } else if (has_ema && !o->eval_only) {
+      vt_log_info("%s has EMA weights; without --model-ema they are not kept", dir);
+    }
+    *start_step = man.step;
+    if (saved && rank0) *saved = man;
+    vt_log_info("%s %s: %" PRId64 " steps done, data stream at sample %" PRId64
+                " (saved on tp %d x pp %d x dp %d); this rank read %.1f of the checkpoint's %.1f MiB",
+                o->eval_only ? "loaded" : "resumed from", dir, man.step, man.stream_position,
+                man.tp, man.pp, man.dp, nbytes[0] / 1048576.0,
+                nbytes[1] / 1048576.0);
+    break;
+  }
+  for (int k = 0; k < 4; k++) free(local[k]);
+  return result;
+}
