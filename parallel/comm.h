@@ -25,7 +25,7 @@ typedef enum { VT_REDUCE_SUM = 0, VT_REDUCE_MAX = 1, VT_REDUCE_MIN = 2 } vt_redu
 
 // Starts the world and returns its communicator (axis WORLD, host buffers): MPI
 // (MPI_Init_thread; only the main thread communicates) when an MPI launcher started this
-// process, or when nothing says otherwise and MPI was built; TCP (comm_tcp.c) when a launcher
+// process, or when nothing says otherwise and MPI was built; TCP (comm_tcp*.c) when a launcher
 // without MPI did (torchrun's RANK/WORLD_SIZE, `srun --mpi=none`, Open MPI's or PMI's variables
 // in a build without MPI), meeting at MASTER_ADDR:MASTER_PORT; VT_WORLD=mpi|tcp forces one.
 // Installs an abort hook so that a VT_CHECK on any rank ends the whole job (MPI_Abort; over TCP
@@ -215,7 +215,7 @@ typedef struct {
 } vt_comm_transport;
 
 // The host side of a comm: splitting, host control (buffers in host memory) and the watchdog's
-// side channel, over MPI (comm_mpi.c) or TCP sockets (comm_tcp.c). A world has one; its comms'
+// side channel, over MPI (comm_mpi.c) or TCP sockets (comm_tcp*.c). A world has one; its comms'
 // states are the host's own handles. split names the new comm ("tp", ...) for messages.
 typedef struct {
   const char *name;
@@ -240,7 +240,7 @@ void vt_comm_mpi_node(void *state, int *local_rank, int *local_size);
 void vt_comm_mpi_finalize(void);
 VT_NORETURN void vt_comm_mpi_abort(int code);
 
-// comm_tcp.c (always built): a world without MPI, its ranks from the launcher's environment,
+// comm_tcp*.c (always built): a world without MPI, its ranks from the launcher's environment,
 // meeting at MASTER_ADDR:MASTER_PORT. vt_comm_tcp_launch reads the environment (have_mpi: this
 // build has MPI): 1 when this process starts a TCP world (e filled), 0 when it should not (MPI,
 // or a single process), -1 when the environment is wrong (err says what to do).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_tcp.sh VIT3D [ROUNDS]: the TCP world (parallel/comm_tcp.c) against MPI, the same
+# bench_tcp.sh VIT3D [ROUNDS]: the TCP world (parallel/comm_tcp*.c) against MPI, the same
 # training in the same run: for each mesh of two ranks (dp 2: one gradient all-reduce per step;
 # tp 2: four all-reduces of activations per block and micro-batch; pp 2: activations and
 # gradients between the stages), an MPI run (mpirun) and a TCP run (launch/spawn.sh) in turn

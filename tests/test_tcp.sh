@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_tcp.sh VIT3D TEST_COMM [mpi|nompi]: the world without MPI (parallel/comm_tcp.c), its
+# test_tcp.sh VIT3D TEST_COMM [mpi|nompi]: the world without MPI (parallel/comm_tcp*.c), its
 # ranks started the way torchrun starts them (launch/spawn.sh: RANK, WORLD_SIZE, MASTER_ADDR,
 # MASTER_PORT):
 #  1. test_comm over TCP: every collective of the comm API exact on two 8-rank meshes;
