@@ -93,9 +93,16 @@ grep -q "parameters [0-9.]* MiB ([0-9.]* of it their bf16 copy)" "$work/held_1.l
 # stream); nothing is freed. Counted by the emulation (EMU_SYNC_REPORT) over 2 and 4 steps of 4
 # micro-batches; the difference is 2 steps' worth, the start-up's and the end's cancelling.
 sync_count() {  # sync_count STEPS OPT: the emulation's host waits of a run, one "key value" a line
+  local rc=0
   EMU_SYNC_REPORT="$work/sync_$1_$2" "$emu" "${args[@]}" --steps "$1" --global-batch-size 8 \
     --micro-batch-size 2 --opt "$2" --log-interval 100 --device cuda --log-dir "$work/sync_$1_$2.d" \
-    > "$work/sync_$1_$2.log" 2>&1 && cat "$work/sync_$1_$2"
+    > "$work/sync_$1_$2.log" 2>&1 || rc=$?
+  if [[ $rc != 0 || ! -s $work/sync_$1_$2 ]]; then  # say why the counts below are missing
+    echo "the $1-step $2 run: exit $rc, report ${work}/sync_$1_$2 $([[ -s $work/sync_$1_$2 ]] ||
+      echo missing); its log ends:" >&2
+    tail -5 "$work/sync_$1_$2.log" >&2
+  fi
+  cat "$work/sync_$1_$2" 2>/dev/null || true
 }
 for opt in adamw lamb; do  # (LARS shares LAMB's norms: decayed_norms)
   norms=$([[ $opt == adamw ]] && echo 0 || echo 1)  # LAMB's per-tensor norms: one more
