@@ -1,0 +1,286 @@
+// train_check.c: the options of `vit3d train|eval|plan` checked before anything starts
+// (vt_train_validate: one message for what is wrong and what to do), and the checks and
+// resolutions a run makes once its world and data are known: the output folders, --epochs made
+// steps, a resumed run's schedule and optimizer against its checkpoint's. Must not depend on the
+// CLI parser or the model's passes.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "ckpt.h"
+#include "comm.h"
+#include "data.h"
+#include "label.h"
+#include "mesh.h"
+#include "schedule.h"
+#include "train.h"
+#include "train_internal.h"
+
+#define REFUSE(...) return (snprintf(err, errlen, __VA_ARGS__), VT_ERR_INPUT)
+
+int vt_train_pass_times(const char *text, double costs[3]) {
+  costs[0] = costs[1] = costs[2] = 0.0;
+  if (strcmp(text, "auto") == 0) return 1;
+  if (strcmp(text, "equal") == 0) return 0;
+  char tail;
+  if (sscanf(text, "%lf:%lf:%lf%c", &costs[0], &costs[1], &costs[2], &tail) != 3) return -1;
+  for (int k = 0; k < 3; k++)
+    if (!(costs[k] > 0.0 && costs[k] < 1e6)) return -1;
+  return 2;
+}
+
+// The files a run writes at its end, each with its flag ("" where not asked for).
+enum { N_OUTPUTS = 4 };
+static void output_files(const vt_train_options *o, const char *out[N_OUTPUTS][2]) {
+  const char *const all[N_OUTPUTS][2] = {{"--final-weights", o->final_weights},
+                                         {"--final-ema", o->final_ema},
+                                         {"--predictions", o->predictions},
+                                         {"--logits-out", o->logits_out}};
+  memcpy(out, all, sizeof all);
+}
+
+vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size_t errlen) {
+  const vt_vit_config *c = &o->model;
+  if (vt_config_validate(c, err, errlen) != VT_OK) return VT_ERR_INPUT;
+  if (o->logits_out[0] && (!o->eval_only || world_size != 1))
+    REFUSE("--logits-out is for vit3d eval on one rank");
+  if (o->eval_only && (!o->val_data[0] || !(o->resume[0] || o->init_from[0])))
+    REFUSE("vit3d eval needs --val-data and the weights: --checkpoint DIR or --init-from FILE");
+  vt_mesh_order order;
+  vt_mesh mesh;
+  if (vt_mesh_order_parse(o->mesh_order, &order, err, errlen) != VT_OK) return VT_ERR_INPUT;
+  if (vt_mesh_init(&mesh, o->tp, o->pp, o->dp, order, world_size, err, errlen) != VT_OK)
+    return VT_ERR_INPUT;
+  o->dp = mesh.dp_size;
+  if (o->predictions[0] && !o->eval_only)
+    REFUSE("--predictions is for vit3d eval (on any mesh)");
+  if (o->global_batch == 0) o->global_batch = o->dp * o->micro_batch;
+  if (c->heads % o->tp != 0)
+    REFUSE("--tp %d does not divide the %d attention heads; use a TP size that divides them",
+           o->tp, c->heads);
+  if (vt_cfg_mlp_hidden(c) % o->tp != 0)
+    REFUSE("--tp %d does not divide the MLP width %d", o->tp, vt_cfg_mlp_hidden(c));
+  if (o->global_batch % (o->dp * o->micro_batch) != 0)
+    REFUSE("--global-batch-size %d is not a multiple of dp %d x --micro-batch-size %d = %d",
+           o->global_batch, o->dp, o->micro_batch, o->dp * o->micro_batch);
+  vt_schedule_kind kind;
+  if (vt_schedule_parse(o->pp_schedule, &kind) != VT_OK)
+    REFUSE("--pp-schedule %s: use one of %s", o->pp_schedule, VT_SCHEDULE_NAMES);
+  if (o->pp_chunks == 0)
+    o->pp_chunks = kind == VT_SCHEDULE_INTERLEAVED || kind == VT_SCHEDULE_ZB_V ? 2 : 1;
+  if (kind == VT_SCHEDULE_ZB_V && o->pp_chunks != 2)
+    REFUSE("--pp-schedule zb-v holds exactly 2 model chunks per stage (its V): drop "
+           "--pp-chunks %d", o->pp_chunks);
+  if (vt_schedule_splits_backward(kind) && o->recompute_blocks > 0)
+    REFUSE("--pp-schedule %s splits the backward into input and weight gradients, whose "
+           "weight pass reads the stored activations again: it does not go with "
+           "--recompute-blocks; use one or the other", o->pp_schedule);
+  vt_schedule_spec spec = {kind, o->pp, o->global_batch / (o->dp * o->micro_batch), o->pp_chunks,
+                           0, {0, 0, 0}};
+  double times[3];
+  const int pass_times = vt_train_pass_times(o->pp_pass_times, times);
+  if (pass_times < 0)
+    REFUSE("--pp-pass-times %s: give auto, equal or F:B:W, three positive relative times of the "
+           "forward, input-gradient and weight passes (e.g. 1:1:0.35)", o->pp_pass_times);
+  if (pass_times == 2 && kind != VT_SCHEDULE_ZB_V)
+    REFUSE("--pp-pass-times %s: only --pp-schedule zb-v builds its order for pass times",
+           o->pp_pass_times);
+  if (pass_times == 2) spec.costs = (vt_schedule_costs){times[0], times[1], times[2]};
+  if (o->eval_only) spec.n_micro = o->pp;  // evaluation runs no schedule, only the chunks' layout
+  char why[400];
+  if (vt_schedule_verify(&spec, why, sizeof why) != VT_OK)
+    REFUSE("--pp-schedule %s with --pp %d, --pp-chunks %d and %d micro-batches per step "
+           "(--global-batch-size / (dp x --micro-batch-size)): %s", o->pp_schedule, o->pp,
+           o->pp_chunks, spec.n_micro, why);
+  if (c->depth < o->pp * o->pp_chunks && o->pp_chunks == 1)
+    REFUSE("--pp %d stages but only %d blocks: every stage needs at least one block", o->pp,
+           c->depth);
+  if (c->depth < o->pp * o->pp_chunks)
+    REFUSE("--pp %d x --pp-chunks %d = %d virtual pipeline stages but only %d blocks: every "
+           "one needs at least one block", o->pp, o->pp_chunks, o->pp * o->pp_chunks, c->depth);
+  if (!o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0 &&
+      (o->transform.ra.layers > 0 || o->transform.three_aug || o->transform.simple_crop ||
+       o->aug_repeats > 1 || o->drop_last))
+    REFUSE("--aa, --three-augment, --simple-crop, --aug-repeats and --drop-last act on the image "
+           "loader's crops and epochs; --data synthetic has none: give --data DIR");
+  if (o->transform.simple_crop && o->transform.train_interp == VT_INTERP_SAMPLE)
+    REFUSE("--simple-crop resizes the whole image as torchvision's Resize does: it needs "
+           "--train-interpolation bilinear or bicubic");
+  if (o->transform.simple_crop && c->img_size < 2 * VT_SIMPLE_CROP_PAD + 1)
+    REFUSE("--simple-crop pads by %d mirrored pixels: it needs --img-size %d or more",
+           VT_SIMPLE_CROP_PAD, 2 * VT_SIMPLE_CROP_PAD + 1);
+  if (o->transform.ra.layers > 0 && o->transform.three_aug)
+    REFUSE("--aa and --three-augment are two augmentation policies (DeiT III's 3-Augment "
+           "replaces RandAugment): pick one");
+  if (vt_label_key_check(o->label_key, err, errlen) != VT_OK) return VT_ERR_INPUT;
+  if (o->bce_thresh >= 0 && !o->bce_loss)
+    REFUSE("--bce-target-thresh %g makes binary targets for --bce-loss 1, which is off",
+           (double)o->bce_thresh);
+  if (vt_mix_enabled(&o->mix) && o->micro_batch % 2 != 0)
+    REFUSE("--mixup and --cutmix mix pairs of images (stream positions 2k and 2k+1), so "
+           "--micro-batch-size must be even (have %d)", o->micro_batch);
+  if (o->drop_path > 0 && o->micro_batch > VT_DROP_PATH_MAX_SAMPLES)
+    REFUSE("--drop-path works on micro-batches of at most %d images (have %d); lower "
+           "--micro-batch-size and raise the accumulation instead", VT_DROP_PATH_MAX_SAMPLES,
+           o->micro_batch);
+  if (o->optim.warmup_steps > o->steps && o->epochs <= 0)  // (with --epochs: once resolved)
+    REFUSE("--warmup-steps %lld is longer than --steps %lld", (long long)o->optim.warmup_steps,
+           (long long)o->steps);
+  if ((o->epochs > 0 || o->warmup_epochs > 0 || o->eval_epochs > 0 || o->save_epochs > 0) &&
+      !o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0)
+    REFUSE("--epochs, --warmup-epochs, --eval-epochs and --save-epochs count passes over a "
+           "dataset; --data synthetic has no size: give steps");
+  if (o->sched_epochs && !o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0)
+    REFUSE("--sched-on epochs steps the learning rate once per pass over a dataset; --data "
+           "synthetic has no size: use --sched-on steps");
+  if (o->optim.min_lr > o->optim.lr)
+    REFUSE("--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
+  if (o->optim.warmup_lr > o->optim.lr)
+    REFUSE("--warmup-lr %g is above --lr %g (the warmup climbs to --lr)", o->optim.warmup_lr,
+           o->optim.lr);
+  if (o->optim.freeze[0] || o->optim.trainable[0]) {
+    vt_freeze_summary fz;
+    if (vt_freeze_summarize(&o->optim, c, &fz, err, errlen) != VT_OK) return VT_ERR_INPUT;
+    char flags[600];
+    vt_freeze_flags(&o->optim, flags, sizeof flags);
+    if (fz.tensors == 0)
+      REFUSE("%s freezes no tensor of this model; the patterns match timm's names "
+             "(blocks.0.attn.qkv.weight, patch_embed.proj.weight, head.bias, ...; vit3d export "
+             "writes them)", flags);
+    if (fz.tensors == fz.all_tensors)
+      REFUSE("%s freezes all %d tensors of this model: nothing would train", flags,
+             fz.all_tensors);
+    // The pipeline's lists without the gradients of wholly frozen stages: verified as well.
+    vt_schedule_spec frozen = spec;
+    frozen.frozen_stages = vt_frozen_vstages(c->depth, o->pp * o->pp_chunks, fz.leading_layers);
+    if (!o->eval_only && frozen.frozen_stages > 0 &&
+        vt_schedule_verify(&frozen, why, sizeof why) != VT_OK)
+      REFUSE("--pp-schedule %s with %s (frozen virtual stages 0-%d): %s", o->pp_schedule, flags,
+             frozen.frozen_stages - 1, why);
+  }
+  const char *outputs[N_OUTPUTS][2];
+  output_files(o, outputs);
+  for (int i = 0; i < N_OUTPUTS; i++)  // (their folders: outputs_writable, on every rank)
+    if (outputs[i][1][0] &&
+        vt_output_file_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK)
+      return VT_ERR_INPUT;
+  if (o->optim.ema_warmup && o->optim.ema_decay <= 0)
+    REFUSE("--model-ema-warmup warms up the weights' EMA: give --model-ema DECAY too");
+  if (o->final_ema[0] && o->optim.ema_decay <= 0)
+    REFUSE("--final-ema writes the weights' EMA: give --model-ema DECAY too");
+  if (o->use_ema && (!o->eval_only || !o->resume[0]))
+    REFUSE("--use-ema is for vit3d eval --checkpoint DIR (training keeps an EMA with "
+           "--model-ema)");
+  if (strcmp(o->resume, "auto") == 0 && !o->save_dir[0])
+    REFUSE("--resume auto looks for checkpoints in --save DIR; give --save too");
+  if (c->init_jax && c->head_init_std > 0)
+    REFUSE("--weight-init jax starts the head at zero: drop --head-init-std");
+  if (o->save_hook[0] && !o->save_dir[0])
+    REFUSE("--save-hook runs after each checkpoint is saved: give --save DIR too");
+  if (o->save_hook_timeout > 0 && !o->save_hook[0])
+    REFUSE("--save-hook-timeout limits the --save-hook command: give --save-hook CMD too");
+  return VT_OK;
+}
+
+// --epochs and --warmup-epochs in steps, from the training set's n images (every rank has the
+// index): round(epochs * n / global batch), the default warmup 5% of the steps as with --steps;
+// under --drop-last n is the epoch's whole global batches (vt_epoch_images).
+static vt_status resolve_epochs(vt_train_options *o, int64_t n, char *err, size_t errlen) {
+  n = vt_epoch_images(o, n);  // (--drop-last: whole global batches)
+  const double per_epoch = (double)n / (double)o->global_batch;
+  if (o->epochs > 0) o->steps = (int64_t)llround(o->epochs * per_epoch);
+  if (o->warmup_epochs > 0) o->optim.warmup_steps = (int64_t)llround(o->warmup_epochs * per_epoch);
+  else if (o->optim.warmup_steps < 0) o->optim.warmup_steps = o->steps / 20;
+  // (intervals of at least one step; an interval past the run means at its end only)
+  if (o->eval_epochs > 0)
+    o->eval_interval = (int)fmin(fmax(llround(o->eval_epochs * per_epoch), 1), 1 << 30);
+  if (o->save_epochs > 0)
+    o->save_interval = (int)fmin(fmax(llround(o->save_epochs * per_epoch), 1), 1 << 30);
+  o->optim.total_steps = o->steps;
+  if (o->sched_epochs) {  // timm's schedule counts epochs: the lengths as given, or in epochs
+    o->optim.epoch_images = n;
+    o->optim.step_images = o->global_batch;
+    o->optim.warmup_epochs =
+        o->warmup_epochs > 0 ? o->warmup_epochs : (double)o->optim.warmup_steps / per_epoch;
+    o->optim.cycle_epochs = o->epochs > 0 ? o->epochs : (double)o->steps / per_epoch;
+  }
+  if (o->steps < 1)
+    REFUSE("--epochs %g of %lld images at %d per step is no step: give more epochs",
+           o->epochs, (long long)n, o->global_batch);
+  if (o->optim.warmup_steps > o->steps)
+    REFUSE("the warmup (%lld steps) is longer than the run (%lld steps)",
+           (long long)o->optim.warmup_steps, (long long)o->steps);
+  return VT_OK;
+}
+
+// Collective: whether every rank can make files in the folders of the output files written at
+// the run's end (every rank writes its part of --final-weights), checked at its start, where a
+// missing or read-only folder costs nothing; the lowest rank that cannot says why.
+int vt_train_outputs_writable(const vt_train_options *o, vt_comm *world) {
+  const char *outputs[N_OUTPUTS][2];
+  output_files(o, outputs);
+  char err[1400];
+  const int rank = vt_comm_rank(world);
+  double first = vt_comm_size(world);  // the lowest rank that cannot
+  for (int i = 0; i < N_OUTPUTS && first == vt_comm_size(world); i++)
+    if (outputs[i][1][0] &&
+        vt_output_dir_check(outputs[i][1], outputs[i][0], err, sizeof err) != VT_OK)
+      first = rank;
+  const double mine = first;
+  vt_comm_all_reduce_double(world, &first, 1, VT_REDUCE_MIN);
+  if (mine == rank && first == rank) vt_log_error("%s", err);
+  return first == vt_comm_size(world);
+}
+
+// The lengths given in epochs made steps of this training set's n images (every rank holds the
+// index, so every rank reaches the same verdict), into the options and the optimizer's
+// schedule; rank 0 logs them. 0 (logged) when they make no valid run.
+int vt_train_epochs_to_steps(vt_train_options *o, vt_optimizer *opt, int64_t n, int world_rank) {
+  char err[512];
+  const int ok = resolve_epochs(o, n, err, sizeof err) == VT_OK;
+  if (!ok && world_rank == 0) vt_log_error("%s", err);
+  opt->cfg.total_steps = o->optim.total_steps, opt->cfg.warmup_steps = o->optim.warmup_steps;
+  opt->cfg.epoch_images = o->optim.epoch_images, opt->cfg.step_images = o->optim.step_images;
+  opt->cfg.warmup_epochs = o->optim.warmup_epochs, opt->cfg.cycle_epochs = o->optim.cycle_epochs;
+  if (!ok || world_rank != 0) return ok;
+  if (o->sched_epochs)
+    vt_log_info("learning rate per epoch (timm's): %g epochs of warmup from %g, then %s over "
+                "%g epochs to %g", o->optim.warmup_epochs, o->optim.warmup_lr,
+                o->optim.sched == VT_SCHED_COSINE   ? "a cosine"
+                : o->optim.sched == VT_SCHED_LINEAR ? "a straight line"
+                                                    : "constant",
+                o->optim.cycle_epochs,
+                o->optim.sched == VT_SCHED_CONSTANT ? o->optim.lr : o->optim.min_lr);
+  const int64_t epoch = vt_epoch_images(o, n);
+  vt_log_info("%g epochs of %lld images at %d per step: %lld steps, %lld of warmup; "
+              "evaluation every %d, saves every %d (0: at the end)",
+              o->epochs > 0 ? o->epochs : (double)o->steps * o->global_batch / (double)epoch,
+              (long long)epoch, o->global_batch, (long long)o->steps,
+              (long long)o->optim.warmup_steps, o->eval_interval, o->save_interval);
+  return ok;
+}
+
+// Rank 0 of a resumed run: whether the checkpoint of start_step (its manifest saved) was made
+// with this run's learning-rate schedule and optimizer settings (cfg), or --resume-override 1
+// lets this run's replace them (warned); 0 (logged, with what to do) otherwise.
+int vt_train_resume_ok(const vt_train_options *o, const vt_ckpt_manifest *saved,
+                       const vt_optim_config *cfg, int64_t start_step) {
+  char dir[4200];
+  if (strcmp(o->resume, "auto") == 0)
+    vt_ckpt_step_dir(o->save_dir, start_step, dir, sizeof dir);
+  else
+    snprintf(dir, sizeof dir, "%s", o->resume);
+  char why[6000];
+  if (vt_ckpt_check_optim(saved, cfg, &o->model, dir, why, sizeof why) == VT_OK) return 1;
+  if (o->resume_override) {
+    vt_log_warn("%s: --resume-override 1, so training goes on with this run's", why);
+    return 1;
+  }
+  vt_log_error("cannot resume: %s; the learning-rate schedule or the optimizer would change "
+               "mid-run. Give the checkpoint's values (vit3d inspect %s prints them), or "
+               "--resume-override 1 to train on with this command's (a longer run, a new rate)",
+               why, dir);
+  return 0;
+}
