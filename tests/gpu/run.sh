@@ -155,7 +155,7 @@ if ((built)) && part tests; then
   grep -q "SKIP:" "$clog" && verdict="SKIPPED (no usable GPU: $(grep -m1 -oE 'SKIP:.*' "$clog"))"
   note "ctest ${sel[*]}: $verdict - $(grep -E 'tests passed|tests failed' "$clog" | tail -1); $(grep -oE '[0-9]+ checks, .* failed.*' "$clog" | tail -1)"
   # The bf16 attention with D <= 64 runs on mma.sync kernels whose fragment layouts were only
-  # emulated before a GPU ran them (src/cuda/attention.cu); when the op test fails (or dies) and
+  # emulated before a GPU ran them (src/cuda/attention_mma.cu); when the op test fails (or dies) and
   # its attention rows alone fail too, one rerun with the WMMA kernels (VT_ATTN_MMA=0) says
   # whether they are the cause, and if so the rest of this script runs without them.
   if ((crc != 0 && !cpu_only)) &&
