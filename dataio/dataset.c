@@ -1,7 +1,8 @@
-// dataset.c: the dataset index (ImageFolder tree, list file or tar shards; the per-epoch
-// sampler of dataset.h is in sampler.c). Only names and labels here: no file is decoded, so
-// opening ImageNet costs one stat per file (shards: one 512-byte read per member and one per
-// label). Must not depend on MPI, a backend, the model or an image decoder.
+// dataset.c: the dataset index (ImageFolder tree, list file or tar shards, the shards read by
+// dataset_shards.c; the per-epoch sampler of dataset.h is in sampler.c). Only names and labels
+// here: no file is decoded, so opening ImageNet costs one stat per file (shards: one 512-byte
+// read per member and one per label). Must not depend on MPI, a backend, the model or an image
+// decoder.
 #include "dataset.h"
 
 #include <dirent.h>
@@ -16,13 +17,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dataset_internal.h"
 #include "label.h"
 #include "tar.h"
 
-// Class labels beyond this are almost certainly a misparsed column, not a real dataset.
-#define VT_MAX_LIST_LABEL 10000000
 
-static char *join(const char *a, const char *b) {
+char *vt_ds_join(const char *a, const char *b) {
   size_t na = strlen(a), nb = strlen(b);
   int slash = na > 0 && a[na - 1] != '/';
   char *p = malloc(na + (size_t)slash + nb + 1);
@@ -33,14 +33,7 @@ static char *join(const char *a, const char *b) {
   return p;
 }
 
-// A growable list of strings (names, then full paths) with their labels.
-typedef struct {
-  char **s;
-  int32_t *lab;
-  int64_t n, cap;
-} strlist;
-
-static int strlist_push(strlist *l, char *s, int32_t lab) {
+int vt_ds_strlist_push(strlist *l, char *s, int32_t lab) {
   if (!s) return 0;
   if (l->n == l->cap) {
     int64_t cap = l->cap ? 2 * l->cap : 256;
@@ -57,7 +50,7 @@ static int strlist_push(strlist *l, char *s, int32_t lab) {
   return 1;
 }
 
-static void strlist_free(strlist *l) {
+void vt_ds_strlist_free(strlist *l) {
   for (int64_t i = 0; i < l->n; i++) free(l->s[i]);
   free(l->s);
   free(l->lab);
@@ -72,20 +65,20 @@ static int cmp_str(const void *a, const void *b) {
 
 // Names in dir (hidden ones skipped) whose type is a directory (want_dir) or a regular file,
 // following symbolic links as torchvision does; sorted.
-static vt_status list_dir(const char *dir, int want_dir, strlist *out, char *err, size_t errlen) {
+vt_status vt_ds_list_dir(const char *dir, int want_dir, strlist *out, char *err, size_t errlen) {
   DIR *d = opendir(dir);
   if (!d) return vt_fail_input(err, errlen, "cannot read folder %s: %s", dir, strerror(errno));
   struct dirent *e;
   vt_status st = VT_OK;
   while ((e = readdir(d))) {
     if (e->d_name[0] == '.') continue;
-    char *full = join(dir, e->d_name);
+    char *full = vt_ds_join(dir, e->d_name);
     struct stat sb;
     int ok = full && stat(full, &sb) == 0;
     free(full);
     if (!ok) continue;  // a dangling link is not a sample; a real file always stats
     if (want_dir ? !S_ISDIR(sb.st_mode) : !S_ISREG(sb.st_mode)) continue;
-    if (!strlist_push(out, strdup(e->d_name), 0)) {
+    if (!vt_ds_strlist_push(out, strdup(e->d_name), 0)) {
       st = vt_fail_input(err, errlen, "out of memory listing %s", dir);
       break;
     }
@@ -98,7 +91,7 @@ static vt_status list_dir(const char *dir, int want_dir, strlist *out, char *err
 static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples, char *err,
                              size_t errlen) {
   strlist classes = {0};
-  vt_status st = list_dir(root, 1, &classes, err, errlen);
+  vt_status st = vt_ds_list_dir(root, 1, &classes, err, errlen);
   if (st == VT_OK && classes.n == 0)
     st = vt_fail_input(err, errlen,
                        "no class folders in %s: an ImageFolder dataset is ROOT/<class>/<image> "
@@ -107,9 +100,9 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
   if (st == VT_OK && classes.n > INT32_MAX)
     st = vt_fail_input(err, errlen, "too many classes in %s", root);
   for (int64_t c = 0; st == VT_OK && c < classes.n; c++) {
-    char *cdir = join(root, classes.s[c]);
+    char *cdir = vt_ds_join(root, classes.s[c]);
     strlist files = {0};
-    st = cdir ? list_dir(cdir, 0, &files, err, errlen)
+    st = cdir ? vt_ds_list_dir(cdir, 0, &files, err, errlen)
               : vt_fail_input(err, errlen, "out of memory listing %s", root);
     if (st == VT_OK && files.n == 0)
       st = vt_fail_input(err, errlen,
@@ -117,9 +110,9 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
                          "(every folder under %s is a class)",
                          cdir, root);
     for (int64_t i = 0; st == VT_OK && i < files.n; i++)
-      if (!strlist_push(samples, join(cdir, files.s[i]), (int32_t)c))
+      if (!vt_ds_strlist_push(samples, vt_ds_join(cdir, files.s[i]), (int32_t)c))
         st = vt_fail_input(err, errlen, "out of memory listing %s", cdir);
-    strlist_free(&files);
+    vt_ds_strlist_free(&files);
     free(cdir);
   }
   if (st == VT_OK) {
@@ -128,7 +121,7 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
     classes.s = NULL;
     classes.n = 0;
   }
-  strlist_free(&classes);
+  vt_ds_strlist_free(&classes);
   return st;
 }
 
@@ -140,7 +133,7 @@ static int blank(const char *s) {
 
 // Classes named "0".."max_label": labels may have gaps (a class no sample uses); the model still
 // needs max + 1 outputs.
-static vt_status number_classes(vt_dataset *ds, int32_t max_label, char *err, size_t errlen) {
+vt_status vt_ds_number_classes(vt_dataset *ds, int32_t max_label, char *err, size_t errlen) {
   ds->num_classes = max_label + 1;
   ds->class_names = calloc((size_t)ds->num_classes, sizeof(char *));
   if (!ds->class_names) return vt_fail_input(err, errlen, "out of memory");
@@ -197,7 +190,8 @@ static vt_status open_list(const char *file, vt_dataset *ds, strlist *samples, c
       break;
     }
     if (lab > max_label) max_label = (int32_t)lab;
-    if (!strlist_push(samples, line[0] == '/' ? strdup(line) : join(dir, line), (int32_t)lab))
+    char *path = line[0] == '/' ? strdup(line) : vt_ds_join(dir, line);
+    if (!vt_ds_strlist_push(samples, path, (int32_t)lab))
       st = vt_fail_input(err, errlen, "out of memory reading %s", file);
   }
   free(line);
@@ -207,241 +201,7 @@ static vt_status open_list(const char *file, vt_dataset *ds, strlist *samples, c
     st = vt_fail_input(err, errlen,
                        "list file %s has no samples (lines are 'relative/path<TAB>label')", file);
   if (st != VT_OK) return st;
-  return number_classes(ds, max_label, err, errlen);
-}
-
-// ---- tar shards (webdataset's layout) -------------------------------------------------------
-
-static int has_suffix(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n > k && !strcmp(s + n - k, suffix);
-}
-
-// One "{A..B}" range of decimal numbers in pattern, each number padded with zeros to A's width.
-static vt_status expand_range(const char *pattern, strlist *out, char *err, size_t errlen) {
-  const char *open = strchr(pattern, '{'), *close = open ? strchr(open, '}') : NULL;
-  const char *dots = open ? strstr(open, "..") : NULL;
-  char *e1, *e2;
-  long long a = -1, b = -1;
-  if (open && close && dots && dots < close) {
-    a = strtoll(open + 1, &e1, 10);
-    b = strtoll(dots + 2, &e2, 10);
-    if (e1 != dots || e2 != close || open[1] == '-' || dots[2] == '-') a = -1;
-  }
-  if (a < 0 || b < a || strchr(close, '{'))
-    return vt_fail_input(err, errlen,
-                         "dataset %s: no such file or folder, and not a shard pattern with "
-                         "one numbered range such as train-{000000..000146}.tar",
-                         pattern);
-  if (b - a >= 1000000)
-    return vt_fail_input(err, errlen, "dataset %s: %lld shards, more than 1000000", pattern,
-                         b - a + 1);
-  const int width = (int)(dots - open - 1);
-  for (long long k = a; k <= b; k++) {
-    size_t len = strlen(pattern) + 32;
-    char *p = malloc(len);
-    if (p)
-      snprintf(p, len, "%.*s%0*lld%s", (int)(open - pattern), pattern, width, k, close + 1);
-    if (!strlist_push(out, p, 0)) return vt_fail_input(err, errlen, "out of memory");
-  }
-  return VT_OK;
-}
-
-// Where a member's sample key ends: at the first '.' of its base name (webdataset's rule:
-// "a/b.c.png" is key "a/b", kind "c.png"). NULL for a name without one.
-static const char *member_kind(const char *name, size_t *keylen) {
-  const char *base = strrchr(name, '/');
-  const char *dot = strchr(base ? base + 1 : name, '.');
-  if (!dot || dot == (base ? base + 1 : name)) return NULL;
-  *keylen = (size_t)(dot - name);
-  return dot + 1;
-}
-
-static int is_image_kind(const char *k) {
-  return !strcasecmp(k, "jpg") || !strcasecmp(k, "jpeg") || !strcasecmp(k, "png") ||
-         !strcasecmp(k, "webp");
-}
-
-// Per-sample shard, offset and size, grown beside the strlist of names.
-typedef struct {
-  int32_t *shard;
-  int64_t *off, *size, cap;
-} shard_refs;
-
-static int refs_push(shard_refs *r, int64_t i, int32_t shard, int64_t off, int64_t size) {
-  if (i >= r->cap) {
-    int64_t cap = r->cap ? 2 * r->cap : 256;
-    int32_t *s = realloc(r->shard, (size_t)cap * sizeof *s);
-    if (s) r->shard = s;
-    int64_t *o = realloc(r->off, (size_t)cap * sizeof *o);
-    if (o) r->off = o;
-    int64_t *z = realloc(r->size, (size_t)cap * sizeof *z);
-    if (z) r->size = z;
-    if (!s || !o || !z) return 0;
-    r->cap = cap;
-  }
-  r->shard[i] = shard, r->off[i] = off, r->size[i] = size;
-  return 1;
-}
-
-// The class number in the label member (label.h reads it as the label key says).
-static vt_status read_label(int fd, const char *shard, const vt_tar_member *cls,
-                            const char *label_key, const vt_label_names *names, int32_t *label,
-                            char *err, size_t errlen) {
-  if (cls->size > VT_LABEL_MAX_BYTES)
-    return vt_fail_input(err, errlen, "%s: %s has %lld bytes, more than a label member's %d",
-                         shard, cls->name, (long long)cls->size, VT_LABEL_MAX_BYTES);
-  char *text = malloc((size_t)cls->size + 1), why[128];
-  if (!text) return vt_fail_input(err, errlen, "out of memory reading %s", cls->name);
-  const ssize_t got = pread(fd, text, (size_t)cls->size, (off_t)cls->offset);
-  vt_status st = VT_OK;
-  if (got != cls->size)
-    st = vt_fail_input(err, errlen, "%s: cannot read %s: %s", shard, cls->name,
-                       got < 0 ? strerror(errno) : "the shard ends inside it");
-  else if (vt_label_parse(label_key, text, (size_t)got, VT_MAX_LIST_LABEL, names, label, why,
-                          sizeof why) != VT_OK)
-    st = vt_fail_input(err, errlen, "%s: %s %s (--label-key %s)", shard, cls->name, why,
-                       label_key);
-  free(text);
-  return st;
-}
-
-// The samples of shard s: runs of adjacent members with one key, each with one image and its
-// label member KEY.<label_key> (other kinds are ignored; a run without either is not a sample).
-static vt_status index_shard(vt_dataset *ds, int s, const char *label_key,
-                             const vt_label_names *names, strlist *samples, shard_refs *refs,
-                             int32_t *max_label, char *err, size_t errlen) {
-  const char *path = ds->shard_paths[s];
-  char kind_of_label[32];  // KEY.<this> holds the label
-  vt_label_member_kind(label_key, kind_of_label, sizeof kind_of_label);
-  vt_tar_member *m;
-  int64_t n;
-  vt_status st = vt_tar_list(ds->shard_fds[s], path, &m, &n, err, errlen);
-  for (int64_t i = 0, j; st == VT_OK && i < n; i = j) {
-    size_t klen = 0, kl = 0;  // (set by member_kind where it finds a kind)
-    const char *kind = member_kind(m[i].name, &klen);
-    int64_t img = -1, cls = -1;
-    for (j = i; j < n; j++) {
-      const char *k = kind ? member_kind(m[j].name, &kl) : NULL;
-      if (!k || kl != klen || memcmp(m[j].name, m[i].name, klen)) break;
-      int64_t *slot = is_image_kind(k) ? &img : !strcmp(k, kind_of_label) ? &cls : NULL;
-      if (slot && *slot >= 0) {
-        st = vt_fail_input(err, errlen,
-                           "%s: sample '%.*s' has two %s members (%s and %s): a sample is "
-                           "one image and its .%s",
-                           path, (int)klen, m[i].name, slot == &img ? "image" : "label",
-                           m[*slot].name, m[j].name, kind_of_label);
-        break;
-      }
-      if (slot) *slot = j;
-    }
-    if (j == i) j = i + 1;  // a member without a kind is no part of a sample
-    if (st != VT_OK || (img < 0 && cls < 0)) continue;
-    if (img < 0 || cls < 0) {
-      st = vt_fail_input(
-          err, errlen,
-          "%s: sample '%.*s' has %s .%s%s: each sample is KEY.jpg (or .jpeg, .png, .webp) "
-          "with KEY.%s holding its class number, next to each other in the shard",
-          path, (int)klen, m[i].name, img < 0 ? "a" : "no", kind_of_label,
-          img < 0 ? " but no .jpg, .jpeg, .png or .webp image"
-                  : " label member (labels in another member: --label-key KIND)",
-          kind_of_label);
-      break;
-    }
-    int32_t label = 0;
-    st = read_label(ds->shard_fds[s], path, &m[cls], label_key, names, &label, err, errlen);
-    if (st != VT_OK) break;
-    size_t len = strlen(path) + strlen(m[img].name) + 2;
-    char *name = malloc(len);
-    if (name) snprintf(name, len, "%s:%s", path, m[img].name);
-    int ok = name && refs_push(refs, samples->n, (int32_t)s, m[img].offset, m[img].size);
-    if (ok) ok = strlist_push(samples, name, label);  // which frees name when it fails
-    else free(name);
-    if (!ok) {
-      st = vt_fail_input(err, errlen, "out of memory indexing %s", path);
-      break;
-    }
-    if (label > *max_label) *max_label = label;
-  }
-  vt_tar_free_members(m, n);
-  return st;
-}
-
-// Every shard stays open for the run: lifts the soft limit on open files to the hard one when
-// the shards need more than it leaves.
-static void raise_file_limit(int nshards) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max &&
-      rl.rlim_cur < (rlim_t)nshards + 256) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-}
-
-// Opens and indexes the shards (ownership of the names moves to the dataset). With class names
-// (names_path; NULL or "": none) labels may be names, and the classes are the file's.
-static vt_status open_shards(const char *what, const char *label_key, const char *names_path,
-                             strlist *shards, vt_dataset *ds, strlist *samples, char *err,
-                             size_t errlen) {
-  ds->nshards = (int)shards->n;
-  ds->shard_paths = shards->s;
-  shards->s = NULL;
-  free(shards->lab);
-  memset(shards, 0, sizeof *shards);
-  ds->shard_fds = malloc((size_t)ds->nshards * sizeof(int));
-  if (!ds->shard_fds) return vt_fail_input(err, errlen, "out of memory");
-  for (int s = 0; s < ds->nshards; s++) ds->shard_fds[s] = -1;
-  raise_file_limit(ds->nshards);
-  shard_refs refs = {0};
-  int32_t max_label = -1;
-  vt_label_names names = {0};
-  vt_status st = names_path && names_path[0] ? vt_label_names_load(names_path, &names, err, errlen)
-                                              : VT_OK;
-  const vt_label_names *np = names.count ? &names : NULL;
-  for (int s = 0; st == VT_OK && s < ds->nshards; s++) {
-    ds->shard_fds[s] = open(ds->shard_paths[s], O_RDONLY | O_CLOEXEC);
-    if (ds->shard_fds[s] < 0)
-      st = vt_fail_input(err, errlen, "cannot open shard %s: %s%s", ds->shard_paths[s],
-                         strerror(errno),
-                         errno == EMFILE ? " (every shard stays open: raise ulimit -n)" : "");
-    else
-      st = index_shard(ds, s, label_key, np, samples, &refs, &max_label, err, errlen);
-  }
-  ds->shard_of = refs.shard, ds->offset = refs.off, ds->size = refs.size;
-  if (st == VT_OK && samples->n == 0)
-    st = vt_fail_input(err, errlen,
-                       "no samples in the %d shard(s) of %s: a sample is KEY.jpg (or .jpeg, "
-                       ".png, .webp) with its label member (--label-key %s), next to each other in a "
-                       "shard (webdataset's layout)",
-                       ds->nshards, what, label_key);
-  if (st == VT_OK && np) {  // the classes are the file's, named by it
-    ds->num_classes = names.count;
-    ds->class_names = names.names;
-    names.names = NULL;
-  } else if (st == VT_OK) {
-    st = number_classes(ds, max_label, err, errlen);
-  }
-  vt_label_names_free(&names);
-  return st;
-}
-
-// The .tar files directly in dir, sorted; none when it has none. A folder with both .tar files
-// and subfolders is refused: neither reading of it is safe to guess.
-static vt_status list_shards(const char *dir, strlist *out, char *err, size_t errlen) {
-  strlist files = {0}, dirs = {0};
-  vt_status st = list_dir(dir, 0, &files, err, errlen);
-  for (int64_t i = 0; st == VT_OK && i < files.n; i++)
-    if (has_suffix(files.s[i], ".tar") && !strlist_push(out, join(dir, files.s[i]), 0))
-      st = vt_fail_input(err, errlen, "out of memory listing %s", dir);
-  if (st == VT_OK && out->n) st = list_dir(dir, 1, &dirs, err, errlen);
-  if (st == VT_OK && dirs.n)
-    st = vt_fail_input(err, errlen,
-                       "%s holds both .tar shards (%s) and folders (%s): pass the shards "
-                       "(a pattern or a folder of only shards) or the ImageFolder root",
-                       dir, out->s[0], dirs.s[0]);
-  strlist_free(&files);
-  strlist_free(&dirs);
-  return st;
+  return vt_ds_number_classes(ds, max_label, err, errlen);
 }
 
 // What path names: tar shards (a numbered pattern, a folder of .tar files or one .tar: their
@@ -453,11 +213,11 @@ static vt_status resolve(const char *path, struct stat *sb, strlist *shards, cha
   if (stat(path, sb) != 0) {
     if (errno != ENOENT || !strchr(path, '{'))
       return vt_fail_input(err, errlen, "dataset %s: %s", path, strerror(errno));
-    return expand_range(path, shards, err, errlen);  // train-{000..146}.tar
+    return vt_ds_expand_range(path, shards, err, errlen);  // train-{000..146}.tar
   }
-  if (S_ISDIR(sb->st_mode)) return list_shards(path, shards, err, errlen);
-  if (S_ISREG(sb->st_mode) && has_suffix(path, ".tar"))
-    return strlist_push(shards, strdup(path), 0) ? VT_OK
+  if (S_ISDIR(sb->st_mode)) return vt_ds_list_shards(path, shards, err, errlen);
+  if (S_ISREG(sb->st_mode) && vt_ds_has_suffix(path, ".tar"))
+    return vt_ds_strlist_push(shards, strdup(path), 0) ? VT_OK
                                                  : vt_fail_input(err, errlen, "out of memory");
   if (!S_ISREG(sb->st_mode))
     return vt_fail_input(err, errlen, "dataset %s is neither a folder nor a list file", path);
@@ -480,13 +240,14 @@ vt_status vt_dataset_open_labeled(const char *path, const char *label_key, const
   strlist samples = {0}, shards = {0};
   vt_status st = resolve(path, &sb, &shards, err, errlen);
   if (st == VT_OK) {
-    if (shards.n) st = open_shards(path, label_key, names_path, &shards, ds, &samples, err, errlen);
+    if (shards.n)
+      st = vt_ds_open_shards(path, label_key, names_path, &shards, ds, &samples, err, errlen);
     else if (S_ISDIR(sb.st_mode)) st = open_folder(path, ds, &samples, err, errlen);
     else st = open_list(path, ds, &samples, err, errlen);
   }
-  strlist_free(&shards);
+  vt_ds_strlist_free(&shards);
   if (st != VT_OK) {
-    strlist_free(&samples);
+    vt_ds_strlist_free(&samples);
     vt_dataset_free(ds);
     return st;
   }
@@ -508,7 +269,7 @@ static int fingerprint_line(strlist *out, const char *path, char *err, size_t er
            (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec);
   char *s = malloc(strlen(path) + strlen(line) + 1);
   if (s) strcat(strcpy(s, path), line);
-  if (!strlist_push(out, s, 0)) {  // frees s when it fails
+  if (!vt_ds_strlist_push(out, s, 0)) {  // frees s when it fails
     vt_fail_input(err, errlen, "out of memory");
     return 0;
   }
@@ -524,21 +285,21 @@ vt_status vt_dataset_fingerprint(const char *path, const char *label_key,
   if (st == VT_OK && sources.n) {  // shards: their labels depend on the label member's kind
     char *line = malloc(strlen(label_key) + 16);
     if (line) sprintf(line, "label key\t%s\n", label_key);
-    if (!strlist_push(&lines, line, 0)) st = vt_fail_input(err, errlen, "out of memory");
+    if (!vt_ds_strlist_push(&lines, line, 0)) st = vt_fail_input(err, errlen, "out of memory");
     // and on the class names, where they are given
     if (st == VT_OK && names_path && names_path[0] && !fingerprint_line(&lines, names_path, err, errlen))
       st = VT_ERR_INPUT;
   }
   if (st == VT_OK && sources.n == 0 && S_ISDIR(sb.st_mode)) {  // the root and its class folders
     strlist classes = {0};
-    st = list_dir(path, 1, &classes, err, errlen);
-    if (st == VT_OK && !strlist_push(&sources, strdup(path), 0))
+    st = vt_ds_list_dir(path, 1, &classes, err, errlen);
+    if (st == VT_OK && !vt_ds_strlist_push(&sources, strdup(path), 0))
       st = vt_fail_input(err, errlen, "out of memory");
     for (int64_t c = 0; st == VT_OK && c < classes.n; c++)
-      if (!strlist_push(&sources, join(path, classes.s[c]), 0))
+      if (!vt_ds_strlist_push(&sources, vt_ds_join(path, classes.s[c]), 0))
         st = vt_fail_input(err, errlen, "out of memory");
-    strlist_free(&classes);
-  } else if (st == VT_OK && sources.n == 0 && !strlist_push(&sources, strdup(path), 0)) {
+    vt_ds_strlist_free(&classes);
+  } else if (st == VT_OK && sources.n == 0 && !vt_ds_strlist_push(&sources, strdup(path), 0)) {
     st = vt_fail_input(err, errlen, "out of memory");  // a list file
   }
   size_t total = 1;
@@ -551,8 +312,8 @@ vt_status vt_dataset_fingerprint(const char *path, const char *label_key,
     for (int64_t i = 0; i < lines.n; i++) p = stpcpy(p, lines.s[i]);
     *p = '\0';
   }
-  strlist_free(&sources);
-  strlist_free(&lines);
+  vt_ds_strlist_free(&sources);
+  vt_ds_strlist_free(&lines);
   return st;
 }
 
@@ -679,7 +440,7 @@ vt_status vt_dataset_unpack(const uint8_t *bytes, size_t nbytes, vt_dataset *ds,
     return vt_fail_input(err, errlen, "the dataset index received is not one (%zu bytes)", nbytes);
   }
   for (int s = 0; s < ds->nshards; s++) ds->shard_fds[s] = -1;
-  raise_file_limit(ds->nshards);
+  vt_ds_raise_file_limit(ds->nshards);
   for (int s = 0; s < ds->nshards; s++) {
     ds->shard_fds[s] = open(ds->shard_paths[s], O_RDONLY | O_CLOEXEC);
     if (ds->shard_fds[s] < 0) {
