@@ -41,8 +41,8 @@ typedef struct {
   // (0: the manifest predates them, or synthetic data).
   int64_t data_images, data_classes;
   // The optimizer's settings and learning-rate schedule (has_optim 0 when the manifest predates
-  // them), which a resume compares with its own (launch/ckpt.c): the resolved lengths in steps,
-  // and with sched_epochs (--sched-on epochs) the epoch's images and the lengths in epochs.
+  // them), which a resume compares with its own (launch/ckpt_resume.c): the resolved lengths in
+  // steps, and with sched_epochs (--sched-on epochs) the epoch's images and the lengths in epochs.
   int has_optim;
   double lr, min_lr, warmup_lr, weight_decay, opt_eps, clip_grad, layer_decay;
   int64_t warmup_steps, total_steps;
@@ -128,7 +128,7 @@ const char *vt_ckpt_act_name(const vt_ckpt_manifest *m);
 // Reads dir/manifest.txt and verifies the size and CRC-32 of every file it lists.
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen);
 // The same, the CRC-32s only with crc (without: the manifest and the sizes, for a reader that
-// checks the CRC-32s as it reads the files: launch/ckpt.c).
+// checks the CRC-32s as it reads the files: launch/ckpt_resume.c).
 vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err,
                         size_t errlen);
 // The steps of the checkpoints under save_dir in the order --resume auto tries them: `latest`'s
