@@ -1,5 +1,5 @@
 // train.h: the options and the loop of `vit3d train` on a tp x pp x dp mesh of ranks.
-// Must not depend on the CLI parser (main.c fills the options).
+// Must not depend on the CLI parser (train_flags.c fills the options).
 #ifndef VT_TRAIN_H
 #define VT_TRAIN_H
 

@@ -1,0 +1,278 @@
+// train_flags.c: the flags of vit3d train, eval and plan (train_flags.h): the defaults, --help,
+// parsing and the conversion of the flags' text into the options. The table itself is
+// train_flags_model.c and train_flags_run.c.
+#include "train_flags.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "dataset.h"
+#include "fault.h"
+#include "train_flags_internal.h"
+
+static const char *const kRunNames[] = {"train", "eval", "plan"};
+
+// Every rank parses the same arguments and reaches the same verdict, so every rank exits with
+// the same code; only rank 0 prints, so the user reads the message once.
+int vt_train_flags_refuse(vt_comm *world, vt_run_mode mode, const char *why) {
+  if (vt_comm_rank(world) == 0) fprintf(stderr, "vit3d %s: %s\n", kRunNames[mode], why);
+  return 2;
+}
+
+enum { MAX_FLAGS = 192 };  // the table has 132 rows
+
+static size_t type_size(vt_opt_type type) {
+  switch (type) {
+    case VT_OPT_INT: return sizeof(int);
+    case VT_OPT_I64: return sizeof(int64_t);
+    case VT_OPT_U64: return sizeof(uint64_t);
+    case VT_OPT_FLOAT: return sizeof(float);
+    default: return 0;
+  }
+}
+
+// The parser's flags from the table's rows, each pointing into o or x; returns how many. A row
+// whose type does not fit its destination would write past it: that is a fatal error.
+static int flag_table(vt_opt opts[MAX_FLAGS], vt_train_text *x, vt_train_options *o) {
+  const vt_train_flag *const parts[] = {vt_train_flags_model, vt_train_flags_run};
+  int n = 0;
+  for (int p = 0; p < 2; p++)
+    for (const vt_train_flag *f = parts[p]; f->flag; f++) {
+      VT_CHECK(n < MAX_FLAGS, "the flag table has room for %d flags", MAX_FLAGS);
+      VT_CHECK(f->type == VT_OPT_STR || f->size == type_size(f->type),
+               "%s: its destination is not of its type", f->flag);
+      char *base = f->in_text ? (char *)x : (char *)o;
+      opts[n++] = (vt_opt){f->flag, f->type, base + f->offset,
+                           f->type == VT_OPT_STR ? f->size : 0, f->min, f->max, f->metavar,
+                           f->help, f->choices};
+    }
+  return n;
+}
+
+static void train_defaults(vt_train_options *o) {
+  memset(o, 0, sizeof *o);
+  char err[256];
+  vt_config_preset("vit-ti16", &o->model, err, sizeof err);
+  snprintf(o->data, sizeof o->data, "synthetic");
+  o->loader_threads = 0;
+  o->decode_split = 1;
+  o->prefetch = 2;
+  o->max_image_pixels = 100000000;
+  o->transform = vt_transform_defaults();
+  o->aug_repeats = 1;
+  o->micro_batch = 8;
+  o->global_batch = 0;
+  o->steps = 100;
+  o->optim = (vt_optim_config){.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = -1,
+                               .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                               .momentum = 0.9f, .weight_decay = 0.05f, .clip_grad = 1.0f,
+                               .layer_decay = 1.0f};
+  o->label_smoothing = 0.1f;
+  snprintf(o->label_key, sizeof o->label_key, "%s", VT_LABEL_KEY);
+  o->bce_thresh = -1.0f;  // soft BCE targets
+  o->mix = (vt_mix_config){.mixup_alpha = 0, .cutmix_alpha = 0, .prob = 1, .switch_prob = 0.5f};
+  o->seed = 0;
+  o->device = VT_DEVICE_CPU;
+  o->threads = 0;
+  o->log_interval = 10;
+  o->tensorboard = 1;
+  o->tp = o->pp = 1;
+  o->timeout_s = 600;
+  o->plan_gpu_mem = 80;
+  o->plan_node_gpus = 8;
+  o->async_save = 1;
+  o->max_nonfinite = 5;
+  o->straggler_interval = 100;
+  o->dp = 0;
+  snprintf(o->mesh_order, sizeof o->mesh_order, "tp-dp-pp");
+  snprintf(o->pp_schedule, sizeof o->pp_schedule, "1f1b");
+  snprintf(o->pp_pass_times, sizeof o->pp_pass_times, "auto");
+}
+
+// "a,b,c": three numbers (positive ones when positive is set).
+static vt_status parse_triple(const char *flag, const char *s, float *out, int positive, char *err,
+                              size_t errlen) {
+  char tail;
+  float v[3];
+  if (sscanf(s, "%f,%f,%f%c", &v[0], &v[1], &v[2], &tail) != 3 ||
+      (positive && !(v[0] > 0 && v[1] > 0 && v[2] > 0))) {
+    snprintf(err, errlen, "%s %s: give three %snumbers separated by commas, like 0.5,0.5,0.5",
+             flag, s, positive ? "positive " : "");
+    return VT_ERR_INPUT;
+  }
+  memcpy(out, v, sizeof v);
+  return VT_OK;
+}
+
+static vt_interp interp_of(const char *name) {
+  return !strcmp(name, "bicubic")    ? VT_INTERP_BICUBIC
+         : !strcmp(name, "bilinear") ? VT_INTERP_BILINEAR
+                                     : VT_INTERP_SAMPLE;
+}
+
+// Where flag last appears in argv (as "--flag VALUE" or "--flag=VALUE"), or -1.
+static int last_at(int argc, char **argv, const char *flag) {
+  const size_t n = strlen(flag);
+  int at = -1;
+  for (int i = 0; i < argc; i++)
+    if (strncmp(argv[i], flag, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '=')) at = i;
+  return at;
+}
+
+// value when flag (a length in epochs) comes after steps_flag (the same length in steps), else
+// 0: the later of the two counts, as flags after an @FILE do.
+static double if_later(int argc, char **argv, const char *flag, const char *steps_flag,
+                       double value) {
+  return last_at(argc, argv, flag) > last_at(argc, argv, steps_flag) ? value : 0;
+}
+
+static int wants_help(int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+  return 0;
+}
+
+static void print_help(vt_run_mode mode, const vt_opt *opts, int n) {
+  static const char *const what[] = {
+      "Trains a ViT and prints a progress line per --log-interval steps.",
+      "Evaluates a checkpoint (--checkpoint DIR) or weights (--init-from FILE) on "
+      "--val-data; the flags are train's.",
+      "Prints each pipeline stage's memory and traffic for the --tp --pp --dp mesh, or with "
+      "--gpus N compares every mesh of N GPUs; allocates nothing; the flags are train's."};
+  printf("usage: vit3d %s [flags] [@FILE ...]\n\n%s @FILE reads flags from FILE (words "
+         "separated by spaces or lines, '#' comments; a recipe in docs/recipes.md); later "
+         "flags win.\n\nflags [default]:\n", kRunNames[mode], what[mode]);
+  vt_cli_help(stdout, opts, n);
+}
+
+// The words of x as the options' enums and switches, then the lists of numbers.
+static vt_status convert_text(const vt_train_text *x, vt_train_options *o, char *err,
+                              size_t errlen) {
+  o->device = strcmp(x->device, "cuda") == 0 ? VT_DEVICE_CUDA : VT_DEVICE_CPU;
+  if (o->peak_tflops == 0 && o->device == VT_DEVICE_CUDA) o->peak_tflops = 989;
+  o->precision = strcmp(x->precision, "bf16") == 0 ||
+                         (!x->precision[0] && o->device == VT_DEVICE_CUDA)
+                     ? VT_PRECISION_BF16
+                     : VT_PRECISION_FP32;
+  o->bad_image_fail = strcmp(x->bad_image, "fail") == 0;
+  // (opt_name is one of --opt's words)
+  const char *opt = x->opt_name;
+  const int larc = strcmp(opt, "larc") == 0 || strcmp(opt, "nlarc") == 0;
+  const int lars = larc || strcmp(opt, "lars") == 0 || strcmp(opt, "nlars") == 0;
+  o->optim.kind = strcmp(opt, "lamb") == 0    ? VT_OPT_LAMB
+                  : strcmp(opt, "adamw") == 0 ? VT_OPT_ADAMW
+                  : lars                      ? VT_OPT_LARS
+                                              : VT_OPT_SGD;
+  o->optim.nesterov = strcmp(opt, "sgd") == 0 || (lars && opt[0] == 'n');
+  o->optim.trust_clip = larc;
+  o->sched_epochs = strcmp(x->sched_on, "epochs") == 0;
+  o->optim.sched = strcmp(x->sched, "linear") == 0     ? VT_SCHED_LINEAR
+                   : strcmp(x->sched, "constant") == 0 ? VT_SCHED_CONSTANT
+                                                       : VT_SCHED_COSINE;
+  o->model.global_pool = strcmp(x->pool, "avg") == 0   ? 1
+                         : strcmp(x->pool, "gap") == 0 ? 2
+                         : strcmp(x->pool, "map") == 0 ? 3
+                                                       : 0;
+  o->model.no_class_token = !x->class_token;
+  o->model.gelu_tanh = strcmp(x->act, "gelu_tanh") == 0;
+  o->model.quick_gelu = strcmp(x->act, "quick_gelu") == 0;
+  o->model.init_jax = strcmp(x->weight_init, "jax") == 0;
+  o->transform.eval_squash = strcmp(x->eval_crop_mode, "squash") == 0;
+  o->model.pos_sincos = strcmp(x->pos_embed, "sincos2d") == 0;
+  o->model.no_qkv_bias = !x->qkv_bias;
+  o->erase.mode = strcmp(x->remode, "const") == 0  ? VT_ERASE_CONST
+                  : strcmp(x->remode, "rand") == 0 ? VT_ERASE_RAND
+                                                   : VT_ERASE_PIXEL;
+  if ((x->mean[0] &&
+       parse_triple("--mean", x->mean, o->transform.mean, 0, err, errlen) != VT_OK) ||
+      (x->std[0] && parse_triple("--std", x->std, o->transform.std, 1, err, errlen) != VT_OK))
+    return VT_ERR_INPUT;
+  o->transform.train_interp = interp_of(x->train_interp);
+  o->transform.eval_interp = interp_of(x->eval_interp);
+  // RandAugment's fill is the dataset's mean colour, as timm's img_mean.
+  o->transform.ra = vt_randaug_defaults(o->transform.mean);
+  o->transform.ra.interp =
+      strcmp(x->aa_interp, "bilinear") == 0 ? VT_RA_BILINEAR : VT_RA_BICUBIC;
+  if (x->aa[0] && vt_randaug_parse(x->aa, &o->transform.ra, err, errlen) != VT_OK)
+    return VT_ERR_INPUT;
+  return VT_OK;
+}
+
+// The lengths in epochs that count, and the defaults that follow from other flags.
+static void derive(int argc, char **argv, const vt_train_text *x, vt_comm *world,
+                   vt_train_options *o) {
+  o->epochs = if_later(argc, argv, "--epochs", "--steps", x->epochs);
+  o->warmup_epochs = if_later(argc, argv, "--warmup-epochs", "--warmup-steps", x->warmup_epochs);
+  o->eval_epochs = if_later(argc, argv, "--eval-epochs", "--eval-interval", x->eval_epochs);
+  o->save_epochs = if_later(argc, argv, "--save-epochs", "--save-interval", x->save_epochs);
+  // With --epochs the steps (and the default warmup) follow once the dataset is open.
+  o->optim.total_steps = o->steps;
+  if (o->optim.warmup_steps < 0 && o->epochs <= 0 && o->warmup_epochs <= 0)
+    o->optim.warmup_steps = o->steps / 20;
+  if (o->threads == 0) {  // share the cores: ranks of a job on one host must not oversubscribe
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int per = cores > 0 ? (int)cores / vt_comm_local_size(world) : 1;
+    o->threads = per > 0 ? per : 1;
+  }
+  if (o->loader_threads == 0) o->loader_threads = o->threads;
+}
+
+// vit3d plan --gpus N tries every mesh of N ranks: the flags that fix a mesh do not go with it,
+// nor does the search's sizing go without it. Writes why into why, or leaves it empty.
+static void check_search(int argc, char **argv, vt_run_mode mode, const vt_train_options *o,
+                         char *why, size_t whylen) {
+  const char *mesh_flag = vt_cli_find(argc, argv, "--tp")   ? "--tp"
+                          : vt_cli_find(argc, argv, "--pp") ? "--pp"
+                          : vt_cli_find(argc, argv, "--dp") ? "--dp"
+                                                            : NULL;
+  const int sizes = vt_cli_find(argc, argv, "--gpu-mem") || vt_cli_find(argc, argv, "--node-gpus");
+  char err[512];
+  why[0] = '\0';
+  if ((sizes || vt_cli_find(argc, argv, "--gpus")) && mode != VT_RUN_PLAN)
+    snprintf(why, whylen, "--gpus, --gpu-mem and --node-gpus are for vit3d plan");
+  else if (sizes && o->plan_gpus == 0)
+    snprintf(why, whylen, "--gpu-mem and --node-gpus size the search of --gpus N: give "
+             "--gpus");
+  else if (o->plan_gpus > 0 && mesh_flag)
+    snprintf(why, whylen, "--gpus N tries every --tp, --pp and --dp: drop %s", mesh_flag);
+  else if (o->plan_gpus > 0 && !o->global_batch)
+    snprintf(why, whylen, "--gpus N compares meshes at one global batch: give "
+             "--global-batch-size");
+  else if (o->plan_gpus > 0 && vt_config_validate(&o->model, err, sizeof err) != VT_OK)
+    snprintf(why, whylen, "bad model configuration: %.120s", err);
+}
+
+int vt_train_flags_parse(int argc, char **argv, vt_run_mode mode, vt_comm *world,
+                         vt_train_options *o) {
+  train_defaults(o);
+  o->eval_only = mode == VT_RUN_EVAL;
+  o->plan_only = mode == VT_RUN_PLAN;
+  vt_train_text x = {.device = "cpu", .bad_image = "skip", .remode = "pixel",
+                     .aa_interp = "bicubic", .pool = "token", .act = "gelu",
+                     .pos_embed = "learn", .weight_init = "timm", .train_interp = "sample",
+                     .eval_interp = "sample", .opt_name = "adamw", .sched_on = "steps",
+                     .sched = "cosine", .eval_crop_mode = "center", .qkv_bias = 1,
+                     .class_token = 1};
+  char err[512], why[160];
+  snprintf(x.model, sizeof x.model, "%s", o->model.name);
+  // --model picks the preset first; the size flags then override its fields.
+  const char *preset = vt_cli_find(argc, argv, "--model");
+  if (preset && vt_config_preset(preset, &o->model, err, sizeof err) != VT_OK)
+    return vt_train_flags_refuse(world, mode, err);
+  vt_opt opts[MAX_FLAGS];
+  const int n = flag_table(opts, &x, o);
+  if (wants_help(argc, argv)) {
+    if (vt_comm_rank(world) == 0) print_help(mode, opts, n);
+    return 0;
+  }
+  if (vt_cli_parse(opts, n, argc, argv, err, sizeof err) != VT_OK ||
+      vt_fault_init(vt_comm_rank(world), err, sizeof err) != 0 ||
+      convert_text(&x, o, err, sizeof err) != VT_OK)
+    return vt_train_flags_refuse(world, mode, err);
+  derive(argc, argv, &x, world, o);
+  check_search(argc, argv, mode, o, why, sizeof why);
+  return why[0] ? vt_train_flags_refuse(world, mode, why) : -1;
+}
