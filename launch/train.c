@@ -490,6 +490,7 @@ static void run_end(train_run *r) {
   free(r->ranks_json);
   if (r->metrics) fclose(r->metrics);
   vt_tfevents_close(r->tb);
+  r->metrics = NULL, r->tb = NULL;  // (run_free closes what a failed run_open left open)
   // Rank 0's verdict sets the exit code only at the end: the exports below are collective.
   const int check_failed = world_rank == 0 && o->check_log[0] && vt_checklog_finish(&r->check);
   vt_checklog_free(&r->check);
@@ -541,6 +542,9 @@ static void run_end(train_run *r) {
 // What run_start and run_open made, freed (and the watchdog stopped).
 static void run_free(train_run *r) {
   vt_stage_ctx *x = &r->x;
+  vt_checklog_free(&r->check);
+  if (r->metrics) fclose(r->metrics);
+  vt_tfevents_close(r->tb);
   vt_data_close(&r->data);
   if (x->step_losses) r->be->free(x->step_losses);
   free(x->host_step_losses);
@@ -567,10 +571,6 @@ int vt_train_run(const vt_train_options *o, vt_comm *world) {
     if (run_open(r)) {
       run_steps(r);
       run_end(r);
-    } else {  // (run_end closes these)
-      vt_checklog_free(&r->check);
-      if (r->metrics) fclose(r->metrics);
-      vt_tfevents_close(r->tb);
     }
     run_free(r);
     rc = r->rc;
