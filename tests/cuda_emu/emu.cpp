@@ -1,6 +1,6 @@
 // emu.cpp: a CPU emulation of the part of the CUDA runtime, cuBLAS and cuBLASLt that src/cuda
 // uses, so that tests/test_cuda_ops.c and vit3d itself (vit3d_emu, with nccl_emu.cpp) can run
-// the CUDA code's logic on a machine without a GPU (CI). Each CUDA thread is a ucontext fiber;
+// the CUDA code's logic on a machine without a GPU (CI). Each CUDA thread is a fiber (below);
 // the blocks of a grid run one after another; __syncthreads and warp shuffles are barriers of a
 // small scheduler that aborts on a deadlock or a warp that diverges at a shuffle, and runs the
 // threads between barriers in a random order.
@@ -39,8 +39,35 @@ struct pending_copy {  // a cp.async not yet landed: its bytes as read at the is
   int bytes, group;  // group: the thread's commits before it (its group once committed)
 };
 
+// Fibers switch through fiber_switch. ucontext's swapcontext and getcontext make a system call
+// each (they save and restore the signal mask), which was 40% of an emulated attention test's
+// time; on x86-64 the switch below saves only what the SysV ABI has a callee keep (rbx, rbp,
+// r12-r15; no fiber changes MXCSR or the x87 control word) and swaps stack pointers. Elsewhere,
+// and under AddressSanitizer (which follows stacks through swapcontext), ucontext does it.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define EMU_OWN_SWITCH 1
+extern "C" void vt_emu_switch(void **save_sp, void *load_sp);
+asm(".text\n"
+    ".globl vt_emu_switch\n"
+    ".type vt_emu_switch, @function\n"
+    "vt_emu_switch:\n"  // rdi: where to save this stack's pointer; rsi: the stack to resume
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size vt_emu_switch, .-vt_emu_switch\n");
+struct emu_ctx {
+  void *sp;
+};
+#else
+struct emu_ctx {
+  ucontext_t uc;
+};
+#endif
+
 struct fiber {
-  ucontext_t ctx;
+  emu_ctx ctx;
   dim3 tid;
   int linear, warp, lane;
   int state;  // 0 runnable, 1 at block barrier, 2 at warp barrier, 3 done
@@ -50,7 +77,7 @@ struct fiber {
 
 fiber *g_cur;
 dim3 g_block_idx, g_block_dim, g_grid_dim;
-static ucontext_t g_sched;
+static emu_ctx g_sched;
 static fiber *g_fibers;
 static char *g_stacks;
 static int g_nthreads;
@@ -69,19 +96,49 @@ double *warp_slots_d() { return g_slots_d[g_cur->warp]; }
 static const void *g_ptr_slots[32][32];
 const void **warp_ptr_slots() { return g_ptr_slots[g_cur->warp]; }
 
+static void fiber_switch(emu_ctx *save, emu_ctx *load) {
+#ifdef EMU_OWN_SWITCH
+  vt_emu_switch(&save->sp, load->sp);
+#else
+  swapcontext(&save->uc, &load->uc);
+#endif
+}
+
 void sync_block() {
   g_cur->state = 1;
-  swapcontext(&g_cur->ctx, &g_sched);
+  fiber_switch(&g_cur->ctx, &g_sched);
 }
 void sync_warp() {
   g_cur->state = 2;
-  swapcontext(&g_cur->ctx, &g_sched);
+  fiber_switch(&g_cur->ctx, &g_sched);
 }
 
+// A fiber's first code; it never returns (the scheduler does not resume a finished fiber).
 static void trampoline() {
   g_body(g_arg);
   g_cur->state = 3;
-  swapcontext(&g_cur->ctx, &g_sched);
+  fiber_switch(&g_cur->ctx, &g_sched);
+  abort();
+}
+
+// Sets a fiber up to start in trampoline on the given stack at its first switch.
+static void fiber_start(emu_ctx *c, char *stack, size_t size) {
+#ifdef EMU_OWN_SWITCH
+  // What vt_emu_switch pops: six registers (zero), then trampoline as the return address, at
+  // a 16-byte boundary, so that trampoline starts as if called (rsp + 8 aligned), its own
+  // return address a zero above it.
+  void **top = (void **)(((uintptr_t)(stack + size) & ~(uintptr_t)15) - 16);
+  top[0] = (void *)trampoline;
+  top[1] = NULL;
+  for (int r = 1; r <= 6; r++) top[-r] = NULL;
+  c->sp = top - 6;
+#else
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = NULL;
+  makecontext(&c->uc, trampoline, 0);
+#endif
 }
 
 // xorshift64*: the scheduling order below; the same sequence in every process.
@@ -102,11 +159,7 @@ static void run_block() {
     f->state = 0;
     f->copies.clear();
     f->commits = 0;
-    getcontext(&f->ctx);
-    f->ctx.uc_stack.ss_sp = g_stacks + (size_t)i * kStack;
-    f->ctx.uc_stack.ss_size = kStack;
-    f->ctx.uc_link = NULL;
-    makecontext(&f->ctx, trampoline, 0);
+    fiber_start(&f->ctx, g_stacks + (size_t)i * kStack, kStack);
   }
   for (;;) {
     int progressed = 0, live = 0;
@@ -124,7 +177,7 @@ static void run_block() {
       fiber *f = &g_fibers[order[k]];
       if (f->state != 0) continue;
       g_cur = f;
-      swapcontext(&g_sched, &f->ctx);
+      fiber_switch(&g_sched, &f->ctx);
       progressed = 1;
     }
     for (int i = 0; i < n; i++) live += g_fibers[i].state != 3;
