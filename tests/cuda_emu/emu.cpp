@@ -520,20 +520,42 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
     return CUBLAS_STATUS_INVALID_VALUE;
   vt_emu::flush_stream(g_cublas_stream);
   const float al = *(const float *)alpha, be = *(const float *)beta;
-  for (long long b = 0; b < batch; b++)
-    for (int j = 0; j < n; j++)
-      for (int i = 0; i < m; i++) {
-        float s = 0.0f;
+  // The operands widened to fp32 once per matrix, A by rows (a[i][p]) and B by rows of op(B)
+  // (b[p][j]), so that a block of C's row sums its products in k order, each element in its own
+  // accumulator (the compiler keeps them apart: no FMA without -march, no reassociation).
+  // B's rows padded with zeros to whole blocks of kBlock columns (the compiler then vectorises
+  // the fixed-length loop over a block).
+  enum { kBlock = 64 };
+  const size_t nb = ((size_t)n + kBlock - 1) / kBlock * kBlock;
+  static std::vector<float> a, bm;
+  a.resize((size_t)m * k), bm.assign((size_t)k * nb, 0.0f);
+  for (long long b = 0; b < batch; b++) {
+    for (int i = 0; i < m; i++)
+      for (int p = 0; p < k; p++)
+        a[(size_t)i * k + p] =
+            load(A, at, b * sa + (ta == CUBLAS_OP_N ? i + (size_t)p * lda : p + (size_t)i * lda));
+    for (int p = 0; p < k; p++)
+      for (int j = 0; j < n; j++)
+        bm[(size_t)p * nb + j] =
+            load(B, bt, b * sb + (tb == CUBLAS_OP_N ? p + (size_t)j * ldb : j + (size_t)p * ldb));
+    for (int i = 0; i < m; i++)
+      for (int j0 = 0; j0 < n; j0 += kBlock) {
+        const int nj = n - j0 < kBlock ? n - j0 : kBlock;
+        float s[kBlock] = {0};
+        const float *ar = &a[(size_t)i * k];
         for (int p = 0; p < k; p++) {
-          const size_t ia = ta == CUBLAS_OP_N ? i + (size_t)p * lda : p + (size_t)i * lda;
-          const size_t ib = tb == CUBLAS_OP_N ? p + (size_t)j * ldb : j + (size_t)p * ldb;
-          s += load(A, at, b * sa + ia) * load(B, bt, b * sb + ib);
+          const float *br = &bm[(size_t)p * nb + j0], ap = ar[p];
+          for (int t = 0; t < kBlock; t++) s[t] += ap * br[t];
         }
-        const size_t ic = b * sc + i + (size_t)j * ldc;
-        const float r = be == 0.0f ? al * s : al * s + be * load(C, ct, ic);  // beta 0: C unread
-        if (ct == CUDA_R_16BF) ((__nv_bfloat16 *)C)[ic] = __float2bfloat16_rn(r);
-        else ((float *)C)[ic] = r;
+        for (int t = 0; t < nj; t++) {
+          const size_t ic = b * sc + i + (size_t)(j0 + t) * ldc;
+          // beta 0: C unread
+          const float r = be == 0.0f ? al * s[t] : al * s[t] + be * load(C, ct, ic);
+          if (ct == CUDA_R_16BF) ((__nv_bfloat16 *)C)[ic] = __float2bfloat16_rn(r);
+          else ((float *)C)[ic] = r;
+        }
       }
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
