@@ -16,7 +16,8 @@
 // buffer reused before its copy ran) is not shown. cuBLAS is a plain column-major GEMM with
 // fp32 sums in k order; bf16 operands are widened exactly, a bf16 C rounded to nearest even.
 // What it finds of data races: those whose outcome depends on the order of threads within a
-// block (two runs then differ). Not found: races between blocks (they run one after another),
+// block or of the blocks of a grid (each launch runs them in a fresh random order; two runs then
+// differ). Not found: races between blocks that need them to overlap (they run one after another),
 // real launch and resource limits, cuBLAS's own summation order and FMA contraction;
 // tests/gpu/run.sh on a real GPU checks those.
 #include <time.h>
@@ -303,13 +304,24 @@ void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body
   g_nthreads = n;
   g_body = body, g_arg = arg;
   g_block_dim = block, g_grid_dim = grid;
-  for (unsigned z = 0; z < grid.z; z++)
-    for (unsigned y = 0; y < grid.y; y++)
-      for (unsigned x = 0; x < grid.x; x++) {
-        g_block_idx = dim3(x, y, z);
-        if (g_dyn) memset(g_dyn, 0xff, g_dyn_size);
-        run_block();
-      }
+  // The blocks in a fresh random order every launch, as a GPU may schedule them: a kernel whose
+  // block reads what another block of the same launch writes (without the atomics and fences
+  // that make that safe) then gives other results in other launches.
+  static std::vector<uint32_t> order;
+  const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+  order.resize(nblocks);
+  for (uint64_t i = 0; i < nblocks; i++) order[i] = (uint32_t)i;
+  for (uint64_t i = nblocks; i > 1; i--) {
+    const uint64_t j = next_random() % i;
+    const uint32_t t = order[i - 1];
+    order[i - 1] = order[j], order[j] = t;
+  }
+  for (uint64_t i = 0; i < nblocks; i++) {
+    const uint32_t b = order[i];
+    g_block_idx = dim3(b % grid.x, b / grid.x % grid.y, b / grid.x / grid.y);
+    if (g_dyn) memset(g_dyn, 0xff, g_dyn_size);
+    run_block();
+  }
 }
 }  // namespace vt_emu
 
