@@ -285,7 +285,8 @@ void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body
     }
   }
   free(g_dyn);
-  g_dyn = shm ? (unsigned char *)aligned_alloc(128, (shm + 127) / 128 * 128) : nullptr;
+  g_dyn = nullptr;  // the launch's bytes exactly, as cudaMalloc's
+  if (shm && posix_memalign((void **)&g_dyn, 128, shm)) g_dyn = nullptr;
   g_dyn_size = shm;
   const int n = (int)(block.x * block.y * block.z);
   if (n <= 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.x > 2147483647u ||
@@ -401,8 +402,9 @@ static struct emu_sync_counts {
   }
 } g_sync;
 cudaError_t cudaMalloc(void **p, size_t n) {
-  *p = aligned_alloc(256, (n + 255) / 256 * 256);
-  if (!*p) return cudaErrorMemoryAllocation;
+  // n bytes exactly (256-byte aligned, as cudaMalloc's), so that an AddressSanitizer build sees
+  // a kernel read or write past the end (compute-sanitizer's memcheck on a GPU).
+  if (posix_memalign(p, 256, n ? n : 1)) return cudaErrorMemoryAllocation;
   memset(*p, 0xff, n);  // NaN in every float: a kernel that reads memory nobody wrote shows it
   g_used += n;
   return cudaSuccess;
