@@ -310,6 +310,11 @@ void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body
   // that make that safe) then gives other results in other launches.
   static std::vector<uint32_t> order;
   const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+  if (nblocks > UINT32_MAX) {
+    fprintf(stderr, "emu: a grid of %llu blocks is more than the emulation numbers\n",
+            (unsigned long long)nblocks);
+    abort();
+  }
   order.resize(nblocks);
   for (uint64_t i = 0; i < nblocks; i++) order[i] = (uint32_t)i;
   for (uint64_t i = nblocks; i > 1; i--) {
