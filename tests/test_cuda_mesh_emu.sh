@@ -91,7 +91,7 @@ while read -r np precision flags; do
   if [[ $flags == *zb-v* ]] && ! grep -q "zb-v: this run's passes per unit took forward" "$work/emu_$name.log"; then
     echo "FAIL: zb-v did not time its passes on the emulated GPUs ($flags)"; fail=1
   fi
-  bands="1-1:1e-5,2-3:1e-3"
+  bands="1-1:1e-5,2-3:2e-5"
   [[ $precision == bf16 ]] && bands="1-1:1e-4,2-3:2e-3"
   python3 "$here/compare_curves.py" "$work/emu_$name/metrics.jsonl" \
     "$work/cpu_$name/metrics.jsonl" --label "emulated cuda vs cpu, $np ranks $precision $flags" \

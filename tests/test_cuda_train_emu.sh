@@ -12,10 +12,12 @@
 # (nlars). Then the host's waits for the device per step (AdamW, LAMB), counted by the
 # emulation, against the documented ones. Tolerances:
 # fp32 1e-5 at step 1 (one forward from the same weights; only summation orders differ), then
-# 1e-3; bf16 against the CPU's bf16 twin 1e-4, then 2e-3 (tests/gpu/run.sh's bands for a real
-# GPU). The emulation holds copies until something
-# waits for them, so a missing wait between streams shows; not seen here: a GPU that lags the
-# host (emulated kernels run at once) and real speed; tests/gpu/run.sh on a GPU checks those.
+# 2e-5 (at most 1.6e-6 measured here and in the meshes; a GPU's bands, tests/gpu/run.sh's, are
+# wider); bf16 against the CPU's bf16 twin 1e-4, then 2e-3 (tests/gpu/run.sh's). The emulation
+# holds copies and kernels in their stream's queue until something waits for them, as a GPU
+# that lags the host, so a missing wait between streams shows (the side stream's wait before a
+# DP all-reduce removed: the dp 2 mesh's loss 4e-4 apart at step 3). Not seen here: real speed
+# and concurrency (the emulation runs one thing at a time); tests/gpu/run.sh on a GPU checks them.
 set -euo pipefail
 emu=$1 vit3d=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -46,7 +48,7 @@ for p in fp32 bf16; do
   fi
   grep -q "memory after the first step (cuda)" "$work/emu_$p.log" ||
     { echo "FAIL: no memory report after the first step ($p)"; fail=1; }
-  bands="1-1:1e-5,2-3:1e-3"
+  bands="1-1:1e-5,2-3:2e-5"
   [[ $p == bf16 ]] && bands="1-1:1e-4,2-3:2e-3"
   python3 "$here/compare_curves.py" "$work/emu_$p/metrics.jsonl" "$work/cpu_$p/metrics.jsonl" \
     --label "emulated cuda $p vs cpu $p" --bands "$bands" --tail-tol 1e-2 || fail=1
@@ -56,7 +58,7 @@ lars=(--opt nlars --lr 0.5 --clip-grad 5 --precision fp32)
 if "$vit3d" "${args[@]}" "${lars[@]}" --device cpu --log-dir "$work/cpu_lars" > "$work/cpu_lars.log" 2>&1 &&
    "$emu" "${args[@]}" "${lars[@]}" --device cuda --log-dir "$work/emu_lars" > "$work/emu_lars.log" 2>&1; then
   python3 "$here/compare_curves.py" "$work/emu_lars/metrics.jsonl" "$work/cpu_lars/metrics.jsonl" \
-    --label "emulated cuda vs cpu, --opt nlars" --bands "1-1:1e-5,2-3:1e-3" --tail-tol 1e-2 || fail=1
+    --label "emulated cuda vs cpu, --opt nlars" --bands "1-1:1e-5,2-3:2e-5" --tail-tol 1e-2 || fail=1
 else
   echo "FAIL: the LARS runs"; tail -5 "$work/emu_lars.log"; fail=1
 fi

@@ -8,13 +8,13 @@
 // mma.sync (m16n8k16, bf16) and ldmatrix (x4) are in include/cuda_runtime.h, from the PTX
 // fragment layouts; cp.async copies wait in their thread's queue until its wait_group lets them
 // land (EMU_CP_ASYNC=early: at their issue).
-// Streams: kernels and library calls run when launched, after the copies and memsets queued on
-// their stream; asynchronous copies and memsets wait in their stream's queue until something
-// needs them (a kernel on that stream, a wait on an event recorded after them, a synchronize),
-// as late as a real GPU may run them. So a kernel that does not wait for a copy on another
-// stream reads stale data. Kernels themselves run at once, so a GPU that lags the host (a host
-// buffer reused before its copy ran) is not shown. cuBLAS is a plain column-major GEMM with
-// fp32 sums in k order; bf16 operands are widened exactly, a bf16 C rounded to nearest even.
+// Streams: kernels, asynchronous copies and memsets and events' marks wait in their stream's
+// queue until something needs them (a library call or NCCL operation on that stream, a wait on
+// an event recorded after them, a synchronize, a copy to pageable memory), as late as a GPU that
+// lags the host may run them. So a kernel that does not wait for another stream's kernel or copy
+// reads stale data, and a host buffer reused before its copy ran shows. cuBLAS is a plain
+// column-major GEMM with fp32 sums in k order; bf16 operands are widened exactly, a bf16 C
+// rounded to nearest even.
 // What it finds of data races: those whose outcome depends on the order of threads within a
 // block or of the blocks of a grid (each launch runs them in a fresh random order; two runs then
 // differ). Not found: races between blocks that need them to overlap (they run one after another),
@@ -333,14 +333,14 @@ void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body
 
 // ---- streams and events ----
 struct emu_stream {
-  std::deque<std::function<void()>> q;  // queued copies and memsets, oldest first
+  std::deque<std::function<void()>> q;  // queued kernels, copies, memsets, marks, oldest first
   uint64_t issued = 0, done = 0;        // how many were queued and run
 };
 struct emu_event {
   emu_stream *s = nullptr;  // where it was last recorded (none: complete)
   uint64_t seq = 0;         // the stream's work queued before the record
   bool timing = true;       // not made with cudaEventDisableTiming
-  double ms = -1;           // the host clock at the last record (kernels run when launched)
+  double ms = -1;           // the host clock when the last record's mark ran
 };
 static emu_stream g_null_stream;
 static std::vector<emu_stream *> g_streams;
@@ -510,35 +510,41 @@ const char *cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
 // ---- events: a record marks its stream's queue; waiting for it runs the queue up to there (a
 // stream that waits runs nothing before its next launch anyway, so running the work now is the
 // latest point that keeps the order) ----
+static void wait_event(cudaEvent_t e) {
+  if (e->s) run_until(e->s, e->seq);
+}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
   *e = new emu_event;
   (*e)->timing = !(flags & cudaEventDisableTiming);
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  wait_event(e);  // its record's mark, still queued, would write it
   delete e;
   return cudaSuccess;
 }
+// A record queues a mark that takes the host clock when the stream's work before it has run.
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
+  wait_event(e);  // an earlier record's mark
   e->s = stream_of(st);
+  e->ms = -1;
+  enqueue(st, [e]() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->ms = 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+  });
   e->seq = e->s->issued;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  e->ms = 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
   return cudaSuccess;
 }
 // As the runtime: both events recorded, with timing, and complete (the work queued before each
 // has run), else an error rather than a wait.
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
   for (cudaEvent_t e : {start, end}) {
-    if (!e->timing || e->ms < 0) return 1;  // cudaErrorInvalidResourceHandle
     if (e->s && e->s->done < e->seq) return cudaErrorNotReady;
+    if (!e->timing || e->ms < 0) return 1;  // cudaErrorInvalidResourceHandle
   }
   *ms = (float)(end->ms - start->ms);
   return cudaSuccess;
-}
-static void wait_event(cudaEvent_t e) {
-  if (e->s) run_until(e->s, e->seq);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   g_sync.event++;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 
 typedef int cudaError_t;
 enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorNotReady = 600 };
@@ -84,9 +85,18 @@ struct launcher<void(P...)> {
   size_t shm;
   cudaStream_t st;
   void operator()(P... a) {
-    flush_stream(st);
-    auto fn = [&]() { k(a...); };
-    run_grid(grid, block, shm, (const void *)k, [](void *p) { (*(decltype(fn) *)p)(); }, &fn);
+    // The kernel waits in its stream's queue, its arguments copied, until something needs the
+    // stream's work.
+    auto *job = new auto([k = k, g = grid, b = block, shm = shm, a...]() {
+      auto fn = [&]() { k(a...); };
+      run_grid(g, b, shm, (const void *)k, [](void *p) { (*(decltype(fn) *)p)(); }, &fn);
+    });
+    using job_t = std::remove_reference_t<decltype(*job)>;
+    defer_on_stream(st, [](void *p) {
+      job_t *j = (job_t *)p;
+      (*j)();
+      delete j;
+    }, job);
   }
 };
 template <class F>
