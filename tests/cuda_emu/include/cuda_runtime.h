@@ -70,11 +70,12 @@ int lane_of();
 void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body)(void *),
               void *arg);
 unsigned char *dyn_smem();
-// Runs the copies and memsets queued on stream st (emu.cpp): a kernel or library call on st
-// comes after them.
+// Runs the work queued on stream st (emu.cpp): a library call or NCCL operation on st comes
+// after it.
 void flush_stream(cudaStream_t st);
 // Queues fn(arg) on stream st, to run after the work queued there before it, when something
-// needs the stream's work (nccl_emu.cpp: the wait for a group's messages).
+// needs the stream's work (kernel launches below; nccl_emu.cpp: the wait for a group's
+// messages).
 void defer_on_stream(cudaStream_t st, void (*fn)(void *), void *arg);
 template <class F>
 struct launcher;
