@@ -341,6 +341,7 @@ struct emu_event {
   uint64_t seq = 0;         // the stream's work queued before the record
   bool timing = true;       // not made with cudaEventDisableTiming
   double ms = -1;           // the host clock when the last record's mark ran
+  uint64_t records = 0;     // records so far (a mark writes ms only for the last one)
 };
 static emu_stream g_null_stream;
 static std::vector<emu_stream *> g_streams;
@@ -519,16 +520,18 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  wait_event(e);  // its record's mark, still queued, would write it
+  flush_all();  // its records' marks, still queued on any stream, would write it
   delete e;
   return cudaSuccess;
 }
 // A record queues a mark that takes the host clock when the stream's work before it has run.
+// An earlier record's mark, if still queued, then writes nothing (its record number is old).
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
-  wait_event(e);  // an earlier record's mark
   e->s = stream_of(st);
   e->ms = -1;
-  enqueue(st, [e]() {
+  const uint64_t record = ++e->records;
+  enqueue(st, [e, record]() {
+    if (e->records != record) return;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->ms = 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
