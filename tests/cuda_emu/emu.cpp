@@ -147,6 +147,17 @@ static uint64_t next_random() {
   return x * 0x2545f4914f6cdd1dull;
 }
 
+// order = 0 .. n-1 shuffled (Fisher-Yates on next_random): the order threads and blocks run in.
+static void random_order(std::vector<uint32_t> &order, uint64_t n) {
+  order.resize(n);
+  for (uint64_t i = 0; i < n; i++) order[i] = (uint32_t)i;
+  for (uint64_t i = n; i > 1; i--) {
+    const uint64_t j = next_random() % i;
+    const uint32_t t = order[i - 1];
+    order[i - 1] = order[j], order[j] = t;
+  }
+}
+
 static void run_block() {
   const int n = g_nthreads;
   for (int i = 0; i < n; i++) {
@@ -166,12 +177,8 @@ static void run_block() {
     // kernel that reads another thread's write without a barrier between them sees different
     // orders in different launches: test_cuda_ops's two runs of an op then differ ("repeat
     // DIFFERS"), or disagree with the CPU.
-    static int order[1024];
-    for (int i = 0; i < n; i++) order[i] = i;
-    for (int i = n - 1; i > 0; i--) {
-      const int j = (int)(next_random() % (uint64_t)(i + 1)), t = order[i];
-      order[i] = order[j], order[j] = t;
-    }
+    static std::vector<uint32_t> order;
+    random_order(order, (uint64_t)n);
     for (int k = 0; k < n; k++) {
       fiber *f = &g_fibers[order[k]];
       if (f->state != 0) continue;
@@ -315,13 +322,7 @@ void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body
             (unsigned long long)nblocks);
     abort();
   }
-  order.resize(nblocks);
-  for (uint64_t i = 0; i < nblocks; i++) order[i] = (uint32_t)i;
-  for (uint64_t i = nblocks; i > 1; i--) {
-    const uint64_t j = next_random() % i;
-    const uint32_t t = order[i - 1];
-    order[i - 1] = order[j], order[j] = t;
-  }
+  random_order(order, nblocks);
   for (uint64_t i = 0; i < nblocks; i++) {
     const uint32_t b = order[i];
     g_block_idx = dim3(b % grid.x, b / grid.x % grid.y, b / grid.x / grid.y);

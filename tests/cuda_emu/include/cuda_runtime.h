@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <type_traits>
 
 typedef int cudaError_t;
 enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorNotReady = 600 };
@@ -88,16 +87,15 @@ struct launcher<void(P...)> {
   void operator()(P... a) {
     // The kernel waits in its stream's queue, its arguments copied, until something needs the
     // stream's work.
-    auto *job = new auto([k = k, g = grid, b = block, shm = shm, a...]() {
+    auto job = [k = k, g = grid, b = block, shm = shm, a...]() {
       auto fn = [&]() { k(a...); };
       run_grid(g, b, shm, (const void *)k, [](void *p) { (*(decltype(fn) *)p)(); }, &fn);
-    });
-    using job_t = std::remove_reference_t<decltype(*job)>;
+    };
+    using job_t = decltype(job);
     defer_on_stream(st, [](void *p) {
-      job_t *j = (job_t *)p;
-      (*j)();
-      delete j;
-    }, job);
+      (*(job_t *)p)();
+      delete (job_t *)p;
+    }, new job_t(job));
   }
 };
 template <class F>
