@@ -74,7 +74,8 @@ while read -r np precision flags; do
        --log-dir "$work/emu_$name" \
        < /dev/null > "$work/emu_$name.log" 2>&1; then
     echo "FAIL: the emulated CUDA run ($np ranks, $precision, $flags)"
-    grep -v "^\[rank" "$work/emu_$name.log" | head -5
+    # the emulation's or the trainer's message, else the log's end
+    grep -m5 -E "^emulated|error|vit3d:|\.(c|cu|cpp):[0-9]+:" "$work/emu_$name.log" || tail -5 "$work/emu_$name.log"
     fail=1
     continue
   fi

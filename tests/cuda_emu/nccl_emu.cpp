@@ -6,17 +6,19 @@
 // addresses, and each pair of members opens a TCP link (the higher rank dials). A split asks
 // the parent's rank 0 for the groups, and the new members link up the same way.
 //
-// Every operation runs at its call, after the work queued on its stream (the emulated device
+// Every operation starts at its call, after the work queued on its stream (the emulated device
 // memory is host memory). Messages go through a progress thread, as NCCL's kernels and proxy
-// progress without the host: collectives wait for theirs at the call; sends and receives between
-// ncclGroupStart and ncclGroupEnd are posted at their call, and the group's end queues their
-// waits on the streams they were issued on: the next kernel on such a stream, or a stream waiting
-// for an event recorded after them, completes them, as a GPU runs the group's kernel in its
-// stream's order (so sends on a stream of their own go on while the host launches work on
-// another). A pattern that would hang on GPUs (two ranks sending to each other outside a group)
-// hangs here too. Every message carries a header (kind and size) that its receiver checks: ranks
-// issuing a communicator's operations in different orders end with a message, where NCCL would
-// hang. Sums run in rank order (an all-reduce at rank 0), the same on every rank.
+// progress without the host: collectives exchange theirs at the call and queue their results on
+// their stream (finish_late: another stream sees them only once it waits for this one); sends
+// and receives between ncclGroupStart and ncclGroupEnd are posted at their call, and the group's
+// end queues their waits on the streams they were issued on: the next kernel on such a stream,
+// or a stream waiting for an event recorded after them, completes them, as a GPU runs the
+// group's kernel in its stream's order (so sends on a stream of their own go on while the host
+// launches work on another). A pattern that would hang on GPUs (two ranks sending to each other
+// outside a group) hangs here too. Every message carries a header (kind and size) that its
+// receiver checks: ranks issuing a communicator's operations in different orders end with a
+// message, where NCCL would hang. Sums run in rank order (an all-reduce at rank 0), the same on
+// every rank.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -373,10 +375,39 @@ ncclResult_t link_up(emu_nccl *c, const emu_key &key) {
 
 }  // namespace
 
-// Runs at the call, after the work queued on its stream (tests/cuda_emu/emu.cpp).
-static void settle(const void *send, void *recv, size_t count, cudaStream_t st) {
-  vt_emu::flush_stream(st);
-  if (send != recv) memmove(recv, send, count * sizeof(float));
+// A collective exchanges its data at the call, after the work queued on its stream, and its
+// result reaches the output as late as a GPU may write it: as the stream's next work, when the
+// stream is next run (a later launch or operation on it, a wait for it, a synchronize). Until
+// then the output holds what it held, so a kernel on another stream that reads it without
+// waiting for this one reads the old values (on a GPU: either). Writing the input or the output
+// while the collective is in flight (on a GPU it may read or overwrite them at any time) aborts.
+struct emu_late {
+  const void *in;
+  void *out;
+  size_t in_bytes;
+  uint64_t in_hash, out_hash;
+  std::vector<float> result;
+};
+
+static void complete_late(void *p) {
+  emu_late *l = (emu_late *)p;
+  const size_t out_bytes = l->result.size() * sizeof(float);
+  const bool in_changed = fnv1a(l->in, l->in_bytes) != l->in_hash;
+  if (in_changed || fnv1a(l->out, out_bytes) != l->out_hash)
+    die("a collective's %s (%zu bytes at %p) changed between the collective's call and its "
+        "completion: work on another stream wrote it without being ordered before or after the "
+        "collective (a missing cudaStreamWaitEvent)", in_changed ? "input" : "output",
+        in_changed ? l->in_bytes : out_bytes, in_changed ? l->in : (const void *)l->out);
+  memcpy(l->out, l->result.data(), out_bytes);
+  delete l;
+}
+
+static void finish_late(cudaStream_t st, const void *in, size_t in_bytes, void *out,
+                        std::vector<float> &&result) {
+  const size_t out_bytes = result.size() * sizeof(float);
+  emu_late *l = new emu_late{in, out, in_bytes, fnv1a(in, in_bytes), fnv1a(out, out_bytes),
+                             std::move(result)};
+  vt_emu::defer_on_stream(st, complete_late, l);
 }
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
@@ -492,64 +523,70 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 // Rank 0 sums the members' buffers in rank order and sends every member the sum.
 ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t, ncclRedOp_t,
                            ncclComm_t c, cudaStream_t st) {
-  settle(s, r, n, st);
-  if (c->size == 1) return ncclSuccess;
-  float *out = (float *)r;
-  if (c->rank == 0) {
+  vt_emu::flush_stream(st);
+  const size_t bytes = n * sizeof(float);
+  std::vector<float> sum((const float *)s, (const float *)s + n);
+  if (c->size > 1 && c->rank == 0) {
     std::vector<float> in(n * (size_t)(c->size - 1));
     std::vector<emu_msg *> got;
     for (int j = 1; j < c->size; j++)
-      got.push_back(post(c, j, KIND_COLLECTIVE, false, &in[n * (j - 1)], n * sizeof(float)));
+      got.push_back(post(c, j, KIND_COLLECTIVE, false, &in[n * (j - 1)], bytes));
     wait_all(got);
     for (int j = 1; j < c->size; j++)
-      for (size_t i = 0; i < n; i++) out[i] += in[n * (j - 1) + i];
+      for (size_t i = 0; i < n; i++) sum[i] += in[n * (j - 1) + i];
     std::vector<emu_msg *> sent;
     for (int j = 1; j < c->size; j++)
-      sent.push_back(post(c, j, KIND_COLLECTIVE, true, out, n * sizeof(float)));
+      sent.push_back(post(c, j, KIND_COLLECTIVE, true, sum.data(), bytes));
     wait_all(sent);
-  } else {
-    wait_for(post(c, 0, KIND_COLLECTIVE, true, out, n * sizeof(float)));
-    wait_for(post(c, 0, KIND_COLLECTIVE, false, out, n * sizeof(float)));
+  } else if (c->size > 1) {
+    wait_for(post(c, 0, KIND_COLLECTIVE, true, sum.data(), bytes));
+    wait_for(post(c, 0, KIND_COLLECTIVE, false, sum.data(), bytes));
   }
+  finish_late(st, s, bytes, r, std::move(sum));
   return ncclSuccess;
 }
 
 // recv (n) <- the sum, in rank order, of block `rank` of every rank's send (n * size); send may
-// hold recv (NCCL's in-place form, recv = send + rank * n), so the send goes through a copy.
+// hold recv (NCCL's in-place form, recv = send + rank * n).
 ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t, ncclRedOp_t,
                                ncclComm_t c, cudaStream_t st) {
   vt_emu::flush_stream(st);
-  const size_t size = (size_t)c->size, me = (size_t)c->rank;
+  const size_t size = (size_t)c->size, me = (size_t)c->rank, bytes = n * sizeof(float);
   std::vector<float> send((const float *)s, (const float *)s + n * size), in(n * size);
   std::vector<emu_msg *> ops;
   for (size_t j = 0; j < size; j++) {
     if (j == me) continue;
-    ops.push_back(post(c, (int)j, KIND_COLLECTIVE, true, &send[n * j], n * sizeof(float)));
-    ops.push_back(post(c, (int)j, KIND_COLLECTIVE, false, &in[n * j], n * sizeof(float)));
+    ops.push_back(post(c, (int)j, KIND_COLLECTIVE, true, &send[n * j], bytes));
+    ops.push_back(post(c, (int)j, KIND_COLLECTIVE, false, &in[n * j], bytes));
   }
   wait_all(ops);
-  memcpy(&in[n * me], &send[n * me], n * sizeof(float));
-  float *out = (float *)r;
+  memcpy(&in[n * me], &send[n * me], bytes);
+  std::vector<float> out(n);
   for (size_t i = 0; i < n; i++) {
     float sum = in[i];
     for (size_t j = 1; j < size; j++) sum += in[n * j + i];
     out[i] = sum;
   }
+  finish_late(st, s, bytes * size, r, std::move(out));
   return ncclSuccess;
 }
 
+// recv (n * size) <- every rank's send (n) in rank order; send may be recv's block `rank`.
 ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t, ncclComm_t c,
                            cudaStream_t st) {
   vt_emu::flush_stream(st);
-  float *out = (float *)r, *own = out + n * (size_t)c->rank;
-  if (s != own) memmove(own, s, n * sizeof(float));
+  const size_t bytes = n * sizeof(float);
+  std::vector<float> out(n * (size_t)c->size);
+  float *own = &out[n * (size_t)c->rank];
+  memcpy(own, s, bytes);
   std::vector<emu_msg *> ops;
   for (int j = 0; j < c->size; j++) {
     if (j == c->rank) continue;
-    ops.push_back(post(c, j, KIND_COLLECTIVE, true, own, n * sizeof(float)));
-    ops.push_back(post(c, j, KIND_COLLECTIVE, false, out + n * (size_t)j, n * sizeof(float)));
+    ops.push_back(post(c, j, KIND_COLLECTIVE, true, own, bytes));
+    ops.push_back(post(c, j, KIND_COLLECTIVE, false, &out[n * (size_t)j], bytes));
   }
   wait_all(ops);
+  finish_late(st, s, bytes, r, std::move(out));
   return ncclSuccess;
 }
 
@@ -557,15 +594,19 @@ ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t, int
                            ncclComm_t c, cudaStream_t st) {
   vt_emu::flush_stream(st);
   if (root < 0 || root >= c->size) return ncclInvalidArgument;
-  if (c->rank == root && s != r) memmove(r, s, n * sizeof(float));
+  const size_t bytes = n * sizeof(float);
+  std::vector<float> out(n);
   if (c->rank != root) {
-    wait_for(post(c, root, KIND_COLLECTIVE, false, r, n * sizeof(float)));
+    wait_for(post(c, root, KIND_COLLECTIVE, false, out.data(), bytes));
+    finish_late(st, r, 0, r, std::move(out));
     return ncclSuccess;
   }
+  memcpy(out.data(), s, bytes);
   std::vector<emu_msg *> sent;
   for (int j = 0; j < c->size; j++)
-    if (j != root) sent.push_back(post(c, j, KIND_COLLECTIVE, true, r, n * sizeof(float)));
+    if (j != root) sent.push_back(post(c, j, KIND_COLLECTIVE, true, out.data(), bytes));
   wait_all(sent);
+  finish_late(st, s, bytes, r, std::move(out));
   return ncclSuccess;
 }
 

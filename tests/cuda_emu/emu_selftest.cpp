@@ -1,0 +1,114 @@
+// emu_selftest.cpp: checks that the CUDA emulation finds the stream-ordering mistakes it claims
+// to (tests/cuda_emu: emu.cpp, nccl_emu.cpp), each case in a child process, since the emulation
+// ends the process where it finds one. A collective's result reaches its output only in its
+// stream's order, so another stream that reads it without waiting reads the old values, and a
+// write from another stream while the collective is in flight aborts the process.
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "cuda_runtime.h"
+#include "nccl.h"
+
+namespace {
+
+const size_t kN = 64;
+ncclComm_t g_comm;
+cudaStream_t g_a, g_b;  // the collective's stream and another
+float *g_x, *g_y;       // device buffers of kN floats
+
+float *filled(float v) {
+  float *p = nullptr;
+  if (cudaMalloc((void **)&p, kN * sizeof(float)) != cudaSuccess) _exit(5);
+  std::vector<float> h(kN, v);
+  cudaMemcpyAsync(p, h.data(), kN * sizeof(float), cudaMemcpyHostToDevice, g_b);
+  cudaStreamSynchronize(g_b);
+  return p;
+}
+
+// The first element of device buffer p, read after stream st's work.
+float first(const float *p, cudaStream_t st) {
+  float v = -1;
+  cudaMemcpyAsync(&v, p, sizeof v, cudaMemcpyDeviceToHost, st);
+  cudaStreamSynchronize(st);
+  return v;
+}
+
+void setup() {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) || ncclCommInitRank(&g_comm, 1, id, 0)) _exit(5);
+  cudaStreamCreateWithFlags(&g_a, 0);
+  cudaStreamCreateWithFlags(&g_b, 0);
+  g_x = filled(1), g_y = filled(0);
+}
+
+// Stream b waits for the work queued on stream a so far.
+void b_waits_for_a() {
+  cudaEvent_t e;
+  cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  cudaEventRecord(e, g_a);
+  cudaStreamWaitEvent(g_b, e, 0);
+}
+
+// The result of y <- all-reduce(x) on stream a is not seen by stream b until b waits for a.
+int late_result() {
+  ncclAllReduce(g_x, g_y, kN, ncclFloat, ncclSum, g_comm, g_a);
+  if (first(g_y, g_b) != 0) return 3;  // still the old value
+  b_waits_for_a();
+  return first(g_y, g_b) == 1 ? 0 : 4;
+}
+
+// A write of the input or the output on stream b, not ordered against the collective: aborts.
+int written_in_flight(float *buf) {
+  ncclAllReduce(g_x, g_y, kN, ncclFloat, ncclSum, g_comm, g_a);
+  cudaMemsetAsync(buf, 0x7f, kN * sizeof(float), g_b);
+  cudaStreamSynchronize(g_b);
+  cudaStreamSynchronize(g_a);
+  return 0;
+}
+int input_written() { return written_in_flight(g_x); }
+int output_written() { return written_in_flight(g_y); }
+
+// The same write after stream b waited for the collective: fine.
+int ordered_write() {
+  ncclAllReduce(g_x, g_x, kN, ncclFloat, ncclSum, g_comm, g_a);
+  b_waits_for_a();
+  cudaMemsetAsync(g_x, 0, kN * sizeof(float), g_b);
+  cudaStreamSynchronize(g_b);
+  cudaStreamSynchronize(g_a);
+  return first(g_x, g_b) == 0 ? 0 : 6;
+}
+
+struct test_case {
+  const char *name;
+  int (*run)();
+  int want;  // the child's exit status: 0, or 1 where the emulation aborts
+};
+
+}  // namespace
+
+int main() {
+  const test_case cases[] = {{"late_result", late_result, 0},
+                             {"input_written", input_written, 1},
+                             {"output_written", output_written, 1},
+                             {"ordered_write", ordered_write, 0}};
+  setvbuf(stdout, nullptr, _IOLBF, 0);  // each line before the next child's messages
+  int failed = 0;
+  for (const test_case &c : cases) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setup();
+      _exit(c.run());
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const int got = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    printf("%-16s exit %d, want %d: %s\n", c.name, got, c.want, got == c.want ? "ok" : "FAIL");
+    failed += got != c.want;
+  }
+  printf("%s\n", failed ? "emu_selftest: FAILED" : "emu_selftest: ok");
+  return failed != 0;
+}
