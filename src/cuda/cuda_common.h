@@ -8,6 +8,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -244,6 +245,14 @@ static __device__ __forceinline__ float vt_block_max(float v, float *sh) {
   const float m = sh[0];
   __syncthreads();
   return m;
+}
+
+// Blocks of per_block rows (a warp each) for `rows` rows; `op` names the caller where they
+// exceed one grid.
+static inline unsigned vt_cuda_row_blocks(int64_t rows, int per_block, const char *op) {
+  const int64_t b = (rows + per_block - 1) / per_block;
+  VT_CHECK(b <= INT_MAX, "%s: %lld rows are too many for one grid", op, (long long)rows);
+  return (unsigned)b;
 }
 
 // Blocks for a grid-stride loop over count elements: enough to fill the GPU, never more than
