@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_cuda_mesh_emu.sh VIT3D_EMU VIT3D: `vit3d train --device cuda` on several ranks, built on the
-# CUDA emulation with NCCL emulated over TCP (tests/cuda_emu/nccl_emu.cpp), follows the CPU run of
+# CUDA emulation with NCCL emulated over TCP (tests/cuda_emu/nccl_emu*.cpp), follows the CPU run of
 # the same mesh over MPI: the NCCL transport (parallel/comm_nccl.cu) on every axis, which a lent GPU
 # (one per task) can only run with one rank per communicator. The meshes: TP with sequence
 # parallelism (all-gathers and reduce-scatters; the gap and MAP heads without a class token, whose
@@ -75,7 +75,8 @@ while read -r np precision flags; do
        < /dev/null > "$work/emu_$name.log" 2>&1; then
     echo "FAIL: the emulated CUDA run ($np ranks, $precision, $flags)"
     # the emulation's or the trainer's message, else the log's end
-    grep -m5 -E "^emulated|error|vit3d:|\.(c|cu|cpp):[0-9]+:" "$work/emu_$name.log" || tail -5 "$work/emu_$name.log"
+    grep -m5 -E "^emulated|error|vit3d:|\.(c|cu|cpp):[0-9]+:" "$work/emu_$name.log" ||
+      tail -5 "$work/emu_$name.log"
     fail=1
     continue
   fi

@@ -132,10 +132,11 @@ extern "C" void vt_cuda_qk_norm_bwd(float *dqkv, float *dqw, float *dqb, float *
   // Scratch: the row sums (2 per row), then the column sums' chunk partials (the larger of the
   // qkv bias's and the norm weights').
   const int64_t ncs = colsum_chunks(M) * W, npar = colsum_chunks(M * H) * D;
-  float *c = (float *)vt_cuda_scratch((size_t)(2 * rows + (ncs > npar ? ncs : npar)) * sizeof(float));
+  const size_t nc = (size_t)(2 * rows + (ncs > npar ? ncs : npar));
+  float *c = (float *)vt_cuda_scratch(nc * sizeof(float));
   float *part = c + 2 * rows;
-  qk_norm_rowsum_kernel<<<vt_cuda_row_blocks(rows, QK_WARPS, "qk_norm"), 32 * QK_WARPS, 0, st>>>(c, dout, qkv, qw, kw, mean,
-                                                                     rstd, M, H, D, bf16);
+  qk_norm_rowsum_kernel<<<vt_cuda_row_blocks(rows, QK_WARPS, "qk_norm"), 32 * QK_WARPS, 0, st>>>(
+      c, dout, qkv, qw, kw, mean, rstd, M, H, D, bf16);
   VT_CUDA_CHECK_LAUNCH();
   const qk_norm_dx_src dx = {dout, qkv, qw, kw, mean, rstd, c, H, D, bf16};
   if (dbias) {  // qkv's bias gradient sums the fp32 values in the pass that stores them

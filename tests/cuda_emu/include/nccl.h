@@ -1,5 +1,5 @@
 // nccl.h for the CUDA emulation (tests/cuda_emu): the part of NCCL's API that
-// parallel/comm_nccl.cu uses, implemented over TCP sockets by tests/cuda_emu/nccl_emu.cpp, so
+// parallel/comm_nccl.cu uses, implemented over TCP sockets by tests/cuda_emu/nccl_emu*.cpp, so
 // that vit3d_emu runs the trainer's device paths (the NCCL transport included) without a GPU.
 #pragma once
 #include <stddef.h>
