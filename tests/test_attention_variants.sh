@@ -42,5 +42,7 @@ grep 'vit3d: attention_' "$picks"
 grep -q 'attention_fwd B=2 N=197 H=3 D=64: .* kept [0-9]* rows$' "$picks" &&
   grep -q 'attention_bwd B=2 N=197 H=3 D=64: .*dS stored.* kept [0-9]* rows + dS' "$picks" ||
   { echo "FAIL: the timed picks were not reported"; fail=1; }
+# Each pick also hashed every variant's outputs: here (the emulation) all must agree.
+grep -q 'other bits' "$picks" && { echo "FAIL: a variant's outputs differ in their bits"; fail=1; }
 ((fail)) && exit 1
 echo "PASS: ${#names[@]} variants printed the same lines"

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "cuda/variant_pick.h"
 #include "erase.h"
 #include "mix.h"
 #include "model.h"
@@ -606,6 +607,22 @@ static void test_synthetic(void) {
   }
 }
 
+// The CUDA attention's pick among its timed variants (src/cuda/variant_pick.h): the fastest of
+// those whose bits agree with the first candidate's, so a GPU where one variant rounds
+// differently still gives every run the first one's bits.
+static void test_variant_pick(void) {
+  const uint64_t same[3] = {7, 7, 7}, odd[3] = {7, 9, 7}, first_alone[3] = {7, 9, 8};
+  const float ms[3] = {3.0f, 1.0f, 2.0f};
+  int agree = -1;
+  EXPECT(vt_variant_pick(3, same, ms, &agree) == 1 && agree == 1,
+         "variant pick: the fastest of three that agree");
+  EXPECT(vt_variant_pick(3, odd, ms, &agree) == 2 && agree == 0,
+         "variant pick: the fastest that disagrees with the first must not be kept");
+  EXPECT(vt_variant_pick(3, first_alone, ms, &agree) == 0 && agree == 0,
+         "variant pick: the first where no other agrees with it");
+  EXPECT(vt_variant_pick(1, same, ms, &agree) == 0 && agree == 1, "variant pick: one candidate");
+}
+
 int main(void) {
   test_philox();
   test_freeze();
@@ -621,6 +638,7 @@ int main(void) {
   test_ema_decay();
   test_gelu();
   test_synthetic();
+  test_variant_pick();
   if (failures) printf("%d unit check(s) FAILED\n", failures);
   else printf("all unit checks passed\n");
   return failures ? 1 : 0;

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "attention_tiles.cuh"
+#include "variant_pick.h"
 
 // The kernels' mask: the caller's, or one with p 0 (nothing drops).
 static vt_dropout_mask drop_arg(const vt_dropout_mask *drop) {
@@ -56,9 +57,11 @@ static int mma_path(int64_t D, const void *a, const void *b, const void *c) {
 // VT_ATTN_DS=1|0 the stored dS; unset (or auto), the first call of each shape and direction
 // times each variant left on its own operands (one warming launch each, then two between
 // events; the host waits for it there, once per shape) and keeps the fastest for the process.
-// All give the same bits (store_rows; S^T and S are the same sums), so the pick changes only
-// the time: ranks or runs that pick differently still agree to the last bit. VT_ATTN_REPORT=1
-// prints each pick with its times (tests/gpu/run.sh).
+// All are meant to give the same bits (store_rows; S^T and S are the same sums), so that the
+// pick changes only the time: the timing also hashes each variant's outputs, and keeps only
+// variants whose bits are the first candidate's (vt_variant_pick), so ranks and runs agree to
+// the last bit even on a GPU whose tensor cores round S^T and S apart (a warning names the
+// shape then). VT_ATTN_REPORT=1 prints each pick with its times (tests/gpu/run.sh).
 #define MMA_DS 16  // a variant: W, plus MMA_DS where the backward stores dS
 #define MMA_DS_MAX ((size_t)1 << 30)
 #define PICKS 32
@@ -102,14 +105,43 @@ static void variant_name(char *buf, size_t size, int v, int bwd) {
            !bwd ? "" : v & MMA_DS ? " + dS stored" : " + dS made again");
 }
 
+// A hash of the bits of n 32-bit words, position included, into *out: one block, a strided
+// share per thread, then a fixed tree (64-bit sums, so the order would not matter anyway).
+static __global__ void bits_hash_kernel(unsigned long long *out, const uint32_t *w, int64_t n) {
+  __shared__ unsigned long long sh[VT_TREE_THREADS];
+  const int t = threadIdx.x;
+  unsigned long long sum = 0;
+  for (int64_t i = t; i < n; i += VT_TREE_THREADS) {
+    unsigned long long x = ((unsigned long long)i << 32) ^ w[i];  // splitmix64's finaliser
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    sum += x ^ (x >> 31);
+  }
+  sh[t] = sum;
+  __syncthreads();
+  for (int k = VT_TREE_THREADS / 2; k > 0; k >>= 1) {
+    if (t < k) sh[t] += sh[t + k];
+    __syncthreads();
+  }
+  if (t == 0) *out = sh[0];
+}
+
+// An op's outputs, whose bits the variants must agree on (bytes a multiple of 4; 0: none).
+typedef struct {
+  const void *p;
+  size_t bytes;
+} variant_out;
+enum { VARIANT_OUTS = 2 };
+
 // The variant for this call of op (bwd: the backward's kernels; may_store: whether dS may be
 // stored, which the caller decides as it carves dS's scratch): the only one the settings leave
 // (4 warps where 8 warps' shared memory would not fit: D = 80's dq kernel on a GPU with 99 KiB
-// a block), the one picked before for this shape, or the fastest of them, timed now. launch(v)
-// runs the op's kernels in variant v; each launch rewrites the same outputs, adding into none.
+// a block), the one picked before for this shape, or the fastest of those whose outputs' bits
+// (outs) agree with the first candidate's, timed now. launch(v) runs the op's kernels in variant
+// v; each launch rewrites the same outputs, adding into none.
 template <typename L>
 static int variant_for(const char *op, int bwd, int64_t B, int64_t N, int64_t H, int64_t D,
-                       int may_store, L launch) {
+                       int may_store, const variant_out (&outs)[VARIANT_OUTS], L launch) {
   const int wf = rows_fixed(), df = bwd ? ds_fixed() : 0, nk = (int)((D + 15) / 16);
   const size_t need8 = bwd ? mma_smem(MMA_DQ, nk, 8) : mma_smem(MMA_FWD, nk, 8);
   int cand[4], n = 0;
@@ -124,35 +156,59 @@ static int variant_for(const char *op, int bwd, int64_t B, int64_t N, int64_t H,
     if (p->B == B && p->N == N && p->H == H && p->D == D && p->bwd == bwd) return p->v;
   }
   if (g_npicks == PICKS) return cand[0];
+  // Each variant's first launch (limits raised, caches warm), its outputs hashed; then each
+  // timed between events.
+  static unsigned long long *hashes = NULL;  // [4][VARIANT_OUTS] on the device, made once
+  if (!hashes) VT_CUDA_CHECK(cudaMalloc((void **)&hashes, 4 * VARIANT_OUTS * sizeof *hashes));
+  cudaStream_t st = vt_cuda_stream();
+  VT_CUDA_CHECK(cudaMemsetAsync(hashes, 0, 4 * VARIANT_OUTS * sizeof *hashes, st));
+  for (int i = 0; i < n; i++) {
+    launch(cand[i]);
+    for (int r = 0; r < VARIANT_OUTS; r++) {
+      if (!outs[r].bytes) continue;
+      bits_hash_kernel<<<1, VT_TREE_THREADS, 0, st>>>(
+          hashes + i * VARIANT_OUTS + r, (const uint32_t *)outs[r].p, (int64_t)(outs[r].bytes / 4));
+      VT_CUDA_CHECK_LAUNCH();
+    }
+  }
   enum { REPS = 2 };
   cudaEvent_t e[5];
   float t[4];
   for (int i = 0; i <= n; i++) VT_CUDA_CHECK(cudaEventCreateWithFlags(&e[i], cudaEventDefault));
-  for (int i = 0; i < n; i++) launch(cand[i]);  // the first launches: limits raised, caches warm
-  VT_CUDA_CHECK(cudaEventRecord(e[0], vt_cuda_stream()));
+  VT_CUDA_CHECK(cudaEventRecord(e[0], st));
   for (int i = 0; i < n; i++) {
     for (int r = 0; r < REPS; r++) launch(cand[i]);
-    VT_CUDA_CHECK(cudaEventRecord(e[i + 1], vt_cuda_stream()));
+    VT_CUDA_CHECK(cudaEventRecord(e[i + 1], st));
   }
   VT_CUDA_CHECK(cudaEventSynchronize(e[n]));
-  int best = 0;
+  unsigned long long h[4 * VARIANT_OUTS];
+  VT_CUDA_CHECK(cudaMemcpyAsync(h, hashes, sizeof h, cudaMemcpyDeviceToHost, st));  // waits
+  uint64_t bits[4];
   for (int i = 0; i < n; i++) {
     VT_CUDA_CHECK(cudaEventElapsedTime(&t[i], e[i], e[i + 1]));
-    if (t[i] < t[best]) best = i;
+    bits[i] = h[i * VARIANT_OUTS] * 0x100000001b3ull ^ h[i * VARIANT_OUTS + 1];
   }
   for (int i = 0; i <= n; i++) VT_CUDA_CHECK(cudaEventDestroy(e[i]));
+  int agree = 1;
+  const int best = vt_variant_pick(n, bits, t, &agree);
   g_picks[g_npicks++] = variant_pick{B, N, H, D, bwd, cand[best]};
   const char *rep = getenv("VT_ATTN_REPORT");
-  if (rep && strcmp(rep, "1") == 0) {
-    char line[512], name[64];
-    int k = snprintf(line, sizeof line, "vit3d: %s B=%lld N=%lld H=%lld D=%lld:", op,
-                     (long long)B, (long long)N, (long long)H, (long long)D);
+  if (!agree || (rep && strcmp(rep, "1") == 0)) {
+    char line[640], name[64];
+    int k = snprintf(line, sizeof line, "%s B=%lld N=%lld H=%lld D=%lld:", op, (long long)B,
+                     (long long)N, (long long)H, (long long)D);
     for (int i = 0; i < n; i++) {
       variant_name(name, sizeof name, cand[i], bwd);
-      k += snprintf(line + k, sizeof line - k, " %s %.3f ms,", name, t[i] / REPS);
+      k += snprintf(line + k, sizeof line - k, " %s %.3f ms%s,", name, t[i] / REPS,
+                    bits[i] == bits[0] ? "" : " (other bits)");
     }
     variant_name(name, sizeof name, cand[best], bwd);
-    fprintf(stderr, "%s kept %s\n", line, name);
+    if (agree)
+      fprintf(stderr, "vit3d: %s kept %s\n", line, name);
+    else
+      vt_log_warn("%s kept %s: on this GPU the kernel variants marked do not give the first's "
+                  "bits, so only those that do are kept (runs and ranks still agree to the last "
+                  "bit); VT_ATTN_ROWS and VT_ATTN_DS fix a variant", line, name);
   }
   return cand[best];
 }
@@ -164,7 +220,9 @@ extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, 
   if (mma_path(D, out, qkv, NULL)) {
     const vt_dropout_mask m = drop_arg(drop);
     auto launch = [&](int w) { vt_cuda_attention_mma_fwd(w, out, lse, qkv, B, N, H, D, m); };
-    launch(variant_for("attention_fwd", 0, B, N, H, D, 0, launch));
+    const variant_out outs[VARIANT_OUTS] = {{out, (size_t)(B * N * H * D) * sizeof(bf16_t)},
+                                            {lse, (size_t)(B * H * N) * sizeof(float)}};
+    launch(variant_for("attention_fwd", 0, B, N, H, D, 0, outs, launch));
     return;
   }
   vt_cuda_attention_wmma_fwd(out, lse, qkv, B, N, H, D, drop_arg(drop));
@@ -191,8 +249,12 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *do
       vt_cuda_attention_mma_bwd(v & (MMA_DS - 1), dqkv, delta, part, dsv, lds, dout, qkv, out,
                                 lse, B, N, H, D, m);
     };
-    launch(variant_for("attention_bwd", 1, B, N, H, D, may_store, launch));
-    bwd_bias(dbias, part, B * fa_tiles((int)N), 3 * H * D);
+    const int64_t nchunk = B * fa_tiles((int)N);
+    const variant_out outs[VARIANT_OUTS] = {
+        {dqkv, (size_t)(B * N * 3 * H * D) * sizeof(bf16_t)},
+        {part, dbias ? (size_t)(nchunk * 3 * H * D) * sizeof(float) : 0}};
+    launch(variant_for("attention_bwd", 1, B, N, H, D, may_store, outs, launch));
+    bwd_bias(dbias, part, nchunk, 3 * H * D);
     return;
   }
   vt_cuda_attention_wmma_bwd(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);

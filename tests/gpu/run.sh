@@ -380,10 +380,11 @@ if ((built)) && part ops && (($(left) > 90)); then
               printf "%s%s %s ms (%s%s)", (NR > 1 ? ", " : ""), $3, $5, $7, t}')
   note "per-op ms per step, bf16 $model batch $mb, largest first (synchronized): ${top:-none (see bench.log)}"
   # The mma.sync attention's variants, 64 or 128 rows per block and (backward) dS stored or made
-  # again, as each shape's first call timed them (attention.cu's variant_for; the fastest is
-  # kept, the same bits either way).
-  picks=$(tail -n +"$from" "$blog2" | grep -oE 'vit3d: attention_(fwd|bwd) B=.*' | sort -u |
-          sed -E 's/^vit3d: //; s/ H=[0-9]+//; s/ rows/r/g; s/ \+ dS made again/ again/g;
+  # again, as each shape's first call timed them (attention.cu's variant_for; the fastest of
+  # those with the first's bits is kept; "other bits" and a warning mark a variant that differs).
+  picks=$(tail -n +"$from" "$blog2" | grep -oE '(vit3d|warning): attention_(fwd|bwd) B=.*' |
+          sort -u |
+          sed -E 's/^(vit3d|warning): //; s/ H=[0-9]+//; s/ rows/r/g; s/ \+ dS made again/ again/g;
                   s/ \+ dS stored/ stored/g' | paste -sd';' -)
   ((cpu_only)) || note "attention variants, timed at each shape's first call: ${picks:-none reported}"
 fi
