@@ -70,6 +70,7 @@ struct fiber {
   dim3 tid;
   int linear, warp, lane;
   int state;  // 0 runnable, 1 at block barrier, 2 at warp barrier, 3 done
+  int at;     // with state 2: which warp collective (vt_emu::warp_op)
   std::vector<pending_copy> copies;  // cp.async in flight, oldest first
   int commits;                       // cp.async groups committed so far
 };
@@ -107,9 +108,16 @@ void sync_block() {
   g_cur->state = 1;
   fiber_switch(&g_cur->ctx, &g_sched);
 }
-void sync_warp() {
+void sync_warp(warp_op op) {
   g_cur->state = 2;
+  g_cur->at = op;
   fiber_switch(&g_cur->ctx, &g_sched);
+}
+
+static const char *warp_op_name(int op) {
+  static const char *const names[] = {"__syncwarp", "a 4-byte shuffle", "an 8-byte shuffle",
+                                      "mma.sync", "ldmatrix", "a WMMA mma_sync"};
+  return op >= 0 && op < (int)(sizeof names / sizeof *names) ? names[op] : "?";
 }
 
 // A fiber's first code; it never returns (the scheduler does not resume a finished fiber).
@@ -197,6 +205,19 @@ static void run_block() {
         wait += g_fibers[i].state == 2;
       }
       if (wl && wait == wl) {
+        // Every live lane at the same collective: on a GPU lanes at different ones (a shuffle
+        // and an ldmatrix, say) exchange nothing sensible.
+        int first = -1;
+        for (int i = w * 32; i < n && i < w * 32 + 32; i++) {
+          if (g_fibers[i].state != 2) continue;
+          if (first < 0) first = i;
+          if (g_fibers[i].at != g_fibers[first].at) {
+            fprintf(stderr, "emu: warp %d diverged: lane %d at %s, lane %d at %s (block %u)\n",
+                    w, first % 32, warp_op_name(g_fibers[first].at), i % 32,
+                    warp_op_name(g_fibers[i].at), g_block_idx.x);
+            abort();
+          }
+        }
         for (int i = w * 32; i < n && i < w * 32 + 32; i++)
           if (g_fibers[i].state == 2) g_fibers[i].state = 0;
         released = 1;

@@ -1,8 +1,10 @@
-// emu_selftest.cpp: checks that the CUDA emulation finds the stream-ordering mistakes it claims
-// to (tests/cuda_emu: emu.cpp, nccl_emu.cpp), each case in a child process, since the emulation
-// ends the process where it finds one. A collective's result reaches its output only in its
-// stream's order, so another stream that reads it without waiting reads the old values, and a
-// write from another stream while the collective is in flight aborts the process.
+// emu_selftest.cpp: checks that the CUDA emulation finds the mistakes it claims to (tests/cuda_emu:
+// emu.cpp, nccl_emu.cpp), each case in a child process, since the emulation ends the process
+// where it finds one. A collective's result reaches its output only in its stream's order, so
+// another stream that reads it without waiting reads the old values, and a write from another
+// stream while the collective is in flight aborts the process; so does a warp whose lanes wait
+// at different warp collectives.
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -82,10 +84,31 @@ int ordered_write() {
   return first(g_x, g_b) == 0 ? 0 : 6;
 }
 
+// Lanes 0-15 shuffle while lanes 16-31 wait at __syncwarp: a diverged warp, which aborts.
+__global__ void diverged_kernel(float *out) {
+  float v = (float)threadIdx.x;
+  if (threadIdx.x < 16)
+    v = __shfl_xor_sync(0xffffffffu, v, 1);
+  else
+    __syncwarp();
+  out[threadIdx.x] = v;
+}
+// Every lane at the same shuffle: fine.
+__global__ void uniform_kernel(float *out) {
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (float)threadIdx.x, 1);
+}
+int run_kernel(void (*k)(float *)) {
+  vt_emu::launch(k, dim3(1), dim3(32), 0, g_a)(g_y);
+  cudaStreamSynchronize(g_a);
+  return first(g_y, g_a) == 1 ? 0 : 7;  // lane 0 got lane 1's value
+}
+int diverged_warp() { return run_kernel(diverged_kernel); }
+int uniform_warp() { return run_kernel(uniform_kernel); }
+
 struct test_case {
   const char *name;
   int (*run)();
-  int want;  // the child's exit status: 0, or 1 where the emulation aborts
+  int want;  // the child's exit status: 0, 1 where the emulated NCCL stops, 128 + its signal
 };
 
 }  // namespace
@@ -94,7 +117,9 @@ int main() {
   const test_case cases[] = {{"late_result", late_result, 0},
                              {"input_written", input_written, 1},
                              {"output_written", output_written, 1},
-                             {"ordered_write", ordered_write, 0}};
+                             {"ordered_write", ordered_write, 0},
+                             {"diverged_warp", diverged_warp, 128 + SIGABRT},
+                             {"uniform_warp", uniform_warp, 0}};
   setvbuf(stdout, nullptr, _IOLBF, 0);  // each line before the next child's messages
   int failed = 0;
   for (const test_case &c : cases) {

@@ -62,7 +62,10 @@ extern fiber *g_cur;
 extern dim3 g_block_idx, g_block_dim, g_grid_dim;
 const dim3 &tid_of(fiber *f);
 void sync_block();
-void sync_warp();
+// A warp-wide barrier: every live lane of the warp waits at the same collective (the emulation
+// aborts where lanes wait at different ones).
+enum warp_op { WARP_SYNC, WARP_SHFL4, WARP_SHFL8, WARP_MMA, WARP_LDSM, WARP_WMMA };
+void sync_warp(warp_op op = WARP_SYNC);
 float *warp_slots_f();
 double *warp_slots_d();
 int lane_of();
@@ -123,7 +126,7 @@ inline void mma16816(float d[4], const unsigned a[4], const unsigned b[2]) {
   const int lane = lane_of();
   for (int r = 0; r < 4; r++) s[lane].a[r] = a[r];
   s[lane].b[0] = b[0], s[lane].b[1] = b[1];
-  sync_warp();
+  sync_warp(WARP_MMA);
   const int g = lane >> 2, t = lane & 3;
   for (int i = 0; i < 4; i++) {
     const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
@@ -135,7 +138,7 @@ inline void mma16816(float d[4], const unsigned a[4], const unsigned b[2]) {
     }
     d[i] = acc;
   }
-  sync_warp();
+  sync_warp(WARP_MMA);
 }
 
 // cp.async (src/cuda/cuda_common.h's vt_cp_async16/4, commit, wait): each thread's copies wait
@@ -165,7 +168,7 @@ inline void ldsm(unsigned r[4], const void *row, bool trans) {
   const int lane = lane_of(), g = lane >> 2, t = lane & 3;
   check_ldsm_row(row);
   s[lane] = row;
-  sync_warp();
+  sync_warp(WARP_LDSM);
   for (int i = 0; i < 4; i++) {
     uint16_t lo, hi;
     if (trans) {
@@ -177,7 +180,7 @@ inline void ldsm(unsigned r[4], const void *row, bool trans) {
     }
     r[i] = (unsigned)lo | (unsigned)hi << 16;
   }
-  sync_warp();
+  sync_warp(WARP_LDSM);
 }
 inline void ldsm_x4(unsigned r[4], const void *row) { ldsm(r, row, false); }
 inline void ldsm_x4_trans(unsigned r[4], const void *row) { ldsm(r, row, true); }
@@ -186,10 +189,11 @@ inline void ldsm_x4_trans(unsigned r[4], const void *row) { ldsm(r, row, true); 
 template <class T>
 T shfl_from(T v, int src) {
   T *s = (T *)(sizeof(T) == 4 ? (void *)warp_slots_f() : (void *)warp_slots_d());
+  const warp_op op = sizeof(T) == 4 ? WARP_SHFL4 : WARP_SHFL8;
   s[lane_of()] = v;
-  sync_warp();
+  sync_warp(op);
   T r = s[src & 31];
-  sync_warp();
+  sync_warp(op);
   return r;
 }
 template <class T>

@@ -72,7 +72,7 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
               const fragment<matrix_a, 16, 16, 16, T, LA> &a,
               const fragment<matrix_b, 16, 16, 16, T, LB> &b,
               const fragment<accumulator, 16, 16, 16, float> &c) {
-  vt_emu::sync_warp();
+  vt_emu::sync_warp(vt_emu::WARP_WMMA);
   for (int e = 0; e < 256; e++) {
     if (!owns(e)) continue;
     const int r = e / 16, n = e % 16;
