@@ -26,6 +26,7 @@ ranks meet over TCP, the one-rank runs too) instead of under mpirun.
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -217,6 +218,10 @@ def refusal(logs):
     return why[0] if why else "(no message)"
 
 
+# A line that says why a run ended: the emulation's, a check's "file:line:", an error.
+ERROR_LINE = re.compile(r"^emulated |^emu: |error|\.(c|cu|cpp):[0-9]+:")
+
+
 def print_failure(head, runs, imgs, detail=""):
     """A failed draw: its runs' exit codes, the commands that repeat it and their last lines.
     runs: (name, exit code, command, log) per run."""
@@ -227,7 +232,12 @@ def print_failure(head, runs, imgs, detail=""):
     if detail:
         print("    " + "\n    ".join(detail.strip().splitlines()[-12:]))
     for name, _, _, log in runs:
-        print(f"  last lines ({name}):\n    " + "\n    ".join(log.strip().splitlines()[-5:]))
+        lines = log.strip().splitlines()
+        # The message that ended a run (mpirun's own lines come after it), then the log's end.
+        why = [ln for ln in lines[:-5] if ERROR_LINE.search(ln)][:3]
+        if why:
+            print(f"  messages ({name}):\n    " + "\n    ".join(why))
+        print(f"  last lines ({name}):\n    " + "\n    ".join(lines[-5:]))
 
 
 def main():
