@@ -66,7 +66,7 @@ static __global__ void qk_norm_rowsum_kernel(float *c, const float *dout, const 
   const float mu = mean[row], r = rstd[row];
   float sg = 0.0f, sgx = 0.0f;
   for (int64_t d = lane; d < D; d += 32) {
-    const float g = vt_get(dout, at + d, bf16) * w[d];
+    const float g = __fmul_rn(vt_get(dout, at + d, bf16), w[d]);  // unfused, as dx's
     sg += g;
     sgx += g * (vt_get(qkv, at + d, bf16) - mu) * r;
   }
@@ -86,7 +86,10 @@ struct qk_norm_dx_src {
     if (col >= 2 * H * D) return dy;
     const int64_t j = col / D, row = (i / W) * 2 * H + j;
     const float w = (j < H ? qw : kw)[col % D], r = rstd[row];
-    return r * (dy * w - c[2 * row] - (vt_get(qkv, i, bf16) - mean[row]) * r * c[2 * row + 1]);
+    // g = dy w rounded on its own, as the row sums had it: with D = 1, g - mean(g) is then 0,
+    // where an FMA's unrounded product would leave its rounding error times rstd (up to 1000).
+    const float g = __fmul_rn(dy, w);
+    return r * (g - c[2 * row] - (vt_get(qkv, i, bf16) - mean[row]) * r * c[2 * row + 1]);
   }
 };
 
