@@ -148,7 +148,9 @@ static __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd
 
 // A warp's row of the input gradient, register form (V >= 1: the lane's share of dout and inp
 // loaded as ln_load does): dx = r (g - mean(g) - xhat mean(g xhat)) with g = dout * weight,
-// written, or with add added to what dx holds.
+// written, or with add added to what dx holds. g is rounded on its own (__fmul_rn) in both
+// places: fused into an FMA it would carry its rounding error into g - mean(g), which rstd then
+// multiplies (with C = 1 the CPU's 0 became 6e-5).
 template <int V>
 static __device__ __forceinline__ void ln_dinp_row(float *dx, const float4 (&dy)[V],
                                                    const float4 (&x)[V], const float *weight,
@@ -165,7 +167,7 @@ static __device__ __forceinline__ void ln_dinp_row(float *dx, const float4 (&dy)
     vt_f4_get(w, *(const float4 *)(weight + c));
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-      g[k] *= w[k];
+      g[k] = __fmul_rn(g[k], w[k]);  // unfused, so that g - mean(g) is the CPU's (C = 1: 0)
       sg += g[k];
       sgx += g[k] * (e[k] - mu) * r;
     }
@@ -183,7 +185,7 @@ static __device__ __forceinline__ void ln_dinp_row(float *dx, const float4 (&dy)
     if (add) vt_f4_get(o, *(const float4 *)(dx + c));
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-      const float v = r * (g[k] * w[k] - sg - (e[k] - mu) * r * sgx);
+      const float v = r * (__fmul_rn(g[k], w[k]) - sg - (e[k] - mu) * r * sgx);
       o[k] = add ? o[k] + v : v;
     }
     *(float4 *)(dx + c) = vt_f4_make(o);
@@ -204,7 +206,7 @@ static __global__ void layernorm_dinp_kernel(float *dinp, const float *dout, con
     const float mu = mean[row], r = rstd[row];
     float sg = 0.0f, sgx = 0.0f;
     for (int64_t c = lane; c < C; c += 32) {
-      const float g = dy[c] * weight[c];
+      const float g = __fmul_rn(dy[c], weight[c]);
       sg += g;
       sgx += g * (x[c] - mu) * r;
     }
@@ -216,7 +218,8 @@ static __global__ void layernorm_dinp_kernel(float *dinp, const float *dout, con
 #pragma unroll
       for (int k = 0; k < LN_BATCH; k++) {
         const int64_t c = c0 + 32 * k;
-        const float w = c < C ? r * (dy[c] * weight[c] - sg - (x[c] - mu) * r * sgx) : 0.0f;
+        const float w =
+            c < C ? r * (__fmul_rn(dy[c], weight[c]) - sg - (x[c] - mu) * r * sgx) : 0.0f;
         v[k] = add && c < C ? dx[c] + w : w;
       }
 #pragma unroll

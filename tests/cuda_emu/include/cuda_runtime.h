@@ -229,6 +229,19 @@ static inline float __uint_as_float(unsigned u) {
   memcpy(&f, &u, 4);
   return f;
 }
+// PTX ex2.approx.ftz.f32 (cuda_common.h's vt_ex2) as the ISA bounds it rather than exactly:
+// 2^x moved by -2 to +2 ulp, by a hash of x's bits (the same x, the same result), results below
+// 2^-126 flushed to zero; so the tolerances and the variants' same bits hold for any such error.
+static inline float ex2_approx(float x) {
+  unsigned u;
+  memcpy(&u, &x, 4);
+  u = (u ^ (u >> 15)) * 0x2c1b3c6dU;
+  float y = exp2f(x);
+  if (y < 0x1p-126f) return 0.0f;
+  for (int k = (int)((u >> 16) % 5) - 2; k != 0 && isfinite(y); k += k > 0 ? -1 : 1)
+    y = nextafterf(y, k > 0 ? INFINITY : 0.0f);
+  return y;
+}
 
 cudaError_t cudaMalloc(void **p, size_t n);
 template <class T>
