@@ -9,7 +9,7 @@
 // end queues their waits on the streams they were issued on: the next kernel on such a stream,
 // or a stream waiting for an event recorded after them, completes them, as a GPU runs the
 // group's kernel in its stream's order (so sends on a stream of their own go on while the host
-// launches work on another). A pattern that would hang on GPUs (two ranks sending to each other
+// launches work on another; a receive's data reaches its buffer only then). A pattern that would hang on GPUs (two ranks sending to each other
 // outside a group) hangs here too. Every message carries a header (kind and size) that its
 // receiver checks: ranks issuing a communicator's operations in different orders end with a
 // message, where NCCL would hang. Sums run in rank order (an all-reduce at rank 0), the same on
@@ -148,18 +148,32 @@ ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t, int
   return ncclSuccess;
 }
 
+// A send or receive of a group (or alone), completed in its stream's order by wait_request.
+// A receive lands in `stage` and reaches the caller's buffer only then, as a collective's result
+// does (finish_late); the buffer's hash when posted catches a write to it while in flight (a
+// send's: on a GPU the receiver could get either contents; a receive's: the received data would
+// overwrite it, or it the data).
+struct p2p_request {
+  emu_msg *m;
+  bool send;
+  void *buf;
+  size_t bytes;
+  uint64_t hash;
+  cudaStream_t stream;
+  std::vector<char> stage;
+};
 static int g_group_depth;
-static std::vector<emu_msg *> g_group;  // a group's sends and receives
+static std::vector<p2p_request *> g_group;  // a group's sends and receives
 
-// Queued on a stream by ncclGroupEnd: completes one message. A send whose buffer changed since
-// it was posted (written before anything waited for the send) aborts: on a GPU the receiver
-// could get either contents.
 static void wait_request(void *p) {
-  emu_msg *m = (emu_msg *)p;
-  if (m->send && fnv1a(m->buf, m->bytes) != m->hash)
-    die("a send's buffer (%zu bytes at %p) was written while the send was in flight, before its "
-        "stream's work was waited for", m->bytes, (void *)m->buf);
-  wait_for(m);
+  p2p_request *q = (p2p_request *)p;
+  if (fnv1a(q->buf, q->bytes) != q->hash)
+    die("a %s's buffer (%zu bytes at %p) was written while the %s was in flight, before its "
+        "stream's work was waited for", q->send ? "send" : "receive", q->bytes, q->buf,
+        q->send ? "send" : "receive");
+  wait_for(q->m);
+  if (!q->send) memcpy(q->buf, q->stage.data(), q->bytes);
+  delete q;
 }
 
 static ncclResult_t p2p(bool is_send, const void *buf, size_t n, int peer, ncclComm_t c,
@@ -167,12 +181,13 @@ static ncclResult_t p2p(bool is_send, const void *buf, size_t n, int peer, ncclC
   vt_emu::flush_stream(st);
   if (peer < 0 || peer >= c->size || peer == c->rank) return ncclInvalidArgument;
   const size_t bytes = n * sizeof(float);
-  const uint64_t hash = is_send ? fnv1a(buf, bytes) : 0;  // before the thread may move it
-  emu_msg *m = post(c, peer, KIND_P2P, is_send, buf, bytes, st, hash);
+  p2p_request *q = new p2p_request{nullptr, is_send, (void *)buf, bytes, fnv1a(buf, bytes), st,
+                                   std::vector<char>(is_send ? 0 : bytes)};
+  q->m = post(c, peer, KIND_P2P, is_send, is_send ? buf : q->stage.data(), bytes);
   if (g_group_depth == 0)
-    wait_for(m);
+    wait_request(q);
   else
-    g_group.push_back(m);
+    g_group.push_back(q);
   return ncclSuccess;
 }
 
@@ -194,7 +209,7 @@ ncclResult_t ncclGroupStart(void) {
 ncclResult_t ncclGroupEnd(void) {
   if (g_group_depth == 0) return ncclInvalidUsage;
   if (--g_group_depth == 0) {
-    for (emu_msg *m : g_group) vt_emu::defer_on_stream(m->stream, wait_request, m);
+    for (p2p_request *q : g_group) vt_emu::defer_on_stream(q->stream, wait_request, q);
     g_group.clear();
   }
   return ncclSuccess;

@@ -292,11 +292,9 @@ void adopt(emu_nccl *c) {
     if (l) g_links.push_back(l);
 }
 
-emu_msg *post(emu_nccl *c, int peer, uint32_t kind, bool is_send, const void *buf, size_t bytes,
-              cudaStream_t stream, uint64_t hash) {
+emu_msg *post(emu_nccl *c, int peer, uint32_t kind, bool is_send, const void *buf, size_t bytes) {
   emu_msg *m = new emu_msg;
   m->buf = (char *)buf, m->bytes = bytes, m->kind = kind, m->send = is_send;
-  m->stream = stream, m->hash = hash;
   m->head[0] = kMagic, m->head[1] = kind;
   m->head[2] = (uint32_t)bytes, m->head[3] = (uint32_t)((uint64_t)bytes >> 32);
   {

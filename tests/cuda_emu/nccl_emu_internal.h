@@ -28,9 +28,6 @@ struct emu_msg {
   uint32_t head[4];  // magic, kind, size (low, high)
   size_t moved = 0;  // of the header and payload together
   bool complete = false;
-  // A group's send: its stream and the hash of its buffer when posted.
-  cudaStream_t stream = nullptr;
-  uint64_t hash = 0;
 };
 
 struct emu_link {
@@ -52,10 +49,9 @@ struct emu_nccl {
 
 namespace nccl_emu {
 
-// Queues a send or receive of `bytes` at buf to or from `peer` on the thread (a group's send:
-// with its stream and its buffer's hash), which moves it in the link's order.
-emu_msg *post(emu_nccl *c, int peer, uint32_t kind, bool is_send, const void *buf, size_t bytes,
-              cudaStream_t stream = nullptr, uint64_t hash = 0);
+// Queues a send or receive of `bytes` at buf to or from `peer` on the thread, which moves it in
+// the link's order.
+emu_msg *post(emu_nccl *c, int peer, uint32_t kind, bool is_send, const void *buf, size_t bytes);
 // Waits until the thread has moved m (then frees it), or each of ms.
 void wait_for(emu_msg *m);
 void wait_all(const std::vector<emu_msg *> &ms);
