@@ -71,6 +71,8 @@ struct fiber {
   int linear, warp, lane;
   int state;  // 0 runnable, 1 at block barrier, 2 at warp barrier, 3 done
   int at;     // with state 2: which warp collective (vt_emu::warp_op)
+  const char *file;  // with state 1: the __syncthreads it waits at
+  int line;
   std::vector<pending_copy> copies;  // cp.async in flight, oldest first
   int commits;                       // cp.async groups committed so far
 };
@@ -104,8 +106,9 @@ static void fiber_switch(emu_ctx *save, emu_ctx *load) {
 #endif
 }
 
-void sync_block() {
+void sync_block(const char *file, int line) {
   g_cur->state = 1;
+  g_cur->file = file, g_cur->line = line;
   fiber_switch(&g_cur->ctx, &g_sched);
 }
 void sync_warp(warp_op op) {
@@ -235,6 +238,20 @@ static void run_block() {
       int wait = 0;
       for (int i = 0; i < n; i++) wait += g_fibers[i].state == 1;
       if (wait == live) {
+        // Every live thread at the same __syncthreads: one in a branch that not all threads
+        // take (or two in the branches of one) hangs or misbehaves on a GPU.
+        const fiber *first = nullptr;
+        for (int i = 0; i < n; i++) {
+          const fiber *f = &g_fibers[i];
+          if (f->state != 1) continue;
+          if (!first) first = f;
+          if (f->line != first->line || strcmp(f->file, first->file) != 0) {
+            fprintf(stderr, "emu: threads %d and %d of block %u wait at different __syncthreads "
+                    "(%s:%d and %s:%d)\n", first->linear, f->linear, g_block_idx.x,
+                    first->file, first->line, f->file, f->line);
+            abort();
+          }
+        }
         for (int i = 0; i < n; i++)
           if (g_fibers[i].state == 1) g_fibers[i].state = 0;
         released = 1;

@@ -2,8 +2,8 @@
 // emu.cpp, nccl_emu.cpp), each case in a child process, since the emulation ends the process
 // where it finds one. A collective's result reaches its output only in its stream's order, so
 // another stream that reads it without waiting reads the old values, and a write from another
-// stream while the collective is in flight aborts the process; so does a warp whose lanes wait
-// at different warp collectives.
+// stream while the collective is in flight aborts the process; so do a warp whose lanes wait at
+// different warp collectives and a block whose threads wait at different __syncthreads.
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -105,6 +105,20 @@ int run_kernel(void (*k)(float *)) {
 int diverged_warp() { return run_kernel(diverged_kernel); }
 int uniform_warp() { return run_kernel(uniform_kernel); }
 
+// The block's two warps at two different __syncthreads: aborts.
+__global__ void split_barrier_kernel(float *out) {
+  if (threadIdx.x < 32)
+    __syncthreads();
+  else
+    __syncthreads();
+  out[threadIdx.x] = 1.0f;
+}
+int split_barrier() {
+  vt_emu::launch(split_barrier_kernel, dim3(1), dim3(64), 0, g_a)(g_y);
+  cudaStreamSynchronize(g_a);
+  return 0;
+}
+
 struct test_case {
   const char *name;
   int (*run)();
@@ -119,7 +133,8 @@ int main() {
                              {"output_written", output_written, 1},
                              {"ordered_write", ordered_write, 0},
                              {"diverged_warp", diverged_warp, 128 + SIGABRT},
-                             {"uniform_warp", uniform_warp, 0}};
+                             {"uniform_warp", uniform_warp, 0},
+                             {"split_barrier", split_barrier, 128 + SIGABRT}};
   setvbuf(stdout, nullptr, _IOLBF, 0);  // each line before the next child's messages
   int failed = 0;
   for (const test_case &c : cases) {

@@ -61,7 +61,7 @@ struct fiber;
 extern fiber *g_cur;
 extern dim3 g_block_idx, g_block_dim, g_grid_dim;
 const dim3 &tid_of(fiber *f);
-void sync_block();
+void sync_block(const char *file, int line);  // where the __syncthreads is
 // A warp-wide barrier: every live lane of the warp waits at the same collective (the emulation
 // aborts where lanes wait at different ones).
 enum warp_op { WARP_SYNC, WARP_SHFL4, WARP_SHFL8, WARP_MMA, WARP_LDSM, WARP_WMMA };
@@ -214,7 +214,7 @@ T shfl_xor(T v, int o) {
 #define blockIdx (vt_emu::g_block_idx)
 #define blockDim (vt_emu::g_block_dim)
 #define gridDim (vt_emu::g_grid_dim)
-#define __syncthreads() vt_emu::sync_block()
+#define __syncthreads() vt_emu::sync_block(__FILE__, __LINE__)
 #define __shfl_xor_sync(mask, v, o) vt_emu::shfl_xor((v), (o))
 #define __shfl_sync(mask, v, src) vt_emu::shfl_from((v), (src))
 #define __syncwarp(...) vt_emu::sync_warp()
