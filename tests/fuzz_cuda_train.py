@@ -7,7 +7,8 @@ test_cuda_mesh_emu.sh hold chosen variant sets and meshes, and a draw here mixes
 regularisation, optimizer, frozen tensors, EMA and image-loader features of
 tests/fuzz_equiv.py (draw_model) in fp32 or bf16, on one rank or (half the draws) a mesh of 2
 or 4 ranks with one emulated GPU each (draw_mesh; the CPU run on the same mesh), sometimes with
-recompute on the CUDA side only. fp32: tests/compare_runs.py's rules (every
+recompute on the CUDA side only, and with its own order of the emulated device running ahead
+(EMU_SEED, emu.cpp's run_ahead: streams' work that nothing orders runs in other orders). fp32: tests/compare_runs.py's rules (every
 step's loss within 1e-5, every parameter within 5e-5, the EMA too, the evaluations' loss within
 1e-5 and the same hits); bf16 (where the CUDA GEMMs sum in other orders than the CPU's, so a
 sum next to a bf16 rounding boundary may round the other way): compare_runs.py's bands against
@@ -40,21 +41,23 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            OMPI_MCA_mpi_yield_when_idle="1")
 
 
-def run(binary, np_, flags, out):
-    """A run of np_ ranks (one emulated GPU each: EMU_GPUS, chosen by local rank); with
-    FUZZ_WORLD=tcp the emulated runs start by launch/spawn.sh (the TCP world, no MPI)."""
+def run(binary, np_, flags, out, emu_seed=0):
+    """A run of np_ ranks (one emulated GPU each: EMU_GPUS, chosen by local rank; EMU_SEED the
+    draw's order of the device running ahead, emu.cpp); with FUZZ_WORLD=tcp the emulated runs
+    start by launch/spawn.sh (the TCP world, no MPI)."""
     tcp = os.environ.get("FUZZ_WORLD") == "tcp" and binary.endswith("vit3d_emu")
     launcher = ([f"{HERE}/../launch/spawn.sh", str(np_)] if tcp else
-                ["mpirun", "-np", str(np_), "--oversubscribe", "-x", "EMU_GPUS"])
+                ["mpirun", "-np", str(np_), "--oversubscribe", "-x", "EMU_GPUS", "-x", "EMU_SEED"])
     cmd = launcher + [binary, "train"] + \
         COMMON + flags + ["--log-dir", out, "--final-weights", out + "/weights.safetensors"]
     if "--model-ema" in flags:
         cmd += ["--final-ema", out + "/ema.safetensors"]
-    env = dict(ENV, EMU_GPUS=str(np_), **({"VT_WORLD": "tcp"} if tcp else {}))
+    env = dict(ENV, EMU_GPUS=str(np_), EMU_SEED=str(emu_seed),
+               **({"VT_WORLD": "tcp"} if tcp else {}))
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=1800)
-    return p.returncode, p.stdout, ("VT_WORLD=tcp EMU_GPUS=%d " % np_ if tcp else "") + \
-        " ".join(cmd)
+    return p.returncode, p.stdout, ("VT_WORLD=tcp " if tcp else "") + \
+        f"EMU_GPUS={np_} EMU_SEED={emu_seed} " + " ".join(cmd)
 
 
 def main():
@@ -88,7 +91,7 @@ def main():
             cpu, cuda = f"{work}/{d}_cpu", f"{work}/{d}_cuda"
             rc_c, log_c, cmd_c = run(vit3d, np_, model + mesh + ["--device", "cpu"], cpu)
             rc_g, log_g, cmd_g = run(emu, np_, model + mesh + cuda_only + ["--device", "cuda"],
-                                     cuda)
+                                     cuda, emu_seed=seed * 1000 + d)
             if rc_c == 2 or rc_g == 2:
                 print(f"refused: {head}\n    {refusal((log_c, log_g))}")
                 refused += 1

@@ -371,9 +371,13 @@ void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body
 }  // namespace vt_emu
 
 // ---- streams and events ----
+struct emu_work {
+  std::function<void()> run;
+  bool when_needed;  // never run ahead (below): only when something needs the stream's work
+};
 struct emu_stream {
-  std::deque<std::function<void()>> q;  // queued kernels, copies, memsets, marks, oldest first
-  uint64_t issued = 0, done = 0;        // how many were queued and run
+  std::deque<emu_work> q;         // queued kernels, copies, memsets, marks, oldest first
+  uint64_t issued = 0, done = 0;  // how many were queued and run
 };
 struct emu_event {
   emu_stream *s = nullptr;  // where it was last recorded (none: complete)
@@ -385,26 +389,61 @@ struct emu_event {
 static emu_stream g_null_stream;
 static std::vector<emu_stream *> g_streams;
 static emu_stream *stream_of(cudaStream_t s) { return s ? s : &g_null_stream; }
-static void run_until(emu_stream *s, uint64_t seq) {
-  while (s->done < seq) {
-    std::function<void()> f = std::move(s->q.front());
-    s->q.pop_front();
-    f();
-    s->done++;
-  }
+static void run_front(emu_stream *s) {
+  std::function<void()> f = std::move(s->q.front().run);
+  s->q.pop_front();
+  f();
+  s->done++;
 }
-static void enqueue(cudaStream_t st, std::function<void()> f) {
+static void run_until(emu_stream *s, uint64_t seq) {
+  while (s->done < seq) run_front(s);
+}
+
+// The device also runs ahead of the host at times: after one in four enqueues, the oldest one
+// to three items of a random stream with work run at once (up to an item queued to run only
+// when needed: a wait for a message, which could block the host, or a collective's result, kept
+// as late as a GPU could make it), as a GPU may run any stream's work once the work before it
+// there is done. So two streams' kernels and copies that nothing orders run in either order in
+// different places of a run, as on a GPU, where the queues alone would always run the stream
+// synchronized first. Its own random sequence (EMU_SEED picks another; EMU_RUN_AHEAD=0: the
+// queues only).
+static void run_ahead() {
+  static int on = -1;
+  static uint64_t x;
+  if (on < 0) {
+    const char *e = getenv("EMU_RUN_AHEAD"), *seed = getenv("EMU_SEED");
+    on = !(e && strcmp(e, "0") == 0);
+    x = 0x853c49e6748fea9bull ^ (seed ? strtoull(seed, NULL, 10) : 0);
+  }
+  if (!on) return;
+  x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+  const uint64_t r = x * 0x2545f4914f6cdd1dull;
+  if (r % 4) return;
+  emu_stream *with_work[65];
+  int n = 0;
+  if (!g_null_stream.q.empty()) with_work[n++] = &g_null_stream;
+  for (emu_stream *t : g_streams)
+    if (!t->q.empty() && n < 65) with_work[n++] = t;
+  if (!n) return;
+  emu_stream *t = with_work[(r >> 8) % (uint64_t)n];
+  for (int k = 1 + (int)((r >> 16) % 3); k > 0 && !t->q.empty() && !t->q.front().when_needed;
+       k--)
+    run_front(t);
+}
+
+static void enqueue(cudaStream_t st, std::function<void()> f, bool when_needed = false) {
   emu_stream *s = stream_of(st);
-  s->q.push_back(std::move(f));
+  s->q.push_back(emu_work{std::move(f), when_needed});
   s->issued++;
+  run_ahead();
 }
 namespace vt_emu {
 void flush_stream(cudaStream_t st) {
   emu_stream *s = stream_of(st);
   run_until(s, s->issued);
 }
-void defer_on_stream(cudaStream_t st, void (*fn)(void *), void *arg) {
-  enqueue(st, [fn, arg]() { fn(arg); });
+void defer_on_stream(cudaStream_t st, void (*fn)(void *), void *arg, bool when_needed) {
+  enqueue(st, [fn, arg]() { fn(arg); }, when_needed);
 }
 }  // namespace vt_emu
 static void flush_all() {

@@ -6,6 +6,7 @@
 // different warp collectives and a block whose threads wait at different __syncthreads.
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -136,6 +137,7 @@ int main() {
                              {"uniform_warp", uniform_warp, 0},
                              {"split_barrier", split_barrier, 128 + SIGABRT}};
   setvbuf(stdout, nullptr, _IOLBF, 0);  // each line before the next child's messages
+  setenv("EMU_RUN_AHEAD", "0", 1);  // the queues alone: each case's order is the one it sets
   int failed = 0;
   for (const test_case &c : cases) {
     const pid_t pid = fork();

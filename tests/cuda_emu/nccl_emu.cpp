@@ -55,7 +55,7 @@ static void finish_late(cudaStream_t st, const void *in, size_t in_bytes, void *
   const size_t out_bytes = result.size() * sizeof(float);
   emu_late *l = new emu_late{in, out, in_bytes, fnv1a(in, in_bytes), fnv1a(out, out_bytes),
                              std::move(result)};
-  vt_emu::defer_on_stream(st, complete_late, l);
+  vt_emu::defer_on_stream(st, complete_late, l, true);
 }
 
 // Rank 0 sums the members' buffers in rank order and sends every member the sum.
@@ -209,7 +209,7 @@ ncclResult_t ncclGroupStart(void) {
 ncclResult_t ncclGroupEnd(void) {
   if (g_group_depth == 0) return ncclInvalidUsage;
   if (--g_group_depth == 0) {
-    for (p2p_request *q : g_group) vt_emu::defer_on_stream(q->stream, wait_request, q);
+    for (p2p_request *q : g_group) vt_emu::defer_on_stream(q->stream, wait_request, q, true);
     g_group.clear();
   }
   return ncclSuccess;

@@ -76,9 +76,10 @@ unsigned char *dyn_smem();
 // after it.
 void flush_stream(cudaStream_t st);
 // Queues fn(arg) on stream st, to run after the work queued there before it, when something
-// needs the stream's work (kernel launches below; nccl_emu.cpp: the wait for a group's
-// messages).
-void defer_on_stream(cudaStream_t st, void (*fn)(void *), void *arg);
+// needs the stream's work or (unless when_needed) the device runs ahead (emu.cpp's run_ahead;
+// kernel launches below; nccl_emu.cpp: a collective's result and a wait for messages, when
+// needed only).
+void defer_on_stream(cudaStream_t st, void (*fn)(void *), void *arg, bool when_needed = false);
 template <class F>
 struct launcher;
 template <class... P>
