@@ -413,7 +413,7 @@ static void run_ahead() {
   if (on < 0) {
     const char *e = getenv("EMU_RUN_AHEAD"), *seed = getenv("EMU_SEED");
     on = !(e && strcmp(e, "0") == 0);
-    x = 0x853c49e6748fea9bull ^ (seed ? strtoull(seed, NULL, 10) : 0);
+    x = (0x853c49e6748fea9bull ^ (seed ? strtoull(seed, NULL, 10) : 0)) | 1;  // never 0
   }
   if (!on) return;
   x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
