@@ -4,18 +4,17 @@ on the CPU.
 
 The CUDA kernels run nowhere else before a GPU is lent; test_cuda_train_emu.sh and
 test_cuda_mesh_emu.sh hold chosen variant sets and meshes, and a draw here mixes the model,
-regularisation, optimizer, frozen tensors, EMA and image-loader features of
-tests/fuzz_equiv.py (draw_model) in fp32 or bf16, on one rank or (half the draws) a mesh of 2
-or 4 ranks with one emulated GPU each (draw_mesh; the CPU run on the same mesh), sometimes with
-recompute on the CUDA side only, and with its own order of the emulated device running ahead
-(EMU_SEED, emu.cpp's run_ahead: streams' work that nothing orders runs in other orders). fp32: tests/compare_runs.py's rules (every
-step's loss within 1e-5, every parameter within 5e-5, the EMA too, the evaluations' loss within
-1e-5 and the same hits); bf16 (where the CUDA GEMMs sum in other orders than the CPU's, so a
-sum next to a bf16 rounding boundary may round the other way): compare_runs.py's bands against
+regularisation, optimizer, frozen tensors, EMA and image-loader features of tests/fuzz_equiv.py
+(draw_model) in fp32 or bf16, on one rank or (half the draws) a mesh of 2 or 4 ranks with one
+emulated GPU each (draw_mesh; the CPU run on the same mesh), sometimes with recompute on the CUDA
+side only, and with its own order of the emulated device running ahead (EMU_SEED, emu_runtime.cpp's
+run_ahead: streams' work that nothing orders runs in other orders). fp32: tests/compare_runs.py's
+rules (every step's loss within 1e-5, every parameter within 5e-5, the EMA too, the evaluations'
+loss within 1e-5 and the same hits); bf16 (where the CUDA GEMMs sum in other orders than the CPU's,
+so a sum next to a bf16 rounding boundary may round the other way): compare_runs.py's bands against
 the CPU run's fp32 twin (a third run: every loss, parameter and EMA tensor and the evaluations'
-losses within a few times the twin's distance, as fuzz_equiv.py's banded draws). A failing
-draw prints the commands that repeat it; `fuzz_cuda_train.py EMU VIT3D 1 SEED D` draws D
-again.
+losses within a few times the twin's distance, as fuzz_equiv.py's banded draws). A failing draw
+prints the commands that repeat it; `fuzz_cuda_train.py EMU VIT3D 1 SEED D` draws D again.
 
 The default run's cuda_train_fuzz takes 12 draws of the default seed (46 s on 2 cores); hunts:
   /usr/bin/python3 tests/fuzz_cuda_train.py build/tests/vit3d_emu build/vit3d 100 $RANDOM
@@ -43,8 +42,8 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 
 def run(binary, np_, flags, out, emu_seed=0):
     """A run of np_ ranks (one emulated GPU each: EMU_GPUS, chosen by local rank; EMU_SEED the
-    draw's order of the device running ahead, emu.cpp); with FUZZ_WORLD=tcp the emulated runs
-    start by launch/spawn.sh (the TCP world, no MPI)."""
+    draw's order of the device running ahead, emu_runtime.cpp); with FUZZ_WORLD=tcp the emulated
+    runs start by launch/spawn.sh (the TCP world, no MPI)."""
     tcp = os.environ.get("FUZZ_WORLD") == "tcp" and binary.endswith("vit3d_emu")
     launcher = ([f"{HERE}/../launch/spawn.sh", str(np_)] if tcp else
                 ["mpirun", "-np", str(np_), "--oversubscribe", "-x", "EMU_GPUS", "-x", "EMU_SEED"])

@@ -72,13 +72,13 @@ int lane_of();
 void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body)(void *),
               void *arg);
 unsigned char *dyn_smem();
-// Runs the work queued on stream st (emu.cpp): a library call or NCCL operation on st comes
-// after it.
+// Runs the work queued on stream st (emu_runtime.cpp): a library call or NCCL operation on st
+// comes after it.
 void flush_stream(cudaStream_t st);
 // Queues fn(arg) on stream st, to run after the work queued there before it, when something
-// needs the stream's work or (unless when_needed) the device runs ahead (emu.cpp's run_ahead;
-// kernel launches below; nccl_emu.cpp: a collective's result and a wait for messages, when
-// needed only).
+// needs the stream's work or (unless when_needed) the device runs ahead (emu_runtime.cpp's
+// run_ahead; kernel launches below; nccl_emu.cpp: a collective's result and a wait for
+// messages, when needed only).
 void defer_on_stream(cudaStream_t st, void (*fn)(void *), void *arg, bool when_needed = false);
 template <class F>
 struct launcher;
