@@ -64,13 +64,12 @@ static void run_ahead() {
   x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
   const uint64_t r = x * 0x2545f4914f6cdd1dull;
   if (r % 4) return;
-  emu_stream *with_work[65];
-  int n = 0;
-  if (!g_null_stream.q.empty()) with_work[n++] = &g_null_stream;
+  std::vector<emu_stream *> with_work;
+  if (!g_null_stream.q.empty()) with_work.push_back(&g_null_stream);
   for (emu_stream *t : g_streams)
-    if (!t->q.empty() && n < 65) with_work[n++] = t;
-  if (!n) return;
-  emu_stream *t = with_work[(r >> 8) % (uint64_t)n];
+    if (!t->q.empty()) with_work.push_back(t);
+  if (with_work.empty()) return;
+  emu_stream *t = with_work[(r >> 8) % with_work.size()];
   for (int k = 1 + (int)((r >> 16) % 3); k > 0 && !t->q.empty() && !t->q.front().when_needed;
        k--)
     run_front(t);
