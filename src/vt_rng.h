@@ -45,6 +45,13 @@ VT_RNG_INLINE vt_philox_ctr vt_rng_block_inline(uint64_t key, uint32_t stream_hi
   return vt_philox4x32_inline(c, key);
 }
 
+// Number k (0..3) of a block, by selects rather than an index: on a GPU, c.v[k] with k known only
+// at run time puts c in local memory (ptxas -warn-lmem-usage), a load and store per number.
+VT_RNG_INLINE uint32_t vt_philox_lane(vt_philox_ctr c, uint64_t k) {
+  k &= 3;
+  return k == 0 ? c.v[0] : k == 1 ? c.v[1] : k == 2 ? c.v[2] : c.v[3];
+}
+
 // A 32-bit number's top 24 bits over 2^24: every float in [0, 1) with spacing 2^-24, never 1.0.
 VT_RNG_INLINE float vt_rng_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
@@ -52,7 +59,7 @@ VT_RNG_INLINE float vt_rng_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 1
 // block i / 4, as a uniform in [0, 1).
 VT_RNG_INLINE float vt_rng_uniform_inline(uint64_t key, uint32_t stream_hi, uint32_t stream_lo,
                                           uint64_t i) {
-  return vt_rng_unit(vt_rng_block_inline(key, stream_hi, stream_lo, i >> 2).v[i & 3]);
+  return vt_rng_unit(vt_philox_lane(vt_rng_block_inline(key, stream_hi, stream_lo, i >> 2), i));
 }
 
 // The Philox4x32-10 block function: four 32-bit outputs for a 128-bit counter and 64-bit key.

@@ -19,7 +19,8 @@
 // for the next step are in flight while this step computes, one barrier pair per step. Selected for
 // bf16 with D <= 80 and the heads in whole 16-byte chunks (D a multiple of 8: ViT-S/B/L, and
 // ViT-H/14's 80; mma_path); VT_ATTN_MMA=0 keeps the WMMA kernels. NK = Dp / 16; at NK 5 the dk/dv
-// kernel takes 255 registers, no spills (nvcc 13). A block has W warps of 16 rows each: its own
+// kernel takes 255 registers (storing dS, 4 bytes spilled; nvcc 13: cuda_kernel_resources prints
+// every kernel's). A block has W warps of 16 rows each: its own
 // rows (queries; keys for dk/dv) are 16 W, 64 or 128 (more rows per block load each streamed 64-row
 // tile for more of them, fewer warps fit on an SM; variant_for picks per shape by timing both); the
 // streamed tiles have 64 rows. The backward's dq kernel makes S, P and dP again from Q, K, V and dO
@@ -132,8 +133,8 @@ static __device__ __forceinline__ float drop_one(const vt_dropout_mask &m, uint3
 // step makes q k^T of key tile s, moves each row's running maximum M (base 2, a whole number:
 // vt_ops.h's m / ln 2) up to the tile's, scaling O and l by 2^(M_old - M_new) where it moves
 // (exact), then adds e v and e to the rows' O and l, e = 2^(y - M). Shared memory: Q (16 W
-// rows), then two buffers of K, then two of V (64 rows each).
-template <int NK, int W>
+// rows), then two buffers of K, then two of V (64 rows each). DROP: drop.p > 0 (mma_fwd).
+template <int NK, int W, bool DROP>
 static __global__ void __launch_bounds__(32 * W)
     mma_fwd_kernel(bf16_t *out, float *lse, const bf16_t *qkv, int N, int H, int D, float scale,
                    const vt_dropout_mask drop, uint32_t stream) {
@@ -148,7 +149,7 @@ static __global__ void __launch_bounds__(32 * W)
   const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};  // this lane's two rows
   const int T = (N + FA_TILE - 1) / FA_TILE;
   const float scale2 = scale * MMA_LOG2E;  // scores in base 2: y = s scale2
-  const uint64_t nbase = drop.p > 0.0f ? drop_base(drop, b, h, N) : 0;
+  const uint64_t nbase = DROP ? drop_base(drop, b, h, N) : 0;
   tile_async<NK, W, 16 * W>(sQ, qb, ld, q0, N, D);
   tile_async<NK, W>(sK, kb, ld, 0, N, D);
   tile_async<NK, W>(sV, vb, ld, 0, N, D);
@@ -206,7 +207,7 @@ static __global__ void __launch_bounds__(32 * W)
             if (col < kn) {
               v = vt_ex2(fmaf(sc[2 * kk + jj][i], scale2, -M[r]));
               l[r] += v;
-              if (drop.p > 0.0f)
+              if (DROP)
                 v = drop_one(drop, stream, nbase + (uint64_t)row[r] * N + k0 + col, v);
             }
             p[jj][i] = v;
@@ -564,17 +565,28 @@ static void mma_bwd(float *dqkv, float *delta, float *part, bf16_t *ds, int lds,
   VT_CUDA_CHECK_LAUNCH();
 }
 
-template <int NK, int W>
-static void mma_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
-                    int64_t D, const vt_dropout_mask &drop) {
+template <int NK, int W, bool DROP>
+static void mma_fwd_launch(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
+                           int64_t H, int64_t D, const vt_dropout_mask &drop) {
   static int allowed;
   const dim3 grid = fa_grid("attention_fwd", B, N, H, D, 16 * W);
   const size_t smem = mma_smem(MMA_FWD, NK, W);
-  fa_smem_allow("attention_fwd", (const void *)mma_fwd_kernel<NK, W>, smem, D, &allowed);
-  mma_fwd_kernel<NK, W><<<grid, 32 * W, smem, vt_cuda_stream()>>>(
+  fa_smem_allow("attention_fwd", (const void *)mma_fwd_kernel<NK, W, DROP>, smem, D, &allowed);
+  mma_fwd_kernel<NK, W, DROP><<<grid, 32 * W, smem, vt_cuda_stream()>>>(
       (bf16_t *)out, lse, (const bf16_t *)qkv, (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D),
       drop, vt_hash_name("dropout"));
   VT_CUDA_CHECK_LAUNCH();
+}
+
+// Without dropout the forward is a kernel of its own: the Philox code left out, it takes fewer
+// registers (D = 64, 4 warps: 128 against 162 with it, nvcc 13), so more blocks fit on an SM.
+template <int NK, int W>
+static void mma_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N, int64_t H,
+                    int64_t D, const vt_dropout_mask &drop) {
+  if (drop.p > 0.0f)
+    mma_fwd_launch<NK, W, true>(out, lse, qkv, B, N, H, D, drop);
+  else
+    mma_fwd_launch<NK, W, false>(out, lse, qkv, B, N, H, D, drop);
 }
 
 // mma_fwd or mma_bwd (F) with NK = Dp / 16 and W warps (4 or 8): a switch over the 10 kernels.

@@ -53,11 +53,6 @@ static __device__ __forceinline__ uint64_t drop_base(const vt_dropout_mask &m, i
   return (uint64_t)(m.first + ((int64_t)b * m.width + h) * N * N);
 }
 
-static __device__ __forceinline__ uint32_t philox_lane(const vt_philox_ctr &c, uint64_t n) {
-  const int k = (int)(n & 3);
-  return k == 0 ? c.v[0] : k == 1 ? c.v[1] : k == 2 ? c.v[2] : c.v[3];
-}
-
 // Bit j: number n0 + j is kept, for j < 32; one Philox call per block of four numbers.
 static __device__ __forceinline__ uint32_t drop_keep32(const vt_dropout_mask &m, uint32_t stream,
                                                        uint64_t n0) {
@@ -67,7 +62,7 @@ static __device__ __forceinline__ uint32_t drop_keep32(const vt_dropout_mask &m,
   for (int j = 0; j < 32; j++) {
     const uint64_t n = n0 + (uint64_t)j;
     if (j > 0 && (n & 3) == 0) c = vt_rng_block_inline(m.seed, stream, m.site, n >> 2);
-    if (vt_rng_unit(philox_lane(c, n)) >= m.p) bits |= 1u << j;
+    if (vt_rng_unit(vt_philox_lane(c, n)) >= m.p) bits |= 1u << j;
   }
   return bits;
 }
