@@ -230,19 +230,42 @@ static inline float __uint_as_float(unsigned u) {
   memcpy(&f, &u, 4);
   return f;
 }
-// PTX ex2.approx.ftz.f32 (cuda_common.h's vt_ex2) as the ISA bounds it rather than exactly:
-// 2^x moved by -2 to +2 ulp, by a hash of x's bits (the same x, the same result), results below
-// 2^-126 flushed to zero; so the tolerances and the variants' same bits hold for any such error.
-static inline float ex2_approx(float x) {
+// y, the host library's f(x), moved by -m to +m ulp, by a hash of x's bits and the function's salt
+// (the same x, the same result): what a GPU's approximation may give where it is bounded to m ulp
+// (plus the host library's own error, under an ulp), so that the tolerances hold for any such
+// error, and a check that needs the CPU's exact bits from such a function fails here as it could
+// on a GPU. Infinities, NaNs and zeros stay.
+static inline float emu_ulps(float y, float x, unsigned salt, int m) {
   unsigned u;
   memcpy(&u, &x, 4);
-  u = (u ^ (u >> 15)) * 0x2c1b3c6dU;
-  float y = exp2f(x);
-  if (y < 0x1p-126f) return 0.0f;
-  for (int k = (int)((u >> 16) % 5) - 2; k != 0 && isfinite(y); k += k > 0 ? -1 : 1)
-    y = nextafterf(y, k > 0 ? INFINITY : 0.0f);
+  u = (u ^ salt ^ (u >> 15)) * 0x2c1b3c6dU;
+  for (int k = (int)((u >> 16) % (2 * m + 1)) - m; k != 0 && isfinite(y) && y != 0.0f;
+       k += k > 0 ? -1 : 1)
+    y = nextafterf(y, k > 0 ? INFINITY : -INFINITY);
   return y;
 }
+
+// PTX ex2.approx.ftz.f32 (cuda_common.h's vt_ex2) as the ISA bounds it rather than exactly:
+// 2^x off by up to 2 ulp, results below 2^-126 flushed to zero.
+static inline float ex2_approx(float x) {
+  const float y = exp2f(x);
+  return y < 0x1p-126f ? 0.0f : emu_ulps(y, x, 0, 2);
+}
+
+// The CUDA Math API's single-precision functions that the kernels call, each off by up to its
+// documented maximum error (the CUDA C++ Programming Guide's table: expf and erff 2 ulp, logf,
+// log2f and log1pf 1 ulp; sqrtf and division are IEEE, nvcc's default, so exact). The kernels
+// call nothing else that a GPU rounds differently; host code in src/cuda calls only sqrtf.
+static inline float emu_expf(float x) { return emu_ulps(expf(x), x, 0x1000193u, 2); }
+static inline float emu_erff(float x) { return emu_ulps(erff(x), x, 0x2000193u, 2); }
+static inline float emu_logf(float x) { return emu_ulps(logf(x), x, 0x3000193u, 1); }
+static inline float emu_log2f(float x) { return emu_ulps(log2f(x), x, 0x4000193u, 1); }
+static inline float emu_log1pf(float x) { return emu_ulps(log1pf(x), x, 0x5000193u, 1); }
+#define expf(x) emu_expf(x)
+#define erff(x) emu_erff(x)
+#define logf(x) emu_logf(x)
+#define log2f(x) emu_log2f(x)
+#define log1pf(x) emu_log1pf(x)
 
 cudaError_t cudaMalloc(void **p, size_t n);
 template <class T>
