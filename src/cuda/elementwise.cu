@@ -137,16 +137,27 @@ static __global__ void drop_path_kernel(float *out, const float *x, const float 
   }
 }
 
-// Dropout: element i keeps x * scale or becomes 0 by its own Philox number (vt_rng.h's inline
-// rounds, the CPU's bits); out may alias x (each element read, then written, by one thread).
+// Dropout: element (r, c) keeps x * scale or becomes 0 by its own Philox number (vt_rng.h's
+// inline rounds, the CPU's bits). A thread takes one Philox block of a row's numbers, the up to
+// four elements whose numbers it holds (one call for four numbers, where a thread per element
+// made a block for each); groups is the most blocks a row's cols numbers can touch. out may alias
+// x (each element read, then written, by one thread).
 static __global__ void dropout_kernel(float *out, const float *x, int64_t rows, int64_t cols,
-                                      const vt_dropout_mask mask, uint32_t stream, int bf16) {
-  const int64_t count = rows * cols;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = i / cols, n = mask.first + r * mask.width + (i - r * cols);
-    const bool kept = vt_rng_uniform_inline(mask.seed, stream, mask.site, (uint64_t)n) >= mask.p;
-    vt_put(out, i, kept ? __fmul_rn(vt_get(x, i, bf16), mask.scale) : 0.0f, bf16);
+                                      int64_t groups, const vt_dropout_mask mask, uint32_t stream,
+                                      int bf16) {
+  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < rows * groups;
+       j += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = j / groups, n0 = mask.first + r * mask.width;
+    const int64_t q = (n0 >> 2) + (j - r * groups), c0 = 4 * q - n0;  // numbers 4q .. 4q + 3
+    if (c0 >= cols) continue;
+    const vt_philox_ctr u = vt_rng_block_inline(mask.seed, stream, mask.site, (uint64_t)q);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const int64_t c = c0 + k, i = r * cols + c;
+      if (c < 0 || c >= cols) continue;
+      const bool kept = vt_rng_unit(vt_philox_lane(u, (uint64_t)k)) >= mask.p;
+      vt_put(out, i, kept ? __fmul_rn(vt_get(x, i, bf16), mask.scale) : 0.0f, bf16);
+    }
   }
 }
 
@@ -232,9 +243,9 @@ extern "C" void vt_cuda_drop_path(float *out, const float *x, const float *res, 
 
 extern "C" void vt_cuda_dropout(float *out, const float *x, int64_t rows, int64_t cols,
                                 const vt_dropout_mask *mask, int act) {
-  const int64_t count = rows * cols;
-  dropout_kernel<<<vt_cuda_blocks(count, THREADS), THREADS, 0, vt_cuda_stream()>>>(
-      out, x, rows, cols, *mask, vt_hash_name("dropout"), act && vt_cuda_bf16());
+  const int64_t groups = (cols + 2) / 4 + 1;  // a row's numbers span at most this many blocks
+  dropout_kernel<<<vt_cuda_blocks(rows * groups, THREADS), THREADS, 0, vt_cuda_stream()>>>(
+      out, x, rows, cols, groups, *mask, vt_hash_name("dropout"), act && vt_cuda_bf16());
   VT_CUDA_CHECK_LAUNCH();
 }
 
