@@ -13,6 +13,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ref_optim import Lamb, Lars
+from ref_philox import fnv1a, uniform, uniforms
+
 # Must match tests/ref_dump.c; the shapes read from the file are checked against them.
 IMG, PATCH, WIDTH, DEPTH, HEADS, MLP_RATIO, CLASSES = 32, 8, 48, 3, 3, 4, 10
 GLOBAL, STEPS, SMOOTHING, DROP_PATH, SEED, LAYER_DECAY, EMA = 6, 5, 0.1, 0.5, 1234, 0.75, 0.9
@@ -47,57 +50,15 @@ def read_safetensors(path):
     return out
 
 
-# Drop path's masks, drawn as vit3d documents them (vit/model.h, src/vt_rng.h), written here from
-# the Philox paper (Salmon et al., SC'11) and not from vit3d's C: sample at stream position p
+# Drop path's masks, drawn as vit3d documents them (vit/model.h, src/vt_rng.h) with the Philox
+# numbers of ref_philox.py, not vit3d's C: sample at stream position p
 # keeps branch j (0 attention, 1 MLP) of block l when uniform number p of the stream
 # (SEED, fnv1a("drop_path"), 2l + j) is below the keep probability.
-M32 = 0xFFFFFFFF
-
-
-def philox4x32_10(ctr, key):
-    k0, k1 = key & M32, key >> 32 & M32
-    c0, c1, c2, c3 = ctr
-    for _ in range(10):
-        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & M32, (p0 >> 32) ^ c3 ^ k1, p0 & M32
-        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
-    return c0, c1, c2, c3
-
-
-def fnv1a(name):
-    h = 2166136261
-    for ch in name.encode():
-        h = ((h ^ ch) * 16777619) & M32
-    return h
-
-
-def uniform(key, hi, lo, i):
-    """Number i of stream (key, hi, lo): lane i % 4 of the block at counter (i // 4, lo, hi)."""
-    blk = i >> 2
-    return (philox4x32_10((blk & M32, blk >> 32, lo, hi), key)[i & 3] >> 8) / 2.0**24
-
-
 def drop_masks(positions, keep_probs):
     """(DEPTH, 2, len(positions)) of 0/1: which samples keep each branch of each block."""
     stream = fnv1a("drop_path")
     return torch.tensor([[[float(uniform(SEED, stream, 2 * l + j, p) < keep) for p in positions]
                           for j in range(2)] for l, keep in enumerate(keep_probs)])
-
-
-def uniforms(key, hi, lo, idx):
-    """uniform() for an array of numbers idx at once (numpy uint64: the 32x32-bit products fit)."""
-    m = np.uint64(M32)
-    blk = idx >> np.uint64(2)
-    c0, c1 = blk & m, blk >> np.uint64(32)
-    c2, c3 = np.full_like(idx, lo), np.full_like(idx, hi)
-    k0, k1 = key & M32, key >> 32 & M32
-    for _ in range(10):
-        p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2
-        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & m,
-                          (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1), p0 & m)
-        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
-    lane = np.choose((idx & np.uint64(3)).astype(np.int64), [c0, c1, c2, c3])
-    return (lane >> np.uint64(8)).astype(np.float64) / 2.0**24
 
 
 # Dropout's masks as vit3d documents them (src/vt_backend.h's vt_dropout_mask, vit/model.h):
@@ -389,77 +350,6 @@ def mixed_targets(labels, lam):
     partner = labels.view(-1, 2).flip(1).reshape(-1)
     lam_each = lam.double().repeat_interleave(2).unsqueeze(1)
     return lam_each * smooth(labels) + (1 - lam_each) * smooth(partner)
-
-
-class Lamb(torch.optim.Optimizer):
-    """LAMB (You et al., "Large Batch Optimization for Deep Learning", 2019) with timm's Lamb
-    choices: Adam's bias-corrected direction plus weight_decay * w, scaled by the trust ratio
-    ||w|| / ||direction|| (1 where either is 0) only in groups with weight decay; no clipping of
-    its own (clip_grad_norm_ runs before it) and no clamp of the ratio."""
-
-    def __init__(self, params, lr, betas, eps, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def step(self):
-        for g in self.param_groups:
-            b1, b2 = g["betas"]
-            for p in g["params"]:
-                st = self.state[p]
-                if not st:
-                    st.update(t=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
-                st["t"] += 1
-                t, m, v = st["t"], st["m"], st["v"]
-                m.mul_(b1).add_(p.grad, alpha=1 - b1)
-                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                u = (m / (1 - b1 ** t)) / (v.sqrt() / math.sqrt(1 - b2 ** t) + g["eps"])
-                if g["weight_decay"] != 0:
-                    u = u + g["weight_decay"] * p
-                    w_norm, u_norm = p.norm(), u.norm()
-                    if w_norm > 0 and u_norm > 0:
-                        u = u * (w_norm / u_norm)
-                p.add_(u, alpha=-g["lr"])
-
-
-class Lars(torch.optim.Optimizer):
-    """LARS as timm's Lars (its APEX LARC-derived form): in a group with weight decay, each
-    tensor's gradient becomes (g + weight_decay * w) * trust, trust = trust_coeff * ||w|| /
-    (||g|| + weight_decay * ||w|| + eps) where ||w|| and ||g|| are both positive, else 1, with
-    trust_clip (LARC) min(trust / the group's lr, 1); then torch.optim.SGD's momentum (dampening
-    0, the buffer starting as the first step's gradient), Nesterov's or plain. Groups without
-    weight decay: that momentum SGD alone. clipped / adapted count LARC's ratios cut to 1."""
-
-    def __init__(self, params, lr, momentum, nesterov, eps=1e-8, trust_coeff=0.001,
-                 trust_clip=False):
-        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, eps=eps,
-                                      trust_coeff=trust_coeff, weight_decay=0.0,
-                                      trust_clip=trust_clip))
-        self.clipped = self.adapted = 0
-
-    @torch.no_grad()
-    def step(self):
-        for g in self.param_groups:
-            wd, mom = g["weight_decay"], g["momentum"]
-            for p in g["params"]:
-                d = p.grad.clone()
-                if wd != 0:
-                    w_norm, g_norm = p.norm(), d.norm()
-                    trust = 1.0
-                    if w_norm > 0 and g_norm > 0:
-                        trust = g["trust_coeff"] * w_norm / (g_norm + wd * w_norm + g["eps"])
-                    if g["trust_clip"]:
-                        ratio = trust / g["lr"] if g["lr"] > 0 else math.inf
-                        self.adapted += 1
-                        self.clipped += bool(ratio >= 1.0)
-                        trust = min(ratio, 1.0)
-                    d = (d + wd * p) * trust
-                st = self.state[p]
-                if "buf" not in st:
-                    st["buf"] = d.clone()
-                else:
-                    st["buf"].mul_(mom).add_(d)
-                step = d + mom * st["buf"] if g["nesterov"] else st["buf"]
-                p.add_(step, alpha=-g["lr"])
 
 
 def lr_at(s):

@@ -1,6 +1,7 @@
-// test_image.h: what the two halves of the test_image program (test_image.c, test_image_bad.c)
-// share: the check counter, the temporary folder, PNG writing with libpng and the expected
-// pixels, the embedded JPEG. Test code only; needs libpng and dataio/image.h, nothing else.
+// test_image.h: what the parts of the test_image program (test_image.c, test_image_part.c,
+// test_image_bad.c) share: the check counter, the temporary folder, PNG writing with libpng and
+// the expected pixels, the embedded JPEG, the crop checks. Test code only; needs libpng and
+// dataio/image.h, nothing else.
 #ifndef VT_TEST_IMAGE_H
 #define VT_TEST_IMAGE_H
 
@@ -33,6 +34,16 @@ uint8_t *read_all(const char *path, size_t *n);
 void write_all(const char *path, const void *b, size_t n);
 void write_png(const char *path, const png_case *pc);  // several IDAT chunks
 int check_png_pixels(const png_case *pc, const vt_image *im);
+
+// test_image_part.c: partial decodes and whole samples against the full decode.
+typedef struct {
+  int total, equal;                // samples; at 1/1, identical to the full path
+  double box_mean, box_max;        // at 1/d: against the box-averaged full decode
+  double full_mean, full_max;      // at 1/d: against the full decode + bilinear
+} crop_stats;
+void check_crops(const uint8_t *b, size_t n, const char *name, crop_stats *cs);
+void test_jpeg_part(void);
+void test_sample_crops(void);
 
 void test_bad_inputs(void);  // test_image_bad.c
 // Damaged copies of a PNG through vt_sample_from_bytes: the verdict of the whole decode for any

@@ -49,7 +49,8 @@ def import_torch():
     calls for every variant, do without)."""
     global torch, Lamb, Lars, read_safetensors
     import torch as torch_module
-    from ref_vit import Lamb as lamb_class, Lars as lars_class, read_safetensors as reader
+    from ref_optim import Lamb as lamb_class, Lars as lars_class
+    from ref_vit import read_safetensors as reader
     torch, Lamb, Lars, read_safetensors = torch_module, lamb_class, lars_class, reader
 
 # A small ViT: 32 px, patch 8 (16 patches), width 48, 3 blocks of 3 heads, 10 classes.

@@ -2,132 +2,34 @@
 // (attention.cu's opening comment; the section below says how they work): forward in one pass,
 // backward with dS made again or stored, 64 or 128 rows a block (attention.cu's variant_for
 // picks). C-style CUDA, no STL. Must not depend on MPI, NCCL or the model.
-#include "attention_tiles.cuh"
-
+#include "attention_mma.cuh"
 
 // ---- bf16 on mma.sync, D up to 80 ---------------------------------------------------------------
-// The same rounding points and dropout as the kernels above (the forward in one pass), but a warp's
-// tile products are PTX mma.sync m16n8k16 (vt_mma16816) whose fragments stay in registers: scores,
-// probabilities and their gradients never go through shared memory; only the tiles of the operands
-// do. A lane holds, of each 8-column block j of a 16-row score tile, rows g and g + 8 (g = lane /
-// 4), columns 8j + 2t and the next (t = lane % 4): exactly the A operand layout of the next
-// product's probabilities (two blocks per 16-wide k step), so p and dS go from accumulators to
-// operands in registers. Operand tiles stay row-major as the heads lie in memory, bf16 rows of Dp +
-// 8 elements (16-byte aligned, and ldmatrix's 8 rows fall in distinct bank groups); ldmatrix reads
-// every fragment, transposed (_trans) where a product reads a tile along its rows (V in P V; K in
-// dS K; dO, Q in P^T dO, dS^T Q). The streamed tiles come by cp.async into two buffers: the copies
-// for the next step are in flight while this step computes, one barrier pair per step. Selected for
-// bf16 with D <= 80 and the heads in whole 16-byte chunks (D a multiple of 8: ViT-S/B/L, and
-// ViT-H/14's 80; mma_path); VT_ATTN_MMA=0 keeps the WMMA kernels. NK = Dp / 16; at NK 5 the dk/dv
-// kernel takes 255 registers (storing dS, 4 bytes spilled; nvcc 13: cuda_kernel_resources prints
-// every kernel's). A block has W warps of 16 rows each: its own
-// rows (queries; keys for dk/dv) are 16 W, 64 or 128 (more rows per block load each streamed 64-row
-// tile for more of them, fewer warps fit on an SM; variant_for picks per shape by timing both); the
+// The same rounding points and dropout as attention_wmma.cu's kernels (the forward in one pass),
+// but a warp's tile products are PTX mma.sync m16n8k16 (vt_mma16816) whose fragments stay in
+// registers: scores, probabilities and their gradients never go through shared memory; only the
+// tiles of the operands do. A lane holds, of each 8-column block j of a 16-row score tile, rows g
+// and g + 8 (g = lane / 4), columns 8j + 2t and the next (t = lane % 4): exactly the A operand
+// layout of the next product's probabilities (two blocks per 16-wide k step), so p and dS go from
+// accumulators to operands in registers. Operand tiles stay row-major as the heads lie in memory,
+// bf16 rows of Dp + 8 elements (16-byte aligned, and ldmatrix's 8 rows fall in distinct bank
+// groups); ldmatrix reads every fragment, transposed (_trans) where a product reads a tile along
+// its rows (V in P V; K in dS K; dO, Q in P^T dO, dS^T Q). The streamed tiles come by cp.async into
+// two buffers: the copies for the next step are in flight while this step computes, one barrier
+// pair per step. Selected for bf16 with D <= 80 and the heads in whole 16-byte chunks (D a multiple
+// of 8: ViT-S/B/L, and ViT-H/14's 80; mma_path); VT_ATTN_MMA=0 keeps the WMMA kernels. NK = Dp /
+// 16; at NK 5 the dk/dv kernel takes 255 registers (storing dS, 4 bytes spilled; nvcc 13:
+// cuda_kernel_resources prints every kernel's). A block has W warps of 16 rows each: its own rows
+// (queries; keys for dk/dv) are 16 W, 64 or 128 (more rows per block load each streamed 64-row tile
+// for more of them, fewer warps fit on an SM; variant_for picks per shape by timing both); the
 // streamed tiles have 64 rows. The backward's dq kernel makes S, P and dP again from Q, K, V and dO
 // (three products and an exponential per score for one product of its own), or, where variant_for
 // times it faster, reads the bf16 dS^T that the dk/dv kernel wrote out (mma_dqs_kernel: one product
 // per score; 2 bytes per score written and read; the same bits). Their exponentials are base 2 on
 // the SFU (vt_ex2): scores are taken as y = s scale log2 e, the row maxima and log-sums kept in
 // that base, lse stored natural as ever; at D = 64 an exponential by expf cost about as much as the
-// score's 64 multiply-adds on the tensor cores.
-#define MMA_NB (FA_TILE / 8)  // 8-column blocks of a 64-wide score tile
-
-// Issues the copies of rows r0 .. r0+R-1 of an (N, D) bf16 matrix at src (row stride ld; src, D
-// and ld in whole 16-byte chunks) into an (R, Dp) tile at dst (row stride Dp + 8), zeros past row
-// N and column D. By the whole block of 32 W threads; they land at the wait for their group.
-template <int NK, int W, int R = FA_TILE>
-static __device__ __forceinline__ void tile_async(bf16_t *dst, const bf16_t *src, int64_t ld,
-                                                  int r0, int N, int D) {
-  const int cpr = 2 * NK;  // 16-byte chunks per row
-  for (int i = threadIdx.x; i < R * cpr; i += 32 * W) {
-    const int r = i / cpr, c = 8 * (i - r * cpr);
-    const bool in = r0 + r < N && c < D;
-    vt_cp_async16(dst + r * (16 * NK + 8) + c, in ? src + (int64_t)(r0 + r) * ld + c : src, in);
-  }
-}
-
-// Issues the copies of entries r0 .. r0+63 of a length-N fp32 row (lse, delta) into dst, zeros
-// past N; 4 bytes each (the rows of (B H, N) are not 16-byte aligned).
-template <int W>
-static __device__ __forceinline__ void row_async(float *dst, const float *src, int r0, int N) {
-  for (int i = threadIdx.x; i < FA_TILE; i += 32 * W)
-    vt_cp_async4(dst + i, r0 + i < N ? src + r0 + i : src, r0 + i < N);
-}
-
-// A fragment: rows 0..15, columns 0..15 of a row-major bf16 tile at p (ld elements).
-static __device__ __forceinline__ void frag_a(unsigned a[4], const bf16_t *p, int ld) {
-  const int lane = threadIdx.x & 31;
-  vt_ldsm_x4(a, p + ((lane & 7) + 8 * (lane >> 3 & 1)) * ld + 8 * (lane >> 4));
-}
-
-// B fragments (16 k x 8 n) of n-blocks 0 and 1 (b[0..1], b[2..3]) from a tile holding B as 16
-// rows of 16 (rows n, columns k; ld): the scores' keys (or queries) against the rows' heads.
-static __device__ __forceinline__ void frag_b2(unsigned b[4], const bf16_t *p, int ld) {
-  const int lane = threadIdx.x & 31;
-  vt_ldsm_x4(b, p + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * (lane >> 3 & 1));
-}
-
-// The same from a tile holding B itself (rows k, columns n; ld): a product along the tile's rows.
-static __device__ __forceinline__ void frag_b2_trans(unsigned b[4], const bf16_t *p, int ld) {
-  const int lane = threadIdx.x & 31;
-  vt_ldsm_x4_trans(b, p + ((lane & 7) + 8 * (lane >> 3 & 1)) * ld + 8 * (lane >> 4));
-}
-
-// The A fragment (rows 0..15, columns 0..15) of A^T's tile: rows 0..15 (A's columns), columns
-// 0..15 (A's rows) of a row-major bf16 tile at p (ld elements).
-static __device__ __forceinline__ void frag_a_trans(unsigned a[4], const bf16_t *p, int ld) {
-  const int lane = threadIdx.x & 31;
-  vt_ldsm_x4_trans(a, p + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * (lane >> 3 & 1));
-}
-
-// s (16 x 64, the lane's share) = a (16 x 16 NK, fragments in registers) b^T, b the first ncols
-// rows (a multiple of 16) of a row-major operand tile; blocks past ncols are zero.
-template <int NK>
-static __device__ __forceinline__ void mma_scores(float s[MMA_NB][4], const unsigned a[NK][4],
-                                                  const bf16_t *bm, int ncols) {
-  const int ld = 16 * NK + 8;
-#pragma unroll
-  for (int jp = 0; jp < MMA_NB / 2; jp++) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) s[2 * jp][i] = s[2 * jp + 1][i] = 0.0f;
-    if (16 * jp < ncols)
-#pragma unroll
-      for (int kk = 0; kk < NK; kk++) {
-        unsigned b[4];
-        frag_b2(b, bm + 16 * jp * ld + 16 * kk, ld);
-        vt_mma16816(s[2 * jp], a[kk], b);
-        vt_mma16816(s[2 * jp + 1], a[kk], b + 2);
-      }
-  }
-}
-
-// The A fragment of a k16 step from the lane's share of its two 8-column blocks of a score tile
-// (x[jj][i]: block jj, row g + 8 (i >> 1), column 2t + (i & 1)), rounded to bf16.
-static __device__ __forceinline__ void pack_a(unsigned a[4], const float x[2][4]) {
-  a[0] = vt_pack_bf16x2(x[0][0], x[0][1]), a[1] = vt_pack_bf16x2(x[0][2], x[0][3]);
-  a[2] = vt_pack_bf16x2(x[1][0], x[1][1]), a[3] = vt_pack_bf16x2(x[1][2], x[1][3]);
-}
-
-// acc (16 x 16 NK, the lane's share) += p (16 x 16, the A fragment of k16 step kk: pa) b, b the
-// rows 16 kk .. 16 kk + 15 of a row-major operand tile (64, Dp).
-template <int NK>
-static __device__ __forceinline__ void mma_accumulate(float acc[2 * NK][4], const unsigned pa[4],
-                                                      const bf16_t *bt, int kk) {
-  const int ld = 16 * NK + 8;
-#pragma unroll
-  for (int jp = 0; jp < NK; jp++) {
-    unsigned b[4];
-    frag_b2_trans(b, bt + 16 * kk * ld + 16 * jp, ld);
-    vt_mma16816(acc[2 * jp], pa, b);
-    vt_mma16816(acc[2 * jp + 1], pa, b + 2);
-  }
-}
-
-// A probability's dropout: fl(p * scale) where element n of the mask is kept, else 0.
-static __device__ __forceinline__ float drop_one(const vt_dropout_mask &m, uint32_t stream,
-                                                 uint64_t n, float p) {
-  return vt_rng_uniform_inline(m.seed, stream, m.site, n) >= m.p ? __fmul_rn(p, m.scale) : 0.0f;
-}
+// score's 64 multiply-adds on the tensor cores. Their pieces (copies, fragments, products, dropout)
+// are attention_mma.cuh's.
 
 // The forward in one pass over the T key tiles (flash_fwd_kernel's two passes' values): each
 // step makes q k^T of key tile s, moves each row's running maximum M (base 2, a whole number:
@@ -427,10 +329,10 @@ static __global__ void __launch_bounds__(32 * W)
             if (c < qn) {
               float p = vt_ex2(fmaf(st[j][i], scale2, -tL[c] * MMA_LOG2E)), d = dpt[j][i];
               const uint64_t n = nbase + (uint64_t)(q0 + c) * N + key[r];
-              if (drop.p > 0.0f) d = drop_one(drop, stream, n, d);
+              const bool kept = drop.p <= 0.0f || drop_kept(drop, stream, n);  // one draw
+              if (drop.p > 0.0f) d = drop_by(drop, kept, d);
               dv[jj][i] = p * (d - tD[c]);
-              if (drop.p > 0.0f) p = drop_one(drop, stream, n, p);
-              pv[jj][i] = p;
+              pv[jj][i] = drop.p > 0.0f ? drop_by(drop, kept, p) : p;
             }
           }
         unsigned pa[4], da[4];
