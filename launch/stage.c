@@ -137,6 +137,11 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
         vt_schedule_vstage(&x->spec, x->pp_rank, a.chunk) < x->spec.frozen_stages)
       continue;
     const int pass = a.op == VT_SCHEDULE_FORWARD ? 0 : a.op == VT_SCHEDULE_BACKWARD ? 1 : 2;
+    static const char *const pass_name[] = {"forward", "backward", "weight"};
+    if (a.op == VT_SCHEDULE_TRANSFER)  // a range per action, for a profiler's timeline
+      vt_range_push(m->be, "send-recv");
+    else
+      vt_range_push(m->be, "%s mb %d chunk %d", pass_name[pass], a.mb, a.chunk);
     if (a.op == VT_SCHEDULE_FORWARD || a.op == VT_SCHEDULE_BACKWARD)
       vt_comm_wait_sends(x->pp, send_key(slot_of(x, a.mb, a.chunk), VT_XFER_ACT));
     if (a.op == VT_SCHEDULE_BACKWARD)
@@ -169,6 +174,7 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
       run_transfer(x, &acts[i], n);
     }
     if (a.op != VT_SCHEDULE_TRANSFER) m->be->interval_end(pass);
+    vt_range_pop(m->be);
   }
   vt_comm_wait_sends(x->pp, 0);
   vt_model_release_weights(m);

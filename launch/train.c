@@ -340,10 +340,12 @@ static int run_step(train_run *r, int64_t step) {
   // A non-finite loss or gradient norm (the same verdict on every rank: both are global)
   // leaves the parameters and the optimizer state as they were.
   double gnorm = NAN;
+  vt_range_push(be, "optimizer");
   if (isfinite(loss))
     gnorm = vt_optimizer_step(opt, m->params, m->grads, lr);
   else
     vt_optimizer_skip(opt);
+  vt_range_pop(be);
   be->synchronize();
   be->interval_take(x->pass_ms, x->passes);  // the step's passes' device times
   const int finite = isfinite(loss) && isfinite(gnorm);
@@ -375,6 +377,7 @@ static int run_step(train_run *r, int64_t step) {
   l.eval_now = eval_due(o, data, n, r->end_step);
   if (l.eval_now) {
     vt_watchdog_phase("evaluation", n, r->slow_limit);
+    vt_range_push(be, "evaluation");
     l.ev = vt_evaluate(m, data, world, pp, r->me, NULL, NULL);
     if (opt->ema) {
       // The EMA in the weights' place; the gradient buffer holds the weights from grad_first
@@ -386,6 +389,7 @@ static int run_step(train_run *r, int64_t step) {
       be->copy(m->params + m->grad_first, m->grads, nbytes);
       l.eval_ema = 1;
     }
+    vt_range_pop(be);
   }
   const int stop_nonfinite = r->nonfinite_run >= o->max_nonfinite;
   const int save_now = o->save_dir[0] && !stop_nonfinite &&
@@ -393,8 +397,11 @@ static int run_step(train_run *r, int64_t step) {
                         (o->save_interval > 0 && n % o->save_interval == 0));
   if (save_now) {
     vt_watchdog_phase("checkpoint save", n, r->slow_limit);
-    if (vt_ckpt_save(o, m, opt, world, &r->mesh, n, n == r->end_step || stop, err,
-                     sizeof err) != VT_OK) {
+    vt_range_push(be, "checkpoint save");
+    const int saved = vt_ckpt_save(o, m, opt, world, &r->mesh, n, n == r->end_step || stop, err,
+                                   sizeof err);
+    vt_range_pop(be);
+    if (saved != VT_OK) {
       if (world_rank == 0)
         vt_log_error("checkpoint of step %lld failed, the previous one is intact: %s",
                      (long long)n, err);
@@ -467,8 +474,12 @@ static void run_steps(train_run *r) {
   if (o->eval_only) r->end_step = r->start_step;
   if (r->world_rank == 0 && o->save_dir[0] && !o->eval_only && !r->rc)
     vt_ckpt_disk_plan(o, r->m.frozen_layers, r->start_step, r->end_step);
-  for (int64_t step = r->start_step; step < r->end_step; step++)
-    if (run_step(r, step)) break;
+  for (int64_t step = r->start_step; step < r->end_step; step++) {
+    vt_range_push(r->be, "step %lld", (long long)(step + 1));  // (a profiler's timeline)
+    const int done = run_step(r, step);
+    vt_range_pop(r->be);
+    if (done) break;
+  }
 }
 
 // The run's end: a checkpoint still being written, the files closed, vit3d eval's evaluation,

@@ -2,6 +2,7 @@
 // compiled in, and the CPU thread setting shared by OpenMP and OpenBLAS.
 #include "vt_backend.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 
 #ifdef _OPENMP
@@ -91,6 +92,9 @@ const char *vt_backend_build_info(void) {
 #endif
 #ifdef VT_HAVE_CUDA
          " cuda"
+#ifdef VT_HAVE_NVTX
+         "+nvtx"
+#endif
 #endif
 #ifdef VT_HAVE_NCCL
          "+nccl"
@@ -99,4 +103,18 @@ const char *vt_backend_build_info(void) {
          " mpi"
 #endif
       ;
+}
+
+void vt_range_push(const vt_backend *be, const char *fmt, ...) {
+  if (!be->range_push) return;
+  char name[128];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  be->range_push(name);
+}
+
+void vt_range_pop(const vt_backend *be) {
+  if (be->range_pop) be->range_pop();
 }

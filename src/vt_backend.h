@@ -111,6 +111,12 @@ struct vt_backend {
   void (*interval_begin)(void);
   void (*interval_end)(int kind);
   void (*interval_take)(double *ms, double *count);
+  // Names a stretch of the host's calls for a profiler's timeline (on CUDA, NVTX ranges, which
+  // Nsight Systems shows beside the kernels: `nsys profile --trace cuda,nvtx`): range_push(name)
+  // opens a range inside the open one, range_pop closes the innermost. NULL where the backend
+  // has none (the CPU; vt_range_push and vt_range_pop below call them where they exist).
+  void (*range_push)(const char *name);
+  void (*range_pop)(void);
   // A bf16 copy of weights that stay as they are for a while (a step's passes, an evaluation);
   // NULL where the backend keeps none (the CPU, whose GEMM rounding is cheap beside its GEMMs).
   // In bf16 precision hold_weights(w, count) rounds [w, w + count) once into a device copy
@@ -235,6 +241,12 @@ int vt_backend_threads(void);
 
 // What was compiled in, for --version and the test log.
 const char *vt_backend_build_info(void);
+
+// be's range_push of the printf-style name (cut at 127 characters) and its range_pop; nothing
+// where be has no ranges.
+void vt_range_push(const vt_backend *be, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void vt_range_pop(const vt_backend *be);
 
 #ifdef __cplusplus
 }

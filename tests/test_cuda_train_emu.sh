@@ -10,7 +10,7 @@
 # blocks (ViT-22B), LAMB, the BCE loss on binary targets and the tanh GELU, and the CUDA one
 # recomputes activations (--recompute-blocks 2; the CPU run does not); an fp32 pair with LARS
 # (nlars). Then the host's waits for the device per step (AdamW, LAMB), counted by the
-# emulation, against the documented ones. Tolerances:
+# emulation, against the documented ones, and the NVTX ranges for profilers. Tolerances:
 # fp32 1e-5 at step 1 (one forward from the same weights; only summation orders differ), then
 # 2e-5 (at most 1.6e-6 measured here and in the meshes; a GPU's bands, tests/gpu/run.sh's, are
 # wider); bf16 against the CPU's bf16 twin 1e-4, then 2e-3 (tests/gpu/run.sh's). The emulation
@@ -71,10 +71,18 @@ py=${VT_REF_PYTHON:-/usr/bin/python3}  # numpy, for make_images.py
 held=(--data "$work/imgs" --val-data "$work/imgs" --num-classes 4 --loader-threads 1
       --precision bf16 --model-ema 0.9 --eval-interval 1 --steps 2 --drop-path 0.1)
 for copy in 1 0; do
-  VT_WEIGHT_COPY=$copy "$emu" "${args[@]}" "${held[@]}" --device cuda --log-dir "$work/held_$copy" \
+  VT_WEIGHT_COPY=$copy EMU_NVTX_REPORT="$work/nvtx_$copy" "$emu" "${args[@]}" "${held[@]}" \
+    --device cuda --log-dir "$work/held_$copy" --save "$work/held_save_$copy" \
     > "$work/held_$copy.log" 2>&1 || { echo "FAIL: the bf16 run with VT_WEIGHT_COPY=$copy"
                                        tail -5 "$work/held_$copy.log"; fail=1; }
 done
+# The NVTX ranges for a profiler's timeline (cuda_backend.cu; Nsight Systems shows them), as the
+# emulation counted them (names with digits as #): one per step, per pass of each of its 2
+# micro-batches, per optimizer step, evaluation and the save, all closed, nested 2 deep.
+want=$'backward mb # chunk #\t4\ncheckpoint save\t1\nevaluation\t2\nforward mb # chunk #\t4'
+want+=$'\noptimizer\t2\nstep #\t2\nopen at exit\t0\ndeepest\t2'
+if [[ $(cat "$work/nvtx_1" 2>/dev/null) == "$want" ]]; then echo "ok: NVTX ranges"
+else echo "FAIL: NVTX ranges:"; cat "$work/nvtx_1" 2>/dev/null; fail=1; fi
 "$py" - "$work/held_1/metrics.jsonl" "$work/held_0/metrics.jsonl" <<'PY' || fail=1
 import json, sys
 keys = ("loss", "grad_norm", "eval_loss", "eval_top1", "eval_ema_loss", "eval_ema_top1")

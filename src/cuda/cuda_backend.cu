@@ -9,6 +9,9 @@
 
 #include "cuda_common.h"
 #include "cuda_ops.h"
+#ifdef VT_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
 
 #include "../vt_backend.h"
 
@@ -222,6 +225,13 @@ static void cuda_interval_take(double *ms, double *count) {
   g_nmarks = 0;
 }
 
+// Ranges for Nsight Systems (NVTX, header-only: nothing to link; a call costs a check of a
+// pointer unless a profiler is attached). Without the header, none (the table's NULLs).
+#ifdef VT_HAVE_NVTX
+static void cuda_range_push(const char *name) { nvtxRangePushA(name); }
+static void cuda_range_pop(void) { nvtxRangePop(); }
+#endif
+
 static vt_backend g_table;
 static int g_state = 0;  // 0 not tried, 1 ready, -1 unusable (reason in g_why)
 static char g_why[256];
@@ -286,6 +296,10 @@ static int cuda_init(void) {
   g_table.interval_begin = cuda_interval_begin;
   g_table.interval_end = cuda_interval_end;
   g_table.interval_take = cuda_interval_take;
+#ifdef VT_HAVE_NVTX
+  g_table.range_push = cuda_range_push;
+  g_table.range_pop = cuda_range_pop;
+#endif
   // VT_WEIGHT_COPY=0: no held copy (every GEMM rounds its weight; the same bits, more traffic).
   if (vt_cuda_switch_on("VT_WEIGHT_COPY")) {
     g_table.hold_weights = cuda_hold_weights;

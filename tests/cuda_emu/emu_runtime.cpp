@@ -4,16 +4,20 @@
 // wait on an event recorded after them, a synchronize, a copy to pageable memory), as late as a
 // GPU that lags the host may run them, and at times the device runs ahead (run_ahead). So a
 // kernel that does not wait for another stream's kernel or copy reads stale data, unordered work
-// of two streams runs in both orders, and a host buffer reused before its copy ran shows.
+// of two streams runs in both orders, and a host buffer reused before its copy ran shows. Also
+// NVTX's ranges (their nesting checked).
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <deque>
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "cuda_runtime.h"
+#include "nvtx3/nvToolsExt.h"
 
 // ---- streams and events ----
 struct emu_work {
@@ -115,20 +119,56 @@ static size_t g_used = 0;
 // counted so that tests can hold the trainer to its documented host synchronisations per step:
 // with EMU_SYNC_REPORT=FILE the counts are written there at exit (FILE.R under mpirun or spawn.sh,
 // R the rank). cudaStreamWaitEvent, a wait of one stream for another, is not one.
+// The file a report named by environment variable env goes to (FILE, or FILE.R for rank R), or
+// NULL where env is unset.
+static FILE *report_file(const char *env) {
+  const char *path = getenv(env), *rank = getenv("OMPI_COMM_WORLD_RANK");
+  if (!rank) rank = getenv("RANK");
+  char name[4096];
+  if (path) snprintf(name, sizeof name, rank ? "%s.%s" : "%s", path, rank);
+  return path ? fopen(name, "w") : NULL;
+}
+
 static struct emu_sync_counts {
   long stream, event, d2h, free_;
   ~emu_sync_counts() {
-    const char *path = getenv("EMU_SYNC_REPORT"), *rank = getenv("OMPI_COMM_WORLD_RANK");
-    if (!rank) rank = getenv("RANK");
-    char name[4096];
-    if (path) snprintf(name, sizeof name, rank ? "%s.%s" : "%s", path, rank);
-    FILE *f = path ? fopen(name, "w") : NULL;
+    FILE *f = report_file("EMU_SYNC_REPORT");
     if (!f) return;
     fprintf(f, "stream_sync %ld\nevent_sync %ld\nd2h_pageable %ld\nfree %ld\n", stream, event,
             d2h, free_);
     fclose(f);
   }
 } g_sync;
+// NVTX ranges (include/nvtx3/nvToolsExt.h): their nesting, and with EMU_NVTX_REPORT=FILE each
+// name (digits as #) with its count and the deepest nesting, written at exit.
+static struct emu_ranges {
+  std::map<std::string, long> names;
+  int depth = 0, deepest = 0;
+  ~emu_ranges() {
+    FILE *f = report_file("EMU_NVTX_REPORT");
+    if (!f) return;
+    for (auto &n : names) fprintf(f, "%s\t%ld\n", n.first.c_str(), n.second);
+    fprintf(f, "open at exit\t%d\ndeepest\t%d\n", depth, deepest);
+    fclose(f);
+  }
+} g_ranges;
+int nvtxRangePushA(const char *message) {
+  std::string n(message);
+  for (auto &c : n)
+    if (c >= '0' && c <= '9') c = '#';
+  while (n.find("##") != std::string::npos) n.erase(n.find("##"), 1);
+  g_ranges.names[n]++;
+  if (++g_ranges.depth > g_ranges.deepest) g_ranges.deepest = g_ranges.depth;
+  return g_ranges.depth - 1;
+}
+int nvtxRangePop(void) {
+  if (g_ranges.depth == 0) {
+    fprintf(stderr, "[cuda emulation] nvtxRangePop with no range open: unbalanced ranges\n");
+    abort();
+  }
+  return --g_ranges.depth;
+}
+
 cudaError_t cudaMalloc(void **p, size_t n) {
   // n bytes exactly (256-byte aligned, as cudaMalloc's), so that an AddressSanitizer build sees
   // a kernel read or write past the end (compute-sanitizer's memcheck on a GPU).

@@ -255,7 +255,7 @@ static inline float ex2_approx(float x) {
 // The CUDA Math API's single-precision functions that the kernels call, each off by up to its
 // documented maximum error (the CUDA C++ Programming Guide's table: expf and erff 2 ulp, logf,
 // log2f and log1pf 1 ulp; sqrtf and division are IEEE, nvcc's default, so exact). The kernels
-// call nothing else that a GPU rounds differently; host code in src/cuda calls only sqrtf.
+// call nothing else that a GPU rounds differently; host code in src/cuda calls none of these.
 static inline float emu_expf(float x) { return emu_ulps(expf(x), x, 0x1000193u, 2); }
 static inline float emu_erff(float x) { return emu_ulps(erff(x), x, 0x2000193u, 2); }
 static inline float emu_logf(float x) { return emu_ulps(logf(x), x, 0x3000193u, 1); }
