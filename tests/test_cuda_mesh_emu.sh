@@ -27,6 +27,8 @@
 # here: real NCCL's concurrency (the emulation posts each message at its call and completes it when
 # its stream's work is needed); tests/gpu/run.sh on a GPU sees one rank of it. The 2x2x2 mesh
 # runs again in the TCP world (launch/spawn.sh, no MPI): its checkpoint the mpirun run's bytes.
+# Every run's NVTX ranges (counted by the emulation) are closed on every rank, with send-recv
+# actions on the pipelines and weight passes under the zero-bubble schedules.
 set -uo pipefail
 emu=$1 vit3d=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -69,7 +71,8 @@ while read -r np precision flags; do
   timeout 300 mpirun -np "$np" --oversubscribe "$vit3d" "${args[@]}" --precision "$precision" \
     $flags "${cpu_save[@]}" --log-dir "$work/cpu_$name" < /dev/null > "$work/cpu_$name.log" 2>&1 ||
     { echo "FAIL: the CPU run ($np ranks, $precision, $flags)"; tail -5 "$work/cpu_$name.log"; fail=1; continue; }
-  if ! EMU_GPUS=$np timeout 600 mpirun -np "$np" --oversubscribe -x EMU_GPUS "$emu" "${args[@]}" \
+  if ! EMU_GPUS=$np EMU_NVTX_REPORT="$work/nvtx_$name" timeout 600 mpirun -np "$np" \
+       --oversubscribe -x EMU_GPUS -x EMU_NVTX_REPORT "$emu" "${args[@]}" \
        --device cuda --precision "$precision" $flags "${emu_save[@]}" \
        --log-dir "$work/emu_$name" \
        < /dev/null > "$work/emu_$name.log" 2>&1; then
@@ -93,6 +96,15 @@ while read -r np precision flags; do
   if [[ $flags == *zb-v* ]] && ! grep -q "zb-v: this run's passes per unit took forward" "$work/emu_$name.log"; then
     echo "FAIL: zb-v did not time its passes on the emulated GPUs ($flags)"; fail=1
   fi
+  # The NVTX ranges (a profiler's timeline) on every rank: all closed; with pipeline stages a
+  # range per send-recv action, with zero-bubble schedules per weight pass.
+  for r in $(seq 0 $((np - 1))); do
+    f=$work/nvtx_$name.$r
+    grep -q $'^open at exit\t0$' "$f" 2>/dev/null && grep -q $'^step #\t3$' "$f" &&
+      { [[ $flags != *--pp* ]] || grep -q $'^send-recv\t' "$f"; } &&
+      { [[ $flags != *zb-* ]] || grep -q $'^weight mb # chunk #\t' "$f"; } ||
+      { echo "FAIL: rank $r's NVTX ranges ($flags):"; cat "$f" 2>/dev/null; fail=1; }
+  done
   bands="1-1:1e-5,2-3:2e-5"
   [[ $precision == bf16 ]] && bands="1-1:1e-4,2-3:2e-3"
   python3 "$here/compare_curves.py" "$work/emu_$name/metrics.jsonl" \
