@@ -115,10 +115,6 @@ static bool is_pinned(const void *p) {
 // ---- runtime ----
 static size_t g_used = 0;
 
-// Where the host waits for the device (a stream, an event, a copy to pageable memory, a free),
-// counted so that tests can hold the trainer to its documented host synchronisations per step:
-// with EMU_SYNC_REPORT=FILE the counts are written there at exit (FILE.R under mpirun or spawn.sh,
-// R the rank). cudaStreamWaitEvent, a wait of one stream for another, is not one.
 // The file a report named by environment variable env goes to (FILE, or FILE.R for rank R), or
 // NULL where env is unset.
 static FILE *report_file(const char *env) {
@@ -129,6 +125,10 @@ static FILE *report_file(const char *env) {
   return path ? fopen(name, "w") : NULL;
 }
 
+// Where the host waits for the device (a stream, an event, a copy to pageable memory, a free),
+// counted so that tests can hold the trainer to its documented host synchronisations per step:
+// with EMU_SYNC_REPORT=FILE the counts are written there at exit (FILE.R under mpirun or spawn.sh,
+// R the rank). cudaStreamWaitEvent, a wait of one stream for another, is not one.
 static struct emu_sync_counts {
   long stream, event, d2h, free_;
   ~emu_sync_counts() {
