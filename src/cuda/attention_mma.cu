@@ -329,8 +329,8 @@ static __global__ void __launch_bounds__(32 * W)
             if (c < qn) {
               float p = vt_ex2(fmaf(st[j][i], scale2, -tL[c] * MMA_LOG2E)), d = dpt[j][i];
               const uint64_t n = nbase + (uint64_t)(q0 + c) * N + key[r];
-              const bool kept = drop.p <= 0.0f || drop_kept(drop, stream, n);  // one draw
-              if (drop.p > 0.0f) d = drop_by(drop, kept, d);
+              bool kept = true;  // one draw for dS and P
+              if (drop.p > 0.0f) kept = drop_kept(drop, stream, n), d = drop_by(drop, kept, d);
               dv[jj][i] = p * (d - tD[c]);
               pv[jj][i] = drop.p > 0.0f ? drop_by(drop, kept, p) : p;
             }

@@ -153,10 +153,10 @@ static struct emu_ranges {
   }
 } g_ranges;
 int nvtxRangePushA(const char *message) {
-  std::string n(message);
-  for (auto &c : n)
-    if (c >= '0' && c <= '9') c = '#';
-  while (n.find("##") != std::string::npos) n.erase(n.find("##"), 1);
+  std::string n;  // each run of digits as one #
+  for (const char *c = message; *c; c++)
+    if (*c < '0' || *c > '9') n += *c;
+    else if (n.empty() || n.back() != '#') n += '#';
   g_ranges.names[n]++;
   if (++g_ranges.depth > g_ranges.deepest) g_ranges.deepest = g_ranges.depth;
   return g_ranges.depth - 1;

@@ -9,10 +9,10 @@
 // end queues their waits on the streams they were issued on: the next kernel on such a stream,
 // or a stream waiting for an event recorded after them, completes them, as a GPU runs the
 // group's kernel in its stream's order (so sends on a stream of their own go on while the host
-// launches work on another; a receive's data reaches its buffer only then). A pattern that would hang on GPUs (two ranks sending to each other
-// outside a group) hangs here too. Every message carries a header (kind and size) that its
-// receiver checks: ranks issuing a communicator's operations in different orders end with a
-// message, where NCCL would hang. Sums run in rank order (an all-reduce at rank 0), the same on
+// launches work on another; a receive's data reaches its buffer only then). A pattern that would
+// hang on GPUs (two ranks sending to each other outside a group) hangs here too. Every message
+// carries a header (kind and size) that its receiver checks: ranks issuing a communicator's
+// operations in different orders end with a message, where NCCL would hang. Sums run in rank order (an all-reduce at rank 0), the same on
 // every rank.
 #include <stdint.h>
 #include <string.h>
