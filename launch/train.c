@@ -2,8 +2,8 @@
 // schedule (forward and backward per micro-batch, activations and gradients to its neighbours),
 // then the optimizer step reduces gradients over dp and updates. Rank 0 prints the progress line
 // and writes metrics.jsonl with the global loss. A run goes through run_start (mesh, schedule,
-// model, optimizer), run_open (checkpoint, data, files), run_steps (run_step each step) and
-// run_end; the options' checks are train_check.c's.
+// model, optimizer), run_open (checkpoint, data, files), run_steps (train_step.c's
+// vt_train_step each step) and run_end; the options' checks are train_check.c's.
 #include "train.h"
 
 #include <errno.h>
@@ -34,11 +34,6 @@
 #include "train_internal.h"
 #include "watchdog.h"
 
-// Whether the validation set is evaluated after step n (numbered from 1).
-static int eval_due(const vt_train_options *o, const vt_data *d, int64_t n, int64_t end_step) {
-  return d->has_val && (n == end_step || (o->eval_interval > 0 && n % o->eval_interval == 0));
-}
-
 // This rank's backend: its device (the GPU of its local rank), described in device; NULL on
 // every rank when any rank has none (all stop together).
 static const vt_backend *open_backend(const vt_train_options *o, vt_comm *world, char *device,
@@ -57,39 +52,6 @@ static const vt_backend *open_backend(const vt_train_options *o, vt_comm *world,
   vt_comm_all_reduce_double(world, &have, 1, VT_REDUCE_MIN);
   return have ? be : NULL;
 }
-
-// One run from start-up to the end: what its phases below share. x, the stage's context, points
-// into it (o, m, opt, data), so a train_run stays where it was made.
-typedef struct {
-  vt_train_options o;  // a copy, so that --epochs can become steps once the dataset is open
-  vt_comm *world, *tp, *pp, *dp;
-  int world_rank, world_size;
-  const vt_backend *be;
-  vt_mesh mesh;
-  vt_mesh_coord me;
-  size_t mem_base;    // device memory held before the model: the CUDA context, cuBLAS, NCCL's
-  double slow_limit;  // startup, checkpoint saves and the end: ten times the limit of a step
-  vt_schedule_kind kind;
-  int pass_times;  // vt_train_pass_times of --pp-pass-times
-  vt_schedule_action *acts;
-  int nacts, cap, nslots, nwsets, n_micro;
-  int *unit_slot, *unit_wset;
-  vt_model m;
-  vt_optimizer opt;
-  vt_data data;
-  vt_stage_ctx x;
-  vt_ckpt_manifest saved;  // world rank 0: the manifest of the checkpoint resumed from
-  vt_checklog check;
-  FILE *metrics;
-  vt_tfevents *tb;  // TensorBoard's event file beside metrics.jsonl; not needed to train
-  int64_t start_step, end_step;
-  double t_start, timed_s, busy_s;  // timed_s: the steps after the first, for the idle report;
-                                    // busy_s: since the last rank report
-  int64_t report_first, skipped, nonfinite_run;
-  char *ranks_json;
-  size_t json_len;
-  int rc;
-} train_run;
 
 // Start-up: the backend, the mesh and its communicators, the watchdog, this stage's schedule,
 // the model and the optimizer; logs the run and prints the memory plan. 0 when the backend
@@ -286,179 +248,6 @@ static int run_open(train_run *r) {
 // One training step (number step + 1): the schedule's passes, the global loss and the flags
 // every rank must agree on, the optimizer step (skipped where not finite), evaluation, a
 // checkpoint, the reports. 1 when the run stops here (r->rc says why), else 0.
-static int run_step(train_run *r, int64_t step) {
-  const vt_train_options *o = &r->o;
-  vt_comm *world = r->world, *pp = r->pp;
-  const int world_rank = r->world_rank, world_size = r->world_size, B = o->micro_batch;
-  const vt_backend *be = r->be;
-  vt_model *m = &r->m;
-  vt_optimizer *opt = &r->opt;
-  vt_data *data = &r->data;
-  vt_stage_ctx *x = &r->x;
-  char err[1024];
-  const int64_t n = step + 1;  // the step's number as printed
-  vt_watchdog_phase("step", n, o->timeout_s);
-  const double t0 = vt_seconds(), comm0 = vt_comm_seconds();
-  vt_fault_step_start(n);
-  be->zero(m->grads, vt_model_grad_nbytes(m));
-  // A NaN planted before the backward passes add into it, so it reaches the DP reduction
-  // like a real one (which starts during the last backward); in a trained tensor (a frozen
-  // prefix's gradients are not looked at).
-  const int plant_nan = vt_fault_at(VT_FAULT_NAN, n);
-  if (plant_nan && opt->base < m->table.total) {  // (a stage with nothing trained: the loss's)
-    const float nan = NAN;
-    be->to_device(m->grads + (opt->base - m->grad_first), &nan, sizeof nan);
-  }
-  // The global loss: the last stage's TP rank 0 of every DP rank holds a share; the bad-image
-  // count: the first stage's TP rank 0 of every DP rank, or each of its TP ranks when they
-  // split the decoding (each counts its share); a preemption signal: any rank; the ranks
-  // still writing their part of a checkpoint; the decoding ranks' waits for their loaders;
-  // SIGINT: any rank.
-  // Evaluation uses the training slots between steps: no prefetch into them before one.
-  x->prefetch_next = n < r->end_step && !eval_due(o, data, n, r->end_step);
-  // The ranks that decode images: the time their loader kept them waiting this step, and
-  // their count.
-  const double wait0 = data->wait_s, loss_sum = vt_stage_run(x, r->acts, r->nacts, step);
-  const int decodes = data->train && data->need_pixels;
-  double sums[7] = {loss_sum, (double)data->bad, vt_health_preempt_signal() != 0,
-                    vt_ckpt_writing(), data->wait_s - wait0, decodes, vt_health_interrupted()};
-  if (plant_nan) sums[0] = NAN;
-  if (!(m->has_head && r->me.tp_rank == 0)) sums[0] = 0.0;
-  if (!(m->has_embed && (r->me.tp_rank == 0 || data->pixel_count < B))) sums[1] = 0.0;
-  vt_comm_all_reduce_double(world, sums, 7, VT_REDUCE_SUM);
-  // A checkpoint written in the background is committed as soon as every rank's part is.
-  if (vt_ckpt_pending() && sums[3] == 0) {
-    vt_watchdog_phase("checkpoint commit", n, r->slow_limit);
-    vt_ckpt_wait(world);
-    vt_watchdog_phase("step", n, o->timeout_s);
-  }
-  const double loss = sums[0] / o->global_batch;
-  // a preemption signal on any rank, else SIGINT (Ctrl-C) on any: save and stop
-  const int preempt = sums[2] > 0, interrupt = !preempt && sums[6] > 0;
-  const int stop = preempt || interrupt;
-  const float lr = vt_lr_at(&o->optim, step);
-  // A non-finite loss or gradient norm (the same verdict on every rank: both are global)
-  // leaves the parameters and the optimizer state as they were.
-  double gnorm = NAN;
-  vt_range_push(be, "optimizer");
-  if (isfinite(loss))
-    gnorm = vt_optimizer_step(opt, m->params, m->grads, lr);
-  else
-    vt_optimizer_skip(opt);
-  vt_range_pop(be);
-  be->synchronize();
-  be->interval_take(x->pass_ms, x->passes);  // the step's passes' device times
-  const int finite = isfinite(loss) && isfinite(gnorm);
-  r->skipped += !finite;
-  r->nonfinite_run = finite ? 0 : r->nonfinite_run + 1;
-  if (!finite && world_rank == 0)
-    vt_log_warn("step %lld: non-finite %s; the step is skipped (%lld in a row, %lld in all; "
-                "the run stops at %d in a row)",
-                (long long)n, isfinite(loss) ? "gradient norm" : "loss",
-                (long long)r->nonfinite_run, (long long)r->skipped, o->max_nonfinite);
-  if (step == r->start_step && o->comm_stats && o->log_dir[0])
-    vt_report_comm_stats(o, m, opt, r->me, world_rank, r->n_micro);
-  if (step == r->start_step) vt_plan_report_memory(m, opt, o->device, r->mem_base);
-  const double t1 = vt_seconds();
-  r->busy_s += (t1 - t0) - (vt_comm_seconds() - comm0);
-  if (step > r->start_step) r->timed_s += t1 - t0;
-  if (step == r->start_step) {  // the idle report counts the steps after the first
-    memset(x->pass_ms, 0, sizeof x->pass_ms);
-    memset(x->passes, 0, sizeof x->passes);
-  }
-  // ZB-V, --pp-pass-times auto: the order built for the second step's pass times from here
-  if (step == r->start_step + 1 && r->kind == VT_SCHEDULE_ZB_V && r->pass_times == 1 &&
-      n < r->end_step)
-    vt_stage_retime(x, world, r->acts, &r->nacts, r->cap, r->nslots, r->nwsets);
-  vt_step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
-                   .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],
-                   .data_wait_ms = sums[5] > 0 ? 1e3 * sums[4] / sums[5] : -1.0,
-                   .skipped = r->skipped, .ranks_json = r->ranks_json};
-  l.eval_now = eval_due(o, data, n, r->end_step);
-  if (l.eval_now) {
-    vt_watchdog_phase("evaluation", n, r->slow_limit);
-    vt_range_push(be, "evaluation");
-    l.ev = vt_evaluate(m, data, world, pp, r->me, NULL, NULL);
-    if (opt->ema) {
-      // The EMA in the weights' place; the gradient buffer holds the weights from grad_first
-      // on meanwhile (before it, the frozen prefix's EMA is its weights: they stay).
-      const size_t nbytes = (size_t)(m->table.total - m->grad_first) * sizeof(float);
-      be->copy(m->grads, m->params + m->grad_first, nbytes);
-      vt_optimizer_ema_full(opt, m->params, m->params);
-      l.ev_ema = vt_evaluate(m, data, world, pp, r->me, NULL, NULL);
-      be->copy(m->params + m->grad_first, m->grads, nbytes);
-      l.eval_ema = 1;
-    }
-    vt_range_pop(be);
-  }
-  const int stop_nonfinite = r->nonfinite_run >= o->max_nonfinite;
-  const int save_now = o->save_dir[0] && !stop_nonfinite &&
-                       (n == r->end_step || stop ||
-                        (o->save_interval > 0 && n % o->save_interval == 0));
-  if (save_now) {
-    vt_watchdog_phase("checkpoint save", n, r->slow_limit);
-    vt_range_push(be, "checkpoint save");
-    const int saved = vt_ckpt_save(o, m, opt, world, &r->mesh, n, n == r->end_step || stop, err,
-                                   sizeof err);
-    vt_range_pop(be);
-    if (saved != VT_OK) {
-      if (world_rank == 0)
-        vt_log_error("checkpoint of step %lld failed, the previous one is intact: %s",
-                     (long long)n, err);
-      if (stop) r->rc = VT_EXIT_FAILED;
-    }
-  }
-  char summary[1024] = "";
-  r->ranks_json[0] = '\0';
-  if (o->straggler_interval > 0 && n % o->straggler_interval == 0) {
-    vt_health_rank_report(world, &r->mesh, r->report_first, n,
-                          1e3 * r->busy_s / (double)(n - r->report_first + 1),
-                          (double)vt_backend_device_memory_used(o->device) / (1024.0 * 1024.0),
-                          r->ranks_json, r->json_len, summary, sizeof summary);
-    r->busy_s = 0.0, r->report_first = n + 1;
-  }
-  if (world_rank == 0)
-    vt_report_step(o, r->metrics, &r->tb, &l, vt_seconds() - r->t_start, n - r->start_step,
-                   world_size);
-  if (world_rank == 0) vt_save_hook_poll();
-  const double ev[3] = {l.ev.loss, l.ev.top1, l.ev.top5};
-  const double ema[3] = {l.ev_ema.loss, l.ev_ema.top1, l.ev_ema.top5};
-  if (world_rank == 0 && o->check_log[0])
-    vt_checklog_step(&r->check, n, l.loss, l.gnorm, l.eval_now ? ev : NULL,
-                     l.eval_ema ? ema : NULL);
-  if (summary[0]) vt_log_info("%s", summary);
-  if (stop_nonfinite) {
-    if (world_rank == 0)
-      vt_log_error("steps %lld-%lld: %lld non-finite steps in a row (--max-nonfinite-steps %d); "
-                   "stopping. The parameters are those after step %lld%s. Lower --lr or "
-                   "--clip-grad, or look for bad data in these steps.",
-                   (long long)(n - r->nonfinite_run + 1), (long long)n,
-                   (long long)r->nonfinite_run,
-                   o->max_nonfinite, (long long)(n - r->nonfinite_run),
-                   o->save_dir[0] ? "; resume from the newest checkpoint in --save" : "");
-    r->rc = VT_EXIT_NONFINITE;
-    return 1;
-  }
-  if (stop) {
-    char what[sizeof o->save_dir + 64];
-    if (!o->save_dir[0]) snprintf(what, sizeof what, "no --save directory, nothing was saved");
-    else if (r->rc) snprintf(what, sizeof what, "the checkpoint FAILED (see above)");
-    else snprintf(what, sizeof what, "checkpoint step-%08lld saved in %.*s", (long long)n,
-                  (int)sizeof o->save_dir, o->save_dir);
-    r->rc = r->rc ? r->rc : preempt ? VT_EXIT_PREEMPTED : VT_EXIT_INTERRUPTED;
-    if (world_rank == 0 && preempt)
-      vt_log_warn("preempted (signal %s on some rank) at step %lld: %s; exiting with %d. "
-                  "Resume with --resume auto.",
-                  vt_health_preempt_signal() == SIGTERM ? "SIGTERM" : "SIGUSR1", (long long)n,
-                  what, r->rc);
-    if (world_rank == 0 && interrupt)
-      vt_log_warn("interrupted (SIGINT on some rank) at step %lld: %s; exiting with %d. "
-                  "Resume with --resume auto.", (long long)n, what, r->rc);
-    return 1;
-  }
-  return 0;
-}
-
 // The steps from start_step to the run's end (--steps, --run-steps; none for vit3d eval).
 static void run_steps(train_run *r) {
   const vt_train_options *o = &r->o;
@@ -476,7 +265,7 @@ static void run_steps(train_run *r) {
     vt_ckpt_disk_plan(o, r->m.frozen_layers, r->start_step, r->end_step);
   for (int64_t step = r->start_step; step < r->end_step; step++) {
     vt_range_push(r->be, "step %lld", (long long)(step + 1));  // (a profiler's timeline)
-    const int done = run_step(r, step);
+    const int done = vt_train_step(r, step);
     vt_range_pop(r->be);
     if (done) break;
   }
