@@ -166,8 +166,8 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
              vt_ckpt_opt_name(man), vt_ckpt_opt_name(man));
     return VT_ERR_INPUT;
   }
-  if (!o->eval_only &&
-      (man->global_batch != o->global_batch || man->stream_position != man->step * o->global_batch)) {
+  if (!o->eval_only && (man->global_batch != o->global_batch ||
+                        man->stream_position != man->step * o->global_batch)) {
     snprintf(err, errlen,
              "%s was saved with --global-batch-size %" PRId64 "; resume with the same global "
              "batch so the data stream continues where it stopped",
@@ -266,6 +266,98 @@ static vt_status check_files(vt_comm *world, const char *dir, const vt_ckpt_mani
   return bad ? VT_ERR_INPUT : VT_OK;
 }
 
+// Rank 0's proposal: the step of the next checkpoint whose manifest and file sizes are sound
+// and match the run (its folder in dir, its manifest in man), -1 for none (a fresh start), -2
+// for a refusal (err says why). In a folder (in_folder) the candidates cand[*next..ncand) are
+// tried newest first, each damaged one warned about and counted in *skipped; otherwise
+// --resume names the checkpoint itself.
+static double propose(const vt_train_options *o, const char *folder, int in_folder,
+                      const int64_t *cand, int ncand, int *next, int *skipped, char *dir,
+                      size_t dirlen, vt_ckpt_manifest *man, char *err, size_t errlen) {
+  const int auto_mode = strcmp(o->resume, "auto") == 0;
+  double found = -1;
+  if (in_folder) {
+    char why[600];
+    while (found < 0 && *next < ncand) {
+      vt_ckpt_step_dir(folder, cand[(*next)++], dir, dirlen);
+      if (vt_ckpt_check(dir, man, 0, why, sizeof why) == VT_OK) found = (double)man->step;
+      else vt_log_warn("%s; trying older checkpoints", why), (*skipped)++;
+    }
+    if (found < 0 && auto_mode)
+      vt_log_info("--resume auto: no complete checkpoint in %s; starting from step 0",
+                  o->save_dir);
+    if (found < 0 && !auto_mode) {
+      snprintf(err, errlen, "%s holds no complete checkpoint (its step-N folders are all "
+               "damaged or unfinished)", o->resume);
+      found = -2;
+    }
+  } else {
+    snprintf(dir, dirlen, "%s", o->resume);
+    found = vt_ckpt_check(dir, man, 0, err, errlen) == VT_OK ? (double)man->step : -2;
+  }
+  if (found >= 0 && check_manifest(o, man, dir, err, errlen) != VT_OK) found = -2;
+  return found;
+}
+
+// This rank's parts of the checkpoint in dir into local (weights, first and second moments,
+// EMA where load_ema), adding the bytes read and in the files to nbytes and the CRC-32 shares
+// to count[] (model, optim, ema; NULL where this rank's share is not counted).
+static vt_status read_parts(const vt_train_options *o, const vt_param_table *table,
+                            vt_opt_kind kind, const char *dir, const vt_ckpt_manifest *man,
+                            int load_ema, float *local[4], double nbytes[2],
+                            vt_read_check *count[3], int rank0, char *err, size_t errlen) {
+  // The weights: vit3d eval --use-ema 1 evaluates the EMA in their place.
+  static const char *const plain[1] = {""};
+  const int wfile = o->use_ema ? 2 : 0;
+  vt_status st = read_part(dir, k_files[wfile], table, plain, &local[0], 1, 0, nbytes,
+                           count[wfile], rank0, err, errlen);
+  if (st == VT_OK && load_ema)
+    st = read_part(dir, "ema", table, plain, &local[3], 1, 0, nbytes, count[2], rank0, err,
+                   errlen);
+  // The moments: zeros where the file has none (an evaluation reads none; the layers before
+  // optim_from_layer were frozen when it was saved).
+  memset(local[1], 0, (size_t)table->total * sizeof(float));
+  memset(local[2], 0, (size_t)table->total * sizeof(float));
+  if (st == VT_OK && !o->eval_only) {
+    // (SGD's older two-tensor layout predates optim_from_layer)
+    const int one = (kind == VT_OPT_SGD &&
+                     (man->optim_from_layer > 0 || !sgd_adam_layout(dir, table))) ||
+                    kind == VT_OPT_LARS;
+    st = read_part(dir, "optim", table, one ? vt_ckpt_sgd_state : vt_ckpt_adam_state, &local[1],
+                   one ? 1 : 2, man->optim_from_layer, nbytes, count[1], rank0, err, errlen);
+  }
+  return st;
+}
+
+// The checkpoint read (manifest man) made the run's state: the weights to the device, the
+// moments and step count to the optimizer, the EMA (from the file, else from the weights); rank 0
+// warns where the data stream will differ from the saving run's.
+static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, const char *dir,
+                    const vt_ckpt_manifest *man, float *local[4], int load_ema, int has_ema,
+                    int rank0) {
+  // Allowed (reshuffling after a loss spike is a known remedy), but no longer the same run.
+  if (rank0 && !o->eval_only && man->seed != o->seed)
+    vt_log_warn("%s was saved by a run with --seed %" PRIu64 " and this one has --seed %" PRIu64
+                ": from here the data order and the augmentations differ from that run's",
+                dir, man->seed, o->seed);
+  if (rank0 && !o->eval_only && man->aug_repeats != o->aug_repeats)
+    vt_log_warn("%s was saved by a run with --aug-repeats %d and this one has %d: the data "
+                "stream holds other images from here", dir, man->aug_repeats, o->aug_repeats);
+  if (rank0 && !o->eval_only && man->drop_last != o->drop_last)
+    vt_log_warn("%s was saved by a run with --drop-last %d and this one has %d: the epochs, "
+                "and so the data stream, differ from here", dir, man->drop_last, o->drop_last);
+  m->be->to_device(m->params, local[0], (size_t)m->table.total * sizeof(float));
+  vt_optimizer_set_state(opt, local[1], local[2], man->adam_t);
+  if (load_ema) {
+    vt_optimizer_set_ema(opt, local[3]);
+  } else if (opt->ema) {
+    vt_optimizer_ema_reset(opt, m->params);
+    vt_log_info("%s has no EMA weights: the EMA starts from its weights", dir);
+  } else if (has_ema && !o->eval_only) {
+    vt_log_info("%s has EMA weights; without --model-ema they are not kept", dir);
+  }
+}
+
 vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
                          vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
                          vt_ckpt_manifest *saved, char *err, size_t errlen) {
@@ -303,29 +395,10 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     // Rank 0 chooses; the others follow: the step number names the directory, and the
     // optimizer's step count comes along. The others start at -inf so that the MAX reduction
     // hands everyone rank 0's values.
-    double found = rank0 ? -1 : -1e300;  // step of the chosen checkpoint; -1: none; -2: refused
-    if (rank0) {
-      if (in_folder) {
-        char why[600];
-        while (found < 0 && next < ncand) {
-          vt_ckpt_step_dir(folder, cand[next++], dir, sizeof dir);
-          if (vt_ckpt_check(dir, &man, 0, why, sizeof why) == VT_OK) found = (double)man.step;
-          else vt_log_warn("%s; trying older checkpoints", why), skipped++;
-        }
-        if (found < 0 && auto_mode)
-          vt_log_info("--resume auto: no complete checkpoint in %s; starting from step 0",
-                      o->save_dir);
-        if (found < 0 && !auto_mode) {
-          snprintf(err, errlen, "%s holds no complete checkpoint (its step-N folders are all "
-                   "damaged or unfinished)", o->resume);
-          found = -2;
-        }
-      } else {
-        snprintf(dir, sizeof dir, "%s", o->resume);
-        found = vt_ckpt_check(dir, &man, 0, err, errlen) == VT_OK ? (double)man.step : -2;
-      }
-      if (found >= 0 && check_manifest(o, &man, dir, err, errlen) != VT_OK) found = -2;
-    }
+    double found = -1e300;  // step of the chosen checkpoint; -1: none; -2: refused
+    if (rank0)
+      found = propose(o, folder, in_folder, cand, ncand, &next, &skipped, dir, sizeof dir, &man,
+                      err, errlen);
     int has_ema = rank0 && found >= 0 && vt_ckpt_manifest_lists(&man, "ema.safetensors");
     double choice[5] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
                         rank0 ? has_ema : -1e300,
@@ -359,26 +432,8 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
                                {me.tp_rank == 0, 0, 0}};
     vt_read_check *count[3] = {NULL, NULL, NULL};  // model, optim, ema
     for (int i = 0; i < 3 && me.dp_rank == 0; i++) count[i] = &checks[i];
-    // The weights: vit3d eval --use-ema 1 evaluates the EMA in their place.
-    static const char *const plain[1] = {""};
-    const int wfile = o->use_ema ? 2 : 0;
-    vt_status st = read_part(dir, k_files[wfile], &m->table, plain, &local[0], 1, 0, nbytes,
-                             count[wfile], rank0, err, errlen);
-    if (st == VT_OK && load_ema)
-      st = read_part(dir, "ema", &m->table, plain, &local[3], 1, 0, nbytes, count[2], rank0,
-                     err, errlen);
-    // The moments: zeros where the file has none (an evaluation reads none; the layers before
-    // optim_from_layer were frozen when it was saved).
-    memset(local[1], 0, (size_t)total * sizeof(float));
-    memset(local[2], 0, (size_t)total * sizeof(float));
-    if (st == VT_OK && !o->eval_only) {
-      // (SGD's older two-tensor layout predates optim_from_layer)
-      const int one = (opt->cfg.kind == VT_OPT_SGD &&
-                       (man.optim_from_layer > 0 || !sgd_adam_layout(dir, &m->table))) ||
-                      opt->cfg.kind == VT_OPT_LARS;
-      st = read_part(dir, "optim", &m->table, one ? vt_ckpt_sgd_state : vt_ckpt_adam_state, &local[1],
-                     one ? 1 : 2, man.optim_from_layer, nbytes, count[1], rank0, err, errlen);
-    }
+    const vt_status st = read_parts(o, &m->table, opt->cfg.kind, dir, &man, load_ema, local,
+                                    nbytes, count, rank0, err, errlen);
     double bad[2] = {st != VT_OK, 0};  // a read failed; the checkpoint is damaged
     vt_comm_all_reduce_double(world, bad, 1, VT_REDUCE_MAX);
     if (bad[0]) {  // a damaged file (a header that does not parse) or an I/O error
@@ -404,33 +459,13 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     }
     if (rank0 && in_folder && skipped)
       vt_log_warn("using the previous complete checkpoint %s", dir);
-    // Allowed (reshuffling after a loss spike is a known remedy), but no longer the same run.
-    if (rank0 && !o->eval_only && man.seed != o->seed)
-      vt_log_warn("%s was saved by a run with --seed %" PRIu64 " and this one has --seed %" PRIu64
-                  ": from here the data order and the augmentations differ from that run's",
-                  dir, man.seed, o->seed);
-    if (rank0 && !o->eval_only && man.aug_repeats != o->aug_repeats)
-      vt_log_warn("%s was saved by a run with --aug-repeats %d and this one has %d: the data "
-                  "stream holds other images from here", dir, man.aug_repeats, o->aug_repeats);
-    if (rank0 && !o->eval_only && man.drop_last != o->drop_last)
-      vt_log_warn("%s was saved by a run with --drop-last %d and this one has %d: the epochs, "
-                  "and so the data stream, differ from here", dir, man.drop_last, o->drop_last);
-    m->be->to_device(m->params, local[0], (size_t)total * sizeof(float));
-    vt_optimizer_set_state(opt, local[1], local[2], man.adam_t);
-    if (load_ema) {
-      vt_optimizer_set_ema(opt, local[3]);
-    } else if (opt->ema) {
-      vt_optimizer_ema_reset(opt, m->params);
-      vt_log_info("%s has no EMA weights: the EMA starts from its weights", dir);
-    } else if (has_ema && !o->eval_only) {
-      vt_log_info("%s has EMA weights; without --model-ema they are not kept", dir);
-    }
+    install(o, m, opt, dir, &man, local, load_ema, has_ema, rank0);
     *start_step = man.step;
     if (saved && rank0) *saved = man;
     vt_log_info("%s %s: %" PRId64 " steps done, data stream at sample %" PRId64
-                " (saved on tp %d x pp %d x dp %d); this rank read %.1f of the checkpoint's %.1f MiB",
-                o->eval_only ? "loaded" : "resumed from", dir, man.step, man.stream_position,
-                man.tp, man.pp, man.dp, nbytes[0] / 1048576.0,
+                " (saved on tp %d x pp %d x dp %d); this rank read %.1f of the checkpoint's "
+                "%.1f MiB", o->eval_only ? "loaded" : "resumed from", dir, man.step,
+                man.stream_position, man.tp, man.pp, man.dp, nbytes[0] / 1048576.0,
                 nbytes[1] / 1048576.0);
     break;
   }

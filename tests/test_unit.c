@@ -151,7 +151,8 @@ static void test_init(void) {
   vt_params_build(&t, &c, vt_shard_whole());
   vt_params_init(&t, a, 5);
   const int64_t C = c.width;
-  const double bound = sqrt(6.0 / (double)(4 * C)), pstd = sqrt(1.0 / (3.0 * 64)) / 0.87962566103423978;
+  const double bound = sqrt(6.0 / (double)(4 * C));
+  const double pstd = sqrt(1.0 / (3.0 * 64)) / 0.87962566103423978;
   double top = 0, head = 0, fc1b = 0, qkvb = 0, patch = 0;
   const vt_param *q = vt_params_find(&t, "blocks.0.attn.qkv.weight");
   for (int64_t i = 0; i < q->count; i++) top = fmax(top, fabs(a[q->offset + i]));
@@ -166,7 +167,8 @@ static void test_init(void) {
   EXPECT(top <= bound && top > 0.98 * bound, "jax qkv: max %g, bound %g", top, bound);
   EXPECT(head == 0 && qkvb == 0, "jax: head %g, qkv bias %g, want 0", head, qkvb);
   EXPECT(fc1b > 0 && fc1b < 1e-5, "jax: fc1 bias max %g, want a normal(1e-6)", fc1b);
-  EXPECT(patch <= 2 * pstd && patch > 1.5 * pstd, "jax patch embedding: max %g, std %g", patch, pstd);
+  EXPECT(patch <= 2 * pstd && patch > 1.5 * pstd, "jax patch embedding: max %g, std %g", patch,
+         pstd);
   vt_params_free(&t);
 }
 
@@ -285,7 +287,8 @@ static void test_gelu(void) {
         f = tanh(v), d = 1 - f * f;
       } else if (form == VT_ACT_GELU_TANH) {
         const double t = tanh(k0 * (v + k1 * v * v * v));
-        f = 0.5 * v * (1 + t), d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k0 * (1 + 3 * k1 * v * v);
+        f = 0.5 * v * (1 + t);
+        d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k0 * (1 + 3 * k1 * v * v);
       } else {
         const double cdf = 0.5 * (1 + erf(v / sqrt(2.0)));
         f = v * cdf, d = cdf + v * exp(-0.5 * v * v) / sqrt(2 * 3.14159265358979323846);

@@ -120,7 +120,8 @@ void test_mix(void) {
          want);
   // Both, switch 0.5, prob 0.6: 40% unmixed, the rest half CutMix; CutMix boxes inside the
   // image with lam their exact complement.
-  vt_mix_config both = {.mixup_alpha = 0.8f, .cutmix_alpha = 1.0f, .prob = 0.6f, .switch_prob = 0.5f};
+  vt_mix_config both = {.mixup_alpha = 0.8f, .cutmix_alpha = 1.0f, .prob = 0.6f,
+                        .switch_prob = 0.5f};
   int unmixed = 0, cut = 0, box_ok = 1;
   for (int64_t k = 0; k < P; k++) {
     vt_mix_pair p;
