@@ -31,6 +31,7 @@
 #include "savehook.h"
 #include "schedule.h"
 #include "stage.h"
+#include "timeline.h"
 #include "train_internal.h"
 #include "watchdog.h"
 
@@ -263,10 +264,15 @@ static void run_steps(train_run *r) {
   if (o->eval_only) r->end_step = r->start_step;
   if (r->world_rank == 0 && o->save_dir[0] && !o->eval_only && !r->rc)
     vt_ckpt_disk_plan(o, r->m.frozen_layers, r->start_step, r->end_step);
+  vt_timeline tl = vt_timeline_window(o->trace_steps, r->start_step, r->end_step);
+  char trace_path[600];
+  snprintf(trace_path, sizeof trace_path, "%s/trace.json", o->log_dir);
   for (int64_t step = r->start_step; step < r->end_step; step++) {
+    vt_timeline_before(&tl, r->world, step);
     vt_range_push(r->be, "step %lld", (long long)(step + 1));  // (a profiler's timeline)
     const int done = vt_train_step(r, step);
     vt_range_pop(r->be);
+    vt_timeline_after(&tl, r->world, &r->mesh, step, done, trace_path);
     if (done) break;
   }
 }

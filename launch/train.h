@@ -19,7 +19,7 @@ typedef struct {
   vt_vit_config model;
   char data[512];           // "synthetic", an ImageFolder directory or a list file
   char val_data[512];       // validation set (same forms); empty: none
-  char index_cache[512];    // folder of dataset index cache entries (dataio/index_cache.h); empty: none
+  char index_cache[512];    // folder of dataset index cache entries (index_cache.h); "": none
   char label_key[48];       // tar shards: the label member (KEY.cls by default; label.h)
   char label_names[512];    // tar shards: class names file (label.h); empty: numbers only
   int eval_interval;        // evaluate every N steps (and at the end); 0: only at the end
@@ -96,6 +96,7 @@ typedef struct {
   char logits_out[512];     // vit3d eval on one rank: write the inputs and logits (safetensors)
   char predictions[512];    // vit3d eval with one DP replica: each image's top-5 (CSV)
   int comm_stats;           // 1: each rank writes its first step's traffic per axis (log-dir)
+  int trace_steps;          // a timeline of this many steps in LOG_DIR/trace.json (timeline.h)
   float timeout_s;          // watchdog: a step or collective may take this long; 0: off
   int max_nonfinite;        // stop after this many non-finite steps in a row
   int straggler_interval;   // per-rank step times and memory every N steps; 0: never

@@ -56,6 +56,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   o->dp = mesh.dp_size;
   if (o->predictions[0] && !o->eval_only)
     REFUSE("--predictions is for vit3d eval (on any mesh)");
+  if (o->trace_steps > 0 && !o->log_dir[0])
+    REFUSE("--trace-steps writes its timeline to LOG_DIR/trace.json: give --log-dir DIR too");
   if (o->global_batch == 0) o->global_batch = o->dp * o->micro_batch;
   if (c->heads % o->tp != 0)
     REFUSE("--tp %d does not divide the %d attention heads; use a TP size that divides them",

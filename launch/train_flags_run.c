@@ -272,6 +272,10 @@ const vt_train_flag vt_train_flags_run[] = {
     {"--comm-stats", VT_OPT_INT, IN_OPTIONS(comm_stats), 0, 1, "N",
      "1: every rank writes its first step's traffic per axis to LOG_DIR/comm.rank<R>.json",
      NULL},
+    {"--trace-steps", VT_OPT_INT, IN_OPTIONS(trace_steps), 0, 1 << 20, "N",
+     "write a timeline of N steps from the second on, every rank's steps, pipeline passes, "
+     "sends and receives, optimizer, evaluation and saves, to LOG_DIR/trace.json (open it in "
+     "ui.perfetto.dev or chrome://tracing); 0: none", NULL},
     {"--final-weights", VT_OPT_STR, IN_OPTIONS(final_weights), 0, 0, "FILE",
      "at the end, write the full unsharded weights (safetensors, timm names)", NULL},
     {"--log-dir", VT_OPT_STR, IN_OPTIONS(log_dir), 0, 0, "DIR",

@@ -5,6 +5,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "vt_trace.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -106,15 +108,16 @@ const char *vt_backend_build_info(void) {
 }
 
 void vt_range_push(const vt_backend *be, const char *fmt, ...) {
-  if (!be->range_push) return;
   char name[128];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(name, sizeof name, fmt, ap);
   va_end(ap);
-  be->range_push(name);
+  vt_trace_push(name);
+  if (be->range_push) be->range_push(name);
 }
 
 void vt_range_pop(const vt_backend *be) {
   if (be->range_pop) be->range_pop();
+  vt_trace_pop();
 }

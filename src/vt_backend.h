@@ -242,8 +242,9 @@ int vt_backend_threads(void);
 // What was compiled in, for --version and the test log.
 const char *vt_backend_build_info(void);
 
-// be's range_push of the printf-style name (cut at 127 characters) and its range_pop; nothing
-// where be has no ranges.
+// be's range_push of the printf-style name (cut at 127 characters) and its range_pop (nothing
+// where be has no ranges), both recorded for the run's timeline while vt_trace_start's
+// recording is on (vt_trace.h).
 void vt_range_push(const vt_backend *be, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void vt_range_pop(const vt_backend *be);

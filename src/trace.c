@@ -1,0 +1,58 @@
+// trace.c: the ranges' recorder (vt_trace.h).
+#include "vt_trace.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "vt_error.h"
+
+enum { TRACE_DEPTH = 64 };
+
+static vt_trace_event *g_events = NULL;
+static int g_count = 0, g_cap = 0, g_on = 0;
+// The open ranges, innermost last: each one's event, or -1 where it was not recorded.
+static int g_open[TRACE_DEPTH];
+static int g_depth = 0;  // ranges open (those past TRACE_DEPTH counted, not kept)
+
+void vt_trace_start(void) { g_on = 1; }
+void vt_trace_stop(void) { g_on = 0; }
+int vt_trace_recording(void) { return g_on; }
+
+const vt_trace_event *vt_trace_events(int *count) {
+  *count = g_count;
+  return g_events;
+}
+
+void vt_trace_clear(void) {
+  free(g_events);
+  g_events = NULL;
+  g_count = g_cap = 0;
+  for (int i = 0; i < g_depth && i < TRACE_DEPTH; i++) g_open[i] = -1;
+}
+
+void vt_trace_push(const char *name) {
+  int index = -1;
+  if (g_on && g_depth < TRACE_DEPTH) {
+    if (g_count == g_cap) {
+      const int cap = g_cap ? 2 * g_cap : 1024;
+      vt_trace_event *e = realloc(g_events, (size_t)cap * sizeof *e);
+      VT_CHECK(e != NULL, "out of host memory for the trace's %d events", cap);
+      g_events = e, g_cap = cap;
+    }
+    index = g_count++;
+    vt_trace_event *e = &g_events[index];
+    strncpy(e->name, name, sizeof e->name - 1);
+    e->name[sizeof e->name - 1] = '\0';
+    e->depth = g_depth;
+    e->t1 = -1.0;
+    e->t0 = vt_seconds();
+  }
+  if (g_depth < TRACE_DEPTH) g_open[g_depth] = index;
+  g_depth++;
+}
+
+void vt_trace_pop(void) {
+  VT_CHECK(g_depth > 0, "a range closed where none is open");
+  g_depth--;
+  if (g_depth < TRACE_DEPTH && g_open[g_depth] >= 0) g_events[g_open[g_depth]].t1 = vt_seconds();
+}
