@@ -2,8 +2,11 @@
 #include "stage.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "vt_trace.h"
 
 static void grads_ready(void *ctx, int layer) {
   vt_stage_ctx *x = ctx;
@@ -81,7 +84,8 @@ static vt_comm_p2p transfer_op(const vt_stage_ctx *x, int is_send, vt_schedule_x
   const int slot = slot_of(x, t.mb, t.chunk);
   const vt_model_slot *sl = &x->m->slots[slot];
   float *buf;
-  if (t.kind == VT_XFER_ACT) buf = is_send ? vt_model_chunk_output(x->m, t.chunk, slot) : sl->res[0];
+  if (t.kind == VT_XFER_ACT)
+    buf = is_send ? vt_model_chunk_output(x->m, t.chunk, slot) : sl->res[0];
   else buf = is_send ? sl->dinput : sl->dout;
   const int peer = is_send ? vt_schedule_send_peer(&x->spec, x->pp_rank, t)
                            : vt_schedule_recv_peer(&x->spec, x->pp_rank, t);
@@ -138,10 +142,10 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
       continue;
     const int pass = a.op == VT_SCHEDULE_FORWARD ? 0 : a.op == VT_SCHEDULE_BACKWARD ? 1 : 2;
     static const char *const pass_name[] = {"forward", "backward", "weight"};
-    if (a.op == VT_SCHEDULE_TRANSFER)  // a range per action, for a profiler's timeline
-      vt_range_push(m->be, "send-recv");
-    else
-      vt_range_push(m->be, "%s mb %d chunk %d", pass_name[pass], a.mb, a.chunk);
+    char label[64] = "send-recv";  // a range per action, for a profiler's timeline
+    if (a.op != VT_SCHEDULE_TRANSFER)
+      snprintf(label, sizeof label, "%s mb %d chunk %d", pass_name[pass], a.mb, a.chunk);
+    vt_range_push(m->be, "%s", label);
     if (a.op == VT_SCHEDULE_FORWARD || a.op == VT_SCHEDULE_BACKWARD)
       vt_comm_wait_sends(x->pp, send_key(slot_of(x, a.mb, a.chunk), VT_XFER_ACT));
     if (a.op == VT_SCHEDULE_BACKWARD)
@@ -173,7 +177,10 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
     } else {
       run_transfer(x, &acts[i], n);
     }
-    if (a.op != VT_SCHEDULE_TRANSFER) m->be->interval_end(pass);
+    if (a.op != VT_SCHEDULE_TRANSFER) {
+      m->be->interval_end(pass);
+      if (m->be->interval_origin) vt_trace_device_name(label);  // (the device's own timeline)
+    }
     vt_range_pop(m->be);
   }
   vt_comm_wait_sends(x->pp, 0);

@@ -28,8 +28,9 @@ static double host_hash(void) {
   return (double)h;
 }
 
-void vt_timeline_before(vt_timeline *t, vt_comm *world, int64_t step) {
+void vt_timeline_before(vt_timeline *t, vt_comm *world, const vt_backend *be, int64_t step) {
   if (step != t->first) return;
+  if (be->interval_origin) be->interval_origin();
   // Every rank's clock at the barrier's end and its host. The ranks of a host share its
   // monotonic clock, so each takes the reading of its host's lowest rank: exact between them;
   // hosts apart by how far apart their lowest ranks left the barrier.
@@ -90,17 +91,27 @@ static char *rank_text(const vt_timeline *t, const vt_mesh *mesh, int rank, size
                     "{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, "
                     "\"args\": {\"sort_index\": %d}}",
                     rank ? ",\n" : "", rank, rank, c.tp_rank, c.pp_rank, c.dp_rank, rank, sort);
-  int count = 0;
+  int count = 0, device = 0;
   const vt_trace_event *e = vt_trace_events(&count);
   for (int i = 0; i < count; i++) {
     if (e[i].t1 < e[i].t0) continue;  // (never closed: none are, the window ends between steps)
     char name[sizeof e[i].name];
     json_name(name, sizeof name, e[i].name);
     n = append(&s, &cap, n,
-               ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"ts\": %.3f, "
+               ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, "
                "\"dur\": %.3f}",
-               name, rank, 1e6 * (e[i].t0 - t->t_sync), 1e6 * (e[i].t1 - e[i].t0));
+               name, rank, e[i].device, 1e6 * (e[i].t0 - t->t_sync), 1e6 * (e[i].t1 - e[i].t0));
+    device |= e[i].device;
   }
+  if (device)  // the two tracks named
+    n = append(&s, &cap, n,
+               ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
+               "\"args\": {\"name\": \"host\"}},\n{\"name\": \"thread_name\", \"ph\": \"M\", "
+               "\"pid\": %d, \"tid\": 1, \"args\": {\"name\": \"device\"}}",
+               rank, rank);
+  if (vt_trace_device_dropped() > 0)
+    vt_log_warn("--trace-steps: %d passes of the device's work left out of the timeline (no "
+                "timing events for them)", vt_trace_device_dropped());
   *len = n;
   return s;
 }

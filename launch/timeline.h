@@ -11,6 +11,7 @@
 
 #include "comm.h"
 #include "mesh.h"
+#include "vt_backend.h"
 
 typedef struct {
   int64_t first, end;  // the traced steps [first, end), numbered from 0; first < 0: none
@@ -23,9 +24,11 @@ typedef struct {
 // run has only one; none where n is 0 or the run has no steps.
 vt_timeline vt_timeline_window(int n, int64_t start, int64_t end);
 // Collective over world, at every step: starts the recording before the window's first step
-// (a barrier, then this rank's clock read), and after its last step (done: the run stops after
-// step, which ends the window early) gathers every rank's ranges to rank 0, which writes path.
-void vt_timeline_before(vt_timeline *t, vt_comm *world, int64_t step);
+// (a barrier, then the clocks read; on a GPU also the device's origin, be's interval_origin), and
+// after its last step (done: the run stops after step, which ends the window early) gathers
+// every rank's ranges to rank 0, which writes path. On a GPU a rank's row has two tracks: the
+// host's ranges, and the device's work per pipeline pass (the backend's timed intervals).
+void vt_timeline_before(vt_timeline *t, vt_comm *world, const vt_backend *be, int64_t step);
 void vt_timeline_after(vt_timeline *t, vt_comm *world, const vt_mesh *mesh, int64_t step,
                        int done, const char *path);
 

@@ -268,7 +268,7 @@ static void run_steps(train_run *r) {
   char trace_path[600];
   snprintf(trace_path, sizeof trace_path, "%s/trace.json", o->log_dir);
   for (int64_t step = r->start_step; step < r->end_step; step++) {
-    vt_timeline_before(&tl, r->world, step);
+    vt_timeline_before(&tl, r->world, r->be, step);
     vt_range_push(r->be, "step %lld", (long long)(step + 1));  // (a profiler's timeline)
     const int done = vt_train_step(r, step);
     vt_range_pop(r->be);

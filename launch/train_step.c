@@ -5,6 +5,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ckpt.h"
@@ -15,6 +16,7 @@
 #include "report.h"
 #include "savehook.h"
 #include "train_internal.h"
+#include "vt_trace.h"
 #include "watchdog.h"
 
 // Whether the validation set is evaluated after step n (numbered from 1).
@@ -191,7 +193,13 @@ int vt_train_step(train_run *r, int64_t step) {
   const float lr = vt_lr_at(&o->optim, step);
   const double gnorm = step_update(r, n, loss, lr);
   be->synchronize();
-  be->interval_take(x->pass_ms, x->passes);  // the step's passes' device times
+  // The step's passes' device times, and under --trace-steps on a GPU each pass's times
+  const int named = vt_trace_device_named();
+  double *spans = named > 0 ? malloc(2 * (size_t)named * sizeof *spans) : NULL;
+  VT_CHECK(named == 0 || spans != NULL, "out of host memory for the trace");
+  const int nspans = be->interval_take(x->pass_ms, x->passes, spans, named);
+  if (named > 0) vt_trace_device_spans(spans, nspans);
+  free(spans);
   if (step == r->start_step && o->comm_stats && o->log_dir[0])
     vt_report_comm_stats(o, m, opt, r->me, world_rank, r->n_micro);
   if (step == r->start_step) vt_plan_report_memory(m, opt, o->device, r->mem_base);

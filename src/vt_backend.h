@@ -108,9 +108,16 @@ struct vt_backend {
   // stretch's milliseconds to ms[kind] and 1 to count[kind], and forgets them. The CPU's are host
   // clocks (its ops run when called); CUDA's are timing events on the compute stream, recorded
   // and read without a host wait.
+  // For a timeline (vt_trace.h): once interval_origin() has run (it waits for the device to
+  // finish what was issued, then marks that point: between steps), interval_take also writes
+  // the first max_spans stretches' begin and end on the host clock (vt_seconds: the origin's host
+  // time plus the device time since), spans[2 i] and spans[2 i + 1] in the order they closed,
+  // and returns how many it wrote. interval_origin is NULL where the device is the host (the
+  // CPU), whose interval_take writes none: there the host's ranges are the device's work.
   void (*interval_begin)(void);
   void (*interval_end)(int kind);
-  void (*interval_take)(double *ms, double *count);
+  int (*interval_take)(double *ms, double *count, double *spans, int max_spans);
+  void (*interval_origin)(void);
   // Names a stretch of the host's calls for a profiler's timeline (on CUDA, NVTX ranges, which
   // Nsight Systems shows beside the kernels: `nsys profile --trace cuda,nvtx`): range_push(name)
   // opens a range inside the open one, range_pop closes the innermost. NULL where the backend

@@ -68,11 +68,13 @@ static void cpu_interval_end(int kind) {
   g_interval_ms[kind] += now_ms() - g_interval_t0;
   g_interval_n[kind] += 1;
 }
-static void cpu_interval_take(double *ms, double *count) {
+static int cpu_interval_take(double *ms, double *count, double *spans, int max_spans) {
+  (void)spans, (void)max_spans;  // (no device timeline: the host's ranges are the work's)
   for (int k = 0; k < VT_INTERVAL_KINDS; k++) {
     ms[k] += g_interval_ms[k], count[k] += g_interval_n[k];
     g_interval_ms[k] = g_interval_n[k] = 0;
   }
+  return 0;
 }
 
 const vt_backend vt_cpu_backend = {

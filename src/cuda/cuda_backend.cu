@@ -216,13 +216,33 @@ static void cuda_interval_end(int kind) {
   g_mark_kind[g_nmarks++] = kind;
   g_mark_open = 0;
 }
-static void cuda_interval_take(double *ms, double *count) {
+// The timeline's origin: an event the device passed with nothing else queued, and the host
+// clock there (a wait for the event: the device is idle, so it passes it at once).
+static cudaEvent_t g_origin = NULL;
+static double g_origin_host = -1.0;
+static void cuda_interval_origin(void) {
+  if (!g_origin) VT_CUDA_CHECK(cudaEventCreateWithFlags(&g_origin, cudaEventDefault));
+  VT_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+  VT_CUDA_CHECK(cudaEventRecord(g_origin, g_stream));
+  VT_CUDA_CHECK(cudaEventSynchronize(g_origin));
+  g_origin_host = vt_seconds();
+}
+static int cuda_interval_take(double *ms, double *count, double *spans, int max_spans) {
+  int n = 0;
   for (int i = 0; i < g_nmarks; i++) {  // complete after synchronize: no wait
     float t = 0.0f;
     VT_CUDA_CHECK(cudaEventElapsedTime(&t, g_marks[2 * i], g_marks[2 * i + 1]));
     ms[g_mark_kind[i]] += t, count[g_mark_kind[i]] += 1;
+    if (spans && n < max_spans && g_origin_host >= 0.0) {
+      float b = 0.0f, e = 0.0f;  // (float milliseconds: within a microsecond for 8 s after it)
+      VT_CUDA_CHECK(cudaEventElapsedTime(&b, g_origin, g_marks[2 * i]));
+      VT_CUDA_CHECK(cudaEventElapsedTime(&e, g_origin, g_marks[2 * i + 1]));
+      spans[2 * n] = g_origin_host + 1e-3 * b, spans[2 * n + 1] = g_origin_host + 1e-3 * e;
+      n++;
+    }
   }
   g_nmarks = 0;
+  return n;
 }
 
 // Ranges for Nsight Systems (NVTX, header-only: nothing to link; a call costs a check of a
@@ -296,6 +316,7 @@ static int cuda_init(void) {
   g_table.interval_begin = cuda_interval_begin;
   g_table.interval_end = cuda_interval_end;
   g_table.interval_take = cuda_interval_take;
+  g_table.interval_origin = cuda_interval_origin;
 #ifdef VT_HAVE_NVTX
   g_table.range_push = cuda_range_push;
   g_table.range_pop = cuda_range_pop;
