@@ -326,7 +326,13 @@ if ((built)) && part bench; then
   # what users see.
   run "$(cap 150 150)" "$blog2" "$vit3d" train --device "$gdev" --model "$model" --data synthetic \
     --steps 8 --warmup-steps 0 --global-batch-size "$mb" --micro-batch-size "$mb" \
-    --peak-tflops 989 --log-dir "$work/bench" --log-interval 1 --threads "$jobs" --precision bf16
+    --peak-tflops 989 --log-dir "$work/bench" --log-interval 1 --threads "$jobs" --precision bf16 \
+    --trace-steps 2
+  # Its timeline of steps 2-3 (launch/timeline.c): on a GPU each pass on the device's track too.
+  cp "$work/bench/trace.json" "$out/trace_bench.json" 2>/dev/null
+  tl=$("$py" "$root/tests/timeline_check.py" "$work/bench/trace.json" "$work/bench/metrics.jsonl" \
+       1 1 1 0 "$([[ $gdev == cuda ]] && echo 1 || echo 0)" 2>&1 | tail -1)
+  note "timeline of the trainer's steps 2-3 (trace_bench.json): ${tl:-none}"
   trainer=$("$py" - "$work/bench/metrics.jsonl" 2>/dev/null <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]  # steps 3.. (first steps warm up)
