@@ -116,6 +116,11 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
                   "\n", m->data_images, m->data_classes);
   if (m->optim_from_layer && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "optim_from_layer %d\n", m->optim_from_layer);
+  for (int w = 0; w < 2; w++)  // %.17g: the doubles' very bits back
+    if (m->spike_n[w] > 0 && k < (int)nbytes)
+      k += snprintf(buf + k, nbytes - (size_t)k, "%s %" PRId64 " %.17g %.17g\n",
+                    w ? "spike_norm" : "spike_loss", m->spike_n[w], m->spike_mean[w],
+                    m->spike_var[w]);
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
     k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
                   m->file_nbytes[i], m->file_crc[i]);
@@ -225,6 +230,19 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       snprintf(m->file[m->nfiles], sizeof m->file[0], "%s", v1);
       m->file_nbytes[m->nfiles] = nb;
       m->file_crc[m->nfiles++] = crc;
+      continue;
+    }
+    if (strcmp(key, "spike_loss") == 0 || strcmp(key, "spike_norm") == 0) {
+      const int w = key[6] == 'n';
+      int64_t count;
+      char *e1 = v2, *e2 = v3;
+      double mean = 0, var = 0;
+      errno = 0;
+      if (n == 4) mean = strtod(v2, &e1), var = strtod(v3, &e2);
+      if (n != 4 || !int_value(v1, 1, INT64_MAX / 2, &count) || e1 == v2 || *e1 || e2 == v3 ||
+          *e2 || errno || !isfinite(mean) || !isfinite(var) || var < 0)
+        FAIL(VT_ERR_INPUT, "manifest line %d: malformed %s (want N MEAN VAR)", line_no, key);
+      m->spike_n[w] = count, m->spike_mean[w] = mean, m->spike_var[w] = var;
       continue;
     }
     if (n != 2) FAIL(VT_ERR_INPUT, "manifest line %d: expected 'key value'", line_no);

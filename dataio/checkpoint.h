@@ -29,6 +29,11 @@ typedef struct {
   int64_t stream_position;  // next sample of the data stream (design.md)
   int64_t global_batch;
   int64_t adam_t;           // optimizer steps taken (Adam's bias corrections)
+  // The spike guard's statistics (vit/spike.h) of the loss [0] and the gradient norm [1]: values
+  // taken, moving mean and variance (lines "spike_loss N MEAN VAR", "spike_norm ..."; absent:
+  // none taken, as in manifests that predate them).
+  int64_t spike_n[2];
+  double spike_mean[2], spike_var[2];
   int lamb;                 // 1: trained with LAMB, 0: AdamW (0 when the manifest predates it)
   int sgd;                  // SGD: 2 with Nesterov momentum, 1 plain momentum; 0: not SGD (0 when
                             // the manifest predates it)

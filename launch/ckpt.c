@@ -346,6 +346,9 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .pp = mesh->pp_size, .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp,
       .optim_from_layer = m->frozen_layers};
   vt_ckpt_manifest_optim(&w->man, &opt->cfg, &o->model);
+  for (int k = 0; k < 2; k++)  // the spike guard's statistics (the same on every rank)
+    w->man.spike_n[k] = opt->spike.n[k], w->man.spike_mean[k] = opt->spike.mean[k],
+    w->man.spike_var[k] = opt->spike.var[k];
   // The slices are this rank's own now: training may go on while they are written.
   atomic_store(&w->writing, 1);
   if (!wait && o->async_save) {

@@ -460,6 +460,13 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     if (rank0 && in_folder && skipped)
       vt_log_warn("using the previous complete checkpoint %s", dir);
     install(o, m, opt, dir, &man, local, load_ema, has_ema, rank0);
+    // The spike guard's statistics, rank 0's (the manifest's) to all.
+    double spike[6] = {(double)man.spike_n[0], (double)man.spike_n[1], man.spike_mean[0],
+                       man.spike_mean[1], man.spike_var[0], man.spike_var[1]};
+    vt_comm_broadcast_bytes(world, spike, sizeof spike, 0);
+    for (int k = 0; k < 2; k++)
+      opt->spike.n[k] = (int64_t)spike[k], opt->spike.mean[k] = spike[2 + k],
+      opt->spike.var[k] = spike[4 + k];
     *start_step = man.step;
     if (saved && rank0) *saved = man;
     vt_log_info("%s %s: %" PRId64 " steps done, data stream at sample %" PRId64

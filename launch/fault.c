@@ -16,7 +16,7 @@ static struct {
 } g_fault;
 
 static const char *const k_names[] = {"", "stall", "crash", "nan", "slow", "kill-in-save",
-                                      "save-io"};
+                                      "save-io", "spike"};
 
 int vt_fault_init(int world_rank, char *err, size_t errlen) {
   const char *v = getenv("VT_FAULT");
@@ -35,7 +35,8 @@ int vt_fault_init(int world_rank, char *err, size_t errlen) {
     if (strcmp(kind, k_names[i]) == 0) found = (vt_fault_kind)i;
   if (found == VT_FAULT_NONE || n == 0 || v[n] != '\0' || rank < 0 || first < 1 || last < first) {
     snprintf(err, errlen, "VT_FAULT=%s: expected KIND@RANK:FIRST[-LAST] with KIND one of stall, "
-             "crash, nan, slow, kill-in-save, save-io (a test-only switch; unset it for real runs)", v);
+             "crash, nan, slow, kill-in-save, save-io, spike (a test-only switch; unset it for "
+             "real runs)", v);
     return -1;
   }
   if (rank != world_rank) return 0;

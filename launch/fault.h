@@ -1,12 +1,13 @@
 // fault.h: the test-only fault switch (off unless VT_FAULT is set). It makes one rank misbehave
-// at chosen steps so that tests can prove the watchdog, the non-finite step guard, the
-// straggler report and crash-safe saves:
+// at chosen steps so that tests can prove the watchdog, the non-finite step and spike guards,
+// the straggler report and crash-safe saves:
 //   VT_FAULT=KIND@RANK:FIRST[-LAST]   e.g. stall@5:7, nan@3:7-11, slow@2:1-1000000
 // KIND: stall (sleep forever at the start of the step), crash (abort() there), nan (NaN in the
 // rank's gradients and loss share), slow (sleep 0.3 s per step), kill-in-save (SIGKILL between
 // writing a checkpoint's files and committing it; a rank-0 fault), save-io (the rank's part of
-// that step's checkpoint fails to write, as on a failing disk). RANK is a world rank; steps are 1-based, as
-// the progress line prints them. A malformed value stops the run before it starts.
+// that step's checkpoint fails to write, as on a failing disk), spike (like nan, but 1e4 in the
+// gradients and the loss share times 100: finite spikes). RANK is a world rank; steps are
+// 1-based, as the progress line prints them. A malformed value stops the run before it starts.
 // Must not depend on MPI or the model.
 #ifndef VT_FAULT_H
 #define VT_FAULT_H
@@ -21,7 +22,8 @@ typedef enum {
   VT_FAULT_NAN,
   VT_FAULT_SLOW,
   VT_FAULT_KILL_IN_SAVE,
-  VT_FAULT_SAVE_IO
+  VT_FAULT_SAVE_IO,
+  VT_FAULT_SPIKE
 } vt_fault_kind;
 
 // Reads VT_FAULT for this world rank; returns 0, or -1 with a message in err when it is malformed.

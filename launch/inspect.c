@@ -3,6 +3,7 @@
 #include "inspect.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,11 @@ int vt_inspect_run(const char *path) {
          vt_ckpt_manifest_lists(&m, "ema.safetensors") ? ", with the weights' EMA" : "");
   printf("saved on tp %d x pp %d x dp %d%s%s (it loads on any mesh)\n", m.tp, m.pp, m.dp,
          m.zero ? ", ZeRO-1" : "", m.sequence_parallel ? ", sequence parallel" : "");
+  if (m.spike_n[0] > 0 || m.spike_n[1] > 0)
+    printf("spike guard's moving statistics (--skip-spike-z): loss mean %.6g sd %.3g, gradient "
+           "norm mean %.6g sd %.3g (over %" PRId64 " and %" PRId64 " steps)\n",
+           m.spike_mean[0], sqrt(m.spike_var[0]), m.spike_mean[1], sqrt(m.spike_var[1]),
+           m.spike_n[0], m.spike_n[1]);
   printf("model: img %d patch %d width %d depth %d heads %d MLP %d classes %d\n", m.img_size,
          m.patch_size, m.width, m.depth, m.heads, vt_ckpt_mlp_hidden(&m), m.num_classes);
   // The flags the manifest checks on a resume, every one spelt out (any --model preset then

@@ -69,7 +69,7 @@ static void train_defaults(vt_train_options *o) {
   o->optim = (vt_optim_config){.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = -1,
                                .total_steps = 100, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                .momentum = 0.9f, .weight_decay = 0.05f, .clip_grad = 1.0f,
-                               .layer_decay = 1.0f};
+                               .layer_decay = 1.0f, .spike_window = 100};
   o->label_smoothing = 0.1f;
   snprintf(o->label_key, sizeof o->label_key, "%s", VT_LABEL_KEY);
   o->bce_thresh = -1.0f;  // soft BCE targets

@@ -83,6 +83,12 @@ const vt_train_flag vt_train_flags_run[] = {
      "with --freeze, a tensor either one freezes is frozen)", NULL},
     {"--clip-grad", VT_OPT_FLOAT, IN_OPTIONS(optim.clip_grad), 0, 1e6, "NORM",
      "clip gradients to this global norm; 0 turns clipping off", NULL},
+    {"--skip-spike-z", VT_OPT_FLOAT, IN_OPTIONS(optim.spike_z), 0, 1e6, "Z",
+     "skip a step whose loss or gradient norm lies more than Z standard deviations above its "
+     "moving mean (over --spike-window steps; guards from the window's end on), as a "
+     "non-finite step is skipped; 0: off", NULL},
+    {"--spike-window", VT_OPT_INT, IN_OPTIONS(optim.spike_window), 2, 1 << 20, "N",
+     "--skip-spike-z's moving mean and variance span N steps", NULL},
 
     // The loss, dropout, mixing and augmentation.
     {"--label-smoothing", VT_OPT_FLOAT, IN_OPTIONS(label_smoothing), 0, 0.999, "S",

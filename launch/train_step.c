@@ -96,24 +96,36 @@ static void stop_signalled(train_run *r, int64_t n, int preempt) {
 }
 
 // The optimizer's step at the learning rate lr; returns the gradient norm. A non-finite loss
-// or gradient norm (the same verdict on every rank: both are global) leaves the parameters and
-// the optimizer state as they were, and counts a skipped step.
+// or gradient norm, or a spike of either (--skip-spike-z; the same verdicts on every rank: both
+// are global), leaves the parameters and the optimizer state as they were, and counts a skipped
+// step.
 static double step_update(train_run *r, int64_t n, double loss, float lr) {
+  vt_optimizer *opt = &r->opt;
   double gnorm = NAN;
   vt_range_push(r->be, "optimizer");
-  if (isfinite(loss))
-    gnorm = vt_optimizer_step(&r->opt, r->m.params, r->m.grads, lr);
+  const vt_spike_stats before = opt->spike;  // (for the message)
+  if (isfinite(loss) && !vt_optimizer_loss_spike(opt, loss))
+    gnorm = vt_optimizer_step(opt, r->m.params, r->m.grads, lr);
   else
-    vt_optimizer_skip(&r->opt);
+    vt_optimizer_skip(opt);
   vt_range_pop(r->be);
-  const int finite = isfinite(loss) && isfinite(gnorm);
-  r->skipped += !finite;
+  const int finite = isfinite(loss) && (opt->spiked == VT_SPIKE_LOSS + 1 || isfinite(gnorm));
+  r->skipped += !finite || opt->spiked;
   r->nonfinite_run = finite ? 0 : r->nonfinite_run + 1;
   if (!finite && r->world_rank == 0)
     vt_log_warn("step %lld: non-finite %s; the step is skipped (%lld in a row, %lld in all; "
                 "the run stops at %d in a row)",
                 (long long)n, isfinite(loss) ? "gradient norm" : "loss",
                 (long long)r->nonfinite_run, (long long)r->skipped, r->o.max_nonfinite);
+  if (opt->spiked && r->world_rank == 0) {
+    const int w = opt->spiked - 1;
+    const double x = w == VT_SPIKE_LOSS ? loss : gnorm;
+    vt_log_warn("step %lld: %s %.6g is a spike, %.1f standard deviations above its moving mean "
+                "%.6g (--skip-spike-z %g); the step is skipped (%lld skipped in all)",
+                (long long)n, w == VT_SPIKE_LOSS ? "loss" : "gradient norm", x,
+                vt_spike_z(&before, w, x), before.mean[w], (double)opt->cfg.spike_z,
+                (long long)r->skipped);
+  }
   return gnorm;
 }
 
@@ -160,10 +172,10 @@ int vt_train_step(train_run *r, int64_t step) {
   // A NaN planted before the backward passes add into it, so it reaches the DP reduction
   // like a real one (which starts during the last backward); in a trained tensor (a frozen
   // prefix's gradients are not looked at).
-  const int plant_nan = vt_fault_at(VT_FAULT_NAN, n);
-  if (plant_nan && opt->base < m->table.total) {  // (a stage with nothing trained: the loss's)
-    const float nan = NAN;
-    be->to_device(m->grads + (opt->base - m->grad_first), &nan, sizeof nan);
+  const int plant_nan = vt_fault_at(VT_FAULT_NAN, n), plant_spike = vt_fault_at(VT_FAULT_SPIKE, n);
+  if ((plant_nan || plant_spike) && opt->base < m->table.total) {  // (else only the loss's)
+    const float bad = plant_nan ? NAN : 1e4f;
+    be->to_device(m->grads + (opt->base - m->grad_first), &bad, sizeof bad);
   }
   // Evaluation uses the training slots between steps: no prefetch into them before one.
   x->prefetch_next = n < r->end_step && !eval_due(o, data, n, r->end_step);
@@ -177,6 +189,7 @@ int vt_train_step(train_run *r, int64_t step) {
   double sums[7] = {loss_sum, (double)data->bad, vt_health_preempt_signal() != 0,
                     vt_ckpt_writing(), data->wait_s - wait0, decodes, vt_health_interrupted()};
   if (plant_nan) sums[0] = NAN;
+  if (plant_spike) sums[0] *= 100.0;
   if (!(m->has_head && r->me.tp_rank == 0)) sums[0] = 0.0;
   if (!(m->has_embed && (r->me.tp_rank == 0 || data->pixel_count < B))) sums[1] = 0.0;
   vt_comm_all_reduce_double(world, sums, 7, VT_REDUCE_SUM);

@@ -21,6 +21,8 @@ static vt_ckpt_manifest sample(void) {
                         .dp = 2, .class_token = 1, .norm_eps = 1e-6f, .nfiles = 1};
   snprintf(m.file[0], sizeof m.file[0], "model.safetensors");
   m.file_nbytes[0] = 100, m.file_crc[0] = 0xdeadbeef;
+  m.spike_n[0] = 10, m.spike_mean[0] = 2.0 / 3.0, m.spike_var[0] = 1e-3 / 7.0;
+  m.spike_n[1] = 9, m.spike_mean[1] = 4.321, m.spike_var[1] = 0.0;
   return m;
 }
 
@@ -188,6 +190,10 @@ int main(void) {
   EXPECT(back.step == 10 && back.width == 64 && back.mlp_ratio == 4.0f && back.nfiles == 1 &&
          back.file_crc[0] == 0xdeadbeef && !strcmp(back.file[0], "model.safetensors"),
          "round trip");
+  EXPECT(!memcmp(back.spike_n, m.spike_n, sizeof m.spike_n) &&
+             !memcmp(back.spike_mean, m.spike_mean, sizeof m.spike_mean) &&
+             !memcmp(back.spike_var, m.spike_var, sizeof m.spike_var),
+         "round trip of the spike guard's statistics (bit for bit)");
   EXPECT(vt_crc32(0, "123456789", 9) == 0xCBF43926u, "CRC-32 check value");
   refuse_edit("format", "format something-else", "not a vit3d checkpoint");
   refuse_edit("format", "", "no format line");
@@ -203,6 +209,10 @@ int main(void) {
   refuse_edit("file", "", "lists no files");
   refuse_edit("seed", "seed 1 2", "expected 'key value'");
   refuse_edit("global_pool", "global_pool 4", "bad value");
+  refuse_edit("spike_loss", "spike_loss 10 nan 0.1", "malformed spike_loss");
+  refuse_edit("spike_norm", "spike_norm 9 1.5 -1", "malformed spike_norm");
+  refuse_edit("spike_norm", "spike_norm 9 1.5", "malformed spike_norm");
+  refuse_edit("spike_loss", "spike_loss 0 1 1", "malformed spike_loss");
   refuse_edit("class_token", "class_token 2", "bad value");
   refuse_edit("aug_repeats", "aug_repeats 0", "bad value");
   refuse_edit("layer_scale", "layer_scale 2", "bad value");

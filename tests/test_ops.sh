@@ -7,7 +7,8 @@
 #  3. a crashed rank (abort at step 6) ends the job instead of hanging it;
 #  4. NaN gradients on one rank: the steps are skipped and counted (parameters untouched: the
 #     weights after a skipped step 5 equal those after step 4); K in a row stop the run with
-#     exit 4 and a message naming the steps;
+#     exit 4 and a message naming the steps; finite loss and gradient-norm spikes skipped under
+#     --skip-spike-z, also after a resume;
 #  5. stragglers: a rank slowed by 0.3 s per step is named by the rank report, which also puts
 #     per-rank busy times and memory in metrics.jsonl;
 #  6. metrics and plot: mfu, model_tflops, skipped_steps, bad_images, data_wait_ms in metrics.jsonl of a real
@@ -152,6 +153,32 @@ else
   bad "K non-finite steps: rc $rc"
   tail -5 "$work/nank.log"
 fi
+
+# 4b. Spikes (--skip-spike-z): at step 12 a finite gradient-norm spike on a first-stage rank (no
+# loss share) and a loss spike on a last-stage one are skipped, the weights those after step
+# 11; without the guard the spike changes them. A run saved at step 10 and resumed skips the
+# step-14 spike as the uninterrupted run does (the statistics travel in the checkpoint: with
+# none the window would not be full again until step 18).
+spk=(--pp 2 --skip-spike-z 6 --spike-window 8)
+run sclean11 4 "" --pp 2 --run-steps 11 --final-weights "$work/sclean11.safetensors"
+run sgrad12 4 spike@1:12 "${spk[@]}" --run-steps 12 --final-weights "$work/sgrad12.safetensors"
+same_weights sclean11 sgrad12 sgrad12 "step 12: gradient norm .* is a spike, .* skipped" \
+  "a gradient-norm spike at step 12 skipped: the weights those after step 11" \
+  "a gradient-norm spike: not skipped, or the weights changed"
+run sloss12 4 spike@2:12 "${spk[@]}" --run-steps 12 --final-weights "$work/sloss12.safetensors"
+same_weights sclean11 sloss12 sloss12 "step 12: loss .* is a spike, .* skipped" \
+  "a loss spike at step 12 skipped: the weights those after step 11" \
+  "a loss spike: not skipped, or the weights changed"
+run soff12 4 spike@1:12 --pp 2 --run-steps 12 --final-weights "$work/soff12.safetensors"
+cmp -s "$work/sclean11.safetensors" "$work/soff12.safetensors" &&
+  bad "the planted spike without --skip-spike-z left the weights alone: the test plants nothing"
+run sfull 4 spike@1:14 "${spk[@]}" --run-steps 16 --final-weights "$work/sfull.safetensors"
+run shalf 4 spike@1:14 "${spk[@]}" --run-steps 10 --save "$work/sck"
+run sresumed 4 spike@1:14 "${spk[@]}" --run-steps 6 --save "$work/sck" --resume auto \
+  --final-weights "$work/sresumed.safetensors"
+same_weights sfull sresumed sresumed "step 14: gradient norm .* is a spike" \
+  "resumed at step 10, the step-14 spike skipped as without the stop (the same weights)" \
+  "resumed at step 10: the step-14 spike was not skipped as in the uninterrupted run"
 
 # 5. A straggler.
 run slow 4 slow@2:1-1000 --dp 4 --steps 20 --straggler-interval 10

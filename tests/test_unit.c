@@ -1,7 +1,8 @@
 // test_unit.c: unit tests of the pieces below the model: Philox against the published
 // known-answer vectors, the parameter table against timm's parameter counts, the learning-rate
 // schedule, AdamW against a double-precision transcription, the synthetic images against a
-// double-precision transcription, and the config checks; test_unit_reg.c the regularisers' draws
+// double-precision transcription, the spike guard's statistics, and the config checks;
+// test_unit_reg.c the regularisers' draws
 // (drop-path and dropout masks, Mixup/CutMix, random erasing).
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "model.h"
 #include "optim.h"
 #include "params.h"
+#include "spike.h"
 #include "synthetic.h"
 #include "test_unit.h"
 #include "vt_ops.h"
@@ -414,6 +416,40 @@ static void test_synthetic(void) {
   }
 }
 
+// The spike guard's statistics (vit/spike.h) against their definition: the exponentially
+// weighted mean and variance of all values so far, weights a (1 - a)^(n - 1 - i) for value i >= 1
+// and (1 - a)^(n - 1) for the first; no limit before `window` values; non-finite values ignored.
+static void test_spike(void) {
+  const int window = 8;
+  const double a = 2.0 / (window + 1.0);
+  vt_spike_stats s = {{0, 0}, {0, 0}, {0, 0}};
+  double x[30];
+  uint32_t r = 7;
+  for (int i = 0; i < 30; i++) {
+    r = r * 1103515245u + 12345u;
+    x[i] = 3.0 + (double)(r >> 8) / (1 << 24);
+    EXPECT(isinf(vt_spike_limit(&s, VT_SPIKE_NORM, 6.0f, window)) == (i < window),
+           "spike limit after %d values: %g", i, vt_spike_limit(&s, VT_SPIKE_NORM, 6.0f, window));
+    vt_spike_add(&s, VT_SPIKE_NORM, x[i], window);
+    vt_spike_add(&s, VT_SPIKE_NORM, NAN, window);  // ignored
+  }
+  double w[30], mean = 0, var = 0, sum = 0;
+  for (int i = 0; i < 30; i++) w[i] = i == 0 ? pow(1 - a, 29) : a * pow(1 - a, 29 - i);
+  for (int i = 0; i < 30; i++) mean += w[i] * x[i], sum += w[i];
+  for (int i = 0; i < 30; i++) var += w[i] * (x[i] - mean) * (x[i] - mean);
+  EXPECT(s.n[VT_SPIKE_NORM] == 30 && s.n[VT_SPIKE_LOSS] == 0, "spike counts %lld %lld",
+         (long long)s.n[VT_SPIKE_NORM], (long long)s.n[VT_SPIKE_LOSS]);
+  EXPECT(fabs(sum - 1) < 1e-12 && fabs(s.mean[1] - mean) < 1e-12 * mean &&
+             fabs(s.var[1] - var) < 1e-10 * var,
+         "spike statistics: mean %.17g var %.17g, by definition %.17g %.17g", s.mean[1], s.var[1],
+         mean, var);
+  const double lim = vt_spike_limit(&s, VT_SPIKE_NORM, 6.0f, window);
+  EXPECT(fabs(lim - (mean + 6 * sqrt(var))) < 1e-12 * lim &&
+             fabs(vt_spike_z(&s, VT_SPIKE_NORM, lim) - 6) < 1e-9 &&
+             isinf(vt_spike_limit(&s, VT_SPIKE_NORM, 0.0f, window)),
+         "spike limit %.17g, z there %.17g", lim, vt_spike_z(&s, VT_SPIKE_NORM, lim));
+}
+
 // The CUDA attention's pick among its timed variants (src/cuda/variant_pick.h): the fastest of
 // those whose bits agree with the first candidate's, so a GPU where one variant rounds
 // differently still gives every run the first one's bits.
@@ -446,6 +482,7 @@ int main(void) {
   test_gelu();
   test_synthetic();
   test_variant_pick();
+  test_spike();
   if (failures) printf("%d unit check(s) FAILED\n", failures);
   else printf("all unit checks passed\n");
   return failures ? 1 : 0;

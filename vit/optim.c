@@ -68,6 +68,7 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   *o = (vt_optimizer){.cfg = *cfg, .be = be, .table = table, .tp = tp, .pp = pp, .dp = dp,
                       .grad_first = grad_first};
   const int dp_size = dp ? vt_comm_size(dp) : 1, dp_rank = dp ? vt_comm_rank(dp) : 0;
+  if (o->cfg.spike_window < 2) o->cfg.spike_window = 100;
   o->zero = zero && dp_size > 1;
   o->frozen = frozen_marks(cfg, table);
   o->base = state_base(table, o->frozen);
@@ -148,6 +149,14 @@ void vt_optimizer_grads_ready(vt_optimizer *o, float *grads, int layer) {
   o->started[layer] = 1;
   const int64_t lo = o->layer_lo[layer], n = o->layer_hi[layer] - lo;
   if (n > 0) vt_comm_all_reduce_start(o->dp, grad_of(o, grads, lo), n);
+}
+
+int vt_optimizer_loss_spike(vt_optimizer *o, double loss) {
+  const double limit = vt_spike_limit(&o->spike, VT_SPIKE_LOSS, o->cfg.spike_z,
+                                      o->cfg.spike_window);
+  vt_spike_add(&o->spike, VT_SPIKE_LOSS, loss, o->cfg.spike_window);
+  o->spiked = loss > limit ? VT_SPIKE_LOSS + 1 : 0;
+  return o->spiked != 0;
 }
 
 void vt_optimizer_skip(vt_optimizer *o) {
@@ -439,6 +448,7 @@ static void ema_run(void *ctx, int64_t first, int64_t count, int key) {
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr) {
   const vt_backend *be = o->be;
   const int64_t total = o->table->total;
+  o->spiked = 0;
   if (o->overlap) {
     int early = 0;
     for (int l = 0; l < o->nlayers; l++) early += o->started[l] && o->layer_hi[l] > o->layer_lo[l];
@@ -483,6 +493,13 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   if (o->zero) vt_comm_all_reduce_double(o->dp, &ss, 1, VT_REDUCE_SUM);
   const double norm = sqrt(ss);
   if (!isfinite(norm)) return norm;  // every rank sees the same norm: all skip the update
+  const double limit = vt_spike_limit(&o->spike, VT_SPIKE_NORM, o->cfg.spike_z,
+                                      o->cfg.spike_window);
+  vt_spike_add(&o->spike, VT_SPIKE_NORM, norm, o->cfg.spike_window);
+  if (norm > limit) {  // likewise
+    o->spiked = VT_SPIKE_NORM + 1;
+    return norm;
+  }
   // PyTorch's clip_grad_norm_ rule; AdamW multiplies by the coefficient as it reads each
   // gradient (the same bits), the other optimizers get the gradients scaled first.
   float clip = 1.0f;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "params.h"
+#include "spike.h"
 #include "vt_backend.h"
 
 typedef struct vt_comm vt_comm;
@@ -67,6 +68,11 @@ typedef struct {
   int nesterov;    // SGD: 1 Nesterov's (timm's --opt sgd), 0 plain (--opt momentum)
   int trust_clip;  // LARS: 1 LARC's clipped trust ratio (timm's --opt larc, nlarc)
   float clip_grad;  // max global gradient norm; 0 turns clipping off
+  // The spike guard (spike.h): a step whose global loss or gradient norm is more than spike_z
+  // moving standard deviations above its moving mean (span spike_window steps; 0: 100) is
+  // skipped. 0: off (the statistics are kept all the same, for checkpoints).
+  float spike_z;
+  int spike_window;
   // Layer-wise learning-rate decay (BEiT, MAE fine-tuning): the tensors of layer l
   // (vt_param.lr_layer: 0 embeddings, 1..depth blocks, depth+1 final norm, norm_pre and head) step
   // with lr * layer_decay^(depth + 1 - l), their weight decay too (as AdamW's per-group lr). 0 or
@@ -159,6 +165,8 @@ typedef struct {
   unsigned char *run_key;
   float *flat, *shard;    // ZeRO-1 only: staging of [base, base + padded), reduced shard
   int64_t t;              // optimizer steps taken (Adam's bias corrections)
+  vt_spike_stats spike;   // the spike guard's statistics (the same on every rank)
+  int spiked;             // the last step was skipped as a spike: VT_SPIKE_LOSS + 1 or _NORM + 1
   // Overlap (DP without ZeRO): the flat range [layer_lo, layer_hi) of each layer's parameters
   // (vt_param.layer, 0..depth+1; empty where this rank holds none or all of them are frozen),
   // reduced over dp as one asynchronous all-reduce each, started by vt_optimizer_grads_ready or
@@ -204,15 +212,19 @@ void vt_optimizer_set_ema(vt_optimizer *o, const float *host);
 // Every DP rank calls it for the same layers in the same order (vt_model.grads_ready).
 void vt_optimizer_grads_ready(vt_optimizer *o, float *grads, int layer);
 
-// A step that is skipped without vt_optimizer_step (its loss was not finite): waits for the
-// reductions its backward pass started (collectives cannot be withdrawn) and forgets them.
-// Every rank skips the same steps, so all wait for the same operations.
+// A step that is skipped without vt_optimizer_step (its loss was not finite, or a spike):
+// waits for the reductions its backward pass started (collectives cannot be withdrawn) and
+// forgets them. Every rank skips the same steps, so all wait for the same operations.
 void vt_optimizer_skip(vt_optimizer *o);
+// The step's global loss (the same on every rank) taken into the spike guard's statistics: 1
+// where it is a spike (o->spiked says so; the caller then skips the step), else 0.
+int vt_optimizer_loss_spike(vt_optimizer *o, double loss);
 
 // One step on this rank's parameters (the table's total elements) and accumulated gradients
 // (grads: the elements from grad_first on, as every grads here): reduce the gradients over dp,
 // compute the global norm (returned, before clipping), clip, update with learning rate lr.
-// A non-finite norm (NaN or infinite gradients anywhere) leaves parameters and state unchanged.
+// A non-finite norm (NaN or infinite gradients anywhere), or a spike of it (cfg.spike_z;
+// o->spiked says so), leaves parameters and state unchanged.
 // Collective over every axis: all ranks call it once per step.
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr);
 
