@@ -104,6 +104,7 @@ static double step_update(train_run *r, int64_t n, double loss, float lr) {
   double gnorm = NAN;
   vt_range_push(r->be, "optimizer");
   const vt_spike_stats before = opt->spike;  // (for the message)
+  opt->spiked = 0;  // (a non-finite loss asks neither check)
   if (isfinite(loss) && !vt_optimizer_loss_spike(opt, loss))
     gnorm = vt_optimizer_step(opt, r->m.params, r->m.grads, lr);
   else
