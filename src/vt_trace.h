@@ -1,5 +1,5 @@
 // vt_trace.h: a recorder of the named ranges (vt_range_push / vt_range_pop, vt_backend.h) with
-// their begin and end on the host's monotonic clock, for a timeline of the run (launch/trace.c
+// their begin and end on the host's monotonic clock, for a timeline of the run (launch/timeline.c
 // writes every rank's as one Chrome trace file). Nothing is recorded until vt_trace_start; the
 // ranges are the main thread's (the trainer pushes and pops them nowhere else).
 // Must not depend on MPI, CUDA or the model.
@@ -22,7 +22,8 @@ typedef struct {
 void vt_trace_start(void);
 void vt_trace_stop(void);
 int vt_trace_recording(void);
-// The events recorded so far, in the order their ranges opened.
+// The events recorded so far: the host's ranges in the order they opened, the device's
+// stretches as vt_trace_device_spans took them.
 const vt_trace_event *vt_trace_events(int *count);
 void vt_trace_clear(void);  // drops the events and frees their memory
 
