@@ -11,10 +11,11 @@ device), one after another (one stream); with DEVICE 0 it has none. The ranks of
 one clock, so where stage s + 1's forward of a micro-batch takes stage s's output it must start
 after that forward ended, and the backwards the other way round (to the microsecond the file
 prints), on the track that does the work (the device's where there is one: a GPU's host only
-queues it, and its host ranges may well start before their inputs exist). A step's duration must agree with metrics.jsonl's step_ms (within 50% +
-5 ms, its evaluation and checkpoint save left out: the range also holds the metrics and
-TensorBoard writes after it; a clock in the wrong unit is off by a factor of 1000). Each NAME
-must be the name of some range (e.g. "evaluation", "checkpoint save").
+queues it, and its host ranges may well start before their inputs exist). A step's duration
+must agree with metrics.jsonl's step_ms (within 50% + 5 ms, its evaluation and checkpoint save
+left out: the range also holds the metrics and TensorBoard writes after it; a clock in the wrong
+unit is off by a factor of 1000). Each NAME must be the name of some range (e.g. "evaluation",
+"checkpoint save").
 """
 import collections
 import json
