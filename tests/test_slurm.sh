@@ -54,13 +54,27 @@ submit() {  # submit SCRIPT NAME: prints the job id
 }
 
 # 1. Preempted in the middle, requeued, resumed.
-job=$(submit slurm.sbatch pre) || { echo "FAIL: sbatch refused the job"; exit 1; }
 in_queue() { squeue -h -j "$1" 2> /dev/null | grep -q .; }
-for i in $(seq 1 120); do
-  grep -q "^step    20/" "$work/pre.out" 2> /dev/null && break
-  in_queue "$job" || break
-  sleep 0.5
-done
+# started NAME JOB: waits until the job has logged step 20 (0), or has left the queue (1).
+started() {
+  for i in $(seq 1 120); do
+    grep -q "^step    20/" "$work/$1.out" 2> /dev/null && return 0
+    in_queue "$2" || return 1
+    sleep 0.5
+  done
+}
+job=$(submit slurm.sbatch pre) || { echo "FAIL: sbatch refused the job"; exit 1; }
+# Under load Open MPI's TCP wire-up between srun's tasks has failed here once (a task's
+# segmentation fault after "failed to TCP connect to a peer", before any step): that start,
+# and only that, is tried once more, and said.
+if ! started pre "$job" && ! grep -q "^step " "$work/pre.out" &&
+   grep -q "failed to TCP connect" "$work/pre.out"; then
+  echo "note: job $job died in Open MPI's start-up before its first step; submitting it again:"
+  grep -m3 -E "failed to TCP connect|Segmentation fault" "$work/pre.out"
+  mv "$work/pre.out" "$work/pre.first.out"
+  job=$(submit slurm.sbatch pre) || { echo "FAIL: sbatch refused the job"; exit 1; }
+  started pre "$job"
+fi
 scancel --batch --signal=USR1 "$job"
 echo "sent SIGUSR1 to the batch shell of job $job after step 20"
 requeued=0
