@@ -1,7 +1,7 @@
 // fault.h: the test-only fault switch (off unless VT_FAULT is set). It makes one rank misbehave
 // at chosen steps so that tests can prove the watchdog, the non-finite step and spike guards,
 // the straggler report and crash-safe saves:
-//   VT_FAULT=KIND@RANK:FIRST[-LAST]   e.g. stall@5:7, nan@3:7-11, slow@2:1-1000000
+//   VT_FAULT=KIND@RANK:FIRST[-LAST][,...]   e.g. stall@5:7, nan@3:7-11, spike@1:12,nan@1:13
 // KIND: stall (sleep forever at the start of the step), crash (abort() there), nan (NaN in the
 // rank's gradients and loss share), slow (sleep 0.3 s per step), kill-in-save (SIGKILL between
 // writing a checkpoint's files and committing it; a rank-0 fault), save-io (the rank's part of

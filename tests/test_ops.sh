@@ -169,6 +169,16 @@ run sloss12 4 spike@2:12 "${spk[@]}" --run-steps 12 --final-weights "$work/sloss
 same_weights sclean11 sloss12 sloss12 "step 12: loss .* is a spike, .* skipped" \
   "a loss spike at step 12 skipped: the weights those after step 11" \
   "a loss spike: not skipped, or the weights changed"
+# A NaN loss right after a spike step is a non-finite step, not a second spike.
+run sthen 4 spike@1:12,nan@2:13 "${spk[@]}" --run-steps 13
+if grep -q "step 12: gradient norm .* is a spike" "$work/sthen.log" &&
+   grep -q "step 13: non-finite loss; the step is skipped (1 in a row, 2 in all" "$work/sthen.log" &&
+   ! grep -q "step 13: .* is a spike" "$work/sthen.log"; then
+  ok "a NaN loss after a spike step: reported as non-finite only (2 skipped in all)"
+else
+  bad "a NaN loss after a spike step: misreported"
+  grep -E "step 1[23]:" "$work/sthen.log"
+fi
 run soff12 4 spike@1:12 --pp 2 --run-steps 12 --final-weights "$work/soff12.safetensors"
 cmp -s "$work/sclean11.safetensors" "$work/soff12.safetensors" &&
   bad "the planted spike without --skip-spike-z left the weights alone: the test plants nothing"
