@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "vt_error.h"
+#include "vt_rng.h"
 #include "vt_trace.h"
 
 vt_timeline vt_timeline_window(int n, int64_t start, int64_t end) {
@@ -19,13 +20,11 @@ vt_timeline vt_timeline_window(int n, int64_t start, int64_t end) {
   return t;
 }
 
-// The host's name hashed to 32 bits (FNV-1a), exact in a double.
+// The host's name hashed to 32 bits (exact in a double).
 static double host_hash(void) {
   char name[256] = "";
   gethostname(name, sizeof name - 1);
-  uint32_t h = 2166136261u;
-  for (const char *c = name; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
-  return (double)h;
+  return (double)vt_hash_name(name);
 }
 
 void vt_timeline_before(vt_timeline *t, vt_comm *world, const vt_backend *be, int64_t step) {

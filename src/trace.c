@@ -19,7 +19,6 @@ static int g_nnames = 0, g_names_cap = 0, g_dropped = 0;
 
 void vt_trace_start(void) { g_on = 1; }
 void vt_trace_stop(void) { g_on = 0; }
-int vt_trace_recording(void) { return g_on; }
 
 const vt_trace_event *vt_trace_events(int *count) {
   *count = g_count;
@@ -35,7 +34,7 @@ void vt_trace_clear(void) {
   for (int i = 0; i < g_depth && i < TRACE_DEPTH; i++) g_open[i] = -1;
 }
 
-// A new event named name (its times and depth for the caller to fill).
+// A new event named name (its times for the caller to fill).
 static vt_trace_event *new_event(const char *name) {
   if (g_count == g_cap) {
     const int cap = g_cap ? 2 * g_cap : 1024;
@@ -46,7 +45,7 @@ static vt_trace_event *new_event(const char *name) {
   vt_trace_event *e = &g_events[g_count++];
   strncpy(e->name, name, sizeof e->name - 1);
   e->name[sizeof e->name - 1] = '\0';
-  e->depth = 0, e->device = 0;
+  e->device = 0;
   return e;
 }
 
@@ -55,7 +54,6 @@ void vt_trace_push(const char *name) {
   if (g_on && g_depth < TRACE_DEPTH) {
     vt_trace_event *e = new_event(name);
     index = g_count - 1;
-    e->depth = g_depth;
     e->t1 = -1.0;
     e->t0 = vt_seconds();
   }

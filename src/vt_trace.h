@@ -13,7 +13,6 @@ extern "C" {
 typedef struct {
   char name[64];  // the range's name, cut at 63 characters
   double t0, t1;  // vt_seconds() at its push and its pop; t1 < t0 while it is open
-  int depth;      // how many ranges enclose it (recorded or not)
   int device;     // 1: a stretch of the device's work (vt_trace_device_spans), not the host's
 } vt_trace_event;
 
@@ -21,7 +20,6 @@ typedef struct {
 // gets its end). Events of earlier recordings stay until vt_trace_clear.
 void vt_trace_start(void);
 void vt_trace_stop(void);
-int vt_trace_recording(void);
 // The events recorded so far: the host's ranges in the order they opened, the device's
 // stretches as vt_trace_device_spans took them.
 const vt_trace_event *vt_trace_events(int *count);

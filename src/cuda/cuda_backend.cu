@@ -216,13 +216,12 @@ static void cuda_interval_end(int kind) {
   g_mark_kind[g_nmarks++] = kind;
   g_mark_open = 0;
 }
-// The timeline's origin: an event the device passed with nothing else queued, and the host
-// clock there (a wait for the event: the device is idle, so it passes it at once).
+// The timeline's origin: an event on the compute stream, and the host clock read as soon as
+// the device has passed it (the wait returns then: the two clocks meet there).
 static cudaEvent_t g_origin = NULL;
 static double g_origin_host = -1.0;
 static void cuda_interval_origin(void) {
   if (!g_origin) VT_CUDA_CHECK(cudaEventCreateWithFlags(&g_origin, cudaEventDefault));
-  VT_CUDA_CHECK(cudaStreamSynchronize(g_stream));
   VT_CUDA_CHECK(cudaEventRecord(g_origin, g_stream));
   VT_CUDA_CHECK(cudaEventSynchronize(g_origin));
   g_origin_host = vt_seconds();
