@@ -112,8 +112,10 @@ vt_status vt_ckpt_begin(const char *save_dir, int64_t step, char *tmp_dir, size_
                         char *err, size_t errlen);
 // Writes manifest.txt (m lists the files in tmp_dir with their sizes and CRC-32s, as their
 // writers computed them), syncs everything, renames the directory into place and points
-// `latest` at it. Then removes the oldest complete checkpoints beyond keep_last (0 keeps all),
-// except those whose step is a multiple of keep_every (milestones; 0: none).
+// `latest` at it. Then renames the checkpoints of steps past m's abandoned-step-N (another
+// line of training: the run resumed from an older one) and removes the oldest of the rest
+// beyond keep_last, m's counted (0 keeps all), except those whose step is a multiple of
+// keep_every (milestones; 0: none).
 vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckpt_manifest *m,
                          int keep_last, int64_t keep_every, char *err, size_t errlen);
 // Removes a tmp directory after a failed save.

@@ -434,16 +434,19 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     for (int i = 0; i < 3 && me.dp_rank == 0; i++) count[i] = &checks[i];
     const vt_status st = read_parts(o, &m->table, opt->cfg.kind, dir, &man, load_ema, local,
                                     nbytes, count, rank0, err, errlen);
-    double bad[2] = {st != VT_OK, 0};  // a read failed; the checkpoint is damaged
-    vt_comm_all_reduce_double(world, bad, 1, VT_REDUCE_MAX);
-    if (bad[0]) {  // a damaged file (a header that does not parse) or an I/O error
+    // The lowest rank's failure to read, if any (a damaged file, a header that does not parse,
+    // an I/O error, a folder this rank cannot see), said on every rank.
+    char read_err[700] = "";
+    if (st != VT_OK) snprintf(read_err, sizeof read_err, "rank %d: %s", vt_comm_rank(world), err);
+    double bad[2] = {vt_comm_agree(world, st, read_err, sizeof read_err) != VT_OK, 0};
+    if (bad[0]) {  // the checkpoint is damaged, or a rank cannot read it
       vt_ckpt_manifest again;
       char why[600];
       if (rank0 && vt_ckpt_verify(dir, &again, why, sizeof why) != VT_OK)
         bad[1] = 1, snprintf(err, errlen, "%s", why);
       vt_comm_all_reduce_double(world, bad + 1, 1, VT_REDUCE_MAX);
-      if (!bad[1]) {
-        if (st == VT_OK) snprintf(err, errlen, "another rank could not load %s", dir);
+      if (!bad[1]) {  // complete as rank 0 sees it: a rank's own trouble, said by rank 0
+        snprintf(err, errlen, "%s", read_err);
         result = VT_ERR_INPUT;
         break;
       }

@@ -45,7 +45,8 @@ static void step_evaluate(train_run *r, int64_t n, vt_step_log *l) {
 }
 
 // A checkpoint of step n (the last of the run when stop); a failed save leaves the previous
-// one intact and, where the run stops here, makes its exit code a failure.
+// one intact and, where the run ends here (a stop, or its last step), makes its exit code a
+// failure: the steps since the previous checkpoint are not saved.
 static void step_save(train_run *r, int64_t n, int stop) {
   char err[1024];
   vt_watchdog_phase("checkpoint save", n, r->slow_limit);
@@ -57,7 +58,7 @@ static void step_save(train_run *r, int64_t n, int stop) {
   if (r->world_rank == 0)
     vt_log_error("checkpoint of step %lld failed, the previous one is intact: %s", (long long)n,
                  err);
-  if (stop) r->rc = VT_EXIT_FAILED;
+  if (stop || n == r->end_step) r->rc = VT_EXIT_FAILED;
 }
 
 // Too many non-finite steps in a row: the run stops after step n with VT_EXIT_NONFINITE.

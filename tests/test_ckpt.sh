@@ -258,6 +258,13 @@ SH
      [ -z "$(ls -A "$work/unshared")" ]; then
     echo "ok: a --save folder rank 1 does not see: $(grep -o 'rank 1 (host.*' <<<"$out" | head -n 1 | cut -c1-150)"
   else echo "FAIL: unshared --save: rc $rc: $(grep -v '^\[rank' <<<"$out" | head -5)"; fail=1; fi
+  # A --resume checkpoint that rank 1 does not see: rank 0 says rank 1's own message.
+  out=$(timeout 300 mpirun -np 2 --oversubscribe bash "$work/private.sh" "$work/ck0" "$vit3d" \
+    "${common[@]}" --dp 2 --steps 12 --resume "$work/ck0/step-00000010" 2>&1)
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q "cannot resume.*rank 1: .*ck0/step-00000010/.*No such file" <<<"$out"; then
+    echo "ok: a --resume checkpoint rank 1 does not see: $(grep -o 'rank 1: .*' <<<"$out" | head -n 1 | cut -c1-150)"
+  else echo "FAIL: unshared --resume: rc $rc: $(grep -v '^\[rank' <<<"$out" | head -5)"; fail=1; fi
 else
   echo "skipped the unshared --save case: unshare -m is not allowed here"
 fi

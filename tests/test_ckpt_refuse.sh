@@ -14,7 +14,7 @@
 #  - --resume DIR of a damaged checkpoint (bad CRC) stops instead of training;
 #  - a full disk during a save (a small tmpfs; skipped where it cannot be mounted), in place or in
 #    the background, foretold by a start-up warning, gives an error at the save's step, and the previous checkpoint stays
-#    complete and usable; a write that fails in the background (fault switch) is said a step
+#    complete and usable; where the failed save is the run's last, the run exits 1; a write that fails in the background (fault switch) is said a step
 #    later, and the next save commits;
 #  - output paths that are not files (a pipe, a directory) refused, not replaced.
 set -uo pipefail
@@ -225,23 +225,26 @@ else echo "FAIL: damaged checkpoint: rc $rc: $out"; fail=1; fi
 mkdir -p "$work/disk"
 if mount -t tmpfs -o size=4m tmpfs "$work/disk" 2>/dev/null; then
   out=$("$vit3d" "${args[@]}" --steps 2 --save "$work/disk" --save-interval 1 2>&1)
+  rc=$?
   again=$("$vit3d" "${args[@]}" --steps 2 --save "$work/disk" --resume auto --run-steps 1 2>&1)
-  if grep -q "checkpoint of step 2 failed, the previous one is intact" <<<"$out" &&
+  if [ $rc -eq 1 ] && grep -q "checkpoint of step 2 failed, the previous one is intact" <<<"$out" &&
      grep -q "disk full\|No space" <<<"$out" &&
      grep -q "warning: --save $work/disk: 2 more checkpoints of 2.5 MiB need 4.9 MiB and the disk has 4.0 MiB free" <<<"$out" &&
      [ "$(cat "$work/disk/latest")" = "step-00000001" ] && ! ls -A "$work/disk" | grep -q tmp &&
      grep -q "resumed from .*step-00000001" <<<"$again"; then
     echo "ok: full disk, foretold at start-up ($(grep -o '2 more checkpoints of [^:]*' <<<"$out")): $(grep -o 'checkpoint of step 2 failed.*' <<<"$out" | cut -c1-160)"
-  else echo "FAIL: full disk: $out"; ls -la "$work/disk"; fail=1; fi
+  else echo "FAIL: full disk: rc $rc: $out"; ls -la "$work/disk"; fail=1; fi
   # With --async-save (the default) too: the files' space is reserved when they are created,
   # so step 2's save fails at its step, before any rank writes; so does step 3's; step 1 stays.
   umount "$work/disk" && mount -t tmpfs -o size=4m tmpfs "$work/disk"
   out=$("$vit3d" "${args[@]}" --steps 3 --save "$work/disk" --save-interval 1 2>&1)
-  if grep -q "checkpoint of step 2 failed, the previous one is intact: cannot write .*(the disk is full)" <<<"$out" &&
+  rc=$?
+  if [ $rc -eq 1 ] &&
+     grep -q "checkpoint of step 2 failed, the previous one is intact: cannot write .*(the disk is full)" <<<"$out" &&
      grep -q "checkpoint of step 3 failed, the previous one is intact" <<<"$out" &&
      [ "$(cat "$work/disk/latest")" = "step-00000001" ] && ! ls -A "$work/disk" | grep -q tmp; then
     echo "ok: full disk with --async-save: $(grep -o 'checkpoint of step 2 failed.*' <<<"$out" | cut -c1-160)"
-  else echo "FAIL: full disk with --async-save: $out"; ls -la "$work/disk"; fail=1; fi
+  else echo "FAIL: full disk with --async-save: rc $rc: $out"; ls -la "$work/disk"; fail=1; fi
 else
   echo "skipped the full-disk case: cannot mount a tmpfs here"
 fi

@@ -378,6 +378,30 @@ int main(void) {
     EXPECT(kept == want, "keep-last 2, keep-every 3: step %d %s", step,
            kept ? "kept" : "removed");
   }
+  // A run resumed from step 4 (a rollback, or --resume auto passing over a damaged newest)
+  // saves step 5 with --keep-last 1: it keeps its own save, sets 6 (milestone), 8 and 9 aside,
+  // and latest and --resume auto find step 5. Once more from step 4: step 4 stays, the
+  // second line's steps 5 and 6 are set aside, 6 under a name of its own.
+  commit_steps(dir, &m, 5, 5, 1, 3);
+  const char *want5[] = {"step-00000005", "abandoned-step-00000006", "abandoned-step-00000008",
+                         "abandoned-step-00000009", "step-00000003"};
+  for (int i = 0; i < 5; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, want5[i]);
+    EXPECT(stat(path, &st) == 0, "rollback to step 4, step 5 saved: %s missing", want5[i]);
+  }
+  const char *gone5[] = {"step-00000004", "step-00000006", "step-00000008", "step-00000009"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, gone5[i]);
+    EXPECT(stat(path, &st) != 0, "rollback to step 4, step 5 saved: %s still there", gone5[i]);
+  }
+  EXPECT(vt_ckpt_find_latest(dir, found, sizeof found, &back) == VT_OK && back.step == 5,
+         "after the rollback latest is step 5, got %lld", (long long)back.step);
+  commit_steps(dir, &m, 6, 6, 0, 0);  // step 6 again: the abandoned one keeps its name
+  commit_steps(dir, &m, 4, 4, 1, 0);
+  snprintf(path, sizeof path, "%s/abandoned-step-00000006.1", dir);
+  EXPECT(stat(path, &st) == 0, "a second abandoned step 6 under a name of its own");
+  snprintf(path, sizeof path, "%s/abandoned-step-00000005", dir);
+  EXPECT(stat(path, &st) == 0, "the second line's step 5 set aside");
   snprintf(path, sizeof path, "rm -rf %s", dir);
   if (system(path) != 0) printf("could not remove %s\n", dir);
   printf(failures ? "%d manifest check(s) FAILED\n" : "all manifest checks passed\n", failures);

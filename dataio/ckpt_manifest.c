@@ -1,0 +1,262 @@
+// ckpt_manifest.c: a checkpoint's manifest.txt as text, written and parsed (checkpoint.h), and
+// the names of what it records. Must not depend on MPI or the model.
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAIL(status, ...) return (snprintf(err, errlen, __VA_ARGS__), (status))
+
+int vt_ckpt_mlp_hidden(const vt_ckpt_manifest *m) {
+  return m->mlp_dim > 0 ? m->mlp_dim : (int)((float)m->width * m->mlp_ratio);
+}
+
+int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes) {
+  int k = snprintf(buf, nbytes,
+                   "format vit3d-checkpoint-1\nstep %" PRId64 "\nstream_position %" PRId64
+                   "\nglobal_batch %" PRId64 "\nadam_t %" PRId64 "\nlamb %d\nseed %" PRIu64
+                   "\nimg_size %d\npatch_size %d\nwidth %d\ndepth %d\nheads %d\nmlp_ratio %.9g"
+                   "\nnum_classes %d\nglobal_pool %d\naug_repeats %d\nlayer_scale %d"
+                   "\nno_embed_class %d\nreg_tokens %d\nqk_norm %d\nqkv_bias %d\nparallel %d"
+                   "\nclass_token %d\ngelu_tanh %d\npos_sincos %d\npre_logits %d\nmlp_dim %d"
+                   "\npre_norm %d\nnorm_eps %.9g\nquick_gelu %d\ntp %d\npp %d\ndp %d"
+                   "\nzero %d\nsequence_parallel %d\n",
+                   m->step, m->stream_position, m->global_batch, m->adam_t, m->lamb, m->seed,
+                   m->img_size,
+                   m->patch_size, m->width, m->depth, m->heads, (double)m->mlp_ratio,
+                   m->num_classes, m->global_pool, m->aug_repeats > 1 ? m->aug_repeats : 1,
+                   m->layer_scale, m->no_embed_class, m->reg_tokens, m->qk_norm, m->qkv_bias,
+                   m->parallel, m->class_token, m->gelu_tanh, m->pos_sincos, m->pre_logits,
+                   m->mlp_dim, m->pre_norm, (double)m->norm_eps, m->quick_gelu, m->tp, m->pp,
+                   m->dp, m->zero, m->sequence_parallel);
+  if (m->has_optim && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k,
+                  "lr %.17g\nmin_lr %.17g\nwarmup_lr %.17g\nweight_decay %.17g\nopt_eps %.17g"
+                  "\nclip_grad %.17g\nlayer_decay %.17g\nwarmup_steps %" PRId64
+                  "\ntotal_steps %" PRId64 "\nsched_epochs %d\nepoch_images %" PRId64
+                  "\nwarmup_epochs %.17g\ncycle_epochs %.17g\nsched %d\n",
+                  m->lr, m->min_lr, m->warmup_lr, m->weight_decay, m->opt_eps, m->clip_grad,
+                  m->layer_decay, m->warmup_steps, m->total_steps, m->sched_epochs,
+                  m->epoch_images, m->warmup_epochs, m->cycle_epochs, m->sched);
+  if (m->frozen && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "frozen %d\nfrozen_hash %" PRId64 "\n",
+                  m->frozen, m->frozen_hash);
+  if (m->sgd && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "sgd %d\nmomentum %.17g\n", m->sgd, m->momentum);
+  if (m->lars && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "lars %d\nmomentum %.17g\n", m->lars, m->momentum);
+  if (m->drop_last && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "drop_last %d\n", m->drop_last);
+  if (m->data_images && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "data_images %" PRId64 "\ndata_classes %" PRId64
+                  "\n", m->data_images, m->data_classes);
+  if (m->optim_from_layer && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "optim_from_layer %d\n", m->optim_from_layer);
+  for (int w = 0; w < 2; w++)  // %.17g: the doubles' very bits back
+    if (m->spike_n[w] > 0 && k < (int)nbytes)
+      k += snprintf(buf + k, nbytes - (size_t)k, "%s %" PRId64 " %.17g %.17g\n",
+                    w ? "spike_norm" : "spike_loss", m->spike_n[w], m->spike_mean[w],
+                    m->spike_var[w]);
+  for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
+    k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
+                  m->file_nbytes[i], m->file_crc[i]);
+  return k;
+}
+
+// One "key value" line: the value as a whole number in [lo, hi].
+static int int_value(const char *v, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (end == v || *end || errno || x < lo || x > hi) return 0;
+  *out = x;
+  return 1;
+}
+
+vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manifest *m, char *err,
+                                 size_t errlen) {
+  // optional: a key added after the format (older manifests lack it; the default stands); 2: one
+  // of the optimizer's settings (with reals below: all or none).
+  struct { const char *key; int64_t lo, hi; void *dst; int size, optional, seen; } keys[] = {
+      {"step", 0, INT64_MAX / 2, &m->step, 8, 0, 0},
+      {"stream_position", 0, INT64_MAX / 2, &m->stream_position, 8, 0, 0},
+      {"global_batch", 1, 1 << 30, &m->global_batch, 8, 0, 0},
+      {"adam_t", 0, INT64_MAX / 2, &m->adam_t, 8, 0, 0},
+      {"lamb", 0, 1, &m->lamb, 4, 1, 0},  // absent: 0 (AdamW)
+      {"sgd", 0, 2, &m->sgd, 4, 1, 0},    // absent: 0 (not SGD)
+      {"lars", 0, 4, &m->lars, 4, 1, 0},  // absent: 0 (not LARS)
+      {"seed", 0, INT64_MAX, &m->seed, 8, 0, 0},
+      {"img_size", 1, 1 << 16, &m->img_size, 4, 0, 0},
+      {"patch_size", 1, 1 << 16, &m->patch_size, 4, 0, 0},
+      {"width", 1, 1 << 20, &m->width, 4, 0, 0},
+      {"depth", 1, 1 << 16, &m->depth, 4, 0, 0},
+      {"heads", 1, 1 << 16, &m->heads, 4, 0, 0},
+      {"num_classes", 1, 1 << 24, &m->num_classes, 4, 0, 0},
+      {"global_pool", 0, 3, &m->global_pool, 4, 1, 0},  // absent: 0
+      {"aug_repeats", 1, 64, &m->aug_repeats, 4, 1, 0},  // absent: 1
+      {"drop_last", 0, 1, &m->drop_last, 4, 1, 0},      // absent: 0
+      {"data_images", 0, INT64_MAX / 2, &m->data_images, 8, 1, 0},  // absent: 0 (unknown)
+      {"data_classes", 0, UINT32_MAX, &m->data_classes, 8, 1, 0},
+      {"layer_scale", 0, 1, &m->layer_scale, 4, 1, 0},  // absent: 0
+      {"no_embed_class", 0, 1, &m->no_embed_class, 4, 1, 0},
+      {"reg_tokens", 0, 256, &m->reg_tokens, 4, 1, 0},
+      {"qk_norm", 0, 1, &m->qk_norm, 4, 1, 0},
+      {"qkv_bias", 0, 1, &m->qkv_bias, 4, 1, 0},  // absent: 1
+      {"parallel", 0, 1, &m->parallel, 4, 1, 0},
+      {"class_token", 0, 1, &m->class_token, 4, 1, 0},  // absent: 1
+      {"gelu_tanh", 0, 1, &m->gelu_tanh, 4, 1, 0},  // absent: 0
+      {"pos_sincos", 0, 1, &m->pos_sincos, 4, 1, 0},  // absent: 0
+      {"pre_logits", 0, 65536, &m->pre_logits, 4, 1, 0},  // absent: 0
+      {"mlp_dim", 0, 1 << 20, &m->mlp_dim, 4, 1, 0},  // absent: 0 (from mlp_ratio)
+      {"pre_norm", 0, 1, &m->pre_norm, 4, 1, 0},  // absent: 0
+      {"quick_gelu", 0, 1, &m->quick_gelu, 4, 1, 0},  // absent: 0
+      {"tp", 1, 1 << 20, &m->tp, 4, 0, 0},
+      {"pp", 1, 1 << 20, &m->pp, 4, 0, 0},
+      {"dp", 1, 1 << 20, &m->dp, 4, 0, 0},
+      {"zero", 0, 1, &m->zero, 4, 0, 0},
+      {"sequence_parallel", 0, 1, &m->sequence_parallel, 4, 0, 0},
+      {"warmup_steps", 0, INT64_MAX / 2, &m->warmup_steps, 8, 2, 0},
+      {"total_steps", 0, INT64_MAX / 2, &m->total_steps, 8, 2, 0},
+      {"sched_epochs", 0, 1, &m->sched_epochs, 4, 2, 0},
+      {"epoch_images", 0, INT64_MAX / 2, &m->epoch_images, 8, 2, 0},
+      {"sched", 0, 2, &m->sched, 4, 1, 0},  // absent: 0 (cosine)
+      {"frozen", 0, 1 << 24, &m->frozen, 4, 1, 0},  // absent: 0 (none)
+      {"frozen_hash", 0, UINT32_MAX, &m->frozen_hash, 8, 1, 0},
+      {"optim_from_layer", 0, 1 << 16, &m->optim_from_layer, 4, 1, 0},  // absent: 0 (all)
+  };
+  // The optimizer's settings (all optional, all or none): finite numbers.
+  struct { const char *key; double *dst; int seen; } reals[] = {
+      {"lr", &m->lr, 0}, {"min_lr", &m->min_lr, 0}, {"warmup_lr", &m->warmup_lr, 0},
+      {"weight_decay", &m->weight_decay, 0}, {"opt_eps", &m->opt_eps, 0},
+      {"clip_grad", &m->clip_grad, 0}, {"layer_decay", &m->layer_decay, 0},
+      {"warmup_epochs", &m->warmup_epochs, 0}, {"cycle_epochs", &m->cycle_epochs, 0},
+  };
+  const int nreals = (int)(sizeof reals / sizeof reals[0]);
+  const int nkeys = (int)(sizeof keys / sizeof keys[0]);
+  memset(m, 0, sizeof *m);
+  m->aug_repeats = 1, m->qkv_bias = 1, m->class_token = 1, m->norm_eps = 1e-6f;
+  int format = 0, ratio = 0, line_no = 0;
+  const char *p = text, *end = text + nbytes;
+  while (p < end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+    char line[256], key[64], v1[128], v2[64], v3[64], extra[8];
+    line_no++;
+    if (len >= sizeof line) FAIL(VT_ERR_INPUT, "manifest line %d is too long", line_no);
+    memcpy(line, p, len);
+    line[len] = '\0';
+    p += len + (nl != NULL);
+    if (len == 0) continue;
+    int n = sscanf(line, "%63s %127s %63s %63s %7s", key, v1, v2, v3, extra);
+    if (n < 2) FAIL(VT_ERR_INPUT, "manifest line %d: expected 'key value'", line_no);
+    if (strcmp(key, "format") == 0) {
+      if (strcmp(v1, "vit3d-checkpoint-1") != 0)
+        FAIL(VT_ERR_INPUT, "not a vit3d checkpoint manifest (format '%s')", v1);
+      format = 1;
+      continue;
+    }
+    if (strcmp(key, "file") == 0) {
+      int64_t nb;
+      unsigned crc;
+      char *e;
+      if (n != 4 || m->nfiles == VT_CKPT_MAX_FILES || strlen(v1) >= sizeof m->file[0] ||
+          strchr(v1, '/') || v1[0] == '.' || !int_value(v2, 0, INT64_MAX / 2, &nb) ||
+          strlen(v3) != 8 || (crc = (unsigned)strtoul(v3, &e, 16), *e))
+        FAIL(VT_ERR_INPUT, "manifest line %d: malformed file entry", line_no);
+      snprintf(m->file[m->nfiles], sizeof m->file[0], "%s", v1);
+      m->file_nbytes[m->nfiles] = nb;
+      m->file_crc[m->nfiles++] = crc;
+      continue;
+    }
+    if (strcmp(key, "spike_loss") == 0 || strcmp(key, "spike_norm") == 0) {
+      const int w = key[6] == 'n';
+      int64_t count;
+      char *e1 = v2, *e2 = v3;
+      double mean = 0, var = 0;
+      errno = 0;
+      if (n == 4) mean = strtod(v2, &e1), var = strtod(v3, &e2);
+      if (n != 4 || !int_value(v1, 1, INT64_MAX / 2, &count) || e1 == v2 || *e1 || e2 == v3 ||
+          *e2 || errno || !isfinite(mean) || !isfinite(var) || var < 0)
+        FAIL(VT_ERR_INPUT, "manifest line %d: malformed %s (want N MEAN VAR)", line_no, key);
+      m->spike_n[w] = count, m->spike_mean[w] = mean, m->spike_var[w] = var;
+      continue;
+    }
+    if (n != 2) FAIL(VT_ERR_INPUT, "manifest line %d: expected 'key value'", line_no);
+    if (strcmp(key, "momentum") == 0) {  // SGD's, beside the optimizer's other settings
+      char *e;
+      errno = 0;
+      m->momentum = strtod(v1, &e);
+      if (*e || errno || !(m->momentum >= 0 && m->momentum < 1))
+        FAIL(VT_ERR_INPUT, "manifest line %d: bad momentum", line_no);
+      continue;
+    }
+    if (strcmp(key, "mlp_ratio") == 0) {
+      char *e;
+      m->mlp_ratio = strtof(v1, &e);
+      if (*e || !(m->mlp_ratio > 0 && m->mlp_ratio < 1024))
+        FAIL(VT_ERR_INPUT, "manifest line %d: bad mlp_ratio", line_no);
+      ratio = 1;
+      continue;
+    }
+    if (strcmp(key, "norm_eps") == 0) {  // absent: timm's 1e-6
+      char *e;
+      m->norm_eps = strtof(v1, &e);
+      if (*e || !(m->norm_eps > 0 && m->norm_eps <= 0.1f))
+        FAIL(VT_ERR_INPUT, "manifest line %d: bad norm_eps", line_no);
+      continue;
+    }
+    int r = 0;
+    while (r < nreals && strcmp(reals[r].key, key) != 0) r++;
+    if (r < nreals) {
+      char *e;
+      errno = 0;
+      *reals[r].dst = strtod(v1, &e);
+      if (*e || errno || !isfinite(*reals[r].dst))
+        FAIL(VT_ERR_INPUT, "manifest line %d: bad value '%s' for %s", line_no, v1, key);
+      reals[r].seen = 1;
+      continue;
+    }
+    int k = 0;
+    while (k < nkeys && strcmp(keys[k].key, key) != 0) k++;
+    int64_t x;
+    if (k == nkeys) FAIL(VT_ERR_INPUT, "manifest line %d: unknown key '%s'", line_no, key);
+    if (!int_value(v1, keys[k].lo, keys[k].hi, &x))
+      FAIL(VT_ERR_INPUT, "manifest line %d: bad value '%s' for %s", line_no, v1, key);
+    if (keys[k].size == 8) *(int64_t *)keys[k].dst = x;
+    else *(int *)keys[k].dst = (int)x;
+    keys[k].seen = 1;
+  }
+  if (!format) FAIL(VT_ERR_INPUT, "not a vit3d checkpoint manifest (no format line)");
+  for (int k = 0; k < nkeys; k++)
+    if (!keys[k].seen && !keys[k].optional) FAIL(VT_ERR_INPUT, "manifest lacks '%s'", keys[k].key);
+  if (!ratio) FAIL(VT_ERR_INPUT, "manifest lacks 'mlp_ratio'");
+  int nseen = 0;
+  for (int r = 0; r < nreals; r++) nseen += reals[r].seen;
+  for (int k = 0; k < nkeys; k++) nseen += keys[k].seen && keys[k].optional == 2;
+  m->has_optim = nseen > 0;
+  if (nseen != 0 && nseen != nreals + 4)
+    FAIL(VT_ERR_INPUT, "manifest has %d of the %d optimizer settings (lr ... cycle_epochs): all "
+         "or none", nseen, nreals + 4);
+  if (m->nfiles == 0) FAIL(VT_ERR_INPUT, "manifest lists no files");
+  return VT_OK;
+}
+
+const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m) {
+  return m->lamb ? "lamb" : m->sgd == 2 ? "sgd" : m->sgd == 1 ? "momentum"
+         : m->lars == 4 ? "nlarc" : m->lars == 3 ? "larc"
+         : m->lars == 2 ? "nlars" : m->lars == 1 ? "lars" : "adamw";
+}
+
+const char *vt_ckpt_act_name(const vt_ckpt_manifest *m) {
+  return m->quick_gelu ? "quick_gelu" : m->gelu_tanh ? "gelu_tanh" : "gelu";
+}
+
+int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file) {
+  for (int i = 0; i < m->nfiles; i++)
+    if (strcmp(m->file[i], file) == 0) return 1;
+  return 0;
+}
