@@ -13,7 +13,7 @@ void vt_format_figure(char *buf, size_t size, double v) {
 }
 
 void vt_format_eval(char out[3][32], double loss, double top1, double top5) {
-  snprintf(out[0], 32, "%.9g", loss);
+  vt_format_figure(out[0], 32, loss);  // a NaN loss (NaN logits) is JSON's null
   snprintf(out[1], 32, "%.6f", top1);
   snprintf(out[2], 32, "%.6f", top5);
 }

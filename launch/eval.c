@@ -3,6 +3,7 @@
 #include "eval.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +29,13 @@ static void score(const float *logits, const int32_t *labels, int valid, int K, 
     double mx = z[0], sum = 0.0;
     int higher = 0;
     for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
+    // Classes ranked above the label: a higher logit or a NaN, an equal one of a lower class
+    // (ties in class order, as a stable sort); never a hit where the label's logit is NaN.
     for (int k = 0; k < K; k++) {
       sum += exp(z[k] - mx);
-      higher += z[k] > zy;
+      higher += k != labels[b] && (!(z[k] <= zy) || (z[k] == zy && k < labels[b]));
     }
+    if (isnan(zy)) higher = INT_MAX;
     out[b] = (scored){first + b, mx + log(sum) - zy, higher};
   }
 }

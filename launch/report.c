@@ -279,7 +279,7 @@ static void tensorboard_step(vt_tfevents **tb, const vt_step_log *l, double tflo
 // TensorBoard scalars.
 void vt_report_step(const vt_train_options *o, FILE *metrics, vt_tfevents **tb,
                     const vt_step_log *l, double t_elapsed, int64_t steps_done, int world_size) {
-  const double tflops = vt_config_train_flops(&o->model) * l->img_s / 1e12;
+  const double tflops = l->image_flops * l->img_s / 1e12;
   const double mfu = o->peak_tflops > 0 ? tflops / (o->peak_tflops * world_size) : 0.0;
   if (tb && *tb) tensorboard_step(tb, l, tflops, mfu, o->peak_tflops > 0);
   if (metrics) {
@@ -301,9 +301,10 @@ void vt_report_step(const vt_train_options *o, FILE *metrics, vt_tfevents **tb,
       fprintf(metrics, ", \"eval_loss\": %s, \"eval_top1\": %s, \"eval_top5\": %s, "
               "\"eval_views\": %d, \"eval_images\": %lld, \"eval_bad_images\": %lld", ev[0],
               ev[1], ev[2], o->eval_hflip ? 2 : 1, (long long)l->ev.count, (long long)l->ev.bad);
+    vt_format_eval(ev, l->ev_ema.loss, l->ev_ema.top1, l->ev_ema.top5);
     if (l->eval_ema)
-      fprintf(metrics, ", \"eval_ema_loss\": %.9g, \"eval_ema_top1\": %.6f, "
-              "\"eval_ema_top5\": %.6f", l->ev_ema.loss, l->ev_ema.top1, l->ev_ema.top5);
+      fprintf(metrics, ", \"eval_ema_loss\": %s, \"eval_ema_top1\": %s, \"eval_ema_top5\": %s",
+              ev[0], ev[1], ev[2]);
     if (l->ranks_json[0]) fprintf(metrics, ", %s", l->ranks_json);
     fprintf(metrics, "}\n");
     fflush(metrics);

@@ -19,6 +19,7 @@
 typedef struct {
   int64_t step;  // 1-based
   double loss, gnorm, img_s, step_ms;
+  double image_flops;  // model FLOPs of a training image (vt_config_train_flops)
   float lr;
   int64_t bad_images, skipped;
   double data_wait_ms;  // mean over the decoding ranks of their waits for the loader; -1: none

@@ -144,7 +144,7 @@ static int run_start(train_run *r) {
                 c->name, c->img_size, c->patch_size, c->width, c->depth, c->heads,
                 vt_cfg_mlp_hidden(c), c->num_classes, extras, be->name,
                 o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32", o->threads,
-                vt_config_train_flops(c) / 1e9);
+                vt_config_train_flops(c, m->frozen_layers) / 1e9);
     vt_log_info("mesh tp %d x pp %d x dp %d (%s), %s schedule (%d model chunks per stage), %d "
                 "micro-batches of %d per DP rank, ZeRO-%d, sequence parallel %s\n%s",
                 mesh->tp_size, mesh->pp_size, mesh->dp_size, o->mesh_order, o->pp_schedule,
@@ -192,6 +192,8 @@ static int run_open(train_run *r) {
     r->rc = VT_EXIT_USAGE;
   }
   const int64_t start_step = r->start_step;
+  // The steps skipped before the checkpoint: each one left the optimizer's count where it was.
+  r->skipped = start_step > r->opt.t ? start_step - r->opt.t : 0;
   const vt_ckpt_manifest *saved = &r->saved;
   int ok = !r->rc && vt_data_open(&r->data, o, be, world, m->has_embed, m->has_head,
                                   r->me.tp_rank, r->mesh.tp_size, r->me.dp_rank,

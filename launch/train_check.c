@@ -249,7 +249,9 @@ int vt_train_epochs_to_steps(vt_train_options *o, vt_optimizer *opt, int64_t n, 
   if (!ok || world_rank != 0) return ok;
   if (o->sched_epochs)
     vt_log_info("learning rate per epoch (timm's): %g epochs of warmup from %g, then %s over "
-                "%g epochs to %g", o->optim.warmup_epochs, o->optim.warmup_lr,
+                "%g epochs to %g", o->optim.warmup_epochs,
+                o->optim.warmup_lr > 0 ? o->optim.warmup_lr
+                                       : o->optim.lr * fmin(1.0, 1.0 / o->optim.warmup_epochs),
                 o->optim.sched == VT_SCHED_COSINE   ? "a cosine"
                 : o->optim.sched == VT_SCHED_LINEAR ? "a straight line"
                                                     : "constant",

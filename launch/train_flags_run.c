@@ -64,7 +64,8 @@ const vt_train_flag vt_train_flags_run[] = {
      "--warmup-lr)", "steps|epochs"},
     {"--warmup-lr", VT_OPT_FLOAT, IN_OPTIONS(optim.warmup_lr), 0, 10, "LR",
      "the warmup's learning rate at step 0, rising linearly to --lr (timm's --warmup-lr, "
-     "DeiT: 1e-6); 0: step s of W takes lr * (s + 1) / W", NULL},
+     "DeiT: 1e-6); 0: step s of W takes lr * (s + 1) / W (with --sched-on epochs, epoch e of "
+     "W warmup epochs lr * (e + 1) / W, at most lr)", NULL},
     {"--weight-decay", VT_OPT_FLOAT, IN_OPTIONS(optim.weight_decay), 0, 10, "WD",
      "decoupled weight decay (not on biases, norms, LayerScale, pos_embed, cls_token, "
      "reg_token)", NULL},

@@ -231,6 +231,7 @@ int vt_train_step(train_run *r, int64_t step) {
     vt_stage_retime(x, world, r->acts, &r->nacts, r->cap, r->nslots, r->nwsets);
   vt_step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
                    .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],
+                   .image_flops = vt_config_train_flops(&o->model, r->m.frozen_layers),
                    .data_wait_ms = sums[5] > 0 ? 1e3 * sums[4] / sums[5] : -1.0,
                    .skipped = r->skipped, .ranks_json = r->ranks_json};
   l.eval_now = eval_due(o, data, n, r->end_step);

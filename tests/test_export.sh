@@ -19,6 +19,7 @@
 #  - --init-from into fixed sin-cos positions keeps the table, not the file's pos_embed;
 #  - --init-from reads F16 and BF16 files (widened exactly) and F64 (rounded); an integer tensor
 #    is refused;
+#  - tied logits rank in class order, a NaN logit is no hit and its loss is null in metrics.jsonl;
 #  - vit3d eval --predictions writes each image's top-5 (1 rank: as its logits say; a 2x2 model
 #    split and two DP replicas: the same);
 #  - a --val-data lacking a training class is labelled by class name (its evaluation scores
@@ -326,6 +327,38 @@ for d, conv in want.items():
 sys.exit(1 if bad else 0)
 PY
 refused w_I32.safetensors "of another dtype; the model needs the config's shape in F32, F16, BF16 or F64"
+# Ties and NaN in the scores: a head of zeros gives every class the same logit, ranked in class
+# order (top-1 the 10 of 30 images of class 0, top-5 of 3 classes all); a NaN head bias makes
+# no image a hit, and metrics.jsonl says the loss as null.
+"$py" - "$work" "$here" <<'PY' || { echo "FAIL: writing the zero and NaN heads"; fail=1; }
+import json, struct, sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from ref_vit import read_safetensors
+w = {n: np.asarray(t, dtype=np.float32) for n, t in read_safetensors(sys.argv[1] + "/w.safetensors").items()}
+for kind in ("zero", "nan"):
+    v = dict(w, **{"head.weight": np.zeros_like(w["head.weight"]),
+                   "head.bias": np.full_like(w["head.bias"], 0.0 if kind == "zero" else np.nan)})
+    header, blobs, off = {}, [], 0
+    for name, t in v.items():
+        b = t.astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    open(f"{sys.argv[1]}/w_{kind}.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+PY
+for kind in zero nan; do
+  step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --lr 0 --min-lr 0 \
+    --data "$work/train" --val-data "$work/val" --eval-interval 1 --micro-batch-size 2 \
+    --init-from "$work/w_$kind.safetensors" --log-dir "$work/log_$kind"
+  cp "$work/last.log" "$work/$kind.log"
+done
+if grep -q "eval after step 1: loss 1.0986.* | top-1 33.33% | top-5 100.00%" "$work/zero.log" &&
+   grep -q "eval after step 1: loss nan | top-1 0.00% | top-5 0.00%" "$work/nan.log" &&
+   "$py" -c 'import json, sys; r = json.loads(open(sys.argv[1]).read().splitlines()[-1]); sys.exit(r["eval_loss"] is not None or r["eval_top1"] != 0)' "$work/log_nan/metrics.jsonl"; then
+  echo "ok: tied logits ranked in class order (top-1 33.33%), a NaN head no hit (eval_loss null)"
+else echo "FAIL: ties or NaN in the scores"; grep "eval after" "$work/zero.log" "$work/nan.log"; fail=1; fi
 # --predictions: one CSV line per validation image with its top-5 classes and probabilities,
 # on one rank (against the logits --logits-out wrote), on a 2x2 model split and on two DP
 # replicas (their interleaved batches gathered in the set's order; each the same classes,

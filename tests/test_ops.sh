@@ -8,7 +8,7 @@
 #  4. NaN gradients on one rank: the steps are skipped and counted (parameters untouched: the
 #     weights after a skipped step 5 equal those after step 4); K in a row stop the run with
 #     exit 4 and a message naming the steps; finite loss and gradient-norm spikes skipped under
-#     --skip-spike-z, also after a resume;
+#     --skip-spike-z, also after a resume, whose count of skipped steps goes on;
 #  5. stragglers: a rank slowed by 0.3 s per step is named by the rank report, which also puts
 #     per-rank busy times and memory in metrics.jsonl;
 #  6. metrics and plot: mfu, model_tflops, skipped_steps, bad_images, data_wait_ms in metrics.jsonl of a real
@@ -182,13 +182,19 @@ fi
 run soff12 4 spike@1:12 --pp 2 --run-steps 12 --final-weights "$work/soff12.safetensors"
 cmp -s "$work/sclean11.safetensors" "$work/soff12.safetensors" &&
   bad "the planted spike without --skip-spike-z left the weights alone: the test plants nothing"
-run sfull 4 spike@1:14 "${spk[@]}" --run-steps 16 --final-weights "$work/sfull.safetensors"
-run shalf 4 spike@1:14 "${spk[@]}" --run-steps 10 --save "$work/sck"
-run sresumed 4 spike@1:14 "${spk[@]}" --run-steps 6 --save "$work/sck" --resume auto \
+run sfull 4 nan@1:7,spike@1:14 "${spk[@]}" --run-steps 16 --final-weights "$work/sfull.safetensors"
+run shalf 4 nan@1:7,spike@1:14 "${spk[@]}" --run-steps 10 --save "$work/sck"
+run sresumed 4 nan@1:7,spike@1:14 "${spk[@]}" --run-steps 6 --save "$work/sck" --resume auto \
   --final-weights "$work/sresumed.safetensors"
 same_weights sfull sresumed sresumed "step 14: gradient norm .* is a spike" \
   "resumed at step 10, the step-14 spike skipped as without the stop (the same weights)" \
   "resumed at step 10: the step-14 spike was not skipped as in the uninterrupted run"
+# The count of skipped steps goes on from the checkpoint's (step 7's NaN before it).
+skipped=$(for r in sfull sresumed; do
+  "$py" -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(r[-1]['skipped_steps'], r[-1]['step'])" "$work/$r/metrics.jsonl"
+done | tr '\n' ' ')
+[ "$skipped" = "2 16 2 16 " ] && ok "skipped_steps after the resume as without the stop (2 at step 16)" ||
+  bad "skipped_steps: uninterrupted and resumed runs' last lines: $skipped"
 
 # 5. A straggler.
 run slow 4 slow@2:1-1000 --dp 4 --steps 20 --straggler-interval 10

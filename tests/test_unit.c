@@ -77,8 +77,16 @@ static void test_param_counts(void) {
   vt_vit_config c;
   char err[256];
   vt_config_preset("vit-b16", &c, err, sizeof err);
-  EXPECT(fabs(vt_config_train_flops(&c) / 1e9 - 105.4) < 0.1, "ViT-B/16 train GFLOP %g",
-         vt_config_train_flops(&c) / 1e9);
+  EXPECT(fabs(vt_config_train_flops(&c, 0) / 1e9 - 105.4) < 0.1, "ViT-B/16 train GFLOP %g",
+         vt_config_train_flops(&c, 0) / 1e9);
+  // Frozen prefixes: the embeddings (layer 0) and blocks 0-5 run no backward; a linear probe
+  // (every layer below the head frozen) runs the forward and its head's backward alone.
+  const double fwd = vt_config_train_flops(&c, 0) / 3.0, head = 2.0 * 768 * 1000;
+  const double block = (fwd - head - 2.0 * 196 * 3 * 256 * 768) / 12;
+  EXPECT(fabs(vt_config_train_flops(&c, 7) - (fwd + 2.0 * (6 * block + head))) < 1e3 &&
+             fabs(vt_config_train_flops(&c, 13) - (fwd + 2.0 * head)) < 1e3,
+         "frozen prefixes' FLOPs %g %g", vt_config_train_flops(&c, 7),
+         vt_config_train_flops(&c, 13));
   c.heads = 5;
   EXPECT(vt_config_validate(&c, err, sizeof err) != VT_OK && strstr(err, "heads"),
          "width %% heads not refused");
@@ -212,6 +220,16 @@ static void test_schedule(void) {
   for (int s = 0; s < 11; s++)
     EXPECT(fabsf(vt_lr_at(&oc, s) - lin[s]) < 1e-6f, "linear per-epoch step %d: %g, want %g", s,
            vt_lr_at(&oc, s), lin[s]);
+  // A per-epoch warmup from --warmup-lr 0: epoch e of 2 at lr (e + 1) / 2 (not a first epoch at
+  // lr 0); of 0.4 epochs (the default 5% of a short run), epoch 0 at lr.
+  oc.warmup_lr = 0.0f;
+  EXPECT(fabsf(vt_lr_at(&oc, 0) - 0.5f) < 1e-7f && fabsf(vt_lr_at(&oc, 3) - 1.0f) < 1e-7f &&
+             fabsf(vt_lr_at(&oc, 5) - 0.55f) < 1e-6f, "per-epoch warmup from 0: %g %g %g",
+         vt_lr_at(&oc, 0), vt_lr_at(&oc, 3), vt_lr_at(&oc, 5));
+  oc.warmup_epochs = 0.4;
+  EXPECT(fabsf(vt_lr_at(&oc, 0) - 1.0f) < 1e-7f, "per-epoch warmup of 0.4 epochs from 0: %g",
+         vt_lr_at(&oc, 0));
+  oc.warmup_lr = 0.2f, oc.warmup_epochs = 2;
   oc.epoch_images = 0;
   EXPECT(fabsf(vt_lr_at(&oc, 4) - 1.0f) < 1e-6f && fabsf(vt_lr_at(&oc, 9) - 0.55f) < 1e-6f &&
              fabsf(vt_lr_at(&oc, 6) - 0.82f) < 1e-6f && fabsf(vt_lr_at(&oc, 14) - 0.1f) < 1e-6f,

@@ -139,16 +139,23 @@ const char *vt_config_pool_name(int global_pool) {
   return global_pool >= 0 && global_pool <= 3 ? names[global_pool] : "token";
 }
 
-double vt_config_train_flops(const vt_vit_config *c) {
+double vt_config_train_flops(const vt_vit_config *c, int frozen_layers) {
   double N = vt_cfg_tokens(c), C = c->width, F = vt_cfg_mlp_hidden(c), Np = vt_cfg_patches(c);
   double P = c->patch_size;
+  // Forward per layer (vt_param.layer: 0 the embeddings, i + 1 block i, depth + 1 the head).
   // Per block: qkv 3C^2, proj C^2, fc1+fc2 2CF per token; attention 2 N^2 C (scores and mix).
-  double block = N * (4.0 * C * C + 2.0 * C * F) + 2.0 * N * N * C;
-  double fwd = 2.0 * (c->depth * block + Np * 3.0 * P * P * C +
-                      (double)vt_cfg_head_in(c) * c->num_classes);
-  if (c->pre_logits > 0) fwd += 2.0 * C * c->pre_logits;  // the pre-logits Linear
+  const double embed = 2.0 * Np * 3.0 * P * P * C;
+  const double block = 2.0 * (N * (4.0 * C * C + 2.0 * C * F) + 2.0 * N * N * C);
+  double head = 2.0 * (double)vt_cfg_head_in(c) * c->num_classes;
+  if (c->pre_logits > 0) head += 2.0 * C * c->pre_logits;  // the pre-logits Linear
   // The MAP head: kv 2C^2 per token, the query's scores and mix 2NC, proj C^2 and the MLP 2CF
   // (the latent's q, once per micro-batch, left out).
-  if (c->global_pool == 3) fwd += 2.0 * (N * 2.0 * C * C + 2.0 * N * C + C * C + 2.0 * C * F);
-  return 3.0 * fwd;
+  if (c->global_pool == 3) head += 2.0 * (N * 2.0 * C * C + 2.0 * N * C + C * C + 2.0 * C * F);
+  // The backward, twice a layer's forward, runs for the layers past the frozen prefix.
+  const int blocks_frozen = frozen_layers - 1 < 0 ? 0
+                            : frozen_layers - 1 > c->depth ? c->depth : frozen_layers - 1;
+  const double fwd = embed + c->depth * block + head;
+  const double bwd = (frozen_layers > 0 ? 0.0 : embed) + (c->depth - blocks_frozen) * block +
+                     (frozen_layers > c->depth + 1 ? 0.0 : head);
+  return fwd + 2.0 * bwd;
 }

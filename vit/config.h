@@ -119,7 +119,9 @@ const char *vt_config_pool_name(int global_pool);
 // Names of the presets, for --help.
 const char *vt_config_preset_names(void);
 
-// Model FLOPs of one training image (forward + backward = 3x forward, matmuls only).
-double vt_config_train_flops(const vt_vit_config *cfg);
+// Model FLOPs of one training image, matmuls only: the forward, and the backward (twice a
+// layer's forward) of the layers past the first frozen_layers (vt_model.frozen_layers: 0 for
+// all, 3x the forward; a linear probe's backward is its head's alone).
+double vt_config_train_flops(const vt_vit_config *cfg, int frozen_layers);
 
 #endif

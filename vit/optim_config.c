@@ -22,16 +22,21 @@ static double decay(const vt_optim_config *oc, double range, double t, double T)
 }
 
 // timm's CosineLRScheduler (or PolyLRScheduler with power 1) at epoch e (t_in_epochs,
-// cycle_limit 1), in its double arithmetic.
+// cycle_limit 1), in its double arithmetic. A warmup from --warmup-lr 0 (vit3d's default; timm's
+// is 1e-5) goes as the per-step one, epoch e of W at lr (e + 1) / W (at most lr: W may be a
+// fraction), where timm's formula would train the whole first epoch at lr 0.
 static float lr_of_epoch(const vt_optim_config *oc, double e) {
   const double lr = oc->lr, min_lr = oc->min_lr, warm = oc->warmup_lr;
+  if (e < oc->warmup_epochs && warm == 0.0)
+    return (float)(lr * fmin(1.0, (e + 1.0) / oc->warmup_epochs));
   if (e < oc->warmup_epochs) return (float)(warm + e * ((lr - warm) / oc->warmup_epochs));
   if (e >= oc->cycle_epochs) return (float)decay(oc, lr - min_lr, 1.0, 1.0);
   return (float)decay(oc, lr - min_lr, e, oc->cycle_epochs);
 }
 
 float vt_lr_at(const vt_optim_config *oc, int64_t step) {
-  if (oc->epoch_images > 0) return lr_of_epoch(oc, (double)(step * oc->step_images / oc->epoch_images));
+  if (oc->epoch_images > 0)
+    return lr_of_epoch(oc, (double)(step * oc->step_images / oc->epoch_images));
   if (step < oc->warmup_steps && oc->warmup_lr > 0)
     return oc->warmup_lr + (oc->lr - oc->warmup_lr) * (float)step / (float)oc->warmup_steps;
   if (step < oc->warmup_steps) return oc->lr * (float)(step + 1) / (float)oc->warmup_steps;

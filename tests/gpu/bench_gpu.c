@@ -265,14 +265,14 @@ int main(int argc, char **argv) {
   }
   qsort(step, (size_t)timed, sizeof *step, cmp_double);
   const double med = step[timed / 2], img_s = B / med;
-  const double tflops = vt_config_train_flops(&cfg) * img_s / 1e12;
+  const double tflops = vt_config_train_flops(&cfg, 0) * img_s / 1e12;
   printf("vit3d-bench config model=%s batch=%d warmup=%d timed=%d device=%s build=%s "
          "precision=%s loss=%.4f\n",
          model, B, warmup, timed, desc, vt_backend_build_info(), precision, loss);
   printf("vit3d-bench step_ms median=%.2f min=%.2f max=%.2f img_per_s=%.1f model_tflops=%.2f "
          "mfu=%.4f peak_tflops=%g gflop_per_img=%.2f\n",
          1e3 * med, 1e3 * step[0], 1e3 * step[timed - 1], img_s, tflops, tflops / peak, peak,
-         vt_config_train_flops(&cfg) / 1e9);
+         vt_config_train_flops(&cfg, 0) / 1e9);
   if (per_op) {
     double total = 0.0;
     for (int k = 0; k < NSLOTS; k++) total += g_slots[k].s;
