@@ -168,6 +168,8 @@ static vt_status open_list(const char *file, vt_dataset *ds, strlist *samples, c
       break;
     }
     lineno++;
+    if (lineno == 1 && len >= 3 && !memcmp(line, "\xEF\xBB\xBF", 3))  // a UTF-8 byte order mark
+      memmove(line, line + 3, (size_t)(len -= 3) + 1);
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
     const char *p = line;
     while (*p == ' ' || *p == '\t') p++;
@@ -221,6 +223,13 @@ static vt_status resolve(const char *path, struct stat *sb, strlist *shards, cha
                                                  : vt_fail_input(err, errlen, "out of memory");
   if (!S_ISREG(sb->st_mode))
     return vt_fail_input(err, errlen, "dataset %s is neither a folder nor a list file", path);
+  static const char *const packed[] = {".tar.gz", ".tgz", ".tar.xz", ".tar.zst", ".tar.bz2",
+                                       ".zip"};
+  for (size_t i = 0; i < sizeof packed / sizeof *packed; i++)
+    if (vt_ds_has_suffix(path, packed[i]))
+      return vt_fail_input(err, errlen, "dataset %s is a compressed archive: shards are read as "
+                           "plain .tar files (seeked into, not streamed); unpack it (for "
+                           "instance gunzip it into a .tar)", path);
   return VT_OK;
 }
 
@@ -442,7 +451,7 @@ vt_status vt_dataset_unpack(const uint8_t *bytes, size_t nbytes, vt_dataset *ds,
   for (int s = 0; s < ds->nshards; s++) ds->shard_fds[s] = -1;
   vt_ds_raise_file_limit(ds->nshards);
   for (int s = 0; s < ds->nshards; s++) {
-    ds->shard_fds[s] = open(ds->shard_paths[s], O_RDONLY | O_CLOEXEC);
+    ds->shard_fds[s] = open(ds->shard_paths[s], O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (ds->shard_fds[s] < 0) {
       vt_status st = vt_fail_input(err, errlen, "cannot open shard %s: %s%s", ds->shard_paths[s],
                                    strerror(errno),

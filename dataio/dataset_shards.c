@@ -20,7 +20,7 @@
 
 int vt_ds_has_suffix(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
-  return n > k && !strcmp(s + n - k, suffix);
+  return n > k && !strcasecmp(s + n - k, suffix);
 }
 
 // One "{A..B}" range of decimal numbers in pattern, each number padded with zeros to A's width.
@@ -130,7 +130,7 @@ static vt_status index_shard(vt_dataset *ds, int s, const char *label_key,
     for (j = i; j < n; j++) {
       const char *k = kind ? member_kind(m[j].name, &kl) : NULL;
       if (!k || kl != klen || memcmp(m[j].name, m[i].name, klen)) break;
-      int64_t *slot = is_image_kind(k) ? &img : !strcmp(k, kind_of_label) ? &cls : NULL;
+      int64_t *slot = is_image_kind(k) ? &img : !strcasecmp(k, kind_of_label) ? &cls : NULL;
       if (slot && *slot >= 0) {
         st = vt_fail_input(err, errlen,
                            "%s: sample '%.*s' has two %s members (%s and %s): a sample is "
@@ -205,7 +205,7 @@ vt_status vt_ds_open_shards(const char *what, const char *label_key, const char 
                                               : VT_OK;
   const vt_label_names *np = names.count ? &names : NULL;
   for (int s = 0; st == VT_OK && s < ds->nshards; s++) {
-    ds->shard_fds[s] = open(ds->shard_paths[s], O_RDONLY | O_CLOEXEC);
+    ds->shard_fds[s] = open(ds->shard_paths[s], O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (ds->shard_fds[s] < 0)
       st = vt_fail_input(err, errlen, "cannot open shard %s: %s%s", ds->shard_paths[s],
                          strerror(errno),

@@ -346,7 +346,9 @@ vt_image_status vt_image_read_file(const char *path, int64_t max_pixels, uint8_t
   *bytes = NULL;
   *nbytes = 0;
   set_err(err, errlen, "%s", "");
-  int fd = open(path, O_RDONLY);
+  // O_NONBLOCK: opening a FIFO (a list file may name one) would wait for a writer for ever; it
+  // changes nothing for the regular files read here.
+  int fd = open(path, O_RDONLY | O_NONBLOCK);
   if (fd < 0) {
     set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     return VT_IMG_UNREADABLE;

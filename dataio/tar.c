@@ -144,6 +144,8 @@ vt_status vt_tar_list(int fd, const char *path, vt_tar_member **out, int64_t *n,
   *out = NULL, *n = 0;
   struct stat sb;
   if (fstat(fd, &sb) != 0) return vt_fail_input(err, errlen, "%s: %s", path, strerror(errno));
+  if (!S_ISREG(sb.st_mode))  // (its opener does not wait for a FIFO's writer: O_NONBLOCK)
+    return vt_fail_input(err, errlen, "%s is not a regular file: a shard is a .tar file", path);
   const int64_t fsize = (int64_t)sb.st_size;
   vt_tar_member *m = NULL;
   int64_t cap = 0, off = 0;
@@ -181,13 +183,14 @@ vt_status vt_tar_list(int fd, const char *path, vt_tar_member **out, int64_t *n,
     const int has_data = !(type >= '1' && type <= '6');  // links, devices, folders, fifos
     if (!has_data) size = 0;
     const int64_t data = off + BLOCK;
-    if (size > fsize - data) {
+    if (size > fsize - data || blocks_of(size) > fsize - data) {  // padded to whole blocks
       char *nm = next_name ? strdup(next_name) : header_name(h);
       st = vt_fail_input(err, errlen,
                          "%s is cut short: member '%s' (tar header at byte %lld) has %lld "
-                         "bytes of data but the file ends %lld bytes after its header: %s",
+                         "bytes of data (%lld padded to whole 512-byte blocks) but the file "
+                         "ends %lld bytes after its header: %s",
                          path, nm ? nm : "?", (long long)off, (long long)size,
-                         (long long)(fsize - data), fix);
+                         (long long)blocks_of(size), (long long)(fsize - data), fix);
       free(nm);
       break;
     }

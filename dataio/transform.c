@@ -24,7 +24,7 @@ vt_transform_config vt_transform_defaults(void) {
       .ratio_min = 3.0f / 4.0f, .ratio_max = 4.0f / 3.0f,
       .flip_prob = 0.5f,
       .mean = {0.485f, 0.456f, 0.406f}, .std = {0.229f, 0.224f, 0.225f},
-      .crop_pct = 0.875f,
+      .crop_pct = 0.875,
       .color_jitter = 0.3f,
   };
   c.ra = vt_randaug_defaults(c.mean);
@@ -89,9 +89,9 @@ vt_crop vt_train_crop(const vt_transform_config *tc, int width, int height, uint
 // Evaluation's resize: timm's scale_size = floor(S / crop_pct); torchvision's Resize(int) then
 // gives the longer side int(size * long / short) (squash: Resize((R, R)), both sides R), and
 // CenterCrop's offset is round((side - S) / 2).
-static void eval_geometry(float crop_pct, int squash, int width, int height, int S,
+static void eval_geometry(double crop_pct, int squash, int width, int height, int S,
                           int64_t *rw, int64_t *rh, double *left, double *top) {
-  int64_t R = (int64_t)floor((double)S / crop_pct);
+  int64_t R = (int64_t)floor(S / crop_pct);
   if (R < S) R = S;
   if (squash) {
     *rw = *rh = R;
@@ -124,7 +124,7 @@ vt_crop vt_eval_crop(const vt_transform_config *tc, int width, int height, int S
 
 vt_crop vt_simple_crop_region(const vt_transform_config *tc, int width, int height, int S) {
   vt_transform_config whole = *tc;
-  whole.crop_pct = 1.0f, whole.eval_squash = 0;  // Resize(S): the shorter side becomes S
+  whole.crop_pct = 1.0, whole.eval_squash = 0;  // Resize(S): the shorter side becomes S
   return vt_eval_crop(&whole, width, height, S);
 }
 

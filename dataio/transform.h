@@ -35,7 +35,7 @@ typedef struct {
   float ratio_min, ratio_max;  // aspect ratio w/h, torchvision: 3/4, 4/3
   float flip_prob;             // 0.5
   float mean[3], std[3];       // on [0, 1] pixel values; ImageNet's by default
-  float crop_pct;              // evaluation: 0.875
+  double crop_pct;             // evaluation: 0.875 (a double as timm's: floor(224 / 0.8) = 280)
   int eval_squash;             // 1: evaluation resizes both sides to floor(S / crop_pct), the
                                // aspect not kept (timm's crop_mode 'squash'; big_vision's and the
                                // ViT paper's resize), then the centre S x S; 0: the shorter side
@@ -101,8 +101,9 @@ void vt_render_crop_part_u8(const vt_image_part *part, vt_crop crop, int S, uint
 // The filtered renders (interp BILINEAR or BICUBIC): the pixels [x0, x1] x [y0, y1] of the image
 // reduced to 1/scale (width x height; full_w x full_h at full size) that rendering the crop
 // (vt_train_crop's, or vt_simple_crop's with tc->simple_crop, when train, else vt_eval_crop's)
-// reads, and the render itself, 8-bit RGB (S, S, 3), mirrored when the training crop says so. At scale 1 this is Pillow's result; at
-// 1/d the same resize of the reduced image (the crop's box divided by d).
+// reads, and the render itself, 8-bit RGB (S, S, 3), mirrored when the training crop says so.
+// At scale 1 this is Pillow's result; at 1/d the same resize of the reduced image (the crop's
+// box divided by d).
 void vt_filtered_window(const vt_transform_config *tc, vt_crop crop, int train, int S,
                         int scale, int width, int height, int full_w, int full_h, int *x0,
                         int *y0, int *x1, int *y1);

@@ -42,7 +42,7 @@ static vt_status set_value(const vt_opt *o, const char *v, char *err, size_t err
     return VT_OK;
   }
   double x = 0.0;
-  if (o->type == VT_OPT_FLOAT) {
+  if (o->type == VT_OPT_FLOAT || o->type == VT_OPT_DOUBLE) {
     x = strtod(v, &end);
   } else if (o->type == VT_OPT_U64) {
     if (v[0] == '-') end = (char *)v;  // strtoull would wrap a negative number
@@ -52,7 +52,7 @@ static vt_status set_value(const vt_opt *o, const char *v, char *err, size_t err
   }
   if (end == v || *end != '\0' || errno == ERANGE || x != x) {
     snprintf(err, errlen, "%s: '%s' is not a valid %s", o->flag, v,
-             o->type == VT_OPT_FLOAT ? "number" : "whole number");
+             o->type == VT_OPT_FLOAT || o->type == VT_OPT_DOUBLE ? "number" : "whole number");
     return VT_ERR_INPUT;
   }
   if (x < o->min || x > o->max) {
@@ -65,6 +65,7 @@ static vt_status set_value(const vt_opt *o, const char *v, char *err, size_t err
     case VT_OPT_I64: *(int64_t *)o->dst = (int64_t)strtoll(v, NULL, 10); break;
     case VT_OPT_U64: *(uint64_t *)o->dst = (uint64_t)strtoull(v, NULL, 10); break;
     case VT_OPT_FLOAT: *(float *)o->dst = (float)x; break;
+    case VT_OPT_DOUBLE: *(double *)o->dst = x; break;
     default: break;
   }
   return VT_OK;
@@ -119,6 +120,7 @@ void vt_cli_help(FILE *f, const vt_opt *o, int n) {
       case VT_OPT_I64: snprintf(def, sizeof def, "%" PRId64, *(int64_t *)o->dst); break;
       case VT_OPT_U64: snprintf(def, sizeof def, "%" PRIu64, *(uint64_t *)o->dst); break;
       case VT_OPT_FLOAT: snprintf(def, sizeof def, "%g", *(float *)o->dst); break;
+      case VT_OPT_DOUBLE: snprintf(def, sizeof def, "%g", *(double *)o->dst); break;
       default: snprintf(def, sizeof def, "%s", *(char *)o->dst ? (char *)o->dst : "none"); break;
     }
     char left[64];

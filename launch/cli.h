@@ -9,7 +9,11 @@
 
 #include "vt_error.h"
 
-typedef enum { VT_OPT_INT, VT_OPT_I64, VT_OPT_U64, VT_OPT_FLOAT, VT_OPT_STR } vt_opt_type;
+// (VT_OPT_DOUBLE: a number kept as parsed, where a float's rounding would change a result, as
+// floor(224 / 0.8f) = 279 does)
+typedef enum {
+  VT_OPT_INT, VT_OPT_I64, VT_OPT_U64, VT_OPT_FLOAT, VT_OPT_STR, VT_OPT_DOUBLE
+} vt_opt_type;
 
 typedef struct {
   const char *flag;      // "--lr"

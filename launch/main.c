@@ -108,6 +108,12 @@ static int cmd_export(int argc, char **argv) {
 
 static int cmd_prepare(int argc, char **argv) {
   char err[1024];
+  for (int i = 1; i < argc; i++)
+    if (!argv[i][0]) {  // "" would put OUT_DIR's files at the file system's root
+      fprintf(stderr, "vit3d prepare: an empty path (\"\", argument %d after prepare): give a "
+              "folder, such as data/fashion-mnist\n", i + 1);
+      return 2;
+    }
   if (argc == 2 && strcmp(argv[0], "fashion-mnist") == 0) {
     if (vt_prepare_fashion_mnist(argv[1], err, sizeof err) != VT_OK) {
       fprintf(stderr, "vit3d prepare: %s\n", err);

@@ -30,6 +30,7 @@ static size_t type_size(vt_opt_type type) {
     case VT_OPT_I64: return sizeof(int64_t);
     case VT_OPT_U64: return sizeof(uint64_t);
     case VT_OPT_FLOAT: return sizeof(float);
+    case VT_OPT_DOUBLE: return sizeof(double);
     default: return 0;
   }
 }

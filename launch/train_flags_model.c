@@ -128,7 +128,7 @@ const vt_train_flag vt_train_flags_model[] = {
      "--eval-crop-pct, aspect kept: torchvision's Resize + CenterCrop) or squash (both sides, "
      "aspect not kept: timm's --crop-mode squash; the ViT paper's and big_vision's resize)",
      "center|squash"},
-    {"--eval-crop-pct", VT_OPT_FLOAT, IN_OPTIONS(transform.crop_pct), 0.05, 1, "F",
+    {"--eval-crop-pct", VT_OPT_DOUBLE, IN_OPTIONS(transform.crop_pct), 0.05, 1, "F",
      "evaluation: resize the shorter side to img-size / F, then centre-crop (1: no zoom, for "
      "images already at img-size)", NULL},
     {"--eval-hflip", VT_OPT_INT, IN_OPTIONS(eval_hflip), 0, 1, "N",

@@ -17,6 +17,8 @@ refuse() {  # refuse "what the message must contain" args...
 refuse "unknown flag '--bogus'" train --bogus 1
 refuse "--lr: 'abc' is not a valid number" train --lr abc
 refuse "--steps: 0 is out of range" train --steps 0
+refuse "an empty path (\"\", argument 2 after prepare)" prepare fashion-mnist ""
+refuse "an empty path (\"\", argument 3 after prepare)" prepare shards data ""
 refuse "--device: 'tpu' is not one of cpu|cuda" train --device tpu
 refuse "--global-batch-size 10 is not a multiple of dp 1 x --micro-batch-size 4 = 4" train --global-batch-size 10 --micro-batch-size 4
 refuse "width 100 is not a multiple of heads 3" train --width 100

@@ -57,11 +57,12 @@ static void test_folder_and_list(void) {
   EXPECT(vt_dataset_open(at("nope"), &ds, err, sizeof(err)) == VT_ERR_INPUT &&
          strstr(err, "nope"), "missing: %s", err);
 
-  // List files: comments, blank lines, CRLF, relative and absolute paths, label gaps.
+  // List files: a UTF-8 byte order mark (Windows editors write one), comments, blank lines,
+  // CRLF, relative and absolute paths, label gaps.
   char text[2048];
   snprintf(text, sizeof(text),
-           "# path<TAB>label\n\nord/a/g00.png\t3\r\n  # indented comment\n%s/ord/b/g01.png\t0\n"
-           "ord/B/g00.png\t 1 \n",
+           "\xEF\xBB\xBFord/a/g00.png\t3\r\n  # indented comment\n%s/ord/b/g01.png\t0\n"
+           "\n# path<TAB>label\nord/B/g00.png\t 1 \n",
            g_root);
   write_bytes(at("list.txt"), text, strlen(text));
   EXPECT(vt_dataset_open(at("list.txt"), &ds, err, sizeof(err)) == VT_OK, "%s",
@@ -203,6 +204,11 @@ static void test_shards(const vt_dataset *folder) {
   memset(text, 'A', sizeof text);
   write_bytes(at("dmg/d.tar"), text, sizeof text);
   expect_refused(at("dmg/d.tar"), "or this is not a tar file", "not a tar");
+  // Cut inside the padding after the .png's data (the samples after it would be lost): refused.
+  const size_t png_size = (size_t)strtol((const char *)good + 1024 + 124, NULL, 8);
+  EXPECT(png_size % 512 != 0, "the test's .png fills whole blocks (%zu bytes)", png_size);
+  write_bytes(at("dmg/d.tar"), good, 1536 + png_size + 1);
+  expect_refused(at("dmg/d.tar"), "is cut short: member 'k00000.png'", "cut in the padding");
   // Ends right after a member, without the end-of-archive blocks: accepted, as GNU tar does.
   write_bytes(at("dmg/d.tar"), good, n - 1024);
   EXPECT(vt_dataset_open(at("dmg/d.tar"), &sh, err, sizeof err) == VT_OK && sh.count == 7,
@@ -236,7 +242,7 @@ static void test_shards(const vt_dataset *folder) {
   // Keys in folders, upper-case kinds; a key ends at the first dot of the base name, so
   // "n02.seg.png" is of kind "seg.png", not an image (webdataset's rule). An image no decoder
   // reads is a bad image for the loader's policy, named by shard and member.
-  const member_t odd[] = {{"x/n01.PNG", "not a png"},     {"x/n01.cls", " 1 \n"},
+  const member_t odd[] = {{"x/n01.PNG", "not a png"},     {"x/n01.CLS", " 1 \n"},
                           {"x/n02.seg.png", "not an image"}, {"x/n02.jpeg", "not a jpeg"},
                           {"x/n02.cls", "0"}};
   write_tar(at("dmg/d.tar"), odd, 5);
@@ -250,6 +256,15 @@ static void test_shards(const vt_dataset *folder) {
     run_free(&r);
   }
   vt_dataset_free(&sh);
+  // An upper-case .TAR is a shard; a compressed one is refused, saying to unpack it.
+  write_tar(at("dmg/UP.TAR"), odd, 5);
+  EXPECT(vt_dataset_open(at("dmg/UP.TAR"), &sh, err, sizeof err) == VT_OK && sh.count == 2,
+         "an upper-case .TAR: %s", err);
+  vt_dataset_free(&sh);
+  remove(at("dmg/UP.TAR"));
+  write_bytes(at("dmg/z.tar.gz"), "\x1f\x8b\x08\x00", 4);
+  expect_refused(at("dmg/z.tar.gz"), "is a compressed archive", "a .tar.gz shard");
+  remove(at("dmg/z.tar.gz"));
 
   // The writer splits a long name at a '/' (ustar prefix); the reader joins it again.
   char longname[200];

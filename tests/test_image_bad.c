@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "sample.h"
@@ -151,6 +152,11 @@ static void test_other_bad(void) {
   snprintf(path, sizeof path, "%s/missing.png", dir);
   EXPECT(vt_image_load(path, LIMIT, &im, err, sizeof err) == VT_IMG_UNREADABLE, "missing: %s", err);
   EXPECT(vt_image_load(dir, LIMIT, &im, err, sizeof err) == VT_IMG_UNREADABLE, "dir: %s", err);
+  // A FIFO (a list file may name one) is refused at once: opening it must not wait for a writer.
+  snprintf(path, sizeof path, "%s/fifo.png", dir);
+  EXPECT(mkfifo(path, 0600) == 0 &&
+             vt_image_load(path, LIMIT, &im, err, sizeof err) == VT_IMG_UNREADABLE &&
+             strstr(err, "not a regular file"), "a FIFO: %s", err);
   static const char text[] = "class,label\nshirt,6\nThis is a text file, not an image.\n";
   snprintf(path, sizeof path, "%s/notes.jpg", dir);
   write_all(path, text, sizeof text - 1);

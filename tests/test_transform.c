@@ -149,6 +149,13 @@ static void test_eval(void) {
   c = vt_eval_crop(&sq, 300, 1000, 224);
   EXPECT(c.x == 0 && c.y == 0 && c.w == 300 && c.h == 1000, "squash 1.0: %g %g %g %g", c.x, c.y,
          c.w, c.h);
+  // crop_pct 0.8 as timm's double: floor(224 / 0.8) = 280 (0.8f would give 279), so a 500 px
+  // square's centre 400 px.
+  vt_transform_config p8 = tc;
+  p8.crop_pct = 0.8;
+  c = vt_eval_crop(&p8, 500, 500, 224);
+  EXPECT(fabs(c.w - 400) < 1e-9 && fabs(c.x - 50) < 1e-9, "crop_pct 0.8 at 224 px: %g %g", c.x,
+         c.w);
 
   vt_image im = random_image(90, 61, 5);
   const int S = 40, R = (int)floor(S / tc.crop_pct);  // 45 x 66 after the resize
