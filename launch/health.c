@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "train.h"
+
 static volatile sig_atomic_t g_signal = 0, g_interrupted = 0;
 
 static void on_preempt(int sig) { g_signal = sig; }
@@ -40,6 +42,14 @@ void vt_health_catch_preemption(void) {
 }
 
 int vt_health_preempt_signal(void) { return (int)g_signal; }
+
+void vt_health_exit_if_signalled(void) {
+  if (!g_signal && !g_interrupted) return;
+  fprintf(stderr, "vit3d: %s while the ranks were meeting: stopping (nothing trained yet)\n",
+          g_signal ? strsignal(g_signal) : "interrupted (SIGINT)");
+  fflush(NULL);
+  _exit(g_signal ? VT_EXIT_PREEMPTED : VT_EXIT_INTERRUPTED);
+}
 int vt_health_interrupted(void) { return (int)g_interrupted; }
 
 double vt_health_rss_mib(void) {

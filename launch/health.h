@@ -19,6 +19,10 @@
 void vt_health_catch_preemption(void);
 int vt_health_preempt_signal(void);  // SIGUSR1 or SIGTERM received so far, or 0
 int vt_health_interrupted(void);     // 1 once SIGINT was received
+// While the ranks meet (the TCP world's connections, before anything ran): a preemption signal
+// or SIGINT ends the process at once, with the code the trainer gives for it (75, 130), where
+// the meeting could otherwise wait out VT_CONNECT_TIMEOUT.
+void vt_health_exit_if_signalled(void);
 
 // This process's resident host memory in MiB (/proc/self/statm), 0 where unknown.
 double vt_health_rss_mib(void);

@@ -147,6 +147,7 @@ static int cmd_prepare(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   vt_health_catch_preemption();  // before anything: an early SIGUSR1 must not kill a rank
+  vt_comm_tcp_set_connect_check(vt_health_exit_if_signalled);
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
     usage(argc < 2 ? stderr : stdout);

@@ -45,10 +45,15 @@ if [ -z "${VT_RUN_ID:-}" ] && [ "$nodes" -eq 1 ]; then
   export VT_RUN_ID="spawn-$(hostname)-$$-$RANDOM"
 fi
 
+# Bash starts background jobs with SIGINT ignored, and vit3d leaves an ignored SIGINT ignored
+# (as under nohup): the ranks get it back (coreutils' env, 8.31 and later) so that the INT
+# passed on below stops them.
+default_int=()
+env --default-signal=INT true 2>/dev/null && default_int=(env --default-signal=INT)
 declare -A rank_of=()
 pids=()
 for ((r = 0; r < n; r++)); do
-  RANK=$((node * n + r)) LOCAL_RANK=$r "$@" &
+  RANK=$((node * n + r)) LOCAL_RANK=$r ${default_int[@]+"${default_int[@]}"} "$@" &
   pids+=($!)
   rank_of[$!]=$((node * n + r))
 done

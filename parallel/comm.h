@@ -260,6 +260,9 @@ int vt_comm_tcp_launch(int have_mpi, vt_comm_tcp_env *e, char *err, size_t errle
 extern const vt_comm_transport vt_comm_tcp_transport;
 extern const vt_comm_host vt_comm_tcp_host;
 void *vt_comm_tcp_world_init(const vt_comm_tcp_env *e, int *local_rank, int *local_size);
+// Called about four times a second while a TCP rank waits to connect or to be connected to (the
+// meeting, a comm's links): the launcher's check for a stop signal, which may end the process.
+void vt_comm_tcp_set_connect_check(void (*check)(void));
 void vt_comm_tcp_finalize(void);
 
 // comm_nccl.cu (built with NCCL): the unique id is opaque bytes, made by rank 0 of the comm and

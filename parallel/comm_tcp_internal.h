@@ -76,6 +76,8 @@ struct tcp_comm {
 double vt_tcp_now_s(void);
 const char *vt_tcp_host_of(int world_rank);
 int vt_tcp_wait_fd(int fd, short events, double deadline);
+// vt_tcp_wait_fd while connecting: in slices, calling the launcher's connect check between them.
+int vt_tcp_wait_connecting(int fd, short events, double deadline);
 int vt_tcp_io_all(int fd, void *buf, size_t n, int writing, double deadline);
 int vt_tcp_open_listener(int family, int port);
 int vt_tcp_port_of(const struct sockaddr_storage *a);

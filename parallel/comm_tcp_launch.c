@@ -258,22 +258,27 @@ void *vt_comm_tcp_world_init(const vt_comm_tcp_env *e, int *local_rank, int *loc
     // program on MASTER_PORT, which rank 0 then could not take) does neither.
     const double table_s =
         vt_tcp_world.timeout_s + fmin(vt_tcp_world.timeout_s, 10.0);  // (a margin for rank 0)
-    REFUSE_IF(!vt_tcp_wait_fd(fd, POLLIN, vt_tcp_now_s() + table_s),
+    REFUSE_IF(!vt_tcp_wait_connecting(fd, POLLIN, vt_tcp_now_s() + table_s),
               "%s:%d (MASTER_ADDR:MASTER_PORT) took the connection but sent no table of ranks "
               "within %.0f s: is another program listening there (rank 0's log says whether it "
               "could), or did rank 0 stop? VT_CONNECT_TIMEOUT sets the limit", e->addr, e->port,
               table_s);
-    char peek;
-    REFUSE_IF(recv(fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 0,
+    char peek;  // closed, or reset (rank 0 ended with this rank's hello still unread)
+    const ssize_t got = recv(fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT);
+    REFUSE_IF(got == 0 || (got < 0 && errno == ECONNRESET),
               "the rank 0 at %s:%d (MASTER_ADDR:MASTER_PORT) closed the connection before sending "
               "the table of ranks: it turned this rank away or ended, and its log says why (a "
               "rank 0 of another run on this port: this run's id is %s; a world size or a rank "
               "it does not expect)", e->addr, e->port, e->run_id[0] ? e->run_id : "unset");
     vt_tcp_attach(w, &w->coll[0], 0, fd);
+    // Rank 0's entry keeps the address this rank dialled (MASTER_ADDR as this host resolves
+    // it): the table holds rank 0's own lookup, which may be a loopback address of its host.
+    const peer_addr dialled = *root;
     vt_tcp_duplex(w, MSG_TABLE, -1, NULL, 0, 0, vt_tcp_world.table,
                   (size_t)e->size * sizeof *vt_tcp_world.table);
+    root->addr = dialled.addr, root->addrlen = dialled.addrlen;
   }
-  // Rank 0's entry keeps the address every rank dialled; its port is MASTER_PORT.
+  // Rank 0's port in its entry is MASTER_PORT (the side channel dials it).
   vt_tcp_open_links(w);
   // This host's ranks, in world order: the share of cores and the GPU.
   *local_rank = 0, *local_size = 0;

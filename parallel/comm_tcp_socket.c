@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -49,6 +50,18 @@ static void set_nonblocking(int fd) {
 }
 
 // Waits until fd is ready for events or the deadline passes (0: it passed).
+static void (*g_connect_check)(void) = NULL;
+void vt_comm_tcp_set_connect_check(void (*check)(void)) { g_connect_check = check; }
+
+int vt_tcp_wait_connecting(int fd, short events, double deadline) {
+  for (;;) {
+    if (g_connect_check) g_connect_check();
+    const double slice = fmin(deadline, vt_tcp_now_s() + 0.25);
+    if (vt_tcp_wait_fd(fd, events, slice)) return 1;
+    if (vt_tcp_now_s() >= deadline) return 0;
+  }
+}
+
 int vt_tcp_wait_fd(int fd, short events, double deadline) {
   for (;;) {
     const double left = deadline - vt_tcp_now_s();
@@ -139,7 +152,7 @@ int vt_tcp_connect_to(const struct sockaddr_storage *a, socklen_t len, double de
     if (rc != 0 && errno == EINPROGRESS) {
       int e = ETIMEDOUT;
       socklen_t elen = sizeof e;
-      if (vt_tcp_wait_fd(fd, POLLOUT, deadline) &&
+      if (vt_tcp_wait_connecting(fd, POLLOUT, deadline) &&
           getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0)
         e = errno;
       rc = e ? -1 : 0;
@@ -155,6 +168,7 @@ int vt_tcp_connect_to(const struct sockaddr_storage *a, socklen_t len, double de
         last != EHOSTUNREACH && last != ECONNRESET && last != EAGAIN)
       return -last;
     if (vt_tcp_now_s() + pause > deadline) return -last;
+    if (g_connect_check) g_connect_check();
     struct timespec ts = {0, (long)(pause * 1e9)};
     nanosleep(&ts, NULL);
     pause = pause < 0.5 ? 2 * pause : 1.0;
@@ -164,9 +178,16 @@ int vt_tcp_connect_to(const struct sockaddr_storage *a, socklen_t len, double de
 // Accepts one connection and reads its handshake; 0 when the deadline passed first.
 int vt_tcp_accept_one(handshake *h, int *fd_out, double deadline) {
   for (;;) {
-    if (!vt_tcp_wait_fd(vt_tcp_world.listen_fd, POLLIN, deadline)) return 0;
+    if (!vt_tcp_wait_connecting(vt_tcp_world.listen_fd, POLLIN, deadline)) return 0;
     int fd = accept4(vt_tcp_world.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;  // EAGAIN, EINTR, or a connection reset before we took it
+    // Out of descriptors or memory the connection stays queued and poll returns at once: a
+    // spin that would end in blaming the peer. EAGAIN, EINTR or a connection reset before it
+    // was taken: wait for the next.
+    VT_CHECK(fd >= 0 || (errno != EMFILE && errno != ENFILE && errno != ENOBUFS &&
+                         errno != ENOMEM),
+             "cannot accept a peer's connection: %s (raise the limit on open files, ulimit -n: "
+             "a rank may hold a socket per peer)", strerror(errno));
+    if (fd < 0) continue;
     set_nodelay(fd);
     // A vit3d rank sends its handshake right after connecting; anything else is dropped.
     if (vt_tcp_io_all(fd, h, sizeof *h, 0, vt_tcp_now_s() + 30.0) != 0 || h->magic != MAGIC) {

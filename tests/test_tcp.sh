@@ -19,7 +19,9 @@
 #     world size, two processes with one rank, rank 0 or rank 1 never started (a named timeout),
 #     another program on MASTER_PORT (rank 0 cannot listen, rank 1 is never answered: a named
 #     timeout), a rank of another run (VT_RUN_ID) on rank 0's port (turned away; rank 0 trains
-#     with its own), an unknown VT_WORLD.
+#     with its own), an unknown VT_WORLD; rank 0's MASTER_ADDR resolving otherwise on its host
+#     trains (the side channel dials what the others resolved); SIGTERM while meeting exits 75
+#     at once; SIGINT to spawn.sh reaches the ranks (exit 130, a checkpoint).
 # Labels launch and tcp; mpirun only for the reference run, skipped without it.
 set -uo pipefail
 vit3d=$1
@@ -233,6 +235,52 @@ else
 fi
 VT_WORLD=nccl timeout 60 "$vit3d" "${common[@]}" > "$work/mode.log" 2>&1
 expect_error "VT_WORLD=nccl" $? "VT_WORLD=nccl: use mpi, tcp or auto" "$work/mode.log"
+# Rank 0's MASTER_ADDR resolved another way on its own host (as a host name in /etc/hosts that
+# points at a loopback address there): the other ranks keep dialling what they resolved, the
+# watchdog's side channel too (it used rank 0's own lookup, and the run died at start-up).
+export MASTER_PORT=$(free_port)
+VT_CONNECT_TIMEOUT=10 MASTER_ADDR=192.0.2.1 RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" \
+  "${common[@]}" > "$work/addr0.log" 2>&1 &
+rank0=$!
+VT_CONNECT_TIMEOUT=10 RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" \
+  > "$work/addr1.log" 2>&1
+rc=$?
+wait $rank0
+rc0=$?
+[ $rc0 = 0 ] && [ $rc = 0 ] && echo "ok: rank 0 with another MASTER_ADDR of its own: trained" ||
+  { bad "rank 0 with another MASTER_ADDR: exit $rc0 and $rc"; tail -3 "$work/addr1.log"; }
+# A stop signal while the ranks meet ends a rank at once (exit 75 for SIGTERM), not after
+# VT_CONNECT_TIMEOUT.
+export MASTER_PORT=$(free_port)
+VT_CONNECT_TIMEOUT=60 RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" \
+  > "$work/meetterm.log" 2>&1 &
+lone=$!
+sleep 1
+t0=$SECONDS
+kill -TERM $lone
+wait $lone
+rc=$?
+if [ $rc = 75 ] && [ $((SECONDS - t0)) -le 5 ] &&
+   grep -q "Terminated while the ranks were meeting" "$work/meetterm.log"; then
+  echo "ok: SIGTERM while meeting: exit 75 within $((SECONDS - t0)) s"
+else bad "SIGTERM while meeting: exit $rc after $((SECONDS - t0)) s"; cat "$work/meetterm.log"; fi
+# SIGINT to spawn.sh (Ctrl-C) reaches the ranks, whose background start ignored it: each saves
+# and exits 130. (The launcher itself, started in the background here, gets SIGINT back too.)
+unset MASTER_PORT
+VT_WORLD=tcp env --default-signal=INT "$spawn" 2 "$vit3d" "${common[@]}" --dp 2 --steps 100000 \
+  --save "$work/ckint" --save-interval 100000 > "$work/int.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 300); do
+  grep -q "^step  *[0-9]*/100000" "$work/int.log" 2>/dev/null && break
+  sleep 0.1
+done
+kill -INT $launcher
+wait $launcher
+rc=$?
+if [ $rc = 130 ] && grep -q "interrupted (SIGINT on some rank) at step" "$work/int.log" &&
+   [ -f "$work/ckint/latest" ]; then
+  echo "ok: SIGINT to spawn.sh: the ranks saved and exited 130"
+else bad "SIGINT to spawn.sh: exit $rc"; tail -5 "$work/int.log"; fi
 
 [ $fail = 0 ] && echo "test_tcp: all passed" || echo "test_tcp: FAILED"
 exit $fail
