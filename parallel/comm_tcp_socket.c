@@ -139,6 +139,18 @@ static void addr_text(const struct sockaddr_storage *a, char *out, size_t n) {
   snprintf(out, n, "%s:%d", ip, vt_tcp_port_of(a));
 }
 
+// Whether a connection's two ends are one socket: dialling a port of this host in the ephemeral
+// range nobody listens on yet (spawn.sh's MASTER_PORT is one the kernel handed out) can meet
+// itself (TCP's simultaneous open) when the kernel picks that port as the source.
+static int connected_to_itself(int fd) {
+  struct sockaddr_storage a, b;
+  socklen_t la = sizeof a, lb = sizeof b;
+  if (getsockname(fd, (struct sockaddr *)&a, &la) != 0 ||
+      getpeername(fd, (struct sockaddr *)&b, &lb) != 0)
+    return 0;
+  return la == lb && !memcmp(&a, &b, la);
+}
+
 // Connects to a, retrying while nobody listens there yet, until the deadline (a host that does
 // not answer at all is given up at the deadline too). Returns the connected, non-blocking fd or
 // -errno.
@@ -158,6 +170,7 @@ int vt_tcp_connect_to(const struct sockaddr_storage *a, socklen_t len, double de
       rc = e ? -1 : 0;
       errno = e;
     }
+    if (rc == 0 && connected_to_itself(fd)) rc = -1, errno = ECONNREFUSED;
     if (rc == 0) {
       set_nodelay(fd);
       return fd;
