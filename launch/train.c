@@ -173,7 +173,8 @@ static int run_open(train_run *r) {
   vt_stage_ctx *x = &r->x;
   const vt_backend *be = r->be;
   char err[1024];
-  if (o->init_from[0] && vt_model_init_from(m, world, o->init_from, err, sizeof err) != VT_OK) {
+  if (o->init_from[0] &&
+      vt_model_init_from(m, world, o->init_from, o->eval_only, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("--init-from: %s", err);
     r->rc = VT_EXIT_USAGE;
   }

@@ -48,6 +48,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--logits-out is for vit3d eval on one rank");
   if (o->eval_only && (!o->val_data[0] || !(o->resume[0] || o->init_from[0])))
     REFUSE("vit3d eval needs --val-data and the weights: --checkpoint DIR or --init-from FILE");
+  if (o->eval_only && o->resume[0] && o->init_from[0])
+    REFUSE("vit3d eval takes its weights from --checkpoint DIR or --init-from FILE: give one");
   vt_mesh_order order;
   vt_mesh mesh;
   if (vt_mesh_order_parse(o->mesh_order, &order, err, errlen) != VT_OK) return VT_ERR_INPUT;
@@ -164,10 +166,15 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   }
   const char *outputs[N_OUTPUTS][2];
   output_files(o, outputs);
-  for (int i = 0; i < N_OUTPUTS; i++)  // (their folders: outputs_writable, on every rank)
+  for (int i = 0; i < N_OUTPUTS; i++) {  // (their folders: outputs_writable, on every rank)
     if (outputs[i][1][0] &&
         vt_output_file_check(outputs[i][1], outputs[i][0], err, errlen) != VT_OK)
       return VT_ERR_INPUT;
+    for (int j = 0; j < i; j++)
+      if (outputs[i][1][0] && !strcmp(outputs[i][1], outputs[j][1]))
+        REFUSE("%s and %s name one file, %s: the second would overwrite the first; give each "
+               "its own", outputs[j][0], outputs[i][0], outputs[i][1]);
+  }
   if (o->optim.ema_warmup && o->optim.ema_decay <= 0)
     REFUSE("--model-ema-warmup warms up the weights' EMA: give --model-ema DECAY too");
   if (o->final_ema[0] && o->optim.ema_decay <= 0)

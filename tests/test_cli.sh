@@ -19,6 +19,7 @@ refuse "--lr: 'abc' is not a valid number" train --lr abc
 refuse "--steps: 0 is out of range" train --steps 0
 refuse "an empty path (\"\", argument 2 after prepare)" prepare fashion-mnist ""
 refuse "an empty path (\"\", argument 3 after prepare)" prepare shards data ""
+refuse "--final-weights and --final-ema name one file, w.safetensors: the second would overwrite the first" train --model-ema 0.99 --final-weights w.safetensors --final-ema w.safetensors
 refuse "--device: 'tpu' is not one of cpu|cuda" train --device tpu
 refuse "--global-batch-size 10 is not a multiple of dp 1 x --micro-batch-size 4 = 4" train --global-batch-size 10 --micro-batch-size 4
 refuse "width 100 is not a multiple of heads 3" train --width 100

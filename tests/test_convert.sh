@@ -172,7 +172,7 @@ rc=$?
 if [ $rc -eq 0 ] && grep -q "dropped 4: head.bias, head.weight, pre_logits.fc.bias, pre_logits.fc.weight" <<<"$out" &&
    "$vit3d" "${base[@]}" --pos-embed sincos2d --global-pool gap --class-token 0 --weight-init jax \
      --num-classes 7 --init-from "$work/bv.nohead.safetensors" --log-interval 1 > "$work/nohead.log" 2>&1 &&
-   grep -q "has no head; it starts fresh" "$work/nohead.log" &&
+   grep -q "has no head.weight, head.bias; they start fresh" "$work/nohead.log" &&
    grep -q "^step     1/1 | loss 1.9459 " "$work/nohead.log"; then  # ln 7: a zero head's loss
   echo "ok: --drop-head: the classifier left out, a fresh zero head (loss ln 7 at step 1)"
 else echo "FAIL: --drop-head (rc $rc): $out"; tail -n 3 "$work/nohead.log"; fail=1; fi

@@ -137,12 +137,27 @@ def write(path, tensors):
 w = {n: np.asarray(t) for n, t in read_safetensors(sys.argv[1]).items()}
 write(sys.argv[2] + "/pretrain.safetensors", {n: t for n, t in w.items() if not n.startswith("head.")})
 write(sys.argv[2] + "/holed.safetensors", {n: t for n, t in w.items() if n != "blocks.1.norm1.weight"})
+write(sys.argv[2] + "/holed3.safetensors", {n: t for n, t in w.items() if n != "blocks.3.mlp.fc2.bias"})
+write(sys.argv[2] + "/headT.safetensors", dict(w, **{"head.weight": np.ascontiguousarray(w["head.weight"].T)}))
 PY
 step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --global-pool avg --steps 1 --lr 0 \
   --min-lr 0 --micro-batch-size 2 --init-from "$work/pretrain.safetensors" --head-init-std 2e-5 \
   --final-weights "$work/finetune0.safetensors"
-grep -q "has no head or fc_norm; they start fresh" "$work/last.log" ||
-  { echo "FAIL: --init-from of a pretraining checkpoint did not say the head starts fresh"; fail=1; }
+grep -q "has no head.weight, head.bias, fc_norm.weight, fc_norm.bias; they start fresh" \
+  "$work/last.log" &&
+  grep -q "2 of its tensors are not used by this model (norm.weight, norm.bias)" "$work/last.log" ||
+  { echo "FAIL: --init-from of a pretraining checkpoint did not say the head starts fresh and" \
+      "the final norm is unused"; fail=1; }
+# vit3d eval scores no layer that would start fresh; nor does it take two sources of weights.
+out=$(timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --global-pool avg --val-data "$work/val" \
+  --init-from "$work/pretrain.safetensors" 2>&1)
+rc=$?
+out2=$("$vit3d" eval "${model[@]}" --val-data "$work/val" --init-from "$work/w.safetensors" \
+  --checkpoint "$ck" 2>&1)
+if [ $rc -eq 2 ] && grep -q "head.weight, head.bias, fc_norm.weight, fc_norm.bias would start fresh, and vit3d eval takes every tensor" <<<"$out" &&
+   grep -q "takes its weights from --checkpoint DIR or --init-from FILE: give one" <<<"$out2"; then
+  echo "ok: vit3d eval refuses a file without the head, and --checkpoint with --init-from"
+else echo "FAIL: vit3d eval of a pretraining checkpoint: rc $rc: $out $out2"; fail=1; fi
 "$py" - "$work/pretrain.safetensors" "$work/finetune0.safetensors" "$here" <<'PY' || fail=1
 import sys
 import numpy as np
@@ -162,6 +177,18 @@ out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-ba
       --init-from "$work/holed.safetensors" 2>&1)
 if grep -q "blocks.1.norm1.weight" <<<"$out"; then echo "ok: a missing block tensor is refused: $(grep -m1 blocks.1.norm1 <<<"$out")"
 else echo "FAIL: a file without blocks.1.norm1.weight was not refused: $out"; fail=1; fi
+# On pp 2 the tensor is the last stage's: rank 0 says that rank's message.
+out=$(timeout 300 mpirun -np 2 --oversubscribe "$vit3d" train "${model[@]}" --pp 2 --steps 1 \
+      --micro-batch-size 2 --threads 1 --init-from "$work/holed3.safetensors" 2>&1)
+if grep -q "error: --init-from: .*blocks.3.mlp.fc2.bias" <<<"$out"; then
+  echo "ok: a missing last-stage tensor is named on pp 2: $(grep -m1 'error: --init-from' <<<"$out")"
+else echo "FAIL: a file without blocks.3.mlp.fc2.bias on pp 2: $out"; fail=1; fi
+# A head stored transposed (a JAX kernel) is another shape, not another class count.
+out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
+      --init-from "$work/headT.safetensors" 2>&1)
+if [ $? -eq 2 ] && grep -q "head.weight" <<<"$out" && ! grep -q "another class count" <<<"$out"; then
+  echo "ok: a transposed head is refused: $(grep -m1 -o 'tensor head.weight.*' <<<"$out" | cut -c1-90)"
+else echo "FAIL: a transposed head: $out"; fail=1; fi
 # The resampled pos_embed itself: lr 0 keeps the weights as --init-from made them.
 for px in 24 8 12; do
   step timeout 300 mpirun -np 1 "$vit3d" train --model tiny --img-size $px --patch-size 4 --width 32 \
@@ -328,9 +355,10 @@ sys.exit(1 if bad else 0)
 PY
 refused w_I32.safetensors "of another dtype; the model needs the config's shape in F32, F16, BF16 or F64"
 # Ties and NaN in the scores: a head of zeros gives every class the same logit, ranked in class
-# order (top-1 the 10 of 30 images of class 0, top-5 of 3 classes all); a NaN head bias makes
-# no image a hit, and metrics.jsonl says the loss as null.
-"$py" - "$work" "$here" <<'PY' || { echo "FAIL: writing the zero and NaN heads"; fail=1; }
+# order (top-1 the 10 of 30 images of class 0, top-5 of 3 classes all). --init-from refuses a
+# NaN head, naming it; a checkpoint made to hold one (its CRC redone) scores no image a hit,
+# and metrics.jsonl says the loss as null.
+"$py" - "$work" "$here" "$ck" <<'PY' || { echo "FAIL: writing the zero and NaN heads"; fail=1; }
 import json, struct, sys
 import numpy as np
 sys.path.insert(0, sys.argv[2])
@@ -347,18 +375,37 @@ for kind in ("zero", "nan"):
         off += len(b)
     h = json.dumps(header).encode()
     open(f"{sys.argv[1]}/w_{kind}.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+import os, shutil, zlib
+d = sys.argv[1] + "/cknan/step-00000008"
+shutil.copytree(sys.argv[3], d)
+blob = bytearray(open(d + "/model.safetensors", "rb").read())
+n = struct.unpack("<Q", blob[:8])[0]
+lo, hi = json.loads(blob[8:8 + n])["head.bias"]["data_offsets"]
+blob[8 + n + lo:8 + n + hi] = np.full((hi - lo) // 4, np.nan, dtype="<f4").tobytes()
+open(d + "/model.safetensors", "wb").write(blob)
+man = [l if not l.startswith("file model.safetensors ") else
+       f"file model.safetensors {len(blob)} {zlib.crc32(blob):08x}"
+       for l in open(d + "/manifest.txt").read().splitlines()]
+open(d + "/manifest.txt", "w").write("\n".join(man) + "\n")
 PY
-for kind in zero nan; do
-  step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --lr 0 --min-lr 0 \
-    --data "$work/train" --val-data "$work/val" --eval-interval 1 --micro-batch-size 2 \
-    --init-from "$work/w_$kind.safetensors" --log-dir "$work/log_$kind"
-  cp "$work/last.log" "$work/$kind.log"
-done
+step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --lr 0 --min-lr 0 \
+  --data "$work/train" --val-data "$work/val" --eval-interval 1 --micro-batch-size 2 \
+  --init-from "$work/w_zero.safetensors"
+cp "$work/last.log" "$work/zero.log"
+out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --data "$work/train" \
+  --micro-batch-size 2 --init-from "$work/w_nan.safetensors" 2>&1)
+rc=$?
+step timeout 300 mpirun -np 2 --oversubscribe "$vit3d" train "${model[@]}" --pp 2 --steps 9 \
+  --resume-override 1 --data "$work/train" --val-data "$work/val" --eval-interval 1 \
+  --micro-batch-size 4 --global-batch-size 16 --lr 3e-3 --threads 1 --loader-threads 1 \
+  --resume "$work/cknan/step-00000008" --log-dir "$work/log_nan"
+cp "$work/last.log" "$work/nan.log"
 if grep -q "eval after step 1: loss 1.0986.* | top-1 33.33% | top-5 100.00%" "$work/zero.log" &&
-   grep -q "eval after step 1: loss nan | top-1 0.00% | top-5 0.00%" "$work/nan.log" &&
+   [ $rc -eq 2 ] && grep -q "head.bias holds a value that is not finite (element 0)" <<<"$out" &&
+   grep -q "eval after step 9: loss nan | top-1 0.00% | top-5 0.00%" "$work/nan.log" &&
    "$py" -c 'import json, sys; r = json.loads(open(sys.argv[1]).read().splitlines()[-1]); sys.exit(r["eval_loss"] is not None or r["eval_top1"] != 0)' "$work/log_nan/metrics.jsonl"; then
-  echo "ok: tied logits ranked in class order (top-1 33.33%), a NaN head no hit (eval_loss null)"
-else echo "FAIL: ties or NaN in the scores"; grep "eval after" "$work/zero.log" "$work/nan.log"; fail=1; fi
+  echo "ok: tied logits ranked in class order (top-1 33.33%); a NaN head refused by --init-from, and in a checkpoint no hit (eval_loss null)"
+else echo "FAIL: ties or NaN in the scores (rc $rc: $out)"; grep "eval after" "$work/zero.log" "$work/nan.log"; fail=1; fi
 # --predictions: one CSV line per validation image with its top-5 classes and probabilities,
 # on one rank (against the logits --logits-out wrote), on a 2x2 model split and on two DP
 # replicas (their interleaved batches gathered in the set's order; each the same classes,

@@ -74,12 +74,22 @@ vt_status vt_params_read_local(vt_st_file *f, const char *file,
                                const vt_param_table *t, const char *prefix, int first_layer,
                                float *local, vt_read_check *check, char *err, size_t errlen);
 
-// --init-from: this rank's parameters from a timm-format safetensors file (full, unsharded).
-// When the image or patch grid differs, pos_embed is resampled as timm does (bicubic over the
-// patch grid, class token kept); when the class count differs, the head keeps its fresh
-// initialisation; a file without `head` or `fc_norm` (a pretraining checkpoint, MAE's) leaves
-// them fresh (any other missing tensor is an error). Each is said in the log. Collective over world only through its verdict.
-vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, char *err,
+// A tensor's values as floats into *out: F32 as stored; F16 and BF16 widened exactly, F64
+// rounded to nearest. *owned (to free; NULL when *out points into the file's memory) holds them.
+// VT_ERR_INPUT (err not set) for other dtypes; VT_ERR_IO (err set) when a lazily opened file
+// cannot give the tensor's bytes: only this tensor's bytes are read from it.
+vt_status vt_params_entry_floats(vt_st_file *f, const vt_st_entry *e, const float **out,
+                                 float **owned, char *err, size_t errlen);
+
+// --init-from (init_from.c): this rank's parameters from a timm-format safetensors file (full,
+// unsharded). When the image or patch grid differs, pos_embed is resampled as timm does
+// (bicubic over the patch grid, class token kept); when the class count differs, the head keeps
+// its fresh initialisation; a file without `head` or `fc_norm` (a pretraining checkpoint, MAE's)
+// leaves the missing ones fresh (any other missing tensor is an error); with whole set (vit3d
+// eval) nothing may start fresh. Tensors the model does not use are named in a warning; a value
+// that is not finite is refused, naming its tensor. Each is said in the log, a refusal with the
+// lowest failing rank's message. Collective over world.
+vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, int whole, char *err,
                              size_t errlen);
 
 #endif
