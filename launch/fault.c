@@ -18,7 +18,7 @@ static struct {
 static int g_nfaults = 0;  // this rank's
 
 static const char *const k_names[] = {"", "stall", "crash", "nan", "slow", "kill-in-save",
-                                      "save-io", "spike"};
+                                      "save-io", "spike", "usr1"};
 
 // One KIND@RANK:FIRST[-LAST] of v (up to its comma or end), taken where RANK is this rank's.
 static int parse_one(const char *v, size_t len, int world_rank) {
@@ -28,7 +28,7 @@ static int parse_one(const char *v, size_t len, int world_rank) {
   int rank = -1;
   long long first = 0, last = 0;
   int n = 0, k = 0;
-  if (sscanf(spec, "%15[a-z-]@%d:%lld%n", kind, &rank, &first, &n) == 3) {
+  if (sscanf(spec, "%15[a-z0-9-]@%d:%lld%n", kind, &rank, &first, &n) == 3) {
     last = first;
     if (spec[n] == '-' && sscanf(spec + n, "-%lld%n", &last, &k) == 1) n += k;
   }
@@ -54,7 +54,7 @@ int vt_fault_init(int world_rank, char *err, size_t errlen) {
     if (parse_one(p, len, world_rank) != 0) {
       snprintf(err, errlen, "VT_FAULT=%s: expected KIND@RANK:FIRST[-LAST], up to %d of them "
                "separated by commas, with KIND one of stall, crash, nan, slow, kill-in-save, "
-               "save-io, spike (a test-only switch; unset it for real runs)", v, FAULTS_MAX);
+               "save-io, spike, usr1 (a test-only switch; unset it for real runs)", v, FAULTS_MAX);
       g_nfaults = 0;
       return -1;
     }
@@ -81,6 +81,10 @@ void vt_fault_step_start(int64_t step) {
   if (vt_fault_at(VT_FAULT_CRASH, step)) {
     vt_log_warn("VT_FAULT: crashing this rank at step %lld", (long long)step);
     abort();
+  }
+  if (vt_fault_at(VT_FAULT_USR1, step)) {
+    vt_log_warn("VT_FAULT: SIGUSR1 to this rank at step %lld", (long long)step);
+    raise(SIGUSR1);
   }
   if (vt_fault_at(VT_FAULT_STALL, step)) {
     vt_log_warn("VT_FAULT: stalling this rank at step %lld", (long long)step);

@@ -23,7 +23,8 @@ typedef enum {
   VT_FAULT_SLOW,
   VT_FAULT_KILL_IN_SAVE,
   VT_FAULT_SAVE_IO,
-  VT_FAULT_SPIKE
+  VT_FAULT_SPIKE,
+  VT_FAULT_USR1  // the rank sends itself SIGUSR1 (a preemption notice) at the step's start
 } vt_fault_kind;
 
 // Reads VT_FAULT for this world rank; returns 0, or -1 with a message in err when it is malformed.
@@ -32,7 +33,8 @@ int vt_fault_init(int world_rank, char *err, size_t errlen);
 // Whether this rank has fault `kind` at 1-based step `step`.
 int vt_fault_at(vt_fault_kind kind, int64_t step);
 
-// Acts out stall, crash and slow at the start of step `step` (a warning names the fault first).
+// Acts out stall, crash, slow and usr1 at the start of step `step` (a warning names the fault
+// first).
 void vt_fault_step_start(int64_t step);
 
 #endif

@@ -40,16 +40,17 @@ static void usage(FILE *f) {
 // The flags are train_flags.c's; what is left is which of the three the command runs.
 static int run_train(int argc, char **argv, vt_comm *world, vt_run_mode mode) {
   vt_train_options o;
-  const int rc = vt_train_flags_parse(argc, argv, mode, world, &o);
+  int rc = vt_train_flags_parse(argc, argv, mode, world, &o);
+  // vit3d plan sizes the mesh the flags describe, whatever this process's world.
+  const int world_size =
+      rc < 0 && mode == VT_RUN_PLAN ? o.tp * o.pp * (o.dp > 0 ? o.dp : 1) : vt_comm_size(world);
+  char err[512];
+  if (rc < 0 && o.plan_gpus <= 0 && vt_train_validate(&o, world_size, err, sizeof err) != VT_OK)
+    rc = vt_train_flags_refuse(world, mode, err);
+  rc = vt_train_flags_agree(world, rc);
   if (rc >= 0) return rc;
   const int rank0 = vt_comm_rank(world) == 0;
   if (o.plan_gpus > 0) return rank0 ? vt_plan_search(&o) : 0;
-  // vit3d plan sizes the mesh the flags describe, whatever this process's world.
-  const int world_size =
-      mode == VT_RUN_PLAN ? o.tp * o.pp * (o.dp > 0 ? o.dp : 1) : vt_comm_size(world);
-  char err[512];
-  if (vt_train_validate(&o, world_size, err, sizeof err) != VT_OK)
-    return vt_train_flags_refuse(world, mode, err);
   if (mode == VT_RUN_PLAN) return rank0 ? vt_plan_run(&o) : 0;
   return vt_train_run(&o, world);
 }
@@ -59,7 +60,7 @@ static int cmd_train(int argc, char **argv, vt_comm *world, vt_run_mode mode) {
   int n;
   char **v, err[600];
   if (vt_cli_expand(argc, argv, &n, &v, err, sizeof err) != VT_OK)
-    return vt_train_flags_refuse(world, mode, err);
+    return vt_train_flags_agree(world, vt_train_flags_refuse(world, mode, err));
   const int rc = run_train(n, v, world, mode);
   vt_cli_free(n, v);
   return rc;
@@ -146,14 +147,16 @@ static int cmd_prepare(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-  vt_health_catch_preemption();  // before anything: an early SIGUSR1 must not kill a rank
-  vt_comm_tcp_set_connect_check(vt_health_exit_if_signalled);
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   if (strcmp(argv[1], "train") == 0) {
+    // Before anything: an early SIGUSR1 must not kill a rank. (Only training acts on these
+    // signals; the other commands end on them as programs do.)
+    vt_health_catch_preemption();
+    vt_comm_tcp_set_connect_check(vt_health_exit_if_signalled);
     vt_comm *world = vt_comm_world_init(&argc, &argv);
     int rc = cmd_train(argc - 2, argv + 2, world, VT_RUN_TRAIN);
     vt_comm_finalize(world);

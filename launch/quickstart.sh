@@ -22,6 +22,8 @@ cmd=(mpirun -np 8 --oversubscribe "$root/build/vit3d" train --tp 2 --pp 2 --dp 2
      --crop-scale-min 1 --hflip 0.5 --eval-crop-pct 1 --micro-batch-size 128
      --global-batch-size 256 --steps 1800 --lr 4e-3 --warmup-steps 100 --eval-interval 600
      --log-interval 100 --loader-threads 1 --log-dir "$root/runs/quickstart" "$@")
-echo "quickstart: ${cmd[*]}"
+printf 'quickstart: '
+printf '%q ' "${cmd[@]}"  # (quoted: it pastes back into a shell, spaces in paths included)
+printf '\n'
 "${cmd[@]}"
 echo "quickstart: done; per-step metrics in metrics.jsonl of the --log-dir (runs/quickstart unless given)"

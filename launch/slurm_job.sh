@@ -2,8 +2,10 @@
 # slurm_job.sh: the body of vit3d's Slurm batch jobs (slurm.sbatch, slurm_mpirun.sbatch,
 # aws_pcluster.sbatch exec it); not submitted by itself. It starts one trainer rank per task of
 # the allocation and turns preemption into a checkpoint and a requeue:
-#   1. the trainer always runs with --resume auto, so a requeued job continues from the newest
-#      complete checkpoint in --save (default runs/slurm-<job id>, the same after a requeue);
+#   1. the trainer runs with --resume auto (after a requeue even when the job gives --resume DIR
+#      for its first run), so a requeued job continues from the newest complete checkpoint in
+#      --save (default runs/slurm-<job id>, the same after a requeue; --save and --resume are
+#      looked for among the job's words and in its @FILEs);
 #   2. SIGUSR1 (sbatch --signal=B:USR1@SECONDS before the time limit) or SIGTERM reaching this
 #      shell is forwarded to the launcher as SIGUSR1; srun and mpirun pass it to every rank,
 #      the ranks agree at the next step boundary, save a checkpoint and exit 75;
@@ -20,11 +22,24 @@ dir=${VIT3D_DIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}
 source "$dir/launch/common.sh"
 bin=${VIT3D_BIN:-$dir/build/vit3d}
 args=("$@")
-case " $* " in
-  *" --save "*|*" --save="*) ;;
-  *) args+=(--save "$dir/runs/slurm-$SLURM_JOB_ID") ;;
-esac
-args+=(--resume auto)
+has_flag() {  # has_flag FLAG: whether FLAG is one of the job's words, or in an @FILE among them
+  local a
+  for a in "${args[@]}"; do
+    [[ $a == "$1" || $a == "$1="* ]] && return 0
+    [[ $a == @* && -f ${a#@} ]] && grep -qE -- "(^|[[:space:]])$1([=[:space:]]|\$)" "${a#@}" &&
+      return 0
+  done
+  return 1
+}
+has_flag --save || args+=(--save "$dir/runs/slurm-$SLURM_JOB_ID")
+# A --resume of the job's own starts its first run; a requeued run (after exit 75, a checkpoint
+# in --save) continues from --save's newest (the later flag counts).
+if ! has_flag --resume; then
+  args+=(--resume auto)
+elif [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
+  echo "vit3d slurm job: restart ${SLURM_RESTART_COUNT}: --resume auto (the newest checkpoint in --save) instead of the job's --resume"
+  args+=(--resume auto)
+fi
 echo "vit3d slurm job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST), $SLURM_NTASKS tasks, restart ${SLURM_RESTART_COUNT:-0}"
 case ${VIT3D_LAUNCHER:-srun} in
   srun)
@@ -62,12 +77,18 @@ trap 'forward USR1' USR1
 trap 'forward TERM' TERM
 "${cmd[@]}" &
 pid=$!
-# A trapped signal interrupts `wait`; wait again until the launcher is really gone.
+# A trapped signal interrupts `wait` (128 + the signal); wait again until the launcher is really
+# gone, and take its own code where the interrupted wait was the last (127: already taken).
 while :; do
   wait "$pid"
   rc=$?
   kill -0 "$pid" 2>/dev/null || break
 done
+if [ "$rc" -gt 128 ]; then
+  wait "$pid" 2>/dev/null
+  again=$?
+  [ "$again" -ne 127 ] && rc=$again
+fi
 if [ "$rc" -eq 75 ]; then
   echo "vit3d slurm job: the trainer saved a checkpoint after the preemption signal; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID" || { echo "vit3d slurm job: scontrol requeue failed; resubmit with the same --save to continue" >&2; exit 75; }

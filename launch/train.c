@@ -73,17 +73,18 @@ static int run_start(train_run *r) {
                         sizeof err) == VT_OK,
            "%s", err);
   const vt_mesh *mesh = &r->mesh;
-  vt_comm_split_mesh(world, mesh, o->device, &r->tp, &r->pp, &r->dp);
-  r->mem_base = vt_backend_device_memory_used(o->device);
   const vt_mesh_coord me = r->me = vt_mesh_coords(mesh, r->world_rank);
-  vt_report_placement(world, me, device, o->threads);
   r->slow_limit = 10.0 * o->timeout_s;
   if (o->save_hook[0]) {  // a hook (rank 0's) does not outlive the trainer ending without it
     vt_watchdog_at_end(vt_save_hook_kill);
     atexit(vt_save_hook_kill);
   }
+  // The watchdog before the axes' communicators: making them may hang too (NCCL's init).
   vt_watchdog_start(world, o->timeout_s, me.tp_rank, me.pp_rank, me.dp_rank, device);
   vt_watchdog_phase("startup", 0, r->slow_limit);
+  vt_comm_split_mesh(world, mesh, o->device, &r->tp, &r->pp, &r->dp);
+  r->mem_base = vt_backend_device_memory_used(o->device);
+  vt_report_placement(world, me, device, o->threads);
   vt_schedule_parse(o->pp_schedule, &r->kind);
   const vt_shard shard = {me.tp_rank, mesh->tp_size, me.pp_rank, mesh->pp_size,
                          o->sequence_parallel, o->pp_chunks, r->kind == VT_SCHEDULE_ZB_V};

@@ -15,10 +15,24 @@
 
 static const char *const kRunNames[] = {"train", "eval", "plan"};
 
-// Every rank parses the same arguments and reaches the same verdict, so every rank exits with
-// the same code; only rank 0 prints, so the user reads the message once.
+// A refusal's message, kept for vt_train_flags_agree (one per process: the flags are parsed once).
+static char g_refusal[700];
+
 int vt_train_flags_refuse(vt_comm *world, vt_run_mode mode, const char *why) {
-  if (vt_comm_rank(world) == 0) fprintf(stderr, "vit3d %s: %s\n", kRunNames[mode], why);
+  const int rank = vt_comm_rank(world);
+  if (rank == 0) snprintf(g_refusal, sizeof g_refusal, "vit3d %s: %s", kRunNames[mode], why);
+  else snprintf(g_refusal, sizeof g_refusal, "vit3d %s (world rank %d): %s", kRunNames[mode],
+                rank, why);
+  return 2;
+}
+
+// Ranks parse the same arguments, but an @FILE or VT_FAULT is each rank's own: a rank that
+// refused alone would leave the others waiting in the first collective, before any watchdog.
+int vt_train_flags_agree(vt_comm *world, int rc) {
+  const vt_status st = vt_comm_agree(world, rc == 2 ? VT_ERR_INPUT : VT_OK, g_refusal,
+                                     sizeof g_refusal);
+  if (st == VT_OK) return rc;
+  if (vt_comm_rank(world) == 0) fprintf(stderr, "%s\n", g_refusal);
   return 2;
 }
 

@@ -20,5 +20,8 @@ int vt_train_flags_parse(int argc, char **argv, vt_run_mode mode, vt_comm *world
 // A refusal of the command: world rank 0 prints "vit3d MODE: why" on stderr; returns 2, the
 // exit code of a refusal.
 int vt_train_flags_refuse(vt_comm *world, vt_run_mode mode, const char *why);
+// Collective: every rank's verdict on its flags (rc: -1 to run, 0 done, 2 refused) agreed on;
+// 2 on every rank when any refused, rank 0 printing the lowest refusing rank's message.
+int vt_train_flags_agree(vt_comm *world, int rc);
 
 #endif

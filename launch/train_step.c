@@ -86,11 +86,12 @@ static void stop_signalled(train_run *r, int64_t n, int preempt) {
                 (int)sizeof o->save_dir, o->save_dir);
   r->rc = r->rc ? r->rc : preempt ? VT_EXIT_PREEMPTED : VT_EXIT_INTERRUPTED;
   if (r->world_rank != 0) return;
+  const int sig = vt_health_preempt_signal();  // rank 0's own, if it had one
   if (preempt)
     vt_log_warn("preempted (signal %s on some rank) at step %lld: %s; exiting with %d. "
                 "Resume with --resume auto.",
-                vt_health_preempt_signal() == SIGTERM ? "SIGTERM" : "SIGUSR1", (long long)n,
-                what, r->rc);
+                sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR1 or SIGTERM",
+                (long long)n, what, r->rc);
   else
     vt_log_warn("interrupted (SIGINT on some rank) at step %lld: %s; exiting with %d. "
                 "Resume with --resume auto.", (long long)n, what, r->rc);
@@ -234,19 +235,23 @@ int vt_train_step(train_run *r, int64_t step) {
                    .image_flops = vt_config_train_flops(&o->model, r->m.frozen_layers),
                    .data_wait_ms = sums[5] > 0 ? 1e3 * sums[4] / sums[5] : -1.0,
                    .skipped = r->skipped, .ranks_json = r->ranks_json};
-  l.eval_now = eval_due(o, data, n, r->end_step);
-  if (l.eval_now) step_evaluate(r, n, &l);
   const int stop_nonfinite = r->nonfinite_run >= o->max_nonfinite;
   const int save_now = o->save_dir[0] && !stop_nonfinite &&
                        (n == r->end_step || stop ||
                         (o->save_interval > 0 && n % o->save_interval == 0));
-  if (save_now) step_save(r, n, stop);
+  // On a stop the checkpoint (written in place) comes before an evaluation that is due: the
+  // preemption's grace may not last both. Otherwise the evaluation first, as the metrics line
+  // is written: a background save reads the weights while an evaluation may swap the EMA in.
+  if (save_now && stop) step_save(r, n, stop);
+  l.eval_now = eval_due(o, data, n, r->end_step);
+  if (l.eval_now) step_evaluate(r, n, &l);
+  if (save_now && !stop) step_save(r, n, stop);
   step_report(r, n, &l);
   if (stop_nonfinite) {
     stop_nonfinite_run(r, n);
     return 1;
   }
-  if (stop) {
+  if (stop && n < o->steps) {  // (at the run's last step it ends as it would have)
     stop_signalled(r, n, preempt);
     return 1;
   }

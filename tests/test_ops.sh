@@ -8,7 +8,9 @@
 #  4. NaN gradients on one rank: the steps are skipped and counted (parameters untouched: the
 #     weights after a skipped step 5 equal those after step 4); K in a row stop the run with
 #     exit 4 and a message naming the steps; finite loss and gradient-norm spikes skipped under
-#     --skip-spike-z, also after a resume, whose count of skipped steps goes on;
+#     --skip-spike-z, also after a resume, whose count of skipped steps goes on; one rank that
+#     refuses its flags (its own @FILE) ends every rank with its message; a preemption notice
+#     saves before a due evaluation, and at the last step ends the run normally;
 #  5. stragglers: a rank slowed by 0.3 s per step is named by the rank report, which also puts
 #     per-rank busy times and memory in metrics.jsonl;
 #  6. metrics and plot: mfu, model_tflops, skipped_steps, bad_images, data_wait_ms in metrics.jsonl of a real
@@ -195,6 +197,39 @@ skipped=$(for r in sfull sresumed; do
 done | tr '\n' ' ')
 [ "$skipped" = "2 16 2 16 " ] && ok "skipped_steps after the resume as without the stop (2 at step 16)" ||
   bad "skipped_steps: uninterrupted and resumed runs' last lines: $skipped"
+
+# 4c. One rank refuses its flags (its own @FILE, as on a node-local disk): every rank exits 2
+# and rank 0 says that rank's message, where the others waited for ever in the first collective.
+mkdir -p "$work/args_a" "$work/args_b"
+echo "--steps 3" > "$work/args_a/run.args"
+echo "--bogus 1" > "$work/args_b/run.args"
+out=$(timeout 120 mpirun --oversubscribe -np 1 -wdir "$work/args_a" "$vit3d" "${common[@]}" \
+      --dp 2 @run.args : -np 1 -wdir "$work/args_b" "$vit3d" "${common[@]}" --dp 2 @run.args 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "vit3d train (world rank 1): unknown flag '--bogus'" <<<"$out"; then
+  ok "one rank's own @FILE refused: exit 2 on every rank, rank 0 saying rank 1's message"
+else bad "one rank refusing its flags: rc $rc: $(tail -3 <<<"$out")"; fi
+
+# 4d. A preemption notice (VT_FAULT=usr1 on a rank) at step 3 with an evaluation due: the
+# checkpoint is saved before the evaluation, exit 75; at the run's last step (6) the run ends as
+# it would have, its final weights written, exit 0.
+"$py" "$(dirname "$0")/make_images.py" "$work/imgs" 4 8 32 || bad "tests/make_images.py"
+ev=(--steps 6 --dp 2 --data "$work/imgs" --val-data "$work/imgs" --num-classes 4 --eval-interval 3
+    --save "$work/usr1ck")
+run usr1 2 usr1@1:3 "${ev[@]}"
+rc=$?
+saved=$(grep -n "saved .*step-00000003" "$work/usr1.log" | head -1 | cut -d: -f1)
+evald=$(grep -n "eval after step 3" "$work/usr1.log" | head -1 | cut -d: -f1)
+if [ $rc -eq 75 ] && [ -n "$saved" ] && [ -n "$evald" ] && [ "$saved" -lt "$evald" ] &&
+   grep -q "preempted (signal SIGUSR1 or SIGTERM on some rank) at step 3" "$work/usr1.log"; then
+  ok "a preemption notice at step 3 (rank 1's): the checkpoint before the evaluation, exit 75"
+else bad "usr1 at step 3: rc $rc, saved at line '$saved', evaluation at '$evald'"
+  tail -5 "$work/usr1.log"; fi
+run usr1last 2 usr1@1:6 "${ev[@]}" --final-weights "$work/usr1last.safetensors"
+rc=$?
+if [ $rc -eq 0 ] && [ -f "$work/usr1last.safetensors" ] && ! grep -q "preempted" "$work/usr1last.log"; then
+  ok "a preemption notice at the last step: the run ends as it would have (exit 0, final weights)"
+else bad "usr1 at the last step: rc $rc"; tail -5 "$work/usr1last.log"; fi
 
 # 5. A straggler.
 run slow 4 slow@2:1-1000 --dp 4 --steps 20 --straggler-interval 10
