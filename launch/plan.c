@@ -153,6 +153,11 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   blocks_str(c->depth, &shard, sp->blocks, sizeof sp->blocks);
   sp->nslots = vt_schedule_stage_in_flight(&spec, p, &sp->nwsets);
   sp->recomputed = o->recompute_blocks < most ? o->recompute_blocks : most;
+  int again = 0;  // blocks whose forward runs again in the backward: not the frozen ones
+  for (int ch = 0; ch < o->pp_chunks; ch++) {
+    vt_chunk_blocks(c->depth, &shard, ch, &first, &end);
+    for (int b = first; b < end; b++) again += b - first < sp->recomputed && b + 1 >= leading;
+  }
   // with the weights' bf16 copy on CUDA in bf16 (vt_model_hold_weights)
   sp->params = (double)(t.total * 4 + vt_weight_copy_nbytes(t.total, o->device == VT_DEVICE_CUDA,
                                                              o->precision)) * mib;
@@ -174,8 +179,9 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   const int64_t M = (int64_t)B * vt_cfg_tokens(c), rows = seq ? (M + o->tp - 1) / o->tp : M;
   const double act = (double)rows * (seq ? o->tp : 1) * c->width * 4;
   // Per block and micro-batch two all-reduces each way (one with parallel blocks); none back
-  // through the frozen prefix.
-  if (o->tp > 1) sp->tp = (c->parallel ? 1 : 2) * (double)(2 * nblocks - frozen) * n_micro * act;
+  // through the frozen prefix; a recomputed block's forward ones again.
+  if (o->tp > 1)
+    sp->tp = (c->parallel ? 1 : 2) * (double)(2 * nblocks - frozen + again) * n_micro * act;
   sp->pp_send = (double)sends * n_micro * (double)rows * c->width * 4;
   sp->pp_recv = (double)recvs * n_micro * (double)rows * c->width * 4;
   if (o->dp > 1 && o->zero)

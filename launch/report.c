@@ -148,17 +148,25 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
   }
   int frozen_blocks = 0;  // whose backward the model skips (block i is layer i + 1)
   for (int l = 0; l < m->nblocks; l++) frozen_blocks += m->block_id[l] + 1 < m->frozen_layers;
+  // whose forward runs again in the backward: each chunk's first m->recompute, but frozen ones
+  int recomputed = 0;
+  for (int ch = 0; ch < m->nchunks; ch++) {
+    int first, end;
+    vt_chunk_blocks(m->cfg.depth, &m->shard, ch, &first, &end);
+    for (int b = first; b < end; b++)
+      recomputed += b - first < m->recompute && b + 1 >= m->frozen_layers;
+  }
   fprintf(f, "{\"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"nblocks\": %d, "
              "\"chunks\": %d, \"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
              "\"zero_padded\": %lld, \"frozen_prefix\": %lld, \"frozen_layers\": %d, "
-             "\"frozen_blocks\": %d, \"frozen_vstages\": %d, "
+             "\"frozen_blocks\": %d, \"recomputed_blocks\": %d, \"frozen_vstages\": %d, "
              "\"dp_overlap\": %d, \"dp_layers\": %d, "
              "\"dp_started_in_backward\": %d, \"parallel_blocks\": %d, \"vshape\": %d, "
              "\"sequence_parallel\": %d, \"axes\": {",
           me.tp_rank, me.pp_rank, me.dp_rank, m->nblocks, m->nchunks, n_micro, m->max_batch,
           vt_cfg_tokens(&m->cfg), m->cfg.width, (long long)m->table.total,
           (long long)(opt->zero ? opt->padded : 0), (long long)opt->base, m->frozen_layers,
-          frozen_blocks,
+          frozen_blocks, recomputed,
           vt_frozen_vstages(m->cfg.depth, m->shard.pp_size * m->nchunks, m->frozen_layers),
           opt->overlap, opt->layers_here,
           opt->started_early, m->cfg.parallel, m->shard.pp_vshape, m->shard.sequence_parallel);

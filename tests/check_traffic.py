@@ -1,7 +1,8 @@
 """check_traffic.py DIR TP PP DP ZERO: the payload bytes each rank counted per axis over one
 training step (DIR/comm.rank<R>.json, written by vit3d --comm-stats 1) against the formulas:
   TP  all-reduce: 4 x b*N*C floats per block per micro-batch (two forward, two backward, none
-      for a block in the frozen prefix, frozen_blocks, whose backward is skipped); with
+      for a block in the frozen prefix, frozen_blocks, whose backward is skipped; two more
+      for a recomputed block, recomputed_blocks, whose forward runs again); with
       parallel blocks 2 x (one each way: both branches share the gathered input and one sum);
       with sequence parallelism a reduce-scatter of as many bytes, and an all-gather of as many
       and more (the embeddings' and the head's), the all-reduces only the LayerNorm gradients'
@@ -69,8 +70,9 @@ for path in ranks:
     sends = sum((s < last and owner(s + 1) != p) + (s > fvs and owner(s - 1) != p) for s in stages)
     recvs = sum((s > 0 and owner(s - 1) != p) + (s + 1 > fvs and s < last and owner(s + 1) != p)
                 for s in stages)
-    # blocks in the frozen prefix run no backward, so none of its all-reduces
-    passes = 2 * nb - r["frozen_blocks"]
+    # blocks in the frozen prefix run no backward, so none of its all-reduces; a recomputed
+    # block runs its forward's again in the backward
+    passes = 2 * nb - r["frozen_blocks"] + r["recomputed_blocks"]
     blocks_tp = (1 if r.get("parallel_blocks") else 2) * passes * m * act if tp > 1 else 0
     want = {
         ("tp", "all_reduce"): 0 if seq else blocks_tp,

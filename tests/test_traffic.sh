@@ -3,8 +3,9 @@
 # tests/check_traffic.py, on 2x2x2, 2x2x2 with ZeRO-1, both also with a frozen prefix, 1x4x2
 # (also with two stages wholly frozen), 1x4x2 with the interleaved schedule, 2x2x2 with
 # parallel blocks (half the TP bytes), 1x4x2 with ZB-V (its V: the turn between the chunks of
-# the last rank is no transfer) and 2x2x2 with sequence parallelism; and so do the traffic lines
-# of `vit3d plan` for the same flags.
+# the last rank is no transfer), 2x2x2 with sequence parallelism and 2x2x2 with activation
+# recompute (also with a frozen prefix, and with sequence parallelism); and so do the traffic
+# lines of `vit3d plan` for the same flags.
 set -uo pipefail
 vit3d=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -53,4 +54,10 @@ measure zbv142 1 4 2 0 --pp-schedule zb-v  # chunks 0-0,7-7 ... 3-3,4-4: the tur
 # sequence parallelism: reduce-scatters and all-gathers for the all-reduces, 9 of the 17 rows
 # of a micro-batch of 1 per TP rank (one row of padding)
 measure sp222 2 2 2 0 --sequence-parallel 1 --micro-batch-size 1
+# activation recompute: the first 3 blocks of each stage's 4 run their forward again, their TP
+# all-reduces too; with a frozen prefix (blocks 0-1) only block 2 of stage 0 does
+measure rc222 2 2 2 0 --recompute-blocks 3
+measure rcfrz 2 2 2 0 --recompute-blocks 3 \
+  --freeze '^(patch_embed|pos_embed|cls_token|blocks\.[01]\.)'
+measure rcsp 2 2 2 0 --recompute-blocks 2 --sequence-parallel 1 --micro-batch-size 1
 exit $fail
