@@ -194,6 +194,18 @@ vt_status vt_cli_expand(int argc, char **argv, int *out_argc, char ***out_argv, 
       }
       const char *start = p;
       while (*p && *p != '#' && !isspace((unsigned char)*p)) p++;
+      // No quoting: a quote would be kept as part of the word (a folder named "runs, a pattern
+      // that matches nothing), so it is refused.
+      const char *q = memchr(start, '"', (size_t)(p - start));
+      if (!q) q = memchr(start, '\'', (size_t)(p - start));
+      if (q) {
+        snprintf(err, errlen, "arguments file %s: '%.*s' holds a quote: the file's words are "
+                 "split at white space, with no quoting (nor spaces inside a value)",
+                 argv[i] + 1, (int)(p - start), start);
+        free(text);
+        vt_cli_free(n, v);
+        return VT_ERR_INPUT;
+      }
       push_word(&v, &n, &cap, start, (size_t)(p - start));
     }
     free(text);

@@ -42,10 +42,15 @@ static int run_train(int argc, char **argv, vt_comm *world, vt_run_mode mode) {
   vt_train_options o;
   int rc = vt_train_flags_parse(argc, argv, mode, world, &o);
   // vit3d plan sizes the mesh the flags describe, whatever this process's world.
-  const int world_size =
-      rc < 0 && mode == VT_RUN_PLAN ? o.tp * o.pp * (o.dp > 0 ? o.dp : 1) : vt_comm_size(world);
+  const int64_t size = rc < 0 && mode == VT_RUN_PLAN ? (int64_t)o.tp * o.pp * (o.dp > 0 ? o.dp : 1)
+                                                     : vt_comm_size(world);
   char err[512];
-  if (rc < 0 && o.plan_gpus <= 0 && vt_train_validate(&o, world_size, err, sizeof err) != VT_OK)
+  if (rc < 0 && o.plan_gpus <= 0 && size > (1 << 24)) {
+    snprintf(err, sizeof err, "tp %d x pp %d x dp %d = %lld ranks: at most 16777216", o.tp, o.pp,
+             o.dp, (long long)size);
+    rc = vt_train_flags_refuse(world, mode, err);
+  }
+  if (rc < 0 && o.plan_gpus <= 0 && vt_train_validate(&o, (int)size, err, sizeof err) != VT_OK)
     rc = vt_train_flags_refuse(world, mode, err);
   rc = vt_train_flags_agree(world, rc);
   if (rc >= 0) return rc;

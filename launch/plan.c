@@ -362,9 +362,10 @@ int vt_plan_search(const vt_train_options *o) {
          o->recompute_blocks ? ", recomputation" : "");
   printf("  tp  pp   dp  largest stage  fits  pipeline idle  on the wire per GPU per step (MiB): "
          "TP, PP, DP\n");
-  int best = -1;
+  int best = -1, possible = 0;
   for (int i = 0; i < nc; i++) {
     const candidate *k = &cands[i];
+    possible += k->ok;
     if (!k->ok) {
       printf("%4d %3d %4d  not possible: %s\n", k->tp, k->pp, k->dp, k->why);
       continue;
@@ -382,9 +383,16 @@ int vt_plan_search(const vt_train_options *o) {
       best = i;
   }
   int rc = 0;
-  if (best < 0) {
-    printf("no mesh fits: add --recompute-blocks, --zero 1, a smaller --micro-batch-size, more "
-           "GPUs, or GPUs with more memory (--gpu-mem)\n");
+  if (best < 0 && !possible) {
+    printf("no mesh of %d GPUs is possible with these flags: each line says why\n", n);
+    rc = 1;
+  } else if (best < 0) {  // the remedies these flags leave open
+    vt_schedule_kind kind;
+    vt_schedule_parse(o->pp_schedule, &kind);
+    printf("no mesh fits: %s%sa smaller --micro-batch-size, more GPUs, or GPUs with more memory "
+           "(--gpu-mem)\n",
+           o->recompute_blocks || vt_schedule_splits_backward(kind) ? "" : "add --recompute-blocks, ",
+           o->zero ? "" : "--zero 1, ");
     rc = 1;
   } else {
     const candidate *b = &cands[best];

@@ -56,11 +56,27 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (vt_mesh_init(&mesh, o->tp, o->pp, o->dp, order, world_size, err, errlen) != VT_OK)
     return VT_ERR_INPUT;
   o->dp = mesh.dp_size;
+  if ((int64_t)o->dp * o->micro_batch > (1 << 24))  // (--global-batch-size's bound)
+    REFUSE("dp %d x --micro-batch-size %d = %lld images a step, more than 16777216: choose "
+           "fewer ranks or a smaller micro-batch", o->dp, o->micro_batch,
+           (long long)o->dp * o->micro_batch);
   if (o->predictions[0] && !o->eval_only)
     REFUSE("--predictions is for vit3d eval (on any mesh)");
+  if (o->comm_stats && !o->log_dir[0])
+    REFUSE("--comm-stats writes LOG_DIR/comm.rank<R>.json: give --log-dir DIR too");
   if (o->trace_steps > 0 && !o->log_dir[0])
     REFUSE("--trace-steps writes its timeline to LOG_DIR/trace.json: give --log-dir DIR too");
   if (o->global_batch == 0) o->global_batch = o->dp * o->micro_batch;
+  // The CUDA attention kernels' shared-memory tiles (attention_wmma.cu; fp32 at an H100/H200's
+  // 227 KiB): found before start-up, not at the first attention call.
+  const int D = c->width / c->heads, dmax = o->precision == VT_PRECISION_BF16 ? 128 : 96;
+  if ((o->device == VT_DEVICE_CUDA || o->plan_gpus > 0) && D > dmax) {
+    int h = (c->width + dmax - 1) / dmax;  // the fewest heads that divide the width and fit
+    while (c->width % h) h++;
+    REFUSE("width %d over %d heads is a head dim of %d: the CUDA attention kernels take up to "
+           "%d in %s; use more heads (--heads %d)", c->width, c->heads, D, dmax,
+           o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32 (128 in bf16)", h);
+  }
   if (c->heads % o->tp != 0)
     REFUSE("--tp %d does not divide the %d attention heads; use a TP size that divides them",
            o->tp, c->heads);
@@ -93,17 +109,19 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            o->pp_pass_times);
   if (pass_times == 2) spec.costs = (vt_schedule_costs){times[0], times[1], times[2]};
   if (o->eval_only) spec.n_micro = o->pp;  // evaluation runs no schedule, only the chunks' layout
-  char why[400];
-  if (vt_schedule_verify(&spec, why, sizeof why) != VT_OK)
-    REFUSE("--pp-schedule %s with --pp %d, --pp-chunks %d and %d micro-batches per step "
-           "(--global-batch-size / (dp x --micro-batch-size)): %s", o->pp_schedule, o->pp,
-           o->pp_chunks, spec.n_micro, why);
+  // (before the schedule's check, whose cost grows with pp squared: vit3d plan --gpus tries
+  // every pp)
   if (c->depth < o->pp * o->pp_chunks && o->pp_chunks == 1)
     REFUSE("--pp %d stages but only %d blocks: every stage needs at least one block", o->pp,
            c->depth);
   if (c->depth < o->pp * o->pp_chunks)
     REFUSE("--pp %d x --pp-chunks %d = %d virtual pipeline stages but only %d blocks: every "
            "one needs at least one block", o->pp, o->pp_chunks, o->pp * o->pp_chunks, c->depth);
+  char why[400];
+  if (vt_schedule_verify(&spec, why, sizeof why) != VT_OK)
+    REFUSE("--pp-schedule %s with --pp %d, --pp-chunks %d and %d micro-batches per step "
+           "(--global-batch-size / (dp x --micro-batch-size)): %s", o->pp_schedule, o->pp,
+           o->pp_chunks, spec.n_micro, why);
   if (!o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0 &&
       (o->transform.ra.layers > 0 || o->transform.three_aug || o->transform.simple_crop ||
        o->aug_repeats > 1 || o->drop_last))
@@ -139,8 +157,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->sched_epochs && !o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0)
     REFUSE("--sched-on epochs steps the learning rate once per pass over a dataset; --data "
            "synthetic has no size: use --sched-on steps");
-  if (o->optim.min_lr > o->optim.lr)
-    REFUSE("--min-lr %g is above --lr %g", o->optim.min_lr, o->optim.lr);
+  if (o->optim.min_lr > o->optim.lr && o->optim.sched != VT_SCHED_CONSTANT)  // (unused there)
+    REFUSE("--min-lr %g is above --lr %g: the schedule would rise; give a lower --min-lr (its "
+           "default is 1e-5)", o->optim.min_lr, o->optim.lr);
   if (o->optim.warmup_lr > o->optim.lr)
     REFUSE("--warmup-lr %g is above --lr %g (the warmup climbs to --lr)", o->optim.warmup_lr,
            o->optim.lr);
@@ -218,6 +237,10 @@ static vt_status resolve_epochs(vt_train_options *o, int64_t n, char *err, size_
   if (o->steps < 1)
     REFUSE("--epochs %g of %lld images at %d per step is no step: give more epochs",
            o->epochs, (long long)n, o->global_batch);
+  if (o->optim.warmup_steps > o->steps && o->warmup_epochs > 0)  // (a recipe's, cut by --steps)
+    REFUSE("the warmup of --warmup-epochs %g (%lld steps) is longer than the run (%lld steps): "
+           "give a shorter --warmup-epochs or --warmup-steps after it", o->warmup_epochs,
+           (long long)o->optim.warmup_steps, (long long)o->steps);
   if (o->optim.warmup_steps > o->steps)
     REFUSE("the warmup (%lld steps) is longer than the run (%lld steps)",
            (long long)o->optim.warmup_steps, (long long)o->steps);

@@ -168,8 +168,9 @@ static vt_status convert_text(const vt_train_text *x, vt_train_options *o, char 
                               size_t errlen) {
   o->device = strcmp(x->device, "cuda") == 0 ? VT_DEVICE_CUDA : VT_DEVICE_CPU;
   if (o->peak_tflops == 0 && o->device == VT_DEVICE_CUDA) o->peak_tflops = 989;
+  // (vit3d plan --gpus sizes GPUs: their default too)
   o->precision = strcmp(x->precision, "bf16") == 0 ||
-                         (!x->precision[0] && o->device == VT_DEVICE_CUDA)
+                         (!x->precision[0] && (o->device == VT_DEVICE_CUDA || o->plan_gpus > 0))
                      ? VT_PRECISION_BF16
                      : VT_PRECISION_FP32;
   o->bad_image_fail = strcmp(x->bad_image, "fail") == 0;

@@ -5,7 +5,8 @@
 const vt_train_flag vt_train_flags_model[] = {
     // The model: a preset, then the fields it sets and the variants of timm and big_vision.
     {"--model", VT_OPT_STR, IN_TEXT(model), 0, 0, "NAME",
-     "model preset: vit-ti16, vit-s16, vit-b16, vit-l16, vit-h14, tiny", NULL},
+     "model preset: vit-ti16, vit-s16, vit-b16, vit-l16, vit-h14, tiny (applied before the "
+     "other flags wherever it stands, so size flags change the preset)", NULL},
     {"--img-size", VT_OPT_INT, IN_OPTIONS(model.img_size), 1, 8192, "PX", "image side in pixels",
      NULL},
     {"--patch-size", VT_OPT_INT, IN_OPTIONS(model.patch_size), 1, 8192, "PX", "patch side", NULL},

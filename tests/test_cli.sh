@@ -20,7 +20,13 @@ refuse "--steps: 0 is out of range" train --steps 0
 refuse "an empty path (\"\", argument 2 after prepare)" prepare fashion-mnist ""
 refuse "an empty path (\"\", argument 3 after prepare)" prepare shards data ""
 refuse "--final-weights and --final-ema name one file, w.safetensors: the second would overwrite the first" train --model-ema 0.99 --final-weights w.safetensors --final-ema w.safetensors
+quoted=$(mktemp)  # an @FILE word with quotes (no quoting there: refused, not kept literally)
+printf -- '--log-dir "runs/q"\n' > "$quoted"
+refuse "holds a quote: the file's words are split at white space, with no quoting" train "@$quoted"
+rm -f "$quoted"
+refuse "--comm-stats writes LOG_DIR/comm.rank<R>.json: give --log-dir DIR too" train --comm-stats 1
 refuse "--device: 'tpu' is not one of cpu|cuda" train --device tpu
+refuse "width 1024 over 4 heads is a head dim of 256: the CUDA attention kernels take up to 128 in bf16; use more heads (--heads 8)" train --device cuda --model tiny --width 1024 --heads 4
 refuse "--global-batch-size 10 is not a multiple of dp 1 x --micro-batch-size 4 = 4" train --global-batch-size 10 --micro-batch-size 4
 refuse "width 100 is not a multiple of heads 3" train --width 100
 refuse "img-size 225 is not a multiple of patch-size 16" train --img-size 225
@@ -150,6 +156,21 @@ rc=$?
 if [ $rc -eq 1 ] && grep -q "^no mesh fits: add --recompute-blocks, --zero 1" <<<"$out"; then
   echo "ok: vit3d plan --gpus 4 --gpu-mem 1: no mesh fits (exit 1)"
 else echo "FAIL: vit3d plan --gpu-mem 1: rc $rc: $out"; fail=1; fi
+# GPUs' default precision (bf16) without --precision; the remedies the flags leave open (not
+# --zero 1 once given, nor --recompute-blocks under zb-h1); a batch no mesh can split is said
+# as such; a search over 1024 GPUs stays quick (a pipeline deeper than the model is refused
+# before its schedule's check).
+out=$("$vit3d" plan --model vit-b16 --gpus 4 --global-batch-size 4096 --micro-batch-size 64 \
+      --gpu-mem 1 --zero 1 --pp-schedule zb-h1 2>&1)
+out2=$("$vit3d" plan --model tiny --gpus 4 --global-batch-size 4 --micro-batch-size 8 2>&1)
+t0=$SECONDS
+out3=$("$vit3d" plan --model tiny --gpus 1024 --global-batch-size 8192 --micro-batch-size 8 2>&1)
+if grep -q "^model vit-b16 .*), bf16," <<<"$out" &&
+   grep -q "^no mesh fits: a smaller --micro-batch-size, more GPUs" <<<"$out" &&
+   grep -q "^no mesh of 4 GPUs is possible with these flags: each line says why" <<<"$out2" &&
+   grep -q "^suggested: --tp 1 --pp 1 --dp 1024" <<<"$out3" && [ $((SECONDS - t0)) -lt 20 ]; then
+  echo "ok: vit3d plan --gpus: bf16 by default, remedies left open, no possible mesh said, 1024 GPUs in $((SECONDS - t0)) s"
+else echo "FAIL: vit3d plan --gpus defaults and remedies: $out $out2"; fail=1; fi
 refuse "vit3d plan: --gpus N tries every --tp, --pp and --dp: drop --tp" plan --gpus 8 --global-batch-size 64 --tp 2
 refuse "vit3d plan: --gpus N compares meshes at one global batch: give --global-batch-size" plan --gpus 8
 refuse "vit3d plan: --gpu-mem and --node-gpus size the search of --gpus N: give --gpus" plan --gpu-mem 40
