@@ -139,6 +139,10 @@ write(sys.argv[2] + "/pretrain.safetensors", {n: t for n, t in w.items() if not 
 write(sys.argv[2] + "/holed.safetensors", {n: t for n, t in w.items() if n != "blocks.1.norm1.weight"})
 write(sys.argv[2] + "/holed3.safetensors", {n: t for n, t in w.items() if n != "blocks.3.mlp.fc2.bias"})
 write(sys.argv[2] + "/headT.safetensors", dict(w, **{"head.weight": np.ascontiguousarray(w["head.weight"].T)}))
+pe = w["pos_embed"]
+write(sys.argv[2] + "/distilled.safetensors",
+      dict(w, dist_token=pe[:, :1].copy(), **{"head_dist.weight": w["head.weight"],
+           "head_dist.bias": w["head.bias"], "pos_embed": np.concatenate([pe[:, :1], pe], 1)}))
 PY
 step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --global-pool avg --steps 1 --lr 0 \
   --min-lr 0 --micro-batch-size 2 --init-from "$work/pretrain.safetensors" --head-init-std 2e-5 \
@@ -183,6 +187,13 @@ out=$(timeout 300 mpirun -np 2 --oversubscribe "$vit3d" train "${model[@]}" --pp
 if grep -q "error: --init-from: .*blocks.3.mlp.fc2.bias" <<<"$out"; then
   echo "ok: a missing last-stage tensor is named on pp 2: $(grep -m1 'error: --init-from' <<<"$out")"
 else echo "FAIL: a file without blocks.3.mlp.fc2.bias on pp 2: $out"; fail=1; fi
+# A distilled DeiT (dist_token, a pos_embed row more) is said as such, not as a grid that does
+# not fit --no-embed-class.
+out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
+      --init-from "$work/distilled.safetensors" 2>&1)
+if [ $? -eq 2 ] && grep -q "is a distilled DeiT (dist_token, head_dist)" <<<"$out"; then
+  echo "ok: a distilled DeiT file is refused as such"
+else echo "FAIL: a distilled DeiT file: $out"; fail=1; fi
 # A head stored transposed (a JAX kernel) is another shape, not another class count.
 out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
       --init-from "$work/headT.safetensors" 2>&1)

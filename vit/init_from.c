@@ -75,6 +75,12 @@ static void resample_pos(const float *src, int g0, float *dst, int g1, int pr, i
 // vt_model_init_from.)
 static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, const char *path,
                                char *err, size_t errlen) {
+  if (vt_st_find(f, "dist_token")) {  // its pos_embed has a row more: no flag fits it
+    snprintf(err, errlen, "%s is a distilled DeiT (dist_token, head_dist): vit3d builds no "
+             "distillation token; start from a DeiT without it (deit_*_patch16_224) or drop "
+             "dist_token, head_dist and pos_embed's second row from the file", path);
+    return VT_ERR_INPUT;
+  }
   const int file_ls = vt_st_find(f, "blocks.0.ls1.gamma") || vt_st_find(f, "blocks.0.ls.gamma");
   const int file_parallel = vt_st_find(f, "blocks.0.norm1.weight") &&
                             !vt_st_find(f, "blocks.0.norm2.weight");
