@@ -21,8 +21,9 @@ typedef struct {
 // links and devices are skipped; pax and GNU long-name headers are applied to the member they
 // precede. A damaged header (checksum), a member whose data or padding to whole blocks runs
 // past the end of the file, a file cut inside a header, a sparse member or a name too long are
-// VT_ERR_INPUT with a message that names the file and the byte offset. A file ending after a whole member without the end-of-archive
-// blocks is accepted (GNU tar also reads it). *out is malloc'd (vt_tar_free_members).
+// VT_ERR_INPUT with a message that names the file and the byte offset. A file ending after a
+// whole member without the end-of-archive blocks is accepted (GNU tar also reads it). *out is
+// malloc'd (vt_tar_free_members).
 vt_status vt_tar_list(int fd, const char *path, vt_tar_member **out, int64_t *n, char *err,
                       size_t errlen);
 void vt_tar_free_members(vt_tar_member *m, int64_t n);

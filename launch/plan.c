@@ -389,10 +389,10 @@ int vt_plan_search(const vt_train_options *o) {
   } else if (best < 0) {  // the remedies these flags leave open
     vt_schedule_kind kind;
     vt_schedule_parse(o->pp_schedule, &kind);
+    const int recompute = !o->recompute_blocks && !vt_schedule_splits_backward(kind);
     printf("no mesh fits: %s%sa smaller --micro-batch-size, more GPUs, or GPUs with more memory "
            "(--gpu-mem)\n",
-           o->recompute_blocks || vt_schedule_splits_backward(kind) ? "" : "add --recompute-blocks, ",
-           o->zero ? "" : "--zero 1, ");
+           recompute ? "add --recompute-blocks, " : "", o->zero ? "" : "--zero 1, ");
     rc = 1;
   } else {
     const candidate *b = &cands[best];

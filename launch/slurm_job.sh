@@ -37,7 +37,8 @@ has_flag --save || args+=(--save "$dir/runs/slurm-$SLURM_JOB_ID")
 if ! has_flag --resume; then
   args+=(--resume auto)
 elif [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
-  echo "vit3d slurm job: restart ${SLURM_RESTART_COUNT}: --resume auto (the newest checkpoint in --save) instead of the job's --resume"
+  echo "vit3d slurm job: restart ${SLURM_RESTART_COUNT}: --resume auto (the newest checkpoint" \
+    "in --save) instead of the job's --resume"
   args+=(--resume auto)
 fi
 echo "vit3d slurm job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST), $SLURM_NTASKS tasks, restart ${SLURM_RESTART_COUNT:-0}"

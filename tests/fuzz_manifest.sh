@@ -1,8 +1,8 @@
 #!/bin/bash
 # fuzz_manifest.sh WORK_DIR [SECONDS]: builds tests/fuzz_manifest.c with dataio/checkpoint.c,
 # dataio/ckpt_manifest.c and src/error.c (clang -fsanitize=fuzzer,address,undefined), seeds it
-# with a valid manifest and fuzzes for a bounded time; any crash, leak or hang fails. Exits 77 (CTest skip) where clang or
-# libFuzzer is missing.
+# with a valid manifest and fuzzes for a bounded time; any crash, leak or hang fails. Exits 77
+# (CTest skip) where clang or libFuzzer is missing.
 set -u
 work=${1:?work dir}
 seconds=${2:-15}

@@ -229,7 +229,8 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, int 
       fresh_map = 1;
       continue;
     }
-    if (fresh_pre && (strncmp(p->name, "pre_logits.", 11) == 0 || strncmp(p->name, "head.", 5) == 0))
+    if (fresh_pre &&
+        (strncmp(p->name, "pre_logits.", 11) == 0 || strncmp(p->name, "head.", 5) == 0))
       continue;
     // Another class count (the rest of the shape the model's: a head stored otherwise, as a
     // kernel not transposed, is refused by the shape check below): keep the fresh head.
@@ -248,7 +249,8 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, int 
         e->shape[2] == C && e->shape[1] != p->shape[1]) {
       char why[300] = "";
       if (vt_params_entry_floats(&f, e, &pos, &owned, why, sizeof why) != VT_OK) {
-        snprintf(err, errlen, "%s: %s", path, why[0] ? why : "pos_embed is not F32, F16, BF16 or F64");
+        snprintf(err, errlen, "%s: %s", path,
+                 why[0] ? why : "pos_embed is not F32, F16, BF16 or F64");
         st = VT_ERR_INPUT;
         break;
       }
@@ -310,11 +312,14 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, int 
   if (st == VT_OK) {
     m->be->to_device(m->params, local, (size_t)t->total * sizeof(float));
     vt_log_info("--init-from %s: the model's weights loaded", path);
-    if (resampled) vt_log_info("--init-from %s: pos_embed resampled from a %dx%d to a %dx%d patch grid", path, resampled, resampled, g1, g1);
+    if (resampled)
+      vt_log_info("--init-from %s: pos_embed resampled from a %dx%d to a %dx%d patch grid", path,
+                  resampled, resampled, g1, g1);
     if (fixed_pos)
       vt_log_info("--init-from %s: pos_embed not loaded: --pos-embed sincos2d keeps its fixed "
                   "table for the %dx%d patch grid", path, g1, g1);
-    if (new_head) vt_log_info("--init-from %s: the head has another class count; it starts fresh", path);
+    if (new_head)
+      vt_log_info("--init-from %s: the head has another class count; it starts fresh", path);
     if (fresh[0])
       vt_log_info("--init-from %s: has no %s; %s fresh (a pretraining checkpoint)", path, fresh,
                   strchr(fresh, ',') ? "they start" : "it starts");
