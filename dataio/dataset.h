@@ -83,7 +83,8 @@ vt_status vt_dataset_unpack(const uint8_t *bytes, size_t nbytes, vt_dataset *ds,
 // holds L = VT_REPEAT_WINDOW samples (the last ceil(its length / R)), and its position r is copy
 // r / L of the window's sample r mod L. So an image's copies lie within one window (of the same
 // step when the global batch is a few windows long), and Mixup's pairs (2k, 2k + 1) never pair
-// an image with its own copy. Each copy is augmented by its own key (vt_sampler_key).
+// an image with its own copy, but in an epoch's last window when it holds a single image (its
+// length, n mod (R * VT_REPEAT_WINDOW), at most R). Each copy is augmented by its own key (vt_sampler_key).
 // The sampler caches the permutation of the epoch it was last asked for (n int64 entries); it
 // is not thread-safe.
 #define VT_REPEAT_WINDOW 128

@@ -124,7 +124,7 @@ float vt_randaug_arg(const vt_randaug_config *c, vt_ra_op op, float m, int negat
       int t = (int)(level * 256);
       return (float)(c->increasing ? 256 - t : t);
     }
-    case VT_RA_SOLARIZE_ADD: return (float)(int)(level * 110);
+    case VT_RA_SOLARIZE_ADD: return (float)fmin(128, (int)(level * 110));  // timm's cap
     case VT_RA_COLOR:
     case VT_RA_CONTRAST:
     case VT_RA_BRIGHTNESS:

@@ -181,10 +181,11 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "export") == 0) return cmd_export(argc - 2, argv + 2);
   if (strcmp(argv[1], "inspect") == 0) {
-    if (argc != 3) {
-      fprintf(stderr,
+    const int help = argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"));
+    if (argc != 3 || help) {
+      fprintf(help ? stdout : stderr,
               "usage: vit3d inspect DIR   (a checkpoint, or a --save folder: its newest)\n");
-      return 2;
+      return help ? 0 : 2;
     }
     return vt_inspect_run(argv[2]);
   }

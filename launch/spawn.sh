@@ -50,6 +50,10 @@ fi
 # passed on below stops them.
 default_int=()
 env --default-signal=INT true 2>/dev/null && default_int=(env --default-signal=INT)
+printf 'spawn.sh: %d ranks (world %d, node %d of %d) at %s:%s: ' "$n" "$WORLD_SIZE" "$node" \
+  "$nodes" "$MASTER_ADDR" "$MASTER_PORT"
+printf '%q ' "$@"
+printf '\n'
 declare -A rank_of=()
 pids=()
 for ((r = 0; r < n; r++)); do

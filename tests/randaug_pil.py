@@ -76,7 +76,7 @@ def timm_level(op, m, negate, increasing):
         t = int((m / 10) * 256)
         return 256 - t if increasing else t
     if op == "SolarizeAdd":
-        return int((m / 10) * 110)
+        return min(128, int((m / 10) * 110))
     if op in ("Color", "Contrast", "Brightness", "Sharpness"):
         if increasing:
             return max(0.1, 1.0 + sign * (m / 10) * 0.9)

@@ -94,9 +94,10 @@ static void test_sampler(void) {
 }
 
 // Repeated augmentation: an epoch of n positions holds the first ceil(n / R) samples of the
-// permutation R times each (the last ones R - 1 times when R does not divide n), the copies in
-// one window of R * VT_REPEAT_WINDOW positions, the pairs (2k, 2k + 1) never an image and its
-// copy, and every position of an epoch its own augmentation key.
+// permutation R times each (those of the last window fewer when R does not divide its length),
+// the copies in one window of R * VT_REPEAT_WINDOW positions, the pairs (2k, 2k + 1) never an
+// image and its copy (but in a last window of a single image), and every position of an epoch
+// its own augmentation key.
 static void test_sampler_repeats(void) {
   const int64_t ns[] = {7, 300, 1000, 1001};
   const int Rs[] = {2, 3, 4};
@@ -127,7 +128,7 @@ static void test_sampler_repeats(void) {
               k == vt_sampler_at(&s, ep * n + q - 1, NULL))
             bad++;  // a pair of an image and its copy
         }
-        // Which samples: the first `unique` of the epoch's permutation, R or R - 1 times.
+        // Which samples: the first `unique` of the epoch's permutation, n positions in all.
         int64_t held = 0;
         for (int64_t q = 0; q < unique; q++) {
           int64_t k = vt_sampler_at(&plain, ep * n + q, NULL);
