@@ -49,7 +49,6 @@ static void set_nonblocking(int fd) {
            strerror(errno));
 }
 
-// Waits until fd is ready for events or the deadline passes (0: it passed).
 static void (*g_connect_check)(void) = NULL;
 void vt_comm_tcp_set_connect_check(void (*check)(void)) { g_connect_check = check; }
 
@@ -62,6 +61,7 @@ int vt_tcp_wait_connecting(int fd, short events, double deadline) {
   }
 }
 
+// Waits until fd is ready for events or the deadline passes (0: it passed).
 int vt_tcp_wait_fd(int fd, short events, double deadline) {
   for (;;) {
     const double left = deadline - vt_tcp_now_s();
