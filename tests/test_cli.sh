@@ -25,6 +25,13 @@ printf -- '--log-dir "runs/q"\n' > "$quoted"
 refuse "holds a quote: the file's words are split at white space, with no quoting" train "@$quoted"
 rm -f "$quoted"
 refuse "--comm-stats writes LOG_DIR/comm.rank<R>.json: give --log-dir DIR too" train --comm-stats 1
+refuse "dp 65536 x --micro-batch-size 65536 = 4294967296 images a step, more than 16777216" plan --model tiny --dp 65536 --micro-batch-size 65536
+refuse "tp 4096 x pp 4096 x dp 256 = 4294967296 ranks: at most 16777216" plan --model tiny --tp 4096 --pp 4096 --dp 256
+"$vit3d" train --model tiny --steps 1 --lr 5e-6 --sched constant --threads 1 > /dev/null 2>&1 &&
+  echo "ok: --lr below the default --min-lr runs under --sched constant (which has no minimum)" ||
+  { echo "FAIL: --lr 5e-6 --sched constant refused"; fail=1; }
+"$vit3d" inspect --help | grep -q "^usage: vit3d inspect DIR" && echo "ok: vit3d inspect --help" ||
+  { echo "FAIL: vit3d inspect --help"; fail=1; }
 refuse "--device: 'tpu' is not one of cpu|cuda" train --device tpu
 refuse "width 1024 over 4 heads is a head dim of 256: the CUDA attention kernels take up to 128 in bf16; use more heads (--heads 8)" train --device cuda --model tiny --width 1024 --heads 4
 refuse "--global-batch-size 10 is not a multiple of dp 1 x --micro-batch-size 4 = 4" train --global-batch-size 10 --micro-batch-size 4
