@@ -43,6 +43,8 @@ void vt_health_catch_preemption(void) {
 
 int vt_health_preempt_signal(void) { return (int)g_signal; }
 
+int vt_health_interrupted(void) { return (int)g_interrupted; }
+
 void vt_health_exit_if_signalled(void) {
   if (!g_signal && !g_interrupted) return;
   fprintf(stderr, "vit3d: %s while the ranks were meeting: stopping (nothing trained yet)\n",
@@ -50,7 +52,6 @@ void vt_health_exit_if_signalled(void) {
   fflush(NULL);
   _exit(g_signal ? VT_EXIT_PREEMPTED : VT_EXIT_INTERRUPTED);
 }
-int vt_health_interrupted(void) { return (int)g_interrupted; }
 
 double vt_health_rss_mib(void) {
   FILE *f = fopen("/proc/self/statm", "r");

@@ -153,11 +153,7 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   blocks_str(c->depth, &shard, sp->blocks, sizeof sp->blocks);
   sp->nslots = vt_schedule_stage_in_flight(&spec, p, &sp->nwsets);
   sp->recomputed = o->recompute_blocks < most ? o->recompute_blocks : most;
-  int again = 0;  // blocks whose forward runs again in the backward: not the frozen ones
-  for (int ch = 0; ch < o->pp_chunks; ch++) {
-    vt_chunk_blocks(c->depth, &shard, ch, &first, &end);
-    for (int b = first; b < end; b++) again += b - first < sp->recomputed && b + 1 >= leading;
-  }
+  const int again = vt_recomputed_blocks(c->depth, &shard, sp->recomputed, leading);
   // with the weights' bf16 copy on CUDA in bf16 (vt_model_hold_weights)
   sp->params = (double)(t.total * 4 + vt_weight_copy_nbytes(t.total, o->device == VT_DEVICE_CUDA,
                                                              o->precision)) * mib;

@@ -148,14 +148,8 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
   }
   int frozen_blocks = 0;  // whose backward the model skips (block i is layer i + 1)
   for (int l = 0; l < m->nblocks; l++) frozen_blocks += m->block_id[l] + 1 < m->frozen_layers;
-  // whose forward runs again in the backward: each chunk's first m->recompute, but frozen ones
-  int recomputed = 0;
-  for (int ch = 0; ch < m->nchunks; ch++) {
-    int first, end;
-    vt_chunk_blocks(m->cfg.depth, &m->shard, ch, &first, &end);
-    for (int b = first; b < end; b++)
-      recomputed += b - first < m->recompute && b + 1 >= m->frozen_layers;
-  }
+  const int recomputed =
+      vt_recomputed_blocks(m->cfg.depth, &m->shard, m->recompute, m->frozen_layers);
   fprintf(f, "{\"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"nblocks\": %d, "
              "\"chunks\": %d, \"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
              "\"zero_padded\": %lld, \"frozen_prefix\": %lld, \"frozen_layers\": %d, "

@@ -69,7 +69,7 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->global_batch == 0) o->global_batch = o->dp * o->micro_batch;
   // The CUDA attention kernels' shared-memory tiles (attention_wmma.cu; fp32 at an H100/H200's
   // 227 KiB): found before start-up, not at the first attention call.
-  const int D = c->width / c->heads, dmax = o->precision == VT_PRECISION_BF16 ? 128 : 96;
+  const int D = vt_cfg_head_dim(c), dmax = o->precision == VT_PRECISION_BF16 ? 128 : 96;
   if ((o->device == VT_DEVICE_CUDA || o->plan_gpus > 0) && D > dmax) {
     int h = (c->width + dmax - 1) / dmax;  // the fewest heads that divide the width and fit
     while (c->width % h) h++;

@@ -147,6 +147,16 @@ void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *e
   vt_stage_blocks(depth, s->pp_size * v, vt_shard_vstage(s, chunk), first, end);
 }
 
+int vt_recomputed_blocks(int depth, const vt_shard *s, int recompute, int frozen_layers) {
+  int n = 0;
+  for (int ch = 0; ch < s->pp_chunks; ch++) {
+    int first, end;
+    vt_chunk_blocks(depth, s, ch, &first, &end);
+    for (int b = first; b < end; b++) n += b - first < recompute && b + 1 >= frozen_layers;
+  }
+  return n;
+}
+
 int64_t vt_params_grad_first(const vt_param_table *t, int frozen_layers) {
   int64_t first = t->total;
   for (int i = 0; i < t->count; i++)

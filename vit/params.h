@@ -90,6 +90,10 @@ void vt_stage_blocks(int depth, int pp_size, int pp_rank, int *first, int *end);
 // Blocks [*first, *end) of chunk `chunk` of the shard's pipeline rank: virtual stage
 // vt_shard_vstage of pp_size * chunks (vt_stage_blocks; the chunk itself with one).
 void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *end);
+// The shard's blocks whose forward runs again in the backward: each chunk's first `recompute`
+// (activation recompute), but those of the frozen prefix (block b is layer b + 1), which run no
+// backward.
+int vt_recomputed_blocks(int depth, const vt_shard *s, int recompute, int frozen_layers);
 // Slice `rank` of `size` equal slices of n elements (the last ones shorter or empty): [*lo,
 // *lo + *count).
 static inline void vt_equal_slice(int64_t n, int rank, int size, int64_t *lo, int64_t *count) {
