@@ -88,6 +88,18 @@ vt_status vt_ds_list_dir(const char *dir, int want_dir, strlist *out, char *err,
   return st;
 }
 
+// An image file of a class folder by its extension (any case): torchvision's ImageFolder's
+// (TIFF among them: vit3d does not decode it, so such a file is a bad image, said by name,
+// not silently no sample) and the GIF and PNM that vit3d decodes.
+static int folder_image(const char *name) {
+  static const char *const kinds[] = {"jpg", "jpeg", "png", "webp", "gif", "bmp",
+                                      "ppm", "pgm",  "pnm", "tif",  "tiff"};
+  const char *dot = strrchr(name, '.');
+  for (size_t i = 0; dot && i < sizeof kinds / sizeof *kinds; i++)
+    if (!strcasecmp(dot + 1, kinds[i])) return 1;
+  return 0;
+}
+
 static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples, char *err,
                              size_t errlen) {
   strlist classes = {0};
@@ -104,14 +116,25 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
     strlist files = {0};
     st = cdir ? vt_ds_list_dir(cdir, 0, &files, err, errlen)
               : vt_fail_input(err, errlen, "out of memory listing %s", root);
-    if (st == VT_OK && files.n == 0)
-      st = vt_fail_input(err, errlen,
-                         "class folder %s has no image files: add images or remove the folder "
-                         "(every folder under %s is a class)",
-                         cdir, root);
-    for (int64_t i = 0; st == VT_OK && i < files.n; i++)
+    // An image by its extension, as torchvision's and timm's ImageFolder take them: a README
+    // or a .DS_Store beside the images is no sample (counted, said by the caller).
+    int64_t images = 0;
+    for (int64_t i = 0; st == VT_OK && i < files.n; i++) {
+      if (!folder_image(files.s[i])) {
+        if (ds->other_files++ == 0)
+          snprintf(ds->other_file, sizeof ds->other_file, "%s/%s", cdir, files.s[i]);
+        continue;
+      }
+      images++;
       if (!vt_ds_strlist_push(samples, vt_ds_join(cdir, files.s[i]), (int32_t)c))
         st = vt_fail_input(err, errlen, "out of memory listing %s", cdir);
+    }
+    if (st == VT_OK && images == 0)
+      st = vt_fail_input(err, errlen,
+                         "class folder %s has no image files (.jpg, .jpeg, .png, .webp, .gif, "
+                         ".bmp, .ppm, .pgm, .pnm, .tif or .tiff; %lld other files): add images "
+                         "or remove the folder (every folder under %s is a class)",
+                         cdir, (long long)files.n, root);
     vt_ds_strlist_free(&files);
     free(cdir);
   }
@@ -302,6 +325,10 @@ vt_status vt_dataset_fingerprint(const char *path, const char *label_key,
   if (st == VT_OK && sources.n == 0 && S_ISDIR(sb.st_mode)) {  // the root and its class folders
     strlist classes = {0};
     st = vt_ds_list_dir(path, 1, &classes, err, errlen);
+    // (and the files taken as images: an entry of a version that took every file is stale)
+    static const char kinds[] = "images\tjpg jpeg png webp gif bmp ppm pgm pnm tif tiff\n";
+    if (st == VT_OK && !vt_ds_strlist_push(&lines, strdup(kinds), 0))
+      st = vt_fail_input(err, errlen, "out of memory");
     if (st == VT_OK && !vt_ds_strlist_push(&sources, strdup(path), 0))
       st = vt_fail_input(err, errlen, "out of memory");
     for (int64_t c = 0; st == VT_OK && c < classes.n; c++)

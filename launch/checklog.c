@@ -14,8 +14,9 @@ void vt_format_figure(char *buf, size_t size, double v) {
 
 void vt_format_eval(char out[3][32], double loss, double top1, double top5) {
   vt_format_figure(out[0], 32, loss);  // a NaN loss (NaN logits) is JSON's null
-  snprintf(out[1], 32, "%.6f", top1);
-  snprintf(out[2], 32, "%.6f", top5);
+  // (no image scored: no top-1 or top-5 either)
+  if (isfinite(top1)) snprintf(out[1], 32, "%.6f", top1); else snprintf(out[1], 32, "null");
+  if (isfinite(top5)) snprintf(out[2], 32, "%.6f", top5); else snprintf(out[2], 32, "null");
 }
 
 // The text of "key": VALUE in a metrics line, up to the next ',' or '}'; 0 when absent.
@@ -50,8 +51,13 @@ vt_status vt_checklog_open(vt_checklog *c, const char *path, double tol, char *e
   size_t cap = 0;
   int64_t alloc = 0, lineno = 0;
   vt_status st = VT_OK;
-  while (st == VT_OK && getline(&line, &cap, f) >= 0) {
+  ssize_t len;
+  while (st == VT_OK && (len = getline(&line, &cap, f)) >= 0) {
     lineno++;
+    if (len > 0 && line[len - 1] != '\n') {  // the last line, cut (a killed run, a full disk)
+      vt_log_info("--check-log %s:%lld: a line cut short, left out", path, (long long)lineno);
+      break;
+    }
     char step[32], loss[32], gnorm[32];
     if (!field(line, "step", step, sizeof step) || !field(line, "loss", loss, sizeof loss) ||
         !field(line, "grad_norm", gnorm, sizeof gnorm)) {

@@ -42,7 +42,7 @@ void vt_checklog_free(vt_checklog *c);
 // A logged figure as metrics.jsonl prints it: "%.9g", or "null" when not finite.
 void vt_format_figure(char *buf, size_t size, double v);
 // An evaluation's loss, top-1 and top-5 as metrics.jsonl prints them ("%.9g", "%.6f", "%.6f";
-// a loss that is not finite as null).
+// a figure that is not finite as null: NaN logits, or no image scored).
 void vt_format_eval(char out[3][32], double loss, double top1, double top5);
 
 #endif

@@ -46,6 +46,10 @@ static vt_status read_index(const char *path, const char *cache, const char *lab
   vt_status st = VT_OK;
   if (!*cached) {
     st = vt_dataset_open_labeled(path, label_key, names, ds, err, errlen);
+    if (st == VT_OK && ds->other_files > 0)
+      vt_log_warn("dataset %s: %lld files in the class folders are not images by their "
+                  "extension (.jpg, .png, .webp, ...) and are left out, such as %s", path,
+                  (long long)ds->other_files, ds->other_file);
     if (st == VT_OK) st = vt_dataset_pack(ds, bytes, n, err, errlen);
     if (st != VT_OK) vt_dataset_free(ds);
     if (st == VT_OK && fp) {
@@ -284,8 +288,10 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
     vt_batch batch;
     char err[512];
     if (vt_loader_next(d->train, &batch, err, sizeof err) != VT_OK) {
-      vt_log_error("%s", err);
-      vt_comm_abort(3);
+      // (every rank ends: the step cannot finish; checkpoints up to the last one stand)
+      vt_log_error("%s; the run stops here (exit %d): mend or remove the file, or train with "
+                   "--bad-image skip, and resume with --resume auto", err, VT_EXIT_FAILED);
+      vt_comm_abort(VT_EXIT_FAILED);
     }
     d->bad += batch.bad, d->wait_s += batch.wait_s;
     pixels = batch.images, targets = batch.labels;

@@ -256,8 +256,8 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
     vt_batch batch = {0};
     be->upload_wait();
     if (loader && vt_loader_next(loader, &batch, err, sizeof err) != VT_OK) {
-      vt_log_error("validation: %s", err);
-      vt_comm_abort(3);
+      vt_log_error("validation: %s; the run stops here (exit %d)", err, VT_EXIT_FAILED);
+      vt_comm_abort(VT_EXIT_FAILED);
     }
     // The batch's dataset indices start at j * stride + offset (vt_loader_config).
     const int64_t at = j * cfg.step_stride + cfg.offset;
@@ -341,7 +341,8 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   free(all_img), free(all_logits), free(all_labels);
   free(rec), free(tops), free(is_bad);
   vt_comm_all_reduce_double(world, acc, 5, VT_REDUCE_SUM);
-  vt_eval_result r = {0, 0, 0, (int64_t)acc[3], (int64_t)acc[4]};
+  // No image scored (all bad): no figures, not a loss of 0 (null in metrics.jsonl).
+  vt_eval_result r = {NAN, NAN, NAN, (int64_t)acc[3], (int64_t)acc[4]};
   if (r.count == 0 && r.bad > 0 && vt_comm_rank(world) == 0)
     vt_log_warn("every validation image (%lld) was bad: the evaluation has no figures; fix the "
                 "files or --val-data", (long long)r.bad);

@@ -13,34 +13,6 @@
 #include "comm.h"
 #include "params.h"
 
-FILE *vt_report_open_metrics(const char *dir, int64_t resumed_at) {
-  if (vt_mkdir_p(dir) != 0) {
-    vt_log_error("cannot create --log-dir %s: %s", dir, strerror(errno));
-    return NULL;
-  }
-  char path[600];
-  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-  if (resumed_at > 0) {
-    // A resumed run continues the log. A line the previous run was cut in the middle of (a
-    // killed rank, a full disk) is dropped first, so that every line stays a JSON object.
-    FILE *old = fopen(path, "r+");
-    if (old && fseek(old, 0, SEEK_END) == 0) {
-      long end = ftell(old), keep = end;
-      while (keep > 0 && fseek(old, keep - 1, SEEK_SET) == 0 && fgetc(old) != '\n') keep--;
-      if (keep < end && ftruncate(fileno(old), keep) != 0)
-        vt_log_warn("cannot drop the cut last line of %s: %s", path, strerror(errno));
-    }
-    if (old) fclose(old);
-  }
-  FILE *f = fopen(path, resumed_at > 0 ? "a" : "w");
-  if (!f) vt_log_error("cannot write %s: %s", path, strerror(errno));
-  else if (resumed_at > 0)
-    vt_log_info("%s: resumed at step %lld, appending (steps after it logged before the resume "
-                "appear again; the last line of a step is the one that counts)", path,
-                (long long)resumed_at);
-  return f;
-}
-
 // The training recipe's options that are off by default, when on: one line each.
 void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
   const int depth = o->model.depth;
@@ -279,37 +251,41 @@ static void tensorboard_step(vt_tfevents **tb, const vt_step_log *l, double tflo
 
 // The progress line every --log-interval steps, the step's metrics.jsonl line and its
 // TensorBoard scalars.
-void vt_report_step(const vt_train_options *o, FILE *metrics, vt_tfevents **tb,
+void vt_report_step(const vt_train_options *o, vt_metrics_log *metrics, vt_tfevents **tb,
                     const vt_step_log *l, double t_elapsed, int64_t steps_done, int world_size) {
   const double tflops = l->image_flops * l->img_s / 1e12;
   const double mfu = o->peak_tflops > 0 ? tflops / (o->peak_tflops * world_size) : 0.0;
   if (tb && *tb) tensorboard_step(tb, l, tflops, mfu, o->peak_tflops > 0);
-  if (metrics) {
+  char *text = NULL;
+  size_t text_len = 0;
+  FILE *line = metrics && metrics->open ? open_memstream(&text, &text_len) : NULL;
+  if (line) {  // written whole (vt_metrics_write)
     // JSON has no NaN: a skipped step's loss or norm is null.
     char loss[32], gnorm[32];
     vt_format_figure(loss, sizeof loss, l->loss);
     vt_format_figure(gnorm, sizeof gnorm, l->gnorm);
-    fprintf(metrics,
+    fprintf(line,
             "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
             "\"img_per_s\": %.3f, \"step_ms\": %.3f, \"model_tflops\": %.6g",
             (long long)l->step, loss, l->lr, gnorm, l->img_s, l->step_ms, tflops);
-    if (o->peak_tflops > 0) fprintf(metrics, ", \"mfu\": %.6g", mfu);
-    fprintf(metrics, ", \"skipped_steps\": %lld, \"bad_images\": %lld", (long long)l->skipped,
+    if (o->peak_tflops > 0) fprintf(line, ", \"mfu\": %.6g", mfu);
+    fprintf(line, ", \"skipped_steps\": %lld, \"bad_images\": %lld", (long long)l->skipped,
             (long long)l->bad_images);
-    if (l->data_wait_ms >= 0) fprintf(metrics, ", \"data_wait_ms\": %.3f", l->data_wait_ms);
+    if (l->data_wait_ms >= 0) fprintf(line, ", \"data_wait_ms\": %.3f", l->data_wait_ms);
     char ev[3][32];
     vt_format_eval(ev, l->ev.loss, l->ev.top1, l->ev.top5);
     if (l->eval_now)
-      fprintf(metrics, ", \"eval_loss\": %s, \"eval_top1\": %s, \"eval_top5\": %s, "
+      fprintf(line, ", \"eval_loss\": %s, \"eval_top1\": %s, \"eval_top5\": %s, "
               "\"eval_views\": %d, \"eval_images\": %lld, \"eval_bad_images\": %lld", ev[0],
               ev[1], ev[2], o->eval_hflip ? 2 : 1, (long long)l->ev.count, (long long)l->ev.bad);
     vt_format_eval(ev, l->ev_ema.loss, l->ev_ema.top1, l->ev_ema.top5);
     if (l->eval_ema)
-      fprintf(metrics, ", \"eval_ema_loss\": %s, \"eval_ema_top1\": %s, \"eval_ema_top5\": %s",
+      fprintf(line, ", \"eval_ema_loss\": %s, \"eval_ema_top1\": %s, \"eval_ema_top5\": %s",
               ev[0], ev[1], ev[2]);
-    if (l->ranks_json[0]) fprintf(metrics, ", %s", l->ranks_json);
-    fprintf(metrics, "}\n");
-    fflush(metrics);
+    if (l->ranks_json[0]) fprintf(line, ", %s", l->ranks_json);
+    fprintf(line, "}\n");
+    if (fclose(line) == 0) vt_metrics_write(metrics, l->step, text, text_len);
+    free(text);
   }
   if (l->step % o->log_interval == 0 || l->step == 1 || l->step == o->steps) {
     double eta = t_elapsed / (double)steps_done * (double)(o->steps - l->step);

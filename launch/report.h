@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "eval.h"
+#include "metrics_log.h"
 #include "mesh.h"
 #include "model.h"
 #include "optim.h"
@@ -28,16 +29,13 @@ typedef struct {
   const char *ranks_json;  // per-rank arrays, or ""
 } vt_step_log;
 
-// metrics.jsonl in dir (created), or NULL with the error logged. A run resumed at step
-// resumed_at > 0 appends to it (after dropping a cut last line), a new run starts it afresh.
-FILE *vt_report_open_metrics(const char *dir, int64_t resumed_at);
 // Rank 0: the recipe's options that are off by default, when on, one line each.
 void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc);
 // Every rank: host, world and local rank, mesh coordinates and device, one line each.
 void vt_report_placement(vt_comm *world, vt_mesh_coord me, const char *device, int threads);
 // Rank 0: the progress line every --log-interval steps, the step's metrics.jsonl line and its
 // TensorBoard scalars (tb may be NULL; a failed write is said once and ends the event file).
-void vt_report_step(const vt_train_options *o, FILE *metrics, vt_tfevents **tb,
+void vt_report_step(const vt_train_options *o, vt_metrics_log *metrics, vt_tfevents **tb,
                     const vt_step_log *l, double t_elapsed, int64_t steps_done, int world_size);
 // This rank's first-step traffic per axis and op to LOG_DIR/comm.rank<R>.json, with what the
 // formulas need to predict it (tests/test_traffic.py).

@@ -185,6 +185,7 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
   }
   vt_comm_wait_sends(x->pp, 0);
   vt_model_release_weights(m);
+  if (x->data) x->loaded_bad = x->data->bad, x->loaded_wait_s = x->data->wait_s;
   if (x->prefetch_next && first_mb >= 0) {  // after every backward: the labels' slot is free
     load_batch(x, step + 1, first_mb, slot_of(x, first_mb, x->data_chunk));
     x->ahead_step = step + 1, x->ahead_mb = first_mb;

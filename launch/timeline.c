@@ -2,6 +2,7 @@
 #include "timeline.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,10 +97,14 @@ static char *rank_text(const vt_timeline *t, const vt_mesh *mesh, int rank, size
     if (e[i].t1 < e[i].t0) continue;  // (never closed: none are, the window ends between steps)
     char name[sizeof e[i].name];
     json_name(name, sizeof name, e[i].name);
+    // Start and end each rounded to the nanosecond, the length their difference: passes back
+    // to back stay so (rounding start and length apart could overlap them by 1 ns).
+    const long long t0 = llround(1e9 * (e[i].t0 - t->t_sync)),
+                    t1 = llround(1e9 * (e[i].t1 - t->t_sync));
     n = append(&s, &cap, n,
                ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, "
                "\"dur\": %.3f}",
-               name, rank, e[i].device, 1e6 * (e[i].t0 - t->t_sync), 1e6 * (e[i].t1 - e[i].t0));
+               name, rank, e[i].device, 1e-3 * (double)t0, 1e-3 * (double)(t1 - t0));
     device |= e[i].device;
   }
   if (device)  // the two tracks named

@@ -239,7 +239,7 @@ static int run_open(train_run *r) {
     ok = 0;
   }
   if (ok && world_rank == 0 && o->log_dir[0])
-    ok = (r->metrics = vt_report_open_metrics(o->log_dir, start_step)) != NULL;
+    ok = vt_metrics_open(&r->metrics, o->log_dir, start_step);
   if (ok && world_rank == 0 && o->log_dir[0] && o->tensorboard && !o->eval_only) {
     r->tb = vt_tfevents_open(o->log_dir, start_step + 1, err, sizeof err);
     if (!r->tb) vt_log_warn("no TensorBoard events: %s", err);
@@ -298,9 +298,9 @@ static void run_end(train_run *r) {
   // A run stopped early (non-finite steps) may leave a checkpoint being written: finish it.
   if (o->save_dir[0] && vt_ckpt_wait(world) != VT_OK && !r->rc) r->rc = VT_EXIT_FAILED;
   free(r->ranks_json);
-  if (r->metrics) fclose(r->metrics);
+  vt_metrics_close(&r->metrics);
   vt_tfevents_close(r->tb);
-  r->metrics = NULL, r->tb = NULL;  // (run_free closes what a failed run_open left open)
+  r->tb = NULL;  // (run_free closes what a failed run_open left open)
   // Rank 0's verdict sets the exit code only at the end: the exports below are collective.
   const int check_failed = world_rank == 0 && o->check_log[0] && vt_checklog_finish(&r->check);
   vt_checklog_free(&r->check);
@@ -353,7 +353,7 @@ static void run_end(train_run *r) {
 static void run_free(train_run *r) {
   vt_stage_ctx *x = &r->x;
   vt_checklog_free(&r->check);
-  if (r->metrics) fclose(r->metrics);
+  vt_metrics_close(&r->metrics);
   vt_tfevents_close(r->tb);
   vt_data_close(&r->data);
   if (x->step_losses) r->be->free(x->step_losses);

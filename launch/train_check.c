@@ -48,6 +48,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--logits-out is for vit3d eval on one rank");
   if (o->eval_only && (!o->val_data[0] || !(o->resume[0] || o->init_from[0])))
     REFUSE("vit3d eval needs --val-data and the weights: --checkpoint DIR or --init-from FILE");
+  if (o->eval_only && o->log_dir[0])
+    REFUSE("--log-dir is a training run's: an evaluation prints its figures and writes no log "
+           "(--predictions FILE writes each image's classes); drop --log-dir");
   if (o->eval_only && o->resume[0] && o->init_from[0])
     REFUSE("vit3d eval takes its weights from --checkpoint DIR or --init-from FILE: give one");
   vt_mesh_order order;
@@ -82,6 +85,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            o->tp, c->heads);
   if (vt_cfg_mlp_hidden(c) % o->tp != 0)
     REFUSE("--tp %d does not divide the MLP width %d", o->tp, vt_cfg_mlp_hidden(c));
+  if (o->sequence_parallel && o->tp > 1 && o->precision == VT_PRECISION_BF16 && c->width % 2)
+    REFUSE("--sequence-parallel 1 in bf16 gathers the bf16 rows two to a float: it needs an "
+           "even --width (have %d); use an even width or --precision fp32", c->width);
   if (o->global_batch % (o->dp * o->micro_batch) != 0)
     REFUSE("--global-batch-size %d is not a multiple of dp %d x --micro-batch-size %d = %d",
            o->global_batch, o->dp, o->micro_batch, o->dp * o->micro_batch);

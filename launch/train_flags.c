@@ -167,12 +167,14 @@ static void print_help(vt_run_mode mode, const vt_opt *opts, int n) {
 static vt_status convert_text(const vt_train_text *x, vt_train_options *o, char *err,
                               size_t errlen) {
   o->device = strcmp(x->device, "cuda") == 0 ? VT_DEVICE_CUDA : VT_DEVICE_CPU;
-  if (o->peak_tflops == 0 && o->device == VT_DEVICE_CUDA) o->peak_tflops = 989;
   // (vit3d plan --gpus sizes GPUs: their default too)
   o->precision = strcmp(x->precision, "bf16") == 0 ||
                          (!x->precision[0] && (o->device == VT_DEVICE_CUDA || o->plan_gpus > 0))
                      ? VT_PRECISION_BF16
                      : VT_PRECISION_FP32;
+  // An H100/H200's dense bf16 peak, or its fp32 one (the fp32 GEMMs use no TF32)
+  if (o->peak_tflops == 0 && o->device == VT_DEVICE_CUDA)
+    o->peak_tflops = o->precision == VT_PRECISION_BF16 ? 989 : 67;
   o->bad_image_fail = strcmp(x->bad_image, "fail") == 0;
   // (opt_name is one of --opt's words)
   const char *opt = x->opt_name;

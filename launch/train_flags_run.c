@@ -303,6 +303,7 @@ const vt_train_flag vt_train_flags_run[] = {
      "1.2x the median; 0: never", NULL},
     {"--peak-tflops", VT_OPT_FLOAT, IN_OPTIONS(peak_tflops), 0, 1e6, "TF",
      "peak TFLOP/s of one rank's device, for MFU in the progress line and metrics; 0: 989 "
-     "(H100/H200 dense bf16) on CUDA, no MFU on CPU", NULL},
+     "(H100/H200 dense bf16) on CUDA, 67 (their fp32) with --precision fp32, no MFU on CPU",
+     NULL},
     {.flag = NULL},  // the end of this part
 };

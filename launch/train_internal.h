@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "data.h"
 #include "mesh.h"
+#include "metrics_log.h"
 #include "model.h"
 #include "optim.h"
 #include "schedule.h"
@@ -54,7 +55,7 @@ typedef struct {
   vt_stage_ctx x;
   vt_ckpt_manifest saved;  // world rank 0: the manifest of the checkpoint resumed from
   vt_checklog check;
-  FILE *metrics;
+  vt_metrics_log metrics;  // rank 0 with --log-dir (metrics.open)
   vt_tfevents *tb;  // TensorBoard's event file beside metrics.jsonl; not needed to train
   int64_t start_step, end_step;
   double t_start, timed_s, busy_s;  // timed_s: the steps after the first, for the idle report;

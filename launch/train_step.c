@@ -146,7 +146,7 @@ static void step_report(train_run *r, int64_t n, const vt_step_log *l) {
     r->busy_s = 0.0, r->report_first = n + 1;
   }
   if (r->world_rank == 0) {
-    vt_report_step(o, r->metrics, &r->tb, l, vt_seconds() - r->t_start, n - r->start_step,
+    vt_report_step(o, &r->metrics, &r->tb, l, vt_seconds() - r->t_start, n - r->start_step,
                    r->world_size);
     vt_save_hook_poll();
   }
@@ -182,15 +182,17 @@ int vt_train_step(train_run *r, int64_t step) {
   }
   // Evaluation uses the training slots between steps: no prefetch into them before one.
   x->prefetch_next = n < r->end_step && !eval_due(o, data, n, r->end_step);
-  const double wait0 = data->wait_s, loss_sum = vt_stage_run(x, r->acts, r->nacts, step);
+  // (the loader's figures of a micro-batch loaded ahead count in the step that uses it)
+  const double wait0 = x->loaded_wait_s, loss_sum = vt_stage_run(x, r->acts, r->nacts, step);
   // Summed over the world: the global loss (the last stage's TP rank 0 of every DP rank holds
   // a share); the bad-image count (the first stage's TP rank 0 of every DP rank, or each of its
   // TP ranks when they split the decoding, each counting its share); a preemption signal (any
   // rank); the ranks still writing their part of a checkpoint; the time the decoding ranks'
   // loaders kept them waiting this step, and their count; SIGINT (any rank).
   const int decodes = data->train && data->need_pixels;
-  double sums[7] = {loss_sum, (double)data->bad, vt_health_preempt_signal() != 0,
-                    vt_ckpt_writing(), data->wait_s - wait0, decodes, vt_health_interrupted()};
+  double sums[7] = {loss_sum, (double)x->loaded_bad, vt_health_preempt_signal() != 0,
+                    vt_ckpt_writing(), x->loaded_wait_s - wait0, decodes,
+                    vt_health_interrupted()};
   if (plant_nan) sums[0] = NAN;
   if (plant_spike) sums[0] *= 100.0;
   if (!(m->has_head && r->me.tp_rank == 0)) sums[0] = 0.0;

@@ -3,7 +3,9 @@
 # unsupported format, a decompression bomb; a cut WebP and a WebP whose frame header claims
 # 16000 x 16000 pixels) inside an ImageFolder passes through one epoch of
 # training on a 2-rank TP mesh under --bad-image skip without a crash, with every bad file counted
-# once in metrics.jsonl; under --bad-image fail the run stops with a message naming a bad file.
+# once in metrics.jsonl, and files that are no images by their extension (README.txt, Thumbs.db)
+# left out of the dataset with one warning; under --bad-image fail the run stops (exit 1) with a
+# message naming a bad file.
 # As validation data the bad files are left out: `vit3d eval` of the folder on TP 2 (the
 # decoding split), PP 2 and DP 2 scores exactly what it scores on a copy without them (the same
 # figures and predictions, the 8 counted as left out).
@@ -31,7 +33,10 @@ open(f"{root}/a_dark/zz_truncated.png", "wb").write(good[: len(good) // 2])
 bad = bytearray(good); bad[60:70] = b"\xff" * 10
 open(f"{root}/b_light/zz_corrupt.png", "wb").write(bytes(bad))
 open(f"{root}/b_light/zz_text.png", "w").write("this is not an image\n")
-open(f"{root}/b_light/zz_format.xyz", "wb").write(b"\x00\x01\x02\x03" * 64)
+open(f"{root}/b_light/zz_format.jpg", "wb").write(b"\x00\x01\x02\x03" * 64)
+# Not images by their extension: left out of the dataset (said once), not bad images.
+open(f"{root}/b_light/README.txt", "w").write("notes\n")
+open(f"{root}/a_dark/Thumbs.db", "wb").write(b"\x00" * 32)
 # A valid PNG header that claims 60000 x 60000 pixels: refused before any allocation.
 ihdr = struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)
 chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
@@ -61,10 +66,14 @@ for f in zz_empty zz_truncated.png zz_corrupt zz_text zz_format zz_bomb.png zz_t
   grep -q "$f" "$work/skip.log" || { echo "FAIL: no warning names $f"; fail=1; }
 done
 echo "skip: one epoch, bad_images = $bad; warnings:"; grep -h "zz_" "$work/skip.log" | sort -u | head -12
+if grep -q "2 files in the class folders are not images by their extension" \
+     "$work/skip.log" && ! grep -q "README.txt:\|Thumbs.db:" "$work/skip.log"; then
+  echo "ok: README.txt and Thumbs.db left out of the dataset (said once), not bad images"
+else echo "FAIL: the non-image files were not left out with a warning"; fail=1; fi
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --bad-image fail \
   > "$work/fail.log" 2>&1
 rc=$?
-if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "zz_" "$work/fail.log"; then
+if [ $rc -ne 1 ] || ! grep -q "zz_.*the run stops here (exit 1)" "$work/fail.log"; then
   echo "FAIL: --bad-image fail gave rc $rc; log:"; tail -10 "$work/fail.log"; fail=1
 else
   echo "fail: stopped with rc $rc: $(grep -h "zz_" "$work/fail.log" | head -1)"

@@ -35,6 +35,8 @@ refuse "tp 4096 x pp 4096 x dp 256 = 4294967296 ranks: at most 16777216" plan --
 refuse "--device: 'tpu' is not one of cpu|cuda" train --device tpu
 refuse "width 1024 over 4 heads is a head dim of 256: the CUDA attention kernels take up to 128 in bf16; use more heads (--heads 8)" train --device cuda --model tiny --width 1024 --heads 4
 refuse "--global-batch-size 10 is not a multiple of dp 1 x --micro-batch-size 4 = 4" train --global-batch-size 10 --micro-batch-size 4
+refuse "--sequence-parallel 1 in bf16 gathers the bf16 rows two to a float: it needs an even --width (have 27)" plan --model tiny --width 27 --heads 3 --depth 2 --tp 3 --sequence-parallel 1 --device cuda
+refuse "--log-dir is a training run's: an evaluation prints its figures and writes no log" eval --val-data x --init-from w.safetensors --log-dir runs/a
 refuse "width 100 is not a multiple of heads 3" train --width 100
 refuse "img-size 225 is not a multiple of patch-size 16" train --img-size 225
 refuse "width 1152 x mlp-ratio 3.73611 is not a whole number: give the MLP's hidden width with --mlp-dim" plan --width 1152 --heads 16 --mlp-ratio 3.73611

@@ -92,7 +92,7 @@ for pid in rows:
         fails.append("rank %d: %s outside every step" % (pid, outside[0]["name"]))
     gpu.sort(key=lambda e: e["ts"])
     for a, b in zip(gpu, gpu[1:]):
-        if a["ts"] + a["dur"] > b["ts"] + 1e-3:
+        if round(1e3 * (a["ts"] + a["dur"])) > round(1e3 * b["ts"]):  # (in whole ns)
             fails.append("rank %d, device: %s and %s overlap" % (pid, a["name"], b["name"]))
             break
 # Causality between neighbouring stages (non-interleaved: chunk 0 only), on the track that
