@@ -137,7 +137,7 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   int first, end, most = 0, nblocks = 0, sends = 0, recvs = 0, frozen = 0;
   const int leading = vt_freeze_leading_layers(&o->optim, c);
   const int last = o->pp * o->pp_chunks - 1;
-  const int fvs = vt_frozen_vstages(c->depth, last + 1, leading);
+  const int fvs = vt_frozen_vstages(c->depth, last + 1, kind == VT_SCHEDULE_ZB_V, leading);
   for (int ch = 0; ch < o->pp_chunks; ch++) {
     vt_chunk_blocks(c->depth, &shard, ch, &first, &end);
     most = end - first > most ? end - first : most;

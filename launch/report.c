@@ -49,8 +49,11 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
     if (fz.leading_layers > 1)
       snprintf(skip, sizeof skip, "the backward skips the embeddings and blocks 0-%d",
                fz.leading_layers - 2);
+    vt_schedule_kind kind = VT_SCHEDULE_1F1B;
+    vt_schedule_parse(o->pp_schedule, &kind);  // (validated)
     const int nvs = o->pp * o->pp_chunks,
-              fvs = vt_frozen_vstages(o->model.depth, nvs, fz.leading_layers);
+              fvs = vt_frozen_vstages(o->model.depth, nvs, kind == VT_SCHEDULE_ZB_V,
+                                      fz.leading_layers);
     if (o->pp > 1 && fvs == 1)
       snprintf(pipe, sizeof pipe, "; virtual pipeline stage 0 of %d, wholly frozen, runs no "
                "backward and gets no gradient", nvs);
@@ -96,6 +99,13 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
                 "(alpha %g) for %g of them, Mixup (alpha %g) for the rest", x->prob,
                 x->cutmix_alpha, cut, x->mixup_alpha);
   }
+  vt_schedule_kind sched = VT_SCHEDULE_1F1B;
+  vt_schedule_parse(o->pp_schedule, &sched);  // (validated)
+  if (o->pp == 1 && o->steps > 0 && (sched == VT_SCHEDULE_GPIPE || sched == VT_SCHEDULE_ZB_H1))
+    vt_log_warn("--pp-schedule %s on one pipeline stage only costs memory (%s): 1f1b, the "
+                "default, computes the same", o->pp_schedule,
+                sched == VT_SCHEDULE_GPIPE ? "every micro-batch's activations kept at once"
+                                           : "the weight passes' inputs kept");
   if (oc->ema_decay > 0)
     vt_log_info("the weights' EMA: decay %g per step%s, evaluated beside the weights",
                 oc->ema_decay,
@@ -133,7 +143,8 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
           vt_cfg_tokens(&m->cfg), m->cfg.width, (long long)m->table.total,
           (long long)(opt->zero ? opt->padded : 0), (long long)opt->base, m->frozen_layers,
           frozen_blocks, recomputed,
-          vt_frozen_vstages(m->cfg.depth, m->shard.pp_size * m->nchunks, m->frozen_layers),
+          vt_frozen_vstages(m->cfg.depth, m->shard.pp_size * m->nchunks, m->shard.pp_vshape,
+                            m->frozen_layers),
           opt->overlap, opt->layers_here,
           opt->started_early, m->cfg.parallel, m->shard.pp_vshape, m->shard.sequence_parallel);
   for (int a = 0; a < VT_AXIS_COUNT; a++) {
@@ -195,7 +206,10 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
     for (int i = 0; i < 4 && k < (int)sizeof line; i++) {
       const int vk = kinds[i] == VT_SCHEDULE_INTERLEAVED || kinds[i] == VT_SCHEDULE_ZB_V ? 2 : 1;
       const vt_schedule_spec other = {kinds[i], p, spec->n_micro, vk,
-                                      vt_frozen_vstages(depth, p * vk, frozen_layers), {0, 0, 0}};
+                                      vt_frozen_vstages(depth, p * vk,
+                                                        kinds[i] == VT_SCHEDULE_ZB_V,
+                                                        frozen_layers),
+                                      {0, 0, 0}};
       if (kinds[i] == spec->kind || (!split && vt_schedule_splits_backward(kinds[i])) ||
           vt_schedule_spec_check(&other, NULL, 0) != VT_OK)
         continue;

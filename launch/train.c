@@ -106,7 +106,9 @@ static int run_start(train_run *r) {
   r->pass_times = vt_train_pass_times(o->pp_pass_times, times);  // (validated)
   vt_schedule_spec spec = {
       r->kind, mesh->pp_size, o->eval_only ? mesh->pp_size : n_micro, o->pp_chunks,
-      o->eval_only ? 0 : vt_frozen_vstages(c->depth, mesh->pp_size * o->pp_chunks, frozen_layers),
+      o->eval_only ? 0
+                   : vt_frozen_vstages(c->depth, mesh->pp_size * o->pp_chunks,
+                                       r->kind == VT_SCHEDULE_ZB_V, frozen_layers),
       {0, 0, 0}};
   if (r->pass_times == 2 && !o->eval_only)
     spec.costs = (vt_schedule_costs){times[0], times[1], times[2]};

@@ -183,7 +183,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
              fz.all_tensors);
     // The pipeline's lists without the gradients of wholly frozen stages: verified as well.
     vt_schedule_spec frozen = spec;
-    frozen.frozen_stages = vt_frozen_vstages(c->depth, o->pp * o->pp_chunks, fz.leading_layers);
+    frozen.frozen_stages = vt_frozen_vstages(c->depth, o->pp * o->pp_chunks,
+                                             kind == VT_SCHEDULE_ZB_V, fz.leading_layers);
     if (!o->eval_only && frozen.frozen_stages > 0 &&
         vt_schedule_verify(&frozen, why, sizeof why) != VT_OK)
       REFUSE("--pp-schedule %s with %s (frozen virtual stages 0-%d): %s", o->pp_schedule, flags,

@@ -151,7 +151,9 @@ vt_status vt_comm_agree(vt_comm *comm, vt_status st, char *err, size_t errlen);
 // thread may be stuck in a collective (over TCP: sockets of its own between rank 0 and each
 // rank). Open is collective over world; it returns 0 where MPI cannot take calls from a second
 // thread, and for a world of one. send does not wait (the caller keeps
-// buf alive); poll receives one waiting message of exactly nbytes, if any (returns 1, *src).
+// buf alive); poll receives one waiting message of exactly nbytes, if any (returns 1, *src), or
+// returns -1 (once, *src) where the peer's side of the channel closed without the goodbye its
+// comm's free sends (TCP: that process ended abnormally; MPI never says so: mpirun ends the job).
 int vt_comm_side_open(vt_comm *world);
 void vt_comm_side_send(vt_comm *world, const void *buf, int nbytes, int dst);
 int vt_comm_side_poll(vt_comm *world, void *buf, int nbytes, int *src);

@@ -111,6 +111,8 @@ extern "C" void vt_comm_nccl_open_links(void *state, int size, int rank) {
   (void)st, (void)size;
 #else
   const int npairs = size == 2 ? 1 : size;
+  float *warm = NULL;  // one float sent over each new link (below)
+  VT_CUDA_CHECK(cudaMalloc((void **)&warm, sizeof(float)));
   for (int round = 0; round < 3; round++) {
     int any = 0, mine = -1;
     for (int i = 0; i < npairs; i++) {
@@ -141,8 +143,18 @@ extern "C" void vt_comm_nccl_open_links(void *state, int size, int rank) {
       if (rank == sender) st->links[k].to[ch] = c;
       else st->links[k].from[ch] = c;
       st->split[st->nsplit++] = c;
+      // Connected here, while both its ranks are at it: NCCL connects a pair lazily, in the first
+      // group that uses it, where a send waits for its receiver's group; two neighbours whose
+      // first sends to each other fell in one exchange (each before its receives) would wait for
+      // each other for ever.
+      VT_NCCL_CHECK(ncclGroupStart());
+      if (rank == sender) VT_NCCL_CHECK(ncclSend(warm, 1, ncclFloat, 1, c, vt_cuda_stream()));
+      else VT_NCCL_CHECK(ncclRecv(warm, 1, ncclFloat, 0, c, vt_cuda_stream()));
+      VT_NCCL_CHECK(ncclGroupEnd());
     }
   }
+  VT_CUDA_CHECK(cudaStreamSynchronize(vt_cuda_stream()));
+  VT_CUDA_CHECK(cudaFree(warm));
   for (int k = 0; k < st->nlinks; k++)
     for (int ch = 0; ch < VT_COMM_CHANNELS; ch++)
       VT_CUDA_CHECK(cudaStreamCreateWithFlags(&st->links[k].sends[ch], cudaStreamNonBlocking));
@@ -258,9 +270,9 @@ static void wait_sent(nccl_state *st, int key) {
 // stream, so the host and the backend's stream go on while a send waits for its receiver, and a
 // channel's send waiting for its receiver holds up no other channel's. A deferred send's buffer
 // is protected by its key's events (nccl_wait_sends); a send with defer 0 has the backend's
-// stream wait for it at once.
+// stream wait for it behind the exchange's receives.
 static void exchange_links(nccl_state *st, const vt_comm_p2p *ops, int n) {
-  int nsend = 0, ready = 0;
+  int nsend = 0, ready = 0, undeferred[VT_NCCL_SEND_STREAMS] = {0};
   for (int i = 0; i < n; i++) {
     if (ops[i].recv) continue;
     nsend++;
@@ -277,17 +289,23 @@ static void exchange_links(nccl_state *st, const vt_comm_p2p *ops, int n) {
       mark_sent(st, ops[i].defer, s);
     } else {
       VT_CUDA_CHECK(cudaEventRecord(st->sends_done[s], stream));
-      VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->sends_done[s], 0));
+      undeferred[s] = 1;
     }
   }
-  if (nsend == n) return;
-  VT_NCCL_CHECK(ncclGroupStart());
-  for (int i = 0; i < n; i++)
-    if (ops[i].recv)
-      VT_NCCL_CHECK(ncclRecv(ops[i].buf, (size_t)ops[i].count, ncclFloat, 0,
-                             st->links[link_to(st, ops[i].peer)].from[ops[i].channel],
-                             vt_cuda_stream()));
-  VT_NCCL_CHECK(ncclGroupEnd());
+  if (nsend < n) {
+    VT_NCCL_CHECK(ncclGroupStart());
+    for (int i = 0; i < n; i++)
+      if (ops[i].recv)
+        VT_NCCL_CHECK(ncclRecv(ops[i].buf, (size_t)ops[i].count, ncclFloat, 0,
+                               st->links[link_to(st, ops[i].peer)].from[ops[i].channel],
+                               vt_cuda_stream()));
+    VT_NCCL_CHECK(ncclGroupEnd());
+  }
+  // The backend's stream waits for the sends with defer 0 only after the receives are queued on
+  // it: before them, a symmetric exchange (each rank sending to the other, as vt_comm_sendrecv)
+  // would deadlock, each send waiting for a receive queued behind the other rank's send.
+  for (int s = 0; s < VT_NCCL_SEND_STREAMS; s++)
+    if (undeferred[s]) VT_CUDA_CHECK(cudaStreamWaitEvent(vt_cuda_stream(), st->sends_done[s], 0));
 }
 
 // The backend's stream waits for the deferred sends of `key` (0: all of them); the host does not.

@@ -307,7 +307,7 @@ int vt_tcp_side_poll(void *s, void *buf, int nbytes, int *src) {
     for (;;) {
       int32_t len = 0;
       if (sd->have[q] >= 4) memcpy(&len, sd->in[q], 4);
-      if (len < 0 || len > 4096) {  // not a message of ours: stop listening there
+      if (len < 0 || len > 4096) {  // a goodbye (-1), or not a message of ours: stop there
         close(sd->fd[q]);
         sd->fd[q] = -1;
         break;
@@ -322,8 +322,10 @@ int vt_tcp_side_poll(void *s, void *buf, int nbytes, int *src) {
       }
       ssize_t k = recv(sd->fd[q], sd->in[q] + sd->have[q], (size_t)want, MSG_DONTWAIT);
       if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        close(sd->fd[q]);  // that rank is gone; the watchdog notices by its silence
+        close(sd->fd[q]);  // closed without the goodbye of vt_tcp_side_free: that rank is gone
         sd->fd[q] = -1;
+        *src = q;
+        return -1;
       }
       if (k <= 0) break;
       sd->have[q] += (int)k;
@@ -335,8 +337,12 @@ int vt_tcp_side_poll(void *s, void *buf, int nbytes, int *src) {
 void vt_tcp_side_free(void *s) {
   side_t *sd = s;
   if (!sd) return;
+  const int32_t bye = -1;  // an end, not a crash, for the watchdogs still running (side_poll)
   for (int q = 0; q < sd->n; q++)
-    if (sd->fd[q] >= 0) close(sd->fd[q]);
+    if (sd->fd[q] >= 0) {
+      (void)send(sd->fd[q], &bye, sizeof bye, MSG_NOSIGNAL | MSG_DONTWAIT);  // (or gone)
+      close(sd->fd[q]);
+    }
   free(sd->fd);
   free(sd->in);
   free(sd->have);

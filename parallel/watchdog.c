@@ -27,6 +27,7 @@ typedef struct {
   char phase[40];
   char host[64];
   char device[24];
+  char error[120];  // the device's (NCCL's) asynchronous error on this rank, or ""
 } wd_record;
 
 static const double k_tick_s = 0.2;     // how often the thread looks
@@ -131,35 +132,47 @@ static void describe(const wd_record *r, char *out, size_t n) {
                     (long long)r->seq[a]);
 }
 
-// Rank 0: one report from the positions gathered (answered[r] says who replied), then the end.
-VT_NORETURN static void report_and_end(const wd_record *recs, const int *answered, int n,
-                                       const char *reason) {
+// Rank 0: one report from the positions gathered (answered[r] says who replied, gone[r] whose
+// process ended without a goodbye), then the end.
+VT_NORETURN static void report_and_end(const wd_record *recs, const int *answered,
+                                       const int *gone, int n, const char *reason) {
   char line[512];
   fprintf(stderr, "\nwatchdog report (--timeout-s %g): %s. Position of every rank:\n", g.timeout_s,
           reason);
-  int stalled = 0, silent = 0;
+  int stalled = 0, silent = 0, failed = 0, ended = 0;
   for (int r = 0; r < n; r++) {
     if (!answered[r]) {
-      fprintf(stderr, "  rank %d: no answer within %.0f s (hung hard, stopped or dead)\n", r,
-              k_collect_s);
-      silent++;
+      if (gone[r])
+        fprintf(stderr, "  rank %d: gone (its process ended without a goodbye: crashed, killed "
+                        "or out of memory)\n", r);
+      else
+        fprintf(stderr, "  rank %d: no answer within %.0f s (hung hard, stopped or dead)\n", r,
+                k_collect_s);
+      silent += !gone[r], ended += gone[r];
       continue;
     }
     describe(&recs[r], line, sizeof line);
-    fprintf(stderr, "  %s\n", line);
-    if (!recs[r].in_comm && overdue(&recs[r])) stalled++;
+    fprintf(stderr, "  %s%s%s\n", line, recs[r].error[0] ? "; device error: " : "",
+            recs[r].error);
+    if (recs[r].error[0]) failed++;
+    else if (!recs[r].in_comm && overdue(&recs[r])) stalled++;
   }
   char names[1024] = "";
   size_t k = 0;
   for (int r = 0; r < n && k < sizeof names; r++) {
-    const int bad = !answered[r] || (!recs[r].in_comm && overdue(&recs[r]));
+    const int bad = !answered[r] || recs[r].error[0] || (!recs[r].in_comm && overdue(&recs[r]));
     if (!bad) continue;
     int w = answered[r] ? snprintf(names + k, sizeof names - k, "%srank %d (host %s, tp %d pp %d dp %d)",
                                    k ? ", " : "", r, recs[r].host, recs[r].tp, recs[r].pp, recs[r].dp)
-                        : snprintf(names + k, sizeof names - k, "%srank %d (no answer)", k ? ", " : "", r);
+                        : snprintf(names + k, sizeof names - k, "%srank %d (%s)", k ? ", " : "", r,
+                                   gone[r] ? "gone" : "no answer");
     if (w > 0) k += (size_t)w;
   }
-  if (stalled + silent > 0)
+  if (failed + ended > 0)
+    fprintf(stderr, "watchdog verdict: failed: %s - a device error, or a process that ended, "
+                    "while the other ranks wait for it. Ending the job (exit %d); resume with "
+                    "--resume auto once the cause is mended.\n", names, VT_EXIT_WATCHDOG);
+  else if (stalled + silent > 0)
     fprintf(stderr, "watchdog verdict: stalled: %s - outside any collective past the limit while "
                     "the other ranks wait for it in theirs. Ending the job (exit %d); resume "
                     "with --resume auto.\n", names, VT_EXIT_WATCHDOG);
@@ -179,7 +192,8 @@ static void *watch(void *arg) {
   const int rank = vt_comm_rank(g.world), n = vt_comm_size(g.world);
   wd_record *recs = rank == 0 ? calloc((size_t)n, sizeof *recs) : NULL;
   int *answered = rank == 0 ? calloc((size_t)n, sizeof *answered) : NULL;
-  VT_CHECK(rank != 0 || (recs && answered), "out of memory for the watchdog");
+  int *gone = rank == 0 ? calloc((size_t)n, sizeof *gone) : NULL;
+  VT_CHECK(rank != 0 || (recs && answered && gone), "out of memory for the watchdog");
   static wd_record out[64];  // send buffers, reused round-robin (sends are never waited on)
   static const wd_record request = {.kind = WD_REQUEST};
   int nout = 0, fired = 0, reporting = 0;
@@ -194,12 +208,27 @@ static void *watch(void *arg) {
     if (!fired && vt_comm_device_error(err, sizeof err)) {
       vt_log_error("watchdog: %s", err);
       snprintf(reason, sizeof reason, "rank %d: %s", rank, err);
-      me.limit_s = 1e-9, me.phase_s = me.comm_s = 1.0;  // report it as stalled here
+      snprintf(g.me.error, sizeof g.me.error, "%.119s", err);  // (in every later snapshot)
+      snprintf(me.error, sizeof me.error, "%.119s", err);
       fired = 1, fired_at = now;
     }
     wd_record msg;
-    int src = -1;
-    while (g.side && vt_comm_side_poll(g.world, &msg, (int)sizeof msg, &src)) {
+    int src = -1, got;
+    while (g.side && (got = vt_comm_side_poll(g.world, &msg, (int)sizeof msg, &src)) != 0) {
+      if (got < 0 && rank != 0) {  // (the others' side channel is to rank 0 alone)
+        vt_log_error("watchdog: world rank 0's process ended without a goodbye (crashed, "
+                     "killed or out of memory); ending this rank (exit %d)", VT_EXIT_WATCHDOG);
+        end_job();
+      }
+      if (got < 0) {  // rank 0 reports at once (a GPU rank may wait in a device op for ever)
+        if (src > 0 && src < n) gone[src] = 1;
+        vt_log_error("watchdog: world rank %d's process ended without a goodbye", src);
+        if (!reporting && !reason[0])
+          snprintf(reason, sizeof reason, "rank %d ended without a goodbye (crashed, killed or "
+                   "out of memory)", src);
+        if (!reporting) reporting = 1, report_t0 = now;
+        continue;
+      }
       if (msg.kind == WD_END && rank != 0) {
         vt_log_error("watchdog: rank 0 ended the job (its report says why); ending this rank "
                      "(exit %d)", VT_EXIT_WATCHDOG);
@@ -210,7 +239,9 @@ static void *watch(void *arg) {
         vt_comm_side_send(g.world, &out[nout++ % 64], (int)sizeof me, 0);
       } else if (msg.kind == WD_RECORD && rank == 0 && src >= 0 && src < n) {
         recs[src] = msg, answered[src] = 1;
-        if (!reporting && msg.fired && !reason[0])
+        if (!reporting && msg.fired && !reason[0] && msg.error[0])
+          snprintf(reason, sizeof reason, "rank %d: %.120s", src, msg.error);
+        else if (!reporting && msg.fired && !reason[0])
           snprintf(reason, sizeof reason, "the limit passed first on rank %d, at step %lld", src,
                    (long long)msg.step);
         if (!reporting) reporting = 1, report_t0 = now;
@@ -235,8 +266,8 @@ static void *watch(void *arg) {
         for (int r = 1; g.side && r < n; r++) vt_comm_side_send(g.world, &request, (int)sizeof request, r);
       recs[0] = me, answered[0] = 1;
       int all = 1;
-      for (int r = 0; r < n; r++) all &= answered[r];
-      if (all || now - report_t0 > k_collect_s) report_and_end(recs, answered, n, reason);
+      for (int r = 0; r < n; r++) all &= answered[r] || gone[r];
+      if (all || now - report_t0 > k_collect_s) report_and_end(recs, answered, gone, n, reason);
     }
     if (rank != 0 && fired && now - fired_at > (g.side ? k_grace_s : 0.0)) {
       vt_log_error("watchdog: rank 0 did not end the job within %.0f s of this rank's report; "
@@ -246,6 +277,7 @@ static void *watch(void *arg) {
   }
   free(recs);
   free(answered);
+  free(gone);
   return NULL;
 }
 

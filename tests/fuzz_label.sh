@@ -18,7 +18,7 @@ i=0
 for s in '7' ' 12\n' '-1' '3.5' '{"label": 3}' '{"a": {"label": 9}, "label": 4}' \
          '{"s": "x\\"label\\": 5", "label": 6}' '{"label": "3"}' '{"label": [1]}' \
          '{"label":-2}' '{"label": 1e3}' '{"x": 0, "label":  17 }' '[{"label": 1}]' '{'; do
-  printf "$s" > "$work/seeds/s$i"; i=$((i + 1))
+  printf '%b' "$s" > "$work/seeds/s$i"; i=$((i + 1))
 done
 printf '"\\"label\\""\n"{"\n"}"\n":"\n"\\\\"\n' > "$work/label.dict"
 fuzz_run label "$bin" "$work/label.dict" "$seconds"

@@ -277,11 +277,14 @@ for _ in $(seq 600); do [ -f "$work/kill/step-00000010/manifest.txt" ] && break;
 victim=$(pgrep -f "^$vit3d train.*$work/kill" | sed -n 3p)  # not another test's rank (ctest -j)
 [ -n "$victim" ] && kill -9 "$victim"
 wait $launcher
-echo "killed rank pid $victim after step 10's checkpoint; mpirun exited with $?"
+rc=$?
+echo "killed rank pid $victim after step 10's checkpoint; mpirun exited with $rc"
 must run kill2 8 --tp 2 --pp 2 --save "$work/kill" --save-interval 5 --resume auto
-cmp -s "$work/straight0/weights.safetensors" "$work/kill2/weights.safetensors" &&
-  echo "ok: relaunch after kill -9 mid-run equals the uninterrupted run" ||
-  { echo "FAIL: relaunch after kill -9 mid-run differs"; fail=1; }
+if [ -z "$victim" ] || [ $rc -eq 0 ]; then  # (nothing killed: only a plain resume was checked)
+  echo "FAIL: kill -9 mid-run: no rank was found to kill, or the run was not ended by it"; fail=1
+elif cmp -s "$work/straight0/weights.safetensors" "$work/kill2/weights.safetensors"; then
+  echo "ok: relaunch after kill -9 mid-run equals the uninterrupted run"
+else echo "FAIL: relaunch after kill -9 mid-run differs"; fail=1; fi
 
 # kill -9 of rank 0 in the middle of the step-15 save (test-only fault switch).
 VT_FAULT=kill-in-save@0:15 timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" \

@@ -23,7 +23,7 @@ static int g_failures = 0;
     }                                                        \
   } while (0)
 
-enum { K = 3, MAXN = 64 };
+enum { K = 3, MAXW = 64, MAXN = K * MAXW };  // worlds of up to MAXW ranks (checked in main)
 
 // What this rank should see in the counters, per axis.
 static vt_comm_counts g_expect[VT_AXIS_COUNT];
@@ -265,6 +265,12 @@ static void check_shape(vt_comm *world, const vt_mesh *mesh, int print_counts) {
 int main(int argc, char **argv) {
   vt_comm *world = vt_comm_world_init(&argc, &argv);
   const int W = vt_comm_size(world);
+  if (W > MAXW) {  // (the buffers hold K floats per rank)
+    if (vt_comm_rank(world) == 0)
+      fprintf(stderr, "test_comm: %d ranks; it takes at most %d\n", W, (int)MAXW);
+    vt_comm_finalize(world);
+    return 2;
+  }
   // Two shapes that multiply to the world: 2x2x2 in the default order and 1x4x2 in the other
   // (a TP comm of one, a four-stage pipeline); other world sizes get TP-only and PP-only meshes.
   vt_mesh shapes[2] = {{W, 1, 1, VT_MESH_TP_DP_PP}, {1, W, 1, VT_MESH_TP_PP_DP}};

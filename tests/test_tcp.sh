@@ -14,7 +14,8 @@
 #     uninterrupted run's bytes;
 #  4. a rank that dies (VT_FAULT=crash) ends the others by themselves within seconds, each naming
 #     the rank it lost; a rank that stalls gets the watchdog's report over the TCP side channel
-#     (every rank's position) and exit 3;
+#     (every rank's position) and exit 3; a rank that dies while rank 0 waits outside TCP (as
+#     a GPU rank waits in a device op) is named gone by rank 0's watchdog at once (exit 3);
 #  5. bad launches stop with a message and exit 2: no MASTER_ADDR, ranks that disagree on the
 #     world size, two processes with one rank, rank 0 or rank 1 never started (a named timeout),
 #     another program on MASTER_PORT (rank 0 cannot listen, rank 1 is never answered: a named
@@ -154,6 +155,23 @@ if [ "$rc" -eq 3 ] && grep -q "watchdog verdict" "$work/stall.log" &&
   echo "ok: rank 3 stalled: the watchdog's report, every rank answering over TCP, exit 3"
 else
   bad "stall: exit $rc"; grep -i "watchdog" "$work/stall.log" | head -20
+fi
+
+# A rank that dies while rank 0 waits outside any TCP operation (as a GPU rank waits inside a
+# device one): rank 0's watchdog learns it from the side channel (no goodbye) and ends the job
+# at once, long before --timeout-s.
+t0=$SECONDS
+VT_FAULT=stall@0:3,crash@1:3 SPAWN_GRACE=60 timeout 120 "$spawn" 4 "$vit3d" "${common[@]}" \
+  --dp 4 "${long[@]}" --timeout-s 100 > "$work/gone.log" 2>&1
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q "spawn.sh: rank 0 exited with 3" "$work/gone.log" &&
+   [ $((SECONDS - t0)) -lt 60 ] &&
+   grep -q "rank 1: gone (its process ended without a goodbye" "$work/gone.log" &&
+   grep -q "watchdog verdict: failed: rank 1 (gone)" "$work/gone.log"; then
+  echo "ok: rank 1 died while rank 0 stalled: rank 0's watchdog named it gone and ended the" \
+    "job in $((SECONDS - t0)) s (--timeout-s 100)"
+else
+  bad "a dead rank seen by the side channel: exit $rc"; grep -i "watchdog" "$work/gone.log" | head
 fi
 
 # 5. Bad launches.

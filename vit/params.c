@@ -72,10 +72,18 @@ static void norm(builder *b, int layer, int64_t C, const char *prefix, int parti
   b->t->p[b->t->count - 1].tp_partial = b->t->p[b->t->count - 2].tp_partial = partial;
 }
 
-void vt_stage_blocks(int depth, int pp_size, int pp_rank, int *first, int *end) {
-  int base = depth / pp_size, extra = depth % pp_size, light = pp_size - extra;
-  *first = pp_rank * base + (pp_rank > light ? pp_rank - light : 0);
-  *end = *first + base + (pp_rank >= light ? 1 : 0);
+// Whether virtual stage vs of nvs is one of the `extra` that get a block more (params.h).
+static int gets_extra(int nvs, int vshape, int extra, int vs) {
+  if (!vshape) return vs >= nvs - extra;
+  const int p = nvs / 2, first_round = extra < p ? extra : p;  // chunk 0 of ranks p-1, p-2, ...
+  return vs < p ? vs >= p - first_round : vs < extra;  // then chunk 1 (stages p, p+1, ...)
+}
+
+void vt_stage_blocks(int depth, int nvs, int vshape, int vs, int *first, int *end) {
+  const int base = depth / nvs, extra = depth % nvs;
+  *first = vs * base;
+  for (int v = 0; v < vs; v++) *first += gets_extra(nvs, vshape, extra, v);
+  *end = *first + base + gets_extra(nvs, vshape, extra, vs);
 }
 
 // LayerScale's gamma (C): replicated; under sequence parallelism each TP rank scales only its
@@ -144,7 +152,7 @@ static void map_head(builder *b, const vt_vit_config *cfg, int tp_size) {
 void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *end) {
   const int v = s->pp_chunks;
   VT_CHECK(v >= 1 && chunk >= 0 && chunk < v, "chunk %d of %d", chunk, v);
-  vt_stage_blocks(depth, s->pp_size * v, vt_shard_vstage(s, chunk), first, end);
+  vt_stage_blocks(depth, s->pp_size * v, s->pp_vshape, vt_shard_vstage(s, chunk), first, end);
 }
 
 int vt_recomputed_blocks(int depth, const vt_shard *s, int recompute, int frozen_layers) {
@@ -168,10 +176,10 @@ int64_t vt_params_grad_first(const vt_param_table *t, int frozen_layers) {
   return first;
 }
 
-int vt_frozen_vstages(int depth, int nvstages, int frozen_layers) {
+int vt_frozen_vstages(int depth, int nvstages, int vshape, int frozen_layers) {
   int vs = 0, first, end;
   for (; vs < nvstages - 1; vs++) {
-    vt_stage_blocks(depth, nvstages, vs, &first, &end);
+    vt_stage_blocks(depth, nvstages, vshape, vs, &first, &end);
     if (end + 1 > frozen_layers) break;  // block end - 1 is layer end
   }
   return vs;

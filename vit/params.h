@@ -83,10 +83,14 @@ static inline int vt_shard_has_head(const vt_shard *s) {
   return s->pp_vshape ? s->pp_rank == 0 : s->pp_rank == s->pp_size - 1;
 }
 
-// Blocks [*first, *end) of a pipeline stage. Blocks are split as evenly as possible; when depth
-// does not divide, the last depth % pp_size stages get one more, so the first stage (which also
-// runs the patch embedding and keeps the most micro-batches in flight under 1F1B) gets fewest.
-void vt_stage_blocks(int depth, int pp_size, int pp_rank, int *first, int *end);
+// Blocks [*first, *end) of virtual stage vs of nvs (pipeline stages times chunks; vshape: ZB-V's
+// V, where chunk 1 of rank r is stage 2 pp - 1 - r). Blocks are split as evenly as possible; when
+// depth does not divide, depth % nvs stages get one more: the last ones, so that the first stage
+// (which also runs the patch embedding and keeps the most micro-batches in flight under 1F1B)
+// gets fewest; in a V, whose rank 0 holds the first and the last stage (the embedding and the
+// head), those of the ranks farthest from rank 0 (chunk 0 of rank pp - 1, pp - 2, ..., then their
+// chunk 1 likewise).
+void vt_stage_blocks(int depth, int nvs, int vshape, int vs, int *first, int *end);
 // Blocks [*first, *end) of chunk `chunk` of the shard's pipeline rank: virtual stage
 // vt_shard_vstage of pp_size * chunks (vt_stage_blocks; the chunk itself with one).
 void vt_chunk_blocks(int depth, const vt_shard *s, int chunk, int *first, int *end);
@@ -106,7 +110,7 @@ static inline void vt_equal_slice(int64_t n, int rank, int size, int64_t *lo, in
 // prefix of frozen_layers layers (vt_model.frozen_layers: the embeddings, then blocks 0, 1, ...):
 // they have no backward to run, and no gradient needs to reach them (vt_schedule_spec's
 // frozen_stages). Never the last (the head's).
-int vt_frozen_vstages(int depth, int nvstages, int frozen_layers);
+int vt_frozen_vstages(int depth, int nvstages, int vshape, int frozen_layers);
 
 typedef struct {
   vt_param *p;
