@@ -30,10 +30,12 @@ extern const char *const vt_fashion_mnist_classes[10];
 // shards in webdataset's layout (dataset.h): shard-000000.tar, ... of per_shard samples each,
 // sample i of the source as "%08d.png" or "%08d.jpg" (by its bytes' signature) with "%08d.cls",
 // in one fixed shuffled order (so that streaming readers do not see classes in runs), and
-// out_dir/classes.txt ("label<TAB>name" lines). Each shard is written under a temporary name and
-// renamed when whole. An unreadable source file, one that is neither PNG nor JPEG, and an
-// out_dir that already holds .tar files are VT_ERR_INPUT with a message naming them; a call that
-// fails removes the shards it wrote, so it can be run again.
+// out_dir/classes.txt ("label<TAB>name" lines). The shards are written (synced) into
+// out_dir/.partial and moved into out_dir when all are whole, classes.txt last; a call stopped on
+// the way leaves no shard in out_dir, and the next call clears its .partial. A prepare into a
+// folder another holds (out_dir/.vit3d-prepare.lock, flock), an unreadable source file, one that
+// is neither PNG, JPEG nor WebP, and an out_dir that already holds .tar files are VT_ERR_INPUT
+// with a message naming them; a call that fails removes what it wrote, so it can be run again.
 vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_shard,
                             int64_t *samples, int *shards, char *err, size_t errlen);
 

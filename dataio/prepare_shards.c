@@ -2,9 +2,13 @@
 // (prepare.h). Must not depend on MPI, a backend or the model.
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "dataset.h"
@@ -25,18 +29,30 @@ static int holds_shards(const char *dir) {
   int found = 0;
   for (struct dirent *e; d && !found && (e = readdir(d));) {
     size_t n = strlen(e->d_name);
-    found = n > 4 && !strcmp(e->d_name + n - 4, ".tar");
+    found = n > 4 && !strcasecmp(e->d_name + n - 4, ".tar");  // (the reader's any case)
   }
   if (d) closedir(d);
   return found;
 }
 
-// Writes shard s (samples order[first, end)) as OUT/shard-NNNNNN.tar through a temporary name.
+// The files of dir (the staging folder), removed, then dir itself.
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  char path[4352];
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    remove(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
+// Writes shard s (samples order[first, end)) as STAGE/shard-NNNNNN.tar, synced.
 static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t first,
-                             int64_t end, const char *out_dir, int s, char *err, size_t errlen) {
-  char path[4096], tmp[4112];
-  snprintf(path, sizeof path, "%s/shard-%06d.tar", out_dir, s);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+                             int64_t end, const char *stage, int s, char *err, size_t errlen) {
+  char tmp[4352];
+  snprintf(tmp, sizeof tmp, "%s/shard-%06d.tar", stage, s);
   FILE *f = fopen(tmp, "wb");
   if (!f) return vt_fail_input(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
   vt_status st = VT_OK;
@@ -61,14 +77,30 @@ static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t
       st = vt_fail_input(err, errlen, "writing %s: %s", tmp, strerror(errno));
     free(bytes);
   }
-  if (st == VT_OK && vt_tar_finish(f) != 0)
+  if (st == VT_OK && (vt_tar_finish(f) != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0))
     st = vt_fail_input(err, errlen, "writing %s: %s", tmp, strerror(errno));
   if (fclose(f) != 0 && st == VT_OK)
     st = vt_fail_input(err, errlen, "writing %s: %s", tmp, strerror(errno));
-  if (st == VT_OK && rename(tmp, path) != 0)
-    st = vt_fail_input(err, errlen, "renaming %s: %s", tmp, strerror(errno));
-  if (st != VT_OK) remove(tmp);
   return st;
+}
+
+// OUT/.vit3d-prepare.lock, held (flock) while this call writes: the fd, or -1 with err set when
+// another prepare holds it.
+static int lock_out(const char *out_dir, char *err, size_t errlen) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/.vit3d-prepare.lock", out_dir);
+  const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    vt_fail_input(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    return -1;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    vt_fail_input(err, errlen, "another vit3d prepare is writing into %s (it holds %s): let it "
+                  "finish, or choose another folder", out_dir, path);
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_shard,
@@ -76,11 +108,32 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
   if (per_shard < 1) return vt_fail_input(err, errlen, "samples per shard must be at least 1");
   if (vt_mkdir_p(out_dir) != 0)
     return vt_fail_input(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
-  if (holds_shards(out_dir))
+  const int lock = lock_out(out_dir, err, errlen);
+  if (lock < 0) return VT_ERR_INPUT;
+  if (holds_shards(out_dir)) {
+    close(lock);
     return vt_fail_input(err, errlen, "%s holds .tar files already: remove them or choose "
                          "another folder", out_dir);
+  }
+  // The shards are written into OUT/.partial and moved into OUT when all are whole, so that a
+  // prepare stopped on the way (killed, a time limit) leaves no shards a run would read as the
+  // whole set; a rerun clears what such a one left.
+  char stage[4096];
+  snprintf(stage, sizeof stage, "%s/.partial", out_dir);
+  if (access(stage, F_OK) == 0) {
+    fprintf(stderr, "vit3d prepare: removing %s, left by a prepare that was stopped\n", stage);
+    remove_dir(stage);
+  }
+  if (vt_mkdir_p(stage) != 0) {
+    close(lock);
+    return vt_fail_input(err, errlen, "cannot create %s: %s", stage, strerror(errno));
+  }
   vt_dataset ds;
-  if (vt_dataset_open(src, &ds, err, errlen) != VT_OK) return VT_ERR_INPUT;
+  if (vt_dataset_open(src, &ds, err, errlen) != VT_OK) {
+    remove_dir(stage);
+    close(lock);
+    return VT_ERR_INPUT;
+  }
   // A fixed shuffle (Philox, seed 0): shards that a streaming reader takes in order are not
   // sorted by class. vit3d itself samples across all shards, so order does not matter to it.
   int64_t *order = malloc((size_t)ds.count * sizeof *order);
@@ -94,20 +147,32 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
   int n = 0;
   for (int64_t first = 0; st == VT_OK && first < ds.count; first += per_shard, n++) {
     int64_t end = first + per_shard < ds.count ? first + per_shard : ds.count;
-    st = write_shard(&ds, order, first, end, out_dir, n, err, errlen);
+    st = write_shard(&ds, order, first, end, stage, n, err, errlen);
   }
   // The class names, for people: the shards hold only numbers.
-  char path[4096];
-  snprintf(path, sizeof path, "%s/classes.txt", out_dir);
+  char path[4352], to[4352];
+  snprintf(path, sizeof path, "%s/classes.txt", stage);
   FILE *f = st == VT_OK ? fopen(path, "w") : NULL;
   for (int c = 0; f && c < ds.num_classes; c++) fprintf(f, "%d\t%s\n", c, ds.class_names[c]);
   if (st == VT_OK && (!f || fclose(f) != 0))
     st = vt_fail_input(err, errlen, "writing %s: %s", path, strerror(errno));
-  if (st != VT_OK)  // no half-made set that a rerun would refuse: remove what this call wrote
+  // All whole: into OUT, the shards first, classes.txt last.
+  for (int k = 0; st == VT_OK && k <= n; k++) {
+    const char *name = k < n ? "shard-%06d.tar" : "classes.txt";
+    char leaf[32];
+    snprintf(leaf, sizeof leaf, name, k);
+    snprintf(path, sizeof path, "%s/%s", stage, leaf);
+    snprintf(to, sizeof to, "%s/%s", out_dir, leaf);
+    if (rename(path, to) != 0)
+      st = vt_fail_input(err, errlen, "moving %s into %s: %s", path, out_dir, strerror(errno));
+  }
+  if (st != VT_OK)  // no half-made set that a rerun would refuse: remove what this call moved
     for (int k = 0; k < n; k++) {
       snprintf(path, sizeof path, "%s/shard-%06d.tar", out_dir, k);
       remove(path);
     }
+  remove_dir(stage);
+  close(lock);
   if (samples) *samples = ds.count;
   if (shards) *shards = n;
   free(order);

@@ -27,7 +27,10 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
                 oc->nesterov ? "Nesterov" : "plain", oc->momentum, oc->weight_decay,
                 oc->trust_clip ? "min(1, " : "", VT_LARS_TRUST, oc->weight_decay, oc->eps,
                 oc->trust_clip ? " / its lr)" : "");
-  if (o->drop_path > 0)
+  if (o->drop_path > 0 && o->drop_path_uniform)
+    vt_log_info("drop path: each residual branch of every block dropped per image with "
+                "probability %g", o->drop_path);
+  else if (o->drop_path > 0)
     vt_log_info("drop path: each residual branch of block i of %d dropped per image with "
                 "probability %g * i / %d", depth, o->drop_path, depth > 1 ? depth - 1 : 1);
   if (o->proj_drop > 0 || o->pos_drop > 0 || o->head_drop > 0)

@@ -127,6 +127,7 @@ static int run_start(train_run *r) {
   vt_model_init(m, c, shard, r->tp, B, r->nslots, r->nwsets, o->recompute_blocks, frozen_layers,
                 be, o->seed);
   m->drop_path = o->drop_path;
+  m->drop_path_uniform = o->drop_path_uniform;
   m->proj_drop = o->proj_drop;
   m->attn_drop = o->attn_drop;
   m->pos_drop = o->pos_drop;

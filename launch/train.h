@@ -53,6 +53,7 @@ typedef struct {
   int bce_loss;             // 1: binary cross-entropy over the classes (vt_bce_fwd) in training
   float bce_thresh;         // its binary targets' threshold (vt_model.bce_thresh); < 0: soft
   float drop_path;          // stochastic depth rate of the last block (timm's drop_path_rate)
+  int drop_path_uniform;    // 1: of every block (DeiT III's models_v2), not a ramp from 0
   float proj_drop, attn_drop, pos_drop, head_drop;  // dropout: timm's proj_drop, attn_drop,
                                                     // pos_drop and drop rates
   vt_mix_config mix;        // Mixup/CutMix of pairs of the stream (dataio/mix.h)

@@ -105,6 +105,9 @@ const vt_train_flag vt_train_flags_run[] = {
     {"--drop-path", VT_OPT_FLOAT, IN_OPTIONS(drop_path), 0, 0.99, "RATE",
      "stochastic depth as timm's drop_path_rate: block i of D drops each residual branch per "
      "image with probability RATE * i / (D - 1), keyed by the image's stream position", NULL},
+    {"--drop-path-uniform", VT_OPT_INT, IN_OPTIONS(drop_path_uniform), 0, 1, "N",
+     "1: every block drops at --drop-path's RATE (DeiT III's and CaiT's models_v2: "
+     "[drop_path_rate] * depth), not the ramp from 0", NULL},
     {"--proj-drop", VT_OPT_FLOAT, IN_OPTIONS(proj_drop), 0, 0.99, "P",
      "dropout as timm's proj_drop_rate: each element of every block's attention output, MLP "
      "hidden units and MLP output dropped with probability P (the rest scaled by 1 / (1 - P)), "

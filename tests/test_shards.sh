@@ -260,6 +260,28 @@ else
   echo "prepare shards refused a bad source file, no shard left: $(cat "$work/prep_bad.log")"
 fi
 
+# A prepare into a folder another prepare holds is refused; a stopped prepare's staging folder
+# (OUT/.partial: nothing of it in OUT itself) is cleared by the next one.
+mkdir -p "$work/prep_busy" "$work/prep_left/.partial"
+touch "$work/prep_left/.partial/shard-000000.tar"
+flock "$work/prep_busy/.vit3d-prepare.lock" sleep 5 &
+holder=$!
+sleep 0.5
+"$vit3d" prepare shards "$work/folder" "$work/prep_busy" 10 > "$work/prep_busy.log" 2>&1
+rc=$?
+wait $holder
+"$vit3d" prepare shards "$work/folder" "$work/prep_left" 10 > "$work/prep_left.log" 2>&1
+rc2=$?
+if [ $rc -eq 1 ] && grep -q "another vit3d prepare is writing into" "$work/prep_busy.log" &&
+   ! ls "$work/prep_busy"/*.tar > /dev/null 2>&1 && [ $rc2 -eq 0 ] &&
+   grep -q "removing .*prep_left/.partial, left by a prepare that was stopped" "$work/prep_left.log" &&
+   [ ! -e "$work/prep_left/.partial" ] && [ "$(ls "$work/prep_left" | grep -c '\.tar$')" -ge 1 ]; then
+  echo "prepare shards: a held folder refused; a stopped prepare's .partial cleared by the next"
+else
+  echo "FAIL: prepare shards with another prepare at work ($rc) or after a stopped one ($rc2)"
+  cat "$work/prep_busy.log" "$work/prep_left.log"; ls -a "$work/prep_left"; fail=1
+fi
+
 # A damaged shard: every rank stops at start with exit 2 and says which shard and where.
 mkdir "$work/bad"
 "$py" -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[1536 + 10] ^= 1; open(sys.argv[2], 'wb').write(b)" \

@@ -17,10 +17,13 @@ static int kept(const vt_drop_mask *m, int b) { return (int)(m->keep[b >> 5] >> 
 
 void test_drop_path_masks(void) {
   // timm's ramp torch.linspace(0, rate, depth): nothing drops in block 0, rate in the last.
-  EXPECT(vt_drop_path_keep(0.2f, 0, 12) == 1.0, "block 0 keeps everything");
-  EXPECT(fabs(vt_drop_path_keep(0.2f, 11, 12) - 0.8) < 1e-7, "last block drops at the rate");
-  EXPECT(fabs(vt_drop_path_keep(0.2f, 4, 11) - 0.92) < 1e-7, "block 4 of 11 drops 0.08");
-  EXPECT(vt_drop_path_keep(0.2f, 0, 1) == 1.0, "one block: linspace(0, r, 1) = [0]");
+  EXPECT(vt_drop_path_keep(0.2f, 0, 0, 12) == 1.0, "block 0 keeps everything");
+  EXPECT(fabs(vt_drop_path_keep(0.2f, 0, 11, 12) - 0.8) < 1e-7, "last block drops at the rate");
+  EXPECT(fabs(vt_drop_path_keep(0.2f, 0, 4, 11) - 0.92) < 1e-7, "block 4 of 11 drops 0.08");
+  for (int l = 0; l < 12; l++)  // DeiT III's models_v2: [drop_path_rate] * depth
+    EXPECT(fabs(vt_drop_path_keep(0.2f, 1, l, 12) - 0.8) < 1e-7, "uniform: block %d at the rate",
+           l);
+  EXPECT(vt_drop_path_keep(0.2f, 0, 0, 1) == 1.0, "one block: linspace(0, r, 1) = [0]");
   // Bernoulli(keep) per sample: the kept fraction of 4096 samples within 4 sigma, for branches
   // of several blocks; the (layer, branch) streams differ from each other.
   enum { B = VT_DROP_PATH_MAX_SAMPLES };

@@ -187,6 +187,7 @@ typedef struct {
   // Drop path (stochastic depth) rate of the last block; 0 (vt_model_init's) turns it off. Set
   // before the first forward.
   float drop_path;
+  int drop_path_uniform;  // 1: every block at the rate (vt_drop_path_keep), not the ramp
   // Dropout probabilities (timm's proj_drop_rate: the attention's output, the MLP's hidden units
   // and its output in every block, only the hidden units in parallel blocks; attn_drop_rate: the
   // attention's probabilities; pos_drop_rate: the embedding's output; drop_rate: the head's
@@ -295,8 +296,9 @@ static inline int64_t vt_model_local_rows(const vt_model *m, int B) {
 
 // Drop path as timm's VisionTransformer(drop_path_rate=rate) has it: block `layer` (0-based, of
 // depth) drops each branch of each sample with probability rate * layer / (depth - 1), the
-// ramp of torch.linspace(0, rate, depth); returns the keep probability, 1 when nothing drops.
-double vt_drop_path_keep(float rate, int layer, int depth);
+// ramp of torch.linspace(0, rate, depth); uniform: every block with probability rate (CaiT's
+// and DeiT III's models_v2); returns the keep probability, 1 when nothing drops.
+double vt_drop_path_keep(float rate, int uniform, int layer, int depth);
 // The mask of branch `branch` (0 attention, 1 MLP) of block `layer` for stream positions
 // sample0 .. sample0 + B - 1 (B <= VT_DROP_PATH_MAX_SAMPLES): sample b keeps it when the
 // uniform vt_rng_uniform(seed, vt_hash_name("drop_path"), 2 * layer + branch, sample0 + b) is

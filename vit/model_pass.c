@@ -41,7 +41,8 @@ static void take_rows(const vt_model *m, float *local, const float *full, int B)
   zero_padding(m, local, B);
 }
 
-double vt_drop_path_keep(float rate, int layer, int depth) {
+double vt_drop_path_keep(float rate, int uniform, int layer, int depth) {
+  if (uniform) return 1.0 - (double)rate;
   return depth > 1 ? 1.0 - (double)rate * layer / (depth - 1) : 1.0;
 }
 
@@ -81,7 +82,8 @@ static vt_block_noise block_noise(const vt_model *m, int l, const vt_model_slot 
   const int layer = m->block_id[l];
   const int64_t N = vt_cfg_tokens(&m->cfg), C = m->cfg.width;
   const int64_t row0 = first_row(m, B);
-  const double keep = vt_drop_path_keep(m->drop_path, layer, m->cfg.depth);
+  const double keep =
+      vt_drop_path_keep(m->drop_path, m->drop_path_uniform, layer, m->cfg.depth);
   if (keep < 1.0) {
     for (int branch = 0; branch < 2; branch++) {
       vt_drop_path_mask(&path[branch], m->seed, layer, branch, keep, sl->sample0, B, N);
