@@ -289,16 +289,20 @@ vt_status vt_dataset_open_labeled(const char *path, const char *label_key, const
   return VT_OK;
 }
 
-// One fingerprint line per source: "path<TAB>size<TAB>seconds.nanoseconds of mtime".
+// One fingerprint line per source: "path<TAB>size<TAB>mtime<TAB>ctime<TAB>inode" (times as
+// seconds.nanoseconds). The change time and the inode too, as git's index keeps them: an archive
+// extracted or a tree copied with its times kept (tar, cp -a, rsync -a) brings back the mtimes,
+// but its folders are new files with new change times.
 static int fingerprint_line(strlist *out, const char *path, char *err, size_t errlen) {
   struct stat sb;
   if (stat(path, &sb) != 0) {
     vt_fail_input(err, errlen, "dataset %s: %s", path, strerror(errno));
     return 0;
   }
-  char line[64];
-  snprintf(line, sizeof line, "\t%lld\t%lld.%09ld\n", (long long)sb.st_size,
-           (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec);
+  char line[128];
+  snprintf(line, sizeof line, "\t%lld\t%lld.%09ld\t%lld.%09ld\t%llu\n", (long long)sb.st_size,
+           (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec, (long long)sb.st_ctim.tv_sec,
+           (long)sb.st_ctim.tv_nsec, (unsigned long long)sb.st_ino);
   char *s = malloc(strlen(path) + strlen(line) + 1);
   if (s) strcat(strcpy(s, path), line);
   if (!vt_ds_strlist_push(out, s, 0)) {  // frees s when it fails

@@ -60,7 +60,7 @@ vt_status vt_dataset_open_labeled(const char *path, const char *label_key, const
 void vt_dataset_free(vt_dataset *ds);
 
 // What the index of path was made from, as text that changes when the index may have: a line
-// "path<TAB>size<TAB>mtime" per shard (shards, after a "label key<TAB>KEY" line and the class
+// "path<TAB>size<TAB>mtime<TAB>ctime<TAB>inode" per shard (shards, after a "label key<TAB>KEY" line and the class
 // names file's line where names_path is given), for the root
 // and each class folder (ImageFolder: a file added, removed or renamed changes its folder's
 // time) or for the list file. One stat per shard or class, none per image. *text malloc'd. For

@@ -12,9 +12,11 @@
 # naming the flag, and with --label-key label or json:label log the folder run's figures bit for
 # bit, as does json:meta.label (a field of a nested object), and KEY.txt and json:name holding
 # class names with --label-names (vit3d prepare's classes.txt); an index cache keeps the keys'
-# indexes apart (--label-key target is another run).
+# indexes apart (--label-key target is another run), and a folder extracted again from another
+# version of its archive with the same times is indexed again (not its stale cache entry).
 # `vit3d prepare shards` writes shards that Python's tarfile
-# reads back to the source's bytes and labels, each sample once. A damaged shard stops every rank at
+# reads back to the source's bytes and labels, each sample once; a second prepare into a folder
+# one holds is refused, and a stopped one's staging folder cleared by the next. A damaged shard stops every rank at
 # start with exit 2 and a message naming the shard and the byte.
 set -uo pipefail
 vit3d=$1
@@ -108,6 +110,26 @@ if [ "$hits" -ne 2 ] || [ "$writes" -ne 2 ]; then
   grep "dataset" "$work/check_same1.log" "$work/check_same2.log"; fail=1
 else
   echo "index cache: the first run wrote both shard indexes, the second read them and logged the same 12 steps"
+fi
+# A folder replaced by another version of it with the same times (an archive extracted, as tar
+# and cp -a keep them) is indexed again, not taken from the cache: its change times are new.
+mkdir -p "$work/v1" "$work/ext"
+cp -r "$work/folder" "$work/v1/ds"
+tar -C "$work/v1" --mtime=@1600000000 -cf "$work/v1.tar" ds
+mv "$work/v1/ds/c0/$(ls "$work/v1/ds/c0" | head -1)" "$work/v1/ds/c0/zz_renamed.png"
+tar -C "$work/v1" --mtime=@1600000000 -cf "$work/v2.tar" ds
+one=(train --model tiny --img-size 32 --patch-size 8 --num-classes 3 --micro-batch-size 2
+     --global-batch-size 2 --steps 1 --threads 1 --loader-threads 1 --index-cache "$work/cache_v")
+tar -C "$work/ext" -xf "$work/v1.tar" && "$vit3d" "${one[@]}" --data "$work/ext/ds" \
+  > "$work/v1.log" 2>&1
+rm -rf "$work/ext/ds" && tar -C "$work/ext" -xf "$work/v2.tar" &&
+  "$vit3d" "${one[@]}" --data "$work/ext/ds" > "$work/v2.log" 2>&1
+if grep -q "written to the cache" "$work/v1.log" && grep -q "written to the cache" "$work/v2.log" &&
+   ! grep -q "index from the cache" "$work/v2.log"; then
+  echo "index cache: a folder extracted again from another archive with the same times is indexed again"
+else
+  echo "FAIL: the index cache took a replaced folder's stale entry"; grep "dataset" "$work/v2.log"
+  fail=1
 fi
 # The weights' EMA evaluations too: another EMA decay trains the same steps (loss and grad norm
 # equal) but evaluates other averaged weights, which --check-log names (exit 5); the same decay
