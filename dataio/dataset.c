@@ -157,7 +157,7 @@ static int blank(const char *s) {
 // Classes named "0".."max_label": labels may have gaps (a class no sample uses); the model still
 // needs max + 1 outputs.
 vt_status vt_ds_number_classes(vt_dataset *ds, int32_t max_label, char *err, size_t errlen) {
-  ds->num_classes = max_label + 1;
+  ds->num_classes = max_label + 1, ds->numbered = 1;
   ds->class_names = calloc((size_t)ds->num_classes, sizeof(char *));
   if (!ds->class_names) return vt_fail_input(err, errlen, "out of memory");
   for (int c = 0; c < ds->num_classes; c++) {
@@ -380,7 +380,7 @@ void vt_dataset_free(vt_dataset *ds) {
 
 // ---- the index as bytes ---------------------------------------------------------------------
 
-#define PACK_MAGIC 0x76743364737431ULL  // "vt3dst1"
+#define PACK_MAGIC 0x76743364737432ULL  // "vt3dst2"
 
 // Strings one after another, each with its NUL.
 static size_t strings_nbytes(char *const *s, int64_t n) {
@@ -401,10 +401,10 @@ static uint8_t *put_strings(uint8_t *p, char *const *s, int64_t n) {
 
 vt_status vt_dataset_pack(const vt_dataset *ds, uint8_t **bytes, size_t *nbytes, char *err,
                           size_t errlen) {
-  const int64_t head[7] = {(int64_t)PACK_MAGIC, ds->count, ds->num_classes, ds->nshards,
+  const int64_t head[8] = {(int64_t)PACK_MAGIC, ds->count, ds->num_classes, ds->nshards,
                            (int64_t)strings_nbytes(ds->paths, ds->count),
                            (int64_t)strings_nbytes(ds->class_names, ds->num_classes),
-                           (int64_t)strings_nbytes(ds->shard_paths, ds->nshards)};
+                           (int64_t)strings_nbytes(ds->shard_paths, ds->nshards), ds->numbered};
   const size_t per = sizeof(int32_t) + (ds->nshards ? sizeof(int32_t) + 2 * sizeof(int64_t) : 0);
   const size_t n = sizeof head + (size_t)ds->count * per + (size_t)(head[4] + head[5] + head[6]);
   uint8_t *b = malloc(n ? n : 1), *p = b;
@@ -450,13 +450,14 @@ vt_status vt_dataset_unpack(const uint8_t *bytes, size_t nbytes, vt_dataset *ds,
                             size_t errlen) {
   memset(ds, 0, sizeof *ds);
   const uint8_t *p = bytes, *end = bytes + nbytes;
-  int64_t head[7];
+  int64_t head[8];
   if (!take(&p, end, head, sizeof head) || head[0] != (int64_t)PACK_MAGIC || head[1] < 0 ||
       head[2] < 0 || head[2] > INT32_MAX || head[3] < 0 || head[3] > INT32_MAX ||
       head[1] > (int64_t)(nbytes / sizeof(int32_t)))
     return vt_fail_input(err, errlen, "the dataset index received is not one (%zu bytes)", nbytes);
   const int64_t count = head[1];
   ds->count = count, ds->num_classes = (int)head[2], ds->nshards = (int)head[3];
+  ds->numbered = head[7] != 0;
   int ok = (ds->labels = malloc((size_t)(count ? count : 1) * sizeof(int32_t))) &&
            take(&p, end, ds->labels, (size_t)count * sizeof(int32_t));
   if (ok && ds->nshards) {

@@ -18,6 +18,7 @@ typedef struct {
   int32_t *labels;      // count entries, in [0, num_classes)
   int num_classes;
   char **class_names;   // num_classes entries (ImageFolder: folder names; else "0".."K-1")
+  int numbered;         // 1: the classes are label numbers (a list; shards without names)
   // Tar shards (nshards 0 otherwise): sample i's image is bytes [offset[i], offset[i] + size[i])
   // of shard shard_of[i], whose file stays open on shard_fds (pread: any thread may read).
   int nshards;

@@ -102,25 +102,29 @@ static vt_status open_dataset(vt_comm *world, const char *path, const char *cach
   return failed ? VT_ERR_INPUT : VT_OK;
 }
 
-// Whether the classes' names are only their numbers "0".."K-1" (a list file's, or shards'
-// without --label-names): their labels are numbers, not names.
-static int numbered_classes(const vt_dataset *ds) {
-  char num[16];
-  for (int c = 0; c < ds->num_classes; c++) {
+// A numbered dataset's classes "0".."K-1" (its K is its largest label + 1: a validation set
+// without the last classes has fewer).
+static void number_classes(vt_dataset *ds, int K) {
+  char **names = calloc((size_t)K, sizeof *names);
+  VT_CHECK(names != NULL, "out of host memory for %d class names", K);
+  for (int c = 0; c < K; c++) {
+    char num[16];
     snprintf(num, sizeof num, "%d", c);
-    if (strcmp(ds->class_names[c], num) != 0) return 0;
+    VT_CHECK((names[c] = strdup(num)) != NULL, "out of host memory");
   }
-  return 1;
+  for (int c = 0; c < ds->num_classes; c++) free(ds->class_names[c]);
+  free(ds->class_names);
+  ds->class_names = names, ds->num_classes = K;
 }
 
 // The validation set's labels by class name, as the training set numbers them, where both name
 // their classes: an ImageFolder numbers its sorted folder names, so a validation folder lacking
 // a class would shift every later label, and one named otherwise would pair labels by position.
-// A class the training set lacks is refused. Where either numbers its classes, the numbers
-// count, as they are (a class-count check follows).
+// A class the training set lacks is refused. Where either numbers its classes (a list file,
+// shards without --label-names), the numbers count, as they are (a class-count check follows).
 static vt_status val_labels_by_name(vt_dataset *val, const vt_dataset *train,
                                     const vt_train_options *o, char *err, size_t errlen) {
-  if (numbered_classes(val) || numbered_classes(train)) return VT_OK;
+  if (val->numbered || train->numbered) return VT_OK;
   int *to = malloc((size_t)val->num_classes * sizeof *to);
   VT_CHECK(to != NULL, "out of host memory for %d class names", val->num_classes);
   int moved = 0;
@@ -207,6 +211,10 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
     if (d->has_val && val_labels_by_name(&d->val_ds, &d->train_ds, o, err, errlen) != VT_OK)
       return VT_ERR_INPUT;
   }
+  // A numbered validation set whose largest label is below the model's last class (a subset
+  // without the last classes): its labels are the model's as they are.
+  if (d->has_val && d->val_ds.numbered && d->val_ds.num_classes < o->model.num_classes)
+    number_classes(&d->val_ds, o->model.num_classes);
   if (d->has_val && d->val_ds.num_classes != o->model.num_classes) {
     if (o->eval_only)  // the checkpoint's (or the weights') classes
       snprintf(err, errlen, "--val-data %s has %d classes but the model has %d: give the "
