@@ -126,20 +126,77 @@ static int json_int_field(const char *s, size_t n, const char *path, long long *
   return read_int(s, n, &at, out) ? 1 : -1;
 }
 
-// The string at path, its bytes [*lo, *hi) of text (escapes not undone): 1, -1 a field that is
-// not a string or holds an escape, else json_path's verdict.
-static int json_string_field(const char *text, size_t n, const char *path, size_t *lo,
-                             size_t *hi) {
+// The 4 hex digits at s as a number, or -1.
+static long hex4(const char *s, size_t n) {
+  long v = 0;
+  for (size_t i = 0; i < 4; i++) {
+    const char c = i < n ? s[i] : 0;
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    v = 16 * v + d;
+  }
+  return v;
+}
+
+// Code point u as UTF-8 at out[*k] (room for 4 bytes checked by the caller).
+static void put_utf8(char *out, size_t *k, long u) {
+  if (u < 0x80) {
+    out[(*k)++] = (char)u;
+  } else if (u < 0x800) {
+    out[(*k)++] = (char)(0xc0 | (u >> 6)), out[(*k)++] = (char)(0x80 | (u & 0x3f));
+  } else if (u < 0x10000) {
+    out[(*k)++] = (char)(0xe0 | (u >> 12)), out[(*k)++] = (char)(0x80 | ((u >> 6) & 0x3f));
+    out[(*k)++] = (char)(0x80 | (u & 0x3f));
+  } else {
+    out[(*k)++] = (char)(0xf0 | (u >> 18)), out[(*k)++] = (char)(0x80 | ((u >> 12) & 0x3f));
+    out[(*k)++] = (char)(0x80 | ((u >> 6) & 0x3f)), out[(*k)++] = (char)(0x80 | (u & 0x3f));
+  }
+}
+
+// The string at path, its escapes undone (\" \\ \/ \b \f \n \r \t and \uXXXX, surrogate
+// pairs included, as UTF-8: Python's json.dumps writes non-ASCII names so by default) into out
+// (cap bytes, *len of them used): 1, -1 a field that is not a string (or a bad escape, or a
+// string longer than out), else json_path's verdict.
+static int json_string_field(const char *text, size_t n, const char *path, char *out,
+                             size_t cap, size_t *len) {
   const char *s = text;
-  size_t at = 0;
+  size_t at = 0, k = 0;
   const int got = json_path(&s, &n, path, &at);
   if (got != 1) return got;
   if (at >= n || s[at] != '"') return -1;
-  size_t e = at + 1;
-  while (e < n && s[e] != '"' && s[e] != '\\') e++;
-  if (e >= n || s[e] != '"') return -1;
-  *lo = (size_t)(s - text) + at + 1, *hi = (size_t)(s - text) + e;
-  return 1;
+  for (size_t e = at + 1; e < n; e++) {
+    if (k + 4 > cap) return -1;
+    if (s[e] == '"') {
+      *len = k;
+      return 1;
+    }
+    if (s[e] != '\\') {
+      out[k++] = s[e];
+      continue;
+    }
+    if (++e >= n) return -1;
+    static const char escaped[] = "\"\\/bfnrt", meant[] = "\"\\/\b\f\n\r\t";
+    const char *simple = s[e] ? strchr(escaped, s[e]) : NULL;
+    if (simple) {
+      out[k++] = meant[simple - escaped];
+      continue;
+    }
+    if (s[e] != 'u') return -1;
+    long u = hex4(s + e + 1, n - e - 1);
+    e += 4;
+    if (u >= 0xd800 && u < 0xdc00) {  // a high surrogate: its low one follows
+      const long lo = e + 2 < n && s[e + 1] == '\\' && s[e + 2] == 'u'
+                          ? hex4(s + e + 3, n - e - 3) : -1;
+      if (lo < 0xdc00 || lo >= 0xe000) return -1;
+      u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
+      e += 6;
+    } else if (u < 0 || (u >= 0xdc00 && u < 0xe000)) {
+      return -1;
+    }
+    put_utf8(out, &k, u);
+  }
+  return -1;
 }
 
 // ---- class names -------------------------------------------------------------------------------
@@ -159,6 +216,8 @@ vt_status vt_label_names_load(const char *path, vt_label_names *out, char *err, 
   int32_t cap = 0;
   vt_status st = VT_OK;
   for (int line_no = 1; st == VT_OK && fgets(line, sizeof line, f); line_no++) {
+    if (line_no == 1 && !strncmp(line, "\xef\xbb\xbf", 3))  // a UTF-8 byte order mark
+      memmove(line, line + 3, strlen(line + 3) + 1);
     size_t len = strcspn(line, "\r\n");
     if (line[len] == '\0' && !feof(f)) {
       snprintf(err, errlen, "--label-names %s: line %d is longer than %zu bytes", path, line_no,
@@ -257,17 +316,18 @@ vt_status vt_label_parse(const char *key, const char *text, size_t n, int32_t ma
   if (strncmp(key, JSON_PREFIX, strlen(JSON_PREFIX)) == 0) {
     const char *field = key + strlen(JSON_PREFIX);
     int got = json_int_field(text, n, field, &v);
-    size_t lo, hi;
-    if (got == -1 && json_string_field(text, n, field, &lo, &hi) == 1) {
+    char str[1024];  // (as a --label-names line)
+    size_t len;
+    if (got == -1 && json_string_field(text, n, field, str, sizeof str, &len) == 1) {
       if (!names) {
         snprintf(why, whylen, "has that field as the string '%.*s', not a class number (class "
-                 "names need --label-names FILE)", (int)(hi - lo < 40 ? hi - lo : 40), text + lo);
+                 "names need --label-names FILE)", (int)(len < 40 ? len : 40), str);
         return VT_ERR_INPUT;
       }
-      const int32_t c = vt_label_names_find(names, text + lo, hi - lo);
+      const int32_t c = vt_label_names_find(names, str, len);
       if (c < 0) {
         snprintf(why, whylen, "names class '%.*s', which --label-names does not list",
-                 (int)(hi - lo < 60 ? hi - lo : 60), text + lo);
+                 (int)(len < 60 ? len : 60), str);
         return VT_ERR_INPUT;
       }
       *label = c;

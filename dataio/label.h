@@ -23,8 +23,9 @@ vt_status vt_label_key_check(const char *key, char *err, size_t errlen);
 void vt_label_member_kind(const char *key, char *kind, size_t len);
 
 // Class names (--label-names FILE): class c is the file's line c, either the name alone or
-// "c<TAB>name" as `vit3d prepare` writes classes.txt. Blank lines, repeated names and numbers
-// out of order are refused (VT_ERR_INPUT naming the line).
+// "c<TAB>name" as `vit3d prepare` writes classes.txt (a UTF-8 byte order mark at its start is
+// skipped). Blank lines, repeated names and numbers out of order are refused (VT_ERR_INPUT
+// naming the line). A JSON string field's escapes are undone before its name is looked up.
 typedef struct {
   int32_t count;
   char **names;    // by class

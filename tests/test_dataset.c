@@ -549,14 +549,17 @@ static void test_label_parse(void) {
   // count bounds them. Bad files are refused naming the line.
   char path[64] = "/tmp/vt_names_XXXXXX";
   const int fd = mkstemp(path);
-  const char *files[] = {"tench\ngoldfish\ngreat white shark\n",
-                         "0\ttench\n1\tgoldfish\n2\tgreat white shark\n"};
-  for (int v = 0; fd >= 0 && v < 2; v++) {
+  // (the third with a UTF-8 byte order mark, as some editors save; class 3 is "café 🐟")
+  const char *files[] = {"tench\ngoldfish\ngreat white shark\ncaf\xc3\xa9 \xf0\x9f\x90\x9f\n",
+                         "0\ttench\n1\tgoldfish\n2\tgreat white shark\n3\tcaf\xc3\xa9 \xf0\x9f\x90\x9f\n",
+                         "\xef\xbb\xbf" "0\ttench\n1\tgoldfish\n2\tgreat white shark\n3\tcaf\xc3\xa9 "
+                         "\xf0\x9f\x90\x9f\n"};
+  for (int v = 0; fd >= 0 && v < 3; v++) {
     FILE *f = fopen(path, "w");
     fputs(files[v], f);
     fclose(f);
     vt_label_names names;
-    EXPECT(vt_label_names_load(path, &names, err, sizeof err) == VT_OK && names.count == 3,
+    EXPECT(vt_label_names_load(path, &names, err, sizeof err) == VT_OK && names.count == 4,
            "names file %d: %s", v, err);
     const struct {
       const char *key, *text;
@@ -564,15 +567,20 @@ static void test_label_parse(void) {
     } named[] = {{"cls", "goldfish", 1},
                  {"txt", " great white shark\n", 2},
                  {"cls", "2", 2},
-                 {"cls", "3", -1},
+                 {"cls", "4", -1},
                  {"cls", "gold", -1},
                  {"cls", "goldfish2", -1},
                  {"json:c", "{\"c\": \"tench\"}", 0},
                  {"json:m.c", "{\"m\": {\"c\": \"great white shark\"}}", 2},
-                 {"json:c", "{\"c\": \"ten\\u0063h\"}", -1},
+                 {"json:c", "{\"c\": \"ten\\u0063h\"}", 0},  // JSON's escapes undone
+                 {"json:c", "{\"c\": \"great\\u0020white\\/shark\"}", -1},
+                 {"json:c", "{\"c\": \"great\\u0020white shark\"}", 2},
+                 {"json:c", "{\"c\": \"caf\\u00e9 \\ud83d\\udc1f\"}", 3},  // json.dumps's
+                 {"json:c", "{\"c\": \"caf\\u00e9 \\ud83d\"}", -1},  // a lone surrogate
+                 {"json:c", "{\"c\": \"ten\\qch\"}", -1},                // no such escape
                  {"json:c", "{\"c\": 1}", 1},
                  {"json:c", "{\"c\": \"carp\"}", -1}};
-    for (size_t i = 0; names.count == 3 && i < sizeof named / sizeof named[0]; i++) {
+    for (size_t i = 0; names.count == 4 && i < sizeof named / sizeof named[0]; i++) {
       int32_t got = -1;
       char why[160] = "";
       vt_status st = vt_label_parse(named[i].key, named[i].text, strlen(named[i].text), 1000,
