@@ -35,17 +35,46 @@
 #include "train_internal.h"
 #include "watchdog.h"
 
+// Whether another world rank picked this rank's GPU (by UUID, 4 x 32 bits per rank over the
+// world): said by this rank, naming the other. Collective.
+static int gpu_shared(vt_comm *world, const unsigned char id[16], const char *device) {
+  const int n = vt_comm_size(world), me = vt_comm_rank(world);
+  double *all = calloc((size_t)4 * n, sizeof *all);
+  VT_CHECK(all != NULL, "out of host memory for %d ranks' GPU ids", n);
+  for (int k = 0; k < 4; k++)
+    all[4 * me + k] = (double)(((uint32_t)id[4 * k] << 24) | ((uint32_t)id[4 * k + 1] << 16) |
+                               ((uint32_t)id[4 * k + 2] << 8) | id[4 * k + 3]);
+  vt_comm_all_reduce_double(world, all, 4 * n, VT_REDUCE_SUM);
+  int other = -1;
+  const int known = all[4 * me] || all[4 * me + 1] || all[4 * me + 2] || all[4 * me + 3];
+  for (int q = 0; known && q < n && other < 0; q++)  // (a driver without UUIDs: not checked)
+    if (q != me && !memcmp(&all[4 * q], &all[4 * me], 4 * sizeof *all)) other = q;
+  if (other >= 0)
+    vt_log_error("--device cuda: world rank %d has the GPU this rank picked (%s): each rank "
+                 "needs a GPU of its own; start at most as many ranks per node as it has GPUs, "
+                 "or show each rank its own (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES)",
+                 other, device);
+  free(all);
+  double shared = other >= 0;
+  vt_comm_all_reduce_double(world, &shared, 1, VT_REDUCE_MAX);
+  return shared != 0;
+}
+
 // This rank's backend: its device (the GPU of its local rank), described in device; NULL on
-// every rank when any rank has none (all stop together).
+// every rank when any rank has none, or two share one (all stop together).
 static const vt_backend *open_backend(const vt_train_options *o, vt_comm *world, char *device,
                                       size_t size) {
-  double picked = vt_backend_select(o->device, vt_comm_local_rank(world), device, size) == 0;
+  unsigned char id[16];
+  double picked =
+      vt_backend_select(o->device, vt_comm_local_rank(world), device, size, id) == 0;
   const char *hint =
       o->device == VT_DEVICE_CUDA ? "; to train on the CPU instead, give --device cpu" : "";
   if (!picked)
     vt_log_error("--device %s: %s%s", o->device == VT_DEVICE_CUDA ? "cuda" : "cpu", device, hint);
   vt_comm_all_reduce_double(world, &picked, 1, VT_REDUCE_MIN);
   if (!picked) return NULL;
+  if (o->device == VT_DEVICE_CUDA && vt_comm_size(world) > 1 && gpu_shared(world, id, device))
+    return NULL;
   const char *why = NULL;
   const vt_backend *be = vt_backend_get(o->device, &why);
   double have = be != NULL;

@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "vt_trace.h"
 
@@ -17,7 +18,7 @@
 extern const vt_backend vt_cpu_backend;
 #ifdef VT_HAVE_CUDA
 const vt_backend *vt_cuda_backend_get(const char **why);
-int vt_cuda_select(int index, char *desc, size_t desclen);
+int vt_cuda_select(int index, char *desc, size_t desclen, unsigned char id[16]);
 size_t vt_cuda_memory_used(void);
 #endif
 
@@ -43,13 +44,15 @@ const vt_backend *vt_backend_get(vt_device device, const char **why) {
 #endif
 }
 
-int vt_backend_select(vt_device device, int local_rank, char *desc, size_t desclen) {
+int vt_backend_select(vt_device device, int local_rank, char *desc, size_t desclen,
+                      unsigned char id[16]) {
+  memset(id, 0, 16);
   if (device == VT_DEVICE_CPU) {
     snprintf(desc, desclen, "cpu");
     return 0;
   }
 #ifdef VT_HAVE_CUDA
-  return vt_cuda_select(local_rank, desc, desclen);
+  return vt_cuda_select(local_rank, desc, desclen, id);
 #else
   (void)local_rank;
   snprintf(desc, desclen, "this vit3d was built without CUDA (configure with -DVT_CUDA=ON)");

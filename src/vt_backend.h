@@ -233,10 +233,13 @@ struct vt_backend {
 const vt_backend *vt_backend_get(vt_device device, const char **why);
 
 // Picks this process's device before the first vt_backend_get: for CUDA the GPU numbered
-// local_rank on its host (one GPU per rank; its ranks on the host come from MPI, not from the
-// environment). Writes what it picked ("cpu", "cuda:1 NVIDIA H200 139.8 GiB") to desc; returns
-// 0, or 1 with the reason in desc (too few GPUs, none, no CUDA in this build).
-int vt_backend_select(vt_device device, int local_rank, char *desc, size_t desclen);
+// local_rank modulo the GPUs it sees (one GPU per rank; its ranks on the host come from MPI or
+// the launcher, not from CUDA_VISIBLE_DEVICES; a rank shown only its own GPU, as by srun
+// --gpus-per-task, takes GPU 0), with that GPU's UUID in id (zeros for the CPU): the caller
+// refuses two ranks with one GPU. Writes what it picked ("cpu", "cuda:1 NVIDIA H200 139.8 GiB")
+// to desc; returns 0, or 1 with the reason in desc (no GPU, too old, no CUDA in this build).
+int vt_backend_select(vt_device device, int local_rank, char *desc, size_t desclen,
+                      unsigned char id[16]);
 
 // Device memory in use on this process's GPU in bytes (what the driver reports: ours and the
 // libraries'), or 0 for the CPU.

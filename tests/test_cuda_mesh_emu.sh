@@ -22,7 +22,8 @@
 # writes its zero moments and EMA) and frozen norms inside ZeRO-1's shards with the EMA. The
 # pipeline runs time their passes with the devices' timing events: each reports its stages' idle,
 # and ZB-V's build their order for the times (--pp-pass-times auto). One GPU per rank, chosen by
-# local rank; more ranks than GPUs are refused. Tolerances as test_cuda_train_emu.sh's. The
+# local rank; two ranks on one GPU are refused (by the GPUs' UUIDs), ranks each shown a GPU of
+# their own are not. Tolerances as test_cuda_train_emu.sh's. The
 # emulation aborts where a send's buffer is written before its stream's work is waited for. Not seen
 # here: real NCCL's concurrency (the emulation posts each message at its call and completes it when
 # its stream's work is needed); tests/gpu/run.sh on a GPU sees one rank of it. The 2x2x2 mesh
@@ -167,11 +168,17 @@ for r in 0 1; do
     fail=1
   fi
 done
-# One GPU for two ranks on this host: refused, naming what to do.
+# One GPU for two ranks on this host: refused, naming what to do; each rank shown a GPU of its
+# own (srun --gpus-per-task=1: one GPU visible to each, another one's) trains.
 out=$(EMU_GPUS=1 timeout 300 mpirun -np 2 --oversubscribe -x EMU_GPUS "$emu" "${args[@]}" \
       --device cuda --dp 2 < /dev/null 2>&1)
-if grep -q "this host runs more ranks than it has GPUs: local rank 1, 1 GPU visible" <<<"$out"; then
-  echo "ok: 2 ranks on 1 GPU refused: $(grep -o 'this host runs more ranks.*' <<<"$out" | head -n 1)"
+if grep -q "world rank 0 has the GPU this rank picked (cuda:0 CPU-emulated GPU" <<<"$out"; then
+  echo "ok: 2 ranks on 1 GPU refused: $(grep -o 'world rank 0 has the GPU.*' <<<"$out" | head -n 1)"
 else echo "FAIL: 2 ranks on 1 GPU: $out"; fail=1; fi
+if EMU_GPUS=1 timeout 300 mpirun -np 2 --oversubscribe -x EMU_GPUS bash -c \
+     'EMU_GPU_BASE=$OMPI_COMM_WORLD_LOCAL_RANK exec "$0" "$@"' "$emu" "${args[@]}" \
+     --device cuda --dp 2 < /dev/null > "$work/own_gpu.log" 2>&1; then
+  echo "ok: 2 ranks each shown one GPU of its own train"
+else echo "FAIL: 2 ranks each shown its own GPU:"; tail -5 "$work/own_gpu.log"; fail=1; fi
 echo "test_cuda_mesh_emu: $([ $fail = 0 ] && echo passed || echo FAILED)"
 exit $fail

@@ -391,9 +391,10 @@ static int build_runs_on(int major, int minor) {
   return runs || 10 * major + minor >= last;
 }
 
-// One GPU per rank: the index-th GPU of the host. Before the first vt_cuda_backend_get, which
-// creates the stream and the cuBLAS handle on the current device.
-extern "C" int vt_cuda_select(int index, char *desc, size_t desclen) {
+// One GPU per rank: GPU index modulo the GPUs visible (vt_backend_select), its UUID in id.
+// Before the first vt_cuda_backend_get, which creates the stream and the cuBLAS handle on the
+// current device.
+extern "C" int vt_cuda_select(int index, char *desc, size_t desclen, unsigned char id[16]) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count < 1) {
@@ -402,12 +403,7 @@ extern "C" int vt_cuda_select(int index, char *desc, size_t desclen) {
     (void)cudaGetLastError();
     return 1;
   }
-  if (index >= count) {
-    snprintf(desc, desclen, "this host runs more ranks than it has GPUs: local rank %d, %d GPU%s "
-             "visible; start at most %d rank%s per node (one GPU each)", index, count,
-             count == 1 ? "" : "s", count, count == 1 ? "" : "s");
-    return 1;
-  }
+  index %= count;  // (more ranks than GPUs here: the caller finds two ranks on one GPU)
   cudaDeviceProp prop;
   err = cudaSetDevice(index);
   if (err == cudaSuccess) err = cudaGetDeviceProperties(&prop, index);
@@ -431,6 +427,7 @@ extern "C" int vt_cuda_select(int index, char *desc, size_t desclen) {
   }
   snprintf(desc, desclen, "cuda:%d %s %.1f GiB", index, prop.name,
            (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+  memcpy(id, prop.uuid.bytes, 16);
   return 0;
 }
 

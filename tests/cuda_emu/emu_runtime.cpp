@@ -234,8 +234,11 @@ cudaError_t cudaGetDeviceCount(int *n) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int i) {
   snprintf(p->name, sizeof p->name, "CPU-emulated GPU");
+  const char *base = getenv("EMU_GPU_BASE");  // (a launcher showing each rank its own GPUs)
+  memset(p->uuid.bytes, 0, sizeof p->uuid.bytes);
+  snprintf(p->uuid.bytes, sizeof p->uuid.bytes, "emu-gpu %d", i + (base ? atoi(base) : 0));
   p->totalGlobalMem = (size_t)8 << 30;
   const char *cc = getenv("EMU_CC");  // the compute capability it claims, as 90
   const int v = cc ? atoi(cc) : 90;

@@ -209,13 +209,14 @@ int main(int argc, char **argv) {
   }
   vt_vit_config cfg;
   char err[256], desc[320];
+  unsigned char gpu_id[16];
   if (vt_config_preset(model, &cfg, err, sizeof err) != VT_OK) {
     fprintf(stderr, "bench_gpu: %s\n", err);
     return 2;
   }
   const vt_device dev = on_cpu ? VT_DEVICE_CPU : VT_DEVICE_CUDA;
   const char *why = NULL;
-  if (vt_backend_select(dev, 0, desc, sizeof desc) != 0) {
+  if (vt_backend_select(dev, 0, desc, sizeof desc, gpu_id) != 0) {
     printf("SKIP: %s\n", desc);
     return 77;
   }

@@ -49,7 +49,12 @@ static inline float4 make_float4(float x, float y, float z, float w) {
   return v;
 }
 typedef struct {
+  char bytes[16];
+} cudaUUID_t;
+typedef struct {
   char name[256];
+  cudaUUID_t uuid;  // "emu-gpu" and the GPU's number plus EMU_GPU_BASE (default 0): the GPUs a
+                    // rank sees are another's where their numbers meet
   size_t totalGlobalMem;
   int major, minor;  // 9.0, or EMU_CC's (e.g. 80: 8.0)
 } cudaDeviceProp;
