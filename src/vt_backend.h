@@ -70,6 +70,8 @@ struct vt_backend {
   // Memory: alloc returns zeroed memory aligned to at least 64 bytes, or NULL.
   void *(*alloc)(size_t nbytes);
   void (*free)(void *ptr);
+  // to_device may return before the copy is done: host_src may change once it returns where it
+  // is ordinary (pageable) memory, host_alloc memory only after the next synchronize.
   void (*to_device)(void *dst, const void *host_src, size_t nbytes);
   void (*to_host)(void *host_dst, const void *src, size_t nbytes);
   void (*copy)(void *dst, const void *src, size_t nbytes);

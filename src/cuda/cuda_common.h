@@ -44,7 +44,8 @@ cublasHandle_t vt_cuda_cublas(void);
 
 // Grow-only device scratch shared by the ops (attention's score gradients, the partial sums of
 // the two-stage reductions). One stream orders the ops, so an op's use of it ends before the
-// next op's begins; growing it waits for the stream first. Fatal when the GPU is out of memory.
+// next op's begins; growing it waits for nothing (the outgrown buffer is freed at the next
+// synchronize: cuda_backend.cu). Fatal when the GPU is out of memory.
 void *vt_cuda_scratch(size_t nbytes);
 
 // The bf16 copy of the n weights at w that hold_weights made (vt_backend.h), or NULL when they
