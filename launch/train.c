@@ -260,8 +260,9 @@ static int run_open(train_run *r) {
              B);
   }
   if (x->label_chunk != x->data_chunk) {
-    x->stash_labels = malloc((size_t)n_micro * B * sizeof *x->stash_labels);
-    x->stash_mix = malloc((size_t)n_micro * B * sizeof *x->stash_mix);
+    // (uploaded from: pinned on CUDA, as the loader's; load_batch's upload_wait guards a slot)
+    x->stash_labels = be->host_alloc((size_t)n_micro * B * sizeof *x->stash_labels);
+    x->stash_mix = be->host_alloc((size_t)n_micro * B * sizeof *x->stash_mix);
     VT_CHECK(x->stash_labels && x->stash_mix, "out of memory for %d x %d labels", n_micro, B);
   }
   // The reference first: it may be this run's own log, which a fresh start truncates.
@@ -390,8 +391,8 @@ static void run_free(train_run *r) {
   vt_data_close(&r->data);
   if (x->step_losses) r->be->free(x->step_losses);
   free(x->host_step_losses);
-  free(x->stash_labels);
-  free(x->stash_mix);
+  if (x->stash_labels) r->be->host_free(x->stash_labels);
+  if (x->stash_mix) r->be->host_free(x->stash_mix);
   vt_watchdog_stop();
   free(r->acts);
   free(r->unit_slot);
