@@ -113,9 +113,14 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
     st = vt_fail_input(err, errlen, "too many classes in %s", root);
   for (int64_t c = 0; st == VT_OK && c < classes.n; c++) {
     char *cdir = vt_ds_join(root, classes.s[c]);
-    strlist files = {0};
+    strlist files = {0}, dirs = {0};
     st = cdir ? vt_ds_list_dir(cdir, 0, &files, err, errlen)
               : vt_fail_input(err, errlen, "out of memory listing %s", root);
+    if (st == VT_OK) st = vt_ds_list_dir(cdir, 1, &dirs, err, errlen);
+    if (st == VT_OK && dirs.n > 0 && ds->subfolders == 0)
+      snprintf(ds->subfolder, sizeof ds->subfolder, "%s/%s", cdir, dirs.s[0]);
+    ds->subfolders += dirs.n;
+    vt_ds_strlist_free(&dirs);
     // An image by its extension, as torchvision's and timm's ImageFolder take them: a README
     // or a .DS_Store beside the images is no sample (counted, said by the caller).
     int64_t images = 0;
@@ -132,9 +137,9 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
     if (st == VT_OK && images == 0)
       st = vt_fail_input(err, errlen,
                          "class folder %s has no image files (.jpg, .jpeg, .png, .webp, .gif, "
-                         ".bmp, .ppm, .pgm, .pnm, .tif or .tiff; %lld other files): add images "
-                         "or remove the folder (every folder under %s is a class)",
-                         cdir, (long long)files.n, root);
+                         ".bmp, .ppm, .pgm, .pnm, .tif or .tiff; %lld other files; folders in "
+                         "it are not searched): add images or remove the folder (every folder "
+                         "under %s is a class)", cdir, (long long)files.n, root);
     vt_ds_strlist_free(&files);
     free(cdir);
   }

@@ -27,17 +27,18 @@ typedef struct {
   int32_t *shard_of;
   int64_t *offset, *size;
   // ImageFolder, as listed (not from an index cache): the files left out for their extension
-  // and the first of them, for the caller's warning.
-  int64_t other_files;
-  char other_file[512];
+  // and the folders inside class folders (not searched), with the first of each, for the
+  // caller's warnings.
+  int64_t other_files, subfolders;
+  char other_file[512], subfolder[512];
 } vt_dataset;
 
 // Opens a directory (ImageFolder) or a file (list). Empty datasets, empty class folders, labels
 // out of range and unreadable paths are VT_ERR_INPUT with a message that says what to fix.
 // ImageFolder: names starting with '.' are skipped; a class holds the regular files directly in
 // its folder whose extension is an image's (.jpg, .jpeg, .png, .webp, .gif, .bmp, .ppm, .pgm,
-// .pnm, .tif, .tiff in any case; subfolders are not searched, other files are left out and
-// counted in other_files). List: blank lines and '#' comments are allowed,
+// .pnm, .tif, .tiff in any case; folders inside it are not searched, counted in subfolders;
+// other files are left out and counted in other_files). List: blank lines and '#' comments are allowed,
 // the label follows the last TAB, absolute paths stay as they are, K = largest label + 1; a
 // bad line is named by its number. Files are not opened here: a listed file that is missing
 // or unreadable is a bad image for the loader's policy, not an error of the index.

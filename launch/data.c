@@ -50,6 +50,11 @@ static vt_status read_index(const char *path, const char *cache, const char *lab
       vt_log_warn("dataset %s: %lld files in the class folders are not images by their "
                   "extension (.jpg, .png, .webp, ...) and are left out, such as %s", path,
                   (long long)ds->other_files, ds->other_file);
+    if (st == VT_OK && ds->subfolders > 0)
+      vt_log_warn("dataset %s: %lld folders inside the class folders are not searched, such as "
+                  "%s (vit3d takes the files directly in a class folder; torchvision's "
+                  "ImageFolder also walks the folders below): move their images up, or name "
+                  "them in a list file", path, (long long)ds->subfolders, ds->subfolder);
     if (st == VT_OK) st = vt_dataset_pack(ds, bytes, n, err, errlen);
     if (st != VT_OK) vt_dataset_free(ds);
     if (st == VT_OK && fp) {

@@ -3,8 +3,9 @@
 # unsupported format, a decompression bomb; a cut WebP and a WebP whose frame header claims
 # 16000 x 16000 pixels) inside an ImageFolder passes through one epoch of
 # training on a 2-rank TP mesh under --bad-image skip without a crash, with every bad file counted
-# once in metrics.jsonl, and files that are no images by their extension (README.txt, Thumbs.db)
-# left out of the dataset with one warning; under --bad-image fail the run stops (exit 1) with a
+# once in metrics.jsonl, files that are no images by their extension (README.txt, Thumbs.db)
+# left out of the dataset with one warning, and a folder inside a class folder said (not
+# searched); under --bad-image fail the run stops (exit 1) with a
 # message naming a bad file.
 # As validation data the bad files are left out: `vit3d eval` of the folder on TP 2 (the
 # decoding split), PP 2 and DP 2 scores exactly what it scores on a copy without them (the same
@@ -37,6 +38,9 @@ open(f"{root}/b_light/zz_format.jpg", "wb").write(b"\x00\x01\x02\x03" * 64)
 # Not images by their extension: left out of the dataset (said once), not bad images.
 open(f"{root}/b_light/README.txt", "w").write("notes\n")
 open(f"{root}/a_dark/Thumbs.db", "wb").write(b"\x00" * 32)
+# A folder inside a class folder: not searched, said once.
+os.makedirs(f"{root}/a_dark/more")
+open(f"{root}/a_dark/more/00.png", "wb").write(good)
 # A valid PNG header that claims 60000 x 60000 pixels: refused before any allocation.
 ihdr = struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)
 chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
@@ -70,6 +74,8 @@ if grep -q "2 files in the class folders are not images by their extension" \
      "$work/skip.log" && ! grep -q "README.txt:\|Thumbs.db:" "$work/skip.log"; then
   echo "ok: README.txt and Thumbs.db left out of the dataset (said once), not bad images"
 else echo "FAIL: the non-image files were not left out with a warning"; fail=1; fi
+grep -q "1 folders inside the class folders are not searched, such as .*a_dark/more" \
+  "$work/skip.log" || { echo "FAIL: the folder inside a class folder was not said"; fail=1; }
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --bad-image fail \
   > "$work/fail.log" 2>&1
 rc=$?
