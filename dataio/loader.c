@@ -253,7 +253,8 @@ static int index_classes(vt_loader *l) {
   int K = ds->num_classes;
   l->class_start = calloc((size_t)K + 1, sizeof(int64_t));
   l->members = malloc((size_t)ds->count * sizeof(int64_t));
-  l->known_bad = calloc((size_t)ds->count, sizeof(atomic_uchar));
+  l->known_bad =
+      l->cfg.warned ? l->cfg.warned : calloc((size_t)ds->count, sizeof(atomic_uchar));
   if (!l->class_start || !l->members || !l->known_bad) return 0;
   for (int64_t i = 0; i < ds->count; i++) l->class_start[ds->labels[i] + 1]++;
   for (int c = 0; c < K; c++) l->class_start[c + 1] += l->class_start[c];
@@ -411,7 +412,7 @@ void vt_loader_destroy(vt_loader *l) {
   if (l->label_block) release(l->label_block);
   free(l->members);
   free(l->class_start);
-  free(l->known_bad);
+  if (l->known_bad != l->cfg.warned) free(l->known_bad);
   if (l->cfg.train) vt_sampler_free(&l->sampler);
   free(l);
 }

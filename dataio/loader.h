@@ -8,6 +8,7 @@
 #ifndef VT_LOADER_H
 #define VT_LOADER_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +47,10 @@ typedef struct {
   // NULL: page-aligned malloc and free.
   void *(*host_alloc)(size_t nbytes);
   void (*host_free)(void *ptr);
+  // Which files were warned about as bad: NULL, the loader's own flags; else ds->count flags the
+  // caller keeps across its loaders (evaluation: a new loader each time, one warning per file
+  // per run).
+  atomic_uchar *warned;
   // Micro-batch j holds stream positions first(j) + [0, batch), where
   //   first(j) = (j / per_step) * step_stride + offset + (j % per_step) * batch.
   // Training, DP rank d of dp, G images per step, B per micro-batch:

@@ -202,6 +202,9 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
         VT_OK)
       return VT_ERR_INPUT;
     d->has_val = 1;
+    d->val_warned = calloc((size_t)(d->val_ds.count ? d->val_ds.count : 1), sizeof(atomic_uchar));
+    VT_CHECK(d->val_warned != NULL, "out of host memory for %lld flags",
+             (long long)d->val_ds.count);
   }
   if (!d->synthetic && !o->eval_only) {
     if (open_dataset(world, o->data, o->index_cache, o->label_key, o->label_names, &d->train_ds,
@@ -262,6 +265,7 @@ void vt_data_close(vt_data *d) {
   if (d->train) vt_loader_destroy(d->train);
   if (d->train_ds.count) vt_dataset_free(&d->train_ds);
   if (d->has_val) vt_dataset_free(&d->val_ds);
+  free(d->val_warned);
   if (d->host_img) d->be->host_free(d->host_img);
   if (d->host_labels) d->be->host_free(d->host_labels);
   if (d->host_mix) d->be->host_free(d->host_mix);
@@ -334,5 +338,6 @@ int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pix
   const int share = vt_data_share(d->o, want_pixels, d->tp_size, 0);  // evaluation mixes nothing
   if (share < B) cfg->pixel_count = share, cfg->pixel_first = d->tp_rank * share;
   cfg->host_alloc = d->be->host_alloc, cfg->host_free = d->be->host_free;
+  cfg->warned = d->val_warned;
   return (d->val_ds.count + cfg->step_stride - 1) / cfg->step_stride;
 }

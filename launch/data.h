@@ -25,6 +25,7 @@ typedef struct {
   int synthetic;
   vt_dataset train_ds, val_ds;
   int has_val;
+  atomic_uchar *val_warned;  // the validation files warned about as bad (vt_loader_config.warned)
   const vt_backend *be;   // its host_alloc holds what the training step uploads
   vt_loader *train;       // NULL for synthetic data and for stages that need nothing
   float *host_img;        // synthetic staging: (pixel_count, 3, S, S), this rank's share

@@ -9,7 +9,8 @@
 #  3. --check-log leaves out a reference's cut last line instead of refusing the file;
 #  4. a new run in an old run's folder removes its trace.json and comm.rank<R>.json; a resumed
 #     one keeps them;
-#  5. an evaluation that scored no image (every validation file bad): null figures, not 0;
+#  5. an evaluation that scored no image (every validation file bad): null figures, not 0, and
+#     each bad file warned about once in the run, not at every evaluation;
 #  6. bad_images counts each bad training image in the step that uses it, whether or not the
 #     next step's first micro-batch is loaded ahead (with and without an evaluation each step).
 set -uo pipefail
@@ -116,6 +117,9 @@ assert len(ev) == 2 and all(r["eval_loss"] is None and r["eval_top1"] is None an
 PY
 then ok "an evaluation that scored no image: eval_loss, eval_top1 and eval_top5 null"
 else bad "the evaluation of bad files: $(grep eval_loss "$work/ev/metrics.jsonl" | head -1)"; fi
+warned=$(grep -c "bad image left out of the evaluation" "$work/ev.log")
+if [ "$warned" = 2 ]; then ok "2 bad validation files, 2 evaluations: each file warned about once"
+else bad "2 bad validation files over 2 evaluations gave $warned warnings (want 2)"; fi
 timeout 300 "$vit3d" "${img[@]}" --log-dir "$work/b0" > "$work/b0.log" 2>&1 &&
   timeout 300 "$vit3d" "${img[@]}" --val-data "$work/img/train" --eval-interval 1 \
     --log-dir "$work/b1" > "$work/b1.log" 2>&1 || bad "the bad-image runs"
