@@ -14,8 +14,44 @@
 #include "params.h"
 
 // The training recipe's options that are off by default, when on: one line each.
+// The optimizer, its weight decay and clipping, and the loss: one line each, every run.
+static void report_basics(const vt_train_options *o, const vt_optim_config *oc) {
+  const int adam = oc->kind == VT_OPT_ADAMW || oc->kind == VT_OPT_LAMB;
+  const char *name = oc->kind == VT_OPT_ADAMW  ? "AdamW"
+                     : oc->kind == VT_OPT_LAMB ? "LAMB"
+                     : oc->kind == VT_OPT_SGD  ? (oc->nesterov ? "SGD, Nesterov" : "SGD")
+                     : oc->trust_clip          ? "LARC"
+                                               : "LARS";
+  char hyper[80], clip[64] = "no gradient clipping";
+  if (adam) snprintf(hyper, sizeof hyper, "betas %g, %g, eps %g", oc->beta1, oc->beta2, oc->eps);
+  else snprintf(hyper, sizeof hyper, "momentum %g", oc->momentum);
+  if (oc->clip_grad > 0)
+    snprintf(clip, sizeof clip, "gradients clipped to a global norm of %g", oc->clip_grad);
+  vt_log_info("optimizer %s (%s), peak lr %g, weight decay %g (not on biases, norms, LayerScale, "
+              "positions and tokens), %s", name, hyper, oc->lr, oc->weight_decay, clip);
+  if (o->bce_loss)
+    vt_log_info("loss: binary cross-entropy over the %d classes%s, label smoothing %g",
+                o->model.num_classes,
+                o->bce_thresh >= 0 ? " (targets above the threshold count 1)" : "",
+                o->label_smoothing);
+  else
+    vt_log_info("loss: softmax cross-entropy over the %d classes, label smoothing %g",
+                o->model.num_classes, o->label_smoothing);
+}
+
+void vt_report_schedule(const vt_optim_config *oc) {
+  if (oc->epoch_images > 0) return;  // (said per epoch with the epochs' steps)
+  vt_log_info("learning rate per step: %lld steps of warmup from %g (step 1) to %g, then %s to "
+              "%g at step %lld", (long long)oc->warmup_steps, vt_lr_at(oc, 0), oc->lr,
+              oc->sched == VT_SCHED_COSINE   ? "a cosine"
+              : oc->sched == VT_SCHED_LINEAR ? "a straight line"
+                                             : "held",
+              oc->sched == VT_SCHED_CONSTANT ? oc->lr : oc->min_lr, (long long)oc->total_steps);
+}
+
 void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
   const int depth = o->model.depth;
+  report_basics(o, oc);
   if (oc->kind == VT_OPT_LAMB)
     vt_log_info("optimizer LAMB: each tensor with weight decay steps by lr * ||w|| / ||u|| along "
                 "u = Adam's direction + %g * w; the others by lr along Adam's direction",

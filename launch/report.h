@@ -29,8 +29,11 @@ typedef struct {
   const char *ranks_json;  // per-rank arrays, or ""
 } vt_step_log;
 
-// Rank 0: the recipe's options that are off by default, when on, one line each.
+// Rank 0: the optimizer and the loss, then the recipe's options that are off by default, when
+// on, one line each.
 void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc);
+// Rank 0: the learning rate's schedule in steps (a per-epoch one is said with the epochs).
+void vt_report_schedule(const vt_optim_config *oc);
 // Every rank: host, world and local rank, mesh coordinates and device, one line each.
 void vt_report_placement(vt_comm *world, vt_mesh_coord me, const char *device, int threads);
 // Rank 0: the progress line every --log-interval steps, the step's metrics.jsonl line and its

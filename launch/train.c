@@ -299,6 +299,7 @@ static void run_steps(train_run *r) {
   if (o->run_steps > 0 && r->start_step + o->run_steps < o->steps)
     r->end_step = r->start_step + o->run_steps;
   if (o->eval_only) r->end_step = r->start_step;
+  if (r->world_rank == 0 && !o->eval_only && !r->rc) vt_report_schedule(&r->opt.cfg);
   if (r->world_rank == 0 && o->save_dir[0] && !o->eval_only && !r->rc)
     vt_ckpt_disk_plan(o, r->m.frozen_layers, r->start_step, r->end_step);
   vt_timeline tl = vt_timeline_window(o->trace_steps, r->start_step, r->end_step);
