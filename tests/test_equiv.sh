@@ -257,7 +257,9 @@ run lamb_zero_sp 8 --tp 2 --pp 2 --dp 2 --zero 1 --sequence-parallel 1 "${lamb[@
 # (replicated, and under sequence parallelism partial sums: gradients computed, not applied);
 # ZeRO-1's shards cut between frozen and trained tensors; the gradient norm (so clipping) counts
 # the trained ones, once; the EMA leaves the frozen ones as they are; ZB-H1's weight passes skip
-# the prefix too; layers all frozen are not reduced over DP. Started from the base run's weights
+# the prefix too; layers all frozen are not reduced over DP; ZB-V on 3 stages (8 blocks in 6
+# virtual stages of unequal length: stage 1 holds blocks 1-2 frozen in its chunk 0 and 6 in its
+# chunk 1, so only its second slot block is frozen in every chunk that has one). Started from the base run's weights
 # (--init-from), the frozen tensors of every run's weights and EMA must be those bytes, and all
 # others must have moved.
 frz_re='^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.|blocks\.5\.norm)'
@@ -280,7 +282,7 @@ PY
 }
 for layout in "base_frz 1 1 1 1" "frz_222 8 2 2 2 --comm-stats 1" "frz_zero_sp 8 2 2 2 --zero 1 --sequence-parallel 1" \
               "frz_zbh1 8 2 2 2 --pp-schedule zb-h1" "frz_pp4 8 1 4 2" "frz_zbv 8 1 4 2 --pp-schedule zb-v" \
-              "frz_il 8 1 4 2 --pp-schedule interleaved"; do
+              "frz_il 8 1 4 2 --pp-schedule interleaved" "frz_zbv3 3 1 3 1 --pp-schedule zb-v"; do
   set -- $layout
   name=$1 np=$2 tp=$3 pp=$4 dp=$5
   shift 5

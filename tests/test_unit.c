@@ -97,6 +97,30 @@ static void test_param_counts(void) {
 // vt_param_run: inside every run the global indices of a shard's elements are consecutive, for
 // each TP split (qkv's three stripes and the MAP head's kv's two too) and TP rank, also with
 // chunks; and the TP ranks' shards together hold every global element once.
+// Blocks per virtual stage: the last ones get the extra blocks, and in ZB-V's V those of the
+// stages farthest from stage 0 (chunk 0 of stage pp - 1, pp - 2, ..., then their chunk 1).
+static void test_stage_blocks(void) {
+  const struct {
+    int depth, nvs, vshape;
+    const char *want;  // each virtual stage's block count
+  } cases[] = {{12, 4, 0, "3333"},        {13, 4, 0, "3334"},        {7, 3, 0, "223"},
+               {12, 10, 1, "1112211111"}, {12, 6, 0, "222222"},      {9, 6, 1, "222111"},
+               {11, 6, 1, "222221"},      {5, 4, 1, "1211"},         {8, 6, 1, "122111"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char got[16] = "";
+    int next = 0, ok = 1;
+    for (int v = 0; v < cases[i].nvs; v++) {
+      int first, end;
+      vt_stage_blocks(cases[i].depth, cases[i].nvs, cases[i].vshape, v, &first, &end);
+      ok &= first == next, next = end;
+      got[v] = (char)('0' + end - first);
+    }
+    EXPECT(ok && next == cases[i].depth && !strcmp(got, cases[i].want),
+           "depth %d in %d virtual stages%s: %s, want %s (contiguous %d)", cases[i].depth,
+           cases[i].nvs, cases[i].vshape ? " (V)" : "", got, cases[i].want, ok);
+  }
+}
+
 static void test_param_runs(void) {
   vt_vit_config c;
   char err[256];
@@ -492,6 +516,7 @@ int main(void) {
   test_drop_path_masks();
   test_dropout_masks();
   test_param_counts();
+  test_stage_blocks();
   test_param_runs();
   test_init();
   test_schedule();

@@ -80,8 +80,12 @@ static int slot_block_frozen(const vt_model *m, int j) {
   return 1;
 }
 
+// (Any slot block: a chunk shorter than another has no block j there, so with chunks of
+// unequal length slot block 1 may be frozen in every chunk that has it while block 0 is not.)
 static int any_slot_block_frozen(const vt_model *m) {
-  return m->slot_blocks > 0 && slot_block_frozen(m, 0);  // the prefix starts at block 0
+  for (int j = 0; j < m->slot_blocks; j++)
+    if (slot_block_frozen(m, j)) return 1;
+  return 0;
 }
 
 static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
