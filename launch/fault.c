@@ -18,7 +18,7 @@ static struct {
 static int g_nfaults = 0;  // this rank's
 
 static const char *const k_names[] = {"", "stall", "crash", "nan", "slow", "kill-in-save",
-                                      "save-io", "spike", "usr1"};
+                                      "save-io", "spike", "usr1", "error"};
 
 // One KIND@RANK:FIRST[-LAST] of v (up to its comma or end), taken where RANK is this rank's.
 static int parse_one(const char *v, size_t len, int world_rank) {
@@ -54,7 +54,8 @@ int vt_fault_init(int world_rank, char *err, size_t errlen) {
     if (parse_one(p, len, world_rank) != 0) {
       snprintf(err, errlen, "VT_FAULT=%s: expected KIND@RANK:FIRST[-LAST], up to %d of them "
                "separated by commas, with KIND one of stall, crash, nan, slow, kill-in-save, "
-               "save-io, spike, usr1 (a test-only switch; unset it for real runs)", v, FAULTS_MAX);
+               "save-io, spike, usr1, error (a test-only switch; unset it for real runs)", v,
+               FAULTS_MAX);
       g_nfaults = 0;
       return -1;
     }
@@ -82,6 +83,8 @@ void vt_fault_step_start(int64_t step) {
     vt_log_warn("VT_FAULT: crashing this rank at step %lld", (long long)step);
     abort();
   }
+  VT_CHECK(!vt_fault_at(VT_FAULT_ERROR, step), "VT_FAULT: a fatal error on this rank at step %lld",
+           (long long)step);
   if (vt_fault_at(VT_FAULT_USR1, step)) {
     vt_log_warn("VT_FAULT: SIGUSR1 to this rank at step %lld", (long long)step);
     raise(SIGUSR1);

@@ -6,7 +6,8 @@
 // rank's gradients and loss share), slow (sleep 0.3 s per step), kill-in-save (SIGKILL between
 // writing a checkpoint's files and committing it; a rank-0 fault), save-io (the rank's part of
 // that step's checkpoint fails to write, as on a failing disk), spike (like nan, but 1e4 in the
-// gradients and the loss share times 100: finite spikes). RANK is a world rank; steps are
+// gradients and the loss share times 100: finite spikes), usr1 (SIGUSR1 to itself), error (a
+// fatal error, as a failed VT_CHECK: its message, exit 1). RANK is a world rank; steps are
 // 1-based, as the progress line prints them. A malformed value stops the run before it starts.
 // Must not depend on MPI or the model.
 #ifndef VT_FAULT_H
@@ -24,7 +25,8 @@ typedef enum {
   VT_FAULT_KILL_IN_SAVE,
   VT_FAULT_SAVE_IO,
   VT_FAULT_SPIKE,
-  VT_FAULT_USR1  // the rank sends itself SIGUSR1 (a preemption notice) at the step's start
+  VT_FAULT_USR1,  // the rank sends itself SIGUSR1 (a preemption notice) at the step's start
+  VT_FAULT_ERROR  // a fatal error (VT_CHECK's path: message, then the job ends with exit 1)
 } vt_fault_kind;
 
 // Reads VT_FAULT for this world rank; returns 0, or -1 with a message in err when it is malformed.

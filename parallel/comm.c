@@ -94,13 +94,19 @@ static void host_free(void *host) {
 
 static void abort_hook(int code) { vt_comm_abort(code); }
 
+static vt_comm *g_world;  // the world vt_comm_world_init made (its side channel, for the abort)
+
 void vt_comm_abort(int code) {
 #ifdef VT_HAVE_MPI
   if (g_host == &vt_comm_mpi_host) vt_comm_mpi_abort(code);
 #endif
   fflush(stdout);
   fflush(stderr);
-  _Exit(code);  // over TCP the sockets close with the process: the other ranks find it gone
+  // Over TCP the sockets close with the process: the other ranks find it gone, and rank 0's
+  // watchdog learns from the side channel that it ended on an error, and with which code.
+  if (g_host && g_host->side_abort && g_world && g_world->side)
+    g_host->side_abort(g_world->side, code);
+  _Exit(code);
 }
 
 // ---- Creation --------------------------------------------------------------------------------
@@ -143,6 +149,7 @@ vt_comm *vt_comm_world_init(int *argc, char ***argv) {
   (void)argc, (void)argv;
 #endif
   if (g_host) c->transport = g_host->transport, c->state = c->host;
+  g_world = c;
   vt_rank_tag tag = {c->rank, -1, -1, -1};
   vt_set_rank_tag(tag);
   return c;
@@ -235,6 +242,7 @@ void vt_comm_free(vt_comm *c) {
 }
 
 void vt_comm_finalize(vt_comm *world) {
+  if (world == g_world) g_world = NULL;
   vt_comm_free(world);
   if (g_host == &vt_comm_tcp_host) vt_comm_tcp_finalize();
 #ifdef VT_HAVE_MPI

@@ -153,7 +153,9 @@ vt_status vt_comm_agree(vt_comm *comm, vt_status st, char *err, size_t errlen);
 // thread, and for a world of one. send does not wait (the caller keeps
 // buf alive); poll receives one waiting message of exactly nbytes, if any (returns 1, *src), or
 // returns -1 (once, *src) where the peer's side of the channel closed without the goodbye its
-// comm's free sends (TCP: that process ended abnormally; MPI never says so: mpirun ends the job).
+// comm's free sends (TCP: that process ended abnormally; MPI never says so: mpirun ends the job),
+// or -2 (once, *src, the peer's exit code in buf's first int) where the peer ended on an error it
+// reported (vt_comm_abort).
 int vt_comm_side_open(vt_comm *world);
 void vt_comm_side_send(vt_comm *world, const void *buf, int nbytes, int dst);
 int vt_comm_side_poll(vt_comm *world, void *buf, int nbytes, int *src);
@@ -231,6 +233,9 @@ typedef struct {
   void (*side_send)(void *side, const void *buf, int nbytes, int dst);
   int (*side_poll)(void *side, void *buf, int nbytes, int *src);
   void (*side_free)(void *side);
+  // Tells the side channel's peers that this process ends on an error it reported, with its
+  // exit code (vt_comm_abort; any thread; NULL where the launcher ends the job: MPI).
+  void (*side_abort)(void *side, int code);
 } vt_comm_host;
 
 // comm_mpi.c (built with MPI). States are MPI communicators behind a void pointer so that this

@@ -280,4 +280,4 @@ const vt_comm_transport vt_comm_mpi_transport = {
 const vt_comm_host vt_comm_mpi_host = {
     "mpi",         &vt_comm_mpi_transport, mpi_split,     mpi_barrier,   mpi_all_reduce_double,
     mpi_broadcast_bytes, mpi_free,         mpi_side_open, mpi_side_send, mpi_side_poll,
-    mpi_free};
+    mpi_free,            NULL};  // (no abort notice: mpirun ends every rank)

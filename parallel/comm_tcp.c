@@ -524,4 +524,4 @@ static void *tcp_split(void *s, int color, int key, const char *name, int *size,
 const vt_comm_host vt_comm_tcp_host = {
     "tcp",         &vt_comm_tcp_transport, tcp_split,     tcp_barrier,   tcp_all_reduce_double,
     tcp_broadcast_bytes, tcp_free,         vt_tcp_side_open, vt_tcp_side_send,
-    vt_tcp_side_poll,    vt_tcp_side_free};
+    vt_tcp_side_poll,    vt_tcp_side_free, vt_tcp_side_abort};

@@ -90,6 +90,7 @@ void *vt_tcp_side_open(void *world_state);
 void vt_tcp_side_send(void *s, const void *buf, int nbytes, int dst);
 int vt_tcp_side_poll(void *s, void *buf, int nbytes, int *src);
 void vt_tcp_side_free(void *s);
+void vt_tcp_side_abort(void *s, int code);
 
 // comm_tcp.c: comms, their links, messages on the coll links, the progress engine's end.
 tcp_comm *vt_tcp_new_comm(int size, int rank, int seq, const char *axis);

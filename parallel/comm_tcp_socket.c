@@ -307,12 +307,23 @@ int vt_tcp_side_poll(void *s, void *buf, int nbytes, int *src) {
     for (;;) {
       int32_t len = 0;
       if (sd->have[q] >= 4) memcpy(&len, sd->in[q], 4);
-      if (len < 0 || len > 4096) {  // a goodbye (-1), or not a message of ours: stop there
+      if (len == -2 && sd->have[q] >= 8) {  // an end on a reported error, and its exit code
+        int32_t code;
+        memcpy(&code, sd->in[q] + 4, 4);
+        close(sd->fd[q]);
+        sd->fd[q] = -1;
+        if (nbytes >= (int)sizeof code) memcpy(buf, &code, sizeof code);
+        *src = q;
+        return -2;
+      }
+      if ((len < 0 && len != -2) || len > 4096) {  // a goodbye (-1), or not ours: stop there
         close(sd->fd[q]);
         sd->fd[q] = -1;
         break;
       }
-      const int want = sd->have[q] < 4 ? 4 - sd->have[q] : 4 + len - sd->have[q];
+      const int want = sd->have[q] < 4 ? 4 - sd->have[q]
+                       : len == -2      ? 8 - sd->have[q]
+                                        : 4 + len - sd->have[q];
       if (want == 0) {
         sd->have[q] = 0;
         if (len != nbytes) continue;
@@ -332,6 +343,13 @@ int vt_tcp_side_poll(void *s, void *buf, int nbytes, int *src) {
     }
   }
   return 0;
+}
+
+void vt_tcp_side_abort(void *s, int code) {
+  side_t *sd = s;
+  const int32_t msg[2] = {-2, code};  // (one small send: not split among the watchdog's)
+  for (int q = 0; sd && q < sd->n; q++)
+    if (sd->fd[q] >= 0) (void)send(sd->fd[q], msg, sizeof msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void vt_tcp_side_free(void *s) {

@@ -55,12 +55,14 @@ static struct {
 
 void vt_watchdog_at_end(void (*fn)(void)) { g.at_end = fn; }
 
-// Ends the job from the watchdog's thread.
-VT_NORETURN static void end_job(void) {
+// Ends the job from the watchdog's thread, with the given exit code.
+VT_NORETURN static void end_job_with(int code) {
   if (g.at_end) g.at_end();
   vt_comm_device_abort();
-  vt_comm_abort(VT_EXIT_WATCHDOG);
+  vt_comm_abort(code);
 }
+
+VT_NORETURN static void end_job(void) { end_job_with(VT_EXIT_WATCHDOG); }
 
 void vt_watchdog_phase(const char *what, int64_t step, double limit_s) {
   if (!g.on) return;
@@ -133,7 +135,8 @@ static void describe(const wd_record *r, char *out, size_t n) {
 }
 
 // Rank 0: one report from the positions gathered (answered[r] says who replied, gone[r] whose
-// process ended without a goodbye), then the end.
+// process ended without a goodbye: 1, or on an error of its own while the report was under way:
+// 2), then the end.
 VT_NORETURN static void report_and_end(const wd_record *recs, const int *answered,
                                        const int *gone, int n, const char *reason) {
   char line[512];
@@ -142,7 +145,9 @@ VT_NORETURN static void report_and_end(const wd_record *recs, const int *answere
   int stalled = 0, silent = 0, failed = 0, ended = 0;
   for (int r = 0; r < n; r++) {
     if (!answered[r]) {
-      if (gone[r])
+      if (gone[r] == 2)
+        fprintf(stderr, "  rank %d: stopped on an error (its own message says which)\n", r);
+      else if (gone[r])
         fprintf(stderr, "  rank %d: gone (its process ended without a goodbye: crashed, killed "
                         "or out of memory)\n", r);
       else
@@ -165,7 +170,7 @@ VT_NORETURN static void report_and_end(const wd_record *recs, const int *answere
     int w = answered[r] ? snprintf(names + k, sizeof names - k, "%srank %d (host %s, tp %d pp %d dp %d)",
                                    k ? ", " : "", r, recs[r].host, recs[r].tp, recs[r].pp, recs[r].dp)
                         : snprintf(names + k, sizeof names - k, "%srank %d (%s)", k ? ", " : "", r,
-                                   gone[r] ? "gone" : "no answer");
+                                   gone[r] == 2 ? "stopped" : gone[r] ? "gone" : "no answer");
     if (w > 0) k += (size_t)w;
   }
   if (failed + ended > 0)
@@ -215,6 +220,17 @@ static void *watch(void *arg) {
     wd_record msg;
     int src = -1, got;
     while (g.side && (got = vt_comm_side_poll(g.world, &msg, (int)sizeof msg, &src)) != 0) {
+      if (got == -2 && rank == 0 && reporting && src > 0 && src < n) {
+        gone[src] = 2;  // (a report under way: one more rank that ended, on its own error)
+        continue;
+      }
+      if (got == -2) {  // that rank stopped on an error it reported: the job ends with its code
+        int32_t code;
+        memcpy(&code, &msg, sizeof code);
+        vt_log_error("watchdog: world rank %d stopped on an error (its own message says which); "
+                     "ending this rank with its exit code %d", src, (int)code);
+        end_job_with(code > 0 ? code : VT_EXIT_WATCHDOG);  // (rank 0's abort tells the others)
+      }
       if (got < 0 && rank != 0) {  // (the others' side channel is to rank 0 alone)
         vt_log_error("watchdog: world rank 0's process ended without a goodbye (crashed, "
                      "killed or out of memory); ending this rank (exit %d)", VT_EXIT_WATCHDOG);

@@ -15,7 +15,8 @@
 #  4. a rank that dies (VT_FAULT=crash) ends the others by themselves within seconds, each naming
 #     the rank it lost; a rank that stalls gets the watchdog's report over the TCP side channel
 #     (every rank's position) and exit 3; a rank that dies while rank 0 waits outside TCP (as
-#     a GPU rank waits in a device op) is named gone by rank 0's watchdog at once (exit 3);
+#     a GPU rank waits in a device op) is named gone by rank 0's watchdog at once (exit 3), and
+#     one that stops on an error it reports ends every rank with its code (1);
 #  5. bad launches stop with a message and exit 2: no MASTER_ADDR, ranks that disagree on the
 #     world size, two processes with one rank, rank 0 or rank 1 never started (a named timeout),
 #     another program on MASTER_PORT (rank 0 cannot listen, rank 1 is never answered: a named
@@ -172,6 +173,20 @@ if [ "$rc" -ne 0 ] && grep -q "spawn.sh: rank 0 exited with 3" "$work/gone.log" 
     "job in $((SECONDS - t0)) s (--timeout-s 100)"
 else
   bad "a dead rank seen by the side channel: exit $rc"; grep -i "watchdog" "$work/gone.log" | head
+fi
+
+# The same with a rank that stops on an error it reports (VT_FAULT=error: a failed internal
+# check, as a bad image under --bad-image fail): rank 0's watchdog ends the job with its exit
+# code, 1, not as a crash.
+VT_FAULT=stall@0:3,error@1:3 SPAWN_GRACE=60 timeout 120 "$spawn" 4 "$vit3d" "${common[@]}" \
+  --dp 4 "${long[@]}" --timeout-s 100 > "$work/err.log" 2>&1
+rc=$?
+if [ "$rc" -eq 1 ] && grep -q "spawn.sh: rank 0 exited with 1" "$work/err.log" &&
+   grep -q "world rank 1 stopped on an error (its own message says which)" "$work/err.log" &&
+   ! grep -q "gone" "$work/err.log"; then
+  echo "ok: rank 1 stopped on an error while rank 0 stalled: every rank exit 1, none called gone"
+else
+  bad "a rank's reported error over the side channel: exit $rc"; grep -i "watchdog\|spawn" "$work/err.log" | head
 fi
 
 # 5. Bad launches.
