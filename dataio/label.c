@@ -156,8 +156,8 @@ static void put_utf8(char *out, size_t *k, long u) {
 
 // The string at path, its escapes undone (\" \\ \/ \b \f \n \r \t and \uXXXX, surrogate
 // pairs included, as UTF-8: Python's json.dumps writes non-ASCII names so by default) into out
-// (cap bytes, *len of them used): 1, -1 a field that is not a string (or a bad escape, or a
-// string longer than out), else json_path's verdict.
+// (cap bytes, *len of them used): 1, -1 a field that is not a string, -4 a string with an escape
+// JSON does not have (a lone surrogate among them) or longer than out, else json_path's verdict.
 static int json_string_field(const char *text, size_t n, const char *path, char *out,
                              size_t cap, size_t *len) {
   const char *s = text;
@@ -166,7 +166,7 @@ static int json_string_field(const char *text, size_t n, const char *path, char 
   if (got != 1) return got;
   if (at >= n || s[at] != '"') return -1;
   for (size_t e = at + 1; e < n; e++) {
-    if (k + 4 > cap) return -1;
+    if (k + 4 > cap) return -4;
     if (s[e] == '"') {
       *len = k;
       return 1;
@@ -175,24 +175,24 @@ static int json_string_field(const char *text, size_t n, const char *path, char 
       out[k++] = s[e];
       continue;
     }
-    if (++e >= n) return -1;
+    if (++e >= n) return -4;
     static const char escaped[] = "\"\\/bfnrt", meant[] = "\"\\/\b\f\n\r\t";
     const char *simple = s[e] ? strchr(escaped, s[e]) : NULL;
     if (simple) {
       out[k++] = meant[simple - escaped];
       continue;
     }
-    if (s[e] != 'u') return -1;
+    if (s[e] != 'u') return -4;
     long u = hex4(s + e + 1, n - e - 1);
     e += 4;
     if (u >= 0xd800 && u < 0xdc00) {  // a high surrogate: its low one follows
       const long lo = e + 2 < n && s[e + 1] == '\\' && s[e + 2] == 'u'
                           ? hex4(s + e + 3, n - e - 3) : -1;
-      if (lo < 0xdc00 || lo >= 0xe000) return -1;
+      if (lo < 0xdc00 || lo >= 0xe000) return -4;
       u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
       e += 6;
     } else if (u < 0 || (u >= 0xdc00 && u < 0xe000)) {
-      return -1;
+      return -4;
     }
     put_utf8(out, &k, u);
   }
@@ -318,7 +318,13 @@ vt_status vt_label_parse(const char *key, const char *text, size_t n, int32_t ma
     int got = json_int_field(text, n, field, &v);
     char str[1024];  // (as a --label-names line)
     size_t len;
-    if (got == -1 && json_string_field(text, n, field, str, sizeof str, &len) == 1) {
+    const int as_string = got == -1 ? json_string_field(text, n, field, str, sizeof str, &len) : 0;
+    if (as_string == -4) {
+      snprintf(why, whylen, "has that field as a string with an escape JSON does not have, or "
+               "longer than %zu bytes", sizeof str - 4);
+      return VT_ERR_INPUT;
+    }
+    if (as_string == 1) {
       if (!names) {
         snprintf(why, whylen, "has that field as the string '%.*s', not a class number (class "
                  "names need --label-names FILE)", (int)(len < 40 ? len : 40), str);

@@ -31,8 +31,9 @@ extern const char *const vt_fashion_mnist_classes[10];
 // sample i of the source as "%08d.png" or "%08d.jpg" (by its bytes' signature) with "%08d.cls",
 // in one fixed shuffled order (so that streaming readers do not see classes in runs), and
 // out_dir/classes.txt ("label<TAB>name" lines). The shards are written (synced) into
-// out_dir/.partial and moved into out_dir when all are whole, classes.txt last; a call stopped on
-// the way leaves no shard in out_dir, and the next call clears its .partial. A prepare into a
+// out_dir/.partial and moved into out_dir when all are whole, classes.txt last; a call stopped
+// while writing leaves no shard in out_dir (one stopped during the renames, some, and no
+// classes.txt), and the next call clears its .partial. A prepare into a
 // folder another holds (out_dir/.vit3d-prepare.lock, flock), an unreadable source file, one that
 // is neither PNG, JPEG nor WebP, and an out_dir that already holds .tar files are VT_ERR_INPUT
 // with a message naming them; a call that fails removes what it wrote, so it can be run again.

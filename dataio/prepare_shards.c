@@ -116,8 +116,8 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
                          "another folder", out_dir);
   }
   // The shards are written into OUT/.partial and moved into OUT when all are whole, so that a
-  // prepare stopped on the way (killed, a time limit) leaves no shards a run would read as the
-  // whole set; a rerun clears what such a one left.
+  // prepare stopped while writing (killed, a time limit) leaves no shards a run would read as
+  // the whole set (the renames at the end are a moment); a rerun clears what such a one left.
   char stage[4096];
   snprintf(stage, sizeof stage, "%s/.partial", out_dir);
   if (access(stage, F_OK) == 0) {

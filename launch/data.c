@@ -125,11 +125,37 @@ static void number_classes(vt_dataset *ds, int K) {
 // The validation set's labels by class name, as the training set numbers them, where both name
 // their classes: an ImageFolder numbers its sorted folder names, so a validation folder lacking
 // a class would shift every later label, and one named otherwise would pair labels by position.
-// A class the training set lacks is refused. Where either numbers its classes (a list file,
-// shards without --label-names), the numbers count, as they are (a class-count check follows).
+// A class the training set lacks is refused. A numbered validation set (a list file, shards
+// without --label-names) keeps its numbers; named classes beside a numbered training set take
+// the numbers their names are, where all are, else go by position (warned). A class-count check
+// follows.
 static vt_status val_labels_by_name(vt_dataset *val, const vt_dataset *train,
                                     const vt_train_options *o, char *err, size_t errlen) {
-  if (val->numbered || train->numbered) return VT_OK;
+  if (val->numbered) return VT_OK;
+  if (train->numbered) {
+    // Class folders named by the training set's numbers (0, 1, ..., 10, ...: sorted as text, so
+    // folder 10 is the third) take their labels from their names; other names go by position.
+    int by_number = 1;
+    for (int c = 0; c < val->num_classes && by_number; c++) {
+      char *end;
+      const long k = strtol(val->class_names[c], &end, 10);
+      by_number = *val->class_names[c] && !*end && k >= 0 && k < train->num_classes;
+    }
+    if (!by_number) {
+      vt_log_warn("--val-data %s names its classes and --data %s numbers them: validation "
+                  "class i is the i-th of its sorted names", o->val_data, o->data);
+      return VT_OK;
+    }
+    int *num = malloc((size_t)val->num_classes * sizeof *num);
+    VT_CHECK(num != NULL, "out of host memory for %d classes", val->num_classes);
+    for (int c = 0; c < val->num_classes; c++) num[c] = atoi(val->class_names[c]);
+    for (int64_t i = 0; i < val->count; i++) val->labels[i] = num[val->labels[i]];
+    free(num);
+    number_classes(val, train->num_classes);
+    vt_log_info("--val-data %s: its class folders named by numbers take those labels",
+                o->val_data);
+    return VT_OK;
+  }
   int *to = malloc((size_t)val->num_classes * sizeof *to);
   VT_CHECK(to != NULL, "out of host memory for %d class names", val->num_classes);
   int moved = 0;

@@ -357,11 +357,17 @@ void vt_report_step(const vt_train_options *o, vt_metrics_log *metrics, vt_tfeve
     char left_out[64] = "";
     if (l->ev.bad > 0)
       snprintf(left_out, sizeof left_out, ", %lld bad left out", (long long)l->ev.bad);
-    printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images%s%s)\n",
-           (long long)l->step, l->ev.loss, 100 * l->ev.top1, 100 * l->ev.top5,
-           (long long)l->ev.count, left_out, o->eval_hflip ? ", each with its mirror" : "");
+    if (l->ev.count == 0)
+      printf("eval after step %lld: no figures (no image scored%s)\n", (long long)l->step,
+             left_out);
+    else
+      printf("eval after step %lld: loss %.4f | top-1 %.2f%% | top-5 %.2f%% (%lld images%s%s)\n",
+             (long long)l->step, l->ev.loss, 100 * l->ev.top1, 100 * l->ev.top5,
+             (long long)l->ev.count, left_out, o->eval_hflip ? ", each with its mirror" : "");
   }
-  if (l->eval_ema)
+  if (l->eval_ema && l->ev_ema.count == 0)
+    printf("eval after step %lld, EMA weights: no figures\n", (long long)l->step);
+  else if (l->eval_ema)
     printf("eval after step %lld, EMA weights: loss %.4f | top-1 %.2f%% | top-5 %.2f%%\n",
            (long long)l->step, l->ev_ema.loss, 100 * l->ev_ema.top1, 100 * l->ev_ema.top5);
 }

@@ -344,7 +344,9 @@ static void run_end(train_run *r) {
                     o->predictions[0] ? o->predictions : NULL);
     char left_out[64] = "";
     if (ev.bad > 0) snprintf(left_out, sizeof left_out, ", %lld bad left out", (long long)ev.bad);
-    if (world_rank == 0)
+    if (world_rank == 0 && ev.count == 0)
+      printf("eval: no figures (no image scored%s)\n", left_out);
+    else if (world_rank == 0)
       printf("eval: loss %.6f | top-1 %.4f%% | top-5 %.4f%% (%lld images%s%s)\n", ev.loss,
              100 * ev.top1, 100 * ev.top5, (long long)ev.count, left_out,
              o->eval_hflip ? ", each with its mirror" : "");

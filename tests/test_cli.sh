@@ -250,5 +250,22 @@ for pair in "$sub/train.txt $sub/val.txt" "$sub/num $sub/valnum"; do
   else echo "FAIL: the validation subset $2: $out"; fail=1; fi
 done
 grep -q "labelled by name" <<<"$out" || { echo "FAIL: numbered class folders not matched by name"; fail=1; }
+# A list (numbered classes 0-11) with validation folders named 0-11 (sorted as text: 10 comes
+# third): each folder takes the label its name is, so it scores as the list itself does.
+${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/make_images.py" "$sub/src12" 12 2 16 > /dev/null
+k=0
+for c in $(ls "$sub/src12"); do
+  mkdir -p "$sub/val12/$k" && cp "$sub/src12/$c"/* "$sub/val12/$k/"
+  for f in "$sub/src12/$c"/*; do printf '%s\t%d\n' "$f" $k >> "$sub/train12.txt"; done
+  k=$((k + 1))
+done
+n12=(train --model tiny --img-size 16 --patch-size 8 --num-classes 12 --micro-batch-size 4
+     --global-batch-size 4 --steps 6 --lr 3e-3 --threads 1 --loader-threads 1 --eval-interval 6
+     --data "$sub/train12.txt")
+by_list=$("$vit3d" "${n12[@]}" --val-data "$sub/train12.txt" 2>&1 | grep "^eval after")
+by_folders=$("$vit3d" "${n12[@]}" --val-data "$sub/val12" 2>&1 | grep "^eval after")
+if [ -n "$by_list" ] && [ "$by_list" = "$by_folders" ]; then
+  echo "ok: validation folders named 0-11 beside a numbered list score as the list: $by_list"
+else echo "FAIL: folders named by numbers: '$by_folders', the list: '$by_list'"; fail=1; fi
 rm -rf "$sub"
 exit $fail

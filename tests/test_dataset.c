@@ -590,6 +590,13 @@ static void test_label_parse(void) {
              "named label %s of '%s': status %d, label %d (%s), want %d", named[i].key,
              named[i].text, st, got, why, named[i].want);
     }
+    int32_t got = -1;
+    char why[160] = "";
+    const char *bad_escape = "{\"c\": \"t\\qh\"}";
+    EXPECT(names.count != 4 ||
+               (vt_label_parse("json:c", bad_escape, strlen(bad_escape), 1000, &names, &got, why,
+                               sizeof why) == VT_ERR_INPUT && strstr(why, "an escape JSON")),
+           "a bad escape said as such: %s", why);
     vt_label_names_free(&names);
   }
   int32_t got = -1;
