@@ -78,18 +78,14 @@ trap 'forward USR1' USR1
 trap 'forward TERM' TERM
 "${cmd[@]}" &
 pid=$!
-# A trapped signal interrupts `wait` (128 + the signal); wait again until the launcher is really
-# gone, and take its own code where the interrupted wait was the last (127: already taken).
-while :; do
-  wait "$pid"
-  rc=$?
-  kill -0 "$pid" 2>/dev/null || break
+# Polled, not waited for: a trapped signal interrupts `wait` (128 + the signal), and where the
+# launcher ended as the signal came bash's interrupted `wait` lost its code (-1, or 127 on the
+# next wait: the job then went unrequeued). Once it is gone, `wait` gives its code at once.
+while kill -0 "$pid" 2>/dev/null; do
+  sleep 0.2  # (a signal's trap runs when the sleep ends)
 done
-if [ "$rc" -gt 128 ]; then
-  wait "$pid" 2>/dev/null
-  again=$?
-  [ "$again" -ne 127 ] && rc=$again
-fi
+wait "$pid"
+rc=$?
 if [ "$rc" -eq 75 ]; then
   echo "vit3d slurm job: the trainer saved a checkpoint after the preemption signal; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID" || { echo "vit3d slurm job: scontrol requeue failed; resubmit with the same --save to continue" >&2; exit 75; }
