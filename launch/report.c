@@ -13,7 +13,6 @@
 #include "comm.h"
 #include "params.h"
 
-// The training recipe's options that are off by default, when on: one line each.
 // The optimizer, its weight decay and clipping, and the loss: one line each, every run.
 static void report_basics(const vt_train_options *o, const vt_optim_config *oc) {
   const int adam = oc->kind == VT_OPT_ADAMW || oc->kind == VT_OPT_LAMB;
@@ -49,6 +48,7 @@ void vt_report_schedule(const vt_optim_config *oc) {
               oc->sched == VT_SCHED_CONSTANT ? oc->lr : oc->min_lr, (long long)oc->total_steps);
 }
 
+// The basics, then the training recipe's options that are off by default, when on: one line each.
 void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
   const int depth = o->model.depth;
   report_basics(o, oc);

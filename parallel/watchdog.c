@@ -167,10 +167,12 @@ VT_NORETURN static void report_and_end(const wd_record *recs, const int *answere
   for (int r = 0; r < n && k < sizeof names; r++) {
     const int bad = !answered[r] || recs[r].error[0] || (!recs[r].in_comm && overdue(&recs[r]));
     if (!bad) continue;
-    int w = answered[r] ? snprintf(names + k, sizeof names - k, "%srank %d (host %s, tp %d pp %d dp %d)",
-                                   k ? ", " : "", r, recs[r].host, recs[r].tp, recs[r].pp, recs[r].dp)
-                        : snprintf(names + k, sizeof names - k, "%srank %d (%s)", k ? ", " : "", r,
-                                   gone[r] == 2 ? "stopped" : gone[r] ? "gone" : "no answer");
+    const char *sep = k ? ", " : "";
+    const char *why = gone[r] == 2 ? "stopped" : gone[r] ? "gone" : "no answer";
+    int w = answered[r]
+                ? snprintf(names + k, sizeof names - k, "%srank %d (host %s, tp %d pp %d dp %d)",
+                           sep, r, recs[r].host, recs[r].tp, recs[r].pp, recs[r].dp)
+                : snprintf(names + k, sizeof names - k, "%srank %d (%s)", sep, r, why);
     if (w > 0) k += (size_t)w;
   }
   if (failed + ended > 0)

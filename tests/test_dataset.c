@@ -550,10 +550,11 @@ static void test_label_parse(void) {
   char path[64] = "/tmp/vt_names_XXXXXX";
   const int fd = mkstemp(path);
   // (the third with a UTF-8 byte order mark, as some editors save; class 3 is "café 🐟")
-  const char *files[] = {"tench\ngoldfish\ngreat white shark\ncaf\xc3\xa9 \xf0\x9f\x90\x9f\n",
-                         "0\ttench\n1\tgoldfish\n2\tgreat white shark\n3\tcaf\xc3\xa9 \xf0\x9f\x90\x9f\n",
-                         "\xef\xbb\xbf" "0\ttench\n1\tgoldfish\n2\tgreat white shark\n3\tcaf\xc3\xa9 "
-                         "\xf0\x9f\x90\x9f\n"};
+  const char *files[] = {
+      "tench\ngoldfish\ngreat white shark\ncaf\xc3\xa9 \xf0\x9f\x90\x9f\n",
+      "0\ttench\n1\tgoldfish\n2\tgreat white shark\n3\tcaf\xc3\xa9 \xf0\x9f\x90\x9f\n",
+      "\xef\xbb\xbf"
+      "0\ttench\n1\tgoldfish\n2\tgreat white shark\n3\tcaf\xc3\xa9 \xf0\x9f\x90\x9f\n"};
   for (int v = 0; fd >= 0 && v < 3; v++) {
     FILE *f = fopen(path, "w");
     fputs(files[v], f);
