@@ -122,7 +122,7 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
     ds->subfolders += dirs.n;
     vt_ds_strlist_free(&dirs);
     // An image by its extension, as torchvision's and timm's ImageFolder take them: a README
-    // or a .DS_Store beside the images is no sample (counted, said by the caller).
+    // or a Thumbs.db beside the images is no sample (counted, said by the caller).
     int64_t images = 0;
     for (int64_t i = 0; st == VT_OK && i < files.n; i++) {
       if (!folder_image(files.s[i])) {
