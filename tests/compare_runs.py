@@ -101,11 +101,12 @@ def banded(base, other, twin, file, ma, mb):
         la = by_step.get(rb["step"], rb["loss"])
         d, limit = abs(la - rb["loss"]) / abs(la), LOSS_BAND_RATIO * loss_scale + 1e-7
         worst_loss = max(worst_loss, d / limit)
-        if d > limit:
+        if not d <= limit:  # (a NaN fails too)
             problems.append(f"step {rb['step']} loss {la:.9g} vs {rb['loss']:.9g}: {d:.3g} apart, "
                             f"over {LOSS_BAND_RATIO} x the fp32 twin's {loss_scale:.3g} (+1e-7)")
     wa, wb = load_safetensors(f"{base}/{file}"), load_safetensors(f"{other}/{file}")
     ws = load_safetensors(f"{twin}/{file}")
+    nonfinite((("first", wa), ("second", wb), ("fp32 twin", ws)), problems)
     if sorted(wa) != sorted(wb) or sorted(wa) != sorted(ws):
         return problems + ["the runs have different parameter names"], "bf16 bands"
     worst = (0.0, "")
@@ -140,6 +141,15 @@ def banded(base, other, twin, file, ma, mb):
                       f"{worst[0]:.2f} of their limit in {worst[1]}")
 
 
+def nonfinite(named, problems):
+    """A NaN or infinity in either run's tensors is a difference (every comparison below is
+    False for a NaN, so it would pass them)."""
+    for label, w in named:
+        for name, x in w.items():
+            if not np.isfinite(x).all():
+                problems.append(f"{name}: not finite in the {label} run")
+
+
 def exact(base, other, file, ma, mb):
     """The fp32 rules above: (problems, summary)."""
     problems = []
@@ -151,13 +161,14 @@ def exact(base, other, file, ma, mb):
         ra = by_step.get(rb["step"], rb)
         rel = abs(ra["loss"] - rb["loss"]) / abs(ra["loss"])
         worst_loss = max(worst_loss, rel)
-        if rel > 1e-5:
+        if not rel <= 1e-5:  # (a NaN fails too)
             problems.append(f"step {ra['step']} loss {ra['loss']:.9g} vs {rb['loss']:.9g}")
     lr_sum = sum(r["lr"] for r in ma)
     wa = load_safetensors(f"{base}/{file}")
     wb = load_safetensors(f"{other}/{file}")
     if sorted(wa) != sorted(wb):
         problems.append("the two runs have different parameter names")
+    nonfinite((("first", wa), ("second", wb)), problems)
     worst = (0.0, "")
     for name in wa:
         a, b = wa[name].astype(np.float64), wb[name].astype(np.float64)

@@ -287,6 +287,10 @@ def main():
                     rc_m, log2, cmd2 = run(vit3d, np2, model + mesh2 + ckpt + ["--resume", "auto"],
                                            other)
                     log_m, cmd_m = log_m + log2, cmd_m + "\n    " + cmd2
+                    # (a --resume auto that found no checkpoint would start again from step 0
+                    # and end with the same figures)
+                    if rc_m == 0 and "resumed from" not in log2:
+                        rc_m, log_m = 1, log_m + "\nthe second run did not resume from step 2"
             else:
                 rc_m, log_m, cmd_m = run(vit3d, np_, model + mesh, other)
             if rc_b == 2 or rc_m == 2:  # a refusal of the flags (vt_train_validate)

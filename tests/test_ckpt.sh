@@ -68,8 +68,13 @@ sgd=(--tp 2 --pp 2 --zero 1 --opt sgd --momentum 0.9 --lr 0.05 --model-ema 0.99)
 must run sgd_straight 8 "${sgd[@]}" --final-ema "$work/sgd_ema_straight.st"
 must run sgd_first 8 "${sgd[@]}" --save "$work/ck_sgd" --save-interval 10 --run-steps 10
 must run sgd_second 8 "${sgd[@]}" --save "$work/ck_sgd" --resume auto --final-ema "$work/sgd_ema_second.st"
-if cmp -s "$work/sgd_straight/weights.safetensors" "$work/sgd_second/weights.safetensors" &&
+# (each resume below must say so: a --resume auto that found no usable checkpoint would start
+# from step 0 and end with the same weights)
+resumed() { grep -q "resumed from .*step-$2" "$work/$1.log" || { echo "    $1 did not resume from step $2"; return 1; }; }
+if resumed sgd_second 00000010 &&
+   cmp -s "$work/sgd_straight/weights.safetensors" "$work/sgd_second/weights.safetensors" &&
    cmp -s "$work/sgd_ema_straight.st" "$work/sgd_ema_second.st" &&
+   [ -s "$work/ck_sgd/step-00000010/optim.safetensors" ] &&
    ! grep -q "exp_avg" "$work/ck_sgd/step-00000010/optim.safetensors"; then
   echo "ok: exact resume of SGD with ZeRO-1 and the EMA (momentum_buffer only): weights and EMA byte-identical"
 else echo "FAIL: exact resume of SGD with ZeRO-1 and the EMA differs"; fail=1; fi
@@ -80,7 +85,8 @@ lars=(--tp 2 --pp 2 --zero 1 --opt nlarc --momentum 0.9 --lr 0.5 --clip-grad 5)
 must run lars_straight 8 "${lars[@]}"
 must run lars_first 8 "${lars[@]}" --save "$work/ck_lars" --save-interval 10 --run-steps 10
 must run lars_second 8 "${lars[@]}" --save "$work/ck_lars" --resume auto
-if cmp -s "$work/lars_straight/weights.safetensors" "$work/lars_second/weights.safetensors" &&
+if resumed lars_second 00000010 &&
+   cmp -s "$work/lars_straight/weights.safetensors" "$work/lars_second/weights.safetensors" &&
    grep -q "^lars 4$" "$work/ck_lars/step-00000010/manifest.txt" &&
    ! grep -q "exp_avg" "$work/ck_lars/step-00000010/optim.safetensors" &&
    out=$(timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" --tp 2 --pp 2 --zero 1 \
@@ -100,7 +106,8 @@ must run frz_second 8 --tp 2 --pp 2 --zero 1 "${frz[@]}" --save "$work/ck_frz" -
   --final-ema "$work/frz_ema_second.st"
 must run frz_ref1 1 "${frz[@]}"
 must run frz_res1 1 "${frz[@]}" --resume "$work/ck_frz/step-00000010"
-if cmp -s "$work/frz_straight/weights.safetensors" "$work/frz_second/weights.safetensors" &&
+if resumed frz_second 00000010 && resumed frz_res1 00000010 &&
+   cmp -s "$work/frz_straight/weights.safetensors" "$work/frz_second/weights.safetensors" &&
    cmp -s "$work/frz_ema_straight.st" "$work/frz_ema_second.st" &&
    PYTHONPATH="$here" "$py" - "$work/ck_frz/step-00000010" <<'PY'
 import re, sys
@@ -182,7 +189,8 @@ if "$py" "$here/make_images.py" "$work/imgs" 4 16 32; then
   must run aug_straight 8 "${aug[@]}"
   must run aug_first 8 "${aug[@]}" --save "$work/ck_aug" --save-interval 10 --run-steps 10
   must run aug_second 8 "${aug[@]}" --save "$work/ck_aug" --resume auto
-  if cmp -s "$work/aug_straight/weights.safetensors" "$work/aug_second/weights.safetensors"; then
+  if resumed aug_second 00000010 &&
+     cmp -s "$work/aug_straight/weights.safetensors" "$work/aug_second/weights.safetensors"; then
     echo "ok: exact resume with RandAugment and repeated augmentation: weights byte-identical"
   else echo "FAIL: exact resume with RandAugment and repeated augmentation differs"; fail=1; fi
 else
@@ -282,7 +290,8 @@ echo "killed rank pid $victim after step 10's checkpoint; mpirun exited with $rc
 must run kill2 8 --tp 2 --pp 2 --save "$work/kill" --save-interval 5 --resume auto
 if [ -z "$victim" ] || [ $rc -eq 0 ]; then  # (nothing killed: only a plain resume was checked)
   echo "FAIL: kill -9 mid-run: no rank was found to kill, or the run was not ended by it"; fail=1
-elif cmp -s "$work/straight0/weights.safetensors" "$work/kill2/weights.safetensors"; then
+elif resumed kill2 '0000001[05]' &&  # (step 15's save may land before the kill)
+     cmp -s "$work/straight0/weights.safetensors" "$work/kill2/weights.safetensors"; then
   echo "ok: relaunch after kill -9 mid-run equals the uninterrupted run"
 else echo "FAIL: relaunch after kill -9 mid-run differs"; fail=1; fi
 

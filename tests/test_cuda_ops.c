@@ -294,7 +294,10 @@ int main(int argc, char **argv) {
       }
     }
   }
-  printf("%d checks, %d failed%s; %s\n", t.checks, t.failures,
-         missing ? ", ops missing from the table" : "", t.failures || missing ? "FAIL" : "PASS");
-  return t.failures || missing ? 1 : 0;
+  // (no check at all: an op name that matches none, or a shape that runs nothing, is a failure)
+  const int bad = t.failures || missing || t.checks == 0;
+  printf("%d checks, %d failed%s%s; %s\n", t.checks, t.failures,
+         missing ? ", ops missing from the table" : "",
+         t.checks == 0 ? ", none made (an op name that matches none?)" : "", bad ? "FAIL" : "PASS");
+  return bad ? 1 : 0;
 }

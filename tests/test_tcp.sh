@@ -126,7 +126,9 @@ wait "$launcher"
 rc=$?
 if [ "$rc" -eq 75 ] && grep -q "preempted" "$work/pre.log"; then
   tcp_run resumed 8 --tp 2 --pp 2 "${long[@]}" --save "$work/ck" --resume auto
-  if cmp -s "$work/whole/weights.safetensors" "$work/resumed/weights.safetensors"; then
+  at=$(grep -o 'preempted .* at step [0-9]*' "$work/pre.log" | grep -o '[0-9]*$' | head -1)
+  if grep -q "resumed from .*step-0*$at:" "$work/resumed.log" &&
+     cmp -s "$work/whole/weights.safetensors" "$work/resumed/weights.safetensors"; then
     echo "ok: SIGUSR1 -> checkpoint at $(grep -o 'preempted .* at step [0-9]*' "$work/pre.log" |
       grep -o '[0-9]*$' | head -1), exit 75; resumed == uninterrupted (byte-identical)"
   else
@@ -288,7 +290,13 @@ export MASTER_PORT=$(free_port)
 VT_CONNECT_TIMEOUT=60 RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" \
   > "$work/meetterm.log" 2>&1 &
 lone=$!
-sleep 1
+for _ in $(seq 100); do  # until vit3d (timeout's child) catches SIGTERM (bit 15 of SigCgt)
+  child=$(pgrep -P $lone | head -1)
+  cgt=$([ -n "$child" ] && awk '/^SigCgt:/ {print $2}' "/proc/$child/status" 2>/dev/null)
+  [ -n "$cgt" ] && (( 0x$cgt & 0x4000 )) && break
+  sleep 0.1
+done
+sleep 0.3  # (and is meeting: the handlers come first)
 t0=$SECONDS
 kill -TERM $lone
 wait $lone
