@@ -12,7 +12,8 @@ build_type=${2:-unknown}
 here=$(cd "$(dirname "$0")" && pwd)
 py=${PYTHON:-/usr/bin/python3}
 batch=${VT_BENCH_BATCH:-64}
-threads=${VT_BENCH_THREADS:-$(nproc)}
+cores=$(nproc --all)  # (plain nproc obeys OMP_NUM_THREADS, set below or by the caller)
+threads=${VT_BENCH_THREADS:-$cores}
 warmup=${VT_BENCH_WARMUP:-1}
 steps=${VT_BENCH_STEPS:-3}
 rounds=${VT_BENCH_ROUNDS:-2}
@@ -52,7 +53,7 @@ torch_lib=$("$py" -c 'import torch, os; print(os.path.join(os.path.dirname(torch
 vit=$(summary vit3d)
 vit_med=${vit% *} vit_min=${vit#* }
 echo "== CPU benchmark: ViT-Ti/16, 224 px, fp32, one training step (AdamW, clipping)"
-echo "conditions: cpu='$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)' cores=$(nproc) threads=$threads batch=$batch warmup=$warmup steps=$steps rounds=$rounds build=$build_type load='$(cut -d' ' -f1-3 /proc/loadavg)'"
+echo "conditions: cpu='$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)' cores=$cores threads=$threads batch=$batch warmup=$warmup steps=$steps rounds=$rounds build=$build_type load='$(cut -d' ' -f1-3 /proc/loadavg)'"
 # Thread-pool settings change the result a lot (OpenMP spin-waiting against OpenBLAS's threads).
 echo "env: $(env | grep -E '^(OMP_|GOMP_|OPENBLAS_|KMP_)' | sort | tr '\n' ' ')"
 echo "blas: vit3d=$(blas_of "$bin") torch=${torch_lib:+$(blas_of "$torch_lib")}"

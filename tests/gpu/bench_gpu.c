@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
   for (int it = 0; it < warmup + timed; it++) {
     if (it == warmup)
       for (int k = 0; k < NSLOTS; k++)
-        g_slots[k].s = g_slots[k].flop = 0, g_slots[k].calls = 0;
+        g_slots[k].s = g_slots[k].flop = g_slots[k].bytes = 0, g_slots[k].calls = 0;
     const double t0 = now_s();
     be->zero(m.grads, vt_model_grad_nbytes(&m));
     vt_model_hold_weights(&m);  // as the trainer: the weights' bf16 copy once per step

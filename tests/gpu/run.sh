@@ -14,19 +14,23 @@
 #   4. ViT-B/16 at 224 px, bf16 (and fp32 when time allows), on CUDA: bench_gpu (one
 #      device-resident batch) and the trainer's own metrics line (images/s, MFU with --peak-tflops
 #      989), against timm's vit_base_patch16_224 in PyTorch (bf16 autocast, AdamW, same batch),
-#      eager and torch.compile, measured in the same run when python3 imports torch and timm; then,
-#      as time allows: the time per op (bench_gpu --ops; the mma.sync attention's variants, 64 or
+#      eager; ViT-L/16 (bench_gpu against timm's vit_large_patch16_224, eager); then ViT-B's
+#      torch.compile, measured in the same run when python3 imports torch and timm; then, as
+#      time allows: the time per op (bench_gpu --ops; the mma.sync attention's variants, 64 or
 #      128 rows a block and dS stored or made again, as its first calls timed them), again with the
 #      WMMA attention (VT_ATTN_MMA=0), the LayerNorm backward in two passes (VT_LN_FUSED=0), the
 #      linear forward on the cuBLAS path (VT_CUBLASLT=0) and with cuBLASLt's algorithms timed
 #      (VT_CUBLASLT_TUNE=8); the Linears' GEMMs alone against a square one (bench_gemm:
 #      cublasGemmEx and cuBLASLt's algorithms); Nsight Compute's counters for the attention,
 #      LayerNorm, activation and column-sum kernels and the first forward GEMMs (a line per kernel
-#      in the summary), most important first; ViT-L/16 (bench_gpu against timm's
-#      vit_large_patch16_224, eager); ViT-H/14's attention (D = 80) on mma.sync against WMMA
+#      in the summary), most important first; ViT-H/14's attention (D = 80) on mma.sync against
+#      WMMA
 #   5. compute-sanitizer memcheck and racecheck of the op test, with the time that is left
-#   6. a summary (also in $OUT/summary.txt)
-# Logs go to $OUT when set (the device tool brings back at most 8 files: these are exactly 8),
+#   6. a summary (also in $OUT/summary.txt), its first line the GPU, the commit (VT_COMMIT where
+#      the tree came without .git) and torch/timm; a failed build goes straight to it
+# Logs go to $OUT when set (the device tool brings back at most 8 files: these are 7: build.log,
+# ctest.log, train.log (with the two compared curves), bench.log, torch.log, trace_bench.json,
+# summary.txt),
 # else to ./gpu_out. Usage: tests/gpu/run.sh [--cpu-only]
 #   --cpu-only needs no GPU: builds without CUDA, compares two CPU training runs with the same
 #   code, runs bench_gpu --cpu and the torch script on a small model on the CPU (if torch and timm
@@ -97,6 +101,11 @@ blog=$out/build.log
   /usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1
   "$py" -c 'import torch, timm; print("torch", torch.__version__, "timm", timm.__version__)' 2>&1 | tail -1
 } >>"$blog" 2>&1
+# The conditions, first in the summary: the GPU, its driver, the commit (VT_COMMIT where the
+# working tree came without .git), torch and timm.
+gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+commit=$(git -C "$root" log -1 --format=%h 2>/dev/null || true)
+note "machine: ${gpu_name:-no GPU (nvidia-smi)}; commit ${commit:-${VT_COMMIT:-unknown}}; $("$py" -c 'import torch, timm; print("torch", torch.__version__, "timm", timm.__version__)' 2>/dev/null || echo "no torch/timm")"
 if ((!cpu_only)) && ! command -v nvidia-smi >/dev/null; then
   echo "no nvidia-smi: is this a GPU machine? (use --cpu-only for a dry run)" | tee -a "$blog"
 fi
@@ -137,6 +146,19 @@ else
 fi
 vit3d=$build/vit3d
 bench=$build/tests/bench_gpu
+# summary_and_exit RC: part 6 (the summary), then the end.
+summary_and_exit() {
+  {
+    echo
+    echo "==== tests/gpu/run.sh summary ($((SECONDS - t_start)) s of ${budget} s) ===="
+    printf '%s\n' "${summary[@]}"
+  } | tee "$out/summary.txt"
+  rm -rf "$work"
+  exit "$1"
+}
+# Without a build nothing below can run: the PyTorch peer alone would spend minutes of the
+# device's time on figures with nothing to compare them to.
+((built)) || summary_and_exit 1
 
 # ---- 2. the cuda-labelled tests ---------------------------------------------------------------------
 clog=$out/ctest.log
@@ -152,13 +174,15 @@ if ((built)) && part tests; then
   crc=$?
   grep -E "(fp32|bf16) .*(FAIL|DIFFERS)|checks, .* failed|SKIP:|Not Run|Failed" "$clog" | head -40
   verdict=$( ((crc == 0)) && echo ok || echo "FAILED (rc $crc)")
+  ((crc == 124 || crc == 137)) && verdict="TIMED OUT (no verdict; rerun with VT_GPU_PARTS=tests)"
   grep -q "SKIP:" "$clog" && verdict="SKIPPED (no usable GPU: $(grep -m1 -oE 'SKIP:.*' "$clog"))"
   note "ctest ${sel[*]}: $verdict - $(grep -E 'tests passed|tests failed' "$clog" | tail -1); $(grep -oE '[0-9]+ checks, .* failed.*' "$clog" | tail -1)"
   # The bf16 attention with D <= 64 runs on mma.sync kernels whose fragment layouts were only
   # emulated before a GPU ran them (src/cuda/attention_mma.cu); when the op test fails (or dies) and
   # its attention rows alone fail too, one rerun with the WMMA kernels (VT_ATTN_MMA=0) says
   # whether they are the cause, and if so the rest of this script runs without them.
-  if ((crc != 0 && !cpu_only)) &&
+  timed_out=$((crc == 124 || crc == 137))
+  if ((crc != 0 && !timed_out && !cpu_only)) &&
     ! run "$(cap 60 200)" "$clog" "$build/tests/test_cuda_ops" attention_fwd attention_bwd; then
     if run "$(cap 60 200)" "$clog" env VT_ATTN_MMA=0 "$build/tests/test_cuda_ops" attention_fwd \
       attention_bwd; then
@@ -191,7 +215,7 @@ if ((built)) && part tests; then
   # (src/cuda/layernorm.cu, first run on a GPU after 2026-12-04); when its rows fail, one rerun
   # with two passes (VT_LN_FUSED=0) says whether the fused kernel is the cause, and if so the
   # rest of this script runs without it.
-  if ((crc != 0 && !cpu_only)) && grep -qE "layernorm_bwd(_add)? .*FAIL" "$clog"; then
+  if ((crc != 0 && !timed_out && !cpu_only)) && grep -qE "layernorm_bwd(_add)? .*FAIL" "$clog"; then
     if run "$(cap 60 200)" "$clog" env VT_LN_FUSED=0 "$build/tests/test_cuda_ops" layernorm_bwd \
       layernorm_bwd_add; then
       export VT_LN_FUSED=0
@@ -203,7 +227,7 @@ if ((built)) && part tests; then
   # The bf16 linear with a bias goes through cuBLASLt (src/cuda/gemm.cu); when its rows fail, one
   # rerun on the cuBLAS path says whether cuBLASLt is the cause, and if so the rest of this script
   # runs without it, so the training and benchmark figures still come.
-  if ((crc != 0 && !cpu_only)) && grep -qE "bf16 linear(_act|_residual)?_fwd .*FAIL" "$clog"; then
+  if ((crc != 0 && !timed_out && !cpu_only)) && grep -qE "bf16 linear(_act|_residual)?_fwd .*FAIL" "$clog"; then
     if run "$(cap 60 200)" "$clog" env VT_CUBLASLT=0 "$build/tests/test_cuda_ops"; then
       export VT_CUBLASLT=0
       note "the op test passes with VT_CUBLASLT=0: cuBLASLt's bias epilogue is wrong here; the rest runs without it"
@@ -229,8 +253,10 @@ if ((built)) && part train; then
     echo "($dir on $dev: $((SECONDS - t0)) s)" >>"$tlog"
     ((ok)) || break  # the first failure says enough; keep the time for the other parts
   done
-  cp "$work/gpu_bf16/metrics.jsonl" "$out/train_cuda.jsonl" 2>/dev/null
-  cp "$work/cpu_fp32/metrics.jsonl" "$out/train_cpu.jsonl" 2>/dev/null
+  for f in gpu_bf16 cpu_fp32; do  # (in train.log: the device tool brings back 8 files at most)
+    echo "==== $f/metrics.jsonl ====" >>"$tlog"
+    cat "$work/$f/metrics.jsonl" >>"$tlog" 2>/dev/null
+  done
   if ((ok)); then
     # Relative loss tolerances per band of steps (tests/compare_curves.py). Step 1 is one forward
     # from the same weights and data. fp32: only summation orders differ (about 1e-6); steps
@@ -348,8 +374,32 @@ PY
   [[ -z $ours ]] && note "bench_gpu: no result ($(grep -m1 -oE 'SKIP:.*' "$blog2" || echo 'see bench.log'))"
   note "vit3d bf16 $model batch $mb: bench_gpu $(grep -m1 -oE '^vit3d-bench step_ms.*' "$blog2" | grep -oE '(img_per_s|mfu|step_ms median)=[0-9.]+' | tr '\n' ' ')| trainer ${trainer:-none} (synthetic images made on the host's threads inside its step)"
 fi
+# ViT-L/16 (the issue's second model), bf16, against timm's vit_large_patch16_224 in eager mode
+# (torch.compile of ViT-L takes minutes: not here); run right after ViT-B's eager peer, before
+# torch.compile and the diagnostics, so that a default call brings its figures.
+ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }' || echo "n/a"; }
+lb=${VT_BENCH_BATCH_L:-64}
+vitl_part() {
+  if ((built && !cpu_only)) && part vitl && (($(left) > 120)); then
+    local from oursl mful eagerl="" lline
+    from=$(($(wc -l <"$blog2") + 1))
+    run "$(cap 90 60)" "$blog2" "$bench" --model vit-l16 --batch "$lb" --warmup 2 --timed 6 \
+      --precision bf16
+    lline=$(tail -n +"$from" "$blog2" | grep -m1 -oE '^vit3d-bench step_ms.*')
+    oursl=$(grep -oE 'img_per_s=[0-9.]+' <<<"$lline" | cut -d= -f2)
+    mful=$(grep -oE 'mfu=[0-9.]+' <<<"$lline" | cut -d= -f2)
+    if "$py" -c 'import torch, timm' >/dev/null 2>&1 && (($(left) > 60)); then
+      run "$(cap 90 10)" "$plog" "$py" "$tb" --mode eager --model vit_large_patch16_224 \
+        --batch "$lb" --warmup 2 --timed 6
+      eagerl=$(grep -oE '^torch-bench mode=eager.*' "$plog" | tail -1 | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
+    fi
+    note "ViT-L/16 batch $lb images/s: vit3d bf16 ${oursl:-n/a} (mfu ${mful:-n/a}) | torch bf16 eager ${eagerl:-n/a} (vit3d/torch $(ratio "$oursl" "$eagerl"))"
+  elif ((built && !cpu_only)) && part vitl; then
+    note "ViT-L/16 skipped: $(left) s left of the budget"
+  fi
+}
 if ! part bench; then
-  :
+  vitl_part
 elif "$py" -c 'import torch, timm' >/dev/null 2>&1; then
   if ((cpu_only)); then
     pargs=(--device cpu --model vit_tiny_patch16_224 --batch 2 --warmup 1 --timed 2)
@@ -358,6 +408,7 @@ elif "$py" -c 'import torch, timm' >/dev/null 2>&1; then
   fi
   run "$(cap 120 100)" "$plog" "$py" "$tb" --mode eager "${pargs[@]}"
   eager=$(grep -oE '^torch-bench mode=eager.*' "$plog" | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
+  vitl_part
   # torch.compile of ViT-B forward + backward takes a minute or two on 16 cores.
   if [[ ${VT_GPU_COMPILE:-1} == 0 ]]; then
     note "torch.compile skipped: VT_GPU_COMPILE=0"
@@ -371,8 +422,8 @@ elif "$py" -c 'import torch, timm' >/dev/null 2>&1; then
   grep -E '^torch-bench' "$plog"
 else
   note "PyTorch peer skipped: $py cannot import torch and timm"
+  vitl_part
 fi
-ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }' || echo "n/a"; }
 part bench && note "images/s: vit3d bf16 ${ours:-n/a} | torch bf16 eager ${eager:-n/a} (vit3d/torch $(ratio "$ours" "$eager")) | torch bf16 compile ${compiled:-n/a} (vit3d/torch $(ratio "$ours" "$compiled"))"
 # Time per op (bench_gpu --ops: a synchronize around each op, so the sum exceeds a plain step),
 # the list of what to speed up next. After every figure above is parsed from bench.log.
@@ -469,33 +520,14 @@ if ((built && !cpu_only)) && part ncu && [[ -n $ncu_bin ]] && (($(left) > 80)); 
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
       --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active \
       "$bench" --model vit-b16 --batch "$bb" --warmup 0 --timed 1 --precision bf16
+    # (a machine whose profiler cannot read the counters refuses every kernel alike)
+    tail -n +"$from" "$blog2" | grep -qE '==ERROR==|LibraryNotLoaded|ERR_NVGPUCTRPERM' && break
   done
   ncu_rows=$(tail -n +"$from" "$blog2" | awk -f "$root/tests/gpu/ncu_summary.awk" | paste -sd';' -)
   err=$(tail -n +"$from" "$blog2" | grep -m1 -oE '==ERROR==.*|LibraryNotLoaded|ERR_NVGPUCTRPERM')
   note "ncu (ViT-B/16 batch $bb bf16, first launches): ${ncu_rows:-no kernel profiled${err:+ ($err)}}"
 elif ((built && !cpu_only)) && part ncu; then
   note "ncu skipped: $([[ -z $ncu_bin ]] && echo 'no ncu' || echo "$(left) s left")"
-fi
-
-# ViT-L/16 (the issue's second model), bf16, against timm's vit_large_patch16_224 in eager mode,
-# with what the budget leaves (torch.compile of ViT-L takes minutes: not here).
-lb=${VT_BENCH_BATCH_L:-64}
-if ((built && !cpu_only)) && part vitl && (($(left) > 150)); then
-  from=$(($(wc -l <"$blog2") + 1))
-  run "$(cap 90 60)" "$blog2" "$bench" --model vit-l16 --batch "$lb" --warmup 2 --timed 6 \
-    --precision bf16
-  lline=$(tail -n +"$from" "$blog2" | grep -m1 -oE '^vit3d-bench step_ms.*')
-  oursl=$(grep -oE 'img_per_s=[0-9.]+' <<<"$lline" | cut -d= -f2)
-  mful=$(grep -oE 'mfu=[0-9.]+' <<<"$lline" | cut -d= -f2)
-  eagerl=""
-  if "$py" -c 'import torch, timm' >/dev/null 2>&1 && (($(left) > 60)); then
-    run "$(cap 90 10)" "$plog" "$py" "$tb" --mode eager --model vit_large_patch16_224 \
-      --batch "$lb" --warmup 2 --timed 6
-    eagerl=$(grep -oE '^torch-bench mode=eager.*' "$plog" | tail -1 | grep -oE 'img_per_s=[0-9.]+' | cut -d= -f2)
-  fi
-  note "ViT-L/16 batch $lb images/s: vit3d bf16 ${oursl:-n/a} (mfu ${mful:-n/a}) | torch bf16 eager ${eagerl:-n/a} (vit3d/torch $(ratio "$oursl" "$eagerl"))"
-elif ((built && !cpu_only)) && part vitl; then
-  note "ViT-L/16 skipped: $(left) s left of the budget"
 fi
 
 # ViT-H/14 (D = 80: the mma.sync attention's widest heads) at batch 32: the attention's time per
@@ -533,6 +565,9 @@ san_verdict() {
     9) if [[ -z $ours ]]; then echo "hazards only in cuBLAS's own kernels ($ks), none in ours"
        else echo "FOUND ERRORS in $ours (see ctest.log)"; fi ;;
     124 | 137) echo "timed out" ;;
+    *) if tail -n +"$2" "$clog" | grep -qiE 'not supported|error 999'; then
+         echo "not run: the sanitizer does not support this device (see ctest.log)"; return
+       fi ;;&
     *) echo "exit $1 (1: an op check failed; see ctest.log)" ;;
   esac
 }
