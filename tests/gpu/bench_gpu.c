@@ -265,7 +265,9 @@ int main(int argc, char **argv) {
     if (it >= warmup) step[it - warmup] = now_s() - t0;
   }
   qsort(step, (size_t)timed, sizeof *step, cmp_double);
-  const double med = step[timed / 2], img_s = B / med;
+  // (the two middle ones' mean for an even count, as Python's statistics.median: the peer's)
+  const double med = timed % 2 ? step[timed / 2] : 0.5 * (step[timed / 2 - 1] + step[timed / 2]);
+  const double img_s = B / med;
   const double tflops = vt_config_train_flops(&cfg, 0) * img_s / 1e12;
   printf("vit3d-bench config model=%s batch=%d warmup=%d timed=%d device=%s build=%s "
          "precision=%s loss=%.4f\n",
