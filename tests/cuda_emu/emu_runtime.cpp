@@ -2,9 +2,10 @@
 // the kernels). Kernels, asynchronous copies and memsets and events' marks wait in their
 // stream's queue until something needs them (a library call or NCCL operation on that stream, a
 // wait on an event recorded after them, a synchronize, a copy to pageable memory), as late as a
-// GPU that lags the host may run them, and at times the device runs ahead (run_ahead). So a
-// kernel that does not wait for another stream's kernel or copy reads stale data, unordered work
-// of two streams runs in both orders, and a host buffer reused before its copy ran shows. Also
+// GPU that lags the host may run them, and at times the device runs ahead (run_ahead); a
+// stream's wait for another's event is itself queued. So a kernel that does not wait for
+// another stream's kernel or copy reads stale data, unordered work of two streams runs in both
+// orders, and a host buffer reused before its copy ran shows. Also
 // NVTX's ranges (their nesting checked).
 #include <stdlib.h>
 #include <string.h>
@@ -258,9 +259,10 @@ cudaError_t cudaGetDevice(int *i) {
 const char *cudaGetErrorString(cudaError_t) { return "emulated error"; }
 const char *cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
 
-// ---- events: a record marks its stream's queue; waiting for it runs the queue up to there (a
-// stream that waits runs nothing before its next launch anyway, so running the work now is the
-// latest point that keeps the order) ----
+// ---- events: a record marks its stream's queue; the host waiting for it runs the queue up to
+// there; a stream waiting for it queues a wait that does so when that stream's work runs (as
+// late as a GPU may: an upload's copy then runs when the kernels that need it run, so a pinned
+// source rewritten before upload_wait shows) ----
 static void wait_event(cudaEvent_t e) {
   if (e->s) run_until(e->s, e->seq);
 }
@@ -304,8 +306,11 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   wait_event(e);
   return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
-  wait_event(e);
+cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t e, unsigned) {
+  if (!e->s) return cudaSuccess;  // (never recorded: complete)
+  emu_stream *producer = e->s;
+  const uint64_t seq = e->seq;  // (the record this wait is for, not a later one)
+  enqueue(st, [producer, seq]() { run_until(producer, seq); });
   return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) {

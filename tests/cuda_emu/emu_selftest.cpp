@@ -3,7 +3,8 @@
 // where it finds one. A collective's result reaches its output only in its stream's order, so
 // another stream that reads it without waiting reads the old values, and a write from another
 // stream while the collective is in flight aborts the process; so do a warp whose lanes wait at
-// different warp collectives and a block whose threads wait at different __syncthreads.
+// different warp collectives and a block whose threads wait at different __syncthreads. A
+// pinned buffer rewritten before its upload was waited for gives the device the new values.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,23 @@ int split_barrier() {
   return 0;
 }
 
+// An upload as the backend makes one: a copy from pinned memory on stream b, which stream a then
+// waits for. The host rewrites the pinned source before anything waited for the copy: the copy
+// has not run yet (a stream's wait is queued too), so the device gets the new values, as a GPU
+// may give it; a program must wait for the copy before it reuses its source.
+int pinned_rewritten() {
+  float *h = nullptr;
+  if (cudaHostAlloc((void **)&h, kN * sizeof(float), 0) != cudaSuccess) return 5;
+  for (size_t i = 0; i < kN; i++) h[i] = 1;
+  cudaMemcpyAsync(g_y, h, kN * sizeof(float), cudaMemcpyHostToDevice, g_b);
+  cudaEvent_t e;
+  cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  cudaEventRecord(e, g_b);
+  cudaStreamWaitEvent(g_a, e, 0);
+  for (size_t i = 0; i < kN; i++) h[i] = 2;  // too early
+  return first(g_y, g_a) == 2 ? 0 : 8;
+}
+
 struct test_case {
   const char *name;
   int (*run)();
@@ -135,7 +153,8 @@ int main() {
                              {"ordered_write", ordered_write, 0},
                              {"diverged_warp", diverged_warp, 128 + SIGABRT},
                              {"uniform_warp", uniform_warp, 0},
-                             {"split_barrier", split_barrier, 128 + SIGABRT}};
+                             {"split_barrier", split_barrier, 128 + SIGABRT},
+                             {"pinned_rewritten", pinned_rewritten, 0}};
   setvbuf(stdout, nullptr, _IOLBF, 0);  // each line before the next child's messages
   setenv("EMU_RUN_AHEAD", "0", 1);  // the queues alone: each case's order is the one it sets
   int failed = 0;
