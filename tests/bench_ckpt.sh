@@ -23,6 +23,9 @@ wall() {  # wall NAME FLAGS...: seconds for the whole run (a failed run: the scr
   echo "$t0 $t1" | awk '{printf "%.3f", $2 - $1}'
 }
 echo "bench_ckpt: ViT-S/16 at 64 px, 1 rank, $(nproc) threads, 15 steps, a checkpoint every 5"
+# (the disk's speed is in these figures: the file system the checkpoints go to, and the CPU)
+echo "conditions: checkpoints on $(df -hT "$work" | awk 'NR == 2 {print $2 " (" $1 ")"}')," \
+     "cpu '$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)'"
 declare -a inplace background none
 for r in $(seq "$rounds"); do
   rm -rf "$work/ck"

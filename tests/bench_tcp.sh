@@ -20,6 +20,8 @@ model=(--model tiny --depth 8 --width 192 --heads 4 --img-size 64 --micro-batch-
        --global-batch-size 32 --steps 12 --threads 1 --log-interval 100)
 echo "bench_tcp: model tiny, depth 8, width 192, 64 px, micro-batch 8, global batch 32, 12" \
      "steps, 1 thread per rank, 2 ranks, $(nproc) cores, $rounds rounds"
+echo "conditions: cpu '$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)'," \
+     "$(mpirun --version 2>/dev/null | head -n 1)"
 for mesh in "--dp 2" "--tp 2" "--pp 2"; do
   name=${mesh// /}
   for r in $(seq "$rounds"); do
