@@ -96,11 +96,11 @@ static int sync_path(const char *path) {
   return rc;
 }
 
-static void remove_dir(const char *dir) {
+void vt_remove_dir(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
   struct dirent *e;
-  char path[1300];
+  char path[4352];
   while ((e = readdir(d)) != NULL) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
@@ -114,12 +114,12 @@ vt_status vt_ckpt_begin(const char *save_dir, int64_t step, char *tmp_dir, size_
                         char *err, size_t errlen) {
   if (vt_mkdir_p(save_dir) != 0) FAIL(VT_ERR_IO, "cannot create --save %s: %s", save_dir, strerror(errno));
   snprintf(tmp_dir, tmp_len, "%s/.tmp-step-%08" PRId64, save_dir, step);
-  remove_dir(tmp_dir);
+  vt_remove_dir(tmp_dir);
   if (mkdir(tmp_dir, 0755) != 0) FAIL(VT_ERR_IO, "cannot create %s: %s", tmp_dir, strerror(errno));
   return VT_OK;
 }
 
-void vt_ckpt_abandon(const char *tmp_dir) { remove_dir(tmp_dir); }
+void vt_ckpt_abandon(const char *tmp_dir) { vt_remove_dir(tmp_dir); }
 
 // The step-* directories of save_dir, newest first. Returns how many (at most cap).
 static int list_steps(const char *save_dir, int64_t *steps, int cap) {
@@ -150,7 +150,7 @@ void vt_ckpt_clean(const char *save_dir) {
     if (strncmp(e->d_name, ".tmp-", 5) != 0) continue;
     snprintf(path, sizeof path, "%s/%s", save_dir, e->d_name);
     vt_log_warn("removing %s, left by an interrupted save", path);
-    remove_dir(path);
+    vt_remove_dir(path);
   }
   closedir(d);
 }
@@ -199,7 +199,7 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
   ok = (fclose(f) == 0) && ok;
   if (!ok) FAIL(VT_ERR_IO, "writing %s failed: %s (is the disk full?)", path, strerror(errno));
   vt_ckpt_step_dir(save_dir, m->step, final_dir, sizeof final_dir);
-  remove_dir(final_dir);  // a checkpoint of the same step from an earlier attempt
+  vt_remove_dir(final_dir);  // a checkpoint of the same step from an earlier attempt
   if (sync_path(tmp_dir) != 0 || rename(tmp_dir, final_dir) != 0 || sync_path(save_dir) != 0)
     FAIL(VT_ERR_IO, "cannot move %s into place: %s", tmp_dir, strerror(errno));
   snprintf(path, sizeof path, "%s/latest.tmp", save_dir);
@@ -222,7 +222,7 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
     if (keep_last <= 0 || kept++ < keep_last) continue;  // steps[i] == m->step comes first
     if (keep_every > 0 && steps[i] % keep_every == 0) continue;  // a milestone stays
     vt_ckpt_step_dir(save_dir, steps[i], final_dir, sizeof final_dir);
-    remove_dir(final_dir);
+    vt_remove_dir(final_dir);
   }
   return VT_OK;
 }

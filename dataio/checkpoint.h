@@ -162,6 +162,8 @@ vt_status vt_ckpt_open(const char *path, char *dir, size_t dir_len, vt_ckpt_mani
 
 // mkdir -p: creates dir and its missing parents; 0 on success, -1 with errno set.
 int vt_mkdir_p(const char *dir);
+// Removes dir's files, then dir (a flat folder: a checkpoint's, a staging one); quietly.
+void vt_remove_dir(const char *dir);
 
 // Copies src to dst through dst.tmp + fsync + rename, so dst is either the old or the new file.
 // Refuses a dst that is not a regular file (vt_output_file_check).

@@ -91,12 +91,13 @@ vt_status vt_ds_list_dir(const char *dir, int want_dir, strlist *out, char *err,
 // An image file of a class folder by its extension (any case): torchvision's ImageFolder's
 // (TIFF among them: vit3d does not decode it, so such a file is a bad image, said by name,
 // not silently no sample) and the GIF and PNM that vit3d decodes.
+static const char *const k_image_kinds[] = {"jpg", "jpeg", "png", "webp", "gif", "bmp",
+                                            "ppm", "pgm",  "pnm", "tif",  "tiff"};
+enum { IMAGE_KINDS = sizeof k_image_kinds / sizeof *k_image_kinds };
 static int folder_image(const char *name) {
-  static const char *const kinds[] = {"jpg", "jpeg", "png", "webp", "gif", "bmp",
-                                      "ppm", "pgm",  "pnm", "tif",  "tiff"};
   const char *dot = strrchr(name, '.');
-  for (size_t i = 0; dot && i < sizeof kinds / sizeof *kinds; i++)
-    if (!strcasecmp(dot + 1, kinds[i])) return 1;
+  for (int i = 0; dot && i < IMAGE_KINDS; i++)
+    if (!strcasecmp(dot + 1, k_image_kinds[i])) return 1;
   return 0;
 }
 
@@ -335,7 +336,11 @@ vt_status vt_dataset_fingerprint(const char *path, const char *label_key,
     strlist classes = {0};
     st = vt_ds_list_dir(path, 1, &classes, err, errlen);
     // (and the files taken as images: an entry of a version that took every file is stale)
-    static const char kinds[] = "images\tjpg jpeg png webp gif bmp ppm pgm pnm tif tiff\n";
+    char kinds[128] = "images";
+    for (int i = 0; i < IMAGE_KINDS; i++)
+      snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%c%s", i ? ' ' : '\t',
+               k_image_kinds[i]);
+    strcat(kinds, "\n");
     if (st == VT_OK && !vt_ds_strlist_push(&lines, strdup(kinds), 0))
       st = vt_fail_input(err, errlen, "out of memory");
     if (st == VT_OK && !vt_ds_strlist_push(&sources, strdup(path), 0))

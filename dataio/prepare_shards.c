@@ -35,19 +35,6 @@ static int holds_shards(const char *dir) {
   return found;
 }
 
-// The files of dir (the staging folder), removed, then dir itself.
-static void remove_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  char path[4352];
-  for (struct dirent *e; d && (e = readdir(d));) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    remove(path);
-  }
-  if (d) closedir(d);
-  rmdir(dir);
-}
-
 // Writes shard s (samples order[first, end)) as STAGE/shard-NNNNNN.tar, synced.
 static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t first,
                              int64_t end, const char *stage, int s, char *err, size_t errlen) {
@@ -122,7 +109,7 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
   snprintf(stage, sizeof stage, "%s/.partial", out_dir);
   if (access(stage, F_OK) == 0) {
     fprintf(stderr, "vit3d prepare: removing %s, left by a prepare that was stopped\n", stage);
-    remove_dir(stage);
+    vt_remove_dir(stage);
   }
   if (vt_mkdir_p(stage) != 0) {
     close(lock);
@@ -130,7 +117,7 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
   }
   vt_dataset ds;
   if (vt_dataset_open(src, &ds, err, errlen) != VT_OK) {
-    remove_dir(stage);
+    vt_remove_dir(stage);
     close(lock);
     return VT_ERR_INPUT;
   }
@@ -171,7 +158,7 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
       snprintf(path, sizeof path, "%s/shard-%06d.tar", out_dir, k);
       remove(path);
     }
-  remove_dir(stage);
+  vt_remove_dir(stage);
   close(lock);
   if (samples) *samples = ds.count;
   if (shards) *shards = n;

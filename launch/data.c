@@ -135,20 +135,20 @@ static vt_status val_labels_by_name(vt_dataset *val, const vt_dataset *train,
   if (train->numbered) {
     // Class folders named by the training set's numbers (0, 1, ..., 10, ...: sorted as text, so
     // folder 10 is the third) take their labels from their names; other names go by position.
-    int by_number = 1;
+    int *num = malloc((size_t)val->num_classes * sizeof *num), by_number = 1;
+    VT_CHECK(num != NULL, "out of host memory for %d classes", val->num_classes);
     for (int c = 0; c < val->num_classes && by_number; c++) {
       char *end;
       const long k = strtol(val->class_names[c], &end, 10);
       by_number = *val->class_names[c] && !*end && k >= 0 && k < train->num_classes;
+      num[c] = (int)k;
     }
     if (!by_number) {
+      free(num);
       vt_log_warn("--val-data %s names its classes and --data %s numbers them: validation "
                   "class i is the i-th of its sorted names", o->val_data, o->data);
       return VT_OK;
     }
-    int *num = malloc((size_t)val->num_classes * sizeof *num);
-    VT_CHECK(num != NULL, "out of host memory for %d classes", val->num_classes);
-    for (int c = 0; c < val->num_classes; c++) num[c] = atoi(val->class_names[c]);
     for (int64_t i = 0; i < val->count; i++) val->labels[i] = num[val->labels[i]];
     free(num);
     number_classes(val, train->num_classes);

@@ -51,6 +51,8 @@ void vt_report_schedule(const vt_optim_config *oc) {
 // The basics, then the training recipe's options that are off by default, when on: one line each.
 void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
   const int depth = o->model.depth;
+  vt_schedule_kind sched = VT_SCHEDULE_1F1B;
+  vt_schedule_parse(o->pp_schedule, &sched);  // (validated)
   report_basics(o, oc);
   if (oc->kind == VT_OPT_LAMB)
     vt_log_info("optimizer LAMB: each tensor with weight decay steps by lr * ||w|| / ||u|| along "
@@ -88,10 +90,8 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
     if (fz.leading_layers > 1)
       snprintf(skip, sizeof skip, "the backward skips the embeddings and blocks 0-%d",
                fz.leading_layers - 2);
-    vt_schedule_kind kind = VT_SCHEDULE_1F1B;
-    vt_schedule_parse(o->pp_schedule, &kind);  // (validated)
     const int nvs = o->pp * o->pp_chunks,
-              fvs = vt_frozen_vstages(o->model.depth, nvs, kind == VT_SCHEDULE_ZB_V,
+              fvs = vt_frozen_vstages(o->model.depth, nvs, sched == VT_SCHEDULE_ZB_V,
                                       fz.leading_layers);
     if (o->pp > 1 && fvs == 1)
       snprintf(pipe, sizeof pipe, "; virtual pipeline stage 0 of %d, wholly frozen, runs no "
@@ -138,8 +138,6 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
                 "(alpha %g) for %g of them, Mixup (alpha %g) for the rest", x->prob,
                 x->cutmix_alpha, cut, x->mixup_alpha);
   }
-  vt_schedule_kind sched = VT_SCHEDULE_1F1B;
-  vt_schedule_parse(o->pp_schedule, &sched);  // (validated)
   if (o->pp == 1 && o->steps > 0 && (sched == VT_SCHEDULE_GPIPE || sched == VT_SCHEDULE_ZB_H1))
     vt_log_warn("--pp-schedule %s on one pipeline stage only costs memory (%s): 1f1b, the "
                 "default, computes the same", o->pp_schedule,
