@@ -368,9 +368,17 @@ vt_status vt_loader_next(vt_loader *l, vt_batch *out, char *err, size_t errlen) 
     pthread_cond_wait(&l->ready_cv, &l->mu);
   if (t_wait > 0.0) out->wait_s = vt_seconds() - t_wait;
   if (s->err_sample >= 0) {
-    // The batch stays unreturned: asking again gives the same error.
+    // The batch stays unreturned: asking again gives the same error. Its buffers, the images
+    // zeroed, let the caller finish a step it will not keep (its collectives).
     set_err(err, errlen, "%s", s->err);
     pthread_mutex_unlock(&l->mu);
+    const vt_loader_config *c = &l->cfg;
+    memset(s->images, 0, (size_t)c->pixel_count * 3 * c->S * c->S * sizeof(float));
+    out->images = s->images;
+    out->labels = s->labels;
+    out->valid = s->valid;
+    out->bad_flags = s->bad_flag;
+    out->epoch = s->ep[0];
     return VT_ERR_INPUT;
   }
   s->state = SLOT_OUT;

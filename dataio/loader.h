@@ -89,7 +89,9 @@ vt_loader *vt_loader_create(const vt_loader_config *cfg, int64_t first_batch, ch
 // by a zero image, each flagged, and a warning names the file (once per loader); under the fail
 // policy it returns VT_ERR_INPUT naming the file. A class whose files are all bad is
 // VT_ERR_INPUT under skip and fail. After an error
-// the loader stays at that micro-batch (asking again gives the same error): destroy it.
+// the loader stays at that micro-batch (asking again gives the same error): destroy it. The
+// error's out holds that micro-batch's buffers with zero images (valid until the loader is
+// destroyed), for a caller that must finish the step it was in before it stops.
 vt_status vt_loader_next(vt_loader *l, vt_batch *out, char *err, size_t errlen);
 // The index of the next micro-batch vt_loader_next will return: the loader's whole state.
 int64_t vt_loader_position(const vt_loader *l);

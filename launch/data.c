@@ -328,16 +328,23 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
     if (d->need_labels) targets = d->host_labels;
   } else {
     if (!d->train) return;
-    vt_batch batch;
-    char err[512];
-    if (vt_loader_next(d->train, &batch, err, sizeof err) != VT_OK) {
-      // (every rank ends: the step cannot finish; checkpoints up to the last one stand)
-      vt_log_error("%s; the run stops here (exit %d): mend or remove the file, or train with "
-                   "--bad-image skip, and resume with --resume auto", err, VT_EXIT_FAILED);
-      vt_comm_abort(VT_EXIT_FAILED);
+    if (!d->failed) {
+      vt_batch batch;
+      char err[512];
+      if (vt_loader_next(d->train, &batch, err, sizeof err) != VT_OK) {
+        // The step runs to its end on zero images (its collectives) and is not kept: the run
+        // stops after it, saving the steps before it (train_step.c).
+        vt_log_error("%s, in step %lld; the run stops (exit %d), saving the steps before: "
+                     "mend or remove the file, or train with --bad-image skip, and resume with "
+                     "--resume auto", err, (long long)step + 1, VT_EXIT_FAILED);
+        d->failed = 1, d->fail_step = step;
+        d->fail_img = batch.images, d->fail_labels = batch.labels;
+      } else {
+        d->bad += batch.bad, d->wait_s += batch.wait_s;
+        pixels = batch.images, targets = batch.labels;
+      }
     }
-    d->bad += batch.bad, d->wait_s += batch.wait_s;
-    pixels = batch.images, targets = batch.labels;
+    if (d->failed) pixels = d->fail_img, targets = d->fail_labels;
   }
   // In place (the batch is ours until the next call), in timm's order: erasing, then mixing,
   // of this rank's images (pixels holds just its share); the targets of the whole micro-batch.
@@ -357,7 +364,9 @@ int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pix
   const int B = d->o->micro_batch;
   *cfg = base_config(d, &d->val_ds, want_pixels);
   cfg->train = 0;
-  if (cfg->bad_policy == VT_BAD_SKIP) cfg->bad_policy = VT_BAD_OMIT;  // (eval.c leaves them out)
+  // (eval.c leaves them out; under --bad-image fail, a training run's evaluation too: the run
+  // then stops after its checkpoint, train_step.c, where `vit3d eval` stops at the file)
+  if (cfg->bad_policy == VT_BAD_SKIP || !d->o->eval_only) cfg->bad_policy = VT_BAD_OMIT;
   cfg->per_step = 1;
   cfg->step_stride = (int64_t)B * d->dp_size;
   cfg->offset = (int64_t)d->dp_rank * B;

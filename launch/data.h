@@ -33,6 +33,12 @@ typedef struct {
   vt_mix_target *host_mix;  // (B) Mixup/CutMix targets (last stage, mixing on)
   int64_t bad;            // bad images replaced so far on this rank (among those it made)
   double wait_s;          // seconds this rank's training loader kept it waiting so far
+  // --bad-image fail: a micro-batch of step fail_step (from 0) held a bad file on this rank;
+  // from it on every micro-batch is the failed one's buffers, zero images (vt_loader_next)
+  int failed;
+  int64_t fail_step;
+  float *fail_img;
+  int32_t *fail_labels;
   // The images this rank makes: samples [pixel_first, pixel_first + pixel_count) of each
   // micro-batch (all B without a split); the rest come from its TP group (data.h).
   int pixel_first, pixel_count;
@@ -65,8 +71,8 @@ int64_t vt_data_position(const vt_data *d, int64_t step, int mb);
 // [pixel_first, pixel_first + pixel_count) only, pixel_count images), labels (or NULL) and, with
 // Mixup/CutMix on, the mixed targets (or NULL; the images come mixed: dataio/mix.h), valid until
 // the next call (wait for their uploads before it: be->upload_wait).
-// Micro-batches must be asked for in order. A bad file under --bad-image fail is fatal for the
-// whole job, with the file named.
+// Micro-batches must be asked for in order. A bad file under --bad-image fail is said with the
+// file named and sets failed and fail_step: that step gets zero images and the run stops before it.
 void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int32_t **labels,
                   const vt_mix_target **mix);
 

@@ -121,7 +121,7 @@ const vt_train_flag vt_train_flags_model[] = {
     {"--bad-image", VT_OPT_STR, IN_TEXT(bad_image), 0, 0, "POLICY",
      "unreadable or corrupt images: skip (warn and count; training replaces the image by "
      "another of the same class, evaluation leaves it out of its figures and predictions) or "
-     "fail (stop the run)", "skip|fail"},
+     "fail (stop the run, saving the steps before the file's)", "skip|fail"},
     {"--crop-scale-min", VT_OPT_FLOAT, IN_OPTIONS(transform.scale_min), 0.001, 1, "F",
      "random-resized crop: smallest fraction of the image area", NULL},
     {"--eval-crop-mode", VT_OPT_STR, IN_TEXT(eval_crop_mode), 0, 0, "MODE",

@@ -97,6 +97,35 @@ static void stop_signalled(train_run *r, int64_t n, int preempt) {
                 "Resume with --resume auto.", (long long)n, what, r->rc);
 }
 
+// A bad file under --bad-image fail (named on the rank that read it): in a micro-batch of step
+// n, whose passes ran on zero images, the step is not kept and the steps before it are saved;
+// in the validation set (step n kept and saved, by the caller), the run stops after step n.
+static int stop_bad_image(train_run *r, int64_t n, int in_step) {
+  const vt_train_options *o = &r->o;
+  const int64_t kept = in_step ? n - 1 : n;
+  if (in_step) {
+    r->be->synchronize();
+    // (a checkpoint of step `kept` exists where it is a save interval's end)
+    const int saved = o->save_interval > 0 && kept % o->save_interval == 0;
+    if (o->save_dir[0] && !saved && kept > r->start_step) step_save(r, kept, 1);
+  }
+  char what[sizeof o->save_dir + 96];
+  if (!o->save_dir[0]) snprintf(what, sizeof what, "no --save directory, nothing was saved");
+  else if (r->rc) snprintf(what, sizeof what, "the checkpoint FAILED (see above)");
+  else if (kept == r->start_step)
+    snprintf(what, sizeof what, "no step done since the start at step %lld, nothing to save",
+             (long long)kept);
+  else snprintf(what, sizeof what, "checkpoint step-%08lld in %.*s", (long long)kept,
+                (int)sizeof o->save_dir, o->save_dir);
+  r->rc = VT_EXIT_FAILED;
+  if (r->world_rank == 0)
+    vt_log_error("a bad %s file under --bad-image fail (named above, on the rank that read it): "
+                 "the run stops after step %lld; %s; exiting with %d. Mend or remove the file, "
+                 "or train with --bad-image skip, and resume with --resume auto.",
+                 in_step ? "training" : "validation", (long long)kept, what, r->rc);
+  return 1;
+}
+
 // The optimizer's step at the learning rate lr; returns the gradient norm. A non-finite loss
 // or gradient norm, or a spike of either (--skip-spike-z; the same verdicts on every rank: both
 // are global), leaves the parameters and the optimizer state as they were, and counts a skipped
@@ -188,22 +217,24 @@ int vt_train_step(train_run *r, int64_t step) {
   // a share); the bad-image count (the first stage's TP rank 0 of every DP rank, or each of its
   // TP ranks when they split the decoding, each counting its share); a preemption signal (any
   // rank); the ranks still writing their part of a checkpoint; the time the decoding ranks'
-  // loaders kept them waiting this step, and their count; SIGINT (any rank).
+  // loaders kept them waiting this step, and their count; SIGINT (any rank); a bad file of
+  // this step under --bad-image fail (any rank: not one loaded ahead for the next step).
   const int decodes = data->train && data->need_pixels;
-  double sums[7] = {loss_sum, (double)x->loaded_bad, vt_health_preempt_signal() != 0,
+  double sums[8] = {loss_sum, (double)x->loaded_bad, vt_health_preempt_signal() != 0,
                     vt_ckpt_writing(), x->loaded_wait_s - wait0, decodes,
-                    vt_health_interrupted()};
+                    vt_health_interrupted(), data->failed && data->fail_step <= step};
   if (plant_nan) sums[0] = NAN;
   if (plant_spike) sums[0] *= 100.0;
   if (!(m->has_head && r->me.tp_rank == 0)) sums[0] = 0.0;
   if (!(m->has_embed && (r->me.tp_rank == 0 || data->pixel_count < B))) sums[1] = 0.0;
-  vt_comm_all_reduce_double(world, sums, 7, VT_REDUCE_SUM);
+  vt_comm_all_reduce_double(world, sums, 8, VT_REDUCE_SUM);
   // A checkpoint written in the background is committed as soon as every rank's part is.
   if (vt_ckpt_pending() && sums[3] == 0) {
     vt_watchdog_phase("checkpoint commit", n, r->slow_limit);
     vt_ckpt_wait(world);
     vt_watchdog_phase("step", n, o->timeout_s);
   }
+  if (sums[7] > 0) return stop_bad_image(r, n, 1);
   const double loss = sums[0] / o->global_batch;
   // a preemption signal on any rank, else SIGINT (Ctrl-C) on any: save and stop
   const int preempt = sums[2] > 0, interrupt = !preempt && sums[6] > 0;
@@ -247,8 +278,11 @@ int vt_train_step(train_run *r, int64_t step) {
   if (save_now && stop) step_save(r, n, stop);
   l.eval_now = eval_due(o, data, n, r->end_step);
   if (l.eval_now) step_evaluate(r, n, &l);
-  if (save_now && !stop) step_save(r, n, stop);
+  const int bad_val = l.eval_now && o->bad_image_fail && !stop && !stop_nonfinite &&
+                      (l.ev.bad > 0 || l.ev_ema.bad > 0);
+  if (!stop && (save_now || (bad_val && o->save_dir[0]))) step_save(r, n, bad_val);
   step_report(r, n, &l);
+  if (bad_val) return stop_bad_image(r, n, 0);
   if (stop_nonfinite) {
     stop_nonfinite_run(r, n);
     return 1;

@@ -6,7 +6,8 @@
 # once in metrics.jsonl, files that are no images by their extension (README.txt, Thumbs.db)
 # left out of the dataset with one warning, and a folder inside a class folder said (not
 # searched); under --bad-image fail the run stops (exit 1) with a
-# message naming a bad file.
+# message naming a bad file, after saving the steps before it (a resume under skip then ends as
+# the skip run does), and a bad validation file stops it after saving the step evaluated.
 # As validation data the bad files are left out: `vit3d eval` of the folder on TP 2 (the
 # decoding split), PP 2 and DP 2 scores exactly what it scores on a copy without them (the same
 # figures and predictions, the 8 counted as left out).
@@ -60,8 +61,9 @@ args=(train --model tiny --img-size 16 --patch-size 4 --num-classes 2 --data "$w
       --micro-batch-size 2 --global-batch-size 2 --steps 14 --threads 1 --loader-threads 2
       --max-image-pixels 1000000 --tp 2)
 fail=0
+cp -r "$work/data" "$work/clean" && rm "$work"/clean/*/zz_*
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --log-dir "$work/skip" \
-  --save "$work/ckpt" \
+  --save "$work/ckpt" --final-weights "$work/skip/weights.safetensors" \
   > "$work/skip.log" 2>&1 || { echo "FAIL: the skip run did not complete"; tail -20 "$work/skip.log"; fail=1; }
 bad=$("$py" -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])['bad_images'])" \
       "$work/skip/metrics.jsonl" 2>/dev/null)
@@ -76,15 +78,35 @@ if grep -q "2 files in the class folders are not images by their extension" \
 else echo "FAIL: the non-image files were not left out with a warning"; fail=1; fi
 grep -q "1 folders inside the class folders are not searched, such as .*a_dark/more" \
   "$work/skip.log" || { echo "FAIL: the folder inside a class folder was not said"; fail=1; }
+# --bad-image fail: the run stops (exit 1) naming the file, keeping the steps before the one
+# that met it (seed 1 meets the first bad file in step 3): their checkpoint, which a resume under
+# skip takes to the skip run's own end, loss for loss and weight for weight.
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --bad-image fail \
-  > "$work/fail.log" 2>&1
+  --save "$work/fail_ckpt" > "$work/fail.log" 2>&1
 rc=$?
-if [ $rc -ne 1 ] || ! grep -q "zz_.*the run stops here (exit 1)" "$work/fail.log"; then
-  echo "FAIL: --bad-image fail gave rc $rc; log:"; tail -10 "$work/fail.log"; fail=1
+kept=$(sed -n 's/.*the run stops after step \([0-9]*\); checkpoint step-.*/\1/p' "$work/fail.log")
+if [ $rc -ne 1 ] || ! grep -q "zz_.*, in step [0-9]*; the run stops (exit 1)" "$work/fail.log" ||
+   [ -z "$kept" ] || [ "$kept" -lt 1 ] || [ ! -d "$work/fail_ckpt/step-$(printf %08d "$kept")" ]; then
+  echo "FAIL: --bad-image fail gave rc $rc, kept '$kept'; log:"; tail -10 "$work/fail.log"; fail=1
 else
-  echo "fail: stopped with rc $rc: $(grep -h "zz_" "$work/fail.log" | head -1)"
+  echo "fail: stopped with rc $rc after step $kept, saved: $(grep -h "zz_" "$work/fail.log" | head -1)"
+  timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --save "$work/fail_ckpt" \
+    --resume auto --log-dir "$work/resumed" --final-weights "$work/resumed/weights.safetensors" \
+    > "$work/resumed.log" 2>&1 &&
+    grep -q "resumed from .*step-$(printf %08d "$kept")" "$work/resumed.log" &&
+    "$py" "$(dirname "$0")/compare_runs.py" "$work/skip" "$work/resumed" ||
+    { echo "FAIL: the resume under skip is not the skip run"; tail -5 "$work/resumed.log"; fail=1; }
 fi
-cp -r "$work/data" "$work/clean" && rm "$work"/clean/*/zz_*
+# A bad validation file under fail: the run saves the step whose evaluation met it and stops.
+timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]/$work\/data/$work/clean}" \
+  --val-data "$work/data" --eval-interval 3 --bad-image fail --save "$work/val_ckpt" \
+  > "$work/val_fail.log" 2>&1
+rc=$?
+if [ $rc -ne 1 ] || [ ! -d "$work/val_ckpt/step-00000003" ] ||
+   ! grep -q "bad validation file .*stops after step 3; checkpoint" "$work/val_fail.log"; then
+  echo "FAIL: a bad validation file under fail gave rc $rc; log:"; tail -5 "$work/val_fail.log"
+  fail=1
+else echo "fail: a bad validation file stopped the run after saving step 3"; fi
 eargs=(eval --model tiny --img-size 16 --patch-size 4 --num-classes 2 --data "$work/data"
        --checkpoint "$work/ckpt" --micro-batch-size 4 --threads 1 --loader-threads 2
        --max-image-pixels 1000000)

@@ -22,6 +22,7 @@
 #include "mesh.h"
 #include "optim.h"
 #include "params.h"
+#include "vt_ops.h"
 
 enum { STEPS = 3 };
 
@@ -135,6 +136,24 @@ static void test_larc_sides(const vt_vit_config *cfg, const vt_backend *be,
            ok[2] ? "ok" : "FAIL", ok[3] ? "ok" : "FAIL");
   for (int r = 0; r < 2; r++)
     for (int k = 0; k < 3; k++) be->free(out[r][k]);
+}
+
+// The EMA of a weight that does not move (a fixed sin-cos table, a zero gradient) stays it,
+// bit for bit, over many updates at decays whose 1 - d is inexact (ema*d + p*(1-d) drifts).
+static void test_ema_still(const vt_backend *be, int me) {
+  enum { N = 4096 };
+  float *w = be->alloc(N * sizeof(float)), *e = be->alloc(N * sizeof(float));
+  VT_CHECK(w && e, "out of memory");
+  for (int i = 0; i < N; i++) w[i] = e[i] = sinf(0.37f * (float)i) * (1.0f + (float)i / 97.0f);
+  const float decays[] = {0.9f, 0.9998f, 0.99996f, 0.7f};
+  for (int s = 0; s < 400; s++) vt_ema(be, e, w, decays[s % 4], N);
+  int moved = 0;
+  for (int i = 0; i < N; i++) moved += memcmp(&w[i], &e[i], sizeof(float)) != 0;
+  g_failures += moved > 0;
+  if (me == 0)
+    printf("EMA of still weights after 400 updates: %d of %d elements moved (want 0)%s\n", moved,
+           N, moved ? ": FAIL" : "");
+  be->free(w), be->free(e);
 }
 
 int main(int argc, char **argv) {
@@ -255,6 +274,7 @@ int main(int argc, char **argv) {
     vt_params_free(&rt);
   }
   test_larc_sides(&cfg, be, &whole, init, me);
+  test_ema_still(be, me);
   double verdict = g_failures;
   vt_comm_all_reduce_double(world, &verdict, 1, VT_REDUCE_MAX);
   if (me == 0) printf("test_optim: %s\n", verdict > 0 ? "FAILED" : "passed");
