@@ -121,23 +121,23 @@ vt_status vt_ckpt_begin(const char *save_dir, int64_t step, char *tmp_dir, size_
 
 void vt_ckpt_abandon(const char *tmp_dir) { vt_remove_dir(tmp_dir); }
 
-// The step-* directories of save_dir, newest first. Returns how many (at most cap).
+// The step-* directories of save_dir, newest first: the cap newest where there are more.
+// Returns how many (at most cap).
 static int list_steps(const char *save_dir, int64_t *steps, int cap) {
   DIR *d = opendir(save_dir);
   if (!d) return 0;
   int n = 0;
   struct dirent *e;
-  while ((e = readdir(d)) != NULL && n < cap) {
+  while ((e = readdir(d)) != NULL && cap > 0) {
     int64_t s;
     char tail;
-    if (sscanf(e->d_name, "step-%" SCNd64 "%c", &s, &tail) == 1 && s >= 0) steps[n++] = s;
+    if (sscanf(e->d_name, "step-%" SCNd64 "%c", &s, &tail) != 1 || s < 0) continue;
+    if (n == cap && s <= steps[n - 1]) continue;  // (older than all kept)
+    int j = n < cap ? n++ : n - 1;  // insertion, newest first; a full list drops its oldest
+    for (; j > 0 && s > steps[j - 1]; j--) steps[j] = steps[j - 1];
+    steps[j] = s;
   }
   closedir(d);
-  for (int i = 1; i < n; i++)  // insertion sort, newest first
-    for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
-      int64_t t = steps[j];
-      steps[j] = steps[j - 1], steps[j - 1] = t;
-    }
   return n;
 }
 
@@ -155,10 +155,11 @@ void vt_ckpt_clean(const char *save_dir) {
   closedir(d);
 }
 
-// A checkpoint past the step just committed belongs to another line of training (the run
-// resumed from an older one: a rollback, or --resume auto passing over a damaged newest) and
-// would be taken for this run's newest by a later --resume auto, or rotate this run's saves
-// away: it is renamed abandoned-step-N (abandoned-step-N.K where that exists), not deleted.
+// A checkpoint past the step being committed, or a complete one of that step, belongs to
+// another line of training (the run resumed from an older one: a rollback, or --resume auto
+// passing over a damaged newest) and would be taken for this run's newest by a later --resume
+// auto, or rotate this run's saves away: it is renamed abandoned-step-N (abandoned-step-N.K
+// where that exists), not deleted.
 static void set_aside(const char *save_dir, int64_t step, int64_t committed) {
   char from[1100], to[1200];
   vt_ckpt_step_dir(save_dir, step, from, sizeof from);
@@ -171,16 +172,17 @@ static void set_aside(const char *save_dir, int64_t step, int64_t committed) {
       continue;
     }
     if (rename(from, to) == 0) {
-      vt_log_warn("renamed %s to %s: it lies past step %" PRId64 ", just saved by a run that "
-                  "resumed from an older checkpoint, and --resume auto would take it for this "
-                  "run's newest; delete it when it is not needed", from, to, committed);
+      vt_log_warn("renamed %s to %s: this run, resumed from an older checkpoint, is saving step "
+                  "%" PRId64 ", so it belongs to another line of training, and --resume auto "
+                  "would take it for this run's newest; delete it when it is not needed", from,
+                  to, committed);
       return;
     }
     break;
   }
-  vt_log_warn("cannot rename %s out of the way (%s): it lies past step %" PRId64 " just saved, "
-              "and --resume auto may take it for this run's newest; move it away",
-              from, strerror(errno), committed);
+  vt_log_warn("cannot rename %s out of the way (%s): this run, resumed from an older "
+              "checkpoint, is saving step %" PRId64 ", and --resume auto may take it for this "
+              "run's newest; move it away", from, strerror(errno), committed);
 }
 
 vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckpt_manifest *m,
@@ -198,8 +200,18 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
   ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
   ok = (fclose(f) == 0) && ok;
   if (!ok) FAIL(VT_ERR_IO, "writing %s failed: %s (is the disk full?)", path, strerror(errno));
+  // The newest complete step-N is what --resume auto takes: another line's checkpoints past
+  // this step (and a complete one of this step) go aside before this one is in place, and the
+  // rename is the commit (`latest` only a pointer for people and tools).
+  int64_t steps[4096];
+  int n = list_steps(save_dir, steps, 4096);
+  for (int i = 0; i < n && steps[i] > m->step; i++) set_aside(save_dir, steps[i], m->step);
   vt_ckpt_step_dir(save_dir, m->step, final_dir, sizeof final_dir);
-  vt_remove_dir(final_dir);  // a checkpoint of the same step from an earlier attempt
+  vt_ckpt_manifest same;
+  char why[600];
+  if (vt_ckpt_check(final_dir, &same, 0, why, sizeof why) == VT_OK)
+    set_aside(save_dir, m->step, m->step);
+  vt_remove_dir(final_dir);  // an unfinished or damaged one of this step
   if (sync_path(tmp_dir) != 0 || rename(tmp_dir, final_dir) != 0 || sync_path(save_dir) != 0)
     FAIL(VT_ERR_IO, "cannot move %s into place: %s", tmp_dir, strerror(errno));
   snprintf(path, sizeof path, "%s/latest.tmp", save_dir);
@@ -208,17 +220,15 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
   if (f) ok = (fclose(f) == 0) && ok;
   char latest[1100];
   snprintf(latest, sizeof latest, "%s/latest", save_dir);
-  if (!ok || rename(path, latest) != 0 || sync_path(save_dir) != 0)
-    FAIL(VT_ERR_IO, "cannot update %s: %s; %s is complete, but --resume auto starts from the "
-         "checkpoint that %s names", latest, strerror(errno), final_dir, latest);
-  int64_t steps[4096];
-  const int n = list_steps(save_dir, steps, 4096);
+  if (!ok || rename(path, latest) != 0 || sync_path(save_dir) != 0) {
+    vt_log_warn("cannot update %s: %s; %s is complete and --resume auto takes it (the newest "
+                "complete step-N)", latest, strerror(errno), final_dir);
+    remove(path);
+  }
+  n = list_steps(save_dir, steps, 4096);
   int kept = 0;
   for (int i = 0; i < n; i++) {
-    if (steps[i] > m->step) {
-      set_aside(save_dir, steps[i], m->step);
-      continue;
-    }
+    if (steps[i] > m->step) continue;  // (one that set_aside could not move)
     if (keep_last <= 0 || kept++ < keep_last) continue;  // steps[i] == m->step comes first
     if (keep_every > 0 && steps[i] % keep_every == 0) continue;  // a milestone stays
     vt_ckpt_step_dir(save_dir, steps[i], final_dir, sizeof final_dir);
@@ -267,26 +277,29 @@ vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t
 }
 
 int vt_ckpt_candidates(const char *save_dir, int64_t *steps, int cap) {
+  return list_steps(save_dir, steps, cap);
+}
+
+int64_t vt_ckpt_latest_named(const char *save_dir) {
   char latest[1100], name[128] = "";
   snprintf(latest, sizeof latest, "%s/latest", save_dir);
   FILE *f = fopen(latest, "rb");
-  if (f) {
-    if (!fgets(name, sizeof name, f)) name[0] = '\0';
-    fclose(f);
-    name[strcspn(name, "\n")] = '\0';
-  }
-  int64_t first = -1;
+  if (!f) return -1;
+  if (!fgets(name, sizeof name, f)) name[0] = '\0';
+  fclose(f);
+  name[strcspn(name, "\n")] = '\0';
+  int64_t step = -1;
   char tail;
-  if (sscanf(name, "step-%" SCNd64 "%c", &first, &tail) != 1 || first < 0) first = -1;
-  int n = 0;
-  if (first >= 0 && cap > 0) steps[n++] = first;
-  int64_t *all = malloc(4096 * sizeof *all);
-  if (!all) return n;
-  const int found = list_steps(save_dir, all, 4096);
-  for (int i = 0; i < found && n < cap; i++)
-    if (all[i] != first) steps[n++] = all[i];
-  free(all);
-  return n;
+  if (sscanf(name, "step-%" SCNd64 "%c", &step, &tail) != 1 || step < 0) step = -1;
+  return step;
+}
+
+void vt_ckpt_latest_differs(const char *save_dir, int64_t chosen) {
+  const int64_t named = vt_ckpt_latest_named(save_dir);
+  if (named >= 0 && named < chosen)
+    vt_log_warn("%s/latest names step-%08" PRId64 ", but step-%08" PRId64 " is newer and "
+                "complete: taking it (a save whose `latest` update failed; if it belongs to "
+                "another line of training, move it away)", save_dir, named, chosen);
 }
 
 vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, vt_ckpt_manifest *m) {
@@ -297,6 +310,7 @@ vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, v
     vt_ckpt_step_dir(save_dir, steps[i], dir, dir_len);
     if (vt_ckpt_verify(dir, m, err, sizeof err) == VT_OK) {
       if (i > 0) vt_log_warn("using the previous complete checkpoint %s", dir);
+      vt_ckpt_latest_differs(save_dir, steps[i]);
       return VT_OK;
     }
     vt_log_warn("%s; trying older checkpoints", err);

@@ -111,10 +111,11 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
 vt_status vt_ckpt_begin(const char *save_dir, int64_t step, char *tmp_dir, size_t tmp_len,
                         char *err, size_t errlen);
 // Writes manifest.txt (m lists the files in tmp_dir with their sizes and CRC-32s, as their
-// writers computed them), syncs everything, renames the directory into place and points
-// `latest` at it. Then renames the checkpoints of steps past m's abandoned-step-N (another
-// line of training: the run resumed from an older one) and removes the oldest of the rest
-// beyond keep_last, m's counted (0 keeps all), except those whose step is a multiple of
+// writers computed them) and syncs everything; renames the checkpoints of steps past m's, and a
+// complete one of m's step, abandoned-step-N (another line of training: the run resumed from an
+// older one); renames the directory into place (the commit: --resume auto takes the newest
+// complete step-N) and points `latest` at it (a failure there is a warning). Then removes the
+// oldest beyond keep_last, m's counted (0 keeps all), except those whose step is a multiple of
 // keep_every (milestones; 0: none).
 vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckpt_manifest *m,
                          int keep_last, int64_t keep_every, char *err, size_t errlen);
@@ -138,15 +139,19 @@ vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t
 // checks the CRC-32s as it reads the files: launch/ckpt_resume.c).
 vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err,
                         size_t errlen);
-// The steps of the checkpoints under save_dir in the order --resume auto tries them: `latest`'s
-// first, then the step-N folders from newest to oldest. Returns how many (at most cap).
+// The steps of the checkpoints under save_dir in the order --resume auto tries them: the step-N
+// folders from newest to oldest (the cap newest). Returns how many (at most cap).
 int vt_ckpt_candidates(const char *save_dir, int64_t *steps, int cap);
+// The step that save_dir's `latest` names, -1 for none; and a warning when it names an older
+// step than chosen, the newest complete checkpoint taken.
+int64_t vt_ckpt_latest_named(const char *save_dir);
+void vt_ckpt_latest_differs(const char *save_dir, int64_t chosen);
 
 // The folder of step's checkpoint under save_dir: SAVE_DIR/step-NNNNNNNN.
 void vt_ckpt_step_dir(const char *save_dir, int64_t step, char *dir, size_t size);
 
-// The newest checkpoint under save_dir that verifies, trying `latest` first and then the step-*
-// directories from newest to oldest. Returns VT_OK with its path in dir, or VT_ERR_INPUT when
+// The newest checkpoint under save_dir that verifies, trying the step-* directories from
+// newest to oldest. Returns VT_OK with its path in dir, or VT_ERR_INPUT when
 // there is none. Each damaged checkpoint skipped is logged.
 vt_status vt_ckpt_find_latest(const char *save_dir, char *dir, size_t dir_len, vt_ckpt_manifest *m);
 

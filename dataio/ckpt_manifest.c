@@ -89,7 +89,6 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"lamb", 0, 1, &m->lamb, 4, 1, 0},  // absent: 0 (AdamW)
       {"sgd", 0, 2, &m->sgd, 4, 1, 0},    // absent: 0 (not SGD)
       {"lars", 0, 4, &m->lars, 4, 1, 0},  // absent: 0 (not LARS)
-      {"seed", 0, INT64_MAX, &m->seed, 8, 0, 0},
       {"img_size", 1, 1 << 16, &m->img_size, 4, 0, 0},
       {"patch_size", 1, 1 << 16, &m->patch_size, 4, 0, 0},
       {"width", 1, 1 << 20, &m->width, 4, 0, 0},
@@ -139,7 +138,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   const int nkeys = (int)(sizeof keys / sizeof keys[0]);
   memset(m, 0, sizeof *m);
   m->aug_repeats = 1, m->qkv_bias = 1, m->class_token = 1, m->norm_eps = 1e-6f;
-  int format = 0, ratio = 0, line_no = 0;
+  int format = 0, ratio = 0, seed = 0, line_no = 0;
   const char *p = text, *end = text + nbytes;
   while (p < end) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -194,6 +193,15 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
         FAIL(VT_ERR_INPUT, "manifest line %d: bad momentum", line_no);
       continue;
     }
+    if (strcmp(key, "seed") == 0) {  // all of uint64 (--seed's range)
+      char *e;
+      errno = 0;
+      m->seed = strtoull(v1, &e, 10);
+      if (e == v1 || *e || errno || v1[0] == '-')
+        FAIL(VT_ERR_INPUT, "manifest line %d: bad value '%s' for seed", line_no, v1);
+      seed = 1;
+      continue;
+    }
     if (strcmp(key, "mlp_ratio") == 0) {
       char *e;
       m->mlp_ratio = strtof(v1, &e);
@@ -234,6 +242,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   for (int k = 0; k < nkeys; k++)
     if (!keys[k].seen && !keys[k].optional) FAIL(VT_ERR_INPUT, "manifest lacks '%s'", keys[k].key);
   if (!ratio) FAIL(VT_ERR_INPUT, "manifest lacks 'mlp_ratio'");
+  if (!seed) FAIL(VT_ERR_INPUT, "manifest lacks 'seed'");
   int nseen = 0;
   for (int r = 0; r < nreals; r++) nseen += reals[r].seen;
   for (int k = 0; k < nkeys; k++) nseen += keys[k].seen && keys[k].optional == 2;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -236,6 +237,59 @@ vt_status vt_ckpt_check_shared(const char *save_dir, vt_comm *world, char *err, 
   st = vt_comm_agree(world, st, err, errlen);
   if (vt_comm_rank(world) == 0 && token[0]) remove(path);
   return st;
+}
+
+// The run's claim on --save: rank 0 holds an flock on SAVE/.vit3d-lock (with its host, pid and
+// start time written in it) until it exits.
+static int g_lock_fd = -1;
+
+vt_status vt_ckpt_claim(const vt_train_options *o, vt_comm *world, char *err, size_t errlen) {
+  vt_status st = VT_OK;
+  if (vt_comm_rank(world) == 0 && g_lock_fd < 0) {
+    char path[1100], host[256] = "?";
+    snprintf(path, sizeof path, "%.1000s/.vit3d-lock", o->save_dir);
+    gethostname(host, sizeof host - 1);
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);  // (no save hook inherits it)
+    if (fd < 0) {
+      snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+      st = VT_ERR_IO;
+    } else if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      char line[512], when[64] = "?";
+      const time_t now = time(NULL);
+      struct tm utc;
+      if (gmtime_r(&now, &utc)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &utc);
+      const int n = snprintf(line, sizeof line, "host %s, pid %d, since %s\n", host,
+                             (int)getpid(), when);
+      // (the holder's note, for another run's refusal: a courtesy, its failure harmless)
+      const int noted = ftruncate(fd, 0) == 0 && pwrite(fd, line, (size_t)n, 0) == n;
+      (void)noted;
+      g_lock_fd = fd;
+    } else if (errno == EWOULDBLOCK) {
+      char holder[256] = "";
+      const ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+      holder[n > 0 ? n : 0] = '\0';
+      holder[strcspn(holder, "\n")] = '\0';
+      snprintf(err, errlen, "another vit3d run (%s) is training with --save %s: two runs in one "
+               "folder replace and rotate away each other's checkpoints; give this run another "
+               "--save, or stop the other", holder[0] ? holder : "its details unreadable",
+               o->save_dir);
+      st = VT_ERR_INPUT;
+      close(fd);
+    } else {  // a file system without locks: said, not refused
+      vt_log_warn("cannot lock %s (%s): make sure no other run trains with --save %s", path,
+                  strerror(errno), o->save_dir);
+      g_lock_fd = fd;
+    }
+    int64_t newest = -1;
+    if (st == VT_OK && !o->resume[0] && vt_ckpt_candidates(o->save_dir, &newest, 1) > 0) {
+      snprintf(err, errlen, "--save %s holds checkpoints of an earlier run (the newest: "
+               "step-%08lld) and this run does not resume: its saves would replace and rotate "
+               "them away. Continue it with --resume auto, or give another --save (or move them "
+               "away)", o->save_dir, (long long)newest);
+      st = VT_ERR_INPUT;
+    }
+  }
+  return vt_comm_agree(world, st, err, errlen);
 }
 
 // Layer-wise lr decay off, however it was said (0 or 1), as 1.

@@ -39,6 +39,11 @@ int vt_ckpt_writing(void);
 // its part of each checkpoint. VT_ERR_INPUT naming the first rank (and host) that cannot, and
 // what --save needs; VT_ERR_IO when rank 0 cannot write there.
 vt_status vt_ckpt_check_shared(const char *save_dir, vt_comm *world, char *err, size_t errlen);
+// A training run's claim on --save, collective (every rank gets rank 0's verdict): refused where
+// another run holds it (rank 0 keeps an flock on SAVE/.vit3d-lock until it exits; a file system
+// without locks is warned about), and where it holds checkpoints and this run does not resume
+// (its saves would replace and rotate them away).
+vt_status vt_ckpt_claim(const vt_train_options *o, vt_comm *world, char *err, size_t errlen);
 
 // A checkpoint's files on disk (bytes, headers included) for the run's model, optimizer and
 // EMA: files[0] the weights, [1] the optimizer's state (the leading frozen_layers layers left

@@ -267,8 +267,8 @@ static vt_status check_files(vt_comm *world, const char *dir, const vt_ckpt_mani
 }
 
 // Rank 0's proposal: the step of the next checkpoint whose manifest and file sizes are sound
-// and match the run (its folder in dir, its manifest in man), -1 for none (a fresh start), -2
-// for a refusal (err says why). In a folder (in_folder) the candidates cand[*next..ncand) are
+// and match the run (its folder in dir, its manifest in man), -1 for none (a fresh start:
+// --resume auto with no step-N folder at all), -2 for a refusal (err says why). In a folder (in_folder) the candidates cand[*next..ncand) are
 // tried newest first, each damaged one warned about and counted in *skipped; otherwise
 // --resume names the checkpoint itself.
 static double propose(const vt_train_options *o, const char *folder, int in_folder,
@@ -283,9 +283,14 @@ static double propose(const vt_train_options *o, const char *folder, int in_fold
       if (vt_ckpt_check(dir, man, 0, why, sizeof why) == VT_OK) found = (double)man->step;
       else vt_log_warn("%s; trying older checkpoints", why), (*skipped)++;
     }
-    if (found < 0 && auto_mode)
-      vt_log_info("--resume auto: no complete checkpoint in %s; starting from step 0",
-                  o->save_dir);
+    if (found < 0 && auto_mode && ncand == 0)
+      vt_log_info("--resume auto: no checkpoint in %s; starting from step 0", o->save_dir);
+    if (found < 0 && auto_mode && ncand > 0) {  // (a fresh start's saves would retire them)
+      snprintf(err, errlen, "none of the %d checkpoints in %s can be resumed (each said above): "
+               "mend them, or move them away to start from step 0, or name one with --resume",
+               ncand, o->save_dir);
+      found = -2;
+    }
     if (found < 0 && !auto_mode) {
       snprintf(err, errlen, "%s holds no complete checkpoint (its step-N folders are all "
                "damaged or unfinished)", o->resume);
@@ -462,6 +467,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     }
     if (rank0 && in_folder && skipped)
       vt_log_warn("using the previous complete checkpoint %s", dir);
+    if (rank0 && in_folder) vt_ckpt_latest_differs(folder, man.step);
     install(o, m, opt, dir, &man, local, load_ema, has_ema, rank0);
     // The spike guard's statistics, rank 0's (the manifest's) to all.
     double spike[6] = {(double)man.spike_n[0], (double)man.spike_n[1], man.spike_mean[0],

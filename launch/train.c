@@ -214,7 +214,8 @@ static int run_open(train_run *r) {
   vt_optimizer_ema_reset(&r->opt, m->params);  // the EMA starts at the initial weights
   if (!r->rc && !vt_train_outputs_writable(o, world)) r->rc = VT_EXIT_USAGE;
   if (!r->rc && o->save_dir[0] && !o->eval_only &&
-      vt_ckpt_check_shared(o->save_dir, world, err, sizeof err) != VT_OK) {
+      (vt_ckpt_check_shared(o->save_dir, world, err, sizeof err) != VT_OK ||
+       vt_ckpt_claim(o, world, err, sizeof err) != VT_OK)) {
     if (world_rank == 0) vt_log_error("--save: %s", err);
     r->rc = VT_EXIT_USAGE;
   }

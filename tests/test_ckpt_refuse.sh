@@ -16,7 +16,11 @@
 #    the background, foretold by a start-up warning, gives an error at the save's step, and the previous checkpoint stays
 #    complete and usable; where the failed save is the run's last, the run exits 1; a write that fails in the background (fault switch) is said a step
 #    later, and the next save commits;
-#  - output paths that are not files (a pipe, a directory) refused, not replaced.
+#  - output paths that are not files (a pipe, a directory) refused, not replaced;
+#  - a fresh run into a --save with checkpoints, and a second run into one another trains in,
+#    refused; --resume auto takes the newest complete checkpoint over a stale `latest`, resumes
+#    a seed of 2^63, and is refused where every checkpoint is damaged; a rollback sets the old
+#    line's checkpoint of its step aside.
 set -uo pipefail
 vit3d=$1
 work=$(mktemp -d)
@@ -274,4 +278,61 @@ if [ $rc -eq 2 ] && grep -q "final-weights .*pipe is a pipe, not a file" <<<"$ou
    [ -p "$work/pipe" ] && [ -d "$work/adir" ]; then
   echo "ok: outputs that are not files refused: $(grep -o 'final-weights .*' <<<"$out")"
 else echo "FAIL: non-file outputs: rc $rc $rc2 $rc3: $out $out2 $out3"; fail=1; fi
+
+# Whose checkpoints, and which: a run that does not resume is refused a --save holding
+# checkpoints (it would replace and rotate them away), and so is a second run while another
+# trains there (rank 0's lock); --resume auto takes the newest complete step-N even where
+# `latest` names an older one (a save whose `latest` update failed); a seed of 2^63 or more
+# resumes; where every checkpoint is damaged --resume auto is refused instead of starting over
+# (whose first save would retire them); a rollback sets the old line's checkpoint of the step it
+# saves aside, as those past it, instead of deleting it.
+own=(train --model tiny --steps 6 --global-batch-size 8 --micro-batch-size 8 --threads 1
+     --save-interval 2)
+"$vit3d" "${own[@]}" --save "$work/own" --run-steps 4 > "$work/own1.log" 2>&1 ||
+  { echo "FAIL: the first run into own"; fail=1; }
+out=$("$vit3d" "${own[@]}" --save "$work/own" 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "holds checkpoints of an earlier run (the newest: step-00000004) and this run does not resume" <<<"$out" &&
+   [ -d "$work/own/step-00000002" ]; then
+  echo "ok: a fresh run into a --save with checkpoints refused"
+else echo "FAIL: a fresh run into a used --save: rc $rc: $out"; fail=1; fi
+VT_FAULT=slow@0:1-6 "$vit3d" "${own[@]}" --save "$work/own" --resume auto > "$work/slow.log" 2>&1 &
+slow=$!
+for _ in $(seq 100); do grep -q "step " "$work/slow.log" 2>/dev/null && break; sleep 0.1; done
+out=$("$vit3d" "${own[@]}" --save "$work/own" --resume auto 2>&1)
+rc=$?
+wait $slow; rc_slow=$?
+if [ $rc -eq 2 ] && grep -q "another vit3d run (host .*, pid $slow, since .*) is training with --save" <<<"$out" &&
+   [ $rc_slow -eq 0 ]; then
+  echo "ok: a second run in a --save another trains in refused: $(grep -o 'another vit3d run ([^)]*)' <<<"$out")"
+else echo "FAIL: two runs in one --save: rc $rc (the first: $rc_slow): $out"; fail=1; fi
+echo step-00000004 > "$work/own/latest"
+out=$("$vit3d" "${own[@]}" --steps 8 --resume-override 1 --save "$work/own" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "latest names step-00000004, but step-00000006 is newer and complete: taking it" <<<"$out" &&
+   grep -q "resumed from .*step-00000006" <<<"$out"; then
+  echo "ok: --resume auto takes the newest complete checkpoint over a stale latest"
+else echo "FAIL: a stale latest: rc $rc: $out"; fail=1; fi
+"$vit3d" "${own[@]}" --seed 9223372036854775808 --save "$work/seed" --run-steps 2 > /dev/null 2>&1
+out=$("$vit3d" "${own[@]}" --seed 9223372036854775808 --save "$work/seed" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "resumed from .*step-00000002" <<<"$out"; then
+  echo "ok: a seed of 2^63 resumes"
+else echo "FAIL: a seed of 2^63: rc $rc: $out"; fail=1; fi
+for d in "$work"/seed/step-*; do echo "garbage" >> "$d/manifest.txt"; done  # (2, 4 and 6)
+out=$("$vit3d" "${own[@]}" --seed 9223372036854775808 --save "$work/seed" --resume auto 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "none of the 3 checkpoints in .* can be resumed" <<<"$out" &&
+   [ -d "$work/seed/step-00000002" ]; then
+  echo "ok: every checkpoint damaged: --resume auto refused, not a fresh start"
+else echo "FAIL: every checkpoint damaged: rc $rc: $out"; fail=1; fi
+old20=$(md5sum < "$work/own/step-00000006/model.safetensors")
+out=$("$vit3d" "${own[@]}" --steps 8 --resume-override 1 --lr 5e-4 --save "$work/own" \
+      --resume "$work/own/step-00000004" --run-steps 2 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && [ -d "$work/own/abandoned-step-00000006" ] &&
+   [ "$(md5sum < "$work/own/abandoned-step-00000006/model.safetensors")" = "$old20" ] &&
+   [ -d "$work/own/abandoned-step-00000008" ] && [ -d "$work/own/step-00000006" ]; then
+  echo "ok: a rollback sets the old line's checkpoint of its step aside, and those past it"
+else echo "FAIL: a rollback: rc $rc: $(ls "$work/own") $out"; fail=1; fi
 exit $fail

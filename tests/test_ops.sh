@@ -225,7 +225,8 @@ if [ $rc -eq 75 ] && [ -n "$saved" ] && [ -n "$evald" ] && [ "$saved" -lt "$eval
   ok "a preemption notice at step 3 (rank 1's): the checkpoint before the evaluation, exit 75"
 else bad "usr1 at step 3: rc $rc, saved at line '$saved', evaluation at '$evald'"
   tail -5 "$work/usr1.log"; fi
-run usr1last 2 usr1@1:6 "${ev[@]}" --final-weights "$work/usr1last.safetensors"
+run usr1last 2 usr1@1:6 "${ev[@]}" --save "$work/usr1lastck" \
+  --final-weights "$work/usr1last.safetensors"
 rc=$?
 if [ $rc -eq 0 ] && [ -f "$work/usr1last.safetensors" ] && ! grep -q "preempted" "$work/usr1last.log"; then
   ok "a preemption notice at the last step: the run ends as it would have (exit 0, final weights)"
