@@ -127,8 +127,10 @@ typedef struct {
 // a PNG's chunks past the stop are walked and their CRCs checked, so a cut file is
 // VT_IMG_TRUNCATED and an IDAT with a bad CRC VT_IMG_CORRUPT whatever the region (anything the
 // walk finds odd is decoded on to the end, for the whole decode's own verdict); a JPEG must end
-// with its EOI marker, or the decode goes on through every row (a cut file is
-// VT_IMG_TRUNCATED). What a stop cannot see: PNG compressed data changed under a recomputed CRC
+// with its EOI marker and hold no other marker inside a single scan's data (the usual mark of
+// overwritten bytes, which Pillow's whole decode fails on), or the decode goes on through
+// every row and reads on to the end marker (a cut file is VT_IMG_TRUNCATED, a stray marker
+// VT_IMG_CORRUPT). What a stop cannot see: PNG compressed data changed under a recomputed CRC
 // that still inflates (deflate's Adler-32 ends the stream, past the stop; a stopping decode
 // does not compute it), and JPEG damage below the region that libjpeg would only warn about.
 vt_image_status vt_image_decode_part(const uint8_t *bytes, size_t nbytes, int64_t max_pixels,

@@ -37,7 +37,8 @@ typedef struct {
   int eof;           // the data ran out: truncated
   int scans;         // more than JPEG_MAX_SCANS scans
   int header_done;   // jpeg_read_header returned
-  int all_rows;      // every row of the image is decoded: later errors change no pixel
+  int all_rows;      // every row of the image is decoded: later errors change no pixel...
+  int stray;         // ...unless a marker stands inside a single scan's data (stray_marker)
   int code;          // libjpeg's message code of the error, -1 none
   vt_image_status status;  // a refusal of ours (size, colour space, memory), OK none
   char msg[JMSG_LENGTH_MAX + 64];
@@ -56,8 +57,8 @@ static void on_error(j_common_ptr c) {
 }
 
 // Warnings (corrupt entropy-coded data, extra bytes before a marker) mean libjpeg has filled in
-// what it could not decode; Pillow shows those pixels without an error, and so do we. Nothing
-// is printed: output_message is never reached.
+// what it could not decode; Pillow shows those pixels without an error where nothing fails
+// later, and so do we. Nothing is printed: output_message is never reached.
 static void on_message(j_common_ptr c, int level) { (void)c, (void)level; }
 
 static void on_progress(j_common_ptr c) {
@@ -104,6 +105,24 @@ static int ends_with_eoi(const uint8_t *b, size_t n) {
   return n >= 2 && b[n - 2] == 0xFF && b[n - 1] == 0xD9;
 }
 
+// Whether a marker other than the end (EOI) stands in a single scan's entropy-coded data (b, n:
+// from its first byte to the file's end), where only stuffed 0xFF00s, restart markers and fill
+// 0xFFs belong. A damaged block (bytes overwritten in transfer or on disk) almost always makes
+// one: libjpeg then ends the scan with a warning, fills the rest of the image with grey, and
+// fails only when it reads that marker after the last row, in jpeg_finish_decompress, as
+// Pillow's whole decode does ("broken data stream"). Found here, a decode that stops early
+// (a crop) still reads on to the end, for the whole decode's verdict: one per file, whatever
+// the crop.
+static int stray_marker(const uint8_t *b, size_t n) {
+  for (const uint8_t *p = b, *end = b + n; (p = memchr(p, 0xFF, (size_t)(end - p))) != NULL;) {
+    while (p < end && *p == 0xFF) p++;  // fill bytes
+    if (p == end || *p == 0xD9) return 0;
+    if (*p != 0x00 && (*p < 0xD0 || *p > 0xD7)) return 1;
+    p++;
+  }
+  return 0;
+}
+
 // After jpeg_start_decompress of a progressive file (which has read every scan): did every
 // coefficient of every component arrive in full? Only then is libjpeg's interblock smoothing
 // (do_block_smoothing, for coefficients still missing) certain to stay off.
@@ -139,6 +158,8 @@ static int jpeg_run(jpeg_job *j, int64_t max_pixels, const vt_image_region *regi
   j->width = (int)c->image_width;
   j->height = (int)c->image_height;
   j->multi_scan = jpeg_has_multiple_scans(c);
+  // (a file of several scans has them all read by jpeg_start_decompress: libjpeg's own verdict)
+  if (!j->multi_scan) j->stray = stray_marker(c->src->next_input_byte, c->src->bytes_in_buffer);
   // Chroma upsampled by different factors across and down (4:2:2, 4:4:0, 4:1:1) loses its
   // smooth upsampling at 1/8 (libjpeg only does it above 1x1 blocks) and comes out about 10
   // levels off a box average there; 1/4 is as close as 4:2:0 at 1/8. So those stop at 1/4.
@@ -226,8 +247,9 @@ static int jpeg_run(jpeg_job *j, int64_t max_pixels, const vt_image_region *regi
   }
   if ((int)c->output_scanline == j->out_h) j->all_rows = 1;
   // A file that ends with its EOI marker is not cut. Any other (cut, or trailing bytes after
-  // the marker) is decoded on to its end, so that the verdict is the whole decode's.
-  if (ends_with_eoi(j->bytes, j->nbytes) || jpeg_input_complete(c)) return 0;
+  // the marker), and one with a stray marker, is decoded on to its end, so that the verdict is
+  // the whole decode's.
+  if (!j->stray && (ends_with_eoi(j->bytes, j->nbytes) || jpeg_input_complete(c))) return 0;
   while ((int)c->output_scanline < j->out_h) {
     JSAMPROW row = j->scratch;
     if (jpeg_read_scanlines(c, &row, 1) != 1) ERREXIT(c, JERR_NOTIMPL);
@@ -238,7 +260,8 @@ static int jpeg_run(jpeg_job *j, int64_t max_pixels, const vt_image_region *regi
 }
 
 static vt_image_status jpeg_verdict(jpeg_job *j, int rc, char *err, size_t errlen) {
-  if (rc == 0 || (j->all_rows && !j->eof && j->status == VT_IMG_OK)) return VT_IMG_OK;
+  if (rc == 0 || (j->all_rows && !j->eof && !j->stray && j->status == VT_IMG_OK))
+    return VT_IMG_OK;
   if (j->status != VT_IMG_OK) {
     vt_img_set_err(err, errlen, "%s", j->msg);
     return j->status;

@@ -42,6 +42,8 @@ static vt_image box_reduce(const vt_image *img, int d) {
 // low frequencies of each block, a box-like area filter, not the exact box: tolerance below);
 // any window equal, over its region, to the whole decode at the same scale (d = 1: to the
 // full decode), which checks the margins around cropped columns and skipped rows.
+static void test_jpeg_stray(void);
+
 void test_jpeg_part(void) {
   static const char *names[] = {"p420", "p422", "p444", "pgray", "pprog", "pcmyk"};
   const int turbo = strncmp(vt_image_jpeg_decoder(), "libjpeg", 7) == 0;
@@ -116,6 +118,35 @@ void test_jpeg_part(void) {
   printf("jpeg partial decodes (%s): 1/2, 1/4, 1/8 vs box average of the full decode: worst "
          "mean |diff| %.2f, max %d; %d windows equal to the whole decode over their region\n",
          turbo ? "libjpeg-turbo" : "stb_image, scale 1 only", worst_mean, worst_max, windows_ok);
+  if (turbo) test_jpeg_stray();
+}
+
+// A baseline JPEG with a block of bytes overwritten in its image data (a marker, 0xFF40, where
+// none belongs: libjpeg ends the scan with a warning and greys the rest, then fails reading the
+// marker after the last row; Pillow: "broken data stream") is corrupt: decoded whole and
+// decoded only as far as a region at its top, which stops long before the damage.
+static void test_jpeg_stray(void) {
+  char path[128], err[256];
+  snprintf(path, sizeof path, "%s/p420.jpg", dir);
+  size_t n = 0;
+  uint8_t *b = read_all(path, &n);
+  if (!b) return;
+  memset(b + n * 7 / 10, 0x5A, 64);
+  b[n * 7 / 10 + 32] = 0xFF, b[n * 7 / 10 + 33] = 0x40;
+  vt_image im;
+  const vt_image_status whole = vt_image_decode(b, n, LIMIT, &im, err, sizeof err);
+  vt_image_free(&im);
+  EXPECT(whole == VT_IMG_CORRUPT && strstr(err, "marker"), "a stray marker, decoded whole: %s",
+         err);
+  const vt_image_region top = {1, 0, 0, 15, 7};
+  vt_image_part part;
+  const vt_image_status st = vt_image_decode_part(b, n, LIMIT, &top, &part, err, sizeof err);
+  if (st == VT_IMG_OK) vt_image_part_free(&part);
+  EXPECT(st == VT_IMG_CORRUPT, "a stray marker below a region at the top: %s",
+         vt_image_status_name(st));
+  printf("jpeg with a stray marker in its data: corrupt, whole and for a region above it (%s)\n",
+         err);
+  free(b);
 }
 
 // Values back in 0..255 units, for tolerances that read as pixel levels.
