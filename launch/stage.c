@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "health.h"
 #include "vt_trace.h"
 
 static void grads_ready(void *ctx, int layer) {
@@ -17,9 +18,23 @@ static void grads_ready(void *ctx, int layer) {
 // already. The images go up with upload_ahead: only the forward reads them, and every forward
 // issued so far is followed by inputs_read, so the copy need not wait for the backward passes
 // queued since. The labels, read by the backward too, go up in stream order.
-static void load_batch(vt_stage_ctx *x, int64_t step, int mb, int slot) {
+// With the decoding split (data.h), the TP group all-gathers the shares of a micro-batch's
+// images in place, in stream order after the upload.
+static void gather_images(vt_stage_ctx *x, int slot) {
+  const vt_data *d = x->data;
+  if (!x->m->has_embed || d->pixel_count == x->B) return;
+  const size_t plane = (size_t)3 * x->o->model.img_size * x->o->model.img_size;
+  float *img = x->m->slots[slot].img;
+  vt_comm_all_gather(x->m->tp, img, img + (size_t)d->pixel_first * plane,
+                     (int64_t)d->pixel_count * plane);
+}
+
+// ahead: the next step's micro-batch, loaded at this step's end, whose all-gather (collective)
+// waits for that step, so that a rank may leave the load out alone (a stop signal pending).
+static void load_batch(vt_stage_ctx *x, int64_t step, int mb, int slot, int ahead) {
   if (x->ahead_step == step && x->ahead_mb == mb) {
     x->ahead_step = -1;
+    gather_images(x, slot);
     return;
   }
   const vt_model *m = x->m;
@@ -40,14 +55,11 @@ static void load_batch(vt_stage_ctx *x, int64_t step, int mb, int slot) {
     x->stash_has_mix = mix != NULL;
     labels = NULL, mix = NULL;
   }
-  if (m->has_embed) {
-    // This rank's share of the images goes up; with a split (data.h) the TP group then
-    // all-gathers the shares in place, in stream order after the upload.
+  if (m->has_embed) {  // this rank's share of the images goes up, then the group's gather
     const vt_data *d = x->data;
     const size_t plane = (size_t)3 * S * S, first = (size_t)d->pixel_first * plane;
     m->be->upload_ahead(sl->img + first, img, d->pixel_count * plane * sizeof(float));
-    if (d->pixel_count < B)
-      vt_comm_all_gather(m->tp, sl->img, sl->img + first, (int64_t)d->pixel_count * plane);
+    if (!ahead) gather_images(x, slot);
   }
   if (m->has_head && labels) m->be->upload(sl->labels, labels, (size_t)B * sizeof(int32_t));
   if (m->has_head && mix) m->be->upload(sl->mix, mix, (size_t)B * sizeof *mix);
@@ -155,7 +167,7 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
     if (a.op != VT_SCHEDULE_TRANSFER) m->be->interval_begin();
     if (a.op == VT_SCHEDULE_FORWARD) {
       const int slot = slot_of(x, a.mb, a.chunk);
-      if (a.chunk == x->data_chunk) load_batch(x, step, a.mb, slot);
+      if (a.chunk == x->data_chunk) load_batch(x, step, a.mb, slot, 0);
       if (a.chunk == x->label_chunk && x->label_chunk != x->data_chunk)
         upload_labels(x, a.mb, slot);
       vt_model_forward(m, a.chunk, slot, B, ls, vt_data_position(x->data, step, a.mb));
@@ -185,9 +197,13 @@ double vt_stage_run(vt_stage_ctx *x, const vt_schedule_action *acts, int nacts, 
   }
   vt_comm_wait_sends(x->pp, 0);
   vt_model_release_weights(m);
-  if (x->data) x->loaded_bad = x->data->bad, x->loaded_wait_s = x->data->wait_s;
-  if (x->prefetch_next && first_mb >= 0) {  // after every backward: the labels' slot is free
-    load_batch(x, step + 1, first_mb, slot_of(x, first_mb, x->data_chunk));
+  if (x->data) x->loaded_bad = x->data->bad;
+  // After every backward (the labels' slot is free); not where a stop signal came to this rank
+  // (the run stops after this step, said in its sums: a decode of large images would only
+  // delay the stop's checkpoint).
+  if (x->prefetch_next && first_mb >= 0 && !vt_health_preempt_signal() &&
+      !vt_health_interrupted()) {
+    load_batch(x, step + 1, first_mb, slot_of(x, first_mb, x->data_chunk), 1);
     x->ahead_step = step + 1, x->ahead_mb = first_mb;
   }
   if (m->has_head) {  // summed per micro-batch in order, in double

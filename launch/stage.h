@@ -52,10 +52,10 @@ typedef struct {
   int prefetch_next;
   int64_t ahead_step;
   int ahead_mb;
-  // The loader's counts (vt_data's bad and wait_s) when this step's own loads ended, before a
-  // micro-batch of the next step was loaded ahead: the step's figures end there.
+  // The loader's count of bad images (vt_data's bad) when this step's own loads ended, before
+  // a micro-batch of the next step was loaded ahead: they count in the step whose images they
+  // are (a wait for the decoders counts in the step whose time it took: train_step.c).
   int64_t loaded_bad;
-  double loaded_wait_s;
 } vt_stage_ctx;
 
 // Runs one step's actions in order; returns the sum of this rank's per-sample losses (last

@@ -211,8 +211,9 @@ int vt_train_step(train_run *r, int64_t step) {
   }
   // Evaluation uses the training slots between steps: no prefetch into them before one.
   x->prefetch_next = n < r->end_step && !eval_due(o, data, n, r->end_step);
-  // (the loader's figures of a micro-batch loaded ahead count in the step that uses it)
-  const double wait0 = x->loaded_wait_s, loss_sum = vt_stage_run(x, r->acts, r->nacts, step);
+  // (a micro-batch loaded ahead: its bad images count in the step that uses it, its wait for
+  // the decoders in the step whose time it took, this one)
+  const double wait0 = data->wait_s, loss_sum = vt_stage_run(x, r->acts, r->nacts, step);
   // Summed over the world: the global loss (the last stage's TP rank 0 of every DP rank holds
   // a share); the bad-image count (the first stage's TP rank 0 of every DP rank, or each of its
   // TP ranks when they split the decoding, each counting its share); a preemption signal (any
@@ -221,7 +222,7 @@ int vt_train_step(train_run *r, int64_t step) {
   // this step under --bad-image fail (any rank: not one loaded ahead for the next step).
   const int decodes = data->train && data->need_pixels;
   double sums[8] = {loss_sum, (double)x->loaded_bad, vt_health_preempt_signal() != 0,
-                    vt_ckpt_writing(), x->loaded_wait_s - wait0, decodes,
+                    vt_ckpt_writing(), data->wait_s - wait0, decodes,
                     vt_health_interrupted(), data->failed && data->fail_step <= step};
   if (plant_nan) sums[0] = NAN;
   if (plant_spike) sums[0] *= 100.0;

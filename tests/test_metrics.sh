@@ -128,4 +128,16 @@ c1=$("$py" -c 'import json, sys; print([json.loads(l)["bad_images"] for l in ope
 if [ -n "$c0" ] && [ "$c0" = "$c1" ] && [ "${c0##*, }" = "8]" ]; then
   ok "bad_images $c0 per step, the same with an evaluation after every step"
 else bad "bad_images per step: $c0 without evaluations, $c1 with"; fi
+# A wait for the decoders counts in the step whose time it took: a micro-batch of large PNGs
+# loaded ahead at a step's end waits in that step, not the next (which made the last step's
+# wait many times its own time, "data wait 424%").
+"$py" "$(dirname "$0")/make_images.py" "$work/big" 2 4 1200 > /dev/null || bad "make_images.py"
+timeout 300 "$vit3d" train --model tiny --img-size 16 --patch-size 4 --num-classes 2 \
+  --data "$work/big" --micro-batch-size 2 --global-batch-size 2 --steps 6 --threads 1 \
+  --loader-threads 1 --log-dir "$work/wait" > "$work/wait.log" 2>&1 || bad "the large-image run"
+over=$("$py" -c 'import json, sys
+d = [json.loads(l) for l in open(sys.argv[1])]
+print(len(d), [x["step"] for x in d if x["data_wait_ms"] > x["step_ms"] + 1])' "$work/wait/metrics.jsonl")
+if [ "$over" = "6 []" ]; then ok "each step's data wait within its own time (large images)"
+else bad "steps whose data wait exceeds their time (of how many): $over"; fi
 exit $fail
