@@ -97,9 +97,10 @@ static void stop_signalled(train_run *r, int64_t n, int preempt) {
                 "Resume with --resume auto.", (long long)n, what, r->rc);
 }
 
-// A bad file under --bad-image fail (named on the rank that read it): in a micro-batch of step
-// n, whose passes ran on zero images, the step is not kept and the steps before it are saved;
-// in the validation set (step n kept and saved, by the caller), the run stops after step n.
+// A bad file under --bad-image fail, or a class whose every file is bad (named on the rank
+// that read it): in a micro-batch of step n, whose passes ran on zero images, the step is not
+// kept and the steps before it are saved; in the validation set (step n kept and saved, by
+// the caller), the run stops after step n.
 static int stop_bad_image(train_run *r, int64_t n, int in_step) {
   const vt_train_options *o = &r->o;
   const int64_t kept = in_step ? n - 1 : n;
@@ -119,10 +120,14 @@ static int stop_bad_image(train_run *r, int64_t n, int in_step) {
                 (int)sizeof o->save_dir, o->save_dir);
   r->rc = VT_EXIT_FAILED;
   if (r->world_rank == 0)
-    vt_log_error("a bad %s file under --bad-image fail (named above, on the rank that read it): "
-                 "the run stops after step %lld; %s; exiting with %d. Mend or remove the file, "
-                 "or train with --bad-image skip, and resume with --resume auto.",
-                 in_step ? "training" : "validation", (long long)kept, what, r->rc);
+    vt_log_error("%s (named above, on the rank that read it): the run stops after step %lld; "
+                 "%s; exiting with %d. %s, and resume with --resume auto.",
+                 !in_step ? "a bad validation file under --bad-image fail"
+                 : o->bad_image_fail ? "a bad training file under --bad-image fail"
+                                     : "a class whose every file is bad",
+                 (long long)kept, what, r->rc,
+                 o->bad_image_fail ? "Mend or remove the file, or train with --bad-image skip"
+                                   : "Mend the class's files or remove its folder");
   return 1;
 }
 

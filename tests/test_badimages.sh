@@ -62,6 +62,17 @@ args=(train --model tiny --img-size 16 --patch-size 4 --num-classes 2 --data "$w
       --max-image-pixels 1000000 --tp 2)
 fail=0
 cp -r "$work/data" "$work/clean" && rm "$work"/clean/*/zz_*
+# A class whose every file is bad stops the run under skip too (nothing can replace them),
+# the steps before it kept, with what to mend.
+mkdir -p "$work/allbad/a" "$work/allbad/b" && cp "$work"/clean/a_dark/*.png "$work/allbad/a/" &&
+  cp "$work"/data/b_light/zz_corrupt.png "$work"/data/b_light/zz_text.png "$work/allbad/b/"
+timeout 300 "$vit3d" "${args[@]/$work\/data/$work/allbad}" --tp 1 --save "$work/allbad_ck" \
+  > "$work/allbad.log" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "every image of class 'b' is bad" "$work/allbad.log" &&
+   grep -q "a class whose every file is bad .*: the run stops after step" "$work/allbad.log"; then
+  echo "ok: a class of bad files only stops the run, saying what to mend"
+else echo "FAIL: a class of bad files only: rc $rc"; tail -3 "$work/allbad.log"; fail=1; fi
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --log-dir "$work/skip" \
   --save "$work/ckpt" --final-weights "$work/skip/weights.safetensors" \
   > "$work/skip.log" 2>&1 || { echo "FAIL: the skip run did not complete"; tail -20 "$work/skip.log"; fail=1; }
