@@ -101,10 +101,85 @@ static int folder_image(const char *name) {
   return 0;
 }
 
+// One fingerprint line, "path<TAB>size<TAB>mtime<TAB>ctime<TAB>inode" (times as
+// seconds.nanoseconds), of a path stat'ed as sb (NULL: stat'ed here; a path that does not stat
+// gets "path<TAB>missing", which no stat line equals). The change time and the inode too, as
+// git's index keeps them: an archive extracted or a tree copied with its times kept (tar,
+// cp -a, rsync -a) brings back the mtimes, but its folders are new files with new change times.
+static int fingerprint_line(strlist *out, const char *path, const struct stat *sb) {
+  struct stat own;
+  char line[128] = "\tmissing\n";
+  if (!sb && stat(path, &own) == 0) sb = &own;
+  if (sb)
+    snprintf(line, sizeof line, "\t%lld\t%lld.%09ld\t%lld.%09ld\t%llu\n", (long long)sb->st_size,
+             (long long)sb->st_mtim.tv_sec, (long)sb->st_mtim.tv_nsec,
+             (long long)sb->st_ctim.tv_sec, (long)sb->st_ctim.tv_nsec,
+             (unsigned long long)sb->st_ino);
+  char *s = malloc(strlen(path) + strlen(line) + 1);
+  if (s) strcat(strcpy(s, path), line);
+  return vt_ds_strlist_push(out, s, 0);  // (frees s when it fails)
+}
+
+// The folders of a class at dir, its own and every one below it, as torchvision's ImageFolder
+// walks them (os.walk with followlinks=True; names starting with '.' skipped here as at the top),
+// appended to out; a fingerprint line of each to lines, stat'ed before it is listed (so a
+// change after the listing shows as stale). A folder that is its own ancestor (a link loop) is
+// refused, where os.walk would go round until the path is too long.
+enum { WALK_DEPTH = 64 };
+static vt_status walk_folders(const char *dir, strlist *out, strlist *lines, struct stat *above,
+                              int depth, char *err, size_t errlen) {
+  struct stat sb;
+  if (stat(dir, &sb) != 0)
+    return vt_fail_input(err, errlen, "cannot read folder %s: %s", dir, strerror(errno));
+  for (int i = 0; i < depth; i++)
+    if (above[i].st_dev == sb.st_dev && above[i].st_ino == sb.st_ino)
+      return vt_fail_input(err, errlen, "%s is a link to a folder above it (a loop): remove the "
+                           "link", dir);
+  if (depth == WALK_DEPTH)
+    return vt_fail_input(err, errlen, "folders nested more than %d deep under a class folder, "
+                         "at %s", WALK_DEPTH, dir);
+  above[depth] = sb;
+  if (!vt_ds_strlist_push(out, strdup(dir), 0) || !fingerprint_line(lines, dir, &sb))
+    return vt_fail_input(err, errlen, "out of memory listing %s", dir);
+  strlist subs = {0};
+  vt_status st = vt_ds_list_dir(dir, 1, &subs, err, errlen);
+  for (int64_t i = 0; st == VT_OK && i < subs.n; i++) {
+    char *sub = vt_ds_join(dir, subs.s[i]);
+    st = sub ? walk_folders(sub, out, lines, above, depth + 1, err, errlen)
+             : vt_fail_input(err, errlen, "out of memory listing %s", dir);
+    free(sub);
+  }
+  vt_ds_strlist_free(&subs);
+  return st;
+}
+
+// The image kinds' fingerprint line: an index of a version that took other files is stale.
+static int kinds_line(strlist *lines) {
+  char kinds[128] = "images";
+  for (int i = 0; i < IMAGE_KINDS; i++)
+    snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%c%s", i ? ' ' : '\t',
+             k_image_kinds[i]);
+  strcat(kinds, "\n");
+  return vt_ds_strlist_push(lines, strdup(kinds), 0);
+}
+
+static char *join_lines(const strlist *lines) {
+  size_t total = 1;
+  for (int64_t i = 0; i < lines->n; i++) total += strlen(lines->s[i]);
+  char *text = malloc(total), *p = text;
+  for (int64_t i = 0; text && i < lines->n; i++) p = stpcpy(p, lines->s[i]);
+  if (text) *p = '\0';
+  return text;
+}
+
 static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples, char *err,
                              size_t errlen) {
-  strlist classes = {0};
-  vt_status st = vt_ds_list_dir(root, 1, &classes, err, errlen);
+  strlist classes = {0}, lines = {0};
+  struct stat rsb;
+  vt_status st = stat(root, &rsb) == 0 && kinds_line(&lines) && fingerprint_line(&lines, root, &rsb)
+                     ? vt_ds_list_dir(root, 1, &classes, err, errlen)
+                     : vt_fail_input(err, errlen, "cannot read folder %s: %s", root,
+                                     strerror(errno));
   if (st == VT_OK && classes.n == 0)
     st = vt_fail_input(err, errlen,
                        "no class folders in %s: an ImageFolder dataset is ROOT/<class>/<image> "
@@ -112,38 +187,47 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
                        root);
   if (st == VT_OK && classes.n > INT32_MAX)
     st = vt_fail_input(err, errlen, "too many classes in %s", root);
+  struct stat above[WALK_DEPTH];
   for (int64_t c = 0; st == VT_OK && c < classes.n; c++) {
     char *cdir = vt_ds_join(root, classes.s[c]);
-    strlist files = {0}, dirs = {0};
-    st = cdir ? vt_ds_list_dir(cdir, 0, &files, err, errlen)
+    // Its folders in the order of their paths (Python's sorted(os.walk(...)), each one's files
+    // sorted: torchvision's order of samples).
+    strlist dirs = {0};
+    st = cdir ? walk_folders(cdir, &dirs, &lines, above, 0, err, errlen)
               : vt_fail_input(err, errlen, "out of memory listing %s", root);
-    if (st == VT_OK) st = vt_ds_list_dir(cdir, 1, &dirs, err, errlen);
-    if (st == VT_OK && dirs.n > 0 && ds->subfolders == 0)
-      snprintf(ds->subfolder, sizeof ds->subfolder, "%s/%s", cdir, dirs.s[0]);
-    ds->subfolders += dirs.n;
-    vt_ds_strlist_free(&dirs);
+    if (st == VT_OK && dirs.n > 1) qsort(dirs.s, (size_t)dirs.n, sizeof(char *), cmp_str);
+    ds->subfolders += dirs.n > 0 ? dirs.n - 1 : 0;
     // An image by its extension, as torchvision's and timm's ImageFolder take them: a README
     // or a Thumbs.db beside the images is no sample (counted, said by the caller).
-    int64_t images = 0;
-    for (int64_t i = 0; st == VT_OK && i < files.n; i++) {
-      if (!folder_image(files.s[i])) {
-        if (ds->other_files++ == 0)
-          snprintf(ds->other_file, sizeof ds->other_file, "%s/%s", cdir, files.s[i]);
-        continue;
+    int64_t images = 0, files_seen = 0;
+    for (int64_t d = 0; st == VT_OK && d < dirs.n; d++) {
+      strlist files = {0};
+      st = vt_ds_list_dir(dirs.s[d], 0, &files, err, errlen);
+      files_seen += files.n;
+      for (int64_t i = 0; st == VT_OK && i < files.n; i++) {
+        if (!folder_image(files.s[i])) {
+          if (ds->other_files++ == 0)
+            snprintf(ds->other_file, sizeof ds->other_file, "%s/%s", dirs.s[d], files.s[i]);
+          continue;
+        }
+        images++;
+        if (!vt_ds_strlist_push(samples, vt_ds_join(dirs.s[d], files.s[i]), (int32_t)c))
+          st = vt_fail_input(err, errlen, "out of memory listing %s", dirs.s[d]);
       }
-      images++;
-      if (!vt_ds_strlist_push(samples, vt_ds_join(cdir, files.s[i]), (int32_t)c))
-        st = vt_fail_input(err, errlen, "out of memory listing %s", cdir);
+      vt_ds_strlist_free(&files);
     }
     if (st == VT_OK && images == 0)
       st = vt_fail_input(err, errlen,
                          "class folder %s has no image files (.jpg, .jpeg, .png, .webp, .gif, "
-                         ".bmp, .ppm, .pgm, .pnm, .tif or .tiff; %lld other files; folders in "
-                         "it are not searched): add images or remove the folder (every folder "
-                         "under %s is a class)", cdir, (long long)files.n, root);
-    vt_ds_strlist_free(&files);
+                         ".bmp, .ppm, .pgm, .pnm, .tif or .tiff; %lld other files, in it and "
+                         "the %lld folders below it): add images or remove the folder (every "
+                         "folder under %s is a class)", cdir, (long long)files_seen,
+                         (long long)(dirs.n > 0 ? dirs.n - 1 : 0), root);
+    vt_ds_strlist_free(&dirs);
     free(cdir);
   }
+  if (st == VT_OK && !(ds->fingerprint = join_lines(&lines)))
+    st = vt_fail_input(err, errlen, "out of memory");
   if (st == VT_OK) {
     ds->num_classes = (int)classes.n;
     ds->class_names = classes.s;  // ownership moves to the dataset
@@ -151,6 +235,7 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
     classes.n = 0;
   }
   vt_ds_strlist_free(&classes);
+  vt_ds_strlist_free(&lines);
   return st;
 }
 
@@ -295,31 +380,22 @@ vt_status vt_dataset_open_labeled(const char *path, const char *label_key, const
   return VT_OK;
 }
 
-// One fingerprint line per source: "path<TAB>size<TAB>mtime<TAB>ctime<TAB>inode" (times as
-// seconds.nanoseconds). The change time and the inode too, as git's index keeps them: an archive
-// extracted or a tree copied with its times kept (tar, cp -a, rsync -a) brings back the mtimes,
-// but its folders are new files with new change times.
-static int fingerprint_line(strlist *out, const char *path, char *err, size_t errlen) {
-  struct stat sb;
-  if (stat(path, &sb) != 0) {
-    vt_fail_input(err, errlen, "dataset %s: %s", path, strerror(errno));
-    return 0;
+// The path of a stat line (the text before its last four tabs; a path may hold tabs), or NULL
+// for another line (kinds, label key, a "missing" one).
+static char *line_path(const char *line, size_t len) {
+  size_t end = len;
+  for (int tabs = 0; tabs < 4; tabs++) {
+    while (end > 0 && line[end - 1] != '\t') end--;
+    if (end == 0) return NULL;
+    end--;
   }
-  char line[128];
-  snprintf(line, sizeof line, "\t%lld\t%lld.%09ld\t%lld.%09ld\t%llu\n", (long long)sb.st_size,
-           (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec, (long long)sb.st_ctim.tv_sec,
-           (long)sb.st_ctim.tv_nsec, (unsigned long long)sb.st_ino);
-  char *s = malloc(strlen(path) + strlen(line) + 1);
-  if (s) strcat(strcpy(s, path), line);
-  if (!vt_ds_strlist_push(out, s, 0)) {  // frees s when it fails
-    vt_fail_input(err, errlen, "out of memory");
-    return 0;
-  }
-  return 1;
+  char *path = end > 0 ? malloc(end + 1) : NULL;
+  if (path) memcpy(path, line, end), path[end] = '\0';
+  return path;
 }
 
-vt_status vt_dataset_fingerprint(const char *path, const char *label_key,
-                                 const char *names_path, char **text, char *err, size_t errlen) {
+vt_status vt_dataset_fingerprint(const char *path, const char *label_key, const char *names_path,
+                                 const char *stored, char **text, char *err, size_t errlen) {
   *text = NULL;
   struct stat sb;
   strlist sources = {0}, lines = {0};  // the shards, else what is listed below
@@ -329,39 +405,31 @@ vt_status vt_dataset_fingerprint(const char *path, const char *label_key,
     if (line) sprintf(line, "label key\t%s\n", label_key);
     if (!vt_ds_strlist_push(&lines, line, 0)) st = vt_fail_input(err, errlen, "out of memory");
     // and on the class names, where they are given
-    if (st == VT_OK && names_path && names_path[0] && !fingerprint_line(&lines, names_path, err, errlen))
-      st = VT_ERR_INPUT;
+    if (st == VT_OK && names_path && names_path[0] && !fingerprint_line(&lines, names_path, NULL))
+      st = vt_fail_input(err, errlen, "out of memory");
   }
-  if (st == VT_OK && sources.n == 0 && S_ISDIR(sb.st_mode)) {  // the root and its class folders
-    strlist classes = {0};
-    st = vt_ds_list_dir(path, 1, &classes, err, errlen);
-    // (and the files taken as images: an entry of a version that took every file is stale)
-    char kinds[128] = "images";
-    for (int i = 0; i < IMAGE_KINDS; i++)
-      snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%c%s", i ? ' ' : '\t',
-               k_image_kinds[i]);
-    strcat(kinds, "\n");
-    if (st == VT_OK && !vt_ds_strlist_push(&lines, strdup(kinds), 0))
+  if (st == VT_OK && sources.n == 0 && S_ISDIR(sb.st_mode)) {
+    // An ImageFolder: its folders as open_folder listed them, re-stat'ed (stored: the cache
+    // entry's fingerprint). A folder's times change when a name in it is added, removed or
+    // renamed, so the root unchanged means the same class folders, each unchanged the same
+    // folders below it: the stored folders, unchanged, are all there is to look at.
+    if (!kinds_line(&lines) || !fingerprint_line(&lines, path, NULL))
       st = vt_fail_input(err, errlen, "out of memory");
-    if (st == VT_OK && !vt_ds_strlist_push(&sources, strdup(path), 0))
-      st = vt_fail_input(err, errlen, "out of memory");
-    for (int64_t c = 0; st == VT_OK && c < classes.n; c++)
-      if (!vt_ds_strlist_push(&sources, vt_ds_join(path, classes.s[c]), 0))
+    for (const char *p = stored, *nl; st == VT_OK && p && *p; p = nl + 1) {
+      if (!(nl = strchr(p, '\n'))) break;
+      char *dir = line_path(p, (size_t)(nl - p));
+      if (dir && strcmp(dir, path) != 0 && !fingerprint_line(&lines, dir, NULL))
         st = vt_fail_input(err, errlen, "out of memory");
-    vt_ds_strlist_free(&classes);
+      free(dir);
+    }
   } else if (st == VT_OK && sources.n == 0 && !vt_ds_strlist_push(&sources, strdup(path), 0)) {
     st = vt_fail_input(err, errlen, "out of memory");  // a list file
   }
-  size_t total = 1;
   for (int64_t i = 0; st == VT_OK && i < sources.n; i++)
-    if (!fingerprint_line(&lines, sources.s[i], err, errlen)) st = VT_ERR_INPUT;
-  for (int64_t i = 0; st == VT_OK && i < lines.n; i++) total += strlen(lines.s[i]);
-  if (st == VT_OK && !(*text = malloc(total))) st = vt_fail_input(err, errlen, "out of memory");
-  if (st == VT_OK) {
-    char *p = *text;
-    for (int64_t i = 0; i < lines.n; i++) p = stpcpy(p, lines.s[i]);
-    *p = '\0';
-  }
+    if (!fingerprint_line(&lines, sources.s[i], NULL))
+      st = vt_fail_input(err, errlen, "out of memory");
+  if (st == VT_OK && !(*text = join_lines(&lines)))
+    st = vt_fail_input(err, errlen, "out of memory");
   vt_ds_strlist_free(&sources);
   vt_ds_strlist_free(&lines);
   return st;
@@ -385,6 +453,7 @@ void vt_dataset_free(vt_dataset *ds) {
   free(ds->paths);
   free(ds->labels);
   free(ds->class_names);
+  free(ds->fingerprint);
   memset(ds, 0, sizeof(*ds));
 }
 

@@ -26,19 +26,21 @@ typedef struct {
   int *shard_fds;
   int32_t *shard_of;
   int64_t *offset, *size;
-  // ImageFolder, as listed (not from an index cache): the files left out for their extension
-  // and the folders inside class folders (not searched), with the first of each, for the
-  // caller's warnings.
+  // ImageFolder, as listed (not from an index cache): the files left out for their extension,
+  // with the first, for the caller's warning, and the folders below the class folders.
   int64_t other_files, subfolders;
-  char other_file[512], subfolder[512];
+  char other_file[512];
+  char *fingerprint;  // ImageFolder, as listed: its folders' (vt_dataset_fingerprint)
 } vt_dataset;
 
 // Opens a directory (ImageFolder) or a file (list). Empty datasets, empty class folders, labels
 // out of range and unreadable paths are VT_ERR_INPUT with a message that says what to fix.
-// ImageFolder: names starting with '.' are skipped; a class holds the regular files directly in
-// its folder whose extension is an image's (.jpg, .jpeg, .png, .webp, .gif, .bmp, .ppm, .pgm,
-// .pnm, .tif, .tiff in any case; folders inside it are not searched, counted in subfolders;
-// other files are left out and counted in other_files). List: blank lines and '#' comments are allowed,
+// ImageFolder: names starting with '.' are skipped; a class holds the regular files whose
+// extension is an image's (.jpg, .jpeg, .png, .webp, .gif, .bmp, .ppm, .pgm,
+// .pnm, .tif, .tiff in any case), in it and in the folders below it, as torchvision's
+// ImageFolder takes them (followed links; the folders in the order of their paths, each one's
+// files sorted; a link loop refused), those folders counted in subfolders; other files are left
+// out and counted in other_files). List: blank lines and '#' comments are allowed,
 // the label follows the last TAB, absolute paths stay as they are, K = largest label + 1; a
 // bad line is named by its number. Files are not opened here: a listed file that is missing
 // or unreadable is a bad image for the loader's policy, not an error of the index.
@@ -62,13 +64,16 @@ vt_status vt_dataset_open_labeled(const char *path, const char *label_key, const
 void vt_dataset_free(vt_dataset *ds);
 
 // What the index of path was made from, as text that changes when the index may have: a line
-// "path<TAB>size<TAB>mtime<TAB>ctime<TAB>inode" per shard (shards, after a "label key<TAB>KEY" line and the class
-// names file's line where names_path is given), for the root
-// and each class folder (ImageFolder: a file added, removed or renamed changes its folder's
-// time) or for the list file. One stat per shard or class, none per image. *text malloc'd. For
-// the index cache (index_cache.h).
+// "path<TAB>size<TAB>mtime<TAB>ctime<TAB>inode" per shard (shards, after a "label key<TAB>KEY"
+// line and the class names file's line where names_path is given), or for the list file; for
+// an ImageFolder, after the image kinds' line, one for the root and each folder that stored
+// (the index cache entry's fingerprint, or NULL) names, re-stat'ed: open_folder's listing makes
+// the fingerprint of every folder it walked (vt_dataset.fingerprint), and a folder's times
+// change when a name in it is added, removed or renamed. One stat per shard or folder, none
+// per image. *text malloc'd. For the index cache (index_cache.h).
 vt_status vt_dataset_fingerprint(const char *path, const char *label_key,
-                                 const char *names_path, char **text, char *err, size_t errlen);
+                                 const char *names_path, const char *stored, char **text,
+                                 char *err, size_t errlen);
 
 // The index as one block of bytes (for this build on this kind of machine: host byte order), so
 // that one process reads the file system and sends the index to the others: *bytes malloc'd.

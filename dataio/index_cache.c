@@ -60,11 +60,11 @@ static int block(const uint8_t **p, const uint8_t *end, const uint8_t **data, ui
   return 1;
 }
 
-int vt_index_cache_load(const char *file, const char *path, const char *fingerprint,
+int vt_index_cache_read(const char *file, const char *path, char **fingerprint,
                         uint8_t **index, size_t *n, char *why, size_t whylen) {
   uint8_t *buf = NULL;
   size_t size = 0;
-  *index = NULL;
+  *index = NULL, *fingerprint = NULL;
   if (!read_all(file, &buf, &size)) {
     free(buf);
     snprintf(why, whylen, "no entry %s yet", file);
@@ -84,20 +84,33 @@ int vt_index_cache_load(const char *file, const char *path, const char *fingerpr
   } else if (lp != strlen(path) || memcmp(dp, path, lp) != 0) {
     snprintf(why, whylen, "%s belongs to another dataset path; reading the index again", file);
     ok = 0;
-  } else if (lf != strlen(fingerprint) || memcmp(df, fingerprint, lf) != 0) {
-    snprintf(why, whylen,
-             "%s is stale (a shard, class folder or list file changed size or time since it "
-             "was written); reading the index again",
-             file);
-    ok = 0;
-  } else if ((*index = malloc(li ? li : 1)) == NULL) {
+  } else if ((*index = malloc(li ? li : 1)) == NULL || (*fingerprint = malloc(lf + 1)) == NULL) {
     snprintf(why, whylen, "out of memory for %s", file);
+    free(*index), *index = NULL;
     ok = 0;
   } else {
     memcpy(*index, di, li);
     *n = li;
+    memcpy(*fingerprint, df, lf);
+    (*fingerprint)[lf] = '\0';
   }
   free(buf);
+  return ok;
+}
+
+int vt_index_cache_load(const char *file, const char *path, const char *fingerprint,
+                        uint8_t **index, size_t *n, char *why, size_t whylen) {
+  char *stored = NULL;
+  int ok = vt_index_cache_read(file, path, &stored, index, n, why, whylen);
+  if (ok && strcmp(stored, fingerprint) != 0) {
+    snprintf(why, whylen,
+             "%s is stale (a shard, folder or list file changed size or time since it was "
+             "written); reading the index again",
+             file);
+    free(*index), *index = NULL;
+    ok = 0;
+  }
+  free(stored);
   return ok;
 }
 

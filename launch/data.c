@@ -33,13 +33,22 @@ static vt_loader_config base_config(const vt_data *d, const vt_dataset *ds, int 
 static vt_status read_index(const char *path, const char *cache, const char *label_key,
                             const char *names, vt_dataset *ds, uint8_t **bytes, size_t *n,
                             int *cached, char *err, size_t errlen) {
-  char file[1200], why[1400], *fp = NULL;
+  char file[1200], why[1400], *fp = NULL, *stored = NULL;
   *cached = 0;
   if (cache[0]) {
     vt_index_cache_file(cache, path, file, sizeof file);
-    if (vt_dataset_fingerprint(path, label_key, names, &fp, err, errlen) != VT_OK)
+    const int entry = vt_index_cache_read(file, path, &stored, bytes, n, why, sizeof why);
+    if (vt_dataset_fingerprint(path, label_key, names, stored, &fp, err, errlen) != VT_OK) {
+      free(stored), free(*bytes), *bytes = NULL;
       return VT_ERR_INPUT;
-    *cached = vt_index_cache_load(file, path, fp, bytes, n, why, sizeof why);
+    }
+    *cached = entry && strcmp(fp, stored) == 0;
+    if (entry && !*cached) {
+      snprintf(why, sizeof why, "%s is stale (a shard, folder or list file changed size or "
+               "time since it was written); reading the index again", file);
+      free(*bytes), *bytes = NULL;
+    }
+    free(stored);
     if (*cached) vt_log_info("dataset %s: index from the cache %s", path, file);
     else vt_log_info("dataset %s: %s", path, why);
   }
@@ -51,11 +60,13 @@ static vt_status read_index(const char *path, const char *cache, const char *lab
                   "extension (.jpg, .png, .webp, ...) and are left out, such as %s", path,
                   (long long)ds->other_files, ds->other_file);
     if (st == VT_OK && ds->subfolders > 0)
-      vt_log_warn("dataset %s: %lld folders inside the class folders are not searched, such as "
-                  "%s (vit3d takes the files directly in a class folder; torchvision's "
-                  "ImageFolder also walks the folders below): move their images up, or name "
-                  "them in a list file", path, (long long)ds->subfolders, ds->subfolder);
+      vt_log_info("dataset %s: the images of %lld folders below the class folders are their "
+                  "class's, as in torchvision's ImageFolder", path, (long long)ds->subfolders);
     if (st == VT_OK) st = vt_dataset_pack(ds, bytes, n, err, errlen);
+    if (st == VT_OK && fp && ds->fingerprint) {  // an ImageFolder's: every folder it walked
+      free(fp);
+      if (!(fp = strdup(ds->fingerprint))) st = vt_fail_input(err, errlen, "out of memory");
+    }
     if (st != VT_OK) vt_dataset_free(ds);
     if (st == VT_OK && fp) {
       if (vt_index_cache_store(file, path, fp, *bytes, *n, why, sizeof why) == VT_OK)

@@ -4,8 +4,8 @@
 # 16000 x 16000 pixels) inside an ImageFolder passes through one epoch of
 # training on a 2-rank TP mesh under --bad-image skip without a crash, with every bad file counted
 # once in metrics.jsonl, files that are no images by their extension (README.txt, Thumbs.db)
-# left out of the dataset with one warning, and a folder inside a class folder said (not
-# searched); under --bad-image fail the run stops (exit 1) with a
+# left out of the dataset with one warning, and two folders below a class folder taken (as
+# torchvision does); under --bad-image fail the run stops (exit 1) with a
 # message naming a bad file, after saving the steps before it (a resume under skip then ends as
 # the skip run does), and a bad validation file stops it after saving the step evaluated.
 # As validation data the bad files are left out: `vit3d eval` of the folder on TP 2 (the
@@ -39,9 +39,10 @@ open(f"{root}/b_light/zz_format.jpg", "wb").write(b"\x00\x01\x02\x03" * 64)
 # Not images by their extension: left out of the dataset (said once), not bad images.
 open(f"{root}/b_light/README.txt", "w").write("notes\n")
 open(f"{root}/a_dark/Thumbs.db", "wb").write(b"\x00" * 32)
-# A folder inside a class folder: not searched, said once.
-os.makedirs(f"{root}/a_dark/more")
+# Folders below a class folder: their images are the class's, as in torchvision.
+os.makedirs(f"{root}/a_dark/more/deeper")
 open(f"{root}/a_dark/more/00.png", "wb").write(good)
+open(f"{root}/a_dark/more/deeper/01.png", "wb").write(good)
 # A valid PNG header that claims 60000 x 60000 pixels: refused before any allocation.
 ihdr = struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)
 chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
@@ -56,9 +57,9 @@ webp[26:30] = struct.pack("<HH", 16000, 16000)  # the VP8 frame header's width a
 open(f"{root}/b_light/zz_bomb.webp", "wb").write(bytes(webp))
 PY
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
-# 28 files: 20 good, 8 bad. 14 steps of 2 images are exactly one epoch.
+# 30 files: 22 good, 8 bad. 15 steps of 2 images are exactly one epoch.
 args=(train --model tiny --img-size 16 --patch-size 4 --num-classes 2 --data "$work/data"
-      --micro-batch-size 2 --global-batch-size 2 --steps 14 --threads 1 --loader-threads 2
+      --micro-batch-size 2 --global-batch-size 2 --steps 15 --seed 4 --threads 1 --loader-threads 2
       --max-image-pixels 1000000 --tp 2)
 fail=0
 cp -r "$work/data" "$work/clean" && rm "$work"/clean/*/zz_*
@@ -87,10 +88,10 @@ if grep -q "2 files in the class folders are not images by their extension" \
      "$work/skip.log" && ! grep -q "README.txt:\|Thumbs.db:" "$work/skip.log"; then
   echo "ok: README.txt and Thumbs.db left out of the dataset (said once), not bad images"
 else echo "FAIL: the non-image files were not left out with a warning"; fail=1; fi
-grep -q "1 folders inside the class folders are not searched, such as .*a_dark/more" \
-  "$work/skip.log" || { echo "FAIL: the folder inside a class folder was not said"; fail=1; }
+grep -q "the images of 2 folders below the class folders are their class's" \
+  "$work/skip.log" || { echo "FAIL: the folders below a class folder were not taken"; fail=1; }
 # --bad-image fail: the run stops (exit 1) naming the file, keeping the steps before the one
-# that met it (seed 1 meets the first bad file in step 3): their checkpoint, which a resume under
+# that met it (seed 4 meets the first bad file in step 3): their checkpoint, which a resume under
 # skip takes to the skip run's own end, loss for loss and weight for weight.
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --bad-image fail \
   --save "$work/fail_ckpt" > "$work/fail.log" 2>&1
@@ -131,8 +132,8 @@ for mesh in "--tp 2" "--pp 2" "--dp 2"; do
   got=$(grep "^eval:" "$work/eval_data.log"); want=$(grep "^eval:" "$work/eval_clean.log")
   echo "eval $mesh, with the bad files: $got"
   echo "eval $mesh, without them:       $want"
-  if [ "${got%% (*}" != "${want%% (*}" ] || [[ "$got" != *"(20 images, 8 bad left out)"* ]] ||
-     [[ "$want" != *"(20 images)"* ]]; then
+  if [ "${got%% (*}" != "${want%% (*}" ] || [[ "$got" != *"(22 images, 8 bad left out)"* ]] ||
+     [[ "$want" != *"(22 images)"* ]]; then
     echo "FAIL: the bad validation files were not left out exactly ($mesh)"; fail=1
   fi
   # The predictions without the index column and the folder (the copy numbers its images
@@ -140,7 +141,7 @@ for mesh in "--tp 2" "--pp 2" "--dp 2"; do
   for v in data clean; do
     cut -d, -f2- "$work/pred_$v.csv" | sed "s|^$work/$v/||" > "$work/p_$v"
   done
-  if ! cmp -s "$work/p_data" "$work/p_clean" || [ "$(wc -l < "$work/p_data")" != 21 ]; then
+  if ! cmp -s "$work/p_data" "$work/p_clean" || [ "$(wc -l < "$work/p_data")" != 23 ]; then
     echo "FAIL: predictions differ ($mesh)"; diff "$work/p_data" "$work/p_clean" | head -5; fail=1
   fi
   grep -q "bad image left out of the evaluation: .*zz_" "$work/eval_data.log" ||

@@ -371,16 +371,20 @@ static void test_pack(const vt_dataset *folder) {
   printf("ok - the index as bytes: the same folder and shard index unpacked, cut blocks refused\n");
 }
 
-// The index cache: an entry gives back the very index; a touched class folder, a shard of
-// another size, a damaged entry or another path's entry is not used.
+// The index cache: an entry gives back the very index; a touched class folder (or a folder
+// below one), a shard of another size, a damaged entry or another path's entry is not used.
+// As launch/data.c reads it: the entry, then the fingerprint of what it names now.
 static int cached(const char *path, const vt_dataset *fresh, char *why, size_t whylen) {
-  char err[512], file[1200], *fp = NULL;
+  char err[512], file[1200], *fp = NULL, *stored = NULL;
   uint8_t *b = NULL;
   size_t n = 0;
   vt_index_cache_file(at("cache"), path, file, sizeof file);
-  EXPECT(vt_dataset_fingerprint(path, VT_LABEL_KEY, NULL, &fp, err, sizeof err) == VT_OK,
+  const int entry = vt_index_cache_read(file, path, &stored, &b, &n, why, whylen);
+  EXPECT(vt_dataset_fingerprint(path, VT_LABEL_KEY, NULL, stored, &fp, err, sizeof err) == VT_OK,
          "fingerprint: %s", err);
-  int hit = fp && vt_index_cache_load(file, path, fp, &b, &n, why, whylen);
+  int hit = entry && fp && strcmp(fp, stored) == 0;
+  if (entry && !hit) snprintf(why, whylen, "stale");
+  free(stored);
   if (hit && fresh) {
     vt_dataset back;
     EXPECT(vt_dataset_unpack(b, n, &back, err, sizeof err) == VT_OK && same_index(fresh, &back),
@@ -396,7 +400,10 @@ static void store(const char *path, const vt_dataset *ds) {
   uint8_t *b = NULL;
   size_t n = 0;
   vt_index_cache_file(at("cache"), path, file, sizeof file);
-  EXPECT(vt_dataset_fingerprint(path, VT_LABEL_KEY, NULL, &fp, err, sizeof err) == VT_OK &&
+  // (an ImageFolder's fingerprint is its listing's, of every folder it walked)
+  if (ds->fingerprint) fp = strdup(ds->fingerprint);
+  EXPECT((fp || vt_dataset_fingerprint(path, VT_LABEL_KEY, NULL, NULL, &fp, err, sizeof err) ==
+                    VT_OK) &&
              vt_dataset_pack(ds, &b, &n, err, sizeof err) == VT_OK &&
              vt_index_cache_store(file, path, fp, b, n, err, sizeof err) == VT_OK,
          "storing %s: %s", path, err);
@@ -416,8 +423,11 @@ static void test_index_cache(const vt_dataset *folder) {
   struct timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};
   EXPECT(utimensat(AT_FDCWD, at("main/dog"), later, 0) == 0, "utimensat");
   EXPECT(!cached(at("main"), NULL, why, sizeof why) && strstr(why, "stale"), "touched: %s", why);
-  store(at("main"), folder);
+  vt_dataset again;  // (listed again, as a run would after a stale entry)
+  EXPECT(vt_dataset_open(at("main"), &again, err, sizeof err) == VT_OK, "%s", err);
+  store(at("main"), &again);
   EXPECT(cached(at("main"), folder, why, sizeof why), "rewritten entry not used: %s", why);
+  vt_dataset_free(&again);
   FILE *f = fopen(sh.shard_paths[1], "ab");
   EXPECT(f && fwrite("\0", 1, 1, f) == 1 && fclose(f) == 0, "growing a shard");
   EXPECT(!cached(at("shards"), NULL, why, sizeof why) && strstr(why, "stale"), "grown: %s", why);
@@ -621,6 +631,47 @@ static void test_label_parse(void) {
   if (fd >= 0) close(fd), unlink(path);
 }
 
+// Folders below class folders, as torchvision's ImageFolder walks them: their images are the
+// class's, in the order of Python's sorted(os.walk(class folder)) (the folders by path, so
+// "x" < "x-1" < "x/y": '-' sorts before '/'), each folder's files sorted; a link to a folder
+// above is refused as a loop; the index cache sees a file added two folders down.
+static void test_nested(void) {
+  char err[512], why[1400];
+  mkdir(at("nest"), 0755);
+  const char *dirs[] = {"nest/a", "nest/a/x", "nest/a/x/y", "nest/a/x-1", "nest/a/z",
+                        "nest/a/.hid", "nest/b"};
+  for (int i = 0; i < 7; i++) mkdir(at(dirs[i]), 0755);
+  const char *files[] = {"nest/a/x/y/3.png", "nest/a/z/6.png", "nest/a/x-1/4.png",
+                         "nest/a/1.png", "nest/a/x/2.png", "nest/a/.hid/5.png", "nest/b/0.png",
+                         "nest/a/x/notes.txt"};
+  for (int i = 0; i < 8; i++) write_bytes(at(files[i]), "x", 1);
+  vt_dataset ds;
+  EXPECT(vt_dataset_open(at("nest"), &ds, err, sizeof err) == VT_OK, "%s", err);
+  const char *want[] = {"a/1.png", "a/x/2.png", "a/x-1/4.png", "a/x/y/3.png", "a/z/6.png",
+                        "b/0.png"};
+  int order = ds.count == 6 && ds.subfolders == 4 && ds.other_files == 1;
+  for (int i = 0; order && i < 6; i++) {
+    const char *p = ds.paths[i];
+    order = strlen(p) > strlen(want[i]) && !strcmp(p + strlen(p) - strlen(want[i]), want[i]) &&
+            ds.labels[i] == (i == 5);
+  }
+  EXPECT(order, "nested order: %lld samples, %lld folders below classes", (long long)ds.count,
+         (long long)ds.subfolders);
+  store(at("nest"), &ds);
+  EXPECT(cached(at("nest"), &ds, why, sizeof why), "nested entry not used: %s", why);
+  struct timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};
+  write_bytes(at("nest/a/x/y/7.png"), "x", 1);
+  EXPECT(utimensat(AT_FDCWD, at("nest/a/x/y"), later, 0) == 0, "utimensat");
+  EXPECT(!cached(at("nest"), NULL, why, sizeof why) && strstr(why, "stale"),
+         "a file added two folders down: %s", why);
+  vt_dataset_free(&ds);
+  EXPECT(symlink("..", at("nest/a/z/loop")) == 0, "symlink");
+  EXPECT(vt_dataset_open(at("nest"), &ds, err, sizeof err) == VT_ERR_INPUT &&
+             strstr(err, "loop") && strstr(err, "nest/a/z/loop"), "a link loop: %s", err);
+  printf("ok - folders below class folders: torchvision's order, a link loop refused, the index "
+         "cache stale after a change two folders down\n");
+}
+
 int main(void) {
   test_label_parse();
   if (!fx_make_root("vt_dataset_")) return 1;
@@ -630,6 +681,7 @@ int main(void) {
   test_shards(&ds);
   test_pack(&ds);
   test_index_cache(&ds);
+  test_nested();
   test_filtered(&ds);
   test_share(&ds);
   vt_dataset_free(&ds);
