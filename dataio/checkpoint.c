@@ -187,7 +187,7 @@ static void set_aside(const char *save_dir, int64_t step, int64_t committed) {
 
 vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckpt_manifest *m,
                          int keep_last, int64_t keep_every, char *err, size_t errlen) {
-  char path[1300], final_dir[1100], text[4096];
+  char path[1300], final_dir[1100], text[8192];
   for (int i = 0; i < m->nfiles; i++) {
     snprintf(path, sizeof path, "%s/%s", tmp_dir, m->file[i]);
     if (sync_path(path) != 0) FAIL(VT_ERR_IO, "cannot sync %s: %s", path, strerror(errno));
@@ -239,7 +239,7 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
 
 vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err,
                         size_t errlen) {
-  char path[1300], text[8192];
+  char path[1300], text[16384];
   snprintf(path, sizeof path, "%s/manifest.txt", dir);
   FILE *f = fopen(path, "rb");
   if (!f) FAIL(VT_ERR_INPUT, "%s is not a complete checkpoint: no manifest.txt", dir);

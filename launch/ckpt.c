@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -312,6 +313,29 @@ void vt_ckpt_manifest_optim(vt_ckpt_manifest *man, const vt_optim_config *c,
   man->sched_epochs = c->epoch_images > 0, man->epoch_images = c->epoch_images;
   man->sched = (int)c->sched;
   man->warmup_epochs = c->warmup_epochs, man->cycle_epochs = c->cycle_epochs;
+  man->ema_decay = c->ema_decay, man->ema_warmup = c->ema_decay > 0 && c->ema_warmup;
+  snprintf(man->freeze, sizeof man->freeze, "%s", c->freeze);
+  snprintf(man->trainable, sizeof man->trainable, "%s", c->trainable);
+}
+
+void vt_ckpt_manifest_settings(vt_ckpt_manifest *man, const vt_train_options *o) {
+  man->drop_path = o->drop_path, man->drop_path_uniform = o->drop_path > 0 && o->drop_path_uniform;
+  man->proj_drop = o->proj_drop, man->attn_drop = o->attn_drop;
+  man->pos_drop = o->pos_drop, man->head_drop = o->head_drop;
+  const int mix = vt_mix_enabled(&o->mix);
+  man->mixup = mix ? o->mix.mixup_alpha : 0, man->cutmix = mix ? o->mix.cutmix_alpha : 0;
+  man->mix_prob = mix ? o->mix.prob : 1;
+  man->mix_switch_prob = man->mixup > 0 && man->cutmix > 0 ? o->mix.switch_prob : 0.5f;
+  man->reprob = o->erase.prob, man->remode = o->erase.prob > 0 ? (int)o->erase.mode : 2;
+  man->aa[0] = '\0';
+  const vt_randaug_config *ra = &o->transform.ra;
+  if (ra->layers > 0)  // --aa's keys, each exactly (an infinite mstd as vt_randaug_parse's 101)
+    snprintf(man->aa, sizeof man->aa, "rand-m%.9g-n%d-mstd%.9g-mmax%.9g-inc%d-p%.9g",
+             (double)ra->magnitude, ra->layers,
+             isinf(ra->magnitude_std) ? 101.0 : (double)ra->magnitude_std,
+             (double)ra->magnitude_max, ra->increasing, (double)ra->prob);
+  man->label_smoothing = o->label_smoothing, man->bce_loss = o->bce_loss;
+  man->bce_thresh = o->bce_loss ? o->bce_thresh : -1;
 }
 
 vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
@@ -400,6 +424,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .pp = mesh->pp_size, .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp,
       .optim_from_layer = m->frozen_layers};
   vt_ckpt_manifest_optim(&w->man, &opt->cfg, &o->model);
+  vt_ckpt_manifest_settings(&w->man, o);
   for (int k = 0; k < 2; k++)  // the spike guard's statistics (the same on every rank)
     w->man.spike_n[k] = opt->spike.n[k], w->man.spike_mean[k] = opt->spike.mean[k],
     w->man.spike_var[k] = opt->spike.var[k];

@@ -5,7 +5,10 @@
 #    with another optimizer;
 #  - a LAMB run resumed with --opt lamb goes on as the uninterrupted run (--check-log), and an
 #    SGD one (another --momentum refused);
-#  - vit3d inspect prints the flags that resume a checkpoint (and they do);
+#  - vit3d inspect prints the flags that resume a checkpoint (and they do), the regularisation,
+#    loss, EMA and freeze settings among them (resumed without a warning, as the uninterrupted
+#    run); a resume without those settings is warned about naming each, one without
+#    --model-ema that the EMA is dropped; another EMA decay is refused;
 #  - another learning-rate schedule or optimizer setting is refused, naming each difference,
 #    unless --resume-override 1 (said, and the run trains on with the new ones);
 #  - another set of frozen tensors (--freeze, --trainable) is refused; other patterns that
@@ -187,9 +190,10 @@ frz=(--freeze '^blocks\.0\.' --trainable '^(blocks|head|norm)')
     > "$work/frz_a.log" 2>&1 || { echo "FAIL: the runs with frozen tensors"; fail=1; }
 out=$("$vit3d" "${args[@]}" --steps 6 --save "$work/ck_frz" --resume auto 2>&1)
 rc=$?
-if [ $rc -ne 0 ] && grep -q "was saved by a run with --freeze/--trainable freezing 16 tensors (names [0-9a-f]*), and this one has --freeze/--trainable freezing 0 tensors" <<<"$out" &&
-   "$vit3d" inspect "$work/ck_frz" | grep -q "it froze 16 tensors"; then
-  echo "ok: a resume that freezes other tensors refused (rc $rc); vit3d inspect says how many"
+if [ $rc -ne 0 ] && grep -qF "was saved by a run with --freeze/--trainable freezing 16 tensors (names " <<<"$out" &&
+   grep -qF "): --freeze '^blocks\.0\.' --trainable '^(blocks|head|norm)', and this one has --freeze/--trainable freezing 0 tensors" <<<"$out" &&
+   "$vit3d" inspect "$work/ck_frz" | grep -qF -- "--freeze '^blocks\.0\.' --trainable '^(blocks|head|norm)'"; then
+  echo "ok: a resume that freezes other tensors refused (rc $rc), the patterns named; vit3d inspect gives them"
 else echo "FAIL: --freeze change: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --steps 6 --freeze '^(blocks\.0\.|cls_token|pos_embed|patch_embed)' \
       --save "$work/ck_frz" --resume auto --check-log "$work/frz_full/metrics.jsonl" 2>&1)
@@ -201,11 +205,52 @@ else echo "FAIL: resuming with the same frozen tensors: rc $rc: $out"; fail=1; f
 # schedule's): with them even another --model preset resumes it; a folder without a checkpoint
 # is refused.
 flags=$("$vit3d" inspect "$work/ck" 2>&1 | sed -n 's/^resume with: //p')
+# (eval: the line quotes its text flags for the shell, as a user pastes it)
 if [ -n "$flags" ] &&
-   "$vit3d" train --model vit-ti16 $flags --micro-batch-size 8 --threads 1 \
+   eval "\"\$vit3d\" train --model vit-ti16 $flags --micro-batch-size 8 --threads 1" \
      > "$work/inspect.log" 2>&1 && grep -q "resumed from" "$work/inspect.log"; then
   echo "ok: vit3d inspect's flags resume the checkpoint (even after --model vit-ti16): $flags"
 else echo "FAIL: resuming with vit3d inspect's flags ($flags):"; tail -5 "$work/inspect.log"; fail=1; fi
+# The regularisation, loss, EMA and freeze settings are recorded too: vit3d inspect's line
+# resumes such a run without a warning and as the uninterrupted run (--check-log); a resume
+# without them warns naming each (the EMA dropped among them), another EMA decay is refused as
+# the optimizer's settings are.
+reg=(--drop-path 0.1 --drop-path-uniform 1 --proj-drop 0.05 --attn-drop 0.02 --pos-drop 0.03
+     --drop 0.04 --mixup 0.8 --cutmix 1.0 --mix-prob 0.9 --mix-switch-prob 0.3 --reprob 0.25
+     --remode rand --label-smoothing 0.2 --bce-loss 1 --bce-target-thresh 0.2)
+ema=(--model-ema 0.99 --model-ema-warmup 1)
+rfrz=(--freeze "^blocks\\.0\\. 'x" --trainable '^(blocks|head|norm)')
+"$vit3d" "${args[@]}" --steps 6 "${reg[@]}" "${ema[@]}" "${rfrz[@]}" --log-dir "$work/reg_full" \
+  > "$work/reg_full.log" 2>&1 &&
+  "$vit3d" "${args[@]}" --steps 6 --run-steps 3 "${reg[@]}" "${ema[@]}" "${rfrz[@]}" \
+    --save "$work/ck_reg" > "$work/reg_a.log" 2>&1 || { echo "FAIL: the regularised runs"; fail=1; }
+flags=$("$vit3d" inspect "$work/ck_reg/step-00000003" 2>&1 | sed -n 's/^resume with: //p')
+if [ -n "$flags" ] &&
+   eval "\"\$vit3d\" train --model vit-ti16 $flags --micro-batch-size 8 --threads 1 \
+     --save \"\$work/ck_reg2\" --check-log \"\$work/reg_full/metrics.jsonl\"" \
+     > "$work/reg_b.log" 2>&1 && grep -q "resumed from" "$work/reg_b.log" &&
+   ! grep -q "warning" "$work/reg_b.log" && grep -q "^step     6/6" "$work/reg_b.log"; then
+  echo "ok: vit3d inspect's line resumes a regularised run with its EMA and freeze patterns, no warning, as the uninterrupted run: $flags"
+else echo "FAIL: inspect's line of a regularised run ($flags):"; tail -5 "$work/reg_b.log"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --steps 6 "${ema[@]}" "${rfrz[@]}" --resume "$work/ck_reg/step-00000003" \
+      --save "$work/ck_reg3" 2>&1)
+rc=$?
+want="was saved by a run with --drop-path 0.1 --drop-path-uniform 1 --proj-drop 0.05 --attn-drop 0.02 --pos-drop 0.03 --drop 0.04 --mixup 0.8 --cutmix 1 --mix-prob 0.9 --mix-switch-prob 0.3 --reprob 0.25 --remode rand --label-smoothing 0.2 --bce-loss 1 --bce-target-thresh 0.2 and this one has --drop-path 0 --drop-path-uniform 0 --proj-drop 0 --attn-drop 0 --pos-drop 0 --drop 0 --mixup 0 --cutmix 0 --mix-prob 1 --mix-switch-prob 0.5 --reprob 0 --remode pixel --label-smoothing 0.1 --bce-loss 0 --bce-target-thresh -1"
+if [ $rc -eq 0 ] && grep -q "warning: .*$want" <<<"$out"; then
+  echo "ok: a resume without the regularisation settings warns, naming each"
+else echo "FAIL: resume without the regularisation settings: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --steps 6 "${reg[@]}" "${rfrz[@]}" --resume "$work/ck_reg/step-00000003" \
+      --save "$work/ck_reg4" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "warning: .*has EMA weights; this run has no --model-ema, so they are dropped and its checkpoints hold none: give --model-ema 0.99 --model-ema-warmup 1 to keep them" <<<"$out"; then
+  echo "ok: a resume without --model-ema warns that the EMA is dropped"
+else echo "FAIL: resume without --model-ema: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --steps 6 "${reg[@]}" --model-ema 0.995 "${rfrz[@]}" \
+      --resume "$work/ck_reg/step-00000003" --save "$work/ck_reg5" 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "was saved by a run with --model-ema 0.99 --model-ema-warmup 1, and this one has --model-ema 0.995 --model-ema-warmup 0; the learning-rate schedule or the optimizer would change" <<<"$out"; then
+  echo "ok: another EMA decay refused (rc $rc)"
+else echo "FAIL: another EMA decay: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" inspect "$work" 2>&1)
 rc=$?
 if [ $rc -eq 1 ] && grep -q "holds no complete checkpoint" <<<"$out"; then
