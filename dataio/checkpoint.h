@@ -105,6 +105,10 @@ typedef struct {
   int ema_warmup;                   // --model-ema-warmup (0)
   char freeze[256], trainable[256];  // --freeze, --trainable ("": none)
   int recorded;                     // how many of these settings the manifest holds
+  // Keys this binary does not know (written by a newer vit3d): skipped, their names here
+  // (space-separated, cut at the buffer's end) for a warning by whoever uses the checkpoint.
+  int nunknown;
+  char unknown[256];
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;
   // files: name, bytes, CRC-32
@@ -122,8 +126,11 @@ vt_status vt_file_crc32(const char *path, int64_t *nbytes, uint32_t *crc, char *
 // The MLP's hidden width of the model a manifest describes.
 int vt_ckpt_mlp_hidden(const vt_ckpt_manifest *m);
 
-// Manifest text <-> struct. Parsing is strict: unknown format, missing or malformed keys and
-// out-of-range values are VT_ERR_INPUT with the line named.
+// Manifest text <-> struct. Parsing is strict about what it knows: an unknown format, missing
+// or malformed keys and out-of-range values are VT_ERR_INPUT with the line named. A key it does
+// not know is skipped and named in m->unknown (a newer vit3d's optional key: its checkpoint
+// still resumes here, with a warning); a change that an older binary must not skip comes with
+// a new format line, which it refuses.
 int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes);
 vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manifest *m, char *err,
                                  size_t errlen);

@@ -400,6 +400,13 @@ static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, c
     vt_log_warn("%s was saved by a run with --drop-last %d and this one has %d: the epochs, "
                 "and so the data stream, differ from here", dir, man->drop_last, o->drop_last);
   if (rank0 && !o->eval_only) warn_settings(o, dir, man);
+  if (rank0 && man->nunknown)
+    vt_log_warn("%s's manifest has %d key%s this vit3d does not know (%s%s): a newer vit3d "
+                "wrote it, and what they record is neither applied nor checked here, so the run "
+                "may differ from the one that saved it; resume it with that vit3d to be sure",
+                dir, man->nunknown, man->nunknown > 1 ? "s" : "", man->unknown,
+                man->nunknown > 1 && strlen(man->unknown) + 1 >= sizeof man->unknown ? " ..."
+                                                                                     : "");
   m->be->to_device(m->params, local[0], (size_t)m->table.total * sizeof(float));
   vt_optimizer_set_state(opt, local[1], local[2], man->adam_t);
   if (load_ema) {

@@ -265,7 +265,32 @@ int main(void) {
   refuse_edit("zero", "zero 2", "bad value");
   refuse_edit("mlp_ratio", "mlp_ratio nan", "bad mlp_ratio");
   refuse_edit("mlp_dim", "mlp_dim -1", "bad value");
-  refuse_edit("heads", "colour blue", "unknown key");
+  refuse_edit("heads", "colour blue", "lacks 'heads'");  // (an unknown key is no 'heads')
+  // A key this binary does not know (a newer vit3d's optional one) is skipped and named, so
+  // that its checkpoint still resumes here with a warning (launch/ckpt_resume.c); a malformed
+  // line stays refused whatever its key.
+  {
+    char newer[8192];
+    n = vt_ckpt_manifest_format(&m, text, sizeof text);
+    snprintf(newer, sizeof newer, "%scolour blue\nfancy_reg 0.5\nan_array 1 2 3\n", text);
+    EXPECT(vt_ckpt_manifest_parse(newer, strlen(newer), &back, err, sizeof err) == VT_OK &&
+               back.nunknown == 3 && !strcmp(back.unknown, "colour fancy_reg an_array") &&
+               back.step == 10 && back.width == 64,
+           "unknown keys skipped and named: %s ('%s')", err, back.unknown);
+    EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
+               back.nunknown == 0 && !back.unknown[0], "no unknown keys: none named");
+    snprintf(newer, sizeof newer, "%slonely\n", text);
+    EXPECT(vt_ckpt_manifest_parse(newer, strlen(newer), &back, err, sizeof err) != VT_OK &&
+               strstr(err, "expected 'key value'"), "an unknown key without a value: %s", err);
+    size_t at = strlen(text);  // many: the names cut at the buffer's end, all counted
+    memcpy(newer, text, at + 1);
+    for (int i = 0; i < 100; i++)
+      at += (size_t)snprintf(newer + at, sizeof newer - at, "new_key_%03d 1\n", i);
+    EXPECT(vt_ckpt_manifest_parse(newer, strlen(newer), &back, err, sizeof err) == VT_OK &&
+               back.nunknown == 100 && strlen(back.unknown) < sizeof back.unknown &&
+               !strncmp(back.unknown, "new_key_000 new_key_001", 23),
+           "100 unknown keys: %d ('%s')", back.nunknown, back.unknown);
+  }
   refuse_edit("file", "file ../etc/passwd 10 00000000", "malformed file entry");
   refuse_edit("file", "file model.safetensors 10 zzzz", "malformed file entry");
   refuse_edit("file", "", "lists no files");
