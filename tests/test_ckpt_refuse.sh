@@ -20,6 +20,8 @@
 #    the background, foretold by a start-up warning, gives an error at the save's step, and the previous checkpoint stays
 #    complete and usable; where the failed save is the run's last, the run exits 1; a write that fails in the background (fault switch) is said a step
 #    later, and the next save commits;
+#  - the start-up disk plan counts --keep-last's checkpoints with --keep-every's milestones;
+#    a checkpoint path that does not exist, and an export into a missing folder, are named;
 #  - output paths that are not files (a pipe, a directory) refused, not replaced;
 #  - a fresh run into a --save with checkpoints, and a second run into one another trains in,
 #    refused; --resume auto takes the newest complete checkpoint over a stale `latest`, resumes
@@ -283,6 +285,28 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "is damaged: optim.safetensors has CRC-32" <<<"$out"; then
   echo "ok: damaged --resume DIR refused: $(grep -o 'is damaged.*' <<<"$out")"
 else echo "FAIL: damaged checkpoint: rc $rc: $out"; fail=1; fi
+# The start-up disk plan counts what --keep-last K really keeps at once: the newest K, the
+# older --keep-every milestones and the one being written (steps 1-12, K 3, every 4th: 9, 10,
+# 11, the milestones 4 and 8, and 12 being written), and no more than the run saves.
+out=$("$vit3d" "${args[@]}" --steps 12 --save-interval 1 --keep-last 3 --keep-every 4 \
+      --save "$work/ck_plan" 2>&1)
+out1=$("$vit3d" "${args[@]}" --steps 1 --keep-last 5 --save "$work/ck_plan1" 2>&1)
+if grep -q "this run saves 12, --keep-last 3 keeps the newest 3 and the older multiples of 4 (2 of them by the end), at most 6 at once with the one being written (0 there now)" <<<"$out" &&
+   [ "$(ls "$work/ck_plan" | grep -c '^step-')" = 5 ] &&
+   grep -q "this run saves 1, --keep-last 5 keeps the newest 5, at most 1 at once" <<<"$out1"; then
+  echo "ok: the disk plan counts --keep-last's checkpoints with --keep-every's milestones"
+else echo "FAIL: the disk plan: $(grep 'checkpoints:' <<<"$out") / $(grep 'checkpoints:' <<<"$out1")"; fail=1; fi
+# A checkpoint path that does not exist is said so (not "not a complete checkpoint"); an export
+# to a folder that does not exist names the path.
+out=$("$vit3d" "${args[@]}" --resume "$work/no_such_ckpt" 2>&1)
+rc=$?
+out2=$("$vit3d" inspect "$work/no_such_ckpt" 2>&1)
+out3=$("$vit3d" export --checkpoint "$work/ck" --out "$work/no_such_dir/x.safetensors" 2>&1)
+if [ $rc -eq 2 ] && grep -q "$work/no_such_ckpt does not exist (No such file or directory)" <<<"$out" &&
+   grep -q "$work/no_such_ckpt does not exist" <<<"$out2" &&
+   grep -q "cannot create the output $work/no_such_dir/x.safetensors (as .*): No such file or directory" <<<"$out3"; then
+  echo "ok: a missing checkpoint and an export into a missing folder are named"
+else echo "FAIL: missing paths: rc $rc: $out / $out2 / $out3"; fail=1; fi
 # Full disk: room for one checkpoint (~2.6 MB) but not two.
 mkdir -p "$work/disk"
 if mount -t tmpfs -o size=4m tmpfs "$work/disk" 2>/dev/null; then
