@@ -222,7 +222,8 @@ static void test_settings(void) {
              !strcmp(back.aa, m.aa) && !strcmp(back.freeze, m.freeze) &&
              !strcmp(back.trainable, m.trainable),
          "the settings round trip: %s\n%s", err, text);
-  EXPECT(strstr(text, "remode rand\n") && strstr(text, "freeze ^blocks\\.(0|1)\\.%20'it''s'%20100%25%20%09%2541\n"),
+  EXPECT(strstr(text, "remode rand\n") &&
+             strstr(text, "freeze ^blocks\\.(0|1)\\.%20'it''s'%20100%25%20%09%2541\n"),
          "--remode by name, a pattern as one word:\n%s", text);
   static const char *const bad[][2] = {
       {"drop_path 1.5", "bad value for drop_path"}, {"remode zeros", "bad value for remode"},
