@@ -187,7 +187,7 @@ static void set_aside(const char *save_dir, int64_t step, int64_t committed) {
 
 vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckpt_manifest *m,
                          int keep_last, int64_t keep_every, char *err, size_t errlen) {
-  char path[1300], final_dir[1100], text[4096];
+  char path[1300], final_dir[1100], text[8192];
   for (int i = 0; i < m->nfiles; i++) {
     snprintf(path, sizeof path, "%s/%s", tmp_dir, m->file[i]);
     if (sync_path(path) != 0) FAIL(VT_ERR_IO, "cannot sync %s: %s", path, strerror(errno));
@@ -239,10 +239,19 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
 
 vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err,
                         size_t errlen) {
-  char path[1300], text[8192];
+  char path[1300], text[16384];
   snprintf(path, sizeof path, "%s/manifest.txt", dir);
   FILE *f = fopen(path, "rb");
-  if (!f) FAIL(VT_ERR_INPUT, "%s is not a complete checkpoint: no manifest.txt", dir);
+  if (!f) {  // (a mistyped path is not an unfinished checkpoint)
+    struct stat sd;
+    if (stat(dir, &sd) != 0)
+      FAIL(VT_ERR_INPUT, "%s does not exist (%s): give a checkpoint folder (SAVE/step-N) or a "
+           "--save folder", dir, strerror(errno));
+    if (!S_ISDIR(sd.st_mode))
+      FAIL(VT_ERR_INPUT, "%s is not a folder: give a checkpoint folder (SAVE/step-N) or a --save "
+           "folder", dir);
+    FAIL(VT_ERR_INPUT, "%s is not a complete checkpoint: no manifest.txt", dir);
+  }
   size_t n = fread(text, 1, sizeof text, f);
   fclose(f);
   if (n == sizeof text) FAIL(VT_ERR_INPUT, "%s: manifest.txt is too long", dir);
@@ -330,6 +339,12 @@ vt_status vt_ckpt_open(const char *path, char *dir, size_t dir_len, vt_ckpt_mani
     snprintf(dir, dir_len, "%s", path);
     return vt_ckpt_verify(dir, m, err, errlen);
   }
+  struct stat sp;
+  if (stat(path, &sp) != 0) {
+    snprintf(err, errlen, "%s does not exist (%s): give a checkpoint folder (SAVE/step-N) or a "
+             "--save folder", path, strerror(errno));
+    return VT_ERR_INPUT;
+  }
   if (vt_ckpt_find_latest(path, dir, dir_len, m) == VT_OK) return VT_OK;
   snprintf(err, errlen, "%s holds no complete checkpoint (neither a manifest.txt nor a step-N "
            "folder that verifies)", path);
@@ -369,7 +384,10 @@ vt_status vt_copy_file_atomic(const char *src, const char *dst, char *err, size_
   if (!in || !out) {
     int e = errno;
     if (in) fclose(in);
-    FAIL(VT_ERR_IO, "cannot %s: %s", in ? "create the output" : "read the checkpoint", strerror(e));
+    if (in)  // (the output's folder is the usual culprit: name it)
+      FAIL(VT_ERR_IO, "cannot create the output %s (as %s first): %s; give a path in an "
+           "existing, writable folder", dst, tmp, strerror(e));
+    FAIL(VT_ERR_IO, "cannot read the checkpoint's %s: %s", src, strerror(e));
   }
   char buf[1 << 16];
   size_t n;

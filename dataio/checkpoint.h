@@ -83,6 +83,32 @@ typedef struct {
   int mlp_dim;  // the MLP's hidden width (0 when the manifest predates it: width x mlp_ratio)
   int pre_norm;    // 1: norm_pre before the blocks (0 when the manifest predates it)
   float norm_eps;  // the LayerNorms' eps (1e-6 when the manifest predates it)
+  // Settings that change the computation without changing the files' tensors (the manifest's
+  // "settings": ckpt_manifest.c's table): the regularisation, the loss, the EMA's decay and the
+  // freeze patterns, which a resume compares with its own (launch/ckpt_resume.c). Each is
+  // written only where it differs from its absent value, the flag's default, so that a manifest
+  // of a default run stays readable by older vit3d binaries; a manifest that predates them reads
+  // as a run with the defaults (recorded 0: none was written).
+  float drop_path;                  // --drop-path (0)
+  int drop_path_uniform;            // --drop-path-uniform (0)
+  float proj_drop, attn_drop, pos_drop, head_drop;  // --proj-drop, --attn-drop, --pos-drop,
+                                                    // --drop (0)
+  float mixup, cutmix, mix_prob, mix_switch_prob;   // --mixup, --cutmix (0), --mix-prob (1),
+                                                    // --mix-switch-prob (0.5)
+  float reprob;                     // --reprob (0)
+  int remode;                       // --remode as vt_erase_mode: 0 const, 1 rand, 2 pixel (2)
+  char aa[96];                      // --aa as vt_randaug_describe writes it ("": off)
+  float label_smoothing;            // --label-smoothing (0.1)
+  int bce_loss;                     // --bce-loss (0)
+  float bce_thresh;                 // --bce-target-thresh (-1)
+  float ema_decay;                  // --model-ema (0: none)
+  int ema_warmup;                   // --model-ema-warmup (0)
+  char freeze[256], trainable[256];  // --freeze, --trainable ("": none)
+  int recorded;                     // how many of these settings the manifest holds
+  // Keys this binary does not know (written by a newer vit3d): skipped, their names here
+  // (space-separated, cut at the buffer's end) for a warning by whoever uses the checkpoint.
+  int nunknown;
+  char unknown[256];
   // the mesh it was saved on (informational: a checkpoint loads on any mesh)
   int tp, pp, dp, zero, sequence_parallel;
   // files: name, bytes, CRC-32
@@ -100,8 +126,11 @@ vt_status vt_file_crc32(const char *path, int64_t *nbytes, uint32_t *crc, char *
 // The MLP's hidden width of the model a manifest describes.
 int vt_ckpt_mlp_hidden(const vt_ckpt_manifest *m);
 
-// Manifest text <-> struct. Parsing is strict: unknown format, missing or malformed keys and
-// out-of-range values are VT_ERR_INPUT with the line named.
+// Manifest text <-> struct. Parsing is strict about what it knows: an unknown format, missing
+// or malformed keys and out-of-range values are VT_ERR_INPUT with the line named. A key it does
+// not know is skipped and named in m->unknown (a newer vit3d's optional key: its checkpoint
+// still resumes here, with a warning); a change that an older binary must not skip comes with
+// a new format line, which it refuses.
 int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes);
 vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manifest *m, char *err,
                                  size_t errlen);
@@ -132,6 +161,8 @@ int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file);
 const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m);
 // The --act word of the model's MLPs: gelu, gelu_tanh or quick_gelu.
 const char *vt_ckpt_act_name(const vt_ckpt_manifest *m);
+// The --remode word of a vt_erase_mode: const, rand or pixel.
+const char *vt_ckpt_remode_name(int remode);
 
 // Reads dir/manifest.txt and verifies the size and CRC-32 of every file it lists.
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen);

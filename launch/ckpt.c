@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -97,24 +98,48 @@ void vt_ckpt_disk_plan(const vt_train_options *o, int frozen_layers, int64_t sta
   int64_t saves = 0;
   for (int64_t n = start_step + 1; n <= end_step; n++)
     saves += n == end_step || (o->save_interval > 0 && n % o->save_interval == 0);
-  // At once: the kept ones and the one being written (--keep-last), or all of them.
   int64_t cand[4096];
   const int64_t existing = vt_ckpt_candidates(o->save_dir, cand, 4096);
-  const int64_t at_once = o->keep_last > 0 ? o->keep_last + 1 : existing + saves;
+  // The most on disk at once: all of them without --keep-last. With it, a commit keeps the
+  // newest K and the older milestones (--keep-every); the counts only grow, so the last save
+  // is the fullest moment: the checkpoints kept before it, plus the one it writes. The steps
+  // in order are the folder's (older) then this run's saves; the milestones that count are
+  // those older than the newest K + 1.
+  const int64_t total = existing + saves, K = o->keep_last;
+  int64_t at_once = total, milestones = 0;
+  if (K > 0 && saves > 0) {
+    int64_t index = 0;  // of the step in ascending order
+    for (int64_t i = existing - 1; i >= 0; i--, index++)
+      milestones += o->keep_every > 0 && index < total - (K + 1) && cand[i] % o->keep_every == 0;
+    for (int64_t n = start_step + 1; n <= end_step; n++) {
+      if (!(n == end_step || (o->save_interval > 0 && n % o->save_interval == 0))) continue;
+      milestones += o->keep_every > 0 && index < total - (K + 1) && n % o->keep_every == 0;
+      index++;
+    }
+    at_once = (total - 1 < K ? total - 1 : K) + milestones + 1;
+  } else if (K > 0) {
+    at_once = existing;
+  }
   const int64_t more = at_once > existing ? at_once - existing : 0;
   struct statvfs fs;
   const int known = statvfs(o->save_dir, &fs) == 0;
   const double avail = known ? (double)fs.f_bavail * (double)fs.f_frsize : 0.0;
-  char milestones[96] = "", a[5][32];
-  if (o->keep_last > 0 && o->keep_every > 0)
-    snprintf(milestones, sizeof milestones, " and every %lld-th step's",
-             (long long)o->keep_every);
+  char keeps[320], a[5][32];
+  if (K > 0 && o->keep_every > 0)
+    snprintf(keeps, sizeof keeps, "--keep-last %lld keeps the newest %lld and the older "
+             "multiples of %lld (%lld of them by the end), at most %lld at once with the one "
+             "being written", (long long)K, (long long)K, (long long)o->keep_every,
+             (long long)milestones, (long long)at_once);
+  else if (K > 0)
+    snprintf(keeps, sizeof keeps, "--keep-last %lld keeps the newest %lld, at most %lld at once "
+             "with the one being written", (long long)K, (long long)K, (long long)at_once);
+  else
+    snprintf(keeps, sizeof keeps, "--keep-last 0 keeps all: %lld at once", (long long)at_once);
   vt_log_info("checkpoints: %s each (model %s, optimizer %s, EMA %s); this run saves %lld, "
-              "%s keeps %lld at once%s (%lld there now); %s has %s free",
+              "%s (%lld there now); %s has %s free",
               size_str(each, a[0], 32), size_str((double)files[0], a[1], 32),
               size_str((double)files[1], a[2], 32), size_str((double)files[2], a[3], 32),
-              (long long)saves, o->keep_last > 0 ? "--keep-last" : "--keep-last 0 (all)",
-              (long long)at_once, milestones, (long long)existing, o->save_dir,
+              (long long)saves, keeps, (long long)existing, o->save_dir,
               known ? size_str(avail, a[4], 32) : "unknown space");
   if (known && (double)more * each > avail)
     vt_log_warn("--save %s: %lld more checkpoints of %s need %s and the disk has %s free: a "
@@ -312,6 +337,29 @@ void vt_ckpt_manifest_optim(vt_ckpt_manifest *man, const vt_optim_config *c,
   man->sched_epochs = c->epoch_images > 0, man->epoch_images = c->epoch_images;
   man->sched = (int)c->sched;
   man->warmup_epochs = c->warmup_epochs, man->cycle_epochs = c->cycle_epochs;
+  man->ema_decay = c->ema_decay, man->ema_warmup = c->ema_decay > 0 && c->ema_warmup;
+  snprintf(man->freeze, sizeof man->freeze, "%s", c->freeze);
+  snprintf(man->trainable, sizeof man->trainable, "%s", c->trainable);
+}
+
+void vt_ckpt_manifest_settings(vt_ckpt_manifest *man, const vt_train_options *o) {
+  man->drop_path = o->drop_path, man->drop_path_uniform = o->drop_path > 0 && o->drop_path_uniform;
+  man->proj_drop = o->proj_drop, man->attn_drop = o->attn_drop;
+  man->pos_drop = o->pos_drop, man->head_drop = o->head_drop;
+  const int mix = vt_mix_enabled(&o->mix);
+  man->mixup = mix ? o->mix.mixup_alpha : 0, man->cutmix = mix ? o->mix.cutmix_alpha : 0;
+  man->mix_prob = mix ? o->mix.prob : 1;
+  man->mix_switch_prob = man->mixup > 0 && man->cutmix > 0 ? o->mix.switch_prob : 0.5f;
+  man->reprob = o->erase.prob, man->remode = o->erase.prob > 0 ? (int)o->erase.mode : 2;
+  man->aa[0] = '\0';
+  const vt_randaug_config *ra = &o->transform.ra;
+  if (ra->layers > 0)  // --aa's keys, each exactly (an infinite mstd as vt_randaug_parse's 101)
+    snprintf(man->aa, sizeof man->aa, "rand-m%.9g-n%d-mstd%.9g-mmax%.9g-inc%d-p%.9g",
+             (double)ra->magnitude, ra->layers,
+             isinf(ra->magnitude_std) ? 101.0 : (double)ra->magnitude_std,
+             (double)ra->magnitude_max, ra->increasing, (double)ra->prob);
+  man->label_smoothing = o->label_smoothing, man->bce_loss = o->bce_loss;
+  man->bce_thresh = o->bce_loss ? o->bce_thresh : -1;
 }
 
 vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
@@ -400,6 +448,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .pp = mesh->pp_size, .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp,
       .optim_from_layer = m->frozen_layers};
   vt_ckpt_manifest_optim(&w->man, &opt->cfg, &o->model);
+  vt_ckpt_manifest_settings(&w->man, o);
   for (int k = 0; k < 2; k++)  // the spike guard's statistics (the same on every rank)
     w->man.spike_n[k] = opt->spike.n[k], w->man.spike_mean[k] = opt->spike.mean[k],
     w->man.spike_var[k] = opt->spike.var[k];

@@ -19,7 +19,7 @@
 #include "watchdog.h"
 
 typedef struct {
-  char was[512], now[512];
+  char was[1200], now[1200];  // (room for two freeze patterns of 255 bytes each)
   int n;
 } diff_list;
 
@@ -80,13 +80,29 @@ vt_status vt_ckpt_check_optim(const vt_ckpt_manifest *saved, const vt_optim_conf
   differs_float(&d, saved->layer_decay, cur.layer_decay, "--layer-decay");
   if (vt_opt_state_buffers(now->kind) == 1)  // SGD, LARS
     differs_float(&d, saved->momentum, now->momentum, "--momentum");
-  char was[48], is[48];
-  snprintf(was, sizeof was, "freezing %d tensors (names %08" PRIx64 ")", saved->frozen,
-           saved->frozen_hash);
-  snprintf(is, sizeof is, "freezing %d tensors (names %08" PRIx64 ")", cur.frozen,
-           cur.frozen_hash);
+  // The frozen set by its names' hash (other patterns that freeze the same tensors are the same
+  // run), said with the patterns where the manifest records them.
+  vt_optim_config pat = {0};
+  snprintf(pat.freeze, sizeof pat.freeze, "%s", saved->freeze);
+  snprintf(pat.trainable, sizeof pat.trainable, "%s", saved->trainable);
+  char was[600], is[600], flags[560];
+  snprintf(was, sizeof was, "freezing %d tensors (names %08" PRIx64 ")%s%s", saved->frozen,
+           saved->frozen_hash, saved->freeze[0] || saved->trainable[0] ? ": " : "",
+           vt_freeze_flags(&pat, flags, sizeof flags));
+  snprintf(is, sizeof is, "freezing %d tensors (names %08" PRIx64 ")%s%s", cur.frozen,
+           cur.frozen_hash, now->freeze[0] || now->trainable[0] ? ": " : "",
+           vt_freeze_flags(now, flags, sizeof flags));
   differs(&d, saved->frozen == cur.frozen && saved->frozen_hash == cur.frozen_hash,
           "--freeze/--trainable", was, is);
+  // The weights' EMA goes on under the same decay, or the EMA a run evaluates and exports
+  // (DeiT's result) silently becomes another average: refused as the optimizer's settings are.
+  // Where either run has no EMA there is nothing to continue (vt_ckpt_resume: a warning, or an
+  // EMA started from the weights); an older manifest with ema.safetensors and no ema_decay
+  // does not say its decay.
+  if (saved->ema_decay > 0 && cur.ema_decay > 0) {
+    differs_float(&d, saved->ema_decay, cur.ema_decay, "--model-ema");
+    differs_int(&d, saved->ema_warmup, cur.ema_warmup, "--model-ema-warmup");
+  }
   if (d.n == 0) return VT_OK;
   snprintf(err, errlen, "%s was saved by a run with %s, and this one has %s", dir, d.was, d.now);
   return VT_ERR_INPUT;
@@ -334,9 +350,41 @@ static vt_status read_parts(const vt_train_options *o, const vt_param_table *tab
   return st;
 }
 
+// Rank 0: a warning naming every regularisation or loss setting (vt_ckpt_manifest_settings)
+// in which this run differs from the one that saved man. Allowed, since some change them on
+// purpose (less drop path for a fine-tune's last epochs), but no longer the same run.
+static void warn_settings(const vt_train_options *o, const char *dir, const vt_ckpt_manifest *man) {
+  vt_ckpt_manifest cur;
+  vt_ckpt_manifest_settings(&cur, o);
+  diff_list d = {"", "", 0};
+  differs_float(&d, man->drop_path, cur.drop_path, "--drop-path");
+  differs_int(&d, man->drop_path_uniform, cur.drop_path_uniform, "--drop-path-uniform");
+  differs_float(&d, man->proj_drop, cur.proj_drop, "--proj-drop");
+  differs_float(&d, man->attn_drop, cur.attn_drop, "--attn-drop");
+  differs_float(&d, man->pos_drop, cur.pos_drop, "--pos-drop");
+  differs_float(&d, man->head_drop, cur.head_drop, "--drop");
+  differs_float(&d, man->mixup, cur.mixup, "--mixup");
+  differs_float(&d, man->cutmix, cur.cutmix, "--cutmix");
+  differs_float(&d, man->mix_prob, cur.mix_prob, "--mix-prob");
+  differs_float(&d, man->mix_switch_prob, cur.mix_switch_prob, "--mix-switch-prob");
+  differs_float(&d, man->reprob, cur.reprob, "--reprob");
+  differs(&d, man->remode == cur.remode, "--remode", vt_ckpt_remode_name(man->remode),
+          vt_ckpt_remode_name(cur.remode));
+  differs(&d, strcmp(man->aa, cur.aa) == 0, "--aa", man->aa[0] ? man->aa : "''",
+          cur.aa[0] ? cur.aa : "''");
+  differs_float(&d, man->label_smoothing, cur.label_smoothing, "--label-smoothing");
+  differs_int(&d, man->bce_loss, cur.bce_loss, "--bce-loss");
+  differs_float(&d, man->bce_thresh, cur.bce_thresh, "--bce-target-thresh");
+  if (d.n)
+    vt_log_warn("%s was saved by a run with %s and this one has %s: from here the training "
+                "differs from that run's%s", dir, d.was, d.now,
+                man->recorded ? "" : " (its manifest records none of these settings: written "
+                "by a vit3d before they were recorded, it reads as their defaults)");
+}
+
 // The checkpoint read (manifest man) made the run's state: the weights to the device, the
 // moments and step count to the optimizer, the EMA (from the file, else from the weights); rank 0
-// warns where the data stream will differ from the saving run's.
+// warns where the data stream or the training will differ from the saving run's.
 static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, const char *dir,
                     const vt_ckpt_manifest *man, float *local[4], int load_ema, int has_ema,
                     int rank0) {
@@ -351,6 +399,14 @@ static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, c
   if (rank0 && !o->eval_only && man->drop_last != o->drop_last)
     vt_log_warn("%s was saved by a run with --drop-last %d and this one has %d: the epochs, "
                 "and so the data stream, differ from here", dir, man->drop_last, o->drop_last);
+  if (rank0 && !o->eval_only) warn_settings(o, dir, man);
+  if (rank0 && man->nunknown)
+    vt_log_warn("%s's manifest has %d key%s this vit3d does not know (%s%s): a newer vit3d "
+                "wrote it, and what they record is neither applied nor checked here, so the run "
+                "may differ from the one that saved it; resume it with that vit3d to be sure",
+                dir, man->nunknown, man->nunknown > 1 ? "s" : "", man->unknown,
+                man->nunknown > 1 && strlen(man->unknown) + 1 >= sizeof man->unknown ? " ..."
+                                                                                     : "");
   m->be->to_device(m->params, local[0], (size_t)m->table.total * sizeof(float));
   vt_optimizer_set_state(opt, local[1], local[2], man->adam_t);
   if (load_ema) {
@@ -358,8 +414,14 @@ static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, c
   } else if (opt->ema) {
     vt_optimizer_ema_reset(opt, m->params);
     vt_log_info("%s has no EMA weights: the EMA starts from its weights", dir);
-  } else if (has_ema && !o->eval_only) {
-    vt_log_info("%s has EMA weights; without --model-ema they are not kept", dir);
+  } else if (has_ema && !o->eval_only && rank0) {
+    char decay[48] = "";
+    if (man->ema_decay > 0)
+      snprintf(decay, sizeof decay, " %.7g%s", (double)man->ema_decay,
+               man->ema_warmup ? " --model-ema-warmup 1" : "");
+    vt_log_warn("%s has EMA weights; this run has no --model-ema, so they are dropped and its "
+                "checkpoints hold none: give --model-ema%s to keep them", dir,
+                decay[0] ? decay : " DECAY");
   }
 }
 

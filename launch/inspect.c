@@ -53,6 +53,51 @@ static void optim_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
   if (k < (int)size && m->sched_epochs) snprintf(out + k, size - (size_t)k, " --sched-on epochs");
 }
 
+// text as one shell word: in single quotes, each ' as '\'' (a regex may hold any byte).
+static const char *shell_word(const char *text, char *buf, size_t size) {
+  size_t k = 0;
+  buf[k++] = '\'';
+  for (const char *c = text; *c && k + 6 < size; c++) {
+    if (*c == '\'') memcpy(buf + k, "'\\''", 4), k += 4;
+    else buf[k++] = *c;
+  }
+  buf[k++] = '\'';
+  buf[k] = '\0';
+  return buf;
+}
+
+// The regularisation, loss, EMA and freeze flags of a manifest (its settings, checkpoint.h),
+// every one spelt out, as a resume must repeat them to train as the run that saved it: a
+// resume warns about the first kind and refuses another EMA decay or frozen set.
+static void settings_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
+  char a[12][32], q[3][800];
+  int k = snprintf(out, size,
+                   " --drop-path %s --drop-path-uniform %d --proj-drop %s --attn-drop %s "
+                   "--pos-drop %s --drop %s --mixup %s --cutmix %s --mix-prob %s "
+                   "--mix-switch-prob %s --reprob %s --remode %s --aa %s --label-smoothing %s "
+                   "--bce-loss %d",
+                   float_text(m->drop_path, a[0], 32), m->drop_path_uniform,
+                   float_text(m->proj_drop, a[1], 32), float_text(m->attn_drop, a[2], 32),
+                   float_text(m->pos_drop, a[3], 32), float_text(m->head_drop, a[4], 32),
+                   float_text(m->mixup, a[5], 32), float_text(m->cutmix, a[6], 32),
+                   float_text(m->mix_prob, a[7], 32), float_text(m->mix_switch_prob, a[8], 32),
+                   float_text(m->reprob, a[9], 32), vt_ckpt_remode_name(m->remode),
+                   shell_word(m->aa, q[0], sizeof q[0]),
+                   float_text(m->label_smoothing, a[10], 32), m->bce_loss);
+  if (k < (int)size && m->bce_loss)  // (refused without --bce-loss 1)
+    k += snprintf(out + k, size - (size_t)k, " --bce-target-thresh %s",
+                  float_text(m->bce_thresh, a[11], 32));
+  if (k < (int)size && m->ema_decay > 0)
+    k += snprintf(out + k, size - (size_t)k, " --model-ema %s --model-ema-warmup %d",
+                  float_text(m->ema_decay, a[0], 32), m->ema_warmup);
+  else if (k < (int)size)
+    k += snprintf(out + k, size - (size_t)k, " --model-ema 0");
+  if (k < (int)size)
+    snprintf(out + k, size - (size_t)k, " --freeze %s --trainable %s",
+             shell_word(m->freeze, q[1], sizeof q[1]),
+             shell_word(m->trainable, q[2], sizeof q[2]));
+}
+
 int vt_inspect_run(const char *path) {
   char dir[1100], err[1200];
   vt_ckpt_manifest m;
@@ -82,23 +127,24 @@ int vt_inspect_run(const char *path) {
          m.patch_size, m.width, m.depth, m.heads, vt_ckpt_mlp_hidden(&m), m.num_classes);
   // The flags the manifest checks on a resume, every one spelt out (any --model preset then
   // has them overridden), then the data stream's.
-  char repeats[32] = "", optim[512];
+  char repeats[32] = "", optim[512], settings[3000];
   if (m.aug_repeats > 1) snprintf(repeats, sizeof repeats, " --aug-repeats %d", m.aug_repeats);
   if (m.drop_last) snprintf(repeats + strlen(repeats), sizeof repeats - strlen(repeats),
                             " --drop-last 1");
   optim_flags(&m, optim, sizeof optim);
+  settings_flags(&m, settings, sizeof settings);
   printf("resume with: --img-size %d --patch-size %d --width %d --depth %d --heads %d "
          "--mlp-dim %d --num-classes %d --global-pool %s --class-token %d --layer-scale %s "
          "--reg-tokens %d "
          "--no-embed-class %d --qk-norm %d --qkv-bias %d --parallel-blocks %d --act %s "
-         "--pos-embed %s --pre-logits %d --pre-norm %d --norm-eps %g --opt %s%s "
+         "--pos-embed %s --pre-logits %d --pre-norm %d --norm-eps %g --opt %s%s%s "
          "--global-batch-size %" PRId64 " --seed %" PRIu64 "%s --resume %s\n",
          m.img_size, m.patch_size, m.width, m.depth, m.heads, vt_ckpt_mlp_hidden(&m), m.num_classes,
          vt_config_pool_name(m.global_pool), m.class_token, m.layer_scale ? "1" : "0",
          m.reg_tokens,
          m.no_embed_class, m.qk_norm, m.qkv_bias, m.parallel, vt_ckpt_act_name(&m),
          m.pos_sincos ? "sincos2d" : "learn", m.pre_logits, m.pre_norm, (double)m.norm_eps,
-         vt_ckpt_opt_name(&m), optim,
+         vt_ckpt_opt_name(&m), optim, settings,
          m.global_batch, m.seed, repeats,
          dir);
   if (m.layer_scale)
@@ -106,9 +152,18 @@ int vt_inspect_run(const char *path) {
   if (m.sched_epochs)
     printf("  (its epochs were passes over %" PRId64 " training images: the same data gives the "
            "same steps)\n", m.epoch_images);
-  if (m.frozen)
+  if (m.frozen && !m.freeze[0] && !m.trainable[0])  // (a manifest before the patterns)
     printf("  (it froze %d tensors: give the --freeze and --trainable patterns that freeze the "
            "same ones; their names' hash is %08" PRIx64 ")\n", m.frozen, m.frozen_hash);
+  if (!m.recorded)
+    printf("  (its manifest records no regularisation, loss, EMA or freeze setting: its run had "
+           "their defaults, or a vit3d older than those keys saved it)\n");
+  if (m.ema_decay <= 0 && vt_ckpt_manifest_lists(&m, "ema.safetensors"))
+    printf("  (it has EMA weights, their decay not recorded: add --model-ema DECAY to keep "
+           "them)\n");
+  if (m.nunknown)
+    printf("  (its manifest has keys this vit3d does not know, written by a newer one: %s; a "
+           "resume here neither applies nor checks them)\n", m.unknown);
   if (m.optim_from_layer)
     printf("  (optim.safetensors holds no state for its %d leading frozen layer%s: zeros, as "
            "they never trained)\n", m.optim_from_layer, m.optim_from_layer > 1 ? "s" : "");

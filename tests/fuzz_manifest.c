@@ -18,8 +18,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char err[512] = "";
   if (vt_ckpt_manifest_parse(text, size, &m, err, sizeof err) == VT_OK) {
     if (m.nfiles < 1 || m.nfiles > VT_CKPT_MAX_FILES || m.step < 0 || m.width < 1 ||
-        m.global_batch < 1 || !(m.mlp_ratio > 0))
-      abort();  // accepted values out of their ranges
+        m.global_batch < 1 || !(m.mlp_ratio > 0) || m.nunknown < 0 ||
+        memchr(m.unknown, 0, sizeof m.unknown) == NULL || (m.nunknown == 0) != !m.unknown[0] ||
+        memchr(m.freeze, 0, sizeof m.freeze) == NULL || !(m.drop_path >= 0 && m.drop_path <= 1))
+      abort();  // accepted values out of their ranges (unknown keys: skipped, named)
   } else if (!err[0]) {
     abort();  // a refusal must say why
   }

@@ -5,7 +5,11 @@
 #    with another optimizer;
 #  - a LAMB run resumed with --opt lamb goes on as the uninterrupted run (--check-log), and an
 #    SGD one (another --momentum refused);
-#  - vit3d inspect prints the flags that resume a checkpoint (and they do);
+#  - vit3d inspect prints the flags that resume a checkpoint (and they do), the regularisation,
+#    loss, EMA and freeze settings among them (resumed without a warning, as the uninterrupted
+#    run); a resume without those settings is warned about naming each, one without
+#    --model-ema that the EMA is dropped; another EMA decay is refused; a manifest key this
+#    vit3d does not know (a newer one's) is skipped, named in a warning;
 #  - another learning-rate schedule or optimizer setting is refused, naming each difference,
 #    unless --resume-override 1 (said, and the run trains on with the new ones);
 #  - another set of frozen tensors (--freeze, --trainable) is refused; other patterns that
@@ -16,6 +20,8 @@
 #    the background, foretold by a start-up warning, gives an error at the save's step, and the previous checkpoint stays
 #    complete and usable; where the failed save is the run's last, the run exits 1; a write that fails in the background (fault switch) is said a step
 #    later, and the next save commits;
+#  - the start-up disk plan counts --keep-last's checkpoints with --keep-every's milestones;
+#    a checkpoint path that does not exist, and an export into a missing folder, are named;
 #  - output paths that are not files (a pipe, a directory) refused, not replaced;
 #  - a fresh run into a --save with checkpoints, and a second run into one another trains in,
 #    refused; --resume auto takes the newest complete checkpoint over a stale `latest`, resumes
@@ -187,9 +193,10 @@ frz=(--freeze '^blocks\.0\.' --trainable '^(blocks|head|norm)')
     > "$work/frz_a.log" 2>&1 || { echo "FAIL: the runs with frozen tensors"; fail=1; }
 out=$("$vit3d" "${args[@]}" --steps 6 --save "$work/ck_frz" --resume auto 2>&1)
 rc=$?
-if [ $rc -ne 0 ] && grep -q "was saved by a run with --freeze/--trainable freezing 16 tensors (names [0-9a-f]*), and this one has --freeze/--trainable freezing 0 tensors" <<<"$out" &&
-   "$vit3d" inspect "$work/ck_frz" | grep -q "it froze 16 tensors"; then
-  echo "ok: a resume that freezes other tensors refused (rc $rc); vit3d inspect says how many"
+if [ $rc -ne 0 ] && grep -qF "was saved by a run with --freeze/--trainable freezing 16 tensors (names " <<<"$out" &&
+   grep -qF "): --freeze '^blocks\.0\.' --trainable '^(blocks|head|norm)', and this one has --freeze/--trainable freezing 0 tensors" <<<"$out" &&
+   "$vit3d" inspect "$work/ck_frz" | grep -qF -- "--freeze '^blocks\.0\.' --trainable '^(blocks|head|norm)'"; then
+  echo "ok: a resume that freezes other tensors refused (rc $rc), the patterns named; vit3d inspect gives them"
 else echo "FAIL: --freeze change: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --steps 6 --freeze '^(blocks\.0\.|cls_token|pos_embed|patch_embed)' \
       --save "$work/ck_frz" --resume auto --check-log "$work/frz_full/metrics.jsonl" 2>&1)
@@ -201,11 +208,64 @@ else echo "FAIL: resuming with the same frozen tensors: rc $rc: $out"; fail=1; f
 # schedule's): with them even another --model preset resumes it; a folder without a checkpoint
 # is refused.
 flags=$("$vit3d" inspect "$work/ck" 2>&1 | sed -n 's/^resume with: //p')
+# (eval: the line quotes its text flags for the shell, as a user pastes it)
 if [ -n "$flags" ] &&
-   "$vit3d" train --model vit-ti16 $flags --micro-batch-size 8 --threads 1 \
+   eval "\"\$vit3d\" train --model vit-ti16 $flags --micro-batch-size 8 --threads 1" \
      > "$work/inspect.log" 2>&1 && grep -q "resumed from" "$work/inspect.log"; then
   echo "ok: vit3d inspect's flags resume the checkpoint (even after --model vit-ti16): $flags"
 else echo "FAIL: resuming with vit3d inspect's flags ($flags):"; tail -5 "$work/inspect.log"; fail=1; fi
+# The regularisation, loss, EMA and freeze settings are recorded too: vit3d inspect's line
+# resumes such a run without a warning and as the uninterrupted run (--check-log); a resume
+# without them warns naming each (the EMA dropped among them), another EMA decay is refused as
+# the optimizer's settings are.
+reg=(--drop-path 0.1 --drop-path-uniform 1 --proj-drop 0.05 --attn-drop 0.02 --pos-drop 0.03
+     --drop 0.04 --mixup 0.8 --cutmix 1.0 --mix-prob 0.9 --mix-switch-prob 0.3 --reprob 0.25
+     --remode rand --label-smoothing 0.2 --bce-loss 1 --bce-target-thresh 0.2)
+ema=(--model-ema 0.99 --model-ema-warmup 1)
+rfrz=(--freeze "^blocks\\.0\\. 'x" --trainable '^(blocks|head|norm)')
+"$vit3d" "${args[@]}" --steps 6 "${reg[@]}" "${ema[@]}" "${rfrz[@]}" --log-dir "$work/reg_full" \
+  > "$work/reg_full.log" 2>&1 &&
+  "$vit3d" "${args[@]}" --steps 6 --run-steps 3 "${reg[@]}" "${ema[@]}" "${rfrz[@]}" \
+    --save "$work/ck_reg" > "$work/reg_a.log" 2>&1 || { echo "FAIL: the regularised runs"; fail=1; }
+flags=$("$vit3d" inspect "$work/ck_reg/step-00000003" 2>&1 | sed -n 's/^resume with: //p')
+if [ -n "$flags" ] &&
+   eval "\"\$vit3d\" train --model vit-ti16 $flags --micro-batch-size 8 --threads 1 \
+     --save \"\$work/ck_reg2\" --check-log \"\$work/reg_full/metrics.jsonl\"" \
+     > "$work/reg_b.log" 2>&1 && grep -q "resumed from" "$work/reg_b.log" &&
+   ! grep -q "warning" "$work/reg_b.log" && grep -q "^step     6/6" "$work/reg_b.log"; then
+  echo "ok: vit3d inspect's line resumes a regularised run with its EMA and freeze patterns, no warning, as the uninterrupted run: $flags"
+else echo "FAIL: inspect's line of a regularised run ($flags):"; tail -5 "$work/reg_b.log"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --steps 6 "${ema[@]}" "${rfrz[@]}" --resume "$work/ck_reg/step-00000003" \
+      --save "$work/ck_reg3" 2>&1)
+rc=$?
+want="was saved by a run with --drop-path 0.1 --drop-path-uniform 1 --proj-drop 0.05 --attn-drop 0.02 --pos-drop 0.03 --drop 0.04 --mixup 0.8 --cutmix 1 --mix-prob 0.9 --mix-switch-prob 0.3 --reprob 0.25 --remode rand --label-smoothing 0.2 --bce-loss 1 --bce-target-thresh 0.2 and this one has --drop-path 0 --drop-path-uniform 0 --proj-drop 0 --attn-drop 0 --pos-drop 0 --drop 0 --mixup 0 --cutmix 0 --mix-prob 1 --mix-switch-prob 0.5 --reprob 0 --remode pixel --label-smoothing 0.1 --bce-loss 0 --bce-target-thresh -1"
+if [ $rc -eq 0 ] && grep -q "warning: .*$want" <<<"$out"; then
+  echo "ok: a resume without the regularisation settings warns, naming each"
+else echo "FAIL: resume without the regularisation settings: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --steps 6 "${reg[@]}" "${rfrz[@]}" --resume "$work/ck_reg/step-00000003" \
+      --save "$work/ck_reg4" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "warning: .*has EMA weights; this run has no --model-ema, so they are dropped and its checkpoints hold none: give --model-ema 0.99 --model-ema-warmup 1 to keep them" <<<"$out"; then
+  echo "ok: a resume without --model-ema warns that the EMA is dropped"
+else echo "FAIL: resume without --model-ema: rc $rc: $out"; fail=1; fi
+out=$("$vit3d" "${args[@]}" --steps 6 "${reg[@]}" --model-ema 0.995 "${rfrz[@]}" \
+      --resume "$work/ck_reg/step-00000003" --save "$work/ck_reg5" 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "was saved by a run with --model-ema 0.99 --model-ema-warmup 1, and this one has --model-ema 0.995 --model-ema-warmup 0; the learning-rate schedule or the optimizer would change" <<<"$out"; then
+  echo "ok: another EMA decay refused (rc $rc)"
+else echo "FAIL: another EMA decay: rc $rc: $out"; fail=1; fi
+# A manifest key this vit3d does not know (a newer one's): skipped, the checkpoint resumes and
+# inspects with one warning naming it.
+cp -r "$work/ck_reg/step-00000003" "$work/ck_newer"
+echo "fancy_regulariser 0.5" >> "$work/ck_newer/manifest.txt"
+out=$(eval "\"\$vit3d\" train --model vit-ti16 ${flags% --resume *} --micro-batch-size 8 \
+      --threads 1 --resume \"\$work/ck_newer\" --save \"\$work/ck_newer_s\"" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c "warning" <<<"$out")" = 1 ] &&
+   grep -q "warning: .*ck_newer's manifest has 1 key this vit3d does not know (fancy_regulariser): a newer vit3d wrote it" <<<"$out" &&
+   "$vit3d" inspect "$work/ck_newer" | grep -q "keys this vit3d does not know, written by a newer one: fancy_regulariser"; then
+  echo "ok: a manifest key this vit3d does not know is skipped, named in one warning"
+else echo "FAIL: an unknown manifest key: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" inspect "$work" 2>&1)
 rc=$?
 if [ $rc -eq 1 ] && grep -q "holds no complete checkpoint" <<<"$out"; then
@@ -225,6 +285,28 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "is damaged: optim.safetensors has CRC-32" <<<"$out"; then
   echo "ok: damaged --resume DIR refused: $(grep -o 'is damaged.*' <<<"$out")"
 else echo "FAIL: damaged checkpoint: rc $rc: $out"; fail=1; fi
+# The start-up disk plan counts what --keep-last K really keeps at once: the newest K, the
+# older --keep-every milestones and the one being written (steps 1-12, K 3, every 4th: 9, 10,
+# 11, the milestones 4 and 8, and 12 being written), and no more than the run saves.
+out=$("$vit3d" "${args[@]}" --steps 12 --save-interval 1 --keep-last 3 --keep-every 4 \
+      --save "$work/ck_plan" 2>&1)
+out1=$("$vit3d" "${args[@]}" --steps 1 --keep-last 5 --save "$work/ck_plan1" 2>&1)
+if grep -q "this run saves 12, --keep-last 3 keeps the newest 3 and the older multiples of 4 (2 of them by the end), at most 6 at once with the one being written (0 there now)" <<<"$out" &&
+   [ "$(ls "$work/ck_plan" | grep -c '^step-')" = 5 ] &&
+   grep -q "this run saves 1, --keep-last 5 keeps the newest 5, at most 1 at once" <<<"$out1"; then
+  echo "ok: the disk plan counts --keep-last's checkpoints with --keep-every's milestones"
+else echo "FAIL: the disk plan: $(grep 'checkpoints:' <<<"$out") / $(grep 'checkpoints:' <<<"$out1")"; fail=1; fi
+# A checkpoint path that does not exist is said so (not "not a complete checkpoint"); an export
+# to a folder that does not exist names the path.
+out=$("$vit3d" "${args[@]}" --resume "$work/no_such_ckpt" 2>&1)
+rc=$?
+out2=$("$vit3d" inspect "$work/no_such_ckpt" 2>&1)
+out3=$("$vit3d" export --checkpoint "$work/ck" --out "$work/no_such_dir/x.safetensors" 2>&1)
+if [ $rc -eq 2 ] && grep -q "$work/no_such_ckpt does not exist (No such file or directory)" <<<"$out" &&
+   grep -q "$work/no_such_ckpt does not exist" <<<"$out2" &&
+   grep -q "cannot create the output $work/no_such_dir/x.safetensors (as .*): No such file or directory" <<<"$out3"; then
+  echo "ok: a missing checkpoint and an export into a missing folder are named"
+else echo "FAIL: missing paths: rc $rc: $out / $out2 / $out3"; fail=1; fi
 # Full disk: room for one checkpoint (~2.6 MB) but not two.
 mkdir -p "$work/disk"
 if mount -t tmpfs -o size=4m tmpfs "$work/disk" 2>/dev/null; then

@@ -17,6 +17,8 @@
 #    prefix rows at another; a file of another variant (LayerScale, registers, positions,
 #    QK-norm, parallel blocks) is refused naming the flag that matches it;
 #  - --init-from into fixed sin-cos positions keeps the table, not the file's pos_embed;
+#  - --init-from of a file of no timm ViT (module.-prefixed names, a checkpoint's
+#    optim.safetensors) says so, not a flag to pass; of a checkpoint folder, its weights' file;
 #  - --init-from reads F16 and BF16 files (widened exactly) and F64 (rounded); an integer tensor
 #    is refused;
 #  - tied logits rank in class order, a NaN logit is no hit and its loss is null in metrics.jsonl;
@@ -139,6 +141,7 @@ write(sys.argv[2] + "/pretrain.safetensors", {n: t for n, t in w.items() if not 
 write(sys.argv[2] + "/holed.safetensors", {n: t for n, t in w.items() if n != "blocks.1.norm1.weight"})
 write(sys.argv[2] + "/holed3.safetensors", {n: t for n, t in w.items() if n != "blocks.3.mlp.fc2.bias"})
 write(sys.argv[2] + "/headT.safetensors", dict(w, **{"head.weight": np.ascontiguousarray(w["head.weight"].T)}))
+write(sys.argv[2] + "/ddp.safetensors", {"module." + n: t for n, t in w.items()})
 pe = w["pos_embed"]
 write(sys.argv[2] + "/distilled.safetensors",
       dict(w, dist_token=pe[:, :1].copy(), **{"head_dist.weight": w["head.weight"],
@@ -194,6 +197,24 @@ out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-ba
 if [ $? -eq 2 ] && grep -q "is a distilled DeiT (dist_token, head_dist)" <<<"$out"; then
   echo "ok: a distilled DeiT file is refused as such"
 else echo "FAIL: a distilled DeiT file: $out"; fail=1; fi
+# A file of no timm ViT is said as such, its first names shown, with where timm-named weights
+# come from (not a missing QK-norm and qkv bias); a checkpoint folder points to its weights.
+out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
+      --init-from "$work/ddp.safetensors" 2>&1)
+if [ $? -eq 2 ] && grep -q "ddp.safetensors holds no timm ViT tensors: no patch_embed.proj.weight or blocks.0.attn.qkv.weight among its [0-9]* (the first: module\.[a-z_]*.*) (timm's names under the prefix 'module.')\. --init-from takes timm-named weights: .*launch/convert_weights.py" <<<"$out" &&
+   ! grep -q "QK-norm" <<<"$out"; then
+  echo "ok: a file of module.-prefixed names is refused as such"
+else echo "FAIL: a module.-prefixed file: $out"; fail=1; fi
+out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
+      --init-from "$ck/optim.safetensors" 2>&1)
+if [ $? -eq 2 ] && grep -q "optim.safetensors holds no timm ViT tensors: .*(the first: exp_avg\..*a vit3d checkpoint's optimizer state: its weights are the model.safetensors beside it" <<<"$out"; then
+  echo "ok: a checkpoint's optim.safetensors is refused as such"
+else echo "FAIL: --init-from optim.safetensors: $out"; fail=1; fi
+out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
+      --init-from "$ck" 2>&1)
+if [ $? -eq 2 ] && grep -qF "$ck is a folder; --init-from takes a safetensors file: pass this checkpoint's weights, $ck/model.safetensors" <<<"$out"; then
+  echo "ok: --init-from a checkpoint folder names its model.safetensors"
+else echo "FAIL: --init-from a checkpoint folder: $out"; fail=1; fi
 # A head stored transposed (a JAX kernel) is another shape, not another class count.
 out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
       --init-from "$work/headT.safetensors" 2>&1)

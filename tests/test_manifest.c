@@ -180,8 +180,71 @@ static void commit_steps(const char *dir, vt_ckpt_manifest *m, int first, int la
   }
 }
 
+// The settings that change the computation (drop path, dropouts, Mixup/CutMix, erasing, --aa,
+// the loss, the EMA, the freeze patterns): each round trips bit for bit, text with spaces, '%'
+// and quotes in one word; a manifest without them (an older one) reads as the flags' defaults
+// and writes none of them; bad values are refused.
+static void test_settings(void) {
+  char text[8192], err[512];
+  vt_ckpt_manifest none, m, back;
+  const char *old = "format vit3d-checkpoint-1\nstep 1\nstream_position 8\nglobal_batch 8\n"
+                    "adam_t 1\nseed 0\nimg_size 32\npatch_size 8\nwidth 64\ndepth 2\n"
+                    "heads 2\nmlp_ratio 4\nnum_classes 10\ntp 1\npp 1\ndp 1\nzero 0\n"
+                    "sequence_parallel 0\nfile model.safetensors 10 00000000\n";
+  EXPECT(vt_ckpt_manifest_parse(old, strlen(old), &none, err, sizeof err) == VT_OK &&
+             none.recorded == 0 && none.drop_path == 0 && none.label_smoothing == 0.1f &&
+             none.mix_prob == 1 && none.mix_switch_prob == 0.5f && none.remode == 2 &&
+             none.bce_thresh == -1 && none.ema_decay == 0 && !none.aa[0] && !none.freeze[0] &&
+             !none.trainable[0],
+         "a manifest without the settings reads as the flags' defaults: %s", err);
+  int n = vt_ckpt_manifest_format(&none, text, sizeof text);
+  EXPECT(!strstr(text, "label_smoothing") && !strstr(text, "remode") && !strstr(text, "mix_"),
+         "the defaults write no settings' lines:\n%s", text);
+  m = none;
+  m.drop_path = 0.1f, m.drop_path_uniform = 1, m.proj_drop = 1e-7f, m.attn_drop = 0.3f;
+  m.pos_drop = 0.05f, m.head_drop = 0.999f, m.mixup = 0.8f, m.cutmix = 1, m.mix_prob = 0;
+  m.mix_switch_prob = 0.25f, m.reprob = 0.25f, m.remode = 1, m.label_smoothing = 0;
+  m.bce_loss = 1, m.bce_thresh = 0, m.ema_decay = 0.99998f, m.ema_warmup = 1;
+  snprintf(m.aa, sizeof m.aa, "rand-m9-n2-mstd0.5-mmax10-inc1-p0.5");
+  snprintf(m.freeze, sizeof m.freeze, "^blocks\\.(0|1)\\. 'it''s' 100%% \t%%41");
+  memset(m.trainable, 'x', sizeof m.trainable - 1);  // the longest: 255 bytes
+  m.trainable[sizeof m.trainable - 1] = '\0';
+  m.trainable[7] = ' ';
+  n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
+             back.recorded == 20 && back.drop_path == m.drop_path && back.drop_path_uniform == 1 &&
+             back.proj_drop == m.proj_drop && back.attn_drop == m.attn_drop &&
+             back.pos_drop == m.pos_drop && back.head_drop == m.head_drop &&
+             back.mixup == m.mixup && back.cutmix == 1 && back.mix_prob == 0 &&
+             back.mix_switch_prob == m.mix_switch_prob && back.reprob == m.reprob &&
+             back.remode == 1 && back.label_smoothing == 0 && back.bce_loss == 1 &&
+             back.bce_thresh == 0 && back.ema_decay == m.ema_decay && back.ema_warmup == 1 &&
+             !strcmp(back.aa, m.aa) && !strcmp(back.freeze, m.freeze) &&
+             !strcmp(back.trainable, m.trainable),
+         "the settings round trip: %s\n%s", err, text);
+  EXPECT(strstr(text, "remode rand\n") &&
+             strstr(text, "freeze ^blocks\\.(0|1)\\.%20'it''s'%20100%25%20%09%2541\n"),
+         "--remode by name, a pattern as one word:\n%s", text);
+  static const char *const bad[][2] = {
+      {"drop_path 1.5", "bad value for drop_path"}, {"remode zeros", "bad value for remode"},
+      {"freeze a b", "bad value for freeze"},      {"freeze a%4", "bad value for freeze"},
+      {"freeze a%00b", "bad value for freeze"},    {"ema_warmup 2", "bad value for ema_warmup"},
+      {"bce_thresh -2", "bad value for bce_thresh"}, {"mix_prob nan", "bad value for mix_prob"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char edited[8192];
+    snprintf(edited, sizeof edited, "%s%s\n", old, bad[i][0]);
+    EXPECT(vt_ckpt_manifest_parse(edited, strlen(edited), &back, err, sizeof err) != VT_OK &&
+               strstr(err, bad[i][1]), "'%s': want '%s', have '%s'", bad[i][0], bad[i][1], err);
+  }
+  char edited[8192];  // longer than the field: refused, not cut
+  snprintf(edited, sizeof edited, "%strainable %0256d\n", old, 0);
+  EXPECT(vt_ckpt_manifest_parse(edited, strlen(edited), &back, err, sizeof err) != VT_OK &&
+             strstr(err, "bad value for trainable"), "a 256-byte pattern: %s", err);
+}
+
 int main(void) {
   char text[4096], err[512];
+  test_settings();
   test_crc32();
   test_partfile();
   vt_ckpt_manifest m = sample(), back;
@@ -203,7 +266,32 @@ int main(void) {
   refuse_edit("zero", "zero 2", "bad value");
   refuse_edit("mlp_ratio", "mlp_ratio nan", "bad mlp_ratio");
   refuse_edit("mlp_dim", "mlp_dim -1", "bad value");
-  refuse_edit("heads", "colour blue", "unknown key");
+  refuse_edit("heads", "colour blue", "lacks 'heads'");  // (an unknown key is no 'heads')
+  // A key this binary does not know (a newer vit3d's optional one) is skipped and named, so
+  // that its checkpoint still resumes here with a warning (launch/ckpt_resume.c); a malformed
+  // line stays refused whatever its key.
+  {
+    char newer[8192];
+    n = vt_ckpt_manifest_format(&m, text, sizeof text);
+    snprintf(newer, sizeof newer, "%scolour blue\nfancy_reg 0.5\nan_array 1 2 3\n", text);
+    EXPECT(vt_ckpt_manifest_parse(newer, strlen(newer), &back, err, sizeof err) == VT_OK &&
+               back.nunknown == 3 && !strcmp(back.unknown, "colour fancy_reg an_array") &&
+               back.step == 10 && back.width == 64,
+           "unknown keys skipped and named: %s ('%s')", err, back.unknown);
+    EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
+               back.nunknown == 0 && !back.unknown[0], "no unknown keys: none named");
+    snprintf(newer, sizeof newer, "%slonely\n", text);
+    EXPECT(vt_ckpt_manifest_parse(newer, strlen(newer), &back, err, sizeof err) != VT_OK &&
+               strstr(err, "expected 'key value'"), "an unknown key without a value: %s", err);
+    size_t at = strlen(text);  // many: the names cut at the buffer's end, all counted
+    memcpy(newer, text, at + 1);
+    for (int i = 0; i < 100; i++)
+      at += (size_t)snprintf(newer + at, sizeof newer - at, "new_key_%03d 1\n", i);
+    EXPECT(vt_ckpt_manifest_parse(newer, strlen(newer), &back, err, sizeof err) == VT_OK &&
+               back.nunknown == 100 && strlen(back.unknown) < sizeof back.unknown &&
+               !strncmp(back.unknown, "new_key_000 new_key_001", 23),
+           "100 unknown keys: %d ('%s')", back.nunknown, back.unknown);
+  }
   refuse_edit("file", "file ../etc/passwd 10 00000000", "malformed file entry");
   refuse_edit("file", "file model.safetensors 10 zzzz", "malformed file entry");
   refuse_edit("file", "", "lists no files");

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "export.h"
 #include "safetensors.h"
@@ -75,6 +77,37 @@ static void resample_pos(const float *src, int g0, float *dst, int g1, int pr, i
 // vt_model_init_from.)
 static vt_status check_variant(const vt_st_file *f, const vt_vit_config *c, const char *path,
                                char *err, size_t errlen) {
+  // A file of no timm ViT at all (names under a prefix such as DDP's module., vit3d's
+  // optim.safetensors, a logits dump): each variant check below would blame a flag for the
+  // tensor it misses, and lead the user astray.
+  if (!vt_st_find(f, "patch_embed.proj.weight") || !vt_st_find(f, "blocks.0.attn.qkv.weight")) {
+    char names[240] = "", prefix[64] = "";
+    for (int i = 0; i < f->count && i < 4; i++) {
+      const size_t at = strlen(names);
+      snprintf(names + at, sizeof names - at, "%s%.50s", i ? ", " : "", f->entries[i].name);
+    }
+    for (int i = 0; i < f->count && !prefix[0]; i++) {  // timm's name under a prefix
+      const char *hit = strstr(f->entries[i].name, "patch_embed.proj.weight");
+      if (hit && hit > f->entries[i].name && hit[-1] == '.')
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(hit - f->entries[i].name) < 61
+                 ? (int)(hit - f->entries[i].name) - 1 : 60, f->entries[i].name);
+    }
+    char said[160] = "";
+    if (!strcmp(prefix, "exp_avg") || !strcmp(prefix, "exp_avg_sq") ||
+        !strcmp(prefix, "momentum_buffer") || (f->count && !strncmp(f->entries[0].name,
+                                                                     "exp_avg.", 8)))
+      snprintf(said, sizeof said, " (a vit3d checkpoint's optimizer state: its weights are the "
+               "model.safetensors beside it)");
+    else if (prefix[0])
+      snprintf(said, sizeof said, " (timm's names under the prefix '%s.')", prefix);
+    snprintf(err, errlen, "%s holds no timm ViT tensors: no patch_embed.proj.weight or "
+             "blocks.0.attn.qkv.weight among its %d (the first: %s%s)%s. --init-from takes "
+             "timm-named weights: a vit3d checkpoint's model.safetensors or vit3d export's "
+             "file; python3 launch/convert_weights.py IN OUT.safetensors turns other projects' "
+             "checkpoints into one (stripping prefixes such as module.)", path, f->count,
+             names[0] ? names : "none", f->count > 4 ? ", ..." : "", said);
+    return VT_ERR_INPUT;
+  }
   if (vt_st_find(f, "dist_token")) {  // its pos_embed has a row more: no flag fits it
     snprintf(err, errlen, "%s is a distilled DeiT (dist_token, head_dist): vit3d builds no "
              "distillation token; start from a DeiT without it (deit_*_patch16_224) or drop "
@@ -201,7 +234,22 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, int 
   m->be->to_host(local, m->params, (size_t)t->total * sizeof(float));  // the fresh initialisation
   vt_st_file f;
   memset(&f, 0, sizeof f);
-  vt_status st = vt_safetensors_open(path, &f, err, errlen);  // this rank's tensors only
+  struct stat sb;
+  vt_status st = VT_OK;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {  // (the reader would say "not a file")
+    char weights[1200] = "";
+    int64_t newest = -1;
+    if (vt_ckpt_is_checkpoint(path))
+      snprintf(weights, sizeof weights, ": pass this checkpoint's weights, %.1000s/"
+               "model.safetensors (--resume continues its training instead)", path);
+    else if (vt_ckpt_candidates(path, &newest, 1) > 0)
+      snprintf(weights, sizeof weights, ": pass a checkpoint's weights, as the newest's "
+               "%.1000s/step-%08lld/model.safetensors", path, (long long)newest);
+    snprintf(err, errlen, "%s is a folder; --init-from takes a safetensors file%s", path,
+             weights);
+    st = VT_ERR_INPUT;
+  }
+  if (st == VT_OK) st = vt_safetensors_open(path, &f, err, errlen);  // this rank's tensors only
   if (st == VT_OK) st = check_variant(&f, &m->cfg, path, err, errlen);
   // Which of the file's tensors this rank used or deliberately left (the same header on every
   // rank: the ranks' marks are added up below).
