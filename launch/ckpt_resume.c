@@ -385,6 +385,54 @@ static void warn_settings(const vt_train_options *o, const char *dir, const vt_c
 // The checkpoint read (manifest man) made the run's state: the weights to the device, the
 // moments and step count to the optimizer, the EMA (from the file, else from the weights); rank 0
 // warns where the data stream or the training will differ from the saving run's.
+// Whether tensors the checkpoint's run froze train in this one (--resume-override 1 with other
+// --freeze/--trainable), collective: rank 0's manifest names the patterns (older ones do not:
+// then said, and 0). Under AdamW or LAMB such a tensor would start with zero moments under the
+// checkpoint's step count t, whose bias correction no longer scales them up: its first steps
+// would be (1 - b1^t) / sqrt(1 - b2^t), about 3 to 6 times the rate, for hundreds of steps.
+static int unfrozen_now(const vt_train_options *o, const vt_model *m, const vt_optimizer *opt,
+                        const vt_ckpt_manifest *man, vt_comm *world, int rank0, const char *dir) {
+  vt_optim_config was = o->optim;
+  double known = -1e300;  // (MAX: rank 0's)
+  if (rank0) {
+    snprintf(was.freeze, sizeof was.freeze, "%s", man->freeze);
+    snprintf(was.trainable, sizeof was.trainable, "%s", man->trainable);
+    known = man->frozen == 0 || man->freeze[0] || man->trainable[0];
+  }
+  vt_comm_broadcast_bytes(world, was.freeze, sizeof was.freeze, 0);
+  vt_comm_broadcast_bytes(world, was.trainable, sizeof was.trainable, 0);
+  vt_comm_all_reduce_double(world, &known, 1, VT_REDUCE_MAX);
+  if (!known) {
+    vt_ckpt_manifest now;
+    if (rank0) vt_ckpt_manifest_optim(&now, &o->optim, &o->model);
+    const int changed = rank0 && (man->frozen != now.frozen || man->frozen_hash != now.frozen_hash);
+    if (changed)
+      vt_log_warn("%s does not record its --freeze/--trainable patterns (an older vit3d): if a "
+                  "tensor it froze trains now, its first Adam steps are too large; to be sure, "
+                  "start from its weights with --init-from %s/model.safetensors", dir, dir);
+    return 0;
+  }
+  unsigned char *old = calloc((size_t)m->table.count + 1, 1);
+  VT_CHECK(old != NULL, "out of host memory");
+  char err[320], first[64] = "";
+  int nold = 0;
+  double newly = 0;
+  if (vt_freeze_mark(&was, &m->table, old, &nold, err, sizeof err) == VT_OK)
+    for (int i = 0; i < m->table.count; i++)
+      if (old[i] && !opt->frozen[i] && m->table.p[i].local_count > 0 && newly++ == 0)
+        snprintf(first, sizeof first, "%s", m->table.p[i].name);
+  free(old);
+  const double here = newly;
+  vt_comm_all_reduce_double(world, &newly, 1, VT_REDUCE_MAX);
+  if (rank0 && newly > 0)
+    vt_log_warn("tensors that %s froze train from here%s%s%s: with its Adam step count of "
+                "%" PRId64 " their moments, starting at zero, would make their first steps 3 "
+                "to 6 times --lr, so the optimizer starts afresh (its step count and every "
+                "moment), as a fine-tune from these weights does", dir,
+                here > 0 ? " (such as " : "", first, here > 0 ? ")" : "", man->adam_t);
+  return newly > 0;
+}
+
 static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, const char *dir,
                     const vt_ckpt_manifest *man, float *local[4], int load_ema, int has_ema,
                     int rank0) {
@@ -530,6 +578,12 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     if (rank0 && in_folder && skipped)
       vt_log_warn("using the previous complete checkpoint %s", dir);
     if (rank0 && in_folder) vt_ckpt_latest_differs(folder, man.step);
+    if (!o->eval_only && vt_opt_state_buffers(opt->cfg.kind) == 2 &&
+        unfrozen_now(o, m, opt, &man, world, rank0, dir)) {
+      memset(local[1], 0, (size_t)total * sizeof(float));
+      memset(local[2], 0, (size_t)total * sizeof(float));
+      man.adam_t = 0;
+    }
     install(o, m, opt, dir, &man, local, load_ema, has_ema, rank0);
     // The spike guard's statistics, rank 0's (the manifest's) to all.
     double spike[6] = {(double)man.spike_n[0], (double)man.spike_n[1], man.spike_mean[0],

@@ -417,4 +417,26 @@ if [ $rc -eq 0 ] && [ -d "$work/own/abandoned-step-00000006" ] &&
    [ -d "$work/own/abandoned-step-00000008" ] && [ -d "$work/own/step-00000006" ]; then
   echo "ok: a rollback sets the old line's checkpoint of its step aside, and those past it"
 else echo "FAIL: a rollback: rc $rc: $(ls "$work/own") $out"; fail=1; fi
+# A linear probe resumed with its blocks unfrozen (--resume-override 1): their Adam moments
+# start at zero under the checkpoint's step count 20, whose bias correction would make their
+# first steps about 6 times the rate; the optimizer starts afresh instead, said: Adam's first
+# step moves every element by the rate exactly (no weight decay, no clipping).
+lp=(train --model tiny --img-size 16 --patch-size 4 --num-classes 4 --data synthetic
+    --micro-batch-size 4 --global-batch-size 4 --threads 1 --lr 1e-3 --min-lr 1e-3
+    --warmup-steps 0 --weight-decay 0 --clip-grad 0 --steps 30 --save "$work/lp")
+"$vit3d" "${lp[@]}" --trainable '^head\.' --save-interval 20 --run-steps 20 \
+  --final-weights "$work/lp20.safetensors" > "$work/lp1.log" 2>&1
+out=$("$vit3d" "${lp[@]}" --resume auto --resume-override 1 --run-steps 1 \
+      --final-weights "$work/lp21.safetensors" 2>&1)
+rc=$?
+step=$(cd "$(dirname "$0")" && "${VT_REF_PYTHON:-/usr/bin/python3}" -c '
+import sys, numpy as np
+from compare_runs import load_safetensors
+a, b = load_safetensors(sys.argv[1]), load_safetensors(sys.argv[2])
+k = "blocks.0.mlp.fc1.weight"
+print("%.3f" % np.median(np.abs(b[k] - a[k]) / 1e-3))' "$work/lp20.safetensors" "$work/lp21.safetensors" 2>&1)
+if [ $rc -eq 0 ] && grep -q "tensors that .*step-00000020 froze train from here .*the optimizer starts afresh" <<<"$out" &&
+   [ "$step" = "1.000" ]; then
+  echo "ok: blocks unfrozen on a resume: the optimizer starts afresh, their first step the rate ($step x)"
+else echo "FAIL: blocks unfrozen on a resume: rc $rc, first step $step x the rate: $out"; fail=1; fi
 exit $fail
