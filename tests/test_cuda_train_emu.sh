@@ -137,5 +137,16 @@ for cc in 80 75 100; do
   if [[ $rc == "$want_rc" ]] && grep -qE "$want" "$work/cc_$cc.log"; then echo "ok: compute capability $cc"
   else echo "FAIL: compute capability $cc: exit $rc"; tail -3 "$work/cc_$cc.log"; fail=1; fi
 done
+# The watchdog's end with ncclCommAbort blocking for ever (as behind a hung kernel on a GPU;
+# EMU_NCCL_ABORT_HANGS): it waits for the abort at most 10 s, then ends the job all the same
+# (exit 3). Before, the watchdog's thread waited for the abort for ever, and the stalled main
+# thread takes SIGTERM as a preemption notice: the job never ended (killed after 597 s here).
+rc=0 t0=$SECONDS
+VT_FAULT=stall@0:2 EMU_NCCL_ABORT_HANGS=1 timeout -k 5 90 "$emu" "${args[@]}" --device cuda \
+  --timeout-s 2 --log-dir "$work/abort_hang" > "$work/abort_hang.log" 2>&1 || rc=$?
+if [[ $rc == 3 ]] && grep -q "ncclCommAbort did not return within 10 s" "$work/abort_hang.log"
+then echo "ok: a blocked ncclCommAbort: the watchdog ended the job in $((SECONDS - t0)) s, exit 3"
+else echo "FAIL: a blocked ncclCommAbort: exit $rc (124/137: the job never ended)"
+     tail -5 "$work/abort_hang.log"; fail=1; fi
 echo "test_cuda_train_emu: $([ $fail = 0 ] && echo passed || echo FAILED)"
 exit $fail
