@@ -15,6 +15,47 @@
 
 #include "../vt_backend.h"
 
+// How many characters of call name the function called: up to its first parenthesis.
+static int call_name_len(const char *call) {
+  const char *p = strchr(call, '(');
+  return p ? (int)(p - call) : (int)strlen(call);
+}
+
+// Errors a kernel leaves on the context for whatever CUDA call comes next (every later call
+// returns them too): the call that reports one is seldom the one at fault.
+static int sticky(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError: case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace: case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+static const char k_earlier[] =
+    "; the error may come from an earlier kernel, not this call (kernels run after their "
+    "launch returns): rerun with CUDA_LAUNCH_BLOCKING=1, or under compute-sanitizer, to find "
+    "the kernel at fault";
+
+void vt_cuda_fail(const char *file, int line, const char *call, cudaError_t err) {
+  vt_fatal(file, line, "%.*s failed: %s (%s)%s", call_name_len(call), call,
+           cudaGetErrorString(err), cudaGetErrorName(err),
+           sticky(err) ? k_earlier : "");
+}
+
+void vt_cublas_fail(const char *file, int line, const char *call, cublasStatus_t st) {
+  vt_fatal(file, line, "%.*s failed: %s (%s)%s", call_name_len(call), call,
+           cublasGetStatusName(st), cublasGetStatusString(st),
+           st == CUBLAS_STATUS_ALLOC_FAILED
+               ? "; cuBLAS found the GPU out of memory for its workspace: try a smaller "
+                 "--micro-batch-size, or --recompute-blocks"
+           : st == CUBLAS_STATUS_EXECUTION_FAILED ? k_earlier
+                                                   : "");
+}
+
 static cudaStream_t g_stream = NULL;
 static cublasHandle_t g_cublas = NULL;
 
