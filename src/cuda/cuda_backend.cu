@@ -193,9 +193,13 @@ void *vt_cuda_scratch(size_t nbytes) {
 static __nv_bfloat16 *g_held = NULL;
 static int64_t g_held_cap = 0, g_held_count = 0;
 static const float *g_held_from = NULL;  // NULL: nothing held
+// The fewest weights a copy failed for: asking again at every step's start would fail again
+// (what holds the memory does not shrink) and say so every step, so copies of as many or more
+// are not tried again and the failure is said once.
+static int64_t g_held_failed = INT64_MAX;
 static void cuda_hold_weights(const float *w, int64_t count) {
   g_held_from = NULL;
-  if (!vt_cuda_bf16() || count <= 0) return;
+  if (!vt_cuda_bf16() || count <= 0 || count >= g_held_failed) return;
   if (count > g_held_cap) {
     if (g_held) {
       VT_CUDA_CHECK(cudaStreamSynchronize(g_stream));  // no queued GEMM reads the old copy
@@ -206,9 +210,11 @@ static void cuda_hold_weights(const float *w, int64_t count) {
     if (err != cudaSuccess) {  // not fatal: every GEMM rounds its weight itself, as before
       (void)cudaGetLastError();
       g_held = NULL;
-      fprintf(stderr, "vit3d: no GPU memory for the weights' bf16 copy (%lld MiB: %s); the "
-              "GEMMs round their weights at each call\n", (long long)(count >> 19),
-              cudaGetErrorString(err));
+      if (g_held_failed == INT64_MAX)
+        vt_log_warn("no GPU memory for the weights' bf16 copy (%lld MiB: %s); the GEMMs round "
+                    "their weights at each call instead (the same bits, a little slower), for "
+                    "the rest of the run", (long long)(count >> 19), cudaGetErrorString(err));
+      g_held_failed = count;
       return;
     }
     g_held_cap = count;
