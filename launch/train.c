@@ -79,6 +79,11 @@ static const vt_backend *open_backend(const vt_train_options *o, vt_comm *world,
   const vt_backend *be = vt_backend_get(o->device, &why);
   double have = be != NULL;
   if (!be) vt_log_error("--device cuda is not available: %s%s", why, hint);
+  char err[512];
+  if (be && !vt_train_device_fits(o, err, sizeof err)) {
+    vt_log_error("--device cuda (%s): %s", device, err);
+    have = 0;
+  }
   vt_comm_all_reduce_double(world, &have, 1, VT_REDUCE_MIN);
   return have ? be : NULL;
 }

@@ -20,6 +20,42 @@
 
 #define REFUSE(...) return (snprintf(err, errlen, __VA_ARGS__), VT_ERR_INPUT)
 
+int vt_train_device_fits(const vt_train_options *o, char *err, size_t errlen) {
+  const vt_vit_config *c = &o->model;
+  const int bf16 = o->precision == VT_PRECISION_BF16, D = vt_cfg_head_dim(c);
+  size_t need, limit;
+  if (!vt_backend_attention_fits(o->device, bf16, D, &need, &limit)) {
+    // The most heads' dims that fit: the fewest heads (a multiple of --tp) that divide the width
+    // into a dim that fits.
+    int h = c->heads + 1, d = 0;
+    for (; h <= c->width; h++) {
+      size_t n, l;
+      if (c->width % h == 0 && h % o->tp == 0 &&
+          vt_backend_attention_fits(o->device, bf16, c->width / h, &n, &l))
+        break;
+    }
+    for (int k = D - 1; k > 0 && !d; k--) {
+      size_t n, l;
+      if (vt_backend_attention_fits(o->device, bf16, k, &n, &l)) d = k;
+    }
+    snprintf(err, errlen, "width %d over %d heads is a head dim of %d: this GPU's attention "
+             "kernels need %zu bytes of shared memory per block for it in %s, more than the %zu "
+             "it allows a block (head dims up to %d fit here); use more heads (--heads %d)%s",
+             c->width, c->heads, D, need, bf16 ? "bf16" : "fp32", limit, d, h,
+             bf16 ? "" : " or --precision bf16");
+    return 0;
+  }
+  const int64_t most = vt_backend_latent_max_tokens(o->device);
+  if (c->global_pool == 3 && vt_cfg_tokens(c) > most) {
+    snprintf(err, errlen, "--global-pool map over %d tokens: this GPU's MAP head takes at most "
+             "%lld (its scores in one block's shared memory, %zu bytes a block here); use a "
+             "larger --patch-size or another --global-pool", vt_cfg_tokens(c), (long long)most,
+             limit);
+    return 0;
+  }
+  return 1;
+}
+
 int vt_train_pass_times(const char *text, double costs[3]) {
   costs[0] = costs[1] = costs[2] = 0.0;
   if (strcmp(text, "auto") == 0) return 1;
@@ -70,8 +106,10 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->trace_steps > 0 && !o->log_dir[0])
     REFUSE("--trace-steps writes its timeline to LOG_DIR/trace.json: give --log-dir DIR too");
   if (o->global_batch == 0) o->global_batch = o->dp * o->micro_batch;
-  // The CUDA attention kernels' shared-memory tiles (attention_wmma.cu; fp32 at an H100/H200's
-  // 227 KiB): found before start-up, not at the first attention call.
+  // The CUDA attention kernels' shared-memory tiles at the most any GPU gives a block (an
+  // H100/H200's 227 KiB: fp32 up to 96, bf16's WMMA kernels up to 128 by their own limit), so
+  // that `vit3d plan` without a GPU says so too; the GPU a run picks may give less (an A100 163
+  // KiB, sm_86/89 99 KiB), which vt_train_device_fits checks at start-up.
   const int D = vt_cfg_head_dim(c), dmax = o->precision == VT_PRECISION_BF16 ? 128 : 96;
   if ((o->device == VT_DEVICE_CUDA || o->plan_gpus > 0) && D > dmax) {
     int h = (c->width + dmax - 1) / dmax;  // the fewest heads that divide the width and fit
@@ -80,6 +118,15 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            "%d in %s; use more heads (--heads %d)", c->width, c->heads, D, dmax,
            o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32 (128 in bf16)", h);
   }
+  // The MAP head's latent attention keeps a block's N scores in shared memory
+  // (latent_attention.cu): at most 57856 tokens in an H100/H200's 227 KiB, less on other GPUs
+  // (vt_train_device_fits).
+  const int64_t map_max = (232448 - 1024) / 16 * 4;
+  if ((o->device == VT_DEVICE_CUDA || o->plan_gpus > 0) && c->global_pool == 3 &&
+      vt_cfg_tokens(c) > map_max)
+    REFUSE("--global-pool map over %d tokens: the CUDA MAP head takes at most %lld (its scores in "
+           "one block's shared memory on an H100/H200); use a larger --patch-size or another "
+           "--global-pool", vt_cfg_tokens(c), (long long)map_max);
   if (c->heads % o->tp != 0)
     REFUSE("--tp %d does not divide the %d attention heads; use a TP size that divides them",
            o->tp, c->heads);

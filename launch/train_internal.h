@@ -22,6 +22,10 @@
 // the run's end (every rank writes its part of --final-weights), checked at its start, where a
 // missing or read-only folder costs nothing; the lowest rank that cannot says why.
 int vt_train_outputs_writable(const vt_train_options *o, vt_comm *world);
+// After the device is picked: whether its kernels take the model's attention head dim and the
+// MAP head's tokens in this precision (the GPU's shared memory per block); 0 with what to do
+// in err otherwise.
+int vt_train_device_fits(const vt_train_options *o, char *err, size_t errlen);
 // The lengths given in epochs made steps of this training set's n images (every rank holds the
 // index, so every rank reaches the same verdict), into the options and the optimizer's
 // schedule; rank 0 logs them. 0 (logged) when they make no valid run.

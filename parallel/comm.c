@@ -5,6 +5,9 @@
 #include "comm.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,11 +287,47 @@ int vt_comm_device_error(char *err, size_t errlen) {
   return 0;
 }
 
-void vt_comm_device_abort(void) {
 #ifdef VT_HAVE_NCCL
+static atomic_int g_aborted;  // the helper thread's abort returned
+
+static void *abort_device_comms(void *arg) {
+  (void)arg;
   for (int i = 0; i < VT_MAX_DEVICE_COMMS; i++)
     if (g_device_comms[i]) vt_comm_nccl_abort(g_device_comms[i]);
+  atomic_store(&g_aborted, 1);
+  return NULL;
+}
 #endif
+
+// ncclCommAbort frees the comms' memory and so waits for the device: behind a kernel that never
+// ends it never returns, and the job would never end. So it runs on a helper thread that the
+// caller waits for at most limit_s; the process then exits with the helper still blocked.
+int vt_comm_device_abort(double limit_s) {
+#ifdef VT_HAVE_NCCL
+  int any = 0;
+  for (int i = 0; i < VT_MAX_DEVICE_COMMS; i++) any |= g_device_comms[i] != NULL;
+  if (!any) return 1;
+  pthread_t helper;
+  if (pthread_create(&helper, NULL, abort_device_comms, NULL) != 0) {
+    fprintf(stderr, "warning: could not start a thread to abort the NCCL comms; ending the job "
+                    "without aborting them (the driver releases them with the process)\n");
+    return 0;
+  }
+  pthread_detach(helper);
+  const double t0 = vt_seconds();
+  while (!atomic_load(&g_aborted)) {
+    if (vt_seconds() - t0 > limit_s) {
+      fprintf(stderr, "warning: ncclCommAbort did not return within %.0f s (the GPU is probably "
+                      "stuck in a kernel); ending the job without it\n", limit_s);
+      return 0;
+    }
+    const struct timespec tick = {0, 10 * 1000 * 1000};
+    nanosleep(&tick, NULL);
+  }
+#else
+  (void)limit_s;
+#endif
+  return 1;
 }
 
 // ---- Counters --------------------------------------------------------------------------------

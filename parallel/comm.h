@@ -160,9 +160,11 @@ int vt_comm_side_open(vt_comm *world);
 void vt_comm_side_send(vt_comm *world, const void *buf, int nbytes, int dst);
 int vt_comm_side_poll(vt_comm *world, void *buf, int nbytes, int *src);
 // Device (NCCL) comms: 1 and a message when one reports an asynchronous error; abort them all
-// (any thread; then the job must end).
+// (any thread; then the job must end), waiting at most limit_s seconds for ncclCommAbort, which
+// blocks behind a hung kernel: 1 when it returned (or there was nothing to abort), 0 and a
+// warning on stderr when it did not.
 int vt_comm_device_error(char *err, size_t errlen);
-void vt_comm_device_abort(void);
+int vt_comm_device_abort(double limit_s);
 
 // Seconds this process has spent inside comm operations since it started (waiting included):
 // a step's time minus its change is the time the rank was busy, for the straggler report.

@@ -55,10 +55,13 @@ static struct {
 
 void vt_watchdog_at_end(void (*fn)(void)) { g.at_end = fn; }
 
+// How long the end waits for ncclCommAbort (comm.h), which a hung kernel blocks for ever.
+static const double k_device_abort_s = 10.0;
+
 // Ends the job from the watchdog's thread, with the given exit code.
 VT_NORETURN static void end_job_with(int code) {
   if (g.at_end) g.at_end();
-  vt_comm_device_abort();
+  vt_comm_device_abort(k_device_abort_s);
   vt_comm_abort(code);
 }
 

@@ -9,7 +9,7 @@
 // the ranks that did not answer, and which ranks stalled - and ends the job with
 // VT_EXIT_WATCHDOG. If rank 0 itself is gone, the first rank whose limit passed ends the job
 // after a grace period. On NCCL comms the thread also polls for asynchronous errors and aborts
-// the device comms before ending the job.
+// the device comms before ending the job (waiting at most 10 s for the abort: comm.h).
 // Must not depend on the model.
 #ifndef VT_WATCHDOG_H
 #define VT_WATCHDOG_H

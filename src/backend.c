@@ -3,6 +3,7 @@
 #include "vt_backend.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,6 +21,8 @@ extern const vt_backend vt_cpu_backend;
 const vt_backend *vt_cuda_backend_get(const char **why);
 int vt_cuda_select(int index, char *desc, size_t desclen, unsigned char id[16]);
 size_t vt_cuda_memory_used(void);
+size_t vt_cuda_attention_smem(int64_t D, int bf16, size_t *limit);
+int64_t vt_cuda_latent_max_tokens(void);
 #endif
 
 static int g_threads = 0;  // 0: not set yet
@@ -58,6 +61,26 @@ int vt_backend_select(vt_device device, int local_rank, char *desc, size_t descl
   snprintf(desc, desclen, "this vit3d was built without CUDA (configure with -DVT_CUDA=ON)");
   return 1;
 #endif
+}
+
+int vt_backend_attention_fits(vt_device device, int bf16, int64_t D, size_t *need,
+                              size_t *limit) {
+  *need = *limit = 0;
+#ifdef VT_HAVE_CUDA
+  if (device == VT_DEVICE_CUDA) *need = vt_cuda_attention_smem(D, bf16, limit);
+#else
+  (void)device, (void)bf16, (void)D;
+#endif
+  return *need <= *limit;
+}
+
+int64_t vt_backend_latent_max_tokens(vt_device device) {
+#ifdef VT_HAVE_CUDA
+  if (device == VT_DEVICE_CUDA) return vt_cuda_latent_max_tokens();
+#else
+  (void)device;
+#endif
+  return INT64_MAX;
 }
 
 size_t vt_backend_device_memory_used(vt_device device) {

@@ -243,6 +243,15 @@ const vt_backend *vt_backend_get(vt_device device, const char **why);
 int vt_backend_select(vt_device device, int local_rank, char *desc, size_t desclen,
                       unsigned char id[16]);
 
+// After vt_backend_select, for the start-up checks: whether the device's attention kernels take
+// head dim D in bf16 (1) or fp32 (0): the shared memory per block they need for it in *need, the
+// GPU's opt-in limit (cudaDevAttrMaxSharedMemoryPerBlockOptin) in *limit (both 0 for the CPU,
+// which takes any D). And the most tokens the MAP head's latent attention takes (INT64_MAX: no
+// limit).
+int vt_backend_attention_fits(vt_device device, int bf16, int64_t D, size_t *need,
+                              size_t *limit);
+int64_t vt_backend_latent_max_tokens(vt_device device);
+
 // Device memory in use on this process's GPU in bytes (what the driver reports: ours and the
 // libraries'), or 0 for the CPU.
 size_t vt_backend_device_memory_used(vt_device device);

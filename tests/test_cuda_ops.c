@@ -114,10 +114,12 @@ static const op_test kTests[] = {
       {1, 66, 2, 72, 3}}},
     {"latent_attention_fwd", "B,N,H,D", t_latent_attention_fwd, {5e-5, 5e-4},
      {{2, 197, 3, 64}, {1, 5, 1, 7}, {3, 300, 2, 8}, {1, 1, 2, 3}, {4, 196, 12, 64},
-      {1, 70, 2, 80}, {2, 1025, 1, 33}}},  // 1025: more tokens than the block's 256 threads x 4
+      {1, 70, 2, 80}, {2, 1025, 1, 33},  // 1025: more tokens than the block's 256 threads x 4
+      {1, 13000, 1, 8}}},  // past 48 KiB of scores: the kernel opts in to the GPU's limit
     {"latent_attention_bwd", "B,N,H,D,dbias", t_latent_attention_bwd, {1e-4, 5e-4},
      {{2, 197, 3, 64, 1}, {1, 5, 1, 7, 0}, {3, 300, 2, 8, 1}, {1, 1, 2, 3, 1}, {4, 196, 12, 64, 0},
-      {1, 70, 2, 80, 1}, {2, 1025, 1, 33, 1}, {64, 17, 2, 16, 1}}},  // 64 x 17: 3 colsum chunks
+      {1, 70, 2, 80, 1}, {2, 1025, 1, 33, 1}, {64, 17, 2, 16, 1},  // 64 x 17: 3 colsum chunks
+      {1, 13000, 1, 8, 1}}},
     {"to_act", "count", t_to_act, {0, 0}, {{1}, {7}, {1000}, {197 * 768 + 5}}},
     {"add", "count", t_add, {0, -1}, {{1}, {1000}, {197 * 192 + 3}}},
     {"drop_path", "rows,cols,row0,N,res", t_drop_path, {0, -1},

@@ -137,5 +137,32 @@ for cc in 80 75 100; do
   if [[ $rc == "$want_rc" ]] && grep -qE "$want" "$work/cc_$cc.log"; then echo "ok: compute capability $cc"
   else echo "FAIL: compute capability $cc: exit $rc"; tail -3 "$work/cc_$cc.log"; fail=1; fi
 done
+# Shapes the picked GPU's shared memory per block cannot take, refused at start-up (exit 2) with
+# the GPU's limit and what to do, not at the first backward or at the MAP head after a whole
+# forward: fp32 head dim 96 (188928 bytes a block for the WMMA dk/dv kernel) on an A100's 166912
+# (EMU_SMEM_OPTIN), and a MAP head over 16385 tokens where 66560 bytes take 16384.
+refuse() {  # refuse NAME OPTIN WANT ARGS...: the run exits 2 and says WANT
+  local name=$1 optin=$2 want=$3 rc=0
+  shift 3
+  EMU_SMEM_OPTIN=$optin timeout 120 "$emu" "${args[@]}" --steps 1 --device cuda "$@" \
+    --log-dir "$work/$name" > "$work/$name.log" 2>&1 || rc=$?
+  if [[ $rc == 2 ]] && grep -qE "$want" "$work/$name.log"; then echo "ok: $name refused at start-up"
+  else echo "FAIL: $name: exit $rc"; tail -3 "$work/$name.log"; fail=1; fi
+}
+refuse smem_head_dim 166912 "need 188928 bytes .* more than the 166912 .*--heads 3" \
+  --precision fp32 --width 192 --heads 2
+refuse smem_map_tokens 66560 "map over 16385 tokens: this GPU's MAP head takes at most 16384" \
+  --precision bf16 --img-size 512 --patch-size 4 --global-pool map
+# The watchdog's end with ncclCommAbort blocking for ever (as behind a hung kernel on a GPU;
+# EMU_NCCL_ABORT_HANGS): it waits for the abort at most 10 s, then ends the job all the same
+# (exit 3). Before, the watchdog's thread waited for the abort for ever, and the stalled main
+# thread takes SIGTERM as a preemption notice: the job never ended (killed after 597 s here).
+rc=0 t0=$SECONDS
+VT_FAULT=stall@0:2 EMU_NCCL_ABORT_HANGS=1 timeout -k 5 90 "$emu" "${args[@]}" --device cuda \
+  --timeout-s 2 --log-dir "$work/abort_hang" > "$work/abort_hang.log" 2>&1 || rc=$?
+if [[ $rc == 3 ]] && grep -q "ncclCommAbort did not return within 10 s" "$work/abort_hang.log"
+then echo "ok: a blocked ncclCommAbort: the watchdog ended the job in $((SECONDS - t0)) s, exit 3"
+else echo "FAIL: a blocked ncclCommAbort: exit $rc (124/137: the job never ended)"
+     tail -5 "$work/abort_hang.log"; fail=1; fi
 echo "test_cuda_train_emu: $([ $fail = 0 ] && echo passed || echo FAILED)"
 exit $fail

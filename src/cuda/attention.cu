@@ -213,6 +213,26 @@ static int variant_for(const char *op, int bwd, int64_t B, int64_t N, int64_t H,
   return cand[best];
 }
 
+// For the start-up check (vt_backend_attention_fits): the most shared memory per block the
+// kernels that would run for head dim D take, and the GPU's opt-in limit. In bf16 with D <= 80 a
+// multiple of 8, the mma.sync kernels (the rows VT_ATTN_ROWS fixes, else 64: 128 only where it
+// fits, variant_for; the stored-dS dq kernel unless VT_ATTN_DS=0); else the WMMA ones. Not
+// counted: the WMMA fallback for tensors that are not 16-byte aligned (mma_path), which the
+// model's activations are; fa_smem_allow still stops such a call with a message.
+extern "C" size_t vt_cuda_attention_smem(int64_t D, int bf16, size_t *limit) {
+  *limit = smem_optin();
+  if (!(bf16 && D <= 80 && D % 8 == 0 && vt_cuda_switch_on("VT_ATTN_MMA")))
+    return vt_cuda_attention_wmma_smem(D, bf16);
+  const int nk = (int)((D + 15) / 16), w = rows_fixed() == 8 ? 8 : 4;
+  size_t need = 0;
+  for (int k = MMA_FWD; k <= MMA_DQS; k++) {
+    if (k == MMA_DQS && ds_fixed() == 0) continue;
+    const size_t n = mma_smem(k, nk, w);
+    if (n > need) need = n;
+  }
+  return need;
+}
+
 extern "C" void vt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int64_t B,
                                       int64_t N, int64_t H, int64_t D,
                                       const vt_dropout_mask *drop) {

@@ -174,8 +174,9 @@ static inline void fa_smem_allow(const char *op, const void *kernel, size_t need
                                  int *allowed) {
   VT_CHECK(need <= smem_optin(),
            "%s: head dim D=%lld needs %zu bytes of shared memory per block in %s precision, "
-           "more than this GPU's %zu (on an H100/H200 the fused attention takes D up to 128 in "
-           "bf16, 96 in fp32): use more heads of a smaller dim, or bf16",
+           "more than this GPU's %zu (start-up checks the usual kernels, vt_cuda_attention_smem; "
+           "this call took another, as the WMMA kernels for tensors not 16-byte aligned): use "
+           "more heads of a smaller dim",
            op, (long long)D, need, vt_cuda_bf16() ? "bf16" : "fp32", smem_optin());
   if ((size_t)*allowed < need) {
     VT_CUDA_CHECK(
@@ -229,6 +230,10 @@ static inline size_t mma_smem(int kernel, int NK, int W) {
 // ds NULL, made again (mma_bwd).
 void vt_cuda_attention_wmma_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                                 int64_t H, int64_t D, const vt_dropout_mask &drop);
+// The most shared memory per block the WMMA kernels take for head dim D in bf16 or fp32 (their
+// forward, dq and dk/dv kernels), SIZE_MAX where bf16 cannot take D (fa_nf): for the start-up
+// check (vt_cuda_attention_smem).
+size_t vt_cuda_attention_wmma_smem(int64_t D, int bf16);
 void vt_cuda_attention_wmma_bwd(float *dqkv, float *dbias, const float *dout, const float *qkv,
                                 const float *out, const float *lse, int64_t B, int64_t N,
                                 int64_t H, int64_t D, const vt_dropout_mask &drop);

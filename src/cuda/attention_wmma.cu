@@ -495,6 +495,16 @@ static void bwd(float *dqkv, float *dbias, const float *dout, const float *qkv, 
   bwd_bias(dbias, part, B * grid.y, 3 * H * D);
 }
 
+size_t vt_cuda_attention_wmma_smem(int64_t D, int bf16) {
+  if (D < 1 || (bf16 && D > 128)) return SIZE_MAX;
+  const int es = bf16 ? 2 : 4;
+  const fa_dims d = fa_dims_of((int)D, es);
+  const size_t fw = fa_bytes(d, es, FA_FWD_SMEM), dq = fa_bytes(d, es, FA_DQ_SMEM),
+               dkv = fa_bytes(d, es, FA_DKV_SMEM);
+  const size_t m = fw > dq ? fw : dq;
+  return m > dkv ? m : dkv;
+}
+
 void vt_cuda_attention_wmma_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t N,
                                 int64_t H, int64_t D, const vt_dropout_mask &drop) {
   const int bf16 = vt_cuda_bf16(), nf = fa_nf("attention_fwd", D, bf16);

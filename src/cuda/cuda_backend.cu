@@ -15,6 +15,47 @@
 
 #include "../vt_backend.h"
 
+// How many characters of call name the function called: up to its first parenthesis.
+static int call_name_len(const char *call) {
+  const char *p = strchr(call, '(');
+  return p ? (int)(p - call) : (int)strlen(call);
+}
+
+// Errors a kernel leaves on the context for whatever CUDA call comes next (every later call
+// returns them too): the call that reports one is seldom the one at fault.
+static int sticky(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError: case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace: case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+static const char k_earlier[] =
+    "; the error may come from an earlier kernel, not this call (kernels run after their "
+    "launch returns): rerun with CUDA_LAUNCH_BLOCKING=1, or under compute-sanitizer, to find "
+    "the kernel at fault";
+
+void vt_cuda_fail(const char *file, int line, const char *call, cudaError_t err) {
+  vt_fatal(file, line, "%.*s failed: %s (%s)%s", call_name_len(call), call,
+           cudaGetErrorString(err), cudaGetErrorName(err),
+           sticky(err) ? k_earlier : "");
+}
+
+void vt_cublas_fail(const char *file, int line, const char *call, cublasStatus_t st) {
+  vt_fatal(file, line, "%.*s failed: %s (%s)%s", call_name_len(call), call,
+           cublasGetStatusName(st), cublasGetStatusString(st),
+           st == CUBLAS_STATUS_ALLOC_FAILED
+               ? "; cuBLAS found the GPU out of memory for its workspace: try a smaller "
+                 "--micro-batch-size, or --recompute-blocks"
+           : st == CUBLAS_STATUS_EXECUTION_FAILED ? k_earlier
+                                                   : "");
+}
+
 static cudaStream_t g_stream = NULL;
 static cublasHandle_t g_cublas = NULL;
 
@@ -152,9 +193,13 @@ void *vt_cuda_scratch(size_t nbytes) {
 static __nv_bfloat16 *g_held = NULL;
 static int64_t g_held_cap = 0, g_held_count = 0;
 static const float *g_held_from = NULL;  // NULL: nothing held
+// The fewest weights a copy failed for: asking again at every step's start would fail again
+// (what holds the memory does not shrink) and say so every step, so copies of as many or more
+// are not tried again and the failure is said once.
+static int64_t g_held_failed = INT64_MAX;
 static void cuda_hold_weights(const float *w, int64_t count) {
   g_held_from = NULL;
-  if (!vt_cuda_bf16() || count <= 0) return;
+  if (!vt_cuda_bf16() || count <= 0 || count >= g_held_failed) return;
   if (count > g_held_cap) {
     if (g_held) {
       VT_CUDA_CHECK(cudaStreamSynchronize(g_stream));  // no queued GEMM reads the old copy
@@ -165,9 +210,11 @@ static void cuda_hold_weights(const float *w, int64_t count) {
     if (err != cudaSuccess) {  // not fatal: every GEMM rounds its weight itself, as before
       (void)cudaGetLastError();
       g_held = NULL;
-      fprintf(stderr, "vit3d: no GPU memory for the weights' bf16 copy (%lld MiB: %s); the "
-              "GEMMs round their weights at each call\n", (long long)(count >> 19),
-              cudaGetErrorString(err));
+      if (g_held_failed == INT64_MAX)
+        vt_log_warn("no GPU memory for the weights' bf16 copy (%lld MiB: %s); the GEMMs round "
+                    "their weights at each call instead (the same bits, a little slower), for "
+                    "the rest of the run", (long long)(count >> 19), cudaGetErrorString(err));
+      g_held_failed = count;
       return;
     }
     g_held_cap = count;

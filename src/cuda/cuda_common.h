@@ -16,21 +16,24 @@
 
 #include "../vt_error.h"
 
-#define VT_CUDA_CHECK(call)                                                                    \
-  do {                                                                                         \
-    cudaError_t vt_err_ = (call);                                                              \
-    if (vt_err_ != cudaSuccess)                                                                \
-      vt_fatal(__FILE__, __LINE__, "%s failed: %s (%s)", #call, cudaGetErrorString(vt_err_),   \
-               cudaGetErrorName(vt_err_));                                                     \
+// The fatal messages of the two checks below (cuda_backend.cu): the function called (the
+// expression up to its first parenthesis), the error's name and text, and what to do: for an
+// error that a kernel leaves behind for whatever call comes next (an illegal address, a failed
+// launch), that it may come from an earlier kernel; for cuBLAS out of memory, what to shrink.
+VT_NORETURN void vt_cuda_fail(const char *file, int line, const char *call, cudaError_t err);
+VT_NORETURN void vt_cublas_fail(const char *file, int line, const char *call,
+                                cublasStatus_t st);
+
+#define VT_CUDA_CHECK(call)                                       \
+  do {                                                            \
+    cudaError_t vt_err_ = (call);                                 \
+    if (vt_err_ != cudaSuccess) vt_cuda_fail(__FILE__, __LINE__, #call, vt_err_); \
   } while (0)
 
-// cuBLAS has no message table of its own worth relying on across versions; the status number
-// is what its documentation (cublasStatus_t) indexes.
-#define VT_CUBLAS_CHECK(call)                                                                  \
-  do {                                                                                         \
-    cublasStatus_t vt_st_ = (call);                                                            \
-    if (vt_st_ != CUBLAS_STATUS_SUCCESS)                                                       \
-      vt_fatal(__FILE__, __LINE__, "%s failed: cuBLAS status %d", #call, (int)vt_st_);         \
+#define VT_CUBLAS_CHECK(call)                                                              \
+  do {                                                                                     \
+    cublasStatus_t vt_st_ = (call);                                                        \
+    if (vt_st_ != CUBLAS_STATUS_SUCCESS) vt_cublas_fail(__FILE__, __LINE__, #call, vt_st_); \
   } while (0)
 
 // A launch reports bad configurations only through the next error query; ask right away so the

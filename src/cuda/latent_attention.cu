@@ -94,26 +94,41 @@ static __global__ void latent_bwd_kernel(float *dq_part, T *dkv, float *dkv32, c
   }
 }
 
+// What a block may hold beside the kernels' static red[] (1 KiB): the GPU's opt-in limit, which
+// each kernel opts in to (la_smem) past the default 48 KiB.
+static size_t la_limit(void) { return smem_optin() - VT_TREE_THREADS * sizeof(float); }
+
+// The most tokens the kernels take on this GPU, for the start-up check (vt_backend.h).
+extern "C" int64_t vt_cuda_latent_max_tokens(void) { return (int64_t)(la_limit() / 16 * 4); }
+
 // N floats, rounded up to whole 16-byte groups: the compiler reads the scores 4 at a time and
 // may read a partial last group whole (compute-sanitizer's memcheck on an H200 caught a 12-byte
-// read past N = 197 in latent_fwd_kernel<float>).
-static size_t la_smem(const char *op, int64_t B, int64_t N, int64_t H, int64_t D) {
+// read past N = 197 in latent_fwd_kernel<float>). Allows the kernel that much once it needs
+// more than *allowed (past 48 KiB a launch fails without it).
+static size_t la_smem(const char *op, const void *kernel, int *allowed, int64_t B, int64_t N,
+                      int64_t H, int64_t D) {
   const size_t need = (size_t)(N + 3) / 4 * 4 * sizeof(float);
   VT_CHECK(B * H <= INT_MAX && 2 * H * D <= INT_MAX && N <= INT_MAX,
            "%s: B=%lld N=%lld H=%lld D=%lld are too large for one grid", op, (long long)B,
            (long long)N, (long long)H, (long long)D);
-  // A block may hold 48 KiB without opting in, the kernels' static red[] (1 KiB) included.
-  const size_t limit = 48 * 1024 - VT_TREE_THREADS * sizeof(float);
-  VT_CHECK(need <= limit, "%s: %lld tokens need %zu bytes of shared memory per block, more than "
-           "the %zu beside the kernel's own (at most %zu tokens)", op, (long long)N, need, limit,
-           limit / sizeof(float));
+  VT_CHECK(need <= la_limit(), "%s: %lld tokens need %zu bytes of shared memory per block, more "
+           "than the %zu this GPU allows beside the kernel's own (at most %lld tokens): use a "
+           "larger --patch-size or another --global-pool", op, (long long)N, need, la_limit(),
+           (long long)vt_cuda_latent_max_tokens());
+  if ((size_t)*allowed < need) {
+    VT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)need));
+    *allowed = (int)need;
+  }
   return need;
 }
 
 template <typename T>
 static void latent_fwd(float *out, float *lse, const float *q, const float *kv, int64_t B,
                        int64_t N, int64_t H, int64_t D) {
-  const size_t smem = la_smem("latent_attention_fwd", B, N, H, D);
+  static int allowed;
+  const size_t smem = la_smem("latent_attention_fwd", (const void *)latent_fwd_kernel<T>,
+                              &allowed, B, N, H, D);
   latent_fwd_kernel<T><<<(unsigned)(B * H), VT_TREE_THREADS, smem, vt_cuda_stream()>>>(
       (T *)out, lse, (const T *)q, (const T *)kv, (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D));
   VT_CUDA_CHECK_LAUNCH();
@@ -123,7 +138,9 @@ template <typename T>
 static void latent_bwd(float *dq, float *dkv, float *dbias, const float *dout, const float *q,
                        const float *kv, const float *out, const float *lse, int64_t B, int64_t N,
                        int64_t H, int64_t D) {
-  const size_t smem = la_smem("latent_attention_bwd", B, N, H, D);
+  static int allowed;
+  const size_t smem = la_smem("latent_attention_bwd", (const void *)latent_bwd_kernel<T>,
+                              &allowed, B, N, H, D);
   const int64_t C = H * D, ld = 2 * C, rows = B * N;
   const bool bf16_bias = dbias && sizeof(T) == 2;
   // Op scratch: each sample's query gradient (B, C); with a bf16 dkv and dbias the fp32 dkv;

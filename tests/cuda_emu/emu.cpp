@@ -266,7 +266,15 @@ static void run_block() {
 // Dynamic shared memory: the launch's size, refilled with NaN for every block (a kernel that
 // reads shared memory nobody wrote shows it). More than the default 48 KiB needs the kernel's
 // cudaFuncSetAttribute(MaxDynamicSharedMemorySize) first, as on a GPU; sm_90 allows 227 KiB.
-static const int kSmemOptin = 232448;
+// EMU_SMEM_OPTIN=BYTES claims another GPU's opt-in limit (an A100: 166912, sm_86/89: 101376).
+static int smem_optin() {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("EMU_SMEM_OPTIN");
+    v = e ? atoi(e) : 232448;
+  }
+  return v;
+}
 static unsigned char *g_dyn;
 static size_t g_dyn_size;
 static struct { const void *k; int bytes; } g_smem_attr[256];  // kernels with a raised limit
@@ -372,11 +380,11 @@ void run_grid(dim3 grid, dim3 block, size_t shm, const void *kernel, void (*body
 // The opt-in shared memory limit and the kernels' raised limits (cudaFuncSetAttribute).
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
   if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return 1;
-  *v = vt_emu::kSmemOptin;
+  *v = vt_emu::smem_optin();
   return cudaSuccess;
 }
 cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v) {
-  if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > vt_emu::kSmemOptin)
+  if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > vt_emu::smem_optin())
     return 1;
   for (auto &s : vt_emu::g_smem_attr)
     if (s.k == f || !s.k) {

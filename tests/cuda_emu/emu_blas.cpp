@@ -13,6 +13,17 @@
 
 // ---- cuBLAS: one column-major GEMM, fp32 sums in k order, bf16 operands widened exactly, a bf16
 // C rounded to nearest even ----
+const char *cublasGetStatusName(cublasStatus_t st) {
+  switch (st) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  }
+  return "CUBLAS_STATUS_UNKNOWN";
+}
+const char *cublasGetStatusString(cublasStatus_t) { return "emulated cuBLAS status"; }
 cublasStatus_t cublasCreate(cublasHandle_t *h) {
   static int obj;
   *h = (cublasHandle_t)&obj;

@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -464,7 +465,13 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   delete comm;
   return ncclSuccess;
 }
-ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }  // the job is ending anyway
+// The job is ending anyway. EMU_NCCL_ABORT_HANGS=1 (test-only) blocks for ever instead, as
+// ncclCommAbort does on a GPU behind a kernel that never ends (it waits for the device).
+ncclResult_t ncclCommAbort(ncclComm_t) {
+  if (getenv("EMU_NCCL_ABORT_HANGS"))
+    for (;;) pause();
+  return ncclSuccess;
+}
 ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *result) {
   *result = ncclSuccess;
   return ncclSuccess;

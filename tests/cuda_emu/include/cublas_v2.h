@@ -5,9 +5,13 @@
 typedef struct emu_cublas *cublasHandle_t;
 typedef enum {
   CUBLAS_STATUS_SUCCESS = 0,
+  CUBLAS_STATUS_ALLOC_FAILED = 3,
   CUBLAS_STATUS_INVALID_VALUE = 7,
+  CUBLAS_STATUS_EXECUTION_FAILED = 13,
   CUBLAS_STATUS_NOT_SUPPORTED = 15
 } cublasStatus_t;
+const char *cublasGetStatusName(cublasStatus_t st);
+const char *cublasGetStatusString(cublasStatus_t st);
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum { CUBLAS_DEFAULT_MATH = 0 } cublasMath_t;
 typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType;

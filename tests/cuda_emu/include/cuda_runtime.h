@@ -11,7 +11,20 @@
 #include <string.h>
 
 typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorNotReady = 600 };
+enum {
+  cudaSuccess = 0,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700,  // (the errors a kernel leaves behind: cuda_backend.cu's sticky)
+  cudaErrorLaunchTimeout = 702,
+  cudaErrorAssert = 710,
+  cudaErrorHardwareStackError = 714,
+  cudaErrorIllegalInstruction = 715,
+  cudaErrorMisalignedAddress = 716,
+  cudaErrorInvalidAddressSpace = 717,
+  cudaErrorInvalidPc = 718,
+  cudaErrorLaunchFailure = 719
+};
 typedef struct emu_stream *cudaStream_t;
 typedef struct emu_event *cudaEvent_t;
 #define cudaEventDefault 0
