@@ -47,6 +47,9 @@ struct vt_loader {
   int32_t *label_block;  // every slot's labels, one block (cfg.host_alloc)
   int64_t *members, *class_start;  // samples of class c: members[class_start[c] .. [c+1])
   atomic_uchar *known_bad;         // a warning was printed for this file
+  // ...and its failure does not depend on the crop (not VT_IMG_CORRUPT, which a decode that
+  // stops early may miss for one crop and meet for another): a stand-in never tried again
+  atomic_uchar *firm_bad;
   pthread_mutex_t mu;
   pthread_cond_t work_cv, ready_cv;
   int64_t fill_batch;  // next micro-batch to open for decoding
@@ -97,7 +100,8 @@ static void plan_batch(vt_loader *l, slot *s, int64_t j) {
   s->err_sample = -1;
 }
 
-static void warn_once(vt_loader *l, int64_t idx, const char *msg) {
+static void warn_once(vt_loader *l, int64_t idx, vt_image_status st, const char *msg) {
+  if (st != VT_IMG_CORRUPT) atomic_store(&l->firm_bad[idx], 1);
   if (atomic_exchange(&l->known_bad[idx], 1)) return;
   if (l->cfg.bad_policy == VT_BAD_OMIT)
     vt_log_warn("bad image left out of the evaluation: %s", msg);
@@ -115,7 +119,8 @@ static vt_sample_spec spec_of(const vt_loader *l, const slot *s, int i) {
 // Renders a good sample of idx's class into out, with the crop of sp's key (the crop is keyed by
 // the position's own sample, also for a stand-in, so that a replaced sample does not repeat the
 // stand-in's crop of this epoch). Picks depend only on (seed, position, attempt); skipping files
-// already known bad only saves the work of failing on them again.
+// already known bad whatever the crop only saves the work of failing on them again (one bad for
+// another crop is tried: which thread met it first would otherwise choose the stand-in).
 static int replace(vt_loader *l, int64_t idx, int64_t pos, const vt_sample_spec *sp, float *out,
                    char *err, size_t errlen) {
   int32_t c = l->ds->labels[idx];
@@ -129,19 +134,19 @@ static int replace(vt_loader *l, int64_t idx, int64_t pos, const vt_sample_spec 
       // Multiply-shift: a bias below m / 2^32, irrelevant for picking a stand-in.
       int64_t k = (int64_t)((r * (uint64_t)(m - 1)) >> 32);
       int64_t cand = mem[k] == idx ? mem[m - 1] : mem[k];
-      if (atomic_load(&l->known_bad[cand])) continue;
-      if (vt_sample_from_dataset(l->ds, cand, sp, out, msg, sizeof(msg)) == VT_IMG_OK)
-        return 1;
-      warn_once(l, cand, msg);
+      if (atomic_load(&l->firm_bad[cand])) continue;
+      const vt_image_status st = vt_sample_from_dataset(l->ds, cand, sp, out, msg, sizeof(msg));
+      if (st == VT_IMG_OK) return 1;
+      warn_once(l, cand, st, msg);
       continue;
     }
     int64_t start = (int64_t)((r * (uint64_t)m) >> 32);
     for (int64_t u = 0; u < m; u++) {
       int64_t cand = mem[(start + u) % m];
-      if (cand == idx || atomic_load(&l->known_bad[cand])) continue;
-      if (vt_sample_from_dataset(l->ds, cand, sp, out, msg, sizeof(msg)) == VT_IMG_OK)
-        return 1;
-      warn_once(l, cand, msg);
+      if (cand == idx || atomic_load(&l->firm_bad[cand])) continue;
+      const vt_image_status st = vt_sample_from_dataset(l->ds, cand, sp, out, msg, sizeof(msg));
+      if (st == VT_IMG_OK) return 1;
+      warn_once(l, cand, st, msg);
     }
   }
   set_err(err, errlen,
@@ -170,7 +175,7 @@ static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size
       set_err(err, errlen, "%s (bad-image policy: fail)", msg);
       return 0;
     }
-    warn_once(l, idx, msg);
+    warn_once(l, idx, st, msg);
     *bad = s->bad_flag[i] = 1;
     if (c->bad_policy == VT_BAD_OMIT) {  // a zero image, flagged for the caller to leave out
       memset(out, 0, plane * sizeof(float));
@@ -255,7 +260,8 @@ static int index_classes(vt_loader *l) {
   l->members = malloc((size_t)ds->count * sizeof(int64_t));
   l->known_bad =
       l->cfg.warned ? l->cfg.warned : calloc((size_t)ds->count, sizeof(atomic_uchar));
-  if (!l->class_start || !l->members || !l->known_bad) return 0;
+  l->firm_bad = calloc((size_t)ds->count, sizeof(atomic_uchar));
+  if (!l->class_start || !l->members || !l->known_bad || !l->firm_bad) return 0;
   for (int64_t i = 0; i < ds->count; i++) l->class_start[ds->labels[i] + 1]++;
   for (int c = 0; c < K; c++) l->class_start[c + 1] += l->class_start[c];
   int64_t *fill = malloc(((size_t)K + 1) * sizeof(int64_t));
@@ -421,6 +427,7 @@ void vt_loader_destroy(vt_loader *l) {
   free(l->members);
   free(l->class_start);
   if (l->known_bad != l->cfg.warned) free(l->known_bad);
+  free(l->firm_bad);
   if (l->cfg.train) vt_sampler_free(&l->sampler);
   free(l);
 }
