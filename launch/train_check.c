@@ -45,6 +45,17 @@ int vt_train_device_fits(const vt_train_options *o, char *err, size_t errlen) {
              bf16 ? "" : " or --precision bf16");
     return 0;
   }
+  // Tensors every TP rank holds whole (patch embedding, positions, norms, the MAP head) are
+  // computed on each and never reduced over TP: the same bits only from the same GEMM
+  // algorithms, which timing picks per process.
+  const char *tune = getenv("VT_CUBLASLT_TUNE");
+  if (o->device == VT_DEVICE_CUDA && o->tp > 1 && tune && atoi(tune) > 1) {
+    snprintf(err, errlen, "VT_CUBLASLT_TUNE=%s times cuBLASLt's algorithms on each rank, so the "
+             "%d TP ranks may pick different ones and compute the tensors they all hold in "
+             "different bits, drifting apart unseen: unset it with --tp > 1 (a diagnosis for "
+             "one process)", tune, o->tp);
+    return 0;
+  }
   const int64_t most = vt_backend_latent_max_tokens(o->device);
   if (c->global_pool == 3 && vt_cfg_tokens(c) > most) {
     snprintf(err, errlen, "--global-pool map over %d tokens: this GPU's MAP head takes at most "

@@ -180,5 +180,13 @@ if EMU_GPUS=1 timeout 300 mpirun -np 2 --oversubscribe -x EMU_GPUS bash -c \
      --device cuda --dp 2 < /dev/null > "$work/own_gpu.log" 2>&1; then
   echo "ok: 2 ranks each shown one GPU of its own train"
 else echo "FAIL: 2 ranks each shown its own GPU:"; tail -5 "$work/own_gpu.log"; fail=1; fi
+# VT_CUBLASLT_TUNE (timed picks, per process) with TP: refused, since the TP ranks' copies of
+# the tensors they all hold would drift apart in their last bits.
+EMU_GPUS=2 VT_CUBLASLT_TUNE=4 timeout 120 mpirun -np 2 --oversubscribe -x EMU_GPUS \
+  -x VT_CUBLASLT_TUNE "$emu" "${args[@]}" --device cuda --tp 2 < /dev/null > "$work/tune.log" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "VT_CUBLASLT_TUNE=4 times cuBLASLt's algorithms on each rank" "$work/tune.log"
+then echo "ok: VT_CUBLASLT_TUNE with --tp 2 refused at start-up"
+else echo "FAIL: VT_CUBLASLT_TUNE with --tp 2: rc $rc"; tail -3 "$work/tune.log"; fail=1; fi
 echo "test_cuda_mesh_emu: $([ $fail = 0 ] && echo passed || echo FAILED)"
 exit $fail
