@@ -101,6 +101,11 @@ typedef struct {
   float label_smoothing;            // --label-smoothing (0.1)
   int bce_loss;                     // --bce-loss (0)
   float bce_thresh;                 // --bce-target-thresh (-1)
+  float hflip, crop_scale_min;      // --hflip (0.5), --crop-scale-min (0.08; not with simple crop)
+  int train_interp;                 // --train-interpolation as vt_interp: 0 sample (0)
+  int simple_crop, three_augment;   // --simple-crop, --three-augment (0)
+  float color_jitter;               // --color-jitter (0.3; 3-Augment's only)
+  int aa_interp;                    // --aa-interpolation as vt_ra_interp: 1 bicubic (1; --aa's)
   float ema_decay;                  // --model-ema (0: none)
   int ema_warmup;                   // --model-ema-warmup (0)
   char freeze[256], trainable[256];  // --freeze, --trainable ("": none)
@@ -163,6 +168,8 @@ const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m);
 const char *vt_ckpt_act_name(const vt_ckpt_manifest *m);
 // The --remode word of a vt_erase_mode: const, rand or pixel.
 const char *vt_ckpt_remode_name(int remode);
+// --train-interpolation's word for a manifest's train_interp (vt_interp's order).
+const char *vt_ckpt_interp_name(int interp);
 
 // Reads dir/manifest.txt and verifies the size and CRC-32 of every file it lists.
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen);

@@ -42,6 +42,13 @@ static const struct setting {
     SETTING("label_smoothing", 'f', label_smoothing, 0.1, 0, 1),
     SETTING("bce_loss", 'i', bce_loss, 0, 0, 1),
     SETTING("bce_thresh", 'f', bce_thresh, -1, -1, 1),
+    SETTING("hflip", 'f', hflip, 0.5, 0, 1),
+    SETTING("crop_scale_min", 'f', crop_scale_min, 0.08, 0, 1),
+    SETTING("train_interp", 'i', train_interp, 0, 0, 2),
+    SETTING("simple_crop", 'i', simple_crop, 0, 0, 1),
+    SETTING("three_augment", 'i', three_augment, 0, 0, 1),
+    SETTING("color_jitter", 'f', color_jitter, 0.3, 0, 1),
+    SETTING("aa_interp", 'i', aa_interp, 1, 0, 1),
     SETTING("ema_decay", 'f', ema_decay, 0, 0, 1),
     SETTING("ema_warmup", 'i', ema_warmup, 0, 0, 1),
     SETTING("freeze", 's', freeze, 0, 0, 0),
@@ -53,6 +60,11 @@ static const char *const k_remode[3] = {"const", "rand", "pixel"};
 
 const char *vt_ckpt_remode_name(int remode) {
   return remode >= 0 && remode < 3 ? k_remode[remode] : "?";
+}
+
+const char *vt_ckpt_interp_name(int interp) {
+  static const char *const names[3] = {"sample", "bilinear", "bicubic"};
+  return interp >= 0 && interp < 3 ? names[interp] : "?";
 }
 
 // Every setting at its absent value (a manifest without them: the flags' defaults).

@@ -351,6 +351,14 @@ void vt_ckpt_manifest_settings(vt_ckpt_manifest *man, const vt_train_options *o)
   man->mix_prob = mix ? o->mix.prob : 1;
   man->mix_switch_prob = man->mixup > 0 && man->cutmix > 0 ? o->mix.switch_prob : 0.5f;
   man->reprob = o->erase.prob, man->remode = o->erase.prob > 0 ? (int)o->erase.mode : 2;
+  // (each at its default where it does nothing: a manifest says what changes the run)
+  const vt_transform_config *tc = &o->transform;
+  man->hflip = tc->flip_prob;
+  man->crop_scale_min = tc->simple_crop ? 0.08f : tc->scale_min;
+  man->train_interp = (int)tc->train_interp;
+  man->simple_crop = tc->simple_crop, man->three_augment = tc->three_aug;
+  man->color_jitter = tc->three_aug ? tc->color_jitter : 0.3f;
+  man->aa_interp = tc->ra.layers > 0 ? (int)tc->ra.interp : 1;
   man->aa[0] = '\0';
   const vt_randaug_config *ra = &o->transform.ra;
   if (ra->layers > 0)  // --aa's keys, each exactly (an infinite mstd as vt_randaug_parse's 101)

@@ -375,6 +375,15 @@ static void warn_settings(const vt_train_options *o, const char *dir, const vt_c
   differs_float(&d, man->label_smoothing, cur.label_smoothing, "--label-smoothing");
   differs_int(&d, man->bce_loss, cur.bce_loss, "--bce-loss");
   differs_float(&d, man->bce_thresh, cur.bce_thresh, "--bce-target-thresh");
+  differs_float(&d, man->hflip, cur.hflip, "--hflip");
+  differs_float(&d, man->crop_scale_min, cur.crop_scale_min, "--crop-scale-min");
+  differs(&d, man->train_interp == cur.train_interp, "--train-interpolation",
+          vt_ckpt_interp_name(man->train_interp), vt_ckpt_interp_name(cur.train_interp));
+  differs_int(&d, man->simple_crop, cur.simple_crop, "--simple-crop");
+  differs_int(&d, man->three_augment, cur.three_augment, "--three-augment");
+  differs_float(&d, man->color_jitter, cur.color_jitter, "--color-jitter");
+  differs(&d, man->aa_interp == cur.aa_interp, "--aa-interpolation",
+          man->aa_interp ? "bicubic" : "bilinear", cur.aa_interp ? "bicubic" : "bilinear");
   if (d.n)
     vt_log_warn("%s was saved by a run with %s and this one has %s: from here the training "
                 "differs from that run's%s", dir, d.was, d.now,

@@ -84,6 +84,19 @@ static void settings_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
                    float_text(m->reprob, a[9], 32), vt_ckpt_remode_name(m->remode),
                    shell_word(m->aa, q[0], sizeof q[0]),
                    float_text(m->label_smoothing, a[10], 32), m->bce_loss);
+  if (k < (int)size)
+    k += snprintf(out + k, size - (size_t)k, " --hflip %s --train-interpolation %s "
+                  "--simple-crop %d --three-augment %d", float_text(m->hflip, a[0], 32),
+                  vt_ckpt_interp_name(m->train_interp), m->simple_crop, m->three_augment);
+  if (k < (int)size && !m->simple_crop)  // (unused with it)
+    k += snprintf(out + k, size - (size_t)k, " --crop-scale-min %s",
+                  float_text(m->crop_scale_min, a[0], 32));
+  if (k < (int)size && m->three_augment)
+    k += snprintf(out + k, size - (size_t)k, " --color-jitter %s",
+                  float_text(m->color_jitter, a[0], 32));
+  if (k < (int)size && m->aa[0])
+    k += snprintf(out + k, size - (size_t)k, " --aa-interpolation %s",
+                  m->aa_interp ? "bicubic" : "bilinear");
   if (k < (int)size && m->bce_loss)  // (refused without --bce-loss 1)
     k += snprintf(out + k, size - (size_t)k, " --bce-target-thresh %s",
                   float_text(m->bce_thresh, a[11], 32));

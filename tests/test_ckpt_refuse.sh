@@ -220,7 +220,8 @@ else echo "FAIL: resuming with vit3d inspect's flags ($flags):"; tail -5 "$work/
 # the optimizer's settings are.
 reg=(--drop-path 0.1 --drop-path-uniform 1 --proj-drop 0.05 --attn-drop 0.02 --pos-drop 0.03
      --drop 0.04 --mixup 0.8 --cutmix 1.0 --mix-prob 0.9 --mix-switch-prob 0.3 --reprob 0.25
-     --remode rand --label-smoothing 0.2 --bce-loss 1 --bce-target-thresh 0.2)
+     --remode rand --label-smoothing 0.2 --bce-loss 1 --bce-target-thresh 0.2 --hflip 0.3
+     --crop-scale-min 0.5)
 ema=(--model-ema 0.99 --model-ema-warmup 1)
 rfrz=(--freeze "^blocks\\.0\\. 'x" --trainable '^(blocks|head|norm)')
 "$vit3d" "${args[@]}" --steps 6 "${reg[@]}" "${ema[@]}" "${rfrz[@]}" --log-dir "$work/reg_full" \
@@ -238,7 +239,7 @@ else echo "FAIL: inspect's line of a regularised run ($flags):"; tail -5 "$work/
 out=$("$vit3d" "${args[@]}" --steps 6 "${ema[@]}" "${rfrz[@]}" --resume "$work/ck_reg/step-00000003" \
       --save "$work/ck_reg3" 2>&1)
 rc=$?
-want="was saved by a run with --drop-path 0.1 --drop-path-uniform 1 --proj-drop 0.05 --attn-drop 0.02 --pos-drop 0.03 --drop 0.04 --mixup 0.8 --cutmix 1 --mix-prob 0.9 --mix-switch-prob 0.3 --reprob 0.25 --remode rand --label-smoothing 0.2 --bce-loss 1 --bce-target-thresh 0.2 and this one has --drop-path 0 --drop-path-uniform 0 --proj-drop 0 --attn-drop 0 --pos-drop 0 --drop 0 --mixup 0 --cutmix 0 --mix-prob 1 --mix-switch-prob 0.5 --reprob 0 --remode pixel --label-smoothing 0.1 --bce-loss 0 --bce-target-thresh -1"
+want="was saved by a run with --drop-path 0.1 --drop-path-uniform 1 --proj-drop 0.05 --attn-drop 0.02 --pos-drop 0.03 --drop 0.04 --mixup 0.8 --cutmix 1 --mix-prob 0.9 --mix-switch-prob 0.3 --reprob 0.25 --remode rand --label-smoothing 0.2 --bce-loss 1 --bce-target-thresh 0.2 --hflip 0.3 --crop-scale-min 0.5 and this one has --drop-path 0 --drop-path-uniform 0 --proj-drop 0 --attn-drop 0 --pos-drop 0 --drop 0 --mixup 0 --cutmix 0 --mix-prob 1 --mix-switch-prob 0.5 --reprob 0 --remode pixel --label-smoothing 0.1 --bce-loss 0 --bce-target-thresh -1 --hflip 0.5 --crop-scale-min 0.08"
 if [ $rc -eq 0 ] && grep -q "warning: .*$want" <<<"$out"; then
   echo "ok: a resume without the regularisation settings warns, naming each"
 else echo "FAIL: resume without the regularisation settings: rc $rc: $out"; fail=1; fi

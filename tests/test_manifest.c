@@ -205,6 +205,8 @@ static void test_settings(void) {
   m.pos_drop = 0.05f, m.head_drop = 0.999f, m.mixup = 0.8f, m.cutmix = 1, m.mix_prob = 0;
   m.mix_switch_prob = 0.25f, m.reprob = 0.25f, m.remode = 1, m.label_smoothing = 0;
   m.bce_loss = 1, m.bce_thresh = 0, m.ema_decay = 0.99998f, m.ema_warmup = 1;
+  m.hflip = 0, m.crop_scale_min = 0.35f, m.train_interp = 2, m.simple_crop = 1;
+  m.three_augment = 1, m.color_jitter = 0.1f, m.aa_interp = 0;
   snprintf(m.aa, sizeof m.aa, "rand-m9-n2-mstd0.5-mmax10-inc1-p0.5");
   snprintf(m.freeze, sizeof m.freeze, "^blocks\\.(0|1)\\. 'it''s' 100%% \t%%41");
   memset(m.trainable, 'x', sizeof m.trainable - 1);  // the longest: 255 bytes
@@ -212,7 +214,10 @@ static void test_settings(void) {
   m.trainable[7] = ' ';
   n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
-             back.recorded == 20 && back.drop_path == m.drop_path && back.drop_path_uniform == 1 &&
+             back.recorded == 27 && back.drop_path == m.drop_path && back.drop_path_uniform == 1 &&
+             back.hflip == 0 && back.crop_scale_min == m.crop_scale_min &&
+             back.train_interp == 2 && back.simple_crop == 1 && back.three_augment == 1 &&
+             back.color_jitter == m.color_jitter && back.aa_interp == 0 &&
              back.proj_drop == m.proj_drop && back.attn_drop == m.attn_drop &&
              back.pos_drop == m.pos_drop && back.head_drop == m.head_drop &&
              back.mixup == m.mixup && back.cutmix == 1 && back.mix_prob == 0 &&
