@@ -55,6 +55,7 @@ typedef struct {
   const uint8_t *bytes;
   size_t nbytes, pos;  // pos: bytes libpng has consumed
   int eof;             // the read callback ran out of bytes: the file is truncated
+  int info_done;       // the header chunks were read: a cut lies in the image data or after
   int oom;             // a pixel buffer could not be allocated
   int complete;        // every row is decoded; later errors (trailing chunks, IEND) do not matter
   char msg[160];       // libpng's error message
@@ -126,6 +127,7 @@ static int png_run(png_structp png, png_infop info, png_job *j, int64_t max_pixe
   png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, NULL, 0);
   png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, skip, (int)(sizeof skip / 5));
   png_read_info(png, info);
+  j->info_done = 1;
 
   j->width = (int)png_get_image_width(png, info);
   j->height = (int)png_get_image_height(png, info);
@@ -231,7 +233,8 @@ vt_image_status vt_png_decode_part(const uint8_t *bytes, size_t nbytes, int64_t 
   }
   if (j.eof) {
     vt_img_set_err(err, errlen,
-                   "truncated PNG: the file ends after %zu bytes, before the image data", nbytes);
+                   "truncated PNG: the file ends after %zu bytes, %s", nbytes,
+                   j.info_done ? "inside its image data" : "before the image data");
     return VT_IMG_TRUNCATED;
   }
   vt_img_set_err(err, errlen, "corrupt PNG: %s", j.msg);
