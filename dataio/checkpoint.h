@@ -29,6 +29,7 @@ typedef struct {
   int64_t stream_position;  // next sample of the data stream (design.md)
   int64_t global_batch;
   int64_t adam_t;           // optimizer steps taken (Adam's bias corrections)
+  int64_t adam_t0;          // the step count Adam's moments restarted at (vt_optimizer.t0; 0)
   // The spike guard's statistics (vit/spike.h) of the loss [0] and the gradient norm [1]: values
   // taken, moving mean and variance (lines "spike_loss N MEAN VAR", "spike_norm ..."; absent:
   // none taken, as in manifests that predate them).
@@ -168,6 +169,9 @@ const char *vt_ckpt_opt_name(const vt_ckpt_manifest *m);
 const char *vt_ckpt_act_name(const vt_ckpt_manifest *m);
 // The --remode word of a vt_erase_mode: const, rand or pixel.
 const char *vt_ckpt_remode_name(int remode);
+// " ..." where the manifest's list of unknown keys (vt_ckpt_manifest.unknown) names fewer than
+// nunknown of them, else "".
+const char *vt_ckpt_unknown_more(const vt_ckpt_manifest *m);
 // --train-interpolation's word for a manifest's train_interp (vt_interp's order).
 const char *vt_ckpt_interp_name(int interp);
 

@@ -62,6 +62,12 @@ const char *vt_ckpt_remode_name(int remode) {
   return remode >= 0 && remode < 3 ? k_remode[remode] : "?";
 }
 
+const char *vt_ckpt_unknown_more(const vt_ckpt_manifest *m) {
+  int names = m->unknown[0] != '\0';
+  for (const char *p = m->unknown; *p; p++) names += *p == ' ';
+  return names < m->nunknown ? " ..." : "";
+}
+
 const char *vt_ckpt_interp_name(int interp) {
   static const char *const names[3] = {"sample", "bilinear", "bicubic"};
   return interp >= 0 && interp < 3 ? names[interp] : "?";
@@ -187,6 +193,8 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
   if (m->data_images && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "data_images %" PRId64 "\ndata_classes %" PRId64
                   "\n", m->data_images, m->data_classes);
+  if (m->adam_t0 && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "adam_t0 %" PRId64 "\n", m->adam_t0);
   if (m->optim_from_layer && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "optim_from_layer %d\n", m->optim_from_layer);
   for (int i = 0; i < N_SETTINGS && k < (int)nbytes; i++)
@@ -221,6 +229,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"stream_position", 0, INT64_MAX / 2, &m->stream_position, 8, 0, 0},
       {"global_batch", 1, 1 << 30, &m->global_batch, 8, 0, 0},
       {"adam_t", 0, INT64_MAX / 2, &m->adam_t, 8, 0, 0},
+      {"adam_t0", 0, INT64_MAX / 2, &m->adam_t0, 8, 1, 0},  // absent: 0
       {"lamb", 0, 1, &m->lamb, 4, 1, 0},  // absent: 0 (AdamW)
       {"sgd", 0, 2, &m->sgd, 4, 1, 0},    // absent: 0 (not SGD)
       {"lars", 0, 4, &m->lars, 4, 1, 0},  // absent: 0 (not LARS)
@@ -274,7 +283,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   memset(m, 0, sizeof *m);
   m->aug_repeats = 1, m->qkv_bias = 1, m->class_token = 1, m->norm_eps = 1e-6f;
   settings_absent(m);
-  int format = 0, ratio = 0, seed = 0, line_no = 0;
+  int format = 0, ratio = 0, seed = 0, line_no = 0, unknown_cut = 0;
   const char *p = text, *end = text + nbytes;
   while (p < end) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -340,9 +349,11 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       // A newer vit3d's optional key, with whatever values (one that older binaries must not
       // skip comes with a new format line, refused above): skipped and named for the caller's
       // warning, so that its checkpoint still resumes, is inspected and exported here.
+      // (the first names that fit, in order: a caller tells a cut list by its count)
       const size_t at = strlen(m->unknown);
-      if (at + strlen(key) + 2 < sizeof m->unknown)
+      if (at + strlen(key) + 2 < sizeof m->unknown && !unknown_cut)
         snprintf(m->unknown + at, sizeof m->unknown - at, "%s%s", at ? " " : "", key);
+      else unknown_cut = 1;
       m->nunknown++;
       continue;
     }

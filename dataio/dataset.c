@@ -153,9 +153,10 @@ static vt_status walk_folders(const char *dir, strlist *out, strlist *lines, str
   return st;
 }
 
-// The image kinds' fingerprint line: an index of a version that took other files is stale.
+// The image kinds' fingerprint line and the listing's: an index of a version that took other
+// files, or only those directly in class folders, is stale.
 static int kinds_line(strlist *lines) {
-  char kinds[128] = "images";
+  char kinds[160] = "listing\tclass folders walked whole\nimages";
   for (int i = 0; i < IMAGE_KINDS; i++)
     snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%c%s", i ? ' ' : '\t',
              k_image_kinds[i]);

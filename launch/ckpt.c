@@ -437,7 +437,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   const vt_vit_config *c = &m->cfg;
   w->man = (vt_ckpt_manifest){
       .step = step, .stream_position = step * o->global_batch,
-      .global_batch = o->global_batch, .adam_t = opt->t, .seed = o->seed,
+      .global_batch = o->global_batch, .adam_t = opt->t, .adam_t0 = opt->t0, .seed = o->seed,
       .lamb = opt->cfg.kind == VT_OPT_LAMB,
       .sgd = opt->cfg.kind == VT_OPT_SGD ? 1 + opt->cfg.nesterov : 0,
       .lars = opt->cfg.kind == VT_OPT_LARS ? 1 + opt->cfg.nesterov + 2 * opt->cfg.trust_clip : 0,

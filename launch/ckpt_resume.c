@@ -436,8 +436,8 @@ static int unfrozen_now(const vt_train_options *o, const vt_model *m, const vt_o
   if (rank0 && newly > 0)
     vt_log_warn("tensors that %s froze train from here%s%s%s: with its Adam step count of "
                 "%" PRId64 " their moments, starting at zero, would make their first steps 3 "
-                "to 6 times --lr, so the optimizer starts afresh (its step count and every "
-                "moment), as a fine-tune from these weights does", dir,
+                "to 6 times --lr, so every moment starts afresh, Adam's bias corrections "
+                "counting from here, as a fine-tune from these weights does", dir,
                 here > 0 ? " (such as " : "", first, here > 0 ? ")" : "", man->adam_t);
   return newly > 0;
 }
@@ -462,10 +462,9 @@ static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, c
                 "wrote it, and what they record is neither applied nor checked here, so the run "
                 "may differ from the one that saved it; resume it with that vit3d to be sure",
                 dir, man->nunknown, man->nunknown > 1 ? "s" : "", man->unknown,
-                man->nunknown > 1 && strlen(man->unknown) + 1 >= sizeof man->unknown ? " ..."
-                                                                                     : "");
+                vt_ckpt_unknown_more(man));
   m->be->to_device(m->params, local[0], (size_t)m->table.total * sizeof(float));
-  vt_optimizer_set_state(opt, local[1], local[2], man->adam_t);
+  vt_optimizer_set_state(opt, local[1], local[2], man->adam_t, man->adam_t0);
   if (load_ema) {
     vt_optimizer_set_ema(opt, local[3]);
   } else if (opt->ema) {
@@ -524,11 +523,12 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       found = propose(o, folder, in_folder, cand, ncand, &next, &skipped, dir, sizeof dir, &man,
                       err, errlen);
     int has_ema = rank0 && found >= 0 && vt_ckpt_manifest_lists(&man, "ema.safetensors");
-    double choice[5] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
+    double choice[6] = {found, rank0 && found >= 0 ? (double)man.adam_t : -1e300,
                         rank0 ? has_ema : -1e300,
                         rank0 && found >= 0 ? (double)man.optim_from_layer : -1e300,
-                        rank0 ? in_folder : -1e300};
-    vt_comm_all_reduce_double(world, choice, 5, VT_REDUCE_MAX);
+                        rank0 ? in_folder : -1e300,
+                        rank0 && found >= 0 ? (double)man.adam_t0 : -1e300};
+    vt_comm_all_reduce_double(world, choice, 6, VT_REDUCE_MAX);
     has_ema = choice[2] > 0;
     in_folder = choice[4] > 0;
     if (choice[0] == -2) {
@@ -543,6 +543,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       man.step = (int64_t)choice[0];
       man.adam_t = (int64_t)choice[1];
       man.optim_from_layer = (int)choice[3];
+      man.adam_t0 = (int64_t)choice[5];
       man.stream_position = man.step * o->global_batch;
     }
     if (o->use_ema && !has_ema) {
@@ -587,11 +588,12 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     if (rank0 && in_folder && skipped)
       vt_log_warn("using the previous complete checkpoint %s", dir);
     if (rank0 && in_folder) vt_ckpt_latest_differs(folder, man.step);
-    if (!o->eval_only && vt_opt_state_buffers(opt->cfg.kind) == 2 &&
+    // (without --resume-override another frozen set is refused: vt_ckpt_check_optim)
+    if (!o->eval_only && o->resume_override && vt_opt_state_buffers(opt->cfg.kind) == 2 &&
         unfrozen_now(o, m, opt, &man, world, rank0, dir)) {
       memset(local[1], 0, (size_t)total * sizeof(float));
       memset(local[2], 0, (size_t)total * sizeof(float));
-      man.adam_t = 0;
+      man.adam_t0 = man.adam_t;  // (the step count goes on: the EMA's warmup, skipped steps)
     }
     install(o, m, opt, dir, &man, local, load_ema, has_ema, rank0);
     // The spike guard's statistics, rank 0's (the manifest's) to all.

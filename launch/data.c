@@ -345,8 +345,8 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
       if (vt_loader_next(d->train, &batch, err, sizeof err) != VT_OK) {
         // The step runs to its end on zero images (its collectives) and is not kept: the run
         // stops after it, saving the steps before it (train_step.c).
-        vt_log_error("%s, in step %lld; the run stops (exit %d), saving the steps before: %s, "
-                     "and resume with --resume auto", err, (long long)step + 1, VT_EXIT_FAILED,
+        vt_log_error("%s, in step %lld; the run stops, saving the steps before: %s, and resume "
+                     "with --resume auto", err, (long long)step + 1,
                      o->bad_image_fail ? "mend or remove the file, or train with --bad-image skip"
                                        : "mend them");
         d->failed = 1, d->fail_step = step;

@@ -175,8 +175,9 @@ int vt_inspect_run(const char *path) {
     printf("  (it has EMA weights, their decay not recorded: add --model-ema DECAY to keep "
            "them)\n");
   if (m.nunknown)
-    printf("  (its manifest has keys this vit3d does not know, written by a newer one: %s; a "
-           "resume here neither applies nor checks them)\n", m.unknown);
+    printf("  (its manifest has %d key%s this vit3d does not know, written by a newer one: "
+           "%s%s; a resume here neither applies nor checks them)\n", m.nunknown,
+           m.nunknown > 1 ? "s" : "", m.unknown, vt_ckpt_unknown_more(&m));
   if (m.optim_from_layer)
     printf("  (optim.safetensors holds no state for its %d leading frozen layer%s: zeros, as "
            "they never trained)\n", m.optim_from_layer, m.optim_from_layer > 1 ? "s" : "");

@@ -38,10 +38,12 @@ int vt_train_device_fits(const vt_train_options *o, char *err, size_t errlen) {
       size_t n, l;
       if (vt_backend_attention_fits(o->device, bf16, k, &n, &l)) d = k;
     }
+    char fix[64] = "another --width";  // (no head count a multiple of --tp gives a dim that fits)
+    if (h <= c->width) snprintf(fix, sizeof fix, "more heads (--heads %d)", h);
     snprintf(err, errlen, "width %d over %d heads is a head dim of %d: this GPU's attention "
              "kernels need %zu bytes of shared memory per block for it in %s, more than the %zu "
-             "it allows a block (head dims up to %d fit here); use more heads (--heads %d)%s",
-             c->width, c->heads, D, need, bf16 ? "bf16" : "fp32", limit, d, h,
+             "it allows a block (head dims up to %d fit here); use %s%s",
+             c->width, c->heads, D, need, bf16 ? "bf16" : "fp32", limit, d, fix,
              bf16 ? "" : " or --precision bf16");
     return 0;
   }

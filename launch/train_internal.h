@@ -62,6 +62,7 @@ typedef struct {
   vt_metrics_log metrics;  // rank 0 with --log-dir (metrics.open)
   vt_tfevents *tb;  // TensorBoard's event file beside metrics.jsonl; not needed to train
   int64_t start_step, end_step;
+  int64_t saved_step;  // the step of this run's last save that did not fail at once (0: none)
   double t_start, timed_s, busy_s;  // timed_s: the steps after the first, for the idle report;
                                     // busy_s: since the last rank report
   int64_t report_first, skipped, nonfinite_run;

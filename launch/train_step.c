@@ -54,7 +54,10 @@ static void step_save(train_run *r, int64_t n, int stop) {
   const int saved = vt_ckpt_save(&r->o, &r->m, &r->opt, r->world, &r->mesh, n,
                                  n == r->end_step || stop, err, sizeof err);
   vt_range_pop(r->be);
-  if (saved == VT_OK) return;
+  if (saved == VT_OK) {
+    r->saved_step = n;
+    return;
+  }
   if (r->world_rank == 0)
     vt_log_error("checkpoint of step %lld failed, the previous one is intact: %s", (long long)n,
                  err);
@@ -106,9 +109,9 @@ static int stop_bad_image(train_run *r, int64_t n, int in_step) {
   const int64_t kept = in_step ? n - 1 : n;
   if (in_step) {
     r->be->synchronize();
-    // (a checkpoint of step `kept` exists where it is a save interval's end)
-    const int saved = o->save_interval > 0 && kept % o->save_interval == 0;
-    if (o->save_dir[0] && !saved && kept > r->start_step) step_save(r, kept, 1);
+    // (a checkpoint of step `kept` exists where a save interval ended there and its save did
+    // not fail; one written in the background is committed at the run's end, run_end)
+    if (o->save_dir[0] && r->saved_step != kept && kept > r->start_step) step_save(r, kept, 1);
   }
   char what[sizeof o->save_dir + 96];
   if (!o->save_dir[0]) snprintf(what, sizeof what, "no --save directory, nothing was saved");

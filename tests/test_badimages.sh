@@ -97,7 +97,7 @@ timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --bad-image fail 
   --save "$work/fail_ckpt" > "$work/fail.log" 2>&1
 rc=$?
 kept=$(sed -n 's/.*the run stops after step \([0-9]*\); checkpoint step-.*/\1/p' "$work/fail.log")
-if [ $rc -ne 1 ] || ! grep -q "zz_.*, in step [0-9]*; the run stops (exit 1)" "$work/fail.log" ||
+if [ $rc -ne 1 ] || ! grep -q "zz_.*, in step [0-9]*; the run stops, saving the steps before" "$work/fail.log" ||
    [ -z "$kept" ] || [ "$kept" -lt 1 ] || [ ! -d "$work/fail_ckpt/step-$(printf %08d "$kept")" ]; then
   echo "FAIL: --bad-image fail gave rc $rc, kept '$kept'; log:"; tail -10 "$work/fail.log"; fail=1
 else

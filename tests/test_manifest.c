@@ -294,7 +294,9 @@ int main(void) {
       at += (size_t)snprintf(newer + at, sizeof newer - at, "new_key_%03d 1\n", i);
     EXPECT(vt_ckpt_manifest_parse(newer, strlen(newer), &back, err, sizeof err) == VT_OK &&
                back.nunknown == 100 && strlen(back.unknown) < sizeof back.unknown &&
-               !strncmp(back.unknown, "new_key_000 new_key_001", 23),
+               !strncmp(back.unknown, "new_key_000 new_key_001", 23) &&
+               !strcmp(vt_ckpt_unknown_more(&back), " ...") &&
+               !strcmp(back.unknown + strlen(back.unknown) - 11, "new_key_020"),
            "100 unknown keys: %d ('%s')", back.nunknown, back.unknown);
   }
   refuse_edit("file", "file ../etc/passwd 10 00000000", "malformed file entry");

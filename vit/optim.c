@@ -313,7 +313,7 @@ static void adamw_run(void *ctx, int64_t first, int64_t count, int layer) {
   const float lr = run_lr(c, layer);
   const uint8_t *decay = c->o->decay + (first - c->o->base);  // (the mask starts at base)
   vt_adamw(c->o->be, c->params + at, c->grads + at, c->m + at, c->v + at, decay, count, lr,
-           oc->beta1, oc->beta2, oc->eps, oc->weight_decay, c->o->t, c->grad_scale);
+           oc->beta1, oc->beta2, oc->eps, oc->weight_decay, c->o->t - c->o->t0, c->grad_scale);
 }
 
 // AdamW on the tensors in the flat range [lo, hi); params, grads, m and v point at element lo.
@@ -353,7 +353,7 @@ static void lamb_moments_run(void *ctx, int64_t first, int64_t count, int key) {
   const uint8_t *decay = c->o->decay + (first - c->o->base);
   vt_lamb_moments(c->o->be, (float *)c->grads + at, c->params + at, c->grads + at, c->m + at,
                   c->v + at, decay, count, oc->beta1, oc->beta2, oc->eps, oc->weight_decay,
-                  c->o->t);
+                  c->o->t - c->o->t0);
 }
 
 // LAMB (timm's Lamb) on the flat range [lo, hi) as adamw_range, g holding the clipped gradients
@@ -594,8 +594,9 @@ void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, const fl
   if (ema_host && o->ema) o->be->to_host(ema_host + pre, o->ema + at, nbytes);
 }
 
-void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t) {
-  o->t = t;
+void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t,
+                            int64_t t0) {
+  o->t = t, o->t0 = t0;
   load_state(o, o->m, m_host, o->be->to_device);
   if (o->v) load_state(o, o->v, v_host, o->be->to_device);
 }

@@ -164,7 +164,10 @@ typedef struct {
   double *sums, *norms;
   unsigned char *run_key;
   float *flat, *shard;    // ZeRO-1 only: staging of [base, base + padded), reduced shard
-  int64_t t;              // optimizer steps taken (Adam's bias corrections)
+  int64_t t;              // optimizer steps taken (the EMA's warmup; skipped steps = steps - t)
+  // Adam's moments started from zero at step count t0 (0, or where a resume unfroze tensors and
+  // restarted them: ckpt_resume.c); its bias corrections count t - t0 steps
+  int64_t t0;
   vt_spike_stats spike;   // the spike guard's statistics (the same on every rank)
   int spiked;             // the last step was skipped as a spike: VT_SPIKE_LOSS + 1 or _NORM + 1
   // Overlap (DP without ZeRO): the flat range [layer_lo, layer_hi) of each layer's parameters
@@ -237,6 +240,7 @@ void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, const fl
                             float *m_host, float *v_host, float *ema_host);
 // The moments back from a checkpoint: this rank's table->total elements of each (the shard is
 // cut out under ZeRO-1), and the optimizer steps taken.
-void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t);
+void vt_optimizer_set_state(vt_optimizer *o, const float *m_host, const float *v_host, int64_t t,
+                            int64_t t0);
 
 #endif

@@ -58,11 +58,16 @@ void vt_cpu_sgd(float *param, const float *grad, float *buf, const uint8_t *deca
   }
 }
 
-// As timm's ModelEmaV3 (a lerp towards the weights): an EMA of a weight that does not move (a
-// fixed sin-cos table, a zero gradient) stays it exactly, where ema*d + p*(1-d) drifts by
-// rounding.
+// As timm's ModelEmaV3 (torch.lerp towards the weights, from the nearer end: exact at weight
+// 0 and 1): an EMA of a weight that does not move (a fixed sin-cos table, a zero gradient)
+// stays it exactly, where ema*d + p*(1-d) drifts by rounding.
 void vt_cpu_ema(float *ema, const float *param, float decay, int64_t count) {
   const float rest = 1.0f - decay;
+  if (rest < 0.5f) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; i++) ema[i] += rest * (param[i] - ema[i]);
+    for (int64_t i = 0; i < count; i++) ema[i] += rest * (param[i] - ema[i]);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < count; i++) ema[i] = param[i] - (param[i] - ema[i]) * decay;
+  }
 }

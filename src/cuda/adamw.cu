@@ -100,16 +100,18 @@ extern "C" void vt_cuda_sgd(float *param, const float *grad, float *buf, const u
   VT_CUDA_CHECK_LAUNCH();
 }
 
-// A lerp towards the weights as vt_cpu_ema (exact for a weight that does not move); __fmul_rn:
-// the product rounded on its own (no FMA).
-static __global__ void ema_kernel(float *ema, const float *param, float rest, int64_t count) {
+// A lerp towards the weights as vt_cpu_ema (torch.lerp's, from the nearer end; exact for a
+// weight that does not move); __fmul_rn: the product rounded on its own (no FMA).
+static __global__ void ema_kernel(float *ema, const float *param, float decay, float rest,
+                                  int64_t count) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x)
-    ema[i] = ema[i] + __fmul_rn(rest, param[i] - ema[i]);
+    ema[i] = rest < 0.5f ? ema[i] + __fmul_rn(rest, param[i] - ema[i])
+                         : param[i] - __fmul_rn(param[i] - ema[i], decay);
 }
 
 extern "C" void vt_cuda_ema(float *ema, const float *param, float decay, int64_t count) {
-  ema_kernel<<<vt_cuda_blocks(count, 256), 256, 0, vt_cuda_stream()>>>(ema, param,
+  ema_kernel<<<vt_cuda_blocks(count, 256), 256, 0, vt_cuda_stream()>>>(ema, param, decay,
                                                                       1.0f - decay, count);
   VT_CUDA_CHECK_LAUNCH();
 }
