@@ -14,12 +14,14 @@ vt_mpirun_flags() {
   printf '%s\n' "${flags[@]}"
 }
 
-# vt_run LABEL CMD...: prints the exact command (shell-quoted, so it can be pasted), then runs it.
+# vt_run LABEL CMD...: prints the exact command (shell-quoted, so it can be pasted), then becomes
+# it (exec: a signal to the script's pid, such as a plain kill or a container's stop, reaches
+# mpirun, which forwards it to the ranks, instead of ending the shell and orphaning them).
 vt_run() {
   local label=$1
   shift
   printf '%s: ' "$label"
   printf '%q ' "$@"
   printf '\n'
-  "$@"
+  exec "$@"
 }

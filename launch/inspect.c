@@ -116,7 +116,7 @@ int vt_inspect_run(const char *path) {
   vt_ckpt_manifest m;
   if (vt_ckpt_open(path, dir, sizeof dir, &m, err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d inspect: %s\n", err);
-    return 1;
+    return 2;  // (what the user named is no checkpoint: operations.md's exit codes)
   }
   printf("checkpoint %s: %d files, sizes and CRC-32 verified\n", dir, m.nfiles);
   for (int i = 0; i < m.nfiles; i++)

@@ -91,15 +91,16 @@ static int cmd_export(int argc, char **argv) {
   }
   vt_ckpt_manifest man;
   char dir[1100];
+  // (exit codes as train's, docs/operations.md: 2 for what the user gave, 1 for a failed write)
   if (vt_ckpt_open(ckpt, dir, sizeof dir, &man, err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d export: %s\n", err);
-    return 1;
+    return 2;
   }
   const char *file = use_ema ? "ema.safetensors" : "model.safetensors";
   if (!vt_ckpt_manifest_lists(&man, file)) {
     fprintf(stderr, "vit3d export: %s has no EMA weights (it was saved without --model-ema)\n",
             dir);
-    return 1;
+    return 2;
   }
   char src[1200];
   snprintf(src, sizeof src, "%s/%s", dir, file);
@@ -121,9 +122,10 @@ static int cmd_prepare(int argc, char **argv) {
       return 2;
     }
   if (argc == 2 && strcmp(argv[0], "fashion-mnist") == 0) {
-    if (vt_prepare_fashion_mnist(argv[1], err, sizeof err) != VT_OK) {
+    const vt_status st = vt_prepare_fashion_mnist(argv[1], err, sizeof err);
+    if (st != VT_OK) {
       fprintf(stderr, "vit3d prepare: %s\n", err);
-      return 1;
+      return st == VT_ERR_INPUT ? 2 : 1;
     }
     printf("vit3d prepare: Fashion-MNIST is in %s/train and %s/val\n", argv[1], argv[1]);
     return 0;
@@ -133,9 +135,11 @@ static int cmd_prepare(int argc, char **argv) {
   if ((argc == 3 || argc == 4) && strcmp(argv[0], "shards") == 0 && (!end || !*end) && per > 0) {
     int64_t samples;
     int shards;
-    if (vt_prepare_shards(argv[1], argv[2], per, &samples, &shards, err, sizeof err) != VT_OK) {
+    const vt_status st = vt_prepare_shards(argv[1], argv[2], per, &samples, &shards, err,
+                                           sizeof err);
+    if (st != VT_OK) {
       fprintf(stderr, "vit3d prepare: %s\n", err);
-      return 1;
+      return st == VT_ERR_INPUT ? 2 : 1;
     }
     printf("vit3d prepare: %lld samples in %d shard%s in %s (class names in %s/classes.txt); "
            "train with --data %s\n", (long long)samples, shards, shards == 1 ? "" : "s", argv[2],

@@ -2,8 +2,9 @@
 # mpirun_local.sh: vit3d on one host with Open MPI, one rank per GPU (or per share of the cores).
 #   NP=8 launch/mpirun_local.sh --tp 2 --pp 2 --model vit-b16 --data DIR --save runs/b16 ...
 # NP: ranks (default 8). Arguments go to `vit3d train`. More ranks than cores are allowed
-# (--oversubscribe, and idle ranks yield their core instead of spinning). Preemption: send
-# SIGUSR1 to mpirun (it forwards it); the trainer checkpoints and exits 75.
+# (--oversubscribe, and idle ranks yield their core instead of spinning). MPIRUN_ARGS adds
+# mpirun flags. Preemption: send SIGUSR1 to this script's pid, which becomes mpirun (it forwards
+# it); the trainer checkpoints and exits 75.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/launch/common.sh"
@@ -15,4 +16,6 @@ if [ "$np" -gt "$cores" ]; then
   export OMPI_MCA_mpi_yield_when_idle=1
   flags+=(--oversubscribe -x OMPI_MCA_mpi_yield_when_idle)
 fi
-vt_run mpirun_local mpirun -np "$np" "${flags[@]}" "$bin" train "$@"
+# shellcheck disable=SC2206
+extra=(${MPIRUN_ARGS:-})  # more mpirun flags, as mpirun_hosts.sh takes them
+vt_run mpirun_local mpirun -np "$np" "${flags[@]}" "${extra[@]}" "$bin" train "$@"

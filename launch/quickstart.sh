@@ -15,12 +15,21 @@ data=$root/data/fashion-mnist
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mpi_yield_when_idle=1
 # The recipe of docs/recipes.md: patch 7 (16 tokens), no random zoom (Fashion-MNIST items are
-# centred and small), flips, evaluation without zoom.
+# centred and small), flips, evaluation without zoom. A shorter run (--steps N below 1000) warms
+# up over a tenth of it instead of 100 steps (a later --warmup-steps still wins).
+warmup=100
+args=("$@")
+for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+  if [ "${args[i]}" = --steps ] && [[ "${args[i + 1]}" =~ ^[0-9]+$ ]] &&
+     [ "${args[i + 1]}" -lt 1000 ]; then
+    warmup=$((args[i + 1] / 10))
+  fi
+done
 cmd=(mpirun -np 8 --oversubscribe "$root/build/vit3d" train --tp 2 --pp 2 --dp 2
      --model tiny --img-size 28 --patch-size 7 --width 64 --heads 4 --depth 4 --num-classes 10
      --data "$data/train" --val-data "$data/val" --mean 0.286,0.286,0.286 --std 0.353,0.353,0.353
      --crop-scale-min 1 --hflip 0.5 --eval-crop-pct 1 --micro-batch-size 128
-     --global-batch-size 256 --steps 1800 --lr 4e-3 --warmup-steps 100 --eval-interval 600
+     --global-batch-size 256 --steps 1800 --lr 4e-3 --warmup-steps "$warmup" --eval-interval 600
      --log-interval 100 --loader-threads 1 --log-dir "$root/runs/quickstart" "$@")
 printf 'quickstart: '
 printf '%q ' "${cmd[@]}"  # (quoted: it pastes back into a shell, spaces in paths included)

@@ -85,7 +85,8 @@ const vt_train_flag vt_train_flags_model[] = {
      "in webdataset's layout (KEY.jpg, .png or .webp with KEY.cls, or --label-key's member: a "
      ".tar file, a folder of them or a numbered range 'train-{000..146}.tar')", NULL},
     {"--val-data", VT_OPT_STR, IN_OPTIONS(val_data), 0, 0, "SOURCE",
-     "validation data (same forms), evaluated on the same mesh", NULL},
+     "validation data (the same forms, images only: not synthetic), evaluated on the same mesh",
+     NULL},
     {"--label-key", VT_OPT_STR, IN_OPTIONS(label_key), 0, 0, "KIND",
      "tar shards: the member that holds a sample's class number, KEY.KIND as decimal text "
      "(timm's and webdataset's cls; e.g. label, target), or json:FIELD for an integer "

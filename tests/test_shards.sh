@@ -268,13 +268,13 @@ PY
   --micro-batch-size 4 --global-batch-size 4 --steps 2 --threads 1 > "$work/prep_train.log" 2>&1 ||
   { echo "FAIL: training on prepared shards"; tail -5 "$work/prep_train.log"; fail=1; }
 
-# prepare shards of a source with a file that is no image: exit 1 naming it, no shard left
+# prepare shards of a source with a file that is no image: exit 2 naming it, no shard left
 # behind (the rerun after the fix must not be refused).
 cp -r "$work/folder" "$work/folder_bad"
 echo "not an image" > "$work/folder_bad/c1/zz.png"
 "$vit3d" prepare shards "$work/folder_bad" "$work/prep_bad" 10 > "$work/prep_bad.log" 2>&1
 rc=$?
-if [ $rc -ne 1 ] || ! grep -q "folder_bad/c1/zz.png" "$work/prep_bad.log" ||
+if [ $rc -ne 2 ] || ! grep -q "folder_bad/c1/zz.png" "$work/prep_bad.log" ||
    ls "$work/prep_bad"/*.tar > /dev/null 2>&1; then
   echo "FAIL: prepare shards of a bad source: rc $rc, or shards left:"; cat "$work/prep_bad.log"
   ls "$work/prep_bad"; fail=1
@@ -294,7 +294,7 @@ rc=$?
 wait $holder
 "$vit3d" prepare shards "$work/folder" "$work/prep_left" 10 > "$work/prep_left.log" 2>&1
 rc2=$?
-if [ $rc -eq 1 ] && grep -q "another vit3d prepare is writing into" "$work/prep_busy.log" &&
+if [ $rc -eq 2 ] && grep -q "another vit3d prepare is writing into" "$work/prep_busy.log" &&
    ! ls "$work/prep_busy"/*.tar > /dev/null 2>&1 && [ $rc2 -eq 0 ] &&
    grep -q "removing .*prep_left/.partial, left by a prepare that was stopped" "$work/prep_left.log" &&
    [ ! -e "$work/prep_left/.partial" ] && [ "$(ls "$work/prep_left" | grep -c '\.tar$')" -ge 1 ]; then
