@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "train.h"
@@ -14,15 +15,30 @@ static volatile sig_atomic_t g_signal = 0, g_interrupted = 0;
 
 static void on_preempt(int sig) { g_signal = sig; }
 
+static struct timespec g_first_interrupt;
+
+// The first SIGINT stops the run at the end of the step; one within a second of it is the
+// same Ctrl-C again (a terminal sends it to the whole process group, and a launcher such as
+// spawn.sh forwards its own: srun's rule too); a later one stops the process at once.
 static void on_interrupt(int sig) {
   (void)sig;
-  g_interrupted = 1;
-  struct sigaction dfl;  // the second one stops the process (sigaction is async-signal-safe)
-  memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  sigaction(SIGINT, &dfl, NULL);
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);  // (async-signal-safe, as sigaction and write)
+  if (g_interrupted) {
+    const double since = (double)(now.tv_sec - g_first_interrupt.tv_sec) +
+                         1e-9 * (double)(now.tv_nsec - g_first_interrupt.tv_nsec);
+    if (since < 1.0) return;
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGINT, &dfl, NULL);
+    raise(SIGINT);
+    return;
+  }
+  g_interrupted = 1, g_first_interrupt = now;
   static const char msg[] = "\nvit3d: interrupted: stopping at the end of this step, with a "
-                            "checkpoint where --save is given; Ctrl-C again stops at once\n";
+                            "checkpoint where --save is given; Ctrl-C again (a second later) "
+                            "stops at once\n";
   ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
   (void)w;
 }

@@ -9,8 +9,13 @@
 #   2. SIGUSR1 (sbatch --signal=B:USR1@SECONDS before the time limit) or SIGTERM reaching this
 #      shell is forwarded to the launcher as SIGUSR1; srun and mpirun pass it to every rank,
 #      the ranks agree at the next step boundary, save a checkpoint and exit 75;
-#   3. on exit 75 this shell runs `scontrol requeue $SLURM_JOB_ID` and exits 0. Other exit
-#      codes of the trainer (README "Exit codes") are passed through.
+#   3. on exit 75 this shell runs `scontrol requeue $SLURM_JOB_ID` and exits 0 where the
+#      signal was SIGUSR1 or the time limit's SIGTERM (Slurm's Reason=TimeLimit), and the
+#      newest checkpoint in --save moved on in this run; a SIGTERM of scancel (or of a
+#      preemption, which Slurm requeues itself) leaves the checkpoint saved, not requeued, and a
+#      run that saved nothing newer is not requeued again (a --time shorter than the signal's
+#      lead would requeue for ever). Other exit codes of the trainer (README "Exit codes") are
+#      passed through.
 # Environment: VIT3D_LAUNCHER=srun (default: srun --mpi=pmix), mpirun (Open MPI inside the
 # allocation) or tcp (srun --mpi=none: no MPI or PMIx at all; the ranks meet over TCP at the
 # first node's address, MASTER_ADDR and MASTER_PORT override it); VIT3D_DIR (default: the
@@ -22,24 +27,56 @@ dir=${VIT3D_DIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}
 source "$dir/launch/common.sh"
 bin=${VIT3D_BIN:-$dir/build/vit3d}
 args=("$@")
+flag_file() {  # an @FILE's words as the trainer reads them: '#' comments left out
+  sed -E 's/(^|[[:space:]])#.*//' "$1"
+}
 has_flag() {  # has_flag FLAG: whether FLAG is one of the job's words, or in an @FILE among them
   local a
   for a in "${args[@]}"; do
     [[ $a == "$1" || $a == "$1="* ]] && return 0
-    [[ $a == @* && -f ${a#@} ]] && grep -qE -- "(^|[[:space:]])$1([=[:space:]]|\$)" "${a#@}" &&
-      return 0
+    [[ $a == @* && -f ${a#@} ]] &&
+      flag_file "${a#@}" | grep -qE -- "(^|[[:space:]])$1([=[:space:]]|\$)" && return 0
   done
   return 1
 }
+save_dir() {  # the job's --save (its last: the trainer takes the later flag), quotes left out
+  local a prev= found= v
+  for a in "${args[@]}"; do
+    [ "$prev" = --save ] && found=$a
+    [[ $a == --save=* ]] && found=${a#--save=}
+    if [[ $a == @* && -f ${a#@} ]]; then
+      v=$(flag_file "${a#@}" | grep -oE -- '(^|[[:space:]])--save[=[:space:]]+[^[:space:]]+' |
+          tail -n 1 | sed -E 's/^[[:space:]]*--save[=[:space:]]+//')
+      [ -n "$v" ] && found=${v//[\"\']/}
+    fi
+    prev=$a
+  done
+  printf '%s\n' "$found"
+}
+newest_step() {  # the newest step-N in folder $1, or -1
+  local d n newest=-1
+  for d in "$1"/step-*; do
+    [ -d "$d" ] || continue
+    n=${d##*step-}
+    [[ $n =~ ^[0-9]+$ ]] && [ $((10#$n)) -gt "$newest" ] && newest=$((10#$n))
+  done
+  echo "$newest"
+}
 has_flag --save || args+=(--save "$dir/runs/slurm-$SLURM_JOB_ID")
+save=$(save_dir)
+before=$(newest_step "$save")
 # A --resume of the job's own starts its first run; a requeued run (after exit 75, a checkpoint
-# in --save) continues from --save's newest (the later flag counts).
+# in --save) continues from --save's newest (the later flag counts), where --save holds one:
+# else (a node failure before the first save) from the job's own again.
 if ! has_flag --resume; then
   args+=(--resume auto)
-elif [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
+elif [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && [ "$before" -ge 0 ]; then
   echo "vit3d slurm job: restart ${SLURM_RESTART_COUNT}: --resume auto (the newest checkpoint" \
     "in --save) instead of the job's --resume"
   args+=(--resume auto)
+elif [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
+  echo "vit3d slurm job: restart ${SLURM_RESTART_COUNT}: --save $save holds no checkpoint yet;" \
+    "starting from the job's --resume again"
 fi
 echo "vit3d slurm job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST), $SLURM_NTASKS tasks, restart ${SLURM_RESTART_COUNT:-0}"
 case ${VIT3D_LAUNCHER:-srun} in
@@ -69,9 +106,10 @@ printf 'vit3d slurm job: '
 printf '%q ' "${cmd[@]}"
 printf '\n'
 
-pid=
+pid= sig=
 forward() {
   echo "vit3d slurm job: SIG$1 received; asking the trainer to checkpoint and stop"
+  sig=${sig:-$1}
   [ -n "$pid" ] && kill -USR1 "$pid" 2>/dev/null
 }
 trap 'forward USR1' USR1
@@ -87,6 +125,25 @@ done
 wait "$pid"
 rc=$?
 if [ "$rc" -eq 75 ]; then
+  after=$(newest_step "$save")
+  # SIGTERM (or a signal that reached the ranks only): the time limit's is requeued; scancel's
+  # (Reason=None) is the user's stop, and a preemption's Slurm requeues itself.
+  reason=
+  [ "$sig" = USR1 ] ||
+    reason=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'Reason=[A-Za-z_]*' |
+             head -n 1 | cut -d= -f2)
+  if [ "$sig" != USR1 ] && [ "$reason" != TimeLimit ]; then
+    echo "vit3d slurm job: stopped by SIG${sig:-TERM} (Reason=${reason:-unknown}: scancel, or a" \
+      "preemption that Slurm requeues itself): checkpoint step $after saved in $save, not" \
+      "requeued; resubmit with the same --save to continue"
+    exit 0
+  fi
+  if [ "$after" -le "$before" ]; then
+    echo "vit3d slurm job: the newest checkpoint in $save did not move on in this run (step" \
+      "$after): not requeued, or the job would repeat it for ever; give --time more than the" \
+      "--signal lead plus the start-up and a save" >&2
+    exit 75
+  fi
   echo "vit3d slurm job: the trainer saved a checkpoint after the preemption signal; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID" || { echo "vit3d slurm job: scontrol requeue failed; resubmit with the same --save to continue" >&2; exit 75; }
   exit 0

@@ -6,7 +6,11 @@
 #  2. SIGUSR1 to the job shell and the launcher at once (as when both get it), the launcher
 #     exiting 75 at once: requeued every time, 10 times (SLURM_JOB_TRIES=N: N; an interrupted
 #     `wait` whose launcher was already gone used to leave exit 138 or -1, and no requeue: under
-#     load about one time in ten).
+#     load about one time in ten);
+#  3. SIGTERM: scancel's (Reason=None) not requeued, the time limit's (Reason=TimeLimit)
+#     requeued; a run whose checkpoint did not move on not requeued (a --time shorter than the
+#     signal's lead requeued for ever); after a requeue with no checkpoint in --save yet, the
+#     job's own --resume kept; '#' comments of an @FILE are no flags.
 # Label launch.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,17 +22,29 @@ bad() { echo "FAIL: $*"; fail=1; }
 mkdir -p "$work/bin"
 cat > "$work/bin/srun" <<'SH'
 #!/usr/bin/env bash
-# The stand-in launcher: writes its arguments, then exits 75 on SIGUSR1 (mode usr1) or 0.
+# The stand-in launcher: writes its arguments, then on SIGUSR1 (mode usr1) saves a checkpoint
+# in --save (a step-N folder one past the newest; none with FAKE_NO_SAVE) and exits 75, or 0.
 printf '%s\n' "$@" > "$FAKE_ARGS"
+save= prev=
+for a in "$@"; do [ "$prev" = --save ] && save=$a; prev=$a; done
+saved() {
+  [ -n "${FAKE_NO_SAVE:-}" ] && return
+  mkdir -p "$save/step-$(printf %08d $(($(ls "$save" 2>/dev/null | wc -l) + 1)))"
+}
 if [ "${FAKE_MODE:-}" = usr1 ]; then  # (a trap interrupts `wait` at once)
-  trap 'exit 75' USR1
+  trap 'saved; exit 75' USR1 TERM  # (the trainer takes both as a stop with a checkpoint)
   sleep 10 &
   echo $$ > "$FAKE_READY"
   wait $!
 fi
 exit 0
 SH
-printf '#!/usr/bin/env bash\necho "$@" >> "$FAKE_SCONTROL"\n' > "$work/bin/scontrol"
+cat > "$work/bin/scontrol" <<'SH'
+#!/usr/bin/env bash
+echo "$@" >> "$FAKE_SCONTROL"
+[ "$1" = show ] && echo "JobId=77 JobState=COMPLETING Reason=${FAKE_REASON:-None} Dependency=(null)"
+exit 0
+SH
 chmod +x "$work/bin/srun" "$work/bin/scontrol"
 export PATH="$work/bin:$PATH" VIT3D_DIR=$repo SLURM_JOB_ID=77 SLURM_JOB_NUM_NODES=1
 export SLURM_JOB_NODELIST=n1 SLURM_NTASKS=1 FAKE_ARGS=$work/args FAKE_SCONTROL=$work/scontrol
@@ -41,7 +57,8 @@ job --lr 1e-3
   bad "defaults: $(words)"
 job --save /x/s --resume /x/old/step-00000010
 [[ "$(words)" == *"--save /x/s --resume /x/old/step-00000010" ]] || bad "own --resume: $(words)"
-SLURM_RESTART_COUNT=1 job --save /x/s --resume /x/old/step-00000010
+mkdir -p "$work/s/step-00000010"  # (a requeue continues from --save's checkpoint where it has one)
+SLURM_RESTART_COUNT=1 job --save "$work/s" --resume /x/old/step-00000010
 [[ "$(words)" == *"--resume /x/old/step-00000010 --resume auto" ]] &&
   grep -q "restart 1: --resume auto" "$work/job.log" || bad "own --resume, requeued: $(words)"
 printf -- '--lr 1e-3\n--save /x/fromfile\n' > "$work/rec.args"
@@ -52,7 +69,7 @@ job "@$work/rec.args" --save-hook "cp --save x"
 requeued=0
 for i in $(seq ${SLURM_JOB_TRIES:-10}); do
   rm -f "$work/ready" "$work/scontrol"
-  FAKE_MODE=usr1 bash "$repo/launch/slurm_job.sh" --lr 1 > "$work/pre$i.log" 2>&1 &
+  FAKE_MODE=usr1 bash "$repo/launch/slurm_job.sh" --lr 1 --save "$work/pre" > "$work/pre$i.log" 2>&1 &
   shell=$!
   for _ in $(seq 100); do [ -s "$work/ready" ] && break; sleep 0.05; done
   kill -USR1 $shell "$(cat "$work/ready")"
@@ -62,5 +79,43 @@ for i in $(seq ${SLURM_JOB_TRIES:-10}); do
 done
 [ $requeued -eq ${SLURM_JOB_TRIES:-10} ] && echo "ok: SIGUSR1, the launcher gone at once with 75: requeued $requeued of ${SLURM_JOB_TRIES:-10}" ||
   { bad "SIGUSR1: requeued $requeued of ${SLURM_JOB_TRIES:-10}"; tail -n 3 "$work"/pre*.log; }
+# 3. Which stops are requeued.
+stop() {  # stop SIGNAL SAVE [env...]: a job stopped by SIGNAL; its exit code
+  local sig=$1 save=$2
+  shift 2
+  rm -f "$work/ready" "$work/scontrol"
+  env FAKE_MODE=usr1 "$@" bash "$repo/launch/slurm_job.sh" --lr 1 --save "$save" \
+    > "$work/stop.log" 2>&1 &
+  local shell=$!
+  for _ in $(seq 100); do [ -s "$work/ready" ] && break; sleep 0.05; done
+  kill "-$sig" $shell "$(cat "$work/ready")"
+  wait $shell
+}
+stop TERM "$work/c1"
+rc=$?
+[ $rc -eq 0 ] && ! grep -q "requeue" "$work/scontrol" &&
+  grep -q "Reason=None: scancel, or a preemption .*not requeued" "$work/stop.log" &&
+  echo "ok: scancel's SIGTERM: checkpoint saved, not requeued" ||
+  { bad "scancel's SIGTERM: rc $rc"; cat "$work/stop.log"; }
+stop TERM "$work/c2" FAKE_REASON=TimeLimit
+rc=$?
+[ $rc -eq 0 ] && grep -q "requeue 77" "$work/scontrol" &&
+  echo "ok: the time limit's SIGTERM: requeued" || { bad "the time limit's SIGTERM: rc $rc"; cat "$work/stop.log"; }
+mkdir -p "$work/c3/step-00000040"
+stop USR1 "$work/c3" FAKE_NO_SAVE=1
+rc=$?
+[ $rc -eq 75 ] && ! grep -q "requeue" "$work/scontrol" &&
+  grep -q "did not move on in this run (step 40): not requeued" "$work/stop.log" &&
+  echo "ok: a run whose checkpoint did not move on: not requeued (exit 75)" ||
+  { bad "no progress: rc $rc"; cat "$work/stop.log"; }
+SLURM_RESTART_COUNT=1 job --save "$work/empty" --resume /x/old/step-00000010
+[[ "$(words)" == *"--resume /x/old/step-00000010" ]] && ! grep -q -- "--resume auto" "$work/args" &&
+  grep -q "holds no checkpoint yet; starting from the job's --resume again" "$work/job.log" &&
+  echo "ok: requeued before the first save: the job's own --resume kept" ||
+  bad "requeued before the first save: $(words)"
+printf -- '--lr 1e-3\n# the job adds --save runs/slurm-<id> by itself\n' > "$work/c.args"
+job "@$work/c.args"
+[[ "$(words)" == *"--save $repo/runs/slurm-77 --resume auto" ]] &&
+  echo "ok: a comment of an @FILE that names --save is no flag" || bad "@FILE comment: $(words)"
 [ $fail -eq 0 ] && echo "test_slurm_job: all passed" || echo "test_slurm_job: FAILED"
 exit $fail

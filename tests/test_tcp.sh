@@ -322,6 +322,23 @@ if [ $rc = 130 ] && grep -q "interrupted (SIGINT on some rank) at step" "$work/i
    [ -f "$work/ckint/latest" ]; then
   echo "ok: SIGINT to spawn.sh: the ranks saved and exited 130"
 else bad "SIGINT to spawn.sh: exit $rc"; tail -5 "$work/int.log"; fi
+# A terminal's Ctrl-C goes to the whole process group: each rank gets it from the terminal and
+# again from spawn.sh; the second, within a second, is the same Ctrl-C (it used to kill the
+# ranks without a checkpoint, exit 130 all the same).
+setsid env VT_WORLD=tcp --default-signal=INT "$spawn" 2 "$vit3d" "${common[@]}" --dp 2 \
+  --steps 100000 --save "$work/ckpg" --save-interval 100000 > "$work/pg.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 300); do
+  grep -q "^step  *[0-9]*/100000" "$work/pg.log" 2>/dev/null && break
+  sleep 0.1
+done
+kill -INT -- -"$launcher"  # (setsid: the launcher leads its own group)
+wait $launcher
+rc=$?
+if [ $rc = 130 ] && grep -q "interrupted (SIGINT on some rank) at step" "$work/pg.log" &&
+   [ -f "$work/ckpg/latest" ]; then
+  echo "ok: Ctrl-C to spawn.sh's process group: the ranks saved once and exited 130"
+else bad "Ctrl-C to the process group: exit $rc"; tail -5 "$work/pg.log"; fi
 
 [ $fail = 0 ] && echo "test_tcp: all passed" || echo "test_tcp: FAILED"
 exit $fail
