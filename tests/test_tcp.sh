@@ -305,40 +305,34 @@ if [ $rc = 75 ] && [ $((SECONDS - t0)) -le 5 ] &&
    grep -q "Terminated while the ranks were meeting" "$work/meetterm.log"; then
   echo "ok: SIGTERM while meeting: exit 75 within $((SECONDS - t0)) s"
 else bad "SIGTERM while meeting: exit $rc after $((SECONDS - t0)) s"; cat "$work/meetterm.log"; fi
+# interrupt NAME TARGET WHAT [setsid]: a 2-rank run started by spawn.sh (in a session of its
+# own with setsid), SIGINT to TARGET (the launcher's pid, or -pid: its process group) once it
+# trains; the ranks must save and exit 130.
+interrupt() {
+  local name=$1 target=$2 what=$3 launcher
+  ${4:+setsid} env --default-signal=INT VT_WORLD=tcp "$spawn" 2 "$vit3d" "${common[@]}" --dp 2 \
+    --steps 100000 --save "$work/ck$name" --save-interval 100000 > "$work/$name.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 300); do
+    grep -q "^step  *[0-9]*/100000" "$work/$name.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  kill -INT -- "${target/pid/$launcher}"
+  wait $launcher
+  local rc=$?
+  if [ $rc = 130 ] && grep -q "interrupted (SIGINT on some rank) at step" "$work/$name.log" &&
+     [ -f "$work/ck$name/latest" ]; then
+    echo "ok: $what: the ranks saved and exited 130"
+  else bad "$what: exit $rc"; tail -5 "$work/$name.log"; fi
+}
+unset MASTER_PORT
 # SIGINT to spawn.sh (Ctrl-C) reaches the ranks, whose background start ignored it: each saves
 # and exits 130. (The launcher itself, started in the background here, gets SIGINT back too.)
-unset MASTER_PORT
-VT_WORLD=tcp env --default-signal=INT "$spawn" 2 "$vit3d" "${common[@]}" --dp 2 --steps 100000 \
-  --save "$work/ckint" --save-interval 100000 > "$work/int.log" 2>&1 &
-launcher=$!
-for _ in $(seq 1 300); do
-  grep -q "^step  *[0-9]*/100000" "$work/int.log" 2>/dev/null && break
-  sleep 0.1
-done
-kill -INT $launcher
-wait $launcher
-rc=$?
-if [ $rc = 130 ] && grep -q "interrupted (SIGINT on some rank) at step" "$work/int.log" &&
-   [ -f "$work/ckint/latest" ]; then
-  echo "ok: SIGINT to spawn.sh: the ranks saved and exited 130"
-else bad "SIGINT to spawn.sh: exit $rc"; tail -5 "$work/int.log"; fi
+interrupt int pid "SIGINT to spawn.sh"
 # A terminal's Ctrl-C goes to the whole process group: each rank gets it from the terminal and
 # again from spawn.sh; the second, within a second, is the same Ctrl-C (it used to kill the
 # ranks without a checkpoint, exit 130 all the same).
-setsid env VT_WORLD=tcp --default-signal=INT "$spawn" 2 "$vit3d" "${common[@]}" --dp 2 \
-  --steps 100000 --save "$work/ckpg" --save-interval 100000 > "$work/pg.log" 2>&1 &
-launcher=$!
-for _ in $(seq 1 300); do
-  grep -q "^step  *[0-9]*/100000" "$work/pg.log" 2>/dev/null && break
-  sleep 0.1
-done
-kill -INT -- -"$launcher"  # (setsid: the launcher leads its own group)
-wait $launcher
-rc=$?
-if [ $rc = 130 ] && grep -q "interrupted (SIGINT on some rank) at step" "$work/pg.log" &&
-   [ -f "$work/ckpg/latest" ]; then
-  echo "ok: Ctrl-C to spawn.sh's process group: the ranks saved once and exited 130"
-else bad "Ctrl-C to the process group: exit $rc"; tail -5 "$work/pg.log"; fi
+interrupt pg -pid "Ctrl-C to spawn.sh's process group (setsid: the launcher leads it)" setsid
 
 [ $fail = 0 ] && echo "test_tcp: all passed" || echo "test_tcp: FAILED"
 exit $fail
