@@ -90,7 +90,8 @@ case ${VIT3D_LAUNCHER:-srun} in
     first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
     addr=$(scontrol show node "$first" 2>/dev/null | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
     export MASTER_ADDR=${MASTER_ADDR:-${addr:-$first}}
-    export MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}
+    # (20000-31999: below Linux's ephemeral ports, 32768 on, which other sockets may hold)
+    export MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 12000))}
     echo "vit3d slurm job: ranks meet over TCP at $MASTER_ADDR:$MASTER_PORT"
     # shellcheck disable=SC2206
     extra=(${VIT3D_SRUN_ARGS:-})

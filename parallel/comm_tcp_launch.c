@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -231,8 +232,16 @@ void *vt_comm_tcp_world_init(const vt_comm_tcp_env *e, int *local_rank, int *loc
   gethostname(host, sizeof host - 1);
   if (e->rank == 0) {
     vt_tcp_world.listen_fd = vt_tcp_open_listener(family, e->port);
+    // torchrun (torch 2.4 on, c10d rendezvous) serves its own store on MASTER_PORT and says so
+    // to its workers: vit3d's rank 0 cannot listen there.
+    const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    const int torchrun = agent && strcasecmp(agent, "true") == 0;
     REFUSE_IF(vt_tcp_world.listen_fd < 0, "rank 0 cannot listen on port %d (MASTER_PORT): %s; "
-              "pick a free port", e->port, strerror(-vt_tcp_world.listen_fd));
+              "%s", e->port, strerror(-vt_tcp_world.listen_fd),
+              torchrun ? "torchrun's agent serves its store there (TORCHELASTIC_USE_AGENT_STORE): "
+                         "start vit3d with launch/spawn.sh, srun or mpirun, or run torchrun "
+                         "with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
+                       : "pick a free port");
     memcpy(root->host, host, HOST_LEN);
     meet_as_root(w, e, vt_tcp_world.listen_fd);
   } else {

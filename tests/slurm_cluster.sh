@@ -53,6 +53,12 @@ NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=[27001-27002] CPUs=4 
 PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP
 CONF
   export SLURM_CONF=$SLURM_DIR/slurm.conf
+  # Another test's cluster on these ports (a concurrent run): slurmctld would still start and
+  # exit 0, and this test would submit into that cluster (and cancel its jobs at its end).
+  if (exec 3<> /dev/tcp/127.0.0.1/26817) 2> /dev/null; then
+    echo "slurm_start: port 26817 is taken (another test's Slurm controller?): not starting"
+    return 1
+  fi
   /usr/sbin/slurmctld -c -f "$SLURM_CONF" || return 1
   /usr/sbin/slurmd -N n1 -f "$SLURM_CONF" || return 1
   /usr/sbin/slurmd -N n2 -f "$SLURM_CONF" || return 1
