@@ -27,6 +27,19 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
   const vt_interp interp = sp->train ? sp->tc->train_interp : sp->tc->eval_interp;
   VT_CHECK(!simple || interp != VT_INTERP_SAMPLE,
            "the simple random crop resizes the whole image (a filtered interpolation)");
+  // A filtered resize of the whole image (evaluation, the simple crop) takes its shorter side
+  // to about S (S / --eval-crop-pct): the longer side's size, in int, would overflow past an
+  // aspect of some millions to one (a black image came out): such an image is refused.
+  const double aspect = info.width > info.height ? (double)info.width / info.height
+                                                 : (double)info.height / info.width;
+  if (interp != VT_INTERP_SAMPLE && (!sp->train || simple) &&
+      aspect * 2.0 * sp->S > (double)(1 << 30)) {
+    if (err && errlen)
+      snprintf(err, errlen, "an image of %dx%d (an aspect of %.0f:1) is too elongated for the "
+               "filtered resize of the whole image (--%s-interpolation); sample resizes it",
+               info.width, info.height, aspect, sp->train ? "train" : "eval");
+    return VT_IMG_UNSUPPORTED;
+  }
   vt_image_region r = {1, 0, 0, INT32_MAX, INT32_MAX};
   if (!sp->full_decode) {
     // (The simple crop's pixels are in the resized image's units: its resize decides.)
