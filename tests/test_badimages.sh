@@ -147,4 +147,22 @@ for mesh in "--tp 2" "--pp 2" "--dp 2"; do
   grep -q "bad image left out of the evaluation: .*zz_" "$work/eval_data.log" ||
     { echo "FAIL: no warning names a bad validation file ($mesh)"; fail=1; }
 done
+# An image of 10000000 x 1 under a filtered evaluation resize at 224 px: its resized side would
+# overflow int (it came out black), so it is a bad image, named; one of 1000000 x 1 is scored.
+"$py" - "$work/wide" <<'PY'
+import os, sys
+from PIL import Image
+for c, v in (("a", 60), ("b", 200)):
+    os.makedirs(f"{sys.argv[1]}/{c}")
+    Image.new("RGB", (40, 30), (v, v, v)).save(f"{sys.argv[1]}/{c}/ok.png")
+Image.new("RGB", (1000000, 1), (90, 90, 90)).save(f"{sys.argv[1]}/a/wide1m.png")
+Image.new("RGB", (10000000, 1), (90, 90, 90)).save(f"{sys.argv[1]}/b/wide10m.png")
+PY
+timeout 300 "$vit3d" train --model tiny --img-size 224 --patch-size 32 --num-classes 2 \
+  --data "$work/wide" --val-data "$work/wide" --eval-interpolation bicubic --steps 1 \
+  --micro-batch-size 4 --global-batch-size 4 --threads 1 > "$work/wide.log" 2>&1
+if grep -q "wide10m.png: an image of 10000000x1 .* is too elongated" "$work/wide.log" &&
+   grep -q "eval after step 1: .*(3 images, 1 bad left out)" "$work/wide.log"; then
+  echo "ok: an image too elongated for the filtered resize is a bad image, named"
+else echo "FAIL: the elongated images:"; tail -3 "$work/wide.log"; fail=1; fi
 exit $fail
