@@ -128,8 +128,8 @@ void vt_ckpt_disk_plan(const vt_train_options *o, int frozen_layers, int64_t sta
   if (K > 0 && o->keep_every > 0)
     snprintf(keeps, sizeof keeps, "--keep-last %lld keeps the newest %lld and the older "
              "multiples of %lld (%lld of them while the last save is written), at most %lld at "
-             "once with the one being written", (long long)K, (long long)K, (long long)o->keep_every,
-             (long long)milestones, (long long)at_once);
+             "once with the one being written", (long long)K, (long long)K,
+             (long long)o->keep_every, (long long)milestones, (long long)at_once);
   else if (K > 0)
     snprintf(keeps, sizeof keeps, "--keep-last %lld keeps the newest %lld, at most %lld at once "
              "with the one being written", (long long)K, (long long)K, (long long)at_once);

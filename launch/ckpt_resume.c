@@ -284,9 +284,9 @@ static vt_status check_files(vt_comm *world, const char *dir, const vt_ckpt_mani
 
 // Rank 0's proposal: the step of the next checkpoint whose manifest and file sizes are sound
 // and match the run (its folder in dir, its manifest in man), -1 for none (a fresh start:
-// --resume auto with no step-N folder at all), -2 for a refusal (err says why). In a folder (in_folder) the candidates cand[*next..ncand) are
-// tried newest first, each damaged one warned about and counted in *skipped; otherwise
-// --resume names the checkpoint itself.
+// --resume auto with no step-N folder at all), -2 for a refusal (err says why). In a folder
+// (in_folder) the candidates cand[*next..ncand) are tried newest first, each damaged one
+// warned about and counted in *skipped; otherwise --resume names the checkpoint itself.
 static double propose(const vt_train_options *o, const char *folder, int in_folder,
                       const int64_t *cand, int ncand, int *next, int *skipped, char *dir,
                       size_t dirlen, vt_ckpt_manifest *man, char *err, size_t errlen) {

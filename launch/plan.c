@@ -93,11 +93,11 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
   vt_log_all_ranks(0);
   // (ZeRO-1 has a DP group; said by world rank 0)
   if (opt->zero && vt_comm_rank(opt->dp) == 0 && (!opt->tp || vt_comm_rank(opt->tp) == 0) &&
-      (!opt->pp || vt_comm_rank(opt->pp) == 0)) {  // (stage 0's: the stages' tables differ little in this ratio)
+      (!opt->pp || vt_comm_rank(opt->pp) == 0)) {  // (stage 0's: the others' ratio is alike)
     const int dp = vt_comm_size(opt->dp);
     const int bufs = vt_opt_state_buffers(opt->cfg.kind) + (opt->ema != NULL);
-    const double off = (double)vt_optimizer_plan_nbytes(m->table.total - opt->base, dp, 0,
-                                                        opt->ema != NULL, bufs - (opt->ema != NULL));
+    const double off = (double)vt_optimizer_plan_nbytes(
+        m->table.total - opt->base, dp, 0, opt->ema != NULL, bufs - (opt->ema != NULL));
     // ZeRO-1 shards the state buffers (and the EMA) but keeps a whole staging copy and the
     // reduced shard: it pays where bufs (1 - 1/dp) > 1 + 1/dp, never with one buffer.
     char from[64] = "with one buffer it never does";
