@@ -158,8 +158,6 @@ static int jpeg_run(jpeg_job *j, int64_t max_pixels, const vt_image_region *regi
   j->width = (int)c->image_width;
   j->height = (int)c->image_height;
   j->multi_scan = jpeg_has_multiple_scans(c);
-  // (a file of several scans has them all read by jpeg_start_decompress: libjpeg's own verdict)
-  if (!j->multi_scan) j->stray = stray_marker(c->src->next_input_byte, c->src->bytes_in_buffer);
   // Chroma upsampled by different factors across and down (4:2:2, 4:4:0, 4:1:1) loses its
   // smooth upsampling at 1/8 (libjpeg only does it above 1x1 blocks) and comes out about 10
   // levels off a box average there; 1/4 is as close as 4:2:0 at 1/8. So those stop at 1/4.
@@ -187,6 +185,10 @@ static int jpeg_run(jpeg_job *j, int64_t max_pixels, const vt_image_region *regi
       return -1;
   }
   if (!region) return 0;
+  // The scan's data starts where the header ended (a probe does not look: its verdict is the
+  // header's). A file of several scans has them all read by jpeg_start_decompress, libjpeg's
+  // own verdict.
+  if (!j->multi_scan) j->stray = stray_marker(c->src->next_input_byte, c->src->bytes_in_buffer);
 
   // Defaults otherwise (JDCT_ISLOW, fancy upsampling, no block smoothing changes): Pillow's.
   j->scale = region->scale == 2 || region->scale == 4 || region->scale == 8 ? region->scale : 1;

@@ -180,8 +180,15 @@ print(f"--init-from a pretraining checkpoint with --global-pool avg: shared tens
       f"fc_norm fresh and no norm {fresh}, fresh head std {hw.std():.3g} (--head-init-std 2e-5) {head}")
 sys.exit(0 if same and fresh and head else 1)
 PY
-out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
-      --init-from "$work/holed.safetensors" 2>&1)
+# init_from FILE [FLAGS...]: one step from FILE's weights on one rank; its output in out, its
+# exit code returned.
+init_from() {
+  local file=$1
+  shift
+  out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
+        --init-from "$file" "$@" 2>&1)
+}
+init_from "$work/holed.safetensors"
 if grep -q "blocks.1.norm1.weight" <<<"$out"; then echo "ok: a missing block tensor is refused: $(grep -m1 blocks.1.norm1 <<<"$out")"
 else echo "FAIL: a file without blocks.1.norm1.weight was not refused: $out"; fail=1; fi
 # On pp 2 the tensor is the last stage's: rank 0 says that rank's message.
@@ -192,32 +199,27 @@ if grep -q "error: --init-from: .*blocks.3.mlp.fc2.bias" <<<"$out"; then
 else echo "FAIL: a file without blocks.3.mlp.fc2.bias on pp 2: $out"; fail=1; fi
 # A distilled DeiT (dist_token, a pos_embed row more) is said as such, not as a grid that does
 # not fit --no-embed-class.
-out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
-      --init-from "$work/distilled.safetensors" 2>&1)
+init_from "$work/distilled.safetensors"
 if [ $? -eq 2 ] && grep -q "is a distilled DeiT (dist_token, head_dist)" <<<"$out"; then
   echo "ok: a distilled DeiT file is refused as such"
 else echo "FAIL: a distilled DeiT file: $out"; fail=1; fi
 # A file of no timm ViT is said as such, its first names shown, with where timm-named weights
 # come from (not a missing QK-norm and qkv bias); a checkpoint folder points to its weights.
-out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
-      --init-from "$work/ddp.safetensors" 2>&1)
+init_from "$work/ddp.safetensors"
 if [ $? -eq 2 ] && grep -q "ddp.safetensors holds no timm ViT tensors: no patch_embed.proj.weight or blocks.0.attn.qkv.weight among its [0-9]* (the first: module\.[a-z_]*.*) (timm's names under the prefix 'module.')\. --init-from takes timm-named weights: .*launch/convert_weights.py" <<<"$out" &&
    ! grep -q "QK-norm" <<<"$out"; then
   echo "ok: a file of module.-prefixed names is refused as such"
 else echo "FAIL: a module.-prefixed file: $out"; fail=1; fi
-out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
-      --init-from "$ck/optim.safetensors" 2>&1)
+init_from "$ck/optim.safetensors"
 if [ $? -eq 2 ] && grep -q "optim.safetensors holds no timm ViT tensors: .*(the first: exp_avg\..*a vit3d checkpoint's optimizer state: its weights are the model.safetensors beside it" <<<"$out"; then
   echo "ok: a checkpoint's optim.safetensors is refused as such"
 else echo "FAIL: --init-from optim.safetensors: $out"; fail=1; fi
-out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
-      --init-from "$ck" 2>&1)
+init_from "$ck"
 if [ $? -eq 2 ] && grep -qF "$ck is a folder; --init-from takes a safetensors file: pass this checkpoint's weights, $ck/model.safetensors" <<<"$out"; then
   echo "ok: --init-from a checkpoint folder names its model.safetensors"
 else echo "FAIL: --init-from a checkpoint folder: $out"; fail=1; fi
 # A head stored transposed (a JAX kernel) is another shape, not another class count.
-out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
-      --init-from "$work/headT.safetensors" 2>&1)
+init_from "$work/headT.safetensors"
 if [ $? -eq 2 ] && grep -q "head.weight" <<<"$out" && ! grep -q "another class count" <<<"$out"; then
   echo "ok: a transposed head is refused: $(grep -m1 -o 'tensor head.weight.*' <<<"$out" | cut -c1-90)"
 else echo "FAIL: a transposed head: $out"; fail=1; fi
@@ -316,8 +318,7 @@ PY
 refused() {  # refused FILE HINT FLAGS...: --init-from FILE with FLAGS exits 2 naming HINT
   local file=$1 hint=$2
   shift 2
-  out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --micro-batch-size 2 \
-        --init-from "$work/$file" "$@" 2>&1)
+  init_from "$work/$file" "$@"
   local rc=$?
   if [ $rc -eq 2 ] && grep -q -- "$hint" <<<"$out"; then echo "ok: refused: $(grep -m1 -- "$hint" <<<"$out")"
   else echo "FAIL: --init-from $file $* was not refused naming $hint (rc $rc): $out"; fail=1; fi
