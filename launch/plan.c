@@ -91,24 +91,6 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
               m->nchunks > 1 ? "(micro-batch, chunk) units" : "micro-batches", wsets, recompute,
               plan_mib(m, opt), extra, host);
   vt_log_all_ranks(0);
-  // (ZeRO-1 has a DP group; said by world rank 0)
-  if (opt->zero && vt_comm_rank(opt->dp) == 0 && (!opt->tp || vt_comm_rank(opt->tp) == 0) &&
-      (!opt->pp || vt_comm_rank(opt->pp) == 0)) {  // (stage 0's: the others' ratio is alike)
-    const int dp = vt_comm_size(opt->dp);
-    const int bufs = vt_opt_state_buffers(opt->cfg.kind) + (opt->ema != NULL);
-    const double off = (double)vt_optimizer_plan_nbytes(
-        m->table.total - opt->base, dp, 0, opt->ema != NULL, bufs - (opt->ema != NULL));
-    // ZeRO-1 shards the state buffers (and the EMA) but keeps a whole staging copy and the
-    // reduced shard: it pays where bufs (1 - 1/dp) > 1 + 1/dp, never with one buffer.
-    char from[64] = "with one buffer it never does";
-    if (bufs > 1) snprintf(from, sizeof from, "it saves memory from dp %d on",
-                           (bufs + 1) / (bufs - 1) + 1);
-    if (om >= off * mib)
-      vt_log_warn("--zero 1 on dp %d saves no optimizer memory (%.1f MiB against %.1f MiB with "
-                  "--zero 0): its whole staging copy of the trained weights outweighs the %d "
-                  "state buffer%s it shards (%s)", dp, om, off * mib, bufs, bufs > 1 ? "s" : "",
-                  from);
-  }
 }
 
 void vt_plan_report_memory(const vt_model *m, const vt_optimizer *opt, vt_device device,
@@ -199,7 +181,7 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   sp->pp_send = (double)sends * n_micro * (double)rows * c->width * 4;
   sp->pp_recv = (double)recvs * n_micro * (double)rows * c->width * 4;
   if (o->dp > 1 && o->zero)
-    sp->dp_reduce = sp->dp_gather = (double)((trained + o->dp - 1) / o->dp * o->dp) * 4;
+    sp->dp_reduce = sp->dp_gather = (double)trained * 4;  // (the tail's < dp in other calls)
   else if (o->dp > 1)
     sp->dp_reduce = (double)vt_optim_dp_reduced(&o->optim, &t) * 4;
   vt_params_free(&t);

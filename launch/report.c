@@ -171,14 +171,14 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
       vt_recomputed_blocks(m->cfg.depth, &m->shard, m->recompute, m->frozen_layers);
   fprintf(f, "{\"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"nblocks\": %d, "
              "\"chunks\": %d, \"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
-             "\"zero_padded\": %lld, \"frozen_prefix\": %lld, \"frozen_layers\": %d, "
+             "\"zero_part\": %lld, \"frozen_prefix\": %lld, \"frozen_layers\": %d, "
              "\"frozen_blocks\": %d, \"recomputed_blocks\": %d, \"frozen_vstages\": %d, "
              "\"dp_overlap\": %d, \"dp_layers\": %d, "
              "\"dp_started_in_backward\": %d, \"parallel_blocks\": %d, \"vshape\": %d, "
              "\"sequence_parallel\": %d, \"axes\": {",
           me.tp_rank, me.pp_rank, me.dp_rank, m->nblocks, m->nchunks, n_micro, m->max_batch,
           vt_cfg_tokens(&m->cfg), m->cfg.width, (long long)m->table.total,
-          (long long)(opt->zero ? opt->padded : 0), (long long)opt->base, m->frozen_layers,
+          (long long)(opt->zero ? opt->part : 0), (long long)opt->base, m->frozen_layers,
           frozen_blocks, recomputed,
           vt_frozen_vstages(m->cfg.depth, m->shard.pp_size * m->nchunks, m->shard.pp_vshape,
                             m->frozen_layers),

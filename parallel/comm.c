@@ -46,7 +46,7 @@ static void local_all_reduce(void *s, float *buf, int64_t count) {
   (void)s, (void)buf, (void)count;
 }
 static void local_reduce_scatter(void *s, float *out, const float *inp, int64_t out_count) {
-  local_copy(s, out, inp, out_count);
+  if (out != inp) local_copy(s, out, inp, out_count);
 }
 static void local_all_gather(void *s, float *out, const float *inp, int64_t inp_count) {
   if (out != inp) local_copy(s, out, inp, inp_count);
@@ -442,9 +442,9 @@ void vt_comm_reduce_scatter(vt_comm *c, float *out, const float *inp, int64_t ou
   check_buf(c, "reduce_scatter", inp, out_count);
   uintptr_t o = (uintptr_t)out, i = (uintptr_t)inp;
   uintptr_t o_end = o + (uintptr_t)out_count * 4, i_end = i + (uintptr_t)(out_count * c->size) * 4;
-  VT_CHECK(out_count == 0 || o_end <= i || i_end <= o,
-           "comm %s reduce_scatter: out overlaps inp; give it a separate buffer",
-           vt_axis_name(c->axis));
+  VT_CHECK(out_count == 0 || o_end <= i || i_end <= o || out == inp + (int64_t)c->rank * out_count,
+           "comm %s reduce_scatter: out overlaps inp other than as this rank's shard "
+           "(inp + rank * out_count)", vt_axis_name(c->axis));
   const double t0 = op_begin(c, VT_COMM_OP_REDUCE_SCATTER, out_count * c->size * 4);
   c->transport->reduce_scatter(c->state, out, inp, out_count);
   op_end(t0);

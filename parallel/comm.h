@@ -68,7 +68,9 @@ int vt_comm_local_size(const vt_comm *world);
 void vt_comm_all_reduce(vt_comm *comm, float *buf, int64_t count);
 
 // out (out_count) <- sum over members of inp[rank*out_count, (rank+1)*out_count).
-// inp has size*out_count elements; out must not overlap inp.
+// inp has size*out_count elements. In place is allowed when out == inp + rank*out_count (this
+// rank's shard inside the input); inp's other elements are undefined afterwards. Otherwise out
+// must not overlap inp.
 void vt_comm_reduce_scatter(vt_comm *comm, float *out, const float *inp, int64_t out_count);
 
 // out[r*inp_count, (r+1)*inp_count) <- inp of member r; out has size*inp_count elements.

@@ -3,6 +3,7 @@
 // Must not depend on CUDA or the model; comm.c is its only caller.
 #include <mpi.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm.h"
 
@@ -164,8 +165,18 @@ static void mpi_all_reduce(void *s, float *buf, int64_t count) {
 }
 
 static void mpi_reduce_scatter(void *s, float *out, const float *inp, int64_t out_count) {
-  VT_MPI_CHECK(
-      MPI_Reduce_scatter_block(inp, out, (int)out_count, MPI_FLOAT, MPI_SUM, comm_of(s)));
+  int rank = 0;
+  VT_MPI_CHECK(MPI_Comm_rank(comm_of(s), &rank));
+  if (out != inp + (int64_t)rank * out_count) {
+    VT_MPI_CHECK(
+        MPI_Reduce_scatter_block(inp, out, (int)out_count, MPI_FLOAT, MPI_SUM, comm_of(s)));
+    return;
+  }
+  // In place, MPI takes the input from the receive buffer and leaves the sum at its start.
+  float *all = (float *)inp;
+  VT_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, all, (int)out_count, MPI_FLOAT, MPI_SUM,
+                                        comm_of(s)));
+  if (rank > 0) memmove(out, all, (size_t)out_count * sizeof *out);
 }
 
 static void mpi_all_gather(void *s, float *out, const float *inp, int64_t inp_count) {

@@ -331,6 +331,10 @@ static void tcp_all_reduce(void *s, float *buf, int64_t count) {
 static void tcp_reduce_scatter(void *s, float *out, const float *inp, int64_t out_count) {
   tcp_comm *c = s;
   const int n = c->size;
+  if (out == inp + (int64_t)c->rank * out_count) {  // in place: the ring's chunks are the shards
+    if (n > 1) ring_reduce_scatter(c, (float *)inp, out_count * n);
+    return;
+  }
   // Through a copy, so that the ring's chunks are the comm's shards.
   float *all = malloc((size_t)(out_count * n) * sizeof *all + 1);
   VT_CHECK(all, "out of memory for a reduce-scatter of %lld floats", (long long)(out_count * n));

@@ -16,7 +16,8 @@ training step (DIR/comm.rank<R>.json, written by vit3d --comm-stats 1) against t
       gradient goes to one of the first frozen_vstages, whose layers are all frozen
   DP  all-reduce of the rank's gradient elements once per step; ZeRO-1: a reduce-scatter and
       an all-gather of the gradient elements after the rank's frozen prefix (frozen_prefix:
-      none kept, none moved), padded to a multiple of dp, instead. Without ZeRO, one all-reduce per
+      none kept, none moved) in dp equal parts of zero_part elements, and an all-reduce and a
+      broadcast of the tail of fewer than dp elements after them, instead. Without ZeRO, one all-reduce per
       layer of the stage (embeddings, each block, head) but those of the frozen prefix
       (frozen_layers: whole layers, so frozen_prefix elements), every one started during the
       step's last backward pass (overlap), none left for the optimizer step to start
@@ -80,16 +81,18 @@ for path in ranks:
         ("pp", "send"): sends * m * rows * r["C"] * 4,
         ("pp", "recv"): recvs * m * rows * r["C"] * 4,
         ("dp", "all_reduce"): (r["params"] - r["frozen_prefix"]) * 4 if dp > 1 and not zero else 0,
-        ("dp", "reduce_scatter"): r["zero_padded"] * 4 if dp > 1 and zero else 0,
-        ("dp", "all_gather"): r["zero_padded"] * 4 if dp > 1 and zero else 0,
+        ("dp", "reduce_scatter"): r["zero_part"] * dp * 4 if dp > 1 and zero else 0,
+        ("dp", "all_gather"): r["zero_part"] * dp * 4 if dp > 1 and zero else 0,
     }
     cells = []
     if dp > 1 and zero:
         trained = r["params"] - r["frozen_prefix"]
-        ok = r["zero_padded"] == -(-trained // dp) * dp
+        tail = trained - r["zero_part"] * dp
+        want[("dp", "all_reduce")] = want[("dp", "broadcast")] = tail * 4
+        ok = r["zero_part"] == trained // dp
         bad += not ok
-        cells.append(f"zero padded {r['zero_padded']} (frozen prefix {r['frozen_prefix']})"
-                     f"{'' if ok else ' MISMATCH'}")
+        cells.append(f"zero part {r['zero_part']} tail {tail} (frozen prefix "
+                     f"{r['frozen_prefix']}){'' if ok else ' MISMATCH'}")
     if dp > 1 and not zero:
         head = r["pp_rank"] == (0 if r.get("vshape") else pp - 1)  # ZB-V: the head on rank 0
         embed = r["pp_rank"] == 0 and r["frozen_layers"] == 0

@@ -9,7 +9,9 @@
 #   dq kernel and stored by its dk/dv kernel (VT_ATTN_DS); and as a run has them by default
 #   (each shape's first call times the variants and keeps the fastest), whose picks
 #   VT_ATTN_REPORT prints into PICKS; timing every variant of every shape is slow on the
-#   emulation, so that run takes each op's first 4 shapes, whose lines must be the others'.
+#   emulation, so that run takes each op's first 4 shapes, whose lines must be the others';
+#   and with no GPU memory for the stored dS (EMU_MALLOC_FAIL_MIN), the same bits as dS made
+#   again, no storing variant timed.
 set -uo pipefail
 ops=$1 picks=$2
 names=("64 rows, dS again, copies early" "128 rows, dS stored, copies early"
@@ -44,5 +46,22 @@ grep -q 'attention_fwd B=2 N=197 H=3 D=64: .* kept [0-9]* rows$' "$picks" &&
   { echo "FAIL: the timed picks were not reported"; fail=1; }
 # Each pick also hashed every variant's outputs: here (the emulation) all must agree.
 grep -q 'other bits' "$picks" && { echo "FAIL: a variant's outputs differ in their bits"; fail=1; }
+# A GPU without room for the stored dS (every allocation of 1.5 MB or more refused; dS^T of this
+# shape takes 2 MiB, nothing else as much): the timed picks leave the storing variants out and
+# the backward makes dS again, the bits of VT_ATTN_DS=0 (it stopped with "out of GPU memory").
+one=(--prec=bf16 --shape=1,1024,1,64,1 attention_bwd)
+want=$(VT_ATTN_ROWS=64 VT_ATTN_DS=0 "$ops" "${one[@]}" 2>&1) ||
+  { echo "$want"; echo "FAIL: attention_bwd at N=1024 with VT_ATTN_DS=0"; fail=1; }
+got=$(EMU_MALLOC_FAIL_MIN=1500000 VT_ATTN_REPORT=1 "$ops" "${one[@]}" 2>"$picks.room")
+if [[ $got != "$want" ]]; then
+  echo "$got"; cat "$picks.room"; echo "FAIL: without room for dS the backward failed or differs"
+  fail=1
+elif ! grep -q 'attention_bwd B=1 N=1024 H=1 D=64: .* kept' "$picks.room" ||
+    grep -q 'dS stored' "$picks.room"; then
+  cat "$picks.room"; echo "FAIL: without room for dS a variant storing it was timed"; fail=1
+else
+  echo "ok: no room for the stored dS: $(grep -o 'attention_bwd B=1 N=1024.*' "$picks.room")"
+fi
+rm -f "$picks.room"
 ((fail)) && exit 1
-echo "PASS: ${#names[@]} variants printed the same lines"
+echo "PASS: ${#names[@]} variants printed the same lines, and the same bits without room for dS"

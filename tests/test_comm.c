@@ -83,6 +83,14 @@ static void check_collectives(vt_comm *c, const int *group, int w) {
     EXPECT(out[i] == (float)(1000 * sum_group + n * (r * K + i)), "%s reduce_scatter[%d] = %g",
            name, i, out[i]);
 
+  // In place: this rank's sum lands on its own shard of the input (ZeRO-1's gradients).
+  for (int j = 0; j < n * K; j++) buf[j] = (float)(w * 1000 + j);
+  vt_comm_reduce_scatter(c, buf + r * K, buf, K);
+  expect_op(axis, VT_COMM_OP_REDUCE_SCATTER, (int64_t)n * K * 4);
+  for (int i = 0; i < K; i++)
+    EXPECT(buf[r * K + i] == (float)(1000 * sum_group + n * (r * K + i)),
+           "%s in-place reduce_scatter[%d] = %g", name, i, buf[r * K + i]);
+
   for (int i = 0; i < K; i++) buf[i] = (float)(w * 10 + i);
   vt_comm_all_gather(c, out, buf, K);
   expect_op(axis, VT_COMM_OP_ALL_GATHER, (int64_t)n * K * 4);

@@ -52,10 +52,34 @@ static int in_prefix(const char *name) {
   return 0;
 }
 
+// The optimizer's memory, measured: a backend whose alloc and free are the CPU backend's, counted.
+static const vt_backend *g_real;
+static size_t g_live;
+static struct {
+  void *p;
+  size_t n;
+} g_blocks[64];
+static void *counted_alloc(size_t n) {
+  void *p = g_real->alloc(n);
+  for (int i = 0; p && i < 64; i++)
+    if (!g_blocks[i].p) {
+      g_blocks[i].p = p, g_blocks[i].n = n, g_live += n;
+      return p;
+    }
+  VT_CHECK(!p, "test_optim: more than 64 live allocations");
+  return p;
+}
+static void counted_free(void *p) {
+  for (int i = 0; p && i < 64; i++)
+    if (g_blocks[i].p == p) g_live -= g_blocks[i].n, g_blocks[i].p = NULL;
+  g_real->free(p);
+}
+
 // One run of STEPS steps on this rank's shard of cfg: final local parameters into *out (malloc'd)
 // and each step's gradient norm into norms.
 // With an EMA, *ema (malloc'd) receives it (vt_optimizer_ema_full), else NULL; *state_nbytes
-// the optimizer's memory.
+// the optimizer's memory as allocated (its norms' sums left out), which must be the memory plan's
+// vt_optimizer_nbytes.
 static void run(const vt_vit_config *cfg, const vt_optim_config *oc, const vt_backend *be,
                 const vt_param_table *whole, const float *init, vt_shard shard, vt_comm *tp,
                 vt_comm *pp, vt_comm *dp, int zero, int dp_rank, vt_param_table *t, float **out,
@@ -71,7 +95,16 @@ static void run(const vt_vit_config *cfg, const vt_optim_config *oc, const vt_ba
       params[p->offset + i] = init[w->offset + vt_param_global_index(p, &t->shard, i)];
   }
   vt_optimizer o;
-  vt_optimizer_init(&o, oc, be, t, tp, pp, dp, zero, 0);
+  vt_backend counting = *be;
+  counting.alloc = counted_alloc, counting.free = counted_free, g_real = be;
+  const size_t live = g_live;
+  vt_optimizer_init(&o, oc, &counting, t, tp, pp, dp, zero, 0);
+  *state_nbytes = g_live - live - (2 * (size_t)t->count + 1) * sizeof(double);
+  if (*state_nbytes != vt_optimizer_nbytes(&o)) {
+    g_failures++;
+    fprintf(stderr, "FAIL: the optimizer allocated %zu bytes, its memory plan says %zu\n",
+            *state_nbytes, vt_optimizer_nbytes(&o));
+  }
   vt_optimizer_ema_reset(&o, params);
   for (int s = 0; s < STEPS; s++) {
     for (int r = 0; r < t->count; r++) {
@@ -88,7 +121,6 @@ static void run(const vt_vit_config *cfg, const vt_optim_config *oc, const vt_ba
     VT_CHECK(*ema != NULL, "out of memory");
     vt_optimizer_ema_full(&o, params, *ema);
   }
-  *state_nbytes = vt_optimizer_nbytes(&o);
   vt_optimizer_free(&o);
   be->free(grads);
   *out = params;
@@ -251,8 +283,22 @@ int main(int argc, char **argv) {
       double norm_err = 0.0;
       for (int s = 0; s < STEPS; s++)
         norm_err = fmax(norm_err, fabs(norms[s] - ref_norms[s]) / ref_norms[s]);
-      const int ok = worst <= 1e-5 && norm_err <= 1e-12 && !frozen_moved;
+      // ZeRO-1 keeps the state (moments, EMA) of its shard only: an equal part of the trained
+      // elements, the last DP rank also the tail of fewer than dp; no copy of the weights.
+      size_t want_nbytes = nbytes;
+      int64_t tail = 0;
+      if (L.zero) {
+        const int64_t trained = t.total - vt_optim_state_base(&oc, &t);
+        const int bufs = vt_opt_state_buffers(oc.kind) + (oc.ema_decay > 0);
+        tail = trained % L.dp;
+        const int64_t shard = trained / L.dp + (c.dp_rank == L.dp - 1 ? tail : 0);
+        want_nbytes = (size_t)(bufs * shard) * 4 + (size_t)trained + 1;  // + the decay mask
+      }
+      const int ok = worst <= 1e-5 && norm_err <= 1e-12 && !frozen_moved && nbytes == want_nbytes;
       g_failures += !ok;
+      if (nbytes != want_nbytes)
+        fprintf(stderr, "[rank %d] FAIL: %s %dx%dx%d ZeRO-1 optimizer memory %zu bytes, want %zu "
+                "(its shard's state)\n", me, kinds[k], L.tp, L.pp, L.dp, nbytes, want_nbytes);
       double all_worst[2] = {worst, norm_err};
       vt_comm_all_reduce_double(world, all_worst, 2, VT_REDUCE_MAX);
       if (!ok)
@@ -262,8 +308,10 @@ int main(int argc, char **argv) {
       if (me == 0)
         printf("%-12s %dx%dx%d%-7s against one rank after %d steps: parameters%s within %.2e of "
                "their update (tol 1e-5), grad norms within %.2e (tol 1e-12); first step's norm "
-               "%.4f\n", kinds[k], L.tp, L.pp, L.dp, L.zero ? " ZeRO-1" : "", STEPS,
-               frz ? " and EMA" : "", all_worst[0], all_worst[1], ref_norms[0]);
+               "%.4f%s\n", kinds[k], L.tp, L.pp, L.dp, L.zero ? " ZeRO-1" : "", STEPS,
+               frz ? " and EMA" : "", all_worst[0], all_worst[1], ref_norms[0],
+               L.zero ? (tail ? "; memory: its shard's state (the last DP rank's with a tail)"
+                              : "; memory: its shard's state (no tail)") : "");
       be->free(mine);
       if (mine_ema) be->free(mine_ema);
       vt_params_free(&t);

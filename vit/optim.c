@@ -78,11 +78,9 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   const int64_t trained = table->total - o->base;  // the elements the state covers
   int64_t state = trained;
   if (o->zero) {
-    o->shard_count = (trained + dp_size - 1) / dp_size;
-    o->padded = o->shard_count * dp_size;
-    o->shard_lo = o->base + (int64_t)dp_rank * o->shard_count;
-    o->flat = must_alloc(be, o->padded, "ZeRO-1 staging");
-    o->shard = must_alloc(be, o->shard_count, "ZeRO-1 gradient shard");
+    o->part = trained / dp_size;
+    o->shard_lo = o->base + (int64_t)dp_rank * o->part;
+    o->shard_count = dp_rank == dp_size - 1 ? trained - (int64_t)dp_rank * o->part : o->part;
     state = o->shard_count;
   }
   const int one = vt_opt_state_buffers(cfg->kind) == 1;
@@ -173,37 +171,35 @@ void vt_optimizer_free(vt_optimizer *o) {
   if (o->v) o->be->free(o->v);
   o->be->free(o->decay);
   if (o->ema) o->be->free(o->ema);
-  if (o->zero) {
-    o->be->free(o->flat);
-    o->be->free(o->shard);
-  }
   *o = (vt_optimizer){0};
 }
 
+// The state buffers (moments, EMA) of `state` elements and the weight-decay mask (a byte per
+// trained element, one more so that it is never empty).
+static size_t state_nbytes(int64_t state, int64_t trained, int buffers) {
+  return (size_t)(buffers * state) * sizeof(float) + (size_t)trained + 1;
+}
+
 size_t vt_optimizer_plan_nbytes(int64_t trained, int dp_size, int zero, int ema, int moments) {
-  const int64_t shard = (trained + dp_size - 1) / dp_size;
-  // ZeRO-1: moments of a shard, the padded staging and the reduced shard
-  int64_t n = zero && dp_size > 1 ? moments * shard + shard * dp_size + shard : moments * trained;
-  if (ema) n += zero && dp_size > 1 ? shard : trained;
-  return (size_t)n * sizeof(float) + (size_t)trained;  // + the weight-decay mask
+  // ZeRO-1: the largest shard's state (the last DP rank's, with the tail)
+  const int64_t shard = zero && dp_size > 1 ? trained / dp_size + trained % dp_size : trained;
+  return state_nbytes(shard, trained, moments + (ema != 0));
 }
 
 size_t vt_optimizer_nbytes(const vt_optimizer *o) {
-  const int dp_size = o->dp ? vt_comm_size(o->dp) : 1;
-  return vt_optimizer_plan_nbytes(o->table->total - o->base, dp_size, o->zero,
-                                  o->ema != NULL, vt_opt_state_buffers(o->cfg.kind));
+  const int64_t trained = o->table->total - o->base;
+  return state_nbytes(o->zero ? o->shard_count : trained, trained,
+                      vt_opt_state_buffers(o->cfg.kind) + (o->ema != NULL));
 }
 
 void vt_optimizer_write_range(const vt_optimizer *o, int64_t *lo, int64_t *count) {
-  const int64_t total = o->table->total;
   if (!o->zero) {
-    vt_equal_slice(total, o->dp ? vt_comm_rank(o->dp) : 0, o->dp ? vt_comm_size(o->dp) : 1, lo,
-                   count);
+    vt_equal_slice(o->table->total, o->dp ? vt_comm_rank(o->dp) : 0,
+                   o->dp ? vt_comm_size(o->dp) : 1, lo, count);
     return;
   }
-  const int64_t a = vt_comm_rank(o->dp) == 0 ? 0 : o->shard_lo, b = o->shard_lo + o->shard_count;
-  *lo = a < total ? a : total;
-  *count = (b < total ? b : total) - *lo;
+  *lo = vt_comm_rank(o->dp) == 0 ? 0 : o->shard_lo;
+  *count = o->shard_lo + o->shard_count - *lo;
 }
 
 // The part of tensor p inside the flat range [lo, hi): *first (flat index) and the count.
@@ -445,6 +441,16 @@ static void ema_run(void *ctx, int64_t first, int64_t count, int key) {
   vt_ema(c->o->be, c->o->ema + (first - c->lo), c->params + (first - c->lo), c->lr, count);
 }
 
+// ZeRO-1: every DP rank's shard of x (a whole table's elements: weights or the EMA), each in
+// its place in the rank's own x, to every DP rank: the equal parts all-gathered in place, the
+// last rank's tail broadcast. Collective over dp.
+static void gather_shards(vt_optimizer *o, float *x) {
+  const int n = vt_comm_size(o->dp);
+  const int64_t whole = o->part * n, tail = o->table->total - o->base - whole;
+  if (o->part > 0) vt_comm_all_gather(o->dp, x + o->base, x + o->shard_lo, o->part);
+  if (tail > 0) vt_comm_broadcast(o->dp, x + o->base + whole, tail, n - 1);
+}
+
 double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr) {
   const vt_backend *be = o->be;
   const int64_t total = o->table->total;
@@ -473,13 +479,14 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   float *g = grad_of(o, grads, base);
   int64_t lo = base, hi = total;
   if (o->zero) {
-    // Each DP rank reduces and updates one shard; the padding holds zeros.
-    be->zero(o->flat + trained, (size_t)(o->padded - trained) * sizeof(float));
-    be->copy(o->flat, g, (size_t)trained * sizeof(float));
-    if (o->shard_count > 0) vt_comm_reduce_scatter(o->dp, o->shard, o->flat, o->shard_count);
-    g = o->shard;
-    lo = o->shard_lo < total ? o->shard_lo : total;
-    hi = o->shard_lo + o->shard_count < total ? o->shard_lo + o->shard_count : total;
+    // Each DP rank reduces and updates its shard, in place in the gradient buffer (the other
+    // shards' gradients are partial sums afterwards); the last one's tail is all-reduced.
+    const int64_t whole = o->part * vt_comm_size(o->dp);
+    if (o->part > 0)
+      vt_comm_reduce_scatter(o->dp, grad_of(o, grads, o->shard_lo), g, o->part);
+    if (trained > whole) vt_comm_all_reduce(o->dp, g + whole, trained - whole);
+    lo = o->shard_lo, hi = o->shard_lo + o->shard_count;
+    g = grad_of(o, grads, lo);
   } else if (o->dp && !o->overlap) {
     for (int64_t b = base; b < total; b += VT_DP_BUCKET_COUNT)
       vt_comm_all_reduce(o->dp, grad_of(o, grads, b),
@@ -517,11 +524,7 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
     sgd_range(o, params + lo, g, o->m, lo, hi, lr);
   else if (hi > lo)
     adamw_range(o, params + lo, g, o->m, o->v, lo, hi, lr, clip);
-  if (o->zero && o->shard_count > 0) {  // each DP rank updated its shard; all gather the whole
-    if (hi > lo) be->copy(o->flat + (lo - base), params + lo, (size_t)(hi - lo) * sizeof(float));
-    vt_comm_all_gather(o->dp, o->flat, o->flat + (o->shard_lo - base), o->shard_count);
-    be->copy(params + base, o->flat, (size_t)trained * sizeof(float));
-  }
+  if (o->zero) gather_shards(o, params);  // each DP rank updated its shard
   if (o->ema) {  // frozen tensors' EMA stays their value
     step_ctx c = {o, params + lo, NULL, NULL, NULL, lo, vt_ema_decay_at(&o->cfg, o->t), 1.0f};
     const run_walk w = {o, lo, trained_key, ema_run, &c};
@@ -531,26 +534,13 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
 }
 
 // Fills one buffer of this rank's optimizer state (moments, EMA) from values of the whole
-// table: those from base on, or under ZeRO-1 the rank's shard, the padding past the table zero
-// (the last ranks may hold padding only). move: the backend's copy or to_device.
+// table: those from base on, or under ZeRO-1 the rank's shard. move: the backend's copy or
+// to_device.
 static void load_state(const vt_optimizer *o, float *state, const float *src,
                        void (*move)(void *dst, const void *src, size_t nbytes)) {
-  const int64_t total = o->table->total, lo = o->shard_lo;
-  if (!o->zero) {
-    if (total > o->base) move(state, src + o->base, (size_t)(total - o->base) * sizeof(float));
-    return;
-  }
-  o->be->zero(state, (size_t)o->shard_count * sizeof(float));
-  const int64_t n = lo >= total ? 0 : (lo + o->shard_count < total ? o->shard_count : total - lo);
+  const int64_t lo = o->zero ? o->shard_lo : o->base;
+  const int64_t n = o->zero ? o->shard_count : o->table->total - o->base;
   if (n > 0) move(state, src + lo, (size_t)n * sizeof(float));
-}
-
-// The values from base on of one state buffer: itself, or under ZeRO-1 the shards gathered into
-// the staging buffer (collective over dp).
-static const float *whole_state(vt_optimizer *o, const float *state) {
-  if (!o->zero) return state;
-  if (o->shard_count > 0) vt_comm_all_gather(o->dp, o->flat, state, o->shard_count);
-  return o->flat;
 }
 
 void vt_optimizer_ema_reset(vt_optimizer *o, const float *params) {
@@ -559,9 +549,15 @@ void vt_optimizer_ema_reset(vt_optimizer *o, const float *params) {
 
 void vt_optimizer_ema_full(vt_optimizer *o, const float *params, float *dst) {
   const int64_t base = o->base, total = o->table->total;
-  const float *ema = whole_state(o, o->ema);
   if (dst != params && base > 0) o->be->copy(dst, params, (size_t)base * sizeof(float));
-  if (total > base) o->be->copy(dst + base, ema, (size_t)(total - base) * sizeof(float));
+  if (!o->zero) {
+    if (total > base) o->be->copy(dst + base, o->ema, (size_t)(total - base) * sizeof(float));
+    return;
+  }
+  // Each DP rank's shard in its place, then gathered as the step gathers the weights.
+  const size_t nbytes = (size_t)o->shard_count * sizeof(float);
+  if (nbytes) o->be->copy(dst + o->shard_lo, o->ema, nbytes);
+  gather_shards(o, dst);
 }
 
 void vt_optimizer_set_ema(vt_optimizer *o, const float *host) {

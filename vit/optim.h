@@ -148,9 +148,11 @@ typedef struct {
   // The state covers the flat elements [base, table->total) (vt_optim_state_base: the tensors
   // before base are frozen; their moments are zero and their EMA is their value).
   int64_t base;
-  // ZeRO-1: those elements are padded to a multiple of dp (padded) and split in equal shards;
-  // this rank owns flat elements [shard_lo, shard_lo + shard_count).
-  int64_t padded, shard_lo, shard_count;
+  // ZeRO-1: DP rank r owns the flat elements [shard_lo, shard_lo + shard_count), with
+  // shard_lo = base + r * part, part = (table->total - base) / dp: the gradients' reduce-scatter
+  // and the weights' all-gather move dp shards of part elements in place, and the last DP rank
+  // also owns the tail of fewer than dp elements after them (all-reduced, then broadcast).
+  int64_t part, shard_lo, shard_count;
   float *m, *v;           // Adam moments: shard_count (ZeRO-1) or table->total - base elements;
                           // SGD: m its momentum buffer, v NULL
   float *ema;             // the weights' EMA (cfg.ema_decay > 0), else NULL: as m, updated
@@ -163,7 +165,6 @@ typedef struct {
   // doubles each; run_key: each norm run's kind (counted or a TP copy).
   double *sums, *norms;
   unsigned char *run_key;
-  float *flat, *shard;    // ZeRO-1 only: staging of [base, base + padded), reduced shard
   int64_t t;              // optimizer steps taken (the EMA's warmup; skipped steps = steps - t)
   // Adam's moments started from zero at step count t0 (0, or where a resume unfroze tensors and
   // restarted them: ckpt_resume.c); its bias corrections count t - t0 steps
@@ -189,11 +190,13 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
                        const vt_param_table *table, vt_comm *tp, vt_comm *pp, vt_comm *dp,
                        int zero, int64_t grad_first);
 void vt_optimizer_free(vt_optimizer *o);
-// Bytes of optimizer memory on this rank (moments, ZeRO staging, the EMA), for the memory plan.
+// Bytes of optimizer memory on this rank (moments, the EMA, the weight-decay mask), for the
+// memory plan; its norms' sums (2 * table->count + 1 doubles) left out.
 size_t vt_optimizer_nbytes(const vt_optimizer *o);
 // The same for a rank holding `trained` parameter elements after its frozen prefix
-// (vt_optim_state_base: all of them without one), before any allocation (vit3d plan); moments:
-// the state buffers per element (2 for AdamW and LAMB, 1 for SGD).
+// (vt_optim_state_base: all of them without one), before any allocation (vit3d plan), under
+// ZeRO-1 the largest shard's (the last DP rank's); moments: the state buffers per element (2 for
+// AdamW and LAMB, 1 for SGD).
 size_t vt_optimizer_plan_nbytes(int64_t trained, int dp_size, int zero, int ema, int moments);
 // The elements of this rank's local table whose weights and state it writes to a checkpoint:
 // [lo, lo + count), DP replicas writing disjoint slices that cover the table: under ZeRO-1 its

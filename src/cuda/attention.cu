@@ -133,6 +133,15 @@ typedef struct {
 } variant_out;
 enum { VARIANT_OUTS = 2 };
 
+// The variant picked before for this shape and direction, or -1.
+static int picked(int64_t B, int64_t N, int64_t H, int64_t D, int bwd) {
+  for (int i = 0; i < g_npicks; i++) {
+    const variant_pick *p = &g_picks[i];
+    if (p->B == B && p->N == N && p->H == H && p->D == D && p->bwd == bwd) return p->v;
+  }
+  return -1;
+}
+
 // The variant for this call of op (bwd: the backward's kernels; may_store: whether dS may be
 // stored, which the caller decides as it carves dS's scratch): the only one the settings leave
 // (4 warps where 8 warps' shared memory would not fit: D = 80's dq kernel on a GPU with 99 KiB
@@ -151,10 +160,10 @@ static int variant_for(const char *op, int bwd, int64_t B, int64_t N, int64_t H,
       if (d ? may_store : df != 1) cand[n++] = w | (d ? MMA_DS : 0);
   }
   if (n == 1) return cand[0];
-  for (int i = 0; i < g_npicks; i++) {
-    const variant_pick *p = &g_picks[i];
-    if (p->B == B && p->N == N && p->H == H && p->D == D && p->bwd == bwd) return p->v;
-  }
+  // (A pick that stores dS where there is no room for it now: the first candidate, whose bits
+  // every pick has.)
+  const int known = picked(B, N, H, D, bwd);
+  if (known >= 0) return known & MMA_DS && !may_store ? cand[0] : known;
   if (g_npicks == PICKS) return cand[0];
   // Each variant's first launch (limits raised, caches warm), its outputs hashed; then each
   // timed between events.
@@ -255,15 +264,20 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *do
   // bf16 (vt_ops.h): dout and dqkv are bf16 activations as well.
   const vt_dropout_mask m = drop_arg(drop);
   if (mma_path(D, dout, qkv, out)) {
-    // dS^T's scratch where a variant may store it (the first call's timing grows the op
-    // scratch by it even where the pick makes dS again).
-    const int lds = (int)((N + 15) & ~15), df = ds_fixed();
+    // dS^T's scratch where a variant may store it: not where this shape's pick makes dS again,
+    // nor (unless VT_ATTN_DS=1 asks for it) where the GPU has no memory for it.
+    const int lds = (int)((N + 15) & ~15), df = ds_fixed(), known = picked(B, N, H, D, 1);
     const size_t ds_bytes = (size_t)(B * H * N) * lds * sizeof(bf16_t);
-    const int may_store = df == 1 || (df < 0 && ds_bytes <= MMA_DS_MAX);
+    int may_store = df == 1 || (df < 0 && ds_bytes <= MMA_DS_MAX && (known < 0 || known & MMA_DS));
     float *delta, *part;
     bf16_t *ds;
-    bwd_scratch(B, N, H, D, fa_tiles((int)N), dbias != NULL, &delta, &part,
-                may_store ? ds_bytes : 0, &ds);
+    const unsigned tiles = fa_tiles((int)N);
+    if (may_store && df < 0) {
+      size_t nbytes = 0;
+      bwd_scratch(B, N, H, D, tiles, dbias != NULL, &delta, &part, ds_bytes, &ds, &nbytes);
+      may_store = vt_cuda_scratch_try(nbytes) != NULL;
+    }
+    bwd_scratch(B, N, H, D, tiles, dbias != NULL, &delta, &part, may_store ? ds_bytes : 0, &ds);
     auto launch = [&](int v) {
       bf16_t *dsv = v & MMA_DS ? ds : NULL;
       vt_cuda_attention_mma_bwd(v & (MMA_DS - 1), dqkv, delta, part, dsv, lds, dout, qkv, out,
@@ -273,8 +287,12 @@ extern "C" void vt_cuda_attention_bwd(float *dqkv, float *dbias, const float *do
     const variant_out outs[VARIANT_OUTS] = {
         {dqkv, (size_t)(B * N * 3 * H * D) * sizeof(bf16_t)},
         {part, dbias ? (size_t)(nchunk * 3 * H * D) * sizeof(float) : 0}};
-    launch(variant_for("attention_bwd", 1, B, N, H, D, may_store, outs, launch));
+    const int v = variant_for("attention_bwd", 1, B, N, H, D, may_store, outs, launch);
+    launch(v);
     bwd_bias(dbias, part, nchunk, 3 * H * D);
+    // The first call timed a variant that stores dS and picked one that makes it again: the
+    // scratch's room for dS (up to MMA_DS_MAX) goes, the next op's scratch allocated anew.
+    if (may_store && !(v & MMA_DS) && picked(B, N, H, D, 1) == v) vt_cuda_scratch_shed();
     return;
   }
   vt_cuda_attention_wmma_bwd(dqkv, dbias, dout, qkv, out, lse, B, N, H, D, m);

@@ -188,15 +188,20 @@ static inline void fa_smem_allow(const char *op, const void *kernel, size_t need
 // The backward's op scratch: delta (B, H, N), and with dbias the bias partials, one row of 3HD
 // per (image, tile of N): each block writes its head's columns of its row; bwd_bias then sums
 // the rows in order into dbias. Then ds_bytes for the mma.sync backward's stored dS^T, at *ds
-// (NULL without; ds may be NULL when ds_bytes is 0).
+// (NULL without; ds may be NULL when ds_bytes is 0). *nbytes: the scratch it needs, where
+// nbytes is given, and then nothing is carved.
 static inline void bwd_scratch(int64_t B, int64_t N, int64_t H, int64_t D, unsigned tiles,
                                int dbias, float **delta, float **part, size_t ds_bytes = 0,
-                               bf16_t **ds = NULL) {
+                               bf16_t **ds = NULL, size_t *nbytes = NULL) {
   const int64_t nchunk = B * tiles, ld = 3 * H * D;
   size_t end = 0;
   const size_t at_delta = vt_cuda_carve(&end, (size_t)(B * H * N) * sizeof(float));
   const size_t at_part = vt_cuda_carve(&end, dbias ? (size_t)(nchunk * ld) * sizeof(float) : 0);
   const size_t at_ds = vt_cuda_carve(&end, ds_bytes);
+  if (nbytes) {
+    *nbytes = end;
+    return;
+  }
   char *base = (char *)vt_cuda_scratch(end);
   *delta = (float *)(base + at_delta), *part = dbias ? (float *)(base + at_part) : NULL;
   if (ds) *ds = ds_bytes ? (bf16_t *)(base + at_ds) : NULL;

@@ -174,18 +174,42 @@ static int g_nretired = 0;
 // queued. Waiting here (a stream synchronize, or cudaFree's wait for the whole device) could wait
 // for a pipeline receive whose send the neighbour queues only later, while the neighbour's host
 // waits the same way: a deadlock seen under zb-v on the emulated GPUs (pp 2 x dp 2).
-void *vt_cuda_scratch(size_t nbytes) {
+//
+// The scratch grown to nbytes, or NULL with *err where cudaMalloc failed (the scratch as it was).
+static void *scratch_grow(size_t nbytes, cudaError_t *err) {
   if (nbytes <= g_scratch_nbytes) return g_scratch;
   VT_CHECK(g_nretired < VT_CUDA_RETIRED_MAX, "op scratch grew %d times in a step",
            VT_CUDA_RETIRED_MAX);
+  void *grown = NULL;
+  *err = cudaMalloc(&grown, nbytes);
+  if (*err != cudaSuccess) {
+    (void)cudaGetLastError();  // (not sticky: cleared for the next check)
+    return NULL;
+  }
   if (g_scratch) g_retired[g_nretired++] = g_scratch;
-  g_scratch = NULL;
-  g_scratch_nbytes = 0;
-  const cudaError_t err = cudaMalloc(&g_scratch, nbytes);
-  VT_CHECK(err == cudaSuccess, "out of GPU memory for %zu MiB of op scratch (%s); try a smaller "
-           "--micro-batch-size", nbytes >> 20, cudaGetErrorString(err));
-  g_scratch_nbytes = nbytes;
+  g_scratch = grown, g_scratch_nbytes = nbytes;
   return g_scratch;
+}
+
+void *vt_cuda_scratch_try(size_t nbytes) {
+  cudaError_t err = cudaSuccess;
+  return scratch_grow(nbytes, &err);
+}
+
+void *vt_cuda_scratch(size_t nbytes) {
+  cudaError_t err = cudaSuccess;
+  void *p = scratch_grow(nbytes, &err);
+  VT_CHECK(p != NULL || nbytes == 0, "out of GPU memory for %zu MiB of op scratch (%s); try a "
+           "smaller --micro-batch-size", nbytes >> 20, cudaGetErrorString(err));
+  return p;
+}
+
+void vt_cuda_scratch_shed(void) {
+  if (!g_scratch) return;
+  VT_CHECK(g_nretired < VT_CUDA_RETIRED_MAX, "op scratch grew %d times in a step",
+           VT_CUDA_RETIRED_MAX);
+  g_retired[g_nretired++] = g_scratch;
+  g_scratch = NULL, g_scratch_nbytes = 0;
 }
 
 // hold_weights' copy: grow-only like the scratch, but made outside the passes (a step's or an

@@ -50,6 +50,13 @@ cublasHandle_t vt_cuda_cublas(void);
 // next op's begins; growing it waits for nothing (the outgrown buffer is freed at the next
 // synchronize: cuda_backend.cu). Fatal when the GPU is out of memory.
 void *vt_cuda_scratch(size_t nbytes);
+// The same, but NULL (the scratch as it was, the error cleared) when the GPU is out of memory:
+// for room an op can do without (attention's stored dS).
+void *vt_cuda_scratch_try(size_t nbytes);
+// Lets the scratch go (freed at the next synchronize; pointers into it stay valid for work
+// already queued or queued before then): the next vt_cuda_scratch allocates what it asks, where
+// the scratch grew for room no longer wanted.
+void vt_cuda_scratch_shed(void);
 
 // The bf16 copy of the n weights at w that hold_weights made (vt_backend.h), or NULL when they
 // are not all in the span held (or no span is held: the caller rounds them itself).

@@ -171,6 +171,10 @@ int nvtxRangePop(void) {
 }
 
 cudaError_t cudaMalloc(void **p, size_t n) {
+  // EMU_MALLOC_FAIL_MIN=BYTES: a GPU without room for any allocation of that many bytes or more
+  // (the paths that must do without one).
+  static const char *fail_min = getenv("EMU_MALLOC_FAIL_MIN");
+  if (fail_min && n >= (size_t)strtoull(fail_min, NULL, 10)) return cudaErrorMemoryAllocation;
   // n bytes exactly (256-byte aligned, as cudaMalloc's), so that an AddressSanitizer build sees
   // a kernel read or write past the end (compute-sanitizer's memcheck on a GPU).
   if (posix_memalign(p, 256, n ? n : 1)) return cudaErrorMemoryAllocation;
