@@ -39,16 +39,23 @@ double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval) {
   return batches * batch / (1 << 20);
 }
 
-// Host memory a rank holds from a checkpoint save until its part is written: its 1/dp slice
-// of its local table's weights and EMA, and of its optimizer state (Adam's two moments, SGD's
-// one buffer) at most the elements from grad_first on (launch/ckpt.c: none for the leading
-// wholly frozen layers).
-static double save_mib(const vt_train_options *o, int64_t total, int64_t grad_first) {
-  const int64_t slice = (total + o->dp - 1) / o->dp, trained = total - grad_first;
-  const int64_t moments = slice < trained ? slice : trained;
-  const int whole = 1 + (o->optim.ema_decay > 0);
-  return ((double)slice * whole + (double)moments * vt_opt_state_buffers(o->optim.kind)) * 4.0 /
-         (1 << 20);
+// Host memory a DP rank holds from a checkpoint save until its part is written: the weights and
+// EMA of the range of its local table it writes (vt_optim_write_range: a 1/dp slice, or under
+// ZeRO-1 its shard, DP rank 0's with the frozen prefix before it), and its optimizer state
+// (Adam's two moments, SGD's one buffer) for the elements of that range from grad_first on
+// (launch/ckpt.c: none for the leading wholly frozen layers). The most of any DP rank's.
+static double save_mib(const vt_train_options *o, int64_t total, int64_t grad_first,
+                       int64_t base) {
+  double most = 0.0;
+  for (int r = 0; r < o->dp; r++) {
+    int64_t lo, count;
+    vt_optim_write_range(total, base, r, o->dp, o->zero, &lo, &count);
+    const int64_t skip = grad_first <= lo ? 0 : grad_first - lo < count ? grad_first - lo : count;
+    const double floats = (double)count * (1 + (o->optim.ema_decay > 0)) +
+                          (double)(count - skip) * vt_opt_state_buffers(o->optim.kind);
+    most = floats > most ? floats : most;
+  }
+  return most * 4.0 / (1 << 20);
 }
 
 void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size_t base,
@@ -80,7 +87,7 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
   if (o->save_dir[0])
     snprintf(host + strlen(host), sizeof host - strlen(host), "%s%.1f MiB at each checkpoint "
              "save", host[0] ? ", " : "; on the host: ",
-             save_mib(o, m->table.total, m->grad_first));
+             save_mib(o, m->table.total, m->grad_first, opt->base));
   vt_log_all_ranks(1);
   vt_log_info("memory plan (%s): blocks %s%s%s, parameters %.1f MiB%s, gradients %.1f MiB, "
               "optimizer %.1f MiB, activations %.1f MiB (%d of %d %s in flight%s%s); "
@@ -161,14 +168,14 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   // copies at a save
   const int64_t grad_first = vt_params_grad_first(&t, leading);
   sp->grads = (double)vt_grad_buffer_nbytes(t.total, grad_first) * mib;
-  const int64_t trained = t.total - vt_optim_state_base(&o->optim, &t);
+  const int64_t base = vt_optim_state_base(&o->optim, &t), trained = t.total - base;
   sp->opt = (double)vt_optimizer_plan_nbytes(trained, o->dp, o->zero,
                                              o->optim.ema_decay > 0,
                                              vt_opt_state_buffers(o->optim.kind)) * mib;
   sp->acts = (double)vt_model_act_nbytes(c, shard, B, sp->nslots, sp->nwsets,
                                          o->recompute_blocks, leading, be) * mib;
   sp->total = sp->params + sp->grads + sp->opt + sp->acts;
-  sp->save = save_mib(o, t.total, grad_first);
+  sp->save = save_mib(o, t.total, grad_first, base);
   // One micro-batch's stream: under sequence parallelism each TP rank holds ceil(B N / tp)
   // rows of it, sends only those to the next stage and gathers the padded whole.
   const int seq = o->sequence_parallel && o->tp > 1;
@@ -269,12 +276,13 @@ int vt_plan_run(const vt_train_options *o) {
   printf(kind == VT_SCHEDULE_ZB_V ? "; with their labels (zb-v: the head is on stage 0 too)\n"
                                   : "; the other stages' labels need a few bytes\n");
   printf("host memory at each checkpoint save (--save): at most %.1f MiB per rank (stage %d; a "
-         "rank's 1/dp slice of its stage's %s, held until written); no rank holds the whole "
-         "model\n", most_save, most_save_stage,
+         "rank's %s of its stage's %s, held until written)%s\n", most_save, most_save_stage,
+         o->zero && o->dp > 1 ? "ZeRO-1 shard (DP rank 0's with a frozen prefix)" : "1/dp slice",
          vt_opt_state_buffers(o->optim.kind) == 1
              ? (o->optim.ema_decay > 0 ? "weights, momentum and EMA" : "weights and momentum")
              : (o->optim.ema_decay > 0 ? "weights, Adam moments and EMA"
-                                       : "weights and Adam moments"));
+                                       : "weights and Adam moments"),
+         o->zero && o->dp > 1 ? "" : "; no rank holds the whole model");
   int64_t files[3];
   const double disk = (double)vt_ckpt_nbytes(o, vt_freeze_leading_layers(&o->optim, c), files);
   printf("disk per checkpoint (--save): %.1f MiB (weights %.1f, optimizer state %.1f%s, EMA "

@@ -159,6 +159,10 @@ def exact(base, other, file, ma, mb):
     worst_loss = 0.0
     for rb in mb:
         ra = by_step.get(rb["step"], rb)
+        if ra["loss"] is None or rb["loss"] is None:  # a skipped step's loss (logged as null)
+            if (ra["loss"] is None) != (rb["loss"] is None):
+                problems.append(f"step {ra['step']} loss {ra['loss']} vs {rb['loss']}")
+            continue
         rel = abs(ra["loss"] - rb["loss"]) / abs(ra["loss"])
         worst_loss = max(worst_loss, rel)
         if not rel <= 1e-5:  # (a NaN fails too)

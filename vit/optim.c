@@ -192,14 +192,21 @@ size_t vt_optimizer_nbytes(const vt_optimizer *o) {
                       vt_opt_state_buffers(o->cfg.kind) + (o->ema != NULL));
 }
 
-void vt_optimizer_write_range(const vt_optimizer *o, int64_t *lo, int64_t *count) {
-  if (!o->zero) {
-    vt_equal_slice(o->table->total, o->dp ? vt_comm_rank(o->dp) : 0,
-                   o->dp ? vt_comm_size(o->dp) : 1, lo, count);
+void vt_optim_write_range(int64_t total, int64_t base, int dp_rank, int dp_size, int zero,
+                          int64_t *lo, int64_t *count) {
+  if (!zero || dp_size < 2) {
+    vt_equal_slice(total, dp_rank, dp_size, lo, count);
     return;
   }
-  *lo = vt_comm_rank(o->dp) == 0 ? 0 : o->shard_lo;
-  *count = o->shard_lo + o->shard_count - *lo;
+  // the shards of vt_optimizer_init, DP rank 0's with the frozen prefix before it
+  const int64_t part = (total - base) / dp_size, shard_lo = base + (int64_t)dp_rank * part;
+  *lo = dp_rank == 0 ? 0 : shard_lo;
+  *count = (dp_rank == dp_size - 1 ? total : shard_lo + part) - *lo;
+}
+
+void vt_optimizer_write_range(const vt_optimizer *o, int64_t *lo, int64_t *count) {
+  vt_optim_write_range(o->table->total, o->base, o->dp ? vt_comm_rank(o->dp) : 0,
+                       o->dp ? vt_comm_size(o->dp) : 1, o->zero, lo, count);
 }
 
 // The part of tensor p inside the flat range [lo, hi): *first (flat index) and the count.

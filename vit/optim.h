@@ -202,6 +202,11 @@ size_t vt_optimizer_plan_nbytes(int64_t trained, int dp_size, int zero, int ema,
 // [lo, lo + count), DP replicas writing disjoint slices that cover the table: under ZeRO-1 its
 // shard (DP rank 0's with the frozen prefix before it), else the dp_rank-th of equal slices.
 void vt_optimizer_write_range(const vt_optimizer *o, int64_t *lo, int64_t *count);
+// The same for DP rank dp_rank of dp_size holding a table of total elements whose optimizer state
+// starts at base (vt_optim_state_base), with or without ZeRO-1, before any allocation (vit3d
+// plan's host memory at a save).
+void vt_optim_write_range(int64_t total, int64_t base, int dp_rank, int dp_size, int zero,
+                          int64_t *lo, int64_t *count);
 // Starts the weights' EMA at params (this rank's table->total elements, backend memory): at the
 // start of a run, or on a resume from a checkpoint without one. Does nothing without EMA.
 void vt_optimizer_ema_reset(vt_optimizer *o, const float *params);
