@@ -173,6 +173,23 @@ static char *join_lines(const strlist *lines) {
   return text;
 }
 
+// The hidden folders in root ("." and ".." aside), which vt_ds_list_dir leaves out: counted
+// into ds, the first by name.
+static void count_hidden_classes(const char *root, vt_dataset *ds) {
+  DIR *d = opendir(root);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] != '.' || !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char *full = vt_ds_join(root, e->d_name);
+    struct stat sb;
+    const int dir = full && stat(full, &sb) == 0 && S_ISDIR(sb.st_mode);
+    free(full);
+    if (!dir) continue;
+    if (ds->hidden_classes++ == 0 || strcmp(e->d_name, ds->hidden_class) < 0)
+      snprintf(ds->hidden_class, sizeof ds->hidden_class, "%s", e->d_name);
+  }
+  if (d) closedir(d);
+}
+
 static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples, char *err,
                              size_t errlen) {
   strlist classes = {0}, lines = {0};
@@ -188,6 +205,7 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
                        root);
   if (st == VT_OK && classes.n > INT32_MAX)
     st = vt_fail_input(err, errlen, "too many classes in %s", root);
+  if (st == VT_OK) count_hidden_classes(root, ds);
   struct stat above[WALK_DEPTH];
   for (int64_t c = 0; st == VT_OK && c < classes.n; c++) {
     char *cdir = vt_ds_join(root, classes.s[c]);

@@ -30,6 +30,10 @@ typedef struct {
   // with the first, for the caller's warning, and the folders below the class folders.
   int64_t other_files, subfolders;
   char other_file[512];
+  // ImageFolder, as listed: hidden folders (names starting with '.') beside the class folders,
+  // left out, with the first: torchvision's ImageFolder counts them as classes.
+  int64_t hidden_classes;
+  char hidden_class[256];
   char *fingerprint;  // ImageFolder, as listed: its folders' (vt_dataset_fingerprint)
 } vt_dataset;
 

@@ -59,6 +59,12 @@ static vt_status read_index(const char *path, const char *cache, const char *lab
       vt_log_warn("dataset %s: %lld files in the class folders are not images by their "
                   "extension (.jpg, .png, .webp, ...) and are left out, such as %s", path,
                   (long long)ds->other_files, ds->other_file);
+    if (st == VT_OK && ds->hidden_classes > 0)
+      vt_log_warn("dataset %s: hidden folders beside the class folders are left out (%lld, such "
+                  "as %s); torchvision's ImageFolder counts each as a class, so its class "
+                  "indices differ from these and a model trained here scores wrongly there on "
+                  "this folder: remove them or move them elsewhere", path,
+                  (long long)ds->hidden_classes, ds->hidden_class);
     if (st == VT_OK && ds->subfolders > 0)
       vt_log_info("dataset %s: the images of %lld folders below the class folders are their "
                   "class's, as in torchvision's ImageFolder", path, (long long)ds->subfolders);
