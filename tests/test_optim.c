@@ -292,7 +292,7 @@ int main(int argc, char **argv) {
         const int bufs = vt_opt_state_buffers(oc.kind) + (oc.ema_decay > 0);
         tail = trained % L.dp;
         const int64_t shard = trained / L.dp + (c.dp_rank == L.dp - 1 ? tail : 0);
-        want_nbytes = (size_t)(bufs * shard) * 4 + (size_t)trained + 1;  // + the decay mask
+        want_nbytes = (size_t)(bufs * shard) * 4 + (size_t)shard + 1;  // + its decay mask
       }
       const int ok = worst <= 1e-5 && norm_err <= 1e-12 && !frozen_moved && nbytes == want_nbytes;
       g_failures += !ok;

@@ -93,15 +93,17 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   o->run_key = calloc(nsums, 1);
   VT_CHECK(o->sums && o->norms && o->run_key, "out of memory for the optimizer's %zu norms",
            nsums);
-  // The weight-decay mask from base on, so that one AdamW call updates every tensor (vt_ops.h).
+  // The weight-decay mask of the elements this rank updates (from base on, or its shard), so
+  // that one AdamW call updates every tensor (vt_ops.h).
+  o->decay_lo = o->zero ? o->shard_lo : o->base;
   uint8_t *mask = calloc((size_t)trained + 1, 1);
-  o->decay = be->alloc((size_t)trained + 1);
+  o->decay = be->alloc((size_t)state + 1);
   VT_CHECK(mask && o->decay, "out of memory for the %lld-byte weight-decay mask",
-           (long long)trained);
+           (long long)state);
   for (int i = 0; i < table->count; i++)
     if (table->p[i].local_count > 0 && table->p[i].decay && table->p[i].offset >= o->base)
       memset(mask + (table->p[i].offset - o->base), 1, (size_t)table->p[i].local_count);
-  be->to_device(o->decay, mask, (size_t)trained);
+  be->to_device(o->decay, mask + (o->decay_lo - o->base), (size_t)state);
   be->synchronize();
   free(mask);
   if (!dp || o->zero) return;
@@ -174,21 +176,20 @@ void vt_optimizer_free(vt_optimizer *o) {
   *o = (vt_optimizer){0};
 }
 
-// The state buffers (moments, EMA) of `state` elements and the weight-decay mask (a byte per
-// trained element, one more so that it is never empty).
-static size_t state_nbytes(int64_t state, int64_t trained, int buffers) {
-  return (size_t)(buffers * state) * sizeof(float) + (size_t)trained + 1;
+// The state buffers (moments, EMA) of `state` elements and their weight-decay mask (a byte each,
+// one more so that it is never empty).
+static size_t state_nbytes(int64_t state, int buffers) {
+  return (size_t)(buffers * state) * sizeof(float) + (size_t)state + 1;
 }
 
 size_t vt_optimizer_plan_nbytes(int64_t trained, int dp_size, int zero, int ema, int moments) {
   // ZeRO-1: the largest shard's state (the last DP rank's, with the tail)
   const int64_t shard = zero && dp_size > 1 ? trained / dp_size + trained % dp_size : trained;
-  return state_nbytes(shard, trained, moments + (ema != 0));
+  return state_nbytes(shard, moments + (ema != 0));
 }
 
 size_t vt_optimizer_nbytes(const vt_optimizer *o) {
-  const int64_t trained = o->table->total - o->base;
-  return state_nbytes(o->zero ? o->shard_count : trained, trained,
+  return state_nbytes(o->zero ? o->shard_count : o->table->total - o->base,
                       vt_opt_state_buffers(o->cfg.kind) + (o->ema != NULL));
 }
 
@@ -314,7 +315,7 @@ static void adamw_run(void *ctx, int64_t first, int64_t count, int layer) {
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
   const float lr = run_lr(c, layer);
-  const uint8_t *decay = c->o->decay + (first - c->o->base);  // (the mask starts at base)
+  const uint8_t *decay = c->o->decay + (first - c->o->decay_lo);
   vt_adamw(c->o->be, c->params + at, c->grads + at, c->m + at, c->v + at, decay, count, lr,
            oc->beta1, oc->beta2, oc->eps, oc->weight_decay, c->o->t - c->o->t0, c->grad_scale);
 }
@@ -333,7 +334,7 @@ static void sgd_run(void *ctx, int64_t first, int64_t count, int layer) {
   step_ctx *c = ctx;
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
-  const uint8_t *decay = c->o->decay + (first - c->o->base);
+  const uint8_t *decay = c->o->decay + (first - c->o->decay_lo);
   vt_sgd(c->o->be, c->params + at, c->grads + at, c->m + at, decay, count, run_lr(c, layer),
          oc->momentum, oc->weight_decay, oc->nesterov);
 }
@@ -353,7 +354,7 @@ static void lamb_moments_run(void *ctx, int64_t first, int64_t count, int key) {
   step_ctx *c = ctx;
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
-  const uint8_t *decay = c->o->decay + (first - c->o->base);
+  const uint8_t *decay = c->o->decay + (first - c->o->decay_lo);
   vt_lamb_moments(c->o->be, (float *)c->grads + at, c->params + at, c->grads + at, c->m + at,
                   c->v + at, decay, count, oc->beta1, oc->beta2, oc->eps, oc->weight_decay,
                   c->o->t - c->o->t0);
@@ -437,7 +438,7 @@ static void lars_range(vt_optimizer *o, float *params, float *g, int64_t lo, int
       trust = lr_i > 0.0f ? fmin(trust / (double)lr_i, 1.0) : 1.0;
     const int64_t at = first - lo;
     if (trust != 1.0) vt_scale(o->be, g + at, (float)trust, count);
-    vt_sgd(o->be, params + at, g + at, o->m + at, o->decay + (first - o->base), count, lr_i,
+    vt_sgd(o->be, params + at, g + at, o->m + at, o->decay + (first - o->decay_lo), count, lr_i,
            oc->momentum, (float)(wd * trust), oc->nesterov);
   }
 }

@@ -157,8 +157,9 @@ typedef struct {
                           // SGD: m its momentum buffer, v NULL
   float *ema;             // the weights' EMA (cfg.ema_decay > 0), else NULL: as m, updated
                           // from the shard of the weights it updates
-  uint8_t *decay;         // table->total - base bytes, backend memory: 1 where weight decay
-                          // applies (element base first)
+  uint8_t *decay;         // as m, backend memory: 1 where weight decay applies, element
+                          // decay_lo first (base, or under ZeRO-1 shard_lo)
+  int64_t decay_lo;
   // The step's sums of squares (the gradient norm's runs of tensors; LAMB's per-tensor norms of
   // the weights and direction), queued into sums (backend memory) and brought to the host as
   // one copy into norms: one wait for the device each, not one per tensor. 2 * table->count + 1
