@@ -43,11 +43,12 @@ double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval) {
 // EMA of the range of its local table it writes (vt_optim_write_range: a 1/dp slice, or under
 // ZeRO-1 its shard, DP rank 0's with the frozen prefix before it), and its optimizer state
 // (Adam's two moments, SGD's one buffer) for the elements of that range from grad_first on
-// (launch/ckpt.c: none for the leading wholly frozen layers). The most of any DP rank's.
+// (launch/ckpt.c: none for the leading wholly frozen layers). DP rank dp_rank's, or with -1 the
+// most of any DP rank's.
 static double save_mib(const vt_train_options *o, int64_t total, int64_t grad_first,
-                       int64_t base) {
+                       int64_t base, int dp_rank) {
   double most = 0.0;
-  for (int r = 0; r < o->dp; r++) {
+  for (int r = dp_rank < 0 ? 0 : dp_rank; r < (dp_rank < 0 ? o->dp : dp_rank + 1); r++) {
     int64_t lo, count;
     vt_optim_write_range(total, base, r, o->dp, o->zero, &lo, &count);
     const int64_t skip = grad_first <= lo ? 0 : grad_first - lo < count ? grad_first - lo : count;
@@ -87,7 +88,8 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
   if (o->save_dir[0])
     snprintf(host + strlen(host), sizeof host - strlen(host), "%s%.1f MiB at each checkpoint "
              "save", host[0] ? ", " : "; on the host: ",
-             save_mib(o, m->table.total, m->grad_first, opt->base));
+             save_mib(o, m->table.total, m->grad_first, opt->base,
+                      opt->dp ? vt_comm_rank(opt->dp) : 0));
   vt_log_all_ranks(1);
   vt_log_info("memory plan (%s): blocks %s%s%s, parameters %.1f MiB%s, gradients %.1f MiB, "
               "optimizer %.1f MiB, activations %.1f MiB (%d of %d %s in flight%s%s); "
@@ -126,6 +128,7 @@ typedef struct {
   char blocks[256];
   int nslots, nwsets, recomputed;
   double params, grads, opt, acts, total, save;  // MiB per rank
+  int frozen_prefix;  // elements before the optimizer's state (vt_optim_state_base)
   double tp, pp_send, pp_recv, dp_reduce, dp_gather;  // bytes per rank per step
 } stage_plan;
 
@@ -175,7 +178,8 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   sp->acts = (double)vt_model_act_nbytes(c, shard, B, sp->nslots, sp->nwsets,
                                          o->recompute_blocks, leading, be) * mib;
   sp->total = sp->params + sp->grads + sp->opt + sp->acts;
-  sp->save = save_mib(o, t.total, grad_first, base);
+  sp->save = save_mib(o, t.total, grad_first, base, -1);
+  sp->frozen_prefix = base > 0;
   // One micro-batch's stream: under sequence parallelism each TP rank holds ceil(B N / tp)
   // rows of it, sends only those to the next stage and gathers the padded whole.
   const int seq = o->sequence_parallel && o->tp > 1;
@@ -224,7 +228,7 @@ int vt_plan_run(const vt_train_options *o) {
   printf("stage  blocks  in flight  recomputed  parameters  gradients  optimizer  activations  "
          "total (MiB per rank)\n");
   double worst = 0, most_save = 0;
-  int worst_stage = 0, most_save_stage = 0;
+  int worst_stage = 0, most_save_stage = 0, rank0_prefix = 0;
   stage_plan *stages = calloc((size_t)o->pp, sizeof *stages);
   VT_CHECK(stages != NULL, "out of memory");
   for (int p = 0; p < o->pp; p++) {
@@ -236,6 +240,7 @@ int vt_plan_run(const vt_train_options *o) {
            inflight, sp->recomputed, sp->params, sp->grads, sp->opt, sp->acts, sp->total);
     if (sp->total > worst) worst = sp->total, worst_stage = p;
     if (sp->save > most_save) most_save = sp->save, most_save_stage = p;
+    rank0_prefix |= o->zero && o->dp > 1 && sp->frozen_prefix;  // DP rank 0 writes a prefix
   }
   if (vt_weight_copy_nbytes(1, o->device == VT_DEVICE_CUDA, o->precision))
     printf("parameters: the fp32 weights and the bf16 copy the GEMMs read (2 of every 6 "
@@ -277,12 +282,14 @@ int vt_plan_run(const vt_train_options *o) {
                                   : "; the other stages' labels need a few bytes\n");
   printf("host memory at each checkpoint save (--save): at most %.1f MiB per rank (stage %d; a "
          "rank's %s of its stage's %s, held until written)%s\n", most_save, most_save_stage,
-         o->zero && o->dp > 1 ? "ZeRO-1 shard (DP rank 0's with a frozen prefix)" : "1/dp slice",
+         !(o->zero && o->dp > 1) ? "1/dp slice"
+         : rank0_prefix ? "ZeRO-1 shard (DP rank 0's with the frozen prefix before it)"
+                        : "ZeRO-1 shard",
          vt_opt_state_buffers(o->optim.kind) == 1
              ? (o->optim.ema_decay > 0 ? "weights, momentum and EMA" : "weights and momentum")
              : (o->optim.ema_decay > 0 ? "weights, Adam moments and EMA"
                                        : "weights and Adam moments"),
-         o->zero && o->dp > 1 ? "" : "; no rank holds the whole model");
+         rank0_prefix ? "" : "; no rank holds the whole model");
   int64_t files[3];
   const double disk = (double)vt_ckpt_nbytes(o, vt_freeze_leading_layers(&o->optim, c), files);
   printf("disk per checkpoint (--save): %.1f MiB (weights %.1f, optimizer state %.1f%s, EMA "

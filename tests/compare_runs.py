@@ -94,11 +94,16 @@ def banded(base, other, twin, file, ma, mb):
             "bf16 bands"
     if not mb or any(r["step"] not in by_step for r in mb):
         problems.append(f"steps {[r['step'] for r in mb]} are not a subset of {sorted(by_step)}")
-    loss_scale = max(abs(by_step[s] - ms[s]) / abs(by_step[s]) for s in by_step)
-    lr_sum = sum(r["lr"] for r in ma)
+    loss_scale = max((abs(by_step[s] - ms[s]) / abs(by_step[s]) for s in by_step
+                      if by_step[s] is not None and ms[s] is not None), default=0.0)
+    lr_sum = sum(r["lr"] for r in ma if r["loss"] is not None)  # (a skipped step moves nothing)
     worst_loss = 0.0
     for rb in mb:
         la = by_step.get(rb["step"], rb["loss"])
+        if la is None or rb["loss"] is None:  # a skipped step's loss (logged as null)
+            if (la is None) != (rb["loss"] is None):
+                problems.append(f"step {rb['step']} loss {la} vs {rb['loss']}")
+            continue
         d, limit = abs(la - rb["loss"]) / abs(la), LOSS_BAND_RATIO * loss_scale + 1e-7
         worst_loss = max(worst_loss, d / limit)
         if not d <= limit:  # (a NaN fails too)
@@ -167,7 +172,7 @@ def exact(base, other, file, ma, mb):
         worst_loss = max(worst_loss, rel)
         if not rel <= 1e-5:  # (a NaN fails too)
             problems.append(f"step {ra['step']} loss {ra['loss']:.9g} vs {rb['loss']:.9g}")
-    lr_sum = sum(r["lr"] for r in ma)
+    lr_sum = sum(r["lr"] for r in ma if r["loss"] is not None)  # (a skipped step moves nothing)
     wa = load_safetensors(f"{base}/{file}")
     wb = load_safetensors(f"{other}/{file}")
     if sorted(wa) != sorted(wb):

@@ -45,7 +45,11 @@ typedef struct {
 
 // Whether a tensor is in the frozen prefix of the "frozen" runs (their --freeze pattern).
 static const char *const k_frozen_re = "^(patch_embed|pos_embed|cls_token|blocks\\.0\\.)";
-static int in_prefix(const char *name) {
+// The linear probe's (--trainable): every tensor but the head's bias, 10 elements, so that a
+// ZeRO-1 stage without the head has nothing to shard and each of 8 DP ranks about one element.
+static const char *const k_probe_re = "^head\\.bias$";
+static int in_prefix(int probe, const char *name) {
+  if (probe) return strcmp(name, "head.bias") != 0;
   static const char *const prefixes[] = {"patch_embed", "pos_embed", "cls_token", "blocks.0."};
   for (int i = 0; i < 4; i++)
     if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0) return 1;
@@ -207,11 +211,13 @@ int main(int argc, char **argv) {
   const layout all[] = {{2, 2, 2, 1}, {1, 1, 8, 1}, {4, 2, 1, 0}, {2, 1, 4, 0}, {1, 2, 4, 1}};
   const int nlayouts = W == 8 ? (int)(sizeof all / sizeof all[0]) : 1;
   // Then AdamW and LAMB again with the embeddings and block 0 frozen (a frozen prefix: no
-  // state kept for it, ZeRO-1 shards the rest) and the weights' EMA.
-  const char *kinds[] = {"AdamW", "LAMB", "SGD", "AdamW frozen", "LAMB frozen", "LARS", "NLARS"};
-  const vt_opt_kind kind_of[] = {VT_OPT_ADAMW, VT_OPT_LAMB,  VT_OPT_SGD, VT_OPT_ADAMW,
-                                 VT_OPT_LAMB,  VT_OPT_LARS, VT_OPT_LARS};
-  for (int k = 0; k < 7; k++) {
+  // state kept for it, ZeRO-1 shards the rest) and the weights' EMA; and AdamW as a linear probe
+  // of the head's bias alone (ZeRO-1 shards of one element or none; a stage with nothing to train).
+  const char *kinds[] = {"AdamW", "LAMB", "SGD", "AdamW frozen", "LAMB frozen", "LARS", "NLARS",
+                         "AdamW probe"};
+  const vt_opt_kind kind_of[] = {VT_OPT_ADAMW, VT_OPT_LAMB, VT_OPT_SGD,  VT_OPT_ADAMW,
+                                 VT_OPT_LAMB,  VT_OPT_LARS, VT_OPT_LARS, VT_OPT_ADAMW};
+  for (int k = 0; k < 8; k++) {
     // Clipping at 1.5 acts on every step (the gradients' norm is about 41). SGD (Nesterov) and
     // LARS (plain, then Nesterov) at 10 times the rate, so that their steps of lr x gradient move
     // the weights as far (LARS's decayed tensors by its trust ratio's 0.001 ||w|| / ||g||).
@@ -221,8 +227,10 @@ int main(int argc, char **argv) {
                           .total_steps = STEPS, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                           .momentum = 0.9f, .nesterov = k != 5, .weight_decay = 0.05f,
                           .clip_grad = 1.5f, .layer_decay = 0.8f, .depth = cfg.depth};
-    const int frz = k == 3 || k == 4;
-    if (frz) snprintf(oc.freeze, sizeof oc.freeze, "%s", k_frozen_re), oc.ema_decay = 0.9f;
+    const int probe = k == 7, frz = k == 3 || k == 4 || probe;
+    if (frz) oc.ema_decay = 0.9f;
+    if (probe) snprintf(oc.trainable, sizeof oc.trainable, "%s", k_probe_re);
+    else if (frz) snprintf(oc.freeze, sizeof oc.freeze, "%s", k_frozen_re);
     vt_param_table rt;
     float *ref, *ref_ema;
     size_t ref_nbytes;
@@ -232,7 +240,7 @@ int main(int argc, char **argv) {
     if (frz) {  // one rank keeps no moments, EMA or weight-decay mask for the frozen prefix
       int64_t frozen_elems = 0;
       for (int r = 0; r < whole.count; r++)
-        frozen_elems += in_prefix(whole.p[r].name) * whole.p[r].count;
+        frozen_elems += in_prefix(probe, whole.p[r].name) * whole.p[r].count;
       // two moments and the EMA (floats), the weight-decay mask (a byte)
       const size_t full = vt_optimizer_plan_nbytes(whole.total, 1, 0, 1, 2);
       const int ok = frozen_elems > 0 && ref_nbytes == full - (size_t)frozen_elems * (3 * 4 + 1);
@@ -275,7 +283,7 @@ int main(int argc, char **argv) {
             moved = fmax(moved, fabs((double)want[g] - init[g]));
             kept &= got[p->offset + i] == init[g] && want[g] == init[g];
           }
-          frozen_moved += frz && in_prefix(p->name) && !kept;
+          frozen_moved += frz && in_prefix(probe, p->name) && !kept;
           const double rel = moved > 0 ? diff / moved : diff;
           if (rel > worst) worst = rel, worst_name = p->name;
         }
@@ -292,7 +300,8 @@ int main(int argc, char **argv) {
         const int bufs = vt_opt_state_buffers(oc.kind) + (oc.ema_decay > 0);
         tail = trained % L.dp;
         const int64_t shard = trained / L.dp + (c.dp_rank == L.dp - 1 ? tail : 0);
-        want_nbytes = (size_t)(bufs * shard) * 4 + (size_t)shard + 1;  // + its decay mask
+        // (a buffer holds at least one float: a shard may be empty)
+        want_nbytes = (size_t)(bufs * (shard > 0 ? shard : 1)) * 4 + (size_t)shard + 1;
       }
       const int ok = worst <= 1e-5 && norm_err <= 1e-12 && !frozen_moved && nbytes == want_nbytes;
       g_failures += !ok;

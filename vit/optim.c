@@ -176,10 +176,10 @@ void vt_optimizer_free(vt_optimizer *o) {
   *o = (vt_optimizer){0};
 }
 
-// The state buffers (moments, EMA) of `state` elements and their weight-decay mask (a byte each,
-// one more so that it is never empty).
+// The state buffers (moments, EMA) of `state` elements, each at least one (must_alloc), and their
+// weight-decay mask (a byte each, one more so that it is never empty).
 static size_t state_nbytes(int64_t state, int buffers) {
-  return (size_t)(buffers * state) * sizeof(float) + (size_t)state + 1;
+  return (size_t)(buffers * (state > 0 ? state : 1)) * sizeof(float) + (size_t)state + 1;
 }
 
 size_t vt_optimizer_plan_nbytes(int64_t trained, int dp_size, int zero, int ema, int moments) {
