@@ -378,25 +378,35 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   memset(w, 0, sizeof *w);
   const int rank = vt_comm_rank(world);
   w->rank = rank, w->t_start = vt_seconds();
-  int64_t lo, count;
-  vt_optimizer_write_range(opt, &lo, &count);
-  // bufs: 0 the weights, 1 and 2 AdamW's (LAMB's) two moments or 1 SGD's momentum, 3 the EMA.
-  // The moments of the leading wholly frozen layers are zeros that optim.safetensors leaves out
-  // (the manifest's optim_from_layer): their buffers start at the first element it holds, the
-  // first of those layers' successors (grad_first), skip elements into this rank's range.
+  // This rank's ranges of its table (one, or under ZeRO-1 a slice of the frozen prefix and its
+  // shard), their values back to back in each of bufs: 0 the weights, 1 and 2 AdamW's (LAMB's)
+  // two moments or 1 SGD's momentum, 3 the EMA. The moments of the leading wholly frozen layers
+  // are zeros that optim.safetensors leaves out (the manifest's optim_from_layer): their ranges
+  // (mlo, mcount) start at the first element it holds, the first of those layers' successors
+  // (grad_first), skip[j] elements into range j.
+  int64_t lo[2], count[2], mlo[2], mcount[2], skip[2], all = 0, mall = 0;
+  const int nr = vt_optimizer_write_ranges(opt, lo, count);
+  for (int j = 0; j < nr; j++) {
+    const int64_t end = lo[j] + count[j];
+    skip[j] = m->grad_first <= lo[j] ? 0 : m->grad_first >= end ? count[j] : m->grad_first - lo[j];
+    mlo[j] = lo[j] + skip[j], mcount[j] = count[j] - skip[j];
+    all += count[j], mall += mcount[j];
+  }
   const int one = vt_opt_state_buffers(opt->cfg.kind) == 1;  // one momentum buffer (SGD, LARS)
-  const int64_t skip = m->grad_first <= lo ? 0 : m->grad_first >= lo + count ? count
-                                                                             : m->grad_first - lo;
   for (int k = 0; k < 4; k++) {
     if ((k == 2 && one) || (k == 3 && !opt->ema)) continue;
-    const int64_t n = k == 1 || k == 2 ? count - skip : count;
+    const int64_t n = k == 1 || k == 2 ? mall : all;
     w->bufs[k] = malloc((size_t)(n + 1) * sizeof(float));
     VT_CHECK(w->bufs[k] != NULL, "out of host memory for a checkpoint");
   }
-  m->be->to_host(w->bufs[0], m->params + lo, (size_t)count * sizeof(float));
-  if (w->bufs[3]) memcpy(w->bufs[3], w->bufs[0], (size_t)skip * sizeof(float));  // EMA = weights
-  vt_optimizer_get_range(opt, lo + skip, count - skip, w->bufs[0] + skip, w->bufs[1], w->bufs[2],
-                         w->bufs[3] ? w->bufs[3] + skip : NULL);
+  int64_t at = 0, mat = 0;  // range j's first element in the weights' and moments' buffers
+  for (int j = 0; j < nr; at += count[j], mat += mcount[j], j++) {
+    float *wj = w->bufs[0] + at, *ej = w->bufs[3] ? w->bufs[3] + at : NULL;
+    m->be->to_host(wj, m->params + lo[j], (size_t)count[j] * sizeof(float));
+    if (ej) memcpy(ej, wj, (size_t)skip[j] * sizeof(float));  // EMA = weights
+    vt_optimizer_get_range(opt, mlo[j], mcount[j], wj + skip[j], w->bufs[1] + mat,
+                           w->bufs[2] ? w->bufs[2] + mat : NULL, ej ? ej + skip[j] : NULL);
+  }
   // The files and what each holds, under timm's names with a prefix: the weights, the
   // optimizer's state (torch.optim's names: AdamW's exp_avg and exp_avg_sq, SGD's
   // momentum_buffer) but for the leading wholly frozen layers (zeros: the manifest's
@@ -414,11 +424,11 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
     char path[1100];
     snprintf(path, sizeof path, "%.1000s/%s", w->tmp, names[f]);
     vt_model_file *file = &w->files[f];
-    const int64_t from = f == 1 ? skip : 0;  // the moments' buffers start skip elements on
-    if (st == VT_OK)
-      st = vt_model_file_plan(file, m, path, prefixes[f],
-                              (const float *const *)w->bufs + first[f], kinds[f], lo + from,
-                              count - from, f == 1 ? m->frozen_layers : 0, err, errlen);
+    if (st == VT_OK)  // (the moments' ranges start skip elements on)
+      st = vt_model_file_plan_ranges(file, m, path, prefixes[f],
+                                     (const float *const *)w->bufs + first[f], kinds[f], nr,
+                                     f == 1 ? mlo : lo, f == 1 ? mcount : count,
+                                     f == 1 ? m->frozen_layers : 0, err, errlen);
     if (st == VT_OK && rank == 0)
       st = vt_partfile_create(path, file->layout.head, file->layout.head_nbytes,
                               file->layout.file_nbytes, &file->share, err, errlen);

@@ -40,8 +40,8 @@ double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval) {
 }
 
 // Host memory a DP rank holds from a checkpoint save until its part is written: the weights and
-// EMA of the range of its local table it writes (vt_optim_write_range: a 1/dp slice, or under
-// ZeRO-1 its shard, DP rank 0's with the frozen prefix before it), and its optimizer state
+// EMA of the ranges of its local table it writes (vt_optim_write_ranges: a 1/dp slice, or under
+// ZeRO-1 a 1/dp slice of the frozen prefix and its shard), and its optimizer state
 // (Adam's two moments, SGD's one buffer) for the elements of that range from grad_first on
 // (launch/ckpt.c: none for the leading wholly frozen layers). DP rank dp_rank's, or with -1 the
 // most of any DP rank's.
@@ -49,11 +49,16 @@ static double save_mib(const vt_train_options *o, int64_t total, int64_t grad_fi
                        int64_t base, int dp_rank) {
   double most = 0.0;
   for (int r = dp_rank < 0 ? 0 : dp_rank; r < (dp_rank < 0 ? o->dp : dp_rank + 1); r++) {
-    int64_t lo, count;
-    vt_optim_write_range(total, base, r, o->dp, o->zero, &lo, &count);
-    const int64_t skip = grad_first <= lo ? 0 : grad_first - lo < count ? grad_first - lo : count;
-    const double floats = (double)count * (1 + (o->optim.ema_decay > 0)) +
-                          (double)(count - skip) * vt_opt_state_buffers(o->optim.kind);
+    int64_t lo[2], count[2];
+    double floats = 0.0;
+    for (int j = 0, n = vt_optim_write_ranges(total, base, r, o->dp, o->zero, lo, count); j < n;
+         j++) {
+      const int64_t skip = grad_first <= lo[j]            ? 0
+                           : grad_first - lo[j] < count[j] ? grad_first - lo[j]
+                                                           : count[j];
+      floats += (double)count[j] * (1 + (o->optim.ema_decay > 0)) +
+                (double)(count[j] - skip) * vt_opt_state_buffers(o->optim.kind);
+    }
     most = floats > most ? floats : most;
   }
   return most * 4.0 / (1 << 20);
@@ -228,7 +233,7 @@ int vt_plan_run(const vt_train_options *o) {
   printf("stage  blocks  in flight  recomputed  parameters  gradients  optimizer  activations  "
          "total (MiB per rank)\n");
   double worst = 0, most_save = 0;
-  int worst_stage = 0, most_save_stage = 0, rank0_prefix = 0;
+  int worst_stage = 0, most_save_stage = 0, prefix = 0;
   stage_plan *stages = calloc((size_t)o->pp, sizeof *stages);
   VT_CHECK(stages != NULL, "out of memory");
   for (int p = 0; p < o->pp; p++) {
@@ -240,7 +245,7 @@ int vt_plan_run(const vt_train_options *o) {
            inflight, sp->recomputed, sp->params, sp->grads, sp->opt, sp->acts, sp->total);
     if (sp->total > worst) worst = sp->total, worst_stage = p;
     if (sp->save > most_save) most_save = sp->save, most_save_stage = p;
-    rank0_prefix |= o->zero && o->dp > 1 && sp->frozen_prefix;  // DP rank 0 writes a prefix
+    prefix |= o->zero && o->dp > 1 && sp->frozen_prefix;  // a slice of it per DP rank
   }
   if (vt_weight_copy_nbytes(1, o->device == VT_DEVICE_CUDA, o->precision))
     printf("parameters: the fp32 weights and the bf16 copy the GEMMs read (2 of every 6 "
@@ -281,15 +286,15 @@ int vt_plan_run(const vt_train_options *o) {
   printf(kind == VT_SCHEDULE_ZB_V ? "; with their labels (zb-v: the head is on stage 0 too)\n"
                                   : "; the other stages' labels need a few bytes\n");
   printf("host memory at each checkpoint save (--save): at most %.1f MiB per rank (stage %d; a "
-         "rank's %s of its stage's %s, held until written)%s\n", most_save, most_save_stage,
+         "rank's %s of its stage's %s, held until written); no rank holds the whole model\n",
+         most_save, most_save_stage,
          !(o->zero && o->dp > 1) ? "1/dp slice"
-         : rank0_prefix ? "ZeRO-1 shard (DP rank 0's with the frozen prefix before it)"
-                        : "ZeRO-1 shard",
+         : prefix ? "1/dp slice of the frozen prefix and ZeRO-1 shard of the rest"
+                  : "ZeRO-1 shard",
          vt_opt_state_buffers(o->optim.kind) == 1
              ? (o->optim.ema_decay > 0 ? "weights, momentum and EMA" : "weights and momentum")
              : (o->optim.ema_decay > 0 ? "weights, Adam moments and EMA"
-                                       : "weights and Adam moments"),
-         rank0_prefix ? "" : "; no rank holds the whole model");
+                                       : "weights and Adam moments"));
   int64_t files[3];
   const double disk = (double)vt_ckpt_nbytes(o, vt_freeze_leading_layers(&o->optim, c), files);
   printf("disk per checkpoint (--save): %.1f MiB (weights %.1f, optimizer state %.1f%s, EMA "

@@ -96,7 +96,7 @@ if resumed lars_second 00000010 &&
 else echo "FAIL: LARC checkpoint resume"; fail=1; fi
 # A frozen prefix (the embeddings and blocks 0-2, on stage 0 of 2) with ZeRO-1 and the EMA: the
 # optimizer keeps no state for it and shards the rest; the optimizer file leaves the prefix out
-# and DP rank 0 writes its EMA (its weights) beside its shard. Exact resume; the files hold that;
+# and each DP rank writes a slice of its weights and EMA (its weights) beside its shard. Exact resume; the files hold that;
 # and the step-10 checkpoint continued on one rank (no ZeRO, the prefix the whole run's) matches
 # one rank's uninterrupted run.
 frz=(--freeze '^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.)' --model-ema 0.99)
@@ -128,6 +128,14 @@ then echo "ok: exact resume with a frozen prefix, ZeRO-1 and the EMA: weights an
 else echo "FAIL: exact resume with a frozen prefix, ZeRO-1 and the EMA"; fail=1; fi
 "$py" "$here/compare_runs.py" "$work/frz_ref1" "$work/frz_res1" \
   "2x2x2 ZeRO-1 frozen step 10 -> 1x1x1" || fail=1
+# Each DP rank writes a slice of the frozen prefix beside its shard: world rank 0 writes at most
+# its eighth of the checkpoint (it wrote the whole prefix of its TP shard: 0.9 of 5.1 MiB).
+share=$(grep -o "this rank wrote [0-9.]* of the checkpoint's [0-9.]* MiB" "$work/frz_first.log" |
+        head -1 | awk '{print $4, $8}')
+if [ -n "$share" ] && awk -v s="$share" 'BEGIN {split(s, a, " "); exit !(a[1] <= a[2] / 8)}'; then
+  echo "ok: ZeRO-1 with a frozen prefix: rank 0 wrote $share (MiB, of the checkpoint's)"
+else echo "FAIL: ZeRO-1 with a frozen prefix: rank 0 wrote '${share}' (MiB, of the checkpoint's)"
+  fail=1; fi
 # The start-up's checkpoint size (model, the optimizer file without the frozen prefix, EMA) is
 # what the files take.
 got=$(grep -o "checkpoints: [0-9.]* MiB each" "$work/frz_first.log" | grep -o "[0-9.]*")

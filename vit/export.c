@@ -60,6 +60,14 @@ vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *pa
                              const char *const *prefixes, const float *const *bufs, int n,
                              int64_t lo, int64_t count, int first_layer, char *err,
                              size_t errlen) {
+  return vt_model_file_plan_ranges(f, m, path, prefixes, bufs, n, 1, &lo, &count, first_layer,
+                                   err, errlen);
+}
+
+vt_status vt_model_file_plan_ranges(vt_model_file *f, const vt_model *m, const char *path,
+                                    const char *const *prefixes, const float *const *bufs, int n,
+                                    int nranges, const int64_t *lo, const int64_t *count,
+                                    int first_layer, char *err, size_t errlen) {
   memset(f, 0, sizeof *f);
   snprintf(f->path, sizeof f->path, "%s", path);
   vt_param_table whole;
@@ -68,13 +76,15 @@ vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *pa
   VT_CHECK(slot != NULL, "out of host memory for a %d-tensor file's header", whole.count * n);
   vt_status st =
       file_layout(&whole, path, prefixes, n, first_layer, slot, &f->layout, err, errlen);
-  // This rank's parts: each run of local elements inside [lo, lo + count) lands at its global
-  // index. A tensor TP does not split is written by TP rank 0 only (every TP rank holds it).
+  // This rank's parts: each run of local elements inside a range [lo, lo + count) lands at its
+  // global index. A tensor TP does not split is written by TP rank 0 only (every TP rank holds
+  // it).
   const vt_param_table *t = &m->table;
   int64_t most = 0;
   for (int i = 0; i < t->count; i++)
     if (t->p[i].local_count > 0)
       most += t->p[i].local_count / vt_param_run(&t->p[i], &t->shard) + 2;
+  most *= nranges > 0 ? nranges : 1;
   f->parts = malloc((size_t)(most * n + 1) * sizeof *f->parts);
   VT_CHECK(f->parts != NULL, "out of host memory for %lld checkpoint parts", (long long)most * n);
   for (int i = 0; st == VT_OK && i < t->count; i++) {
@@ -86,13 +96,17 @@ vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *pa
     const int64_t run = vt_param_run(p, &t->shard);
     for (int64_t r = 0; r < p->local_count; r += run) {
       const int64_t a = p->offset + r, b = a + (run < p->local_count - r ? run : p->local_count - r);
-      const int64_t from = a > lo ? a : lo, to = b < lo + count ? b : lo + count;
-      if (from >= to) continue;
-      const int64_t at = 4 * (vt_param_global_index(p, &t->shard, r) + (from - a));
-      for (int k = 0; k < n; k++)
-        f->parts[f->nparts++] = (vt_part){f->layout.offset[slot[k * whole.count + (g - whole.p)]]
-                                              + at,
-                                          4 * (to - from), bufs[k] + (from - lo)};
+      int64_t in = 0;  // range j's first element in bufs
+      for (int j = 0; j < nranges; in += count[j], j++) {
+        const int64_t end = lo[j] + count[j];
+        const int64_t from = a > lo[j] ? a : lo[j], to = b < end ? b : end;
+        if (from >= to) continue;
+        const int64_t at = 4 * (vt_param_global_index(p, &t->shard, r) + (from - a));
+        for (int k = 0; k < n; k++)
+          f->parts[f->nparts++] =
+              (vt_part){f->layout.offset[slot[k * whole.count + (g - whole.p)]] + at,
+                        4 * (to - from), bufs[k] + in + (from - lo[j])};
+      }
     }
   }
   vt_params_free(&whole);

@@ -36,6 +36,12 @@ vt_status vt_model_file_plan(vt_model_file *f, const vt_model *m, const char *pa
                              const char *const *prefixes, const float *const *bufs, int n,
                              int64_t lo, int64_t count, int first_layer, char *err,
                              size_t errlen);
+// The same for nranges disjoint ranges [lo[j], lo[j] + count[j]) of the local table, whose values
+// of kind k follow each other in bufs[k] (range 0's first).
+vt_status vt_model_file_plan_ranges(vt_model_file *f, const vt_model *m, const char *path,
+                                    const char *const *prefixes, const float *const *bufs, int n,
+                                    int nranges, const int64_t *lo, const int64_t *count,
+                                    int first_layer, char *err, size_t errlen);
 // The bytes of such a file for the whole model of cfg (n tensors per parameter, named
 // prefixes[k] + name, the layers before first_layer left out), header included.
 int64_t vt_model_file_nbytes(const vt_vit_config *cfg, const char *const *prefixes, int n,

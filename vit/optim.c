@@ -193,21 +193,25 @@ size_t vt_optimizer_nbytes(const vt_optimizer *o) {
                       vt_opt_state_buffers(o->cfg.kind) + (o->ema != NULL));
 }
 
-void vt_optim_write_range(int64_t total, int64_t base, int dp_rank, int dp_size, int zero,
-                          int64_t *lo, int64_t *count) {
+int vt_optim_write_ranges(int64_t total, int64_t base, int dp_rank, int dp_size, int zero,
+                          int64_t lo[2], int64_t count[2]) {
   if (!zero || dp_size < 2) {
-    vt_equal_slice(total, dp_rank, dp_size, lo, count);
-    return;
+    vt_equal_slice(total, dp_rank, dp_size, &lo[0], &count[0]);
+    return 1;
   }
-  // the shards of vt_optimizer_init, DP rank 0's with the frozen prefix before it
-  const int64_t part = (total - base) / dp_size, shard_lo = base + (int64_t)dp_rank * part;
-  *lo = dp_rank == 0 ? 0 : shard_lo;
-  *count = (dp_rank == dp_size - 1 ? total : shard_lo + part) - *lo;
+  // the dp_rank-th of equal slices of the frozen prefix, then the shard of vt_optimizer_init
+  int n = 0;
+  vt_equal_slice(base, dp_rank, dp_size, &lo[0], &count[0]);
+  n += count[0] > 0;
+  const int64_t part = (total - base) / dp_size;
+  lo[n] = base + (int64_t)dp_rank * part;
+  count[n] = (dp_rank == dp_size - 1 ? total : lo[n] + part) - lo[n];
+  return n + 1;
 }
 
-void vt_optimizer_write_range(const vt_optimizer *o, int64_t *lo, int64_t *count) {
-  vt_optim_write_range(o->table->total, o->base, o->dp ? vt_comm_rank(o->dp) : 0,
-                       o->dp ? vt_comm_size(o->dp) : 1, o->zero, lo, count);
+int vt_optimizer_write_ranges(const vt_optimizer *o, int64_t lo[2], int64_t count[2]) {
+  return vt_optim_write_ranges(o->table->total, o->base, o->dp ? vt_comm_rank(o->dp) : 0,
+                               o->dp ? vt_comm_size(o->dp) : 1, o->zero, lo, count);
 }
 
 // The part of tensor p inside the flat range [lo, hi): *first (flat index) and the count.

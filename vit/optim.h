@@ -200,14 +200,15 @@ size_t vt_optimizer_nbytes(const vt_optimizer *o);
 // AdamW and LAMB, 1 for SGD).
 size_t vt_optimizer_plan_nbytes(int64_t trained, int dp_size, int zero, int ema, int moments);
 // The elements of this rank's local table whose weights and state it writes to a checkpoint:
-// [lo, lo + count), DP replicas writing disjoint slices that cover the table: under ZeRO-1 its
-// shard (DP rank 0's with the frozen prefix before it), else the dp_rank-th of equal slices.
-void vt_optimizer_write_range(const vt_optimizer *o, int64_t *lo, int64_t *count);
+// the returned number (1 or 2) of ranges [lo[j], lo[j] + count[j]) in table order, DP replicas
+// writing disjoint ranges that cover the table: the dp_rank-th of equal slices, or under ZeRO-1
+// the dp_rank-th of equal slices of the frozen prefix (where it has elements) and its shard.
+int vt_optimizer_write_ranges(const vt_optimizer *o, int64_t lo[2], int64_t count[2]);
 // The same for DP rank dp_rank of dp_size holding a table of total elements whose optimizer state
 // starts at base (vt_optim_state_base), with or without ZeRO-1, before any allocation (vit3d
 // plan's host memory at a save).
-void vt_optim_write_range(int64_t total, int64_t base, int dp_rank, int dp_size, int zero,
-                          int64_t *lo, int64_t *count);
+int vt_optim_write_ranges(int64_t total, int64_t base, int dp_rank, int dp_size, int zero,
+                          int64_t lo[2], int64_t count[2]);
 // Starts the weights' EMA at params (this rank's table->total elements, backend memory): at the
 // start of a run, or on a resume from a checkpoint without one. Does nothing without EMA.
 void vt_optimizer_ema_reset(vt_optimizer *o, const float *params);
@@ -244,7 +245,7 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
 // or LAMB's; SGD's momentum buffer into m_host, v_host untouched and may be NULL) and, when
 // ema_host is not NULL and there is one, of the EMA, into host memory; params_host holds the
 // weights of that range (the frozen prefix's EMA). Under ZeRO-1 the part past the frozen prefix
-// must be within the rank's own shard (vt_optimizer_write_range): no communication.
+// must be within the rank's own shard (vt_optimizer_write_ranges): no communication.
 void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, const float *params_host,
                             float *m_host, float *v_host, float *ema_host);
 // The moments back from a checkpoint: this rank's table->total elements of each (the shard is
