@@ -63,15 +63,18 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-// Names in dir (hidden ones skipped) whose type is a directory (want_dir) or a regular file,
-// following symbolic links as torchvision does; sorted.
-vt_status vt_ds_list_dir(const char *dir, int want_dir, strlist *out, char *err, size_t errlen) {
+// Names in dir, the hidden ones (starting with '.', "." and ".." aside) or the others, whose type
+// is a directory (want_dir) or a regular file, following symbolic links as torchvision does;
+// sorted.
+static vt_status list_names(const char *dir, int want_dir, int hidden, strlist *out, char *err,
+                            size_t errlen) {
   DIR *d = opendir(dir);
   if (!d) return vt_fail_input(err, errlen, "cannot read folder %s: %s", dir, strerror(errno));
   struct dirent *e;
   vt_status st = VT_OK;
   while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
+    if ((e->d_name[0] == '.') != hidden || !strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+      continue;
     char *full = vt_ds_join(dir, e->d_name);
     struct stat sb;
     int ok = full && stat(full, &sb) == 0;
@@ -86,6 +89,10 @@ vt_status vt_ds_list_dir(const char *dir, int want_dir, strlist *out, char *err,
   closedir(d);
   if (st == VT_OK && out->n > 1) qsort(out->s, (size_t)out->n, sizeof(char *), cmp_str);
   return st;
+}
+
+vt_status vt_ds_list_dir(const char *dir, int want_dir, strlist *out, char *err, size_t errlen) {
+  return list_names(dir, want_dir, 0, out, err, errlen);
 }
 
 // An image file of a class folder by its extension (any case): torchvision's ImageFolder's
@@ -173,21 +180,16 @@ static char *join_lines(const strlist *lines) {
   return text;
 }
 
-// The hidden folders in root ("." and ".." aside), which vt_ds_list_dir leaves out: counted
-// into ds, the first by name.
+// The hidden folders in root, which vt_ds_list_dir leaves out: counted into ds, the first by
+// name.
 static void count_hidden_classes(const char *root, vt_dataset *ds) {
-  DIR *d = opendir(root);
-  for (struct dirent *e; d && (e = readdir(d));) {
-    if (e->d_name[0] != '.' || !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char *full = vt_ds_join(root, e->d_name);
-    struct stat sb;
-    const int dir = full && stat(full, &sb) == 0 && S_ISDIR(sb.st_mode);
-    free(full);
-    if (!dir) continue;
-    if (ds->hidden_classes++ == 0 || strcmp(e->d_name, ds->hidden_class) < 0)
-      snprintf(ds->hidden_class, sizeof ds->hidden_class, "%s", e->d_name);
+  strlist hidden = {0};
+  char err[64];
+  if (list_names(root, 1, 1, &hidden, err, sizeof err) == VT_OK && hidden.n > 0) {
+    ds->hidden_classes = hidden.n;
+    snprintf(ds->hidden_class, sizeof ds->hidden_class, "%s", hidden.s[0]);
   }
-  if (d) closedir(d);
+  vt_ds_strlist_free(&hidden);
 }
 
 static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples, char *err,

@@ -387,8 +387,8 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   int64_t lo[2], count[2], mlo[2], mcount[2], skip[2], all = 0, mall = 0;
   const int nr = vt_optimizer_write_ranges(opt, lo, count);
   for (int j = 0; j < nr; j++) {
-    const int64_t end = lo[j] + count[j];
-    skip[j] = m->grad_first <= lo[j] ? 0 : m->grad_first >= end ? count[j] : m->grad_first - lo[j];
+    skip[j] = m->grad_first - lo[j];
+    skip[j] = skip[j] < 0 ? 0 : skip[j] > count[j] ? count[j] : skip[j];
     mlo[j] = lo[j] + skip[j], mcount[j] = count[j] - skip[j];
     all += count[j], mall += mcount[j];
   }

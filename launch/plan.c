@@ -47,15 +47,15 @@ double vt_plan_input_mib(const vt_train_options *o, int has_embed, int eval) {
 // most of any DP rank's.
 static double save_mib(const vt_train_options *o, int64_t total, int64_t grad_first,
                        int64_t base, int dp_rank) {
+  const int first = dp_rank < 0 ? 0 : dp_rank, last = dp_rank < 0 ? o->dp - 1 : dp_rank;
   double most = 0.0;
-  for (int r = dp_rank < 0 ? 0 : dp_rank; r < (dp_rank < 0 ? o->dp : dp_rank + 1); r++) {
+  for (int r = first; r <= last; r++) {
     int64_t lo[2], count[2];
+    const int n = vt_optim_write_ranges(total, base, r, o->dp, o->zero, lo, count);
     double floats = 0.0;
-    for (int j = 0, n = vt_optim_write_ranges(total, base, r, o->dp, o->zero, lo, count); j < n;
-         j++) {
-      const int64_t skip = grad_first <= lo[j]            ? 0
-                           : grad_first - lo[j] < count[j] ? grad_first - lo[j]
-                                                           : count[j];
+    for (int j = 0; j < n; j++) {
+      int64_t skip = grad_first - lo[j];  // the range's elements before grad_first
+      skip = skip < 0 ? 0 : skip > count[j] ? count[j] : skip;
       floats += (double)count[j] * (1 + (o->optim.ema_decay > 0)) +
                 (double)(count[j] - skip) * vt_opt_state_buffers(o->optim.kind);
     }

@@ -62,6 +62,16 @@ int64_t vt_optim_dp_reduced(const vt_optim_config *cfg, const vt_param_table *t)
   return n;
 }
 
+// The elements [*lo, *lo + *count) of the state that DP rank dp_rank of dp_size keeps under
+// ZeRO-1 (every element from base on where dp_size is 1): dp equal parts of the trained
+// elements, the last rank's also the tail of fewer than dp after them.
+static void zero_shard(int64_t total, int64_t base, int dp_rank, int dp_size, int64_t *lo,
+                       int64_t *count) {
+  const int64_t part = (total - base) / dp_size;
+  *lo = base + (int64_t)dp_rank * part;
+  *count = (dp_rank == dp_size - 1 ? total : *lo + part) - *lo;
+}
+
 void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_backend *be,
                        const vt_param_table *table, vt_comm *tp, vt_comm *pp, vt_comm *dp,
                        int zero, int64_t grad_first) {
@@ -76,13 +86,10 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
            "the gradients start at element %lld, after the first trained one (%lld)",
            (long long)grad_first, (long long)o->base);
   const int64_t trained = table->total - o->base;  // the elements the state covers
-  int64_t state = trained;
-  if (o->zero) {
-    o->part = trained / dp_size;
-    o->shard_lo = o->base + (int64_t)dp_rank * o->part;
-    o->shard_count = dp_rank == dp_size - 1 ? trained - (int64_t)dp_rank * o->part : o->part;
-    state = o->shard_count;
-  }
+  o->part = o->zero ? trained / dp_size : 0;
+  zero_shard(table->total, o->base, o->zero ? dp_rank : 0, o->zero ? dp_size : 1, &o->shard_lo,
+             &o->shard_count);
+  const int64_t state = o->shard_count;
   const int one = vt_opt_state_buffers(cfg->kind) == 1;
   o->m = must_alloc(be, state, one ? "the momentum" : "Adam moments");
   if (!one) o->v = must_alloc(be, state, "Adam moments");
@@ -95,7 +102,6 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
            nsums);
   // The weight-decay mask of the elements this rank updates (from base on, or its shard), so
   // that one AdamW call updates every tensor (vt_ops.h).
-  o->decay_lo = o->zero ? o->shard_lo : o->base;
   uint8_t *mask = calloc((size_t)trained + 1, 1);
   o->decay = be->alloc((size_t)state + 1);
   VT_CHECK(mask && o->decay, "out of memory for the %lld-byte weight-decay mask",
@@ -103,7 +109,7 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   for (int i = 0; i < table->count; i++)
     if (table->p[i].local_count > 0 && table->p[i].decay && table->p[i].offset >= o->base)
       memset(mask + (table->p[i].offset - o->base), 1, (size_t)table->p[i].local_count);
-  be->to_device(o->decay, mask + (o->decay_lo - o->base), (size_t)state);
+  be->to_device(o->decay, mask + (o->shard_lo - o->base), (size_t)state);
   be->synchronize();
   free(mask);
   if (!dp || o->zero) return;
@@ -189,8 +195,7 @@ size_t vt_optimizer_plan_nbytes(int64_t trained, int dp_size, int zero, int ema,
 }
 
 size_t vt_optimizer_nbytes(const vt_optimizer *o) {
-  return state_nbytes(o->zero ? o->shard_count : o->table->total - o->base,
-                      vt_opt_state_buffers(o->cfg.kind) + (o->ema != NULL));
+  return state_nbytes(o->shard_count, vt_opt_state_buffers(o->cfg.kind) + (o->ema != NULL));
 }
 
 int vt_optim_write_ranges(int64_t total, int64_t base, int dp_rank, int dp_size, int zero,
@@ -200,12 +205,9 @@ int vt_optim_write_ranges(int64_t total, int64_t base, int dp_rank, int dp_size,
     return 1;
   }
   // the dp_rank-th of equal slices of the frozen prefix, then the shard of vt_optimizer_init
-  int n = 0;
   vt_equal_slice(base, dp_rank, dp_size, &lo[0], &count[0]);
-  n += count[0] > 0;
-  const int64_t part = (total - base) / dp_size;
-  lo[n] = base + (int64_t)dp_rank * part;
-  count[n] = (dp_rank == dp_size - 1 ? total : lo[n] + part) - lo[n];
+  const int n = count[0] > 0;
+  zero_shard(total, base, dp_rank, dp_size, &lo[n], &count[n]);
   return n + 1;
 }
 
@@ -319,7 +321,7 @@ static void adamw_run(void *ctx, int64_t first, int64_t count, int layer) {
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
   const float lr = run_lr(c, layer);
-  const uint8_t *decay = c->o->decay + (first - c->o->decay_lo);
+  const uint8_t *decay = c->o->decay + (first - c->o->shard_lo);
   vt_adamw(c->o->be, c->params + at, c->grads + at, c->m + at, c->v + at, decay, count, lr,
            oc->beta1, oc->beta2, oc->eps, oc->weight_decay, c->o->t - c->o->t0, c->grad_scale);
 }
@@ -338,7 +340,7 @@ static void sgd_run(void *ctx, int64_t first, int64_t count, int layer) {
   step_ctx *c = ctx;
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
-  const uint8_t *decay = c->o->decay + (first - c->o->decay_lo);
+  const uint8_t *decay = c->o->decay + (first - c->o->shard_lo);
   vt_sgd(c->o->be, c->params + at, c->grads + at, c->m + at, decay, count, run_lr(c, layer),
          oc->momentum, oc->weight_decay, oc->nesterov);
 }
@@ -358,7 +360,7 @@ static void lamb_moments_run(void *ctx, int64_t first, int64_t count, int key) {
   step_ctx *c = ctx;
   const vt_optim_config *oc = &c->o->cfg;
   const int64_t at = first - c->lo;
-  const uint8_t *decay = c->o->decay + (first - c->o->decay_lo);
+  const uint8_t *decay = c->o->decay + (first - c->o->shard_lo);
   vt_lamb_moments(c->o->be, (float *)c->grads + at, c->params + at, c->grads + at, c->m + at,
                   c->v + at, decay, count, oc->beta1, oc->beta2, oc->eps, oc->weight_decay,
                   c->o->t - c->o->t0);
@@ -442,7 +444,7 @@ static void lars_range(vt_optimizer *o, float *params, float *g, int64_t lo, int
       trust = lr_i > 0.0f ? fmin(trust / (double)lr_i, 1.0) : 1.0;
     const int64_t at = first - lo;
     if (trust != 1.0) vt_scale(o->be, g + at, (float)trust, count);
-    vt_sgd(o->be, params + at, g + at, o->m + at, o->decay + (first - o->decay_lo), count, lr_i,
+    vt_sgd(o->be, params + at, g + at, o->m + at, o->decay + (first - o->shard_lo), count, lr_i,
            oc->momentum, (float)(wd * trust), oc->nesterov);
   }
 }
@@ -485,20 +487,18 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
     if (p->tp_partial && !o->frozen[i])
       vt_comm_all_reduce(o->tp, grad_of(o, grads, p->offset), p->local_count);
   }
-  // The gradients this rank updates with, g, covering the flat elements [lo, hi): the frozen
-  // prefix before base is left out.
+  // The gradients this rank updates with, g, covering the flat elements [lo, hi) of its state:
+  // the frozen prefix before base is left out, and under ZeRO-1 all but its shard.
   const int64_t base = o->base, trained = total - base;
-  float *g = grad_of(o, grads, base);
-  int64_t lo = base, hi = total;
+  const int64_t lo = o->shard_lo, hi = o->shard_lo + o->shard_count;
+  float *g = grad_of(o, grads, lo);
   if (o->zero) {
-    // Each DP rank reduces and updates its shard, in place in the gradient buffer (the other
-    // shards' gradients are partial sums afterwards); the last one's tail is all-reduced.
+    // Each DP rank reduces its shard, in place in the gradient buffer (the other shards'
+    // gradients are partial sums afterwards); the last one's tail is all-reduced.
     const int64_t whole = o->part * vt_comm_size(o->dp);
-    if (o->part > 0)
-      vt_comm_reduce_scatter(o->dp, grad_of(o, grads, o->shard_lo), g, o->part);
-    if (trained > whole) vt_comm_all_reduce(o->dp, g + whole, trained - whole);
-    lo = o->shard_lo, hi = o->shard_lo + o->shard_count;
-    g = grad_of(o, grads, lo);
+    if (o->part > 0) vt_comm_reduce_scatter(o->dp, g, grad_of(o, grads, base), o->part);
+    if (trained > whole)
+      vt_comm_all_reduce(o->dp, grad_of(o, grads, base + whole), trained - whole);
   } else if (o->dp && !o->overlap) {
     for (int64_t b = base; b < total; b += VT_DP_BUCKET_COUNT)
       vt_comm_all_reduce(o->dp, grad_of(o, grads, b),
@@ -550,9 +550,8 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
 // to_device.
 static void load_state(const vt_optimizer *o, float *state, const float *src,
                        void (*move)(void *dst, const void *src, size_t nbytes)) {
-  const int64_t lo = o->zero ? o->shard_lo : o->base;
-  const int64_t n = o->zero ? o->shard_count : o->table->total - o->base;
-  if (n > 0) move(state, src + lo, (size_t)n * sizeof(float));
+  if (o->shard_count > 0)
+    move(state, src + o->shard_lo, (size_t)o->shard_count * sizeof(float));
 }
 
 void vt_optimizer_ema_reset(vt_optimizer *o, const float *params) {
@@ -590,12 +589,11 @@ void vt_optimizer_get_range(vt_optimizer *o, int64_t lo, int64_t count, const fl
   }
   lo += pre, count -= pre;
   if (count == 0) return;
-  // Under ZeRO-1 the rank holds its shard only, whose first element is the table's shard_lo.
-  const int64_t state_lo = o->zero ? o->shard_lo : o->base;
+  // Under ZeRO-1 the rank holds its shard only.
   VT_CHECK(!o->zero || (lo == o->shard_lo && count <= o->shard_count),
            "ZeRO-1: optimizer state range [%lld, %lld) is not this rank's shard at %lld",
            (long long)lo, (long long)(lo + count), (long long)o->shard_lo);
-  const int64_t at = lo - state_lo;
+  const int64_t at = lo - o->shard_lo;
   const size_t nbytes = (size_t)count * sizeof(float);
   o->be->to_host(m_host + pre, o->m + at, nbytes);
   if (o->v) o->be->to_host(v_host + pre, o->v + at, nbytes);  // SGD has none

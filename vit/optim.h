@@ -148,18 +148,16 @@ typedef struct {
   // The state covers the flat elements [base, table->total) (vt_optim_state_base: the tensors
   // before base are frozen; their moments are zero and their EMA is their value).
   int64_t base;
-  // ZeRO-1: DP rank r owns the flat elements [shard_lo, shard_lo + shard_count), with
-  // shard_lo = base + r * part, part = (table->total - base) / dp: the gradients' reduce-scatter
-  // and the weights' all-gather move dp shards of part elements in place, and the last DP rank
-  // also owns the tail of fewer than dp elements after them (all-reduced, then broadcast).
+  // The state this rank keeps and updates: the flat elements [shard_lo, shard_lo + shard_count),
+  // all from base on, or under ZeRO-1 DP rank r's shard: shard_lo = base + r * part, part =
+  // (table->total - base) / dp (0 without ZeRO-1); the gradients' reduce-scatter and the
+  // weights' all-gather move dp shards of part elements in place, and the last DP rank also
+  // owns the tail of fewer than dp elements after them (all-reduced, then broadcast).
   int64_t part, shard_lo, shard_count;
-  float *m, *v;           // Adam moments: shard_count (ZeRO-1) or table->total - base elements;
-                          // SGD: m its momentum buffer, v NULL
+  float *m, *v;           // Adam moments: shard_count elements; SGD: m its momentum, v NULL
   float *ema;             // the weights' EMA (cfg.ema_decay > 0), else NULL: as m, updated
                           // from the shard of the weights it updates
-  uint8_t *decay;         // as m, backend memory: 1 where weight decay applies, element
-                          // decay_lo first (base, or under ZeRO-1 shard_lo)
-  int64_t decay_lo;
+  uint8_t *decay;         // as m, backend memory: 1 where weight decay applies
   // The step's sums of squares (the gradient norm's runs of tensors; LAMB's per-tensor norms of
   // the weights and direction), queued into sums (backend memory) and brought to the host as
   // one copy into norms: one wait for the device each, not one per tensor. 2 * table->count + 1
