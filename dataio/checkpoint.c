@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "partfile.h"
+
 #define FAIL(status, ...) return (snprintf(err, errlen, __VA_ARGS__), (status))
 
 // CRC-32 (zlib's, reflected polynomial 0xEDB88320) eight bytes per step ("slicing by 8"):
@@ -141,18 +143,150 @@ static int list_steps(const char *save_dir, int64_t *steps, int cap) {
   return n;
 }
 
-void vt_ckpt_clean(const char *save_dir) {
-  DIR *d = opendir(save_dir);
+// Writes text to path and syncs it: 0, or -1 with errno set.
+static int write_synced(const char *path, const char *text, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  int ok = fwrite(text, 1, len, f) == len;
+  ok = fflush(f) == 0 && ok && fsync(fileno(f)) == 0;
+  const int saved = errno;
+  ok = fclose(f) == 0 && ok;
+  if (!ok && errno == 0) errno = saved ? saved : EIO;
+  return ok ? 0 : -1;
+}
+
+// Reads the small file path whole into text (NUL-terminated): its length, or -1.
+static long read_small(const char *path, char *text, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  const size_t n = fread(text, 1, cap - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  return n == cap - 1 ? -1 : (long)n;
+}
+
+// The recovery marks of a save (checkpoint.h): rank 0's manifest without the CRC-32s, and each
+// rank's part-R.
+static const char k_draft[] = "manifest.draft";
+
+vt_status vt_ckpt_mark_draft(const char *tmp_dir, const vt_ckpt_manifest *m, char *err,
+                             size_t errlen) {
+  char path[1300], text[8192];
+  const int len = vt_ckpt_manifest_format(m, text, sizeof text);
+  snprintf(path, sizeof path, "%s/%s", tmp_dir, k_draft);
+  if (write_synced(path, text, (size_t)len) != 0)
+    FAIL(VT_ERR_IO, "writing %s failed: %s (is the disk full?)", path, strerror(errno));
+  return VT_OK;
+}
+
+vt_status vt_ckpt_mark_part(const char *tmp_dir, int rank, int nfiles, const uint32_t *shares,
+                            const int64_t *nbytes, char *err, size_t errlen) {
+  char path[1300], text[64 + 32 * VT_CKPT_MAX_FILES];
+  int k = snprintf(text, sizeof text, "vit3d part %d\n", rank);
+  for (int f = 0; f < nfiles && f < VT_CKPT_MAX_FILES; f++)
+    k += snprintf(text + k, sizeof text - (size_t)k, "%08x %" PRId64 "\n", shares[f], nbytes[f]);
+  snprintf(path, sizeof path, "%s/part-%06d", tmp_dir, rank);
+  if (write_synced(path, text, (size_t)k) != 0)
+    FAIL(VT_ERR_IO, "writing %s failed: %s (is the disk full?)", path, strerror(errno));
+  return VT_OK;
+}
+
+// Removes the recovery marks from tmp_dir (once its manifest.txt is written).
+static void remove_marks(const char *tmp_dir) {
+  DIR *d = opendir(tmp_dir);
   if (!d) return;
   struct dirent *e;
   char path[1300];
-  while ((e = readdir(d)) != NULL) {
-    if (strncmp(e->d_name, ".tmp-", 5) != 0) continue;
-    snprintf(path, sizeof path, "%s/%s", save_dir, e->d_name);
-    vt_log_warn("removing %s, left by an interrupted save", path);
-    vt_remove_dir(path);
-  }
+  while ((e = readdir(d)) != NULL)
+    if (strncmp(e->d_name, "part-", 5) == 0 || strcmp(e->d_name, k_draft) == 0)
+      snprintf(path, sizeof path, "%s/%s", tmp_dir, e->d_name), remove(path);
   closedir(d);
+}
+
+// The manifest of tmp's interrupted save with its files' CRC-32s, where it can be made: the
+// commit's own manifest.txt, else the draft with every rank's part marked done. VT_OK and m
+// filled, or the reason in err.
+static vt_status recovered_manifest(const char *tmp, vt_ckpt_manifest *m, char *err,
+                                    size_t errlen) {
+  char path[1400], text[16384], why[400];
+  snprintf(path, sizeof path, "%.1300s/manifest.txt", tmp);
+  if (access(path, F_OK) == 0) return VT_OK;  // (the commit stopped after writing it)
+  snprintf(path, sizeof path, "%.1300s/%s", tmp, k_draft);
+  const long n = read_small(path, text, sizeof text);
+  if (n < 0) FAIL(VT_ERR_INPUT, "it has no %s (the save stopped before its files were made)",
+                  k_draft);
+  if (vt_ckpt_manifest_parse(text, (size_t)n, m, why, sizeof why) != VT_OK)
+    FAIL(VT_ERR_INPUT, "its %s is unreadable: %s", k_draft, why);
+  const int64_t world = (int64_t)m->tp * m->pp * m->dp;
+  if (world < 1 || world > (1 << 24)) FAIL(VT_ERR_INPUT, "its %s names no mesh", k_draft);
+  uint32_t share[VT_CKPT_MAX_FILES] = {0};
+  int64_t bytes[VT_CKPT_MAX_FILES] = {0};
+  for (int64_t r = 0; r < world; r++) {
+    snprintf(path, sizeof path, "%.1300s/part-%06" PRId64, tmp, r);
+    if (read_small(path, text, sizeof text) < 0)
+      FAIL(VT_ERR_INPUT, "rank %" PRId64 " of its %" PRId64 " had not written its part",
+           r, world);
+    const char *p = text;
+    int at = 0, who = -1;
+    if (sscanf(p, "vit3d part %d\n%n", &who, &at) != 1 || who != r || at == 0)
+      FAIL(VT_ERR_INPUT, "%.900s is unreadable", path);
+    for (int f = 0; f < m->nfiles; f++) {
+      unsigned s;
+      int64_t nb;
+      p += at, at = 0;
+      if (sscanf(p, "%8x %" SCNd64 "\n%n", &s, &nb, &at) != 2 || at == 0 || nb < 0)
+        FAIL(VT_ERR_INPUT, "%.900s is unreadable", path);
+      share[f] ^= s, bytes[f] += nb;
+    }
+  }
+  for (int f = 0; f < m->nfiles; f++) {
+    if (bytes[f] != m->file_nbytes[f])
+      FAIL(VT_ERR_INPUT, "its ranks wrote %" PRId64 " bytes of %s's %" PRId64, bytes[f],
+           m->file[f], m->file_nbytes[f]);
+    m->file_crc[f] = vt_crc32_of_shares(&share[f], 1, m->file_nbytes[f]);
+  }
+  const int len = vt_ckpt_manifest_format(m, text, sizeof text);
+  snprintf(path, sizeof path, "%.1300s/manifest.txt", tmp);
+  if (write_synced(path, text, (size_t)len) != 0)
+    FAIL(VT_ERR_IO, "cannot write %.900s: %s", path, strerror(errno));
+  return VT_OK;
+}
+
+int64_t vt_ckpt_recover(const char *save_dir) {
+  char names[64][256];
+  int n = 0;
+  DIR *d = opendir(save_dir);
+  if (!d) return -1;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && n < 64)  // (listed first: a commit renames them)
+    if (strncmp(e->d_name, ".tmp-", 5) == 0 && strlen(e->d_name) < sizeof names[0])
+      snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+  closedir(d);
+  int64_t newest = -1;
+  for (int i = 0; i < n; i++) {
+    char tmp[1300], why[1400];
+    vt_ckpt_manifest m;
+    snprintf(tmp, sizeof tmp, "%.1000s/%.255s", save_dir, names[i]);
+    // Committed with its size and CRC-32 checked by reading every file, and without the
+    // rotation of --keep-last (the next save's commit does it): a sound older checkpoint is
+    // never removed for one that would then be refused.
+    vt_status st = strncmp(names[i], ".tmp-step-", 10) == 0
+                       ? recovered_manifest(tmp, &m, why, sizeof why)
+                       : (snprintf(why, sizeof why, "not a checkpoint's"), VT_ERR_INPUT);
+    if (st == VT_OK) st = vt_ckpt_verify(tmp, &m, why, sizeof why);
+    if (st == VT_OK) st = vt_ckpt_commit(save_dir, tmp, &m, 0, 0, why, sizeof why);
+    if (st == VT_OK) {
+      char dir[1100];
+      vt_ckpt_step_dir(save_dir, m.step, dir, sizeof dir);
+      vt_log_warn("recovered %s: every rank had written its part of the save of step %" PRId64
+                  ", which stopped before its commit (sizes and CRC-32s verified)", dir, m.step);
+      newest = m.step > newest ? m.step : newest;
+    } else {
+      vt_log_warn("removing %s, left by an interrupted save: %s", tmp, why);
+      vt_remove_dir(tmp);
+    }
+  }
+  return newest;
 }
 
 // A checkpoint past the step being committed, or a complete one of that step, belongs to
@@ -194,12 +328,9 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
   }
   int len = vt_ckpt_manifest_format(m, text, sizeof text);
   snprintf(path, sizeof path, "%s/manifest.txt", tmp_dir);
-  FILE *f = fopen(path, "wb");
-  if (!f) FAIL(VT_ERR_IO, "cannot create %s: %s", path, strerror(errno));
-  int ok = fwrite(text, 1, (size_t)len, f) == (size_t)len;
-  ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok) FAIL(VT_ERR_IO, "writing %s failed: %s (is the disk full?)", path, strerror(errno));
+  if (write_synced(path, text, (size_t)len) != 0)
+    FAIL(VT_ERR_IO, "writing %s failed: %s (is the disk full?)", path, strerror(errno));
+  remove_marks(tmp_dir);
   // The newest complete step-N is what --resume auto takes: another line's checkpoints past
   // this step (and a complete one of this step) go aside before this one is in place, and the
   // rename is the commit (`latest` only a pointer for people and tools).
@@ -215,9 +346,8 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
   if (sync_path(tmp_dir) != 0 || rename(tmp_dir, final_dir) != 0 || sync_path(save_dir) != 0)
     FAIL(VT_ERR_IO, "cannot move %s into place: %s", tmp_dir, strerror(errno));
   snprintf(path, sizeof path, "%s/latest.tmp", save_dir);
-  f = fopen(path, "wb");
-  ok = f && fprintf(f, "step-%08" PRId64 "\n", m->step) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-  if (f) ok = (fclose(f) == 0) && ok;
+  len = snprintf(text, sizeof text, "step-%08" PRId64 "\n", m->step);
+  const int ok = write_synced(path, text, (size_t)len) == 0;
   char latest[1100];
   snprintf(latest, sizeof latest, "%s/latest", save_dir);
   if (!ok || rename(path, latest) != 0 || sync_path(save_dir) != 0) {

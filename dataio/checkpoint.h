@@ -156,8 +156,20 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
                          int keep_last, int64_t keep_every, char *err, size_t errlen);
 // Removes a tmp directory after a failed save.
 void vt_ckpt_abandon(const char *tmp_dir);
-// Removes leftover .tmp-* directories of interrupted saves.
-void vt_ckpt_clean(const char *save_dir);
+// An interrupted save's recovery: its tmp directory holds rank 0's manifest without the
+// CRC-32s (manifest.draft, written before any part) and, from each rank whose parts are written
+// and synced, part-R with its CRC-32 shares and byte counts (partfile.h). The commit removes
+// them once manifest.txt is written.
+vt_status vt_ckpt_mark_draft(const char *tmp_dir, const vt_ckpt_manifest *m, char *err,
+                             size_t errlen);
+vt_status vt_ckpt_mark_part(const char *tmp_dir, int rank, int nfiles, const uint32_t *shares,
+                            const int64_t *nbytes, char *err, size_t errlen);
+// The leftover .tmp-* directories of interrupted saves (a rank that died between its writes and
+// the commit, or during them): each whose every rank marked its part done (or whose commit had
+// written manifest.txt) is verified, its files' sizes and CRC-32s read whole, and committed
+// without --keep-last's rotation; the rest are removed. Each is logged; returns the newest step
+// recovered, or -1.
+int64_t vt_ckpt_recover(const char *save_dir);
 
 // Whether the manifest lists file (its checksum then verified by vt_ckpt_verify).
 int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file);

@@ -61,6 +61,17 @@ static void *write_parts(void *arg) {
     else
       w->st = vt_model_file_write(&w->files[f], w->err, sizeof w->err);
   }
+  if (w->st == VT_OK) {  // marked done, for a recovery where the commit does not come
+    uint32_t shares[3];
+    int64_t bytes[3];
+    for (int f = 0; f < w->nfiles; f++) {
+      shares[f] = w->files[f].share;  // (rank 0's has the head's)
+      bytes[f] = w->rank == 0 ? w->files[f].layout.head_nbytes : 0;
+      for (int64_t j = 0; j < w->files[f].nparts; j++) bytes[f] += w->files[f].parts[j].nbytes;
+    }
+    w->st = vt_ckpt_mark_part(w->tmp, w->rank, w->nfiles, shares, bytes, w->err,
+                              sizeof w->err);
+  }
   if (w->st != VT_OK) {  // the message travels to rank 0: say whose it is
     char mine[sizeof w->err];
     snprintf(mine, sizeof mine, "rank %d: %.990s", w->rank, w->err);
@@ -175,12 +186,7 @@ static vt_status finish(vt_comm *world, char *err, size_t errlen) {
       raise(SIGKILL);
     }
     vt_ckpt_manifest *man = &w->man;
-    man->nfiles = w->nfiles;
-    for (int f = 0; f < w->nfiles; f++) {
-      const char *slash = strrchr(w->files[f].path, '/');
-      snprintf(man->file[f], sizeof man->file[f], "%s", slash + 1);
-      man->file_nbytes[f] = w->files[f].layout.file_nbytes, man->file_crc[f] = crc[f];
-    }
+    for (int f = 0; f < w->nfiles; f++) man->file_crc[f] = crc[f];
     if (st == VT_OK && w->hook[0]) {  // the previous hook's checkpoint may be rotated away
       const char *phase = vt_watchdog_rename("waiting for the save hook");
       const double t = vt_seconds();
@@ -470,6 +476,14 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   for (int k = 0; k < 2; k++)  // the spike guard's statistics (the same on every rank)
     w->man.spike_n[k] = opt->spike.n[k], w->man.spike_mean[k] = opt->spike.mean[k],
     w->man.spike_var[k] = opt->spike.var[k];
+  w->man.nfiles = w->nfiles;
+  for (int f = 0; f < w->nfiles; f++) {  // (their CRC-32s at the commit)
+    snprintf(w->man.file[f], sizeof w->man.file[f], "%s", names[f]);
+    w->man.file_nbytes[f] = w->files[f].layout.file_nbytes;
+  }
+  // Rank 0's draft of the manifest, for a recovery where the commit does not come (checkpoint.h;
+  // a failure ends the save as a failed write would).
+  if (rank == 0) w->st = vt_ckpt_mark_draft(w->tmp, &w->man, w->err, sizeof w->err);
   // The slices are this rank's own now: training may go on while they are written.
   atomic_store(&w->writing, 1);
   if (!wait && o->async_save) {

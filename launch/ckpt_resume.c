@@ -16,6 +16,7 @@
 #include "fault.h"
 #include "partfile.h"
 #include "safetensors.h"
+#include "savehook.h"
 #include "watchdog.h"
 
 typedef struct {
@@ -481,6 +482,17 @@ static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, c
   }
 }
 
+// --resume auto's first step (rank 0): the interrupted saves under --save recovered or removed
+// (vt_ckpt_recover); --save-hook runs for the newest recovered, as it would have after its
+// commit.
+static void recover(const vt_train_options *o) {
+  const int64_t step = vt_ckpt_recover(o->save_dir);
+  if (step < 0 || !o->save_hook[0]) return;
+  char dir[1100];
+  vt_ckpt_step_dir(o->save_dir, step, dir, sizeof dir);
+  vt_save_hook_start(o->save_hook, o->save_dir, dir, step, o->save_hook_timeout);
+}
+
 vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
                          vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
                          vt_ckpt_manifest *saved, char *err, size_t errlen) {
@@ -503,7 +515,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   int ncand = 0, next = 0, skipped = 0;
   const char *folder = auto_mode ? o->save_dir : o->resume;
   int in_folder = auto_mode;  // (rank 0's finding, shared with its first proposal)
-  if (rank0 && auto_mode) vt_ckpt_clean(o->save_dir);
+  if (rank0 && auto_mode) recover(o);
   if (rank0 && !auto_mode)
     in_folder = !vt_ckpt_is_checkpoint(o->resume) && vt_ckpt_candidates(o->resume, cand, 1) > 0;
   if (rank0 && in_folder) ncand = vt_ckpt_candidates(folder, cand, 4096);

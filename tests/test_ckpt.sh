@@ -303,15 +303,26 @@ elif resumed kill2 '0000001[05]' &&  # (step 15's save may land before the kill)
   echo "ok: relaunch after kill -9 mid-run equals the uninterrupted run"
 else echo "FAIL: relaunch after kill -9 mid-run differs"; fail=1; fi
 
-# kill -9 of rank 0 in the middle of the step-15 save (test-only fault switch).
+# kill -9 of rank 0 between every rank's writes of the step-15 save (in the background) and
+# its commit (test-only fault switch): the relaunch recovers it from the ranks' marks, verified
+# by its CRC-32s, and resumes there. A copy with one rank's mark gone (that rank still writing
+# when the run died) is removed and the relaunch resumes from step 10.
 VT_FAULT=kill-in-save@0:15 timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${common[@]}" \
   --tp 2 --pp 2 --save "$work/ksave" --save-interval 5 > "$work/ksave1.log" 2>&1
 echo "killed in the middle of the step-15 save: mpirun exited with $?; left: $(ls -A "$work/ksave" | tr '\n' ' ')"
+cp -r "$work/ksave" "$work/kpart" && rm -f "$work/kpart/.tmp-step-00000015/part-000005"
 must run ksave2 8 --tp 2 --pp 2 --save "$work/ksave" --save-interval 5 --resume auto
-grep -q "step-00000010" "$work/ksave2.log" && ! ls -A "$work/ksave" | grep -q tmp &&
-cmp -s "$work/straight0/weights.safetensors" "$work/ksave2/weights.safetensors" &&
-  echo "ok: relaunch after kill -9 mid-save resumed from step 10, cleaned the partial save, equals the uninterrupted run" ||
-  { echo "FAIL: relaunch after kill -9 mid-save"; grep -i "resum\|tmp" "$work/ksave2.log"; fail=1; }
+grep -q "recovered .*step-00000015: every rank had written its part" "$work/ksave2.log" &&
+  resumed ksave2 00000015 && ! ls -A "$work/ksave" | grep -q tmp &&
+  [ "$(ls "$work/ksave/step-00000015" | tr '\n' ' ')" = "manifest.txt model.safetensors optim.safetensors " ] &&
+  cmp -s "$work/straight0/weights.safetensors" "$work/ksave2/weights.safetensors" &&
+  echo "ok: relaunch after kill -9 between the step-15 save's writes and its commit recovered it, resumed there, equals the uninterrupted run" ||
+  { echo "FAIL: relaunch after kill -9 mid-save"; grep -i "resum\|tmp\|recover" "$work/ksave2.log"; ls -A "$work/ksave"/*; fail=1; }
+must run kpart 8 --tp 2 --pp 2 --save "$work/kpart" --resume auto --run-steps 1
+grep -q "removing .*step-00000015, left by an interrupted save: rank 5 of its 8 had not written its part" "$work/kpart.log" &&
+  resumed kpart 00000010 && ! ls -A "$work/kpart" | grep -q tmp &&
+  echo "ok: a save with one rank's part unmarked is removed, the relaunch resumes from step 10" ||
+  { echo "FAIL: a save with one rank's part unmarked"; grep -i "resum\|tmp\|recover" "$work/kpart.log"; fail=1; }
 
 # Ctrl-C: SIGINT to one rank (rank 0 slowed by the fault switch, so the run is still going):
 # every rank stops at the same step boundary with a checkpoint and exit 130; a relaunch with

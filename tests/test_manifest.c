@@ -180,6 +180,67 @@ static void commit_steps(const char *dir, vt_ckpt_manifest *m, int first, int la
   }
 }
 
+// An interrupted save's recovery (vt_ckpt_recover): a step-7 save of one file written by two
+// ranks, each marking its part, is committed (older checkpoints kept whatever --keep-last) and
+// its marks gone; one whose rank 1 left no mark, whose marks add up to fewer bytes than the
+// file's, whose bytes differ from the marks' CRC shares, or that has no draft, is removed; one
+// whose commit had written manifest.txt is committed from it.
+static void test_recover(void) {
+  char dir[] = "/tmp/vt_recover_XXXXXX", tmp[1100], path[1300], err[512];
+  EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
+  vt_ckpt_manifest m = sample(), back;
+  m.tp = 1, m.pp = 1, m.dp = 2;
+  commit_steps(dir, &m, 5, 6, 0, 0);
+  const char data[] = "pretend tensors, written by two ranks";
+  const int64_t N = (int64_t)strlen(data), k = 10;
+  // kind: 0 sound, 1 rank 1's mark missing, 2 rank 1's mark counts a byte less, 3 a byte of
+  // the file changed, 4 no draft, 5 the commit's manifest.txt without marks
+  for (int kind = 0; kind < 6; kind++) {
+    m.step = 7;
+    EXPECT(vt_ckpt_begin(dir, 7, tmp, sizeof tmp, err, sizeof err) == VT_OK, "%s", err);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    write_file(path, data);
+    m.nfiles = 1, m.file_nbytes[0] = N, m.file_crc[0] = 0;
+    if (kind != 4 && kind != 5)
+      EXPECT(vt_ckpt_mark_draft(tmp, &m, err, sizeof err) == VT_OK, "%s", err);
+    const uint32_t share[2] = {vt_crc32_piece(0, data, (size_t)k, N),
+                               vt_crc32_piece(k, data + k, (size_t)(N - k), N)};
+    const int64_t bytes[2] = {k, N - k - (kind == 2)};
+    for (int r = 0; r < 2 && kind != 5; r++)
+      if (!(r == 1 && kind == 1))
+        EXPECT(vt_ckpt_mark_part(tmp, r, 1, &share[r], &bytes[r], err, sizeof err) == VT_OK,
+               "%s", err);
+    if (kind == 3) write_file(path, "pretend tensors, WRITTEN by two ranks");
+    if (kind == 5) {
+      m.file_crc[0] = vt_crc32(0, data, (size_t)N);
+      char text[4096];
+      const int n = vt_ckpt_manifest_format(&m, text, sizeof text);
+      snprintf(path, sizeof path, "%s/manifest.txt", tmp);
+      write_file(path, n > 0 ? text : "");
+    }
+    const int sound = kind == 0 || kind == 5;
+    char step7[1100];
+    vt_ckpt_step_dir(dir, 7, step7, sizeof step7);
+    EXPECT(vt_ckpt_recover(dir) == (sound ? 7 : -1), "kind %d: recovered or not", kind);
+    EXPECT(access(tmp, F_OK) != 0, "kind %d: the .tmp folder is gone", kind);
+    EXPECT((vt_ckpt_verify(step7, &back, err, sizeof err) == VT_OK) == sound,
+           "kind %d: step 7 %s: %s", kind, sound ? "committed" : "not committed", err);
+    snprintf(path, sizeof path, "%s/part-000000", step7);
+    EXPECT(access(path, F_OK) != 0, "kind %d: no marks in the checkpoint", kind);
+    char step5[1100];
+    vt_ckpt_step_dir(dir, 5, step5, sizeof step5);
+    EXPECT(vt_ckpt_verify(step5, &back, err, sizeof err) == VT_OK, "kind %d: step 5 kept", kind);
+    vt_remove_dir(step7);
+  }
+  for (int step = 5; step <= 6; step++) {
+    vt_ckpt_step_dir(dir, step, tmp, sizeof tmp);
+    vt_remove_dir(tmp);
+  }
+  snprintf(path, sizeof path, "%s/latest", dir);
+  remove(path);
+  EXPECT(rmdir(dir) == 0, "the test's folder emptied");
+}
+
 // The settings that change the computation (drop path, dropouts, Mixup/CutMix, erasing, --aa,
 // the loss, the EMA, the freeze patterns): each round trips bit for bit, text with spaces, '%'
 // and quotes in one word; a manifest without them (an older one) reads as the flags' defaults
@@ -252,6 +313,7 @@ int main(void) {
   test_settings();
   test_crc32();
   test_partfile();
+  test_recover();
   vt_ckpt_manifest m = sample(), back;
   int n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK, "%s", err);
