@@ -254,33 +254,51 @@ static vt_status recovered_manifest(const char *tmp, vt_ckpt_manifest *m, char *
 
 int64_t vt_ckpt_recover(const char *save_dir) {
   char names[64][256];
+  int64_t steps[64];  // newest first; -1 for a .tmp- folder of no step
   int n = 0;
   DIR *d = opendir(save_dir);
   if (!d) return -1;
   struct dirent *e;
-  while ((e = readdir(d)) != NULL && n < 64)  // (listed first: a commit renames them)
-    if (strncmp(e->d_name, ".tmp-", 5) == 0 && strlen(e->d_name) < sizeof names[0])
-      snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+  while ((e = readdir(d)) != NULL && n < 64) {  // (listed first: a commit renames them)
+    int64_t s;
+    char tail;
+    if (strncmp(e->d_name, ".tmp-", 5) != 0 || strlen(e->d_name) >= sizeof names[0]) continue;
+    if (sscanf(e->d_name, ".tmp-step-%" SCNd64 "%c", &s, &tail) != 1 || s < 0) s = -1;
+    int j = n++;
+    for (; j > 0 && s > steps[j - 1]; j--)
+      steps[j] = steps[j - 1], memcpy(names[j], names[j - 1], sizeof names[0]);
+    steps[j] = s;
+    snprintf(names[j], sizeof names[0], "%s", e->d_name);
+  }
   closedir(d);
-  int64_t newest = -1;
+  int64_t newest = -1, committed = -1;
+  list_steps(save_dir, &committed, 1);
   for (int i = 0; i < n; i++) {
     char tmp[1300], why[1400];
     vt_ckpt_manifest m;
     snprintf(tmp, sizeof tmp, "%.1000s/%.255s", save_dir, names[i]);
-    // Committed with its size and CRC-32 checked by reading every file, and without the
-    // rotation of --keep-last (the next save's commit does it): a sound older checkpoint is
-    // never removed for one that would then be refused.
-    vt_status st = strncmp(names[i], ".tmp-step-", 10) == 0
-                       ? recovered_manifest(tmp, &m, why, sizeof why)
-                       : (snprintf(why, sizeof why, "not a checkpoint's"), VT_ERR_INPUT);
+    // Only past the newest checkpoint (an older save belongs to another line of training: its
+    // commit would set the newer ones aside); committed with its size and CRC-32 checked by
+    // reading every file, and without the rotation of --keep-last (the next save's commit does
+    // it): a sound older checkpoint is never removed for one that would then be refused.
+    vt_status st = VT_ERR_INPUT;
+    if (steps[i] < 0)
+      snprintf(why, sizeof why, "not a checkpoint's");
+    else if (steps[i] <= committed)
+      snprintf(why, sizeof why, "step-%08" PRId64 " is as new or newer, so it belongs to "
+               "another line of training", committed);
+    else
+      st = recovered_manifest(tmp, &m, why, sizeof why);
     if (st == VT_OK) st = vt_ckpt_verify(tmp, &m, why, sizeof why);
+    if (st == VT_OK && m.step != steps[i])
+      st = VT_ERR_INPUT, snprintf(why, sizeof why, "its manifest is of step %" PRId64, m.step);
     if (st == VT_OK) st = vt_ckpt_commit(save_dir, tmp, &m, 0, 0, why, sizeof why);
     if (st == VT_OK) {
       char dir[1100];
       vt_ckpt_step_dir(save_dir, m.step, dir, sizeof dir);
       vt_log_warn("recovered %s: every rank had written its part of the save of step %" PRId64
                   ", which stopped before its commit (sizes and CRC-32s verified)", dir, m.step);
-      newest = m.step > newest ? m.step : newest;
+      newest = committed = m.step;
     } else {
       vt_log_warn("removing %s, left by an interrupted save: %s", tmp, why);
       vt_remove_dir(tmp);

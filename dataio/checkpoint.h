@@ -165,10 +165,10 @@ vt_status vt_ckpt_mark_draft(const char *tmp_dir, const vt_ckpt_manifest *m, cha
 vt_status vt_ckpt_mark_part(const char *tmp_dir, int rank, int nfiles, const uint32_t *shares,
                             const int64_t *nbytes, char *err, size_t errlen);
 // The leftover .tmp-* directories of interrupted saves (a rank that died between its writes and
-// the commit, or during them): each whose every rank marked its part done (or whose commit had
-// written manifest.txt) is verified, its files' sizes and CRC-32s read whole, and committed
-// without --keep-last's rotation; the rest are removed. Each is logged; returns the newest step
-// recovered, or -1.
+// the commit, or during them): each past the newest checkpoint whose every rank marked its part
+// done (or whose commit had written manifest.txt) is verified, its files' sizes and CRC-32s
+// read whole, and committed without --keep-last's rotation; the rest are removed. Each is
+// logged; returns the newest step recovered, or -1.
 int64_t vt_ckpt_recover(const char *save_dir);
 
 // Whether the manifest lists file (its checksum then verified by vt_ckpt_verify).

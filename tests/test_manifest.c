@@ -183,8 +183,9 @@ static void commit_steps(const char *dir, vt_ckpt_manifest *m, int first, int la
 // An interrupted save's recovery (vt_ckpt_recover): a step-7 save of one file written by two
 // ranks, each marking its part, is committed (older checkpoints kept whatever --keep-last) and
 // its marks gone; one whose rank 1 left no mark, whose marks add up to fewer bytes than the
-// file's, whose bytes differ from the marks' CRC shares, or that has no draft, is removed; one
-// whose commit had written manifest.txt is committed from it.
+// file's, whose bytes differ from the marks' CRC shares, that has no draft, or that is older
+// than the newest checkpoint (step 8, another line of training, kept), is removed; one whose
+// commit had written manifest.txt is committed from it.
 static void test_recover(void) {
   char dir[] = "/tmp/vt_recover_XXXXXX", tmp[1100], path[1300], err[512];
   EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
@@ -194,8 +195,10 @@ static void test_recover(void) {
   const char data[] = "pretend tensors, written by two ranks";
   const int64_t N = (int64_t)strlen(data), k = 10;
   // kind: 0 sound, 1 rank 1's mark missing, 2 rank 1's mark counts a byte less, 3 a byte of
-  // the file changed, 4 no draft, 5 the commit's manifest.txt without marks
-  for (int kind = 0; kind < 6; kind++) {
+  // the file changed, 4 no draft, 5 the commit's manifest.txt without marks, 6 sound with a
+  // step-8 checkpoint there
+  for (int kind = 0; kind < 7; kind++) {
+    if (kind == 6) commit_steps(dir, &m, 8, 8, 0, 0);
     m.step = 7;
     EXPECT(vt_ckpt_begin(dir, 7, tmp, sizeof tmp, err, sizeof err) == VT_OK, "%s", err);
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
@@ -218,7 +221,7 @@ static void test_recover(void) {
       snprintf(path, sizeof path, "%s/manifest.txt", tmp);
       write_file(path, n > 0 ? text : "");
     }
-    const int sound = kind == 0 || kind == 5;
+    const int sound = kind == 0 || kind == 5;  // (6: sound, but older than step 8)
     char step7[1100];
     vt_ckpt_step_dir(dir, 7, step7, sizeof step7);
     EXPECT(vt_ckpt_recover(dir) == (sound ? 7 : -1), "kind %d: recovered or not", kind);
@@ -232,6 +235,9 @@ static void test_recover(void) {
     EXPECT(vt_ckpt_verify(step5, &back, err, sizeof err) == VT_OK, "kind %d: step 5 kept", kind);
     vt_remove_dir(step7);
   }
+  vt_ckpt_step_dir(dir, 8, tmp, sizeof tmp);
+  EXPECT(vt_ckpt_verify(tmp, &back, err, sizeof err) == VT_OK, "step 8 kept: %s", err);
+  vt_remove_dir(tmp);
   for (int step = 5; step <= 6; step++) {
     vt_ckpt_step_dir(dir, step, tmp, sizeof tmp);
     vt_remove_dir(tmp);
