@@ -203,14 +203,12 @@ static void remove_marks(const char *tmp_dir) {
   closedir(d);
 }
 
-// The manifest of tmp's interrupted save with its files' CRC-32s, where it can be made: the
-// commit's own manifest.txt, else the draft with every rank's part marked done. VT_OK and m
-// filled, or the reason in err.
-static vt_status recovered_manifest(const char *tmp, vt_ckpt_manifest *m, char *err,
-                                    size_t errlen) {
+// The manifest of tmp's interrupted save from its marks (the draft, every rank's part), with
+// the files' CRC-32s from the ranks' shares, written as tmp/manifest.txt. VT_OK and m filled;
+// VT_ERR_INPUT with the reason; VT_ERR_IO where manifest.txt cannot be written.
+static vt_status manifest_from_marks(const char *tmp, vt_ckpt_manifest *m, char *err,
+                                     size_t errlen) {
   char path[1400], text[16384], why[400];
-  snprintf(path, sizeof path, "%.1300s/manifest.txt", tmp);
-  if (access(path, F_OK) == 0) return VT_OK;  // (the commit stopped after writing it)
   snprintf(path, sizeof path, "%.1300s/%s", tmp, k_draft);
   const long n = read_small(path, text, sizeof text);
   if (n < 0) FAIL(VT_ERR_INPUT, "it has no %s (the save stopped before its files were made)",
@@ -252,14 +250,29 @@ static vt_status recovered_manifest(const char *tmp, vt_ckpt_manifest *m, char *
   return VT_OK;
 }
 
-int64_t vt_ckpt_recover(const char *save_dir) {
-  char names[64][256];
-  int64_t steps[64];  // newest first; -1 for a .tmp- folder of no step
+// The manifest of tmp's interrupted save, where it can be made: from its marks (*from_marks
+// 1), else the commit's own manifest.txt (written before the commit removes the marks), if it
+// reads. Otherwise the marks' reason (VT_ERR_IO: manifest.txt could not be written).
+static vt_status recovered_manifest(const char *tmp, vt_ckpt_manifest *m, int *from_marks,
+                                    char *err, size_t errlen) {
+  const vt_status st = manifest_from_marks(tmp, m, err, errlen);
+  *from_marks = st == VT_OK;
+  if (st != VT_ERR_INPUT) return st;
+  char path[1400], why[600];
+  snprintf(path, sizeof path, "%.1300s/manifest.txt", tmp);
+  if (access(path, F_OK) == 0 && vt_ckpt_check(tmp, m, 0, why, sizeof why) == VT_OK)
+    return VT_OK;
+  return st;
+}
+
+// The .tmp-* folders of save_dir (at most cap): names, and steps newest first (-1 for a folder
+// of no step). Returns how many.
+static int list_leftovers(const char *save_dir, char (*names)[256], int64_t *steps, int cap) {
   int n = 0;
   DIR *d = opendir(save_dir);
-  if (!d) return -1;
+  if (!d) return 0;
   struct dirent *e;
-  while ((e = readdir(d)) != NULL && n < 64) {  // (listed first: a commit renames them)
+  while ((e = readdir(d)) != NULL && n < cap) {
     int64_t s;
     char tail;
     if (strncmp(e->d_name, ".tmp-", 5) != 0 || strlen(e->d_name) >= sizeof names[0]) continue;
@@ -271,40 +284,84 @@ int64_t vt_ckpt_recover(const char *save_dir) {
     snprintf(names[j], sizeof names[0], "%s", e->d_name);
   }
   closedir(d);
-  int64_t newest = -1, committed = -1;
+  return n;
+}
+
+int64_t vt_ckpt_leftover(const char *save_dir) {
+  char names[64][256];
+  int64_t steps[64];
+  const int n = list_leftovers(save_dir, names, steps, 64);
+  return n > 0 ? steps[0] : -1;
+}
+
+void vt_ckpt_discard(const char *save_dir, const char *why) {
+  char names[64][256], tmp[1300];
+  int64_t steps[64];
+  const int n = list_leftovers(save_dir, names, steps, 64);
+  for (int i = 0; i < n; i++) {
+    snprintf(tmp, sizeof tmp, "%.1000s/%.255s", save_dir, names[i]);
+    vt_log_warn("removing %s, left by an interrupted save: %s", tmp, why);
+    vt_remove_dir(tmp);
+  }
+}
+
+vt_status vt_ckpt_recover(const char *save_dir, int keep_last, int64_t keep_every,
+                          int64_t *recovered, char *err, size_t errlen) {
+  char names[64][256];
+  int64_t steps[64];  // (listed first: a commit renames them)
+  const int n = list_leftovers(save_dir, names, steps, 64);
+  int64_t committed = -1;
   list_steps(save_dir, &committed, 1);
+  *recovered = -1;
   for (int i = 0; i < n; i++) {
     char tmp[1300], why[1400];
     vt_ckpt_manifest m;
     snprintf(tmp, sizeof tmp, "%.1000s/%.255s", save_dir, names[i]);
-    // Only past the newest checkpoint (an older save belongs to another line of training: its
-    // commit would set the newer ones aside); committed with its size and CRC-32 checked by
-    // reading every file, and without the rotation of --keep-last (the next save's commit does
-    // it): a sound older checkpoint is never removed for one that would then be refused.
+    // Not before the newest checkpoint (an older save belongs to another line of training: its
+    // commit would set the newer ones aside; one of that step is the later try at it, whose
+    // commit would replace the other). Committed with every file's size and CRC-32 read and
+    // checked: as sound as any checkpoint, so --keep-last's rotation may go on.
     vt_status st = VT_ERR_INPUT;
+    int from_marks = 0;
     if (steps[i] < 0)
       snprintf(why, sizeof why, "not a checkpoint's");
-    else if (steps[i] <= committed)
-      snprintf(why, sizeof why, "step-%08" PRId64 " is as new or newer, so it belongs to "
-               "another line of training", committed);
+    else if (steps[i] < committed)
+      snprintf(why, sizeof why, "step-%08" PRId64 " is newer, so it belongs to another line of "
+               "training", committed);
     else
-      st = recovered_manifest(tmp, &m, why, sizeof why);
-    if (st == VT_OK) st = vt_ckpt_verify(tmp, &m, why, sizeof why);
+      st = recovered_manifest(tmp, &m, &from_marks, why, sizeof why);
+    if (st == VT_OK && vt_ckpt_verify(tmp, &m, why, sizeof why) != VT_OK) {
+      st = VT_ERR_INPUT;
+      if (from_marks) {  // (a damaged file, or a damaged mark)
+        char said[sizeof why];
+        snprintf(said, sizeof said, "%s", why);
+        snprintf(why, sizeof why, "its files do not match its ranks' marks: %.1300s", said);
+      }
+    }
     if (st == VT_OK && m.step != steps[i])
       st = VT_ERR_INPUT, snprintf(why, sizeof why, "its manifest is of step %" PRId64, m.step);
-    if (st == VT_OK) st = vt_ckpt_commit(save_dir, tmp, &m, 0, 0, why, sizeof why);
+    if (st == VT_OK) st = vt_ckpt_commit(save_dir, tmp, &m, keep_last, keep_every, why,
+                                         sizeof why);
+    if (st == VT_ERR_IO)  // (the save may be whole: not removed for a disk's trouble)
+      FAIL(VT_ERR_IO, "cannot recover the interrupted save %s: %s. It is left in place: free "
+           "space (or mend the file system) and run again, or remove it to resume from the "
+           "checkpoint before it", tmp, why);
     if (st == VT_OK) {
       char dir[1100];
       vt_ckpt_step_dir(save_dir, m.step, dir, sizeof dir);
-      vt_log_warn("recovered %s: every rank had written its part of the save of step %" PRId64
-                  ", which stopped before its commit (sizes and CRC-32s verified)", dir, m.step);
-      newest = committed = m.step;
+      if (from_marks)
+        vt_log_warn("recovered %s: every rank had written its part of step %" PRId64 "'s save, "
+                    "which stopped before its commit (sizes and CRC-32s verified)", dir, m.step);
+      else
+        vt_log_warn("recovered %s: step %" PRId64 "'s save had written its manifest when it "
+                    "stopped before its commit (sizes and CRC-32s verified)", dir, m.step);
+      *recovered = committed = m.step;
     } else {
       vt_log_warn("removing %s, left by an interrupted save: %s", tmp, why);
       vt_remove_dir(tmp);
     }
   }
-  return newest;
+  return VT_OK;
 }
 
 // A checkpoint past the step being committed, or a complete one of that step, belongs to

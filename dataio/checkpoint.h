@@ -165,11 +165,18 @@ vt_status vt_ckpt_mark_draft(const char *tmp_dir, const vt_ckpt_manifest *m, cha
 vt_status vt_ckpt_mark_part(const char *tmp_dir, int rank, int nfiles, const uint32_t *shares,
                             const int64_t *nbytes, char *err, size_t errlen);
 // The leftover .tmp-* directories of interrupted saves (a rank that died between its writes and
-// the commit, or during them): each past the newest checkpoint whose every rank marked its part
-// done (or whose commit had written manifest.txt) is verified, its files' sizes and CRC-32s
-// read whole, and committed without --keep-last's rotation; the rest are removed. Each is
-// logged; returns the newest step recovered, or -1.
-int64_t vt_ckpt_recover(const char *save_dir);
+// the commit, or during them), by the run that continues them (--resume auto, holding --save):
+// each not before the newest checkpoint whose every rank marked its part done (or whose commit
+// had written manifest.txt) is verified, its files' sizes and CRC-32s read whole, and committed
+// (keep_last, keep_every: vt_ckpt_commit's); the rest are removed. Each is logged; *recovered:
+// the newest step recovered, or -1. VT_ERR_IO, with the folder left in place, where a manifest
+// or the commit cannot be written.
+vt_status vt_ckpt_recover(const char *save_dir, int keep_last, int64_t keep_every,
+                          int64_t *recovered, char *err, size_t errlen);
+// The newest step of save_dir's leftover .tmp-step-N folders, or -1 where there are none.
+int64_t vt_ckpt_leftover(const char *save_dir);
+// Removes save_dir's leftover .tmp-* folders, each logged with why.
+void vt_ckpt_discard(const char *save_dir, const char *why);
 
 // Whether the manifest lists file (its checksum then verified by vt_ckpt_verify).
 int vt_ckpt_manifest_lists(const vt_ckpt_manifest *m, const char *file);

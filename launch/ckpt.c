@@ -311,13 +311,25 @@ vt_status vt_ckpt_claim(const vt_train_options *o, vt_comm *world, char *err, si
                   strerror(errno), o->save_dir);
       g_lock_fd = fd;
     }
-    int64_t newest = -1;
+    int64_t newest = -1, leftover = vt_ckpt_leftover(o->save_dir);
     if (st == VT_OK && !o->resume[0] && vt_ckpt_candidates(o->save_dir, &newest, 1) > 0) {
       snprintf(err, errlen, "--save %s holds checkpoints of an earlier run (the newest: "
                "step-%08lld) and this run does not resume: its saves would replace and rotate "
                "them away. Continue it with --resume auto, or give another --save (or move them "
                "away)", o->save_dir, (long long)newest);
       st = VT_ERR_INPUT;
+    } else if (st == VT_OK && !o->resume[0] && leftover >= 0) {
+      snprintf(err, errlen, "--save %s holds an interrupted save of an earlier run "
+               "(.tmp-step-%08lld), which --resume auto recovers where every rank had written "
+               "its part, and this run does not resume. Continue it with --resume auto, or give "
+               "another --save (or remove it)", o->save_dir, (long long)leftover);
+      st = VT_ERR_INPUT;
+    } else if (st == VT_OK && o->resume[0] && strcmp(o->resume, "auto") != 0) {
+      // Another line of training from --resume DIR: its interrupted saves are not this run's.
+      char why[1200];
+      snprintf(why, sizeof why, "this run resumes from %.1000s instead (--resume auto would "
+               "have recovered a whole one)", o->resume);
+      vt_ckpt_discard(o->save_dir, why);
     }
   }
   return vt_comm_agree(world, st, err, errlen);

@@ -482,15 +482,18 @@ static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, c
   }
 }
 
-// --resume auto's first step (rank 0): the interrupted saves under --save recovered or removed
-// (vt_ckpt_recover); --save-hook runs for the newest recovered, as it would have after its
-// commit.
-static void recover(const vt_train_options *o) {
-  const int64_t step = vt_ckpt_recover(o->save_dir);
+// After a resume that recovered the checkpoint of `step` (rank 0): --save-hook runs for it, as
+// it would have after its commit, once the run goes on (resumed: result VT_OK); else it is said
+// that the hook has not run.
+static void recovered_hook(const vt_train_options *o, int64_t step, vt_status result) {
   if (step < 0 || !o->save_hook[0]) return;
   char dir[1100];
   vt_ckpt_step_dir(o->save_dir, step, dir, sizeof dir);
-  vt_save_hook_start(o->save_hook, o->save_dir, dir, step, o->save_hook_timeout);
+  if (result == VT_OK)
+    vt_save_hook_start(o->save_hook, o->save_dir, dir, step, o->save_hook_timeout);
+  else
+    vt_log_warn("--save-hook has not run for the recovered %s (this run stops): run it by hand "
+                "if it is needed", dir);
 }
 
 vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
@@ -515,7 +518,13 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   int ncand = 0, next = 0, skipped = 0;
   const char *folder = auto_mode ? o->save_dir : o->resume;
   int in_folder = auto_mode;  // (rank 0's finding, shared with its first proposal)
-  if (rank0 && auto_mode) recover(o);
+  // --resume auto of a training run (which holds --save: vt_ckpt_claim) recovers or removes
+  // the interrupted saves there first; vit3d eval's leaves them to the run that owns them.
+  int64_t recovered = -1;
+  vt_status recovery = VT_OK;
+  if (rank0 && auto_mode && !o->eval_only)
+    recovery = vt_ckpt_recover(o->save_dir, o->keep_last, o->keep_every, &recovered, err,
+                               errlen);
   if (rank0 && !auto_mode)
     in_folder = !vt_ckpt_is_checkpoint(o->resume) && vt_ckpt_candidates(o->resume, cand, 1) > 0;
   if (rank0 && in_folder) ncand = vt_ckpt_candidates(folder, cand, 4096);
@@ -531,7 +540,9 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     // optimizer's step count comes along. The others start at -inf so that the MAX reduction
     // hands everyone rank 0's values.
     double found = -1e300;  // step of the chosen checkpoint; -1: none; -2: refused
-    if (rank0)
+    if (rank0 && recovery != VT_OK)
+      found = -2;  // (its message in err)
+    else if (rank0)
       found = propose(o, folder, in_folder, cand, ncand, &next, &skipped, dir, sizeof dir, &man,
                       err, errlen);
     int has_ema = rank0 && found >= 0 && vt_ckpt_manifest_lists(&man, "ema.safetensors");
@@ -625,5 +636,6 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     break;
   }
   for (int k = 0; k < 4; k++) free(local[k]);
+  if (rank0) recovered_hook(o, recovered, result);
   return result;
 }

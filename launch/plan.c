@@ -197,7 +197,7 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   sp->pp_send = (double)sends * n_micro * (double)rows * c->width * 4;
   sp->pp_recv = (double)recvs * n_micro * (double)rows * c->width * 4;
   if (o->dp > 1 && o->zero)
-    sp->dp_reduce = sp->dp_gather = (double)trained * 4;  // (the tail's < dp in other calls)
+    sp->dp_reduce = sp->dp_gather = (double)trained * 4;  // (the gather's tail a broadcast)
   else if (o->dp > 1)
     sp->dp_reduce = (double)vt_optim_dp_reduced(&o->optim, &t) * 4;
   vt_params_free(&t);
@@ -264,7 +264,7 @@ int vt_plan_run(const vt_train_options *o) {
       printf("  stage %d: TP %s %.3f, PP send %.3f and receive %.3f, DP %s %.3f%s", p,
              seq ? "reduce-scatter and all-gather" : "all-reduce", sp->tp * mib,
              sp->pp_send * mib, sp->pp_recv * mib,
-             o->zero && o->dp > 1 ? "reduce-scatter" : "all-reduce", sp->dp_reduce * mib,
+             o->zero && o->dp > 1 ? "reduce" : "all-reduce", sp->dp_reduce * mib,
              o->zero && o->dp > 1 ? " and all-gather" : "");
       if (o->zero && o->dp > 1) printf(" %.3f", sp->dp_gather * mib);
       printf("; wire TP %.1f, PP %.1f, DP %.1f\n", ring(sp->tp, o->tp, 1) * mib,

@@ -173,7 +173,7 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
              "\"chunks\": %d, \"micro_batches\": %d, \"B\": %d, \"N\": %d, \"C\": %d, \"params\": %lld, "
              "\"zero_part\": %lld, \"frozen_prefix\": %lld, \"frozen_layers\": %d, "
              "\"frozen_blocks\": %d, \"recomputed_blocks\": %d, \"frozen_vstages\": %d, "
-             "\"dp_overlap\": %d, \"dp_layers\": %d, "
+             "\"dp_overlap\": %d, \"dp_reductions\": %d, "
              "\"dp_started_in_backward\": %d, \"parallel_blocks\": %d, \"vshape\": %d, "
              "\"sequence_parallel\": %d, \"axes\": {",
           me.tp_rank, me.pp_rank, me.dp_rank, m->nblocks, m->nchunks, n_micro, m->max_batch,
@@ -182,7 +182,7 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
           frozen_blocks, recomputed,
           vt_frozen_vstages(m->cfg.depth, m->shard.pp_size * m->nchunks, m->shard.pp_vshape,
                             m->frozen_layers),
-          opt->overlap, opt->layers_here,
+          opt->overlap, opt->reductions,
           opt->started_early, m->cfg.parallel, m->shard.pp_vshape, m->shard.sequence_parallel);
   for (int a = 0; a < VT_AXIS_COUNT; a++) {
     vt_comm_counts cc = vt_comm_counts_get((vt_axis)a);

@@ -72,7 +72,7 @@ static void local_free(void *s) { (void)s; }
 static const vt_comm_transport k_local_transport = {
     "local",    local_all_reduce, local_reduce_scatter, local_all_gather, local_broadcast,
     local_send, local_recv,       local_exchange,       local_free,       NULL,
-    NULL,       NULL};
+    NULL,       NULL,             NULL};
 
 // ---- Host control through the world's host side, or nothing to do for a single process ------
 
@@ -367,7 +367,7 @@ void vt_comm_counts_reset(void) { memset(g_counts, 0, sizeof g_counts); }
 const char *vt_comm_op_name(vt_comm_op op) {
   static const char *const names[VT_COMM_OP_COUNT] = {
       "all_reduce", "reduce_scatter", "all_gather", "broadcast",
-      "send",       "recv",           "barrier",    "reduce_double"};
+      "send",       "recv",           "barrier",    "reduce_double", "reduce"};
   return (int)op >= 0 && op < VT_COMM_OP_COUNT ? names[op] : "?";
 }
 
@@ -423,6 +423,18 @@ void vt_comm_all_reduce_start(vt_comm *c, float *buf, int64_t count) {
   const double t0 = op_begin(c, VT_COMM_OP_ALL_REDUCE, count * 4);
   if (c->transport->all_reduce_start)
     c->transport->all_reduce_start(c->state, buf, count);
+  else
+    c->transport->all_reduce(c->state, buf, count);
+  op_end(t0);
+}
+
+void vt_comm_reduce_start(vt_comm *c, float *buf, int64_t count, int root) {
+  check_buf(c, "reduce_start", buf, count);
+  VT_CHECK(root >= 0 && root < c->size, "comm %s reduce_start: root %d is not a rank of this "
+           "comm (of %d)", vt_axis_name(c->axis), root, c->size);
+  const double t0 = op_begin(c, VT_COMM_OP_REDUCE, count * 4);
+  if (c->transport->reduce_start)
+    c->transport->reduce_start(c->state, buf, count, root);
   else
     c->transport->all_reduce(c->state, buf, count);
   op_end(t0);

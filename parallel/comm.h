@@ -84,6 +84,11 @@ void vt_comm_all_gather(vt_comm *comm, float *out, const float *inp, int64_t inp
 // operations in the same order; other operations on the same comm may come in between (NCCL
 // runs them after the started ones).
 void vt_comm_all_reduce_start(vt_comm *comm, float *buf, int64_t count);
+// The same for a reduction to one member (ZeRO-1's gradient shards, each reduced to its owner
+// while the backward pass goes on): starts root's buf (count) <- sum over members of buf; the
+// other members' buf is undefined afterwards (MPI and NCCL leave it as it was; a transport
+// without the operation runs an all-reduce at start).
+void vt_comm_reduce_start(vt_comm *comm, float *buf, int64_t count, int root);
 // Completes every operation started on comm. NCCL: the backend's stream waits for them (the host
 // does not); MPI: the host waits.
 void vt_comm_wait_all(vt_comm *comm);
@@ -176,7 +181,7 @@ double vt_comm_seconds(void);
 // Per process and per axis (all comms of one axis share a row). Payload = bytes of the buffer the
 // caller passes: all_reduce count*4, reduce_scatter its input, all_gather its output, broadcast
 // count*4 (on every member), send bytes sent, recv bytes received, double reductions count*8,
-// barrier 0.
+// barrier 0, reduce count*4 (on every member).
 
 typedef enum {
   VT_COMM_OP_ALL_REDUCE = 0,
@@ -187,6 +192,7 @@ typedef enum {
   VT_COMM_OP_RECV,
   VT_COMM_OP_BARRIER,
   VT_COMM_OP_REDUCE_DOUBLE,
+  VT_COMM_OP_REDUCE,
   VT_COMM_OP_COUNT
 } vt_comm_op;
 
@@ -220,6 +226,8 @@ typedef struct {
   void (*wait_all)(void *state);
   // Optional (NULL: exchange completes deferred sends too).
   void (*wait_sends)(void *state, int key);
+  // Optional (NULL: comm.c runs all_reduce at start); completed by wait_all.
+  void (*reduce_start)(void *state, float *buf, int64_t count, int root);
 } vt_comm_transport;
 
 // The host side of a comm: splitting, host control (buffers in host memory) and the watchdog's

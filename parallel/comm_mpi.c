@@ -253,17 +253,30 @@ static void mpi_wait_sends(void *s, int key) {
   ms->nsends = kept;
 }
 
-static void mpi_all_reduce_start(void *s, float *buf, int64_t count) {
-  mpi_state *st = s;
+// A free slot for one more started operation's request.
+static MPI_Request *next_request(mpi_state *st) {
   if (st->npending == st->cap) {
     const int cap = st->cap ? 2 * st->cap : 64;
     MPI_Request *r = realloc(st->req, (size_t)cap * sizeof *r);
     VT_CHECK(r, "out of memory for %d MPI requests", cap);
     st->req = r, st->cap = cap;
   }
+  return &st->req[st->npending++];
+}
+
+static void mpi_all_reduce_start(void *s, float *buf, int64_t count) {
+  mpi_state *st = s;
   VT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, st->comm,
-                              &st->req[st->npending]));
-  st->npending++;
+                              next_request(st)));
+}
+
+// In place at the root (MPI_IN_PLACE); the others' buf is only read.
+static void mpi_reduce_start(void *s, float *buf, int64_t count, int root) {
+  mpi_state *st = s;
+  int rank = 0;
+  VT_MPI_CHECK(MPI_Comm_rank(st->comm, &rank));
+  VT_MPI_CHECK(MPI_Ireduce(rank == root ? MPI_IN_PLACE : (const void *)buf, buf, (int)count,
+                           MPI_FLOAT, MPI_SUM, root, st->comm, next_request(st)));
 }
 
 static void mpi_wait_all(void *s) {
@@ -286,7 +299,7 @@ static void mpi_free(void *s) {
 const vt_comm_transport vt_comm_mpi_transport = {
     "mpi",    mpi_all_reduce, mpi_reduce_scatter, mpi_all_gather,       mpi_broadcast,
     mpi_send, mpi_recv,       mpi_exchange,       mpi_free,             mpi_all_reduce_start,
-    mpi_wait_all,  mpi_wait_sends};
+    mpi_wait_all,  mpi_wait_sends, mpi_reduce_start};
 
 const vt_comm_host vt_comm_mpi_host = {
     "mpi",         &vt_comm_mpi_transport, mpi_split,     mpi_barrier,   mpi_all_reduce_double,

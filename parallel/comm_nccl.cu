@@ -340,10 +340,9 @@ static void nccl_exchange(void *s, const vt_comm_p2p *ops, int n) {
   VT_NCCL_CHECK(ncclGroupEnd());
 }
 
-// The side stream waits for everything queued on the backend's stream so far (the gradients it
-// reduces), then reduces while later ops run.
-static void nccl_all_reduce_start(void *s, float *buf, int64_t count) {
-  nccl_state *st = (nccl_state *)s;
+// The side stream, made to wait for everything queued on the backend's stream so far (the
+// gradients a started operation reduces), so that it reduces while later ops run.
+static cudaStream_t side_after_main(nccl_state *st) {
   if (!st->side) {
     VT_CUDA_CHECK(cudaStreamCreateWithFlags(&st->side, cudaStreamNonBlocking));
     VT_CUDA_CHECK(cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming));
@@ -351,9 +350,21 @@ static void nccl_all_reduce_start(void *s, float *buf, int64_t count) {
   }
   VT_CUDA_CHECK(cudaEventRecord(st->ready, vt_cuda_stream()));
   VT_CUDA_CHECK(cudaStreamWaitEvent(st->side, st->ready, 0));
-  VT_NCCL_CHECK(
-      ncclAllReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, st->comm, st->side));
   st->pending++;
+  return st->side;
+}
+
+static void nccl_all_reduce_start(void *s, float *buf, int64_t count) {
+  nccl_state *st = (nccl_state *)s;
+  cudaStream_t side = side_after_main(st);
+  VT_NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, st->comm, side));
+}
+
+// In place at the root (NCCL's sendbuff == recvbuff); the others' buf is only read.
+static void nccl_reduce_start(void *s, float *buf, int64_t count, int root) {
+  nccl_state *st = (nccl_state *)s;
+  cudaStream_t side = side_after_main(st);
+  VT_NCCL_CHECK(ncclReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, root, st->comm, side));
 }
 
 static void nccl_wait_all(void *s) { join_side(s); }
@@ -388,4 +399,4 @@ static void nccl_free(void *s) {
 extern "C" const vt_comm_transport vt_comm_nccl_transport = {
     "nccl",    nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather,       nccl_broadcast,
     nccl_send, nccl_recv,       nccl_exchange,       nccl_free,             nccl_all_reduce_start,
-    nccl_wait_all,  nccl_wait_sends};
+    nccl_wait_all,  nccl_wait_sends, nccl_reduce_start};

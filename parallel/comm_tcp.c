@@ -442,7 +442,7 @@ static void tcp_free(void *s) {
 const vt_comm_transport vt_comm_tcp_transport = {
     "tcp",    tcp_all_reduce, tcp_reduce_scatter, tcp_all_gather, tcp_broadcast,
     tcp_send, tcp_recv,       tcp_exchange,       tcp_free,       NULL,
-    NULL,     tcp_wait_sends};
+    NULL,     tcp_wait_sends, NULL};  // (reduce: comm.c's all-reduce)
 
 // ---- Host control: through member 0 ---------------------------------------------------------
 

@@ -14,13 +14,15 @@ training step (DIR/comm.rank<R>.json, written by vit3d --comm-stats 1) against t
       chunk's virtual stage c * pp + pp_rank; ZB-V's chunks are stages pp_rank and
       2 pp - 1 - pp_rank, and its turn (pp - 1 to pp, both on the last rank) no transfer; no
       gradient goes to one of the first frozen_vstages, whose layers are all frozen
-  DP  all-reduce of the rank's gradient elements once per step; ZeRO-1: a reduce-scatter and
-      an all-gather of the gradient elements after the rank's frozen prefix (frozen_prefix:
-      none kept, none moved) in dp equal parts of zero_part elements, and an all-reduce and a
-      broadcast of the tail of fewer than dp elements after them, instead. Without ZeRO, one all-reduce per
-      layer of the stage (embeddings, each block, head) but those of the frozen prefix
-      (frozen_layers: whole layers, so frozen_prefix elements), every one started during the
-      step's last backward pass (overlap), none left for the optimizer step to start
+  DP  all-reduce of the rank's gradient elements once per step; ZeRO-1: a reduce of each DP
+      rank's shard of the gradient elements after the rank's frozen prefix (frozen_prefix: none
+      kept, none moved) to its owner (dp_reductions of them, dp where every shard has elements,
+      each started during the step's last backward pass as soon as its layers are), and an
+      all-gather of dp equal parts of zero_part elements and a broadcast of the tail of fewer
+      than dp elements after them, instead. Without ZeRO, one all-reduce per layer of the stage
+      (embeddings, each block, head) but those of the frozen prefix (frozen_layers: whole
+      layers, so frozen_prefix elements), every one started during the step's last backward
+      pass (overlap), none left for the optimizer step to start
 Prints each rank's counts beside the formulas and exits 1 on any difference. With a fifth
 argument PLAN (the output of `vit3d plan` for the same flags), each rank's counts must also be
 the plan's traffic lines for its stage (printed in MiB to 3 decimals).
@@ -35,7 +37,7 @@ plan = {}  # stage -> {(axis, op): MiB} from vit3d plan's traffic lines
 if len(sys.argv) > 6:
     for line in open(sys.argv[6]):
         m = re.match(r"  stage (\d+): TP (all-reduce|reduce-scatter and all-gather) ([\d.]+), "
-                     r"PP send ([\d.]+) and receive ([\d.]+), DP (all-reduce|reduce-scatter) "
+                     r"PP send ([\d.]+) and receive ([\d.]+), DP (all-reduce|reduce) "
                      r"([\d.]+)( and all-gather ([\d.]+))?;", line)
         if m:
             g = m.groups()
@@ -81,27 +83,33 @@ for path in ranks:
         ("pp", "send"): sends * m * rows * r["C"] * 4,
         ("pp", "recv"): recvs * m * rows * r["C"] * 4,
         ("dp", "all_reduce"): (r["params"] - r["frozen_prefix"]) * 4 if dp > 1 and not zero else 0,
-        ("dp", "reduce_scatter"): r["zero_part"] * dp * 4 if dp > 1 and zero else 0,
+        ("dp", "reduce"): (r["params"] - r["frozen_prefix"]) * 4 if dp > 1 and zero else 0,
         ("dp", "all_gather"): r["zero_part"] * dp * 4 if dp > 1 and zero else 0,
     }
     cells = []
     if dp > 1 and zero:
         trained = r["params"] - r["frozen_prefix"]
         tail = trained - r["zero_part"] * dp
-        want[("dp", "all_reduce")] = want[("dp", "broadcast")] = tail * 4
-        ok = r["zero_part"] == trained // dp
+        want[("dp", "broadcast")] = tail * 4
+        owners = dp if r["zero_part"] > 0 else 1  # (fewer elements than ranks: the last's)
+        calls = r["axes"]["dp"]["reduce"][0]
+        ok = r["zero_part"] == trained // dp and r["dp_overlap"] == 1 and \
+            r["dp_reductions"] == owners == calls and \
+            r["dp_started_in_backward"] == owners
         bad += not ok
         cells.append(f"zero part {r['zero_part']} tail {tail} (frozen prefix "
-                     f"{r['frozen_prefix']}){'' if ok else ' MISMATCH'}")
+                     f"{r['frozen_prefix']}), {calls} shard reduces|{owners}, "
+                     f"{r['dp_started_in_backward']} started in backward"
+                     f"{'' if ok else ' MISMATCH'}")
     if dp > 1 and not zero:
         head = r["pp_rank"] == (0 if r.get("vshape") else pp - 1)  # ZB-V: the head on rank 0
         embed = r["pp_rank"] == 0 and r["frozen_layers"] == 0
         layers = r["nblocks"] - r["frozen_blocks"] + embed + head
         calls = r["axes"]["dp"]["all_reduce"][0]
-        ok = r["dp_overlap"] == 1 and r["dp_layers"] == layers == calls and \
+        ok = r["dp_overlap"] == 1 and r["dp_reductions"] == layers == calls and \
             r["dp_started_in_backward"] == layers
         bad += not ok
-        cells.append(f"dp overlap: {r['dp_started_in_backward']} of {r['dp_layers']} layers "
+        cells.append(f"dp overlap: {r['dp_started_in_backward']} of {r['dp_reductions']} layers "
                      f"started in backward, {calls} all-reduces|{layers}"
                      f"{'' if ok else ' MISMATCH'}")
     def planned(key, value):  # vit3d plan's figure for this stage, to its 3 decimals

@@ -1,8 +1,8 @@
 #!/bin/bash
 # fuzz_manifest.sh WORK_DIR [SECONDS]: builds tests/fuzz_manifest.c with dataio/checkpoint.c,
-# dataio/ckpt_manifest.c and src/error.c (clang -fsanitize=fuzzer,address,undefined), seeds it
-# with a valid manifest and fuzzes for a bounded time; any crash, leak or hang fails. Exits 77
-# (CTest skip) where clang or libFuzzer is missing.
+# dataio/partfile.c, dataio/ckpt_manifest.c and src/error.c (clang
+# -fsanitize=fuzzer,address,undefined), seeds it with a valid manifest and fuzzes for a bounded
+# time; any crash, leak or hang fails. Exits 77 (CTest skip) where clang or libFuzzer is missing.
 set -u
 work=${1:?work dir}
 seconds=${2:-15}
@@ -14,7 +14,7 @@ bin=$work/fuzz_manifest
 "$cc" -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g -O1 -Wall -Wextra \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I"$src/src" -I"$src/dataio" \
   "$src/tests/fuzz_manifest.c" "$src/dataio/checkpoint.c" "$src/dataio/ckpt_manifest.c" \
-  "$src/src/error.c" -o "$bin" 2>"$work/build.log" ||
+  "$src/dataio/partfile.c" "$src/src/error.c" -o "$bin" 2>"$work/build.log" ||
   { grep -q "fuzzer" "$work/build.log" && { echo "SKIP: no libFuzzer runtime"; exit 77; }
     cat "$work/build.log"; echo "FAIL: could not build $bin"; exit 1; }
 cat > "$work/corpus/valid" <<'M'

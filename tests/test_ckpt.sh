@@ -312,7 +312,7 @@ VT_FAULT=kill-in-save@0:15 timeout 300 mpirun -np 8 --oversubscribe "$vit3d" "${
 echo "killed in the middle of the step-15 save: mpirun exited with $?; left: $(ls -A "$work/ksave" | tr '\n' ' ')"
 cp -r "$work/ksave" "$work/kpart" && rm -f "$work/kpart/.tmp-step-00000015/part-000005"
 must run ksave2 8 --tp 2 --pp 2 --save "$work/ksave" --save-interval 5 --resume auto
-grep -q "recovered .*step-00000015: every rank had written its part" "$work/ksave2.log" &&
+grep -q "recovered .*step-00000015: every rank had written its part of step 15's save" "$work/ksave2.log" &&
   resumed ksave2 00000015 && ! ls -A "$work/ksave" | grep -q tmp &&
   [ "$(ls "$work/ksave/step-00000015" | tr '\n' ' ')" = "manifest.txt model.safetensors optim.safetensors " ] &&
   cmp -s "$work/straight0/weights.safetensors" "$work/ksave2/weights.safetensors" &&

@@ -20,6 +20,9 @@
 #    the background, foretold by a start-up warning, gives an error at the save's step, and the previous checkpoint stays
 #    complete and usable; where the failed save is the run's last, the run exits 1; a write that fails in the background (fault switch) is said a step
 #    later, and the next save commits;
+#  - an interrupted save (killed before its commit) is left alone by vit3d eval, refused to a
+#    fresh run, removed by a run resuming another checkpoint, recovered by --resume auto; a
+#    recovery that cannot write its manifest (no free inode) stops the run and keeps it;
 #  - the start-up disk plan counts --keep-last's checkpoints with --keep-every's milestones;
 #    a checkpoint path that does not exist, and an export into a missing folder, are named;
 #  - output paths that are not files (a pipe, a directory) refused, not replaced;
@@ -334,6 +337,56 @@ if mount -t tmpfs -o size=4m tmpfs "$work/disk" 2>/dev/null; then
   else echo "FAIL: full disk with --async-save: rc $rc: $out"; ls -la "$work/disk"; fail=1; fi
 else
   echo "skipped the full-disk case: cannot mount a tmpfs here"
+fi
+# An interrupted save (rank 0 killed between step 2's writes and its commit: test-only fault
+# switch) belongs to the run that continues the folder: vit3d eval --checkpoint auto leaves it
+# (it may be a live run's), a fresh run is refused, a run resuming from another checkpoint
+# removes it (another line of training), --resume auto recovers it; where its manifest cannot
+# be written (a tmpfs without a free inode) it is left in place and the run stops.
+VT_FAULT=kill-in-save@0:2 "$vit3d" "${args[@]}" --steps 3 --save "$work/rec" --save-interval 1 > "$work/rec.log" 2>&1
+if [ -d "$work/rec/.tmp-step-00000002" ] && [ -d "$work/rec/step-00000001" ]; then
+  for c in eval other auto; do cp -a "$work/rec" "$work/rec_$c"; done
+  mkdir -p "$work/rec_fresh" && cp -a "$work/rec/.tmp-step-00000002" "$work/rec_fresh/"
+  ${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/make_images.py" "$work/rec_imgs" 10 1 32
+  out_e=$("$vit3d" eval --model tiny --checkpoint auto --save "$work/rec_eval" --val-data "$work/rec_imgs" --threads 1 2>&1)
+  rc_e=$?
+  out_f=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_fresh" 2>&1)
+  rc_f=$?
+  out_o=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_other" --resume "$work/rec_other/step-00000001" 2>&1)
+  rc_o=$?
+  out_a=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_auto" --resume auto 2>&1)
+  rc_a=$?
+  if [ $rc_e -eq 0 ] && [ -d "$work/rec_eval/.tmp-step-00000002" ] &&
+     grep -q "loaded .*step-00000001" <<<"$out_e" &&
+     [ $rc_f -eq 2 ] && grep -q "holds an interrupted save of an earlier run (.tmp-step-00000002), which --resume auto recovers" <<<"$out_f" &&
+     [ $rc_o -eq 0 ] && grep -q "removing .*tmp-step-00000002, left by an interrupted save: this run resumes from .*step-00000001 instead" <<<"$out_o" &&
+     [ $rc_a -eq 0 ] && grep -q "recovered .*step-00000002: every rank had written its part of step 2's save" <<<"$out_a" &&
+     grep -q "resumed from .*step-00000002" <<<"$out_a" && ! ls -A "$work/rec_auto" | grep -q tmp; then
+    echo "ok: an interrupted save left by eval, refused to a fresh run, removed by a resume from step 1, recovered by --resume auto"
+  else
+    echo "FAIL: an interrupted save: eval rc $rc_e, fresh rc $rc_f, other rc $rc_o, auto rc $rc_a"
+    printf '%s\n' "$out_e" "$out_f" "$out_o" "$out_a" | grep -i "error\|recover\|remov\|resum\|load" | head; fail=1
+  fi
+  mountpoint -q "$work/disk" && umount "$work/disk"
+  if mount -t tmpfs -o size=16m tmpfs "$work/disk" 2>/dev/null; then
+    cp -a "$work/rec/step-00000001" "$work/rec/.tmp-step-00000002" "$work/disk/"
+    # room for the start-up's probe file and the run's lock, none for the manifest
+    used=$(df --output=iused "$work/disk" | tail -1)
+    mount -o remount,nr_inodes=$((used + 1)) "$work/disk"
+    out=$("$vit3d" "${args[@]}" --steps 3 --save "$work/disk" --resume auto 2>&1)
+    rc=$?
+    mount -o remount,nr_inodes=10000 "$work/disk"
+    again=$("$vit3d" "${args[@]}" --steps 3 --save "$work/disk" --resume auto 2>&1)
+    if [ $rc -eq 2 ] && grep -q "cannot recover the interrupted save .*tmp-step-00000002: cannot write .*manifest.txt: No space left on device. It is left in place" <<<"$out" &&
+       grep -q "resumed from .*step-00000002" <<<"$again"; then
+      echo "ok: a recovery that cannot write its manifest stops and leaves the save, recovered on the next try: $(grep -o 'cannot recover.*' <<<"$out" | cut -c1-140)"
+    else echo "FAIL: a recovery on a full disk: rc $rc: $out"; echo "$again" | tail -3; fail=1; fi
+    umount "$work/disk"
+  else
+    echo "skipped the recovery on a full disk: cannot mount a tmpfs here"
+  fi
+else
+  echo "FAIL: the kill in step 2's save left no interrupted save"; tail -5 "$work/rec.log"; fail=1
 fi
 # A write that fails in the background (test-only fault: an I/O error in step 2's save) is
 # said when the save is finished, a step later; step 3's save, the last, commits.

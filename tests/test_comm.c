@@ -76,6 +76,26 @@ static void check_collectives(vt_comm *c, const int *group, int w) {
   EXPECT(a3[0] == (float)n, "%s all_reduce_start a3 = %g", name, a3[0]);
   vt_comm_wait_all(c);  // nothing in flight: returns
 
+  // Reductions to one member each (ZeRO-1's shards), every member a root once, in flight
+  // together beside an all-reduce started between them: each root's buffer holds the sum.
+  float shards[MAXN];
+  for (int q = 0; q < n; q++)
+    for (int i = 0; i < K; i++) shards[q * K + i] = (float)(w * 10 + q * K + i);
+  for (int q = n - 1; q >= 0; q--) {
+    vt_comm_reduce_start(c, shards + q * K, K, q);
+    expect_op(axis, VT_COMM_OP_REDUCE, K * 4);
+    if (q == n / 2) {
+      a3[0] = 1.0f;
+      vt_comm_all_reduce_start(c, a3, 1);
+      expect_op(axis, VT_COMM_OP_ALL_REDUCE, 4);
+    }
+  }
+  vt_comm_wait_all(c);
+  for (int i = 0; i < K; i++)
+    EXPECT(shards[r * K + i] == (float)(10 * sum_group + n * (r * K + i)),
+           "%s reduce_start to rank %d [%d] = %g", name, r, i, shards[r * K + i]);
+  EXPECT(a3[0] == (float)n, "%s all_reduce_start among reduces = %g", name, a3[0]);
+
   for (int j = 0; j < n * K; j++) buf[j] = (float)(w * 1000 + j);
   vt_comm_reduce_scatter(c, out, buf, K);
   expect_op(axis, VT_COMM_OP_REDUCE_SCATTER, (int64_t)n * K * 4);

@@ -318,7 +318,7 @@ PY
 import json, sys
 r = json.load(open(sys.argv[1]))
 dp = r["axes"]["dp"]["all_reduce"]
-assert r["dp_layers"] == 1 and r["dp_started_in_backward"] == 1 and dp[0] == 1, (r["dp_layers"], dp)
+assert r["dp_reductions"] == 1 and r["dp_started_in_backward"] == 1 and dp[0] == 1, (r["dp_reductions"], dp)
 print(f"frz_222: stage 0 reduces one layer over DP ({dp[1]} bytes), none of its frozen ones")
 PY
 if cmp -s "$work/frz_222/weights.safetensors" "$work/frz_zbh1/weights.safetensors" &&

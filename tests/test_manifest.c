@@ -181,11 +181,12 @@ static void commit_steps(const char *dir, vt_ckpt_manifest *m, int first, int la
 }
 
 // An interrupted save's recovery (vt_ckpt_recover): a step-7 save of one file written by two
-// ranks, each marking its part, is committed (older checkpoints kept whatever --keep-last) and
-// its marks gone; one whose rank 1 left no mark, whose marks add up to fewer bytes than the
-// file's, whose bytes differ from the marks' CRC shares, that has no draft, or that is older
-// than the newest checkpoint (step 8, another line of training, kept), is removed; one whose
-// commit had written manifest.txt is committed from it.
+// ranks, each marking its part, is committed (with --keep-last 3: steps 5-7 kept) and its marks
+// gone; one whose rank 1 left no mark, whose marks add up to fewer bytes than the file's, whose
+// bytes differ from the marks' CRC shares, that has no draft, or that is older than the newest
+// checkpoint (step 8, another line of training, kept), is removed; one whose commit had written
+// manifest.txt is committed from it, one whose commit left an empty manifest.txt from its
+// marks, and one beside a step-7 checkpoint (the later try at that step) replaces it (set aside).
 static void test_recover(void) {
   char dir[] = "/tmp/vt_recover_XXXXXX", tmp[1100], path[1300], err[512];
   EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
@@ -194,11 +195,18 @@ static void test_recover(void) {
   commit_steps(dir, &m, 5, 6, 0, 0);
   const char data[] = "pretend tensors, written by two ranks";
   const int64_t N = (int64_t)strlen(data), k = 10;
+  char step7[1100];
+  vt_ckpt_step_dir(dir, 7, step7, sizeof step7);
   // kind: 0 sound, 1 rank 1's mark missing, 2 rank 1's mark counts a byte less, 3 a byte of
   // the file changed, 4 no draft, 5 the commit's manifest.txt without marks, 6 sound with a
-  // step-8 checkpoint there
-  for (int kind = 0; kind < 7; kind++) {
+  // step-8 checkpoint there, 7 sound with an empty manifest.txt, 8 sound beside a step 7
+  for (int kind = 0; kind < 9; kind++) {
     if (kind == 6) commit_steps(dir, &m, 8, 8, 0, 0);
+    if (kind == 7) {
+      vt_ckpt_step_dir(dir, 8, tmp, sizeof tmp);
+      vt_remove_dir(tmp);
+    }
+    if (kind == 8) commit_steps(dir, &m, 7, 7, 0, 0);
     m.step = 7;
     EXPECT(vt_ckpt_begin(dir, 7, tmp, sizeof tmp, err, sizeof err) == VT_OK, "%s", err);
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
@@ -214,6 +222,10 @@ static void test_recover(void) {
         EXPECT(vt_ckpt_mark_part(tmp, r, 1, &share[r], &bytes[r], err, sizeof err) == VT_OK,
                "%s", err);
     if (kind == 3) write_file(path, "pretend tensors, WRITTEN by two ranks");
+    if (kind == 7) {
+      snprintf(path, sizeof path, "%s/manifest.txt", tmp);
+      write_file(path, "");
+    }
     if (kind == 5) {
       m.file_crc[0] = vt_crc32(0, data, (size_t)N);
       char text[4096];
@@ -221,10 +233,11 @@ static void test_recover(void) {
       snprintf(path, sizeof path, "%s/manifest.txt", tmp);
       write_file(path, n > 0 ? text : "");
     }
-    const int sound = kind == 0 || kind == 5;  // (6: sound, but older than step 8)
-    char step7[1100];
-    vt_ckpt_step_dir(dir, 7, step7, sizeof step7);
-    EXPECT(vt_ckpt_recover(dir) == (sound ? 7 : -1), "kind %d: recovered or not", kind);
+    const int sound = kind == 0 || kind == 5 || kind >= 7;  // (6: sound, but older than step 8)
+    int64_t recovered = -2;
+    EXPECT(vt_ckpt_recover(dir, 3, 0, &recovered, err, sizeof err) == VT_OK &&
+               recovered == (sound ? 7 : -1), "kind %d: recovered %lld: %s", kind,
+           (long long)recovered, err);
     EXPECT(access(tmp, F_OK) != 0, "kind %d: the .tmp folder is gone", kind);
     EXPECT((vt_ckpt_verify(step7, &back, err, sizeof err) == VT_OK) == sound,
            "kind %d: step 7 %s: %s", kind, sound ? "committed" : "not committed", err);
@@ -233,10 +246,16 @@ static void test_recover(void) {
     char step5[1100];
     vt_ckpt_step_dir(dir, 5, step5, sizeof step5);
     EXPECT(vt_ckpt_verify(step5, &back, err, sizeof err) == VT_OK, "kind %d: step 5 kept", kind);
-    vt_remove_dir(step7);
+    if (kind == 6) {
+      vt_ckpt_step_dir(dir, 8, tmp, sizeof tmp);
+      EXPECT(vt_ckpt_verify(tmp, &back, err, sizeof err) == VT_OK, "step 8 kept: %s", err);
+    }
+    if (kind != 8) vt_remove_dir(step7);
   }
-  vt_ckpt_step_dir(dir, 8, tmp, sizeof tmp);
-  EXPECT(vt_ckpt_verify(tmp, &back, err, sizeof err) == VT_OK, "step 8 kept: %s", err);
+  vt_remove_dir(step7);
+  snprintf(tmp, sizeof tmp, "%s/abandoned-step-00000007", dir);
+  EXPECT(vt_ckpt_verify(tmp, &back, err, sizeof err) == VT_OK, "the replaced step 7 aside: %s",
+         err);
   vt_remove_dir(tmp);
   for (int step = 5; step <= 6; step++) {
     vt_ckpt_step_dir(dir, step, tmp, sizeof tmp);

@@ -30,7 +30,7 @@ measure() {  # measure NAME TP PP DP ZERO [flags...]
 measure m222 2 2 2 0
 measure zero 2 2 2 1
 # ZeRO-1 on 4 DP ranks with 11 classes: stage 1's trained elements are odd, so its last DP
-# rank's shard takes a tail (all-reduced and broadcast besides the parts)
+# rank's shard takes a tail (reduced with its part, broadcast besides the parts' all-gather)
 measure ztail 1 2 4 1 --num-classes 11
 # ZeRO-1 with a frozen prefix (the embeddings and blocks 0-2 of stage 0's 0-3): stage 0 moves
 # only block 3's gradients and weights over DP, stage 1 all of its own
@@ -44,11 +44,11 @@ measure frz142 1 4 2 0 --freeze '^(patch_embed|pos_embed|cls_token|blocks\.[0-4]
 import json, sys
 def rs(d, rank):
     r = json.load(open(f"{d}/comm.rank{rank}.json"))
-    return r["pp_rank"], r["frozen_prefix"], r["axes"]["dp"]["reduce_scatter"][1]
+    return r["pp_rank"], r["frozen_prefix"], r["axes"]["dp"]["reduce"][1]
 for rank in range(8):
     (p, f0, a), (_, f1, b) = rs(sys.argv[1], rank), rs(sys.argv[2], rank)
     assert f0 == 0 and (f1 > 0 and b < a / 2 if p == 0 else f1 == 0 and b == a), (rank, f1, a, b)
-print(f"zfrz: stage 0 reduce-scatters {b if p == 0 else rs(sys.argv[2], 0)[2]} bytes with the "
+print(f"zfrz: stage 0 reduces {b if p == 0 else rs(sys.argv[2], 0)[2]} bytes with the "
       f"frozen prefix, {rs(sys.argv[1], 0)[2]} without; stage 1 the same bytes")
 PY
 measure m142 1 4 2 0

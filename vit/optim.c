@@ -112,9 +112,7 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
   be->to_device(o->decay, mask + (o->shard_lo - o->base), (size_t)state);
   be->synchronize();
   free(mask);
-  if (!dp || o->zero) return;
-  // Overlap needs each layer's tensors to sit together in the flat buffer (params.c lays them
-  // out layer by layer); otherwise the step reduces in fixed buckets as before.
+  if (!dp) return;
   int nl = 0;
   for (int i = 0; i < table->count; i++)
     if (table->p[i].layer + 1 > nl) nl = table->p[i].layer + 1;
@@ -135,12 +133,33 @@ void vt_optimizer_init(vt_optimizer *o, const vt_optim_config *cfg, const vt_bac
     sum[l] += p->local_count;
     if (o->frozen[i]) frozen[l] += p->local_count;
   }
-  o->overlap = 1;
-  for (int l = 0; l < nl; l++) {
+  for (int l = 0; l < nl; l++)
     if (o->layer_hi[l] == 0) o->layer_lo[l] = 0;  // no tensor of this layer here
-    if (o->layer_hi[l] - o->layer_lo[l] != sum[l] || sum[l] > INT32_MAX) o->overlap = 0;
-    if (frozen[l] == sum[l]) o->layer_hi[l] = o->layer_lo[l];  // all frozen: nothing to reduce
-    o->layers_here += o->layer_hi[l] > o->layer_lo[l];
+  o->overlap = 1;
+  if (o->zero) {
+    // A shard waits for the layers whose extent meets it (frozen ones too: a shard holds their
+    // gradients whatever they are, and the backward pass must be done with them before the
+    // reduce reads them); any layout works, the extents only decide how early.
+    o->owner_need = calloc((size_t)dp_size, sizeof(int));
+    o->owner_wait = calloc((size_t)dp_size, sizeof(int));
+    VT_CHECK(o->owner_need && o->owner_wait, "out of host memory");
+    for (int r = 0; r < dp_size; r++) {
+      int64_t lo, count;
+      zero_shard(table->total, o->base, r, dp_size, &lo, &count);
+      for (int l = 0; l < nl && count > 0; l++)
+        o->owner_need[r] += o->layer_lo[l] < lo + count && o->layer_hi[l] > lo;
+      if (count == 0) o->owner_need[r] = -1;  // nothing to reduce: never started
+      o->owner_wait[r] = o->owner_need[r];
+      o->reductions += count > 0;
+    }
+  } else {
+    // Overlap needs each layer's tensors to sit together in the flat buffer (params.c lays
+    // them out layer by layer); otherwise the step reduces in fixed buckets as before.
+    for (int l = 0; l < nl; l++) {
+      if (o->layer_hi[l] - o->layer_lo[l] != sum[l] || sum[l] > INT32_MAX) o->overlap = 0;
+      if (frozen[l] == sum[l]) o->layer_hi[l] = o->layer_lo[l];  // all frozen: nothing to reduce
+      o->reductions += o->layer_hi[l] > o->layer_lo[l];
+    }
   }
   free(sum), free(frozen);
 }
@@ -150,11 +169,41 @@ static float *grad_of(const vt_optimizer *o, float *grads, int64_t i) {
   return grads + (i - o->grad_first);
 }
 
+// Sequence parallelism leaves each TP rank a partial gradient of the LayerNorms of the rows it
+// holds (a frozen one's is not needed): summed over TP, those of `layer` (-1: every layer).
+static void tp_sums(const vt_optimizer *o, float *grads, int layer) {
+  for (int i = 0; o->tp && i < o->table->count; i++) {
+    const vt_param *p = &o->table->p[i];
+    if (p->tp_partial && !o->frozen[i] && (layer < 0 || p->layer == layer))
+      vt_comm_all_reduce(o->tp, grad_of(o, grads, p->offset), p->local_count);
+  }
+}
+
+// ZeRO-1: the reduce of DP rank r's shard of grads to it.
+static void reduce_shard(vt_optimizer *o, float *grads, int r) {
+  int64_t lo, count;
+  zero_shard(o->table->total, o->base, r, vt_comm_size(o->dp), &lo, &count);
+  o->owner_wait[r] = -1;  // started
+  vt_comm_reduce_start(o->dp, grad_of(o, grads, lo), count, r);
+}
+
 void vt_optimizer_grads_ready(vt_optimizer *o, float *grads, int layer) {
   if (!o->overlap || layer < 0 || layer >= o->nlayers || o->started[layer]) return;
   o->started[layer] = 1;
-  const int64_t lo = o->layer_lo[layer], n = o->layer_hi[layer] - lo;
-  if (n > 0) vt_comm_all_reduce_start(o->dp, grad_of(o, grads, lo), n);
+  const int64_t lo = o->layer_lo[layer], hi = o->layer_hi[layer];
+  if (!o->zero) {
+    if (hi > lo) vt_comm_all_reduce_start(o->dp, grad_of(o, grads, lo), hi - lo);
+    return;
+  }
+  // The TP sum before the reduce, which leaves the other DP ranks' copies undefined.
+  tp_sums(o, grads, layer);
+  const int n = vt_comm_size(o->dp);
+  for (int r = 0; r < n && hi > lo; r++) {
+    int64_t s_lo, s_count;
+    zero_shard(o->table->total, o->base, r, n, &s_lo, &s_count);
+    if (s_count > 0 && lo < s_lo + s_count && hi > s_lo && --o->owner_wait[r] == 0)
+      reduce_shard(o, grads, r);
+  }
 }
 
 int vt_optimizer_loss_spike(vt_optimizer *o, double loss) {
@@ -165,14 +214,21 @@ int vt_optimizer_loss_spike(vt_optimizer *o, double loss) {
   return o->spiked != 0;
 }
 
+// The step's reductions done (waited for): the next step starts with none.
+static void reductions_reset(vt_optimizer *o) {
+  memset(o->started, 0, (size_t)o->nlayers);
+  if (o->zero) memcpy(o->owner_wait, o->owner_need, (size_t)vt_comm_size(o->dp) * sizeof(int));
+}
+
 void vt_optimizer_skip(vt_optimizer *o) {
   if (!o->overlap) return;
   vt_comm_wait_all(o->dp);
-  memset(o->started, 0, (size_t)o->nlayers);
+  reductions_reset(o);
 }
 
 void vt_optimizer_free(vt_optimizer *o) {
   free(o->layer_lo), free(o->layer_hi), free(o->started), free(o->norms), free(o->run_key);
+  free(o->owner_need), free(o->owner_wait);
   free(o->frozen);
   o->be->free(o->sums);
   o->be->free(o->m);
@@ -471,35 +527,31 @@ double vt_optimizer_step(vt_optimizer *o, float *params, float *grads, float lr)
   o->spiked = 0;
   if (o->overlap) {
     int early = 0;
-    for (int l = 0; l < o->nlayers; l++) early += o->started[l] && o->layer_hi[l] > o->layer_lo[l];
+    if (o->zero)
+      for (int r = 0; r < vt_comm_size(o->dp); r++)
+        early += o->owner_need[r] >= 0 && o->owner_wait[r] < 0;
+    else
+      for (int l = 0; l < o->nlayers; l++)
+        early += o->started[l] && o->layer_hi[l] > o->layer_lo[l];
     // Layers whose reduction the backward pass did not start (all of them when nobody called
-    // vt_optimizer_grads_ready), in layer order; then wait for every one. First, because the
-    // TP sum below reads gradients that may still be in flight.
+    // vt_optimizer_grads_ready), in layer order (under ZeRO-1 the shards they complete, and any
+    // shard of no layer's); then wait for every one. First, because the TP sum below reads
+    // gradients that may still be in flight. Every shard's owner has its reduced gradients;
+    // the other shards' are undefined.
     for (int l = 0; l < o->nlayers; l++) vt_optimizer_grads_ready(o, grads, l);
+    for (int r = 0; o->zero && r < vt_comm_size(o->dp); r++)
+      if (o->owner_wait[r] == 0) reduce_shard(o, grads, r);
     vt_comm_wait_all(o->dp);
-    memset(o->started, 0, (size_t)o->nlayers);
+    reductions_reset(o);
     o->started_early = early;
   }
-  // Sequence parallelism leaves each TP rank a partial gradient of the block LayerNorms (a
-  // frozen one's is not needed).
-  for (int i = 0; o->tp && i < o->table->count; i++) {
-    const vt_param *p = &o->table->p[i];
-    if (p->tp_partial && !o->frozen[i])
-      vt_comm_all_reduce(o->tp, grad_of(o, grads, p->offset), p->local_count);
-  }
+  if (!o->zero) tp_sums(o, grads, -1);  // (ZeRO-1's were summed before each shard's reduce)
   // The gradients this rank updates with, g, covering the flat elements [lo, hi) of its state:
   // the frozen prefix before base is left out, and under ZeRO-1 all but its shard.
-  const int64_t base = o->base, trained = total - base;
+  const int64_t base = o->base;
   const int64_t lo = o->shard_lo, hi = o->shard_lo + o->shard_count;
   float *g = grad_of(o, grads, lo);
-  if (o->zero) {
-    // Each DP rank reduces its shard, in place in the gradient buffer (the other shards'
-    // gradients are partial sums afterwards); the last one's tail is all-reduced.
-    const int64_t whole = o->part * vt_comm_size(o->dp);
-    if (o->part > 0) vt_comm_reduce_scatter(o->dp, g, grad_of(o, grads, base), o->part);
-    if (trained > whole)
-      vt_comm_all_reduce(o->dp, grad_of(o, grads, base + whole), trained - whole);
-  } else if (o->dp && !o->overlap) {
+  if (o->dp && !o->zero && !o->overlap) {
     for (int64_t b = base; b < total; b += VT_DP_BUCKET_COUNT)
       vt_comm_all_reduce(o->dp, grad_of(o, grads, b),
                          total - b < VT_DP_BUCKET_COUNT ? total - b : VT_DP_BUCKET_COUNT);

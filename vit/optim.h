@@ -150,9 +150,10 @@ typedef struct {
   int64_t base;
   // The state this rank keeps and updates: the flat elements [shard_lo, shard_lo + shard_count),
   // all from base on, or under ZeRO-1 DP rank r's shard: shard_lo = base + r * part, part =
-  // (table->total - base) / dp (0 without ZeRO-1); the gradients' reduce-scatter and the
-  // weights' all-gather move dp shards of part elements in place, and the last DP rank also
-  // owns the tail of fewer than dp elements after them (all-reduced, then broadcast).
+  // (table->total - base) / dp (0 without ZeRO-1), the last DP rank's also the tail of fewer
+  // than dp elements after them. Each shard's gradients are reduced to its owner in place (one
+  // reduce each, below); the weights' all-gather moves dp shards of part elements in place, and
+  // the tail is broadcast from the last DP rank.
   int64_t part, shard_lo, shard_count;
   float *m, *v;           // Adam moments: shard_count elements; SGD: m its momentum, v NULL
   float *ema;             // the weights' EMA (cfg.ema_decay > 0), else NULL: as m, updated
@@ -170,14 +171,18 @@ typedef struct {
   int64_t t0;
   vt_spike_stats spike;   // the spike guard's statistics (the same on every rank)
   int spiked;             // the last step was skipped as a spike: VT_SPIKE_LOSS + 1 or _NORM + 1
-  // Overlap (DP without ZeRO): the flat range [layer_lo, layer_hi) of each layer's parameters
-  // (vt_param.layer, 0..depth+1; empty where this rank holds none or all of them are frozen),
-  // reduced over dp as one asynchronous all-reduce each, started by vt_optimizer_grads_ready or
-  // else by the step.
+  // Overlap: the flat range [layer_lo, layer_hi) of each layer's parameters (vt_param.layer,
+  // 0..depth+1; empty where this rank holds none). Without ZeRO, each layer is reduced over dp
+  // as one asynchronous all-reduce (its range empty too where all its tensors are frozen),
+  // started by vt_optimizer_grads_ready or else by the step. Under ZeRO-1, DP rank r's shard is
+  // reduced to it as one asynchronous reduce once every layer with elements in the shard is
+  // final: owner_wait[r] of them still to come (owner_need[r] at the step's start), so the
+  // shards of the layers the backward pass finishes first go while it runs on.
   int overlap, nlayers;
   int64_t *layer_lo, *layer_hi;
   unsigned char *started;
-  int layers_here;         // layers with parameters to reduce on this rank
+  int *owner_need, *owner_wait;
+  int reductions;          // the DP reductions a step makes on this rank (layers, or shards)
   int started_early;       // of those, started by vt_optimizer_grads_ready in the last step
   unsigned char *frozen;   // per table row: 1 where cfg's patterns freeze the tensor
   int64_t grad_first;      // the gradient buffers' first element (vt_optimizer_init)
@@ -219,8 +224,10 @@ void vt_optimizer_ema_full(vt_optimizer *o, const float *params, float *dst);
 void vt_optimizer_set_ema(vt_optimizer *o, const float *host);
 
 // The gradients of `layer` (vt_param.layer) are final for this step: start their DP reduction
-// (overlap with the rest of the backward pass). Does nothing without overlap or when started.
-// Every DP rank calls it for the same layers in the same order (vt_model.grads_ready).
+// (overlap with the rest of the backward pass; under ZeRO-1 the TP sum of the layer's partial
+// gradients first, then the reduce of each shard whose layers are now all final). Does nothing
+// without overlap or when started. Every rank calls it for the same layers in the same order
+// (vt_model.grads_ready).
 void vt_optimizer_grads_ready(vt_optimizer *o, float *grads, int layer);
 
 // A step that is skipped without vt_optimizer_step (its loss was not finite, or a spike):

@@ -148,6 +148,32 @@ ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t, int
   return ncclSuccess;
 }
 
+// The root's recv (n) <- the sum in rank order of every rank's send (n); send may be recv. The
+// others' send is only read (in flight until their stream runs on, as NCCL may read it then).
+ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t, ncclRedOp_t, int root,
+                        ncclComm_t c, cudaStream_t st) {
+  vt_emu::flush_stream(st);
+  if (root < 0 || root >= c->size) return ncclInvalidArgument;
+  const size_t bytes = n * sizeof(float);
+  std::vector<float> mine((const float *)s, (const float *)s + n);
+  if (c->rank != root) {
+    wait_for(post(c, root, KIND_COLLECTIVE, true, mine.data(), bytes));
+    finish_late(st, s, bytes, (void *)s, std::move(mine));
+    return ncclSuccess;
+  }
+  std::vector<float> in(n * (size_t)c->size);
+  std::vector<emu_msg *> got;
+  for (int j = 0; j < c->size; j++)
+    if (j != root) got.push_back(post(c, j, KIND_COLLECTIVE, false, &in[n * (size_t)j], bytes));
+  wait_all(got);
+  memcpy(&in[n * (size_t)root], mine.data(), bytes);
+  std::vector<float> sum(in.begin(), in.begin() + (ptrdiff_t)n);
+  for (int j = 1; j < c->size; j++)
+    for (size_t i = 0; i < n; i++) sum[i] += in[n * (size_t)j + i];
+  finish_late(st, s, bytes, r, std::move(sum));
+  return ncclSuccess;
+}
+
 // A send or receive of a group (or alone), completed in its stream's order by wait_request.
 // A receive lands in `stage` and reaches the caller's buffer only then, as a collective's result
 // does (finish_late); the buffer's hash when posted catches a write to it while in flight (a
