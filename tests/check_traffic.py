@@ -91,7 +91,9 @@ for path in ranks:
         trained = r["params"] - r["frozen_prefix"]
         tail = trained - r["zero_part"] * dp
         want[("dp", "broadcast")] = tail * 4
-        owners = dp if r["zero_part"] > 0 else 1  # (fewer elements than ranks: the last's)
+        # the shards with elements: none where the stage trains nothing, the last's alone where
+        # it trains fewer elements than there are ranks
+        owners = 0 if trained == 0 else dp if r["zero_part"] > 0 else 1
         calls = r["axes"]["dp"]["reduce"][0]
         ok = r["zero_part"] == trained // dp and r["dp_overlap"] == 1 and \
             r["dp_reductions"] == owners == calls and \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_traffic.sh VIT3D: the bytes every rank moves per axis in one step equal the formulas of
 # tests/check_traffic.py, on 2x2x2, 2x2x2 with ZeRO-1, both also with a frozen prefix, 1x2x4
-# with ZeRO-1 and a tail, 1x4x2
+# with ZeRO-1 and a tail, and training the head alone, 1x4x2
 # (also with two stages wholly frozen), 1x4x2 with the interleaved schedule, 2x2x2 with
 # parallel blocks (half the TP bytes), 1x4x2 with ZB-V (its V: the turn between the chunks of
 # the last rank is no transfer), 2x2x2 with sequence parallelism and 2x2x2 with activation
@@ -32,6 +32,8 @@ measure zero 2 2 2 1
 # ZeRO-1 on 4 DP ranks with 11 classes: stage 1's trained elements are odd, so its last DP
 # rank's shard takes a tail (reduced with its part, broadcast besides the parts' all-gather)
 measure ztail 1 2 4 1 --num-classes 11
+# ZeRO-1 training the head alone on 4 DP ranks: stage 0 reduces and gathers nothing
+measure zhead 1 2 4 1 --trainable '^head\.'
 # ZeRO-1 with a frozen prefix (the embeddings and blocks 0-2 of stage 0's 0-3): stage 0 moves
 # only block 3's gradients and weights over DP, stage 1 all of its own
 measure zfrz 2 2 2 1 --freeze '^(patch_embed|pos_embed|cls_token|blocks\.[0-2]\.)'
