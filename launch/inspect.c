@@ -111,13 +111,25 @@ static void settings_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
              shell_word(m->trainable, q[2], sizeof q[2]));
 }
 
+// A --save folder's interrupted save past its newest complete checkpoint (newest; -1: none),
+// which the run's --resume auto recovers where every rank wrote its part: said to f.
+static void say_leftover(FILE *f, const char *path, int64_t newest) {
+  const int64_t left = vt_ckpt_is_checkpoint(path) ? -1 : vt_ckpt_leftover(path);
+  if (left >= 0 && left >= newest)
+    fprintf(f, "%s also holds an interrupted save of step %" PRId64 " (.tmp-step-%08" PRId64
+            "), not checked here: the run's --resume auto recovers it where every rank had "
+            "written its part, else removes it\n", path, left, left);
+}
+
 int vt_inspect_run(const char *path) {
   char dir[1100], err[1200];
   vt_ckpt_manifest m;
   if (vt_ckpt_open(path, dir, sizeof dir, &m, err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d inspect: %s\n", err);
+    say_leftover(stderr, path, -1);
     return 2;  // (what the user named is no checkpoint: operations.md's exit codes)
   }
+  say_leftover(stdout, path, m.step);
   printf("checkpoint %s: %d files, sizes and CRC-32 verified\n", dir, m.nfiles);
   for (int i = 0; i < m.nfiles; i++)
     printf("  %-20s %" PRId64 " bytes\n", m.file[i], m.file_nbytes[i]);

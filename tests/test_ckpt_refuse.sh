@@ -20,9 +20,10 @@
 #    the background, foretold by a start-up warning, gives an error at the save's step, and the previous checkpoint stays
 #    complete and usable; where the failed save is the run's last, the run exits 1; a write that fails in the background (fault switch) is said a step
 #    later, and the next save commits;
-#  - an interrupted save (killed before its commit) is left alone by vit3d eval, refused to a
-#    fresh run, removed by a run resuming another checkpoint, recovered by --resume auto; a
-#    recovery that cannot write its manifest (no free inode) stops the run and keeps it;
+#  - an interrupted save (killed before its commit) is left alone by vit3d eval (inspect names
+#    it), refused to a fresh run, removed by a run resuming another checkpoint, recovered by
+#    --resume auto; a recovery that cannot write its manifest (no free inode) stops the run and
+#    keeps it;
 #  - the start-up disk plan counts --keep-last's checkpoints with --keep-every's milestones;
 #    a checkpoint path that does not exist, and an export into a missing folder, are named;
 #  - output paths that are not files (a pipe, a directory) refused, not replaced;
@@ -350,6 +351,7 @@ if [ -d "$work/rec/.tmp-step-00000002" ] && [ -d "$work/rec/step-00000001" ]; th
   ${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/make_images.py" "$work/rec_imgs" 10 1 32
   out_e=$("$vit3d" eval --model tiny --checkpoint auto --save "$work/rec_eval" --val-data "$work/rec_imgs" --threads 1 2>&1)
   rc_e=$?
+  out_i=$("$vit3d" inspect "$work/rec_eval" 2>&1)
   out_f=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_fresh" 2>&1)
   rc_f=$?
   out_o=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_other" --resume "$work/rec_other/step-00000001" 2>&1)
@@ -358,11 +360,12 @@ if [ -d "$work/rec/.tmp-step-00000002" ] && [ -d "$work/rec/step-00000001" ]; th
   rc_a=$?
   if [ $rc_e -eq 0 ] && [ -d "$work/rec_eval/.tmp-step-00000002" ] &&
      grep -q "loaded .*step-00000001" <<<"$out_e" &&
+     grep -q "rec_eval also holds an interrupted save of step 2 (.tmp-step-00000002), not checked here" <<<"$out_i" &&
      [ $rc_f -eq 2 ] && grep -q "holds an interrupted save of an earlier run (.tmp-step-00000002), which --resume auto recovers" <<<"$out_f" &&
      [ $rc_o -eq 0 ] && grep -q "removing .*tmp-step-00000002, left by an interrupted save: this run resumes from .*step-00000001 instead" <<<"$out_o" &&
      [ $rc_a -eq 0 ] && grep -q "recovered .*step-00000002: every rank had written its part of step 2's save" <<<"$out_a" &&
      grep -q "resumed from .*step-00000002" <<<"$out_a" && ! ls -A "$work/rec_auto" | grep -q tmp; then
-    echo "ok: an interrupted save left by eval, refused to a fresh run, removed by a resume from step 1, recovered by --resume auto"
+    echo "ok: an interrupted save left by eval (named by inspect), refused to a fresh run, removed by a resume from step 1, recovered by --resume auto"
   else
     echo "FAIL: an interrupted save: eval rc $rc_e, fresh rc $rc_f, other rc $rc_o, auto rc $rc_a"
     printf '%s\n' "$out_e" "$out_f" "$out_o" "$out_a" | grep -i "error\|recover\|remov\|resum\|load" | head; fail=1
