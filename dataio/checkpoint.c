@@ -287,6 +287,13 @@ static int list_leftovers(const char *save_dir, char (*names)[256], int64_t *ste
   return n;
 }
 
+int vt_ckpt_continues(const char *resume, const char *save_dir) {
+  if (strcmp(resume, "auto") == 0) return 1;
+  struct stat a, b;
+  return stat(resume, &a) == 0 && stat(save_dir, &b) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino;
+}
+
 int64_t vt_ckpt_leftover(const char *save_dir) {
   char names[64][256];
   int64_t steps[64];

@@ -173,6 +173,9 @@ vt_status vt_ckpt_mark_part(const char *tmp_dir, int rank, int nfiles, const uin
 // or the commit cannot be written.
 vt_status vt_ckpt_recover(const char *save_dir, int keep_last, int64_t keep_every,
                           int64_t *recovered, char *err, size_t errlen);
+// Whether a run with --resume `resume` continues the run of its --save folder save_dir (whose
+// interrupted saves are then its own): `auto`, or the folder itself named.
+int vt_ckpt_continues(const char *resume, const char *save_dir);
 // The newest step of save_dir's leftover .tmp-step-N folders, or -1 where there are none.
 int64_t vt_ckpt_leftover(const char *save_dir);
 // Removes save_dir's leftover .tmp-* folders, each logged with why.

@@ -512,17 +512,19 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   // rank 0), so the checksums are verified without any rank reading the whole checkpoint. A
   // damaged one is refused (--resume DIR) or skipped for the next candidate. --resume DIR (vit3d
   // eval's --checkpoint) may name a --save folder instead of a checkpoint: its candidates as
-  // with auto, newest first, as vit3d inspect reads one, but none is an error, and nothing in it
-  // is cleaned up (a run may be saving there now).
+  // with auto, newest first, as vit3d inspect reads one, but none is an error, and its
+  // interrupted saves are left alone (a run may be saving there now) unless it is this training
+  // run's own --save (vt_ckpt_continues).
   int64_t cand[4096];
   int ncand = 0, next = 0, skipped = 0;
   const char *folder = auto_mode ? o->save_dir : o->resume;
   int in_folder = auto_mode;  // (rank 0's finding, shared with its first proposal)
-  // --resume auto of a training run (which holds --save: vt_ckpt_claim) recovers or removes
-  // the interrupted saves there first; vit3d eval's leaves them to the run that owns them.
+  // A training run (which holds --save: vt_ckpt_claim) that continues its folder's run
+  // (--resume auto, or the folder named) recovers or removes the interrupted saves there first;
+  // vit3d eval leaves them to the run that owns them.
   int64_t recovered = -1;
   vt_status recovery = VT_OK;
-  if (rank0 && auto_mode && !o->eval_only)
+  if (rank0 && !o->eval_only && o->save_dir[0] && vt_ckpt_continues(o->resume, o->save_dir))
     recovery = vt_ckpt_recover(o->save_dir, o->keep_last, o->keep_every, &recovered, err,
                                errlen);
   if (rank0 && !auto_mode)

@@ -22,7 +22,7 @@
 #    later, and the next save commits;
 #  - an interrupted save (killed before its commit) is left alone by vit3d eval (inspect names
 #    it), refused to a fresh run, removed by a run resuming another checkpoint, recovered by
-#    --resume auto; a recovery that cannot write its manifest (no free inode) stops the run and
+#    --resume auto (or naming the --save folder); a recovery that cannot write its manifest (no free inode) stops the run and
 #    keeps it;
 #  - the start-up disk plan counts --keep-last's checkpoints with --keep-every's milestones;
 #    a checkpoint path that does not exist, and an export into a missing folder, are named;
@@ -346,7 +346,7 @@ fi
 # be written (a tmpfs without a free inode) it is left in place and the run stops.
 VT_FAULT=kill-in-save@0:2 "$vit3d" "${args[@]}" --steps 3 --save "$work/rec" --save-interval 1 > "$work/rec.log" 2>&1
 if [ -d "$work/rec/.tmp-step-00000002" ] && [ -d "$work/rec/step-00000001" ]; then
-  for c in eval other auto; do cp -a "$work/rec" "$work/rec_$c"; done
+  for c in eval other auto named; do cp -a "$work/rec" "$work/rec_$c"; done
   mkdir -p "$work/rec_fresh" && cp -a "$work/rec/.tmp-step-00000002" "$work/rec_fresh/"
   ${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/make_images.py" "$work/rec_imgs" 10 1 32
   out_e=$("$vit3d" eval --model tiny --checkpoint auto --save "$work/rec_eval" --val-data "$work/rec_imgs" --threads 1 2>&1)
@@ -358,17 +358,20 @@ if [ -d "$work/rec/.tmp-step-00000002" ] && [ -d "$work/rec/step-00000001" ]; th
   rc_o=$?
   out_a=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_auto" --resume auto 2>&1)
   rc_a=$?
+  out_n=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_named" --resume "$work/rec_named/" 2>&1)
+  rc_n=$?
   if [ $rc_e -eq 0 ] && [ -d "$work/rec_eval/.tmp-step-00000002" ] &&
      grep -q "loaded .*step-00000001" <<<"$out_e" &&
      grep -q "rec_eval also holds an interrupted save of step 2 (.tmp-step-00000002), not checked here" <<<"$out_i" &&
      [ $rc_f -eq 2 ] && grep -q "holds an interrupted save of an earlier run (.tmp-step-00000002), which --resume auto recovers" <<<"$out_f" &&
      [ $rc_o -eq 0 ] && grep -q "removing .*tmp-step-00000002, left by an interrupted save: this run resumes from .*step-00000001 instead" <<<"$out_o" &&
      [ $rc_a -eq 0 ] && grep -q "recovered .*step-00000002: every rank had written its part of step 2's save" <<<"$out_a" &&
-     grep -q "resumed from .*step-00000002" <<<"$out_a" && ! ls -A "$work/rec_auto" | grep -q tmp; then
-    echo "ok: an interrupted save left by eval (named by inspect), refused to a fresh run, removed by a resume from step 1, recovered by --resume auto"
+     grep -q "resumed from .*step-00000002" <<<"$out_a" && ! ls -A "$work/rec_auto" | grep -q tmp &&
+     [ $rc_n -eq 0 ] && grep -q "resumed from .*rec_named/*/step-00000002" <<<"$out_n"; then
+    echo "ok: an interrupted save left by eval (named by inspect), refused to a fresh run, removed by a resume from step 1, recovered by --resume auto and by --resume naming the --save folder"
   else
-    echo "FAIL: an interrupted save: eval rc $rc_e, fresh rc $rc_f, other rc $rc_o, auto rc $rc_a"
-    printf '%s\n' "$out_e" "$out_f" "$out_o" "$out_a" | grep -i "error\|recover\|remov\|resum\|load" | head; fail=1
+    echo "FAIL: an interrupted save: eval rc $rc_e, fresh rc $rc_f, other rc $rc_o, auto rc $rc_a, named rc $rc_n"
+    printf '%s\n' "$out_e" "$out_f" "$out_o" "$out_a" "$out_n" | grep -i "error\|recover\|remov\|resum\|load" | head; fail=1
   fi
   mountpoint -q "$work/disk" && umount "$work/disk"
   if mount -t tmpfs -o size=16m tmpfs "$work/disk" 2>/dev/null; then
