@@ -331,7 +331,7 @@ vt_status vt_ckpt_recover(const char *save_dir, int keep_last, int64_t keep_ever
     vt_status st = VT_ERR_INPUT;
     int from_marks = 0;
     if (steps[i] < 0)
-      snprintf(why, sizeof why, "not a checkpoint's");
+      snprintf(why, sizeof why, "its name is not .tmp-step-N");
     else if (steps[i] < committed)
       snprintf(why, sizeof why, "step-%08" PRId64 " is newer, so it belongs to another line of "
                "training", committed);

@@ -324,12 +324,6 @@ vt_status vt_ckpt_claim(const vt_train_options *o, vt_comm *world, char *err, si
                "its part, and this run does not resume. Continue it with --resume auto, or give "
                "another --save (or remove it)", o->save_dir, (long long)leftover);
       st = VT_ERR_INPUT;
-    } else if (st == VT_OK && o->resume[0] && !vt_ckpt_continues(o->resume, o->save_dir)) {
-      // Another line of training from --resume DIR: the interrupted saves are not this run's.
-      char why[1200];
-      snprintf(why, sizeof why, "this run resumes from %.1000s instead (--resume auto would "
-               "have recovered a whole one)", o->resume);
-      vt_ckpt_discard(o->save_dir, why);
     }
   }
   return vt_comm_agree(world, st, err, errlen);

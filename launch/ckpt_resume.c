@@ -482,10 +482,19 @@ static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, c
   }
 }
 
-// After a resume that recovered the checkpoint of `step` (rank 0): --save-hook runs for it, as
-// it would have after its commit, once the run goes on (resumed: result VT_OK); else it is said
-// that the hook has not run.
-static void recovered_hook(const vt_train_options *o, int64_t step, vt_status result) {
+// The end of a training run's resume (rank 0), by its result. Where it recovered the checkpoint
+// of `step`, --save-hook runs for it, as it would have after its commit, once the run goes on
+// (else it is said that the hook has not run). Where it resumed from another checkpoint than
+// its --save folder's own run (--resume DIR), that folder's interrupted saves belong to another
+// line of training: removed, once the resume is sure.
+static void resume_end(const vt_train_options *o, int64_t step, vt_status result) {
+  if (result == VT_OK && o->save_dir[0] && !o->eval_only &&
+      !vt_ckpt_continues(o->resume, o->save_dir)) {
+    char why[1200];
+    snprintf(why, sizeof why, "this run resumed from %.1000s, another line of training",
+             o->resume);
+    vt_ckpt_discard(o->save_dir, why);
+  }
   if (step < 0 || !o->save_hook[0]) return;
   char dir[1100];
   vt_ckpt_step_dir(o->save_dir, step, dir, sizeof dir);
@@ -541,9 +550,10 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     // Rank 0 chooses; the others follow: the step number names the directory, and the
     // optimizer's step count comes along. The others start at -inf so that the MAX reduction
     // hands everyone rank 0's values.
-    double found = -1e300;  // step of the chosen checkpoint; -1: none; -2: refused
+    // step of the chosen checkpoint; -1: none; -2: refused; -3: the recovery's I/O failed
+    double found = -1e300;
     if (rank0 && recovery != VT_OK)
-      found = -2;  // (its message in err)
+      found = -3;  // (its message in err)
     else if (rank0)
       found = propose(o, folder, in_folder, cand, ncand, &next, &skipped, dir, sizeof dir, &man,
                       err, errlen);
@@ -556,8 +566,8 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     vt_comm_all_reduce_double(world, choice, 6, VT_REDUCE_MAX);
     has_ema = choice[2] > 0;
     in_folder = choice[4] > 0;
-    if (choice[0] == -2) {
-      result = VT_ERR_INPUT;
+    if (choice[0] == -2 || choice[0] == -3) {
+      result = choice[0] == -2 ? VT_ERR_INPUT : VT_ERR_IO;
       break;
     }
     if (choice[0] < 0) break;  // a fresh start
@@ -638,6 +648,6 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
     break;
   }
   for (int k = 0; k < 4; k++) free(local[k]);
-  if (rank0) recovered_hook(o, recovered, result);
+  if (rank0) resume_end(o, recovered, result);
   return result;
 }

@@ -116,9 +116,10 @@ static void settings_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
 static void say_leftover(FILE *f, const char *path, int64_t newest) {
   const int64_t left = vt_ckpt_is_checkpoint(path) ? -1 : vt_ckpt_leftover(path);
   if (left >= 0 && left >= newest)
-    fprintf(f, "%s also holds an interrupted save of step %" PRId64 " (.tmp-step-%08" PRId64
+    fprintf(f, "%s %sholds an interrupted save of step %" PRId64 " (.tmp-step-%08" PRId64
             "), not checked here: the run's --resume auto recovers it where every rank had "
-            "written its part, else removes it\n", path, left, left);
+            "written its part, else removes it\n", path, newest >= 0 ? "also " : "", left,
+            left);
 }
 
 int vt_inspect_run(const char *path) {
@@ -129,7 +130,6 @@ int vt_inspect_run(const char *path) {
     say_leftover(stderr, path, -1);
     return 2;  // (what the user named is no checkpoint: operations.md's exit codes)
   }
-  say_leftover(stdout, path, m.step);
   printf("checkpoint %s: %d files, sizes and CRC-32 verified\n", dir, m.nfiles);
   for (int i = 0; i < m.nfiles; i++)
     printf("  %-20s %" PRId64 " bytes\n", m.file[i], m.file_nbytes[i]);
@@ -193,5 +193,6 @@ int vt_inspect_run(const char *path) {
   if (m.optim_from_layer)
     printf("  (optim.safetensors holds no state for its %d leading frozen layer%s: zeros, as "
            "they never trained)\n", m.optim_from_layer, m.optim_from_layer > 1 ? "s" : "");
+  say_leftover(stdout, path, m.step);
   return 0;
 }

@@ -224,12 +224,14 @@ static int run_open(train_run *r) {
     if (world_rank == 0) vt_log_error("--save: %s", err);
     r->rc = VT_EXIT_USAGE;
   }
+  vt_status resumed = VT_OK;
   if (!r->rc && o->resume[0] &&
-      vt_ckpt_resume(o, m, &r->opt, world, &r->mesh, &r->start_step, &r->saved, err,
-                     sizeof err) != VT_OK) {
+      (resumed = vt_ckpt_resume(o, m, &r->opt, world, &r->mesh, &r->start_step, &r->saved, err,
+                                sizeof err)) != VT_OK) {
     if (world_rank == 0)
       vt_log_error("cannot %s: %s", o->eval_only ? "load the checkpoint" : "resume", err);
-    r->rc = VT_EXIT_USAGE;
+    // (an interrupted save that could not be recovered for the disk: a runtime failure)
+    r->rc = resumed == VT_ERR_IO ? VT_EXIT_FAILED : VT_EXIT_USAGE;
   }
   const int64_t start_step = r->start_step;
   // The steps skipped before the checkpoint: each one left the optimizer's count where it was.

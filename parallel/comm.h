@@ -86,8 +86,8 @@ void vt_comm_all_gather(vt_comm *comm, float *out, const float *inp, int64_t inp
 void vt_comm_all_reduce_start(vt_comm *comm, float *buf, int64_t count);
 // The same for a reduction to one member (ZeRO-1's gradient shards, each reduced to its owner
 // while the backward pass goes on): starts root's buf (count) <- sum over members of buf; the
-// other members' buf is undefined afterwards (MPI and NCCL leave it as it was; a transport
-// without the operation runs an all-reduce at start).
+// other members' buf is undefined afterwards (MPI and NCCL leave it as it was, TCP partial
+// sums; a transport without the operation runs an all-reduce at start).
 void vt_comm_reduce_start(vt_comm *comm, float *buf, int64_t count, int root);
 // Completes every operation started on comm. NCCL: the backend's stream waits for them (the host
 // does not); MPI: the host waits.

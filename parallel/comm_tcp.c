@@ -328,6 +328,28 @@ static void tcp_all_reduce(void *s, float *buf, int64_t count) {
   ring_all_gather(c, buf, count);
 }
 
+// The ring's reduce-scatter, then the summed chunks carried round the ring to root (the links
+// are the ring's): the member p places after root (root p = n) sends the chunks of the members
+// p, p - 1, ..., 1 places after root, one a step, having received all but its own from its left.
+// Half an all-reduce's bytes, in as many steps. At once (nothing is left for a wait); the other
+// members' buf keeps partial sums.
+static void tcp_reduce(void *s, float *buf, int64_t count, int root) {
+  tcp_comm *c = s;
+  const int n = c->size, r = c->rank, right = (r + 1) % n, left = (r + n - 1) % n;
+  if (n == 1) return;
+  ring_reduce_scatter(c, buf, count);
+  const int p = r == root ? n : (r - root + n) % n;
+  for (int step = 1; step < n && step <= p; step++) {
+    const int give = r != root, take = step < p;  // sends chunk p - step + 1, gets p - step
+    const int gq = (root + p - step + 1) % n, tq = (root + p - step) % n;  // (their members)
+    const int64_t g0 = chunk_at(count, n, gq), g1 = chunk_at(count, n, gq + 1);
+    const int64_t t0 = chunk_at(count, n, tq), t1 = chunk_at(count, n, tq + 1);
+    vt_tcp_duplex(c, MSG_RING, give ? right : -1, give ? buf + g0 : NULL,
+                  give ? (size_t)(g1 - g0) * 4 : 0, take ? left : -1, take ? buf + t0 : NULL,
+                  take ? (size_t)(t1 - t0) * 4 : 0);
+  }
+}
+
 static void tcp_reduce_scatter(void *s, float *out, const float *inp, int64_t out_count) {
   tcp_comm *c = s;
   const int n = c->size;
@@ -442,7 +464,7 @@ static void tcp_free(void *s) {
 const vt_comm_transport vt_comm_tcp_transport = {
     "tcp",    tcp_all_reduce, tcp_reduce_scatter, tcp_all_gather, tcp_broadcast,
     tcp_send, tcp_recv,       tcp_exchange,       tcp_free,       NULL,
-    NULL,     tcp_wait_sends, NULL};  // (reduce: comm.c's all-reduce)
+    NULL,     tcp_wait_sends, tcp_reduce};
 
 // ---- Host control: through member 0 ---------------------------------------------------------
 

@@ -21,9 +21,9 @@
 #    complete and usable; where the failed save is the run's last, the run exits 1; a write that fails in the background (fault switch) is said a step
 #    later, and the next save commits;
 #  - an interrupted save (killed before its commit) is left alone by vit3d eval (inspect names
-#    it), refused to a fresh run, removed by a run resuming another checkpoint, recovered by
-#    --resume auto (or naming the --save folder); a recovery that cannot write its manifest (no free inode) stops the run and
-#    keeps it;
+#    it), refused to a fresh run, kept by a --resume that fails, removed by a run resuming
+#    another checkpoint, recovered by --resume auto (or naming the --save folder); a recovery
+#    that cannot write its manifest (no free inode) stops the run (exit 1) and keeps it;
 #  - the start-up disk plan counts --keep-last's checkpoints with --keep-every's milestones;
 #    a checkpoint path that does not exist, and an export into a missing folder, are named;
 #  - output paths that are not files (a pipe, a directory) refused, not replaced;
@@ -354,6 +354,9 @@ if [ -d "$work/rec/.tmp-step-00000002" ] && [ -d "$work/rec/step-00000001" ]; th
   out_i=$("$vit3d" inspect "$work/rec_eval" 2>&1)
   out_f=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_fresh" 2>&1)
   rc_f=$?
+  out_m=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_other" --resume "$work/rec_other/step-00000002" 2>&1)
+  rc_m=$?
+  kept_m=$(ls -A "$work/rec_other" | grep -c tmp)
   out_o=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_other" --resume "$work/rec_other/step-00000001" 2>&1)
   rc_o=$?
   out_a=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_auto" --resume auto 2>&1)
@@ -364,14 +367,15 @@ if [ -d "$work/rec/.tmp-step-00000002" ] && [ -d "$work/rec/step-00000001" ]; th
      grep -q "loaded .*step-00000001" <<<"$out_e" &&
      grep -q "rec_eval also holds an interrupted save of step 2 (.tmp-step-00000002), not checked here" <<<"$out_i" &&
      [ $rc_f -eq 2 ] && grep -q "holds an interrupted save of an earlier run (.tmp-step-00000002), which --resume auto recovers" <<<"$out_f" &&
-     [ $rc_o -eq 0 ] && grep -q "removing .*tmp-step-00000002, left by an interrupted save: this run resumes from .*step-00000001 instead" <<<"$out_o" &&
+     [ $rc_m -eq 2 ] && [ "$kept_m" = 1 ] &&
+     [ $rc_o -eq 0 ] && grep -q "removing .*tmp-step-00000002, left by an interrupted save: this run resumed from .*step-00000001, another line of training" <<<"$out_o" &&
      [ $rc_a -eq 0 ] && grep -q "recovered .*step-00000002: every rank had written its part of step 2's save" <<<"$out_a" &&
      grep -q "resumed from .*step-00000002" <<<"$out_a" && ! ls -A "$work/rec_auto" | grep -q tmp &&
      [ $rc_n -eq 0 ] && grep -q "resumed from .*rec_named/*/step-00000002" <<<"$out_n"; then
-    echo "ok: an interrupted save left by eval (named by inspect), refused to a fresh run, removed by a resume from step 1, recovered by --resume auto and by --resume naming the --save folder"
+    echo "ok: an interrupted save left by eval (named by inspect), refused to a fresh run, kept by a --resume that fails, removed by a resume from step 1, recovered by --resume auto and by --resume naming the --save folder"
   else
-    echo "FAIL: an interrupted save: eval rc $rc_e, fresh rc $rc_f, other rc $rc_o, auto rc $rc_a, named rc $rc_n"
-    printf '%s\n' "$out_e" "$out_f" "$out_o" "$out_a" "$out_n" | grep -i "error\|recover\|remov\|resum\|load" | head; fail=1
+    echo "FAIL: an interrupted save: eval rc $rc_e, fresh rc $rc_f, missing rc $rc_m (kept $kept_m), other rc $rc_o, auto rc $rc_a, named rc $rc_n"
+    printf '%s\n' "$out_e" "$out_f" "$out_m" "$out_o" "$out_a" "$out_n" | grep -i "error\|recover\|remov\|resum\|load" | head; fail=1
   fi
   mountpoint -q "$work/disk" && umount "$work/disk"
   if mount -t tmpfs -o size=16m tmpfs "$work/disk" 2>/dev/null; then
@@ -383,7 +387,7 @@ if [ -d "$work/rec/.tmp-step-00000002" ] && [ -d "$work/rec/step-00000001" ]; th
     rc=$?
     mount -o remount,nr_inodes=10000 "$work/disk"
     again=$("$vit3d" "${args[@]}" --steps 3 --save "$work/disk" --resume auto 2>&1)
-    if [ $rc -eq 2 ] && grep -q "cannot recover the interrupted save .*tmp-step-00000002: cannot write .*manifest.txt: No space left on device. It is left in place" <<<"$out" &&
+    if [ $rc -eq 1 ] && grep -q "cannot recover the interrupted save .*tmp-step-00000002: cannot write .*manifest.txt: No space left on device. It is left in place" <<<"$out" &&
        grep -q "resumed from .*step-00000002" <<<"$again"; then
       echo "ok: a recovery that cannot write its manifest stops and leaves the save, recovered on the next try: $(grep -o 'cannot recover.*' <<<"$out" | cut -c1-140)"
     else echo "FAIL: a recovery on a full disk: rc $rc: $out"; echo "$again" | tail -3; fail=1; fi

@@ -181,8 +181,8 @@ static void commit_steps(const char *dir, vt_ckpt_manifest *m, int first, int la
 }
 
 // An interrupted save's recovery (vt_ckpt_recover): a step-7 save of one file written by two
-// ranks, each marking its part, is committed (with --keep-last 3: steps 5-7 kept) and its marks
-// gone; one whose rank 1 left no mark, whose marks add up to fewer bytes than the file's, whose
+// ranks, each marking its part, is committed (with --keep-last 2: step 5 rotated away) and its
+// marks gone; one whose rank 1 left no mark, whose marks add up to fewer bytes than the file's, whose
 // bytes differ from the marks' CRC shares, that has no draft, or that is older than the newest
 // checkpoint (step 8, another line of training, kept), is removed; one whose commit had written
 // manifest.txt is committed from it, one whose commit left an empty manifest.txt from its
@@ -234,8 +234,8 @@ static void test_recover(void) {
       write_file(path, n > 0 ? text : "");
     }
     const int sound = kind == 0 || kind == 5 || kind >= 7;  // (6: sound, but older than step 8)
-    int64_t recovered = -2;
-    EXPECT(vt_ckpt_recover(dir, 3, 0, &recovered, err, sizeof err) == VT_OK &&
+    int64_t recovered = -2;  // (the first with --keep-last 2: step 5 rotated away)
+    EXPECT(vt_ckpt_recover(dir, kind == 0 ? 2 : 3, 0, &recovered, err, sizeof err) == VT_OK &&
                recovered == (sound ? 7 : -1), "kind %d: recovered %lld: %s", kind,
            (long long)recovered, err);
     EXPECT(access(tmp, F_OK) != 0, "kind %d: the .tmp folder is gone", kind);
@@ -243,9 +243,11 @@ static void test_recover(void) {
            "kind %d: step 7 %s: %s", kind, sound ? "committed" : "not committed", err);
     snprintf(path, sizeof path, "%s/part-000000", step7);
     EXPECT(access(path, F_OK) != 0, "kind %d: no marks in the checkpoint", kind);
-    char step5[1100];
+    char step5[1100], step6[1100];
     vt_ckpt_step_dir(dir, 5, step5, sizeof step5);
-    EXPECT(vt_ckpt_verify(step5, &back, err, sizeof err) == VT_OK, "kind %d: step 5 kept", kind);
+    vt_ckpt_step_dir(dir, 6, step6, sizeof step6);
+    if (kind == 0) EXPECT(access(step5, F_OK) != 0, "kind 0: step 5 rotated away");
+    EXPECT(vt_ckpt_verify(step6, &back, err, sizeof err) == VT_OK, "kind %d: step 6 kept", kind);
     if (kind == 6) {
       vt_ckpt_step_dir(dir, 8, tmp, sizeof tmp);
       EXPECT(vt_ckpt_verify(tmp, &back, err, sizeof err) == VT_OK, "step 8 kept: %s", err);
