@@ -533,9 +533,13 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   // vit3d eval leaves them to the run that owns them.
   int64_t recovered = -1;
   vt_status recovery = VT_OK;
-  if (rank0 && !o->eval_only && o->save_dir[0] && vt_ckpt_continues(o->resume, o->save_dir))
+  if (rank0 && !o->eval_only && o->save_dir[0] && vt_ckpt_continues(o->resume, o->save_dir)) {
+    // (it reads a recovered checkpoint whole: a watchdog report says so)
+    const char *phase = vt_watchdog_rename("recovering an interrupted checkpoint save");
     recovery = vt_ckpt_recover(o->save_dir, o->keep_last, o->keep_every, &recovered, err,
                                errlen);
+    vt_watchdog_rename(phase);
+  }
   if (rank0 && !auto_mode)
     in_folder = !vt_ckpt_is_checkpoint(o->resume) && vt_ckpt_candidates(o->resume, cand, 1) > 0;
   if (rank0 && in_folder) ncand = vt_ckpt_candidates(folder, cand, 4096);
