@@ -149,9 +149,9 @@ static int write_synced(const char *path, const char *text, size_t len) {
   if (!f) return -1;
   int ok = fwrite(text, 1, len, f) == len;
   ok = fflush(f) == 0 && ok && fsync(fileno(f)) == 0;
-  const int saved = errno;
-  ok = fclose(f) == 0 && ok;
-  if (!ok && errno == 0) errno = saved ? saved : EIO;
+  const int why = errno;  // (the first failure's, which fclose would replace)
+  if (fclose(f) != 0) return -1;
+  errno = why;
   return ok ? 0 : -1;
 }
 
