@@ -270,12 +270,14 @@ static void mpi_all_reduce_start(void *s, float *buf, int64_t count) {
                               next_request(st)));
 }
 
-// In place at the root (MPI_IN_PLACE); the others' buf is only read.
+// In place at the root (MPI_IN_PLACE); the others' buf is only read (their receive buffer,
+// not significant, none: no aliased arguments).
 static void mpi_reduce_start(void *s, float *buf, int64_t count, int root) {
   mpi_state *st = s;
   int rank = 0;
   VT_MPI_CHECK(MPI_Comm_rank(st->comm, &rank));
-  VT_MPI_CHECK(MPI_Ireduce(rank == root ? MPI_IN_PLACE : (const void *)buf, buf, (int)count,
+  const int me = rank == root;
+  VT_MPI_CHECK(MPI_Ireduce(me ? MPI_IN_PLACE : (const void *)buf, me ? buf : NULL, (int)count,
                            MPI_FLOAT, MPI_SUM, root, st->comm, next_request(st)));
 }
 
