@@ -62,12 +62,15 @@ void vt_ckpt_disk_plan(const vt_train_options *o, int frozen_layers, int64_t sta
 // (a damaged one is skipped for an older one, or refused where PATH is a checkpoint).
 // *start_step is the number of steps already done (0 for a fresh start). World rank 0 gets the
 // checkpoint's manifest in *saved (may be NULL), for vt_ckpt_check_optim once the schedule's
-// lengths are known; the other ranks get it zeroed. A training run that continues its --save
-// folder's run first recovers or removes the interrupted saves there (vt_ckpt_recover: VT_ERR_IO
-// where a recovery cannot write); one resumed from another checkpoint removes them afterwards.
+// lengths are known; the other ranks get it zeroed. Every rank gets the checkpoint's directory
+// in from ("" for a fresh start). A training run that continues its --save folder's run first
+// recovers or removes the interrupted saves there (vt_ckpt_recover: VT_ERR_IO where a recovery
+// cannot write); one resumed from another checkpoint removes them afterwards. --resume auto
+// that finds no checkpoint in --save resumes --resume-fallback where that is given.
 vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
                          vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
-                         vt_ckpt_manifest *saved, char *err, size_t errlen);
+                         vt_ckpt_manifest *saved, char *from, size_t fromlen, char *err,
+                         size_t errlen);
 
 // The run's optimizer settings and learning-rate schedule (lengths resolved) against those the
 // checkpoint in dir was saved with (a manifest without them passes): VT_ERR_INPUT with every

@@ -300,7 +300,10 @@ static double propose(const vt_train_options *o, const char *folder, int in_fold
       if (vt_ckpt_check(dir, man, 0, why, sizeof why) == VT_OK) found = (double)man->step;
       else vt_log_warn("%s; trying older checkpoints", why), (*skipped)++;
     }
-    if (found < 0 && auto_mode && ncand == 0)
+    if (found < 0 && auto_mode && ncand == 0 && o->resume_fallback[0])
+      vt_log_info("--resume auto: no checkpoint in %s; starting from --resume-fallback %s",
+                  o->save_dir, o->resume_fallback);
+    else if (found < 0 && auto_mode && ncand == 0)
       vt_log_info("--resume auto: no checkpoint in %s; starting from step 0", o->save_dir);
     if (found < 0 && auto_mode && ncand > 0) {  // (a fresh start's saves would retire them)
       snprintf(err, errlen, "none of the %d checkpoints in %s can be resumed (each said above): "
@@ -505,10 +508,15 @@ static void resume_end(const vt_train_options *o, int64_t step, vt_status result
                 "if it is needed", dir);
 }
 
-vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
-                         vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
-                         vt_ckpt_manifest *saved, char *err, size_t errlen) {
+// One resume, as vt_ckpt_resume's but for --resume-fallback; *none: --resume auto found no
+// checkpoint in --save (a fresh start).
+static vt_status resume_from(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
+                             vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
+                             vt_ckpt_manifest *saved, char *from, size_t fromlen, int *none,
+                             char *err, size_t errlen) {
   *start_step = 0;
+  *none = 0;
+  if (from && fromlen) from[0] = 0;
   if (saved) memset(saved, 0, sizeof *saved);
   const int auto_mode = strcmp(o->resume, "auto") == 0;
   const int rank0 = vt_comm_rank(world) == 0;
@@ -574,7 +582,10 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       result = choice[0] == -2 ? VT_ERR_INPUT : VT_ERR_IO;
       break;
     }
-    if (choice[0] < 0) break;  // a fresh start
+    if (choice[0] < 0) {  // a fresh start
+      *none = 1;
+      break;
+    }
     if (in_folder) vt_ckpt_step_dir(folder, (int64_t)choice[0], dir, sizeof dir);
     else snprintf(dir, sizeof dir, "%s", o->resume);
     if (!rank0) {
@@ -644,6 +655,7 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
       opt->spike.var[k] = spike[4 + k];
     *start_step = man.step;
     if (saved && rank0) *saved = man;
+    if (from && fromlen) snprintf(from, fromlen, "%s", dir);
     vt_log_info("%s %s: %" PRId64 " steps done, data stream at sample %" PRId64
                 " (saved on tp %d x pp %d x dp %d); this rank read %.1f of the checkpoint's "
                 "%.1f MiB", o->eval_only ? "loaded" : "resumed from", dir, man.step,
@@ -654,4 +666,23 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   for (int k = 0; k < 4; k++) free(local[k]);
   if (rank0) resume_end(o, recovered, result);
   return result;
+}
+
+vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
+                         vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
+                         vt_ckpt_manifest *saved, char *from, size_t fromlen, char *err,
+                         size_t errlen) {
+  int none = 0;
+  vt_status st = resume_from(o, m, opt, world, mesh, start_step, saved, from, fromlen, &none,
+                             err, errlen);
+  if (st != VT_OK || !none || !o->resume_fallback[0]) return st;
+  // --resume auto found nothing in --save (its interrupted saves recovered or removed first):
+  // the run starts from --resume-fallback, as with --resume DIR.
+  vt_train_options *f = malloc(sizeof *f);
+  VT_CHECK(f != NULL, "out of host memory");
+  *f = *o;
+  snprintf(f->resume, sizeof f->resume, "%s", o->resume_fallback);
+  st = resume_from(f, m, opt, world, mesh, start_step, saved, from, fromlen, &none, err, errlen);
+  free(f);
+  return st;
 }

@@ -3,9 +3,10 @@
 # aws_pcluster.sbatch exec it); not submitted by itself. It starts one trainer rank per task of
 # the allocation and turns preemption into a checkpoint and a requeue:
 #   1. the trainer runs with --resume auto (after a requeue even when the job gives --resume DIR
-#      for its first run), so a requeued job continues from the newest complete checkpoint in
-#      --save (default runs/slurm-<job id>, the same after a requeue; --save and --resume are
-#      looked for among the job's words and in its @FILEs);
+#      for its first run: that DIR is then --resume-fallback, used while --save holds no
+#      checkpoint), so a requeued job continues from the newest complete checkpoint in --save
+#      (default runs/slurm-<job id>, the same after a requeue; --save and --resume are looked
+#      for among the job's words and in its @FILEs);
 #   2. SIGUSR1 (sbatch --signal=B:USR1@SECONDS before the time limit) or SIGTERM reaching this
 #      shell is forwarded to the launcher as SIGUSR1; srun and mpirun pass it to every rank,
 #      the ranks agree at the next step boundary, save a checkpoint and exit 75;
@@ -39,14 +40,14 @@ has_flag() {  # has_flag FLAG: whether FLAG is one of the job's words, or in an 
   done
   return 1
 }
-save_dir() {  # the job's --save (its last: the trainer takes the later flag), quotes left out
-  local a prev= found= v
+flag_value() {  # flag_value FLAG: the job's FLAG (its last: the trainer takes the later flag),
+  local a prev= found= v  # quotes left out
   for a in "${args[@]}"; do
-    [ "$prev" = --save ] && found=$a
-    [[ $a == --save=* ]] && found=${a#--save=}
+    [ "$prev" = "$1" ] && found=$a
+    [[ $a == "$1="* ]] && found=${a#"$1="}
     if [[ $a == @* && -f ${a#@} ]]; then
-      v=$(flag_file "${a#@}" | grep -oE -- '(^|[[:space:]])--save[=[:space:]]+[^[:space:]]+' |
-          tail -n 1 | sed -E 's/^[[:space:]]*--save[=[:space:]]+//')
+      v=$(flag_file "${a#@}" | grep -oE -- "(^|[[:space:]])$1[=[:space:]]+[^[:space:]]+" |
+          tail -n 1 | sed -E "s/^[[:space:]]*$1[=[:space:]]+//")
       [ -n "$v" ] && found=${v//[\"\']/}
     fi
     prev=$a
@@ -63,20 +64,18 @@ newest_step() {  # the newest step-N in folder $1, or -1
   echo "$newest"
 }
 has_flag --save || args+=(--save "$dir/runs/slurm-$SLURM_JOB_ID")
-save=$(save_dir)
+save=$(flag_value --save)
 before=$(newest_step "$save")
-# A --resume of the job's own starts its first run; a requeued run (after exit 75, a checkpoint
-# in --save) continues from --save's newest (the later flag counts), where --save holds one:
-# else (a node failure before the first save) from the job's own again.
+# A --resume DIR of the job's own starts its first run; a requeued run continues from --save's
+# newest checkpoint (the later flag counts), the one an interrupted save left recovered first,
+# and from the job's DIR again only where --save holds none (--resume-fallback).
+first=$(flag_value --resume)
 if ! has_flag --resume; then
   args+=(--resume auto)
-elif [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && [ "$before" -ge 0 ]; then
+elif [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && [ "$first" != auto ]; then
   echo "vit3d slurm job: restart ${SLURM_RESTART_COUNT}: --resume auto (the newest checkpoint" \
-    "in --save) instead of the job's --resume"
-  args+=(--resume auto)
-elif [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
-  echo "vit3d slurm job: restart ${SLURM_RESTART_COUNT}: --save $save holds no checkpoint yet;" \
-    "starting from the job's --resume again"
+    "in --save) instead of the job's --resume, which is the fallback where --save holds none"
+  args+=(--resume auto --resume-fallback "$first")
 fi
 echo "vit3d slurm job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST), $SLURM_NTASKS tasks, restart ${SLURM_RESTART_COUNT:-0}"
 case ${VIT3D_LAUNCHER:-srun} in

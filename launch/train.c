@@ -226,7 +226,8 @@ static int run_open(train_run *r) {
   }
   vt_status resumed = VT_OK;
   if (!r->rc && o->resume[0] &&
-      (resumed = vt_ckpt_resume(o, m, &r->opt, world, &r->mesh, &r->start_step, &r->saved, err,
+      (resumed = vt_ckpt_resume(o, m, &r->opt, world, &r->mesh, &r->start_step, &r->saved,
+                                r->resumed_from, sizeof r->resumed_from, err,
                                 sizeof err)) != VT_OK) {
     if (world_rank == 0)
       vt_log_error("cannot %s: %s", o->eval_only ? "load the checkpoint" : "resume", err);
@@ -260,7 +261,7 @@ static int run_open(train_run *r) {
   // A resumed run goes on with the schedule and optimizer it was saved with, unless told: its
   // lengths are known only now.
   if (ok && world_rank == 0 && start_step > 0 && !o->eval_only)
-    ok = vt_train_resume_ok(o, saved, &r->opt.cfg, start_step);
+    ok = vt_train_resume_ok(o, saved, &r->opt.cfg, r->resumed_from);
   if (m->has_head) {
     x->step_losses = be->alloc((size_t)n_micro * B * sizeof(float));
     x->host_step_losses = malloc((size_t)n_micro * B * sizeof(float));

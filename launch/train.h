@@ -88,6 +88,7 @@ typedef struct {
   char save_hook[1024];     // shell command world rank 0 runs after each commit (savehook.h)
   float save_hook_timeout;  // seconds a save hook may run before it is stopped; 0: no limit
   char resume[512];         // "auto", a checkpoint directory, or empty
+  char resume_fallback[512];  // with --resume auto: the checkpoint where --save holds none
   char init_from[512];      // start from these timm-format weights (safetensors)
   int eval_only;            // `vit3d eval`: load, evaluate --val-data once, stop
   int plan_only;            // `vit3d plan`: size the memory, run nothing

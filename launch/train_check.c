@@ -270,6 +270,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            "--model-ema)");
   if (strcmp(o->resume, "auto") == 0 && !o->save_dir[0])
     REFUSE("--resume auto looks for checkpoints in --save DIR; give --save too");
+  if (o->resume_fallback[0] && (o->eval_only || strcmp(o->resume, "auto") != 0))
+    REFUSE("--resume-fallback DIR is where training starts when --resume auto finds no "
+           "checkpoint in --save: give --resume auto too");
   if (c->init_jax && c->head_init_std > 0)
     REFUSE("--weight-init jax starts the head at zero: drop --head-init-std");
   if (o->save_hook[0] && !o->save_dir[0])
@@ -363,16 +366,11 @@ int vt_train_epochs_to_steps(vt_train_options *o, vt_optimizer *opt, int64_t n, 
   return ok;
 }
 
-// Rank 0 of a resumed run: whether the checkpoint of start_step (its manifest saved) was made
+// Rank 0 of a resumed run: whether the checkpoint in dir (its manifest saved) was made
 // with this run's learning-rate schedule and optimizer settings (cfg), or --resume-override 1
 // lets this run's replace them (warned); 0 (logged, with what to do) otherwise.
 int vt_train_resume_ok(const vt_train_options *o, const vt_ckpt_manifest *saved,
-                       const vt_optim_config *cfg, int64_t start_step) {
-  char dir[4200];
-  if (strcmp(o->resume, "auto") == 0)
-    vt_ckpt_step_dir(o->save_dir, start_step, dir, sizeof dir);
-  else
-    snprintf(dir, sizeof dir, "%s", o->resume);
+                       const vt_optim_config *cfg, const char *dir) {
   char why[6000];
   if (vt_ckpt_check_optim(saved, cfg, &o->model, dir, why, sizeof why) == VT_OK) return 1;
   if (o->resume_override) {

@@ -30,11 +30,11 @@ int vt_train_device_fits(const vt_train_options *o, char *err, size_t errlen);
 // index, so every rank reaches the same verdict), into the options and the optimizer's
 // schedule; rank 0 logs them. 0 (logged) when they make no valid run.
 int vt_train_epochs_to_steps(vt_train_options *o, vt_optimizer *opt, int64_t n, int world_rank);
-// Rank 0 of a resumed run: whether the checkpoint of start_step (its manifest saved) was made
+// Rank 0 of a resumed run: whether the checkpoint in dir (its manifest saved) was made
 // with this run's learning-rate schedule and optimizer settings (cfg), or --resume-override 1
 // lets this run's replace them (warned); 0 (logged, with what to do) otherwise.
 int vt_train_resume_ok(const vt_train_options *o, const vt_ckpt_manifest *saved,
-                       const vt_optim_config *cfg, int64_t start_step);
+                       const vt_optim_config *cfg, const char *dir);
 
 // One run from start-up to the end: what its phases (train.c) and its steps (train_step.c)
 // share. x, the stage's context, points into it (o, m, opt, data), so a train_run stays where
@@ -58,6 +58,7 @@ typedef struct {
   vt_data data;
   vt_stage_ctx x;
   vt_ckpt_manifest saved;  // world rank 0: the manifest of the checkpoint resumed from
+  char resumed_from[1100];  // that checkpoint's directory ("" for a fresh start)
   vt_checklog check;
   vt_metrics_log metrics;  // rank 0 with --log-dir (metrics.open)
   vt_tfevents *tb;  // TensorBoard's event file beside metrics.jsonl; not needed to train

@@ -22,7 +22,8 @@
 #    later, and the next save commits;
 #  - an interrupted save (killed before its commit) is left alone by vit3d eval (inspect names
 #    it), refused to a fresh run, kept by a --resume that fails, removed by a run resuming
-#    another checkpoint, recovered by --resume auto (or naming the --save folder); a recovery
+#    another checkpoint, recovered by --resume auto (or naming the --save folder, or with
+#    --resume-fallback, which is used only where --save holds no checkpoint); a recovery
 #    that cannot write its manifest (no free inode) stops the run (exit 1) and keeps it;
 #  - the start-up disk plan counts --keep-last's checkpoints with --keep-every's milestones;
 #    a checkpoint path that does not exist, and an export into a missing folder, are named;
@@ -376,6 +377,28 @@ if [ -d "$work/rec/.tmp-step-00000002" ] && [ -d "$work/rec/step-00000001" ]; th
   else
     echo "FAIL: an interrupted save: eval rc $rc_e, fresh rc $rc_f, missing rc $rc_m (kept $kept_m), other rc $rc_o, auto rc $rc_a, named rc $rc_n"
     printf '%s\n' "$out_e" "$out_f" "$out_m" "$out_o" "$out_a" "$out_n" | grep -i "error\|recover\|remov\|resum\|load" | head; fail=1
+  fi
+  # --resume auto --resume-fallback BASE (what slurm_job.sh gives a requeued job of its own
+  # --resume BASE): the interrupted save of --save recovered before the fallback is looked at;
+  # BASE where --save holds nothing; refused without --resume auto.
+  mkdir -p "$work/rec_fb" "$work/rec_fb0" && cp -a "$work/rec/.tmp-step-00000002" "$work/rec_fb/"
+  fb=(--resume auto --resume-fallback "$work/rec/step-00000001")
+  out_b=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_fb" "${fb[@]}" 2>&1)
+  rc_b=$?
+  out_b0=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_fb0" "${fb[@]}" 2>&1)
+  rc_b0=$?
+  out_bx=$("$vit3d" "${args[@]}" --steps 3 --save "$work/rec_fbx" --resume-fallback "$work/rec" 2>&1)
+  rc_bx=$?
+  if [ $rc_b -eq 0 ] && grep -q "recovered .*rec_fb/step-00000002" <<<"$out_b" &&
+     grep -q "resumed from .*rec_fb/step-00000002" <<<"$out_b" &&
+     [ $rc_b0 -eq 0 ] && grep -q "no checkpoint in .*rec_fb0; starting from --resume-fallback .*rec/step-00000001" <<<"$out_b0" &&
+     grep -q "resumed from .*rec/step-00000001: 1 steps done" <<<"$out_b0" &&
+     [ -d "$work/rec_fb0/step-00000003" ] &&
+     [ $rc_bx -eq 2 ] && grep -q "give --resume auto too" <<<"$out_bx"; then
+    echo "ok: --resume auto --resume-fallback: the interrupted save recovered first, the fallback where --save holds none, refused without --resume auto"
+  else
+    echo "FAIL: --resume-fallback: rc $rc_b, $rc_b0, $rc_bx"
+    printf '%s\n' "$out_b" "$out_b0" "$out_bx" | grep -i "error\|recover\|fallback\|resum" | head; fail=1
   fi
   mountpoint -q "$work/disk" && umount "$work/disk"
   if mount -t tmpfs -o size=16m tmpfs "$work/disk" 2>/dev/null; then

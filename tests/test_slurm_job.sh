@@ -2,7 +2,8 @@
 # test_slurm_job.sh: launch/slurm_job.sh's own logic with a stand-in srun and scontrol (no Slurm
 # needed; test_slurm.sh runs the real thing):
 #  1. --save and --resume: the job's own kept (among its words or in an @FILE), --resume auto
-#     added otherwise, and after a requeue (SLURM_RESTART_COUNT 1) added after the job's own;
+#     added otherwise, and after a requeue (SLURM_RESTART_COUNT 1) added after the job's own,
+#     which becomes --resume-fallback;
 #  2. SIGUSR1 to the job shell and the launcher at once (as when both get it), the launcher
 #     exiting 75 at once: requeued every time, 10 times (SLURM_JOB_TRIES=N: N; an interrupted
 #     `wait` whose launcher was already gone used to leave exit 138 or -1, and no requeue: under
@@ -10,7 +11,8 @@
 #  3. SIGTERM: scancel's (Reason=None) not requeued, the time limit's (Reason=TimeLimit)
 #     requeued; a run whose checkpoint did not move on not requeued (a --time shorter than the
 #     signal's lead requeued for ever); after a requeue with no checkpoint in --save yet, the
-#     job's own --resume kept; '#' comments of an @FILE are no flags.
+#     job's own --resume is the fallback of --resume auto; '#' comments of an @FILE are no
+#     flags.
 # Label launch.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -59,8 +61,14 @@ job --save /x/s --resume /x/old/step-00000010
 [[ "$(words)" == *"--save /x/s --resume /x/old/step-00000010" ]] || bad "own --resume: $(words)"
 mkdir -p "$work/s/step-00000010"  # (a requeue continues from --save's checkpoint where it has one)
 SLURM_RESTART_COUNT=1 job --save "$work/s" --resume /x/old/step-00000010
-[[ "$(words)" == *"--resume /x/old/step-00000010 --resume auto" ]] &&
+[[ "$(words)" == *"--resume /x/old/step-00000010 --resume auto --resume-fallback /x/old/step-00000010" ]] &&
   grep -q "restart 1: --resume auto" "$work/job.log" || bad "own --resume, requeued: $(words)"
+printf -- '--lr 1e-3\n--resume "/x/fromfile"\n' > "$work/res.args"
+SLURM_RESTART_COUNT=1 job --save "$work/s" "@$work/res.args"
+[[ "$(words)" == *"--resume auto --resume-fallback /x/fromfile" ]] ||
+  bad "own --resume in an @FILE, requeued: $(words)"
+SLURM_RESTART_COUNT=1 job --save "$work/s" --resume=auto
+[[ "$(words)" == *"--save $work/s --resume=auto" ]] || bad "--resume=auto, requeued: $(words)"
 printf -- '--lr 1e-3\n--save /x/fromfile\n' > "$work/rec.args"
 job "@$work/rec.args" --save-hook "cp --save x"
 [[ "$(words)" == *"cp --save x --resume auto" ]] || bad "--save in an @FILE: $(words)"
@@ -109,9 +117,8 @@ rc=$?
   echo "ok: a run whose checkpoint did not move on: not requeued (exit 75)" ||
   { bad "no progress: rc $rc"; cat "$work/stop.log"; }
 SLURM_RESTART_COUNT=1 job --save "$work/empty" --resume /x/old/step-00000010
-[[ "$(words)" == *"--resume /x/old/step-00000010" ]] && ! grep -q -- "--resume auto" "$work/args" &&
-  grep -q "holds no checkpoint yet; starting from the job's --resume again" "$work/job.log" &&
-  echo "ok: requeued before the first save: the job's own --resume kept" ||
+[[ "$(words)" == *"--resume auto --resume-fallback /x/old/step-00000010" ]] &&
+  echo "ok: requeued before the first save: the job's own --resume is the fallback" ||
   bad "requeued before the first save: $(words)"
 printf -- '--lr 1e-3\n# the job adds --save runs/slurm-<id> by itself\n' > "$work/c.args"
 job "@$work/c.args"
