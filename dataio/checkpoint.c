@@ -301,6 +301,24 @@ int64_t vt_ckpt_leftover(const char *save_dir) {
   return n > 0 ? steps[0] : -1;
 }
 
+int64_t vt_ckpt_leftover_bytes(const char *save_dir) {
+  char names[64][256], path[1600];
+  int64_t steps[64], bytes = 0;
+  const int n = list_leftovers(save_dir, names, steps, 64);
+  for (int i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%.1000s/%.255s", save_dir, names[i]);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    struct stat st;
+    while (d && (e = readdir(d)) != NULL) {
+      snprintf(path, sizeof path, "%.1000s/%.255s/%.255s", save_dir, names[i], e->d_name);
+      if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) bytes += (int64_t)st.st_size;
+    }
+    if (d) closedir(d);
+  }
+  return bytes;
+}
+
 void vt_ckpt_discard(const char *save_dir, const char *why) {
   char names[64][256], tmp[1300];
   int64_t steps[64];

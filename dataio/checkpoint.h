@@ -178,6 +178,8 @@ vt_status vt_ckpt_recover(const char *save_dir, int keep_last, int64_t keep_ever
 int vt_ckpt_continues(const char *resume, const char *save_dir);
 // The newest step of save_dir's leftover .tmp-step-N folders, or -1 where there are none.
 int64_t vt_ckpt_leftover(const char *save_dir);
+// The bytes of the files in save_dir's leftover .tmp-* folders (what a recovery may read).
+int64_t vt_ckpt_leftover_bytes(const char *save_dir);
 // Removes save_dir's leftover .tmp-* folders, each logged with why.
 void vt_ckpt_discard(const char *save_dir, const char *why);
 

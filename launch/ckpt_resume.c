@@ -307,8 +307,8 @@ static double propose(const vt_train_options *o, const char *folder, int in_fold
       vt_log_info("--resume auto: no checkpoint in %s; starting from step 0", o->save_dir);
     if (found < 0 && auto_mode && ncand > 0) {  // (a fresh start's saves would retire them)
       snprintf(err, errlen, "none of the %d checkpoints in %s can be resumed (each said above): "
-               "mend them, or move them away to start from step 0, or name one with --resume",
-               ncand, o->save_dir);
+               "mend them, or move them away to start from %s, or name one with --resume",
+               ncand, o->save_dir, o->resume_fallback[0] ? "--resume-fallback" : "step 0");
       found = -2;
     }
     if (found < 0 && !auto_mode) {
@@ -541,7 +541,14 @@ static vt_status resume_from(const vt_train_options *o, vt_model *m, vt_optimize
   // vit3d eval leaves them to the run that owns them.
   int64_t recovered = -1;
   vt_status recovery = VT_OK;
-  if (rank0 && !o->eval_only && o->save_dir[0] && vt_ckpt_continues(o->resume, o->save_dir)) {
+  const int recovers =
+      rank0 && !o->eval_only && o->save_dir[0] && vt_ckpt_continues(o->resume, o->save_dir);
+  // Rank 0 reads the interrupted saves whole while the others wait for it: every rank's
+  // start-up limit (10 x --timeout-s) grows by that reading's time at a slow disk's 20 MB/s.
+  double leftover = recovers ? (double)vt_ckpt_leftover_bytes(o->save_dir) : 0.0;
+  vt_comm_all_reduce_double(world, &leftover, 1, VT_REDUCE_MAX);
+  vt_watchdog_extend(leftover / 20e6);
+  if (recovers) {
     // (it reads a recovered checkpoint whole: a watchdog report says so)
     const char *phase = vt_watchdog_rename("recovering an interrupted checkpoint save");
     recovery = vt_ckpt_recover(o->save_dir, o->keep_last, o->keep_every, &recovered, err,
@@ -684,5 +691,10 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
   snprintf(f->resume, sizeof f->resume, "%s", o->resume_fallback);
   st = resume_from(f, m, opt, world, mesh, start_step, saved, from, fromlen, &none, err, errlen);
   free(f);
+  if (st != VT_OK) {  // (the flag named: the error may be about the fallback's folder)
+    char why[1024];
+    snprintf(why, sizeof why, "%s", err);
+    snprintf(err, errlen, "--resume-fallback: %s", why);
+  }
   return st;
 }

@@ -34,6 +34,11 @@ static vt_status set_value(const vt_opt *o, const char *v, char *err, size_t err
       snprintf(err, errlen, "%s: '%s' is not one of %s", o->flag, v, o->choices);
       return VT_ERR_INPUT;
     }
+    if (o->min > 0 && !v[0]) {
+      snprintf(err, errlen, "%s: give a %s (an empty value names nothing)", o->flag,
+               o->metavar);
+      return VT_ERR_INPUT;
+    }
     if (strlen(v) >= o->size) {
       snprintf(err, errlen, "%s: value is longer than %zu characters", o->flag, o->size - 1);
       return VT_ERR_INPUT;

@@ -20,7 +20,7 @@ typedef struct {
   vt_opt_type type;
   void *dst;             // int*, int64_t*, uint64_t*, float* or char[size]
   size_t size;           // VT_OPT_STR: buffer size
-  double min, max;       // numeric range, inclusive
+  double min, max;       // numeric range, inclusive; VT_OPT_STR: min 1 refuses an empty value
   const char *metavar;   // "FLOAT"
   const char *help;      // one line; the default is printed after it
   const char *choices;   // VT_OPT_STR: "a|b|c" or NULL for any string

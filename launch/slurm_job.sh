@@ -28,28 +28,27 @@ dir=${VIT3D_DIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}
 source "$dir/launch/common.sh"
 bin=${VIT3D_BIN:-$dir/build/vit3d}
 args=("$@")
-flag_file() {  # an @FILE's words as the trainer reads them: '#' comments left out
-  sed -E 's/(^|[[:space:]])#.*//' "$1"
-}
-has_flag() {  # has_flag FLAG: whether FLAG is one of the job's words, or in an @FILE among them
+# The job's words as the trainer reads them: each @FILE (that exists) replaced by its words,
+# '#' to the end of a line a comment, words split at white space (no quoting).
+words=()
+for a in "${args[@]}"; do
+  if [[ $a == @?* && -f ${a#@} ]]; then
+    read -ra fw <<< "$(sed 's/#.*//' "${a#@}" | tr '\n' ' ')"
+    words+=("${fw[@]}")
+  else
+    words+=("$a")
+  fi
+done
+has_flag() {  # has_flag FLAG: whether FLAG is among the job's words
   local a
-  for a in "${args[@]}"; do
-    [[ $a == "$1" || $a == "$1="* ]] && return 0
-    [[ $a == @* && -f ${a#@} ]] &&
-      flag_file "${a#@}" | grep -qE -- "(^|[[:space:]])$1([=[:space:]]|\$)" && return 0
-  done
+  for a in "${words[@]}"; do [[ $a == "$1" || $a == "$1="* ]] && return 0; done
   return 1
 }
-flag_value() {  # flag_value FLAG: the job's FLAG (its last: the trainer takes the later flag),
-  local a prev= found= v  # quotes left out
-  for a in "${args[@]}"; do
+flag_value() {  # flag_value FLAG: the job's FLAG (its last: the trainer takes the later flag)
+  local a prev= found=
+  for a in "${words[@]}"; do
     [ "$prev" = "$1" ] && found=$a
     [[ $a == "$1="* ]] && found=${a#"$1="}
-    if [[ $a == @* && -f ${a#@} ]]; then
-      v=$(flag_file "${a#@}" | grep -oE -- "(^|[[:space:]])$1[=[:space:]]+[^[:space:]]+" |
-          tail -n 1 | sed -E "s/^[[:space:]]*$1[=[:space:]]+//")
-      [ -n "$v" ] && found=${v//[\"\']/}
-    fi
     prev=$a
   done
   printf '%s\n' "$found"
@@ -63,19 +62,27 @@ newest_step() {  # the newest step-N in folder $1, or -1
   done
   echo "$newest"
 }
-has_flag --save || args+=(--save "$dir/runs/slurm-$SLURM_JOB_ID")
+if ! has_flag --save; then
+  args+=(--save "$dir/runs/slurm-$SLURM_JOB_ID")
+  words+=(--save "$dir/runs/slurm-$SLURM_JOB_ID")
+fi
 save=$(flag_value --save)
 before=$(newest_step "$save")
 # A --resume DIR of the job's own starts its first run; a requeued run continues from --save's
 # newest checkpoint (the later flag counts), the one an interrupted save left recovered first,
 # and from the job's DIR again only where --save holds none (--resume-fallback).
 first=$(flag_value --resume)
-if ! has_flag --resume; then
+again="the same --save"  # (what a resubmitted job needs to continue)
+if [ -z "$first" ]; then  # (no --resume, or an empty one: the trainer's fresh start)
   args+=(--resume auto)
-elif [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && [ "$first" != auto ]; then
-  echo "vit3d slurm job: restart ${SLURM_RESTART_COUNT}: --resume auto (the newest checkpoint" \
-    "in --save) instead of the job's --resume, which is the fallback where --save holds none"
-  args+=(--resume auto --resume-fallback "$first")
+elif [ "$first" != auto ]; then
+  again="the same --save and --resume auto --resume-fallback $first"
+  if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
+    echo "vit3d slurm job: restart ${SLURM_RESTART_COUNT}: --resume auto (the newest" \
+      "checkpoint in --save) instead of the job's --resume, which is the fallback where --save" \
+      "holds none"
+    args+=(--resume auto --resume-fallback "$first")
+  fi
 fi
 echo "vit3d slurm job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST), $SLURM_NTASKS tasks, restart ${SLURM_RESTART_COUNT:-0}"
 case ${VIT3D_LAUNCHER:-srun} in
@@ -135,7 +142,7 @@ if [ "$rc" -eq 75 ]; then
   if [ "$sig" != USR1 ] && [ "$reason" != TimeLimit ]; then
     echo "vit3d slurm job: stopped by SIG${sig:-TERM} (Reason=${reason:-unknown}: scancel, or a" \
       "preemption that Slurm requeues itself): checkpoint step $after saved in $save, not" \
-      "requeued; resubmit with the same --save to continue"
+      "requeued; resubmit with $again to continue"
     exit 0
   fi
   if [ "$after" -le "$before" ]; then
@@ -145,7 +152,7 @@ if [ "$rc" -eq 75 ]; then
     exit 75
   fi
   echo "vit3d slurm job: the trainer saved a checkpoint after the preemption signal; requeueing job $SLURM_JOB_ID"
-  scontrol requeue "$SLURM_JOB_ID" || { echo "vit3d slurm job: scontrol requeue failed; resubmit with the same --save to continue" >&2; exit 75; }
+  scontrol requeue "$SLURM_JOB_ID" || { echo "vit3d slurm job: scontrol requeue failed; resubmit with $again to continue" >&2; exit 75; }
   exit 0
 fi
 echo "vit3d slurm job: the trainer exited with $rc"

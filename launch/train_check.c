@@ -20,6 +20,16 @@
 
 #define REFUSE(...) return (snprintf(err, errlen, __VA_ARGS__), VT_ERR_INPUT)
 
+// Whether paths a and b name the same folder: the same file where both exist, else the same
+// words but for trailing slashes (a --save folder a run has yet to make).
+static int same_folder(const char *a, const char *b) {
+  if (vt_ckpt_continues(a, b)) return 1;
+  size_t na = strlen(a), nb = strlen(b);
+  while (na > 1 && a[na - 1] == '/') na--;
+  while (nb > 1 && b[nb - 1] == '/') nb--;
+  return na == nb && strncmp(a, b, na) == 0;
+}
+
 int vt_train_device_fits(const vt_train_options *o, char *err, size_t errlen) {
   const vt_vit_config *c = &o->model;
   const int bf16 = o->precision == VT_PRECISION_BF16, D = vt_cfg_head_dim(c);
@@ -270,9 +280,18 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            "--model-ema)");
   if (strcmp(o->resume, "auto") == 0 && !o->save_dir[0])
     REFUSE("--resume auto looks for checkpoints in --save DIR; give --save too");
-  if (o->resume_fallback[0] && (o->eval_only || strcmp(o->resume, "auto") != 0))
+  if (o->resume_fallback[0] && o->eval_only)
+    REFUSE("vit3d eval does not take --resume-fallback: name the checkpoint with --checkpoint");
+  if (o->resume_fallback[0] && strcmp(o->resume, "auto") != 0)
     REFUSE("--resume-fallback DIR is where training starts when --resume auto finds no "
-           "checkpoint in --save: give --resume auto too");
+           "checkpoint in --save, and this run's --resume is '%s': give --resume auto, or "
+           "drop --resume-fallback", o->resume);
+  if (strcmp(o->resume_fallback, "auto") == 0)
+    REFUSE("--resume-fallback names a checkpoint (or a --save folder, for its newest), not "
+           "auto");
+  if (o->resume_fallback[0] && o->save_dir[0] && same_folder(o->resume_fallback, o->save_dir))
+    REFUSE("--resume-fallback names --save itself, where --resume auto already looks: give "
+           "the checkpoint to start from where --save holds none");
   if (c->init_jax && c->head_init_std > 0)
     REFUSE("--weight-init jax starts the head at zero: drop --head-init-std");
   if (o->save_hook[0] && !o->save_dir[0])

@@ -248,7 +248,7 @@ const vt_train_flag vt_train_flags_run[] = {
      "auto: continue from the newest complete checkpoint in --save (or start fresh); DIR: "
      "from that checkpoint (on any mesh), or from a --save folder's newest complete one",
      NULL},
-    {"--resume-fallback", VT_OPT_STR, IN_OPTIONS(resume_fallback), 0, 0, "DIR",
+    {"--resume-fallback", VT_OPT_STR, IN_OPTIONS(resume_fallback), 1, 0, "DIR",
      "with --resume auto: start from this checkpoint (or folder's newest) where --save holds "
      "none yet, e.g. a fine-tuning job's base that a requeue must not restart from",
      NULL},

@@ -74,6 +74,13 @@ void vt_watchdog_phase(const char *what, int64_t step, double limit_s) {
   pthread_mutex_unlock(&g.mu);
 }
 
+void vt_watchdog_extend(double seconds) {
+  if (!g.on) return;
+  pthread_mutex_lock(&g.mu);
+  if (g.limit_s > 0 && seconds > 0) g.limit_s += seconds;
+  pthread_mutex_unlock(&g.mu);
+}
+
 const char *vt_watchdog_rename(const char *what) {
   if (!g.on) return what;
   pthread_mutex_lock(&g.mu);

@@ -40,6 +40,10 @@ void vt_watchdog_at_end(void (*fn)(void));
 // (0: no limit).
 void vt_watchdog_phase(const char *what, int64_t step, double limit_s);
 
+// Lengthens the limit of the phase the main thread is in by seconds (a phase without a limit
+// keeps none): the start-up's, by the time to read what a checkpoint recovery reads.
+void vt_watchdog_extend(double seconds);
+
 // Renames the phase the main thread is in (its clock and limit go on); returns the old name,
 // to be put back.
 const char *vt_watchdog_rename(const char *what);

@@ -29,7 +29,7 @@ POOL = ["0", "1", "-1", "2", "3", "7", "16", "65537", "2147483648", "99999999999
 SKIP = {"--save-hook", "--steps", "--epochs", "--run-steps", "--help", "--model", "--threads",
         "--loader-threads", "--timeout-s", "--save-hook-timeout"}
 PATHS = {"--save", "--log-dir", "--final-weights", "--final-ema", "--predictions",
-         "--logits-out", "--index-cache", "--check-log", "--resume", "--init-from",
+         "--logits-out", "--index-cache", "--check-log", "--resume", "--resume-fallback", "--init-from",
          "--checkpoint", "--data", "--val-data", "--label-names"}
 BASE = ["--model", "tiny", "--steps", "1", "--micro-batch-size", "2", "--threads", "1",
         "--loader-threads", "1", "--timeout-s", "30"]

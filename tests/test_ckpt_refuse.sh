@@ -394,12 +394,28 @@ if [ -d "$work/rec/.tmp-step-00000002" ] && [ -d "$work/rec/step-00000001" ]; th
      [ $rc_b0 -eq 0 ] && grep -q "no checkpoint in .*rec_fb0; starting from --resume-fallback .*rec/step-00000001" <<<"$out_b0" &&
      grep -q "resumed from .*rec/step-00000001: 1 steps done" <<<"$out_b0" &&
      [ -d "$work/rec_fb0/step-00000003" ] &&
-     [ $rc_bx -eq 2 ] && grep -q "give --resume auto too" <<<"$out_bx"; then
+     [ $rc_bx -eq 2 ] && grep -q "give --resume auto, or drop --resume-fallback" <<<"$out_bx"; then
     echo "ok: --resume auto --resume-fallback: the interrupted save recovered first, the fallback where --save holds none, refused without --resume auto"
   else
     echo "FAIL: --resume-fallback: rc $rc_b, $rc_b0, $rc_bx"
     printf '%s\n' "$out_b" "$out_b0" "$out_bx" | grep -i "error\|recover\|fallback\|resum" | head; fail=1
   fi
+  # Refused before anything runs: an empty value, auto, --save itself, vit3d eval; a fallback
+  # that cannot be resumed is named as the fallback.
+  for c in "--resume-fallback=|give a DIR (an empty value names nothing)" \
+           "--resume-fallback auto|not auto" \
+           "--resume-fallback $work/rec_fbs/|names --save itself" \
+           "--resume-fallback $work/none|cannot resume: --resume-fallback: .*none does not exist"; do
+    read -ra extra <<< "${c%%|*}"
+    out=$("$vit3d" "${args[@]}" --save "$work/rec_fbs" --resume auto "${extra[@]}" 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "${c#*|}" <<<"$out" ||
+      { echo "FAIL: ${c%%|*}: rc $rc: $(tail -1 <<<"$out")"; fail=1; }
+  done
+  out=$("$vit3d" eval --model tiny --checkpoint "$work/rec" --val-data "$work/rec_imgs" --resume-fallback "$work/rec" 2>&1)
+  [ $? -eq 2 ] && grep -q "vit3d eval does not take --resume-fallback" <<<"$out" &&
+    echo "ok: --resume-fallback refused empty, as auto, as --save itself, to vit3d eval; a missing one named" ||
+    { echo "FAIL: eval --resume-fallback: $out"; fail=1; }
   mountpoint -q "$work/disk" && umount "$work/disk"
   if mount -t tmpfs -o size=16m tmpfs "$work/disk" 2>/dev/null; then
     cp -a "$work/rec/step-00000001" "$work/rec/.tmp-step-00000002" "$work/disk/"

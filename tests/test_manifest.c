@@ -232,13 +232,16 @@ static void test_recover(void) {
       const int n = vt_ckpt_manifest_format(&m, text, sizeof text);
       snprintf(path, sizeof path, "%s/manifest.txt", tmp);
       write_file(path, n > 0 ? text : "");
+      EXPECT(vt_ckpt_leftover_bytes(dir) == N + n, "kind 5: the leftover's %lld bytes, want "
+             "%lld", (long long)vt_ckpt_leftover_bytes(dir), (long long)(N + n));
     }
     const int sound = kind == 0 || kind == 5 || kind >= 7;  // (6: sound, but older than step 8)
     int64_t recovered = -2;  // (the first with --keep-last 2: step 5 rotated away)
     EXPECT(vt_ckpt_recover(dir, kind == 0 ? 2 : 3, 0, &recovered, err, sizeof err) == VT_OK &&
                recovered == (sound ? 7 : -1), "kind %d: recovered %lld: %s", kind,
            (long long)recovered, err);
-    EXPECT(access(tmp, F_OK) != 0, "kind %d: the .tmp folder is gone", kind);
+    EXPECT(access(tmp, F_OK) != 0 && vt_ckpt_leftover_bytes(dir) == 0,
+           "kind %d: the .tmp folder is gone", kind);
     EXPECT((vt_ckpt_verify(step7, &back, err, sizeof err) == VT_OK) == sound,
            "kind %d: step 7 %s: %s", kind, sound ? "committed" : "not committed", err);
     snprintf(path, sizeof path, "%s/part-000000", step7);

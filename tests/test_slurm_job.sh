@@ -63,10 +63,10 @@ mkdir -p "$work/s/step-00000010"  # (a requeue continues from --save's checkpoin
 SLURM_RESTART_COUNT=1 job --save "$work/s" --resume /x/old/step-00000010
 [[ "$(words)" == *"--resume /x/old/step-00000010 --resume auto --resume-fallback /x/old/step-00000010" ]] &&
   grep -q "restart 1: --resume auto" "$work/job.log" || bad "own --resume, requeued: $(words)"
-printf -- '--lr 1e-3\n--resume "/x/fromfile"\n' > "$work/res.args"
+printf -- '--lr 1e-3\n--resume\n/x/fromfile# the base\n' > "$work/res.args"
 SLURM_RESTART_COUNT=1 job --save "$work/s" "@$work/res.args"
 [[ "$(words)" == *"--resume auto --resume-fallback /x/fromfile" ]] ||
-  bad "own --resume in an @FILE, requeued: $(words)"
+  bad "own --resume in an @FILE, its value on the next line, requeued: $(words)"
 SLURM_RESTART_COUNT=1 job --save "$work/s" --resume=auto
 [[ "$(words)" == *"--save $work/s --resume=auto" ]] || bad "--resume=auto, requeued: $(words)"
 printf -- '--lr 1e-3\n--save /x/fromfile\n' > "$work/rec.args"
@@ -88,12 +88,13 @@ done
 [ $requeued -eq ${SLURM_JOB_TRIES:-10} ] && echo "ok: SIGUSR1, the launcher gone at once with 75: requeued $requeued of ${SLURM_JOB_TRIES:-10}" ||
   { bad "SIGUSR1: requeued $requeued of ${SLURM_JOB_TRIES:-10}"; tail -n 3 "$work"/pre*.log; }
 # 3. Which stops are requeued.
-stop() {  # stop SIGNAL SAVE [env...]: a job stopped by SIGNAL; its exit code
+stop() {  # stop SIGNAL SAVE [env...]: a job stopped by SIGNAL; its exit code (JOB_FLAGS: more)
   local sig=$1 save=$2
   shift 2
   rm -f "$work/ready" "$work/scontrol"
+  # shellcheck disable=SC2086
   env FAKE_MODE=usr1 "$@" bash "$repo/launch/slurm_job.sh" --lr 1 --save "$save" \
-    > "$work/stop.log" 2>&1 &
+    ${JOB_FLAGS:-} > "$work/stop.log" 2>&1 &
   local shell=$!
   for _ in $(seq 100); do [ -s "$work/ready" ] && break; sleep 0.05; done
   kill "-$sig" $shell "$(cat "$work/ready")"
@@ -105,6 +106,10 @@ rc=$?
   grep -q "Reason=None: scancel, or a preemption .*not requeued" "$work/stop.log" &&
   echo "ok: scancel's SIGTERM: checkpoint saved, not requeued" ||
   { bad "scancel's SIGTERM: rc $rc"; cat "$work/stop.log"; }
+JOB_FLAGS="--resume /x/base" stop TERM "$work/c1b"
+grep -q "not requeued; resubmit with the same --save and --resume auto --resume-fallback /x/base to continue" "$work/stop.log" &&
+  echo "ok: scancel's SIGTERM of a job with its own --resume: the resubmission's flags named" ||
+  { bad "scancel's SIGTERM with --resume DIR"; cat "$work/stop.log"; }
 stop TERM "$work/c2" FAKE_REASON=TimeLimit
 rc=$?
 [ $rc -eq 0 ] && grep -q "requeue 77" "$work/scontrol" &&
@@ -112,7 +117,7 @@ rc=$?
 mkdir -p "$work/c3/step-00000040"
 stop USR1 "$work/c3" FAKE_NO_SAVE=1
 rc=$?
-[ $rc -eq 75 ] && ! grep -q "requeue" "$work/scontrol" &&
+[ $rc -eq 75 ] && ! grep -qs "requeue" "$work/scontrol" &&
   grep -q "did not move on in this run (step 40): not requeued" "$work/stop.log" &&
   echo "ok: a run whose checkpoint did not move on: not requeued (exit 75)" ||
   { bad "no progress: rc $rc"; cat "$work/stop.log"; }
