@@ -33,7 +33,7 @@ args=("$@")
 words=()
 for a in "${args[@]}"; do
   if [[ $a == @?* && -f ${a#@} ]]; then
-    read -ra fw <<< "$(sed 's/#.*//' "${a#@}" | tr '\n' ' ')"
+    read -ra fw <<< "$(sed 's/#.*//' "${a#@}" | tr -s '[:space:]' ' ')"
     words+=("${fw[@]}")
   else
     words+=("$a")

@@ -63,7 +63,7 @@ mkdir -p "$work/s/step-00000010"  # (a requeue continues from --save's checkpoin
 SLURM_RESTART_COUNT=1 job --save "$work/s" --resume /x/old/step-00000010
 [[ "$(words)" == *"--resume /x/old/step-00000010 --resume auto --resume-fallback /x/old/step-00000010" ]] &&
   grep -q "restart 1: --resume auto" "$work/job.log" || bad "own --resume, requeued: $(words)"
-printf -- '--lr 1e-3\n--resume\n/x/fromfile# the base\n' > "$work/res.args"
+printf -- '--lr 1e-3\r\n--resume\r\n/x/fromfile# the base\r\n' > "$work/res.args"
 SLURM_RESTART_COUNT=1 job --save "$work/s" "@$work/res.args"
 [[ "$(words)" == *"--resume auto --resume-fallback /x/fromfile" ]] ||
   bad "own --resume in an @FILE, its value on the next line, requeued: $(words)"
