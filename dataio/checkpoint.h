@@ -107,6 +107,11 @@ typedef struct {
   int simple_crop, three_augment;   // --simple-crop, --three-augment (0)
   float color_jitter;               // --color-jitter (0.3; 3-Augment's only)
   int aa_interp;                    // --aa-interpolation as vt_ra_interp: 1 bicubic (1; --aa's)
+  float mean[3], std[3];            // --mean, --std (ImageNet's: 0.485,0.456,0.406 and
+                                    // 0.229,0.224,0.225)
+  double eval_crop_pct;             // --eval-crop-pct (0.875)
+  int eval_squash, eval_interp;     // --eval-crop-mode squash (0), --eval-interpolation as
+                                    // vt_interp (0 sample)
   float ema_decay;                  // --model-ema (0: none)
   int ema_warmup;                   // --model-ema-warmup (0)
   char freeze[256], trainable[256];  // --freeze, --trainable ("": none)

@@ -14,9 +14,9 @@
 #define FAIL(status, ...) return (snprintf(err, errlen, __VA_ARGS__), (status))
 
 // The settings that change the computation but not the files (checkpoint.h): key, kind ('f' a
-// float, 'i' an int, 's' text, 'e' --remode's word), the field, its absent value (the flag's
-// default: a key is written only where the value differs, and a manifest without it reads as
-// that) and, for numbers, the range a parse accepts.
+// float, 'd' a double, 'i' an int, 's' text, 'e' --remode's word), the field, its absent value
+// (the flag's default: a key is written only where the value differs, and a manifest without
+// it reads as that) and, for numbers, the range a parse accepts.
 #define SETTING(key, kind, field, absent, lo, hi)                                              \
   {key, kind, offsetof(vt_ckpt_manifest, field), sizeof(((vt_ckpt_manifest *)0)->field), absent, \
    lo, hi}
@@ -49,6 +49,15 @@ static const struct setting {
     SETTING("three_augment", 'i', three_augment, 0, 0, 1),
     SETTING("color_jitter", 'f', color_jitter, 0.3, 0, 1),
     SETTING("aa_interp", 'i', aa_interp, 1, 0, 1),
+    SETTING("mean_r", 'f', mean[0], 0.485, -1e6, 1e6),
+    SETTING("mean_g", 'f', mean[1], 0.456, -1e6, 1e6),
+    SETTING("mean_b", 'f', mean[2], 0.406, -1e6, 1e6),
+    SETTING("std_r", 'f', std[0], 0.229, 1e-30, 1e6),
+    SETTING("std_g", 'f', std[1], 0.224, 1e-30, 1e6),
+    SETTING("std_b", 'f', std[2], 0.225, 1e-30, 1e6),
+    SETTING("eval_crop_pct", 'd', eval_crop_pct, 0.875, 0.05, 1),
+    SETTING("eval_squash", 'i', eval_squash, 0, 0, 1),
+    SETTING("eval_interp", 'i', eval_interp, 0, 0, 2),
     SETTING("ema_decay", 'f', ema_decay, 0, 0, 1),
     SETTING("ema_warmup", 'i', ema_warmup, 0, 0, 1),
     SETTING("freeze", 's', freeze, 0, 0, 0),
@@ -78,6 +87,7 @@ static void settings_absent(vt_ckpt_manifest *m) {
   for (int i = 0; i < N_SETTINGS; i++) {
     char *p = (char *)m + k_settings[i].off;
     if (k_settings[i].kind == 'f') *(float *)p = (float)k_settings[i].absent;
+    else if (k_settings[i].kind == 'd') *(double *)p = k_settings[i].absent;
     else if (k_settings[i].kind == 's') p[0] = '\0';
     else *(int *)p = (int)k_settings[i].absent;
   }
@@ -91,6 +101,10 @@ static int setting_line(const vt_ckpt_manifest *m, const struct setting *s, char
   if (s->kind == 'f') {
     const float v = *(const float *)p;
     return v == (float)s->absent ? 0 : snprintf(buf, n, "%s %.9g\n", s->key, (double)v);
+  }
+  if (s->kind == 'd') {
+    const double v = *(const double *)p;
+    return v == s->absent ? 0 : snprintf(buf, n, "%s %.17g\n", s->key, v);
   }
   if (s->kind == 'i' || s->kind == 'e') {
     const int v = *(const int *)p;
@@ -118,6 +132,13 @@ static int setting_parse(const struct setting *s, const char *v, vt_ckpt_manifes
     const float x = strtof(v, &e);
     if (e == v || *e || errno || !(x >= s->lo && x <= s->hi)) return 0;
     *(float *)p = x;
+    return 1;
+  }
+  if (s->kind == 'd') {
+    errno = 0;
+    const double x = strtod(v, &e);
+    if (e == v || *e || errno || !(x >= s->lo && x <= s->hi)) return 0;
+    *(double *)p = x;
     return 1;
   }
   if (s->kind == 'i') {

@@ -371,6 +371,10 @@ void vt_ckpt_manifest_settings(vt_ckpt_manifest *man, const vt_train_options *o)
   man->simple_crop = tc->simple_crop, man->three_augment = tc->three_aug;
   man->color_jitter = tc->three_aug ? tc->color_jitter : 0.3f;
   man->aa_interp = tc->ra.layers > 0 ? (int)tc->ra.interp : 1;
+  memcpy(man->mean, tc->mean, sizeof man->mean);
+  memcpy(man->std, tc->std, sizeof man->std);
+  man->eval_crop_pct = tc->crop_pct, man->eval_squash = tc->eval_squash;
+  man->eval_interp = (int)tc->eval_interp;
   man->aa[0] = '\0';
   const vt_randaug_config *ra = &o->transform.ra;
   if (ra->layers > 0)  // --aa's keys, each exactly (an infinite mstd as vt_randaug_parse's 101)

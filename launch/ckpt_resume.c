@@ -354,6 +354,39 @@ static vt_status read_parts(const vt_train_options *o, const vt_param_table *tab
   return st;
 }
 
+// --mean or --std (the normalisation), as "R,G,B".
+static void differs_triple(diff_list *d, const float was[3], const float now[3],
+                           const char *flag) {
+  char a[48], b[48];
+  snprintf(a, sizeof a, "%.7g,%.7g,%.7g", was[0], was[1], was[2]);
+  snprintf(b, sizeof b, "%.7g,%.7g,%.7g", now[0], now[1], now[2]);
+  differs(d, memcmp(was, now, 3 * sizeof *was) == 0, flag, a, b);
+}
+
+// The evaluation's transform: the centre crop and its resize.
+static void differs_eval(diff_list *d, const vt_ckpt_manifest *man, const vt_ckpt_manifest *cur) {
+  differs_real(d, man->eval_crop_pct, cur->eval_crop_pct, "--eval-crop-pct");
+  differs(d, man->eval_squash == cur->eval_squash, "--eval-crop-mode",
+          man->eval_squash ? "squash" : "center", cur->eval_squash ? "squash" : "center");
+  differs(d, man->eval_interp == cur->eval_interp, "--eval-interpolation",
+          vt_ckpt_interp_name(man->eval_interp), vt_ckpt_interp_name(cur->eval_interp));
+}
+
+// vit3d eval (rank 0): a warning where its normalisation or evaluation transform differ from
+// those of the run that saved man, whose evaluations its figures then do not repeat.
+static void warn_eval(const vt_train_options *o, const char *dir, const vt_ckpt_manifest *man) {
+  vt_ckpt_manifest cur;
+  vt_ckpt_manifest_settings(&cur, o);
+  diff_list d = {"", "", 0};
+  differs_triple(&d, man->mean, cur.mean, "--mean");
+  differs_triple(&d, man->std, cur.std, "--std");
+  differs_eval(&d, man, &cur);
+  if (d.n)
+    vt_log_warn("%s was trained with %s and this evaluation has %s: its figures are not those "
+                "of that run's evaluations (vit3d inspect %s prints the run's flags)", dir,
+                d.was, d.now, dir);
+}
+
 // Rank 0: a warning naming every regularisation or loss setting (vt_ckpt_manifest_settings)
 // in which this run differs from the one that saved man. Allowed, since some change them on
 // purpose (less drop path for a fine-tune's last epochs), but no longer the same run.
@@ -388,11 +421,18 @@ static void warn_settings(const vt_train_options *o, const char *dir, const vt_c
   differs_float(&d, man->color_jitter, cur.color_jitter, "--color-jitter");
   differs(&d, man->aa_interp == cur.aa_interp, "--aa-interpolation",
           man->aa_interp ? "bicubic" : "bilinear", cur.aa_interp ? "bicubic" : "bilinear");
+  differs_triple(&d, man->mean, cur.mean, "--mean");
+  differs_triple(&d, man->std, cur.std, "--std");
   if (d.n)
     vt_log_warn("%s was saved by a run with %s and this one has %s: from here the training "
                 "differs from that run's%s", dir, d.was, d.now,
                 man->recorded ? "" : " (its manifest records none of these settings: written "
                 "by a vit3d before they were recorded, it reads as their defaults)");
+  diff_list e = {"", "", 0};
+  differs_eval(&e, man, &cur);
+  if (e.n)
+    vt_log_warn("%s was saved by a run with %s and this one has %s: from here its evaluations "
+                "differ from that run's", dir, e.was, e.now);
 }
 
 // The checkpoint read (manifest man) made the run's state: the weights to the device, the
@@ -461,6 +501,7 @@ static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, c
     vt_log_warn("%s was saved by a run with --drop-last %d and this one has %d: the epochs, "
                 "and so the data stream, differ from here", dir, man->drop_last, o->drop_last);
   if (rank0 && !o->eval_only) warn_settings(o, dir, man);
+  if (rank0 && o->eval_only) warn_eval(o, dir, man);
   if (rank0 && man->nunknown)
     vt_log_warn("%s's manifest has %d key%s this vit3d does not know (%s%s): a newer vit3d "
                 "wrote it, and what they record is neither applied nor checked here, so the run "

@@ -142,8 +142,8 @@ static int cmd_prepare(int argc, char **argv) {
       return st == VT_ERR_INPUT ? 2 : 1;
     }
     printf("vit3d prepare: %lld samples in %d shard%s in %s (class names in %s/classes.txt); "
-           "train with --data %s\n", (long long)samples, shards, shards == 1 ? "" : "s", argv[2],
-           argv[2], argv[2]);
+           "train with --data %s (or, a validation set, --val-data %s)\n", (long long)samples,
+           shards, shards == 1 ? "" : "s", argv[2], argv[2], argv[2], argv[2]);
     return 0;
   }
   fprintf(stderr, "usage: vit3d prepare fashion-mnist OUT_DIR\n"

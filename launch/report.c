@@ -40,12 +40,18 @@ static void report_basics(const vt_train_options *o, const vt_optim_config *oc) 
 
 void vt_report_schedule(const vt_optim_config *oc) {
   if (oc->epoch_images > 0) return;  // (said per epoch with the epochs' steps)
+  // (the decay reaches its end after the last step, which trains a little above it)
+  char last[64] = "";
+  if (oc->sched != VT_SCHED_CONSTANT && oc->total_steps > oc->warmup_steps)
+    snprintf(last, sizeof last, " (step %lld trains at %.3g)", (long long)oc->total_steps,
+             vt_lr_at(oc, oc->total_steps - 1));
   vt_log_info("learning rate per step: %lld steps of warmup from %g (step 1) to %g, then %s to "
-              "%g at step %lld", (long long)oc->warmup_steps, vt_lr_at(oc, 0), oc->lr,
+              "%g after step %lld%s", (long long)oc->warmup_steps, vt_lr_at(oc, 0), oc->lr,
               oc->sched == VT_SCHED_COSINE   ? "a cosine"
               : oc->sched == VT_SCHED_LINEAR ? "a straight line"
                                              : "held",
-              oc->sched == VT_SCHED_CONSTANT ? oc->lr : oc->min_lr, (long long)oc->total_steps);
+              oc->sched == VT_SCHED_CONSTANT ? oc->lr : oc->min_lr, (long long)oc->total_steps,
+              last);
 }
 
 // The basics, then the training recipe's options that are off by default, when on: one line each.
@@ -99,10 +105,11 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
     if (o->pp > 1 && fvs > 1)
       snprintf(pipe, sizeof pipe, "; virtual pipeline stages 0-%d of %d, wholly frozen, run no "
                "backward and get no gradient", fvs - 1, nvs);
-    vt_log_info("frozen (%s): %d of %d tensors, %.2fM of %.2fM parameters: they keep their "
-                "values; %s%s", vt_freeze_flags(oc, flags, sizeof flags), fz.tensors,
-                fz.all_tensors, (double)fz.elements * 1e-6, (double)fz.all_elements * 1e-6, skip,
-                pipe);
+    vt_log_info("frozen (%s): %d of %d tensors, %lld of %lld parameters (%.2f%%): they keep "
+                "their values; %s%s", vt_freeze_flags(oc, flags, sizeof flags), fz.tensors,
+                fz.all_tensors, (long long)fz.elements, (long long)fz.all_elements,
+                100.0 * (double)fz.elements / (double)(fz.all_elements ? fz.all_elements : 1),
+                skip, pipe);
   }
   static const char *const interp[] = {"sample", "bilinear", "bicubic"};
   if (o->transform.train_interp || o->transform.eval_interp)

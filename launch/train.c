@@ -308,6 +308,13 @@ static void run_steps(train_run *r) {
   if (o->run_steps > 0 && r->start_step + o->run_steps < o->steps)
     r->end_step = r->start_step + o->run_steps;
   if (o->eval_only) r->end_step = r->start_step;
+  if (r->world_rank == 0 && !o->eval_only && !r->rc && r->end_step < o->steps)
+    vt_log_info("--run-steps %lld: this invocation stops after step %lld of %lld%s",
+                (long long)o->run_steps, (long long)r->end_step, (long long)o->steps,
+                o->save_dir[0] ? ", saved there, to be resumed with --resume auto" : "");
+  if (r->world_rank == 0 && !o->eval_only && !r->rc && r->end_step < o->steps && !o->save_dir[0])
+    vt_log_warn("--run-steps without --save: nothing is saved to resume the rest of the %lld "
+                "steps from; give --save DIR", (long long)o->steps);
   if (r->world_rank == 0 && !o->eval_only && !r->rc) vt_report_schedule(&r->opt.cfg);
   if (r->world_rank == 0 && o->save_dir[0] && !o->eval_only && !r->rc)
     vt_ckpt_disk_plan(o, r->m.frozen_layers, r->start_step, r->end_step);
@@ -384,6 +391,10 @@ static void run_end(train_run *r) {
     r->rc = VT_EXIT_FAILED;
   }
   if (check_failed && !r->rc) r->rc = VT_EXIT_CHECK;
+  if (world_rank == 0 && !r->rc && !o->eval_only && r->end_step < o->steps)
+    vt_log_info("stopped after step %lld of %lld (--run-steps %lld)%s", (long long)r->end_step,
+                (long long)o->steps, (long long)o->run_steps,
+                o->save_dir[0] ? ": continue with --resume auto and the same --save" : "");
   // After the last collective: rank 0 waits for the last checkpoint's hook, without the
   // watchdog's limit (--save-hook-timeout still stops it).
   if (world_rank == 0 && o->save_hook[0]) {

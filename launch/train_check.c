@@ -278,6 +278,9 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->use_ema && (!o->eval_only || !o->resume[0]))
     REFUSE("--use-ema is for vit3d eval --checkpoint DIR (training keeps an EMA with "
            "--model-ema)");
+  if (strcmp(o->resume, "auto") == 0 && !o->save_dir[0] && o->eval_only)
+    REFUSE("--checkpoint auto evaluates the newest checkpoint in --save DIR; give --save too (or "
+           "name the checkpoint, or its --save folder, with --checkpoint)");
   if (strcmp(o->resume, "auto") == 0 && !o->save_dir[0])
     REFUSE("--resume auto looks for checkpoints in --save DIR; give --save too");
   if (o->resume_fallback[0] && o->eval_only)
@@ -294,6 +297,10 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            "the checkpoint to start from where --save holds none");
   if (c->init_jax && c->head_init_std > 0)
     REFUSE("--weight-init jax starts the head at zero: drop --head-init-std");
+  if (o->keep_every > 0 && !o->keep_last)
+    REFUSE("--keep-every N keeps milestones among the checkpoints that --keep-last K rotates "
+           "away; without --keep-last every checkpoint is kept: give --keep-last, or drop "
+           "--keep-every");
   if (o->save_hook[0] && !o->save_dir[0])
     REFUSE("--save-hook runs after each checkpoint is saved: give --save DIR too");
   if (o->save_hook_timeout > 0 && !o->save_hook[0])

@@ -133,14 +133,16 @@ const vt_train_flag vt_train_flags_model[] = {
     {"--eval-crop-pct", VT_OPT_DOUBLE, IN_OPTIONS(transform.crop_pct), 0.05, 1, "F",
      "evaluation: resize the shorter side to img-size / F, then centre-crop (1: no zoom, for "
      "images already at img-size)", NULL},
-    {"--eval-hflip", VT_OPT_INT, IN_OPTIONS(eval_hflip), 0, 1, "N",
+    {"--eval-hflip", VT_OPT_INT, IN_OPTIONS(eval_hflip), 0, 1, "0|1",
      "1: evaluation scores the mean logits of each image and its mirror image (test-time "
      "flip; twice the evaluation cost)", NULL},
     {"--hflip", VT_OPT_FLOAT, IN_OPTIONS(transform.flip_prob), 0, 1, "P",
      "probability of a horizontal flip", NULL},
     {"--mean", VT_OPT_STR, IN_TEXT(mean), 0, 0, "R,G,B",
-     "per-channel mean for normalisation (pixels in [0, 1]; default ImageNet's)", NULL},
+     "per-channel mean for normalisation (pixels in [0, 1]); none: ImageNet's "
+     "0.485,0.456,0.406", NULL},
     {"--std", VT_OPT_STR, IN_TEXT(std), 0, 0, "R,G,B",
-     "per-channel standard deviation for normalisation (default ImageNet's)", NULL},
+     "per-channel standard deviation for normalisation; none: ImageNet's 0.229,0.224,0.225",
+     NULL},
     {.flag = NULL},  // the end of this part
 };

@@ -48,7 +48,7 @@ const vt_train_flag vt_train_flags_run[] = {
      "learning rate at the end of the decay (cosine or linear)", NULL},
     {"--warmup-steps", VT_OPT_I64, IN_OPTIONS(optim.warmup_steps), -1, BIG, "N",
      "steps of linear warmup; -1: 5% of --steps", NULL},
-    {"--resume-override", VT_OPT_INT, IN_OPTIONS(resume_override), 0, 1, "N",
+    {"--resume-override", VT_OPT_INT, IN_OPTIONS(resume_override), 0, 1, "0|1",
      "1: resume a checkpoint even where this command's learning-rate schedule or optimizer "
      "settings (--lr, --steps, --warmup-steps, --weight-decay, ...) differ from the run that "
      "saved it, training on with this command's (a longer run, a new rate); 0: refuse, "
@@ -105,7 +105,7 @@ const vt_train_flag vt_train_flags_run[] = {
     {"--drop-path", VT_OPT_FLOAT, IN_OPTIONS(drop_path), 0, 0.99, "RATE",
      "stochastic depth as timm's drop_path_rate: block i of D drops each residual branch per "
      "image with probability RATE * i / (D - 1), keyed by the image's stream position", NULL},
-    {"--drop-path-uniform", VT_OPT_INT, IN_OPTIONS(drop_path_uniform), 0, 1, "N",
+    {"--drop-path-uniform", VT_OPT_INT, IN_OPTIONS(drop_path_uniform), 0, 1, "0|1",
      "1: every block drops at --drop-path's RATE (DeiT III's and CaiT's models_v2: "
      "[drop_path_rate] * depth), not the ramp from 0", NULL},
     {"--proj-drop", VT_OPT_FLOAT, IN_OPTIONS(proj_drop), 0, 0.99, "P",
@@ -214,9 +214,10 @@ const vt_train_flag vt_train_flags_run[] = {
     {"--pp-chunks", VT_OPT_INT, IN_OPTIONS(pp_chunks), 0, 64, "V",
      "interleaved schedule: model chunks per pipeline stage (stage s holds virtual stages s, "
      "s + pp, ...); 0: 2 with interleaved and zb-v, 1 otherwise", NULL},
-    {"--zero", VT_OPT_INT, IN_OPTIONS(zero), 0, 1, "N",
-     "1: shard AdamW state (and the weights' EMA) over data-parallel ranks (ZeRO-1)", NULL},
-    {"--sequence-parallel", VT_OPT_INT, IN_OPTIONS(sequence_parallel), 0, 1, "N",
+    {"--zero", VT_OPT_INT, IN_OPTIONS(zero), 0, 1, "0|1",
+     "1: shard the optimizer's state (and the weights' EMA) over data-parallel ranks (ZeRO-1)",
+     NULL},
+    {"--sequence-parallel", VT_OPT_INT, IN_OPTIONS(sequence_parallel), 0, 1, "0|1",
      "1: split the stream and LayerNorms by tokens over the TP group (reduce-scatter + "
      "all-gather instead of all-reduce)", NULL},
 
@@ -240,10 +241,10 @@ const vt_train_flag vt_train_flags_run[] = {
      "stop a save hook still running after SEC seconds (SIGTERM to its process group, SIGKILL "
      "min(10, SEC) s later), counted as failed, and train on; 0: no limit (a hook that hangs "
      "then holds the next commit until the watchdog's --timeout-s ends the job)", NULL},
-    {"--async-save", VT_OPT_INT, IN_OPTIONS(async_save), 0, 1, "N",
-     "1: rank 0 writes each checkpoint but the last (and a preemption's) on a background "
-     "thread while training goes on, from a snapshot taken at its step; 0: every save in "
-     "place", NULL},
+    {"--async-save", VT_OPT_INT, IN_OPTIONS(async_save), 0, 1, "0|1",
+     "1: every rank writes its part of each checkpoint but the last (and a preemption's) on a "
+     "background thread while training goes on, from a snapshot taken at its step; 0: every "
+     "save in place", NULL},
     {"--resume", VT_OPT_STR, IN_OPTIONS(resume), 0, 0, "auto|DIR",
      "auto: continue from the newest complete checkpoint in --save (or start fresh); DIR: "
      "from that checkpoint (on any mesh), or from a --save folder's newest complete one",
@@ -264,7 +265,7 @@ const vt_train_flag vt_train_flags_run[] = {
     {"--checkpoint", VT_OPT_STR, IN_OPTIONS(resume), 0, 0, "DIR",
      "vit3d eval: the checkpoint to evaluate, or a --save folder (its newest complete "
      "checkpoint); the same as --resume DIR", NULL},
-    {"--use-ema", VT_OPT_INT, IN_OPTIONS(use_ema), 0, 1, "N",
+    {"--use-ema", VT_OPT_INT, IN_OPTIONS(use_ema), 0, 1, "0|1",
      "vit3d eval: 1 evaluates the checkpoint's EMA weights (saved with --model-ema)", NULL},
     {"--model-ema", VT_OPT_FLOAT, IN_OPTIONS(optim.ema_decay), 0, 0.999999, "DECAY",
      "keep an exponential moving average of the weights (timm's ModelEmaV2, e.g. 0.9998): "
@@ -283,7 +284,7 @@ const vt_train_flag vt_train_flags_run[] = {
      "vit3d plan --gpus: memory per GPU in GiB (H100: 80, H200: 141)", NULL},
     {"--node-gpus", VT_OPT_INT, IN_OPTIONS(plan_node_gpus), 1, 64, "K",
      "vit3d plan --gpus: GPUs per node (tensor parallelism stays inside one)", NULL},
-    {"--comm-stats", VT_OPT_INT, IN_OPTIONS(comm_stats), 0, 1, "N",
+    {"--comm-stats", VT_OPT_INT, IN_OPTIONS(comm_stats), 0, 1, "0|1",
      "1: every rank writes its first step's traffic per axis to LOG_DIR/comm.rank<R>.json",
      NULL},
     {"--trace-steps", VT_OPT_INT, IN_OPTIONS(trace_steps), 0, 1 << 20, "N",
@@ -295,7 +296,7 @@ const vt_train_flag vt_train_flags_run[] = {
     {"--log-dir", VT_OPT_STR, IN_OPTIONS(log_dir), 0, 0, "DIR",
      "write DIR/metrics.jsonl, one JSON object per step, and TensorBoard's event file "
      "(tensorboard --logdir DIR; --tensorboard 0: not)", NULL},
-    {"--tensorboard", VT_OPT_INT, IN_OPTIONS(tensorboard), 0, 1, "N",
+    {"--tensorboard", VT_OPT_INT, IN_OPTIONS(tensorboard), 0, 1, "0|1",
      "1: with --log-dir, also write the step's figures as TensorBoard scalars (train/, eval/, "
      "eval_ema/) to DIR/events.out.tfevents.*", NULL},
     {"--log-interval", VT_OPT_INT, IN_OPTIONS(log_interval), 1, 1 << 30, "N",

@@ -226,7 +226,8 @@ else echo "FAIL: resuming with vit3d inspect's flags ($flags):"; tail -5 "$work/
 reg=(--drop-path 0.1 --drop-path-uniform 1 --proj-drop 0.05 --attn-drop 0.02 --pos-drop 0.03
      --drop 0.04 --mixup 0.8 --cutmix 1.0 --mix-prob 0.9 --mix-switch-prob 0.3 --reprob 0.25
      --remode rand --label-smoothing 0.2 --bce-loss 1 --bce-target-thresh 0.2 --hflip 0.3
-     --crop-scale-min 0.5)
+     --crop-scale-min 0.5 --mean 0.5,0.4,0.3 --std 0.2,0.25,0.3 --eval-crop-pct 0.9
+     --eval-crop-mode squash --eval-interpolation bicubic)
 ema=(--model-ema 0.99 --model-ema-warmup 1)
 rfrz=(--freeze "^blocks\\.0\\. 'x" --trainable '^(blocks|head|norm)')
 "$vit3d" "${args[@]}" --steps 6 "${reg[@]}" "${ema[@]}" "${rfrz[@]}" --log-dir "$work/reg_full" \
@@ -241,12 +242,22 @@ if [ -n "$flags" ] &&
    ! grep -q "warning" "$work/reg_b.log" && grep -q "^step     6/6" "$work/reg_b.log"; then
   echo "ok: vit3d inspect's line resumes a regularised run with its EMA and freeze patterns, no warning, as the uninterrupted run: $flags"
 else echo "FAIL: inspect's line of a regularised run ($flags):"; tail -5 "$work/reg_b.log"; fail=1; fi
+# vit3d eval of it: without the run's normalisation and evaluation flags a warning names them
+# (its figures are not the run's); with inspect's line, none.
+${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/make_images.py" "$work/reg_imgs" 10 1 32
+out=$("$vit3d" eval --model tiny --checkpoint "$work/ck_reg/step-00000003" --val-data "$work/reg_imgs" --threads 1 2>&1)
+out2=$(eval "\"\$vit3d\" eval $flags --checkpoint \"\$work/ck_reg/step-00000003\" --val-data \"\$work/reg_imgs\" --threads 1" 2>&1)
+if grep -q "warning: .*step-00000003 was trained with --mean 0.5,0.4,0.3 --std 0.2,0.25,0.3 --eval-crop-pct 0.9 --eval-crop-mode squash --eval-interpolation bicubic and this evaluation has --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --eval-crop-pct 0.875 --eval-crop-mode center --eval-interpolation sample: its figures are not those of that run's evaluations" <<<"$out" &&
+   grep -q "top-1" <<<"$out2" && ! grep -q "warning" <<<"$out2"; then
+  echo "ok: vit3d eval warns where its normalisation and evaluation transform differ from the run's, not with inspect's flags"
+else echo "FAIL: vit3d eval's normalisation warning: $out"; echo "$out2" | tail -3; fail=1; fi
 out=$("$vit3d" "${args[@]}" --steps 6 "${ema[@]}" "${rfrz[@]}" --resume "$work/ck_reg/step-00000003" \
       --save "$work/ck_reg3" 2>&1)
 rc=$?
-want="was saved by a run with --drop-path 0.1 --drop-path-uniform 1 --proj-drop 0.05 --attn-drop 0.02 --pos-drop 0.03 --drop 0.04 --mixup 0.8 --cutmix 1 --mix-prob 0.9 --mix-switch-prob 0.3 --reprob 0.25 --remode rand --label-smoothing 0.2 --bce-loss 1 --bce-target-thresh 0.2 --hflip 0.3 --crop-scale-min 0.5 and this one has --drop-path 0 --drop-path-uniform 0 --proj-drop 0 --attn-drop 0 --pos-drop 0 --drop 0 --mixup 0 --cutmix 0 --mix-prob 1 --mix-switch-prob 0.5 --reprob 0 --remode pixel --label-smoothing 0.1 --bce-loss 0 --bce-target-thresh -1 --hflip 0.5 --crop-scale-min 0.08"
-if [ $rc -eq 0 ] && grep -q "warning: .*$want" <<<"$out"; then
-  echo "ok: a resume without the regularisation settings warns, naming each"
+want="was saved by a run with --drop-path 0.1 --drop-path-uniform 1 --proj-drop 0.05 --attn-drop 0.02 --pos-drop 0.03 --drop 0.04 --mixup 0.8 --cutmix 1 --mix-prob 0.9 --mix-switch-prob 0.3 --reprob 0.25 --remode rand --label-smoothing 0.2 --bce-loss 1 --bce-target-thresh 0.2 --hflip 0.3 --crop-scale-min 0.5 --mean 0.5,0.4,0.3 --std 0.2,0.25,0.3 and this one has --drop-path 0 --drop-path-uniform 0 --proj-drop 0 --attn-drop 0 --pos-drop 0 --drop 0 --mixup 0 --cutmix 0 --mix-prob 1 --mix-switch-prob 0.5 --reprob 0 --remode pixel --label-smoothing 0.1 --bce-loss 0 --bce-target-thresh -1 --hflip 0.5 --crop-scale-min 0.08 --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225: from here the training differs"
+want_e="was saved by a run with --eval-crop-pct 0.9 --eval-crop-mode squash --eval-interpolation bicubic and this one has --eval-crop-pct 0.875 --eval-crop-mode center --eval-interpolation sample: from here its evaluations differ"
+if [ $rc -eq 0 ] && grep -q "warning: .*$want" <<<"$out" && grep -q "warning: .*$want_e" <<<"$out"; then
+  echo "ok: a resume without the regularisation, normalisation and evaluation settings warns, naming each"
 else echo "FAIL: resume without the regularisation settings: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --steps 6 "${reg[@]}" "${rfrz[@]}" --resume "$work/ck_reg/step-00000003" \
       --save "$work/ck_reg4" 2>&1)
@@ -473,17 +484,21 @@ else echo "FAIL: non-file outputs: rc $rc $rc2 $rc3: $out $out2 $out3"; fail=1; 
 # saves aside, as those past it, instead of deleting it.
 own=(train --model tiny --steps 6 --global-batch-size 8 --micro-batch-size 8 --threads 1
      --save-interval 2)
-"$vit3d" "${own[@]}" --save "$work/own" --run-steps 4 > "$work/own1.log" 2>&1 ||
-  { echo "FAIL: the first run into own"; fail=1; }
+"$vit3d" "${own[@]}" --save "$work/own" --run-steps 4 > "$work/own1.log" 2>&1 &&
+  grep -q "stopped after step 4 of 6 (--run-steps 4): continue with --resume auto" "$work/own1.log" ||
+  { echo "FAIL: the first run into own (--run-steps 4)"; tail -3 "$work/own1.log"; fail=1; }
 out=$("$vit3d" "${own[@]}" --save "$work/own" 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "holds checkpoints of an earlier run (the newest: step-00000004) and this run does not resume" <<<"$out" &&
    [ -d "$work/own/step-00000002" ]; then
   echo "ok: a fresh run into a --save with checkpoints refused"
 else echo "FAIL: a fresh run into a used --save: rc $rc: $out"; fail=1; fi
-VT_FAULT=slow@0:1-6 "$vit3d" "${own[@]}" --save "$work/own" --resume auto > "$work/slow.log" 2>&1 &
+# (the first run holds the folder for 10 s more after its last commit, its save hook's: a second
+# run that starts once the first logs a step finds it there however loaded the machine is)
+VT_FAULT=slow@0:1-6 "$vit3d" "${own[@]}" --save "$work/own" --resume auto --save-hook 'sleep 10' \
+  > "$work/slow.log" 2>&1 &
 slow=$!
-for _ in $(seq 100); do grep -q "step " "$work/slow.log" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q "^step " "$work/slow.log" 2>/dev/null && break; sleep 0.1; done
 out=$("$vit3d" "${own[@]}" --save "$work/own" --resume auto 2>&1)
 rc=$?
 wait $slow; rc_slow=$?

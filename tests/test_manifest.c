@@ -18,7 +18,9 @@ static vt_ckpt_manifest sample(void) {
   vt_ckpt_manifest m = {.step = 10, .stream_position = 160, .global_batch = 16, .adam_t = 10,
                         .seed = 5, .img_size = 32, .patch_size = 8, .width = 64, .depth = 8,
                         .heads = 8, .num_classes = 10, .mlp_ratio = 4.0f, .tp = 2, .pp = 2,
-                        .dp = 2, .class_token = 1, .norm_eps = 1e-6f, .nfiles = 1};
+                        .dp = 2, .class_token = 1, .norm_eps = 1e-6f, .nfiles = 1,
+                        .mean = {0.5f, 0.25f, 0.125f}, .std = {0.229f, 0.224f, 0.225f},
+                        .eval_crop_pct = 0.9, .eval_squash = 1, .eval_interp = 2};
   snprintf(m.file[0], sizeof m.file[0], "model.safetensors");
   m.file_nbytes[0] = 100, m.file_crc[0] = 0xdeadbeef;
   m.spike_n[0] = 10, m.spike_mean[0] = 2.0 / 3.0, m.spike_var[0] = 1e-3 / 7.0;
@@ -286,7 +288,8 @@ static void test_settings(void) {
              none.recorded == 0 && none.drop_path == 0 && none.label_smoothing == 0.1f &&
              none.mix_prob == 1 && none.mix_switch_prob == 0.5f && none.remode == 2 &&
              none.bce_thresh == -1 && none.ema_decay == 0 && !none.aa[0] && !none.freeze[0] &&
-             !none.trainable[0],
+             !none.trainable[0] && none.mean[1] == 0.456f && none.std[2] == 0.225f &&
+             none.eval_crop_pct == 0.875 && none.eval_squash == 0 && none.eval_interp == 0,
          "a manifest without the settings reads as the flags' defaults: %s", err);
   int n = vt_ckpt_manifest_format(&none, text, sizeof text);
   EXPECT(!strstr(text, "label_smoothing") && !strstr(text, "remode") && !strstr(text, "mix_"),
@@ -298,6 +301,8 @@ static void test_settings(void) {
   m.bce_loss = 1, m.bce_thresh = 0, m.ema_decay = 0.99998f, m.ema_warmup = 1;
   m.hflip = 0, m.crop_scale_min = 0.35f, m.train_interp = 2, m.simple_crop = 1;
   m.three_augment = 1, m.color_jitter = 0.1f, m.aa_interp = 0;
+  m.mean[0] = 0.286f, m.mean[2] = -1.5f, m.std[1] = 0.353f, m.eval_crop_pct = 0.9;
+  m.eval_squash = 1, m.eval_interp = 2;
   snprintf(m.aa, sizeof m.aa, "rand-m9-n2-mstd0.5-mmax10-inc1-p0.5");
   snprintf(m.freeze, sizeof m.freeze, "^blocks\\.(0|1)\\. 'it''s' 100%% \t%%41");
   memset(m.trainable, 'x', sizeof m.trainable - 1);  // the longest: 255 bytes
@@ -305,7 +310,9 @@ static void test_settings(void) {
   m.trainable[7] = ' ';
   n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
-             back.recorded == 27 && back.drop_path == m.drop_path && back.drop_path_uniform == 1 &&
+             back.recorded == 33 && back.drop_path == m.drop_path && back.drop_path_uniform == 1 &&
+             !memcmp(back.mean, m.mean, sizeof m.mean) && !memcmp(back.std, m.std, sizeof m.std) &&
+             back.eval_crop_pct == 0.9 && back.eval_squash == 1 && back.eval_interp == 2 &&
              back.hflip == 0 && back.crop_scale_min == m.crop_scale_min &&
              back.train_interp == 2 && back.simple_crop == 1 && back.three_augment == 1 &&
              back.color_jitter == m.color_jitter && back.aa_interp == 0 &&
@@ -325,7 +332,9 @@ static void test_settings(void) {
       {"drop_path 1.5", "bad value for drop_path"}, {"remode zeros", "bad value for remode"},
       {"freeze a b", "bad value for freeze"},      {"freeze a%4", "bad value for freeze"},
       {"freeze a%00b", "bad value for freeze"},    {"ema_warmup 2", "bad value for ema_warmup"},
-      {"bce_thresh -2", "bad value for bce_thresh"}, {"mix_prob nan", "bad value for mix_prob"}};
+      {"bce_thresh -2", "bad value for bce_thresh"}, {"mix_prob nan", "bad value for mix_prob"},
+      {"std_g 0", "bad value for std_g"},          {"eval_crop_pct 1.5", "bad value for eval_crop_pct"},
+      {"eval_interp 3", "bad value for eval_interp"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char edited[8192];
     snprintf(edited, sizeof edited, "%s%s\n", old, bad[i][0]);
