@@ -363,6 +363,12 @@ static void differs_triple(diff_list *d, const float was[3], const float now[3],
   differs(d, memcmp(was, now, 3 * sizeof *was) == 0, flag, a, b);
 }
 
+// The normalisation: --mean and --std.
+static void differs_norm(diff_list *d, const vt_ckpt_manifest *man, const vt_ckpt_manifest *cur) {
+  differs_triple(d, man->mean, cur->mean, "--mean");
+  differs_triple(d, man->std, cur->std, "--std");
+}
+
 // The evaluation's transform: the centre crop and its resize.
 static void differs_eval(diff_list *d, const vt_ckpt_manifest *man, const vt_ckpt_manifest *cur) {
   differs_real(d, man->eval_crop_pct, cur->eval_crop_pct, "--eval-crop-pct");
@@ -378,8 +384,7 @@ static void warn_eval(const vt_train_options *o, const char *dir, const vt_ckpt_
   vt_ckpt_manifest cur;
   vt_ckpt_manifest_settings(&cur, o);
   diff_list d = {"", "", 0};
-  differs_triple(&d, man->mean, cur.mean, "--mean");
-  differs_triple(&d, man->std, cur.std, "--std");
+  differs_norm(&d, man, &cur);
   differs_eval(&d, man, &cur);
   if (d.n)
     vt_log_warn("%s was trained with %s and this evaluation has %s: its figures are not those "
@@ -421,8 +426,7 @@ static void warn_settings(const vt_train_options *o, const char *dir, const vt_c
   differs_float(&d, man->color_jitter, cur.color_jitter, "--color-jitter");
   differs(&d, man->aa_interp == cur.aa_interp, "--aa-interpolation",
           man->aa_interp ? "bicubic" : "bilinear", cur.aa_interp ? "bicubic" : "bilinear");
-  differs_triple(&d, man->mean, cur.mean, "--mean");
-  differs_triple(&d, man->std, cur.std, "--std");
+  differs_norm(&d, man, &cur);
   if (d.n)
     vt_log_warn("%s was saved by a run with %s and this one has %s: from here the training "
                 "differs from that run's%s", dir, d.was, d.now,
