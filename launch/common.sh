@@ -25,3 +25,22 @@ vt_run() {
   printf '\n'
   exec "$@"
 }
+# vt_free_port: a port nobody holds now, below Linux's ephemeral ports (32768 on: the kernel
+# gives those to outgoing connections and bind(0), the ranks' own among them, any of which
+# could take a port picked from that range before rank 0 listens on it), tried with python3
+# where it is here.
+vt_free_port() {
+  python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randint(20000, 32767)
+    s = socket.socket()
+    try:
+        s.bind(("", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    break' 2>/dev/null | grep . || echo $((20000 + RANDOM % 12768))
+}

@@ -13,6 +13,7 @@
 # (they find it gone); any still running SPAWN_GRACE seconds later (default 60) are killed, and
 # that is said.
 set -u
+source "$(dirname "$0")/common.sh"  # (vt_free_port)
 if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: launch/spawn.sh N COMMAND [ARGS...]   (N ranks of COMMAND on this host)" >&2
   exit 2
@@ -32,12 +33,8 @@ if [ "$nodes" -gt 1 ] && { [ -z "${MASTER_ADDR:-}" ] || [ -z "${MASTER_PORT:-}" 
   exit 2
 fi
 
-free_port() {  # a port nobody listens on now, from the kernel when python3 is here
-  python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])' \
-    2>/dev/null || echo $((20000 + RANDOM % 40000))
-}
 export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-export MASTER_PORT=${MASTER_PORT:-$(free_port)}
+export MASTER_PORT=${MASTER_PORT:-$(vt_free_port)}
 export WORLD_SIZE=$((n * nodes)) LOCAL_WORLD_SIZE=$n GROUP_RANK=$node
 # The run's id: rank 0 turns away another run's ranks that reach its port. On one host a fresh
 # one; across hosts the one given (the same VT_RUN_ID on every host), if any.

@@ -38,9 +38,8 @@ trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
-free_port() {
-  "$py" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
-}
+source "$here/../launch/common.sh"  # (vt_free_port)
+free_port() { vt_free_port; }
 
 # 1. The comm API.
 if timeout 120 "$spawn" 8 "$test_comm" > "$work/comm.log" 2>&1 &&
