@@ -56,7 +56,8 @@ tcp_run() {  # tcp_run NAME NP flags...: over TCP (one rank: a TCP world of one,
   local name=$1 np=$2; shift 2
   VT_WORLD=tcp timeout 300 "$spawn" "$np" "$vit3d" "${common[@]}" --log-dir "$work/$name" \
     --final-weights "$work/$name/weights.safetensors" "$@" > "$work/$name.log" 2>&1 ||
-    { bad "run $name ($*) did not complete:"; tail -20 "$work/$name.log"; return 1; }
+    { bad "run $name ($*) did not complete:"; grep -m8 -iE "error|exited with|signal" \
+        "$work/$name.log"; tail -5 "$work/$name.log"; return 1; }
 }
 same_bits() {  # same_bits A B LABEL: the same losses and the same weights, bit for bit
   "$py" "$here/compare_runs.py" "$work/$1" "$work/$2" "$3" > "$work/cmp.txt" || true
