@@ -112,6 +112,8 @@ typedef struct {
   double eval_crop_pct;             // --eval-crop-pct (0.875)
   int eval_squash, eval_interp;     // --eval-crop-mode squash (0), --eval-interpolation as
                                     // vt_interp (0 sample)
+  int norm_recorded;  // 1: the manifest records these five (always written, since 2026-12-07);
+                      // 0: an older vit3d's, whose normalisation and evaluation are not known
   float ema_decay;                  // --model-ema (0: none)
   int ema_warmup;                   // --model-ema-warmup (0)
   char freeze[256], trainable[256];  // --freeze, --trainable ("": none)
@@ -201,6 +203,9 @@ const char *vt_ckpt_remode_name(int remode);
 // " ..." where the manifest's list of unknown keys (vt_ckpt_manifest.unknown) names fewer than
 // nunknown of them, else "".
 const char *vt_ckpt_unknown_more(const vt_ckpt_manifest *m);
+// The shortest text of a float (widened: v) or a double that reads back as it exactly.
+const char *vt_ckpt_float_text(double v, char *buf, size_t size);
+const char *vt_ckpt_double_text(double v, char *buf, size_t size);
 // --train-interpolation's word for a manifest's train_interp (vt_interp's order).
 const char *vt_ckpt_interp_name(int interp);
 

@@ -17,14 +17,20 @@
 // float, 'd' a double, 'i' an int, 's' text, 'e' --remode's word), the field, its absent value
 // (the flag's default: a key is written only where the value differs, and a manifest without
 // it reads as that) and, for numbers, the range a parse accepts.
+// ALWAYS: a setting written in every manifest that records them (norm_recorded), so that its
+// absence says an older vit3d wrote the manifest, not that the flag had its default.
 #define SETTING(key, kind, field, absent, lo, hi)                                              \
   {key, kind, offsetof(vt_ckpt_manifest, field), sizeof(((vt_ckpt_manifest *)0)->field), absent, \
-   lo, hi}
+   lo, hi, 0}
+#define ALWAYS(key, kind, field, absent, lo, hi)                                               \
+  {key, kind, offsetof(vt_ckpt_manifest, field), sizeof(((vt_ckpt_manifest *)0)->field), absent, \
+   lo, hi, 1}
 static const struct setting {
   const char *key;
   char kind;
   size_t off, size;
   double absent, lo, hi;
+  int always;
 } k_settings[] = {
     SETTING("drop_path", 'f', drop_path, 0, 0, 1),
     SETTING("drop_path_uniform", 'i', drop_path_uniform, 0, 0, 1),
@@ -49,15 +55,15 @@ static const struct setting {
     SETTING("three_augment", 'i', three_augment, 0, 0, 1),
     SETTING("color_jitter", 'f', color_jitter, 0.3, 0, 1),
     SETTING("aa_interp", 'i', aa_interp, 1, 0, 1),
-    SETTING("mean_r", 'f', mean[0], 0.485, -1e6, 1e6),
-    SETTING("mean_g", 'f', mean[1], 0.456, -1e6, 1e6),
-    SETTING("mean_b", 'f', mean[2], 0.406, -1e6, 1e6),
-    SETTING("std_r", 'f', std[0], 0.229, 1e-30, 1e6),
-    SETTING("std_g", 'f', std[1], 0.224, 1e-30, 1e6),
-    SETTING("std_b", 'f', std[2], 0.225, 1e-30, 1e6),
-    SETTING("eval_crop_pct", 'd', eval_crop_pct, 0.875, 0.05, 1),
-    SETTING("eval_squash", 'i', eval_squash, 0, 0, 1),
-    SETTING("eval_interp", 'i', eval_interp, 0, 0, 2),
+    ALWAYS("mean_r", 'f', mean[0], 0.485, -1e6, 1e6),
+    ALWAYS("mean_g", 'f', mean[1], 0.456, -1e6, 1e6),
+    ALWAYS("mean_b", 'f', mean[2], 0.406, -1e6, 1e6),
+    ALWAYS("std_r", 'f', std[0], 0.229, 1e-45, 1e6),
+    ALWAYS("std_g", 'f', std[1], 0.224, 1e-45, 1e6),
+    ALWAYS("std_b", 'f', std[2], 0.225, 1e-45, 1e6),
+    ALWAYS("eval_crop_pct", 'd', eval_crop_pct, 0.875, 0.05, 1),
+    ALWAYS("eval_squash", 'i', eval_squash, 0, 0, 1),
+    ALWAYS("eval_interp", 'i', eval_interp, 0, 0, 2),
     SETTING("ema_decay", 'f', ema_decay, 0, 0, 1),
     SETTING("ema_warmup", 'i', ema_warmup, 0, 0, 1),
     SETTING("freeze", 's', freeze, 0, 0, 0),
@@ -75,6 +81,22 @@ const char *vt_ckpt_unknown_more(const vt_ckpt_manifest *m) {
   int names = m->unknown[0] != '\0';
   for (const char *p = m->unknown; *p; p++) names += *p == ' ';
   return names < m->nunknown ? " ..." : "";
+}
+
+const char *vt_ckpt_float_text(double v, char *buf, size_t size) {
+  for (int digits = 6; digits <= 9; digits++) {
+    snprintf(buf, size, "%.*g", digits, (double)(float)v);
+    if ((float)strtod(buf, NULL) == (float)v) break;
+  }
+  return buf;
+}
+
+const char *vt_ckpt_double_text(double v, char *buf, size_t size) {
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(buf, size, "%.*g", digits, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  return buf;
 }
 
 const char *vt_ckpt_interp_name(int interp) {
@@ -98,17 +120,19 @@ static void settings_absent(vt_ckpt_manifest *m) {
 static int setting_line(const vt_ckpt_manifest *m, const struct setting *s, char *buf,
                         size_t n) {
   const char *p = (const char *)m + s->off;
+  if (s->always && !m->norm_recorded) return 0;  // (not known: a manifest of an older vit3d)
   if (s->kind == 'f') {
     const float v = *(const float *)p;
-    return v == (float)s->absent ? 0 : snprintf(buf, n, "%s %.9g\n", s->key, (double)v);
+    return v == (float)s->absent && !s->always ? 0
+                                               : snprintf(buf, n, "%s %.9g\n", s->key, (double)v);
   }
   if (s->kind == 'd') {
     const double v = *(const double *)p;
-    return v == s->absent ? 0 : snprintf(buf, n, "%s %.17g\n", s->key, v);
+    return v == s->absent && !s->always ? 0 : snprintf(buf, n, "%s %.17g\n", s->key, v);
   }
   if (s->kind == 'i' || s->kind == 'e') {
     const int v = *(const int *)p;
-    if (v == (int)s->absent) return 0;
+    if (v == (int)s->absent && !s->always) return 0;
     if (s->kind == 'i') return snprintf(buf, n, "%s %d\n", s->key, v);
     return snprintf(buf, n, "%s %s\n", s->key, vt_ckpt_remode_name(v));
   }
@@ -129,15 +153,17 @@ static int setting_parse(const struct setting *s, const char *v, vt_ckpt_manifes
   char *p = (char *)m + s->off, *e;
   if (s->kind == 'f') {
     errno = 0;
-    const float x = strtof(v, &e);
-    if (e == v || *e || errno || !(x >= s->lo && x <= s->hi)) return 0;
+    const float x = strtof(v, &e);  // (a subnormal value sets ERANGE: it reads back exactly)
+    if (e == v || *e || (errno && !(isfinite(x) && x != 0)) || !(x >= s->lo && x <= s->hi))
+      return 0;
     *(float *)p = x;
     return 1;
   }
   if (s->kind == 'd') {
     errno = 0;
     const double x = strtod(v, &e);
-    if (e == v || *e || errno || !(x >= s->lo && x <= s->hi)) return 0;
+    if (e == v || *e || (errno && !(isfinite(x) && x != 0)) || !(x >= s->lo && x <= s->hi))
+      return 0;
     *(double *)p = x;
     return 1;
   }
@@ -328,6 +354,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       if (v[strcspn(v, " \t\r")] != '\0' || !setting_parse(&k_settings[si], v, m))
         FAIL(VT_ERR_INPUT, "manifest line %d: bad value for %s", line_no, key);
       m->recorded++;
+      if (k_settings[si].always) m->norm_recorded = 1;
       continue;
     }
     if (strcmp(key, "format") == 0) {

@@ -34,9 +34,8 @@ static void differs(diff_list *d, int same, const char *flag, const char *was, c
 
 static void differs_real(diff_list *d, double was, double now, const char *flag) {
   char a[32], b[32];
-  snprintf(a, sizeof a, "%.9g", was);
-  snprintf(b, sizeof b, "%.9g", now);
-  differs(d, was == now, flag, a, b);
+  differs(d, was == now, flag, vt_ckpt_double_text(was, a, sizeof a),
+          vt_ckpt_double_text(now, b, sizeof b));
 }
 
 // A float setting (the manifest holds it widened to double, exactly).
@@ -357,10 +356,12 @@ static vt_status read_parts(const vt_train_options *o, const vt_param_table *tab
 // --mean or --std (the normalisation), as "R,G,B".
 static void differs_triple(diff_list *d, const float was[3], const float now[3],
                            const char *flag) {
-  char a[48], b[48];
-  snprintf(a, sizeof a, "%.7g,%.7g,%.7g", was[0], was[1], was[2]);
-  snprintf(b, sizeof b, "%.7g,%.7g,%.7g", now[0], now[1], now[2]);
-  differs(d, memcmp(was, now, 3 * sizeof *was) == 0, flag, a, b);
+  char a[3][32], b[3][32], ta[100], tb[100];
+  snprintf(ta, sizeof ta, "%s,%s,%s", vt_ckpt_float_text(was[0], a[0], 32),
+           vt_ckpt_float_text(was[1], a[1], 32), vt_ckpt_float_text(was[2], a[2], 32));
+  snprintf(tb, sizeof tb, "%s,%s,%s", vt_ckpt_float_text(now[0], b[0], 32),
+           vt_ckpt_float_text(now[1], b[1], 32), vt_ckpt_float_text(now[2], b[2], 32));
+  differs(d, memcmp(was, now, 3 * sizeof *was) == 0, flag, ta, tb);
 }
 
 // The normalisation: --mean and --std.
@@ -383,6 +384,19 @@ static void differs_eval(diff_list *d, const vt_ckpt_manifest *man, const vt_ckp
 static void warn_eval(const vt_train_options *o, const char *dir, const vt_ckpt_manifest *man) {
   vt_ckpt_manifest cur;
   vt_ckpt_manifest_settings(&cur, o);
+  if (!man->norm_recorded) {  // (an older vit3d's manifest)
+    char a[3][32], b[3][32], c[32];
+    vt_log_warn("%s does not record its run's normalisation or evaluation transform (an older "
+                "vit3d wrote it); this evaluation has --mean %s,%s,%s --std %s,%s,%s "
+                "--eval-crop-pct %s --eval-crop-mode %s --eval-interpolation %s: give the "
+                "training run's where they differ", dir, vt_ckpt_float_text(cur.mean[0], a[0], 32),
+                vt_ckpt_float_text(cur.mean[1], a[1], 32),
+                vt_ckpt_float_text(cur.mean[2], a[2], 32), vt_ckpt_float_text(cur.std[0], b[0], 32),
+                vt_ckpt_float_text(cur.std[1], b[1], 32), vt_ckpt_float_text(cur.std[2], b[2], 32),
+                vt_ckpt_double_text(cur.eval_crop_pct, c, sizeof c),
+                cur.eval_squash ? "squash" : "center", vt_ckpt_interp_name(cur.eval_interp));
+    return;
+  }
   diff_list d = {"", "", 0};
   differs_norm(&d, man, &cur);
   differs_eval(&d, man, &cur);
@@ -426,14 +440,14 @@ static void warn_settings(const vt_train_options *o, const char *dir, const vt_c
   differs_float(&d, man->color_jitter, cur.color_jitter, "--color-jitter");
   differs(&d, man->aa_interp == cur.aa_interp, "--aa-interpolation",
           man->aa_interp ? "bicubic" : "bilinear", cur.aa_interp ? "bicubic" : "bilinear");
-  differs_norm(&d, man, &cur);
+  if (man->norm_recorded) differs_norm(&d, man, &cur);  // (not known in an older manifest)
   if (d.n)
     vt_log_warn("%s was saved by a run with %s and this one has %s: from here the training "
                 "differs from that run's%s", dir, d.was, d.now,
                 man->recorded ? "" : " (its manifest records none of these settings: written "
                 "by a vit3d before they were recorded, it reads as their defaults)");
   diff_list e = {"", "", 0};
-  differs_eval(&e, man, &cur);
+  if (man->norm_recorded && o->val_data[0]) differs_eval(&e, man, &cur);  // (it evaluates)
   if (e.n)
     vt_log_warn("%s was saved by a run with %s and this one has %s: from here its evaluations "
                 "differ from that run's", dir, e.was, e.now);

@@ -14,20 +14,7 @@
 
 // The shortest text of v that a float flag reads back as the same float.
 static const char *float_text(double v, char *buf, size_t size) {
-  for (int digits = 6; digits <= 9; digits++) {
-    snprintf(buf, size, "%.*g", digits, (double)(float)v);
-    if ((float)strtod(buf, NULL) == (float)v) break;
-  }
-  return buf;
-}
-
-// The shortest text of a double that reads back as it (0.9, not 0.90000000000000002).
-static const char *double_text(double v, char *buf, size_t size) {
-  for (int digits = 15; digits <= 17; digits++) {
-    snprintf(buf, size, "%.*g", digits, v);
-    if (strtod(buf, NULL) == v) break;
-  }
-  return buf;
+  return vt_ckpt_float_text(v, buf, size);
 }
 
 // The optimizer's and the schedule's flags of a manifest that has them ("" otherwise). A length
@@ -106,13 +93,14 @@ static void settings_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
   if (k < (int)size && m->aa[0])
     k += snprintf(out + k, size - (size_t)k, " --aa-interpolation %s",
                   m->aa_interp ? "bicubic" : "bilinear");
-  if (k < (int)size)  // the normalisation and the evaluation's transform
+  if (k < (int)size && m->norm_recorded)  // the normalisation and the evaluation's transform
     k += snprintf(out + k, size - (size_t)k, " --mean %s,%s,%s --std %s,%s,%s --eval-crop-pct "
                   "%s --eval-crop-mode %s --eval-interpolation %s",
                   float_text(m->mean[0], a[0], 32), float_text(m->mean[1], a[1], 32),
                   float_text(m->mean[2], a[2], 32), float_text(m->std[0], a[3], 32),
                   float_text(m->std[1], a[4], 32), float_text(m->std[2], a[5], 32),
-                  double_text(m->eval_crop_pct, a[6], 32), m->eval_squash ? "squash" : "center",
+                  vt_ckpt_double_text(m->eval_crop_pct, a[6], 32),
+                  m->eval_squash ? "squash" : "center",
                   vt_ckpt_interp_name(m->eval_interp));
   if (k < (int)size && m->bce_loss)  // (refused without --bce-loss 1)
     k += snprintf(out + k, size - (size_t)k, " --bce-target-thresh %s",
@@ -191,6 +179,10 @@ int vt_inspect_run(const char *path) {
          dir);
   if (m.layer_scale)
     printf("  (--layer-scale only has to be positive: the gammas come from the checkpoint)\n");
+  if (!m.norm_recorded)  // (a manifest before they were recorded)
+    printf("  (its normalisation and evaluation transform are not recorded, an older vit3d wrote "
+           "it: give the training run's --mean, --std and --eval-* flags where they were not "
+           "the defaults)\n");
   if (m.sched_epochs)
     printf("  (its epochs were passes over %" PRId64 " training images: the same data gives the "
            "same steps)\n", m.epoch_images);

@@ -115,9 +115,9 @@ static vt_status parse_triple(const char *flag, const char *s, float *out, int p
   float v[3];
   if (sscanf(s, "%f,%f,%f%c", &v[0], &v[1], &v[2], &tail) != 3 ||
       !(fabsf(v[0]) < 1e6f && fabsf(v[1]) < 1e6f && fabsf(v[2]) < 1e6f) ||
-      (positive && !(v[0] > 1e-30f && v[1] > 1e-30f && v[2] > 1e-30f))) {
-    snprintf(err, errlen, "%s %s: give three %snumbers separated by commas, like 0.5,0.5,0.5",
-             flag, s, positive ? "positive " : "");
+      (positive && !(v[0] > 0 && v[1] > 0 && v[2] > 0))) {
+    snprintf(err, errlen, "%s %s: give three %snumbers below 1e6 in size, separated by commas, "
+             "like 0.5,0.5,0.5", flag, s, positive ? "positive " : "");
     return VT_ERR_INPUT;
   }
   memcpy(out, v, sizeof v);

@@ -289,7 +289,8 @@ static void test_settings(void) {
              none.mix_prob == 1 && none.mix_switch_prob == 0.5f && none.remode == 2 &&
              none.bce_thresh == -1 && none.ema_decay == 0 && !none.aa[0] && !none.freeze[0] &&
              !none.trainable[0] && none.mean[1] == 0.456f && none.std[2] == 0.225f &&
-             none.eval_crop_pct == 0.875 && none.eval_squash == 0 && none.eval_interp == 0,
+             none.eval_crop_pct == 0.875 && none.eval_squash == 0 && none.eval_interp == 0 &&
+             !none.norm_recorded,
          "a manifest without the settings reads as the flags' defaults: %s", err);
   int n = vt_ckpt_manifest_format(&none, text, sizeof text);
   EXPECT(!strstr(text, "label_smoothing") && !strstr(text, "remode") && !strstr(text, "mix_"),
@@ -302,7 +303,7 @@ static void test_settings(void) {
   m.hflip = 0, m.crop_scale_min = 0.35f, m.train_interp = 2, m.simple_crop = 1;
   m.three_augment = 1, m.color_jitter = 0.1f, m.aa_interp = 0;
   m.mean[0] = 0.286f, m.mean[2] = -1.5f, m.std[1] = 0.353f, m.eval_crop_pct = 0.9;
-  m.eval_squash = 1, m.eval_interp = 2;
+  m.eval_squash = 1, m.eval_interp = 2, m.norm_recorded = 1;
   snprintf(m.aa, sizeof m.aa, "rand-m9-n2-mstd0.5-mmax10-inc1-p0.5");
   snprintf(m.freeze, sizeof m.freeze, "^blocks\\.(0|1)\\. 'it''s' 100%% \t%%41");
   memset(m.trainable, 'x', sizeof m.trainable - 1);  // the longest: 255 bytes
@@ -310,7 +311,8 @@ static void test_settings(void) {
   m.trainable[7] = ' ';
   n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
-             back.recorded == 33 && back.drop_path == m.drop_path && back.drop_path_uniform == 1 &&
+             back.recorded == 36 && back.norm_recorded == 1 && back.drop_path == m.drop_path &&
+             back.drop_path_uniform == 1 &&
              !memcmp(back.mean, m.mean, sizeof m.mean) && !memcmp(back.std, m.std, sizeof m.std) &&
              back.eval_crop_pct == 0.9 && back.eval_squash == 1 && back.eval_interp == 2 &&
              back.hflip == 0 && back.crop_scale_min == m.crop_scale_min &&
@@ -325,6 +327,14 @@ static void test_settings(void) {
              !strcmp(back.aa, m.aa) && !strcmp(back.freeze, m.freeze) &&
              !strcmp(back.trainable, m.trainable),
          "the settings round trip: %s\n%s", err, text);
+  vt_ckpt_manifest tiny = m;  // a subnormal mean (strtof's ERANGE) and the defaults, recorded
+  tiny.mean[1] = 1e-40f, tiny.eval_squash = 0, tiny.eval_interp = 0, tiny.std[1] = 0.224f;
+  const int nt = vt_ckpt_manifest_format(&tiny, text, sizeof text);
+  EXPECT(vt_ckpt_manifest_parse(text, (size_t)nt, &back, err, sizeof err) == VT_OK &&
+             back.mean[1] == 1e-40f && back.norm_recorded && strstr(text, "eval_squash 0\n") &&
+             strstr(text, "std_g 0.224"),
+         "a subnormal mean and the recorded defaults read back: %s", err);
+  n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(strstr(text, "remode rand\n") &&
              strstr(text, "freeze ^blocks\\.(0|1)\\.%20'it''s'%20100%25%20%09%2541\n"),
          "--remode by name, a pattern as one word:\n%s", text);
