@@ -9,7 +9,9 @@
 #    loss, EMA and freeze settings among them (resumed without a warning, as the uninterrupted
 #    run); a resume without those settings is warned about naming each, one without
 #    --model-ema that the EMA is dropped; another EMA decay is refused; a manifest key this
-#    vit3d does not know (a newer one's) is skipped, named in a warning;
+#    vit3d does not know (a newer one's) is skipped, named in a warning; the normalisation and
+#    evaluation transform among the settings: vit3d eval warns where its own differ, and an
+#    older manifest without them has them said to be unknown (inspect, eval);
 #  - another learning-rate schedule or optimizer setting is refused, naming each difference,
 #    unless --resume-override 1 (said, and the run trains on with the new ones);
 #  - another set of frozen tensors (--freeze, --trainable) is refused; other patterns that
