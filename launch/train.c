@@ -308,13 +308,14 @@ static void run_steps(train_run *r) {
   if (o->run_steps > 0 && r->start_step + o->run_steps < o->steps)
     r->end_step = r->start_step + o->run_steps;
   if (o->eval_only) r->end_step = r->start_step;
-  if (r->world_rank == 0 && !o->eval_only && !r->rc && r->end_step < o->steps)
+  if (r->world_rank == 0 && !o->eval_only && !r->rc && r->end_step < o->steps) {
     vt_log_info("--run-steps %lld: this invocation stops after step %lld of %lld%s",
                 (long long)o->run_steps, (long long)r->end_step, (long long)o->steps,
                 o->save_dir[0] ? ", saved there, to be resumed with --resume auto" : "");
-  if (r->world_rank == 0 && !o->eval_only && !r->rc && r->end_step < o->steps && !o->save_dir[0])
-    vt_log_warn("--run-steps without --save: nothing is saved to resume the rest of the %lld "
-                "steps from; give --save DIR", (long long)o->steps);
+    if (!o->save_dir[0])
+      vt_log_warn("--run-steps without --save: nothing is saved to resume the rest of the %lld "
+                  "steps from; give --save DIR", (long long)o->steps);
+  }
   if (r->world_rank == 0 && !o->eval_only && !r->rc) vt_report_schedule(&r->opt.cfg);
   if (r->world_rank == 0 && o->save_dir[0] && !o->eval_only && !r->rc)
     vt_ckpt_disk_plan(o, r->m.frozen_layers, r->start_step, r->end_step);

@@ -39,7 +39,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yi
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 source "$here/../launch/common.sh"  # (vt_free_port)
-free_port() { vt_free_port; }
 
 # 1. The comm API.
 if timeout 120 "$spawn" 8 "$test_comm" > "$work/comm.log" 2>&1 &&
@@ -78,7 +77,7 @@ if command -v mpirun > /dev/null; then
   # Built without MPI, mpirun's ranks take Open MPI's variables and meet over TCP.
   world=mpi
   [ "$built" = nompi ] && world=tcp
-  MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) \
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=$(vt_free_port) \
     timeout 300 mpirun -np 8 --oversubscribe -x MASTER_ADDR -x MASTER_PORT "$vit3d" \
     "${common[@]}" --tp 2 --pp 2 --dp 2 --log-dir "$work/mpi222" \
     --final-weights "$work/mpi222/weights.safetensors" > "$work/mpi222.log" 2>&1 ||
@@ -94,7 +93,7 @@ else
 fi
 close_to base m222 "tcp 2x2x2"
 # Two "hosts" of four ranks each (spawn.sh with NNODES and NODE_RANK, as torchrun --nnodes).
-port2=$(free_port)
+port2=$(vt_free_port)
 for node in 1 0; do
   NNODES=2 NODE_RANK=$node MASTER_ADDR=127.0.0.1 MASTER_PORT=$port2 timeout 300 "$spawn" 4 \
     "$vit3d" "${common[@]}" --tp 2 --pp 2 --dp 2 --log-dir "$work/nodes" \
@@ -202,7 +201,7 @@ expect_error() {  # expect_error LABEL CODE PATTERN LOG: exit 2 (nothing ran) an
 env -u MASTER_ADDR -u MASTER_PORT RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" \
   > "$work/noaddr.log" 2>&1
 expect_error "no MASTER_ADDR" $? "do not say where" "$work/noaddr.log"
-port=$(free_port)
+port=$(vt_free_port)
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port VT_CONNECT_TIMEOUT=2
 three() {  # three NAME R:S R:S: ranks R of world size S beside a rank 0 of 3; rank 0's exit
   local name=$1 r s
@@ -229,7 +228,7 @@ RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/alone.log" 2>&1
 expect_error "rank 1 never started" $? "only 1 of 2 ranks reached" "$work/alone.log"
 # Another program listening on MASTER_PORT: rank 0 cannot take it, and rank 1, whose
 # connection that program holds without a word, gives up after twice VT_CONNECT_TIMEOUT.
-export MASTER_PORT=$(free_port)
+export MASTER_PORT=$(vt_free_port)
 "$py" -c 'import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
@@ -249,7 +248,7 @@ wait $holder 2> /dev/null
 # Two runs on one port: rank 0 of run a turns away rank 1 of run b (which says so and exits 2)
 # and trains with its own rank 1 (which starts after run b's rank 1 ended: rank 0 waits up to
 # 30 s for it).
-export MASTER_PORT=$(free_port)
+export MASTER_PORT=$(vt_free_port)
 VT_CONNECT_TIMEOUT=30 VT_RUN_ID=a RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" \
   > "$work/runa0.log" 2>&1 &
 rank0=$!
@@ -273,7 +272,7 @@ expect_error "VT_WORLD=nccl" $? "VT_WORLD=nccl: use mpi, tcp or auto" "$work/mod
 # Rank 0's MASTER_ADDR resolved another way on its own host (as a host name in /etc/hosts that
 # points at a loopback address there): the other ranks keep dialling what they resolved, the
 # watchdog's side channel too (it used rank 0's own lookup, and the run died at start-up).
-export MASTER_PORT=$(free_port)
+export MASTER_PORT=$(vt_free_port)
 VT_CONNECT_TIMEOUT=10 MASTER_ADDR=192.0.2.1 RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" \
   "${common[@]}" > "$work/addr0.log" 2>&1 &
 rank0=$!
@@ -286,7 +285,7 @@ rc0=$?
   { bad "rank 0 with another MASTER_ADDR: exit $rc0 and $rc"; tail -3 "$work/addr1.log"; }
 # A stop signal while the ranks meet ends a rank at once (exit 75 for SIGTERM), not after
 # VT_CONNECT_TIMEOUT.
-export MASTER_PORT=$(free_port)
+export MASTER_PORT=$(vt_free_port)
 VT_CONNECT_TIMEOUT=60 RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" \
   > "$work/meetterm.log" 2>&1 &
 lone=$!
