@@ -114,6 +114,7 @@ typedef struct {
                                     // vt_interp (0 sample)
   int norm_recorded;  // 1: the manifest records these five (always written, since 2026-12-07);
                       // 0: an older vit3d's, whose normalisation and evaluation are not known
+  int evaluated;      // 1: the saving run evaluated (--val-data), with the transform above (0)
   float ema_decay;                  // --model-ema (0: none)
   int ema_warmup;                   // --model-ema-warmup (0)
   char freeze[256], trainable[256];  // --freeze, --trainable ("": none)

@@ -64,6 +64,7 @@ static const struct setting {
     ALWAYS("eval_crop_pct", 'd', eval_crop_pct, 0.875, 0.05, 1),
     ALWAYS("eval_squash", 'i', eval_squash, 0, 0, 1),
     ALWAYS("eval_interp", 'i', eval_interp, 0, 0, 2),
+    SETTING("evaluated", 'i', evaluated, 0, 0, 1),
     SETTING("ema_decay", 'f', ema_decay, 0, 0, 1),
     SETTING("ema_warmup", 'i', ema_warmup, 0, 0, 1),
     SETTING("freeze", 's', freeze, 0, 0, 0),

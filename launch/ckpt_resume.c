@@ -379,8 +379,9 @@ static void differs_eval(diff_list *d, const vt_ckpt_manifest *man, const vt_ckp
           vt_ckpt_interp_name(man->eval_interp), vt_ckpt_interp_name(cur->eval_interp));
 }
 
-// vit3d eval (rank 0): a warning where its normalisation or evaluation transform differ from
-// those of the run that saved man, whose evaluations its figures then do not repeat.
+// vit3d eval (rank 0): a warning where its normalisation differs from the training's, or its
+// evaluation transform from that of the run that saved man where that run evaluated, whose
+// evaluations its figures then do not repeat.
 static void warn_eval(const vt_train_options *o, const char *dir, const vt_ckpt_manifest *man) {
   vt_ckpt_manifest cur;
   vt_ckpt_manifest_settings(&cur, o);
@@ -399,11 +400,12 @@ static void warn_eval(const vt_train_options *o, const char *dir, const vt_ckpt_
   }
   diff_list d = {"", "", 0};
   differs_norm(&d, man, &cur);
-  differs_eval(&d, man, &cur);
+  if (man->evaluated) differs_eval(&d, man, &cur);
   if (d.n)
-    vt_log_warn("%s was trained with %s and this evaluation has %s: its figures are not those "
-                "of that run's evaluations (vit3d inspect %s prints the run's flags)", dir,
-                d.was, d.now, dir);
+    vt_log_warn("%s was trained with %s and this evaluation has %s: %s (vit3d inspect %s "
+                "prints the run's flags)", dir, d.was, d.now,
+                man->evaluated ? "its figures are not those of that run's evaluations"
+                               : "the images are not normalised as in its training", dir);
 }
 
 // Rank 0: a warning naming every regularisation or loss setting (vt_ckpt_manifest_settings)
@@ -447,7 +449,7 @@ static void warn_settings(const vt_train_options *o, const char *dir, const vt_c
                 man->recorded ? "" : " (its manifest records none of these settings: written "
                 "by a vit3d before they were recorded, it reads as their defaults)");
   diff_list e = {"", "", 0};
-  if (man->norm_recorded && o->val_data[0]) differs_eval(&e, man, &cur);  // (it evaluates)
+  if (man->evaluated && o->val_data[0]) differs_eval(&e, man, &cur);  // (both evaluate)
   if (e.n)
     vt_log_warn("%s was saved by a run with %s and this one has %s: from here its evaluations "
                 "differ from that run's", dir, e.was, e.now);

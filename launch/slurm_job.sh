@@ -115,7 +115,7 @@ printf '\n'
 
 pid= sig=
 forward() {
-  echo "vit3d slurm job: SIG$1 received; asking the trainer to checkpoint and stop"
+  echo "vit3d slurm job: SIG$1 received; sending the trainer SIGUSR1 (checkpoint and stop)"
   sig=${sig:-$1}
   [ -n "$pid" ] && kill -USR1 "$pid" 2>/dev/null
 }

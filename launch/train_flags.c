@@ -3,9 +3,11 @@
 // train_flags_model.c and train_flags_run.c.
 #include "train_flags.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -111,10 +113,18 @@ static void train_defaults(vt_train_options *o) {
 // "a,b,c": three numbers (positive ones when positive is set).
 static vt_status parse_triple(const char *flag, const char *s, float *out, int positive, char *err,
                               size_t errlen) {
-  char tail;
   float v[3];
-  if (sscanf(s, "%f,%f,%f%c", &v[0], &v[1], &v[2], &tail) != 3 ||
-      !(fabsf(v[0]) < 1e6f && fabsf(v[1]) < 1e6f && fabsf(v[2]) < 1e6f) ||
+  const char *p = s;
+  int ok = 1;
+  for (int i = 0; i < 3 && ok; i++) {  // spaces around each number are allowed
+    char *end;
+    v[i] = strtof(p, &end);
+    ok = end != p;
+    while (isspace((unsigned char)*end)) end++;
+    ok = ok && *end == (i < 2 ? ',' : '\0');
+    p = end + 1;
+  }
+  if (!ok || !(fabsf(v[0]) < 1e6f && fabsf(v[1]) < 1e6f && fabsf(v[2]) < 1e6f) ||
       (positive && !(v[0] > 0 && v[1] > 0 && v[2] > 0))) {
     snprintf(err, errlen, "%s %s: give three %snumbers below 1e6 in size, separated by commas, "
              "like 0.5,0.5,0.5", flag, s, positive ? "positive " : "");

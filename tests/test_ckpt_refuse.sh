@@ -232,10 +232,12 @@ reg=(--drop-path 0.1 --drop-path-uniform 1 --proj-drop 0.05 --attn-drop 0.02 --p
      --eval-crop-mode squash --eval-interpolation bicubic)
 ema=(--model-ema 0.99 --model-ema-warmup 1)
 rfrz=(--freeze "^blocks\\.0\\. 'x" --trainable '^(blocks|head|norm)')
+${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/make_images.py" "$work/reg_imgs" 10 1 32
 "$vit3d" "${args[@]}" --steps 6 "${reg[@]}" "${ema[@]}" "${rfrz[@]}" --log-dir "$work/reg_full" \
-  > "$work/reg_full.log" 2>&1 &&
+  --val-data "$work/reg_imgs" > "$work/reg_full.log" 2>&1 &&
   "$vit3d" "${args[@]}" --steps 6 --run-steps 3 "${reg[@]}" "${ema[@]}" "${rfrz[@]}" \
-    --save "$work/ck_reg" > "$work/reg_a.log" 2>&1 || { echo "FAIL: the regularised runs"; fail=1; }
+    --val-data "$work/reg_imgs" --save "$work/ck_reg" > "$work/reg_a.log" 2>&1 ||
+  { echo "FAIL: the regularised runs"; fail=1; }
 flags=$("$vit3d" inspect "$work/ck_reg/step-00000003" 2>&1 | sed -n 's/^resume with: //p')
 if [ -n "$flags" ] &&
    eval "\"\$vit3d\" train --model vit-ti16 $flags --micro-batch-size 8 --threads 1 \
@@ -246,13 +248,19 @@ if [ -n "$flags" ] &&
 else echo "FAIL: inspect's line of a regularised run ($flags):"; tail -5 "$work/reg_b.log"; fail=1; fi
 # vit3d eval of it: without the run's normalisation and evaluation flags a warning names them
 # (its figures are not the run's); with inspect's line, none.
-${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/make_images.py" "$work/reg_imgs" 10 1 32
 out=$("$vit3d" eval --model tiny --checkpoint "$work/ck_reg/step-00000003" --val-data "$work/reg_imgs" --threads 1 2>&1)
 out2=$(eval "\"\$vit3d\" eval $flags --checkpoint \"\$work/ck_reg/step-00000003\" --val-data \"\$work/reg_imgs\" --threads 1" 2>&1)
 if grep -q "warning: .*step-00000003 was trained with --mean 0.5,0.4,0.3 --std 0.2,0.25,0.3 --eval-crop-pct 0.9 --eval-crop-mode squash --eval-interpolation bicubic and this evaluation has --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --eval-crop-pct 0.875 --eval-crop-mode center --eval-interpolation sample: its figures are not those of that run's evaluations" <<<"$out" &&
    grep -q "top-1" <<<"$out2" && ! grep -q "warning" <<<"$out2"; then
   echo "ok: vit3d eval warns where its normalisation and evaluation transform differ from the run's, not with inspect's flags"
 else echo "FAIL: vit3d eval's normalisation warning: $out"; echo "$out2" | tail -3; fail=1; fi
+# Of a run that never evaluated (ck_reg2's second part had no --val-data) only the normalisation
+# is compared: there are no evaluations whose transform to repeat.
+out=$("$vit3d" eval --model tiny --checkpoint "$work/ck_reg2/step-00000006" --val-data "$work/reg_imgs" --threads 1 2>&1)
+if grep -q "step-00000006 was trained with --mean 0.5,0.4,0.3 --std 0.2,0.25,0.3 and this evaluation has --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225: the images are not normalised as in its training" <<<"$out" &&
+   ! grep -q -- "--eval-crop" <<<"$out"; then
+  echo "ok: vit3d eval of a run that never evaluated compares its normalisation only"
+else echo "FAIL: vit3d eval of a run that never evaluated: $out"; fail=1; fi
 # A manifest of a vit3d before these were recorded (their keys taken out): inspect leaves them
 # out and says so, vit3d eval warns that they are not known instead of comparing defaults.
 cp -a "$work/ck_reg/step-00000003" "$work/ck_old"

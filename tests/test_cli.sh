@@ -38,6 +38,13 @@ refuse "--global-batch-size 10 is not a multiple of dp 1 x --micro-batch-size 4 
 refuse "--sequence-parallel 1 in bf16 gathers the bf16 rows two to a float: it needs an even --width (have 27)" plan --model tiny --width 27 --heads 3 --depth 2 --tp 3 --sequence-parallel 1 --device cuda
 refuse "--log-dir is a training run's: an evaluation prints its figures and writes no log" eval --val-data x --init-from w.safetensors --log-dir runs/a
 refuse "width 100 is not a multiple of heads 3" train --width 100
+refuse "--mean 0.5,0.5: give three numbers below 1e6 in size, separated by commas" train --mean 0.5,0.5
+refuse "--std 0.5,0,0.5: give three positive numbers" train --std 0.5,0,0.5
+refuse "--mean 0.5,0.5,0.5,: give three numbers" train --mean 0.5,0.5,0.5,
+# Spaces around the numbers are taken wherever they are (a leading one was, a trailing one not).
+"$vit3d" plan --model tiny --mean " 0.5 , 0.5,0.5 " --std "0.2, 0.2 ,0.2" > /dev/null 2>&1 &&
+  echo "ok: --mean and --std take spaces around their numbers" ||
+  { echo "FAIL: --mean ' 0.5 , 0.5,0.5 ' refused"; fail=1; }
 refuse "img-size 225 is not a multiple of patch-size 16" train --img-size 225
 refuse "width 1152 x mlp-ratio 3.73611 is not a whole number: give the MLP's hidden width with --mlp-dim" plan --width 1152 --heads 16 --mlp-ratio 3.73611
 refuse "unknown model 'vit-q'" train --model vit-q

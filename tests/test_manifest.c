@@ -303,7 +303,7 @@ static void test_settings(void) {
   m.hflip = 0, m.crop_scale_min = 0.35f, m.train_interp = 2, m.simple_crop = 1;
   m.three_augment = 1, m.color_jitter = 0.1f, m.aa_interp = 0;
   m.mean[0] = 0.286f, m.mean[2] = -1.5f, m.std[1] = 0.353f, m.eval_crop_pct = 0.9;
-  m.eval_squash = 1, m.eval_interp = 2, m.norm_recorded = 1;
+  m.eval_squash = 1, m.eval_interp = 2, m.norm_recorded = 1, m.evaluated = 1;
   snprintf(m.aa, sizeof m.aa, "rand-m9-n2-mstd0.5-mmax10-inc1-p0.5");
   snprintf(m.freeze, sizeof m.freeze, "^blocks\\.(0|1)\\. 'it''s' 100%% \t%%41");
   memset(m.trainable, 'x', sizeof m.trainable - 1);  // the longest: 255 bytes
@@ -311,7 +311,8 @@ static void test_settings(void) {
   m.trainable[7] = ' ';
   n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
-             back.recorded == 36 && back.norm_recorded == 1 && back.drop_path == m.drop_path &&
+             back.recorded == 37 && back.norm_recorded == 1 && back.evaluated == 1 &&
+             back.drop_path == m.drop_path &&
              back.drop_path_uniform == 1 &&
              !memcmp(back.mean, m.mean, sizeof m.mean) && !memcmp(back.std, m.std, sizeof m.std) &&
              back.eval_crop_pct == 0.9 && back.eval_squash == 1 && back.eval_interp == 2 &&
