@@ -210,6 +210,23 @@ const char *vt_ckpt_double_text(double v, char *buf, size_t size);
 // --train-interpolation's word for a manifest's train_interp (vt_interp's order).
 const char *vt_ckpt_interp_name(int interp);
 
+// The "__metadata__" of vit3d export's file: format pt, vit3d_step, vit3d_weights (model or
+// ema), input_size ("3,S,S"), num_classes and, where the manifest records them, mean and std
+// ("R,G,B"), and, where its run evaluated, crop_pct, crop_mode and interpolation (timm's
+// pretrained_cfg names, vit3d's words): kv holds n key-value pairs, pointing into text.
+typedef struct {
+  int n;
+  const char *kv[22];
+  char text[7][112];
+} vt_ckpt_file_meta;
+void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, int ema);
+// Such metadata values (NULL where absent) into m's mean, std (norm_recorded) and evaluation
+// transform (evaluated): 1 where they were read, 0 where the file has no mean (none recorded),
+// -1 where one cannot be read (err names it).
+int vt_ckpt_file_meta_parse(vt_ckpt_manifest *m, const char *mean, const char *std,
+                            const char *crop_pct, const char *crop_mode, const char *interp,
+                            char *err, size_t errlen);
+
 // Reads dir/manifest.txt and verifies the size and CRC-32 of every file it lists.
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen);
 // The same, the CRC-32s only with crc (without: the manifest and the sizes, for a reader that
@@ -247,9 +264,12 @@ int vt_mkdir_p(const char *dir);
 // Removes dir's files, then dir (a flat folder: a checkpoint's, a staging one); quietly.
 void vt_remove_dir(const char *dir);
 
-// Copies src to dst through dst.tmp + fsync + rename, so dst is either the old or the new file.
-// Refuses a dst that is not a regular file (vt_output_file_check).
-vt_status vt_copy_file_atomic(const char *src, const char *dst, char *err, size_t errlen);
+// Writes the tensors of the safetensors file src (4-byte dtypes: a checkpoint's) to dst with the
+// metadata meta_kv (n_meta key-value pairs) in place of src's, through dst.tmp + fsync + rename,
+// so dst is either the old or the new file; one tensor in memory at a time. Refuses a dst that
+// is not a regular file (vt_output_file_check) or is src itself.
+vt_status vt_safetensors_copy_atomic(const char *src, const char *dst, const char *const *meta_kv,
+                                     int n_meta, char *err, size_t errlen);
 
 // An output file path that exists as anything but a regular file (a device such as /dev/null,
 // a pipe, a directory) is refused with a message naming `what` (the flag), since writing it

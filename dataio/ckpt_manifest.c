@@ -105,6 +105,78 @@ const char *vt_ckpt_interp_name(int interp) {
   return interp >= 0 && interp < 3 ? names[interp] : "?";
 }
 
+void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, int ema) {
+  char (*t)[112] = fm->text, a[3][32];
+  int n = 0;
+#define PAIR(k, v) (fm->kv[2 * n] = (k), fm->kv[2 * n + 1] = (v), n++)
+  PAIR("format", "pt");
+  snprintf(t[0], sizeof t[0], "%lld", (long long)m->step);
+  PAIR("vit3d_step", t[0]);
+  PAIR("vit3d_weights", ema ? "ema" : "model");
+  snprintf(t[1], sizeof t[1], "3,%d,%d", m->img_size, m->img_size);
+  PAIR("input_size", t[1]);
+  snprintf(t[2], sizeof t[2], "%d", m->num_classes);
+  PAIR("num_classes", t[2]);
+  if (m->norm_recorded) {
+    snprintf(t[3], sizeof t[3], "%s,%s,%s", vt_ckpt_float_text(m->mean[0], a[0], 32),
+             vt_ckpt_float_text(m->mean[1], a[1], 32), vt_ckpt_float_text(m->mean[2], a[2], 32));
+    snprintf(t[4], sizeof t[4], "%s,%s,%s", vt_ckpt_float_text(m->std[0], a[0], 32),
+             vt_ckpt_float_text(m->std[1], a[1], 32), vt_ckpt_float_text(m->std[2], a[2], 32));
+    PAIR("mean", t[3]);
+    PAIR("std", t[4]);
+  }
+  if (m->norm_recorded && m->evaluated) {
+    PAIR("crop_pct", vt_ckpt_double_text(m->eval_crop_pct, t[5], sizeof t[5]));
+    PAIR("crop_mode", m->eval_squash ? "squash" : "center");
+    PAIR("interpolation", vt_ckpt_interp_name(m->eval_interp));
+  }
+#undef PAIR
+  fm->n = n;
+}
+
+// "R,G,B" into v (spaces allowed around the numbers, as --mean's); 0 where it is not three
+// finite numbers (positive ones with positive).
+static int triple_parse(const char *s, float v[3], int positive) {
+  for (int i = 0; i < 3; i++) {
+    char *end;
+    v[i] = strtof(s, &end);
+    if (end == s || !isfinite(v[i]) || (positive && !(v[i] > 0))) return 0;
+    while (*end == ' ') end++;
+    if (*end != (i < 2 ? ',' : '\0')) return 0;
+    s = end + 1;
+  }
+  return 1;
+}
+
+int vt_ckpt_file_meta_parse(vt_ckpt_manifest *m, const char *mean, const char *std,
+                            const char *crop_pct, const char *crop_mode, const char *interp,
+                            char *err, size_t errlen) {
+  if (!mean) return 0;
+  if (!triple_parse(mean, m->mean, 0) || !std || !triple_parse(std, m->std, 1)) {
+    snprintf(err, errlen, "its metadata's mean \"%.40s\" and std \"%.40s\" are not three "
+             "numbers each", mean, std ? std : "(absent)");
+    return -1;
+  }
+  m->norm_recorded = 1, m->evaluated = 0;
+  if (!crop_pct && !crop_mode && !interp) return 1;  // (its run never evaluated)
+  char *end = NULL;
+  m->eval_crop_pct = crop_pct ? strtod(crop_pct, &end) : 0;
+  m->eval_squash = crop_mode && !strcmp(crop_mode, "squash");
+  m->eval_interp = -1;
+  for (int i = 0; i < 3; i++)
+    if (interp && !strcmp(interp, vt_ckpt_interp_name(i))) m->eval_interp = i;
+  if (!crop_pct || end == crop_pct || *end || !(m->eval_crop_pct > 0 && m->eval_crop_pct <= 1) ||
+      !crop_mode || (!m->eval_squash && strcmp(crop_mode, "center")) || m->eval_interp < 0) {
+    snprintf(err, errlen, "its metadata's crop_pct \"%.40s\", crop_mode \"%.20s\" and "
+             "interpolation \"%.20s\" are not a number in (0, 1], center or squash, and "
+             "sample, bilinear or bicubic", crop_pct ? crop_pct : "(absent)",
+             crop_mode ? crop_mode : "(absent)", interp ? interp : "(absent)");
+    return -1;
+  }
+  m->evaluated = 1;
+  return 1;
+}
+
 // Every setting at its absent value (a manifest without them: the flags' defaults).
 static void settings_absent(vt_ckpt_manifest *m) {
   for (int i = 0; i < N_SETTINGS; i++) {

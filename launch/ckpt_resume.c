@@ -381,8 +381,9 @@ static void differs_eval(diff_list *d, const vt_ckpt_manifest *man, const vt_ckp
 
 // vit3d eval (rank 0): a warning where its normalisation differs from the training's, or its
 // evaluation transform from that of the run that saved man where that run evaluated, whose
-// evaluations its figures then do not repeat.
-static void warn_eval(const vt_train_options *o, const char *dir, const vt_ckpt_manifest *man) {
+// evaluations its figures then do not repeat. where: what says the run's flags.
+static void warn_eval(const vt_train_options *o, const char *dir, const vt_ckpt_manifest *man,
+                      const char *where) {
   vt_ckpt_manifest cur;
   vt_ckpt_manifest_settings(&cur, o);
   if (!man->norm_recorded) {  // (an older vit3d's manifest)
@@ -402,10 +403,34 @@ static void warn_eval(const vt_train_options *o, const char *dir, const vt_ckpt_
   differs_norm(&d, man, &cur);
   if (man->evaluated) differs_eval(&d, man, &cur);
   if (d.n)
-    vt_log_warn("%s was trained with %s and this evaluation has %s: %s (vit3d inspect %s "
-                "prints the run's flags)", dir, d.was, d.now,
+    vt_log_warn("%s was trained with %s and this evaluation has %s: %s (%s)", dir, d.was, d.now,
                 man->evaluated ? "its figures are not those of that run's evaluations"
-                               : "the images are not normalised as in its training", dir);
+                               : "the images are not normalised as in its training", where);
+}
+
+void vt_ckpt_warn_file_norm(const vt_train_options *o, const char *path) {
+  vt_st_file f;
+  char err[300];
+  if (vt_safetensors_open(path, &f, err, sizeof err) != VT_OK) return;  // (read and refused)
+  vt_ckpt_manifest man;
+  memset(&man, 0, sizeof man);
+  const int got = vt_ckpt_file_meta_parse(
+      &man, vt_st_metadata(&f, "mean"), vt_st_metadata(&f, "std"), vt_st_metadata(&f, "crop_pct"),
+      vt_st_metadata(&f, "crop_mode"), vt_st_metadata(&f, "interpolation"), err, sizeof err);
+  vt_safetensors_close(&f);
+  if (got < 0) vt_log_warn("--init-from %s: %s; its normalisation is not compared", path, err);
+  if (got <= 0) return;  // (no normalisation recorded: a file of timm's, or of another tool)
+  if (o->eval_only) {
+    warn_eval(o, path, &man, "the file's metadata records the run's settings");
+    return;
+  }
+  vt_ckpt_manifest cur;
+  vt_ckpt_manifest_settings(&cur, o);
+  diff_list d = {"", "", 0};
+  differs_norm(&d, &man, &cur);
+  if (d.n)
+    vt_log_warn("%s was trained with %s and this run has %s: it starts from weights that saw "
+                "other inputs (give the file's normalisation to keep them)", path, d.was, d.now);
 }
 
 // Rank 0: a warning naming every regularisation or loss setting (vt_ckpt_manifest_settings)
@@ -521,7 +546,11 @@ static void install(const vt_train_options *o, vt_model *m, vt_optimizer *opt, c
     vt_log_warn("%s was saved by a run with --drop-last %d and this one has %d: the epochs, "
                 "and so the data stream, differ from here", dir, man->drop_last, o->drop_last);
   if (rank0 && !o->eval_only) warn_settings(o, dir, man);
-  if (rank0 && o->eval_only) warn_eval(o, dir, man);
+  if (rank0 && o->eval_only) {
+    char where[1200];
+    snprintf(where, sizeof where, "vit3d inspect %s prints the run's flags", dir);
+    warn_eval(o, dir, man, where);
+  }
   if (rank0 && man->nunknown)
     vt_log_warn("%s's manifest has %d key%s this vit3d does not know (%s%s): a newer vit3d "
                 "wrote it, and what they record is neither applied nor checked here, so the run "

@@ -72,7 +72,8 @@ static int cmd_train(int argc, char **argv, vt_comm *world, vt_run_mode mode) {
 }
 
 // vit3d export --checkpoint DIR --out FILE: the checkpoint's model.safetensors holds the full,
-// unsharded weights with timm's names already; verify the checkpoint and copy it atomically.
+// unsharded weights with timm's names already; verify the checkpoint and copy its tensors
+// atomically, with metadata that says how to feed them (vt_ckpt_file_meta).
 static int cmd_export(int argc, char **argv) {
   char ckpt[512] = "", out[512] = "", err[768];
   int use_ema = 0;
@@ -104,12 +105,19 @@ static int cmd_export(int argc, char **argv) {
   }
   char src[1200];
   snprintf(src, sizeof src, "%s/%s", dir, file);
-  if (vt_copy_file_atomic(src, out, err, sizeof err) != VT_OK) {
+  vt_ckpt_file_meta fm;
+  vt_ckpt_file_meta_make(&fm, &man, use_ema);
+  const vt_status st = vt_safetensors_copy_atomic(src, out, fm.kv, fm.n, err, sizeof err);
+  if (st != VT_OK) {
     fprintf(stderr, "vit3d export: %s\n", err);
-    return 1;
+    return st == VT_ERR_INPUT ? 2 : 1;
   }
   printf("vit3d export: wrote %s (%s, step %lld%s, timm names, fp32)\n", out, dir,
          (long long)man.step, use_ema ? ", EMA weights" : "");
+  printf("vit3d export: its metadata:");
+  for (int i = 0; i < fm.n; i++) printf(" %s=%s", fm.kv[2 * i], fm.kv[2 * i + 1]);
+  printf("%s\n", man.norm_recorded ? "" : " (the checkpoint, of an older vit3d, does not record "
+         "its normalisation)");
   return 0;
 }
 

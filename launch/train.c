@@ -215,6 +215,8 @@ static int run_open(train_run *r) {
       vt_model_init_from(m, world, o->init_from, o->eval_only, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("--init-from: %s", err);
     r->rc = VT_EXIT_USAGE;
+  } else if (o->init_from[0] && world_rank == 0) {
+    vt_ckpt_warn_file_norm(o, o->init_from);
   }
   vt_optimizer_ema_reset(&r->opt, m->params);  // the EMA starts at the initial weights
   if (!r->rc && !vt_train_outputs_writable(o, world)) r->rc = VT_EXIT_USAGE;

@@ -71,6 +71,34 @@ grep "^eval:" "$work/last.log" | cmp -s - "$work/eval_ckpt.txt" &&
 step "$vit3d" export --checkpoint "$work/ck" --out "$work/w_folder.safetensors"
 cmp -s "$work/w.safetensors" "$work/w_folder.safetensors" ||
   { echo "FAIL: export --checkpoint SAVE_FOLDER wrote other bytes than its step 8"; fail=1; }
+# The file holds the checkpoint's tensors, byte for byte, and metadata naming the run's
+# normalisation (no crop keys: the run never evaluated); vit3d eval --init-from it with another
+# normalisation warns; an --out onto the checkpoint's own file is refused, the file kept.
+step "$py" - "$work/w.safetensors" "$ck/model.safetensors" <<'PY'
+import json, struct, sys
+def load(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    meta = h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}, meta
+(t, meta), (t0, meta0) = load(sys.argv[1]), load(sys.argv[2])
+want = {"format": "pt", "vit3d_step": "8", "vit3d_weights": "model", "input_size": "3,16,16",
+        "num_classes": "3", "mean": "0.485,0.456,0.406", "std": "0.229,0.224,0.225"}
+assert t == t0 and len(t) > 0, "the tensors differ from the checkpoint's"
+assert meta == want and meta0 is None, f"metadata {meta}, the checkpoint's {meta0}"
+PY
+out=$(timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" \
+      --init-from "$work/w.safetensors" --micro-batch-size 4 --mean 0.5,0.5,0.5 2>&1)
+grep -q "w.safetensors was trained with --mean 0.485,0.456,0.406 and this evaluation has --mean 0.5,0.5,0.5: the images are not normalised as in its training" <<<"$out" &&
+  echo "ok: the exported file's metadata names its normalisation; eval --init-from warns of another" ||
+  { echo "FAIL: eval --init-from with another --mean: $out"; fail=1; }
+out=$("$vit3d" export --checkpoint "$ck" --out "$ck/model.safetensors" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "is the checkpoint's own" <<<"$out" &&
+  "$vit3d" export --checkpoint "$ck" --out "$work/w_again.safetensors" > /dev/null &&
+  cmp -s "$work/w.safetensors" "$work/w_again.safetensors" &&
+  echo "ok: export onto the checkpoint's own file refused, the checkpoint intact" ||
+  { echo "FAIL: export onto the checkpoint's file: rc $rc: $out"; fail=1; }
 step "$py" "$here/export_check.py" "$work/w.safetensors" "$work/dump.safetensors" 32 4 4
 cat "$work/last.log"
 step timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" --checkpoint "$ck" \

@@ -358,9 +358,48 @@ static void test_settings(void) {
              strstr(err, "bad value for trainable"), "a 256-byte pattern: %s", err);
 }
 
+// vit3d export's metadata: made from a manifest and read back (a run that evaluated and one that
+// did not); a file without a mean records nothing; unreadable values are named.
+static void test_file_meta(void) {
+  vt_ckpt_manifest m = sample(), back;
+  m.norm_recorded = 1, m.evaluated = 1, m.mean[1] = 1e-40f;
+  vt_ckpt_file_meta fm;
+  vt_ckpt_file_meta_make(&fm, &m, 1);
+  const char *v[5] = {NULL};  // mean, std, crop_pct, crop_mode, interpolation
+  static const char *const keys[5] = {"mean", "std", "crop_pct", "crop_mode", "interpolation"};
+  for (int i = 0; i < fm.n; i++)
+    for (int k = 0; k < 5; k++)
+      if (!strcmp(fm.kv[2 * i], keys[k])) v[k] = fm.kv[2 * i + 1];
+  char err[256];
+  memset(&back, 0, sizeof back);
+  EXPECT(fm.n == 10 && !strcmp(fm.kv[5], "ema") && !strcmp(fm.kv[7], "3,32,32") &&
+             vt_ckpt_file_meta_parse(&back, v[0], v[1], v[2], v[3], v[4], err, sizeof err) == 1 &&
+             !memcmp(back.mean, m.mean, sizeof m.mean) && !memcmp(back.std, m.std, sizeof m.std) &&
+             back.evaluated && back.eval_crop_pct == 0.9 && back.eval_squash &&
+             back.eval_interp == 2,
+         "file metadata round trip: %s %s %s %s %s", v[0], v[1], v[2], v[3], v[4]);
+  m.evaluated = 0;
+  vt_ckpt_file_meta_make(&fm, &m, 0);
+  EXPECT(fm.n == 7 && !strcmp(fm.kv[5], "model") &&
+             vt_ckpt_file_meta_parse(&back, fm.kv[11], fm.kv[13], NULL, NULL, NULL, err,
+                                     sizeof err) == 1 && !back.evaluated,
+         "the metadata of a run that never evaluated");
+  EXPECT(vt_ckpt_file_meta_parse(&back, NULL, "1,1,1", NULL, NULL, NULL, err, sizeof err) == 0,
+         "no mean: nothing recorded");
+  EXPECT(vt_ckpt_file_meta_parse(&back, "0.5,0.5", "1,1,1", NULL, NULL, NULL, err,
+                                 sizeof err) == -1 && strstr(err, "not three numbers"),
+         "two numbers: %s", err);
+  EXPECT(vt_ckpt_file_meta_parse(&back, "0,0,0", "1,0,1", NULL, NULL, NULL, err, sizeof err) == -1,
+         "a zero std");
+  EXPECT(vt_ckpt_file_meta_parse(&back, "0,0,0", "1,1,1", "0.9", "center", "nearest", err,
+                                 sizeof err) == -1 && strstr(err, "interpolation \"nearest\""),
+         "an unknown interpolation: %s", err);
+}
+
 int main(void) {
   char text[4096], err[512];
   test_settings();
+  test_file_meta();
   test_crc32();
   test_partfile();
   test_recover();
