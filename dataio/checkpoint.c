@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "partfile.h"
-#include "safetensors.h"
 
 #define FAIL(status, ...) return (snprintf(err, errlen, __VA_ARGS__), (status))
 
@@ -607,62 +606,3 @@ vt_status vt_output_dir_check(const char *path, const char *what, char *err, siz
   return VT_OK;
 }
 
-vt_status vt_safetensors_copy_atomic(const char *src, const char *dst, const char *const *meta_kv,
-                                     int n_meta, char *err, size_t errlen) {
-  if (vt_output_file_check(dst, "the output file", err, errlen) != VT_OK) return VT_ERR_INPUT;
-  struct stat ss, sd;
-  if (stat(src, &ss) == 0 && stat(dst, &sd) == 0 && ss.st_dev == sd.st_dev &&
-      ss.st_ino == sd.st_ino)
-    FAIL(VT_ERR_INPUT, "the output %s is the checkpoint's own %s: give another path", dst, src);
-  vt_st_file in;
-  vt_status st = vt_safetensors_open(src, &in, err, errlen);  // (the header: tensors one by one)
-  if (st != VT_OK) return st;
-  vt_st_tensor *ts = calloc((size_t)in.count + 1, sizeof *ts);
-  int64_t most = 0;
-  for (int i = 0; ts && i < in.count; i++) {
-    const vt_st_entry *e = &in.entries[i];
-    ts[i] = (vt_st_tensor){e->name, e->dtype, e->ndim, {0}, NULL};
-    for (int d = 0; d < e->ndim && d < 4; d++) ts[i].shape[d] = e->shape[d];
-    if (e->ndim > 4) ts[i].ndim = e->ndim;  // (refused by the layout: a checkpoint has none)
-    if (e->end - e->begin > most) most = e->end - e->begin;
-  }
-  char tmp[1100];
-  snprintf(tmp, sizeof tmp, "%s.tmp", dst);
-  vt_st_layout l = {0};
-  char *buf = ts ? malloc((size_t)most + 1) : NULL;
-  if (!ts || !buf) {
-    snprintf(err, errlen, "out of host memory copying %s", src);
-    st = VT_ERR_IO;
-  }
-  if (st == VT_OK) st = vt_safetensors_layout(dst, ts, in.count, meta_kv, n_meta, &l, err, errlen);
-  FILE *out = NULL;
-  if (st == VT_OK && !(out = fopen(tmp, "wb"))) {  // (the output's folder is the usual culprit)
-    snprintf(err, errlen, "cannot create the output %s (as %s first): %s; give a path in an "
-             "existing, writable folder", dst, tmp, strerror(errno));
-    st = VT_ERR_IO;
-  }
-  int ok = out && fwrite(l.head, 1, (size_t)l.head_nbytes, out) == (size_t)l.head_nbytes;
-  for (int i = 0; ok && i < in.count; i++) {  // (contiguous in this order: l.offset[i] follows)
-    const vt_st_entry *e = &in.entries[i];
-    st = vt_st_read(&in, e, buf, err, errlen);
-    ok = st == VT_OK && fwrite(buf, 1, (size_t)(e->end - e->begin), out) ==
-                            (size_t)(e->end - e->begin);
-  }
-  if (out) {
-    ok = ok && fflush(out) == 0 && fsync(fileno(out)) == 0;
-    const int e = errno;
-    ok = (fclose(out) == 0) && ok;
-    if (!ok || rename(tmp, dst) != 0) {
-      remove(tmp);
-      if (st == VT_OK) {
-        snprintf(err, errlen, "writing %s failed: %s (is the disk full?)", dst, strerror(e));
-        st = VT_ERR_IO;
-      }
-    }
-  }
-  vt_st_layout_free(&l);
-  free(buf);
-  free(ts);
-  vt_safetensors_close(&in);
-  return st;
-}

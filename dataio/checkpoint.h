@@ -264,13 +264,6 @@ int vt_mkdir_p(const char *dir);
 // Removes dir's files, then dir (a flat folder: a checkpoint's, a staging one); quietly.
 void vt_remove_dir(const char *dir);
 
-// Writes the tensors of the safetensors file src (4-byte dtypes: a checkpoint's) to dst with the
-// metadata meta_kv (n_meta key-value pairs) in place of src's, through dst.tmp + fsync + rename,
-// so dst is either the old or the new file; one tensor in memory at a time. Refuses a dst that
-// is not a regular file (vt_output_file_check) or is src itself.
-vt_status vt_safetensors_copy_atomic(const char *src, const char *dst, const char *const *meta_kv,
-                                     int n_meta, char *err, size_t errlen);
-
 // An output file path that exists as anything but a regular file (a device such as /dev/null,
 // a pipe, a directory) is refused with a message naming `what` (the flag), since writing it
 // whole and renaming a new file there would replace it: VT_ERR_INPUT. A missing path or a

@@ -34,6 +34,12 @@ vt_status vt_safetensors_write_meta(const char *path, const vt_st_tensor *tensor
                                     const char *const *meta_kv, int n_meta, char *err,
                                     size_t errlen);
 
+// Writes the tensors of the file src (4-byte dtypes: a checkpoint's) to dst with the metadata
+// meta_kv (n_meta pairs) in place of src's, through dst.tmp + fsync + rename, so dst is either
+// the old or the new file; one tensor in memory at a time. A dst that is src is refused.
+vt_status vt_safetensors_copy_meta(const char *src, const char *dst, const char *const *meta_kv,
+                                   int n_meta, char *err, size_t errlen);
+
 // Where a file of these tensors puts everything, for writers that put the data in themselves
 // (many processes, each its part: dataio/partfile.h): head holds the bytes before the data (the
 // 8-byte length and the JSON header, padded), offset[i] the file offset of tensor i's data. The

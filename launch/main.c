@@ -10,8 +10,9 @@
 #include "health.h"
 #include "image.h"
 #include "inspect.h"
-#include "prepare.h"
 #include "plan.h"
+#include "prepare.h"
+#include "safetensors.h"
 #include "train.h"
 #include "train_flags.h"
 
@@ -107,7 +108,11 @@ static int cmd_export(int argc, char **argv) {
   snprintf(src, sizeof src, "%s/%s", dir, file);
   vt_ckpt_file_meta fm;
   vt_ckpt_file_meta_make(&fm, &man, use_ema);
-  const vt_status st = vt_safetensors_copy_atomic(src, out, fm.kv, fm.n, err, sizeof err);
+  if (vt_output_file_check(out, "--out", err, sizeof err) != VT_OK) {
+    fprintf(stderr, "vit3d export: %s\n", err);
+    return 2;
+  }
+  const vt_status st = vt_safetensors_copy_meta(src, out, fm.kv, fm.n, err, sizeof err);
   if (st != VT_OK) {
     fprintf(stderr, "vit3d export: %s\n", err);
     return st == VT_ERR_INPUT ? 2 : 1;

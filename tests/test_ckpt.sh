@@ -206,7 +206,8 @@ else
 fi
 # The EMA from the checkpoint (export --use-ema 1) is the run's final EMA; without one, refused.
 if "$vit3d" export --checkpoint "$work/ck1/step-00000020" --out "$work/ema_export.st" \
-     --use-ema 1 > /dev/null && cmp -s "$work/ema_export.st" "$work/ema_second.st" &&
+     --use-ema 1 > /dev/null &&
+   "$py" "$here/same_tensors.py" "$work/ema_export.st" "$work/ema_second.st" &&
    ! out=$("$vit3d" export --checkpoint "$work/ck0/step-00000020" --out "$work/x.st" --use-ema 1 2>&1) &&
    grep -q "has no EMA weights (it was saved without --model-ema)" <<<"$out"; then
   echo "ok: export --use-ema 1 writes the checkpoint's EMA (the run's --final-ema); refused without one"
