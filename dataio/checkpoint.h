@@ -211,15 +211,17 @@ const char *vt_ckpt_double_text(double v, char *buf, size_t size);
 const char *vt_ckpt_interp_name(int interp);
 
 // The "__metadata__" of vit3d export's file: format pt, vit3d_step, vit3d_weights (model or
-// ema), input_size ("3,S,S"), num_classes and, where the manifest records them, mean and std
-// ("R,G,B"), and, where its run evaluated, crop_pct, crop_mode and interpolation (timm's
-// pretrained_cfg names, vit3d's words): kv holds n key-value pairs, pointing into text.
+// ema), vit3d_model_flags (model_flags: the flags that build the model), input_size ("3,S,S"),
+// num_classes and, where the manifest records them, mean and std ("R,G,B"), and, where its run
+// evaluated, crop_pct, crop_mode and interpolation (timm's pretrained_cfg names, vit3d's
+// words): kv holds n key-value pairs, pointing into text and model_flags.
 typedef struct {
   int n;
-  const char *kv[22];
+  const char *kv[24];
   char text[7][112];
 } vt_ckpt_file_meta;
-void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, int ema);
+void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, int ema,
+                            const char *model_flags);
 // Such metadata values (NULL where absent) into m's mean, std (norm_recorded) and evaluation
 // transform (evaluated): 1 where they were read, 0 where the file has no mean (none recorded),
 // -1 where one cannot be read (err names it).

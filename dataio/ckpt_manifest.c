@@ -105,7 +105,8 @@ const char *vt_ckpt_interp_name(int interp) {
   return interp >= 0 && interp < 3 ? names[interp] : "?";
 }
 
-void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, int ema) {
+void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, int ema,
+                            const char *model_flags) {
   char (*t)[112] = fm->text, a[3][32];
   int n = 0;
 #define PAIR(k, v) (fm->kv[2 * n] = (k), fm->kv[2 * n + 1] = (v), n++)
@@ -113,6 +114,7 @@ void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, in
   snprintf(t[0], sizeof t[0], "%lld", (long long)m->step);
   PAIR("vit3d_step", t[0]);
   PAIR("vit3d_weights", ema ? "ema" : "model");
+  PAIR("vit3d_model_flags", model_flags);
   snprintf(t[1], sizeof t[1], "3,%d,%d", m->img_size, m->img_size);
   PAIR("input_size", t[1]);
   snprintf(t[2], sizeof t[2], "%d", m->num_classes);

@@ -458,6 +458,12 @@ const char *vt_st_metadata(const vt_st_file *f, const char *key) {
   return hit ? hit[1] : NULL;
 }
 
+int vt_st_metadata_count(const vt_st_file *f) { return f->n_meta_; }
+
+const char *vt_st_metadata_key(const vt_st_file *f, int i) {
+  return i >= 0 && i < f->n_meta_ ? f->meta_[2 * i] : NULL;
+}
+
 void vt_safetensors_close(vt_st_file *f) {
   if (f->lazy_) close(f->fd_);
   free(f->entries);

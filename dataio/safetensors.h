@@ -129,6 +129,9 @@ const void *vt_st_data(const vt_st_file *f, const vt_st_entry *e);
 
 // The metadata value of key, NULL if absent.
 const char *vt_st_metadata(const vt_st_file *f, const char *key);
+// How many metadata pairs f has, and the key of the i-th (in byte order of the keys).
+int vt_st_metadata_count(const vt_st_file *f);
+const char *vt_st_metadata_key(const vt_st_file *f, int i);
 
 // Frees everything and leaves f empty.
 void vt_safetensors_close(vt_st_file *f);

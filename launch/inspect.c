@@ -7,10 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint.h"
 #include "config.h"
 #include "optim.h"
+#include "safetensors.h"
 
 // The shortest text of v that a float flag reads back as the same float.
 static const char *float_text(double v, char *buf, size_t size) {
@@ -127,9 +129,109 @@ static void say_leftover(FILE *f, const char *path, int64_t newest) {
             left);
 }
 
+void vt_inspect_model_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
+  snprintf(out, size,
+           "--img-size %d --patch-size %d --width %d --depth %d --heads %d --mlp-dim %d "
+           "--num-classes %d --global-pool %s --class-token %d --layer-scale %s --reg-tokens %d "
+           "--no-embed-class %d --qk-norm %d --qkv-bias %d --parallel-blocks %d --act %s "
+           "--pos-embed %s --pre-logits %d --pre-norm %d --norm-eps %g",
+           m->img_size, m->patch_size, m->width, m->depth, m->heads, vt_ckpt_mlp_hidden(m),
+           m->num_classes, vt_config_pool_name(m->global_pool), m->class_token,
+           m->layer_scale ? "1" : "0", m->reg_tokens, m->no_embed_class, m->qk_norm, m->qkv_bias,
+           m->parallel, vt_ckpt_act_name(m), m->pos_sincos ? "sincos2d" : "learn", m->pre_logits,
+           m->pre_norm, (double)m->norm_eps);
+}
+
+// The first dimension of the named tensor (dim d of it), or 0 where f lacks it.
+static int64_t dim_of(const vt_st_file *f, const char *name, int d) {
+  const vt_st_entry *e = vt_st_find(f, name);
+  return e && d < e->ndim ? e->shape[d] : 0;
+}
+
+// Whether the file path lies in a checkpoint folder (its path then in dir).
+static int in_checkpoint(const char *path, char *dir, size_t size) {
+  snprintf(dir, size, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  else snprintf(dir, size, ".");
+  return vt_ckpt_is_checkpoint(dir);
+}
+
+// vit3d inspect FILE.safetensors: its tensors, its metadata and, for vit3d export's file, the
+// command that evaluates it as its run did; for another tool's, what the tensors say.
+static int inspect_file(const char *path) {
+  vt_st_file f;
+  char err[1200], q[1200];
+  if (vt_safetensors_open(path, &f, err, sizeof err) != VT_OK) {
+    fprintf(stderr, "vit3d inspect: %s\n", err);
+    return 2;
+  }
+  int64_t values = 0;
+  char dtypes[80] = " ";  // " F32 BF16 ": each dtype once, a space either side
+  for (int i = 0; i < f.count; i++) {
+    const vt_st_entry *e = &f.entries[i];
+    values += (e->end - e->begin) / vt_st_dtype_size(e->dtype);
+    char word[16];
+    snprintf(word, sizeof word, " %s ", e->dtype);
+    if (!strstr(dtypes, word) && strlen(dtypes) + strlen(word) < sizeof dtypes)
+      strcat(dtypes, word + 1);
+  }
+  dtypes[strlen(dtypes) - 1] = '\0';
+  printf("safetensors file %s: %d tensors, %" PRId64 " values (%s)\n", path, f.count, values,
+         dtypes[0] ? dtypes + 1 : "none");
+  for (int i = 0; i < vt_st_metadata_count(&f); i++)
+    printf("  %s: %s\n", vt_st_metadata_key(&f, i),
+           vt_st_metadata(&f, vt_st_metadata_key(&f, i)));
+  const char *model = vt_st_metadata(&f, "vit3d_model_flags");
+  vt_ckpt_manifest m;
+  memset(&m, 0, sizeof m);
+  const int norm = vt_ckpt_file_meta_parse(
+      &m, vt_st_metadata(&f, "mean"), vt_st_metadata(&f, "std"), vt_st_metadata(&f, "crop_pct"),
+      vt_st_metadata(&f, "crop_mode"), vt_st_metadata(&f, "interpolation"), err, sizeof err);
+  if (model) {
+    char flags[400] = "", a[32];
+    if (norm > 0)
+      snprintf(flags, sizeof flags, " --mean %s --std %s", vt_st_metadata(&f, "mean"),
+               vt_st_metadata(&f, "std"));
+    if (norm > 0 && m.evaluated)
+      snprintf(flags + strlen(flags), sizeof flags - strlen(flags),
+               " --eval-crop-pct %s --eval-crop-mode %s --eval-interpolation %s",
+               vt_ckpt_double_text(m.eval_crop_pct, a, sizeof a),
+               m.eval_squash ? "squash" : "center", vt_ckpt_interp_name(m.eval_interp));
+    printf("evaluate with: vit3d eval %s%s --init-from %s --val-data DIR\n", model, flags,
+           shell_word(path, q, sizeof q));
+    printf("  (fine-tuning from it takes the same model flags: another --img-size resamples "
+           "pos_embed, another --num-classes starts a new head)\n");
+    if (norm < 0) printf("  (%s)\n", err);
+    else if (norm == 0)
+      printf("  (its normalisation is not recorded: its checkpoint came from an older vit3d)\n");
+  } else if (in_checkpoint(path, q, sizeof q)) {
+    printf("the weights of the checkpoint %s: vit3d inspect %s prints the flags that resume or "
+           "evaluate it\n", q, q);
+  } else {  // (a file of timm's or another tool's: what its tensors say)
+    const int64_t width = dim_of(&f, "patch_embed.proj.weight", 0);
+    int depth = 0;
+    char name[64];
+    for (;; depth++) {
+      snprintf(name, sizeof name, "blocks.%d.attn.qkv.weight", depth);
+      if (!vt_st_find(&f, name)) break;
+    }
+    printf("no vit3d metadata (a file of timm's or another tool's): its tensors say width %" PRId64
+           ", depth %d, patch %" PRId64 ", MLP %" PRId64 ", %" PRId64 " classes, %" PRId64
+           " positions (the heads are not in the weights; --init-from names the flags a variant "
+           "needs)\n", width, depth, dim_of(&f, "patch_embed.proj.weight", 2),
+           dim_of(&f, "blocks.0.mlp.fc1.weight", 0), dim_of(&f, "head.weight", 0),
+           dim_of(&f, "pos_embed", 1));
+  }
+  vt_safetensors_close(&f);
+  return 0;
+}
+
 int vt_inspect_run(const char *path) {
   char dir[1100], err[1200];
   vt_ckpt_manifest m;
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) return inspect_file(path);
   if (vt_ckpt_open(path, dir, sizeof dir, &m, err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d inspect: %s\n", err);
     say_leftover(stderr, path, -1);
@@ -163,20 +265,11 @@ int vt_inspect_run(const char *path) {
                             " --drop-last 1");
   optim_flags(&m, optim, sizeof optim);
   settings_flags(&m, settings, sizeof settings);
-  printf("resume with: --img-size %d --patch-size %d --width %d --depth %d --heads %d "
-         "--mlp-dim %d --num-classes %d --global-pool %s --class-token %d --layer-scale %s "
-         "--reg-tokens %d "
-         "--no-embed-class %d --qk-norm %d --qkv-bias %d --parallel-blocks %d --act %s "
-         "--pos-embed %s --pre-logits %d --pre-norm %d --norm-eps %g --opt %s%s%s "
-         "--global-batch-size %" PRId64 " --seed %" PRIu64 "%s --resume %s\n",
-         m.img_size, m.patch_size, m.width, m.depth, m.heads, vt_ckpt_mlp_hidden(&m), m.num_classes,
-         vt_config_pool_name(m.global_pool), m.class_token, m.layer_scale ? "1" : "0",
-         m.reg_tokens,
-         m.no_embed_class, m.qk_norm, m.qkv_bias, m.parallel, vt_ckpt_act_name(&m),
-         m.pos_sincos ? "sincos2d" : "learn", m.pre_logits, m.pre_norm, (double)m.norm_eps,
-         vt_ckpt_opt_name(&m), optim, settings,
-         m.global_batch, m.seed, repeats,
-         dir);
+  char model[600];
+  vt_inspect_model_flags(&m, model, sizeof model);
+  printf("resume with: %s --opt %s%s%s --global-batch-size %" PRId64 " --seed %" PRIu64
+         "%s --resume %s\n", model, vt_ckpt_opt_name(&m), optim, settings, m.global_batch,
+         m.seed, repeats, dir);
   if (m.layer_scale)
     printf("  (--layer-scale only has to be positive: the gammas come from the checkpoint)\n");
   if (!m.norm_recorded)  // (a manifest before they were recorded)

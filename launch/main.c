@@ -28,9 +28,10 @@ static void usage(FILE *f) {
           "             of the flags of train (--tp, --pp, --dp, ...), allocating nothing; with\n"
           "             --gpus N compare every mesh of N GPUs and suggest one\n"
           "  export     vit3d export --checkpoint DIR --out FILE.safetensors [--use-ema 1]\n"
-          "             (timm names)\n"
+          "             (timm names, the run's model flags and normalisation as metadata)\n"
           "  inspect    vit3d inspect DIR: what a checkpoint (or a --save folder's newest) holds\n"
-          "             and the model flags that resume it\n"
+          "             and the model flags that resume it; vit3d inspect FILE.safetensors: its\n"
+          "             tensors and metadata (an export's: the flags that evaluate it)\n"
           "  prepare    prepare a dataset: vit3d prepare fashion-mnist OUT_DIR, or\n"
           "             vit3d prepare shards SRC OUT_DIR [SAMPLES_PER_SHARD] (tar shards)\n"
           "  version    print the version and what this build contains\n\n"
@@ -107,7 +108,9 @@ static int cmd_export(int argc, char **argv) {
   char src[1200];
   snprintf(src, sizeof src, "%s/%s", dir, file);
   vt_ckpt_file_meta fm;
-  vt_ckpt_file_meta_make(&fm, &man, use_ema);
+  char model[600];
+  vt_inspect_model_flags(&man, model, sizeof model);
+  vt_ckpt_file_meta_make(&fm, &man, use_ema, model);
   if (vt_output_file_check(out, "--out", err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d export: %s\n", err);
     return 2;
@@ -201,7 +204,8 @@ int main(int argc, char **argv) {
     const int help = argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"));
     if (argc != 3 || help) {
       fprintf(help ? stdout : stderr,
-              "usage: vit3d inspect DIR   (a checkpoint, or a --save folder: its newest)\n");
+              "usage: vit3d inspect DIR   (a checkpoint, or a --save folder: its newest)\n"
+              "       vit3d inspect FILE.safetensors   (an export's or another tool's weights)\n");
       return help ? 0 : 2;
     }
     return vt_inspect_run(argv[2]);

@@ -5,6 +5,8 @@
 #    validation logits of `vit3d eval` on the same inputs (tests/export_check.py);
 #  - with --eval-hflip 1 the logits are the mean over each image and its mirror image, on one
 #    rank (against PyTorch) and on the 2x2x2 mesh (the same figures);
+#  - the exported file holds the checkpoint's tensors and metadata (the model flags, the
+#    normalisation); `vit3d inspect FILE` prints the command that evaluates it as the checkpoint;
 #  - `vit3d eval --init-from` the exported file gives the same evaluation as the checkpoint,
 #    on one rank and on the 2x2x2 mesh; `vit3d eval` and `export` given the --save folder take
 #    its newest checkpoint, and the evaluation's memory plan has no gradients or optimizer;
@@ -86,8 +88,29 @@ def load(path):
 want = {"format": "pt", "vit3d_step": "8", "vit3d_weights": "model", "input_size": "3,16,16",
         "num_classes": "3", "mean": "0.485,0.456,0.406", "std": "0.229,0.224,0.225"}
 assert t == t0 and len(t) > 0, "the tensors differ from the checkpoint's"
+flags = meta.pop("vit3d_model_flags", "")
 assert meta == want and meta0 is None, f"metadata {meta}, the checkpoint's {meta0}"
+assert flags.startswith("--img-size 16 --patch-size 4 --width 32 --depth 4 --heads 4 "), flags
 PY
+# vit3d inspect of the file prints the command that evaluates it: it does, as the checkpoint.
+cmd=$("$vit3d" inspect "$work/w.safetensors" | sed -n 's/^evaluate with: vit3d //p')
+if [ -n "$cmd" ] &&
+   out=$(eval "timeout 300 mpirun -np 1 \"\$vit3d\" ${cmd/--val-data DIR/--val-data \"\$work/val\"} --micro-batch-size 4" 2>&1) &&
+   grep "^eval:" <<<"$out" | cmp -s - "$work/eval_ckpt.txt" && ! grep -q warning <<<"$out"; then
+  echo "ok: vit3d inspect FILE's command evaluates the export as the checkpoint: $cmd"
+else echo "FAIL: vit3d inspect FILE's command ($cmd): $out"; fail=1; fi
+# Of a file without vit3d's metadata it says what the tensors say; of a checkpoint's weights, the
+# checkpoint; a damaged file is refused.
+cp "$ck/model.safetensors" "$work/plain.safetensors"
+head -c 300 "$ck/model.safetensors" > "$work/cut.safetensors"
+out=$("$vit3d" inspect "$work/plain.safetensors" 2>&1)
+out2=$("$vit3d" inspect "$ck/model.safetensors" 2>&1)
+out3=$("$vit3d" inspect "$work/cut.safetensors" 2>&1); rc3=$?
+if grep -q "no vit3d metadata .*: its tensors say width 32, depth 4, patch 4, MLP 128, 3 classes, 17 positions" <<<"$out" &&
+   grep -q "the weights of the checkpoint $ck: vit3d inspect $ck prints" <<<"$out2" &&
+   [ $rc3 -eq 2 ] && grep -q "vit3d inspect: .*cut.safetensors" <<<"$out3"; then
+  echo "ok: vit3d inspect of another tool's file, a checkpoint's and a damaged one"
+else echo "FAIL: vit3d inspect FILE: $out / $out2 / rc $rc3 $out3"; fail=1; fi
 out=$(timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" \
       --init-from "$work/w.safetensors" --micro-batch-size 4 --mean 0.5,0.5,0.5 2>&1)
 grep -q "w.safetensors was trained with --mean 0.485,0.456,0.406 and this evaluation has --mean 0.5,0.5,0.5: the images are not normalised as in its training" <<<"$out" &&

@@ -364,7 +364,7 @@ static void test_file_meta(void) {
   vt_ckpt_manifest m = sample(), back;
   m.norm_recorded = 1, m.evaluated = 1, m.mean[1] = 1e-40f;
   vt_ckpt_file_meta fm;
-  vt_ckpt_file_meta_make(&fm, &m, 1);
+  vt_ckpt_file_meta_make(&fm, &m, 1, "--width 64");
   const char *v[5] = {NULL};  // mean, std, crop_pct, crop_mode, interpolation
   static const char *const keys[5] = {"mean", "std", "crop_pct", "crop_mode", "interpolation"};
   for (int i = 0; i < fm.n; i++)
@@ -372,16 +372,17 @@ static void test_file_meta(void) {
       if (!strcmp(fm.kv[2 * i], keys[k])) v[k] = fm.kv[2 * i + 1];
   char err[256];
   memset(&back, 0, sizeof back);
-  EXPECT(fm.n == 10 && !strcmp(fm.kv[5], "ema") && !strcmp(fm.kv[7], "3,32,32") &&
+  EXPECT(fm.n == 11 && !strcmp(fm.kv[5], "ema") && !strcmp(fm.kv[7], "--width 64") &&
+             !strcmp(fm.kv[9], "3,32,32") &&
              vt_ckpt_file_meta_parse(&back, v[0], v[1], v[2], v[3], v[4], err, sizeof err) == 1 &&
              !memcmp(back.mean, m.mean, sizeof m.mean) && !memcmp(back.std, m.std, sizeof m.std) &&
              back.evaluated && back.eval_crop_pct == 0.9 && back.eval_squash &&
              back.eval_interp == 2,
          "file metadata round trip: %s %s %s %s %s", v[0], v[1], v[2], v[3], v[4]);
   m.evaluated = 0;
-  vt_ckpt_file_meta_make(&fm, &m, 0);
-  EXPECT(fm.n == 7 && !strcmp(fm.kv[5], "model") &&
-             vt_ckpt_file_meta_parse(&back, fm.kv[11], fm.kv[13], NULL, NULL, NULL, err,
+  vt_ckpt_file_meta_make(&fm, &m, 0, "--width 64");
+  EXPECT(fm.n == 8 && !strcmp(fm.kv[5], "model") &&
+             vt_ckpt_file_meta_parse(&back, fm.kv[13], fm.kv[15], NULL, NULL, NULL, err,
                                      sizeof err) == 1 && !back.evaluated,
          "the metadata of a run that never evaluated");
   EXPECT(vt_ckpt_file_meta_parse(&back, NULL, "1,1,1", NULL, NULL, NULL, err, sizeof err) == 0,
