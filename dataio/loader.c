@@ -103,7 +103,10 @@ static void plan_batch(vt_loader *l, slot *s, int64_t j) {
 static void warn_once(vt_loader *l, int64_t idx, vt_image_status st, const char *msg) {
   if (st != VT_IMG_CORRUPT) atomic_store(&l->firm_bad[idx], 1);
   if (atomic_exchange(&l->known_bad[idx], 1)) return;
-  if (l->cfg.bad_policy == VT_BAD_OMIT)
+  if (l->cfg.bad_policy == VT_BAD_OMIT && l->cfg.omit_fails)
+    vt_log_error("bad image in the validation set under --bad-image fail (left out of this "
+                 "evaluation, after which the run stops): %s", msg);
+  else if (l->cfg.bad_policy == VT_BAD_OMIT)
     vt_log_warn("bad image left out of the evaluation: %s", msg);
   else vt_log_warn("bad image skipped, a sample of the same class replaces it: %s", msg);
 }

@@ -41,6 +41,8 @@ typedef struct {
   int pixel_first, pixel_count;
   int64_t max_pixels;    // larger images are bad (decompression bombs)
   vt_bad_policy bad_policy;
+  int omit_fails;        // omit: a training run's evaluation under --bad-image fail, which
+                         // stops after it: each bad file is said as an error, not a warning
   vt_transform_config tc;
   // Where the images and labels handed out live: blocks from host_alloc(nbytes), released with
   // host_free (a backend's pinned memory, so the caller's uploads need not wait for the device);

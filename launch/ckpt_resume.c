@@ -116,9 +116,12 @@ static vt_status check_manifest(const vt_train_options *o, const vt_ckpt_manifes
       man->num_classes != c->num_classes || vt_ckpt_mlp_hidden(man) != vt_cfg_mlp_hidden(c)) {
     snprintf(err, errlen,
              "%s holds a model of img %d patch %d width %d depth %d heads %d MLP %d "
-             "classes %d; pass the same sizes to resume it (--mlp-dim %d)",
-             dir, man->img_size, man->patch_size, man->width, man->depth, man->heads,
-             vt_ckpt_mlp_hidden(man), man->num_classes, vt_ckpt_mlp_hidden(man));
+             "classes %d; pass the same sizes to %s it (--img-size %d --patch-size %d --width %d "
+             "--depth %d --heads %d --mlp-dim %d --num-classes %d; vit3d inspect %s prints every "
+             "flag)", dir, man->img_size, man->patch_size, man->width, man->depth, man->heads,
+             vt_ckpt_mlp_hidden(man), man->num_classes, o->eval_only ? "evaluate" : "resume",
+             man->img_size, man->patch_size, man->width, man->depth, man->heads,
+             vt_ckpt_mlp_hidden(man), man->num_classes, dir);
     return VT_ERR_INPUT;
   }
   if (man->global_pool != c->global_pool || man->class_token != !c->no_class_token) {

@@ -384,6 +384,7 @@ int64_t vt_data_val_config(const vt_data *d, vt_loader_config *cfg, int want_pix
   cfg->train = 0;
   // (eval.c leaves them out; under --bad-image fail, a training run's evaluation too: the run
   // then stops after its checkpoint, train_step.c, where `vit3d eval` stops at the file)
+  cfg->omit_fails = cfg->bad_policy == VT_BAD_FAIL && !d->o->eval_only;
   if (cfg->bad_policy == VT_BAD_SKIP || !d->o->eval_only) cfg->bad_policy = VT_BAD_OMIT;
   cfg->per_step = 1;
   cfg->step_stride = (int64_t)B * d->dp_size;

@@ -158,6 +158,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->sequence_parallel && o->tp > 1 && o->precision == VT_PRECISION_BF16 && c->width % 2)
     REFUSE("--sequence-parallel 1 in bf16 gathers the bf16 rows two to a float: it needs an "
            "even --width (have %d); use an even width or --precision fp32", c->width);
+  if (o->eval_only)  // (an evaluation takes a micro-batch at a time: inspect's line has one)
+    o->global_batch = o->dp * o->micro_batch;
   if (o->global_batch % (o->dp * o->micro_batch) != 0)
     REFUSE("--global-batch-size %d is not a multiple of dp %d x --micro-batch-size %d = %d",
            o->global_batch, o->dp, o->micro_batch, o->dp * o->micro_batch);

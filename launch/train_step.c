@@ -91,13 +91,12 @@ static void stop_signalled(train_run *r, int64_t n, int preempt) {
   if (r->world_rank != 0) return;
   const int sig = vt_health_preempt_signal();  // rank 0's own, if it had one
   if (preempt)
-    vt_log_warn("preempted (signal %s on some rank) at step %lld: %s; exiting with %d. "
-                "Resume with --resume auto.",
+    vt_log_warn("preempted (signal %s on some rank) at step %lld: %s; exiting with %d.%s",
                 sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR1 or SIGTERM",
-                (long long)n, what, r->rc);
+                (long long)n, what, r->rc, o->save_dir[0] ? " Resume with --resume auto." : "");
   else
-    vt_log_warn("interrupted (SIGINT on some rank) at step %lld: %s; exiting with %d. "
-                "Resume with --resume auto.", (long long)n, what, r->rc);
+    vt_log_warn("interrupted (SIGINT on some rank) at step %lld: %s; exiting with %d.%s",
+                (long long)n, what, r->rc, o->save_dir[0] ? " Resume with --resume auto." : "");
 }
 
 // A bad file under --bad-image fail, or a class whose every file is bad (named on the rank
@@ -122,15 +121,19 @@ static int stop_bad_image(train_run *r, int64_t n, int in_step) {
   else snprintf(what, sizeof what, "checkpoint step-%08lld in %.*s", (long long)kept,
                 (int)sizeof o->save_dir, o->save_dir);
   r->rc = VT_EXIT_FAILED;
+  // (resuming needs a checkpoint this run saved; without one the run starts as it did)
+  const int resume = o->save_dir[0] && kept > r->start_step;
   if (r->world_rank == 0)
-    vt_log_error("%s (named above, on the rank that read it): the run stops after step %lld; "
-                 "%s; exiting with %d. %s, and resume with --resume auto.",
+    vt_log_error("%s (named above, on the rank that read it): the run stops %s step %lld; "
+                 "%s; exiting with %d. %s, and %s.",
                  !in_step ? "a bad validation file under --bad-image fail"
                  : o->bad_image_fail ? "a bad training file under --bad-image fail"
                                      : "a class whose every file is bad",
-                 (long long)kept, what, r->rc,
+                 kept > r->start_step ? "after" : "before", (long long)(kept > r->start_step
+                 ? kept : kept + 1), what, r->rc,
                  o->bad_image_fail ? "Mend or remove the file, or train with --bad-image skip"
-                                   : "Mend the class's files or remove its folder");
+                                   : "Mend the class's files or remove its folder",
+                 resume ? "resume with --resume auto" : "run it again");
   return 1;
 }
 

@@ -109,13 +109,16 @@ else
     "$py" "$(dirname "$0")/compare_runs.py" "$work/skip" "$work/resumed" ||
     { echo "FAIL: the resume under skip is not the skip run"; tail -5 "$work/resumed.log"; fail=1; }
 fi
-# A bad validation file under fail: the run saves the step whose evaluation met it and stops.
+# A bad validation file under fail: the run saves the step whose evaluation met it and stops;
+# the file is named as an error (not as a warning that it was left out).
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]/$work\/data/$work/clean}" \
   --val-data "$work/data" --eval-interval 3 --bad-image fail --save "$work/val_ckpt" \
   > "$work/val_fail.log" 2>&1
 rc=$?
 if [ $rc -ne 1 ] || [ ! -d "$work/val_ckpt/step-00000003" ] ||
-   ! grep -q "bad validation file .*stops after step 3; checkpoint" "$work/val_fail.log"; then
+   ! grep -q "bad validation file .*stops after step 3; checkpoint" "$work/val_fail.log" ||
+   ! grep -q "error: bad image in the validation set under --bad-image fail" "$work/val_fail.log" ||
+   grep -q "warning: bad image left out" "$work/val_fail.log"; then
   echo "FAIL: a bad validation file under fail gave rc $rc; log:"; tail -5 "$work/val_fail.log"
   fail=1
 else echo "fail: a bad validation file stopped the run after saving step 3"; fi

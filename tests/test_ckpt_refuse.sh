@@ -49,9 +49,19 @@ if [ $rc -eq 2 ] && grep -q "holds a model of img 32 patch 8 width 64" <<<"$out"
 else echo "FAIL: config mismatch: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --mlp-dim 200 --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
-if [ $rc -eq 2 ] && grep -q "heads 4 MLP 256 classes 10; pass the same sizes to resume it (--mlp-dim 256)" <<<"$out"; then
+if [ $rc -eq 2 ] && grep -q "heads 4 MLP 256 classes 10; pass the same sizes to resume it (--img-size 32 --patch-size 8 --width 64 --depth 4 --heads 4 --mlp-dim 256 --num-classes 10; vit3d inspect $work/ck/step-[0-9]* prints every flag)" <<<"$out"; then
   echo "ok: another MLP width refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: MLP width mismatch: rc $rc: $out"; fail=1; fi
+# vit3d eval without the model's flags names them for an evaluation; inspect's line, whose
+# --global-batch-size an evaluation does not use, evaluates with any --micro-batch-size.
+out=$("$vit3d" eval --checkpoint "$work/ck" --val-data "$work/no_val" --threads 1 2>&1); rc=$?
+flags=$("$vit3d" inspect "$work/ck" | sed -n 's/^resume with: //p')
+${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/make_images.py" "$work/ev_imgs" 10 1 32
+if [ $rc -eq 2 ] && grep -q "pass the same sizes to evaluate it (--img-size 32 " <<<"$out" &&
+   out2=$(eval "\"\$vit3d\" eval ${flags/--resume /--checkpoint } --val-data \"\$work/ev_imgs\" --micro-batch-size 3 --threads 1" 2>&1) &&
+   grep -q "^eval: .*(10 images)" <<<"$out2"; then
+  echo "ok: vit3d eval names the model's flags; inspect's line evaluates with --micro-batch-size 3"
+else echo "FAIL: vit3d eval without or with inspect's flags: rc $rc: $out / $out2"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --global-pool avg --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "holds a model with the class-token head and a class token; resume it with --global-pool token --class-token 1" <<<"$out"; then
