@@ -35,9 +35,11 @@ static int holds_shards(const char *dir) {
   return found;
 }
 
-// Writes shard s (samples order[first, end)) as STAGE/shard-NNNNNN.tar, synced.
+// Writes shard s (samples order[first, end)) as STAGE/shard-NNNNNN.tar, synced. A file that
+// cannot go into a shard is named on stderr and counted in *bad (the set is then not kept).
 static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t first,
-                             int64_t end, const char *stage, int s, char *err, size_t errlen) {
+                             int64_t end, const char *stage, int s, int64_t *bad, char *err,
+                             size_t errlen) {
   char tmp[4352];
   snprintf(tmp, sizeof tmp, "%s/shard-%06d.tar", stage, s);
   FILE *f = fopen(tmp, "wb");
@@ -49,17 +51,19 @@ static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t
     size_t n;
     char why[600], image[64], label[64], cls[16];
     if (vt_dataset_read(ds, i, 0, &bytes, &n, why, sizeof why) != VT_IMG_OK) {
-      st = vt_fail_input(err, errlen, "%s (fix or remove it, then run prepare again)", why);
-      break;
+      fprintf(stderr, "vit3d prepare: %s\n", why);
+      ++*bad;
+      continue;
     }
     const char *kind = image_kind(bytes, n);
     snprintf(image, sizeof image, "%08lld.%s", (long long)i, kind ? kind : "");
     snprintf(label, sizeof label, "%08lld.cls", (long long)i);
     snprintf(cls, sizeof cls, "%d\n", ds->labels[i]);
-    if (!kind)
-      st = vt_fail_input(err, errlen, "%s is not a PNG, JPEG or WebP file, the kinds a shard holds: "
-                         "convert or remove it, then run prepare again", ds->paths[i]);
-    else if (vt_tar_write_member(f, image, bytes, n) != 0 ||
+    if (!kind) {
+      fprintf(stderr, "vit3d prepare: %s is not a PNG, JPEG or WebP file, the kinds a shard "
+              "holds\n", ds->paths[i]);
+      ++*bad;
+    } else if (vt_tar_write_member(f, image, bytes, n) != 0 ||
              vt_tar_write_member(f, label, cls, strlen(cls)) != 0)
       st = vt_fail_input(err, errlen, "writing %s: %s", tmp, strerror(errno));
     free(bytes);
@@ -90,15 +94,26 @@ static int lock_out(const char *out_dir, char *err, size_t errlen) {
   return fd;
 }
 
+// Ends this call's hold of OUT: the lock file removed (the next prepare makes it anew), then
+// OUT itself where this call made it and it is empty (a refusal or failure).
+static void unlock_out(const char *out_dir, int lock, int made) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/.vit3d-prepare.lock", out_dir);
+  unlink(path);
+  close(lock);
+  if (made) rmdir(out_dir);  // (fails, harmlessly, where it holds the shards)
+}
+
 vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_shard,
                             int64_t *samples, int *shards, char *err, size_t errlen) {
   if (per_shard < 1) return vt_fail_input(err, errlen, "samples per shard must be at least 1");
+  const int made = access(out_dir, F_OK) != 0;
   if (vt_mkdir_p(out_dir) != 0)
     return vt_fail_input(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
   const int lock = lock_out(out_dir, err, errlen);
   if (lock < 0) return VT_ERR_INPUT;
   if (holds_shards(out_dir)) {
-    close(lock);
+    unlock_out(out_dir, lock, made);
     return vt_fail_input(err, errlen, "%s holds .tar files already: remove them or choose "
                          "another folder", out_dir);
   }
@@ -112,13 +127,13 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
     vt_remove_dir(stage);
   }
   if (vt_mkdir_p(stage) != 0) {
-    close(lock);
+    unlock_out(out_dir, lock, made);
     return vt_fail_input(err, errlen, "cannot create %s: %s", stage, strerror(errno));
   }
   vt_dataset ds;
   if (vt_dataset_open(src, &ds, err, errlen) != VT_OK) {
     vt_remove_dir(stage);
-    close(lock);
+    unlock_out(out_dir, lock, made);
     return VT_ERR_INPUT;
   }
   // A fixed shuffle (Philox, seed 0): shards that a streaming reader takes in order are not
@@ -132,10 +147,15 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
     vt_sampler_free(&s);
   }
   int n = 0;
+  int64_t bad = 0;
   for (int64_t first = 0; st == VT_OK && first < ds.count; first += per_shard, n++) {
     int64_t end = first + per_shard < ds.count ? first + per_shard : ds.count;
-    st = write_shard(&ds, order, first, end, stage, n, err, errlen);
+    st = write_shard(&ds, order, first, end, stage, n, &bad, err, errlen);
   }
+  if (st == VT_OK && bad > 0)
+    st = vt_fail_input(err, errlen, "%lld file%s of %s cannot go into a shard (named above): "
+                       "fix, convert or remove %s, then run prepare again", (long long)bad,
+                       bad > 1 ? "s" : "", src, bad > 1 ? "them" : "it");
   // The class names, for people: the shards hold only numbers.
   char path[4352], to[4352];
   snprintf(path, sizeof path, "%s/classes.txt", stage);
@@ -159,7 +179,7 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
       remove(path);
     }
   vt_remove_dir(stage);
-  close(lock);
+  unlock_out(out_dir, lock, made);
   if (samples) *samples = ds.count;
   if (shards) *shards = n;
   free(order);

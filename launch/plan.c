@@ -1,6 +1,7 @@
 // plan.c: memory plans (plan.h).
 #include "plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,7 +324,7 @@ typedef struct {
   char why[200];       // why not, when not ok
   double largest;      // MiB of the largest stage
   double idle;         // the schedule's ideal idle fraction
-  double wire[3];      // the largest stage's bytes on the wire per rank per step: TP, PP, DP
+  double wire[3];      // bytes on the wire per rank per step, the busiest stage's: TP, PP, DP
 } candidate;
 
 int vt_plan_search(const vt_train_options *o) {
@@ -352,14 +353,13 @@ int vt_plan_search(const vt_train_options *o) {
       const vt_schedule_spec spec = {kind, pp, m.global_batch / (m.dp * m.micro_batch),
                                      m.pp_chunks, 0, {0, 0, 0}};
       k->idle = pp > 1 ? vt_schedule_bubble_formula(&spec) : 0.0;
-      for (int p = 0; p < pp; p++) {
-        stage_plan sp;
+      for (int p = 0; p < pp; p++) {  // (each column's busiest stage: middle stages send
+        stage_plan sp;                 // both ways, the largest is often an end stage)
         plan_stage(&m, be, kind, p, &sp);
-        if (sp.total <= k->largest) continue;
-        k->largest = sp.total;
-        k->wire[0] = ring(sp.tp, tp, 1);
-        k->wire[1] = sp.pp_send;
-        k->wire[2] = ring(sp.dp_reduce, m.dp, !m.zero) + ring(sp.dp_gather, m.dp, 0);
+        const double wire[3] = {ring(sp.tp, tp, 1), sp.pp_send,
+                                ring(sp.dp_reduce, m.dp, !m.zero) + ring(sp.dp_gather, m.dp, 0)};
+        for (int j = 0; j < 3; j++) k->wire[j] = fmax(k->wire[j], wire[j]);
+        k->largest = fmax(k->largest, sp.total);
       }
     }
   }
@@ -376,8 +376,8 @@ int vt_plan_search(const vt_train_options *o) {
          vt_cfg_mlp_hidden(c), extras, o->precision == VT_PRECISION_BF16 ? "bf16" : "fp32",
          o->global_batch, o->micro_batch, o->pp_schedule, o->zero ? ", ZeRO-1" : "",
          o->recompute_blocks ? ", recomputation" : "");
-  printf("  tp  pp   dp  largest stage  fits  pipeline idle  on the wire per GPU per step (MiB): "
-         "TP, PP, DP\n");
+  printf("  tp  pp   dp  largest stage  fits  pipeline idle  on the wire per GPU per step (MiB, "
+         "the busiest stage's): TP, PP, DP\n");
   int best = -1, possible = 0;
   for (int i = 0; i < nc; i++) {
     const candidate *k = &cands[i];

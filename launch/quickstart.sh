@@ -19,11 +19,13 @@ export OMPI_MCA_mpi_yield_when_idle=1
 # up over a tenth of it instead of 100 steps (a later --warmup-steps still wins).
 warmup=100
 args=("$@")
-for ((i = 0; i + 1 < ${#args[@]}; i++)); do
-  if [ "${args[i]}" = --steps ] && [[ "${args[i + 1]}" =~ ^[0-9]+$ ]] &&
-     [ "${args[i + 1]}" -lt 1000 ]; then
-    warmup=$((args[i + 1] / 10))
-  fi
+for ((i = 0; i < ${#args[@]}; i++)); do
+  steps=
+  case ${args[i]} in
+    --steps) steps=${args[i + 1]:-} ;;
+    --steps=*) steps=${args[i]#--steps=} ;;
+  esac
+  if [[ "$steps" =~ ^[0-9]+$ ]] && [ "$steps" -lt 1000 ]; then warmup=$((10#$steps / 10)); fi
 done
 cmd=(mpirun -np 8 --oversubscribe "$root/build/vit3d" train --tp 2 --pp 2 --dp 2
      --model tiny --img-size 28 --patch-size 7 --width 64 --heads 4 --depth 4 --num-classes 10

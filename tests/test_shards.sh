@@ -268,18 +268,22 @@ PY
   --micro-batch-size 4 --global-batch-size 4 --steps 2 --threads 1 > "$work/prep_train.log" 2>&1 ||
   { echo "FAIL: training on prepared shards"; tail -5 "$work/prep_train.log"; fail=1; }
 
-# prepare shards of a source with a file that is no image: exit 2 naming it, no shard left
-# behind (the rerun after the fix must not be refused).
+# prepare shards of a source with files that are no images: exit 2 naming each, no shard, lock
+# or folder of its own left behind (the rerun after the fix must not be refused); a prepare
+# that succeeded left no lock either.
 cp -r "$work/folder" "$work/folder_bad"
 echo "not an image" > "$work/folder_bad/c1/zz.png"
+: > "$work/folder_bad/c0/zz_empty.png"
 "$vit3d" prepare shards "$work/folder_bad" "$work/prep_bad" 10 > "$work/prep_bad.log" 2>&1
 rc=$?
 if [ $rc -ne 2 ] || ! grep -q "folder_bad/c1/zz.png" "$work/prep_bad.log" ||
-   ls "$work/prep_bad"/*.tar > /dev/null 2>&1; then
+   ! grep -q "folder_bad/c0/zz_empty.png" "$work/prep_bad.log" ||
+   ! grep -q "2 files of .*folder_bad cannot go into a shard (named above)" "$work/prep_bad.log" ||
+   [ -e "$work/prep_bad" ] || [ -e "$work/prep/.vit3d-prepare.lock" ]; then
   echo "FAIL: prepare shards of a bad source: rc $rc, or shards left:"; cat "$work/prep_bad.log"
   ls "$work/prep_bad"; fail=1
 else
-  echo "prepare shards refused a bad source file, no shard left: $(cat "$work/prep_bad.log")"
+  echo "prepare shards refused a source's bad files, each named, nothing left: $(cat "$work/prep_bad.log")"
 fi
 
 # A prepare into a folder another prepare holds is refused; a stopped prepare's staging folder
