@@ -114,7 +114,9 @@ typedef struct {
                                     // vt_interp (0 sample)
   int norm_recorded;  // 1: the manifest records these five (always written, since 2026-12-07);
                       // 0: an older vit3d's, whose normalisation and evaluation are not known
-  int evaluated;      // 1: the saving run evaluated (--val-data), with the transform above (0)
+  int evaluated;      // 1: the saving run's line of training evaluated (--val-data), with the
+                      // transform above; 0: it did not; -1: not known (not written before
+                      // 2026-12-07's second version: compared as if it did)
   float ema_decay;                  // --model-ema (0: none)
   int ema_warmup;                   // --model-ema-warmup (0)
   char freeze[256], trainable[256];  // --freeze, --trainable ("": none)
@@ -224,7 +226,8 @@ void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, in
                             const char *model_flags);
 // Such metadata values (NULL where absent) into m's mean, std (norm_recorded) and evaluation
 // transform (evaluated): 1 where they were read, 0 where the file has no mean (none recorded),
-// -1 where one cannot be read (err names it).
+// -1 where the mean or std cannot be read, 2 where they were and the evaluation transform
+// cannot be (evaluated 0; err names what, in both cases).
 int vt_ckpt_file_meta_parse(vt_ckpt_manifest *m, const char *mean, const char *std,
                             const char *crop_pct, const char *crop_mode, const char *interp,
                             char *err, size_t errlen);

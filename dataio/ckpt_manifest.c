@@ -64,7 +64,7 @@ static const struct setting {
     ALWAYS("eval_crop_pct", 'd', eval_crop_pct, 0.875, 0.05, 1),
     ALWAYS("eval_squash", 'i', eval_squash, 0, 0, 1),
     ALWAYS("eval_interp", 'i', eval_interp, 0, 0, 2),
-    SETTING("evaluated", 'i', evaluated, 0, 0, 1),
+    ALWAYS("evaluated", 'i', evaluated, -1, 0, 1),
     SETTING("ema_decay", 'f', ema_decay, 0, 0, 1),
     SETTING("ema_warmup", 'i', ema_warmup, 0, 0, 1),
     SETTING("freeze", 's', freeze, 0, 0, 0),
@@ -173,7 +173,8 @@ int vt_ckpt_file_meta_parse(vt_ckpt_manifest *m, const char *mean, const char *s
              "interpolation \"%.20s\" are not a number in (0, 1], center or squash, and "
              "sample, bilinear or bicubic", crop_pct ? crop_pct : "(absent)",
              crop_mode ? crop_mode : "(absent)", interp ? interp : "(absent)");
-    return -1;
+    m->evaluated = 0;
+    return 2;
   }
   m->evaluated = 1;
   return 1;

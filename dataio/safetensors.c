@@ -239,21 +239,24 @@ vt_status vt_safetensors_copy_meta(const char *src, const char *dst, const char 
              "existing, writable folder", dst, tmp, strerror(errno));
     st = VT_ERR_IO;
   }
-  int ok = out && fwrite(l.head, 1, (size_t)l.head_nbytes, out) == (size_t)l.head_nbytes;
+  // (the first failure's errno: a later close or rename would overwrite it)
+  int ok = out && fwrite(l.head, 1, (size_t)l.head_nbytes, out) == (size_t)l.head_nbytes, e = 0;
   for (int i = 0; ok && i < in.count; i++) {  // (contiguous in this order: l.offset[i] follows)
-    const vt_st_entry *e = &in.entries[i];
-    st = vt_st_read(&in, e, buf, err, errlen);
-    ok = st == VT_OK && fwrite(buf, 1, (size_t)(e->end - e->begin), out) ==
-                            (size_t)(e->end - e->begin);
+    const vt_st_entry *t = &in.entries[i];
+    st = vt_st_read(&in, t, buf, err, errlen);
+    ok = st == VT_OK && fwrite(buf, 1, (size_t)(t->end - t->begin), out) ==
+                            (size_t)(t->end - t->begin);
   }
   if (out) {
-    ok = ok && fflush(out) == 0 && fsync(fileno(out)) == 0;
-    const int e = errno;
-    ok = (fclose(out) == 0) && ok;
-    if (!ok || rename(tmp, dst) != 0) {
+    if (ok && (fflush(out) != 0 || fsync(fileno(out)) != 0)) ok = 0;
+    if (!ok) e = errno;
+    if (fclose(out) != 0 && ok) ok = 0, e = errno;
+    if (ok && rename(tmp, dst) != 0) ok = 0, e = errno;
+    if (!ok) {
       remove(tmp);
       if (st == VT_OK) {
-        snprintf(err, errlen, "writing %s failed: %s (is the disk full?)", dst, strerror(e));
+        snprintf(err, errlen, "writing %s failed: %s%s", dst, strerror(e),
+                 e == ENOSPC || e == EDQUOT ? " (the disk is full)" : "");
         st = VT_ERR_IO;
       }
     }

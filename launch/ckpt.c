@@ -376,7 +376,7 @@ void vt_ckpt_manifest_settings(vt_ckpt_manifest *man, const vt_train_options *o)
   man->eval_crop_pct = tc->crop_pct, man->eval_squash = tc->eval_squash;
   man->eval_interp = (int)tc->eval_interp;
   man->norm_recorded = 1;
-  man->evaluated = o->val_data[0] != '\0';
+  man->evaluated = o->val_data[0] != '\0' || o->eval_resumed;
   man->aa[0] = '\0';
   const vt_randaug_config *ra = &o->transform.ra;
   if (ra->layers > 0)  // --aa's keys, each exactly (an infinite mstd as vt_randaug_parse's 101)

@@ -364,7 +364,7 @@ static void differs_triple(diff_list *d, const float was[3], const float now[3],
            vt_ckpt_float_text(was[1], a[1], 32), vt_ckpt_float_text(was[2], a[2], 32));
   snprintf(tb, sizeof tb, "%s,%s,%s", vt_ckpt_float_text(now[0], b[0], 32),
            vt_ckpt_float_text(now[1], b[1], 32), vt_ckpt_float_text(now[2], b[2], 32));
-  differs(d, memcmp(was, now, 3 * sizeof *was) == 0, flag, ta, tb);
+  differs(d, was[0] == now[0] && was[1] == now[1] && was[2] == now[2], flag, ta, tb);  // (-0 is 0)
 }
 
 // The normalisation: --mean and --std.
@@ -404,7 +404,7 @@ static void warn_eval(const vt_train_options *o, const char *dir, const vt_ckpt_
   }
   diff_list d = {"", "", 0};
   differs_norm(&d, man, &cur);
-  if (man->evaluated) differs_eval(&d, man, &cur);
+  if (man->evaluated) differs_eval(&d, man, &cur);  // (-1, not known, counts as yes)
   if (d.n)
     vt_log_warn("%s was trained with %s and this evaluation has %s: %s (%s)", dir, d.was, d.now,
                 man->evaluated ? "its figures are not those of that run's evaluations"
@@ -423,6 +423,8 @@ void vt_ckpt_warn_file_norm(const vt_train_options *o, const char *path) {
   vt_safetensors_close(&f);
   if (got < 0) vt_log_warn("--init-from %s: %s; its normalisation is not compared", path, err);
   if (got <= 0) return;  // (no normalisation recorded: a file of timm's, or of another tool)
+  if (got == 2 && o->eval_only)
+    vt_log_warn("--init-from %s: %s; its evaluation transform is not compared", path, err);
   if (o->eval_only) {
     warn_eval(o, path, &man, "the file's metadata records the run's settings");
     return;
@@ -477,7 +479,8 @@ static void warn_settings(const vt_train_options *o, const char *dir, const vt_c
                 man->recorded ? "" : " (its manifest records none of these settings: written "
                 "by a vit3d before they were recorded, it reads as their defaults)");
   diff_list e = {"", "", 0};
-  if (man->evaluated && o->val_data[0]) differs_eval(&e, man, &cur);  // (both evaluate)
+  // (where both evaluate; evaluated -1, not known, counts as yes)
+  if (man->norm_recorded && man->evaluated && o->val_data[0]) differs_eval(&e, man, &cur);
   if (e.n)
     vt_log_warn("%s was saved by a run with %s and this one has %s: from here its evaluations "
                 "differ from that run's", dir, e.was, e.now);

@@ -351,10 +351,9 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
       if (vt_loader_next(d->train, &batch, err, sizeof err) != VT_OK) {
         // The step runs to its end on zero images (its collectives) and is not kept: the run
         // stops after it, saving the steps before it (train_step.c).
-        vt_log_error("%s, in step %lld; the run stops, saving the steps before: %s, and resume "
-                     "with --resume auto", err, (long long)step + 1,
-                     o->bad_image_fail ? "mend or remove the file, or train with --bad-image skip"
-                                       : "mend them");
+        // (a rank reads ahead of the others: rank 0 says where the run stops, and what to do)
+        vt_log_error("%s, in step %lld's data: the run stops before the first step that met "
+                     "such a file on any rank", err, (long long)step + 1);
         d->failed = 1, d->fail_step = step;
         d->fail_img = batch.images, d->fail_labels = batch.labels;
       } else {

@@ -202,7 +202,7 @@ static int inspect_file(const char *path) {
            shell_word(path, q, sizeof q));
     printf("  (fine-tuning from it takes the same model flags: another --img-size resamples "
            "pos_embed, another --num-classes starts a new head)\n");
-    if (norm < 0) printf("  (%s)\n", err);
+    if (norm < 0 || norm == 2) printf("  (%s)\n", err);
     else if (norm == 0)
       printf("  (its normalisation is not recorded: its checkpoint came from an older vit3d)\n");
   } else if (in_checkpoint(path, q, sizeof q)) {

@@ -215,8 +215,6 @@ static int run_open(train_run *r) {
       vt_model_init_from(m, world, o->init_from, o->eval_only, err, sizeof err) != VT_OK) {
     if (world_rank == 0) vt_log_error("--init-from: %s", err);
     r->rc = VT_EXIT_USAGE;
-  } else if (o->init_from[0] && world_rank == 0) {
-    vt_ckpt_warn_file_norm(o, o->init_from);
   }
   vt_optimizer_ema_reset(&r->opt, m->params);  // the EMA starts at the initial weights
   if (!r->rc && !vt_train_outputs_writable(o, world)) r->rc = VT_EXIT_USAGE;
@@ -240,6 +238,18 @@ static int run_open(train_run *r) {
   // The steps skipped before the checkpoint: each one left the optimizer's count where it was.
   r->skipped = start_step > r->opt.t ? start_step - r->opt.t : 0;
   const vt_ckpt_manifest *saved = &r->saved;
+  // (--init-from's weights are the run's where no checkpoint replaced them)
+  if (!r->rc && o->init_from[0] && !r->resumed_from[0] && world_rank == 0)
+    vt_ckpt_warn_file_norm(o, o->init_from);
+  // A run that evaluates nothing keeps recording the evaluation of the run it resumed, where that
+  // one evaluated: its checkpoints then still say how their line of training was evaluated.
+  // (rank 0's: it writes the manifests; the fields are unused without --val-data)
+  if (!r->rc && !o->eval_only && !o->val_data[0] && saved->norm_recorded && saved->evaluated) {
+    r->o.transform.crop_pct = saved->eval_crop_pct;
+    r->o.transform.eval_squash = saved->eval_squash;
+    r->o.transform.eval_interp = (vt_interp)saved->eval_interp;
+    r->o.eval_resumed = 1;
+  }
   int ok = !r->rc && vt_data_open(&r->data, o, be, world, m->has_embed, m->has_head,
                                   r->me.tp_rank, r->mesh.tp_size, r->me.dp_rank,
                                   r->mesh.dp_size, n_micro, start_step, err,
@@ -318,6 +328,9 @@ static void run_steps(train_run *r) {
       vt_log_warn("--run-steps without --save: nothing is saved to resume the rest of the %lld "
                   "steps from; give --save DIR", (long long)o->steps);
   }
+  if (r->world_rank == 0 && o->eval_unused[0] && !r->rc)
+    vt_log_warn("%s without --val-data: this run evaluates nothing; give --val-data DIR",
+                o->eval_unused);
   if (r->world_rank == 0 && !o->eval_only && !r->rc) vt_report_schedule(&r->opt.cfg);
   if (r->world_rank == 0 && o->save_dir[0] && !o->eval_only && !r->rc)
     vt_ckpt_disk_plan(o, r->m.frozen_layers, r->start_step, r->end_step);

@@ -238,6 +238,14 @@ static void derive(int argc, char **argv, const vt_train_text *x, vt_comm *world
   o->warmup_epochs = if_later(argc, argv, "--warmup-epochs", "--warmup-steps", x->warmup_epochs);
   o->eval_epochs = if_later(argc, argv, "--eval-epochs", "--eval-interval", x->eval_epochs);
   o->save_epochs = if_later(argc, argv, "--save-epochs", "--save-interval", x->save_epochs);
+  // (not the transform's flags, which vit3d inspect's line gives every resume)
+  static const char *const eval_flags[] = {"--eval-interval", "--eval-epochs", "--eval-hflip"};
+  o->eval_unused[0] = '\0';
+  const int trains = !o->eval_only && !o->plan_only && !o->val_data[0];
+  for (size_t i = 0; trains && i < sizeof eval_flags / sizeof *eval_flags; i++)
+    if (last_at(argc, argv, eval_flags[i]) >= 0)
+      snprintf(o->eval_unused + strlen(o->eval_unused), sizeof o->eval_unused -
+               strlen(o->eval_unused), "%s%s", o->eval_unused[0] ? " " : "", eval_flags[i]);
   // With --epochs the steps (and the default warmup) follow once the dataset is open.
   o->optim.total_steps = o->steps;
   if (o->optim.warmup_steps < 0 && o->epochs <= 0 && o->warmup_epochs <= 0)

@@ -71,7 +71,7 @@ timeout 300 "$vit3d" "${args[@]/$work\/data/$work/allbad}" --tp 1 --save "$work/
   > "$work/allbad.log" 2>&1
 rc=$?
 if [ $rc -eq 1 ] && grep -q "every image of class 'b' is bad" "$work/allbad.log" &&
-   grep -q "a class whose every file is bad .*: the run stops after step" "$work/allbad.log"; then
+   grep -q "a class whose every file is bad .*: the run stops \(after\|before\) step" "$work/allbad.log"; then
   echo "ok: a class of bad files only stops the run, saying what to mend"
 else echo "FAIL: a class of bad files only: rc $rc"; tail -3 "$work/allbad.log"; fail=1; fi
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --log-dir "$work/skip" \
@@ -97,7 +97,7 @@ timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --bad-image fail 
   --save "$work/fail_ckpt" > "$work/fail.log" 2>&1
 rc=$?
 kept=$(sed -n 's/.*the run stops after step \([0-9]*\); checkpoint step-.*/\1/p' "$work/fail.log")
-if [ $rc -ne 1 ] || ! grep -q "zz_.*, in step [0-9]*; the run stops, saving the steps before" "$work/fail.log" ||
+if [ $rc -ne 1 ] || ! grep -q "zz_.*, in step [0-9]*'s data: the run stops before the first step that met such a file" "$work/fail.log" ||
    [ -z "$kept" ] || [ "$kept" -lt 1 ] || [ ! -d "$work/fail_ckpt/step-$(printf %08d "$kept")" ]; then
   echo "FAIL: --bad-image fail gave rc $rc, kept '$kept'; log:"; tail -10 "$work/fail.log"; fail=1
 else

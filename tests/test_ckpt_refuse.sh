@@ -264,17 +264,25 @@ if grep -q "warning: .*step-00000003 was trained with --mean 0.5,0.4,0.3 --std 0
    grep -q "top-1" <<<"$out2" && ! grep -q "warning" <<<"$out2"; then
   echo "ok: vit3d eval warns where its normalisation and evaluation transform differ from the run's, not with inspect's flags"
 else echo "FAIL: vit3d eval's normalisation warning: $out"; echo "$out2" | tail -3; fail=1; fi
-# Of a run that never evaluated (ck_reg2's second part had no --val-data) only the normalisation
-# is compared: there are no evaluations whose transform to repeat.
-out=$("$vit3d" eval --model tiny --checkpoint "$work/ck_reg2/step-00000006" --val-data "$work/reg_imgs" --threads 1 2>&1)
-if grep -q "step-00000006 was trained with --mean 0.5,0.4,0.3 --std 0.2,0.25,0.3 and this evaluation has --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225: the images are not normalised as in its training" <<<"$out" &&
-   ! grep -q -- "--eval-crop" <<<"$out"; then
-  echo "ok: vit3d eval of a run that never evaluated compares its normalisation only"
-else echo "FAIL: vit3d eval of a run that never evaluated: $out"; fail=1; fi
+# Of a run that never evaluated only the normalisation is compared: there are no evaluations
+# whose transform to repeat. A run that resumes one that evaluated, and evaluates nothing
+# itself, records that run's evaluation (its own flags' defaults are not how the line of
+# training was evaluated).
+"$vit3d" "${args[@]}" --steps 1 --mean 0.5,0.4,0.3 --save "$work/ck_noeval" > /dev/null 2>&1
+out=$("$vit3d" eval --model tiny --checkpoint "$work/ck_noeval" --val-data "$work/reg_imgs" --eval-crop-pct 0.9 --threads 1 2>&1)
+"$vit3d" "${args[@]}" --steps 6 --run-steps 1 "${reg[@]:0:${#reg[@]}-6}" "${ema[@]}" "${rfrz[@]}" \
+  --resume "$work/ck_reg/step-00000003" --save "$work/ck_sticky" > "$work/sticky.log" 2>&1
+man=$work/ck_sticky/step-00000004/manifest.txt
+if grep -q "step-00000001 was trained with --mean 0.5,0.4,0.3 and this evaluation has --mean 0.485,0.456,0.406: the images are not normalised as in its training" <<<"$out" &&
+   ! grep -q -- "--eval-crop" <<<"$out" && grep -q "^evaluated 1$" "$man" &&
+   grep -q "^eval_crop_pct 0.9" "$man" && grep -q "^eval_squash 1$" "$man" &&
+   grep -q "^eval_interp 2$" "$man" && grep -q "^evaluated 0$" "$work/ck_noeval/step-00000001/manifest.txt"; then
+  echo "ok: vit3d eval of a run that never evaluated compares its normalisation only; a resume that does not evaluate keeps the evaluated run's transform"
+else echo "FAIL: evaluated: $out"; cat "$man" "$work/sticky.log"; fail=1; fi
 # A manifest of a vit3d before these were recorded (their keys taken out): inspect leaves them
 # out and says so, vit3d eval warns that they are not known instead of comparing defaults.
 cp -a "$work/ck_reg/step-00000003" "$work/ck_old"
-sed -i '/^mean_\|^std_\|^eval_/d' "$work/ck_old/manifest.txt"
+sed -i '/^mean_\|^std_\|^eval_\|^evaluated/d' "$work/ck_old/manifest.txt"
 out=$("$vit3d" inspect "$work/ck_old" 2>&1)
 out2=$("$vit3d" eval --model tiny --checkpoint "$work/ck_old" --val-data "$work/reg_imgs" --threads 1 2>&1)
 if grep -q "normalisation and evaluation transform are not recorded" <<<"$out" &&

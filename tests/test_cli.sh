@@ -41,6 +41,11 @@ refuse "width 100 is not a multiple of heads 3" train --width 100
 refuse "--mean 0.5,0.5: give three numbers below 1e6 in size, separated by commas" train --mean 0.5,0.5
 refuse "--std 0.5,0,0.5: give three positive numbers" train --std 0.5,0,0.5
 refuse "--mean 0.5,0.5,0.5,: give three numbers" train --mean 0.5,0.5,0.5,
+# Evaluation flags of a training run without --val-data do nothing: a warning says so.
+out=$("$vit3d" train --model tiny --steps 1 --eval-interval 1 --eval-hflip 1 --threads 1 2>&1)
+grep -q "warning: --eval-interval --eval-hflip without --val-data: this run evaluates nothing" <<<"$out" &&
+  echo "ok: --eval-interval without --val-data warned about" ||
+  { echo "FAIL: --eval-interval without --val-data: $out"; fail=1; }
 # Spaces around the numbers are taken wherever they are (a leading one was, a trailing one not).
 "$vit3d" plan --model tiny --mean " 0.5 , 0.5,0.5 " --std "0.2, 0.2 ,0.2" > /dev/null 2>&1 &&
   echo "ok: --mean and --std take spaces around their numbers" ||

@@ -74,8 +74,10 @@ static void test_folder_and_list(void) {
   vt_dataset_free(&ds);
   const char *bad[][2] = {{"a.png\t1\n\nno_tab_here\n", ":3:"}, {"a.png\t1\nb.png\tcat\n", ":2:"},
                           {"a.png\t-1\n", ":1:"},              {"a.png\t2x\n", ":1:"},
-                          {"\t1\n", ":1:"},                     {"# nothing\n\n", "no samples"}};
-  for (int i = 0; i < 6; i++) {
+                          {"\t1\n", ":1:"},                     {"# nothing\n\n", "no samples"},
+                          {"\x89PNG\r\n\x1a\n\x01", "is an image, not a dataset"},
+                          {"a\x01" "b\xff\n", "got 'a?b?'"}};  // (no raw bytes in a message)
+  for (int i = 0; i < 8; i++) {
     write_bytes(at("bad.txt"), bad[i][0], strlen(bad[i][0]));
     EXPECT(vt_dataset_open(at("bad.txt"), &ds, err, sizeof(err)) ==
            VT_ERR_INPUT && strstr(err, bad[i][1]), "bad list %d: %s", i, err);

@@ -117,7 +117,7 @@ grep -q "w.safetensors was trained with --mean 0.485,0.456,0.406 and this evalua
   echo "ok: the exported file's metadata names its normalisation; eval --init-from warns of another" ||
   { echo "FAIL: eval --init-from with another --mean: $out"; fail=1; }
 out=$("$vit3d" export --checkpoint "$ck" --out "$ck/model.safetensors" 2>&1); rc=$?
-[ $rc -eq 2 ] && grep -q "is the file it copies" <<<"$out" &&
+[ $rc -eq 2 ] && grep -q "is in the checkpoint's folder" <<<"$out" &&
   "$vit3d" export --checkpoint "$ck" --out "$work/w_again.safetensors" > /dev/null &&
   cmp -s "$work/w.safetensors" "$work/w_again.safetensors" &&
   echo "ok: export onto the checkpoint's own file refused, the checkpoint intact" ||

@@ -392,9 +392,10 @@ static void test_file_meta(void) {
          "two numbers: %s", err);
   EXPECT(vt_ckpt_file_meta_parse(&back, "0,0,0", "1,0,1", NULL, NULL, NULL, err, sizeof err) == -1,
          "a zero std");
-  EXPECT(vt_ckpt_file_meta_parse(&back, "0,0,0", "1,1,1", "0.9", "center", "nearest", err,
-                                 sizeof err) == -1 && strstr(err, "interpolation \"nearest\""),
-         "an unknown interpolation: %s", err);
+  EXPECT(vt_ckpt_file_meta_parse(&back, "0,0,0", "1,1,1", "0.9", "border", "bicubic", err,
+                                 sizeof err) == 2 && strstr(err, "crop_mode \"border\"") &&
+             back.norm_recorded && !back.evaluated,
+         "an unknown crop mode (timm's border): the normalisation read, not the crop: %s", err);
 }
 
 int main(void) {
