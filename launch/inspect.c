@@ -142,7 +142,7 @@ void vt_inspect_model_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
            m->pre_norm, (double)m->norm_eps);
 }
 
-// The first dimension of the named tensor (dim d of it), or 0 where f lacks it.
+// Dimension d of the named tensor, or 0 where f lacks it.
 static int64_t dim_of(const vt_st_file *f, const char *name, int d) {
   const vt_st_entry *e = vt_st_find(f, name);
   return e && d < e->ndim ? e->shape[d] : 0;

@@ -122,15 +122,14 @@ static int stop_bad_image(train_run *r, int64_t n, int in_step) {
                 (int)sizeof o->save_dir, o->save_dir);
   r->rc = VT_EXIT_FAILED;
   // (resuming needs a checkpoint this run saved; without one the run starts as it did)
-  const int resume = o->save_dir[0] && kept > r->start_step;
+  const int done = kept > r->start_step, resume = o->save_dir[0] && done;
   if (r->world_rank == 0)
     vt_log_error("%s (named above, on the rank that read it): the run stops %s step %lld; "
                  "%s; exiting with %d. %s, and %s.",
                  !in_step ? "a bad validation file under --bad-image fail"
                  : o->bad_image_fail ? "a bad training file under --bad-image fail"
                                      : "a class whose every file is bad",
-                 kept > r->start_step ? "after" : "before", (long long)(kept > r->start_step
-                 ? kept : kept + 1), what, r->rc,
+                 done ? "after" : "before", (long long)(done ? kept : kept + 1), what, r->rc,
                  o->bad_image_fail ? "Mend or remove the file, or train with --bad-image skip"
                                    : "Mend the class's files or remove its folder",
                  resume ? "resume with --resume auto" : "run it again");
