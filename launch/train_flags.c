@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "dataset.h"
 #include "fault.h"
@@ -147,6 +148,69 @@ static int last_at(int argc, char **argv, const char *flag) {
   for (int i = 0; i < argc; i++)
     if (strncmp(argv[i], flag, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '=')) at = i;
   return at;
+}
+
+// The manifest of the checkpoint vit3d eval --checkpoint names (a --save folder: its newest
+// whose manifest and sizes check; the CRC-32s are checked as it is read): 1, or 0 where there
+// is none (the load then says why).
+static int eval_manifest(const vt_train_options *o, vt_ckpt_manifest *m) {
+  char err[512];
+  const char *path = strcmp(o->resume, "auto") == 0 ? o->save_dir : o->resume;
+  if (!path[0]) return 0;
+  if (vt_ckpt_is_checkpoint(path)) return vt_ckpt_check(path, m, 0, err, sizeof err) == VT_OK;
+  int64_t steps[64];
+  const int n = vt_ckpt_candidates(path, steps, 64);
+  for (int i = 0; i < n; i++) {
+    char dir[1100];
+    vt_ckpt_step_dir(path, steps[i], dir, sizeof dir);
+    if (vt_ckpt_check(dir, m, 0, err, sizeof err) == VT_OK) return 1;
+  }
+  return 0;
+}
+
+// vit3d eval --checkpoint: what the command line leaves out is the checkpoint's: without
+// --model its model's flags (each size or variant flag given still counts), and its
+// normalisation and, where its run evaluated, its evaluation transform (the flags given count:
+// a difference from the run's is warned about). Returns 1 where it took any.
+static int eval_adopt(int argc, char **argv, vt_train_options *o) {
+  vt_ckpt_manifest m;
+  if (!eval_manifest(o, &m)) return 0;
+#define GIVEN(flag) (last_at(argc, argv, flag) >= 0)
+  vt_vit_config *c = &o->model;
+  const int model = !GIVEN("--model");
+  if (model) {
+    snprintf(c->name, sizeof c->name, "checkpoint");
+    if (!GIVEN("--img-size")) c->img_size = m.img_size;
+    if (!GIVEN("--patch-size")) c->patch_size = m.patch_size;
+    if (!GIVEN("--width")) c->width = m.width;
+    if (!GIVEN("--depth")) c->depth = m.depth;
+    if (!GIVEN("--heads")) c->heads = m.heads;
+    if (!GIVEN("--mlp-dim") && !GIVEN("--mlp-ratio")) c->mlp_dim = vt_ckpt_mlp_hidden(&m);
+    if (!GIVEN("--num-classes")) c->num_classes = m.num_classes;
+    if (!GIVEN("--global-pool")) c->global_pool = m.global_pool;
+    if (!GIVEN("--class-token")) c->no_class_token = !m.class_token;
+    if (!GIVEN("--layer-scale")) c->layer_scale = m.layer_scale ? 1e-6f : 0.0f;  // (loaded)
+    if (!GIVEN("--no-embed-class")) c->no_embed_class = m.no_embed_class;
+    if (!GIVEN("--reg-tokens")) c->reg_tokens = m.reg_tokens;
+    if (!GIVEN("--qk-norm")) c->qk_norm = m.qk_norm;
+    if (!GIVEN("--qkv-bias")) c->no_qkv_bias = !m.qkv_bias;
+    if (!GIVEN("--parallel-blocks")) c->parallel = m.parallel;
+    if (!GIVEN("--act")) c->gelu_tanh = m.gelu_tanh, c->quick_gelu = m.quick_gelu;
+    if (!GIVEN("--pre-logits")) c->pre_logits = m.pre_logits;
+    if (!GIVEN("--pos-embed")) c->pos_sincos = m.pos_sincos;
+    if (!GIVEN("--pre-norm")) c->pre_norm = m.pre_norm;
+    if (!GIVEN("--norm-eps")) c->norm_eps = m.norm_eps;
+  }
+  vt_transform_config *tc = &o->transform;
+  if (m.norm_recorded && !GIVEN("--mean")) memcpy(tc->mean, m.mean, sizeof tc->mean);
+  if (m.norm_recorded && !GIVEN("--std")) memcpy(tc->std, m.std, sizeof tc->std);
+  if (m.norm_recorded && m.evaluated) {
+    if (!GIVEN("--eval-crop-pct")) tc->crop_pct = m.eval_crop_pct;
+    if (!GIVEN("--eval-crop-mode")) tc->eval_squash = m.eval_squash;
+    if (!GIVEN("--eval-interpolation")) tc->eval_interp = (vt_interp)m.eval_interp;
+  }
+#undef GIVEN
+  return model || m.norm_recorded;
 }
 
 // value when flag (a length in epochs) comes after steps_flag (the same length in steps), else
@@ -310,6 +374,10 @@ int vt_train_flags_parse(int argc, char **argv, vt_run_mode mode, vt_comm *world
       vt_fault_init(vt_comm_rank(world), err, sizeof err) != 0 ||
       convert_text(&x, o, err, sizeof err) != VT_OK)
     return vt_train_flags_refuse(world, mode, err);
+  if (mode == VT_RUN_EVAL && o->resume[0] && eval_adopt(argc, argv, o) &&
+      vt_comm_rank(world) == 0)
+    vt_log_info("the model, normalisation and evaluation transform the command line leaves out "
+                "are the checkpoint's (vit3d inspect prints them)");
   derive(argc, argv, &x, world, o);
   check_search(argc, argv, mode, o, why, sizeof why);
   return why[0] ? vt_train_flags_refuse(world, mode, why) : -1;

@@ -52,16 +52,20 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "heads 4 MLP 256 classes 10; pass the same sizes to resume it (--img-size 32 --patch-size 8 --width 64 --depth 4 --heads 4 --mlp-dim 256 --num-classes 10; vit3d inspect $work/ck/step-[0-9]* prints every flag)" <<<"$out"; then
   echo "ok: another MLP width refused: $(grep -o 'holds a model.*' <<<"$out")"
 else echo "FAIL: MLP width mismatch: rc $rc: $out"; fail=1; fi
-# vit3d eval without the model's flags names them for an evaluation; inspect's line, whose
-# --global-batch-size an evaluation does not use, evaluates with any --micro-batch-size.
-out=$("$vit3d" eval --checkpoint "$work/ck" --val-data "$work/no_val" --threads 1 2>&1); rc=$?
+# vit3d eval takes the model's flags it is not given from the checkpoint: without any, it
+# evaluates as with inspect's line (whose --global-batch-size an evaluation does not use: any
+# --micro-batch-size goes); a size given that differs is refused naming the sizes.
+out=$("$vit3d" eval --checkpoint "$work/ck" --val-data "$work/no_val" --width 96 --threads 1 2>&1); rc=$?
 flags=$("$vit3d" inspect "$work/ck" | sed -n 's/^resume with: //p')
 ${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/make_images.py" "$work/ev_imgs" 10 1 32
+out3=$("$vit3d" eval --checkpoint "$work/ck" --val-data "$work/ev_imgs" --threads 1 2>&1)
 if [ $rc -eq 2 ] && grep -q "pass the same sizes to evaluate it (--img-size 32 " <<<"$out" &&
    out2=$(eval "\"\$vit3d\" eval ${flags/--resume /--checkpoint } --val-data \"\$work/ev_imgs\" --micro-batch-size 3 --threads 1" 2>&1) &&
-   grep -q "^eval: .*(10 images)" <<<"$out2"; then
-  echo "ok: vit3d eval names the model's flags; inspect's line evaluates with --micro-batch-size 3"
-else echo "FAIL: vit3d eval without or with inspect's flags: rc $rc: $out / $out2"; fail=1; fi
+   grep -q "^eval: .*(10 images)" <<<"$out2" &&
+   [ "$(grep "^eval:" <<<"$out2")" = "$(grep "^eval:" <<<"$out3")" ] &&
+   grep -q "leaves out are the checkpoint's" <<<"$out3" && ! grep -q warning <<<"$out3"; then
+  echo "ok: vit3d eval takes the model from the checkpoint, as inspect's line (with --micro-batch-size 3); another --width refused"
+else echo "FAIL: vit3d eval without or with inspect's flags: rc $rc: $out / $out2 / $out3"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --global-pool avg --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "holds a model with the class-token head and a class token; resume it with --global-pool token --class-token 1" <<<"$out"; then
@@ -256,11 +260,16 @@ if [ -n "$flags" ] &&
    ! grep -q "warning" "$work/reg_b.log" && grep -q "^step     6/6" "$work/reg_b.log"; then
   echo "ok: vit3d inspect's line resumes a regularised run with its EMA and freeze patterns, no warning, as the uninterrupted run: $flags"
 else echo "FAIL: inspect's line of a regularised run ($flags):"; tail -5 "$work/reg_b.log"; fail=1; fi
-# vit3d eval of it: without the run's normalisation and evaluation flags a warning names them
-# (its figures are not the run's); with inspect's line, none.
-out=$("$vit3d" eval --model tiny --checkpoint "$work/ck_reg/step-00000003" --val-data "$work/reg_imgs" --threads 1 2>&1)
+# vit3d eval of it: with other normalisation and evaluation flags than the run's a warning
+# names them (its figures are not the run's); with inspect's line, none, and without them the
+# checkpoint's are taken: no warning, inspect's line's figures.
+out=$("$vit3d" eval --model tiny --checkpoint "$work/ck_reg/step-00000003" --val-data "$work/reg_imgs" --threads 1 \
+      --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --eval-crop-pct 0.875 --eval-crop-mode center \
+      --eval-interpolation sample 2>&1)
 out2=$(eval "\"\$vit3d\" eval $flags --checkpoint \"\$work/ck_reg/step-00000003\" --val-data \"\$work/reg_imgs\" --threads 1" 2>&1)
-if grep -q "warning: .*step-00000003 was trained with --mean 0.5,0.4,0.3 --std 0.2,0.25,0.3 --eval-crop-pct 0.9 --eval-crop-mode squash --eval-interpolation bicubic and this evaluation has --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --eval-crop-pct 0.875 --eval-crop-mode center --eval-interpolation sample: its figures are not those of that run's evaluations" <<<"$out" &&
+out4=$("$vit3d" eval --model tiny --checkpoint "$work/ck_reg/step-00000003" --val-data "$work/reg_imgs" --threads 1 2>&1)
+if [ "$(grep "^eval:" <<<"$out2")" = "$(grep "^eval:" <<<"$out4")" ] && ! grep -q warning <<<"$out4" &&
+   grep -q "warning: .*step-00000003 was trained with --mean 0.5,0.4,0.3 --std 0.2,0.25,0.3 --eval-crop-pct 0.9 --eval-crop-mode squash --eval-interpolation bicubic and this evaluation has --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --eval-crop-pct 0.875 --eval-crop-mode center --eval-interpolation sample: its figures are not those of that run's evaluations" <<<"$out" &&
    grep -q "top-1" <<<"$out2" && ! grep -q "warning" <<<"$out2"; then
   echo "ok: vit3d eval warns where its normalisation and evaluation transform differ from the run's, not with inspect's flags"
 else echo "FAIL: vit3d eval's normalisation warning: $out"; echo "$out2" | tail -3; fail=1; fi
@@ -269,7 +278,8 @@ else echo "FAIL: vit3d eval's normalisation warning: $out"; echo "$out2" | tail 
 # itself, records that run's evaluation (its own flags' defaults are not how the line of
 # training was evaluated).
 "$vit3d" "${args[@]}" --steps 1 --mean 0.5,0.4,0.3 --save "$work/ck_noeval" > /dev/null 2>&1
-out=$("$vit3d" eval --model tiny --checkpoint "$work/ck_noeval" --val-data "$work/reg_imgs" --eval-crop-pct 0.9 --threads 1 2>&1)
+out=$("$vit3d" eval --model tiny --checkpoint "$work/ck_noeval" --val-data "$work/reg_imgs" --eval-crop-pct 0.9 \
+      --mean 0.485,0.456,0.406 --threads 1 2>&1)
 "$vit3d" "${args[@]}" --steps 6 --run-steps 1 "${reg[@]:0:${#reg[@]}-6}" "${ema[@]}" "${rfrz[@]}" \
   --resume "$work/ck_reg/step-00000003" --save "$work/ck_sticky" > "$work/sticky.log" 2>&1
 man=$work/ck_sticky/step-00000004/manifest.txt
