@@ -69,6 +69,9 @@ static int cmd_train(int argc, char **argv, vt_comm *world, vt_run_mode mode) {
   char **v, err[600];
   if (vt_cli_expand(argc, argv, &n, &v, err, sizeof err) != VT_OK)
     return vt_train_flags_agree(world, vt_train_flags_refuse(world, mode, err));
+  if (mode == VT_RUN_EVAL && vt_train_flags_from_file(&n, &v) > 0 && vt_comm_rank(world) == 0)
+    vt_log_info("the model, normalisation and evaluation transform the command line leaves out "
+                "are the --init-from file's (its metadata; vit3d inspect FILE prints them)");
   const int rc = run_train(n, v, world, mode);
   vt_cli_free(n, v);
   return rc;

@@ -15,6 +15,7 @@
 #include "comm.h"
 #include "dataset.h"
 #include "fault.h"
+#include "safetensors.h"
 #include "train_flags_internal.h"
 
 static const char *const kRunNames[] = {"train", "eval", "plan"};
@@ -345,6 +346,63 @@ static void check_search(int argc, char **argv, vt_run_mode mode, const vt_train
              "--global-batch-size");
   else if (o->plan_gpus > 0 && vt_config_validate(&o->model, err, sizeof err) != VT_OK)
     snprintf(why, whylen, "bad model configuration: %.120s", err);
+}
+
+int vt_train_flags_from_file(int *argc, char ***argv) {
+  static const char *const model_flags[] = {
+      "--img-size", "--patch-size", "--width", "--depth", "--heads", "--mlp-dim", "--num-classes",
+      "--global-pool", "--class-token", "--layer-scale", "--reg-tokens", "--no-embed-class",
+      "--qk-norm", "--qkv-bias", "--parallel-blocks", "--act", "--pos-embed", "--pre-logits",
+      "--pre-norm", "--norm-eps"};
+  const int n = *argc;
+  char **v = *argv, err[300];
+  const char *path = vt_cli_find(n, v, "--init-from");
+  vt_st_file f;
+  if (!path || vt_cli_find(n, v, "--checkpoint") ||
+      vt_safetensors_open(path, &f, err, sizeof err) != VT_OK)
+    return 0;
+  char *words[64];
+  int k = 0;
+#define ADD(w) (words[k++] = strdup(w))
+  // The model's, as "--flag value" pairs, each of the known flags only (the file's text is not
+  // trusted to name others) and not given here (--mlp-ratio given: not --mlp-dim).
+  const char *model =
+      vt_cli_find(n, v, "--model") ? NULL : vt_st_metadata(&f, "vit3d_model_flags");
+  char text[1024], *save = NULL;
+  snprintf(text, sizeof text, "%s", model ? model : "");
+  for (char *w = strtok_r(text, " ", &save), *val; w && k + 2 <= 40;
+       w = strtok_r(NULL, " ", &save)) {
+    if (!(val = strtok_r(NULL, " ", &save))) break;
+    int known = 0;
+    for (size_t i = 0; i < sizeof model_flags / sizeof *model_flags; i++)
+      known |= !strcmp(w, model_flags[i]);
+    const int ratio = !strcmp(w, "--mlp-dim") && vt_cli_find(n, v, "--mlp-ratio");
+    if (known && !ratio && !vt_cli_find(n, v, w)) ADD(w), ADD(val);
+  }
+  vt_ckpt_manifest m;
+  memset(&m, 0, sizeof m);
+  const char *mean = vt_st_metadata(&f, "mean"), *std = vt_st_metadata(&f, "std");
+  const int got = vt_ckpt_file_meta_parse(&m, mean, std, vt_st_metadata(&f, "crop_pct"),
+                                          vt_st_metadata(&f, "crop_mode"),
+                                          vt_st_metadata(&f, "interpolation"), err, sizeof err);
+  if (got > 0) ADD("--mean"), ADD(mean), ADD("--std"), ADD(std);
+  if (got == 1 && m.evaluated) {
+    char pct[32];
+    ADD("--eval-crop-pct"), ADD(vt_ckpt_double_text(m.eval_crop_pct, pct, sizeof pct));
+    ADD("--eval-crop-mode"), ADD(m.eval_squash ? "squash" : "center");
+    ADD("--eval-interpolation"), ADD(vt_ckpt_interp_name(m.eval_interp));
+  }
+#undef ADD
+  vt_safetensors_close(&f);
+  if (k == 0) return 0;
+  char **all = malloc((size_t)(k + n + 1) * sizeof *all);
+  VT_CHECK(all != NULL, "out of host memory");
+  memcpy(all, words, (size_t)k * sizeof *all);
+  memcpy(all + k, v, (size_t)n * sizeof *all);
+  all[k + n] = NULL;
+  free(v);  // (its words now all's)
+  *argc = n + k, *argv = all;
+  return k;
 }
 
 int vt_train_flags_parse(int argc, char **argv, vt_run_mode mode, vt_comm *world,

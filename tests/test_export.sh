@@ -99,6 +99,13 @@ if [ -n "$cmd" ] &&
    grep "^eval:" <<<"$out" | cmp -s - "$work/eval_ckpt.txt" && ! grep -q warning <<<"$out"; then
   echo "ok: vit3d inspect FILE's command evaluates the export as the checkpoint: $cmd"
 else echo "FAIL: vit3d inspect FILE's command ($cmd): $out"; fail=1; fi
+# Without any of those flags vit3d eval takes them from the file's metadata: the same figures.
+out=$(timeout 300 mpirun -np 1 "$vit3d" eval --init-from "$work/w.safetensors" \
+      --val-data "$work/val" --micro-batch-size 4 2>&1)
+grep "^eval:" <<<"$out" | cmp -s - "$work/eval_ckpt.txt" &&
+  grep -q "leaves out are the --init-from file's" <<<"$out" &&
+  echo "ok: vit3d eval --init-from FILE alone takes the model and normalisation from its metadata" ||
+  { echo "FAIL: vit3d eval --init-from FILE without flags: $out"; fail=1; }
 # Of a file without vit3d's metadata it says what the tensors say; of a checkpoint's weights, the
 # checkpoint; a damaged file is refused.
 cp "$ck/model.safetensors" "$work/plain.safetensors"
