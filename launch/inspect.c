@@ -142,6 +142,16 @@ void vt_inspect_model_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
            m->pre_norm, (double)m->norm_eps);
 }
 
+// text with control and non-ASCII bytes as '?', cut to size (with "..." where it was longer).
+static const char *printable(const char *text, char *buf, size_t size) {
+  size_t k = 0;
+  for (const unsigned char *c = (const unsigned char *)text; *c && k + 4 < size; c++)
+    buf[k++] = *c < 0x20 || *c >= 0x7f ? '?' : (char)*c;
+  if (text[k]) memcpy(buf + k, "...", 3), k += 3;
+  buf[k] = '\0';
+  return buf;
+}
+
 // Dimension d of the named tensor, or 0 where f lacks it.
 static int64_t dim_of(const vt_st_file *f, const char *name, int d) {
   const vt_st_entry *e = vt_st_find(f, name);
@@ -179,35 +189,34 @@ static int inspect_file(const char *path) {
   dtypes[strlen(dtypes) - 1] = '\0';
   printf("safetensors file %s: %d tensors, %" PRId64 " values (%s)\n", path, f.count, values,
          dtypes[0] ? dtypes + 1 : "none");
-  for (int i = 0; i < vt_st_metadata_count(&f); i++)
-    printf("  %s: %s\n", vt_st_metadata_key(&f, i),
-           vt_st_metadata(&f, vt_st_metadata_key(&f, i)));
+  for (int i = 0; i < vt_st_metadata_count(&f); i++) {  // (the file's text: shown harmless)
+    char key[100], value[400];
+    printf("  %s: %s\n", printable(vt_st_metadata_key(&f, i), key, sizeof key),
+           printable(vt_st_metadata(&f, vt_st_metadata_key(&f, i)), value, sizeof value));
+  }
   const char *model = vt_st_metadata(&f, "vit3d_model_flags");
   vt_ckpt_manifest m;
   memset(&m, 0, sizeof m);
   const int norm = vt_ckpt_file_meta_parse(
       &m, vt_st_metadata(&f, "mean"), vt_st_metadata(&f, "std"), vt_st_metadata(&f, "crop_pct"),
       vt_st_metadata(&f, "crop_mode"), vt_st_metadata(&f, "interpolation"), err, sizeof err);
-  if (model) {
-    char flags[400] = "", a[32];
-    if (norm > 0)
-      snprintf(flags, sizeof flags, " --mean %s --std %s", vt_st_metadata(&f, "mean"),
-               vt_st_metadata(&f, "std"));
-    if (norm > 0 && m.evaluated)
-      snprintf(flags + strlen(flags), sizeof flags - strlen(flags),
-               " --eval-crop-pct %s --eval-crop-mode %s --eval-interpolation %s",
-               vt_ckpt_double_text(m.eval_crop_pct, a, sizeof a),
-               m.eval_squash ? "squash" : "center", vt_ckpt_interp_name(m.eval_interp));
-    printf("evaluate with: vit3d eval %s%s --init-from %s --val-data DIR\n", model, flags,
+  if (model) {  // (vit3d eval reads the flags from the metadata: none of its text is printed)
+    printf("evaluate with: vit3d eval --init-from %s --val-data DIR\n",
            shell_word(path, q, sizeof q));
-    printf("  (fine-tuning from it takes the same model flags: another --img-size resamples "
+    printf("  (the model, normalisation and evaluation transform come from its metadata; "
+           "fine-tuning from it takes its vit3d_model_flags: another --img-size resamples "
            "pos_embed, another --num-classes starts a new head)\n");
-    if (norm < 0 || norm == 2) printf("  (%s)\n", err);
+    char why[400];
+    if (norm < 0 || norm == 2) printf("  (%s)\n", printable(err, why, sizeof why));
     else if (norm == 0)
       printf("  (its normalisation is not recorded: its checkpoint came from an older vit3d)\n");
   } else if (in_checkpoint(path, q, sizeof q)) {
+    char w[1200];
     printf("the weights of the checkpoint %s: vit3d inspect %s prints the flags that resume or "
-           "evaluate it\n", q, q);
+           "evaluate it\n", q, shell_word(q, w, sizeof w));
+  } else if (!vt_st_find(&f, "patch_embed.proj.weight")) {
+    printf("no vit3d metadata, and no patch_embed.proj.weight: not a ViT of timm's layout, which "
+           "--init-from loads (launch/convert_weights.py converts other layouts)\n");
   } else {  // (a file of timm's or another tool's: what its tensors say)
     const int64_t width = dim_of(&f, "patch_embed.proj.weight", 0);
     int depth = 0;

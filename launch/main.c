@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "checkpoint.h"
 #include "cli.h"
@@ -119,17 +118,16 @@ static int cmd_export(int argc, char **argv) {
     fprintf(stderr, "vit3d export: %s\n", err);
     return 2;
   }
-  // (a path in the checkpoint's folder would replace one of its files, or add one to it)
+  // (a path in a checkpoint's folder, this one's or another's, would replace one of its files,
+  // or add one to it)
   char parent[600];
   snprintf(parent, sizeof parent, "%s", out);
   char *slash = strrchr(parent, '/');
   if (slash) slash[slash == parent] = '\0';
   else snprintf(parent, sizeof parent, ".");
-  struct stat sp, sd;
-  if (stat(parent, &sp) == 0 && stat(dir, &sd) == 0 && sp.st_dev == sd.st_dev &&
-      sp.st_ino == sd.st_ino) {
-    fprintf(stderr, "vit3d export: --out %s is in the checkpoint's folder %s, whose files it "
-            "would change: give a path outside it\n", out, dir);
+  if (vt_ckpt_is_checkpoint(parent)) {
+    fprintf(stderr, "vit3d export: --out %s is in the checkpoint folder %s, whose files it "
+            "would change: give a path outside it\n", out, parent);
     return 2;
   }
   const vt_status st = vt_safetensors_copy_meta(src, out, fm.kv, fm.n, err, sizeof err);

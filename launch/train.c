@@ -244,7 +244,8 @@ static int run_open(train_run *r) {
   // A run that evaluates nothing keeps recording the evaluation of the run it resumed, where that
   // one evaluated: its checkpoints then still say how their line of training was evaluated.
   // (rank 0's: it writes the manifests; the fields are unused without --val-data)
-  if (!r->rc && !o->eval_only && !o->val_data[0] && saved->norm_recorded && saved->evaluated) {
+  // (evaluated -1, not known, is not carried on as a fact)
+  if (!r->rc && !o->eval_only && !o->val_data[0] && saved->norm_recorded && saved->evaluated == 1) {
     r->o.transform.crop_pct = saved->eval_crop_pct;
     r->o.transform.eval_squash = saved->eval_squash;
     r->o.transform.eval_interp = (vt_interp)saved->eval_interp;

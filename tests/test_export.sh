@@ -113,8 +113,28 @@ head -c 300 "$ck/model.safetensors" > "$work/cut.safetensors"
 out=$("$vit3d" inspect "$work/plain.safetensors" 2>&1)
 out2=$("$vit3d" inspect "$ck/model.safetensors" 2>&1)
 out3=$("$vit3d" inspect "$work/cut.safetensors" 2>&1); rc3=$?
+# A file's metadata is shown with its control bytes as '?', never put into a command; a file
+# without ViT tensors is said to be none.
+"$py" - "$work" <<'PY'
+import json, struct, sys
+for name, meta in (("odd", {"vit3d_model_flags": "--width 32; echo PWNED", "note": "\x1b[31mred"}),
+                   ("nonvit", None)):
+    head = {"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
+    if meta:
+        head["__metadata__"] = meta
+    head = json.dumps(head).encode()
+    head += b" " * (-len(head) % 8)
+    open(f"{sys.argv[1]}/{name}.safetensors", "wb").write(struct.pack("<Q", len(head)) + head + b"\0" * 4)
+PY
+out4=$("$vit3d" inspect "$work/odd.safetensors" 2>&1)
+out5=$("$vit3d" inspect "$work/nonvit.safetensors" 2>&1)
+if grep -q "^  note: ?\[31mred$" <<<"$out4" &&
+   grep -q "^evaluate with: vit3d eval --init-from '$work/odd.safetensors' --val-data DIR$" <<<"$out4" &&
+   grep -q "no patch_embed.proj.weight: not a ViT of timm's layout" <<<"$out5"; then
+  echo "ok: vit3d inspect shows a file's metadata harmless, keeps it out of the command it prints, and names a file of no ViT"
+else echo "FAIL: vit3d inspect of odd files: $out4 / $out5"; fail=1; fi
 if grep -q "no vit3d metadata .*: its tensors say width 32, depth 4, patch 4, MLP 128, 3 classes, 17 positions" <<<"$out" &&
-   grep -q "the weights of the checkpoint $ck: vit3d inspect $ck prints" <<<"$out2" &&
+   grep -q "the weights of the checkpoint $ck: vit3d inspect '$ck' prints" <<<"$out2" &&
    [ $rc3 -eq 2 ] && grep -q "vit3d inspect: .*cut.safetensors" <<<"$out3"; then
   echo "ok: vit3d inspect of another tool's file, a checkpoint's and a damaged one"
 else echo "FAIL: vit3d inspect FILE: $out / $out2 / rc $rc3 $out3"; fail=1; fi
@@ -124,7 +144,7 @@ grep -q "w.safetensors was trained with --mean 0.485,0.456,0.406 and this evalua
   echo "ok: the exported file's metadata names its normalisation; eval --init-from warns of another" ||
   { echo "FAIL: eval --init-from with another --mean: $out"; fail=1; }
 out=$("$vit3d" export --checkpoint "$ck" --out "$ck/model.safetensors" 2>&1); rc=$?
-[ $rc -eq 2 ] && grep -q "is in the checkpoint's folder" <<<"$out" &&
+[ $rc -eq 2 ] && grep -q "is in the checkpoint folder" <<<"$out" &&
   "$vit3d" export --checkpoint "$ck" --out "$work/w_again.safetensors" > /dev/null &&
   cmp -s "$work/w.safetensors" "$work/w_again.safetensors" &&
   echo "ok: export onto the checkpoint's own file refused, the checkpoint intact" ||
