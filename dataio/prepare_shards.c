@@ -95,19 +95,41 @@ static int lock_out(const char *out_dir, char *err, size_t errlen) {
 }
 
 // Ends this call's hold of OUT: the lock file removed (the next prepare makes it anew), then
-// OUT itself where this call made it and it is empty (a refusal or failure).
+// OUT itself where this call made it and it is empty (a refusal or failure), and the parents it
+// made (mkdir -p) that are empty then: made folders, OUT the first.
 static void unlock_out(const char *out_dir, int lock, int made) {
   char path[4096];
   snprintf(path, sizeof path, "%s/.vit3d-prepare.lock", out_dir);
   unlink(path);
   close(lock);
-  if (made) rmdir(out_dir);  // (fails, harmlessly, where it holds the shards)
+  snprintf(path, sizeof path, "%s", out_dir);
+  for (size_t n = strlen(path); n > 1 && path[n - 1] == '/';) path[--n] = '\0';
+  for (int i = 0; i < made && rmdir(path) == 0; i++) {  // (stops where one holds the shards)
+    char *slash = strrchr(path, '/');
+    if (!slash || slash == path) break;
+    *slash = '\0';
+  }
+}
+
+// How many folders of path (itself, then its parents) do not exist: those mkdir -p makes.
+static int missing_levels(const char *path) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s", path);
+  for (size_t k = strlen(p); k > 1 && p[k - 1] == '/';) p[--k] = '\0';
+  int n = 0;
+  while (p[0] && access(p, F_OK) != 0) {
+    n++;
+    char *slash = strrchr(p, '/');
+    if (!slash || slash == p) break;
+    *slash = '\0';
+  }
+  return n;
 }
 
 vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_shard,
                             int64_t *samples, int *shards, char *err, size_t errlen) {
   if (per_shard < 1) return vt_fail_input(err, errlen, "samples per shard must be at least 1");
-  const int made = access(out_dir, F_OK) != 0;
+  const int made = missing_levels(out_dir);
   if (vt_mkdir_p(out_dir) != 0)
     return vt_fail_input(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
   const int lock = lock_out(out_dir, err, errlen);

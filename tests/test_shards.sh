@@ -269,12 +269,12 @@ PY
   { echo "FAIL: training on prepared shards"; tail -5 "$work/prep_train.log"; fail=1; }
 
 # prepare shards of a source with files that are no images: exit 2 naming each, no shard, lock
-# or folder of its own left behind (the rerun after the fix must not be refused); a prepare
+# or folder of its own (OUT and the parents it made) left behind (the rerun after the fix must not be refused); a prepare
 # that succeeded left no lock either.
 cp -r "$work/folder" "$work/folder_bad"
 echo "not an image" > "$work/folder_bad/c1/zz.png"
 : > "$work/folder_bad/c0/zz_empty.png"
-"$vit3d" prepare shards "$work/folder_bad" "$work/prep_bad" 10 > "$work/prep_bad.log" 2>&1
+"$vit3d" prepare shards "$work/folder_bad" "$work/prep_bad/a/b/" 10 > "$work/prep_bad.log" 2>&1
 rc=$?
 if [ $rc -ne 2 ] || ! grep -q "folder_bad/c1/zz.png" "$work/prep_bad.log" ||
    ! grep -q "folder_bad/c0/zz_empty.png" "$work/prep_bad.log" ||
