@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -233,6 +234,19 @@ static int run_open(train_run *r) {
       vt_log_error("cannot %s: %s", o->eval_only ? "load the checkpoint" : "resume", err);
     // (an interrupted save that could not be recovered for the disk: a runtime failure)
     r->rc = resumed == VT_ERR_IO ? VT_EXIT_FAILED : VT_EXIT_USAGE;
+  }
+  // vit3d eval that took its flags from the newest checkpoint of a --save folder and loaded an
+  // older one, that one damaged: refused, its model and normalisation may be another's.
+  struct stat sa, sb;
+  if (o->eval_adopted[0] &&
+      (resumed != VT_OK || stat(o->eval_adopted, &sa) != 0 || stat(r->resumed_from, &sb) != 0 ||
+       sa.st_dev != sb.st_dev || sa.st_ino != sb.st_ino)) {
+    if (world_rank == 0)
+      vt_log_error("this evaluation took the model's and the normalisation's flags it was not "
+                   "given from %s, which %s: name the checkpoint to evaluate (--checkpoint "
+                   "SAVE/step-N), or give its flags", o->eval_adopted,
+                   resumed != VT_OK ? "did not load (above)" : "is damaged (above)");
+    r->rc = r->rc ? r->rc : VT_EXIT_USAGE;
   }
   const int64_t start_step = r->start_step;
   // The steps skipped before the checkpoint: each one left the optimizer's count where it was.

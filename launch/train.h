@@ -48,6 +48,8 @@ typedef struct {
   int tensorboard;          // 1: TensorBoard events beside metrics.jsonl in log_dir (tfevents.h)
   int resume_override;      // 1: resume even where the optimizer or schedule differ (ckpt_resume.c)
   int64_t run_steps;        // steps to run in this invocation, then stop; 0: until the end
+  char eval_adopted[1100];  // vit3d eval --checkpoint: the checkpoint whose manifest gave the
+                            // flags the command line left out ("": none)
   int eval_resumed;         // 1: the run resumed evaluated and this one does not: transform's
                             // evaluation fields are that run's, which its manifests record
   char eval_unused[64];     // a training run's --eval-interval, --eval-epochs or --eval-hflip

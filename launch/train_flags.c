@@ -154,17 +154,23 @@ static int last_at(int argc, char **argv, const char *flag) {
 // The manifest of the checkpoint vit3d eval --checkpoint names (a --save folder: its newest
 // whose manifest and sizes check; the CRC-32s are checked as it is read): 1, or 0 where there
 // is none (the load then says why).
-static int eval_manifest(const vt_train_options *o, vt_ckpt_manifest *m) {
+// Its folder goes to o->eval_adopted: the load that finds it damaged and takes an older one
+// refuses the evaluation, whose flags were this one's (launch/train.c).
+static int eval_manifest(vt_train_options *o, vt_ckpt_manifest *m) {
   char err[512];
   const char *path = strcmp(o->resume, "auto") == 0 ? o->save_dir : o->resume;
   if (!path[0]) return 0;
-  if (vt_ckpt_is_checkpoint(path)) return vt_ckpt_check(path, m, 0, err, sizeof err) == VT_OK;
   int64_t steps[64];
-  const int n = vt_ckpt_candidates(path, steps, 64);
+  const int one = vt_ckpt_is_checkpoint(path);
+  const int n = one ? 1 : vt_ckpt_candidates(path, steps, 64);
   for (int i = 0; i < n; i++) {
     char dir[1100];
-    vt_ckpt_step_dir(path, steps[i], dir, sizeof dir);
-    if (vt_ckpt_check(dir, m, 0, err, sizeof err) == VT_OK) return 1;
+    if (one) snprintf(dir, sizeof dir, "%s", path);
+    else vt_ckpt_step_dir(path, steps[i], dir, sizeof dir);
+    if (vt_ckpt_check(dir, m, 0, err, sizeof err) == VT_OK) {
+      snprintf(o->eval_adopted, sizeof o->eval_adopted, "%s", dir);
+      return 1;
+    }
   }
   return 0;
 }
@@ -211,6 +217,7 @@ static int eval_adopt(int argc, char **argv, vt_train_options *o) {
     if (!GIVEN("--eval-interpolation")) tc->eval_interp = (vt_interp)m.eval_interp;
   }
 #undef GIVEN
+  if (!model && !m.norm_recorded) o->eval_adopted[0] = '\0';  // (it took nothing)
   return model || m.norm_recorded;
 }
 
@@ -358,7 +365,7 @@ int vt_train_flags_from_file(int *argc, char ***argv) {
   char **v = *argv, err[300];
   const char *path = vt_cli_find(n, v, "--init-from");
   vt_st_file f;
-  if (!path || vt_cli_find(n, v, "--checkpoint") ||
+  if (!path || vt_cli_find(n, v, "--checkpoint") || vt_cli_find(n, v, "--resume") ||
       vt_safetensors_open(path, &f, err, sizeof err) != VT_OK)
     return 0;
   char *words[64];

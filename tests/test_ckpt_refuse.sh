@@ -66,6 +66,16 @@ if [ $rc -eq 2 ] && grep -q "pass the same sizes to evaluate it (--img-size 32 "
    grep -q "leaves out are the checkpoint's" <<<"$out3" && ! grep -q warning <<<"$out3"; then
   echo "ok: vit3d eval takes the model from the checkpoint, as inspect's line (with --micro-batch-size 3); another --width refused"
 else echo "FAIL: vit3d eval without or with inspect's flags: rc $rc: $out / $out2 / $out3"; fail=1; fi
+# Its flags taken from the newest checkpoint of a --save folder, which is damaged (the load
+# takes an older one): refused, naming it.
+mkdir -p "$work/ev_fold" && cp -r "$work/ck/step-00000004" "$work/ev_fold/" &&
+  cp -r "$work/ck/step-00000004" "$work/ev_fold/step-00000009" &&
+  sed -i 's/^step 4$/step 9/' "$work/ev_fold/step-00000009/manifest.txt" &&
+  printf 'x' | dd of="$work/ev_fold/step-00000009/model.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
+out=$("$vit3d" eval --checkpoint "$work/ev_fold" --val-data "$work/ev_imgs" --threads 1 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q "took the model's and the normalisation's flags it was not given from .*ev_fold/step-00000009, which is damaged" <<<"$out"; then
+  echo "ok: vit3d eval refuses where the checkpoint that gave its flags is damaged and an older one loaded"
+else echo "FAIL: vit3d eval of a folder whose newest is damaged: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --global-pool avg --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "holds a model with the class-token head and a class token; resume it with --global-pool token --class-token 1" <<<"$out"; then
