@@ -238,15 +238,16 @@ static int run_open(train_run *r) {
   // vit3d eval that took its flags from the newest checkpoint of a --save folder and loaded an
   // older one, that one damaged: refused, its model and normalisation may be another's.
   struct stat sa, sb;
-  if (o->eval_adopted[0] &&
-      (resumed != VT_OK || stat(o->eval_adopted, &sa) != 0 || stat(r->resumed_from, &sb) != 0 ||
+  if (o->eval_adopted[0] && resumed != VT_OK && world_rank == 0)  // (the refusal above)
+    vt_log_info("the flags this evaluation was not given came from %s", o->eval_adopted);
+  if (o->eval_adopted[0] && !r->rc &&
+      (stat(o->eval_adopted, &sa) != 0 || stat(r->resumed_from, &sb) != 0 ||
        sa.st_dev != sb.st_dev || sa.st_ino != sb.st_ino)) {
     if (world_rank == 0)
       vt_log_error("this evaluation took the model's and the normalisation's flags it was not "
-                   "given from %s, which %s: name the checkpoint to evaluate (--checkpoint "
-                   "SAVE/step-N), or give its flags", o->eval_adopted,
-                   resumed != VT_OK ? "did not load (above)" : "is damaged (above)");
-    r->rc = r->rc ? r->rc : VT_EXIT_USAGE;
+                   "given from %s, which is damaged (above): name the checkpoint to evaluate "
+                   "(--checkpoint SAVE/step-N), or give its flags", o->eval_adopted);
+    r->rc = VT_EXIT_USAGE;
   }
   const int64_t start_step = r->start_step;
   // The steps skipped before the checkpoint: each one left the optimizer's count where it was.
