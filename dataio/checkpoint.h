@@ -211,6 +211,10 @@ const char *vt_ckpt_float_text(double v, char *buf, size_t size);
 const char *vt_ckpt_double_text(double v, char *buf, size_t size);
 // --train-interpolation's word for a manifest's train_interp (vt_interp's order).
 const char *vt_ckpt_interp_name(int interp);
+// "R,G,B" (spaces allowed around each number) into v: 1 where it is three numbers below 1e6 in
+// size (with std: each at least 1e-6, a normalisation's divisor), else 0. --mean and --std
+// take it, and the metadata's mean and std.
+int vt_ckpt_parse_rgb(const char *s, float v[3], int std);
 
 // The "__metadata__" of vit3d export's file: format pt, vit3d_step, vit3d_weights (model or
 // ema), vit3d_model_flags (model_flags: the flags that build the model), input_size ("3,S,S"),

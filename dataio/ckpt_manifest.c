@@ -136,14 +136,12 @@ void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, in
   fm->n = n;
 }
 
-// "R,G,B" into v (spaces allowed around the numbers, as --mean's); 0 where it is not three
-// finite numbers (positive ones with positive).
-static int triple_parse(const char *s, float v[3], int positive) {
+int vt_ckpt_parse_rgb(const char *s, float v[3], int std) {
   for (int i = 0; i < 3; i++) {
     char *end;
     v[i] = strtof(s, &end);
-    if (end == s || !isfinite(v[i]) || (positive && !(v[i] > 0))) return 0;
-    while (*end == ' ') end++;
+    if (end == s || !(fabsf(v[i]) < 1e6f) || (std && !(v[i] >= 1e-6f))) return 0;
+    while (isspace((unsigned char)*end)) end++;
     if (*end != (i < 2 ? ',' : '\0')) return 0;
     s = end + 1;
   }
@@ -154,9 +152,10 @@ int vt_ckpt_file_meta_parse(vt_ckpt_manifest *m, const char *mean, const char *s
                             const char *crop_pct, const char *crop_mode, const char *interp,
                             char *err, size_t errlen) {
   if (!mean) return 0;
-  if (!triple_parse(mean, m->mean, 0) || !std || !triple_parse(std, m->std, 1)) {
+  if (!vt_ckpt_parse_rgb(mean, m->mean, 0) || !std || !vt_ckpt_parse_rgb(std, m->std, 1)) {
     snprintf(err, errlen, "its metadata's mean \"%.40s\" and std \"%.40s\" are not three "
-             "numbers each", mean, std ? std : "(absent)");
+             "numbers each below 1e6 in size (the std's at least 1e-6)", mean,
+             std ? std : "(absent)");
     return -1;
   }
   m->norm_recorded = 1, m->evaluated = 0;

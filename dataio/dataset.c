@@ -280,16 +280,6 @@ vt_status vt_ds_number_classes(vt_dataset *ds, int32_t max_label, char *err, siz
   return VT_OK;
 }
 
-// A list line as text for a message: at most 80 bytes, control bytes and bytes that are not
-// ASCII as '?' (a binary file named as a list would write them to the terminal).
-static const char *line_text(const char *line, char *buf, size_t size) {
-  size_t k = 0;
-  for (const unsigned char *c = (const unsigned char *)line; *c && k < 80 && k + 1 < size; c++)
-    buf[k++] = *c < 0x20 || *c >= 0x7f ? '?' : (char)*c;
-  buf[k] = '\0';
-  return buf;
-}
-
 static vt_status open_list(const char *file, vt_dataset *ds, strlist *samples, char *err,
                            size_t errlen) {
   FILE *f = fopen(file, "r");
@@ -331,9 +321,9 @@ static vt_status open_list(const char *file, vt_dataset *ds, strlist *samples, c
     // The label is after the last TAB, so paths may hold spaces (but not TABs).
     char *tab = strrchr(line, '\t');
     if (!tab || tab == line) {
-      char text[96];
+      char text[84];  // (80 bytes of the line at most)
       st = vt_fail_input(err, errlen, "%s:%ld: expected 'relative/path<TAB>label', got '%s'",
-                         file, lineno, line_text(line, text, sizeof text));
+                         file, lineno, vt_printable(line, text, sizeof text));
       break;
     }
     *tab = '\0';
@@ -342,9 +332,9 @@ static vt_status open_list(const char *file, vt_dataset *ds, strlist *samples, c
     long lab = strtol(tab + 1, &end, 10);
     while (*end == ' ') end++;
     if (end == tab + 1 || *end || errno || lab < 0 || lab >= VT_MAX_LIST_LABEL) {
-      char text[96];
+      char text[84];  // (80 bytes of the line at most)
       st = vt_fail_input(err, errlen, "%s:%ld: label '%.40s' is not an integer in [0, %d)", file,
-                         lineno, line_text(tab + 1, text, sizeof text), VT_MAX_LIST_LABEL);
+                         lineno, vt_printable(tab + 1, text, sizeof text), VT_MAX_LIST_LABEL);
       break;
     }
     if (lab > max_label) max_label = (int32_t)lab;

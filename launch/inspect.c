@@ -142,16 +142,6 @@ void vt_inspect_model_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
            m->pre_norm, (double)m->norm_eps);
 }
 
-// text with control and non-ASCII bytes as '?', cut to size (with "..." where it was longer).
-static const char *printable(const char *text, char *buf, size_t size) {
-  size_t k = 0;
-  for (const unsigned char *c = (const unsigned char *)text; *c && k + 4 < size; c++)
-    buf[k++] = *c < 0x20 || *c >= 0x7f ? '?' : (char)*c;
-  if (text[k]) memcpy(buf + k, "...", 3), k += 3;
-  buf[k] = '\0';
-  return buf;
-}
-
 // Dimension d of the named tensor, or 0 where f lacks it.
 static int64_t dim_of(const vt_st_file *f, const char *name, int d) {
   const vt_st_entry *e = vt_st_find(f, name);
@@ -191,8 +181,8 @@ static int inspect_file(const char *path) {
          dtypes[0] ? dtypes + 1 : "none");
   for (int i = 0; i < vt_st_metadata_count(&f); i++) {  // (the file's text: shown harmless)
     char key[100], value[400];
-    printf("  %s: %s\n", printable(vt_st_metadata_key(&f, i), key, sizeof key),
-           printable(vt_st_metadata(&f, vt_st_metadata_key(&f, i)), value, sizeof value));
+    printf("  %s: %s\n", vt_printable(vt_st_metadata_key(&f, i), key, sizeof key),
+           vt_printable(vt_st_metadata(&f, vt_st_metadata_key(&f, i)), value, sizeof value));
   }
   const char *model = vt_st_metadata(&f, "vit3d_model_flags");
   vt_ckpt_manifest m;
@@ -207,7 +197,7 @@ static int inspect_file(const char *path) {
            "fine-tuning from it takes its vit3d_model_flags: another --img-size resamples "
            "pos_embed, another --num-classes starts a new head)\n");
     char why[400];
-    if (norm < 0 || norm == 2) printf("  (%s)\n", printable(err, why, sizeof why));
+    if (norm < 0 || norm == 2) printf("  (%s)\n", vt_printable(err, why, sizeof why));
     else if (norm == 0)
       printf("  (its normalisation is not recorded: its checkpoint came from an older vit3d)\n");
   } else if (in_checkpoint(path, q, sizeof q)) {

@@ -112,24 +112,13 @@ static void train_defaults(vt_train_options *o) {
   snprintf(o->pp_pass_times, sizeof o->pp_pass_times, "auto");
 }
 
-// "a,b,c": three numbers (positive ones when positive is set).
-static vt_status parse_triple(const char *flag, const char *s, float *out, int positive, char *err,
+// --mean or --std (std set) into out.
+static vt_status parse_triple(const char *flag, const char *s, float *out, int std, char *err,
                               size_t errlen) {
   float v[3];
-  const char *p = s;
-  int ok = 1;
-  for (int i = 0; i < 3 && ok; i++) {  // spaces around each number are allowed
-    char *end;
-    v[i] = strtof(p, &end);
-    ok = end != p;
-    while (isspace((unsigned char)*end)) end++;
-    ok = ok && *end == (i < 2 ? ',' : '\0');
-    p = end + 1;
-  }
-  if (!ok || !(fabsf(v[0]) < 1e6f && fabsf(v[1]) < 1e6f && fabsf(v[2]) < 1e6f) ||
-      (positive && !(v[0] > 0 && v[1] > 0 && v[2] > 0))) {
-    snprintf(err, errlen, "%s %s: give three %snumbers below 1e6 in size, separated by commas, "
-             "like 0.5,0.5,0.5", flag, s, positive ? "positive " : "");
+  if (!vt_ckpt_parse_rgb(s, v, std)) {
+    snprintf(err, errlen, "%s %s: give three numbers below 1e6 in size%s, separated by commas, "
+             "like 0.5,0.5,0.5", flag, s, std ? " and at least 1e-6" : "");
     return VT_ERR_INPUT;
   }
   memcpy(out, v, sizeof v);

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static vt_rank_tag g_tag = {0, -1, -1, -1};
@@ -82,4 +83,13 @@ double vt_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *vt_printable(const char *text, char *buf, size_t size) {
+  size_t k = 0;
+  for (const unsigned char *c = (const unsigned char *)text; *c && k + 4 < size; c++)
+    buf[k++] = *c < 0x20 || *c >= 0x7f ? '?' : (char)*c;
+  if (text[k]) memcpy(buf + k, "...", 3), k += 3;
+  buf[k] = '\0';
+  return buf;
 }

@@ -59,6 +59,10 @@ double vt_seconds(void);
 vt_status vt_fail_input(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+// text for a message: control bytes and bytes that are not ASCII as '?' (a binary file's bytes
+// would go to the terminal), cut to fit buf with "..." where it was longer. Returns buf.
+const char *vt_printable(const char *text, char *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -39,7 +39,8 @@ refuse "--sequence-parallel 1 in bf16 gathers the bf16 rows two to a float: it n
 refuse "--log-dir is a training run's: an evaluation prints its figures and writes no log" eval --val-data x --init-from w.safetensors --log-dir runs/a
 refuse "width 100 is not a multiple of heads 3" train --width 100
 refuse "--mean 0.5,0.5: give three numbers below 1e6 in size, separated by commas" train --mean 0.5,0.5
-refuse "--std 0.5,0,0.5: give three positive numbers" train --std 0.5,0,0.5
+refuse "--std 0.5,0,0.5: give three numbers below 1e6 in size and at least 1e-6" train --std 0.5,0,0.5
+refuse "--std 1e-40,1,1: give three numbers below 1e6 in size and at least 1e-6" train --std 1e-40,1,1
 refuse "--mean 0.5,0.5,0.5,: give three numbers" train --mean 0.5,0.5,0.5,
 # Evaluation flags of a training run without --val-data do nothing: a warning says so.
 out=$("$vit3d" train --model tiny --steps 1 --eval-interval 1 --eval-hflip 1 --threads 1 2>&1)

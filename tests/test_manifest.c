@@ -392,6 +392,14 @@ static void test_file_meta(void) {
          "two numbers: %s", err);
   EXPECT(vt_ckpt_file_meta_parse(&back, "0,0,0", "1,0,1", NULL, NULL, NULL, err, sizeof err) == -1,
          "a zero std");
+  EXPECT(vt_ckpt_file_meta_parse(&back, "0,0,0", "1,1e-40,1", NULL, NULL, NULL, err,
+                                 sizeof err) == -1 && strstr(err, "at least 1e-6"),
+         "a std of 1e-40 (the normalised pixels would overflow): %s", err);
+  EXPECT(vt_ckpt_file_meta_parse(&back, " 0.5 , 0.5,0.5 ", "1,1,nan", NULL, NULL, NULL, err,
+                                 sizeof err) == -1, "a NaN std");
+  EXPECT(vt_ckpt_file_meta_parse(&back, " 0.5 , 0.5,0.5 ", "1,1,1", NULL, NULL, NULL, err,
+                                 sizeof err) == 1 && back.mean[1] == 0.5f,
+         "spaces around the numbers: %s", err);
   EXPECT(vt_ckpt_file_meta_parse(&back, "0,0,0", "1,1,1", "0.9", "border", "bicubic", err,
                                  sizeof err) == 2 && strstr(err, "crop_mode \"border\"") &&
              back.norm_recorded && !back.evaluated,
