@@ -164,6 +164,18 @@ static int eval_manifest(vt_train_options *o, vt_ckpt_manifest *m) {
   return 0;
 }
 
+// The model's name: its preset's where the flags kept the preset's shape (another --img-size or
+// --num-classes is a fine-tune of it), else "custom" (the start-up line named vit-ti16, the
+// default, for a model whose sizes all came from flags or an --init-from file's metadata).
+static void model_name(vt_vit_config *c) {
+  vt_vit_config p;
+  char err[160];
+  if (vt_config_preset(c->name, &p, err, sizeof err) != VT_OK) return;
+  if (p.patch_size != c->patch_size || p.width != c->width || p.depth != c->depth ||
+      p.heads != c->heads || vt_cfg_mlp_hidden(&p) != vt_cfg_mlp_hidden(c))
+    snprintf(c->name, sizeof c->name, "custom");
+}
+
 // vit3d eval --checkpoint: what the command line leaves out is the checkpoint's: without
 // --model its model's flags (each size or variant flag given still counts), and its
 // normalisation and, where its run evaluated, its evaluation transform (the flags given count:
@@ -428,6 +440,7 @@ int vt_train_flags_parse(int argc, char **argv, vt_run_mode mode, vt_comm *world
       vt_fault_init(vt_comm_rank(world), err, sizeof err) != 0 ||
       convert_text(&x, o, err, sizeof err) != VT_OK)
     return vt_train_flags_refuse(world, mode, err);
+  model_name(&o->model);
   if (mode == VT_RUN_EVAL && o->resume[0] && eval_adopt(argc, argv, o) &&
       vt_comm_rank(world) == 0)
     vt_log_info("the model, normalisation and evaluation transform the command line leaves out "

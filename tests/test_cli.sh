@@ -47,6 +47,12 @@ out=$("$vit3d" train --model tiny --steps 1 --eval-interval 1 --eval-hflip 1 --t
 grep -q "warning: --eval-interval --eval-hflip without --val-data: this run evaluates nothing" <<<"$out" &&
   echo "ok: --eval-interval without --val-data warned about" ||
   { echo "FAIL: --eval-interval without --val-data: $out"; fail=1; }
+# The model's name is its preset's only where the flags kept the preset's shape.
+for want in "custom:--depth 6" "vit-b16:--img-size 384 --num-classes 10"; do
+  out=$("$vit3d" plan --model vit-b16 ${want#*:} 2>&1 | head -1)
+  grep -q "^memory plan of ${want%%:*} (" <<<"$out" && echo "ok: vit-b16 ${want#*:} is ${want%%:*}" ||
+    { echo "FAIL: vit-b16 ${want#*:} should be named ${want%%:*}: $out"; fail=1; }
+done
 # Spaces around the numbers are taken wherever they are (a leading one was, a trailing one not).
 "$vit3d" plan --model tiny --mean " 0.5 , 0.5,0.5 " --std "0.2, 0.2 ,0.2" > /dev/null 2>&1 &&
   echo "ok: --mean and --std take spaces around their numbers" ||

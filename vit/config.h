@@ -9,7 +9,7 @@
 #include "vt_error.h"
 
 typedef struct {
-  char name[32];    // preset it started from, "custom" when built by hand
+  char name[32];    // preset it started from; "custom" where the flags changed its shape
   int img_size;     // S: square images S x S, 3 channels
   int patch_size;   // P
   int width;        // C
