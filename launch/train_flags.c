@@ -21,13 +21,48 @@
 static const char *const kRunNames[] = {"train", "eval", "plan"};
 
 // A refusal's message, kept for vt_train_flags_agree (one per process: the flags are parsed once).
-static char g_refusal[700];
+static char g_refusal[900];
+// The flags vt_train_flags_from_file took from a file's metadata ("--a --b "), and the file.
+static char g_file_flags[512], g_file[256];
+
+// Whether why names word as a whole word.
+static int names_word(const char *why, const char *word) {
+  const size_t len = strlen(word);
+  for (const char *at = strstr(why, word); at; at = strstr(at + 1, word))
+    if ((at == why || (!isalnum((unsigned char)at[-1]) && at[-1] != '-')) &&
+        !isalnum((unsigned char)at[len]) && at[len] != '-' && at[len] != '_')
+      return 1;
+  return 0;
+}
+
+// The flags of g_file_flags that why names (as "--heads" or "heads"), "--a and --b" in list;
+// the number of them.
+static int file_flags_named(const char *why, char *list, size_t size) {
+  int count = 0;
+  list[0] = '\0';
+  for (const char *p = g_file_flags, *sp; (sp = strchr(p, ' ')); p = sp + 1) {
+    char flag[40];
+    snprintf(flag, sizeof flag, "%.*s", (int)(sp - p), p);
+    if (!names_word(why, flag) && !names_word(why, flag + 2)) continue;
+    const size_t at = strlen(list);
+    snprintf(list + at, size - at, "%s%s", count ? " and " : "", flag);
+    count++;
+  }
+  return count;
+}
 
 int vt_train_flags_refuse(vt_comm *world, vt_run_mode mode, const char *why) {
   const int rank = vt_comm_rank(world);
-  if (rank == 0) snprintf(g_refusal, sizeof g_refusal, "vit3d %s: %s", kRunNames[mode], why);
-  else snprintf(g_refusal, sizeof g_refusal, "vit3d %s (world rank %d): %s", kRunNames[mode],
-                rank, why);
+  char flags[160], from[480] = "";
+  const int named = file_flags_named(why, flags, sizeof flags);
+  if (named)  // (the user gave none of these flags: say where they came from)
+    snprintf(from, sizeof from, " (%s %s from the metadata of %.200s, which vit3d inspect "
+             "prints: a flag given on the command line replaces the file's)", flags,
+             named > 1 ? "are" : "is", g_file);
+  if (rank == 0)
+    snprintf(g_refusal, sizeof g_refusal, "vit3d %s: %s%s", kRunNames[mode], why, from);
+  else snprintf(g_refusal, sizeof g_refusal, "vit3d %s (world rank %d): %s%s", kRunNames[mode],
+                rank, why, from);
   return 2;
 }
 
@@ -403,6 +438,11 @@ int vt_train_flags_from_file(int *argc, char ***argv) {
 #undef ADD
   vt_safetensors_close(&f);
   if (k == 0) return 0;
+  snprintf(g_file, sizeof g_file, "%s", path);
+  for (int i = 0; i < k; i += 2) {  // (words[i] is a flag, words[i + 1] its value)
+    const size_t at = strlen(g_file_flags);
+    snprintf(g_file_flags + at, sizeof g_file_flags - at, "%s ", words[i]);
+  }
   char **all = malloc((size_t)(k + n + 1) * sizeof *all);
   VT_CHECK(all != NULL, "out of host memory");
   memcpy(all, words, (size_t)k * sizeof *all);

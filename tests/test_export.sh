@@ -118,7 +118,7 @@ out3=$("$vit3d" inspect "$work/cut.safetensors" 2>&1); rc3=$?
 "$py" - "$work" <<'PY'
 import json, struct, sys
 for name, meta in (("odd", {"vit3d_model_flags": "--width 32; echo PWNED", "note": "\x1b[31mred"}),
-                   ("nonvit", None)):
+                   ("nonvit", None), ("heads5", {"vit3d_model_flags": "--width 32 --heads 5"})):
     head = {"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
     if meta:
         head["__metadata__"] = meta
@@ -138,6 +138,11 @@ if grep -q "no vit3d metadata .*: its tensors say width 32, depth 4, patch 4, ML
    [ $rc3 -eq 2 ] && grep -q "vit3d inspect: .*cut.safetensors" <<<"$out3"; then
   echo "ok: vit3d inspect of another tool's file, a checkpoint's and a damaged one"
 else echo "FAIL: vit3d inspect FILE: $out / $out2 / rc $rc3 $out3"; fail=1; fi
+# A metadata value refused is said to be the file's (the user gave no such flag).
+out=$("$vit3d" eval --init-from "$work/heads5.safetensors" --val-data "$work/val" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "width 32 is not a multiple of heads 5 (--width and --heads are from the metadata of $work/heads5.safetensors" <<<"$out" &&
+  echo "ok: a refused metadata value is named the file's" ||
+  { echo "FAIL: eval --init-from a file whose metadata is refused: rc $rc $out"; fail=1; }
 out=$(timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" \
       --init-from "$work/w.safetensors" --micro-batch-size 4 --mean 0.5,0.5,0.5 2>&1)
 grep -q "w.safetensors was trained with --mean 0.485,0.456,0.406 and this evaluation has --mean 0.5,0.5,0.5: the images are not normalised as in its training" <<<"$out" &&
