@@ -2,6 +2,7 @@
 // schedule of passes, the world's sums (loss, bad images, signals, checkpoint writers, loader
 // waits), the optimizer step or its skip, then the evaluation, checkpoint save and reports
 // that are due, and the stop verdict (non-finite steps in a row, a preemption signal, SIGINT).
+#include <ctype.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -78,6 +79,18 @@ static void stop_nonfinite_run(train_run *r, int64_t n) {
   r->rc = VT_EXIT_NONFINITE;
 }
 
+// What to do to go on after a stop at a step whose save ran (failed: it failed): resume with
+// --resume auto where the save was made; where it failed, --resume auto takes an older
+// checkpoint (this run's or the one it started from), or there is none.
+static const char *resume_advice(const train_run *r, int failed) {
+  if (!r->o.save_dir[0]) return "run it again";
+  if (!failed) return "resume with --resume auto";
+  if (r->saved_step > 0 || r->start_step > 0)
+    return "--resume auto continues from the newest complete checkpoint in --save (vit3d "
+           "inspect names it), running the steps after it again";
+  return "nothing was saved to resume from: run it again";
+}
+
 // A preemption signal (preempt) or SIGINT on some rank: the run stops after step n, saved by
 // step_save where --save is given, with the exit code that says which.
 static void stop_signalled(train_run *r, int64_t n, int preempt) {
@@ -87,16 +100,20 @@ static void stop_signalled(train_run *r, int64_t n, int preempt) {
   else if (r->rc) snprintf(what, sizeof what, "the checkpoint FAILED (see above)");
   else snprintf(what, sizeof what, "checkpoint step-%08lld saved in %.*s", (long long)n,
                 (int)sizeof o->save_dir, o->save_dir);
+  const int failed = r->rc != 0;
   r->rc = r->rc ? r->rc : preempt ? VT_EXIT_PREEMPTED : VT_EXIT_INTERRUPTED;
   if (r->world_rank != 0) return;
   const int sig = vt_health_preempt_signal();  // rank 0's own, if it had one
+  char advice[200] = "";
+  if (o->save_dir[0]) snprintf(advice, sizeof advice, " %s.", resume_advice(r, failed));
+  advice[1] = (char)toupper((unsigned char)advice[1]);
   if (preempt)
     vt_log_warn("preempted (signal %s on some rank) at step %lld: %s; exiting with %d.%s",
                 sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR1 or SIGTERM",
-                (long long)n, what, r->rc, o->save_dir[0] ? " Resume with --resume auto." : "");
+                (long long)n, what, r->rc, advice);
   else
     vt_log_warn("interrupted (SIGINT on some rank) at step %lld: %s; exiting with %d.%s",
-                (long long)n, what, r->rc, o->save_dir[0] ? " Resume with --resume auto." : "");
+                (long long)n, what, r->rc, advice);
 }
 
 // A bad file under --bad-image fail, or a class whose every file is bad (named on the rank
@@ -120,9 +137,8 @@ static int stop_bad_image(train_run *r, int64_t n, int in_step) {
              (long long)kept);
   else snprintf(what, sizeof what, "checkpoint step-%08lld in %.*s", (long long)kept,
                 (int)sizeof o->save_dir, o->save_dir);
+  const int failed = r->rc != 0, done = kept > r->start_step;
   r->rc = VT_EXIT_FAILED;
-  // (resuming needs a checkpoint this run saved; without one the run starts as it did)
-  const int done = kept > r->start_step, resume = o->save_dir[0] && done;
   if (r->world_rank == 0)
     vt_log_error("%s (named above, on the rank that read it): the run stops %s step %lld; "
                  "%s; exiting with %d. %s, and %s.",
@@ -132,7 +148,7 @@ static int stop_bad_image(train_run *r, int64_t n, int in_step) {
                  done ? "after" : "before", (long long)(done ? kept : kept + 1), what, r->rc,
                  o->bad_image_fail ? "Mend or remove the file, or train with --bad-image skip"
                                    : "Mend the class's files or remove its folder",
-                 resume ? "resume with --resume auto" : "run it again");
+                 done ? resume_advice(r, failed) : "run it again");
   return 1;
 }
 

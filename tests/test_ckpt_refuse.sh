@@ -517,6 +517,17 @@ if [ $rc -eq 0 ] &&
    [ ! -e "$work/io/step-00000002" ] && ! ls -A "$work/io" | grep -q tmp; then
   echo "ok: a failed background write: $(grep -o 'checkpoint of step 2 (written.*' <<<"$out" | cut -c1-160)"
 else echo "FAIL: failed background write: rc $rc: $out"; ls -la "$work/io"; fail=1; fi
+# A preemption whose save fails: the advice names the older checkpoint --resume auto takes, or
+# that there is none (it advised --resume auto as after a save).
+out=$(VT_FAULT=save-io@0:2,usr1@0:2 "$vit3d" "${args[@]}" --save "$work/io2" --save-interval 1 2>&1)
+rc=$?
+out2=$(VT_FAULT=save-io@0:1,usr1@0:1 "$vit3d" "${args[@]}" --save "$work/io3" 2>&1)
+rc2=$?
+if [ $rc -eq 1 ] && [ $rc2 -eq 1 ] &&
+   grep -q "at step 2: the checkpoint FAILED (see above); exiting with 1. --resume auto continues from the newest complete checkpoint in --save" <<<"$out" &&
+   grep -q "at step 1: the checkpoint FAILED (see above); exiting with 1. Nothing was saved to resume from: run it again." <<<"$out2"; then
+  echo "ok: a preemption whose save failed says what --resume auto would take"
+else echo "FAIL: a preemption whose save failed: rc $rc $out / rc $rc2 $out2"; fail=1; fi
 # Output paths that are not regular files (a pipe, a directory; /dev/null is one too) are
 # refused before training, and vit3d export refuses them, instead of renaming a new file over
 # them; the pipe and the directory stay as they were.
