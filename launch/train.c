@@ -115,6 +115,7 @@ static int run_start(train_run *r) {
     atexit(vt_save_hook_kill);
   }
   // The watchdog before the axes' communicators: making them may hang too (NCCL's init).
+  vt_watchdog_resumable(o->save_dir[0] != 0);
   vt_watchdog_start(world, o->timeout_s, me.tp_rank, me.pp_rank, me.dp_rank, device);
   vt_watchdog_phase("startup", 0, r->slow_limit);
   vt_comm_split_mesh(world, mesh, o->device, &r->tp, &r->pp, &r->dp);

@@ -51,9 +51,11 @@ static struct {
   int64_t seq[VT_AXIS_COUNT];
   wd_record me;  // the fixed fields: ranks, host, device
   void (*at_end)(void);  // vt_watchdog_at_end's
+  int resumable;         // vt_watchdog_resumable's
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 void vt_watchdog_at_end(void (*fn)(void)) { g.at_end = fn; }
+void vt_watchdog_resumable(int yes) { g.resumable = yes; }
 
 // How long the end waits for ncclCommAbort (comm.h), which a hung kernel blocks for ever.
 static const double k_device_abort_s = 10.0;
@@ -185,14 +187,16 @@ VT_NORETURN static void report_and_end(const wd_record *recs, const int *answere
                 : snprintf(names + k, sizeof names - k, "%srank %d (%s)", sep, r, why);
     if (w > 0) k += (size_t)w;
   }
+  const char *again = g.resumable ? "resume with --resume auto" : "run it again (no --save: "
+                                                                 "nothing was saved)";
   if (failed + ended > 0)
     fprintf(stderr, "watchdog verdict: failed: %s - a device error, or a process that ended, "
-                    "while the other ranks wait for it. Ending the job (exit %d); resume with "
-                    "--resume auto once the cause is mended.\n", names, VT_EXIT_WATCHDOG);
+                    "while the other ranks wait for it. Ending the job (exit %d); %s once the "
+                    "cause is mended.\n", names, VT_EXIT_WATCHDOG, again);
   else if (stalled + silent > 0)
     fprintf(stderr, "watchdog verdict: stalled: %s - outside any collective past the limit while "
-                    "the other ranks wait for it in theirs. Ending the job (exit %d); resume "
-                    "with --resume auto.\n", names, VT_EXIT_WATCHDOG);
+                    "the other ranks wait for it in theirs. Ending the job (exit %d); %s.\n",
+            names, VT_EXIT_WATCHDOG, again);
   else
     fprintf(stderr, "watchdog verdict: every rank is inside a collective: the ranks wait on each "
                     "other (collectives out of step) or the transport hangs; the operations "

@@ -34,6 +34,9 @@ void vt_watchdog_stop(void);  // joins the thread; call before the comms are fre
 // fn runs on the watchdog's thread just before it ends the job (the save hook's stop: no locks,
 // async-signal-safe work only). Set it before vt_watchdog_start.
 void vt_watchdog_at_end(void (*fn)(void));
+// yes: the run saves checkpoints (--save), so the verdict advises --resume auto; else it
+// advises running again. Set it before vt_watchdog_start.
+void vt_watchdog_resumable(int yes);
 
 // The main thread enters a phase (a static string: "step", "evaluation", "checkpoint save");
 // step is the 1-based step it belongs to; its clock starts now and may run limit_s seconds
