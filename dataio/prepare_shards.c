@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -76,22 +77,29 @@ static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t
 }
 
 // OUT/.vit3d-prepare.lock, held (flock) while this call writes: the fd, or -1 with err set when
-// another prepare holds it.
+// another prepare holds it. The holder removes the file before it lets go, so a lock taken on
+// a file that is no longer the path's (opened before that removal) is let go and taken anew.
 static int lock_out(const char *out_dir, char *err, size_t errlen) {
   char path[4096];
   snprintf(path, sizeof path, "%s/.vit3d-prepare.lock", out_dir);
-  const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    vt_fail_input(err, errlen, "cannot write %s: %s", path, strerror(errno));
-    return -1;
+  for (;;) {
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      vt_fail_input(err, errlen, "cannot write %s: %s", path, strerror(errno));
+      return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      vt_fail_input(err, errlen, "another vit3d prepare is writing into %s (it holds %s): let "
+                    "it finish, or choose another folder", out_dir, path);
+      close(fd);
+      return -1;
+    }
+    struct stat held, now;
+    if (fstat(fd, &held) == 0 && stat(path, &now) == 0 && held.st_dev == now.st_dev &&
+        held.st_ino == now.st_ino)
+      return fd;
+    close(fd);  // (its file was removed by the prepare that held it: the path's is the lock)
   }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    vt_fail_input(err, errlen, "another vit3d prepare is writing into %s (it holds %s): let it "
-                  "finish, or choose another folder", out_dir, path);
-    close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // Ends this call's hold of OUT: the lock file removed (the next prepare makes it anew), then
