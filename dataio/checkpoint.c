@@ -2,6 +2,7 @@
 // (checkpoint.h; the manifest's text: ckpt_manifest.c).
 #include "checkpoint.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -393,26 +394,38 @@ vt_status vt_ckpt_recover(const char *save_dir, int keep_last, int64_t keep_ever
 // another line of training (the run resumed from an older one: a rollback, or --resume auto
 // passing over a damaged newest) and would be taken for this run's newest by a later --resume
 // auto, or rotate this run's saves away: it is renamed abandoned-step-N (abandoned-step-N.K
-// where that exists), not deleted.
-static void set_aside(const char *save_dir, int64_t step, int64_t committed) {
+// where that exists), not deleted. One of that step that is damaged (damaged: why) is renamed
+// damaged-step-N: its intact files may still be of use (its weights where its optimizer state
+// is what was lost).
+static void set_aside(const char *save_dir, int64_t step, int64_t committed,
+                      const char *damaged) {
   char from[1100], to[1200];
+  const char *prefix = damaged ? "damaged" : "abandoned";
   vt_ckpt_step_dir(save_dir, step, from, sizeof from);
   for (int k = 0; k < 1000; k++) {
-    if (k == 0) snprintf(to, sizeof to, "%s/abandoned-step-%08" PRId64, save_dir, step);
-    else snprintf(to, sizeof to, "%s/abandoned-step-%08" PRId64 ".%d", save_dir, step, k);
+    if (k == 0) snprintf(to, sizeof to, "%s/%s-step-%08" PRId64, save_dir, prefix, step);
+    else snprintf(to, sizeof to, "%s/%s-step-%08" PRId64 ".%d", save_dir, prefix, step, k);
     struct stat st;
     if (stat(to, &st) == 0) {
       errno = EEXIST;
       continue;
     }
-    if (rename(from, to) == 0) {
+    if (rename(from, to) != 0) break;
+    if (damaged)
+      vt_log_warn("renamed %s to %s: it is damaged (%s), and this run saves step %" PRId64
+                  " in its place; vit3d inspect %s says which of its files are intact; delete "
+                  "it when it is not needed", from, to, damaged, committed, to);
+    else if (step == committed)
+      vt_log_warn("renamed %s to %s: this run, resumed from an older checkpoint, is saving step "
+                  "%" PRId64 " again, and the one there is of another line of training or "
+                  "damaged in its bytes (vit3d inspect %s says which); delete it when it is not "
+                  "needed", from, to, committed, to);
+    else
       vt_log_warn("renamed %s to %s: this run, resumed from an older checkpoint, is saving step "
                   "%" PRId64 ", so it belongs to another line of training, and --resume auto "
                   "would take it for this run's newest; delete it when it is not needed", from,
                   to, committed);
-      return;
-    }
-    break;
+    return;
   }
   vt_log_warn("cannot rename %s out of the way (%s): this run, resumed from an older "
               "checkpoint, is saving step %" PRId64 ", and --resume auto may take it for this "
@@ -436,13 +449,16 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
   // rename is the commit (`latest` only a pointer for people and tools).
   int64_t steps[4096];
   int n = list_steps(save_dir, steps, 4096);
-  for (int i = 0; i < n && steps[i] > m->step; i++) set_aside(save_dir, steps[i], m->step);
+  for (int i = 0; i < n && steps[i] > m->step; i++) set_aside(save_dir, steps[i], m->step, NULL);
   vt_ckpt_step_dir(save_dir, m->step, final_dir, sizeof final_dir);
   vt_ckpt_manifest same;
   char why[600];
-  if (vt_ckpt_check(final_dir, &same, 0, why, sizeof why) == VT_OK)
-    set_aside(save_dir, m->step, m->step);
-  vt_remove_dir(final_dir);  // an unfinished or damaged one of this step
+  struct stat sd;
+  if (stat(final_dir, &sd) == 0) {
+    const vt_status st = vt_ckpt_check(final_dir, &same, 0, why, sizeof why);
+    set_aside(save_dir, m->step, m->step, st == VT_OK ? NULL : why);
+  }
+  vt_remove_dir(final_dir);  // (one that could not be set aside: its step is this save's)
   if (sync_path(tmp_dir) != 0 || rename(tmp_dir, final_dir) != 0 || sync_path(save_dir) != 0)
     FAIL(VT_ERR_IO, "cannot move %s into place: %s", tmp_dir, strerror(errno));
   snprintf(path, sizeof path, "%s/latest.tmp", save_dir);
@@ -467,8 +483,9 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
   return VT_OK;
 }
 
-vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err,
-                        size_t errlen) {
+// vt_ckpt_check's, of every file, or of the file named only (with its CRC-32 when crc).
+static vt_status check_dir(const char *dir, vt_ckpt_manifest *m, int crc, const char *only,
+                           char *err, size_t errlen) {
   char path[1300], text[16384];
   snprintf(path, sizeof path, "%s/manifest.txt", dir);
   FILE *f = fopen(path, "rb");
@@ -488,10 +505,22 @@ vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err
   char why[400];
   if (vt_ckpt_manifest_parse(text, n, m, why, sizeof why) != VT_OK)
     FAIL(VT_ERR_INPUT, "%s: %s", dir, why);
+  // A step-N folder holds step N (a manifest of another step would load other files than the
+  // folder's own, or resume at another step).
+  const char *base = strrchr(dir, '/');
+  base = base && !base[1] ? NULL : base ? base + 1 : dir;
+  char *digits_end;
+  if (base && !strncmp(base, "step-", 5) && isdigit((unsigned char)base[5])) {
+    const long long named = strtoll(base + 5, &digits_end, 10);
+    if (!*digits_end && named != m->step)
+      FAIL(VT_ERR_INPUT, "%s is damaged: its manifest says step %" PRId64 " (it was changed, or "
+           "the folder renamed)", dir, m->step);
+  }
   for (int i = 0; i < m->nfiles; i++) {
     int64_t nb = 0;
     uint32_t sum = 0;
     struct stat sb;
+    if (only && strcmp(m->file[i], only) != 0) continue;
     snprintf(path, sizeof path, "%s/%s", dir, m->file[i]);
     if (crc) {
       if (vt_file_crc32(path, &nb, &sum, why, sizeof why) != VT_OK)
@@ -511,8 +540,26 @@ vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err
   return VT_OK;
 }
 
+vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err,
+                        size_t errlen) {
+  return check_dir(dir, m, crc, NULL, err, errlen);
+}
+
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen) {
-  return vt_ckpt_check(dir, m, 1, err, errlen);
+  return check_dir(dir, m, 1, NULL, err, errlen);
+}
+
+vt_status vt_ckpt_manifest_read(const char *dir, vt_ckpt_manifest *m, char *err,
+                                size_t errlen) {
+  return check_dir(dir, m, 0, "", err, errlen);  // (no file is named "")
+}
+
+vt_status vt_ckpt_verify_file(const char *dir, vt_ckpt_manifest *m, const char *file, char *err,
+                              size_t errlen) {
+  const vt_status st = check_dir(dir, m, 1, file, err, errlen);
+  if (st == VT_OK && !vt_ckpt_manifest_lists(m, file))
+    FAIL(VT_ERR_INPUT, "%s's manifest lists no %s", dir, file);
+  return st;
 }
 
 int vt_ckpt_candidates(const char *save_dir, int64_t *steps, int cap) {

@@ -8,7 +8,8 @@
 //       manifest.txt                "key value" lines: format, step, data position, seeds,
 //                                   model config, the optimizer's settings and schedule, the
 //                                   mesh it was saved on, and the size and CRC-32 of every
-//                                   file, written last
+//                                   file, written last; its last line (manifest_crc32) the
+//                                   CRC-32 of the text above it
 //   SAVE_DIR/.tmp-step-00000010/    a checkpoint being written; never read, removed on start
 //
 // Files are written into the .tmp directory (by many ranks at once: partfile.h), synced, the
@@ -132,6 +133,7 @@ typedef struct {
   char file[VT_CKPT_MAX_FILES][64];
   int64_t file_nbytes[VT_CKPT_MAX_FILES];
   uint32_t file_crc[VT_CKPT_MAX_FILES];
+  int sealed;  // 1: its manifest_crc32 line (the text's CRC-32, written last) was verified
 } vt_ckpt_manifest;
 
 // CRC-32 (IEEE, as zlib's crc32) of a buffer, continuing from crc (start with 0).
@@ -238,6 +240,13 @@ int vt_ckpt_file_meta_parse(vt_ckpt_manifest *m, const char *mean, const char *s
 
 // Reads dir/manifest.txt and verifies the size and CRC-32 of every file it lists.
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen);
+// Reads and checks dir/manifest.txt alone (none of its files).
+vt_status vt_ckpt_manifest_read(const char *dir, vt_ckpt_manifest *m, char *err,
+                                size_t errlen);
+// The same, of the manifest and the one file it names (where the others may be damaged: a
+// checkpoint whose optimizer state is lost still holds its weights).
+vt_status vt_ckpt_verify_file(const char *dir, vt_ckpt_manifest *m, const char *file, char *err,
+                              size_t errlen);
 // The same, the CRC-32s only with crc (without: the manifest and the sizes, for a reader that
 // checks the CRC-32s as it reads the files: launch/ckpt_resume.c).
 vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err,

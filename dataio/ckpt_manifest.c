@@ -329,6 +329,9 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
     k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
                   m->file_nbytes[i], m->file_crc[i]);
+  if (k < (int)nbytes)  // the seal, last: the CRC-32 of every byte above it
+    k += snprintf(buf + k, nbytes - (size_t)k, "manifest_crc32 %08x\n",
+                  (unsigned)vt_crc32(0, buf, (size_t)k));
   return k;
 }
 
@@ -405,7 +408,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
   memset(m, 0, sizeof *m);
   m->aug_repeats = 1, m->qkv_bias = 1, m->class_token = 1, m->norm_eps = 1e-6f;
   settings_absent(m);
-  int format = 0, ratio = 0, seed = 0, line_no = 0, unknown_cut = 0;
+  int format = 0, ratio = 0, seed = 0, line_no = 0, unknown_cut = 0, sealed = 0;
   const char *p = text, *end = text + nbytes;
   while (p < end) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -420,6 +423,22 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
     if (len == 0) continue;
     int n = sscanf(line, "%63s %127s %63s %63s %7s", key, v1, v2, v3, extra);
     if (n < 2) FAIL(VT_ERR_INPUT, "manifest line %d: expected 'key value'", line_no);
+    if (strcmp(key, "manifest_crc32") == 0) {  // the seal (absent in those before 2026-12-07)
+      const uint32_t have = vt_crc32(0, text, (size_t)(p - len - (nl != NULL) - text));
+      char *e;
+      const unsigned long said = strtoul(v1, &e, 16);
+      if (n != 2 || strlen(v1) != 8 || *e)
+        FAIL(VT_ERR_INPUT, "manifest line %d: malformed manifest_crc32", line_no);
+      if (said != have)
+        FAIL(VT_ERR_INPUT, "the manifest's text has CRC-32 %08x and its manifest_crc32 line "
+             "says %08lx: it was changed or damaged on disk", (unsigned)have, said);
+      for (const char *q = p; q < end; q++)
+        if (!isspace((unsigned char)*q))
+          FAIL(VT_ERR_INPUT, "manifest line %d: text after the manifest_crc32 line, which ends "
+               "it (the manifest was changed or damaged)", line_no + 1);
+      sealed = 1;
+      continue;
+    }
     int si = 0;
     while (si < N_SETTINGS && strcmp(k_settings[si].key, key) != 0) si++;
     if (si < N_SETTINGS) {  // (text as one word of any length: from the line, not v1)
@@ -542,6 +561,13 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
     FAIL(VT_ERR_INPUT, "manifest has %d of the %d optimizer settings (lr ... cycle_epochs): all "
          "or none", nseen, nreals + 4);
   if (m->nfiles == 0) FAIL(VT_ERR_INPUT, "manifest lists no files");
+  // (every vit3d wrote step x global_batch: another is a damaged or edited manifest)
+  if (m->step > INT64_MAX / 2 / m->global_batch ||
+      m->stream_position != m->step * m->global_batch)
+    FAIL(VT_ERR_INPUT, "the manifest's stream_position %" PRId64 " is not its step %" PRId64
+         " times its global_batch %" PRId64 ": it was changed or damaged", m->stream_position,
+         m->step, m->global_batch);
+  m->sealed = sealed;
   return VT_OK;
 }
 

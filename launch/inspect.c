@@ -226,6 +226,27 @@ static int inspect_file(const char *path) {
   return 0;
 }
 
+// Of a damaged checkpoint folder whose manifest reads: which of its files verify, and how to
+// export its weights where they do.
+static void say_intact(const char *path) {
+  vt_ckpt_manifest m, f;
+  char why[1200];
+  if (!vt_ckpt_is_checkpoint(path) || vt_ckpt_manifest_read(path, &m, why, sizeof why) != VT_OK)
+    return;
+  fprintf(stderr, "its files:\n");
+  int weights = 0;
+  for (int i = 0; i < m.nfiles; i++) {
+    const int ok = vt_ckpt_verify_file(path, &f, m.file[i], why, sizeof why) == VT_OK;
+    const char *damage = strstr(why, " is damaged: ");  // (without the folder's name again)
+    fprintf(stderr, "  %-20s %s\n", m.file[i], ok ? "intact (size and CRC-32 verified)"
+                                                  : damage ? damage + 13 : why);
+    weights |= ok && !strcmp(m.file[i], "model.safetensors");
+  }
+  if (weights)
+    fprintf(stderr, "its weights can still be exported: vit3d export --checkpoint %s --out "
+            "FILE.safetensors\n", path);
+}
+
 int vt_inspect_run(const char *path) {
   char dir[1100], err[1200];
   vt_ckpt_manifest m;
@@ -234,6 +255,7 @@ int vt_inspect_run(const char *path) {
   if (vt_ckpt_open(path, dir, sizeof dir, &m, err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d inspect: %s\n", err);
     say_leftover(stderr, path, -1);
+    say_intact(path);
     return 2;  // (what the user named is no checkpoint: operations.md's exit codes)
   }
   printf("checkpoint %s: %d files, sizes and CRC-32 verified\n", dir, m.nfiles);

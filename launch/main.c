@@ -98,12 +98,21 @@ static int cmd_export(int argc, char **argv) {
   vt_ckpt_manifest man;
   char dir[1100];
   // (exit codes as train's, docs/operations.md: 2 for what the user gave, 1 for a failed write)
-  if (vt_ckpt_open(ckpt, dir, sizeof dir, &man, err, sizeof err) != VT_OK) {
-    fprintf(stderr, "vit3d export: %s\n", err);
-    return 2;
-  }
   const char *file = use_ema ? "ema.safetensors" : "model.safetensors";
-  if (!vt_ckpt_manifest_lists(&man, file)) {
+  if (vt_ckpt_open(ckpt, dir, sizeof dir, &man, err, sizeof err) != VT_OK) {
+    // A checkpoint whose other files are damaged (its optimizer state lost) still gives its
+    // weights where their file verifies.
+    char why[1200];
+    if (!vt_ckpt_is_checkpoint(ckpt) ||
+        vt_ckpt_verify_file(ckpt, &man, file, why, sizeof why) != VT_OK) {
+      fprintf(stderr, "vit3d export: %s\n", err);
+      return 2;
+    }
+    snprintf(dir, sizeof dir, "%s", ckpt);
+    fprintf(stderr, "vit3d export: warning: %s; its %s verifies (size and CRC-32), and is "
+            "what is exported\n", err, file);
+  }
+  if (!vt_ckpt_manifest_lists(&man, file)) {  // (--use-ema: model.safetensors is always there)
     fprintf(stderr, "vit3d export: %s has no EMA weights (it was saved without --model-ema)\n",
             dir);
     return 2;

@@ -165,7 +165,8 @@ h = json.dumps(head).encode()
 h += b" " * (-len(h) % 8)
 blob = struct.pack("<Q", len(h)) + h + b"".join(np.ascontiguousarray(t).tobytes() for t in o.values())
 open(f"{d}/optim.safetensors", "wb").write(blob)
-lines = [l for l in open(f"{d}/manifest.txt") if not l.startswith("optim_from_layer ")]
+lines = [l for l in open(f"{d}/manifest.txt")  # (unsealed, as that layout's manifests were)
+         if not l.startswith("optim_from_layer ") and not l.startswith("manifest_crc32 ")]
 lines = [f"file optim.safetensors {len(blob)} {zlib.crc32(blob):08x}\n"
          if l.startswith("file optim.safetensors ") else l for l in lines]
 open(f"{d}/manifest.txt", "w").write("".join(lines))

@@ -70,7 +70,9 @@ else echo "FAIL: vit3d eval without or with inspect's flags: rc $rc: $out / $out
 # takes an older one): refused, naming it.
 mkdir -p "$work/ev_fold" && cp -r "$work/ck/step-00000004" "$work/ev_fold/" &&
   cp -r "$work/ck/step-00000004" "$work/ev_fold/step-00000009" &&
-  sed -i 's/^step 4$/step 9/' "$work/ev_fold/step-00000009/manifest.txt" &&
+  gb=$(sed -n 's/^global_batch //p' "$work/ev_fold/step-00000009/manifest.txt") &&
+  ${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/manifest_edit.py" \
+    "$work/ev_fold/step-00000009/manifest.txt" step=9 stream_position=$((9 * gb)) &&
   printf 'x' | dd of="$work/ev_fold/step-00000009/model.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
 out=$("$vit3d" eval --checkpoint "$work/ev_fold" --val-data "$work/ev_imgs" --threads 1 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q "took the model's and the normalisation's flags it was not given from .*ev_fold/step-00000009, which is damaged" <<<"$out"; then
@@ -180,7 +182,8 @@ blob = struct.pack("<Q", len(h)) + h + out
 open(f"{d}/optim.safetensors", "wb").write(blob)
 man = [l if not l.startswith("file optim.safetensors ") else
        f"file optim.safetensors {len(blob)} {zlib.crc32(blob):08x}"
-       for l in open(f"{d}/manifest.txt").read().splitlines()]
+       for l in open(f"{d}/manifest.txt").read().splitlines()
+       if not l.startswith("manifest_crc32 ")]  # (unsealed, as that layout's manifests were)
 open(f"{d}/manifest.txt", "w").write("\n".join(man) + "\n")
 PY
 then
@@ -302,7 +305,7 @@ else echo "FAIL: evaluated: $out"; cat "$man" "$work/sticky.log"; fail=1; fi
 # A manifest of a vit3d before these were recorded (their keys taken out): inspect leaves them
 # out and says so, vit3d eval warns that they are not known instead of comparing defaults.
 cp -a "$work/ck_reg/step-00000003" "$work/ck_old"
-sed -i '/^mean_\|^std_\|^eval_\|^evaluated/d' "$work/ck_old/manifest.txt"
+sed -i '/^mean_\|^std_\|^eval_\|^evaluated\|^manifest_crc32/d' "$work/ck_old/manifest.txt"
 out=$("$vit3d" inspect "$work/ck_old" 2>&1)
 out2=$("$vit3d" eval --model tiny --checkpoint "$work/ck_old" --val-data "$work/reg_imgs" --threads 1 2>&1)
 if grep -q "normalisation and evaluation transform are not recorded" <<<"$out" &&
@@ -333,7 +336,8 @@ else echo "FAIL: another EMA decay: rc $rc: $out"; fail=1; fi
 # A manifest key this vit3d does not know (a newer one's): skipped, the checkpoint resumes and
 # inspects with one warning naming it.
 cp -r "$work/ck_reg/step-00000003" "$work/ck_newer"
-echo "fancy_regulariser 0.5" >> "$work/ck_newer/manifest.txt"
+${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/manifest_edit.py" \
+  "$work/ck_newer/manifest.txt" fancy_regulariser=0.5
 out=$(eval "\"\$vit3d\" train --model vit-ti16 ${flags% --resume *} --micro-batch-size 8 \
       --threads 1 --resume \"\$work/ck_newer\" --save \"\$work/ck_newer_s\"" 2>&1)
 rc=$?
@@ -605,6 +609,32 @@ if [ $rc -eq 0 ] && [ -d "$work/own/abandoned-step-00000006" ] &&
    [ -d "$work/own/abandoned-step-00000008" ] && [ -d "$work/own/step-00000006" ]; then
   echo "ok: a rollback sets the old line's checkpoint of its step aside, and those past it"
 else echo "FAIL: a rollback: rc $rc: $(ls "$work/own") $out"; fail=1; fi
+# Damage --resume auto passes over: a lost optimizer file, and a manifest whose one value was
+# changed (its seal, the last line's CRC-32, no longer matches; a step-N folder whose manifest
+# is of another step likewise). The run's save of that step sets the damaged one aside as
+# damaged-step-N (it was deleted without a word); inspect says which of its files verify and
+# export takes its weights.
+"$vit3d" "${own[@]}" --save "$work/dmg" > /dev/null 2>&1
+cp -a "$work/dmg" "$work/dmg2"
+rm "$work/dmg/step-00000006/optim.safetensors"
+sed -i 's/^adam_t 6$/adam_t 9/' "$work/dmg2/step-00000006/manifest.txt"
+cp -a "$work/dmg2/step-00000004" "$work/dmg2/step-00000005"  # (no save interval ends at 5)
+out=$("$vit3d" "${own[@]}" --save "$work/dmg" --resume auto 2>&1); rc=$?
+out2=$("$vit3d" "${own[@]}" --save "$work/dmg2" --resume auto 2>&1); rc2=$?
+out3=$("$vit3d" inspect "$work/dmg/damaged-step-00000006" 2>&1); rc3=$?
+out4=$("$vit3d" export --checkpoint "$work/dmg/damaged-step-00000006" --out "$work/dmg6.safetensors" 2>&1); rc4=$?
+if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resumed from .*dmg/step-00000004" <<<"$out" &&
+   grep -q "renamed .*dmg/step-00000006 to .*dmg/damaged-step-00000006: .*optim.safetensors" <<<"$out" &&
+   grep -q "dmg2/step-00000006: the manifest's text has CRC-32 .* and its manifest_crc32 line says" <<<"$out2" &&
+   grep -q "dmg2/step-00000005 is damaged: its manifest says step 4" <<<"$out2" &&
+   grep -q "resumed from .*dmg2/step-00000004" <<<"$out2" &&
+   [ -d "$work/dmg2/damaged-step-00000006" ] &&
+   [ $rc3 -eq 2 ] && grep -q "^  model.safetensors    intact (size and CRC-32 verified)" <<<"$out3" &&
+   grep -q "^  optim.safetensors    cannot open" <<<"$out3" &&
+   [ $rc4 -eq 0 ] && grep -q "its model.safetensors verifies (size and CRC-32), and is what is exported" <<<"$out4" &&
+   "$vit3d" inspect "$work/dmg6.safetensors" | grep -q "vit3d_step: 6"; then
+  echo "ok: a lost optimizer file and a changed manifest are passed over as damaged, set aside as damaged-step-N, their weights still exported"
+else echo "FAIL: damaged checkpoints: rc $rc $out / rc $rc2 $out2 / rc $rc3 $out3 / rc $rc4 $out4"; ls "$work/dmg" "$work/dmg2"; fail=1; fi
 # A linear probe resumed with its blocks unfrozen (--resume-override 1): their Adam moments
 # start at zero under the checkpoint's step count 20, whose bias correction would make their
 # first steps about 6 times the rate; the optimizer starts afresh instead, said: Adam's first

@@ -504,6 +504,7 @@ man = [l if not l.startswith("file model.safetensors ") else
        for l in open(d + "/manifest.txt").read().splitlines()]
 open(d + "/manifest.txt", "w").write("\n".join(man) + "\n")
 PY
+step "$py" "$here/manifest_edit.py" "$work/cknan/step-00000008/manifest.txt"  # (sealed again)
 step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --steps 1 --lr 0 --min-lr 0 \
   --data "$work/train" --val-data "$work/val" --eval-interval 1 --micro-batch-size 2 \
   --init-from "$work/w_zero.safetensors"

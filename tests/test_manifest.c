@@ -28,11 +28,20 @@ static vt_ckpt_manifest sample(void) {
   return m;
 }
 
+// vt_ckpt_manifest_format's text without its manifest_crc32 line, as a manifest from before
+// the seal (2026-12-07) reads: the edits below stand for older manifests' lines.
+static int unsealed(const vt_ckpt_manifest *m, char *text, size_t size) {
+  vt_ckpt_manifest_format(m, text, size);
+  char *seal = strstr(text, "manifest_crc32 ");
+  if (seal) *seal = '\0';
+  return (int)strlen(text);
+}
+
 // The manifest text of sample() with line `key ...` replaced by `repl` ("" deletes it).
 static void refuse_edit(const char *key, const char *repl, const char *want) {
   char text[4096], out[4096] = "", err[512] = "";
   vt_ckpt_manifest m = sample();
-  vt_ckpt_manifest_format(&m, text, sizeof text);
+  unsealed(&m, text, sizeof text);
   for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
     int match = strncmp(line, key, strlen(key)) == 0 && line[strlen(key)] == ' ';
     strcat(out, match ? repl : line);
@@ -173,7 +182,7 @@ static void commit_steps(const char *dir, vt_ckpt_manifest *m, int first, int la
     EXPECT(vt_ckpt_begin(dir, step, tmp, sizeof tmp, err, sizeof err) == VT_OK, "%s", err);
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     write_file(path, "pretend tensors");
-    m->step = step, m->nfiles = 1;
+    m->step = step, m->stream_position = step * m->global_batch, m->nfiles = 1;
     snprintf(m->file[0], sizeof m->file[0], "model.safetensors");
     EXPECT(vt_file_crc32(path, &m->file_nbytes[0], &m->file_crc[0], err, sizeof err) == VT_OK,
            "%s", err);
@@ -209,7 +218,7 @@ static void test_recover(void) {
       vt_remove_dir(tmp);
     }
     if (kind == 8) commit_steps(dir, &m, 7, 7, 0, 0);
-    m.step = 7;
+    m.step = 7, m.stream_position = 7 * m.global_batch;
     EXPECT(vt_ckpt_begin(dir, 7, tmp, sizeof tmp, err, sizeof err) == VT_OK, "%s", err);
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     write_file(path, data);
@@ -438,7 +447,7 @@ int main(void) {
   // line stays refused whatever its key.
   {
     char newer[8192];
-    n = vt_ckpt_manifest_format(&m, text, sizeof text);
+    n = unsealed(&m, text, sizeof text);
     snprintf(newer, sizeof newer, "%scolour blue\nfancy_reg 0.5\nan_array 1 2 3\n", text);
     EXPECT(vt_ckpt_manifest_parse(newer, strlen(newer), &back, err, sizeof err) == VT_OK &&
                back.nunknown == 3 && !strcmp(back.unknown, "colour fancy_reg an_array") &&
@@ -475,10 +484,39 @@ int main(void) {
   refuse_edit("reg_tokens", "reg_tokens -1", "bad value");
   refuse_edit("norm_eps", "norm_eps 0", "bad norm_eps");
   refuse_edit("quick_gelu", "quick_gelu 2", "bad value");
+  // The seal: the last line is the CRC-32 of the text above it; a changed byte, a line after
+  // it and a stream position that is not step x global batch are damage.
+  {
+    vt_ckpt_manifest sm = sample();
+    char sealed[4096], edited[8192];
+    n = vt_ckpt_manifest_format(&sm, sealed, sizeof sealed);
+    EXPECT(vt_ckpt_manifest_parse(sealed, (size_t)n, &back, err, sizeof err) == VT_OK &&
+               back.sealed, "a sealed manifest reads, sealed: %s", err);
+    memcpy(edited, sealed, (size_t)n + 1);
+    char *t = strstr(edited, "\nadam_t 10\n");
+    EXPECT(t != NULL, "adam_t line");
+    if (t) t[9] = '9';  // adam_t 19
+    EXPECT(vt_ckpt_manifest_parse(edited, strlen(edited), &back, err, sizeof err) != VT_OK &&
+               strstr(err, "manifest_crc32 line says") && strstr(err, "changed or damaged"),
+           "one digit changed: %s", err);
+    snprintf(edited, sizeof edited, "%sfancy_reg 0.5\n", sealed);
+    EXPECT(vt_ckpt_manifest_parse(edited, strlen(edited), &back, err, sizeof err) != VT_OK &&
+               strstr(err, "text after the manifest_crc32 line"), "a line after the seal: %s",
+           err);
+    snprintf(edited, sizeof edited, "%s\n\n", sealed);
+    EXPECT(vt_ckpt_manifest_parse(edited, strlen(edited), &back, err, sizeof err) == VT_OK,
+           "blank lines after the seal: %s", err);
+    unsealed(&sm, edited, sizeof edited);
+    EXPECT(vt_ckpt_manifest_parse(edited, strlen(edited), &back, err, sizeof err) == VT_OK &&
+               !back.sealed, "an unsealed manifest (before 2026-12-07) reads: %s", err);
+  }
+  refuse_edit("stream_position", "stream_position 161", "is not its step 10 times its global_batch 16");
+  refuse_edit("step", "step 11", "stream_position 160 is not its step 11");
+  refuse_edit("step", "step 4611686018427387903", "is not its step");
   // A manifest written before global_pool and aug_repeats existed reads as the class-token head
   // and no repeats.
   m.global_pool = 1;
-  n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  n = unsealed(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
              back.global_pool == 1, "global_pool round trip");
   char *gp = strstr(text, "global_pool 1\n");
@@ -496,7 +534,7 @@ int main(void) {
   m.layer_scale = 1, m.reg_tokens = 4, m.no_embed_class = 1, m.qk_norm = 1, m.qkv_bias = 0;
   m.parallel = 1, m.lamb = 1, m.class_token = 0, m.global_pool = 3, m.gelu_tanh = 1;
   m.pos_sincos = 1, m.mlp_dim = 250;
-  n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  n = unsealed(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
              back.layer_scale == 1 && back.reg_tokens == 4 && back.no_embed_class == 1 &&
              back.qk_norm == 1 && back.qkv_bias == 0 && back.parallel == 1 && back.lamb == 1 &&
@@ -506,7 +544,7 @@ int main(void) {
          "class_token, global_pool map, gelu_tanh, pos_sincos, mlp_dim round trip: %s",
          err);
   m.global_pool = 0;
-  n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  n = unsealed(&m, text, sizeof text);
   const char *gone[] = {"layer_scale 1\n", "reg_tokens 4\n", "no_embed_class 1\n",
                         "qk_norm 1\n", "qkv_bias 0\n", "parallel 1\n", "lamb 1\n",
                         "class_token 0\n", "gelu_tanh 1\n", "pos_sincos 1\n", "mlp_dim 250\n"};
@@ -528,7 +566,7 @@ int main(void) {
   m.qkv_bias = m.class_token = 1;
   // The CLIP towers' keys round trip; a manifest from before them reads as timm's ViT.
   m.pre_norm = 1, m.norm_eps = 1e-5f, m.quick_gelu = 1, m.gelu_tanh = 0;
-  n = vt_ckpt_manifest_format(&m, text, sizeof text);
+  n = unsealed(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
              back.pre_norm == 1 && back.norm_eps == 1e-5f && back.quick_gelu == 1 &&
              !strcmp(vt_ckpt_act_name(&back), "quick_gelu"),
@@ -583,6 +621,7 @@ int main(void) {
   EXPECT(vt_ckpt_manifest_parse(fz_text, (size_t)n, &back, err, sizeof err) == VT_OK &&
              back.frozen == 54 && back.frozen_hash == 4294967295 && back.optim_from_layer == 13,
          "frozen, frozen_hash, optim_from_layer round trip: %s", err);
+  n = unsealed(&o, text, sizeof text);  // (the edits below stand for older manifests)
   char *schedl = strstr(text, "sched 1\n");  // a manifest from before --sched: cosine
   EXPECT(schedl != NULL, "sched line");
   if (schedl) {
