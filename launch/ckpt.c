@@ -214,7 +214,7 @@ static vt_status finish(vt_comm *world, char *err, size_t errlen) {
   }
   st = vt_comm_agree(world, st, w->err, sizeof w->err);
   if (st != VT_OK && w->background && vt_comm_rank(world) == 0)
-    vt_log_error("checkpoint of step %lld (written in the background) failed, the previous one "
+    vt_log_error("checkpoint of step %lld (written in the background) failed, any earlier one "
                  "is intact: %s", (long long)step, w->err);
   if (err) snprintf(err, errlen, "%s", w->err);
   release(w);

@@ -150,7 +150,7 @@ static void push_word(char ***v, int *n, int *cap, const char *word, size_t len)
 }
 
 // The whole of a text file, NUL-terminated (free it), or NULL with errno set.
-static char *read_text(const char *path) {
+static char *read_text(const char *path, size_t *nbytes) {
   FILE *f = fopen(path, "r");
   if (!f) return NULL;
   size_t len = 0, cap = 4096;
@@ -169,6 +169,7 @@ static char *read_text(const char *path) {
   if (buf && failed) free(buf), buf = NULL, errno = why;
   else if (buf) buf[len] = 0;
   else errno = ENOMEM;
+  *nbytes = len;
   return buf;
 }
 
@@ -183,9 +184,17 @@ vt_status vt_cli_expand(int argc, char **argv, int *out_argc, char ***out_argv, 
       push_word(&v, &n, &cap, argv[i], strlen(argv[i]));
       continue;
     }
-    char *text = read_text(argv[i] + 1);
+    size_t len = 0;
+    char *text = read_text(argv[i] + 1, &len);
     if (!text) {
       snprintf(err, errlen, "arguments file %s: %s", argv[i] + 1, strerror(errno));
+      vt_cli_free(n, v);
+      return VT_ERR_INPUT;
+    }
+    if (strlen(text) != len) {  // (the words after it would be dropped without a word)
+      snprintf(err, errlen, "arguments file %s holds a NUL byte (at byte %zu): it is not a text "
+               "file of flags", argv[i] + 1, strlen(text));
+      free(text);
       vt_cli_free(n, v);
       return VT_ERR_INPUT;
     }
@@ -207,6 +216,14 @@ vt_status vt_cli_expand(int argc, char **argv, int *out_argc, char ***out_argv, 
         snprintf(err, errlen, "arguments file %s: '%.*s' holds a quote: the file's words are "
                  "split at white space, with no quoting (nor spaces inside a value)",
                  argv[i] + 1, (int)(p - start), start);
+        free(text);
+        vt_cli_free(n, v);
+        return VT_ERR_INPUT;
+      }
+      if (*start == '@') {  // (one level: a file's words are flags and values)
+        snprintf(err, errlen, "arguments file %s names another, '%.*s': an arguments file "
+                 "cannot include one; give each @FILE on the command line", argv[i] + 1,
+                 (int)(p - start), start);
         free(text);
         vt_cli_free(n, v);
         return VT_ERR_INPUT;

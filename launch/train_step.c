@@ -60,7 +60,7 @@ static void step_save(train_run *r, int64_t n, int stop) {
     return;
   }
   if (r->world_rank == 0)
-    vt_log_error("checkpoint of step %lld failed, the previous one is intact: %s", (long long)n,
+    vt_log_error("checkpoint of step %lld failed, any earlier one is intact: %s", (long long)n,
                  err);
   if (stop || n == r->end_step) r->rc = VT_EXIT_FAILED;
 }

@@ -23,6 +23,10 @@ refuse "--final-weights and --final-ema name one file, w.safetensors: the second
 quoted=$(mktemp)  # an @FILE word with quotes (no quoting there: refused, not kept literally)
 printf -- '--log-dir "runs/q"\n' > "$quoted"
 refuse "holds a quote: the file's words are split at white space, with no quoting" train "@$quoted"
+printf -- '--steps 2\0\n--tp 2\n' > "$quoted"  # (the words after the NUL were dropped)
+refuse "holds a NUL byte (at byte 9): it is not a text file of flags" train "@$quoted"
+printf -- '--steps 2 @other.args\n' > "$quoted"
+refuse "names another, '@other.args': an arguments file cannot include one" train "@$quoted"
 rm -f "$quoted"
 refuse "--comm-stats writes LOG_DIR/comm.rank<R>.json: give --log-dir DIR too" train --comm-stats 1
 refuse "dp 65536 x --micro-batch-size 65536 = 4294967296 images a step, more than 16777216" plan --model tiny --dp 65536 --micro-batch-size 65536
