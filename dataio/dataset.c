@@ -412,6 +412,23 @@ vt_status vt_dataset_open_labeled(const char *path, const char *label_key, const
   return VT_OK;
 }
 
+const char *vt_dataset_shard_names(const char *path, char *buf, size_t size) {
+  struct stat sb;
+  strlist shards = {0};
+  char err[512];
+  int found = 0;
+  if (resolve(path, &sb, &shards, err, sizeof err) == VT_OK && shards.n > 0) {
+    const char *first = shards.s[0], *slash = strrchr(first, '/');
+    if (slash) snprintf(buf, size, "%.*s/classes.txt", (int)(slash - first), first);
+    else snprintf(buf, size, "classes.txt");
+    vt_label_names names = {0};
+    found = access(buf, R_OK) == 0 && vt_label_names_load(buf, &names, err, sizeof err) == VT_OK;
+    vt_label_names_free(&names);
+  }
+  vt_ds_strlist_free(&shards);
+  return found ? buf : NULL;
+}
+
 // The path of a stat line (the text before its last four tabs; a path may hold tabs), or NULL
 // for another line (kinds, label key, a "missing" one).
 static char *line_path(const char *line, size_t len) {

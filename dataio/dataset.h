@@ -65,6 +65,10 @@ vt_status vt_dataset_open_keyed(const char *path, const char *label_key, vt_data
 // may then hold a class's name, and the classes are the file's (its count, its names).
 vt_status vt_dataset_open_labeled(const char *path, const char *label_key, const char *names_path,
                                   vt_dataset *ds, char *err, size_t errlen);
+// The classes.txt beside the shards path names (vit3d prepare shards writes one: "N<TAB>name"
+// lines, as --label-names's), in buf, where it reads as class names; else NULL (not shards, no
+// such file, or one of another format).
+const char *vt_dataset_shard_names(const char *path, char *buf, size_t size);
 void vt_dataset_free(vt_dataset *ds);
 
 // What the index of path was made from, as text that changes when the index may have: a line

@@ -86,7 +86,9 @@ static vt_status read_index(const char *path, const char *cache, const char *lab
 }
 
 // World rank 0 reads the dataset index (a folder tree's listing, a list file, the shards'
-// headers; or an index cache entry) and sends it to every rank, so that the file system sees
+// headers, named by names or else by the classes.txt beside them where there is one, as
+// vit3d prepare shards writes: a validation set's shards of fewer classes were labelled by
+// their own numbers; or an index cache entry) and sends it to every rank, so that the file system sees
 // one reader, not one per rank. Rank 0's error is the caller's to report; another rank that
 // cannot use the index (a shard that will not open there) reports its own, and then every rank
 // returns the error.
@@ -98,6 +100,11 @@ static vt_status open_dataset(vt_comm *world, const char *path, const char *cach
   size_t n = 0;
   int cached = 0;
   int64_t head[2] = {VT_ERR_INPUT, 0};  // status, index bytes
+  char beside[4352];
+  if (root && !names[0] && (names = vt_dataset_shard_names(path, beside, sizeof beside)))
+    vt_log_info("dataset %s: its classes are named by %s (vit3d prepare shards'), so that a "
+                "validation set is labelled by class name", path, names);
+  if (!names) names = "";
   if (root) {
     head[0] = read_index(path, cache, label_key, names, ds, &bytes, &n, &cached, err, errlen);
     head[1] = (int64_t)n;

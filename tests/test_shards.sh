@@ -268,6 +268,23 @@ PY
   --micro-batch-size 4 --global-batch-size 4 --steps 2 --threads 1 > "$work/prep_train.log" 2>&1 ||
   { echo "FAIL: training on prepared shards"; tail -5 "$work/prep_train.log"; fail=1; }
 
+# A validation set of the last two classes only, prepared as shards: labelled by the class names
+# in its classes.txt, as the same folder is (its shards number its classes 0 and 1, which were
+# taken for the training set's first two: a wrong top-1 without a word).
+mkdir -p "$work/val_sub" && cp -r "$work/folder/$(ls "$work/folder" | sed -n 2p)" \
+  "$work/folder/$(ls "$work/folder" | sed -n 3p)" "$work/val_sub/" &&
+  "$vit3d" prepare shards "$work/val_sub" "$work/val_sub_sh" 5 > /dev/null 2>&1 ||
+  { echo "FAIL: prepare shards of the validation subset"; fail=1; }
+sub=(train --model tiny --img-size 32 --patch-size 8 --num-classes 3 --data "$work/prep"
+     --micro-batch-size 4 --global-batch-size 4 --steps 2 --threads 1 --eval-interval 2)
+a=$("$vit3d" "${sub[@]}" --val-data "$work/val_sub" 2>&1 | grep "^eval")
+b=$("$vit3d" "${sub[@]}" --val-data "$work/val_sub_sh" 2>&1)
+if [ -n "$a" ] && [ "$a" = "$(grep "^eval" <<<"$b")" ] &&
+   grep -q "val_sub_sh: its classes are named by .*val_sub_sh/classes.txt" <<<"$b" &&
+   grep -q "holds 2 of the 3 classes of --data .*: labelled by name" <<<"$b"; then
+  echo "prepared validation shards of two classes are labelled by name: $a"
+else echo "FAIL: validation shards of a class subset: '$a' against: $b"; fail=1; fi
+
 # prepare shards of a source with files that are no images: exit 2 naming each, no shard, lock
 # or folder of its own (OUT and the parents it made) left behind (the rerun after the fix must not be refused); a prepare
 # that succeeded left no lock either.
