@@ -278,10 +278,18 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
       snprintf(err, errlen, "--val-data %s has %d classes but the model has %d: give the "
                "validation set every class the model was trained on, in the same order",
                o->val_data, d->val_ds.num_classes, o->model.num_classes);
-    else
-      snprintf(err, errlen, "--val-data %s has %d classes but the model has %d; pass "
-               "--num-classes %d, or give it the training set's classes", o->val_data,
-               d->val_ds.num_classes, o->model.num_classes, d->val_ds.num_classes);
+    else if (d->val_ds.numbered) {  // (a larger label than the training set's: named)
+      int64_t i = 0;
+      while (i < d->val_ds.count - 1 && d->val_ds.labels[i] < o->model.num_classes) i++;
+      snprintf(err, errlen, "--val-data %s: %s has label %d, and --data %s has %d classes "
+               "(labels 0 to %d): a validation label must be one of the training set's",
+               o->val_data, d->val_ds.paths[i], d->val_ds.labels[i], o->data,
+               o->model.num_classes, o->model.num_classes - 1);
+    } else  // (named classes beside a numbered training set: paired by position)
+      snprintf(err, errlen, "--val-data %s names %d classes and --data %s numbers its %d: "
+               "classes paired by position need the same count; name the validation class "
+               "folders by the training labels (0, 1, ...) to pair them by number",
+               o->val_data, d->val_ds.num_classes, o->data, o->model.num_classes);
     return VT_ERR_INPUT;
   }
   if (d->synthetic || o->eval_only) return VT_OK;

@@ -582,6 +582,21 @@ out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --data "$work/train"
 if grep -q -- "--val-data $work/val_c12 has a class 'c9' that --data $work/train lacks" <<<"$out"
 then echo "ok: a validation class the training set lacks refused"
 else echo "FAIL: a validation class the training set lacks: $out"; fail=1; fi
+# A numbered validation label past the training set's classes is named with its file (it said
+# to pass --num-classes 8); named validation classes beside a numbered training set (paired by
+# position) of another count are told how to pair them (it said --num-classes too).
+printf 'c0/%s\t0\nc1/%s\t7\n' "$(ls "$work/train/c0" | head -1)" "$(ls "$work/train/c1" | head -1)" \
+  > "$work/train/val_oor.txt"
+(cd "$work/train" && for c in c0 c1 c2; do for f in $(ls $c | head -2); do
+  printf '%s/%s\t%s\n' $c "$f" "${c#c}"; done; done) > "$work/train/list.txt"
+out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --data "$work/train" --steps 1 \
+      --micro-batch-size 4 --val-data "$work/train/val_oor.txt" 2>&1)
+out2=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --data "$work/train/list.txt" \
+       --steps 1 --micro-batch-size 4 --val-data "$work/val_c12" 2>&1)
+if grep -q "val_oor.txt: .*/c1/.* has label 7, and --data $work/train has 3 classes (labels 0 to 2)" <<<"$out" &&
+   grep -q "val_c12 names 2 classes and --data .*list.txt numbers its 3: classes paired by position need the same count" <<<"$out2"
+then echo "ok: a validation label past the classes named with its file; named classes beside numbered ones told how to pair"
+else echo "FAIL: validation class counts: $out / $out2"; fail=1; fi
 # A resume on another training set: allowed, with a warning naming both sets' sizes.
 out=$(timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --data "$work/val" --steps 9 \
       --micro-batch-size 4 --global-batch-size 16 --lr 3e-3 --resume "$ck" --resume-override 1 \
