@@ -64,8 +64,9 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 // Names in dir, the hidden ones (starting with '.', "." and ".." aside) or the others, whose type
-// is a directory (want_dir) or a regular file, following symbolic links as torchvision does;
-// sorted.
+// is a directory (want_dir) or a regular file, following symbolic links as torchvision does (a
+// link to nothing is a file, as there: a bad image when it is read, not left out without a
+// word); sorted.
 static vt_status list_names(const char *dir, int want_dir, int hidden, strlist *out, char *err,
                             size_t errlen) {
   DIR *d = opendir(dir);
@@ -78,8 +79,10 @@ static vt_status list_names(const char *dir, int want_dir, int hidden, strlist *
     char *full = vt_ds_join(dir, e->d_name);
     struct stat sb;
     int ok = full && stat(full, &sb) == 0;
+    const int dangling = !ok && full && lstat(full, &sb) == 0 && S_ISLNK(sb.st_mode);
     free(full);
-    if (!ok) continue;  // a dangling link is not a sample; a real file always stats
+    if (dangling && !want_dir) sb.st_mode = S_IFREG, ok = 1;
+    if (!ok) continue;  // (a real file always stats)
     if (want_dir ? !S_ISDIR(sb.st_mode) : !S_ISREG(sb.st_mode)) continue;
     if (!vt_ds_strlist_push(out, strdup(e->d_name), 0)) {
       st = vt_fail_input(err, errlen, "out of memory listing %s", dir);

@@ -680,6 +680,16 @@ static void test_nested(void) {
          "hidden class folders: %lld samples, %d classes, %lld hidden, first %s",
          (long long)ds.count, ds.num_classes, (long long)ds.hidden_classes, ds.hidden_class);
   vt_dataset_free(&ds);
+  // A link to nothing is a sample (a bad image when read, as torchvision lists it and fails to
+  // open it), not left out without a word.
+  EXPECT(symlink("missing.png", at("nest/a/zz.png")) == 0, "symlink");
+  EXPECT(vt_dataset_open(at("nest"), &ds, err, sizeof err) == VT_OK, "%s", err);
+  int listed = 0;
+  for (int64_t i = 0; i < ds.count; i++) listed += strstr(ds.paths[i], "nest/a/zz.png") != NULL;
+  EXPECT(ds.count == 8 && listed == 1, "a dangling link: %lld samples, listed %d",
+         (long long)ds.count, listed);
+  vt_dataset_free(&ds);
+  unlink(at("nest/a/zz.png"));
   EXPECT(symlink("..", at("nest/a/z/loop")) == 0, "symlink");
   EXPECT(vt_dataset_open(at("nest"), &ds, err, sizeof err) == VT_ERR_INPUT &&
              strstr(err, "loop") && strstr(err, "nest/a/z/loop"), "a link loop: %s", err);
