@@ -10,6 +10,11 @@
 #include "sample.h"
 #include "test_image.h"
 
+#ifdef VT_HAVE_JPEG
+#include <stdio.h>  // (jpeglib.h needs FILE)
+#include <jpeglib.h>
+#endif
+
 // ---- partial decodes and crops (vt_image_decode_part, vt_sample_from_bytes) ---------------------
 static int region_equal(const vt_image_part *p, const vt_image *ref, int x0, int y0, int x1,
                         int y1) {
@@ -43,10 +48,12 @@ static vt_image box_reduce(const vt_image *img, int d) {
 // any window equal, over its region, to the whole decode at the same scale (d = 1: to the
 // full decode), which checks the margins around cropped columns and skipped rows.
 static void test_jpeg_stray(void);
+static void test_jpeg_sampling(void);
 
 void test_jpeg_part(void) {
   static const char *names[] = {"p420", "p422", "p444", "pgray", "pprog", "pcmyk"};
   const int turbo = strncmp(vt_image_jpeg_decoder(), "libjpeg", 7) == 0;
+  if (turbo) test_jpeg_sampling();  // (its JPEGs are libjpeg's: without PIL too)
   double worst_mean = 0;
   int worst_max = 0, windows = 0, windows_ok = 0;
   for (int k = 0; k < 6; k++) {
@@ -120,6 +127,56 @@ void test_jpeg_part(void) {
          turbo ? "libjpeg-turbo" : "stb_image, scale 1 only", worst_mean, worst_max, windows_ok);
   if (turbo) test_jpeg_stray();
 }
+
+#ifdef VT_HAVE_JPEG
+// A 96x80 gradient as a JPEG whose luma is sampled h x v times the chroma (libjpeg's own writer:
+// PIL cannot write 4:1:1); *n its bytes.
+static uint8_t *jpeg_sampled(int h, int v, unsigned long *n) {
+  struct jpeg_compress_struct c;
+  struct jpeg_error_mgr jerr;
+  unsigned char *out = NULL;
+  c.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&c);
+  jpeg_mem_dest(&c, &out, n);
+  c.image_width = 96, c.image_height = 80, c.input_components = 3, c.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&c);
+  c.comp_info[0].h_samp_factor = h, c.comp_info[0].v_samp_factor = v;
+  for (int k = 1; k < 3; k++) c.comp_info[k].h_samp_factor = c.comp_info[k].v_samp_factor = 1;
+  jpeg_start_compress(&c, TRUE);
+  uint8_t row[96 * 3];
+  for (int y = 0; y < 80; y++) {
+    for (int x = 0; x < 96; x++)
+      row[x * 3] = (uint8_t)(x * 2), row[x * 3 + 1] = (uint8_t)(y * 3),
+      row[x * 3 + 2] = (uint8_t)(x + y);
+    JSAMPROW r = row;
+    jpeg_write_scanlines(&c, &r, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  return out;
+}
+
+// How far each chroma sampling is reduced (vt_image_probe's max_scale): 4:2:0 to 1/8, chroma
+// sampled differently across and down twice (4:2:2, 4:4:0) to 1/4, four times (4:1:1, 1x4)
+// not at all (1/4 was up to 24 levels off the whole decode, 1/2 still 10).
+static void test_jpeg_sampling(void) {
+  static const int hv[][3] = {{2, 2, 8}, {2, 1, 4}, {1, 2, 4}, {4, 1, 1}, {1, 4, 1}};
+  for (int k = 0; k < 5; k++) {
+    unsigned long n = 0;
+    uint8_t *b = jpeg_sampled(hv[k][0], hv[k][1], &n);
+    vt_image_info info;
+    char err[256];
+    EXPECT(b && vt_image_probe(b, n, LIMIT, &info, err, sizeof err) == VT_IMG_OK &&
+               info.max_scale == hv[k][2],
+           "luma sampled %dx%d: max_scale %d, want %d", hv[k][0], hv[k][1],
+           b ? info.max_scale : -1, hv[k][2]);
+    free(b);
+  }
+  printf("jpeg chroma samplings 2x2, 2x1, 1x2, 4x1, 1x4: reduced to 1/8, 1/4, 1/4, 1, 1\n");
+}
+#else
+static void test_jpeg_sampling(void) {}
+#endif
 
 // A baseline JPEG with a block of bytes overwritten in its image data (a marker, 0xFF40, where
 // none belongs: libjpeg ends the scan with a warning and greys the rest, then fails reading the
