@@ -134,7 +134,8 @@ static int fingerprint_line(strlist *out, const char *path, const struct stat *s
 // walks them (os.walk with followlinks=True; names starting with '.' skipped here as at the top),
 // appended to out; a fingerprint line of each to lines, stat'ed before it is listed (so a
 // change after the listing shows as stale). A folder that is its own ancestor (a link loop) is
-// refused, where os.walk would go round until the path is too long.
+// refused, where os.walk would go round until the path is too long: above[0..depth-1] are the
+// folders above dir, the dataset's root first (a link to it is named, not the folder below).
 enum { WALK_DEPTH = 64 };
 static vt_status walk_folders(const char *dir, strlist *out, strlist *lines, struct stat *above,
                               int depth, char *err, size_t errlen) {
@@ -145,7 +146,7 @@ static vt_status walk_folders(const char *dir, strlist *out, strlist *lines, str
     if (above[i].st_dev == sb.st_dev && above[i].st_ino == sb.st_ino)
       return vt_fail_input(err, errlen, "%s is a link to a folder above it (a loop): remove the "
                            "link", dir);
-  if (depth == WALK_DEPTH)
+  if (depth == WALK_DEPTH + 1)  // (above[0] is the dataset's root, the class folder's parent)
     return vt_fail_input(err, errlen, "folders nested more than %d deep under a class folder, "
                          "at %s", WALK_DEPTH, dir);
   above[depth] = sb;
@@ -211,13 +212,15 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
   if (st == VT_OK && classes.n > INT32_MAX)
     st = vt_fail_input(err, errlen, "too many classes in %s", root);
   if (st == VT_OK) count_hidden_classes(root, ds);
-  struct stat above[WALK_DEPTH];
+  struct stat above[WALK_DEPTH + 1];
+  if (st == VT_OK && stat(root, &above[0]) != 0)
+    st = vt_fail_input(err, errlen, "cannot read folder %s: %s", root, strerror(errno));
   for (int64_t c = 0; st == VT_OK && c < classes.n; c++) {
     char *cdir = vt_ds_join(root, classes.s[c]);
     // Its folders in the order of their paths (Python's sorted(os.walk(...)), each one's files
     // sorted: torchvision's order of samples).
     strlist dirs = {0};
-    st = cdir ? walk_folders(cdir, &dirs, &lines, above, 0, err, errlen)
+    st = cdir ? walk_folders(cdir, &dirs, &lines, above, 1, err, errlen)
               : vt_fail_input(err, errlen, "out of memory listing %s", root);
     if (st == VT_OK && dirs.n > 1) qsort(dirs.s, (size_t)dirs.n, sizeof(char *), cmp_str);
     ds->subfolders += dirs.n > 0 ? dirs.n - 1 : 0;

@@ -690,6 +690,11 @@ static void test_nested(void) {
          (long long)ds.count, listed);
   vt_dataset_free(&ds);
   unlink(at("nest/a/zz.png"));
+  EXPECT(symlink("..", at("nest/a/up")) == 0, "symlink");  // (to the dataset's root)
+  EXPECT(vt_dataset_open(at("nest"), &ds, err, sizeof err) == VT_ERR_INPUT &&
+             strstr(err, "nest/a/up is a link to a folder above it"), "a link to the root: %s",
+         err);
+  unlink(at("nest/a/up"));
   EXPECT(symlink("..", at("nest/a/z/loop")) == 0, "symlink");
   EXPECT(vt_dataset_open(at("nest"), &ds, err, sizeof err) == VT_ERR_INPUT &&
              strstr(err, "loop") && strstr(err, "nest/a/z/loop"), "a link loop: %s", err);
