@@ -204,11 +204,17 @@ static vt_status open_folder(const char *root, vt_dataset *ds, strlist *samples,
                      ? vt_ds_list_dir(root, 1, &classes, err, errlen)
                      : vt_fail_input(err, errlen, "cannot read folder %s: %s", root,
                                      strerror(errno));
-  if (st == VT_OK && classes.n == 0)
+  char *partial = st == VT_OK && classes.n == 0 ? vt_ds_join(root, ".partial") : NULL;
+  struct stat sp;
+  if (partial && stat(partial, &sp) == 0 && S_ISDIR(sp.st_mode))
+    st = vt_fail_input(err, errlen, "%s holds no shards, only the .partial folder of a vit3d "
+                       "prepare shards that was stopped: run that prepare again", root);
+  else if (st == VT_OK && classes.n == 0)
     st = vt_fail_input(err, errlen,
                        "no class folders in %s: an ImageFolder dataset is ROOT/<class>/<image> "
                        "(or pass a list file of 'relative/path<TAB>label' lines)",
                        root);
+  free(partial);
   if (st == VT_OK && classes.n > INT32_MAX)
     st = vt_fail_input(err, errlen, "too many classes in %s", root);
   if (st == VT_OK) count_hidden_classes(root, ds);

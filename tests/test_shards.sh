@@ -306,6 +306,10 @@ fi
 # A prepare into a folder another prepare holds is refused; a stopped prepare's staging folder
 # (OUT/.partial: nothing of it in OUT itself) is cleared by the next one.
 mkdir -p "$work/prep_busy" "$work/prep_left/.partial"
+out=$("$vit3d" train --model tiny --data "$work/prep_left" --steps 1 --threads 1 2>&1)
+grep -q "prep_left holds no shards, only the .partial folder of a vit3d prepare shards that was stopped: run that prepare again" <<<"$out" &&
+  echo "training on a stopped prepare's folder says so" ||
+  { echo "FAIL: training on a stopped prepare's folder: $out"; fail=1; }
 touch "$work/prep_left/.partial/shard-000000.tar"
 flock "$work/prep_busy/.vit3d-prepare.lock" sleep 5 &
 holder=$!
