@@ -233,6 +233,36 @@ vt_status vt_ds_open_shards(const char *what, const char *label_key, const char 
 
 // The .tar files directly in dir, sorted; none when it has none. A folder with both .tar files
 // and subfolders is refused: neither reading of it is safe to guess.
+// Where dir holds vit3d prepare's shards.txt ("NAME<TAB>BYTES" per shard it wrote): every shard
+// it names is there with its size (a missing one was left out without a word: fewer images).
+static vt_status check_prepared(const char *dir, const strlist *shards, char *err,
+                                size_t errlen) {
+  char *list = vt_ds_join(dir, "shards.txt");
+  FILE *f = list ? fopen(list, "r") : NULL;
+  vt_status st = VT_OK;
+  char line[600], name[512];
+  long long bytes;
+  while (f && st == VT_OK && fgets(line, sizeof line, f)) {
+    if (sscanf(line, "%511[^\t]\t%lld", name, &bytes) != 2) continue;
+    char *path = vt_ds_join(dir, name);
+    struct stat sb;
+    int listed = 0;
+    for (int64_t i = 0; path && i < shards->n && !listed; i++) listed = !strcmp(shards->s[i], path);
+    if (!listed || stat(path, &sb) != 0)
+      st = vt_fail_input(err, errlen, "%s lacks %s, one of the shards its shards.txt lists (vit3d "
+                         "prepare wrote them): restore it or prepare the shards again (or "
+                         "remove shards.txt to read the folder as it is)", dir, name);
+    else if ((long long)sb.st_size != bytes)
+      st = vt_fail_input(err, errlen, "%s has %lld bytes and its shards.txt says %lld (vit3d "
+                         "prepare wrote it): it was cut or changed; restore it or prepare the "
+                         "shards again", path, (long long)sb.st_size, bytes);
+    free(path);
+  }
+  if (f) fclose(f);
+  free(list);
+  return st;
+}
+
 vt_status vt_ds_list_shards(const char *dir, strlist *out, char *err, size_t errlen) {
   strlist files = {0}, dirs = {0};
   vt_status st = vt_ds_list_dir(dir, 0, &files, err, errlen);
@@ -241,6 +271,7 @@ vt_status vt_ds_list_shards(const char *dir, strlist *out, char *err, size_t err
         !vt_ds_strlist_push(out, vt_ds_join(dir, files.s[i]), 0))
       st = vt_fail_input(err, errlen, "out of memory listing %s", dir);
   if (st == VT_OK && out->n) st = vt_ds_list_dir(dir, 1, &dirs, err, errlen);
+  if (st == VT_OK && out->n) st = check_prepared(dir, out, err, errlen);
   if (st == VT_OK && dirs.n)
     st = vt_fail_input(err, errlen,
                        "%s holds both .tar shards (%s) and folders (%s): pass the shards "

@@ -186,16 +186,30 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
     st = vt_fail_input(err, errlen, "%lld file%s of %s cannot go into a shard (named above): "
                        "fix, convert or remove %s, then run prepare again", (long long)bad,
                        bad > 1 ? "s" : "", src, bad > 1 ? "them" : "it");
-  // The class names, for people: the shards hold only numbers.
+  // The class names (the shards hold numbers; a reader names the classes by this file).
   char path[4352], to[4352];
   snprintf(path, sizeof path, "%s/classes.txt", stage);
   FILE *f = st == VT_OK ? fopen(path, "w") : NULL;
   for (int c = 0; f && c < ds.num_classes; c++) fprintf(f, "%d\t%s\n", c, ds.class_names[c]);
   if (st == VT_OK && (!f || fclose(f) != 0))
     st = vt_fail_input(err, errlen, "writing %s: %s", path, strerror(errno));
-  // All whole: into OUT, the shards first, classes.txt last.
-  for (int k = 0; st == VT_OK && k <= n; k++) {
-    const char *name = k < n ? "shard-%06d.tar" : "classes.txt";
+  // The shards' names and sizes, so that a reader tells a missing or cut shard (shards.txt).
+  snprintf(path, sizeof path, "%s/shards.txt", stage);
+  f = st == VT_OK ? fopen(path, "w") : NULL;
+  for (int k = 0; f && k < n; k++) {
+    struct stat sb;
+    snprintf(to, sizeof to, "%s/shard-%06d.tar", stage, k);
+    if (stat(to, &sb) != 0) {
+      st = vt_fail_input(err, errlen, "cannot stat %s: %s", to, strerror(errno));
+      break;
+    }
+    fprintf(f, "shard-%06d.tar\t%lld\n", k, (long long)sb.st_size);
+  }
+  if (st == VT_OK && (!f || fclose(f) != 0))
+    st = vt_fail_input(err, errlen, "writing %s: %s", path, strerror(errno));
+  // All whole: into OUT, the shards first, shards.txt, classes.txt last.
+  for (int k = 0; st == VT_OK && k <= n + 1; k++) {
+    const char *name = k < n ? "shard-%06d.tar" : k == n ? "shards.txt" : "classes.txt";
     char leaf[32];
     snprintf(leaf, sizeof leaf, name, k);
     snprintf(path, sizeof path, "%s/%s", stage, leaf);
@@ -203,11 +217,14 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
     if (rename(path, to) != 0)
       st = vt_fail_input(err, errlen, "moving %s into %s: %s", path, out_dir, strerror(errno));
   }
-  if (st != VT_OK)  // no half-made set that a rerun would refuse: remove what this call moved
+  if (st != VT_OK) {  // no half-made set that a rerun would refuse: remove what this call moved
     for (int k = 0; k < n; k++) {
       snprintf(path, sizeof path, "%s/shard-%06d.tar", out_dir, k);
       remove(path);
     }
+    snprintf(path, sizeof path, "%s/shards.txt", out_dir);
+    remove(path);
+  }
   vt_remove_dir(stage);
   unlock_out(out_dir, lock, made);
   if (samples) *samples = ds.count;

@@ -268,6 +268,16 @@ PY
   --micro-batch-size 4 --global-batch-size 4 --steps 2 --threads 1 > "$work/prep_train.log" 2>&1 ||
   { echo "FAIL: training on prepared shards"; tail -5 "$work/prep_train.log"; fail=1; }
 
+# A prepared folder missing one of its shards, or holding one cut short, is refused by its
+# shards.txt (fewer images were read without a word).
+cp -r "$work/prep" "$work/prep_gap" && rm "$work/prep_gap/shard-000001.tar"
+cp -r "$work/prep" "$work/prep_cut" && truncate -s -512 "$work/prep_cut/shard-000002.tar"
+out=$("$vit3d" train --model tiny --data "$work/prep_gap" --steps 1 --threads 1 2>&1)
+out2=$("$vit3d" train --model tiny --data "$work/prep_cut" --steps 1 --threads 1 2>&1)
+if grep -q "prep_gap lacks shard-000001.tar, one of the shards its shards.txt lists" <<<"$out" &&
+   grep -q "prep_cut/shard-000002.tar has [0-9]* bytes and its shards.txt says" <<<"$out2"; then
+  echo "a prepared folder with a shard missing or cut is refused"
+else echo "FAIL: a prepared folder with a shard missing or cut: $out / $out2"; fail=1; fi
 # A validation set of the last two classes only, prepared as shards: labelled by the class names
 # in its classes.txt, as the same folder is (its shards number its classes 0 and 1, which were
 # taken for the training set's first two: a wrong top-1 without a word).
