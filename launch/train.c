@@ -24,6 +24,7 @@
 #include "eval.h"
 #include "fault.h"
 #include "health.h"
+#include "inspect.h"
 #include "export.h"
 #include "mesh.h"
 #include "model.h"
@@ -201,6 +202,26 @@ static int run_start(train_run *r) {
   return 1;
 }
 
+// Whether the checkpoints in dirs a and b (each rank reads them) record the same model, the
+// same normalisation and the same evaluation transform: an evaluation whose flags came from a
+// that loaded b (a damaged) evaluates as a's flags say.
+static int same_flags(const char *a, const char *b) {
+  vt_ckpt_manifest ma, mb;
+  char err[1200], fa[700], fb[700];
+  if (vt_ckpt_manifest_read(a, &ma, err, sizeof err) != VT_OK ||
+      vt_ckpt_manifest_read(b, &mb, err, sizeof err) != VT_OK)
+    return 0;
+  vt_inspect_model_flags(&ma, fa, sizeof fa);
+  vt_inspect_model_flags(&mb, fb, sizeof fb);
+  return !strcmp(fa, fb) && ma.norm_recorded == mb.norm_recorded &&
+         !memcmp(ma.mean, mb.mean, sizeof ma.mean) && !memcmp(ma.std, mb.std, sizeof ma.std) &&
+         ma.evaluated == mb.evaluated &&
+         (ma.evaluated != 1 || (ma.eval_crop_pct == mb.eval_crop_pct &&
+                                ma.eval_squash == mb.eval_squash &&
+                                ma.eval_interp == mb.eval_interp));
+}
+
+
 // What the run reads and writes: --init-from, the output folders, --save's folder, the
 // checkpoint resumed from, the data (--epochs made steps), the loss buffers, --check-log, the
 // metrics and TensorBoard files. Collective: 0 on every rank when any failed (logged; r->rc
@@ -243,7 +264,8 @@ static int run_open(train_run *r) {
     vt_log_info("the flags this evaluation was not given came from %s", o->eval_adopted);
   if (o->eval_adopted[0] && !r->rc &&
       (stat(o->eval_adopted, &sa) != 0 || stat(r->resumed_from, &sb) != 0 ||
-       sa.st_dev != sb.st_dev || sa.st_ino != sb.st_ino)) {
+       sa.st_dev != sb.st_dev || sa.st_ino != sb.st_ino) &&
+      !same_flags(o->eval_adopted, r->resumed_from)) {
     if (world_rank == 0)
       vt_log_error("this evaluation took the model's and the normalisation's flags it was not "
                    "given from %s, which is damaged (above): name the checkpoint to evaluate "

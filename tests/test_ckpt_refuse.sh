@@ -67,17 +67,25 @@ if [ $rc -eq 2 ] && grep -q "pass the same sizes to evaluate it (--img-size 32 "
   echo "ok: vit3d eval takes the model from the checkpoint, as inspect's line (with --micro-batch-size 3); another --width refused"
 else echo "FAIL: vit3d eval without or with inspect's flags: rc $rc: $out / $out2 / $out3"; fail=1; fi
 # Its flags taken from the newest checkpoint of a --save folder, which is damaged (the load
-# takes an older one): refused, naming it.
-mkdir -p "$work/ev_fold" && cp -r "$work/ck/step-00000004" "$work/ev_fold/" &&
-  cp -r "$work/ck/step-00000004" "$work/ev_fold/step-00000009" &&
-  gb=$(sed -n 's/^global_batch //p' "$work/ev_fold/step-00000009/manifest.txt") &&
-  ${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/manifest_edit.py" \
-    "$work/ev_fold/step-00000009/manifest.txt" step=9 stream_position=$((9 * gb)) &&
-  printf 'x' | dd of="$work/ev_fold/step-00000009/model.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
+# takes an older one): refused, naming it, where the older one records other flags (here
+# another normalisation); evaluated, as where the damage showed in a file's size, where it
+# records the same (it was refused as well).
+gb=$(sed -n 's/^global_batch //p' "$work/ck/step-00000004/manifest.txt")
+for f in ev_fold ev_same; do
+  mkdir -p "$work/$f" && cp -r "$work/ck/step-00000004" "$work/$f/" &&
+    cp -r "$work/ck/step-00000004" "$work/$f/step-00000009" &&
+    ${VT_REF_PYTHON:-/usr/bin/python3} "$(dirname "$0")/manifest_edit.py" \
+      "$work/$f/step-00000009/manifest.txt" step=9 stream_position=$((9 * gb)) \
+      $([ $f = ev_fold ] && echo mean_r=0.5) &&
+    printf 'x' | dd of="$work/$f/step-00000009/model.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
+done
 out=$("$vit3d" eval --checkpoint "$work/ev_fold" --val-data "$work/ev_imgs" --threads 1 2>&1); rc=$?
-if [ $rc -eq 2 ] && grep -q "took the model's and the normalisation's flags it was not given from .*ev_fold/step-00000009, which is damaged" <<<"$out"; then
-  echo "ok: vit3d eval refuses where the checkpoint that gave its flags is damaged and an older one loaded"
-else echo "FAIL: vit3d eval of a folder whose newest is damaged: rc $rc: $out"; fail=1; fi
+out2=$("$vit3d" eval --checkpoint "$work/ev_same" --val-data "$work/ev_imgs" --threads 1 2>&1); rc2=$?
+if [ $rc -eq 2 ] && grep -q "took the model's and the normalisation's flags it was not given from .*ev_fold/step-00000009, which is damaged" <<<"$out" &&
+   [ $rc2 -eq 0 ] && grep -q "using the previous complete checkpoint .*ev_same/step-00000004" <<<"$out2" &&
+   [ "$(grep "^eval:" <<<"$out2")" = "$(grep "^eval:" <<<"$out3")" ]; then
+  echo "ok: vit3d eval refuses where the damaged checkpoint that gave its flags records others than the one loaded, and evaluates where they are the same"
+else echo "FAIL: vit3d eval of a folder whose newest is damaged: rc $rc: $out / rc $rc2: $out2"; fail=1; fi
 out=$("$vit3d" "${args[@]}" --global-pool avg --steps 6 --save "$work/ck" --resume auto 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "holds a model with the class-token head and a class token; resume it with --global-pool token --class-token 1" <<<"$out"; then
