@@ -177,11 +177,11 @@ static int last_at(int argc, char **argv, const char *flag) {
 
 // The manifest of the checkpoint vit3d eval --checkpoint names (a --save folder: its newest
 // whose manifest and sizes check; the CRC-32s are checked as it is read): 1, or 0 where there
-// is none (the load then says why).
+// is none (the load then says why), -1 with err where it names one checkpoint that is damaged
+// (refused before a model is built).
 // Its folder goes to o->eval_adopted: the load that finds it damaged and takes an older one
 // refuses the evaluation, whose flags were this one's (launch/train.c).
-static int eval_manifest(vt_train_options *o, vt_ckpt_manifest *m) {
-  char err[512];
+static int eval_manifest(vt_train_options *o, vt_ckpt_manifest *m, char *err, size_t errlen) {
   const char *path = strcmp(o->resume, "auto") == 0 ? o->save_dir : o->resume;
   if (!path[0]) return 0;
   int64_t steps[64];
@@ -191,12 +191,12 @@ static int eval_manifest(vt_train_options *o, vt_ckpt_manifest *m) {
     char dir[1100];
     if (one) snprintf(dir, sizeof dir, "%s", path);
     else vt_ckpt_step_dir(path, steps[i], dir, sizeof dir);
-    if (vt_ckpt_check(dir, m, 0, err, sizeof err) == VT_OK) {
+    if (vt_ckpt_check(dir, m, 0, err, errlen) == VT_OK) {
       snprintf(o->eval_adopted, sizeof o->eval_adopted, "%s", dir);
       return 1;
     }
   }
-  return 0;
+  return one ? -1 : 0;
 }
 
 // The model's name: its preset's where the flags kept the preset's shape (another --img-size or
@@ -214,10 +214,12 @@ static void model_name(vt_vit_config *c) {
 // vit3d eval --checkpoint: what the command line leaves out is the checkpoint's: without
 // --model its model's flags (each size or variant flag given still counts), and its
 // normalisation and, where its run evaluated, its evaluation transform (the flags given count:
-// a difference from the run's is warned about). Returns 1 where it took any.
-static int eval_adopt(int argc, char **argv, vt_train_options *o) {
+// a difference from the run's is warned about). Returns 1 where it took any, -1 with err where
+// the checkpoint named is damaged.
+static int eval_adopt(int argc, char **argv, vt_train_options *o, char *err, size_t errlen) {
   vt_ckpt_manifest m;
-  if (!eval_manifest(o, &m)) return 0;
+  const int got = eval_manifest(o, &m, err, errlen);
+  if (got <= 0) return got;
 #define GIVEN(flag) (last_at(argc, argv, flag) >= 0)
   vt_vit_config *c = &o->model;
   const int model = !GIVEN("--model");
@@ -481,8 +483,15 @@ int vt_train_flags_parse(int argc, char **argv, vt_run_mode mode, vt_comm *world
       convert_text(&x, o, err, sizeof err) != VT_OK)
     return vt_train_flags_refuse(world, mode, err);
   model_name(&o->model);
-  if (mode == VT_RUN_EVAL && o->resume[0] && eval_adopt(argc, argv, o) &&
-      vt_comm_rank(world) == 0)
+  const int adopted =
+      mode == VT_RUN_EVAL && o->resume[0] ? eval_adopt(argc, argv, o, err, sizeof err) : 0;
+  if (adopted < 0) {  // (the checkpoint named is damaged: said before a model is built)
+    char said[sizeof err + 300];
+    snprintf(said, sizeof said, "%s; vit3d inspect %.200s says which of its files verify", err,
+             o->resume);
+    return vt_train_flags_refuse(world, mode, said);
+  }
+  if (adopted && vt_comm_rank(world) == 0)
     vt_log_info("the model, normalisation and evaluation transform the command line leaves out "
                 "are the checkpoint's (vit3d inspect prints them)");
   derive(argc, argv, &x, world, o);

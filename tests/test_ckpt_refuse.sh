@@ -631,6 +631,7 @@ out=$("$vit3d" "${own[@]}" --save "$work/dmg" --resume auto 2>&1); rc=$?
 out2=$("$vit3d" "${own[@]}" --save "$work/dmg2" --resume auto 2>&1); rc2=$?
 out3=$("$vit3d" inspect "$work/dmg/damaged-step-00000006" 2>&1); rc3=$?
 out4=$("$vit3d" export --checkpoint "$work/dmg/damaged-step-00000006" --out "$work/dmg6.safetensors" 2>&1); rc4=$?
+out5=$("$vit3d" eval --checkpoint "$work/dmg/damaged-step-00000006" --val-data "$work/ev_imgs" --threads 1 2>&1); rc5=$?
 if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resumed from .*dmg/step-00000004" <<<"$out" &&
    grep -q "renamed .*dmg/step-00000006 to .*dmg/damaged-step-00000006: .*optim.safetensors" <<<"$out" &&
    grep -q "dmg2/step-00000006: the manifest's text has CRC-32 .* and its manifest_crc32 line says" <<<"$out2" &&
@@ -640,9 +641,11 @@ if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resumed from .*dmg/step-00000004"
    [ $rc3 -eq 2 ] && grep -q "^  model.safetensors    intact (size and CRC-32 verified)" <<<"$out3" &&
    grep -q "^  optim.safetensors    cannot open" <<<"$out3" &&
    [ $rc4 -eq 0 ] && grep -q "its model.safetensors verifies (size and CRC-32), and is what is exported" <<<"$out4" &&
-   "$vit3d" inspect "$work/dmg6.safetensors" | grep -q "vit3d_step: 6"; then
+   "$vit3d" inspect "$work/dmg6.safetensors" | grep -q "vit3d_step: 6" &&
+   [ $rc5 -eq 2 ] && grep -q "damaged-step-00000006 says which of its files verify" <<<"$out5" &&
+   ! grep -q "model vit-ti16" <<<"$out5"; then
   echo "ok: a lost optimizer file and a changed manifest are passed over as damaged, set aside as damaged-step-N, their weights still exported"
-else echo "FAIL: damaged checkpoints: rc $rc $out / rc $rc2 $out2 / rc $rc3 $out3 / rc $rc4 $out4"; ls "$work/dmg" "$work/dmg2"; fail=1; fi
+else echo "FAIL: damaged checkpoints: rc $rc $out / rc $rc2 $out2 / rc $rc3 $out3 / rc $rc4 $out4 / rc $rc5 $out5"; ls "$work/dmg" "$work/dmg2"; fail=1; fi
 # A linear probe resumed with its blocks unfrozen (--resume-override 1): their Adam moments
 # start at zero under the checkpoint's step count 20, whose bias correction would make their
 # first steps about 6 times the rate; the optimizer starts afresh instead, said: Adam's first
