@@ -423,6 +423,14 @@ int vt_train_flags_from_file(int *argc, char ***argv) {
       known |= !strcmp(w, model_flags[i]);
     const int ratio = !strcmp(w, "--mlp-dim") && vt_cli_find(n, v, "--mlp-ratio");
     if (known && !ratio && !vt_cli_find(n, v, w)) ADD(w), ADD(val);
+    const char *input = vt_st_metadata(&f, "input_size");  // (export writes "3,S,S" beside it)
+    char want[48];
+    snprintf(want, sizeof want, "3,%s,%s", val, val);
+    if (!strcmp(w, "--img-size") && !vt_cli_find(n, v, w) && input && strcmp(input, want) &&
+        vt_get_rank_tag().world_rank == 0)  // (every rank reads the file)
+      vt_log_warn("--init-from %s: its metadata's vit3d_model_flags say --img-size %.20s and its "
+                  "input_size %.40s: the model flags' is used (give --img-size to choose)",
+                  path, val, input);
   }
   vt_ckpt_manifest m;
   memset(&m, 0, sizeof m);

@@ -118,7 +118,9 @@ out3=$("$vit3d" inspect "$work/cut.safetensors" 2>&1); rc3=$?
 "$py" - "$work" <<'PY'
 import json, struct, sys
 for name, meta in (("odd", {"vit3d_model_flags": "--width 32; echo PWNED", "note": "\x1b[31mred"}),
-                   ("nonvit", None), ("heads5", {"vit3d_model_flags": "--width 32 --heads 5"})):
+                   ("nonvit", None), ("heads5", {"vit3d_model_flags": "--width 32 --heads 5"}),
+                   ("size64", {"vit3d_model_flags": "--img-size 32 --width 32 --heads 5",
+                               "input_size": "3,64,64"})):
     head = {"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
     if meta:
         head["__metadata__"] = meta
@@ -141,7 +143,9 @@ else echo "FAIL: vit3d inspect FILE: $out / $out2 / rc $rc3 $out3"; fail=1; fi
 # A metadata value refused is said to be the file's (the user gave no such flag).
 out=$("$vit3d" eval --init-from "$work/heads5.safetensors" --val-data "$work/val" 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "width 32 is not a multiple of heads 5 (--width and --heads are from the metadata of $work/heads5.safetensors" <<<"$out" &&
-  echo "ok: a refused metadata value is named the file's" ||
+  grep -q "size64.safetensors: its metadata's vit3d_model_flags say --img-size 32 and its input_size 3,64,64: the model flags' is used" \
+    <<<"$("$vit3d" eval --init-from "$work/size64.safetensors" --val-data "$work/val" 2>&1)" &&
+  echo "ok: a refused metadata value is named the file's; an input_size that contradicts --img-size warned" ||
   { echo "FAIL: eval --init-from a file whose metadata is refused: rc $rc $out"; fail=1; }
 out=$(timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" \
       --init-from "$work/w.safetensors" --micro-batch-size 4 --mean 0.5,0.5,0.5 2>&1)
