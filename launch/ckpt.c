@@ -241,7 +241,9 @@ vt_status vt_ckpt_check_shared(const char *save_dir, vt_comm *world, char *err, 
     int ok = f && fputs(token, f) >= 0;
     if (f) ok = fclose(f) == 0 && ok;
     if (!ok) {
-      snprintf(err, errlen, "cannot write in --save %s: %s", save_dir, strerror(errno));
+      snprintf(err, errlen, "cannot write in --save %s: %s; nothing in it was changed (its "
+               "checkpoints and any interrupted save are kept): free space there or mend its "
+               "permissions, and run again", save_dir, strerror(errno));
       st = VT_ERR_IO;
     }
   }
