@@ -25,6 +25,21 @@ static const char *image_kind(const uint8_t *b, size_t n) {
   return NULL;
 }
 
+// The largest image the check below decodes (the trainer's --max-image-pixels default).
+static const int64_t k_max_pixels = 100000000;
+
+// Whether bytes end as a whole file of their kind ends: a PNG with its IEND chunk, a JPEG with
+// its end marker (FF D9), a WebP with the length its RIFF header gives. One that does not (cut
+// short, or with bytes after its end) is decoded to tell.
+static int ends_whole(const char *kind, const uint8_t *b, size_t n) {
+  if (!strcmp(kind, "png"))
+    return n >= 20 && !memcmp(b + n - 12, "\0\0\0\0IEND\xae\x42\x60\x82", 12);
+  if (!strcmp(kind, "jpg")) return n >= 4 && b[n - 2] == 0xff && b[n - 1] == 0xd9;
+  const uint64_t riff = (uint64_t)b[4] | (uint64_t)b[5] << 8 | (uint64_t)b[6] << 16 |
+                        (uint64_t)b[7] << 24;
+  return riff + 8 + (riff & 1) == n || riff + 8 == n;
+}
+
 static int holds_shards(const char *dir) {
   DIR *d = opendir(dir);
   int found = 0;
@@ -60,13 +75,20 @@ static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t
     snprintf(image, sizeof image, "%08lld.%s", (long long)i, kind ? kind : "");
     snprintf(label, sizeof label, "%08lld.cls", (long long)i);
     snprintf(cls, sizeof cls, "%d\n", ds->labels[i]);
+    vt_image im = {0};
     if (!kind) {
       fprintf(stderr, "vit3d prepare: %s is not a PNG, JPEG or WebP file, the kinds a shard "
               "holds\n", ds->paths[i]);
       ++*bad;
+    } else if (!ends_whole(kind, bytes, n) &&
+               vt_image_decode(bytes, n, k_max_pixels, &im, why, sizeof why) != VT_IMG_OK) {
+      fprintf(stderr, "vit3d prepare: %s does not end as a whole %s file and does not decode: "
+              "%s\n", ds->paths[i], kind, why);
+      ++*bad;
     } else if (vt_tar_write_member(f, image, bytes, n) != 0 ||
              vt_tar_write_member(f, label, cls, strlen(cls)) != 0)
       st = vt_fail_input(err, errlen, "writing %s: %s", tmp, strerror(errno));
+    vt_image_free(&im);
     free(bytes);
   }
   if (st == VT_OK && (vt_tar_finish(f) != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0))

@@ -301,11 +301,21 @@ else echo "FAIL: validation shards of a class subset: '$a' against: $b"; fail=1;
 cp -r "$work/folder" "$work/folder_bad"
 echo "not an image" > "$work/folder_bad/c1/zz.png"
 : > "$work/folder_bad/c0/zz_empty.png"
+# a PNG and a JPEG cut short (decoded, as they do not end as their format ends: refused) and a
+# PNG with bytes after its end (decoded: kept)
+png=$(ls "$work/folder_bad/c2/"*.png | head -1)
+jpg=$(ls "$work/folder_bad/c2/"*.jpg | head -1)
+head -c $(($(stat -c %s "$png") / 2)) "$png" > "$work/folder_bad/c2/zz_cut.png"
+head -c $(($(stat -c %s "$jpg") - 300)) "$jpg" > "$work/folder_bad/c2/zz_cut.jpg"
+cat "$png" /dev/null > "$work/folder_bad/c2/zz_tail.png" && printf 'trailing bytes' >> "$work/folder_bad/c2/zz_tail.png"
 "$vit3d" prepare shards "$work/folder_bad" "$work/prep_bad/a/b/" 10 > "$work/prep_bad.log" 2>&1
 rc=$?
 if [ $rc -ne 2 ] || ! grep -q "folder_bad/c1/zz.png" "$work/prep_bad.log" ||
    ! grep -q "folder_bad/c0/zz_empty.png" "$work/prep_bad.log" ||
-   ! grep -q "2 files of .*folder_bad cannot go into a shard (named above)" "$work/prep_bad.log" ||
+   ! grep -q "folder_bad/c2/zz_cut.png does not end as a whole png file and does not decode" "$work/prep_bad.log" ||
+   ! grep -q "folder_bad/c2/zz_cut.jpg does not end as a whole jpg file and does not decode" "$work/prep_bad.log" ||
+   grep -q "zz_tail" "$work/prep_bad.log" ||
+   ! grep -q "4 files of .*folder_bad cannot go into a shard (named above)" "$work/prep_bad.log" ||
    [ -e "$work/prep_bad" ] || [ -e "$work/prep/.vit3d-prepare.lock" ]; then
   echo "FAIL: prepare shards of a bad source: rc $rc, or shards left:"; cat "$work/prep_bad.log"
   ls "$work/prep_bad"; fail=1
