@@ -108,6 +108,7 @@ typedef struct {
   int simple_crop, three_augment;   // --simple-crop, --three-augment (0)
   float color_jitter;               // --color-jitter (0.3; 3-Augment's only)
   int aa_interp;                    // --aa-interpolation as vt_ra_interp: 1 bicubic (1; --aa's)
+  int precision;                    // --precision as vt_precision: 1 bf16 (0 fp32)
   float mean[3], std[3];            // --mean, --std (ImageNet's: 0.485,0.456,0.406 and
                                     // 0.229,0.224,0.225)
   double eval_crop_pct;             // --eval-crop-pct (0.875)

@@ -55,6 +55,7 @@ static const struct setting {
     SETTING("three_augment", 'i', three_augment, 0, 0, 1),
     SETTING("color_jitter", 'f', color_jitter, 0.3, 0, 1),
     SETTING("aa_interp", 'i', aa_interp, 1, 0, 1),
+    SETTING("precision", 'i', precision, 0, 0, 1),
     ALWAYS("mean_r", 'f', mean[0], 0.485, -1e6, 1e6),
     ALWAYS("mean_g", 'f', mean[1], 0.456, -1e6, 1e6),
     ALWAYS("mean_b", 'f', mean[2], 0.406, -1e6, 1e6),

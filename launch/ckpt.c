@@ -388,6 +388,7 @@ void vt_ckpt_manifest_settings(vt_ckpt_manifest *man, const vt_train_options *o)
              (double)ra->magnitude_max, ra->increasing, (double)ra->prob);
   man->label_smoothing = o->label_smoothing, man->bce_loss = o->bce_loss;
   man->bce_thresh = o->bce_loss ? o->bce_thresh : -1;
+  man->precision = o->precision == VT_PRECISION_BF16;
 }
 
 vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,

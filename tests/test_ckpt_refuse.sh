@@ -617,6 +617,13 @@ if [ $rc -eq 0 ] && [ -d "$work/own/abandoned-step-00000006" ] &&
    [ -d "$work/own/abandoned-step-00000008" ] && [ -d "$work/own/step-00000006" ]; then
   echo "ok: a rollback sets the old line's checkpoint of its step aside, and those past it"
 else echo "FAIL: a rollback: rc $rc: $(ls "$work/own") $out"; fail=1; fi
+# Another --precision on resume is warned about (it changed the run without a word).
+"$vit3d" "${own[@]}" --save "$work/prec" --run-steps 2 > /dev/null 2>&1
+out=$("$vit3d" "${own[@]}" --save "$work/prec" --resume auto --precision bf16 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "prec/step-00000002 was saved by a run with --precision fp32 and this one has --precision bf16: from here the training differs" <<<"$out" &&
+   "$vit3d" inspect "$work/prec" | grep -q "^resume with: .* --precision bf16"; then
+  echo "ok: a resume in another --precision warns; inspect's line gives the precision"
+else echo "FAIL: a resume in another --precision: rc $rc: $out"; fail=1; fi
 # Damage --resume auto passes over: a lost optimizer file, and a manifest whose one value was
 # changed (its seal, the last line's CRC-32, no longer matches; a step-N folder whose manifest
 # is of another step likewise). The run's save of that step sets the damaged one aside as
