@@ -11,12 +11,13 @@
 #      shell is forwarded to the launcher as SIGUSR1; srun and mpirun pass it to every rank,
 #      the ranks agree at the next step boundary, save a checkpoint and exit 75;
 #   3. on exit 75 this shell runs `scontrol requeue $SLURM_JOB_ID` and exits 0 where the
-#      signal was SIGUSR1 or the time limit's SIGTERM (Slurm's Reason=TimeLimit), and the
-#      newest checkpoint in --save moved on in this run; a SIGTERM of scancel (or of a
-#      preemption, which Slurm requeues itself) leaves the checkpoint saved, not requeued, and a
-#      run that saved nothing newer is not requeued again (a --time shorter than the signal's
-#      lead would requeue for ever). Other exit codes of the trainer (README "Exit codes") are
-#      passed through.
+#      newest checkpoint in --save moved on in this run and the signal was SIGUSR1, the time
+#      limit's SIGTERM (Slurm's Reason=TimeLimit) or one that reached the ranks only (scancel
+#      --signal=USR1 without B:); a SIGTERM of scancel (or of a preemption, which Slurm
+#      requeues itself) leaves the checkpoint saved, not requeued; a run that saved nothing
+#      newer exits 75, not requeued (a --time shorter than the signal's lead would requeue for
+#      ever; a rank that failed at start, the others ended by srun, saved nothing either).
+#      Other exit codes of the trainer (README "Exit codes") are passed through.
 # Environment: VIT3D_LAUNCHER=srun (default: srun --mpi=pmix), mpirun (Open MPI inside the
 # allocation) or tcp (srun --mpi=none: no MPI or PMIx at all; the ranks meet over TCP at the
 # first node's address, MASTER_ADDR and MASTER_PORT override it); VIT3D_DIR (default: the
@@ -133,25 +134,28 @@ wait "$pid"
 rc=$?
 if [ "$rc" -eq 75 ]; then
   after=$(newest_step "$save")
-  # SIGTERM (or a signal that reached the ranks only): the time limit's is requeued; scancel's
-  # (Reason=None) is the user's stop, and a preemption's Slurm requeues itself.
-  reason=
-  [ "$sig" = USR1 ] ||
-    reason=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'Reason=[A-Za-z_]*' |
-             head -n 1 | cut -d= -f2)
-  if [ "$sig" != USR1 ] && [ "$reason" != TimeLimit ]; then
-    echo "vit3d slurm job: stopped by SIG${sig:-TERM} (Reason=${reason:-unknown}: scancel, or a" \
+  # The signal: this shell's (SIGUSR1, or SIGTERM: the time limit's is requeued, scancel's
+  # (Reason=None) is the user's stop, a preemption's Slurm requeues itself), or none where it
+  # reached the ranks only (scancel --signal=USR1 without B:, or srun's --kill-on-bad-exit
+  # ending the others when a rank failed at start: its own message is above).
+  reason=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'Reason=[A-Za-z_]*' |
+           head -n 1 | cut -d= -f2)
+  what="SIG${sig:-nal that reached the ranks only}"
+  if [ "$after" -le "$before" ]; then
+    hint="give --time more than the --signal lead plus the start-up and a save"
+    [ -z "$sig" ] && hint="a rank that failed to start has its message above"
+    echo "vit3d slurm job: the trainer stopped on a $what (exit 75), and the newest checkpoint" \
+      "in $save did not move on in this run (step $after): not requeued, or the job could" \
+      "repeat it for ever ($hint)" >&2
+    exit 75
+  fi
+  if [ "$sig" = TERM ] && [ "$reason" != TimeLimit ]; then
+    echo "vit3d slurm job: stopped by SIGTERM (Reason=${reason:-unknown}: scancel, or a" \
       "preemption that Slurm requeues itself): checkpoint step $after saved in $save, not" \
       "requeued; resubmit with $again to continue"
     exit 0
   fi
-  if [ "$after" -le "$before" ]; then
-    echo "vit3d slurm job: the newest checkpoint in $save did not move on in this run (step" \
-      "$after): not requeued, or the job would repeat it for ever; give --time more than the" \
-      "--signal lead plus the start-up and a save" >&2
-    exit 75
-  fi
-  echo "vit3d slurm job: the trainer saved a checkpoint after the preemption signal; requeueing job $SLURM_JOB_ID"
+  echo "vit3d slurm job: the trainer saved checkpoint step $after after a $what; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID" || { echo "vit3d slurm job: scontrol requeue failed; resubmit with $again to continue" >&2; exit 75; }
   exit 0
 fi

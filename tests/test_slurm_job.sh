@@ -10,7 +10,8 @@
 #     load about one time in ten);
 #  3. SIGTERM: scancel's (Reason=None) not requeued, the time limit's (Reason=TimeLimit)
 #     requeued; a run whose checkpoint did not move on not requeued (a --time shorter than the
-#     signal's lead requeued for ever); after a requeue with no checkpoint in --save yet, the
+#     signal's lead requeued for ever); a signal that reached the ranks only requeued where they
+#     saved, and exit 75 with nothing saved exits 75; after a requeue with no checkpoint in --save yet, the
 #     job's own --resume is the fallback of --resume auto; '#' comments of an @FILE are no
 #     flags.
 # Label launch.
@@ -97,7 +98,8 @@ stop() {  # stop SIGNAL SAVE [env...]: a job stopped by SIGNAL; its exit code (J
     ${JOB_FLAGS:-} > "$work/stop.log" 2>&1 &
   local shell=$!
   for _ in $(seq 100); do [ -s "$work/ready" ] && break; sleep 0.05; done
-  kill "-$sig" $shell "$(cat "$work/ready")"
+  if [ -n "${RANKS_ONLY:-}" ]; then kill "-$sig" "$(cat "$work/ready")"  # (not this shell)
+  else kill "-$sig" $shell "$(cat "$work/ready")"; fi
   wait $shell
 }
 stop TERM "$work/c1"
@@ -121,6 +123,23 @@ rc=$?
   grep -q "did not move on in this run (step 40): not requeued" "$work/stop.log" &&
   echo "ok: a run whose checkpoint did not move on: not requeued (exit 75)" ||
   { bad "no progress: rc $rc"; cat "$work/stop.log"; }
+# A signal that reached the ranks only (scancel --signal=USR1 without B:): requeued where they
+# saved (it was taken for scancel's SIGTERM: COMPLETED, unfinished); a launcher that exits 75
+# with nothing saved (srun ending the others as a rank failed at start) exits 75, not 0 and
+# "checkpoint step -1 saved".
+RANKS_ONLY=1 stop USR1 "$work/c4"
+rc=$?
+[ $rc -eq 0 ] && grep -q "requeue 77" "$work/scontrol" &&
+  grep -q "saved checkpoint step 1 after a SIGnal that reached the ranks only; requeueing" "$work/stop.log" &&
+  echo "ok: a SIGUSR1 that reached the ranks only: requeued" ||
+  { bad "a signal to the ranks only: rc $rc"; cat "$work/stop.log"; }
+RANKS_ONLY=1 stop TERM "$work/c5" FAKE_NO_SAVE=1
+rc=$?
+[ $rc -eq 75 ] && ! grep -qs "requeue" "$work/scontrol" &&
+  grep -q "did not move on in this run (step -1): not requeued.*a rank that failed to start" "$work/stop.log" &&
+  ! grep -q "saved in" "$work/stop.log" &&
+  echo "ok: exit 75 with nothing saved and no signal here: exit 75, nothing claimed saved" ||
+  { bad "exit 75, nothing saved: rc $rc"; cat "$work/stop.log"; }
 SLURM_RESTART_COUNT=1 job --save "$work/empty" --resume /x/old/step-00000010
 [[ "$(words)" == *"--resume auto --resume-fallback /x/old/step-00000010" ]] &&
   echo "ok: requeued before the first save: the job's own --resume is the fallback" ||
