@@ -4,10 +4,12 @@
 // and writes metrics.jsonl with the global loss. A run goes through run_start (mesh, schedule,
 // model, optimizer), run_open (checkpoint, data, files), run_steps (train_step.c's
 // vt_train_step each step) and run_end; the options' checks are train_check.c's.
+#define _GNU_SOURCE  // sched_getaffinity, CPU_COUNT
 #include "train.h"
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +92,31 @@ static const vt_backend *open_backend(const vt_train_options *o, vt_comm *world,
   return have ? be : NULL;
 }
 
+// --threads 0: the CPUs this rank may run on (its affinity: a Slurm task's --cpus-per-task, an
+// mpirun binding, a container's cpuset; the host's online CPUs counted it, whatever the
+// binding), shared among the ranks of its host whose set is the same (collective over world).
+static int default_threads(vt_comm *world) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (mine < 1) mine = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the host name and the set
+  for (const char *c = host; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+  for (size_t i = 0; i < sizeof set; i++) h = (h ^ ((const uint8_t *)&set)[i]) * 1099511628211ull;
+  const int n = vt_comm_size(world);
+  float key[3] = {(float)(h & 0x1fffff), (float)(h >> 21 & 0x1fffff), (float)(h >> 42 & 0x1fffff)};
+  float *all = malloc((size_t)n * sizeof key);
+  VT_CHECK(all != NULL, "out of host memory for %d ranks' CPU sets", n);
+  vt_comm_all_gather(world, all, key, 3);  // (exact: each part below 2^24)
+  int same = 0;
+  for (int r = 0; r < n; r++) same += !memcmp(all + 3 * r, key, sizeof key);
+  free(all);
+  const int per = mine / (same > 0 ? same : 1);
+  return per > 0 ? per : 1;
+}
+
 // Start-up: the backend, the mesh and its communicators, the watchdog, this stage's schedule,
 // the model and the optimizer; logs the run and prints the memory plan. 0 when the backend
 // cannot open (logged; nothing is held then).
@@ -98,6 +125,8 @@ static int run_start(train_run *r) {
   vt_comm *world = r->world;
   r->world_rank = vt_comm_rank(world), r->world_size = vt_comm_size(world);
   char device[320];
+  if (r->o.threads == 0) r->o.threads = default_threads(world);
+  if (r->o.loader_threads == 0) r->o.loader_threads = r->o.threads;
   const vt_backend *be = r->be = open_backend(o, world, device, sizeof device);
   if (!be) return 0;
   vt_backend_set_threads(o->threads);

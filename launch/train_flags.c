@@ -360,12 +360,7 @@ static void derive(int argc, char **argv, const vt_train_text *x, vt_comm *world
   o->optim.total_steps = o->steps;
   if (o->optim.warmup_steps < 0 && o->epochs <= 0 && o->warmup_epochs <= 0)
     o->optim.warmup_steps = o->steps / 20;
-  if (o->threads == 0) {  // share the cores: ranks of a job on one host must not oversubscribe
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int per = cores > 0 ? (int)cores / vt_comm_local_size(world) : 1;
-    o->threads = per > 0 ? per : 1;
-  }
-  if (o->loader_threads == 0) o->loader_threads = o->threads;
+  (void)world;  // (--threads 0 is resolved at start, after the ranks agree: train.c)
 }
 
 // vit3d plan --gpus N tries every mesh of N ranks: the flags that fix a mesh do not go with it,

@@ -188,7 +188,8 @@ const vt_train_flag vt_train_flags_run[] = {
      "gradients and AdamW's master weights stay fp32) or fp32; default bf16 on cuda, fp32 on "
      "cpu", "bf16|fp32"},
     {"--threads", VT_OPT_INT, IN_OPTIONS(threads), 0, 4096, "N",
-     "CPU threads per rank for OpenMP and BLAS together; 0: cores / ranks", NULL},
+     "CPU threads per rank for OpenMP and BLAS together; 0: the CPUs the rank may use over "
+     "the host's ranks that share them", NULL},
     {"--tp", VT_OPT_INT, IN_OPTIONS(tp), 1, 4096, "N", "tensor-parallel ranks (inside a node)",
      NULL},
     {"--pp", VT_OPT_INT, IN_OPTIONS(pp), 1, 4096, "N", "pipeline stages (across nodes)", NULL},

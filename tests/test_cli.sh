@@ -51,6 +51,13 @@ out=$("$vit3d" train --model tiny --steps 1 --eval-interval 1 --eval-hflip 1 --t
 grep -q "warning: --eval-interval --eval-hflip without --val-data: this run evaluates nothing" <<<"$out" &&
   echo "ok: --eval-interval without --val-data warned about" ||
   { echo "FAIL: --eval-interval without --val-data: $out"; fail=1; }
+# --threads 0 counts the CPUs this process may run on (taskset, a Slurm task's CPUs, a cpuset),
+# not the host's.
+if command -v taskset > /dev/null; then
+  out=$(taskset -c 0 "$vit3d" train --model tiny --steps 1 2>&1)
+  grep -q "device cpu, 1 CPU threads" <<<"$out" && echo "ok: --threads 0 under taskset -c 0: 1 thread" ||
+    { echo "FAIL: --threads 0 under taskset -c 0: $out"; fail=1; }
+fi
 # The model's name is its preset's only where the flags kept the preset's shape.
 for want in "custom:--depth 6" "vit-b16:--img-size 384 --num-classes 10"; do
   out=$("$vit3d" plan --model vit-b16 ${want#*:} 2>&1 | head -1)
