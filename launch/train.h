@@ -68,7 +68,7 @@ typedef struct {
   uint64_t seed;
   vt_device device;
   vt_precision precision;   // GEMM precision (vt_backend.h); bf16 by default on CUDA, fp32 on CPU
-  int threads;              // 0: the node's cores / ranks on the node
+  int threads;              // 0: the rank's CPUs / the host's ranks sharing them (at start)
   char log_dir[512];        // metrics.jsonl goes here when set
   char check_log[512];      // an earlier run's metrics.jsonl each step is compared with
   float check_tol;          // 0: the same printed figures; else this relative difference
