@@ -1,9 +1,11 @@
 // prepare.c: Fashion-MNIST IDX files (gzip) to an ImageFolder tree of grey PNGs, written by a
 // few threads at zlib level 1 (70000 small files: the cost is per file, not per byte).
 // Must not depend on MPI, a backend or the model; needs zlib and libpng (VT_HAVE_PNG).
+#define _GNU_SOURCE  // sched_getaffinity, CPU_COUNT
 #include "prepare.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -182,7 +184,10 @@ static vt_status write_split(const char *out_dir, const char *split, const idx_f
     vt_status st = make_dir(sub, err, errlen);
     if (st != VT_OK) return st;
   }
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t set;  // (the CPUs this process may run on: taskset, a Slurm task's, a cpuset)
+  CPU_ZERO(&set);
+  long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cores < 1) cores = sysconf(_SC_NPROCESSORS_ONLN);
   int nt = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
   job jobs[MAX_THREADS];
   pthread_t th[MAX_THREADS];
