@@ -10,7 +10,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/launch/common.sh"
 : "${HOSTFILE:?set HOSTFILE to a file of lines like 'node1 slots=8'}"
 [ -r "$HOSTFILE" ] || { echo "mpirun_hosts: cannot read HOSTFILE=$HOSTFILE" >&2; exit 2; }
-slots=$(awk '!/^#/ && NF { n = 1; for (i = 2; i <= NF; i++) if ($i ~ /^slots=/) n = substr($i, 7); s += n } END { print s + 0 }' "$HOSTFILE")
+# The ranks: NP, or the slots the hostfile gives (comments, '#' to the end of a line, as Open MPI
+# reads them; a host without slots=N gets its core count from Open MPI, unknown here).
+read -r slots unsized < <(awk '{ sub(/#.*/, "") } NF { n = 0; for (i = 2; i <= NF; i++)
+  if ($i ~ /^slots=/) n = substr($i, 7); if (n > 0) s += n; else u++ } END { print s + 0, u + 0 }' "$HOSTFILE")
+if [ -z "${NP:-}" ] && [ "$unsized" -gt 0 ]; then
+  echo "mpirun_hosts: $unsized host(s) of $HOSTFILE have no slots=N (Open MPI then gives them" \
+    "their core count, unknown here): give each host slots=<its GPUs> or set NP" >&2
+  exit 2
+fi
 np=${NP:-$slots}
 bin=${VIT3D_BIN:-$root/build/vit3d}
 mapfile -t flags < <(vt_mpirun_flags)

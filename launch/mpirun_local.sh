@@ -12,9 +12,8 @@ np=${NP:-8}
 bin=${VIT3D_BIN:-$root/build/vit3d}
 mapfile -t flags < <(vt_mpirun_flags)
 cores=$(nproc)
-if [ "$np" -gt "$cores" ]; then
-  export OMPI_MCA_mpi_yield_when_idle=1
-  flags+=(--oversubscribe -x OMPI_MCA_mpi_yield_when_idle)
+if [ "$np" -gt "$cores" ]; then  # (as mpirun flags: the printed command pastes as it ran)
+  flags+=(--oversubscribe --mca mpi_yield_when_idle 1)
 fi
 # shellcheck disable=SC2206
 extra=(${MPIRUN_ARGS:-})  # more mpirun flags, as mpirun_hosts.sh takes them

@@ -132,7 +132,7 @@ fi
 timeout 300 env NP=8 "$dir/launch/mpirun_local.sh" "${flags[@]}" --save "$work/local" \
   --final-weights "$work/local.safetensors" > "$work/local.out" 2>&1 ||
   { echo "FAIL: mpirun_local.sh"; tail -20 "$work/local.out"; fail=1; }
-echo "localhost slots=8" > "$work/hosts"
+printf '  # the one host\nlocalhost slots=8  # its ranks\n' > "$work/hosts"  # (comments as Open MPI's)
 timeout 300 env HOSTFILE="$work/hosts" "$dir/launch/mpirun_hosts.sh" "${flags[@]}" \
   --save "$work/hosts.ck" --final-weights "$work/hosts.safetensors" > "$work/hosts.out" 2>&1 ||
   { echo "FAIL: mpirun_hosts.sh"; tail -20 "$work/hosts.out"; fail=1; }
