@@ -1,5 +1,6 @@
 // main.c: the vit3d program: subcommand dispatch; the flags of train, eval and plan are
 // train_flags.c's.
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,33 @@ static void usage(FILE *f) {
           "  vit3d train --model tiny --data synthetic --steps 50 --log-dir runs/demo\n");
 }
 
+// Whether every rank runs the same words (after their @FILEs): a rank started with others (an
+// MPMD launch, a script that builds the flags per rank) failed later on an internal check of
+// the mesh, or finished early while the others waited for it until the watchdog. Collective;
+// rank 0 says which rank differs.
+static int same_command(vt_comm *world, int argc, char **argv, vt_run_mode mode) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the words, each with its NUL
+  for (int i = 0; i < argc; i++)
+    for (const char *c = argv[i];; c++) {
+      h = (h ^ (uint8_t)*c) * 1099511628211ull;
+      if (!*c) break;
+    }
+  const int n = vt_comm_size(world);
+  float key[3] = {(float)(h & 0x1fffff), (float)(h >> 21 & 0x1fffff), (float)(h >> 42 & 0x1fffff)};
+  float *all = malloc((size_t)n * sizeof key);
+  if (!all) return 1;  // (a check, not a need)
+  vt_comm_all_gather(world, all, key, 3);  // (exact: each part below 2^24)
+  int other = -1;
+  for (int r = 1; r < n && other < 0; r++)
+    if (memcmp(all + 3 * r, all, sizeof key)) other = r;
+  free(all);
+  if (other >= 0 && vt_comm_rank(world) == 0)
+    fprintf(stderr, "vit3d %s: world rank %d was started with other flags than rank 0 (or "
+            "@FILEs of other contents): every rank of a job runs the same command\n",
+            mode == VT_RUN_EVAL ? "eval" : mode == VT_RUN_PLAN ? "plan" : "train", other);
+  return other < 0;
+}
+
 // The flags are train_flags.c's; what is left is which of the three the command runs.
 static int run_train(int argc, char **argv, vt_comm *world, vt_run_mode mode) {
   vt_train_options o;
@@ -56,6 +84,7 @@ static int run_train(int argc, char **argv, vt_comm *world, vt_run_mode mode) {
     rc = vt_train_flags_refuse(world, mode, err);
   rc = vt_train_flags_agree(world, rc);
   if (rc >= 0) return rc;
+  if (!same_command(world, argc, argv, mode)) return 2;
   const int rank0 = vt_comm_rank(world) == 0;
   if (o.plan_gpus > 0) return rank0 ? vt_plan_search(&o) : 0;
   if (mode == VT_RUN_PLAN) return rank0 ? vt_plan_run(&o) : 0;
