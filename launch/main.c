@@ -1,6 +1,5 @@
 // main.c: the vit3d program: subcommand dispatch; the flags of train, eval and plan are
 // train_flags.c's.
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,21 +44,10 @@ static void usage(FILE *f) {
 // the mesh, or finished early while the others waited for it until the watchdog. Collective;
 // rank 0 says which rank differs.
 static int same_command(vt_comm *world, int argc, char **argv, vt_run_mode mode) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a of the words, each with its NUL
-  for (int i = 0; i < argc; i++)
-    for (const char *c = argv[i];; c++) {
-      h = (h ^ (uint8_t)*c) * 1099511628211ull;
-      if (!*c) break;
-    }
-  const int n = vt_comm_size(world);
-  float key[3] = {(float)(h & 0x1fffff), (float)(h >> 21 & 0x1fffff), (float)(h >> 42 & 0x1fffff)};
-  float *all = malloc((size_t)n * sizeof key);
-  if (!all) return 1;  // (a check, not a need)
-  vt_comm_all_gather(world, all, key, 3);  // (exact: each part below 2^24)
+  uint64_t h = VT_FNV_START;
+  for (int i = 0; i < argc; i++) h = vt_fnv64(h, argv[i], strlen(argv[i]) + 1);  // (with NULs)
   int other = -1;
-  for (int r = 1; r < n && other < 0; r++)
-    if (memcmp(all + 3 * r, all, sizeof key)) other = r;
-  free(all);
+  vt_comm_same_keys(world, h, &other);
   if (other >= 0 && vt_comm_rank(world) == 0)
     fprintf(stderr, "vit3d %s: world rank %d was started with other flags than rank 0 (or "
             "@FILEs of other contents): every rank of a job runs the same command\n",

@@ -102,17 +102,8 @@ static int default_threads(vt_comm *world) {
   if (mine < 1) mine = (int)sysconf(_SC_NPROCESSORS_ONLN);
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  uint64_t h = 1469598103934665603ull;  // FNV-1a of the host name and the set
-  for (const char *c = host; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
-  for (size_t i = 0; i < sizeof set; i++) h = (h ^ ((const uint8_t *)&set)[i]) * 1099511628211ull;
-  const int n = vt_comm_size(world);
-  float key[3] = {(float)(h & 0x1fffff), (float)(h >> 21 & 0x1fffff), (float)(h >> 42 & 0x1fffff)};
-  float *all = malloc((size_t)n * sizeof key);
-  VT_CHECK(all != NULL, "out of host memory for %d ranks' CPU sets", n);
-  vt_comm_all_gather(world, all, key, 3);  // (exact: each part below 2^24)
-  int same = 0;
-  for (int r = 0; r < n; r++) same += !memcmp(all + 3 * r, key, sizeof key);
-  free(all);
+  const int same = vt_comm_same_keys(
+      world, vt_fnv64(vt_fnv64(VT_FNV_START, host, strlen(host)), &set, sizeof set), NULL);
   const int per = mine / (same > 0 ? same : 1);
   return per > 0 ? per : 1;
 }
@@ -249,7 +240,6 @@ static int same_flags(const char *a, const char *b) {
                                 ma.eval_squash == mb.eval_squash &&
                                 ma.eval_interp == mb.eval_interp));
 }
-
 
 // What the run reads and writes: --init-from, the output folders, --save's folder, the
 // checkpoint resumed from, the data (--epochs made steps), the loss buffers, --check-log, the

@@ -462,6 +462,28 @@ void vt_comm_reduce_scatter(vt_comm *c, float *out, const float *inp, int64_t ou
   op_end(t0);
 }
 
+uint64_t vt_fnv64(uint64_t h, const void *data, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)data)[i]) * 1099511628211ull;
+  return h;
+}
+
+int vt_comm_same_keys(vt_comm *c, uint64_t key, int *first_other) {
+  // (as three floats of 21 bits each: exact, below 2^24)
+  const float k[3] = {(float)(key & 0x1fffff), (float)(key >> 21 & 0x1fffff),
+                      (float)(key >> 42 & 0x1fffff)};
+  float *all = malloc((size_t)c->size * sizeof k);
+  VT_CHECK(all != NULL, "out of host memory for %d keys", c->size);
+  vt_comm_all_gather(c, all, k, 3);
+  int same = 0, other = -1;
+  for (int r = 0; r < c->size; r++) {
+    same += !memcmp(all + 3 * r, k, sizeof k);
+    if (other < 0 && memcmp(all + 3 * r, all, sizeof k)) other = r;
+  }
+  free(all);
+  if (first_other) *first_other = other;
+  return same;
+}
+
 void vt_comm_all_gather(vt_comm *c, float *out, const float *inp, int64_t inp_count) {
   check_buf(c, "all_gather", out, inp_count);
   check_buf(c, "all_gather", inp, inp_count);

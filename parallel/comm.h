@@ -77,6 +77,13 @@ void vt_comm_reduce_scatter(vt_comm *comm, float *out, const float *inp, int64_t
 // In place is allowed when inp == out + rank*inp_count (a shard inside the full buffer).
 void vt_comm_all_gather(vt_comm *comm, float *out, const float *inp, int64_t inp_count);
 
+// Every member's 64-bit key (collective): the number of members whose key equals this one's,
+// and in *first_other (where given) the lowest member whose key differs from member 0's, or -1.
+int vt_comm_same_keys(vt_comm *comm, uint64_t key, int *first_other);
+// FNV-1a of n bytes, continuing from h (start with VT_FNV_START): such a key.
+#define VT_FNV_START 1469598103934665603ull
+uint64_t vt_fnv64(uint64_t h, const void *data, size_t n);
+
 // Overlap (DP gradients reduced while the backward pass goes on): starts buf (count) <- sum over
 // members and returns; buf must not be read or written until vt_comm_wait_all(comm). NCCL: on
 // the comm's own stream, after the work already queued on the backend's stream, so it runs
