@@ -8,8 +8,8 @@
 //       manifest.txt                "key value" lines: format, step, data position, seeds,
 //                                   model config, the optimizer's settings and schedule, the
 //                                   mesh it was saved on, and the size and CRC-32 of every
-//                                   file, written last; its last line (manifest_crc32) the
-//                                   CRC-32 of the text above it
+//                                   file, written last; its second line (manifest_crc32) the
+//                                   CRC-32 of the text after it
 //   SAVE_DIR/.tmp-step-00000010/    a checkpoint being written; never read, removed on start
 //
 // Files are written into the .tmp directory (by many ranks at once: partfile.h), synced, the
@@ -108,7 +108,8 @@ typedef struct {
   int simple_crop, three_augment;   // --simple-crop, --three-augment (0)
   float color_jitter;               // --color-jitter (0.3; 3-Augment's only)
   int aa_interp;                    // --aa-interpolation as vt_ra_interp: 1 bicubic (1; --aa's)
-  int precision;                    // --precision as vt_precision: 1 bf16 (0 fp32)
+  int precision;                    // --precision as vt_precision: 1 bf16, 0 fp32 (-1: not
+                                    // recorded, before 2026-12-07; written in every manifest)
   float mean[3], std[3];            // --mean, --std (ImageNet's: 0.485,0.456,0.406 and
                                     // 0.229,0.224,0.225)
   double eval_crop_pct;             // --eval-crop-pct (0.875)
@@ -134,7 +135,7 @@ typedef struct {
   char file[VT_CKPT_MAX_FILES][64];
   int64_t file_nbytes[VT_CKPT_MAX_FILES];
   uint32_t file_crc[VT_CKPT_MAX_FILES];
-  int sealed;  // 1: its manifest_crc32 line (the text's CRC-32, written last) was verified
+  int sealed;  // 1: its manifest_crc32 line (the CRC-32 of the text after it) was verified
 } vt_ckpt_manifest;
 
 // CRC-32 (IEEE, as zlib's crc32) of a buffer, continuing from crc (start with 0).

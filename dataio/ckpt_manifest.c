@@ -55,7 +55,7 @@ static const struct setting {
     SETTING("three_augment", 'i', three_augment, 0, 0, 1),
     SETTING("color_jitter", 'f', color_jitter, 0.3, 0, 1),
     SETTING("aa_interp", 'i', aa_interp, 1, 0, 1),
-    SETTING("precision", 'i', precision, 0, 0, 1),
+    SETTING("precision", 'i', precision, -1, 0, 1),  // (absent: not recorded, not compared)
     ALWAYS("mean_r", 'f', mean[0], 0.485, -1e6, 1e6),
     ALWAYS("mean_g", 'f', mean[1], 0.456, -1e6, 1e6),
     ALWAYS("mean_b", 'f', mean[2], 0.406, -1e6, 1e6),
@@ -330,9 +330,17 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
   for (int i = 0; i < m->nfiles && k < (int)nbytes; i++)
     k += snprintf(buf + k, nbytes - (size_t)k, "file %s %" PRId64 " %08x\n", m->file[i],
                   m->file_nbytes[i], m->file_crc[i]);
-  if (k < (int)nbytes)  // the seal, last: the CRC-32 of every byte above it
-    k += snprintf(buf + k, nbytes - (size_t)k, "manifest_crc32 %08x\n",
-                  (unsigned)vt_crc32(0, buf, (size_t)k));
+  // The seal, the second line: the CRC-32 of every byte after it (a manifest cut short, or
+  // one whose value was changed, is damage).
+  const char *body = memchr(buf, '\n', (size_t)k);
+  char seal[32];
+  const int n = snprintf(seal, sizeof seal, "manifest_crc32 %08x\n",
+                         body ? (unsigned)vt_crc32(0, body + 1, (size_t)(buf + k - body - 1)) : 0u);
+  if (body && k + n < (int)nbytes) {
+    memmove((char *)body + 1 + n, body + 1, (size_t)(buf + k - body - 1) + 1);
+    memcpy((char *)body + 1, seal, (size_t)n);
+    k += n;
+  }
   return k;
 }
 
@@ -425,18 +433,15 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
     int n = sscanf(line, "%63s %127s %63s %63s %7s", key, v1, v2, v3, extra);
     if (n < 2) FAIL(VT_ERR_INPUT, "manifest line %d: expected 'key value'", line_no);
     if (strcmp(key, "manifest_crc32") == 0) {  // the seal (absent in those before 2026-12-07)
-      const uint32_t have = vt_crc32(0, text, (size_t)(p - len - (nl != NULL) - text));
+      const uint32_t have = vt_crc32(0, p, (size_t)(end - p));  // (every byte after its line)
       char *e;
       const unsigned long said = strtoul(v1, &e, 16);
-      if (n != 2 || strlen(v1) != 8 || *e)
+      if (n != 2 || strlen(v1) != 8 || *e || sealed)
         FAIL(VT_ERR_INPUT, "manifest line %d: malformed manifest_crc32", line_no);
       if (said != have)
-        FAIL(VT_ERR_INPUT, "the manifest's text has CRC-32 %08x and its manifest_crc32 line "
-             "says %08lx: it was changed or damaged on disk", (unsigned)have, said);
-      for (const char *q = p; q < end; q++)
-        if (!isspace((unsigned char)*q))
-          FAIL(VT_ERR_INPUT, "manifest line %d: text after the manifest_crc32 line, which ends "
-               "it (the manifest was changed or damaged)", line_no + 1);
+        FAIL(VT_ERR_INPUT, "the manifest's text after its manifest_crc32 line has CRC-32 %08x "
+             "and that line says %08lx: it was changed, cut short or damaged on disk",
+             (unsigned)have, said);
       sealed = 1;
       continue;
     }

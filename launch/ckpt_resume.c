@@ -472,8 +472,8 @@ static void warn_settings(const vt_train_options *o, const char *dir, const vt_c
   differs_float(&d, man->color_jitter, cur.color_jitter, "--color-jitter");
   differs(&d, man->aa_interp == cur.aa_interp, "--aa-interpolation",
           man->aa_interp ? "bicubic" : "bilinear", cur.aa_interp ? "bicubic" : "bilinear");
-  differs(&d, man->precision == cur.precision, "--precision", man->precision ? "bf16" : "fp32",
-          cur.precision ? "bf16" : "fp32");
+  differs(&d, man->precision < 0 || man->precision == cur.precision, "--precision",
+          man->precision ? "bf16" : "fp32", cur.precision ? "bf16" : "fp32");
   if (man->norm_recorded) differs_norm(&d, man, &cur);  // (not known in an older manifest)
   if (d.n)
     vt_log_warn("%s was saved by a run with %s and this one has %s: from here the training "

@@ -95,7 +95,7 @@ static void settings_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
   if (k < (int)size && m->aa[0])
     k += snprintf(out + k, size - (size_t)k, " --aa-interpolation %s",
                   m->aa_interp ? "bicubic" : "bilinear");
-  if (k < (int)size)
+  if (k < (int)size && m->precision >= 0)  // (not recorded before 2026-12-07)
     k += snprintf(out + k, size - (size_t)k, " --precision %s", m->precision ? "bf16" : "fp32");
   if (k < (int)size && m->norm_recorded)  // the normalisation and the evaluation's transform
     k += snprintf(out + k, size - (size_t)k, " --mean %s,%s,%s --std %s,%s,%s --eval-crop-pct "

@@ -140,7 +140,8 @@ if [ "$rc" -eq 75 ]; then
   # ending the others when a rank failed at start: its own message is above).
   reason=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'Reason=[A-Za-z_]*' |
            head -n 1 | cut -d= -f2)
-  what="SIG${sig:-nal that reached the ranks only}"
+  what="SIG$sig"
+  [ -z "$sig" ] && what="signal that reached the ranks only"
   if [ "$after" -le "$before" ]; then
     hint="give --time more than the --signal lead plus the start-up and a save"
     [ -z "$sig" ] && hint="a rank that failed to start has its message above"

@@ -81,13 +81,22 @@ static void stop_nonfinite_run(train_run *r, int64_t n) {
 
 // What to do to go on after a stop at a step whose save ran (failed: it failed): resume with
 // --resume auto where the save was made; where it failed, --resume auto takes an older
-// checkpoint (this run's or the one it started from), or there is none.
-static const char *resume_advice(const train_run *r, int failed) {
-  if (!r->o.save_dir[0]) return "run it again";
+// checkpoint in --save (this run's, or the one it started from there), else the checkpoint it
+// started from elsewhere is where to go on from, or there is none. In buf where it names one.
+static const char *resume_advice(const train_run *r, int failed, char *buf, size_t size) {
+  const vt_train_options *o = &r->o;
+  if (!o->save_dir[0]) return "run it again";
   if (!failed) return "resume with --resume auto";
-  if (r->saved_step > 0 || r->start_step > 0)
+  const size_t n = strlen(o->save_dir);
+  const int in_save = !strncmp(r->resumed_from, o->save_dir, n) && r->resumed_from[n] == '/';
+  if (r->saved_step > 0 || (r->start_step > 0 && in_save))
     return "--resume auto continues from the newest complete checkpoint in --save (vit3d "
            "inspect names it), running the steps after it again";
+  if (r->start_step > 0) {
+    snprintf(buf, size, "nothing of this run was saved: go on from where it started, with "
+             "--resume auto --resume-fallback %.600s", r->resumed_from);
+    return buf;
+  }
   return "nothing was saved to resume from: run it again";
 }
 
@@ -104,8 +113,9 @@ static void stop_signalled(train_run *r, int64_t n, int preempt) {
   r->rc = r->rc ? r->rc : preempt ? VT_EXIT_PREEMPTED : VT_EXIT_INTERRUPTED;
   if (r->world_rank != 0) return;
   const int sig = vt_health_preempt_signal();  // rank 0's own, if it had one
-  char advice[200] = "";
-  if (o->save_dir[0]) snprintf(advice, sizeof advice, " %s.", resume_advice(r, failed));
+  char advice[800] = "", buf[700];
+  if (o->save_dir[0])
+    snprintf(advice, sizeof advice, " %s.", resume_advice(r, failed, buf, sizeof buf));
   advice[1] = (char)toupper((unsigned char)advice[1]);
   if (preempt)
     vt_log_warn("preempted (signal %s on some rank) at step %lld: %s; exiting with %d.%s",
@@ -138,6 +148,7 @@ static int stop_bad_image(train_run *r, int64_t n, int in_step) {
   else snprintf(what, sizeof what, "checkpoint step-%08lld in %.*s", (long long)kept,
                 (int)sizeof o->save_dir, o->save_dir);
   const int failed = r->rc != 0, done = kept > r->start_step;
+  char buf[700];
   r->rc = VT_EXIT_FAILED;
   if (r->world_rank == 0)
     vt_log_error("%s (named above, on the rank that read it): the run stops %s step %lld; "
@@ -148,7 +159,7 @@ static int stop_bad_image(train_run *r, int64_t n, int in_step) {
                  done ? "after" : "before", (long long)(done ? kept : kept + 1), what, r->rc,
                  o->bad_image_fail ? "Mend or remove the file, or train with --bad-image skip"
                                    : "Mend the class's files or remove its folder",
-                 done ? resume_advice(r, failed) : "run it again");
+                 done ? resume_advice(r, failed, buf, sizeof buf) : "run it again");
   return 1;
 }
 

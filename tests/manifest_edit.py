@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """manifest_edit.py MANIFEST [EDIT...]: edits a checkpoint's manifest.txt as the tests need and
-seals it again (its last line, manifest_crc32, is the CRC-32 of the text above it: a manifest
+seals it again (its second line, manifest_crc32, is the CRC-32 of the text after it: a manifest
 edited without that reads as damaged).
 
 EDIT: key=value sets the key's line (added where absent), -key deletes its lines, --unseal
@@ -26,10 +26,9 @@ def main():
                 lines[at[0]] = f"{key} {value}"
             else:
                 lines.append(f"{key} {value}")
-    text = "".join(l + "\n" for l in lines)
-    if seal:
-        text += f"manifest_crc32 {zlib.crc32(text.encode()):08x}\n"
-    open(path, "w").write(text)
+    body = "".join(l + "\n" for l in lines[1:])  # (lines[0] is the format line)
+    seal_line = f"manifest_crc32 {zlib.crc32(body.encode()):08x}\n" if seal else ""
+    open(path, "w").write(lines[0] + "\n" + seal_line + body)
 
 
 if __name__ == "__main__":

@@ -535,11 +535,14 @@ out=$(VT_FAULT=save-io@0:2,usr1@0:2 "$vit3d" "${args[@]}" --save "$work/io2" --s
 rc=$?
 out2=$(VT_FAULT=save-io@0:1,usr1@0:1 "$vit3d" "${args[@]}" --save "$work/io3" 2>&1)
 rc2=$?
+out3=$(VT_FAULT=save-io@0:3,usr1@0:3 "$vit3d" "${args[@]}" --save "$work/io4" --save-interval 10 \
+       --resume "$work/io2/step-00000001" 2>&1)  # (started from a checkpoint outside --save)
 if [ $rc -eq 1 ] && [ $rc2 -eq 1 ] &&
    grep -q "at step 2: the checkpoint FAILED (see above); exiting with 1. --resume auto continues from the newest complete checkpoint in --save" <<<"$out" &&
-   grep -q "at step 1: the checkpoint FAILED (see above); exiting with 1. Nothing was saved to resume from: run it again." <<<"$out2"; then
+   grep -q "at step 1: the checkpoint FAILED (see above); exiting with 1. Nothing was saved to resume from: run it again." <<<"$out2" &&
+   grep -q "at step 3: the checkpoint FAILED (see above); exiting with 1. Nothing of this run was saved: go on from where it started, with --resume auto --resume-fallback .*io2/step-00000001" <<<"$out3"; then
   echo "ok: a preemption whose save failed says what --resume auto would take"
-else echo "FAIL: a preemption whose save failed: rc $rc $out / rc $rc2 $out2"; fail=1; fi
+else echo "FAIL: a preemption whose save failed: rc $rc $out / rc $rc2 $out2 / $out3"; fail=1; fi
 # Output paths that are not regular files (a pipe, a directory; /dev/null is one too) are
 # refused before training, and vit3d export refuses them, instead of renaming a new file over
 # them; the pipe and the directory stay as they were.
@@ -641,7 +644,7 @@ out4=$("$vit3d" export --checkpoint "$work/dmg/damaged-step-00000006" --out "$wo
 out5=$("$vit3d" eval --checkpoint "$work/dmg/damaged-step-00000006" --val-data "$work/ev_imgs" --threads 1 2>&1); rc5=$?
 if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resumed from .*dmg/step-00000004" <<<"$out" &&
    grep -q "renamed .*dmg/step-00000006 to .*dmg/damaged-step-00000006: .*optim.safetensors" <<<"$out" &&
-   grep -q "dmg2/step-00000006: the manifest's text has CRC-32 .* and its manifest_crc32 line says" <<<"$out2" &&
+   grep -q "dmg2/step-00000006: the manifest's text after its manifest_crc32 line has CRC-32 .* and that line says" <<<"$out2" &&
    grep -q "dmg2/step-00000005 is damaged: its manifest says step 4" <<<"$out2" &&
    grep -q "resumed from .*dmg2/step-00000004" <<<"$out2" &&
    [ -d "$work/dmg2/damaged-step-00000006" ] &&

@@ -32,8 +32,8 @@ static vt_ckpt_manifest sample(void) {
 // the seal (2026-12-07) reads: the edits below stand for older manifests' lines.
 static int unsealed(const vt_ckpt_manifest *m, char *text, size_t size) {
   vt_ckpt_manifest_format(m, text, size);
-  char *seal = strstr(text, "manifest_crc32 ");
-  if (seal) *seal = '\0';
+  char *seal = strstr(text, "manifest_crc32 "), *eol = seal ? strchr(seal, '\n') : NULL;
+  if (eol) memmove(seal, eol + 1, strlen(eol + 1) + 1);
   return (int)strlen(text);
 }
 
@@ -484,8 +484,8 @@ int main(void) {
   refuse_edit("reg_tokens", "reg_tokens -1", "bad value");
   refuse_edit("norm_eps", "norm_eps 0", "bad norm_eps");
   refuse_edit("quick_gelu", "quick_gelu 2", "bad value");
-  // The seal: the last line is the CRC-32 of the text above it; a changed byte, a line after
-  // it and a stream position that is not step x global batch are damage.
+  // The seal: the second line is the CRC-32 of the text after it; a changed byte, a line added,
+  // a manifest cut short and a stream position that is not step x global batch are damage.
   {
     vt_ckpt_manifest sm = sample();
     char sealed[4096], edited[8192];
@@ -497,15 +497,17 @@ int main(void) {
     EXPECT(t != NULL, "adam_t line");
     if (t) t[9] = '9';  // adam_t 19
     EXPECT(vt_ckpt_manifest_parse(edited, strlen(edited), &back, err, sizeof err) != VT_OK &&
-               strstr(err, "manifest_crc32 line says") && strstr(err, "changed or damaged"),
+               strstr(err, "that line says") && strstr(err, "changed, cut short or damaged"),
            "one digit changed: %s", err);
+    EXPECT(!strncmp(strchr(sealed, '\n') + 1, "manifest_crc32 ", 15), "the seal, line 2");
     snprintf(edited, sizeof edited, "%sfancy_reg 0.5\n", sealed);
     EXPECT(vt_ckpt_manifest_parse(edited, strlen(edited), &back, err, sizeof err) != VT_OK &&
-               strstr(err, "text after the manifest_crc32 line"), "a line after the seal: %s",
-           err);
-    snprintf(edited, sizeof edited, "%s\n\n", sealed);
-    EXPECT(vt_ckpt_manifest_parse(edited, strlen(edited), &back, err, sizeof err) == VT_OK,
-           "blank lines after the seal: %s", err);
+               strstr(err, "cut short or damaged"), "a line added: %s", err);
+    memcpy(edited, sealed, (size_t)n + 1);
+    *strrchr(strstr(edited, "\nfile "), '\n') = '\0';  // (cut at the last line's start)
+    *(strrchr(edited, '\n') + 1) = '\0';
+    EXPECT(vt_ckpt_manifest_parse(edited, strlen(edited), &back, err, sizeof err) != VT_OK &&
+               strstr(err, "cut short or damaged"), "cut short at a line's end: %s", err);
     unsealed(&sm, edited, sizeof edited);
     EXPECT(vt_ckpt_manifest_parse(edited, strlen(edited), &back, err, sizeof err) == VT_OK &&
                !back.sealed, "an unsealed manifest (before 2026-12-07) reads: %s", err);

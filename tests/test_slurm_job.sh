@@ -130,7 +130,7 @@ rc=$?
 RANKS_ONLY=1 stop USR1 "$work/c4"
 rc=$?
 [ $rc -eq 0 ] && grep -q "requeue 77" "$work/scontrol" &&
-  grep -q "saved checkpoint step 1 after a SIGnal that reached the ranks only; requeueing" "$work/stop.log" &&
+  grep -q "saved checkpoint step 1 after a signal that reached the ranks only; requeueing" "$work/stop.log" &&
   echo "ok: a SIGUSR1 that reached the ranks only: requeued" ||
   { bad "a signal to the ranks only: rc $rc"; cat "$work/stop.log"; }
 RANKS_ONLY=1 stop TERM "$work/c5" FAKE_NO_SAVE=1
