@@ -90,12 +90,17 @@ int vt_metrics_open(vt_metrics_log *log, const char *dir, int64_t resumed_at) {
   if (resumed_at > 0) keep_until(log->path, resumed_at);
   else remove_previous(dir);
   // (a resumed log whose cut line could not be dropped starts on a line of its own)
-  log->fd = open(log->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC |
+  log->fd = open(log->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC |
                  (resumed_at > 0 ? 0 : O_TRUNC), 0644);
   if (log->fd < 0) {
     vt_log_error("cannot write %s: %s", log->path, strerror(errno));
     return 0;
   }
+  char last = '\n';
+  const off_t size = lseek(log->fd, 0, SEEK_END);
+  if (resumed_at > 0 && size > 0 && pread(log->fd, &last, 1, size - 1) == 1 && last != '\n' &&
+      write(log->fd, "\n", 1) != 1)
+    vt_log_warn("%s: cannot end the previous run's cut line: %s", log->path, strerror(errno));
   log->open = 1;
   return 1;
 }

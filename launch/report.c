@@ -375,6 +375,7 @@ void vt_report_step(const vt_train_options *o, vt_metrics_log *metrics, vt_tfeve
   else if (l->eval_ema)
     printf("eval after step %lld, EMA weights: loss %.4f | top-1 %.2f%% | top-5 %.2f%%\n",
            (long long)l->step, l->ev_ema.loss, 100 * l->ev_ema.top1, 100 * l->ev_ema.top5);
+  if (l->eval_now || l->eval_ema) fflush(stdout);  // (in order with stderr's lines in one log)
 }
 
 // Every rank: host, world and local rank, mesh coordinates and device, one line each.

@@ -350,6 +350,16 @@ static int run_open(train_run *r) {
     vt_log_error("%s", err);
     ok = 0;
   }
+  char own[1200];
+  struct stat sc, so;
+  snprintf(own, sizeof own, "%s/metrics.jsonl", o->log_dir);
+  if (ok && world_rank == 0 && o->check_log[0] && o->log_dir[0] && start_step > 0 &&
+      stat(o->check_log, &sc) == 0 && stat(own, &so) == 0 && sc.st_dev == so.st_dev &&
+      sc.st_ino == so.st_ino)
+    vt_log_warn("--check-log %s is this run's own log: it is checked as it was, and this run "
+                "replaces its lines past step %lld with its own, so a later check against it "
+                "compares with this run (copy it first to keep the reference)", o->check_log,
+                (long long)start_step);
   if (ok && world_rank == 0 && o->log_dir[0])
     ok = vt_metrics_open(&r->metrics, o->log_dir, start_step);
   if (ok && world_rank == 0 && o->log_dir[0] && o->tensorboard && !o->eval_only) {

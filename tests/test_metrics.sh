@@ -74,6 +74,20 @@ if [ $rc -eq 5 ] && grep -q "ref.jsonl:11: a line cut short, left out" "$work/r2
   ok "--check-log leaves out a cut last line (and compares the rest: rc 5 for another --lr)"
 else bad "--check-log with a cut last line: rc $rc"; grep -i "check-log" "$work/r2.log"; fi
 
+# 3b. A cut last line that the resume cannot drop (its rewrite refused: a folder in the way)
+# stays, and the resumed run's first line starts on a line of its own (it was glued to it).
+mkdir -p "$work/g" && cp "$work/ref.jsonl" "$work/g/metrics.jsonl" && mkdir "$work/g/metrics.jsonl.tmp"
+timeout 300 "$vit3d" "${base[@]}" --steps 6 --log-dir "$work/g" --resume "$work/ck/step-00000004" \
+  --resume-override 1 > "$work/g.log" 2>&1
+whole=$("$py" -c '
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+cut = [i for i, l in enumerate(lines) if not l.startswith("{") or not l.endswith("}")]
+print(len(cut), [json.loads(l)["step"] for l in lines[-2:]])' "$work/g/metrics.jsonl")
+if grep -q "cannot drop the lines past step 4" "$work/g.log" && [ "$whole" = "1 [5, 6]" ]; then
+  ok "a cut line that stays: the resumed run's lines start on lines of their own"
+else bad "a cut line that stays: $whole"; grep -i "metrics" "$work/g.log"; fi
+
 # 4. A new run removes the previous run's timeline and traffic files; a resume keeps them.
 mkdir -p "$work/s"
 touch "$work/s/trace.json" "$work/s/comm.rank5.json" "$work/s/comm.rank.json" "$work/s/notes"
