@@ -86,9 +86,10 @@ static vt_status read_index(const char *path, const char *cache, const char *lab
 }
 
 // World rank 0 reads the dataset index (a folder tree's listing, a list file, the shards'
-// headers, named by names or else by the classes.txt beside them where there is one, as
-// vit3d prepare shards writes: a validation set's shards of fewer classes were labelled by
-// their own numbers; or an index cache entry) and sends it to every rank, so that the file system sees
+// headers, named by the classes.txt beside them where there is one, as vit3d prepare shards
+// writes, else by names (--label-names): a validation set's shards of fewer classes were
+// labelled by their own numbers, and with --label-names by the training set's names; or an
+// index cache entry) and sends it to every rank, so that the file system sees
 // one reader, not one per rank. Rank 0's error is the caller's to report; another rank that
 // cannot use the index (a shard that will not open there) reports its own, and then every rank
 // returns the error.
@@ -101,10 +102,12 @@ static vt_status open_dataset(vt_comm *world, const char *path, const char *cach
   int cached = 0;
   int64_t head[2] = {VT_ERR_INPUT, 0};  // status, index bytes
   char beside[4352];
-  if (root && !names[0] && (names = vt_dataset_shard_names(path, beside, sizeof beside)))
-    vt_log_info("dataset %s: its classes are named by %s (vit3d prepare shards'), so that a "
-                "validation set is labelled by class name", path, names);
-  if (!names) names = "";
+  const char *own = root ? vt_dataset_shard_names(path, beside, sizeof beside) : NULL;
+  if (own && strcmp(own, names))
+    vt_log_info("dataset %s: its classes are named by %s (vit3d prepare shards'%s), so that a "
+                "validation set is labelled by class name", path, own,
+                names[0] ? ", not --label-names, which names shards without one" : "");
+  if (own) names = own;
   if (root) {
     head[0] = read_index(path, cache, label_key, names, ds, &bytes, &n, &cached, err, errlen);
     head[1] = (int64_t)n;

@@ -280,7 +280,8 @@ if grep -q "prep_gap lacks shard-000001.tar, one of the shards its shards.txt li
 else echo "FAIL: a prepared folder with a shard missing or cut: $out / $out2"; fail=1; fi
 # A validation set of the last two classes only, prepared as shards: labelled by the class names
 # in its classes.txt, as the same folder is (its shards number its classes 0 and 1, which were
-# taken for the training set's first two: a wrong top-1 without a word).
+# taken for the training set's first two: a wrong top-1 without a word), with --label-names (the
+# training set's names) too.
 mkdir -p "$work/val_sub" && cp -r "$work/folder/$(ls "$work/folder" | sed -n 2p)" \
   "$work/folder/$(ls "$work/folder" | sed -n 3p)" "$work/val_sub/" &&
   "$vit3d" prepare shards "$work/val_sub" "$work/val_sub_sh" 5 > /dev/null 2>&1 ||
@@ -289,7 +290,9 @@ sub=(train --model tiny --img-size 32 --patch-size 8 --num-classes 3 --data "$wo
      --micro-batch-size 4 --global-batch-size 4 --steps 2 --threads 1 --eval-interval 2)
 a=$("$vit3d" "${sub[@]}" --val-data "$work/val_sub" 2>&1 | grep "^eval")
 b=$("$vit3d" "${sub[@]}" --val-data "$work/val_sub_sh" 2>&1)
-if [ -n "$a" ] && [ "$a" = "$(grep "^eval" <<<"$b")" ] &&
+c=$("$vit3d" "${sub[@]}" --val-data "$work/val_sub_sh" --label-names "$work/prep/classes.txt" 2>&1)
+if [ -n "$a" ] && [ "$a" = "$(grep "^eval" <<<"$b")" ] && [ "$a" = "$(grep "^eval" <<<"$c")" ] &&
+   grep -q "val_sub_sh/classes.txt (vit3d prepare shards', not --label-names" <<<"$c" &&
    grep -q "val_sub_sh: its classes are named by .*val_sub_sh/classes.txt" <<<"$b" &&
    grep -q "holds 2 of the 3 classes of --data .*: labelled by name" <<<"$b"; then
   echo "prepared validation shards of two classes are labelled by name: $a"
