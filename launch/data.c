@@ -314,12 +314,17 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
   return d->train ? VT_OK : VT_ERR_INPUT;
 }
 
-void vt_data_identity(const vt_data *d, int64_t *images, int64_t *classes) {
+void vt_data_identity(const vt_data *d, int64_t *images, int64_t *classes, int64_t *numbered) {
   *images = d->synthetic ? 0 : d->train_ds.count;
-  uint32_t h = 0;  // each name's FNV-1a, in order
-  for (int c = 0; c < d->train_ds.num_classes; c++)
+  uint32_t h = 0, k = 0;  // each name's FNV-1a, in order; and of the names "0", "1", ...
+  for (int c = 0; c < d->train_ds.num_classes; c++) {
+    char num[16];
+    snprintf(num, sizeof num, "%d", c);
     h = (h ^ vt_hash_name(d->train_ds.class_names[c])) * 16777619u;
+    k = (k ^ vt_hash_name(num)) * 16777619u;
+  }
   *classes = *images ? (int64_t)h : 0;
+  *numbered = *images ? (int64_t)k : 0;
 }
 
 void vt_data_close(vt_data *d) {

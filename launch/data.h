@@ -59,8 +59,9 @@ void vt_data_close(vt_data *d);
 
 // The training set a checkpoint's stream position counts in (vt_ckpt_manifest's data_images and
 // data_classes): its images and a hash of its class names in order (each name's FNV-1a,
-// combined); 0 and 0 for synthetic data.
-void vt_data_identity(const vt_data *d, int64_t *images, int64_t *classes);
+// combined); 0 and 0 for synthetic data. numbered: the hash its classes had as numbers (shards
+// named by numbers before their classes.txt named them, 2026-12-07).
+void vt_data_identity(const vt_data *d, int64_t *images, int64_t *classes, int64_t *numbered);
 
 // The data stream position of micro-batch mb of step `step` on this rank: its images are
 // positions first .. first + B - 1 (design.md: step s takes [s*G, (s+1)*G), DP rank d the d-th

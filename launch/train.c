@@ -315,10 +315,13 @@ static int run_open(train_run *r) {
   if (!r->rc && !ok && world_rank == 0) vt_log_error("%s", err);
   // The stream position of a resumed run counts in the training set it was saved with; another
   // is allowed (a new dataset to go on with), but the stream then holds other images.
-  if (ok && !o->eval_only) vt_data_identity(&r->data, &r->o.data_images, &r->o.data_classes);
+  int64_t numbered = 0;  // (the same shards, named by numbers when that run read them)
+  if (ok && !o->eval_only)
+    vt_data_identity(&r->data, &r->o.data_images, &r->o.data_classes, &numbered);
   if (ok && world_rank == 0 && start_step > 0 && !o->eval_only && saved->data_images > 0 &&
       o->data_images > 0 &&
-      (saved->data_images != o->data_images || saved->data_classes != o->data_classes))
+      (saved->data_images != o->data_images ||
+       (saved->data_classes != o->data_classes && saved->data_classes != numbered)))
     vt_log_warn("the checkpoint of step %lld was saved by a run whose --data held %lld images "
                 "(class names %08llx) and this one's holds %lld (%08llx): from here the data "
                 "stream holds other images than that run's", (long long)start_step,

@@ -268,6 +268,18 @@ PY
   --micro-batch-size 4 --global-batch-size 4 --steps 2 --threads 1 > "$work/prep_train.log" 2>&1 ||
   { echo "FAIL: training on prepared shards"; tail -5 "$work/prep_train.log"; fail=1; }
 
+# A run saved on shards read by their numbers (no classes.txt, as before it named them) resumes
+# on the same shards named by classes.txt without the warning that the data changed.
+mkdir "$work/prep_num" && cp "$work/prep/"*.tar "$work/prep_num/"
+num=(train --model tiny --img-size 32 --patch-size 8 --num-classes 3 --data "$work/prep_num"
+     --micro-batch-size 4 --global-batch-size 4 --steps 4 --threads 1 --save "$work/ck_num")
+"$vit3d" "${num[@]}" --run-steps 2 > /dev/null 2>&1 && cp "$work/prep/classes.txt" "$work/prep_num/"
+out=$("$vit3d" "${num[@]}" --resume auto 2>&1)
+if grep -q "resumed from" <<<"$out" && grep -q "prep_num: its classes are named by" <<<"$out" &&
+   ! grep -q "the data stream holds other images" <<<"$out"; then
+  echo "shards first read by numbers, then named by classes.txt: resumed without a data warning"
+else echo "FAIL: shards named after a run read them by numbers: $out"; fail=1; fi
+
 # A prepared folder missing one of its shards, or holding one cut short, is refused by its
 # shards.txt (fewer images were read without a word).
 cp -r "$work/prep" "$work/prep_gap" && rm "$work/prep_gap/shard-000001.tar"
