@@ -21,8 +21,8 @@
 #include "watchdog.h"
 
 // Whether the validation set is evaluated after step n (numbered from 1).
-static int eval_due(const vt_train_options *o, const vt_data *d, int64_t n, int64_t end_step) {
-  return d->has_val && (n == end_step || (o->eval_interval > 0 && n % o->eval_interval == 0));
+static int eval_due(const vt_train_options *o, const vt_data *d, int64_t n) {
+  return d->has_val && (n == o->steps || (o->eval_interval > 0 && n % o->eval_interval == 0));
 }
 
 // The validation set's figures after step n, and the EMA's where there is one.
@@ -247,7 +247,7 @@ int vt_train_step(train_run *r, int64_t step) {
     be->to_device(m->grads + (opt->base - m->grad_first), &bad, sizeof bad);
   }
   // Evaluation uses the training slots between steps: no prefetch into them before one.
-  x->prefetch_next = n < r->end_step && !eval_due(o, data, n, r->end_step);
+  x->prefetch_next = n < r->end_step && !eval_due(o, data, n);
   // (a micro-batch loaded ahead: its bad images count in the step that uses it, its wait for
   // the decoders in the step whose time it took, this one)
   const double wait0 = data->wait_s, loss_sum = vt_stage_run(x, r->acts, r->nacts, step);
@@ -314,7 +314,7 @@ int vt_train_step(train_run *r, int64_t step) {
   // preemption's grace may not last both. Otherwise the evaluation first, as the metrics line
   // is written: a background save reads the weights while an evaluation may swap the EMA in.
   if (save_now && stop) step_save(r, n, stop);
-  l.eval_now = eval_due(o, data, n, r->end_step);
+  l.eval_now = eval_due(o, data, n);
   if (l.eval_now) step_evaluate(r, n, &l);
   const int bad_val = l.eval_now && o->bad_image_fail && !stop && !stop_nonfinite &&
                       (l.ev.bad > 0 || l.ev_ema.bad > 0);

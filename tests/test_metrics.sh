@@ -74,6 +74,16 @@ if [ $rc -eq 5 ] && grep -q "ref.jsonl:11: a line cut short, left out" "$work/r2
   ok "--check-log leaves out a cut last line (and compares the rest: rc 5 for another --lr)"
 else bad "--check-log with a cut last line: rc $rc"; grep -i "check-log" "$work/r2.log"; fi
 
+# 3a. With --eval-interval 0 a --run-steps invocation evaluates only after the run's last step
+# (each invocation's last step was evaluated: the points depended on how the job was split).
+"$py" "$(dirname "$0")/make_images.py" "$work/ev" 2 4 32 > /dev/null
+ev=("${base[@]}" --data "$work/ev" --val-data "$work/ev" --num-classes 2 --steps 4 --save "$work/ck_ev")
+first=$(timeout 300 "$vit3d" "${ev[@]}" --run-steps 2 2>&1 | grep -c "^eval after")
+last=$(timeout 300 "$vit3d" "${ev[@]}" --resume auto 2>&1 | grep "^eval after" | cut -d: -f1)
+[ "$first" = 0 ] && [ "$last" = "eval after step 4" ] &&
+  ok "--eval-interval 0 with --run-steps: evaluated after step 4 only" ||
+  bad "--eval-interval 0 with --run-steps: $first evaluations in the first part, then '$last'"
+
 # 3b. A cut last line that the resume cannot drop (its rewrite refused: a folder in the way)
 # stays, and the resumed run's first line starts on a line of its own (it was glued to it).
 mkdir -p "$work/g" && cp "$work/ref.jsonl" "$work/g/metrics.jsonl" && mkdir "$work/g/metrics.jsonl.tmp"
