@@ -227,7 +227,7 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
     }
     fprintf(f, "shard-%06d.tar\t%lld\n", k, (long long)sb.st_size);
   }
-  if (st == VT_OK && (!f || fclose(f) != 0))
+  if ((f && fclose(f) != 0 && st == VT_OK) || (!f && st == VT_OK))
     st = vt_fail_input(err, errlen, "writing %s: %s", path, strerror(errno));
   // All whole: into OUT, the shards first, shards.txt, classes.txt last.
   for (int k = 0; st == VT_OK && k <= n + 1; k++) {
