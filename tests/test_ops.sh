@@ -204,18 +204,19 @@ done | tr '\n' ' ')
 mkdir -p "$work/args_a" "$work/args_b"
 echo "--steps 3" > "$work/args_a/run.args"
 echo "--bogus 1" > "$work/args_b/run.args"
-out=$(timeout 120 mpirun --oversubscribe -np 1 -wdir "$work/args_a" "$vit3d" "${common[@]}" \
-      --dp 2 @run.args : -np 1 -wdir "$work/args_b" "$vit3d" "${common[@]}" --dp 2 @run.args 2>&1)
-rc=$?
+two_args() {  # two ranks, each reading its own folder's run.args: out and rc
+  out=$(timeout 120 mpirun --oversubscribe -np 1 -wdir "$work/args_a" "$vit3d" "${common[@]}" \
+        --dp 2 @run.args : -np 1 -wdir "$work/args_b" "$vit3d" "${common[@]}" --dp 2 @run.args 2>&1)
+  rc=$?
+}
+two_args
 if [ $rc -eq 2 ] && grep -q "vit3d train (world rank 1): unknown flag '--bogus'" <<<"$out"; then
   ok "one rank's own @FILE refused: exit 2 on every rank, rank 0 saying rank 1's message"
 else bad "one rank refusing its flags: rc $rc: $(tail -3 <<<"$out")"; fi
 # Both read, but of other contents (a rank would finish early and the others wait for it until
 # the watchdog, or fail on an internal check of the mesh): refused at start, naming the rank.
 echo "--steps 4" > "$work/args_b/run.args"
-out=$(timeout 120 mpirun --oversubscribe -np 1 -wdir "$work/args_a" "$vit3d" "${common[@]}" \
-      --dp 2 @run.args : -np 1 -wdir "$work/args_b" "$vit3d" "${common[@]}" --dp 2 @run.args 2>&1)
-rc=$?
+two_args
 if [ $rc -eq 2 ] && grep -q "vit3d train: world rank 1 was started with other flags than rank 0" <<<"$out"; then
   ok "ranks started with other flags refused at start, naming the rank"
 else bad "ranks with other flags: rc $rc: $(tail -3 <<<"$out")"; fi
