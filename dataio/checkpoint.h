@@ -31,6 +31,8 @@ typedef struct {
   int64_t global_batch;
   int64_t adam_t;           // optimizer steps taken (Adam's bias corrections)
   int64_t adam_t0;          // the step count Adam's moments restarted at (vt_optimizer.t0; 0)
+  int64_t bad_images;       // training images found bad up to this step, the running total
+                            // metrics.jsonl logs (written only when > 0; 0 when absent)
   // The spike guard's statistics (vit/spike.h) of the loss [0] and the gradient norm [1]: values
   // taken, moving mean and variance (lines "spike_loss N MEAN VAR", "spike_norm ..."; absent:
   // none taken, as in manifests that predate them).

@@ -320,6 +320,8 @@ int vt_ckpt_manifest_format(const vt_ckpt_manifest *m, char *buf, size_t nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "adam_t0 %" PRId64 "\n", m->adam_t0);
   if (m->optim_from_layer && k < (int)nbytes)
     k += snprintf(buf + k, nbytes - (size_t)k, "optim_from_layer %d\n", m->optim_from_layer);
+  if (m->bad_images && k < (int)nbytes)
+    k += snprintf(buf + k, nbytes - (size_t)k, "bad_images %" PRId64 "\n", m->bad_images);
   for (int i = 0; i < N_SETTINGS && k < (int)nbytes; i++)
     k += setting_line(m, &k_settings[i], buf + k, nbytes - (size_t)k);
   for (int w = 0; w < 2; w++)  // %.17g: the doubles' very bits back
@@ -364,6 +366,7 @@ vt_status vt_ckpt_manifest_parse(const char *text, size_t nbytes, vt_ckpt_manife
       {"global_batch", 1, 1 << 30, &m->global_batch, 8, 0, 0},
       {"adam_t", 0, INT64_MAX / 2, &m->adam_t, 8, 0, 0},
       {"adam_t0", 0, INT64_MAX / 2, &m->adam_t0, 8, 1, 0},  // absent: 0
+      {"bad_images", 0, INT64_MAX / 2, &m->bad_images, 8, 1, 0},  // absent: 0
       {"lamb", 0, 1, &m->lamb, 4, 1, 0},  // absent: 0 (AdamW)
       {"sgd", 0, 2, &m->sgd, 4, 1, 0},    // absent: 0 (not SGD)
       {"lars", 0, 4, &m->lars, 4, 1, 0},  // absent: 0 (not LARS)

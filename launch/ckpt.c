@@ -392,8 +392,8 @@ void vt_ckpt_manifest_settings(vt_ckpt_manifest *man, const vt_train_options *o)
 }
 
 vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
-                       vt_comm *world, const vt_mesh *mesh, int64_t step, int wait, char *err,
-                       size_t errlen) {
+                       vt_comm *world, const vt_mesh *mesh, int64_t step, int64_t bad_images,
+                       int wait, char *err, size_t errlen) {
   finish(world, NULL, 0);  // its failure is said there; this save goes on regardless
   ckpt_writer *w = &g_writer;
   memset(w, 0, sizeof *w);
@@ -469,6 +469,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   w->man = (vt_ckpt_manifest){
       .step = step, .stream_position = step * o->global_batch,
       .global_batch = o->global_batch, .adam_t = opt->t, .adam_t0 = opt->t0, .seed = o->seed,
+      .bad_images = bad_images,
       .lamb = opt->cfg.kind == VT_OPT_LAMB,
       .sgd = opt->cfg.kind == VT_OPT_SGD ? 1 + opt->cfg.nesterov : 0,
       .lars = opt->cfg.kind == VT_OPT_LARS ? 1 + opt->cfg.nesterov + 2 * opt->cfg.trust_clip : 0,

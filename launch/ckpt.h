@@ -13,7 +13,8 @@
 #include "optim.h"
 #include "train.h"
 
-// Collective over world: saves the state after `step` steps into o->save_dir. World rank 0
+// Collective over world: saves the state after `step` steps into o->save_dir (with
+// bad_images, the training images found bad so far, for world rank 0's manifest). World rank 0
 // creates the files (their space reserved: a full disk fails now); each rank copies its slice
 // of the weights, the moments and the EMA to the host and writes it, in place or, with
 // o->async_save and not `wait`, on a thread while training goes on. At most one save is in
@@ -23,8 +24,8 @@
 // background; a failure (in the background: logged by rank 0 with its step when it is
 // finished) leaves the previous checkpoint intact.
 vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
-                       vt_comm *world, const vt_mesh *mesh, int64_t step, int wait, char *err,
-                       size_t errlen);
+                       vt_comm *world, const vt_mesh *mesh, int64_t step, int64_t bad_images,
+                       int wait, char *err, size_t errlen);
 // Collective over world: finishes a checkpoint being written in the background (waits for
 // every rank's part, commits it); its status on every rank (VT_OK when there is none).
 vt_status vt_ckpt_wait(vt_comm *world);

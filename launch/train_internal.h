@@ -67,6 +67,7 @@ typedef struct {
   double t_start, timed_s, busy_s;  // timed_s: the steps after the first, for the idle report;
                                     // busy_s: since the last rank report
   int64_t report_first, skipped, nonfinite_run;
+  int64_t bad_images;  // world rank 0: training images found bad since the run began
   char *ranks_json;
   size_t json_len;
   int rc;

@@ -52,7 +52,7 @@ static void step_save(train_run *r, int64_t n, int stop) {
   char err[1024];
   vt_watchdog_phase("checkpoint save", n, r->slow_limit);
   vt_range_push(r->be, "checkpoint save");
-  const int saved = vt_ckpt_save(&r->o, &r->m, &r->opt, r->world, &r->mesh, n,
+  const int saved = vt_ckpt_save(&r->o, &r->m, &r->opt, r->world, &r->mesh, n, r->bad_images,
                                  n == r->end_step || stop, err, sizeof err);
   vt_range_pop(r->be);
   if (saved == VT_OK) {
@@ -273,6 +273,8 @@ int vt_train_step(train_run *r, int64_t step) {
     vt_watchdog_phase("step", n, o->timeout_s);
   }
   if (sums[7] > 0) return stop_bad_image(r, n, 1);
+  // (world rank 0: the total since the run began, counting those before its checkpoint)
+  r->bad_images = r->saved.bad_images + (int64_t)sums[1];
   const double loss = sums[0] / o->global_batch;
   // a preemption signal on any rank, else SIGINT (Ctrl-C) on any: save and stop
   const int preempt = sums[2] > 0, interrupt = !preempt && sums[6] > 0;
@@ -302,7 +304,7 @@ int vt_train_step(train_run *r, int64_t step) {
       n < r->end_step)
     vt_stage_retime(x, world, r->acts, &r->nacts, r->cap, r->nslots, r->nwsets);
   vt_step_log l = {.step = n, .loss = loss, .gnorm = gnorm, .img_s = o->global_batch / (t1 - t0),
-                   .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = (int64_t)sums[1],
+                   .step_ms = 1e3 * (t1 - t0), .lr = lr, .bad_images = r->bad_images,
                    .image_flops = vt_config_train_flops(&o->model, r->m.frozen_layers),
                    .data_wait_ms = sums[5] > 0 ? 1e3 * sums[4] / sums[5] : -1.0,
                    .skipped = r->skipped, .ranks_json = r->ranks_json};

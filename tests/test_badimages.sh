@@ -75,7 +75,7 @@ if [ $rc -eq 1 ] && grep -q "every image of class 'b' is bad" "$work/allbad.log"
   echo "ok: a class of bad files only stops the run, saying what to mend"
 else echo "FAIL: a class of bad files only: rc $rc"; tail -3 "$work/allbad.log"; fail=1; fi
 timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --log-dir "$work/skip" \
-  --save "$work/ckpt" --final-weights "$work/skip/weights.safetensors" \
+  --save "$work/ckpt" --save-interval 5 --final-weights "$work/skip/weights.safetensors" \
   > "$work/skip.log" 2>&1 || { echo "FAIL: the skip run did not complete"; tail -20 "$work/skip.log"; fail=1; }
 bad=$("$py" -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])['bad_images'])" \
       "$work/skip/metrics.jsonl" 2>/dev/null)
@@ -84,6 +84,15 @@ for f in zz_empty zz_truncated.png zz_corrupt zz_text zz_format zz_bomb.png zz_t
   grep -q "$f" "$work/skip.log" || { echo "FAIL: no warning names $f"; fail=1; }
 done
 echo "skip: one epoch, bad_images = $bad; warnings:"; grep -h "zz_" "$work/skip.log" | sort -u | head -12
+# A resume goes on counting from its checkpoint's total (the same figures as the whole run).
+timeout 300 mpirun -np 2 --oversubscribe "$vit3d" "${args[@]}" --log-dir "$work/skip10" \
+  --resume "$work/ckpt/step-00000010" --final-weights "$work/skip10/weights.safetensors" \
+  > "$work/skip10.log" 2>&1 && "$py" "$(dirname "$0")/compare_runs.py" "$work/skip" "$work/skip10" ||
+  { echo "FAIL: the resume from step 10 is not the skip run"; tail -5 "$work/skip10.log"; fail=1; }
+bad10=$("$py" -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])['bad_images'])" \
+        "$work/skip10/metrics.jsonl" 2>/dev/null)
+if [ "$bad10" != "$bad" ]; then echo "FAIL: the resume from step 10 counts '$bad10' bad images"; fail=1
+else echo "ok: the resume from step 10 ends counting $bad10 bad images, as the whole run"; fi
 if grep -q "2 files in the class folders are not images by their extension" \
      "$work/skip.log" && ! grep -q "README.txt:\|Thumbs.db:" "$work/skip.log"; then
   echo "ok: README.txt and Thumbs.db left out of the dataset (said once), not bad images"
