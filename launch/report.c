@@ -345,7 +345,8 @@ void vt_report_step(const vt_train_options *o, vt_metrics_log *metrics, vt_tfeve
     if (fclose(line) == 0) vt_metrics_write(metrics, l->step, text, text_len);
     free(text);
   }
-  if (l->step % o->log_interval == 0 || l->step == 1 || l->step == o->steps) {
+  // (every --log-interval steps, the first of this invocation, fresh or resumed, and the last)
+  if (l->step % o->log_interval == 0 || steps_done == 1 || l->step == o->steps) {
     double eta = t_elapsed / (double)steps_done * (double)(o->steps - l->step);
     char mfu_s[32] = "", wait_s[48] = "";
     if (o->peak_tflops > 0) snprintf(mfu_s, sizeof mfu_s, " | mfu %.1f%%", 100 * mfu);

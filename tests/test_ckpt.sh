@@ -70,7 +70,11 @@ must run sgd_first 8 "${sgd[@]}" --save "$work/ck_sgd" --save-interval 10 --run-
 must run sgd_second 8 "${sgd[@]}" --save "$work/ck_sgd" --resume auto --final-ema "$work/sgd_ema_second.st"
 # (each resume below must say so: a --resume auto that found no usable checkpoint would start
 # from step 0 and end with the same weights)
-resumed() { grep -q "resumed from .*step-$2" "$work/$1.log" || { echo "    $1 did not resume from step $2"; return 1; }; }
+# (and a resume prints the progress line of its first step, whatever --log-interval)
+resumed() {
+  grep -q "resumed from .*step-$2" "$work/$1.log" || { echo "    $1 did not resume from step $2"; return 1; }
+  grep -Eq "^step +$((10#$2 + 1))/" "$work/$1.log" || { echo "    $1 printed no line of its first step"; return 1; }
+}
 if resumed sgd_second 00000010 &&
    cmp -s "$work/sgd_straight/weights.safetensors" "$work/sgd_second/weights.safetensors" &&
    cmp -s "$work/sgd_ema_straight.st" "$work/sgd_ema_second.st" &&
