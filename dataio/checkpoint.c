@@ -261,7 +261,7 @@ static vt_status recovered_manifest(const char *tmp, vt_ckpt_manifest *m, int *f
   if (st != VT_ERR_INPUT) return st;
   char path[1400], why[600];
   snprintf(path, sizeof path, "%.1300s/manifest.txt", tmp);
-  if (access(path, F_OK) == 0 && vt_ckpt_check(tmp, m, 0, why, sizeof why) == VT_OK)
+  if (access(path, F_OK) == 0 && vt_ckpt_check(tmp, m, 0, NULL, why, sizeof why) == VT_OK)
     return VT_OK;
   return st;
 }
@@ -455,7 +455,7 @@ vt_status vt_ckpt_commit(const char *save_dir, const char *tmp_dir, const vt_ckp
   char why[600];
   struct stat sd;
   if (stat(final_dir, &sd) == 0) {
-    const vt_status st = vt_ckpt_check(final_dir, &same, 0, why, sizeof why);
+    const vt_status st = vt_ckpt_check(final_dir, &same, 0, NULL, why, sizeof why);
     set_aside(save_dir, m->step, m->step, st == VT_OK ? NULL : why);
   }
   vt_remove_dir(final_dir);  // (one that could not be set aside: its step is this save's)
@@ -540,9 +540,9 @@ static vt_status check_dir(const char *dir, vt_ckpt_manifest *m, int crc, const 
   return VT_OK;
 }
 
-vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err,
-                        size_t errlen) {
-  return check_dir(dir, m, crc, NULL, err, errlen);
+vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, const char *only,
+                        char *err, size_t errlen) {
+  return check_dir(dir, m, crc, only, err, errlen);
 }
 
 vt_status vt_ckpt_verify(const char *dir, vt_ckpt_manifest *m, char *err, size_t errlen) {

@@ -252,9 +252,10 @@ vt_status vt_ckpt_manifest_read(const char *dir, vt_ckpt_manifest *m, char *err,
 vt_status vt_ckpt_verify_file(const char *dir, vt_ckpt_manifest *m, const char *file, char *err,
                               size_t errlen);
 // The same, the CRC-32s only with crc (without: the manifest and the sizes, for a reader that
-// checks the CRC-32s as it reads the files: launch/ckpt_resume.c).
-vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, char *err,
-                        size_t errlen);
+// checks the CRC-32s as it reads the files: launch/ckpt_resume.c), of every file or of the one
+// named only where it is listed (an evaluation reads the weights alone).
+vt_status vt_ckpt_check(const char *dir, vt_ckpt_manifest *m, int crc, const char *only,
+                        char *err, size_t errlen);
 // The steps of the checkpoints under save_dir in the order --resume auto tries them: the step-N
 // folders from newest to oldest (the cap newest). Returns how many (at most cap).
 int vt_ckpt_candidates(const char *save_dir, int64_t *steps, int cap);

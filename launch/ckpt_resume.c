@@ -242,12 +242,20 @@ static int sgd_adam_layout(const char *dir, const vt_param_table *t) {
   return adam;
 }
 
+// The one file of a checkpoint an evaluation reads (the weights, or with --use-ema the EMA),
+// whose other files may be damaged; NULL for a training run, which needs them all.
+static const char *eval_reads(const vt_train_options *o) {
+  return !o->eval_only ? NULL : o->use_ema ? "ema.safetensors" : "model.safetensors";
+}
+
 // Collective over world: the CRC-32 of each file the ranks read together, from their shares,
 // against the manifest (rank 0's); a file they did not read whole (the EMA without
-// --model-ema, the moments in an evaluation) rank 0 reads itself. VT_ERR_INPUT with "DIR is
-// damaged: ..." in err on rank 0 when one differs; the verdict is every rank's.
+// --model-ema) rank 0 reads itself; of the one file named only where that is not NULL.
+// VT_ERR_INPUT with "DIR is damaged: ..." in err on rank 0 when one differs; the verdict is
+// every rank's.
 static vt_status check_files(vt_comm *world, const char *dir, const vt_ckpt_manifest *man,
-                             const vt_read_check *checks, char *err, size_t errlen) {
+                             const vt_read_check *checks, const char *only, char *err,
+                             size_t errlen) {
   uint32_t share[3];
   double bytes[3];
   for (int i = 0; i < 3; i++) share[i] = checks[i].share, bytes[i] = (double)checks[i].nbytes;
@@ -255,6 +263,7 @@ static vt_status check_files(vt_comm *world, const char *dir, const vt_ckpt_mani
   vt_comm_all_reduce_double(world, bytes, 3, VT_REDUCE_SUM);
   vt_status st = VT_OK;
   for (int j = 0; vt_comm_rank(world) == 0 && st == VT_OK && j < man->nfiles; j++) {
+    if (only && strcmp(man->file[j], only) != 0) continue;
     char name[64];
     int i = 0;
     for (; i < 3; i++) {
@@ -299,7 +308,8 @@ static double propose(const vt_train_options *o, const char *folder, int in_fold
     char why[600];
     while (found < 0 && *next < ncand) {
       vt_ckpt_step_dir(folder, cand[(*next)++], dir, dirlen);
-      if (vt_ckpt_check(dir, man, 0, why, sizeof why) == VT_OK) found = (double)man->step;
+      if (vt_ckpt_check(dir, man, 0, eval_reads(o), why, sizeof why) == VT_OK)
+        found = (double)man->step;
       else vt_log_warn("%s; trying older checkpoints", why), (*skipped)++;
     }
     if (found < 0 && auto_mode && ncand == 0 && o->resume_fallback[0])
@@ -320,7 +330,8 @@ static double propose(const vt_train_options *o, const char *folder, int in_fold
     }
   } else {
     snprintf(dir, dirlen, "%s", o->resume);
-    found = vt_ckpt_check(dir, man, 0, err, errlen) == VT_OK ? (double)man->step : -2;
+    found = vt_ckpt_check(dir, man, 0, eval_reads(o), err, errlen) == VT_OK ? (double)man->step
+                                                                             : -2;
   }
   if (found >= 0 && check_manifest(o, man, dir, err, errlen) != VT_OK) found = -2;
   return found;
@@ -722,7 +733,7 @@ static vt_status resume_from(const vt_train_options *o, vt_model *m, vt_optimize
     if (bad[0]) {  // the checkpoint is damaged, or a rank cannot read it
       vt_ckpt_manifest again;
       char why[600];
-      if (rank0 && vt_ckpt_verify(dir, &again, why, sizeof why) != VT_OK)
+      if (rank0 && vt_ckpt_check(dir, &again, 1, eval_reads(o), why, sizeof why) != VT_OK)
         bad[1] = 1, snprintf(err, errlen, "%s", why);
       vt_comm_all_reduce_double(world, bad + 1, 1, VT_REDUCE_MAX);
       if (!bad[1]) {  // complete as rank 0 sees it: a rank's own trouble, said by rank 0
@@ -731,7 +742,7 @@ static vt_status resume_from(const vt_train_options *o, vt_model *m, vt_optimize
         break;
       }
     }
-    if (bad[1] || check_files(world, dir, &man, checks, err, errlen) != VT_OK) {
+    if (bad[1] || check_files(world, dir, &man, checks, eval_reads(o), err, errlen) != VT_OK) {
       if (!in_folder) {
         result = VT_ERR_INPUT;
         break;
@@ -742,6 +753,12 @@ static vt_status resume_from(const vt_train_options *o, vt_model *m, vt_optimize
     }
     if (rank0 && in_folder && skipped)
       vt_log_warn("using the previous complete checkpoint %s", dir);
+    vt_ckpt_manifest all;
+    char why[600];
+    if (rank0 && eval_reads(o) && vt_ckpt_check(dir, &all, 0, NULL, why, sizeof why) != VT_OK)
+      vt_log_warn("%s; its %s verifies (size and CRC-32), and is what is evaluated (it cannot "
+                  "be resumed: vit3d inspect %s says which of its files verify)", why,
+                  eval_reads(o), dir);
     if (rank0 && in_folder) vt_ckpt_latest_differs(folder, man.step);
     // (without --resume-override another frozen set is refused: vt_ckpt_check_optim)
     if (!o->eval_only && o->resume_override && vt_opt_state_buffers(opt->cfg.kind) == 2 &&

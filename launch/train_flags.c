@@ -176,7 +176,8 @@ static int last_at(int argc, char **argv, const char *flag) {
 }
 
 // The manifest of the checkpoint vit3d eval --checkpoint names (a --save folder: its newest
-// whose manifest and sizes check; the CRC-32s are checked as it is read): 1, or 0 where there
+// whose manifest and weights' size check, those it evaluates; the CRC-32s are checked as they
+// are read): 1, or 0 where there
 // is none (the load then says why), -1 with err where it names one checkpoint that is damaged
 // (refused before a model is built).
 // Its folder goes to o->eval_adopted: the load that finds it damaged and takes an older one
@@ -191,7 +192,8 @@ static int eval_manifest(vt_train_options *o, vt_ckpt_manifest *m, char *err, si
     char dir[1100];
     if (one) snprintf(dir, sizeof dir, "%s", path);
     else vt_ckpt_step_dir(path, steps[i], dir, sizeof dir);
-    if (vt_ckpt_check(dir, m, 0, err, errlen) == VT_OK) {
+    if (vt_ckpt_check(dir, m, 0, o->use_ema ? "ema.safetensors" : "model.safetensors", err,
+                      errlen) == VT_OK) {
       snprintf(o->eval_adopted, sizeof o->eval_adopted, "%s", dir);
       return 1;
     }

@@ -373,6 +373,16 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "is damaged: optim.safetensors has CRC-32" <<<"$out"; then
   echo "ok: damaged --resume DIR refused: $(grep -o 'is damaged.*' <<<"$out")"
 else echo "FAIL: damaged checkpoint: rc $rc: $out"; fail=1; fi
+# vit3d eval reads the weights alone: that checkpoint evaluates as the intact one (and one whose
+# model.safetensors is damaged is refused).
+out=$("$vit3d" eval --checkpoint "$work/bad" --val-data "$work/ev_imgs" --threads 1 2>&1); rc=$?
+cp -r "$work/ck/step-00000004" "$work/bad_w"
+printf 'xx' | dd of="$work/bad_w/model.safetensors" bs=1 seek=300 conv=notrunc 2>/dev/null
+out2=$("$vit3d" eval --checkpoint "$work/bad_w" --val-data "$work/ev_imgs" --threads 1 2>&1); rc2=$?
+if [ $rc -eq 0 ] && [ "$(grep "^eval:" <<<"$out")" = "$(grep "^eval:" <<<"$out3")" ] &&
+   [ $rc2 -eq 2 ] && grep -q "is damaged: model.safetensors has CRC-32" <<<"$out2"; then
+  echo "ok: vit3d eval of a checkpoint whose optimizer state alone is damaged evaluates its weights"
+else echo "FAIL: eval with a damaged optim.safetensors: rc $rc: $out / rc $rc2: $out2"; fail=1; fi
 # The start-up disk plan counts what --keep-last K really keeps at once: the newest K, the
 # older --keep-every milestones and the one being written (steps 1-12, K 3, every 4th: 9, 10,
 # 11, the milestones 4 and 8, and 12 being written), and no more than the run saves.
@@ -630,8 +640,8 @@ else echo "FAIL: a resume in another --precision: rc $rc: $out"; fail=1; fi
 # Damage --resume auto passes over: a lost optimizer file, and a manifest whose one value was
 # changed (its seal, the last line's CRC-32, no longer matches; a step-N folder whose manifest
 # is of another step likewise). The run's save of that step sets the damaged one aside as
-# damaged-step-N (it was deleted without a word); inspect says which of its files verify and
-# export takes its weights.
+# damaged-step-N (it was deleted without a word); inspect says which of its files verify, and
+# export and eval take its weights.
 "$vit3d" "${own[@]}" --save "$work/dmg" > /dev/null 2>&1
 cp -a "$work/dmg" "$work/dmg2"
 rm "$work/dmg/step-00000006/optim.safetensors"
@@ -652,9 +662,9 @@ if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resumed from .*dmg/step-00000004"
    grep -q "^  optim.safetensors    cannot open" <<<"$out3" &&
    [ $rc4 -eq 0 ] && grep -q "its model.safetensors verifies (size and CRC-32), and is what is exported" <<<"$out4" &&
    "$vit3d" inspect "$work/dmg6.safetensors" | grep -q "vit3d_step: 6" &&
-   [ $rc5 -eq 2 ] && grep -q "damaged-step-00000006 says which of its files verify" <<<"$out5" &&
-   ! grep -q "model vit-ti16" <<<"$out5"; then
-  echo "ok: a lost optimizer file and a changed manifest are passed over as damaged, set aside as damaged-step-N, their weights still exported"
+   [ $rc5 -eq 0 ] && grep -q "^eval: " <<<"$out5" &&
+   grep -q "damaged-step-00000006 is damaged: cannot open .*optim.safetensors.*; its model.safetensors verifies (size and CRC-32), and is what is evaluated" <<<"$out5"; then
+  echo "ok: a lost optimizer file and a changed manifest are passed over as damaged, set aside as damaged-step-N, their weights still exported and evaluated"
 else echo "FAIL: damaged checkpoints: rc $rc $out / rc $rc2 $out2 / rc $rc3 $out3 / rc $rc4 $out4 / rc $rc5 $out5"; ls "$work/dmg" "$work/dmg2"; fail=1; fi
 # A linear probe resumed with its blocks unfrozen (--resume-override 1): their Adam moments
 # start at zero under the checkpoint's step count 20, whose bias correction would make their
