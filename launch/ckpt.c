@@ -483,7 +483,7 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .parallel = c->parallel, .class_token = !c->no_class_token, .gelu_tanh = c->gelu_tanh,
       .quick_gelu = c->quick_gelu,
       .pos_sincos = c->pos_sincos, .pre_logits = c->pre_logits,
-      .mlp_ratio = c->mlp_ratio, .mlp_dim = vt_cfg_mlp_hidden(c), .pre_norm = c->pre_norm,
+      .mlp_ratio = (float)c->mlp_ratio, .mlp_dim = vt_cfg_mlp_hidden(c), .pre_norm = c->pre_norm,
       .norm_eps = vt_cfg_norm_eps(c), .tp = mesh->tp_size,
       .pp = mesh->pp_size, .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp,
       .optim_from_layer = m->frozen_layers};

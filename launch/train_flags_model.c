@@ -13,7 +13,7 @@ const vt_train_flag vt_train_flags_model[] = {
     {"--width", VT_OPT_INT, IN_OPTIONS(model.width), 1, 16384, "C", "embedding width", NULL},
     {"--depth", VT_OPT_INT, IN_OPTIONS(model.depth), 1, 1024, "L", "transformer blocks", NULL},
     {"--heads", VT_OPT_INT, IN_OPTIONS(model.heads), 1, 1024, "H", "attention heads", NULL},
-    {"--mlp-ratio", VT_OPT_FLOAT, IN_OPTIONS(model.mlp_ratio), 0.01, 64, "R",
+    {"--mlp-ratio", VT_OPT_DOUBLE, IN_OPTIONS(model.mlp_ratio), 0.01, 64, "R",
      "MLP hidden width / width", NULL},
     {"--mlp-dim", VT_OPT_INT, IN_OPTIONS(model.mlp_dim), 0, 1 << 20, "F",
      "the MLP's hidden width, in place of width x --mlp-ratio (big_vision's mlp_dim: SigLIP "

@@ -30,7 +30,7 @@ vt_status vt_config_preset(const char *name, vt_vit_config *cfg, char *err, size
     cfg->width = PRESETS[i].width;
     cfg->depth = PRESETS[i].depth;
     cfg->heads = PRESETS[i].heads;
-    cfg->mlp_ratio = 4.0f;
+    cfg->mlp_ratio = 4.0;
     cfg->num_classes = PRESETS[i].classes;
     cfg->norm_eps = 1e-6f;  // timm's ViT
     return VT_OK;
@@ -43,7 +43,7 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
   const char *why = NULL;
   char buf[256];
   if (c->img_size <= 0 || c->patch_size <= 0 || c->width <= 0 || c->depth <= 0 ||
-      c->heads <= 0 || c->num_classes <= 0 || !(c->mlp_ratio > 0.0f))
+      c->heads <= 0 || c->num_classes <= 0 || !(c->mlp_ratio > 0.0))
     why = "every size must be positive (img-size, patch-size, width, depth, heads, mlp-ratio, "
           "num-classes)";
   else if (c->img_size % c->patch_size != 0) {
@@ -56,7 +56,7 @@ vt_status vt_config_validate(const vt_vit_config *c, char *err, size_t errlen) {
   } else if (c->mlp_dim < 0)
     why = "mlp-dim must be 0 (from mlp-ratio) or the MLP's hidden width";
   else if (c->mlp_dim == 0 && (vt_cfg_mlp_hidden(c) <= 0 ||
-                               (float)vt_cfg_mlp_hidden(c) != (float)c->width * c->mlp_ratio)) {
+                               vt_cfg_mlp_hidden(c) != c->width * c->mlp_ratio)) {
     snprintf(buf, sizeof buf, "width %d x mlp-ratio %g is not a whole number: give the MLP's "
              "hidden width with --mlp-dim", c->width, c->mlp_ratio);
     why = buf;

@@ -15,7 +15,8 @@ typedef struct {
   int width;        // C
   int depth;        // transformer blocks
   int heads;        // H
-  float mlp_ratio;  // F = C * mlp_ratio, unless mlp_dim is set
+  double mlp_ratio;  // F = C * mlp_ratio, whole (in double, as timm's int(C * mlp_ratio)),
+                     // unless mlp_dim is set
   int mlp_dim;      // F when > 0, whatever mlp_ratio says (big_vision's mlp_dim: SigLIP So400m's
                     // 4304 over width 1152, a ratio no float writes exactly); 0: from mlp_ratio
   int num_classes;  // K
@@ -96,7 +97,7 @@ static inline int vt_cfg_head_in(const vt_vit_config *c) {
   return c->pre_logits > 0 ? c->pre_logits : c->width;
 }
 static inline int vt_cfg_mlp_hidden(const vt_vit_config *c) {
-  return c->mlp_dim > 0 ? c->mlp_dim : (int)((float)c->width * c->mlp_ratio);
+  return c->mlp_dim > 0 ? c->mlp_dim : (int)(c->width * c->mlp_ratio);
 }
 
 // Fills cfg from a preset name (vit-ti16, vit-s16, vit-b16, vit-l16, vit-h14; also "tiny", a
