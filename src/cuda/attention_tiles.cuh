@@ -174,9 +174,8 @@ static inline void fa_smem_allow(const char *op, const void *kernel, size_t need
                                  int *allowed) {
   VT_CHECK(need <= smem_optin(),
            "%s: head dim D=%lld needs %zu bytes of shared memory per block in %s precision, "
-           "more than this GPU's %zu (start-up checks the usual kernels, vt_cuda_attention_smem; "
-           "this call took another, as the WMMA kernels for tensors not 16-byte aligned): use "
-           "more heads of a smaller dim",
+           "more than this GPU's %zu (vit3d train's start-up checks this, "
+           "vt_cuda_attention_smem): use more heads of a smaller dim",
            op, (long long)D, need, vt_cuda_bf16() ? "bf16" : "fp32", smem_optin());
   if ((size_t)*allowed < need) {
     VT_CUDA_CHECK(

@@ -94,6 +94,16 @@ static __global__ void latent_bwd_kernel(float *dq_part, T *dkv, float *dkv32, c
   }
 }
 
+// dq (C) = the per-sample rows of dq_part (B, C) summed in sample order 0..B-1 (vt_ops.h), a
+// thread per column.
+static __global__ void latent_dq_sum_kernel(float *dq, const float *dq_part, int64_t B, int64_t C) {
+  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < B; b++) acc += dq_part[b * C + c];
+  dq[c] = acc;
+}
+
 // What a block may hold beside the kernels' static red[] (1 KiB): the GPU's opt-in limit, which
 // each kernel opts in to (la_smem) past the default 48 KiB.
 static size_t la_limit(void) { return smem_optin() - VT_TREE_THREADS * sizeof(float); }
@@ -156,8 +166,9 @@ static void latent_bwd(float *dq, float *dkv, float *dbias, const float *dout, c
       dq_part, (T *)dkv, dkv32, (const T *)dout, (const T *)q, (const T *)kv, (const T *)out, lse,
       (int)N, (int)H, (int)D, 1.0f / sqrtf((float)D));
   VT_CUDA_CHECK_LAUNCH();
-  VT_CUDA_CHECK(cudaMemsetAsync(dq, 0, (size_t)C * sizeof(float), vt_cuda_stream()));
-  colsum_final(dq, dq_part, NULL, NULL, B, C);
+  latent_dq_sum_kernel<<<(unsigned)((C + 255) / 256), 256, 0, vt_cuda_stream()>>>(dq, dq_part,
+                                                                                  B, C);
+  VT_CUDA_CHECK_LAUNCH();
   if (!dbias) return;
   float *part = (float *)(base + at_part);
   if (bf16_bias) colsum_acc(dbias, dkv, 1, vt_src_plain{dkv32}, part, rows, ld);
