@@ -42,7 +42,8 @@ const vt_train_flag vt_train_flags_run[] = {
     {"--momentum", VT_OPT_FLOAT, IN_OPTIONS(optim.momentum), 0, 0.9999, "M",
      "SGD's and LARS's momentum (timm's --momentum)", NULL},
     {"--opt-eps", VT_OPT_FLOAT, IN_OPTIONS(optim.eps), 1e-12, 1, "EPS",
-     "the optimizer's epsilon (timm's --opt-eps)", NULL},
+     "the optimizer's epsilon (timm's --opt-eps, given: left out, timm takes each optimizer's "
+     "own, Lamb's 1e-6, AdamW's 1e-8)", NULL},
     {"--lr", VT_OPT_FLOAT, IN_OPTIONS(optim.lr), 0, 10, "LR", "peak learning rate", NULL},
     {"--min-lr", VT_OPT_FLOAT, IN_OPTIONS(optim.min_lr), 0, 10, "LR",
      "learning rate at the end of the decay (cosine or linear)", NULL},

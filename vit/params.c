@@ -237,11 +237,10 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
     // cls_token and reg_token stay adjacent: the embedding reads them as one (1 + R, C) block
     // (R, C without the class token).
     // reg_token is initialised as timm does (normal, std 1e-6) and, like the class token, not
-    // decayed (timm's no_weight_decay names only pos_embed, cls_token and dist_token, so timm
-    // decays it; here it counts as the token embedding it is). Layer-wise lr decay puts it in
-    // layer 0 with the embeddings, as DINOv2's own get_vit_lr_decay_rate does with its
-    // register_tokens (timm's group_matcher matches no reg_token, which so lands in the last
-    // group with the head: a run matching timm's fine-tuning there differs in this tensor).
+    // decayed; layer-wise lr decay puts it in layer 0 with the embeddings, as DINOv2's own
+    // get_vit_lr_decay_rate does with its register_tokens. timm 0.9.16 decays it and puts it in
+    // the last group with the head (a review found newer timm doing as here): a run matching a
+    // fine-tuning with that timm differs in this tensor.
     if (!cfg->no_class_token)
       add(&b, 0, VT_INIT_NORMAL, 1e-6f, 0, VT_TP_REPLICATED, 3, (int64_t[]){1, 1, C}, "cls_token");
     if (R > 0)
