@@ -1,6 +1,6 @@
 // gemm.c: the CPU GEMM (OpenBLAS sgemm, or plain loops when VT_BLAS is off) and the Linear op.
-// One thread pool: OpenBLAS runs single-threaded and vt_cpu_sgemm splits the output over the
-// OpenMP threads. Two pools (OpenMP's and OpenBLAS's own pthreads) on the same cores spin
+// One thread pool: OpenBLAS runs single-threaded and vt_cpu_sgemm splits the output into bands
+// the OpenMP threads share. Two pools (OpenMP's and OpenBLAS's own pthreads) on the same cores spin
 // against each other after every call; measured 3x slower on 2 cores (tests/bench_cpu.sh).
 #include <string.h>
 
@@ -8,9 +8,6 @@
 #ifdef VT_HAVE_BLAS
 #include <cblas.h>
 #undef I  // OpenBLAS pulls in complex.h, whose I would clash with dimension names
-#endif
-#ifdef _OPENMP
-#include <omp.h>
 #endif
 
 void vt_cpu_sgemm_serial(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -37,17 +34,29 @@ void vt_cpu_sgemm_serial(int trans_a, int trans_b, int64_t M, int64_t N, int64_t
 #endif
 }
 
+// The bands vt_cpu_sgemm splits a GEMM's output into: a function of the shape alone, never of
+// the thread count, so the sgemm calls (and OpenBLAS's choice of kernel for each: its
+// small-matrix kernels round otherwise) and hence the bits are the same on any number of
+// threads. At least 2^20 multiply-adds and 16 rows (or columns) a band, at most 8 bands (each
+// sgemm call packs the whole other operand again: 16 bands made a ViT-Ti/16 step on 2 threads 9%
+// slower than a band per thread, 8 bands 4%); a power of two, so 2, 4 and 8 threads share them
+// evenly.
+static int64_t gemm_bands(int64_t len, int64_t M, int64_t N, int64_t K) {
+  int64_t n = M * N * K >> 20;
+  n = n < len / 16 ? n : len / 16;
+  return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
+}
+
 void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                   int64_t ldc) {
-#ifdef _OPENMP
-  const int threads = omp_get_max_threads();
-  if (threads > 1 && (M >= 2 * threads || N >= 2 * threads) && M * N * K >= (1 << 18)) {
-    // Split the longer side of C into one band per thread (rows of op(A) or columns of op(B)).
-    const int by_rows = M >= N;
-    const int64_t len = by_rows ? M : N, band = (len + threads - 1) / threads;
+  // Bands of the longer side of C (rows of op(A) or columns of op(B)), run by the OpenMP threads.
+  const int by_rows = M >= N;
+  const int64_t len = by_rows ? M : N, nbands = gemm_bands(len, M, N, K);
+  if (nbands > 1) {
+    const int64_t band = (len + nbands - 1) / nbands;
 #pragma omp parallel for schedule(static)
-    for (int t = 0; t < threads; t++) {
+    for (int64_t t = 0; t < nbands; t++) {
       const int64_t lo = t * band, n = lo + band < len ? band : len - lo;
       if (n <= 0) continue;
       if (by_rows)
@@ -59,7 +68,6 @@ void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, flo
     }
     return;
   }
-#endif
   vt_cpu_sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
