@@ -213,8 +213,8 @@ vt_status vt_cli_expand(int argc, char **argv, int *out_argc, char ***out_argv, 
       const char *q = memchr(start, '"', (size_t)(p - start));
       if (!q) q = memchr(start, '\'', (size_t)(p - start));
       if (q) {
-        snprintf(err, errlen, "arguments file %s: '%.*s' holds a quote: the file's words are "
-                 "split at white space, with no quoting (nor spaces inside a value)",
+        snprintf(err, errlen, "arguments file %s: the word %.*s holds a quote: the file's "
+                 "words are split at white space, with no quoting (nor spaces inside a value)",
                  argv[i] + 1, (int)(p - start), start);
         free(text);
         vt_cli_free(n, v);

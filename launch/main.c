@@ -106,10 +106,17 @@ static int cmd_export(int argc, char **argv) {
       {"--use-ema", VT_OPT_INT, &use_ema, 0, 0, 1, "N",
        "1: the EMA weights (saved with --model-ema) instead of the weights", NULL},
   };
-  if (vt_cli_parse(opts, 3, argc, argv, err, sizeof err) != VT_OK || !ckpt[0] || !out[0]) {
-    fprintf(stderr,
-            "%s%susage: vit3d export --checkpoint DIR --out FILE.safetensors [--use-ema 1]\n",
-            ckpt[0] && out[0] ? err : "", ckpt[0] && out[0] ? "\n" : "");
+  static const char usage_line[] =
+      "usage: vit3d export --checkpoint DIR --out FILE.safetensors [--use-ema 1]\n";
+  if (argc == 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
+    printf("%s", usage_line);
+    return 0;
+  }
+  const vt_status parsed = vt_cli_parse(opts, 3, argc, argv, err, sizeof err);
+  if (parsed != VT_OK || !ckpt[0] || !out[0]) {
+    fprintf(stderr, "vit3d export: %s\n%s", parsed != VT_OK ? err
+                                             : !ckpt[0] ? "--checkpoint DIR is missing"
+                                                        : "--out FILE is missing", usage_line);
     return 2;
   }
   vt_ckpt_manifest man;
@@ -189,7 +196,12 @@ static int cmd_prepare(int argc, char **argv) {
   }
   char *end = NULL;
   long long per = argc == 4 ? strtoll(argv[3], &end, 10) : 5000;
-  if ((argc == 3 || argc == 4) && strcmp(argv[0], "shards") == 0 && (!end || !*end) && per > 0) {
+  if (argc == 4 && strcmp(argv[0], "shards") == 0 && (*end || end == argv[3] || per <= 0)) {
+    fprintf(stderr, "vit3d prepare shards: SAMPLES_PER_SHARD '%s' is not a whole number above 0 "
+            "(5000 when left out)\n", argv[3]);
+    return 2;
+  }
+  if ((argc == 3 || argc == 4) && strcmp(argv[0], "shards") == 0) {
     int64_t samples;
     int shards;
     const vt_status st = vt_prepare_shards(argv[1], argv[2], per, &samples, &shards, err,
@@ -203,13 +215,14 @@ static int cmd_prepare(int argc, char **argv) {
            shards, shards == 1 ? "" : "s", argv[2], argv[2], argv[2], argv[2]);
     return 0;
   }
-  fprintf(stderr, "usage: vit3d prepare fashion-mnist OUT_DIR\n"
+  const int help = argc == 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"));
+  fprintf(help ? stdout : stderr, "usage: vit3d prepare fashion-mnist OUT_DIR\n"
                   "  converts Debian's dataset-fashion-mnist files into OUT_DIR/train and "
                   "OUT_DIR/val\n  (ImageFolder trees of PNG files, 10 classes)\n"
                   "usage: vit3d prepare shards SRC OUT_DIR [SAMPLES_PER_SHARD]\n"
                   "  rewrites the dataset SRC (a class folder tree, a list file or shards) as "
                   "tar shards in\n  webdataset's layout, 5000 samples each by default\n");
-  return 2;
+  return help ? 0 : 2;
 }
 
 int main(int argc, char **argv) {

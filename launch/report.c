@@ -45,8 +45,11 @@ void vt_report_schedule(const vt_optim_config *oc) {
   if (oc->sched != VT_SCHED_CONSTANT && oc->total_steps > oc->warmup_steps)
     snprintf(last, sizeof last, " (step %lld trains at %.3g)", (long long)oc->total_steps,
              vt_lr_at(oc, oc->total_steps - 1));
-  vt_log_info("learning rate per step: %lld steps of warmup from %g (step 1) to %g, then %s to "
-              "%g after step %lld%s", (long long)oc->warmup_steps, vt_lr_at(oc, 0), oc->lr,
+  char warmup[128] = "no warmup: from";
+  if (oc->warmup_steps > 0)
+    snprintf(warmup, sizeof warmup, "%lld step%s of warmup from %g (step 1) to",
+             (long long)oc->warmup_steps, oc->warmup_steps == 1 ? "" : "s", vt_lr_at(oc, 0));
+  vt_log_info("learning rate per step: %s %g, then %s to %g after step %lld%s", warmup, oc->lr,
               oc->sched == VT_SCHED_COSINE   ? "a cosine"
               : oc->sched == VT_SCHED_LINEAR ? "a straight line"
                                              : "held",

@@ -307,6 +307,8 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
     REFUSE("--save-hook runs after each checkpoint is saved: give --save DIR too");
   if (o->save_hook_timeout > 0 && !o->save_hook[0])
     REFUSE("--save-hook-timeout limits the --save-hook command: give --save-hook CMD too");
+  if (o->check_tol > 0 && !o->check_log[0])
+    REFUSE("--check-tol is --check-log's tolerance: give --check-log FILE too");
   return VT_OK;
 }
 
