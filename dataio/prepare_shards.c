@@ -189,7 +189,9 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
     return VT_ERR_INPUT;
   }
   // A fixed shuffle (Philox, seed 0): shards that a streaming reader takes in order are not
-  // sorted by class. vit3d itself samples across all shards, so order does not matter to it.
+  // sorted by class. vit3d itself samples across all shards, so any order trains as well; but
+  // a seed draws other images from the shards than from their source (another, equally valid
+  // run, not the same bits).
   int64_t *order = malloc((size_t)ds.count * sizeof *order);
   vt_status st = order ? VT_OK : vt_fail_input(err, errlen, "out of memory");
   if (order) {
