@@ -310,7 +310,7 @@ const vt_train_flag vt_train_flags_run[] = {
      "a step with a non-finite loss or gradient norm is skipped; K in a row stop the run", NULL},
     {"--straggler-interval", VT_OPT_INT, IN_OPTIONS(straggler_interval), 0, 1 << 30, "N",
      "every N steps print each rank's busy time per step and memory, naming ranks slower than "
-     "1.2x the median; 0: never", NULL},
+     "1.2x the other ranks' median; 0: never", NULL},
     {"--peak-tflops", VT_OPT_FLOAT, IN_OPTIONS(peak_tflops), 0, 1e6, "TF",
      "peak TFLOP/s of one rank's device, for MFU in the progress line and metrics; 0: 989 "
      "(H100/H200 dense bf16) on CUDA, 67 (their fp32) with --precision fp32, no MFU on CPU",
