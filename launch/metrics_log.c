@@ -43,9 +43,9 @@ static void keep_until(const char *path, int64_t resumed_at) {
     if (out) ok = (fclose(out) == 0) && ok;
     if (ok) ok = rename(tmp, path) == 0;
     if (ok) {
-      vt_log_info("%s: resumed at step %lld: the lines of %lld later steps dropped (this run "
+      vt_log_info("%s: resumed at step %lld: %lld line%s of later steps dropped (this run "
                   "logs its own from step %lld; TensorBoard drops them too)%s", path,
-                  (long long)resumed_at, later, (long long)resumed_at + 1,
+                  (long long)resumed_at, later, later == 1 ? "" : "s", (long long)resumed_at + 1,
                   dropped > later ? ", and a line the previous run was cut in" : "");
     } else {
       vt_log_warn("%s: cannot drop the lines past step %lld (%s): they stay, before this run's "

@@ -64,7 +64,7 @@ rc=$?
 got=$(steps "$work/r/metrics.jsonl")
 lr5() { "$py" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readlines()[4])["lr"])' "$1"; }
 if [ "$got" = "1 2 3 4 5 6 7" ] &&
-   grep -q "resumed at step 4: the lines of 6 later steps dropped" "$work/r2.log" &&
+   grep -q "resumed at step 4: 6 lines of later steps dropped" "$work/r2.log" &&
    [ "$(lr5 "$work/r/metrics.jsonl")" != "$(lr5 "$work/ref.jsonl")" ]; then
   ok "a resume from step 4 of a 10-step log: steps 1-7 once each, 5-7 the resumed run's"
 else bad "resume into an old log: steps '$got'"; grep -i "metrics" "$work/r2.log"; fi
