@@ -9,6 +9,7 @@
 #include "safetensors_header.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,9 +324,13 @@ static vt_status open_header(const char *path, vt_st_file *f, FILE **fpo, char *
                              size_t errlen) {
   memset(f, 0, sizeof *f);
   *fpo = NULL;
-  FILE *fp = fopen(path, "rb");
+  // O_NONBLOCK: opening a FIFO would wait for a writer for ever (it is refused below, not a
+  // regular file); it changes nothing for the regular files read here.
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  FILE *fp = fd >= 0 ? fdopen(fd, "rb") : NULL;
   if (!fp) {
     snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
     return VT_ERR_IO;
   }
   struct stat sb;

@@ -391,6 +391,19 @@ void vt_ckpt_manifest_settings(vt_ckpt_manifest *man, const vt_train_options *o)
   man->precision = o->precision == VT_PRECISION_BF16;
 }
 
+void vt_ckpt_manifest_model(vt_ckpt_manifest *man, const vt_vit_config *c) {
+  man->img_size = c->img_size, man->patch_size = c->patch_size, man->width = c->width;
+  man->depth = c->depth, man->heads = c->heads, man->num_classes = c->num_classes;
+  man->global_pool = c->global_pool, man->layer_scale = c->layer_scale > 0;
+  man->no_embed_class = c->no_embed_class, man->reg_tokens = c->reg_tokens;
+  man->qk_norm = c->qk_norm, man->qkv_bias = !c->no_qkv_bias, man->parallel = c->parallel;
+  man->class_token = !c->no_class_token, man->gelu_tanh = c->gelu_tanh;
+  man->quick_gelu = c->quick_gelu, man->pos_sincos = c->pos_sincos;
+  man->pre_logits = c->pre_logits, man->mlp_ratio = (float)c->mlp_ratio;
+  man->mlp_dim = vt_cfg_mlp_hidden(c), man->pre_norm = c->pre_norm;
+  man->norm_eps = vt_cfg_norm_eps(c);
+}
+
 vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
                        vt_comm *world, const vt_mesh *mesh, int64_t step, int64_t bad_images,
                        int wait, char *err, size_t errlen) {
@@ -465,7 +478,6 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
   snprintf(w->hook, sizeof w->hook, "%s", o->save_hook);
   w->hook_limit = o->save_hook_timeout;
   w->keep_last = o->keep_last, w->keep_every = o->keep_every;
-  const vt_vit_config *c = &m->cfg;
   w->man = (vt_ckpt_manifest){
       .step = step, .stream_position = step * o->global_batch,
       .global_batch = o->global_batch, .adam_t = opt->t, .adam_t0 = opt->t0, .seed = o->seed,
@@ -474,19 +486,11 @@ vt_status vt_ckpt_save(const vt_train_options *o, vt_model *m, vt_optimizer *opt
       .sgd = opt->cfg.kind == VT_OPT_SGD ? 1 + opt->cfg.nesterov : 0,
       .lars = opt->cfg.kind == VT_OPT_LARS ? 1 + opt->cfg.nesterov + 2 * opt->cfg.trust_clip : 0,
       .momentum = vt_opt_state_buffers(opt->cfg.kind) == 1 ? opt->cfg.momentum : 0.0,
-      .img_size = c->img_size, .patch_size = c->patch_size, .width = c->width,
-      .depth = c->depth, .heads = c->heads, .num_classes = c->num_classes,
-      .global_pool = c->global_pool, .aug_repeats = o->aug_repeats, .drop_last = o->drop_last,
-      .data_images = o->data_images, .data_classes = o->data_classes,
-      .layer_scale = c->layer_scale > 0, .no_embed_class = c->no_embed_class,
-      .reg_tokens = c->reg_tokens, .qk_norm = c->qk_norm, .qkv_bias = !c->no_qkv_bias,
-      .parallel = c->parallel, .class_token = !c->no_class_token, .gelu_tanh = c->gelu_tanh,
-      .quick_gelu = c->quick_gelu,
-      .pos_sincos = c->pos_sincos, .pre_logits = c->pre_logits,
-      .mlp_ratio = (float)c->mlp_ratio, .mlp_dim = vt_cfg_mlp_hidden(c), .pre_norm = c->pre_norm,
-      .norm_eps = vt_cfg_norm_eps(c), .tp = mesh->tp_size,
+      .aug_repeats = o->aug_repeats, .drop_last = o->drop_last,
+      .data_images = o->data_images, .data_classes = o->data_classes, .tp = mesh->tp_size,
       .pp = mesh->pp_size, .dp = mesh->dp_size, .zero = opt->zero, .sequence_parallel = m->sp,
       .optim_from_layer = m->frozen_layers};
+  vt_ckpt_manifest_model(&w->man, &m->cfg);
   vt_ckpt_manifest_optim(&w->man, &opt->cfg, &o->model);
   vt_ckpt_manifest_settings(&w->man, o);
   for (int k = 0; k < 2; k++)  // the spike guard's statistics (the same on every rank)

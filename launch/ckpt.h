@@ -73,10 +73,13 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
                          vt_ckpt_manifest *saved, char *from, size_t fromlen, char *err,
                          size_t errlen);
 
-// Rank 0 after --init-from FILE: a warning where FILE's metadata (vit3d export's) records a
-// normalisation other than the run's, or, for vit3d eval, an evaluation transform other than
-// that of its run where that run evaluated. Silent for a file that records none (timm's).
-void vt_ckpt_warn_file_norm(const vt_train_options *o, const char *path);
+// Rank 0 after --init-from FILE: a warning where FILE's metadata (vit3d export's) records model
+// flags other than the run's (but --img-size and --num-classes, which a fine-tune changes: the
+// others, such as --heads or --act, are not all in the tensors' shapes, and the weights would
+// load into another model), a normalisation other than the run's, or, for vit3d eval, an
+// evaluation transform other than that of its run where that run evaluated. Silent for a file
+// that records none (timm's).
+void vt_ckpt_warn_init_from(const vt_train_options *o, const char *path);
 
 // The run's optimizer settings and learning-rate schedule (lengths resolved) against those the
 // checkpoint in dir was saved with (a manifest without them passes): VT_ERR_INPUT with every

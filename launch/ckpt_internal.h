@@ -19,5 +19,8 @@ void vt_ckpt_manifest_optim(vt_ckpt_manifest *man, const vt_optim_config *c,
 // here (--remode without --reprob, --mix-prob without Mixup or CutMix) is left at its default,
 // so that it neither differs on a resume nor needs a flag in vit3d inspect's line.
 void vt_ckpt_manifest_settings(vt_ckpt_manifest *man, const vt_train_options *o);
+// The manifest's model configuration (sizes, head, layout) of c: what a save records and what
+// an --init-from file's model flags are compared with (vt_inspect_model_flags spells it out).
+void vt_ckpt_manifest_model(vt_ckpt_manifest *man, const vt_vit_config *c);
 
 #endif

@@ -14,6 +14,7 @@
 #include "comm.h"
 #include "export.h"
 #include "fault.h"
+#include "inspect.h"
 #include "partfile.h"
 #include "safetensors.h"
 #include "savehook.h"
@@ -422,10 +423,37 @@ static void warn_eval(const vt_train_options *o, const char *dir, const vt_ckpt_
                                : "the images are not normalised as in its training", where);
 }
 
-void vt_ckpt_warn_file_norm(const vt_train_options *o, const char *path) {
+// The flags of the file's model (its metadata's vit3d_model_flags, "--flag value" words) that
+// differ from the run's, but for --img-size and --num-classes, as "--a X --b Y" in was and now.
+static void differs_model(diff_list *d, const char *file_flags, const vt_vit_config *c) {
+  vt_ckpt_manifest cur;
+  memset(&cur, 0, sizeof cur);
+  vt_ckpt_manifest_model(&cur, c);
+  char mine[1024], text[1024], *save = NULL;
+  vt_inspect_model_flags(&cur, mine, sizeof mine);
+  snprintf(text, sizeof text, "%s", file_flags);
+  for (char *w = strtok_r(text, " ", &save), *val; w; w = strtok_r(NULL, " ", &save)) {
+    if (!(val = strtok_r(NULL, " ", &save))) break;
+    if (!strcmp(w, "--img-size") || !strcmp(w, "--num-classes")) continue;
+    char key[64], now[64], shown[64];
+    snprintf(key, sizeof key, " %s ", w);  // (mine starts with --img-size: each other flag
+    const char *at = strstr(mine, key);   // follows a space; one this vit3d does not write,
+    if (!at || sscanf(at + strlen(key), "%63s", now) != 1) continue;  // not compared)
+    differs(d, !strcmp(val, now), w, vt_printable(val, shown, sizeof shown), now);
+  }
+}
+
+void vt_ckpt_warn_init_from(const vt_train_options *o, const char *path) {
   vt_st_file f;
   char err[300];
   if (vt_safetensors_open(path, &f, err, sizeof err) != VT_OK) return;  // (read and refused)
+  const char *flags = vt_st_metadata(&f, "vit3d_model_flags");
+  diff_list dm = {"", "", 0};
+  if (flags) differs_model(&dm, flags, &o->model);
+  if (dm.n)
+    vt_log_warn("--init-from %s holds a model of %s and this run's has %s: those are not all in "
+                "the tensors' shapes, so its weights load into another model (leave the model "
+                "flags out to take the file's)", path, dm.was, dm.now);
   vt_ckpt_manifest man;
   memset(&man, 0, sizeof man);
   const int got = vt_ckpt_file_meta_parse(

@@ -80,7 +80,8 @@ static top5 top_classes(const float *z, int K) {
   return t;
 }
 
-// A prediction line: index, path, label, then the top classes with their probabilities.
+// A prediction line: index, path, label, then the top classes with their probabilities (empty
+// fields past the classes, where there are fewer than five: every line has the header's 13).
 static void write_prediction(FILE *f, const vt_dataset *ds, int64_t i, const top5 *t) {
   fprintf(f, "%lld,", (long long)i);
   csv_field(f, ds->paths[i]);
@@ -91,6 +92,7 @@ static void write_prediction(FILE *f, const vt_dataset *ds, int64_t i, const top
     csv_field(f, ds->class_names[t->top[r]]);
     fprintf(f, ",%.6f", t->p[r]);
   }
+  for (int r = t->n; r < 5; r++) fputs(",,", f);
   fputc('\n', f);
 }
 

@@ -254,6 +254,11 @@ int vt_inspect_run(const char *path) {
   vt_ckpt_manifest m;
   struct stat sb;
   if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) return inspect_file(path);
+  if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode)) {  // (a FIFO, a device)
+    fprintf(stderr, "vit3d inspect: %s is neither a folder (a checkpoint, or a --save folder) "
+            "nor a regular file (a .safetensors file)\n", path);
+    return 2;
+  }
   if (vt_ckpt_open(path, dir, sizeof dir, &m, err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d inspect: %s\n", err);
     say_leftover(stderr, path, -1);

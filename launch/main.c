@@ -85,9 +85,13 @@ static int cmd_train(int argc, char **argv, vt_comm *world, vt_run_mode mode) {
   char **v, err[600];
   if (vt_cli_expand(argc, argv, &n, &v, err, sizeof err) != VT_OK)
     return vt_train_flags_agree(world, vt_train_flags_refuse(world, mode, err));
-  if (mode == VT_RUN_EVAL && vt_train_flags_from_file(&n, &v) > 0 && vt_comm_rank(world) == 0)
-    vt_log_info("the model, normalisation and evaluation transform the command line leaves out "
-                "are the --init-from file's (its metadata; vit3d inspect FILE prints them)");
+  // (a training run takes the file's model flags; its normalisation is compared: a warning)
+  const int eval = mode == VT_RUN_EVAL;
+  if (mode != VT_RUN_PLAN && vt_train_flags_from_file(&n, &v, eval) > 0 &&
+      vt_comm_rank(world) == 0)
+    vt_log_info("the model%s the command line leaves out are the --init-from file's (its "
+                "metadata; vit3d inspect FILE prints them)",
+                eval ? ", normalisation and evaluation transform" : "'s flags");
   const int rc = run_train(n, v, world, mode);
   vt_cli_free(n, v);
   return rc;
@@ -147,7 +151,9 @@ static int cmd_export(int argc, char **argv) {
   char model[600];
   vt_inspect_model_flags(&man, model, sizeof model);
   vt_ckpt_file_meta_make(&fm, &man, use_ema, model);
-  if (vt_output_file_check(out, "--out", err, sizeof err) != VT_OK) {
+  // (its folder made where missing, as a training run's output files')
+  if (vt_output_file_check(out, "--out", err, sizeof err) != VT_OK ||
+      vt_output_dir_check(out, "--out", err, sizeof err) != VT_OK) {
     fprintf(stderr, "vit3d export: %s\n", err);
     return 2;
   }

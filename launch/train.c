@@ -297,7 +297,7 @@ static int run_open(train_run *r) {
   const vt_ckpt_manifest *saved = &r->saved;
   // (--init-from's weights are the run's where no checkpoint replaced them)
   if (!r->rc && o->init_from[0] && !r->resumed_from[0] && world_rank == 0)
-    vt_ckpt_warn_file_norm(o, o->init_from);
+    vt_ckpt_warn_init_from(o, o->init_from);
   // A run that evaluates nothing keeps recording the evaluation of the run it resumed, where that
   // one evaluated: its checkpoints then still say how their line of training was evaluated.
   // (rank 0's: it writes the manifests; the fields are unused without --val-data)

@@ -390,7 +390,7 @@ static void check_search(int argc, char **argv, vt_run_mode mode, const vt_train
     snprintf(why, whylen, "bad model configuration: %.120s", err);
 }
 
-int vt_train_flags_from_file(int *argc, char ***argv) {
+int vt_train_flags_from_file(int *argc, char ***argv, int eval) {
   static const char *const model_flags[] = {
       "--img-size", "--patch-size", "--width", "--depth", "--heads", "--mlp-dim", "--num-classes",
       "--global-pool", "--class-token", "--layer-scale", "--reg-tokens", "--no-embed-class",
@@ -400,7 +400,9 @@ int vt_train_flags_from_file(int *argc, char ***argv) {
   char **v = *argv, err[300];
   const char *path = vt_cli_find(n, v, "--init-from");
   vt_st_file f;
-  if (!path || vt_cli_find(n, v, "--checkpoint") || vt_cli_find(n, v, "--resume") ||
+  // (an evaluation of a checkpoint takes the checkpoint's; a training run's resume compares the
+  // checkpoint's model with the one the file's flags build, as its first start did)
+  if (!path || vt_cli_find(n, v, "--checkpoint") || (eval && vt_cli_find(n, v, "--resume")) ||
       vt_safetensors_open(path, &f, err, sizeof err) != VT_OK)
     return 0;
   char *words[64];
@@ -432,9 +434,11 @@ int vt_train_flags_from_file(int *argc, char ***argv) {
   vt_ckpt_manifest m;
   memset(&m, 0, sizeof m);
   const char *mean = vt_st_metadata(&f, "mean"), *std = vt_st_metadata(&f, "std");
-  const int got = vt_ckpt_file_meta_parse(&m, mean, std, vt_st_metadata(&f, "crop_pct"),
-                                          vt_st_metadata(&f, "crop_mode"),
-                                          vt_st_metadata(&f, "interpolation"), err, sizeof err);
+  const int got = eval ? vt_ckpt_file_meta_parse(&m, mean, std, vt_st_metadata(&f, "crop_pct"),
+                                                  vt_st_metadata(&f, "crop_mode"),
+                                                  vt_st_metadata(&f, "interpolation"), err,
+                                                  sizeof err)
+                       : 0;
   if (got > 0) ADD("--mean"), ADD(mean), ADD("--std"), ADD(std);
   if (got == 1 && m.evaluated) {
     char pct[32];

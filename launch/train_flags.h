@@ -17,11 +17,12 @@ typedef enum { VT_RUN_TRAIN, VT_RUN_EVAL, VT_RUN_PLAN } vt_run_mode;
 int vt_train_flags_parse(int argc, char **argv, vt_run_mode mode, vt_comm *world,
                          vt_train_options *o);
 
-// vit3d eval --init-from FILE, a file of vit3d export's: the words of its metadata for what the
-// command line leaves out (without --model the model's flags, each one not given; the
-// normalisation and the evaluation transform, where recorded) are put before argv's, which
-// count over them. *argv is replaced (vt_cli_free frees either). Returns how many words it put.
-int vt_train_flags_from_file(int *argc, char ***argv);
+// --init-from FILE, a file of vit3d export's: the words of its metadata for what the command
+// line leaves out (without --model the model's flags, each one not given; for vit3d eval
+// (eval) also the normalisation and the evaluation transform, where recorded) are put before
+// argv's, which count over them. *argv is replaced (vt_cli_free frees either). Returns how many
+// words it put.
+int vt_train_flags_from_file(int *argc, char ***argv, int eval);
 
 // A refusal of the command: world rank 0 prints "vit3d MODE: why" on stderr; returns 2, the
 // exit code of a refusal.

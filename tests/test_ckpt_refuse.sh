@@ -395,15 +395,18 @@ if grep -q "this run saves 12, --keep-last 3 keeps the newest 3 and the older mu
   echo "ok: the disk plan counts --keep-last's checkpoints with --keep-every's milestones"
 else echo "FAIL: the disk plan: $(grep 'checkpoints:' <<<"$out") / $(grep 'checkpoints:' <<<"$out1")"; fail=1; fi
 # A checkpoint path that does not exist is said so (not "not a complete checkpoint"); an export
-# to a folder that does not exist names the path.
+# into a folder that does not exist makes it (as a run's output files), one below a file names
+# the path.
 out=$("$vit3d" "${args[@]}" --resume "$work/no_such_ckpt" 2>&1)
 rc=$?
 out2=$("$vit3d" inspect "$work/no_such_ckpt" 2>&1)
-out3=$("$vit3d" export --checkpoint "$work/ck" --out "$work/no_such_dir/x.safetensors" 2>&1)
+out3=$("$vit3d" export --checkpoint "$work/ck" --out "$work/no_such_dir/x.safetensors" 2>&1) &&
+  [ -s "$work/no_such_dir/x.safetensors" ] && touch "$work/a_file" &&
+  out3=$("$vit3d" export --checkpoint "$work/ck" --out "$work/a_file/x.safetensors" 2>&1)
 if [ $rc -eq 2 ] && grep -q "$work/no_such_ckpt does not exist (No such file or directory)" <<<"$out" &&
    grep -q "$work/no_such_ckpt does not exist" <<<"$out2" &&
-   grep -q "cannot create the output $work/no_such_dir/x.safetensors (as .*): No such file or directory" <<<"$out3"; then
-  echo "ok: a missing checkpoint and an export into a missing folder are named"
+   grep -q "cannot make files in $work/a_file (Not a directory)" <<<"$out3"; then
+  echo "ok: a missing checkpoint is named; an export makes its folder, or names the path where it cannot"
 else echo "FAIL: missing paths: rc $rc: $out / $out2 / $out3"; fail=1; fi
 # Full disk: room for one checkpoint (~2.6 MB) but not two.
 mkdir -p "$work/disk"

@@ -152,6 +152,18 @@ out=$(timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val
 grep -q "w.safetensors was trained with --mean 0.485,0.456,0.406 and this evaluation has --mean 0.5,0.5,0.5: the images are not normalised as in its training" <<<"$out" &&
   echo "ok: the exported file's metadata names its normalisation; eval --init-from warns of another" ||
   { echo "FAIL: eval --init-from with another --mean: $out"; fail=1; }
+# A fine-tune from the file takes its model flags the command line leaves out (a 16 px tiny with
+# 4 heads; the default model's sizes were refused); one given that the shapes do not show
+# (--heads, --act) is warned about.
+out=$("$vit3d" train --init-from "$work/w.safetensors" --data "$work/train" --steps 1 \
+      --micro-batch-size 4 --threads 1 2>&1); rc=$?
+out2=$("$vit3d" train "${model[@]}" --heads 2 --act quick_gelu --init-from "$work/w.safetensors" \
+       --data "$work/train" --steps 1 --micro-batch-size 4 --threads 1 2>&1); rc2=$?
+if [ $rc -eq 0 ] && grep -q "the model's flags the command line leaves out are the --init-from file's" <<<"$out" &&
+   grep -q "model custom: img 16 patch 4 width 32 depth 4 heads 4 mlp 128 classes 3" <<<"$out" &&
+   [ $rc2 -eq 0 ] && grep -q "warning: --init-from .*w.safetensors holds a model of --heads 4 --act gelu and this run's has --heads 2 --act quick_gelu" <<<"$out2"; then
+  echo "ok: train --init-from takes the file's model flags; other heads and activation warned about"
+else echo "FAIL: train --init-from's model flags: rc $rc $out / rc $rc2 $out2"; fail=1; fi
 out=$("$vit3d" export --checkpoint "$ck" --out "$ck/model.safetensors" 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "is in the checkpoint folder" <<<"$out" &&
   "$vit3d" export --checkpoint "$ck" --out "$work/w_again.safetensors" > /dev/null &&
@@ -548,6 +560,7 @@ z = np.asarray(read_safetensors(sys.argv[1] + "/dump.safetensors")["logits"], dt
 names = ["c0", "c1", "c2"]  # the val folder's classes, in order
 head, body = rows[0][0], rows[0][1:]
 ok = head[:5] == ["index", "path", "label", "top1", "p1"] and len(body) == len(z) == 30
+ok = ok and all(len(r) == 13 and r[9:] == ["", "", "", ""] for r in body)  # (3 classes: 4 empty)
 for i, r in enumerate(body):
     p = np.exp(z[i] - z[i].max()); p /= p.sum()
     order = sorted(range(3), key=lambda k: (-z[i][k], k))
