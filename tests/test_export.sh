@@ -242,6 +242,7 @@ write(sys.argv[2] + "/holed3.safetensors", {n: t for n, t in w.items() if n != "
 write(sys.argv[2] + "/headT.safetensors", dict(w, **{"head.weight": np.ascontiguousarray(w["head.weight"].T)}))
 write(sys.argv[2] + "/ddp.safetensors", {"module." + n: t for n, t in w.items()})
 pe = w["pos_embed"]
+write(sys.argv[2] + "/pos21.safetensors", dict(w, pos_embed=np.concatenate([pe, pe[:, 1:5]], 1)))
 write(sys.argv[2] + "/distilled.safetensors",
       dict(w, dist_token=pe[:, :1].copy(), **{"head_dist.weight": w["head.weight"],
            "head_dist.bias": w["head.bias"], "pos_embed": np.concatenate([pe[:, :1], pe], 1)}))
@@ -428,6 +429,9 @@ refused w.safetensors "pass --layer-scale 0" --layer-scale 1e-6
 refused ls0.safetensors "pass --no-embed-class 0" --layer-scale 1e-6 --reg-tokens 2 --no-embed-class 1
 refused ls1.safetensors "pass --no-embed-class 1" --layer-scale 1e-6 --reg-tokens 2
 refused ls0.safetensors "pass --qk-norm 0 --qkv-bias 1" --layer-scale 1e-6 --reg-tokens 2 --qk-norm 1
+# (21 positions: 1 + 4 x 5, square neither with nor without the class token: no --no-embed-class
+# to try, which sent each answer to the other)
+refused pos21.safetensors "pos_embed of 21 tokens is not 1 prefix token plus a square grid; vit3d's models have square grids"
 step timeout 300 mpirun -np 1 "$vit3d" train "${model[@]}" --parallel-blocks 1 --steps 1 \
   --micro-batch-size 2 --final-weights "$work/par.safetensors"
 refused par.safetensors "holds parallel blocks (norm1 but no norm2); pass --parallel-blocks 1"

@@ -304,11 +304,15 @@ vt_status vt_model_init_from(vt_model *m, vt_comm *world, const char *path, int 
       }
       int g0 = (int)lround(sqrt((double)(e->shape[1] - pr)));
       if (e->shape[1] <= pr || (int64_t)g0 * g0 + pr != e->shape[1]) {
-        snprintf(err, errlen,
-                 "%s: pos_embed of %lld tokens is not %d prefix token%s plus a square grid; "
-                 "if its positions %s the class token, pass --no-embed-class %d",
-                 path, (long long)e->shape[1], pr, pr == 1 ? "" : "s",
-                 pr ? "skip" : "include", pr ? 1 : 0);
+        // (the other --no-embed-class is named only where its prefix leaves a square grid)
+        const int alt = pr ? 0 : !m->cfg.no_class_token + m->cfg.reg_tokens;
+        const int ga = (int)lround(sqrt((double)(e->shape[1] - alt)));
+        char hint[128] = "; vit3d's models have square grids of patches";
+        if (e->shape[1] > alt && (int64_t)ga * ga + alt == e->shape[1])
+          snprintf(hint, sizeof hint, "; if its positions %s the prefix tokens, pass "
+                   "--no-embed-class %d", pr ? "skip" : "include", pr ? 1 : 0);
+        snprintf(err, errlen, "%s: pos_embed of %lld tokens is not %d prefix token%s plus a "
+                 "square grid%s", path, (long long)e->shape[1], pr, pr == 1 ? "" : "s", hint);
         st = VT_ERR_INPUT;
         free(owned);
         break;
