@@ -51,6 +51,41 @@ static int holds_shards(const char *dir) {
   return found;
 }
 
+// Whether dir holds a folder that is not hidden (its name in name): a run reading OUT would
+// find both shards and a folder there, and refuse it.
+static int holds_folder(const char *dir, char *name, size_t size) {
+  DIR *d = opendir(dir);
+  int found = 0;
+  for (struct dirent *e; d && !found && (e = readdir(d));) {
+    char path[4096];
+    struct stat sb;
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    found = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (found) snprintf(name, size, "%s", e->d_name);
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+// Whether the folder out is the folder src or lies inside it: src's device and inode met going
+// up from out by "..", links followed as the file system does.
+static int inside(const char *out, const char *src) {
+  struct stat s, at, up;
+  char path[4096];
+  snprintf(path, sizeof path, "%s", out);
+  if (stat(src, &s) != 0 || stat(path, &at) != 0) return 0;
+  for (int level = 0; level < 256; level++) {
+    if (at.st_dev == s.st_dev && at.st_ino == s.st_ino) return 1;
+    const size_t n = strlen(path);
+    if (n + 4 >= sizeof path) return 0;
+    memcpy(path + n, "/..", 4);
+    if (stat(path, &up) != 0 || (up.st_dev == at.st_dev && up.st_ino == at.st_ino)) return 0;
+    at = up;  // (the root is its own parent)
+  }
+  return 0;
+}
+
 // Writes shard s (samples order[first, end)) as STAGE/shard-NNNNNN.tar, synced. A file that
 // cannot go into a shard is named on stderr and counted in *bad (the set is then not kept).
 static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t first,
@@ -164,10 +199,23 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
     return vt_fail_input(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
   const int lock = lock_out(out_dir, err, errlen);
   if (lock < 0) return VT_ERR_INPUT;
+  char sub[256];
+  struct stat ss;
   if (holds_shards(out_dir)) {
     unlock_out(out_dir, lock, made);
     return vt_fail_input(err, errlen, "%s holds .tar files already: remove them or choose "
                          "another folder", out_dir);
+  }
+  if (stat(src, &ss) == 0 && S_ISDIR(ss.st_mode) && inside(out_dir, src)) {
+    unlock_out(out_dir, lock, made);
+    return vt_fail_input(err, errlen, "%s lies inside the dataset %s, which would then take it "
+                         "for a part of itself (a class folder): choose a folder outside it", out_dir, src);
+  }
+  if (holds_folder(out_dir, sub, sizeof sub)) {
+    unlock_out(out_dir, lock, made);
+    return vt_fail_input(err, errlen, "%s holds the folder %s: a run reading the shards would "
+                         "find a folder beside them and refuse it (choose an empty or new "
+                         "folder)", out_dir, sub);
   }
   // The shards are written into OUT/.partial and moved into OUT when all are whole, so that a
   // prepare stopped while writing (killed, a time limit) leaves no shards a run would read as

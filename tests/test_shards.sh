@@ -364,6 +364,18 @@ else
   cat "$work/prep_busy.log" "$work/prep_left.log"; ls -a "$work/prep_left"; fail=1
 fi
 
+# An OUT holding a folder (a run would then refuse the shards beside it) or inside the source
+# (whose reading took OUT for an empty class) is refused, nothing written.
+mkdir -p "$work/prep_sub/old"
+out=$("$vit3d" prepare shards "$work/folder" "$work/prep_sub" 10 2>&1); rc=$?
+out2=$("$vit3d" prepare shards "$work/folder" "$work/folder/shards" 10 2>&1); rc2=$?
+if [ $rc -eq 2 ] && grep -q "prep_sub holds the folder old: a run reading the shards would find a folder beside them" <<<"$out" &&
+   ! ls "$work/prep_sub"/*.tar > /dev/null 2>&1 && [ $rc2 -eq 2 ] &&
+   grep -q "folder/shards lies inside the dataset .*folder, which would then take it for a part of itself" <<<"$out2" &&
+   [ ! -e "$work/folder/shards" ]; then
+  echo "prepare shards: an OUT holding a folder, or inside the source, refused"
+else echo "FAIL: prepare shards into a folder with a subfolder (rc $rc: $out) or inside the source (rc $rc2: $out2)"; fail=1; fi
+
 # A damaged shard: every rank stops at start with exit 2 and says which shard and where.
 mkdir "$work/bad"
 "$py" -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[1536 + 10] ^= 1; open(sys.argv[2], 'wb').write(b)" \
