@@ -137,7 +137,8 @@ typedef struct {
   char file[VT_CKPT_MAX_FILES][64];
   int64_t file_nbytes[VT_CKPT_MAX_FILES];
   uint32_t file_crc[VT_CKPT_MAX_FILES];
-  int sealed;  // 1: its manifest_crc32 line (the CRC-32 of the text after it) was verified
+  int sealed;  // 1: its manifest_crc32 line (the CRC-32 of the text after it) was verified; 0:
+               // none (an older vit3d's, or one removed by hand: not told apart, test_manifest)
 } vt_ckpt_manifest;
 
 // CRC-32 (IEEE, as zlib's crc32) of a buffer, continuing from crc (start with 0).

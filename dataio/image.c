@@ -296,7 +296,7 @@ vt_image_status vt_image_probe(const uint8_t *bytes, size_t nbytes, int64_t max_
 #endif
   int w = 0, h = 0;
   st = stb_probe(bytes, nbytes, max_pixels, &w, &h, err, errlen);
-  if (st == VT_IMG_OK) *info = (vt_image_info){f, w, h, 1, 0};
+  if (st == VT_IMG_OK) *info = (vt_image_info){f, w, h, 1};
   return st;
 }
 

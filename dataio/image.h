@@ -78,8 +78,6 @@ typedef struct {
   int width, height;  // full size
   int max_scale;      // largest reduction 1/d vt_image_decode_part can do: 8 for JPEG through
                       // libjpeg (DCT scaling), 1 for everything else
-  int interlaced;     // PNG Adam7, JPEG progressive or multi-scan: a window cannot save the
-                      // entropy decoding (JPEG) or any of the decoding (PNG)
 } vt_image_info;
 
 // The header only: format, size, and the checks that need no pixels (signature, header sanity,

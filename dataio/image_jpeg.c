@@ -319,7 +319,6 @@ vt_image_status vt_jpeg_probe(const uint8_t *bytes, size_t nbytes, int64_t max_p
     info->width = j->width;
     info->height = j->height;
     info->max_scale = j->max_scale;
-    info->interlaced = j->multi_scan;
   }
   free(j);
   return st;

@@ -42,7 +42,6 @@ static vt_image_status png_header(const uint8_t *bytes, size_t nbytes, int64_t m
   info->width = (int)w;
   info->height = (int)h;
   info->max_scale = 1;
-  info->interlaced = bytes[28] != 0;
   return VT_IMG_OK;
 }
 

@@ -68,7 +68,7 @@ static vt_image_status webp_header(const uint8_t *bytes, size_t nbytes, int64_t 
                    f.height, (long long)max_pixels);
     return VT_IMG_TOO_LARGE;
   }
-  *info = (vt_image_info){VT_FMT_WEBP, f.width, f.height, 1, 0};
+  *info = (vt_image_info){VT_FMT_WEBP, f.width, f.height, 1};
   return VT_IMG_OK;
 }
 

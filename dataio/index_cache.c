@@ -98,22 +98,6 @@ int vt_index_cache_read(const char *file, const char *path, char **fingerprint,
   return ok;
 }
 
-int vt_index_cache_load(const char *file, const char *path, const char *fingerprint,
-                        uint8_t **index, size_t *n, char *why, size_t whylen) {
-  char *stored = NULL;
-  int ok = vt_index_cache_read(file, path, &stored, index, n, why, whylen);
-  if (ok && strcmp(stored, fingerprint) != 0) {
-    snprintf(why, whylen,
-             "%s is stale (a shard, folder or list file changed size or time since it was "
-             "written); reading the index again",
-             file);
-    free(*index), *index = NULL;
-    ok = 0;
-  }
-  free(stored);
-  return ok;
-}
-
 static int put_block(FILE *f, const void *data, uint64_t len, uint32_t *crc) {
   *crc = vt_crc32(vt_crc32(*crc, &len, sizeof len), data, len);
   return fwrite(&len, sizeof len, 1, f) == 1 && (len == 0 || fwrite(data, len, 1, f) == 1);

@@ -23,13 +23,9 @@ void vt_index_cache_file(const char *dir, const char *path, char *file, size_t l
 // (an ImageFolder's names the folders to look at: vt_dataset_fingerprint).
 int vt_index_cache_read(const char *file, const char *path, char **fingerprint,
                         uint8_t **index, size_t *n, char *why, size_t whylen);
-// The same with the comparison: 1 only for an entry made with this fingerprint (else why says
-// stale).
-int vt_index_cache_load(const char *file, const char *path, const char *fingerprint,
-                        uint8_t **index, size_t *n, char *why, size_t whylen);
 
 // Writes the entry (to a temporary name in the same folder, synced, then renamed over file, so
-// a reader never sees half of one); creates dir's last component when missing.
+// a reader never sees half of one); creates the folders of file's path where missing.
 vt_status vt_index_cache_store(const char *file, const char *path, const char *fingerprint,
                                const uint8_t *index, size_t n, char *err, size_t errlen);
 

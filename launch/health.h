@@ -30,7 +30,8 @@ double vt_health_rss_mib(void);
 // Collective over world. Every rank gives its busy time per step (step time minus time waiting
 // in comm operations, averaged over steps first..last) and its device memory in MiB; rank 0
 // gets a summary line (min / median / max of the busy times, every rank slower than 1.2 x the
-// median by name, the memory range; 1024 bytes suffice) and writes "rank_busy_ms": [...], "rank_host_mib": [...],
+// other ranks' median by name, the memory range; cut short where many are slow: 1024 bytes
+// hold about 20 of them) and writes "rank_busy_ms": [...], "rank_host_mib": [...],
 // "rank_device_mib": [...] (one value per world rank, no braces) to json; 64 + 48 x world size
 // bytes always suffice. Other ranks get "".
 void vt_health_rank_report(vt_comm *world, const vt_mesh *mesh, int64_t first, int64_t last,

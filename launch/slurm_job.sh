@@ -17,7 +17,7 @@
 #      requeues itself) leaves the checkpoint saved, not requeued; a run that saved nothing
 #      newer exits 75, not requeued (a --time shorter than the signal's lead would requeue for
 #      ever; a rank that failed at start, the others ended by srun, saved nothing either).
-#      Other exit codes of the trainer (README "Exit codes") are passed through.
+#      Other exit codes of the trainer (docs/operations.md "Exit codes") are passed through.
 # Environment: VIT3D_LAUNCHER=srun (default: srun --mpi=pmix), mpirun (Open MPI inside the
 # allocation) or tcp (srun --mpi=none: no MPI or PMIx at all; the ranks meet over TCP at the
 # first node's address, MASTER_ADDR and MASTER_PORT override it); VIT3D_DIR (default: the

@@ -375,9 +375,6 @@ static int run_open(train_run *r) {
   return all_ok != 0;
 }
 
-// One training step (number step + 1): the schedule's passes, the global loss and the flags
-// every rank must agree on, the optimizer step (skipped where not finite), evaluation, a
-// checkpoint, the reports. 1 when the run stops here (r->rc says why), else 0.
 // The steps from start_step to the run's end (--steps, --run-steps; none for vit3d eval).
 static void run_steps(train_run *r) {
   const vt_train_options *o = &r->o;

@@ -75,8 +75,9 @@ typedef struct {
   int log_interval;         // progress line every N steps
   int tp, pp, dp;           // mesh sizes; dp 0 = world / (tp * pp)
   char mesh_order[16];      // tp-dp-pp | tp-pp-dp
-  char pp_schedule[16];     // 1f1b | gpipe | interleaved
-  int pp_chunks;            // model chunks per pipeline rank (interleaved); 0: 2 there, else 1
+  char pp_schedule[16];     // 1f1b | gpipe | interleaved | zb-h1 | zb-v
+  int pp_chunks;            // model chunks per pipeline rank (interleaved, zb-v); 0: 2 with
+                            // those two, else 1
   // zb-v: the pass times its order is built for: "auto" (on CPU ranks measured in the run's
   // second step, then the order rebuilt for them; on GPUs equal), "equal", or "F:B:W" (relative
   // times per unit)
@@ -88,7 +89,8 @@ typedef struct {
   int use_ema;              // vit3d eval: the checkpoint's EMA weights instead of its weights
   char save_dir[512];       // checkpoints go here (empty: none)
   int save_interval;        // save every N steps (and after the last); 0: only after the last
-  int async_save;           // 1: rank 0 writes checkpoints other than the last on a thread
+  int async_save;           // 1: every rank writes its part of each checkpoint but the last on
+                            // a thread of its own (ckpt.c)
   int keep_last;            // complete checkpoints kept; 0: all
   int64_t keep_every;       // with keep_last: checkpoints of steps that are multiples are kept too
   char save_hook[1024];     // shell command world rank 0 runs after each commit (savehook.h)
@@ -108,7 +110,8 @@ typedef struct {
   float timeout_s;          // watchdog: a step or collective may take this long; 0: off
   int max_nonfinite;        // stop after this many non-finite steps in a row
   int straggler_interval;   // per-rank step times and memory every N steps; 0: never
-  float peak_tflops;        // per rank, for MFU; 0: no MFU
+  float peak_tflops;        // per rank, for MFU; 0: 989 (bf16) or 67 (fp32) on CUDA, none on
+                            // CPU
 } vt_train_options;
 
 // The stream positions of one epoch of a training set of n images: n, or under --drop-last its
@@ -117,7 +120,7 @@ static inline int64_t vt_epoch_images(const vt_train_options *o, int64_t n) {
   return o->drop_last ? n / o->global_batch * o->global_batch : n;
 }
 
-// Exit codes of vit3d train and eval (README "Exit codes"); the watchdog's is VT_EXIT_WATCHDOG
+// Exit codes of vit3d train and eval (docs/operations.md "Exit codes"); the watchdog's is VT_EXIT_WATCHDOG
 // (3) in watchdog.h.
 enum {
   VT_EXIT_FAILED = 1,      // a runtime failure (I/O, a failed export)

@@ -468,16 +468,16 @@ uint64_t vt_fnv64(uint64_t h, const void *data, size_t n) {
 }
 
 int vt_comm_same_keys(vt_comm *c, uint64_t key, int *first_other) {
-  // (as three floats of 21 bits each: exact, below 2^24)
-  const float k[3] = {(float)(key & 0x1fffff), (float)(key >> 21 & 0x1fffff),
-                      (float)(key >> 42 & 0x1fffff)};
+  // (as four floats of 16 bits each: exact, below 2^24; all 64 bits)
+  const float k[4] = {(float)(key & 0xffff), (float)(key >> 16 & 0xffff),
+                      (float)(key >> 32 & 0xffff), (float)(key >> 48)};
   float *all = malloc((size_t)c->size * sizeof k);
   VT_CHECK(all != NULL, "out of host memory for %d keys", c->size);
-  vt_comm_all_gather(c, all, k, 3);
+  vt_comm_all_gather(c, all, k, 4);
   int same = 0, other = -1;
   for (int r = 0; r < c->size; r++) {
-    same += !memcmp(all + 3 * r, k, sizeof k);
-    if (other < 0 && memcmp(all + 3 * r, all, sizeof k)) other = r;
+    same += !memcmp(all + 4 * r, k, sizeof k);
+    if (other < 0 && memcmp(all + 4 * r, all, sizeof k)) other = r;
   }
   free(all);
   if (first_other) *first_other = other;

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-// Exit code of a job that the watchdog ended (documented in README "Exit codes").
+// Exit code of a job that the watchdog ended (documented in docs/operations.md "Exit codes").
 #define VT_EXIT_WATCHDOG 3
 
 // Starts this rank's watchdog (nothing when timeout_s <= 0). Collective over world (it opens the

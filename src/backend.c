@@ -106,7 +106,6 @@ void vt_backend_set_threads(int threads) {
 #endif
 }
 
-int vt_backend_threads(void) { return g_threads; }
 
 const char *vt_backend_build_info(void) {
   return "cpu"

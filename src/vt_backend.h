@@ -258,7 +258,6 @@ size_t vt_backend_device_memory_used(vt_device device);
 
 // Threads for the CPU backend's OpenMP and BLAS together (design.md: never more than the cores).
 void vt_backend_set_threads(int threads);
-int vt_backend_threads(void);
 
 // What was compiled in, for --version and the test log.
 const char *vt_backend_build_info(void);

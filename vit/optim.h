@@ -2,8 +2,8 @@
 // the peak rate held), and the
 // optimizer step of one rank: data-parallel gradient reduction (bucketed all-reduce, or ZeRO-1's
 // reduce-scatter + all-gather), one global gradient norm that counts every parameter once across
-// all three mesh axes, clipping, and AdamW or LAMB with decay only where the parameter table
-// says so.
+// all three mesh axes, clipping, and the update (AdamW, LAMB, SGD with plain or Nesterov
+// momentum, LARS or LARC) with decay only where the parameter table says so.
 // Depends on src/ and parallel/ (the comm API); knows no MPI.
 #ifndef VT_OPTIM_H
 #define VT_OPTIM_H

@@ -223,10 +223,6 @@ static __device__ __forceinline__ float vt_warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-static __device__ __forceinline__ float vt_warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // Sum over a block of VT_TREE_THREADS threads through shared memory in a fixed tree order (the
 // same bits every run); every thread gets the total. sh holds VT_TREE_THREADS elements and may
