@@ -388,11 +388,18 @@ int vt_train_epochs_to_steps(vt_train_options *o, vt_optimizer *opt, int64_t n, 
                 o->optim.cycle_epochs,
                 o->optim.sched == VT_SCHED_CONSTANT ? o->optim.lr : o->optim.min_lr);
   const int64_t epoch = vt_epoch_images(o, n);
+  // (per epoch, every step of an epoch e < warmup_epochs trains at a warmup rate: whole epochs)
+  int64_t warm = o->optim.warmup_steps;
+  if (o->sched_epochs && o->optim.warmup_epochs > 0) {
+    const int64_t whole = (int64_t)ceil(o->optim.warmup_epochs);
+    warm = (whole * epoch + o->global_batch - 1) / o->global_batch;
+    warm = warm < o->steps ? warm : o->steps;
+  }
   vt_log_info("%g epochs of %lld images at %d per step: %lld steps, %lld of warmup; "
               "evaluation every %d, saves every %d (0: at the end)",
               o->epochs > 0 ? o->epochs : (double)o->steps * o->global_batch / (double)epoch,
               (long long)epoch, o->global_batch, (long long)o->steps,
-              (long long)o->optim.warmup_steps, o->eval_interval, o->save_interval);
+              (long long)warm, o->eval_interval, o->save_interval);
   return ok;
 }
 

@@ -60,9 +60,9 @@ const vt_train_flag vt_train_flags_run[] = {
      "--decay-rate 1) or constant (--lr to the end)", "cosine|linear|constant"},
     {"--sched-on", VT_OPT_STR, IN_TEXT(sched_on), 0, 0, "UNIT",
      "when the learning rate changes: steps (every step; the cosine from the warmup's end) "
-     "or epochs (once per pass over the training set, timm's train.py default and DeiT's: "
-     "timm's CosineLRScheduler counted in epochs, the cosine from epoch 0, the warmup from "
-     "--warmup-lr)", "steps|epochs"},
+     "or epochs (once per pass over the training set, timm's train.py default: timm's "
+     "CosineLRScheduler counted in epochs, the cosine from epoch 0, the warmup from "
+     "--warmup-lr; DeiT steps it after each epoch, its rates an epoch later)", "steps|epochs"},
     {"--warmup-lr", VT_OPT_FLOAT, IN_OPTIONS(optim.warmup_lr), 0, 10, "LR",
      "the warmup's learning rate at step 0, rising linearly to --lr (timm's --warmup-lr, "
      "DeiT: 1e-6); 0: step s of W takes lr * (s + 1) / W (with --sched-on epochs, epoch e of "

@@ -264,6 +264,12 @@ if grep -q "1.5 epochs of 16 images at 8 per step: 3 steps, 1 of warmup; evaluat
    "$vit3d" "${small[@]}" --epochs 1.5 --steps 2 2>&1 | grep -q "^step     2/2"; then
   echo "ok: --epochs 1.5 --warmup-epochs 0.5 --eval-epochs 0.5 of 16 images at 8 per step: 3 steps, 1 of warmup, 3 evaluations; --epochs then --steps 2: 2 steps"
 else echo "FAIL: --epochs: $out"; fail=1; fi
+# (per epoch, warmup epochs are whole: epochs 0 and 1 of a 1.5-epoch warmup, 4 steps of 2 a
+# epoch, not round(1.5 x 2) = 3)
+out=$("$vit3d" "${small[@]}" --epochs 7 --warmup-epochs 1.5 --sched-on epochs --run-steps 1 2>&1)
+grep -q "7 epochs of 16 images at 8 per step: 14 steps, 4 of warmup;" <<<"$out" &&
+  echo "ok: --sched-on epochs counts whole warmup epochs' steps" ||
+  { echo "FAIL: --sched-on epochs' warmup steps: $out"; fail=1; }
 help=$("$vit3d" train --help)
 for flag in --model --img-size --patch-size --width --depth --heads --mlp-ratio --mlp-dim --num-classes --global-pool \
             --data --label-key --micro-batch-size --global-batch-size --steps --epochs --eval-epochs --save-epochs --lr --min-lr --warmup-steps --warmup-epochs --warmup-lr --sched-on --sched \

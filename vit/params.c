@@ -256,8 +256,8 @@ void vt_params_build(vt_param_table *t, const vt_vit_config *cfg, vt_shard shard
     // timm's norm_pre (pre_norm: the CLIP towers): on each rank's rows of the stream, so a
     // partial sum over TP under sequence parallelism, as the blocks' norms. Its gradient is
     // ready with the embedding's (layer 0), but layer-wise lr decay scales it as the final
-    // norm's (lr_layer depth + 1), as timm (its group_matcher's '^norm' takes it with the final
-    // norm) and MAE's param_groups_lrd (every name outside the stem and the blocks) do.
+    // norm's (lr_layer depth + 1), as MAE's param_groups_lrd does (every name outside the stem
+    // and the blocks; timm 0.9's group_matcher puts '^norm' with the last block, lr x D).
     if (cfg->pre_norm) {
       norm(&b, 0, C, "norm_pre", sp);
       t->p[t->count - 1].lr_layer = t->p[t->count - 2].lr_layer = cfg->depth + 1;
