@@ -214,6 +214,11 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->transform.ra.layers > 0 && o->transform.three_aug)
     REFUSE("--aa and --three-augment are two augmentation policies (DeiT III's 3-Augment "
            "replaces RandAugment): pick one");
+  // (a timm recipe's --color-jitter, which timm applies without --aa, would do nothing here)
+  if (o->transform.color_jitter != 0.3f && !o->transform.three_aug)
+    REFUSE("--color-jitter is 3-Augment's colour jitter (--three-augment 1); vit3d has no "
+           "colour jitter of its own (timm's, applied without --aa): drop it, or give "
+           "--three-augment 1");
   if (vt_label_key_check(o->label_key, err, errlen) != VT_OK) return VT_ERR_INPUT;
   if (o->bce_thresh >= 0 && !o->bce_loss)
     REFUSE("--bce-target-thresh %g makes binary targets for --bce-loss 1, which is off",

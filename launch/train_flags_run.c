@@ -144,7 +144,8 @@ const vt_train_flag vt_train_flags_run[] = {
      "(zeros)", "pixel|rand|const"},
     {"--aa", VT_OPT_STR, IN_TEXT(aa), 0, 0, "SPEC",
      "RandAugment of the 8-bit training crop, timm's config string (DeiT: "
-     "rand-m9-mstd0.5-inc1; keys m, n, mstd, mmax, inc, p); empty: off", NULL},
+     "rand-m9-mstd0.5-inc1; keys m, n, mstd, mmax, inc, p; inc0 is off here, where timm's "
+     "parser takes any inc as on); empty: off", NULL},
     {"--train-interpolation", VT_OPT_STR, IN_TEXT(train_interp), 0, 0, "MODE",
      "how a training crop becomes the S x S input: sample (bilinear at the output pixels "
      "only, the fastest), or bilinear or bicubic (Pillow's antialiased resize of the crop, as "

@@ -71,6 +71,7 @@ done
 refuse "img-size 225 is not a multiple of patch-size 16" train --img-size 225
 refuse "width 1152 x mlp-ratio 3.73611 is not a whole number: give the MLP's hidden width with --mlp-dim" plan --width 1152 --heads 16 --mlp-ratio 3.73611
 refuse "--check-tol is --check-log's tolerance: give --check-log FILE too" train --check-tol 0.01
+refuse "--color-jitter is 3-Augment's colour jitter (--three-augment 1); vit3d has no colour jitter of its own" train --color-jitter 0.4
 # (in double, as timm's int(width * mlp_ratio): 100 x 2.01 is 200.99999999999997, which float
 # arithmetic rounded to 201 and took, a model of 201 where timm's config makes 200)
 refuse "width 100 x mlp-ratio 2.01 is not a whole number" plan --width 100 --heads 4 --mlp-ratio 2.01

@@ -328,6 +328,12 @@ static void test_randaug(void) {
   char err[256];
   EXPECT(c.fill[0] == 124 && c.fill[1] == 116 && c.fill[2] == 104, "fill %d %d %d", c.fill[0],
          c.fill[1], c.fill[2]);
+  // (timm rounds 255 x the mean in double: 0.3 gives 76 and 0.9 230, where the floats' products
+  // 76.500003 and 229.49999 rounded to 77 and 229)
+  const float halves[3] = {0.3f, 0.9f, 0.5f};
+  c = vt_randaug_defaults(halves);
+  EXPECT(c.fill[0] == 76 && c.fill[1] == 230 && c.fill[2] == 128, "fill of 0.3, 0.9, 0.5: %d %d %d",
+         c.fill[0], c.fill[1], c.fill[2]);
   EXPECT(vt_randaug_parse("rand-m9-mstd0.5-inc1", &c, err, sizeof err) == VT_OK, "%s", err);
   EXPECT(c.layers == 2 && c.magnitude == 9 && c.magnitude_std == 0.5f && c.increasing == 1 &&
          c.prob == 0.5f && c.magnitude_max == 10, "parsed rand-m9-mstd0.5-inc1 wrong");
