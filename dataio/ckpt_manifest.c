@@ -54,6 +54,7 @@ static const struct setting {
     SETTING("simple_crop", 'i', simple_crop, 0, 0, 1),
     SETTING("three_augment", 'i', three_augment, 0, 0, 1),
     SETTING("color_jitter", 'f', color_jitter, 0.3, 0, 1),
+    SETTING("jpeg_reduce", 'i', jpeg_reduce, 1, 0, 1),
     SETTING("aa_interp", 'i', aa_interp, 1, 0, 1),
     SETTING("precision", 'i', precision, -1, 0, 1),  // (absent: not recorded, not compared)
     ALWAYS("mean_r", 'f', mean[0], 0.485, -1e6, 1e6),

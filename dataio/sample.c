@@ -45,7 +45,8 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
     // (The simple crop's pixels are in the resized image's units: its resize decides.)
     int d = vt_crop_reduction(
         simple ? vt_simple_crop_region(sp->tc, info.width, info.height, sp->S) : crop, sp->S);
-    r.scale = d < info.max_scale ? d : info.max_scale;
+    const int most = sp->tc->jpeg_reduce ? info.max_scale : 1;  // (--jpeg-reduce 0: 1/1)
+    r.scale = d < most ? d : most;
     const int w = vt_image_scaled_side(info.width, r.scale);
     const int h = vt_image_scaled_side(info.height, r.scale);
     if (interp == VT_INTERP_SAMPLE)

@@ -45,6 +45,9 @@ typedef struct {
                                // (vt_simple_crop) instead of the random-resized crop
   int three_aug;               // 1: 3-Augment of training crops (threeaug.h) instead; 0 off
   float color_jitter;          // 3-Augment's colour jitter strength (DeiT III: 0.3); 0: none
+  int jpeg_reduce;             // 1: JPEGs decoded at 1/2, 1/4 or 1/8 (DCT scaling) where the
+                               // resize allows (vt_crop_reduction); 0: at full size, the pixels
+                               // of Pillow's decode (--jpeg-reduce)
 } vt_transform_config;
 
 vt_transform_config vt_transform_defaults(void);

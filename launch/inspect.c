@@ -92,6 +92,8 @@ static void settings_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
   if (k < (int)size && m->three_augment)
     k += snprintf(out + k, size - (size_t)k, " --color-jitter %s",
                   float_text(m->color_jitter, a[0], 32));
+  if (k < (int)size && !m->jpeg_reduce)  // (a flag of 2026-12-07: given only where it is off)
+    k += snprintf(out + k, size - (size_t)k, " --jpeg-reduce 0");
   if (k < (int)size && m->aa[0])
     k += snprintf(out + k, size - (size_t)k, " --aa-interpolation %s",
                   m->aa_interp ? "bicubic" : "bilinear");

@@ -158,6 +158,11 @@ const vt_train_flag vt_train_flags_run[] = {
      "1: training crops are DeiT III's simple random crop (its --src: the shorter side resized "
      "to --img-size, 4 mirrored pixels of padding, a random square of it, the flip) instead "
      "of the random-resized crop; needs --train-interpolation bilinear or bicubic", NULL},
+    {"--jpeg-reduce", VT_OPT_INT, IN_OPTIONS(transform.jpeg_reduce), 0, 1, "0|1",
+     "1: a JPEG whose crop is resized to under half its size is decoded at 1/2, 1/4 or 1/8 "
+     "(libjpeg's DCT scaling: faster, within a level or two of Pillow's pixels on average); 0: "
+     "at full size, so that the bilinear and bicubic resizes give Pillow's and torchvision's "
+     "pixels exactly (training and evaluation)", NULL},
     {"--three-augment", VT_OPT_INT, IN_OPTIONS(transform.three_aug), 0, 1, "0|1",
      "1: 3-Augment (DeiT III) of the 8-bit training crop instead of RandAugment: one of "
      "grayscale, solarize (128) and a Gaussian blur (radius 0.1 to 2), then the colour jitter, "

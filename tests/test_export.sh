@@ -172,6 +172,47 @@ out=$("$vit3d" export --checkpoint "$ck" --out "$ck/model.safetensors" 2>&1); rc
   { echo "FAIL: export onto the checkpoint's file: rc $rc: $out"; fail=1; }
 step "$py" "$here/export_check.py" "$work/w.safetensors" "$work/dump.safetensors" 32 4 4
 cat "$work/last.log"
+# --jpeg-reduce 0: a 640x480 JPEG resized to 18 px (a DCT-scaled decode at 1/8 by default) is
+# decoded at full size, so the evaluation's input is torchvision's Resize(18, bicubic) +
+# CenterCrop(16) of Pillow's decode byte for byte; the default stays near it, not equal.
+mkdir -p "$work/jpg/c0" "$work/jpg/c1" "$work/jpg/c2"
+"$py" - "$work/jpg" <<'PY'
+import sys
+import numpy as np
+from PIL import Image
+rng = np.random.default_rng(5)
+for i in range(3):
+    y, x = np.mgrid[0:480, 0:640]
+    a = np.stack([(x * 0.4 + y * 0.1) % 256, (y * 0.5) % 256, (x * y * 0.001) % 256], -1)
+    a = np.clip(a + rng.normal(0, 20, a.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(a).save(f"{sys.argv[1]}/c{i}/{i}.jpg", quality=90)
+PY
+for r in 0 1; do
+  step timeout 300 mpirun -np 1 "$vit3d" eval --init-from "$work/w.safetensors" --val-data "$work/jpg" \
+    --eval-interpolation bicubic --jpeg-reduce $r --logits-out "$work/jpg$r.safetensors"
+done
+"$py" - "$work" "$here" <<'PY' || fail=1
+import sys
+import numpy as np
+from PIL import Image
+sys.path.insert(0, sys.argv[2])
+from ref_vit import read_safetensors
+mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+want = []
+for i in range(3):
+    im = Image.open(f"{sys.argv[1]}/jpg/c{i}/{i}.jpg").convert("RGB").resize((24, 18), Image.BICUBIC)
+    a = np.asarray(im)[1:17, 4:20].astype(np.float32) / 255.0
+    want.append(((a - mean) / std).transpose(2, 0, 1))
+want = np.stack(want)
+full = np.asarray(read_safetensors(sys.argv[1] + "/jpg0.safetensors")["images"])
+reduced = np.asarray(read_safetensors(sys.argv[1] + "/jpg1.safetensors")["images"])
+d_full = np.abs(full - want).max() * 0.229 * 255
+d_red = np.abs(reduced - want).max() * 0.229 * 255
+ok = d_full < 0.01 and 0.5 < d_red < 40
+print(f"--jpeg-reduce 0: evaluation input vs Pillow + torchvision: {d_full:.4f} levels at most; "
+      f"the reduced decode: {d_red:.1f} levels: {'ok' if ok else 'FAIL'}")
+sys.exit(0 if ok else 1)
+PY
 step timeout 300 mpirun -np 1 "$vit3d" eval "${model[@]}" --val-data "$work/val" --checkpoint "$ck" \
   --micro-batch-size 4 --eval-hflip 1 --logits-out "$work/dump_flip.safetensors"
 grep "^eval:" "$work/last.log" > "$work/eval_flip.txt"
