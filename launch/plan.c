@@ -76,9 +76,12 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
   blocks_str(m->cfg.depth, &m->shard, blocks, sizeof blocks);
   if (m->nwsets)
     snprintf(wsets, sizeof wsets, " and %d weight-pass input sets", m->nwsets);
+  // (the frozen prefix's blocks run no backward: none of them recomputed)
+  const int again = vt_recomputed_blocks(m->cfg.depth, &m->shard, m->recompute, m->frozen_layers);
   if (m->recompute)
-    snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed%s", m->recompute,
-             m->slot_blocks, m->nchunks > 1 ? " in each chunk" : "");
+    snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed%s%s", m->recompute,
+             m->slot_blocks, m->nchunks > 1 ? " in each chunk" : "",
+             again < m->recompute * m->nchunks ? " (not the frozen prefix's)" : "");
   if (m->be->device != VT_DEVICE_CPU)
     snprintf(extra, sizeof extra, "; the GPU held %.0f MiB before (context, libraries, "
              "communicators); op scratch comes on the first step", (double)base * mib);
@@ -168,8 +171,9 @@ static void plan_stage(const vt_train_options *o, const vt_backend *be, vt_sched
   *sp = (stage_plan){0};
   blocks_str(c->depth, &shard, sp->blocks, sizeof sp->blocks);
   sp->nslots = vt_schedule_stage_in_flight(&spec, p, &sp->nwsets);
-  sp->recomputed = o->recompute_blocks < most ? o->recompute_blocks : most;
-  const int again = vt_recomputed_blocks(c->depth, &shard, sp->recomputed, leading);
+  const int per_chunk = o->recompute_blocks < most ? o->recompute_blocks : most;
+  const int again = vt_recomputed_blocks(c->depth, &shard, per_chunk, leading);
+  sp->recomputed = again;  // (the stage's, not the frozen prefix's, which runs no backward)
   // with the weights' bf16 copy on CUDA in bf16 (vt_model_hold_weights)
   sp->params = (double)(t.total * 4 + vt_weight_copy_nbytes(t.total, o->device == VT_DEVICE_CUDA,
                                                              o->precision)) * mib;
@@ -312,7 +316,7 @@ int vt_plan_run(const vt_train_options *o) {
            vt_schedule_bubble_formula(&spec), vt_schedule_bubble_formula(&plain));
   }
   printf("largest: stage %d, %.2f GiB per rank. Not in the plan: on a GPU the CUDA context, "
-         "cuBLAS, cuDNN and NCCL (their size is printed at start-up) and the ops' grow-only "
+         "cuBLAS and NCCL (their size is printed at start-up) and the ops' grow-only "
          "scratch (after the first step the run reports what the GPU holds against this "
          "plan); the input batches above.\n", worst_stage, worst / 1024);
   return 0;
@@ -338,7 +342,9 @@ int vt_plan_search(const vt_train_options *o) {
   VT_CHECK(cands != NULL, "out of memory");
   int nc = 0;
   for (int tp = 1; tp <= n && tp <= per_node; tp++) {
-    if (n % tp) continue;
+    // TP's groups are consecutive ranks (the innermost axis of either --mesh-order): inside a
+    // node only where tp divides the node's GPUs (or the job is one node)
+    if (n % tp || (n > per_node && per_node % tp)) continue;
     for (int pp = 1; pp <= n / tp; pp++) {
       if ((n / tp) % pp) continue;
       candidate *k = &cands[nc++];
@@ -406,9 +412,13 @@ int vt_plan_search(const vt_train_options *o) {
     vt_schedule_kind kind;
     vt_schedule_parse(o->pp_schedule, &kind);
     const int recompute = !o->recompute_blocks && !vt_schedule_splits_backward(kind);
-    printf("no mesh fits: %s%sa smaller --micro-batch-size, more GPUs, or GPUs with more memory "
-           "(--gpu-mem)\n",
-           recompute ? "add --recompute-blocks, " : "", o->zero ? "" : "--zero 1, ");
+    // (ZeRO-1 shards over dp: only where some candidate has dp > 1; TP only within a node)
+    int dp_some = 0;
+    for (int i = 0; i < nc; i++) dp_some |= cands[i].dp > 1;
+    printf("no mesh fits: try %s%s%s%smore GPUs, or GPUs with more memory (--gpu-mem)\n",
+           recompute ? "--recompute-blocks, " : "", !o->zero && dp_some ? "--zero 1, " : "",
+           o->micro_batch > 1 ? "a smaller --micro-batch-size, " : "",
+           per_node < n ? "more GPUs per node for tensor parallelism (--node-gpus), " : "");
     rc = 1;
   } else {
     const candidate *b = &cands[best];

@@ -204,7 +204,7 @@ if [ $rc -eq 0 ] && grep -qE "^ +1 +1 +8 +[0-9.]+ GiB +no " <<<"$out" &&
 else echo "FAIL: vit3d plan --gpus 8 --gpu-mem 18: rc $rc: $out"; fail=1; fi
 out=$("$vit3d" plan --model vit-b16 --gpus 4 --global-batch-size 4096 --micro-batch-size 64 --gpu-mem 1 2>&1)
 rc=$?
-if [ $rc -eq 1 ] && grep -q "^no mesh fits: add --recompute-blocks, --zero 1" <<<"$out"; then
+if [ $rc -eq 1 ] && grep -q "^no mesh fits: try --recompute-blocks, --zero 1" <<<"$out"; then
   echo "ok: vit3d plan --gpus 4 --gpu-mem 1: no mesh fits (exit 1)"
 else echo "FAIL: vit3d plan --gpu-mem 1: rc $rc: $out"; fail=1; fi
 # GPUs' default precision (bf16) without --precision; the remedies the flags leave open (not
@@ -217,11 +217,18 @@ out2=$("$vit3d" plan --model tiny --gpus 4 --global-batch-size 4 --micro-batch-s
 t0=$SECONDS
 out3=$("$vit3d" plan --model tiny --gpus 1024 --global-batch-size 8192 --micro-batch-size 8 2>&1)
 if grep -q "^model vit-b16 .*), bf16," <<<"$out" &&
-   grep -q "^no mesh fits: a smaller --micro-batch-size, more GPUs" <<<"$out" &&
+   grep -q "^no mesh fits: try a smaller --micro-batch-size, more GPUs" <<<"$out" &&
    grep -q "^no mesh of 4 GPUs is possible with these flags: each line says why" <<<"$out2" &&
    grep -q "^suggested: --tp 1 --pp 1 --dp 1024" <<<"$out3" && [ $((SECONDS - t0)) -lt 20 ]; then
   echo "ok: vit3d plan --gpus: bf16 by default, remedies left open, no possible mesh said, 1024 GPUs in $((SECONDS - t0)) s"
 else echo "FAIL: vit3d plan --gpus defaults and remedies: $out $out2"; fail=1; fi
+# A TP group is consecutive ranks: on 8-GPU nodes tp 6 would span two nodes (12 heads allow
+# it; it was suggested), so 24 GPUs take tp 4 and a pipeline.
+out=$("$vit3d" plan --model vit-h14 --width 1536 --heads 12 --depth 24 --gpus 24 --gpu-mem 5 \
+      --global-batch-size 384 --micro-batch-size 16 2>&1)
+grep -q "^suggested: --tp 4 --pp 2 --dp 3" <<<"$out" &&
+  echo "ok: vit3d plan --gpus keeps TP inside a node (tp divides --node-gpus)" ||
+  { echo "FAIL: vit3d plan --gpus 24 of 12 heads: $(tail -1 <<<"$out")"; fail=1; }
 refuse "vit3d plan: --gpus N tries every --tp, --pp and --dp: drop --tp" plan --gpus 8 --global-batch-size 64 --tp 2
 refuse "vit3d plan: --gpus N compares meshes at one global batch: give --global-batch-size" plan --gpus 8
 refuse "vit3d plan: --gpu-mem and --node-gpus size the search of --gpus N: give --gpus" plan --gpu-mem 40
