@@ -191,9 +191,10 @@ const vt_train_flag vt_train_flags_run[] = {
      "seed of weights and data (same seed, same run)", NULL},
     {"--device", VT_OPT_STR, IN_TEXT(device), 0, 0, "DEV", "cpu or cuda", "cpu|cuda"},
     {"--precision", VT_OPT_STR, IN_TEXT(precision), 0, 0, "P",
-     "GEMM precision: bf16 (operands rounded to bfloat16, fp32 sums; LayerNorm, softmax, "
-     "gradients and AdamW's master weights stay fp32) or fp32; default bf16 on cuda, fp32 on "
-     "cpu", "bf16|fp32"},
+     "GEMM precision: bf16 (operands rounded to bfloat16, fp32 sums; LayerNorm, softmax, the "
+     "residual stream and its gradient, the parameters' gradients and AdamW's master weights "
+     "stay fp32, the activations and input gradients that only feed GEMMs are stored as bf16) "
+     "or fp32; default bf16 on cuda, fp32 on cpu", "bf16|fp32"},
     {"--threads", VT_OPT_INT, IN_OPTIONS(threads), 0, 4096, "N",
      "CPU threads per rank for OpenMP and BLAS together; 0: the CPUs the rank may use over "
      "the host's ranks that share them", NULL},
