@@ -630,6 +630,10 @@ vt_status vt_ckpt_open(const char *path, char *dir, size_t dir_len, vt_ckpt_mani
 
 vt_status vt_output_file_check(const char *path, const char *what, char *err, size_t errlen) {
   struct stat st;
+  const size_t n = strlen(path);
+  if (n > 0 && path[n - 1] == '/')  // (its folder would be made, then the write would fail)
+    FAIL(VT_ERR_INPUT, "%s %s names a folder (it ends with '/'): give the path of a file", what,
+         path);
   if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return VT_OK;
   FAIL(VT_ERR_INPUT, "%s %s is a %s, not a file: vit3d writes a new file and renames it into "
        "place, which would replace it; give the path of a file", what, path,

@@ -784,7 +784,7 @@ static vt_status resume_from(const vt_train_options *o, vt_model *m, vt_optimize
       vt_log_warn("using the previous complete checkpoint %s", dir);
     vt_ckpt_manifest all;
     char why[600];
-    if (rank0 && eval_reads(o) && vt_ckpt_check(dir, &all, 0, NULL, why, sizeof why) != VT_OK)
+    if (rank0 && eval_reads(o) && vt_ckpt_check(dir, &all, 1, NULL, why, sizeof why) != VT_OK)
       vt_log_warn("%s; its %s verifies (size and CRC-32), and is what is evaluated (it cannot "
                   "be resumed: vit3d inspect %s says which of its files verify)", why,
                   eval_reads(o), dir);

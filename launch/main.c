@@ -85,10 +85,10 @@ static int cmd_train(int argc, char **argv, vt_comm *world, vt_run_mode mode) {
   char **v, err[600];
   if (vt_cli_expand(argc, argv, &n, &v, err, sizeof err) != VT_OK)
     return vt_train_flags_agree(world, vt_train_flags_refuse(world, mode, err));
-  // (a training run takes the file's model flags; its normalisation is compared: a warning)
+  // (a training run, and its plan, take the file's model flags; its normalisation is compared:
+  // a warning)
   const int eval = mode == VT_RUN_EVAL;
-  if (mode != VT_RUN_PLAN && vt_train_flags_from_file(&n, &v, eval) > 0 &&
-      vt_comm_rank(world) == 0)
+  if (vt_train_flags_from_file(&n, &v, eval) > 0 && vt_comm_rank(world) == 0)
     vt_log_info("the model%s the command line leaves out are the --init-from file's (its "
                 "metadata; vit3d inspect FILE prints them)",
                 eval ? ", normalisation and evaluation transform" : "'s flags");

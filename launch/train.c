@@ -193,6 +193,9 @@ static int run_start(train_run *r) {
   m->bce = o->bce_loss;
   if (o->bce_loss) m->bce_thresh = o->bce_thresh;
   if (r->world_rank == 0 && !o->eval_only) vt_report_recipe(o, &oc);
+  if (r->world_rank == 0 && !o->transform.jpeg_reduce)  // (training and evaluation)
+    vt_log_info("JPEGs decoded at full size (--jpeg-reduce 0: Pillow's pixels, no DCT-reduced "
+                "decode)");
   vt_optimizer_init(&r->opt, &oc, be, &m->table, mesh->tp_size > 1 ? r->tp : NULL,
                     mesh->pp_size > 1 ? r->pp : NULL, mesh->dp_size > 1 ? r->dp : NULL, o->zero,
                     m->grad_first);

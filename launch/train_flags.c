@@ -251,6 +251,7 @@ static int eval_adopt(int argc, char **argv, vt_train_options *o, char *err, siz
   vt_transform_config *tc = &o->transform;
   if (m.norm_recorded && !GIVEN("--mean")) memcpy(tc->mean, m.mean, sizeof tc->mean);
   if (m.norm_recorded && !GIVEN("--std")) memcpy(tc->std, m.std, sizeof tc->std);
+  if (!GIVEN("--jpeg-reduce")) tc->jpeg_reduce = m.jpeg_reduce;  // (1 where not recorded)
   if (m.norm_recorded && m.evaluated) {
     if (!GIVEN("--eval-crop-pct")) tc->crop_pct = m.eval_crop_pct;
     if (!GIVEN("--eval-crop-mode")) tc->eval_squash = m.eval_squash;

@@ -380,9 +380,17 @@ cp -r "$work/ck/step-00000004" "$work/bad_w"
 printf 'xx' | dd of="$work/bad_w/model.safetensors" bs=1 seek=300 conv=notrunc 2>/dev/null
 out2=$("$vit3d" eval --checkpoint "$work/bad_w" --val-data "$work/ev_imgs" --threads 1 2>&1); rc2=$?
 if [ $rc -eq 0 ] && [ "$(grep "^eval:" <<<"$out")" = "$(grep "^eval:" <<<"$out3")" ] &&
+   grep -q "bad is damaged: optim.safetensors has CRC-32 .*; its model.safetensors verifies (size and CRC-32), and is what is evaluated" <<<"$out" &&
    [ $rc2 -eq 2 ] && grep -q "is damaged: model.safetensors has CRC-32" <<<"$out2"; then
   echo "ok: vit3d eval of a checkpoint whose optimizer state alone is damaged evaluates its weights"
 else echo "FAIL: eval with a damaged optim.safetensors: rc $rc: $out / rc $rc2: $out2"; fail=1; fi
+# --jpeg-reduce 0 is the run's: inspect's line gives it, vit3d eval of the checkpoint takes it.
+"$vit3d" "${args[@]}" --jpeg-reduce 0 --save "$work/ck_jr" > /dev/null 2>&1
+out=$("$vit3d" eval --checkpoint "$work/ck_jr" --val-data "$work/ev_imgs" --threads 1 2>&1)
+if grep -q "JPEGs decoded at full size (--jpeg-reduce 0" <<<"$out" &&
+   "$vit3d" inspect "$work/ck_jr" | grep -q "^resume with: .* --jpeg-reduce 0"; then
+  echo "ok: --jpeg-reduce 0 recorded: in inspect's line, taken by vit3d eval of the checkpoint"
+else echo "FAIL: --jpeg-reduce 0 not carried: $out"; fail=1; fi
 # The start-up disk plan counts what --keep-last K really keeps at once: the newest K, the
 # older --keep-every milestones and the one being written (steps 1-12, K 3, every 4th: 9, 10,
 # 11, the milestones 4 and 8, and 12 being written), and no more than the run saves.
@@ -396,16 +404,18 @@ if grep -q "this run saves 12, --keep-last 3 keeps the newest 3 and the older mu
 else echo "FAIL: the disk plan: $(grep 'checkpoints:' <<<"$out") / $(grep 'checkpoints:' <<<"$out1")"; fail=1; fi
 # A checkpoint path that does not exist is said so (not "not a complete checkpoint"); an export
 # into a folder that does not exist makes it (as a run's output files), one below a file names
-# the path.
+# the path, and a path ending in '/' is refused (it made the folder, then failed to write).
 out=$("$vit3d" "${args[@]}" --resume "$work/no_such_ckpt" 2>&1)
 rc=$?
 out2=$("$vit3d" inspect "$work/no_such_ckpt" 2>&1)
 out3=$("$vit3d" export --checkpoint "$work/ck" --out "$work/no_such_dir/x.safetensors" 2>&1) &&
   [ -s "$work/no_such_dir/x.safetensors" ] && touch "$work/a_file" &&
   out3=$("$vit3d" export --checkpoint "$work/ck" --out "$work/a_file/x.safetensors" 2>&1)
+out4=$("$vit3d" export --checkpoint "$work/ck" --out "$work/a_dir/" 2>&1)
 if [ $rc -eq 2 ] && grep -q "$work/no_such_ckpt does not exist (No such file or directory)" <<<"$out" &&
    grep -q "$work/no_such_ckpt does not exist" <<<"$out2" &&
-   grep -q "cannot make files in $work/a_file (Not a directory)" <<<"$out3"; then
+   grep -q "cannot make files in $work/a_file (Not a directory)" <<<"$out3" &&
+   grep -q "names a folder (it ends with '/'): give the path of a file" <<<"$out4" && [ ! -e "$work/a_dir" ]; then
   echo "ok: a missing checkpoint is named; an export makes its folder, or names the path where it cannot"
 else echo "FAIL: missing paths: rc $rc: $out / $out2 / $out3"; fail=1; fi
 # Full disk: room for one checkpoint (~2.6 MB) but not two.

@@ -159,10 +159,12 @@ out=$("$vit3d" train --init-from "$work/w.safetensors" --data "$work/train" --st
       --micro-batch-size 4 --threads 1 2>&1); rc=$?
 out2=$("$vit3d" train "${model[@]}" --heads 2 --act quick_gelu --init-from "$work/w.safetensors" \
        --data "$work/train" --steps 1 --micro-batch-size 4 --threads 1 2>&1); rc2=$?
+out3=$("$vit3d" plan --init-from "$work/w.safetensors" --global-batch-size 8 2>&1)
 if [ $rc -eq 0 ] && grep -q "the model's flags the command line leaves out are the --init-from file's" <<<"$out" &&
    grep -q "model custom: img 16 patch 4 width 32 depth 4 heads 4 mlp 128 classes 3" <<<"$out" &&
+   grep -q "^memory plan of custom (img 16 patch 4 width 32 depth 4 heads 4 mlp 128, 3 classes)" <<<"$out3" &&
    [ $rc2 -eq 0 ] && grep -q "warning: --init-from .*w.safetensors holds a model of --heads 4 --act gelu and this run's has --heads 2 --act quick_gelu" <<<"$out2"; then
-  echo "ok: train --init-from takes the file's model flags; other heads and activation warned about"
+  echo "ok: train --init-from (and its plan) takes the file's model flags; other heads and activation warned about"
 else echo "FAIL: train --init-from's model flags: rc $rc $out / rc $rc2 $out2"; fail=1; fi
 out=$("$vit3d" export --checkpoint "$ck" --out "$ck/model.safetensors" 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "is in the checkpoint folder" <<<"$out" &&
