@@ -209,7 +209,8 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
   if (stat(src, &ss) == 0 && S_ISDIR(ss.st_mode) && inside(out_dir, src)) {
     unlock_out(out_dir, lock, made);
     return vt_fail_input(err, errlen, "%s lies inside the dataset %s, which would then take it "
-                         "for a part of itself (a class folder): choose a folder outside it", out_dir, src);
+                         "for a part of itself (a class folder): choose a folder outside it",
+                         out_dir, src);
   }
   if (holds_folder(out_dir, sub, sizeof sub)) {
     unlock_out(out_dir, lock, made);

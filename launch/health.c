@@ -147,7 +147,8 @@ void vt_health_rank_report(vt_comm *world, const vt_mesh *mesh, int64_t first, i
              "ranks over steps %lld-%lld: busy %.1f / %.1f / %.1f ms per step (min / median / "
              "max, waiting in collectives excluded); %s%s; host memory %.0f-%.0f MiB%s",
              (long long)first, (long long)last, sorted[0], median, sorted[n - 1],
-             k ? "slower than 1.2 x the other ranks' median: " : "no straggler", slow, host_lo, host_hi, dev);
+             k ? "slower than 1.2 x the other ranks' median: " : "no straggler", slow, host_lo,
+             host_hi, dev);
     size_t j = 0;
     json_array(json, jsonlen, &j, "rank_busy_ms", all, n);
     json_array(json, jsonlen, &j, "rank_host_mib", all + n, n);

@@ -120,8 +120,8 @@ static inline int64_t vt_epoch_images(const vt_train_options *o, int64_t n) {
   return o->drop_last ? n / o->global_batch * o->global_batch : n;
 }
 
-// Exit codes of vit3d train and eval (docs/operations.md "Exit codes"); the watchdog's is VT_EXIT_WATCHDOG
-// (3) in watchdog.h.
+// Exit codes of vit3d train and eval (docs/operations.md "Exit codes"); the watchdog's is
+// VT_EXIT_WATCHDOG (3) in watchdog.h.
 enum {
   VT_EXIT_FAILED = 1,      // a runtime failure (I/O, a failed export)
   VT_EXIT_USAGE = 2,       // bad flags, configuration, data or checkpoint: nothing ran

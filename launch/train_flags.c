@@ -176,10 +176,9 @@ static int last_at(int argc, char **argv, const char *flag) {
 }
 
 // The manifest of the checkpoint vit3d eval --checkpoint names (a --save folder: its newest
-// whose manifest and weights' size check, those it evaluates; the CRC-32s are checked as they
-// are read): 1, or 0 where there
-// is none (the load then says why), -1 with err where it names one checkpoint that is damaged
-// (refused before a model is built).
+// whose manifest and the size of the weights it evaluates check; the CRC-32s are checked as
+// they are read): 1, or 0 where there is none (the load then says why), -1 with err where it
+// names one checkpoint that is damaged (refused before a model is built).
 // Its folder goes to o->eval_adopted: the load that finds it damaged and takes an older one
 // refuses the evaluation, whose flags were this one's (launch/train.c).
 static int eval_manifest(vt_train_options *o, vt_ckpt_manifest *m, char *err, size_t errlen) {
