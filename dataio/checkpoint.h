@@ -214,8 +214,7 @@ const char *vt_ckpt_remode_name(int remode);
 // " ..." where the manifest's list of unknown keys (vt_ckpt_manifest.unknown) names fewer than
 // nunknown of them, else "".
 const char *vt_ckpt_unknown_more(const vt_ckpt_manifest *m);
-// The shortest text of a float (widened: v) or a double that reads back as it exactly.
-const char *vt_ckpt_float_text(double v, char *buf, size_t size);
+// The shortest text of a double that reads back as it exactly (of a float: vt_float_text).
 const char *vt_ckpt_double_text(double v, char *buf, size_t size);
 // --train-interpolation's word for a manifest's train_interp (vt_interp's order).
 const char *vt_ckpt_interp_name(int interp);

@@ -86,13 +86,6 @@ const char *vt_ckpt_unknown_more(const vt_ckpt_manifest *m) {
   return names < m->nunknown ? " ..." : "";
 }
 
-const char *vt_ckpt_float_text(double v, char *buf, size_t size) {
-  for (int digits = 6; digits <= 9; digits++) {
-    snprintf(buf, size, "%.*g", digits, (double)(float)v);
-    if ((float)strtod(buf, NULL) == (float)v) break;
-  }
-  return buf;
-}
 
 const char *vt_ckpt_double_text(double v, char *buf, size_t size) {
   for (int digits = 15; digits <= 17; digits++) {
@@ -122,10 +115,10 @@ void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, in
   snprintf(t[2], sizeof t[2], "%d", m->num_classes);
   PAIR("num_classes", t[2]);
   if (m->norm_recorded) {
-    snprintf(t[3], sizeof t[3], "%s,%s,%s", vt_ckpt_float_text(m->mean[0], a[0], 32),
-             vt_ckpt_float_text(m->mean[1], a[1], 32), vt_ckpt_float_text(m->mean[2], a[2], 32));
-    snprintf(t[4], sizeof t[4], "%s,%s,%s", vt_ckpt_float_text(m->std[0], a[0], 32),
-             vt_ckpt_float_text(m->std[1], a[1], 32), vt_ckpt_float_text(m->std[2], a[2], 32));
+    snprintf(t[3], sizeof t[3], "%s,%s,%s", vt_float_text(m->mean[0], a[0], 32),
+             vt_float_text(m->mean[1], a[1], 32), vt_float_text(m->mean[2], a[2], 32));
+    snprintf(t[4], sizeof t[4], "%s,%s,%s", vt_float_text(m->std[0], a[0], 32),
+             vt_float_text(m->std[1], a[1], 32), vt_float_text(m->std[2], a[2], 32));
     PAIR("mean", t[3]);
     PAIR("std", t[4]);
   }

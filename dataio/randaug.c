@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "vt_error.h"
 #include "vt_rng.h"
 
 #define SLOTS_PER_LAYER 4
@@ -32,7 +32,7 @@ vt_randaug_config vt_randaug_defaults(const float mean[3]) {
     // timm's round(255 * mean) of the mean as written (a double: 255 x 0.3 is 76.49999...),
     // not of its float (76.500003); Python's round takes halves to even, as rint
     char text[32];
-    double v = rint(255.0 * strtod(vt_ckpt_float_text(mean[ch], text, sizeof text), NULL));
+    double v = rint(255.0 * strtod(vt_float_text(mean[ch], text, sizeof text), NULL));
     c.fill[ch] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
   }
   return c;

@@ -372,10 +372,10 @@ static vt_status read_parts(const vt_train_options *o, const vt_param_table *tab
 static void differs_triple(diff_list *d, const float was[3], const float now[3],
                            const char *flag) {
   char a[3][32], b[3][32], ta[100], tb[100];
-  snprintf(ta, sizeof ta, "%s,%s,%s", vt_ckpt_float_text(was[0], a[0], 32),
-           vt_ckpt_float_text(was[1], a[1], 32), vt_ckpt_float_text(was[2], a[2], 32));
-  snprintf(tb, sizeof tb, "%s,%s,%s", vt_ckpt_float_text(now[0], b[0], 32),
-           vt_ckpt_float_text(now[1], b[1], 32), vt_ckpt_float_text(now[2], b[2], 32));
+  snprintf(ta, sizeof ta, "%s,%s,%s", vt_float_text(was[0], a[0], 32),
+           vt_float_text(was[1], a[1], 32), vt_float_text(was[2], a[2], 32));
+  snprintf(tb, sizeof tb, "%s,%s,%s", vt_float_text(now[0], b[0], 32),
+           vt_float_text(now[1], b[1], 32), vt_float_text(now[2], b[2], 32));
   differs(d, was[0] == now[0] && was[1] == now[1] && was[2] == now[2], flag, ta, tb);  // (-0 is 0)
 }
 
@@ -406,10 +406,10 @@ static void warn_eval(const vt_train_options *o, const char *dir, const vt_ckpt_
     vt_log_warn("%s does not record its run's normalisation or evaluation transform (an older "
                 "vit3d wrote it); this evaluation has --mean %s,%s,%s --std %s,%s,%s "
                 "--eval-crop-pct %s --eval-crop-mode %s --eval-interpolation %s: give the "
-                "training run's where they differ", dir, vt_ckpt_float_text(cur.mean[0], a[0], 32),
-                vt_ckpt_float_text(cur.mean[1], a[1], 32),
-                vt_ckpt_float_text(cur.mean[2], a[2], 32), vt_ckpt_float_text(cur.std[0], b[0], 32),
-                vt_ckpt_float_text(cur.std[1], b[1], 32), vt_ckpt_float_text(cur.std[2], b[2], 32),
+                "training run's where they differ", dir, vt_float_text(cur.mean[0], a[0], 32),
+                vt_float_text(cur.mean[1], a[1], 32),
+                vt_float_text(cur.mean[2], a[2], 32), vt_float_text(cur.std[0], b[0], 32),
+                vt_float_text(cur.std[1], b[1], 32), vt_float_text(cur.std[2], b[2], 32),
                 vt_ckpt_double_text(cur.eval_crop_pct, c, sizeof c),
                 cur.eval_squash ? "squash" : "center", vt_ckpt_interp_name(cur.eval_interp));
     return;

@@ -16,7 +16,7 @@
 
 // The shortest text of v that a float flag reads back as the same float.
 static const char *float_text(double v, char *buf, size_t size) {
-  return vt_ckpt_float_text(v, buf, size);
+  return vt_float_text(v, buf, size);
 }
 
 // The optimizer's and the schedule's flags of a manifest that has them ("" otherwise). A length

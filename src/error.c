@@ -85,6 +85,14 @@ double vt_seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+const char *vt_float_text(double v, char *buf, size_t size) {
+  for (int digits = 6; digits <= 9; digits++) {
+    snprintf(buf, size, "%.*g", digits, (double)(float)v);
+    if ((float)strtod(buf, NULL) == (float)v) break;
+  }
+  return buf;
+}
+
 const char *vt_printable(const char *text, char *buf, size_t size) {
   size_t k = 0;
   for (const unsigned char *c = (const unsigned char *)text; *c && k + 4 < size; c++)

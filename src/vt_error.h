@@ -63,6 +63,10 @@ vt_status vt_fail_input(char *err, size_t errlen, const char *fmt, ...)
 // would go to the terminal), cut to fit buf with "..." where it was longer. Returns buf.
 const char *vt_printable(const char *text, char *buf, size_t size);
 
+// The shortest text of a float (widened: v) that reads back as it exactly ("0.3", not
+// "0.300000012"). Returns buf.
+const char *vt_float_text(double v, char *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif
