@@ -214,6 +214,9 @@ const char *vt_ckpt_remode_name(int remode);
 // " ..." where the manifest's list of unknown keys (vt_ckpt_manifest.unknown) names fewer than
 // nunknown of them, else "".
 const char *vt_ckpt_unknown_more(const vt_ckpt_manifest *m);
+// The file of a checkpoint that holds its weights: ema.safetensors (the EMA's) or
+// model.safetensors.
+const char *vt_ckpt_weights_file(int ema);
 // The shortest text of a double that reads back as it exactly (of a float: vt_float_text).
 const char *vt_ckpt_double_text(double v, char *buf, size_t size);
 // --train-interpolation's word for a manifest's train_interp (vt_interp's order).

@@ -95,6 +95,10 @@ const char *vt_ckpt_double_text(double v, char *buf, size_t size) {
   return buf;
 }
 
+const char *vt_ckpt_weights_file(int ema) {
+  return ema ? "ema.safetensors" : "model.safetensors";
+}
+
 const char *vt_ckpt_interp_name(int interp) {
   static const char *const names[3] = {"sample", "bilinear", "bicubic"};
   return interp >= 0 && interp < 3 ? names[interp] : "?";

@@ -246,7 +246,7 @@ static int sgd_adam_layout(const char *dir, const vt_param_table *t) {
 // The one file of a checkpoint an evaluation reads (the weights, or with --use-ema the EMA),
 // whose other files may be damaged; NULL for a training run, which needs them all.
 static const char *eval_reads(const vt_train_options *o) {
-  return !o->eval_only ? NULL : o->use_ema ? "ema.safetensors" : "model.safetensors";
+  return o->eval_only ? vt_ckpt_weights_file(o->use_ema) : NULL;
 }
 
 // Collective over world: the CRC-32 of each file the ranks read together, from their shares,

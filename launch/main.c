@@ -126,7 +126,7 @@ static int cmd_export(int argc, char **argv) {
   vt_ckpt_manifest man;
   char dir[1100];
   // (exit codes as train's, docs/operations.md: 2 for what the user gave, 1 for a failed write)
-  const char *file = use_ema ? "ema.safetensors" : "model.safetensors";
+  const char *file = vt_ckpt_weights_file(use_ema);
   if (vt_ckpt_open(ckpt, dir, sizeof dir, &man, err, sizeof err) != VT_OK) {
     // A checkpoint whose other files are damaged (its optimizer state lost) still gives its
     // weights where their file verifies.

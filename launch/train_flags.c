@@ -191,8 +191,7 @@ static int eval_manifest(vt_train_options *o, vt_ckpt_manifest *m, char *err, si
     char dir[1100];
     if (one) snprintf(dir, sizeof dir, "%s", path);
     else vt_ckpt_step_dir(path, steps[i], dir, sizeof dir);
-    if (vt_ckpt_check(dir, m, 0, o->use_ema ? "ema.safetensors" : "model.safetensors", err,
-                      errlen) == VT_OK) {
+    if (vt_ckpt_check(dir, m, 0, vt_ckpt_weights_file(o->use_ema), err, errlen) == VT_OK) {
       snprintf(o->eval_adopted, sizeof o->eval_adopted, "%s", dir);
       return 1;
     }
