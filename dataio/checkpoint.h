@@ -230,7 +230,8 @@ int vt_ckpt_parse_rgb(const char *s, float v[3], int std);
 // ema), vit3d_model_flags (model_flags: the flags that build the model), input_size ("3,S,S"),
 // num_classes and, where the manifest records them, mean and std ("R,G,B"), and, where its run
 // evaluated, crop_pct, crop_mode and interpolation (timm's pretrained_cfg names, vit3d's
-// words): kv holds n key-value pairs, pointing into text and model_flags.
+// words), and vit3d_jpeg_reduce "0" where its run decoded JPEGs at full size (--jpeg-reduce 0;
+// absent: 1): kv holds n key-value pairs, pointing into text and model_flags.
 typedef struct {
   int n;
   const char *kv[24];

@@ -131,6 +131,7 @@ void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, in
     PAIR("crop_mode", m->eval_squash ? "squash" : "center");
     PAIR("interpolation", vt_ckpt_interp_name(m->eval_interp));
   }
+  if (!m->jpeg_reduce) PAIR("vit3d_jpeg_reduce", "0");  // (given only where it is off)
 #undef PAIR
   fm->n = n;
 }

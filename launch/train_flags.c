@@ -445,6 +445,9 @@ int vt_train_flags_from_file(int *argc, char ***argv, int eval) {
     ADD("--eval-crop-mode"), ADD(m.eval_squash ? "squash" : "center");
     ADD("--eval-interpolation"), ADD(vt_ckpt_interp_name(m.eval_interp));
   }
+  const char *reduce = vt_st_metadata(&f, "vit3d_jpeg_reduce");  // (the decode of its run's)
+  if (eval && reduce && !strcmp(reduce, "0") && !vt_cli_find(n, v, "--jpeg-reduce"))
+    ADD("--jpeg-reduce"), ADD("0");
 #undef ADD
   vt_safetensors_close(&f);
   if (k == 0) return 0;

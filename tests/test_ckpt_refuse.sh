@@ -391,6 +391,16 @@ if grep -q "JPEGs decoded at full size (--jpeg-reduce 0" <<<"$out" &&
    "$vit3d" inspect "$work/ck_jr" | grep -q "^resume with: .* --jpeg-reduce 0"; then
   echo "ok: --jpeg-reduce 0 recorded: in inspect's line, taken by vit3d eval of the checkpoint"
 else echo "FAIL: --jpeg-reduce 0 not carried: $out"; fail=1; fi
+# ... and by vit3d eval of its export (the file's metadata), where not given otherwise.
+"$vit3d" export --checkpoint "$work/ck_jr" --out "$work/jr.safetensors" > /dev/null 2>&1
+out=$("$vit3d" eval --init-from "$work/jr.safetensors" --val-data "$work/ev_imgs" --threads 1 2>&1)
+out2=$("$vit3d" eval --init-from "$work/jr.safetensors" --val-data "$work/ev_imgs" --threads 1 \
+       --jpeg-reduce 1 2>&1)
+if grep -q "JPEGs decoded at full size (--jpeg-reduce 0" <<<"$out" &&
+   ! grep -q "JPEGs decoded at full size" <<<"$out2" &&
+   "$vit3d" inspect "$work/jr.safetensors" | grep -q "^  vit3d_jpeg_reduce: 0$"; then
+  echo "ok: --jpeg-reduce 0 in an export's metadata, taken by vit3d eval --init-from of it"
+else echo "FAIL: --jpeg-reduce 0 not carried by the export: $out / $out2"; fail=1; fi
 # The start-up disk plan counts what --keep-last K really keeps at once: the newest K, the
 # older --keep-every milestones and the one being written (steps 1-12, K 3, every 4th: 9, 10,
 # 11, the milestones 4 and 8, and 12 being written), and no more than the run saves.

@@ -371,7 +371,7 @@ static void test_settings(void) {
 // did not); a file without a mean records nothing; unreadable values are named.
 static void test_file_meta(void) {
   vt_ckpt_manifest m = sample(), back;
-  m.norm_recorded = 1, m.evaluated = 1, m.mean[1] = 1e-40f;
+  m.norm_recorded = 1, m.evaluated = 1, m.mean[1] = 1e-40f, m.jpeg_reduce = 1;
   vt_ckpt_file_meta fm;
   vt_ckpt_file_meta_make(&fm, &m, 1, "--width 64");
   const char *v[5] = {NULL};  // mean, std, crop_pct, crop_mode, interpolation
@@ -394,6 +394,10 @@ static void test_file_meta(void) {
              vt_ckpt_file_meta_parse(&back, fm.kv[13], fm.kv[15], NULL, NULL, NULL, err,
                                      sizeof err) == 1 && !back.evaluated,
          "the metadata of a run that never evaluated");
+  m.jpeg_reduce = 0;  // (--jpeg-reduce 0: recorded, the last pair)
+  vt_ckpt_file_meta_make(&fm, &m, 0, "--width 64");
+  EXPECT(fm.n == 9 && !strcmp(fm.kv[16], "vit3d_jpeg_reduce") && !strcmp(fm.kv[17], "0"),
+         "--jpeg-reduce 0 in the metadata: %d pairs", fm.n);
   EXPECT(vt_ckpt_file_meta_parse(&back, NULL, "1,1,1", NULL, NULL, NULL, err, sizeof err) == 0,
          "no mean: nothing recorded");
   EXPECT(vt_ckpt_file_meta_parse(&back, "0.5,0.5", "1,1,1", NULL, NULL, NULL, err,
