@@ -109,6 +109,7 @@ typedef struct {
   int train_interp;                 // --train-interpolation as vt_interp: 0 sample (0)
   int simple_crop, three_augment;   // --simple-crop, --three-augment (0)
   float color_jitter;               // --color-jitter (0.3; 3-Augment's only)
+  float color_jitter_alone;         // --color-jitter without --three-augment (0)
   int jpeg_reduce;                  // --jpeg-reduce (1)
   int aa_interp;                    // --aa-interpolation as vt_ra_interp: 1 bicubic (1; --aa's)
   int precision;                    // --precision as vt_precision: 1 bf16, 0 fp32 (-1: not

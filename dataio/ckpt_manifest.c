@@ -54,6 +54,7 @@ static const struct setting {
     SETTING("simple_crop", 'i', simple_crop, 0, 0, 1),
     SETTING("three_augment", 'i', three_augment, 0, 0, 1),
     SETTING("color_jitter", 'f', color_jitter, 0.3, 0, 1),
+    SETTING("color_jitter_alone", 'f', color_jitter_alone, 0, 0, 1),
     SETTING("jpeg_reduce", 'i', jpeg_reduce, 1, 0, 1),
     SETTING("aa_interp", 'i', aa_interp, 1, 0, 1),
     SETTING("precision", 'i', precision, -1, 0, 1),  // (absent: not recorded, not compared)

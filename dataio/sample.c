@@ -69,9 +69,10 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
   }
   const int randaug = sp->train && sp->tc->ra.layers > 0;
   const int three_aug = sp->train && sp->tc->three_aug;
-  if (randaug || three_aug || interp != VT_INTERP_SAMPLE) {
-    // The 8-bit crop, as PIL's image after torchvision's resize; RandAugment and 3-Augment work
-    // on it, as timm's and DeiT III's do.
+  const int jitter = sp->train && !three_aug && sp->tc->color_jitter > 0;  // (timm's, alone)
+  if (randaug || three_aug || jitter || interp != VT_INTERP_SAMPLE) {
+    // The 8-bit crop, as PIL's image after torchvision's resize; RandAugment, 3-Augment and the
+    // colour jitter work on it, as timm's and DeiT III's do.
     const size_t n = (size_t)sp->S * sp->S * 3;
     uint8_t *rgb = malloc(2 * n + 6 * (size_t)sp->S);  // the crop, then the operations' scratch
     VT_CHECK(rgb, "out of memory for a %dx%d crop", sp->S, sp->S);
@@ -82,9 +83,10 @@ vt_image_status vt_sample_from_bytes(const uint8_t *bytes, size_t nbytes, const 
       vt_randaug_draw(&sp->tc->ra, sp->seed, sp->epoch, sp->index, &plan);
       vt_randaug_run(&sp->tc->ra, &plan, rgb, sp->S, rgb + n);
     }
-    if (three_aug) {
+    if (three_aug || jitter) {
       vt_threeaug_plan plan;
       vt_threeaug_draw(sp->tc->color_jitter, sp->seed, sp->epoch, sp->index, &plan);
+      if (!three_aug) plan.pick = VT_3A_NONE;  // (the same draws of the jitter)
       vt_threeaug_run(&plan, rgb, sp->S, rgb + n);
     }
     vt_normalize_u8(sp->tc, rgb, sp->S, out);

@@ -109,7 +109,7 @@ void vt_threeaug_run(const vt_threeaug_plan *p, uint8_t *rgb, int S, uint8_t *sc
   if (p->pick == VT_3A_GRAYSCALE) vt_grayscale(rgb, S, S);
   else if (p->pick == VT_3A_SOLARIZE)
     vt_randaug_op(VT_RA_SOLARIZE, 128, VT_RA_BILINEAR, no_fill, rgb, S, S, scratch);
-  else vt_gaussian_blur(rgb, S, S, p->radius, scratch);
+  else if (p->pick == VT_3A_BLUR) vt_gaussian_blur(rgb, S, S, p->radius, scratch);
   for (int i = 0; i < p->njitter; i++)
     vt_randaug_op(p->jitter_op[i], p->jitter[i], VT_RA_BILINEAR, no_fill, rgb, S, S, scratch);
 }

@@ -14,7 +14,10 @@
 
 #include "randaug.h"
 
-typedef enum { VT_3A_GRAYSCALE, VT_3A_SOLARIZE, VT_3A_BLUR, VT_3A_NUM } vt_threeaug_pick;
+// (VT_3A_NONE: the colour jitter alone, timm's --color-jitter without 3-Augment)
+typedef enum {
+  VT_3A_NONE = -1, VT_3A_GRAYSCALE, VT_3A_SOLARIZE, VT_3A_BLUR, VT_3A_NUM
+} vt_threeaug_pick;
 
 // What happens to one image.
 typedef struct {
@@ -30,7 +33,8 @@ typedef struct {
 // brightness, contrast and saturation factors.
 void vt_threeaug_draw(float color_jitter, uint64_t seed, int64_t epoch, int64_t key,
                       vt_threeaug_plan *p);
-// The plan on an S x S image; scratch holds 6 * S bytes.
+// The plan on an S x S image (its pick, none where VT_3A_NONE, then its jitter); scratch holds
+// 6 * S bytes.
 void vt_threeaug_run(const vt_threeaug_plan *p, uint8_t *rgb, int S, uint8_t *scratch);
 
 // Pillow's ImageFilter.GaussianBlur(radius) in place on an 8-bit RGB image (h, w, 3): three

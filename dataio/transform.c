@@ -25,7 +25,6 @@ vt_transform_config vt_transform_defaults(void) {
       .flip_prob = 0.5f,
       .mean = {0.485f, 0.456f, 0.406f}, .std = {0.229f, 0.224f, 0.225f},
       .crop_pct = 0.875,
-      .color_jitter = 0.3f,
       .jpeg_reduce = 1,
   };
   c.ra = vt_randaug_defaults(c.mean);

@@ -44,7 +44,9 @@ typedef struct {
   int simple_crop;             // 1: training crops are DeiT III's simple random crop
                                // (vt_simple_crop) instead of the random-resized crop
   int three_aug;               // 1: 3-Augment of training crops (threeaug.h) instead; 0 off
-  float color_jitter;          // 3-Augment's colour jitter strength (DeiT III: 0.3); 0: none
+  float color_jitter;          // colour jitter strength: 3-Augment's (DeiT III: 0.3), or alone
+                               // without it (timm's ColorJitter, applied without RandAugment:
+                               // vt_threeaug_plan's jitter, no pick); 0: none (the default)
   int jpeg_reduce;             // 1: JPEGs decoded at 1/2, 1/4 or 1/8 (DCT scaling) where the
                                // resize allows (vt_crop_reduction); 0: at full size, the pixels
                                // of Pillow's decode (--jpeg-reduce)

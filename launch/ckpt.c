@@ -372,6 +372,7 @@ void vt_ckpt_manifest_settings(vt_ckpt_manifest *man, const vt_train_options *o)
   man->train_interp = (int)tc->train_interp;
   man->simple_crop = tc->simple_crop, man->three_augment = tc->three_aug;
   man->color_jitter = tc->three_aug ? tc->color_jitter : 0.3f;
+  man->color_jitter_alone = tc->three_aug ? 0 : tc->color_jitter;
   man->jpeg_reduce = tc->jpeg_reduce;
   man->aa_interp = tc->ra.layers > 0 ? (int)tc->ra.interp : 1;
   memcpy(man->mean, tc->mean, sizeof man->mean);

@@ -509,6 +509,7 @@ static void warn_settings(const vt_train_options *o, const char *dir, const vt_c
   differs_int(&d, man->simple_crop, cur.simple_crop, "--simple-crop");
   differs_int(&d, man->three_augment, cur.three_augment, "--three-augment");
   differs_float(&d, man->color_jitter, cur.color_jitter, "--color-jitter");
+  differs_float(&d, man->color_jitter_alone, cur.color_jitter_alone, "--color-jitter");
   differs_int(&d, man->jpeg_reduce, cur.jpeg_reduce, "--jpeg-reduce");
   differs(&d, man->aa_interp == cur.aa_interp, "--aa-interpolation",
           man->aa_interp ? "bicubic" : "bilinear", cur.aa_interp ? "bicubic" : "bilinear");

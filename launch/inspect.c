@@ -89,9 +89,10 @@ static void settings_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
   if (k < (int)size && !m->simple_crop)  // (unused with it)
     k += snprintf(out + k, size - (size_t)k, " --crop-scale-min %s",
                   float_text(m->crop_scale_min, a[0], 32));
-  if (k < (int)size && m->three_augment)
+  if (k < (int)size && (m->three_augment || m->color_jitter_alone > 0))
     k += snprintf(out + k, size - (size_t)k, " --color-jitter %s",
-                  float_text(m->color_jitter, a[0], 32));
+                  float_text(m->three_augment ? m->color_jitter : m->color_jitter_alone, a[0],
+                             32));
   if (k < (int)size && !m->jpeg_reduce)  // (a flag of 2026-12-07: given only where it is off)
     k += snprintf(out + k, size - (size_t)k, " --jpeg-reduce 0");
   if (k < (int)size && m->aa[0])

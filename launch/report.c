@@ -126,6 +126,9 @@ void vt_report_recipe(const vt_train_options *o, const vt_optim_config *oc) {
                 "probability %g, %s resampling", spec, o->transform.ra.layers, o->transform.ra.prob,
                 o->transform.ra.interp == VT_RA_BICUBIC ? "bicubic" : "bilinear");
   }
+  if (o->transform.color_jitter > 0 && !o->transform.three_aug)
+    vt_log_info("colour jitter %g of training crops (timm's: brightness, contrast and saturation "
+                "in a random order)", (double)o->transform.color_jitter);
   if (o->transform.three_aug)
     vt_log_info("3-Augment: grayscale, solarize or a Gaussian blur per training crop, then colour "
                 "jitter %g (brightness, contrast and saturation in a random order; 0: none)",

@@ -202,9 +202,10 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
            o->pp_chunks, spec.n_micro, why);
   if (!o->eval_only && !o->plan_only && strcmp(o->data, "synthetic") == 0 &&
       (o->transform.ra.layers > 0 || o->transform.three_aug || o->transform.simple_crop ||
-       o->aug_repeats > 1 || o->drop_last))
-    REFUSE("--aa, --three-augment, --simple-crop, --aug-repeats and --drop-last act on the image "
-           "loader's crops and epochs; --data synthetic has none: give --data DIR");
+       o->transform.color_jitter > 0 || o->aug_repeats > 1 || o->drop_last))
+    REFUSE("--aa, --three-augment, --color-jitter, --simple-crop, --aug-repeats and --drop-last "
+           "act on the image loader's crops and epochs; --data synthetic has none: give "
+           "--data DIR");
   if (o->transform.simple_crop && o->transform.train_interp == VT_INTERP_SAMPLE)
     REFUSE("--simple-crop resizes the whole image as torchvision's Resize does: it needs "
            "--train-interpolation bilinear or bicubic");
@@ -214,11 +215,11 @@ vt_status vt_train_validate(vt_train_options *o, int world_size, char *err, size
   if (o->transform.ra.layers > 0 && o->transform.three_aug)
     REFUSE("--aa and --three-augment are two augmentation policies (DeiT III's 3-Augment "
            "replaces RandAugment): pick one");
-  // (a timm recipe's --color-jitter, which timm applies without --aa, would do nothing here)
-  if (o->transform.color_jitter != 0.3f && !o->transform.three_aug)
-    REFUSE("--color-jitter is 3-Augment's colour jitter (--three-augment 1); vit3d has no "
-           "colour jitter of its own (timm's, applied without --aa): drop it, or give "
-           "--three-augment 1");
+  // (timm's transforms leave the colour jitter out where RandAugment is on: a recipe's would do
+  // nothing)
+  if (o->transform.color_jitter > 0 && !o->transform.three_aug && o->transform.ra.layers > 0)
+    REFUSE("--color-jitter %g with --aa: timm applies no colour jitter where RandAugment is on "
+           "(nor does vit3d): drop --color-jitter, or --aa", (double)o->transform.color_jitter);
   if (vt_label_key_check(o->label_key, err, errlen) != VT_OK) return VT_ERR_INPUT;
   if (o->bce_thresh >= 0 && !o->bce_loss)
     REFUSE("--bce-target-thresh %g makes binary targets for --bce-loss 1, which is off",

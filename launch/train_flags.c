@@ -117,6 +117,7 @@ static void train_defaults(vt_train_options *o) {
   o->prefetch = 2;
   o->max_image_pixels = 100000000;
   o->transform = vt_transform_defaults();
+  o->transform.color_jitter = 0.3f;  // (3-Augment's, DeiT III's; alone only where given: derive)
   o->aug_repeats = 1;
   o->micro_batch = 8;
   o->global_batch = 0;
@@ -349,6 +350,9 @@ static void derive(int argc, char **argv, const vt_train_text *x, vt_comm *world
   o->warmup_epochs = if_later(argc, argv, "--warmup-epochs", "--warmup-steps", x->warmup_epochs);
   o->eval_epochs = if_later(argc, argv, "--eval-epochs", "--eval-interval", x->eval_epochs);
   o->save_epochs = if_later(argc, argv, "--save-epochs", "--save-interval", x->save_epochs);
+  // --color-jitter's 0.3 is 3-Augment's: without it, the jitter (timm's) is on only where given.
+  if (!o->transform.three_aug && last_at(argc, argv, "--color-jitter") < 0)
+    o->transform.color_jitter = 0;
   // (not the transform's flags, which vit3d inspect's line gives every resume)
   static const char *const eval_flags[] = {"--eval-interval", "--eval-epochs", "--eval-hflip"};
   o->eval_unused[0] = '\0';

@@ -168,8 +168,10 @@ const vt_train_flag vt_train_flags_run[] = {
      "grayscale, solarize (128) and a Gaussian blur (radius 0.1 to 2), then the colour jitter, "
      "as Pillow and torchvision do them", NULL},
     {"--color-jitter", VT_OPT_FLOAT, IN_OPTIONS(transform.color_jitter), 0, 1, "J",
-     "3-Augment's colour jitter: brightness, contrast and saturation factors in [1 - J, 1 + "
-     "J], in a random order (DeiT III: 0.3); 0: none", NULL},
+     "colour jitter of training crops: brightness, contrast and saturation factors in [1 - J, "
+     "1 + J], in a random order (torchvision's ColorJitter(J, J, J)); 3-Augment's (DeiT III: "
+     "0.3), or without --three-augment timm's (its train.py: 0.4; not with --aa), only where "
+     "given", NULL},
     {"--aa-interpolation", VT_OPT_STR, IN_TEXT(aa_interp), 0, 0, "MODE",
      "resampling of RandAugment's Rotate, Shear and Translate (DeiT: bicubic)",
      "bicubic|bilinear"},

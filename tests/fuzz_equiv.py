@@ -61,6 +61,8 @@ def draw_model(r, imgs):
                   "bicubic"]
         elif aug < 0.6:
             f += ["--train-interpolation", "bilinear"]
+        elif aug < 0.7:
+            f += ["--color-jitter", "0.4"]
         maybe(r, f, 0.3, "--aug-repeats", "3")
         maybe(r, f, 0.3, "--drop-last", "1")
         maybe(r, f, 0.3, "--eval-hflip", "1")

@@ -5,7 +5,9 @@ Usage: resample_pil.py RESAMPLE_DUMP WORK_DIR. On PNG images of several sizes (d
 to 10x, and upscaled), each training sample must equal Pillow's img.crop(box).resize((S, S), f)
 (mirrored when the crop says so), each simple random crop (DeiT III's --src) torchvision's
 Resize(S) (Pillow's resize, shorter side to S), numpy's reflect padding by 4, the S x S window at
-the crop's offset and the flip, and each evaluation sample Pillow's resize of the whole image,
+the crop's offset and the flip, each training sample with the colour jitter alone (timm's
+--color-jitter 0.4 without --aa) the training crop then torchvision's ColorJitter functions in the
+drawn order, and each evaluation sample Pillow's resize of the whole image,
 shorter side to floor(S / 0.875), then the centre S x S (torchvision's Resize + CenterCrop; with
 --eval-crop-mode squash both sides to floor(S / 0.875), timm's crop_mode 'squash'), byte
 for byte (the samples are normalised floats: the bytes are recovered from them). A JPEG decoded
@@ -29,6 +31,14 @@ MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
 FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
 S, N = 64, 24
+try:  # ColorJitter's brightness, contrast and saturation (vt_ra_op's numbers)
+    import torchvision.transforms.functional as TF
+    JITTER = {9: TF.adjust_brightness, 8: TF.adjust_contrast, 7: TF.adjust_saturation}
+except ImportError:  # (what they call on PIL images)
+    from PIL import ImageEnhance
+    JITTER = {9: lambda i, f: ImageEnhance.Brightness(i).enhance(f),
+              8: lambda i, f: ImageEnhance.Contrast(i).enhance(f),
+              7: lambda i, f: ImageEnhance.Color(i).enhance(f)}
 
 
 def picture(w, h, seed):
@@ -43,17 +53,20 @@ def picture(w, h, seed):
 
 def reference(img, mode, f, crop):
     if mode == "src":  # x, y: the window's start in the resized image, -4 at the padding's edge
-        x, y, _, _, flip = crop
+        x, y, _, _, flip = crop[:5]
         w, h = img.size
         rw, rh = (S, int(S * h / w)) if w <= h else (int(S * w / h), S)
         padded = np.pad(np.asarray(img.resize((rw, rh), FILTERS[f])), ((4, 4), (4, 4), (0, 0)),
                         mode="reflect")
         out = Image.fromarray(padded[int(y) + 4:int(y) + 4 + S, int(x) + 4:int(x) + 4 + S])
         return out.transpose(Image.FLIP_LEFT_RIGHT) if flip else out
-    if mode == "train":
-        x, y, w, h, flip = crop
+    if mode in ("train", "jitter"):
+        x, y, w, h, flip = crop[:5]
         out = img.crop((int(x), int(y), int(x + w), int(y + h))).resize((S, S), FILTERS[f])
-        return out.transpose(Image.FLIP_LEFT_RIGHT) if flip else out
+        out = out.transpose(Image.FLIP_LEFT_RIGHT) if flip else out
+        for op, factor in crop[5]:  # (torchvision's ColorJitter calls these on PIL images)
+            out = JITTER[op](out, factor)
+        return out
     w, h = img.size
     R = int(np.floor(S / 0.875))
     rw, rh = (R, int(R * h / w)) if w <= h else (int(R * w / h), R)
@@ -71,7 +84,9 @@ def ours(path, mode, f, decode):
     scale = np.float32(1.0) / (np.float32(255.0) * STD)
     bias = -MEAN / STD
     pixels = (planes - bias[None, :, None, None]) / scale[None, :, None, None]
-    crops = [tuple(float(v) for v in l.split()[:4]) + (int(l.split()[4]),) for l in lines]
+    crops = [tuple(float(v) for v in l.split()[:4]) + (int(l.split()[4]),) +
+             ([(int(a), float(b)) for a, b in zip(l.split()[6::2], l.split()[7::2])],)
+             for l in lines]
     return np.rint(pixels).transpose(0, 2, 3, 1), crops, np.abs(pixels - np.rint(pixels)).max()
 
 
@@ -84,13 +99,14 @@ for w, h, kind in cases:
     picture(w, h, w * h).save(path, quality=92) if kind == "jpg" else picture(w, h, w * h).save(path)
     img = Image.open(path).convert("RGB")
     for f in FILTERS:
-        for mode in ("train", "src", "eval", "squash"):
+        for mode in ("train", "src", "jitter", "eval", "squash"):
             for decode in (("full", "reduced") if kind == "jpg" else ("reduced",)):
                 got, crops, off = ours(path, mode, f, decode)
                 want = np.stack([np.asarray(reference(img, mode, f, c), np.float64) for c in crops])
                 diff = np.abs(got - want)
                 exact = kind == "png" or decode == "full"
                 ok = off < 1e-3 and (diff.max() == 0 if exact else diff.mean() < 4.0)
+                ok = ok and all(len(c[5]) == (3 if mode == "jitter" else 0) for c in crops)
                 checked += 1
                 tag = f"{kind} {w}x{h} {f} {mode} ({decode} decode)"
                 if not ok:

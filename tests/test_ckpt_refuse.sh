@@ -401,6 +401,21 @@ if grep -q "JPEGs decoded at full size (--jpeg-reduce 0" <<<"$out" &&
    "$vit3d" inspect "$work/jr.safetensors" | grep -q "^  vit3d_jpeg_reduce: 0$"; then
   echo "ok: --jpeg-reduce 0 in an export's metadata, taken by vit3d eval --init-from of it"
 else echo "FAIL: --jpeg-reduce 0 not carried by the export: $out / $out2"; fail=1; fi
+# --color-jitter without 3-Augment (timm's) changes the training crops, is said at start-up,
+# recorded (inspect's line gives it) and a resume without it is told.
+jargs=(train --model tiny --steps 2 --global-batch-size 8 --micro-batch-size 8 --threads 1
+       --data "$work/ev_imgs" --num-classes 10)
+out=$("$vit3d" "${jargs[@]}" --color-jitter 0.4 --save "$work/ck_cj" 2>&1)
+"$vit3d" "${jargs[@]}" --save "$work/ck_nocj" > /dev/null 2>&1
+out2=$("$vit3d" "${jargs[@]}" --resume "$work/ck_cj" 2>&1)
+if grep -q "colour jitter 0.4 of training crops" <<<"$out" &&
+   "$vit3d" inspect "$work/ck_cj" | grep -q "^resume with: .* --color-jitter 0.4" &&
+   ! cmp -s "$work/ck_cj/step-00000002/model.safetensors" \
+         "$work/ck_nocj/step-00000002/model.safetensors" &&
+   [ -s "$work/ck_nocj/step-00000002/model.safetensors" ] &&
+   grep -q -- "saved by a run with --color-jitter 0.4 and this one has --color-jitter 0:" <<<"$out2"; then
+  echo "ok: --color-jitter alone: applied, said, recorded, and a resume without it told"
+else echo "FAIL: --color-jitter alone: $out / $out2"; fail=1; fi
 # The start-up disk plan counts what --keep-last K really keeps at once: the newest K, the
 # older --keep-every milestones and the one being written (steps 1-12, K 3, every 4th: 9, 10,
 # 11, the milestones 4 and 8, and 12 being written), and no more than the run saves.

@@ -71,7 +71,7 @@ done
 refuse "img-size 225 is not a multiple of patch-size 16" train --img-size 225
 refuse "width 1152 x mlp-ratio 3.73611 is not a whole number: give the MLP's hidden width with --mlp-dim" plan --width 1152 --heads 16 --mlp-ratio 3.73611
 refuse "--check-tol is --check-log's tolerance: give --check-log FILE too" train --check-tol 0.01
-refuse "--color-jitter is 3-Augment's colour jitter (--three-augment 1); vit3d has no colour jitter of its own" train --color-jitter 0.4
+refuse "--color-jitter 0.4 with --aa: timm applies no colour jitter where RandAugment is on (nor does vit3d): drop --color-jitter, or --aa" train --color-jitter 0.4 --aa rand-m9 --data /tmp
 # (in double, as timm's int(width * mlp_ratio): 100 x 2.01 is 200.99999999999997, which float
 # arithmetic rounded to 201 and took, a model of 201 where timm's config makes 200)
 refuse "width 100 x mlp-ratio 2.01 is not a whole number" plan --width 100 --heads 4 --mlp-ratio 2.01
@@ -101,8 +101,9 @@ refuse "--pos-embed sincos2d splits the width into 4 quarters" train --pos-embed
 refuse "--pos-embed: 'sincos' is not one of learn|sincos2d" train --pos-embed sincos
 refuse "--aa 'rand-m9-w0': unknown key 'w0'" train --aa rand-m9-w0
 refuse "--aa 'autoaug': only RandAugment is built" train --aa autoaug
-refuse "--aa, --three-augment, --simple-crop, --aug-repeats and --drop-last act on the image loader's crops and epochs; --data synthetic has none" train --aa rand-m9
-refuse "--aa, --three-augment, --simple-crop, --aug-repeats and --drop-last act on the image loader's crops and epochs; --data synthetic has none" train --drop-last 1
+refuse "--aa, --three-augment, --color-jitter, --simple-crop, --aug-repeats and --drop-last act on the image loader's crops and epochs; --data synthetic has none" train --aa rand-m9
+refuse "--aa, --three-augment, --color-jitter, --simple-crop, --aug-repeats and --drop-last act on the image loader's crops and epochs; --data synthetic has none" train --drop-last 1
+refuse "--aa, --three-augment, --color-jitter, --simple-crop, --aug-repeats and --drop-last act on the image loader's crops and epochs; --data synthetic has none" train --color-jitter 0.4
 refuse "--simple-crop resizes the whole image as torchvision's Resize does: it needs --train-interpolation bilinear or bicubic" train --simple-crop 1 --data /tmp
 refuse "--aa and --three-augment are two augmentation policies" train --aa rand-m9 --three-augment 1 --data /tmp
 refuse "--opt: 'adam' is not one of adamw|lamb|sgd|momentum" train --opt adam

@@ -310,7 +310,7 @@ static void test_settings(void) {
   m.mix_switch_prob = 0.25f, m.reprob = 0.25f, m.remode = 1, m.label_smoothing = 0;
   m.bce_loss = 1, m.bce_thresh = 0, m.ema_decay = 0.99998f, m.ema_warmup = 1;
   m.hflip = 0, m.crop_scale_min = 0.35f, m.train_interp = 2, m.simple_crop = 1;
-  m.three_augment = 1, m.color_jitter = 0.1f, m.aa_interp = 0;
+  m.three_augment = 1, m.color_jitter = 0.1f, m.color_jitter_alone = 0.4f, m.aa_interp = 0;
   m.mean[0] = 0.286f, m.mean[2] = -1.5f, m.std[1] = 0.353f, m.eval_crop_pct = 0.9;
   m.eval_squash = 1, m.eval_interp = 2, m.norm_recorded = 1, m.evaluated = 1;
   snprintf(m.aa, sizeof m.aa, "rand-m9-n2-mstd0.5-mmax10-inc1-p0.5");
@@ -320,14 +320,15 @@ static void test_settings(void) {
   m.trainable[7] = ' ';
   n = vt_ckpt_manifest_format(&m, text, sizeof text);
   EXPECT(vt_ckpt_manifest_parse(text, (size_t)n, &back, err, sizeof err) == VT_OK &&
-             back.recorded == 37 && back.norm_recorded == 1 && back.evaluated == 1 &&
+             back.recorded == 38 && back.norm_recorded == 1 && back.evaluated == 1 &&
              back.drop_path == m.drop_path &&
              back.drop_path_uniform == 1 &&
              !memcmp(back.mean, m.mean, sizeof m.mean) && !memcmp(back.std, m.std, sizeof m.std) &&
              back.eval_crop_pct == 0.9 && back.eval_squash == 1 && back.eval_interp == 2 &&
              back.hflip == 0 && back.crop_scale_min == m.crop_scale_min &&
              back.train_interp == 2 && back.simple_crop == 1 && back.three_augment == 1 &&
-             back.color_jitter == m.color_jitter && back.aa_interp == 0 &&
+             back.color_jitter == m.color_jitter && back.color_jitter_alone == 0.4f &&
+             back.aa_interp == 0 &&
              back.proj_drop == m.proj_drop && back.attn_drop == m.attn_drop &&
              back.pos_drop == m.pos_drop && back.head_drop == m.head_drop &&
              back.mixup == m.mixup && back.cutmix == 1 && back.mix_prob == 0 &&
