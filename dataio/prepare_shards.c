@@ -86,6 +86,16 @@ static int inside(const char *out, const char *src) {
   return 0;
 }
 
+// A write into the stage or OUT that failed (a full disk, an I/O error): VT_ERR_IO (exit 1, as
+// train's write failures; 2 is for what the user gave), errno's reason in err.
+static vt_status write_failed(char *err, size_t errlen, const char *what, const char *path) {
+  const int e = errno;
+  snprintf(err, errlen, "%s %s: %s%s", what, path, strerror(e),
+           e == ENOSPC || e == EDQUOT ? " (the disk is full: free space and run prepare again)"
+                                      : "");
+  return VT_ERR_IO;
+}
+
 // Writes shard s (samples order[first, end)) as STAGE/shard-NNNNNN.tar, synced. A file that
 // cannot go into a shard is named on stderr and counted in *bad (the set is then not kept).
 static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t first,
@@ -94,7 +104,7 @@ static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t
   char tmp[4352];
   snprintf(tmp, sizeof tmp, "%s/shard-%06d.tar", stage, s);
   FILE *f = fopen(tmp, "wb");
-  if (!f) return vt_fail_input(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+  if (!f) return write_failed(err, errlen, "cannot write", tmp);
   vt_status st = VT_OK;
   for (int64_t p = first; st == VT_OK && p < end; p++) {
     const int64_t i = order[p];
@@ -122,14 +132,14 @@ static vt_status write_shard(const vt_dataset *ds, const int64_t *order, int64_t
       ++*bad;
     } else if (vt_tar_write_member(f, image, bytes, n) != 0 ||
              vt_tar_write_member(f, label, cls, strlen(cls)) != 0)
-      st = vt_fail_input(err, errlen, "writing %s: %s", tmp, strerror(errno));
+      st = write_failed(err, errlen, "writing", tmp);
     vt_image_free(&im);
     free(bytes);
   }
   if (st == VT_OK && (vt_tar_finish(f) != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0))
-    st = vt_fail_input(err, errlen, "writing %s: %s", tmp, strerror(errno));
+    st = write_failed(err, errlen, "writing", tmp);
   if (fclose(f) != 0 && st == VT_OK)
-    st = vt_fail_input(err, errlen, "writing %s: %s", tmp, strerror(errno));
+    st = write_failed(err, errlen, "writing", tmp);
   return st;
 }
 
@@ -229,7 +239,7 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
   }
   if (vt_mkdir_p(stage) != 0) {
     unlock_out(out_dir, lock, made);
-    return vt_fail_input(err, errlen, "cannot create %s: %s", stage, strerror(errno));
+    return write_failed(err, errlen, "cannot create", stage);
   }
   vt_dataset ds;
   if (vt_dataset_open(src, &ds, err, errlen) != VT_OK) {
@@ -265,7 +275,7 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
   FILE *f = st == VT_OK ? fopen(path, "w") : NULL;
   for (int c = 0; f && c < ds.num_classes; c++) fprintf(f, "%d\t%s\n", c, ds.class_names[c]);
   if (st == VT_OK && (!f || fclose(f) != 0))
-    st = vt_fail_input(err, errlen, "writing %s: %s", path, strerror(errno));
+    st = write_failed(err, errlen, "writing", path);
   // The shards' names and sizes, so that a reader tells a missing or cut shard (shards.txt).
   snprintf(path, sizeof path, "%s/shards.txt", stage);
   f = st == VT_OK ? fopen(path, "w") : NULL;
@@ -273,13 +283,13 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
     struct stat sb;
     snprintf(to, sizeof to, "%s/shard-%06d.tar", stage, k);
     if (stat(to, &sb) != 0) {
-      st = vt_fail_input(err, errlen, "cannot stat %s: %s", to, strerror(errno));
+      st = write_failed(err, errlen, "cannot stat", to);
       break;
     }
     fprintf(f, "shard-%06d.tar\t%lld\n", k, (long long)sb.st_size);
   }
   if ((f && fclose(f) != 0 && st == VT_OK) || (!f && st == VT_OK))
-    st = vt_fail_input(err, errlen, "writing %s: %s", path, strerror(errno));
+    st = write_failed(err, errlen, "writing", path);
   // All whole: into OUT, the shards first, shards.txt, classes.txt last.
   for (int k = 0; st == VT_OK && k <= n + 1; k++) {
     const char *name = k < n ? "shard-%06d.tar" : k == n ? "shards.txt" : "classes.txt";
@@ -288,7 +298,7 @@ vt_status vt_prepare_shards(const char *src, const char *out_dir, int64_t per_sh
     snprintf(path, sizeof path, "%s/%s", stage, leaf);
     snprintf(to, sizeof to, "%s/%s", out_dir, leaf);
     if (rename(path, to) != 0)
-      st = vt_fail_input(err, errlen, "moving %s into %s: %s", path, out_dir, strerror(errno));
+      st = write_failed(err, errlen, "cannot rename", path);
   }
   if (st != VT_OK) {  // no half-made set that a rerun would refuse: remove what this call moved
     for (int k = 0; k < n; k++) {

@@ -240,7 +240,11 @@ vt_status vt_ckpt_check_shared(const char *save_dir, vt_comm *world, char *err, 
     FILE *f = vt_mkdir_p(save_dir) == 0 ? fopen(path, "wb") : NULL;
     int ok = f && fputs(token, f) >= 0;
     if (f) ok = fclose(f) == 0 && ok;
-    if (!ok) {
+    if (!ok && errno == ENOTDIR) {  // (free space or permissions would not help)
+      snprintf(err, errlen, "%s is a file, or a folder on its path is: give the path of a "
+               "folder (made where missing)", save_dir);
+      st = VT_ERR_INPUT;
+    } else if (!ok) {
       snprintf(err, errlen, "cannot write in --save %s: %s; nothing in it was changed (its "
                "checkpoints and any interrupted save are kept): free space there or mend its "
                "permissions, and run again", save_dir, strerror(errno));

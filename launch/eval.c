@@ -161,34 +161,46 @@ static prediction *gather_predictions(vt_comm *world, const scored *rec, const t
 }
 
 // --predictions: a line per scored image that was not bad, in dataset order, written whole to a
-// temporary name, then renamed: a reader never sees half a file.
-static void write_predictions(const char *path, const vt_dataset *ds, const prediction *pred,
-                              int64_t n, const unsigned char *is_bad) {
+// temporary name, then renamed: a reader never sees half a file. 0 where it failed (said; the
+// temporary file removed, an earlier file of that name left as it was).
+static int write_predictions(const char *path, const vt_dataset *ds, const prediction *pred,
+                             int64_t n, const unsigned char *is_bad) {
   char tmp[600];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(tmp, sizeof tmp, "%.590s.tmp", path);
   FILE *f = fopen(tmp, "w");
   if (!f) {
     vt_log_error("--predictions: cannot write %s: %s", tmp, strerror(errno));
-    return;
+    return 0;
   }
   fputs("index,path,label,top1,p1,top2,p2,top3,p3,top4,p4,top5,p5\n", f);
   int64_t lines = 0;
   for (int64_t k = 0; k < n; k++)
     if (!is_bad[pred[k].index]) write_prediction(f, ds, pred[k].index, &pred[k].t), lines++;
-  const int ok = fflush(f) == 0 && !ferror(f);
-  if (fclose(f) != 0 || !ok || rename(tmp, path) != 0)
-    vt_log_error("--predictions: writing %s failed: %s", path, strerror(errno));
-  else vt_log_info("--predictions: %lld images in %s", (long long)lines, path);
+  int ok = fflush(f) == 0 && !ferror(f), e = ok ? 0 : errno;
+  if (fclose(f) != 0 && ok) ok = 0, e = errno;
+  if (ok && rename(tmp, path) != 0) ok = 0, e = errno;
+  if (!ok) {
+    remove(tmp);
+    vt_log_error("--predictions: writing %s failed: %s%s", path, strerror(e),
+                 e == ENOSPC || e == EDQUOT ? " (the disk is full: free space and evaluate again)"
+                                            : "");
+    return 0;
+  }
+  vt_log_info("--predictions: %lld images in %s", (long long)lines, path);
+  return 1;
 }
 
-// The scored inputs, labels and logits of a one-rank evaluation, for export checks.
-static void write_dump(const char *path, const float *img, const int32_t *labels,
-                       const float *logits, int64_t n, int S, int K) {
+// The scored inputs, labels and logits of a one-rank evaluation, for export checks: 0 where the
+// write failed (said).
+static int write_dump(const char *path, const float *img, const int32_t *labels,
+                      const float *logits, int64_t n, int S, int K) {
   char err[512];
   vt_st_tensor t[3] = {{"images", "F32", 4, {n, 3, S, S}, img},
                        {"labels", "I32", 1, {n}, labels},
                        {"logits", "F32", 2, {n, K}, logits}};
-  if (vt_safetensors_write(path, t, 3, err, sizeof err) != VT_OK) vt_log_error("%s", err);
+  if (vt_safetensors_write(path, t, 3, err, sizeof err) == VT_OK) return 1;
+  vt_log_error("%s", err);
+  return 0;
 }
 
 // Flags over the validation set (count bytes, calloc'd): 1 for the images some rank found bad.
@@ -319,7 +331,7 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   // stand-in) scored in their place would count as theirs.
   unsigned char *is_bad = gather_bad(world, bad, nbad, d->val_ds.count);
   free(bad);
-  double acc[5] = {0, 0, 0, 0, 0};  // loss sum, top-1 hits, top-5 hits, images, bad images
+  double acc[6] = {0};  // loss sum, top-1 hits, top-5 hits, images, bad images, failed writes
   int64_t kept = 0;
   for (int64_t k = 0; k < nrec; k++) {  // (in the order scored, as before any was left out)
     if (is_bad[rec[k].index]) continue;
@@ -336,15 +348,15 @@ vt_eval_result vt_evaluate(vt_model *m, vt_data *d, vt_comm *world, vt_comm *pp,
   if (predictions) {
     int64_t npred = 0;
     prediction *pred = gather_predictions(world, rec, tops, tops ? nrec : 0, &npred);
-    if (pred) write_predictions(predictions, &d->val_ds, pred, npred, is_bad);
+    if (pred && !write_predictions(predictions, &d->val_ds, pred, npred, is_bad)) acc[5] = 1;
     free(pred);
   }
-  if (dump) write_dump(dump, all_img, all_labels, all_logits, kept, S, K);
+  if (dump && !write_dump(dump, all_img, all_labels, all_logits, kept, S, K)) acc[5] = 1;
   free(all_img), free(all_logits), free(all_labels);
   free(rec), free(tops), free(is_bad);
-  vt_comm_all_reduce_double(world, acc, 5, VT_REDUCE_SUM);
+  vt_comm_all_reduce_double(world, acc, 6, VT_REDUCE_SUM);
   // No image scored (all bad): no figures, not a loss of 0 (null in metrics.jsonl).
-  vt_eval_result r = {NAN, NAN, NAN, (int64_t)acc[3], (int64_t)acc[4]};
+  vt_eval_result r = {NAN, NAN, NAN, (int64_t)acc[3], (int64_t)acc[4], acc[5] > 0};
   if (r.count == 0 && r.bad > 0 && vt_comm_rank(world) == 0)
     vt_log_warn("every validation image (%lld) was bad: the evaluation has no figures; fix the "
                 "files or --val-data", (long long)r.bad);

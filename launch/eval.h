@@ -14,6 +14,7 @@ typedef struct {
   double loss, top1, top5;  // means over the validation set
   int64_t count;            // samples scored
   int64_t bad;              // images left out because their file was bad
+  int write_failed;         // 1 where dump or predictions could not be written (every rank)
 } vt_eval_result;
 
 // Collective over world. pp is the pipeline comm; me the caller's coordinates. dump (one rank

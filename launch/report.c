@@ -206,7 +206,8 @@ void vt_report_comm_stats(const vt_train_options *o, const vt_model *m, const vt
     fprintf(f, "}");
   }
   fprintf(f, "}}\n");
-  fclose(f);
+  const int ok = !ferror(f);
+  if (fclose(f) != 0 || !ok) vt_log_warn("writing %s failed: %s", path, strerror(errno));
 }
 
 // Rank 0 prints each pipeline stage's idle fraction (1 - compute / step time, steps after the

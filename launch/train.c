@@ -453,6 +453,7 @@ static void run_end(train_run *r) {
       printf("eval: loss %.6f | top-1 %.4f%% | top-5 %.4f%% (%lld images%s%s)\n", ev.loss,
              100 * ev.top1, 100 * ev.top5, (long long)ev.count, left_out,
              o->eval_hflip ? ", each with its mirror" : "");
+    if (ev.write_failed) r->rc = VT_EXIT_FAILED;  // (said where it failed)
   }
   if (r->mesh.pp_size > 1 && r->timed_s > 0) {  // (a GPU's passes timed on the device)
     double pass_ms[3], compute_s = 0.0;
@@ -463,15 +464,21 @@ static void run_end(train_run *r) {
     vt_report_pipeline_idle(world, &r->mesh, r->me, 1.0 - compute_s / r->timed_s, pass_ms,
                             &x->spec, o->model.depth, m->frozen_layers);
   }
-  if (!r->rc && o->final_weights[0] &&
+  // The final weights of a run that finished; where only its last checkpoint failed (its
+  // --save disk full), too: they may go to another disk, the one copy of its last steps.
+  int final = !r->rc || (r->last_save_failed && r->rc == VT_EXIT_FAILED);
+  if (!final && world_rank == 0 && (o->final_weights[0] || o->final_ema[0]))
+    vt_log_warn("--final-weights and --final-ema not written: the run did not finish (exit %d)",
+                r->rc);
+  if (final && o->final_weights[0] &&
       vt_export_safetensors(m, m->params, world, &r->mesh, o->final_weights, err, sizeof err) !=
           VT_OK) {
     if (world_rank == 0) vt_log_error("%s", err);
-    r->rc = VT_EXIT_FAILED;
+    r->rc = VT_EXIT_FAILED, final = 0;
   }
-  if (!r->rc && o->final_ema[0])  // in the weights' place (exported above, not needed after)
+  if (final && o->final_ema[0])  // in the weights' place (exported above, not needed after)
     vt_optimizer_ema_full(opt, m->params, m->params);
-  if (!r->rc && o->final_ema[0] &&
+  if (final && o->final_ema[0] &&
       vt_export_safetensors(m, m->params, world, &r->mesh, o->final_ema, err, sizeof err) !=
           VT_OK) {
     if (world_rank == 0) vt_log_error("%s", err);

@@ -64,6 +64,7 @@ typedef struct {
   vt_tfevents *tb;  // TensorBoard's event file beside metrics.jsonl; not needed to train
   int64_t start_step, end_step;
   int64_t saved_step;  // the step of this run's last save that did not fail at once (0: none)
+  int last_save_failed;  // the save after the run's last step failed (rc VT_EXIT_FAILED)
   double t_start, timed_s, busy_s;  // timed_s: the steps after the first, for the idle report;
                                     // busy_s: since the last rank report
   int64_t report_first, skipped, nonfinite_run;

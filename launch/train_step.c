@@ -62,6 +62,7 @@ static void step_save(train_run *r, int64_t n, int stop) {
   if (r->world_rank == 0)
     vt_log_error("checkpoint of step %lld failed, any earlier one is intact: %s", (long long)n,
                  err);
+  if (!stop && n == r->end_step) r->last_save_failed = 1;
   if (stop || n == r->end_step) r->rc = VT_EXIT_FAILED;
 }
 

@@ -459,14 +459,39 @@ if mount -t tmpfs -o size=4m tmpfs "$work/disk" 2>/dev/null; then
   # With --async-save (the default) too: the files' space is reserved when they are created,
   # so step 2's save fails at its step, before any rank writes; so does step 3's; step 1 stays.
   umount "$work/disk" && mount -t tmpfs -o size=4m tmpfs "$work/disk"
-  out=$("$vit3d" "${args[@]}" --steps 3 --save "$work/disk" --save-interval 1 2>&1)
+  # (the run's --final-weights on another disk are still written: the one copy of step 3)
+  out=$("$vit3d" "${args[@]}" --steps 3 --save "$work/disk" --save-interval 1 \
+        --final-weights "$work/final3.safetensors" 2>&1)
   rc=$?
   if [ $rc -eq 1 ] &&
      grep -q "checkpoint of step 2 failed, any earlier one is intact: cannot write .*(the disk is full)" <<<"$out" &&
      grep -q "checkpoint of step 3 failed, any earlier one is intact" <<<"$out" &&
-     [ "$(cat "$work/disk/latest")" = "step-00000001" ] && ! ls -A "$work/disk" | grep -q tmp; then
-    echo "ok: full disk with --async-save: $(grep -o 'checkpoint of step 2 failed.*' <<<"$out" | cut -c1-160)"
+     [ "$(cat "$work/disk/latest")" = "step-00000001" ] && ! ls -A "$work/disk" | grep -q tmp &&
+     [ -s "$work/final3.safetensors" ]; then
+    echo "ok: full disk with --async-save, the final weights written elsewhere: $(grep -o 'checkpoint of step 2 failed.*' <<<"$out" | cut -c1-160)"
   else echo "FAIL: full disk with --async-save: rc $rc: $out"; ls -la "$work/disk"; fail=1; fi
+  # The other outputs on a full disk: each failure is exit 1, leaves an earlier file of that
+  # name as it was and no temporary file (--final-weights, vit3d eval --predictions, vit3d
+  # prepare shards).
+  umount "$work/disk" && mount -t tmpfs -o size=4m tmpfs "$work/disk"
+  echo old > "$work/disk/final.safetensors"
+  echo old > "$work/disk/pred.csv"
+  head -c 5M /dev/zero > "$work/disk/filler" 2>/dev/null
+  out=$("$vit3d" "${args[@]}" --steps 1 --final-weights "$work/disk/final.safetensors" 2>&1)
+  rc=$?
+  out2=$("$vit3d" eval --checkpoint "$work/ck" --val-data "$work/ev_imgs" --threads 1 \
+         --predictions "$work/disk/pred.csv" 2>&1)
+  rc2=$?
+  out3=$("$vit3d" prepare shards "$work/ev_imgs" "$work/disk/shards" 2>&1)
+  rc3=$?
+  if [ $rc -eq 1 ] && [ $rc2 -eq 1 ] && [ $rc3 -eq 1 ] &&
+     [ "$(cat "$work/disk/final.safetensors")" = old ] && [ "$(cat "$work/disk/pred.csv")" = old ] &&
+     grep -q "No space left on device" <<<"$out" &&
+     grep -q "predictions: writing .*pred.csv failed: No space left on device (the disk is full" <<<"$out2" &&
+     grep -q "(the disk is full: free space and run prepare again)" <<<"$out3" &&
+     ! ls -A "$work/disk" | grep -q "tmp\|shards"; then
+    echo "ok: --final-weights, --predictions and prepare shards on a full disk: exit 1, the earlier files kept"
+  else echo "FAIL: outputs on a full disk: rc $rc $rc2 $rc3: $out / $out2 / $out3"; ls -la "$work/disk"; fail=1; fi
 else
   echo "skipped the full-disk case: cannot mount a tmpfs here"
 fi

@@ -1,6 +1,7 @@
 // export.c: gathering the sharded parameters on rank 0 and writing safetensors.
 #include "export.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,13 +158,21 @@ vt_status vt_export_safetensors(const vt_model *m, const float *flat, vt_comm *w
   const char *prefix[1] = {""};
   const float *bufs[1] = {mine};
   vt_model_file f;
-  vt_status st = vt_model_file_plan(&f, m, path, prefix, bufs, 1, lo, count, 0, err, errlen);
+  // Written whole as PATH.tmp (each rank's share synced), then renamed into place: a failed
+  // write (a full disk) leaves an earlier run's file of that name as it was.
+  char tmp[1100];
+  snprintf(tmp, sizeof tmp, "%.1090s.tmp", path);
+  vt_status st = vt_model_file_plan(&f, m, tmp, prefix, bufs, 1, lo, count, 0, err, errlen);
   if (st == VT_OK && vt_comm_rank(world) == 0)
-    st = vt_partfile_create(path, f.layout.head, f.layout.head_nbytes, f.layout.file_nbytes,
+    st = vt_partfile_create(tmp, f.layout.head, f.layout.head_nbytes, f.layout.file_nbytes,
                             &f.share, err, errlen);
   st = vt_comm_agree(world, st, err, errlen);
   if (st == VT_OK) st = vt_comm_agree(world, vt_model_file_write(&f, err, errlen), err, errlen);
-  if (st != VT_OK && vt_comm_rank(world) == 0) remove(path);
+  if (st == VT_OK && vt_comm_rank(world) == 0 && rename(tmp, path) != 0)
+    st = VT_ERR_IO, snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path,
+                             strerror(errno));
+  st = vt_comm_agree(world, st, err, errlen);
+  if (st != VT_OK && vt_comm_rank(world) == 0) remove(tmp);
   vt_model_file_free(&f);
   free(mine);
   return st;
