@@ -78,10 +78,12 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
     snprintf(wsets, sizeof wsets, " and %d weight-pass input sets", m->nwsets);
   // (the frozen prefix's blocks run no backward: none of them recomputed)
   const int again = vt_recomputed_blocks(m->cfg.depth, &m->shard, m->recompute, m->frozen_layers);
-  if (m->recompute)
-    snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed%s%s", m->recompute,
-             m->slot_blocks, m->nchunks > 1 ? " in each chunk" : "",
-             again < m->recompute * m->nchunks ? " (not the frozen prefix's)" : "");
+  if (m->recompute && again < m->recompute * m->nchunks)
+    snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed (--recompute-blocks %d "
+             "less the frozen prefix's)", again, m->slot_blocks * m->nchunks, m->recompute);
+  else if (m->recompute)
+    snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed%s", m->recompute,
+             m->slot_blocks, m->nchunks > 1 ? " in each chunk" : "");
   if (m->be->device != VT_DEVICE_CPU)
     snprintf(extra, sizeof extra, "; the GPU held %.0f MiB before (context, libraries, "
              "communicators); op scratch comes on the first step", (double)base * mib);

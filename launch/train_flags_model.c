@@ -35,7 +35,8 @@ const vt_train_flag vt_train_flags_model[] = {
     {"--weight-init", VT_OPT_STR, IN_TEXT(weight_init), 0, 0, "KIND",
      "timm (timm's default: Linear weights truncated normal 0.02, biases 0) or jax (timm's "
      "weight_init='jax', Flax's initialisers as big_vision's: Linear weights Xavier-uniform, "
-     "MLP biases normal 1e-6, the head all zero, the patch embedding LeCun-normal)",
+     "MLP biases normal 1e-6, the head all zero, the patch embedding and pre-logits "
+     "LeCun-normal)",
      "timm|jax"},
     {"--layer-scale", VT_OPT_FLOAT, IN_OPTIONS(model.layer_scale), 0, 1e6, "G",
      "LayerScale (timm's init_values; CaiT, DeiT III 1e-6, DINOv2 1e-5): each block scales "

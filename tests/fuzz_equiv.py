@@ -18,7 +18,7 @@ not failed (a refusal names its reason), unless every draw is refused. A failing
 the commands that repeat it; FIRST starts at that draw (`fuzz_equiv.py VIT3D 1 SEED D` draws D
 again).
 
-Default test equiv_fuzz: 12 draws of a fixed seed (about a minute); longer hunts:
+Default test equiv_fuzz: 12 draws of a fixed seed (30 s to a minute); longer hunts:
   /usr/bin/python3 tests/fuzz_equiv.py build/vit3d 40 $RANDOM
 FUZZ_WORLD=tcp runs every draw in the world without MPI (launch/spawn.sh, VT_WORLD=tcp: its
 ranks meet over TCP, the one-rank runs too) instead of under mpirun.

@@ -147,6 +147,17 @@ out=$("$vit3d" plan --model vit-b16 --dp 8 --zero 1 --model-ema 0.99 --trainable
 if grep -q "^host memory at each checkpoint save (--save): at most 83.3 MiB per rank (stage 0; a rank's 1/dp slice of the frozen prefix and ZeRO-1 shard of the rest" <<<"$out"; then
   echo "ok: vit3d plan's save line under ZeRO-1 with a frozen prefix: 83.3 MiB"
 else echo "FAIL: vit3d plan's save line under ZeRO-1 with a frozen prefix: $out"; fail=1; fi
+# A linear probe of ViT-B/16 on tp 2 x pp 2 x dp 2 holds the head's gradients alone (the
+# totals 280.2 and 258.0 MiB); --recompute-blocks of frozen blocks recomputes nothing and holds
+# no buffer for it (it held 9.2 MiB more).
+for r in 0 6; do
+  out=$("$vit3d" plan --model vit-b16 --tp 2 --pp 2 --dp 2 --precision bf16 --micro-batch-size 16 \
+        --trainable '^head\.' --recompute-blocks $r 2>&1)
+  if grep -qE "^ +0 +0-5 +1 +0 +84.0 +0.0 +0.0 +196.2 +280.2$" <<<"$out" &&
+     grep -qE "^ +1 +6-11 +1 +0 +84.1 +2.9 +6.6 +164.4 +258.0$" <<<"$out"; then
+    echo "ok: vit3d plan of a linear probe, --recompute-blocks $r: 280.2 and 258.0 MiB"
+  else echo "FAIL: vit3d plan of a linear probe, --recompute-blocks $r: $out"; fail=1; fi
+done
 # ZB-H1: 3/51 against 3/19; it refuses what it cannot run well or at all.
 out=$("$vit3d" plan --model tiny --depth 8 --pp 4 --micro-batch-size 8 --global-batch-size 128 \
       --pp-schedule zb-h1 2>&1)

@@ -5,7 +5,7 @@
 # schedule (one with drop path, one in bf16), ZB-H1 bit for bit as 1F1B (seven layouts, one more in
 # bf16 as one rank), ZB-V bit for bit as 1F1B (five layouts, one more in bf16 as one rank), with
 # the tp-pp-dp mesh order and
-# with sequence parallelism (and tp 8, where the 34 token rows need padding); three layouts
+# with sequence parallelism (and tp 8, where the 34 token rows need padding); four layouts
 # with drop path against one rank with drop path, two with Mixup, CutMix and random erasing, three
 # with the mean-pooled head (one sequence parallel), three with dropout (one sequence parallel,
 # ZB-H1 and recompute too), three each with the gap and MAP heads (one
