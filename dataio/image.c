@@ -2,7 +2,7 @@
 // decoder (image_png.c, libpng), the JPEG decoder (image_jpeg.c, libjpeg-turbo), the WebP decoder
 // (image_webp.c, libwebp) or stb_image (here: GIF, BMP, PNM, and JPEG in builds without libjpeg);
 // any of the libraries may be compiled out (VT_HAVE_PNG, VT_HAVE_JPEG, VT_HAVE_WEBP,
-// VT_HAVE_STB), and then its files are VT_IMG_UNSUPPORTED. These four files are the only ones
+// VT_HAVE_STB), and then its files are VT_IMG_NO_DECODER. These four files are the only ones
 // with those #ifdefs. Also reading files, and the probe and part
 // entry points of image.h. No MPI, backend or model, and no global state: decoder threads call
 // it concurrently.
@@ -246,13 +246,14 @@ static vt_image_status stb_probe(const uint8_t *bytes, size_t nbytes, int64_t ma
                                  int *width, int *height, char *err, size_t errlen) {
   (void)max_pixels, (void)width, (void)height;
   const char *fmt = sniff_format(bytes, nbytes);
-  if (fmt)
+  if (fmt) {
     set_err(err, errlen,
             "%s file, but this vit3d was built without stb_image (install libstb-dev, build "
             "with -DVT_STB=ON)", fmt);
-  else
-    set_err(err, errlen, "not an image vit3d can decode (%s; built without stb_image)",
-            HAVE_JPEG ? "PNG, JPEG, WebP" : "PNG, WebP");
+    return VT_IMG_NO_DECODER;
+  }
+  set_err(err, errlen, "not an image vit3d can decode (%s; built without stb_image)",
+          HAVE_JPEG ? "PNG, JPEG, WebP" : "PNG, WebP");
   return VT_IMG_UNSUPPORTED;
 }
 
@@ -433,6 +434,7 @@ const char *vt_image_status_name(vt_image_status s) {
     case VT_IMG_CORRUPT: return "corrupt";
     case VT_IMG_UNSUPPORTED: return "unsupported";
     case VT_IMG_TOO_LARGE: return "too large";
+    case VT_IMG_NO_DECODER: return "no decoder in this build";
   }
   return "unknown";
 }

@@ -18,6 +18,8 @@ typedef enum {
   VT_IMG_CORRUPT,      // malformed data (bad header, CRC, compressed stream)
   VT_IMG_UNSUPPORTED,  // not an image format we decode
   VT_IMG_TOO_LARGE,    // more pixels than the limit (decompression bomb)
+  VT_IMG_NO_DECODER,   // a format this build has no decoder for (built without its library):
+                       // not the file's fault, so the loader stops instead of skipping it
 } vt_image_status;
 
 typedef enum {

@@ -44,7 +44,7 @@ static inline vt_image_region vt_img_whole_region(void) {
 }
 
 // PNG (image_png.c): bytes start with the 8-byte signature. Without libpng (VT_HAVE_PNG
-// undefined) both return VT_IMG_UNSUPPORTED with a message saying how to build with it.
+// undefined) both return VT_IMG_NO_DECODER with a message saying how to build with it.
 vt_image_status vt_png_probe(const uint8_t *bytes, size_t nbytes, int64_t max_pixels,
                              vt_image_info *info, char *err, size_t errlen);
 vt_image_status vt_png_decode_part(const uint8_t *bytes, size_t nbytes, int64_t max_pixels,
@@ -60,7 +60,7 @@ vt_image_status vt_jpeg_decode_part(const uint8_t *bytes, size_t nbytes, int64_t
 const char *vt_jpeg_version(void);
 
 // WebP through libwebp (image_webp.c): bytes start with "RIFF", 4 bytes, "WEBP". Without libwebp
-// (VT_HAVE_WEBP undefined) both return VT_IMG_UNSUPPORTED saying how to build with it; the whole
+// (VT_HAVE_WEBP undefined) both return VT_IMG_NO_DECODER saying how to build with it; the whole
 // image is decoded, whatever the region. vt_webp_version: "libwebp" or "none".
 vt_image_status vt_webp_probe(const uint8_t *bytes, size_t nbytes, int64_t max_pixels,
                               vt_image_info *info, char *err, size_t errlen);

@@ -256,7 +256,7 @@ vt_image_status vt_png_probe(const uint8_t *bytes, size_t nbytes, int64_t max_pi
   (void)bytes, (void)nbytes, (void)max_pixels;
   memset(info, 0, sizeof *info);
   vt_img_set_err(err, errlen, "%s", no_libpng);
-  return VT_IMG_UNSUPPORTED;
+  return VT_IMG_NO_DECODER;
 }
 
 vt_image_status vt_png_decode_part(const uint8_t *bytes, size_t nbytes, int64_t max_pixels,
@@ -265,6 +265,6 @@ vt_image_status vt_png_decode_part(const uint8_t *bytes, size_t nbytes, int64_t 
   (void)bytes, (void)nbytes, (void)max_pixels, (void)region;
   memset(out, 0, sizeof *out);
   vt_img_set_err(err, errlen, "%s", no_libpng);
-  return VT_IMG_UNSUPPORTED;
+  return VT_IMG_NO_DECODER;
 }
 #endif

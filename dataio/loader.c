@@ -34,6 +34,7 @@ typedef struct {
   float *images;            // (pixel_count, 3, S, S): the share this loader decodes
   int32_t *labels;
   int err_sample;  // lowest sample whose error is reported, -1 none
+  int err_no_decoder;  // 1 where that error is a file this build cannot decode
   char err[640];
 } slot;
 
@@ -97,7 +98,7 @@ static void plan_batch(vt_loader *l, slot *s, int64_t j) {
   s->batch = j;
   s->handed = c->pixel_first;  // samples are handed out from the first this loader decodes
   s->done = s->bad = 0;
-  s->err_sample = -1;
+  s->err_sample = -1, s->err_no_decoder = 0;
 }
 
 static void warn_once(vt_loader *l, int64_t idx, vt_image_status st, const char *msg) {
@@ -119,11 +120,18 @@ static vt_sample_spec spec_of(const vt_loader *l, const slot *s, int i) {
   return sp;
 }
 
+// A file of a kind this build has no decoder for (msg says which): -1, the error to report.
+static int no_decoder(const char *msg, char *err, size_t errlen) {
+  set_err(err, errlen, "%s: this vit3d cannot decode the dataset's files of that kind", msg);
+  return -1;
+}
+
 // Renders a good sample of idx's class into out, with the crop of sp's key (the crop is keyed by
 // the position's own sample, also for a stand-in, so that a replaced sample does not repeat the
 // stand-in's crop of this epoch). Picks depend only on (seed, position, attempt); skipping files
 // already known bad whatever the crop only saves the work of failing on them again (one bad for
 // another crop is tried: which thread met it first would otherwise choose the stand-in).
+// 1, or 0 with err (the class has no good file), or -1 (a stand-in this build cannot decode).
 static int replace(vt_loader *l, int64_t idx, int64_t pos, const vt_sample_spec *sp, float *out,
                    char *err, size_t errlen) {
   int32_t c = l->ds->labels[idx];
@@ -140,6 +148,7 @@ static int replace(vt_loader *l, int64_t idx, int64_t pos, const vt_sample_spec 
       if (atomic_load(&l->firm_bad[cand])) continue;
       const vt_image_status st = vt_sample_from_dataset(l->ds, cand, sp, out, msg, sizeof(msg));
       if (st == VT_IMG_OK) return 1;
+      if (st == VT_IMG_NO_DECODER) return no_decoder(msg, err, errlen);
       warn_once(l, cand, st, msg);
       continue;
     }
@@ -149,6 +158,7 @@ static int replace(vt_loader *l, int64_t idx, int64_t pos, const vt_sample_spec 
       if (cand == idx || atomic_load(&l->firm_bad[cand])) continue;
       const vt_image_status st = vt_sample_from_dataset(l->ds, cand, sp, out, msg, sizeof(msg));
       if (st == VT_IMG_OK) return 1;
+      if (st == VT_IMG_NO_DECODER) return no_decoder(msg, err, errlen);
       warn_once(l, cand, st, msg);
     }
   }
@@ -159,7 +169,8 @@ static int replace(vt_loader *l, int64_t idx, int64_t pos, const vt_sample_spec 
   return 0;
 }
 
-// Decodes sample i of slot s into its place. Returns 0 and fills err on an error to report.
+// Decodes sample i of slot s into its place. Returns 1, or 0 and fills err on an error to
+// report, -1 where it is a file this build cannot decode.
 static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size_t errlen) {
   const vt_loader_config *c = &l->cfg;
   size_t plane = (size_t)3 * c->S * c->S;
@@ -173,6 +184,7 @@ static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size
   char msg[512];
   vt_sample_spec sp = spec_of(l, s, i);
   vt_image_status st = vt_sample_from_dataset(l->ds, idx, &sp, out, msg, sizeof(msg));
+  if (st == VT_IMG_NO_DECODER) return no_decoder(msg, err, errlen);  // (not bad data)
   if (st != VT_IMG_OK) {
     if (c->bad_policy == VT_BAD_FAIL) {
       set_err(err, errlen, "%s (bad-image policy: fail)", msg);
@@ -184,7 +196,7 @@ static int decode_sample(vt_loader *l, slot *s, int i, int *bad, char *err, size
       memset(out, 0, plane * sizeof(float));
       return 1;
     }
-    if (!replace(l, idx, s->pos[i], &sp, out, err, errlen)) return 0;
+    return replace(l, idx, s->pos[i], &sp, out, err, errlen);
   }
   return 1;
 }
@@ -205,8 +217,9 @@ static void *worker(void *arg) {
       int ok = decode_sample(l, cur, i, &bad, err, sizeof(err));
       pthread_mutex_lock(&l->mu);
       cur->bad += bad;
-      if (!ok && (cur->err_sample < 0 || i < cur->err_sample)) {
+      if (ok <= 0 && (cur->err_sample < 0 || i < cur->err_sample)) {
         cur->err_sample = i;  // the lowest sample, whichever thread finished first
+        cur->err_no_decoder = ok < 0;
         memcpy(cur->err, err, sizeof(err));
       }
       if (++cur->done == count) {
@@ -388,6 +401,7 @@ vt_status vt_loader_next(vt_loader *l, vt_batch *out, char *err, size_t errlen) 
     out->valid = s->valid;
     out->bad_flags = s->bad_flag;
     out->epoch = s->ep[0];
+    out->no_decoder = s->err_no_decoder;
     return VT_ERR_INPUT;
   }
   s->state = SLOT_OUT;

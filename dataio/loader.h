@@ -77,6 +77,8 @@ typedef struct {
                                    // samples this loader does not decode
   int64_t epoch;     // epoch of the batch's first sample (training)
   double wait_s;     // seconds vt_loader_next waited for the decoders (0: the batch was ready)
+  int no_decoder;    // (an error) 1 where its file is of a kind this build cannot decode (a
+                     // library left out: VT_IMG_NO_DECODER), not bad data
 } vt_batch;
 
 typedef struct vt_loader vt_loader;

@@ -377,7 +377,7 @@ void vt_data_next(vt_data *d, int64_t step, int mb, const float **img, const int
         // (a rank reads ahead of the others: rank 0 says where the run stops, and what to do)
         vt_log_error("%s, in step %lld's data: the run stops before the first step that met "
                      "such a file on any rank", err, (long long)step + 1);
-        d->failed = 1, d->fail_step = step;
+        d->failed = batch.no_decoder ? 2 : 1, d->fail_step = step;
         d->fail_img = batch.images, d->fail_labels = batch.labels;
       } else {
         d->bad += batch.bad, d->wait_s += batch.wait_s;

@@ -33,7 +33,8 @@ typedef struct {
   vt_mix_target *host_mix;  // (B) Mixup/CutMix targets (last stage, mixing on)
   int64_t bad;            // bad images replaced so far on this rank (among those it made)
   double wait_s;          // seconds this rank's training loader kept it waiting so far
-  // --bad-image fail: a micro-batch of step fail_step (from 0) held a bad file on this rank;
+  // --bad-image fail: a micro-batch of step fail_step (from 0) held a bad file on this rank
+  // (failed 1; or under skip, a class of bad files alone), or one this build cannot decode (2);
   // from it on every micro-batch is the failed one's buffers, zero images (vt_loader_next)
   int failed;
   int64_t fail_step;

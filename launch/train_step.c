@@ -127,11 +127,12 @@ static void stop_signalled(train_run *r, int64_t n, int preempt) {
                 (long long)n, what, r->rc, advice);
 }
 
-// A bad file under --bad-image fail, or a class whose every file is bad (named on the rank
-// that read it): in a micro-batch of step n, whose passes ran on zero images, the step is not
-// kept and the steps before it are saved; in the validation set (step n kept and saved, by
-// the caller), the run stops after step n.
-static int stop_bad_image(train_run *r, int64_t n, int in_step) {
+// A bad file under --bad-image fail, a class whose every file is bad, or a file of a kind this
+// build cannot decode (no_decoder; each named on the rank that read it): in a micro-batch of
+// step n, whose passes ran on zero images, the step is not kept and the steps before it are
+// saved; in the validation set (step n kept and saved, by the caller), the run stops after
+// step n.
+static int stop_bad_image(train_run *r, int64_t n, int in_step, int no_decoder) {
   const vt_train_options *o = &r->o;
   const int64_t kept = in_step ? n - 1 : n;
   if (in_step) {
@@ -154,12 +155,15 @@ static int stop_bad_image(train_run *r, int64_t n, int in_step) {
   if (r->world_rank == 0)
     vt_log_error("%s (named above, on the rank that read it): the run stops %s step %lld; "
                  "%s; exiting with %d. %s, and %s.",
-                 !in_step ? "a bad validation file under --bad-image fail"
+                 no_decoder ? "a file of a kind this vit3d cannot decode"
+                 : !in_step ? "a bad validation file under --bad-image fail"
                  : o->bad_image_fail ? "a bad training file under --bad-image fail"
                                      : "a class whose every file is bad",
                  done ? "after" : "before", (long long)(done ? kept : kept + 1), what, r->rc,
-                 o->bad_image_fail ? "Mend or remove the file, or train with --bad-image skip"
-                                   : "Mend the class's files or remove its folder",
+                 no_decoder ? "Build vit3d with that library (install it and configure again), "
+                              "or convert the files"
+                 : o->bad_image_fail ? "Mend or remove the file, or train with --bad-image skip"
+                                     : "Mend the class's files or remove its folder",
                  done ? resume_advice(r, failed, buf, sizeof buf) : "run it again");
   return 1;
 }
@@ -257,23 +261,25 @@ int vt_train_step(train_run *r, int64_t step) {
   // TP ranks when they split the decoding, each counting its share); a preemption signal (any
   // rank); the ranks still writing their part of a checkpoint; the time the decoding ranks'
   // loaders kept them waiting this step, and their count; SIGINT (any rank); a bad file of
-  // this step under --bad-image fail (any rank: not one loaded ahead for the next step).
+  // this step under --bad-image fail (any rank: not one loaded ahead for the next step), and
+  // of those the files this build cannot decode.
   const int decodes = data->train && data->need_pixels;
-  double sums[8] = {loss_sum, (double)x->loaded_bad, vt_health_preempt_signal() != 0,
+  const int failed = data->failed && data->fail_step <= step;
+  double sums[9] = {loss_sum, (double)x->loaded_bad, vt_health_preempt_signal() != 0,
                     vt_ckpt_writing(), data->wait_s - wait0, decodes,
-                    vt_health_interrupted(), data->failed && data->fail_step <= step};
+                    vt_health_interrupted(), failed, failed && data->failed == 2};
   if (plant_nan) sums[0] = NAN;
   if (plant_spike) sums[0] *= 100.0;
   if (!(m->has_head && r->me.tp_rank == 0)) sums[0] = 0.0;
   if (!(m->has_embed && (r->me.tp_rank == 0 || data->pixel_count < B))) sums[1] = 0.0;
-  vt_comm_all_reduce_double(world, sums, 8, VT_REDUCE_SUM);
+  vt_comm_all_reduce_double(world, sums, 9, VT_REDUCE_SUM);
   // A checkpoint written in the background is committed as soon as every rank's part is.
   if (vt_ckpt_pending() && sums[3] == 0) {
     vt_watchdog_phase("checkpoint commit", n, r->slow_limit);
     vt_ckpt_wait(world);
     vt_watchdog_phase("step", n, o->timeout_s);
   }
-  if (sums[7] > 0) return stop_bad_image(r, n, 1);
+  if (sums[7] > 0) return stop_bad_image(r, n, 1, sums[8] > 0);
   // (world rank 0: the total since the run began, counting those before its checkpoint)
   r->bad_images = r->saved.bad_images + (int64_t)sums[1];
   const double loss = sums[0] / o->global_batch;
@@ -323,7 +329,7 @@ int vt_train_step(train_run *r, int64_t step) {
                       (l.ev.bad > 0 || l.ev_ema.bad > 0);
   if (!stop && (save_now || (bad_val && o->save_dir[0]))) step_save(r, n, bad_val);
   step_report(r, n, &l);
-  if (bad_val) return stop_bad_image(r, n, 0);
+  if (bad_val) return stop_bad_image(r, n, 0, 0);
   if (stop_nonfinite) {
     stop_nonfinite_run(r, n);
     return 1;

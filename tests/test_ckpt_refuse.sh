@@ -36,6 +36,7 @@
 #    line's checkpoint of its step aside.
 set -uo pipefail
 vit3d=$1
+bash "$(dirname "$0")/needs_images.sh" "$vit3d" || exit $?
 work=$(mktemp -d)
 cleanup() { mountpoint -q "$work/disk" && umount "$work/disk"; rm -rf "$work"; }
 trap cleanup EXIT

@@ -3,6 +3,7 @@
 # that names the problem; --help explains every flag; @FILE arguments files.
 set -uo pipefail
 vit3d=$1
+bash "$(dirname "$0")/needs_images.sh" "$vit3d" || exit $?
 fail=0
 refuse() {  # refuse "what the message must contain" args...
   local want=$1; shift

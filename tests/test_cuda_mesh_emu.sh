@@ -32,6 +32,7 @@
 # actions on the pipelines and weight passes under the zero-bubble schedules.
 set -uo pipefail
 emu=$1 vit3d=$2
+bash "$(dirname "$0")/needs_images.sh" "$vit3d" || exit $?
 here=$(cd "$(dirname "$0")" && pwd)
 py=${VT_REF_PYTHON:-/usr/bin/python3}  # numpy, for compare_runs.py
 work=$(mktemp -d)

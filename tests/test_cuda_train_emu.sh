@@ -20,6 +20,7 @@
 # and concurrency (the emulation runs one thing at a time); tests/gpu/run.sh on a GPU checks them.
 set -euo pipefail
 emu=$1 vit3d=$2
+bash "$(dirname "$0")/needs_images.sh" "$vit3d" || exit $?
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -28,6 +28,7 @@
 # The model has 8 heads and 8 blocks so that tp 8 and pp 8 are possible.
 set -uo pipefail
 vit3d=$1
+bash "$(dirname "$0")/needs_images.sh" "$vit3d" || exit $?
 py=${VT_REF_PYTHON:-/usr/bin/python3}
 here=$(cd "$(dirname "$0")" && pwd)
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: $py cannot import numpy"; exit 77; }

@@ -15,6 +15,7 @@
 #     next step's first micro-batch is loaded ahead (with and without an evaluation each step).
 set -uo pipefail
 vit3d=$1
+bash "$(dirname "$0")/needs_images.sh" "$vit3d" || exit $?
 py=${VT_REF_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d)
 cleanup() { umount "$work/full" 2>/dev/null; rm -rf "$work"; }

@@ -18,6 +18,7 @@
 #     of its checkpoint agrees); launch/plot_metrics.py draws it to a PNG.
 set -uo pipefail
 vit3d=$1
+bash "$(dirname "$0")/needs_images.sh" "$vit3d" || exit $?
 here=$(cd "$(dirname "$0")" && pwd)
 py=${VT_REF_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d)

@@ -20,6 +20,7 @@
 # start with exit 2 and a message naming the shard and the byte.
 set -uo pipefail
 vit3d=$1
+bash "$(dirname "$0")/needs_images.sh" "$vit3d" || exit $?
 here=$(cd "$(dirname "$0")" && pwd)
 py=${VT_REF_PYTHON:-/usr/bin/python3}
 "$py" -c "import PIL, numpy" 2>/dev/null || { echo "SKIP: $py cannot import PIL and numpy"; exit 77; }

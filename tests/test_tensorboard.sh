@@ -13,6 +13,7 @@
 # own reader's check still runs. --tensorboard 0 writes no event file.
 set -uo pipefail
 vit3d=$1
+bash "$(dirname "$0")/needs_images.sh" "$vit3d" || exit $?
 cache=$2
 here=$(cd "$(dirname "$0")" && pwd)
 py=${VT_REF_PYTHON:-/usr/bin/python3}

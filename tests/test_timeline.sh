@@ -13,6 +13,7 @@
 #     one after another, the stages' device passes in causal order.
 set -uo pipefail
 vit3d=$1
+bash "$(dirname "$0")/needs_images.sh" "$vit3d" || exit $?
 emu=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
 py=${VT_REF_PYTHON:-/usr/bin/python3}

@@ -58,6 +58,7 @@ budget=${VT_GPU_BUDGET_S:-470}
 bb=${VT_BENCH_BATCH:-128}
 py=${VT_PYTHON:-python3}
 slow=${VT_GPU_SLOW:-1}  # multiplies every part's time limit (a slow dry-run machine)
+[[ $slow =~ ^[1-9][0-9]*$ ]] || { echo "VT_GPU_SLOW=$slow: give a whole number (1, 2, ...)"; exit 2; }
 jobs=$(nproc)
 t_start=$SECONDS
 gdev=cuda
@@ -119,7 +120,7 @@ else
   args+=(-DVT_CUDA=ON -DVT_CUDA_ARCHS=90)
   # NCCL: the trainer's device comms need it even for one rank (parallel/comm.c). Toolkit first;
   # else the nvidia-nccl wheel PyTorch brings (its lib has only libnccl.so.2, so name it).
-  if ! ls /usr/local/cuda/include/nccl.h /usr/include/nccl.h >/dev/null 2>&1; then
+  if [[ ! -f /usr/local/cuda/include/nccl.h && ! -f /usr/include/nccl.h ]]; then
     nd=$("$py" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
     lib=$(ls "$nd"/lib/libnccl.so* 2>/dev/null | head -1)
     if [[ -n $nd && -f $nd/include/nccl.h && -n $lib ]]; then
@@ -196,7 +197,7 @@ if ((built)) && part tests; then
   # the GPU as on the emulation (tests/test_attention_variants.sh): the backward's dS made again
   # in the dq kernel from S = Q K^T on 64-row blocks, and stored from the dk/dv kernel's S^T =
   # K Q^T on 128-row blocks; the op test's lines (the bits' hashes included) compared.
-  if ((crc == 0 && !cpu_only)) && [[ ${VT_ATTN_MMA:-1} != 0 ]]; then
+  if ((crc == 0 && !cpu_only)) && [[ ${VT_ATTN_MMA:-1} != 0 ]] && ! grep -q "SKIP:" "$clog"; then
     va=$out/variant_a.txt vb=$out/variant_b.txt
     run "$(cap 60 200)" "$va" env VT_ATTN_ROWS=64 VT_ATTN_DS=0 "$build/tests/test_cuda_ops" \
       attention_fwd attention_bwd
@@ -432,7 +433,7 @@ if ((built)) && part ops && (($(left) > 90)); then
   from=$(($(wc -l <"$blog2") + 1))
   run "$(cap 60 60)" "$blog2" env VT_ATTN_REPORT=1 "$bench" "${bargs[@]}" --precision bf16 --ops
   base_ops=$(grep -E '^vit3d-bench op ' "$blog2")
-  top=$(sort -k5 -g -r <<<"$base_ops" | head -6 |
+  top=$([[ -n $base_ops ]] && sort -k5 -g -r <<<"$base_ops" | head -6 |
         awk '{t = ""; if ($NF ~ /^(tflops|gbps)=/) t = ", " $NF
               printf "%s%s %s ms (%s%s)", (NR > 1 ? ", " : ""), $3, $5, $7, t}')
   note "per-op ms per step, bf16 $model batch $mb, largest first (synchronized): ${top:-none (see bench.log)}"
