@@ -1,9 +1,11 @@
 // data.c: the rank's batch source (synthetic task or threaded image loader).
 #include "data.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "index_cache.h"
@@ -123,13 +125,28 @@ static vt_status open_dataset(vt_comm *world, const char *path, const char *cach
   vt_comm_broadcast_bytes(world, bytes, head[1], 0);
   vt_status st = root && !cached ? VT_OK
                                  : vt_dataset_unpack(bytes, (size_t)head[1], ds, err, errlen);
+  // Every rank reads files of the index (the shards opened above): one that cannot read the
+  // first and the last (the dataset not mounted on its node) is named here, where its loader
+  // would have skipped every file as bad and blamed the classes.
+  for (int k = 0; st == VT_OK && !root && ds->nshards == 0 && k < 2; k++) {
+    const char *file = ds->paths[k ? ds->count - 1 : 0];
+    if (access(file, R_OK) != 0) {
+      char host[256] = "?";
+      gethostname(host, sizeof host - 1);
+      snprintf(err, errlen, "world rank %d (host %s) cannot read %s of the dataset %s, which "
+               "world rank 0 listed: %s. Every rank reads its share of the files: the dataset "
+               "must be at the same path on every node", vt_comm_rank(world), host, file, path,
+               strerror(errno));
+      st = VT_ERR_INPUT;
+    }
+  }
   if (st != VT_OK) vt_log_error("%s", err);
   free(bytes);
   double failed = st != VT_OK;  // every rank goes on only if all can (the next step is collective)
   vt_comm_all_reduce_double(world, &failed, 1, VT_REDUCE_MAX);
   if (failed && st == VT_OK) {
     vt_dataset_free(ds);
-    snprintf(err, errlen, "a rank could not open the shards of %s (see its message)", path);
+    snprintf(err, errlen, "a rank could not open the files of %s (see its message)", path);
   }
   return failed ? VT_ERR_INPUT : VT_OK;
 }

@@ -44,13 +44,15 @@ static void usage(FILE *f) {
 // the mesh, or finished early while the others waited for it until the watchdog. Collective;
 // rank 0 says which rank differs.
 static int same_command(vt_comm *world, int argc, char **argv, vt_run_mode mode) {
-  uint64_t h = VT_FNV_START;
+  // (the subcommand too: a train rank beside a plan rank hung where plan has no collectives)
+  uint64_t h = vt_fnv64(VT_FNV_START, &mode, sizeof mode);
   for (int i = 0; i < argc; i++) h = vt_fnv64(h, argv[i], strlen(argv[i]) + 1);  // (with NULs)
   int other = -1;
   vt_comm_same_keys(world, h, &other);
   if (other >= 0 && vt_comm_rank(world) == 0)
-    fprintf(stderr, "vit3d %s: world rank %d was started with other flags than rank 0 (or "
-            "@FILEs of other contents): every rank of a job runs the same command\n",
+    fprintf(stderr, "vit3d %s: world rank %d was started with another command or other "
+            "flags than rank 0 (or @FILEs of other contents): every rank of a job runs the same "
+            "command\n",
             mode == VT_RUN_EVAL ? "eval" : mode == VT_RUN_PLAN ? "plan" : "train", other);
   return other < 0;
 }

@@ -9,6 +9,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/launch/common.sh"
 np=${NP:-8}
+[[ $np =~ ^[1-9][0-9]*$ ]] || { echo "mpirun_local.sh: NP=$np: give the number of ranks (NP=8)" >&2; exit 2; }
 bin=${VIT3D_BIN:-$root/build/vit3d}
 mapfile -t flags < <(vt_mpirun_flags)
 cores=$(nproc)

@@ -108,6 +108,25 @@ static int default_threads(vt_comm *world) {
   return per > 0 ? per : 1;
 }
 
+// A TP group whose ranks are on more than one host (--tp above a node's ranks, or ranks placed
+// across nodes out of the mesh's order) runs every block's all-reduces over the network: said
+// once, by rank 0, with the groups' count (collective over world).
+static void warn_tp_across_hosts(train_run *r) {
+  if (r->mesh.tp_size == 1) return;
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  int other = -1;
+  vt_comm_same_keys(r->tp, vt_fnv64(VT_FNV_START, host, strlen(host)), &other);
+  double spans = other >= 0 && r->me.tp_rank == 0;  // (counted once per group)
+  vt_comm_all_reduce_double(r->world, &spans, 1, VT_REDUCE_SUM);
+  if (spans > 0 && r->world_rank == 0)
+    vt_log_warn("%.0f of the %d tensor-parallel groups span more than one host: their "
+                "all-reduces in every block go over the network. Give --tp a divisor of the "
+                "ranks per node (with --mesh-order tp-dp-pp, the default, a group is --tp "
+                "consecutive world ranks: place the ranks by node, as mpirun and srun do)",
+                spans, r->world_size / r->mesh.tp_size);
+}
+
 // Start-up: the backend, the mesh and its communicators, the watchdog, this stage's schedule,
 // the model and the optimizer; logs the run and prints the memory plan. 0 when the backend
 // cannot open (logged; nothing is held then).
@@ -140,6 +159,7 @@ static int run_start(train_run *r) {
   vt_watchdog_start(world, o->timeout_s, me.tp_rank, me.pp_rank, me.dp_rank, device);
   vt_watchdog_phase("startup", 0, r->slow_limit);
   vt_comm_split_mesh(world, mesh, o->device, &r->tp, &r->pp, &r->dp);
+  warn_tp_across_hosts(r);
   r->mem_base = vt_backend_device_memory_used(o->device);
   vt_report_placement(world, me, device, o->threads);
   vt_schedule_parse(o->pp_schedule, &r->kind);

@@ -180,9 +180,13 @@ int vt_tcp_connect_to(const struct sockaddr_storage *a, socklen_t len, double de
     if (last != ECONNREFUSED && last != ETIMEDOUT && last != EINTR && last != ENETUNREACH &&
         last != EHOSTUNREACH && last != ECONNRESET && last != EAGAIN)
       return -last;
-    if (vt_tcp_now_s() + pause > deadline) return -last;
+    const double left = deadline - vt_tcp_now_s();
+    if (left <= 0) return -last;
     if (g_connect_check) g_connect_check();
-    struct timespec ts = {0, (long)(pause * 1e9)};
+    // (up to the deadline, then one more try; a whole second's pause is {1, 0}: tv_nsec 1e9
+    // is EINVAL, which made the wait spin)
+    const double nap = pause < left ? pause : left;
+    struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
     nanosleep(&ts, NULL);
     pause = pause < 0.5 ? 2 * pause : 1.0;
   }

@@ -68,8 +68,10 @@ vt_status vt_mesh_init(vt_mesh *mesh, int tp_size, int pp_size, int dp_size, vt_
     if (world_size % tp_pp != 0) {
       snprintf(err, errlen,
                "tp %d x pp %d = %lld does not divide the job's %d ranks, so no --dp fits; choose "
-               "--tp and --pp whose product divides %d",
-               tp_size, pp_size, tp_pp, world_size, world_size);
+               "--tp and --pp whose product divides %d%s",
+               tp_size, pp_size, tp_pp, world_size, world_size,
+               world_size == 1 ? ", or start the ranks (mpirun -np N, srun, or "
+                                 "launch/spawn.sh N)" : "");
       return VT_ERR_INPUT;
     }
     dp_size = (int)(world_size / tp_pp);

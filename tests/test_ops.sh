@@ -218,9 +218,17 @@ else bad "one rank refusing its flags: rc $rc: $(tail -3 <<<"$out")"; fi
 # the watchdog, or fail on an internal check of the mesh): refused at start, naming the rank.
 echo "--steps 4" > "$work/args_b/run.args"
 two_args
-if [ $rc -eq 2 ] && grep -q "vit3d train: world rank 1 was started with other flags than rank 0" <<<"$out"; then
+if [ $rc -eq 2 ] && grep -q "vit3d train: world rank 1 was started with another command or other flags than rank 0" <<<"$out"; then
   ok "ranks started with other flags refused at start, naming the rank"
 else bad "ranks with other flags: rc $rc: $(tail -3 <<<"$out")"; fi
+# ... and with another command (a plan beside a train hung: plan has no collectives after).
+common_flags=("${common[@]:1}")
+out=$(timeout 120 mpirun --oversubscribe -np 1 "$vit3d" train "${common_flags[@]}" --dp 2 : \
+      -np 1 "$vit3d" plan "${common_flags[@]}" --dp 2 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "world rank 1 was started with another command" <<<"$out"; then
+  ok "a train rank beside a plan rank refused at start"
+else bad "train beside plan: rc $rc: $(tail -3 <<<"$out")"; fi
 
 # 4d. A preemption notice (VT_FAULT=usr1 on a rank) at step 3 with an evaluation due: the
 # checkpoint is saved before the evaluation, exit 75; at the run's last step (6) the run ends as

@@ -221,9 +221,16 @@ expect_error "world sizes disagree" $? "says the world has 4 ranks, rank 0 says 
 three dup 1:3 1:3
 expect_error "two processes with rank 1" $? "two processes say they are world rank 1" \
   "$work/dup0.log"
-RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/norank0.log" 2>&1
-expect_error "rank 0 never started" $? "cannot reach rank 0 at 127.0.0.1:$port within 2 s" \
+# (waiting without a busy loop: its pauses reach a second; a pause of 1 s was EINVAL in
+# nanosleep, and the rank spun on connect, a core's CPU time for the whole wait)
+TIMEFORMAT='%U %S'
+cpu=$( { time { VT_CONNECT_TIMEOUT=4 RANK=1 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" \
+         > "$work/norank0.log" 2>&1; echo $? > "$work/norank0.rc"; }; } 2>&1 )
+expect_error "rank 0 never started" "$(cat "$work/norank0.rc")" "cannot reach rank 0 at 127.0.0.1:$port within 4 s" \
   "$work/norank0.log"
+awk -v c="$cpu" 'BEGIN { split(c, t, " "); exit !(t[1] + t[2] < 1.0) }' &&
+  echo "ok: waiting 4 s for rank 0 took $cpu s of user and system CPU time" ||
+  bad "waiting 4 s for rank 0 took $cpu s of user and system CPU time (a busy loop)"
 RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${common[@]}" > "$work/alone.log" 2>&1
 expect_error "rank 1 never started" $? "only 1 of 2 ranks reached" "$work/alone.log"
 # Another program listening on MASTER_PORT: rank 0 cannot take it, and rank 1, whose
@@ -332,6 +339,52 @@ interrupt int pid "SIGINT to spawn.sh"
 # again from spawn.sh; the second, within a second, is the same Ctrl-C (it used to kill the
 # ranks without a checkpoint, exit 130 all the same).
 interrupt pg -pid "Ctrl-C to spawn.sh's process group (setsid: the launcher leads it)" setsid
+
+# A rank whose node lacks the dataset (hidden here by a mount namespace of its own) is named at
+# start-up, exit 2, where it skipped every file as bad and blamed the classes.
+mkdir -p "$work/ds"
+if "$py" "$here/make_images.py" "$work/ds" 2 4 32 > /dev/null 2>&1 &&
+   "$vit3d" --version | grep -qv "PNG none" && unshare -m true 2>/dev/null; then
+  export MASTER_PORT=$(vt_free_port)
+  ds_args=(train --model tiny --num-classes 2 --data "$work/ds" --threads 1 --steps 2 --dp 2
+           --global-batch-size 4 --micro-batch-size 2)
+  RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${ds_args[@]}" > "$work/ds0.log" 2>&1 &
+  RANK=1 WORLD_SIZE=2 timeout 60 unshare -m sh -c 'mount -t tmpfs none "$0" && exec "$@"' \
+    "$work/ds" "$vit3d" "${ds_args[@]}" > "$work/ds1.log" 2>&1
+  rc1=$?
+  wait $!
+  rc0=$?
+  if [ $rc0 = 2 ] && [ $rc1 = 2 ] &&
+     grep -q "world rank 1 (host .*) cannot read .* of the dataset .*, which world rank 0 listed: No such file or directory. Every rank reads its share of the files: the dataset must be at the same path on every node" "$work/ds1.log" &&
+     ! grep -q "bad image" "$work/ds1.log"; then
+    echo "ok: a rank that cannot see --data is named at start-up, exit 2"
+  else bad "a rank without the dataset: exit $rc0 and $rc1"; tail -3 "$work/ds0.log" "$work/ds1.log"; fi
+  unset MASTER_PORT
+else
+  echo "skipped the missing-dataset case: no images or no mount namespace here (unshare -m)"
+fi
+
+# TP groups across hosts (each rank's host name its own, by a UTS namespace): tp 2 of ranks on
+# hosts n1 n1 n2 n2 stays inside them, silent; on n1 n2 n1 n2 both groups span two, warned.
+if unshare -u true 2>/dev/null; then
+  for layout in "1 1 2 2" "1 2 1 2"; do
+    export MASTER_PORT=$(vt_free_port)
+    read -r -a hosts <<<"$layout"
+    for r in 0 1 2 3; do
+      RANK=$r WORLD_SIZE=4 timeout 60 unshare -u sh -c 'hostname "$0" && exec "$@"' \
+        "n${hosts[$r]}" "$vit3d" train --model tiny --threads 1 --steps 1 --tp 2 --dp 2 \
+        > "$work/tphost$r.log" 2>&1 &
+    done
+    wait
+    warned=$(cat "$work"/tphost*.log | grep -c "2 of the 2 tensor-parallel groups span more than one host")
+    want=$([ "$layout" = "1 1 2 2" ] && echo 0 || echo 1)
+    [ "$warned" = "$want" ] && echo "ok: hosts $layout, tp 2: $want warning(s) of TP groups across hosts" ||
+      bad "hosts $layout, tp 2: $warned warnings of TP groups across hosts, want $want"
+  done
+  unset MASTER_PORT
+else
+  echo "skipped the TP-across-hosts case: no UTS namespace here (unshare -u)"
+fi
 
 [ $fail = 0 ] && echo "test_tcp: all passed" || echo "test_tcp: FAILED"
 exit $fail
