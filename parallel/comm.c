@@ -468,16 +468,18 @@ uint64_t vt_fnv64(uint64_t h, const void *data, size_t n) {
 }
 
 int vt_comm_same_keys(vt_comm *c, uint64_t key, int *first_other) {
-  // (as four floats of 16 bits each: exact, below 2^24; all 64 bits)
-  const float k[4] = {(float)(key & 0xffff), (float)(key >> 16 & 0xffff),
-                      (float)(key >> 32 & 0xffff), (float)(key >> 48)};
-  float *all = malloc((size_t)c->size * sizeof k);
+  // Host control, so any comm's (a device comm's collectives take device buffers): each
+  // member's key as four 16-bit parts in its own slots of a sum, exact in doubles.
+  const int64_t size = c->size;
+  double *all = calloc((size_t)size * 4, sizeof *all);
   VT_CHECK(all != NULL, "out of host memory for %d keys", c->size);
-  vt_comm_all_gather(c, all, k, 4);
+  double *k = all + 4 * c->rank;
+  for (int j = 0; j < 4; j++) k[j] = (double)(key >> (16 * j) & 0xffff);
+  vt_comm_all_reduce_double(c, all, size * 4, VT_REDUCE_SUM);
   int same = 0, other = -1;
-  for (int r = 0; r < c->size; r++) {
-    same += !memcmp(all + 4 * r, k, sizeof k);
-    if (other < 0 && memcmp(all + 4 * r, all, sizeof k)) other = r;
+  for (int64_t r = 0; r < size; r++) {
+    same += !memcmp(all + 4 * r, k, 4 * sizeof *k);
+    if (other < 0 && memcmp(all + 4 * r, all, 4 * sizeof *k)) other = (int)r;
   }
   free(all);
   if (first_other) *first_other = other;

@@ -77,9 +77,9 @@ void vt_comm_reduce_scatter(vt_comm *comm, float *out, const float *inp, int64_t
 // In place is allowed when inp == out + rank*inp_count (a shard inside the full buffer).
 void vt_comm_all_gather(vt_comm *comm, float *out, const float *inp, int64_t inp_count);
 
-// Every member's 64-bit key, all its bits compared (collective): the number of members whose
-// key equals this one's, and in *first_other (where given) the lowest member whose key differs
-// from member 0's, or -1.
+// Every member's 64-bit key, all its bits compared (collective, by host control: any comm, a
+// device one's too): the number of members whose key equals this one's, and in *first_other
+// (where given) the lowest member whose key differs from member 0's, or -1.
 int vt_comm_same_keys(vt_comm *comm, uint64_t key, int *first_other);
 // FNV-1a of n bytes, continuing from h (start with VT_FNV_START): such a key.
 #define VT_FNV_START 1469598103934665603ull
