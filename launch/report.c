@@ -276,7 +276,7 @@ void vt_report_pipeline_idle(vt_comm *world, const vt_mesh *mesh, vt_mesh_coord 
 
 // The step's figures as TensorBoard scalars: metrics.jsonl's, under train/, eval/, eval_ema/
 // (a skipped step's loss and norm, null there, are left out).
-static void tensorboard_step(vt_tfevents **tb, const vt_step_log *l, double tflops, double mfu,
+static void tensorboard_step(vt_tfevents *tb, const vt_step_log *l, double tflops, double mfu,
                              int with_mfu) {
   const char *tags[16];
   float values[16];
@@ -306,12 +306,7 @@ static void tensorboard_step(vt_tfevents **tb, const vt_step_log *l, double tflo
     SCALAR("eval_ema/top5", l->ev_ema.top5);
   }
 #undef SCALAR
-  if (vt_tfevents_scalars(*tb, l->step, n, tags, values) != 0) {
-    vt_log_warn("TensorBoard events: writing %s failed (%s); no more events this run "
-                "(metrics.jsonl goes on)", vt_tfevents_path(*tb), strerror(errno));
-    vt_tfevents_close(*tb);
-    *tb = NULL;
-  }
+  vt_tfevents_scalars(tb, l->step, n, tags, values);  // (a failure said there, the file kept)
 }
 
 // The progress line every --log-interval steps, the step's metrics.jsonl line and its
@@ -320,7 +315,7 @@ void vt_report_step(const vt_train_options *o, vt_metrics_log *metrics, vt_tfeve
                     const vt_step_log *l, double t_elapsed, int64_t steps_done, int world_size) {
   const double tflops = l->image_flops * l->img_s / 1e12;
   const double mfu = o->peak_tflops > 0 ? tflops / (o->peak_tflops * world_size) : 0.0;
-  if (tb && *tb) tensorboard_step(tb, l, tflops, mfu, o->peak_tflops > 0);
+  if (tb && *tb) tensorboard_step(*tb, l, tflops, mfu, o->peak_tflops > 0);
   char *text = NULL;
   size_t text_len = 0;
   FILE *line = metrics && metrics->open ? open_memstream(&text, &text_len) : NULL;

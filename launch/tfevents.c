@@ -3,14 +3,19 @@
 #include "tfevents.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "vt_error.h"
+
 struct vt_tfevents {
-  FILE *f;
+  int fd;
+  off_t end;         // the bytes of whole records written
+  int64_t gap_from;  // the first step whose event was left out since the last written, or 0
   char path[700];
 };
 
@@ -88,26 +93,39 @@ static void event_head(pbuf *e, int64_t step) {
   varint(e, (uint64_t)step);
 }
 
+// One TFRecord of e at the end of the whole records: 0, or -1 (errno set) with any part written
+// taken back, so that the file stays a sequence of whole records for a later one.
 static int write_record(vt_tfevents *t, const pbuf *e) {
-  if (!t || !t->f) return -1;
   if (e->overflow) {
     errno = EMSGSIZE;
     return -1;
   }
-  unsigned char len[8];
-  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)e->n >> (8 * i));
-  uint32_t crcs[2] = {vt_tfrecord_mask(vt_crc32c(len, 8)), vt_tfrecord_mask(vt_crc32c(e->b, e->n))};
-  unsigned char c[2][4];
-  for (int k = 0; k < 2; k++)
-    for (int i = 0; i < 4; i++) c[k][i] = (unsigned char)(crcs[k] >> (8 * i));
-  if (fwrite(len, 1, 8, t->f) != 8 || fwrite(c[0], 1, 4, t->f) != 4 ||
-      fwrite(e->b, 1, e->n, t->f) != e->n || fwrite(c[1], 1, 4, t->f) != 4 || fflush(t->f) != 0) {
-    const int saved = errno;
-    fclose(t->f);
-    t->f = NULL;
-    errno = saved;
-    return -1;
+  unsigned char r[8 + 4 + sizeof e->b + 4];
+  const size_t n = e->n, len = 8 + 4 + n + 4;
+  for (int i = 0; i < 8; i++) r[i] = (unsigned char)((uint64_t)n >> (8 * i));
+  const uint32_t crc_len = vt_tfrecord_mask(vt_crc32c(r, 8));
+  const uint32_t crc_data = vt_tfrecord_mask(vt_crc32c(e->b, n));
+  memcpy(r + 12, e->b, n);
+  for (int i = 0; i < 4; i++) {
+    r[8 + i] = (unsigned char)(crc_len >> (8 * i));
+    r[12 + n + i] = (unsigned char)(crc_data >> (8 * i));
   }
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t k = pwrite(t->fd, r + done, len - done, t->end + (off_t)done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      const int saved = k < 0 ? errno : EIO;
+      if (done > 0) {  // (where this fails too, TensorBoard's reader stops at the cut record)
+        const int ignored = ftruncate(t->fd, t->end);
+        (void)ignored;
+      }
+      errno = saved;
+      return -1;
+    }
+    done += (size_t)k;
+  }
+  t->end += (off_t)len;
   return 0;
 }
 
@@ -126,8 +144,8 @@ vt_tfevents *vt_tfevents_open(const char *dir, int64_t first_step, char *err, si
   gettimeofday(&tv, NULL);
   snprintf(t->path, sizeof t->path, "%s/events.out.tfevents.%010lld.%06ld.%s.%d.vit3d", dir,
            (long long)tv.tv_sec, (long)tv.tv_usec, host, (int)getpid());
-  t->f = fopen(t->path, "wb");
-  if (!t->f) {
+  t->fd = open(t->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (t->fd < 0) {
     snprintf(err, errlen, "cannot write %s: %s", t->path, strerror(errno));
     free(t);
     return NULL;
@@ -146,6 +164,7 @@ vt_tfevents *vt_tfevents_open(const char *dir, int64_t first_step, char *err, si
   }
   if (rc != 0) {
     snprintf(err, errlen, "cannot write %s: %s", t->path, strerror(errno));
+    close(t->fd);
     free(t);
     return NULL;
   }
@@ -154,7 +173,7 @@ vt_tfevents *vt_tfevents_open(const char *dir, int64_t first_step, char *err, si
 
 int vt_tfevents_scalars(vt_tfevents *t, int64_t step, int n, const char *const *tags,
                         const float *values) {
-  if (!t || !t->f) return -1;
+  if (!t) return -1;
   pbuf e = {.n = 0}, summary = {.n = 0};
   for (int i = 0; i < n; i++) {
     pbuf v = {.n = 0};
@@ -169,13 +188,26 @@ int vt_tfevents_scalars(vt_tfevents *t, int64_t step, int n, const char *const *
   event_head(&e, step);
   field_bytes(&e, 5, summary.b, summary.n);
   e.overflow |= summary.overflow;
-  return write_record(t, &e);
+  if (write_record(t, &e) == 0) {
+    if (t->gap_from > 0)
+      vt_log_info("TensorBoard events %s: written again from step %lld (steps %lld-%lld are not "
+                  "in it)", t->path, (long long)step, (long long)t->gap_from,
+                  (long long)step - 1);
+    t->gap_from = 0;
+    return 0;
+  }
+  if (t->gap_from == 0)
+    vt_log_warn("TensorBoard events %s: cannot write step %lld's event (%s): it is left out, and "
+                "so are the later steps' until one can be written (metrics.jsonl, training and "
+                "checkpoints go on)", t->path, (long long)step, strerror(errno));
+  if (t->gap_from == 0) t->gap_from = step;
+  return -1;
 }
 
 const char *vt_tfevents_path(const vt_tfevents *t) { return t ? t->path : ""; }
 
 void vt_tfevents_close(vt_tfevents *t) {
   if (!t) return;
-  if (t->f) fclose(t->f);
+  close(t->fd);
   free(t);
 }

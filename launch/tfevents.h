@@ -20,8 +20,9 @@ typedef struct vt_tfevents vt_tfevents;
 // the order the files were made), the START event at first_step
 // (1, or the step after a resumed checkpoint's) second. NULL with the reason in err.
 vt_tfevents *vt_tfevents_open(const char *dir, int64_t first_step, char *err, size_t errlen);
-// One Event at step with n scalars (tags[i], values[i]); written and flushed. 0, or -1 when the
-// write failed (errno set; the file is closed and later calls do nothing).
+// One Event at step with n scalars (tags[i], values[i]), written (no buffering). 0, or -1 where
+// the write failed (a full disk: any part written taken back, the event left out; said once, as
+// the step from which events are written again, like metrics.jsonl's lines).
 int vt_tfevents_scalars(vt_tfevents *t, int64_t step, int n, const char *const *tags,
                         const float *values);
 const char *vt_tfevents_path(const vt_tfevents *t);

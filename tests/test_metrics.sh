@@ -30,24 +30,34 @@ steps() { "$py" -c 'import json, sys; print(" ".join(str(json.loads(l)["step"]) 
 # 1. A full disk.
 mkdir -p "$work/full"
 if mount -t tmpfs -o size=64k tmpfs "$work/full" 2>/dev/null; then
-  head -c 61440 /dev/zero > "$work/full/filler"  # one 4 KiB page left: about a dozen lines
+  head -c 57344 /dev/zero > "$work/full/filler"  # two 4 KiB pages left: one for each file
   timeout 300 "$vit3d" "${base[@]}" --steps 60 --log-dir "$work/full" --save "$work/ck_full" \
-    --save-interval 30 --save-hook "rm -f $work/full/filler" > "$work/full.log" 2>&1
+    --save-interval 30 --save-hook "rm -f $work/full/filler" --tensorboard 1 > "$work/full.log" 2>&1
   rc=$?
-  if [ $rc -eq 0 ] && "$py" - "$work/full/metrics.jsonl" "$work/full.log" <<'PY'
-import json, re, sys
+  # (the TensorBoard file too: whole records, its own gap said once, events again with room)
+  if [ $rc -eq 0 ] && "$py" - "$work/full/metrics.jsonl" "$work/full.log" "$work/full" "$(dirname "$0")" <<'PY'
+import glob, json, re, sys
+sys.path.insert(0, sys.argv[4])
+from tfevents_check import own_scalars
 steps = [json.loads(l)["step"] for l in open(sys.argv[1])]  # every line whole JSON
 log = open(sys.argv[2]).read()
-left = re.findall(r"cannot write step (\d+)'s line \(No space left on device\)", log)
-again = re.findall(r"written again from step (\d+) \(steps (\d+)-(\d+) are not in it\)", log)
-assert len(left) == 1 and len(again) == 1, (left, again)
-a, b = int(left[0]), int(again[0][0])
-assert again[0][1:] == (str(a), str(b - 1)), again
-assert steps == list(range(1, a)) + list(range(b, 61)), steps
-assert 30 < b <= 60, b
-print("steps 1-%d and %d-60 logged; %d-%d left out whole" % (a - 1, b, a, b - 1))
+for what, cut in (("metrics.jsonl", r"cannot write step (\d+)'s line"),
+                  ("TensorBoard", r"cannot write step (\d+)'s event")):
+    left = re.findall(cut + r" \(No space left on device\)", log)
+    again = re.findall(("TensorBoard events .*: " if what == "TensorBoard" else r"metrics.jsonl: ") +
+                       r"written again from step (\d+) \(steps (\d+)-(\d+) are not in it\)", log)
+    assert len(left) == 1 and len(again) == 1, (what, left, again)
+    a, b = int(left[0]), int(again[0][0])
+    assert again[0][1:] == (str(a), str(b - 1)), again
+    if what == "TensorBoard":
+        got = sorted(own_scalars(glob.glob(sys.argv[3] + "/events.out.tfevents.*"))[0]["train/loss"])
+    else:
+        got = steps
+    assert got == list(range(1, a)) + list(range(b, 61)), (what, got)
+    assert 30 < b <= 60, b
+    print("%s: steps 1-%d and %d-60 logged; %d-%d left out whole" % (what, a - 1, b, a, b - 1))
 PY
-  then ok "a full disk: metrics.jsonl keeps whole lines, says the gap once, goes on with room"
+  then ok "a full disk: metrics.jsonl and the TensorBoard file keep whole records, say the gap once, go on with room"
   else bad "full disk (rc $rc):"; grep -i "metrics" "$work/full.log" | head -5; fi
   umount "$work/full"
 else
