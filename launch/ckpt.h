@@ -72,6 +72,10 @@ vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *o
                          vt_comm *world, const vt_mesh *mesh, int64_t *start_step,
                          vt_ckpt_manifest *saved, char *from, size_t fromlen, char *err,
                          size_t errlen);
+// The line "resumed from DIR: N steps done, ..." of the last vt_ckpt_resume (vit3d eval's
+// "loaded ..." is logged by it): a training run logs it once its schedule is checked
+// (vt_train_resume_ok), so that a refused resume does not say it resumed.
+const char *vt_ckpt_resumed_line(void);
 
 // Rank 0 after --init-from FILE: a warning where FILE's metadata (vit3d export's) records model
 // flags other than the run's (but --img-size and --num-classes, which a fine-tune changes: the

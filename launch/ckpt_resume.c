@@ -20,6 +20,8 @@
 #include "savehook.h"
 #include "watchdog.h"
 
+static char g_resumed[1400];  // the last resume's line (vt_ckpt_resumed_line)
+
 typedef struct {
   char was[1200], now[1200];  // (room for two freeze patterns of 255 bytes each)
   int n;
@@ -808,17 +810,20 @@ static vt_status resume_from(const vt_train_options *o, vt_model *m, vt_optimize
     *start_step = man.step;
     if (saved && rank0) *saved = man;
     if (from && fromlen) snprintf(from, fromlen, "%s", dir);
-    vt_log_info("%s %s: %" PRId64 " steps done, data stream at sample %" PRId64
-                " (saved on tp %d x pp %d x dp %d); this rank read %.1f of the checkpoint's "
-                "%.1f MiB", o->eval_only ? "loaded" : "resumed from", dir, man.step,
-                man.stream_position, man.tp, man.pp, man.dp, nbytes[0] / 1048576.0,
-                nbytes[1] / 1048576.0);
+    snprintf(g_resumed, sizeof g_resumed, "%s %s: %" PRId64 " steps done, data stream at "
+             "sample %" PRId64 " (saved on tp %d x pp %d x dp %d); this rank read %.1f of the "
+             "checkpoint's %.1f MiB", o->eval_only ? "loaded" : "resumed from", dir, man.step,
+             man.stream_position, man.tp, man.pp, man.dp, nbytes[0] / 1048576.0,
+             nbytes[1] / 1048576.0);
+    if (o->eval_only) vt_log_info("%s", g_resumed);
     break;
   }
   for (int k = 0; k < 4; k++) free(local[k]);
   if (rank0) resume_end(o, recovered, result);
   return result;
 }
+
+const char *vt_ckpt_resumed_line(void) { return g_resumed; }
 
 vt_status vt_ckpt_resume(const vt_train_options *o, vt_model *m, vt_optimizer *opt,
                          vt_comm *world, const vt_mesh *mesh, int64_t *start_step,

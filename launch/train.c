@@ -358,6 +358,8 @@ static int run_open(train_run *r) {
   // lengths are known only now.
   if (ok && world_rank == 0 && start_step > 0 && !o->eval_only)
     ok = vt_train_resume_ok(o, saved, &r->opt.cfg, r->resumed_from);
+  if (ok && world_rank == 0 && start_step > 0 && !o->eval_only)
+    vt_log_info("%s", vt_ckpt_resumed_line());
   if (m->has_head) {
     x->step_losses = be->alloc((size_t)n_micro * B * sizeof(float));
     x->host_step_losses = malloc((size_t)n_micro * B * sizeof(float));
