@@ -235,7 +235,7 @@ int vt_ckpt_parse_rgb(const char *s, float v[3], int std);
 // absent: 1): kv holds n key-value pairs, pointing into text and model_flags.
 typedef struct {
   int n;
-  const char *kv[24];
+  const char *kv[32];  // (12 pairs at most now)
   char text[7][112];
 } vt_ckpt_file_meta;
 void vt_ckpt_file_meta_make(vt_ckpt_file_meta *fm, const vt_ckpt_manifest *m, int ema,

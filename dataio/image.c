@@ -8,6 +8,7 @@
 // it concurrently.
 #include "image.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -454,6 +455,32 @@ void vt_image_decoders(char *buf, size_t size) {
 #endif
   snprintf(buf, size, "PNG %s, JPEG %s, WebP %s, GIF/BMP/PNM %s", png, vt_image_jpeg_decoder(),
            vt_image_webp_decoder(), stb);
+}
+
+const char *vt_image_decoder_missing(const char *name) {
+#ifdef VT_HAVE_PNG
+  const int png = 1;
+#else
+  const int png = 0;
+#endif
+#ifdef VT_HAVE_STB
+  const int stb = 1;
+#else
+  const int stb = 0;
+#endif
+  const int webp = strcmp(vt_webp_version(), "none") != 0;
+  const char *dot = strrchr(name, '.');
+  char ext[8] = "";
+  for (int i = 0; dot && i < 7 && dot[1 + i] && dot[1 + i] != '/'; i++)
+    ext[i] = (char)tolower((unsigned char)dot[1 + i]), ext[i + 1] = '\0';
+  if (!strcmp(ext, "png")) return png ? NULL : "libpng (PNG files)";
+  if (!strcmp(ext, "jpg") || !strcmp(ext, "jpeg"))
+    return HAVE_JPEG || stb ? NULL : "libjpeg-turbo or stb_image (JPEG files)";
+  if (!strcmp(ext, "webp")) return webp ? NULL : "libwebp (WebP files)";
+  if (!strcmp(ext, "gif") || !strcmp(ext, "bmp") || !strcmp(ext, "ppm") ||
+      !strcmp(ext, "pgm") || !strcmp(ext, "pnm"))
+    return stb ? NULL : "stb_image (GIF, BMP and PNM files)";
+  return NULL;
 }
 
 const char *vt_image_jpeg_decoder(void) {

@@ -73,6 +73,10 @@ const char *vt_image_jpeg_decoder(void);
 const char *vt_image_webp_decoder(void);
 // Every format's decoder in this build, one line: "PNG libpng, JPEG libjpeg-turbo 2.1.5, ...".
 void vt_image_decoders(char *buf, size_t size);
+// For a file named name (a path, or a shard's "SHARD.tar:MEMBER"): NULL where this build decodes
+// files of its extension (or the extension is none of the decoders'), else what it lacks, such
+// as "libpng (PNG files)".
+const char *vt_image_decoder_missing(const char *name);
 
 // ---- header probe and partial decode (training crops) -----------------------------------------
 typedef struct {

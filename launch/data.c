@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "image.h"
 #include "index_cache.h"
 #include "synthetic.h"
 #include "vt_rng.h"
@@ -93,11 +94,11 @@ static vt_status read_index(const char *path, const char *cache, const char *lab
 // labelled by their own numbers, and with --label-names by the training set's names; or an
 // index cache entry) and sends it to every rank, so that the file system sees
 // one reader, not one per rank. Rank 0's error is the caller's to report; another rank that
-// cannot use the index (a shard that will not open there) reports its own, and then every rank
-// returns the error.
+// cannot use the index (a shard that will not open there, or, where it reads images (reads),
+// a listed file it cannot read) reports its own, and then every rank returns the error.
 static vt_status open_dataset(vt_comm *world, const char *path, const char *cache,
-                              const char *label_key, const char *names, vt_dataset *ds, char *err,
-                              size_t errlen) {
+                              const char *label_key, const char *names, int reads,
+                              vt_dataset *ds, char *err, size_t errlen) {
   const int root = vt_comm_rank(world) == 0;
   uint8_t *bytes = NULL;
   size_t n = 0;
@@ -125,29 +126,38 @@ static vt_status open_dataset(vt_comm *world, const char *path, const char *cach
   vt_comm_broadcast_bytes(world, bytes, head[1], 0);
   vt_status st = root && !cached ? VT_OK
                                  : vt_dataset_unpack(bytes, (size_t)head[1], ds, err, errlen);
-  // Every rank reads files of the index (the shards opened above): one that cannot read the
-  // first and the last (the dataset not mounted on its node) is named here, where its loader
-  // would have skipped every file as bad and blamed the classes.
-  for (int k = 0; st == VT_OK && !root && ds->nshards == 0 && k < 2; k++) {
+  // A rank that reads images (the first pipeline stage's; the shards were opened above) and
+  // cannot read the first and the last file (the dataset not mounted on its node) is named
+  // here, where its loader would have skipped every file as bad and blamed the classes.
+  for (int k = 0; st == VT_OK && !root && reads && ds->nshards == 0 && k < 2; k++) {
     const char *file = ds->paths[k ? ds->count - 1 : 0];
     if (access(file, R_OK) != 0) {
       char host[256] = "?";
       gethostname(host, sizeof host - 1);
       snprintf(err, errlen, "world rank %d (host %s) cannot read %s of the dataset %s, which "
-               "world rank 0 listed: %s. Every rank reads its share of the files: the dataset "
-               "must be at the same path on every node", vt_comm_rank(world), host, file, path,
-               strerror(errno));
+               "world rank 0 listed: %s. The ranks of the first pipeline stage read their share "
+               "of the files: the dataset must be at the same path on each of their nodes",
+               vt_comm_rank(world), host, file, path, strerror(errno));
       st = VT_ERR_INPUT;
     }
   }
   if (st != VT_OK) vt_log_error("%s", err);
   free(bytes);
   double failed = st != VT_OK;  // every rank goes on only if all can (the next step is collective)
+  // Rank 0: files of a kind this build cannot decode are refused here, not met at a step (a
+  // validation set's would stop the run at its first evaluation).
+  const char *lacks = NULL;
+  for (int64_t i = 0; root && st == VT_OK && !lacks && i < ds->count; i++)
+    if ((lacks = vt_image_decoder_missing(ds->paths[i])))
+      snprintf(err, errlen, "the dataset %s holds files of a kind this vit3d cannot decode, such "
+               "as %s: it was built without %s. Install that library and configure the build "
+               "again (cmake -S . -B build), or convert the files", path, ds->paths[i], lacks);
+  if (lacks) failed = 2;
   vt_comm_all_reduce_double(world, &failed, 1, VT_REDUCE_MAX);
-  if (failed && st == VT_OK) {
-    vt_dataset_free(ds);
-    snprintf(err, errlen, "a rank could not open the files of %s (see its message)", path);
-  }
+  if (failed && st == VT_OK && !lacks)
+    snprintf(err, errlen, "%s %s (see its message)", failed == 2 ? "world rank 0 refused the "
+             "dataset" : "a rank could not open the files of", path);
+  if (failed && st == VT_OK) vt_dataset_free(ds);
   return failed ? VT_ERR_INPUT : VT_OK;
 }
 
@@ -267,9 +277,8 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
              be->device == VT_DEVICE_CUDA ? "pinned " : "", B, S);
   }
   if (o->val_data[0]) {
-    if (open_dataset(world, o->val_data, o->index_cache, o->label_key, o->label_names, &d->val_ds,
-                     err, errlen) !=
-        VT_OK)
+    if (open_dataset(world, o->val_data, o->index_cache, o->label_key, o->label_names,
+                     need_pixels, &d->val_ds, err, errlen) != VT_OK)
       return VT_ERR_INPUT;
     d->has_val = 1;
     d->val_warned = calloc((size_t)(d->val_ds.count ? d->val_ds.count : 1), sizeof(atomic_uchar));
@@ -277,8 +286,8 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
              (long long)d->val_ds.count);
   }
   if (!d->synthetic && !o->eval_only) {
-    if (open_dataset(world, o->data, o->index_cache, o->label_key, o->label_names, &d->train_ds,
-                     err, errlen) != VT_OK)
+    if (open_dataset(world, o->data, o->index_cache, o->label_key, o->label_names, need_pixels,
+                     &d->train_ds, err, errlen) != VT_OK)
       return VT_ERR_INPUT;
     if (d->train_ds.num_classes != o->model.num_classes) {
       snprintf(err, errlen, "--data %s has %d classes but the model has %d; pass "

@@ -80,7 +80,8 @@ void vt_plan_print(const vt_model *m, const vt_optimizer *opt, int n_micro, size
   const int again = vt_recomputed_blocks(m->cfg.depth, &m->shard, m->recompute, m->frozen_layers);
   if (m->recompute && again < m->recompute * m->nchunks)
     snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed (--recompute-blocks %d "
-             "less the frozen prefix's)", again, m->slot_blocks * m->nchunks, m->recompute);
+             "less the frozen prefix's)", again, m->slot_blocks * m->nchunks,
+             o->recompute_blocks);
   else if (m->recompute)
     snprintf(recompute, sizeof recompute, ", %d of %d blocks recomputed%s", m->recompute,
              m->slot_blocks, m->nchunks > 1 ? " in each chunk" : "");

@@ -70,7 +70,7 @@ def main():
     seed = int(sys.argv[4]) if len(sys.argv) > 4 else 20261205
     first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     work = tempfile.mkdtemp(prefix="vt_fuzz_cuda_")
-    imgs = make_image_folder(work)
+    imgs = make_image_folder(work, vit3d)
     failed = refused = passed = 0
     try:
         for d in range(first, first + draws):

@@ -201,9 +201,14 @@ def run(vit3d, np_, flags, out):
     return p.returncode, p.stdout, ("VT_WORLD=tcp " if tcp else "") + " ".join(cmd)
 
 
-def make_image_folder(work):
-    """tests/make_images.py's 4 classes of 8 images in work/imgs, or None without Pillow."""
+def make_image_folder(work, vit3d):
+    """tests/make_images.py's 4 classes of 8 images in work/imgs, or None without Pillow or
+    where vit3d cannot decode them (tests/needs_images.sh: a build without libpng)."""
     imgs = f"{work}/imgs"
+    if subprocess.run(["bash", f"{HERE}/needs_images.sh", vit3d],
+                      stdout=subprocess.DEVNULL).returncode != 0:
+        print("no image folder (this vit3d cannot decode PNG and JPEG): synthetic data only")
+        return None
     try:
         import PIL  # noqa: F401 (make_images.py's)
         subprocess.run([sys.executable, f"{HERE}/make_images.py", imgs, "4", "8", "40"],
@@ -254,7 +259,7 @@ def main():
     first = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     work = tempfile.mkdtemp(prefix="vt_fuzz_equiv_")
     failed = refused = passed = 0
-    imgs = make_image_folder(work)
+    imgs = make_image_folder(work, vit3d)
     try:
         for d in range(first, first + draws):
             r = random.Random(seed * 1000 + d)

@@ -486,6 +486,26 @@ static void write_seeds(const char *out) {
   copy_seeds(out, "webp", webp_names, NWEBP, "webp");
 }
 
+// Which file names need a decoder this build lacks (what a dataset is refused for at start-up):
+// by extension, in any case, a shard member's too; as vt_image_decoders says of the build.
+static void test_decoder_missing(void) {
+  char build[256];
+  vt_image_decoders(build, sizeof build);
+  static const struct {
+    const char *name, *decoder;  // decoder: vt_image_decoders' words for a build without it
+  } cases[] = {{"/d/c0/a.png", "PNG none"}, {"/d/c0/a.PNG", "PNG none"},
+               {"/d/x.tar:00001.jpg", "JPEG none"}, {"/d/c1/b.JPEG", "JPEG none"},
+               {"/d/c1/b.webp", "WebP none"}, {"/d/c/b.gif", "GIF/BMP/PNM none"},
+               {"/d/c/b.Pgm", "GIF/BMP/PNM none"}, {"/d/c/b.tif", NULL},
+               {"/data.v2/c/b", NULL}, {"/d/c/b.pngx", NULL}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *got = vt_image_decoder_missing(cases[i].name);
+    const int lacks = cases[i].decoder && strstr(build, cases[i].decoder);
+    EXPECT(lacks ? got != NULL : got == NULL, "%s in a build of %s: %s", cases[i].name, build,
+           got ? got : "decodable");
+  }
+}
+
 int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "/tmp/vt_test_image_XXXXXX");
   if (!mkdtemp(dir)) {
@@ -508,6 +528,7 @@ int main(int argc, char **argv) {
     test_webp();
     test_bad_inputs();
     test_threads();
+    test_decoder_missing();
   }
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
