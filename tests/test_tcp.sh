@@ -345,15 +345,19 @@ interrupt pg -pid "Ctrl-C to spawn.sh's process group (setsid: the launcher lead
 mkdir -p "$work/ds"
 if "$py" "$here/make_images.py" "$work/ds" 2 4 32 > /dev/null 2>&1 &&
    "$vit3d" --version | grep -qv "PNG none" && unshare -m true 2>/dev/null; then
-  export MASTER_PORT=$(vt_free_port)
-  ds_args=(train --model tiny --num-classes 2 --data "$work/ds" --threads 1 --steps 2 --dp 2
-           --global-batch-size 4 --micro-batch-size 2)
-  RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${ds_args[@]}" > "$work/ds0.log" 2>&1 &
-  RANK=1 WORLD_SIZE=2 timeout 60 unshare -m sh -c 'mount -t tmpfs none "$0" && exec "$@"' \
-    "$work/ds" "$vit3d" "${ds_args[@]}" > "$work/ds1.log" 2>&1
-  rc1=$?
-  wait $!
-  rc0=$?
+  hidden() {  # hidden MESH_FLAG: two ranks, rank 1's dataset hidden; rc0 and rc1 set
+    export MASTER_PORT=$(vt_free_port)
+    local args=(train --model tiny --num-classes 2 --data "$work/ds" --threads 1 --steps 2 "$1"
+                2 --global-batch-size 4 --micro-batch-size 2)
+    RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${args[@]}" > "$work/ds0.log" 2>&1 &
+    RANK=1 WORLD_SIZE=2 timeout 60 unshare -m sh -c 'mount -t tmpfs none "$0" && exec "$@"' \
+      "$work/ds" "$vit3d" "${args[@]}" > "$work/ds1.log" 2>&1
+    rc1=$?
+    wait $!
+    rc0=$?
+    unset MASTER_PORT
+  }
+  hidden --dp
   if [ $rc0 = 2 ] && [ $rc1 = 2 ] &&
      grep -q "world rank 1 (host .*) cannot read .* of the dataset .*, which world rank 0 listed: No such file or directory. The ranks of the first pipeline stage read their share of the files: the dataset must be at the same path on each of their nodes" "$work/ds1.log" &&
      ! grep -q "bad image" "$work/ds1.log"; then
@@ -361,18 +365,10 @@ if "$py" "$here/make_images.py" "$work/ds" 2 4 32 > /dev/null 2>&1 &&
   else bad "a rank without the dataset: exit $rc0 and $rc1"; tail -3 "$work/ds0.log" "$work/ds1.log"; fi
   # ... but a later pipeline stage, which reads no image (the labels come with the listing),
   # trains without it.
-  export MASTER_PORT=$(vt_free_port)
-  ds_args=("${ds_args[@]/#--dp/--pp}")  # (--dp 2 becomes --pp 2)
-  RANK=0 WORLD_SIZE=2 timeout 60 "$vit3d" "${ds_args[@]}" > "$work/ds0.log" 2>&1 &
-  RANK=1 WORLD_SIZE=2 timeout 60 unshare -m sh -c 'mount -t tmpfs none "$0" && exec "$@"' \
-    "$work/ds" "$vit3d" "${ds_args[@]}" > "$work/ds1.log" 2>&1
-  rc1=$?
-  wait $!
-  rc0=$?
+  hidden --pp
   [ $rc0 = 0 ] && [ $rc1 = 0 ] && grep -q "^step     2/2" "$work/ds0.log" &&
     echo "ok: a later pipeline stage without the dataset trains (--pp 2)" ||
     { bad "a later stage without the dataset: exit $rc0 and $rc1"; tail -3 "$work/ds0.log" "$work/ds1.log"; }
-  unset MASTER_PORT
 else
   echo "skipped the missing-dataset case: no images or no mount namespace here (unshare -m)"
 fi
