@@ -1,8 +1,10 @@
 // dataset.c: the dataset index (ImageFolder tree, list file or tar shards, the shards read by
 // dataset_shards.c; the per-epoch sampler of dataset.h is in sampler.c). Only names and labels
-// here: no file is decoded, so opening ImageNet costs one stat per file (shards: one 512-byte
-// read per member and one per label). Must not depend on MPI, a backend, the model or an image
+// here: no file is decoded, so opening ImageNet costs its folders' listings, a stat only for a
+// link or where the file system does not give an entry's type (shards: one 512-byte read per
+// member and one per label). Must not depend on MPI, a backend, the model or an image
 // decoder.
+#define _DEFAULT_SOURCE  // dirent d_type (DT_REG, DT_DIR)
 #include "dataset.h"
 
 #include <dirent.h>
@@ -76,6 +78,19 @@ static vt_status list_names(const char *dir, int want_dir, int hidden, strlist *
   while ((e = readdir(d))) {
     if ((e->d_name[0] == '.') != hidden || !strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
       continue;
+#ifdef _DIRENT_HAVE_D_TYPE
+    // The entry's own type where the file system gives it: no stat (one per file of ImageNet,
+    // the metadata traffic the index exists to keep low). Links and unknown types are stat'ed.
+    if (e->d_type == DT_REG || e->d_type == DT_DIR) {
+      if ((e->d_type == DT_DIR) != (want_dir != 0)) continue;
+      if (!vt_ds_strlist_push(out, strdup(e->d_name), 0)) {
+        st = vt_fail_input(err, errlen, "out of memory listing %s", dir);
+        break;
+      }
+      continue;
+    }
+    if (e->d_type != DT_LNK && e->d_type != DT_UNKNOWN) continue;  // FIFO, socket, device
+#endif
     char *full = vt_ds_join(dir, e->d_name);
     struct stat sb;
     int ok = full && stat(full, &sb) == 0;

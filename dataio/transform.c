@@ -198,6 +198,11 @@ static void render(const vt_image_part *part, vt_crop crop, int S, const float s
   const double step_x = (double)crop.w / S, step_y = (double)crop.h / S;
   int xa[TILE], xb[TILE];
   float fx[TILE];
+  // Each source row's horizontal interpolation (per channel, the tile's columns), computed once
+  // and kept for the next output row that reads it: a row is the lower tap of one output row
+  // and often the upper tap of the next. The same float operations as interpolating in place,
+  // so the same bits; the vertical step then runs over contiguous floats.
+  float hrow[2][3][TILE];
   for (int i0 = 0; i0 < S; i0 += TILE) {
     int n = S - i0 < TILE ? S - i0 : TILE;
     for (int k = 0; k < n; k++) {
@@ -209,22 +214,36 @@ static void render(const vt_image_part *part, vt_crop crop, int S, const float s
       xb[k] = 3 * ((xi < W - 1 ? xi + 1 : xi) - ox);
       fx[k] = (float)(sx - xi);
     }
+    int held[2] = {-1, -1};  // the source row in hrow[0], hrow[1]
     for (int oyi = 0; oyi < S; oyi++) {
       double sy = sample_pos(crop.y, step_y, oyi, d, H);
       int yi = (int)sy;
       float fy = (float)(sy - yi);
-      const uint8_t *r0 = rgb + (size_t)(yi - oy) * WW * 3;
-      const uint8_t *r1 = rgb + (size_t)((yi < H - 1 ? yi + 1 : yi) - oy) * WW * 3;
-      for (int k = 0; k < n; k++) {
-        for (int ch = 0; ch < 3; ch++) {
-          float a = r0[xa[k] + ch], b = r0[xb[k] + ch];
-          float c = r1[xa[k] + ch], e = r1[xb[k] + ch];
-          float top = a + fx[k] * (b - a), bot = c + fx[k] * (e - c);
-          float v = top + fy * (bot - top);
-          if (out)
-            out[ch * plane + (size_t)oyi * S + i0 + k] = v * scale[ch] + bias[ch];
-          else  // v lies between its four taps, so in [0, 255]
-            rgb8[((size_t)oyi * S + i0 + k) * 3 + ch] = (uint8_t)(v + 0.5f);
+      const int rows[2] = {yi, yi < H - 1 ? yi + 1 : yi};
+      int at[2];
+      for (int t = 0; t < 2; t++) {
+        int b = held[0] == rows[t] ? 0 : held[1] == rows[t] ? 1 : -1;
+        if (b < 0) {
+          b = t == 0 ? (held[0] == rows[1] ? 1 : 0) : (at[0] == 0 ? 1 : 0);
+          const uint8_t *r = rgb + (size_t)(rows[t] - oy) * WW * 3;
+          for (int k = 0; k < n; k++)
+            for (int ch = 0; ch < 3; ch++) {
+              float a = r[xa[k] + ch], e = r[xb[k] + ch];
+              hrow[b][ch][k] = a + fx[k] * (e - a);
+            }
+          held[b] = rows[t];
+        }
+        at[t] = b;
+      }
+      for (int ch = 0; ch < 3; ch++) {
+        const float *top = hrow[at[0]][ch], *bot = hrow[at[1]][ch];
+        if (out) {
+          float *o = out + ch * plane + (size_t)oyi * S + i0;
+          const float sc = scale[ch], bi = bias[ch];
+          for (int k = 0; k < n; k++) o[k] = (top[k] + fy * (bot[k] - top[k])) * sc + bi;
+        } else {  // v lies between its four taps, so in [0, 255]
+          uint8_t *o = rgb8 + ((size_t)oyi * S + i0) * 3 + ch;
+          for (int k = 0; k < n; k++) o[3 * k] = (uint8_t)(top[k] + fy * (bot[k] - top[k]) + 0.5f);
         }
       }
     }

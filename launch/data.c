@@ -336,6 +336,13 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
   c.offset = (int64_t)dp_rank * (o->global_batch / dp_size);
   c.pixel_first = d->pixel_first, c.pixel_count = d->pixel_count;
   c.host_alloc = be->host_alloc, c.host_free = be->host_free;
+  // Threads take samples only from the micro-batches in flight, --prefetch + 1 of them: more
+  // than their images would wait (a small micro-batch, or its TP share under --decode-split).
+  const int busy = (o->prefetch + 1) * d->pixel_count;
+  if (need_pixels && o->loader_threads > busy && vt_comm_rank(world) == 0)
+    vt_log_warn("--loader-threads %d: at most %d decode at once here (--prefetch %d + 1 "
+                "micro-batches of %d images this rank decodes); the others wait: raise "
+                "--prefetch to use them", o->loader_threads, busy, o->prefetch, d->pixel_count);
   d->train = vt_loader_create(&c, start_step * n_micro, err, errlen);
   return d->train ? VT_OK : VT_ERR_INPUT;
 }

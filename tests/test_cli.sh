@@ -275,6 +275,16 @@ for recipe in "$(dirname "$0")"/../launch/recipes/*.args; do
      grep -q "^largest: stage" <<<"$out"; then echo "ok: vit3d plan @$(basename "$recipe")"
   else echo "FAIL: vit3d plan @$recipe: $out"; fail=1; fi
 done
+# Loader threads beyond what the micro-batches in flight hold are said at start-up (they wait).
+out=$("$vit3d" train --model tiny --num-classes 4 --img-size 32 --patch-size 8 --data "$imgs" \
+      --micro-batch-size 2 --global-batch-size 2 --steps 1 --threads 1 --loader-threads 8 \
+      --prefetch 1 2>&1)
+out2=$("$vit3d" train --model tiny --num-classes 4 --img-size 32 --patch-size 8 --data "$imgs" \
+       --micro-batch-size 4 --global-batch-size 4 --steps 1 --threads 1 --loader-threads 8 \
+       --prefetch 1 2>&1)
+if grep -q "warning: --loader-threads 8: at most 4 decode at once here (--prefetch 1 + 1 micro-batches of 2 images this rank decodes); the others wait: raise --prefetch to use them" <<<"$out" &&
+   ! grep -q "decode at once" <<<"$out2"; then echo "ok: idle loader threads said"
+else echo "FAIL: idle loader threads: $out / $out2"; fail=1; fi
 # --epochs and --warmup-epochs become steps once the training set (16 images) is open; of a
 # length in epochs and one in steps the later flag counts (a recipe's epochs, then --steps).
 small=(train --model tiny --num-classes 4 --img-size 32 --patch-size 8 --data "$imgs"
