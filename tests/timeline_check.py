@@ -12,8 +12,8 @@ one clock, so where stage s + 1's forward of a micro-batch takes stage s's outpu
 after that forward ended, and the backwards the other way round (to the microsecond the file
 prints), on the track that does the work (the device's where there is one: a GPU's host only
 queues it, and its host ranges may well start before their inputs exist). A step's duration
-must agree with metrics.jsonl's step_ms (within 50% + 5 ms, its evaluation and checkpoint save
-left out: the range also holds the metrics and TensorBoard writes after it; a clock in the wrong
+must agree with metrics.jsonl's step_ms (within 50% + 10 ms: a loaded machine's scheduling; its
+evaluation and checkpoint save left out: the range also holds the metrics and TensorBoard writes after it; a clock in the wrong
 unit is off by a factor of 1000). Each NAME must be the name of some range (e.g. "evaluation",
 "checkpoint save").
 """
@@ -83,7 +83,7 @@ for pid in rows:
         # metrics.jsonl's step time ends before the evaluation and the save
         ms = (s["dur"] - sum(e["dur"] for e in within
                              if e["name"] in ("evaluation", "checkpoint save"))) / 1e3
-        if n in step_ms and abs(ms - step_ms[n]) > 0.5 * step_ms[n] + 5:
+        if n in step_ms and abs(ms - step_ms[n]) > 0.5 * step_ms[n] + 10:
             fails.append("rank %d step %d: %.2f ms in the timeline, %.2f in metrics.jsonl"
                          % (pid, n, ms, step_ms[n]))
     outside = [e for e in mine + gpu if not any(inside(e, s) for s in mine
