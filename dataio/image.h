@@ -75,7 +75,8 @@ const char *vt_image_webp_decoder(void);
 void vt_image_decoders(char *buf, size_t size);
 // For a file named name (a path, or a shard's "SHARD.tar:MEMBER"): NULL where this build decodes
 // files of its extension (or the extension is none of the decoders'), else what it lacks, such
-// as "libpng (PNG files)".
+// as "libpng (PNG files)". By the name alone: decoding goes by the file's first bytes, so a PNG
+// named .jpg is judged a JPEG here (the loader's VT_IMG_NO_DECODER catches what this misses).
 const char *vt_image_decoder_missing(const char *name);
 
 // ---- header probe and partial decode (training crops) -----------------------------------------

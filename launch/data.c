@@ -149,9 +149,10 @@ static vt_status open_dataset(vt_comm *world, const char *path, const char *cach
   const char *lacks = NULL;
   for (int64_t i = 0; root && st == VT_OK && !lacks && i < ds->count; i++)
     if ((lacks = vt_image_decoder_missing(ds->paths[i])))
-      snprintf(err, errlen, "the dataset %s holds files of a kind this vit3d cannot decode, such "
-               "as %s: it was built without %s. Install that library and configure the build "
-               "again (cmake -S . -B build), or convert the files", path, ds->paths[i], lacks);
+      snprintf(err, errlen, "the dataset %s holds files of a kind this vit3d cannot decode (by "
+               "their extension), such as %s: it was built without %s. Install that library and "
+               "configure the build again (cmake -S . -B build), or convert the files", path,
+               ds->paths[i], lacks);
   if (lacks) failed = 2;
   vt_comm_all_reduce_double(world, &failed, 1, VT_REDUCE_MAX);
   if (failed && st == VT_OK && !lacks)
@@ -340,9 +341,10 @@ vt_status vt_data_open(vt_data *d, const vt_train_options *o, const vt_backend *
   // than their images would wait (a small micro-batch, or its TP share under --decode-split).
   const int busy = (o->prefetch + 1) * d->pixel_count;
   if (need_pixels && o->loader_threads > busy && vt_comm_rank(world) == 0)
-    vt_log_warn("--loader-threads %d: at most %d decode at once here (--prefetch %d + 1 "
-                "micro-batches of %d images this rank decodes); the others wait: raise "
-                "--prefetch to use them", o->loader_threads, busy, o->prefetch, d->pixel_count);
+    vt_log_warn("%d loader threads (--loader-threads, or --threads where not given): at most "
+                "%d decode at once here (--prefetch %d + 1 micro-batches of %d images this rank "
+                "decodes); the others wait: raise --prefetch to use them", o->loader_threads,
+                busy, o->prefetch, d->pixel_count);
   d->train = vt_loader_create(&c, start_step * n_micro, err, errlen);
   return d->train ? VT_OK : VT_ERR_INPUT;
 }

@@ -282,7 +282,7 @@ out=$("$vit3d" train --model tiny --num-classes 4 --img-size 32 --patch-size 8 -
 out2=$("$vit3d" train --model tiny --num-classes 4 --img-size 32 --patch-size 8 --data "$imgs" \
        --micro-batch-size 4 --global-batch-size 4 --steps 1 --threads 1 --loader-threads 8 \
        --prefetch 1 2>&1)
-if grep -q "warning: --loader-threads 8: at most 4 decode at once here (--prefetch 1 + 1 micro-batches of 2 images this rank decodes); the others wait: raise --prefetch to use them" <<<"$out" &&
+if grep -q "warning: 8 loader threads (--loader-threads, or --threads where not given): at most 4 decode at once here (--prefetch 1 + 1 micro-batches of 2 images this rank decodes); the others wait: raise --prefetch to use them" <<<"$out" &&
    ! grep -q "decode at once" <<<"$out2"; then echo "ok: idle loader threads said"
 else echo "FAIL: idle loader threads: $out / $out2"; fail=1; fi
 # --epochs and --warmup-epochs become steps once the training set (16 images) is open; of a

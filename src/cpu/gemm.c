@@ -4,10 +4,6 @@
 // against each other after every call; measured 3x slower on 2 cores (tests/bench_cpu.sh).
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "cpu.h"
 #ifdef VT_HAVE_BLAS
 #include <cblas.h>
@@ -41,7 +37,7 @@ void vt_cpu_sgemm_serial(int trans_a, int trans_b, int64_t M, int64_t N, int64_t
 // The bands vt_cpu_sgemm splits a GEMM's output into: a function of the shape alone, never of
 // the thread count, so the sgemm calls (and OpenBLAS's choice of kernel for each: its
 // small-matrix kernels round otherwise) and hence the bits are the same on any number of
-// threads (vt_cpu_sgemm merges large bands, where that holds too). At least 2^20 multiply-adds and 16 rows (or columns) a band, at most 8 bands (each
+// threads. At least 2^20 multiply-adds and 16 rows (or columns) a band, at most 8 bands (each
 // sgemm call packs the whole other operand again: 16 bands made a ViT-Ti/16 step on 2 threads 9%
 // slower than a band per thread, 8 bands 4%); a power of two, so 2, 4 and 8 threads share them
 // evenly.
@@ -56,21 +52,7 @@ void vt_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, flo
                   int64_t ldc) {
   // Bands of the longer side of C (rows of op(A) or columns of op(B)), run by the OpenMP threads.
   const int by_rows = M >= N;
-  const int64_t len = by_rows ? M : N;
-  int64_t nbands = gemm_bands(len, M, N, K);
-  // Fewer threads than bands: one band per thread where the shape's bands are all large (at
-  // least 2^23 multiply-adds, above OpenBLAS's small-matrix and direct-sgemm sizes), so both the
-  // shape's bands and the merged ones run OpenBLAS's blocked kernel, whose rounding does not
-  // depend on how C's rows or columns are split (K is not split): the same bits, and the other
-  // operand packed once per thread instead of once per band.
-  if (nbands > 1 && M * N * K / nbands >= (int64_t)1 << 23) {
-#ifdef _OPENMP
-    const int64_t t = omp_get_max_threads();
-#else
-    const int64_t t = 1;
-#endif
-    if (t < nbands) nbands = t;
-  }
+  const int64_t len = by_rows ? M : N, nbands = gemm_bands(len, M, N, K);
   if (nbands > 1) {
     const int64_t band = (len + nbands - 1) / nbands;
 #pragma omp parallel for schedule(static)
