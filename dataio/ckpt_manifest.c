@@ -87,7 +87,6 @@ const char *vt_ckpt_unknown_more(const vt_ckpt_manifest *m) {
   return names < m->nunknown ? " ..." : "";
 }
 
-
 const char *vt_ckpt_double_text(double v, char *buf, size_t size) {
   for (int digits = 15; digits <= 17; digits++) {
     snprintf(buf, size, "%.*g", digits, v);

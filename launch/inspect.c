@@ -14,11 +14,6 @@
 #include "optim.h"
 #include "safetensors.h"
 
-// The shortest text of v that a float flag reads back as the same float.
-static const char *float_text(double v, char *buf, size_t size) {
-  return vt_float_text(v, buf, size);
-}
-
 // The optimizer's and the schedule's flags of a manifest that has them ("" otherwise). A length
 // given in epochs is said in epochs (where a float flag can say it exactly), else in steps.
 static void optim_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
@@ -28,24 +23,26 @@ static void optim_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
   int k = snprintf(out, size,
                    " --lr %s --min-lr %s --warmup-lr %s --weight-decay %s --opt-eps %s "
                    "--clip-grad %s --layer-decay %s",
-                   float_text(m->lr, a[0], 32), float_text(m->min_lr, a[1], 32),
-                   float_text(m->warmup_lr, a[2], 32), float_text(m->weight_decay, a[3], 32),
-                   float_text(m->opt_eps, a[4], 32), float_text(m->clip_grad, a[5], 32),
-                   float_text(m->layer_decay, a[6], 32));
+                   vt_float_text(m->lr, a[0], 32), vt_float_text(m->min_lr, a[1], 32),
+                   vt_float_text(m->warmup_lr, a[2], 32), vt_float_text(m->weight_decay, a[3], 32),
+                   vt_float_text(m->opt_eps, a[4], 32), vt_float_text(m->clip_grad, a[5], 32),
+                   vt_float_text(m->layer_decay, a[6], 32));
   const int in_epochs = m->sched_epochs && m->cycle_epochs == (double)(float)m->cycle_epochs;
   const int warm_epochs = m->sched_epochs && m->warmup_epochs > 0 &&
                           m->warmup_epochs == (double)(float)m->warmup_epochs;
   if (k < (int)size && in_epochs)
-    k += snprintf(out + k, size - (size_t)k, " --epochs %s", float_text(m->cycle_epochs, a[0], 32));
+    k += snprintf(out + k, size - (size_t)k, " --epochs %s",
+                  vt_float_text(m->cycle_epochs, a[0], 32));
   else if (k < (int)size)
     k += snprintf(out + k, size - (size_t)k, " --steps %" PRId64, m->total_steps);
   if (k < (int)size && warm_epochs)
     k += snprintf(out + k, size - (size_t)k, " --warmup-epochs %s",
-                  float_text(m->warmup_epochs, a[0], 32));
+                  vt_float_text(m->warmup_epochs, a[0], 32));
   else if (k < (int)size)
     k += snprintf(out + k, size - (size_t)k, " --warmup-steps %" PRId64, m->warmup_steps);
   if (k < (int)size && (m->sgd || m->lars))
-    k += snprintf(out + k, size - (size_t)k, " --momentum %s", float_text(m->momentum, a[0], 32));
+    k += snprintf(out + k, size - (size_t)k, " --momentum %s",
+                  vt_float_text(m->momentum, a[0], 32));
   if (k < (int)size && m->sched > 0)
     k += snprintf(out + k, size - (size_t)k, " --sched %s", vt_sched_name(m->sched));
   if (k < (int)size && m->sched_epochs) snprintf(out + k, size - (size_t)k, " --sched-on epochs");
@@ -74,24 +71,25 @@ static void settings_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
                    "--pos-drop %s --drop %s --mixup %s --cutmix %s --mix-prob %s "
                    "--mix-switch-prob %s --reprob %s --remode %s --aa %s --label-smoothing %s "
                    "--bce-loss %d",
-                   float_text(m->drop_path, a[0], 32), m->drop_path_uniform,
-                   float_text(m->proj_drop, a[1], 32), float_text(m->attn_drop, a[2], 32),
-                   float_text(m->pos_drop, a[3], 32), float_text(m->head_drop, a[4], 32),
-                   float_text(m->mixup, a[5], 32), float_text(m->cutmix, a[6], 32),
-                   float_text(m->mix_prob, a[7], 32), float_text(m->mix_switch_prob, a[8], 32),
-                   float_text(m->reprob, a[9], 32), vt_ckpt_remode_name(m->remode),
+                   vt_float_text(m->drop_path, a[0], 32), m->drop_path_uniform,
+                   vt_float_text(m->proj_drop, a[1], 32), vt_float_text(m->attn_drop, a[2], 32),
+                   vt_float_text(m->pos_drop, a[3], 32), vt_float_text(m->head_drop, a[4], 32),
+                   vt_float_text(m->mixup, a[5], 32), vt_float_text(m->cutmix, a[6], 32),
+                   vt_float_text(m->mix_prob, a[7], 32),
+                   vt_float_text(m->mix_switch_prob, a[8], 32),
+                   vt_float_text(m->reprob, a[9], 32), vt_ckpt_remode_name(m->remode),
                    shell_word(m->aa, q[0], sizeof q[0]),
-                   float_text(m->label_smoothing, a[10], 32), m->bce_loss);
+                   vt_float_text(m->label_smoothing, a[10], 32), m->bce_loss);
   if (k < (int)size)
     k += snprintf(out + k, size - (size_t)k, " --hflip %s --train-interpolation %s "
-                  "--simple-crop %d --three-augment %d", float_text(m->hflip, a[0], 32),
+                  "--simple-crop %d --three-augment %d", vt_float_text(m->hflip, a[0], 32),
                   vt_ckpt_interp_name(m->train_interp), m->simple_crop, m->three_augment);
   if (k < (int)size && !m->simple_crop)  // (unused with it)
     k += snprintf(out + k, size - (size_t)k, " --crop-scale-min %s",
-                  float_text(m->crop_scale_min, a[0], 32));
+                  vt_float_text(m->crop_scale_min, a[0], 32));
   if (k < (int)size && (m->three_augment || m->color_jitter_alone > 0))
     k += snprintf(out + k, size - (size_t)k, " --color-jitter %s",
-                  float_text(m->three_augment ? m->color_jitter : m->color_jitter_alone, a[0],
+                  vt_float_text(m->three_augment ? m->color_jitter : m->color_jitter_alone, a[0],
                              32));
   if (k < (int)size && !m->jpeg_reduce)  // (a flag of 2026-12-07: given only where it is off)
     k += snprintf(out + k, size - (size_t)k, " --jpeg-reduce 0");
@@ -103,18 +101,18 @@ static void settings_flags(const vt_ckpt_manifest *m, char *out, size_t size) {
   if (k < (int)size && m->norm_recorded)  // the normalisation and the evaluation's transform
     k += snprintf(out + k, size - (size_t)k, " --mean %s,%s,%s --std %s,%s,%s --eval-crop-pct "
                   "%s --eval-crop-mode %s --eval-interpolation %s",
-                  float_text(m->mean[0], a[0], 32), float_text(m->mean[1], a[1], 32),
-                  float_text(m->mean[2], a[2], 32), float_text(m->std[0], a[3], 32),
-                  float_text(m->std[1], a[4], 32), float_text(m->std[2], a[5], 32),
+                  vt_float_text(m->mean[0], a[0], 32), vt_float_text(m->mean[1], a[1], 32),
+                  vt_float_text(m->mean[2], a[2], 32), vt_float_text(m->std[0], a[3], 32),
+                  vt_float_text(m->std[1], a[4], 32), vt_float_text(m->std[2], a[5], 32),
                   vt_ckpt_double_text(m->eval_crop_pct, a[6], 32),
                   m->eval_squash ? "squash" : "center",
                   vt_ckpt_interp_name(m->eval_interp));
   if (k < (int)size && m->bce_loss)  // (refused without --bce-loss 1)
     k += snprintf(out + k, size - (size_t)k, " --bce-target-thresh %s",
-                  float_text(m->bce_thresh, a[11], 32));
+                  vt_float_text(m->bce_thresh, a[11], 32));
   if (k < (int)size && m->ema_decay > 0)
     k += snprintf(out + k, size - (size_t)k, " --model-ema %s --model-ema-warmup %d",
-                  float_text(m->ema_decay, a[0], 32), m->ema_warmup);
+                  vt_float_text(m->ema_decay, a[0], 32), m->ema_warmup);
   else if (k < (int)size)
     k += snprintf(out + k, size - (size_t)k, " --model-ema 0");
   if (k < (int)size)

@@ -95,15 +95,19 @@ static const vt_backend *open_backend(const vt_train_options *o, vt_comm *world,
 // --threads 0: the CPUs this rank may run on (its affinity: a Slurm task's --cpus-per-task, an
 // mpirun binding, a container's cpuset; the host's online CPUs counted it, whatever the
 // binding), shared among the ranks of its host whose set is the same (collective over world).
+// The FNV-1a of this process's host name: the key of the ranks on one host.
+static uint64_t host_key(void) {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  return vt_fnv64(VT_FNV_START, host, strlen(host));
+}
+
 static int default_threads(vt_comm *world) {
   cpu_set_t set;
   CPU_ZERO(&set);
   int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
   if (mine < 1) mine = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  char host[256] = "";
-  gethostname(host, sizeof host - 1);
-  const int same = vt_comm_same_keys(
-      world, vt_fnv64(vt_fnv64(VT_FNV_START, host, strlen(host)), &set, sizeof set), NULL);
+  const int same = vt_comm_same_keys(world, vt_fnv64(host_key(), &set, sizeof set), NULL);
   const int per = mine / (same > 0 ? same : 1);
   return per > 0 ? per : 1;
 }
@@ -113,10 +117,8 @@ static int default_threads(vt_comm *world) {
 // once, by rank 0, with the groups' count (collective over world).
 static void warn_tp_across_hosts(train_run *r) {
   if (r->mesh.tp_size == 1) return;
-  char host[256] = "";
-  gethostname(host, sizeof host - 1);
   int other = -1;
-  vt_comm_same_keys(r->tp, vt_fnv64(VT_FNV_START, host, strlen(host)), &other);
+  vt_comm_same_keys(r->tp, host_key(), &other);
   double spans = other >= 0 && r->me.tp_rank == 0;  // (counted once per group)
   vt_comm_all_reduce_double(r->world, &spans, 1, VT_REDUCE_SUM);
   if (spans > 0 && r->world_rank == 0)

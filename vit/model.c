@@ -88,14 +88,6 @@ static int any_slot_block_frozen(const vt_model *m) {
   return 0;
 }
 
-// Whether any block is recomputed: not where the frozen prefix (no backward) holds all of the
-// first m->recompute slot blocks.
-static int any_block_recomputed(const vt_model *m) {
-  for (int j = 0; j < m->recompute; j++)
-    if (!slot_block_frozen(m, j)) return 1;
-  return 0;
-}
-
 static void carve_slot(vt_model *m, vt_model_slot *sl, arena *ar) {
   const vt_vit_config *c = &m->cfg;
   const int64_t B = m->max_batch, C = c->width;
@@ -153,7 +145,9 @@ static void carve(vt_model *m, arena *ar) {
   const int64_t Ml = vt_model_local_rows(m, m->max_batch), Mp = m->sp ? Ml * tp : M;
   vt_model_scratch *s = &m->s;
   if (m->recompute > 0 || any_slot_block_frozen(m)) carve_block(m, &s->recompute, ar);
-  if (any_block_recomputed(m)) s->recompute_out = take(ar, Ml * C);
+  // (none where the frozen prefix, which runs no backward, holds every recomputed block)
+  if (vt_recomputed_blocks(c->depth, &m->shard, m->recompute, m->frozen_layers) > 0)
+    s->recompute_out = take(ar, Ml * C);
   for (int i = 0; i < m->nslots; i++) carve_slot(m, &m->slots[i], ar);
   for (int i = 0; i < m->nwsets; i++)  // (a frozen block has no weight pass)
     for (int l = 0; l < m->slot_blocks; l++)
